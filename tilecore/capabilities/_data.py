@@ -1,0 +1,165 @@
+"""Plain-data helpers: YAML reading, deep merge, freezing, dotted access, flattening."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from ._errors import CapabilityError
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys instead of silently keeping the last."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False):
+    loader.flatten_mapping(node)
+    result: dict = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in result:
+            mark = key_node.start_mark
+            raise CapabilityError(
+                f"duplicate key {key!r} at line {mark.line + 1}",
+                file=str(mark.name),
+                hint="keep one of the two entries",
+            )
+        result[key] = loader.construct_object(value_node, deep=deep)
+    return result
+
+
+_StrictLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping
+)
+
+
+def read_yaml(path: str) -> Any:
+    """Parse one YAML file strictly; syntax errors become CapabilityError."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise CapabilityError(f"cannot read file: {exc.strerror}", file=str(path)) from exc
+    loader = _StrictLoader(text)
+    loader.name = str(path)
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError as exc:
+        raise CapabilityError(
+            f"not valid YAML: {exc}", file=str(path), hint="correct the YAML syntax"
+        ) from exc
+    finally:
+        loader.dispose()
+
+
+def deep_merge(base: Mapping, over: Mapping, *, union_lists: tuple[str, ...] = ()) -> dict:
+    """Return base with over merged in: dicts merge recursively, everything else is replaced.
+
+    Keys named in union_lists (dotted, relative to the top) hold lists that are unioned
+    in order instead of replaced.
+    """
+    return _merge(base, over, "", union_lists)
+
+
+def _merge(base: Mapping, over: Mapping, prefix: str, union_lists: tuple[str, ...]) -> dict:
+    out = {k: copy.deepcopy(v) for k, v in base.items()}
+    for key, value in over.items():
+        path = f"{prefix}{key}"
+        old = out.get(key)
+        if isinstance(old, Mapping) and isinstance(value, Mapping):
+            out[key] = _merge(old, value, path + ".", union_lists)
+        elif path in union_lists and isinstance(old, list) and isinstance(value, list):
+            out[key] = old + [v for v in value if v not in old]
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def freeze(value: Any) -> Any:
+    """Deep read-only view: mappings become MappingProxyType, lists become tuples."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: freeze(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """Inverse of freeze: plain dicts and lists."""
+    if isinstance(value, Mapping):
+        return {k: thaw(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [thaw(v) for v in value]
+    return value
+
+
+_MISSING = object()
+
+
+def get_dotted(data: Any, dotted: str, default: Any = None) -> Any:
+    """Walk a.b.c through mappings (and integer indices through sequences)."""
+    node = data
+    for part in dotted.split(".") if dotted else []:
+        if isinstance(node, Mapping):
+            node = node.get(part, _MISSING)
+        elif isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return default
+        if node is _MISSING:
+            return default
+    return node
+
+
+def has_dotted(data: Any, dotted: str) -> bool:
+    return get_dotted(data, dotted, _MISSING) is not _MISSING
+
+
+def flatten(data: Mapping, prefix: str = "") -> dict[str, Any]:
+    """Leaf values keyed by dotted path; lists are leaves."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def expand_dotted(data: Mapping) -> dict:
+    """Turn {"a.b": 1, "a": {"c": 2}} into {"a": {"b": 1, "c": 2}}."""
+    out: dict = {}
+    for key, value in data.items():
+        value = expand_dotted(value) if isinstance(value, Mapping) else copy.deepcopy(value)
+        parts = str(key).split(".")
+        nested: Any = value
+        for part in reversed(parts[1:]):
+            nested = {part: nested}
+        out = deep_merge(out, {parts[0]: nested})
+    return out
+
+
+def canonical_json(data: Any) -> str:
+    """Stable JSON text: sorted keys, no whitespace, integral floats written as ints."""
+    return json.dumps(_canon(thaw(data)), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def _canon(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _canon(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canon(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Equality that treats 2 and 2.0 alike and tuples like lists."""
+    return canonical_json(a) == canonical_json(b)

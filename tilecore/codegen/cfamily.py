@@ -1,0 +1,301 @@
+"""A C-family source emitter over lowered tile IR, shared by every C-like backend.
+
+The emitter is mostly data: a subclass sets type names, conversion spellings, math function names and
+pragmas, and overrides the few methods that differ between targets (how a kernel launch and its
+allocations look). Statements and expressions are printed here once.
+
+Values vs storage: a dtype may be stored in memory as one C type and computed with in another (e.g. a
+16-bit float stored as ``uint16_t`` and computed in ``float``). ``storage_types`` and ``value_types``
+say which; ``load_conv`` / ``store_conv`` convert between them and ``round_conv`` rounds a computed
+value to a narrow dtype without leaving the value type (what a cast to that dtype means).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..errors import CompileError
+from ..ir import (Allocate, Assert, Atomic, BinOp, Bind, Break, Buffer, BufferLoad, Call, Cast, Cmp, Continue, Expr,
+                  FloatImm, For, If, IntImm, KernelLaunch, Logic, Print, Select, Seq, Store, Var, binary, const,
+                  is_float, simplify)
+from ..plugin.api import Emitter, Source
+
+_OPS = {"add": "+", "sub": "-", "mul": "*", "shl": "<<", "shr": ">>", "xor": "^", "bitand": "&", "bitor": "|"}
+_CMPS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+@dataclass
+class EmitState:
+    lines: list = field(default_factory=list)
+    names: dict = field(default_factory=dict)
+    used: set = field(default_factory=set)
+    indent: int = 1
+    asserts: list = field(default_factory=list)
+
+
+class CFamilyEmitter(Emitter):
+    lang = "c"
+    index_type = "int64_t"
+    storage_types = {
+        "bool": "uint8_t", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
+        "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
+        "float16": "uint16_t", "bfloat16": "uint16_t", "float32": "float", "float64": "double",
+    }
+    value_types = {**storage_types, "bool": "int", "float16": "float", "bfloat16": "float"}
+    load_conv = {"float16": "tc_h2f({})", "bfloat16": "tc_bf2f({})"}
+    store_conv = {"float16": "tc_f2h({})", "bfloat16": "tc_f2bf({})"}
+    round_conv = {"float16": "tc_round_h({})", "bfloat16": "tc_round_bf({})"}
+    float_suffix = {"float32": "f", "float16": "f", "bfloat16": "f", "float64": ""}
+    # math: name -> format per value type ("f" = float, "d" = double); {0}, {1}.. are the arguments
+    math = {
+        "exp": ("expf({0})", "exp({0})"), "exp2": ("exp2f({0})", "exp2({0})"),
+        "exp10": ("powf(10.0f, {0})", "pow(10.0, {0})"), "log": ("logf({0})", "log({0})"),
+        "log2": ("log2f({0})", "log2({0})"), "log10": ("log10f({0})", "log10({0})"),
+        "sqrt": ("sqrtf({0})", "sqrt({0})"), "rsqrt": ("(1.0f / sqrtf({0}))", "(1.0 / sqrt({0}))"),
+        "tanh": ("tanhf({0})", "tanh({0})"), "sigmoid": ("(1.0f / (1.0f + expf(-({0}))))", "(1.0 / (1.0 + exp(-({0}))))"),
+        "erf": ("erff({0})", "erf({0})"), "sin": ("sinf({0})", "sin({0})"), "cos": ("cosf({0})", "cos({0})"),
+        "tan": ("tanf({0})", "tan({0})"), "floor": ("floorf({0})", "floor({0})"), "ceil": ("ceilf({0})", "ceil({0})"),
+        "round": ("nearbyintf({0})", "nearbyint({0})"), "trunc": ("truncf({0})", "trunc({0})"),
+        "pow": ("powf({0}, {1})", "pow({0}, {1})"), "abs": ("fabsf({0})", "fabs({0})"),
+        "ieee_add": ("({0} + {1})", "({0} + {1})"), "ieee_sub": ("({0} - {1})", "({0} - {1})"),
+        "ieee_mul": ("({0} * {1})", "({0} * {1})"), "ieee_fdiv": ("({0} / {1})", "({0} / {1})"),
+        "ieee_fmaf": ("fmaf({0}, {1}, {2})", "fma({0}, {1}, {2})"), "ieee_frcp": ("(1.0f / {0})", "(1.0 / {0})"),
+        "ieee_fsqrt": ("sqrtf({0})", "sqrt({0})"), "ieee_frsqrt": ("(1.0f / sqrtf({0}))", "(1.0 / sqrt({0}))"),
+    }
+    #: fast variants; a target without faster ones maps them to the exact functions
+    fast_math: dict = {}
+    int_abs = "tc_iabs({0})"
+    minmax = {"min": "tc_min({0}, {1})", "max": "tc_max({0}, {1})"}
+    floordiv_int = "tc_floordiv({0}, {1})"
+    floormod_int = "tc_floormod({0}, {1})"
+    simd_pragma = ""
+    unroll_pragma = ""
+
+    # -- entry -------------------------------------------------------------------------------------
+    def emit(self, func, ctx) -> Source:  # pragma: no cover - subclasses define the function layout
+        raise NotImplementedError
+
+    # -- names -------------------------------------------------------------------------------------
+    def name(self, st: EmitState, obj) -> str:
+        key = id(obj)
+        if key in st.names:
+            return st.names[key]
+        base = "".join(c if c.isalnum() or c == "_" else "_" for c in obj.name) or "v"
+        if base[0].isdigit():
+            base = "v" + base
+        cand, n = base, 1
+        while cand in st.used or cand in self.reserved:
+            cand = f"{base}_{n}"
+            n += 1
+        st.used.add(cand)
+        st.names[key] = cand
+        return cand
+
+    reserved = frozenset({"int", "float", "double", "char", "long", "short", "signed", "unsigned", "void", "for",
+                          "if", "else", "while", "do", "return", "break", "continue", "const", "static", "auto",
+                          "register", "switch", "case", "default", "goto", "sizeof", "struct", "union", "enum",
+                          "typedef", "volatile", "extern", "inline", "restrict", "bool", "main", "half"})
+
+    # -- expressions -------------------------------------------------------------------------------
+    def vtype(self, dtype) -> str:
+        try:
+            return self.value_types[dtype]
+        except KeyError:
+            raise CompileError(f"this target's code generator has no C type for {dtype}") from None
+
+    def stype(self, dtype) -> str:
+        try:
+            return self.storage_types[dtype]
+        except KeyError:
+            raise CompileError(f"this target's code generator has no storage type for {dtype}") from None
+
+    def float_lit(self, v: float, dtype) -> str:
+        suffix = self.float_suffix.get(dtype, "f")
+        if math.isnan(v):
+            return "NAN"
+        if math.isinf(v):
+            return "INFINITY" if v > 0 else "(-INFINITY)"
+        text = repr(float(v))
+        if "e" not in text and "." not in text:
+            text += ".0"
+        return f"{text}{suffix}" if not text.startswith("-") else f"({text}{suffix})"
+
+    def flat_index(self, st: EmitState, buf: Buffer, indices) -> str:
+        flat: Expr = const(0)
+        stride: Expr = const(1)
+        for idx, dim in reversed(list(zip(indices, buf.shape))):
+            flat = binary("add", flat, binary("mul", idx, stride))
+            stride = binary("mul", stride, dim)
+        return self.expr(st, simplify(flat))
+
+    def expr(self, st: EmitState, e) -> str:
+        if isinstance(e, Var):
+            return self.name(st, e)
+        if isinstance(e, IntImm):
+            if e.dtype == "bool":
+                return "1" if e.value else "0"
+            return f"{e.value}LL" if abs(e.value) >= 2**31 else (str(e.value) if e.value >= 0 else f"({e.value})")
+        if isinstance(e, FloatImm):
+            return self.float_lit(e.value, e.dtype)
+        if isinstance(e, BinOp):
+            a, b = self.expr(st, e.a), self.expr(st, e.b)
+            if e.op in _OPS:
+                return f"({a} {_OPS[e.op]} {b})"
+            if e.op in self.minmax:
+                return self.minmax[e.op].format(a, b)
+            if e.op == "div":
+                return f"({a} / {b})"
+            if e.op == "floordiv":
+                return self.floordiv_int.format(a, b) if not is_float(e.dtype) else self._math("floor", e.dtype, [f"({a} / {b})"])
+            if e.op == "floormod":
+                if is_float(e.dtype):
+                    fl = self._math("floor", e.dtype, [f"({a} / {b})"])
+                    return f"({a} - {b} * {fl})"
+                return self.floormod_int.format(a, b)
+            raise CompileError(f"no C spelling for binary op {e.op}")
+        if isinstance(e, Cmp):
+            return f"({self.expr(st, e.a)} {_CMPS[e.op]} {self.expr(st, e.b)})"
+        if isinstance(e, Logic):
+            if e.op == "not":
+                return f"(!{self.expr(st, e.a)})"
+            return f"({self.expr(st, e.a)} {'&&' if e.op == 'and' else '||'} {self.expr(st, e.b)})"
+        if isinstance(e, Select):
+            return f"({self.expr(st, e.cond)} ? {self.expr(st, e.t)} : {self.expr(st, e.f)})"
+        if isinstance(e, Cast):
+            inner = self.expr(st, e.value)
+            if e.dtype == "bool":
+                return f"({inner} != 0)"
+            if e.dtype in self.round_conv:
+                if not is_float(e.value.dtype):
+                    inner = f"(({self.vtype(e.dtype)})({inner}))"
+                return self.round_conv[e.dtype].format(inner)
+            return f"(({self.vtype(e.dtype)})({inner}))"
+        if isinstance(e, Call):
+            return self.call(st, e)
+        if isinstance(e, BufferLoad):
+            ref = f"{self.name(st, e.buffer)}[{self.flat_index(st, e.buffer, e.indices)}]"
+            conv = self.load_conv.get(e.buffer.dtype)
+            return conv.format(ref) if conv else ref
+        raise CompileError(f"no C spelling for expression {type(e).__name__}")
+
+    def _math(self, name: str, dtype, args: list) -> str:
+        fmt = self.math.get(name)
+        if fmt is None:
+            raise CompileError(f"T.{name} has no implementation in this target's code generator")
+        return fmt[1 if dtype == "float64" else 0].format(*args)
+
+    def call(self, st: EmitState, e: Call) -> str:
+        args = [self.expr(st, a) for a in e.args]
+        if e.name == "abs" and not is_float(e.dtype):
+            return self.int_abs.format(*args)
+        name = e.name
+        if name.startswith("fast_"):
+            base = name[5:]
+            fmt = self.fast_math.get(base)
+            if fmt is not None:
+                return fmt[1 if e.dtype == "float64" else 0].format(*args)
+            name = base
+        elif name in ("exp", "log", "log2", "log10", "exp10", "sin", "cos", "tan") and st_fast(st):
+            fmt = self.fast_math.get(name)
+            if fmt is not None:
+                return fmt[1 if e.dtype == "float64" else 0].format(*args)
+        return self._math(name, e.dtype, args)
+
+    # -- statements --------------------------------------------------------------------------------
+    def line(self, st: EmitState, text: str) -> None:
+        st.lines.append("  " * st.indent + text)
+
+    def stmt(self, st: EmitState, s) -> None:
+        method = getattr(self, "stmt_" + type(s).__name__, None)
+        if method is None:
+            raise CompileError(f"no C spelling for statement {type(s).__name__}", s.span)
+        method(st, s)
+
+    def stmt_Seq(self, st, s: Seq):
+        for c in s.body:
+            self.stmt(st, c)
+
+    def stmt_For(self, st, s: For):
+        v = self.name(st, s.var)
+        innermost = not _has_loop(s.body)
+        if s.kind in ("parallel", "vectorized") and innermost and self.simd_pragma and not _has_control(s.body):
+            self.line(st, self.simd_pragma)
+        elif s.kind == "unroll" and self.unroll_pragma and isinstance(s.extent, IntImm) and s.extent.value <= 256:
+            self.line(st, self.unroll_pragma.format(n=s.extent.value))
+        start = self.expr(st, s.start)
+        end = self.expr(st, simplify(binary("add", s.start, s.extent)))
+        self.line(st, f"for ({self.index_type} {v} = {start}; {v} < {end}; ++{v}) {{")
+        st.indent += 1
+        self.stmt(st, s.body)
+        st.indent -= 1
+        self.line(st, "}")
+
+    def stmt_If(self, st, s: If):
+        self.line(st, f"if ({self.expr(st, s.cond)}) {{")
+        st.indent += 1
+        self.stmt(st, s.then)
+        st.indent -= 1
+        if s.orelse is not None:
+            self.line(st, "} else {")
+            st.indent += 1
+            self.stmt(st, s.orelse)
+            st.indent -= 1
+        self.line(st, "}")
+
+    def store_value(self, st, buf: Buffer, value) -> str:
+        text = self.expr(st, value)
+        conv = self.store_conv.get(buf.dtype)
+        return conv.format(text) if conv else text
+
+    def stmt_Store(self, st, s: Store):
+        ref = f"{self.name(st, s.buffer)}[{self.flat_index(st, s.buffer, s.indices)}]"
+        self.line(st, f"{ref} = {self.store_value(st, s.buffer, s.value)};")
+
+    def stmt_Bind(self, st, s: Bind):
+        self.line(st, f"const {self.vtype(s.var.dtype)} {self.name(st, s.var)} = {self.expr(st, s.value)};")
+
+    def stmt_Allocate(self, st, s: Allocate):
+        b = s.buffer
+        n = self.expr(st, simplify(b.numel()))
+        self.line(st, f"{self.stype(b.dtype)} {self.name(st, b)}[{n}];")
+        if s.init is not None:
+            self.line(st, f"{self.name(st, b)}[0] = {self.store_value(st, b, s.init)};")
+
+    def stmt_Atomic(self, st, s: Atomic):
+        ref = f"&{self.name(st, s.buffer)}[{self.flat_index(st, s.buffer, s.indices)}]"
+        self.line(st, f"tc_atomic_{s.op}_{s.buffer.dtype}({ref}, {self.expr(st, s.value)});")
+
+    def stmt_Break(self, st, s: Break):
+        self.line(st, "break;")
+
+    def stmt_Continue(self, st, s: Continue):
+        self.line(st, "continue;")
+
+    def stmt_Print(self, st, s: Print):  # pragma: no cover - target specific
+        raise CompileError("T.print is not implemented by this target's code generator", s.span)
+
+    def stmt_Assert(self, st, s: Assert):  # pragma: no cover - target specific
+        raise CompileError("T.device_assert is not implemented by this target's code generator", s.span)
+
+    def stmt_KernelLaunch(self, st, s: KernelLaunch):  # pragma: no cover - target specific
+        raise NotImplementedError
+
+
+def st_fast(st: EmitState) -> bool:
+    return getattr(st, "fast", False)
+
+
+def _has_loop(s) -> bool:
+    from ..ir import walk
+
+    found = []
+    walk(s, lambda x: found.append(1) if isinstance(x, For) else None)
+    return bool(found)
+
+
+def _has_control(s) -> bool:
+    from ..ir import walk
+
+    found = []
+    walk(s, lambda x: found.append(1) if isinstance(x, (Break, Continue, Print, Assert, Atomic, Allocate)) else None)
+    return bool(found)

@@ -1,0 +1,17 @@
+"""The tile IR: expressions, buffers, statements, kernels, and the tools passes use on them.
+
+This package is the IR substrate behind a façade: the rest of tilecore (and every backend) uses only
+the names exported here, so the substrate can change in one place. See docs/decisions.md.
+"""
+from .buffer import SCOPES, Buffer, Region
+from .dtypes import DTYPES, DType, canonical, is_float, is_int, max_value, min_value, promote
+from .expr import (INDEX, BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, Var,
+                   as_expr, binary, cast, compare, const, const_value, logic_and, logic_not, logic_or,
+                   maximum, minimum, same, select)
+from .printer import expr_str, func_str
+from .simplify import prove_equal, simplify
+from .stmt import (LOOP_KINDS, Allocate, Assert, Atomic, Bind, Break, Continue, For, Hint, If, KernelLaunch,
+                   Param, Print, PrimFunc, Seq, Stmt, Store, TileOp, free_vars, seq)
+from .visit import children, collect, rewrite, walk
+
+__all__ = [n for n in dir() if not n.startswith("_")]

@@ -1,0 +1,138 @@
+"""Text form of the tile IR: what ``--emit ir`` and ``TILECORE_DUMP_IR`` show, and what the kernel
+cache hashes. The form is deterministic: the same kernel always prints the same text.
+"""
+from __future__ import annotations
+
+import math
+
+from .buffer import Region
+from .expr import (BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, Var)
+from .stmt import (Allocate, Assert, Atomic, Bind, Break, Continue, For, Hint, If, KernelLaunch, Print,
+                   PrimFunc, Seq, Stmt, Store, TileOp)
+
+_BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "floormod": "%",
+        "shl": "<<", "shr": ">>", "xor": "^", "bitand": "&", "bitor": "|"}
+_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+def expr_str(e) -> str:
+    if isinstance(e, Var):
+        return e.name
+    if isinstance(e, IntImm):
+        return str(e.value) if e.dtype in ("int32", "bool") else f"T.{e.dtype}({e.value})"
+    if isinstance(e, FloatImm):
+        v = e.value
+        text = repr(v) if math.isfinite(v) else ("T.infinity" if v > 0 else "-T.infinity") if not math.isnan(v) else "nan"
+        return text if e.dtype == "float32" else f"T.{e.dtype}({text})"
+    if isinstance(e, BinOp):
+        if e.op in ("min", "max"):
+            return f"T.{e.op}({expr_str(e.a)}, {expr_str(e.b)})"
+        return f"({expr_str(e.a)} {_BIN[e.op]} {expr_str(e.b)})"
+    if isinstance(e, Cmp):
+        return f"({expr_str(e.a)} {_CMP[e.op]} {expr_str(e.b)})"
+    if isinstance(e, Logic):
+        if e.op == "not":
+            return f"(not {expr_str(e.a)})"
+        return f"({expr_str(e.a)} {e.op} {expr_str(e.b)})"
+    if isinstance(e, Select):
+        return f"T.if_then_else({expr_str(e.cond)}, {expr_str(e.t)}, {expr_str(e.f)})"
+    if isinstance(e, Cast):
+        return f"T.{e.dtype}({expr_str(e.value)})"
+    if isinstance(e, Call):
+        attrs = "".join(f", {k}={v!r}" for k, v in e.attrs)
+        return f"T.{e.name}({', '.join(expr_str(a) for a in e.args)}{attrs}):{e.dtype}"
+    if isinstance(e, BufferLoad):
+        return f"{e.buffer.name}[{', '.join(expr_str(i) for i in e.indices)}]"
+    if isinstance(e, Region):
+        return region_str(e)
+    if isinstance(e, Expr):
+        return f"<{type(e).__name__}>"
+    return repr(e)
+
+
+def region_str(r: Region) -> str:
+    parts = []
+    for s, n in zip(r.starts, r.extents):
+        parts.append(f"{expr_str(s)}:+{expr_str(n)}")
+    return f"{r.buffer.name}[{', '.join(parts)}]"
+
+
+def _arg_str(a) -> str:
+    if isinstance(a, Region):
+        return region_str(a)
+    if isinstance(a, Expr):
+        return expr_str(a)
+    return repr(a)
+
+
+def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
+    pad = "    " * indent
+    if s is None:
+        return []
+    if isinstance(s, Seq):
+        out: list = []
+        for c in s.body:
+            out.extend(stmt_lines(c, indent))
+        return out or [pad + "pass"]
+    if isinstance(s, KernelLaunch):
+        grid = ", ".join(expr_str(g) for g in s.grid)
+        names = ", ".join(v.name for v in s.block_vars)
+        head = f"{pad}with T.Kernel({grid}, threads={tuple(s.threads)}) as ({names}):"
+        return [head] + stmt_lines(s.body, indent + 1)
+    if isinstance(s, For):
+        ann = "".join(f", {k}={v!r}" for k, v in sorted(s.annotations.items()))
+        head = f"{pad}for {s.var.name} in T.{s.kind}({expr_str(s.start)}, {expr_str(s.extent)}{ann}):"
+        return [head] + stmt_lines(s.body, indent + 1)
+    if isinstance(s, If):
+        out = [f"{pad}if {expr_str(s.cond)}:"] + stmt_lines(s.then, indent + 1)
+        if s.orelse is not None:
+            out += [f"{pad}else:"] + stmt_lines(s.orelse, indent + 1)
+        return out
+    if isinstance(s, Store):
+        idx = ", ".join(expr_str(i) for i in s.indices)
+        return [f"{pad}{s.buffer.name}[{idx}] = {expr_str(s.value)}"]
+    if isinstance(s, Bind):
+        return [f"{pad}{s.var.name}: {s.var.dtype} = {expr_str(s.value)}"]
+    if isinstance(s, Allocate):
+        b = s.buffer
+        shape = ", ".join(expr_str(x) for x in b.shape)
+        init = f", init={expr_str(s.init)}" if s.init is not None else ""
+        return [f"{pad}{b.name} = T.alloc_{b.scope}(({shape},), {b.dtype!r}{init})"]
+    if isinstance(s, Atomic):
+        idx = ", ".join(expr_str(i) for i in s.indices)
+        return [f"{pad}T.atomic_{s.op}({s.buffer.name}[{idx}], {expr_str(s.value)})"]
+    if isinstance(s, Print):
+        what = s.buffer.name if s.buffer is not None else expr_str(s.value)
+        return [f"{pad}T.print({what}, msg={s.message!r})"]
+    if isinstance(s, Assert):
+        return [f"{pad}T.device_assert({expr_str(s.cond)}, {s.message!r})"]
+    if isinstance(s, Break):
+        return [f"{pad}break"]
+    if isinstance(s, Continue):
+        return [f"{pad}continue"]
+    if isinstance(s, Hint):
+        return [f"{pad}T.hint({s.kind!r}, {_hint_payload(s.payload)})"]
+    if isinstance(s, TileOp):
+        args = ", ".join(_arg_str(a) for a in s.args)
+        attrs = "".join(f", {k}={_arg_str(v)}" for k, v in sorted(s.attrs.items()))
+        return [f"{pad}T.{s.op}({args}{attrs})"]
+    return [f"{pad}<{type(s).__name__}>"]
+
+
+def _hint_payload(p: dict) -> str:
+    return "{" + ", ".join(f"{k!s}: {getattr(v, 'name', v)!s}" for k, v in sorted(p.items(), key=str)) + "}"
+
+
+def func_str(f: PrimFunc) -> str:
+    params = []
+    for p in f.params:
+        if p.buffer is not None:
+            shape = ", ".join(expr_str(s) for s in p.buffer.shape)
+            params.append(f"{p.name}: T.Tensor(({shape},), {p.buffer.dtype!r})")
+        else:
+            params.append(f"{p.name}: T.{p.var.dtype}")
+    lines = ["@T.prim_func", f"def {f.name}({', '.join(params)}):"]
+    for k, v in sorted(f.attrs.items()):
+        lines.append(f"    # attr {k} = {v!r}")
+    lines += stmt_lines(f.body, 1)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,67 @@
+"""A small integer simplifier: canonical linear forms.
+
+Index arithmetic in tile kernels is almost always linear in loop and block variables
+(``(by + 1) * 128 - by * 128``). Rewriting integer expressions as ``sum(coeff * atom) + const`` makes
+such extents fold back to constants, which shape checks and codegen rely on. Anything non-linear is
+kept as an atom (with its children simplified).
+"""
+from __future__ import annotations
+
+from .dtypes import is_float
+from .expr import BinOp, Cast, Expr, IntImm, as_expr, binary, const_value
+
+
+def _linear(e: Expr, terms: dict, scale: int) -> int:
+    """Accumulate ``scale * e`` into ``terms`` (key -> [atom, coeff]); return the constant part."""
+    v = const_value(e)
+    if v is not None and isinstance(v, int):
+        return scale * v
+    if isinstance(e, BinOp) and not is_float(e.dtype):
+        if e.op == "add":
+            return _linear(e.a, terms, scale) + _linear(e.b, terms, scale)
+        if e.op == "sub":
+            return _linear(e.a, terms, scale) + _linear(e.b, terms, -scale)
+        if e.op == "mul":
+            ca, cb = const_value(e.a), const_value(e.b)
+            if cb is not None:
+                return _linear(e.a, terms, scale * cb)
+            if ca is not None:
+                return _linear(e.b, terms, scale * ca)
+    atom = _simplify_children(e)
+    key = repr(atom)
+    if key in terms:
+        terms[key][1] += scale
+    else:
+        terms[key] = [atom, scale]
+    return 0
+
+
+def _simplify_children(e: Expr) -> Expr:
+    if isinstance(e, BinOp):
+        return binary(e.op, simplify(e.a), simplify(e.b))
+    return e
+
+
+def simplify(e):
+    """Return an equivalent, canonical form of an integer expression (other values pass through)."""
+    if not isinstance(e, Expr) or is_float(e.dtype) or isinstance(e, Cast):
+        return e
+    if not isinstance(e, BinOp):
+        return e
+    terms: dict = {}
+    c = _linear(e, terms, 1)
+    out: Expr | None = None
+    for atom, coeff in terms.values():
+        if coeff == 0:
+            continue
+        term = atom if coeff == 1 else binary("mul", atom, IntImm(coeff, e.dtype))
+        out = term if out is None else binary("add", out, term)
+    if out is None:
+        return IntImm(c, e.dtype)
+    return binary("add", out, IntImm(c, e.dtype)) if c else out
+
+
+def prove_equal(a, b) -> bool | None:
+    """True / False when the difference of ``a`` and ``b`` simplifies to a constant; None otherwise."""
+    d = const_value(simplify(binary("sub", as_expr(a), as_expr(b))))
+    return None if d is None else d == 0

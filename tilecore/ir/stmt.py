@@ -1,0 +1,224 @@
+"""Statements of the tile IR and the function that holds them.
+
+The IR has two levels in one set of nodes. After parsing, a kernel body holds :class:`TileOp`
+statements (``copy``, ``gemm``, ``reduce``...) over buffer regions; tile-op lowering replaces each of
+them with loops over scalar statements. Every statement carries the :class:`~tilecore.errors.Span` of
+the source line it came from, so any pass can report an error at the user's line.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..errors import Span
+from .buffer import Buffer
+from .expr import Expr, Var
+
+LOOP_KINDS = ("serial", "parallel", "pipelined", "unroll", "vectorized")
+
+
+@dataclass(eq=False)
+class Stmt:
+    span: Span | None = field(default=None, kw_only=True)
+
+    def with_(self, **changes) -> "Stmt":
+        return replace(self, **changes)
+
+
+@dataclass(eq=False)
+class Seq(Stmt):
+    body: list
+
+
+@dataclass(eq=False)
+class For(Stmt):
+    """``for var in range(start, start + extent)``; ``kind`` says how iterations may be scheduled.
+
+    ``parallel`` iterations are independent (``T.Parallel``); ``pipelined`` is a serial loop that a
+    backend may software-pipeline (``annotations['num_stages']``).
+    """
+
+    var: Var
+    start: Expr
+    extent: Expr
+    kind: str
+    body: Stmt
+    annotations: dict = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class If(Stmt):
+    cond: Expr
+    then: Stmt
+    orelse: Stmt | None = None
+
+
+@dataclass(eq=False)
+class Store(Stmt):
+    buffer: Buffer
+    indices: tuple
+    value: Expr
+
+
+@dataclass(eq=False)
+class Bind(Stmt):
+    """Bind an immutable scalar ``var = value`` for the rest of the enclosing block."""
+
+    var: Var
+    value: Expr
+
+
+@dataclass(eq=False)
+class Allocate(Stmt):
+    """Declare a non-global buffer; ``init`` fills a ``var`` buffer when it is declared."""
+
+    buffer: Buffer
+    init: Expr | None = None
+
+
+@dataclass(eq=False)
+class Atomic(Stmt):
+    """``buffer[indices] = op(buffer[indices], value)`` atomically; op is add, max or min."""
+
+    op: str
+    buffer: Buffer
+    indices: tuple
+    value: Expr
+
+
+@dataclass(eq=False)
+class Print(Stmt):
+    """Print a scalar (``value``) or a whole buffer (``buffer``) with a message."""
+
+    message: str
+    value: Expr | None = None
+    buffer: Buffer | None = None
+
+
+@dataclass(eq=False)
+class Assert(Stmt):
+    """Stop the kernel and raise :class:`KernelAssertionError` with ``message`` when ``cond`` is false."""
+
+    cond: Expr
+    message: str
+
+
+@dataclass(eq=False)
+class Break(Stmt):
+    pass
+
+
+@dataclass(eq=False)
+class Continue(Stmt):
+    pass
+
+
+@dataclass(eq=False)
+class Hint(Stmt):
+    """A scheduling hint a backend may honour or ignore: ``use_swizzle``, ``annotate_layout``..."""
+
+    kind: str
+    payload: dict
+
+
+@dataclass(eq=False)
+class TileOp(Stmt):
+    """A block-wide tile operation over regions, lowered through the target's intrinsic table.
+
+    ``op`` names it (``copy``, ``fill``, ``gemm``, ``reduce``, ``cumsum``, ``atomic``); ``args`` are
+    :class:`~tilecore.ir.buffer.Region` objects and expressions; ``attrs`` hold op options.
+    """
+
+    op: str
+    args: tuple
+    attrs: dict = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class KernelLaunch(Stmt):
+    """``with T.Kernel(*grid, threads=...) as block_vars``: the body runs once per block."""
+
+    grid: tuple
+    block_vars: tuple
+    threads: tuple
+    body: Stmt
+    attrs: dict = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class Param:
+    """A kernel parameter: a global buffer, or a scalar ``var``."""
+
+    name: str
+    buffer: Buffer | None = None
+    var: Var | None = None
+
+    @property
+    def is_buffer(self) -> bool:
+        return self.buffer is not None
+
+
+@dataclass(eq=False)
+class PrimFunc:
+    """A kernel: parameters, a body, and attributes passes record (hints, resource use)."""
+
+    name: str
+    params: list
+    body: Stmt
+    attrs: dict = field(default_factory=dict)
+    span: Span | None = None
+    source: str = ""
+
+    def with_body(self, body: Stmt, **attrs: Any) -> "PrimFunc":
+        return PrimFunc(self.name, self.params, body, {**self.attrs, **attrs}, self.span, self.source)
+
+    def shape_vars(self) -> list:
+        """Symbolic dimensions of the parameters, in first-appearance order."""
+        seen: list = []
+        for p in self.params:
+            if p.buffer is None:
+                continue
+            for s in p.buffer.shape:
+                for v in free_vars(s):
+                    if v not in seen:
+                        seen.append(v)
+        return seen
+
+    def script(self) -> str:
+        from .printer import func_str
+
+        return func_str(self)
+
+    def __repr__(self) -> str:
+        return f"<PrimFunc {self.name}>"
+
+
+def free_vars(e) -> list:
+    out: list = []
+
+    def visit(x):
+        if isinstance(x, Var):
+            if x not in out:
+                out.append(x)
+        elif isinstance(x, Expr):
+            for slot in type(x).__slots__:
+                v = getattr(x, slot, None)
+                if isinstance(v, Expr):
+                    visit(v)
+                elif isinstance(v, tuple):
+                    for item in v:
+                        if isinstance(item, Expr):
+                            visit(item)
+
+    visit(e)
+    return out
+
+
+def seq(stmts: list) -> Stmt:
+    flat: list = []
+    for s in stmts:
+        if isinstance(s, Seq):
+            flat.extend(s.body)
+        elif s is not None:
+            flat.append(s)
+    return flat[0] if len(flat) == 1 else Seq(flat)

@@ -1,0 +1,49 @@
+"""Walking and rewriting statement trees.
+
+``walk(stmt, fn)`` calls ``fn`` on every statement, parents first. ``rewrite(stmt, fn)`` rebuilds the
+tree bottom-up: ``fn`` gets each statement with its children already rewritten and returns a
+replacement (a statement, a list of statements, or ``None`` to keep it).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from .stmt import For, If, KernelLaunch, Seq, Stmt, seq
+
+_CHILDREN = {For: ("body",), If: ("then", "orelse"), KernelLaunch: ("body",)}
+
+
+def children(s: Stmt) -> list:
+    if isinstance(s, Seq):
+        return list(s.body)
+    return [getattr(s, f) for f in _CHILDREN.get(type(s), ()) if getattr(s, f) is not None]
+
+
+def walk(s: Stmt | None, fn: Callable[[Stmt], None]) -> None:
+    if s is None:
+        return
+    fn(s)
+    for c in children(s):
+        walk(c, fn)
+
+
+def collect(s: Stmt, kind) -> list:
+    out: list = []
+    walk(s, lambda x: out.append(x) if isinstance(x, kind) else None)
+    return out
+
+
+def rewrite(s: Stmt | None, fn: Callable[[Stmt], object]) -> Stmt | None:
+    if s is None:
+        return None
+    if isinstance(s, Seq):
+        new = seq([rewrite(c, fn) for c in s.body])
+        new = new if isinstance(new, Seq) else Seq([new], span=s.span) if new is not None else Seq([])
+    else:
+        fields = _CHILDREN.get(type(s), ())
+        changes = {f: rewrite(getattr(s, f), fn) for f in fields}
+        new = s.with_(**changes) if fields else s
+    out = fn(new)
+    if out is None:
+        return new
+    return seq(out) if isinstance(out, list) else out

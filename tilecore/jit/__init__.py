@@ -1,0 +1,195 @@
+"""``tilecore.compile`` and ``@tilecore.jit``."""
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import threading
+from pathlib import Path
+
+from .._version import __version__
+from ..errors import CompileError, TargetError
+from ..plugin import PLUGIN_API, get_registry, profile_for
+from . import cache
+from .kernel import JITKernel, load_kernel
+
+__all__ = ["compile", "jit", "lower", "JITKernel", "load_kernel"]
+
+
+def _normalize_configs(pass_configs: dict | None) -> dict:
+    from ..passes import PassConfigKey
+
+    known = set(PassConfigKey.all().values())
+    out = {}
+    for k, v in (pass_configs or {}).items():
+        k = str(k)
+        if k.startswith("tl."):  # TileLang keys: accepted so ported code runs; they change nothing here
+            continue
+        if k not in known and not k.startswith(("tilecore.cpu.",)) and k.count(".") < 2:
+            raise CompileError(f"unknown pass config {k!r}; known: {', '.join(sorted(known))} (backend-specific keys "
+                               "are spelled tilecore.<backend>.<name>)")
+        out[k] = v
+    return out
+
+
+def _signature(func, out_idx) -> dict:
+    from ..codegen import abi_of
+    from ..ir import const_value
+
+    abi = abi_of(func)
+    params = []
+    for p in func.params:
+        if p.buffer is not None:
+            shape = []
+            for s in p.buffer.shape:
+                v = const_value(s)
+                if v is None:
+                    from ..ir import Var
+
+                    if not isinstance(s, Var):
+                        raise CompileError(f"parameter {p.name}: dimension {s!r} must be a number or a plain "
+                                           "symbol (T.dynamic)", func.span)
+                    v = s.name
+                shape.append(v)
+            params.append({"name": p.name, "kind": "buffer", "dtype": str(p.buffer.dtype), "shape": shape})
+        else:
+            params.append({"name": p.name, "kind": "scalar", "dtype": str(p.var.dtype)})
+    n = len(params)
+    idx = [] if out_idx is None else ([out_idx] if isinstance(out_idx, int) else list(out_idx))
+    norm = []
+    for i in idx:
+        j = i + n if i < 0 else i
+        if not 0 <= j < n or params[j]["kind"] != "buffer":
+            raise CompileError(f"out_idx {i} does not name a tensor parameter of {func.name} "
+                               f"({n} parameters: {', '.join(p['name'] for p in params)})", func.span)
+        norm.append(j)
+    return {"params": params, "out_idx": sorted(set(norm)),
+            "ints": [v.name for v in abi.ints], "floats": [v.name for v in abi.floats]}
+
+
+def resolve_auto(target) -> str:
+    if target not in (None, "auto"):
+        return target
+    env = os.environ.get("TILECORE_TARGET")
+    if env:
+        return env
+    for name, b in sorted(get_registry().backends().items()):
+        if name != "cpu" and b.probe().status == "ok":
+            return b.targets()[0]
+    return "cpu"
+
+
+def lower(func, target="auto", pass_configs=None):
+    """Run the pass pipeline and codegen; returns ``(backend, target, lowered_func, Source)``."""
+    from ..passes import PassContext, core_pipeline, dump_dir_from_env
+
+    backend, tgt = get_registry().resolve(resolve_auto(target))
+    caps = profile_for(tgt)
+    options = _normalize_configs(pass_configs)
+    pipe = core_pipeline()
+    for spec in list(backend.passes(tgt)) + get_registry().extra_passes(tgt):
+        pipe.add(spec.slot, spec.pass_, spec.position)
+    ctx = PassContext(tgt, backend, caps, options, list(backend.intrinsics(tgt)))
+    dump = dump_dir_from_env()
+    lowered = pipe.run(func, ctx, dump)
+    source = backend.emitter(tgt).emit(lowered, ctx)
+    if dump:
+        ext = {"c": "c"}.get(source.lang, source.lang)
+        (Path(dump) / _safe(func.name) / f"final.{ext}").write_text(source.code)
+    return backend, tgt, lowered, source, options
+
+
+def _safe(name):
+    from ..passes import _safe as s
+
+    return s(name)
+
+
+def compile(func, target="auto", out_idx=None, pass_configs=None, target_host=None,  # noqa: A001
+            execution_backend=None, verbose=False) -> JITKernel:
+    """Compile a ``@T.prim_func`` for ``target`` and return a callable :class:`JITKernel`.
+
+    The result is cached on disk, keyed by the kernel's IR, the target and its capability profile, the
+    options, and the core, plugin and toolchain versions: compiling the same kernel again (in any
+    process) loads it instead.
+    """
+    from ..ir import PrimFunc
+
+    if not isinstance(func, PrimFunc):
+        raise CompileError(f"tilecore.compile takes a @T.prim_func, got {type(func).__name__}; decorate the "
+                           "kernel with @T.prim_func")
+    backend, tgt = get_registry().resolve(resolve_auto(target))
+    caps = profile_for(tgt)
+    options = _normalize_configs(pass_configs)
+    sig = _signature(func, out_idx)
+    ir_text = func.script()
+    key = cache.make_key({
+        "ir": ir_text, "target": str(tgt), "target_options": tgt.options, "capabilities": caps.hash(),
+        "options": options, "out_idx": sig["out_idx"], "core": __version__, "plugin_api": PLUGIN_API,
+        "backend": [backend.name, backend.distribution, backend.version()],
+        "toolchain": backend.toolchain_version(tgt),
+    })
+    use_cache = not options.get("tilecore.disable_cache") and not os.environ.get("TILECORE_DUMP_IR")
+    if use_cache:
+        hit = cache.load(key)
+        if hit is not None:
+            meta, binary = hit
+            return JITKernel({**meta, "from_cache": True}, binary, backend, tgt, func)
+    backend, tgt, lowered, source, options = lower(func, tgt, pass_configs)
+    binary = backend.runtime(tgt).build(source, options)
+    meta = {"name": func.name, "signature": sig, "ir": ir_text, "key": key,
+            "source": {"code": source.code, "lang": source.lang, "entry": source.entry, "meta": source.meta},
+            "attrs": {k: v for k, v in lowered.attrs.items()}, "options": options}
+    if use_cache:
+        cache.store(key, meta, binary)
+    return JITKernel({**meta, "from_cache": False}, binary, backend, tgt, func)
+
+
+class _JitFunction:
+    """What ``@tilecore.jit`` returns: call it with the factory's arguments to get a compiled kernel."""
+
+    def __init__(self, factory, out_idx=None, target="auto", pass_configs=None, **_ignored):
+        self.factory = factory
+        self.out_idx = out_idx
+        self.target = target
+        self.pass_configs = pass_configs
+        self._kernels: dict = {}
+        self._lock = threading.Lock()
+        functools.update_wrapper(self, factory)
+
+    def _key(self, args, kwargs):
+        sig = inspect.signature(self.factory)
+        bound = sig.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return tuple((k, repr(v)) for k, v in bound.arguments.items())
+
+    def compile(self, *args, **kwargs) -> JITKernel:
+        key = self._key(args, kwargs)
+        with self._lock:
+            k = self._kernels.get(key)
+        if k is not None:
+            return k
+        func = self.factory(*args, **kwargs)
+        from ..ir import PrimFunc
+
+        if not isinstance(func, PrimFunc):
+            raise CompileError(f"@tilecore.jit factory {self.factory.__name__} must return a @T.prim_func, got "
+                               f"{type(func).__name__}")
+        kernel = compile(func, target=self.target, out_idx=self.out_idx, pass_configs=self.pass_configs)
+        with self._lock:
+            self._kernels[key] = kernel
+        return kernel
+
+    __call__ = compile
+
+    def get_tir(self, *args, **kwargs):
+        return self.factory(*args, **kwargs)
+
+
+def jit(func=None, *, out_idx=None, target="auto", pass_configs=None, **kwargs):
+    """Decorate a kernel factory: ``kernel = factory(M, N, K, ...)`` compiles (once per arguments)."""
+    if func is None:
+        return lambda f: _JitFunction(f, out_idx=out_idx, target=target, pass_configs=pass_configs, **kwargs)
+    if isinstance(func, (str,)):
+        raise TargetError("use @tilecore.jit(target=...) with keyword arguments")
+    return _JitFunction(func, out_idx=out_idx, target=target, pass_configs=pass_configs, **kwargs)

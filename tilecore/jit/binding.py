@@ -1,0 +1,208 @@
+"""Argument binding: check the caller's tensors against the kernel's signature and build the launch
+arrays. Every mismatch raises :class:`~tilecore.errors.ArgumentError` naming the argument and what
+was expected. numpy and torch are imported only when an argument needs them.
+"""
+from __future__ import annotations
+
+import sys
+
+from ..errors import ArgumentError
+
+#: numpy cannot hold these; they need torch tensors
+_TORCH_ONLY = {"bfloat16", "float8_e4m3", "float8_e5m2"}
+_TORCH_NAMES = {"float8_e4m3": "float8_e4m3fn", "bool": "bool"}
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
+
+
+def _is_numpy(x) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(x, np.ndarray)
+
+
+def dtype_name(x) -> str:
+    from ..ir.dtypes import canonical
+
+    return str(canonical(x.dtype))
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return getattr(torch, _TORCH_NAMES.get(name, name))
+
+
+def numpy_dtype(name: str):
+    import numpy as np
+
+    return np.dtype("bool" if name == "bool" else name)
+
+
+def _describe(p: dict) -> str:
+    shape = ", ".join(str(s) for s in p["shape"])
+    return f"a {p['dtype']} tensor of shape ({shape})"
+
+
+class Bound:
+    __slots__ = ("buffers", "ints", "floats", "outputs", "keep")
+
+    def __init__(self):
+        self.buffers, self.ints, self.floats, self.outputs, self.keep = [], [], [], [], []
+
+
+def bind(sig: dict, args: tuple, kernel_name: str, device_type: str) -> Bound:
+    params = sig["params"]
+    out_idx = sig["out_idx"]
+    inputs = [i for i in range(len(params)) if i not in out_idx]
+    if len(args) != len(inputs):
+        names = [params[i]["name"] for i in inputs]
+        if len(args) < len(inputs):
+            missing = names[len(args)]
+            p = params[inputs[len(args)]]
+            what = _describe(p) if p["kind"] == "buffer" else f"a {p['dtype']} scalar"
+            raise ArgumentError(f"kernel {kernel_name}: missing argument {missing!r} ({what}); it takes "
+                                f"{len(inputs)} argument(s): {', '.join(names)}"
+                                + (f" (outputs {[params[i]['name'] for i in out_idx]} are allocated for you)"
+                                   if out_idx else ""))
+        raise ArgumentError(f"kernel {kernel_name}: takes {len(inputs)} argument(s) ({', '.join(names)}), "
+                            f"got {len(args)}" + (" (out_idx outputs are returned, not passed)" if out_idx else ""))
+    symbols: dict = {}
+    values: dict = {}
+    like_torch = None
+    for i, a in zip(inputs, args):
+        p = params[i]
+        if p["kind"] == "buffer":
+            _check_tensor(p, a, kernel_name, device_type, symbols)
+            if _is_torch(a):
+                like_torch = a
+        else:
+            values[p["name"]] = _check_scalar(p, a, kernel_name)
+        values.setdefault(p["name"], a)
+    out = Bound()
+    for i in out_idx:
+        p = params[i]
+        shape = []
+        for s in p["shape"]:
+            if isinstance(s, str):
+                if s not in symbols:
+                    raise ArgumentError(f"kernel {kernel_name}: output {p['name']!r} has the dimension {s!r}, which "
+                                        "no input tensor determines; pass the output yourself (drop it from out_idx)")
+                shape.append(symbols[s])
+            else:
+                shape.append(s)
+        t = _allocate(p, tuple(shape), like_torch, kernel_name, device_type)
+        values[p["name"]] = t
+        out.outputs.append(t)
+    for p in params:
+        v = values[p["name"]]
+        if p["kind"] == "buffer":
+            out.buffers.append(v.data_ptr() if _is_torch(v) else v.ctypes.data)
+            out.keep.append(v)
+    for name in sig["ints"]:
+        if name in symbols:
+            out.ints.append(int(symbols[name]))
+        else:
+            out.ints.append(int(values[name]))
+    for name in sig["floats"]:
+        out.floats.append(float(values[name]))
+    return out
+
+
+def _check_tensor(p: dict, a, kernel_name: str, device_type: str, symbols: dict) -> None:
+    name = p["name"]
+    if _is_torch(a):
+        dev = a.device.type
+        if dev != device_type:
+            raise ArgumentError(f"kernel {kernel_name}: argument {name!r} is on device {a.device}, but this "
+                                f"kernel's target runs on {device_type!r} tensors; move it with .to({device_type!r})")
+        contiguous = a.is_contiguous()
+    elif _is_numpy(a):
+        if device_type != "cpu":
+            raise ArgumentError(f"kernel {kernel_name}: argument {name!r} is a numpy array, but this kernel's "
+                                f"target needs {device_type!r} torch tensors")
+        contiguous = a.flags["C_CONTIGUOUS"]
+    else:
+        raise ArgumentError(f"kernel {kernel_name}: argument {name!r} must be {_describe(p)} (numpy array or torch "
+                            f"tensor), got {type(a).__name__}")
+    try:
+        got = dtype_name(a)
+    except ValueError:
+        got = str(a.dtype)
+    if got != p["dtype"]:
+        raise ArgumentError(f"kernel {kernel_name}: argument {name!r} has dtype {got}, expected {p['dtype']}")
+    shape = tuple(a.shape)
+    if len(shape) != len(p["shape"]):
+        raise ArgumentError(f"kernel {kernel_name}: argument {name!r} has shape {shape}, expected {_describe(p)}")
+    for d, (want, have) in enumerate(zip(p["shape"], shape)):
+        if isinstance(want, str):
+            prev = symbols.setdefault(want, have)
+            if prev != have:
+                raise ArgumentError(f"kernel {kernel_name}: argument {name!r} dim {d} is {have}, but {want!r} is "
+                                    f"already {prev} from an earlier argument")
+        elif want != have:
+            raise ArgumentError(f"kernel {kernel_name}: argument {name!r} has shape {shape}, expected "
+                                f"{_describe(p)} (dim {d} differs)")
+    if not contiguous:
+        raise ArgumentError(f"kernel {kernel_name}: argument {name!r} is not contiguous; pass .contiguous() "
+                            "(torch) or np.ascontiguousarray (numpy)")
+
+
+def _check_scalar(p: dict, a, kernel_name: str):
+    if hasattr(a, "item") and getattr(a, "ndim", 0) == 0:
+        a = a.item()
+    if p["dtype"].startswith(("float", "bfloat")):
+        if not isinstance(a, (int, float)) or isinstance(a, bool):
+            raise ArgumentError(f"kernel {kernel_name}: argument {p['name']!r} must be a number ({p['dtype']}), "
+                                f"got {type(a).__name__}")
+        return float(a)
+    if not isinstance(a, int) or isinstance(a, bool) and p["dtype"] != "bool":
+        raise ArgumentError(f"kernel {kernel_name}: argument {p['name']!r} must be an int ({p['dtype']}), "
+                            f"got {type(a).__name__}")
+    return int(a)
+
+
+def _allocate(p: dict, shape: tuple, like_torch, kernel_name: str, device_type: str):
+    if like_torch is not None or device_type != "cpu" or p["dtype"] in _TORCH_ONLY:
+        try:
+            import torch
+        except ImportError:
+            raise ArgumentError(f"kernel {kernel_name}: output {p['name']!r} ({p['dtype']}) needs torch, which "
+                                "is not installed") from None
+        device = like_torch.device if like_torch is not None else device_type
+        return torch.empty(shape, dtype=torch_dtype(p["dtype"]), device=device)
+    import numpy as np
+
+    return np.empty(shape, dtype=numpy_dtype(p["dtype"]))
+
+
+def random_inputs(sig: dict, device_type: str, seed: int = 0, symbols: dict | None = None) -> list:
+    """Random inputs matching the signature (for profiling); symbols give dynamic dims."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i, p in enumerate(sig["params"]):
+        if i in sig["out_idx"]:
+            continue
+        if p["kind"] != "buffer":
+            out.append(1 if not p["dtype"].startswith("float") else 1.0)
+            continue
+        shape = []
+        for s in p["shape"]:
+            if isinstance(s, str):
+                if not symbols or s not in symbols:
+                    raise ArgumentError(f"argument {p['name']!r} has the dynamic dimension {s!r}; pass input_tensors "
+                                        "or dynamic_symbolic_constraints={...} to the profiler")
+                s = symbols[s]
+            shape.append(s)
+        dt = torch_dtype(p["dtype"])
+        if dt.is_floating_point:
+            t = torch.randn(shape, generator=g, dtype=torch.float32).to(dt)
+        elif dt == torch.bool:
+            t = torch.randint(0, 2, shape, generator=g).bool()
+        else:
+            t = torch.randint(-8, 8, shape, generator=g).to(dt)
+        out.append(t.to(device_type))
+    return out

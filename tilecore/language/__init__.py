@@ -1,0 +1,334 @@
+"""The tile language: ``import tilecore.language as T``.
+
+The surface follows TileLang's, so a TileLang kernel runs after changing its imports. What each name
+does is specified in docs/language.md.
+"""
+from __future__ import annotations
+
+import functools
+import math as _math
+
+from ..errors import ParseError
+from ..ir import Buffer as _IRBuffer
+from ..ir import (Allocate, Assert, Call, DType, Expr, FloatImm, Hint, IntImm, Print, Var, as_expr,
+                  binary, canonical, const_value, is_float, select)
+from ..ir import cast as _to
+from ..ir import max_value as _max_value
+from ..ir import min_value as _min_value
+from . import ops as _ops
+from .builder import current
+from .parser import KernelSpec, LoopSpec, TensorSpec, parse_prim_func, run_macro
+
+# -- dtypes -------------------------------------------------------------------------------------
+bool_ = DType("bool")
+int8, int16, int32, int64 = DType("int8"), DType("int16"), DType("int32"), DType("int64")
+uint8, uint16, uint32, uint64 = DType("uint8"), DType("uint16"), DType("uint32"), DType("uint64")
+float16, bfloat16, float32, float64 = DType("float16"), DType("bfloat16"), DType("float32"), DType("float64")
+float8_e4m3, float8_e5m2 = DType("float8_e4m3"), DType("float8_e5m2")
+float8_e4m3fn = float8_e4m3
+half, float, double = float16, float32, float64  # noqa: A001 - TileLang spells these too
+globals()["bool"] = bool_
+
+
+# -- functions and kernels ----------------------------------------------------------------------
+def prim_func(fn=None, **_options):
+    """Parse a kernel definition into tile IR (``@T.prim_func``)."""
+    if fn is None:
+        return lambda f: prim_func(f)
+    return parse_prim_func(fn)
+
+
+class Macro:
+    """A function expanded inline into the kernel that calls it (``@T.macro``)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args, **kwargs):
+        return run_macro(self.fn, args, kwargs)
+
+
+def macro(fn=None, **_options):
+    if fn is None:
+        return lambda f: Macro(f)
+    return Macro(fn)
+
+
+class _TensorAnnotation:
+    """``T.Tensor((M, K), dtype)`` or ``T.Tensor[(M, K), dtype]``: a global tensor parameter."""
+
+    def __call__(self, shape, dtype="float32") -> TensorSpec:
+        shape = (shape,) if isinstance(shape, (int, Expr)) else tuple(shape)
+        return TensorSpec(shape, canonical(dtype))
+
+    def __getitem__(self, item) -> TensorSpec:
+        shape, dtype = item if isinstance(item, tuple) and len(item) == 2 and not isinstance(item[1], int) \
+            else (item, "float32")
+        return self(shape, dtype)
+
+
+Tensor = _TensorAnnotation()
+globals()["Buffer"] = Tensor
+
+
+def dynamic(name: str, dtype=int32) -> Var:
+    """A symbolic dimension, bound from the tensors' shapes at call time."""
+    return Var(name, dtype)
+
+
+symbolic = dynamic
+
+
+def Kernel(*grid, threads=128, is_cpu=False, prelude=None, **attrs) -> KernelSpec:  # noqa: N802
+    """Launch ``prod(grid)`` blocks; use as ``with T.Kernel(gx, gy, threads=128) as (bx, by):``.
+
+    Binds one block index per grid dim (a single Var for 1 dim, a tuple otherwise).
+    """
+    if not 1 <= len(grid) <= 3:
+        raise ParseError(f"T.Kernel takes 1 to 3 grid dims, got {len(grid)}", current("T.Kernel").span)
+    threads = (threads,) if isinstance(threads, (int, Expr)) else tuple(threads)
+    if not 1 <= len(threads) <= 3:
+        raise ParseError("T.Kernel threads= takes an int or a tuple of up to 3", current("T.Kernel").span)
+    for t in threads:
+        if const_value(t) is None or const_value(t) < 1:
+            raise ParseError(f"T.Kernel threads= must be positive integers, got {threads}", current("T.Kernel").span)
+    return KernelSpec(tuple(as_expr(g) for g in grid), tuple(int(const_value(t)) for t in threads), dict(attrs))
+
+
+# -- loops --------------------------------------------------------------------------------------
+def _loop(kind, args, annotations=None, step=1) -> LoopSpec:
+    if not args:
+        raise ParseError(f"T.{kind} needs an extent")
+    if len(args) == 1:
+        start, stop = 0, args[0]
+    else:
+        start, stop = args[0], args[1]
+    extent = binary("sub", as_expr(stop), as_expr(start))
+    return LoopSpec((as_expr(start),), (extent,), kind, dict(annotations or {}), step)
+
+
+def serial(*args, annotations=None):
+    step = args[2] if len(args) > 2 else 1
+    return _loop("serial", args[:2], annotations, step)
+
+
+def unroll(*args, explicit=False, unroll_factor=None, annotations=None):
+    return _loop("unroll", args[:2], annotations, args[2] if len(args) > 2 else 1)
+
+
+def vectorized(*args, annotations=None):
+    return _loop("vectorized", args[:2], annotations)
+
+
+def Parallel(*extents, coalesced_width=None, loop_layout=None):  # noqa: N802
+    """Independent iterations over ``extents`` (one loop var per extent)."""
+    return LoopSpec(tuple(as_expr(0) for _ in extents), tuple(as_expr(e) for e in extents), "parallel", {})
+
+
+def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None, group=None):  # noqa: N802
+    """A serial loop a backend may software-pipeline ``num_stages`` deep (``Pipelined(n)`` or ``(a, b)``)."""
+    args = (start,) if stop is None else (start, stop)
+    ann = {"num_stages": int(num_stages)}
+    if order is not None:
+        ann["order"] = tuple(order)
+    if stage is not None:
+        ann["stage"] = tuple(stage)
+    return _loop("pipelined", args, ann)
+
+
+def grid(*extents):
+    return LoopSpec(tuple(as_expr(0) for _ in extents), tuple(as_expr(e) for e in extents), "serial", {})
+
+
+# -- allocation ---------------------------------------------------------------------------------
+def _alloc(shape, dtype, scope, init=None) -> _IRBuffer:
+    b = current(f"T.alloc_{scope}")
+    if not b.in_kernel:
+        raise ParseError(f"T.alloc_{scope} must be called inside `with T.Kernel(...)`", b.span)
+    buf = _IRBuffer(f"{scope}_buf", shape, dtype, scope)
+    buf._unnamed = True
+    b.emit(Allocate(buf, None if init is None else _to(buf.dtype, as_expr(init, buf.dtype))))
+    return buf
+
+
+def alloc_shared(shape, dtype, scope="shared.dyn") -> _IRBuffer:
+    return _alloc(shape, dtype, "shared")
+
+
+def alloc_fragment(shape, dtype, scope="local.fragment") -> _IRBuffer:
+    return _alloc(shape, dtype, "fragment")
+
+
+def alloc_local(shape, dtype) -> _IRBuffer:
+    return _alloc(shape, dtype, "local")
+
+
+def alloc_var(dtype, init=None, scope="local.var"):
+    return _alloc((1,), dtype, "var", init)
+
+
+# -- tile ops -----------------------------------------------------------------------------------
+copy, fill, clear, gemm, cumsum = _ops.copy, _ops.fill, _ops.clear, _ops.gemm, _ops.cumsum
+
+
+def reduce_sum(src, dst, dim=-1, clear=True): _ops.reduce("sum", src, dst, dim, clear)
+def reduce_max(src, dst, dim=-1, clear=True): _ops.reduce("max", src, dst, dim, clear)
+def reduce_min(src, dst, dim=-1, clear=True): _ops.reduce("min", src, dst, dim, clear)
+def reduce_abssum(src, dst, dim=-1, clear=True): _ops.reduce("abssum", src, dst, dim, clear)
+def reduce_absmax(src, dst, dim=-1, clear=True): _ops.reduce("absmax", src, dst, dim, clear)
+
+
+def atomic_add(dst, value, memory_order=None, return_prev=False): _ops.atomic("add", dst, value)
+def atomic_max(dst, value, memory_order=None, return_prev=False): _ops.atomic("max", dst, value)
+def atomic_min(dst, value, memory_order=None, return_prev=False): _ops.atomic("min", dst, value)
+
+
+# -- hints --------------------------------------------------------------------------------------
+def use_swizzle(panel_size: int = 10, order: str = "row", enable: bool = True) -> None:
+    """Rasterize blocks in panels of ``panel_size`` for cache reuse (a hint; backends may ignore it)."""
+    current("T.use_swizzle").emit(Hint("use_swizzle", {"panel_size": int(panel_size), "order": order,
+                                                       "enable": bool(enable)}))
+
+
+def annotate_layout(layouts: dict) -> None:
+    """Request layouts for shared buffers / fragments (a hint; backends may ignore it)."""
+    current("T.annotate_layout").emit(Hint("annotate_layout", {getattr(k, "name", str(k)): v
+                                                               for k, v in layouts.items()}))
+
+
+def annotate_padding(paddings: dict) -> None:
+    current("T.annotate_padding").emit(Hint("annotate_padding", {getattr(k, "name", str(k)): v
+                                                                 for k, v in paddings.items()}))
+
+
+def no_set_max_nreg() -> None:
+    current("T.no_set_max_nreg").emit(Hint("no_set_max_nreg", {}))
+
+
+# -- debugging ----------------------------------------------------------------------------------
+def print(obj, msg: str = "") -> None:  # noqa: A001
+    """Print a scalar or a whole buffer from the kernel (every block prints)."""
+    b = current("T.print")
+    if isinstance(obj, _IRBuffer):
+        b.emit(Print(msg or obj.name, buffer=obj))
+    else:
+        b.emit(Print(msg, value=as_expr(obj)))
+
+
+def device_assert(cond, msg: str = "device_assert failed") -> None:
+    """Stop the kernel when ``cond`` is false; the call raises KernelAssertionError with ``msg``."""
+    b = current("T.device_assert")
+    c = const_value(cond) if isinstance(cond, Expr) else cond
+    if isinstance(cond, Expr) and c is None:
+        b.emit(Assert(cond, msg))
+    elif not c:
+        raise ParseError(f"T.device_assert is always false: {msg}", b.span)
+
+
+# -- math ---------------------------------------------------------------------------------------
+def _float_arg(x) -> Expr:
+    e = as_expr(x, "float32")
+    return e if is_float(e.dtype) else _to("float32", e)
+
+
+def _unary(name):
+    def f(x):
+        e = _float_arg(x)
+        return Call(name, (e,), e.dtype)
+    f.__name__ = name
+    return f
+
+
+exp, exp2, exp10, log, log2, log10 = (_unary(n) for n in ("exp", "exp2", "exp10", "log", "log2", "log10"))
+sqrt, rsqrt, tanh, sigmoid, erf = (_unary(n) for n in ("sqrt", "rsqrt", "tanh", "sigmoid", "erf"))
+sin, cos, tan, floor, ceil, round, trunc = (_unary(n) for n in ("sin", "cos", "tan", "floor", "ceil", "round", "trunc"))  # noqa: A001
+
+
+def pow(x, y):  # noqa: A001
+    e = _float_arg(x)
+    return Call("pow", (e, _to(e.dtype, as_expr(y, e.dtype))), e.dtype)
+
+
+def abs(x):  # noqa: A001
+    e = as_expr(x)
+    return Call("abs", (e,), e.dtype)
+
+
+def max(a, b):  # noqa: A001
+    return binary("max", a, b)
+
+
+def min(a, b):  # noqa: A001
+    return binary("min", a, b)
+
+
+def if_then_else(cond, t, f):
+    return select(cond, t, f)
+
+
+Select = if_then_else
+
+
+def infinity(dtype="float32"):
+    return FloatImm(_math.inf, canonical(dtype))
+
+
+def max_value(dtype):
+    d = canonical(dtype)
+    v = _max_value(d)
+    return FloatImm(v, d) if is_float(d) else IntImm(v, d)
+
+
+def min_value(dtype):
+    d = canonical(dtype)
+    v = _min_value(d)
+    return FloatImm(v, d) if is_float(d) else IntImm(v, d)
+
+
+def ceildiv(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return -(-a // b)
+    return binary("floordiv", binary("add", a, binary("sub", b, 1)), b)
+
+
+def cast(value, dtype):
+    """``T.cast(x, dtype)`` (TileLang's argument order)."""
+    return _to(dtype, value)
+
+
+def Cast(dtype, value):  # noqa: N802
+    return _to(dtype, value)
+
+
+# Fast intrinsics: may trade accuracy for speed on a target that has faster variants.
+def _fast(name):
+    def f(x):
+        e = _float_arg(x)
+        return Call("fast_" + name, (e,), e.dtype)
+    f.__name__ = "__" + name
+    return f
+
+
+for _n in ("exp", "exp10", "log", "log2", "log10", "tan", "cos", "sin"):
+    globals()["__" + _n] = _fast(_n)
+
+
+# IEEE intrinsics: correctly rounded, never contracted or approximated, whatever the pass config.
+def _ieee(name, arity):
+    def f(*args, rounding="rn"):
+        if len(args) != arity:
+            raise TypeError(f"T.{name} takes {arity} arguments")
+        es = [_float_arg(a) for a in args]
+        return Call(name, tuple(_to(es[0].dtype, e) for e in es), es[0].dtype, (("rounding", rounding),))
+    f.__name__ = name
+    return f
+
+
+ieee_add, ieee_sub, ieee_mul, ieee_fdiv = (_ieee(n, 2) for n in ("ieee_add", "ieee_sub", "ieee_mul", "ieee_fdiv"))
+ieee_fmaf = _ieee("ieee_fmaf", 3)
+ieee_frcp, ieee_fsqrt, ieee_frsqrt = (_ieee(n, 1) for n in ("ieee_frcp", "ieee_fsqrt", "ieee_frsqrt"))
+
+__all__ = [n for n in dir() if not n.startswith("_")] + ["__" + n for n in
+                                                        ("exp", "exp10", "log", "log2", "log10", "tan", "cos", "sin")]
+del functools

@@ -1,0 +1,193 @@
+"""What a backend plugin supplies: the contracts of :class:`Backend`, :class:`Runtime` and friends.
+
+A backend wheel subclasses :class:`Backend` and returns an instance from its ``tilecore_backends``
+hook. Everything vendor-specific lives behind these methods; the core calls nothing else. Methods
+with a default are optional. See docs/plugin-guide.md for a walk-through.
+"""
+from __future__ import annotations
+
+import abc
+import importlib.metadata
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ClassVar
+
+#: The plugin API this tilecore provides: (major, minor). A backend declaring major M.m loads when
+#: M equals our major and m <= our minor (minor versions only add).
+PLUGIN_API = (1, 0)
+
+MODES = ("device", "emulated", "compile-only", "codegen-only")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A parsed target such as ``cpu`` or ``acme:x1``: which backend owns it and which profile applies."""
+
+    backend: str
+    kind: str
+    arch: str = ""
+    options: tuple = ()
+    capability_id: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.arch}" if self.arch else self.kind
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    name: str
+    index: int = 0
+    properties: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What :meth:`Backend.probe` found on this machine.
+
+    ``status`` is ``ok`` (a device to run on), ``no-device`` (the toolchain works but there is nothing
+    to run on) or ``no-toolchain``; ``capabilities`` are probed values to compare with the declared
+    profile (dotted-path nested dicts, as in the capability files).
+    """
+
+    status: str
+    devices: tuple = ()
+    capabilities: dict = field(default_factory=dict)
+    detail: str = ""
+    toolchain: str = ""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Generated device code. ``entry`` is the function the runtime launches; ``meta`` is free-form
+    (e.g. several entries for a target that splits a kernel over separate compute units)."""
+
+    code: str
+    lang: str
+    entry: str
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Intrinsic:
+    """One way to lower a tile op, chosen by capability.
+
+    Tile-op lowering picks, for each op, the highest-``priority`` entry whose ``requires`` (capability
+    need strings such as ``feature:async_copy`` or ``dtype:float16:mma``) are all satisfied and whose
+    ``applies(op, ctx)`` accepts the operands. ``lower(op, ctx)`` returns the replacement statement.
+    """
+
+    op: str
+    name: str
+    lower: Callable
+    requires: tuple = ()
+    priority: int = 0
+    applies: Callable | None = None
+
+
+@dataclass(frozen=True)
+class PassSpec:
+    """A plugin pass placed in a pipeline slot, before or after the core's passes of that slot."""
+
+    slot: str
+    pass_: Any
+    position: str = "before"
+
+
+class Program(abc.ABC):
+    """A loaded kernel binary."""
+
+    @abc.abstractmethod
+    def launch(self, buffers: list, ints: list, floats: list) -> None:
+        """Run the kernel. ``buffers`` are device addresses (ints) in parameter order; ``ints`` the
+        integer scalars (integer parameters, then shape symbols); ``floats`` the float parameters.
+        Raises :class:`~tilecore.errors.KernelAssertionError` when a device assertion failed."""
+
+    def synchronize(self) -> None:
+        """Wait until launched work has finished (no-op for synchronous runtimes)."""
+
+
+class Runtime(abc.ABC):
+    """Compiles generated source into a binary and loads it. One instance per target."""
+
+    #: Where tensors passed to this runtime's kernels must live (torch device type, e.g. ``"cpu"``).
+    tensor_device: ClassVar[str] = "cpu"
+
+    @abc.abstractmethod
+    def build(self, source: Source, options: dict) -> bytes:
+        """Compile ``source`` into a binary. Raises CompileError with the compiler's message."""
+
+    @abc.abstractmethod
+    def load(self, binary: bytes, source: Source) -> Program:
+        """Load a binary produced by :meth:`build` (possibly on another machine)."""
+
+    def mode(self) -> str:
+        """The highest execution mode available here: one of :data:`MODES`."""
+        return "device"
+
+    def timer(self) -> Callable[[], float]:
+        """A clock in seconds that measures device time after :meth:`Program.synchronize`."""
+        import time
+
+        return time.perf_counter
+
+
+class Emitter(abc.ABC):
+    """Turns a lowered kernel (no tile ops left) into source text."""
+
+    @abc.abstractmethod
+    def emit(self, func, ctx) -> Source: ...
+
+
+class Backend(abc.ABC):
+    """A backend: targets, capability files, intrinsics, passes, codegen and runtime of one vendor."""
+
+    #: short unique name (also the target kind prefix users type)
+    name: ClassVar[str]
+    #: the plugin API version this backend was written for, "major.minor"
+    plugin_api: ClassVar[str] = "1.0"
+    #: the distribution (wheel) that ships it; used for versions in listings and cache keys
+    distribution: ClassVar[str] = ""
+
+    def version(self) -> str:
+        try:
+            return importlib.metadata.version(self.distribution) if self.distribution else "0"
+        except importlib.metadata.PackageNotFoundError:
+            return "0+unknown"
+
+    @abc.abstractmethod
+    def parse_target(self, spec: str) -> Target | None:
+        """Return the Target for a user's target string if this backend owns it, else None."""
+
+    def targets(self) -> list:
+        """Target strings this backend offers, for ``tilecore targets list``."""
+        return [self.name]
+
+    def capability_files(self) -> list:
+        """Capability YAML files (paths) this backend's wheel carries."""
+        return []
+
+    def probe(self) -> Probe:
+        """Look for devices and toolchains. Cheap, and never raises for a missing device."""
+        return Probe("no-device")
+
+    def intrinsics(self, target: Target) -> list:
+        """Intrinsic table entries for ``target`` (the core's generic lowerings are always there)."""
+        return []
+
+    def passes(self, target: Target) -> list:
+        """PassSpecs this backend adds to the pipeline for ``target``."""
+        return []
+
+    @abc.abstractmethod
+    def emitter(self, target: Target) -> Emitter: ...
+
+    @abc.abstractmethod
+    def runtime(self, target: Target) -> Runtime: ...
+
+    def toolchain_version(self, target: Target) -> str:
+        """Compiler identity for the kernel cache key (changes invalidate cached binaries)."""
+        return ""
+
+
+def capability_paths(directory: Path) -> list:
+    return sorted(p for p in Path(directory).rglob("*.yaml") if p.name != "schema.yaml")

@@ -1,0 +1,49 @@
+"""The capability profiles of installed backends: collected from every backend's files, resolved per
+target, cached for the process."""
+from __future__ import annotations
+
+import functools
+
+from ..errors import TargetError
+
+
+@functools.lru_cache(maxsize=1)
+def _registry():
+    from ..capabilities import CapabilityRegistry
+    from .registry import get_registry
+
+    reg = get_registry()
+    caps = CapabilityRegistry()
+    for backend in reg.backends().values():
+        for path in backend.capability_files():
+            caps.add_file(path, origin=backend.distribution or backend.name)
+    for path in reg.extra_capability_paths():
+        from pathlib import Path
+
+        p = Path(path)
+        if p.is_dir():
+            caps.add_directory(p)
+        else:
+            caps.add_file(p)
+    return caps
+
+
+def capability_registry():
+    return _registry()
+
+
+def clear_cache() -> None:
+    _registry.cache_clear()
+    profile_for.cache_clear()
+
+
+@functools.lru_cache(maxsize=None)
+def profile_for(target):
+    """The resolved :class:`~tilecore.capabilities.Capabilities` of a Target."""
+    if not target.capability_id:
+        raise TargetError(f"target {target} names no capability profile (its backend must set capability_id)")
+    caps = _registry()
+    if target.capability_id not in caps.ids():
+        raise TargetError(f"target {target}: capability profile {target.capability_id!r} not found; the "
+                          f"backend's wheel must carry it (known: {', '.join(caps.ids())})")
+    return caps.resolve(target.capability_id)

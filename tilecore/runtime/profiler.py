@@ -1,0 +1,67 @@
+"""Timing and checking compiled kernels (TileLang's ``kernel.get_profiler()``)."""
+from __future__ import annotations
+
+import statistics
+
+from ..jit.binding import bind, random_inputs
+
+
+class Profiler:
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def _inputs(self, input_tensors, dynamic_symbolic_constraints=None):
+        if input_tensors is not None:
+            return list(input_tensors)
+        return random_inputs(self.kernel.signature, self.kernel.runtime.tensor_device, 0,
+                             dynamic_symbolic_constraints)
+
+    def do_bench(self, func=None, warmup: int = 25, rep: int = 100, n_warmup: int = 0, n_repeat: int = 0,
+                 input_tensors=None, dynamic_symbolic_constraints=None, return_mode: str = "median") -> float:
+        """Time ``func`` (default: the kernel) in milliseconds; median over ``rep`` runs after ``warmup``.
+
+        ``warmup``/``rep`` count runs (TileLang counts milliseconds on GPUs; a CPU backend has no event
+        timer, so counts are the honest unit here).
+        """
+        k = self.kernel
+        args = self._inputs(input_tensors, dynamic_symbolic_constraints)
+        runtime = k.runtime
+        clock = runtime.timer()
+        if func is None:
+            program = k._load()
+            b = bind(k.signature, tuple(args), k.name, runtime.tensor_device)
+
+            def run():
+                program.launch(b.buffers, b.ints, b.floats)
+            sync = program.synchronize
+        else:
+            def run():
+                func(*args)
+            sync = k._load().synchronize
+        for _ in range(max(n_warmup, warmup if warmup < 1000 else 25)):
+            run()
+        sync()
+        times = []
+        for _ in range(max(1, n_repeat or rep)):
+            t0 = clock()
+            run()
+            sync()
+            times.append((clock() - t0) * 1e3)
+        if return_mode == "mean":
+            return statistics.fmean(times)
+        if return_mode == "min":
+            return min(times)
+        return statistics.median(times)
+
+    def assert_allclose(self, reference_program, input_tensors=None, atol: float = 1e-2, rtol: float = 1e-2,
+                        max_mismatched_ratio: float = 0.0):
+        """Run the kernel and ``reference_program`` on the same inputs and compare every output."""
+        import torch
+
+        args = self._inputs(input_tensors)
+        out = self.kernel(*args)
+        ref = reference_program(*args)
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        refs = ref if isinstance(ref, (list, tuple)) else [ref]
+        for o, r in zip(outs, refs):
+            torch.testing.assert_close(torch.as_tensor(o).double(), torch.as_tensor(r).double(), atol=atol, rtol=rtol)
