@@ -15,10 +15,10 @@ import importlib
 from ._version import __version__
 
 _LAZY = {
-    "compile": ("tilecore.jit", "compile"),
-    "jit": ("tilecore.jit", "jit"),
-    "JITKernel": ("tilecore.jit.kernel", "JITKernel"),
-    "load_kernel": ("tilecore.jit.kernel", "load_kernel"),
+    "compile": ("tilecore.compiler", "compile"),
+    "jit": ("tilecore.compiler", "jit"),
+    "JITKernel": ("tilecore.compiler.kernel", "JITKernel"),
+    "load_kernel": ("tilecore.compiler.kernel", "load_kernel"),
     "autotune": ("tilecore.autotune", "autotune"),
     "PassConfigKey": ("tilecore.passes", "PassConfigKey"),
     "language": ("tilecore.language", None),

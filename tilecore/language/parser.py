@@ -489,7 +489,11 @@ def _params(interp: Interpreter) -> list:
         if a.annotation is None:
             raise ParseError(f"parameter `{a.arg}` needs an annotation: T.Tensor(shape, dtype) or a dtype "
                              "such as T.int32", interp.builder.span)
-        ann = interp.eval(a.annotation)
+        # Python evaluated the annotations when the kernel was defined (they may use the factory's
+        # arguments, which are not in the kernel's closure); take them from there when it did.
+        ann = interp.fn.__annotations__.get(a.arg)
+        if ann is None or isinstance(ann, str):
+            ann = interp.eval(a.annotation)
         if isinstance(ann, TensorSpec):
             buf = Buffer(a.arg, ann.shape, ann.dtype, "global")
             out.append(Param(a.arg, buffer=buf))

@@ -130,7 +130,7 @@ class Registry:
             return
         rec.plugin = obj
         unknown = [name for name in dir(obj) if name.startswith("tilecore_") and callable(getattr(obj, name))
-                   and not hasattr(self.pm.hook, name)]
+                   and getattr(getattr(self.pm.hook, name, None), "spec", None) is None]
         if unknown:
             self.pm.unregister(obj)
             self._fail(rec, "broken", f"implements unknown hook(s) {', '.join(unknown)}; known hooks: "

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import statistics
 
-from ..jit.binding import bind, random_inputs
+from ..compiler.binding import bind, random_inputs
 
 
 class Profiler:

@@ -1,0 +1,101 @@
+"""Shared fixtures of the kernel correctness tests (target "cpu", public API only).
+
+- Every test session compiles into a private kernel cache (``TILECORE_CACHE_DIR``), shared by the
+  xdist workers of one run so a kernel that two workers need is built once, and never reusing the
+  user's own cache.
+- ``rng`` is a numpy Generator seeded from the test's node id: fresh inputs per test, reproducible runs.
+- ``nan_like`` / ``poison`` give output buffers filled with NaN (or an integer sentinel) so that an
+  element the kernel never writes fails the comparison instead of passing by luck.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import zlib
+
+import numpy as np
+import pytest
+
+# Set at import as well, so that nothing compiled while collecting can touch the user's cache.
+os.environ.setdefault("TILECORE_CACHE_DIR", tempfile.mkdtemp(prefix="tilecore-test-cache-"))
+
+#: per input dtype: (rtol, atol per sqrt(K)) for results rounded to that dtype
+TOL = {"float16": 1e-2, "bfloat16": 2e-2, "float32": 1e-4, "float64": 1e-10}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def kernel_cache_dir(tmp_path_factory, request):
+    """A fresh kernel cache for this run, shared by all xdist workers of the run."""
+    base = tmp_path_factory.getbasetemp()
+    under_xdist = getattr(request.config, "workerinput", None) is not None
+    root = (base.parent if under_xdist else base) / "tilecore-cache"
+    root.mkdir(parents=True, exist_ok=True)
+    old = os.environ.get("TILECORE_CACHE_DIR")
+    os.environ["TILECORE_CACHE_DIR"] = str(root)
+    yield root
+    if old is not None:
+        os.environ["TILECORE_CACHE_DIR"] = old
+
+
+@pytest.fixture
+def rng(request) -> np.random.Generator:
+    """A numpy Generator seeded from the test's node id."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def poison(x):
+    """Fill an output buffer in place with NaN (floats) or a sentinel (ints); returns it."""
+    if _is_torch(x):
+        import torch
+
+        x.fill_(float("nan") if x.dtype.is_floating_point else -12345 if x.dtype != torch.bool else True)
+        return x
+    if np.issubdtype(x.dtype, np.floating):
+        x.fill(np.nan)
+    else:
+        x.fill(-12345 if np.issubdtype(x.dtype, np.signedinteger) else 123)
+    return x
+
+
+def nan_like(shape, dtype, torch_tensor: bool = False):
+    """A new NaN-filled output of ``shape``; ``dtype`` a name such as "float16" (bfloat16 gives torch)."""
+    dtype = str(dtype)
+    if torch_tensor or dtype == "bfloat16":
+        import torch
+
+        return poison(torch.empty(tuple(shape), dtype=getattr(torch, dtype)))
+    return poison(np.empty(tuple(shape), dtype=np.dtype(dtype)))
+
+
+def to_f64(x) -> np.ndarray:
+    """numpy float64 copy of a numpy array or a CPU torch tensor (any dtype, bfloat16 included)."""
+    if _is_torch(x):
+        import torch
+
+        return x.detach().to(torch.float64).numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
+def randn(rng, shape, dtype, torch_tensor: bool = False, scale: float = 1.0):
+    """Random normal input of a given dtype (numpy, or torch for bfloat16 / when asked)."""
+    data = rng.standard_normal(tuple(shape)) * scale
+    dtype = str(dtype)
+    if torch_tensor or dtype == "bfloat16":
+        import torch
+
+        return torch.from_numpy(data).to(getattr(torch, dtype)).contiguous()
+    return data.astype(dtype)
+
+
+def assert_close(out, ref, rtol, atol, what=""):
+    """Compare in float64; NaN anywhere in ``out`` (an unwritten element) fails."""
+    o = to_f64(out)
+    r = np.asarray(ref, dtype=np.float64)
+    assert o.shape == r.shape, f"{what}: shape {o.shape} != {r.shape}"
+    bad = ~np.isfinite(o) & np.isfinite(r)
+    assert not bad.any(), f"{what}: {int(bad.sum())} non-finite elements (first at {np.argwhere(bad)[0].tolist()})"
+    np.testing.assert_allclose(o, r, rtol=rtol, atol=atol, err_msg=what)

@@ -1,0 +1,305 @@
+"""The ``tilecore`` command line.
+
+    tilecore --version
+    tilecore targets list [--json]
+    tilecore targets show TARGET [--json]
+    tilecore compile FILE.py:NAME --target T --emit ir|lowered|source [--args 1024,1024,64]
+    tilecore capabilities validate [PATH ...]
+    tilecore cache dir | clear
+
+Starts fast: nothing heavier than the plugin registry loads unless a command needs it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .._version import __version__
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(soft_wrap=True)
+
+
+def _plugin_api() -> str:
+    from ..plugin import PLUGIN_API
+
+    return f"{PLUGIN_API[0]}.{PLUGIN_API[1]}"
+
+
+# -- targets --------------------------------------------------------------------------------------
+
+def _target_rows() -> list:
+    from ..plugin import get_registry
+    from ..plugin.capabilities import capability_registry
+
+    reg = get_registry()
+    rows = []
+    for rec in reg.plugins():
+        if rec.status != "ok":
+            rows.append({"target": "-", "plugin": rec.name, "distribution": rec.distribution or "?",
+                         "version": rec.version or "?", "plugin_api": "?", "status": rec.status_text,
+                         "devices": [], "profile": "-"})
+            continue
+        for b in rec.backends:
+            try:
+                probe = b.probe()
+                status, devices = probe.status, [d.name for d in probe.devices]
+            except Exception as e:  # noqa: BLE001 - a probe failure is reported, never fatal to the listing
+                status, devices = f"broken: probe raised {type(e).__name__}: {e}", []
+            for t in b.targets():
+                _, tgt = reg.resolve(t)
+                try:
+                    profile = capability_registry().resolve(tgt.capability_id).id
+                except Exception as e:  # noqa: BLE001
+                    profile = f"invalid ({e})".splitlines()[0]
+                    status = "broken: capability profile does not load"
+                rows.append({"target": t, "plugin": rec.name, "distribution": b.distribution, "version": b.version(),
+                             "plugin_api": b.plugin_api, "status": status, "devices": devices, "profile": profile})
+    return rows
+
+
+def cmd_targets_list(args) -> int:
+    rows = _target_rows()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.table import Table
+
+    table = Table(title=f"tilecore {__version__} targets (plugin API {_plugin_api()})")
+    for col in ("target", "distribution", "version", "plugin API", "status", "devices", "capability profile"):
+        table.add_column(col, overflow="fold")
+    style = {"ok": "green", "no-device": "yellow", "no-toolchain": "yellow"}
+    for r in rows:
+        st = r["status"]
+        table.add_row(r["target"], r["distribution"], r["version"], r["plugin_api"],
+                      f"[{style.get(st, 'red')}]{st}[/]", ", ".join(r["devices"]) or "-", r["profile"])
+    con = _console()
+    con.print(table)
+    if not rows:
+        con.print("[red]no backends installed[/]: pip install tilecore-cpu (or another tilecore-<vendor>)")
+    return 0
+
+
+def cmd_targets_show(args) -> int:
+    import yaml
+
+    from ..capabilities import compare_probe
+    from ..plugin import get_registry, profile_for
+
+    backend, tgt = get_registry().resolve(args.target)
+    caps = profile_for(tgt)
+    probe = backend.probe()
+    mismatches = compare_probe(caps, probe.capabilities) if probe.capabilities else []
+    info = {
+        "target": str(tgt), "backend": backend.name, "distribution": backend.distribution,
+        "version": backend.version(), "plugin_api": backend.plugin_api,
+        "status": probe.status, "detail": probe.detail, "toolchain": probe.toolchain,
+        "devices": [{"name": d.name, "index": d.index, **d.properties} for d in probe.devices],
+        "capability_profile": caps.id, "capability_hash": caps.hash(), "sources": list(caps.sources),
+        "probed": probe.capabilities, "mismatches": mismatches, "capabilities": caps.to_dict(),
+    }
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+        return 1 if mismatches else 0
+    con = _console()
+    con.print(f"[bold]{tgt}[/]  backend {backend.name} ({backend.distribution} {backend.version()}), "
+              f"plugin API {backend.plugin_api}")
+    con.print(f"status: {probe.status}" + (f" ({probe.detail})" if probe.detail else ""))
+    if probe.toolchain:
+        con.print(f"toolchain: {probe.toolchain}")
+    for d in probe.devices:
+        con.print(f"device {d.index}: {d.name} {d.properties}")
+    con.print(f"capability profile: {caps.id} (hash {caps.hash()})")
+    print(yaml.safe_dump(caps.to_dict(), sort_keys=False), end="")
+    for m in mismatches:
+        con.print(f"[red]{m}[/]")
+    return 1 if mismatches else 0
+
+
+# -- compile --------------------------------------------------------------------------------------
+
+def _load_object(spec: str):
+    import importlib.util
+    from pathlib import Path
+
+    if ":" not in spec:
+        raise SystemExit(f"tilecore compile: expected FILE.py:NAME, got {spec!r}")
+    path, name = spec.rsplit(":", 1)
+    p = Path(path)
+    if not p.exists():
+        raise SystemExit(f"tilecore compile: {path} does not exist")
+    mod_spec = importlib.util.spec_from_file_location(p.stem, p)
+    module = importlib.util.module_from_spec(mod_spec)
+    sys.path.insert(0, str(p.parent.resolve()))
+    try:
+        mod_spec.loader.exec_module(module)
+    finally:
+        sys.path.pop(0)
+    if not hasattr(module, name):
+        raise SystemExit(f"tilecore compile: {path} has no {name!r}")
+    return getattr(module, name)
+
+
+def _parse_args(text: str | None) -> tuple:
+    import ast
+
+    if not text:
+        return ()
+    value = ast.literal_eval(text if text.strip().startswith(("(", "[")) else f"({text},)")
+    return tuple(value)
+
+
+def cmd_compile(args) -> int:
+    from ..ir import PrimFunc
+    from ..compiler import _JitFunction, lower
+
+    obj = _load_object(args.spec)
+    if isinstance(obj, _JitFunction):
+        func = obj.factory(*_parse_args(args.args))
+    elif isinstance(obj, PrimFunc):
+        if args.args:
+            raise SystemExit("tilecore compile: --args is for @tilecore.jit factories; NAME is a prim_func")
+        func = obj
+    elif callable(obj):
+        func = obj(*_parse_args(args.args))
+    else:
+        raise SystemExit(f"tilecore compile: {args.spec} is neither a @T.prim_func nor a @tilecore.jit factory")
+    if not isinstance(func, PrimFunc):
+        raise SystemExit(f"tilecore compile: {args.spec} did not produce a @T.prim_func")
+    if args.emit == "ir":
+        out = func.script()
+    else:
+        backend, tgt, lowered, source, options = lower(func, args.target, _configs(args.config))
+        if args.emit == "lowered":
+            out = lowered.script()
+        elif args.emit == "source":
+            out = source.code
+        else:
+            emit_asm = getattr(backend, "disassemble", None)
+            if emit_asm is None:
+                raise SystemExit(f"tilecore compile: backend {backend.name} cannot show assembly (--emit asm)")
+            out = emit_asm(backend.runtime(tgt).build(source, options), tgt)
+    if args.output:
+        from pathlib import Path
+
+        Path(args.output).write_text(out)
+    else:
+        sys.stdout.write(out)
+    return 0
+
+
+def _configs(items) -> dict:
+    out = {}
+    for item in items or []:
+        k, _, v = item.partition("=")
+        try:
+            import ast
+
+            out[k] = ast.literal_eval(v)
+        except (ValueError, SyntaxError):
+            out[k] = v
+    return out
+
+
+# -- capabilities, cache ----------------------------------------------------------------------------
+
+def cmd_capabilities_validate(args) -> int:
+    from pathlib import Path
+
+    from ..capabilities import CapabilityRegistry
+    from ..plugin import get_registry
+
+    reg = CapabilityRegistry()
+    n = 0
+    for b in get_registry().backends().values():
+        for f in b.capability_files():
+            reg.add_file(f, origin=b.distribution)
+            n += 1
+    for p in args.paths or []:
+        path = Path(p)
+        if path.is_dir():
+            reg.add_directory(path)
+            n += len([x for x in path.rglob("*.yaml") if x.name != "schema.yaml"])
+        else:
+            reg.add_file(path)
+            n += 1
+    problems = reg.validate_all()
+    con = _console()
+    for msg in problems:
+        con.print(f"[red]error[/] {msg}")
+    con.print(f"{n} file(s), {len(reg.ids())} profile(s): "
+              + ("[green]all valid[/]" if not problems else f"[red]{len(problems)} problem(s)[/]"))
+    return 1 if problems else 0
+
+
+def cmd_cache(args) -> int:
+    from ..compiler import cache
+
+    if args.action == "dir":
+        print(cache.cache_root())
+    else:
+        print(f"removed {cache.clear()} cached kernel(s) from {cache.cache_root()}")
+    return 0
+
+
+# -- entry --------------------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tilecore", description="tilecore: a tile-kernel compiler with vendor "
+                                "backends as plugins.")
+    p.add_argument("--version", action="version", version=f"tilecore {__version__} (plugin API {_plugin_api()})")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    t = sub.add_parser("targets", help="list installed targets or show one target's capabilities")
+    tsub = t.add_subparsers(dest="action", metavar="ACTION")
+    tl = tsub.add_parser("list", help="one row per target: distribution, version, status, devices, profile")
+    tl.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    tl.set_defaults(fn=cmd_targets_list)
+    ts = tsub.add_parser("show", help="the resolved capability matrix, probe results and mismatches")
+    ts.add_argument("target", help="a target string, e.g. cpu")
+    ts.add_argument("--json", action="store_true")
+    ts.set_defaults(fn=cmd_targets_show)
+
+    c = sub.add_parser("compile", help="compile a kernel from a Python file and print IR or source",
+                       description="Compile FILE.py:NAME, where NAME is a @T.prim_func or a @tilecore.jit "
+                       "factory (give its arguments with --args).")
+    c.add_argument("spec", metavar="FILE.py:NAME")
+    c.add_argument("--target", default="cpu", help="target string (default: cpu)")
+    c.add_argument("--emit", choices=("ir", "lowered", "source", "asm"), default="source",
+                   help="ir: the parsed tile IR; lowered: IR after the pass pipeline; source: generated code; "
+                        "asm: the backend's disassembly, where it has one")
+    c.add_argument("--args", help="factory arguments as Python literals, e.g. 1024,1024,1024,128,128,32")
+    c.add_argument("--config", action="append", metavar="KEY=VALUE", help="a pass config (repeatable)")
+    c.add_argument("-o", "--output", help="write to this file instead of stdout")
+    c.set_defaults(fn=cmd_compile)
+
+    cap = sub.add_parser("capabilities", help="capability matrices")
+    capsub = cap.add_subparsers(dest="action", metavar="ACTION")
+    cv = capsub.add_parser("validate", help="validate every installed capability file (and PATHs)")
+    cv.add_argument("paths", nargs="*", help="extra files or folders to validate")
+    cv.set_defaults(fn=cmd_capabilities_validate)
+
+    k = sub.add_parser("cache", help="the compiled-kernel cache")
+    k.add_argument("action", choices=("dir", "clear"))
+    k.set_defaults(fn=cmd_cache)
+    return p
+
+
+def main(argv=None) -> int:
+    from ..errors import TilecoreError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    fn = getattr(args, "fn", None)
+    if fn is None:
+        parser.print_help()
+        return 2
+    try:
+        return fn(args)
+    except TilecoreError as e:
+        print(f"tilecore: error: {e}", file=sys.stderr)
+        return 1
