@@ -5,8 +5,10 @@ does is specified in docs/language.md.
 """
 from __future__ import annotations
 
-import functools
+import enum as _enum
+import functools as _functools
 import math as _math
+import sys as _sys
 
 from ..errors import ParseError
 from ..ir import Buffer as _IRBuffer
@@ -33,9 +35,10 @@ globals()["bool"] = bool_
 # -- functions and kernels ----------------------------------------------------------------------
 def prim_func(fn=None, **_options):
     """Parse a kernel definition into tile IR (``@T.prim_func``)."""
+    outer = _sys._getframe(1).f_locals  # the defining scope (see parser.Interpreter)
     if fn is None:
-        return lambda f: prim_func(f)
-    return parse_prim_func(fn)
+        return lambda f: parse_prim_func(f, outer)
+    return parse_prim_func(fn, outer)
 
 
 class Macro:
@@ -43,7 +46,7 @@ class Macro:
 
     def __init__(self, fn):
         self.fn = fn
-        functools.update_wrapper(self, fn)
+        _functools.update_wrapper(self, fn)
 
     def __call__(self, *args, **kwargs):
         return run_macro(self.fn, args, kwargs)
@@ -170,6 +173,14 @@ def alloc_var(dtype, init=None, scope="local.var"):
 
 # -- tile ops -----------------------------------------------------------------------------------
 copy, fill, clear, gemm, cumsum = _ops.copy, _ops.fill, _ops.clear, _ops.gemm, _ops.cumsum
+
+
+class GemmWarpPolicy(_enum.IntEnum):
+    """``T.gemm(..., policy=T.GemmWarpPolicy.FullRow)``: how a block splits a GEMM tile (a hint)."""
+
+    Square = 0
+    FullRow = 1
+    FullCol = 2
 
 
 def reduce_sum(src, dst, dim=-1, clear=True): _ops.reduce("sum", src, dst, dim, clear)
@@ -331,4 +342,3 @@ ieee_frcp, ieee_fsqrt, ieee_frsqrt = (_ieee(n, 1) for n in ("ieee_frcp", "ieee_f
 
 __all__ = [n for n in dir() if not n.startswith("_")] + ["__" + n for n in
                                                         ("exp", "exp10", "log", "log2", "log10", "tan", "cos", "sin")]
-del functools

@@ -156,7 +156,7 @@ class _Scope:
 
 
 class Interpreter:
-    def __init__(self, fn, builder: Builder, bindings: dict | None = None):
+    def __init__(self, fn, builder: Builder, bindings: dict | None = None, outer: dict | None = None):
         self.fn = fn
         self.builder = builder
         src = textwrap.dedent(inspect.getsource(fn))
@@ -174,7 +174,9 @@ class Interpreter:
                     closure[name] = cell.cell_contents
                 except ValueError:  # an unassigned cell
                     pass
-        self.layers: list = [closure, dict(bindings or {})]
+        # The defining scope's locals come first (lowest priority): with `from __future__ import
+        # annotations`, annotations may name a factory's arguments that the closure does not hold.
+        self.layers: list = [dict(outer or {}), closure, dict(bindings or {})]
         self.scope = _Scope(self)
         self._code: dict = {}
 
@@ -461,11 +463,12 @@ def _load(target):
 
 # -- entry points -------------------------------------------------------------------------------
 
-def parse_prim_func(fn) -> PrimFunc:
-    """Parse ``fn`` (decorated with ``@T.prim_func``) into a :class:`PrimFunc`."""
+def parse_prim_func(fn, outer: dict | None = None) -> PrimFunc:
+    """Parse ``fn`` (decorated with ``@T.prim_func``) into a :class:`PrimFunc`; ``outer`` holds the
+    locals of the scope that defined it."""
     builder = Builder(fn.__name__)
     with building(builder):
-        interp = Interpreter(fn, builder)
+        interp = Interpreter(fn, builder, outer=outer)
         builder.span = interp.span(interp.fdef)
         params = _params(interp)
         interp.layers.append({p.name: (p.buffer if p.buffer is not None else p.var) for p in params})

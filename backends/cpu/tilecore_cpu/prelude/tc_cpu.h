@@ -6,6 +6,12 @@
 #include <string.h>
 
 /* ---- 16-bit floats are stored as uint16_t and computed in float ------------------------------- */
+#if defined(__FLT16_MAX__) && !defined(TC_SOFT_HALF)
+/* The compiler's _Float16 converts with round-to-nearest-even (in hardware where the CPU has it,
+   which also lets loops vectorize); the software versions below are the portable fallback. */
+static inline float tc_h2f(uint16_t h) { _Float16 f; memcpy(&f, &h, 2); return (float)f; }
+static inline uint16_t tc_f2h(float x) { _Float16 f = (_Float16)x; uint16_t h; memcpy(&h, &f, 2); return h; }
+#else
 static inline float tc_h2f(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
   if (exp == 0) {
@@ -39,6 +45,7 @@ static inline uint16_t tc_f2h(float f) { /* round to nearest even, with overflow
   if (rem > 0x1000u || (rem == 0x1000u && (q & 1u))) q++;
   return (uint16_t)(sign | q);
 }
+#endif
 
 static inline float tc_bf2f(uint16_t b) { uint32_t x = (uint32_t)b << 16; float f; memcpy(&f, &x, 4); return f; }
 

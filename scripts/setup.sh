@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Set up a fresh machine: system packages the tests need, then the core and every in-tree backend.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SUDO=""
+if [ "$(id -u)" != "0" ] && command -v sudo >/dev/null; then SUDO=sudo; fi
+if ! command -v gcc >/dev/null || ! echo 'int main(void){return 0;}' | gcc -fopenmp -x c - -o /dev/null 2>/dev/null; then
+  $SUDO apt-get update
+  $SUDO apt-get install -y --no-install-recommends gcc libgomp1 libc6-dev
+fi
+python -m pip install --upgrade pip >/dev/null
+# torch: the pinned CPU build (an unpinned torch pulls a multi-GB CUDA build); kept out of package metadata
+python -c "import torch" 2>/dev/null || python -m pip install "torch==2.13.0"
+python -m pip install -e ".[test]" -e backends/cpu
