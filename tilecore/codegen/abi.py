@@ -24,5 +24,5 @@ def abi_of(func) -> KernelABI:
     scalars = [p.var for p in func.params if p.var is not None]
     ints = [v for v in scalars if not is_float(v.dtype)]
     floats = tuple(v for v in scalars if is_float(v.dtype))
-    symbols = tuple(v for v in func.shape_vars() if v not in scalars)
+    symbols = tuple(v for v in func.shape_vars() if not any(v is s for s in scalars))
     return KernelABI(buffers, tuple(ints) + symbols, floats, symbols)

@@ -180,7 +180,7 @@ class PrimFunc:
                 continue
             for s in p.buffer.shape:
                 for v in free_vars(s):
-                    if v not in seen:
+                    if not any(v is x for x in seen):  # `in` would compare with ==, which builds IR
                         seen.append(v)
         return seen
 
@@ -198,7 +198,7 @@ def free_vars(e) -> list:
 
     def visit(x):
         if isinstance(x, Var):
-            if x not in out:
+            if not any(x is y for y in out):
                 out.append(x)
         elif isinstance(x, Expr):
             for slot in type(x).__slots__:

@@ -178,8 +178,14 @@ def lower_cumsum(op: TileOp, ctx):
     src, dst = op.args
     dim, reverse = op.attrs["dim"], op.attrs["reverse"]
     dtype = dst.buffer.dtype
-    others = [d for d in _nonunit(src.extents) if d != dim]
-    ddims_all = _nonunit(dst.extents)
+    snon, dnon = _nonunit(src.extents), _nonunit(dst.extents)
+    if len(snon) != len(dnon):
+        raise CompileError(f"T.cumsum: cannot match the shapes of {src.buffer.name} and {dst.buffer.name} "
+                           "(symbolic extents that might be 1); use explicit slices of equal rank", op.span)
+    # `dim` counts the source's dims; the destination may have other unit dims (a row into a 1-D tile)
+    ddim = dnon[snon.index(dim)] if dim in snon else None
+    others = [d for d in snon if d != dim]
+    dothers = [d for d in dnon if d != ddim]
     n = src.extents[dim]
 
     def body(vs):
@@ -188,8 +194,9 @@ def lower_cumsum(op: TileOp, ctx):
         pos = binary("sub", binary("sub", n, 1), r) if reverse else r
         si = list(_region_index(src, vs, others))
         si[dim] = binary("add", si[dim], pos)
-        di = list(_region_index(dst, vs, [d for d in ddims_all if d != dim]))
-        di[dim] = binary("add", di[dim], pos)
+        di = list(_region_index(dst, vs, dothers))
+        if ddim is not None:
+            di[ddim] = binary("add", di[ddim], pos)
         zero = (const(0),)
         step = seq([Store(acc, zero, binary("add", BufferLoad(acc, zero), cast(dtype, BufferLoad(src.buffer, tuple(si)))),
                           span=op.span),

@@ -12,6 +12,7 @@ from pathlib import Path
 from tilecore.plugin import Backend, DeviceInfo, Probe, Target, hookimpl
 
 from .codegen import CPUEmitter
+from .intrinsics import TABLE
 from .runtime import CPURuntime, compiler_version, cpu_model, find_compiler
 
 __version__ = "0.1.0"
@@ -49,6 +50,9 @@ class CPUBackend(Backend):
             caps["memory"] = {"global": {"bytes": mem}}
         dev = DeviceInfo(cpu_model(), 0, {"cores": cores, "memory_bytes": mem})
         return Probe("ok", (dev,), caps, toolchain=compiler_version())
+
+    def intrinsics(self, target) -> list:
+        return list(TABLE)
 
     def emitter(self, target):
         return CPUEmitter()
