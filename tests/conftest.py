@@ -16,8 +16,9 @@ import zlib
 import numpy as np
 import pytest
 
-# Set at import as well, so that nothing compiled while collecting can touch the user's cache.
-os.environ.setdefault("TILECORE_CACHE_DIR", tempfile.mkdtemp(prefix="tilecore-test-cache-"))
+# Set at import as well, so that nothing compiled while collecting can touch the user's cache (the
+# session fixture below replaces it with a directory pytest cleans up; the cache creates it on demand).
+os.environ["TILECORE_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), f"tilecore-test-cache-{os.getpid()}")
 
 #: per input dtype: (rtol, atol per sqrt(K)) for results rounded to that dtype
 TOL = {"float16": 1e-2, "bfloat16": 2e-2, "float32": 1e-4, "float64": 1e-10}

@@ -155,7 +155,7 @@ def add_dynamic_if(bm, bn, dtype="float32"):
     M, N = T.dynamic("m"), T.symbolic("n")
 
     @T.prim_func
-    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype), C: T.Tensor((M, N), dtype)):
+    def main(A: T.Tensor((M, N), dtype), B: T.Buffer((M, N), dtype), C: T.Tensor[(M, N), dtype]):
         with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm)) as (bx, by):
             for i, j in T.Parallel(bm, bn):
                 r = by * bm + i
@@ -184,7 +184,7 @@ def add_dynamic_tiles(bm, bn, dtype="float16"):
     return main
 
 
-DYN_SHAPES = [(1, 1), (1, 37), (37, 1), (16, 32), (33, 65), (100, 200), (128, 31)]
+DYN_SHAPES = [(1, 1), (1, 37), (37, 1), (16, 32), (33, 65), (100, 200), (128, 31), (0, 5), (3, 0)]
 
 
 @pytest.mark.parametrize("M,N", DYN_SHAPES)
@@ -957,6 +957,7 @@ def print_kernel():
             buf = T.alloc_fragment((3,), "float16")
             T.copy(X, buf)
             T.print(v, msg="value")
+            T.print(v * 2, msg="50% \"quoted\"")
             T.print(X[1] * 2, msg="twice")
             T.print(buf, msg="buf")
 
@@ -969,6 +970,7 @@ def test_print(capfd):
     kernel(X, 42)
     out = capfd.readouterr().out
     assert "value: 42" in out
+    assert '50% "quoted": 84' in out
     assert "twice: -4" in out
     for i, v in enumerate(["1.5", "-2", "0.25"]):
         assert f"buf[{i}] = {v}" in out, out
@@ -1033,3 +1035,213 @@ def test_reduce_on_slices_and_3d(rng):
     assert_close(O, np.concatenate([x[0:4, 1:].max(1), x[4:].sum(1)]), 1e-6, 1e-6)
     assert_close(O3, x3.sum(1), 1e-6, 1e-6)
     assert_close(O3b, np.abs(x3[1]).max(1), 0, 0)
+
+
+# =================================================================================================
+# integer and float division, other dtypes, control flow, fast math
+# =================================================================================================
+
+@tilecore.jit(target="cpu")
+def division_kernel(n):
+    @T.prim_func
+    def main(A: T.Tensor((n,), "int32"), X: T.Tensor((n,), "float32"), Fd: T.Tensor((n,), "int32"),
+             Fm: T.Tensor((n,), "int32"), Xd: T.Tensor((n,), "float32"), Xm: T.Tensor((n,), "float32"),
+             Xf: T.Tensor((n,), "float32"), Xq: T.Tensor((n,), "float32")):
+        with T.Kernel(1) as bx:
+            for i in T.Parallel(n):
+                Fd[i] = A[i] // 3          # floor division, Python semantics for negatives
+                Fm[i] = A[i] % 3
+                Xd[i] = X[i] // 2.5
+                Xm[i] = X[i] % 2.5
+                Xf[i] = X[i] // 1.0        # floor, not the identity
+                Xq[i] = X[i] / 4
+
+    return main
+
+
+def test_floordiv_floormod(rng):
+    n = 40
+    kernel = division_kernel(n)
+    A = rng.integers(-20, 20, n).astype(np.int32)
+    X = (rng.standard_normal(n) * 10).astype(np.float32)
+    Fd, Fm = poison(np.empty(n, np.int32)), poison(np.empty(n, np.int32))
+    Xd, Xm, Xf, Xq = (nan_like((n,), "float32") for _ in range(4))
+    kernel(A, X, Fd, Fm, Xd, Xm, Xf, Xq)
+    np.testing.assert_array_equal(Fd, A // 3)
+    np.testing.assert_array_equal(Fm, A % 3)
+    x = X.astype(np.float64)
+    assert_close(Xd, np.floor(X / np.float32(2.5)), 0, 0)
+    assert_close(Xm, x - 2.5 * np.floor(X / np.float32(2.5)), 1e-5, 1e-5)
+    np.testing.assert_array_equal(Xf, np.floor(X))
+    np.testing.assert_array_equal(Xq, X / np.float32(4))
+
+
+@tilecore.jit(target="cpu")
+def int_dtypes_kernel(n):
+    @T.prim_func
+    def main(A: T.Tensor((n,), "int64"), U: T.Tensor((n,), "uint8"), Bo: T.Tensor((n,), "bool"),
+             O: T.Tensor((n,), "int64"), Ob: T.Tensor((n,), "bool"), S: T.Tensor((2,), "int64")):
+        with T.Kernel(1) as bx:
+            for i in T.Parallel(n):
+                O[i] = A[i] * 3 + U[i] + T.if_then_else(Bo[i], 100, 0)
+                Ob[i] = U[i] > 100
+            for i in T.serial(n):
+                T.atomic_add(S[0], A[i])
+                T.atomic_max(S[1], A[i])
+
+    return main
+
+
+def test_int64_uint8_bool(rng):
+    n = 30
+    kernel = int_dtypes_kernel(n)
+    A = rng.integers(-2**40, 2**40, n).astype(np.int64)
+    U = rng.integers(0, 256, n).astype(np.uint8)
+    Bo = rng.integers(0, 2, n).astype(bool)
+    O, Ob = poison(np.empty(n, np.int64)), np.zeros(n, bool)
+    S = np.array([0, np.iinfo(np.int64).min], np.int64)
+    kernel(A, U, Bo, O, Ob, S)
+    np.testing.assert_array_equal(O, A * 3 + U + np.where(Bo, 100, 0))
+    np.testing.assert_array_equal(Ob, U > 100)
+    assert S[0] == A.sum() and S[1] == A.max()
+
+
+@tilecore.jit(target="cpu")
+def narrow_atomics(n, blk):
+    @T.prim_func
+    def main(X: T.Tensor((n,), "float32"), H: T.Tensor((4,), "float16"), Bf: T.Tensor((4,), "bfloat16"),
+             Hm: T.Tensor((4,), "float16")):
+        with T.Kernel(T.ceildiv(n, blk)) as bx:
+            for i in T.Parallel(blk):
+                if bx * blk + i < n:
+                    T.atomic_add(H[i % 4], X[bx * blk + i])
+                    T.atomic_add(Bf[i % 4], X[bx * blk + i])
+                    T.atomic_max(Hm[i % 4], X[bx * blk + i])
+
+    return main
+
+
+def test_float16_bfloat16_atomics(rng):
+    n, blk = 64, 16
+    kernel = narrow_atomics(n, blk)
+    X = (rng.integers(-8, 8, n) * 0.25).astype(np.float32)  # sums exact in 16 bits, in any order
+    H, Hm = np.zeros(4, np.float16), np.full(4, -np.inf, np.float16)
+    Bf = torch.zeros(4, dtype=torch.bfloat16)
+    kernel(X, H, Bf, Hm)
+    x = X.astype(np.float64)
+    cols = (np.arange(n) % blk) % 4
+    ref = np.array([x[cols == c].sum() for c in range(4)])
+    np.testing.assert_array_equal(H, ref)
+    np.testing.assert_array_equal(to_f64(Bf), ref)
+    np.testing.assert_array_equal(Hm, [x[cols == c].max() for c in range(4)])
+
+
+@tilecore.jit(target="cpu")
+def control_flow_kernel(n):
+    @T.prim_func
+    def main(X: T.Tensor((n,), "float32"), Y: T.Tensor((4,), "float32")):
+        with T.Kernel(1) as bx:
+            acc = T.alloc_var("float32", init=0)
+            loc = T.alloc_local((2,), "float32")
+            for i in T.serial(n):
+                if X[i] < 0:
+                    continue
+                if X[i] > 5:
+                    break
+                acc += X[i]
+            Y[0] = acc
+            acc = 0
+            for i in T.serial(3, 8):                   # a start other than 0
+                acc += X[i]
+            Y[1] = acc
+            loc[0] = 0
+            for i in T.Pipelined(2, 6, num_stages=2):  # (start, stop) form
+                loc[0] = loc[0] + X[i]
+            Y[2] = loc[0]
+            loc[1] = 0
+            for i in T.unroll(4):
+                for j in range(2):
+                    loc[1] = loc[1] + X[i * 2 + j] * (j + 1)
+            Y[3] = loc[1]
+
+    return main
+
+
+def test_break_continue_loop_forms():
+    X = np.array([1, -2, 3, 4, -1, 2, 9, 1, 1, 1, 1, 1], np.float32)
+    Y = nan_like((4,), "float32")
+    control_flow_kernel(len(X))(X, Y)
+    ref = [1 + 3 + 4 + 2, X[3:8].sum(), X[2:6].sum(), (X[0:8:2] + 2 * X[1:8:2]).sum()]
+    np.testing.assert_array_equal(Y, np.array(ref, np.float32))
+
+
+def _f64_gemm_factory(fast):
+    @tilecore.jit(target="cpu", pass_configs={"tilecore.fast_math": fast})
+    def kernel(M, N, K):
+        @T.prim_func
+        def main(A: T.Tensor((M, K), "float64"), B: T.Tensor((K, N), "float64"), C: T.Tensor((M, N), "float64"),
+                 E: T.Tensor((M, N), "float32")):
+            with T.Kernel(1) as bx:
+                a = T.alloc_shared((M, K), "float64")
+                b = T.alloc_shared((K, N), "float64")
+                c = T.alloc_fragment((M, N), "float64")
+                T.copy(A, a)
+                T.copy(B, b)
+                T.gemm(a, b, c, clear_accum=True)
+                T.copy(c, C)
+                for i, j in T.Parallel(M, N):
+                    E[i, j] = T.exp(T.cast(c[i, j], "float32")) + T.__exp(T.cast(c[i, j], "float32") * 0.5)
+
+        return main
+
+    return kernel
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["exact", "fast_math"])
+def test_float64_gemm_and_fast_math(rng, fast):
+    M, N, K = 12, 10, 9
+    A, B = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+    C, E = nan_like((M, N), "float64"), nan_like((M, N), "float32")
+    _f64_gemm_factory(fast)(M, N, K)(A, B, C, E)
+    c = A @ B
+    assert_close(C, c, 1e-13, 1e-13)
+    c32 = c.astype(np.float32).astype(np.float64)
+    assert_close(E, np.exp(c32) + np.exp(c32 * 0.5), 1e-5, 1e-6)
+
+
+@tilecore.jit(target="cpu")
+def global_tile_ops(M, N, bm):
+    """Reductions, cumsum and region atomics directly on global regions whose last tile is ragged."""
+
+    @T.prim_func
+    def main(X: T.Tensor((M, N), "float32"), S: T.Tensor((M,), "float32"), Mx: T.Tensor((M,), "float32"),
+             C: T.Tensor((M, N), "float32"), A: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(M, bm)) as bx:
+            T.reduce_sum(X[bx * bm:(bx + 1) * bm, :], S[bx * bm:(bx + 1) * bm], dim=1)
+            T.reduce_max(X[bx * bm:(bx + 1) * bm, :], Mx[bx * bm:(bx + 1) * bm], dim=1)
+            T.cumsum(X[bx * bm:(bx + 1) * bm, :], C[bx * bm:(bx + 1) * bm, :], dim=0, reverse=True)
+            T.atomic_max(A[bx * bm:(bx + 1) * bm, :], X[bx * bm:(bx + 1) * bm, :])
+
+    return main
+
+
+def test_global_tile_ops_stay_in_bounds(rng):
+    """Nothing past the tensors is read or written: the outputs are views of larger sentinel arrays."""
+    M, N, bm = 20, 8, 16
+    kernel = global_tile_ops(M, N, bm)
+    big_x = np.full((M + bm, N), 1e6, np.float32)  # a read past X would show up in max / cumsum
+    X = big_x[:M]
+    X[:] = randn(rng, (M, N), "float32")
+    big = [np.full((M + bm,), -99.0, np.float32), np.full((M + bm,), -99.0, np.float32),
+           np.full((M + bm, N), -99.0, np.float32), np.full((M + bm, N), -np.inf, np.float32)]
+    S, Mx, C, A = (b[:M] for b in big)
+    S[:], Mx[:], C[:] = np.nan, np.nan, np.nan
+    kernel(X, S, Mx, C, A)
+    x = to_f64(X)
+    assert_close(S, x.sum(1), 1e-5, 1e-5)
+    assert_close(Mx, x.max(1), 0, 0)
+    tiles = [x[0:bm], x[bm:M]]
+    assert_close(C, np.concatenate([np.cumsum(t[::-1], 0)[::-1] for t in tiles]), 1e-5, 1e-5)
+    np.testing.assert_array_equal(A, X)
+    for b, fill in zip(big, (-99.0, -99.0, -99.0, -np.inf)):
+        assert (b[M:] == fill).all(), "a tile op wrote past the end of a tensor"

@@ -25,7 +25,7 @@ def _normalize_configs(pass_configs: dict | None) -> dict:
         k = str(k)
         if k.startswith("tl."):  # TileLang keys: accepted so ported code runs; they change nothing here
             continue
-        if k not in known and not k.startswith(("tilecore.cpu.",)) and k.count(".") < 2:
+        if k not in known and k.count(".") < 2:  # tilecore.<backend>.<name> keys belong to backends
             raise CompileError(f"unknown pass config {k!r}; known: {', '.join(sorted(known))} (backend-specific keys "
                                "are spelled tilecore.<backend>.<name>)")
         out[k] = v

@@ -36,9 +36,12 @@ class Expr:
     def __pow__(self, o): return Call("pow", (self, as_expr(o, self.dtype)), self.dtype)
     def __neg__(self): return binary("sub", const(0, self.dtype), self)
     def __pos__(self): return self
-    def __and__(self, o): return logic_and(self, o)
-    def __or__(self, o): return logic_or(self, o)
-    def __invert__(self): return logic_not(self)
+    # `&` `|` `~` are logical on booleans (as in TVMScript conditions) and bitwise on integers
+    def __and__(self, o): return logic_and(self, o) if self.dtype == "bool" else binary("bitand", self, o)
+    def __rand__(self, o): return logic_and(o, self) if self.dtype == "bool" else binary("bitand", o, self)
+    def __or__(self, o): return logic_or(self, o) if self.dtype == "bool" else binary("bitor", self, o)
+    def __ror__(self, o): return logic_or(o, self) if self.dtype == "bool" else binary("bitor", o, self)
+    def __invert__(self): return logic_not(self) if self.dtype == "bool" else binary("xor", self, const(-1, self.dtype))
     def __lshift__(self, o): return binary("shl", self, o)
     def __rshift__(self, o): return binary("shr", self, o)
     def __xor__(self, o): return binary("xor", self, o)
@@ -234,7 +237,7 @@ def binary(op: str, a, b) -> Expr:
         return b if va == 1 else a
     if op == "mul" and not is_float(dtype) and (va == 0 or vb == 0):
         return const(0, dtype)
-    if op in ("div", "floordiv") and vb == 1:
+    if (op == "div" or op == "floordiv" and not is_float(dtype)) and vb == 1:  # float x // 1 is floor(x)
         return a
     return BinOp(op, a, b, dtype)
 

@@ -285,16 +285,20 @@ def infinity(dtype="float32"):
     return FloatImm(_math.inf, canonical(dtype))
 
 
+_FINITE_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38,
+               "float64": 1.7976931348623157e308, "float8_e4m3": 448.0, "float8_e5m2": 57344.0}
+
+
 def max_value(dtype):
+    """The largest finite value of ``dtype`` (use T.infinity for +inf)."""
     d = canonical(dtype)
-    v = _max_value(d)
-    return FloatImm(v, d) if is_float(d) else IntImm(v, d)
+    return FloatImm(_FINITE_MAX[d], d) if is_float(d) else IntImm(_max_value(d), d)
 
 
 def min_value(dtype):
+    """The most negative finite value of ``dtype`` (use -T.infinity for -inf)."""
     d = canonical(dtype)
-    v = _min_value(d)
-    return FloatImm(v, d) if is_float(d) else IntImm(v, d)
+    return FloatImm(-_FINITE_MAX[d], d) if is_float(d) else IntImm(_min_value(d), d)
 
 
 def ceildiv(a, b):

@@ -34,19 +34,6 @@ def _need(ctx, need: str, what: str, span, func) -> None:
         "`tilecore targets show`) or change the kernel", span, feature=need, target=str(ctx.target))
 
 
-def _expr_calls(e, out: set) -> None:
-    if isinstance(e, Call):
-        out.add(e.name)
-    if isinstance(e, Expr):
-        for slot in type(e).__slots__:
-            v = getattr(e, slot, None)
-            if isinstance(v, Expr):
-                _expr_calls(v, out)
-            elif isinstance(v, tuple):
-                for x in v:
-                    _expr_calls(x, out)
-
-
 @tile_pass("tilecore.check_capabilities")
 def check_capabilities(func, ctx):
     """Refuse, at the user's line, any construct whose capability the target lacks."""
@@ -79,25 +66,33 @@ def check_capabilities(func, ctx):
             _need(ctx, "feature:printf", "T.print", s.span, func)
         elif isinstance(s, Assert):
             _need(ctx, "feature:device_assert", "T.device_assert", s.span, func)
-        if isinstance(s, Store):
-            calls: set = set()
-            _expr_calls(s.value, calls)
-            for name in calls:
-                rounding = None
-                for e in _find_calls(s.value, name):
-                    rounding = dict(e.attrs).get("rounding")
-                    if rounding not in (None, "rn"):
-                        _need(ctx, f"feature:rounding_{rounding}", f"T.{name}(rounding={rounding!r})", s.span, func)
+        for value in _stmt_exprs(s):
+            for e in _find_calls(value, None):
+                rounding = dict(e.attrs).get("rounding")
+                if rounding not in (None, "rn"):
+                    _need(ctx, f"feature:rounding_{rounding}", f"T.{e.name}(rounding={rounding!r})", s.span, func)
 
     walk(func.body, check)
     return func
 
 
+def _stmt_exprs(s) -> list:
+    """The expressions a statement holds directly (not those of nested statements)."""
+    out = []
+    for f in getattr(s, "__dataclass_fields__", {}):
+        v = getattr(s, f)
+        for item in (v if isinstance(v, tuple) else (v,)):
+            if isinstance(item, Expr):
+                out.append(item)
+    return out
+
+
 def _find_calls(e, name) -> list:
+    """Intrinsic calls in ``e`` named ``name`` (all calls when ``name`` is None)."""
     out: list = []
 
     def visit(x):
-        if isinstance(x, Call) and x.name == name:
+        if isinstance(x, Call) and (name is None or x.name == name):
             out.append(x)
         if isinstance(x, Expr):
             for slot in type(x).__slots__:

@@ -34,17 +34,19 @@ def _in_bounds(buffer: Buffer, indices) -> object:
     """The condition that ``indices`` are inside ``buffer`` (True when provable statically)."""
     cond = IntImm(1, "bool")
     for idx, dim in zip(indices, buffer.shape):
-        c = compare("lt", idx, dim)
-        if const_value(c) is None:
-            cond = logic_and(cond, c)
+        cond = logic_and(cond, compare("lt", idx, dim))  # folds: provably in bounds -> True, out -> False
     return cond
 
 
-def _guarded(buffer: Buffer, indices, stmt, span):
-    if buffer.scope != "global":
-        return stmt
-    cond = _in_bounds(buffer, indices)
-    return stmt if const_value(cond) else If(cond, stmt, span=span)
+def _guarded(buffer: Buffer, indices, stmt, span, extra=None):
+    """``stmt`` under the bounds check of a global buffer (and ``extra``, a further condition)."""
+    cond = _in_bounds(buffer, indices) if buffer.scope == "global" else IntImm(1, "bool")
+    if extra is not None:
+        cond = logic_and(cond, extra)
+    v = const_value(cond)
+    if v is None:
+        return If(cond, stmt, span=span)
+    return stmt if v else seq([])
 
 
 def _region_index(r: Region, loop_vars, dims) -> tuple:
@@ -74,6 +76,11 @@ def lower_copy(op: TileOp, ctx):
 
     def body(vs):
         si, di = _region_index(src, vs, sd), _region_index(dst, vs, dd)
+        if dst.buffer.scope == "global" and src.buffer.scope == "global":
+            # global to global: elements outside either tensor are not copied
+            value = cast(dst.buffer.dtype, BufferLoad(src.buffer, si))
+            return _guarded(dst.buffer, di, Store(dst.buffer, di, value, span=op.span), op.span,
+                            extra=_in_bounds(src.buffer, si))
         value = cast(dst.buffer.dtype, _load_or_zero(src, si))
         return _guarded(dst.buffer, di, Store(dst.buffer, di, value, span=op.span), op.span)
 
@@ -166,10 +173,12 @@ def lower_reduce(op: TileOp, ctx):
         x = cast(dtype, BufferLoad(src.buffer, tuple(src_idx)))
         zero = (const(0),)
         init = _reduce_init(kind, dtype) if clear else BufferLoad(dst.buffer, di)
-        loop = For(r, as_expr(0), src.extents[dim], "serial",
-                   Store(acc, zero, _combine(kind, BufferLoad(acc, zero), x), span=op.span), span=op.span)
-        return seq([Allocate(acc, init, span=op.span), loop,
-                    Store(dst.buffer, di, BufferLoad(acc, zero), span=op.span)])
+        # a global source region may run past the tensor (a ragged tile): skip those elements
+        update = _guarded(src.buffer, src_idx, Store(acc, zero, _combine(kind, BufferLoad(acc, zero), x),
+                                                     span=op.span), op.span)
+        loop = For(r, as_expr(0), src.extents[dim], "serial", update, span=op.span)
+        return _guarded(dst.buffer, di, seq([Allocate(acc, init, span=op.span), loop,
+                                             Store(dst.buffer, di, BufferLoad(acc, zero), span=op.span)]), op.span)
 
     return _nest([src.extents[d] for d in kept_nonunit], "parallel", body, op.span)
 
@@ -198,9 +207,10 @@ def lower_cumsum(op: TileOp, ctx):
         if ddim is not None:
             di[ddim] = binary("add", di[ddim], pos)
         zero = (const(0),)
-        step = seq([Store(acc, zero, binary("add", BufferLoad(acc, zero), cast(dtype, BufferLoad(src.buffer, tuple(si)))),
+        step = seq([Store(acc, zero, binary("add", BufferLoad(acc, zero), cast(dtype, _load_or_zero(src, tuple(si)))),
                           span=op.span),
-                    Store(dst.buffer, tuple(di), BufferLoad(acc, zero), span=op.span)])
+                    _guarded(dst.buffer, tuple(di), Store(dst.buffer, tuple(di), BufferLoad(acc, zero), span=op.span),
+                             op.span)])
         return seq([Allocate(acc, const(0, dtype), span=op.span), For(r, as_expr(0), n, "serial", step, span=op.span)])
 
     return _nest([src.extents[d] for d in others], "parallel", body, op.span)
@@ -213,7 +223,7 @@ def lower_atomic(op: TileOp, ctx):
     def body(vs):
         vi, di = _region_index(value, vs, vd), _region_index(dst, vs, dd)
         stmt = Atomic(op.attrs["kind"], dst.buffer, di, cast(dst.buffer.dtype, BufferLoad(value.buffer, vi)), span=op.span)
-        return _guarded(dst.buffer, di, stmt, op.span)
+        return _guarded(dst.buffer, di, _guarded(value.buffer, vi, stmt, op.span), op.span)
 
     return _nest([dst.extents[d] for d in dd], "parallel", body, op.span)
 

@@ -70,9 +70,16 @@ class Registry:
         self._lock = threading.RLock()
         self.autoload = (not _env_flag("TILECORE_DISABLE_PLUGIN_AUTOLOAD")) if autoload is None else autoload
         self.strict = _env_flag("TILECORE_STRICT_PLUGINS")
-        if _env_flag("TILECORE_TRACE_PLUGINS"):
-            self.pm.trace.root.setwriter(lambda msg: sys.stderr.write("[tilecore plugins] " + msg))
-            self.pm.enable_tracing()
+        self.trace = _env_flag("TILECORE_TRACE_PLUGINS")
+
+    def _call(self, impl, **kwargs):
+        """Call one plugin's hook implementation (one at a time, so a failure is that plugin's alone)."""
+        args = {k: v for k, v in kwargs.items() if k in impl.argnames}
+        result = impl.function(**args)
+        if self.trace:
+            sys.stderr.write(f"[tilecore plugins] {impl.plugin_name}.{impl.function.__name__}"
+                             f"({', '.join(f'{k}={v}' for k, v in args.items())}) -> {result!r}\n")
+        return result
 
     # -- loading ------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -141,7 +148,7 @@ class Registry:
             if impl.plugin is not obj:
                 continue
             try:
-                backends.extend(impl.function() or [])
+                backends.extend(self._call(impl) or [])
             except Exception as e:  # noqa: BLE001
                 self.pm.unregister(obj)
                 tb = traceback.format_exception_only(type(e), e)[-1].strip()
@@ -202,13 +209,13 @@ class Registry:
     def extra_passes(self, target: Target) -> list:
         out: list = []
         for impl in self.pm.hook.tilecore_pipeline_passes.get_hookimpls():
-            out.extend(impl.function(target=target) if "target" in impl.argnames else impl.function() or [])
+            out.extend(self._call(impl, target=target) or [])
         return out
 
     def extra_capability_paths(self) -> list:
         out: list = []
         for impl in self.pm.hook.tilecore_capability_paths.get_hookimpls():
-            out.extend(impl.function() or [])
+            out.extend(self._call(impl) or [])
         return out
 
 

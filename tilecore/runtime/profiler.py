@@ -38,7 +38,7 @@ class Profiler:
             def run():
                 func(*args)
             sync = k._load().synchronize
-        for _ in range(max(n_warmup, warmup if warmup < 1000 else 25)):
+        for _ in range(max(n_warmup, warmup)):
             run()
         sync()
         times = []
