@@ -30,6 +30,7 @@ class PassConfigKey:
     DISABLE_CACHE = "tilecore.disable_cache"   #: bool: neither read nor write the kernel cache
     DEBUG = "tilecore.debug"                   #: bool: compile device code with debug info
     EXTRA_FLAGS = "tilecore.extra_flags"       #: list[str]: extra flags for the backend's compiler
+    REQUIRE = "tilecore.require"               #: list[str]: capability needs the target must satisfy
 
     @classmethod
     def all(cls) -> dict:

@@ -37,6 +37,8 @@ def _need(ctx, need: str, what: str, span, func) -> None:
 @tile_pass("tilecore.check_capabilities")
 def check_capabilities(func, ctx):
     """Refuse, at the user's line, any construct whose capability the target lacks."""
+    for need in ctx.option("tilecore.require", ()) or ():
+        _need(ctx, need, f"a required capability ({need})", func.span, func)
     for p in func.params:
         if p.buffer is not None:
             _need(ctx, f"dtype:{p.buffer.dtype}:storage", f"a {p.buffer.dtype} tensor ({p.name})", func.span, func)
@@ -67,6 +69,8 @@ def check_capabilities(func, ctx):
         elif isinstance(s, Assert):
             _need(ctx, "feature:device_assert", "T.device_assert", s.span, func)
         for value in _stmt_exprs(s):
+            for d in sorted(_arith_dtypes(value)):
+                _need(ctx, f"dtype:{d}:arith", f"arithmetic on {d}", s.span, func)
             for e in _find_calls(value, None):
                 rounding = dict(e.attrs).get("rounding")
                 if rounding not in (None, "rn"):
@@ -84,6 +88,24 @@ def _stmt_exprs(s) -> list:
         for item in (v if isinstance(v, tuple) else (v,)):
             if isinstance(item, Expr):
                 out.append(item)
+    return out
+
+
+def _arith_dtypes(e) -> set:
+    """Dtypes in which ``e`` computes (operators and intrinsic calls)."""
+    out: set = set()
+
+    def visit(x):
+        if type(x).__name__ in ("BinOp", "Call", "Select"):
+            out.add(str(x.dtype))
+        if isinstance(x, Expr):
+            for slot in type(x).__slots__:
+                v = getattr(x, slot, None)
+                for item in (v if isinstance(v, tuple) else (v,)):
+                    if isinstance(item, Expr):
+                        visit(item)
+
+    visit(e)
     return out
 
 
