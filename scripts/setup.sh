@@ -11,4 +11,4 @@ fi
 python -m pip install --upgrade pip >/dev/null
 # torch: the pinned CPU build (an unpinned torch pulls a multi-GB CUDA build); kept out of package metadata
 python -c "import torch" 2>/dev/null || python -m pip install "torch==2.13.0"
-python -m pip install -e ".[test]" -e backends/cpu
+python -m pip install -e ".[test]" -e backends/cpu -e conformance

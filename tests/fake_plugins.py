@@ -100,6 +100,36 @@ def install(root: Path, plugins: dict) -> Path:
     return root
 
 
+WRONG_MODULE = textwrap.dedent("""\
+    # A planted wrong-result backend (test-only): the CPU backend with min and max swapped.
+    from tilecore.plugin import Target, hookimpl
+    from tilecore_cpu import CPUBackend
+    from tilecore_cpu.codegen import CPUEmitter
+
+    class WrongEmitter(CPUEmitter):
+        minmax = {"min": "tc_max({0}, {1})", "max": "tc_min({0}, {1})"}
+
+    class WrongBackend(CPUBackend):
+        name = "wrongcpu"
+        distribution = "tilecore-wrongcpu"
+
+        def parse_target(self, spec):
+            return Target("wrongcpu", "wrongcpu", "", (), "cpu/host") if spec == "wrongcpu" else None
+
+        def targets(self):
+            return ["wrongcpu"]
+
+        def capability_files(self):
+            return []
+
+        def emitter(self, target):
+            return WrongEmitter()
+
+    @hookimpl
+    def tilecore_backends():
+        return [WrongBackend()]
+    """)
+
 ALL = {
     "acme": ("tc_fake_acme", ACME_MODULE),
     "broken": ("tc_fake_broken", BROKEN_MODULE),

@@ -6,6 +6,8 @@
     tilecore compile FILE.py:NAME --target T --emit ir|lowered|source [--args 1024,1024,64]
     tilecore capabilities validate [PATH ...]
     tilecore cache dir | clear
+    tilecore conformance run --target T [-n auto] [--report DIR] [-k EXPR]   (with tilecore-conformance)
+    tilecore conformance merge DIR... --out DIR
 
 Starts fast: nothing heavier than the plugin registry loads unless a command needs it.
 """
@@ -283,10 +285,24 @@ def build_parser() -> argparse.ArgumentParser:
     cv.add_argument("paths", nargs="*", help="extra files or folders to validate")
     cv.set_defaults(fn=cmd_capabilities_validate)
 
+    try:  # the conformance suite is its own distribution; its commands appear when it is installed
+        import importlib
+
+        importlib.import_module("tilecore_conformance.cli").add_commands(sub)
+    except ImportError:
+        conf = sub.add_parser("conformance", help="(not installed: pip install tilecore-conformance)")
+        conf.set_defaults(fn=lambda a: _missing_conformance())
+
     k = sub.add_parser("cache", help="the compiled-kernel cache")
     k.add_argument("action", choices=("dir", "clear"))
     k.set_defaults(fn=cmd_cache)
     return p
+
+
+def _missing_conformance() -> int:
+    print("tilecore: error: the conformance suite is not installed; pip install tilecore-conformance "
+          "(in this repository: pip install -e conformance)", file=sys.stderr)
+    return 2
 
 
 def main(argv=None) -> int:

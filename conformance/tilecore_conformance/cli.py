@@ -1,0 +1,59 @@
+"""``tilecore conformance run|merge`` (wired into the ``tilecore`` command when this package is installed)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_commands(sub) -> None:
+    c = sub.add_parser("conformance", help="run the cross-backend conformance suite, or merge reports",
+                       description="Run the conformance catalog against one target, or merge reports from "
+                       "several devices into one matrix.")
+    csub = c.add_subparsers(dest="action", metavar="ACTION")
+    r = csub.add_parser("run", help="run the catalog on a target (pytest underneath)")
+    r.add_argument("--target", required=True, help="target string, e.g. cpu")
+    r.add_argument("-n", dest="workers", default=None, help="pytest-xdist workers (a number or auto)")
+    r.add_argument("--report", help="folder for junit.xml, results.jsonl, manifest.json, matrix.md/html")
+    r.add_argument("-k", dest="keyword", help="only cases whose id matches this pytest -k expression")
+    r.add_argument("--expectations", help="expectations YAML (default: the packaged one for the target)")
+    r.add_argument("--timeout", type=float, default=120.0, help="seconds per case (default 120)")
+    r.set_defaults(fn=cmd_run)
+    m = csub.add_parser("merge", help="join reports of several runs into one matrix")
+    m.add_argument("dirs", nargs="+", help="report folders written by `conformance run --report`")
+    m.add_argument("--out", required=True, help="folder for the merged matrix.md / matrix.html")
+    m.set_defaults(fn=cmd_merge)
+
+
+def cmd_run(args) -> int:
+    import pytest
+
+    from .plugin import SUITE
+
+    argv = [str(SUITE), f"--tilecore-target={args.target}", f"--tilecore-timeout={args.timeout}",
+            "-p", "no:cacheprovider", "-q", "-rfE"]
+    if args.workers:
+        argv += ["-n", str(args.workers)]
+    if args.keyword:
+        argv += ["-k", args.keyword]
+    if args.expectations:
+        argv += [f"--tilecore-expectations={args.expectations}"]
+    if args.report:
+        Path(args.report).mkdir(parents=True, exist_ok=True)
+        argv += [f"--tilecore-report={args.report}", f"--junitxml={Path(args.report) / 'junit.xml'}"]
+    return int(pytest.main(argv))
+
+
+def cmd_merge(args) -> int:
+    from .report import merge
+
+    merge([Path(d) for d in args.dirs], Path(args.out))
+    print(f"merged {len(args.dirs)} run(s) into {Path(args.out) / 'matrix.md'}")
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="tilecore-conformance")
+    sub = p.add_subparsers(dest="command")
+    add_commands(sub)
+    args = p.parse_args(["conformance", *(argv or [])])
+    return args.fn(args)

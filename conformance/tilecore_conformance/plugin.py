@@ -1,0 +1,180 @@
+"""The pytest plugin: ``pytest --tilecore-target=<t>`` runs the catalog against an installed target.
+
+Each case becomes one test item. The item passes for PASS and EXPECTED_FAIL (shown as xfail), is
+skipped with the reason ``NOT_SUPPORTED: ...`` only after the suite verified that compiling it fails
+with the clear unsupported-feature error, and fails for every other state. At the end the controller
+writes the reports, checks the expectations file (stale entries and the floor on collected cases)
+and prints a summary table.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from . import model
+
+SUITE = Path(__file__).with_name("suite.py")
+EXPECTATIONS = Path(__file__).with_name("expectations")
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("tilecore", "tilecore conformance")
+    g.addoption("--tilecore-target", default=None, help="run the conformance catalog against this target")
+    g.addoption("--tilecore-report", default=None, help="write results.jsonl, manifest.json, matrix.md/html here")
+    g.addoption("--tilecore-expectations", default=None,
+                help="expectations YAML (default: the packaged expectations/<target>.yaml)")
+    g.addoption("--tilecore-timeout", type=float, default=120.0, help="seconds per case before TIMEOUT")
+
+
+def _expectations_path(config, target: str) -> Path | None:
+    opt = config.getoption("tilecore_expectations")
+    if opt:
+        return Path(opt)
+    p = EXPECTATIONS / (target.replace(":", "_") + ".yaml")
+    return p if p.exists() else None
+
+
+def load_expectations(path: Path | None) -> dict:
+    import yaml
+
+    if path is None:
+        return {"min_cases": 0, "expected_failures": {}}
+    data = yaml.safe_load(path.read_text()) or {}
+    entries = {}
+    for e in data.get("expected_failures", []) or []:
+        missing = [k for k in ("case", "reason", "issue") if not e.get(k)]
+        if missing:
+            raise pytest.UsageError(f"{path}: expectation {e} lacks {missing} (each needs case, reason, issue)")
+        entries[e["case"]] = f"{e['reason']} ({e['issue']})"
+    return {"min_cases": int(data.get("min_cases", 0)), "expected_failures": entries, "path": str(path)}
+
+
+class Session:
+    def __init__(self, config):
+        from .catalog import catalog
+        from .runner import Target
+
+        self.config = config
+        spec = config.getoption("tilecore_target")
+        self.error = None
+        try:
+            self.target = Target(spec)
+        except Exception as e:  # noqa: BLE001 - a failed device query is an error of every case, never a skip
+            self.target, self.error = None, f"{type(e).__name__}: {e}"
+        self.cases = catalog()
+        self.expect = load_expectations(_expectations_path(config, spec))
+        self.results: list = []
+        self.timeout = config.getoption("tilecore_timeout")
+
+
+def pytest_configure(config):
+    if not config.getoption("tilecore_target"):
+        return
+    explicit = [a for a in config.invocation_params.args if not str(a).startswith("-") and Path(str(a)).exists()]
+    if not explicit and str(SUITE) not in config.args:
+        config.args[:] = [str(SUITE)]
+    config._tilecore = Session(config)
+
+
+def pytest_generate_tests(metafunc):
+    if "tc_case" in metafunc.fixturenames:
+        sess = getattr(metafunc.config, "_tilecore", None)
+        if sess is None:
+            pytest.skip("the conformance suite needs --tilecore-target=<target>")  # only when run by path by hand
+        metafunc.parametrize("tc_case", sess.cases, ids=[c.id for c in sess.cases])
+
+
+@pytest.fixture
+def tc_session(request):
+    return request.config._tilecore
+
+
+def record(sess: Session, result) -> None:
+    sess.results.append(result.to_dict())
+
+
+def pytest_collection_finish(session):
+    sess = getattr(session.config, "_tilecore", None)
+    if sess is None or hasattr(session.config, "workerinput"):
+        return
+    ids = {c.id for c in sess.cases}
+    stale = sorted(set(sess.expect["expected_failures"]) - ids)
+    if stale:
+        raise pytest.UsageError(f"expectations file {sess.expect.get('path')} names cases that do not exist: "
+                                f"{stale}; remove them")
+
+
+def _parts_dir(config) -> Path:
+    rep = config.getoption("tilecore_report")
+    base = Path(rep) if rep else Path(tempfile.gettempdir()) / f"tilecore-conformance-{os.getpid()}"
+    return base / ".parts"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    sess = getattr(session.config, "_tilecore", None)
+    if sess is None:
+        return
+    worker = getattr(session.config, "workerinput", None)
+    if worker is not None:  # an xdist worker hands its results to the controller through a file
+        parts = Path(worker["tilecore_parts"])
+        parts.mkdir(parents=True, exist_ok=True)
+        with open(parts / f"{worker['workerid']}.jsonl", "w") as f:
+            for r in sess.results:
+                f.write(json.dumps(r) + "\n")
+        return
+    results = list(sess.results)
+    parts = _parts_dir(session.config)
+    if parts.exists():
+        for p in sorted(parts.glob("*.jsonl")):
+            results += [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+            p.unlink()
+        parts.rmdir()
+    _finish(session, sess, results)
+
+
+def pytest_configure_node(node):  # xdist hook: tell workers where to put their results
+    node.workerinput["tilecore_parts"] = str(_parts_dir(node.config))
+
+
+def _finish(session, sess: Session, results: list) -> None:
+    from collections import Counter
+
+    from . import report
+
+    counts = Counter(r["state"] for r in results)
+    problems = []
+    floor = sess.expect["min_cases"]
+    if len(sess.cases) < floor:
+        problems.append(f"only {len(sess.cases)} cases collected, the floor for this target is {floor}: the suite shrank")
+    if counts[model.UNEXPECTED_PASS]:
+        problems.append(f"{counts[model.UNEXPECTED_PASS]} UNEXPECTED_PASS: remove the stale expectations")
+    rep = session.config.getoption("tilecore_report")
+    if rep and sess.target is not None:
+        report.write(Path(rep), results, report.manifest(sess.target))
+    _summary(session.config, sess, counts, problems)
+    if problems or any(counts[s] for s in model.FAILING):
+        session.exitstatus = 1
+
+
+def _summary(config, sess, counts, problems) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    con = Console(file=tr._tw._file if tr else None, force_terminal=False, soft_wrap=True)
+    t = sess.target
+    table = Table(title=f"tilecore conformance: {t.name if t else config.getoption('tilecore_target')} "
+                        f"({t.mode if t else 'no target'})")
+    table.add_column("state")
+    table.add_column("cases", justify="right")
+    for s in model.STATES:
+        if counts[s]:
+            table.add_row(s, str(counts[s]))
+    con.print()
+    con.print(table)
+    for p in problems:
+        con.print(f"error: {p}")

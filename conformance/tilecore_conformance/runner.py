@@ -1,0 +1,149 @@
+"""Run one case on one target and decide its state."""
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import traceback
+
+import numpy as np
+
+import tilecore
+from tilecore.errors import TilecoreError, UnsupportedFeatureError
+
+from .catalog import f64
+from .model import (CRASH, EXPECTED_FAIL, FAIL, NOT_SUPPORTED, PASS, TIMEOUT, UNEXPECTED_PASS, Case, Result,
+                    tolerance)
+
+
+class Target:
+    """Everything about the target under test, resolved once per session."""
+
+    def __init__(self, spec: str):
+        from tilecore.plugin import profile_for, resolve_target
+
+        self.backend, self.target = resolve_target(spec)
+        self.caps = profile_for(self.target)
+        self.probe = self.backend.probe()  # a failure here is a HARNESS_ERROR of the session, never a skip
+        mode = self.backend.runtime(self.target).mode()
+        if mode in ("device", "emulated") and self.probe.status != "ok":
+            mode = "compile-only"  # nothing to run on: the best honest mode is compiling
+        self.mode = mode
+        self.name = str(self.target)
+
+
+def _poison(shape, dtype):
+    if dtype in ("bfloat16", "float8_e4m3", "float8_e5m2"):
+        import torch
+
+        name = {"float8_e4m3": "float8_e4m3fn"}.get(dtype, dtype)
+        return torch.full(shape, float("nan"), dtype=getattr(torch, name))
+    if dtype == "bool":
+        return np.zeros(shape, np.bool_)
+    if dtype.startswith(("int", "uint")):
+        return np.full(shape, np.iinfo(dtype).max, dtype)
+    return np.full(shape, np.nan, dtype)
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(seconds: float):
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGALRM"):
+        return None
+
+    def handler(signum, frame):
+        raise _Timeout()
+
+    old = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    return old
+
+
+def run_case(case: Case, t: Target, expected_fail: dict | None = None, timeout: float = 120.0) -> Result:
+    start = time.perf_counter()
+    res = Result(case.id, case.family, _jsonable(case.params), FAIL, t.mode, t.name, case.seed)
+    old = _alarm(timeout)
+    try:
+        _run(case, t, res)
+    except _Timeout:
+        res.state, res.error = TIMEOUT, f"no result within {timeout:.0f} s"
+    except Exception as e:  # noqa: BLE001 - anything unexpected is a crash of the case, reported
+        res.state, res.error = CRASH, "".join(traceback.format_exception_only(type(e), e)).strip()
+    finally:
+        if old is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+    if expected_fail and case.id in expected_fail:
+        if res.state == FAIL:
+            res.state, res.error = EXPECTED_FAIL, f"{res.error} (expected: {expected_fail[case.id]})"
+        elif res.state == PASS:
+            res.state, res.error = UNEXPECTED_PASS, f"passes, but expectations say: {expected_fail[case.id]}"
+    res.duration = round(time.perf_counter() - start, 4)
+    return res
+
+
+def _run(case: Case, t: Target, res: Result) -> None:
+    absent = [need for need in case.needs if t.caps.satisfies(need)[0] is False]
+    func = case.build(**case.params)
+    configs = {"tilecore.disable_cache": False, **case.pass_configs}
+    if absent:
+        try:
+            tilecore.compile(func, target=t.target, pass_configs=configs)
+        except UnsupportedFeatureError as e:
+            if e.feature in absent:
+                res.state, res.error = NOT_SUPPORTED, str(e)
+            else:
+                res.state, res.error = FAIL, f"refused for {e.feature}, but the case lacks {absent}: {e}"
+            return
+        except TilecoreError as e:
+            res.state, res.error = FAIL, f"{absent} absent, expected UnsupportedFeatureError, got {type(e).__name__}: {e}"
+            return
+        res.state, res.error = FAIL, f"compiled although {', '.join(absent)} is absent (a silent fallback)"
+        return
+    try:
+        kernel = tilecore.compile(func, target=t.target, pass_configs=configs)
+    except TilecoreError as e:
+        res.state, res.error = FAIL, f"compile failed: {e}"
+        return
+    if t.mode in ("compile-only", "codegen-only"):
+        res.state = PASS
+        return
+    rng = np.random.default_rng(case.seed)
+    inputs = case.inputs(rng, **case.params)
+    refs = case.reference(inputs, **case.params)
+    if case.out_idx == ():  # updated in place: the last input is the output
+        kernel(*inputs)
+        outs = [inputs[-1]]
+    else:
+        outs = [_poison(r.shape, case.out_dtype) for r in refs]
+        kernel(*inputs, *outs)
+    worst_abs, worst_rel, problems = 0.0, 0.0, []
+    for k, (o, r) in enumerate(zip(outs, refs)):
+        got = f64(o)
+        if got.shape != r.shape:
+            problems.append(f"output {k}: shape {got.shape}, expected {r.shape}")
+            continue
+        scale = float(np.max(np.abs(r[np.isfinite(r)]))) if np.isfinite(r).any() else 1.0
+        rtol, atol = tolerance(case, max(scale, 1.0))
+        finite = np.isfinite(r)
+        if (np.isnan(got) & ~np.isnan(r)).any():
+            problems.append(f"output {k}: {int((np.isnan(got) & ~np.isnan(r)).sum())} element(s) not written or NaN")
+        if (got[~finite] != r[~finite]).any():
+            problems.append(f"output {k}: infinities differ")
+        diff = np.abs(got - r)[finite & ~np.isnan(got)]
+        if diff.size:
+            worst_abs = max(worst_abs, float(diff.max()))
+            rel = diff / np.maximum(np.abs(r[finite & ~np.isnan(got)]), 1e-30)
+            worst_rel = max(worst_rel, float(rel.max()))
+            bad = diff > atol + rtol * np.abs(r[finite & ~np.isnan(got)])
+            if bad.any():
+                problems.append(f"output {k}: {int(bad.sum())} of {bad.size} elements outside rtol={rtol:.3g} "
+                                f"atol={atol:.3g} (worst abs error {float(diff.max()):.3g})")
+    res.max_abs_err, res.max_rel_err = worst_abs, worst_rel
+    res.state, res.error = (FAIL, "; ".join(problems)) if problems else (PASS, "")
+
+
+def _jsonable(params: dict) -> dict:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in params.items()}
