@@ -119,3 +119,31 @@ def test_merge_puts_each_target_and_mode_in_its_own_column(tmp_path, plugins):
     assert "| case | cpu (device) | acme:x1 (compile-only) |" in text
     assert "| copy/whole/float32/64x64 | PASS | PASS |" in text
     assert "| copy/whole/float64/64x64 | PASS | NOT_SUPPORTED |" in text
+
+
+MISMATCH_MODULE = fake_plugins.ACME_MODULE.replace(
+    'return Probe("no-device", detail="acme boards are not attached here")',
+    'return Probe("ok", (DeviceInfo("acme x1 board"),), {"memory": {"shared": {"max_bytes_per_block": 8192}}})',
+).replace("from tilecore.plugin import Backend, Probe, Target, hookimpl",
+          "from tilecore.plugin import Backend, DeviceInfo, Probe, Target, hookimpl")
+
+
+def test_probe_disagreeing_with_the_profile_fails_the_run(tmp_path):
+    plugins = fake_plugins.install(tmp_path / "p", {"acme": ("tc_conf_acme_mismatch", MISMATCH_MODULE)})
+    report = tmp_path / "report"
+    r = run(["--target", "acme:x1", "-k", "fill/fill/float32", "--report", str(report)], tmp_path, plugins)
+    assert r.returncode == 1
+    assert "CAPABILITY_MISMATCH: memory.shared.max_bytes_per_block declared 16384, probed 8192" in r.stdout
+    man = json.loads((report / "manifest.json").read_text())
+    assert man["capability_mismatches"] and man["mode"] == "device"
+
+
+def test_each_worker_gets_its_own_device(monkeypatch):
+    from tilecore_conformance.plugin import _assign_device
+
+    class Config:
+        workerinput = {"workerid": "gw5", "tilecore_devices": 4}
+
+    monkeypatch.delenv("TILECORE_DEVICE", raising=False)
+    _assign_device(Config())
+    assert os.environ["TILECORE_DEVICE"] == "1"

@@ -71,9 +71,21 @@ class Session:
         self.timeout = config.getoption("tilecore_timeout")
 
 
+def _assign_device(config) -> None:
+    """One worker per device: xdist worker gwN uses device N modulo the device count. Backends read the
+    index from ``TILECORE_DEVICE`` (see docs/plugin-guide.md)."""
+    worker = getattr(config, "workerinput", None)
+    if worker is None or "TILECORE_DEVICE" in os.environ:
+        return
+    count = int(worker.get("tilecore_devices", 1) or 1)
+    index = int(str(worker.get("workerid", "gw0"))[2:] or 0)
+    os.environ["TILECORE_DEVICE"] = str(index % max(1, count))
+
+
 def pytest_configure(config):
     if not config.getoption("tilecore_target"):
         return
+    _assign_device(config)
     explicit = [a for a in config.invocation_params.args if not str(a).startswith("-") and Path(str(a)).exists()]
     if not explicit and str(SUITE) not in config.args:
         config.args[:] = [str(SUITE)]
@@ -136,8 +148,11 @@ def pytest_sessionfinish(session, exitstatus):
     _finish(session, sess, results)
 
 
-def pytest_configure_node(node):  # xdist hook: tell workers where to put their results
+def pytest_configure_node(node):  # xdist hook: tell workers where to put results and how many devices exist
     node.workerinput["tilecore_parts"] = str(_parts_dir(node.config))
+    sess = getattr(node.config, "_tilecore", None)
+    devices = len(sess.target.probe.devices) if sess is not None and sess.target is not None else 1
+    node.workerinput["tilecore_devices"] = max(1, devices)
 
 
 def _finish(session, sess: Session, results: list) -> None:
@@ -150,6 +165,8 @@ def _finish(session, sess: Session, results: list) -> None:
     floor = sess.expect["min_cases"]
     if len(sess.cases) < floor:
         problems.append(f"only {len(sess.cases)} cases collected, the floor for this target is {floor}: the suite shrank")
+    if sess.target is not None:
+        problems += list(sess.target.mismatches)
     if counts[model.UNEXPECTED_PASS]:
         problems.append(f"{counts[model.UNEXPECTED_PASS]} UNEXPECTED_PASS: remove the stale expectations")
     rep = session.config.getoption("tilecore_report")

@@ -28,6 +28,7 @@ def manifest(t) -> dict:
         "toolchain": t.backend.toolchain_version(t.target) or t.probe.toolchain,
         "capability_profile": t.caps.id, "capability_hash": t.caps.hash(),
         "device": {"status": t.probe.status, "devices": [d.name for d in t.probe.devices], "detail": t.probe.detail},
+        "capability_mismatches": list(t.mismatches),
         "host": {"python": platform.python_version(), "platform": platform.platform()},
         "seeds": "sha256(case id)[:4] little-endian",
     }

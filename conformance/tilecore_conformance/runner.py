@@ -25,6 +25,10 @@ class Target:
         self.backend, self.target = resolve_target(spec)
         self.caps = profile_for(self.target)
         self.probe = self.backend.probe()  # a failure here is a HARNESS_ERROR of the session, never a skip
+        from tilecore.capabilities import compare_probe
+
+        # declared values that the live device contradicts fail the run (never a silent skip)
+        self.mismatches = compare_probe(self.caps, self.probe.capabilities) if self.probe.capabilities else []
         mode = self.backend.runtime(self.target).mode()
         if mode in ("device", "emulated") and self.probe.status != "ok":
             mode = "compile-only"  # nothing to run on: the best honest mode is compiling
