@@ -7,7 +7,7 @@ from .buffer import SCOPES, Buffer, Region
 from .dtypes import DTYPES, DType, canonical, is_float, is_int, max_value, min_value, promote
 from .expr import (INDEX, BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, Var,
                    as_expr, binary, cast, compare, const, const_value, logic_and, logic_not, logic_or,
-                   maximum, minimum, same, select)
+                   maximum, minimum, same, select, walk_expr)
 from .printer import expr_str, func_str
 from .simplify import prove_equal, simplify
 from .stmt import (LOOP_KINDS, Allocate, Assert, Atomic, Bind, Break, Continue, For, Hint, If, KernelLaunch,

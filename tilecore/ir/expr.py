@@ -332,3 +332,15 @@ def same(a, b) -> bool:
         elif x != y:
             return False
     return a.dtype == b.dtype
+
+
+def walk_expr(e, fn) -> None:
+    """Call ``fn`` on ``e`` and every sub-expression, parents first."""
+    if not isinstance(e, Expr):
+        return
+    fn(e)
+    for slot in type(e).__slots__:
+        v = getattr(e, slot, None)
+        for item in (v if isinstance(v, tuple) else (v,)):
+            if isinstance(item, Expr):
+                walk_expr(item, fn)

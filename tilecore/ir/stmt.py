@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import Span
 from .buffer import Buffer
-from .expr import Expr, Var
+from .expr import Expr, Var, walk_expr
 
 LOOP_KINDS = ("serial", "parallel", "pipelined", "unroll", "vectorized")
 
@@ -195,22 +195,7 @@ class PrimFunc:
 
 def free_vars(e) -> list:
     out: list = []
-
-    def visit(x):
-        if isinstance(x, Var):
-            if not any(x is y for y in out):
-                out.append(x)
-        elif isinstance(x, Expr):
-            for slot in type(x).__slots__:
-                v = getattr(x, slot, None)
-                if isinstance(v, Expr):
-                    visit(v)
-                elif isinstance(v, tuple):
-                    for item in v:
-                        if isinstance(item, Expr):
-                            visit(item)
-
-    visit(e)
+    walk_expr(e, lambda x: out.append(x) if isinstance(x, Var) and not any(x is y for y in out) else None)
     return out
 
 

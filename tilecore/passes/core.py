@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import CompileError, UnsupportedFeatureError
-from ..ir import (Allocate, Assert, Atomic, Call, Expr, For, Hint, KernelLaunch, Print,
+from ..ir import (Allocate, Assert, Atomic, BinOp, Call, Expr, Select, walk_expr, For, Hint, KernelLaunch, Print,
                   Seq, Store, TileOp, collect, const_value, rewrite, walk)
 from . import tile_pass
 
@@ -94,36 +94,14 @@ def _stmt_exprs(s) -> list:
 def _arith_dtypes(e) -> set:
     """Dtypes in which ``e`` computes (operators and intrinsic calls)."""
     out: set = set()
-
-    def visit(x):
-        if type(x).__name__ in ("BinOp", "Call", "Select"):
-            out.add(str(x.dtype))
-        if isinstance(x, Expr):
-            for slot in type(x).__slots__:
-                v = getattr(x, slot, None)
-                for item in (v if isinstance(v, tuple) else (v,)):
-                    if isinstance(item, Expr):
-                        visit(item)
-
-    visit(e)
+    walk_expr(e, lambda x: out.add(str(x.dtype)) if isinstance(x, (BinOp, Call, Select)) else None)
     return out
 
 
 def _find_calls(e, name) -> list:
     """Intrinsic calls in ``e`` named ``name`` (all calls when ``name`` is None)."""
     out: list = []
-
-    def visit(x):
-        if isinstance(x, Call) and (name is None or x.name == name):
-            out.append(x)
-        if isinstance(x, Expr):
-            for slot in type(x).__slots__:
-                v = getattr(x, slot, None)
-                for item in (v if isinstance(v, tuple) else (v,)):
-                    if isinstance(item, Expr):
-                        visit(item)
-
-    visit(e)
+    walk_expr(e, lambda x: out.append(x) if isinstance(x, Call) and (name is None or x.name == name) else None)
     return out
 
 
