@@ -87,6 +87,22 @@ def test_capabilities_validate_checks_every_in_tree_file():
     assert "all valid" in r.stdout
 
 
+def test_capabilities_validate_a_second_checkout_shadows_installed_copies(tmp_path):
+    # CI validates a fresh clone while an editable install of another checkout may still be on the
+    # machine: the named files are the ones checked, the installed copies with the same ids are shadowed.
+    import shutil
+
+    copy = tmp_path / "capabilities"
+    shutil.copytree(HERE.parent / "capabilities", copy)
+    r = tc("capabilities", "validate", str(copy))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "shadowed by the named paths" in r.stdout and "all valid" in r.stdout
+    (copy / "cpu" / "host.yaml").write_text((copy / "cpu" / "host.yaml").read_text()
+                                           .replace("simd_width:", "simd_width: -1 #"))
+    r = tc("capabilities", "validate", str(copy))
+    assert r.returncode == 1 and "simd_width" in r.stdout, r.stdout
+
+
 def test_capabilities_validate_fails_on_a_bad_file(tmp_path):
     (tmp_path / "bad.yaml").write_text("schema: tilecore.capabilities/v1\nid: acme/bad\ntarget: acme\n"
                                        "execution: {simd_width: -3}\n")

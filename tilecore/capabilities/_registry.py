@@ -33,8 +33,10 @@ class CapabilityRegistry:
         self._cache: dict[str, Capabilities] = {}
 
     # -- loading ----------------------------------------------------------------------
-    def add_file(self, path, origin: str = "") -> None:
-        self._add(os.fspath(path), origin, None)
+    def add_file(self, path, origin: str = "", *, if_absent: bool = False) -> bool:
+        """Add one file. With if_absent, a file whose id is already defined is skipped (returns False):
+        files named by the user shadow an installed backend's copy of the same profile."""
+        return self._add(os.fspath(path), origin, None, if_absent=if_absent)
 
     def add_directory(self, path, origin: str = "") -> None:
         """Add every *.yaml / *.yml below path (recursively) except schema.yaml."""
@@ -50,7 +52,7 @@ class CapabilityRegistry:
                 full = os.path.join(dirpath, name)
                 self._add(full, origin, os.path.relpath(full, root))
 
-    def _add(self, path: str, origin: str, rel: str | None) -> None:
+    def _add(self, path: str, origin: str, rel: str | None, *, if_absent: bool = False) -> bool:
         doc = read_yaml(path)
         if not isinstance(doc, dict):
             raise CapabilityError(
@@ -63,6 +65,8 @@ class CapabilityRegistry:
             raise CapabilityError("missing or non-string id", file=path, field="id",
                                   hint="add 'id: vendor/name', e.g. 'id: acme/x1'")
         old = self._entries.get(ident)
+        if old is not None and if_absent:
+            return False
         if old is not None and os.path.realpath(old.path) != os.path.realpath(path):
             where = f" (from {old.origin})" if old.origin else ""
             raise CapabilityError(
@@ -71,6 +75,7 @@ class CapabilityRegistry:
             )
         self._entries[ident] = _Entry(doc, path, origin, rel)
         self._cache.clear()
+        return True
 
     def ids(self) -> list[str]:
         return sorted(self._entries)

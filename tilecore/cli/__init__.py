@@ -216,11 +216,9 @@ def cmd_capabilities_validate(args) -> int:
     from ..plugin import get_registry
 
     reg = CapabilityRegistry()
-    n = 0
-    for b in get_registry().backends().values():
-        for f in b.capability_files():
-            reg.add_file(f, origin=b.distribution)
-            n += 1
+    n = shadowed = 0
+    # Files named on the command line come first: where an installed backend carries a profile with the
+    # same id (an installed copy of the checkout being validated), the named file is the one checked.
     for p in args.paths or []:
         path = Path(p)
         if path.is_dir():
@@ -229,11 +227,18 @@ def cmd_capabilities_validate(args) -> int:
         else:
             reg.add_file(path)
             n += 1
+    for b in get_registry().backends().values():
+        for f in b.capability_files():
+            if reg.add_file(f, origin=b.distribution, if_absent=bool(args.paths)):
+                n += 1
+            else:
+                shadowed += 1
     problems = reg.validate_all()
     con = _console()
     for msg in problems:
         con.print(f"[red]error[/] {msg}")
-    con.print(f"{n} file(s), {len(reg.ids())} profile(s): "
+    note = f" ({shadowed} installed file(s) shadowed by the named paths)" if shadowed else ""
+    con.print(f"{n} file(s), {len(reg.ids())} profile(s){note}: "
               + ("[green]all valid[/]" if not problems else f"[red]{len(problems)} problem(s)[/]"))
     return 1 if problems else 0
 
