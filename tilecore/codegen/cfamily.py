@@ -15,8 +15,9 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import CompileError
-from ..ir import (Allocate, Assert, Atomic, BinOp, Bind, Break, Buffer, BufferLoad, Call, Cast, Cmp, Continue, Expr,
-                  FloatImm, For, If, IntImm, KernelLaunch, Logic, Print, Select, Seq, Store, Var, binary, const,
+from ..ir import (Allocate, Assert, Atomic, Barrier, BinOp, Bind, Break, Buffer, BufferLoad, Call, Cast, Cmp, Continue, Expr,
+                  FloatImm, For, If, IntImm, KernelLaunch, Logic, Print, Select, Seq, Store, ThreadIndex, Var, binary,
+                  const,
                   is_float, simplify)
 from ..plugin.api import Emitter, Source
 
@@ -70,6 +71,10 @@ class CFamilyEmitter(Emitter):
     floormod_int = "tc_floormod({0}, {1})"
     simd_pragma = ""
     unroll_pragma = ""
+    #: spelling of :class:`~tilecore.ir.ThreadIndex` (the flat thread index inside the block) and of a
+    #: block-wide :class:`~tilecore.ir.Barrier`; targets that distribute work over threads override them
+    thread_index_expr = "0"
+    barrier_stmt = ""
 
     # -- entry -------------------------------------------------------------------------------------
     def emit(self, func, ctx) -> Source:  # pragma: no cover - subclasses define the function layout
@@ -170,6 +175,8 @@ class CFamilyEmitter(Emitter):
                     inner = f"(({self.vtype(e.dtype)})({inner}))"
                 return self.round_conv[e.dtype].format(inner)
             return f"(({self.vtype(e.dtype)})({inner}))"
+        if isinstance(e, ThreadIndex):
+            return self.thread_index_expr
         if isinstance(e, Call):
             return self.call(st, e)
         if isinstance(e, BufferLoad):
@@ -264,6 +271,10 @@ class CFamilyEmitter(Emitter):
     def stmt_Atomic(self, st, s: Atomic):
         ref = f"&{self.name(st, s.buffer)}[{self.flat_index(st, s.buffer, s.indices)}]"
         self.line(st, f"tc_atomic_{s.op}_{s.buffer.dtype}({ref}, {self.expr(st, s.value)});")
+
+    def stmt_Barrier(self, st, s: Barrier):
+        if self.barrier_stmt:
+            self.line(st, self.barrier_stmt)
 
     def stmt_Break(self, st, s: Break):
         self.line(st, "break;")

@@ -5,12 +5,12 @@ the names exported here, so the substrate can change in one place. See docs/deci
 """
 from .buffer import SCOPES, Buffer, Region
 from .dtypes import DTYPES, DType, canonical, is_float, is_int, max_value, min_value, promote
-from .expr import (INDEX, BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, Var,
+from .expr import (INDEX, BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, ThreadIndex, Var,
                    as_expr, binary, cast, compare, const, const_value, logic_and, logic_not, logic_or,
                    maximum, minimum, same, select, walk_expr)
 from .printer import expr_str, func_str
 from .simplify import prove_equal, simplify
-from .stmt import (LOOP_KINDS, Allocate, Assert, Atomic, Bind, Break, Continue, For, Hint, If, KernelLaunch,
+from .stmt import (LOOP_KINDS, Allocate, Assert, Atomic, Barrier, Bind, Break, Continue, For, Hint, If, KernelLaunch,
                    Param, Print, PrimFunc, Seq, Stmt, Store, TileOp, free_vars, seq)
 from .visit import children, collect, rewrite, walk
 

@@ -142,6 +142,19 @@ class Call(Expr):
         self.name, self.args, self.dtype, self.attrs = name, tuple(args), canonical(dtype), tuple(attrs)
 
 
+class ThreadIndex(Expr):
+    """The flat index of the executing thread inside its block (0 .. prod(threads) - 1).
+
+    Introduced by thread distribution (``tilecore.simt_distribute``); emitters spell it through
+    ``thread_index_expr``.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, dtype=INDEX):
+        self.dtype = canonical(dtype)
+
+
 class BufferLoad(Expr):
     __slots__ = ("buffer", "indices")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from .buffer import Region
-from .expr import (BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, Var)
-from .stmt import (Allocate, Assert, Atomic, Bind, Break, Continue, For, Hint, If, KernelLaunch, Print,
+from .expr import (BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, ThreadIndex, Var)
+from .stmt import (Allocate, Assert, Atomic, Barrier, Bind, Break, Continue, For, Hint, If, KernelLaunch, Print,
                    PrimFunc, Seq, Stmt, Store, TileOp)
 
 _BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "floormod": "%",
@@ -43,6 +43,8 @@ def expr_str(e) -> str:
         return f"T.{e.name}({', '.join(expr_str(a) for a in e.args)}{attrs}):{e.dtype}"
     if isinstance(e, BufferLoad):
         return f"{e.buffer.name}[{', '.join(expr_str(i) for i in e.indices)}]"
+    if isinstance(e, ThreadIndex):
+        return "T.thread_index()"
     if isinstance(e, Region):
         return region_str(e)
     if isinstance(e, Expr):
@@ -106,6 +108,8 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
         return [f"{pad}T.print({what}, msg={s.message!r})"]
     if isinstance(s, Assert):
         return [f"{pad}T.device_assert({expr_str(s.cond)}, {s.message!r})"]
+    if isinstance(s, Barrier):
+        return [f"{pad}T.barrier()"]
     if isinstance(s, Break):
         return [f"{pad}break"]
     if isinstance(s, Continue):

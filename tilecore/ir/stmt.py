@@ -114,6 +114,12 @@ class Continue(Stmt):
 
 
 @dataclass(eq=False)
+class Barrier(Stmt):
+    """Wait until every thread of the block arrives here; block-local memory writes before it are
+    visible to every thread after it. Introduced by thread distribution (``tilecore.simt_distribute``)."""
+
+
+@dataclass(eq=False)
 class Hint(Stmt):
     """A scheduling hint a backend may honour or ignore: ``use_swizzle``, ``annotate_layout``..."""
 

@@ -1,0 +1,230 @@
+"""CUDA C++ for NVIDIA GPUs: one ``extern "C" __global__`` function per kernel.
+
+The kernel arrives distributed over its threads by ``tilecore.simt_distribute`` (this backend adds it
+before codegen): the launch body starts with the block's allocations, which become ``__shared__``
+arrays (dynamic shared memory above 48 KiB), parallel loops are strided over ``threadIdx.x`` and
+barriers are ``__syncthreads()``. The block is launched one-dimensional with ``prod(threads)``
+threads; the grid's first three dimensions map to ``blockIdx.x/y/z`` (more are flattened into x).
+
+Parameters: one pointer per tensor, one ``long long`` per ABI integer, one ``double`` per ABI float,
+then ``int* tc_status`` (the device-assertion status word). ``Source.meta`` carries the launch
+geometry as small Python expressions over the ABI integers (``grid``), the flat thread count, the
+dynamic shared-memory size and the assertion messages.
+"""
+from __future__ import annotations
+
+import math
+from importlib import resources
+
+from tilecore.codegen import CFamilyEmitter, EmitState, abi_of
+from tilecore.errors import CompileError, UnsupportedFeatureError
+from tilecore.ir import (Allocate, Assert, BinOp, Bind, Cast, IntImm, KernelLaunch, Seq, Var, collect,
+                         const_value, is_float, simplify)
+from tilecore.plugin import Source
+
+ENTRY = "tc_kernel"
+STATIC_SHARED_LIMIT = 48 * 1024
+
+
+def prelude() -> str:
+    text = resources.files("tilecore_cuda").joinpath("prelude/tc_cuda.cuh").read_text()
+    return text.replace("#pragma once\n", "")
+
+
+def grid_expr(e, ints: list) -> str:
+    """A Python expression computing ``e`` from the ABI integers (``ints[k]``), for the launcher."""
+    if isinstance(e, IntImm):
+        return str(e.value)
+    if isinstance(e, Var):
+        for k, v in enumerate(ints):
+            if v is e:
+                return f"ints[{k}]"
+        raise CompileError(f"the grid size uses {e.name}, which is not a kernel argument")
+    if isinstance(e, Cast) and not is_float(e.dtype) and not is_float(e.value.dtype):
+        return grid_expr(e.value, ints)
+    if isinstance(e, BinOp) and not is_float(e.dtype):
+        a, b = grid_expr(e.a, ints), grid_expr(e.b, ints)
+        ops = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "floormod": "%", "shl": "<<", "shr": ">>",
+               "bitand": "&", "bitor": "|", "xor": "^"}
+        if e.op in ops:
+            return f"({a} {ops[e.op]} {b})"
+        if e.op in ("min", "max"):
+            return f"{e.op}({a}, {b})"
+        if e.op == "div":
+            return f"int({a} / {b})"
+    raise CompileError(f"the grid size {e!r} cannot be computed at launch by this backend")
+
+
+class CUDAEmitter(CFamilyEmitter):
+    lang = "cuda"
+    index_type = "long long"
+    storage_types = {
+        "bool": "unsigned char", "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
+        "uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",
+        "uint64": "unsigned long long", "float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float",
+        "float64": "double", "float8_e4m3": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2",
+    }
+    value_types = {**storage_types, "bool": "int", "float16": "float", "bfloat16": "float", "float8_e4m3": "float",
+                   "float8_e5m2": "float"}
+    load_conv = {"float16": "__half2float({})", "bfloat16": "__bfloat162float({})",
+                 "float8_e4m3": "((float)({}))", "float8_e5m2": "((float)({}))"}
+    store_conv = {"float16": "__float2half_rn({})", "bfloat16": "__float2bfloat16_rn({})",
+                  "float8_e4m3": "__nv_fp8_e4m3((float)({}))", "float8_e5m2": "__nv_fp8_e5m2((float)({}))"}
+    round_conv = {"float16": "tc_round_h({})", "bfloat16": "tc_round_bf({})",
+                  "float8_e4m3": "((float)__nv_fp8_e4m3((float)({})))", "float8_e5m2": "((float)__nv_fp8_e5m2((float)({})))"}
+    fast_math = {
+        "exp": ("__expf({0})", "exp({0})"), "exp2": ("exp2f({0})", "exp2({0})"), "exp10": ("__exp10f({0})", "exp10({0})"),
+        "log": ("__logf({0})", "log({0})"), "log2": ("__log2f({0})", "log2({0})"), "log10": ("__log10f({0})", "log10({0})"),
+        "sin": ("__sinf({0})", "sin({0})"), "cos": ("__cosf({0})", "cos({0})"), "tan": ("__tanf({0})", "tan({0})"),
+        "sqrt": ("sqrtf({0})", "sqrt({0})"), "rsqrt": ("rsqrtf({0})", "rsqrt({0})"),
+        "tanh": ("tanhf({0})", "tanh({0})"), "sigmoid": ("(1.0f / (1.0f + __expf(-({0}))))", "(1.0 / (1.0 + exp(-({0}))))"),
+    }
+    thread_index_expr = "((int)threadIdx.x)"
+    barrier_stmt = "__syncthreads();"
+    reserved = CFamilyEmitter.reserved | frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize",
+                                                    "new", "delete", "class", "template", "this", "namespace",
+                                                    "operator", "private", "public", "protected", "virtual",
+                                                    "friend", "true", "false", "typename", "using", "dim3"})
+
+    def emit(self, func, ctx) -> Source:
+        st = EmitState()
+        st.fast = bool(ctx.option("tilecore.fast_math", False))
+        st.ctx = ctx
+        abi = abi_of(func)
+        has_asserts = bool(collect(func.body, Assert))
+        st.has_asserts = has_asserts
+        if has_asserts:
+            self.barrier_stmt = "if (__syncthreads_or(tc_fail)) return;"
+        params = []
+        for p in abi.buffers:
+            t = self.stype(p.buffer.dtype)
+            params.append(f"{t}* __restrict__ {self.name(st, p.buffer)}")
+        for k, _v in enumerate(abi.ints):
+            params.append(f"long long tc_i{k}")
+        for k, _v in enumerate(abi.floats):
+            params.append(f"double tc_f{k}")
+        params.append("int* __restrict__ tc_status")
+        st.indent = 1
+        for k, v in enumerate(abi.ints):
+            self.line(st, f"const {self.vtype(v.dtype)} {self.name(st, v)} = ({self.vtype(v.dtype)})tc_i{k};")
+        for k, v in enumerate(abi.floats):
+            self.line(st, f"const {self.vtype(v.dtype)} {self.name(st, v)} = ({self.vtype(v.dtype)})tc_f{k};")
+        if has_asserts:
+            self.line(st, "int tc_fail = 0;")
+        launches = collect(func.body, KernelLaunch)
+        if len(launches) != 1:
+            raise CompileError(f"kernel {func.name}: this backend needs exactly one T.Kernel per function, "
+                               f"found {len(launches)}", func.span)
+        st.launch_meta = {}
+        top = func.body.body if isinstance(func.body, Seq) else [func.body]
+        for s in top:
+            if isinstance(s, (KernelLaunch, Bind)):
+                self.stmt(st, s)
+            else:
+                raise CompileError(f"kernel {func.name}: statements outside T.Kernel ({type(s).__name__}) are not "
+                                   "supported by this backend", s.span)
+        launch = launches[0]
+        meta = dict(st.launch_meta)
+        meta["grid"] = [grid_expr(simplify(g), list(abi.ints)) for g in self._grid3(launch.grid)]
+        meta["asserts"] = list(st.asserts)
+        meta["arch"] = getattr(ctx.target, "arch", "")
+        body = "\n".join(st.lines)
+        threads = meta["threads"]
+        code = (f"/* generated by tilecore-cuda for kernel {func.name} */\n{prelude()}\n"
+                f"extern \"C\" __global__ void __launch_bounds__({threads}) {ENTRY}({', '.join(params)}) {{\n"
+                f"{body}\n}}\n")
+        return Source(code, "cuda", ENTRY, meta)
+
+    @staticmethod
+    def _grid3(grid):
+        grid = list(grid)
+        if len(grid) <= 3:
+            return grid + [IntImm(1)] * (3 - len(grid))
+        x = grid[0]
+        for g in grid[1:len(grid) - 2]:
+            x = x * g
+        return [x, grid[-2], grid[-1]]
+
+    # -- kernel launch ------------------------------------------------------------------------------
+    def stmt_KernelLaunch(self, st: EmitState, s: KernelLaunch):
+        threads = int(math.prod(int(t) for t in s.threads))
+        if threads > 1024:
+            raise UnsupportedFeatureError(f"T.Kernel(threads={tuple(s.threads)}) asks for {threads} threads per "
+                                          f"block; this target allows 1024", s.span,
+                                          feature="limit:max_threads_per_block", target=str(st.ctx.target))
+        if "simt_threads" not in s.attrs:
+            raise CompileError("internal: the kernel reached CUDA codegen without tilecore.simt_distribute", s.span)
+        top = s.body.body if isinstance(s.body, Seq) else [s.body]
+        shared = [a for a in top if isinstance(a, Allocate)]
+        # block indices
+        grid = list(s.grid)
+        bvars = list(s.block_vars)
+        if len(grid) <= 3:
+            for v, axis in zip(bvars, "xyz"):
+                self.line(st, f"const {self.vtype(v.dtype)} {self.name(st, v)} = ({self.vtype(v.dtype)})blockIdx.{axis};")
+        else:
+            nx = len(grid) - 2
+            self.line(st, "long long tc_bx = (long long)blockIdx.x;")
+            for v, g in zip(bvars[:nx], grid[:nx]):
+                self.line(st, f"const {self.vtype(v.dtype)} {self.name(st, v)} = "
+                              f"({self.vtype(v.dtype)})(tc_bx % (long long)({self.expr(st, g)}));")
+                self.line(st, f"tc_bx /= (long long)({self.expr(st, g)});")
+            for v, axis in zip(bvars[nx:], "yz"):
+                self.line(st, f"const {self.vtype(v.dtype)} {self.name(st, v)} = ({self.vtype(v.dtype)})blockIdx.{axis};")
+        # block-local memory
+        sizes = []
+        for a in shared:
+            n = const_value(simplify(a.buffer.numel()))
+            if n is None:
+                raise UnsupportedFeatureError(
+                    f"{a.buffer.name}: block-local buffers with symbolic sizes are not supported by this backend yet",
+                    a.span, feature="dynamic_block_buffers", target=str(st.ctx.target))
+            sizes.append(max(int(n), 1) * a.buffer.dtype.bytes)
+        total = sum((b + 15) // 16 * 16 for b in sizes)
+        lim = st.ctx.capabilities.limit("max_shared_bytes_per_block")
+        if lim is not None and lim[1] == "max" and total > lim[0]:
+            raise UnsupportedFeatureError(
+                f"kernel needs {total} bytes of block-local memory (shared, fragment and local buffers all live "
+                f"in shared memory on this backend); target {st.ctx.target} allows {int(lim[0])}",
+                s.span, feature="limit:max_shared_bytes_per_block", target=str(st.ctx.target))
+        dynamic = total > STATIC_SHARED_LIMIT
+        if dynamic:
+            self.line(st, "extern __shared__ __align__(16) unsigned char tc_smem[];")
+        off = 0
+        for a, nbytes in zip(shared, sizes):
+            b = a.buffer
+            t = self.stype(b.dtype)
+            if dynamic:
+                self.line(st, f"{t}* __restrict__ {self.name(st, b)} = ({t}*)(tc_smem + {off});")
+            else:
+                n = max(int(const_value(simplify(b.numel()))), 1)
+                self.line(st, f"__shared__ __align__(16) {t} {self.name(st, b)}[{n}];")
+            off += (nbytes + 15) // 16 * 16
+        st.launch_meta = {"threads": threads, "dynamic_shared_bytes": total if dynamic else 0,
+                          "shared_bytes": total}
+        for stmt in top:
+            if isinstance(stmt, Allocate):
+                continue
+            self.stmt(st, stmt)
+
+    # -- debugging ------------------------------------------------------------------------------------
+    def stmt_Print(self, st, s):
+        msg = s.message.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+        if s.buffer is not None:
+            b = s.buffer
+            i = f"tc_pi_{len(st.names)}"
+            st.names[("print", i)] = i
+            n = self.expr(st, simplify(b.numel()))
+            conv = self.load_conv.get(b.dtype, "{}").format(f"{self.name(st, b)}[{i}]")
+            fmt, cast = ("%.9g", "(double)") if is_float(b.dtype) or b.dtype in self.load_conv else ("%lld", "(long long)")
+            self.line(st, f"for (long long {i} = 0; {i} < {n}; ++{i}) "
+                          f"printf(\"{msg}[%lld] = {fmt}\\n\", (long long){i}, {cast}({conv}));")
+        else:
+            v = s.value
+            fmt, cast = ("%.9g", "(double)") if is_float(v.dtype) else ("%lld", "(long long)")
+            self.line(st, f"printf(\"{msg}{': ' if msg else ''}{fmt}\\n\", {cast}({self.expr(st, v)}));")
+
+    def stmt_Assert(self, st, s):
+        st.asserts.append(f"{s.message} (at {s.span})" if s.span else s.message)
+        self.line(st, f"if (!({self.expr(st, s.cond)})) {{ tc_set_status(tc_status, {len(st.asserts)}); "
+                      "tc_fail = 1; }")

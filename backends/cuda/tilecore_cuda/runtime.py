@@ -1,0 +1,355 @@
+"""Build CUDA C++ to a cubin (NVRTC, else nvcc), load and launch it through the CUDA driver API.
+
+The driver is reached through ``libcuda`` with ctypes (the same C API ``cuda.bindings.driver`` wraps),
+so loading and launching need nothing beyond the driver itself; torch supplies the tensors, the
+context and the current stream. Compilation prefers NVRTC (``nvidia-cuda-nvrtc`` + ``cuda-bindings``)
+and falls back to ``nvcc`` on PATH (or ``$TILECORE_NVCC``); ``tilecore.cuda.compiler`` = ``nvrtc`` or
+``nvcc`` forces one.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from tilecore.errors import CompileError, DeviceError, KernelAssertionError
+from tilecore.plugin import Program, Runtime, Source
+
+CUDA_INCLUDE_DIRS = ("/usr/local/cuda/include",)
+
+# -- toolchains ---------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _nvrtc():
+    try:
+        from cuda.bindings import nvrtc  # type: ignore
+    except Exception:  # noqa: BLE001 - any import problem means no NVRTC
+        try:
+            from cuda import nvrtc  # type: ignore  (cuda-python < 12.6 layout)
+        except Exception:  # noqa: BLE001
+            return None
+    try:
+        err, major, minor = nvrtc.nvrtcVersion()
+        if int(err) != 0:
+            return None
+    except Exception:  # noqa: BLE001 - the wheel is there but libnvrtc is not
+        return None
+    return nvrtc
+
+
+@functools.lru_cache(maxsize=1)
+def _include_dirs_cached() -> tuple:
+    return tuple(_include_dirs_uncached())
+
+
+def _include_dirs() -> list:
+    return list(_include_dirs_cached())
+
+
+@functools.lru_cache(maxsize=1)
+def find_nvcc() -> str | None:
+    env = os.environ.get("TILECORE_NVCC")
+    if env:
+        return shutil.which(env) or env
+    for cand in (shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+        if cand and os.path.exists(cand):
+            return cand
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def nvrtc_version() -> str:
+    mod = _nvrtc()
+    if mod is None:
+        return ""
+    _, major, minor = mod.nvrtcVersion()
+    return f"nvrtc {major}.{minor}"
+
+
+@functools.lru_cache(maxsize=1)
+def nvcc_version() -> str:
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return ""
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    lines = [ln for ln in out.splitlines() if "release" in ln]
+    return "nvcc " + (lines[0].split("release", 1)[1].strip() if lines else "unknown")
+
+
+def nvrtc_usable() -> bool:
+    """NVRTC is there and so are the CUDA headers the generated code includes (cuda_fp16.h...)."""
+    return _nvrtc() is not None and any(Path(d, "cuda_fp16.h").exists() for d in _include_dirs())
+
+
+def toolchain() -> str:
+    """Which compiler builds kernels here, with its version ('' when none)."""
+    return (nvrtc_version() if nvrtc_usable() else "") or nvcc_version()
+
+
+def _include_dirs_uncached() -> list:
+    dirs = [d for d in CUDA_INCLUDE_DIRS if os.path.isdir(d)]
+    nvcc = find_nvcc()
+    if nvcc:
+        inc = Path(nvcc).resolve().parent.parent / "include"
+        if inc.is_dir() and str(inc) not in dirs:
+            dirs.append(str(inc))
+    try:  # headers shipped in wheels (nvidia-cuda-runtime and friends)
+        import nvidia  # type: ignore
+
+        for root in getattr(nvidia, "__path__", []):
+            for inc in sorted(Path(root).glob("*/include")):
+                if (inc / "cuda_fp16.h").exists():
+                    dirs.append(str(inc))
+    except ImportError:
+        pass
+    return dirs
+
+
+def _flags(options: dict) -> list:
+    out = ["-std=c++17", "-lineinfo"] if options.get("tilecore.debug") else ["-std=c++17"]
+    if options.get("tilecore.fast_math"):
+        out += ["--use_fast_math"]
+    else:
+        out += ["--fmad=false"]
+    return out + list(options.get("tilecore.extra_flags", ()))
+
+
+def _check(mod, res, what: str, prog=None) -> None:
+    err = res[0] if isinstance(res, tuple) else res
+    if int(err) != 0:
+        raise CompileError(f"NVRTC {what} failed: {mod.nvrtcGetErrorString(err)[1]!r}")
+
+
+def build_nvrtc(code: str, arch: str, options: dict) -> bytes:
+    nvrtc = _nvrtc()
+    res = nvrtc.nvrtcCreateProgram(code.encode(), b"tilecore_kernel.cu", 0, [], [])
+    _check(nvrtc, res, "create")
+    prog = res[1]
+    opts = [f"--gpu-architecture={arch}".encode()] + [f.encode() for f in _flags(options)]
+    opts += [f"-I{d}".encode() for d in _include_dirs()]
+    try:
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        if int(err) != 0:
+            raise CompileError("NVRTC rejected the generated code:\n" + log.decode(errors="replace").strip()[-4000:]
+                               + "\nThis is a tilecore bug; please report it with the source from "
+                               "kernel.get_kernel_source()")
+        _, size = nvrtc.nvrtcGetCUBINSize(prog)
+        cubin = b" " * size
+        _check(nvrtc, nvrtc.nvrtcGetCUBIN(prog, cubin), "get cubin")
+        return bytes(cubin)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def build_nvcc(code: str, arch: str, options: dict) -> bytes:
+    nvcc = find_nvcc()
+    num = arch[3:]  # sm_90a -> 90a
+    with tempfile.TemporaryDirectory(prefix="tilecore-cuda-build-") as tmp:
+        src, out = Path(tmp) / "kernel.cu", Path(tmp) / "kernel.cubin"
+        src.write_text(code)
+        cmd = [nvcc, "--cubin", f"-gencode=arch=compute_{num},code={arch}", *_flags(options), str(src),
+               "-o", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CompileError(f"nvcc rejected the generated code:\n{proc.stderr.strip()[-4000:]}\n"
+                               "This is a tilecore bug; please report it with the source from "
+                               "kernel.get_kernel_source()")
+        return out.read_bytes()
+
+
+# -- the driver ---------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _libcuda():
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        if lib.cuInit(0) != 0:
+            return None
+        return lib
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def device_count() -> int:
+    lib = _libcuda()
+    if lib is None:
+        return 0
+    n = ctypes.c_int(0)
+    if lib.cuDeviceGetCount(ctypes.byref(n)) != 0:
+        return 0
+    return n.value
+
+
+# CUdevice_attribute values (cuda.h)
+_ATTR = {"max_threads_per_block": 1, "shared_per_block": 8, "sm_count": 16, "cc_major": 75, "cc_minor": 76,
+         "shared_per_block_optin": 97, "shared_per_sm": 81}
+
+
+def device_properties(index: int = 0) -> dict:
+    lib = _libcuda()
+    dev = ctypes.c_int(0)
+    if lib is None or lib.cuDeviceGet(ctypes.byref(dev), index) != 0:
+        return {}
+    props = {}
+    for key, attr in _ATTR.items():
+        v = ctypes.c_int(0)
+        if lib.cuDeviceGetAttribute(ctypes.byref(v), attr, dev) == 0:
+            props[key] = v.value
+    name = ctypes.create_string_buffer(256)
+    if lib.cuDeviceGetName(name, 256, dev) == 0:
+        props["name"] = name.value.decode(errors="replace")
+    return props
+
+
+def arch_of(props: dict) -> str:
+    major, minor = props.get("cc_major", 0), props.get("cc_minor", 0)
+    arch = f"sm_{major}{minor}"
+    return arch + "a" if major >= 9 else arch
+
+
+def _err(lib, code: int) -> str:
+    s = ctypes.c_char_p()
+    lib.cuGetErrorString(code, ctypes.byref(s))
+    return f"{code} ({s.value.decode() if s.value else 'unknown'})"
+
+
+class CUDARuntime(Runtime):
+    tensor_device = "cuda"
+
+    def __init__(self, arch: str = "sm_90a"):
+        self.arch = arch
+
+    def build(self, source: Source, options: dict) -> bytes:
+        which = options.get("tilecore.cuda.compiler")
+        if which not in (None, "nvrtc", "nvcc"):
+            raise CompileError(f"tilecore.cuda.compiler must be 'nvrtc' or 'nvcc', got {which!r}")
+        if which != "nvcc" and (nvrtc_usable() or which == "nvrtc" and _nvrtc() is not None):
+            return build_nvrtc(source.code, self.arch, options)
+        if which != "nvrtc" and find_nvcc() is not None:
+            return build_nvcc(source.code, self.arch, options)
+        raise CompileError("no CUDA compiler found: install NVRTC (pip install 'nvidia-cuda-nvrtc==13.0.*' "
+                           "'nvidia-cuda-runtime==13.0.*' 'cuda-bindings==13.0.*') or put nvcc on PATH")
+
+    def load(self, binary: bytes, source: Source) -> "CUDAProgram":
+        if device_count() == 0:
+            raise DeviceError("no CUDA device found (the CUDA driver reports none, or libcuda is missing): this "
+                              "kernel was compiled for " + (source.meta.get("arch") or self.arch)
+                              + " but cannot run on this machine")
+        return CUDAProgram(binary, source)
+
+    def mode(self) -> str:
+        return "device" if device_count() > 0 else "compile-only"
+
+    def timer(self):
+        import torch
+
+        def now() -> float:
+            torch.cuda.synchronize()
+            return time.perf_counter()
+
+        return now
+
+
+class CUDAProgram(Program):
+    def __init__(self, binary: bytes, source: Source):
+        import torch
+
+        self.torch = torch
+        self.lib = _libcuda()
+        self.binary = binary
+        self.entry = source.entry
+        self.meta = dict(source.meta)
+        self.asserts = list(self.meta.get("asserts", []))
+        self.grid = [compile(g, "<grid>", "eval") for g in self.meta.get("grid", ["1", "1", "1"])]
+        self.threads = int(self.meta.get("threads", 128))
+        self.dyn_shared = int(self.meta.get("dynamic_shared_bytes", 0))
+        self.funcs: dict = {}
+        self.status = None
+
+    def _device(self) -> int:
+        torch = self.torch
+        env = os.environ.get("TILECORE_DEVICE")
+        if env is not None and env.isdigit() and torch.cuda.current_device() != int(env):
+            torch.cuda.set_device(int(env))
+        return torch.cuda.current_device()
+
+    def _function(self, dev: int):
+        fn = self.funcs.get(dev)
+        if fn is not None:
+            return fn
+        lib = self.lib
+        self.torch.cuda.init()
+        self.torch.empty(1, device=f"cuda:{dev}")  # makes torch create and bind the primary context
+        ctx = ctypes.c_void_p()
+        lib.cuCtxGetCurrent(ctypes.byref(ctx))
+        if not ctx.value:
+            cudev = ctypes.c_int(0)
+            lib.cuDeviceGet(ctypes.byref(cudev), dev)
+            rc = lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), cudev)
+            if rc != 0:
+                raise DeviceError(f"cuDevicePrimaryCtxRetain failed: {_err(lib, rc)}")
+            lib.cuCtxSetCurrent(ctx)
+        module = ctypes.c_void_p()
+        buf = ctypes.create_string_buffer(self.binary, len(self.binary))
+        rc = lib.cuModuleLoadData(ctypes.byref(module), buf)
+        if rc != 0:
+            raise DeviceError(f"cuModuleLoadData failed: {_err(lib, rc)} (was the kernel built for this GPU's "
+                              f"architecture? it was built for {self.meta.get('arch')})")
+        func = ctypes.c_void_p()
+        rc = lib.cuModuleGetFunction(ctypes.byref(func), module, self.entry.encode())
+        if rc != 0:
+            raise DeviceError(f"cuModuleGetFunction failed: {_err(lib, rc)}")
+        if self.dyn_shared > 48 * 1024:
+            # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+            rc = lib.cuFuncSetAttribute(func, 8, ctypes.c_int(self.dyn_shared))
+            if rc != 0:
+                raise DeviceError(f"cannot give the kernel {self.dyn_shared} bytes of shared memory: {_err(lib, rc)}")
+        self.funcs[dev] = (module, func)
+        return self.funcs[dev]
+
+    def launch(self, buffers: list, ints: list, floats: list) -> None:
+        torch = self.torch
+        dev = self._device()
+        _, func = self._function(dev)
+        grid = [int(eval(g, {"__builtins__": {}}, {"ints": list(ints), "min": min, "max": max, "int": int}))
+                for g in self.grid]
+        if any(g <= 0 for g in grid):
+            return
+        if self.status is None or self.status.device.index != dev:
+            self.status = torch.zeros(1, dtype=torch.int32, device=f"cuda:{dev}")
+        args = [ctypes.c_void_p(int(b)) for b in buffers]
+        args += [ctypes.c_longlong(int(i)) for i in ints]
+        args += [ctypes.c_double(float(f)) for f in floats]
+        args.append(ctypes.c_void_p(self.status.data_ptr()))
+        params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p) for a in args])
+        stream = ctypes.c_void_p(torch.cuda.current_stream(dev).cuda_stream)
+        rc = self.lib.cuLaunchKernel(func, grid[0], grid[1], grid[2], self.threads, 1, 1, self.dyn_shared, stream,
+                                     params, None)
+        if rc != 0:
+            raise DeviceError(f"cuLaunchKernel failed: {_err(self.lib, rc)} (grid {grid}, {self.threads} threads, "
+                              f"{self.dyn_shared} bytes of dynamic shared memory)")
+        if self.asserts:
+            code = int(self.status.item())  # synchronizes: only kernels with device asserts pay for it
+            if code:
+                self.status.zero_()
+                msg = self.asserts[code - 1] if 0 < code <= len(self.asserts) else f"assertion {code}"
+                raise KernelAssertionError(f"T.device_assert failed: {msg}")
+
+    def synchronize(self) -> None:
+        self.torch.cuda.synchronize()

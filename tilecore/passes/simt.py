@@ -1,0 +1,185 @@
+"""Thread distribution for targets that run a block on many threads (single-instruction, many-threads).
+
+After tile-op lowering a kernel body is a block-level program: its statements run in program order,
+once per block (the CPU backend runs exactly that). A target whose block is a group of threads needs
+the same meaning spread over ``prod(threads)`` threads. ``tilecore.simt_distribute`` does that in
+the IR, with two vendor-neutral nodes (:class:`~tilecore.ir.ThreadIndex`, :class:`~tilecore.ir.Barrier`):
+
+- every block-local buffer allocated at block level (not inside a parallel loop) is hoisted to the
+  top of the kernel body: an emitter places the kernel's top-level allocations in on-chip block
+  memory shared by the threads; allocations inside parallel loops stay private to a thread;
+- each block-level nest of ``parallel`` (or ``vectorized``) loops is flattened and distributed:
+  ``for it: idx = it * nthreads + tid; if idx < total: i = idx / (..) % .., j = ..; body``, followed
+  by a barrier;
+- uniform serial loops and branches stay (every thread runs them) and their bodies are handled the
+  same way; a bound or condition that reads memory is bound to a scalar first, then a barrier;
+- block-level statements that write memory (Store, Atomic, Print, unknown leaves) run on thread 0,
+  followed by a barrier; Binds, Asserts, Break and Continue run on every thread (they are uniform);
+  a Bind that reads memory is followed by a barrier (a later write must not race the read).
+
+Backends add it to the ``before-codegen`` slot (position ``before``). It records ``simt_threads``
+(the flat thread count of the last launch) in ``func.attrs``.
+"""
+from __future__ import annotations
+
+import math
+
+from ..errors import CompileError
+from ..ir import (Allocate, Assert, Atomic, Barrier, Bind, Break, BufferLoad, Continue, For, If, IntImm,
+                  KernelLaunch, Print, Seq, Store, ThreadIndex, Var, as_expr, binary, compare, const,
+                  const_value, rewrite, seq, walk_expr)
+from . import tile_pass
+
+_DISTRIBUTED = ("parallel", "vectorized")
+
+
+def _loads_memory(e) -> bool:
+    found = []
+    walk_expr(e, lambda x: found.append(1) if isinstance(x, BufferLoad) else None)
+    return bool(found)
+
+
+def _prod(values):
+    out = const(1)
+    for v in values:
+        out = binary("mul", out, v)
+    return out
+
+
+def _thread0(stmt):
+    return [If(compare("eq", ThreadIndex(), const(0)), stmt, span=stmt.span), Barrier(span=stmt.span)]
+
+
+class _Distributor:
+    def __init__(self, nthreads: int):
+        self.n = nthreads
+        self.hoisted: list = []
+        self.count = 0
+
+    # -- block level ------------------------------------------------------------------------------
+    def block(self, s) -> list:
+        if s is None:
+            return []
+        if isinstance(s, Seq):
+            out: list = []
+            for c in s.body:
+                out += self.block(c)
+            return out
+        if isinstance(s, Allocate):
+            self.hoisted.append(Allocate(s.buffer, span=s.span))
+            if s.init is None:
+                return []
+            idx = tuple(const(0) for _ in s.buffer.shape)
+            return _thread0(Store(s.buffer, idx, s.init, span=s.span))
+        if isinstance(s, For):
+            if s.kind in _DISTRIBUTED:
+                return [self.distribute(s), Barrier(span=s.span)]
+            pre: list = []
+            start, extent = s.start, s.extent
+            if _loads_memory(start) or _loads_memory(extent):
+                vs, ve = Var(f"{s.var.name}_lo", start.dtype), Var(f"{s.var.name}_n", extent.dtype)
+                pre = [Bind(vs, start, span=s.span), Bind(ve, extent, span=s.span), Barrier(span=s.span)]
+                start, extent = vs, ve
+            body = seq(self.block(s.body)) if s.body is not None else None
+            return pre + [s.with_(start=start, extent=extent, body=body if body is not None else Seq([]))]
+        if isinstance(s, If):
+            pre = []
+            cond = s.cond
+            if _loads_memory(cond):
+                c = Var(f"tc_cond{self.count}", "bool")
+                self.count += 1
+                pre = [Bind(c, cond, span=s.span), Barrier(span=s.span)]
+                cond = c
+            then = seq(self.block(s.then))
+            orelse = seq(self.block(s.orelse)) if s.orelse is not None else None
+            return pre + [s.with_(cond=cond, then=then if then is not None else Seq([]), orelse=orelse)]
+        if isinstance(s, Bind):
+            return [s, Barrier(span=s.span)] if _loads_memory(s.value) else [s]
+        if isinstance(s, Assert):
+            return [s, Barrier(span=s.span)]
+        if isinstance(s, (Break, Continue, Barrier)):
+            return [s]
+        if isinstance(s, KernelLaunch):
+            raise CompileError("T.Kernel inside T.Kernel is not supported", s.span)
+        # Store, Atomic, Print and any other leaf with side effects: one thread does it
+        return _thread0(s)
+
+    # -- a nest of parallel loops -------------------------------------------------------------------
+    def distribute(self, loop: For):
+        loops: list = []
+        s = loop
+        while isinstance(s, For) and s.kind in _DISTRIBUTED:
+            loops.append(s)
+            b = s.body
+            while isinstance(b, Seq) and len(b.body) == 1:
+                b = b.body[0]
+            s = b
+        inner = s
+        extents = [f.extent for f in loops]
+        total = _prod(extents)
+        k = self.count
+        self.count += 1
+        idx = Var(f"tc_idx{k}")
+        binds = []
+        for d, f in enumerate(loops):
+            stride = _prod(extents[d + 1:])
+            q = binary("div", idx, stride)
+            if d > 0:
+                q = binary("sub", q, binary("mul", binary("div", q, f.extent), f.extent))
+            binds.append(Bind(f.var, binary("add", f.start, q) if const_value(f.start) != 0 else q, span=f.span))
+        body = seq(binds + [inner])
+        tot = const_value(total)
+        n = self.n
+        if tot is not None and tot % n != 0 or tot is None:
+            body = If(compare("lt", idx, total), body, span=loop.span)
+        tid = ThreadIndex()
+        if tot is not None and tot <= n:
+            return seq([Bind(idx, tid, span=loop.span), body])
+        it = Var(f"tc_it{k}")
+        trips = binary("floordiv", binary("add", total, n - 1), n)
+        step = seq([Bind(idx, binary("add", binary("mul", it, n), tid), span=loop.span), body])
+        return For(it, as_expr(0), trips, "serial", step, span=loop.span)
+
+
+def _drop_double_barriers(s):
+    def fix(x):
+        if isinstance(x, Seq):
+            out: list = []
+            for c in x.body:
+                if isinstance(c, Barrier) and out and isinstance(out[-1], Barrier):
+                    continue
+                out.append(c)
+            if len(out) != len(x.body):
+                return Seq(out, span=x.span)
+        return None
+
+    return rewrite(s, fix)
+
+
+def distribute_launch(launch: KernelLaunch) -> KernelLaunch:
+    n = int(math.prod(int(const_value(t) if not isinstance(t, int) else t) for t in launch.threads) or 1)
+    d = _Distributor(n)
+    body = d.block(launch.body)
+    new = Seq(d.hoisted + body, span=launch.body.span)
+    return launch.with_(body=_drop_double_barriers(new), attrs={**launch.attrs, "simt_threads": n})
+
+
+@tile_pass("tilecore.simt_distribute")
+def simt_distribute(func, ctx):
+    """Map each block's program onto its threads (parallel loops distributed, barriers inserted)."""
+    found = []
+
+    def fix(s):
+        if isinstance(s, KernelLaunch):
+            new = distribute_launch(s)
+            found.append(new.attrs["simt_threads"])
+            return new
+        return None
+
+    body = rewrite(func.body, fix)
+    return func.with_body(body, simt_threads=found[-1] if found else 0)
+
+
+__all__ = ["simt_distribute", "distribute_launch"]
+
+_ = (IntImm, Atomic, Print)  # statement kinds named in the docstring; they take the thread-0 path
