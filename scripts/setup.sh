@@ -11,4 +11,7 @@ fi
 python -m pip install --upgrade pip >/dev/null
 # torch: the pinned CPU build (an unpinned torch pulls a multi-GB CUDA build); kept out of package metadata
 python -c "import torch" 2>/dev/null || python -m pip install "torch==2.13.0"
-python -m pip install -e ".[test]" -e backends/cpu -e conformance
+# every in-tree backend; the CUDA one with NVRTC (13.0, matching the H100's driver) and cuobjdump for --emit asm,
+# so that CI compiles every conformance case for sm_80 and sm_90a without a GPU
+python -m pip install -e ".[test]" -e backends/cpu -e "backends/cuda[nvrtc]" -e conformance \
+  "nvidia-cuda-cuobjdump==13.*" "nvidia-cuda-nvdisasm==13.*"

@@ -34,6 +34,32 @@ class Target:
             mode = "compile-only"  # nothing to run on: the best honest mode is compiling
         self.mode = mode
         self.name = str(self.target)
+        #: where the runtime wants its tensors ("cpu" or a torch device type such as a GPU's); the
+        #: catalog builds inputs on the host, and the runner moves them there and the outputs back
+        self.tensor_device = getattr(self.backend.runtime(self.target), "tensor_device", "cpu")
+
+
+def _to_device(x, device: str):
+    """A host array (numpy or CPU torch) as a torch tensor on the runtime's device; other values as is."""
+    if device == "cpu":
+        return x
+    import torch
+
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(np.ascontiguousarray(x))
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    return x
+
+
+def _to_host(x):
+    if isinstance(x, np.ndarray):
+        return x
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - a non-numpy output implies torch
+        return x
+    return x.cpu() if isinstance(x, torch.Tensor) else x
 
 
 def _poison(shape, dtype):
@@ -117,12 +143,14 @@ def _run(case: Case, t: Target, res: Result) -> None:
     rng = np.random.default_rng(case.seed)
     inputs = case.inputs(rng, **case.params)
     refs = case.reference(inputs, **case.params)
+    args = [_to_device(x, t.tensor_device) for x in inputs]
     if case.out_idx == ():  # updated in place: the last input is the output
-        kernel(*inputs)
-        outs = [inputs[-1]]
+        kernel(*args)
+        outs = [_to_host(args[-1])]
     else:
-        outs = [_poison(r.shape, case.out_dtype) for r in refs]
-        kernel(*inputs, *outs)
+        outs = [_to_device(_poison(r.shape, case.out_dtype), t.tensor_device) for r in refs]
+        kernel(*args, *outs)
+        outs = [_to_host(o) for o in outs]
     worst_abs, worst_rel, problems = 0.0, 0.0, []
     for k, (o, r) in enumerate(zip(outs, refs)):
         got = f64(o)
