@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import sys
 import shutil
 import subprocess
 import tempfile
@@ -27,6 +28,7 @@ CUDA_INCLUDE_DIRS = ("/usr/local/cuda/include",)
 
 @functools.lru_cache(maxsize=1)
 def _nvrtc():
+    _import_torch_first()
     try:
         from cuda.bindings import nvrtc  # type: ignore
     except Exception:  # noqa: BLE001 - any import problem means no NVRTC
@@ -227,6 +229,22 @@ def _err(lib, code: int) -> str:
     s = ctypes.c_char_p()
     lib.cuGetErrorString(code, ctypes.byref(s))
     return f"{code} ({s.value.decode() if s.value else 'unknown'})"
+
+
+def _import_torch_first() -> None:
+    """Import torch before NVRTC's libraries enter the process, on machines with a GPU.
+
+    On the H100 test machine (torch 2.11+cu130, cuda-bindings 13.0) a first ``import torch`` after an
+    NVRTC compile failed inside torch's own import (a schema parse error in torch.library, then
+    "partially initialized module 'torch'" on every later use), which crashed most conformance cases.
+    torch is needed there anyway to launch, so it is imported first. No effect without torch or a GPU.
+    """
+    if "torch" in sys.modules or device_count() == 0:
+        return
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
 
 
 class CUDARuntime(Runtime):
