@@ -147,3 +147,15 @@ def test_each_worker_gets_its_own_device(monkeypatch):
     monkeypatch.delenv("TILECORE_DEVICE", raising=False)
     _assign_device(Config())
     assert os.environ["TILECORE_DEVICE"] == "1"
+
+
+def test_results_read_back_from_torch_stay_exact():
+    # outputs of a device runtime come back as torch tensors; float64 must not pass through float32
+    import torch
+
+    from tilecore_conformance.catalog import f64
+
+    x = torch.tensor([1 / 3, 2.0 ** -40 + 1.0], dtype=torch.float64)
+    assert (f64(x) == x.numpy()).all()
+    assert f64(torch.tensor([2 ** 53 - 1], dtype=torch.int64))[0] == 2 ** 53 - 1
+    assert f64(torch.tensor([0.1], dtype=torch.bfloat16))[0] == float(torch.tensor(0.1, dtype=torch.bfloat16))

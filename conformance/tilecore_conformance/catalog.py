@@ -42,7 +42,14 @@ def make(rng, shape, dtype, low=None, positive=False):
 
 def f64(x) -> np.ndarray:
     if hasattr(x, "detach"):
-        return x.detach().float().double().numpy() if x.dtype != __import__("torch").bool else x.numpy().astype(np.float64)
+        import torch
+
+        x = x.detach().cpu()
+        if x.dtype == torch.bool:
+            return x.numpy().astype(np.float64)
+        if x.dtype.is_floating_point and x.element_size() < 4:
+            x = x.float()  # 8- and 16-bit floats: exactly representable in float32 (some lack a direct cast)
+        return x.to(torch.float64).numpy()  # never through float32: float64 and 64-bit ints stay exact
     return np.asarray(x).astype(np.float64)
 
 
