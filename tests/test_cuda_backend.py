@@ -153,7 +153,7 @@ def test_readme_gemm_compiles(target):
     assert k.mode == ("device" if HAS_DEVICE else "compile-only")
     assert 'extern "C" __global__' in src and "__syncthreads()" in src and "__shared__" in src
     assert "threadIdx.x" in src and "blockIdx.y" in src
-    assert "gemm:cuda.gemm_simt" in k.meta["attrs"]["intrinsics"]
+    assert "gemm:cuda.gemm_mma_f16" in k.meta["attrs"]["intrinsics"]  # tensor cores (test_cuda_tensor_cores.py)
     assert k.source.meta["threads"] == 128
 
 

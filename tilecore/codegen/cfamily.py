@@ -15,7 +15,8 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import CompileError
-from ..ir import (Allocate, Assert, Atomic, Barrier, BinOp, Bind, Break, Buffer, BufferLoad, Call, Cast, Cmp, Continue, Expr,
+from ..ir import (Allocate, Assert, Atomic, Barrier, BinOp, Bind, Break, Buffer, BufferLoad, Call, Cast, Cmp, Collective,
+                  Continue, Expr,
                   FloatImm, For, If, IntImm, KernelLaunch, Logic, Print, Select, Seq, Store, ThreadIndex, Var, binary,
                   const,
                   is_float, simplify)
@@ -281,6 +282,11 @@ class CFamilyEmitter(Emitter):
 
     def stmt_Continue(self, st, s: Continue):
         self.line(st, "continue;")
+
+    def stmt_Collective(self, st, s: Collective):
+        """A block-wide operation from a backend's device library; a target with one overrides this."""
+        raise CompileError(f"the block-wide operation {s.name} has no implementation in this target's code "
+                           "generator", s.span)
 
     def stmt_Print(self, st, s: Print):  # pragma: no cover - target specific
         raise CompileError("T.print is not implemented by this target's code generator", s.span)

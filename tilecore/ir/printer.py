@@ -7,7 +7,7 @@ import math
 
 from .buffer import Region
 from .expr import (BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, ThreadIndex, Var)
-from .stmt import (Allocate, Assert, Atomic, Barrier, Bind, Break, Continue, For, Hint, If, KernelLaunch, Print,
+from .stmt import (Allocate, Assert, Atomic, Barrier, Bind, Break, Collective, Continue, For, Hint, If, KernelLaunch, Print,
                    PrimFunc, Seq, Stmt, Store, TileOp)
 
 _BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "floormod": "%",
@@ -116,6 +116,11 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
         return [f"{pad}continue"]
     if isinstance(s, Hint):
         return [f"{pad}T.hint({s.kind!r}, {_hint_payload(s.payload)})"]
+    if isinstance(s, Collective):
+        args = "".join(f", {_arg_str(a)}" for a in s.args)
+        attrs = "".join(f", {k}={_arg_str(v)}" for k, v in sorted(s.attrs.items()))
+        threads = f", threads={s.threads}" if s.threads is not None else ""
+        return [f"{pad}T.collective({s.name!r}{args}{attrs}{threads})"]
     if isinstance(s, TileOp):
         args = ", ".join(_arg_str(a) for a in s.args)
         attrs = "".join(f", {k}={_arg_str(v)}" for k, v in sorted(s.attrs.items()))

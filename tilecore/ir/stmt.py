@@ -120,6 +120,25 @@ class Barrier(Stmt):
 
 
 @dataclass(eq=False)
+class Collective(Stmt):
+    """An operation that every thread of the block executes together, e.g. a block-wide matrix multiply
+    through a backend's device library: ``name(*args)`` specialised by the static ``attrs``.
+
+    ``args`` are :class:`~tilecore.ir.buffer.Region` objects (an emitter passes the address of the
+    region's first element) and scalar expressions (passed by value). Tile-op lowering produces it
+    (a backend intrinsic); thread distribution (``tilecore.simt_distribute``) runs it on every thread,
+    records their number in ``threads`` and puts a :class:`Barrier` before and after it, so the
+    callee may read block-local memory written before it and its writes are visible after it. An
+    emitter that runs a block as one thread may call it once; one that has no such library rejects it.
+    """
+
+    name: str
+    args: tuple
+    attrs: dict = field(default_factory=dict)
+    threads: int | None = None
+
+
+@dataclass(eq=False)
 class Hint(Stmt):
     """A scheduling hint a backend may honour or ignore: ``use_swizzle``, ``annotate_layout``..."""
 

@@ -13,6 +13,9 @@ the IR, with two vendor-neutral nodes (:class:`~tilecore.ir.ThreadIndex`, :class
   by a barrier;
 - uniform serial loops and branches stay (every thread runs them) and their bodies are handled the
   same way; a bound or condition that reads memory is bound to a scalar first, then a barrier;
+- a :class:`~tilecore.ir.Collective` (an operation the whole block performs together, e.g. a backend's
+  block-wide matrix multiply) runs on every thread, with ``threads`` set to their number, between two
+  barriers (the callee may read what came before; what it writes is visible after);
 - block-level statements that write memory (Store, Atomic, Print, unknown leaves) run on thread 0,
   followed by a barrier; Binds, Asserts, Break and Continue run on every thread (they are uniform);
   a Bind that reads memory is followed by a barrier (a later write must not race the read).
@@ -25,9 +28,9 @@ from __future__ import annotations
 import math
 
 from ..errors import CompileError
-from ..ir import (Allocate, Assert, Atomic, Barrier, Bind, Break, BufferLoad, Continue, For, If, IntImm,
+from ..ir import (Allocate, Assert, Atomic, Barrier, Bind, Break, BufferLoad, Collective, Continue, For, If, IntImm,
                   KernelLaunch, Print, Seq, Store, ThreadIndex, Var, as_expr, binary, compare, const,
-                  const_value, rewrite, seq, walk_expr)
+                  const_value, rewrite, seq, walk, walk_expr)
 from . import tile_pass
 
 _DISTRIBUTED = ("parallel", "vectorized")
@@ -99,6 +102,8 @@ class _Distributor:
             return [s, Barrier(span=s.span)]
         if isinstance(s, (Break, Continue, Barrier)):
             return [s]
+        if isinstance(s, Collective):
+            return [Barrier(span=s.span), s.with_(threads=self.n), Barrier(span=s.span)]
         if isinstance(s, KernelLaunch):
             raise CompileError("T.Kernel inside T.Kernel is not supported", s.span)
         # Store, Atomic, Print and any other leaf with side effects: one thread does it
@@ -115,6 +120,12 @@ class _Distributor:
                 b = b.body[0]
             s = b
         inner = s
+
+        def no_collective(x):
+            if isinstance(x, Collective):
+                raise CompileError(f"{x.name}: a block-wide operation cannot run inside a T.Parallel loop", x.span)
+
+        walk(inner, no_collective)
         extents = [f.extent for f in loops]
         total = _prod(extents)
         k = self.count

@@ -101,7 +101,10 @@ class CUDABackend(Backend):
     def passes(self, target) -> list:
         from tilecore.passes.simt import simt_distribute  # compile-time only: loading a kernel needs no passes
 
-        return [PassSpec("before-codegen", simt_distribute, position="before")]
+        from .intrinsics import mark_block_threads
+
+        return [PassSpec("tile-lowering", mark_block_threads, position="before"),
+                PassSpec("before-codegen", simt_distribute, position="before")]
 
     def emitter(self, target):
         return CUDAEmitter()

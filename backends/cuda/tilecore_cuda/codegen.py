@@ -18,8 +18,8 @@ from importlib import resources
 
 from tilecore.codegen import CFamilyEmitter, EmitState, abi_of
 from tilecore.errors import CompileError, UnsupportedFeatureError
-from tilecore.ir import (Allocate, Assert, BinOp, Bind, Cast, IntImm, KernelLaunch, Seq, Var, collect,
-                         const_value, is_float, simplify)
+from tilecore.ir import (Allocate, Assert, BinOp, Bind, Cast, Collective, Expr, IntImm, KernelLaunch, Region, Seq, Var,
+                         binary, collect, const, const_value, is_float, simplify)
 from tilecore.plugin import Source
 
 ENTRY = "tc_kernel"
@@ -206,6 +206,34 @@ class CUDAEmitter(CFamilyEmitter):
             if isinstance(stmt, Allocate):
                 continue
             self.stmt(st, stmt)
+
+    # -- block-collective operations (tensor-core gemm, cp.async copies) -------------------------------
+    def stmt_Collective(self, st, s: Collective):
+        """``name<template...>(args...)`` from the prelude; every thread of the block runs it (the
+        barriers around it come from ``tilecore.simt_distribute``). Regions pass the address of their
+        first element, scalars pass by value as ``long long``."""
+        from .intrinsics import COLLECTIVES
+
+        spell = COLLECTIVES.get(s.name)
+        if spell is None:
+            raise CompileError(f"internal: unknown block-wide operation {s.name}", s.span)
+        if s.threads is None:
+            raise CompileError(f"internal: {s.name} reached CUDA codegen without tilecore.simt_distribute", s.span)
+        args = []
+        for a in s.args:
+            if isinstance(a, Region):
+                flat = const(0)
+                stride = const(1)
+                for idx, dim in reversed(list(zip(a.starts, a.buffer.shape))):
+                    flat = binary("add", flat, binary("mul", idx, stride))
+                    stride = binary("mul", stride, dim)
+                args.append(f"({self.name(st, a.buffer)} + {self.expr(st, simplify(flat))})")
+            elif isinstance(a, Expr):
+                args.append(f"(long long)({self.expr(st, a)})")
+            else:
+                raise CompileError(f"internal: {s.name}: argument {a!r} has no CUDA spelling", s.span)
+        template = ", ".join(str(t) for t in spell(s))
+        self.line(st, f"{s.name}<{template}>({', '.join(args)});")
 
     # -- debugging ------------------------------------------------------------------------------------
     def stmt_Print(self, st, s):

@@ -1,0 +1,224 @@
+"""Run a generated CUDA kernel on the host, one block at a time, one std::thread per CUDA thread.
+
+For machines without a GPU: it checks what the compiler cannot, that the tensor-core gemm's fragment
+layouts (ldmatrix, mma.sync m16n8k16) and the cp.async copies compute the right numbers for every
+transpose and ragged edge. The kernel source is the one the CUDA backend generated, unchanged; the
+prelude's device-only helpers (inline PTX) are replaced by host emulations written from the PTX ISA's
+description of each instruction:
+
+- ``mma.sync.aligned.m16n8k16.row.col`` (f16/bf16 -> f32): every lane of a warp deposits its fragments,
+  a warp barrier, every lane computes its four accumulators from the whole A (16x16) and B (16x8);
+- ``ldmatrix`` (.x2/.x4, optionally .trans): lane ``l`` gives the row address of row ``l % 8`` of 8x8
+  matrix ``l / 8``; each lane receives two 16-bit elements per matrix (row ``l / 4``, columns
+  ``2 * (l % 4)`` and ``+ 1``; transposed with .trans); addresses must be 16-byte aligned;
+- ``cp.async`` 16 bytes with a source size: copy that many bytes, zero the rest; both addresses
+  16-byte aligned.
+
+``__shared__`` arrays become function statics (one block runs at a time), ``__syncthreads()`` a
+``std::barrier`` over the block. Only what the gemm tests need is shimmed (no atomics, printf, asserts).
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+SHIM = r"""
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+#define __launch_bounds__(n)
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+struct tc_dim3 { unsigned x = 0, y = 0, z = 0; };
+thread_local tc_dim3 threadIdx, blockIdx;
+static std::barrier<>* tc_block_barrier;
+inline void __syncthreads() { tc_block_barrier->arrive_and_wait(); }
+struct float2 { float x, y; };
+inline float2 make_float2(float a, float b) { return {a, b}; }
+struct uint4 { unsigned x, y, z, w; };
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
+struct __half { unsigned short bits; };
+struct __nv_bfloat16 { unsigned short bits; };
+inline float __half2float(__half h) { _Float16 f; std::memcpy(&f, &h.bits, 2); return (float)f; }
+inline __half __float2half_rn(float x) { _Float16 f = (_Float16)x; __half h; std::memcpy(&h.bits, &f, 2); return h; }
+inline float tc_bf2f_bits(unsigned short b) { unsigned u = (unsigned)b << 16; float f; std::memcpy(&f, &u, 4); return f; }
+inline float __bfloat162float(__nv_bfloat16 h) { return tc_bf2f_bits(h.bits); }
+inline __nv_bfloat16 __float2bfloat16_rn(float x) {
+  unsigned u; std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {(unsigned short)((u >> 16) | 0x40)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return {(unsigned short)(u >> 16)};
+}
+inline float tc_h2f_bits(unsigned short b) { __half h{b}; return __half2float(h); }
+static void tc_fail(const char* what) { std::fprintf(stderr, "emulator: %s\n", what); std::abort(); }
+
+/* ---- warps ---- */
+struct tc_warp {
+  std::barrier<> bar{32};
+  const void* ptr[32];
+  unsigned a[32][4], b[32][2];
+  float d[32][4];
+};
+thread_local tc_warp* tc_w;
+thread_local int tc_lane;
+
+inline void tc_ldsm(unsigned* r, const void* p, int nmat, bool trans) {
+  if (tc_lane < 8 * nmat && (reinterpret_cast<uintptr_t>(p) & 15)) tc_fail("ldmatrix row address not 16-byte aligned");
+  tc_w->ptr[tc_lane] = p;
+  tc_w->bar.arrive_and_wait();
+  const int l = tc_lane;
+  for (int j = 0; j < nmat; ++j) {
+    unsigned short lo, hi;
+    if (!trans) {
+      const unsigned short* row = (const unsigned short*)tc_w->ptr[8 * j + l / 4];
+      lo = row[2 * (l % 4)]; hi = row[2 * (l % 4) + 1];
+    } else {
+      lo = ((const unsigned short*)tc_w->ptr[8 * j + 2 * (l % 4)])[l / 4];
+      hi = ((const unsigned short*)tc_w->ptr[8 * j + 2 * (l % 4) + 1])[l / 4];
+    }
+    r[j] = (unsigned)lo | ((unsigned)hi << 16);
+  }
+  tc_w->bar.arrive_and_wait();
+}
+inline void tc_ldsm_x4(unsigned* r, const void* p) { tc_ldsm(r, p, 4, false); }
+inline void tc_ldsm_x4_t(unsigned* r, const void* p) { tc_ldsm(r, p, 4, true); }
+inline void tc_ldsm_x2(unsigned* r, const void* p) { tc_ldsm(r, p, 2, false); }
+inline void tc_ldsm_x2_t(unsigned* r, const void* p) { tc_ldsm(r, p, 2, true); }
+
+template <bool BF16> inline float tc_elem(unsigned reg, int half) {
+  unsigned short b = (unsigned short)(half ? reg >> 16 : reg & 0xffffu);
+  return BF16 ? tc_bf2f_bits(b) : tc_h2f_bits(b);
+}
+template <bool BF16> inline void tc_mma_16816(float* d, const unsigned* a, const unsigned* b) {
+  const int l = tc_lane;
+  for (int q = 0; q < 4; ++q) tc_w->a[l][q] = a[q];
+  tc_w->b[l][0] = b[0]; tc_w->b[l][1] = b[1];
+  tc_w->bar.arrive_and_wait();
+  const int g = l >> 2, t = l & 3;
+  for (int q = 0; q < 4; ++q) {
+    const int row = g + 8 * (q >> 1), col = 2 * t + (q & 1);
+    double acc = d[q];
+    for (int k = 0; k < 16; ++k) {
+      /* A (row, k): lane (row % 8) * 4 + (k % 8) / 2, register (row >= 8) + 2 * (k >= 8), half k & 1 */
+      const float av = tc_elem<BF16>(tc_w->a[(row % 8) * 4 + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k & 1);
+      /* B (k, col): lane col * 4 + (k % 8) / 2, register k >= 8, half k & 1 */
+      const float bv = tc_elem<BF16>(tc_w->b[col * 4 + (k % 8) / 2][k >= 8], k & 1);
+      acc += (double)av * (double)bv;
+    }
+    tc_w->d[l][q] = (float)acc;
+  }
+  tc_w->bar.arrive_and_wait();
+  for (int q = 0; q < 4; ++q) d[q] = tc_w->d[l][q];
+}
+
+inline void tc_cp_async16(void* dst, const void* src, int src_bytes) {
+  if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) tc_fail("cp.async address not 16-byte aligned");
+  if (src_bytes < 0 || src_bytes > 16) tc_fail("cp.async source size out of range");
+  std::memcpy(dst, src, src_bytes);
+  std::memset((char*)dst + src_bytes, 0, 16 - src_bytes);
+}
+inline void tc_cp_async_commit() {}
+template <int N> inline void tc_cp_async_wait() {}
+"""
+
+RUNNER = r"""
+int main(int argc, char** argv) {
+  const int gx = GRID_X, gy = GRID_Y, gz = GRID_Z, nthreads = THREADS;
+  std::vector<std::vector<unsigned char>> bufs;
+  std::vector<void*> ptrs;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::vector<unsigned char> data(std::atol(argv[i + 1]) + 64);
+    void* p = (void*)(((uintptr_t)data.data() + 63) & ~(uintptr_t)63);
+    FILE* f = std::fopen(argv[i], "rb");
+    if (f) { size_t n = std::fread(p, 1, std::atol(argv[i + 1]), f); (void)n; std::fclose(f); }
+    bufs.push_back(std::move(data));
+    ptrs.push_back(p);
+  }
+  int status = 0;
+  for (int bz = 0; bz < gz; ++bz)
+    for (int by = 0; by < gy; ++by)
+      for (int bx = 0; bx < gx; ++bx) {
+        std::barrier<> block(nthreads);
+        tc_block_barrier = &block;
+        std::vector<tc_warp> warps((nthreads + 31) / 32);
+        std::vector<std::thread> ts;
+        for (int t = 0; t < nthreads; ++t)
+          ts.emplace_back([&, t] {
+            threadIdx.x = t; blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;
+            tc_w = &warps[t / 32]; tc_lane = t % 32;
+            CALL;
+          });
+        for (auto& t : ts) t.join();
+      }
+  for (int i = 1, k = 0; i + 1 < argc; i += 2, ++k) {
+    FILE* f = std::fopen(argv[i], "wb");
+    std::fwrite(ptrs[k], 1, std::atol(argv[i + 1]), f);
+    std::fclose(f);
+  }
+  return status;
+}
+"""
+
+
+def host_source(source) -> str:
+    """The generated kernel with the prelude's device-only parts swapped for the host emulation."""
+    code = source.code
+    head, sep, kernel = code.partition('extern "C" __global__')
+    head = re.sub(r"/\* device-only: begin.*?/\* device-only: end \*/\n", "", head, flags=re.S)
+    head = re.sub(r"#include <[^>]+>\n", "", head)
+    # drop the atomics (host has no atomicCAS); keep the helpers before them and the collectives after
+    head = re.sub(r"/\* device assertions:.*?(?=/\* -{20,})", "", head, flags=re.S)
+    return SHIM + head + sep + kernel
+
+
+def run_on_host(kernel, arrays: list, tmp: Path | None = None) -> list:
+    """Run compiled tilecore kernel ``kernel`` (a CUDA target) on ``arrays`` (numpy, in parameter order;
+    they are updated in place and returned). Only buffer parameters (no scalars)."""
+    src = kernel.source
+    grid = [eval(g, {"ints": [], "max": max, "min": min}) for g in src.meta["grid"]]  # noqa: S307 - our own text
+    threads = src.meta["threads"]
+    if src.meta.get("dynamic_shared_bytes"):
+        raise ValueError("the host emulator runs static shared memory only")
+    n = len(arrays)
+    call = "tc_kernel(" + ", ".join(f"({_ctype(a.dtype)}*)ptrs[{k}]" for k, a in enumerate(arrays)) + ", &status)"
+    text = host_source(src) + RUNNER.replace("GRID_X", str(grid[0])).replace("GRID_Y", str(grid[1])).replace(
+        "GRID_Z", str(grid[2])).replace("THREADS", str(threads)).replace("CALL", call)
+    with tempfile.TemporaryDirectory(prefix="tc-emul-") as d:
+        d = Path(d)
+        (d / "k.cpp").write_text(text)
+        proc = subprocess.run(["g++", "-std=c++20", "-O1", "-w", "-pthread", "-o", str(d / "k"), str(d / "k.cpp")],
+                              capture_output=True, text=True)
+        if proc.returncode:
+            raise RuntimeError("host build failed:\n" + proc.stderr[-4000:])
+        argv = [str(d / "k")]
+        for k, a in enumerate(arrays):
+            p = d / f"b{k}.bin"
+            np.ascontiguousarray(a).tofile(p)
+            argv += [str(p), str(a.nbytes)]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        if proc.returncode:
+            raise RuntimeError(f"host run failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        out = []
+        for k, a in enumerate(arrays):
+            b = np.fromfile(d / f"b{k}.bin", dtype=a.dtype).reshape(a.shape)
+            out.append(b)
+        assert n == len(out)
+        return out
+
+
+def _ctype(dt) -> str:
+    return {"float16": "__half", "float32": "float", "float64": "double", "int32": "int",
+            "uint16": "__nv_bfloat16"}[str(dt)]

@@ -1,0 +1,281 @@
+"""Tensor-core gemm (``cuda.gemm_mma_*``: ldmatrix + mma.sync m16n8k16) and cp.async copies
+(``cuda.copy_async``) in the CUDA backend, through the public API.
+
+Three levels: compile-only checks (generated source and SASS: HMMA, LDSM, LDGSTS) wherever a CUDA
+compiler exists; the same kernels run on the host through ``cuda_host_emulator`` (the generated source,
+with the prelude's inline PTX replaced by emulations of ldmatrix / mma.sync / cp.async written from the
+PTX ISA) wherever g++ exists, compared with float64 numpy; and on a GPU, the kernels themselves.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilecore
+import tilecore.language as T
+
+tilecore_cuda = pytest.importorskip("tilecore_cuda")
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cuda_host_emulator import run_on_host  # noqa: E402
+from test_cuda_backend import HAS_DEVICE, NOCACHE, matmul_relu, needs_toolchain  # noqa: E402
+
+ARCHS = ["cuda:sm_80", "cuda:sm_90a"]
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the host emulator needs g++ (C++20)")
+gpu = pytest.mark.skipif(not HAS_DEVICE, reason="no CUDA device")
+
+
+def gemm_kernel(M, N, K, bm, bn, bk, ta=False, tb=False, dtype="float16", threads=128, stages=2, clear=False):
+    """C (float32) = op(A) @ op(B) with A, B staged through shared memory, any transpose."""
+    a_shape, b_shape = ((K, M) if ta else (M, K)), ((N, K) if tb else (K, N))
+    as_shape, bs_shape = ((bk, bm) if ta else (bm, bk)), ((bn, bk) if tb else (bk, bn))
+
+    @T.prim_func
+    def gemm(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared(as_shape, dtype)
+            B_s = T.alloc_shared(bs_shape, dtype)
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            if clear:
+                for i, j in T.Parallel(bm, bn):
+                    C_l[i, j] = 1000.0  # garbage that clear_accum must ignore
+            else:
+                T.clear(C_l)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                if ta:
+                    T.copy(A[ko * bk, by * bm], A_s)
+                else:
+                    T.copy(A[by * bm, ko * bk], A_s)
+                if tb:
+                    T.copy(B[bx * bn, ko * bk], B_s)
+                else:
+                    T.copy(B[ko * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_l, transpose_A=ta, transpose_B=tb, clear_accum=clear and K <= bk)
+            T.copy(C_l, C[by * bm, bx * bn])
+
+    return gemm
+
+
+def staged_gemm_kernel(M, N, K, bm, bn, bk, stages=2):
+    """Operands in slices of multi-stage shared buffers (regions at an offset inside a 3-D buffer)."""
+
+    @T.prim_func
+    def gemm(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            A_s = T.alloc_shared((stages, bm, bk), "float16")
+            B_s = T.alloc_shared((stages, bk, bn), "float16")
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_l)
+            for ko in T.serial(T.ceildiv(K, bk)):
+                T.copy(A[by * bm:(by + 1) * bm, ko * bk:(ko + 1) * bk], A_s[ko % stages, :, :])
+                T.copy(B[ko * bk:(ko + 1) * bk, bx * bn:(bx + 1) * bn], B_s[ko % stages, :, :])
+                T.gemm(A_s[ko % stages, :, :], B_s[ko % stages, :, :], C_l)
+            T.copy(C_l, C[by * bm, bx * bn])
+
+    return gemm
+
+
+def _compile(fn, target="cuda:sm_80"):
+    return tilecore.compile(fn, target=target, pass_configs=NOCACHE)
+
+
+def _bits_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 bit patterns (round to nearest even) as uint16."""
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return u.astype(np.uint16)
+
+
+def _bf16_value(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def _operands(rng, shape_a, shape_b, dtype):
+    a = rng.standard_normal(shape_a).astype(np.float32)
+    b = rng.standard_normal(shape_b).astype(np.float32)
+    if dtype == "float16":
+        a, b = a.astype(np.float16), b.astype(np.float16)
+        return a, b, a.astype(np.float64), b.astype(np.float64)
+    ab, bb = _bits_bf16(a), _bits_bf16(b)
+    return ab, bb, _bf16_value(ab), _bf16_value(bb)
+
+
+def _check(c, a64, b64, ta, tb):
+    am = a64.T if ta else a64
+    bm = b64.T if tb else b64
+    ref = am @ bm
+    bound = 1e-5 * (np.abs(am) @ np.abs(bm)) + 1e-5  # float32 accumulation, any order
+    err = np.abs(c.astype(np.float64) - ref)
+    assert (err <= bound).all(), f"max error {err.max()} at {np.unravel_index(err.argmax(), err.shape)}"
+
+
+# -- compile-only: source and SASS -----------------------------------------------------------------------
+
+@needs_toolchain
+@pytest.mark.parametrize("target", ARCHS)
+def test_readme_gemm_takes_tensor_cores_and_cp_async(target):
+    k = tilecore.compile(matmul_relu(1000, 512, 256, 64, 64, 32), target=target, out_idx=[-1], pass_configs=NOCACHE)
+    intr = k.meta["attrs"]["intrinsics"]
+    assert "gemm:cuda.gemm_mma_f16" in intr and "copy:cuda.copy_async" in intr
+    src = k.get_kernel_source()
+    assert "tc_gemm_mma<128, 64, 64, 32," in src and "tc_copy_g2s_async<128, 64, 32, 32>" in src
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src and "cp.async.cg.shared.global" in src
+
+
+def _sass(kernel, target) -> str:
+    try:
+        return tilecore_cuda.CUDABackend().disassemble(kernel.binary, None)
+    except SystemExit as e:  # no cuobjdump here
+        pytest.skip(str(e))
+
+
+@needs_toolchain
+@pytest.mark.parametrize("target", ARCHS)
+def test_readme_gemm_sass_has_hmma_ldsm_ldgsts(target):
+    k = tilecore.compile(matmul_relu(1000, 512, 256, 64, 64, 32), target=target, out_idx=[-1], pass_configs=NOCACHE)
+    sass = _sass(k, target)
+    for op in ("HMMA.16816.F32", "LDSM.16.M88.4", "LDSM.16.MT88.4", "LDGSTS.E.BYPASS.128", "LDGDEPBAR"):
+        assert op in sass, op
+
+
+@needs_toolchain
+def test_bf16_and_transposes_compile_to_hmma():
+    for ta in (False, True):
+        for tb in (False, True):
+            k = _compile(gemm_kernel(128, 128, 64, 64, 64, 32, ta, tb, "bfloat16"))
+            assert "gemm:cuda.gemm_mma_bf16" in k.meta["attrs"]["intrinsics"]
+            assert "HMMA.16816.F32.BF16" in _sass(k, "cuda:sm_80")
+
+
+@needs_toolchain
+def test_fallbacks_to_simt():
+    # tile shapes that are not whole mma tiles, float32 operands, fewer threads than a warp
+    for fn in (gemm_kernel(40, 40, 24, 24, 24, 8), gemm_kernel(64, 64, 32, 32, 32, 16, dtype="float32"),
+               gemm_kernel(64, 64, 32, 32, 32, 16, threads=16)):
+        k = _compile(fn)
+        assert "gemm:cuda.gemm_simt" in k.meta["attrs"]["intrinsics"]
+        assert "tc_gemm_mma" not in k.get_kernel_source().split('extern "C"')[1]
+
+
+@needs_toolchain
+def test_ir_shows_the_collective_between_barriers():
+    k = _compile(gemm_kernel(64, 64, 32, 32, 32, 16))
+    text = k.get_kernel_source()
+    body = text.split('extern "C"')[1]
+    lines = [ln.strip() for ln in body.splitlines()]
+    at = [n for n, ln in enumerate(lines) if ln.startswith("tc_gemm_mma<")]
+    assert at and all(lines[n - 1] == "__syncthreads();" and lines[n + 1] == "__syncthreads();" for n in at)
+
+
+# -- host emulation of the generated kernels ---------------------------------------------------------------
+
+@needs_toolchain
+@needs_gxx
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("ta,tb", [(False, False), (False, True), (True, False), (True, True)])
+def test_emulated_gemm_all_transposes(dtype, ta, tb):
+    M, N, K = 100, 72, 56  # ragged in every dimension for 64 x 32 x 16 blocks
+    k = _compile(gemm_kernel(M, N, K, 64, 32, 16, ta, tb, dtype))
+    assert f"gemm:cuda.gemm_mma_{'f16' if dtype == 'float16' else 'bf16'}" in k.meta["attrs"]["intrinsics"]
+    rng = np.random.default_rng([len(dtype), int(ta), int(tb)])
+    a, b, a64, b64 = _operands(rng, (K, M) if ta else (M, K), (N, K) if tb else (K, N), dtype)
+    c = np.full((M, N), np.nan, np.float32)
+    out = run_on_host(k, [a, b, c])
+    _check(out[2], a64, b64, ta, tb)
+
+
+@needs_toolchain
+@needs_gxx
+@pytest.mark.parametrize("case", ["readme", "threads256", "clear_accum", "unaligned_rows", "staged", "wide"])
+def test_emulated_gemm_variants(case):
+    rng = np.random.default_rng(7)
+    ta = tb = False
+    if case == "readme":  # fp16 output with relu
+        M, N, K = 130, 96, 72
+        k = _compile(matmul_relu(M, N, K, 64, 32, 32))
+        a, b, a64, b64 = _operands(rng, (M, K), (K, N), "float16")
+        out = run_on_host(k, [a, b, np.zeros((M, N), np.float16)])[2].astype(np.float64)
+        ref = np.maximum(a64 @ b64, 0)
+        assert (np.abs(out - ref) <= 1e-3 * np.abs(ref) + 1e-2).all()
+        return
+    if case == "threads256":
+        M, N, K, fn = 128, 64, 48, gemm_kernel(128, 64, 48, 64, 64, 16, threads=256)
+    elif case == "clear_accum":
+        M, N, K, fn = 64, 64, 32, gemm_kernel(64, 64, 32, 64, 64, 32, clear=True)
+    elif case == "unaligned_rows":  # K odd: rows of A are not 16-byte aligned -> element copies
+        M, N, K, fn = 48, 40, 37, gemm_kernel(48, 40, 37, 32, 40, 16)
+    elif case == "staged":
+        M, N, K, fn = 96, 64, 80, staged_gemm_kernel(96, 64, 80, 32, 32, 16)
+    else:  # one warp holding a 16 x 64 strip, x2 ldmatrix for an odd count of n tiles
+        M, N, K, fn = 16, 120, 32, gemm_kernel(16, 120, 32, 16, 120, 32, threads=32)
+    k = _compile(fn)
+    assert any(i.startswith("gemm:cuda.gemm_mma") for i in k.meta["attrs"]["intrinsics"])
+    a, b, a64, b64 = _operands(rng, (M, K), (K, N), "float16")
+    out = run_on_host(k, [a, b, np.full((M, N), np.nan, np.float32)])
+    _check(out[2], a64, b64, ta, tb)
+
+
+@needs_toolchain
+@needs_gxx
+@pytest.mark.parametrize("causal", [False, True])
+def test_emulated_flash_attention(causal):
+    """Both gemms of the conformance suite's FlashAttention (Q K^T with transpose_B; P V with P a
+    float16 fragment) through the tensor-core path, with the online softmax between them."""
+    composite = pytest.importorskip("tilecore_conformance.composite")
+    k = _compile(composite.attention("float16", causal))
+    assert "gemm:cuda.gemm_mma_f16" in k.meta["attrs"]["intrinsics"]
+    rng = np.random.default_rng(5)
+    shape = (composite.HEADS, composite.SEQ, composite.DIM)
+    q, kk, v = (rng.standard_normal(shape).astype(np.float16) for _ in range(3))
+    out = run_on_host(k, [q, kk, v, np.zeros(shape, np.float16)])[3].astype(np.float64)
+    ref = composite.attention_ref([q, kk, v], "float16", causal)[0]
+    assert np.abs(out - ref).max() <= 2e-3
+
+
+# -- on a GPU ------------------------------------------------------------------------------------------
+
+def _torch_operands(torch, rng, shape_a, shape_b, dtype):
+    a = torch.from_numpy(rng.standard_normal(shape_a).astype(np.float32)).to(getattr(torch, dtype)).cuda()
+    b = torch.from_numpy(rng.standard_normal(shape_b).astype(np.float32)).to(getattr(torch, dtype)).cuda()
+    return a, b, a.double().cpu().numpy(), b.double().cpu().numpy()
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("ta,tb", [(False, False), (False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("M,N,K,blocks", [(256, 256, 128, (128, 128, 32)), (1000, 520, 264, (64, 64, 32)),
+                                          (100, 72, 56, (64, 32, 16)), (33, 17, 40, (32, 32, 32))])
+def test_device_gemm_matches_float64(dtype, ta, tb, M, N, K, blocks):
+    import torch
+
+    rng = np.random.default_rng(11)
+    k = tilecore.compile(gemm_kernel(M, N, K, *blocks, ta, tb, dtype), target="cuda")
+    assert any(i.startswith("gemm:cuda.gemm_mma") for i in k.meta["attrs"]["intrinsics"])
+    a, b, a64, b64 = _torch_operands(torch, rng, (K, M) if ta else (M, K), (N, K) if tb else (K, N), dtype)
+    c = torch.full((M, N), float("nan"), dtype=torch.float32, device="cuda")
+    k(a, b, c)
+    _check(c.cpu().numpy(), a64, b64, ta, tb)
+
+
+@gpu
+@pytest.mark.parametrize("case", ["threads256", "clear_accum", "unaligned_rows", "staged", "wide"])
+def test_device_gemm_variants(case):
+    import torch
+
+    rng = np.random.default_rng(12)
+    fns = {"threads256": (128, 64, 48, gemm_kernel(128, 64, 48, 64, 64, 16, threads=256)),
+           "clear_accum": (64, 64, 32, gemm_kernel(64, 64, 32, 64, 64, 32, clear=True)),
+           "unaligned_rows": (48, 40, 37, gemm_kernel(48, 40, 37, 32, 40, 16)),
+           "staged": (96, 64, 80, staged_gemm_kernel(96, 64, 80, 32, 32, 16)),
+           "wide": (16, 120, 32, gemm_kernel(16, 120, 32, 16, 120, 32, threads=32))}
+    M, N, K, fn = fns[case]
+    k = tilecore.compile(fn, target="cuda")
+    a, b, a64, b64 = _torch_operands(torch, rng, (M, K), (K, N), "float16")
+    c = torch.full((M, N), float("nan"), dtype=torch.float32, device="cuda")
+    k(a, b, c)
+    _check(c.cpu().numpy(), a64, b64, False, False)
+
