@@ -8,10 +8,16 @@ if ! command -v gcc >/dev/null || ! echo 'int main(void){return 0;}' | gcc -fope
   $SUDO apt-get update
   $SUDO apt-get install -y --no-install-recommends gcc libgomp1 libc6-dev
 fi
+# WebGPU without a GPU: Mesa's lavapipe (a Vulkan driver on the CPU) for the webgpu backend's kernels
+if ! dpkg -s mesa-vulkan-drivers >/dev/null 2>&1; then
+  $SUDO apt-get update
+  $SUDO apt-get install -y --no-install-recommends mesa-vulkan-drivers
+fi
 python -m pip install --upgrade pip >/dev/null
 # torch: the pinned CPU build (an unpinned torch pulls a multi-GB CUDA build); kept out of package metadata
 python -c "import torch" 2>/dev/null || python -m pip install "torch==2.13.0"
 # every in-tree backend; the CUDA one with NVRTC (13.0, matching the H100's driver) and cuobjdump for --emit asm,
 # so that CI compiles every conformance case for sm_80 and sm_90a without a GPU
-python -m pip install -e ".[test]" -e backends/cpu -e "backends/cuda[nvrtc]" -e conformance \
+# and the WebGPU one (wgpu-py comes as its dependency)
+python -m pip install -e ".[test]" -e backends/cpu -e "backends/cuda[nvrtc]" -e backends/webgpu -e conformance \
   "nvidia-cuda-cuobjdump==13.*" "nvidia-cuda-nvdisasm==13.*"

@@ -1,0 +1,414 @@
+"""The WebGPU backend (tilecore-webgpu) through the public API, on a real adapter.
+
+CI has no GPU: scripts/setup.sh installs Debian's mesa-vulkan-drivers, so the adapter is lavapipe
+(llvmpipe, a Vulkan driver on the CPU) and these tests run kernels for real (``device`` mode).
+Outputs are pre-filled with NaN so an unwritten element fails; references are computed in float64.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import tilecore
+import tilecore.language as T
+from tilecore.errors import UnsupportedFeatureError
+
+TARGET = "webgpu"
+
+
+def f64(x) -> np.ndarray:
+    return x.double().numpy() if isinstance(x, torch.Tensor) else np.asarray(x, np.float64)
+
+
+def nan_like(shape, dtype=np.float32) -> np.ndarray:
+    return np.full(shape, np.nan, dtype)
+
+
+def check(got, ref, rtol, atol):
+    got = f64(got)
+    assert not np.isnan(got).any(), f"{int(np.isnan(got).sum())} element(s) not written"
+    np.testing.assert_allclose(got, ref, rtol=rtol, atol=atol)
+
+
+# -- the README GEMM ----------------------------------------------------------------------------
+
+@tilecore.jit(out_idx=[-1], target=TARGET)
+def matmul_relu(M, N, K, block_M, block_N, block_K, dtype=T.float16, accum_dtype=T.float32):
+    @T.prim_func
+    def kernel(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), dtype)
+            B_shared = T.alloc_shared((block_K, block_N), dtype)
+            C_local = T.alloc_fragment((block_M, block_N), accum_dtype)
+            T.clear(C_local)
+            for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=3):
+                T.copy(A[by * block_M, ko * block_K], A_shared)
+                T.copy(B[ko * block_K, bx * block_N], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            for i, j in T.Parallel(block_M, block_N):
+                C_local[i, j] = T.max(C_local[i, j], 0)
+            T.copy(C_local, C[by * block_M, bx * block_N])
+    return kernel
+
+
+def test_readme_gemm_float16_torch_tensors():
+    kernel = matmul_relu(200, 96, 80, 64, 64, 32)
+    assert kernel.mode == "device"
+    src = kernel.get_kernel_source()
+    for piece in ("enable f16;", "var<workgroup> A_shared: array<f16", "workgroupBarrier()", "@compute"):
+        assert piece in src, piece
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(200, 80, generator=g).half()
+    b = torch.randn(80, 96, generator=g).half()
+    c = kernel(a, b)
+    assert isinstance(c, torch.Tensor) and c.dtype == torch.float16 and c.shape == (200, 96)
+    ref = np.maximum(f64(a) @ f64(b), 0)
+    check(c, ref, rtol=2e-3, atol=2e-3 * np.abs(ref).max())  # one float16 rounding of the result
+
+
+def test_gemm_float32_numpy_with_poisoned_output():
+    kernel = tilecore.compile(_gemm_f32(), target=TARGET)
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((64, 48)).astype(np.float32)
+    b = rng.standard_normal((48, 64)).astype(np.float32)
+    c = nan_like((64, 64))
+    kernel(a, b, c)
+    ref = np.maximum(f64(a) @ f64(b), 0)
+    check(c, ref, rtol=1e-5, atol=1e-5 * 48 * np.abs(ref).max())
+
+
+def _gemm_f32():
+    @T.prim_func
+    def gemm32(A: T.Tensor((64, 48), "float32"), B: T.Tensor((48, 64), "float32"), C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(2, 2, threads=64) as (bx, by):
+            A_s = T.alloc_shared((32, 16), "float32")
+            B_s = T.alloc_shared((16, 32), "float32")
+            C_l = T.alloc_fragment((32, 32), "float32")
+            T.clear(C_l)
+            for ko in T.Pipelined(3, num_stages=2):
+                T.copy(A[by * 32, ko * 16], A_s)
+                T.copy(B[ko * 16, bx * 32], B_s)
+                T.gemm(A_s, B_s, C_l)
+            for i, j in T.Parallel(32, 32):
+                C_l[i, j] = T.max(C_l[i, j], 0)
+            T.copy(C_l, C[by * 32, bx * 32])
+    return gemm32
+
+
+# -- softmax and norms --------------------------------------------------------------------------
+
+ROWS, COLS, BR = 48, 96, 16
+
+
+def _softmax(dtype):
+    @T.prim_func
+    def softmax(X: T.Tensor((ROWS, COLS), dtype), Y: T.Tensor((ROWS, COLS), dtype)):
+        with T.Kernel(ROWS // BR, threads=128) as bx:
+            x = T.alloc_fragment((BR, COLS), "float32")
+            m = T.alloc_fragment((BR,), "float32")
+            s = T.alloc_fragment((BR,), "float32")
+            T.copy(X[bx * BR, 0], x)
+            T.reduce_max(x, m, dim=1)
+            for i, j in T.Parallel(BR, COLS):
+                x[i, j] = T.exp(x[i, j] - m[i])
+            T.reduce_sum(x, s, dim=1)
+            for i, j in T.Parallel(BR, COLS):
+                x[i, j] = x[i, j] / s[i]
+            T.copy(x, Y[bx * BR, 0])
+    return softmax
+
+
+def _rmsnorm(dtype):
+    @T.prim_func
+    def rmsnorm(X: T.Tensor((ROWS, COLS), dtype), W: T.Tensor((COLS,), dtype), Y: T.Tensor((ROWS, COLS), dtype)):
+        with T.Kernel(ROWS // BR, threads=64) as bx:
+            x = T.alloc_fragment((BR, COLS), "float32")
+            sq = T.alloc_fragment((BR, COLS), "float32")
+            s = T.alloc_fragment((BR,), "float32")
+            T.copy(X[bx * BR, 0], x)
+            for i, j in T.Parallel(BR, COLS):
+                sq[i, j] = x[i, j] * x[i, j]
+            T.reduce_sum(sq, s, dim=1)
+            for i in T.Parallel(BR):
+                s[i] = T.rsqrt(s[i] / COLS + 1e-6)
+            for i, j in T.Parallel(BR, COLS):
+                x[i, j] = x[i, j] * s[i] * W[j]
+            T.copy(x, Y[bx * BR, 0])
+    return rmsnorm
+
+
+def _layernorm(dtype):
+    @T.prim_func
+    def layernorm(X: T.Tensor((ROWS, COLS), dtype), Y: T.Tensor((ROWS, COLS), dtype)):
+        with T.Kernel(ROWS // BR) as bx:
+            x = T.alloc_fragment((BR, COLS), "float32")
+            sq = T.alloc_fragment((BR, COLS), "float32")
+            mean = T.alloc_fragment((BR,), "float32")
+            var = T.alloc_fragment((BR,), "float32")
+            T.copy(X[bx * BR, 0], x)
+            T.reduce_sum(x, mean, dim=1)
+            for i in T.Parallel(BR):
+                mean[i] = mean[i] / COLS
+            for i, j in T.Parallel(BR, COLS):
+                x[i, j] = x[i, j] - mean[i]
+                sq[i, j] = x[i, j] * x[i, j]
+            T.reduce_sum(sq, var, dim=1)
+            for i, j in T.Parallel(BR, COLS):
+                x[i, j] = x[i, j] * T.rsqrt(var[i] / COLS + 1e-5)
+            T.copy(x, Y[bx * BR, 0])
+    return layernorm
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_softmax(dtype):
+    kernel = tilecore.compile(_softmax(dtype), target=TARGET)
+    x = np.random.default_rng(2).standard_normal((ROWS, COLS)).astype(dtype)
+    y = nan_like((ROWS, COLS), dtype)
+    kernel(x, y)
+    e = np.exp(f64(x) - f64(x).max(1, keepdims=True))
+    check(y, e / e.sum(1, keepdims=True), rtol=1e-5 if dtype == "float32" else 1e-3, atol=1e-6)
+
+
+def test_rmsnorm_torch_float32():
+    kernel = tilecore.compile(_rmsnorm("float32"), target=TARGET)
+    g = torch.Generator().manual_seed(3)
+    x, w = torch.randn(ROWS, COLS, generator=g), torch.randn(COLS, generator=g)
+    y = torch.full((ROWS, COLS), float("nan"))
+    kernel(x, w, y)
+    xd = f64(x)
+    ref = xd / np.sqrt((xd * xd).mean(1, keepdims=True) + 1e-6) * f64(w)
+    check(y, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_layernorm(dtype):
+    kernel = tilecore.compile(_layernorm(dtype), target=TARGET)
+    x = np.random.default_rng(4).standard_normal((ROWS, COLS)).astype(dtype)
+    y = nan_like((ROWS, COLS), dtype)
+    kernel(x, y)
+    xd = f64(x)
+    ref = (xd - xd.mean(1, keepdims=True)) / np.sqrt(xd.var(1, keepdims=True) + 1e-5)
+    check(y, ref, rtol=1e-5 if dtype == "float32" else 2e-3, atol=1e-5 if dtype == "float32" else 2e-3)
+
+
+# -- FlashAttention forward -----------------------------------------------------------------------
+
+SEQ, DIM, HEADS, BM, BN = 72, 32, 2, 32, 16
+
+
+def _flash(causal):
+    sm_scale = 1.44269504 / math.sqrt(DIM)
+    dtype = "float16"
+
+    @T.prim_func
+    def flash_fwd(Q: T.Tensor((HEADS, SEQ, DIM), dtype), K: T.Tensor((HEADS, SEQ, DIM), dtype),
+                  V: T.Tensor((HEADS, SEQ, DIM), dtype), O: T.Tensor((HEADS, SEQ, DIM), dtype)):
+        with T.Kernel(T.ceildiv(SEQ, BM), HEADS, threads=128) as (bx, bh):
+            Q_s = T.alloc_shared((BM, DIM), dtype)
+            K_s = T.alloc_shared((BN, DIM), dtype)
+            V_s = T.alloc_shared((BN, DIM), dtype)
+            acc_s = T.alloc_fragment((BM, BN), "float32")
+            acc_s_cast = T.alloc_fragment((BM, BN), dtype)
+            acc_o = T.alloc_fragment((BM, DIM), "float32")
+            m_prev = T.alloc_fragment((BM,), "float32")
+            m_cur = T.alloc_fragment((BM,), "float32")
+            scale = T.alloc_fragment((BM,), "float32")
+            row_sum = T.alloc_fragment((BM,), "float32")
+            logsum = T.alloc_fragment((BM,), "float32")
+            T.copy(Q[bh, bx * BM, 0], Q_s)
+            T.fill(acc_o, 0)
+            T.fill(logsum, 0)
+            T.fill(m_cur, -T.infinity("float32"))
+            loop = T.ceildiv((bx + 1) * BM, BN) if causal else T.ceildiv(SEQ, BN)
+            for k in T.Pipelined(loop, num_stages=2):
+                T.copy(K[bh, k * BN, 0], K_s)
+                for i, j in T.Parallel(BM, BN):
+                    valid = k * BN + j < SEQ
+                    if causal:
+                        valid = valid & (bx * BM + i >= k * BN + j)
+                    acc_s[i, j] = T.if_then_else(valid, 0, -T.infinity("float32"))
+                T.gemm(Q_s, K_s, acc_s, transpose_B=True)
+                T.copy(m_cur, m_prev)
+                T.reduce_max(acc_s, m_cur, dim=1, clear=False)
+                for i in T.Parallel(BM):
+                    scale[i] = T.exp2(m_prev[i] * sm_scale - m_cur[i] * sm_scale)
+                for i, j in T.Parallel(BM, BN):
+                    acc_s[i, j] = T.exp2(acc_s[i, j] * sm_scale - m_cur[i] * sm_scale)
+                T.reduce_sum(acc_s, row_sum, dim=1)
+                for i in T.Parallel(BM):
+                    logsum[i] = logsum[i] * scale[i] + row_sum[i]
+                for i, j in T.Parallel(BM, DIM):
+                    acc_o[i, j] = acc_o[i, j] * scale[i]
+                T.copy(acc_s, acc_s_cast)
+                T.copy(V[bh, k * BN, 0], V_s)
+                T.gemm(acc_s_cast, V_s, acc_o)
+            for i, j in T.Parallel(BM, DIM):
+                acc_o[i, j] = acc_o[i, j] / logsum[i]
+            T.copy(acc_o, O[bh, bx * BM, 0])
+    return flash_fwd
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_attention_forward(causal):
+    kernel = tilecore.compile(_flash(causal), target=TARGET)
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(HEADS, SEQ, DIM, generator=g).half() for _ in range(3))
+    o = torch.full((HEADS, SEQ, DIM), float("nan")).half()
+    kernel(q, k, v, o)
+    s = f64(q) @ f64(k).transpose(0, 2, 1) / math.sqrt(DIM)
+    if causal:
+        s = np.where(np.tril(np.ones((SEQ, SEQ), bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    ref = (p / p.sum(-1, keepdims=True)) @ f64(v)
+    check(o, ref, rtol=1e-2, atol=1e-2)  # P is rounded to float16 before P @ V, as TileLang kernels do
+
+
+# -- dynamic shapes, large grids, atomics -----------------------------------------------------------
+
+def _axpy():
+    n = T.dynamic("n")
+
+    @T.prim_func
+    def axpy(X: T.Tensor((n,), "float32"), Y: T.Tensor((n,), "float32"), alpha: T.float32):
+        with T.Kernel(T.ceildiv(n, 64), threads=64) as bx:
+            for i in T.Parallel(64):
+                if bx * 64 + i < n:
+                    Y[bx * 64 + i] = X[bx * 64 + i] * alpha + 1.0
+    return axpy
+
+
+def test_dynamic_shapes_one_kernel_many_sizes():
+    kernel = tilecore.compile(_axpy(), target=TARGET)
+    for n in (1, 63, 64, 65, 1000):
+        x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+        y = nan_like((n,))
+        kernel(x, y, 2.5)
+        check(y, f64(x) * 2.5 + 1.0, rtol=1e-6, atol=1e-6)
+    xt = torch.arange(300, dtype=torch.float32)
+    yt = torch.full((300,), float("nan"))
+    kernel(xt, yt, -1.0)
+    check(yt, -f64(xt) + 1.0, rtol=0, atol=0)
+
+
+def test_grid_larger_than_65535_blocks_is_split():
+    n = 70000 * 4 + 3  # 70001 blocks of 4: above the per-dimension dispatch limit
+
+    @T.prim_func
+    def scale(X: T.Tensor((n,), "float32"), Y: T.Tensor((n,), "float32")):
+        with T.Kernel(T.ceildiv(n, 4), threads=4) as bx:
+            for i in T.Parallel(4):
+                if bx * 4 + i < n:
+                    Y[bx * 4 + i] = X[bx * 4 + i] * 3.0 + T.cast(bx, "float32")
+    kernel = tilecore.compile(scale, target=TARGET)
+    x = np.random.default_rng(6).standard_normal(n).astype(np.float32)
+    y = nan_like((n,))
+    kernel(x, y)
+    ref = f64(x) * 3.0 + np.arange(n) // 4
+    check(y, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_two_dimensional_grid_with_a_large_second_axis():
+    rows = 66000
+
+    @T.prim_func
+    def rowsum(X: T.Tensor((rows, 8), "float32"), Y: T.Tensor((rows,), "float32")):
+        with T.Kernel(1, rows, threads=8) as (bx, by):
+            acc = T.alloc_fragment((1, 8), "float32")
+            s = T.alloc_fragment((1,), "float32")
+            T.copy(X[by, 0:8], acc[0, 0:8])
+            T.reduce_sum(acc, s, dim=1)
+            Y[by] = s[0] + T.cast(bx, "float32")
+    kernel = tilecore.compile(rowsum, target=TARGET)
+    x = np.random.default_rng(7).standard_normal((rows, 8)).astype(np.float32)
+    y = nan_like((rows,))
+    kernel(x, y)
+    check(y, f64(x).sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_int32_atomic_add():
+    @T.prim_func
+    def histogram(I: T.Tensor((512,), "int32"), H: T.Tensor((16,), "int32")):
+        with T.Kernel(4, threads=128) as bx:
+            for i in T.Parallel(128):
+                T.atomic_add(H[I[bx * 128 + i]], 1)
+    kernel = tilecore.compile(histogram, target=TARGET)
+    idx = np.random.default_rng(8).integers(0, 16, 512).astype(np.int32)
+    h = np.zeros(16, np.int32)
+    kernel(idx, h)
+    assert (h == np.bincount(idx, minlength=16)).all()
+
+
+# -- what WebGPU cannot do is refused at compile time ---------------------------------------------------
+
+def test_float64_is_not_supported_with_a_clear_compile_error():
+    @T.prim_func
+    def copy64(A: T.Tensor((16,), "float64"), B: T.Tensor((16,), "float64")):
+        with T.Kernel(1) as bx:
+            for i in T.Parallel(16):
+                B[i] = A[i]
+    with pytest.raises(UnsupportedFeatureError) as info:
+        tilecore.compile(copy64, target=TARGET)
+    assert info.value.feature == "dtype:float64:storage"
+    assert "float64" in str(info.value) and "webgpu" in str(info.value)
+
+
+def test_too_many_storage_buffers_for_the_baseline_profile_is_reported():
+    @T.prim_func
+    def many(A0: T.Tensor((4,), "float32"), A1: T.Tensor((4,), "float32"), A2: T.Tensor((4,), "float32"),
+             A3: T.Tensor((4,), "float32"), A4: T.Tensor((4,), "float32"), A5: T.Tensor((4,), "float32"),
+             A6: T.Tensor((4,), "float32"), A7: T.Tensor((4,), "float32"), B: T.Tensor((4,), "float32")):
+        with T.Kernel(1, threads=4) as bx:
+            for i in T.Parallel(4):
+                B[i] = A0[i] + A1[i] + A2[i] + A3[i] + A4[i] + A5[i] + A6[i] + A7[i]
+    with pytest.raises(UnsupportedFeatureError) as info:
+        tilecore.compile(many, target="webgpu:baseline")
+    assert info.value.feature == "limit:max_storage_buffers_per_stage"
+    assert "9 tensors" in str(info.value)
+
+
+# -- the command line and the profiler ----------------------------------------------------------------
+
+def test_targets_show_names_the_adapter():
+    r = subprocess.run([sys.executable, "-m", "tilecore", "targets", "show", "webgpu"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "status: ok" in r.stdout and "adapter" in r.stdout and "backend" in r.stdout
+    assert "capability profile: webgpu/" in r.stdout
+
+
+def test_profiler_times_the_kernel():
+    kernel = tilecore.compile(_axpy(), target=TARGET)
+    x = np.ones(4096, np.float32)
+    y = np.zeros(4096, np.float32)
+    ms = kernel.get_profiler().do_bench(warmup=1, rep=3, input_tensors=[x, y, 2.0])
+    assert ms >= 0.0 and math.isfinite(ms)
+
+
+# -- the conformance catalog ----------------------------------------------------------------------------
+
+def test_conformance_catalog_on_webgpu_device_mode_has_no_failures(tmp_path):
+    report = tmp_path / "report"
+    env = {**os.environ, "TILECORE_CACHE_DIR": str(tmp_path / "cache")}
+    r = subprocess.run([sys.executable, "-m", "tilecore", "conformance", "run", "--target", "webgpu", "-n", "2",
+                        "--report", str(report)], capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = [json.loads(line) for line in (report / "results.jsonl").read_text().splitlines()]
+    man = json.loads((report / "manifest.json").read_text())
+    assert man["mode"] == "device" and man["capability_profile"].startswith("webgpu/") and man["cases"] == len(res)
+    assert man["device"]["status"] == "ok" and man["device"]["devices"], man["device"]  # the adapter is recorded
+    assert len(res) >= 340
+    assert {x["state"] for x in res} <= {"PASS", "NOT_SUPPORTED"}
+    assert all(x["mode"] == "device" for x in res)
+    for x in res:
+        if x["state"] == "NOT_SUPPORTED":
+            assert "does not support" in x["error"] and "webgpu/" in x["error"], x
+    families = {x["family"] for x in res if x["state"] == "PASS"}
+    assert {"copy", "gemm", "reduce", "cumsum", "elementwise", "atomic", "softmax", "rmsnorm", "layernorm",
+            "attention", "dynamic", "pipelined"} <= families
