@@ -228,3 +228,17 @@ def test_unknown_pass_config_is_refused():
         tilecore.compile(scale_kernel(1.0), target="cpu", pass_configs={"tilecore.fastmath": True})
     # TileLang's keys are accepted so that ported code runs
     tilecore.compile(scale_kernel(1.0), target="cpu", pass_configs={"tl.disable_tma_lower": True})
+
+
+def test_kernel_without_source_text_is_a_clear_error():
+    import subprocess
+    import sys
+
+    code = ("import tilecore.language as T\n"
+            "@T.prim_func\n"
+            "def k(A: T.Tensor((4,), 'float32')):\n"
+            "    with T.Kernel(1) as bx:\n"
+            "        T.fill(A, 1.0)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "ParseError" in r.stderr and "defined in a file" in r.stderr, r.stderr

@@ -159,7 +159,13 @@ class Interpreter:
     def __init__(self, fn, builder: Builder, bindings: dict | None = None, outer: dict | None = None):
         self.fn = fn
         self.builder = builder
-        src = textwrap.dedent(inspect.getsource(fn))
+        try:
+            src = textwrap.dedent(inspect.getsource(fn))
+        except (OSError, TypeError):
+            raise ParseError(f"cannot read the source of kernel {getattr(fn, '__qualname__', fn)!r}: tilecore "
+                             "parses kernels from their source text, which Python keeps only for functions "
+                             "defined in a file (not in the REPL, `python -c` or exec'd strings); put the "
+                             "kernel in a .py file and import or run it") from None
         self.tree = ast.parse(src)
         self.fdef = self.tree.body[0]
         if not isinstance(self.fdef, (ast.FunctionDef, ast.AsyncFunctionDef)):
