@@ -22,10 +22,23 @@ def _is_numpy(x) -> bool:
     return np is not None and isinstance(x, np.ndarray)
 
 
-def dtype_name(x) -> str:
-    from ..ir.dtypes import canonical
+_DTYPE_NAMES: dict = {}
 
-    return str(canonical(x.dtype))
+
+def dtype_name(x) -> str:
+    """The canonical dtype name of a tensor; memoized per dtype object (it is on every launch's path)."""
+    dt = x.dtype
+    try:
+        return _DTYPE_NAMES[dt]
+    except (KeyError, TypeError):
+        from ..ir.dtypes import canonical
+
+        name = str(canonical(dt))
+        try:
+            _DTYPE_NAMES[dt] = name
+        except TypeError:  # an unhashable dtype object: no memo
+            pass
+        return name
 
 
 def torch_dtype(name: str):
