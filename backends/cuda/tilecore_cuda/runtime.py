@@ -225,6 +225,19 @@ def arch_of(props: dict) -> str:
     return arch + "a" if major >= 9 else arch
 
 
+def runs_on(arch: str, device_arch: str) -> bool:
+    """Whether a cubin built for ``arch`` loads on a device of ``device_arch`` (SASS compatibility: the same
+    major version and a minor not above the device's; an ``a`` arch only on exactly that arch)."""
+    def parse(a):
+        digits = a.removeprefix("sm_").rstrip("a")
+        return (int(digits[:-1]), int(digits[-1])) if digits.isdigit() and len(digits) >= 2 else (0, 0)
+
+    if arch.endswith("a"):
+        return arch.rstrip("a") == device_arch.rstrip("a")
+    (ma, mi), (da, di) = parse(arch), parse(device_arch)
+    return ma == da and mi <= di
+
+
 def _err(lib, code: int) -> str:
     s = ctypes.c_char_p()
     lib.cuGetErrorString(code, ctypes.byref(s))
@@ -272,7 +285,11 @@ class CUDARuntime(Runtime):
         return CUDAProgram(binary, source)
 
     def mode(self) -> str:
-        return "device" if device_count() > 0 else "compile-only"
+        """``device`` when a GPU here can run this target's binaries; ``compile-only`` otherwise (no GPU, or
+        e.g. ``cuda:sm_80`` cubins on an sm_90 device, which SASS compatibility does not allow)."""
+        if device_count() == 0:
+            return "compile-only"
+        return "device" if runs_on(self.arch, arch_of(device_properties(0))) else "compile-only"
 
     def timer(self):
         import torch
