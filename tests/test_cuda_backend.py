@@ -142,6 +142,14 @@ def block_scalar_kernel(n):
     return main
 
 
+def expected_mode(target: str) -> str:
+    """device only where the GPU can run this arch's cubins (sm_80 SASS does not load on an sm_90 GPU)."""
+    from tilecore_cuda.runtime import arch_of, device_properties, runs_on
+
+    return ("device" if HAS_DEVICE and runs_on(target.split(":")[1], arch_of(device_properties(0)))
+            else "compile-only")
+
+
 # -- compile-only checks (every machine with a compiler) -----------------------------------------------
 
 @needs_toolchain
@@ -150,7 +158,7 @@ def test_readme_gemm_compiles(target):
     k = tilecore.compile(matmul_relu(1000, 512, 256, 64, 64, 32), target=target, out_idx=[-1],
                          pass_configs=NOCACHE)
     src = k.get_kernel_source()
-    assert k.mode == ("device" if HAS_DEVICE else "compile-only")
+    assert k.mode == expected_mode(target)
     assert 'extern "C" __global__' in src and "__syncthreads()" in src and "__shared__" in src
     assert "threadIdx.x" in src and "blockIdx.y" in src
     assert "gemm:cuda.gemm_mma_f16" in k.meta["attrs"]["intrinsics"]  # tensor cores (test_cuda_tensor_cores.py)
@@ -164,7 +172,7 @@ def test_softmax_atomic_dynamic_compile(target):
                scatter_atomics(1000, 7, 64, "float16"), add_dynamic_tiles(16, 32), assert_kernel(50, 16),
                block_scalar_kernel(10)):
         k = tilecore.compile(fn, target=target, pass_configs=NOCACHE)
-        assert k.mode == ("device" if HAS_DEVICE else "compile-only")
+        assert k.mode == expected_mode(target)
         assert "__syncthreads" in k.get_kernel_source()
 
 
@@ -350,10 +358,7 @@ def test_conformance_catalog(tmp_path, target):
     states = [x["state"] for x in res]
     assert len(res) >= 340 and states.count("PASS") >= 300
     assert set(states) <= {"PASS", "NOT_SUPPORTED", "EXPECTED_FAIL"}, set(states)
-    from tilecore_cuda.runtime import arch_of, device_properties, runs_on
-
-    # device mode only where the GPU can run this arch's cubins (sm_80 SASS does not load on an sm_90 GPU)
-    mode = "device" if HAS_DEVICE and runs_on(target.split(":")[1], arch_of(device_properties(0))) else "compile-only"
+    mode = expected_mode(target)
     assert {x["mode"] for x in res} == {mode}
     man = json.loads((tmp_path / "manifest.json").read_text())
     assert man["mode"] == mode and man["capability_profile"] == "cuda/" + target.split(":")[1]

@@ -27,12 +27,16 @@ class Target:
         self.probe = self.backend.probe()  # a failure here is a HARNESS_ERROR of the session, never a skip
         from tilecore.capabilities import compare_probe
 
-        # declared values that the live device contradicts fail the run (never a silent skip)
-        self.mismatches = compare_probe(self.caps, self.probe.capabilities) if self.probe.capabilities else []
         mode = self.backend.runtime(self.target).mode()
         if mode in ("device", "emulated") and self.probe.status != "ok":
             mode = "compile-only"  # nothing to run on: the best honest mode is compiling
         self.mode = mode
+        # declared values that the live device contradicts fail the run (never a silent skip); where the
+        # device here cannot run this target (runtime says compile-only although a device answered, e.g.
+        # an sm_80 profile on an sm_90 GPU), the probe describes another device and is not compared
+        describes_target = mode in ("device", "emulated") or self.probe.status != "ok"
+        self.mismatches = (compare_probe(self.caps, self.probe.capabilities)
+                           if self.probe.capabilities and describes_target else [])
         self.name = str(self.target)
         #: where the runtime wants its tensors ("cpu" or a torch device type such as a GPU's); the
         #: catalog builds inputs on the host, and the runner moves them there and the outputs back
