@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import is_float
+from ..errors import CompileError
+from ..ir import BinOp, Cast, IntImm, Var, is_float, simplify
 
 
 @dataclass(frozen=True)
@@ -26,3 +27,32 @@ def abi_of(func) -> KernelABI:
     floats = tuple(v for v in scalars if is_float(v.dtype))
     symbols = tuple(v for v in func.shape_vars() if not any(v is s for s in scalars))
     return KernelABI(buffers, tuple(ints) + symbols, floats, symbols)
+
+
+_HOST_OPS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "floormod": "%", "shl": "<<", "shr": ">>",
+             "bitand": "&", "bitor": "|", "xor": "^"}
+
+
+def host_expr(e, ints) -> str:
+    """A Python expression computing the integer ``e`` from the ABI integers (``ints[k]``, ``ints`` as in
+    :attr:`KernelABI.ints`). Backends put such expressions in ``Source.meta`` (grid sizes, tensor sizes),
+    so a launcher, or a kernel loaded from an export, evaluates them without the compiler."""
+    e = simplify(e)
+    if isinstance(e, IntImm):
+        return str(e.value)
+    if isinstance(e, Var):
+        for k, v in enumerate(ints):
+            if v is e:
+                return f"ints[{k}]"
+        raise CompileError(f"{e.name} is needed at launch (a grid or tensor size) but is not a kernel argument")
+    if isinstance(e, Cast) and not is_float(e.dtype) and not is_float(e.value.dtype):
+        return host_expr(e.value, ints)
+    if isinstance(e, BinOp) and not is_float(e.dtype):
+        a, b = host_expr(e.a, ints), host_expr(e.b, ints)
+        if e.op in _HOST_OPS:
+            return f"({a} {_HOST_OPS[e.op]} {b})"
+        if e.op in ("min", "max"):
+            return f"{e.op}({a}, {b})"
+        if e.op == "div":
+            return f"int({a} / {b})"
+    raise CompileError(f"the size {e!r} cannot be computed at launch by this backend")

@@ -16,10 +16,9 @@ from __future__ import annotations
 import math
 from importlib import resources
 
-from tilecore.codegen import CFamilyEmitter, EmitState, abi_of
+from tilecore.codegen import CFamilyEmitter, EmitState, abi_of, host_expr
 from tilecore.errors import CompileError, UnsupportedFeatureError
-from tilecore.ir import (Allocate, Assert, BinOp, Bind, Cast, Collective, Expr, IntImm, KernelLaunch, Region, Seq, Var,
-                         binary, collect, const, const_value, is_float, simplify)
+from tilecore.ir import (Allocate, Assert, Bind, Collective, Expr, IntImm, KernelLaunch, Region, Seq, binary, collect, const, const_value, is_float, simplify)
 from tilecore.plugin import Source
 
 ENTRY = "tc_kernel"
@@ -29,30 +28,6 @@ STATIC_SHARED_LIMIT = 48 * 1024
 def prelude() -> str:
     text = resources.files("tilecore_cuda").joinpath("prelude/tc_cuda.cuh").read_text()
     return text.replace("#pragma once\n", "")
-
-
-def grid_expr(e, ints: list) -> str:
-    """A Python expression computing ``e`` from the ABI integers (``ints[k]``), for the launcher."""
-    if isinstance(e, IntImm):
-        return str(e.value)
-    if isinstance(e, Var):
-        for k, v in enumerate(ints):
-            if v is e:
-                return f"ints[{k}]"
-        raise CompileError(f"the grid size uses {e.name}, which is not a kernel argument")
-    if isinstance(e, Cast) and not is_float(e.dtype) and not is_float(e.value.dtype):
-        return grid_expr(e.value, ints)
-    if isinstance(e, BinOp) and not is_float(e.dtype):
-        a, b = grid_expr(e.a, ints), grid_expr(e.b, ints)
-        ops = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "floormod": "%", "shl": "<<", "shr": ">>",
-               "bitand": "&", "bitor": "|", "xor": "^"}
-        if e.op in ops:
-            return f"({a} {ops[e.op]} {b})"
-        if e.op in ("min", "max"):
-            return f"{e.op}({a}, {b})"
-        if e.op == "div":
-            return f"int({a} / {b})"
-    raise CompileError(f"the grid size {e!r} cannot be computed at launch by this backend")
 
 
 class CUDAEmitter(CFamilyEmitter):
@@ -125,7 +100,7 @@ class CUDAEmitter(CFamilyEmitter):
                                    "supported by this backend", s.span)
         launch = launches[0]
         meta = dict(st.launch_meta)
-        meta["grid"] = [grid_expr(simplify(g), list(abi.ints)) for g in self._grid3(launch.grid)]
+        meta["grid"] = [host_expr(simplify(g), list(abi.ints)) for g in self._grid3(launch.grid)]
         meta["asserts"] = list(st.asserts)
         meta["arch"] = getattr(ctx.target, "arch", "")
         body = "\n".join(st.lines)

@@ -26,39 +26,14 @@ from __future__ import annotations
 import math
 import re
 
-from tilecore.codegen import EmitState, abi_of
+from tilecore.codegen import EmitState, abi_of, host_expr
 from tilecore.codegen.shaderlang import ShaderLangEmitter
 from tilecore.errors import CompileError, UnsupportedFeatureError
-from tilecore.ir import (Allocate, Atomic, BinOp, Bind, Cast, IntImm, KernelLaunch, Seq, Store, Var, collect,
+from tilecore.ir import (Allocate, Atomic, Bind, KernelLaunch, Seq, Store, collect,
                          const_value, is_float, simplify)
 from tilecore.plugin import Source
 
 ENTRY = "tc_kernel"
-
-
-def host_expr(e, ints: list) -> str:
-    """A Python expression computing the integer ``e`` from the ABI integers (``ints[k]``)."""
-    e = simplify(e)
-    if isinstance(e, IntImm):
-        return str(e.value)
-    if isinstance(e, Var):
-        for k, v in enumerate(ints):
-            if v is e:
-                return f"ints[{k}]"
-        raise CompileError(f"{e.name} is needed at launch (a grid or tensor size) but is not a kernel argument")
-    if isinstance(e, Cast) and not is_float(e.dtype) and not is_float(e.value.dtype):
-        return host_expr(e.value, ints)
-    if isinstance(e, BinOp) and not is_float(e.dtype):
-        a, b = host_expr(e.a, ints), host_expr(e.b, ints)
-        ops = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "floormod": "%", "shl": "<<", "shr": ">>",
-               "bitand": "&", "bitor": "|", "xor": "^"}
-        if e.op in ops:
-            return f"({a} {ops[e.op]} {b})"
-        if e.op in ("min", "max"):
-            return f"{e.op}({a}, {b})"
-        if e.op == "div":
-            return f"int({a} / {b})"
-    raise CompileError(f"the size {e!r} cannot be computed at launch by this backend")
 
 
 class WebGPUEmitter(ShaderLangEmitter):
