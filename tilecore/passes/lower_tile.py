@@ -98,7 +98,8 @@ def lower_fill(op: TileOp, ctx):
     return _nest([r.extents[d] for d in dims], "parallel", body, op.span)
 
 
-def _mat(r: Region, row, col):
+def matrix_index(r: Region, row, col):
+    """Indices of element (row, col) of the matrix a region views (its last two dimensions)."""
     idx = list(r.starts)
     idx[-2] = binary("add", idx[-2], row)
     idx[-1] = binary("add", idx[-1], col)
@@ -113,9 +114,9 @@ def lower_gemm(op: TileOp, ctx):
     acc = c.buffer.dtype
     i, kk, j = Var("gi"), Var("gk"), Var("gj")
     av = Var("ga", acc)
-    a_idx = _mat(a, kk, i) if ta else _mat(a, i, kk)
-    b_idx = _mat(b, j, kk) if tb else _mat(b, kk, j)
-    c_idx = _mat(c, i, j)
+    a_idx = matrix_index(a, kk, i) if ta else matrix_index(a, i, kk)
+    b_idx = matrix_index(b, j, kk) if tb else matrix_index(b, kk, j)
+    c_idx = matrix_index(c, i, j)
     from ..ir import Bind
 
     update = Store(c.buffer, c_idx, binary("add", BufferLoad(c.buffer, c_idx),

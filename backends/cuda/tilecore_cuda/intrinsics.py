@@ -25,17 +25,11 @@ from __future__ import annotations
 from tilecore.ir import (Allocate, Buffer, BufferLoad, Collective, For, KernelLaunch, Region, Store, TileOp, Var,
                          as_expr, binary, cast, compare, const, const_value, logic_and, rewrite, select, seq, simplify)
 from tilecore.passes import tile_pass
+from tilecore.passes.lower_tile import matrix_index
 from tilecore.plugin import Intrinsic
 
 BLOCK_LOCAL = ("shared", "fragment", "local")
 MMA_M, MMA_N, MMA_K = 16, 8, 16
-
-
-def _mat(r, row, col):
-    idx = list(r.starts)
-    idx[-2] = binary("add", idx[-2], row)
-    idx[-1] = binary("add", idx[-1], col)
-    return tuple(idx)
 
 
 def lower_gemm_simt(op: TileOp, ctx):
@@ -45,9 +39,9 @@ def lower_gemm_simt(op: TileOp, ctx):
     k = a.extents[-2] if ta else a.extents[-1]
     acc = c.buffer.dtype
     i, j, kk = Var("gi"), Var("gj"), Var("gk")
-    a_idx = _mat(a, kk, i) if ta else _mat(a, i, kk)
-    b_idx = _mat(b, j, kk) if tb else _mat(b, kk, j)
-    c_idx = _mat(c, i, j)
+    a_idx = matrix_index(a, kk, i) if ta else matrix_index(a, i, kk)
+    b_idx = matrix_index(b, j, kk) if tb else matrix_index(b, kk, j)
+    c_idx = matrix_index(c, i, j)
     accb = Buffer("acc", (1,), acc, "var")
     zero = (const(0),)
     init = const(0, acc) if op.attrs.get("clear_accum") else BufferLoad(c.buffer, c_idx)
