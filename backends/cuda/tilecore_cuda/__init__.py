@@ -101,9 +101,11 @@ class CUDABackend(Backend):
     def passes(self, target) -> list:
         from tilecore.passes.simt import simt_distribute  # compile-time only: loading a kernel needs no passes
 
+        from .hopper import hopper_gemm_pipeline
         from .intrinsics import mark_block_threads
 
-        return [PassSpec("tile-lowering", mark_block_threads, position="before"),
+        return [PassSpec("tile-lowering", hopper_gemm_pipeline, position="before"),
+                PassSpec("tile-lowering", mark_block_threads, position="before"),
                 PassSpec("before-codegen", simt_distribute, position="before")]
 
     def emitter(self, target):

@@ -316,6 +316,9 @@ class CUDAProgram(Program):
         self.dyn_shared = int(self.meta.get("dynamic_shared_bytes", 0))
         self.funcs: dict = {}
         self.status = None
+        self.tmaps = [dict(m, dims=[compile(d, "<dim>", "eval") for d in m["dims"]])
+                      for m in self.meta.get("tensor_maps", ())]
+        self.tmap_cache: dict = {}
 
     def _device(self) -> int:
         torch = self.torch
@@ -371,6 +374,7 @@ class CUDAProgram(Program):
         args = [ctypes.c_void_p(int(b)) for b in buffers]
         args += [ctypes.c_longlong(int(i)) for i in ints]
         args += [ctypes.c_double(float(f)) for f in floats]
+        args += [self._tensor_map(m, int(buffers[m["arg"]]), ints) for m in self.tmaps]
         args.append(ctypes.c_void_p(self.status.data_ptr()))
         params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p) for a in args])
         stream = ctypes.c_void_p(torch.cuda.current_stream(dev).cuda_stream)
@@ -385,6 +389,43 @@ class CUDAProgram(Program):
                 self.status.zero_()
                 msg = self.asserts[code - 1] if 0 < code <= len(self.asserts) else f"assertion {code}"
                 raise KernelAssertionError(f"T.device_assert failed: {msg}")
+
+    def _tensor_map(self, m: dict, ptr: int, ints: list):
+        """The TMA descriptor (CUtensorMap, 128 bytes) of a row-major tensor at ``ptr``, for the kernel's box
+        and swizzle; cached per (address, dims), so a launch on the same tensors encodes nothing."""
+        env = {"__builtins__": {}}
+        dims = tuple(int(eval(d, env, {"ints": list(ints), "min": min, "max": max, "int": int})) for d in m["dims"])
+        key = (m["arg"], ptr, dims)
+        hit = self.tmap_cache.get(key)
+        if hit is not None:
+            return hit
+        esize = int(m["elem_bytes"])
+        strides = []
+        stride = esize
+        for d in dims[:-1]:
+            stride *= d
+            strides.append(stride)
+        if ptr % 16 or any(x % 16 for x in strides):
+            raise DeviceError(f"argument {m['arg']}: the TMA copies of this kernel need a 16-byte aligned tensor whose "
+                              f"rows are multiples of 16 bytes (address {ptr:#x}, row strides {strides} bytes); "
+                              "pass a fresh contiguous tensor, or compile with "
+                              "pass_configs={'tilecore.cuda.disable_wgmma': True}")
+        out = (ctypes.c_ubyte * 128)()
+        rank = len(dims)
+        gdim = (ctypes.c_uint64 * rank)(*dims)
+        gstride = (ctypes.c_uint64 * max(rank - 1, 1))(*(strides or [0]))
+        box = (ctypes.c_uint32 * rank)(*[int(b) for b in m["box"]])
+        estride = (ctypes.c_uint32 * rank)(*([1] * rank))
+        # interleave none, swizzle (3 = 128B), L2 promotion 256B, out-of-bounds elements read as zero
+        rc = self.lib.cuTensorMapEncodeTiled(out, ctypes.c_int(int(m["dtype"])), ctypes.c_uint32(rank),
+                                             ctypes.c_void_p(ptr), gdim, gstride, box, estride, ctypes.c_int(0),
+                                             ctypes.c_int(int(m["swizzle"])), ctypes.c_int(3), ctypes.c_int(0))
+        if rc != 0:
+            raise DeviceError(f"cuTensorMapEncodeTiled failed: {_err(self.lib, rc)} (dims {dims}, box {m['box']})")
+        if len(self.tmap_cache) > 64:
+            self.tmap_cache.clear()
+        self.tmap_cache[key] = out
+        return out
 
     def synchronize(self) -> None:
         self.torch.cuda.synchronize()

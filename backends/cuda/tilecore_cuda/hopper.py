@@ -1,0 +1,346 @@
+"""Hopper (sm_90a): a ``T.Pipelined`` GEMM main loop as a warp-specialized TMA + WGMMA pipeline.
+
+The pass ``cuda.hopper_gemm_pipeline`` runs at the start of tile lowering, on targets whose
+capabilities have ``feature:wgmma``, ``feature:bulk_tensor_copy`` and ``feature:warp_specialization``.
+It looks, inside each ``T.Kernel``, for the main loop of a tiled matrix multiply::
+
+    A_s = T.alloc_shared((bM, bK), dt)          # or (bK, bM) with transpose_A: not handled
+    B_s = T.alloc_shared((bK, bN), dt)          # or (bN, bK) with transpose_B=True
+    C_l = T.alloc_fragment((bM, bN), "float32")
+    T.clear(C_l)
+    for ko in T.Pipelined(n, num_stages=S):
+        T.copy(A[<affine in ko>], A_s)           # global -> shared, in any order
+        T.copy(B[<affine in ko>], B_s)
+        T.gemm(A_s, B_s, C_l[, transpose_B=True])
+    ... C_l used after the loop (e.g. T.copy(C_l, C[...]))
+
+and replaces the clear and the loop by one block-collective statement, ``tc_wgmma_pipeline``
+(prelude/tc_hopper.cuh), on a block with one more warpgroup than the kernel asked for:
+
+- the extra warpgroup is the *producer*: one thread issues, per stage, the TMA copies
+  (``cp.async.bulk.tensor.2d``, 128-byte swizzle, tensor maps built on the host at launch) that
+  complete on the stage's ``full`` mbarrier, after waiting on its ``empty`` mbarrier;
+  ``setmaxnreg`` gives its registers to the consumers;
+- the kernel's own warpgroups are *consumers*: each owns ``bM / consumers`` rows of the C tile as
+  WGMMA accumulators in registers, waits on ``full``, issues ``wgmma.mma_async`` from shared-memory
+  descriptors, keeps one WGMMA group in flight and releases the previous stage on ``empty``;
+- the accumulators reach memory once, after the loop: straight to global memory when the only use
+  of ``C_l`` after the loop is ``T.copy(C_l, C[...])`` (the epilogue is folded into the collective),
+  otherwise into ``C_l`` in shared memory for the rest of the kernel.
+
+``A_s`` and ``B_s`` are replaced by one pipeline buffer (``stages`` copies of both tiles, 1024-byte
+aligned for the swizzle, plus the mbarriers). The number of stages is ``num_stages``, lowered until
+the block's shared memory fits. Anything that does not match stays as it was (the ``mma.sync`` path
+takes the ``T.gemm``); ``TILECORE_DUMP_IR`` shows which happened.
+"""
+from __future__ import annotations
+
+from tilecore.ir import (Allocate, BinOp, Buffer, Cast, Collective, For, IntImm, KernelLaunch, Region, Seq, TileOp, Var,
+                         as_expr, binary, cast, const_value, rewrite, simplify, walk, walk_expr)
+from tilecore.passes import tile_pass
+
+WG = 128                       # threads in a warpgroup
+SWIZZLE_BYTES = 128            # TMA and WGMMA 128-byte swizzle: one atom row is 128 bytes
+MAX_ACC_REGS = 128             # accumulator registers per consumer thread we allow
+_DTYPES = {"float16": ("f16", 16, 6), "bfloat16": ("bf16", 16, 9), "float8_e4m3": ("e4m3", 32, 0),
+           "float8_e5m2": ("e5m2", 32, 0)}  # dtype -> (ptx type, k per wgmma, CUtensorMapDataType)
+_OUT_DTYPES = ("float16", "bfloat16", "float32")
+
+
+class _NoMatch(Exception):
+    pass
+
+
+def _need(cond, why: str = "") -> None:
+    if not cond:
+        raise _NoMatch(why)
+
+
+def _static(e):
+    return const_value(simplify(as_expr(e)))
+
+
+def _uses(stmt, buf: Buffer) -> int:
+    """How many tile ops / loads / stores / allocations in ``stmt`` mention ``buf``."""
+    n = [0]
+
+    def expr(e):
+        if getattr(e, "buffer", None) is buf:
+            n[0] += 1
+
+    def visit(s):
+        if isinstance(s, TileOp):
+            for a in s.args:
+                if isinstance(a, Region) and a.buffer is buf:
+                    n[0] += 1
+                elif not isinstance(a, Region):
+                    walk_expr(a, expr)
+                else:
+                    for e in (*a.starts, *a.extents):
+                        walk_expr(e, expr)
+            return
+        if getattr(s, "buffer", None) is buf and not isinstance(s, Allocate):
+            n[0] += 1
+        for name in ("value", "cond", "extent", "start", "init"):
+            v = getattr(s, name, None)
+            if v is not None and not isinstance(v, (Buffer,)) and hasattr(v, "dtype"):
+                walk_expr(v, expr)
+        for idx in getattr(s, "indices", ()) or ():
+            walk_expr(idx, expr)
+        if isinstance(s, Collective):
+            for a in s.args:
+                if isinstance(a, Region) and a.buffer is buf:
+                    n[0] += 1
+
+    walk(stmt, visit)
+    return n[0]
+
+
+def _subst(e, var: Var, value):
+    """``e`` with ``var`` replaced by ``value`` (index arithmetic only: other nodes must not mention var)."""
+    if e is var:
+        return value
+    if isinstance(e, BinOp):
+        return binary(e.op, _subst(e.a, var, value), _subst(e.b, var, value))
+    if isinstance(e, Cast):
+        return cast(e.dtype, _subst(e.value, var, value))
+    found = []
+    walk_expr(e, lambda x: found.append(1) if x is var else None)
+    _need(not found, "loop variable inside a non-affine index")
+    return e
+
+
+def _affine(e, var: Var, start):
+    """(value at the first iteration, constant step per iteration) of index ``e`` over loop ``var``."""
+    first = simplify(_subst(e, var, as_expr(start)))
+    nxt = simplify(_subst(e, var, binary("add", as_expr(start), 1)))
+    step = const_value(simplify(binary("sub", nxt, first)))
+    _need(step is not None, "copy start is not affine in the loop variable")
+    return first, int(step)
+
+
+def _full(r: Region) -> bool:
+    shape = r.buffer.static_shape()
+    return (shape is not None and all(_static(s) == 0 for s in r.starts)
+            and tuple(_static(x) for x in r.extents) == tuple(shape))
+
+
+class _Plan:
+    """Everything the collective needs, found by :func:`_match`."""
+
+
+def _match(body: list, k: int, launch: KernelLaunch, ctx):
+    """Try the pipelined loop at ``body[k]``; return a plan or raise _NoMatch."""
+    loop = body[k]
+    inner = loop.body.body if isinstance(loop.body, Seq) else [loop.body]
+    _need(len(inner) == 3 and all(isinstance(s, TileOp) for s in inner), "loop body is not two copies and a gemm")
+    gemm = inner[-1]
+    copies = inner[:2]
+    _need(gemm.op == "gemm" and all(c.op == "copy" for c in copies))
+    _need(not gemm.attrs.get("clear_accum") and not gemm.attrs.get("transpose_A"), "clear_accum / transpose_A")
+    ra, rb, rc = gemm.args
+    _need(all(isinstance(r, Region) for r in (ra, rb, rc)))
+    a_s, b_s, c_l = ra.buffer, rb.buffer, rc.buffer
+    _need(a_s.scope == "shared" and b_s.scope == "shared" and c_l.scope in ("fragment", "shared", "local"))
+    _need(a_s is not b_s and all(_full(r) and r.buffer.ndim == 2 for r in (ra, rb, rc)), "whole 2-D buffers")
+    dt = str(a_s.dtype)
+    _need(dt in _DTYPES and str(b_s.dtype) == dt and str(c_l.dtype) == "float32", "operand dtypes")
+    tb = bool(gemm.attrs.get("transpose_B"))
+    bm, bk = a_s.static_shape()
+    bn = b_s.static_shape()[0] if tb else b_s.static_shape()[1]
+    _need((b_s.static_shape()[1] if tb else b_s.static_shape()[0]) == bk and c_l.static_shape() == (bm, bn))
+    esize = a_s.dtype.bytes
+    atom = SWIZZLE_BYTES // esize                      # elements in one 128-byte swizzle row
+    _need(bk % atom == 0, "block_K must be whole 128-byte rows")
+    _need(dt in ("float16", "bfloat16") or tb, "8-bit float WGMMA needs B as (N, K): transpose_B=True")
+    _need(tb or bn % atom == 0, "block_N must be whole 128-byte rows when B is (K, N)")
+    _need(8 <= bn <= 256 and bn % 8 == 0 and bn <= 256, "block_N")
+    _need(bm <= 256 and bn <= 256, "TMA boxes are at most 256 rows")
+    # copies: one fills A_s, the other B_s, from 2-D global tensors, start affine in the loop variable
+    srcs = {}
+    for c in copies:
+        src, dst = c.args
+        _need(isinstance(src, Region) and isinstance(dst, Region) and _full(dst), "copy into a whole shared buffer")
+        _need(src.buffer.scope == "global" and src.buffer.ndim == 2 and str(src.buffer.dtype) == dt)
+        _need(tuple(_static(x) for x in src.extents) == dst.buffer.static_shape(), "copy extents")
+        srcs[dst.buffer] = src
+    _need(set(srcs) == {a_s, b_s}, "the copies must fill the gemm's A and B")
+    # threads: the kernel's warpgroups become consumers
+    threads = 1
+    for t in launch.threads:
+        threads *= int(const_value(as_expr(t)))
+    _need(threads % WG == 0 and len(launch.threads) == 1, "a one-dimensional block of whole warpgroups")
+    ncwg = threads // WG
+    _need(bm % (64 * ncwg) == 0, "block_M must split into 64-row slices per consumer warpgroup")
+    mr = bm // (64 * ncwg)
+    _need(mr * bn // 2 <= MAX_ACC_REGS, "too many accumulators per thread; use more threads or a smaller tile")
+    _need(threads + WG <= 1024)
+    # A_s and B_s appear nowhere else; C_l is cleared right before the loop
+    rest = Seq(body[:k] + body[k + 1:])
+    _need(_uses(rest, a_s) == 0 and _uses(rest, b_s) == 0, "shared tiles used outside the loop")
+    _need(k >= 1 and isinstance(body[k - 1], TileOp) and body[k - 1].op == "fill", "C is not cleared before the loop")
+    clear = body[k - 1]
+    _need(isinstance(clear.args[0], Region) and clear.args[0].buffer is c_l and _full(clear.args[0])
+          and const_value(clear.args[1]) == 0, "C is not cleared before the loop")
+    p = _Plan()
+    p.loop, p.clear, p.gemm = loop, clear, gemm
+    p.a_s, p.b_s, p.c_l, p.dt, p.esize, p.atom, p.tb = a_s, b_s, c_l, dt, esize, atom, tb
+    p.bm, p.bn, p.bk, p.ncwg, p.mr, p.threads = bm, bn, bk, ncwg, mr, threads
+    p.src_a, p.src_b = srcs[a_s], srcs[b_s]
+    # epilogue: fold `T.copy(C_l, C[...])` when it is C_l's only other use
+    after = body[k + 1:]
+    p.epilogue = None
+    for j, s in enumerate(after):
+        if _uses(s, c_l):
+            if (isinstance(s, TileOp) and s.op == "copy" and s.args[0].buffer is c_l and _full(s.args[0])
+                    and isinstance(s.args[1], Region) and s.args[1].buffer.scope == "global"
+                    and s.args[1].buffer.ndim == 2 and str(s.args[1].buffer.dtype) in _OUT_DTYPES
+                    and tuple(_static(x) for x in s.args[1].extents) == (bm, bn)
+                    and _uses(Seq(body[:k - 1] + after[:j] + after[j + 1:]), c_l) == 0):
+                p.epilogue = (k + 1 + j, s)
+            break
+    return p
+
+
+def _stages(p: _Plan, requested: int, other_bytes: int, limit: int) -> int:
+    stage = (p.bm * p.bk + p.bk * p.bn) * p.esize
+    c_bytes = 0 if p.epilogue else p.bm * p.bn * 4
+    s = max(requested, 2)
+    while s >= 2 and other_bytes + c_bytes + pipe_bytes(s, stage) > limit:
+        s -= 1
+    _need(s >= 2, "not even two stages fit in shared memory")
+    return s
+
+
+def pipe_bytes(stages: int, stage_bytes: int) -> int:
+    """Pipeline buffer: 1024 bytes of alignment slack, the stages, two mbarriers per stage."""
+    return 1024 + stages * stage_bytes + 16 * stages
+
+
+def _tensor_map(src: Region, box_inner: int, box_outer: int, dt: str) -> dict:
+    return {"buffer": src.buffer, "dtype": _DTYPES[dt][2], "elem_bytes": src.buffer.dtype.bytes,
+            "box": (box_inner, box_outer), "swizzle": 3}
+
+
+def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
+    body = list(launch.body.body) if isinstance(launch.body, Seq) else [launch.body]
+    for k, s in enumerate(body):
+        if not (isinstance(s, For) and s.kind == "pipelined"):
+            continue
+        try:
+            p = _match(body, k, launch, ctx)
+        except _NoMatch as e:
+            ctx.notes.append(f"cuda.hopper_gemm_pipeline: loop over {s.var.name} not pipelined ({e})")
+            continue
+        lim = ctx.capabilities.limit("max_shared_bytes_per_block")
+        limit = int(lim[0]) if lim else 227 * 1024
+        other = 0
+        for a in body:
+            if isinstance(a, Allocate) and a.buffer not in (p.a_s, p.b_s, p.c_l):
+                n = _static(a.buffer.numel())
+                other += (n or 0) * a.buffer.dtype.bytes
+        requested = int(s.annotations.get("num_stages") or 0) or 3
+        try:
+            stages = _stages(p, requested, other, limit)
+        except _NoMatch as e:
+            ctx.notes.append(f"cuda.hopper_gemm_pipeline: loop over {s.var.name} not pipelined ({e})")
+            continue
+        stage_bytes = (p.bm * p.bk + p.bk * p.bn) * p.esize
+        pipe = Buffer(f"tc_pipe_{p.a_s.name}", (pipe_bytes(stages, stage_bytes),), "uint8", "shared")
+        a0 = [_affine(e, s.var, s.start) for e in p.src_a.starts]   # (row, col) = (m, k)
+        b0 = [_affine(e, s.var, s.start) for e in p.src_b.starts]   # (n, k) if tb else (k, n)
+        maps = [_tensor_map(p.src_a, p.atom, p.bm, p.dt),
+                _tensor_map(p.src_b, p.atom, p.bn if p.tb else p.bk, p.dt)]
+        if p.epilogue:
+            out = p.epilogue[1].args[1]
+            shape = out.buffer.shape
+            m_valid = simplify(binary("sub", shape[0], out.starts[0]))
+            n_valid = simplify(binary("sub", shape[1], out.starts[1]))
+            ldc = shape[1]
+            target = out
+        else:
+            target = Region(p.c_l, (as_expr(0), as_expr(0)), (as_expr(p.bm), as_expr(p.bn)))
+            m_valid, n_valid, ldc = as_expr(p.bm), as_expr(p.bn), as_expr(p.bn)
+        attrs = {"BM": p.bm, "BN": p.bn, "BK": p.bk, "stages": stages, "consumers": p.ncwg, "MR": p.mr,
+                 "dtype": p.dt, "b_kmajor": p.tb, "a_step": (a0[0][1], a0[1][1]), "b_step": (b0[0][1], b0[1][1]),
+                 "epilogue": "global" if p.epilogue else "shared", "out_dtype": str(target.buffer.dtype),
+                 "tensor_maps": maps}
+        args = (Region(pipe, (as_expr(0),), (pipe.shape[0],)), target, a0[0][0], a0[1][0], b0[0][0], b0[1][0],
+                simplify(as_expr(s.extent)), m_valid, n_valid, simplify(as_expr(ldc)))
+        coll = Collective("tc_wgmma_pipeline", args, attrs, span=s.span)
+        drop = {k - 1, k} | ({p.epilogue[0]} if p.epilogue else set())
+        new = []
+        for j, x in enumerate(body):
+            if j == k:
+                new.append(coll)
+            elif j in drop:
+                continue
+            elif isinstance(x, Allocate) and (x.buffer in (p.a_s, p.b_s) or (p.epilogue and x.buffer is p.c_l)):
+                continue
+            else:
+                new.append(x)
+        new.insert(0, Allocate(pipe, span=s.span))
+        ctx.notes.append(f"cuda.hopper_gemm_pipeline: {p.bm}x{p.bn}x{p.bk} {p.dt}, {stages} stages, "
+                         f"{p.ncwg} consumer warpgroup(s) + 1 producer, epilogue to {attrs['epilogue']} memory")
+        return launch.with_(body=Seq(new, span=launch.body.span), threads=(p.threads + WG,),
+                            attrs={**launch.attrs, "warp_specialized": True})
+    return launch
+
+
+@tile_pass("cuda.hopper_gemm_pipeline")
+def hopper_gemm_pipeline(func, ctx):
+    """Pipelined GEMM main loops -> warp-specialized TMA + WGMMA pipelines (sm_90a)."""
+    caps = ctx.capabilities
+    if not all(caps.feature(f) for f in ("wgmma", "bulk_tensor_copy", "warp_specialization")):
+        return func
+    if ctx.option("tilecore.cuda.disable_wgmma", False):
+        return func
+
+    before = len(ctx.notes)
+
+    def fix(s):
+        return _lower(s, ctx) if isinstance(s, KernelLaunch) else None
+
+    body = rewrite(func.body, fix)
+    # what happened to each pipelined loop, for kernel.meta["attrs"]["hopper_pipelines"] and IR dumps
+    return func.with_body(body, hopper_pipelines=tuple(ctx.notes[before:]))
+
+
+# -- code the emitter needs -----------------------------------------------------------------------
+
+def wgmma_template(s: Collective) -> list:
+    at = s.attrs
+    return [int(s.threads), at["BM"], at["BN"], at["BK"], at["stages"], at["consumers"], at["MR"],
+            "true" if at["b_kmajor"] else "false", at["a_step"][0], at["a_step"][1], at["b_step"][0],
+            at["b_step"][1], "true" if at["epilogue"] == "global" else "false", _DTYPES[at["dtype"]][1],
+            wgmma_name(at)]
+
+
+def wgmma_name(at: dict) -> str:
+    return f"tc_wgmma_{_DTYPES[at['dtype']][0]}_n{at['BN']}_t{0 if at['b_kmajor'] else 1}"
+
+
+def wgmma_wrappers(collectives) -> str:
+    """One struct per WGMMA shape in use: ``run(acc, desc_a, desc_b)`` issues one ``wgmma.mma_async``
+    m64nNk16 (16-bit) or m64nNk32 (8-bit), accumulators in registers (``float (&)[N / 2]``), both operands
+    from shared-memory descriptors, D += A * B."""
+    out, seen = [], set()
+    for c in collectives:
+        at = c.attrs
+        name = wgmma_name(at)
+        if name in seen:
+            continue
+        seen.add(name)
+        ptx, kstep, _ = _DTYPES[at["dtype"]]
+        n = at["BN"]
+        regs = n // 2
+        dlist = ", ".join(f"%{i}" for i in range(regs))
+        outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+        trans = "" if ptx not in ("f16", "bf16") else f", 0, {0 if at['b_kmajor'] else 1}"
+        out.append(
+            f"struct {name} {{\n  static __device__ __forceinline__ void run(float (&d)[{regs}], "
+            "unsigned long long a, unsigned long long b) {\n"
+            f"    asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"
+            f"wgmma.mma_async.sync.aligned.m64n{n}k{kstep}.f32.{ptx}.{ptx} {{{dlist}}}, %{regs}, %{regs + 1}, "
+            f"p, 1, 1{trans};\\n}}\\n\"\n        : {outs}\n        : \"l\"(a), \"l\"(b), \"r\"(1));\n  }}\n}};\n")
+    return "".join(out)

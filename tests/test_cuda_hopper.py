@@ -1,0 +1,180 @@
+"""Hopper GEMM pipelines (``cuda.hopper_gemm_pipeline``: TMA + mbarrier + WGMMA, warp-specialized), through
+the public API.
+
+Compile-only checks wherever a CUDA compiler exists (CI): which loops the pass takes and which it leaves
+to the ``mma.sync`` path (with the reason), and the SASS (HGMMA / QGMMA, UTMALDG, the mbarrier SYNCS,
+USETMAXREG). On an sm_90 GPU the kernels run and are compared with float64 references.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilecore
+import tilecore.language as T
+
+tilecore_cuda = pytest.importorskip("tilecore_cuda")
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_cuda_backend import HAS_DEVICE, NOCACHE, needs_toolchain  # noqa: E402
+
+HOPPER = "cuda:sm_90a"
+
+
+def _on_hopper() -> bool:
+    if not HAS_DEVICE:
+        return False
+    from tilecore_cuda.runtime import arch_of, device_properties
+
+    return arch_of(device_properties(0)) == "sm_90a"
+
+
+hopper_gpu = pytest.mark.skipif(not _on_hopper(), reason="no sm_90 GPU here")
+
+
+def gemm(M, N, K, bm=128, bn=256, bk=64, threads=256, stages=4, dtype="float16", out="float16", tb=False,
+         epilogue="copy"):
+    """C = A @ B (B given as (N, K) when ``tb``); ``epilogue="relu"`` works on the fragment before the copy,
+    so the accumulators must reach shared memory first."""
+    b_shape, bs_shape = ((N, K), (bn, bk)) if tb else ((K, N), (bk, bn))
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), out)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), dtype)
+            B_s = T.alloc_shared(bs_shape, dtype)
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_l)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                T.copy(A[by * bm, ko * bk], A_s)
+                if tb:
+                    T.copy(B[bx * bn, ko * bk], B_s)
+                else:
+                    T.copy(B[ko * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_l, transpose_B=tb)
+            if epilogue == "relu":
+                for i, j in T.Parallel(bm, bn):
+                    C_l[i, j] = T.max(C_l[i, j], 0.0)
+            T.copy(C_l, C[by * bm, bx * bn])
+
+    return main
+
+
+def _notes(k) -> str:
+    return " | ".join(k.meta["attrs"].get("hopper_pipelines", ()))
+
+
+# -- compile-only ---------------------------------------------------------------------------------------
+
+@needs_toolchain
+def test_readme_gemm_becomes_a_warp_specialized_tma_wgmma_pipeline():
+    k = tilecore.compile(gemm(1024, 1024, 1024), target=HOPPER, pass_configs=NOCACHE)
+    assert "128x256x64 float16, 4 stages, 2 consumer warpgroup(s) + 1 producer, epilogue to global" in _notes(k)
+    src = k.get_kernel_source()
+    assert "tc_wgmma_pipeline<384," in src and "__launch_bounds__(384, 1)" in src
+    assert src.count("__grid_constant__ tc_tmap") == 2
+    sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+    for op in ("HGMMA.64x256x16.F32", "UTMALDG.2D", "SYNCS", "USETMAXREG"):
+        assert op in sass, op
+    assert "HMMA" not in sass  # no mma.sync fallback in this kernel
+    assert "tnspB" in sass  # B is (K, N): N-major operand
+
+
+@needs_toolchain
+def test_k_major_b_and_bfloat16():
+    k = tilecore.compile(gemm(512, 512, 512, bn=128, dtype="bfloat16", out="float32", tb=True), target=HOPPER,
+                         pass_configs=NOCACHE)
+    assert "128x128x64 bfloat16" in _notes(k)
+    sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+    assert "HGMMA.64x128x16.F32.BF16" in sass and "tnspB" not in sass
+
+
+@needs_toolchain
+def test_fp8_gemm_uses_qgmma():
+    k = tilecore.compile(gemm(1024, 1024, 1024, bk=128, dtype="float8_e4m3", tb=True), target=HOPPER,
+                         pass_configs=NOCACHE)
+    assert "128x256x128 float8_e4m3" in _notes(k)
+    sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+    assert "QGMMA.64x256x32.F32.E4M3.E4M3" in sass and "UTMALDG" in sass
+
+
+@needs_toolchain
+def test_epilogue_on_the_fragment_goes_through_shared_memory():
+    k = tilecore.compile(gemm(512, 512, 512, bn=128, epilogue="relu"), target=HOPPER, pass_configs=NOCACHE)
+    assert "epilogue to shared memory" in _notes(k)
+    assert "tc_wgmma_pipeline<384, 128, 128, 64, 4, 2, 1, false, 0, 64, 64, 0, false," in k.get_kernel_source()
+
+
+@needs_toolchain
+@pytest.mark.parametrize("kwargs,why", [
+    ({"bk": 32}, "block_K must be whole 128-byte rows"),
+    ({"dtype": "float8_e4m3", "bk": 128}, "transpose_B=True"),
+    ({"threads": 128, "bn": 256}, "too many accumulators"),
+    ({"threads": 96, "bm": 64}, "whole warpgroups"),
+])
+def test_loops_the_pipeline_cannot_take_fall_back_with_a_reason(kwargs, why):
+    k = tilecore.compile(gemm(512, 512, 512, **kwargs), target=HOPPER, pass_configs=NOCACHE)
+    assert "not pipelined" in _notes(k) and why in _notes(k)
+    assert "tc_wgmma_pipeline" not in k.get_kernel_source()
+
+
+@needs_toolchain
+def test_sm80_and_disable_switch_keep_the_mma_sync_path():
+    for target, cfg in (("cuda:sm_80", {}), (HOPPER, {"tilecore.cuda.disable_wgmma": True})):
+        k = tilecore.compile(gemm(512, 512, 512, bn=128, stages=2), target=target, pass_configs={**NOCACHE, **cfg})
+        assert "tc_wgmma_pipeline" not in k.get_kernel_source()
+        assert "tc_gemm_mma<" in k.get_kernel_source()
+
+
+# -- on an H100 -----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def torch_cuda():
+    return pytest.importorskip("torch")
+
+
+def _run(torch, fn, M, N, K, dtype, out, tb, seed=3):
+    rng = np.random.default_rng(seed)
+    a32 = rng.standard_normal((M, K)).astype(np.float32)
+    b32 = rng.standard_normal((N, K) if tb else (K, N)).astype(np.float32)
+    tdt = {"float8_e4m3": torch.float8_e4m3fn}.get(dtype) or getattr(torch, dtype)
+    a = torch.from_numpy(a32).cuda().to(tdt)
+    b = torch.from_numpy(b32).cuda().to(tdt)
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=getattr(torch, out))
+    k = tilecore.compile(fn, target="cuda")
+    k(a, b, c)
+    torch.cuda.synchronize()
+    a64, b64 = a.double().cpu().numpy(), b.double().cpu().numpy()
+    ref = a64 @ (b64.T if tb else b64)
+    return k, c.double().cpu().numpy(), ref
+
+
+@hopper_gpu
+@pytest.mark.parametrize("dtype,out,tb", [("float16", "float16", False), ("float16", "float32", True),
+                                          ("bfloat16", "bfloat16", False), ("bfloat16", "float32", True),
+                                          ("float8_e4m3", "float16", True)])
+@pytest.mark.parametrize("M,N,K", [(512, 768, 1024), (1000, 1000, 1000), (200, 136, 72)])
+def test_device_pipeline_matches_float64(torch_cuda, dtype, out, tb, M, N, K):
+    bk = 128 if dtype == "float8_e4m3" else 64
+    bn = 128 if N < 256 else 256
+    if not tb and N % 8:
+        pytest.skip("TMA needs 16-byte rows")
+    fn = gemm(M, N, K, bn=bn, bk=bk, dtype=dtype, out=out, tb=tb)
+    k, got, ref = _run(torch_cuda, fn, M, N, K, dtype, out, tb)
+    assert "epilogue to global" in _notes(k)
+    tol = {"float32": 1e-3, "float16": 2e-2, "bfloat16": 8e-2}[out] * np.sqrt(K)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, ref, atol=tol, rtol=2e-2)
+
+
+@hopper_gpu
+@pytest.mark.parametrize("threads,bm,bn,stages", [(256, 128, 128, 3), (128, 64, 128, 2), (128, 128, 64, 5)])
+def test_device_pipeline_shapes_and_shared_epilogue(torch_cuda, threads, bm, bn, stages):
+    M, N, K = 384, 256, 640
+    fn = gemm(M, N, K, bm=bm, bn=bn, threads=threads, stages=stages, out="float32", epilogue="relu")
+    k, got, ref = _run(torch_cuda, fn, M, N, K, "float16", "float32", False)
+    assert "epilogue to shared memory" in _notes(k)
+    np.testing.assert_allclose(got, np.maximum(ref, 0), atol=1e-3 * np.sqrt(K), rtol=1e-3)
