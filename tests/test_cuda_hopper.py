@@ -114,9 +114,11 @@ def test_epilogue_on_the_fragment_goes_through_shared_memory():
     ({"dtype": "float8_e4m3", "bk": 128}, "transpose_B=True"),
     ({"threads": 128, "bn": 256}, "too many accumulators"),
     ({"threads": 96, "bm": 64}, "whole warpgroups"),
+    ({"dtype": "float8_e4m3", "bk": 128, "tb": True, "K": 1000}, "rows of A are not a multiple of 16 bytes"),
 ])
 def test_loops_the_pipeline_cannot_take_fall_back_with_a_reason(kwargs, why):
-    k = tilecore.compile(gemm(512, 512, 512, **kwargs), target=HOPPER, pass_configs=NOCACHE)
+    K = kwargs.pop("K", 512)
+    k = tilecore.compile(gemm(512, 512, K, **kwargs), target=HOPPER, pass_configs=NOCACHE)
     assert "not pipelined" in _notes(k) and why in _notes(k)
     assert "tc_wgmma_pipeline" not in k.get_kernel_source()
 
@@ -160,8 +162,8 @@ def _run(torch, fn, M, N, K, dtype, out, tb, seed=3):
 def test_device_pipeline_matches_float64(torch_cuda, dtype, out, tb, M, N, K):
     bk = 128 if dtype == "float8_e4m3" else 64
     bn = 128 if N < 256 else 256
-    if not tb and N % 8:
-        pytest.skip("TMA needs 16-byte rows")
+    if dtype == "float8_e4m3" and K % 16:
+        K += 16 - K % 16  # TMA needs 16-byte rows (the fallback for other K is tested above)
     fn = gemm(M, N, K, bn=bn, bk=bk, dtype=dtype, out=out, tb=tb)
     k, got, ref = _run(torch_cuda, fn, M, N, K, dtype, out, tb)
     assert "epilogue to global" in _notes(k)
@@ -178,3 +180,56 @@ def test_device_pipeline_shapes_and_shared_epilogue(torch_cuda, threads, bm, bn,
     k, got, ref = _run(torch_cuda, fn, M, N, K, "float16", "float32", False)
     assert "epilogue to shared memory" in _notes(k)
     np.testing.assert_allclose(got, np.maximum(ref, 0), atol=1e-3 * np.sqrt(K), rtol=1e-3)
+
+
+# -- FlashAttention forward as a warp-specialized register program ----------------------------------------
+
+def _attention(seq, dim, bm, bn, threads, causal, heads=2, batch=None):
+    from tilecore_conformance.composite import flash_attention_forward
+
+    return flash_attention_forward(seq, dim, heads, bm, bn, "float16", causal, batch=batch, threads=threads)
+
+
+@needs_toolchain
+def test_flash_attention_becomes_a_register_program():
+    k = tilecore.compile(_attention(4096, 128, 128, 128, 256, True, heads=32, batch=8), target=HOPPER,
+                         pass_configs=NOCACHE)
+    assert "hopper_register_program: 2 consumer warpgroup(s) + 1 producer, 8 fragments in registers, " \
+           "1 tile(s) loaded once, 2 pipelined 2 stages deep" in _notes(k)
+    src = k.get_kernel_source()
+    assert "float acc_o[64];" in src and "tc_wgmma_rs_f16_n128_t1::run" in src and "tc_tma_load_4d" in src
+    sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+    assert "HGMMA.64x128x16.F32" in sass and "UTMALDG.4D" in sass
+    assert "STL" not in sass and "LDL" not in sass  # fragments stay in registers
+
+
+@needs_toolchain
+@pytest.mark.parametrize("bm,threads,why", [(64, 256, "fragments must be (128,)"), (32, 128, "fragments must be (64,)")])
+def test_attention_that_does_not_fit_keeps_the_generic_path(bm, threads, why):
+    k = tilecore.compile(_attention(256, 64, bm, 64, threads, False), target=HOPPER, pass_configs=NOCACHE)
+    assert "not mapped to registers" in _notes(k) and why in _notes(k)
+    assert "tc_wgmma" not in k.get_kernel_source()
+
+
+@hopper_gpu
+@pytest.mark.parametrize("seq,dim,bm,bn,threads,causal", [(256, 128, 128, 128, 256, False),
+                                                          (200, 64, 64, 64, 128, True),
+                                                          (1000, 128, 128, 64, 256, True),
+                                                          (384, 64, 128, 128, 256, False)])
+def test_device_attention_register_program_matches_float64(torch_cuda, seq, dim, bm, bn, threads, causal):
+    from tilecore_conformance.composite import attention_ref
+
+    torch = torch_cuda
+    heads = 3
+    rng = np.random.default_rng(5)
+    q, kk, v = (torch.from_numpy(rng.standard_normal((heads, seq, dim)).astype(np.float32)).half().cuda()
+                for _ in range(3))
+    o = torch.full_like(q, float("nan"))
+    k = tilecore.compile(_attention(seq, dim, bm, bn, threads, causal, heads=heads), target="cuda")
+    assert "hopper_register_program" in _notes(k) and "not mapped" not in _notes(k)
+    k(q, kk, v, o)
+    torch.cuda.synchronize()
+    ref = attention_ref([x.cpu().numpy() for x in (q, kk, v)], "float16", causal, seq=seq, dim=dim)[0]
+    got = o.double().cpu().numpy()
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, ref, atol=2e-2, rtol=2e-2)

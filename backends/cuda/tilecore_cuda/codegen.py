@@ -18,10 +18,11 @@ from importlib import resources
 
 from tilecore.codegen import CFamilyEmitter, EmitState, abi_of, host_expr
 from tilecore.errors import CompileError, UnsupportedFeatureError
-from tilecore.ir import (Allocate, Assert, Bind, Collective, Expr, IntImm, KernelLaunch, Region, Seq, binary, collect, const, const_value, is_float, simplify)
+from tilecore.ir import (Allocate, Assert, Bind, BufferLoad, Collective, Expr, IntImm, KernelLaunch, Region, Seq, binary, collect, const, const_value, is_float, simplify)
 from tilecore.plugin import Source
 
 from .hopper import wgmma_wrappers
+from .regprog import emit_register_program
 
 ENTRY = "tc_kernel"
 STATIC_SHARED_LIMIT = 48 * 1024
@@ -142,6 +143,14 @@ class CUDAEmitter(CFamilyEmitter):
             x = x * g
         return [x, grid[-2], grid[-1]]
 
+    def expr(self, st: EmitState, e) -> str:
+        regs = getattr(st, "regs", None)
+        if regs and isinstance(e, BufferLoad):
+            ref = regs.get(id(e.buffer))
+            if ref is not None:  # a fragment held in registers (cuda.hopper_register_program)
+                return ref
+        return super().expr(st, e)
+
     # -- kernel launch ------------------------------------------------------------------------------
     def stmt_KernelLaunch(self, st: EmitState, s: KernelLaunch):
         threads = int(math.prod(int(t) for t in s.threads))
@@ -211,6 +220,8 @@ class CUDAEmitter(CFamilyEmitter):
         first element, scalars pass by value as ``long long``."""
         from .intrinsics import COLLECTIVES
 
+        if s.name == "tc_register_program":
+            return emit_register_program(self, st, s)
         spell = COLLECTIVES.get(s.name)
         if spell is None:
             raise CompileError(f"internal: unknown block-wide operation {s.name}", s.span)

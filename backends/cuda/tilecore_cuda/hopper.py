@@ -163,6 +163,9 @@ def _match(body: list, k: int, launch: KernelLaunch, ctx):
         _need(isinstance(src, Region) and isinstance(dst, Region) and _full(dst), "copy into a whole shared buffer")
         _need(src.buffer.scope == "global" and src.buffer.ndim == 2 and str(src.buffer.dtype) == dt)
         _need(tuple(_static(x) for x in src.extents) == dst.buffer.static_shape(), "copy extents")
+        row = _static(src.buffer.shape[-1])
+        _need(row is None or (row * src.buffer.dtype.bytes) % 16 == 0,
+              f"rows of {src.buffer.name} are not a multiple of 16 bytes, as TMA needs")
         srcs[dst.buffer] = src
     _need(set(srcs) == {a_s, b_s}, "the copies must fill the gemm's A and B")
     # threads: the kernel's warpgroups become consumers
@@ -317,30 +320,44 @@ def wgmma_template(s: Collective) -> list:
 
 
 def wgmma_name(at: dict) -> str:
-    return f"tc_wgmma_{_DTYPES[at['dtype']][0]}_n{at['BN']}_t{0 if at['b_kmajor'] else 1}"
+    return wgmma_struct(at["dtype"], at["BN"], not at["b_kmajor"])[0]
+
+
+def wgmma_struct(dtype: str, n: int, trans_b: bool, a_regs: bool = False) -> tuple:
+    """(name, C++ text) of a struct whose ``run`` issues one ``wgmma.mma_async`` m64nNk16 (16-bit) or
+    m64nNk32 (8-bit): accumulators in registers (``float (&)[N / 2]``), B from a shared-memory descriptor,
+    A from a descriptor or (``a_regs``) from four 32-bit registers of packed 16-bit values; D += A * B."""
+    ptx, kstep, _ = _DTYPES[dtype]
+    name = f"tc_wgmma_{'rs_' if a_regs else ''}{ptx}_n{n}_t{int(trans_b)}"
+    regs = n // 2
+    dlist = ", ".join(f"%{i}" for i in range(regs))
+    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    if a_regs:
+        a_op = "{" + ", ".join(f"%{regs + i}" for i in range(4)) + "}"
+        b_op, p_op = f"%{regs + 4}", f"%{regs + 5}"
+        sig = "unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned long long b"
+        ins = '"r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1)'
+        trans = f", {int(trans_b)}"
+    else:
+        a_op, b_op, p_op = f"%{regs}", f"%{regs + 1}", f"%{regs + 2}"
+        sig = "unsigned long long a, unsigned long long b"
+        ins = '"l"(a), "l"(b), "r"(1)'
+        trans = f", 0, {int(trans_b)}" if ptx in ("f16", "bf16") else ""
+    text = (f"struct {name} {{\n  static __device__ __forceinline__ void run(float (&d)[{regs}], {sig}) {{\n"
+            f"    asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, {p_op}, 0;\\n"
+            f"wgmma.mma_async.sync.aligned.m64n{n}k{kstep}.f32.{ptx}.{ptx} {{{dlist}}}, {a_op}, {b_op}, "
+            f"p, 1, 1{trans};\\n}}\\n\"\n        : {outs}\n        : {ins});\n  }}\n}};\n")
+    return name, text
 
 
 def wgmma_wrappers(collectives) -> str:
-    """One struct per WGMMA shape in use: ``run(acc, desc_a, desc_b)`` issues one ``wgmma.mma_async``
-    m64nNk16 (16-bit) or m64nNk32 (8-bit), accumulators in registers (``float (&)[N / 2]``), both operands
-    from shared-memory descriptors, D += A * B."""
-    out, seen = [], set()
+    """The WGMMA structs the given collectives use (``attrs["wgmma"]``: (dtype, n, trans_b, a_regs) tuples,
+    or a GEMM pipeline's shape), each once."""
+    out: dict = {}
     for c in collectives:
         at = c.attrs
-        name = wgmma_name(at)
-        if name in seen:
-            continue
-        seen.add(name)
-        ptx, kstep, _ = _DTYPES[at["dtype"]]
-        n = at["BN"]
-        regs = n // 2
-        dlist = ", ".join(f"%{i}" for i in range(regs))
-        outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-        trans = "" if ptx not in ("f16", "bf16") else f", 0, {0 if at['b_kmajor'] else 1}"
-        out.append(
-            f"struct {name} {{\n  static __device__ __forceinline__ void run(float (&d)[{regs}], "
-            "unsigned long long a, unsigned long long b) {\n"
-            f"    asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"
-            f"wgmma.mma_async.sync.aligned.m64n{n}k{kstep}.f32.{ptx}.{ptx} {{{dlist}}}, %{regs}, %{regs + 1}, "
-            f"p, 1, 1{trans};\\n}}\\n\"\n        : {outs}\n        : \"l\"(a), \"l\"(b), \"r\"(1));\n  }}\n}};\n")
-    return "".join(out)
+        shapes = at.get("wgmma") or [(at["dtype"], at["BN"], not at["b_kmajor"], False)]
+        for shape in shapes:
+            name, text = wgmma_struct(*shape)
+            out.setdefault(name, text)
+    return "".join(out.values())

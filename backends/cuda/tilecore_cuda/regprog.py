@@ -1,0 +1,657 @@
+"""Hopper (sm_90a): a whole ``T.Kernel`` as a warp-specialized program with its fragments in registers.
+
+``cuda.hopper_register_program`` (tile-lowering slot, after ``cuda.hopper_gemm_pipeline``) takes a kernel
+whose block program fits this model, and emits it as one block-collective statement,
+``tc_register_program``, that the CUDA emitter spells out (:func:`emit_register_program`):
+
+- the block's warpgroups (``threads / 128`` of them) are *consumers*; each owns 64 rows of every
+  fragment. A 2-D fragment ``(bM, n)`` is held in the WGMMA accumulator layout (``n / 2`` registers per
+  thread: warp ``w`` has rows ``16 w + lane / 4 (+ 8)``, register ``4 j + 2 h + e`` is column
+  ``8 j + 2 (lane % 4) + e`` of row ``+ 8 h``); a 1-D fragment ``(bM,)`` holds the thread's two rows.
+  ``bM`` must be ``64 * consumers``;
+- one more warpgroup, the *producer*, issues every ``T.copy`` from global into shared memory as TMA
+  copies (128-byte swizzle, tensor maps built at launch): copies before the ``T.Pipelined`` loop once,
+  copies inside it ``num_stages`` deep, on ``full`` / ``empty`` mbarriers per stage;
+- consumers run the statements in program order on their registers: ``T.gemm`` as WGMMA (A from
+  shared memory or from a 16-bit fragment in registers, B from shared memory), ``T.reduce`` along rows
+  with quad shuffles, ``T.fill``, fragment-to-fragment ``T.copy`` (with conversion), fragment-to-global
+  ``T.copy``, and ``T.Parallel`` nests over ``(bM,)`` or ``(bM, n)`` whose fragment accesses are indexed by
+  the loop variables, each thread doing its own elements.
+
+A kernel with anything else (other scopes, other index patterns, branches at block level, copies the
+producer cannot do...) keeps the generic path; the reason is recorded in
+``kernel.meta["attrs"]["hopper_pipelines"]``. FlashAttention forward, written as TileLang users write it,
+fits (that is what this pass is for); so does a GEMM with an epilogue on the fragment.
+"""
+from __future__ import annotations
+
+from tilecore.ir import (Allocate, Bind, BufferLoad, Collective, For, KernelLaunch, Region, Seq, Store, TileOp,
+                         Var, as_expr, binary, const_value, is_float, rewrite, simplify, walk, walk_expr)
+from tilecore.passes import tile_pass
+
+from .hopper import _DTYPES, WG, wgmma_struct
+
+_REDUCE = {"sum": ("0.0f", "({a} + {b})"), "max": ("(-INFINITY)", "fmaxf({a}, {b})"),
+           "min": ("INFINITY", "fminf({a}, {b})")}
+_16BIT = ("float16", "bfloat16")
+
+
+class _No(Exception):
+    pass
+
+
+def _need(cond, why: str) -> None:
+    if not cond:
+        raise _No(why)
+
+
+def _s(e):
+    return const_value(simplify(as_expr(e)))
+
+
+def _full(r) -> bool:
+    shape = r.buffer.static_shape()
+    return (isinstance(r, Region) and shape is not None and all(_s(x) == 0 for x in r.starts)
+            and tuple(_s(x) for x in r.extents) == tuple(shape))
+
+
+def _nonunit(r: Region) -> list:
+    return [d for d, e in enumerate(r.extents) if _s(e) != 1]
+
+
+class _Analysis:
+    def __init__(self, launch: KernelLaunch, ctx):
+        self.ctx = ctx
+        threads = 1
+        for t in launch.threads:
+            threads *= int(const_value(as_expr(t)))
+        _need(len(launch.threads) == 1 and threads % WG == 0 and 0 < threads <= 768,
+              "a one-dimensional block of whole warpgroups")
+        self.nc = threads // WG
+        self.bm = 64 * self.nc
+        self.frags: dict = {}
+        self.shared: dict = {}
+        self.copies: dict = {}       # shared buffer -> (copy op, staged)
+        self.wgmma: list = []
+
+    # -- buffers --------------------------------------------------------------------------------
+    def allocate(self, a: Allocate):
+        b = a.buffer
+        shape = b.static_shape()
+        _need(shape is not None and a.init is None, f"{b.name}: a buffer without a static shape")
+        if b.scope == "shared":
+            _need(len(shape) == 2 and str(b.dtype) in _16BIT, f"{b.name}: shared buffers must be 2-D 16-bit tiles")
+            rows, cols = shape
+            _need(rows % 8 == 0 and rows <= 256 and (cols * b.dtype.bytes) % 128 == 0,
+                  f"{b.name}: shared tiles must be whole 128-byte rows, 8-row groups, at most 256 rows")
+            self.shared[b] = {"rows": rows, "cols": cols, "esize": b.dtype.bytes}
+        elif b.scope == "fragment":
+            _need(shape[0] == self.bm and len(shape) in (1, 2),
+                  f"{b.name}: fragments must be ({self.bm},) or ({self.bm}, n) for {self.nc} warpgroup(s)")
+            _need(str(b.dtype) in ("float32", *_16BIT), f"{b.name}: fragment dtype {b.dtype}")
+            if len(shape) == 2:
+                _need(shape[1] % 8 == 0 and 8 <= shape[1] <= 256, f"{b.name}: fragment width must be 8..256, by 8")
+            self.frags[b] = len(shape)
+        else:
+            raise _No(f"{b.name}: {b.scope} buffers")
+
+    # -- statements -----------------------------------------------------------------------------
+    def no_frag_loads(self, e, what: str):
+        def chk(x):
+            if isinstance(x, BufferLoad) and (x.buffer in self.frags or x.buffer in self.shared):
+                raise _No(f"{what} reads {x.buffer.name}")
+        walk_expr(e, chk)
+
+    def stmt(self, s, where: str):
+        if isinstance(s, Bind):
+            self.no_frag_loads(s.value, "a block-level value")
+            return
+        if isinstance(s, TileOp):
+            return getattr(self, "op_" + s.op, self.op_other)(s, where)
+        if isinstance(s, For) and s.kind == "parallel":
+            return self.parallel(s)
+        raise _No(f"{type(s).__name__} at block level")
+
+    def op_other(self, s, where):
+        raise _No(f"T.{s.op}")
+
+    def op_fill(self, s, where):
+        r = s.args[0]
+        _need(_full(r) and r.buffer in self.frags, "T.fill of something other than a whole fragment")
+        self.no_frag_loads(s.args[1], "T.fill")
+
+    def op_copy(self, s, where):
+        src, dst = s.args
+        _need(isinstance(src, Region) and isinstance(dst, Region), "copy of non-regions")
+        if dst.buffer in self.shared:
+            _need(src.buffer.scope == "global" and _full(dst) and src.buffer.dtype == dst.buffer.dtype,
+                  "copies into shared memory must be whole tiles from global tensors of the same dtype")
+            _need(dst.buffer not in self.copies, f"{dst.buffer.name} is filled twice")
+            _need(where in ("pre", "loop"), "a copy into shared memory after the loop")
+            nu = _nonunit(src)
+            rows, cols = self.shared[dst.buffer]["rows"], self.shared[dst.buffer]["cols"]
+            _need(nu and nu[-1] == src.buffer.ndim - 1 and len(nu) <= 2, "source tile must end in the last dimension")
+            ext = [_s(src.extents[d]) for d in nu]
+            _need(ext == ([rows, cols] if len(nu) == 2 else [cols]) and (len(nu) == 2 or rows == 1),
+                  "copy extents do not match the shared tile")
+            _need(src.buffer.ndim <= 5, "TMA copies tensors of at most 5 dimensions")
+            row = _s(src.buffer.shape[-1])
+            _need(row is None or (row * src.buffer.dtype.bytes) % 16 == 0,
+                  f"rows of {src.buffer.name} are not a multiple of 16 bytes, as TMA needs")
+            self.copies[dst.buffer] = (s, where == "loop")
+            return
+        if src.buffer in self.frags and dst.buffer in self.frags:
+            _need(_full(src) and _full(dst) and src.buffer.static_shape() == dst.buffer.static_shape(),
+                  "fragment copies must be whole")
+            return
+        if src.buffer in self.frags and dst.buffer.scope == "global":
+            _need(_full(src) and self.frags[src.buffer] == 2, "only whole 2-D fragments are stored to global memory")
+            nu = _nonunit(dst)
+            shape = src.buffer.static_shape()
+            _need(len(nu) == 2 and nu[-1] == dst.buffer.ndim - 1 and [_s(dst.extents[d]) for d in nu] == list(shape),
+                  "fragment-to-global copy extents")
+            _need(str(dst.buffer.dtype) in ("float32", *_16BIT), "output dtype")
+            return
+        raise _No(f"T.copy {src.buffer.scope} -> {dst.buffer.scope}")
+
+    def op_reduce(self, s, where):
+        src, dst = s.args[:2]
+        _need(s.attrs.get("kind") in _REDUCE and s.attrs.get("dim") in (1, -1), "reduce kind / dim")
+        _need(_full(src) and _full(dst) and self.frags.get(src.buffer) == 2 and self.frags.get(dst.buffer) == 1,
+              "reduce from a 2-D fragment into a 1-D fragment")
+
+    def op_gemm(self, s, where):
+        a, b, c = s.args
+        _need(not s.attrs.get("transpose_A"), "transpose_A")
+        _need(all(_full(r) for r in (a, b, c)), "gemm operands must be whole buffers")
+        _need(self.frags.get(c.buffer) == 2 and str(c.buffer.dtype) == "float32", "gemm C must be a float32 fragment")
+        _need(b.buffer in self.shared, "gemm B must be in shared memory")
+        dt = str(b.buffer.dtype)
+        _need(str(a.buffer.dtype) == dt, "gemm operand dtypes differ")
+        n = c.buffer.static_shape()[1]
+        tb = bool(s.attrs.get("transpose_B"))
+        bshape = b.buffer.static_shape()
+        k = a.buffer.static_shape()[1]
+        _need(tuple(bshape) == ((n, k) if tb else (k, n)), "gemm shapes")
+        _need(k % 16 == 0, "gemm K must be a multiple of 16")
+        if not tb:
+            _need((n * 2) % 128 == 0, "B as (K, N) needs N in whole 128-byte rows")
+        if a.buffer in self.shared:
+            self.wgmma.append((dt, n, not tb, False))
+        else:
+            _need(self.frags.get(a.buffer) == 2, "gemm A must be in shared memory or a 2-D fragment")
+            self.wgmma.append((dt, n, not tb, True))
+
+    def parallel(self, loop: For):
+        _need(_s(loop.start) == 0 and _s(loop.extent) == self.bm, f"T.Parallel over {self.bm} rows first")
+        inner = loop.body
+        while isinstance(inner, Seq) and len(inner.body) == 1:
+            inner = inner.body[0]
+        if isinstance(inner, For) and inner.kind == "parallel":
+            _need(_s(inner.start) == 0 and _s(inner.extent) is not None, "column loop")
+            cols, body, jv = _s(inner.extent), inner.body, inner.var
+        else:
+            cols, body, jv = None, loop.body, None
+        iv = loop.var
+
+        def check_load(x):
+            if isinstance(x, BufferLoad):
+                if x.buffer in self.shared:
+                    raise _No("T.Parallel reads a shared tile")
+                dims = self.frags.get(x.buffer)
+                if dims == 1:
+                    _need(len(x.indices) == 1 and x.indices[0] is iv, f"{x.buffer.name} indexed by something else than the row")
+                elif dims == 2:
+                    _need(cols is not None and x.indices[0] is iv and x.indices[1] is jv
+                          and x.buffer.static_shape()[1] == cols, f"{x.buffer.name} indexed by something else than (row, col)")
+
+        def check(st):
+            if isinstance(st, Seq):
+                return
+            if isinstance(st, Bind):
+                walk_expr(st.value, check_load)
+                return
+            if isinstance(st, Store):
+                walk_expr(st.value, check_load)
+                for i in st.indices:
+                    walk_expr(i, check_load)
+                dims = self.frags.get(st.buffer)
+                if dims == 1:
+                    _need(cols is None and st.indices[0] is iv, f"{st.buffer.name}: row values are written in a 1-D loop")
+                elif dims == 2:
+                    _need(cols is not None and st.indices[0] is iv and st.indices[1] is jv
+                          and st.buffer.static_shape()[1] == cols, f"{st.buffer.name} written at other than (row, col)")
+                else:
+                    _need(st.buffer.scope == "global", f"T.Parallel writes {st.buffer.scope} memory")
+                return
+            raise _No(f"{type(st).__name__} inside T.Parallel")
+
+        walk(body, check)
+
+
+def _plan(launch: KernelLaunch, ctx) -> dict:
+    body = list(launch.body.body) if isinstance(launch.body, Seq) else [launch.body]
+    an = _Analysis(launch, ctx)
+    loops = [k for k, s in enumerate(body) if isinstance(s, For) and s.kind == "pipelined"]
+    _need(len(loops) == 1, "one T.Pipelined loop at block level")
+    lk = loops[0]
+    loop = body[lk]
+    pre, post = [], []
+    for k, s in enumerate(body):
+        if isinstance(s, Allocate):
+            an.allocate(s)
+    for k, s in enumerate(body):
+        if isinstance(s, Allocate) or k == lk:
+            continue
+        an.stmt(s, "pre" if k < lk else "post")
+        (pre if k < lk else post).append(s)
+    lbody = list(loop.body.body) if isinstance(loop.body, Seq) else [loop.body]
+    for s in lbody:
+        an.stmt(s, "loop")
+    _need(set(an.copies) == set(an.shared), "every shared tile is filled by one T.copy from global memory")
+    _need(an.wgmma, "no T.gemm")
+    staged = [b for b in an.shared if an.copies[b][1]]
+    once = [b for b in an.shared if not an.copies[b][1]]
+    _need(staged, "nothing to pipeline")
+    size = {b: an.shared[b]["rows"] * an.shared[b]["cols"] * an.shared[b]["esize"] for b in an.shared}
+    once_bytes = sum(size[b] for b in once)
+    stage_bytes = sum(size[b] for b in staged)
+    lim = ctx.capabilities.limit("max_shared_bytes_per_block")
+    limit = int(lim[0]) if lim else 227 * 1024
+    stages = max(int(loop.annotations.get("num_stages") or 0), 2)
+    while stages >= 2 and 1024 + once_bytes + stages * stage_bytes + 16 * stages + 16 > limit:
+        stages -= 1
+    _need(stages >= 2, "not even two stages fit in shared memory")
+    layout, off = {}, 0
+    for b in once:
+        layout[b] = off
+        off += size[b]
+    off = 0
+    for b in staged:
+        layout[b] = off
+        off += size[b]
+    maps = []
+    for b in once + staged:
+        src = an.copies[b][0].args[0]
+        atom = 128 // b.dtype.bytes
+        box = [atom] + [_s(e) for e in reversed(src.extents[:-1])]
+        maps.append({"buffer": src.buffer, "dtype": _DTYPES[str(b.dtype)][2], "elem_bytes": b.dtype.bytes,
+                     "box": tuple(box), "swizzle": 3, "tile": b})
+    return {"nc": an.nc, "bm": an.bm, "stages": stages, "pre": pre, "loop": loop, "body": lbody, "post": post,
+            "frags": an.frags, "shared": an.shared, "once": once, "staged": staged, "offset": layout,
+            "once_bytes": once_bytes, "stage_bytes": stage_bytes,
+            "pipe_bytes": 1024 + once_bytes + stages * stage_bytes + 16 * stages + 16,
+            "copies": {b: an.copies[b][0] for b in an.shared}, "tensor_maps": maps,
+            "wgmma": sorted(set(an.wgmma))}
+
+
+def _lower(launch: KernelLaunch, ctx):
+    top = launch.body.body if isinstance(launch.body, Seq) else [launch.body]
+    if any(isinstance(s, Collective) for s in top):
+        return None  # already a GEMM pipeline
+    if not any(isinstance(s, For) and s.kind == "pipelined" for s in top):
+        return None
+    try:
+        plan = _plan(launch, ctx)
+    except _No as e:
+        ctx.notes.append(f"cuda.hopper_register_program: kernel not mapped to registers ({e})")
+        return None
+    from tilecore.ir import Buffer
+
+    pipe = Buffer("tc_regprog_smem", (plan["pipe_bytes"],), "uint8", "shared")
+    coll = Collective("tc_register_program", (Region(pipe, (as_expr(0),), (pipe.shape[0],)),),
+                      {"plan": plan, "tensor_maps": plan["tensor_maps"], "wgmma": plan["wgmma"]}, span=launch.span)
+    ctx.notes.append(f"cuda.hopper_register_program: {plan['nc']} consumer warpgroup(s) + 1 producer, "
+                     f"{len(plan['frags'])} fragments in registers, {len(plan['once'])} tile(s) loaded once, "
+                     f"{len(plan['staged'])} pipelined {plan['stages']} stages deep")
+    return launch.with_(body=Seq([Allocate(pipe, span=launch.span), coll], span=launch.body.span),
+                        threads=(plan["nc"] * WG + WG,), attrs={**launch.attrs, "warp_specialized": True})
+
+
+@tile_pass("cuda.hopper_register_program")
+def hopper_register_program(func, ctx):
+    """Kernels that fit the warp-specialized register model -> one producer/consumer program (sm_90a)."""
+    caps = ctx.capabilities
+    if not all(caps.feature(f) for f in ("wgmma", "bulk_tensor_copy", "warp_specialization")):
+        return func
+    if ctx.option("tilecore.cuda.disable_wgmma", False):
+        return func
+    before = len(ctx.notes)
+
+    def fix(s):
+        return _lower(s, ctx) if isinstance(s, KernelLaunch) else None
+
+    body = rewrite(func.body, fix)
+    notes = tuple(func.attrs.get("hopper_pipelines", ())) + tuple(ctx.notes[before:])
+    return func.with_body(body, hopper_pipelines=notes)
+
+
+# -- the CUDA text ----------------------------------------------------------------------------------
+
+def _flat(em, st, buf, starts) -> str:
+    flat = as_expr(0)
+    stride = as_expr(1)
+    for idx, dim in reversed(list(zip(starts, buf.shape))):
+        flat = binary("add", flat, binary("mul", idx, stride))
+        stride = binary("mul", stride, dim)
+    return em.expr(st, simplify(flat))
+
+
+class _Emit:
+    """Writes the producer and consumer code of one register program into the emitter's lines."""
+
+    def __init__(self, em, st, coll: Collective):
+        self.em, self.st, self.p = em, st, coll.attrs["plan"]
+        self.pipe = em.name(st, coll.args[0].buffer)
+        self.maps = st.tmaps[id(coll)]
+        self.map_of = {m["tile"]: name for m, name in zip(self.p["tensor_maps"], self.maps)}
+        self.regs = self.p["nc"] == 2
+        self.waited_once = False
+
+    def line(self, text: str):
+        self.em.line(self.st, text)
+
+    def block(self, head: str, fn):
+        self.line(head + " {")
+        self.st.indent += 1
+        fn()
+        self.st.indent -= 1
+        self.line("}")
+
+    # smem addresses
+    def tile_addr(self, b) -> str:
+        p = self.p
+        if b in p["staged"]:
+            return f"(tc_base + {p['once_bytes'] + p['offset'][b]}u + (unsigned)tc_s * {p['stage_bytes']}u)"
+        return f"(tc_base + {p['offset'][b]}u)"
+
+    def bar(self, kind: str, s: str = "0") -> str:
+        S = self.p["stages"]
+        return {"full": f"(tc_bars + 8u * ({s}))", "empty": f"(tc_bars + 8u * ({S} + ({s})))",
+                "once": f"(tc_bars + {16 * S}u)"}[kind]
+
+    def run(self):
+        p, S = self.p, self.p["stages"]
+        self.line("{")
+        self.st.indent += 1
+        self.line(f"const unsigned tc_base = (tc_smem_addr({self.pipe}) + 1023u) & ~1023u;")
+        self.line(f"const unsigned tc_bars = tc_base + {p['once_bytes'] + S * p['stage_bytes']}u;")
+        self.line("const int tc_wg = threadIdx.x / 128;")
+
+        def init():
+            self.block(f"for (int s = 0; s < {S}; ++s)", lambda: (
+                self.line(f"tc_mbar_init({self.bar('full', 's')}, 1);"),
+                self.line(f"tc_mbar_init({self.bar('empty', 's')}, {128 * p['nc']});")))
+            self.line(f"tc_mbar_init({self.bar('once')}, 1);")
+            self.line('asm volatile("fence.mbarrier_init.release.cluster;\\n" ::: "memory");')
+
+        self.block("if (threadIdx.x == 0)", init)
+        self.line("__syncthreads();")
+        for s in p["pre"]:
+            if isinstance(s, Bind):
+                self.em.stmt(self.st, s)
+        self.block("if (tc_wg == 0)", self.producer)
+        self.block("else", self.consumer)
+        self.st.indent -= 1
+        self.line("}")
+
+    # -- producer ---------------------------------------------------------------------------------
+    def loads(self, b, bar: str):
+        em, st = self.em, self.st
+        src = self.p["copies"][b].args[0]
+        info = self.p["shared"][b]
+        atom = 128 // info["esize"]
+        coords = [em.expr(st, simplify(e)) for e in reversed(src.starts)]
+        rank = len(coords)
+        for a in range(info["cols"] // atom):
+            c = [f"(int)({coords[0]}) + {a * atom}"] + [f"(int)({x})" for x in coords[1:]]
+            dst = f"{self.tile_addr(b)} + {a * info['rows'] * 128}u"
+            self.line(f"tc_tma_load_{rank}d({dst}, &{self.map_of[b]}, {bar}, {', '.join(c)});")
+
+    def producer(self):
+        p, S = self.p, self.p["stages"]
+        loop = p["loop"]
+        if self.regs:
+            self.line("tc_setmaxnreg_dec<40>();")
+
+        def issue():
+            for name in self.maps:
+                self.line(f"tc_tma_prefetch_map(&{name});")
+            if p["once"]:
+                self.line(f"tc_mbar_expect_tx({self.bar('once')}, {p['once_bytes']}u);")
+                for b in p["once"]:
+                    self.loads(b, self.bar("once"))
+
+            def step():
+                self.loop_var(loop)
+                self.line(f"const int tc_s = tc_it % {S};")
+                self.line(f"if (tc_it >= {S}) tc_mbar_wait({self.bar('empty', 'tc_s')}, ((tc_it / {S}) + 1) & 1);")
+                self.line(f"tc_mbar_expect_tx({self.bar('full', 'tc_s')}, {p['stage_bytes']}u);")
+                for b in p["staged"]:
+                    self.loads(b, self.bar("full", "tc_s"))
+
+            self.block(f"for (int tc_it = 0; tc_it < (int)({self.em.expr(self.st, loop.extent)}); ++tc_it)", step)
+
+        self.block("if (threadIdx.x == 0)", issue)
+
+    def loop_var(self, loop: For):
+        v = self.em.name(self.st, loop.var)
+        self.line(f"const {self.em.vtype(loop.var.dtype)} {v} = ({self.em.vtype(loop.var.dtype)})"
+                  f"({self.em.expr(self.st, loop.start)} + tc_it);")
+
+    # -- consumers --------------------------------------------------------------------------------
+    def consumer(self):
+        p, S = self.p, self.p["stages"]
+        em, st = self.em, self.st
+        if self.regs:
+            self.line("tc_setmaxnreg_inc<232>();")
+        self.line("const int tc_c = tc_wg - 1, tc_t = threadIdx.x % 128, tc_l = tc_t % 32;")
+        self.line("const int tc_row = tc_c * 64 + (tc_t / 32) * 16 + tc_l / 4;")
+        self.line("const int tc_col = 2 * (tc_l % 4);")
+        for b, dims in p["frags"].items():
+            n = b.static_shape()[1] // 2 if dims == 2 else 2
+            self.line(f"float {em.name(st, b)}[{n}];")
+        for s in p["pre"]:
+            if not isinstance(s, Bind):
+                self.cstmt(s)
+        loop = p["loop"]
+
+        def step():
+            self.loop_var(loop)
+            self.line(f"const int tc_s = tc_it % {S};")
+            self.line(f"tc_mbar_wait({self.bar('full', 'tc_s')}, (tc_it / {S}) & 1);")
+            for s in p["body"]:
+                self.cstmt(s)
+            self.line(f"tc_mbar_arrive({self.bar('empty', 'tc_s')});")
+
+        self.block(f"for (int tc_it = 0; tc_it < (int)({em.expr(st, loop.extent)}); ++tc_it)", step)
+        for s in p["post"]:
+            self.cstmt(s)
+
+    def regs_of(self, b) -> int:
+        return b.static_shape()[1] // 2 if self.p["frags"][b] == 2 else 2
+
+    def rounded(self, b, text: str) -> str:
+        conv = self.em.round_conv.get(str(b.dtype))
+        return conv.format(text) if conv else text
+
+    def cstmt(self, s):
+        em, st = self.em, self.st
+        if isinstance(s, Bind):
+            em.stmt(st, s)
+        elif isinstance(s, For):
+            self.parallel(s)
+        elif isinstance(s, TileOp):
+            getattr(self, "c_" + s.op)(s)
+        else:  # pragma: no cover - the analysis admitted nothing else
+            raise AssertionError(type(s).__name__)
+
+    def c_fill(self, s):
+        b = s.args[0].buffer
+        v = self.rounded(b, self.em.expr(self.st, s.args[1]))
+        self.line(f"#pragma unroll")
+        self.line(f"for (int tc_q = 0; tc_q < {self.regs_of(b)}; ++tc_q) {self.em.name(self.st, b)}[tc_q] = {v};")
+
+    def c_copy(self, s):
+        em, st = self.em, self.st
+        src, dst = s.args
+        if dst.buffer in self.p["shared"]:
+            return  # the producer's TMA copy
+        if dst.buffer in self.p["frags"]:
+            self.line("#pragma unroll")
+            self.line(f"for (int tc_q = 0; tc_q < {self.regs_of(dst.buffer)}; ++tc_q) {em.name(st, dst.buffer)}[tc_q] = "
+                      f"{self.rounded(dst.buffer, em.name(st, src.buffer) + '[tc_q]')};")
+            return
+        # fragment -> global: rows tc_row (+ 8), columns tc_col + 8 j (+ 1), bounded by the tensor's edge
+        g = dst.buffer
+        nu = _nonunit(dst)
+        rd, cd = nu
+        n = src.buffer.static_shape()[1]
+        ld = as_expr(1)
+        for dim in g.shape[rd + 1:]:
+            ld = binary("mul", ld, dim)
+        t = em.stype(g.dtype)
+        f = em.name(st, src.buffer)
+
+        def body():
+            self.line(f"{t}* tc_g = {em.name(st, g)} + {_flat(em, st, g, dst.starts)};")
+            self.line(f"const long long tc_ld = {em.expr(st, simplify(ld))};")
+            self.line(f"const long long tc_mv = {em.expr(st, simplify(binary('sub', g.shape[rd], dst.starts[rd])))};")
+            self.line(f"const long long tc_nv = {em.expr(st, simplify(binary('sub', g.shape[cd], dst.starts[cd])))};")
+            self.line(f"const bool tc_pairs = ((reinterpret_cast<unsigned long long>(tc_g) % {2 * g.dtype.bytes}) == 0) "
+                      "&& (tc_ld % 2 == 0);")
+            self.line("#pragma unroll")
+
+            def jloop():
+                self.line("#pragma unroll")
+
+                def hloop():
+                    self.line("const int tc_r = tc_row + 8 * tc_h, tc_cc = 8 * tc_j + tc_col;")
+                    self.line(f"const float tc_v0 = {f}[4 * tc_j + 2 * tc_h], tc_v1 = {f}[4 * tc_j + 2 * tc_h + 1];")
+                    self.line(f"{t}* tc_p = tc_g + (long long)tc_r * tc_ld + tc_cc;")
+                    self.block("if (tc_r < tc_mv)", lambda: (
+                        self.line(f"if (tc_pairs && tc_cc + 1 < tc_nv) tc_store2<{t}>(tc_p, tc_v0, tc_v1);"),
+                        self.line(f"else {{ if (tc_cc < tc_nv) tc_store1<{t}>(tc_p, tc_v0); "
+                                  f"if (tc_cc + 1 < tc_nv) tc_store1<{t}>(tc_p + 1, tc_v1); }}")))
+
+                self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", hloop)
+
+            self.block(f"for (int tc_j = 0; tc_j < {n // 8}; ++tc_j)", jloop)
+
+        self.block("", body)  # a scope of its own
+
+    def c_reduce(self, s):
+        em, st = self.em, self.st
+        src, dst = s.args[:2]
+        ident, op = _REDUCE[s.attrs["kind"]]
+        f, v = em.name(st, src.buffer), em.name(st, dst.buffer)
+        n = src.buffer.static_shape()[1]
+
+        def body():
+            self.line(f"float tc_r = {ident};")
+            self.line("#pragma unroll")
+            self.line(f"for (int tc_j = 0; tc_j < {n // 8}; ++tc_j) {{ "
+                      f"tc_r = {op.format(a='tc_r', b=f + '[4 * tc_j + 2 * tc_h]')}; "
+                      f"tc_r = {op.format(a='tc_r', b=f + '[4 * tc_j + 2 * tc_h + 1]')}; }}")
+            self.line(f"tc_r = {op.format(a='tc_r', b='tc_shfl_xor(tc_r, 1)')};")
+            self.line(f"tc_r = {op.format(a='tc_r', b='tc_shfl_xor(tc_r, 2)')};")
+            if s.attrs.get("clear", True):
+                self.line(f"{v}[tc_h] = tc_r;")
+            else:
+                self.line(f"{v}[tc_h] = {op.format(a=v + '[tc_h]', b='tc_r')};")
+
+        self.line("#pragma unroll")
+        self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", body)
+
+    def c_gemm(self, s):
+        em, st, p = self.em, self.st, self.p
+        a, b, c = s.args
+        dt = str(b.buffer.dtype)
+        tb = bool(s.attrs.get("transpose_B"))
+        n = c.buffer.static_shape()[1]
+        k = a.buffer.static_shape()[1]
+        a_regs = a.buffer in p["frags"]
+        name = wgmma_struct(dt, n, not tb, a_regs)[0]
+        cn = em.name(st, c.buffer)
+        uses_once = any(x.buffer in p["once"] for x in (a, b))
+        if uses_once and not self.waited_once:
+            self.line(f"tc_mbar_wait({self.bar('once')}, 0);")
+            self.waited_once = True
+        if s.attrs.get("clear_accum"):
+            self.line(f"for (int tc_q = 0; tc_q < {n // 2}; ++tc_q) {cn}[tc_q] = 0.0f;")
+        self.line("tc_wgmma_fence();")
+        brow = p["shared"][b.buffer]["rows"]
+        pack = "tc_pack_h2" if dt == "float16" else "tc_pack_bf2"
+        for kk in range(k // 16):
+            kb = kk * 32
+            if tb:  # B is (N, K): K-major
+                db = f"tc_wgmma_desc({self.tile_addr(b.buffer)} + {(kb // 128) * brow * 128 + kb % 128}u, 16, 1024)"
+            else:   # B is (K, N): N-major atoms of 64 columns, K rows each
+                db = f"tc_wgmma_desc({self.tile_addr(b.buffer)} + {kk * 16 * 128}u, {brow * 128}, 1024)"
+            if a_regs:
+                f = em.name(st, a.buffer)
+                j0, j1 = 2 * kk, 2 * kk + 1
+                regs = [f"{pack}({f}[{4 * j0}], {f}[{4 * j0 + 1}])", f"{pack}({f}[{4 * j0 + 2}], {f}[{4 * j0 + 3}])",
+                        f"{pack}({f}[{4 * j1}], {f}[{4 * j1 + 1}])", f"{pack}({f}[{4 * j1 + 2}], {f}[{4 * j1 + 3}])"]
+                self.line(f"{name}::run({cn}, {', '.join(regs)}, {db});")
+            else:
+                arow = p["shared"][a.buffer]["rows"]
+                da = (f"tc_wgmma_desc({self.tile_addr(a.buffer)} + {(kb // 128) * arow * 128 + kb % 128}u + "
+                      f"(unsigned)tc_c * {64 * 128}u, 16, 1024)")
+                self.line(f"{name}::run({cn}, {da}, {db});")
+        self.line("tc_wgmma_commit();")
+        self.line("tc_wgmma_wait<0>();")
+
+    def parallel(self, loop: For):
+        em, st, p = self.em, self.st, self.p
+        inner = loop.body
+        while isinstance(inner, Seq) and len(inner.body) == 1:
+            inner = inner.body[0]
+        two = isinstance(inner, For) and inner.kind == "parallel"
+        iv = em.name(st, loop.var)
+        old = getattr(st, "regs", None)
+        if two:
+            jv = em.name(st, inner.var)
+            cols = _s(inner.extent)
+            body = inner.body
+
+            def elem():
+                self.line(f"const int {iv} = tc_row + 8 * tc_h;")
+                self.line(f"const int {jv} = 8 * tc_j + tc_col + tc_e;")
+                st.regs = {id(b): (f"{em.name(st, b)}[4 * tc_j + 2 * tc_h + tc_e]" if d == 2 else f"{em.name(st, b)}[tc_h]")
+                           for b, d in p["frags"].items()}
+                self.body(body)
+
+            self.line("#pragma unroll")
+            self.block(f"for (int tc_j = 0; tc_j < {cols // 8}; ++tc_j)", lambda: (
+                self.line("#pragma unroll"),
+                self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", lambda: (
+                    self.line("#pragma unroll"),
+                    self.block("for (int tc_e = 0; tc_e < 2; ++tc_e)", elem)))))
+        else:
+            def row():
+                self.line(f"const int {iv} = tc_row + 8 * tc_h;")
+                st.regs = {id(b): f"{em.name(st, b)}[tc_h]" for b, d in p["frags"].items() if d == 1}
+                self.body(loop.body)
+
+            self.line("#pragma unroll")
+            self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", row)
+        st.regs = old
+
+    def body(self, s):
+        em, st = self.em, self.st
+        if isinstance(s, Seq):
+            for x in s.body:
+                self.body(x)
+        elif isinstance(s, Store) and s.buffer in self.p["frags"]:
+            ref = st.regs[id(s.buffer)]
+            self.line(f"{ref} = {self.rounded(s.buffer, em.expr(st, s.value))};")
+        else:
+            em.stmt(st, s)
+
+
+def emit_register_program(em, st, coll: Collective) -> None:
+    _Emit(em, st, coll).run()
+
+
+_ = (Var, is_float)
