@@ -96,65 +96,82 @@ def layernorm_ref(inputs, dtype):
 SEQ, DIM, HEADS, BM, BN = 80, 32, 2, 32, 32
 
 
-def attention(dtype, causal):
-    sm_scale = 1.44269504 / math.sqrt(DIM)
+def flash_attention_forward(seq, dim, heads, bm, bn, dtype="float16", causal=False, batch=None, threads=128):
+    """FlashAttention forward as TileLang users write it: Q/K/V tiles in shared memory, online softmax
+    with exp2, two gemms per block of ``bm`` query rows (``bn`` keys per step).
+
+    Tensors are ``(heads, seq, dim)``, or ``(batch, heads, seq, dim)`` when ``batch`` is given; the
+    grid is ``(ceildiv(seq, bm), heads[, batch])``. The conformance catalog, the WebGPU tests and the
+    CUDA benchmark all build their kernel here."""
+    sm_scale = 1.44269504 / math.sqrt(dim)
+    shape = (heads, seq, dim) if batch is None else (batch, heads, seq, dim)
+    grid = (T.ceildiv(seq, bm), heads) if batch is None else (T.ceildiv(seq, bm), heads, batch)
+
+    def lead(blk):  # the block indices in front of (seq, dim) in a tensor index
+        return (blk[1],) if batch is None else (blk[2], blk[1])
 
     @T.prim_func
-    def flash_fwd(Q: T.Tensor((HEADS, SEQ, DIM), dtype), K: T.Tensor((HEADS, SEQ, DIM), dtype),
-                  V: T.Tensor((HEADS, SEQ, DIM), dtype), O: T.Tensor((HEADS, SEQ, DIM), dtype)):
-        with T.Kernel(T.ceildiv(SEQ, BM), HEADS, threads=128) as (bx, bh):
-            Q_s = T.alloc_shared((BM, DIM), dtype)
-            K_s = T.alloc_shared((BN, DIM), dtype)
-            V_s = T.alloc_shared((BN, DIM), dtype)
-            acc_s = T.alloc_fragment((BM, BN), "float32")
-            acc_s_cast = T.alloc_fragment((BM, BN), dtype)
-            acc_o = T.alloc_fragment((BM, DIM), "float32")
-            m_prev = T.alloc_fragment((BM,), "float32")
-            m_cur = T.alloc_fragment((BM,), "float32")
-            scale = T.alloc_fragment((BM,), "float32")
-            row_sum = T.alloc_fragment((BM,), "float32")
-            logsum = T.alloc_fragment((BM,), "float32")
-            T.copy(Q[bh, bx * BM, 0], Q_s)
+    def flash_fwd(Q: T.Tensor(shape, dtype), K: T.Tensor(shape, dtype), V: T.Tensor(shape, dtype),
+                  O: T.Tensor(shape, dtype)):
+        with T.Kernel(*grid, threads=threads) as blk:
+            bx, hd = blk[0], lead(blk)
+            Q_s = T.alloc_shared((bm, dim), dtype)
+            K_s = T.alloc_shared((bn, dim), dtype)
+            V_s = T.alloc_shared((bn, dim), dtype)
+            acc_s = T.alloc_fragment((bm, bn), "float32")
+            acc_s_cast = T.alloc_fragment((bm, bn), dtype)
+            acc_o = T.alloc_fragment((bm, dim), "float32")
+            m_prev = T.alloc_fragment((bm,), "float32")
+            m_cur = T.alloc_fragment((bm,), "float32")
+            scale = T.alloc_fragment((bm,), "float32")
+            row_sum = T.alloc_fragment((bm,), "float32")
+            logsum = T.alloc_fragment((bm,), "float32")
+            T.copy(Q[(*hd, bx * bm, 0)], Q_s)
             T.fill(acc_o, 0)
             T.fill(logsum, 0)
             T.fill(m_cur, -T.infinity("float32"))
-            loop = T.ceildiv((bx + 1) * BM, BN) if causal else T.ceildiv(SEQ, BN)
+            loop = T.ceildiv((bx + 1) * bm, bn) if causal else T.ceildiv(seq, bn)
             for k in T.Pipelined(loop, num_stages=2):
-                T.copy(K[bh, k * BN, 0], K_s)
-                for i, j in T.Parallel(BM, BN):
-                    valid = k * BN + j < SEQ
+                T.copy(K[(*hd, k * bn, 0)], K_s)
+                for i, j in T.Parallel(bm, bn):
+                    valid = k * bn + j < seq
                     if causal:
-                        valid = valid & (bx * BM + i >= k * BN + j)
+                        valid = valid & (bx * bm + i >= k * bn + j)
                     acc_s[i, j] = T.if_then_else(valid, 0, -T.infinity("float32"))
                 T.gemm(Q_s, K_s, acc_s, transpose_B=True)
                 T.copy(m_cur, m_prev)
                 T.reduce_max(acc_s, m_cur, dim=1, clear=False)
-                for i in T.Parallel(BM):
+                for i in T.Parallel(bm):
                     scale[i] = T.exp2(m_prev[i] * sm_scale - m_cur[i] * sm_scale)
-                for i, j in T.Parallel(BM, BN):
+                for i, j in T.Parallel(bm, bn):
                     acc_s[i, j] = T.exp2(acc_s[i, j] * sm_scale - m_cur[i] * sm_scale)
                 T.reduce_sum(acc_s, row_sum, dim=1)
-                for i in T.Parallel(BM):
+                for i in T.Parallel(bm):
                     logsum[i] = logsum[i] * scale[i] + row_sum[i]
-                for i, j in T.Parallel(BM, DIM):
+                for i, j in T.Parallel(bm, dim):
                     acc_o[i, j] = acc_o[i, j] * scale[i]
                 T.copy(acc_s, acc_s_cast)
-                T.copy(V[bh, k * BN, 0], V_s)
+                T.copy(V[(*hd, k * bn, 0)], V_s)
                 T.gemm(acc_s_cast, V_s, acc_o)
-            for i, j in T.Parallel(BM, DIM):
+            for i, j in T.Parallel(bm, dim):
                 acc_o[i, j] = acc_o[i, j] / logsum[i]
-            T.copy(acc_o, O[bh, bx * BM, 0])
+            T.copy(acc_o, O[(*hd, bx * bm, 0)])
     return flash_fwd
+
+
+def attention(dtype, causal):
+    return flash_attention_forward(SEQ, DIM, HEADS, BM, BN, dtype, causal)
+
+
+def attention_ref(inputs, dtype, causal, seq=SEQ, dim=DIM):
+    """Attention in float64 over ``(..., seq, dim)`` inputs (causal: each query sees keys up to its own)."""
+    q, k, v = (f64(x) for x in inputs)
+    s = q @ np.swapaxes(k, -1, -2) / math.sqrt(dim)
+    if causal:
+        s = np.where(np.tril(np.ones((seq, seq), bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return [(p / p.sum(-1, keepdims=True)) @ v]
 
 
 def attention_inputs(rng, dtype, causal):
     return [make(rng, (HEADS, SEQ, DIM), dtype) for _ in range(3)]
-
-
-def attention_ref(inputs, dtype, causal):
-    q, k, v = (f64(x) for x in inputs)
-    s = q @ k.transpose(0, 2, 1) / math.sqrt(DIM)
-    if causal:
-        s = np.where(np.tril(np.ones((SEQ, SEQ), bool)), s, -np.inf)
-    p = np.exp(s - s.max(-1, keepdims=True))
-    return [(p / p.sum(-1, keepdims=True)) @ v]
