@@ -17,10 +17,14 @@ import tilecore
 from tilecore_conformance.composite import flash_attention_forward
 
 
-@tilecore.jit(out_idx=[3], target="cuda")
-def flash_fwd(batch, heads, seq, dim, causal, bm=64, bn=64, dtype="float16", threads=128):
+def flash_fwd(batch, heads, seq, dim, causal, bm=64, bn=64, dtype="float16", threads=128, stages=2, fast=False):
     # the conformance catalog's kernel, at the benchmark's sizes
-    return flash_attention_forward(seq, dim, heads, bm, bn, dtype, causal, batch=batch, threads=threads)
+    @tilecore.jit(out_idx=[3], target="cuda", pass_configs={"tilecore.fast_math": fast})
+    def build():
+        return flash_attention_forward(seq, dim, heads, bm, bn, dtype, causal, batch=batch, threads=threads,
+                                       num_stages=stages)
+
+    return build()
 
 
 def cuda_ms(fn, rep: int) -> float:
@@ -46,9 +50,11 @@ def main() -> int:
     ap.add_argument("--seq", type=int, default=4096)
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--rep", type=int, default=5)
-    ap.add_argument("--blocks", default="128x128x256,128x64x256,64x64x128",
-                    help="our configurations, bm x bn [x threads]; the best is shown. On sm_90a a block of 64 query "
-                         "rows per warpgroup runs as a warp-specialized register program")
+    ap.add_argument("--blocks", default="128x128x256x2,128x128x256x3,128x64x256x2,64x64x128x2",
+                    help="our configurations, bm x bn [x threads [x stages]]; the best is shown. On sm_90a a block of "
+                         "64 query rows per warpgroup runs as a warp-specialized register program")
+    ap.add_argument("--fast-math", action="store_true",
+                    help="also time every configuration with tilecore.fast_math (approximate exp2, contraction)")
     args = ap.parse_args()
     try:
         import torch
@@ -84,10 +90,15 @@ def main() -> int:
         with sdpa_kernel(SDPBackend.MATH):
             ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
         best, best_cfg, errs = 0.0, "-", []
-        for cfg in args.blocks.split(","):
+        cfgs = [(c, False) for c in args.blocks.split(",")]
+        if args.fast_math:
+            cfgs += [(c, True) for c in args.blocks.split(",")]
+        for cfg, fast in cfgs:
             bm, bn, *rest = (int(x) for x in cfg.split("x"))
+            threads, stages = (rest + [128, 2][len(rest):])[:2]
+            cfg = cfg + (" fast-math" if fast else "")
             t0 = time.perf_counter()
-            kern = flash_fwd(b, h, s, d, causal, bm, bn, threads=rest[0] if rest else 128)
+            kern = flash_fwd(b, h, s, d, causal, bm, bn, threads=threads, stages=stages, fast=fast)
             compile_s = time.perf_counter() - t0
             out = kern(q, k, v)
             errs.append(float((out.float() - ref).abs().max()))

@@ -96,7 +96,8 @@ def layernorm_ref(inputs, dtype):
 SEQ, DIM, HEADS, BM, BN = 80, 32, 2, 32, 32
 
 
-def flash_attention_forward(seq, dim, heads, bm, bn, dtype="float16", causal=False, batch=None, threads=128):
+def flash_attention_forward(seq, dim, heads, bm, bn, dtype="float16", causal=False, batch=None, threads=128,
+                            num_stages=2):
     """FlashAttention forward as TileLang users write it: Q/K/V tiles in shared memory, online softmax
     with exp2, two gemms per block of ``bm`` query rows (``bn`` keys per step).
 
@@ -131,7 +132,7 @@ def flash_attention_forward(seq, dim, heads, bm, bn, dtype="float16", causal=Fal
             T.fill(logsum, 0)
             T.fill(m_cur, -T.infinity("float32"))
             loop = T.ceildiv((bx + 1) * bm, bn) if causal else T.ceildiv(seq, bn)
-            for k in T.Pipelined(loop, num_stages=2):
+            for k in T.Pipelined(loop, num_stages=num_stages):
                 T.copy(K[(*hd, k * bn, 0)], K_s)
                 for i, j in T.Parallel(bm, bn):
                     valid = k * bn + j < seq

@@ -347,6 +347,8 @@ class _Emit:
         self.map_of = {m["tile"]: name for m, name in zip(self.p["tensor_maps"], self.maps)}
         self.regs = self.p["nc"] == 2
         self.waited_once = False
+        self.pending: set = set()
+        self.retired = False
 
     def line(self, text: str):
         self.em.line(self.st, text)
@@ -451,22 +453,80 @@ class _Emit:
         for b, dims in p["frags"].items():
             n = b.static_shape()[1] // 2 if dims == 2 else 2
             self.line(f"float {em.name(st, b)}[{n}];")
+        self.line("int tc_rel = -1;  /* a stage whose release waits for WGMMA still reading it */")
         for s in p["pre"]:
             if not isinstance(s, Bind):
                 self.cstmt(s)
+        self.retire()
         loop = p["loop"]
 
         def step():
             self.loop_var(loop)
             self.line(f"const int tc_s = tc_it % {S};")
             self.line(f"tc_mbar_wait({self.bar('full', 'tc_s')}, (tc_it / {S}) & 1);")
+            self.retired = False
             for s in p["body"]:
                 self.cstmt(s)
-            self.line(f"tc_mbar_arrive({self.bar('empty', 'tc_s')});")
+            if self.pending:
+                if not self.retired:  # last iteration's stage is still held: retire both now
+                    self.retire()
+                    self.line(f"tc_mbar_arrive({self.bar('empty', 'tc_s')});")
+                else:
+                    self.line("tc_rel = tc_s;")
+            else:
+                self.line(f"tc_mbar_arrive({self.bar('empty', 'tc_s')});")
 
-        self.block(f"for (int tc_it = 0; tc_it < (int)({em.expr(st, loop.extent)}); ++tc_it)", step)
+        # WGMMA groups still in flight at the end of an iteration stay in flight into the next one (their
+        # stage is released when they are waited for): emit the body once to learn what is in flight at
+        # its end, then again with that as what the iteration starts with
+        head = f"for (int tc_it = 0; tc_it < (int)({em.expr(st, loop.extent)}); ++tc_it)"
+        lines, indent = list(st.lines), st.indent
+        self.pending = set()
+        self.block(head, step)
+        carried = set(self.pending)
+        st.lines[:], st.indent = lines, indent
+        self.pending = set(carried)
+        self.block(head, step)
+        self.retire()
         for s in p["post"]:
             self.cstmt(s)
+        self.retire()
+
+    def retire(self):
+        """Wait for every WGMMA in flight, then release the stage they were reading."""
+        if not self.pending:
+            return
+        self.line("tc_wgmma_wait<0>();")
+        self.line(f"if (tc_rel >= 0) {{ tc_mbar_arrive({self.bar('empty', 'tc_rel')}); tc_rel = -1; }}")
+        self.pending = set()
+        self.retired = True
+
+    def touched(self, s) -> set:
+        """The register fragments statement ``s`` reads or writes."""
+        found = set()
+        frags = self.p["frags"]
+
+        def expr(x):
+            if isinstance(x, BufferLoad) and x.buffer in frags:
+                found.add(x.buffer)
+
+        def visit(n):
+            if isinstance(n, TileOp):
+                for a in n.args:
+                    if isinstance(a, Region):
+                        if a.buffer in frags:
+                            found.add(a.buffer)
+                    else:
+                        walk_expr(a, expr)
+            elif isinstance(n, Store):
+                if n.buffer in frags:
+                    found.add(n.buffer)
+                walk_expr(n.value, expr)
+            elif isinstance(n, Bind):
+                walk_expr(n.value, expr)
+
+        walk(s, visit)
+        return found
 
     def regs_of(self, b) -> int:
         return b.static_shape()[1] // 2 if self.p["frags"][b] == 2 else 2
@@ -477,6 +537,13 @@ class _Emit:
 
     def cstmt(self, s):
         em, st = self.em, self.st
+        if isinstance(s, TileOp) and s.op == "gemm":
+            # a WGMMA may accumulate into a C that earlier WGMMA still write (they complete in order), but
+            # must not read an A fragment they write
+            if s.args[0].buffer in self.pending or (self.touched(s) & self.pending) - {s.args[2].buffer}:
+                self.retire()
+        elif self.touched(s) & self.pending:
+            self.retire()
         if isinstance(s, Bind):
             em.stmt(st, s)
         elif isinstance(s, For):
@@ -600,7 +667,7 @@ class _Emit:
                       f"(unsigned)tc_c * {64 * 128}u, 16, 1024)")
                 self.line(f"{name}::run({cn}, {da}, {db});")
         self.line("tc_wgmma_commit();")
-        self.line("tc_wgmma_wait<0>();")
+        self.pending |= {c.buffer} | ({a.buffer} if a_regs else set())
 
     def parallel(self, loop: For):
         em, st, p = self.em, self.st, self.p
