@@ -497,6 +497,8 @@ class _Emit:
         if not self.pending:
             return
         self.line("tc_wgmma_wait<0>();")
+        for b in sorted(self.pending, key=lambda b: b.name):
+            self.line(f"tc_reg_fence({self.em.name(self.st, b)});")
         self.line(f"if (tc_rel >= 0) {{ tc_mbar_arrive({self.bar('empty', 'tc_rel')}); tc_rel = -1; }}")
         self.pending = set()
         self.retired = True
@@ -647,6 +649,9 @@ class _Emit:
         if s.attrs.get("clear_accum"):
             self.line(f"for (int tc_q = 0; tc_q < {n // 2}; ++tc_q) {cn}[tc_q] = 0.0f;")
         self.line("tc_wgmma_fence();")
+        self.line(f"tc_reg_fence({cn});")
+        if a_regs:
+            self.line(f"tc_reg_fence({em.name(st, a.buffer)});")
         brow = p["shared"][b.buffer]["rows"]
         pack = "tc_pack_h2" if dt == "float16" else "tc_pack_bf2"
         for kk in range(k // 16):

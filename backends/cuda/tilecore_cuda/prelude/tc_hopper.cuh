@@ -74,6 +74,12 @@ __device__ __forceinline__ void tc_wgmma_commit() { asm volatile("wgmma.commit_g
 template <int N> __device__ __forceinline__ void tc_wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+/* keep the compiler from moving reads or writes of accumulator registers across a WGMMA wait: to it
+ * an asynchronous WGMMA's results look ready as soon as the instruction is issued */
+template <int N> __device__ __forceinline__ void tc_reg_fence(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
 template <int R> __device__ __forceinline__ void tc_setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
 }
@@ -197,6 +203,8 @@ __device__ __forceinline__ void tc_wgmma_pipeline(unsigned char* pipe, TOUT* __r
       if (kt > 0) tc_mbar_arrive(bars + 8 * (STAGES + (kt - 1) % STAGES));
     }
     tc_wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < MR; ++i) tc_reg_fence(acc[i]);
     /* accumulator layout of m64nN: warp w of the warpgroup holds rows 16 w + lane / 4 (+ 8); register
      * 4 j + 2 h + e is column 8 j + 2 (lane % 4) + e of row + 8 h */
     const int t = threadIdx.x % 128, w = t / 32, l = t % 32;
