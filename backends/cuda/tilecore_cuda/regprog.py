@@ -348,6 +348,7 @@ class _Emit:
         self.regs = self.p["nc"] == 2
         self.waited_once = False
         self.pending: set = set()
+        self.pending_packed: set = set()
         self.retired = False
 
     def line(self, text: str):
@@ -453,11 +454,16 @@ class _Emit:
         for b, dims in p["frags"].items():
             n = b.static_shape()[1] // 2 if dims == 2 else 2
             self.line(f"float {em.name(st, b)}[{n}];")
+            if dims == 2 and str(b.dtype) in _16BIT:
+                self.line(f"unsigned {self.packed(b)}[{n // 2}];")
         self.line("int tc_rel = -1;  /* a stage whose release waits for WGMMA still reading it */")
         for s in p["pre"]:
             if not isinstance(s, Bind):
                 self.cstmt(s)
         self.retire()
+        if p["once"] and not self.waited_once:  # tiles loaded once are there before the loop starts
+            self.line(f"tc_mbar_wait({self.bar('once')}, 0);")
+            self.waited_once = True
         loop = p["loop"]
 
         def step():
@@ -499,6 +505,9 @@ class _Emit:
         self.line("tc_wgmma_wait<0>();")
         for b in sorted(self.pending, key=lambda b: b.name):
             self.line(f"tc_reg_fence({self.em.name(self.st, b)});")
+        for pa in sorted(self.pending_packed):
+            self.line(f"tc_reg_fence_u({pa});")
+        self.pending_packed = set()
         self.line(f"if (tc_rel >= 0) {{ tc_mbar_arrive({self.bar('empty', 'tc_rel')}); tc_rel = -1; }}")
         self.pending = set()
         self.retired = True
@@ -648,12 +657,19 @@ class _Emit:
             self.waited_once = True
         if s.attrs.get("clear_accum"):
             self.line(f"for (int tc_q = 0; tc_q < {n // 2}; ++tc_q) {cn}[tc_q] = 0.0f;")
+        brow = p["shared"][b.buffer]["rows"]
+        pack = "tc_pack_h2" if dt == "float16" else "tc_pack_bf2"
+        if a_regs:
+            # A packed into 32-bit registers that stay live (fenced) until the WGMMA is waited for: the
+            # compiler must not reuse them while the tensor cores still read them
+            f, pa = em.name(st, a.buffer), self.packed(a.buffer)
+            self.line("#pragma unroll")
+            self.line(f"for (int tc_q = 0; tc_q < {k // 4}; ++tc_q) {pa}[tc_q] = "
+                      f"{pack}({f}[2 * tc_q], {f}[2 * tc_q + 1]);")
         self.line("tc_wgmma_fence();")
         self.line(f"tc_reg_fence({cn});")
         if a_regs:
-            self.line(f"tc_reg_fence({em.name(st, a.buffer)});")
-        brow = p["shared"][b.buffer]["rows"]
-        pack = "tc_pack_h2" if dt == "float16" else "tc_pack_bf2"
+            self.line(f"tc_reg_fence_u({pa});")
         for kk in range(k // 16):
             kb = kk * 32
             if tb:  # B is (N, K): K-major
@@ -661,10 +677,9 @@ class _Emit:
             else:   # B is (K, N): N-major atoms of 64 columns, K rows each
                 db = f"tc_wgmma_desc({self.tile_addr(b.buffer)} + {kk * 16 * 128}u, {brow * 128}, 1024)"
             if a_regs:
-                f = em.name(st, a.buffer)
-                j0, j1 = 2 * kk, 2 * kk + 1
-                regs = [f"{pack}({f}[{4 * j0}], {f}[{4 * j0 + 1}])", f"{pack}({f}[{4 * j0 + 2}], {f}[{4 * j0 + 3}])",
-                        f"{pack}({f}[{4 * j1}], {f}[{4 * j1 + 1}])", f"{pack}({f}[{4 * j1 + 2}], {f}[{4 * j1 + 3}])"]
+                # k step kk covers accumulator-layout column blocks 2 kk and 2 kk + 1: registers
+                # (row, k 0-7), (row + 8, k 0-7), (row, k 8-15), (row + 8, k 8-15), two values each
+                regs = [f"{pa}[{4 * kk + x}]" for x in range(4)]
                 self.line(f"{name}::run({cn}, {', '.join(regs)}, {db});")
             else:
                 arow = p["shared"][a.buffer]["rows"]
@@ -673,6 +688,11 @@ class _Emit:
                 self.line(f"{name}::run({cn}, {da}, {db});")
         self.line("tc_wgmma_commit();")
         self.pending |= {c.buffer} | ({a.buffer} if a_regs else set())
+        if a_regs:
+            self.pending_packed.add(pa)
+
+    def packed(self, b) -> str:
+        return f"tc_pa_{self.em.name(self.st, b)}"
 
     def parallel(self, loop: For):
         em, st, p = self.em, self.st, self.p
