@@ -14,7 +14,10 @@ import sys
 
 import numpy as np
 import pytest
+import tilecore_webgpu
 import torch
+from tilecore_conformance.composite import attention_ref, flash_attention_forward
+from tilecore_webgpu.runtime import TRANSFERS, adapters, has_subgroups
 
 import tilecore
 import tilecore.language as T
@@ -204,55 +207,7 @@ SEQ, DIM, HEADS, BM, BN = 72, 32, 2, 32, 16
 
 
 def _flash(causal):
-    sm_scale = 1.44269504 / math.sqrt(DIM)
-    dtype = "float16"
-
-    @T.prim_func
-    def flash_fwd(Q: T.Tensor((HEADS, SEQ, DIM), dtype), K: T.Tensor((HEADS, SEQ, DIM), dtype),
-                  V: T.Tensor((HEADS, SEQ, DIM), dtype), O: T.Tensor((HEADS, SEQ, DIM), dtype)):
-        with T.Kernel(T.ceildiv(SEQ, BM), HEADS, threads=128) as (bx, bh):
-            Q_s = T.alloc_shared((BM, DIM), dtype)
-            K_s = T.alloc_shared((BN, DIM), dtype)
-            V_s = T.alloc_shared((BN, DIM), dtype)
-            acc_s = T.alloc_fragment((BM, BN), "float32")
-            acc_s_cast = T.alloc_fragment((BM, BN), dtype)
-            acc_o = T.alloc_fragment((BM, DIM), "float32")
-            m_prev = T.alloc_fragment((BM,), "float32")
-            m_cur = T.alloc_fragment((BM,), "float32")
-            scale = T.alloc_fragment((BM,), "float32")
-            row_sum = T.alloc_fragment((BM,), "float32")
-            logsum = T.alloc_fragment((BM,), "float32")
-            T.copy(Q[bh, bx * BM, 0], Q_s)
-            T.fill(acc_o, 0)
-            T.fill(logsum, 0)
-            T.fill(m_cur, -T.infinity("float32"))
-            loop = T.ceildiv((bx + 1) * BM, BN) if causal else T.ceildiv(SEQ, BN)
-            for k in T.Pipelined(loop, num_stages=2):
-                T.copy(K[bh, k * BN, 0], K_s)
-                for i, j in T.Parallel(BM, BN):
-                    valid = k * BN + j < SEQ
-                    if causal:
-                        valid = valid & (bx * BM + i >= k * BN + j)
-                    acc_s[i, j] = T.if_then_else(valid, 0, -T.infinity("float32"))
-                T.gemm(Q_s, K_s, acc_s, transpose_B=True)
-                T.copy(m_cur, m_prev)
-                T.reduce_max(acc_s, m_cur, dim=1, clear=False)
-                for i in T.Parallel(BM):
-                    scale[i] = T.exp2(m_prev[i] * sm_scale - m_cur[i] * sm_scale)
-                for i, j in T.Parallel(BM, BN):
-                    acc_s[i, j] = T.exp2(acc_s[i, j] * sm_scale - m_cur[i] * sm_scale)
-                T.reduce_sum(acc_s, row_sum, dim=1)
-                for i in T.Parallel(BM):
-                    logsum[i] = logsum[i] * scale[i] + row_sum[i]
-                for i, j in T.Parallel(BM, DIM):
-                    acc_o[i, j] = acc_o[i, j] * scale[i]
-                T.copy(acc_s, acc_s_cast)
-                T.copy(V[bh, k * BN, 0], V_s)
-                T.gemm(acc_s_cast, V_s, acc_o)
-            for i, j in T.Parallel(BM, DIM):
-                acc_o[i, j] = acc_o[i, j] / logsum[i]
-            T.copy(acc_o, O[bh, bx * BM, 0])
-    return flash_fwd
+    return flash_attention_forward(SEQ, DIM, HEADS, BM, BN, "float16", causal)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -262,11 +217,7 @@ def test_flash_attention_forward(causal):
     q, k, v = (torch.randn(HEADS, SEQ, DIM, generator=g).half() for _ in range(3))
     o = torch.full((HEADS, SEQ, DIM), float("nan")).half()
     kernel(q, k, v, o)
-    s = f64(q) @ f64(k).transpose(0, 2, 1) / math.sqrt(DIM)
-    if causal:
-        s = np.where(np.tril(np.ones((SEQ, SEQ), bool)), s, -np.inf)
-    p = np.exp(s - s.max(-1, keepdims=True))
-    ref = (p / p.sum(-1, keepdims=True)) @ f64(v)
+    ref = attention_ref([q, k, v], "float16", causal, seq=SEQ, dim=DIM)[0]
     check(o, ref, rtol=1e-2, atol=1e-2)  # P is rounded to float16 before P @ V, as TileLang kernels do
 
 
@@ -345,6 +296,181 @@ def test_int32_atomic_add():
     assert (h == np.bincount(idx, minlength=16)).all()
 
 
+# -- subgroup reductions ---------------------------------------------------------------------------
+
+def _adapter_has_subgroups() -> bool:
+    found = adapters()
+    return bool(found) and has_subgroups(found[0])
+
+
+needs_subgroups = pytest.mark.skipif(not _adapter_has_subgroups(),
+                                     reason="the WebGPU adapter here has no subgroups feature")
+SUBGROUP_OP = {"sum": "subgroupAdd", "abssum": "subgroupAdd", "max": "subgroupMax", "absmax": "subgroupMax",
+               "min": "subgroupMin"}
+
+
+def _reduce(kind, dtype, rows, cols, threads, clear):
+    @T.prim_func
+    def reduce_rows(X: T.Tensor((rows, cols), dtype), Y: T.Tensor((rows,), dtype)):
+        with T.Kernel(2, threads=threads) as bx:
+            x = T.alloc_fragment((rows, cols), dtype)
+            s = T.alloc_fragment((rows,), dtype)
+            T.copy(X[0, 0], x)
+            T.fill(s, 3)
+            getattr(T, f"reduce_{kind}")(x, s, dim=1, clear=clear)
+            if bx == 0:
+                T.copy(s, Y[0])
+    return reduce_rows
+
+
+def _reduce_ref(kind, x, clear):
+    x = f64(x)
+    out = {"sum": x.sum(1), "abssum": np.abs(x).sum(1), "max": x.max(1), "absmax": np.abs(x).max(1),
+           "min": x.min(1)}[kind]
+    if not clear:
+        out = {"sum": out + 3, "abssum": out + 3, "max": np.maximum(out, 3), "absmax": np.maximum(out, 3),
+               "min": np.minimum(out, 3)}[kind]
+    return out
+
+
+@needs_subgroups
+@pytest.mark.parametrize("kind,dtype,rows,cols,threads,clear", [
+    ("sum", "float32", 16, 96, 128, True),      # a few rows, several subgroups per row
+    ("max", "float32", 1, 1000, 256, True),     # one long row over every subgroup
+    ("min", "float32", 5, 37, 64, False),       # ragged rows, the old destination value joins in
+    ("abssum", "float32", 64, 8, 32, True),     # more rows than subgroups: one row per subgroup pass
+    ("absmax", "float32", 3, 200, 128, False),
+    ("sum", "int32", 7, 300, 128, True),        # integers: exact
+    ("max", "int32", 33, 20, 64, False),
+    ("min", "int32", 2, 5, 4, True),            # fewer invocations than one subgroup
+])
+def test_reductions_use_subgroup_operations(kind, dtype, rows, cols, threads, clear):
+    kernel = tilecore.compile(_reduce(kind, dtype, rows, cols, threads, clear), target=TARGET)
+    src = kernel.get_kernel_source()
+    assert SUBGROUP_OP[kind] + "(" in src and "@builtin(subgroup_size)" in src, src
+    plain = tilecore.compile(_reduce(kind, dtype, rows, cols, threads, clear), target="webgpu:desktop")
+    assert "subgroup" not in plain.get_kernel_source()  # the profile without subgroups keeps the loop lowering
+    rng = np.random.default_rng(rows * cols)
+    if dtype == "int32":
+        x = rng.integers(-1000, 1000, (rows, cols)).astype(np.int32)
+        y, y_plain = np.full(rows, -7, np.int32), np.full(rows, -7, np.int32)
+    else:
+        x = rng.standard_normal((rows, cols)).astype(np.float32)
+        y, y_plain = nan_like((rows,)), nan_like((rows,))
+    kernel(x, y)
+    plain(x, y_plain)
+    ref = _reduce_ref(kind, x, clear)
+    if dtype == "int32":
+        assert (y == ref.astype(np.int64)).all() and (y == y_plain).all()
+    else:
+        check(y, ref, rtol=1e-5, atol=1e-5 * cols)
+        check(y, f64(y_plain), rtol=1e-5, atol=1e-5 * cols)
+
+
+@needs_subgroups
+def test_targets_show_reports_the_subgroup_profile():
+    r = subprocess.run([sys.executable, "-m", "tilecore", "targets", "show", "webgpu"], capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert r.returncode == 0, r.stderr
+    assert "capability profile: webgpu/desktop-subgroups" in r.stdout
+    assert "subgroup_ops: true" in r.stdout
+
+
+def test_baseline_profile_keeps_the_loop_reduction():
+    kernel = tilecore.compile(_softmax("float32"), target="webgpu:baseline")
+    src = kernel.get_kernel_source()
+    assert "subgroup" not in src
+    x = np.random.default_rng(9).standard_normal((ROWS, COLS)).astype(np.float32)
+    y = nan_like((ROWS, COLS))
+    kernel(x, y)
+    e = np.exp(f64(x) - f64(x).max(1, keepdims=True))
+    check(y, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+# -- the tiled GEMM ------------------------------------------------------------------------------------
+
+def _gemm_tile(m, n, k, threads, ta, tb):
+    a_shape, b_shape = ((k, m) if ta else (m, k)), ((n, k) if tb else (k, n))
+
+    @T.prim_func
+    def gemm_tile(A: T.Tensor(a_shape, "float32"), B: T.Tensor(b_shape, "float32"), C: T.Tensor((m, n), "float32")):
+        with T.Kernel(1, threads=threads):
+            A_s = T.alloc_shared(a_shape, "float32")
+            B_s = T.alloc_shared(b_shape, "float32")
+            C_l = T.alloc_fragment((m, n), "float32")
+            T.copy(A[0, 0], A_s)
+            T.copy(B[0, 0], B_s)
+            T.fill(C_l, 0.5)
+            T.gemm(A_s, B_s, C_l, transpose_A=ta, transpose_B=tb)
+            T.copy(C_l, C[0, 0])
+    return gemm_tile
+
+
+@pytest.mark.parametrize("m,n,k,threads,ta,tb,block", [
+    (32, 32, 16, 64, False, False, "4x4"),
+    (64, 64, 32, 128, False, True, "4x4"),
+    (32, 16, 8, 128, True, False, "2x2"),     # fewer outputs than 16 per invocation: smaller blocks
+    (6, 10, 7, 8, True, True, "2x2"),         # extents that 4 does not divide
+    (6, 10, 7, 32, True, True, "1x1"),
+])
+def test_gemm_uses_register_blocks_and_sums_in_order(m, n, k, threads, ta, tb, block):
+    kernel = tilecore.compile(_gemm_tile(m, n, k, threads, ta, tb), target=TARGET)
+    src = kernel.get_kernel_source()
+    assert f"a {block} register block per invocation (tiled gemm)" in src, src
+    tm, tn = (int(v) for v in block.split("x"))
+    assert f"var tc_acc: array<f32, {tm * tn}>;" in src
+    rng = np.random.default_rng(m * n + k)
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+    c = nan_like((m, n))
+    kernel(a, b, c)
+    a2, b2 = (a.T if ta else a), (b.T if tb else b)
+    # the generic lowering's order: c = c + a_k * b_k for k ascending, each step rounded to float32
+    ref = np.full((m, n), 0.5, np.float32)
+    for kk in range(k):
+        ref = (ref + np.outer(a2[:, kk], b2[kk, :]).astype(np.float32)).astype(np.float32)
+    check(c, f64(a2) @ f64(b2) + 0.5, rtol=1e-5, atol=1e-5 * k)
+    np.testing.assert_allclose(c, ref, rtol=2e-7, atol=1e-7)
+
+
+# -- tensors that stay on the GPU ------------------------------------------------------------------------
+
+def test_device_tensors_stay_on_the_gpu_between_launches():
+    kernel = tilecore.compile(_axpy(), target=TARGET)
+    x = np.random.default_rng(10).standard_normal(1000).astype(np.float32)
+    dx = tilecore_webgpu.to_device(x)
+    dy = tilecore_webgpu.empty((1000,), "float32")
+    dz = tilecore_webgpu.to_device(torch.zeros(1000))
+    assert isinstance(dx, tilecore_webgpu.DeviceTensor) and dx.shape == (1000,) and dx.dtype == np.float32
+    before = dict(TRANSFERS)
+    kernel(dx, dy, 2.0)   # y = 2x + 1, written on the GPU
+    kernel(dy, dz, 2.0)   # z = 2y + 1 reads the first launch's output where it is
+    assert dict(TRANSFERS) == before, "a launch on device tensors copied between host and GPU"
+    check(dz.numpy(), (f64(x) * 2 + 1) * 2 + 1, rtol=1e-6, atol=1e-6)
+    zt = dz.torch()
+    assert isinstance(zt, torch.Tensor) and zt.shape == (1000,)
+    assert TRANSFERS["downloads"] == before.get("downloads", 0) + 2
+    # host arguments keep working next to device ones, and are copied as before
+    y = nan_like((1000,))
+    kernel(dx, y, -1.0)
+    check(y, -f64(x) + 1, rtol=1e-6, atol=1e-6)
+    assert TRANSFERS["downloads"] == before.get("downloads", 0) + 3
+    with pytest.raises(TypeError, match="on the GPU"):
+        np.asarray(dx)
+
+
+def test_device_tensors_are_checked_like_host_tensors():
+    dx = tilecore_webgpu.to_device(np.ones(64, np.float32))
+    with pytest.raises(TypeError, match="on the GPU"):
+        dx[32:]  # no views: WebGPU binds whole buffers
+    kernel = tilecore.compile(_axpy(), target=TARGET)
+    with pytest.raises(tilecore.errors.ArgumentError, match="'n' is already 64"):
+        kernel(dx, np.zeros(32, np.float32), 1.0)
+    on_cpu = tilecore.compile(_axpy(), target="cpu")
+    with pytest.raises(tilecore.errors.ArgumentError, match="memory of the 'webgpu' backend"):
+        on_cpu(dx, np.zeros(64, np.float32), 1.0)
+
+
 # -- what WebGPU cannot do is refused at compile time ---------------------------------------------------
 
 def test_float64_is_not_supported_with_a_clear_compile_error():
@@ -377,7 +503,7 @@ def test_too_many_storage_buffers_for_the_baseline_profile_is_reported():
 
 def test_targets_show_names_the_adapter():
     r = subprocess.run([sys.executable, "-m", "tilecore", "targets", "show", "webgpu"], capture_output=True, text=True,
-                       timeout=120)
+                       timeout=120, check=False)
     assert r.returncode == 0, r.stderr
     assert "status: ok" in r.stdout and "adapter" in r.stdout and "backend" in r.stdout
     assert "capability profile: webgpu/" in r.stdout

@@ -151,6 +151,8 @@ class ShaderLangEmitter(CFamilyEmitter):
                 return f"{e.value}u"
             if not -2**31 <= e.value < 2**31:
                 raise CompileError(f"the integer constant {e.value} does not fit the 32-bit integers of this target")
+            if e.value == -2**31:  # 2147483648i itself is out of range, so the literal cannot be negated
+                return "(-2147483647i - 1i)"
             return f"{e.value}i" if e.value >= 0 else f"({e.value}i)"
         if isinstance(e, BinOp):
             a, b = self.expr(st, e.a), self.expr(st, e.b)

@@ -17,6 +17,17 @@ def _is_torch(x) -> bool:
     return type(x).__module__.startswith("torch") and hasattr(x, "data_ptr")
 
 
+def device_buffer(x):
+    """The descriptor of an argument that lives in a backend's own memory, or None.
+
+    The protocol: ``type(x).__tilecore_buffer__(x)`` returns a dict with ``handle`` (an int the backend's
+    runtime resolves; it is passed where a host or device address would be), ``shape`` (tuple),
+    ``dtype`` (a tilecore dtype name) and ``backend`` (the name of the backend whose kernels take it).
+    Such tensors are always contiguous."""
+    f = getattr(type(x), "__tilecore_buffer__", None)
+    return None if f is None else f(x)
+
+
 def _is_numpy(x) -> bool:
     np = sys.modules.get("numpy")
     return np is not None and isinstance(x, np.ndarray)
@@ -65,7 +76,7 @@ class Bound:
         self.buffers, self.ints, self.floats, self.outputs, self.keep = [], [], [], [], []
 
 
-def bind(sig: dict, args: tuple, kernel_name: str, device_type: str) -> Bound:
+def bind(sig: dict, args: tuple, kernel_name: str, device_type: str, backend: str = "") -> Bound:
     params = sig["params"]
     out_idx = sig["out_idx"]
     inputs = [i for i in range(len(params)) if i not in out_idx]
@@ -87,7 +98,7 @@ def bind(sig: dict, args: tuple, kernel_name: str, device_type: str) -> Bound:
     for i, a in zip(inputs, args):
         p = params[i]
         if p["kind"] == "buffer":
-            _check_tensor(p, a, kernel_name, device_type, symbols)
+            _check_tensor(p, a, kernel_name, device_type, symbols, backend)
             if _is_torch(a):
                 like_torch = a
         else:
@@ -111,7 +122,12 @@ def bind(sig: dict, args: tuple, kernel_name: str, device_type: str) -> Bound:
     for p in params:
         v = values[p["name"]]
         if p["kind"] == "buffer":
-            out.buffers.append(v.data_ptr() if _is_torch(v) else v.ctypes.data)
+            if _is_torch(v):
+                out.buffers.append(v.data_ptr())
+            elif _is_numpy(v):
+                out.buffers.append(v.ctypes.data)
+            else:
+                out.buffers.append(int(device_buffer(v)["handle"]))
             out.keep.append(v)
     for name in sig["ints"]:
         if name in symbols:
@@ -123,8 +139,9 @@ def bind(sig: dict, args: tuple, kernel_name: str, device_type: str) -> Bound:
     return out
 
 
-def _check_tensor(p: dict, a, kernel_name: str, device_type: str, symbols: dict) -> None:
+def _check_tensor(p: dict, a, kernel_name: str, device_type: str, symbols: dict, backend: str = "") -> None:
     name = p["name"]
+    desc = None
     if _is_torch(a):
         dev = a.device.type
         if dev != device_type:
@@ -137,15 +154,23 @@ def _check_tensor(p: dict, a, kernel_name: str, device_type: str, symbols: dict)
                                 f"target needs {device_type!r} torch tensors")
         contiguous = a.flags["C_CONTIGUOUS"]
     else:
-        raise ArgumentError(f"kernel {kernel_name}: argument {name!r} must be {_describe(p)} (numpy array or torch "
-                            f"tensor), got {type(a).__name__}")
-    try:
-        got = dtype_name(a)
-    except ValueError:
-        got = str(a.dtype)
+        desc = device_buffer(a)
+        if desc is None:
+            raise ArgumentError(f"kernel {kernel_name}: argument {name!r} must be {_describe(p)} (numpy array, torch "
+                                f"tensor or a backend's device tensor), got {type(a).__name__}")
+        if desc["backend"] != backend:
+            raise ArgumentError(f"kernel {kernel_name}: argument {name!r} lives in the memory of the "
+                                f"{desc['backend']!r} backend, but this kernel runs on {backend or device_type!r}; "
+                                "read it back first (e.g. .numpy())")
+        got, shape, contiguous = str(desc["dtype"]), tuple(desc["shape"]), True
+    if desc is None:
+        try:
+            got = dtype_name(a)
+        except ValueError:
+            got = str(a.dtype)
+        shape = tuple(a.shape)
     if got != p["dtype"]:
         raise ArgumentError(f"kernel {kernel_name}: argument {name!r} has dtype {got}, expected {p['dtype']}")
-    shape = tuple(a.shape)
     if len(shape) != len(p["shape"]):
         raise ArgumentError(f"kernel {kernel_name}: argument {name!r} has shape {shape}, expected {_describe(p)}")
     for d, (want, have) in enumerate(zip(p["shape"], shape)):

@@ -80,7 +80,7 @@ class JITKernel:
 
     def __call__(self, *args):
         program = self._load()
-        b = bind(self.meta["signature"], args, self.name, self.runtime.tensor_device)
+        b = bind(self.meta["signature"], args, self.name, self.runtime.tensor_device, self.backend.name)
         program.launch(b.buffers, b.ints, b.floats)
         if not b.outputs:
             return None

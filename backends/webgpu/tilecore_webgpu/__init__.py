@@ -3,12 +3,18 @@
 The generic lowering of every tile op, distributed over the workgroup by the core's
 ``tilecore.simt_distribute`` pass, printed as WGSL by a subclass of the core's shading-language
 emitter, compiled and launched by wgpu on any adapter (lavapipe, Mesa's Vulkan rasterizer on the
-CPU, on machines without a GPU). Tensors are host tensors (numpy, CPU torch); a launch moves them.
+CPU, on machines without a GPU). Tensors are host tensors (numpy, CPU torch), which a launch moves,
+or GPU-resident ones (``to_device``), which it binds as they are.
 
 Targets: ``webgpu`` (the first adapter; the profile ``webgpu/desktop`` when the adapter has
-shader-f16 and 32 KiB of workgroup storage, else ``webgpu/baseline``), ``webgpu:baseline`` and
-``webgpu:desktop`` (that profile on the first adapter), ``webgpu:<adapter>`` (an adapter by index or
-by a piece of its name, e.g. ``webgpu:llvmpipe``; the profile chosen from it).
+shader-f16 and 32 KiB of workgroup storage, ``webgpu/desktop-subgroups`` when it also has the
+subgroups feature, else ``webgpu/baseline``), ``webgpu:baseline``, ``webgpu:desktop`` and
+``webgpu:desktop-subgroups`` (that profile on the first adapter), ``webgpu:<adapter>`` (an adapter by
+index or by a piece of its name, e.g. ``webgpu:llvmpipe``; the profile chosen from it).
+
+Tile ops this backend lowers itself (``tilecore_webgpu.intrinsics``): ``T.gemm`` as a register-blocked
+tiled loop, ``T.reduce_*`` with subgroup operations where the profile has ``subgroup_ops``. Tensors
+may stay on the GPU between launches: :func:`to_device` gives a :class:`DeviceTensor`.
 """
 from __future__ import annotations
 
@@ -19,11 +25,12 @@ from pathlib import Path
 from tilecore.plugin import Backend, DeviceInfo, PassSpec, Probe, Target, hookimpl
 
 from .codegen import WebGPUEmitter
-from .runtime import WebGPURuntime, adapter_info, adapters, select_adapter, wgpu_version
+from .intrinsics import INTRINSICS
+from .runtime import WebGPURuntime, adapter_info, adapters, has_subgroups, select_adapter, wgpu_version
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
-PROFILES = ("baseline", "desktop")
+PROFILES = ("baseline", "desktop", "desktop-subgroups")
 #: adapter features the backend uses or reports (the probe lists these, not the rendering ones)
 USED_FEATURES = ("shader-f16", "subgroup", "subgroups", "timestamp-query", "shader-float32-atomic")
 DESKTOP_WORKGROUP_BYTES = 32768
@@ -47,14 +54,15 @@ def probed_values(adapter) -> dict:
         "limits.max_workgroups_per_dimension.value": int(lim.get("max-compute-workgroups-per-dimension", 65535)),
         "dtypes.float16.storage": "shader-f16" in feats,
         "dtypes.float16.arith": "shader-f16" in feats,
-        "features.subgroup_ops": False,  # not used by this backend yet (adapters may offer "subgroup")
+        "features.subgroup_ops": has_subgroups(adapter),
     }
 
 
 @functools.lru_cache(maxsize=None)
 def profile_of(selector: str = "") -> str:
-    """The capability profile an adapter satisfies: desktop (shader-f16, 32 KiB workgroup storage) or
-    baseline; baseline when there is no adapter (compiling for the spec's guarantees)."""
+    """The capability profile an adapter satisfies: desktop-subgroups (desktop plus the subgroups
+    feature), desktop (shader-f16, 32 KiB workgroup storage) or baseline; baseline when there is no
+    adapter (compiling for the spec's guarantees)."""
     try:
         a = select_adapter(selector)
     except Exception:  # noqa: BLE001 - no adapter: the portable profile
@@ -62,7 +70,9 @@ def profile_of(selector: str = "") -> str:
     v = probed_values(a)
     ok = (v["dtypes.float16.storage"] and v["memory.shared.max_bytes_per_block"] >= DESKTOP_WORKGROUP_BYTES
           and v["limits.max_threads_per_block.value"] >= 256 and v["limits.max_storage_buffers_per_stage.value"] >= 8)
-    return "webgpu/desktop" if ok else "webgpu/baseline"
+    if not ok:
+        return "webgpu/baseline"
+    return "webgpu/desktop-subgroups" if v["features.subgroup_ops"] else "webgpu/desktop"
 
 
 class WebGPUBackend(Backend):
@@ -86,7 +96,7 @@ class WebGPUBackend(Backend):
                       capability_id=profile_of(rest))
 
     def targets(self) -> list:
-        return ["webgpu", "webgpu:baseline", "webgpu:desktop"]
+        return ["webgpu", *(f"webgpu:{p}" for p in PROFILES)]
 
     def capability_files(self) -> list:
         root = Path(str(resources.files("tilecore_webgpu").joinpath("capabilities")))
@@ -110,6 +120,9 @@ class WebGPUBackend(Backend):
         return Probe("ok", tuple(devices), probed_values(found[0]), toolchain=tc,
                      detail=f"adapter {first['name']} (type {first['type']}, backend {first['backend']})")
 
+    def intrinsics(self, target) -> list:
+        return list(INTRINSICS)
+
     def passes(self, target) -> list:
         from tilecore.passes.simt import simt_distribute  # compile-time only: loading a kernel needs no passes
 
@@ -123,6 +136,15 @@ class WebGPUBackend(Backend):
 
     def toolchain_version(self, target) -> str:
         return wgpu_version()
+
+
+def __getattr__(name: str):
+    # GPU-resident tensors need numpy: imported on first use, not when the plugin loads
+    if name in ("DeviceTensor", "empty", "to_device"):
+        from . import tensor
+
+        return getattr(tensor, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @hookimpl

@@ -17,6 +17,11 @@ The grid of any rank is linearized: the host dispatches ``ceil(blocks / 65535)``
 65535 workgroups (the per-dimension limit), the shader rebuilds the linear block id, returns for the
 padding workgroups and splits the id back into ``bx, by, ...`` with the grid extents.
 
+Two block-wide operations from the intrinsic table (``tilecore_webgpu.intrinsics``) arrive as
+:class:`~tilecore.ir.Collective` statements and are printed inline: ``webgpu.subgroup_reduce`` (the
+entry then takes the subgroup builtins and the module a ``tc_red_<type>`` workgroup scratch) and
+``webgpu.tiled_gemm`` (a register-blocked loop nest, built as IR and printed by the ordinary walk).
+
 ``Source.meta`` carries what the runtime needs without the IR: each tensor's dtype, element size and
 shape (Python expressions over the ABI integers ``ints[k]``), whether the kernel writes it, the grid
 expressions, the workgroup size and the number of uniform words.
@@ -29,11 +34,19 @@ import re
 from tilecore.codegen import EmitState, abi_of, host_expr
 from tilecore.codegen.shaderlang import ShaderLangEmitter
 from tilecore.errors import CompileError, UnsupportedFeatureError
-from tilecore.ir import (Allocate, Atomic, Bind, KernelLaunch, Seq, Store, collect,
-                         const_value, is_float, simplify)
+from tilecore.ir import (Allocate, Atomic, Bind, Buffer, BufferLoad, For, If, KernelLaunch, Seq, Store, ThreadIndex,
+                         Var, as_expr, binary, cast, collect, compare, const, const_value, is_float, simplify)
 from tilecore.plugin import Source
 
+from .intrinsics import REDUCE_SCRATCH_WORDS, block_shape
+
 ENTRY = "tc_kernel"
+#: the entry's extra parameters when the kernel uses subgroup operations. wgpu's shader compiler
+#: takes them under the device feature and rejects the ``enable subgroups;`` directive, so none is written
+SUBGROUP_BUILTINS = (", @builtin(subgroup_invocation_id) tc_sg_lane: u32, @builtin(subgroup_size) tc_sg_size: u32, "
+                     "@builtin(subgroup_id) tc_sg_id: u32, @builtin(num_subgroups) tc_sg_n: u32")
+_SUBGROUP_OP = {"sum": "subgroupAdd", "abssum": "subgroupAdd", "max": "subgroupMax", "absmax": "subgroupMax",
+                "min": "subgroupMin"}
 
 
 class WebGPUEmitter(ShaderLangEmitter):
@@ -75,6 +88,9 @@ class WebGPUEmitter(ShaderLangEmitter):
                           f"{self._word(len(abi.ints) + k, 'float32')};")
         top = func.body.body if isinstance(func.body, Seq) else [func.body]
         st.workgroup = []
+        st.subgroups = False
+        st.scratch = {}
+        st.collectives = 0
         for s in top:
             if isinstance(s, (KernelLaunch, Bind)):
                 self.stmt(st, s)
@@ -82,6 +98,10 @@ class WebGPUEmitter(ShaderLangEmitter):
                 raise CompileError(f"kernel {func.name}: statements outside T.Kernel ({type(s).__name__}) are not "
                                    "supported by this backend", s.span)
         body = "\n".join(st.lines)
+        for t, words in sorted(st.scratch.items()):
+            st.workgroup.append(f"var<workgroup> tc_red_{t}: array<{t}, {words}>;")
+            st.workgroup_bytes += 4 * words
+        self._check_workgroup_bytes(st, st.workgroup_bytes, func.span)
         decls = []
         for k, p in enumerate(abi.buffers):
             decls.append(f"@group(0) @binding({k + 1}) var<storage, read_write> {self.name(st, p.buffer)}: "
@@ -95,7 +115,7 @@ class WebGPUEmitter(ShaderLangEmitter):
         code = "\n".join(header + decls + st.workgroup + [self.prelude(st)] + [
             f"@compute @workgroup_size({st.threads})",
             f"fn {ENTRY}(@builtin(workgroup_id) tc_wid: vec3<u32>, @builtin(num_workgroups) tc_nwg: vec3<u32>, "
-            "@builtin(local_invocation_index) tc_lidx: u32) {",
+            "@builtin(local_invocation_index) tc_lidx: u32" + (SUBGROUP_BUILTINS if st.subgroups else "") + ") {",
             "  let tc_tid: i32 = i32(tc_lidx);",
             body, "}", ""])
         meta = {
@@ -156,13 +176,143 @@ class WebGPUEmitter(ShaderLangEmitter):
                     a.span, feature="dynamic_shared_memory", target=target)
             st.workgroup.append(self.workgroup_decl(st, a.buffer, int(n)))
             total_bytes += (max(int(n), 1) * a.buffer.dtype.bytes + 15) // 16 * 16
-        lim = st.ctx.capabilities.limit("max_shared_bytes_per_block")
-        if lim is not None and lim[1] == "max" and total_bytes > lim[0]:
-            raise UnsupportedFeatureError(
-                f"kernel needs {total_bytes} bytes of workgroup memory (shared, fragment and local buffers all live "
-                f"there on this backend); target {target} allows {int(lim[0])} (limit max_shared_bytes_per_block)",
-                s.span, feature="limit:max_shared_bytes_per_block", target=target)
+        self._check_workgroup_bytes(st, total_bytes, s.span)
         st.workgroup_bytes = total_bytes
         for stmt in top:
             if not isinstance(stmt, Allocate):
                 self.stmt(st, stmt)
+
+    def _check_workgroup_bytes(self, st: EmitState, total: int, span) -> None:
+        target = str(st.ctx.target)
+        lim = st.ctx.capabilities.limit("max_shared_bytes_per_block")
+        if lim is not None and lim[1] == "max" and total > lim[0]:
+            raise UnsupportedFeatureError(
+                f"kernel needs {total} bytes of workgroup memory (shared, fragment and local buffers all live "
+                f"there on this backend); target {target} allows {int(lim[0])} (limit max_shared_bytes_per_block)",
+                span, feature="limit:max_shared_bytes_per_block", target=target)
+
+    # -- block-wide operations from the intrinsic table (tilecore_webgpu.intrinsics) -----------------
+    def stmt_Collective(self, st: EmitState, s):
+        st.collectives += 1
+        if s.name == "webgpu.subgroup_reduce":
+            return self._subgroup_reduce(st, s, st.collectives)
+        if s.name == "webgpu.tiled_gemm":
+            return self._tiled_gemm(st, s)
+        return super().stmt_Collective(st, s)
+
+    def _row_vars(self, st: EmitState, row: str, extents: list) -> list:
+        """``let`` one variable per extent, splitting the flat ``row`` (row-major) back into indices."""
+        vs = []
+        for d, e in enumerate(extents):
+            stride = math.prod(extents[d + 1:])
+            v = Var("ri")
+            q = f"({row} / {stride}i)" if stride > 1 else row
+            self.line(st, f"let {self.name(st, v)}: i32 = {q} % {e}i;" if d else f"let {self.name(st, v)}: i32 = {q};")
+            vs.append(v)
+        return vs
+
+    def _subgroup_reduce(self, st: EmitState, s, k: int) -> None:
+        """Each subgroup reduces a strided part of one row (lanes without elements hold the identity,
+        every lane calls the subgroup operation); the parts meet in ``tc_red_<type>`` and one
+        invocation per row combines them in order with the destination's old value."""
+        from tilecore.passes.lower_tile import _nonunit, _reduce_init, _region_index  # compile time only
+
+        src, dst = s.args
+        kind, dim, clear = s.attrs["kind"], s.attrs["dim"], s.attrs["clear"]
+        dtype = dst.buffer.dtype
+        vt = self.vtype(dtype)
+        kept = [d for d in range(len(src.extents)) if d != dim and const_value(src.extents[d]) != 1]
+        ddims = _nonunit(dst.extents)
+        extents = [int(const_value(src.extents[d])) for d in kept]
+        rows, length = math.prod(extents), int(const_value(src.extents[dim]))
+        parts = max(1, min(st.threads // 4, REDUCE_SCRATCH_WORDS // rows))
+        st.scratch[vt] = max(st.scratch.get(vt, 0), rows * parts)
+        st.subgroups = True
+        init = self.expr(st, _reduce_init(kind, dtype))
+
+        def combine(a: str, x: str) -> str:
+            if kind in ("abssum", "absmax") and x != "tc_part":
+                x = f"abs({x})"
+            return f"({a} + {x})" if kind in ("sum", "abssum") else f"{'max' if 'max' in kind else 'min'}({a}, {x})"
+
+        np_, w, p, red = f"tc_np{k}", f"tc_w{k}", f"tc_p{k}", f"tc_red_{vt}"
+        self.line(st, f"{{  // T.reduce_{kind} of {rows} row(s) of {length}: subgroups, then workgroup memory")
+        st.indent += 1
+        self.line(st, f"let {np_}: i32 = clamp(i32(tc_sg_n) / {rows}i, 1i, {parts}i);")
+        self.line(st, f"for (var {w}: i32 = i32(tc_sg_id); {w} < {rows}i * {np_}; {w} = {w} + i32(tc_sg_n)) {{")
+        st.indent += 1
+        vs = self._row_vars(st, f"({w} / {np_})", extents)
+        e = Var("re")
+        idx = list(_region_index(src, vs, kept))
+        idx[dim] = binary("add", idx[dim], e)
+        x = self.expr(st, cast(dtype, BufferLoad(src.buffer, tuple(idx))))
+        en = self.name(st, e)
+        self.line(st, f"var {p}: {vt} = {init};")
+        self.line(st, f"for (var {en}: i32 = ({w} % {np_}) * i32(tc_sg_size) + i32(tc_sg_lane); {en} < {length}i; "
+                      f"{en} = {en} + {np_} * i32(tc_sg_size)) {{")
+        self.line(st, f"  {p} = {combine(p, x)};")
+        self.line(st, "}")
+        self.line(st, f"let tc_s{k}: {vt} = {_SUBGROUP_OP[kind]}({p});")
+        self.line(st, f"if (tc_sg_lane == 0u) {{ {red}[{w}] = tc_s{k}; }}")
+        st.indent -= 1
+        self.line(st, "}")
+        self.line(st, "workgroupBarrier();")
+        r = f"tc_r{k}"
+        self.line(st, f"for (var {r}: i32 = tc_tid; {r} < {rows}i; {r} = {r} + {st.threads}i) {{")
+        st.indent += 1
+        vs = self._row_vars(st, r, extents)
+        di = _region_index(dst, vs, ddims)
+        acc = Var("tc_acc", dtype)
+        an = self.name(st, acc)
+        self.line(st, f"var {an}: {vt} = {init if clear else self.expr(st, BufferLoad(dst.buffer, di))};")
+        self.line(st, f"for (var tc_q{k}: i32 = 0i; tc_q{k} < {np_}; tc_q{k} = tc_q{k} + 1i) {{")
+        self.line(st, f"  {an} = {combine(an, f'{red}[{r} * {np_} + tc_q{k}]').replace('abs(', '(')};")
+        self.line(st, "}")
+        self.stmt_Store(st, Store(dst.buffer, di, acc))
+        st.indent -= 1
+        self.line(st, "}")
+        st.indent -= 1
+        self.line(st, "}")
+
+    def _tiled_gemm(self, st: EmitState, s) -> None:
+        """Each invocation owns a ``tm x tn`` block of C in a private accumulator array and walks K once,
+        reading tm values of A and tn of B from workgroup memory per step; per element the sum is
+        ``c + a_k * b_k`` for ``k`` ascending, as in the generic lowering."""
+        from tilecore.passes.lower_tile import matrix_index  # compile time only
+
+        a, b, c = s.args
+        ta, tb = s.attrs.get("transpose_A"), s.attrs.get("transpose_B")
+        m, n = int(const_value(c.extents[-2])), int(const_value(c.extents[-1]))
+        kdim = int(const_value(a.extents[-2] if ta else a.extents[-1]))
+        acc_t = c.buffer.dtype
+        tm, tn = block_shape(m, n, st.threads)
+        nblocks, cols = (m // tm) * (n // tn), n // tn
+        accb = Buffer("tc_acc", (tm * tn,), acc_t, "local")
+        it, idx, i0, j0, kk = Var("tc_it"), Var("tc_blk"), Var("gi0"), Var("gj0"), Var("gk")
+        avs = [Var(f"ga{x}", acc_t) for x in range(tm)]
+        bvs = [Var(f"gb{y}", acc_t) for y in range(tn)]
+        cidx = [[matrix_index(c, binary("add", i0, x), binary("add", j0, y)) for y in range(tn)] for x in range(tm)]
+        zero = const(0, acc_t)
+        init = [Store(accb, (const(x * tn + y),), zero if s.attrs.get("clear_accum") else BufferLoad(c.buffer, cidx[x][y]))
+                for x in range(tm) for y in range(tn)]
+        step = [Bind(avs[x], cast(acc_t, BufferLoad(a.buffer, matrix_index(a, kk, binary("add", i0, x)) if ta
+                                                    else matrix_index(a, binary("add", i0, x), kk))))
+                for x in range(tm)]
+        step += [Bind(bvs[y], cast(acc_t, BufferLoad(b.buffer, matrix_index(b, binary("add", j0, y), kk) if tb
+                                                     else matrix_index(b, kk, binary("add", j0, y)))))
+                 for y in range(tn)]
+        step += [Store(accb, (const(x * tn + y),), binary("add", BufferLoad(accb, (const(x * tn + y),)),
+                                                          binary("mul", avs[x], bvs[y])))
+                 for x in range(tm) for y in range(tn)]
+        out = [Store(c.buffer, cidx[x][y], BufferLoad(accb, (const(x * tn + y),))) for x in range(tm) for y in range(tn)]
+        body = Seq([Bind(i0, binary("mul", binary("div", idx, cols), tm)),
+                    Bind(j0, binary("mul", binary("sub", idx, binary("mul", binary("div", idx, cols), cols)), tn)),
+                    Allocate(accb), *init, For(kk, as_expr(0), as_expr(kdim), "serial", Seq(step)), *out])
+        if nblocks % st.threads:
+            body = If(compare("lt", idx, nblocks), body)
+        trips = -(-nblocks // st.threads)
+        loop = For(it, as_expr(0), as_expr(trips), "serial",
+                   Seq([Bind(idx, binary("add", binary("mul", it, st.threads), ThreadIndex())), body]))
+        self.line(st, f"// T.gemm {m}x{n}x{kdim}: a {tm}x{tn} register block per invocation (tiled gemm)")
+        self.stmt(st, loop)
+

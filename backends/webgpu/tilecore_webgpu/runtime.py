@@ -1,16 +1,19 @@
 """The wgpu runtime: adapters and devices, buffers moved from and to host memory, cached pipelines.
 
-Tensors stay on the host (``tensor_device = "cpu"``: numpy arrays and CPU torch tensors). A launch
-uploads every tensor argument into a storage buffer, writes the scalar arguments and the grid into
-one uniform buffer, dispatches, and copies the buffers the kernel writes back to the host memory
-they came from. Buffer sizes come from the shapes in ``Source.meta`` (symbolic dimensions are
-Python expressions over the ABI integers).
+Kernels take host tensors (``tensor_device = "cpu"``: numpy arrays and CPU torch tensors) and
+GPU-resident ones (:class:`~tilecore_webgpu.tensor.DeviceTensor`, made by ``to_device``). A launch
+uploads every host tensor argument into a storage buffer, binds a resident tensor's own buffer as it
+is, writes the scalar arguments and the grid into one uniform buffer, dispatches, and copies the
+buffers the kernel writes back to the host memory they came from (resident ones stay on the GPU).
+Buffer sizes come from the shapes in ``Source.meta`` (symbolic dimensions are Python expressions over
+the ABI integers). :data:`TRANSFERS` counts the tensor copies between host and GPU.
 
 Heavy state is cached per process: one device per adapter, one compute pipeline per shader source
 (``build`` already compiled it, so ``load`` is a dictionary hit), bind groups per buffer set.
 """
 from __future__ import annotations
 
+import collections
 import ctypes
 import functools
 import hashlib
@@ -19,6 +22,7 @@ import os
 import struct
 import threading
 import time
+import weakref
 
 from tilecore.errors import CompileError, DeviceError
 from tilecore.plugin import Program, Runtime, Source
@@ -26,6 +30,8 @@ from tilecore.plugin import Program, Runtime, Source
 #: the backends wgpu can sit on, best first: the GL backend is a fallback that lists the same
 #: software device a second time on CPU-only machines
 _BACKEND_ORDER = {"Vulkan": 0, "Metal": 0, "D3D12": 0, "OpenGL": 2}
+#: bind groups cached per kernel (one per set of buffers it was launched on)
+MAX_BIND_GROUPS = 64
 _LOCK = threading.Lock()
 
 
@@ -82,16 +88,22 @@ def select_adapter(selector: str = ""):
 
 
 _DEVICES: dict = {}
+#: the adapter feature behind subgroup operations: WebGPU's name, and wgpu-native's (wgpu-py 0.32 lists "subgroup")
+SUBGROUP_FEATURES = ("subgroups", "subgroup")
+
+
+def has_subgroups(adapter) -> bool:
+    return any(f in adapter.features for f in SUBGROUP_FEATURES)
 
 
 def device_for(adapter):
-    """One device per adapter, with shader-f16 and timestamp queries when it has them and its own
+    """One device per adapter, with shader-f16, subgroups and timestamp queries when it has them and its own
     limits (not the spec defaults) for workgroup storage, invocations and storage buffers."""
     with _LOCK:
         key = id(adapter)
         if key in _DEVICES:
             return _DEVICES[key]
-        feats = [f for f in ("shader-f16", "timestamp-query") if f in adapter.features]
+        feats = [f for f in ("shader-f16", "timestamp-query", *SUBGROUP_FEATURES) if f in adapter.features]
         lim = adapter.limits
         wanted = {k: lim[k] for k in ("max-compute-workgroup-storage-size", "max-compute-invocations-per-workgroup",
                                       "max-compute-workgroup-size-x", "max-compute-workgroup-size-y",
@@ -108,6 +120,34 @@ def wgpu_version() -> str:
         return f"wgpu-py {wgpu_module().__version__}"
     except Exception:  # noqa: BLE001
         return ""
+
+
+# -- GPU-resident tensors ----------------------------------------------------------------------------
+
+#: tensor copies so far: ``uploads``/``downloads`` (count) and ``upload_bytes``/``download_bytes``
+TRANSFERS: collections.Counter = collections.Counter()
+#: handle of a resident tensor (see tensor.DeviceTensor) -> weak reference to the tensor
+_RESIDENT: dict = {}
+
+
+def count_transfer(kind: str, nbytes: int) -> None:
+    TRANSFERS[kind + "s"] += 1
+    TRANSFERS[kind + "_bytes"] += nbytes
+
+
+def register_resident(tensor, handle: int) -> None:
+    """Remember which GPU tensor a launch argument's handle stands for (while the tensor lives)."""
+    def drop(ref, handle=handle):
+        if _RESIDENT.get(handle) is ref:
+            del _RESIDENT[handle]
+
+    _RESIDENT[handle] = weakref.ref(tensor, drop)
+
+
+def resident(addr: int):
+    """The resident tensor a launch argument stands for, or None for host memory."""
+    ref = _RESIDENT.get(addr)
+    return ref() if ref is not None else None
 
 
 # -- pipelines ------------------------------------------------------------------------------------
@@ -212,11 +252,22 @@ class WebGPUProgram(Program):
         self.pipe, self.bgl = pipeline(self.dev, code, source.entry, len(self.buffers))
         self.pool: dict = {}
         self.groups: dict = {}
+        self.pending = False  # work submitted that no read-back has waited for
+        self.fence = None
         self.timestamps = "timestamp-query" in self.dev.features
         if self.timestamps:
             self.qset = self.dev.create_query_set(type=self.wgpu.QueryType.timestamp, count=2)
             self.qbuf = self.dev.create_buffer(size=16, usage=self.wgpu.BufferUsage.QUERY_RESOLVE
                                                | self.wgpu.BufferUsage.COPY_SRC)
+
+    def synchronize(self) -> None:
+        """Wait for launched work (a launch whose outputs all stay on the GPU returns before it ends):
+        reading a buffer back waits for everything submitted before it."""
+        if self.pending:
+            if self.fence is None:
+                self.fence = self.dev.create_buffer(size=4, usage=self.wgpu.BufferUsage.COPY_SRC)
+            self.dev.queue.read_buffer(self.fence, 0, 4)
+            self.pending = False
 
     def _buffer(self, slot, nbytes: int, usage):
         key = (slot, nbytes)
@@ -257,24 +308,39 @@ class WebGPUProgram(Program):
         words += [0] * (self.arg_words - len(words))
         args = self._buffer("args", 4 * self.arg_words, wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST)
         self.dev.queue.write_buffer(args, 0, struct.pack(f"<{self.arg_words}I", *words))
-        gpu_bufs, sizes = [], []
+        gpu_bufs, sizes, on_host = [], [], []
         for k, (addr, b) in enumerate(zip(buffers, self.buffers)):
             n = math.prod(_eval(d, ints) for d in b["shape"]) * int(b["itemsize"])
+            t = resident(addr)
+            if t is not None:  # already on the GPU: bind its buffer, no copy
+                if t.gpu_device is not self.dev:
+                    raise DeviceError(f"argument {b['name']!r} lives on another WebGPU device ({t.device}) than "
+                                      "this kernel's; make it with to_device(..., target=<this kernel's target>)")
+                gpu_bufs.append(t.gpu_buffer)
+                sizes.append(n)
+                on_host.append(False)
+                continue
             padded = max(4, (n + 3) // 4 * 4)
             buf = self._buffer(k, padded, usage)
             if n:
                 host = (ctypes.c_char * n).from_address(addr)
                 data = bytes(host) if n == padded else bytes(host) + b"\0" * (padded - n)
                 self.dev.queue.write_buffer(buf, 0, data)
+                count_transfer("upload", n)
             gpu_bufs.append(buf)
             sizes.append(n)
+            on_host.append(True)
         key = tuple(id(b) for b in gpu_bufs)
-        group = self.groups.get(key)
-        if group is None:
+        hit = self.groups.get(key)
+        if hit is None:
             entries = [{"binding": 0, "resource": {"buffer": args, "offset": 0, "size": 4 * self.arg_words}}]
             entries += [{"binding": k + 1, "resource": {"buffer": b, "offset": 0, "size": b.size}}
                         for k, b in enumerate(gpu_bufs)]
-            group = self.groups[key] = self.dev.create_bind_group(layout=self.bgl, entries=entries)
+            if len(self.groups) >= MAX_BIND_GROUPS:  # resident tensors come and go: do not pin them all
+                self.groups.clear()
+            # the entry keeps its buffers alive, so their ids (the key) cannot be reused while it exists
+            hit = self.groups[key] = (self.dev.create_bind_group(layout=self.bgl, entries=entries), gpu_bufs)
+        group = hit[0]
         enc = self.dev.create_command_encoder()
         desc = {}
         if self.timestamps:
@@ -288,14 +354,18 @@ class WebGPUProgram(Program):
         if self.timestamps:
             enc.resolve_query_set(self.qset, 0, 2, self.qbuf, 0)
         self.dev.queue.submit([enc.finish()])
+        self.pending = True
         for k, (addr, b) in enumerate(zip(buffers, self.buffers)):
-            if b.get("written") and sizes[k]:
+            if b.get("written") and sizes[k] and on_host[k]:
                 data = self.dev.queue.read_buffer(gpu_bufs[k], 0, gpu_bufs[k].size)
                 ctypes.memmove(addr, bytes(data[:sizes[k]]), sizes[k])
+                count_transfer("download", sizes[k])
+                self.pending = False
         if self.timestamps:
             t0, t1 = struct.unpack("<QQ", bytes(self.dev.queue.read_buffer(self.qbuf, 0, 16)))
             DEVICE_CLOCK.add(t1 - t0)
+            self.pending = False
 
 
 __all__ = ["WebGPURuntime", "WebGPUProgram", "adapters", "adapter_info", "select_adapter", "device_for",
-           "wgpu_version", "DEVICE_CLOCK"]
+           "wgpu_version", "DEVICE_CLOCK", "TRANSFERS", "has_subgroups"]
