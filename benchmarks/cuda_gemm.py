@@ -23,13 +23,16 @@ NO_GPU_EXIT = 3
 
 # (block_M, block_N, block_K, threads, num_stages). On sm_90a the first three become TMA + WGMMA pipelines
 # (cuda.hopper_gemm_pipeline); the last is the best mma.sync configuration of earlier runs.
-CONFIGS = [(128, 256, 64, 256, 4), (128, 256, 64, 256, 3), (128, 128, 64, 256, 5), (128, 64, 64, 128, 3)]
-FP8_CONFIGS = [(128, 256, 128, 256, 4), (128, 256, 128, 256, 3)]
+# A sixth number is T.use_swizzle's panel size (block rasterization for L2 reuse; 0 = off).
+CONFIGS = [(128, 256, 64, 256, 3, 8), (128, 256, 64, 256, 3), (128, 256, 64, 256, 4, 8), (128, 128, 64, 256, 5, 8),
+           (128, 64, 64, 128, 3)]
+FP8_CONFIGS = [(128, 256, 128, 256, 3, 8), (128, 256, 128, 256, 3), (128, 256, 128, 256, 4, 8)]
 
 
-def matmul(M, N, K, block_M, block_N, block_K, threads=128, num_stages=3, dtype="float16", accum="float32",
+def matmul(M, N, K, block_M, block_N, block_K, threads=128, num_stages=3, panel=0, dtype="float16", accum="float32",
            out_dtype=None, b_transposed=False):
-    """The README GEMM; ``b_transposed``: B is given as (N, K) (the layout 8-bit WGMMA needs)."""
+    """The README GEMM; ``b_transposed``: B is given as (N, K) (the layout 8-bit WGMMA needs); ``panel``:
+    T.use_swizzle(panel) when not 0."""
     out_dtype = out_dtype or dtype
     b_shape = (N, K) if b_transposed else (K, N)
     bs_shape = (block_N, block_K) if b_transposed else (block_K, block_N)
@@ -37,6 +40,8 @@ def matmul(M, N, K, block_M, block_N, block_K, threads=128, num_stages=3, dtype=
     @T.prim_func
     def gemm(A: T.Tensor((M, K), dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), out_dtype)):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            if panel:
+                T.use_swizzle(panel)
             A_shared = T.alloc_shared((block_M, block_K), dtype)
             B_shared = T.alloc_shared(bs_shape, dtype)
             C_local = T.alloc_fragment((block_M, block_N), accum)
@@ -169,7 +174,7 @@ def main() -> int:
     ap.add_argument("--dtypes", default="float16,bfloat16")
     ap.add_argument("--rep", type=int, default=20)
     ap.add_argument("--target", default="cuda")
-    ap.add_argument("--configs", default="", help="block_M:block_N:block_K:threads:stages,... (default: a few)")
+    ap.add_argument("--configs", default="", help="block_M:block_N:block_K:threads:stages[:panel],... (default: a few)")
     ap.add_argument("--check", action="store_true", help="compare each result with torch.matmul")
     ap.add_argument("--no-fp8", dest="fp8", action="store_false", help="skip the float8_e4m3 8192^3 row")
     args = ap.parse_args()
@@ -225,7 +230,7 @@ def main() -> int:
         rows.append(fp8_row(torch, args))
 
     print()
-    print(f"| dtype | M=N=K | tilecore TFLOP/s | best config (bM,bN,bK,threads,stages) | torch.matmul TFLOP/s | ratio |")
+    print(f"| dtype | M=N=K | tilecore TFLOP/s | best config (bM,bN,bK,threads,stages[,panel]) | torch TFLOP/s | ratio |")
     print("|---|---|---|---|---|---|")
     for dtype, n, best, tf_t in rows:
         if best is None:

@@ -36,7 +36,7 @@ hopper_gpu = pytest.mark.skipif(not _on_hopper(), reason="no sm_90 GPU here")
 
 
 def gemm(M, N, K, bm=128, bn=256, bk=64, threads=256, stages=4, dtype="float16", out="float16", tb=False,
-         epilogue="copy"):
+         epilogue="copy", panel=0):
     """C = A @ B (B given as (N, K) when ``tb``); ``epilogue="relu"`` works on the fragment before the copy,
     so the accumulators must reach shared memory first."""
     b_shape, bs_shape = ((N, K), (bn, bk)) if tb else ((K, N), (bk, bn))
@@ -44,6 +44,8 @@ def gemm(M, N, K, bm=128, bn=256, bk=64, threads=256, stages=4, dtype="float16",
     @T.prim_func
     def main(A: T.Tensor((M, K), dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), out)):
         with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            if panel:
+                T.use_swizzle(panel)
             A_s = T.alloc_shared((bm, bk), dtype)
             B_s = T.alloc_shared(bs_shape, dtype)
             C_l = T.alloc_fragment((bm, bn), "float32")
@@ -131,6 +133,14 @@ def test_sm80_and_disable_switch_keep_the_mma_sync_path():
         assert "tc_gemm_mma<" in k.get_kernel_source()
 
 
+@needs_toolchain
+def test_use_swizzle_rasterizes_blocks_in_panels():
+    src = tilecore.compile(gemm(1024, 1024, 1024, panel=4), target=HOPPER, pass_configs=NOCACHE).get_kernel_source()
+    assert "tc_pn = 4LL * tc_gf" in src and "const int bx = (int)tc_bx;" in src
+    plain = tilecore.compile(gemm(1024, 1024, 1024), target=HOPPER, pass_configs=NOCACHE).get_kernel_source()
+    assert "tc_pn" not in plain and "const int bx = (int)blockIdx.x;" in plain
+
+
 # -- on an H100 -----------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -170,6 +180,15 @@ def test_device_pipeline_matches_float64(torch_cuda, dtype, out, tb, M, N, K):
     tol = {"float32": 1e-3, "float16": 2e-2, "bfloat16": 8e-2}[out] * np.sqrt(K)
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, ref, atol=tol, rtol=2e-2)
+
+
+@hopper_gpu
+@pytest.mark.parametrize("panel", [3, 8])
+def test_device_swizzled_grid_covers_every_tile_once(torch_cuda, panel):
+    M, N, K = 1000, 1000, 256  # 8 x 4 blocks: panels that do not divide the grid
+    fn = gemm(M, N, K, out="float32", panel=panel)
+    k, got, ref = _run(torch_cuda, fn, M, N, K, "float16", "float32", False)
+    np.testing.assert_allclose(got, ref, atol=1e-3 * np.sqrt(K), rtol=1e-3)
 
 
 @hopper_gpu

@@ -108,6 +108,11 @@ class CUDAEmitter(CFamilyEmitter):
             raise CompileError(f"kernel {func.name}: this backend needs exactly one T.Kernel per function, "
                                f"found {len(launches)}", func.span)
         st.launch_meta = {}
+        st.swizzle = None
+        for h in func.attrs.get("hints", ()):
+            h = dict(h)
+            if h.get("kind") == "use_swizzle" and h.get("enable", "True") not in ("False", "T.bool(0)", "0"):
+                st.swizzle = (int(h.get("panel_size", 10)), h.get("order", "row"))
         top = func.body.body if isinstance(func.body, Seq) else [func.body]
         for s in top:
             if isinstance(s, (KernelLaunch, Bind)):
@@ -167,7 +172,23 @@ class CUDAEmitter(CFamilyEmitter):
         # block indices
         grid = list(s.grid)
         bvars = list(s.block_vars)
-        if len(grid) <= 3:
+        if len(grid) <= 3 and getattr(st, "swizzle", None) and len(grid) >= 2 and st.swizzle[0] > 0:
+            # T.use_swizzle: consecutive blocks walk `panel` rows of blockIdx.y (order "row") or `panel`
+            # columns of blockIdx.x (order "col") before moving on, so the tiles they share stay in L2
+            panel, order = st.swizzle
+            gx, gy = self.expr(st, grid[0]), self.expr(st, grid[1])
+            fast, slow = ("x", "y") if order == "row" else ("y", "x")
+            gf, gs = (gx, gy) if order == "row" else (gy, gx)
+            self.line(st, f"const long long tc_gf = {gf}, tc_gs = {gs};")
+            self.line(st, f"const long long tc_lin = (long long)blockIdx.{slow} * tc_gf + blockIdx.{fast};")
+            self.line(st, f"const long long tc_pn = {panel}LL * tc_gf, tc_first = (tc_lin / tc_pn) * {panel}LL;")
+            self.line(st, f"const long long tc_rows = tc_min(tc_gs - tc_first, {panel}LL);")
+            self.line(st, f"const long long tc_b{fast} = (tc_lin % tc_pn) / tc_rows;")
+            self.line(st, f"const long long tc_b{slow} = tc_first + (tc_lin % tc_pn) % tc_rows;")
+            for v, axis in zip(bvars, "xyz"):
+                src = f"tc_b{axis}" if axis in "xy" else f"blockIdx.{axis}"
+                self.line(st, f"const {self.vtype(v.dtype)} {self.name(st, v)} = ({self.vtype(v.dtype)}){src};")
+        elif len(grid) <= 3:
             for v, axis in zip(bvars, "xyz"):
                 self.line(st, f"const {self.vtype(v.dtype)} {self.name(st, v)} = ({self.vtype(v.dtype)})blockIdx.{axis};")
         else:

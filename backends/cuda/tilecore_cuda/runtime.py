@@ -311,7 +311,10 @@ class CUDAProgram(Program):
         self.entry = source.entry
         self.meta = dict(source.meta)
         self.asserts = list(self.meta.get("asserts", []))
-        self.grid = [compile(g, "<grid>", "eval") for g in self.meta.get("grid", ["1", "1", "1"])]
+        # the launch geometry as one function of the ABI integers (Source.meta["grid"] holds Python expressions)
+        grid = self.meta.get("grid", ["1", "1", "1"])
+        self.grid_fn = eval(f"lambda ints: ({', '.join(f'int({g})' for g in grid)},)",
+                            {"__builtins__": {}, "min": min, "max": max, "int": int})
         self.threads = int(self.meta.get("threads", 128))
         self.dyn_shared = int(self.meta.get("dynamic_shared_bytes", 0))
         self.funcs: dict = {}
@@ -319,13 +322,17 @@ class CUDAProgram(Program):
         self.tmaps = [dict(m, dims=[compile(d, "<dim>", "eval") for d in m["dims"]])
                       for m in self.meta.get("tensor_maps", ())]
         self.tmap_cache: dict = {}
+        self._slot_cache: dict = {}
+        env = os.environ.get("TILECORE_DEVICE")
+        self._env_device = int(env) if env is not None and env.isdigit() else None
 
     def _device(self) -> int:
         torch = self.torch
-        env = os.environ.get("TILECORE_DEVICE")
-        if env is not None and env.isdigit() and torch.cuda.current_device() != int(env):
-            torch.cuda.set_device(int(env))
-        return torch.cuda.current_device()
+        dev = torch.cuda.current_device()
+        if self._env_device is not None and dev != self._env_device:
+            torch.cuda.set_device(self._env_device)
+            dev = self._env_device
+        return dev
 
     def _function(self, dev: int):
         fn = self.funcs.get(dev)
@@ -365,19 +372,28 @@ class CUDAProgram(Program):
         torch = self.torch
         dev = self._device()
         _, func = self._function(dev)
-        grid = [int(eval(g, {"__builtins__": {}}, {"ints": list(ints), "min": min, "max": max, "int": int}))
-                for g in self.grid]
-        if any(g <= 0 for g in grid):
+        grid = self.grid_fn(ints)
+        if grid[0] <= 0 or grid[1] <= 0 or grid[2] <= 0:
             return
         if self.status is None or self.status.device.index != dev:
             self.status = torch.zeros(1, dtype=torch.int32, device=f"cuda:{dev}")
-        args = [ctypes.c_void_p(int(b)) for b in buffers]
-        args += [ctypes.c_longlong(int(i)) for i in ints]
-        args += [ctypes.c_double(float(f)) for f in floats]
-        args += [self._tensor_map(m, int(buffers[m["arg"]]), ints) for m in self.tmaps]
-        args.append(ctypes.c_void_p(self.status.data_ptr()))
-        params = (ctypes.c_void_p * len(args))(*[ctypes.cast(ctypes.pointer(a), ctypes.c_void_p) for a in args])
-        stream = ctypes.c_void_p(torch.cuda.current_stream(dev).cuda_stream)
+        slots = self._slots(len(buffers), len(ints), len(floats))
+        vals, params = slots
+        k = 0
+        for b in buffers:
+            vals[k].value = int(b)
+            k += 1
+        for i in ints:
+            vals[k].value = int(i)
+            k += 1
+        for f in floats:
+            vals[k].value = float(f)
+            k += 1
+        for m in self.tmaps:  # 128-byte descriptors: point the parameter at the cached one
+            params[k] = ctypes.addressof(self._tensor_map(m, int(buffers[m["arg"]]), ints))
+            k += 1
+        vals[k].value = self.status.data_ptr()
+        stream = ctypes.c_void_p(self._raw_stream(dev))
         rc = self.lib.cuLaunchKernel(func, grid[0], grid[1], grid[2], self.threads, 1, 1, self.dyn_shared, stream,
                                      params, None)
         if rc != 0:
@@ -389,6 +405,25 @@ class CUDAProgram(Program):
                 self.status.zero_()
                 msg = self.asserts[code - 1] if 0 < code <= len(self.asserts) else f"assertion {code}"
                 raise KernelAssertionError(f"T.device_assert failed: {msg}")
+
+    def _slots(self, nb: int, ni: int, nf: int):
+        """The launch's argument storage and parameter array, made once per argument count and reused: a
+        launch only writes the values (no ctypes objects are built per call)."""
+        key = (nb, ni, nf)
+        hit = self._slot_cache.get(key)
+        if hit is None:
+            vals = ([ctypes.c_void_p() for _ in range(nb)] + [ctypes.c_longlong() for _ in range(ni)]
+                    + [ctypes.c_double() for _ in range(nf)] + [None] * len(self.tmaps) + [ctypes.c_void_p()])
+            params = (ctypes.c_void_p * len(vals))()
+            for k, v in enumerate(vals):
+                if v is not None:
+                    params[k] = ctypes.addressof(v)
+            hit = self._slot_cache[key] = (vals, params)
+        return hit
+
+    def _raw_stream(self, dev: int) -> int:
+        raw = getattr(self.torch._C, "_cuda_getCurrentRawStream", None)
+        return raw(dev) if raw is not None else self.torch.cuda.current_stream(dev).cuda_stream
 
     def _tensor_map(self, m: dict, ptr: int, ints: list):
         """The TMA descriptor (CUtensorMap, 128 bytes) of a row-major tensor at ``ptr``, for the kernel's box
