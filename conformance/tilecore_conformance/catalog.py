@@ -153,6 +153,14 @@ def gemm_cases() -> list:
                                     (f"dtype:{dtype}:storage", f"dtype:{dtype}:mma", f"dtype:{acc}:storage"),
                                     _gemm_kernel, _gemm_inputs, _gemm_ref, op_class="matmul", reduce_len=k,
                                     out_dtype=acc, acc_dtype=acc))
+    # one warpgroup's tile (64 rows, 128-byte rows of K): the shape the Hopper pipeline takes on sm_90a
+    # (TMA + WGMMA, cuda.hopper_gemm_pipeline); elsewhere an ordinary tiled gemm. Edges on M and N.
+    for dtype in ("float16", "bfloat16"):
+        out.append(Case(f"gemm/{dtype}/nt/warpgroup_tile", "gemm",
+                        {"dtype": dtype, "acc": "float32", "ta": False, "tb": True, "m": 200, "n": 96, "k": 320,
+                         "stages": 3, "tile": (64, 32, 64, 128)},
+                        (f"dtype:{dtype}:storage", f"dtype:{dtype}:mma"), _gemm_kernel, _gemm_inputs, _gemm_ref,
+                        op_class="matmul", reduce_len=320, out_dtype="float32"))
     for stages in (0, 1, 2, 3):
         out.append(Case(f"pipelined/float16/stages{stages}", "pipelined",
                         {"dtype": "float16", "acc": "float32", "ta": False, "tb": False, "m": 96, "n": 64, "k": 160,
@@ -162,14 +170,14 @@ def gemm_cases() -> list:
     return out
 
 
-def _gemm_kernel(dtype, acc, ta, tb, m, n, k, stages=2):
-    bm, bn, bk = 32, 32, 16
+def _gemm_kernel(dtype, acc, ta, tb, m, n, k, stages=2, tile=(32, 32, 16, 128)):
+    bm, bn, bk, threads = tile
     a_shape, b_shape = ((k, m) if ta else (m, k)), ((n, k) if tb else (k, n))
     as_shape, bs_shape = ((bk, bm) if ta else (bm, bk)), ((bn, bk) if tb else (bk, bn))
 
     @T.prim_func
     def gemm(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((m, n), acc)):
-        with T.Kernel(T.ceildiv(n, bn), T.ceildiv(m, bm), threads=128) as (bx, by):
+        with T.Kernel(T.ceildiv(n, bn), T.ceildiv(m, bm), threads=threads) as (bx, by):
             A_s = T.alloc_shared(as_shape, dtype)
             B_s = T.alloc_shared(bs_shape, dtype)
             C_l = T.alloc_fragment((bm, bn), acc)
@@ -188,11 +196,11 @@ def _gemm_kernel(dtype, acc, ta, tb, m, n, k, stages=2):
     return gemm
 
 
-def _gemm_inputs(rng, dtype, acc, ta, tb, m, n, k, stages=2):
+def _gemm_inputs(rng, dtype, acc, ta, tb, m, n, k, stages=2, tile=None):
     return [make(rng, (k, m) if ta else (m, k), dtype), make(rng, (n, k) if tb else (k, n), dtype)]
 
 
-def _gemm_ref(inputs, dtype, acc, ta, tb, m, n, k, stages=2):
+def _gemm_ref(inputs, dtype, acc, ta, tb, m, n, k, stages=2, tile=None):
     a, b = f64(inputs[0]), f64(inputs[1])
     return [(a.T if ta else a) @ (b.T if tb else b)]
 
@@ -399,6 +407,13 @@ def composite_cases() -> list:
                             # P is rounded to the input dtype before P @ V (as TileLang kernels do)
                             op_class="matmul", reduce_len=80 if dtype == "float32" else 4, out_dtype=dtype,
                             acc_dtype=dtype))
+    for causal in (False, True):  # Q/K/V tiles, S, P and O all in block memory on targets without registers
+        out.append(Case(f"attention/{'causal' if causal else 'full'}/float16/warpgroup_tile", "attention",
+                        {"dtype": "float16", "causal": causal},
+                        ("dtype:float16:storage", "dtype:float16:mma", "dtype:float32:mma",
+                         "limit:max_shared_bytes_per_block>=72KiB"),
+                        composite.attention_tile, composite.attention_tile_inputs, composite.attention_tile_ref,
+                        op_class="matmul", reduce_len=4, out_dtype="float16", acc_dtype="float16"))
     return out
 
 

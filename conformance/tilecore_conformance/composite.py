@@ -176,3 +176,20 @@ def attention_ref(inputs, dtype, causal, seq=SEQ, dim=DIM):
 
 def attention_inputs(rng, dtype, causal):
     return [make(rng, (HEADS, SEQ, DIM), dtype) for _ in range(3)]
+
+
+# one warpgroup's tile (64 query rows, 128-byte rows of dim): the shape of kernel sm_90a runs as a
+# warp-specialized register program (cuda.hopper_register_program); elsewhere the same kernel as above
+TILE_SEQ, TILE_DIM, TILE_HEADS = 200, 64, 2
+
+
+def attention_tile(dtype, causal):
+    return flash_attention_forward(TILE_SEQ, TILE_DIM, TILE_HEADS, 64, 64, dtype, causal, threads=128)
+
+
+def attention_tile_inputs(rng, dtype, causal):
+    return [make(rng, (TILE_HEADS, TILE_SEQ, TILE_DIM), dtype) for _ in range(3)]
+
+
+def attention_tile_ref(inputs, dtype, causal):
+    return attention_ref(inputs, dtype, causal, seq=TILE_SEQ, dim=TILE_DIM)
