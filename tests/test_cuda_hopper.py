@@ -95,12 +95,13 @@ def test_k_major_b_and_bfloat16():
 
 
 @needs_toolchain
-def test_fp8_gemm_uses_qgmma():
-    k = tilecore.compile(gemm(1024, 1024, 1024, bk=128, dtype="float8_e4m3", tb=True), target=HOPPER,
+@pytest.mark.parametrize("dtype,sass_type", [("float8_e4m3", "E4M3.E4M3"), ("float8_e5m2", "E5M2.E5M2")])
+def test_fp8_gemm_uses_qgmma(dtype, sass_type):
+    k = tilecore.compile(gemm(1024, 1024, 1024, bk=128, dtype=dtype, tb=True), target=HOPPER,
                          pass_configs=NOCACHE)
-    assert "128x256x128 float8_e4m3" in _notes(k)
+    assert f"128x256x128 {dtype}" in _notes(k)
     sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
-    assert "QGMMA.64x256x32.F32.E4M3.E4M3" in sass and "UTMALDG" in sass
+    assert f"QGMMA.64x256x32.F32.{sass_type}" in sass and "UTMALDG" in sass
 
 
 @needs_toolchain

@@ -537,8 +537,10 @@ def test_conformance_catalog_on_webgpu_device_mode_has_no_failures(tmp_path):
     assert {x["state"] for x in res} <= {"PASS", "NOT_SUPPORTED"}
     assert all(x["mode"] == "device" for x in res)
     for x in res:
-        if x["state"] == "NOT_SUPPORTED":
-            assert "does not support" in x["error"] and "webgpu/" in x["error"], x
+        if x["state"] == "NOT_SUPPORTED":  # a capability the profile lacks, or a limit it declares too low
+            err = x["error"]
+            assert ("does not support" in err and "webgpu/" in err) or ("target webgpu allows" in err and
+                                                                        "(limit max_shared_bytes" in err), x
     families = {x["family"] for x in res if x["state"] == "PASS"}
     assert {"copy", "gemm", "reduce", "cumsum", "elementwise", "atomic", "softmax", "rmsnorm", "layernorm",
             "attention", "dynamic", "pipelined"} <= families

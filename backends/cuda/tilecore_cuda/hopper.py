@@ -35,7 +35,7 @@ takes the ``T.gemm``); ``TILECORE_DUMP_IR`` shows which happened.
 """
 from __future__ import annotations
 
-from tilecore.ir import (Allocate, BinOp, Buffer, Cast, Collective, For, IntImm, KernelLaunch, Region, Seq, TileOp, Var,
+from tilecore.ir import (Allocate, BinOp, Buffer, Cast, Collective, For, KernelLaunch, Region, Seq, TileOp, Var,
                          as_expr, binary, cast, const_value, rewrite, simplify, walk, walk_expr)
 from tilecore.passes import tile_pass
 
@@ -290,23 +290,25 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
     return launch
 
 
-@tile_pass("cuda.hopper_gemm_pipeline")
-def hopper_gemm_pipeline(func, ctx):
-    """Pipelined GEMM main loops -> warp-specialized TMA + WGMMA pipelines (sm_90a)."""
+def rewrite_launches(func, ctx, lower):
+    """Apply ``lower(launch, ctx)`` (a new launch, or None to keep it) to every ``T.Kernel`` of ``func`` on
+    targets with the Hopper features (unless ``tilecore.cuda.disable_wgmma``); what happened goes to
+    ``func.attrs["hopper_pipelines"]`` (``kernel.meta["attrs"]``, IR dumps)."""
     caps = ctx.capabilities
     if not all(caps.feature(f) for f in ("wgmma", "bulk_tensor_copy", "warp_specialization")):
         return func
     if ctx.option("tilecore.cuda.disable_wgmma", False):
         return func
-
     before = len(ctx.notes)
+    body = rewrite(func.body, lambda s: lower(s, ctx) if isinstance(s, KernelLaunch) else None)
+    notes = tuple(func.attrs.get("hopper_pipelines", ())) + tuple(ctx.notes[before:])
+    return func.with_body(body, hopper_pipelines=notes)
 
-    def fix(s):
-        return _lower(s, ctx) if isinstance(s, KernelLaunch) else None
 
-    body = rewrite(func.body, fix)
-    # what happened to each pipelined loop, for kernel.meta["attrs"]["hopper_pipelines"] and IR dumps
-    return func.with_body(body, hopper_pipelines=tuple(ctx.notes[before:]))
+@tile_pass("cuda.hopper_gemm_pipeline")
+def hopper_gemm_pipeline(func, ctx):
+    """Pipelined GEMM main loops -> warp-specialized TMA + WGMMA pipelines (sm_90a)."""
+    return rewrite_launches(func, ctx, _lower)
 
 
 # -- code the emitter needs -----------------------------------------------------------------------

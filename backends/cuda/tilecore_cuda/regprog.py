@@ -26,10 +26,10 @@ fits (that is what this pass is for); so does a GEMM with an epilogue on the fra
 from __future__ import annotations
 
 from tilecore.ir import (Allocate, Bind, BufferLoad, Collective, For, KernelLaunch, Region, Seq, Store, TileOp,
-                         Var, as_expr, binary, const_value, is_float, rewrite, simplify, walk, walk_expr)
+                         as_expr, binary, const_value, simplify, walk, walk_expr)
 from tilecore.passes import tile_pass
 
-from .hopper import _DTYPES, WG, wgmma_struct
+from .hopper import _DTYPES, WG, rewrite_launches, wgmma_struct
 
 _REDUCE = {"sum": ("0.0f", "({a} + {b})"), "max": ("(-INFINITY)", "fmaxf({a}, {b})"),
            "min": ("INFINITY", "fminf({a}, {b})")}
@@ -311,19 +311,7 @@ def _lower(launch: KernelLaunch, ctx):
 @tile_pass("cuda.hopper_register_program")
 def hopper_register_program(func, ctx):
     """Kernels that fit the warp-specialized register model -> one producer/consumer program (sm_90a)."""
-    caps = ctx.capabilities
-    if not all(caps.feature(f) for f in ("wgmma", "bulk_tensor_copy", "warp_specialization")):
-        return func
-    if ctx.option("tilecore.cuda.disable_wgmma", False):
-        return func
-    before = len(ctx.notes)
-
-    def fix(s):
-        return _lower(s, ctx) if isinstance(s, KernelLaunch) else None
-
-    body = rewrite(func.body, fix)
-    notes = tuple(func.attrs.get("hopper_pipelines", ())) + tuple(ctx.notes[before:])
-    return func.with_body(body, hopper_pipelines=notes)
+    return rewrite_launches(func, ctx, _lower)
 
 
 # -- the CUDA text ----------------------------------------------------------------------------------
@@ -567,7 +555,7 @@ class _Emit:
     def c_fill(self, s):
         b = s.args[0].buffer
         v = self.rounded(b, self.em.expr(self.st, s.args[1]))
-        self.line(f"#pragma unroll")
+        self.line("#pragma unroll")
         self.line(f"for (int tc_q = 0; tc_q < {self.regs_of(b)}; ++tc_q) {self.em.name(self.st, b)}[tc_q] = {v};")
 
     def c_copy(self, s):
@@ -746,4 +734,4 @@ def emit_register_program(em, st, coll: Collective) -> None:
     _Emit(em, st, coll).run()
 
 
-_ = (Var, is_float)
+
