@@ -17,9 +17,11 @@ import tilecore
 from tilecore_conformance.composite import flash_attention_forward
 
 
-def flash_fwd(batch, heads, seq, dim, causal, bm=64, bn=64, dtype="float16", threads=128, stages=2, fast=False):
+def flash_fwd(batch, heads, seq, dim, causal, bm=64, bn=64, dtype="float16", threads=128, stages=2, fast=False,
+              wgmma=True):
     # the conformance catalog's kernel, at the benchmark's sizes
-    @tilecore.jit(out_idx=[3], target="cuda", pass_configs={"tilecore.fast_math": fast})
+    @tilecore.jit(out_idx=[3], target="cuda",
+                  pass_configs={"tilecore.fast_math": fast, "tilecore.cuda.disable_wgmma": not wgmma})
     def build():
         return flash_attention_forward(seq, dim, heads, bm, bn, dtype, causal, batch=batch, threads=threads,
                                        num_stages=stages)
@@ -53,6 +55,8 @@ def main() -> int:
     ap.add_argument("--blocks", default="128x128x256x2,128x128x256x3,128x64x256x2,64x64x128x2",
                     help="our configurations, bm x bn [x threads [x stages]]; the best is shown. On sm_90a a block of "
                          "64 query rows per warpgroup runs as a warp-specialized register program")
+    ap.add_argument("--no-wgmma", action="store_true",
+                    help="switch the Hopper passes off: measures the sm_80 path (mma.sync register program) here")
     ap.add_argument("--fast-math", action="store_true",
                     help="also time every configuration with tilecore.fast_math (approximate exp2, contraction)")
     args = ap.parse_args()
@@ -98,7 +102,8 @@ def main() -> int:
             threads, stages = (rest + [128, 2][len(rest):])[:2]
             cfg = cfg + (" fast-math" if fast else "")
             t0 = time.perf_counter()
-            kern = flash_fwd(b, h, s, d, causal, bm, bn, threads=threads, stages=stages, fast=fast)
+            kern = flash_fwd(b, h, s, d, causal, bm, bn, threads=threads, stages=stages, fast=fast,
+                             wgmma=not args.no_wgmma)
             compile_s = time.perf_counter() - t0
             out = kern(q, k, v)
             errs.append(float((out.float() - ref).abs().max()))

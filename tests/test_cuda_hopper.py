@@ -127,11 +127,24 @@ def test_loops_the_pipeline_cannot_take_fall_back_with_a_reason(kwargs, why):
 
 
 @needs_toolchain
-def test_sm80_and_disable_switch_keep_the_mma_sync_path():
+def test_sm80_and_disable_switch_take_the_mma_sync_register_program():
     for target, cfg in (("cuda:sm_80", {}), (HOPPER, {"tilecore.cuda.disable_wgmma": True})):
-        k = tilecore.compile(gemm(512, 512, 512, bn=128, stages=2), target=target, pass_configs={**NOCACHE, **cfg})
-        assert "tc_wgmma_pipeline" not in k.get_kernel_source()
-        assert "tc_gemm_mma<" in k.get_kernel_source()
+        k = tilecore.compile(gemm(512, 512, 512, bn=128, stages=3), target=target, pass_configs={**NOCACHE, **cfg})
+        assert "cuda.register_program: mma.sync + cp.async, 8 warps of 16 rows" in _notes(k)
+        assert "3 stages deep" in _notes(k)
+        src = k.get_kernel_source()
+        assert "tc_wgmma" not in src and "tc_cp_async_wait<1>();" in src and "tc_ldsm_x4_t_raw" in src
+        sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+        for op in ("HMMA.16816.F32", "LDSM", "LDGSTS"):
+            assert op in sass, (target, op)
+        assert "STL" not in sass and "LDL" not in sass and "HGMMA" not in sass
+
+
+@needs_toolchain
+def test_kernels_outside_the_register_model_keep_the_per_op_mma_path():
+    k = tilecore.compile(gemm(512, 512, 512, bk=32, bn=128, stages=2), target="cuda:sm_80", pass_configs=NOCACHE)
+    assert "cuda.register_program: kernel not mapped to registers" in _notes(k)
+    assert "tc_gemm_mma<" in k.get_kernel_source()
 
 
 @needs_toolchain
@@ -181,6 +194,51 @@ def test_device_pipeline_matches_float64(torch_cuda, dtype, out, tb, M, N, K):
     tol = {"float32": 1e-3, "float16": 2e-2, "bfloat16": 8e-2}[out] * np.sqrt(K)
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, ref, atol=tol, rtol=2e-2)
+
+
+@hopper_gpu
+@pytest.mark.parametrize("dtype,out,tb", [("float16", "float16", False), ("bfloat16", "float32", True)])
+@pytest.mark.parametrize("M,N,K,bm,bn,threads,stages", [(512, 768, 1024, 128, 128, 256, 3),
+                                                        (1000, 1000, 1000, 64, 64, 128, 2),
+                                                        (200, 144, 72, 128, 64, 256, 4)])
+def test_device_mma_register_program_matches_float64(torch_cuda, dtype, out, tb, M, N, K, bm, bn, threads, stages):
+    """The sm_80 path (mma.sync + multi-stage cp.async into swizzled tiles), run on the H100 with the Hopper
+    passes switched off."""
+    rng = np.random.default_rng(9)
+    tdt = getattr(torch_cuda, dtype)
+    a = torch_cuda.from_numpy(rng.standard_normal((M, K)).astype(np.float32)).cuda().to(tdt)
+    b = torch_cuda.from_numpy(rng.standard_normal((N, K) if tb else (K, N)).astype(np.float32)).cuda().to(tdt)
+    c = torch_cuda.full((M, N), float("nan"), device="cuda", dtype=getattr(torch_cuda, out))
+    fn = gemm(M, N, K, bm=bm, bn=bn, threads=threads, stages=stages, dtype=dtype, out=out, tb=tb)
+    k = tilecore.compile(fn, target="cuda", pass_configs={"tilecore.cuda.disable_wgmma": True})
+    assert "cuda.register_program: mma.sync" in _notes(k)
+    k(a, b, c)
+    torch_cuda.cuda.synchronize()
+    a64, b64 = a.double().cpu().numpy(), b.double().cpu().numpy()
+    ref = a64 @ (b64.T if tb else b64)
+    tol = {"float32": 1e-3, "float16": 2e-2}[out] * np.sqrt(K)
+    np.testing.assert_allclose(c.double().cpu().numpy(), ref, atol=tol, rtol=2e-2)
+
+
+@hopper_gpu
+@pytest.mark.parametrize("seq,dim,bm,bn,threads,causal", [(256, 128, 128, 128, 256, False),
+                                                          (200, 64, 64, 64, 128, True),
+                                                          (1000, 128, 128, 64, 256, True)])
+def test_device_attention_mma_register_program_matches_float64(torch_cuda, seq, dim, bm, bn, threads, causal):
+    from tilecore_conformance.composite import attention_ref
+
+    torch = torch_cuda
+    rng = np.random.default_rng(6)
+    q, kk, v = (torch.from_numpy(rng.standard_normal((3, seq, dim)).astype(np.float32)).half().cuda()
+                for _ in range(3))
+    o = torch.full_like(q, float("nan"))
+    k = tilecore.compile(_attention(seq, dim, bm, bn, threads, causal, heads=3), target="cuda",
+                         pass_configs={"tilecore.cuda.disable_wgmma": True})
+    assert "cuda.register_program: mma.sync" in _notes(k)
+    k(q, kk, v, o)
+    torch.cuda.synchronize()
+    ref = attention_ref([x.cpu().numpy() for x in (q, kk, v)], "float16", causal, seq=seq, dim=dim)[0]
+    np.testing.assert_allclose(o.double().cpu().numpy(), ref, atol=2e-2, rtol=2e-2)
 
 
 @hopper_gpu

@@ -103,10 +103,11 @@ class CUDABackend(Backend):
 
         from .hopper import hopper_gemm_pipeline
         from .intrinsics import mark_block_threads
-        from .regprog import hopper_register_program
+        from .regprog import hopper_register_program, register_program
 
         return [PassSpec("tile-lowering", hopper_gemm_pipeline, position="before"),
                 PassSpec("tile-lowering", hopper_register_program, position="before"),
+                PassSpec("tile-lowering", register_program, position="before"),
                 PassSpec("tile-lowering", mark_block_threads, position="before"),
                 PassSpec("before-codegen", simt_distribute, position="before")]
 

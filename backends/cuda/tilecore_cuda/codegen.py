@@ -95,6 +95,13 @@ class CUDAEmitter(CFamilyEmitter):
                 params.append(f"const __grid_constant__ tc_tmap {name}")
                 names.append(name)
             st.tmaps[id(c)] = names
+        # register programs on mma.sync targets copy with 16-byte cp.async: their sources must be 16-byte aligned
+        aligned = set()
+        for c in collect(func.body, Collective):
+            plan = c.attrs.get("plan")
+            if plan and plan.get("mode") == "mma":
+                for cp in plan["copies"].values():
+                    aligned.add(next(k for k, p in enumerate(abi.buffers) if p.buffer is cp.args[0].buffer))
         params.append("int* __restrict__ tc_status")
         st.indent = 1
         for k, v in enumerate(abi.ints):
@@ -126,6 +133,7 @@ class CUDAEmitter(CFamilyEmitter):
         meta["asserts"] = list(st.asserts)
         meta["arch"] = getattr(ctx.target, "arch", "")
         meta["tensor_maps"] = tmap_meta
+        meta["aligned_args"] = sorted(aligned)
         body = "\n".join(st.lines)
         threads = meta["threads"]
         # one block per SM for warp-specialized kernels: setmaxnreg needs a register cap at entry

@@ -290,14 +290,14 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
     return launch
 
 
-def rewrite_launches(func, ctx, lower):
+def rewrite_launches(func, ctx, lower, features=("wgmma", "bulk_tensor_copy", "warp_specialization")):
     """Apply ``lower(launch, ctx)`` (a new launch, or None to keep it) to every ``T.Kernel`` of ``func`` on
-    targets with the Hopper features (unless ``tilecore.cuda.disable_wgmma``); what happened goes to
+    targets with ``features`` (the Hopper ones unless ``tilecore.cuda.disable_wgmma``); what happened goes to
     ``func.attrs["hopper_pipelines"]`` (``kernel.meta["attrs"]``, IR dumps)."""
     caps = ctx.capabilities
-    if not all(caps.feature(f) for f in ("wgmma", "bulk_tensor_copy", "warp_specialization")):
+    if not all(caps.feature(f) for f in features):
         return func
-    if ctx.option("tilecore.cuda.disable_wgmma", False):
+    if "wgmma" in features and ctx.option("tilecore.cuda.disable_wgmma", False):
         return func
     before = len(ctx.notes)
     body = rewrite(func.body, lambda s: lower(s, ctx) if isinstance(s, KernelLaunch) else None)

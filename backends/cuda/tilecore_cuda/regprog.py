@@ -73,6 +73,7 @@ class _Analysis:
         self.shared: dict = {}
         self.copies: dict = {}       # shared buffer -> (copy op, staged)
         self.wgmma: list = []
+        self.gemm_n: list = []
 
     # -- buffers --------------------------------------------------------------------------------
     def allocate(self, a: Allocate):
@@ -136,8 +137,8 @@ class _Analysis:
                   "copy extents do not match the shared tile")
             _need(src.buffer.ndim <= 5, "TMA copies tensors of at most 5 dimensions")
             row = _s(src.buffer.shape[-1])
-            _need(row is None or (row * src.buffer.dtype.bytes) % 16 == 0,
-                  f"rows of {src.buffer.name} are not a multiple of 16 bytes, as TMA needs")
+            _need(row is not None and (row * src.buffer.dtype.bytes) % 16 == 0,
+                  f"rows of {src.buffer.name} are not a static multiple of 16 bytes, as 16-byte copies need")
             self.copies[dst.buffer] = (s, where == "loop")
             return
         if src.buffer in self.frags and dst.buffer in self.frags:
@@ -176,6 +177,7 @@ class _Analysis:
         _need(k % 16 == 0, "gemm K must be a multiple of 16")
         if not tb:
             _need((n * 2) % 128 == 0, "B as (K, N) needs N in whole 128-byte rows")
+        self.gemm_n.append(n)
         if a.buffer in self.shared:
             self.wgmma.append((dt, n, not tb, False))
         else:
@@ -229,7 +231,7 @@ class _Analysis:
         walk(body, check)
 
 
-def _plan(launch: KernelLaunch, ctx) -> dict:
+def _plan(launch: KernelLaunch, ctx, mode: str) -> dict:
     body = list(launch.body.body) if isinstance(launch.body, Seq) else [launch.body]
     an = _Analysis(launch, ctx)
     loops = [k for k, s in enumerate(body) if isinstance(s, For) and s.kind == "pipelined"]
@@ -250,6 +252,8 @@ def _plan(launch: KernelLaunch, ctx) -> dict:
         an.stmt(s, "loop")
     _need(set(an.copies) == set(an.shared), "every shared tile is filled by one T.copy from global memory")
     _need(an.wgmma, "no T.gemm")
+    if mode == "mma":
+        _need(all(n % 16 == 0 for n in an.gemm_n), "gemm widths must be multiples of 16 for mma.sync")
     staged = [b for b in an.shared if an.copies[b][1]]
     once = [b for b in an.shared if not an.copies[b][1]]
     _need(staged, "nothing to pipeline")
@@ -271,47 +275,66 @@ def _plan(launch: KernelLaunch, ctx) -> dict:
         layout[b] = off
         off += size[b]
     maps = []
-    for b in once + staged:
+    for b in (once + staged if mode == "wgmma" else []):
         src = an.copies[b][0].args[0]
         atom = 128 // b.dtype.bytes
         box = [atom] + [_s(e) for e in reversed(src.extents[:-1])]
         maps.append({"buffer": src.buffer, "dtype": _DTYPES[str(b.dtype)][2], "elem_bytes": b.dtype.bytes,
                      "box": tuple(box), "swizzle": 3, "tile": b})
-    return {"nc": an.nc, "bm": an.bm, "stages": stages, "pre": pre, "loop": loop, "body": lbody, "post": post,
+    return {"mode": mode, "nc": an.nc, "bm": an.bm, "stages": stages, "pre": pre, "loop": loop, "body": lbody, "post": post,
             "frags": an.frags, "shared": an.shared, "once": once, "staged": staged, "offset": layout,
             "once_bytes": once_bytes, "stage_bytes": stage_bytes,
             "pipe_bytes": 1024 + once_bytes + stages * stage_bytes + 16 * stages + 16,
             "copies": {b: an.copies[b][0] for b in an.shared}, "tensor_maps": maps,
-            "wgmma": sorted(set(an.wgmma))}
+            "wgmma": sorted(set(an.wgmma)) if mode == "wgmma" else []}
 
 
-def _lower(launch: KernelLaunch, ctx):
-    top = launch.body.body if isinstance(launch.body, Seq) else [launch.body]
-    if any(isinstance(s, Collective) for s in top):
-        return None  # already a GEMM pipeline
-    if not any(isinstance(s, For) and s.kind == "pipelined" for s in top):
-        return None
-    try:
-        plan = _plan(launch, ctx)
-    except _No as e:
-        ctx.notes.append(f"cuda.hopper_register_program: kernel not mapped to registers ({e})")
-        return None
-    from tilecore.ir import Buffer
+def _lower_as(mode: str):
+    name = {"wgmma": "cuda.hopper_register_program", "mma": "cuda.register_program"}[mode]
 
-    pipe = Buffer("tc_regprog_smem", (plan["pipe_bytes"],), "uint8", "shared")
-    coll = Collective("tc_register_program", (Region(pipe, (as_expr(0),), (pipe.shape[0],)),),
-                      {"plan": plan, "tensor_maps": plan["tensor_maps"], "wgmma": plan["wgmma"]}, span=launch.span)
-    ctx.notes.append(f"cuda.hopper_register_program: {plan['nc']} consumer warpgroup(s) + 1 producer, "
-                     f"{len(plan['frags'])} fragments in registers, {len(plan['once'])} tile(s) loaded once, "
-                     f"{len(plan['staged'])} pipelined {plan['stages']} stages deep")
-    return launch.with_(body=Seq([Allocate(pipe, span=launch.span), coll], span=launch.body.span),
-                        threads=(plan["nc"] * WG + WG,), attrs={**launch.attrs, "warp_specialized": True})
+    def lower(launch: KernelLaunch, ctx):
+        top = launch.body.body if isinstance(launch.body, Seq) else [launch.body]
+        if any(isinstance(s, Collective) for s in top):
+            return None  # already taken by an earlier pass
+        if not any(isinstance(s, For) and s.kind == "pipelined" for s in top):
+            return None
+        try:
+            plan = _plan(launch, ctx, mode)
+        except _No as e:
+            ctx.notes.append(f"{name}: kernel not mapped to registers ({e})")
+            return None
+        from tilecore.ir import Buffer
+
+        pipe = Buffer("tc_regprog_smem", (plan["pipe_bytes"],), "uint8", "shared")
+        coll = Collective("tc_register_program", (Region(pipe, (as_expr(0),), (pipe.shape[0],)),),
+                          {"plan": plan, "tensor_maps": plan["tensor_maps"], "wgmma": plan["wgmma"]},
+                          span=launch.span)
+        body = Seq([Allocate(pipe, span=launch.span), coll], span=launch.body.span)
+        if mode == "wgmma":
+            ctx.notes.append(f"{name}: {plan['nc']} consumer warpgroup(s) + 1 producer, {len(plan['frags'])} "
+                             f"fragments in registers, {len(plan['once'])} tile(s) loaded once, "
+                             f"{len(plan['staged'])} pipelined {plan['stages']} stages deep")
+            return launch.with_(body=body, threads=(plan["nc"] * WG + WG,),
+                                attrs={**launch.attrs, "warp_specialized": True})
+        ctx.notes.append(f"{name}: mma.sync + cp.async, {plan['nc'] * 4} warps of 16 rows, {len(plan['frags'])} "
+                         f"fragments in registers, {len(plan['once'])} tile(s) loaded once, "
+                         f"{len(plan['staged'])} pipelined {plan['stages']} stages deep")
+        return launch.with_(body=body)
+
+    return lower
 
 
 @tile_pass("cuda.hopper_register_program")
 def hopper_register_program(func, ctx):
     """Kernels that fit the warp-specialized register model -> one producer/consumer program (sm_90a)."""
-    return rewrite_launches(func, ctx, _lower)
+    return rewrite_launches(func, ctx, _lower_as("wgmma"))
+
+
+@tile_pass("cuda.register_program")
+def register_program(func, ctx):
+    """The same kernels on mma.sync + cp.async targets (sm_80+; on sm_90a those the Hopper passes left):
+    fragments in registers, every warp owning 16 rows, multi-stage cp.async copies into swizzled tiles."""
+    return rewrite_launches(func, ctx, _lower_as("mma"), features=("mma_sync", "async_copy"))
 
 
 # -- the CUDA text ----------------------------------------------------------------------------------
@@ -331,9 +354,10 @@ class _Emit:
     def __init__(self, em, st, coll: Collective):
         self.em, self.st, self.p = em, st, coll.attrs["plan"]
         self.pipe = em.name(st, coll.args[0].buffer)
-        self.maps = st.tmaps[id(coll)]
+        self.maps = getattr(st, "tmaps", {}).get(id(coll), [])
         self.map_of = {m["tile"]: name for m, name in zip(self.p["tensor_maps"], self.maps)}
-        self.regs = self.p["nc"] == 2
+        self.mma = self.p["mode"] == "mma"
+        self.regs = self.p["nc"] == 2 and not self.mma
         self.waited_once = False
         self.pending: set = set()
         self.pending_packed: set = set()
@@ -362,6 +386,8 @@ class _Emit:
                 "once": f"(tc_bars + {16 * S}u)"}[kind]
 
     def run(self):
+        if self.mma:
+            return self.run_mma()
         p, S = self.p, self.p["stages"]
         self.line("{")
         self.st.indent += 1
@@ -630,6 +656,8 @@ class _Emit:
         self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", body)
 
     def c_gemm(self, s):
+        if self.mma:
+            return self.c_gemm_mma(s)
         em, st, p = self.em, self.st, self.p
         a, b, c = s.args
         dt = str(b.buffer.dtype)
@@ -730,8 +758,161 @@ class _Emit:
             em.stmt(st, s)
 
 
+    # -- mma.sync + cp.async (no producer: every warp loads, then computes) ------------------------------
+    def run_mma(self):
+        p = self.p
+        S = p["stages"]
+        em, st = self.em, self.st
+        loop = p["loop"]
+        n = f"(int)({em.expr(st, loop.extent)})"
+        self.line("{")
+        st.indent += 1
+        self.line(f"const unsigned tc_base = (tc_smem_addr({self.pipe}) + 1023u) & ~1023u;")
+        self.line("const int tc_wg = threadIdx.x / 128;")
+        for x in p["pre"]:
+            if isinstance(x, Bind):
+                em.stmt(st, x)
+        self.line("const int tc_c = tc_wg, tc_t = threadIdx.x % 128, tc_l = tc_t % 32;")
+        self.line("const int tc_row = tc_c * 64 + (tc_t / 32) * 16 + tc_l / 4;")
+        self.line("const int tc_col = 2 * (tc_l % 4);")
+        for b, dims in p["frags"].items():
+            w = b.static_shape()[1] // 2 if dims == 2 else 2
+            self.line(f"float {em.name(st, b)}[{w}];")
+            if dims == 2 and str(b.dtype) in _16BIT:
+                self.line(f"unsigned {self.packed(b)}[{w // 2}];")
+        # copies: the tiles loaded once, then stages 0 .. S-2, one cp.async group each
+        for b in p["once"]:
+            self.cp_async(b, None)
+        self.line("tc_cp_async_commit();")
+        for k in range(S - 1):
+            self.block(f"if ({k} < {n})", lambda k=k: self.prefetch(loop, str(k)))
+            self.line("tc_cp_async_commit();")
+        for x in p["pre"]:
+            if not isinstance(x, Bind):
+                self.cstmt(x)
+
+        def step():
+            self.loop_var(loop)
+            self.line(f"const int tc_s = tc_it % {S};")
+            self.line(f"tc_cp_async_wait<{S - 2}>();")
+            self.line("__syncthreads();  /* stage tc_s has landed; every warp is done with the stage refilled next */")
+            self.block(f"if (tc_it + {S - 1} < {n})", lambda: self.prefetch(loop, f"tc_it + {S - 1}"))
+            self.line("tc_cp_async_commit();")
+            for x in p["body"]:
+                self.cstmt(x)
+
+        self.block(f"for (int tc_it = 0; tc_it < {n}; ++tc_it)", step)
+        self.line("tc_cp_async_wait<0>();")
+        for x in p["post"]:
+            self.cstmt(x)
+        st.indent -= 1
+        self.line("}")
+
+    def prefetch(self, loop: For, it: str):
+        """The staged tiles of iteration ``it`` (the loop variable re-declared in a scope of its own)."""
+        v, t = self.em.name(self.st, loop.var), self.em.vtype(loop.var.dtype)
+        self.line(f"const int tc_pit = {it};")
+        self.line(f"const int tc_ps = tc_pit % {self.p['stages']};")
+        self.line(f"const {t} {v} = ({t})({self.em.expr(self.st, loop.start)} + tc_pit);")
+        for b in self.p["staged"]:
+            self.cp_async(b, "tc_ps")
+
+    def cp_async(self, b, stage):
+        """16-byte cp.async copies of ``b``'s tile into its swizzled layout: 128-byte rows, atoms of 64 16-bit
+        columns, chunk ``c`` of row ``r`` at chunk ``c ^ (r % 8)``; zero-filled past the tensor's edge."""
+        em, st, p = self.em, self.st, self.p
+        src = p["copies"][b].args[0]
+        g = src.buffer
+        info = p["shared"][b]
+        rows, cols, es = info["rows"], info["cols"], info["esize"]
+        cpr = cols * es // 16
+        nu = _nonunit(src)
+        cd = nu[-1]
+        rd = nu[0] if len(nu) == 2 else None
+        ok = []
+        for d, (start, dim) in enumerate(zip(src.starts, g.shape)):
+            if d not in (rd, cd):
+                ok.append(f"(({em.expr(st, start)}) < ({em.expr(st, dim)}))")
+        ld = as_expr(1)
+        if rd is not None:
+            for dim in g.shape[rd + 1:]:
+                ld = binary("mul", ld, dim)
+        base = f"(tc_smem_base_of_{em.name(st, b)})"
+        addr = (f"(tc_base + {p['offset'][b] + (p['once_bytes'] if b in p['staged'] else 0)}u"
+                + (f" + (unsigned){stage} * {p['stage_bytes']}u)" if stage else ")"))
+        t = em.stype(g.dtype)
+
+        def body():
+            self.line(f"const {t}* tc_src = {em.name(st, g)} + {_flat(em, st, g, src.starts)};")
+            self.line(f"const long long tc_ld = {em.expr(st, simplify(ld))};")
+            rv = (em.expr(st, simplify(binary("sub", g.shape[rd], src.starts[rd]))) if rd is not None else "1")
+            self.line(f"const long long tc_rv = {'(' + ' && '.join(ok) + ') ? ' if ok else ''}{rv}{' : 0' if ok else ''};")
+            self.line(f"const long long tc_cv = {em.expr(st, simplify(binary('sub', g.shape[cd], src.starts[cd])))};")
+            self.line(f"const unsigned tc_dst = {addr};")
+
+            def chunk():
+                self.line(f"const int tc_r = tc_q / {cpr}, tc_k = tc_q % {cpr};")
+                self.line(f"const long long tc_left = tc_cv - (long long)tc_k * {16 // es};")
+                self.line(f"const int tc_n = (tc_r < tc_rv && tc_left > 0) ? (int)(tc_left < {16 // es} ? tc_left : "
+                          f"{16 // es}) * {es} : 0;")
+                self.line(f"const unsigned tc_d = tc_dst + (unsigned)(tc_k / 8) * {rows * 128}u + (unsigned)tc_r * 128u"
+                          " + (unsigned)(((tc_k % 8) ^ (tc_r % 8)) * 16);")
+                self.line(f"tc_cp_async16_raw(tc_d, tc_n ? (const void*)(tc_src + (long long)tc_r * tc_ld + tc_k * "
+                          f"{16 // es}) : (const void*)tc_src, tc_n);")
+
+            self.block(f"for (int tc_q = threadIdx.x; tc_q < {rows * cpr}; tc_q += {p['nc'] * 128})", chunk)
+
+        _ = base
+        self.block("", body)
+
+    def ldsm_addr(self, b, row: str, chunk: str) -> str:
+        """Shared address of 16-byte chunk ``chunk`` of row ``row`` in ``b``'s swizzled tile."""
+        rows = self.p["shared"][b]["rows"]
+        return (f"({self.tile_addr(b)} + (unsigned)(({chunk}) / 8) * {rows * 128}u + (unsigned)({row}) * 128u + "
+                f"(unsigned)(((({chunk}) % 8) ^ (({row}) % 8)) * 16))")
+
+    def c_gemm_mma(self, s):
+        em, st, p = self.em, self.st, self.p
+        a, b, c = s.args
+        tb = bool(s.attrs.get("transpose_B"))
+        n = c.buffer.static_shape()[1]
+        k = a.buffer.static_shape()[1]
+        bf16 = "true" if str(b.buffer.dtype) == "bfloat16" else "false"
+        cn = em.name(st, c.buffer)
+        a_regs = a.buffer in p["frags"]
+        if s.attrs.get("clear_accum"):
+            self.line(f"for (int tc_q = 0; tc_q < {n // 2}; ++tc_q) {cn}[tc_q] = 0.0f;")
+        if a_regs:
+            f, pa = em.name(st, a.buffer), self.packed(a.buffer)
+            pack = "tc_pack_h2" if str(a.buffer.dtype) == "float16" else "tc_pack_bf2"
+            self.line("#pragma unroll")
+            self.line(f"for (int tc_q = 0; tc_q < {k // 4}; ++tc_q) {pa}[tc_q] = {pack}({f}[2 * tc_q], {f}[2 * tc_q + 1]);")
+
+        def kstep():
+            if a_regs:
+                self.line(f"const unsigned* tc_a = {self.packed(a.buffer)} + 4 * tc_kk;")
+            else:
+                self.line("unsigned tc_a[4];")
+                row = "(tc_c * 64 + (tc_t / 32) * 16 + (tc_l % 16))"
+                self.line(f"tc_ldsm_x4_raw(tc_a, {self.ldsm_addr(a.buffer, row, '2 * tc_kk + tc_l / 16')});")
+
+            def jpair():
+                self.line("unsigned tc_b[4];")
+                if tb:  # B is (N, K): rows of n, plain ldmatrix
+                    row = "(16 * tc_jp + (tc_l / 16) * 8 + tc_l % 8)"
+                    self.line(f"tc_ldsm_x4_raw(tc_b, {self.ldsm_addr(b.buffer, row, '2 * tc_kk + (tc_l / 8) % 2')});")
+                else:   # B is (K, N): rows of k, transposing ldmatrix
+                    row = "(16 * tc_kk + tc_l % 8 + 8 * ((tc_l / 8) % 2))"
+                    self.line(f"tc_ldsm_x4_t_raw(tc_b, {self.ldsm_addr(b.buffer, row, '2 * tc_jp + tc_l / 16')});")
+                self.line(f"tc_mma_16816<{bf16}>({cn} + 8 * tc_jp, tc_a, tc_b);")
+                self.line(f"tc_mma_16816<{bf16}>({cn} + 8 * tc_jp + 4, tc_a, tc_b + 2);")
+
+            self.line("#pragma unroll")
+            self.block(f"for (int tc_jp = 0; tc_jp < {n // 16}; ++tc_jp)", jpair)
+
+        self.line("#pragma unroll")
+        self.block(f"for (int tc_kk = 0; tc_kk < {k // 16}; ++tc_kk)", kstep)
+
+
 def emit_register_program(em, st, coll: Collective) -> None:
     _Emit(em, st, coll).run()
-
-
-

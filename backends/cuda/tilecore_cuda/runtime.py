@@ -323,6 +323,7 @@ class CUDAProgram(Program):
                       for m in self.meta.get("tensor_maps", ())]
         self.tmap_cache: dict = {}
         self._slot_cache: dict = {}
+        self.aligned = list(self.meta.get("aligned_args", ()))
         env = os.environ.get("TILECORE_DEVICE")
         self._env_device = int(env) if env is not None and env.isdigit() else None
 
@@ -377,6 +378,10 @@ class CUDAProgram(Program):
             return
         if self.status is None or self.status.device.index != dev:
             self.status = torch.zeros(1, dtype=torch.int32, device=f"cuda:{dev}")
+        for i in self.aligned:
+            if int(buffers[i]) % 16:
+                raise DeviceError(f"argument {i}: this kernel copies it with 16-byte cp.async and needs it 16-byte "
+                                  f"aligned (address {int(buffers[i]):#x}); pass a fresh contiguous tensor")
         slots = self._slots(len(buffers), len(ints), len(floats))
         vals, params = slots
         k = 0

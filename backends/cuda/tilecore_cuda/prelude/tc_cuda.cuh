@@ -326,3 +326,55 @@ __device__ __forceinline__ void tc_gemm_mma(const TAB* __restrict__ A, const TAB
     }
   }
 }
+
+/* ---- register-program helpers (any arch): packing, quad shuffles, register fences, stores ---------- */
+/* device-only: begin (tests/test_cuda_tensor_cores.py swaps these for a host emulation) */
+__device__ __forceinline__ unsigned tc_pack_h2(float a, float b) {
+  __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<unsigned*>(&h);
+}
+__device__ __forceinline__ unsigned tc_pack_bf2(float a, float b) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<unsigned*>(&h);
+}
+/* cp.async of 16 bytes to a shared-window address; bytes past `src_bytes` are zero-filled */
+__device__ __forceinline__ void tc_cp_async16_raw(unsigned dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+/* ldmatrix from a shared-window address (register programs compute swizzled addresses themselves) */
+__device__ __forceinline__ void tc_ldsm_x4_raw(unsigned* r, unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void tc_ldsm_x4_t_raw(unsigned* r, unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ float tc_shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
+/* keep the compiler from moving reads or writes of accumulator registers across a WGMMA wait: to it
+ * an asynchronous WGMMA's results look ready as soon as the instruction is issued */
+template <int N> __device__ __forceinline__ void tc_reg_fence(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N> __device__ __forceinline__ void tc_reg_fence_u(unsigned (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+template <typename T> __device__ __forceinline__ void tc_store1(T* p, float v);
+template <> __device__ __forceinline__ void tc_store1<float>(float* p, float v) { *p = v; }
+template <> __device__ __forceinline__ void tc_store1<__half>(__half* p, float v) { *p = __float2half_rn(v); }
+template <> __device__ __forceinline__ void tc_store1<__nv_bfloat16>(__nv_bfloat16* p, float v) {
+  *p = __float2bfloat16_rn(v);
+}
+template <typename T> __device__ __forceinline__ void tc_store2(T* p, float a, float b);
+template <> __device__ __forceinline__ void tc_store2<float>(float* p, float a, float b) {
+  *reinterpret_cast<float2*>(p) = make_float2(a, b);
+}
+template <> __device__ __forceinline__ void tc_store2<__half>(__half* p, float a, float b) {
+  *reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b);
+}
+template <> __device__ __forceinline__ void tc_store2<__nv_bfloat16>(__nv_bfloat16* p, float a, float b) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
+}
+/* device-only: end */

@@ -57,15 +57,6 @@ __device__ __forceinline__ void tc_tma_load_5d(unsigned dst, const tc_tmap* map,
       "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
       : "memory");
 }
-__device__ __forceinline__ unsigned tc_pack_h2(float a, float b) {
-  __half2 h = __floats2half2_rn(a, b);
-  return *reinterpret_cast<unsigned*>(&h);
-}
-__device__ __forceinline__ unsigned tc_pack_bf2(float a, float b) {
-  __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-  return *reinterpret_cast<unsigned*>(&h);
-}
-__device__ __forceinline__ float tc_shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 __device__ __forceinline__ void tc_tma_prefetch_map(const tc_tmap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
 }
@@ -73,16 +64,6 @@ __device__ __forceinline__ void tc_wgmma_fence() { asm volatile("wgmma.fence.syn
 __device__ __forceinline__ void tc_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void tc_wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-/* keep the compiler from moving reads or writes of accumulator registers across a WGMMA wait: to it
- * an asynchronous WGMMA's results look ready as soon as the instruction is issued */
-template <int N> __device__ __forceinline__ void tc_reg_fence(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-template <int N> __device__ __forceinline__ void tc_reg_fence_u(unsigned (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 template <int R> __device__ __forceinline__ void tc_setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
@@ -94,23 +75,6 @@ template <int R> __device__ __forceinline__ void tc_setmaxnreg_dec() {
 __device__ __forceinline__ unsigned long long tc_wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
   return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)((lbo & 0x3FFFF) >> 4) << 16) |
          ((unsigned long long)((sbo & 0x3FFFF) >> 4) << 32) | (1ULL << 62);
-}
-
-template <typename T> __device__ __forceinline__ void tc_store1(T* p, float v);
-template <> __device__ __forceinline__ void tc_store1<float>(float* p, float v) { *p = v; }
-template <> __device__ __forceinline__ void tc_store1<__half>(__half* p, float v) { *p = __float2half_rn(v); }
-template <> __device__ __forceinline__ void tc_store1<__nv_bfloat16>(__nv_bfloat16* p, float v) {
-  *p = __float2bfloat16_rn(v);
-}
-template <typename T> __device__ __forceinline__ void tc_store2(T* p, float a, float b);
-template <> __device__ __forceinline__ void tc_store2<float>(float* p, float a, float b) {
-  *reinterpret_cast<float2*>(p) = make_float2(a, b);
-}
-template <> __device__ __forceinline__ void tc_store2<__half>(__half* p, float a, float b) {
-  *reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b);
-}
-template <> __device__ __forceinline__ void tc_store2<__nv_bfloat16>(__nv_bfloat16* p, float a, float b) {
-  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
 }
 
 /* The main loop of a tiled GEMM, C[BM, BN] = sum over k tiles of A[BM, BK] * B[BK, BN], on a block of
