@@ -311,3 +311,46 @@ def test_device_attention_register_program_matches_float64(torch_cuda, seq, dim,
     got = o.double().cpu().numpy()
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, ref, atol=2e-2, rtol=2e-2)
+
+
+# -- dynamic shapes ----------------------------------------------------------------------------------------
+
+def dynamic_m_gemm(N=512, K=512, bm=128, bn=256, bk=64):
+    M = T.dynamic("m")
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=256) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bk, bn), "float16")
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_l)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=3):
+                T.copy(A[by * bm, ko * bk], A_s)
+                T.copy(B[ko * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * bm, bx * bn])
+    return main
+
+
+@needs_toolchain
+def test_dynamic_m_gemm_builds_its_tensor_maps_at_launch():
+    k = tilecore.compile(dynamic_m_gemm(), target=HOPPER, pass_configs=NOCACHE)
+    assert "epilogue to global" in _notes(k)
+    maps = k.source.meta["tensor_maps"]
+    assert maps[0]["dims"] == ["512", "ints[0]"] and maps[0]["box"] == [64, 128]  # A: (K, m), innermost first
+    k80 = tilecore.compile(dynamic_m_gemm(), target="cuda:sm_80", pass_configs=NOCACHE)
+    assert "cuda.register_program: mma.sync" in _notes(k80)
+
+
+@hopper_gpu
+@pytest.mark.parametrize("wgmma", [True, False])
+def test_device_dynamic_m_gemm_one_kernel_many_sizes(torch_cuda, wgmma):
+    k = tilecore.compile(dynamic_m_gemm(), target="cuda", pass_configs={"tilecore.cuda.disable_wgmma": not wgmma})
+    for m in (1, 130, 515):
+        a = torch_cuda.randn(m, 512, device="cuda").half()
+        b = torch_cuda.randn(512, 512, device="cuda").half()
+        c = torch_cuda.full((m, 512), float("nan"), device="cuda").half()
+        k(a, b, c)
+        ref = a.double() @ b.double()
+        assert torch_cuda.allclose(c.double(), ref, atol=0.5, rtol=2e-2), (m, (c.double() - ref).abs().max())
