@@ -1,4 +1,4 @@
-"""Hopper (sm_90a): a whole ``T.Kernel`` as a warp-specialized program with its fragments in registers.
+"""Register programs: a whole ``T.Kernel`` with its fragments in registers (sm_90a WGMMA, sm_80+ mma.sync).
 
 ``cuda.hopper_register_program`` (tile-lowering slot, after ``cuda.hopper_gemm_pipeline``) takes a kernel
 whose block program fits this model, and emits it as one block-collective statement,
@@ -18,6 +18,12 @@ whose block program fits this model, and emits it as one block-collective statem
   ``T.copy``, and ``T.Parallel`` nests over ``(bM,)`` or ``(bM, n)`` whose fragment accesses are indexed by
   the loop variables, each thread doing its own elements.
 
+``cuda.register_program`` runs the same model on ``mma.sync`` + ``cp.async`` targets (sm_80+, and on sm_90a
+what the Hopper passes leave): no producer; every warp issues ``num_stages``-deep 16-byte ``cp.async``
+copies into the same 128-byte-swizzled tiles and computes ``T.gemm`` with ``ldmatrix`` + ``mma.sync``. The
+per-warp ``mma.sync`` m16n8k16 accumulator layout is the WGMMA one restricted to 16 rows, so the fragment
+code is shared.
+
 A kernel with anything else (other scopes, other index patterns, branches at block level, copies the
 producer cannot do...) keeps the generic path; the reason is recorded in
 ``kernel.meta["attrs"]["hopper_pipelines"]``. FlashAttention forward, written as TileLang users write it,
@@ -25,7 +31,7 @@ fits (that is what this pass is for); so does a GEMM with an epilogue on the fra
 """
 from __future__ import annotations
 
-from tilecore.ir import (Allocate, Bind, BufferLoad, Collective, For, KernelLaunch, Region, Seq, Store, TileOp,
+from tilecore.ir import (Allocate, Bind, Buffer, BufferLoad, Collective, For, KernelLaunch, Region, Seq, Store, TileOp,
                          as_expr, binary, const_value, simplify, walk, walk_expr)
 from tilecore.passes import tile_pass
 
@@ -303,8 +309,6 @@ def _lower_as(mode: str):
         except _No as e:
             ctx.notes.append(f"{name}: kernel not mapped to registers ({e})")
             return None
-        from tilecore.ir import Buffer
-
         pipe = Buffer("tc_regprog_smem", (plan["pipe_bytes"],), "uint8", "shared")
         coll = Collective("tc_register_program", (Region(pipe, (as_expr(0),), (pipe.shape[0],)),),
                           {"plan": plan, "tensor_maps": plan["tensor_maps"], "wgmma": plan["wgmma"]},
@@ -837,7 +841,6 @@ class _Emit:
         if rd is not None:
             for dim in g.shape[rd + 1:]:
                 ld = binary("mul", ld, dim)
-        base = f"(tc_smem_base_of_{em.name(st, b)})"
         addr = (f"(tc_base + {p['offset'][b] + (p['once_bytes'] if b in p['staged'] else 0)}u"
                 + (f" + (unsigned){stage} * {p['stage_bytes']}u)" if stage else ")"))
         t = em.stype(g.dtype)
@@ -862,7 +865,6 @@ class _Emit:
 
             self.block(f"for (int tc_q = threadIdx.x; tc_q < {rows * cpr}; tc_q += {p['nc'] * 128})", chunk)
 
-        _ = base
         self.block("", body)
 
     def ldsm_addr(self, b, row: str, chunk: str) -> str:
