@@ -18,7 +18,7 @@ from importlib import resources
 
 from tilecore.codegen import CFamilyEmitter, EmitState, abi_of, host_expr
 from tilecore.errors import CompileError, UnsupportedFeatureError
-from tilecore.ir import (Allocate, Assert, Bind, BufferLoad, Collective, Expr, IntImm, KernelLaunch, Region, Seq, binary, collect, const, const_value, is_float, simplify)
+from tilecore.ir import (Allocate, Assert, Bind, BufferLoad, Collective, Expr, IntImm, KernelLaunch, Region, Seq, collect, const_value, is_float, simplify)
 from tilecore.plugin import Source
 
 
@@ -263,12 +263,7 @@ class CUDAEmitter(CFamilyEmitter):
         args = []
         for a in s.args:
             if isinstance(a, Region):
-                flat = const(0)
-                stride = const(1)
-                for idx, dim in reversed(list(zip(a.starts, a.buffer.shape))):
-                    flat = binary("add", flat, binary("mul", idx, stride))
-                    stride = binary("mul", stride, dim)
-                args.append(f"({self.name(st, a.buffer)} + {self.expr(st, simplify(flat))})")
+                args.append(f"({self.name(st, a.buffer)} + {self.flat_index(st, a.buffer, a.starts)})")
             elif isinstance(a, Expr):
                 args.append(f"(long long)({self.expr(st, a)})")
             else:

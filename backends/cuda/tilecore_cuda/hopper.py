@@ -39,25 +39,14 @@ from tilecore.ir import (Allocate, BinOp, Buffer, Cast, Collective, For, KernelL
                          as_expr, binary, cast, const_value, rewrite, simplify, walk, walk_expr)
 from tilecore.passes import tile_pass
 
+from ._irutil import NoMatch as _NoMatch, full as _full, need as _need, static as _static
+
 WG = 128                       # threads in a warpgroup
 SWIZZLE_BYTES = 128            # TMA and WGMMA 128-byte swizzle: one atom row is 128 bytes
 MAX_ACC_REGS = 128             # accumulator registers per consumer thread we allow
 _DTYPES = {"float16": ("f16", 16, 6), "bfloat16": ("bf16", 16, 9), "float8_e4m3": ("e4m3", 32, 0),
            "float8_e5m2": ("e5m2", 32, 0)}  # dtype -> (ptx type, k per wgmma, CUtensorMapDataType)
 _OUT_DTYPES = ("float16", "bfloat16", "float32")
-
-
-class _NoMatch(Exception):
-    pass
-
-
-def _need(cond, why: str = "") -> None:
-    if not cond:
-        raise _NoMatch(why)
-
-
-def _static(e):
-    return const_value(simplify(as_expr(e)))
 
 
 def _uses(stmt, buf: Buffer) -> int:
@@ -117,12 +106,6 @@ def _affine(e, var: Var, start):
     step = const_value(simplify(binary("sub", nxt, first)))
     _need(step is not None, "copy start is not affine in the loop variable")
     return first, int(step)
-
-
-def _full(r: Region) -> bool:
-    shape = r.buffer.static_shape()
-    return (shape is not None and all(_static(s) == 0 for s in r.starts)
-            and tuple(_static(x) for x in r.extents) == tuple(shape))
 
 
 class _Plan:
@@ -220,9 +203,11 @@ def pipe_bytes(stages: int, stage_bytes: int) -> int:
     return 1024 + stages * stage_bytes + 16 * stages
 
 
-def _tensor_map(src: Region, box_inner: int, box_outer: int, dt: str) -> dict:
-    return {"buffer": src.buffer, "dtype": _DTYPES[dt][2], "elem_bytes": src.buffer.dtype.bytes,
-            "box": (box_inner, box_outer), "swizzle": 3}
+def tensor_map(src: Region, box: tuple) -> dict:
+    """What the emitter and runtime need for one TMA operand: the global tensor, its element type, the box
+    (innermost dimension first) and the 128-byte swizzle."""
+    return {"buffer": src.buffer, "dtype": _DTYPES[str(src.buffer.dtype)][2], "elem_bytes": src.buffer.dtype.bytes,
+            "box": tuple(box), "swizzle": 3}
 
 
 def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
@@ -252,8 +237,7 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
         pipe = Buffer(f"tc_pipe_{p.a_s.name}", (pipe_bytes(stages, stage_bytes),), "uint8", "shared")
         a0 = [_affine(e, s.var, s.start) for e in p.src_a.starts]   # (row, col) = (m, k)
         b0 = [_affine(e, s.var, s.start) for e in p.src_b.starts]   # (n, k) if tb else (k, n)
-        maps = [_tensor_map(p.src_a, p.atom, p.bm, p.dt),
-                _tensor_map(p.src_b, p.atom, p.bn if p.tb else p.bk, p.dt)]
+        maps = [tensor_map(p.src_a, (p.atom, p.bm)), tensor_map(p.src_b, (p.atom, p.bn if p.tb else p.bk))]
         if p.epilogue:
             out = p.epilogue[1].args[1]
             shape = out.buffer.shape

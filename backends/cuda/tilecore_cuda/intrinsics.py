@@ -28,6 +28,7 @@ from tilecore.passes import tile_pass
 from tilecore.passes.lower_tile import matrix_index
 from tilecore.plugin import Intrinsic
 
+from ._irutil import nonunit as _nonunit, row_stride, static as _static
 from .hopper import wgmma_template
 
 BLOCK_LOCAL = ("shared", "fragment", "local")
@@ -56,10 +57,6 @@ def lower_gemm_simt(op: TileOp, ctx):
 
 
 # -- tensor-core gemm ---------------------------------------------------------------------------------
-
-def _static(e):
-    return const_value(simplify(as_expr(e)))
-
 
 def _strides(buf: Buffer):
     """Row-major element strides of a buffer with a static shape (None when a dimension is symbolic)."""
@@ -193,10 +190,6 @@ def lower_gemm_mma(op: TileOp, ctx):
 
 # -- cp.async copies ----------------------------------------------------------------------------------
 
-def _nonunit(extents) -> list:
-    return [d for d, e in enumerate(extents) if const_value(e) != 1]
-
-
 def _copy_plan(op: TileOp):
     """(rows, cols, src row dim, src col dim, dst row stride) for a copy cp.async can do, else None."""
     src, dst = op.args
@@ -244,12 +237,9 @@ def lower_copy_async(op: TileOp, ctx):
     cols_valid = binary("sub", shape[cdim], src.starts[cdim])
     if ok is not None and const_value(ok) != 1:
         rows_valid = select(ok, rows_valid, const(0, rows_valid.dtype))
-    src_ld = as_expr(1)
-    if rdim is not None:
-        for dim in shape[rdim + 1:]:
-            src_ld = binary("mul", src_ld, dim)
+    src_ld = row_stride(src.buffer, rdim) if rdim is not None else as_expr(1)
     attrs = {"rows": rows, "cols": cols, "dst_ld": dst_ld}
-    args = (dst, src, simplify(src_ld), simplify(rows_valid), simplify(cols_valid))
+    args = (dst, src, src_ld, simplify(rows_valid), simplify(cols_valid))
     return Collective("tc_copy_g2s_async", args, attrs, span=op.span)
 
 

@@ -35,34 +35,12 @@ from tilecore.ir import (Allocate, Bind, Buffer, BufferLoad, Collective, For, Ke
                          as_expr, binary, const_value, simplify, walk, walk_expr)
 from tilecore.passes import tile_pass
 
-from .hopper import _DTYPES, WG, rewrite_launches, wgmma_struct
+from ._irutil import NoMatch as _No, full as _full, need as _need, nonunit, row_stride, static as _s
+from .hopper import WG, rewrite_launches, tensor_map, wgmma_struct
 
 _REDUCE = {"sum": ("0.0f", "({a} + {b})"), "max": ("(-INFINITY)", "fmaxf({a}, {b})"),
            "min": ("INFINITY", "fminf({a}, {b})")}
 _16BIT = ("float16", "bfloat16")
-
-
-class _No(Exception):
-    pass
-
-
-def _need(cond, why: str) -> None:
-    if not cond:
-        raise _No(why)
-
-
-def _s(e):
-    return const_value(simplify(as_expr(e)))
-
-
-def _full(r) -> bool:
-    shape = r.buffer.static_shape()
-    return (isinstance(r, Region) and shape is not None and all(_s(x) == 0 for x in r.starts)
-            and tuple(_s(x) for x in r.extents) == tuple(shape))
-
-
-def _nonunit(r: Region) -> list:
-    return [d for d, e in enumerate(r.extents) if _s(e) != 1]
 
 
 class _Analysis:
@@ -135,7 +113,7 @@ class _Analysis:
                   "copies into shared memory must be whole tiles from global tensors of the same dtype")
             _need(dst.buffer not in self.copies, f"{dst.buffer.name} is filled twice")
             _need(where in ("pre", "loop"), "a copy into shared memory after the loop")
-            nu = _nonunit(src)
+            nu = nonunit(src.extents)
             rows, cols = self.shared[dst.buffer]["rows"], self.shared[dst.buffer]["cols"]
             _need(nu and nu[-1] == src.buffer.ndim - 1 and len(nu) <= 2, "source tile must end in the last dimension")
             ext = [_s(src.extents[d]) for d in nu]
@@ -153,7 +131,7 @@ class _Analysis:
             return
         if src.buffer in self.frags and dst.buffer.scope == "global":
             _need(_full(src) and self.frags[src.buffer] == 2, "only whole 2-D fragments are stored to global memory")
-            nu = _nonunit(dst)
+            nu = nonunit(dst.extents)
             shape = src.buffer.static_shape()
             _need(len(nu) == 2 and nu[-1] == dst.buffer.ndim - 1 and [_s(dst.extents[d]) for d in nu] == list(shape),
                   "fragment-to-global copy extents")
@@ -285,8 +263,7 @@ def _plan(launch: KernelLaunch, ctx, mode: str) -> dict:
         src = an.copies[b][0].args[0]
         atom = 128 // b.dtype.bytes
         box = [atom] + [_s(e) for e in reversed(src.extents[:-1])]
-        maps.append({"buffer": src.buffer, "dtype": _DTYPES[str(b.dtype)][2], "elem_bytes": b.dtype.bytes,
-                     "box": tuple(box), "swizzle": 3, "tile": b})
+        maps.append({**tensor_map(src, box), "tile": b})
     return {"mode": mode, "nc": an.nc, "bm": an.bm, "stages": stages, "pre": pre, "loop": loop, "body": lbody, "post": post,
             "frags": an.frags, "shared": an.shared, "once": once, "staged": staged, "offset": layout,
             "once_bytes": once_bytes, "stage_bytes": stage_bytes,
@@ -343,15 +320,6 @@ def register_program(func, ctx):
 
 # -- the CUDA text ----------------------------------------------------------------------------------
 
-def _flat(em, st, buf, starts) -> str:
-    flat = as_expr(0)
-    stride = as_expr(1)
-    for idx, dim in reversed(list(zip(starts, buf.shape))):
-        flat = binary("add", flat, binary("mul", idx, stride))
-        stride = binary("mul", stride, dim)
-    return em.expr(st, simplify(flat))
-
-
 class _Emit:
     """Writes the producer and consumer code of one register program into the emitter's lines."""
 
@@ -378,10 +346,11 @@ class _Emit:
         self.line("}")
 
     # smem addresses
-    def tile_addr(self, b) -> str:
+    def tile_addr(self, b, stage: str | None = "tc_s") -> str:
+        """Shared address of ``b``'s tile; a staged tile's copy for ``stage`` (a C expression)."""
         p = self.p
         if b in p["staged"]:
-            return f"(tc_base + {p['once_bytes'] + p['offset'][b]}u + (unsigned)tc_s * {p['stage_bytes']}u)"
+            return f"(tc_base + {p['once_bytes'] + p['offset'][b]}u + (unsigned){stage} * {p['stage_bytes']}u)"
         return f"(tc_base + {p['offset'][b]}u)"
 
     def bar(self, kind: str, s: str = "0") -> str:
@@ -466,14 +435,7 @@ class _Emit:
         em, st = self.em, self.st
         if self.regs:
             self.line("tc_setmaxnreg_inc<232>();")
-        self.line("const int tc_c = tc_wg - 1, tc_t = threadIdx.x % 128, tc_l = tc_t % 32;")
-        self.line("const int tc_row = tc_c * 64 + (tc_t / 32) * 16 + tc_l / 4;")
-        self.line("const int tc_col = 2 * (tc_l % 4);")
-        for b, dims in p["frags"].items():
-            n = b.static_shape()[1] // 2 if dims == 2 else 2
-            self.line(f"float {em.name(st, b)}[{n}];")
-            if dims == 2 and str(b.dtype) in _16BIT:
-                self.line(f"unsigned {self.packed(b)}[{n // 2}];")
+        self.consumer_setup("tc_wg - 1")
         self.line("int tc_rel = -1;  /* a stage whose release waits for WGMMA still reading it */")
         for s in p["pre"]:
             if not isinstance(s, Bind):
@@ -557,6 +519,18 @@ class _Emit:
         walk(s, visit)
         return found
 
+    def consumer_setup(self, index: str):
+        """Consumer ``index``'s rows (64 per warpgroup, 16 per warp) and its register fragments."""
+        em, st = self.em, self.st
+        self.line(f"const int tc_c = {index}, tc_t = threadIdx.x % 128, tc_l = tc_t % 32;")
+        self.line("const int tc_row = tc_c * 64 + (tc_t / 32) * 16 + tc_l / 4;")
+        self.line("const int tc_col = 2 * (tc_l % 4);")
+        for b in self.p["frags"]:
+            n = self.regs_of(b)
+            self.line(f"float {em.name(st, b)}[{n}];")
+            if self.p["frags"][b] == 2 and str(b.dtype) in _16BIT:
+                self.line(f"unsigned {self.packed(b)}[{n // 2}];")
+
     def regs_of(self, b) -> int:
         return b.static_shape()[1] // 2 if self.p["frags"][b] == 2 else 2
 
@@ -600,18 +574,15 @@ class _Emit:
             return
         # fragment -> global: rows tc_row (+ 8), columns tc_col + 8 j (+ 1), bounded by the tensor's edge
         g = dst.buffer
-        nu = _nonunit(dst)
+        nu = nonunit(dst.extents)
         rd, cd = nu
         n = src.buffer.static_shape()[1]
-        ld = as_expr(1)
-        for dim in g.shape[rd + 1:]:
-            ld = binary("mul", ld, dim)
         t = em.stype(g.dtype)
         f = em.name(st, src.buffer)
 
         def body():
-            self.line(f"{t}* tc_g = {em.name(st, g)} + {_flat(em, st, g, dst.starts)};")
-            self.line(f"const long long tc_ld = {em.expr(st, simplify(ld))};")
+            self.line(f"{t}* tc_g = {em.name(st, g)} + {em.flat_index(st, g, dst.starts)};")
+            self.line(f"const long long tc_ld = {em.expr(st, row_stride(g, rd))};")
             self.line(f"const long long tc_mv = {em.expr(st, simplify(binary('sub', g.shape[rd], dst.starts[rd])))};")
             self.line(f"const long long tc_nv = {em.expr(st, simplify(binary('sub', g.shape[cd], dst.starts[cd])))};")
             self.line(f"const bool tc_pairs = ((reinterpret_cast<unsigned long long>(tc_g) % {2 * g.dtype.bytes}) == 0) "
@@ -776,14 +747,7 @@ class _Emit:
         for x in p["pre"]:
             if isinstance(x, Bind):
                 em.stmt(st, x)
-        self.line("const int tc_c = tc_wg, tc_t = threadIdx.x % 128, tc_l = tc_t % 32;")
-        self.line("const int tc_row = tc_c * 64 + (tc_t / 32) * 16 + tc_l / 4;")
-        self.line("const int tc_col = 2 * (tc_l % 4);")
-        for b, dims in p["frags"].items():
-            w = b.static_shape()[1] // 2 if dims == 2 else 2
-            self.line(f"float {em.name(st, b)}[{w}];")
-            if dims == 2 and str(b.dtype) in _16BIT:
-                self.line(f"unsigned {self.packed(b)}[{w // 2}];")
+        self.consumer_setup("tc_wg")
         # copies: the tiles loaded once, then stages 0 .. S-2, one cp.async group each
         for b in p["once"]:
             self.cp_async(b, None)
@@ -830,24 +794,20 @@ class _Emit:
         info = p["shared"][b]
         rows, cols, es = info["rows"], info["cols"], info["esize"]
         cpr = cols * es // 16
-        nu = _nonunit(src)
+        nu = nonunit(src.extents)
         cd = nu[-1]
         rd = nu[0] if len(nu) == 2 else None
         ok = []
         for d, (start, dim) in enumerate(zip(src.starts, g.shape)):
             if d not in (rd, cd):
                 ok.append(f"(({em.expr(st, start)}) < ({em.expr(st, dim)}))")
-        ld = as_expr(1)
-        if rd is not None:
-            for dim in g.shape[rd + 1:]:
-                ld = binary("mul", ld, dim)
-        addr = (f"(tc_base + {p['offset'][b] + (p['once_bytes'] if b in p['staged'] else 0)}u"
-                + (f" + (unsigned){stage} * {p['stage_bytes']}u)" if stage else ")"))
+        ld = row_stride(g, rd) if rd is not None else as_expr(1)
+        addr = self.tile_addr(b, stage)
         t = em.stype(g.dtype)
 
         def body():
-            self.line(f"const {t}* tc_src = {em.name(st, g)} + {_flat(em, st, g, src.starts)};")
-            self.line(f"const long long tc_ld = {em.expr(st, simplify(ld))};")
+            self.line(f"const {t}* tc_src = {em.name(st, g)} + {em.flat_index(st, g, src.starts)};")
+            self.line(f"const long long tc_ld = {em.expr(st, ld)};")
             rv = (em.expr(st, simplify(binary("sub", g.shape[rd], src.starts[rd]))) if rd is not None else "1")
             self.line(f"const long long tc_rv = {'(' + ' && '.join(ok) + ') ? ' if ok else ''}{rv}{' : 0' if ok else ''};")
             self.line(f"const long long tc_cv = {em.expr(st, simplify(binary('sub', g.shape[cd], src.starts[cd])))};")

@@ -301,6 +301,13 @@ class CUDARuntime(Runtime):
         return now
 
 
+def _shape_fn(exprs):
+    """One function of the ABI integers computing a tuple from ``Source.meta``'s Python expressions (grid
+    sizes, tensor-map dims): compiled once per kernel, not evaluated per launch."""
+    return eval(f"lambda ints: ({', '.join(f'int({e})' for e in exprs)},)",
+                {"__builtins__": {}, "min": min, "max": max, "int": int})
+
+
 class CUDAProgram(Program):
     def __init__(self, binary: bytes, source: Source):
         import torch
@@ -311,16 +318,12 @@ class CUDAProgram(Program):
         self.entry = source.entry
         self.meta = dict(source.meta)
         self.asserts = list(self.meta.get("asserts", []))
-        # the launch geometry as one function of the ABI integers (Source.meta["grid"] holds Python expressions)
-        grid = self.meta.get("grid", ["1", "1", "1"])
-        self.grid_fn = eval(f"lambda ints: ({', '.join(f'int({g})' for g in grid)},)",
-                            {"__builtins__": {}, "min": min, "max": max, "int": int})
+        self.grid_fn = _shape_fn(self.meta.get("grid", ["1", "1", "1"]))
         self.threads = int(self.meta.get("threads", 128))
         self.dyn_shared = int(self.meta.get("dynamic_shared_bytes", 0))
         self.funcs: dict = {}
         self.status = None
-        self.tmaps = [dict(m, dims=[compile(d, "<dim>", "eval") for d in m["dims"]])
-                      for m in self.meta.get("tensor_maps", ())]
+        self.tmaps = [dict(m, dims=_shape_fn(m["dims"])) for m in self.meta.get("tensor_maps", ())]
         self.tmap_cache: dict = {}
         self._slot_cache: dict = {}
         self.aligned = list(self.meta.get("aligned_args", ()))
@@ -433,8 +436,7 @@ class CUDAProgram(Program):
     def _tensor_map(self, m: dict, ptr: int, ints: list):
         """The TMA descriptor (CUtensorMap, 128 bytes) of a row-major tensor at ``ptr``, for the kernel's box
         and swizzle; cached per (address, dims), so a launch on the same tensors encodes nothing."""
-        env = {"__builtins__": {}}
-        dims = tuple(int(eval(d, env, {"ints": list(ints), "min": min, "max": max, "int": int})) for d in m["dims"])
+        dims = m["dims"](ints)
         key = (m["arg"], ptr, dims)
         hit = self.tmap_cache.get(key)
         if hit is not None:
