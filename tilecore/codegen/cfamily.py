@@ -291,6 +291,23 @@ class CFamilyEmitter(Emitter):
     def stmt_Print(self, st, s: Print):  # pragma: no cover - target specific
         raise CompileError("T.print is not implemented by this target's code generator", s.span)
 
+    def emit_printf(self, st, s: Print) -> None:
+        """``T.print`` as C ``printf`` (a value, or every element of a buffer with its index), for targets
+        that have it; their ``stmt_Print`` calls this."""
+        msg = s.message.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+        if s.buffer is not None:
+            b = s.buffer
+            i = f"tc_pi_{len(st.names)}"
+            n = self.expr(st, simplify(b.numel()))
+            conv = self.load_conv.get(b.dtype, "{}").format(f"{self.name(st, b)}[{i}]")
+            fmt, cast = ("%.9g", "(double)") if is_float(b.dtype) or b.dtype in self.load_conv else ("%lld", "(long long)")
+            self.line(st, f"for ({self.index_type} {i} = 0; {i} < {n}; ++{i}) "
+                          f"printf(\"{msg}[%lld] = {fmt}\\n\", (long long){i}, {cast}({conv}));")
+        else:
+            v = s.value
+            fmt, cast = ("%.9g", "(double)") if is_float(v.dtype) else ("%lld", "(long long)")
+            self.line(st, f"printf(\"{msg}{': ' if msg else ''}{fmt}\\n\", {cast}({self.expr(st, v)}));")
+
     def stmt_Assert(self, st, s: Assert):  # pragma: no cover - target specific
         raise CompileError("T.device_assert is not implemented by this target's code generator", s.span)
 

@@ -10,7 +10,7 @@ from importlib import resources
 
 from tilecore.codegen import CFamilyEmitter, EmitState, abi_of
 from tilecore.errors import CompileError
-from tilecore.ir import Allocate, KernelLaunch, Seq, is_float, simplify
+from tilecore.ir import Allocate, KernelLaunch, Seq, simplify
 from tilecore.plugin import Source
 
 ENTRY = "tc_kernel"
@@ -92,19 +92,7 @@ class CPUEmitter(CFamilyEmitter):
 
     # -- debugging ------------------------------------------------------------------------------------
     def stmt_Print(self, st, s):
-        msg = s.message.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
-        if s.buffer is not None:
-            b = s.buffer
-            i = f"tc_pi_{len(st.names)}"
-            n = self.expr(st, simplify(b.numel()))
-            conv = self.load_conv.get(b.dtype, "{}").format(f"{self.name(st, b)}[{i}]")
-            fmt, cast = ("%.9g", "(double)") if is_float(b.dtype) or b.dtype in self.load_conv else ("%lld", "(long long)")
-            self.line(st, f"for (int64_t {i} = 0; {i} < {n}; ++{i}) "
-                          f"printf(\"{msg}[%lld] = {fmt}\\n\", (long long){i}, {cast}({conv}));")
-        else:
-            v = s.value
-            fmt, cast = ("%.9g", "(double)") if is_float(v.dtype) else ("%lld", "(long long)")
-            self.line(st, f"printf(\"{msg}{': ' if msg else ''}{fmt}\\n\", {cast}({self.expr(st, v)}));")
+        self.emit_printf(st, s)
         self.line(st, "fflush(stdout);")
 
     def stmt_Assert(self, st, s):

@@ -18,7 +18,7 @@ from importlib import resources
 
 from tilecore.codegen import CFamilyEmitter, EmitState, abi_of, host_expr
 from tilecore.errors import CompileError, UnsupportedFeatureError
-from tilecore.ir import (Allocate, Assert, Bind, BufferLoad, Collective, Expr, IntImm, KernelLaunch, Region, Seq, collect, const_value, is_float, simplify)
+from tilecore.ir import (Allocate, Assert, Bind, BufferLoad, Collective, Expr, IntImm, KernelLaunch, Region, Seq, collect, const_value, simplify)
 from tilecore.plugin import Source
 
 
@@ -274,20 +274,7 @@ class CUDAEmitter(CFamilyEmitter):
 
     # -- debugging ------------------------------------------------------------------------------------
     def stmt_Print(self, st, s):
-        msg = s.message.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
-        if s.buffer is not None:
-            b = s.buffer
-            i = f"tc_pi_{len(st.names)}"
-            st.names[("print", i)] = i
-            n = self.expr(st, simplify(b.numel()))
-            conv = self.load_conv.get(b.dtype, "{}").format(f"{self.name(st, b)}[{i}]")
-            fmt, cast = ("%.9g", "(double)") if is_float(b.dtype) or b.dtype in self.load_conv else ("%lld", "(long long)")
-            self.line(st, f"for (long long {i} = 0; {i} < {n}; ++{i}) "
-                          f"printf(\"{msg}[%lld] = {fmt}\\n\", (long long){i}, {cast}({conv}));")
-        else:
-            v = s.value
-            fmt, cast = ("%.9g", "(double)") if is_float(v.dtype) else ("%lld", "(long long)")
-            self.line(st, f"printf(\"{msg}{': ' if msg else ''}{fmt}\\n\", {cast}({self.expr(st, v)}));")
+        self.emit_printf(st, s)
 
     def stmt_Assert(self, st, s):
         st.asserts.append(f"{s.message} (at {s.span})" if s.span else s.message)
