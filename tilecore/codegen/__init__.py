@@ -1,5 +1,5 @@
 """Shared, vendor-neutral source emitters that backends subclass (see STYLE: emitters are data)."""
-from .abi import KernelABI, abi_of, host_expr
+from .abi import KernelABI, abi_of, host_expr, single_launch
 from .cfamily import CFamilyEmitter, EmitState
 
-__all__ = ["CFamilyEmitter", "EmitState", "KernelABI", "abi_of", "host_expr"]
+__all__ = ["CFamilyEmitter", "EmitState", "KernelABI", "abi_of", "host_expr", "single_launch"]

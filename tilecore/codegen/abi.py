@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import CompileError
-from ..ir import BinOp, Cast, IntImm, Var, is_float, simplify
+from ..ir import BinOp, Bind, Cast, IntImm, KernelLaunch, Seq, Var, collect, is_float, simplify
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,21 @@ def abi_of(func) -> KernelABI:
     floats = tuple(v for v in scalars if is_float(v.dtype))
     symbols = tuple(v for v in func.shape_vars() if not any(v is s for s in scalars))
     return KernelABI(buffers, tuple(ints) + symbols, floats, symbols)
+
+
+def single_launch(func) -> tuple:
+    """``(launch, top)`` of a kernel a one-launch backend can emit: exactly one ``T.Kernel``, and at the top
+    level nothing but it and scalar bindings (``top``, in order). Raises CompileError otherwise."""
+    launches = collect(func.body, KernelLaunch)
+    if len(launches) != 1:
+        raise CompileError(f"kernel {func.name}: this backend needs exactly one T.Kernel per function, "
+                           f"found {len(launches)}", func.span)
+    top = func.body.body if isinstance(func.body, Seq) else [func.body]
+    for s in top:
+        if not isinstance(s, (KernelLaunch, Bind)):
+            raise CompileError(f"kernel {func.name}: statements outside T.Kernel ({type(s).__name__}) are not "
+                               "supported by this backend", s.span)
+    return launches[0], top
 
 
 _HOST_OPS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "floormod": "%", "shl": "<<", "shr": ">>",

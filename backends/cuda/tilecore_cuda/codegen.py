@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 from importlib import resources
 
-from tilecore.codegen import CFamilyEmitter, EmitState, abi_of, host_expr
+from tilecore.codegen import CFamilyEmitter, EmitState, abi_of, host_expr, single_launch
 from tilecore.errors import CompileError, UnsupportedFeatureError
-from tilecore.ir import (Allocate, Assert, Bind, BufferLoad, Collective, Expr, IntImm, KernelLaunch, Region, Seq, collect, const_value, simplify)
+from tilecore.ir import (Allocate, Assert, BufferLoad, Collective, Expr, IntImm, KernelLaunch, Region, Seq, collect, const_value, simplify)
 from tilecore.plugin import Source
 
 
@@ -110,24 +110,15 @@ class CUDAEmitter(CFamilyEmitter):
             self.line(st, f"const {self.vtype(v.dtype)} {self.name(st, v)} = ({self.vtype(v.dtype)})tc_f{k};")
         if has_asserts:
             self.line(st, "int tc_fail = 0;")
-        launches = collect(func.body, KernelLaunch)
-        if len(launches) != 1:
-            raise CompileError(f"kernel {func.name}: this backend needs exactly one T.Kernel per function, "
-                               f"found {len(launches)}", func.span)
+        launch, top = single_launch(func)
         st.launch_meta = {}
         st.swizzle = None
         for h in func.attrs.get("hints", ()):
             h = dict(h)
             if h.get("kind") == "use_swizzle" and h.get("enable", "True") not in ("False", "T.bool(0)", "0"):
                 st.swizzle = (int(h.get("panel_size", 10)), h.get("order", "row"))
-        top = func.body.body if isinstance(func.body, Seq) else [func.body]
         for s in top:
-            if isinstance(s, (KernelLaunch, Bind)):
-                self.stmt(st, s)
-            else:
-                raise CompileError(f"kernel {func.name}: statements outside T.Kernel ({type(s).__name__}) are not "
-                                   "supported by this backend", s.span)
-        launch = launches[0]
+            self.stmt(st, s)
         meta = dict(st.launch_meta)
         meta["grid"] = [host_expr(simplify(g), list(abi.ints)) for g in self._grid3(launch.grid)]
         meta["asserts"] = list(st.asserts)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import re
 
-from tilecore.codegen import EmitState, abi_of, host_expr
+from tilecore.codegen import EmitState, abi_of, host_expr, single_launch
 from tilecore.codegen.shaderlang import ShaderLangEmitter
 from tilecore.errors import CompileError, UnsupportedFeatureError
 from tilecore.ir import (Allocate, Atomic, Bind, Buffer, BufferLoad, For, If, KernelLaunch, Seq, Store, ThreadIndex,
@@ -68,11 +68,7 @@ class WebGPUEmitter(ShaderLangEmitter):
                 f"{target} allows {int(lim[0])} per shader stage (limit max_storage_buffers_per_stage). Pass "
                 "fewer tensors (e.g. pack several into one)", func.span,
                 feature="limit:max_storage_buffers_per_stage", target=target)
-        launches = collect(func.body, KernelLaunch)
-        if len(launches) != 1:
-            raise CompileError(f"kernel {func.name}: this backend needs exactly one T.Kernel per function, "
-                               f"found {len(launches)}", func.span)
-        launch = launches[0]
+        launch, top = single_launch(func)
         written = {id(s.buffer) for s in collect(func.body, Store)} | {id(s.buffer) for s in collect(func.body, Atomic)}
         ints = list(abi.ints)
         grid = list(launch.grid)
@@ -86,17 +82,12 @@ class WebGPUEmitter(ShaderLangEmitter):
         for k, v in enumerate(abi.floats):
             self.line(st, f"let {self.name(st, v)}: {self.vtype(v.dtype)} = "
                           f"{self._word(len(abi.ints) + k, 'float32')};")
-        top = func.body.body if isinstance(func.body, Seq) else [func.body]
         st.workgroup = []
         st.subgroups = False
         st.scratch = {}
         st.collectives = 0
         for s in top:
-            if isinstance(s, (KernelLaunch, Bind)):
-                self.stmt(st, s)
-            else:
-                raise CompileError(f"kernel {func.name}: statements outside T.Kernel ({type(s).__name__}) are not "
-                                   "supported by this backend", s.span)
+            self.stmt(st, s)
         body = "\n".join(st.lines)
         for t, words in sorted(st.scratch.items()):
             st.workgroup.append(f"var<workgroup> tc_red_{t}: array<{t}, {words}>;")
