@@ -295,7 +295,11 @@ def build_parser() -> argparse.ArgumentParser:
 
         importlib.import_module("tilecore_conformance.cli").add_commands(sub)
     except ImportError:
-        conf = sub.add_parser("conformance", help="(not installed: pip install tilecore-conformance)")
+        conf = sub.add_parser("conformance", help="(not installed: pip install tilecore-conformance)",
+                              description="The conformance suite is not installed: pip install tilecore-conformance")
+        # take whatever follows (`run --target cpu -n 2`), so the user sees which package to install,
+        # not argparse's "unrecognized arguments"
+        conf.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
         conf.set_defaults(fn=lambda a: _missing_conformance())
 
     k = sub.add_parser("cache", help="the compiled-kernel cache")
