@@ -187,9 +187,19 @@ class _JitFunction:
 
 
 def jit(func=None, *, out_idx=None, target="auto", pass_configs=None, **kwargs):
-    """Decorate a kernel factory: ``kernel = factory(M, N, K, ...)`` compiles (once per arguments)."""
+    """Decorate a kernel factory: ``kernel = factory(M, N, K, ...)`` compiles (once per arguments).
+
+    A function whose own body is the kernel (``T.const``, ``T.empty``, ``with T.Kernel``) is an eager
+    kernel: call it with tensors to run it (tilecore/compiler/eager.py)."""
     if func is None:
-        return lambda f: _JitFunction(f, out_idx=out_idx, target=target, pass_configs=pass_configs, **kwargs)
+        return lambda f: jit(f, out_idx=out_idx, target=target, pass_configs=pass_configs, **kwargs)
     if isinstance(func, (str,)):
         raise TargetError("use @tilecore.jit(target=...) with keyword arguments")
+    from .eager import EagerJit, is_eager
+
+    if is_eager(func):
+        if out_idx is not None:
+            raise CompileError(f"@tilecore.jit(out_idx=...) is for kernel factories; the eager kernel {func.__name__} "
+                               "returns the tensors it makes with T.empty instead: drop out_idx")
+        return EagerJit(func, target=target, pass_configs=pass_configs)
     return _JitFunction(func, out_idx=out_idx, target=target, pass_configs=pass_configs, **kwargs)

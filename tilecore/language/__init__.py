@@ -19,6 +19,7 @@ from ..ir import max_value as _max_value
 from ..ir import min_value as _min_value
 from . import ops as _ops
 from .builder import current
+from .eager import const, empty  # eager-style @tilecore.jit kernels (tilecore/language/eager.py)
 from .parser import KernelSpec, LoopSpec, TensorSpec, parse_prim_func, run_macro
 
 # -- dtypes -------------------------------------------------------------------------------------
