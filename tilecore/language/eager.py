@@ -131,3 +131,10 @@ def empty(*shape, dtype="float32"):
 def static_dims(spec) -> list:
     """The annotated dims of a tensor as ints, Vars or other expressions (first pass)."""
     return [const_value(s) if const_value(s) is not None else s for s in spec.shape]
+
+
+def missing_name(name: str):
+    """``T.<name>`` for a name the language lacks (the module ``__getattr__`` of tilecore.language)."""
+    from ..errors import not_provided
+
+    raise not_provided("T", name)
