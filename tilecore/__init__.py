@@ -24,6 +24,20 @@ _LAZY = {
     "language": ("tilecore.language", None),
     "errors": ("tilecore.errors", None),
     "targets": ("tilecore.plugin", "list_targets"),
+    # TileLang's names around T (docs/tilelang-compat.md)
+    "autotuner": ("tilecore.autotuner", None),
+    "profiler": ("tilecore.profiler", None),
+    "testing": ("tilecore.testing", None),
+    "math": ("tilecore.math", None),
+    "layout": ("tilecore.layout", None),
+    "utils": ("tilecore.utils", None),
+    "Profiler": ("tilecore.runtime.profiler", "Profiler"),
+    "TensorSupplyType": ("tilecore.utils.tensor", "TensorSupplyType"),
+    "cdiv": ("tilecore.math", "cdiv"),
+    "next_power_of_2": ("tilecore.math", "next_power_of_2"),
+    "disable_cache": ("tilecore.compiler.cache", "disable_cache"),
+    "enable_cache": ("tilecore.compiler.cache", "enable_cache"),
+    "is_cache_enabled": ("tilecore.compiler.cache", "enabled"),
 }
 
 __all__ = ["__version__", *_LAZY]
@@ -33,7 +47,9 @@ def __getattr__(name: str):
     try:
         module, attr = _LAZY[name]
     except KeyError:
-        raise AttributeError(f"module 'tilecore' has no attribute {name!r}") from None
+        from .errors import not_provided
+
+        raise not_provided("tilecore", name) from None
     mod = importlib.import_module(module)
     value = mod if attr is None else getattr(mod, attr)
     globals()[name] = value

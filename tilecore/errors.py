@@ -73,3 +73,44 @@ class KernelAssertionError(TilecoreError, AssertionError):
 
 class CacheError(TilecoreError):
     """The kernel cache or an exported kernel file is unreadable."""
+
+
+class NotProvidedError(TilecoreError, AttributeError):
+    """A TileLang name tilecore does not provide; says what to use instead. An AttributeError too, so
+    ``hasattr`` and ``getattr(m, name, default)`` keep working."""
+
+
+#: TileLang names tilecore deliberately does not provide, with what to use instead
+INSTEAD = {
+    "tilecore.carver": "tilecore.autotune with an explicit list of configs",
+    "tilecore.engine": "tilecore.compile (and tilecore.compiler.lower for the lowered IR and source)",
+    "tilecore.lower": "tilecore.compiler.lower(func, target)",
+    "tilecore.transform": "tilecore.PassConfigKey for pass options; passes are added by backend plugins",
+    "tilecore.tvm": "nothing: tilecore has its own IR and does not use TVM on its compile path",
+    "tilecore.tileop": "the tile ops of tilecore.language (T.copy, T.gemm, T.reduce_*)",
+    "tilecore.contrib": "the backend plugins, which find and run their vendor's toolchain",
+    "tilecore.cache": "tilecore.disable_cache() / TILECORE_CACHE_DIR (the kernel cache is automatic)",
+    "tilecore.env": "tilecore.disable_cache() and the TILECORE_* environment variables (docs/language.md)",
+    "tilecore.par_compile": "tilecore.autotune, which compiles its configs in parallel",
+    "tilecore.set_log_level": "nothing: tilecore does not log; errors are raised with the kernel's line",
+    "tilecore.Layout": "T.annotate_layout hints (layouts are decided by the backends)",
+    "tilecore.Fragment": "T.alloc_fragment (fragment layouts are decided by the backends)",
+    "T.alloc_tmem": "T.alloc_fragment: tensor-memory accumulators are a backend's choice, not the kernel's",
+    "T.annotate_ws_schedule": "T.Pipelined: warp specialization is decided by the backend",
+    "T.PersistentTileScheduler": "a grid of one block per tile (T.Kernel over the tiles)",
+    "T.import_source": "T.call_extern is not provided either: write the computation with T ops",
+    "T.call_extern": "T ops (tilecore does not link user device source into kernels)",
+}
+
+
+def not_provided(where: str, name: str) -> NotProvidedError:
+    """The error for ``where.name`` missing: names the feature, says what to use instead."""
+    full = f"{where}.{name}"
+    instead = INSTEAD.get(full)
+    if instead:
+        return NotProvidedError(f"{full} (TileLang's) is not provided by tilecore; instead: {instead} "
+                                "(docs/tilelang-compat.md)")
+    if name.startswith("__") and name.endswith("__"):
+        return NotProvidedError(f"module {where!r} has no attribute {name!r}")
+    return NotProvidedError(f"{full} is not part of tilecore; docs/tilelang-compat.md lists the TileLang API tilecore "
+                            "provides and what to use for the rest")

@@ -17,13 +17,16 @@ __all__ = ["compile", "jit", "lower", "JITKernel", "load_kernel"]
 
 
 def _normalize_configs(pass_configs: dict | None) -> dict:
-    from ..passes import PassConfigKey
+    from ..passes import TILELANG_EQUIVALENTS, PassConfigKey
 
     known = set(PassConfigKey.all().values())
     out = {}
     for k, v in (pass_configs or {}).items():
         k = str(k)
-        if k.startswith("tl."):  # TileLang keys: accepted so ported code runs; they change nothing here
+        if k in TILELANG_EQUIVALENTS:  # a TileLang key with a tilecore meaning
+            k = TILELANG_EQUIVALENTS[k]
+            v = [v] if k == PassConfigKey.EXTRA_FLAGS and isinstance(v, str) else v
+        elif k.startswith(("tl.", "tir.", "tirx.")):  # other TileLang keys: accepted, change nothing
             continue
         if k not in known and k.count(".") < 2:  # tilecore.<backend>.<name> keys belong to backends
             raise CompileError(f"unknown pass config {k!r}; known: {', '.join(sorted(known))} (backend-specific keys "
@@ -129,7 +132,8 @@ def compile(func, target="auto", out_idx=None, pass_configs=None, target_host=No
         "backend": [backend.name, backend.distribution, backend.version()],
         "toolchain": backend.toolchain_version(tgt),
     })
-    use_cache = not options.get("tilecore.disable_cache") and not os.environ.get("TILECORE_DUMP_IR")
+    use_cache = (cache.enabled() and not options.get("tilecore.disable_cache")
+                 and not os.environ.get("TILECORE_DUMP_IR"))
     if use_cache:
         hit = cache.load(key)
         if hit is not None:
@@ -187,9 +191,19 @@ class _JitFunction:
 
 
 def jit(func=None, *, out_idx=None, target="auto", pass_configs=None, **kwargs):
-    """Decorate a kernel factory: ``kernel = factory(M, N, K, ...)`` compiles (once per arguments)."""
+    """Decorate a kernel factory: ``kernel = factory(M, N, K, ...)`` compiles (once per arguments).
+
+    A function whose own body is the kernel (``T.const``, ``T.empty``, ``with T.Kernel``) is an eager
+    kernel: call it with tensors to run it (tilecore/compiler/eager.py)."""
     if func is None:
-        return lambda f: _JitFunction(f, out_idx=out_idx, target=target, pass_configs=pass_configs, **kwargs)
+        return lambda f: jit(f, out_idx=out_idx, target=target, pass_configs=pass_configs, **kwargs)
     if isinstance(func, (str,)):
         raise TargetError("use @tilecore.jit(target=...) with keyword arguments")
+    from .eager import EagerJit, is_eager
+
+    if is_eager(func):
+        if out_idx is not None:
+            raise CompileError(f"@tilecore.jit(out_idx=...) is for kernel factories; the eager kernel {func.__name__} "
+                               "returns the tensors it makes with T.empty instead: drop out_idx")
+        return EagerJit(func, target=target, pass_configs=pass_configs)
     return _JitFunction(func, out_idx=out_idx, target=target, pass_configs=pass_configs, **kwargs)

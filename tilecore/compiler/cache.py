@@ -88,3 +88,21 @@ def clear() -> int:
     n = sum(1 for _ in root.glob("*/*")) if root.exists() else 0
     shutil.rmtree(root, ignore_errors=True)
     return n
+
+
+_disabled = False
+
+
+def disable_cache() -> None:
+    """Neither read nor write the kernel cache in this process (``tilecore.disable_cache()``)."""
+    global _disabled
+    _disabled = True
+
+
+def enable_cache() -> None:
+    global _disabled
+    _disabled = False
+
+
+def enabled() -> bool:
+    return not _disabled

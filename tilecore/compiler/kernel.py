@@ -89,7 +89,7 @@ class JITKernel:
     def get_profiler(self, tensor_supply_type=None):
         from ..runtime.profiler import Profiler
 
-        return Profiler(self)
+        return Profiler(self, tensor_supply_type)
 
     # -- saving -------------------------------------------------------------------------------------
     def export(self, path) -> Path:

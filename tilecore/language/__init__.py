@@ -19,6 +19,8 @@ from ..ir import max_value as _max_value
 from ..ir import min_value as _min_value
 from . import ops as _ops
 from .builder import current
+from .eager import const, empty  # eager-style @tilecore.jit kernels (tilecore/language/eager.py)
+from .eager import missing_name as __getattr__  # T.<name> tilecore lacks: a tilecore error, not AttributeError
 from .parser import KernelSpec, LoopSpec, TensorSpec, parse_prim_func, run_macro
 
 # -- dtypes -------------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ _state = threading.local()
 
 
 class Builder:
+    eager = None  #: the EagerState while an eager @tilecore.jit body is parsed (tilecore/language/eager.py)
+
     def __init__(self, func_name: str):
         self.func_name = func_name
         self.frames: list = [[]]

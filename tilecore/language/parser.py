@@ -94,10 +94,12 @@ def _not(x):
     return logic_not(x) if isinstance(x, Expr) else (not x)
 
 
-def _ifexp(c, t, f):
-    if isinstance(c, Expr) and const_value(c) is None:
-        return select(c, t, f)
-    return t if (const_value(c) if isinstance(c, Expr) else c) else f
+def _symbolic(c) -> bool:
+    return isinstance(c, Expr) and const_value(c) is None
+
+
+def _truth(c):
+    return const_value(c) if isinstance(c, Expr) else c
 
 
 class _Rewrite(ast.NodeTransformer):
@@ -115,8 +117,16 @@ class _Rewrite(ast.NodeTransformer):
         return self._call("__tc_not", [node.operand], node) if isinstance(node.op, ast.Not) else node
 
     def visit_IfExp(self, node):
+        # `x if c else y`: a symbolic c selects in the IR (both arms built); a Python c evaluates only the
+        # taken arm, as in Python:  T.if_then_else(t, x, y) if symbolic(t := c) else (x if truth(t) else y)
         self.generic_visit(node)
-        return self._call("__tc_ifexp", [node.test, node.body, node.orelse], node)
+        self.n = getattr(self, "n", 0) + 1
+        tmp = f"__tc_c{self.n}"
+        test = ast.NamedExpr(ast.Name(tmp, ast.Store()), node.test)
+        both = self._call("__tc_select", [ast.Name(tmp, ast.Load()), node.body, node.orelse], node)
+        one = ast.IfExp(self._call("__tc_truth", [ast.Name(tmp, ast.Load())], node), _deepcopy(node.body),
+                        _deepcopy(node.orelse))
+        return ast.copy_location(ast.IfExp(self._call("__tc_symbolic", [test], node), both, one), node)
 
     def visit_Compare(self, node):
         self.generic_visit(node)
@@ -129,7 +139,8 @@ class _Rewrite(ast.NodeTransformer):
         return self._call("__tc_and", parts, node)
 
 
-_HELPERS = {"__tc_and": _and, "__tc_or": _or, "__tc_not": _not, "__tc_ifexp": _ifexp, "range": _range}
+_HELPERS = {"__tc_and": _and, "__tc_or": _or, "__tc_not": _not, "__tc_symbolic": _symbolic, "__tc_truth": _truth,
+            "__tc_select": select, "range": _range}
 
 
 class _Scope:
@@ -137,8 +148,14 @@ class _Scope:
 
     def __init__(self, interp: "Interpreter"):
         self.interp = interp
+        self.temps: dict = {}  # the conditions of `x if c else y` (see _Rewrite.visit_IfExp)
+
+    def __setitem__(self, name, value):
+        self.temps[name] = value
 
     def __getitem__(self, name):
+        if name in self.temps:
+            return self.temps[name]
         for layer in reversed(self.interp.layers):
             if name in layer:
                 v = layer[name]
@@ -286,6 +303,9 @@ class Interpreter:
 
     def visit_AnnAssign(self, node):
         if node.value is None:
+            eager = self.builder.eager
+            if eager is not None and isinstance(node.target, ast.Name) and node.target.id in eager.pending:
+                eager.declare(self, node.target.id, self.eval(node.annotation))  # `A: T.Tensor(...)`
             return
         value = self.eval(node.value)
         ann = self.eval(node.annotation)
@@ -535,3 +555,56 @@ def run_macro(fn, args, kwargs):
         result = r.value
     builder.span = outer_span
     return result
+
+
+def parse_eager(fn, args: dict, tensor_names: list, consts: dict, symbolic: bool):
+    """Parse the body of an eager ``@tilecore.jit`` function (tilecore/language/eager.py).
+
+    ``args`` are the compile-time arguments, ``tensor_names`` the parameters declared in the body
+    (``A: T.Tensor(...)``), ``consts`` the known ``T.const`` sizes. With ``symbolic``, unknown sizes are
+    symbols and parsing stops once every tensor is declared: returns the :class:`EagerState`.
+    Otherwise returns ``(PrimFunc, out_idx)``.
+    """
+    from .eager import Discovered, EagerState, Pending
+
+    builder = Builder(fn.__name__)
+    state = EagerState(consts, tensor_names, symbolic)
+    builder.eager = state
+    with building(builder):
+        interp = Interpreter(fn, builder)
+        builder.span = interp.span(interp.fdef)
+        for name in inspect.signature(fn).parameters:
+            builder.fresh(name)
+        interp.layers.append({**args, **{n: Pending(n) for n in tensor_names}})
+        try:
+            for name in list(tensor_names):  # parameters annotated in the signature are declared already
+                ann = fn.__annotations__.get(name)
+                if isinstance(ann, (TensorSpec, DType)):
+                    state.declare(interp, name, ann)
+            interp.run_body(interp.fdef.body)
+            returned = None
+        except Discovered:
+            return state
+        except _Return as r:
+            if len(builder.frames) != 1:
+                raise ParseError("an eager kernel returns its T.empty outputs at the end of its body, not from "
+                                 "inside a loop, branch or T.Kernel", builder.span) from None
+            returned = r.value
+        body = builder.pop()
+    span = Span(interp.file, interp.fdef.lineno + interp.offset, fn.__name__)
+    if state.pending:
+        raise ParseError(f"argument {state.pending[0]!r} of {fn.__name__} is passed as a tensor but the body never "
+                         f"declares it; add `{state.pending[0]}: T.Tensor(shape, dtype)` at the top of the body", span)
+    outs = [] if returned is None else list(returned) if isinstance(returned, (tuple, list)) else [returned]
+    for o in outs:
+        if not any(o is x for x in state.outputs):
+            raise ParseError(f"{fn.__name__} returns {o!r}; an eager kernel returns only tensors made by T.empty",
+                             builder.span)
+    for o in state.outputs:
+        if not any(o is x for x in outs):
+            raise ParseError(f"{fn.__name__}: the output {o.name!r} made by T.empty is not returned; return every "
+                             "T.empty tensor (`return C` or `return C, D`)", span)
+    params = [state.params[n] for n in tensor_names] + [Param(o.name, buffer=o) for o in outs]
+    out_idx = list(range(len(tensor_names), len(params)))
+    source = textwrap.dedent(inspect.getsource(fn))
+    return PrimFunc(fn.__name__, params, body, {}, span, source), out_idx

@@ -32,9 +32,45 @@ class PassConfigKey:
     EXTRA_FLAGS = "tilecore.extra_flags"       #: list[str]: extra flags for the backend's compiler
     REQUIRE = "tilecore.require"               #: list[str]: capability needs the target must satisfy
 
+    # TileLang's names (tilelang.PassConfigKey), so ported code runs. Those with a tilecore meaning are
+    # mapped by TILELANG_EQUIVALENTS; the others are accepted and change nothing (docs/tilelang-compat.md).
+    TL_ENABLE_FAST_MATH = "tl.enable_fast_math"
+    TL_DEVICE_COMPILE_FLAGS = "tl.device_compile_flags"
+    TL_DISABLE_WARP_SPECIALIZED = "tl.disable_warp_specialized"
+    TL_DISABLE_TMA_LOWER = "tl.disable_tma_lower"
+    TL_DISABLE_WGMMA = "tl.disable_wgmma"
+    TL_ENABLE_ASYNC_COPY = "tl.enable_async_copy"
+    TL_DISABLE_SAFE_MEMORY_ACCESS = "tl.disable_safe_memory_legalize"
+    TL_DISABLE_VECTORIZE_256 = "tl.disable_vectorize_256"
+    TL_DISABLE_THREAD_STORAGE_SYNC = "tl.disable_thread_storage_sync"
+    TL_DISABLE_DATA_RACE_CHECK = "tl.disable_data_race_check"
+    TL_DISABLE_OUT_OF_BOUND_WARNING = "tl.disable_out_of_bound_warning"
+    TL_DISABLE_SHARED_MEMORY_REUSE = "tl.disable_shared_memory_reuse"
+    TL_ENABLE_AGGRESSIVE_SHARED_MEMORY_MERGE = "tl.enable_aggressive_shared_memory_merge"
+    TL_PTXAS_REGISTER_USAGE_LEVEL = "tl.ptxas_register_usage_level"
+    TL_CONFIG_INDEX_BITWIDTH = "tl.config_index_bitwidth"
+    TL_ENABLE_DUMP_IR = "tl.enable_dump_ir"
+    TL_DUMP_IR_DIR = "tl.dump_ir_path"
+    TL_FORCE_LET_INLINE = "tl.force_let_inline"
+    TL_DISABLE_LOOP_UNSWITCHING = "tl.disable_loop_unswitching"
+    TL_LAYOUT_VISUALIZATION_ENABLE = "tl.layout_visualization_enable"
+    TIR_DISABLE_VECTORIZE = "tirx.disable_vectorize"
+    TIR_DISABLE_CSE = "tirx.disable_cse_tir"
+    TIR_ENABLE_DEBUG = "tirx.enable_debug"
+    TIR_MERGE_STATIC_SMEM = "tirx.merge_static_smem"
+
     @classmethod
     def all(cls) -> dict:
-        return {k: v for k, v in vars(cls).items() if k.isupper()}
+        """tilecore's own keys."""
+        return {k: v for k, v in vars(cls).items() if k.isupper() and isinstance(v, str) and v.startswith("tilecore.")}
+
+
+#: TileLang pass-config keys that have a tilecore equivalent (the rest are accepted and ignored)
+TILELANG_EQUIVALENTS = {
+    PassConfigKey.TL_ENABLE_FAST_MATH: PassConfigKey.FAST_MATH,
+    PassConfigKey.TL_DEVICE_COMPILE_FLAGS: PassConfigKey.EXTRA_FLAGS,
+    PassConfigKey.TIR_ENABLE_DEBUG: PassConfigKey.DEBUG,
+}
 
 
 @dataclass(frozen=True)

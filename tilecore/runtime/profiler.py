@@ -7,12 +7,18 @@ from ..compiler.binding import bind, random_inputs
 
 
 class Profiler:
-    def __init__(self, kernel):
+    def __init__(self, kernel, tensor_supply_type=None):
         self.kernel = kernel
+        self.supply = tensor_supply_type  # a tilecore.TensorSupplyType; None: random normal / small ints
 
     def _inputs(self, input_tensors, dynamic_symbolic_constraints=None):
         if input_tensors is not None:
             return list(input_tensors)
+        if self.supply is not None:
+            from ..utils.tensor import supply_inputs
+
+            return supply_inputs(self.kernel.signature, self.supply, self.kernel.runtime.tensor_device,
+                                 dynamic_symbolic_constraints)
         return random_inputs(self.kernel.signature, self.kernel.runtime.tensor_device, 0,
                              dynamic_symbolic_constraints)
 
