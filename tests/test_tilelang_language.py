@@ -1,0 +1,201 @@
+"""TileLang language names (issue 10, item 3), each through the DSL + tilecore.compile.
+
+Every kernel runs on the CPU target with its result checked against numpy/torch in float64; kernels in
+the core pipeline also run on WebGPU (lavapipe here) and compile for cuda:sm_90a. A name tilecore does
+not support raises its error naming the feature and what to use instead.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tilecore
+import tilecore.language as T
+from tilecore.errors import KernelAssertionError, ParseError, UnsupportedFeatureError
+
+CPU = "cpu"
+NOCACHE = {"tilecore.disable_cache": True}
+
+
+def _cuda_compiles(func, **kw):
+    tilecore_cuda = pytest.importorskip("tilecore_cuda")
+    probe = tilecore_cuda.CUDABackend().probe()
+    import os
+    if probe.status == "no-toolchain" and os.environ.get("TILECORE_CUDA_REQUIRE_TOOLCHAIN") != "1":
+        pytest.skip("no CUDA compiler here")
+    k = tilecore.compile(func, target="cuda:sm_90a", pass_configs=NOCACHE, **kw)
+    assert k.mode in ("compile-only", "device")
+    return k
+
+
+def _webgpu(func, **kw):
+    pytest.importorskip("tilecore_webgpu")
+    k = tilecore.compile(func, target="webgpu", pass_configs=NOCACHE, **kw)
+    assert k.mode == "device"
+    return k
+
+
+def on_targets(func, run_check, out_idx=None):
+    """Run ``run_check(kernel)`` on cpu and webgpu, and compile for cuda:sm_90a."""
+    run_check(tilecore.compile(func, target=CPU, out_idx=out_idx, pass_configs=NOCACHE))
+    run_check(_webgpu(func, out_idx=out_idx))
+    _cuda_compiles(func, out_idx=out_idx)
+
+
+# -- T.dtype ----------------------------------------------------------------------------------------
+
+def test_dtype_value_annotation_and_as_torch():
+    assert T.dtype("half") == T.float16 and isinstance(T.float16, T.dtype)
+    assert T.dtype(torch.bfloat16) == "bfloat16" and T.dtype(T.float32) is T.float32
+    assert T.float16.as_torch() is torch.float16 and T.dtype("float8_e4m3").as_torch() is torch.float8_e4m3fn
+    assert T.dtype(float) == "float32" and T.dtype(int) == "int32"
+    with pytest.raises(ValueError, match="unknown dtype"):
+        T.dtype("float13")
+
+    def scale(n, dtype: T.dtype = T.float16):
+        dtype = T.dtype(dtype)
+
+        @T.prim_func
+        def k(A: T.Tensor((n,), dtype), B: T.Tensor((n,), dtype)):
+            with T.Kernel(1, threads=32):
+                acc: T.float32 = 0.5
+                for i in T.Parallel(n):
+                    B[i] = A[i] * T.dtype("float32")(acc)
+        return k
+
+    a = torch.randn(64).half()
+    b = tilecore.compile(scale(64, "half"), target=CPU, out_idx=[-1])(a)
+    assert b.dtype == T.dtype("half").as_torch()
+    np.testing.assert_allclose(b.double().numpy(), a.double().numpy() * 0.5, rtol=1e-3)
+
+
+# -- scalar functions: T.floordiv, T.floormod, T.clamp ------------------------------------------------
+
+def test_floordiv_floormod_clamp():
+    n = 96
+
+    @T.prim_func
+    def k(A: T.Tensor((n,), T.int32), X: T.Tensor((n,), T.float32), Q: T.Tensor((n,), T.int32),
+          R: T.Tensor((n,), T.int32), C: T.Tensor((n,), T.float32)):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(n):
+                Q[i] = T.floordiv(A[i], 7)
+                R[i] = T.floormod(A[i], T.floordiv(21, 3))
+                C[i] = T.clamp(X[i], -0.5, 0.75)
+
+    rng = np.random.default_rng(0)
+    a = rng.integers(-100, 100, n).astype(np.int32)
+    x = rng.standard_normal(n).astype(np.float32)
+
+    def check(kern):
+        q, r, c = (np.zeros(n, np.int32), np.zeros(n, np.int32), np.zeros(n, np.float32))
+        kern(a, x, q, r, c)
+        np.testing.assert_array_equal(q, a // 7)
+        np.testing.assert_array_equal(r, a % 7)
+        np.testing.assert_array_equal(c, np.clip(x, -0.5, 0.75))
+
+    on_targets(k, check)
+    assert T.floordiv(-7, 2) == -4 and T.floormod(-7, 2) == 1
+
+
+# -- loops: T.Serial, T.Persistent, while ---------------------------------------------------------------
+
+def test_serial_alias_rms_norm_style():
+    M, N, bk = 8, 96, 32
+
+    @T.prim_func
+    def k(A: T.Tensor((M, N), T.float32), B: T.Tensor((M, N), T.float32)):
+        with T.Kernel(M, threads=32) as bx:
+            s = T.alloc_fragment((1,), T.float32)
+            T.clear(s)
+            for kk in T.Serial(N // bk):
+                for j in T.serial(bk):
+                    s[0] += A[bx, kk * bk + j] * A[bx, kk * bk + j]
+            for kk in T.Serial(0, N // bk):
+                for j in T.Parallel(bk):
+                    B[bx, kk * bk + j] = A[bx, kk * bk + j] * T.rsqrt(s[0] / N + 1e-6)
+
+    a = np.random.default_rng(1).standard_normal((M, N)).astype(np.float32)
+    ref = a / np.sqrt((a.astype(np.float64) ** 2).mean(1, keepdims=True) + 1e-6)
+
+    def check(kern):
+        np.testing.assert_allclose(kern(a), ref, rtol=1e-5, atol=1e-6)
+
+    on_targets(k, check, out_idx=[-1])
+
+
+@pytest.mark.parametrize("gm,gn,waves,group", [(5, 3, 4, 2), (4, 4, 3, 8), (7, 2, 16, 3)])
+def test_persistent_visits_every_tile_once(gm, gn, waves, group):
+    bm = bn = 4
+    M, N = gm * bm, gn * bn
+
+    @T.prim_func
+    def k(A: T.Tensor((M, N), T.float32), Seen: T.Tensor((gm, gn), T.int32), B: T.Tensor((M, N), T.float32)):
+        with T.Kernel(waves, threads=32) as block_id:
+            for bx, by in T.Persistent([gm, gn], waves, block_id, group):
+                Seen[bx, by] = Seen[bx, by] + 1
+                for i, j in T.Parallel(bm, bn):
+                    B[bx * bm + i, by * bn + j] = A[bx * bm + i, by * bn + j] * 2.0
+
+    a = np.random.default_rng(2).standard_normal((M, N)).astype(np.float32)
+
+    def check(kern):
+        seen, b = np.zeros((gm, gn), np.int32), np.zeros((M, N), np.float32)
+        kern(a, seen, b)
+        np.testing.assert_array_equal(seen, np.ones((gm, gn), np.int32))  # each tile by one block, once
+        np.testing.assert_array_equal(b, a * 2)
+
+    on_targets(k, check)
+
+
+def test_while_loop_stream_k_style():
+    """``while`` on a T.alloc_var (the stream-K / AMD flash-attention pattern), with break/continue."""
+    n, chunk = 100, 16
+
+    @T.prim_func
+    def k(A: T.Tensor((n,), T.float32), Out: T.Tensor((3,), T.float32)):
+        with T.Kernel(1, threads=32):
+            start = T.alloc_var(T.int32, init=0)
+            acc = T.alloc_var(T.float32, init=0.0)
+            steps = T.alloc_var(T.int32, init=0)
+            while start < n:
+                for i in T.serial(chunk):
+                    if start + i < n:
+                        acc = acc + A[start + i]
+                start = start + chunk
+                steps = steps + 1
+            evens = T.alloc_var(T.float32, init=0.0)
+            j = T.alloc_var(T.int32, init=-1)
+            while True:
+                j = j + 1
+                if j >= n:
+                    break
+                if j % 2 == 1:
+                    continue
+                evens = evens + A[j]
+            Out[0] = acc
+            Out[1] = steps
+            Out[2] = evens
+
+    a = np.random.default_rng(3).standard_normal(n).astype(np.float32)
+
+    def check(kern):
+        out = kern(a)
+        np.testing.assert_allclose(out[0], a.astype(np.float64).sum(), rtol=1e-5)
+        assert out[1] == -(-n // chunk)
+        np.testing.assert_allclose(out[2], a[::2].astype(np.float64).sum(), rtol=1e-5)
+
+    on_targets(k, check, out_idx=[-1])
+
+
+def test_while_else_is_refused():
+    with pytest.raises(ParseError, match="while ... else"):
+        @T.prim_func
+        def k(A: T.Tensor((4,), T.float32)):
+            with T.Kernel(1):
+                i = T.alloc_var(T.int32, init=0)
+                while i < 4:
+                    i = i + 1
+                else:
+                    A[0] = 1.0
