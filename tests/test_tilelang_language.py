@@ -199,3 +199,169 @@ def test_while_else_is_refused():
                     i = i + 1
                 else:
                     A[0] = 1.0
+
+
+# -- T.atomic_add of a tile into a point ------------------------------------------------------------------
+
+def test_atomic_add_tile_into_point():
+    """Split-K style: every block adds its (bm, bn) tile into C at a point start."""
+    M, N, splits, bm, bn = 16, 24, 4, 8, 8
+
+    @T.prim_func
+    def k(A: T.Tensor((splits, M, N), T.float32), C: T.Tensor((M, N), T.float32)):
+        with T.Kernel(N // bn, M // bm, splits, threads=64) as (bx, by, bz):
+            t = T.alloc_fragment((bm, bn), T.float32)
+            T.copy(A[bz, by * bm, bx * bn], t)
+            T.atomic_add(C[by * bm, bx * bn], t)
+
+    a = np.random.default_rng(4).standard_normal((splits, M, N)).astype(np.float32)
+
+    def check(kern):
+        c = np.zeros((M, N), np.float32)
+        kern(a, c)
+        np.testing.assert_allclose(c, a.astype(np.float64).sum(0), rtol=1e-5, atol=1e-6)
+
+    on_targets(k, check)
+
+
+# -- T.SharedBuffer / T.FragmentBuffer annotations of macro parameters -----------------------------------
+
+@T.macro
+def _softmax_rows(s: T.FragmentBuffer([8, 16], T.float32), m: T.FragmentBuffer([8], T.float32),
+                  src: T.SharedBuffer([8, 16], T.float32)):
+    T.copy(src, s)
+    T.reduce_max(s, m, dim=1)
+    for i, j in T.Parallel(8, 16):
+        s[i, j] = T.exp(s[i, j] - m[i])
+
+
+def test_shared_and_fragment_buffer_macro_annotations():
+    @T.prim_func
+    def k(A: T.Tensor((8, 16), T.float32), B: T.Tensor((8, 16), T.float32)):
+        with T.Kernel(1, threads=64):
+            a_s = T.alloc_shared((8, 16), T.float32)
+            s = T.alloc_fragment((8, 16), T.float32)
+            m = T.alloc_fragment((8,), T.float32)
+            T.copy(A, a_s)
+            _softmax_rows(s, m, a_s)
+            T.copy(s, B)
+
+    a = np.random.default_rng(5).standard_normal((8, 16)).astype(np.float32)
+    ref = np.exp(a - a.max(1, keepdims=True))
+
+    def check(kern):
+        np.testing.assert_allclose(kern(a), ref, rtol=1e-5)
+
+    on_targets(k, check, out_idx=[-1])
+
+    with pytest.raises(ParseError, match="parameter `src` is a T.SharedBuffer but a_f is a fragment buffer"):
+        @T.prim_func
+        def wrong_scope(A: T.Tensor((8, 16), T.float32)):
+            with T.Kernel(1):
+                a_f = T.alloc_fragment((8, 16), T.float32)
+                _softmax_rows(a_f, T.alloc_fragment((8,), T.float32), a_f)
+    with pytest.raises(ParseError, match=r"parameter `s` has shape \(8, 16\) but s2 has shape \(8, 8\)"):
+        @T.prim_func
+        def wrong_shape(A: T.Tensor((8, 16), T.float32)):
+            with T.Kernel(1):
+                s2 = T.alloc_fragment((8, 8), T.float32)
+                _softmax_rows(s2, T.alloc_fragment((8,), T.float32), T.alloc_shared((8, 16), T.float32))
+
+
+# -- T.Tensor(shape, dtype, A.data): a view of a parameter (TileLang's convolution) ----------------------
+
+def test_tensor_view_of_parameter_convolution_style():
+    """A 1x1 convolution written as TileLang's example does: the NHWC input seen as a matrix."""
+    N, H, W_, C, F = 2, 4, 6, 16, 8
+    bm = 16
+
+    @T.prim_func
+    def conv1x1(data: T.Tensor((N, H, W_, C), T.float32), kernel: T.Tensor((C, F), T.float32),
+                out: T.Tensor((N, H, W_, F), T.float32)):
+        with T.Kernel(T.ceildiv(N * H * W_, bm), threads=64) as bx:
+            data_flat = T.Tensor((N * H * W_, C), T.float32, data.data)
+            out_flat = T.Tensor((N * H * W_, F), T.float32, out.data)
+            a = T.alloc_shared((bm, C), T.float32)
+            w = T.alloc_shared((C, F), T.float32)
+            acc = T.alloc_fragment((bm, F), T.float32)
+            T.clear(acc)
+            T.copy(data_flat[bx * bm, 0], a)
+            T.copy(kernel, w)
+            T.gemm(a, w, acc)
+            T.copy(acc, out_flat[bx * bm, 0])
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((N, H, W_, C)).astype(np.float32)
+    wk = rng.standard_normal((C, F)).astype(np.float32)
+    ref = np.einsum("nhwc,cf->nhwf", x.astype(np.float64), wk)
+
+    def check(kern):
+        np.testing.assert_allclose(kern(x, wk), ref, rtol=1e-4, atol=1e-4)
+
+    on_targets(conv1x1, check, out_idx=[-1])
+
+    with pytest.raises(ParseError, match="data must be `.data` of a T.Tensor parameter"):
+        @T.prim_func
+        def bad(A: T.Tensor((4, 4), T.float32)):
+            with T.Kernel(1):
+                s = T.alloc_shared((4, 4), T.float32)
+                T.Tensor((16,), T.float32, s)
+
+
+# -- layouts and hints --------------------------------------------------------------------------------
+
+def test_layout_fragment_and_hints_do_not_change_results():
+    M = 32
+    layout = T.Layout((M, M), lambda i, j: [j, i])
+    assert layout.map(1, 2) == [2, 1]
+    frag = T.Fragment((M, M), forward_thread_fn=lambda i, j: i % 32, forward_index_fn=lambda i, j: [j])
+    assert frag.map(3, 4) == [4]
+
+    @T.prim_func
+    def k(A: T.Tensor((M, M), T.float32), B: T.Tensor((M, M), T.float32)):
+        with T.Kernel(1, threads=128):
+            s = T.alloc_shared((M, M), T.float32)
+            f = T.alloc_fragment((M, M), T.float32)
+            T.annotate_layout({s: layout, f: frag})
+            T.disable_warp_group_reg_alloc()
+            T.copy(A, s)
+            T.copy(s, f)
+            T.copy(f, B)
+
+    a = np.random.default_rng(7).standard_normal((M, M)).astype(np.float32)
+    on_targets(k, lambda kern: np.testing.assert_array_equal(kern(a), a), out_idx=[-1])
+
+
+# -- dtypes: T.tfloat32, T.int4 ----------------------------------------------------------------------------
+
+def test_tfloat32_is_float32_storage_and_gemm():
+    M = 16
+
+    @T.prim_func
+    def k(A: T.Tensor((M, M), T.tfloat32), B: T.Tensor((M, M), T.float32), C: T.Tensor((M, M), T.float32)):
+        with T.Kernel(1, threads=128):
+            a = T.alloc_shared((M, M), dtype=T.tfloat32)
+            b = T.alloc_fragment((M, M), dtype=T.tfloat32)
+            c = T.alloc_fragment((M, M), T.float32)
+            T.copy(A, a)
+            T.copy(B, b)
+            T.gemm(a, b, c, clear_accum=True)
+            T.copy(c, C)
+
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal((M, M)).astype(np.float32), rng.standard_normal((M, M)).astype(np.float32)
+    ref = a.astype(np.float64) @ b
+    on_targets(k, lambda kern: np.testing.assert_allclose(kern(a, b), ref, rtol=1e-4, atol=1e-4), out_idx=[-1])
+
+
+def test_int4_is_refused_with_the_feature_named():
+    @T.prim_func
+    def k(A: T.Tensor((16, 16), T.int4), B: T.Tensor((16, 16), T.int32)):
+        with T.Kernel(1):
+            for i, j in T.Parallel(16, 16):
+                B[i, j] = A[i, j]
+
+    for target in ("cpu", "webgpu"):
+        with pytest.raises(UnsupportedFeatureError, match="int4") as e:
+            tilecore.compile(k, target=target)
+        assert e.value.feature == "dtype:int4:storage"

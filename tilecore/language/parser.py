@@ -619,6 +619,11 @@ def run_macro(fn, args, kwargs):
     bound.apply_defaults()
     for name, value in bound.arguments.items():
         ann = fn.__annotations__.get(name)
+        if isinstance(ann, str) and "Buffer" in ann:  # under `from __future__ import annotations`
+            try:
+                ann = eval(ann, fn.__globals__)  # noqa: S307 - the user's own annotation
+            except Exception:  # noqa: BLE001 - names a factory's locals: cannot check, as before
+                ann = None
         if isinstance(ann, BufferSpec):
             _check_buffer_arg(fn, name, ann, value, builder.span)
     outer_span = builder.span
