@@ -365,3 +365,89 @@ def test_int4_is_refused_with_the_feature_named():
         with pytest.raises(UnsupportedFeatureError, match="int4") as e:
             tilecore.compile(k, target=target)
         assert e.value.feature == "dtype:int4:storage"
+
+
+# -- T.alloc_barrier and the mbarrier calls, in program order ---------------------------------------------
+
+def _pipeline(order_ok: bool):
+    n, bk, steps = 16, 8, 4
+
+    @T.prim_func
+    def k(A: T.Tensor((steps * bk, n), T.float32), B: T.Tensor((n,), T.float32)):
+        with T.Kernel(1, threads=64):
+            s = T.alloc_shared((2, bk, n), T.float32)
+            acc = T.alloc_fragment((n,), T.float32)
+            part = T.alloc_fragment((n,), T.float32)
+            full = T.alloc_barrier([128] * 2)
+            empty = T.alloc_barrier([128, 128])
+            T.clear(acc)
+            for ko in T.serial(steps):
+                # producer: wait until the consumer freed the stage, fill it, arrive
+                T.mbarrier_wait_parity(empty[ko % 2], ((ko // 2) & 1) ^ 1)
+                T.copy(A[ko * bk, 0], s[ko % 2, :, :])
+                T.mbarrier_arrive(full[ko % 2])
+                if order_ok:  # consumer: wait for the data, use it, free the stage
+                    T.barrier_wait(full[ko % 2], (ko // 2) & 1)
+                    T.reduce_sum(s[ko % 2, :, :], part, dim=1)
+                    for j in T.Parallel(n):
+                        acc[j] += part[j]
+                    T.barrier_arrive(empty[ko % 2])
+            T.copy(acc, B)
+    return k
+
+
+def test_alloc_barrier_phases_in_program_order():
+    a = np.random.default_rng(9).standard_normal((32, 16)).astype(np.float32)
+    kern = tilecore.compile(_pipeline(True), target=CPU, out_idx=[-1], pass_configs=NOCACHE)
+    np.testing.assert_allclose(kern(a), a.astype(np.float64).sum(0), rtol=1e-5, atol=1e-5)
+    _cuda_compiles(_pipeline(True), out_idx=[-1])
+    with pytest.raises(UnsupportedFeatureError, match="device_assert"):  # no way to report a stuck wait
+        tilecore.compile(_pipeline(True), target="webgpu", out_idx=[-1])
+
+
+def test_barrier_wait_that_cannot_complete_stops_the_kernel():
+    """Without a consumer, the producer's third wait needs a phase nobody arrives at: a deadlock on a GPU,
+    a KernelAssertionError here, never a silently overwritten stage."""
+    kern = tilecore.compile(_pipeline(False), target=CPU, out_idx=[-1], pass_configs=NOCACHE)
+    with pytest.raises(KernelAssertionError, match="T.barrier_wait on empty .* can never complete"):
+        kern(np.zeros((32, 16), np.float32))
+
+
+def test_barrier_calls_need_a_barrier():
+    with pytest.raises(ParseError, match="the barrier must come from T.alloc_barrier"):
+        @T.prim_func
+        def k(A: T.Tensor((4,), T.int32)):
+            with T.Kernel(1):
+                T.barrier_arrive(A[0])
+
+
+# -- refused with the feature named ------------------------------------------------------------------
+
+@pytest.mark.parametrize("call", ["T.get_thread_binding()", "T.get_thread_binding(1)", "T.shfl_xor(x, 1)",
+                                  "T.alloc_reducer(4, T.float32)", "T.tvm_thread_allreduce(x)"])
+def test_thread_level_intrinsics_are_refused_at_the_line(tmp_path, call):
+    name = call.split("(")[0].split(".")[1]
+    src = tmp_path / "k.py"
+    src.write_text(
+        "import tilecore.language as T\n\n"
+        "@T.prim_func\n"
+        "def k(A: T.Tensor((4,), T.float32)):\n"
+        "    with T.Kernel(1, threads=32):\n"
+        "        x = A[0]\n"
+        f"        t = {call}\n")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("k_thread_level", src)
+    with pytest.raises(UnsupportedFeatureError) as e:
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    msg = str(e.value)
+    assert msg.startswith(f"{src}:7 in k: T.{name} is not supported") and "block-level" in msg, msg
+    assert "T.Parallel" in msg or "T.reduce_sum" in msg
+    assert e.value.feature == f"language:{name}"
+
+
+def test_alloc_global_is_refused_with_the_replacement():
+    with pytest.raises(ParseError, match="T.alloc_global is not supported.*pass the workspace as a T.Tensor"):
+        @T.prim_func
+        def k(A: T.Tensor((4,), T.float32)):
+            with T.Kernel(1):
+                T.alloc_global((4,), T.float32)
