@@ -83,6 +83,7 @@ class CFamilyEmitter(Emitter):
 
     # -- names -------------------------------------------------------------------------------------
     def name(self, st: EmitState, obj) -> str:
+        obj = getattr(obj, "base", None) or obj  # a view (T.Tensor(shape, dtype, A.data)) is its base's memory
         key = id(obj)
         if key in st.names:
             return st.names[key]

@@ -101,6 +101,7 @@ class ShaderLangEmitter(CFamilyEmitter):
 
     # -- names ----------------------------------------------------------------------------------
     def name(self, st: EmitState, obj) -> str:
+        obj = getattr(obj, "base", None) or obj  # a view (T.Tensor(shape, dtype, A.data)) is its base's memory
         key = id(obj)
         if key in st.names:
             return st.names[key]
@@ -196,10 +197,10 @@ class ShaderLangEmitter(CFamilyEmitter):
     # -- atomics ----------------------------------------------------------------------------------
     def find_atomic_buffers(self, st: EmitState, body) -> None:
         """Mark every buffer that an :class:`~tilecore.ir.Atomic` updates (call before printing)."""
-        st.atomic_buffers = {id(a.buffer) for a in collect(body, Atomic)}
+        st.atomic_buffers = {id(a.buffer.base or a.buffer) for a in collect(body, Atomic)}
 
     def is_atomic(self, st: EmitState, buf) -> bool:
-        return id(buf) in getattr(st, "atomic_buffers", ())
+        return id(buf.base or buf) in getattr(st, "atomic_buffers", ())
 
     def element_type(self, st: EmitState, buf) -> str:
         """The array element type of a buffer's declaration (``atomic<T>`` for atomic targets)."""

@@ -32,6 +32,25 @@ class Buffer:
         self.shape = tuple(as_expr(s, INDEX) for s in shape)
         self.dtype = canonical(dtype)
         self.scope = scope
+        self.base: Buffer | None = None  # set on a view: the buffer whose memory it names
+
+    class Data:
+        """``A.data``: the memory of a global buffer, for ``T.Tensor(shape, dtype, A.data)``."""
+
+        def __init__(self, buffer: "Buffer"):
+            self.buffer = buffer
+
+    @property
+    def data(self) -> "Buffer.Data":
+        return Buffer.Data(self)
+
+    def view(self, shape) -> "Buffer":
+        """The same memory, row-major with another shape (a global buffer's reshape). Emitters name a
+        view by its base, so every access goes to the base's memory at the view's flat index."""
+        root = self.base or self
+        v = Buffer(root.name, shape, root.dtype, root.scope)
+        v.base = root
+        return v
 
     @property
     def ndim(self) -> int:

@@ -15,7 +15,7 @@ _ALIASES = {
 
 #: canonical name -> (kind, bits); kind is "float", "int", "uint" or "bool".
 DTYPES = {
-    "bool": ("bool", 8),
+    "bool": ("bool", 8), "int4": ("int", 4),
     "int8": ("int", 8), "int16": ("int", 16), "int32": ("int", 32), "int64": ("int", 64),
     "uint8": ("uint", 8), "uint16": ("uint", 16), "uint32": ("uint", 32), "uint64": ("uint", 64),
     "float8_e4m3": ("float", 8), "float8_e5m2": ("float", 8),
@@ -24,7 +24,18 @@ DTYPES = {
 
 
 class DType(str):
-    """A canonical dtype name; calling it casts: ``T.float32(x)``."""
+    """A canonical dtype name; calling it casts: ``T.float32(x)``.
+
+    ``DType(spelling)`` takes any spelling :func:`canonical` accepts (``"half"``, ``torch.float16``,
+    a numpy dtype) and gives the canonical name: ``T.dtype("half") == "float16"``.
+    """
+
+    def __new__(cls, value="float32"):
+        if type(value) is cls:
+            return value
+        if type(value) is str and value in DTYPES:  # the common case, kept fast
+            return str.__new__(cls, value)
+        return str.__new__(cls, _canonical_name(value))
 
     def __call__(self, value=None):
         from .expr import Cast, const
@@ -32,6 +43,12 @@ class DType(str):
         if value is None:  # T.int32() as a type marker
             return self
         return Cast(str(self), const(value, self)) if not hasattr(value, "dtype") else Cast(str(self), value)
+
+    def as_torch(self):
+        """The matching ``torch.dtype`` (``T.float16.as_torch() is torch.float16``)."""
+        import torch
+
+        return getattr(torch, _TORCH_NAMES.get(str(self), str(self)))
 
     @property
     def bits(self) -> int:
@@ -42,10 +59,14 @@ class DType(str):
         return max(1, DTYPES[self][1] // 8)
 
 
-def canonical(dtype) -> DType:
-    """Return the canonical :class:`DType` for a name, a DType, a numpy or a torch dtype."""
+_TORCH_NAMES = {"float8_e4m3": "float8_e4m3fn"}
+
+
+def _canonical_name(dtype) -> str:
     if isinstance(dtype, DType):
-        return dtype
+        return str(dtype)
+    if isinstance(dtype, type) and dtype in (bool, int, float):  # Python's own types, as TileLang takes them
+        return {bool: "bool", int: "int32", float: "float32"}[dtype]
     name = getattr(dtype, "name", None) if not isinstance(dtype, str) else dtype
     if name is None:  # torch.dtype has no .name; str(torch.float16) == "torch.float16"
         name = str(dtype)
@@ -53,7 +74,14 @@ def canonical(dtype) -> DType:
     name = _ALIASES.get(name, name)
     if name not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(sorted(DTYPES))}")
-    return DType(name)
+    return name
+
+
+def canonical(dtype) -> DType:
+    """Return the canonical :class:`DType` for a name, a DType, a numpy or a torch dtype."""
+    if isinstance(dtype, DType):
+        return dtype
+    return DType(dtype)
 
 
 def is_float(dtype) -> bool:

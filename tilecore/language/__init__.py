@@ -10,10 +10,10 @@ import functools as _functools
 import math as _math
 import sys as _sys
 
-from ..errors import ParseError
+from ..errors import ParseError, UnsupportedFeatureError
 from ..ir import Buffer as _IRBuffer
-from ..ir import (Allocate, Assert, Call, DType, Expr, FloatImm, Hint, IntImm, Print, Var, as_expr,
-                  binary, canonical, const_value, is_float, select)
+from ..ir import (Allocate, Assert, BufferLoad, Call, DType, Expr, FloatImm, Hint, IntImm, Print, Store, Var,
+                  as_expr, binary, canonical, compare, const, const_value, is_float, select)
 from ..ir import cast as _to
 from ..ir import max_value as _max_value
 from ..ir import min_value as _min_value
@@ -21,7 +21,7 @@ from . import ops as _ops
 from .builder import current
 from .eager import const, empty  # eager-style @tilecore.jit kernels (tilecore/language/eager.py)
 from .eager import missing_name as __getattr__  # T.<name> tilecore lacks: a tilecore error, not AttributeError
-from .parser import KernelSpec, LoopSpec, TensorSpec, parse_prim_func, run_macro
+from .parser import BufferSpec, KernelSpec, LoopSpec, TensorSpec, parse_prim_func, run_macro
 
 # -- dtypes -------------------------------------------------------------------------------------
 bool_ = DType("bool")
@@ -32,6 +32,15 @@ float8_e4m3, float8_e5m2 = DType("float8_e4m3"), DType("float8_e5m2")
 float8_e4m3fn = float8_e4m3
 half, float, double = float16, float32, float64  # noqa: A001 - TileLang spells these too
 globals()["bool"] = bool_
+#: TensorFloat-32 is float32 storage that a matrix unit may multiply with a 10-bit mantissa; tilecore
+#: stores and computes it as float32 (results are at least as accurate as TF32's).
+tfloat32 = float32
+#: 4-bit integers (two per byte in TileLang). No target declares int4 storage, so a kernel that uses it
+#: is refused at compile() with UnsupportedFeatureError (dtype:int4:storage).
+int4 = DType("int4")
+#: ``T.dtype``: the dtype type. ``T.dtype("half") == T.float16``; ``dtype: T.dtype = T.float16`` in a
+#: signature; ``T.float16.as_torch() is torch.float16``.
+dtype = DType
 
 
 # -- functions and kernels ----------------------------------------------------------------------
@@ -63,8 +72,10 @@ def macro(fn=None, **_options):
 class _TensorAnnotation:
     """``T.Tensor((M, K), dtype)`` or ``T.Tensor[(M, K), dtype]``: a global tensor parameter."""
 
-    def __call__(self, shape, dtype="float32") -> TensorSpec:
+    def __call__(self, shape, dtype="float32", data=None):
         shape = (shape,) if isinstance(shape, (int, Expr)) else tuple(shape)
+        if data is not None:
+            return _view(shape, canonical(dtype), data)
         return TensorSpec(shape, canonical(dtype))
 
     def __getitem__(self, item) -> TensorSpec:
@@ -75,6 +86,40 @@ class _TensorAnnotation:
 
 Tensor = _TensorAnnotation()
 globals()["Buffer"] = Tensor
+
+
+def _view(shape, dtype, data) -> _IRBuffer:
+    """``T.Tensor(shape, dtype, A.data)`` in a kernel body: ``A``'s memory seen with another shape."""
+    b = current("T.Tensor(shape, dtype, data)")
+    base = getattr(data, "buffer", None)
+    if not isinstance(data, _IRBuffer.Data) or base.scope != "global":
+        raise ParseError("T.Tensor(shape, dtype, data): data must be `.data` of a T.Tensor parameter, "
+                         "e.g. T.Tensor((M * K,), dtype, A.data)", b.span)
+    if canonical(dtype) != base.dtype:
+        raise ParseError(f"T.Tensor(shape, {dtype}, {base.name}.data): the view's dtype must be "
+                         f"{base.name}'s ({base.dtype}); reinterpreting bits is not supported", b.span)
+    return base.view(shape)
+
+
+class _ScopedAnnotation:
+    """``T.SharedBuffer(shape, dtype)`` (or ``[shape, dtype]``): a @T.macro parameter that takes a buffer
+    of that scope; a buffer of another scope, dtype or shape passed to it is a ParseError at the call."""
+
+    def __init__(self, scope: str):
+        self.scope = scope
+
+    def __call__(self, shape, dtype="float32") -> BufferSpec:
+        shape = (shape,) if isinstance(shape, (int, Expr)) else tuple(shape)
+        return BufferSpec(shape, canonical(dtype), self.scope)
+
+    def __getitem__(self, item) -> BufferSpec:
+        return self(*item) if isinstance(item, tuple) and len(item) == 2 and not isinstance(item[1], int) \
+            else self(item)
+
+
+SharedBuffer = _ScopedAnnotation("shared")
+FragmentBuffer = _ScopedAnnotation("fragment")
+LocalBuffer = _ScopedAnnotation("local")
 
 
 def dynamic(name: str, dtype=int32) -> Var:
@@ -142,6 +187,22 @@ def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None,
     return _loop("pipelined", args, ann)
 
 
+Serial, Unroll = serial, unroll  # TileLang's capitalised aliases
+
+
+def Persistent(domain, wave_size, index, group_size=8):  # noqa: N802
+    """``for bx, by in T.Persistent([gx, gy], wave_size, index, group_size=8)``: a persistent loop.
+
+    The block handles tiles ``index, index + wave_size, index + 2 * wave_size, ...`` of the domain,
+    grouped by ``group_size`` along its last dimension (TileLang's order); tiles past the domain are
+    skipped. One loop variable per domain dimension.
+    """
+    domain = tuple(as_expr(d) for d in (domain if isinstance(domain, (list, tuple)) else (domain,)))
+    ann = {"domain": domain, "wave_size": as_expr(wave_size), "index": as_expr(index),
+           "group_size": as_expr(1 if group_size is None else group_size)}
+    return LoopSpec(tuple(as_expr(0) for _ in domain), domain, "persistent", ann)
+
+
 def grid(*extents):
     return LoopSpec(tuple(as_expr(0) for _ in extents), tuple(as_expr(e) for e in extents), "serial", {})
 
@@ -173,6 +234,68 @@ def alloc_var(dtype, init=None, scope="local.var"):
     return _alloc((1,), dtype, "var", init)
 
 
+def alloc_global(shape, dtype, scope="global"):
+    """A global workspace for the kernel: TileLang allocates it outside the caller's tensors."""
+    raise ParseError("T.alloc_global is not supported: tilecore allocates no memory behind the caller's back; "
+                     "pass the workspace as a T.Tensor parameter (out_idx allocates it at the call)",
+                     current("T.alloc_global").span)
+
+
+# -- barriers -----------------------------------------------------------------------------------
+# An mbarrier-style barrier, for kernels written as one block-level program (tilecore's model). A
+# barrier holds its number of completed phases; ``arrive`` completes the current phase (the block
+# arrives as one), and ``wait(parity)`` passes when the phase of that parity has completed, i.e. when
+# ``phases % 2 != parity`` (mbarrier's try_wait.parity rule). In program order a wait that would not
+# pass can never pass: it is a deadlock on a GPU, and it stops the kernel with KernelAssertionError
+# here (targets without device_assert refuse the kernel at compile time).
+def alloc_barrier(arrive_count=1):
+    """``T.alloc_barrier(128)`` or ``T.alloc_barrier([128] * n)``: n barriers (index with ``bars[i]``)."""
+    counts = list(arrive_count) if isinstance(arrive_count, (list, tuple)) else [arrive_count]
+    b = current("T.alloc_barrier")
+    if not b.in_kernel:
+        raise ParseError("T.alloc_barrier must be called inside `with T.Kernel(...)`", b.span)
+    buf = _IRBuffer("barrier", (len(counts),), "int32", "shared")
+    buf._unnamed = True
+    buf.is_barrier = True
+    b.emit(Allocate(buf))
+    for i in range(len(counts)):
+        b.emit(Store(buf, (const(i),), const(0, "int32")))
+    return buf
+
+
+def _barrier(bar, what: str):
+    b = current(what)
+    if isinstance(bar, BufferLoad) and getattr(bar.buffer, "is_barrier", False):
+        return bar.buffer, bar.indices
+    if isinstance(bar, _IRBuffer) and getattr(bar, "is_barrier", False):
+        return bar, (const(0),)
+    raise ParseError(f"{what}: the barrier must come from T.alloc_barrier (a barrier or bars[i])", b.span)
+
+
+def barrier_arrive(mbarrier, *_args, **_kwargs) -> None:
+    """Complete the barrier's current phase (the block arrives as one)."""
+    buf, idx = _barrier(mbarrier, "T.barrier_arrive")
+    current().emit(Store(buf, idx, binary("add", BufferLoad(buf, idx), const(1, "int32"))))
+
+
+def barrier_wait(mbarrier, parity=0, *_args, **_kwargs) -> None:
+    """Wait until the barrier's phase of ``parity`` (0 or 1) has completed."""
+    buf, idx = _barrier(mbarrier, "T.barrier_wait")
+    done = compare("ne", binary("bitand", BufferLoad(buf, idx), const(1, "int32")),
+                   binary("bitand", as_expr(parity, "int32"), const(1, "int32")))
+    span = current().span
+    current().emit(Assert(done, f"T.barrier_wait on {buf.name} at {span} can never complete in program order "
+                                "(its phase is not arrived before the wait): tilecore runs the block as one "
+                                "program, so a producer must arrive before its consumer waits"))
+
+
+mbarrier_arrive = barrier_arrive
+
+
+def mbarrier_wait_parity(mbarrier, parity=0, *_args, **_kwargs) -> None:
+    barrier_wait(mbarrier, parity)
+
+
 # -- tile ops -----------------------------------------------------------------------------------
 copy, fill, clear, gemm, cumsum = _ops.copy, _ops.fill, _ops.clear, _ops.gemm, _ops.cumsum
 
@@ -192,7 +315,7 @@ def reduce_abssum(src, dst, dim=-1, clear=True): _ops.reduce("abssum", src, dst,
 def reduce_absmax(src, dst, dim=-1, clear=True): _ops.reduce("absmax", src, dst, dim, clear)
 
 
-def atomic_add(dst, value, memory_order=None, return_prev=False): _ops.atomic("add", dst, value)
+def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False): _ops.atomic("add", dst, value)
 def atomic_max(dst, value, memory_order=None, return_prev=False): _ops.atomic("max", dst, value)
 def atomic_min(dst, value, memory_order=None, return_prev=False): _ops.atomic("min", dst, value)
 
@@ -217,6 +340,59 @@ def annotate_padding(paddings: dict) -> None:
 
 def no_set_max_nreg() -> None:
     current("T.no_set_max_nreg").emit(Hint("no_set_max_nreg", {}))
+
+
+def disable_warp_group_reg_alloc() -> None:
+    """A hint for warp-specialized Hopper kernels (do not rebalance registers); backends may ignore it."""
+    current("T.disable_warp_group_reg_alloc").emit(Hint("disable_warp_group_reg_alloc", {}))
+
+
+class Layout:
+    """``T.Layout(shape, lambda *idx: [...])``: an index map, for T.annotate_layout (a hint).
+
+    ``layout.map(*idx)`` applies it; a backend may use it or ignore it, results do not depend on it.
+    """
+
+    def __init__(self, shape, forward_fn):
+        self.shape = tuple(shape) if isinstance(shape, (list, tuple)) else (shape,)
+        self.forward_fn = forward_fn
+
+    def map(self, *idx):
+        return list(self.forward_fn(*idx))
+
+    def __repr__(self) -> str:
+        return f"Layout{self.shape}"
+
+
+class Fragment(Layout):
+    """``T.Fragment(shape, forward_thread_fn=..., forward_index_fn=...)``: a register layout (a hint)."""
+
+    def __init__(self, shape, forward_fn=None, forward_thread_fn=None, forward_index_fn=None, replicate=1, **_kw):
+        super().__init__(shape, forward_index_fn or forward_fn or (lambda *i: list(i)))
+        self.forward_thread_fn = forward_thread_fn
+        self.replicate = replicate
+
+
+# -- thread-level programming -------------------------------------------------------------------
+# A tilecore kernel body is one block-level program (docs/language.md, T.Kernel): there is no thread
+# index in the language, so per-thread code cannot be expressed. These names exist so that a TileLang
+# kernel that uses them fails with the reason and the replacement, not with an AttributeError.
+def _thread_level(name: str, instead: str):
+    def f(*_args, **_kwargs):
+        b = current(f"T.{name}")
+        raise UnsupportedFeatureError(
+            f"T.{name} is not supported: tilecore kernels are block-level programs with no per-thread code "
+            f"(see docs/language.md, T.Kernel); {instead}", b.span, feature=f"language:{name}")
+    f.__name__ = name
+    return f
+
+
+_TILE_INSTEAD = "write the work as T.Parallel loops and tile ops (T.reduce_*, T.copy, T.atomic_add)"
+get_thread_binding = _thread_level("get_thread_binding", _TILE_INSTEAD)
+get_thread_bindings = _thread_level("get_thread_bindings", _TILE_INSTEAD)
+for _n in ("shfl_sync", "shfl_xor", "shfl_down", "shfl_up", "tvm_warp_shuffle", "tvm_thread_allreduce",
+           "alloc_reducer", "finalize_reducer"):
+    globals()[_n] = _thread_level(_n, "use T.reduce_sum / T.reduce_max over a fragment instead")
 
 
 # -- debugging ----------------------------------------------------------------------------------
@@ -274,6 +450,25 @@ def max(a, b):  # noqa: A001
 
 def min(a, b):  # noqa: A001
     return binary("min", a, b)
+
+
+def floordiv(a, b):
+    """``a // b`` rounded toward minus infinity (Python's ``//``)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b
+    return binary("floordiv", a, b)
+
+
+def floormod(a, b):
+    """``a % b`` with the sign of ``b`` (Python's ``%``)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a % b
+    return binary("floormod", a, b)
+
+
+def clamp(x, lo, hi):
+    """``min(max(x, lo), hi)`` (TileLang's order: the lower bound applies first)."""
+    return binary("min", binary("max", x, lo), hi)
 
 
 def if_then_else(cond, t, f):

@@ -144,11 +144,17 @@ def cumsum(src, dst=None, dim: int = 0, reverse: bool = False) -> None:
 
 
 def atomic(op: str, dst, value) -> None:
-    """``dst op= value`` atomically. ``dst`` a point with a scalar value, or a region with a same-shape one."""
+    """``dst op= value`` atomically, element by element. ``dst`` a point with a scalar value; a region with a
+    same-shape value; or a point with a tile value (the point starts a region of the tile's extents)."""
     b = current(f"T.atomic_{op}")
+    if isinstance(dst, BufferLoad) and isinstance(value, (Buffer, Region)):
+        # a tile into a point: the point starts a region of the value's extents (the region rule)
+        v = _region(value, f"atomic_{op}", "value")
+        d = _point_to_region(dst, v.extents, f"atomic_{op}")
+        _check_same(f"atomic_{op}", v, d, "value and destination differ")
+        _emit("atomic", (v, d), kind=op)
+        return
     if isinstance(dst, BufferLoad):
-        if isinstance(value, (Buffer, Region)):
-            raise TileOpShapeError(f"T.atomic_{op}: a point destination takes a scalar value", b.span)
         b.emit(Atomic(op, dst.buffer, dst.indices, cast(dst.buffer.dtype, as_expr(value, dst.buffer.dtype))))
         return
     d = _region(dst, f"atomic_{op}", "destination")

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 from ..errors import CompileError, ParseError, Span
 from ..ir import (Allocate, Assert, Bind, Break, Buffer, BufferLoad, Continue, DType, Expr, For, If,
-                  KernelLaunch, Param, PrimFunc, Region, Store, Var, as_expr, cast, const_value, logic_and,
-                  logic_not, logic_or, select)
+                  KernelLaunch, Param, PrimFunc, Region, Store, Var, as_expr, binary, cast, compare, const,
+                  const_value, logic_and, logic_not, logic_or, maximum, minimum, select)
 from ..ir.dtypes import canonical
 from .builder import Builder, building
 
@@ -48,6 +48,15 @@ class TensorSpec:
 
     shape: tuple
     dtype: str
+
+
+@dataclass
+class BufferSpec:
+    """A @T.macro parameter annotation: ``T.SharedBuffer(shape, dtype)``, ``T.FragmentBuffer``..."""
+
+    shape: tuple
+    dtype: str
+    scope: str
 
 
 @dataclass
@@ -374,6 +383,8 @@ class Interpreter:
         if len(targets) != len(spec.extents):
             raise ParseError(f"{len(spec.extents)} loop dimensions bound to {len(targets)} names", self.builder.span)
         span = self.builder.span
+        if spec.kind == "persistent":
+            return self._persistent(node, targets, spec, span)
         self.push_scope()
         loop_vars = []
         for t in targets:
@@ -390,6 +401,66 @@ class Interpreter:
                 raise ParseError("loops with a step other than 1 are not supported yet", span)
             body = For(v, as_expr(start), as_expr(extent), spec.kind, body, dict(spec.annotations), span=span)
         self.builder.emit(body)
+
+    def _persistent(self, node, targets, spec: LoopSpec, span) -> None:
+        """``for v0, v1 in T.Persistent(domain, wave, index, group)``, as TileLang numbers the tiles."""
+        a = spec.annotations
+        domain, wave, index = a["domain"], a["wave_size"], a["index"]
+        last = domain[-1]
+        g = maximum(const(1), minimum(a["group_size"], last))
+        grouped = [binary("floordiv", binary("add", last, binary("sub", g, 1)), g), *domain[:-1], g]
+        padded = const(1)
+        for d in grouped:
+            padded = binary("mul", padded, d)
+        b = self.builder
+        w = Var(b.fresh("w"))
+        self.push_scope()
+        rem = binary("add", binary("mul", w, wave), index)
+        idxs = [None] * len(grouped)
+        for i in range(len(grouped) - 1, 0, -1):
+            idxs[i] = binary("floormod", rem, grouped[i])
+            rem = binary("floordiv", rem, grouped[i])
+        idxs[0] = rem
+        coords = [idxs[i + 1] for i in range(len(domain) - 1)]
+        coords.append(binary("add", binary("mul", idxs[0], g), idxs[-1]))
+        for t, c in zip(targets, coords):
+            if not isinstance(t, ast.Name):
+                raise ParseError("loop targets must be plain names", span)
+            v = Var(b.fresh(t.id))
+            b.emit(Bind(v, c))
+            self.layers[-1][t.id] = v
+        guard = logic_and(compare("lt", binary("add", binary("mul", w, wave), index), padded),
+                          compare("lt", coords[-1], last))
+        self.push_scope()
+        self.run_body(node.body)
+        body = self.pop_scope()
+        b.span = span
+        b.emit(If(guard, body, span=span))
+        step = self.pop_scope()
+        waves = binary("floordiv", binary("add", padded, binary("sub", wave, 1)), wave)
+        b.emit(For(w, const(0), waves, "serial", step, span=span))
+
+    def visit_While(self, node):
+        """``while cond: body``: a serial loop that stops when ``cond`` is false, tested before each
+        iteration (at most 2**31 - 1 iterations). A Python-constant ``cond`` builds no test."""
+        if node.orelse:
+            raise ParseError("while ... else is not supported in kernels", self.builder.span)
+        span = self.builder.span
+        b = self.builder
+        self.push_scope()
+        cond = self.eval(node.test)
+        if isinstance(cond, (Buffer, Region)):
+            raise ParseError("a buffer is not a condition", span)
+        c = const_value(cond) if isinstance(cond, Expr) else cond
+        if isinstance(cond, Expr) and c is None:
+            b.emit(If(logic_not(cond), Break(), span=span))
+        elif not c:
+            self.pop_scope()
+            return
+        self.run_body(node.body)
+        body = self.pop_scope()
+        b.span = span
+        b.emit(For(Var(b.fresh("while_it")), const(0), const(2**31 - 1), "serial", body, {"while": True}, span=span))
 
     def visit_If(self, node):
         cond = self.eval(node.test)
@@ -534,6 +605,27 @@ def _params(interp: Interpreter) -> list:
     return out
 
 
+def _check_buffer_arg(fn, name: str, spec: BufferSpec, value, span) -> None:
+    what = {"shared": "T.SharedBuffer", "fragment": "T.FragmentBuffer", "local": "T.LocalBuffer"}[spec.scope]
+    buf = value.buffer if isinstance(value, Region) else value
+    if not isinstance(buf, Buffer):
+        raise ParseError(f"macro {fn.__name__}: parameter `{name}` is a {what} but got {type(value).__name__}",
+                         span)
+    if buf.scope != spec.scope:
+        raise ParseError(f"macro {fn.__name__}: parameter `{name}` is a {what} but {buf.name} is a "
+                         f"{buf.scope} buffer", span)
+    if canonical(spec.dtype) != buf.dtype:
+        raise ParseError(f"macro {fn.__name__}: parameter `{name}` is {spec.dtype} but {buf.name} is {buf.dtype}",
+                         span)
+    shape = value.extents if isinstance(value, Region) else buf.shape
+    if len(shape) != len(spec.shape) or any(
+            const_value(a) is not None and const_value(as_expr(b)) is not None
+            and const_value(a) != const_value(as_expr(b)) for a, b in zip(shape, spec.shape)):
+        raise ParseError(f"macro {fn.__name__}: parameter `{name}` has shape {tuple(spec.shape)} but {buf.name} "
+                         f"has shape {tuple(const_value(s) if const_value(s) is not None else s for s in shape)}",
+                         span)
+
+
 def run_macro(fn, args, kwargs):
     """Expand a ``@T.macro`` into the kernel being built; returns the macro's return value."""
     from .builder import current
@@ -545,6 +637,15 @@ def run_macro(fn, args, kwargs):
     except TypeError as e:
         raise ParseError(f"macro {fn.__name__}: {e}", builder.span) from None
     bound.apply_defaults()
+    for name, value in bound.arguments.items():
+        ann = fn.__annotations__.get(name)
+        if isinstance(ann, str) and "Buffer" in ann:  # under `from __future__ import annotations`
+            try:
+                ann = eval(ann, fn.__globals__)  # noqa: S307 - the user's own annotation
+            except Exception:  # noqa: BLE001 - names a factory's locals: cannot check, as before
+                ann = None
+        if isinstance(ann, BufferSpec):
+            _check_buffer_arg(fn, name, ann, value, builder.span)
     outer_span = builder.span
     interp = Interpreter(fn, builder, dict(bound.arguments))
     interp.layers[-1]["__tc_symbolic__"] = False

@@ -86,7 +86,7 @@ class CUDAEmitter(CFamilyEmitter):
         for c in pipelines:
             names = []
             for m in c.attrs["tensor_maps"]:
-                idx = next(k for k, p in enumerate(abi.buffers) if p.buffer is m["buffer"])
+                idx = next(k for k, p in enumerate(abi.buffers) if p.buffer is (m["buffer"].base or m["buffer"]))
                 name = f"tc_tmap{len(tmap_meta)}"
                 shape = m["buffer"].shape
                 tmap_meta.append({"arg": idx, "dtype": m["dtype"], "elem_bytes": m["elem_bytes"],
@@ -101,7 +101,7 @@ class CUDAEmitter(CFamilyEmitter):
             plan = c.attrs.get("plan")
             if plan and plan.get("mode") == "mma":
                 for cp in plan["copies"].values():
-                    aligned.add(next(k for k, p in enumerate(abi.buffers) if p.buffer is cp.args[0].buffer))
+                    aligned.add(next(k for k, p in enumerate(abi.buffers) if p.buffer is (cp.args[0].buffer.base or cp.args[0].buffer)))
         params.append("int* __restrict__ tc_status")
         st.indent = 1
         for k, v in enumerate(abi.ints):

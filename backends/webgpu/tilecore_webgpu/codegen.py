@@ -69,7 +69,7 @@ class WebGPUEmitter(ShaderLangEmitter):
                 "fewer tensors (e.g. pack several into one)", func.span,
                 feature="limit:max_storage_buffers_per_stage", target=target)
         launch, top = single_launch(func)
-        written = {id(s.buffer) for s in collect(func.body, Store)} | {id(s.buffer) for s in collect(func.body, Atomic)}
+        written = {id(s.buffer.base or s.buffer) for s in collect(func.body, Store) + collect(func.body, Atomic)}
         ints = list(abi.ints)
         grid = list(launch.grid)
         n_words = len(abi.ints) + len(abi.floats) + len(grid)
