@@ -49,6 +49,7 @@ class CaseRunner:
         self.proc: subprocess.Popen | None = None
         self.log = None  # the runner's stdout and stderr (kernels' prints, faulthandler reports)
         self.buf = b""
+        self.broken = ""  # why the runner could not start: every later case gets it at once
 
     def run(self, case: Case, expected_fail: dict | None = None) -> Result:
         from .runner import apply_expectations, new_result
@@ -56,6 +57,8 @@ class CaseRunner:
         res = new_result(case, self)
         start = time.perf_counter()
         try:
+            if self.broken:
+                raise RunnerError(self.broken)
             if self.proc is None:
                 self._start()
                 start = time.perf_counter()  # the case's clock starts when the runner is ready
@@ -91,12 +94,13 @@ class CaseRunner:
         try:
             reply = self._receive(STARTUP_TIMEOUT)
         except _Died:
-            why = f"the case runner exited during start-up {describe_exit(self.proc.wait())}{self._last_words(0)}"
+            self.broken = f"the case runner exited during start-up {describe_exit(self.proc.wait())}{self._last_words(0)}"
             self.close()
-            raise RunnerError(why) from None
+            raise RunnerError(self.broken) from None
         if reply is None or "error" in reply:
             self.close()
-            raise RunnerError(reply["error"] if reply else f"the case runner did not start within {STARTUP_TIMEOUT:g} s")
+            self.broken = reply["error"] if reply else f"the case runner did not start within {STARTUP_TIMEOUT:g} s"
+            raise RunnerError(self.broken)
 
     def _send(self, msg: dict) -> None:
         try:
