@@ -136,3 +136,44 @@ ALL = {
     "future": ("tc_fake_future", INCOMPATIBLE_MODULE),
     "misspelled": ("tc_fake_misspelled", MISSPELLED_MODULE),
 }
+
+
+PLANTED_MODULE = textwrap.dedent("""\
+    # Planted misbehaving kernels (test-only): the CPU backend, except that a kernel whose body takes a
+    # maximum stores through a null pointer (SIGSEGV in native code) and one whose body takes a minimum
+    # spins forever in native code (no Python signal handler can stop it).
+    from tilecore.plugin import Source, Target, hookimpl
+    from tilecore_cpu import CPUBackend
+    from tilecore_cpu.codegen import ENTRY, CPUEmitter
+
+    SEGFAULT = "*(volatile int *)0 = 1;"
+    HANG = "for (;;) { __asm__ volatile(\\"\\"); }"
+
+    class PlantedEmitter(CPUEmitter):
+        def emit(self, func, ctx):
+            src = super().emit(func, ctx)
+            head, body = src.code.split(f"int {ENTRY}(", 1)
+            plant = SEGFAULT if "tc_max(" in body else HANG if "tc_min(" in body else ""
+            body = body.replace("{\\n", "{\\n  " + plant + "\\n", 1)
+            return Source(f"{head}int {ENTRY}({body}", src.lang, src.entry, src.meta)
+
+    class PlantedBackend(CPUBackend):
+        name = "plantedcpu"
+        distribution = "tilecore-plantedcpu"
+
+        def parse_target(self, spec):
+            return Target("plantedcpu", "plantedcpu", "", (), "cpu/host") if spec == "plantedcpu" else None
+
+        def targets(self):
+            return ["plantedcpu"]
+
+        def capability_files(self):
+            return []
+
+        def emitter(self, target):
+            return PlantedEmitter()
+
+    @hookimpl
+    def tilecore_backends():
+        return [PlantedBackend()]
+    """)

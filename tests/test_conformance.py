@@ -121,6 +121,97 @@ def test_merge_puts_each_target_and_mode_in_its_own_column(tmp_path, plugins):
     assert "| copy/whole/float64/64x64 | PASS | NOT_SUPPORTED |" in text
 
 
+def junit_names(report: Path) -> set:
+    import xml.etree.ElementTree as ET
+
+    return {tc.get("name") for tc in ET.parse(report / "junit.xml").iter("testcase")}
+
+
+def processes_with(marker: str) -> list:
+    """Live processes whose environment holds ``marker`` (a case runner left behind would be one)."""
+    found = []
+    for env in Path("/proc").glob("[0-9]*/environ"):
+        if env.parent.name == str(os.getpid()):
+            continue
+        try:
+            if marker.encode() in env.read_bytes():
+                found.append(env.parent.name)
+        except OSError:
+            pass
+    return found
+
+
+# the planted backend's kernels that take a maximum segfault, those that take a minimum spin forever
+SEGFAULTS, HANGS = "reduce/max/dim0/clear/float32", "reduce/min/dim0/clear/float32"
+HEALTHY = ["reduce/sum/dim0/clear/float32", "reduce/sum/dim1/clear/float32", "reduce/abssum/dim0/clear/float32",
+           "fill/fill/float32", "fill/clear/int32", "copy/whole/float32/64x64", "cumsum/dim0/forward/float32",
+           "cumsum/dim1/reverse/int32"]
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    return fake_plugins.install(tmp_path_factory.mktemp("planted"),
+                                {"plantedcpu": ("tc_conf_planted", fake_plugins.PLANTED_MODULE)})
+
+
+@pytest.mark.parametrize("workers", [["-n", "2"], []], ids=["xdist", "one-process"])
+def test_native_crash_and_hang_are_recorded_and_later_cases_still_run(tmp_path, planted, workers, monkeypatch):
+    monkeypatch.setenv("TC_TEST_MARKER", str(tmp_path))  # inherited by every process of the run
+    report = tmp_path / "report"
+    pick = " or ".join([SEGFAULTS, HANGS, *HEALTHY])
+    r = run(["--target", "plantedcpu", *workers, "--timeout", "5", "--report", str(report), "-k", pick],
+            tmp_path, planted)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    res = {x["id"]: x for x in results(report)}
+    assert sorted(res) == sorted([SEGFAULTS, HANGS, *HEALTHY])
+    crash, hang = res.pop(SEGFAULTS), res.pop(HANGS)
+    assert crash["state"] == "CRASH" and "signal SIGSEGV" in crash["error"], crash
+    assert "in launch" in crash["error"], crash  # faulthandler names the Python frame that was in native code
+    assert hang["state"] == "TIMEOUT" and "no result within 5 s" in hang["error"], hang
+    assert 5 <= hang["duration"] < 10, hang
+    assert {x["state"] for x in res.values()} == {"PASS"}, res  # in catalog order, some ran after both
+    names = junit_names(report)
+    assert all(f"test_case[{i}]" in names for i in [SEGFAULTS, HANGS, *HEALTHY]), names
+    matrix = (report / "matrix.md").read_text()
+    assert f"| {SEGFAULTS} | CRASH |" in matrix and f"| {HANGS} | TIMEOUT |" in matrix
+    assert "CRASH" in r.stdout and "TIMEOUT" in r.stdout
+    assert processes_with(str(tmp_path)) == [], "a case runner outlived the run"
+
+
+def test_an_unrelated_pytest_run_without_xdist_is_untouched(tmp_path):
+    (tmp_path / "test_other.py").write_text("def test_other():\n    assert 1 + 1 == 2\n")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q",
+                        "test_other.py"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout + r.stderr
+    assert "tilecore" not in r.stdout + r.stderr
+
+
+def test_workers_without_xdist_is_one_clear_error(tmp_path):
+    code = ("import runpy, sys; sys.modules['xdist'] = None; "  # pytest-xdist not installed
+            "sys.argv = ['tilecore', 'conformance', 'run', '--target', 'cpu', '-n', '2']; "
+            "runpy.run_module('tilecore', run_name='__main__')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "tilecore: error: -n 2 needs pytest-xdist, which is not installed: pip install pytest-xdist "
+        "(or run without -n)"]
+
+
+def test_bfloat16_cases_without_torch_are_a_harness_error_naming_the_fix(tmp_path):
+    hide = tmp_path / "notorch"
+    (hide / "torch").mkdir(parents=True)  # shadows the real torch in every process of the run
+    (hide / "torch" / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
+    report = tmp_path / "report"
+    r = run(["--target", "cpu", "-k", "fill/fill/bfloat16 or copy/whole/bfloat16 or fill/fill/float32",
+             "--report", str(report)], tmp_path, hide)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    res = {x["id"]: x for x in results(report)}
+    assert res.pop("fill/fill/float32")["state"] == "PASS"
+    assert sorted(res) == ["copy/whole/bfloat16/64x64", "fill/fill/bfloat16"]
+    for x in res.values():
+        assert x["state"] == "HARNESS_ERROR" and x["error"] == "needs torch for bfloat16 inputs: pip install torch", x
+
+
 MISMATCH_MODULE = fake_plugins.ACME_MODULE.replace(
     'return Probe("no-device", detail="acme boards are not attached here")',
     'return Probe("ok", (DeviceInfo("acme x1 board"),), {"memory": {"shared": {"max_bytes_per_block": 8192}}})',

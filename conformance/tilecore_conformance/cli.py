@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -29,6 +30,11 @@ def cmd_run(args) -> int:
 
     from .plugin import SUITE
 
+    if args.workers and not _has_xdist():
+        print(f"tilecore: error: -n {args.workers} needs pytest-xdist, which is not installed: "
+              "pip install pytest-xdist (or run without -n)", file=sys.stderr)
+        return 2
+
     argv = [str(SUITE), f"--tilecore-target={args.target}", f"--tilecore-timeout={args.timeout}",
             "-p", "no:cacheprovider", "-q", "-rfE"]
     if args.workers:
@@ -41,6 +47,12 @@ def cmd_run(args) -> int:
         Path(args.report).mkdir(parents=True, exist_ok=True)
         argv += [f"--tilecore-report={args.report}", f"--junitxml={Path(args.report) / 'junit.xml'}"]
     return int(pytest.main(argv))
+
+
+def _has_xdist() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("xdist") is not None  # not imported: pytest would warn it cannot rewrite it
 
 
 def cmd_merge(args) -> int:

@@ -1,10 +1,16 @@
 """The pytest plugin: ``pytest --tilecore-target=<t>`` runs the catalog against an installed target.
 
-Each case becomes one test item. The item passes for PASS and EXPECTED_FAIL (shown as xfail), is
-skipped with the reason ``NOT_SUPPORTED: ...`` only after the suite verified that compiling it fails
-with the clear unsupported-feature error, and fails for every other state. At the end the controller
+Each case becomes one test item, run in a case-runner child process (``isolation.py``) so that a
+kernel that crashes or hangs in native code is recorded as CRASH or TIMEOUT without taking the run
+down. The item passes for PASS and EXPECTED_FAIL (shown as xfail), is skipped with the reason
+``NOT_SUPPORTED: ...`` only after the suite verified that compiling it fails with the clear
+unsupported-feature error, and fails for every other state. At the end the controller
 writes the reports, checks the expectations file (stale entries and the floor on collected cases)
 and prints a summary table.
+
+The plugin is installed as a ``pytest11`` entry point, so it loads in every pytest run of the
+environment: without ``--tilecore-target`` every hook here returns at once, and the pytest-xdist hook is
+registered only where xdist is installed (pytest rejects a plugin implementing a hook nobody declared).
 """
 from __future__ import annotations
 
@@ -59,7 +65,7 @@ class Session:
         from .runner import Target
 
         self.config = config
-        spec = config.getoption("tilecore_target")
+        self.spec = spec = config.getoption("tilecore_target")
         self.error = None
         try:
             self.target = Target(spec)
@@ -69,6 +75,15 @@ class Session:
         self.expect = load_expectations(_expectations_path(config, spec))
         self.results: list = []
         self.timeout = config.getoption("tilecore_timeout")
+        self.runner = None
+
+    def run(self, case):
+        """Run one case in this process's case runner (started on first use, restarted after a crash)."""
+        from .isolation import CaseRunner
+
+        if self.runner is None:
+            self.runner = CaseRunner(self.spec, self.target.name, self.target.mode, self.timeout)
+        return self.runner.run(case, self.expect["expected_failures"])
 
 
 def _assign_device(config) -> None:
@@ -90,19 +105,14 @@ def pytest_configure(config):
     if not explicit and str(SUITE) not in config.args:
         config.args[:] = [str(SUITE)]
     config._tilecore = Session(config)
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistHooks(), "tilecore_conformance_xdist")
 
 
-def pytest_generate_tests(metafunc):
-    if "tc_case" in metafunc.fixturenames:
-        sess = getattr(metafunc.config, "_tilecore", None)
-        if sess is None:
-            pytest.skip("the conformance suite needs --tilecore-target=<target>")  # only when run by path by hand
-        metafunc.parametrize("tc_case", sess.cases, ids=[c.id for c in sess.cases])
-
-
-@pytest.fixture
-def tc_session(request):
-    return request.config._tilecore
+def pytest_unconfigure(config):
+    sess = getattr(config, "_tilecore", None)
+    if sess is not None and sess.runner is not None:
+        sess.runner.close()
 
 
 def record(sess: Session, result) -> None:
@@ -148,11 +158,15 @@ def pytest_sessionfinish(session, exitstatus):
     _finish(session, sess, results)
 
 
-def pytest_configure_node(node):  # xdist hook: tell workers where to put results and how many devices exist
-    node.workerinput["tilecore_parts"] = str(_parts_dir(node.config))
-    sess = getattr(node.config, "_tilecore", None)
-    devices = len(sess.target.probe.devices) if sess is not None and sess.target is not None else 1
-    node.workerinput["tilecore_devices"] = max(1, devices)
+class XdistHooks:
+    """pytest-xdist's hooks, registered by ``pytest_configure`` only where xdist is installed."""
+
+    @staticmethod
+    def pytest_configure_node(node):  # tell workers where to put results and how many devices exist
+        node.workerinput["tilecore_parts"] = str(_parts_dir(node.config))
+        sess = getattr(node.config, "_tilecore", None)
+        devices = len(sess.target.probe.devices) if sess is not None and sess.target is not None else 1
+        node.workerinput["tilecore_devices"] = max(1, devices)
 
 
 def _finish(session, sess: Session, results: list) -> None:

@@ -3,7 +3,19 @@ import pytest
 
 from tilecore_conformance import model
 from tilecore_conformance.plugin import record
-from tilecore_conformance.runner import run_case
+
+
+def pytest_generate_tests(metafunc):
+    if "tc_case" in metafunc.fixturenames:
+        sess = getattr(metafunc.config, "_tilecore", None)
+        if sess is None:
+            pytest.skip("the conformance suite needs --tilecore-target=<target>")  # only when run by path by hand
+        metafunc.parametrize("tc_case", sess.cases, ids=[c.id for c in sess.cases])
+
+
+@pytest.fixture
+def tc_session(request):
+    return request.config._tilecore
 
 
 def test_case(tc_case, tc_session):
@@ -11,7 +23,7 @@ def test_case(tc_case, tc_session):
         res = model.Result(tc_case.id, tc_case.family, {}, model.HARNESS_ERROR, "none",
                            tc_session.config.getoption("tilecore_target"), tc_case.seed, error=tc_session.error)
     else:
-        res = run_case(tc_case, tc_session.target, tc_session.expect["expected_failures"], tc_session.timeout)
+        res = tc_session.run(tc_case)
     record(tc_session, res)
     detail = f"{res.state} [{res.mode}] {res.error}".strip()
     if res.state == model.NOT_SUPPORTED:
