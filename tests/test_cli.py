@@ -115,3 +115,23 @@ def test_cache_dir_and_clear(tmp_path):
     assert tc("cache", "dir", env=env).stdout.strip() == str(tmp_path)
     (tmp_path / "kernels" / "ab" / "abc").mkdir(parents=True)
     assert "removed 1 cached kernel" in tc("cache", "clear", env=env).stdout
+
+
+def test_capabilities_validate_accepts_the_wheel_and_guide_layouts(tmp_path):
+    # a wheel's folder (tilecore_cpu/capabilities/host.yaml, id cpu/host) validates as it ships
+    r = tc("capabilities", "validate", str(HERE.parent / "backends" / "cpu" / "tilecore_cpu" / "capabilities"))
+    assert r.returncode == 0 and "all valid" in r.stdout, r.stdout + r.stderr
+    # the plugin guide's layout: tilecore_acme/capabilities/x1.yaml with id acme/x1, named by its folder
+    # or by the package folder above it
+    caps = tmp_path / "tilecore_acme" / "capabilities"
+    caps.mkdir(parents=True)
+    (caps / "x1.yaml").write_text("schema: tilecore.capabilities/v1\nid: acme/x1\nextends: [cpu/host]\ntarget: acme\n"
+                                  "match: {arch: x1}\n")
+    for where in (caps, tmp_path / "tilecore_acme"):
+        r = tc("capabilities", "validate", str(where))
+        assert r.returncode == 0 and "all valid" in r.stdout, r.stdout + r.stderr
+    # a copy-pasted file whose id names another device still fails, with the fix
+    (caps / "x2.yaml").write_text((caps / "x1.yaml").read_text().replace("acme/x1", "acme/x3"))
+    r = tc("capabilities", "validate", str(caps))
+    assert r.returncode == 1 and "id 'acme/x3' does not match the file's place 'x2'" in r.stdout
+    assert "fix: name the file x3.yaml" in r.stdout
