@@ -164,10 +164,12 @@ def test_compile_wrong_arity_names_the_signature(tmp_path):
 def test_compile_unknown_name_is_found_without_running_the_module(tmp_path):
     marker = tmp_path / "ran"
     f = tmp_path / "k.py"
-    f.write_text(f"open({str(marker)!r}, 'w').close()\n\ndef make(n):\n    pass\n\nscale = 2\n")
+    f.write_text(f"open({str(marker)!r}, 'w').close()\n\ndef make(n):\n    return 1 // n\n\nscale = 2\n"
+                 "if __name__ == '__main__':\n    main_only = 3\n")
     r = tc("compile", f"{f}:nosuch")
-    _one_line_error(r, "defines no top-level 'nosuch' (it defines: make, scale)")
+    _one_line_error(r, "defines no top-level 'nosuch' (it defines: main_only, make, scale)")
     assert not marker.exists()
+    _one_line_error(tc("compile", f"{f}:make", "--args", "0"), "make(0) failed at", "k.py:4: ZeroDivisionError")
 
 
 def test_compile_module_that_fails_names_the_users_line(tmp_path):

@@ -129,12 +129,14 @@ def cmd_targets_show(args) -> int:
 # -- compile --------------------------------------------------------------------------------------
 
 def _top_level_names(tree) -> set | None:
-    """Names a module's top level binds, read from its syntax tree; None when it cannot be known
-    without running it (``from x import *``)."""
+    """Names the module's top level may bind, read from its syntax tree (names bound under ``if``,
+    ``try``, ``with`` or a loop count too); None when only running it tells (``from x import *``)."""
     import ast
 
     names = set()
-    for node in tree.body:
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -142,11 +144,19 @@ def _top_level_names(tree) -> set | None:
                 if a.name == "*":
                     return None
                 names.add(a.asname or a.name.split(".")[0])
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                names.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
-        elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
-            return None  # names bound under a condition: only running the module tells
+        else:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.stmt):
+                    todo.append(child)
+                elif isinstance(child, ast.excepthandler):
+                    todo.extend(child.body)
+                    names.update([child.name] if child.name else [])
+            targets = {ast.Assign: "targets", ast.AnnAssign: "target", ast.AugAssign: "target",
+                       ast.For: "target", ast.With: "items", ast.NamedExpr: "target"}
+            if type(node) in targets:
+                for n in ast.walk(node):
+                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                        names.add(n.id)
     return names
 
 
@@ -228,14 +238,24 @@ def _call_factory(factory, spec: str, text: str | None):
         given = f"--args {text}" if text else "no --args"
         raise SystemExit(f"tilecore compile: {spec} takes {factory.__name__}{sig}; {given} does not fit "
                          f"({e}); fix: give one value per parameter without a default, in order") from None
-    return factory(*args)
+    from pathlib import Path
+
+    from ..errors import TilecoreError
+
+    try:
+        return factory(*args)
+    except TilecoreError:
+        raise  # a kernel error: main() prints it with the kernel's line
+    except Exception as e:  # noqa: BLE001 - the user's factory failed: say where, no traceback
+        where = _user_line(e, Path(spec.rsplit(":", 1)[0]).resolve())
+        raise SystemExit(f"tilecore compile: {factory.__name__}({text or ''}) failed at {where}: "
+                         f"{type(e).__name__}: {e}") from None
 
 
 def cmd_compile(args) -> int:
-    from ..ir import PrimFunc
-    from ..compiler import _JitFunction, lower
-
     from ..autotune import AutoTuner
+    from ..compiler import _JitFunction, lower
+    from ..ir import PrimFunc
 
     obj = _load_object(args.spec)
     if isinstance(obj, AutoTuner):  # compile one config: the factory's defaults or those in --args
