@@ -25,3 +25,61 @@ def test_every_pass_config_key_is_documented():
 
     text = (DOCS / "language.md").read_text() + (DOCS / "plugin-guide.md").read_text()
     assert [k for k in PassConfigKey.all().values() if k not in text] == []
+
+
+# -- docs/language.md "Known limitations" says what the code does ------------------------------------
+
+def _limitations() -> str:
+    text = (DOCS / "language.md").read_text()
+    return text[text.index("## Known limitations"):]
+
+
+def test_limitation_tile_op_guards_negative_index_unguarded_constant_past_end_dropped():
+    import numpy as np
+
+    import tilecore
+    import tilecore.language as T
+
+    @T.prim_func
+    def fill_at(B: T.Tensor((12,), "float32"), k: T.int32):
+        with T.Kernel(1) as bx:
+            T.fill(B[k], 1.0)
+
+    @T.prim_func
+    def fill_past_end(B: T.Tensor((12,), "float32")):
+        with T.Kernel(1) as bx:
+            T.fill(B[20], 1.0)
+
+    big = np.zeros(32, np.float32)
+    tilecore.compile(fill_past_end, target="cpu")(big[4:16])
+    assert not big.any()                                   # the constant past-the-end write is dropped
+    tilecore.compile(fill_at, target="cpu")(big[4:16], -1)
+    assert np.nonzero(big)[0].tolist() == [3]              # k = -1 writes the element before B
+    assert "a negative index is not guarded" in _limitations()
+
+
+def test_limitation_list_does_not_contradict_copy_and_operators():
+    import numpy as np
+
+    import tilecore
+    import tilecore.language as T
+
+    @T.prim_func
+    def g2g(A: T.Tensor((8,), "float32"), B: T.Tensor((12,), "float32")):
+        with T.Kernel(1) as bx:
+            T.copy(A[0:12], B[0:12])
+
+    @T.prim_func
+    def bits(A: T.Tensor((4,), "int32"), B: T.Tensor((4,), "int32")):
+        with T.Kernel(1) as bx:
+            for i in T.serial(4):
+                B[i] = (A[i] & 6) | 1
+
+    a = np.arange(1, 9, dtype=np.float32)
+    b = np.full(12, -7.0, np.float32)
+    tilecore.compile(g2g, target="cpu")(a, b)
+    assert b.tolist() == a.tolist() + [-7.0] * 4           # the tail is left, not zeroed
+    x = np.array([7, 8, 5, 2], np.int32)
+    assert tilecore.compile(bits, target="cpu", out_idx=[-1])(x).tolist() == ((x & 6) | 1).tolist()
+    lim = _limitations()
+    assert "logical operators" not in lim and "reads out-of-bounds global elements as 0" not in lim

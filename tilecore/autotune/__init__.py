@@ -7,7 +7,8 @@
     kernel = matmul(1024, 1024, 1024)   # compiles every config in parallel, times each, returns the best
 
 The winner is remembered in memory and on disk (``<cache>/autotune/<key>.json``), keyed by the factory,
-its arguments, the config list and the target, so a later process compiles only the winner.
+its arguments, the config list and the target, so a later process compiles only the winner;
+``tilecore cache clear`` forgets the winners with the kernels.
 """
 from __future__ import annotations
 
@@ -141,9 +142,11 @@ class AutoTuner:
         return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
     def _disk(self, key: str):
-        from ..compiler.cache import cache_root
+        """The record's path, or None when the cache directory must not be used (see compiler.cache)."""
+        from ..compiler.cache import usable_root
 
-        return cache_root() / "autotune" / f"{key}.json"
+        root = usable_root()
+        return None if root is None else root / "autotune" / f"{key}.json"
 
     def __call__(self, *args, **kwargs):
         kernel = self._kernel(args, kwargs)
@@ -167,7 +170,7 @@ class AutoTuner:
         if key in self._best:
             return self._best[key]
         path = self._disk(key)
-        if path.exists():
+        if path is not None and path.exists():
             try:
                 rec = json.loads(path.read_text())
                 kernel = self.jit_fn.compile(*args, **{**kwargs, **rec["config"]})
@@ -178,10 +181,14 @@ class AutoTuner:
                 pass  # a stale or corrupt record: tune again
         kernel = self._tune(args, kwargs, cfgs)
         self._best[key] = kernel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"config": kernel.config, "latency": kernel.latency}))
-        os.replace(tmp, path)
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(json.dumps({"config": kernel.config, "latency": kernel.latency}))
+                os.replace(tmp, path)
+            except OSError:
+                pass  # a read-only cache: the winner is kept in memory only
         return kernel
 
     def _tune(self, args, kwargs, cfgs):

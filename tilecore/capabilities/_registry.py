@@ -17,6 +17,15 @@ _NOT_INHERITED = ("schema", "id", "extends", "abstract", "match", "description")
 _UNION_LISTS = ("provenance.sources",)
 
 
+def _fits_place(ident: str, rel: str) -> bool:
+    """A file found in a folder is ``<name>.yaml`` for id ``vendor/name``, directly in the folder given
+    (a wheel's ``tilecore_<vendor>/capabilities/``), in a ``capabilities`` folder, or in a folder named
+    after the vendor (the repository's ``capabilities/<vendor>/``)."""
+    vendor, _, name = ident.partition("/")
+    parts = os.path.splitext(rel)[0].split(os.sep)
+    return parts[-1] == name and (len(parts) == 1 or parts[-2] in (vendor, "capabilities"))
+
+
 @dataclass
 class _Entry:
     doc: dict
@@ -209,11 +218,12 @@ class CapabilityRegistry:
             entry = self._entries[ident]
             errors = validate_document(entry.doc, entry.path)
             out.extend(errors)
-            if entry.rel is not None:
-                expect = os.path.splitext(entry.rel)[0].replace(os.sep, "/")
-                if expect != ident:
-                    out.append(f"{entry.path}: id: {ident!r} does not match the file's place "
-                               f"{expect!r} (fix: rename the file or change the id)")
+            if entry.rel is not None and not _fits_place(ident, entry.rel):
+                place = os.path.splitext(entry.rel)[0].replace(os.sep, "/")
+                out.append(f"{entry.path}: id: {ident!r} does not match the file's place {place!r} "
+                           f"(fix: name the file {ident.split('/')[-1]}.yaml, in a folder named "
+                           f"{ident.split('/')[0]} or capabilities or directly in the folder given, "
+                           "or change the id)")
             if errors:
                 continue
             try:

@@ -21,9 +21,13 @@ from .._version import __version__
 
 
 def _console():
+    """rich output; not wrapped at all when stdout is not a terminal (a file, a pipe), so tables keep
+    whole names in every cell."""
     from rich.console import Console
 
-    return Console(soft_wrap=True)
+    if sys.stdout.isatty():
+        return Console(soft_wrap=True)
+    return Console(soft_wrap=True, width=100_000)
 
 
 def _plugin_api() -> str:
@@ -124,25 +128,85 @@ def cmd_targets_show(args) -> int:
 
 # -- compile --------------------------------------------------------------------------------------
 
+def _top_level_names(tree) -> set | None:
+    """Names the module's top level may bind, read from its syntax tree (names bound under ``if``,
+    ``try``, ``with`` or a loop count too); None when only running it tells (``from x import *``)."""
+    import ast
+
+    names = set()
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                if a.name == "*":
+                    return None
+                names.add(a.asname or a.name.split(".")[0])
+        else:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.stmt):
+                    todo.append(child)
+                elif isinstance(child, ast.excepthandler):
+                    todo.extend(child.body)
+                    names.update([child.name] if child.name else [])
+            targets = {ast.Assign: "targets", ast.AnnAssign: "target", ast.AugAssign: "target",
+                       ast.For: "target", ast.With: "items", ast.NamedExpr: "target"}
+            if type(node) in targets:
+                for n in ast.walk(node):
+                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                        names.add(n.id)
+    return names
+
+
+def _user_line(exc: BaseException, path) -> str:
+    """``file:line`` of the deepest frame of ``exc`` in the user's file, or the file alone."""
+    import traceback
+
+    where = str(path)
+    for fr in traceback.extract_tb(exc.__traceback__):
+        if fr.filename == str(path):
+            where = f"{path}:{fr.lineno}"
+    return where
+
+
 def _load_object(spec: str):
+    import ast
     import importlib.util
     from pathlib import Path
 
+    from ..errors import TilecoreError
+
     if ":" not in spec:
-        raise SystemExit(f"tilecore compile: expected FILE.py:NAME, got {spec!r}")
+        raise SystemExit(f"tilecore compile: expected FILE.py:NAME, got {spec!r} (fix: e.g. kernels.py:matmul)")
     path, name = spec.rsplit(":", 1)
     p = Path(path)
-    if not p.exists():
-        raise SystemExit(f"tilecore compile: {path} does not exist")
+    if not p.is_file():
+        raise SystemExit(f"tilecore compile: {path} does not exist (fix: give the path of a .py file)")
+    try:
+        tree = ast.parse(p.read_text(), str(p))
+    except SyntaxError as e:
+        raise SystemExit(f"tilecore compile: {p}:{e.lineno}: SyntaxError: {e.msg}") from None
+    names = _top_level_names(tree)
+    if names is not None and name not in names:
+        defined = ", ".join(sorted(n for n in names if not n.startswith("_"))) or "nothing"
+        raise SystemExit(f"tilecore compile: {path} defines no top-level {name!r} (it defines: {defined}); "
+                         "fix: name a @T.prim_func or a @tilecore.jit factory of that file")
     mod_spec = importlib.util.spec_from_file_location(p.stem, p)
     module = importlib.util.module_from_spec(mod_spec)
     sys.path.insert(0, str(p.parent.resolve()))
     try:
         mod_spec.loader.exec_module(module)
+    except TilecoreError:
+        raise  # a kernel error: main() prints it with the kernel's line
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - the user's module failed: say where, no traceback
+        raise SystemExit(f"tilecore compile: running {path} failed at {_user_line(e, p.resolve())}: "
+                         f"{type(e).__name__}: {e}") from None
     finally:
         sys.path.pop(0)
     if not hasattr(module, name):
-        raise SystemExit(f"tilecore compile: {path} has no {name!r}")
+        raise SystemExit(f"tilecore compile: {path} has no {name!r} after running it")
     return getattr(module, name)
 
 
@@ -151,23 +215,59 @@ def _parse_args(text: str | None) -> tuple:
 
     if not text:
         return ()
-    value = ast.literal_eval(text if text.strip().startswith(("(", "[")) else f"({text},)")
+    try:
+        value = ast.literal_eval(text if text.strip().startswith(("(", "[")) else f"({text},)")
+    except (ValueError, SyntaxError):
+        raise SystemExit(f"tilecore compile: --args {text!r} is not a list of Python literals "
+                         "(fix: e.g. --args 1024,1024,'float16')") from None
     return tuple(value)
 
 
+def _call_factory(factory, spec: str, text: str | None):
+    """Call a kernel factory with --args, checking the count against its signature first."""
+    import inspect
+
+    args = _parse_args(text)
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return factory(*args)
+    try:
+        sig.bind(*args)
+    except TypeError as e:
+        given = f"--args {text}" if text else "no --args"
+        raise SystemExit(f"tilecore compile: {spec} takes {factory.__name__}{sig}; {given} does not fit "
+                         f"({e}); fix: give one value per parameter without a default, in order") from None
+    from pathlib import Path
+
+    from ..errors import TilecoreError
+
+    try:
+        return factory(*args)
+    except TilecoreError:
+        raise  # a kernel error: main() prints it with the kernel's line
+    except Exception as e:  # noqa: BLE001 - the user's factory failed: say where, no traceback
+        where = _user_line(e, Path(spec.rsplit(":", 1)[0]).resolve())
+        raise SystemExit(f"tilecore compile: {factory.__name__}({text or ''}) failed at {where}: "
+                         f"{type(e).__name__}: {e}") from None
+
+
 def cmd_compile(args) -> int:
-    from ..ir import PrimFunc
+    from ..autotune import AutoTuner
     from ..compiler import _JitFunction, lower
+    from ..ir import PrimFunc
 
     obj = _load_object(args.spec)
+    if isinstance(obj, AutoTuner):  # compile one config: the factory's defaults or those in --args
+        obj = obj.jit_fn
     if isinstance(obj, _JitFunction):
-        func = obj.factory(*_parse_args(args.args))
+        func = _call_factory(obj.factory, args.spec, args.args)
     elif isinstance(obj, PrimFunc):
         if args.args:
             raise SystemExit("tilecore compile: --args is for @tilecore.jit factories; NAME is a prim_func")
         func = obj
     elif callable(obj):
-        func = obj(*_parse_args(args.args))
+        func = _call_factory(obj, args.spec, args.args)
     else:
         raise SystemExit(f"tilecore compile: {args.spec} is neither a @T.prim_func nor a @tilecore.jit factory")
     if not isinstance(func, PrimFunc):
@@ -212,9 +312,13 @@ def _configs(items) -> dict:
 def cmd_capabilities_validate(args) -> int:
     from pathlib import Path
 
-    from ..capabilities import CapabilityRegistry
+    from ..capabilities import CapabilityError, CapabilityRegistry
     from ..plugin import get_registry
 
+    for p in args.paths or []:
+        if not Path(p).exists():
+            raise CapabilityError("no such file or folder", file=p,
+                                  hint="name a capability .yaml file or a folder that holds them")
     reg = CapabilityRegistry()
     n = shadowed = 0
     # Files named on the command line come first: where an installed backend carries a profile with the
@@ -247,17 +351,29 @@ def cmd_cache(args) -> int:
     from ..compiler import cache
 
     if args.action == "dir":
-        print(cache.cache_root())
+        root, problem = cache.check_root(create=False)
+        print(root)
+        if problem:
+            print(f"tilecore: warning: this cache is not used: {problem}", file=sys.stderr)
     else:
-        print(f"removed {cache.clear()} cached kernel(s) from {cache.cache_root()}")
+        n = cache.clear()
+        print(f"removed {n['kernels']} cached kernel(s) and {n['autotune']} autotune result(s) "
+              f"from {cache.cache_root()}")
     return 0
 
 
 # -- entry --------------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tilecore", description="tilecore: a tile-kernel compiler with vendor "
-                                "backends as plugins.")
+    p = argparse.ArgumentParser(
+        prog="tilecore", description="tilecore: a tile-kernel compiler with vendor backends as plugins.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="kernels are written in Python (docs/language.md):\n"
+               "  tilecore.compile(func, target=...)   compile a @T.prim_func\n"
+               "  @tilecore.jit                        a kernel factory, compiled once per arguments\n"
+               "  @tilecore.autotune(configs=[...])    time each config of a @tilecore.jit factory, keep the\n"
+               "                                       fastest (remembered in the cache; `tilecore cache clear`\n"
+               "                                       forgets it)")
     p.add_argument("--version", action="version", version=f"tilecore {__version__} (plugin API {_plugin_api()})")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -268,7 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
     tl.set_defaults(fn=cmd_targets_list)
     ts = tsub.add_parser("show", help="the resolved capability matrix, probe results and mismatches")
     ts.add_argument("target", help="a target string, e.g. cpu")
-    ts.add_argument("--json", action="store_true")
+    ts.add_argument("--json", action="store_true", help="print JSON (target, probe, devices, mismatches, the "
+                    "resolved capabilities) instead of text")
     ts.set_defaults(fn=cmd_targets_show)
 
     c = sub.add_parser("compile", help="compile a kernel from a Python file and print IR or source",
@@ -302,8 +419,12 @@ def build_parser() -> argparse.ArgumentParser:
         conf.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
         conf.set_defaults(fn=lambda a: _missing_conformance())
 
-    k = sub.add_parser("cache", help="the compiled-kernel cache")
-    k.add_argument("action", choices=("dir", "clear"))
+    k = sub.add_parser("cache", help="the cache of compiled kernels and autotune results",
+                       description="The on-disk cache ($TILECORE_CACHE_DIR, else $XDG_CACHE_HOME/tilecore, else "
+                       "~/.cache/tilecore). Its entries are native code: it is created private (0700) and a "
+                       "directory that other users can write is not used.")
+    k.add_argument("action", choices=("dir", "clear"), help="dir: print the cache directory; clear: delete "
+                   "every compiled kernel and autotune result in it (the next autotune times its configs again)")
     k.set_defaults(fn=cmd_cache)
     return p
 
@@ -315,6 +436,11 @@ def _missing_conformance() -> int:
 
 
 def main(argv=None) -> int:
+    """Run one command. Errors are one line on stderr (``tilecore: error: ...``), never a traceback
+    (set TILECORE_TRACEBACK=1 to see one); output cut short by a closed pipe (``| head``) ends quietly."""
+    import os
+
+    from ..capabilities import CapabilityError
     from ..errors import TilecoreError
 
     parser = build_parser()
@@ -324,7 +450,36 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     try:
-        return fn(args)
-    except TilecoreError as e:
-        print(f"tilecore: error: {e}", file=sys.stderr)
+        rc = fn(args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the try, not at interpreter exit
+        return rc
+    except BrokenPipeError:
+        # the reader went away (`tilecore ... | head`): stop like other unix tools, without a message;
+        # stdout now points at /dev/null so that the interpreter's final flush does not complain
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+    except KeyboardInterrupt:
+        return 130
+    except (TilecoreError, CapabilityError) as e:
+        _fail(str(e))
         return 1
+    except OSError as e:
+        if os.environ.get("TILECORE_TRACEBACK"):
+            raise
+        what = f"{e.filename}: " if e.filename else ""
+        _fail(f"{what}{e.strerror or e} (fix: check that the path exists and can be read)")
+        return 1
+    except Exception as e:  # noqa: BLE001 - a bug in tilecore or a plugin: one line, the traceback on request
+        if os.environ.get("TILECORE_TRACEBACK"):
+            raise
+        _fail(f"internal error: {type(e).__name__}: {e} (this is a bug; rerun with TILECORE_TRACEBACK=1 and "
+              "report the traceback)")
+        return 1
+
+
+def _fail(message: str) -> None:
+    first, *rest = message.strip().splitlines() or [""]
+    print(f"tilecore: error: {first}", file=sys.stderr)
+    for line in rest:
+        print(f"  {line.strip()}", file=sys.stderr)

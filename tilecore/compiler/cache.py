@@ -7,6 +7,9 @@ writers (pytest -n) never produce a torn entry: the first rename wins and the ot
 copy. A reader that finds an entry whose checksum or JSON does not verify deletes it and rebuilds.
 
 The root is ``$TILECORE_CACHE_DIR``, else ``$XDG_CACHE_HOME/tilecore``, else ``~/.cache/tilecore``.
+Entries are native code that runs in the process that loads them, so the root is created private
+(0700) and a root that is not a directory, belongs to another user or that others can write is not
+used: :func:`usable_root` warns once on stderr and the process compiles without a cache.
 """
 from __future__ import annotations
 
@@ -14,10 +17,15 @@ import hashlib
 import json
 import os
 import shutil
+import stat
+import sys
 import tempfile
 from pathlib import Path
 
+from ..errors import CacheError
+
 FORMAT = 1
+_warned: set = set()
 
 
 def cache_root() -> Path:
@@ -28,18 +36,65 @@ def cache_root() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "tilecore"
 
 
+def _described(root: Path) -> str:
+    return f"TILECORE_CACHE_DIR={root}" if os.environ.get("TILECORE_CACHE_DIR") else f"the cache directory {root}"
+
+
+def check_root(create: bool = True) -> tuple[Path, str]:
+    """``(root, problem)``: problem is "" when the root is safe to use (creating it 0700 if missing and
+    ``create``), else one sentence naming the problem and the fix."""
+    root = cache_root()
+    try:
+        if create and not root.exists() and not root.is_symlink():
+            root.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                root.mkdir(mode=0o700)
+                os.chmod(root, 0o700)  # mkdir's mode is masked by the umask
+            except FileExistsError:
+                pass  # another process made it first: checked below like any existing root
+        st = os.stat(root)
+    except FileNotFoundError:
+        return root, ""  # not created (create=False): nothing cached yet
+    except OSError as e:
+        return root, (f"{_described(root)} cannot be created ({e.strerror}); fix: point TILECORE_CACHE_DIR "
+                      "at a directory you own")
+    if not stat.S_ISDIR(st.st_mode):
+        return root, f"{_described(root)} is not a directory; fix: point TILECORE_CACHE_DIR at a directory"
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return root, (f"{_described(root)} belongs to another user (uid {st.st_uid}), and cached kernels are "
+                      "native code that runs in this process; fix: use a directory you own")
+    if st.st_mode & 0o022:
+        return root, (f"{_described(root)} can be written by other users (mode {stat.S_IMODE(st.st_mode):o}), "
+                      f"and cached kernels are native code that runs in this process; fix: chmod 700 {root}")
+    return root, ""
+
+
+def usable_root() -> Path | None:
+    """The cache root, or None (after one warning on stderr per problem) when it must not be used."""
+    root, problem = check_root()
+    if not problem:
+        return root
+    if problem not in _warned:
+        _warned.add(problem)
+        print(f"tilecore: warning: compiling without a kernel cache: {problem}", file=sys.stderr)
+    return None
+
+
 def make_key(parts: dict) -> str:
     blob = json.dumps({"format": FORMAT, **parts}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _entry(key: str) -> Path:
-    return cache_root() / "kernels" / key[:2] / key
+def _entry(key: str) -> Path | None:
+    root = usable_root()
+    return None if root is None else root / "kernels" / key[:2] / key
 
 
 def load(key: str):
     """``(meta, binary)`` for a verified entry, or None (a corrupt entry is removed)."""
     d = _entry(key)
+    if d is None:
+        return None
     meta_path = d / "kernel.json"
     if not meta_path.exists():
         return None
@@ -56,7 +111,7 @@ def load(key: str):
 
 def store(key: str, meta: dict, binary: bytes) -> None:
     d = _entry(key)
-    if d.exists():
+    if d is None or d.exists():
         return
     d.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key[:8]}-", dir=d.parent))
@@ -82,12 +137,17 @@ def _discard(d: Path) -> None:
     shutil.rmtree(grave, ignore_errors=True)
 
 
-def clear() -> int:
-    """Delete every cached kernel; returns how many entries were removed."""
-    root = cache_root() / "kernels"
-    n = sum(1 for _ in root.glob("*/*")) if root.exists() else 0
-    shutil.rmtree(root, ignore_errors=True)
-    return n
+def clear() -> dict:
+    """Delete every cached kernel and autotune result; returns how many of each were removed."""
+    root, problem = check_root(create=False)
+    if problem:
+        raise CacheError(problem)
+    kernels, tuned = root / "kernels", root / "autotune"
+    counts = {"kernels": sum(1 for _ in kernels.glob("*/*")) if kernels.is_dir() else 0,
+              "autotune": sum(1 for _ in tuned.glob("*.json")) if tuned.is_dir() else 0}
+    for d in (kernels, tuned):
+        shutil.rmtree(d, ignore_errors=True)
+    return counts
 
 
 _disabled = False

@@ -109,7 +109,9 @@ class JITKernel:
 
 
 def load_kernel(path) -> JITKernel:
-    """Load a kernel written by :meth:`JITKernel.export`; needs its backend installed, not a compiler."""
+    """Load a kernel written by :meth:`JITKernel.export`; needs its backend installed, not a compiler.
+
+    The file holds native code that runs in this process: load only files you trust."""
     from ..plugin import Target
 
     path = Path(path)

@@ -44,8 +44,9 @@ class DeviceInfo:
 class Probe:
     """What :meth:`Backend.probe` found on this machine.
 
-    ``status`` is ``ok`` (a device to run on), ``no-device`` (the toolchain works but there is nothing
-    to run on) or ``no-toolchain``; ``capabilities`` are probed values to compare with the declared
+    ``status`` is ``ok`` (kernels can run here: on a device, or in the backend's emulator, which then
+    names its emulated device in ``devices`` and has ``Runtime.mode()`` say ``emulated``), ``no-device``
+    (the toolchain works but there is nothing to run on) or ``no-toolchain``; ``capabilities`` are probed values to compare with the declared
     profile (dotted-path nested dicts, as in the capability files).
     """
 
