@@ -19,7 +19,7 @@ _LAZY = {
     "jit": ("tilecore.compiler", "jit"),
     "JITKernel": ("tilecore.compiler.kernel", "JITKernel"),
     "load_kernel": ("tilecore.compiler.kernel", "load_kernel"),
-    "autotune": ("tilecore.autotune", "autotune"),
+    "autotune": ("tilecore.autotuner", "autotune"),
     "PassConfigKey": ("tilecore.passes", "PassConfigKey"),
     "language": ("tilecore.language", None),
     "errors": ("tilecore.errors", None),

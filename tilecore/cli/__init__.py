@@ -253,7 +253,7 @@ def _call_factory(factory, spec: str, text: str | None):
 
 
 def cmd_compile(args) -> int:
-    from ..autotune import AutoTuner
+    from ..autotuner import AutoTuner
     from ..compiler import _JitFunction, lower
     from ..ir import PrimFunc
 
