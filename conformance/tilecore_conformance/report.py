@@ -305,6 +305,10 @@ apply();
 """
 
 
+def _h(text) -> str:
+    return html.escape(_x(text))
+
+
 def _badge(state: str) -> str:
     return f'<span class="st" style="background:{COLORS.get(state, "#000")}">{html.escape(state)}</span>'
 
@@ -315,7 +319,7 @@ _LOCATION = re.compile(r"^\S+:\d+ in \S+: ")  # "file.py:12 in kernel: " before 
 def _cell(r: dict | None) -> str:
     if r is None:
         return '<td class="miss">-</td>'
-    e = html.escape
+    e = _h
     worst = f' <span class="num">{e(_worst(r))}</span>' if _worst(r) else ""
     if r["state"] == PASS:
         return f"<td>{_badge(PASS)}{worst}</td>"
@@ -328,7 +332,7 @@ def _cell(r: dict | None) -> str:
 
 
 def _html(runs: list, ids: list) -> str:
-    e = html.escape
+    e = _h
     cols = [column(m) for m, _ in runs]
     present = [s for s in SEVERITY if any(r["state"] == s for _, res in runs for r in res.values())]
     out = ["<!doctype html><html lang=\"en\"><meta charset=\"utf-8\">",
