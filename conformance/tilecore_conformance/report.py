@@ -259,13 +259,11 @@ th{background:#f4f4f4;font-weight:600}
  flex-wrap:wrap;gap:6px 14px;align-items:center}
 #q{width:300px;padding:4px 6px;font-size:13px}#bar label{cursor:pointer;white-space:nowrap}
 #shown{color:#555;margin-left:auto}
-#cases{width:100%}#cases thead th{position:sticky;top:var(--bar,46px);z-index:1}
+#cases{width:100%;table-layout:fixed}#cases col.id{width:26em}#cases td{overflow:hidden}#cases thead th{position:sticky;top:var(--bar,46px);z-index:1}
 #cases td:first-child{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;white-space:nowrap}
 tr[hidden]{display:none}.num{color:#666;font-size:11px}
-summary{cursor:pointer;list-style-position:inside}
-.snip{display:inline-block;max-width:34em;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;
- vertical-align:bottom;color:#444;font-size:12px}
-details[open] .snip{display:none}
+summary{cursor:pointer;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+.snip{color:#444;font-size:12px}details[open] .snip{display:none}
 pre{white-space:pre-wrap;word-break:break-word;margin:4px 0;font-size:11.5px;background:#f7f7f7;padding:6px;
  border-left:3px solid #bbb;max-width:70em}
 .meta{color:#555;font-size:11px}.miss{color:#aaa}
@@ -369,7 +367,8 @@ def _html(runs: list, ids: list) -> str:
                "<label><input type=\"checkbox\" id=\"ff\" checked> failures first</label>"
                "<button id=\"open\">open details</button><span id=\"shown\"></span></div>")
     # the cases, failures first (the page is ordered so without JavaScript too)
-    out.append("<table id=\"cases\"><thead><tr><th>case</th>" + "".join(f"<th>{e(c)}</th>" for c in cols)
+    out.append("<table id=\"cases\"><colgroup><col class=\"id\">" + "<col>" * len(cols) + "</colgroup>"
+               "<thead><tr><th>case</th>" + "".join(f"<th>{e(c)}</th>" for c in cols)
                + "</tr></thead><tbody>")
     alpha = {cid: i for i, cid in enumerate(ids)}
     for cid in sorted(ids, key=lambda i: (_rank(runs, i), i)):
