@@ -259,7 +259,8 @@ th{background:#f4f4f4;font-weight:600}
  flex-wrap:wrap;gap:6px 14px;align-items:center}
 #q{width:300px;padding:4px 6px;font-size:13px}#bar label{cursor:pointer;white-space:nowrap}
 #shown{color:#555;margin-left:auto}
-#cases{width:100%;table-layout:fixed}#cases col.id{width:26em}#cases td{overflow:hidden}#cases thead th{position:sticky;top:var(--bar,46px);z-index:1}
+#cases{width:100%;table-layout:fixed}#cases col.id{width:26em}#cases td{overflow:hidden}
+#cases thead th{position:sticky;top:var(--bar,46px);z-index:1}
 #cases td:first-child{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;white-space:nowrap}
 tr[hidden]{display:none}.num{color:#666;font-size:11px}
 summary{cursor:pointer;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
@@ -272,7 +273,8 @@ pre{white-space:pre-wrap;word-break:break-word;margin:4px 0;font-size:11.5px;bac
 _JS = """
 (function(){
 var q=document.getElementById('q'),ff=document.getElementById('ff'),body=document.querySelector('#cases tbody'),
- rows=Array.prototype.slice.call(body.rows),boxes=Array.prototype.slice.call(document.querySelectorAll('#states input')),
+ rows=Array.prototype.slice.call(body.rows),
+ boxes=Array.prototype.slice.call(document.querySelectorAll('#states input')),
  shown=document.getElementById('shown'),bar=document.getElementById('bar');
 rows.forEach(function(r){r._t=r.textContent.toLowerCase();});
 function apply(){
@@ -349,7 +351,9 @@ def _html(runs: list, ids: list) -> str:
         totals = " ".join(f"<span class=\"tot\">{_badge(s)} {counts[s]}</span>" for s in SEVERITY if counts[s])
         versions = [f"tilecore {man.get('core_version', '?')}", f"conformance {man.get('conformance_version', '?')}"]
         versions += [man["toolchain"]] if man.get("toolchain") else []
-        backend = e(_backend(man)) + (f"<br>profile {e(man['capability_profile'])}" if man.get("capability_profile") else "")
+        backend = e(_backend(man))
+        if man.get("capability_profile"):
+            backend += f"<br>profile {e(man['capability_profile'])}"
         out.append(f"<tr><td class=\"nw\"><b>{e(column(man))}</b></td>"
                    f"<td class=\"{'v-pass' if ok else 'v-fail'}\">{'pass' if ok else 'FAIL'}</td>"
                    f"<td>{totals or 'no results'}<br><span class=\"num\">{len(res)} cases</span></td>"
