@@ -169,6 +169,22 @@ def test_junit_maps_failing_states_of_a_real_run(tmp_path, plugins):
     assert "worst error abs" in fail.text
     assert xfail.tag == "skipped" and xfail.get("message").startswith("EXPECTED_FAIL")
     assert upass.tag == "failure" and upass.get("type") == "UNEXPECTED_PASS"
+    man = json.loads((rep / "manifest.json").read_text())
+    assert man["problems"] == ["1 UNEXPECTED_PASS: remove the stale expectations"]
+    assert "wrongcpu (device): 1 UNEXPECTED_PASS: remove the stale expectations" in (rep / "matrix.md").read_text()
+
+
+def test_a_shrunk_suite_fails_the_run_and_says_so_in_the_report(tmp_path):
+    exp = tmp_path / "exp.yaml"
+    exp.write_text("min_cases: 100000\nexpected_failures: []\n")
+    rep = tmp_path / "rep"
+    r = tilecore_cli(["conformance", "run", "--target", "cpu", "-k", "fill/clear/int32", "--expectations", str(exp),
+                      "--report", str(rep)], tmp_path)
+    assert r.returncode == 1
+    man = json.loads((rep / "manifest.json").read_text())
+    assert man["counts"] == {"PASS": 1} and "the suite shrank" in man["problems"][0]
+    runs = (rep / "matrix.md").read_text().split("## Runs")[1].split("## Totals")[0]
+    assert "| cpu (device) | **FAIL** |" in runs  # a verdict that agrees with the exit status
 
 
 def synthetic_run(base: Path, out: Path) -> dict:

@@ -201,7 +201,8 @@ def _finish(session, sess: Session, results: list) -> None:
         problems.append(f"{counts[model.UNEXPECTED_PASS]} UNEXPECTED_PASS: remove the stale expectations")
     rep = session.config.getoption("tilecore_report")
     if rep:
-        report.write(Path(rep), results, report.manifest(sess.target, _selection(session.config, sess)))
+        man = report.manifest(sess.target, _selection(session.config, sess))
+        report.write(Path(rep), results, {**man, "problems": problems})
     _summary(session.config, sess, counts, problems)
     if problems or any(counts[s] for s in model.FAILING):
         session.exitstatus = 1

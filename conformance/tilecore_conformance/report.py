@@ -108,8 +108,9 @@ def selection_text(man: dict) -> str:
 
 
 def _verdict(man: dict, res: dict) -> bool:
-    """True when the run passes: it ran, and no case is in a failing state."""
-    return not man.get("error") and not any(r["state"] in FAILING for r in res.values())
+    """True when the run passes: it ran, found no problem (a shrunk suite, a capability mismatch) and no
+    case is in a failing state (the run's exit status says the same)."""
+    return not man.get("error") and not man.get("problems") and not any(r["state"] in FAILING for r in res.values())
 
 
 def _device(man: dict) -> str:
@@ -216,6 +217,7 @@ def _banners(runs: list) -> list:
             out.append(("error", f"{column(man)}: the run stopped before any case: {man['error']}"))
         elif not (man.get("selection") or {}).get("full", True):
             out.append(("filtered", f"{column(man)}: {selection_text(man)}"))
+        out += [("error", f"{column(man)}: {p}") for p in man.get("problems") or []]
     return out
 
 
