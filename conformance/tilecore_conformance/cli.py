@@ -5,6 +5,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from .report import FILES
+
 
 def add_commands(sub) -> None:
     c = sub.add_parser("conformance", help="run the cross-backend conformance suite, or merge reports",
@@ -19,9 +21,10 @@ def add_commands(sub) -> None:
     r.add_argument("--expectations", help="expectations YAML (default: the packaged one for the target)")
     r.add_argument("--timeout", type=float, default=120.0, help="seconds per case (default 120)")
     r.set_defaults(fn=cmd_run)
-    m = csub.add_parser("merge", help="join reports of several runs into one matrix")
+    m = csub.add_parser("merge", help="join reports of several runs (one per target and mode) into one report")
     m.add_argument("dirs", nargs="+", help="report folders written by `conformance run --report`")
-    m.add_argument("--out", required=True, help="folder for the merged matrix.md / matrix.html")
+    m.add_argument("--out", required=True, help="folder for the merged junit.xml, results.jsonl, manifest.json, "
+                   "matrix.md and matrix.html")
     m.set_defaults(fn=cmd_merge)
 
 
@@ -43,10 +46,13 @@ def cmd_run(args) -> int:
         argv += ["-k", args.keyword]
     if args.expectations:
         argv += [f"--tilecore-expectations={args.expectations}"]
-    if args.report:
+    if args.report:  # the report writer makes junit.xml from the results (not pytest's --junitxml)
         Path(args.report).mkdir(parents=True, exist_ok=True)
-        argv += [f"--tilecore-report={args.report}", f"--junitxml={Path(args.report) / 'junit.xml'}"]
-    return int(pytest.main(argv))
+        argv += [f"--tilecore-report={args.report}"]
+    rc = int(pytest.main(argv))
+    if args.report and (Path(args.report) / "manifest.json").exists():
+        print(f"report: {args.report} ({', '.join(FILES)})")
+    return rc
 
 
 def _has_xdist() -> bool:
@@ -59,7 +65,7 @@ def cmd_merge(args) -> int:
     from .report import merge
 
     merge([Path(d) for d in args.dirs], Path(args.out))
-    print(f"merged {len(args.dirs)} run(s) into {Path(args.out) / 'matrix.md'}")
+    print(f"merged {len(args.dirs)} report(s) into {args.out} ({', '.join(FILES)})")
     return 0
 
 

@@ -17,6 +17,11 @@ HARNESS_ERROR = "HARNESS_ERROR"
 STATES = (PASS, FAIL, NOT_SUPPORTED, EXPECTED_FAIL, UNEXPECTED_PASS, CRASH, TIMEOUT, HARNESS_ERROR)
 #: states that fail a run
 FAILING = (FAIL, UNEXPECTED_PASS, CRASH, TIMEOUT, HARNESS_ERROR)
+#: worst first: the order of a failures-first view
+SEVERITY = (HARNESS_ERROR, CRASH, TIMEOUT, FAIL, UNEXPECTED_PASS, EXPECTED_FAIL, NOT_SUPPORTED, PASS)
+#: how a state reads in JUnit XML (PASS: a plain test case)
+JUNIT = {FAIL: "failure", UNEXPECTED_PASS: "failure", CRASH: "error", TIMEOUT: "error", HARNESS_ERROR: "error",
+         NOT_SUPPORTED: "skipped", EXPECTED_FAIL: "skipped"}
 
 MODES = ("device", "emulated", "compile-only", "codegen-only")
 

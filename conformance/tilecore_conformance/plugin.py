@@ -61,6 +61,8 @@ def load_expectations(path: Path | None) -> dict:
 
 class Session:
     def __init__(self, config):
+        from tilecore.errors import TilecoreError
+
         from .catalog import catalog
         from .runner import Target
 
@@ -69,8 +71,10 @@ class Session:
         self.error = None
         try:
             self.target = Target(spec)
-        except Exception as e:  # noqa: BLE001 - a failed device query is an error of every case, never a skip
-            self.target, self.error = None, f"{type(e).__name__}: {e}"
+        except TilecoreError as e:  # an unknown target or a broken plugin: its message says what to do
+            self.target, self.error = None, str(e)
+        except Exception as e:  # noqa: BLE001 - a failed device query stops the run as an error, never a skip
+            self.target, self.error = None, f"querying target {spec!r} failed: {type(e).__name__}: {e}"
         self.cases = catalog()
         self.expect = load_expectations(_expectations_path(config, spec))
         self.results: list = []
@@ -105,8 +109,34 @@ def pytest_configure(config):
     if not explicit and str(SUITE) not in config.args:
         config.args[:] = [str(SUITE)]
     config._tilecore = Session(config)
+    if config._tilecore.target is None:
+        _stop_for_target(config, config._tilecore)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(), "tilecore_conformance_xdist")
+
+
+def _selection(config, sess: Session) -> dict:
+    from . import report
+
+    return report.selection(config, len(sess.cases), sess.expect.get("path"))
+
+
+def _stop_for_target(config, sess: Session) -> None:
+    """A target that cannot be resolved or probed stops the run before any case: one line that says what to
+    do, exit status 4, and (with a report folder) a manifest with the error, no results and a junit error."""
+    from tilecore.plugin import get_registry
+
+    from . import report
+
+    spec = config.getoption("tilecore_target")
+    msg = sess.error
+    if "tilecore targets list" not in msg:
+        known = sorted(t for b in get_registry().backends().values() for t in b.targets())
+        msg += f"; installed targets: {', '.join(known) or 'none'} (see `tilecore targets list`)"
+    rep = config.getoption("tilecore_report")
+    if rep:
+        report.write(Path(rep), [], report.failed_manifest(spec, msg, _selection(config, sess)))
+    raise pytest.UsageError(f"tilecore conformance: cannot run target {spec!r}: {msg}")
 
 
 def pytest_unconfigure(config):
@@ -184,8 +214,9 @@ def _finish(session, sess: Session, results: list) -> None:
     if counts[model.UNEXPECTED_PASS]:
         problems.append(f"{counts[model.UNEXPECTED_PASS]} UNEXPECTED_PASS: remove the stale expectations")
     rep = session.config.getoption("tilecore_report")
-    if rep and sess.target is not None:
-        report.write(Path(rep), results, report.manifest(sess.target))
+    if rep:
+        man = report.manifest(sess.target, _selection(session.config, sess))
+        report.write(Path(rep), results, {**man, "problems": problems})
     _summary(session.config, sess, counts, problems)
     if problems or any(counts[s] for s in model.FAILING):
         session.exitstatus = 1
