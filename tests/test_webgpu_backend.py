@@ -400,7 +400,7 @@ def test_gemm_uses_register_blocks_and_sums_in_order(m, n, k, threads, ta, tb, b
     src = kernel.get_kernel_source()
     assert f"a {block} register block per invocation (tiled gemm)" in src, src
     tm, tn = (int(v) for v in block.split("x"))
-    assert f"var tc_acc: array<f32, {tm * tn}>;" in src
+    assert f"var acc: array<f32, {tm * tn}>;" in src
     rng = np.random.default_rng(m * n + k)
     a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
     b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)

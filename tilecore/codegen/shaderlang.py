@@ -97,23 +97,7 @@ class ShaderLangEmitter(CFamilyEmitter):
     #: storage writes by one thread must be visible to the others after the barrier, not only
     #: workgroup memory
     barrier_stmt = "storageBarrier(); workgroupBarrier();"
-    reserved = _KEYWORDS | frozenset({"tc_tid", "tc_args", "tc_kernel", "tc_old", "tc_old_f", "tc_cas"})
-
-    # -- names ----------------------------------------------------------------------------------
-    def name(self, st: EmitState, obj) -> str:
-        key = id(obj)
-        if key in st.names:
-            return st.names[key]
-        base = "".join(c if c.isalnum() or c == "_" else "_" for c in obj.name) or "v"
-        if base[0].isdigit() or base.startswith("_"):  # identifiers may not start with "__" (or be "_")
-            base = "v" + base
-        cand, n = base, 1
-        while cand in st.used or cand in self.reserved:
-            cand = f"{base}_{n}"
-            n += 1
-        st.used.add(cand)
-        st.names[key] = cand
-        return cand
+    reserved = _KEYWORDS
 
     def need(self, st: EmitState, helper: str) -> None:
         """Record that the module needs ``HELPERS[helper]``."""

@@ -286,7 +286,7 @@ def _lower_as(mode: str):
         except _No as e:
             ctx.notes.append(f"{name}: kernel not mapped to registers ({e})")
             return None
-        pipe = Buffer("tc_regprog_smem", (plan["pipe_bytes"],), "uint8", "shared")
+        pipe = Buffer("regprog_smem", (plan["pipe_bytes"],), "uint8", "shared")
         coll = Collective("tc_register_program", (Region(pipe, (as_expr(0),), (pipe.shape[0],)),),
                           {"plan": plan, "tensor_maps": plan["tensor_maps"], "wgmma": plan["wgmma"]},
                           span=launch.span)
