@@ -70,6 +70,8 @@ class CFamilyEmitter(Emitter):
     fast_math: dict = {}
     int_abs = "tc_iabs({0})"
     minmax = {"min": "tc_min({0}, {1})", "max": "tc_max({0}, {1})"}
+    #: float min / max: NaN in either operand gives NaN (as torch.minimum / maximum), unless fast math
+    minmax_nan = {"min": "tc_nanmin({0}, {1})", "max": "tc_nanmax({0}, {1})"}
     floordiv_int = "tc_floordiv({0}, {1})"
     floormod_int = "tc_floormod({0}, {1})"
     simd_pragma = ""
@@ -111,7 +113,7 @@ class CFamilyEmitter(Emitter):
 
     #: names of the target's spelling tables below that are not identifiers of a called function
     _SPELLING_TABLES = ("storage_types", "value_types", "load_conv", "store_conv", "round_conv", "math", "fast_math",
-                        "minmax", "int_abs", "floordiv_int", "floormod_int", "thread_index_expr", "barrier_stmt",
+                        "minmax", "minmax_nan", "int_abs", "floordiv_int", "floormod_int", "thread_index_expr", "barrier_stmt",
                         "index_type")
 
     def taken_names(self) -> frozenset:
@@ -178,6 +180,8 @@ class CFamilyEmitter(Emitter):
             if e.op in _OPS:
                 return f"({a} {_OPS[e.op]} {b})"
             if e.op in self.minmax:
+                if is_float(e.dtype) and not st_fast(st) and e.op in self.minmax_nan:
+                    return self.minmax_nan[e.op].format(a, b)
                 return self.minmax[e.op].format(a, b)
             if e.op == "div":
                 return f"({a} / {b})"

@@ -611,6 +611,8 @@ class _Emit:
         em, st = self.em, self.st
         src, dst = s.args[:2]
         ident, op = _REDUCE[s.attrs["kind"]]
+        if not getattr(st, "fast", False):  # fmaxf / fminf drop NaN; T.reduce_max propagates it
+            op = op.replace("fmaxf(", "tc_nanmax(").replace("fminf(", "tc_nanmin(")
         f, v = em.name(st, src.buffer), em.name(st, dst.buffer)
         n = src.buffer.static_shape()[1]
 
