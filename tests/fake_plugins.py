@@ -108,6 +108,7 @@ WRONG_MODULE = textwrap.dedent("""\
 
     class WrongEmitter(CPUEmitter):
         minmax = {"min": "tc_max({0}, {1})", "max": "tc_min({0}, {1})"}
+        minmax_nan = {"min": "tc_nanmax({0}, {1})", "max": "tc_nanmin({0}, {1})"}
 
     class WrongBackend(CPUBackend):
         name = "wrongcpu"

@@ -103,3 +103,20 @@ def test_pipeline_hook_returning_none_is_tolerated():
         tilecore.compile(scale_kernel(1.5), target="cpu", pass_configs={"tilecore.disable_cache": True})
     finally:
         reg.unregister("quiet")
+
+
+def test_elementwise_max_and_min_propagate_nan():
+    """T.max / T.min on floats return NaN for a NaN operand, as torch.maximum / minimum (issue 9)."""
+    @T.prim_func
+    def mm(A: T.Tensor((4,), "float32"), B: T.Tensor((4,), "float32"), C: T.Tensor((4,), "float32")):
+        with T.Kernel(1) as bx:
+            for i in T.serial(4):
+                B[i] = T.max(A[i], 0.0)
+                C[i] = T.min(1.0, A[i])
+
+    k = tilecore.compile(mm, target="cpu")
+    a = np.array([np.nan, -2.0, 3.0, np.nan], np.float32)
+    b, c = np.zeros(4, np.float32), np.zeros(4, np.float32)
+    k(a, b, c)
+    np.testing.assert_array_equal(b, [np.nan, 0.0, 3.0, np.nan])
+    np.testing.assert_array_equal(c, [np.nan, -2.0, 1.0, np.nan])

@@ -12,6 +12,7 @@ value to a narrow dtype without leaving the value type (what a cast to that dtyp
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from ..errors import CompileError
@@ -33,6 +34,7 @@ class EmitState:
     used: set = field(default_factory=set)
     indent: int = 1
     asserts: list = field(default_factory=list)
+    keep: list = field(default_factory=list)  # every named object, so that ids are not reused
 
 
 class CFamilyEmitter(Emitter):
@@ -68,6 +70,8 @@ class CFamilyEmitter(Emitter):
     fast_math: dict = {}
     int_abs = "tc_iabs({0})"
     minmax = {"min": "tc_min({0}, {1})", "max": "tc_max({0}, {1})"}
+    #: float min / max: NaN in either operand gives NaN (as torch.minimum / maximum), unless fast math
+    minmax_nan = {"min": "tc_nanmin({0}, {1})", "max": "tc_nanmax({0}, {1})"}
     floordiv_int = "tc_floordiv({0}, {1})"
     floormod_int = "tc_floormod({0}, {1})"
     simd_pragma = ""
@@ -82,26 +86,54 @@ class CFamilyEmitter(Emitter):
         raise NotImplementedError
 
     # -- names -------------------------------------------------------------------------------------
+    #: every identifier an emitter writes itself (parameters, helpers, scratch, its own loop counters)
+    #: starts with this prefix; :meth:`name` never gives an IR object a name that does
+    own_prefix = "tc_"
+
     def name(self, st: EmitState, obj) -> str:
+        """The identifier of an IR variable or buffer in this function: objects are told apart by
+        identity, so two of the same name (a user's ``i`` and a lowering's ``i``) print differently, and
+        none is printed as a keyword, a name the target's spellings use (``expf``, ``threadIdx``) or
+        a name in the emitters' own ``tc_`` namespace (``tc_tid``, ``tc_status``)."""
         obj = getattr(obj, "base", None) or obj  # a view (T.Tensor(shape, dtype, A.data)) is its base's memory
         key = id(obj)
         if key in st.names:
             return st.names[key]
         base = "".join(c if c.isalnum() or c == "_" else "_" for c in obj.name) or "v"
-        if base[0].isdigit():
+        if base[0].isdigit() or base.startswith("_") or base.lower().startswith(self.own_prefix):
             base = "v" + base
+        taken = self.taken_names()
         cand, n = base, 1
-        while cand in st.used or cand in self.reserved:
+        while cand in st.used or cand in taken:
             cand = f"{base}_{n}"
             n += 1
         st.used.add(cand)
         st.names[key] = cand
+        st.keep.append(obj)  # the id stays this object's for the whole emission
         return cand
+
+    #: names of the target's spelling tables below that are not identifiers of a called function
+    _SPELLING_TABLES = ("storage_types", "value_types", "load_conv", "store_conv", "round_conv", "math", "fast_math",
+                        "minmax", "minmax_nan", "int_abs", "floordiv_int", "floormod_int", "thread_index_expr", "barrier_stmt",
+                        "index_type")
+
+    def taken_names(self) -> frozenset:
+        """:attr:`reserved` and every identifier the target's spelling tables write (computed once per class)."""
+        cls = type(self)
+        got = cls.__dict__.get("_taken_names")
+        if got is None:
+            words: set = set()
+            for attr in self._SPELLING_TABLES:
+                words |= _identifiers(getattr(cls, attr, ""))
+            got = frozenset(self.reserved | words | {"NAN", "INFINITY"})
+            cls._taken_names = got
+        return got
 
     reserved = frozenset({"int", "float", "double", "char", "long", "short", "signed", "unsigned", "void", "for",
                           "if", "else", "while", "do", "return", "break", "continue", "const", "static", "auto",
                           "register", "switch", "case", "default", "goto", "sizeof", "struct", "union", "enum",
-                          "typedef", "volatile", "extern", "inline", "restrict", "bool", "main", "half"})
+                          "typedef", "volatile", "extern", "inline", "restrict", "bool", "main", "half",
+                          "free", "malloc", "printf", "fflush", "stdout", "memcpy", "size_t"})
 
     # -- expressions -------------------------------------------------------------------------------
     def vtype(self, dtype) -> str:
@@ -149,6 +181,8 @@ class CFamilyEmitter(Emitter):
             if e.op in _OPS:
                 return f"({a} {_OPS[e.op]} {b})"
             if e.op in self.minmax:
+                if is_float(e.dtype) and not st_fast(st) and e.op in self.minmax_nan:
+                    return self.minmax_nan[e.op].format(a, b)
                 return self.minmax[e.op].format(a, b)
             if e.op == "div":
                 return f"({a} / {b})"
@@ -314,6 +348,18 @@ class CFamilyEmitter(Emitter):
 
     def stmt_KernelLaunch(self, st, s: KernelLaunch):  # pragma: no cover - target specific
         raise NotImplementedError
+
+
+def _identifiers(value) -> set:
+    """Identifiers in a spelling (a string, or the strings of a dict or tuple), numbers' suffixes aside."""
+    if isinstance(value, dict):
+        return set().union(*(_identifiers(v) for v in value.values())) if value else set()
+    if isinstance(value, (tuple, list)):
+        return set().union(*(_identifiers(v) for v in value)) if value else set()
+    return set(_IDENT.findall(value)) if isinstance(value, str) else set()
+
+
+_IDENT = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
 
 
 def st_fast(st: EmitState) -> bool:

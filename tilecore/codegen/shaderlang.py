@@ -59,6 +59,12 @@ HELPERS = {
                    "  let r = a % b;\n  return select(r, r + b, (r != 0) && ((r < 0) != (b < 0)));\n}",
     # NaN and infinities cannot be constant expressions; a function call is evaluated at run time
     "tc_f32_bits": "fn tc_f32_bits(b: u32) -> f32 {\n  return bitcast<f32>(b);\n}",
+    # NaN by its bits: the language lets a compiler assume `x != x` is false
+    "tc_isnan": "fn tc_isnan(x: f32) -> bool {\n  return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;\n}",
+    "tc_nanmax": "fn tc_nanmax(a: f32, b: f32) -> f32 {\n"
+                 "  return select(max(a, b), bitcast<f32>(0x7fc00000u), tc_isnan(a) || tc_isnan(b));\n}",
+    "tc_nanmin": "fn tc_nanmin(a: f32, b: f32) -> f32 {\n"
+                 "  return select(min(a, b), bitcast<f32>(0x7fc00000u), tc_isnan(a) || tc_isnan(b));\n}",
     # erf: Abramowitz-Stegun 7.1.26 (max abs error ~1.5e-7)
     "tc_erf": "fn tc_erf(x: f32) -> f32 {\n  let t = 1.0 / (1.0 + 0.3275911 * abs(x));\n"
               "  let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t "
@@ -91,30 +97,14 @@ class ShaderLangEmitter(CFamilyEmitter):
     }.items()}
     int_abs = "abs({0})"
     minmax = {"min": "min({0}, {1})", "max": "max({0}, {1})"}
+    minmax_nan = {"min": "tc_nanmin({0}, {1})", "max": "tc_nanmax({0}, {1})"}
     floordiv_int = "tc_floordiv({0}, {1})"
     floormod_int = "tc_floormod({0}, {1})"
     thread_index_expr = "tc_tid"
     #: storage writes by one thread must be visible to the others after the barrier, not only
     #: workgroup memory
     barrier_stmt = "storageBarrier(); workgroupBarrier();"
-    reserved = _KEYWORDS | frozenset({"tc_tid", "tc_args", "tc_kernel", "tc_old", "tc_old_f", "tc_cas"})
-
-    # -- names ----------------------------------------------------------------------------------
-    def name(self, st: EmitState, obj) -> str:
-        obj = getattr(obj, "base", None) or obj  # a view (T.Tensor(shape, dtype, A.data)) is its base's memory
-        key = id(obj)
-        if key in st.names:
-            return st.names[key]
-        base = "".join(c if c.isalnum() or c == "_" else "_" for c in obj.name) or "v"
-        if base[0].isdigit() or base.startswith("_"):  # identifiers may not start with "__" (or be "_")
-            base = "v" + base
-        cand, n = base, 1
-        while cand in st.used or cand in self.reserved:
-            cand = f"{base}_{n}"
-            n += 1
-        st.used.add(cand)
-        st.names[key] = cand
-        return cand
+    reserved = _KEYWORDS
 
     def need(self, st: EmitState, helper: str) -> None:
         """Record that the module needs ``HELPERS[helper]``."""
@@ -159,6 +149,9 @@ class ShaderLangEmitter(CFamilyEmitter):
             a, b = self.expr(st, e.a), self.expr(st, e.b)
             if e.op in ("shl", "shr"):
                 return f"({a} {'<<' if e.op == 'shl' else '>>'} u32({b}))"
+            if e.op in ("min", "max") and is_float(e.dtype) and not getattr(st, "fast", False):
+                self.need(st, "tc_isnan")
+                self.need(st, "tc_nan" + e.op)
             if e.op in ("floordiv", "floormod") and not is_float(e.dtype):
                 if e.dtype == "uint32":
                     return f"({a} {'/' if e.op == 'floordiv' else '%'} {b})"

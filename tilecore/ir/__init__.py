@@ -3,6 +3,7 @@
 This package is the IR substrate behind a façade: the rest of tilecore (and every backend) uses only
 the names exported here, so the substrate can change in one place. See docs/decisions.md.
 """
+from .bounds import int_bounds, loop_range
 from .buffer import SCOPES, Buffer, Region
 from .dtypes import DTYPES, DType, canonical, is_float, is_int, max_value, min_value, promote
 from .expr import (INDEX, BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, ThreadIndex, Var,

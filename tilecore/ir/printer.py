@@ -1,9 +1,12 @@
 """Text form of the tile IR: what ``--emit ir`` and ``TILECORE_DUMP_IR`` show, and what the kernel
-cache hashes. The form is deterministic: the same kernel always prints the same text.
+cache hashes. The form is deterministic: the same kernel always prints the same text, and unambiguous:
+in a function, two variables or buffers of one name (a user's ``i`` and a lowering's ``i``) print with
+different names (``i``, ``i_1``), in order of first appearance.
 """
 from __future__ import annotations
 
 import math
+from contextvars import ContextVar
 
 from .buffer import Region
 from .expr import (BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, ThreadIndex, Var)
@@ -15,9 +18,29 @@ _BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "floor
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
+#: while a function prints: id -> (object, printed name), and the printed names in use
+_NAMES: ContextVar = ContextVar("tilecore_printer_names", default=None)
+
+
+def _nm(obj) -> str:
+    """``obj.name``, made unique by identity inside the function being printed."""
+    scope = _NAMES.get()
+    if scope is None:
+        return obj.name
+    table, used = scope
+    got = table.get(id(obj))
+    if got is None:
+        cand, n = obj.name, 1
+        while cand in used:
+            cand, n = f"{obj.name}_{n}", n + 1
+        used.add(cand)
+        got = table[id(obj)] = (obj, cand)
+    return got[1]
+
+
 def expr_str(e) -> str:
     if isinstance(e, Var):
-        return e.name
+        return _nm(e)
     if isinstance(e, IntImm):
         return str(e.value) if e.dtype in ("int32", "bool") else f"T.{e.dtype}({e.value})"
     if isinstance(e, FloatImm):
@@ -42,7 +65,7 @@ def expr_str(e) -> str:
         attrs = "".join(f", {k}={v!r}" for k, v in e.attrs)
         return f"T.{e.name}({', '.join(expr_str(a) for a in e.args)}{attrs}):{e.dtype}"
     if isinstance(e, BufferLoad):
-        return f"{e.buffer.name}[{', '.join(expr_str(i) for i in e.indices)}]"
+        return f"{_nm(e.buffer)}[{', '.join(expr_str(i) for i in e.indices)}]"
     if isinstance(e, ThreadIndex):
         return "T.thread_index()"
     if isinstance(e, Region):
@@ -56,7 +79,7 @@ def region_str(r: Region) -> str:
     parts = []
     for s, n in zip(r.starts, r.extents):
         parts.append(f"{expr_str(s)}:+{expr_str(n)}")
-    return f"{r.buffer.name}[{', '.join(parts)}]"
+    return f"{_nm(r.buffer)}[{', '.join(parts)}]"
 
 
 def _arg_str(a) -> str:
@@ -78,12 +101,12 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
         return out or [pad + "pass"]
     if isinstance(s, KernelLaunch):
         grid = ", ".join(expr_str(g) for g in s.grid)
-        names = ", ".join(v.name for v in s.block_vars)
+        names = ", ".join(_nm(v) for v in s.block_vars)
         head = f"{pad}with T.Kernel({grid}, threads={tuple(s.threads)}) as ({names}):"
         return [head] + stmt_lines(s.body, indent + 1)
     if isinstance(s, For):
         ann = "".join(f", {k}={v!r}" for k, v in sorted(s.annotations.items()))
-        head = f"{pad}for {s.var.name} in T.{s.kind}({expr_str(s.start)}, {expr_str(s.extent)}{ann}):"
+        head = f"{pad}for {_nm(s.var)} in T.{s.kind}({expr_str(s.start)}, {expr_str(s.extent)}{ann}):"
         return [head] + stmt_lines(s.body, indent + 1)
     if isinstance(s, If):
         out = [f"{pad}if {expr_str(s.cond)}:"] + stmt_lines(s.then, indent + 1)
@@ -92,19 +115,19 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
         return out
     if isinstance(s, Store):
         idx = ", ".join(expr_str(i) for i in s.indices)
-        return [f"{pad}{s.buffer.name}[{idx}] = {expr_str(s.value)}"]
+        return [f"{pad}{_nm(s.buffer)}[{idx}] = {expr_str(s.value)}"]
     if isinstance(s, Bind):
-        return [f"{pad}{s.var.name}: {s.var.dtype} = {expr_str(s.value)}"]
+        return [f"{pad}{_nm(s.var)}: {s.var.dtype} = {expr_str(s.value)}"]
     if isinstance(s, Allocate):
         b = s.buffer
         shape = ", ".join(expr_str(x) for x in b.shape)
         init = f", init={expr_str(s.init)}" if s.init is not None else ""
-        return [f"{pad}{b.name} = T.alloc_{b.scope}(({shape},), {b.dtype!r}{init})"]
+        return [f"{pad}{_nm(b)} = T.alloc_{b.scope}(({shape},), {b.dtype!r}{init})"]
     if isinstance(s, Atomic):
         idx = ", ".join(expr_str(i) for i in s.indices)
-        return [f"{pad}T.atomic_{s.op}({s.buffer.name}[{idx}], {expr_str(s.value)})"]
+        return [f"{pad}T.atomic_{s.op}({_nm(s.buffer)}[{idx}], {expr_str(s.value)})"]
     if isinstance(s, Print):
-        what = s.buffer.name if s.buffer is not None else expr_str(s.value)
+        what = _nm(s.buffer) if s.buffer is not None else expr_str(s.value)
         return [f"{pad}T.print({what}, msg={s.message!r})"]
     if isinstance(s, Assert):
         return [f"{pad}T.device_assert({expr_str(s.cond)}, {s.message!r})"]
@@ -133,15 +156,19 @@ def _hint_payload(p: dict) -> str:
 
 
 def func_str(f: PrimFunc) -> str:
-    params = []
-    for p in f.params:
-        if p.buffer is not None:
-            shape = ", ".join(expr_str(s) for s in p.buffer.shape)
-            params.append(f"{p.name}: T.Tensor(({shape},), {p.buffer.dtype!r})")
-        else:
-            params.append(f"{p.name}: T.{p.var.dtype}")
-    lines = ["@T.prim_func", f"def {f.name}({', '.join(params)}):"]
-    for k, v in sorted(f.attrs.items()):
-        lines.append(f"    # attr {k} = {v!r}")
-    lines += stmt_lines(f.body, 1)
+    token = _NAMES.set(({}, set()))
+    try:
+        params = []
+        for p in f.params:
+            if p.buffer is not None:
+                shape = ", ".join(expr_str(s) for s in p.buffer.shape)
+                params.append(f"{_nm(p.buffer)}: T.Tensor(({shape},), {p.buffer.dtype!r})")
+            else:
+                params.append(f"{_nm(p.var)}: T.{p.var.dtype}")
+        lines = ["@T.prim_func", f"def {f.name}({', '.join(params)}):"]
+        for k, v in sorted(f.attrs.items()):
+            lines.append(f"    # attr {k} = {v!r}")
+        lines += stmt_lines(f.body, 1)
+    finally:
+        _NAMES.reset(token)
     return "\n".join(lines) + "\n"

@@ -4,11 +4,14 @@ Index arithmetic in tile kernels is almost always linear in loop and block varia
 (``(by + 1) * 128 - by * 128``). Rewriting integer expressions as ``sum(coeff * atom) + const`` makes
 such extents fold back to constants, which shape checks and codegen rely on. Anything non-linear is
 kept as an atom (with its children simplified).
+
+Atoms are told apart by :func:`atom_key`, which names variables and buffers by identity, never by their
+printed names: a lowering's loop variable ``i`` and the user's ``i`` are different atoms.
 """
 from __future__ import annotations
 
 from .dtypes import is_float
-from .expr import BinOp, Cast, Expr, IntImm, as_expr, binary, const_value
+from .expr import BinOp, BufferLoad, Cast, Expr, FloatImm, IntImm, Var, as_expr, binary, const_value
 
 
 def _linear(e: Expr, terms: dict, scale: int) -> int:
@@ -28,12 +31,33 @@ def _linear(e: Expr, terms: dict, scale: int) -> int:
             if ca is not None:
                 return _linear(e.b, terms, scale * ca)
     atom = _simplify_children(e)
-    key = repr(atom)
+    key = atom_key(atom)
     if key in terms:
         terms[key][1] += scale
     else:
         terms[key] = [atom, scale]
     return 0
+
+
+def atom_key(e) -> tuple:
+    """A hashable structural key of ``e``: equal keys mean the same value. Variables and buffers count by
+    identity (``id``; the caller keeps ``e`` alive while it uses the key), constants by value."""
+    if isinstance(e, Var):
+        return ("var", id(e))
+    if isinstance(e, (IntImm, FloatImm)):
+        return (type(e).__name__, e.value, str(e.dtype))
+    parts: list = [type(e).__name__, str(e.dtype)]
+    if isinstance(e, BufferLoad):
+        parts.append(("buffer", id(e.buffer)))
+    for slot in type(e).__slots__:
+        v = getattr(e, slot)
+        if isinstance(e, BufferLoad) and slot == "buffer":
+            continue
+        if isinstance(v, tuple):
+            parts.append(tuple(atom_key(x) if isinstance(x, Expr) else repr(x) for x in v))
+        else:
+            parts.append(atom_key(v) if isinstance(v, Expr) else repr(v))
+    return tuple(parts)
 
 
 def _simplify_children(e: Expr) -> Expr:

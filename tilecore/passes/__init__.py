@@ -157,7 +157,7 @@ def core_pipeline() -> Pipeline:
     from . import core, lower_tile
 
     return Pipeline({
-        "legalize": [core.check_structure, core.check_capabilities],
+        "legalize": [core.check_structure, core.check_static_bounds, core.check_capabilities],
         "layout": [core.collect_hints],
         "tile-lowering": [lower_tile.lower_tile_ops],
         "pipelining": [core.serialize_pipelined],

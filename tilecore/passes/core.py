@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from ..errors import CompileError, UnsupportedFeatureError
-from ..ir import (Allocate, Assert, Atomic, BinOp, Call, Expr, Select, walk_expr, For, Hint, KernelLaunch, Print,
-                  Seq, Store, TileOp, collect, const_value, rewrite, walk)
+from ..ir import (Allocate, Assert, Atomic, Bind, BinOp, BufferLoad, Call, Expr, Region, Select, walk_expr, For, Hint,
+                  KernelLaunch, Print, Seq, Store, TileOp, children, collect, const_value, int_bounds, loop_range,
+                  rewrite, walk)
 from . import tile_pass
 
 
@@ -21,6 +22,86 @@ def check_structure(func, ctx):
     if not launches:
         raise CompileError(f"kernel {func.name} has no `with T.Kernel(...)` block", func.span)
     return func
+
+
+@tile_pass("tilecore.check_static_bounds")
+def check_static_bounds(func, ctx):
+    """Refuse, at the user's line, an index into an on-chip buffer (shared, fragment, local, var) that is
+    out of range for every value its loop and block variables can take (``s[20]`` on a 16-element
+    buffer, ``s[i + 16]`` with ``i`` in 0..3, a tile-op region that always runs past the buffer's end).
+    Only what is provable is refused: an index that may be in range compiles. Global tensors are not
+    checked here (their accesses are guarded, or their shapes are known only at call time)."""
+    ranges: dict = {}
+
+    def check(s):
+        accesses = []  # (buffer, starts, extents)
+        if isinstance(s, (Store, Atomic)):
+            accesses.append((s.buffer, s.indices, None))
+        for f in getattr(s, "__dataclass_fields__", {}):
+            v = getattr(s, f)
+            for item in (v if isinstance(v, tuple) else (v,)):
+                if isinstance(item, Region):
+                    accesses.append((item.buffer, item.starts, item.extents))
+                    for e in item.starts + item.extents:
+                        walk_expr(e, lambda x: accesses.append((x.buffer, x.indices, None))
+                                  if isinstance(x, BufferLoad) else None)
+                elif isinstance(item, Expr) and not isinstance(s, (For, KernelLaunch)):
+                    walk_expr(item, lambda x: accesses.append((x.buffer, x.indices, None))
+                              if isinstance(x, BufferLoad) else None)
+        for buf, starts, extents in accesses:
+            if buf.scope != "global":
+                _check_access(func, s, buf, starts, extents, ranges)
+
+    def visit(s):
+        if isinstance(s, For):
+            for e in (s.start, s.extent):
+                walk_expr(e, lambda x: _check_access(func, s, x.buffer, x.indices, None, ranges)
+                          if isinstance(x, BufferLoad) and x.buffer.scope != "global" else None)
+            r = loop_range(s.start, s.extent, ranges)
+            if r is not None:
+                ranges[id(s.var)] = r
+        elif isinstance(s, KernelLaunch):
+            for v, g in zip(s.block_vars, s.grid):
+                r = loop_range(0, g, ranges)
+                if r is not None:
+                    ranges[id(v)] = r
+        elif isinstance(s, Bind):
+            r = int_bounds(s.value, ranges)
+            if r is not None:
+                ranges[id(s.var)] = r
+        check(s)
+        for c in children(s):
+            visit(c)
+
+    visit(func.body)
+    return func
+
+
+def _check_access(func, s, buf, starts, extents, ranges) -> None:
+    for d, (start, dim) in enumerate(zip(starts, buf.shape)):
+        n, lo_hi = const_value(dim), int_bounds(start, ranges)
+        if not isinstance(n, int) or lo_hi is None:
+            continue
+        ext = int_bounds(extents[d], ranges) if extents is not None else (1, 1)
+        if ext is None or ext[0] < 1:
+            continue
+        lo, hi = lo_hi
+        if hi >= 0 and lo + ext[0] <= n:
+            continue
+        what = f"index {_show(start, lo, hi)}" if extents is None else \
+            f"region {_show(start, lo, hi)}:+{_show(extents[d], *ext)}"
+        dims = [str(const_value(x) if const_value(x) is not None else x) for x in buf.shape]
+        shape = ", ".join(dims) + ("," if len(dims) == 1 else "")
+        raise CompileError(
+            f"{what} is always out of range for {buf.scope} buffer {buf.name} of shape ({shape}): dimension {d} "
+            f"holds indices 0..{n - 1}. Fix the index or enlarge the buffer", s.span or func.span)
+
+
+def _show(e, lo, hi) -> str:
+    text = str(e)
+    if lo == hi and text == str(lo):
+        return text
+    return f"{text} (from {lo} to {hi})" if lo != hi else f"{text} (= {lo})"
 
 
 def _need(ctx, need: str, what: str, span, func) -> None:
@@ -167,5 +248,5 @@ def verify_lowered(func, ctx):
     return func
 
 
-__all__ = ["check_structure", "check_capabilities", "collect_hints", "serialize_pipelined", "plan_memory",
+__all__ = ["check_structure", "check_static_bounds", "check_capabilities", "collect_hints", "serialize_pipelined", "plan_memory",
            "verify_lowered"]

@@ -57,7 +57,6 @@ class _Distributor:
     def __init__(self, nthreads: int):
         self.n = nthreads
         self.hoisted: list = []
-        self.count = 0
 
     # -- block level ------------------------------------------------------------------------------
     def block(self, s) -> list:
@@ -89,8 +88,7 @@ class _Distributor:
             pre = []
             cond = s.cond
             if _loads_memory(cond):
-                c = Var(f"tc_cond{self.count}", "bool")
-                self.count += 1
+                c = Var("cond", "bool")
                 pre = [Bind(c, cond, span=s.span), Barrier(span=s.span)]
                 cond = c
             then = seq(self.block(s.then))
@@ -128,9 +126,7 @@ class _Distributor:
         walk(inner, no_collective)
         extents = [f.extent for f in loops]
         total = _prod(extents)
-        k = self.count
-        self.count += 1
-        idx = Var(f"tc_idx{k}")
+        idx = Var("idx")
         binds = []
         for d, f in enumerate(loops):
             stride = _prod(extents[d + 1:])
@@ -146,7 +142,7 @@ class _Distributor:
         tid = ThreadIndex()
         if tot is not None and tot <= n:
             return seq([Bind(idx, tid, span=loop.span), body])
-        it = Var(f"tc_it{k}")
+        it = Var("it")
         trips = binary("floordiv", binary("add", total, n - 1), n)
         step = seq([Bind(idx, binary("add", binary("mul", it, n), tid), span=loop.span), body])
         return For(it, as_expr(0), trips, "serial", step, span=loop.span)

@@ -234,7 +234,7 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
             ctx.notes.append(f"cuda.hopper_gemm_pipeline: loop over {s.var.name} not pipelined ({e})")
             continue
         stage_bytes = (p.bm * p.bk + p.bk * p.bn) * p.esize
-        pipe = Buffer(f"tc_pipe_{p.a_s.name}", (pipe_bytes(stages, stage_bytes),), "uint8", "shared")
+        pipe = Buffer(f"pipe_{p.a_s.name}", (pipe_bytes(stages, stage_bytes),), "uint8", "shared")
         a0 = [_affine(e, s.var, s.start) for e in p.src_a.starts]   # (row, col) = (m, k)
         b0 = [_affine(e, s.var, s.start) for e in p.src_b.starts]   # (n, k) if tb else (k, n)
         maps = [tensor_map(p.src_a, (p.atom, p.bm)), tensor_map(p.src_b, (p.atom, p.bn if p.tb else p.bk))]

@@ -286,7 +286,7 @@ def _lower_as(mode: str):
         except _No as e:
             ctx.notes.append(f"{name}: kernel not mapped to registers ({e})")
             return None
-        pipe = Buffer("tc_regprog_smem", (plan["pipe_bytes"],), "uint8", "shared")
+        pipe = Buffer("regprog_smem", (plan["pipe_bytes"],), "uint8", "shared")
         coll = Collective("tc_register_program", (Region(pipe, (as_expr(0),), (pipe.shape[0],)),),
                           {"plan": plan, "tensor_maps": plan["tensor_maps"], "wgmma": plan["wgmma"]},
                           span=launch.span)
@@ -611,6 +611,8 @@ class _Emit:
         em, st = self.em, self.st
         src, dst = s.args[:2]
         ident, op = _REDUCE[s.attrs["kind"]]
+        if not getattr(st, "fast", False):  # fmaxf / fminf drop NaN; T.reduce_max propagates it
+            op = op.replace("fmaxf(", "tc_nanmax(").replace("fminf(", "tc_nanmin(")
         f, v = em.name(st, src.buffer), em.name(st, dst.buffer)
         n = src.buffer.static_shape()[1]
 

@@ -253,7 +253,7 @@ class WebGPUEmitter(ShaderLangEmitter):
         st.indent += 1
         vs = self._row_vars(st, r, extents)
         di = _region_index(dst, vs, ddims)
-        acc = Var("tc_acc", dtype)
+        acc = Var("acc", dtype)
         an = self.name(st, acc)
         self.line(st, f"var {an}: {vt} = {init if clear else self.expr(st, BufferLoad(dst.buffer, di))};")
         self.line(st, f"for (var tc_q{k}: i32 = 0i; tc_q{k} < {np_}; tc_q{k} = tc_q{k} + 1i) {{")
@@ -278,8 +278,8 @@ class WebGPUEmitter(ShaderLangEmitter):
         acc_t = c.buffer.dtype
         tm, tn = block_shape(m, n, st.threads)
         nblocks, cols = (m // tm) * (n // tn), n // tn
-        accb = Buffer("tc_acc", (tm * tn,), acc_t, "local")
-        it, idx, i0, j0, kk = Var("tc_it"), Var("tc_blk"), Var("gi0"), Var("gj0"), Var("gk")
+        accb = Buffer("acc", (tm * tn,), acc_t, "local")
+        it, idx, i0, j0, kk = Var("it"), Var("blk"), Var("gi0"), Var("gj0"), Var("gk")
         avs = [Var(f"ga{x}", acc_t) for x in range(tm)]
         bvs = [Var(f"gb{y}", acc_t) for y in range(tn)]
         cidx = [[matrix_index(c, binary("add", i0, x), binary("add", j0, y)) for y in range(tn)] for x in range(tm)]

@@ -46,6 +46,9 @@ def reduce_shape(op) -> tuple[int, int]:
 
 def _reduce_applies(op, ctx) -> bool:
     src, dst = op.args
+    if op.attrs.get("kind") in ("max", "min", "absmax") and str(dst.buffer.dtype).startswith("float") \
+            and not ctx.option("tilecore.fast_math", False):
+        return False  # subgroupMax / subgroupMin may drop NaN: the generic lowering propagates it
     return (op.attrs.get("kind") in SUBGROUP_KINDS and str(dst.buffer.dtype) in SUBGROUP_DTYPES
             and src.buffer.scope in LOCAL_SCOPES and dst.buffer.scope in LOCAL_SCOPES
             and _static(src.extents) and _static(dst.extents) and reduce_shape(op)[0] <= MAX_REDUCE_ROWS)

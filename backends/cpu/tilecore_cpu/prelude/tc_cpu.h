@@ -65,6 +65,11 @@ static inline int64_t tc_floormod(int64_t a, int64_t b) { int64_t r = a % b; ret
 #define tc_iabs(x) ((x) < 0 ? -(x) : (x))
 #define tc_max(a, b) ({ __typeof__(a) tc_a_ = (a); __typeof__(b) tc_b_ = (b); tc_a_ > tc_b_ ? tc_a_ : tc_b_; })
 #define tc_min(a, b) ({ __typeof__(a) tc_a_ = (a); __typeof__(b) tc_b_ = (b); tc_a_ < tc_b_ ? tc_a_ : tc_b_; })
+/* float min / max: a NaN in either operand gives NaN (T.max, T.min, T.reduce_max... unless fast math) */
+#define tc_nanmax(a, b) ({ __typeof__(a) tc_a_ = (a); __typeof__(b) tc_b_ = (b); \
+  (tc_a_ != tc_a_ || tc_b_ != tc_b_) ? tc_a_ + tc_b_ : (tc_a_ > tc_b_ ? tc_a_ : tc_b_); })
+#define tc_nanmin(a, b) ({ __typeof__(a) tc_a_ = (a); __typeof__(b) tc_b_ = (b); \
+  (tc_a_ != tc_a_ || tc_b_ != tc_b_) ? tc_a_ + tc_b_ : (tc_a_ < tc_b_ ? tc_a_ : tc_b_); })
 
 /* ---- atomics: compare-and-swap loops on the storage bits ---------------------------------------- */
 #define TC_ATOMIC_CAS(NAME, STORE_T, BITS_T, LOAD, STOREV, OP)                                     \

@@ -30,6 +30,13 @@ template <typename A, typename B> __device__ __forceinline__ auto tc_max(A a, B 
 template <typename A, typename B> __device__ __forceinline__ auto tc_min(A a, B b) -> decltype(a + b) {
   return a < b ? a : b;
 }
+/* float min / max that propagate NaN (fmaxf / fminf drop it); fast math uses tc_max / tc_min */
+template <typename A, typename B> __device__ __forceinline__ auto tc_nanmax(A a, B b) -> decltype(a + b) {
+  return (a != a || b != b) ? a + b : (a > b ? a : b);
+}
+template <typename A, typename B> __device__ __forceinline__ auto tc_nanmin(A a, B b) -> decltype(a + b) {
+  return (a != a || b != b) ? a + b : (a < b ? a : b);
+}
 
 /* device assertions: the first failing assertion's number goes to a status word in global memory */
 __device__ __forceinline__ void tc_set_status(int* status, int code) { atomicCAS(status, 0, code); }
