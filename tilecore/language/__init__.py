@@ -13,8 +13,9 @@ import sys as _sys
 from ..errors import ParseError, UnsupportedFeatureError
 from ..ir import Buffer as _IRBuffer
 from ..ir import (Allocate, Assert, BufferLoad, Call, DType, Expr, FloatImm, Hint, IntImm, Print, Store, Var,
-                  as_expr, binary, canonical, compare, const, const_value, is_float, select)
+                  as_expr, binary, canonical, compare, const_value, is_float, select)
 from ..ir import cast as _to
+from ..ir import const as _ir_const  # T.const is the eager kernels' size declaration (below)
 from ..ir import max_value as _max_value
 from ..ir import min_value as _min_value
 from . import ops as _ops
@@ -259,7 +260,7 @@ def alloc_barrier(arrive_count=1):
     buf.is_barrier = True
     b.emit(Allocate(buf))
     for i in range(len(counts)):
-        b.emit(Store(buf, (const(i),), const(0, "int32")))
+        b.emit(Store(buf, (_ir_const(i),), _ir_const(0, "int32")))
     return buf
 
 
@@ -268,21 +269,21 @@ def _barrier(bar, what: str):
     if isinstance(bar, BufferLoad) and getattr(bar.buffer, "is_barrier", False):
         return bar.buffer, bar.indices
     if isinstance(bar, _IRBuffer) and getattr(bar, "is_barrier", False):
-        return bar, (const(0),)
+        return bar, (_ir_const(0),)
     raise ParseError(f"{what}: the barrier must come from T.alloc_barrier (a barrier or bars[i])", b.span)
 
 
 def barrier_arrive(mbarrier, *_args, **_kwargs) -> None:
     """Complete the barrier's current phase (the block arrives as one)."""
     buf, idx = _barrier(mbarrier, "T.barrier_arrive")
-    current().emit(Store(buf, idx, binary("add", BufferLoad(buf, idx), const(1, "int32"))))
+    current().emit(Store(buf, idx, binary("add", BufferLoad(buf, idx), _ir_const(1, "int32"))))
 
 
 def barrier_wait(mbarrier, parity=0, *_args, **_kwargs) -> None:
     """Wait until the barrier's phase of ``parity`` (0 or 1) has completed."""
     buf, idx = _barrier(mbarrier, "T.barrier_wait")
-    done = compare("ne", binary("bitand", BufferLoad(buf, idx), const(1, "int32")),
-                   binary("bitand", as_expr(parity, "int32"), const(1, "int32")))
+    done = compare("ne", binary("bitand", BufferLoad(buf, idx), _ir_const(1, "int32")),
+                   binary("bitand", as_expr(parity, "int32"), _ir_const(1, "int32")))
     span = current().span
     current().emit(Assert(done, f"T.barrier_wait on {buf.name} at {span} can never complete in program order "
                                 "(its phase is not arrived before the wait): tilecore runs the block as one "
