@@ -12,3 +12,26 @@ def randn(*shape, dtype=torch.float16):
 
 def f64(t):
     return t.detach().to(torch.float64)
+
+
+def attention_ref(q, k, v, causal=False, layout="bhsd", groups=1):
+    """softmax(q k^T / sqrt(d)) v in float64; layout bhsd or bshd; k and v may have heads / groups heads.
+    A causal mask is aligned to the end (query i sees keys up to i + seq_kv - seq_q)."""
+    q, k, v = (t.to(torch.float64) for t in (q, k, v))
+    if layout == "bshd":
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        sq, sk = s.shape[-2], s.shape[-1]
+        mask = torch.ones(sq, sk, dtype=torch.bool).tril(sk - sq)
+        s = s.masked_fill(~mask, float("-inf"))
+    o = s.softmax(-1) @ v
+    return o.transpose(1, 2) if layout == "bshd" else o
+
+
+def attention_grads(q, k, v, do, causal=False, layout="bhsd", groups=1):
+    """float64 (dq, dk, dv) of attention_ref."""
+    q, k, v = (f64(t).requires_grad_() for t in (q, k, v))
+    attention_ref(q, k, v, causal, layout, groups).backward(f64(do))
+    return q.grad, k.grad, v.grad
