@@ -35,3 +35,16 @@ def attention_grads(q, k, v, do, causal=False, layout="bhsd", groups=1):
     q, k, v = (f64(t).requires_grad_() for t in (q, k, v))
     attention_ref(q, k, v, causal, layout, groups).backward(f64(do))
     return q.grad, k.grad, v.grad
+
+
+def causal_linear_ref(q, k, v, scale, decay=None):
+    """o_t = sum_{s <= t} decay^(t-s) scale (q_t . k_s) v_s in float64, layout (B, S, H, D); decay per head or None."""
+    q, k, v = (f64(t).transpose(1, 2) for t in (q, k, v))
+    S = q.shape[2]
+    w = torch.ones(S, S, dtype=torch.float64).tril()
+    if decay is not None:
+        d = torch.tensor(decay, dtype=torch.float64).view(-1, 1, 1)
+        idx = torch.arange(S, dtype=torch.float64)
+        w = w * d ** (idx.view(-1, 1) - idx.view(1, -1)).clamp(min=0)
+    o = ((q @ k.transpose(-1, -2)) * scale * w) @ v
+    return o.transpose(1, 2)
