@@ -16,6 +16,8 @@ fi
 python -m pip install --upgrade pip >/dev/null
 # torch: the pinned CPU build (an unpinned torch pulls a multi-GB CUDA build); kept out of package metadata
 python -c "import torch" 2>/dev/null || python -m pip install "torch==2.13.0"
+# einops: the references of the TileLang example corpus (tests/tilelang_corpus) use it, as TileLang's do
+python -c "import einops" 2>/dev/null || python -m pip install einops
 # every in-tree backend; the CUDA one with NVRTC (13.0, matching the H100's driver) and cuobjdump for --emit asm,
 # so that CI compiles every conformance case for sm_80 and sm_90a without a GPU
 # and the WebGPU one (wgpu-py comes as its dependency); ".[test]" brings pytest, pytest-xdist, hypothesis and

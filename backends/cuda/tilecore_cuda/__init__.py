@@ -37,6 +37,21 @@ def local_arch() -> str:
     return arch if arch in ARCHS else DEFAULT_ARCH
 
 
+def lowering_path(kernel) -> str:
+    """Which path a kernel compiled for a CUDA target took: ``"register program (wgmma)"``,
+    ``"register program (mma.sync)"``, ``"hopper pipeline"`` (a GEMM loop on TMA + WGMMA) or ``"generic"``
+    (the core's lowering, distributed over the threads). The passes' notes, with the reason a kernel stayed
+    generic, are ``kernel.meta["attrs"]["hopper_pipelines"]``."""
+    notes = kernel.meta["attrs"].get("hopper_pipelines", ())
+    taken = [n for n in notes if "not mapped" not in n and "not pipelined" not in n]
+    for prefix, path in (("cuda.hopper_register_program:", "register program (wgmma)"),
+                         ("cuda.register_program:", "register program (mma.sync)"),
+                         ("cuda.hopper_gemm_pipeline:", "hopper pipeline")):
+        if any(n.startswith(prefix) for n in taken):
+            return path
+    return "generic"
+
+
 class CUDABackend(Backend):
     name = "cuda"
     plugin_api = "1.0"
