@@ -44,7 +44,6 @@ XFAIL_CPU: dict[str, str] = {
     "linear_attn_fwd": "wrong results on cpu, not yet diagnosed: final_state (K^T V over one 64-row chunk, "
                        "T.gemm(k, v, h, transpose_A=True) after T.copy(h, h_shared)) is already wrong, and O is off "
                        "by a constant factor",
-    "linear_retention_fwd": "wrong results on cpu (O, with NaN), the same kernel structure as linear_attn_fwd",
     "gemm_persistent": "imports tilelang.carver.arch.driver (get_num_sms): tilecore.carver is not provided",
 }
 # example -> why it does not compile for cuda:sm_90a
