@@ -113,8 +113,8 @@ def compile(func, target="auto", out_idx=None, pass_configs=None, target_host=No
     """Compile a ``@T.prim_func`` for ``target`` and return a callable :class:`JITKernel`.
 
     The result is cached on disk, keyed by the kernel's IR, the target and its capability profile, the
-    options, and the core, plugin and toolchain versions: compiling the same kernel again (in any
-    process) loads it instead.
+    options, the core, plugin and toolchain versions, and a fingerprint of the core's and the backend's
+    code (``cache.code_fingerprint``): compiling the same kernel again (in any process) loads it instead.
     """
     from ..ir import PrimFunc
 
@@ -131,6 +131,7 @@ def compile(func, target="auto", out_idx=None, pass_configs=None, target_host=No
         "options": options, "out_idx": sig["out_idx"], "core": __version__, "plugin_api": PLUGIN_API,
         "backend": [backend.name, backend.distribution, backend.version()],
         "toolchain": backend.toolchain_version(tgt),
+        "code": [cache.code_fingerprint("tilecore"), cache.code_fingerprint(type(backend).__module__.split(".")[0])],
     })
     use_cache = (cache.enabled() and not options.get("tilecore.disable_cache")
                  and not os.environ.get("TILECORE_DUMP_IR"))

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The H100 check of a tree (docs/conformance.md, "How the H100 runs were made"): run on the device machine from
+# the repository root, with the wheels of this tree and their missing dependencies in .whl/ and the Vulkan
+# loader's .debs in .gl/ (both carried). Writes logs and report tarballs under $OUT (or ./device-out).
+set -uo pipefail
+OUT="${OUT:-$PWD/device-out}"; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+[ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+python3 -m tilecore targets list 2>&1 | tee -a "$OUT/device.txt"
+step() { local name=$1; shift; local t0=$SECONDS; "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+         echo "$name: rc=$rc in $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"; tail -n 15 "$OUT/$name.log"; }
+step conformance-cuda python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda
+step conformance-webgpu python3 -m tilecore conformance run --target webgpu -n 4 --report /tmp/rep/webgpu
+step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_backend.py tests/test_cuda_tensor_cores.py \
+     tests/test_cuda_hopper.py tests/test_guards.py tests/test_regressions.py
+step gemm python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8
+step attention python3 benchmarks/cuda_attention.py --rep 3
+step attention-fast python3 benchmarks/cuda_attention.py --rep 3 --fast-math
+(cd /tmp/rep && tar czf "$OUT/reports.tgz" .)
+cat "$OUT/summary.txt"
