@@ -127,18 +127,14 @@ class _Guard:
                     facts = facts.with_range(c.var, c.value, c.value)
             return Seq(out, span=s.span)
         if isinstance(s, KernelLaunch):
-            for v, g in zip(s.block_vars, s.grid):
-                facts = facts.with_range(v, as_expr(0), binary("sub", as_expr(g), 1))
-            return s.with_(body=self.stmt(s.body, facts))
+            return s.with_(body=self.stmt(s.body, launch_facts(s, facts)))
         asserts: list = []
         path = as_expr(1, "bool")
         if isinstance(s, For):
             start = self.expr(s.start, facts, asserts, path, s.span)
             extent = self.expr(s.extent, facts, asserts, path, s.span)
-            inner = facts
-            if not is_float(s.var.dtype):
-                inner = facts.with_range(s.var, start, binary("sub", binary("add", start, extent), 1))
-            out = s.with_(start=start, extent=extent, body=self.stmt(s.body, inner))
+            out = s.with_(start=start, extent=extent)
+            out = out.with_(body=self.stmt(s.body, loop_facts(out, facts) if not is_float(s.var.dtype) else facts))
         elif isinstance(s, If):
             c = self.cond(s.cond, facts, asserts, path, s.span)
             then = self.stmt(s.then, facts.with_cond(c))
@@ -172,6 +168,25 @@ class _Guard:
         return Seq(asserts + [out], span=s.span) if asserts else out
 
 
+def launch_facts(launch: KernelLaunch, facts: Facts | None = None) -> Facts:
+    """``facts`` plus the ranges of ``launch``'s block indices (``[0, grid - 1]``)."""
+    facts = facts or Facts()
+    for v, g in zip(launch.block_vars, launch.grid):
+        facts = facts.with_range(v, as_expr(0), binary("sub", as_expr(g), 1))
+    return facts
+
+
+def loop_facts(loop: For, facts: Facts) -> Facts:
+    """``facts`` plus the range of ``loop``'s variable."""
+    return facts.with_range(loop.var, loop.start, binary("sub", binary("add", loop.start, loop.extent), 1))
+
+
+def guard_stmt(s, facts: Facts | None = None, checked: bool = False):
+    """``s`` with its accesses guarded as the pass does, for a backend pass that takes statements out of
+    the pipeline before ``tilecore.guard_accesses`` runs (``facts``: what holds where ``s`` sits)."""
+    return _Guard(checked).stmt(s, facts or Facts())
+
+
 def _prune(c, facts: Facts):
     """``c`` without the conjuncts that ``facts`` prove."""
     if isinstance(c, Logic) and c.op == "and":
@@ -188,4 +203,4 @@ def guard_accesses(func, ctx):
     return func.with_body(_Guard(checked).stmt(func.body, Facts()), checked=checked)
 
 
-__all__ = ["guard_accesses", "MAX_VALUES"]
+__all__ = ["guard_accesses", "guard_stmt", "launch_facts", "loop_facts", "MAX_VALUES"]
