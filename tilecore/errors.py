@@ -76,6 +76,10 @@ class KernelRuntimeError(TilecoreError, RuntimeError):
     index and the kernel's source line)."""
 
 
+#: the most values a failed checked-mode bounds check records (indices, then the shape: 8 dimensions)
+MAX_FAULT_VALUES = 16
+
+
 def kernel_failure(entry, values=()) -> TilecoreError:
     """The exception for a failed device assertion: ``entry`` is what the emitter recorded for it (its
     message, or ``{"message": template, "values": n}`` for a checked-mode bounds check) and ``values``

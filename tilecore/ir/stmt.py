@@ -99,7 +99,7 @@ class Print(Stmt):
 class Assert(Stmt):
     """Stop the kernel and raise :class:`KernelAssertionError` with ``message`` when ``cond`` is false.
 
-    ``values`` (integer expressions, at most ``tilecore.passes.guard.MAX_VALUES``) are recorded when it
+    ``values`` (integer expressions, at most ``tilecore.errors.MAX_FAULT_VALUES``) are recorded when it
     fails and fill the ``{0}``, ``{1}``... places of ``message``; such an assertion is a checked-mode
     bounds check and raises :class:`~tilecore.errors.KernelRuntimeError` instead.
     """

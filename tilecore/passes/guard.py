@@ -19,11 +19,12 @@ from __future__ import annotations
 from ..ir import (Allocate, Assert, Atomic, BinOp, Bind, BufferLoad, Call, Cast, Cmp, Expr, For, If, KernelLaunch,
                   Logic, Print, Select, Seq, Store, as_expr, binary, compare, const, const_value, is_float, logic_and,
                   logic_not, logic_or)
+from ..errors import MAX_FAULT_VALUES
 from ..ir.bounds import Facts
 from . import tile_pass
 
 #: index values plus shape values a checked-mode assertion reports (a buffer of up to 8 dimensions)
-MAX_VALUES = 16
+MAX_VALUES = MAX_FAULT_VALUES
 
 
 def _bound_conds(buffer, indices, facts: Facts) -> list:

@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tilecore.errors import CompileError, kernel_failure
+from tilecore.errors import MAX_FAULT_VALUES, CompileError, kernel_failure
 from tilecore.plugin import Program, Runtime, Source
 
 
@@ -119,7 +119,5 @@ class CPUProgram(Program):
             entry = self.asserts[status - 1] if 0 < status <= len(self.asserts) else f"assertion {status}"
             values = []
             if isinstance(entry, dict):  # a checked-mode bounds check: its indices are in the module
-                from tilecore.passes.guard import MAX_VALUES
-
-                values = list((ctypes.c_int64 * MAX_VALUES).in_dll(self.lib, "tc_fault_values"))
+                values = list((ctypes.c_int64 * MAX_FAULT_VALUES).in_dll(self.lib, "tc_fault_values"))
             raise kernel_failure(entry, values)

@@ -18,12 +18,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from tilecore.errors import CompileError, DeviceError, kernel_failure
+from tilecore.errors import MAX_FAULT_VALUES, CompileError, DeviceError, kernel_failure
 from tilecore.plugin import Program, Runtime, Source
-from tilecore.passes.guard import MAX_VALUES
 
-#: the status buffer: a code word, a pad word, then MAX_VALUES int64 values (checked mode's indices)
-STATUS_WORDS = 2 + 2 * MAX_VALUES
+#: the status buffer: a code word, a pad word, then MAX_FAULT_VALUES int64 values (checked mode's indices)
+STATUS_WORDS = 2 + 2 * MAX_FAULT_VALUES
 
 CUDA_INCLUDE_DIRS = ("/usr/local/cuda/include",)
 

@@ -24,7 +24,7 @@ import threading
 import time
 import weakref
 
-from tilecore.errors import CompileError, DeviceError, kernel_failure
+from tilecore.errors import MAX_FAULT_VALUES, CompileError, DeviceError, kernel_failure
 from tilecore.plugin import Program, Runtime, Source
 
 #: the backends wgpu can sit on, best first: the GL backend is a fallback that lists the same
@@ -253,9 +253,7 @@ class WebGPUProgram(Program):
         self.asserts = list(meta.get("asserts", []))
         self.fault = None  # the fault buffer of a kernel with assertions (checked mode), bound last
         if self.asserts:
-            from tilecore.passes.guard import MAX_VALUES
-
-            self.fault_bytes = 4 * (1 + MAX_VALUES)
+            self.fault_bytes = 4 * (1 + MAX_FAULT_VALUES)
             self.fault = self.dev.create_buffer(size=self.fault_bytes, usage=self.wgpu.BufferUsage.STORAGE
                                                 | self.wgpu.BufferUsage.COPY_DST | self.wgpu.BufferUsage.COPY_SRC)
         self.pipe, self.bgl = pipeline(self.dev, code, source.entry, len(self.buffers) + bool(self.fault))
