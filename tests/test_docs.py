@@ -34,7 +34,7 @@ def _limitations() -> str:
     return text[text.index("## Known limitations"):]
 
 
-def test_limitation_tile_op_guards_negative_index_unguarded_constant_past_end_dropped():
+def test_global_accesses_guarded_both_ways_onchip_limitation_stated():
     import numpy as np
 
     import tilecore
@@ -54,8 +54,11 @@ def test_limitation_tile_op_guards_negative_index_unguarded_constant_past_end_dr
     tilecore.compile(fill_past_end, target="cpu")(big[4:16])
     assert not big.any()                                   # the constant past-the-end write is dropped
     tilecore.compile(fill_at, target="cpu")(big[4:16], -1)
-    assert np.nonzero(big)[0].tolist() == [3]              # k = -1 writes the element before B
-    assert "a negative index is not guarded" in _limitations()
+    assert not big.any()                                   # k = -1 is guarded too (a global access)
+    tilecore.compile(fill_at, target="cpu")(big[4:16], 11)
+    assert np.nonzero(big)[0].tolist() == [15]
+    lim = _limitations()
+    assert "a negative index is not guarded" not in lim and "on-chip buffers are not guarded" in lim
 
 
 def test_limitation_list_does_not_contradict_copy_and_operators():

@@ -71,6 +71,29 @@ class KernelAssertionError(TilecoreError, AssertionError):
     """A ``T.device_assert`` failed while the kernel ran."""
 
 
+class KernelRuntimeError(TilecoreError, RuntimeError):
+    """A kernel failed while it ran: in checked mode, an access outside its buffer (names the buffer, the
+    index and the kernel's source line)."""
+
+
+#: the most values a failed checked-mode bounds check records (indices, then the shape: 8 dimensions)
+MAX_FAULT_VALUES = 16
+
+
+def kernel_failure(entry, values=()) -> TilecoreError:
+    """The exception for a failed device assertion: ``entry`` is what the emitter recorded for it (its
+    message, or ``{"message": template, "values": n}`` for a checked-mode bounds check) and ``values``
+    what the device recorded when it failed."""
+    if isinstance(entry, dict):
+        vals = [int(v) for v in list(values)[:int(entry.get("values", 0))]]
+        try:
+            msg = entry["message"].format(*vals)
+        except (IndexError, KeyError, ValueError):
+            msg = f"{entry['message']} (values {vals})"
+        return KernelRuntimeError(msg)
+    return KernelAssertionError(f"T.device_assert failed: {entry}")
+
+
 class CacheError(TilecoreError):
     """The kernel cache or an exported kernel file is unreadable."""
 

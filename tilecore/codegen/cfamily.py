@@ -343,6 +343,17 @@ class CFamilyEmitter(Emitter):
             fmt, cast = ("%.9g", "(double)") if is_float(v.dtype) else ("%lld", "(long long)")
             self.line(st, f"printf(\"{msg}{': ' if msg else ''}{fmt}\\n\", {cast}({self.expr(st, v)}));")
 
+    def record_assert(self, st, s: Assert) -> int:
+        """Record ``s`` in ``st.asserts`` (what ``Source.meta["asserts"]`` carries; the runtime turns an entry
+        into an exception with :func:`tilecore.errors.kernel_failure`); returns its 1-based code."""
+        where = f" (at {s.span})" if s.span else ""
+        if s.values:
+            st.asserts.append({"message": s.message + where.replace("{", "{{").replace("}", "}}"),
+                               "values": len(s.values)})
+        else:
+            st.asserts.append(s.message + where)
+        return len(st.asserts)
+
     def stmt_Assert(self, st, s: Assert):  # pragma: no cover - target specific
         raise CompileError("T.device_assert is not implemented by this target's code generator", s.span)
 

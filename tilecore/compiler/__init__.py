@@ -32,6 +32,8 @@ def _normalize_configs(pass_configs: dict | None) -> dict:
             raise CompileError(f"unknown pass config {k!r}; known: {', '.join(sorted(known))} (backend-specific keys "
                                "are spelled tilecore.<backend>.<name>)")
         out[k] = v
+    if "tilecore.checked" not in out and os.environ.get("TILECORE_CHECKED", "") not in ("", "0"):
+        out["tilecore.checked"] = True  # in the options, so in the cache key
     return out
 
 

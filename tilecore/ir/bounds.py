@@ -1,15 +1,143 @@
-"""Integer bounds of index expressions: a small interval analysis.
+"""A small prover for index bounds: is ``e >= 0`` whenever this statement runs?
 
-``int_bounds(e, ranges)`` gives ``(lo, hi)`` with ``lo <= e <= hi`` for every value the variables in
-``ranges`` (Var -> (lo, hi), keyed by identity) may take, or None when it cannot tell. It knows
-constants, the variables in ``ranges``, ``+ - *``, ``//`` and ``%`` by positive constants, ``min``,
-``max`` and integer casts; anything else (a memory load, a variable of unknown range) is unknown.
-"""
+Facts come from where a statement sits: a loop variable lies in ``[start, start + extent - 1]``, a
+block index in ``[0, grid - 1]``, a bound scalar equals its value, and the conditions of enclosing
+``if`` statements (and ``T.if_then_else`` / ``and`` operands) hold. :class:`Facts` holds them;
+:meth:`Facts.proves` answers for one integer comparison.
+
+The method is interval arithmetic on linear forms: ``e`` is written as ``sum(coeff * atom) + const``
+(see :mod:`.simplify`) and each bounded atom is replaced by its lower bound (positive coefficient) or
+upper bound (negative coefficient), recursively, until what is left is a constant or an expression
+in free symbols (shape variables, scalar parameters) that stand for themselves. ``floordiv`` /
+``div`` by a positive constant, ``floormod`` by a positive constant, ``min``, ``max`` and integer
+casts are understood; anything else (a value read from memory) is unknown and proves nothing. The
+answer is sound (True only when it holds) and may be False for true facts it cannot see.
+
+Two questions, two tools. :class:`Facts` answers "does this hold whenever the statement runs?" over
+symbolic bounds (the guard pass: elide a guard only when the access is surely in bounds).
+:func:`int_bounds` answers "which integers can this take?" over constant ranges (the static check:
+refuse an on-chip index only when it is out of range for every value)."""
 from __future__ import annotations
 
 from .dtypes import is_float
-from .expr import BinOp, Cast, Var, const_value
+from .expr import BinOp, Cast, Cmp, Expr, IntImm, Logic, Var, binary, const_value
+from .simplify import _linear, simplify
 
+_DEPTH = 8
+
+
+class Facts:
+    """Known ranges of variables (inclusive ``(lo, hi)`` expressions) and conditions known to hold."""
+
+    def __init__(self, ranges: dict | None = None, known: tuple = ()):
+        self.ranges = dict(ranges or {})  # id(var) -> (lo, hi); either may be None (unknown)
+        self.known = tuple(known)         # expressions g with g >= 0
+
+    def with_range(self, var: Var, lo, hi) -> "Facts":
+        return Facts({**self.ranges, id(var): (lo, hi)}, self.known)
+
+    def with_cond(self, cond, holds: bool = True) -> "Facts":
+        """These facts plus ``cond`` (or its negation): each integer comparison it implies."""
+        new = tuple(nonneg_forms(cond, holds))
+        return Facts(self.ranges, self.known + new) if new else self
+
+    def bound(self, e: Expr, upper: bool, depth: int = 0):
+        """An expression free of bounded variables that is ``>= e`` (upper) or ``<= e``; None if unknown."""
+        terms: dict = {}
+        out: Expr = IntImm(_linear(simplify(e), terms, 1), e.dtype)
+        for atom, coeff in terms.values():
+            if coeff == 0:
+                continue
+            b = self._atom_bound(atom, upper if coeff > 0 else not upper, depth)
+            if b is None:
+                return None
+            out = binary("add", out, binary("mul", b, coeff))
+        return simplify(out)
+
+    def _atom_bound(self, a: Expr, upper: bool, depth: int):
+        if depth > _DEPTH:
+            return None
+        if isinstance(a, Var):
+            if id(a) not in self.ranges:
+                return a  # a free symbol (a shape or a scalar parameter) is its own bound
+            b = self.ranges[id(a)][1 if upper else 0]
+            return None if b is None else self.bound(b, upper, depth + 1)
+        if isinstance(a, Cast) and not is_float(a.dtype) and not is_float(a.value.dtype):
+            return self.bound(a.value, upper, depth + 1)
+        if isinstance(a, BinOp) and not is_float(a.dtype):
+            d = const_value(a.b)
+            if a.op in ("floordiv", "div") and isinstance(d, int) and d > 0:
+                x = self.bound(a.a, upper, depth + 1)
+                if a.op == "div" and (x is None or not self.proves_nonneg(a.a, depth + 1)):
+                    return None  # truncation is monotone too, but keep to the plain case
+                return None if x is None else simplify(binary("floordiv", x, d))
+            if a.op == "floormod" and isinstance(d, int) and d > 0:
+                return IntImm(d - 1 if upper else 0, a.dtype)
+            if a.op in ("min", "max"):
+                x, y = self.bound(a.a, upper, depth + 1), self.bound(a.b, upper, depth + 1)
+                if x is None or y is None:
+                    # the bound of min from above (max from below) needs only one side
+                    keep = x if x is not None else y
+                    return keep if (a.op == "min") == upper else None
+                return simplify(binary(a.op, x, y))
+        return None
+
+    def proves_nonneg(self, e: Expr, depth: int = 0) -> bool:
+        lo = self.bound(e, False, depth)
+        v = const_value(lo) if lo is not None else None
+        if v is not None and v >= 0:
+            return True
+        for g in self.known:  # e >= g >= 0 for a known g
+            lo = self.bound(binary("sub", e, g), False, depth)
+            v = const_value(lo) if lo is not None else None
+            if v is not None and v >= 0:
+                return True
+        return False
+
+    def proves(self, cond: Expr) -> bool:
+        """True when the integer condition ``cond`` (comparisons joined by ``and``) surely holds."""
+        forms = nonneg_forms(cond, True, exact=True)
+        return forms is not None and all(self.proves_nonneg(g) for g in forms)
+
+
+def nonneg_forms(cond, holds: bool = True, exact: bool = False):
+    """Expressions ``g`` with ``g >= 0`` that ``cond`` (or ``not cond``) implies.
+
+    With ``exact``, returns None unless the forms say all that ``cond`` says (so proving them proves it).
+    """
+    out: list = []
+    ok = _forms(cond, holds, out)
+    if exact and not ok:
+        return None
+    return out
+
+
+_NEG = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}
+
+
+def _forms(c, holds: bool, out: list) -> bool:
+    if isinstance(c, Logic):
+        if c.op == "not":
+            return _forms(c.a, not holds, out)
+        if (c.op == "and") == holds:  # a and b holds / a or b fails: both parts
+            a = _forms(c.a, holds, out)
+            return _forms(c.b, holds, out) and a
+        return False
+    if isinstance(c, Cmp) and not is_float(c.a.dtype) and c.op in _NEG:
+        op = c.op if holds else _NEG[c.op]
+        a, b = c.a, c.b
+        g = {"lt": lambda: binary("sub", binary("sub", b, a), 1), "le": lambda: binary("sub", b, a),
+             "gt": lambda: binary("sub", binary("sub", a, b), 1), "ge": lambda: binary("sub", a, b)}[op]()
+        out.append(g)
+        return True
+    v = const_value(c)
+    return v is not None and bool(v) == holds
+
+
+__all__ = ["Facts", "nonneg_forms"]
+
+
+# -- constant integer ranges (the static on-chip bounds check) -----------------------------------
 
 def int_bounds(e, ranges: dict):
     v = const_value(e)
@@ -51,6 +179,3 @@ def loop_range(start, extent, ranges: dict):
     if s is None or n is None or n[1] < 1:
         return None
     return (s[0], s[1] + n[1] - 1)
-
-
-__all__ = ["int_bounds", "loop_range"]

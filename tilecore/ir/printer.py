@@ -130,7 +130,8 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
         what = _nm(s.buffer) if s.buffer is not None else expr_str(s.value)
         return [f"{pad}T.print({what}, msg={s.message!r})"]
     if isinstance(s, Assert):
-        return [f"{pad}T.device_assert({expr_str(s.cond)}, {s.message!r})"]
+        vals = f", values=({', '.join(expr_str(v) for v in s.values)},)" if s.values else ""
+        return [f"{pad}T.device_assert({expr_str(s.cond)}, {s.message!r}{vals})"]
     if isinstance(s, Barrier):
         return [f"{pad}T.barrier()"]
     if isinstance(s, Break):

@@ -97,10 +97,16 @@ class Print(Stmt):
 
 @dataclass(eq=False)
 class Assert(Stmt):
-    """Stop the kernel and raise :class:`KernelAssertionError` with ``message`` when ``cond`` is false."""
+    """Stop the kernel and raise :class:`KernelAssertionError` with ``message`` when ``cond`` is false.
+
+    ``values`` (integer expressions, at most ``tilecore.errors.MAX_FAULT_VALUES``) are recorded when it
+    fails and fill the ``{0}``, ``{1}``... places of ``message``; such an assertion is a checked-mode
+    bounds check and raises :class:`~tilecore.errors.KernelRuntimeError` instead.
+    """
 
     cond: Expr
     message: str
+    values: tuple = ()
 
 
 @dataclass(eq=False)

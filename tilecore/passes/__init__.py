@@ -6,7 +6,8 @@ Slots, in order (a kernel moves from tile ops over regions to scalar loops ready
 ``layout``          decide layouts (fragments, swizzles); collect layout and scheduling hints
 ``tile-lowering``   replace each tile op with the implementation the target's intrinsic table picks
 ``pipelining``      software-pipeline ``T.Pipelined`` loops (a backend's job; the core serializes)
-``memory``          plan on-chip memory and check it against the target's limits
+``memory``          plan on-chip memory and check it against the target's limits; guard memory accesses
+                    not proven in bounds (all of them in checked mode)
 ``before-codegen``  final clean-up and verification
 
 A backend adds passes to a slot, before or after the core's own; it never copies the list.
@@ -31,6 +32,7 @@ class PassConfigKey:
     DEBUG = "tilecore.debug"                   #: bool: compile device code with debug info
     EXTRA_FLAGS = "tilecore.extra_flags"       #: list[str]: extra flags for the backend's compiler
     REQUIRE = "tilecore.require"               #: list[str]: capability needs the target must satisfy
+    CHECKED = "tilecore.checked"               #: bool: check every memory access at run time (also TILECORE_CHECKED=1)
 
     # TileLang's names (tilelang.PassConfigKey), so ported code runs. Those with a tilecore meaning are
     # mapped by TILELANG_EQUIVALENTS; the others are accepted and change nothing (docs/tilelang-compat.md).
@@ -154,13 +156,13 @@ def dump_dir_from_env() -> str | None:
 
 
 def core_pipeline() -> Pipeline:
-    from . import core, lower_tile
+    from . import core, guard, lower_tile
 
     return Pipeline({
         "legalize": [core.check_structure, core.check_static_bounds, core.check_capabilities],
         "layout": [core.collect_hints],
         "tile-lowering": [lower_tile.lower_tile_ops],
         "pipelining": [core.serialize_pipelined],
-        "memory": [core.plan_memory],
+        "memory": [core.plan_memory, guard.guard_accesses],
         "before-codegen": [core.verify_lowered],
     })

@@ -241,7 +241,9 @@ GENERIC = [
 
 def choose(op: TileOp, ctx) -> Intrinsic:
     best = None
-    for intr in list(ctx.intrinsics) + GENERIC:
+    # checked mode checks plain loads and stores: every op takes the core's generic implementation
+    table = GENERIC if ctx.option("tilecore.checked", False) else list(ctx.intrinsics) + GENERIC
+    for intr in table:
         if intr.op != op.op:
             continue
         if not all(ctx.capabilities.satisfies(need)[0] for need in intr.requires):

@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tilecore.errors import CompileError, KernelAssertionError
+from tilecore.errors import MAX_FAULT_VALUES, CompileError, kernel_failure
 from tilecore.plugin import Program, Runtime, Source
 
 
@@ -116,5 +116,8 @@ class CPUProgram(Program):
         fv = (ctypes.c_double * max(1, len(floats)))(*floats)
         status = self.fn(bufs, iv, fv)
         if status:
-            msg = self.asserts[status - 1] if 0 < status <= len(self.asserts) else f"assertion {status}"
-            raise KernelAssertionError(f"T.device_assert failed: {msg}")
+            entry = self.asserts[status - 1] if 0 < status <= len(self.asserts) else f"assertion {status}"
+            values = []
+            if isinstance(entry, dict):  # a checked-mode bounds check: its indices are in the module
+                values = list((ctypes.c_int64 * MAX_FAULT_VALUES).in_dll(self.lib, "tc_fault_values"))
+            raise kernel_failure(entry, values)

@@ -268,6 +268,10 @@ class CUDAEmitter(CFamilyEmitter):
         self.emit_printf(st, s)
 
     def stmt_Assert(self, st, s):
-        st.asserts.append(f"{s.message} (at {s.span})" if s.span else s.message)
-        self.line(st, f"if (!({self.expr(st, s.cond)})) {{ tc_set_status(tc_status, {len(st.asserts)}); "
-                      "tc_fail = 1; }")
+        code = self.record_assert(st, s)
+        fail = f"tc_set_status(tc_status, {code});"
+        if s.values:  # a checked-mode bounds check: the first failure also records its indices (runtime.STATUS_WORDS)
+            vals = " ".join(f"tc_v[{k}] = (long long)({self.expr(st, v)});" for k, v in enumerate(s.values))
+            fail = (f"if (atomicCAS(tc_status, 0, {code}) == 0) {{ long long* tc_v = (long long*)(tc_status + 2); "
+                    f"{vals} }}")
+        self.line(st, f"if (!({self.expr(st, s.cond)})) {{ {fail} tc_fail = 1; }}")

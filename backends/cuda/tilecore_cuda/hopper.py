@@ -281,6 +281,9 @@ def rewrite_launches(func, ctx, lower, features=("wgmma", "bulk_tensor_copy", "w
     caps = ctx.capabilities
     if not all(caps.feature(f) for f in features):
         return func
+    if ctx.option("tilecore.checked", False):  # checked mode checks plain loads and stores: the generic path
+        return func.with_body(func.body, hopper_pipelines=tuple(func.attrs.get("hopper_pipelines", ()))
+                              + ("checked mode: generic path",))
     if "wgmma" in features and ctx.option("tilecore.cuda.disable_wgmma", False):
         return func
     before = len(ctx.notes)

@@ -34,6 +34,7 @@ from __future__ import annotations
 from tilecore.ir import (Allocate, Bind, Buffer, BufferLoad, Collective, For, KernelLaunch, Region, Seq, Store, TileOp,
                          as_expr, binary, const_value, simplify, walk, walk_expr)
 from tilecore.passes import tile_pass
+from tilecore.passes.guard import guard_stmt, launch_facts, loop_facts
 
 from ._irutil import NoMatch as _No, full as _full, need as _need, nonunit, row_stride, static as _s
 from .hopper import WG, rewrite_launches, tensor_map, wgmma_struct
@@ -286,6 +287,12 @@ def _lower_as(mode: str):
         except _No as e:
             ctx.notes.append(f"{name}: kernel not mapped to registers ({e})")
             return None
+        # the core's bounds guards (tilecore.guard_accesses runs after this pass): global accesses in the
+        # block-level statements that the tensor's edge may cut (none when the shapes divide)
+        facts = launch_facts(launch)
+        plan["pre"] = [guard_stmt(s, facts) for s in plan["pre"]]
+        plan["post"] = [guard_stmt(s, facts) for s in plan["post"]]
+        plan["body"] = [guard_stmt(s, loop_facts(plan["loop"], facts)) for s in plan["body"]]
         pipe = Buffer("regprog_smem", (plan["pipe_bytes"],), "uint8", "shared")
         coll = Collective("tc_register_program", (Region(pipe, (as_expr(0),), (pipe.shape[0],)),),
                           {"plan": plan, "tensor_maps": plan["tensor_maps"], "wgmma": plan["wgmma"]},

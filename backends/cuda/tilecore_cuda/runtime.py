@@ -18,8 +18,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from tilecore.errors import CompileError, DeviceError, KernelAssertionError
+from tilecore.errors import MAX_FAULT_VALUES, CompileError, DeviceError, kernel_failure
 from tilecore.plugin import Program, Runtime, Source
+
+#: the status buffer: a code word, a pad word, then MAX_FAULT_VALUES int64 values (checked mode's indices)
+STATUS_WORDS = 2 + 2 * MAX_FAULT_VALUES
 
 CUDA_INCLUDE_DIRS = ("/usr/local/cuda/include",)
 
@@ -380,7 +383,8 @@ class CUDAProgram(Program):
         if grid[0] <= 0 or grid[1] <= 0 or grid[2] <= 0:
             return
         if self.status is None or self.status.device.index != dev:
-            self.status = torch.zeros(1, dtype=torch.int32, device=f"cuda:{dev}")
+            # word 0: the first failed assertion's code; from word 2, the int64 values it recorded
+            self.status = torch.zeros(STATUS_WORDS, dtype=torch.int32, device=f"cuda:{dev}")
         for i in self.aligned:
             if int(buffers[i]) % 16:
                 raise DeviceError(f"argument {i}: this kernel copies it with 16-byte cp.async and needs it 16-byte "
@@ -408,11 +412,12 @@ class CUDAProgram(Program):
             raise DeviceError(f"cuLaunchKernel failed: {_err(self.lib, rc)} (grid {grid}, {self.threads} threads, "
                               f"{self.dyn_shared} bytes of dynamic shared memory)")
         if self.asserts:
-            code = int(self.status.item())  # synchronizes: only kernels with device asserts pay for it
+            code = int(self.status[0].item())  # synchronizes: only kernels with device asserts pay for it
             if code:
+                values = self.status[2:].view(torch.int64).tolist()
                 self.status.zero_()
-                msg = self.asserts[code - 1] if 0 < code <= len(self.asserts) else f"assertion {code}"
-                raise KernelAssertionError(f"T.device_assert failed: {msg}")
+                entry = self.asserts[code - 1] if 0 < code <= len(self.asserts) else f"assertion {code}"
+                raise kernel_failure(entry, values)
 
     def _slots(self, nb: int, ni: int, nf: int):
         """The launch's argument storage and parameter array, made once per argument count and reused: a

@@ -24,7 +24,7 @@ import threading
 import time
 import weakref
 
-from tilecore.errors import CompileError, DeviceError
+from tilecore.errors import MAX_FAULT_VALUES, CompileError, DeviceError, kernel_failure
 from tilecore.plugin import Program, Runtime, Source
 
 #: the backends wgpu can sit on, best first: the GL backend is a fallback that lists the same
@@ -220,7 +220,8 @@ class WebGPURuntime(Runtime):
     def build(self, source: Source, options: dict) -> bytes:
         """The shader text; when an adapter exists it is compiled here so errors surface at compile time."""
         if adapters():
-            pipeline(device_for(self._adapter()), source.code, source.entry, len(source.meta.get("buffers", [])))
+            nbuf = len(source.meta.get("buffers", [])) + bool(source.meta.get("asserts"))  # + the fault buffer
+            pipeline(device_for(self._adapter()), source.code, source.entry, nbuf)
         return source.code.encode()
 
     def load(self, binary: bytes, source: Source) -> "WebGPUProgram":
@@ -249,7 +250,13 @@ class WebGPUProgram(Program):
         self.nints, self.nfloats = int(meta.get("nints", 0)), int(meta.get("nfloats", 0))
         self.arg_words = int(meta.get("arg_words", 4))
         self.max_per_dim = int(meta.get("max_workgroups_per_dimension", 65535))
-        self.pipe, self.bgl = pipeline(self.dev, code, source.entry, len(self.buffers))
+        self.asserts = list(meta.get("asserts", []))
+        self.fault = None  # the fault buffer of a kernel with assertions (checked mode), bound last
+        if self.asserts:
+            self.fault_bytes = 4 * (1 + MAX_FAULT_VALUES)
+            self.fault = self.dev.create_buffer(size=self.fault_bytes, usage=self.wgpu.BufferUsage.STORAGE
+                                                | self.wgpu.BufferUsage.COPY_DST | self.wgpu.BufferUsage.COPY_SRC)
+        self.pipe, self.bgl = pipeline(self.dev, code, source.entry, len(self.buffers) + bool(self.fault))
         self.pool: dict = {}
         self.groups: dict = {}
         self.pending = False  # work submitted that no read-back has waited for
@@ -335,12 +342,14 @@ class WebGPUProgram(Program):
         if hit is None:
             entries = [{"binding": 0, "resource": {"buffer": args, "offset": 0, "size": 4 * self.arg_words}}]
             entries += [{"binding": k + 1, "resource": {"buffer": b, "offset": 0, "size": b.size}}
-                        for k, b in enumerate(gpu_bufs)]
+                        for k, b in enumerate(gpu_bufs + ([self.fault] if self.fault else []))]
             if len(self.groups) >= MAX_BIND_GROUPS:  # resident tensors come and go: do not pin them all
                 self.groups.clear()
             # the entry keeps its buffers alive, so their ids (the key) cannot be reused while it exists
             hit = self.groups[key] = (self.dev.create_bind_group(layout=self.bgl, entries=entries), gpu_bufs)
         group = hit[0]
+        if self.fault:
+            self.dev.queue.write_buffer(self.fault, 0, bytes(self.fault_bytes))
         enc = self.dev.create_command_encoder()
         desc = {}
         if self.timestamps:
@@ -365,6 +374,13 @@ class WebGPUProgram(Program):
             t0, t1 = struct.unpack("<QQ", bytes(self.dev.queue.read_buffer(self.qbuf, 0, 16)))
             DEVICE_CLOCK.add(t1 - t0)
             self.pending = False
+        if self.fault:  # a kernel with assertions waits for its end and reports the first failure
+            words = struct.unpack(f"<{self.fault_bytes // 4}i", bytes(self.dev.queue.read_buffer(self.fault, 0)))
+            self.pending = False
+            if words[0]:
+                code = words[0]
+                entry = self.asserts[code - 1] if 0 < code <= len(self.asserts) else f"assertion {code}"
+                raise kernel_failure(entry, words[1:])
 
 
 __all__ = ["WebGPURuntime", "WebGPUProgram", "adapters", "adapter_info", "select_adapter", "device_for",

@@ -119,3 +119,9 @@ static inline void tc_set_status(volatile int* status, int code) {
   int expected = 0;
   __atomic_compare_exchange_n((int*)status, &expected, code, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 }
+
+/* like tc_set_status; true for the one caller whose code was stored (it records the failure's values) */
+static inline int tc_claim_status(volatile int* status, int code) {
+  int expected = 0;
+  return __atomic_compare_exchange_n((int*)status, &expected, code, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
