@@ -37,6 +37,16 @@ template <typename A, typename B> __device__ __forceinline__ auto tc_nanmax(A a,
 template <typename A, typename B> __device__ __forceinline__ auto tc_nanmin(A a, B b) -> decltype(a + b) {
   return (a != a || b != b) ? a + b : (a < b ? a : b);
 }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+/* float: one instruction (PTX max.NaN / min.NaN, sm_80+) instead of two compares and two selects; the
+   exact FlashAttention row max lost 12% to the generic form on the H100 */
+__device__ __forceinline__ float tc_nanmax(float a, float b) {
+  float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+}
+__device__ __forceinline__ float tc_nanmin(float a, float b) {
+  float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+}
+#endif
 
 /* device assertions: the first failing assertion's number goes to a status word in global memory */
 __device__ __forceinline__ void tc_set_status(int* status, int code) { atomicCAS(status, 0, code); }
