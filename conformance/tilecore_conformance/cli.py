@@ -39,7 +39,9 @@ def cmd_run(args) -> int:
         return 2
 
     argv = [str(SUITE), f"--tilecore-target={args.target}", f"--tilecore-timeout={args.timeout}",
-            "-p", "no:cacheprovider", "-q", "-rfE"]
+            "-p", "no:cacheprovider", "-q", "-rfE",
+            # this command imported the plugin before pytest could rewrite its asserts (it has none)
+            "-W", "ignore::pytest.PytestAssertRewriteWarning"]
     if args.workers:
         argv += ["-n", str(args.workers)]
     if args.keyword:
