@@ -150,7 +150,7 @@ def test_missing_paths_are_one_line_errors(tmp_path):
     _one_line_error(tc("capabilities", "validate", str(tmp_path / "nosuch")),
                     "tilecore: error:", "nosuch: no such file or folder", "fix:")
     _one_line_error(tc("conformance", "merge", str(tmp_path / "rep"), str(tmp_path / "nosuch"), "--out",
-                       str(tmp_path / "x")), "tilecore: error:", "No such file or directory", "fix:")
+                       str(tmp_path / "x")), "tilecore: error:", "rep is not a conformance report folder", "fix:")
 
 
 def test_compile_wrong_arity_names_the_signature(tmp_path):

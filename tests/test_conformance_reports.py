@@ -288,7 +288,7 @@ def test_merge_writes_one_report_of_every_run(tmp_path, cpu_run):
 def test_merge_of_a_folder_that_is_no_report_is_one_line(tmp_path, cpu_run):
     r = tilecore_cli(["conformance", "merge", str(cpu_run), "/nonexistent", "--out", str(tmp_path / "x")], tmp_path)
     assert r.returncode == 1 and "Traceback" not in r.stderr
-    assert r.stderr.strip().count("\n") == 0 and "/nonexistent is not a report folder" in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "/nonexistent is not a conformance report folder" in r.stderr and r.stderr.startswith("tilecore: error:")
     assert "tilecore conformance run --report" in r.stderr
 
 

@@ -391,13 +391,13 @@ def read_run(d: Path) -> list:
     """The runs of a report folder: one for a run, several for a folder that ``merge`` wrote."""
     mpath, rpath = d / "manifest.json", d / "results.jsonl"
     if not (mpath.is_file() and rpath.is_file()):
-        raise SystemExit(f"tilecore conformance merge: {d} is not a report folder (it lacks manifest.json or "
-                         "results.jsonl); pass folders written by `tilecore conformance run --report DIR`")
+        raise SystemExit(f"tilecore: error: {d} is not a conformance report folder (it lacks manifest.json or "
+                         "results.jsonl) (fix: pass folders written by `tilecore conformance run --report DIR`)")
     try:
         man = json.loads(mpath.read_text())
         records = [json.loads(x) for x in rpath.read_text().splitlines() if x.strip()]
     except ValueError as err:
-        raise SystemExit(f"tilecore conformance merge: {d} holds a damaged report ({err}); run it again") from None
+        raise SystemExit(f"tilecore: error: {d} holds a damaged report ({err}) (fix: run it again)") from None
     if "runs" not in man:
         return [(man, {r["id"]: r for r in records})]
     return [(m, {r["id"]: r for r in records if (r["target"], r["mode"]) == (m["target"], m["mode"])})
@@ -409,7 +409,7 @@ def merge(dirs: list, out: Path) -> None:
     cols = [column(m) for m, _ in runs]
     dup = {c for c in cols if cols.count(c) > 1}
     if dup:
-        raise SystemExit(f"tilecore conformance merge: several runs for {sorted(dup)}; merge one run per target and mode")
+        raise SystemExit(f"tilecore: error: several runs for {sorted(dup)} (fix: merge one run per target and mode)")
     out.mkdir(parents=True, exist_ok=True)
     records = sorted((r for _, res in runs for r in res.values()), key=lambda r: (r["target"], r["mode"], r["id"]))
     _write_results(out / "results.jsonl", records)

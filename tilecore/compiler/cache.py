@@ -84,15 +84,15 @@ def usable_root() -> Path | None:
 
 @functools.lru_cache(maxsize=None)
 def code_fingerprint(package: str) -> str:
-    """A fingerprint of a package's code as installed: the path, size and mtime of every source file in it
-    (Python, headers, shaders; stat only, about a millisecond). Part of every cache key, so that a kernel
+    """A fingerprint of a package's code as installed: the path, size and mtime of every file in it but
+    bytecode and built libraries (Python, preludes, data; stat only, a few milliseconds). Part of every cache key, so that a kernel
     compiled by other compiler code (an upgrade, an edited checkout) is never loaded: the version numbers
     alone do not change between the commits of a development tree."""
     mod = sys.modules.get(package) or importlib.import_module(package)
     root = Path(mod.__file__).parent
     h = hashlib.sha256()
     for f in sorted(root.rglob("*")):
-        if f.suffix in (".py", ".h", ".hpp", ".cuh", ".c", ".cc", ".wgsl", ".metal", ".yaml") and f.is_file():
+        if f.is_file() and "__pycache__" not in f.parts and f.suffix not in (".pyc", ".so"):
             st = f.stat()
             h.update(f"{f.relative_to(root)}:{st.st_size}:{st.st_mtime_ns};".encode())
     return h.hexdigest()[:16]
