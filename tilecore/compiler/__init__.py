@@ -128,8 +128,10 @@ def compile(func, target="auto", out_idx=None, pass_configs=None, target_host=No
     ir_text = func.script()
     key = cache.make_key({
         "ir": ir_text, "target": str(tgt), "target_options": tgt.options, "capabilities": caps.hash(),
-        "options": options, "out_idx": sig["out_idx"], "core": __version__, "plugin_api": PLUGIN_API,
-        "backend": [backend.name, backend.distribution, backend.version()],
+        "options": options, "out_idx": sig["out_idx"], "core": [__version__, cache.code_fingerprint(__name__)],
+        "plugin_api": PLUGIN_API,
+        "backend": [backend.name, backend.distribution, backend.version(),
+                    cache.code_fingerprint(type(backend).__module__)],
         "toolchain": backend.toolchain_version(tgt),
     })
     use_cache = (cache.enabled() and not options.get("tilecore.disable_cache")

@@ -80,6 +80,32 @@ def usable_root() -> Path | None:
     return None
 
 
+_fingerprints: dict = {}
+
+
+def code_fingerprint(module: str) -> str:
+    """sha256 of the files of ``module``'s top-level package (its sources, preludes, capability files), so
+    that a cache entry built by other compiler code (an edit, a fix, a checkout) is never loaded for this
+    code, even with the version unchanged. A module without files on disk gives ""."""
+    top = module.split(".")[0]
+    if top not in _fingerprints:
+        mod = sys.modules.get(top)
+        paths = list(getattr(mod, "__path__", []) or [])
+        files = [Path(f) for d in paths for f in sorted(Path(d).rglob("*"))
+                 if f.is_file() and "__pycache__" not in f.parts]
+        if not paths and getattr(mod, "__file__", None):
+            files = [Path(mod.__file__)]
+        h = hashlib.sha256()
+        for f in files:
+            try:
+                data = f.read_bytes()
+            except OSError:
+                continue
+            h.update(f"{len(data)}:{f.name}:".encode() + data)
+        _fingerprints[top] = h.hexdigest() if files else ""
+    return _fingerprints[top]
+
+
 def make_key(parts: dict) -> str:
     blob = json.dumps({"format": FORMAT, **parts}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
