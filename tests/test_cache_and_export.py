@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -121,3 +122,24 @@ def test_dump_ir_writes_every_pass_and_the_source(tmp_path, monkeypatch):
     assert any("legalize.tilecore.check_capabilities" in f for f in files)
     x = np.random.default_rng(0).standard_normal((70, 64)).astype(np.float32)
     np.testing.assert_allclose(k(x), 2 * x, rtol=0, atol=0)
+
+
+def test_changed_compiler_code_never_loads_an_entry_built_by_the_old_code(tmp_path, monkeypatch):
+    # Seen: after the name-capture fix, kernels compiled before it (same IR, same version) still came from
+    # the cache with the old wrong indexing (TileLang's linear_attn_fwd gave wrong O and final_state).
+    import tilecore_cpu
+
+    first = py(COMPILE, tmp_path / "cache")
+    assert json.loads(first.stdout)["from_cache"] is False, first.stderr
+    edited = tmp_path / "edited"
+    shutil.copytree(Path(tilecore_cpu.__file__).parent, edited / "tilecore_cpu",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    with open(edited / "tilecore_cpu" / "codegen.py", "a") as f:
+        f.write("\n# an edit to the backend, as a fix would make (its version stays the same)\n")
+    with monkeypatch.context() as m:
+        m.setenv("PYTHONPATH", os.pathsep.join([str(edited), os.environ.get("PYTHONPATH", "")]))
+        moved = py(COMPILE + "    import tilecore_cpu; assert tilecore_cpu.__file__.startswith(%r)\n" % str(edited),
+                   tmp_path / "cache")
+    assert moved.returncode == 0, moved.stderr
+    assert json.loads(moved.stdout)["from_cache"] is False
+    assert json.loads(py(COMPILE, tmp_path / "cache").stdout)["from_cache"] is True

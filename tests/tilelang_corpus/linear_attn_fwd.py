@@ -65,4 +65,6 @@ def check():
     o = torch.zeros((B, S, H, D), dtype=torch.float32)
     h = tl_fused_chunk_fwd_kernel(B, S, H, D, D)(q, k, v, o)
     ref_h = f64(k).permute(0, 2, 3, 1) @ f64(v).transpose(1, 2)
-    return [("O", o, causal_linear_ref(q, k, v, D ** -0.5)), ("final_state", h, ref_h)]
+    # O is float32, but the kernel stages q * scale, the masked scores and the running state in float16 tiles:
+    # it is compared at float16 tolerance (final_state, summed in float32 from float16 inputs, at float32's)
+    return [("O", o, causal_linear_ref(q, k, v, D ** -0.5), "float16"), ("final_state", h, ref_h)]

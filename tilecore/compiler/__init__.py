@@ -115,8 +115,8 @@ def compile(func, target="auto", out_idx=None, pass_configs=None, target_host=No
     """Compile a ``@T.prim_func`` for ``target`` and return a callable :class:`JITKernel`.
 
     The result is cached on disk, keyed by the kernel's IR, the target and its capability profile, the
-    options, the core, plugin and toolchain versions, and a fingerprint of the core's and the backend's
-    code (``cache.code_fingerprint``): compiling the same kernel again (in any process) loads it instead.
+    options, the core, plugin and toolchain versions, and a sha256 of the core's and the backend's code
+    (``cache.code_fingerprint``): compiling the same kernel again (in any process) loads it instead.
     """
     from ..ir import PrimFunc
 
@@ -130,10 +130,11 @@ def compile(func, target="auto", out_idx=None, pass_configs=None, target_host=No
     ir_text = func.script()
     key = cache.make_key({
         "ir": ir_text, "target": str(tgt), "target_options": tgt.options, "capabilities": caps.hash(),
-        "options": options, "out_idx": sig["out_idx"], "core": __version__, "plugin_api": PLUGIN_API,
-        "backend": [backend.name, backend.distribution, backend.version()],
+        "options": options, "out_idx": sig["out_idx"], "core": [__version__, cache.code_fingerprint(__name__)],
+        "plugin_api": PLUGIN_API,
+        "backend": [backend.name, backend.distribution, backend.version(),
+                    cache.code_fingerprint(type(backend).__module__)],
         "toolchain": backend.toolchain_version(tgt),
-        "code": [cache.code_fingerprint("tilecore"), cache.code_fingerprint(type(backend).__module__.split(".")[0])],
     })
     use_cache = (cache.enabled() and not options.get("tilecore.disable_cache")
                  and not os.environ.get("TILECORE_DUMP_IR"))

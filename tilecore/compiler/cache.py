@@ -13,9 +13,7 @@ used: :func:`usable_root` warns once on stderr and the process compiles without 
 """
 from __future__ import annotations
 
-import functools
 import hashlib
-import importlib
 import json
 import os
 import shutil
@@ -82,20 +80,30 @@ def usable_root() -> Path | None:
     return None
 
 
-@functools.lru_cache(maxsize=None)
-def code_fingerprint(package: str) -> str:
-    """A fingerprint of a package's code as installed: the path, size and mtime of every file in it but
-    bytecode and built libraries (Python, preludes, data; stat only, a few milliseconds). Part of every cache key, so that a kernel
-    compiled by other compiler code (an upgrade, an edited checkout) is never loaded: the version numbers
-    alone do not change between the commits of a development tree."""
-    mod = sys.modules.get(package) or importlib.import_module(package)
-    root = Path(mod.__file__).parent
-    h = hashlib.sha256()
-    for f in sorted(root.rglob("*")):
-        if f.is_file() and "__pycache__" not in f.parts and f.suffix not in (".pyc", ".so"):
-            st = f.stat()
-            h.update(f"{f.relative_to(root)}:{st.st_size}:{st.st_mtime_ns};".encode())
-    return h.hexdigest()[:16]
+_fingerprints: dict = {}
+
+
+def code_fingerprint(module: str) -> str:
+    """sha256 of the files of ``module``'s top-level package (its sources, preludes, capability files), so
+    that a cache entry built by other compiler code (an edit, a fix, a checkout) is never loaded for this
+    code, even with the version unchanged. A module without files on disk gives ""."""
+    top = module.split(".")[0]
+    if top not in _fingerprints:
+        mod = sys.modules.get(top)
+        paths = list(getattr(mod, "__path__", []) or [])
+        files = [Path(f) for d in paths for f in sorted(Path(d).rglob("*"))
+                 if f.is_file() and "__pycache__" not in f.parts]
+        if not paths and getattr(mod, "__file__", None):
+            files = [Path(mod.__file__)]
+        h = hashlib.sha256()
+        for f in files:
+            try:
+                data = f.read_bytes()
+            except OSError:
+                continue
+            h.update(f"{len(data)}:{f.name}:".encode() + data)
+        _fingerprints[top] = h.hexdigest() if files else ""
+    return _fingerprints[top]
 
 
 def make_key(parts: dict) -> str:
