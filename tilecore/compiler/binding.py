@@ -213,34 +213,3 @@ def _allocate(p: dict, shape: tuple, like_torch, kernel_name: str, device_type: 
     import numpy as np
 
     return np.empty(shape, dtype=numpy_dtype(p["dtype"]))
-
-
-def random_inputs(sig: dict, device_type: str, seed: int = 0, symbols: dict | None = None) -> list:
-    """Random inputs matching the signature (for profiling); symbols give dynamic dims."""
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for i, p in enumerate(sig["params"]):
-        if i in sig["out_idx"]:
-            continue
-        if p["kind"] != "buffer":
-            out.append(1 if not p["dtype"].startswith("float") else 1.0)
-            continue
-        shape = []
-        for s in p["shape"]:
-            if isinstance(s, str):
-                if not symbols or s not in symbols:
-                    raise ArgumentError(f"argument {p['name']!r} has the dynamic dimension {s!r}; pass input_tensors "
-                                        "or dynamic_symbolic_constraints={...} to the profiler")
-                s = symbols[s]
-            shape.append(s)
-        dt = torch_dtype(p["dtype"])
-        if dt.is_floating_point:
-            t = torch.randn(shape, generator=g, dtype=torch.float32).to(dt)
-        elif dt == torch.bool:
-            t = torch.randint(0, 2, shape, generator=g).bool()
-        else:
-            t = torch.randint(-8, 8, shape, generator=g).to(dt)
-        out.append(t.to(device_type))
-    return out

@@ -3,24 +3,21 @@ from __future__ import annotations
 
 import statistics
 
-from ..compiler.binding import bind, random_inputs
+from ..compiler.binding import bind
 
 
 class Profiler:
     def __init__(self, kernel, tensor_supply_type=None):
         self.kernel = kernel
-        self.supply = tensor_supply_type  # a tilecore.TensorSupplyType; None: random normal / small ints
+        self.supply = tensor_supply_type  # a tilecore.TensorSupplyType; None: Auto (normal / small ints / 0-1)
 
     def _inputs(self, input_tensors, dynamic_symbolic_constraints=None):
         if input_tensors is not None:
             return list(input_tensors)
-        if self.supply is not None:
-            from ..utils.tensor import supply_inputs
+        from ..utils.tensor import TensorSupplyType, supply_inputs
 
-            return supply_inputs(self.kernel.signature, self.supply, self.kernel.runtime.tensor_device,
-                                 dynamic_symbolic_constraints)
-        return random_inputs(self.kernel.signature, self.kernel.runtime.tensor_device, 0,
-                             dynamic_symbolic_constraints)
+        return supply_inputs(self.kernel.signature, self.supply or TensorSupplyType.Auto,
+                             self.kernel.runtime.tensor_device, dynamic_symbolic_constraints)
 
     def do_bench(self, func=None, warmup: int = 25, rep: int = 100, n_warmup: int = 0, n_repeat: int = 0,
                  input_tensors=None, dynamic_symbolic_constraints=None, return_mode: str = "median") -> float:
