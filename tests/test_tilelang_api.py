@@ -116,6 +116,9 @@ def test_eager_errors_name_the_problem():
             n = T.const("n")  # noqa: F841
     with pytest.raises(CompileError, match=r"drop out_idx"):
         tilecore.jit(out_idx=[-1])(add_scaled.__wrapped__)
+    with pytest.raises(ParseError, match=r"got the size blok_M=4, but it is no parameter and the body asks for no "
+                                         r"T.const 'blok_M' \(its T.const sizes: K, M, N\); check the spelling"):
+        matmul.compile(M=4, N=4, K=4, blok_M=4, block_M=4, block_N=4, block_K=4)
 
 
 @tilecore.jit(target="cpu")

@@ -152,7 +152,7 @@ class EagerJit:
     def _parse(self, compile_args, names, sizes, given):
         from ..language.parser import parse_eager
 
-        func, out_idx = parse_eager(self.fn, compile_args, names, sizes, symbolic=False)
+        func, out_idx = parse_eager(self.fn, compile_args, names, sizes, symbolic=False, given=tuple(given))
         return func, out_idx
 
     def compile(self, *args, **kwargs):

@@ -45,6 +45,7 @@ class EagerState:
         self.params: dict = {}          # name -> Param, in declaration order
         self.specs: dict = {}           # name -> TensorSpec as annotated (first pass)
         self.outputs: list = []         # buffers made by T.empty, in creation order
+        self.asked: set = set()         # the names T.const was called with
 
     def declare(self, interp, name: str, ann) -> None:
         from .parser import TensorSpec
@@ -99,6 +100,7 @@ def const(name: str, dtype="int32"):
     if not names:
         raise ParseError("T.const needs at least one name, e.g. T.const('M, N')", current().span)
     values = []
+    state.asked.update(names)
     for n in names:
         if n in state.consts:
             values.append(state.consts[n])

@@ -658,13 +658,14 @@ def run_macro(fn, args, kwargs):
     return result
 
 
-def parse_eager(fn, args: dict, tensor_names: list, consts: dict, symbolic: bool):
+def parse_eager(fn, args: dict, tensor_names: list, consts: dict, symbolic: bool, given: tuple = ()):
     """Parse the body of an eager ``@tilecore.jit`` function (tilecore/language/eager.py).
 
     ``args`` are the compile-time arguments, ``tensor_names`` the parameters declared in the body
     (``A: T.Tensor(...)``), ``consts`` the known ``T.const`` sizes. With ``symbolic``, unknown sizes are
     symbols and parsing stops once every tensor is declared: returns the :class:`EagerState`.
-    Otherwise returns ``(PrimFunc, out_idx)``.
+    Otherwise returns ``(PrimFunc, out_idx)``; ``given`` names the sizes the caller passed by keyword,
+    each of which the body must ask for with ``T.const`` (a misspelled size is an error, not ignored).
     """
     from .eager import Discovered, EagerState, Pending
 
@@ -696,6 +697,11 @@ def parse_eager(fn, args: dict, tensor_names: list, consts: dict, symbolic: bool
     if state.pending:
         raise ParseError(f"argument {state.pending[0]!r} of {fn.__name__} is passed as a tensor but the body never "
                          f"declares it; add `{state.pending[0]}: T.Tensor(shape, dtype)` at the top of the body", span)
+    unused = [k for k in given if k not in state.asked]
+    if unused:
+        asked = ", ".join(sorted(state.asked)) or "none"
+        raise ParseError(f"{fn.__name__} got the size {unused[0]}={consts[unused[0]]!r}, but it is no parameter and the body "
+                         f"asks for no T.const {unused[0]!r} (its T.const sizes: {asked}); check the spelling", span)
     outs = [] if returned is None else list(returned) if isinstance(returned, (tuple, list)) else [returned]
     for o in outs:
         if not any(o is x for x in state.outputs):
