@@ -524,3 +524,23 @@ def test_alloc_global_named_apart_from_the_parameters():
                 B[i] = 1.0
     names = [p.name for p in k.params]
     assert names[:2] == ["A", "B"] and len(set(names)) == 3 and k.params[2].workspace
+
+
+@tilecore.jit(target=CPU)
+def _eager_with_workspace(A):
+    N = T.const("N")
+    A: T.Tensor((N,), T.float32)
+    W = T.alloc_global((N,), T.float32)
+    B = T.empty((N,), T.float32)
+    with T.Kernel(1, threads=32):
+        for i in T.Parallel(N):
+            W[i] = A[i] * 2
+        for i in T.Parallel(N):
+            B[i] = W[i] + 1
+    return B
+
+
+def test_alloc_global_in_an_eager_kernel():
+    a = torch.randn(16)
+    b = _eager_with_workspace(a)  # only B comes back; W is the call's
+    np.testing.assert_allclose(b.double().numpy(), a.double().numpy() * 2 + 1, rtol=1e-6)
