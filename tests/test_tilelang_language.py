@@ -445,9 +445,102 @@ def test_thread_level_intrinsics_are_refused_at_the_line(tmp_path, call):
     assert e.value.feature == f"language:{name}"
 
 
-def test_alloc_global_is_refused_with_the_replacement():
-    with pytest.raises(ParseError, match="T.alloc_global is not supported.*pass the workspace as a T.Tensor"):
-        @T.prim_func
-        def k(A: T.Tensor((4,), T.float32)):
-            with T.Kernel(1):
-                T.alloc_global((4,), T.float32)
+# -- T.alloc_global --------------------------------------------------------------------------------
+
+def _scratch_kernel(M=64, N=32, bm=16):
+    """Phase 1 writes 2*A+1 into a T.alloc_global workspace; phase 2 reads it back and row-sums it."""
+    @T.prim_func
+    def k(A: T.Tensor((M, N), T.float32), B: T.Tensor((M,), T.float32)):
+        W = T.alloc_global((M, N), T.float32)
+        with T.Kernel(M // bm, threads=64) as bx:
+            a = T.alloc_fragment((bm, N), T.float32)
+            w = T.alloc_shared((bm, N), T.float32)
+            s = T.alloc_fragment((bm,), T.float32)
+            T.copy(A[bx * bm, 0], a)
+            for i, j in T.Parallel(bm, N):
+                a[i, j] = a[i, j] * 2 + 1
+            T.copy(a, W[bx * bm, 0])
+            T.copy(W[bx * bm:(bx + 1) * bm, :], w)
+            T.reduce_sum(w, s, dim=1)
+            T.copy(s, B[bx * bm])
+    return k
+
+
+def test_alloc_global_is_a_workspace_between_two_phases():
+    a = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    want = (a.astype(np.float64) * 2 + 1).sum(axis=1)
+    func = _scratch_kernel()
+    assert [p.name for p in func.params] == ["A", "B", "W"] and func.params[-1].workspace
+    assert "W: T.Workspace((64, 32,), 'float32')" in func.script()
+
+    def check(k):
+        assert [p["name"] for p in k.signature["params"]] == ["A", "B", "W"] and k.signature["params"][2]["workspace"]
+        b = k(a)  # the workspace is neither passed nor returned
+        np.testing.assert_allclose(np.asarray(b, dtype=np.float64), want, rtol=1e-5, atol=1e-4)
+        b2 = k(a)  # a fresh workspace per call: the second call gives the same result
+        np.testing.assert_allclose(np.asarray(b2, dtype=np.float64), want, rtol=1e-5, atol=1e-4)
+
+    on_targets(func, check, out_idx=[-1])  # -1 is B: out_idx counts the declared parameters only
+
+
+def test_alloc_global_between_two_launches_zero_filled_and_exported(tmp_path):
+    """Flash-decoding's shape: launch 1 writes partial results into workspaces, launch 2 combines them; a
+    workspace nobody writes reads as zeros. The kernel survives export / load_kernel."""
+    n, parts = 32, 4
+
+    @T.prim_func
+    def k(A: T.Tensor((parts, n), T.float32), Out: T.Tensor((n,), T.float32)):
+        partial = T.alloc_global((parts, n), T.float32)
+        untouched = T.alloc_global((n,), T.float32)
+        with T.Kernel(parts, threads=32) as p:
+            for i in T.Parallel(n):
+                partial[p, i] = A[p, i] * (p + 1)
+        with T.Kernel(1, threads=32):
+            acc = T.alloc_fragment((n,), T.float32)
+            T.clear(acc)
+            for q in T.serial(parts):
+                for i in T.Parallel(n):
+                    acc[i] += partial[q, i]
+            for i in T.Parallel(n):
+                Out[i] = acc[i] + untouched[i]
+
+    a = np.random.default_rng(1).standard_normal((parts, n)).astype(np.float32)
+    want = (a.astype(np.float64) * np.arange(1, parts + 1)[:, None]).sum(axis=0)
+    kern = tilecore.compile(k, target=CPU, out_idx=[1], pass_configs=NOCACHE)
+    np.testing.assert_allclose(kern(a), want, rtol=1e-5, atol=1e-5)
+    loaded = tilecore.load_kernel(kern.export(tmp_path / "k.tck"))
+    np.testing.assert_allclose(loaded(a), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(loaded(torch.from_numpy(a)).double().numpy(), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(tilecore.errors.ArgumentError, match="takes 1 argument"):
+        kern(a, np.zeros(n, np.float32))
+
+
+def test_alloc_global_named_apart_from_the_parameters():
+    @T.prim_func
+    def k(A: T.Tensor((8,), T.float32), B: T.Tensor((8,), T.float32)):
+        A = T.alloc_global((8,), T.float32)  # noqa: F841 - shadows the parameter's name
+        with T.Kernel(1, threads=8):
+            for i in T.Parallel(8):
+                B[i] = 1.0
+    names = [p.name for p in k.params]
+    assert names[:2] == ["A", "B"] and len(set(names)) == 3 and k.params[2].workspace
+
+
+@tilecore.jit(target=CPU)
+def _eager_with_workspace(A):
+    N = T.const("N")
+    A: T.Tensor((N,), T.float32)
+    W = T.alloc_global((N,), T.float32)
+    B = T.empty((N,), T.float32)
+    with T.Kernel(1, threads=32):
+        for i in T.Parallel(N):
+            W[i] = A[i] * 2
+        for i in T.Parallel(N):
+            B[i] = W[i] + 1
+    return B
+
+
+def test_alloc_global_in_an_eager_kernel():
+    a = torch.randn(16)
+    b = _eager_with_workspace(a)  # only B comes back; W is the call's
+    np.testing.assert_allclose(b.double().numpy(), a.double().numpy() * 2 + 1, rtol=1e-6)

@@ -52,21 +52,23 @@ def _signature(func, out_idx) -> dict:
                     from ..ir import Var
 
                     if not isinstance(s, Var):
-                        raise CompileError(f"parameter {p.name}: dimension {s!r} must be a number or a plain "
+                        what = f"the T.alloc_global workspace {p.name}" if p.workspace else f"parameter {p.name}"
+                        raise CompileError(f"{what}: dimension {s!r} must be a number or a plain "
                                            "symbol (T.dynamic)", func.span)
                     v = s.name
                 shape.append(v)
-            params.append({"name": p.name, "kind": "buffer", "dtype": str(p.buffer.dtype), "shape": shape})
+            params.append({"name": p.name, "kind": "buffer", "dtype": str(p.buffer.dtype), "shape": shape,
+                           **({"workspace": True} if p.workspace else {})})
         else:
             params.append({"name": p.name, "kind": "scalar", "dtype": str(p.var.dtype)})
-    n = len(params)
+    n = sum(1 for p in params if not p.get("workspace"))  # out_idx counts the declared parameters only
     idx = [] if out_idx is None else ([out_idx] if isinstance(out_idx, int) else list(out_idx))
     norm = []
     for i in idx:
         j = i + n if i < 0 else i
         if not 0 <= j < n or params[j]["kind"] != "buffer":
             raise CompileError(f"out_idx {i} does not name a tensor parameter of {func.name} "
-                               f"({n} parameters: {', '.join(p['name'] for p in params)})", func.span)
+                               f"({n} parameters: {', '.join(p['name'] for p in params[:n])})", func.span)
         norm.append(j)
     return {"params": params, "out_idx": sorted(set(norm)),
             "ints": [v.name for v in abi.ints], "floats": [v.name for v in abi.floats]}

@@ -79,7 +79,7 @@ class Bound:
 def bind(sig: dict, args: tuple, kernel_name: str, device_type: str, backend: str = "") -> Bound:
     params = sig["params"]
     out_idx = sig["out_idx"]
-    inputs = [i for i in range(len(params)) if i not in out_idx]
+    inputs = [i for i in range(len(params)) if i not in out_idx and not params[i].get("workspace")]
     if len(args) != len(inputs):
         names = [params[i]["name"] for i in inputs]
         if len(args) < len(inputs):
@@ -105,20 +105,26 @@ def bind(sig: dict, args: tuple, kernel_name: str, device_type: str, backend: st
             values[p["name"]] = _check_scalar(p, a, kernel_name)
         values.setdefault(p["name"], a)
     out = Bound()
-    for i in out_idx:
+    workspaces = [i for i, p in enumerate(params) if p.get("workspace")]
+    for i in out_idx + workspaces:
         p = params[i]
         shape = []
         for s in p["shape"]:
             if isinstance(s, str):
                 if s not in symbols:
+                    if p.get("workspace"):
+                        raise ArgumentError(f"kernel {kernel_name}: the T.alloc_global workspace {p['name']!r} has "
+                                            f"the dimension {s!r}, which no input tensor determines; size it from "
+                                            "the inputs' dimensions or pass it as a T.Tensor parameter")
                     raise ArgumentError(f"kernel {kernel_name}: output {p['name']!r} has the dimension {s!r}, which "
                                         "no input tensor determines; pass the output yourself (drop it from out_idx)")
                 shape.append(symbols[s])
             else:
                 shape.append(s)
-        t = _allocate(p, tuple(shape), like_torch, kernel_name, device_type)
+        t = _allocate(p, tuple(shape), like_torch, kernel_name, device_type, zero=p.get("workspace", False))
         values[p["name"]] = t
-        out.outputs.append(t)
+        if not p.get("workspace"):
+            out.outputs.append(t)
     for p in params:
         v = values[p["name"]]
         if p["kind"] == "buffer":
@@ -201,15 +207,17 @@ def _check_scalar(p: dict, a, kernel_name: str):
     return int(a)
 
 
-def _allocate(p: dict, shape: tuple, like_torch, kernel_name: str, device_type: str):
+def _allocate(p: dict, shape: tuple, like_torch, kernel_name: str, device_type: str, zero: bool = False):
+    """An output (uninitialized) or a workspace (``zero``: zero-filled), where the inputs live."""
     if like_torch is not None or device_type != "cpu" or p["dtype"] in _TORCH_ONLY:
         try:
             import torch
         except ImportError:
-            raise ArgumentError(f"kernel {kernel_name}: output {p['name']!r} ({p['dtype']}) needs torch, which "
+            what = "workspace" if p.get("workspace") else "output"
+            raise ArgumentError(f"kernel {kernel_name}: {what} {p['name']!r} ({p['dtype']}) needs torch, which "
                                 "is not installed") from None
         device = like_torch.device if like_torch is not None else device_type
-        return torch.empty(shape, dtype=torch_dtype(p["dtype"]), device=device)
+        return (torch.zeros if zero else torch.empty)(shape, dtype=torch_dtype(p["dtype"]), device=device)
     import numpy as np
 
-    return np.empty(shape, dtype=numpy_dtype(p["dtype"]))
+    return (np.zeros if zero else np.empty)(shape, dtype=numpy_dtype(p["dtype"]))

@@ -163,7 +163,8 @@ def func_str(f: PrimFunc) -> str:
         for p in f.params:
             if p.buffer is not None:
                 shape = ", ".join(expr_str(s) for s in p.buffer.shape)
-                params.append(f"{_nm(p.buffer)}: T.Tensor(({shape},), {p.buffer.dtype!r})")
+                kind = "T.Workspace" if p.workspace else "T.Tensor"
+                params.append(f"{_nm(p.buffer)}: {kind}(({shape},), {p.buffer.dtype!r})")
             else:
                 params.append(f"{_nm(p.var)}: T.{p.var.dtype}")
         lines = ["@T.prim_func", f"def {f.name}({', '.join(params)}):"]

@@ -178,11 +178,13 @@ class KernelLaunch(Stmt):
 
 @dataclass(eq=False)
 class Param:
-    """A kernel parameter: a global buffer, or a scalar ``var``."""
+    """A kernel parameter: a global buffer, or a scalar ``var``. A ``workspace`` buffer is a
+    ``T.alloc_global``: the call allocates it (zero-filled), the caller neither passes nor sees it."""
 
     name: str
     buffer: Buffer | None = None
     var: Var | None = None
+    workspace: bool = False
 
     @property
     def is_buffer(self) -> bool:

@@ -235,11 +235,15 @@ def alloc_var(dtype, init=None, scope="local.var"):
     return _alloc((1,), dtype, "var", init)
 
 
-def alloc_global(shape, dtype, scope="global"):
-    """A global workspace for the kernel: TileLang allocates it outside the caller's tensors."""
-    raise ParseError("T.alloc_global is not supported: tilecore allocates no memory behind the caller's back; "
-                     "pass the workspace as a T.Tensor parameter (out_idx allocates it at the call)",
-                     current("T.alloc_global").span)
+def alloc_global(shape, dtype, scope="global") -> _IRBuffer:
+    """A global-memory workspace of the kernel (TileLang's ``T.alloc_global``): a hidden tensor parameter,
+    after the declared ones, that every call allocates zero-filled on the target's tensor device and
+    drops afterwards. Its contents live for one call: all the ``T.Kernel`` launches of that call see it."""
+    b = current("T.alloc_global")
+    buf = _IRBuffer("workspace", shape, dtype, "global")
+    buf._unnamed = True
+    b.workspaces.append(buf)
+    return buf
 
 
 # -- barriers -----------------------------------------------------------------------------------

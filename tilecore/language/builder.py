@@ -19,6 +19,7 @@ class Builder:
         self.span: Span | None = None
         self._names: Counter = Counter()
         self.in_kernel = False
+        self.workspaces: list = []  #: the T.alloc_global buffers, in call order (hidden parameters)
 
     def fresh(self, name: str) -> str:
         """A name unique in this kernel: ``i``, ``i_1``, ``i_2``..."""
@@ -37,6 +38,18 @@ class Builder:
 
     def pop(self) -> Stmt:
         return seq(self.frames.pop())
+
+    def workspace_params(self, taken) -> list:
+        """The T.alloc_global buffers as workspace parameters, named apart from the ``taken`` names."""
+        from ..ir import Param
+
+        out, names = [], set(taken)
+        for buf in self.workspaces:
+            while buf.name in names:
+                buf.name = self.fresh(buf.name)
+            names.add(buf.name)
+            out.append(Param(buf.name, buffer=buf, workspace=True))
+        return out
 
     def error(self, message: str, cls=ParseError):
         return cls(message, self.span)

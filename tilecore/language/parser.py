@@ -575,6 +575,7 @@ def parse_prim_func(fn, outer: dict | None = None) -> PrimFunc:
             raise ParseError("a @T.prim_func does not return a value; write results into an output "
                              "tensor (and name it in out_idx)", builder.span) from None
         body = builder.pop()
+    params += builder.workspace_params(p.name for p in params)
     span = Span(interp.file, interp.fdef.lineno + interp.offset, fn.__name__)
     return PrimFunc(fn.__name__, params, body, {}, span, textwrap.dedent(inspect.getsource(fn)))
 
@@ -713,5 +714,6 @@ def parse_eager(fn, args: dict, tensor_names: list, consts: dict, symbolic: bool
                              "T.empty tensor (`return C` or `return C, D`)", span)
     params = [state.params[n] for n in tensor_names] + [Param(o.name, buffer=o) for o in outs]
     out_idx = list(range(len(tensor_names), len(params)))
+    params += builder.workspace_params(p.name for p in params)
     source = textwrap.dedent(inspect.getsource(fn))
     return PrimFunc(fn.__name__, params, body, {}, span, source), out_idx

@@ -49,7 +49,7 @@ def supply_inputs(sig: dict, supply: TensorSupplyType, device="cpu", symbols: di
     g = torch.Generator().manual_seed(0)
     out = []
     for i, p in enumerate(sig["params"]):
-        if i in sig["out_idx"]:
+        if i in sig["out_idx"] or p.get("workspace"):
             continue
         if p["kind"] != "buffer":
             out.append(1.0 if p["dtype"].startswith(("float", "bfloat")) else 1)
