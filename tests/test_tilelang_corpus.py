@@ -84,7 +84,7 @@ def _to_np(x):
         import torch
 
         if isinstance(x, torch.Tensor):
-            return x.detach().to(torch.float64).numpy()
+            return x.detach().to(torch.float64).cpu().numpy()
     except ImportError:  # pragma: no cover
         pass
     return np.asarray(x, dtype=np.float64)
@@ -101,18 +101,43 @@ def cpu_target(monkeypatch):
     monkeypatch.setenv("TILECORE_TARGET", "cpu")
 
 
+def _check(name):
+    mod = _load(name)
+    results = mod.check()
+    assert results, f"{name}: check() compared nothing"
+    for label, out, ref, *staged in results:  # staged: the dtype of the narrowest tile the value went through
+        rtol, atol = TOL[staged[0] if staged else _dtype_name(out)]
+        got, want = _to_np(out), _to_np(ref)
+        assert got.shape == want.shape, f"{name} {label}: shape {got.shape} != {want.shape}"
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"{name} {label}")
+
+
+#: a GPU target to run the corpus on (the H100 runs: TILECORE_CORPUS_DEVICE=cuda:sm_90a); the drivers' torch
+#: tensors are then made on torch's default device, set to that GPU
+DEVICE_TARGET = os.environ.get("TILECORE_CORPUS_DEVICE")
+
+
+@pytest.mark.skipif(not DEVICE_TARGET, reason="a device run: set TILECORE_CORPUS_DEVICE=<target> on a GPU machine")
+@pytest.mark.parametrize("name", [_param(n, XFAIL_CUDA) for n in CORPUS])
+def test_device(name, monkeypatch):
+    import torch
+
+    monkeypatch.setenv("TILECORE_TARGET", DEVICE_TARGET)
+    torch.set_default_device(os.environ.get("TILECORE_CORPUS_TORCH_DEVICE", "cuda"))
+    ok = False
+    try:
+        _check(name)
+        ok = True
+    finally:
+        torch.set_default_device("cpu")
+        _record(example=name, target=DEVICE_TARGET, ok=ok, xfail=XFAIL_CUDA.get(name))
+
+
 @pytest.mark.parametrize("name", [_param(n, XFAIL_CPU) for n in CORPUS])
 def test_cpu(name, cpu_target):
     ok = False
     try:
-        mod = _load(name)
-        results = mod.check()
-        assert results, f"{name}: check() compared nothing"
-        for label, out, ref, *staged in results:  # staged: the dtype of the narrowest tile the value went through
-            rtol, atol = TOL[staged[0] if staged else _dtype_name(out)]
-            got, want = _to_np(out), _to_np(ref)
-            assert got.shape == want.shape, f"{name} {label}: shape {got.shape} != {want.shape}"
-            np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"{name} {label}")
+        _check(name)
         ok = True
     finally:
         _record(example=name, target="cpu", ok=ok, xfail=XFAIL_CPU.get(name))
