@@ -112,13 +112,21 @@ def _check(name):
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"{name} {label}")
 
 
+#: example -> why it does not run right on a GPU (the H100, cuda:sm_90a, 2026-11-24), at the drivers' sizes
+XFAIL_DEVICE: dict[str, str] = {
+    **{n: XFAIL_CUDA[n] for n in ("gemm_persistent", "conv_convolution_eager", "hadamard", "decode_mha_inference")},
+    "mla_decode": "fails on the H100 at the driver's sizes (not yet diagnosed; at the example's sizes: "
+                  + XFAIL_CUDA["mla_decode"] + ")",
+    "conv_convolution": "T.c2d_im2col is not provided (the example takes that branch when a CUDA device is present)",
+}
+
 #: a GPU target to run the corpus on (the H100 runs: TILECORE_CORPUS_DEVICE=cuda:sm_90a); the drivers' torch
 #: tensors are then made on torch's default device, set to that GPU
 DEVICE_TARGET = os.environ.get("TILECORE_CORPUS_DEVICE")
 
 
 @pytest.mark.skipif(not DEVICE_TARGET, reason="a device run: set TILECORE_CORPUS_DEVICE=<target> on a GPU machine")
-@pytest.mark.parametrize("name", [_param(n, XFAIL_CUDA) for n in CORPUS])
+@pytest.mark.parametrize("name", [_param(n, XFAIL_DEVICE) for n in CORPUS])
 def test_device(name, monkeypatch):
     import torch
 
@@ -130,7 +138,7 @@ def test_device(name, monkeypatch):
         ok = True
     finally:
         torch.set_default_device("cpu")
-        _record(example=name, target=DEVICE_TARGET, ok=ok, xfail=XFAIL_CUDA.get(name))
+        _record(example=name, target=DEVICE_TARGET, ok=ok, xfail=XFAIL_DEVICE.get(name))
 
 
 @pytest.mark.parametrize("name", [_param(n, XFAIL_CPU) for n in CORPUS])
