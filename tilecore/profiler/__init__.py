@@ -35,15 +35,9 @@ def do_bench(fn, warmup: float = 25, rep: float = 100, _n_warmup: int = 0, _n_re
     estimate_ms = max((time.perf_counter() - t0) * 1e3 / 5, 1e-6)
     n_warmup = _n_warmup or max(1, int(warmup / estimate_ms))
     n_repeat = _n_repeat or max(1, int(rep / estimate_ms))
-    for _ in range(n_warmup):
-        fn()
-    _sync()
-    times = []
-    for _ in range(n_repeat):
-        t0 = time.perf_counter()
-        fn()
-        _sync()
-        times.append((time.perf_counter() - t0) * 1e3)
+    from ..runtime.profiler import timed_runs
+
+    times = timed_runs(fn, _sync, n_warmup, n_repeat, time.perf_counter)
     if quantiles is not None:
         ordered = sorted(times)
         return [ordered[min(len(ordered) - 1, int(q * len(ordered)))] for q in quantiles]

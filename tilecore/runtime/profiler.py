@@ -6,6 +6,21 @@ import statistics
 from ..compiler.binding import bind
 
 
+def timed_runs(run, sync, n_warmup: int, n_repeat: int, clock) -> list:
+    """``run()`` ``n_warmup`` times, then ``n_repeat`` times each timed with ``clock`` (seconds) up to
+    ``sync()`` returning: the milliseconds of each timed run."""
+    for _ in range(n_warmup):
+        run()
+    sync()
+    times = []
+    for _ in range(n_repeat):
+        t0 = clock()
+        run()
+        sync()
+        times.append((clock() - t0) * 1e3)
+    return times
+
+
 class Profiler:
     def __init__(self, kernel, tensor_supply_type=None):
         self.kernel = kernel
@@ -41,15 +56,7 @@ class Profiler:
             def run():
                 func(*args)
             sync = k._load().synchronize
-        for _ in range(max(n_warmup, warmup)):
-            run()
-        sync()
-        times = []
-        for _ in range(max(1, n_repeat or rep)):
-            t0 = clock()
-            run()
-            sync()
-            times.append((clock() - t0) * 1e3)
+        times = timed_runs(run, sync, max(n_warmup, warmup), max(1, n_repeat or rep), clock)
         if return_mode == "mean":
             return statistics.fmean(times)
         if return_mode == "min":
