@@ -39,8 +39,11 @@ from tilecore.passes.guard import guard_stmt, launch_facts, loop_facts
 from ._irutil import NoMatch as _No, full as _full, need as _need, nonunit, row_stride, static as _s
 from .hopper import WG, rewrite_launches, tensor_map, wgmma_struct
 
-_REDUCE = {"sum": ("0.0f", "({a} + {b})"), "max": ("(-INFINITY)", "fmaxf({a}, {b})"),
-           "min": ("INFINITY", "fminf({a}, {b})")}
+#: kind -> (identity, combine under fast math, combine otherwise): fmaxf / fminf drop NaN, T.reduce_max
+#: propagates it (tc_nanmax is one max.NaN instruction on sm_80+)
+_REDUCE = {"sum": ("0.0f", "({a} + {b})", "({a} + {b})"),
+           "max": ("(-INFINITY)", "fmaxf({a}, {b})", "tc_nanmax({a}, {b})"),
+           "min": ("INFINITY", "fminf({a}, {b})", "tc_nanmin({a}, {b})")}
 _16BIT = ("float16", "bfloat16")
 
 
@@ -617,9 +620,8 @@ class _Emit:
     def c_reduce(self, s):
         em, st = self.em, self.st
         src, dst = s.args[:2]
-        ident, op = _REDUCE[s.attrs["kind"]]
-        if not getattr(st, "fast", False):  # fmaxf / fminf drop NaN; T.reduce_max propagates it
-            op = op.replace("fmaxf(", "tc_nanmax(").replace("fminf(", "tc_nanmin(")
+        ident, fast_op, exact_op = _REDUCE[s.attrs["kind"]]
+        op = fast_op if getattr(st, "fast", False) else exact_op
         f, v = em.name(st, src.buffer), em.name(st, dst.buffer)
         n = src.buffer.static_shape()[1]
 
