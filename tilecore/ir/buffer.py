@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from .dtypes import canonical
 from .expr import INDEX, BufferLoad, Expr, as_expr, binary, const_value
 
-SCOPES = ("global", "shared", "fragment", "local", "var")
+SCOPES = ("global", "shared", "fragment", "local", "var", "register")  # register: a thread's private array
 
 
 class Buffer:

@@ -155,6 +155,19 @@ class ThreadIndex(Expr):
         self.dtype = canonical(dtype)
 
 
+class ShuffleXor(Expr):
+    """``value`` as held by the thread whose index is this thread's xor ``mask``, within aligned groups of
+    ``width`` threads that run in lockstep (a warp, a wave, a subgroup). Every thread of the group must
+    evaluate it. Produced by fragment lowerings (a row reduction across the threads of a layout);
+    emitters spell it (``shuffle_xor`` in a C-family emitter), and a backend without shuffles never gets it.
+    """
+
+    __slots__ = ("value", "mask", "width")
+
+    def __init__(self, value, mask: int, width: int):
+        self.value, self.mask, self.width, self.dtype = value, int(mask), int(width), value.dtype
+
+
 class BufferLoad(Expr):
     __slots__ = ("buffer", "indices")
 

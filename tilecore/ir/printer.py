@@ -9,8 +9,9 @@ import math
 from contextvars import ContextVar
 
 from .buffer import Region
-from .expr import (BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, ThreadIndex, Var)
-from .stmt import (Allocate, Assert, Atomic, Barrier, Bind, Break, Collective, Continue, For, Hint, If, KernelLaunch, Print,
+from .expr import (BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, ShuffleXor, ThreadIndex, Var)
+from .stmt import (Allocate, Assert, Atomic, Barrier, Bind, Break, Collective, Continue, For, Hint, If, KernelLaunch,
+                   MatrixOp, PerThread, Print,
                    PrimFunc, Seq, Stmt, Store, TileOp)
 
 _BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "floormod": "%",
@@ -68,6 +69,8 @@ def expr_str(e) -> str:
         return f"{_nm(e.buffer)}[{', '.join(expr_str(i) for i in e.indices)}]"
     if isinstance(e, ThreadIndex):
         return "T.thread_index()"
+    if isinstance(e, ShuffleXor):
+        return f"T.shuffle_xor({expr_str(e.value)}, {e.mask}, width={e.width})"
     if isinstance(e, Region):
         return region_str(e)
     if isinstance(e, Expr):
@@ -108,6 +111,9 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
         ann = "".join(f", {k}={v!r}" for k, v in sorted(s.annotations.items()))
         head = f"{pad}for {_nm(s.var)} in T.{s.kind}({expr_str(s.start)}, {expr_str(s.extent)}{ann}):"
         return [head] + stmt_lines(s.body, indent + 1)
+    if isinstance(s, PerThread):
+        attrs = "".join(f", {k}={v!r}" for k, v in sorted(s.attrs.items()))
+        return [f"{pad}with T.per_thread({attrs.lstrip(', ')}):"] + stmt_lines(s.body, indent + 1)
     if isinstance(s, If):
         out = [f"{pad}if {expr_str(s.cond)}:"] + stmt_lines(s.then, indent + 1)
         if s.orelse is not None:
@@ -145,6 +151,9 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
         attrs = "".join(f", {k}={_arg_str(v)}" for k, v in sorted(s.attrs.items()))
         threads = f", threads={s.threads}" if s.threads is not None else ""
         return [f"{pad}T.collective({s.name!r}{args}{attrs}{threads})"]
+    if isinstance(s, MatrixOp):
+        return [f"{pad}T.matrix_op({s.spelling!r}, {_nm(s.c)}[{s.c_offset}:], {_nm(s.a)}[{s.a_offset}:], "
+                f"{_nm(s.b)}[{s.b_offset}:])"]
     if isinstance(s, TileOp):
         args = ", ".join(_arg_str(a) for a in s.args)
         attrs = "".join(f", {k}={_arg_str(v)}" for k, v in sorted(s.attrs.items()))

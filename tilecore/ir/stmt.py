@@ -145,6 +145,36 @@ class Collective(Stmt):
 
 
 @dataclass(eq=False)
+class PerThread(Stmt):
+    """Every thread of the block runs ``body`` as its own program: :class:`~tilecore.ir.ThreadIndex` says
+    which thread it is, and ``register`` buffers (a fragment's registers, laid out by a
+    :class:`~tilecore.layout.FragmentLayout`) are its private arrays. Produced by fragment lowerings on
+    targets whose blocks are groups of threads; thread distribution runs it on every thread as it is.
+    ``attrs`` record what the lowering did (e.g. the layout), for IR dumps.
+    """
+
+    body: Stmt
+    attrs: dict = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class MatrixOp(Stmt):
+    """One instruction of a registered matrix unit (:class:`~tilecore.layout.MatrixUnit`), run by the
+    unit's group of threads inside a :class:`PerThread`: ``c[c_offset : c_offset + unit.c.regs] +=
+    a[a_offset : ...] x b[b_offset : ...]`` over register buffers laid out by the unit's layouts.
+    ``spelling`` is the unit's key for the backend's emitter."""
+
+    spelling: str
+    c: Buffer
+    c_offset: int
+    a: Buffer
+    a_offset: int
+    b: Buffer
+    b_offset: int
+    attrs: dict = field(default_factory=dict)
+
+
+@dataclass(eq=False)
 class Hint(Stmt):
     """A scheduling hint a backend may honour or ignore: ``use_swizzle``, ``annotate_layout``..."""
 

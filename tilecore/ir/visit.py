@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .stmt import For, If, KernelLaunch, Seq, Stmt, seq
+from .stmt import For, If, KernelLaunch, PerThread, Seq, Stmt, seq
 
-_CHILDREN = {For: ("body",), If: ("then", "orelse"), KernelLaunch: ("body",)}
+_CHILDREN = {For: ("body",), If: ("then", "orelse"), KernelLaunch: ("body",), PerThread: ("body",)}
 
 
 def children(s: Stmt) -> list:

@@ -1,9 +1,19 @@
-"""Layouts (TileLang's ``tilelang.layout``): ``make_swizzled_layout`` for ``T.annotate_layout``."""
+"""Layouts: where fragment elements live (thread, register), shared-memory tile layouts, matrix units.
+
+:class:`FragmentLayout` (fragment.py) is the core's model of a fragment in registers; :class:`SharedLayout`
+(shared.py) of a padded or swizzled shared tile; :class:`MatrixUnit` (matrix.py) is how a backend registers
+a matrix instruction's operand layouts. ``make_swizzled_layout`` is TileLang's ``tilelang.layout`` hint for
+``T.annotate_layout``. docs/layout.md describes the model.
+"""
 from __future__ import annotations
 
+from .fragment import Digit, FragmentLayout, blocked
+from .matrix import MatrixUnit, units_for
+from .shared import SharedLayout
 from .swizzle import SwizzledLayout, make_swizzled_layout
 
-__all__ = ["SwizzledLayout", "make_swizzled_layout"]
+__all__ = ["Digit", "FragmentLayout", "MatrixUnit", "SharedLayout", "SwizzledLayout", "blocked",
+           "make_swizzled_layout", "units_for"]
 
 
 def __getattr__(name):
