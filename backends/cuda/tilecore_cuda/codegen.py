@@ -58,6 +58,7 @@ class CUDAEmitter(CFamilyEmitter):
     }
     thread_index_expr = "((int)threadIdx.x)"
     barrier_stmt = "__syncthreads();"
+    shuffle_xor = "__shfl_xor_sync(0xffffffffu, {0}, {1}, {2})"
     reserved = CFamilyEmitter.reserved | frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize",
                                                     "new", "delete", "class", "template", "this", "namespace",
                                                     "operator", "private", "public", "protected", "virtual",
@@ -167,7 +168,8 @@ class CUDAEmitter(CFamilyEmitter):
         if "simt_threads" not in s.attrs:
             raise CompileError("internal: the kernel reached CUDA codegen without tilecore.simt_distribute", s.span)
         top = s.body.body if isinstance(s.body, Seq) else [s.body]
-        shared = [a for a in top if isinstance(a, Allocate)]
+        # register buffers (fragments in registers) are each thread's own arrays, declared in place below
+        shared = [a for a in top if isinstance(a, Allocate) and a.buffer.scope != "register"]
         # block indices
         grid = list(s.grid)
         bvars = list(s.block_vars)
@@ -231,7 +233,7 @@ class CUDAEmitter(CFamilyEmitter):
         st.launch_meta = {"threads": threads, "dynamic_shared_bytes": total if dynamic else 0,
                           "shared_bytes": total}
         for stmt in top:
-            if isinstance(stmt, Allocate):
+            if isinstance(stmt, Allocate) and stmt.buffer.scope != "register":
                 continue
             self.stmt(st, stmt)
 
