@@ -41,6 +41,7 @@ class SIMTCppEmitter(CFamilyEmitter):
     block_index = "blockIdx.{}"  # .format(axis), axis in "xyz"
     thread_index_expr = "((int)threadIdx.x)"
     barrier_stmt = "__syncthreads();"
+    shuffle_xor = "__shfl_xor_sync(0xffffffffu, {0}, {1}, {2})"
     #: a barrier after which every thread leaves if any failed a device assertion (``tc_fail``)
     barrier_or_exit_stmt = "if (__syncthreads_or(tc_fail)) return;"
     static_shared_decl = "__shared__ __align__(16) {type} {name}[{n}];"
@@ -128,9 +129,11 @@ class SIMTCppEmitter(CFamilyEmitter):
             raise CompileError("internal: the kernel reached codegen without tilecore.simt_distribute", s.span)
         top = s.body.body if isinstance(s.body, Seq) else [s.body]
         self.block_indices(st, s)
-        st.launch_meta = {"threads": threads, **self.block_memory(st, s, [a for a in top if isinstance(a, Allocate)])}
+        # register buffers (fragments in registers) are each thread's own arrays, declared in place below
+        block = [a for a in top if isinstance(a, Allocate) and a.buffer.scope != "register"]
+        st.launch_meta = {"threads": threads, **self.block_memory(st, s, block)}
         for stmt in top:
-            if not isinstance(stmt, Allocate):
+            if not isinstance(stmt, Allocate) or stmt.buffer.scope == "register":
                 self.stmt(st, stmt)
 
     def block_indices(self, st: EmitState, s: KernelLaunch) -> None:
