@@ -35,8 +35,6 @@ TOL = {"float64": (1e-9, 1e-9), "float32": (1e-4, 1e-4), "float16": (1e-2, 1e-2)
 
 # example -> why it does not run right on the cpu target (strict: fixing the gap flips the test)
 XFAIL_CPU: dict[str, str] = {
-    "gemm_fp8": "the cpu target stores no float8 (dtype:float8_e4m3:storage is absent in capabilities/cpu)",
-    "cast_per_token_fp8": "the cpu target stores no float8 (X_fp8 is float8_e4m3fn)",
     "hadamard": "imports tilelang.cuda.intrinsics (make_mma_swizzle_layout), not provided; the kernel also uses "
                 "T.get_thread_binding and warp shuffles (a thread-level program)",
 }
