@@ -7,8 +7,8 @@ compute is specified in docs/language.md; how they run is the target's business 
 from __future__ import annotations
 
 from ..errors import TileOpShapeError
-from ..ir import (INDEX, Atomic, Buffer, BufferLoad, Expr, For, Region, Store, TileOp, Var, as_expr, binary, cast,
-                  compare, const_value, logic_and, prove_equal, select)
+from ..ir import (INDEX, Atomic, Buffer, BufferLoad, Expr, For, Region, Store, TileOp, Var, as_expr, cast, const_value,
+                  prove_equal, select)
 from .builder import current
 
 
@@ -180,10 +180,9 @@ def im2col(img, col, nhw_step, c_step, kernel: int, stride: int, dilation: int, 
         raise TileOpShapeError(f"T.im2col: the image must be a 4-D (N, H, W, C) tensor, got "
                                f"{getattr(img, 'name', type(img).__name__)}"
                                f"{_fmt(img.shape) if isinstance(img, Buffer) else ''}", b.span)
-    if isinstance(d, BufferLoad) or len(_squeezed(d.extents)) > 2 or any(
-            const_value(e) != 1 for e in d.extents[:-2]):
-        raise TileOpShapeError(f"T.im2col: the destination must be a (block_M, block_K) tile, got "
-                               f"{d.buffer.name}{_fmt(d.extents) if not isinstance(d, BufferLoad) else ''}", b.span)
+    if isinstance(d, BufferLoad) or len(d.extents) < 2 or any(const_value(e) != 1 for e in d.extents[:-2]):
+        got = f"the point {d.buffer.name}[...]" if isinstance(d, BufferLoad) else f"{d.buffer.name}{_fmt(d.extents)}"
+        raise TileOpShapeError(f"T.im2col: the destination must be a (block_M, block_K) tile, got {got}", b.span)
     if img.dtype != d.buffer.dtype:
         raise TileOpShapeError(f"T.im2col: the image is {img.dtype} but {d.buffer.name} is {d.buffer.dtype}; "
                                "they must be the same dtype", b.span)
@@ -192,26 +191,16 @@ def im2col(img, col, nhw_step, c_step, kernel: int, stride: int, dilation: int, 
             raise TileOpShapeError(f"T.im2col: {name} must be a Python int, got {v!r}", b.span)
     n, h, w, c = img.shape
     block_m, block_k = d.extents[-2], d.extents[-1]
-
-    def out_size(x):  # (x + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
-        return binary("add", binary("floordiv", binary("add", x, 2 * pad - dilation * (kernel - 1) - 1), stride), 1)
-
-    oh, ow = out_size(h), out_size(w)
+    oh = (h + (2 * pad - dilation * (kernel - 1) - 1)) // stride + 1
+    ow = (w + (2 * pad - dilation * (kernel - 1) - 1)) // stride + 1
     i, j = Var(b.fresh("i"), INDEX), Var(b.fresh("j"), INDEX)
-    m = binary("add", binary("mul", nhw_step, block_m), i)
-    k = binary("add", binary("mul", c_step, block_k), j)
-    ih = binary("sub", binary("add", binary("mul", binary("floordiv", binary("floormod", m, binary("mul", oh, ow)), ow),
-                                            stride),
-                              binary("mul", binary("floordiv", k, binary("mul", c, kernel)),
-                                                     dilation)), pad)
-    iw = binary("sub", binary("add", binary("mul", binary("floormod", m, ow), stride),
-                              binary("mul", binary("floormod", binary("floordiv", k, c), kernel), dilation)), pad)
-    inside = logic_and(logic_and(compare("ge", ih, 0), compare("ge", iw, 0)),
-                       logic_and(logic_and(compare("lt", ih, h), compare("lt", iw, w)),
-                                 compare("lt", m, binary("mul", n, binary("mul", oh, ow)))))
-    value = select(inside, img[binary("floordiv", m, binary("mul", oh, ow)), ih, iw, binary("floormod", k, c)],
-                   cast(img.dtype, as_expr(0, img.dtype)))
-    idx = (*d.starts[:-2], binary("add", d.starts[-2], i), binary("add", d.starts[-1], j))
+    m = as_expr(nhw_step) * block_m + i  # the output pixel (n, oh, ow) of row i
+    k = as_expr(c_step) * block_k + j    # the kernel tap and channel (kh, kw, c) of column j
+    ih = m % (oh * ow) // ow * stride + k // (c * kernel) * dilation - pad
+    iw = m % ow * stride + k // c % kernel * dilation - pad
+    inside = (ih >= 0) & (iw >= 0) & (ih < h) & (iw < w) & (m < n * oh * ow)
+    value = select(inside, img[m // (oh * ow), ih, iw, k % c], cast(img.dtype, as_expr(0, img.dtype)))
+    idx = (*d.starts[:-2], d.starts[-2] + i, d.starts[-1] + j)
     body = Store(d.buffer, idx, value, span=b.span)
     b.emit(For(i, as_expr(0), block_m, "parallel", For(j, as_expr(0), block_k, "parallel", body, span=b.span),
                span=b.span))
