@@ -13,21 +13,29 @@ __all__ = ["get_num_sms"]
 def get_num_sms(device_id: int = 0) -> int:
     """The number of SMs / compute units kernels run on, from the first of:
 
-    1. torch's CUDA device ``device_id`` when one is present (``multi_processor_count``; on ROCm
-       builds of torch, the compute units);
+    1. torch's accelerator (``torch.accelerator``) when one is present: device ``device_id``'s
+       ``multi_processor_count``;
     2. the current target's capability profile (``TILECORE_TARGET``, else the target ``"auto"`` picks):
        its ``execution.cores``, the probed value where the profile says the figure comes from a probe
        (the cpu target: ``os.cpu_count()``);
     3. ``os.cpu_count()``.
     """
+    return _accelerator_units(device_id) or _profile_cores() or os.cpu_count() or 1
+
+
+def _accelerator_units(device_id: int) -> int | None:
+    """``multi_processor_count`` of torch's current accelerator device, when torch has one and reports it."""
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is optional
-        torch = None
-    if torch is not None and torch.cuda.is_available():
-        return int(torch.cuda.get_device_properties(device_id).multi_processor_count)
-    cores = _profile_cores()
-    return cores if cores else (os.cpu_count() or 1)
+        return None
+    acc = getattr(torch, "accelerator", None)  # torch >= 2.6
+    if acc is None or not acc.is_available():
+        return None
+    module = getattr(torch, acc.current_accelerator().type, None)
+    props = getattr(module, "get_device_properties", None)
+    count = getattr(props(device_id), "multi_processor_count", None) if props else None
+    return int(count) if count else None
 
 
 def _profile_cores() -> int | None:
