@@ -11,8 +11,9 @@ description of each instruction:
 - ``ldmatrix`` (.x2/.x4, optionally .trans): lane ``l`` gives the row address of row ``l % 8`` of 8x8
   matrix ``l / 8``; each lane receives two 16-bit elements per matrix (row ``l / 4``, columns
   ``2 * (l % 4)`` and ``+ 1``; transposed with .trans); addresses must be 16-byte aligned;
-- ``cp.async`` 16 bytes with a source size: copy that many bytes, zero the rest; both addresses
-  16-byte aligned.
+- ``cp.async`` 16 bytes (``.cg``) or 4 / 8 bytes (``.ca``) with a source size: copy that many bytes, zero
+  the rest; both addresses aligned to the copy's size. The copy lands at once (commit and wait are no-ops):
+  a missing wait is not caught here, a missing barrier may be (the threads do run concurrently).
 
 ``__shared__`` arrays become function statics (one block runs at a time), ``__syncthreads()`` a
 ``std::barrier`` over the block. Only what the gemm tests need is shimmed (no atomics, printf, asserts).
@@ -129,6 +130,12 @@ inline void tc_cp_async16(void* dst, const void* src, int src_bytes) {
   if (src_bytes < 0 || src_bytes > 16) tc_fail("cp.async source size out of range");
   std::memcpy(dst, src, src_bytes);
   std::memset((char*)dst + src_bytes, 0, 16 - src_bytes);
+}
+template <int N> inline void tc_cp_async_ca(void* dst, const void* src, int src_bytes) {
+  if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & (N - 1)) tc_fail("cp.async.ca address not aligned to its size");
+  if (src_bytes < 0 || src_bytes > N) tc_fail("cp.async.ca source size out of range");
+  std::memcpy(dst, src, src_bytes);
+  std::memset((char*)dst + src_bytes, 0, N - src_bytes);
 }
 inline void tc_cp_async_commit() {}
 template <int N> inline void tc_cp_async_wait() {}

@@ -156,13 +156,13 @@ def dump_dir_from_env() -> str | None:
 
 
 def core_pipeline() -> Pipeline:
-    from . import core, guard, lower_tile
+    from . import core, guard, lower_tile, pipeline
 
     return Pipeline({
         "legalize": [core.check_structure, core.check_static_bounds, core.check_capabilities],
         "layout": [core.collect_hints],
-        "tile-lowering": [lower_tile.lower_tile_ops],
-        "pipelining": [core.serialize_pipelined],
+        "tile-lowering": [pipeline.stage_pipelined_copies, lower_tile.lower_tile_ops],
+        "pipelining": [pipeline.plan_pipelines, core.serialize_pipelined],
         "memory": [core.plan_memory, guard.guard_accesses],
         "before-codegen": [core.verify_lowered],
     })

@@ -16,7 +16,7 @@ not touch memory outside the buffer either.
 """
 from __future__ import annotations
 
-from ..ir import (Allocate, Assert, Atomic, BinOp, Bind, BufferLoad, Call, Cast, Cmp, Expr, For, If, KernelLaunch,
+from ..ir import (Allocate, Assert, AsyncCopy, Atomic, BinOp, Bind, BufferLoad, Call, Cast, Cmp, Expr, For, If, KernelLaunch,
                   Logic, Print, Select, Seq, Store, as_expr, binary, compare, const, const_value, is_float, logic_and,
                   logic_not, logic_or)
 from ..errors import MAX_FAULT_VALUES
@@ -156,6 +156,13 @@ class _Guard:
             out = s.with_(indices=idx, value=value)
             if conds:
                 out = If(_all(conds), out, span=s.span)
+        elif isinstance(s, AsyncCopy):
+            # the source run's first and last elements must be inside the tensor, else the copy zero-fills
+            src = tuple(self.expr(i, facts, asserts, path, s.span) for i in s.src_indices)
+            last = src[:-1] + (binary("add", src[-1], s.elements - 1),)
+            inside = facts.with_cond(s.pred)
+            conds = _bound_conds(s.src, src, inside) + _bound_conds(s.src, last, inside)
+            out = s.with_(src_indices=src, pred=logic_and(s.pred, _all(conds)) if conds else s.pred)
         elif isinstance(s, Bind):
             out = s.with_(value=self.expr(s.value, facts, asserts, path, s.span))
         elif isinstance(s, Allocate) and s.init is not None:
@@ -165,7 +172,7 @@ class _Guard:
         elif isinstance(s, Print) and s.value is not None:
             out = s.with_(value=self.expr(s.value, facts, asserts, path, s.span))
         else:
-            out = s  # Collectives, barriers, break/continue: a backend's or nothing to check
+            out = s  # Collectives, barriers, async commit/wait, break/continue: a backend's or nothing to check
         return Seq(asserts + [out], span=s.span) if asserts else out
 
 
