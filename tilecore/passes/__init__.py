@@ -5,7 +5,11 @@ Slots, in order (a kernel moves from tile ops over regions to scalar loops ready
 ``legalize``        check the kernel against the target's capabilities and the tile ops' contracts
 ``layout``          decide layouts (fragments, swizzles); collect layout and scheduling hints
 ``tile-lowering``   replace each tile op with the implementation the target's intrinsic table picks
-``pipelining``      software-pipeline ``T.Pipelined`` loops (a backend's job; the core serializes)
+``pipelining``      software-pipeline ``T.Pipelined`` loops: where the target declares ``feature:async_copy``,
+                    ``tilecore.plan_pipelines`` multi-buffers the shared tiles its leading copies fill and
+                    issues those copies stages ahead as ``AsyncCopy`` / ``AsyncCommit`` / ``AsyncWait``
+                    statements, planned against the shared-memory limit (``tilecore.passes.pipeline``);
+                    a backend may pipeline a loop itself before that; every loop left is serialized
 ``memory``          plan on-chip memory and check it against the target's limits; guard memory accesses
                     not proven in bounds (all of them in checked mode)
 ``before-codegen``  final clean-up and verification
