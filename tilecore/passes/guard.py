@@ -157,11 +157,16 @@ class _Guard:
             if conds:
                 out = If(_all(conds), out, span=s.span)
         elif isinstance(s, AsyncCopy):
-            # the source run's first and last elements must be inside the tensor, else the copy zero-fills
+            # the source run's first and last elements must be inside the tensor, else the copy zero-fills;
+            # a run starts at a multiple of its length, so in a last dimension of whole runs the first decides
             src = tuple(self.expr(i, facts, asserts, path, s.span) for i in s.src_indices)
-            last = src[:-1] + (binary("add", src[-1], s.elements - 1),)
+            s = s.with_(pred=self.cond(s.pred, facts, asserts, path, s.span))
             inside = facts.with_cond(s.pred)
-            conds = _bound_conds(s.src, src, inside) + _bound_conds(s.src, last, inside)
+            conds = _bound_conds(s.src, src, inside)
+            n = const_value(s.src.shape[-1])
+            if s.elements > 1 and not (isinstance(n, int) and n % s.elements == 0):
+                last = src[:-1] + (binary("add", src[-1], s.elements - 1),)
+                conds += _bound_conds(s.src, last, inside)
             out = s.with_(src_indices=src, pred=logic_and(s.pred, _all(conds)) if conds else s.pred)
         elif isinstance(s, Bind):
             out = s.with_(value=self.expr(s.value, facts, asserts, path, s.span))

@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import math
 
-from ..ir import (Allocate, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, BinOp, Bind, Break, BufferLoad,
-                  Buffer, Call, Cast, Cmp, Collective, Continue, Expr, For, If, IntImm, KernelLaunch, Logic, Region,
+from ..ir import (Allocate, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, BinOp, Break, BufferLoad,
+                  Buffer, Call, Cast, Cmp, Collective, Continue, Expr, For, If, IntImm, KernelLaunch, Logic, Print, Region,
                   Select, Seq, Stmt, Store, TileOp, Var, as_expr, binary, compare, const_value, rewrite, seq, simplify,
                   walk, walk_expr)
 from . import tile_pass
@@ -377,6 +377,12 @@ def _exits(s) -> bool:
     return False
 
 
+def _all_stmts(s) -> list:
+    out: list = []
+    walk(s, out.append)
+    return out
+
+
 def _loads_memory(e) -> bool:
     found: list = []
     walk_expr(e, lambda x: found.append(1) if isinstance(x, BufferLoad) else None)
@@ -420,6 +426,9 @@ class _Launch:
         for p in parts if why is None else []:
             if _touches(rest, p[2].buffer) and _writes(rest, p[2].buffer):
                 why = f"the loop body writes {p[2].buffer.name}, which a staged copy reads"
+        if why is None and any(isinstance(x, Print) and x.buffer is not None and any(x.buffer is b for b in bufs)
+                               for x in _all_stmts(rest)):
+            why = "the loop body prints a staged buffer"
         if why is None and _exits(rest):
             why = "the loop body has a break or continue"
         if why is None and (_loads_memory(loop.start) or _loads_memory(loop.extent)):
