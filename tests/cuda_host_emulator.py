@@ -11,8 +11,11 @@ description of each instruction:
 - ``ldmatrix`` (.x2/.x4, optionally .trans): lane ``l`` gives the row address of row ``l % 8`` of 8x8
   matrix ``l / 8``; each lane receives two 16-bit elements per matrix (row ``l / 4``, columns
   ``2 * (l % 4)`` and ``+ 1``; transposed with .trans); addresses must be 16-byte aligned;
-- ``cp.async`` 16 bytes with a source size: copy that many bytes, zero the rest; both addresses
-  16-byte aligned.
+- ``cp.async`` 16 bytes (``.cg``) or 4 / 8 bytes (``.ca``) with a source size: copy that many bytes, zero
+  the rest; both addresses aligned to the copy's size. A copy joins the thread's open group,
+  ``cp.async.commit_group`` closes it and ``cp.async.wait_group N`` lands every group but the newest N:
+  reading a buffer before the wait that covers its copy reads stale data here too (a missing barrier may
+  show as well: the threads run concurrently).
 
 ``__shared__`` arrays become function statics (one block runs at a time), ``__syncthreads()`` a
 ``std::barrier`` over the block. Only what the gemm tests need is shimmed (no atomics, printf, asserts).
@@ -124,14 +127,28 @@ template <bool BF16> inline void tc_mma_16816(float* d, const unsigned* a, const
   for (int q = 0; q < 4; ++q) d[q] = tc_w->d[l][q];
 }
 
-inline void tc_cp_async16(void* dst, const void* src, int src_bytes) {
-  if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) tc_fail("cp.async address not 16-byte aligned");
-  if (src_bytes < 0 || src_bytes > 16) tc_fail("cp.async source size out of range");
-  std::memcpy(dst, src, src_bytes);
-  std::memset((char*)dst + src_bytes, 0, 16 - src_bytes);
+/* cp.async: a copy is queued in this thread's open group and lands only when a wait_group retires its
+ * group, so a schedule that reads a buffer before waiting for its copy reads stale data here as on a GPU */
+struct tc_copy_req { void* dst; const void* src; int size, src_bytes; };
+thread_local std::vector<tc_copy_req> tc_open_group;
+thread_local std::vector<std::vector<tc_copy_req>> tc_groups;
+inline void tc_cp_async_n(void* dst, const void* src, int size, int src_bytes) {
+  if ((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & (size - 1)) tc_fail("cp.async address not aligned to its size");
+  if (src_bytes < 0 || src_bytes > size) tc_fail("cp.async source size out of range");
+  tc_open_group.push_back({dst, src, size, src_bytes});
 }
-inline void tc_cp_async_commit() {}
-template <int N> inline void tc_cp_async_wait() {}
+inline void tc_cp_async16(void* dst, const void* src, int src_bytes) { tc_cp_async_n(dst, src, 16, src_bytes); }
+template <int N> inline void tc_cp_async_ca(void* dst, const void* src, int src_bytes) { tc_cp_async_n(dst, src, N, src_bytes); }
+inline void tc_cp_async_commit() { tc_groups.push_back(std::move(tc_open_group)); tc_open_group.clear(); }
+template <int N> inline void tc_cp_async_wait() {
+  while (tc_groups.size() > (size_t)N) {
+    for (const tc_copy_req& c : tc_groups.front()) {
+      std::memcpy(c.dst, c.src, c.src_bytes);
+      std::memset((char*)c.dst + c.src_bytes, 0, c.size - c.src_bytes);
+    }
+    tc_groups.erase(tc_groups.begin());
+  }
+}
 """
 
 RUNNER = r"""

@@ -120,10 +120,17 @@ def _check(c, a64, b64, ta, tb):
 def test_readme_gemm_takes_tensor_cores_and_cp_async(target):
     k = tilecore.compile(matmul_relu(1000, 512, 256, 64, 64, 32), target=target, out_idx=[-1], pass_configs=NOCACHE)
     intr = k.meta["attrs"]["intrinsics"]
-    assert "gemm:cuda.gemm_mma_f16" in intr and "copy:cuda.copy_async" in intr
+    assert "gemm:cuda.gemm_mma_f16" in intr
+    # the T.Pipelined loop's copies: 3 stages of 16-byte cp.async (tilecore.plan_pipelines)
+    assert k.meta["attrs"]["pipelines"][0].startswith("loop ko: 3 stages")
     src = k.get_kernel_source()
-    assert "tc_gemm_mma<128, 64, 64, 32," in src and "tc_copy_g2s_async<128, 64, 32, 32>" in src
+    body = src.split('extern "C"')[1]
+    assert "tc_gemm_mma<128, 64, 64, 32," in body and "tc_cp_async16(" in body and "tc_cp_async_wait<1>();" in body
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src and "cp.async.cg.shared.global" in src
+    # a loop of one stage is not pipelined: its copies take cuda.copy_async (copy, commit, wait for it)
+    k = _compile(gemm_kernel(128, 128, 64, 64, 64, 32, stages=1), target)
+    assert "copy:cuda.copy_async" in k.meta["attrs"]["intrinsics"] and "pipelines" not in k.meta["attrs"]
+    assert "tc_copy_g2s_async<128, 64, 32, 32>" in k.get_kernel_source()
 
 
 def _sass(kernel, target) -> str:

@@ -11,8 +11,9 @@ from .expr import (INDEX, BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, In
                    maximum, minimum, same, select, walk_expr)
 from .printer import expr_str, func_str
 from .simplify import prove_equal, simplify
-from .stmt import (LOOP_KINDS, Allocate, Assert, Atomic, Barrier, Bind, Break, Collective, Continue, For, Hint, If, KernelLaunch,
-                   MatrixOp, Param, PerThread, Print, PrimFunc, Seq, Stmt, Store, TileOp, free_vars, seq)
+from .stmt import (LOOP_KINDS, Allocate, Assert, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break,
+                   Collective, Continue, For, Hint, If, KernelLaunch, MatrixOp, Param, PerThread, Print, PrimFunc, Seq,
+                   Stmt, Store, TileOp, free_vars, seq)
 from .visit import children, collect, rewrite, walk
 
 __all__ = [n for n in dir() if not n.startswith("_")]

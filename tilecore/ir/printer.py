@@ -10,8 +10,8 @@ from contextvars import ContextVar
 
 from .buffer import Region
 from .expr import (BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, ShuffleXor, ThreadIndex, Var)
-from .stmt import (Allocate, Assert, Atomic, Barrier, Bind, Break, Collective, Continue, For, Hint, If, KernelLaunch,
-                   MatrixOp, PerThread, Print,
+from .stmt import (Allocate, Assert, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, Collective, Continue,
+                   For, Hint, If, KernelLaunch, MatrixOp, PerThread, Print,
                    PrimFunc, Seq, Stmt, Store, TileOp)
 
 _BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "floormod": "%",
@@ -140,6 +140,15 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
         return [f"{pad}T.device_assert({expr_str(s.cond)}, {s.message!r}{vals})"]
     if isinstance(s, Barrier):
         return [f"{pad}T.barrier()"]
+    if isinstance(s, AsyncCopy):
+        dst = ", ".join(expr_str(i) for i in s.dst_indices)
+        src = ", ".join(expr_str(i) for i in s.src_indices)
+        return [f"{pad}T.async_copy({_nm(s.dst)}[{dst}], {_nm(s.src)}[{src}], elements={s.elements}, "
+                f"pred={expr_str(s.pred)})"]
+    if isinstance(s, AsyncCommit):
+        return [f"{pad}T.async_commit()"]
+    if isinstance(s, AsyncWait):
+        return [f"{pad}T.async_wait(pending={s.pending})"]
     if isinstance(s, Break):
         return [f"{pad}break"]
     if isinstance(s, Continue):

@@ -126,6 +126,39 @@ class Barrier(Stmt):
 
 
 @dataclass(eq=False)
+class AsyncCopy(Stmt):
+    """Start copying ``elements`` consecutive elements of global ``src`` from ``src_indices`` into block-local
+    ``dst`` from ``dst_indices`` (both runs contiguous along the last dimension), without waiting; where
+    ``pred`` is false the destination elements are zeroed instead (a load out of bounds gives 0) and the
+    source is not read. Every thread issues its own copies: thread distribution leaves it inside the
+    distributed parallel nest, like a Store. The copy lands at an :class:`AsyncWait` after the
+    :class:`AsyncCommit` that closes its group; other threads see it after a :class:`Barrier` that
+    follows that wait. Introduced by ``tilecore.plan_pipelines`` for targets with ``feature:async_copy``,
+    where the planner proved both addresses aligned to ``elements`` elements."""
+
+    dst: Buffer
+    dst_indices: tuple
+    src: Buffer
+    src_indices: tuple
+    elements: int
+    pred: Expr
+
+
+@dataclass(eq=False)
+class AsyncCommit(Stmt):
+    """Close the group of this thread's asynchronous copies issued since the last commit (every thread
+    runs it; a group may be empty)."""
+
+
+@dataclass(eq=False)
+class AsyncWait(Stmt):
+    """Wait until at most ``pending`` of this thread's committed copy groups are still in flight (every
+    thread runs it). Other threads' copies are visible only after a following :class:`Barrier`."""
+
+    pending: int
+
+
+@dataclass(eq=False)
 class Collective(Stmt):
     """An operation that every thread of the block executes together, e.g. a block-wide matrix multiply
     through a backend's device library: ``name(*args)`` specialised by the static ``attrs``.

@@ -7,7 +7,11 @@ Slots, in order (a kernel moves from tile ops over regions to scalar loops ready
                     scheduling hints
 ``tile-lowering``   put fragments that got a layout in registers (per-thread programs), then replace each
                     tile op with the implementation the target's intrinsic table picks
-``pipelining``      software-pipeline ``T.Pipelined`` loops (a backend's job; the core serializes)
+``pipelining``      software-pipeline ``T.Pipelined`` loops: where the target declares ``feature:async_copy``,
+                    ``tilecore.plan_pipelines`` multi-buffers the shared tiles its leading copies fill and
+                    issues those copies stages ahead as ``AsyncCopy`` / ``AsyncCommit`` / ``AsyncWait``
+                    statements, planned against the shared-memory limit (``tilecore.passes.pipeline``);
+                    a backend may pipeline a loop itself before that; every loop left is serialized
 ``memory``          plan on-chip memory and check it against the target's limits; guard memory accesses
                     not proven in bounds (all of them in checked mode)
 ``before-codegen``  final clean-up and verification
@@ -158,13 +162,13 @@ def dump_dir_from_env() -> str | None:
 
 
 def core_pipeline() -> Pipeline:
-    from . import core, guard, layout, lower_tile
+    from . import core, guard, layout, lower_tile, pipeline
 
     return Pipeline({
         "legalize": [core.check_structure, core.check_static_bounds, core.check_capabilities],
         "layout": [layout.infer_layouts, core.collect_hints],
-        "tile-lowering": [layout.lower_fragments, lower_tile.lower_tile_ops],
-        "pipelining": [core.serialize_pipelined],
+        "tile-lowering": [layout.lower_fragments, pipeline.stage_pipelined_copies, lower_tile.lower_tile_ops],
+        "pipelining": [pipeline.plan_pipelines, core.serialize_pipelined],
         "memory": [core.plan_memory, guard.guard_accesses],
         "before-codegen": [core.verify_lowered],
     })

@@ -16,8 +16,9 @@ not touch memory outside the buffer either.
 """
 from __future__ import annotations
 
-from ..ir import (Allocate, Assert, Atomic, BinOp, Bind, BufferLoad, Call, Cast, Cmp, Expr, For, If, KernelLaunch,
-                  Logic, PerThread, Print, Select, Seq, Store, as_expr, binary, compare, const, const_value, is_float, logic_and,
+from ..ir import (Allocate, Assert, AsyncCopy, Atomic, BinOp, Bind, BufferLoad, Call, Cast, Cmp, Expr, For, If,
+                  KernelLaunch, Logic, PerThread, Print, Select, Seq, Store, as_expr, binary, compare, const, const_value,
+                  is_float, logic_and,
                   logic_not, logic_or)
 from ..errors import MAX_FAULT_VALUES
 from ..ir.bounds import Facts
@@ -158,6 +159,18 @@ class _Guard:
                 out = If(_all(conds), out, span=s.span)
         elif isinstance(s, PerThread):
             out = s.with_(body=self.stmt(s.body, facts))
+        elif isinstance(s, AsyncCopy):
+            # the source run's first and last elements must be inside the tensor, else the copy zero-fills;
+            # a run starts at a multiple of its length, so in a last dimension of whole runs the first decides
+            src = tuple(self.expr(i, facts, asserts, path, s.span) for i in s.src_indices)
+            s = s.with_(pred=self.cond(s.pred, facts, asserts, path, s.span))
+            inside = facts.with_cond(s.pred)
+            conds = _bound_conds(s.src, src, inside)
+            n = const_value(s.src.shape[-1])
+            if s.elements > 1 and not (isinstance(n, int) and n % s.elements == 0):
+                last = src[:-1] + (binary("add", src[-1], s.elements - 1),)
+                conds += _bound_conds(s.src, last, inside)
+            out = s.with_(src_indices=src, pred=logic_and(s.pred, _all(conds)) if conds else s.pred)
         elif isinstance(s, Bind):
             out = s.with_(value=self.expr(s.value, facts, asserts, path, s.span))
         elif isinstance(s, Allocate) and s.init is not None:
@@ -167,7 +180,7 @@ class _Guard:
         elif isinstance(s, Print) and s.value is not None:
             out = s.with_(value=self.expr(s.value, facts, asserts, path, s.span))
         else:
-            out = s  # Collectives, barriers, break/continue: a backend's or nothing to check
+            out = s  # Collectives, barriers, async commit/wait, break/continue: a backend's or nothing to check
         return Seq(asserts + [out], span=s.span) if asserts else out
 
 

@@ -21,6 +21,10 @@ the IR, with two vendor-neutral nodes (:class:`~tilecore.ir.ThreadIndex`, :class
 - a :class:`~tilecore.ir.Collective` (an operation the whole block performs together, e.g. a backend's
   block-wide matrix multiply) runs on every thread, with ``threads`` set to their number, between two
   barriers (the callee may read what came before; what it writes is visible after);
+- an :class:`~tilecore.ir.AsyncCopy` stays where it is inside its distributed nest (every thread issues
+  its own copies) and a nest of nothing but async copies gets no barrier after it (the copies land at a
+  later :class:`~tilecore.ir.AsyncWait`, which the planner follows with a barrier); AsyncCommit and
+  AsyncWait run on every thread;
 - block-level statements that write memory (Store, Atomic, Print, unknown leaves) run on thread 0,
   followed by a barrier; Binds, Asserts, Break and Continue run on every thread (they are uniform);
   a Bind that reads memory is followed by a barrier (a later write must not race the read).
@@ -33,9 +37,9 @@ from __future__ import annotations
 import math
 
 from ..errors import CompileError
-from ..ir import (Allocate, Assert, Atomic, Barrier, Bind, Break, BufferLoad, Collective, Continue, Expr, For, If,
-                  IntImm, KernelLaunch, PerThread, Print, Seq, Store, ThreadIndex, Var, as_expr, binary, collect,
-                  compare, const, const_value, rewrite, seq, walk, walk_expr)
+from ..ir import (Allocate, Assert, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, BufferLoad,
+                  Collective, Continue, Expr, For, If, IntImm, KernelLaunch, PerThread, Print, Seq, Store, ThreadIndex,
+                  Var, as_expr, binary, collect, compare, const, const_value, rewrite, seq, walk, walk_expr)
 from . import tile_pass
 
 _DISTRIBUTED = ("parallel", "vectorized")
@@ -83,6 +87,13 @@ def _prod(values):
     return out
 
 
+def _only_async_copies(s) -> bool:
+    """``s`` writes memory only through asynchronous copies (and has at least one)."""
+    leaves: list = []
+    walk(s, lambda x: leaves.append(x) if not isinstance(x, (Seq, For, If, Bind)) else None)
+    return bool(leaves) and all(isinstance(x, AsyncCopy) for x in leaves)
+
+
 def _thread0(stmt):
     return [If(compare("eq", ThreadIndex(), const(0)), stmt, span=stmt.span), Barrier(span=stmt.span)]
 
@@ -109,6 +120,8 @@ class _Distributor:
             return _thread0(Store(s.buffer, idx, s.init, span=s.span))
         if isinstance(s, For):
             if s.kind in _DISTRIBUTED:
+                if _only_async_copies(s):
+                    return [self.distribute(s)]
                 return [self.distribute(s), Barrier(span=s.span)]
             pre: list = []
             start, extent = s.start, s.extent
@@ -132,7 +145,7 @@ class _Distributor:
             return [s, Barrier(span=s.span)] if _loads_memory(s.value) else [s]
         if isinstance(s, Assert):
             return [s, Barrier(span=s.span)]
-        if isinstance(s, (Break, Continue, Barrier)):
+        if isinstance(s, (Break, Continue, Barrier, AsyncCommit, AsyncWait)):
             return [s]
         if isinstance(s, Collective):
             return [Barrier(span=s.span), s.with_(threads=self.n), Barrier(span=s.span)]

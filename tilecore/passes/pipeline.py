@@ -1,0 +1,571 @@
+"""Software pipelining of ``T.Pipelined`` loops with asynchronous copies (targets with ``feature:async_copy``).
+
+Two core passes, both no-ops on targets that do not declare ``feature:async_copy`` (their pipelined
+loops stay serial: ``tilecore.serialize_pipelined``) and in checked mode:
+
+``tilecore.stage_pipelined_copies`` (``tile-lowering``, after the backends' passes, before the tile ops
+are lowered): in a ``T.Pipelined(n, num_stages=S)`` loop with ``S >= 2``, the copies that open the body
+(``T.copy`` from a global tensor into a whole ``T.alloc_shared`` buffer of the same dtype) are the
+pipeline's stages. They are lowered here by the core's generic copy (a nest of parallel loops over
+``Store(shared, BufferLoad(global))``) whose outer loop is annotated ``pipeline_stage``, so the planner
+finds them whatever the target's intrinsic table would have picked.
+
+``tilecore.plan_pipelines`` (``pipelining``): for each such loop,
+
+- checks what makes the transformation exact: every staged buffer is allocated at block level, used only
+  inside the loop and filled whole by its copy at the top of each iteration (so nothing it holds lives
+  from one iteration to the next); the rest of the body does not write the copies' sources and has no
+  ``break`` / ``continue`` of the loop;
+- plans the stages against the shared-memory limit (``limits.max_shared_bytes_per_block``), counting
+  every block-level buffer as the generic path places them all on chip: the most stages ``<= S`` whose
+  buffers fit; one stage means the loop stays serial, and the reason is recorded;
+- gives each staged buffer a leading stage dimension (``A_s[ko % S, ...]`` everywhere in the loop);
+- turns each copy nest into :class:`~tilecore.ir.AsyncCopy` statements: runs of 16, 8 or 4 bytes along
+  the innermost loop where both addresses are provably aligned (static shapes, row lengths and starts
+  multiples of the run) and the in-bounds predicate is the same for the whole run, else one element per
+  copy when an element is 4, 8 or 16 bytes, else the copy stays a synchronous store (still multi-buffered);
+- schedules: a prologue issues stages ``0 .. S-2`` (each closed by an :class:`~tilecore.ir.AsyncCommit`,
+  empty past the loop's end); iteration ``k`` waits until at most ``S-2`` groups are pending
+  (:class:`~tilecore.ir.AsyncWait`: stage ``k`` has landed for this thread), a barrier (for every thread),
+  issues stage ``k + S - 1`` into the buffer iteration ``k - 1`` read (the barrier also proves every
+  thread is done with it) and commits, then computes on buffer ``k % S``.
+
+Each planned loop adds a line to ``func.attrs["pipelines"]`` (``kernel.meta["attrs"]["pipelines"]``),
+e.g. ``"loop ko: 3 stages, 2 tiles x 3 buffers, 24 KiB; A_s: async 16-byte copies, ..."``.
+"""
+from __future__ import annotations
+
+import math
+
+from ..ir import (Allocate, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, BinOp, Break, BufferLoad,
+                  Buffer, Call, Cast, Cmp, Collective, Continue, Expr, For, If, IntImm, KernelLaunch, Logic, Print, Region,
+                  Select, Seq, Stmt, Store, TileOp, Var, as_expr, binary, compare, const_value, rewrite, seq, simplify,
+                  walk, walk_expr)
+from . import tile_pass
+
+FEATURE = "feature:async_copy"
+#: bytes one asynchronous copy may move, widest first
+COPY_BYTES = (16, 8, 4)
+STAGE = "pipeline_stage"
+
+
+def enabled(ctx) -> bool:
+    return ctx.capabilities.satisfies(FEATURE)[0] is True and not ctx.option("tilecore.checked", False)
+
+
+# -- tile-lowering: the copies that are stages ---------------------------------------------------------
+
+def _whole(r) -> bool:
+    shape = r.buffer.static_shape()
+    return (shape is not None and all(const_value(simplify(x)) == 0 for x in r.starts)
+            and tuple(const_value(simplify(x)) for x in r.extents) == tuple(shape))
+
+
+def _stage_copy(s) -> bool:
+    if not (isinstance(s, TileOp) and s.op == "copy" and len(s.args) == 2):
+        return False
+    src, dst = s.args
+    return (isinstance(src, Region) and isinstance(dst, Region) and src.buffer.scope == "global"
+            and dst.buffer.scope == "shared" and src.buffer.dtype == dst.buffer.dtype and _whole(dst))
+
+
+@tile_pass("tilecore.stage_pipelined_copies")
+def stage_pipelined_copies(func, ctx):
+    """Lower the copies that open a ``T.Pipelined`` body generically, marked as pipeline stages."""
+    if not enabled(ctx):
+        return func
+    from .lower_tile import lower_copy
+
+    def fix(s):
+        if not (isinstance(s, For) and s.kind == "pipelined" and int(s.annotations.get("num_stages", 0) or 0) >= 2):
+            return None
+        body = list(s.body.body) if isinstance(s.body, Seq) else [s.body]
+        n = 0
+        while n < len(body) and _stage_copy(body[n]):
+            nest = lower_copy(body[n], ctx)
+            if not isinstance(nest, For):
+                break
+            body[n] = nest.with_(annotations={**nest.annotations, STAGE: True})
+            n += 1
+        return s.with_(body=Seq(body, span=s.body.span)) if n else None
+
+    return func.with_body(rewrite(func.body, fix))
+
+
+# -- expression and statement rewriting ----------------------------------------------------------------
+
+def map_expr(e, fn):
+    """``e`` rebuilt bottom-up, each sub-expression ``x`` replaced by ``fn(x)`` where that is not None."""
+    if not isinstance(e, Expr):
+        return e
+    if isinstance(e, BinOp):
+        new = binary(e.op, map_expr(e.a, fn), map_expr(e.b, fn))
+    elif isinstance(e, Cmp):
+        new = compare(e.op, map_expr(e.a, fn), map_expr(e.b, fn))
+    elif isinstance(e, Logic):
+        new = Logic(e.op, map_expr(e.a, fn), map_expr(e.b, fn) if e.b is not None else None)
+    elif isinstance(e, Select):
+        new = Select(map_expr(e.cond, fn), map_expr(e.t, fn), map_expr(e.f, fn))
+    elif isinstance(e, Cast):
+        new = Cast(e.dtype, map_expr(e.value, fn))
+    elif isinstance(e, Call):
+        new = Call(e.name, tuple(map_expr(a, fn) for a in e.args), e.dtype, e.attrs)
+    elif isinstance(e, BufferLoad):
+        new = BufferLoad(e.buffer, tuple(map_expr(i, fn) for i in e.indices))
+    else:
+        new = e
+    out = fn(new)
+    return new if out is None else out
+
+
+def _map_item(v, fn, region_fn):
+    if isinstance(v, Region):
+        r = Region(v.buffer, tuple(map_expr(x, fn) for x in v.starts), tuple(map_expr(x, fn) for x in v.extents))
+        return region_fn(r) if region_fn else r
+    if isinstance(v, Expr):
+        return map_expr(v, fn)
+    if isinstance(v, tuple):
+        return tuple(_map_item(x, fn, region_fn) for x in v)
+    return v
+
+
+def map_stmt(s, fn, region_fn=None, store_fn=None):
+    """``s`` with ``fn`` applied to every expression of every statement (see :func:`map_expr`), ``region_fn``
+    to every region, and ``store_fn(buffer, indices) -> (buffer, indices)`` to every stored location."""
+
+    def one(x):
+        if isinstance(x, (Seq, KernelLaunch)):
+            return None
+        changes = {}
+        for f in x.__dataclass_fields__:
+            if f in ("span", "body", "then", "orelse"):
+                continue
+            v = getattr(x, f)
+            new = _map_item(v, fn, region_fn)
+            if new is not v:
+                changes[f] = new
+        if store_fn is not None and isinstance(x, (Store, Atomic)):
+            b, idx = store_fn(x.buffer, changes.get("indices", x.indices))
+            changes["buffer"], changes["indices"] = b, idx
+        return x.with_(**changes) if changes else None
+
+    return rewrite(s, one)
+
+
+def substitute(s, table: dict):
+    """``s`` (a statement or expression) with the variables in ``table`` (``id(var) -> expr``) replaced."""
+    fn = lambda x: table.get(id(x)) if isinstance(x, Var) else None  # noqa: E731
+    return map_expr(s, fn) if isinstance(s, Expr) else map_stmt(s, fn)
+
+
+def _fresh_loops(s):
+    """``s`` with every loop variable it declares replaced by a new one (a nest emitted twice)."""
+    table: dict = {}
+    walk(s, lambda x: table.setdefault(id(x.var), Var(x.var.name, x.var.dtype)) if isinstance(x, For) else None)
+
+    def rename(x):
+        return x.with_(var=table[id(x.var)]) if isinstance(x, For) and id(x.var) in table else None
+
+    return rewrite(substitute(s, table), rename)
+
+
+def _multi_buffer(s, table: dict, stage):
+    """``s`` with each buffer ``b`` in ``table`` (``id(b) -> staged b``) indexed as ``staged[stage, ...]``."""
+
+    def load(x):
+        if isinstance(x, BufferLoad) and id(x.buffer) in table:
+            return BufferLoad(table[id(x.buffer)], (stage,) + x.indices)
+        return None
+
+    def region(r):
+        if id(r.buffer) in table:
+            return Region(table[id(r.buffer)], (stage,) + r.starts, (as_expr(1),) + r.extents)
+        return r
+
+    def store(b, idx):
+        return (table[id(b)], (stage,) + tuple(idx)) if id(b) in table else (b, idx)
+
+    def copies(x):
+        if isinstance(x, AsyncCopy) and id(x.dst) in table:
+            return x.with_(dst=table[id(x.dst)], dst_indices=(stage,) + x.dst_indices)
+        return None
+
+    return rewrite(map_stmt(s, load, region, store), copies)
+
+
+# -- asynchronous copies ---------------------------------------------------------------------------------
+
+def _factor(e) -> int:
+    """A known divisor of integer expression ``e`` (0 for the constant 0)."""
+    v = const_value(e)
+    if isinstance(v, int):
+        return abs(v)
+    if isinstance(e, BinOp):
+        if e.op in ("add", "sub"):
+            return math.gcd(_factor(e.a), _factor(e.b))
+        if e.op == "mul":
+            return _factor(e.a) * _factor(e.b)
+    return 1
+
+
+def _flat(buf: Buffer, idx):
+    """The row-major element offset of ``idx`` in ``buf`` (None when a dimension is symbolic)."""
+    shape = buf.static_shape()
+    if shape is None:
+        return None
+    flat, stride = as_expr(0), 1
+    for i, d in reversed(list(zip(idx, shape))):
+        flat = binary("add", flat, binary("mul", i, stride))
+        stride *= int(d)
+    return flat
+
+
+def _uses(e, var) -> bool:
+    found: list = []
+    walk_expr(e, lambda x: found.append(1) if x is var else None)
+    return bool(found)
+
+
+def _offset_by(e, var):
+    """``base`` when ``e`` is ``base + var`` (or ``var``) with ``base`` free of ``var``, else None."""
+    if e is var:
+        return as_expr(0)
+    if isinstance(e, BinOp) and e.op == "add":
+        if e.b is var and not _uses(e.a, var):
+            return e.a
+        if e.a is var and not _uses(e.b, var):
+            return e.b
+    return None
+
+
+def _copy_parts(nest):
+    """(loops, Store, global load, predicate or None) of a lowered copy nest, or None."""
+    loops, s = [], nest
+    while isinstance(s, For) and s.kind in ("parallel", "vectorized"):
+        loops.append(s)
+        s = s.body
+        while isinstance(s, Seq) and len(s.body) == 1:
+            s = s.body[0]
+    if not isinstance(s, Store):
+        return None
+    v, pred = s.value, None
+    if isinstance(v, Select) and const_value(v.f) == 0:
+        pred, v = v.cond, v.t
+    if not (isinstance(v, BufferLoad) and v.buffer.scope == "global" and v.buffer.dtype == s.buffer.dtype):
+        return None
+    return loops, s, v, pred
+
+
+def _run_fits(loops, store, load, elems: int) -> bool:
+    """The innermost loop can move ``elems`` consecutive elements per copy, both addresses aligned to it."""
+    if elems == 1:
+        return True
+    if not loops:
+        return False
+    j = loops[-1]
+    ext = const_value(simplify(j.extent))
+    if const_value(j.start) != 0 or not isinstance(ext, int) or ext % elems:
+        return False
+    for buf, idx in ((store.buffer, store.indices), (load.buffer, load.indices)):
+        shape = buf.static_shape()
+        if shape is None or int(shape[-1]) % elems or math.prod(int(d) for d in shape) % elems:
+            return False  # (a whole row is whole runs, so the in-bounds predicate is one for a run)
+        if _offset_by(idx[-1], j.var) is None or any(_uses(i, j.var) for i in idx[:-1]):
+            return False
+        flat = _flat(buf, tuple(idx[:-1]) + (_offset_by(idx[-1], j.var),))
+        if flat is None or _factor(simplify(flat)) % elems:
+            return False
+    return True
+
+
+def async_copy_nest(nest):
+    """The copy nest as asynchronous copies: ``(new nest, bytes per copy)``, or ``(nest, reason)``."""
+    parts = _copy_parts(nest)
+    if parts is None:
+        return nest, "not a plain element copy"
+    loops, store, load, pred = parts
+    es = store.buffer.dtype.bytes
+    for nbytes in COPY_BYTES:
+        if nbytes % es or not _run_fits(loops, store, load, nbytes // es):
+            continue
+        elems = nbytes // es
+        dst_idx, src_idx = store.indices, load.indices
+        pred = pred if pred is not None else IntImm(1, "bool")
+        inner = None
+        if elems > 1:
+            j = loops[-1]
+            jv = Var(j.var.name, j.var.dtype)
+            table = {id(j.var): binary("mul", jv, elems)}
+            dst_idx, src_idx = (tuple(substitute(i, table) for i in dst_idx),
+                                tuple(substitute(i, table) for i in src_idx))
+            pred = substitute(pred, table)
+            inner = j.with_(var=jv, extent=as_expr(const_value(simplify(j.extent)) // elems))
+        body = AsyncCopy(store.buffer, tuple(dst_idx), load.buffer, tuple(src_idx), elems, pred, span=store.span)
+        outer = loops[:-1] if inner is not None else loops
+        if inner is not None:
+            body = inner.with_(body=body)
+        for f in reversed(outer):
+            body = f.with_(body=body)
+        return body, nbytes
+    return nest, f"synchronous ({es}-byte elements, no aligned run of {'/'.join(map(str, COPY_BYTES))} bytes)"
+
+
+# -- the planner -----------------------------------------------------------------------------------------
+
+def _round16(n: int) -> int:
+    return (n + 15) // 16 * 16
+
+
+def _block_bytes(launch) -> int:
+    """Bytes of the block-level (not per-iteration) buffers of a launch with a static size."""
+    total = 0
+
+    def visit(s, private):
+        nonlocal total
+        if isinstance(s, Allocate) and not private:
+            n = const_value(simplify(s.buffer.numel()))
+            if isinstance(n, int):
+                total += _round16(max(n, 1) * s.buffer.dtype.bytes)
+        inner = private or (isinstance(s, For) and s.kind in ("parallel", "vectorized"))
+        for c in (s.body if isinstance(s, Seq) else [getattr(s, f) for f in ("body", "then", "orelse")
+                                                       if getattr(s, f, None) is not None]):
+            visit(c, inner)
+
+    visit(launch.body, False)
+    return total
+
+
+def _touches(s, buf) -> bool:
+    """``s`` reads or writes ``buf`` (loads, stores, regions, async copies)."""
+    found: list = []
+
+    def expr(e):
+        walk_expr(e, lambda x: found.append(1) if isinstance(x, BufferLoad) and x.buffer is buf else None)
+
+    def stmt(x):
+        if isinstance(x, (Store, Atomic)) and x.buffer is buf or isinstance(x, AsyncCopy) and buf in (x.dst, x.src):
+            found.append(1)
+        for f in getattr(x, "__dataclass_fields__", {}):
+            v = getattr(x, f)
+            for item in (v if isinstance(v, tuple) else (v,)):
+                if isinstance(item, Region):
+                    found.append(1) if item.buffer is buf else [expr(e) for e in item.starts + item.extents]
+                elif isinstance(item, Expr):
+                    expr(item)
+
+    walk(s, stmt)
+    return bool(found)
+
+
+def _writes(s, buf) -> bool:
+    found: list = []
+    walk(s, lambda x: found.append(1) if isinstance(x, (Store, Atomic)) and x.buffer is buf
+         or isinstance(x, Collective) and any(isinstance(a, Region) and a.buffer is buf for a in x.args) else None)
+    return bool(found)
+
+
+def _exits(s) -> bool:
+    """``s`` has a break / continue of the enclosing loop (not of a loop inside ``s``)."""
+    if isinstance(s, (Break, Continue)):
+        return True
+    if isinstance(s, For):
+        return False
+    if isinstance(s, Seq):
+        return any(_exits(c) for c in s.body)
+    if isinstance(s, If):
+        return _exits(s.then) or (s.orelse is not None and _exits(s.orelse))
+    return False
+
+
+def _all_stmts(s) -> list:
+    out: list = []
+    walk(s, out.append)
+    return out
+
+
+def _loads_memory(e) -> bool:
+    found: list = []
+    walk_expr(e, lambda x: found.append(1) if isinstance(x, BufferLoad) else None)
+    return bool(found)
+
+
+class _Launch:
+    def __init__(self, launch, ctx):
+        self.launch = launch
+        self.used = _block_bytes(launch)
+        lim = ctx.capabilities.limit("max_shared_bytes_per_block")
+        self.limit = int(lim[0]) if lim is not None and lim[1] == "max" else None
+        self.notes: list = []
+        self.staged: dict = {}  # id(buffer) -> staged buffer, for the Allocates
+
+    def plan(self, loop: For):
+        """The loop's replacement (None: leave it to serialization) and a note."""
+        name = loop.var.name
+        body = list(loop.body.body) if isinstance(loop.body, Seq) else [loop.body]
+        n = 0
+        while n < len(body) and isinstance(body[n], For) and body[n].annotations.get(STAGE):
+            n += 1
+        copies, rest = body[:n], seq(body[n:]) if body[n:] else Seq([])
+        if not copies:
+            return None, f"loop {name}: serialized (its body does not start with a T.copy from a global tensor " \
+                         "into a whole shared buffer)"
+        want = int(loop.annotations.get("num_stages", 0) or 0)
+        parts = [_copy_parts(c) for c in copies]
+        why = None
+        if any(p is None for p in parts):
+            why = "a staged copy is not a plain element copy"
+        bufs = [p[1].buffer for p in parts] if why is None else []
+        allocs = {id(a.buffer): a for a in collect_allocs(self.launch.body)}
+        if why is None and len({id(b) for b in bufs}) != len(bufs):
+            why = "two copies fill the same shared buffer"
+        for b in bufs:
+            if why is None and id(b) not in allocs:
+                why = f"{b.name} is not allocated at block level"
+            elif why is None and _touches(_without(self.launch.body, loop), b):
+                why = f"{b.name} is used outside the loop"
+        for p in parts if why is None else []:
+            if _touches(rest, p[2].buffer) and _writes(rest, p[2].buffer):
+                why = f"the loop body writes {p[2].buffer.name}, which a staged copy reads"
+        if why is None and any(isinstance(x, Print) and x.buffer is not None and any(x.buffer is b for b in bufs)
+                               for x in _all_stmts(rest)):
+            why = "the loop body prints a staged buffer"
+        if why is None and _exits(rest):
+            why = "the loop body has a break or continue"
+        if why is None and (_loads_memory(loop.start) or _loads_memory(loop.extent)):
+            why = "the loop bounds read memory"
+        if why is not None:
+            return None, f"loop {name}: serialized ({why})"
+        tile_bytes = [_round16(max(const_value(simplify(b.numel())), 1) * b.dtype.bytes) for b in bufs]
+        stages = want
+        while stages >= 2 and self.limit is not None and \
+                self.used + sum(_round16(stages * t) - t for t in tile_bytes) > self.limit:
+            stages -= 1
+        if stages < 2:
+            need = self.used + sum(_round16(2 * t) - t for t in tile_bytes)
+            return None, (f"loop {name}: serialized ({len(bufs)} tiles x 2 buffers need {need} bytes of on-chip "
+                          f"memory with the kernel's other buffers; target allows {self.limit})")
+        self.used += sum(_round16(stages * t) - t for t in tile_bytes)
+        table = {}
+        for b in bufs:
+            staged = Buffer(b.name, (stages,) + tuple(b.shape), b.dtype, b.scope)
+            table[id(b)] = staged
+            self.staged[id(b)] = staged
+        issue_kinds = []
+        async_copies = []
+        for c in copies:
+            new, how = async_copy_nest(c)
+            async_copies.append(new)
+            buf = _copy_parts(c)[1].buffer.name
+            issue_kinds.append(f"{buf} async {how}-byte copies" if isinstance(how, int) else f"{buf} {how}")
+        k, start, extent = loop.var, loop.start, loop.extent
+
+        def issue(it):
+            """Stage ``it`` (iteration offset from the loop start) into buffer ``it % stages``."""
+            at = {id(k): simplify(binary("add", start, it))}
+            slot = simplify(binary("floormod", it, stages)) if not isinstance(const_value(it), int) \
+                else as_expr(const_value(it) % stages)
+            return [_multi_buffer(_fresh_loops(substitute(c, at)), table, slot) for c in async_copies]
+
+        prologue = []
+        for s in range(stages - 1):
+            prologue += [_if(compare("lt", s, extent), seq(issue(as_expr(s))), loop.span),
+                         AsyncCommit(span=loop.span)]
+        it = simplify(binary("sub", k, start))
+        ahead = simplify(binary("add", it, stages - 1))
+        steady = [AsyncWait(stages - 2, span=loop.span), Barrier(span=loop.span),
+                  _if(compare("lt", ahead, extent), seq(issue(ahead)), loop.span), AsyncCommit(span=loop.span),
+                  _multi_buffer(rest, table, simplify(binary("floormod", it, stages)))]
+        new_loop = loop.with_(kind="serial", body=seq(steady), annotations={**loop.annotations, "num_stages": stages})
+        kib = sum(_round16(stages * t) for t in tile_bytes) / 1024
+        reduced = f" (of {want} asked: on-chip memory limit {self.limit} bytes)" if stages < want else ""
+        note = (f"loop {name}: {stages} stages{reduced}, {len(bufs)} tiles x {stages} buffers, {kib:g} KiB; "
+                + ", ".join(issue_kinds))
+        return seq(prologue + [new_loop]), note
+
+
+def _if(cond, then, span):
+    v = const_value(cond)
+    if v is not None:
+        return then if v else Seq([])
+    return If(cond, then, span=span)
+
+
+def collect_allocs(s) -> list:
+    """Allocates of ``s`` outside parallel loops (block-level buffers)."""
+    out: list = []
+
+    def visit(x):
+        if isinstance(x, Allocate):
+            out.append(x)
+        if isinstance(x, For) and x.kind in ("parallel", "vectorized"):
+            return
+        for c in (x.body if isinstance(x, Seq) else [getattr(x, f) for f in ("body", "then", "orelse")
+                                                       if getattr(x, f, None) is not None]):
+            visit(c)
+
+    visit(s)
+    return out
+
+
+def _replace(s, table: dict):
+    """``s`` with each statement whose id is in ``table`` replaced by its entry (top-down: what a
+    replaced statement holds is not visited)."""
+    if s is None:
+        return None
+    if id(s) in table:
+        return table[id(s)]
+    if isinstance(s, Seq):
+        return Seq([_replace(c, table) for c in s.body], span=s.span)
+    changes = {f: _replace(getattr(s, f), table) for f in ("body", "then", "orelse")
+               if isinstance(getattr(s, f, None), Stmt)}
+    return s.with_(**changes) if changes else s
+
+
+def _without(s, loop):
+    """``s`` with ``loop`` left out (to look at what lies outside it)."""
+    return _replace(s, {id(loop): Seq([])})
+
+
+@tile_pass("tilecore.plan_pipelines")
+def plan_pipelines(func, ctx):
+    """Multi-buffer the staged copies of ``T.Pipelined`` loops and issue them ahead as asynchronous copies."""
+    if not enabled(ctx):
+        return func
+    notes: list = []
+
+    def launch(s):
+        if not isinstance(s, KernelLaunch):
+            return None
+        st = _Launch(s, ctx)
+        inner: set = set()
+        walk(s.body, lambda x: walk(x.body, lambda y: inner.add(id(y)))
+             if isinstance(x, For) and x.kind in ("parallel", "vectorized") else None)
+        loops = [x for x in _pipelined(s.body) if id(x) not in inner and int(x.annotations.get("num_stages", 0) or 0) >= 2]
+        done: dict = {}
+        for loop in loops:
+            if id(loop) in inner:
+                notes.append(f"loop {loop.var.name}: serialized (inside a pipelined loop)")
+                continue
+            new, note = st.plan(loop)
+            notes.append(note)
+            if new is not None:
+                done[id(loop)] = new
+                walk(loop.body, lambda y: inner.add(id(y)))
+        if not done:
+            return None
+        body = _replace(s.body, done)
+        body = rewrite(body, lambda x: Allocate(st.staged[id(x.buffer)], x.init, span=x.span)
+                       if isinstance(x, Allocate) and id(x.buffer) in st.staged else None)
+        return s.with_(body=body)
+
+    body = rewrite(func.body, launch)
+    return func.with_body(body, pipelines=tuple(notes)) if notes else func
+
+
+def _pipelined(s) -> list:
+    out: list = []
+    walk(s, lambda x: out.append(x) if isinstance(x, For) and x.kind == "pipelined" else None)
+    return out
+
+
+__all__ = ["stage_pipelined_copies", "plan_pipelines", "async_copy_nest", "map_expr", "map_stmt", "substitute"]
