@@ -21,6 +21,7 @@ common dialect uses); a backend subclass sets its types and conversions (see :cl
 from __future__ import annotations
 
 import math
+from importlib import resources
 
 from ..errors import CompileError, UnsupportedFeatureError
 from ..ir import Allocate, Assert, Expr, IntImm, KernelLaunch, Region, Seq, collect, const_value, simplify
@@ -55,6 +56,12 @@ class SIMTCppEmitter(CFamilyEmitter):
                                                     "new", "delete", "class", "template", "this", "namespace",
                                                     "operator", "private", "public", "protected", "virtual",
                                                     "friend", "true", "false", "typename", "using", "dim3"})
+
+    @staticmethod
+    def inline_prelude(text: str) -> str:
+        """``text`` (a backend's prelude) with its ``#include "tc_simt.h"`` line replaced by the core's
+        SIMT prelude (``tilecore/codegen/prelude/tc_simt.h``), so that the kernel source stands alone."""
+        return text.replace('#include "tc_simt.h"\n', simt_prelude())
 
     # -- hooks ---------------------------------------------------------------------------------------
     def preamble(self, st: EmitState, func) -> str:
@@ -231,6 +238,11 @@ class SIMTCppEmitter(CFamilyEmitter):
             fail = (f"if ({self.atomic_cas.format('tc_status', 0, code)} == 0) {{ long long* tc_v = (long long*)"
                     f"(tc_status + 2); {vals} }}")
         self.line(st, f"if (!({self.expr(st, s.cond)})) {{ {fail} tc_fail = 1; }}")
+
+
+def simt_prelude() -> str:
+    """The core's SIMT C++ prelude, ``#pragma once`` dropped (it is inlined once per kernel source)."""
+    return resources.files(__package__).joinpath("prelude/tc_simt.h").read_text().replace("#pragma once\n", "")
 
 
 def grid3(grid) -> list:

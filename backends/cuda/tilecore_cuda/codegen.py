@@ -21,7 +21,7 @@ STATIC_SHARED_LIMIT = 48 * 1024
 def prelude(hopper: bool = False) -> str:
     names = ["tc_cuda.cuh"] + (["tc_hopper.cuh"] if hopper else [])
     text = "".join(resources.files("tilecore_cuda").joinpath(f"prelude/{n}").read_text() for n in names)
-    return text.replace("#pragma once\n", "")
+    return SIMTCppEmitter.inline_prelude(text).replace("#pragma once\n", "")
 
 
 class CUDAEmitter(SIMTCppEmitter):
