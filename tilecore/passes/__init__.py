@@ -5,7 +5,9 @@ Slots, in order (a kernel moves from tile ops over regions to scalar loops ready
 ``legalize``        check the kernel against the target's capabilities and the tile ops' contracts
 ``layout``          decide layouts (fragments, swizzles); collect layout and scheduling hints
 ``tile-lowering``   replace each tile op with the implementation the target's intrinsic table picks
-``pipelining``      software-pipeline ``T.Pipelined`` loops (a backend's job; the core serializes)
+``pipelining``      software-pipeline ``T.Pipelined`` loops (a backend's job; the core serializes the
+                    rest). No in-tree backend pipelines here yet: CUDA's pipelines are made by its
+                    whole-kernel passes in ``tile-lowering``, which need the tile ops
 ``memory``          plan on-chip memory and check it against the target's limits; guard memory accesses
                     not proven in bounds (all of them in checked mode)
 ``before-codegen``  final clean-up and verification
