@@ -6,8 +6,8 @@ Slots, in order (a kernel moves from tile ops over regions to scalar loops ready
 ``layout``          decide layouts (fragments, swizzles); collect layout and scheduling hints
 ``tile-lowering``   replace each tile op with the implementation the target's intrinsic table picks
 ``pipelining``      software-pipeline ``T.Pipelined`` loops (a backend's job; the core serializes the
-                    rest). No in-tree backend pipelines here yet: CUDA's pipelines are made by its
-                    whole-kernel passes in ``tile-lowering``, which need the tile ops
+                    rest). No in-tree backend pipelines here yet: the GPU backend that pipelines does it
+                    in whole-kernel passes in ``tile-lowering``, which need the tile ops
 ``memory``          plan on-chip memory and check it against the target's limits; guard memory accesses
                     not proven in bounds (all of them in checked mode)
 ``before-codegen``  final clean-up and verification
