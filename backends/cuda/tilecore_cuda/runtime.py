@@ -13,8 +13,9 @@ import os
 import sys
 import time
 
-from tilecore.errors import MAX_FAULT_VALUES, DeviceError, kernel_failure
+from tilecore.errors import MAX_FAULT_VALUES, DeviceError
 from tilecore.plugin import Program, Runtime, Source
+from tilecore.runtime.launch import AssertionTable, shape_fn
 
 # the toolchain moved to compiler.py; these names stay importable from here
 from .compiler import (CUDA_INCLUDE_DIRS, CUDACompiler, build_nvcc, build_nvrtc, find_nvcc,  # noqa: F401
@@ -146,13 +147,6 @@ class CUDARuntime(Runtime):
         return now
 
 
-def _shape_fn(exprs):
-    """One function of the ABI integers computing a tuple from ``Source.meta``'s Python expressions (grid
-    sizes, tensor-map dims): compiled once per kernel, not evaluated per launch."""
-    return eval(f"lambda ints: ({', '.join(f'int({e})' for e in exprs)},)",
-                {"__builtins__": {}, "min": min, "max": max, "int": int})
-
-
 class CUDAProgram(Program):
     def __init__(self, binary: bytes, source: Source):
         import torch
@@ -162,13 +156,13 @@ class CUDAProgram(Program):
         self.binary = binary
         self.entry = source.entry
         self.meta = dict(source.meta)
-        self.asserts = list(self.meta.get("asserts", []))
-        self.grid_fn = _shape_fn(self.meta.get("grid", ["1", "1", "1"]))
+        self.asserts = AssertionTable(self.meta)
+        self.grid_fn = shape_fn(self.meta.get("grid", ["1", "1", "1"]))
         self.threads = int(self.meta.get("threads", 128))
         self.dyn_shared = int(self.meta.get("dynamic_shared_bytes", 0))
         self.funcs: dict = {}
         self.status = None
-        self.tmaps = [dict(m, dims=_shape_fn(m["dims"])) for m in self.meta.get("tensor_maps", ())]
+        self.tmaps = [dict(m, dims=shape_fn(m["dims"])) for m in self.meta.get("tensor_maps", ())]
         self.tmap_cache: dict = {}
         self._slot_cache: dict = {}
         self.aligned = list(self.meta.get("aligned_args", ()))
@@ -258,8 +252,7 @@ class CUDAProgram(Program):
             if code:
                 values = self.status[2:].view(torch.int64).tolist()
                 self.status.zero_()
-                entry = self.asserts[code - 1] if 0 < code <= len(self.asserts) else f"assertion {code}"
-                raise kernel_failure(entry, values)
+                raise self.asserts.failure(code, values)
 
     def _slots(self, nb: int, ni: int, nf: int):
         """The launch's argument storage and parameter array, made once per argument count and reused: a
