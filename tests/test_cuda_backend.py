@@ -173,6 +173,23 @@ def test_large_shared_memory_goes_dynamic():
 
 
 @needs_toolchain
+def test_the_runtime_builds_through_its_compiler_without_a_device():
+    # the compiler/driver split: CUDARuntime.build delegates to a tilecore.plugin.Compiler, which needs no GPU
+    from tilecore.compiler import lower
+    from tilecore.errors import CompileError
+    from tilecore.plugin import Compiler, get_registry
+
+    backend, tgt = get_registry().resolve("cuda:sm_80")
+    rt = backend.runtime(tgt)
+    assert isinstance(rt.compiler, Compiler) and rt.compiler.arch == "sm_80"
+    assert rt.compiler.version() == backend.toolchain_version(tgt) != ""
+    source = lower(softmax(64, 128, 16), "cuda:sm_80")[3]
+    assert rt.compiler.compile(source, {})[:4] == b"\x7fELF"
+    with pytest.raises(CompileError, match="must be 'nvrtc' or 'nvcc'"):
+        rt.build(source, {"tilecore.cuda.compiler": "clang"})
+
+
+@needs_toolchain
 def test_nvcc_and_nvrtc_agree_when_both_exist():
     from tilecore_cuda import runtime as rt
 

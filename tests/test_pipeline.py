@@ -112,3 +112,36 @@ def test_lowered_ir_has_loops_not_tile_ops():
     b = np.full((64, 64), np.nan, np.float32)
     k(a, b)
     np.testing.assert_array_equal(b, 2 * a)
+
+
+def _onchip(shared_rows: int, frag_rows: int):
+    @T.prim_func
+    def onchip(X: T.Tensor((512, 256), "float32"), Y: T.Tensor((512, 256), "float32")):
+        with T.Kernel(1, threads=256) as bx:
+            S = T.alloc_shared((shared_rows, 256), "float32")
+            F = T.alloc_fragment((frag_rows, 256), "float32")
+            T.copy(X[0:shared_rows, :], S)
+            T.copy(S[0:frag_rows, :], F)
+            for i, j in T.Parallel(frag_rows, 256):
+                tmp = T.alloc_local((1,), "float32")  # inside a parallel loop: a thread's own, not counted
+                tmp[0] = F[i, j] * 2.0
+                F[i, j] = tmp[0]
+            T.copy(F, Y[0:frag_rows, :])
+
+    return onchip
+
+
+def test_memory_planning_counts_every_block_buffer_and_names_them():
+    from tilecore.compiler import lower
+    from tilecore.errors import UnsupportedFeatureError
+
+    # 64 KiB shared + 16 KiB fragment: fits the 160 KiB of cuda:sm_80, counted together
+    lowered = lower(_onchip(64, 16), "cuda:sm_80")[2]
+    assert lowered.attrs["shared_bytes"] == 64 * 1024 + 16 * 1024
+    # 128 KiB shared + 64 KiB fragment = 192 KiB > 163 KiB: refused, the buffers and the limit named
+    with pytest.raises(UnsupportedFeatureError) as e:
+        lower(_onchip(128, 64), "cuda:sm_80")
+    msg = str(e.value)
+    assert e.value.feature == "limit:max_shared_bytes_per_block"
+    assert "196608 bytes" in msg and "S 131072 B shared" in msg and "F 65536 B fragment" in msg and "166912" in msg
+    assert "tmp" not in msg

@@ -191,7 +191,7 @@ def test_cuda_source_from_wheels_inlines_the_core_simt_prelude(wheels, full_venv
                       "@T.prim_func\ndef k(A: T.Tensor((64,), 'int32')):\n    with T.Kernel(1, threads=64) as bx:\n"
                       "        for i in T.Parallel(64):\n            A[i] = A[i] // 3\n"
                       "code = lower(k, 'cuda:sm_90a')[3].code\n"
-                      "assert '#include \"tc_simt.h\"' not in code and 'tc_floordiv(long long a' in code\n"
+                      "assert '\\n#include \"tc_simt.h\"' not in code and 'tc_floordiv(long long a' in code\n"
                       "print('inlined')\n")
     r = _run([full_venv / "python", script], cwd=tmp_path)
     assert r.returncode == 0 and "inlined" in r.stdout, r.stderr[-3000:]

@@ -85,6 +85,10 @@ class CFamilyEmitter(Emitter):
     #: whose threads exchange registers sets it; the core asks for it only where the capabilities declare
     #: ``features.subgroup_ops`` and an ``execution.simd_width`` wider than the masks
     shuffle_xor = ""
+    #: statement and expression shapes; ``{type}`` is :meth:`loop_type` for loops, the value type otherwise
+    for_header = "for ({type} {v} = {start}; {v} < {end}; ++{v}) {{"
+    bind_stmt = "const {type} {name} = {value};"
+    select_expr = "({c} ? {t} : {f})"
 
     # -- entry -------------------------------------------------------------------------------------
     def emit(self, func, ctx) -> Source:  # pragma: no cover - subclasses define the function layout
@@ -153,6 +157,11 @@ class CFamilyEmitter(Emitter):
         except KeyError:
             raise CompileError(f"this target's code generator has no storage type for {dtype}") from None
 
+    def int_lit(self, v: int, dtype) -> str:
+        if dtype == "bool":
+            return "1" if v else "0"
+        return f"{v}LL" if abs(v) >= 2**31 else (str(v) if v >= 0 else f"({v})")
+
     def float_lit(self, v: float, dtype) -> str:
         suffix = self.float_suffix.get(dtype, "f")
         if math.isnan(v):
@@ -176,9 +185,7 @@ class CFamilyEmitter(Emitter):
         if isinstance(e, Var):
             return self.name(st, e)
         if isinstance(e, IntImm):
-            if e.dtype == "bool":
-                return "1" if e.value else "0"
-            return f"{e.value}LL" if abs(e.value) >= 2**31 else (str(e.value) if e.value >= 0 else f"({e.value})")
+            return self.int_lit(e.value, e.dtype)
         if isinstance(e, FloatImm):
             return self.float_lit(e.value, e.dtype)
         if isinstance(e, BinOp):
@@ -206,7 +213,7 @@ class CFamilyEmitter(Emitter):
                 return f"(!{self.expr(st, e.a)})"
             return f"({self.expr(st, e.a)} {'&&' if e.op == 'and' else '||'} {self.expr(st, e.b)})"
         if isinstance(e, Select):
-            return f"({self.expr(st, e.cond)} ? {self.expr(st, e.t)} : {self.expr(st, e.f)})"
+            return self.select_expr.format(c=self.expr(st, e.cond), t=self.expr(st, e.t), f=self.expr(st, e.f))
         if isinstance(e, Cast):
             inner = self.expr(st, e.value)
             if e.dtype == "bool":
@@ -226,10 +233,13 @@ class CFamilyEmitter(Emitter):
         if isinstance(e, Call):
             return self.call(st, e)
         if isinstance(e, BufferLoad):
-            ref = f"{self.name(st, e.buffer)}[{self.flat_index(st, e.buffer, e.indices)}]"
-            conv = self.load_conv.get(e.buffer.dtype)
-            return conv.format(ref) if conv else ref
+            return self.load(st, e.buffer, f"{self.name(st, e.buffer)}[{self.flat_index(st, e.buffer, e.indices)}]")
         raise CompileError(f"no C spelling for expression {type(e).__name__}")
+
+    def load(self, st: EmitState, buf: Buffer, ref: str) -> str:
+        """The value of the element ``ref`` of ``buf`` (converted from storage to the value type)."""
+        conv = self.load_conv.get(buf.dtype)
+        return conv.format(ref) if conv else ref
 
     def _math(self, name: str, dtype, args: list) -> str:
         fmt = self.math.get(name)
@@ -277,11 +287,15 @@ class CFamilyEmitter(Emitter):
             self.line(st, self.unroll_pragma.format(n=s.extent.value))
         start = self.expr(st, s.start)
         end = self.expr(st, simplify(binary("add", s.start, s.extent)))
-        self.line(st, f"for ({self.index_type} {v} = {start}; {v} < {end}; ++{v}) {{")
+        self.line(st, self.for_header.format(type=self.loop_type(s.var), v=v, start=start, end=end))
         st.indent += 1
         self.stmt(st, s.body)
         st.indent -= 1
         self.line(st, "}")
+
+    def loop_type(self, var) -> str:
+        """The type of a loop counter (:attr:`index_type`; a target without 64-bit integers overrides)."""
+        return self.index_type
 
     def stmt_If(self, st, s: If):
         self.line(st, f"if ({self.expr(st, s.cond)}) {{")
@@ -301,11 +315,15 @@ class CFamilyEmitter(Emitter):
         return conv.format(text) if conv else text
 
     def stmt_Store(self, st, s: Store):
-        ref = f"{self.name(st, s.buffer)}[{self.flat_index(st, s.buffer, s.indices)}]"
-        self.line(st, f"{ref} = {self.store_value(st, s.buffer, s.value)};")
+        self.store(st, s.buffer, f"{self.name(st, s.buffer)}[{self.flat_index(st, s.buffer, s.indices)}]", s.value)
+
+    def store(self, st: EmitState, buf: Buffer, ref: str, value) -> None:
+        """Write ``value`` (an IR expression) to the element ``ref`` of ``buf``."""
+        self.line(st, f"{ref} = {self.store_value(st, buf, value)};")
 
     def stmt_Bind(self, st, s: Bind):
-        self.line(st, f"const {self.vtype(s.var.dtype)} {self.name(st, s.var)} = {self.expr(st, s.value)};")
+        self.line(st, self.bind_stmt.format(type=self.vtype(s.var.dtype), name=self.name(st, s.var),
+                                            value=self.expr(st, s.value)))
 
     def stmt_Allocate(self, st, s: Allocate):
         b = s.buffer

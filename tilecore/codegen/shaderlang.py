@@ -23,9 +23,8 @@ import math
 import struct
 
 from ..errors import CompileError
-from ..ir import (Allocate, Atomic, BinOp, Bind, BufferLoad, Cast, Cmp, FloatImm, For, IntImm, Logic, Select,
-                  Store, binary, collect, is_float, simplify)
-from .cfamily import _CMPS, CFamilyEmitter, EmitState
+from ..ir import Allocate, Atomic, BinOp, Cast, FloatImm, IntImm, Store, collect, is_float, simplify
+from .cfamily import CFamilyEmitter, EmitState
 
 _KEYWORDS = frozenset("""
 alias break case const const_assert continue continuing default diagnostic discard else enable false fn for
@@ -105,6 +104,9 @@ class ShaderLangEmitter(CFamilyEmitter):
     #: workgroup memory
     barrier_stmt = "storageBarrier(); workgroupBarrier();"
     reserved = _KEYWORDS
+    for_header = "for (var {v}: {type} = {start}; {v} < {end}; {v} = {v} + {type}(1)) {{"
+    bind_stmt = "let {name}: {type} = {value};"
+    select_expr = "select({f}, {t}, {c})"
 
     def need(self, st: EmitState, helper: str) -> None:
         """Record that the module needs ``HELPERS[helper]``."""
@@ -127,24 +129,25 @@ class ShaderLangEmitter(CFamilyEmitter):
             text += ".0"
         return f"{text}f" if not text.startswith("-") else f"({text}f)"
 
+    def int_lit(self, v: int, dtype) -> str:
+        if dtype == "bool":
+            return "true" if v else "false"
+        if is_float(dtype):
+            return self.float_lit(float(v), dtype)
+        if dtype == "uint32":
+            return f"{v}u"
+        if not -2**31 <= v < 2**31:
+            raise CompileError(f"the integer constant {v} does not fit the 32-bit integers of this target")
+        if v == -2**31:  # 2147483648i itself is out of range, so the literal cannot be negated
+            return "(-2147483647i - 1i)"
+        return f"{v}i" if v >= 0 else f"({v}i)"
+
     def expr(self, st: EmitState, e) -> str:
         if isinstance(e, FloatImm):
             text = self.float_lit(e.value, e.dtype)
             if text.startswith("tc_f32_bits"):
                 self.need(st, "tc_f32_bits")
             return text
-        if isinstance(e, IntImm):
-            if e.dtype == "bool":
-                return "true" if e.value else "false"
-            if is_float(e.dtype):
-                return self.float_lit(float(e.value), e.dtype)
-            if e.dtype == "uint32":
-                return f"{e.value}u"
-            if not -2**31 <= e.value < 2**31:
-                raise CompileError(f"the integer constant {e.value} does not fit the 32-bit integers of this target")
-            if e.value == -2**31:  # 2147483648i itself is out of range, so the literal cannot be negated
-                return "(-2147483647i - 1i)"
-            return f"{e.value}i" if e.value >= 0 else f"({e.value}i)"
         if isinstance(e, BinOp):
             a, b = self.expr(st, e.a), self.expr(st, e.b)
             if e.op in ("shl", "shr"):
@@ -157,14 +160,6 @@ class ShaderLangEmitter(CFamilyEmitter):
                     return f"({a} {'/' if e.op == 'floordiv' else '%'} {b})"
                 self.need(st, "tc_" + e.op)
             return super().expr(st, e)
-        if isinstance(e, Cmp):
-            return f"({self.expr(st, e.a)} {_CMPS[e.op]} {self.expr(st, e.b)})"
-        if isinstance(e, Logic):
-            if e.op == "not":
-                return f"(!{self.expr(st, e.a)})"
-            return f"({self.expr(st, e.a)} {'&&' if e.op == 'and' else '||'} {self.expr(st, e.b)})"
-        if isinstance(e, Select):
-            return f"select({self.expr(st, e.f)}, {self.expr(st, e.t)}, {self.expr(st, e.cond)})"
         if isinstance(e, Cast):
             inner = self.expr(st, e.value)
             if e.dtype == "bool":
@@ -174,13 +169,12 @@ class ShaderLangEmitter(CFamilyEmitter):
             if e.dtype in self.round_conv:
                 return self.round_conv[e.dtype].format(inner)
             return f"{self.vtype(e.dtype)}({inner})"
-        if isinstance(e, BufferLoad):
-            ref = f"{self.name(st, e.buffer)}[{self.flat_index(st, e.buffer, e.indices)}]"
-            if self.is_atomic(st, e.buffer):
-                return self._from_cell(e.buffer, f"atomicLoad(&{ref})")
-            conv = self.load_conv.get(e.buffer.dtype)
-            return conv.format(ref) if conv else ref
         return super().expr(st, e)
+
+    def load(self, st: EmitState, buf, ref: str) -> str:
+        if self.is_atomic(st, buf):
+            return self._from_cell(buf, f"atomicLoad(&{ref})")
+        return super().load(st, buf, ref)
 
     def call(self, st: EmitState, e) -> str:
         if e.name in ("erf", "fast_erf"):
@@ -219,26 +213,14 @@ class ShaderLangEmitter(CFamilyEmitter):
         return f"var<workgroup> {self.name(st, buf)}: array<{self.element_type(st, buf)}, {max(int(count), 1)}>;"
 
     # -- statements -------------------------------------------------------------------------------
-    def stmt_For(self, st, s: For):
-        v = self.name(st, s.var)
-        start = self.expr(st, s.start)
-        end = self.expr(st, simplify(binary("add", s.start, s.extent)))
-        t = self.vtype(s.var.dtype)
-        self.line(st, f"for (var {v}: {t} = {start}; {v} < {end}; {v} = {v} + {t}(1)) {{")
-        st.indent += 1
-        self.stmt(st, s.body)
-        st.indent -= 1
-        self.line(st, "}")
+    def loop_type(self, var) -> str:
+        return self.vtype(var.dtype)
 
-    def stmt_Bind(self, st, s: Bind):
-        self.line(st, f"let {self.name(st, s.var)}: {self.vtype(s.var.dtype)} = {self.expr(st, s.value)};")
-
-    def stmt_Store(self, st, s: Store):
-        ref = f"{self.name(st, s.buffer)}[{self.flat_index(st, s.buffer, s.indices)}]"
-        if self.is_atomic(st, s.buffer):
-            self.line(st, f"atomicStore(&{ref}, {self._to_cell(s.buffer, self.expr(st, s.value))});")
+    def store(self, st: EmitState, buf, ref: str, value) -> None:
+        if self.is_atomic(st, buf):
+            self.line(st, f"atomicStore(&{ref}, {self._to_cell(buf, self.expr(st, value))});")
         else:
-            self.line(st, f"{ref} = {self.store_value(st, s.buffer, s.value)};")
+            super().store(st, buf, ref, value)
 
     def stmt_Allocate(self, st, s: Allocate):
         """A thread-private array (block-level allocations are the backend's workgroup declarations)."""

@@ -87,7 +87,8 @@ def resolve_auto(target) -> str:
 
 
 def lower(func, target="auto", pass_configs=None):
-    """Run the pass pipeline and codegen; returns ``(backend, target, lowered_func, Source)``."""
+    """Run the pass pipeline and codegen (no device compiler); returns ``(backend, target, lowered_func,
+    Source, options)``, ``options`` the normalized pass configs."""
     from ..passes import PassContext, core_pipeline, dump_dir_from_env
 
     backend, tgt = get_registry().resolve(resolve_auto(target))

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from ..errors import CompileError, UnsupportedFeatureError
 from ..ir import (Allocate, Assert, Atomic, Bind, BinOp, BufferLoad, Call, Expr, Region, Select, walk_expr, For, Hint,
-                  KernelLaunch, Print, Seq, Store, TileOp, children, collect, const_value, int_bounds, loop_range,
-                  rewrite, walk)
+                  If, KernelLaunch, Print, Seq, Store, TileOp, children, collect, const_value, int_bounds, loop_range,
+                  rewrite, simplify, walk)
 from . import tile_pass
 
 
@@ -213,25 +213,72 @@ def serialize_pipelined(func, ctx):
     return func.with_body(rewrite(func.body, fix))
 
 
+def block_allocations(stmt) -> list:
+    """The allocations a block's threads share: those at block level, reached through sequences, serial
+    loops and branches but not inside a ``parallel``/``vectorized`` loop (those are private to an
+    iteration, i.e. a thread), nor ``register`` buffers (a thread's own), nor inside a block-wide operation
+    (which owns its storage). Thread
+    distribution (``tilecore.simt_distribute``) hoists exactly these into block memory, and the C
+    backend keeps them in the block's frame."""
+    out: list = []
+
+    def visit(s):
+        if s is None:
+            return
+        if isinstance(s, Seq):
+            for c in s.body:
+                visit(c)
+        elif isinstance(s, Allocate):
+            if s.buffer.scope != "register":  # a fragment in registers: each thread's own array
+                out.append(s)
+        elif isinstance(s, For) and s.kind not in ("parallel", "vectorized"):
+            visit(s.body)
+        elif isinstance(s, If):
+            visit(s.then)
+            visit(s.orelse)
+
+    visit(stmt)
+    return out
+
+
+def onchip_limit(ctx) -> float:
+    """The target's on-chip block memory in bytes (``max_shared_bytes_per_block``), ``inf`` where the
+    profile declares none: what a pass that sizes buffers (e.g. pipeline stages) plans against."""
+    lim = ctx.capabilities.limit("max_shared_bytes_per_block")
+    return float(lim[0]) if lim is not None and lim[1] == "max" else float("inf")
+
+
+#: every block buffer starts on a 16-byte boundary (the emitters' carve-outs align them so)
+BLOCK_ALIGN = 16
+
+
 @tile_pass("tilecore.plan_memory")
 def plan_memory(func, ctx):
-    """Sum each kernel's static on-chip allocations and check them against the target's limit."""
+    """Count each kernel's on-chip block memory and check it against the target's limit.
+
+    Every buffer the block's threads share counts (:func:`block_allocations`: shared tiles, and the
+    fragments and locals allocated at block level, which the generic lowering keeps in block memory),
+    each rounded up to 16 bytes, after the backend's passes of the earlier slots (a backend that puts a
+    fragment in registers has replaced its allocation by then). Records ``shared_bytes`` (the largest
+    kernel's total) in ``func.attrs``."""
     worst = 0
+    lim = ctx.capabilities.limit("max_shared_bytes_per_block")
     for launch in collect(func.body, KernelLaunch):
-        total = 0
-        for a in collect(launch.body, Allocate):
-            if a.buffer.scope != "shared":
-                continue
-            n = const_value(a.buffer.numel())
+        sized = []
+        for a in block_allocations(launch.body):
+            n = const_value(simplify(a.buffer.numel()))
             if n is not None:
-                total += n * a.buffer.dtype.bytes
+                sized.append((a.buffer, -(-max(int(n), 1) * a.buffer.dtype.bytes // BLOCK_ALIGN) * BLOCK_ALIGN))
+        total = sum(b for _, b in sized)
         worst = max(worst, total)
-        lim = ctx.capabilities.limit("max_shared_bytes_per_block")
         if lim is not None and lim[1] == "max" and total > lim[0]:
+            biggest = sorted(sized, key=lambda x: -x[1])
+            parts = ", ".join(f"{b.name} {n} B {b.scope}" for b, n in biggest[:6])
+            more = f" and {len(biggest) - 6} more" if len(biggest) > 6 else ""
             raise UnsupportedFeatureError(
-                f"kernel {func.name} allocates {total} bytes of shared memory per block; target {ctx.target} "
-                f"allows {int(lim[0])} (limit max_shared_bytes_per_block). Use smaller tiles or fewer stages",
-                launch.span, feature="limit:max_shared_bytes_per_block", target=str(ctx.target))
+                f"kernel {func.name} needs {total} bytes of on-chip block memory per block ({parts}{more}); target "
+                f"{ctx.target} allows {int(lim[0])} (limit max_shared_bytes_per_block). Use smaller tiles or "
+                "fewer stages", launch.span, feature="limit:max_shared_bytes_per_block", target=str(ctx.target))
     return func.with_body(func.body, shared_bytes=worst)
 
 
@@ -249,4 +296,4 @@ def verify_lowered(func, ctx):
 
 
 __all__ = ["check_structure", "check_static_bounds", "check_capabilities", "collect_hints", "serialize_pipelined", "plan_memory",
-           "verify_lowered"]
+           "block_allocations", "onchip_limit", "verify_lowered"]

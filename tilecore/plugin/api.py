@@ -107,8 +107,24 @@ class Program(abc.ABC):
         """Wait until launched work has finished (no-op for synchronous runtimes)."""
 
 
+class Compiler(abc.ABC):
+    """The toolchain half of a runtime (the compiler/driver split): generated source in, a binary out,
+    with nothing of a device needed. Optional: a backend may compile inside :meth:`Runtime.build`
+    instead; one that has a Compiler lets ``build`` delegate to it, so the toolchain can be selected,
+    versioned and tested on machines without the device."""
+
+    @abc.abstractmethod
+    def compile(self, source: Source, options: dict) -> bytes:
+        """Compile ``source`` into a binary. Raises CompileError with the compiler's message."""
+
+    def version(self) -> str:
+        """The toolchain's identity ('' when none is usable here)."""
+        return ""
+
+
 class Runtime(abc.ABC):
-    """Compiles generated source into a binary and loads it. One instance per target."""
+    """Compiles generated source into a binary (itself or through a :class:`Compiler`) and loads it.
+    One instance per target."""
 
     #: Where tensors passed to this runtime's kernels must live (torch device type, e.g. ``"cpu"``).
     tensor_device: ClassVar[str] = "cpu"

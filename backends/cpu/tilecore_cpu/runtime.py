@@ -11,8 +11,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tilecore.errors import MAX_FAULT_VALUES, CompileError, kernel_failure
+from tilecore.errors import MAX_FAULT_VALUES, CompileError
 from tilecore.plugin import Program, Runtime, Source
+from tilecore.runtime.launch import AssertionTable
 
 
 @functools.lru_cache(maxsize=1)
@@ -108,7 +109,7 @@ class CPUProgram(Program):
         self.fn.restype = ctypes.c_int
         self.fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64),
                             ctypes.POINTER(ctypes.c_double)]
-        self.asserts = list(source.meta.get("asserts", []))
+        self.asserts = AssertionTable(source.meta)
 
     def launch(self, buffers: list, ints: list, floats: list) -> None:
         bufs = (ctypes.c_void_p * max(1, len(buffers)))(*buffers)
@@ -116,8 +117,7 @@ class CPUProgram(Program):
         fv = (ctypes.c_double * max(1, len(floats)))(*floats)
         status = self.fn(bufs, iv, fv)
         if status:
-            entry = self.asserts[status - 1] if 0 < status <= len(self.asserts) else f"assertion {status}"
             values = []
-            if isinstance(entry, dict):  # a checked-mode bounds check: its indices are in the module
+            if self.asserts.records_values(status):  # a checked-mode bounds check: its indices are in the module
                 values = list((ctypes.c_int64 * MAX_FAULT_VALUES).in_dll(self.lib, "tc_fault_values"))
-            raise kernel_failure(entry, values)
+            raise self.asserts.failure(status, values)

@@ -1,10 +1,14 @@
 """tilecore-cuda: NVIDIA GPUs through CUDA C++.
 
-First increment: the generic lowering of every tile op, distributed over the block's threads by the
-core's ``tilecore.simt_distribute`` pass (no tensor cores, no async copies yet), CUDA C++ from a
-C-family emitter, cubins from NVRTC or nvcc, launches through the driver API on torch's current
-stream. Without a GPU the backend compiles (``compile-only`` mode); without a compiler it reports
-``no-toolchain``.
+Tile ops lower through the intrinsic table (``intrinsics.py``): ``mma.sync`` tensor-core GEMMs (with
+``ldmatrix``) and ``cp.async`` copies as block-wide operations of the prelude, a thread-per-element GEMM
+otherwise, the core's generic lowering for the rest. Whole-kernel passes in the ``tile-lowering`` slot put the
+forms they recognise in registers and pipeline them (``regprog.py``: mma.sync / WGMMA register programs
+with cp.async stages; ``hopper.py``: TMA + mbarrier + WGMMA pipelines, warp-specialized). Everything
+else is distributed over the block's threads by the core's ``tilecore.simt_distribute`` pass, with
+fragments in shared memory. CUDA C++ comes from the core's SIMT C++ emitter (``codegen.py``), cubins
+from NVRTC or nvcc, launches go through the driver API on torch's current stream. Without a GPU the
+backend compiles (``compile-only`` mode); without a compiler it reports ``no-toolchain``.
 """
 from __future__ import annotations
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 from tilecore.ir import (Allocate, BinOp, Buffer, Cast, Collective, For, KernelLaunch, Region, Seq, TileOp, Var,
                          as_expr, binary, cast, const_value, rewrite, simplify, walk, walk_expr)
 from tilecore.passes import tile_pass
+from tilecore.passes.core import onchip_limit
 
 from ._irutil import NoMatch as _NoMatch, full as _full, need as _need, static as _static
 
@@ -220,8 +221,7 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
         except _NoMatch as e:
             ctx.notes.append(f"cuda.hopper_gemm_pipeline: loop over {s.var.name} not pipelined ({e})")
             continue
-        lim = ctx.capabilities.limit("max_shared_bytes_per_block")
-        limit = int(lim[0]) if lim else 227 * 1024
+        limit = onchip_limit(ctx)
         other = 0
         for a in body:
             if isinstance(a, Allocate) and a.buffer not in (p.a_s, p.b_s, p.c_l):

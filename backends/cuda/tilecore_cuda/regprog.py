@@ -34,6 +34,7 @@ from __future__ import annotations
 from tilecore.ir import (Allocate, Bind, Buffer, BufferLoad, Collective, For, KernelLaunch, Region, Seq, Store, TileOp,
                          as_expr, binary, const_value, simplify, walk, walk_expr)
 from tilecore.passes import tile_pass
+from tilecore.passes.core import onchip_limit
 from tilecore.passes.guard import guard_stmt, launch_facts, loop_facts
 
 from ._irutil import NoMatch as _No, full as _full, need as _need, nonunit, row_stride, static as _s
@@ -248,8 +249,7 @@ def _plan(launch: KernelLaunch, ctx, mode: str) -> dict:
     size = {b: an.shared[b]["rows"] * an.shared[b]["cols"] * an.shared[b]["esize"] for b in an.shared}
     once_bytes = sum(size[b] for b in once)
     stage_bytes = sum(size[b] for b in staged)
-    lim = ctx.capabilities.limit("max_shared_bytes_per_block")
-    limit = int(lim[0]) if lim else 227 * 1024
+    limit = onchip_limit(ctx)
     stages = max(int(loop.annotations.get("num_stages") or 0), 2)
     while stages >= 2 and 1024 + once_bytes + stages * stage_bytes + 16 * stages + 16 > limit:
         stages -= 1

@@ -1,10 +1,9 @@
-"""Build CUDA C++ to a cubin (NVRTC, else nvcc), load and launch it through the CUDA driver API.
+"""Load and launch cubins through the CUDA driver API; building them is ``compiler.py``'s job
+(:class:`~tilecore_cuda.compiler.CUDACompiler`, which ``CUDARuntime.build`` delegates to).
 
 The driver is reached through ``libcuda`` with ctypes (the same C API ``cuda.bindings.driver`` wraps),
 so loading and launching need nothing beyond the driver itself; torch supplies the tensors, the
-context and the current stream. Compilation prefers NVRTC (``nvidia-cuda-nvrtc`` + ``cuda-bindings``)
-and falls back to ``nvcc`` on PATH (or ``$TILECORE_NVCC``); ``tilecore.cuda.compiler`` = ``nvrtc`` or
-``nvcc`` forces one.
+context and the current stream.
 """
 from __future__ import annotations
 
@@ -12,167 +11,18 @@ import ctypes
 import functools
 import os
 import sys
-import shutil
-import subprocess
-import tempfile
 import time
-from pathlib import Path
 
-from tilecore.errors import MAX_FAULT_VALUES, CompileError, DeviceError, kernel_failure
+from tilecore.errors import MAX_FAULT_VALUES, DeviceError
 from tilecore.plugin import Program, Runtime, Source
+from tilecore.runtime.launch import AssertionTable, shape_fn
+
+# the toolchain moved to compiler.py; these names stay importable from here
+from .compiler import (CUDA_INCLUDE_DIRS, CUDACompiler, build_nvcc, build_nvrtc, find_nvcc,  # noqa: F401
+                       nvcc_version, nvrtc_usable, nvrtc_version, toolchain)
 
 #: the status buffer: a code word, a pad word, then MAX_FAULT_VALUES int64 values (checked mode's indices)
 STATUS_WORDS = 2 + 2 * MAX_FAULT_VALUES
-
-CUDA_INCLUDE_DIRS = ("/usr/local/cuda/include",)
-
-# -- toolchains ---------------------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=1)
-def _nvrtc():
-    _import_torch_first()
-    try:
-        from cuda.bindings import nvrtc  # type: ignore
-    except Exception:  # noqa: BLE001 - any import problem means no NVRTC
-        try:
-            from cuda import nvrtc  # type: ignore  (cuda-python < 12.6 layout)
-        except Exception:  # noqa: BLE001
-            return None
-    try:
-        err, major, minor = nvrtc.nvrtcVersion()
-        if int(err) != 0:
-            return None
-    except Exception:  # noqa: BLE001 - the wheel is there but libnvrtc is not
-        return None
-    return nvrtc
-
-
-@functools.lru_cache(maxsize=1)
-def _include_dirs_cached() -> tuple:
-    return tuple(_include_dirs_uncached())
-
-
-def _include_dirs() -> list:
-    return list(_include_dirs_cached())
-
-
-@functools.lru_cache(maxsize=1)
-def find_nvcc() -> str | None:
-    env = os.environ.get("TILECORE_NVCC")
-    if env:
-        return shutil.which(env) or env
-    for cand in (shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
-        if cand and os.path.exists(cand):
-            return cand
-    return None
-
-
-@functools.lru_cache(maxsize=1)
-def nvrtc_version() -> str:
-    mod = _nvrtc()
-    if mod is None:
-        return ""
-    _, major, minor = mod.nvrtcVersion()
-    return f"nvrtc {major}.{minor}"
-
-
-@functools.lru_cache(maxsize=1)
-def nvcc_version() -> str:
-    nvcc = find_nvcc()
-    if nvcc is None:
-        return ""
-    try:
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    lines = [ln for ln in out.splitlines() if "release" in ln]
-    return "nvcc " + (lines[0].split("release", 1)[1].strip() if lines else "unknown")
-
-
-def nvrtc_usable() -> bool:
-    """NVRTC is there and so are the CUDA headers the generated code includes (cuda_fp16.h...)."""
-    return _nvrtc() is not None and any(Path(d, "cuda_fp16.h").exists() for d in _include_dirs())
-
-
-def toolchain() -> str:
-    """Which compiler builds kernels here, with its version ('' when none)."""
-    return (nvrtc_version() if nvrtc_usable() else "") or nvcc_version()
-
-
-def _include_dirs_uncached() -> list:
-    dirs = [d for d in CUDA_INCLUDE_DIRS if os.path.isdir(d)]
-    nvcc = find_nvcc()
-    if nvcc:
-        inc = Path(nvcc).resolve().parent.parent / "include"
-        if inc.is_dir() and str(inc) not in dirs:
-            dirs.append(str(inc))
-    try:  # headers shipped in wheels (nvidia-cuda-runtime and friends)
-        import nvidia  # type: ignore
-
-        for root in getattr(nvidia, "__path__", []):
-            for inc in sorted(Path(root).glob("*/include")):
-                if (inc / "cuda_fp16.h").exists():
-                    dirs.append(str(inc))
-    except ImportError:
-        pass
-    return dirs
-
-
-def _flags(options: dict) -> list:
-    out = ["-std=c++17", "-lineinfo"] if options.get("tilecore.debug") else ["-std=c++17"]
-    if options.get("tilecore.fast_math"):
-        out += ["--use_fast_math"]
-    else:
-        out += ["--fmad=false"]
-    return out + list(options.get("tilecore.extra_flags", ()))
-
-
-def _check(mod, res, what: str, prog=None) -> None:
-    err = res[0] if isinstance(res, tuple) else res
-    if int(err) != 0:
-        raise CompileError(f"NVRTC {what} failed: {mod.nvrtcGetErrorString(err)[1]!r}")
-
-
-def build_nvrtc(code: str, arch: str, options: dict) -> bytes:
-    nvrtc = _nvrtc()
-    res = nvrtc.nvrtcCreateProgram(code.encode(), b"tilecore_kernel.cu", 0, [], [])
-    _check(nvrtc, res, "create")
-    prog = res[1]
-    opts = [f"--gpu-architecture={arch}".encode()] + [f.encode() for f in _flags(options)]
-    opts += [f"-I{d}".encode() for d in _include_dirs()]
-    try:
-        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-        _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        log = b" " * size
-        nvrtc.nvrtcGetProgramLog(prog, log)
-        if int(err) != 0:
-            raise CompileError("NVRTC rejected the generated code:\n" + log.decode(errors="replace").strip()[-4000:]
-                               + "\nThis is a tilecore bug; please report it with the source from "
-                               "kernel.get_kernel_source()")
-        _, size = nvrtc.nvrtcGetCUBINSize(prog)
-        cubin = b" " * size
-        _check(nvrtc, nvrtc.nvrtcGetCUBIN(prog, cubin), "get cubin")
-        return bytes(cubin)
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
-
-
-def build_nvcc(code: str, arch: str, options: dict) -> bytes:
-    nvcc = find_nvcc()
-    num = arch[3:]  # sm_90a -> 90a
-    with tempfile.TemporaryDirectory(prefix="tilecore-cuda-build-") as tmp:
-        src, out = Path(tmp) / "kernel.cu", Path(tmp) / "kernel.cubin"
-        src.write_text(code)
-        cmd = [nvcc, "--cubin", f"-gencode=arch=compute_{num},code={arch}", *_flags(options), str(src),
-               "-o", str(out)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise CompileError(f"nvcc rejected the generated code:\n{proc.stderr.strip()[-4000:]}\n"
-                               "This is a tilecore bug; please report it with the source from "
-                               "kernel.get_kernel_source()")
-        return out.read_bytes()
-
 
 # -- the driver ---------------------------------------------------------------------------------------
 
@@ -268,17 +118,10 @@ class CUDARuntime(Runtime):
 
     def __init__(self, arch: str = "sm_90a"):
         self.arch = arch
+        self.compiler = CUDACompiler(arch)
 
     def build(self, source: Source, options: dict) -> bytes:
-        which = options.get("tilecore.cuda.compiler")
-        if which not in (None, "nvrtc", "nvcc"):
-            raise CompileError(f"tilecore.cuda.compiler must be 'nvrtc' or 'nvcc', got {which!r}")
-        if which != "nvcc" and (nvrtc_usable() or which == "nvrtc" and _nvrtc() is not None):
-            return build_nvrtc(source.code, self.arch, options)
-        if which != "nvrtc" and find_nvcc() is not None:
-            return build_nvcc(source.code, self.arch, options)
-        raise CompileError("no CUDA compiler found: install NVRTC (pip install 'nvidia-cuda-nvrtc==13.0.*' "
-                           "'nvidia-cuda-runtime==13.0.*' 'cuda-bindings==13.0.*') or put nvcc on PATH")
+        return self.compiler.compile(source, options)
 
     def load(self, binary: bytes, source: Source) -> "CUDAProgram":
         if device_count() == 0:
@@ -304,13 +147,6 @@ class CUDARuntime(Runtime):
         return now
 
 
-def _shape_fn(exprs):
-    """One function of the ABI integers computing a tuple from ``Source.meta``'s Python expressions (grid
-    sizes, tensor-map dims): compiled once per kernel, not evaluated per launch."""
-    return eval(f"lambda ints: ({', '.join(f'int({e})' for e in exprs)},)",
-                {"__builtins__": {}, "min": min, "max": max, "int": int})
-
-
 class CUDAProgram(Program):
     def __init__(self, binary: bytes, source: Source):
         import torch
@@ -320,13 +156,13 @@ class CUDAProgram(Program):
         self.binary = binary
         self.entry = source.entry
         self.meta = dict(source.meta)
-        self.asserts = list(self.meta.get("asserts", []))
-        self.grid_fn = _shape_fn(self.meta.get("grid", ["1", "1", "1"]))
+        self.asserts = AssertionTable(self.meta)
+        self.grid_fn = shape_fn(self.meta.get("grid", ["1", "1", "1"]))
         self.threads = int(self.meta.get("threads", 128))
         self.dyn_shared = int(self.meta.get("dynamic_shared_bytes", 0))
         self.funcs: dict = {}
         self.status = None
-        self.tmaps = [dict(m, dims=_shape_fn(m["dims"])) for m in self.meta.get("tensor_maps", ())]
+        self.tmaps = [dict(m, dims=shape_fn(m["dims"])) for m in self.meta.get("tensor_maps", ())]
         self.tmap_cache: dict = {}
         self._slot_cache: dict = {}
         self.aligned = list(self.meta.get("aligned_args", ()))
@@ -416,8 +252,7 @@ class CUDAProgram(Program):
             if code:
                 values = self.status[2:].view(torch.int64).tolist()
                 self.status.zero_()
-                entry = self.asserts[code - 1] if 0 < code <= len(self.asserts) else f"assertion {code}"
-                raise kernel_failure(entry, values)
+                raise self.asserts.failure(code, values)
 
     def _slots(self, nb: int, ni: int, nf: int):
         """The launch's argument storage and parameter array, made once per argument count and reused: a

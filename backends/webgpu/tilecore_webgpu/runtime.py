@@ -24,8 +24,9 @@ import threading
 import time
 import weakref
 
-from tilecore.errors import MAX_FAULT_VALUES, CompileError, DeviceError, kernel_failure
+from tilecore.errors import MAX_FAULT_VALUES, CompileError, DeviceError
 from tilecore.plugin import Program, Runtime, Source
+from tilecore.runtime.launch import AssertionTable, shape_fn
 
 #: the backends wgpu can sit on, best first: the GL backend is a fallback that lists the same
 #: software device a second time on CPU-only machines
@@ -204,10 +205,6 @@ class _DeviceClock:
 DEVICE_CLOCK = _DeviceClock()
 
 
-def _eval(text, ints):
-    return int(eval(text, {"__builtins__": {}, "min": min, "max": max, "int": int}, {"ints": ints}))  # noqa: S307
-
-
 class WebGPURuntime(Runtime):
     tensor_device = "cpu"
 
@@ -246,11 +243,12 @@ class WebGPUProgram(Program):
         self.dev = device_for(adapter)
         meta = source.meta
         self.buffers = meta.get("buffers", [])
-        self.grid = meta.get("grid", ["1"])
+        self.grid_fn = shape_fn(meta.get("grid", ["1"]))
+        self.size_fn = shape_fn([f"({' * '.join(['1', *b['shape']])}) * {int(b['itemsize'])}" for b in self.buffers])
         self.nints, self.nfloats = int(meta.get("nints", 0)), int(meta.get("nfloats", 0))
         self.arg_words = int(meta.get("arg_words", 4))
         self.max_per_dim = int(meta.get("max_workgroups_per_dimension", 65535))
-        self.asserts = list(meta.get("asserts", []))
+        self.asserts = AssertionTable(meta)
         self.fault = None  # the fault buffer of a kernel with assertions (checked mode), bound last
         if self.asserts:
             self.fault_bytes = 4 * (1 + MAX_FAULT_VALUES)
@@ -298,7 +296,8 @@ class WebGPUProgram(Program):
     def launch(self, buffers: list, ints: list, floats: list) -> None:
         wgpu = self.wgpu
         usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
-        grid = [_eval(g, ints) for g in self.grid]
+        grid = list(self.grid_fn(ints))
+        nbytes = self.size_fn(ints)
         total = math.prod(grid)
         if total <= 0:
             return
@@ -317,7 +316,7 @@ class WebGPUProgram(Program):
         self.dev.queue.write_buffer(args, 0, struct.pack(f"<{self.arg_words}I", *words))
         gpu_bufs, sizes, on_host = [], [], []
         for k, (addr, b) in enumerate(zip(buffers, self.buffers)):
-            n = math.prod(_eval(d, ints) for d in b["shape"]) * int(b["itemsize"])
+            n = nbytes[k]
             t = resident(addr)
             if t is not None:  # already on the GPU: bind its buffer, no copy
                 if t.gpu_device is not self.dev:
@@ -378,9 +377,7 @@ class WebGPUProgram(Program):
             words = struct.unpack(f"<{self.fault_bytes // 4}i", bytes(self.dev.queue.read_buffer(self.fault, 0)))
             self.pending = False
             if words[0]:
-                code = words[0]
-                entry = self.asserts[code - 1] if 0 < code <= len(self.asserts) else f"assertion {code}"
-                raise kernel_failure(entry, words[1:])
+                raise self.asserts.failure(words[0], words[1:])
 
 
 __all__ = ["WebGPURuntime", "WebGPUProgram", "adapters", "adapter_info", "select_adapter", "device_for",

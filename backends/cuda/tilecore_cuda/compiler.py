@@ -1,0 +1,188 @@
+"""Build CUDA C++ to a cubin: NVRTC (``nvidia-cuda-nvrtc`` + ``cuda-bindings``), else ``nvcc`` on PATH
+(or ``$TILECORE_NVCC``); ``tilecore.cuda.compiler`` = ``nvrtc`` or ``nvcc`` forces one. The source is
+self-contained (the codegen inlines the preludes), so only the CUDA headers (``cuda_fp16.h`` ...) are
+looked up, in the include directories below. Nothing here needs a GPU.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from tilecore.errors import CompileError
+from tilecore.plugin import Compiler, Source
+
+CUDA_INCLUDE_DIRS = ("/usr/local/cuda/include",)
+
+# -- toolchains ---------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _nvrtc():
+    from .runtime import _import_torch_first
+
+    _import_torch_first()
+    try:
+        from cuda.bindings import nvrtc  # type: ignore
+    except Exception:  # noqa: BLE001 - any import problem means no NVRTC
+        try:
+            from cuda import nvrtc  # type: ignore  (cuda-python < 12.6 layout)
+        except Exception:  # noqa: BLE001
+            return None
+    try:
+        err, major, minor = nvrtc.nvrtcVersion()
+        if int(err) != 0:
+            return None
+    except Exception:  # noqa: BLE001 - the wheel is there but libnvrtc is not
+        return None
+    return nvrtc
+
+
+@functools.lru_cache(maxsize=1)
+def _include_dirs_cached() -> tuple:
+    return tuple(_include_dirs_uncached())
+
+
+def _include_dirs() -> list:
+    return list(_include_dirs_cached())
+
+
+@functools.lru_cache(maxsize=1)
+def find_nvcc() -> str | None:
+    env = os.environ.get("TILECORE_NVCC")
+    if env:
+        return shutil.which(env) or env
+    for cand in (shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+        if cand and os.path.exists(cand):
+            return cand
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def nvrtc_version() -> str:
+    mod = _nvrtc()
+    if mod is None:
+        return ""
+    _, major, minor = mod.nvrtcVersion()
+    return f"nvrtc {major}.{minor}"
+
+
+@functools.lru_cache(maxsize=1)
+def nvcc_version() -> str:
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return ""
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    lines = [ln for ln in out.splitlines() if "release" in ln]
+    return "nvcc " + (lines[0].split("release", 1)[1].strip() if lines else "unknown")
+
+
+def nvrtc_usable() -> bool:
+    """NVRTC is there and so are the CUDA headers the generated code includes (cuda_fp16.h...)."""
+    return _nvrtc() is not None and any(Path(d, "cuda_fp16.h").exists() for d in _include_dirs())
+
+
+def toolchain() -> str:
+    """Which compiler builds kernels here, with its version ('' when none)."""
+    return (nvrtc_version() if nvrtc_usable() else "") or nvcc_version()
+
+
+def _include_dirs_uncached() -> list:
+    dirs = [d for d in CUDA_INCLUDE_DIRS if os.path.isdir(d)]
+    nvcc = find_nvcc()
+    if nvcc:
+        inc = Path(nvcc).resolve().parent.parent / "include"
+        if inc.is_dir() and str(inc) not in dirs:
+            dirs.append(str(inc))
+    try:  # headers shipped in wheels (nvidia-cuda-runtime and friends)
+        import nvidia  # type: ignore
+
+        for root in getattr(nvidia, "__path__", []):
+            for inc in sorted(Path(root).glob("*/include")):
+                if (inc / "cuda_fp16.h").exists():
+                    dirs.append(str(inc))
+    except ImportError:
+        pass
+    return dirs
+
+
+def _flags(options: dict) -> list:
+    out = ["-std=c++17", "-lineinfo"] if options.get("tilecore.debug") else ["-std=c++17"]
+    if options.get("tilecore.fast_math"):
+        out += ["--use_fast_math"]
+    else:
+        out += ["--fmad=false"]
+    return out + list(options.get("tilecore.extra_flags", ()))
+
+
+def _check(mod, res, what: str, prog=None) -> None:
+    err = res[0] if isinstance(res, tuple) else res
+    if int(err) != 0:
+        raise CompileError(f"NVRTC {what} failed: {mod.nvrtcGetErrorString(err)[1]!r}")
+
+
+def build_nvrtc(code: str, arch: str, options: dict) -> bytes:
+    nvrtc = _nvrtc()
+    res = nvrtc.nvrtcCreateProgram(code.encode(), b"tilecore_kernel.cu", 0, [], [])
+    _check(nvrtc, res, "create")
+    prog = res[1]
+    opts = [f"--gpu-architecture={arch}".encode()] + [f.encode() for f in _flags(options)]
+    opts += [f"-I{d}".encode() for d in _include_dirs()]
+    try:
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        if int(err) != 0:
+            raise CompileError("NVRTC rejected the generated code:\n" + log.decode(errors="replace").strip()[-4000:]
+                               + "\nThis is a tilecore bug; please report it with the source from "
+                               "kernel.get_kernel_source()")
+        _, size = nvrtc.nvrtcGetCUBINSize(prog)
+        cubin = b" " * size
+        _check(nvrtc, nvrtc.nvrtcGetCUBIN(prog, cubin), "get cubin")
+        return bytes(cubin)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+
+
+def build_nvcc(code: str, arch: str, options: dict) -> bytes:
+    nvcc = find_nvcc()
+    num = arch[3:]  # sm_90a -> 90a
+    with tempfile.TemporaryDirectory(prefix="tilecore-cuda-build-") as tmp:
+        src, out = Path(tmp) / "kernel.cu", Path(tmp) / "kernel.cubin"
+        src.write_text(code)
+        cmd = [nvcc, "--cubin", f"-gencode=arch=compute_{num},code={arch}", *_flags(options), str(src),
+               "-o", str(out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CompileError(f"nvcc rejected the generated code:\n{proc.stderr.strip()[-4000:]}\n"
+                               "This is a tilecore bug; please report it with the source from "
+                               "kernel.get_kernel_source()")
+        return out.read_bytes()
+
+
+class CUDACompiler(Compiler):
+    """NVRTC or nvcc for one architecture (``sm_80``, ``sm_90a``, ...)."""
+
+    def __init__(self, arch: str = "sm_90a"):
+        self.arch = arch
+
+    def version(self) -> str:
+        return toolchain()
+
+    def compile(self, source: Source, options: dict) -> bytes:
+        which = options.get("tilecore.cuda.compiler")
+        if which not in (None, "nvrtc", "nvcc"):
+            raise CompileError(f"tilecore.cuda.compiler must be 'nvrtc' or 'nvcc', got {which!r}")
+        if which != "nvcc" and (nvrtc_usable() or which == "nvrtc" and _nvrtc() is not None):
+            return build_nvrtc(source.code, self.arch, options)
+        if which != "nvrtc" and find_nvcc() is not None:
+            return build_nvcc(source.code, self.arch, options)
+        raise CompileError("no CUDA compiler found: install NVRTC (pip install 'nvidia-cuda-nvrtc==13.0.*' "
+                           "'nvidia-cuda-runtime==13.0.*' 'cuda-bindings==13.0.*') or put nvcc on PATH")
