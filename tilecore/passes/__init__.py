@@ -98,7 +98,7 @@ def tile_pass(name: str) -> Callable:
 
 @dataclass
 class PassContext:
-    """What a pass may consult: the target, its capabilities, options, and the intrinsic table."""
+    """What a pass may consult: the target, its capabilities, options, the intrinsic table and the matrix units."""
 
     target: Any
     backend: Any
@@ -106,6 +106,8 @@ class PassContext:
     config: dict = field(default_factory=dict)
     intrinsics: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    #: the target's matrix units that its capability profile lists (:func:`tilecore.layout.units_for`)
+    matrix_units: list = field(default_factory=list)
 
     def option(self, key: str, default=None):
         return self.config.get(key, default)
