@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from ..errors import CompileError
 from ..ir import (Allocate, Assert, Atomic, Barrier, BinOp, Bind, Break, Buffer, BufferLoad, Call, Cast, Cmp, Collective,
                   Continue, Expr,
-                  FloatImm, For, If, IntImm, KernelLaunch, Logic, Print, Select, Seq, Store, ThreadIndex, Var, binary,
+                  FloatImm, For, If, IntImm, KernelLaunch, Logic, PerThread, Print, Select, Seq, ShuffleXor, Store,
+                  ThreadIndex, Var, binary,
                   const,
                   is_float, simplify)
 from ..plugin.api import Emitter, Source
@@ -80,6 +81,10 @@ class CFamilyEmitter(Emitter):
     #: block-wide :class:`~tilecore.ir.Barrier`; targets that distribute work over threads override them
     thread_index_expr = "0"
     barrier_stmt = ""
+    #: spelling of :class:`~tilecore.ir.ShuffleXor` (``{0}`` value, ``{1}`` mask, ``{2}`` width): a target
+    #: whose threads exchange registers sets it; the core asks for it only where the capabilities declare
+    #: ``features.subgroup_ops`` and an ``execution.simd_width`` wider than the masks
+    shuffle_xor = ""
 
     # -- entry -------------------------------------------------------------------------------------
     def emit(self, func, ctx) -> Source:  # pragma: no cover - subclasses define the function layout
@@ -115,7 +120,7 @@ class CFamilyEmitter(Emitter):
     #: names of the target's spelling tables below that are not identifiers of a called function
     _SPELLING_TABLES = ("storage_types", "value_types", "load_conv", "store_conv", "round_conv", "math", "fast_math",
                         "minmax", "minmax_nan", "int_abs", "floordiv_int", "floormod_int", "thread_index_expr", "barrier_stmt",
-                        "index_type")
+                        "index_type", "shuffle_xor")
 
     def taken_names(self) -> frozenset:
         """:attr:`reserved` and every identifier the target's spelling tables write (computed once per class)."""
@@ -213,6 +218,11 @@ class CFamilyEmitter(Emitter):
             return f"(({self.vtype(e.dtype)})({inner}))"
         if isinstance(e, ThreadIndex):
             return self.thread_index_expr
+        if isinstance(e, ShuffleXor):
+            if not self.shuffle_xor:
+                raise CompileError("this target's code generator has no spelling for a register exchange between "
+                                   "threads (shuffle_xor)")
+            return self.shuffle_xor.format(self.expr(st, e.value), e.mask, e.width)
         if isinstance(e, Call):
             return self.call(st, e)
         if isinstance(e, BufferLoad):
@@ -311,6 +321,14 @@ class CFamilyEmitter(Emitter):
     def stmt_Barrier(self, st, s: Barrier):
         if self.barrier_stmt:
             self.line(st, self.barrier_stmt)
+
+    def stmt_PerThread(self, st, s: PerThread):
+        """Every thread runs the body as it is (in its own scope: the arrays it declares are its own)."""
+        self.line(st, "{")
+        st.indent += 1
+        self.stmt(st, s.body)
+        st.indent -= 1
+        self.line(st, "}")
 
     def stmt_Break(self, st, s: Break):
         self.line(st, "break;")

@@ -3,8 +3,10 @@
 Slots, in order (a kernel moves from tile ops over regions to scalar loops ready for codegen):
 
 ``legalize``        check the kernel against the target's capabilities and the tile ops' contracts
-``layout``          decide layouts (fragments, swizzles); collect layout and scheduling hints
-``tile-lowering``   replace each tile op with the implementation the target's intrinsic table picks
+``layout``          decide layouts (fragments over threads and registers, swizzles); collect layout and
+                    scheduling hints
+``tile-lowering``   put fragments that got a layout in registers (per-thread programs), then replace each
+                    tile op with the implementation the target's intrinsic table picks
 ``pipelining``      software-pipeline ``T.Pipelined`` loops (a backend's job; the core serializes)
 ``memory``          plan on-chip memory and check it against the target's limits; guard memory accesses
                     not proven in bounds (all of them in checked mode)
@@ -158,12 +160,12 @@ def dump_dir_from_env() -> str | None:
 
 
 def core_pipeline() -> Pipeline:
-    from . import core, guard, lower_tile
+    from . import core, guard, layout, lower_tile
 
     return Pipeline({
         "legalize": [core.check_structure, core.check_static_bounds, core.check_capabilities],
-        "layout": [core.collect_hints],
-        "tile-lowering": [lower_tile.lower_tile_ops],
+        "layout": [layout.infer_layouts, core.collect_hints],
+        "tile-lowering": [layout.lower_fragments, lower_tile.lower_tile_ops],
         "pipelining": [core.serialize_pipelined],
         "memory": [core.plan_memory, guard.guard_accesses],
         "before-codegen": [core.verify_lowered],

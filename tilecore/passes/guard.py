@@ -17,7 +17,7 @@ not touch memory outside the buffer either.
 from __future__ import annotations
 
 from ..ir import (Allocate, Assert, Atomic, BinOp, Bind, BufferLoad, Call, Cast, Cmp, Expr, For, If, KernelLaunch,
-                  Logic, Print, Select, Seq, Store, as_expr, binary, compare, const, const_value, is_float, logic_and,
+                  Logic, PerThread, Print, Select, Seq, Store, as_expr, binary, compare, const, const_value, is_float, logic_and,
                   logic_not, logic_or)
 from ..errors import MAX_FAULT_VALUES
 from ..ir.bounds import Facts
@@ -156,6 +156,8 @@ class _Guard:
             out = s.with_(indices=idx, value=value)
             if conds:
                 out = If(_all(conds), out, span=s.span)
+        elif isinstance(s, PerThread):
+            out = s.with_(body=self.stmt(s.body, facts))
         elif isinstance(s, Bind):
             out = s.with_(value=self.expr(s.value, facts, asserts, path, s.span))
         elif isinstance(s, Allocate) and s.init is not None:

@@ -13,6 +13,11 @@ the IR, with two vendor-neutral nodes (:class:`~tilecore.ir.ThreadIndex`, :class
   by a barrier;
 - uniform serial loops and branches stay (every thread runs them) and their bodies are handled the
   same way; a bound or condition that reads memory is bound to a scalar first, then a barrier;
+- a :class:`~tilecore.ir.PerThread` (a fragment lowering's per-thread program over registers) runs on
+  every thread as it is; a barrier comes before it when it reads block or global memory and after it when
+  it touches such memory at all (a later statement may overwrite what it read, or read what it wrote);
+  one that only computes on registers needs none. ``register`` buffers are hoisted with the others but
+  stay private to each thread (an emitter declares them as the thread's arrays);
 - a :class:`~tilecore.ir.Collective` (an operation the whole block performs together, e.g. a backend's
   block-wide matrix multiply) runs on every thread, with ``threads`` set to their number, between two
   barriers (the callee may read what came before; what it writes is visible after);
@@ -28,9 +33,9 @@ from __future__ import annotations
 import math
 
 from ..errors import CompileError
-from ..ir import (Allocate, Assert, Atomic, Barrier, Bind, Break, BufferLoad, Collective, Continue, For, If, IntImm,
-                  KernelLaunch, Print, Seq, Store, ThreadIndex, Var, as_expr, binary, compare, const,
-                  const_value, rewrite, seq, walk, walk_expr)
+from ..ir import (Allocate, Assert, Atomic, Barrier, Bind, Break, BufferLoad, Collective, Continue, Expr, For, If,
+                  IntImm, KernelLaunch, PerThread, Print, Seq, Store, ThreadIndex, Var, as_expr, binary, collect,
+                  compare, const, const_value, rewrite, seq, walk, walk_expr)
 from . import tile_pass
 
 _DISTRIBUTED = ("parallel", "vectorized")
@@ -40,6 +45,35 @@ def _loads_memory(e) -> bool:
     found = []
     walk_expr(e, lambda x: found.append(1) if isinstance(x, BufferLoad) else None)
     return bool(found)
+
+
+def _memory_use(body) -> tuple:
+    """(reads, writes) of memory that other threads see (not the thread's registers or the arrays its
+    program declares)."""
+    private = {id(a.buffer) for a in collect(body, Allocate)}
+    reads, writes = [], []
+
+    def mem(b):
+        return b.scope not in ("register", "var") and id(b) not in private
+
+    def look(s):
+        for e in _exprs(s):
+            walk_expr(e, lambda x: reads.append(1) if isinstance(x, BufferLoad) and mem(x.buffer) else None)
+        if isinstance(s, (Store, Atomic)) and mem(s.buffer) or isinstance(s, (Print, Collective)):
+            writes.append(1)
+
+    walk(body, look)
+    return bool(reads), bool(writes)
+
+
+def _exprs(s) -> list:
+    out = []
+    for f in getattr(s, "__dataclass_fields__", {}):
+        v = getattr(s, f)
+        for item in (v if isinstance(v, tuple) else (v,)):
+            if isinstance(item, Expr):
+                out.append(item)
+    return out
 
 
 def _prod(values):
@@ -102,6 +136,10 @@ class _Distributor:
             return [s]
         if isinstance(s, Collective):
             return [Barrier(span=s.span), s.with_(threads=self.n), Barrier(span=s.span)]
+        if isinstance(s, PerThread):
+            reads, writes = _memory_use(s.body)
+            return ([Barrier(span=s.span)] if reads else []) + [s] + \
+                ([Barrier(span=s.span)] if reads or writes else [])
         if isinstance(s, KernelLaunch):
             raise CompileError("T.Kernel inside T.Kernel is not supported", s.span)
         # Store, Atomic, Print and any other leaf with side effects: one thread does it

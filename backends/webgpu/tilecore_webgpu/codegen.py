@@ -165,7 +165,8 @@ class WebGPUEmitter(ShaderLangEmitter):
             stride.append(extents[d])
         # block-local memory: workgroup arrays at module scope
         total_bytes = 0
-        for a in (x for x in top if isinstance(x, Allocate)):
+        # register buffers (fragments in registers) are each invocation's own arrays, declared in place below
+        for a in (x for x in top if isinstance(x, Allocate) and x.buffer.scope != "register"):
             n = const_value(simplify(a.buffer.numel()))
             if n is None:
                 raise UnsupportedFeatureError(
@@ -176,7 +177,7 @@ class WebGPUEmitter(ShaderLangEmitter):
         self._check_workgroup_bytes(st, total_bytes, s.span)
         st.workgroup_bytes = total_bytes
         for stmt in top:
-            if not isinstance(stmt, Allocate):
+            if not isinstance(stmt, Allocate) or stmt.buffer.scope == "register":
                 self.stmt(st, stmt)
 
     def _check_workgroup_bytes(self, st: EmitState, total: int, span) -> None:

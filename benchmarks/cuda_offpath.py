@@ -1,0 +1,152 @@
+"""Kernels off the CUDA backend's matched forms, against torch, in the same run.
+
+    python benchmarks/cuda_offpath.py [--rep 20] [--rows 4096 --cols 8192]
+
+The CUDA plugin's whole-kernel passes (register programs, Hopper pipelines) take kernels of fixed forms;
+anything else used to drop to the generic path with every fragment in shared memory. This script times
+kernels written as TileLang users write them that those passes do not take: softmax and RMSNorm over
+rows of ``--cols`` float16 elements (one row per block, the row a float32 fragment), and a GEMM whose B
+rows are 777 float16 elements (not a multiple of 16 bytes). Each row prints the lowering path the kernel
+took (``tilecore_cuda.lowering_path``) and where its fragments live (``kernel.meta["attrs"]``), the time,
+torch's time for the same result, and the ratio (torch time / ours: higher is better; 1.0 = parity).
+Run it with two trees (before / after a change) on the same machine to compare them.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import tilecore
+import tilecore.language as T
+from tilecore.errors import TilecoreError
+
+
+def softmax(rows, cols, br=1, threads=128):
+    scale = 1.44269504
+
+    @T.prim_func
+    def softmax_k(X: T.Tensor((rows, cols), "float16"), Y: T.Tensor((rows, cols), "float16")):
+        with T.Kernel(rows // br, threads=threads) as bx:
+            x = T.alloc_fragment((br, cols), "float32")
+            m = T.alloc_fragment((br,), "float32")
+            s = T.alloc_fragment((br,), "float32")
+            T.copy(X[bx * br, 0], x)
+            T.reduce_max(x, m, dim=1)
+            for i, j in T.Parallel(br, cols):
+                x[i, j] = T.exp2(x[i, j] * scale - m[i] * scale)
+            T.reduce_sum(x, s, dim=1)
+            for i, j in T.Parallel(br, cols):
+                x[i, j] = x[i, j] / s[i]
+            T.copy(x, Y[bx * br, 0])
+    return softmax_k
+
+
+def rmsnorm(rows, cols, br=1, threads=128):
+    @T.prim_func
+    def rmsnorm_k(X: T.Tensor((rows, cols), "float16"), Y: T.Tensor((rows, cols), "float16")):
+        with T.Kernel(rows // br, threads=threads) as bx:
+            x = T.alloc_fragment((br, cols), "float32")
+            sq = T.alloc_fragment((br, cols), "float32")
+            s = T.alloc_fragment((br,), "float32")
+            T.copy(X[bx * br, 0], x)
+            for i, j in T.Parallel(br, cols):
+                sq[i, j] = x[i, j] * x[i, j]
+            T.reduce_sum(sq, s, dim=1)
+            for i in T.Parallel(br):
+                s[i] = T.rsqrt(s[i] / cols + 1e-6)
+            for i, j in T.Parallel(br, cols):
+                x[i, j] = x[i, j] * s[i]
+            T.copy(x, Y[bx * br, 0])
+    return rmsnorm_k
+
+
+def gemm_777(M, N, K, bm=128, bn=128, bk=32, threads=128, stages=2):
+    @T.prim_func
+    def gemm(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_shared = T.alloc_shared((bm, bk), "float16")
+            B_shared = T.alloc_shared((bk, bn), "float16")
+            C_local = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_local)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                T.copy(A[by * bm, ko * bk], A_shared)
+                T.copy(B[ko * bk, bx * bn], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[by * bm, bx * bn])
+    return gemm
+
+
+def cuda_ms(fn, rep: int) -> float:
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(rep):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / rep
+
+
+def where_fragments(kernel) -> str:
+    lay = kernel.meta.get("attrs", {}).get("fragment_layouts")
+    if not lay:
+        return "shared (no layout pass)"
+    regs = sum(1 for v in lay.values() if not str(v).startswith("shared"))
+    return f"{regs}/{len(lay)} in registers"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=4096)
+    ap.add_argument("--cols", type=int, default=8192)
+    ap.add_argument("--gemm", default="4096,777,4096", help="M,N,K of the GEMM with 777-column B")
+    ap.add_argument("--rep", type=int, default=20)
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError as e:
+        print(f"cuda_offpath: needs torch with CUDA ({e})", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("cuda_offpath: no CUDA GPU here; run it on a GPU machine (see docs/performance.md)", file=sys.stderr)
+        return 2
+    from tilecore_cuda import lowering_path
+
+    R, C = args.rows, args.cols
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(R, C, device="cuda", dtype=torch.float16, generator=g)
+    M, N, K = (int(v) for v in args.gemm.split(","))
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16, generator=g) / 8
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16, generator=g) / 8
+
+    def rms_ref(t):
+        t = t.float()
+        return (t * torch.rsqrt((t * t).mean(1, keepdim=True) + 1e-6)).half()
+
+    cases = [
+        (f"softmax {R}x{C}", lambda: softmax(R, C), (x,), lambda: torch.softmax(x.float(), 1).half()),
+        (f"rmsnorm {R}x{C}", lambda: rmsnorm(R, C), (x,), lambda: rms_ref(x)),
+        (f"gemm {M}x{N}x{K} (B rows of {N} fp16)", lambda: gemm_777(M, N, K), (a, b), lambda: a @ b),
+    ]
+    print(f"{'kernel':40s} {'path':28s} {'fragments':20s} {'ours ms':>9s} {'torch ms':>9s} {'torch/ours':>10s} "
+          f"{'max err':>9s}")
+    for name, build, inputs, ref in cases:
+        try:
+            kern = tilecore.compile(build(), out_idx=[-1], target="cuda")
+        except TilecoreError as e:
+            print(f"{name:40s} refused: {str(e).splitlines()[0]}")
+            continue
+        out = kern(*inputs)
+        err = float((out.float() - ref().float()).abs().max())
+        ours = cuda_ms(lambda: kern(*inputs), args.rep)
+        theirs = cuda_ms(ref, args.rep)
+        print(f"{name:40s} {lowering_path(kern):28s} {where_fragments(kern):20s} {ours:9.3f} {theirs:9.3f} "
+              f"{theirs / ours:10.3f} {err:9.2e}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

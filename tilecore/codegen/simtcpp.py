@@ -1,0 +1,269 @@
+"""A SIMT C++ emitter: one kernel function per launch for C++ dialects that run a block of threads
+(a grid of blocks, ``__shared__`` block memory, a block barrier, atomics), shared by every backend whose
+device language has that shape.
+
+The kernel arrives distributed over its threads by ``tilecore.simt_distribute``: the launch body starts
+with the block's allocations, which become block-memory arrays (one dynamic carve-out above
+:attr:`~SIMTCppEmitter.static_shared_limit`), parallel loops are strided over the flat thread index and
+barriers are block barriers. The block is one-dimensional with ``prod(threads)`` threads; the grid's first
+three dimensions map to the block index's x/y/z (more are flattened into x), with ``T.use_swizzle``
+rasterization when asked.
+
+Parameters: one pointer per tensor, one ``long long`` per ABI integer, one ``double`` per ABI float,
+then ``int* tc_status`` (the device-assertion status word). ``Source.meta`` carries the launch geometry
+as small Python expressions over the ABI integers (``grid``), the flat thread count, the block-memory
+sizes and the assertion messages.
+
+Everything a dialect spells differently is a class attribute below (the defaults are the spellings the
+common dialect uses); a backend subclass sets its types and conversions (see :class:`CFamilyEmitter`),
+:attr:`collectives` and the hooks marked as such.
+"""
+from __future__ import annotations
+
+import math
+from importlib import resources
+
+from ..errors import CompileError, UnsupportedFeatureError
+from ..ir import Allocate, Assert, Expr, IntImm, KernelLaunch, Region, Seq, collect, const_value, simplify
+from ..plugin.api import Source
+from .abi import abi_of, host_expr, single_launch
+from .cfamily import CFamilyEmitter, EmitState
+
+
+class SIMTCppEmitter(CFamilyEmitter):
+    index_type = "long long"
+    entry = "tc_kernel"
+    # -- spellings ---------------------------------------------------------------------------------
+    kernel_qualifier = 'extern "C" __global__'
+    #: the launch-bounds attribute around the thread count (and the minimum blocks per multiprocessor)
+    launch_bounds = "__launch_bounds__({})"
+    restrict = "__restrict__"
+    block_index = "blockIdx.{}"  # .format(axis), axis in "xyz"
+    thread_index_expr = "((int)threadIdx.x)"
+    barrier_stmt = "__syncthreads();"
+    shuffle_xor = "__shfl_xor_sync(0xffffffffu, {0}, {1}, {2})"
+    #: a barrier after which every thread leaves if any failed a device assertion (``tc_fail``)
+    barrier_or_exit_stmt = "if (__syncthreads_or(tc_fail)) return;"
+    static_shared_decl = "__shared__ __align__(16) {type} {name}[{n}];"
+    dynamic_shared_decl = "extern __shared__ __align__(16) unsigned char tc_smem[];"
+    #: block memory above this many bytes is one dynamic carve-out (the launch passes its size)
+    static_shared_limit = 48 * 1024
+    max_threads_per_block = 1024
+    #: compare-and-swap on the status word: (pointer, expected, new) -> the old value
+    atomic_cas = "atomicCAS({0}, {1}, {2})"
+    #: block-wide operations of the backend's device library: name -> f(Collective) -> template arguments
+    collectives: dict = {}
+    reserved = CFamilyEmitter.reserved | frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize",
+                                                    "new", "delete", "class", "template", "this", "namespace",
+                                                    "operator", "private", "public", "protected", "virtual",
+                                                    "friend", "true", "false", "typename", "using", "dim3"})
+
+    @staticmethod
+    def inline_prelude(text: str) -> str:
+        """``text`` (a backend's prelude) with its ``#include "tc_simt.h"`` line replaced by the core's
+        SIMT prelude (``tilecore/codegen/prelude/tc_simt.h``), so that the kernel source stands alone."""
+        return text.replace('#include "tc_simt.h"\n', simt_prelude())
+
+    # -- hooks ---------------------------------------------------------------------------------------
+    def preamble(self, st: EmitState, func) -> str:
+        """Text before the kernel function (a header comment, the prelude, helper functions)."""
+        return ""
+
+    def extra_params(self, st: EmitState, func, abi) -> list:
+        """Parameters after the ABI scalars and before ``tc_status``."""
+        return []
+
+    def extra_meta(self, st: EmitState, func, ctx, meta: dict) -> None:
+        """Add the backend's own launch facts to ``meta``."""
+
+    def min_blocks(self, st: EmitState, launch) -> int | None:
+        """Blocks per multiprocessor for the launch-bounds attribute (None: only the thread count)."""
+        return None
+
+    # -- the kernel ----------------------------------------------------------------------------------
+    def emit(self, func, ctx) -> Source:
+        st = EmitState()
+        st.fast = bool(ctx.option("tilecore.fast_math", False))
+        st.ctx = ctx
+        abi = abi_of(func)
+        st.has_asserts = bool(collect(func.body, Assert))
+        params = [f"{self.stype(p.buffer.dtype)}* {self.restrict} {self.name(st, p.buffer)}" for p in abi.buffers]
+        params += [f"long long tc_i{k}" for k in range(len(abi.ints))]
+        params += [f"double tc_f{k}" for k in range(len(abi.floats))]
+        params += self.extra_params(st, func, abi)
+        params.append(f"int* {self.restrict} tc_status")
+        st.indent = 1
+        for k, v in enumerate(abi.ints):
+            self.line(st, f"const {self.vtype(v.dtype)} {self.name(st, v)} = ({self.vtype(v.dtype)})tc_i{k};")
+        for k, v in enumerate(abi.floats):
+            self.line(st, f"const {self.vtype(v.dtype)} {self.name(st, v)} = ({self.vtype(v.dtype)})tc_f{k};")
+        if st.has_asserts:
+            self.line(st, "int tc_fail = 0;")
+        launch, top = single_launch(func)
+        st.launch_meta = {}
+        st.swizzle = _swizzle_hint(func)
+        for s in top:
+            self.stmt(st, s)
+        meta = dict(st.launch_meta)
+        meta["grid"] = [host_expr(simplify(g), list(abi.ints)) for g in grid3(launch.grid)]
+        meta["asserts"] = list(st.asserts)
+        self.extra_meta(st, func, ctx, meta)
+        threads, blocks = meta["threads"], self.min_blocks(st, launch)
+        bounds = self.launch_bounds.format(f"{threads}" if blocks is None else f"{threads}, {blocks}")
+        body = "\n".join(st.lines)
+        code = (f"{self.preamble(st, func)}{self.kernel_qualifier} void {bounds} {self.entry}({', '.join(params)}) {{\n"
+                f"{body}\n}}\n")
+        return Source(code, self.lang, self.entry, meta)
+
+    def stmt_Barrier(self, st, s):
+        self.line(st, self.barrier_or_exit_stmt if getattr(st, "has_asserts", False) else self.barrier_stmt)
+
+    # -- kernel launch: block indices, block memory ----------------------------------------------------
+    def stmt_KernelLaunch(self, st: EmitState, s: KernelLaunch):
+        threads = int(math.prod(int(t) for t in s.threads))
+        if threads > self.max_threads_per_block:
+            raise UnsupportedFeatureError(f"T.Kernel(threads={tuple(s.threads)}) asks for {threads} threads per "
+                                          f"block; this target allows {self.max_threads_per_block}", s.span,
+                                          feature="limit:max_threads_per_block", target=str(st.ctx.target))
+        if "simt_threads" not in s.attrs:
+            raise CompileError("internal: the kernel reached codegen without tilecore.simt_distribute", s.span)
+        top = s.body.body if isinstance(s.body, Seq) else [s.body]
+        self.block_indices(st, s)
+        # register buffers (fragments in registers) are each thread's own arrays, declared in place below
+        block = [a for a in top if isinstance(a, Allocate) and a.buffer.scope != "register"]
+        st.launch_meta = {"threads": threads, **self.block_memory(st, s, block)}
+        for stmt in top:
+            if not isinstance(stmt, Allocate) or stmt.buffer.scope == "register":
+                self.stmt(st, stmt)
+
+    def block_indices(self, st: EmitState, s: KernelLaunch) -> None:
+        """The block variables from the block index; ``T.use_swizzle`` rasterizes the first two."""
+        grid, bvars = list(s.grid), list(s.block_vars)
+        bidx = self.block_index.format
+        if len(grid) <= 3 and getattr(st, "swizzle", None) and len(grid) >= 2 and st.swizzle[0] > 0:
+            # T.use_swizzle: consecutive blocks walk `panel` rows of the y index (order "row") or `panel`
+            # columns of the x index (order "col") before moving on, so the tiles they share stay in cache
+            panel, order = st.swizzle
+            gx, gy = self.expr(st, grid[0]), self.expr(st, grid[1])
+            fast, slow = ("x", "y") if order == "row" else ("y", "x")
+            gf, gs = (gx, gy) if order == "row" else (gy, gx)
+            self.line(st, f"const long long tc_gf = {gf}, tc_gs = {gs};")
+            self.line(st, f"const long long tc_lin = (long long){bidx(slow)} * tc_gf + {bidx(fast)};")
+            self.line(st, f"const long long tc_pn = {panel}LL * tc_gf, tc_first = (tc_lin / tc_pn) * {panel}LL;")
+            self.line(st, f"const long long tc_rows = tc_min(tc_gs - tc_first, {panel}LL);")
+            self.line(st, f"const long long tc_b{fast} = (tc_lin % tc_pn) / tc_rows;")
+            self.line(st, f"const long long tc_b{slow} = tc_first + (tc_lin % tc_pn) % tc_rows;")
+            for v, axis in zip(bvars, "xyz"):
+                src = f"tc_b{axis}" if axis in "xy" else bidx(axis)
+                self.line(st, f"const {self.vtype(v.dtype)} {self.name(st, v)} = ({self.vtype(v.dtype)}){src};")
+        elif len(grid) <= 3:
+            for v, axis in zip(bvars, "xyz"):
+                self.line(st, f"const {self.vtype(v.dtype)} {self.name(st, v)} = ({self.vtype(v.dtype)}){bidx(axis)};")
+        else:
+            nx = len(grid) - 2
+            self.line(st, f"long long tc_bx = (long long){bidx('x')};")
+            for v, g in zip(bvars[:nx], grid[:nx]):
+                self.line(st, f"const {self.vtype(v.dtype)} {self.name(st, v)} = "
+                              f"({self.vtype(v.dtype)})(tc_bx % (long long)({self.expr(st, g)}));")
+                self.line(st, f"tc_bx /= (long long)({self.expr(st, g)});")
+            for v, axis in zip(bvars[nx:], "yz"):
+                self.line(st, f"const {self.vtype(v.dtype)} {self.name(st, v)} = ({self.vtype(v.dtype)}){bidx(axis)};")
+
+    def block_memory(self, st: EmitState, s: KernelLaunch, shared: list) -> dict:
+        """Declare the block's buffers (16-byte aligned, one dynamic carve-out when they are large);
+        returns the launch facts ``dynamic_shared_bytes`` and ``shared_bytes``."""
+        sizes = []
+        for a in shared:
+            n = const_value(simplify(a.buffer.numel()))
+            if n is None:
+                raise UnsupportedFeatureError(
+                    f"{a.buffer.name}: block-local buffers with symbolic sizes are not supported by this backend yet",
+                    a.span, feature="dynamic_block_buffers", target=str(st.ctx.target))
+            sizes.append(max(int(n), 1) * a.buffer.dtype.bytes)
+        total = sum((b + 15) // 16 * 16 for b in sizes)
+        lim = st.ctx.capabilities.limit("max_shared_bytes_per_block")
+        if lim is not None and lim[1] == "max" and total > lim[0]:
+            raise UnsupportedFeatureError(
+                f"kernel needs {total} bytes of block-local memory (shared, fragment and local buffers all live "
+                f"in shared memory on this backend); target {st.ctx.target} allows {int(lim[0])}",
+                s.span, feature="limit:max_shared_bytes_per_block", target=str(st.ctx.target))
+        dynamic = total > self.static_shared_limit
+        if dynamic:
+            self.line(st, self.dynamic_shared_decl)
+        off = 0
+        for a, nbytes in zip(shared, sizes):
+            b = a.buffer
+            t = self.stype(b.dtype)
+            if dynamic:
+                self.line(st, f"{t}* {self.restrict} {self.name(st, b)} = ({t}*)(tc_smem + {off});")
+            else:
+                n = max(int(const_value(simplify(b.numel()))), 1)
+                self.line(st, self.static_shared_decl.format(type=t, name=self.name(st, b), n=n))
+            off += (nbytes + 15) // 16 * 16
+        return {"dynamic_shared_bytes": total if dynamic else 0, "shared_bytes": total}
+
+    # -- block-collective operations ---------------------------------------------------------------------
+    def stmt_Collective(self, st, s):
+        """``name<template...>(args...)`` from the backend's device library (:attr:`collectives`); every
+        thread of the block runs it (the barriers around it come from ``tilecore.simt_distribute``).
+        Regions pass the address of their first element, scalars pass by value as ``long long``."""
+        spell = self.collectives.get(s.name)
+        if spell is None:
+            raise CompileError(f"internal: unknown block-wide operation {s.name}", s.span)
+        if s.threads is None:
+            raise CompileError(f"internal: {s.name} reached codegen without tilecore.simt_distribute", s.span)
+        args = []
+        for a in s.args:
+            if isinstance(a, Region):
+                args.append(f"({self.name(st, a.buffer)} + {self.flat_index(st, a.buffer, a.starts)})")
+            elif isinstance(a, Expr):
+                args.append(f"(long long)({self.expr(st, a)})")
+            else:
+                raise CompileError(f"internal: {s.name}: argument {a!r} has no spelling in this target's code "
+                                   "generator", s.span)
+        args += self.collective_extra_args(st, s)
+        template = ", ".join(str(t) for t in spell(s))
+        self.line(st, f"{s.name}<{template}>({', '.join(args)});")
+
+    def collective_extra_args(self, st, s) -> list:
+        """Hook: arguments after a collective's own (e.g. descriptors passed as kernel parameters)."""
+        return []
+
+    # -- debugging ------------------------------------------------------------------------------------
+    def stmt_Print(self, st, s):
+        self.emit_printf(st, s)
+
+    def stmt_Assert(self, st, s):
+        code = self.record_assert(st, s)
+        fail = f"tc_set_status(tc_status, {code});"
+        if s.values:  # a checked-mode bounds check: the first failure also records its indices (status words)
+            vals = " ".join(f"tc_v[{k}] = (long long)({self.expr(st, v)});" for k, v in enumerate(s.values))
+            fail = (f"if ({self.atomic_cas.format('tc_status', 0, code)} == 0) {{ long long* tc_v = (long long*)"
+                    f"(tc_status + 2); {vals} }}")
+        self.line(st, f"if (!({self.expr(st, s.cond)})) {{ {fail} tc_fail = 1; }}")
+
+
+def simt_prelude() -> str:
+    """The core's SIMT C++ prelude, ``#pragma once`` dropped (it is inlined once per kernel source)."""
+    return resources.files(__package__).joinpath("prelude/tc_simt.h").read_text().replace("#pragma once\n", "")
+
+
+def grid3(grid) -> list:
+    """The launch grid as three dimensions: shorter grids padded with 1, longer ones flattened into x."""
+    grid = list(grid)
+    if len(grid) <= 3:
+        return grid + [IntImm(1)] * (3 - len(grid))
+    x = grid[0]
+    for g in grid[1:len(grid) - 2]:
+        x = x * g
+    return [x, grid[-2], grid[-1]]
+
+
+def _swizzle_hint(func):
+    """``(panel, order)`` of the last enabled ``T.use_swizzle`` hint, else None."""
+    found = None
+    for h in func.attrs.get("hints", ()):
+        h = dict(h)
+        if h.get("kind") == "use_swizzle" and h.get("enable", "True") not in ("False", "T.bool(0)", "0"):
+            found = int(h.get("panel_size", 10)), h.get("order", "row")
+    return found

@@ -1,0 +1,834 @@
+"""Layout inference and fragments in registers, for targets whose blocks run on threads.
+
+``tilecore.infer_layouts`` (``layout`` slot) decides, for every block-level ``T.alloc_fragment`` of a
+kernel, a :class:`~tilecore.layout.FragmentLayout` over the block's threads, or keeps the fragment in
+shared memory for a stated reason; ``tilecore.lower_fragments`` (``tile-lowering`` slot, before the
+generic tile-op lowering and after a backend's whole-kernel passes) decides again on what those passes
+left and rewrites every statement that touches a fragment in registers into a
+:class:`~tilecore.ir.PerThread` over the thread's registers. Both record the result in
+``func.attrs["fragment_layouts"]`` (buffer name -> layout, or ``"shared: <reason>"``).
+
+The rules (docs/layout.md, "Layout inference"):
+
+- a ``T.gemm`` accumulator takes the layout of the target's matrix unit
+  (:func:`tilecore.passes.matrix.plan_gemm`); without one, the core's :func:`~tilecore.layout.blocked`
+  layout and an owner-computes GEMM (each register sums ``A[i, k] * B[k, j]`` over ``k``). A gemm whose
+  best intrinsic needs a hardware feature (a matrix unit that reads C in shared memory) keeps C there;
+- a reduction's result takes the projection of its source's layout (the threads sharing a row hold it);
+- ``T.Parallel`` nests (and ``T.copy`` / ``T.fill`` / ``T.atomic_*``, lowered to nests first) take the
+  layout of a fragment indexed by all the nest's loop variables; every other fragment in the nest must be
+  indexed by loop variables exactly and be owned where the nest's element is (checked by enumeration);
+  a fragment indexed by fewer variables gets the projection, a nest with none of those extends a
+  projected layout along the missing dimension;
+- anything else that touches a fragment (a scalar index, a transposed read, a partial region, an
+  operand of a gemm, a cumsum, a backend's block-wide operation) keeps it in shared memory.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+from ..ir import (Allocate, Atomic, Barrier, BinOp, Bind, Buffer, BufferLoad, Call, Cast, Cmp, Collective, Expr, For,
+                  Hint, If, IntImm, KernelLaunch, Logic, PerThread, Print, Select, Seq, ShuffleXor, Store, ThreadIndex,
+                  TileOp, Var, as_expr, binary, cast, compare, const, const_value, logic_and, rewrite, seq, simplify,
+                  walk, walk_expr)
+from ..layout import FragmentLayout, blocked
+from . import tile_pass
+
+#: the most registers per thread a fragment may take before it stays in shared memory
+MAX_REGS = 256
+_NEST = ("parallel", "vectorized")
+
+
+class _Shared(Exception):
+    def __init__(self, buf, why: str):
+        super().__init__(why)
+        self.buf, self.why = buf, why
+
+
+# -- when the pass runs --------------------------------------------------------------------------------
+
+def runs_on_threads(ctx) -> bool:
+    """The target runs a block on many threads: its backend distributes blocks with
+    ``tilecore.simt_distribute`` (the CPU runs a block as one program and keeps fragments as arrays)."""
+    backend = getattr(ctx, "backend", None)
+    if backend is None or not hasattr(backend, "passes"):
+        return False
+    try:
+        specs = backend.passes(ctx.target)
+    except Exception:  # noqa: BLE001 - a backend without passes for this target
+        return False
+    return any(getattr(s.pass_, "name", "") == "tilecore.simt_distribute" for s in specs)
+
+
+def _threads(launch: KernelLaunch):
+    n = 1
+    for t in launch.threads:
+        v = t if isinstance(t, int) else const_value(as_expr(t))
+        if v is None:
+            return None
+        n *= int(v)
+    return n
+
+
+def _shape(buf):
+    s = buf.static_shape()
+    return tuple(int(x) for x in s) if s is not None else None
+
+
+def _full(region) -> bool:
+    shape = _shape(region.buffer)
+    return (shape is not None and all(const_value(s) == 0 for s in region.starts)
+            and tuple(const_value(e) for e in region.extents) == shape)
+
+
+# -- nests ---------------------------------------------------------------------------------------------
+
+def _nest_of(loop: For):
+    """(loops, inner body) of a chain of parallel loops."""
+    loops, s = [], loop
+    while isinstance(s, For) and s.kind in _NEST:
+        loops.append(s)
+        b = s.body
+        while isinstance(b, Seq) and len(b.body) == 1:
+            b = b.body[0]
+        s = b
+    return loops, s
+
+
+def _accesses(stmt, frags) -> list:
+    """``(buffer, indices, written)`` of every access to a buffer in ``frags`` under ``stmt``."""
+    out: list = []
+
+    def ex(e):
+        walk_expr(e, lambda x: out.append((x.buffer, x.indices, False))
+                  if isinstance(x, BufferLoad) and id(x.buffer) in frags else None)
+
+    def st(s):
+        if isinstance(s, (Store, Atomic)):
+            if id(s.buffer) in frags:
+                out.append((s.buffer, s.indices, True))
+            for i in s.indices:
+                ex(i)
+            ex(s.value)
+        elif isinstance(s, For):
+            ex(s.start)
+            ex(s.extent)
+        elif isinstance(s, If):
+            ex(s.cond)
+        elif isinstance(s, (Bind,)):
+            ex(s.value)
+        elif isinstance(s, Allocate) and s.init is not None:
+            ex(s.init)
+        elif isinstance(s, Print):
+            if s.buffer is not None and id(s.buffer) in frags:
+                out.append((s.buffer, None, False))
+            ex(s.value)
+        elif isinstance(s, Collective):
+            for a in s.args:
+                if getattr(a, "buffer", None) is not None and id(a.buffer) in frags:
+                    out.append((a.buffer, None, True))
+        elif isinstance(s, TileOp):
+            for a in s.args:
+                if getattr(a, "buffer", None) is not None and id(a.buffer) in frags:
+                    out.append((a.buffer, None, True))
+        elif hasattr(s, "__dataclass_fields__") and not isinstance(s, (Seq, KernelLaunch, PerThread, Barrier)):
+            for f in s.__dataclass_fields__:
+                v = getattr(s, f)
+                if isinstance(v, Expr):
+                    ex(v)
+
+    walk(stmt, st)
+    return out
+
+
+def _perm(indices, loop_vars):
+    """For each index, the position of the loop variable it is (None when one is not a plain loop variable)."""
+    out = []
+    for i in indices:
+        i = simplify(i)
+        pos = next((k for k, v in enumerate(loop_vars) if i is v), None)
+        if pos is None or pos in out:
+            return None
+        out.append(pos)
+    return tuple(out)
+
+
+def _sub_layout(D: FragmentLayout, perm) -> FragmentLayout:
+    """The layout ``D`` (over the nest's loop variables) induces on a fragment indexed by ``perm``."""
+    dropped = sorted(set(range(len(D.shape))) - set(perm), reverse=True)
+    lay = D
+    keep = list(range(len(D.shape)))
+    for d in dropped:
+        lay = lay.project(d)
+        keep.remove(d)
+    order = [keep.index(p) for p in perm]
+    return lay.transpose(order, name="fragment") if order != list(range(len(order))) else lay
+
+
+def _extend(P: FragmentLayout, perm, extents) -> FragmentLayout | None:
+    """A layout over the nest's loop variables whose projection onto ``perm`` is ``P``: each missing
+    dimension takes ``P``'s replication digits (the threads that hold the same element of ``P``), then
+    registers."""
+    reps = sorted(P.replicate, key=lambda d: d.stride)
+    rstride = P.regs
+    dims: list = [None] * len(extents)
+    for k, p in enumerate(perm):
+        dims[p] = list(P.dims[k])
+    for p, n in enumerate(extents):
+        if dims[p] is not None:
+            continue
+        ds, left = [], n
+        while reps and left % reps[0].extent == 0:
+            d = reps.pop(0)
+            ds.append(d)
+            left //= d.extent
+        if left > 1:
+            from ..layout import Digit
+
+            ds.append(Digit("reg", left, rstride))
+            rstride *= left
+        dims[p] = ds or [("reg", 1, 1)]
+    try:
+        return FragmentLayout(extents, dims, reps, "nest")
+    except ValueError:
+        return None
+
+
+_OWN_CACHE: dict = {}
+
+
+def _reg_map(D: FragmentLayout, F: FragmentLayout, perm) -> list | None:
+    """For each register of ``D``, the register of ``F`` that holds the fragment element (indexed by
+    ``perm``) of the same thread: None where some thread does not hold it."""
+    key = (D, F, perm)
+    if key in _OWN_CACHE:
+        return _OWN_CACHE[key]
+    out = []
+    ok = D.threads == F.threads and not F.opaque
+    for r in range(D.regs if ok else 0):
+        reg = None
+        for t in range(D.threads):
+            c = D.element(t, r)
+            ts, fr = F.locate(tuple(c[p] for p in perm))
+            if t not in ts or (reg is not None and fr != reg):
+                ok = False
+                break
+            reg = fr
+        if not ok:
+            break
+        out.append(reg)
+    res = out if ok else None
+    _OWN_CACHE[key] = res
+    return res
+
+
+# -- inference -----------------------------------------------------------------------------------------
+
+class Plan:
+    """Layouts of one launch's fragments: ``layouts[id(buf)]`` or ``shared[id(buf)]`` (the reason)."""
+
+    def __init__(self, threads: int, ctx):
+        self.threads, self.ctx = threads, ctx
+        self.frags: dict = {}    # id -> buffer
+        self.layouts: dict = {}
+        self.shared: dict = {}
+        self.gemm_plans: dict = {}
+
+    def live(self, buf) -> bool:
+        return id(buf) in self.frags and id(buf) not in self.shared
+
+    def set(self, buf, lay, why_not: str):
+        if lay is None:
+            raise _Shared(buf, why_not)
+        if lay.regs > MAX_REGS:
+            raise _Shared(buf, f"needs {lay.regs} registers per thread (more than {MAX_REGS})")
+        self.layouts[id(buf)] = lay
+        return lay
+
+    def layout(self, buf):
+        lay = self.layouts.get(id(buf))
+        if lay is None:
+            shape = _shape(buf)
+            lay = self.set(buf, blocked(shape, self.threads) if shape else None,
+                           "no blocked layout for its shape over the block's threads (1-D and 2-D static shapes "
+                           "whose extents divide)")
+        return lay
+
+
+def _expand(op: TileOp, ctx):
+    """The generic lowering of a copy / fill / atomic (a nest of parallel loops)."""
+    from . import lower_tile
+
+    return {"copy": lower_tile.lower_copy, "fill": lower_tile.lower_fill,
+            "atomic": lower_tile.lower_atomic}[op.op](op, ctx)
+
+
+def _hardware_gemm(op, ctx):
+    """The name of the intrinsic that would run this gemm on a matrix unit reading C in memory, if any."""
+    from .lower_tile import choose
+
+    try:
+        intr = choose(op, ctx)
+    except Exception:  # noqa: BLE001
+        return None
+    return intr.name if any(str(r).startswith("feature:") for r in intr.requires) else None
+
+
+def _block_stmts(body):
+    """Block-level statements (recursing into serial loops and branches, not into nests), in order."""
+    if body is None:
+        return
+    if isinstance(body, Seq):
+        for c in body.body:
+            yield from _block_stmts(c)
+    elif isinstance(body, For) and body.kind not in _NEST:
+        yield body
+        yield from _block_stmts(body.body)
+    elif isinstance(body, If):
+        yield body
+        yield from _block_stmts(body.then)
+        yield from _block_stmts(body.orelse)
+    else:
+        yield body
+
+
+def _nest_domain(plan: Plan, loops, inner, assign: bool):
+    """The layout over a nest's loop variables, and ``(buffer, perm, reg map)`` of its fragment accesses;
+    None when it touches no fragment in registers. Raises _Shared on a conflict."""
+    accs = [(b, idx, w) for b, idx, w in _accesses(inner, plan.frags) if plan.live(b)]
+    for f in loops:  # fragments in the loops' own bounds
+        for b, _i, _w in _accesses(Seq([Bind(Var("x"), f.start), Bind(Var("x"), f.extent)]), plan.frags):
+            if plan.live(b):
+                raise _Shared(b, "read in a T.Parallel loop bound")
+    if not accs:
+        return None
+    ext = [const_value(f.extent) for f in loops]
+    if any(e is None for e in ext) or any(const_value(f.start) != 0 for f in loops):
+        raise _Shared(accs[0][0], "accessed in a T.Parallel nest with symbolic bounds")
+    vs = [f.var for f in loops]
+    found = []
+    for b, idx, w in accs:
+        perm = _perm(idx, vs) if idx is not None else None
+        if perm is None:
+            raise _Shared(b, "indexed by something other than the T.Parallel loop variables")
+        if tuple(ext[p] for p in perm) != _shape(b):
+            raise _Shared(b, f"a T.Parallel nest over {tuple(ext)} covers only part of it")
+        if w and len(perm) < len(vs):
+            raise _Shared(b, "written in a T.Parallel nest over more loop variables than it has dimensions")
+        found.append((b, perm))
+    # the nest's layout: a fragment indexed by every loop variable that has a layout, else one without
+    full = [(b, p) for b, p in found if len(p) == len(vs)]
+    D = None
+    for b, p in full:
+        if id(b) in plan.layouts:
+            D = plan.layouts[id(b)].transpose([p.index(k) for k in range(len(vs))], name="nest")
+            break
+    if D is None:
+        part = [(b, p) for b, p in found if id(b) in plan.layouts]
+        if part and not full:
+            b, p = part[0]
+            D = _extend(plan.layouts[id(b)], p, ext)
+        if D is None:
+            D = blocked(ext, plan.threads)
+            if D is None:
+                raise _Shared(found[0][0], f"no blocked layout for a T.Parallel nest over {tuple(ext)}")
+    out = []
+    for b, p in found:
+        if id(b) not in plan.layouts:
+            if not assign:
+                raise _Shared(b, "internal: no layout")
+            plan.set(b, _sub_layout(D, p), "")
+        m = _reg_map(D, plan.layouts[id(b)], p)
+        if m is None:
+            raise _Shared(b, f"its layout does not hold, on each thread, the elements a T.Parallel nest over "
+                             f"{tuple(ext)} reads there (e.g. a transposed read)")
+        out.append((b, p, m))
+    return D, out
+
+
+def _infer_once(plan: Plan, body, annotations: dict):
+    ctx = plan.ctx
+    from .matrix import plan_gemm
+
+    stmts = list(_block_stmts(body))
+    for name, lay in annotations.items():
+        for b in plan.frags.values():
+            if b.name == name and plan.live(b) and isinstance(lay, FragmentLayout):
+                if lay.threads != plan.threads or lay.shape != _shape(b):
+                    raise _Shared(b, f"T.annotate_layout gives {lay!r}, which does not cover its shape over "
+                                     f"{plan.threads} threads")
+                plan.set(b, lay, "")
+    # gemm accumulators first: the matrix unit decides
+    for s in stmts:
+        if isinstance(s, TileOp) and s.op == "gemm":
+            a, b, c = s.args
+            for r in (a, b):
+                if plan.live(r.buffer):
+                    raise _Shared(r.buffer, "a T.gemm operand (every thread of a row would need the whole row)")
+            if not plan.live(c.buffer):
+                continue
+            if not _full(c) or len(_shape(c.buffer)) != 2:
+                raise _Shared(c.buffer, "the accumulator of a T.gemm on part of it")
+            gp = plan_gemm(s, plan.threads, ctx)
+            if gp is not None:
+                plan.gemm_plans[id(s)] = gp
+                if id(c.buffer) in plan.layouts and plan.layouts[id(c.buffer)] != gp.c_layout:
+                    raise _Shared(c.buffer, f"its annotated layout differs from the matrix unit's {gp.c_layout!r}")
+                plan.set(c.buffer, gp.c_layout, "")
+                continue
+            hw = _hardware_gemm(s, ctx)
+            if hw is not None:
+                raise _Shared(c.buffer, f"T.gemm runs on {hw}, which reads the accumulator in shared memory (no "
+                                        "matrix-unit layout registered for it)")
+            plan.layout(c.buffer)
+    for s in stmts:
+        if isinstance(s, TileOp):
+            if s.op == "gemm":
+                continue
+            if s.op == "reduce":
+                src, dst = s.args
+                if plan.live(src.buffer):
+                    if not _full(src):
+                        raise _Shared(src.buffer, "reduced over part of it")
+                    L = plan.layout(src.buffer)
+                    if L.reduce_masks(s.attrs["dim"]) is None:
+                        raise _Shared(src.buffer, "reduced across threads whose pattern is not an xor butterfly")
+                    if plan.live(dst.buffer):
+                        P = _result_layout(L, s.attrs["dim"], _shape(dst.buffer))
+                        if not _full(dst) or P.shape != _shape(dst.buffer):
+                            raise _Shared(dst.buffer, "the result of a reduction whose shape is not the source's "
+                                                      "other dimensions")
+                        if id(dst.buffer) in plan.layouts and plan.layouts[id(dst.buffer)] != P:
+                            raise _Shared(dst.buffer, f"the result of a reduction of {src.buffer.name}, whose "
+                                                      f"layout projects to {P!r}, not its {plan.layouts[id(dst.buffer)]!r}")
+                        plan.set(dst.buffer, P, "")
+                elif plan.live(dst.buffer):
+                    if not _full(dst):
+                        raise _Shared(dst.buffer, "the result of a reduction into part of it")
+                    plan.layout(dst.buffer)
+                continue
+            if s.op in ("copy", "fill", "atomic"):
+                if any(plan.live(getattr(a, "buffer", None)) for a in s.args if getattr(a, "buffer", None)):
+                    loops, inner = _nest_of(_expand(s, ctx))
+                    if not loops:
+                        live = [a.buffer for a in s.args if getattr(a, "buffer", None) and plan.live(a.buffer)]
+                        raise _Shared(live[0], f"T.{s.op} of a single element")
+                    _nest_domain(plan, loops, inner, True)
+                continue
+            for a in s.args:
+                if getattr(a, "buffer", None) is not None and plan.live(a.buffer):
+                    raise _Shared(a.buffer, f"used by T.{s.op}")
+            continue
+        if isinstance(s, For) and s.kind in _NEST:
+            loops, inner = _nest_of(s)
+            _nest_domain(plan, loops, inner, True)
+            continue
+        if isinstance(s, Allocate) and id(s.buffer) in plan.frags:
+            continue
+        own = s
+        if isinstance(s, For):
+            own = Seq([Bind(Var("x"), s.start), Bind(Var("x"), s.extent)])
+        elif isinstance(s, If):
+            own = Bind(Var("x"), s.cond)
+        for b, _i, _w in _accesses(own, plan.frags):
+            if plan.live(b):
+                what = type(s).__name__ if not isinstance(s, Collective) else f"the block-wide operation {s.name}"
+                raise _Shared(b, f"accessed outside T.Parallel nests and tile ops ({what} at block level)")
+    for b in plan.frags.values():
+        if plan.live(b):
+            plan.layout(b)
+
+
+def infer_launch(launch: KernelLaunch, ctx, annotations: dict | None = None) -> Plan | None:
+    threads = _threads(launch)
+    if not threads or threads < 2:
+        return None
+    plan = Plan(threads, ctx)
+    for s in _block_stmts(launch.body):
+        if isinstance(s, Allocate) and s.buffer.scope == "fragment":
+            plan.frags[id(s.buffer)] = s.buffer
+    if not plan.frags:
+        return None
+    while True:
+        plan.layouts, plan.gemm_plans = {}, {}
+        try:
+            _infer_once(plan, launch.body, annotations or {})
+            return plan
+        except _Shared as e:
+            plan.shared[id(e.buf)] = e.why
+
+
+def _record(plans) -> dict:
+    out: dict = {}
+    for plan in plans:
+        for k, b in plan.frags.items():
+            name, n = b.name, 1
+            while name in out:
+                name, n = f"{b.name}_{n}", n + 1
+            out[name] = f"shared: {plan.shared[k]}" if k in plan.shared else repr(plan.layouts[k])
+    return out
+
+
+@tile_pass("tilecore.infer_layouts")
+def infer_layouts(func, ctx):
+    """Choose each fragment's layout over the block's threads (or say why it stays in shared memory)."""
+    if not runs_on_threads(ctx):
+        return func
+    annotations: dict = {}
+    for h in [x for x in _all_stmts(func.body) if isinstance(x, Hint) and x.kind == "annotate_layout"]:
+        annotations.update(h.payload)
+    ctx.fragment_annotations = annotations
+    plans = [p for p in (infer_launch(s, ctx, annotations) for s in _all_stmts(func.body)
+                         if isinstance(s, KernelLaunch)) if p is not None]
+    if not plans:
+        return func
+    return func.with_body(func.body, fragment_layouts=_record(plans))
+
+
+def _all_stmts(body) -> list:
+    out: list = []
+    walk(body, out.append)
+    return out
+
+
+# -- lowering ------------------------------------------------------------------------------------------
+
+def _replica0(lay: FragmentLayout):
+    """The condition that this thread is the first replica of ``lay`` (None when nothing is replicated)."""
+    cond = None
+    for d in lay.replicate:
+        if d.extent == 1:
+            continue
+        v = binary("floormod", binary("div", ThreadIndex(), d.stride), d.extent)
+        c = compare("eq", v, const(0))
+        cond = c if cond is None else logic_and(cond, c)
+    return cond
+
+
+class _Subst:
+    """Rebuild a statement with loop variables replaced, fragment accesses turned into register
+    accesses, and every variable or buffer it declares renamed (each register's copy is its own)."""
+
+    def __init__(self, vmap: dict, regs: dict, guard=None):
+        self.vmap = dict(vmap)      # id(var) -> expr
+        self.regs = regs            # id(buffer) -> (register buffer, reg index)
+        self.bmap: dict = {}        # id(buffer) -> renamed buffer
+        self.guard = guard
+
+    def e(self, x):
+        if isinstance(x, Var):
+            return self.vmap.get(id(x), x)
+        if isinstance(x, BufferLoad):
+            r = self.regs.get(id(x.buffer))
+            if r is not None:
+                return BufferLoad(r[0], (const(r[1]),))
+            return BufferLoad(self.bmap.get(id(x.buffer), x.buffer), tuple(self.e(i) for i in x.indices))
+        if isinstance(x, BinOp):
+            return BinOp(x.op, self.e(x.a), self.e(x.b), x.dtype)
+        if isinstance(x, Cmp):
+            return Cmp(x.op, self.e(x.a), self.e(x.b))
+        if isinstance(x, Logic):
+            return Logic(x.op, self.e(x.a), self.e(x.b) if x.b is not None else None)
+        if isinstance(x, Select):
+            return Select(self.e(x.cond), self.e(x.t), self.e(x.f))
+        if isinstance(x, Cast):
+            return Cast(x.dtype, self.e(x.value))
+        if isinstance(x, Call):
+            return Call(x.name, tuple(self.e(a) for a in x.args), x.dtype, x.attrs)
+        if isinstance(x, ShuffleXor):
+            return ShuffleXor(self.e(x.value), x.mask, x.width)
+        return x
+
+    def fresh(self, v: Var) -> Var:
+        n = Var(v.name, v.dtype)
+        self.vmap[id(v)] = n
+        return n
+
+    def s(self, x):
+        if x is None:
+            return None
+        if isinstance(x, Seq):
+            return Seq([self.s(c) for c in x.body], span=x.span)
+        if isinstance(x, Bind):
+            value = self.e(x.value)
+            return Bind(self.fresh(x.var), value, span=x.span)
+        if isinstance(x, For):
+            start, extent = self.e(x.start), self.e(x.extent)
+            return x.with_(var=self.fresh(x.var), start=start, extent=extent, body=self.s(x.body))
+        if isinstance(x, If):
+            return x.with_(cond=self.e(x.cond), then=self.s(x.then), orelse=self.s(x.orelse))
+        if isinstance(x, Allocate):
+            b = Buffer(x.buffer.name, x.buffer.shape, x.buffer.dtype, x.buffer.scope)
+            self.bmap[id(x.buffer)] = b
+            return x.with_(buffer=b, init=self.e(x.init) if x.init is not None else None)
+        if isinstance(x, (Store, Atomic)):
+            r = self.regs.get(id(x.buffer))
+            if r is not None:
+                value = self.e(x.value)
+                if isinstance(x, Atomic):
+                    from .lower_tile import _combine
+
+                    value = _combine({"add": "sum"}.get(x.op, x.op), BufferLoad(r[0], (const(r[1]),)), value)
+                return Store(r[0], (const(r[1]),), value, span=x.span)
+            buf = self.bmap.get(id(x.buffer), x.buffer)
+            out = x.with_(buffer=buf, indices=tuple(self.e(i) for i in x.indices), value=self.e(x.value))
+            private = id(x.buffer) in self.bmap or buf.scope == "register"
+            return If(self.guard, out, span=x.span) if self.guard is not None and not private else out
+        if isinstance(x, Print):
+            out = x.with_(value=self.e(x.value) if x.value is not None else None)
+            return If(self.guard, out, span=x.span) if self.guard is not None else out
+        if isinstance(x, Assert_):
+            return x.with_(cond=self.e(x.cond), values=tuple(self.e(v) for v in x.values))
+        return x
+
+
+from ..ir import Assert as Assert_  # noqa: E402
+
+
+class _Lowerer:
+    def __init__(self, plan: Plan, ctx):
+        self.plan, self.ctx = plan, ctx
+        self.regbuf: dict = {}   # id(fragment) -> register buffer
+        for k, lay in plan.layouts.items():
+            b = plan.frags[k]
+            self.regbuf[k] = Buffer(b.name, (lay.regs,), b.dtype, "register")
+
+    def reg(self, buf):
+        return self.regbuf.get(id(buf))
+
+    def touches(self, s) -> bool:
+        return any(id(b) in self.regbuf for b, _i, _w in _accesses(s, self.plan.frags))
+
+    # a T.Parallel nest over fragments in registers
+    def nest(self, loops, inner, span):
+        dom = _nest_domain(self.plan, loops, inner, False)
+        D, found = dom
+        guard = _replica0(D)
+        body = []
+        tid = ThreadIndex()
+        for r in range(D.regs):
+            coords = D.coords_expr(tid, r)
+            vmap, binds = {}, []
+            for f, c in zip(loops, coords):
+                v = Var(f.var.name, f.var.dtype)
+                binds.append(Bind(v, simplify(c), span=span))
+                vmap[id(f.var)] = v
+            regs = {id(b): (self.regbuf[id(b)], m[r]) for b, _p, m in found}
+            body += binds + [_Subst(vmap, regs, guard).s(inner)]
+        return PerThread(seq(body), {"layout": repr(D)}, span=span)
+
+    def gemm(self, op):
+        a, b, c = op.args
+        gp = self.plan.gemm_plans.get(id(op))
+        L = self.plan.layouts[id(c.buffer)]
+        C = self.regbuf[id(c.buffer)]
+        if gp is not None:
+            from .matrix import lower_gemm
+
+            registers = {id(self.plan.frags[k]): (self.regbuf[k], self.plan.layouts[k]) for k in self.regbuf}
+            return PerThread(seq(lower_gemm(op, gp, registers, self.ctx)), {"layout": repr(L), "gemm": gp.unit.name
+                                                                             if hasattr(gp.unit, "name") else "unit"},
+                             span=op.span)
+        from .lower_tile import matrix_index
+
+        ta, tb = op.attrs.get("transpose_A"), op.attrs.get("transpose_B")
+        kext = a.extents[-2] if ta else a.extents[-1]
+        acc = c.buffer.dtype
+        tid = ThreadIndex()
+        rows, cols, binds = {}, {}, []
+        for r in range(L.regs):
+            fi, fj = L.element(0, r)  # the register part of the coordinates (thread 0 holds offset 0)
+            ci, cj = L.coords_expr(tid, r)
+            if fi not in rows:
+                rows[fi] = Var("gi")
+                binds.append(Bind(rows[fi], simplify(ci), span=op.span))
+            if fj not in cols:
+                cols[fj] = Var("gj")
+                binds.append(Bind(cols[fj], simplify(cj), span=op.span))
+        kk = Var("gk")
+        av = {fi: Var("ga", acc) for fi in rows}
+        bv = {fj: Var("gb", acc) for fj in cols}
+        step = [Bind(av[fi], cast(acc, BufferLoad(a.buffer, matrix_index(a, kk, v) if ta else matrix_index(a, v, kk))),
+                     span=op.span) for fi, v in rows.items()]
+        step += [Bind(bv[fj], cast(acc, BufferLoad(b.buffer, matrix_index(b, v, kk) if tb else matrix_index(b, kk, v))),
+                      span=op.span) for fj, v in cols.items()]
+        for r in range(L.regs):
+            fi, fj = L.element(0, r)
+            cur = BufferLoad(C, (const(r),))
+            step.append(Store(C, (const(r),), binary("add", cur, binary("mul", av[fi], bv[fj])), span=op.span))
+        pre = []
+        if op.attrs.get("clear_accum"):
+            pre = [Store(C, (const(r),), const(0, acc), span=op.span) for r in range(L.regs)]
+        loop = For(kk, as_expr(0), kext, "serial", seq(step), span=op.span)
+        return PerThread(seq(pre + binds + [loop]), {"layout": repr(L), "gemm": "owner-computes"}, span=op.span)
+
+    def reduce(self, op):
+        from .lower_tile import _combine, _nonunit, _reduce_init
+
+        src, dst = op.args
+        kind, dim, clear = op.attrs["kind"], op.attrs["dim"], op.attrs["clear"]
+        dtype = dst.buffer.dtype
+        L = self.plan.layouts[id(src.buffer)]
+        S = self.regbuf[id(src.buffer)]
+        P = _result_layout(L, dim, _shape(dst.buffer))
+        D = self.regbuf.get(id(dst.buffer))
+        tid = ThreadIndex()
+        part = Buffer("part", (P.regs,), dtype, "register")
+        ident = _reduce_init(kind, dtype)
+        merge = {"abssum": "sum", "absmax": "max"}.get(kind, kind)
+        out = [Allocate(part, span=op.span)]
+        groups: dict = {}
+        for r in sorted(range(L.regs), key=lambda r: L.element(0, r)[dim]):
+            groups.setdefault(P.reg_of(L, r, dropped=dim), []).append(r)
+        for q in range(P.regs):
+            acc = ident
+            for r in groups.get(q, []):
+                acc = _combine(kind, acc, cast(dtype, BufferLoad(S, (const(r),))))
+            out.append(Store(part, (const(q),), acc, span=op.span))
+        masks = L.reduce_masks(dim)
+        pre = []
+        if masks:
+            width = self._shuffle_width(masks)
+            if width:
+                for m in masks:
+                    for q in range(P.regs):
+                        cur = BufferLoad(part, (const(q),))
+                        out.append(Store(part, (const(q),), _combine(merge, cur, ShuffleXor(cur, m, width)),
+                                         span=op.span))
+            else:
+                pre, more = self._scratch_combine(L, dim, P, part, merge, ident, op.span)
+                out += more
+        ddims = _nonunit(dst.extents)
+        guard = _replica0(P) if D is None else None
+        for q in range(P.regs):
+            coords = P.coords_expr(tid, q)
+            if D is not None:
+                old, ref = BufferLoad(D, (const(q),)), (D, (const(q),))
+            else:
+                idx = list(dst.starts)
+                for d, c in zip(ddims, coords):
+                    idx[d] = binary("add", idx[d], c)
+                idx = tuple(simplify(i) for i in idx)
+                old, ref = BufferLoad(dst.buffer, idx), (dst.buffer, idx)
+            val = BufferLoad(part, (const(q),))
+            if not clear:
+                val = _combine(merge, old, val)
+            st = Store(ref[0], ref[1], cast(ref[0].dtype, val), span=op.span)
+            out.append(If(guard, st, span=op.span) if guard is not None else st)
+        return pre + [PerThread(seq(out), {"layout": repr(L), "reduce": kind}, span=op.span)]
+
+    def _shuffle_width(self, masks) -> int:
+        caps = self.ctx.capabilities
+        if not caps.feature("subgroup_ops"):
+            return 0
+        width = int(caps.get("execution.simd_width", 1) or 1)
+        if width < 2 or max(masks) >= width or self.plan.threads % width:
+            return 0
+        return width
+
+    def _scratch_combine(self, L, dim, P, part, merge, ident, span):
+        """Combine a row's partials through shared memory: every thread writes its partials, then each
+        combines those of the threads of its row, in the same order on every thread."""
+        from .lower_tile import _combine
+
+        n = self.plan.threads
+        scratch = Buffer("red_scratch", (n * P.regs,), part.dtype, "shared")
+        tid = ThreadIndex()
+        digs = [d for d in L.dims[dim] if d.space == "thread" and d.extent > 1]
+        base = tid
+        for d in digs:
+            base = binary("sub", base, binary("mul", binary("floormod", binary("div", tid, d.stride), d.extent),
+                                              d.stride))
+        b = Var("row0")
+        out = [Barrier(span=span)]
+        out += [Store(scratch, (binary("add", binary("mul", tid, P.regs), q),), BufferLoad(part, (const(q),)),
+                      span=span) for q in range(P.regs)]
+        out += [Barrier(span=span), Bind(b, base, span=span)]
+        for q in range(P.regs):
+            acc = ident
+            for vals in itertools.product(*(range(d.extent) for d in digs)):
+                off = sum(v * d.stride for v, d in zip(vals, digs))
+                acc = _combine(merge, acc, BufferLoad(scratch, (binary("add", binary("mul", binary("add", b, off),
+                                                                                          P.regs), q),)))
+            out.append(Store(part, (const(q),), acc, span=span))
+        out.append(Barrier(span=span))
+        return [Allocate(scratch, span=span)], out
+
+    # the block-level program
+    def block(self, s):
+        if s is None:
+            return None
+        if isinstance(s, Seq):
+            return seq([self.block(c) for c in s.body]) or Seq([])
+        if isinstance(s, Allocate) and id(s.buffer) in self.regbuf:
+            return Allocate(self.regbuf[id(s.buffer)], span=s.span)
+        if isinstance(s, For) and s.kind in _NEST:
+            loops, inner = _nest_of(s)
+            if self.touches(inner):
+                return self.nest(loops, inner, s.span)
+            return s
+        if isinstance(s, For):
+            return s.with_(body=self.block(s.body))
+        if isinstance(s, If):
+            return s.with_(then=self.block(s.then), orelse=self.block(s.orelse))
+        if isinstance(s, TileOp):
+            live = [a.buffer for a in s.args if getattr(a, "buffer", None) is not None and id(a.buffer) in self.regbuf]
+            if not live:
+                return s
+            if s.op == "gemm":
+                return self.gemm(s)
+            if s.op == "reduce":
+                if id(s.args[0].buffer) in self.regbuf:
+                    return seq(self.reduce(s))
+                loops, inner = _nest_of(_reduce_nest(s, self.ctx))
+                return self.nest(loops, inner, s.span)
+            loops, inner = _nest_of(_expand(s, self.ctx))
+            return self.nest(loops, inner, s.span)
+        return s
+
+
+def _result_layout(L: FragmentLayout, dim: int, dst_shape) -> FragmentLayout:
+    """The layout of a reduction's result: the projection (a 1-D source reduces into a 1-element fragment)."""
+    P = L.project(dim, name="fragment")
+    if P.shape == () and dst_shape == (1,):
+        from ..layout import Digit
+
+        P = FragmentLayout((1,), [[Digit("reg", 1, 1)]], P.replicate, "fragment")
+    return P
+
+
+def _reduce_nest(op, ctx):
+    from .lower_tile import lower_reduce
+
+    return lower_reduce(op, ctx)
+
+
+@tile_pass("tilecore.lower_fragments")
+def lower_fragments(func, ctx):
+    """Fragments with a layout become per-thread registers; the statements over them, PerThread programs."""
+    if not runs_on_threads(ctx):
+        return func
+    annotations = getattr(ctx, "fragment_annotations", {})
+    plans = []
+
+    def fix(s):
+        if not isinstance(s, KernelLaunch):
+            return None
+        plan = infer_launch(s, ctx, annotations)
+        if plan is None:
+            return None
+        plans.append(plan)
+        if not plan.layouts:
+            return None
+        return s.with_(body=_Lowerer(plan, ctx).block(s.body))
+
+    body = rewrite(func.body, fix)
+    if not plans:
+        return func
+    return func.with_body(body, fragment_layouts=_record(plans))
+
+
+__all__ = ["infer_layouts", "lower_fragments", "infer_launch", "runs_on_threads", "MAX_REGS"]
+
+_ = (math, IntImm)
