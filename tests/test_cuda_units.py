@@ -117,7 +117,7 @@ def test_matrix_op_spelling_compiles_to_mma(tmp_path):
     """The emitter's MatrixOp spelling (prelude/tc_matrix.cuh) on 16-bit register arrays becomes mma.sync."""
     pre = Path(tilecore_cuda.__file__).parent / "prelude"
     body = "  __half ah[8], bh[4];\n  __nv_bfloat16 an[8], bn[4];\n"
-    code = ((pre / "tc_cuda.cuh").read_text() + (pre / "tc_matrix.cuh").read_text() +
+    code = (prelude() + (pre / "tc_matrix.cuh").read_text() +
             'extern "C" __global__ void k(const __half* x, const __nv_bfloat16* y, float* out) {\n' + body +
             "  float c[4] = {0, 0, 0, 0};\n"
             "  for (int i = 0; i < 8; ++i) { ah[i] = x[threadIdx.x * 8 + i]; an[i] = y[threadIdx.x * 8 + i]; }\n"
@@ -135,6 +135,6 @@ def test_matrix_op_spelling_compiles_to_mma(tmp_path):
     assert ".local" not in ptx      # the register arrays stay in registers
 
 
-from tilecore_cuda.codegen import CUDAEmitter  # noqa: E402
+from tilecore_cuda.codegen import CUDAEmitter, prelude  # noqa: E402
 
 CUDA_SPELL = CUDAEmitter.matrix_ops[MMA_16816]
