@@ -31,12 +31,24 @@ def fake_unit() -> MatrixUnit:
 
 def backend_class():
     """The backend class (imported lazily: it needs the CUDA plugin on the path)."""
-    from tilecore.plugin import Target
+    from tilecore.plugin import Probe, Runtime, Target
     from tilecore_cuda import CUDABackend
     from tilecore_cuda.codegen import CUDAEmitter
 
     class FakeMatrixEmitter(CUDAEmitter):
         matrix_ops = {SPELLING: "tc_fakemu_16x16x8(&{c}[{c_off}], &{a}[{a_off}], &{b}[{b_off}]);"}
+
+    class HostOnlyRuntime(Runtime):
+        """No device has the made-up unit: the "binary" is the source, run by tests/cuda_host_emulator.py."""
+
+        def build(self, source, options):
+            return source.code.encode()
+
+        def load(self, binary, source):
+            raise RuntimeError("fakemu kernels run only on the host emulator (tests/cuda_host_emulator.py)")
+
+        def mode(self):
+            return "codegen-only"
 
     class FakeMatrixBackend(CUDABackend):
         name = "fakemu"
@@ -68,6 +80,12 @@ def backend_class():
 
         def emitter(self, target):
             return FakeMatrixEmitter()
+
+        def runtime(self, target):
+            return HostOnlyRuntime()
+
+        def probe(self):
+            return Probe("no-device", detail="a made-up matrix unit: kernels run on the host emulator")
 
     return FakeMatrixBackend
 

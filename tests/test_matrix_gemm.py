@@ -51,7 +51,10 @@ class Lockstep:
         raise NotImplementedError(type(e).__name__)
 
     def run(self, s):
-        if isinstance(s, Seq):
+        if isinstance(s, list):
+            for c in s:
+                self.run(c)
+        elif isinstance(s, Seq):
             for c in s.body:
                 self.run(c)
         elif isinstance(s, Allocate):
@@ -110,7 +113,7 @@ def test_lowered_gemm_computes_the_product(unit, ta, tb, shape, threads):
     plan.c_layout.check()
     assert plan.c_layout.threads == threads and plan.c_layout.shape == (m, n)
     creg = Buffer("C_r", (plan.c_layout.regs,), "float32", "register")
-    prog = lower_gemm(op, plan, {c: (creg, plan.c_layout)}, ctx)
+    prog = lower_gemm(op, plan, {id(c): (creg, plan.c_layout)}, ctx)
     rng = np.random.default_rng(1)
     A, B = rng.standard_normal(a.static_shape()), rng.standard_normal(b.static_shape())
     sim = Lockstep(threads, {a: A, b: B}, {u.spelling: u})
@@ -129,7 +132,7 @@ def test_accumulates_without_clear():
     op, a, b, c = gemm_op(32, 32, 16, False, False, clear=False)
     plan = plan_gemm(op, 128, Ctx([u]))
     creg = Buffer("C_r", (plan.c_layout.regs,), "float32", "register")
-    prog = lower_gemm(op, plan, {c: (creg, plan.c_layout)}, Ctx([u]))
+    prog = lower_gemm(op, plan, {id(c): (creg, plan.c_layout)}, Ctx([u]))
     A, B = np.ones((32, 16)), np.ones((16, 32))
     sim = Lockstep(128, {a: A, b: B}, {u.spelling: u})
     sim.regs[creg] = np.full((128, plan.c_layout.regs), 1.0)
@@ -145,7 +148,7 @@ def test_plan_tiles_groups_and_registers():
     # thread 37 is lane 5 of warp 1 (atom row 1, atom column 0): its register 0 is row 16 + 5 / 4, column 2 (5 % 4)
     assert plan.c_layout.element(37, 0) == (16 + 1, 2)
     plan = plan_gemm(op, 128, Ctx([UNITS["fake"]]))
-    assert plan.attrs["groups"] == (1, 2) and plan.attrs["atoms"] == (8, 4)
+    assert plan.attrs["groups"] == (2, 1) and plan.attrs["atoms"] == (4, 8)
 
 
 @pytest.mark.parametrize("args,why", [

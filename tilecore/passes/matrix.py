@@ -3,7 +3,8 @@
 
 Contract used by the layout pass (tilecore/passes/layout.py):
 
-- :func:`plan_gemm` is asked, for each ``T.gemm`` whose C is a fragment, whether one of the target's matrix
+- :func:`plan_gemm` is asked, for each ``T.gemm`` whose C is a fragment (and whose A and B are in shared
+  memory, or fragments the layout pass keeps there: it never passes an operand held in registers), whether one of the target's matrix
   units (``ctx.matrix_units``) can run it over the block's ``threads``; it returns a
   :class:`GemmPlan` whose ``c_layout`` (the unit's accumulator layout tiled over the block's groups and
   registers) becomes C's layout, or None (C then takes the core's blocked layout and the generic
@@ -11,7 +12,7 @@ Contract used by the layout pass (tilecore/passes/layout.py):
 - :func:`lower_gemm` turns the op into the statements each thread runs (placed inside a
   :class:`~tilecore.ir.PerThread` by the caller): operand loads into ``register`` buffers by the unit's A and
   B layouts, and one :class:`~tilecore.ir.MatrixOp` per unit instruction. ``registers`` maps each fragment
-  in registers to ``(register buffer, layout)``.
+  in registers (by ``id(buffer)``) to ``(register buffer, layout)``.
 
 The plan: the block's ``threads / unit.group`` groups are arranged ``wm x wn`` over C's rows and columns
 (group ``g`` takes atom row ``g % wm`` and atom column ``g / wm``, then every ``wm``-th and ``wn``-th atom),
@@ -37,6 +38,9 @@ class GemmPlan:
     attrs: dict = field(default_factory=dict)
 
 
+_ON_CHIP = ("shared", "fragment")
+
+
 def _static(exprs) -> tuple | None:
     vals = tuple(const_value(as_expr(e)) for e in exprs)
     return None if any(v is None for v in vals) else tuple(int(v) for v in vals)
@@ -45,7 +49,8 @@ def _static(exprs) -> tuple | None:
 def _why_not(op, threads: int, ctx):
     """``(unit, (wm, wn), (M, N, K))`` for ``op``, or a string saying why no unit runs it."""
     a, b, c = op.args
-    if a.buffer.scope != "shared" or b.buffer.scope != "shared":
+    # a fragment operand here is one the layout pass keeps in shared memory (it refuses operands in registers)
+    if a.buffer.scope not in _ON_CHIP or b.buffer.scope not in _ON_CHIP:
         return f"A and B must be in shared memory (A is {a.buffer.scope}, B is {b.buffer.scope})"
     if c.buffer.scope != "fragment" or len(c.extents) != 2 or _static(c.starts) != (0, 0) \
             or _static(c.extents) != _static(c.buffer.shape):
@@ -77,7 +82,8 @@ def _why_not(op, threads: int, ctx):
         if not fits:
             why.append(f"{name}: {groups} groups of {u.group} threads do not divide {m // u.m}x{n // u.n} atoms")
             continue
-        wm, wn = min(fits, key=lambda f: (m // f[0] + n // f[1], f[0]))  # the squarest tile per group
+        # the squarest tile per group; on a tie groups go down the rows (a row reduction then stays in a group)
+        wm, wn = min(fits, key=lambda f: (m // f[0] + n // f[1], -f[0]))
         return u, (wm, wn), (m, n, k)
     return "; ".join(why) or "the target has no matrix unit with register operands"
 
@@ -97,20 +103,21 @@ def plan_gemm(op, threads: int, ctx) -> GemmPlan | None:
     return GemmPlan(u, lay, {"unit": u.spelling, "groups": (wm, wn), "atoms": (mt, nt), "k_steps": k // u.k})
 
 
-def lower_gemm(op, plan: GemmPlan, registers: dict, ctx):
-    """The per-thread statements of ``op`` on ``plan.unit`` (see the module docstring)."""
+def lower_gemm(op, plan: GemmPlan, registers: dict, ctx) -> list:
+    """The per-thread statements of ``op`` on ``plan.unit`` (a list; see the module docstring)."""
     u = plan.unit
     a, b, c = op.args
     ta, tb = bool(op.attrs.get("transpose_A")), bool(op.attrs.get("transpose_B"))
     wm, wn = plan.attrs["groups"]
     mt, nt = plan.attrs["atoms"]
-    creg, clay = registers[c.buffer]
+    creg, clay = registers[id(c.buffer)]
     if clay != plan.c_layout:
         raise ValueError(f"gemm into {c.buffer.name}: its registers are laid out as {clay}, the plan needs {plan.c_layout}")
     tid = ThreadIndex()
-    lane = binary("floormod", tid, u.group)
+    lane = binary("floormod", tid, u.group) if wm * wn > 1 else tid
     group = binary("div", tid, u.group)
-    g_row, g_col = binary("floormod", group, wm), binary("div", group, wm)
+    g_row = binary("floormod", group, wm) if wm > 1 else const(0)
+    g_col = binary("div", group, wm) if wm > 1 else group
     areg = Buffer(f"{c.buffer.name}_mma_a", (mt * u.a.regs,), a.buffer.dtype, "register")
     breg = Buffer(f"{c.buffer.name}_mma_b", (nt * u.b.regs,), b.buffer.dtype, "register")
     kk = Var("mk")
@@ -143,7 +150,7 @@ def lower_gemm(op, plan: GemmPlan, registers: dict, ctx):
     if op.attrs.get("clear_accum"):
         out += [Store(creg, (const(r),), const(0, creg.dtype), span=op.span) for r in range(clay.regs)]
     out.append(For(kk, as_expr(0), as_expr(plan.attrs["k_steps"]), "serial", seq(body), span=op.span))
-    return seq(out)
+    return out
 
 
 __all__ = ["GemmPlan", "plan_gemm", "lower_gemm"]
