@@ -115,6 +115,10 @@ def test_mma_sync_through_the_core_model_for_a_gemm_off_the_matched_forms():
     assert tilecore_cuda.lowering_path(k) == "generic"
     _on_unit(k, "C_local", "mma_sync_m16n8k16")
     assert "tc_mma_16816_r(" in k.source.code
+    sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+    hmma = sass.count("HMMA.16816.F32")          # 2 x 4 atoms per warp (32 x 32) per k step of 16
+    assert hmma in (8, 16), hmma                  # the loop over the tile's two k steps, or it unrolled
+    assert "LDL" not in sass and "STL" not in sass  # operand and accumulator arrays stay in registers
     rng = np.random.default_rng(6)
     a, b, a64, b64 = _operands(rng, (M, K), (K, N))
     out = run_on_host(k, [a, b, np.zeros((M, N), np.float16)])[2].astype(np.float64)

@@ -94,7 +94,9 @@ def plan_gemm(op, threads: int, ctx) -> GemmPlan | None:
     found = _why_not(op, threads, ctx)
     c = op.args[2].buffer
     if isinstance(found, str):
-        ctx.notes.append(f"tilecore.matrix: gemm into {c.name} stays off the matrix units: {found}")
+        note = f"tilecore.matrix: gemm into {c.name} stays off the matrix units: {found}"
+        if note not in ctx.notes:  # the layout pass may ask again while it settles
+            ctx.notes.append(note)
         return None
     u, (wm, wn), (m, n, k) = found
     mt, nt = m // (u.m * wm), n // (u.n * wn)
