@@ -100,8 +100,8 @@ def test_flash_attention_on_the_made_up_unit(fakemu, causal):
 
 
 def test_mma_sync_through_the_core_model_for_a_gemm_off_the_matched_forms():
-    """B rows of 777 float16 (not a multiple of 16 bytes): the register programs refuse it; the core's
-    layout pass puts C on the registered mma.sync unit."""
+    """B rows of 777 float16 (not a multiple of 16 bytes): the register programs refuse it; with
+    ``tilecore.matrix_unit_gemm`` the core's layout pass puts C on the registered mma.sync unit."""
     import tilecore_cuda
     from test_cuda_backend import needs_toolchain  # noqa: F401 - the same toolchain condition
 
@@ -111,7 +111,13 @@ def test_mma_sync_through_the_core_model_for_a_gemm_off_the_matched_forms():
     from cuda_offpath import gemm_777
 
     M, N, K = 64, 777, 64
-    k = tilecore.compile(gemm_777(M, N, K, bm=64, bn=64, bk=32), target="cuda:sm_80", pass_configs=NOCACHE)
+    fn = gemm_777(M, N, K, bm=64, bn=64, bk=32)
+    # by default the backend's own tensor-core GEMM goes first (C in shared memory), with the reason
+    k = tilecore.compile(fn, target="cuda:sm_80", pass_configs=NOCACHE)
+    assert "tc_mma_16816_r(" not in k.source.code
+    assert k.meta["attrs"]["fragment_layouts"]["C_local"].startswith("shared")
+    # on request, the registered unit through the core model
+    k = tilecore.compile(fn, target="cuda:sm_80", pass_configs={**NOCACHE, "tilecore.matrix_unit_gemm": True})
     assert tilecore_cuda.lowering_path(k) == "generic"
     _on_unit(k, "C_local", "mma_sync_m16n8k16")
     assert "tc_mma_16816_r(" in k.source.code

@@ -8,7 +8,10 @@ Contract used by the layout pass (tilecore/passes/layout.py):
   units (``ctx.matrix_units``) can run it over the block's ``threads``; it returns a
   :class:`GemmPlan` whose ``c_layout`` (the unit's accumulator layout tiled over the block's groups and
   registers) becomes C's layout, or None (C then takes the core's blocked layout and the generic
-  register GEMM); the reason is appended to ``ctx.notes`` as ``"tilecore.matrix: ..."``.
+  register GEMM); the reason is appended to ``ctx.notes`` as ``"tilecore.matrix: ..."``. Where the
+  backend's intrinsic table has its own hardware GEMM for the op (an intrinsic that needs a ``feature:``,
+  e.g. one with C in shared memory and tuned operand loads), that goes first unless the pass config
+  ``tilecore.matrix_unit_gemm`` is True (False: never use the units).
 - :func:`lower_gemm` turns the op into the statements each thread runs (placed inside a
   :class:`~tilecore.ir.PerThread` by the caller): operand loads into ``register`` buffers by the unit's A and
   B layouts, and one :class:`~tilecore.ir.MatrixOp` per unit instruction. ``registers`` maps each fragment
@@ -88,11 +91,31 @@ def _why_not(op, threads: int, ctx):
     return "; ".join(why) or "the target has no matrix unit with register operands"
 
 
+def _backend_gemm(op, ctx):
+    """The name of the backend intrinsic that runs ``op`` on its own hardware path (one that needs a
+    ``feature:``), if the intrinsic table picks one: the backend's tuned GEMM goes first by default."""
+    from .lower_tile import choose
+
+    try:
+        intr = choose(op, ctx)
+    except Exception:  # noqa: BLE001 - no intrinsic: nothing to prefer
+        return None
+    return intr.name if any(str(r).startswith("feature:") for r in intr.requires) else None
+
+
 def plan_gemm(op, threads: int, ctx) -> GemmPlan | None:
     """A plan for ``op`` (a ``T.gemm`` TileOp) on a matrix unit of the target, or None (with the reason in
     ``ctx.notes``)."""
     found = _why_not(op, threads, ctx)
     c = op.args[2].buffer
+    force = ctx.option("tilecore.matrix_unit_gemm", None)
+    if force is False:
+        found = "pass config tilecore.matrix_unit_gemm is False"
+    elif not isinstance(found, str) and force is None:
+        own = _backend_gemm(op, ctx)
+        if own is not None:
+            found = (f"the backend's own {own} runs it (pass_configs={{'tilecore.matrix_unit_gemm': True}} puts it "
+                     f"on {found[0].spelling})")
     if isinstance(found, str):
         note = f"tilecore.matrix: gemm into {c.name} stays off the matrix units: {found}"
         if note not in ctx.notes:  # the layout pass may ask again while it settles
