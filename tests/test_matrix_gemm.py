@@ -168,3 +168,12 @@ def test_groups_that_do_not_divide_are_refused():
     ctx = Ctx([UNITS["fake"]])
     assert plan_gemm(op, 96, ctx) is None and "groups of 64 threads, the block has 96" in ctx.notes[-1]
     assert plan_gemm(op, 128, ctx) is None and "2 groups of 64 threads do not divide 1x1 atoms" in ctx.notes[-1]
+
+
+def test_pass_config_false_keeps_gemm_off_the_units():
+    op, *_ = gemm_op(64, 64, 32, False, False)
+    ctx = Ctx([UNITS["mma"]])
+    ctx.config["tilecore.matrix_unit_gemm"] = False
+    assert plan_gemm(op, 128, ctx) is None and "tilecore.matrix_unit_gemm is False" in ctx.notes[-1]
+    plan_gemm(op, 128, ctx)
+    assert len(ctx.notes) == 1     # asked again (the layout pass settles in rounds): noted once
