@@ -113,7 +113,7 @@ def test_in_tree_figures(tree):
     assert tree.resolve("hip/gfx942").get("execution.simd_width") == 64
     assert tree.resolve("webgpu/baseline").limit("max_shared_bytes_per_block") == (16384.0, "max")
     assert tree.resolve("metal/apple9").dtype("float64") is False
-    assert tree.resolve("cpu/host").dtype("float8_e4m3") is False
+    assert tree.resolve("cpu/host").dtype("float8_e4m3") is True and tree.resolve("cpu/host").dtype("int8", "mma") is False
     a3 = tree.resolve("ascend/a3")
     assert a3.feature("separate_vector_cube_units") is True and a3.feature("shared_memory") is False
     assert a3.limit("max_ub_bytes") == (196608.0, "max")

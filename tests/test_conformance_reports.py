@@ -65,7 +65,7 @@ def plugins(tmp_path_factory):
 def cpu_run(tmp_path_factory):
     """A filtered CPU run: one PASS and one NOT_SUPPORTED case."""
     tmp = tmp_path_factory.mktemp("cpu_run")
-    r = tilecore_cli(["conformance", "run", "--target", "cpu", "-k", "fill/fill/float32 or fill/fill/float8_e4m3",
+    r = tilecore_cli(["conformance", "run", "--target", "cpu", "-k", "fill/fill/float32 or gemm/int8/nn/64x64x64",
                       "--report", str(tmp / "report")], tmp)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return tmp / "report"
@@ -129,14 +129,14 @@ def test_junit_names_suite_and_classes_after_the_target_and_carries_the_run_prop
     assert p["tilecore_version"] == tilecore.__version__
     assert p["conformance_version"] == tilecore_conformance.__version__
     assert p["backend"].startswith("tilecore-cpu ") and p["capability_profile"] == "cpu/host"
-    assert p["selection"] == f"filtered run: 2 of {CATALOG} cases (-k 'fill/fill/float32 or fill/fill/float8_e4m3')"
+    assert p["selection"] == f"filtered run: 2 of {CATALOG} cases (-k 'fill/fill/float32 or gemm/int8/nn/64x64x64')"
     cases = suite_cases(suite)
-    assert set(cases) == {"fill/fill/float32", "fill/fill/float8_e4m3"}
-    assert {c for c, _ in cases.values()} == {"cpu.fill"}  # never the venv path pytest's writer puts there
+    assert set(cases) == {"fill/fill/float32", "gemm/int8/nn/64x64x64"}
+    assert {c for c, _ in cases.values()} == {"cpu.fill", "cpu.gemm"}  # never the venv path pytest's writer puts there
     assert cases["fill/fill/float32"][1] is None
-    skipped = cases["fill/fill/float8_e4m3"][1]
+    skipped = cases["gemm/int8/nn/64x64x64"][1]
     assert skipped.tag == "skipped" and skipped.get("message").startswith("NOT_SUPPORTED: ")
-    assert "kernel fill uses a float8_e4m3 tensor" in skipped.get("message")
+    assert "kernel gemm uses T.gemm on int8 operands" in skipped.get("message")
     assert "site-packages" not in (cpu_run / "junit.xml").read_text()
 
 
@@ -144,7 +144,7 @@ def test_manifest_records_the_suite_version_and_the_selection(cpu_run):
     man = json.loads((cpu_run / "manifest.json").read_text())
     assert man["conformance_version"] == tilecore_conformance.__version__
     sel = man["selection"]
-    assert sel["keyword"] == "fill/fill/float32 or fill/fill/float8_e4m3"
+    assert sel["keyword"] == "fill/fill/float32 or gemm/int8/nn/64x64x64"
     assert sel["selected_cases"] == 2 and sel["catalog_cases"] == CATALOG and sel["full"] is False
     assert sel["expectations"].endswith("cpu.yaml") and len(sel["expectations_sha256"]) == 64
     assert f"filtered run: 2 of {CATALOG} cases" in (cpu_run / "matrix.md").read_text()
@@ -259,7 +259,7 @@ def test_merge_writes_one_report_of_every_run(tmp_path, cpu_run):
     assert r.returncode == 0, r.stderr
     merged = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     assert {(x["target"], x["id"]) for x in merged} == (
-        {("cpu", "fill/fill/float32"), ("cpu", "fill/fill/float8_e4m3")} | {("fake:x1", i) for i in recs})
+        {("cpu", "fill/fill/float32"), ("cpu", "gemm/int8/nn/64x64x64")} | {("fake:x1", i) for i in recs})
     man = json.loads((out / "manifest.json").read_text())
     assert [m["target"] for m in man["runs"]] == ["cpu", "fake:x1"] and man["cases"] == len(merged)
     assert man["counts"]["fake:x1 (emulated)"]["CRASH"] == 1
@@ -317,7 +317,7 @@ def check_html(page: str, recs: dict) -> None:
     assert cpu[7].startswith("filtered run: 2 of") and fake[7] == "all 8 cases"
     banners = [text(d) for d in find(doc, "div") if "banner" in d["attrs"].get("class", "")]
     assert banners == [f"cpu (device): filtered run: 2 of {CATALOG} cases "
-                       "(-k 'fill/fill/float32 or fill/fill/float8_e4m3')"]
+                       "(-k 'fill/fill/float32 or gemm/int8/nn/64x64x64')"]
     # the filter: a text box, a toggle per state present, failures first
     assert list(find(doc, "input", id="q")) and list(find(doc, "input", id="ff"))
     toggles = [n["attrs"]["value"] for n in find(next(find(doc, "span", id="states")), "input")]

@@ -4,6 +4,7 @@ the errors for what tilecore does not provide, and two semantic fixes (lazy `x i
 keeping the caller's arguments). All on the cpu target."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -315,14 +316,96 @@ def test_disable_cache(tmp_path, monkeypatch):
     assert tilecore.is_cache_enabled()
 
 
+# -- tilecore.carver: the compute-unit count for persistent kernels ----------------------------------------
+
+@tilecore.jit(out_idx=[-1], target="cpu")
+def persistent_copy(N, block, dtype=T.float32):
+    from tilecore.carver.arch import driver
+
+    sm_num = driver.get_num_sms()
+
+    @T.prim_func
+    def main(A: T.Tensor((N,), dtype), B: T.Tensor((N,), dtype)):
+        with T.Kernel(sm_num) as block_id:
+            for w in T.serial(T.ceildiv(T.ceildiv(N, block), sm_num)):
+                tile = w * sm_num + block_id
+                if tile * block < N:
+                    for i in T.Parallel(block):
+                        B[tile * block + i] = A[tile * block + i] + tile
+    return main
+
+
+def _torch_sms():
+    torch = pytest.importorskip("torch")
+    return torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else None
+
+
+def test_get_num_sms_on_the_cpu_target_sizes_a_persistent_kernel(monkeypatch):
+    from tilecore.carver.arch.driver import get_num_sms
+
+    monkeypatch.setenv("TILECORE_TARGET", "cpu")
+    want = _torch_sms() or os.cpu_count()  # a CUDA device first, else the cpu profile's probed cores
+    assert get_num_sms() == want
+    import tilecore.carver.arch.driver as drv
+    assert tilecore.carver.arch.driver is drv
+
+    kernel = persistent_copy(1000, 64)
+    a = np.arange(1000, dtype=np.float32)
+    np.testing.assert_array_equal(kernel(a), a + np.arange(1000) // 64)
+
+
+def test_get_num_sms_reads_a_declared_figure_from_the_targets_profile(tmp_path, monkeypatch):
+    from tilecore.carver.arch.driver import get_num_sms
+    from tilecore.plugin import Probe, Target, get_registry, hookimpl, reset_registry
+    from tilecore.plugin.capabilities import clear_cache
+    from tilecore_cpu import CPUBackend
+
+    if _torch_sms():
+        pytest.skip("a CUDA device is present: get_num_sms answers from it before the profile")
+    caps = tmp_path / "x20.yaml"
+    caps.write_text("schema: tilecore.capabilities/v1\nid: twenty/x20\nextends: [cpu/host]\ntarget: twenty\n"
+                    "match: {arch: x20}\nexecution: {cores: 20}\n"
+                    "provenance: {execution.cores: \"tilecore test fixture (a declared figure, not probed)\"}\n")
+
+    class Twenty(CPUBackend):
+        name = "twenty"
+
+        def parse_target(self, spec):
+            return Target("twenty", "twenty", "x20", (), "twenty/x20") if spec == "twenty" else None
+
+        def targets(self):
+            return ["twenty"]
+
+        def capability_files(self):
+            return [caps]
+
+        def probe(self):
+            return Probe("no-device")
+
+    class Plugin:
+        @hookimpl
+        def tilecore_backends(self):
+            return [Twenty()]
+
+    monkeypatch.setenv("TILECORE_TARGET", "twenty")
+    get_registry().register(Plugin(), name="twenty")
+    clear_cache()  # the capability profiles are collected once; collect them again with twenty's
+    try:
+        assert get_num_sms() == 20
+    finally:
+        reset_registry()
+
+
 # -- what tilecore does not provide ---------------------------------------------------------------------
 
 def test_missing_tilelang_names_raise_a_tilecore_error_saying_what_to_use():
     with pytest.raises(NotProvidedError, match=r"T.alloc_tmem \(TileLang's\) is not provided by tilecore; instead: "
                                                r"T.alloc_fragment"):
         T.alloc_tmem
-    with pytest.raises(NotProvidedError, match=r"tilecore.carver .* instead: tilecore.autotune"):
-        tilecore.carver
+    with pytest.raises(NotProvidedError, match=r"tilecore.carver.arch.CUDA \(TileLang's\) .* instead: tilecore.autotune"):
+        tilecore.carver.arch.CUDA
+    with pytest.raises(NotProvidedError, match=r"tilecore.carver.MatmulTemplate \(TileLang's\) .* instead: "):
+        tilecore.carver.MatmulTemplate
     with pytest.raises(NotProvidedError, match=r"T.no_such_op is not part of tilecore; docs/tilelang-compat.md"):
         T.no_such_op
     assert not hasattr(T, "no_such_op") and not hasattr(tilecore, "no_such_thing")  # still an AttributeError
@@ -339,7 +422,7 @@ def test_missing_name_in_a_kernel_names_the_line():
 
 def test_import_stays_cheap():
     code = ("import sys, tilecore, tilecore.language, tilecore.profiler, tilecore.math, tilecore.testing, "
-            "tilecore.autotuner, tilecore.layout, tilecore.utils.tensor; "
+            "tilecore.autotuner, tilecore.layout, tilecore.utils.tensor, tilecore.carver.arch.driver; "
             "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -12,7 +12,7 @@ import torch
 
 import tilecore
 import tilecore.language as T
-from tilecore.errors import KernelAssertionError, ParseError, UnsupportedFeatureError
+from tilecore.errors import KernelAssertionError, ParseError, TileOpShapeError, UnsupportedFeatureError
 
 CPU = "cpu"
 NOCACHE = {"tilecore.disable_cache": True}
@@ -544,3 +544,57 @@ def test_alloc_global_in_an_eager_kernel():
     a = torch.randn(16)
     b = _eager_with_workspace(a)  # only B comes back; W is the call's
     np.testing.assert_allclose(b.double().numpy(), a.double().numpy() * 2 + 1, rtol=1e-6)
+
+
+# -- T.im2col (and its older name T.c2d_im2col) -------------------------------------------------------------
+
+def _im2col_ref(img, K, S, D, P):
+    """The unfolded image, float64: row (n, oh, ow), column (kh, kw, c) with c fastest."""
+    x = torch.from_numpy(img).double().permute(0, 3, 1, 2)  # NCHW
+    N, C = x.shape[:2]
+    cols = torch.nn.functional.unfold(x, K, dilation=D, padding=P, stride=S)  # (N, C*K*K, L), c slowest
+    cols = cols.view(N, C, K * K, -1).permute(0, 3, 2, 1).reshape(-1, K * K * C)
+    return cols.numpy()
+
+
+@pytest.mark.parametrize("name,N,H,W,C,K,S,D,P", [("im2col", 2, 9, 7, 4, 3, 2, 2, 2),
+                                                  ("c2d_im2col", 1, 6, 5, 3, 2, 1, 1, 0)])
+def test_im2col_unfolds_the_image_like_torch(name, N, H, W, C, K, S, D, P):
+    OH, OW = (H + 2 * P - D * (K - 1) - 1) // S + 1, (W + 2 * P - D * (K - 1) - 1) // S + 1
+    bm, bk = 16, 8  # N*OH*OW and K*K*C are not multiples: the last tiles run past the image
+    rows, cols = T.ceildiv(N * OH * OW, bm) * bm, T.ceildiv(K * K * C, bk) * bk
+    op = getattr(T, name)
+
+    @T.prim_func
+    def k(data: T.Tensor((N, H, W, C), T.float32), out: T.Tensor((rows, cols), T.float32)):
+        with T.Kernel(cols // bk, rows // bm, threads=32) as (bx, by):
+            tile = T.alloc_shared((2, bm, bk), T.float32)
+            op(data, tile[1, :, :], by, bx, K, S, D, P)  # a slice of a bigger buffer as the destination
+            T.copy(tile[1, :, :], out[by * bm, bx * bk])
+
+    img = np.random.default_rng(3).standard_normal((N, H, W, C)).astype(np.float32)
+    want = np.zeros((rows, cols))
+    want[:N * OH * OW, :K * K * C] = _im2col_ref(img, K, S, D, P)
+
+    def check(kern):
+        got = np.full((rows, cols), np.nan, np.float32)
+        kern(img, got)
+        got[:, K * K * C:] = 0  # past the last kernel column: TileLang's im2col leaves what it reads there
+        np.testing.assert_array_equal(got, want)
+
+    on_targets(k, check)
+
+
+def test_im2col_errors_name_the_problem():
+    with pytest.raises(TileOpShapeError, match=r"test_tilelang_language.py:\d+ in k: T.im2col: the image is float16 but tile is float32"):
+        @T.prim_func
+        def k(data: T.Tensor((1, 4, 4, 2), T.float16)):
+            with T.Kernel(1):
+                tile = T.alloc_shared((8, 8), T.float32)
+                T.im2col(data, tile, 0, 0, 3, 1, 1, 1)
+    with pytest.raises(TileOpShapeError, match=r"T.im2col: the image must be a 4-D \(N, H, W, C\) tensor"):
+        @T.prim_func
+        def k2(data: T.Tensor((4, 4, 2), T.float32)):
+            with T.Kernel(1):
+                tile = T.alloc_shared((8, 8), T.float32)
+                T.im2col(data, tile, 0, 0, 3, 1, 1, 1)

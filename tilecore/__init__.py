@@ -31,6 +31,7 @@ _LAZY = {
     "math": ("tilecore.math", None),
     "layout": ("tilecore.layout", None),
     "utils": ("tilecore.utils", None),
+    "carver": ("tilecore.carver", None),
     "Profiler": ("tilecore.runtime.profiler", "Profiler"),
     "TensorSupplyType": ("tilecore.utils.tensor", "TensorSupplyType"),
     "cdiv": ("tilecore.math", "cdiv"),

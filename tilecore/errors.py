@@ -105,7 +105,8 @@ class NotProvidedError(TilecoreError, AttributeError):
 
 #: TileLang names tilecore deliberately does not provide, with what to use instead
 INSTEAD = {
-    "tilecore.carver": "tilecore.autotune with an explicit list of configs",
+    "tilecore.carver": "tilecore.autotune with an explicit list of configs (of TileLang's carver, tilecore provides "
+                       "only tilecore.carver.arch.driver.get_num_sms)",
     "tilecore.engine": "tilecore.compile (and tilecore.compiler.lower for the lowered IR and source)",
     "tilecore.lower": "tilecore.compiler.lower(func, target)",
     "tilecore.transform": "tilecore.PassConfigKey for pass options; passes are added by backend plugins",
@@ -129,11 +130,13 @@ INSTEAD = {
 def not_provided(where: str, name: str) -> NotProvidedError:
     """The error for ``where.name`` missing: names the feature, says what to use instead."""
     full = f"{where}.{name}"
-    instead = INSTEAD.get(full)
+    if name.startswith("__") and name.endswith("__"):
+        return NotProvidedError(f"module {where!r} has no attribute {name!r}")
+    parts = full.split(".")  # the entry for the name, else for the module it is in (tilecore.carver.X)
+    instead = next((INSTEAD[k] for k in (".".join(parts[:i]) for i in range(len(parts), 0, -1)) if k in INSTEAD),
+                   None)
     if instead:
         return NotProvidedError(f"{full} (TileLang's) is not provided by tilecore; instead: {instead} "
                                 "(docs/tilelang-compat.md)")
-    if name.startswith("__") and name.endswith("__"):
-        return NotProvidedError(f"module {where!r} has no attribute {name!r}")
     return NotProvidedError(f"{full} is not part of tilecore; docs/tilelang-compat.md lists the TileLang API tilecore "
                             "provides and what to use for the rest")

@@ -325,6 +325,14 @@ def atomic_max(dst, value, memory_order=None, return_prev=False): _ops.atomic("m
 def atomic_min(dst, value, memory_order=None, return_prev=False): _ops.atomic("min", dst, value)
 
 
+def im2col(img, col, nhw_step, c_step, kernel, stride, dilation, pad, eviction_policy=None, annotations=None):
+    """TileLang's ``T.im2col`` (docs/language.md); ``eviction_policy`` and ``annotations`` are hints."""
+    _ops.im2col(img, col, nhw_step, c_step, kernel, stride, dilation, pad)
+
+
+c2d_im2col = im2col  # TileLang's older name (deprecated there)
+
+
 # -- hints --------------------------------------------------------------------------------------
 def use_swizzle(panel_size: int = 10, order: str = "row", enable: bool = True) -> None:
     """Rasterize blocks in panels of ``panel_size`` for cache reuse (a hint; backends may ignore it)."""

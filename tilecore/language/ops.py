@@ -7,7 +7,8 @@ compute is specified in docs/language.md; how they run is the target's business 
 from __future__ import annotations
 
 from ..errors import TileOpShapeError
-from ..ir import (Atomic, Buffer, BufferLoad, Expr, Region, TileOp, as_expr, cast, const_value, prove_equal)
+from ..ir import (INDEX, Atomic, Buffer, BufferLoad, Expr, For, Region, Store, TileOp, Var, as_expr, cast, const_value,
+                  prove_equal, select)
 from .builder import current
 
 
@@ -165,6 +166,44 @@ def atomic(op: str, dst, value) -> None:
         v = _point_to_region(v, d.extents, f"atomic_{op}")
     _check_same(f"atomic_{op}", v, d, "value and destination differ")
     _emit("atomic", (v, d), kind=op)
+
+
+def im2col(img, col, nhw_step, c_step, kernel: int, stride: int, dilation: int, pad: int) -> None:
+    """TileLang's im2col for a 2-D convolution over an NHWC image with a square ``kernel``: fills the
+    (block_M, block_K) tile ``col`` with rows ``nhw_step * block_M + i`` of the unfolded image (one per output
+    pixel n, oh, ow) and columns ``c_step * block_K + j`` (kh, kw, c, c fastest); zero where the kernel
+    window reaches into the padding or the row is past the last pixel. Written as the ``T.Parallel`` loop
+    TileLang lowers it to, so every backend runs it as such."""
+    b = current("T.im2col")
+    d = _region(col, "im2col", "destination")
+    if not isinstance(img, Buffer) or img.ndim != 4:
+        raise TileOpShapeError(f"T.im2col: the image must be a 4-D (N, H, W, C) tensor, got "
+                               f"{getattr(img, 'name', type(img).__name__)}"
+                               f"{_fmt(img.shape) if isinstance(img, Buffer) else ''}", b.span)
+    if isinstance(d, BufferLoad) or len(d.extents) < 2 or any(const_value(e) != 1 for e in d.extents[:-2]):
+        got = f"the point {d.buffer.name}[...]" if isinstance(d, BufferLoad) else f"{d.buffer.name}{_fmt(d.extents)}"
+        raise TileOpShapeError(f"T.im2col: the destination must be a (block_M, block_K) tile, got {got}", b.span)
+    if img.dtype != d.buffer.dtype:
+        raise TileOpShapeError(f"T.im2col: the image is {img.dtype} but {d.buffer.name} is {d.buffer.dtype}; "
+                               "they must be the same dtype", b.span)
+    for name, v in (("kernel", kernel), ("stride", stride), ("dilation", dilation), ("pad", pad)):
+        if not isinstance(v, int):
+            raise TileOpShapeError(f"T.im2col: {name} must be a Python int, got {v!r}", b.span)
+    n, h, w, c = img.shape
+    block_m, block_k = d.extents[-2], d.extents[-1]
+    oh = (h + (2 * pad - dilation * (kernel - 1) - 1)) // stride + 1
+    ow = (w + (2 * pad - dilation * (kernel - 1) - 1)) // stride + 1
+    i, j = Var(b.fresh("i"), INDEX), Var(b.fresh("j"), INDEX)
+    m = as_expr(nhw_step) * block_m + i  # the output pixel (n, oh, ow) of row i
+    k = as_expr(c_step) * block_k + j    # the kernel tap and channel (kh, kw, c) of column j
+    ih = m % (oh * ow) // ow * stride + k // (c * kernel) * dilation - pad
+    iw = m % ow * stride + k // c % kernel * dilation - pad
+    inside = (ih >= 0) & (iw >= 0) & (ih < h) & (iw < w) & (m < n * oh * ow)
+    value = select(inside, img[m // (oh * ow), ih, iw, k % c], cast(img.dtype, as_expr(0, img.dtype)))
+    idx = (*d.starts[:-2], d.starts[-2] + i, d.starts[-1] + j)
+    body = Store(d.buffer, idx, value, span=b.span)
+    b.emit(For(i, as_expr(0), block_m, "parallel", For(j, as_expr(0), block_k, "parallel", body, span=b.span),
+               span=b.span))
 
 
 def _is_expr(x) -> bool:

@@ -24,6 +24,12 @@ def prelude() -> str:
 
 class CPUEmitter(CFamilyEmitter):
     lang = "c"
+    # float8 is stored as its byte and computed in float, converted by the prelude's functions (as torch's)
+    storage_types = {**CFamilyEmitter.storage_types, "float8_e4m3": "uint8_t", "float8_e5m2": "uint8_t"}
+    value_types = {**CFamilyEmitter.value_types, "float8_e4m3": "float", "float8_e5m2": "float"}
+    load_conv = {**CFamilyEmitter.load_conv, "float8_e4m3": "tc_e4m3_to_f({})", "float8_e5m2": "tc_e5m2_to_f({})"}
+    store_conv = {**CFamilyEmitter.store_conv, "float8_e4m3": "tc_f_to_e4m3({})", "float8_e5m2": "tc_f_to_e5m2({})"}
+    round_conv = {**CFamilyEmitter.round_conv, "float8_e4m3": "tc_round_e4m3({})", "float8_e5m2": "tc_round_e5m2({})"}
     simd_pragma = "#pragma omp simd"
     unroll_pragma = "#pragma GCC unroll {n}"
 

@@ -59,6 +59,82 @@ static inline uint16_t tc_f2bf(float f) {
 static inline float tc_round_h(float f) { return tc_h2f(tc_f2h(f)); }
 static inline float tc_round_bf(float f) { return tc_bf2f(tc_f2bf(f)); }
 
+/* ---- 8-bit floats (float8_e4m3fn, float8_e5m2) are stored as uint8_t and computed in float -------- */
+/* Conversions as torch's (bit for bit): round to nearest even; NaN -> 0x7f with the sign kept;
+   e4m3fn has no inf, so values past its largest finite one (448) and inf saturate to +-448;
+   e5m2 overflows to +-inf as IEEE formats do. */
+
+/* |f| (float bits a, not NaN, below the format's overflow bound) to an 8-bit float with M mantissa bits
+   and exponent bias B, rounded to nearest even */
+static inline uint8_t tc_f8_round(uint32_t a, int M, int B) {
+  int e = (int)(a >> 23);
+  uint32_t q, rem, half;
+  if (e < 128 - B) { /* below the smallest normal 2^(1-B): count in units of the smallest subnormal */
+    int rshift = 151 - B - M - e; /* |f| = man * 2^(e-150) = (man >> rshift) units of 2^(1-B-M) */
+    if (rshift > 24) return 0;    /* under half the smallest subnormal (float subnormals included) */
+    uint32_t man = (a & 0x7fffffu) | 0x800000u;
+    q = man >> rshift; rem = man & ((1u << rshift) - 1); half = 1u << (rshift - 1);
+  } else {
+    q = ((uint32_t)(e - 127 + B) << M) | ((a & 0x7fffffu) >> (23 - M));
+    rem = a & ((1u << (23 - M)) - 1); half = 1u << (22 - M);
+  }
+  if (rem > half || (rem == half && (q & 1u))) q++; /* a carry into the exponent is the right result */
+  return (uint8_t)q;
+}
+
+/* an 8-bit float's finite value (M mantissa bits, bias B), exactly */
+static inline float tc_f8_value(uint8_t v, int M, int B) {
+  uint32_t e = (v & 0x7fu) >> M, man = v & ((1u << M) - 1), bits;
+  if (e) {
+    bits = ((e - B + 127) << 23) | (man << (23 - M));
+  } else if (man == 0) {
+    bits = 0;
+  } else { /* subnormal: man * 2^(1-B-M); normalise */
+    int k = 0;
+    while (!(man & (1u << M))) { man <<= 1; k++; }
+    bits = ((uint32_t)(128 - B - k) << 23) | ((man & ((1u << M) - 1)) << (23 - M));
+  }
+  bits |= (uint32_t)(v & 0x80u) << 24;
+  float f; memcpy(&f, &bits, 4); return f;
+}
+
+static inline float tc_e4m3_to_f(uint8_t v) {
+  if ((v & 0x7fu) == 0x7fu) { /* NaN (the only one e4m3fn has) */
+    uint32_t bits = ((uint32_t)(v & 0x80u) << 24) | 0x7ff00000u; float f; memcpy(&f, &bits, 4); return f;
+  }
+  return tc_f8_value(v, 3, 7);
+}
+
+static inline uint8_t tc_f_to_e4m3(float f) {
+  uint32_t x; memcpy(&x, &f, 4);
+  uint8_t sign = (uint8_t)((x >> 24) & 0x80u);
+  uint32_t a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7fu;  /* NaN */
+  if (a > 0x43e80000u) return sign | 0x7eu;  /* past 464 (448 + half an ulp), inf too: +-448 */
+  return sign | tc_f8_round(a, 3, 7);
+}
+
+static inline float tc_e5m2_to_f(uint8_t v) {
+  if ((v & 0x7cu) == 0x7cu) { /* exponent all ones: inf, or NaN (quiet, payload kept as torch does) */
+    uint32_t man = v & 0x3u;
+    uint32_t bits = ((uint32_t)(v & 0x80u) << 24) | 0x7f800000u | (man ? 0x400000u | (man << 21) : 0);
+    float f; memcpy(&f, &bits, 4); return f;
+  }
+  return tc_f8_value(v, 2, 15);
+}
+
+static inline uint8_t tc_f_to_e5m2(float f) {
+  uint32_t x; memcpy(&x, &f, 4);
+  uint8_t sign = (uint8_t)((x >> 24) & 0x80u);
+  uint32_t a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7fu;  /* NaN */
+  if (a >= 0x47700000u) return sign | 0x7cu; /* from 61440 (57344 + half an ulp, a tie to even 2^16): inf */
+  return sign | tc_f8_round(a, 2, 15);
+}
+
+static inline float tc_round_e4m3(float f) { return tc_e4m3_to_f(tc_f_to_e4m3(f)); }
+static inline float tc_round_e5m2(float f) { return tc_e5m2_to_f(tc_f_to_e5m2(f)); }
+
 /* ---- integer helpers ---------------------------------------------------------------------------- */
 static inline int64_t tc_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
 static inline int64_t tc_floormod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
