@@ -17,6 +17,11 @@ description of each instruction:
   reading a buffer before the wait that covers its copy reads stale data here too (a missing barrier may
   show as well: the threads run concurrently).
 
+- the made-up 64-lane matrix unit of tests/fake_matrix_backend.py (``tc_fakemu_16x16x8``), the same way;
+- ``__shfl_xor_sync`` (and the fake backend's 64-wide exchange): every lane of the group deposits its
+  value, a group barrier, each reads its partner's. Lanes meet in groups of 64 threads (the last group
+  smaller), so every thread of such a group must reach the exchange.
+
 ``__shared__`` arrays become function statics (one block runs at a time), ``__syncthreads()`` a
 ``std::barrier`` over the block. Only what the gemm tests need is shimmed (no atomics, printf, asserts).
 """
@@ -36,6 +41,8 @@ SHIM = r"""
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <algorithm>
 #include <thread>
 #include <vector>
 #define __device__
@@ -127,6 +134,51 @@ template <bool BF16> inline void tc_mma_16816(float* d, const unsigned* a, const
   for (int q = 0; q < 4; ++q) d[q] = tc_w->d[l][q];
 }
 
+/* ---- groups of 64 threads: the made-up matrix unit of tests/fake_matrix_backend.py, wide shuffles ---- */
+struct tc_group64 {
+  explicit tc_group64(int n) : bar(n) {}
+  std::barrier<> bar;
+  unsigned short a[64][2], b[64][2];
+  unsigned long long x[64];
+};
+thread_local tc_group64* tc_g64;
+thread_local int tc_lane64;
+
+/* fakemu 16x16x8, f16 -> f32 over 64 lanes: C (row, col) in lane 16 (row / 4) + col, register row % 4;
+ * A (row, k) in lane row + 16 (k / 2), register k % 2; B (k, col) in lane 4 col + k % 4, register k / 4 */
+inline void tc_fakemu_16x16x8(float* c, const __half* a, const __half* b) {
+  const int l = tc_lane64;
+  for (int q = 0; q < 2; ++q) { tc_g64->a[l][q] = a[q].bits; tc_g64->b[l][q] = b[q].bits; }
+  tc_g64->bar.arrive_and_wait();
+  float d[4];
+  for (int q = 0; q < 4; ++q) {
+    const int row = 4 * (l / 16) + q, col = l % 16;
+    double acc = c[q];
+    for (int k = 0; k < 8; ++k)
+      acc += (double)tc_h2f_bits(tc_g64->a[row + 16 * (k / 2)][k % 2]) * (double)tc_h2f_bits(tc_g64->b[4 * col + k % 4][k / 4]);
+    d[q] = (float)acc;
+  }
+  tc_g64->bar.arrive_and_wait();
+  for (int q = 0; q < 4; ++q) c[q] = d[q];
+}
+
+/* register exchange: every lane of the aligned group of `width` (up to 64) deposits, reads lane ^ mask */
+template <typename T> inline T tc_xor_exchange(T v, int mask, int width) {
+  if (width > 64 || (width & (width - 1)) || mask >= width) tc_fail("shuffle width or mask out of range");
+  std::memcpy(&tc_g64->x[tc_lane64], &v, sizeof(T));
+  tc_g64->bar.arrive_and_wait();
+  T out;
+  std::memcpy(&out, &tc_g64->x[tc_lane64 ^ mask], sizeof(T));
+  tc_g64->bar.arrive_and_wait();
+  return out;
+}
+template <typename T> inline T __shfl_xor_sync(unsigned, T v, int mask, int width = 32) {
+  if (width > 32) tc_fail("__shfl_xor_sync width above 32");
+  return tc_xor_exchange(v, mask, width);
+}
+inline unsigned short __half_as_ushort(__half h) { return h.bits; }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.bits; }
+
 /* cp.async: a copy is queued in this thread's open group and lands only when a wait_group retires its
  * group, so a schedule that reads a buffer before waiting for its copy reads stale data here as on a GPU */
 struct tc_copy_req { void* dst; const void* src; int size, src_bytes; };
@@ -171,11 +223,14 @@ int main(int argc, char** argv) {
         std::barrier<> block(nthreads);
         tc_block_barrier = &block;
         std::vector<tc_warp> warps((nthreads + 31) / 32);
+        std::vector<std::unique_ptr<tc_group64>> g64;
+        for (int g = 0; g * 64 < nthreads; ++g) g64.push_back(std::make_unique<tc_group64>(std::min(64, nthreads - 64 * g)));
         std::vector<std::thread> ts;
         for (int t = 0; t < nthreads; ++t)
           ts.emplace_back([&, t] {
             threadIdx.x = t; blockIdx.x = bx; blockIdx.y = by; blockIdx.z = bz;
             tc_w = &warps[t / 32]; tc_lane = t % 32;
+            tc_g64 = g64[t / 64].get(); tc_lane64 = t % 64;
             CALL;
           });
         for (auto& t : ts) t.join();

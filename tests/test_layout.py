@@ -1,6 +1,8 @@
 """The core layout model (tilecore.layout): fragment layouts are bijections, and compose lawfully."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from tilecore.layout import Digit, FragmentLayout, SharedLayout, blocked
@@ -63,3 +65,136 @@ def test_shared_layouts_are_bijections(sw):
 def test_digit_validation():
     with pytest.raises(ValueError):
         Digit("smem", 2, 1)
+
+
+# -- laws, over every registered layout ---------------------------------------------------------------------
+def _registered():
+    """(name, layout) of every matrix unit of every installed backend's targets, and of the test backend's."""
+    from fake_matrix_backend import fake_unit
+    from tilecore.plugin import get_registry
+
+    units = {fake_unit().spelling: fake_unit()}
+    for name, backend in sorted(get_registry().backends().items()):
+        for spec in backend.targets():
+            tgt = backend.parse_target(spec)
+            for u in getattr(backend, "matrix_units", lambda t: [])(tgt):
+                units[u.spelling] = u
+    out, seen = [], set()
+    for s, u in sorted(units.items()):
+        for role, lay in u.layouts().items():
+            if lay not in seen:          # wgmma units share their A layout
+                seen.add(lay)
+                out.append((f"{s}.{role}", lay))
+    return out + [("acc", ACC), ("blocked", blocked((8, 16), 32, 2)), ("blocked-rep", blocked((4, 4), 128))]
+
+
+REGISTERED = _registered()
+CLEAR = [(n, lay) for n, lay in REGISTERED if not lay.opaque]
+
+
+def test_the_registry_has_the_cuda_and_the_made_up_units():
+    names = {n for n, _ in REGISTERED}
+    assert {"mma_sync_m16n8k16.c", "wgmma_m64n256k16.c", "fakemu_16x16x8.c"} <= names
+    # opaque layouts are only the operands an instruction reads from memory itself
+    assert all(n.startswith("wgmma_") and n.endswith(".b") for n, lay in REGISTERED if lay.opaque)
+
+
+@pytest.mark.parametrize("name,lay", CLEAR, ids=lambda x: x if isinstance(x, str) else "")
+def test_registered_layouts_are_bijections_or_declared_replication(name, lay):
+    lay.check()     # every slot of threads x regs holds exactly one element (replicas counted)
+    assert lay.threads * lay.regs == lay.replication * math.prod(lay.shape)
+
+
+_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+        "div": lambda a, b: a // b, "floordiv": lambda a, b: a // b, "floormod": lambda a, b: a % b,
+        "xor": lambda a, b: a ^ b}
+
+
+def _eval(e, thread):
+    from tilecore.ir import BinOp, Cast, IntImm, ThreadIndex
+
+    if isinstance(e, IntImm):
+        return e.value
+    if isinstance(e, ThreadIndex):
+        return thread
+    if isinstance(e, Cast):
+        return _eval(e.value, thread)
+    if isinstance(e, BinOp):
+        a, b = _eval(e.a, thread), _eval(e.b, thread)
+        return _OPS[e.op](a, b)
+    raise NotImplementedError(type(e).__name__)
+
+
+@pytest.mark.parametrize("name,lay", [c for c in CLEAR if c[1].threads * c[1].regs <= 4096],
+                         ids=lambda x: x if isinstance(x, str) else "")
+def test_laws(name, lay):
+    from tilecore.ir import ThreadIndex
+
+    # transposing twice is the identity; once, swaps coordinates
+    assert lay.transpose().transpose() == lay
+    t = lay.transpose()
+    assert all(t.element(th, r) == tuple(reversed(lay.element(th, r)))
+               for th in range(0, lay.threads, 7) for r in range(lay.regs))
+    # coords_expr, evaluated for every thread, is element()
+    for r in range(lay.regs):
+        exprs = lay.coords_expr(ThreadIndex(), r)
+        for th in range(lay.threads):
+            assert tuple(_eval(e, th) for e in exprs) == lay.element(th, r), (th, r)
+    if len(lay.shape) != 2:
+        return
+    for dim in (0, 1):
+        p = lay.project(dim)
+        p.check()
+        # the projection holds each line's value where the line's elements are (reg_of), on the same threads
+        assert p.owns_same(lay, dropped=dim)
+        for th in range(0, lay.threads, 5):
+            for r in range(lay.regs):
+                coords = list(lay.element(th, r))
+                coords.pop(dim)
+                assert p.element(th, p.reg_of(lay, r, dropped=dim)) == tuple(coords)
+        # tiling the other dimension commutes with the projection
+        other = 1 - dim
+        for space in ("thread", "reg"):
+            tiled = lay.tile(other, 2, space)
+            tiled.check()
+            assert tiled.project(dim) == p.tile(other - (other > dim), 2, space)
+
+
+@pytest.mark.parametrize("elem_bytes", [1, 2, 4, 8])
+@pytest.mark.parametrize("sw", [0, 32, 64, 128])
+def test_shared_layouts_are_bijections_for_every_swizzle_and_size(elem_bytes, sw):
+    from tilecore.ir import IntImm
+
+    cols = 256 // elem_bytes
+    for lay in [SharedLayout(16, cols, elem_bytes, swizzle_bytes=sw)] + (
+            [SharedLayout(16, cols, elem_bytes, pad=16 // elem_bytes or 1)] if not sw else []):
+        lay.check()
+        for r in range(0, 16, 3):
+            for c in range(0, cols, 5):
+                e = lay.offset_expr(IntImm(r), IntImm(c))
+                assert _eval_xor(e) == lay.offset(r, c)
+
+
+def _eval_xor(e):
+    from tilecore.ir import BinOp, IntImm
+
+    if isinstance(e, IntImm):
+        return e.value
+    return _OPS[e.op](_eval_xor(e.a), _eval_xor(e.b))
+
+
+def test_layout_pictures_are_up_to_date(tmp_path):
+    """docs/layouts/*.svg are what scripts/draw_layouts.py draws from the registered layouts today."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("draw_layouts", root / "scripts" / "draw_layouts.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.main([str(tmp_path)])
+    drawn = sorted(p.name for p in tmp_path.glob("*.svg"))
+    committed = sorted(p.name for p in (root / "docs" / "layouts").glob("*.svg"))
+    assert drawn == committed
+    stale = [n for n in drawn if (tmp_path / n).read_text() != (root / "docs" / "layouts" / n).read_text()]
+    assert not stale, f"re-run scripts/draw_layouts.py: {stale} changed"

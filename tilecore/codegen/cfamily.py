@@ -359,6 +359,19 @@ class CFamilyEmitter(Emitter):
         raise CompileError(f"the block-wide operation {s.name} has no implementation in this target's code "
                            "generator", s.span)
 
+    #: how a target spells a registered matrix unit's instruction (:class:`~tilecore.ir.MatrixOp`): the unit's
+    #: ``spelling`` -> a statement with the fields ``{c} {c_off} {a} {a_off} {b} {b_off}`` (register arrays
+    #: and the offsets of the instruction's registers in them)
+    matrix_ops: dict = {}
+
+    def stmt_MatrixOp(self, st, s):
+        fmt = self.matrix_ops.get(s.spelling)
+        if fmt is None:
+            raise CompileError(f"the matrix unit instruction {s.spelling} has no spelling in this target's code "
+                               "generator (add it to the emitter's matrix_ops)", s.span)
+        self.line(st, fmt.format(c=self.name(st, s.c), c_off=s.c_offset, a=self.name(st, s.a), a_off=s.a_offset,
+                                 b=self.name(st, s.b), b_off=s.b_offset))
+
     def stmt_Print(self, st, s: Print):  # pragma: no cover - target specific
         raise CompileError("T.print is not implemented by this target's code generator", s.span)
 

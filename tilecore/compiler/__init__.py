@@ -89,6 +89,7 @@ def resolve_auto(target) -> str:
 def lower(func, target="auto", pass_configs=None):
     """Run the pass pipeline and codegen (no device compiler); returns ``(backend, target, lowered_func,
     Source, options)``, ``options`` the normalized pass configs."""
+    from ..layout import units_for
     from ..passes import PassContext, core_pipeline, dump_dir_from_env
 
     backend, tgt = get_registry().resolve(resolve_auto(target))
@@ -97,7 +98,8 @@ def lower(func, target="auto", pass_configs=None):
     pipe = core_pipeline()
     for spec in list(backend.passes(tgt)) + get_registry().extra_passes(tgt):
         pipe.add(spec.slot, spec.pass_, spec.position)
-    ctx = PassContext(tgt, backend, caps, options, list(backend.intrinsics(tgt)))
+    ctx = PassContext(tgt, backend, caps, options, list(backend.intrinsics(tgt)),
+                      matrix_units=units_for(backend, tgt, caps))
     dump = dump_dir_from_env()
     lowered = pipe.run(func, ctx, dump)
     source = backend.emitter(tgt).emit(lowered, ctx)

@@ -38,6 +38,10 @@ class MatrixUnit:
                 raise ValueError(f"matrix unit {self.spelling}: the {role} layout spans {lay.threads} threads, "
                                  f"the unit's group is {self.group}")
 
+    @property
+    def name(self) -> str:
+        return self.spelling
+
     def layouts(self) -> dict:
         return {"a": self.a, "b": self.b, "c": self.c}
 

@@ -39,6 +39,7 @@ class PassConfigKey:
     EXTRA_FLAGS = "tilecore.extra_flags"       #: list[str]: extra flags for the backend's compiler
     REQUIRE = "tilecore.require"               #: list[str]: capability needs the target must satisfy
     CHECKED = "tilecore.checked"               #: bool: check every memory access at run time (also TILECORE_CHECKED=1)
+    MATRIX_UNIT_GEMM = "tilecore.matrix_unit_gemm"  #: bool: T.gemm on a registered matrix unit even where the backend has its own (None: the backend's first)
 
     # TileLang's names (tilelang.PassConfigKey), so ported code runs. Those with a tilecore meaning are
     # mapped by TILELANG_EQUIVALENTS; the others are accepted and change nothing (docs/tilelang-compat.md).
@@ -104,7 +105,7 @@ def tile_pass(name: str) -> Callable:
 
 @dataclass
 class PassContext:
-    """What a pass may consult: the target, its capabilities, options, and the intrinsic table."""
+    """What a pass may consult: the target, its capabilities, options, the intrinsic table and the matrix units."""
 
     target: Any
     backend: Any
@@ -112,6 +113,8 @@ class PassContext:
     config: dict = field(default_factory=dict)
     intrinsics: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    #: the target's matrix units that its capability profile lists (:func:`tilecore.layout.units_for`)
+    matrix_units: list = field(default_factory=list)
 
     def option(self, key: str, default=None):
         return self.config.get(key, default)

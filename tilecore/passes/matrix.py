@@ -3,20 +3,34 @@
 
 Contract used by the layout pass (tilecore/passes/layout.py):
 
-- :func:`plan_gemm` is asked, for each ``T.gemm`` whose C is a fragment, whether one of the target's matrix
-  units (``tilecore.layout.units_for``) can run it over the block's ``threads``; it returns a
+- :func:`plan_gemm` is asked, for each ``T.gemm`` whose C is a fragment (and whose A and B are in shared
+  memory, or fragments the layout pass keeps there: it never passes an operand held in registers), whether one of the target's matrix
+  units (``ctx.matrix_units``) can run it over the block's ``threads``; it returns a
   :class:`GemmPlan` whose ``c_layout`` (the unit's accumulator layout tiled over the block's groups and
   registers) becomes C's layout, or None (C then takes the core's blocked layout and the generic
-  register GEMM).
+  register GEMM); the reason is appended to ``ctx.notes`` as ``"tilecore.matrix: ..."``. Where the
+  backend's intrinsic table has its own hardware GEMM for the op (an intrinsic that needs a ``feature:``,
+  e.g. one with C in shared memory and tuned operand loads), that goes first unless the pass config
+  ``tilecore.matrix_unit_gemm`` is True (False: never use the units).
 - :func:`lower_gemm` turns the op into the statements each thread runs (placed inside a
   :class:`~tilecore.ir.PerThread` by the caller): operand loads into ``register`` buffers by the unit's A and
   B layouts, and one :class:`~tilecore.ir.MatrixOp` per unit instruction. ``registers`` maps each fragment
-  in registers to ``(register buffer, layout)``.
+  in registers (by ``id(buffer)``) to ``(register buffer, layout)``.
+
+The plan: the block's ``threads / unit.group`` groups are arranged ``wm x wn`` over C's rows and columns
+(group ``g`` takes atom row ``g % wm`` and atom column ``g / wm``, then every ``wm``-th and ``wn``-th atom),
+and each thread holds ``mt x nt`` atoms in its registers: atom ``(mi, ni)`` is registers
+``(mi + mt ni) c.regs ..`` of C, rows ``unit.m (g % wm + wm mi) ..``, columns ``unit.n (g / wm + wn ni) ..``.
+For each step of ``unit.k`` along K, every thread loads its A registers (one set per atom row) and B
+registers (one per atom column) from shared memory at the coordinates the unit's layouts give for its lane,
+then issues the ``mt x nt`` instructions.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..ir import (Allocate, Buffer, BufferLoad, For, MatrixOp, Store, ThreadIndex, Var, as_expr, binary, const,
+                  const_value, seq)
 from ..layout import FragmentLayout, MatrixUnit
 
 
@@ -27,13 +41,141 @@ class GemmPlan:
     attrs: dict = field(default_factory=dict)
 
 
+_ON_CHIP = ("shared", "fragment")
+
+
+def _static(exprs) -> tuple | None:
+    vals = tuple(const_value(as_expr(e)) for e in exprs)
+    return None if any(v is None for v in vals) else tuple(int(v) for v in vals)
+
+
+def _why_not(op, threads: int, ctx):
+    """``(unit, (wm, wn), (M, N, K))`` for ``op``, or a string saying why no unit runs it."""
+    a, b, c = op.args
+    # a fragment operand here is one the layout pass keeps in shared memory (it refuses operands in registers)
+    if a.buffer.scope not in _ON_CHIP or b.buffer.scope not in _ON_CHIP:
+        return f"A and B must be in shared memory (A is {a.buffer.scope}, B is {b.buffer.scope})"
+    if c.buffer.scope != "fragment" or len(c.extents) != 2 or _static(c.starts) != (0, 0) \
+            or _static(c.extents) != _static(c.buffer.shape):
+        return "C must be a whole 2-D fragment"
+    ta, tb = bool(op.attrs.get("transpose_A")), bool(op.attrs.get("transpose_B"))
+    ext_a, ext_b, ext_c = _static(a.extents[-2:]), _static(b.extents[-2:]), _static(c.extents)
+    if ext_a is None or ext_b is None or ext_c is None:
+        return "the tile shapes are not constants"
+    (m, n), k = ext_c, (ext_a[0] if ta else ext_a[1])
+    if a.buffer.dtype != b.buffer.dtype:
+        return f"A and B have different dtypes ({a.buffer.dtype}, {b.buffer.dtype})"
+    why = []
+    for u in ctx.matrix_units:
+        if u.a.opaque or u.b.opaque or u.c.opaque:
+            continue  # operands the instruction reads from memory itself: not this lowering's form
+        name = u.spelling
+        if a.buffer.dtype not in u.a_dtypes or c.buffer.dtype != u.acc_dtype:
+            why.append(f"{name} multiplies {'/'.join(u.a_dtypes)} into {u.acc_dtype}")
+            continue
+        if threads % u.group:
+            why.append(f"{name} runs on groups of {u.group} threads, the block has {threads}")
+            continue
+        if m % u.m or n % u.n or k % u.k:
+            why.append(f"{name} needs M, N, K multiples of {u.m}, {u.n}, {u.k} (the gemm is {m}x{n}x{k})")
+            continue
+        groups = threads // u.group
+        fits = [(wm, groups // wm) for wm in range(1, groups + 1)
+                if groups % wm == 0 and (m // u.m) % wm == 0 and (n // u.n) % (groups // wm) == 0]
+        if not fits:
+            why.append(f"{name}: {groups} groups of {u.group} threads do not divide {m // u.m}x{n // u.n} atoms")
+            continue
+        # the squarest tile per group; on a tie groups go down the rows (a row reduction then stays in a group)
+        wm, wn = min(fits, key=lambda f: (m // f[0] + n // f[1], -f[0]))
+        return u, (wm, wn), (m, n, k)
+    return "; ".join(why) or "the target has no matrix unit with register operands"
+
+
+def _backend_gemm(op, ctx):
+    """The name of the backend intrinsic that runs ``op`` on its own hardware path (one that needs a
+    ``feature:``), if the intrinsic table picks one: the backend's tuned GEMM goes first by default."""
+    from .lower_tile import choose
+
+    try:
+        intr = choose(op, ctx)
+    except Exception:  # noqa: BLE001 - no intrinsic: nothing to prefer
+        return None
+    return intr.name if any(str(r).startswith("feature:") for r in intr.requires) else None
+
+
 def plan_gemm(op, threads: int, ctx) -> GemmPlan | None:
-    """A plan for ``op`` (a ``T.gemm`` TileOp) on a matrix unit of the target, or None."""
-    return None
+    """A plan for ``op`` (a ``T.gemm`` TileOp) on a matrix unit of the target, or None (with the reason in
+    ``ctx.notes``)."""
+    found = _why_not(op, threads, ctx)
+    c = op.args[2].buffer
+    force = ctx.option("tilecore.matrix_unit_gemm", None)
+    if force is False:
+        found = "pass config tilecore.matrix_unit_gemm is False"
+    elif not isinstance(found, str) and force is None:
+        own = _backend_gemm(op, ctx)
+        if own is not None:
+            found = (f"the backend's own {own} runs it (pass_configs={{'tilecore.matrix_unit_gemm': True}} puts it "
+                     f"on {found[0].spelling})")
+    if isinstance(found, str):
+        note = f"tilecore.matrix: gemm into {c.name} stays off the matrix units: {found}"
+        if note not in ctx.notes:  # the layout pass may ask again while it settles
+            ctx.notes.append(note)
+        return None
+    u, (wm, wn), (m, n, k) = found
+    mt, nt = m // (u.m * wm), n // (u.n * wn)
+    lay = u.c.tile(0, wm, "thread").tile(1, wn, "thread").tile(0, mt, "reg").tile(1, nt, "reg",
+                                                                                   name=f"{u.spelling}.C x {wm}x{wn} groups")
+    return GemmPlan(u, lay, {"unit": u.spelling, "groups": (wm, wn), "atoms": (mt, nt), "k_steps": k // u.k})
 
 
-def lower_gemm(op, plan: GemmPlan, registers: dict, ctx):
-    raise NotImplementedError("no matrix-unit GEMM lowering yet")
+def lower_gemm(op, plan: GemmPlan, registers: dict, ctx) -> list:
+    """The per-thread statements of ``op`` on ``plan.unit`` (a list; see the module docstring)."""
+    u = plan.unit
+    a, b, c = op.args
+    ta, tb = bool(op.attrs.get("transpose_A")), bool(op.attrs.get("transpose_B"))
+    wm, wn = plan.attrs["groups"]
+    mt, nt = plan.attrs["atoms"]
+    creg, clay = registers[id(c.buffer)]
+    if clay != plan.c_layout:
+        raise ValueError(f"gemm into {c.buffer.name}: its registers are laid out as {clay}, the plan needs {plan.c_layout}")
+    tid = ThreadIndex()
+    lane = binary("floormod", tid, u.group) if wm * wn > 1 else tid
+    group = binary("div", tid, u.group)
+    g_row = binary("floormod", group, wm) if wm > 1 else const(0)
+    g_col = binary("div", group, wm) if wm > 1 else group
+    areg = Buffer(f"{c.buffer.name}_mma_a", (mt * u.a.regs,), a.buffer.dtype, "register")
+    breg = Buffer(f"{c.buffer.name}_mma_b", (nt * u.b.regs,), b.buffer.dtype, "register")
+    kk = Var("mk")
+    k0 = binary("mul", kk, u.k)
+
+    def at(r, row, col, trans):  # element (row, col) of the matrix region r views, transposed or not
+        idx = list(r.starts)
+        i, j = (col, row) if trans else (row, col)
+        idx[-2], idx[-1] = binary("add", idx[-2], i), binary("add", idx[-1], j)
+        return BufferLoad(r.buffer, tuple(idx))
+
+    body = []
+    for mi in range(mt):
+        row0 = binary("mul", binary("add", g_row, wm * mi), u.m)
+        for r in range(u.a.regs):
+            i, kc = u.a.coords_expr(lane, r)
+            body.append(Store(areg, (const(mi * u.a.regs + r),), at(a, binary("add", row0, i),
+                                                                      binary("add", k0, kc), ta), span=op.span))
+    for ni in range(nt):
+        col0 = binary("mul", binary("add", g_col, wn * ni), u.n)
+        for r in range(u.b.regs):
+            kr, j = u.b.coords_expr(lane, r)
+            body.append(Store(breg, (const(ni * u.b.regs + r),), at(b, binary("add", k0, kr),
+                                                                      binary("add", col0, j), tb), span=op.span))
+    for ni in range(nt):
+        for mi in range(mt):
+            body.append(MatrixOp(u.spelling, creg, (mi + mt * ni) * u.c.regs, areg, mi * u.a.regs, breg,
+                                 ni * u.b.regs, span=op.span))
+    out = [Allocate(areg), Allocate(breg)]
+    if op.attrs.get("clear_accum"):
+        out += [Store(creg, (const(r),), const(0, creg.dtype), span=op.span) for r in range(clay.regs)]
+    out.append(For(kk, as_expr(0), as_expr(plan.attrs["k_steps"]), "serial", seq(body), span=op.span))
+    return out
 
 
 __all__ = ["GemmPlan", "plan_gemm", "lower_gemm"]

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 #: The plugin API this tilecore provides: (major, minor). A backend declaring major M.m loads when
-#: M equals our major and m <= our minor (minor versions only add).
-PLUGIN_API = (1, 0)
+#: M equals our major and m <= our minor (minor versions only add). 1.1 adds :meth:`Backend.matrix_units`.
+PLUGIN_API = (1, 1)
 
 MODES = ("device", "emulated", "compile-only", "codegen-only")
 
@@ -193,6 +193,12 @@ class Backend(abc.ABC):
 
     def passes(self, target: Target) -> list:
         """PassSpecs this backend adds to the pipeline for ``target``."""
+        return []
+
+    def matrix_units(self, target: Target) -> list:
+        """The :class:`~tilecore.layout.MatrixUnit` s of ``target`` (plugin API 1.1): each unit's operand and
+        accumulator layouts and the spelling its emitter expands. The core uses those the capability profile
+        lists under ``matrix_units`` (``ctx.matrix_units``)."""
         return []
 
     @abc.abstractmethod

@@ -58,7 +58,7 @@ def lowering_path(kernel) -> str:
 
 class CUDABackend(Backend):
     name = "cuda"
-    plugin_api = "1.0"
+    plugin_api = "1.1"
     distribution = "tilecore-cuda"
 
     def parse_target(self, spec: str):
@@ -129,6 +129,11 @@ class CUDABackend(Backend):
                 PassSpec("tile-lowering", register_program, position="before"),
                 PassSpec("tile-lowering", mark_block_threads, position="before"),
                 PassSpec("before-codegen", simt_distribute, position="before")]
+
+    def matrix_units(self, target) -> list:
+        from .units import units
+
+        return units(target)
 
     def emitter(self, target):
         return CUDAEmitter()

@@ -1,0 +1,66 @@
+"""The CUDA matrix units as data (:class:`tilecore.layout.MatrixUnit`): which lane and register hold each
+operand and accumulator element, written from the PTX ISA's fragment figures.
+
+``mma.sync.aligned.m16n8k16`` (16-bit A and B, float32 accumulators; "Matrix Fragments for mma.m16n8k16
+with floating point type"), with ``group = lane / 4`` and ``t = lane % 4``:
+
+- A (16x16, 8 16-bit elements per lane, packed in pairs into 4 32-bit registers): element ``i`` is row
+  ``group + 8 (i / 2 % 2)``, column ``2 t + i % 2 + 8 (i / 4)``;
+- B (16x8, 4 elements): element ``i`` is row (k) ``2 t + i % 2 + 8 (i / 2)``, column ``group``;
+- C (16x8, 4 float32): element ``i`` is row ``group + 8 (i / 2)``, column ``2 t + i % 2``.
+
+The register programs (regprog.py) write the same C placement into their text: register ``4 j + 2 h + e``
+of lane ``lane`` is column ``8 j + 2 (lane % 4) + e`` of row ``lane / 4 + 8 h``.
+
+``wgmma.mma_async.m64nNk16`` (N = 8 .. 256 in steps of 8) over a warpgroup of 128 threads: the
+accumulator of warp ``w`` is the mma.sync one for rows ``16 w ..``, repeated over ``N / 8`` column blocks
+(register ``4 j + 2 h + e`` is column ``8 j + 2 (lane % 4) + e`` of row ``16 w + lane / 4 + 8 h``); A in
+registers is the mma.sync A layout per warp; B is read from shared memory by the instruction (an opaque
+layout). The core's matrix-unit GEMM (tilecore.passes.matrix) does not take wgmma yet: the Hopper register
+programs keep it.
+"""
+from __future__ import annotations
+
+from tilecore.layout import FragmentLayout, MatrixUnit
+
+#: the key the CUDA emitter spells (codegen.CUDAEmitter.matrix_ops)
+MMA_16816 = "mma_sync_m16n8k16"
+
+
+def _mma_a(warps: int = 1) -> FragmentLayout:
+    rows = [("thread", 8, 4), ("reg", 2, 2)] + ([("thread", warps, 32)] if warps > 1 else [])
+    return FragmentLayout((16 * warps, 16), [rows, [("reg", 2, 1), ("thread", 4, 1), ("reg", 2, 4)]],
+                          name="mma_m16n8k16.A" if warps == 1 else "wgmma.A")
+
+
+def mma_16816_units() -> list:
+    a = _mma_a()
+    b = FragmentLayout((16, 8), [[("reg", 2, 1), ("thread", 4, 1), ("reg", 2, 2)], [("thread", 8, 4)]],
+                       name="mma_m16n8k16.B")
+    c = FragmentLayout((16, 8), [[("thread", 8, 4), ("reg", 2, 2)], [("reg", 2, 1), ("thread", 4, 1)]],
+                       name="mma_m16n8k16.C")
+    return [MatrixUnit("mma_sync", 16, 8, 16, ("float16", "bfloat16"), "float32", 32, a, b, c, MMA_16816)]
+
+
+def wgmma_accumulator(n: int) -> FragmentLayout:
+    """The m64nNk16 accumulator over a warpgroup (128 threads, ``n / 2`` registers per thread)."""
+    if n % 8 or not 8 <= n <= 256:
+        raise ValueError(f"wgmma has N from 8 to 256 in steps of 8, not {n}")
+    return FragmentLayout((64, n), [[("thread", 8, 4), ("reg", 2, 2), ("thread", 4, 32)],
+                                    [("reg", 2, 1), ("thread", 4, 1), ("reg", n // 8, 4)]], name=f"wgmma_m64n{n}k16.C")
+
+
+def wgmma_units() -> list:
+    a = _mma_a(4)
+    out = []
+    for n in range(8, 257, 8):
+        b = FragmentLayout((16, n), [[("reg", 16, 1)], [("reg", n, 16)]], replicate=[(128, 1)],
+                           name=f"wgmma_m64n{n}k16.B (shared memory)", opaque=True)
+        out.append(MatrixUnit("wgmma", 64, n, 16, ("float16", "bfloat16"), "float32", 128, a, b,
+                              wgmma_accumulator(n), f"wgmma_m64n{n}k16", attrs={"b_from": "shared"}))
+    return out
+
+
+def units(target) -> list:
+    """Every unit this plugin knows; the core keeps those the target's profile lists (tilecore.layout.units_for)."""
+    return mma_16816_units() + wgmma_units()
