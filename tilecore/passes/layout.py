@@ -681,11 +681,12 @@ class _Lowerer:
         groups: dict = {}
         for r in sorted(range(L.regs), key=lambda r: L.element(0, r)[dim]):
             groups.setdefault(P.reg_of(L, r, dropped=dim), []).append(r)
-        for q in range(P.regs):
-            acc = ident
+        for q in range(P.regs):  # one combine per statement: emitters print each expression once
+            out.append(Store(part, (const(q),), ident, span=op.span))
             for r in groups.get(q, []):
-                acc = _combine(kind, acc, cast(dtype, BufferLoad(S, (const(r),))))
-            out.append(Store(part, (const(q),), acc, span=op.span))
+                cur = BufferLoad(part, (const(q),))
+                out.append(Store(part, (const(q),), _combine(kind, cur, cast(dtype, BufferLoad(S, (const(r),)))),
+                                 span=op.span))
         masks = L.reduce_masks(dim)
         pre = []
         if masks:
@@ -746,12 +747,12 @@ class _Lowerer:
                       span=span) for q in range(P.regs)]
         out += [Barrier(span=span), Bind(b, base, span=span)]
         for q in range(P.regs):
-            acc = ident
+            out.append(Store(part, (const(q),), ident, span=span))
             for vals in itertools.product(*(range(d.extent) for d in digs)):
                 off = sum(v * d.stride for v, d in zip(vals, digs))
-                acc = _combine(merge, acc, BufferLoad(scratch, (binary("add", binary("mul", binary("add", b, off),
-                                                                                          P.regs), q),)))
-            out.append(Store(part, (const(q),), acc, span=span))
+                cur = BufferLoad(part, (const(q),))
+                x = BufferLoad(scratch, (binary("add", binary("mul", binary("add", b, off), P.regs), q),))
+                out.append(Store(part, (const(q),), _combine(merge, cur, x), span=span))
         out.append(Barrier(span=span))
         return [Allocate(scratch, span=span)], out
 
