@@ -167,7 +167,8 @@ def test_cuda_fragments_reach_registers_off_the_matched_forms(name, target):
     assert in_registers(kernel), layouts(kernel)
     if name != "gemm_epilogue":
         assert "__shfl_xor_sync(0xffffffffu" in body(kernel)
-    assert kernel.source.meta["shared_bytes"] < (8192 if name == "gemm_epilogue" else 1)
+    # block memory holds the GEMM's A and B tiles only (two pipeline stages), never a fragment
+    assert kernel.source.meta["shared_bytes"] <= (2 * (32 * 16 + 16 * 32) * 4 if name == "gemm_epilogue" else 0)
     if target == "cuda:sm_80":
         out = run_on_host(kernel, [a.copy() for a in args])[-1]
         np.testing.assert_allclose(out, ref, rtol=2e-5, atol=2e-5)
