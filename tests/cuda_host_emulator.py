@@ -15,7 +15,9 @@ description of each instruction:
   the rest; both addresses aligned to the copy's size. A copy joins the thread's open group,
   ``cp.async.commit_group`` closes it and ``cp.async.wait_group N`` lands every group but the newest N:
   reading a buffer before the wait that covers its copy reads stale data here too (a missing barrier may
-  show as well: the threads run concurrently).
+  show as well: the threads run concurrently);
+- ``__shfl_xor_sync`` (row reductions of fragments in registers): every lane deposits its value, a warp
+  barrier, each lane reads the value of lane ``lane ^ mask`` (within aligned groups of ``width``).
 
 - the made-up 64-lane matrix unit of tests/fake_matrix_backend.py (``tc_fakemu_16x16x8``), the same way;
 - ``__shfl_xor_sync`` (and the fake backend's 64-wide exchange): every lane of the group deposits its
@@ -81,9 +83,22 @@ struct tc_warp {
   const void* ptr[32];
   unsigned a[32][4], b[32][2];
   float d[32][4];
+  unsigned long long x[32];
 };
 thread_local tc_warp* tc_w;
 thread_local int tc_lane;
+
+/* __shfl_xor_sync: every lane of the warp deposits its value, a warp barrier, each reads its partner's */
+template <class V> inline V __shfl_xor_sync(unsigned, V v, int mask, int width = 32) {
+  static_assert(sizeof(V) <= 8, "shuffle of a value wider than 8 bytes");
+  std::memcpy(&tc_w->x[tc_lane], &v, sizeof(V));
+  tc_w->bar.arrive_and_wait();
+  const int partner = (tc_lane & ~(width - 1)) | ((tc_lane ^ mask) & (width - 1));
+  V out;
+  std::memcpy(&out, &tc_w->x[partner], sizeof(V));
+  tc_w->bar.arrive_and_wait();
+  return out;
+}
 
 inline void tc_ldsm(unsigned* r, const void* p, int nmat, bool trans) {
   if (tc_lane < 8 * nmat && (reinterpret_cast<uintptr_t>(p) & 15)) tc_fail("ldmatrix row address not 16-byte aligned");

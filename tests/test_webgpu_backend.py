@@ -291,12 +291,15 @@ SUBGROUP_OP = {"sum": "subgroupAdd", "abssum": "subgroupAdd", "max": "subgroupMa
                "min": "subgroupMin"}
 
 
-def _reduce(kind, dtype, rows, cols, threads, clear):
+def _reduce(kind, dtype, rows, cols, threads, clear, scope="shared"):
+    """Workgroup-memory tiles take the subgroup intrinsic; fragments go to registers (the layout pass)."""
+    alloc = T.alloc_shared if scope == "shared" else T.alloc_fragment
+
     @T.prim_func
     def reduce_rows(X: T.Tensor((rows, cols), dtype), Y: T.Tensor((rows,), dtype)):
         with T.Kernel(2, threads=threads) as bx:
-            x = T.alloc_fragment((rows, cols), dtype)
-            s = T.alloc_fragment((rows,), dtype)
+            x = alloc((rows, cols), dtype)
+            s = alloc((rows,), dtype)
             T.copy(X[0, 0], x)
             T.fill(s, 3)
             getattr(T, f"reduce_{kind}")(x, s, dim=1, clear=clear)
@@ -355,6 +358,35 @@ def test_reductions_use_subgroup_operations(kind, dtype, rows, cols, threads, cl
         check(y, f64(y_plain), rtol=1e-5, atol=1e-5 * cols)
 
 
+@pytest.mark.parametrize("kind,dtype,rows,cols,threads,clear,where", [
+    ("sum", "float32", 16, 96, 128, True, "registers"),
+    ("max", "float32", 1, 1000, 256, True, "registers"),
+    ("min", "float32", 5, 37, 64, False, "registers"),   # a row per thread group of 1: every thread holds all
+    ("absmax", "float32", 3, 200, 128, False, "registers"),
+    ("sum", "int32", 7, 300, 128, True, "shared"),       # 525 registers per thread: stays in workgroup memory
+    ("max", "int32", 33, 20, 64, False, "registers"),
+])
+def test_fragment_reductions_in_registers(kind, dtype, rows, cols, threads, clear, where):
+    kernel = tilecore.compile(_reduce(kind, dtype, rows, cols, threads, clear, scope="fragment"), target=TARGET)
+    got = kernel.meta["attrs"]["fragment_layouts"]["x"]
+    assert got.startswith("shared") == (where == "shared"), got
+    rng = np.random.default_rng(rows * cols)
+    if dtype == "int32":
+        x = rng.integers(-1000, 1000, (rows, cols)).astype(np.int32)
+        y = np.full(rows, -7, np.int32)
+    else:
+        x = rng.standard_normal((rows, cols)).astype(np.float32)
+        x[rows // 2, cols // 3] = np.nan if kind in ("max", "min", "absmax") else x[rows // 2, cols // 3]
+        y = nan_like((rows,))
+    kernel(x, y)
+    ref = _reduce_ref(kind, x, clear)
+    if dtype == "int32":
+        assert (y == ref.astype(np.int64)).all()
+    else:  # max / min propagate NaN, as the generic lowering does
+        assert (np.isnan(y) == np.isnan(ref)).all()
+        check(y[~np.isnan(ref)], ref[~np.isnan(ref)], rtol=1e-5, atol=1e-5 * cols)
+
+
 @needs_subgroups
 def test_targets_show_reports_the_subgroup_profile():
     r = subprocess.run([sys.executable, "-m", "tilecore", "targets", "show", "webgpu"], capture_output=True, text=True,
@@ -377,7 +409,7 @@ def test_baseline_profile_keeps_the_loop_reduction():
 
 # -- the tiled GEMM ------------------------------------------------------------------------------------
 
-def _gemm_tile(m, n, k, threads, ta, tb):
+def _gemm_tile(m, n, k, threads, ta, tb, scope="shared"):
     a_shape, b_shape = ((k, m) if ta else (m, k)), ((n, k) if tb else (k, n))
 
     @T.prim_func
@@ -385,7 +417,8 @@ def _gemm_tile(m, n, k, threads, ta, tb):
         with T.Kernel(1, threads=threads):
             A_s = T.alloc_shared(a_shape, "float32")
             B_s = T.alloc_shared(b_shape, "float32")
-            C_l = T.alloc_fragment((m, n), "float32")
+            # a workgroup-memory accumulator takes webgpu.tiled_gemm; a fragment goes to registers
+            C_l = (T.alloc_shared if scope == "shared" else T.alloc_fragment)((m, n), "float32")
             T.copy(A[0, 0], A_s)
             T.copy(B[0, 0], B_s)
             T.fill(C_l, 0.5)
@@ -401,12 +434,16 @@ def _gemm_tile(m, n, k, threads, ta, tb):
     (6, 10, 7, 8, True, True, "2x2"),         # extents that 4 does not divide
     (6, 10, 7, 32, True, True, "1x1"),
 ])
-def test_gemm_uses_register_blocks_and_sums_in_order(m, n, k, threads, ta, tb, block):
-    kernel = tilecore.compile(_gemm_tile(m, n, k, threads, ta, tb), target=TARGET)
+@pytest.mark.parametrize("scope", ["shared", "fragment"])
+def test_gemm_uses_register_blocks_and_sums_in_order(m, n, k, threads, ta, tb, block, scope):
+    kernel = tilecore.compile(_gemm_tile(m, n, k, threads, ta, tb, scope), target=TARGET)
     src = kernel.get_kernel_source()
-    assert f"a {block} register block per invocation (tiled gemm)" in src, src
-    tm, tn = (int(v) for v in block.split("x"))
-    assert f"var acc: array<f32, {tm * tn}>;" in src
+    if scope == "shared":
+        assert f"a {block} register block per invocation (tiled gemm)" in src, src
+        tm, tn = (int(v) for v in block.split("x"))
+        assert f"var acc: array<f32, {tm * tn}>;" in src
+    else:  # the accumulator in registers, owner-computes (the same additions in the same order)
+        assert not kernel.meta["attrs"]["fragment_layouts"]["C_l"].startswith("shared"), kernel.meta["attrs"]
     rng = np.random.default_rng(m * n + k)
     a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
     b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)

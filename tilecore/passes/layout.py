@@ -142,16 +142,45 @@ def _accesses(stmt, frags) -> list:
     return out
 
 
-def _perm(indices, loop_vars):
-    """For each index, the position of the loop variable it is (None when one is not a plain loop variable)."""
-    out = []
-    for i in indices:
+def _perm(indices, loop_vars, shape):
+    """For each index, the position of the loop variable it is; a dimension of extent 1 indexed by 0 is left
+    out (None where an index is anything else)."""
+    out, unit = [], []
+    for d, i in enumerate(indices):
         i = simplify(i)
+        if shape[d] == 1 and const_value(i) == 0:
+            unit.append(d)
+            continue
         pos = next((k for k, v in enumerate(loop_vars) if i is v), None)
         if pos is None or pos in out:
             return None
         out.append(pos)
-    return tuple(out)
+    return tuple(out), tuple(unit)
+
+
+def _squeeze(lay: FragmentLayout, unit) -> FragmentLayout:
+    """``lay`` without its dimensions of extent 1 listed in ``unit``."""
+    if not unit:
+        return lay
+    keep = [d for d in range(len(lay.shape)) if d not in unit]
+    return FragmentLayout([lay.shape[d] for d in keep], [lay.dims[d] for d in keep], lay.replicate, lay.name)
+
+
+def _unsqueeze(lay: FragmentLayout, unit) -> FragmentLayout:
+    if not unit:
+        return lay
+    from ..layout import Digit
+
+    shape, dims, it = [], [], iter(range(len(lay.shape)))
+    for d in range(len(lay.shape) + len(unit)):
+        if d in unit:
+            shape.append(1)
+            dims.append([Digit("reg", 1, 1)])
+        else:
+            k = next(it)
+            shape.append(lay.shape[k])
+            dims.append(lay.dims[k])
+    return FragmentLayout(shape, dims, lay.replicate, lay.name)
 
 
 def _sub_layout(D: FragmentLayout, perm) -> FragmentLayout:
@@ -309,37 +338,38 @@ def _nest_domain(plan: Plan, loops, inner, assign: bool):
     vs = [f.var for f in loops]
     found = []
     for b, idx, w in accs:
-        perm = _perm(idx, vs) if idx is not None else None
-        if perm is None:
+        got = _perm(idx, vs, _shape(b)) if idx is not None else None
+        if got is None:
             raise _Shared(b, "indexed by something other than the T.Parallel loop variables")
-        if tuple(ext[p] for p in perm) != _shape(b):
+        perm, unit = got
+        if tuple(ext[p] for p in perm) != tuple(n for d, n in enumerate(_shape(b)) if d not in unit):
             raise _Shared(b, f"a T.Parallel nest over {tuple(ext)} covers only part of it")
         if w and len(perm) < len(vs):
             raise _Shared(b, "written in a T.Parallel nest over more loop variables than it has dimensions")
-        found.append((b, perm))
+        found.append((b, perm, unit))
     # the nest's layout: a fragment indexed by every loop variable that has a layout, else one without
-    full = [(b, p) for b, p in found if len(p) == len(vs)]
+    full = [(b, p, u) for b, p, u in found if len(p) == len(vs)]
     D = None
-    for b, p in full:
+    for b, p, u in full:
         if id(b) in plan.layouts:
-            D = plan.layouts[id(b)].transpose([p.index(k) for k in range(len(vs))], name="nest")
+            D = _squeeze(plan.layouts[id(b)], u).transpose([p.index(k) for k in range(len(vs))], name="nest")
             break
     if D is None:
-        part = [(b, p) for b, p in found if id(b) in plan.layouts]
+        part = [(b, p, u) for b, p, u in found if id(b) in plan.layouts]
         if part and not full:
-            b, p = part[0]
-            D = _extend(plan.layouts[id(b)], p, ext)
+            b, p, u = part[0]
+            D = _extend(_squeeze(plan.layouts[id(b)], u), p, ext)
         if D is None:
             D = blocked(ext, plan.threads)
             if D is None:
                 raise _Shared(found[0][0], f"no blocked layout for a T.Parallel nest over {tuple(ext)}")
     out = []
-    for b, p in found:
+    for b, p, u in found:
         if id(b) not in plan.layouts:
             if not assign:
                 raise _Shared(b, "internal: no layout")
-            plan.set(b, _sub_layout(D, p), "")
-        m = _reg_map(D, plan.layouts[id(b)], p)
+            plan.set(b, _unsqueeze(_sub_layout(D, p), u), "")
+        m = _reg_map(D, _squeeze(plan.layouts[id(b)], u), p)
         if m is None:
             raise _Shared(b, f"its layout does not hold, on each thread, the elements a T.Parallel nest over "
                              f"{tuple(ext)} reads there (e.g. a transposed read)")
@@ -681,11 +711,12 @@ class _Lowerer:
         groups: dict = {}
         for r in sorted(range(L.regs), key=lambda r: L.element(0, r)[dim]):
             groups.setdefault(P.reg_of(L, r, dropped=dim), []).append(r)
-        for q in range(P.regs):
-            acc = ident
+        for q in range(P.regs):  # one combine per statement: emitters print each expression once
+            out.append(Store(part, (const(q),), ident, span=op.span))
             for r in groups.get(q, []):
-                acc = _combine(kind, acc, cast(dtype, BufferLoad(S, (const(r),))))
-            out.append(Store(part, (const(q),), acc, span=op.span))
+                cur = BufferLoad(part, (const(q),))
+                out.append(Store(part, (const(q),), _combine(kind, cur, cast(dtype, BufferLoad(S, (const(r),)))),
+                                 span=op.span))
         masks = L.reduce_masks(dim)
         pre = []
         if masks:
@@ -746,12 +777,12 @@ class _Lowerer:
                       span=span) for q in range(P.regs)]
         out += [Barrier(span=span), Bind(b, base, span=span)]
         for q in range(P.regs):
-            acc = ident
+            out.append(Store(part, (const(q),), ident, span=span))
             for vals in itertools.product(*(range(d.extent) for d in digs)):
                 off = sum(v * d.stride for v, d in zip(vals, digs))
-                acc = _combine(merge, acc, BufferLoad(scratch, (binary("add", binary("mul", binary("add", b, off),
-                                                                                          P.regs), q),)))
-            out.append(Store(part, (const(q),), acc, span=span))
+                cur = BufferLoad(part, (const(q),))
+                x = BufferLoad(scratch, (binary("add", binary("mul", binary("add", b, off), P.regs), q),))
+                out.append(Store(part, (const(q),), _combine(merge, cur, x), span=span))
         out.append(Barrier(span=span))
         return [Allocate(scratch, span=span)], out
 
