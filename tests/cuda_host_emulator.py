@@ -20,7 +20,7 @@ description of each instruction:
   barrier, each lane reads the value of lane ``lane ^ mask`` (within aligned groups of ``width``).
 
 - the made-up 64-lane matrix unit of tests/fake_matrix_backend.py (``tc_fakemu_16x16x8``), the same way;
-- ``__shfl_xor_sync`` (and the fake backend's 64-wide exchange): every lane of the group deposits its
+- the fake backend's 64-wide register exchange (``tc_xor_exchange``): every lane of the group deposits its
   value, a group barrier, each reads its partner's. Lanes meet in groups of 64 threads (the last group
   smaller), so every thread of such a group must reach the exchange.
 
@@ -186,10 +186,6 @@ template <typename T> inline T tc_xor_exchange(T v, int mask, int width) {
   std::memcpy(&out, &tc_g64->x[tc_lane64 ^ mask], sizeof(T));
   tc_g64->bar.arrive_and_wait();
   return out;
-}
-template <typename T> inline T __shfl_xor_sync(unsigned, T v, int mask, int width = 32) {
-  if (width > 32) tc_fail("__shfl_xor_sync width above 32");
-  return tc_xor_exchange(v, mask, width);
 }
 inline unsigned short __half_as_ushort(__half h) { return h.bits; }
 inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.bits; }
