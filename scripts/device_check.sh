@@ -15,9 +15,21 @@ step() { local name=$1; shift; local t0=$SECONDS; "$@" > "$OUT/$name.log" 2>&1; 
 step conformance-cuda python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda
 step conformance-webgpu python3 -m tilecore conformance run --target webgpu -n 4 --report /tmp/rep/webgpu
 step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_backend.py tests/test_cuda_tensor_cores.py \
-     tests/test_cuda_hopper.py tests/test_guards.py tests/test_regressions.py
+     tests/test_cuda_hopper.py tests/test_guards.py tests/test_regressions.py tests/test_layout_inference.py \
+     tests/test_pipeline_planner.py tests/test_matrix_gemm.py tests/test_cuda_units.py
 step gemm python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8
 step attention python3 benchmarks/cuda_attention.py --rep 3
 step attention-fast python3 benchmarks/cuda_attention.py --rep 3 --fast-math
+step offpath python3 benchmarks/cuda_offpath.py --rep 20
+step matrix-unit python3 benchmarks/matrix_unit_gemm.py
+# the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
+if [ -d .whl_before ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \
+      .whl_before/*.whl .whl/[!t]*.whl
+  export PYTHONPATH=/tmp/site_before
+  step before-offpath python3 benchmarks/cuda_offpath.py --rep 20
+  step before-gemm python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8
+  step before-attention python3 benchmarks/cuda_attention.py --rep 3
+fi
 (cd /tmp/rep && tar czf "$OUT/reports.tgz" .)
 cat "$OUT/summary.txt"
