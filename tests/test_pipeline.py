@@ -145,4 +145,4 @@ def test_memory_planning_counts_every_block_buffer_and_names_them():
     msg = str(e.value)
     assert e.value.feature == "limit:max_shared_bytes_per_block"
     assert "196608 bytes" in msg and "S 131072 B shared" in msg and "F 65536 B fragment" in msg and "166912" in msg
-    assert " tmp " not in msg.split(" needs ", 1)[1]  # the local inside the parallel loop is a thread's own
+    assert "tmp" not in msg.split(" needs ", 1)[1]  # the local inside the parallel loop is a thread's own
