@@ -5,7 +5,7 @@
 The CUDA plugin's whole-kernel passes (register programs, Hopper pipelines) take kernels of fixed forms;
 anything else used to drop to the generic path with every fragment in shared memory. This script times
 kernels written as TileLang users write them that those passes do not take: softmax and RMSNorm over
-rows of ``--cols`` float16 elements (one row per block, the row a float32 fragment), and a GEMM whose B
+rows of ``--cols`` float16 elements (the conformance catalog's kernels at this size: one row per block, the row a float32 fragment), and a GEMM whose B
 rows are 777 float16 elements (not a multiple of 16 bytes). Each row prints the lowering path the kernel
 took (``tilecore_cuda.lowering_path``) and where its fragments live (``kernel.meta["attrs"]``), the time,
 torch's time for the same result, and the ratio (torch time / ours: higher is better; 1.0 = parity).
@@ -19,45 +19,7 @@ import sys
 import tilecore
 import tilecore.language as T
 from tilecore.errors import TilecoreError
-
-
-def softmax(rows, cols, br=1, threads=128):
-    scale = 1.44269504
-
-    @T.prim_func
-    def softmax_k(X: T.Tensor((rows, cols), "float16"), Y: T.Tensor((rows, cols), "float16")):
-        with T.Kernel(rows // br, threads=threads) as bx:
-            x = T.alloc_fragment((br, cols), "float32")
-            m = T.alloc_fragment((br,), "float32")
-            s = T.alloc_fragment((br,), "float32")
-            T.copy(X[bx * br, 0], x)
-            T.reduce_max(x, m, dim=1)
-            for i, j in T.Parallel(br, cols):
-                x[i, j] = T.exp2(x[i, j] * scale - m[i] * scale)
-            T.reduce_sum(x, s, dim=1)
-            for i, j in T.Parallel(br, cols):
-                x[i, j] = x[i, j] / s[i]
-            T.copy(x, Y[bx * br, 0])
-    return softmax_k
-
-
-def rmsnorm(rows, cols, br=1, threads=128):
-    @T.prim_func
-    def rmsnorm_k(X: T.Tensor((rows, cols), "float16"), Y: T.Tensor((rows, cols), "float16")):
-        with T.Kernel(rows // br, threads=threads) as bx:
-            x = T.alloc_fragment((br, cols), "float32")
-            sq = T.alloc_fragment((br, cols), "float32")
-            s = T.alloc_fragment((br,), "float32")
-            T.copy(X[bx * br, 0], x)
-            for i, j in T.Parallel(br, cols):
-                sq[i, j] = x[i, j] * x[i, j]
-            T.reduce_sum(sq, s, dim=1)
-            for i in T.Parallel(br):
-                s[i] = T.rsqrt(s[i] / cols + 1e-6)
-            for i, j in T.Parallel(br, cols):
-                x[i, j] = x[i, j] * s[i]
-            T.copy(x, Y[bx * br, 0])
-    return rmsnorm_k
+from tilecore_conformance.composite import rmsnorm, softmax
 
 
 def gemm_777(M, N, K, bm=128, bn=128, bk=32, threads=128, stages=2):
@@ -127,8 +89,8 @@ def main() -> int:
         return (t * torch.rsqrt((t * t).mean(1, keepdim=True) + 1e-6)).half()
 
     cases = [
-        (f"softmax {R}x{C}", lambda: softmax(R, C), (x,), lambda: torch.softmax(x.float(), 1).half()),
-        (f"rmsnorm {R}x{C}", lambda: rmsnorm(R, C), (x,), lambda: rms_ref(x)),
+        (f"softmax {R}x{C}", lambda: softmax("float16", R, C, br=1), (x,), lambda: torch.softmax(x.float(), 1).half()),
+        (f"rmsnorm {R}x{C}", lambda: rmsnorm("float16", R, C, br=1), (x,), lambda: rms_ref(x)),
         (f"gemm {M}x{N}x{K} (B rows of {N} fp16)", lambda: gemm_777(M, N, K), (a, b), lambda: a @ b),
     ]
     print(f"{'kernel':40s} {'path':28s} {'fragments':20s} {'ours ms':>9s} {'torch ms':>9s} {'torch/ours':>10s} "

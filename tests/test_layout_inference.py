@@ -13,6 +13,7 @@ from tilecore.layout import Digit, FragmentLayout
 
 from cuda_host_emulator import run_on_host
 from kernels_for_tests import matmul_relu
+from tilecore_conformance import composite
 
 try:
     from tilecore_webgpu.runtime import adapters
@@ -79,25 +80,7 @@ def rmsnorm():
 
 
 def layernorm():
-    @T.prim_func
-    def kernel(X: T.Tensor((ROWS, COLS), "float32"), Y: T.Tensor((ROWS, COLS), "float32")):
-        with T.Kernel(ROWS // BR, threads=128) as bx:
-            x = T.alloc_fragment((BR, COLS), "float32")
-            sq = T.alloc_fragment((BR, COLS), "float32")
-            mean = T.alloc_fragment((BR,), "float32")
-            var = T.alloc_fragment((BR,), "float32")
-            T.copy(X[bx * BR, 0], x)
-            T.reduce_sum(x, mean, dim=1)
-            for i in T.Parallel(BR):
-                mean[i] = mean[i] / COLS
-            for i, j in T.Parallel(BR, COLS):
-                x[i, j] = x[i, j] - mean[i]
-                sq[i, j] = x[i, j] * x[i, j]
-            T.reduce_sum(sq, var, dim=1)
-            for i, j in T.Parallel(BR, COLS):
-                x[i, j] = x[i, j] * T.rsqrt(var[i] / COLS + 1e-5)
-            T.copy(x, Y[bx * BR, 0])
-    return kernel
+    return composite.layernorm("float32", ROWS, COLS, BR)
 
 
 def gemm_epilogue(M=64, N=777, K=48, bm=32, bn=32, bk=16):

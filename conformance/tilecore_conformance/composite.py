@@ -16,23 +16,24 @@ def row_inputs(rng, dtype):
     return [make(rng, (ROWS, COLS), dtype)]
 
 
-def softmax(dtype):
+def softmax(dtype, rows=ROWS, cols=COLS, br=BR, threads=128):
+    """The catalog's case at ``rows x cols`` (``br`` rows a block); the benchmarks use other sizes."""
     scale = 1.44269504  # log2(e)
 
     @T.prim_func
-    def softmax_k(X: T.Tensor((ROWS, COLS), dtype), Y: T.Tensor((ROWS, COLS), dtype)):
-        with T.Kernel(ROWS // BR) as bx:
-            x = T.alloc_fragment((BR, COLS), "float32")
-            m = T.alloc_fragment((BR,), "float32")
-            s = T.alloc_fragment((BR,), "float32")
-            T.copy(X[bx * BR, 0], x)
+    def softmax_k(X: T.Tensor((rows, cols), dtype), Y: T.Tensor((rows, cols), dtype)):
+        with T.Kernel(rows // br, threads=threads) as bx:
+            x = T.alloc_fragment((br, cols), "float32")
+            m = T.alloc_fragment((br,), "float32")
+            s = T.alloc_fragment((br,), "float32")
+            T.copy(X[bx * br, 0], x)
             T.reduce_max(x, m, dim=1)
-            for i, j in T.Parallel(BR, COLS):
+            for i, j in T.Parallel(br, cols):
                 x[i, j] = T.exp2(x[i, j] * scale - m[i] * scale)
             T.reduce_sum(x, s, dim=1)
-            for i, j in T.Parallel(BR, COLS):
+            for i, j in T.Parallel(br, cols):
                 x[i, j] = x[i, j] / s[i]
-            T.copy(x, Y[bx * BR, 0])
+            T.copy(x, Y[bx * br, 0])
     return softmax_k
 
 
@@ -42,22 +43,23 @@ def softmax_ref(inputs, dtype):
     return [e / e.sum(1, keepdims=True)]
 
 
-def rmsnorm(dtype):
+def rmsnorm(dtype, rows=ROWS, cols=COLS, br=BR, threads=128):
+    """The catalog's case at ``rows x cols`` (``br`` rows a block); the benchmarks use other sizes."""
     @T.prim_func
-    def rmsnorm_k(X: T.Tensor((ROWS, COLS), dtype), Y: T.Tensor((ROWS, COLS), dtype)):
-        with T.Kernel(ROWS // BR) as bx:
-            x = T.alloc_fragment((BR, COLS), "float32")
-            sq = T.alloc_fragment((BR, COLS), "float32")
-            s = T.alloc_fragment((BR,), "float32")
-            T.copy(X[bx * BR, 0], x)
-            for i, j in T.Parallel(BR, COLS):
+    def rmsnorm_k(X: T.Tensor((rows, cols), dtype), Y: T.Tensor((rows, cols), dtype)):
+        with T.Kernel(rows // br, threads=threads) as bx:
+            x = T.alloc_fragment((br, cols), "float32")
+            sq = T.alloc_fragment((br, cols), "float32")
+            s = T.alloc_fragment((br,), "float32")
+            T.copy(X[bx * br, 0], x)
+            for i, j in T.Parallel(br, cols):
                 sq[i, j] = x[i, j] * x[i, j]
             T.reduce_sum(sq, s, dim=1)
-            for i in T.Parallel(BR):
-                s[i] = T.rsqrt(s[i] / COLS + 1e-6)
-            for i, j in T.Parallel(BR, COLS):
+            for i in T.Parallel(br):
+                s[i] = T.rsqrt(s[i] / cols + 1e-6)
+            for i, j in T.Parallel(br, cols):
                 x[i, j] = x[i, j] * s[i]
-            T.copy(x, Y[bx * BR, 0])
+            T.copy(x, Y[bx * br, 0])
     return rmsnorm_k
 
 
@@ -66,25 +68,26 @@ def rmsnorm_ref(inputs, dtype):
     return [x / np.sqrt((x * x).mean(1, keepdims=True) + 1e-6)]
 
 
-def layernorm(dtype):
+def layernorm(dtype, rows=ROWS, cols=COLS, br=BR, threads=128):
+    """The catalog's case at ``rows x cols`` (``br`` rows a block); the benchmarks use other sizes."""
     @T.prim_func
-    def layernorm_k(X: T.Tensor((ROWS, COLS), dtype), Y: T.Tensor((ROWS, COLS), dtype)):
-        with T.Kernel(ROWS // BR) as bx:
-            x = T.alloc_fragment((BR, COLS), "float32")
-            sq = T.alloc_fragment((BR, COLS), "float32")
-            mean = T.alloc_fragment((BR,), "float32")
-            var = T.alloc_fragment((BR,), "float32")
-            T.copy(X[bx * BR, 0], x)
+    def layernorm_k(X: T.Tensor((rows, cols), dtype), Y: T.Tensor((rows, cols), dtype)):
+        with T.Kernel(rows // br, threads=threads) as bx:
+            x = T.alloc_fragment((br, cols), "float32")
+            sq = T.alloc_fragment((br, cols), "float32")
+            mean = T.alloc_fragment((br,), "float32")
+            var = T.alloc_fragment((br,), "float32")
+            T.copy(X[bx * br, 0], x)
             T.reduce_sum(x, mean, dim=1)
-            for i in T.Parallel(BR):
-                mean[i] = mean[i] / COLS
-            for i, j in T.Parallel(BR, COLS):
+            for i in T.Parallel(br):
+                mean[i] = mean[i] / cols
+            for i, j in T.Parallel(br, cols):
                 x[i, j] = x[i, j] - mean[i]
                 sq[i, j] = x[i, j] * x[i, j]
             T.reduce_sum(sq, var, dim=1)
-            for i, j in T.Parallel(BR, COLS):
-                x[i, j] = x[i, j] * T.rsqrt(var[i] / COLS + 1e-5)
-            T.copy(x, Y[bx * BR, 0])
+            for i, j in T.Parallel(br, cols):
+                x[i, j] = x[i, j] * T.rsqrt(var[i] / cols + 1e-5)
+            T.copy(x, Y[bx * br, 0])
     return layernorm_k
 
 

@@ -14,6 +14,6 @@ from .simplify import prove_equal, simplify
 from .stmt import (LOOP_KINDS, Allocate, Assert, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break,
                    Collective, Continue, For, Hint, If, KernelLaunch, MatrixOp, Param, PerThread, Print, PrimFunc, Seq,
                    Stmt, Store, TileOp, free_vars, seq)
-from .visit import children, collect, rewrite, walk
+from .visit import children, collect, loop_nest, rewrite, stmt_exprs, walk
 
 __all__ = [n for n in dir() if not n.startswith("_")]

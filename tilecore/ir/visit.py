@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from .expr import Expr
 from .stmt import For, If, KernelLaunch, PerThread, Seq, Stmt, seq
 
 _CHILDREN = {For: ("body",), If: ("then", "orelse"), KernelLaunch: ("body",), PerThread: ("body",)}
@@ -47,3 +48,29 @@ def rewrite(s: Stmt | None, fn: Callable[[Stmt], object]) -> Stmt | None:
     if out is None:
         return new
     return seq(out) if isinstance(out, list) else out
+
+
+def stmt_exprs(s: Stmt) -> list:
+    """The expressions a statement holds directly (in its fields or their tuples), not those of nested
+    statements."""
+    out = []
+    for f in getattr(s, "__dataclass_fields__", {}):
+        v = getattr(s, f)
+        for item in (v if isinstance(v, tuple) else (v,)):
+            if isinstance(item, Expr):
+                out.append(item)
+    return out
+
+
+def loop_nest(loop: For, kinds) -> tuple:
+    """``(loops, inner)``: the chain of perfectly nested loops of ``kinds`` that starts at ``loop`` (single-
+    statement sequences between them skipped), and the statement inside the innermost."""
+    loops: list = []
+    s = loop
+    while isinstance(s, For) and s.kind in kinds:
+        loops.append(s)
+        b = s.body
+        while isinstance(b, Seq) and len(b.body) == 1:
+            b = b.body[0]
+        s = b
+    return loops, s

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..errors import CompileError, UnsupportedFeatureError
 from ..ir import (Allocate, Assert, Atomic, Bind, BinOp, BufferLoad, Call, Expr, Region, Select, walk_expr, For, Hint,
                   If, KernelLaunch, Print, Seq, Store, TileOp, children, collect, const_value, int_bounds, loop_range,
-                  rewrite, simplify, walk)
+                  rewrite, simplify, stmt_exprs, walk)
 from . import tile_pass
 
 
@@ -149,7 +149,7 @@ def check_capabilities(func, ctx):
             _need(ctx, "feature:printf", "T.print", s.span, func)
         elif isinstance(s, Assert):
             _need(ctx, "feature:device_assert", "T.device_assert", s.span, func)
-        for value in _stmt_exprs(s):
+        for value in stmt_exprs(s):
             for d in sorted(_arith_dtypes(value)):
                 _need(ctx, f"dtype:{d}:arith", f"arithmetic on {d}", s.span, func)
             for e in _find_calls(value, None):
@@ -160,16 +160,6 @@ def check_capabilities(func, ctx):
     walk(func.body, check)
     return func
 
-
-def _stmt_exprs(s) -> list:
-    """The expressions a statement holds directly (not those of nested statements)."""
-    out = []
-    for f in getattr(s, "__dataclass_fields__", {}):
-        v = getattr(s, f)
-        for item in (v if isinstance(v, tuple) else (v,)):
-            if isinstance(item, Expr):
-                out.append(item)
-    return out
 
 
 def _arith_dtypes(e) -> set:

@@ -30,7 +30,7 @@ import math
 
 from ..ir import (Allocate, Atomic, Barrier, BinOp, Bind, Buffer, BufferLoad, Call, Cast, Cmp, Collective, Expr, For,
                   Hint, If, IntImm, KernelLaunch, Logic, PerThread, Print, Select, Seq, ShuffleXor, Store, ThreadIndex,
-                  TileOp, Var, as_expr, binary, cast, compare, const, const_value, logic_and, rewrite, seq, simplify,
+                  TileOp, Var, as_expr, binary, cast, compare, const, const_value, logic_and, loop_nest, rewrite, seq, simplify,
                   walk, walk_expr)
 from ..layout import FragmentLayout, blocked
 from . import tile_pass
@@ -86,14 +86,7 @@ def _full(region) -> bool:
 
 def _nest_of(loop: For):
     """(loops, inner body) of a chain of parallel loops."""
-    loops, s = [], loop
-    while isinstance(s, For) and s.kind in _NEST:
-        loops.append(s)
-        b = s.body
-        while isinstance(b, Seq) and len(b.body) == 1:
-            b = b.body[0]
-        s = b
-    return loops, s
+    return loop_nest(loop, _NEST)
 
 
 def _accesses(stmt, frags) -> list:

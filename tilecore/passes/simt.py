@@ -38,8 +38,9 @@ import math
 
 from ..errors import CompileError
 from ..ir import (Allocate, Assert, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, BufferLoad,
-                  Collective, Continue, Expr, For, If, IntImm, KernelLaunch, PerThread, Print, Seq, Store, ThreadIndex,
-                  Var, as_expr, binary, collect, compare, const, const_value, rewrite, seq, walk, walk_expr)
+                  Collective, Continue, For, If, IntImm, KernelLaunch, PerThread, Print, Seq, Store, ThreadIndex,
+                  Var, as_expr, binary, collect, compare, const, const_value, loop_nest, rewrite, seq, stmt_exprs, walk,
+                  walk_expr)
 from . import tile_pass
 
 _DISTRIBUTED = ("parallel", "vectorized")
@@ -61,7 +62,7 @@ def _memory_use(body) -> tuple:
         return b.scope not in ("register", "var") and id(b) not in private
 
     def look(s):
-        for e in _exprs(s):
+        for e in stmt_exprs(s):
             walk_expr(e, lambda x: reads.append(1) if isinstance(x, BufferLoad) and mem(x.buffer) else None)
         if isinstance(s, (Store, Atomic)) and mem(s.buffer) or isinstance(s, (Print, Collective)):
             writes.append(1)
@@ -69,15 +70,6 @@ def _memory_use(body) -> tuple:
     walk(body, look)
     return bool(reads), bool(writes)
 
-
-def _exprs(s) -> list:
-    out = []
-    for f in getattr(s, "__dataclass_fields__", {}):
-        v = getattr(s, f)
-        for item in (v if isinstance(v, tuple) else (v,)):
-            if isinstance(item, Expr):
-                out.append(item)
-    return out
 
 
 def _prod(values):
@@ -160,15 +152,7 @@ class _Distributor:
 
     # -- a nest of parallel loops -------------------------------------------------------------------
     def distribute(self, loop: For):
-        loops: list = []
-        s = loop
-        while isinstance(s, For) and s.kind in _DISTRIBUTED:
-            loops.append(s)
-            b = s.body
-            while isinstance(b, Seq) and len(b.body) == 1:
-                b = b.body[0]
-            s = b
-        inner = s
+        loops, inner = loop_nest(loop, _DISTRIBUTED)
 
         def no_collective(x):
             if isinstance(x, Collective):
