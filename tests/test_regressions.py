@@ -188,3 +188,34 @@ def test_chunked_linear_attention_compiles_for_sm90a():
         pytest.skip("no CUDA compiler here (see tests/test_cuda_backend.py)")
     k = tilecore.compile(_chunked_linear_attention(64, 2, 32, 32), target="cuda:sm_90a")
     assert "linear_attn" in k.meta["source"]["code"]
+
+
+@pytest.mark.parametrize("threads", ["1", "3"])
+def test_cpu_block_local_memory_starts_zeroed_in_every_block(threads, tmp_path):
+    """TileLang's split-K decode reduces into a fragment it never set (reduce_max with clear=False). The cpu
+    reference ran it on whatever the allocator or the previous block on that OpenMP thread left there: NaN
+    rows at OMP_NUM_THREADS=1, right at others. Every block now starts from zeroed block-local memory."""
+    code = f"""
+import numpy as np, tilecore, tilecore.language as T
+@T.prim_func
+def unset(A: T.Tensor((8, 4, 16), "float32"), B: T.Tensor((8, 16), "float32")):
+    with T.Kernel(8) as bx:
+        a = T.alloc_fragment((4, 16), "float32")
+        m = T.alloc_fragment((16,), "float32")
+        T.copy(A[bx, :, :], a)
+        T.reduce_max(a, m, dim=0, clear=False)
+        for i in T.Parallel(16):
+            m[i] = m[i] + 1.0
+        T.copy(m, B[bx, :])
+        for i in T.Parallel(16):
+            m[i] = -1.0  # what the next block on this thread would have seen
+k = tilecore.compile(unset, target="cpu")
+a = -np.arange(8 * 4 * 16, dtype=np.float32).reshape(8, 4, 16) - 5
+b = np.full((8, 16), 7, np.float32)
+k(a, b)
+np.testing.assert_array_equal(b, np.ones((8, 16), np.float32))
+"""
+    (tmp_path / "unset.py").write_text(code)
+    env = dict(os.environ, OMP_NUM_THREADS=threads)
+    r = subprocess.run([sys.executable, str(tmp_path / "unset.py")], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]

@@ -81,6 +81,13 @@ class CPUEmitter(CFamilyEmitter):
             self.line(st, f"for (int64_t {name} = 0; {name} < {self.expr(st, g)}; ++{name}) {{")
             st.indent += 1
         self.line(st, "if (tc_status) continue;")
+        # every block starts from zeroed block-local memory, whichever thread runs it and whatever ran there
+        # before: a kernel that reads a fragment before writing it (TileLang's split-K decode reduces into an
+        # unset T.alloc_fragment with clear=False) gets the same answer at any OMP_NUM_THREADS
+        for a in scratch:
+            b = a.buffer
+            n = self.expr(st, simplify(b.numel()))
+            self.line(st, f"memset({self.name(st, b)}, 0, sizeof({self.stype(b.dtype)}) * (size_t)({n}));")
         saved = st.block_end
         for stmt in top:
             if isinstance(stmt, Allocate):
