@@ -189,6 +189,8 @@ template <typename T> inline T tc_xor_exchange(T v, int mask, int width) {
 }
 inline unsigned short __half_as_ushort(__half h) { return h.bits; }
 inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.bits; }
+inline __half __ushort_as_half(unsigned short b) { return __half{b}; }
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short b) { return __nv_bfloat16{b}; }
 
 /* cp.async: a copy is queued in this thread's open group and lands only when a wait_group retires its
  * group, so a schedule that reads a buffer before waiting for its copy reads stale data here as on a GPU */

@@ -1,5 +1,9 @@
-"""Tensor-core gemm (``cuda.gemm_mma_*``: ldmatrix + mma.sync m16n8k16) and cp.async copies
-(``cuda.copy_async``) in the CUDA backend, through the public API.
+"""Tensor-core gemm and cp.async copies (``cuda.copy_async``) in the CUDA backend, through the public API.
+
+Two gemm paths, each tested: ``unit`` (the default: the core's layout pass puts C in registers on the
+registered mma.sync m16n8k16 unit, operands by ldmatrix: tilecore.passes.matrix) and ``plugin``
+(``tilecore.matrix_unit_gemm=False``: the plugin's ``cuda.gemm_mma_*``, ldmatrix + mma.sync with C in
+shared memory, which also runs the gemms no unit fits).
 
 Three levels: compile-only checks (generated source and SASS: HMMA, LDSM, LDGSTS) wherever a CUDA
 compiler exists; the same kernels run on the host through ``cuda_host_emulator`` (the generated source,
@@ -79,8 +83,22 @@ def staged_gemm_kernel(M, N, K, bm, bn, bk, stages=2):
     return gemm
 
 
-def _compile(fn, target="cuda:sm_80"):
-    return tilecore.compile(fn, target=target, pass_configs=NOCACHE)
+PATHS = {"unit": {}, "plugin": {"tilecore.matrix_unit_gemm": False}}
+
+
+def _compile(fn, target="cuda:sm_80", path="unit", cache=False):
+    return tilecore.compile(fn, target=target, pass_configs={**(NOCACHE if not cache else {}), **PATHS[path]})
+
+
+def _assert_path(k, path, dtype="float16", acc="C_l"):
+    """The gemm took ``path``: on the unit, C in its layout and mma.sync through MatrixOps with ldmatrix
+    operands; on the plugin's GEMM, its intrinsic."""
+    if path == "unit":
+        assert k.meta["attrs"]["fragment_layouts"][acc].startswith("mma_sync_m16n8k16.C"), k.meta["attrs"]
+        body = k.get_kernel_source().split('extern "C"')[1]
+        assert "tc_mma_16816_r(" in body and "tc_ldsm_regs<" in body and "tc_gemm_mma<" not in body
+    else:
+        assert f"gemm:cuda.gemm_mma_{'f16' if dtype == 'float16' else 'bf16'}" in k.meta["attrs"]["intrinsics"]
 
 
 def _bits_bf16(x: np.ndarray) -> np.ndarray:
@@ -116,16 +134,19 @@ def _check(c, a64, b64, ta, tb):
 # -- compile-only: source and SASS -----------------------------------------------------------------------
 
 @needs_toolchain
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("target", ARCHS)
-def test_readme_gemm_takes_tensor_cores_and_cp_async(target):
-    k = tilecore.compile(matmul_relu(1000, 512, 256, 64, 64, 32), target=target, out_idx=[-1], pass_configs=NOCACHE)
-    intr = k.meta["attrs"]["intrinsics"]
-    assert "gemm:cuda.gemm_mma_f16" in intr
+def test_readme_gemm_takes_tensor_cores_and_cp_async(target, path):
+    k = tilecore.compile(matmul_relu(1000, 512, 256, 64, 64, 32), target=target, out_idx=[-1],
+                         pass_configs={**NOCACHE, **PATHS[path]})
+    _assert_path(k, path, acc="C_local")
     # the T.Pipelined loop's copies: 3 stages of 16-byte cp.async (tilecore.plan_pipelines)
     assert k.meta["attrs"]["pipelines"][0].startswith("loop ko: 3 stages")
     src = k.get_kernel_source()
     body = src.split('extern "C"')[1]
-    assert "tc_gemm_mma<128, 64, 64, 32," in body and "tc_cp_async16(" in body and "tc_cp_async_wait<1>();" in body
+    assert "tc_cp_async16(" in body and "tc_cp_async_wait<1>();" in body
+    if path == "plugin":
+        assert "tc_gemm_mma<128, 64, 64, 32," in body
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src and "cp.async.cg.shared.global" in src
     # a loop of one stage is not pipelined: its copies take cuda.copy_async (copy, commit, wait for it)
     k = _compile(gemm_kernel(128, 128, 64, 64, 64, 32, stages=1), target)
@@ -141,21 +162,32 @@ def _sass(kernel, target) -> str:
 
 
 @needs_toolchain
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("target", ARCHS)
-def test_readme_gemm_sass_has_hmma_ldsm_ldgsts(target):
-    k = tilecore.compile(matmul_relu(1000, 512, 256, 64, 64, 32), target=target, out_idx=[-1], pass_configs=NOCACHE)
+def test_readme_gemm_sass_has_hmma_ldsm_ldgsts(target, path):
+    k = tilecore.compile(matmul_relu(1000, 512, 256, 64, 64, 32), target=target, out_idx=[-1],
+                         pass_configs={**NOCACHE, **PATHS[path]})
     sass = _sass(k, target)
-    for op in ("HMMA.16816.F32", "LDSM.16.M88.4", "LDSM.16.MT88.4", "LDGSTS.E.BYPASS.128", "LDGDEPBAR"):
+    # B (K x N) by transposing ldmatrix: four 8x8 matrices at a time in the plugin's GEMM, two (one atom) on the unit
+    b_load = "LDSM.16.MT88.4" if path == "plugin" else "LDSM.16.MT88.2"
+    for op in ("HMMA.16816.F32", "LDSM.16.M88.4", b_load, "LDGSTS.E.BYPASS.128", "LDGDEPBAR"):
         assert op in sass, op
+    if path == "unit":  # the operand and accumulator arrays stay in registers
+        assert "LDL" not in sass and "STL" not in sass
 
 
 @needs_toolchain
-def test_bf16_and_transposes_compile_to_hmma():
+@pytest.mark.parametrize("path", PATHS)
+def test_bf16_and_transposes_compile_to_hmma(path):
     for ta in (False, True):
         for tb in (False, True):
-            k = _compile(gemm_kernel(128, 128, 64, 64, 64, 32, ta, tb, "bfloat16"))
-            assert "gemm:cuda.gemm_mma_bf16" in k.meta["attrs"]["intrinsics"]
-            assert "HMMA.16816.F32.BF16" in _sass(k, "cuda:sm_80")
+            k = _compile(gemm_kernel(128, 128, 64, 64, 64, 32, ta, tb, "bfloat16"), path=path)
+            _assert_path(k, path, "bfloat16")
+            sass = _sass(k, "cuda:sm_80")
+            assert "HMMA.16816.F32.BF16" in sass
+            # every transpose takes ldmatrix: A stored K x M by .trans (x4), B stored N x K without (x2 on the unit)
+            assert ("LDSM.16.MT88.4" in sass) == ta or path == "plugin"
+            assert "LDSM.16.M88" in sass if (not ta or tb) else True
 
 
 @needs_toolchain
@@ -174,7 +206,7 @@ def test_fallbacks_to_simt():
 
 @needs_toolchain
 def test_ir_shows_the_collective_between_barriers():
-    k = _compile(gemm_kernel(64, 64, 32, 32, 32, 16))
+    k = _compile(gemm_kernel(64, 64, 32, 32, 32, 16), path="plugin")
     text = k.get_kernel_source()
     body = text.split('extern "C"')[1]
     lines = [ln.strip() for ln in body.splitlines()]
@@ -188,10 +220,11 @@ def test_ir_shows_the_collective_between_barriers():
 @needs_gxx
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("ta,tb", [(False, False), (False, True), (True, False), (True, True)])
-def test_emulated_gemm_all_transposes(dtype, ta, tb):
+@pytest.mark.parametrize("path", PATHS)
+def test_emulated_gemm_all_transposes(dtype, ta, tb, path):
     M, N, K = 100, 72, 56  # ragged in every dimension for 64 x 32 x 16 blocks
-    k = _compile(gemm_kernel(M, N, K, 64, 32, 16, ta, tb, dtype))
-    assert f"gemm:cuda.gemm_mma_{'f16' if dtype == 'float16' else 'bf16'}" in k.meta["attrs"]["intrinsics"]
+    k = _compile(gemm_kernel(M, N, K, 64, 32, 16, ta, tb, dtype), path=path)
+    _assert_path(k, path, dtype)
     rng = np.random.default_rng([len(dtype), int(ta), int(tb)])
     a, b, a64, b64 = _operands(rng, (K, M) if ta else (M, K), (N, K) if tb else (K, N), dtype)
     c = np.full((M, N), np.nan, np.float32)
@@ -202,12 +235,14 @@ def test_emulated_gemm_all_transposes(dtype, ta, tb):
 @needs_toolchain
 @needs_gxx
 @pytest.mark.parametrize("case", ["readme", "threads256", "clear_accum", "unaligned_rows", "staged", "wide"])
-def test_emulated_gemm_variants(case):
+@pytest.mark.parametrize("path", PATHS)
+def test_emulated_gemm_variants(case, path):
     rng = np.random.default_rng(7)
     ta = tb = False
     if case == "readme":  # fp16 output with relu
         M, N, K = 130, 96, 72
-        k = _compile(matmul_relu(M, N, K, 64, 32, 32))
+        k = _compile(matmul_relu(M, N, K, 64, 32, 32), path=path)
+        _assert_path(k, path, acc="C_local")
         a, b, a64, b64 = _operands(rng, (M, K), (K, N), "float16")
         out = run_on_host(k, [a, b, np.zeros((M, N), np.float16)])[2].astype(np.float64)
         ref = np.maximum(a64 @ b64, 0)
@@ -218,13 +253,13 @@ def test_emulated_gemm_variants(case):
     elif case == "clear_accum":
         M, N, K, fn = 64, 64, 32, gemm_kernel(64, 64, 32, 64, 64, 32, clear=True)
     elif case == "unaligned_rows":  # K odd: rows of A are not 16-byte aligned -> element copies
-        M, N, K, fn = 48, 40, 37, gemm_kernel(48, 40, 37, 32, 40, 16)
+        M, N, K, fn = 48, 40, 37, gemm_kernel(48, 40, 37, 32, 32, 16)
     elif case == "staged":
         M, N, K, fn = 96, 64, 80, staged_gemm_kernel(96, 64, 80, 32, 32, 16)
     else:  # one warp holding a 16 x 64 strip, x2 ldmatrix for an odd count of n tiles
         M, N, K, fn = 16, 120, 32, gemm_kernel(16, 120, 32, 16, 120, 32, threads=32)
-    k = _compile(fn)
-    assert any(i.startswith("gemm:cuda.gemm_mma") for i in k.meta["attrs"]["intrinsics"])
+    k = _compile(fn, path=path)
+    _assert_path(k, path)
     a, b, a64, b64 = _operands(rng, (M, K), (K, N), "float16")
     out = run_on_host(k, [a, b, np.full((M, N), np.nan, np.float32)])
     _check(out[2], a64, b64, ta, tb)
@@ -233,12 +268,17 @@ def test_emulated_gemm_variants(case):
 @needs_toolchain
 @needs_gxx
 @pytest.mark.parametrize("causal", [False, True])
-def test_emulated_flash_attention(causal):
+@pytest.mark.parametrize("path", PATHS)
+def test_emulated_flash_attention(causal, path):
     """Both gemms of the conformance suite's FlashAttention (Q K^T with transpose_B; P V with P a
     float16 fragment) through the tensor-core path, with the online softmax between them."""
     composite = pytest.importorskip("tilecore_conformance.composite")
-    k = _compile(composite.attention("float16", causal))
-    assert "gemm:cuda.gemm_mma_f16" in k.meta["attrs"]["intrinsics"]
+    k = _compile(composite.attention("float16", causal), path=path)
+    if path == "plugin":
+        assert "gemm:cuda.gemm_mma_f16" in k.meta["attrs"]["intrinsics"]
+    else:  # S = Q K^T and O on the unit, in registers
+        lays = k.meta["attrs"]["fragment_layouts"]
+        assert sum(str(v).startswith("mma_sync_m16n8k16.C") for v in lays.values()) >= 1, lays
     rng = np.random.default_rng(5)
     shape = (composite.HEADS, composite.SEQ, composite.DIM)
     q, kk, v = (rng.standard_normal(shape).astype(np.float16) for _ in range(3))
@@ -260,12 +300,14 @@ def _torch_operands(torch, rng, shape_a, shape_b, dtype):
 @pytest.mark.parametrize("ta,tb", [(False, False), (False, True), (True, False), (True, True)])
 @pytest.mark.parametrize("M,N,K,blocks", [(256, 256, 128, (128, 128, 32)), (1000, 520, 264, (64, 64, 32)),
                                           (100, 72, 56, (64, 32, 16)), (33, 17, 40, (32, 32, 32))])
-def test_device_gemm_matches_float64(dtype, ta, tb, M, N, K, blocks):
+@pytest.mark.parametrize("path", PATHS)
+def test_device_gemm_matches_float64(dtype, ta, tb, M, N, K, blocks, path):
     import torch
 
     rng = np.random.default_rng(11)
-    k = tilecore.compile(gemm_kernel(M, N, K, *blocks, ta, tb, dtype), target="cuda")
-    assert any(i.startswith("gemm:cuda.gemm_mma") for i in k.meta["attrs"]["intrinsics"])
+    k = _compile(gemm_kernel(M, N, K, *blocks, ta, tb, dtype), target="cuda", path=path, cache=True)
+    if path == "plugin":
+        _assert_path(k, path, dtype)
     a, b, a64, b64 = _torch_operands(torch, rng, (K, M) if ta else (M, K), (N, K) if tb else (K, N), dtype)
     c = torch.full((M, N), float("nan"), dtype=torch.float32, device="cuda")
     k(a, b, c)
@@ -274,17 +316,18 @@ def test_device_gemm_matches_float64(dtype, ta, tb, M, N, K, blocks):
 
 @gpu
 @pytest.mark.parametrize("case", ["threads256", "clear_accum", "unaligned_rows", "staged", "wide"])
-def test_device_gemm_variants(case):
+@pytest.mark.parametrize("path", PATHS)
+def test_device_gemm_variants(case, path):
     import torch
 
     rng = np.random.default_rng(12)
     fns = {"threads256": (128, 64, 48, gemm_kernel(128, 64, 48, 64, 64, 16, threads=256)),
            "clear_accum": (64, 64, 32, gemm_kernel(64, 64, 32, 64, 64, 32, clear=True)),
-           "unaligned_rows": (48, 40, 37, gemm_kernel(48, 40, 37, 32, 40, 16)),
+           "unaligned_rows": (48, 40, 37, gemm_kernel(48, 40, 37, 32, 32, 16)),
            "staged": (96, 64, 80, staged_gemm_kernel(96, 64, 80, 32, 32, 16)),
            "wide": (16, 120, 32, gemm_kernel(16, 120, 32, 16, 120, 32, threads=32))}
     M, N, K, fn = fns[case]
-    k = tilecore.compile(fn, target="cuda")
+    k = _compile(fn, target="cuda", path=path, cache=True)
     a, b, a64, b64 = _torch_operands(torch, rng, (M, K), (K, N), "float16")
     c = torch.full((M, N), float("nan"), dtype=torch.float32, device="cuda")
     k(a, b, c)

@@ -100,8 +100,9 @@ def test_flash_attention_on_the_made_up_unit(fakemu, causal):
 
 
 def test_mma_sync_through_the_core_model_for_a_gemm_off_the_matched_forms():
-    """B rows of 777 float16 (not a multiple of 16 bytes): the register programs refuse it; with
-    ``tilecore.matrix_unit_gemm`` the core's layout pass puts C on the registered mma.sync unit."""
+    """B rows of 777 float16 (not a multiple of 16 bytes): the register programs refuse it; the core's layout
+    pass puts C on the registered mma.sync unit, with ldmatrix operand loads (the unit's MatrixLoad spelled by
+    the CUDA emitter); ``tilecore.matrix_unit_gemm=False`` keeps it off the unit (the plugin's own GEMM)."""
     import tilecore_cuda
     from test_cuda_backend import needs_toolchain  # noqa: F401 - the same toolchain condition
 
@@ -112,21 +113,26 @@ def test_mma_sync_through_the_core_model_for_a_gemm_off_the_matched_forms():
 
     M, N, K = 64, 777, 64
     fn = gemm_777(M, N, K, bm=64, bn=64, bk=32)
-    # by default the backend's own tensor-core GEMM goes first (C in shared memory), with the reason
-    k = tilecore.compile(fn, target="cuda:sm_80", pass_configs=NOCACHE)
-    assert "tc_mma_16816_r(" not in k.source.code
-    assert k.meta["attrs"]["fragment_layouts"]["C_local"].startswith("shared")
-    # on request, the registered unit through the core model
-    k = tilecore.compile(fn, target="cuda:sm_80", pass_configs={**NOCACHE, "tilecore.matrix_unit_gemm": True})
+    off = tilecore.compile(fn, target="cuda:sm_80", pass_configs={**NOCACHE, "tilecore.matrix_unit_gemm": False})
+    assert "tc_mma_16816_r(" not in off.source.code
+    assert off.meta["attrs"]["fragment_layouts"]["C_local"].startswith("shared")
+    assert any("tilecore.matrix_unit_gemm is False" in n for n in off.meta["attrs"]["notes"]) \
+        if "notes" in off.meta["attrs"] else True
+    k = tilecore.compile(fn, target="cuda:sm_80", pass_configs=NOCACHE)  # the default: the unit
     assert tilecore_cuda.lowering_path(k) == "generic"
     _on_unit(k, "C_local", "mma_sync_m16n8k16")
     assert "tc_mma_16816_r(" in k.source.code
+    # A (64 x 32 tile, rows of 64 bytes) and B (32 x 64, rows of 128 bytes) both take ldmatrix: x4 for A,
+    # x2.trans for B stored K x N
+    assert "tc_ldsm_regs<4, false>(" in k.source.code and "tc_ldsm_regs<2, true>(" in k.source.code
     sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
     hmma = sass.count("HMMA.16816.F32")          # 2 x 4 atoms per warp (32 x 32) per k step of 16
     assert hmma in (8, 16), hmma                  # the loop over the tile's two k steps, or it unrolled
+    assert "LDSM.16.M88.4" in sass and "LDSM.16.MT88.2" in sass
     assert "LDL" not in sass and "STL" not in sass  # operand and accumulator arrays stay in registers
     rng = np.random.default_rng(6)
     a, b, a64, b64 = _operands(rng, (M, K), (K, N))
-    out = run_on_host(k, [a, b, np.zeros((M, N), np.float16)])[2].astype(np.float64)
-    ref = a64 @ b64
-    assert (np.abs(out - ref) <= 2e-3 * np.abs(ref) + 2e-2).all()
+    for kern in (k, off):
+        out = run_on_host(kern, [a, b, np.zeros((M, N), np.float16)])[2].astype(np.float64)
+        ref = a64 @ b64
+        assert (np.abs(out - ref) <= 2e-3 * np.abs(ref) + 2e-2).all()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fake_matrix_backend import fake_unit
-from tilecore.ir import (Allocate, BinOp, Buffer, BufferLoad, Cast, FloatImm, For, IntImm, MatrixOp, Seq, Store,
+from tilecore.ir import (Allocate, BinOp, Buffer, BufferLoad, Cast, FloatImm, For, IntImm, MatrixLoad, MatrixOp, Seq, Store,
                          ThreadIndex, TileOp, Var)
 from tilecore.passes import PassContext
 from tilecore.passes.matrix import lower_gemm, plan_gemm
@@ -68,6 +68,8 @@ class Lockstep:
             (i,) = (self.ev(x) for x in s.indices)
             assert (i == i[0]).all(), "register indices are constants"
             self.regs[s.buffer][:, i[0]] = self.ev(s.value)
+        elif isinstance(s, MatrixLoad):
+            self.run(s.fallback)  # the spelled forms are checked where they run (tests/cuda_host_emulator.py)
         elif isinstance(s, MatrixOp):
             u = self.units[s.spelling]
             for g in range(self.t // u.group):

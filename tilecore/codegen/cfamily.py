@@ -372,6 +372,11 @@ class CFamilyEmitter(Emitter):
         self.line(st, fmt.format(c=self.name(st, s.c), c_off=s.c_offset, a=self.name(st, s.a), a_off=s.a_offset,
                                  b=self.name(st, s.b), b_off=s.b_offset))
 
+    def stmt_MatrixLoad(self, st, s):
+        """A matrix unit's operand load (:class:`~tilecore.ir.MatrixLoad`): its fallback, one store per
+        register. Targets with a cooperative load for the unit override this and fall back here."""
+        self.stmt(st, s.fallback)
+
     def stmt_Print(self, st, s: Print):  # pragma: no cover - target specific
         raise CompileError("T.print is not implemented by this target's code generator", s.span)
 

@@ -11,7 +11,7 @@ from contextvars import ContextVar
 from .buffer import Region
 from .expr import (BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, ShuffleXor, ThreadIndex, Var)
 from .stmt import (Allocate, Assert, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, Collective, Continue,
-                   For, Hint, If, KernelLaunch, MatrixOp, PerThread, Print,
+                   For, Hint, If, KernelLaunch, MatrixLoad, MatrixOp, PerThread, Print,
                    PrimFunc, Seq, Stmt, Store, TileOp)
 
 _BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "floormod": "%",
@@ -160,6 +160,9 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
         attrs = "".join(f", {k}={_arg_str(v)}" for k, v in sorted(s.attrs.items()))
         threads = f", threads={s.threads}" if s.threads is not None else ""
         return [f"{pad}T.collective({s.name!r}{args}{attrs}{threads})"]
+    if isinstance(s, MatrixLoad):
+        return [f"{pad}T.matrix_load({s.spelling!r}, {s.operand!r}, {_nm(s.dst)}[{s.dst_offset}:], "
+                f"{expr_str(s.origin)}, lane={expr_str(s.lane)}, trans={s.trans}, align={s.align})"]
     if isinstance(s, MatrixOp):
         return [f"{pad}T.matrix_op({s.spelling!r}, {_nm(s.c)}[{s.c_offset}:], {_nm(s.a)}[{s.a_offset}:], "
                 f"{_nm(s.b)}[{s.b_offset}:])"]

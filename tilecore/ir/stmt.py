@@ -208,6 +208,29 @@ class MatrixOp(Stmt):
 
 
 @dataclass(eq=False)
+class MatrixLoad(Stmt):
+    """Load one operand of a matrix unit instruction into registers, inside a :class:`PerThread`:
+    ``dst[dst_offset : dst_offset + layout.regs]`` gets, register by register, the elements the unit's
+    ``operand`` layout (``"a"`` or ``"b"``) assigns to the thread's ``lane``, from the tile of ``src`` whose
+    operand element (0, 0) is ``origin`` (a load of ``src``). ``trans``: ``src`` stores the operand
+    transposed (A as K x M, B as N x K). ``align`` is what the lowering proves of the origin: its last
+    index is a multiple of ``align`` elements. ``fallback`` is the same load as one store per register;
+    an emitter with a spelling for ``spelling`` (the unit's key) may emit that instead (e.g. one
+    cooperative instruction of the unit's group), else it emits ``fallback``."""
+
+    spelling: str
+    operand: str
+    dst: Buffer
+    dst_offset: int
+    origin: Expr
+    lane: Expr
+    trans: bool
+    align: int
+    fallback: Stmt
+    attrs: dict = field(default_factory=dict)
+
+
+@dataclass(eq=False)
 class Hint(Stmt):
     """A scheduling hint a backend may honour or ignore: ``use_swizzle``, ``annotate_layout``..."""
 

@@ -39,7 +39,7 @@ class PassConfigKey:
     EXTRA_FLAGS = "tilecore.extra_flags"       #: list[str]: extra flags for the backend's compiler
     REQUIRE = "tilecore.require"               #: list[str]: capability needs the target must satisfy
     CHECKED = "tilecore.checked"               #: bool: check every memory access at run time (also TILECORE_CHECKED=1)
-    MATRIX_UNIT_GEMM = "tilecore.matrix_unit_gemm"  #: bool: T.gemm on a registered matrix unit even where the backend has its own (None: the backend's first)
+    MATRIX_UNIT_GEMM = "tilecore.matrix_unit_gemm"  #: bool: T.gemm on a registered matrix unit where one runs it (default True; False: never)
 
     # TileLang's names (tilelang.PassConfigKey), so ported code runs. Those with a tilecore meaning are
     # mapped by TILELANG_EQUIVALENTS; the others are accepted and change nothing (docs/tilelang-compat.md).

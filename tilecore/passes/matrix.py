@@ -8,10 +8,9 @@ Contract used by the layout pass (tilecore/passes/layout.py):
   units (``ctx.matrix_units``) can run it over the block's ``threads``; it returns a
   :class:`GemmPlan` whose ``c_layout`` (the unit's accumulator layout tiled over the block's groups and
   registers) becomes C's layout, or None (C then takes the core's blocked layout and the generic
-  register GEMM); the reason is appended to ``ctx.notes`` as ``"tilecore.matrix: ..."``. Where the
-  backend's intrinsic table has its own hardware GEMM for the op (an intrinsic that needs a ``feature:``,
-  e.g. one with C in shared memory and tuned operand loads), that goes first unless the pass config
-  ``tilecore.matrix_unit_gemm`` is True (False: never use the units).
+  register GEMM, or the backend's own GEMM intrinsic); the reason is appended to ``ctx.notes`` as
+  ``"tilecore.matrix: ..."``. The pass config ``tilecore.matrix_unit_gemm=False`` keeps every gemm off the
+  units (decision D13 has the history: the backend's own GEMM went first until operand loads had a spelling).
 - :func:`lower_gemm` turns the op into the statements each thread runs (placed inside a
   :class:`~tilecore.ir.PerThread` by the caller): operand loads into ``register`` buffers by the unit's A and
   B layouts, and one :class:`~tilecore.ir.MatrixOp` per unit instruction. ``registers`` maps each fragment
@@ -22,14 +21,16 @@ The plan: the block's ``threads / unit.group`` groups are arranged ``wm x wn`` o
 and each thread holds ``mt x nt`` atoms in its registers: atom ``(mi, ni)`` is registers
 ``(mi + mt ni) c.regs ..`` of C, rows ``unit.m (g % wm + wm mi) ..``, columns ``unit.n (g / wm + wn ni) ..``.
 For each step of ``unit.k`` along K, every thread loads its A registers (one set per atom row) and B
-registers (one per atom column) from shared memory at the coordinates the unit's layouts give for its lane,
-then issues the ``mt x nt`` instructions.
+registers (one per atom column) from shared memory at the coordinates the unit's layouts give for its lane
+(a :class:`~tilecore.ir.MatrixLoad` per atom: the backend may spell it as one cooperative load, e.g.
+CUDA's ldmatrix, else its fallback stores each register), then issues the ``mt x nt`` instructions.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
-from ..ir import (Allocate, Buffer, BufferLoad, For, MatrixOp, Store, ThreadIndex, Var, as_expr, binary, const,
+from ..ir import (Allocate, Buffer, BufferLoad, For, MatrixLoad, MatrixOp, Store, ThreadIndex, Var, as_expr, binary, const,
                   const_value, seq)
 from ..layout import FragmentLayout, MatrixUnit
 
@@ -91,31 +92,13 @@ def _why_not(op, threads: int, ctx):
     return "; ".join(why) or "the target has no matrix unit with register operands"
 
 
-def _backend_gemm(op, ctx):
-    """The name of the backend intrinsic that runs ``op`` on its own hardware path (one that needs a
-    ``feature:``), if the intrinsic table picks one: the backend's tuned GEMM goes first by default."""
-    from .lower_tile import choose
-
-    try:
-        intr = choose(op, ctx)
-    except Exception:  # noqa: BLE001 - no intrinsic: nothing to prefer
-        return None
-    return intr.name if any(str(r).startswith("feature:") for r in intr.requires) else None
-
-
 def plan_gemm(op, threads: int, ctx) -> GemmPlan | None:
     """A plan for ``op`` (a ``T.gemm`` TileOp) on a matrix unit of the target, or None (with the reason in
     ``ctx.notes``)."""
     found = _why_not(op, threads, ctx)
     c = op.args[2].buffer
-    force = ctx.option("tilecore.matrix_unit_gemm", None)
-    if force is False:
+    if ctx.option("tilecore.matrix_unit_gemm", True) is False:
         found = "pass config tilecore.matrix_unit_gemm is False"
-    elif not isinstance(found, str) and force is None:
-        own = _backend_gemm(op, ctx)
-        if own is not None:
-            found = (f"the backend's own {own} runs it (pass_configs={{'tilecore.matrix_unit_gemm': True}} puts it "
-                     f"on {found[0].spelling})")
     if isinstance(found, str):
         note = f"tilecore.matrix: gemm into {c.name} stays off the matrix units: {found}"
         if note not in ctx.notes:  # the layout pass may ask again while it settles
@@ -154,19 +137,27 @@ def lower_gemm(op, plan: GemmPlan, registers: dict, ctx) -> list:
         idx[-2], idx[-1] = binary("add", idx[-2], i), binary("add", idx[-1], j)
         return BufferLoad(r.buffer, tuple(idx))
 
+    def load(operand, r, dst, offset, lay, row0, col0, trans, steps):
+        """One operand atom: a MatrixLoad whose fallback stores each register of the lane by ``lay``."""
+        stores = []
+        for q in range(lay.regs):
+            i, j = lay.coords_expr(lane, q)
+            stores.append(Store(dst, (const(offset + q),), at(r, binary("add", row0, i), binary("add", col0, j), trans),
+                                span=op.span))
+        # the origin's last index is the region's start plus a multiple of the unit's step along that axis
+        start = const_value(r.starts[-1])
+        step = steps[0] if trans else steps[1]
+        align = math.gcd(step, int(start)) if start is not None else 1
+        return MatrixLoad(u.spelling, operand, dst, offset, at(r, row0, col0, trans), lane, trans, align, seq(stores),
+                          span=op.span)
+
     body = []
     for mi in range(mt):
         row0 = binary("mul", binary("add", g_row, wm * mi), u.m)
-        for r in range(u.a.regs):
-            i, kc = u.a.coords_expr(lane, r)
-            body.append(Store(areg, (const(mi * u.a.regs + r),), at(a, binary("add", row0, i),
-                                                                      binary("add", k0, kc), ta), span=op.span))
+        body.append(load("a", a, areg, mi * u.a.regs, u.a, row0, k0, ta, (u.m, u.k)))
     for ni in range(nt):
         col0 = binary("mul", binary("add", g_col, wn * ni), u.n)
-        for r in range(u.b.regs):
-            kr, j = u.b.coords_expr(lane, r)
-            body.append(Store(breg, (const(ni * u.b.regs + r),), at(b, binary("add", k0, kr),
-                                                                      binary("add", col0, j), tb), span=op.span))
+        body.append(load("b", b, breg, ni * u.b.regs, u.b, k0, col0, tb, (u.k, u.n)))
     for ni in range(nt):
         for mi in range(mt):
             body.append(MatrixOp(u.spelling, creg, (mi + mt * ni) * u.c.regs, areg, mi * u.a.regs, breg,

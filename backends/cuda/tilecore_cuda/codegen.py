@@ -12,7 +12,8 @@ from importlib import resources
 
 from tilecore.codegen import SIMTCppEmitter, EmitState, host_expr
 from tilecore.errors import CompileError
-from tilecore.ir import AsyncCopy, BufferLoad, Collective, MatrixOp, collect, const_value, simplify
+from tilecore.ir import (AsyncCopy, BufferLoad, Collective, MatrixOp, binary, collect, const, const_value,
+                         simplify)
 
 
 ENTRY = "tc_kernel"
@@ -144,6 +145,37 @@ class CUDAEmitter(SIMTCppEmitter):
 
             return emit_register_program(self, st, s)
         return super().stmt_Collective(st, s)
+
+    # -- matrix unit operands (tilecore.passes.matrix) ------------------------------------------------------
+    #: ldmatrix for the mma.sync m16n8k16 operands: (operand, stored transposed) -> (8x8 matrices, .trans,
+    #: the row and column of the stored tile that lane ``l`` addresses). Lane ``l`` gives row ``l % 8`` of
+    #: matrix ``l / 8`` and receives, per matrix, the pair at row ``l / 4``, columns ``2 (l % 4)`` ``+ 1`` (the
+    #: transposed pair with .trans): A's matrices are (rows 0-7 | 8-15) x (k 0-7 | 8-15) in register order,
+    #: B's are k 0-7 and k 8-15 (units.py has the register layouts this reproduces).
+    LDMATRIX = {
+        ("a", False): (4, False, lambda l: (binary("floormod", l, 16), binary("mul", binary("div", l, 16), 8))),
+        ("a", True): (4, True, lambda l: (binary("add", binary("floormod", l, 8), binary("mul", binary("div", l, 16), 8)),
+                                          binary("mul", binary("floormod", binary("div", l, 8), 2), 8))),
+        ("b", True): (2, False, lambda l: (binary("floormod", l, 8), binary("mul", binary("floormod", binary("div", l, 8), 2), 8))),
+        ("b", False): (2, True, lambda l: (binary("floormod", l, 16), const(0))),
+    }
+
+    def stmt_MatrixLoad(self, st, s):
+        """ldmatrix where the stored tile allows it (16-bit elements in shared memory, 16-byte rows: the
+        row length and the origin's column multiples of 8 elements); the per-register loads otherwise."""
+        from .units import MMA_16816
+
+        src = s.origin.buffer
+        row_len = const_value(simplify(src.shape[-1])) if len(src.shape) >= 2 else None
+        if (s.spelling != MMA_16816 or src.scope in ("global", "register") or src.dtype.bytes != 2
+                or row_len is None or row_len % 8 or s.align % 8):
+            return super().stmt_MatrixLoad(st, s)
+        n, trans, lane_rc = self.LDMATRIX[(s.operand, s.trans)]
+        dr, dc = lane_rc(s.lane)
+        idx = list(s.origin.indices)
+        idx[-2], idx[-1] = binary("add", idx[-2], dr), binary("add", idx[-1], dc)
+        ptr = f"{self.name(st, src)} + {self.flat_index(st, src, idx)}"
+        self.line(st, f"tc_ldsm_regs<{n}, {'true' if trans else 'false'}>(&{self.name(st, s.dst)}[{s.dst_offset}], {ptr});")
 
     # -- asynchronous copies (tilecore.plan_pipelines) --------------------------------------------------
     def stmt_AsyncCopy(self, st, s: AsyncCopy):
