@@ -22,6 +22,8 @@ step attention python3 benchmarks/cuda_attention.py --rep 3
 step attention-fast python3 benchmarks/cuda_attention.py --rep 3 --fast-math
 step offpath python3 benchmarks/cuda_offpath.py --rep 20
 step matrix-unit python3 benchmarks/matrix_unit_gemm.py
+step corpus env TILECORE_CORPUS_DEVICE=cuda:sm_90a python3 -m pytest -q -n 8 -p no:cacheprovider \
+     tests/test_tilelang_corpus.py -k test_device -rxXf
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \
