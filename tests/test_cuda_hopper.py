@@ -141,9 +141,15 @@ def test_sm80_and_disable_switch_take_the_mma_sync_register_program():
 
 
 @needs_toolchain
-def test_kernels_outside_the_register_model_keep_the_per_op_mma_path():
-    k = tilecore.compile(gemm(512, 512, 512, bk=32, bn=128, stages=2), target="cuda:sm_80", pass_configs=NOCACHE)
+def test_kernels_outside_the_register_programs_take_the_core_unit_path():
+    """The register programs refuse the kernel; the core's layout pass puts C on the mma.sync unit (or, with
+    ``tilecore.matrix_unit_gemm=False``, the plugin's per-op tensor-core GEMM runs it)."""
+    fn = gemm(512, 512, 512, bk=32, bn=128, stages=2)
+    k = tilecore.compile(fn, target="cuda:sm_80", pass_configs=NOCACHE)
     assert "cuda.register_program: kernel not mapped to registers" in _notes(k)
+    assert k.meta["attrs"]["fragment_layouts"]["C_l"].startswith("mma_sync_m16n8k16.C")
+    assert "tc_gemm_mma<" not in k.get_kernel_source() and "tc_ldsm_regs<" in k.get_kernel_source()
+    k = tilecore.compile(fn, target="cuda:sm_80", pass_configs={**NOCACHE, "tilecore.matrix_unit_gemm": False})
     assert "tc_gemm_mma<" in k.get_kernel_source()
 
 
