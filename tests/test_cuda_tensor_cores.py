@@ -333,3 +333,34 @@ def test_device_gemm_variants(case, path):
     k(a, b, c)
     _check(c.cpu().numpy(), a64, b64, False, False)
 
+
+
+@needs_toolchain
+def test_operand_tiles_are_swizzled_unless_a_collective_reads_them():
+    """The tiles the unit's operands are loaded from are stored XOR-swizzled (every access maps through the
+    layout: the host-emulated gemms above check the numbers); a tile a block-wide copy fills by address (a
+    loop of one stage: cuda.copy_async) stays row-major; the pass config turns it off."""
+    k = _compile(gemm_kernel(128, 128, 64, 64, 64, 32))
+    assert k.meta["attrs"]["shared_layouts"] == {"A_s": "64x32 tile, 64-byte XOR swizzle of 16-byte units",
+                                                 "B_s": "32x64 tile, 128-byte XOR swizzle of 16-byte units"}
+    assert " ^ " in k.get_kernel_source().split('extern "C"')[1]
+    one_stage = _compile(gemm_kernel(128, 128, 64, 64, 64, 32, stages=1))
+    assert "copy:cuda.copy_async" in one_stage.meta["attrs"]["intrinsics"]
+    assert "shared_layouts" not in one_stage.meta["attrs"]
+    off = tilecore.compile(gemm_kernel(128, 128, 64, 64, 64, 32), target="cuda:sm_80",
+                           pass_configs={**NOCACHE, "tilecore.swizzle_operand_tiles": False})
+    assert "shared_layouts" not in off.meta["attrs"]
+    assert "LDSM.16.M88.4" in _sass(off, "cuda:sm_80") and "LDSM.16.M88.4" in _sass(k, "cuda:sm_80")
+
+
+@needs_toolchain
+@needs_gxx
+def test_emulated_gemm_one_stage_and_unswizzled():
+    rng = np.random.default_rng(9)
+    M, N, K = 96, 64, 96
+    a, b, a64, b64 = _operands(rng, (M, K), (K, N), "float16")
+    for cfg in ({"tilecore.swizzle_operand_tiles": False}, {}):
+        k = tilecore.compile(gemm_kernel(M, N, K, 64, 64, 32, stages=1 if not cfg else 2), target="cuda:sm_80",
+                             pass_configs={**NOCACHE, **cfg})
+        out = run_on_host(k, [a, b, np.full((M, N), np.nan, np.float32)])
+        _check(out[2], a64, b64, False, False)

@@ -198,3 +198,17 @@ def test_layout_pictures_are_up_to_date(tmp_path):
     assert drawn == committed
     stale = [n for n in drawn if (tmp_path / n).read_text() != (root / "docs" / "layouts" / n).read_text()]
     assert not stale, f"re-run scripts/draw_layouts.py: {stale} changed"
+
+
+@pytest.mark.parametrize("rows,cols,span", [(32, 64, 128), (64, 32, 64), (16, 16, 32)])
+def test_swizzle_spreads_one_column_of_rows_over_the_span(rows, cols, span):
+    """The rows a cooperative 8x8 operand load reads at one 16-byte column (8 consecutive rows) land in
+    distinct 16-byte units of the span: what makes a 128-byte swizzle of 16-bit tiles free of bank conflicts
+    (a shorter span repeats after span / 16 rows)."""
+    lay = SharedLayout(rows, cols, 2, swizzle_bytes=span)
+    lay.check()
+    units = span // 16
+    for col in range(0, cols, 8):
+        for r0 in range(0, rows, units):
+            got = {(lay.offset(r, col) * 2 // 16) % units for r in range(r0, r0 + units)}
+            assert len(got) == units, (col, r0, got)

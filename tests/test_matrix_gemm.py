@@ -60,7 +60,7 @@ class Lockstep:
         elif isinstance(s, Allocate):
             self.regs[s.buffer] = np.zeros((self.t, int(s.buffer.shape[0].value)))
         elif isinstance(s, For):
-            assert s.kind == "serial"
+            assert s.kind in ("serial", "unroll")
             for v in range(s.start.value, s.start.value + s.extent.value):
                 self.env[s.var] = v
                 self.run(s.body)

@@ -174,12 +174,24 @@ class CFamilyEmitter(Emitter):
         return f"{text}{suffix}" if not text.startswith("-") else f"({text}{suffix})"
 
     def flat_index(self, st: EmitState, buf: Buffer, indices) -> str:
+        """The element offset of ``buf[indices]``: row-major, or through the tile's shared layout where the
+        launch stores it swizzled (``shared_layouts``, tilecore.passes.matrix.swizzle_operand_tiles: the
+        last two dimensions are one tile, the leading ones count whole tiles)."""
+        lay = getattr(st, "shared_layouts", {}).get(id(buf))
+        if lay is not None and len(indices) >= 2:
+            tile = lay.offset_expr(indices[-2], indices[-1])
+            lead = self._row_major(indices[:-2], buf.shape[:-2])
+            return self.expr(st, simplify(binary("add", binary("mul", lead, lay.size), tile)))
+        return self.expr(st, simplify(self._row_major(indices, buf.shape)))
+
+    @staticmethod
+    def _row_major(indices, shape) -> Expr:
         flat: Expr = const(0)
         stride: Expr = const(1)
-        for idx, dim in reversed(list(zip(indices, buf.shape))):
+        for idx, dim in reversed(list(zip(indices, shape))):
             flat = binary("add", flat, binary("mul", idx, stride))
             stride = binary("mul", stride, dim)
-        return self.expr(st, simplify(flat))
+        return flat
 
     def expr(self, st: EmitState, e) -> str:
         if isinstance(e, Var):

@@ -128,6 +128,7 @@ class SIMTCppEmitter(CFamilyEmitter):
         if "simt_threads" not in s.attrs:
             raise CompileError("internal: the kernel reached codegen without tilecore.simt_distribute", s.span)
         top = s.body.body if isinstance(s.body, Seq) else [s.body]
+        st.shared_layouts = {id(b): lay for b, lay in s.attrs.get("shared_layouts", ())}
         self.block_indices(st, s)
         # register buffers (fragments in registers) are each thread's own arrays, declared in place below
         block = [a for a in top if isinstance(a, Allocate) and a.buffer.scope != "register"]

@@ -12,7 +12,8 @@ Slots, in order (a kernel moves from tile ops over regions to scalar loops ready
                     issues those copies stages ahead as ``AsyncCopy`` / ``AsyncCommit`` / ``AsyncWait``
                     statements, planned against the shared-memory limit (``tilecore.passes.pipeline``);
                     a backend may pipeline a loop itself before that; every loop left is serialized
-``memory``          plan on-chip memory and check it against the target's limits; guard memory accesses
+``memory``          plan on-chip memory (the swizzle of matrix-unit operand tiles) and check it against the
+                    target's limits; guard memory accesses
                     not proven in bounds (all of them in checked mode)
 ``before-codegen``  final clean-up and verification
 
@@ -40,6 +41,7 @@ class PassConfigKey:
     REQUIRE = "tilecore.require"               #: list[str]: capability needs the target must satisfy
     CHECKED = "tilecore.checked"               #: bool: check every memory access at run time (also TILECORE_CHECKED=1)
     MATRIX_UNIT_GEMM = "tilecore.matrix_unit_gemm"  #: bool: T.gemm on a registered matrix unit where one runs it (default True; False: never)
+    SWIZZLE_OPERAND_TILES = "tilecore.swizzle_operand_tiles"  #: bool: store matrix-unit operand tiles XOR-swizzled (default True)
 
     # TileLang's names (tilelang.PassConfigKey), so ported code runs. Those with a tilecore meaning are
     # mapped by TILELANG_EQUIVALENTS; the others are accepted and change nothing (docs/tilelang-compat.md).
@@ -165,13 +167,13 @@ def dump_dir_from_env() -> str | None:
 
 
 def core_pipeline() -> Pipeline:
-    from . import core, guard, layout, lower_tile, pipeline
+    from . import core, guard, layout, lower_tile, matrix, pipeline
 
     return Pipeline({
         "legalize": [core.check_structure, core.check_static_bounds, core.check_capabilities],
         "layout": [layout.infer_layouts, core.collect_hints],
         "tile-lowering": [layout.lower_fragments, pipeline.stage_pipelined_copies, lower_tile.lower_tile_ops],
         "pipelining": [pipeline.plan_pipelines, core.serialize_pipelined],
-        "memory": [core.plan_memory, guard.guard_accesses],
+        "memory": [matrix.swizzle_operand_tiles, core.plan_memory, guard.guard_accesses],
         "before-codegen": [core.verify_lowered],
     })

@@ -30,9 +30,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..ir import (Allocate, Buffer, BufferLoad, For, MatrixLoad, MatrixOp, Store, ThreadIndex, Var, as_expr, binary, const,
+from ..ir import (Allocate, AsyncCopy, Buffer, BufferLoad, Collective, For, KernelLaunch, MatrixLoad, MatrixOp,
+                  Region, Store, TileOp, collect, rewrite, walk, ThreadIndex, Var, as_expr, binary, const,
                   const_value, seq)
-from ..layout import FragmentLayout, MatrixUnit
+from ..layout import FragmentLayout, MatrixUnit, SharedLayout
+from . import tile_pass
 
 
 @dataclass
@@ -165,8 +167,67 @@ def lower_gemm(op, plan: GemmPlan, registers: dict, ctx) -> list:
     out = [Allocate(areg), Allocate(breg)]
     if op.attrs.get("clear_accum"):
         out += [Store(creg, (const(r),), const(0, creg.dtype), span=op.span) for r in range(clay.regs)]
-    out.append(For(kk, as_expr(0), as_expr(plan.attrs["k_steps"]), "serial", seq(body), span=op.span))
+    # unrolled: the register offsets and the operand addresses of each k step fold to constants
+    out.append(For(kk, as_expr(0), as_expr(plan.attrs["k_steps"]), "unroll", seq(body), span=op.span))
     return out
 
 
-__all__ = ["GemmPlan", "plan_gemm", "lower_gemm"]
+def _swizzle_for(buf: Buffer) -> SharedLayout | None:
+    """The XOR swizzle for a shared operand tile: 16-byte units of a row permuted by the row within spans
+    of 128 bytes (64 or 32 for shorter rows), so the rows a group's cooperative operand load reads at one
+    column land in different banks; None where the rows are not whole 32-byte spans."""
+    shape = buf.static_shape()
+    if shape is None or len(shape) < 2 or buf.base is not None:
+        return None
+    rows, cols = shape[-2], shape[-1]
+    row_bytes = cols * buf.dtype.bytes
+    for span in (128, 64, 32):
+        if row_bytes % span == 0 and 16 % buf.dtype.bytes == 0:
+            return SharedLayout(rows, cols, buf.dtype.bytes, swizzle_bytes=span)
+    return None
+
+
+@tile_pass("tilecore.swizzle_operand_tiles")
+def swizzle_operand_tiles(func, ctx):
+    """Store the shared tiles that matrix-unit operands are loaded from (:class:`~tilecore.ir.MatrixLoad`)
+    swizzled (:class:`~tilecore.layout.SharedLayout`), recorded in the launch's ``shared_layouts`` attribute
+    as ``(buffer, layout)`` pairs (and by name in ``kernel.meta["attrs"]["shared_layouts"]``): the emitter
+    maps every element access of those buffers through the layout.
+    A tile any block-wide operation reads by address (a :class:`~tilecore.ir.Collective` region) keeps the
+    plain row-major layout, as does one an asynchronous copy writes in runs longer than 16 bytes.
+    ``tilecore.swizzle_operand_tiles=False`` turns it off."""
+    if ctx.option("tilecore.swizzle_operand_tiles", True) is False:
+        return func
+
+    def fix(s):
+        if not isinstance(s, KernelLaunch) or "shared_layouts" in s.attrs:
+            return None
+        loads = collect(s.body, MatrixLoad)
+        tiles = {id(m.origin.buffer): m.origin.buffer for m in loads if m.origin.buffer.scope == "shared"}
+        if not tiles:
+            return None
+        plain: set = set()
+
+        def uses(x):
+            if isinstance(x, (Collective, TileOp)):
+                for a in x.args:
+                    b = a.buffer if isinstance(a, Region) else a if isinstance(a, Buffer) else None
+                    if b is not None:
+                        plain.add(id(b.base or b))
+            elif isinstance(x, AsyncCopy) and x.elements * x.dst.dtype.bytes > 16:
+                plain.add(id(x.dst))
+
+        walk(s.body, uses)
+        chosen = tuple((b, lay) for k, b in tiles.items() if k not in plain and (lay := _swizzle_for(b)) is not None)
+        if not chosen:
+            return None
+        for b, lay in chosen:
+            recorded[b.name] = f"{lay.rows}x{lay.cols} tile, {lay.swizzle_bytes}-byte XOR swizzle of 16-byte units"
+        return s.with_(attrs={**s.attrs, "shared_layouts": chosen})
+
+    recorded: dict = {}
+    body = rewrite(func.body, fix)
+    return func.with_body(body, shared_layouts=recorded) if recorded else func
+
+
+__all__ = ["GemmPlan", "plan_gemm", "lower_gemm", "swizzle_operand_tiles"]
