@@ -3,8 +3,9 @@
     python benchmarks/matrix_unit_gemm.py [--rep 10]
 
 For GEMMs the CUDA plugin's register programs do not take (B rows of 777 float16, not a multiple of 16
-bytes; 4096^3 at tiles the Hopper passes refuse), compiled two ways: the default (the target's mma.sync
-unit through the core model: C in registers in the unit's layout, ldmatrix operands, MatrixOps) and
+bytes; 4096^3 at tiles the Hopper passes refuse), compiled three ways: the default (the target's mma.sync
+unit through the core model: C in registers in the unit's layout, ldmatrix operands from XOR-swizzled
+tiles, MatrixOps), the same with row-major tiles (``tilecore.swizzle_operand_tiles: False``) and
 ``tilecore.matrix_unit_gemm: False`` (the CUDA plugin's own tensor-core GEMM, ``cuda.gemm_mma``: ldmatrix
 operands, C in shared memory), the default before the unit's operand loads had a spelling.
 Prints the lowering path, C's layout, our time, torch's, torch/ours (higher is better) and the max error.
@@ -37,10 +38,9 @@ def main() -> int:
         a = torch.randn(M, K, device="cuda", dtype=torch.float16, generator=g) / 8
         b = torch.randn(K, N, device="cuda", dtype=torch.float16, generator=g) / 8
         ref = a.float() @ b.float()
-        for label, unit in (("default (unit)", None), ("no unit", False)):
-            cfg = {"tilecore.disable_cache": True}
-            if unit is not None:
-                cfg["tilecore.matrix_unit_gemm"] = unit
+        for label, extra in (("default (unit)", {}), ("unit, plain tiles", {"tilecore.swizzle_operand_tiles": False}),
+                             ("no unit", {"tilecore.matrix_unit_gemm": False})):
+            cfg = {"tilecore.disable_cache": True, **extra}
             for bm, bn, bk in ((128, 128, 32), (64, 64, 32)):
                 k = tilecore.compile(gemm_777(M, N, K, bm, bn, bk, 128), out_idx=[-1], target="cuda", pass_configs=cfg)
                 err = float((k(a, b).float() - ref).abs().max())

@@ -344,6 +344,9 @@ def test_operand_tiles_are_swizzled_unless_a_collective_reads_them():
     assert k.meta["attrs"]["shared_layouts"] == {"A_s": "64x32 tile, 64-byte XOR swizzle of 16-byte units",
                                                  "B_s": "32x64 tile, 128-byte XOR swizzle of 16-byte units"}
     assert " ^ " in k.get_kernel_source().split('extern "C"')[1]
+    # K = 37: A's rows are not whole 16-byte runs, so its tile is filled by element stores and stays row-major
+    ragged = _compile(gemm_kernel(48, 40, 37, 32, 32, 16))
+    assert set(ragged.meta["attrs"]["shared_layouts"]) == {"B_s"}
     one_stage = _compile(gemm_kernel(128, 128, 64, 64, 64, 32, stages=1))
     assert "copy:cuda.copy_async" in one_stage.meta["attrs"]["intrinsics"]
     assert "shared_layouts" not in one_stage.meta["attrs"]
