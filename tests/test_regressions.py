@@ -219,3 +219,31 @@ np.testing.assert_array_equal(b, np.ones((8, 16), np.float32))
     env = dict(os.environ, OMP_NUM_THREADS=threads)
     r = subprocess.run([sys.executable, str(tmp_path / "unset.py")], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def _two_names(x):  # a function whose source the parser can read
+    return x
+
+
+def test_parser_code_cache_never_serves_a_freed_nodes_code():
+    """The parser compiled each expression once, keyed by ``id(node)``. An augmented assignment's load is a
+    node made on the spot and freed after it; a later one at the same address got the earlier one's code
+    (CI: ``lse_logsum_local += ...`` evaluated ``acc_o`` of another line, now and then). Here two fresh
+    nodes are made to share an address and must still give their own values."""
+    import ast
+
+    from tilecore.language.parser import Interpreter
+
+    from tilecore.language.builder import Builder
+
+    interp = Interpreter(_two_names, Builder("_two_names"))
+    interp.layers[-1].update({"first": 1, "second": 2})
+    node = ast.Name("first", ast.Load(), lineno=1, col_offset=0)
+    assert interp.eval(node) == 1
+    addr = id(node)
+    del node
+    for _ in range(10000):  # CPython reuses a freed slot for the next node of the same size (unless the
+        other = ast.Name("second", ast.Load(), lineno=1, col_offset=0)  # cache keeps the first node alive)
+        if id(other) == addr:
+            break
+    assert interp.eval(other) == 2

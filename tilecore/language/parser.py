@@ -217,12 +217,16 @@ class Interpreter:
         return Span(self.file, node.lineno + self.offset, self.fdef.name)
 
     def eval(self, node):
-        code = self._code.get(id(node))
+        # compiled once per node; the entry holds the node, so its id is not reused by a later node (an
+        # augmented assignment's load is a node made on the spot: keyed by id alone, a later one could get
+        # the code of an earlier one, freed, at the same address)
+        hit = self._code.get(id(node))
+        code = hit[1] if hit is not None and hit[0] is node else None
         if code is None:
             tree = ast.Expression(_Rewrite().visit(_deepcopy(node)))
             ast.fix_missing_locations(tree)
             code = compile(tree, self.file, "eval")
-            self._code[id(node)] = code
+            self._code[id(node)] = (node, code)
         try:
             return eval(code, self.globals, self.scope)  # noqa: S307 - the user's own kernel code
         except CompileError as e:
