@@ -23,7 +23,8 @@ and each thread holds ``mt x nt`` atoms in its registers: atom ``(mi, ni)`` is r
 For each step of ``unit.k`` along K, every thread loads its A registers (one set per atom row) and B
 registers (one per atom column) from shared memory at the coordinates the unit's layouts give for its lane
 (a :class:`~tilecore.ir.MatrixLoad` per atom: the backend may spell it as one cooperative load, e.g.
-CUDA's ldmatrix, else its fallback stores each register), then issues the ``mt x nt`` instructions.
+ldmatrix, or vector reads, else its fallback stores each register), then issues the ``mt x nt``
+instructions.
 """
 from __future__ import annotations
 
