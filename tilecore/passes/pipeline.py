@@ -278,14 +278,25 @@ def _run_fits(loops, store, load, elems: int) -> bool:
     return True
 
 
-def async_copy_nest(nest):
-    """The copy nest as asynchronous copies: ``(new nest, bytes per copy)``, or ``(nest, reason)``."""
+def copy_bytes(ctx) -> tuple:
+    """The widths one asynchronous copy may have on this target: :data:`COPY_BYTES` up to the profile's
+    ``limits.max_async_copy_bytes`` (kind ``max``) where it declares one (hardware whose copies are
+    narrower than 16 bytes)."""
+    lim = ctx.capabilities.limit("max_async_copy_bytes") if ctx is not None else None
+    if lim is None or lim[1] != "max":
+        return COPY_BYTES
+    return tuple(n for n in COPY_BYTES if n <= int(lim[0]))
+
+
+def async_copy_nest(nest, widths: tuple = COPY_BYTES):
+    """The copy nest as asynchronous copies of one of ``widths`` bytes (widest first): ``(new nest, bytes
+    per copy)``, or ``(nest, reason)``."""
     parts = _copy_parts(nest)
     if parts is None:
         return nest, "not a plain element copy"
     loops, store, load, pred = parts
     es = store.buffer.dtype.bytes
-    for nbytes in COPY_BYTES:
+    for nbytes in widths:
         if nbytes % es or not _run_fits(loops, store, load, nbytes // es):
             continue
         elems = nbytes // es
@@ -307,7 +318,7 @@ def async_copy_nest(nest):
         for f in reversed(outer):
             body = f.with_(body=body)
         return body, nbytes
-    return nest, f"synchronous ({es}-byte elements, no aligned run of {'/'.join(map(str, COPY_BYTES))} bytes)"
+    return nest, f"synchronous ({es}-byte elements, no aligned run of {'/'.join(map(str, widths))} bytes)"
 
 
 # -- the planner -----------------------------------------------------------------------------------------
@@ -395,6 +406,7 @@ class _Launch:
         self.used = _block_bytes(launch)
         lim = ctx.capabilities.limit("max_shared_bytes_per_block")
         self.limit = int(lim[0]) if lim is not None and lim[1] == "max" else None
+        self.widths = copy_bytes(ctx)
         self.notes: list = []
         self.staged: dict = {}  # id(buffer) -> staged buffer, for the Allocates
 
@@ -453,7 +465,7 @@ class _Launch:
         issue_kinds = []
         async_copies = []
         for c in copies:
-            new, how = async_copy_nest(c)
+            new, how = async_copy_nest(c, self.widths)
             async_copies.append(new)
             buf = _copy_parts(c)[1].buffer.name
             issue_kinds.append(f"{buf} async {how}-byte copies" if isinstance(how, int) else f"{buf} {how}")
