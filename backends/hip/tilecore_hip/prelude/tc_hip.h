@@ -4,6 +4,7 @@
    AMDGPUUsage). The code generator defines TC_WAVE (the profile's execution.simd_width) before it. */
 #pragma once
 
+/* device-only: begin (HIP's keywords, from clang's attributes) */
 #define __global__ __attribute__((global))
 #define __device__ __attribute__((device))
 #define __shared__ __attribute__((shared))
@@ -17,8 +18,9 @@
 #ifndef NAN
 #define NAN __builtin_nanf("")
 #endif
+/* device-only: end */
 
-/* ---- device-only: begin (tests/hip_host_emulator.py swaps these for a host emulation) ---- */
+/* device-only: begin (tests/hip_host_emulator.py swaps these for a host emulation) */
 /* indices: the workgroup (block) and work-item (thread) ids */
 #define tc_thread_x() ((int)__builtin_amdgcn_workitem_id_x())
 #define tc_block_x() ((long long)__builtin_amdgcn_workgroup_id_x())
@@ -82,7 +84,7 @@ template <typename T> __device__ __forceinline__ T atomicMax(T* p, T v) {
 template <typename T> __device__ __forceinline__ T atomicMin(T* p, T v) {
   return __hip_atomic_fetch_min(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
 }
-/* ---- device-only: end ---- */
+/* device-only: end */
 
 __device__ __forceinline__ float __uint_as_float(unsigned x) { return __builtin_bit_cast(float, x); }
 __device__ __forceinline__ unsigned __float_as_uint(float x) { return __builtin_bit_cast(unsigned, x); }

@@ -4,6 +4,7 @@
    constants are the device library's configuration, defined here instead of linking its oclc_*.bc files
    (values of a default HIP compile: IEEE denormals, no finite-only or unsafe math, correctly rounded sqrt). */
 #pragma once
+/* device-only: begin (the host has its own libm) */
 extern "C" {
 extern __attribute__((constant, weak, visibility("hidden"))) const bool __oclc_finite_only_opt = false;
 extern __attribute__((constant, weak, visibility("hidden"))) const bool __oclc_unsafe_math_opt = false;
@@ -75,3 +76,4 @@ __device__ __forceinline__ float fabsf(float x) { return __builtin_fabsf(x); }
 __device__ __forceinline__ double fabs(double x) { return __builtin_fabs(x); }
 __device__ __forceinline__ float fmaf(float x, float y, float z) { return __builtin_fmaf(x, y, z); }
 __device__ __forceinline__ double fma(double x, double y, double z) { return __builtin_fma(x, y, z); }
+/* device-only: end */
