@@ -50,7 +50,7 @@ SHIM = r"""
 #define __forceinline__ inline
 #define __restrict__ __restrict
 #define __align__(n) __attribute__((aligned(n)))
-#define __launch_bounds__(...)
+#define tc_block_size(n)
 #ifndef INFINITY
 #define INFINITY __builtin_inff()
 #endif

@@ -39,6 +39,9 @@ class HIPEmitter(SIMTCppEmitter):
     lang = "hip"
     entry = ENTRY
     static_shared_limit = STATIC_SHARED_LIMIT
+    #: the block size the kernel is compiled for (clang ignores CUDA's launch_bounds spelling on AMDGPU: the
+    #: register budget and the removal of barriers in one-wave blocks follow this attribute)
+    launch_bounds = "tc_block_size({})"
     block_index = "tc_block_{}()"
     thread_index_expr = "tc_thread_x()"
     barrier_stmt = "tc_barrier();"

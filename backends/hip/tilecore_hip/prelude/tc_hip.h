@@ -11,7 +11,9 @@
 #define __forceinline__ inline __attribute__((always_inline))
 #define __restrict__ __restrict
 #define __align__(n) __attribute__((aligned(n)))
-#define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
+/* the kernel's block size: the register budget, and barriers of one-wave blocks dropped (clang does not
+   apply CUDA's launch_bounds spelling to AMDGPU kernels) */
+#define tc_block_size(n) __attribute__((amdgpu_flat_work_group_size(1, n)))
 #ifndef INFINITY
 #define INFINITY __builtin_inff()
 #endif
