@@ -13,6 +13,12 @@ if ! dpkg -s mesa-vulkan-drivers >/dev/null 2>&1; then
   $SUDO apt-get update
   $SUDO apt-get install -y --no-install-recommends mesa-vulkan-drivers
 fi
+# HIP without ROCm: clang-22 builds AMDGPU code objects for gfx90a/gfx942/gfx950/gfx1100 (-nogpuinc -nogpulib),
+# llvm-objdump-22 disassembles them (--emit asm, the HIP tests), rocm-device-libs gives ocml for math calls
+if ! command -v clang++-22 >/dev/null || ! command -v llvm-objdump-22 >/dev/null || ! dpkg -s rocm-device-libs >/dev/null 2>&1; then
+  $SUDO apt-get update
+  $SUDO apt-get install -y --no-install-recommends clang-22 lld-22 llvm-22 rocm-device-libs
+fi
 python -m pip install --upgrade pip >/dev/null
 # torch: the pinned CPU build (an unpinned torch pulls a multi-GB CUDA build); kept out of package metadata
 python -c "import torch" 2>/dev/null || python -m pip install "torch==2.13.0"
@@ -22,5 +28,5 @@ python -c "import einops" 2>/dev/null || python -m pip install einops
 # so that CI compiles every conformance case for sm_80 and sm_90a without a GPU
 # and the WebGPU one (wgpu-py comes as its dependency); ".[test]" brings pytest, pytest-xdist, hypothesis and
 # build (tests/test_wheels.py builds every wheel and installs them into fresh venvs)
-python -m pip install -e ".[test]" -e backends/cpu -e "backends/cuda[nvrtc]" -e backends/webgpu -e conformance \
+python -m pip install -e ".[test]" -e backends/cpu -e "backends/cuda[nvrtc]" -e backends/hip -e backends/webgpu -e conformance \
   "nvidia-cuda-cuobjdump==13.*" "nvidia-cuda-nvdisasm==13.*"
