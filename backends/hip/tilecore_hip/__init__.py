@@ -19,7 +19,7 @@ from tilecore.plugin import Backend, DeviceInfo, PassSpec, Probe, Target, hookim
 
 from .codegen import HIPEmitter
 from .compiler import INSTALL_HINT, clang_version, disassemble, find_clang
-from .runtime import HIPRuntime, device_count, device_properties, runtime_version
+from .runtime import HIPRuntime, _hip, device_count, device_properties, runtime_version
 
 __version__ = "0.1.0"
 
@@ -75,8 +75,9 @@ class HIPBackend(Backend):
         except Exception:  # noqa: BLE001
             n = 0
         if n == 0:
-            return Probe("no-device", toolchain=tc,
-                         detail=f"no AMD GPU (hip-python finds none): kernels compile only, with {tc}")
+            why = ("hip-python finds none" if _hip() is not None else
+                   "hip-python, the runtime binding, is not installed (pip install hip-python on a ROCm machine)")
+            return Probe("no-device", toolchain=tc, detail=f"no AMD GPU ({why}): kernels compile only, with {tc}")
         devices, caps = [], {}
         for k in range(n):
             p = device_properties(k)

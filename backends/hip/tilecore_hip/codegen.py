@@ -14,7 +14,7 @@ from importlib import resources
 
 from tilecore.codegen import EmitState, SIMTCppEmitter
 from tilecore.errors import CompileError
-from tilecore.ir import AsyncCopy, MatrixOp, collect, const_value
+from tilecore.ir import AsyncCopy, MatrixOp, binary, collect, const, const_value, simplify
 
 ENTRY = "tc_kernel"
 #: LDS is allocated statically up to the profile's limit (HIP has no 48 KiB static cap)
@@ -105,6 +105,34 @@ class HIPEmitter(SIMTCppEmitter):
 
     def min_blocks(self, st: EmitState, launch):
         return None
+
+    # -- matrix unit operands (tilecore.passes.matrix) ------------------------------------------------------
+    #: operands whose registers are one run of consecutive elements in the stored tile: spelling -> elements
+    #: per lane, and the lane's (row, column) in the tile as stored. MFMA A stored M x K (and B stored N x K):
+    #: lane ``l`` holds row ``l % 16``, k ``per (l / 16) ..``; WMMA: row ``l % 16``, all 16 k (units.py).
+    VECTOR_OPERANDS = {
+        "mfma_f32_16x16x16_f16": 4, "mfma_f32_16x16x32_f16": 8, "mfma_f32_16x16x32_fp8": 8,
+        "wmma_f32_16x16x16_f16_w32": 16,
+    }
+
+    def stmt_MatrixLoad(self, st, s):
+        """One vector LDS read per lane (``ds_read_b64`` / ``_b128``) where the operand's registers are
+        consecutive in the stored tile (A stored M x K, B stored N x K) and the row length and the origin's
+        column are multiples of the run; the per-register loads otherwise."""
+        per = self.VECTOR_OPERANDS.get(s.spelling)
+        src = s.origin.buffer
+        row_len = const_value(simplify(src.shape[-1])) if len(src.shape) >= 2 else None
+        contiguous = (s.operand == "a") != bool(s.trans)
+        nbytes = (per or 0) * src.dtype.bytes
+        if (per is None or not contiguous or src.scope in ("global", "register") or row_len is None
+                or row_len % per or s.align % per or nbytes % 8):
+            return super().stmt_MatrixLoad(st, s)
+        row = binary("floormod", s.lane, 16)
+        col = const(0) if per == 16 else binary("mul", binary("div", s.lane, 16), per)
+        idx = list(s.origin.indices)
+        idx[-2], idx[-1] = binary("add", idx[-2], row), binary("add", idx[-1], col)
+        ptr = f"{self.name(st, src)} + {self.flat_index(st, src, idx)}"
+        self.line(st, f"tc_lds_vec<{per}>(&{self.name(st, s.dst)}[{s.dst_offset}], {ptr});")
 
     # -- asynchronous copies (tilecore.plan_pipelines): global_load_lds ------------------------------------
     def stmt_AsyncCopy(self, st, s: AsyncCopy):

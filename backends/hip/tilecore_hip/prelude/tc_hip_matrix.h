@@ -28,6 +28,17 @@ template <typename V, int N> __device__ __forceinline__ V tc_vec_bits(const __bf
   for (int i = 0; i < N; ++i) v[i] = __builtin_bit_cast(short, p[i]);
   return v;
 }
+/* N consecutive operand elements from LDS into registers as 8- or 16-byte reads (ds_read_b64 / _b128); the
+   caller proved the source aligned to the run */
+template <int N, typename T> __device__ __forceinline__ void tc_lds_vec(T* dst, const T* src) {
+  constexpr int B = N * (int)sizeof(T);
+  typedef int tc_v __attribute__((ext_vector_type(B >= 16 ? 4 : 2)));
+#pragma unroll
+  for (int i = 0; i < B / (int)sizeof(tc_v); ++i) {
+    const tc_v v = reinterpret_cast<const tc_v*>(src)[i];
+    __builtin_memcpy(reinterpret_cast<char*>(dst) + i * sizeof(tc_v), &v, sizeof(tc_v));
+  }
+}
 /* device-only: begin (tests/hip_host_emulator.py swaps these for a host emulation) */
 #if defined(__gfx90a__) || defined(__gfx942__) || defined(__gfx950__)
 __device__ __forceinline__ void tc_mfma_16x16x16(float* c, const _Float16* a, const _Float16* b) {
