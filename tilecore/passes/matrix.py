@@ -199,9 +199,15 @@ def swizzle_operand_tiles(func, ctx):
     keeps the plain row-major layout. Measured on the H100 (decision D13): the swizzle makes 4096^3 fp16 at
     128x128x32 1.9x faster (1.096 -> 0.580 ms), and the 4096x777x4096 GEMM, whose B tile is filled by element
     stores, 1.4x slower when that tile is swizzled too (0.708 -> 0.998 ms).
+    Where the profile declares ``features.async_copy_linear_destination`` (copies that write one run across
+    the thread group, which only a row-major tile takes) no tile an asynchronous copy fills is swizzled.
     ``tilecore.swizzle_operand_tiles=False`` turns it off."""
     if ctx.option("tilecore.swizzle_operand_tiles", True) is False:
         return func
+
+    # hardware whose asynchronous copies write one run across the thread group (each thread's bytes right
+    # after the previous thread's) can only fill a row-major tile that way
+    linear = ctx.capabilities.satisfies("feature:async_copy_linear_destination")[0] is True
 
     def fix(s):
         if not isinstance(s, KernelLaunch) or "shared_layouts" in s.attrs:
@@ -218,7 +224,7 @@ def swizzle_operand_tiles(func, ctx):
                     b = a.buffer if isinstance(a, Region) else a if isinstance(a, Buffer) else None
                     if b is not None:
                         plain.add(id(b.base or b))
-            elif isinstance(x, AsyncCopy) and x.elements * x.dst.dtype.bytes != 16:
+            elif isinstance(x, AsyncCopy) and (x.elements * x.dst.dtype.bytes != 16 or linear):
                 plain.add(id(x.dst))
             elif isinstance(x, Store):
                 plain.add(id(x.buffer))

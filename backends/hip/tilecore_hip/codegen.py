@@ -116,9 +116,9 @@ class HIPEmitter(SIMTCppEmitter):
     }
 
     def stmt_MatrixLoad(self, st, s):
-        """One vector LDS read per lane (``ds_read_b64`` / ``_b128``) where the operand's registers are
-        consecutive in the stored tile (A stored M x K, B stored N x K) and the row length and the origin's
-        column are multiples of the run; the per-register loads otherwise."""
+        """Vector LDS reads (``ds_read_b64`` / ``_b128``, at most 16 bytes each) where the operand's registers
+        are consecutive in the stored tile (A stored M x K, B stored N x K) and the row length and the
+        origin's column are multiples of the run; the per-register loads otherwise."""
         per = self.VECTOR_OPERANDS.get(s.spelling)
         src = s.origin.buffer
         row_len = const_value(simplify(src.shape[-1])) if len(src.shape) >= 2 else None
@@ -129,10 +129,14 @@ class HIPEmitter(SIMTCppEmitter):
             return super().stmt_MatrixLoad(st, s)
         row = binary("floormod", s.lane, 16)
         col = const(0) if per == 16 else binary("mul", binary("div", s.lane, 16), per)
-        idx = list(s.origin.indices)
-        idx[-2], idx[-1] = binary("add", idx[-2], row), binary("add", idx[-1], col)
-        ptr = f"{self.name(st, src)} + {self.flat_index(st, src, idx)}"
-        self.line(st, f"tc_lds_vec<{per}>(&{self.name(st, s.dst)}[{s.dst_offset}], {ptr});")
+        # reads of at most 16 bytes, each addressed through the tile's layout: the core may store operand
+        # tiles XOR-swizzled in 16-byte units (tilecore.swizzle_operand_tiles), which keeps only those whole
+        chunk = min(per, 16 // src.dtype.bytes)
+        for c in range(0, per, chunk):
+            idx = list(s.origin.indices)
+            idx[-2], idx[-1] = binary("add", idx[-2], row), binary("add", idx[-1], binary("add", col, c))
+            ptr = f"{self.name(st, src)} + {self.flat_index(st, src, idx)}"
+            self.line(st, f"tc_lds_vec<{chunk}>(&{self.name(st, s.dst)}[{s.dst_offset + c}], {ptr});")
 
     # -- asynchronous copies (tilecore.plan_pipelines): global_load_lds ------------------------------------
     def stmt_AsyncCopy(self, st, s: AsyncCopy):
