@@ -367,3 +367,32 @@ def test_emulated_gemm_one_stage_and_unswizzled():
                              pass_configs={**NOCACHE, **cfg})
         out = run_on_host(k, [a, b, np.full((M, N), np.nan, np.float32)])
         _check(out[2], a64, b64, False, False)
+
+
+@needs_toolchain
+@needs_gxx
+@pytest.mark.parametrize("causal", [False, True])
+def test_emulated_tilelang_flash_attention_keeps_p_in_registers(causal, monkeypatch):
+    """TileLang's FlashAttention example (T.GemmWarpPolicy.FullRow): S = Q K^T accumulates on the mma.sync
+    unit, P = S cast to float16 stays in the registers that held S (per-thread moves into the unit's A
+    order: no shared-memory round trip), and O += P V takes A from those registers. On the host emulator,
+    against float64."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from tilelang_corpus import attention_mha_fwd_bhsd as example
+
+    monkeypatch.setenv("TILECORE_TARGET", "cuda:sm_80")
+    k = example.flashattn(1, 2, 64, 96, 32, causal, block_M=64, block_N=32, num_stages=1, threads=128)
+    lays = k.meta["attrs"]["fragment_layouts"]
+    assert lays["acc_s"].startswith("mma_sync_m16n8k16.C x 4x1")
+    assert lays["acc_s_cast"].startswith("mma_sync_m16n8k16.A x 4 groups"), lays["acc_s_cast"]
+    assert lays["acc_o"].startswith("mma_sync_m16n8k16.C x 4x1")
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((1, 2, 64, 32)).astype(np.float16)
+    kk, v = (rng.standard_normal((1, 2, 96, 32)).astype(np.float16) for _ in range(2))
+    out = run_on_host(k, [q, kk, v, np.zeros((1, 2, 64, 32), np.float16)])[3].astype(np.float64)
+    s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), kk.astype(np.float64)) / np.sqrt(32)
+    if causal:  # the example aligns the queries with the last keys (past_len = seq_kv - seq_q)
+        s = np.where(np.arange(64)[:, None] + 32 >= np.arange(96)[None, :], s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    ref = np.einsum("bhqk,bhkd->bhqd", p / p.sum(-1, keepdims=True), v.astype(np.float64))
+    assert np.abs(out - ref).max() <= 2e-2

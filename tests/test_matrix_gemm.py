@@ -145,12 +145,28 @@ def test_accumulates_without_clear():
 def test_plan_tiles_groups_and_registers():
     op, *_ = gemm_op(128, 128, 32, False, False)
     plan = plan_gemm(op, 128, Ctx([UNITS["mma"]]))
+    a_lay = plan.attrs.pop("a_layout")
     assert plan.attrs == {"unit": "mma_sync_m16n8k16", "groups": (2, 2), "atoms": (4, 8), "k_steps": 2}
+    # A from registers: thread 37 (lane 5 of group 1: atom row 1) holds row 16 + 5 / 4, columns 2 (5 % 4) + 0, 1
+    # in registers 0, 1; group 3 (atom row 1, atom column 1) holds the same rows (replicated over columns)
+    assert a_lay.shape == (128, 32) and a_lay.regs == 8 * 4 * 2
+    assert a_lay.element(37, 0) == (17, 2) and a_lay.element(37, 1) == (17, 3) and a_lay.element(101, 0) == (17, 2)
     assert plan.c_layout.regs == 4 * 4 * 8
     # thread 37 is lane 5 of warp 1 (atom row 1, atom column 0): its register 0 is row 16 + 5 / 4, column 2 (5 % 4)
     assert plan.c_layout.element(37, 0) == (16 + 1, 2)
     plan = plan_gemm(op, 128, Ctx([UNITS["fake"]]))
     assert plan.attrs["groups"] == (2, 1) and plan.attrs["atoms"] == (4, 8)
+
+
+@pytest.mark.parametrize("policy,groups", [(None, (2, 2)), ("1", (4, 1)), ("GemmWarpPolicy.FullRow", (4, 1)),
+                                           ("2", (2, 2))])
+def test_plan_honours_the_warp_policy(policy, groups):
+    """T.GemmWarpPolicy.FullRow puts every group down the rows (whole rows per group: what an A operand
+    taken from the previous gemm's accumulator needs); otherwise the squarest (FullCol too: groups across
+    the columns would split every row reduction between groups)."""
+    op, *_ = gemm_op(128, 128, 32, False, False)
+    op.attrs["policy"] = policy
+    assert plan_gemm(op, 128, Ctx([UNITS["mma"]])).attrs["groups"] == groups
 
 
 @pytest.mark.parametrize("args,why", [

@@ -43,8 +43,6 @@ XFAIL_CUDA: dict[str, str] = {
     "hadamard": XFAIL_CPU["hadamard"],
     "decode_mha_inference": "the CUDA backend emits one T.Kernel per function; flashattn_mha_inference has two (the "
                             "split pass, then the combine reading the T.alloc_global workspaces)",
-    "attention_gqa_bwd": "the generic path keeps fragments in shared memory: flash_bwd needs 418048 bytes of "
-                         "block-local memory, sm_90a allows 232448 (the register program does not take this kernel)",
 }
 
 

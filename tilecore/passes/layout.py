@@ -256,6 +256,7 @@ class Plan:
         self.layouts: dict = {}
         self.shared: dict = {}
         self.gemm_plans: dict = {}
+        self.operands: set = set()  # ids of fragments laid out as a matrix unit's A operand in registers
 
     def live(self, buf) -> bool:
         return id(buf) in self.frags and id(buf) not in self.shared
@@ -341,7 +342,8 @@ def _nest_domain(plan: Plan, loops, inner, assign: bool):
             raise _Shared(b, "written in a T.Parallel nest over more loop variables than it has dimensions")
         found.append((b, perm, unit))
     # the nest's layout: a fragment indexed by every loop variable that has a layout, else one without
-    full = [(b, p, u) for b, p, u in found if len(p) == len(vs)]
+    # (fragments laid out as a matrix unit's register operand come last: they follow, not lead)
+    full = sorted([(b, p, u) for b, p, u in found if len(p) == len(vs)], key=lambda f: id(f[0]) in plan.operands)
     D = None
     for b, p, u in full:
         if id(b) in plan.layouts:
@@ -364,8 +366,12 @@ def _nest_domain(plan: Plan, loops, inner, assign: bool):
             plan.set(b, _unsqueeze(_sub_layout(D, p), u), "")
         m = _reg_map(D, _squeeze(plan.layouts[id(b)], u), p)
         if m is None:
-            raise _Shared(b, f"its layout does not hold, on each thread, the elements a T.Parallel nest over "
-                             f"{tuple(ext)} reads there (e.g. a transposed read)")
+            # a register operand of a matrix unit that its producer's layout cannot feed goes back to shared
+            # memory, not the producer
+            op = next((x for x, _p, _u in found if id(x) in plan.operands), None)
+            raise _Shared(op if op is not None else b,
+                          f"its layout does not hold, on each thread, the elements a T.Parallel nest over "
+                          f"{tuple(ext)} reads there (e.g. a transposed read)")
         out.append((b, p, m))
     return D, out
 
@@ -386,14 +392,28 @@ def _infer_once(plan: Plan, body, annotations: dict):
     for s in stmts:
         if isinstance(s, TileOp) and s.op == "gemm":
             a, b, c = s.args
-            for r in (a, b):
-                if plan.live(r.buffer):
-                    raise _Shared(r.buffer, "a T.gemm operand (every thread of a row would need the whole row)")
+            if plan.live(b.buffer):
+                raise _Shared(b.buffer, "the B operand of a T.gemm (every thread of a column would need the whole "
+                                        "column)")
             if not plan.live(c.buffer):
+                if plan.live(a.buffer):
+                    raise _Shared(a.buffer, "the A operand of a T.gemm whose accumulator is not in registers")
                 continue
             if not _full(c) or len(_shape(c.buffer)) != 2:
                 raise _Shared(c.buffer, "the accumulator of a T.gemm on part of it")
             gp = plan_gemm(s, plan.threads, ctx)
+            if plan.live(a.buffer):
+                # A from registers: only on a matrix unit, whole and untransposed, in the layout the unit's
+                # plan gives its A operand (a T.copy into it converts per thread where the elements agree)
+                if gp is None or s.attrs.get("transpose_A") or not _full(a) or len(_shape(a.buffer)) != 2:
+                    raise _Shared(a.buffer, "a T.gemm operand (every thread of a row would need the whole row; "
+                                            "only a matrix unit's untransposed A may come from registers)")
+                want = gp.attrs["a_layout"]
+                have = plan.layouts.get(id(a.buffer))
+                if have is not None and have != want:
+                    raise _Shared(a.buffer, f"the A operand of a matrix-unit T.gemm in {have!r}, not the unit's {want!r}")
+                plan.set(a.buffer, want, "")
+                plan.operands.add(id(a.buffer))
             if gp is not None:
                 plan.gemm_plans[id(s)] = gp
                 if id(c.buffer) in plan.layouts and plan.layouts[id(c.buffer)] != gp.c_layout:
@@ -474,7 +494,7 @@ def infer_launch(launch: KernelLaunch, ctx, annotations: dict | None = None) -> 
     if not plan.frags:
         return None
     while True:
-        plan.layouts, plan.gemm_plans = {}, {}
+        plan.layouts, plan.gemm_plans, plan.operands = {}, {}, set()
         try:
             _infer_once(plan, launch.body, annotations or {})
             return plan

@@ -46,6 +46,8 @@ class GemmPlan:
 
 
 _ON_CHIP = ("shared", "fragment")
+#: T.GemmWarpPolicy as the DSL records it (the enum's value or its name)
+_POLICY = {"1": "row", "GemmWarpPolicy.FullRow": "row"}
 
 
 def _static(exprs) -> tuple | None:
@@ -89,8 +91,12 @@ def _why_not(op, threads: int, ctx):
         if not fits:
             why.append(f"{name}: {groups} groups of {u.group} threads do not divide {m // u.m}x{n // u.n} atoms")
             continue
-        # the squarest tile per group; on a tie groups go down the rows (a row reduction then stays in a group)
-        wm, wn = min(fits, key=lambda f: (m // f[0] + n // f[1], -f[0]))
+        # T.GemmWarpPolicy.FullRow: every group down the rows (each holds whole rows of C, as an operand taken
+        # from registers needs). Otherwise (FullCol too: groups across the columns would split every row
+        # reduction between groups) the squarest tile per group; on a tie groups go down the rows
+        policy = _POLICY.get(str(op.attrs.get("policy")))
+        chosen = [f for f in fits if policy != "row" or f[1] == 1] or fits
+        wm, wn = min(chosen, key=lambda f: (m // f[0] + n // f[1], -f[0]))
         return u, (wm, wn), (m, n, k)
     return "; ".join(why) or "the target has no matrix unit with register operands"
 
@@ -111,7 +117,12 @@ def plan_gemm(op, threads: int, ctx) -> GemmPlan | None:
     mt, nt = m // (u.m * wm), n // (u.n * wn)
     lay = u.c.tile(0, wm, "thread").tile(1, wn, "thread").tile(0, mt, "reg").tile(1, nt, "reg",
                                                                                    name=f"{u.spelling}.C x {wm}x{wn} groups")
-    return GemmPlan(u, lay, {"unit": u.spelling, "groups": (wm, wn), "atoms": (mt, nt), "k_steps": k // u.k})
+    attrs = {"unit": u.spelling, "groups": (wm, wn), "atoms": (mt, nt), "k_steps": k // u.k}
+    # A may come from registers (a fragment the layout pass keeps there): each thread then holds, for every
+    # atom row and k step, the unit's A registers of its lane; register (mi + mt ks) a.regs + r
+    a_lay = u.a.tile(0, wm, "thread").tile(0, mt, "reg").tile(1, k // u.k, "reg", name=f"{u.spelling}.A x {wm} groups")
+    attrs["a_layout"] = a_lay.replicate_over(wn) if wn > 1 else a_lay
+    return GemmPlan(u, lay, attrs)
 
 
 def lower_gemm(op, plan: GemmPlan, registers: dict, ctx) -> list:
@@ -155,7 +166,16 @@ def lower_gemm(op, plan: GemmPlan, registers: dict, ctx) -> list:
                           span=op.span)
 
     body = []
+    a_regs = registers.get(id(a.buffer))
+    if a_regs is not None and a_regs[1] != plan.attrs["a_layout"]:
+        raise ValueError(f"gemm operand {a.buffer.name}: its registers are laid out as {a_regs[1]}, the plan needs "
+                         f"{plan.attrs['a_layout']}")
     for mi in range(mt):
+        if a_regs is not None:  # A in registers in the unit's order: moves the compiler folds away
+            for r in range(u.a.regs):
+                src = binary("add", binary("mul", kk, mt * u.a.regs), mi * u.a.regs + r)
+                body.append(Store(areg, (const(mi * u.a.regs + r),), BufferLoad(a_regs[0], (src,)), span=op.span))
+            continue
         row0 = binary("mul", binary("add", g_row, wm * mi), u.m)
         body.append(load("a", a, areg, mi * u.a.regs, u.a, row0, k0, ta, (u.m, u.k)))
     for ni in range(nt):
