@@ -386,6 +386,9 @@ def test_emulated_tilelang_flash_attention_keeps_p_in_registers(causal, monkeypa
     assert lays["acc_s"].startswith("mma_sync_m16n8k16.C x 4x1")
     assert lays["acc_s_cast"].startswith("mma_sync_m16n8k16.A x 4 groups"), lays["acc_s_cast"]
     assert lays["acc_o"].startswith("mma_sync_m16n8k16.C x 4x1")
+    # the row statistics too: each the projection of S's layout (the reduction's result), not the blocked
+    # layout their initialising T.fill would have given them first
+    assert not [n for n, lay in lays.items() if lay.startswith("shared")], lays
     rng = np.random.default_rng(3)
     q = rng.standard_normal((1, 2, 64, 32)).astype(np.float16)
     kk, v = (rng.standard_normal((1, 2, 96, 32)).astype(np.float16) for _ in range(2))

@@ -425,6 +425,19 @@ def _infer_once(plan: Plan, body, annotations: dict):
                 raise _Shared(c.buffer, f"T.gemm runs on {hw}, which reads the accumulator in shared memory (no "
                                         "matrix-unit layout registered for it)")
             plan.layout(c.buffer)
+    deferred: list = []  # fills of fragments nothing had laid out when they came
+    # then the results of reducing them (a row statistic takes the projection of the accumulator's layout
+    # before a fill or copy that comes earlier in the program could give it another)
+    for s in stmts:
+        if isinstance(s, TileOp) and s.op == "reduce":
+            src, dst = s.args
+            if plan.live(src.buffer) and plan.live(dst.buffer) and id(src.buffer) in plan.layouts \
+                    and id(dst.buffer) not in plan.layouts and _full(src) and _full(dst):
+                L = plan.layouts[id(src.buffer)]
+                if L.reduce_masks(s.attrs["dim"]) is not None:
+                    P = _result_layout(L, s.attrs["dim"], _shape(dst.buffer))
+                    if P.shape == _shape(dst.buffer):
+                        plan.set(dst.buffer, P, "")
     for s in stmts:
         if isinstance(s, TileOp):
             if s.op == "gemm":
@@ -457,6 +470,11 @@ def _infer_once(plan: Plan, body, annotations: dict):
                     if not loops:
                         live = [a.buffer for a in s.args if getattr(a, "buffer", None) and plan.live(a.buffer)]
                         raise _Shared(live[0], f"T.{s.op} of a single element")
+                    if s.op == "fill" and id(s.args[0].buffer) not in plan.layouts:
+                        # a fill reads nothing: it takes the layout later statements give the buffer
+                        # (initialising a row statistic must not decide it before the reduction that makes it)
+                        deferred.append((loops, inner))
+                        continue
                     _nest_domain(plan, loops, inner, True)
                 continue
             for a in s.args:
@@ -478,6 +496,8 @@ def _infer_once(plan: Plan, body, annotations: dict):
             if plan.live(b):
                 what = type(s).__name__ if not isinstance(s, Collective) else f"the block-wide operation {s.name}"
                 raise _Shared(b, f"accessed outside T.Parallel nests and tile ops ({what} at block level)")
+    for loops, inner in deferred:
+        _nest_domain(plan, loops, inner, True)
     for b in plan.frags.values():
         if plan.live(b):
             plan.layout(b)
