@@ -14,7 +14,10 @@ The rules (docs/layout.md, "Layout inference"):
   (:func:`tilecore.passes.matrix.plan_gemm`); without one, the core's :func:`~tilecore.layout.blocked`
   layout and an owner-computes GEMM (each register sums ``A[i, k] * B[k, j]`` over ``k``). A gemm whose
   best intrinsic needs a hardware feature (a matrix unit that reads C in shared memory) keeps C there;
-- a reduction's result takes the projection of its source's layout (the threads sharing a row hold it);
+- a reduction's result takes the projection of its source's layout (the threads sharing a row hold it),
+  decided right after the gemms, before fills that initialise it (a fill of a fragment nothing has laid
+  out waits for the layout the rest gives it);
+- a whole, untransposed A of a gemm on a matrix unit may stay in registers in the unit's A order;
 - ``T.Parallel`` nests (and ``T.copy`` / ``T.fill`` / ``T.atomic_*``, lowered to nests first) take the
   layout of a fragment indexed by all the nest's loop variables; every other fragment in the nest must be
   indexed by loop variables exactly and be owned where the nest's element is (checked by enumeration);
