@@ -1,0 +1,89 @@
+"""tilecore-ascend: Huawei Ascend AI Cores (AscendC), run here on an emulator that checks pipe synchronization.
+
+Targets ``ascend:910b`` (Atlas A2) and ``ascend:a3``. Tile ops lower to AscendC instructions over UB tiles
+(``intrinsics.py``), pipes are synchronized by ``ascend.insert_sync`` (``passes.py``), the emitter writes one
+AscendC kernel (``codegen.py``) and the runtime compiles it with g++ against ``emulator/ascendc_emu.h`` and
+reports mode ``emulated`` (``runtime.py``).
+"""
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from tilecore.plugin import Backend, DeviceInfo, PassSpec, Probe, Target, hookimpl
+
+__version__ = "0.1.0"
+
+ARCHS = {"910b": "ascend/910b", "a3": "ascend/a3"}
+NAMES = {"910b": "Ascend 910B (Atlas A2)", "a3": "Ascend 910_93 (Atlas A3)"}
+
+
+class AscendBackend(Backend):
+    name = "ascend"
+    plugin_api = "1.0"
+    distribution = "tilecore-ascend"
+
+    def parse_target(self, spec: str):
+        text = spec.strip().lower()
+        if text == "ascend":
+            text = "ascend:910b"
+        kind, _, arch = text.partition(":")
+        if kind != "ascend" or arch not in ARCHS:
+            return None
+        return Target(backend=self.name, kind="ascend", arch=arch, capability_id=ARCHS[arch])
+
+    def targets(self) -> list:
+        return [f"ascend:{a}" for a in ARCHS]
+
+    def capability_files(self) -> list:
+        root = Path(str(resources.files("tilecore_ascend").joinpath("capabilities")))
+        return sorted(p for p in root.glob("*.yaml"))
+
+    def probe(self) -> Probe:
+        from .runtime import cxx_version, find_cxx
+
+        if find_cxx() is None:
+            return Probe("no-toolchain", detail="the Ascend emulator needs a C++ compiler (apt-get install g++)")
+        devs = tuple(DeviceInfo(f"{NAMES[a]} (emulated on the host CPU)", k, {"emulated": True})
+                     for k, a in enumerate(ARCHS))
+        return Probe("ok", devs[:1], {}, detail="no CANN here: kernels run on the AscendC emulator",
+                     toolchain=cxx_version())
+
+    def intrinsics(self, target) -> list:
+        from .intrinsics import TABLE
+
+        return list(TABLE)
+
+    def passes(self, target) -> list:
+        from .passes import insert_sync, plan_onchip
+
+        return [PassSpec("memory", plan_onchip, "after"), PassSpec("before-codegen", insert_sync, "after")]
+
+    def emitter(self, target):
+        from .codegen import AscendCEmitter
+
+        return AscendCEmitter()
+
+    def runtime(self, target):
+        from .runtime import AscendEmulatedRuntime
+
+        return AscendEmulatedRuntime()
+
+    def toolchain_version(self, target) -> str:
+        from .runtime import cxx_version
+
+        return f"{cxx_version()} | emulator {_emulator_digest()}"
+
+
+def _emulator_digest() -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in ("emulator/ascendc_emu.h", "prelude/tc_ascend.h"):
+        h.update(resources.files("tilecore_ascend").joinpath(name).read_bytes())
+    return h.hexdigest()[:12]
+
+
+@hookimpl
+def tilecore_backends():
+    return [AscendBackend()]

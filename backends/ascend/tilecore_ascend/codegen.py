@@ -1,0 +1,191 @@
+"""AscendC from lowered tile IR: a C-family emitter whose memory is AscendC tensors.
+
+One kernel function (``extern "C" __global__ __aicore__``), ``GM_ADDR`` tensor arguments and the ABI scalars
+by value; inside ``if ASCEND_IS_AIV`` one ``TPipe`` and one ``TBuf<VECCALC>`` holding every tile at the
+offset ``ascend.plan_onchip`` gave it; the grid is the flattened ``GetBlockIdx()``. Vector leaves print as
+AscendC instructions, copies as ``DataCopyPad``, syncs as ``SetFlag``/``WaitFlag``/``PipeBarrier``; a scalar
+element access is ``GetValue``/``SetValue`` (scalar pipe). Under ``TC_ASCEND_EMU`` the source also has a host
+launcher, ``tc_launch``, that runs every block through the emulator.
+"""
+from __future__ import annotations
+
+from importlib import resources
+
+from tilecore.codegen import CFamilyEmitter, EmitState, abi_of
+from tilecore.codegen.abi import single_launch
+from tilecore.errors import CompileError
+from tilecore.ir import Buffer, BufferLoad, const_value, simplify
+from tilecore.plugin import Source
+
+from .passes import ONCHIP, plan_ub
+
+ENTRY = "tc_kernel"
+LAUNCHER = "tc_launch"
+
+
+def emulator_dir() -> str:
+    return str(resources.files("tilecore_ascend").joinpath("emulator"))
+
+
+def prelude_dir() -> str:
+    return str(resources.files("tilecore_ascend").joinpath("prelude"))
+
+
+class AscendCEmitter(CFamilyEmitter):
+    lang = "ascendc"
+    storage_types = {**CFamilyEmitter.storage_types, "float16": "half", "bfloat16": "bfloat16_t"}
+    value_types = {**storage_types, "bool": "int", "float16": "float", "bfloat16": "float"}
+    load_conv = {"float16": "(float)({})", "bfloat16": "(float)({})"}
+    store_conv = {"float16": "(half)({})", "bfloat16": "(bfloat16_t)({})"}
+    reserved = frozenset({"half", "bfloat16_t", "AscendC", "GetBlockIdx", "DataCopyPad", "LocalTensor", "GlobalTensor",
+                          "TPipe", "TBuf", "SetFlag", "WaitFlag", "PipeBarrier", "HardEvent", "int", "float", "double",
+                          "char", "const", "if", "for", "while", "return", "auto", "new", "delete", "class", "template"})
+
+    # -- memory access -------------------------------------------------------------------------------
+    def _mem(self, buf: Buffer) -> bool:
+        return buf.scope == "global" or buf.scope in ONCHIP
+
+    def expr(self, st: EmitState, e) -> str:
+        if isinstance(e, BufferLoad) and self._mem(e.buffer):
+            ref = f"{self.name(st, e.buffer)}.GetValue({self.flat_index(st, e.buffer, e.indices)})"
+            return self.load(st, e.buffer, ref)
+        return super().expr(st, e)
+
+    def stmt_Store(self, st, s):
+        if not self._mem(s.buffer):
+            return super().stmt_Store(st, s)
+        self.line(st, f"{self.name(st, s.buffer)}.SetValue({self.flat_index(st, s.buffer, s.indices)}, "
+                      f"{self.store_value(st, s.buffer, s.value)});")
+
+    def stmt_Allocate(self, st, s):
+        if s.buffer.scope in ONCHIP:
+            return  # placed in the TBuf by the plan
+        super().stmt_Allocate(st, s)
+
+    # -- AscendC leaves -----------------------------------------------------------------------------
+    def _at(self, st, buf, off) -> str:
+        o = const_value(simplify(off))
+        return self.name(st, buf) if o == 0 else f"{self.name(st, buf)}[{self.expr(st, simplify(off))}]"
+
+    def stmt_Sync(self, st, s):
+        if s.kind == "barrier":
+            self.line(st, f"PipeBarrier<PIPE_{s.src}>();")
+        else:
+            fn = "SetFlag" if s.kind == "set" else "WaitFlag"
+            self.line(st, f"{fn}<HardEvent::{s.src}_{s.dst}>({s.event});")
+
+    def stmt_CopyIn(self, st, s):
+        size = s.dst.dtype.bytes
+        rows, cols = self.expr(st, s.rows), self.expr(st, s.cols)
+        gap = self.expr(st, simplify(s.src_pitch))
+        params = (f"DataCopyExtParams((uint16_t)({rows}), (uint32_t)(({cols}) * {size}), "
+                  f"(uint32_t)((({gap}) - ({cols})) * {size}), "
+                  f"(uint32_t)(({s.dst_pitch * size} - (({cols}) * {size} + 31) / 32 * 32) / 32), 0)")
+        t = self.stype(s.dst.dtype)
+        self.line(st, f"if (({rows}) > 0 && ({cols}) > 0) DataCopyPad({self._at(st, s.dst, s.dst_off)}, "
+                      f"{self._at(st, s.src, s.src_off)}, {params}, DataCopyPadExtParams<{t}>(false, 0, 0, 0));")
+
+    def stmt_CopyOut(self, st, s):
+        size = s.src.dtype.bytes
+        rows, cols = self.expr(st, s.rows), self.expr(st, s.cols)
+        gap = self.expr(st, simplify(s.dst_pitch))
+        params = (f"DataCopyExtParams((uint16_t)({rows}), (uint32_t)(({cols}) * {size}), "
+                  f"(uint32_t)(({s.src_pitch * size} - (({cols}) * {size} + 31) / 32 * 32) / 32), "
+                  f"(uint32_t)((({gap}) - ({cols})) * {size}), 0)")
+        self.line(st, f"if (({rows}) > 0 && ({cols}) > 0) DataCopyPad({self._at(st, s.dst, s.dst_off)}, "
+                      f"{self._at(st, s.src, s.src_off)}, {params});")
+
+    def stmt_VecOp(self, st, s):
+        d = self._at(st, *s.dst)
+        srcs = [self._at(st, b, o) for b, o in s.srcs]
+        n = self.expr(st, s.count)
+        if s.name == "Cast":
+            args = [d, srcs[0], "RoundMode::CAST_NONE", n]
+        elif s.scalar is not None:
+            val = f"({self.stype(s.dst[0].dtype)})({self.expr(st, s.scalar)})"
+            args = [d, *srcs, val, n]
+        else:
+            args = [d, *srcs, n]
+        self.line(st, f"{s.name}({', '.join(args)});")
+
+    # -- the kernel ----------------------------------------------------------------------------------
+    def stmt_KernelLaunch(self, st, s):
+        grid = [self.expr(st, g) for g in s.grid]
+        self.line(st, "{")
+        st.indent += 1
+        self.line(st, "const int64_t tc_bid = GetBlockIdx();")
+        stride = "1"
+        for v, g in zip(s.block_vars, grid):
+            self.line(st, f"const int64_t {self.name(st, v)} = tc_bid / ({stride}) % ({g});")
+            stride = f"{stride} * ({g})"
+        self.stmt(st, s.body)
+        st.indent -= 1
+        self.line(st, "}")
+
+    def stmt_Assert(self, st, s):
+        raise CompileError("T.device_assert and checked mode are not implemented by tilecore-ascend yet", s.span)
+
+    def stmt_Print(self, st, s):
+        raise CompileError("T.print is not implemented by tilecore-ascend yet", s.span)
+
+    def emit(self, func, ctx) -> Source:
+        st = EmitState()
+        st.fast = bool(ctx.option("tilecore.fast_math", False))
+        abi = abi_of(func)
+        launch, top = single_launch(func)
+        params = [f"GM_ADDR tc_gm{k}" for k in range(len(abi.buffers))]
+        params += [f"int64_t {self.name(st, v)}" for v in abi.ints]
+        params += [f"{self.vtype(v.dtype)} {self.name(st, v)}" for v in abi.floats]
+        plan = plan_ub(launch.body)
+        ub_bytes = max((off + size for _, off, size in plan), default=0)
+        st.indent = 2
+        for k, p in enumerate(abi.buffers):
+            t = self.stype(p.buffer.dtype)
+            name = self.name(st, p.buffer)
+            self.line(st, f"GlobalTensor<{t}> {name};")
+            self.line(st, f"{name}.SetGlobalBuffer((__gm__ {t}*)tc_gm{k});")
+        if plan:
+            self.line(st, "TPipe tc_pipe;")
+            self.line(st, "TBuf<TPosition::VECCALC> tc_ub;")
+            self.line(st, f"tc_pipe.InitBuffer(tc_ub, {max(ub_bytes, 32)});")
+        for a, off, size in plan:
+            b, t = a.buffer, self.stype(a.buffer.dtype)
+            name = self.name(st, b)
+            self.line(st, f"LocalTensor<{t}> {name} = tc_ub.GetWithOffset<{t}>({size // b.dtype.bytes}, {off});")
+            self.line(st, f'TC_EMU_NAME({name}, "{b.name}");')
+        for s in top:
+            self.stmt(st, s)
+        body = "\n".join(st.lines)
+        # the emulator's launcher: every block in turn on the host, with the ABI's arrays unpacked
+        host = EmitState(names=st.names, used=st.used, keep=st.keep, indent=1)
+        for k, v in enumerate(abi.ints):
+            self.line(host, f"const int64_t {self.name(host, v)} = tc_ints[{k}];")
+        for k, v in enumerate(abi.floats):
+            self.line(host, f"const {self.vtype(v.dtype)} {self.name(host, v)} = ({self.vtype(v.dtype)})tc_floats[{k}];")
+        nblocks = " * ".join(f"({self.expr(host, g)})" for g in launch.grid) or "1"
+        args = [f"(GM_ADDR)tc_bufs[{k}]" for k in range(len(abi.buffers))]
+        args += [self.name(host, v) for v in abi.ints] + [self.name(host, v) for v in abi.floats]
+        host_body = "\n".join(host.lines)
+        code = (f"// generated by tilecore-ascend for kernel {func.name}\n"
+                "#ifdef TC_ASCEND_EMU\n#include \"ascendc_emu.h\"\n#else\n#include \"kernel_operator.h\"\n#endif\n"
+                "#include \"tc_ascend.h\"\nusing namespace AscendC;\n\n"
+                f"extern \"C\" __global__ __aicore__ void {ENTRY}({', '.join(params)}) {{\n"
+                "  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);\n"
+                "  if ASCEND_IS_AIV {\n"
+                f"{body}\n  }}\n}}\n\n"
+                "#ifdef TC_ASCEND_EMU\n"
+                f"extern \"C\" __attribute__((visibility(\"default\"))) int {LAUNCHER}(void** tc_bufs, const int64_t* tc_ints, "
+                "const double* tc_floats) {\n"
+                "  (void)tc_bufs; (void)tc_ints; (void)tc_floats;\n"
+                f"{host_body}\n"
+                f"  const int64_t tc_nblocks = {nblocks};\n"
+                "  tc_emu_reset_findings();\n"
+                "  for (int64_t tc_b = 0; tc_b < tc_nblocks; ++tc_b) {\n"
+                "    tc_emu_begin((int)tc_b, (int)tc_nblocks, 1);\n"
+                f"    {ENTRY}({', '.join(args)});\n"
+                "    tc_emu_end();\n"
+                "  }\n  return tc_emu_findings();\n}\n#endif\n")
+        caps = ctx.capabilities
+        limits = {k: int(caps.limit(k)[0]) for k in ("max_ub_bytes", "max_l1_bytes") if caps.limit(k) is not None}
+        return Source(code, "ascendc", ENTRY, {"launcher": LAUNCHER, "ub_bytes": ub_bytes, "limits": limits,
+                                                "kernel_type": "KERNEL_TYPE_AIV_ONLY"})

@@ -1,0 +1,429 @@
+// ascendc_emu.h: the subset of the AscendC API that tilecore-ascend's code generator emits, run on the
+// host CPU AND checked. Written for tilecore (no CANN header is used or copied).
+//
+// Functional: every instruction executes at once, in program order, so results are those of a correct
+// schedule. That alone would hide every missing flag, so each instruction also advances its pipe's
+// logical clock and touches 32-byte shadow granules of the on-chip buffers; the checker reports
+//   RAW  a pipe reads a granule another pipe (or V itself, without PipeBarrier<PIPE_V>) wrote, with no
+//        SetFlag/WaitFlag chain that orders the write before the read;
+//   WAR  a pipe overwrites a granule another pipe read, without such a chain (buffer reuse);
+//   WAW  two pipes write a granule without ordering;
+//   scope capacity (UB, L1, L0A, L0B, L0C), 32-byte alignment of every UB operand,
+//   unbalanced flags (a SetFlag never waited, a WaitFlag with no SetFlag: a hang on hardware),
+//   event IDs outside 0..7.
+// Ordering is tracked with vector clocks: VC[p][q] is the newest instruction of pipe q that pipe p is
+// known to run after. SetFlag<X_Y> snapshots VC[X]; WaitFlag<X_Y> merges the snapshot into VC[Y].
+// Each finding names the buffer, the pipes and the generated source line (__builtin_LINE of the call).
+// Capacities come from the target's capability profile as -DTC_EMU_UB_BYTES=... (runtime.py).
+#pragma once
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#ifndef TC_EMU_UB_BYTES
+#define TC_EMU_UB_BYTES 196608
+#endif
+#ifndef TC_EMU_L1_BYTES
+#define TC_EMU_L1_BYTES 524288
+#endif
+#define __aicore__
+#define __global__
+#define __gm__
+#define GM_ADDR uint8_t*
+#define KERNEL_TASK_TYPE_DEFAULT(x)
+#define TC_EMU_NAME(t, n) tc_emu_name((t), (n), sizeof(n) ? __LINE__ : 0)
+
+struct half {  // IEEE binary16 storage; arithmetic is done in float (value type of the emitter)
+  uint16_t bits;
+  half() : bits(0) {}
+  half(float f) : bits(tc_emu_f2h(f)) {}
+  operator float() const { return tc_emu_h2f(bits); }
+  static uint16_t tc_emu_f2h(float f) { _Float16 h = (_Float16)f; uint16_t b; std::memcpy(&b, &h, 2); return b; }
+  static float tc_emu_h2f(uint16_t b) { _Float16 h; std::memcpy(&h, &b, 2); return (float)h; }
+};
+struct bfloat16_t {
+  uint16_t bits;
+  bfloat16_t() : bits(0) {}
+  bfloat16_t(float f) {
+    uint32_t u; std::memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) { bits = (uint16_t)((u >> 16) | 0x40); return; }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    bits = (uint16_t)(u >> 16);
+  }
+  operator float() const { uint32_t u = (uint32_t)bits << 16; float f; std::memcpy(&f, &u, 4); return f; }
+};
+
+namespace AscendC {
+enum class TPosition { GM, A1, A2, B1, B2, CO1, CO2, VECIN, VECOUT, VECCALC };
+enum pipe_t { PIPE_S = 0, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_FIX, PIPE_ALL };
+enum class HardEvent { MTE2_V, V_MTE2, V_MTE3, MTE3_V, MTE2_S, S_MTE2, V_S, S_V, MTE3_S, S_MTE3, MTE3_MTE2,
+                       MTE2_MTE3, MTE2_MTE1, MTE1_MTE2, MTE1_M, M_MTE1, M_FIX, FIX_M, FIX_S, S_FIX, M_V, V_M };
+enum class RoundMode { CAST_NONE, CAST_RINT, CAST_ROUND };
+}  // namespace AscendC
+
+// -- checker state ------------------------------------------------------------------------------------
+namespace tc_emu {
+constexpr int NP = 7, PIPE_V_ID = 1;
+static const char* const PIPE_NAMES[NP] = {"S", "V", "M", "MTE1", "MTE2", "MTE3", "FIX"};
+enum Scope { UB = 0, L1, L0A, L0B, L0C, NSCOPE };
+static const char* const SCOPE_NAMES[NSCOPE] = {"UB", "L1", "L0A", "L0B", "L0C"};
+static const uint32_t CAP[NSCOPE] = {TC_EMU_UB_BYTES, TC_EMU_L1_BYTES, 65536, 65536, 131072};
+struct Granule { int8_t wpipe; uint64_t wclk; int wline; uint64_t rclk[NP]; int rline[NP]; };
+struct Name { uint32_t lo, hi; const char* name; };
+struct State {
+  uint8_t* mem[NSCOPE];
+  Granule* shadow[NSCOPE];
+  uint32_t used[NSCOPE];
+  Name names[NSCOPE][64];
+  int nnames[NSCOPE];
+  uint64_t clk[NP], vc[NP][NP], vbar;
+  int flag_count[32][8];   // outstanding SetFlag per (event, id)
+  uint64_t flag_tok[32][8][4][NP];
+  int flag_line[32][8];
+  int findings;
+  char log[8192];
+  int loglen;
+  int block, nblocks, core_type;  // core_type 1 = AIV, 2 = AIC
+};
+inline State& S() { static State s; return s; }
+inline void finding(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+inline void finding(const char* fmt, ...) {
+  State& s = S();
+  s.findings++;
+  if (s.loglen > (int)sizeof(s.log) - 300) return;
+  s.loglen += std::snprintf(s.log + s.loglen, sizeof(s.log) - s.loglen, "ASCEND-EMU block %d: ", s.block);
+  va_list ap; va_start(ap, fmt);
+  s.loglen += std::vsnprintf(s.log + s.loglen, sizeof(s.log) - s.loglen, fmt, ap);
+  va_end(ap);
+  s.loglen += std::snprintf(s.log + s.loglen, sizeof(s.log) - s.loglen, "\n");
+}
+inline const char* name_of(int scope, uint32_t off) {
+  State& s = S();
+  for (int k = s.nnames[scope] - 1; k >= 0; --k)
+    if (off >= s.names[scope][k].lo && off < s.names[scope][k].hi) return s.names[scope][k].name;
+  return "?";
+}
+inline void reset_block() {
+  State& s = S();
+  for (int k = 0; k < NSCOPE; ++k) {
+    if (!s.mem[k]) {
+      s.mem[k] = (uint8_t*)std::aligned_alloc(64, CAP[k]);
+      s.shadow[k] = (Granule*)std::calloc(CAP[k] / 32, sizeof(Granule));
+    }
+    std::memset(s.mem[k], 0, CAP[k]);
+    for (uint32_t g = 0; g < CAP[k] / 32; ++g) s.shadow[k][g].wpipe = -1;
+    std::memset(s.shadow[k], 0, CAP[k] / 32 * sizeof(Granule));
+    for (uint32_t g = 0; g < CAP[k] / 32; ++g) s.shadow[k][g].wpipe = -1;
+    s.used[k] = 0;
+    s.nnames[k] = 0;
+  }
+  std::memset(s.clk, 0, sizeof(s.clk));
+  std::memset(s.vc, 0, sizeof(s.vc));
+  s.vbar = 0;
+  std::memset(s.flag_count, 0, sizeof(s.flag_count));
+}
+inline uint64_t tick(int pipe) { State& s = S(); s.vc[pipe][pipe] = ++s.clk[pipe]; return s.clk[pipe]; }
+// one access of bytes [off, off+n) of a scope by `pipe` at instruction clock c
+inline void access(int scope, uint32_t off, uint32_t n, int pipe, bool write, uint64_t c, int line) {
+  State& s = S();
+  if (n == 0) return;
+  if ((uint64_t)off + n > CAP[scope]) {
+    finding("%s access of %u bytes at offset %u runs past the %s (%u bytes), line %d", PIPE_NAMES[pipe], n, off,
+            SCOPE_NAMES[scope], CAP[scope], line);
+    return;
+  }
+  for (uint32_t g = off / 32; g <= (off + n - 1) / 32; ++g) {
+    Granule& gr = s.shadow[scope][g];
+    if (gr.wpipe >= 0) {
+      int w = gr.wpipe;
+      // another pipe: a flag chain; V after V: PipeBarrier<PIPE_V>; other pipes run their own queue in order
+      bool ordered = w != pipe ? s.vc[pipe][w] >= gr.wclk : (pipe != PIPE_V_ID || s.vbar >= gr.wclk);
+      if (!ordered) {
+        finding("%s: %s %s %s-buffer '%s' (offset %u) written by %s at line %d with no %s->%s sync, line %d",
+                write ? "WAW" : "RAW", PIPE_NAMES[pipe], write ? "writes" : "reads", SCOPE_NAMES[scope],
+                name_of(scope, g * 32), g * 32, PIPE_NAMES[w], gr.wline, PIPE_NAMES[w], PIPE_NAMES[pipe], line);
+        gr.wclk = 0;  // report each hazard once
+      }
+    }
+    if (write) {
+      for (int r = 0; r < NP; ++r) {
+        if (r == pipe || gr.rclk[r] == 0) continue;
+        if (s.vc[pipe][r] < gr.rclk[r]) {
+          finding("WAR: %s overwrites %s-buffer '%s' (offset %u) read by %s at line %d with no %s->%s sync, line %d",
+                  PIPE_NAMES[pipe], SCOPE_NAMES[scope], name_of(scope, g * 32), g * 32, PIPE_NAMES[r], gr.rline[r],
+                  PIPE_NAMES[r], PIPE_NAMES[pipe], line);
+        }
+      }
+      std::memset(gr.rclk, 0, sizeof(gr.rclk));
+      gr.wpipe = (int8_t)pipe; gr.wclk = c; gr.wline = line;
+    } else {
+      gr.rclk[pipe] = c; gr.rline[pipe] = line;
+    }
+  }
+}
+inline void check_align(int scope, uint32_t off, uint32_t align, const char* what, int line) {
+  if (off % align)
+    finding("alignment: %s operand '%s' at %s offset %u is not %u-byte aligned, line %d", what,
+            name_of(scope, off), SCOPE_NAMES[scope], off, align, line);
+}
+inline int event_index(AscendC::HardEvent e) { return (int)e; }
+inline void event_pipes(AscendC::HardEvent e, int& src, int& dst) {
+  using H = AscendC::HardEvent;
+  static const int tab[][2] = {{4, 1}, {1, 4}, {1, 5}, {5, 1}, {4, 0}, {0, 4}, {1, 0}, {0, 1}, {5, 0}, {0, 5},
+                               {5, 4}, {4, 5}, {4, 3}, {3, 4}, {3, 2}, {2, 3}, {2, 6}, {6, 2}, {6, 0}, {0, 6},
+                               {2, 1}, {1, 2}};
+  (void)sizeof(H);
+  src = tab[(int)e][0]; dst = tab[(int)e][1];
+}
+}  // namespace tc_emu
+
+inline void tc_emu_name_range(int scope, uint32_t lo, uint32_t hi, const char* name) {
+  tc_emu::State& s = tc_emu::S();
+  if (s.nnames[scope] < 64) s.names[scope][s.nnames[scope]++] = {lo, hi, name};
+}
+
+namespace AscendC {
+// -- tensors ------------------------------------------------------------------------------------------
+template <typename T> struct GlobalTensor {
+  T* ptr = nullptr;
+  void SetGlobalBuffer(__gm__ T* p) { ptr = p; }
+  GlobalTensor operator[](int64_t i) const { GlobalTensor g; g.ptr = ptr + i; return g; }
+  T GetValue(int64_t i) const { return ptr[i]; }
+  void SetValue(int64_t i, T v) { ptr[i] = v; }
+};
+template <typename T> struct LocalTensor {
+  int scope = 0;
+  uint32_t off = 0;   // bytes from the scope's start
+  uint32_t count = 0; // elements
+  T* data() const { return (T*)(tc_emu::S().mem[scope] + off); }
+  LocalTensor operator[](uint32_t i) const { LocalTensor t = *this; t.off += i * sizeof(T); t.count -= i; return t; }
+  T GetValue(uint32_t i, int line = __builtin_LINE()) const {
+    uint64_t c = tc_emu::tick(PIPE_S);
+    tc_emu::access(scope, off + i * sizeof(T), sizeof(T), PIPE_S, false, c, line);
+    return data()[i];
+  }
+  void SetValue(uint32_t i, T v, int line = __builtin_LINE()) const {
+    uint64_t c = tc_emu::tick(PIPE_S);
+    tc_emu::access(scope, off + i * sizeof(T), sizeof(T), PIPE_S, true, c, line);
+    data()[i] = v;
+  }
+};
+template <TPosition P> struct TBuf {
+  int scope = 0;
+  uint32_t base = 0, bytes = 0;
+  template <typename T> LocalTensor<T> Get() const { LocalTensor<T> t; t.scope = scope; t.off = base; t.count = bytes / sizeof(T); return t; }
+  template <typename T> LocalTensor<T> GetWithOffset(uint32_t count, uint32_t offset) const {
+    LocalTensor<T> t; t.scope = scope; t.off = base + offset; t.count = count; return t;
+  }
+};
+struct TPipe {
+  template <TPosition P> void InitBuffer(TBuf<P>& buf, uint32_t bytes, int line = __builtin_LINE()) {
+    using namespace tc_emu;
+    int scope = (P == TPosition::A1 || P == TPosition::B1) ? L1 : P == TPosition::A2 ? L0A : P == TPosition::B2 ? L0B
+              : P == TPosition::CO1 ? L0C : UB;
+    State& s = S();
+    uint32_t base = (s.used[scope] + 31u) / 32u * 32u;
+    if ((uint64_t)base + bytes > CAP[scope]) {
+      finding("capacity: InitBuffer of %u bytes in %s at offset %u exceeds its %u bytes, line %d", bytes,
+              SCOPE_NAMES[scope], base, CAP[scope], line);
+      bytes = base < CAP[scope] ? CAP[scope] - base : 0;
+    }
+    buf.scope = scope; buf.base = base; buf.bytes = bytes;
+    s.used[scope] = base + bytes;
+  }
+};
+}  // namespace AscendC
+
+template <typename T> inline void tc_emu_name(const AscendC::LocalTensor<T>& t, const char* name, int) {
+  tc_emu_name_range(t.scope, t.off, t.off + t.count * (uint32_t)sizeof(T), name);
+}
+
+namespace AscendC {
+inline int64_t GetBlockIdx() { return tc_emu::S().block; }
+inline int64_t GetBlockNum() { return tc_emu::S().nblocks; }
+inline int64_t GetSubBlockIdx() { return 0; }
+#define ASCEND_IS_AIV (tc_emu::S().core_type == 1)
+#define ASCEND_IS_AIC (tc_emu::S().core_type == 2)
+
+// -- synchronization ----------------------------------------------------------------------------------
+template <HardEvent E> inline void SetFlag(int id, int line = __builtin_LINE()) {
+  using namespace tc_emu;
+  State& s = S();
+  int src, dst; event_pipes(E, src, dst);
+  if (id < 0 || id > 7) { finding("event ID %d of SetFlag<%s_%s> outside 0..7, line %d", id, PIPE_NAMES[src], PIPE_NAMES[dst], line); return; }
+  int e = event_index(E), &n = s.flag_count[e][id];
+  if (n >= 4) { finding("SetFlag<%s_%s>(%d) set 4 times without a wait, line %d", PIPE_NAMES[src], PIPE_NAMES[dst], id, line); return; }
+  for (int q = 0; q < NP; ++q) s.flag_tok[e][id][n][q] = s.vc[src][q];
+  s.flag_line[e][id] = line;
+  ++n;
+}
+template <HardEvent E> inline void WaitFlag(int id, int line = __builtin_LINE()) {
+  using namespace tc_emu;
+  State& s = S();
+  int src, dst; event_pipes(E, src, dst);
+  if (id < 0 || id > 7) { finding("event ID %d of WaitFlag<%s_%s> outside 0..7, line %d", id, PIPE_NAMES[src], PIPE_NAMES[dst], line); return; }
+  int e = event_index(E), &n = s.flag_count[e][id];
+  if (n == 0) { finding("unbalanced: WaitFlag<%s_%s>(%d) with no SetFlag before it (a hang), line %d", PIPE_NAMES[src], PIPE_NAMES[dst], id, line); return; }
+  for (int q = 0; q < NP; ++q)
+    if (s.flag_tok[e][id][0][q] > s.vc[dst][q]) s.vc[dst][q] = s.flag_tok[e][id][0][q];
+  for (int k = 1; k < n; ++k) std::memcpy(s.flag_tok[e][id][k - 1], s.flag_tok[e][id][k], sizeof(s.flag_tok[e][id][k]));
+  --n;
+}
+template <pipe_t P> inline void PipeBarrier() {
+  using namespace tc_emu;
+  State& s = S();
+  if (P == PIPE_V) s.vbar = s.clk[1];
+  if (P == PIPE_ALL) {
+    for (int p = 0; p < NP; ++p) for (int q = 0; q < NP; ++q) s.vc[p][q] = s.clk[q];
+    s.vbar = s.clk[1];
+  }
+}
+
+// -- data movement ------------------------------------------------------------------------------------
+struct DataCopyExtParams {
+  uint16_t blockCount; uint32_t blockLen; uint32_t srcStride; uint32_t dstStride; uint32_t rsv;
+  DataCopyExtParams(uint16_t c = 1, uint32_t l = 0, uint32_t s = 0, uint32_t d = 0, uint32_t r = 0)
+      : blockCount(c), blockLen(l), srcStride(s), dstStride(d), rsv(r) {}
+};
+template <typename T> struct DataCopyPadExtParams {
+  bool isPad; uint8_t leftPadding, rightPadding; T paddingValue;
+  DataCopyPadExtParams(bool p = false, uint8_t l = 0, uint8_t r = 0, T v = T()) : isPad(p), leftPadding(l), rightPadding(r), paddingValue(v) {}
+};
+// GM -> UB on MTE2: blockCount rows of blockLen bytes; GM rows srcStride bytes apart (gap); UB rows padded
+// to 32 bytes plus dstStride 32-byte blocks
+template <typename T> inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyExtParams& p,
+                                              const DataCopyPadExtParams<T>&, int line = __builtin_LINE()) {
+  using namespace tc_emu;
+  check_align(dst.scope, dst.off, 32, "DataCopyPad destination", line);
+  uint64_t c = tick(PIPE_MTE2);
+  uint32_t pitch = (p.blockLen + 31u) / 32u * 32u + p.dstStride * 32u;
+  const uint8_t* s8 = (const uint8_t*)src.ptr;
+  for (uint32_t r = 0; r < p.blockCount; ++r) {
+    access(dst.scope, dst.off + r * pitch, p.blockLen, PIPE_MTE2, true, c, line);
+    std::memcpy(S().mem[dst.scope] + dst.off + r * pitch, s8 + (uint64_t)r * (p.blockLen + p.srcStride), p.blockLen);
+  }
+}
+// UB -> GM on MTE3: UB rows 32-byte padded plus srcStride blocks; GM rows dstStride bytes apart (gap)
+template <typename T> inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyExtParams& p,
+                                              int line = __builtin_LINE()) {
+  using namespace tc_emu;
+  check_align(src.scope, src.off, 32, "DataCopyPad source", line);
+  uint64_t c = tick(PIPE_MTE3);
+  uint32_t pitch = (p.blockLen + 31u) / 32u * 32u + p.srcStride * 32u;
+  uint8_t* d8 = (uint8_t*)dst.ptr;
+  for (uint32_t r = 0; r < p.blockCount; ++r) {
+    access(src.scope, src.off + r * pitch, p.blockLen, PIPE_MTE3, false, c, line);
+    std::memcpy(d8 + (uint64_t)r * (p.blockLen + p.dstStride), S().mem[src.scope] + src.off + r * pitch, p.blockLen);
+  }
+}
+
+// -- vector instructions (count form) -----------------------------------------------------------------
+namespace tc_vec {
+template <typename T> inline void operand(const LocalTensor<T>& t, uint32_t n, bool write, uint64_t c, int line, const char* what) {
+  tc_emu::check_align(t.scope, t.off, 32, what, line);
+  tc_emu::access(t.scope, t.off, n * (uint32_t)sizeof(T), PIPE_V, write, c, line);
+}
+template <typename T> inline float val(T v) { return (float)v; }
+inline double val(double v) { return v; }
+inline float nanmax(float a, float b) { return (a != a || b != b) ? NAN : (a > b ? a : b); }
+inline float nanmin(float a, float b) { return (a != a || b != b) ? NAN : (a < b ? a : b); }
+}  // namespace tc_vec
+#define TC_EMU_BINARY(NAME, EXPR)                                                                            \
+  template <typename T> inline void NAME(const LocalTensor<T>& d, const LocalTensor<T>& a, const LocalTensor<T>& b, \
+                                         int32_t n, int line = __builtin_LINE()) {                          \
+    uint64_t c = tc_emu::tick(PIPE_V);                                                                       \
+    tc_vec::operand(a, n, false, c, line, #NAME " source");                                                  \
+    tc_vec::operand(b, n, false, c, line, #NAME " source");                                                  \
+    tc_vec::operand(d, n, true, c, line, #NAME " destination");                                              \
+    for (int32_t i = 0; i < n; ++i) { float x = (float)a.data()[i], y = (float)b.data()[i]; d.data()[i] = (T)(EXPR); } \
+  }
+TC_EMU_BINARY(Add, x + y)
+TC_EMU_BINARY(Sub, x - y)
+TC_EMU_BINARY(Mul, x * y)
+TC_EMU_BINARY(Div, x / y)
+TC_EMU_BINARY(Max, tc_vec::nanmax(x, y))
+TC_EMU_BINARY(Min, tc_vec::nanmin(x, y))
+#define TC_EMU_SCALAR(NAME, EXPR)                                                                            \
+  template <typename T, typename U> inline void NAME(const LocalTensor<T>& d, const LocalTensor<T>& a, U s,   \
+                                                     int32_t n, int line = __builtin_LINE()) {              \
+    uint64_t c = tc_emu::tick(PIPE_V);                                                                       \
+    tc_vec::operand(a, n, false, c, line, #NAME " source");                                                  \
+    tc_vec::operand(d, n, true, c, line, #NAME " destination");                                              \
+    float y = (float)s;                                                                                      \
+    for (int32_t i = 0; i < n; ++i) { float x = (float)a.data()[i]; d.data()[i] = (T)(EXPR); }             \
+  }
+TC_EMU_SCALAR(Adds, x + y)
+TC_EMU_SCALAR(Muls, x * y)
+TC_EMU_SCALAR(Maxs, tc_vec::nanmax(x, y))
+TC_EMU_SCALAR(Mins, tc_vec::nanmin(x, y))
+#define TC_EMU_UNARY(NAME, EXPR)                                                                             \
+  template <typename T> inline void NAME(const LocalTensor<T>& d, const LocalTensor<T>& a, int32_t n,         \
+                                         int line = __builtin_LINE()) {                                     \
+    uint64_t c = tc_emu::tick(PIPE_V);                                                                       \
+    tc_vec::operand(a, n, false, c, line, #NAME " source");                                                  \
+    tc_vec::operand(d, n, true, c, line, #NAME " destination");                                              \
+    for (int32_t i = 0; i < n; ++i) { float x = (float)a.data()[i]; d.data()[i] = (T)(EXPR); }             \
+  }
+TC_EMU_UNARY(Exp, std::exp(x))
+TC_EMU_UNARY(Ln, std::log(x))
+TC_EMU_UNARY(Sqrt, std::sqrt(x))
+TC_EMU_UNARY(Rsqrt, 1.0f / std::sqrt(x))
+TC_EMU_UNARY(Abs, std::fabs(x))
+TC_EMU_UNARY(Reciprocal, 1.0f / x)
+TC_EMU_UNARY(Relu, x > 0 ? x : (x != x ? x : 0.0f))
+template <typename T, typename U> inline void Duplicate(const LocalTensor<T>& d, U s, int32_t n, int line = __builtin_LINE()) {
+  uint64_t c = tc_emu::tick(PIPE_V);
+  tc_vec::operand(d, n, true, c, line, "Duplicate destination");
+  for (int32_t i = 0; i < n; ++i) d.data()[i] = (T)s;
+}
+template <typename T, typename U> inline void Cast(const LocalTensor<T>& d, const LocalTensor<U>& a, RoundMode, int32_t n,
+                                                   int line = __builtin_LINE()) {
+  uint64_t c = tc_emu::tick(PIPE_V);
+  tc_vec::operand(a, n, false, c, line, "Cast source");
+  tc_vec::operand(d, n, true, c, line, "Cast destination");
+  for (int32_t i = 0; i < n; ++i) d.data()[i] = (T)(float)a.data()[i];
+}
+// whole-vector reductions: the result in dst[0]; `work` is the scratch the instruction needs
+#define TC_EMU_REDUCE(NAME, INIT, STEP)                                                                      \
+  template <typename T> inline void NAME(const LocalTensor<T>& d, const LocalTensor<T>& a, const LocalTensor<T>& w, \
+                                         int32_t n, int line = __builtin_LINE()) {                          \
+    uint64_t c = tc_emu::tick(PIPE_V);                                                                       \
+    tc_vec::operand(a, n, false, c, line, #NAME " source");                                                  \
+    tc_vec::operand(w, n, true, c, line, #NAME " work");                                                     \
+    tc_vec::operand(d, 1, true, c, line, #NAME " destination");                                              \
+    float r = INIT;                                                                                          \
+    for (int32_t i = 0; i < n; ++i) { float x = (float)a.data()[i]; r = (STEP); }                           \
+    d.data()[0] = (T)r;                                                                                      \
+  }
+TC_EMU_REDUCE(ReduceSum, 0.0f, r + x)
+TC_EMU_REDUCE(ReduceMax, -INFINITY, tc_vec::nanmax(r, x))
+TC_EMU_REDUCE(ReduceMin, INFINITY, tc_vec::nanmin(r, x))
+}  // namespace AscendC
+
+// -- the host side of the emulation ---------------------------------------------------------------------
+extern "C" {
+// defined (not inline) in the one translation unit that includes this header: the runtime reads them
+__attribute__((visibility("default"), used)) int tc_emu_findings() { return tc_emu::S().findings; }
+__attribute__((visibility("default"), used)) const char* tc_emu_log() { return tc_emu::S().log; }
+}
+inline void tc_emu_begin(int block, int nblocks, int core_type) {
+  tc_emu::State& s = tc_emu::S();
+  s.block = block; s.nblocks = nblocks; s.core_type = core_type;
+  tc_emu::reset_block();
+}
+inline void tc_emu_end() {
+  using namespace tc_emu;
+  State& s = S();
+  for (int e = 0; e < 32; ++e)
+    for (int id = 0; id < 8; ++id)
+      if (s.flag_count[e][id]) {
+        int src, dst; event_pipes((AscendC::HardEvent)e, src, dst);
+        finding("unbalanced: SetFlag<%s_%s>(%d) at line %d is never waited", PIPE_NAMES[src], PIPE_NAMES[dst], id,
+                s.flag_line[e][id]);
+      }
+}
+inline void tc_emu_reset_findings() { tc_emu::S().findings = 0; tc_emu::S().loglen = 0; tc_emu::S().log[0] = 0; }

@@ -1,0 +1,230 @@
+"""The Ascend passes: on-chip memory planning and pipe synchronization.
+
+``ascend.plan_onchip`` (slot ``memory``) places every on-chip tile of a kernel in UB, 32-byte aligned, in
+allocation order, and refuses a kernel whose tiles exceed ``limit:max_ub_bytes`` at the user's line,
+naming the largest buffers. (Tiles are placed in L1/L0 only by the cube lowering, which does not exist
+yet: ``dtype:*:mma`` is false in the profiles.)
+
+``ascend.insert_sync`` (slot ``before-codegen``) walks the lowered kernel in program order and gives every
+statement its pipe: the AscendC leaves of :mod:`.ops` say theirs, every other statement (element loads
+and stores, loop bounds, conditions) runs on the scalar pipe S. For each on-chip buffer it remembers the
+pipes that last wrote and read it; a statement that reads after a write of another pipe (RAW), or
+writes after another pipe's read or write (WAR, WAW), gets ``SetFlag<SRC_DST>`` + ``WaitFlag<SRC_DST>``
+right before it, unless a sync of that pipe pair already lies between the two. Vector instructions that
+depend on an earlier vector instruction get ``PipeBarrier<PIPE_V>``. Loops are walked with the state
+merged from before the loop and after one iteration, so the next iteration's hazards (a DMA refilling a
+tile the vector unit still reads: V->MTE2) are synchronized too. Each SetFlag is waited right after it,
+so event ID 0 of each pair is enough and the flags are balanced by construction.
+"""
+from __future__ import annotations
+
+from tilecore.errors import UnsupportedFeatureError
+from tilecore.ir import (Allocate, BufferLoad, For, If, KernelLaunch, Seq, Store, collect, const_value, simplify,
+                         stmt_exprs, walk, walk_expr)
+from tilecore.passes import tile_pass
+
+from .ops import AscendOp, Sync
+
+ONCHIP = ("shared", "fragment")
+UB_ALIGN = 32
+
+
+def onchip_allocations(body) -> list:
+    """Every on-chip tile allocated in ``body`` (any depth), in program order, each once."""
+    out, seen = [], set()
+    for a in collect(body, Allocate):
+        if a.buffer.scope in ONCHIP and id(a.buffer) not in seen:
+            seen.add(id(a.buffer))
+            out.append(a)
+    return out
+
+
+def plan_ub(body) -> list:
+    """``[(allocation, byte offset, bytes)]`` of the tiles in UB, each on a 32-byte boundary."""
+    out, off = [], 0
+    for a in onchip_allocations(body):
+        n = const_value(simplify(a.buffer.numel()))
+        if n is None:
+            raise UnsupportedFeatureError(f"on-chip tile {a.buffer.name} has a symbolic size; Ascend tiles are "
+                                          "static", a.span, feature="limit:max_ub_bytes")
+        size = max(int(n), 1) * a.buffer.dtype.bytes
+        off = -(-off // UB_ALIGN) * UB_ALIGN
+        out.append((a, off, size))
+        off += size
+    return out
+
+
+@tile_pass("ascend.plan_onchip")
+def plan_onchip(func, ctx):
+    lim = ctx.capabilities.limit("max_ub_bytes")
+    worst = 0
+    for launch in collect(func.body, KernelLaunch):
+        plan = plan_ub(launch.body)
+        total = max((off + size for _, off, size in plan), default=0)
+        worst = max(worst, total)
+        if lim is not None and total > lim[0]:
+            big = sorted(plan, key=lambda p: -p[2])[:4]
+            parts = ", ".join(f"{a.buffer.name} {size} B (line {a.span.line if a.span else '?'})" for a, _, size in big)
+            raise UnsupportedFeatureError(
+                f"kernel {func.name} needs {total} bytes of UB per block ({parts}); target {ctx.target} has "
+                f"{int(lim[0])} (limit max_ub_bytes). Use smaller tiles", launch.span, feature="limit:max_ub_bytes",
+                target=str(ctx.target))
+    return func.with_body(func.body, ub_bytes=worst)
+
+
+# -- sync insertion -----------------------------------------------------------------------------------
+
+class _State:
+    def __init__(self):
+        self.acc: dict = {}      # id(buffer) -> (writes {pipe: t}, reads {pipe: t})
+        self.synced: dict = {}   # (src, dst) -> t of the last sync: accesses before it are ordered
+        self.now = 0
+
+    def copy(self) -> "_State":
+        s = _State()
+        s.acc = {k: (dict(w), dict(r)) for k, (w, r) in self.acc.items()}
+        s.synced, s.now = dict(self.synced), self.now
+        return s
+
+    def merge(self, other: "_State") -> "_State":
+        """Either path may have run: every access of both, only the syncs both made."""
+        s = self.copy()
+        for k, (w, r) in other.acc.items():
+            mw, mr = s.acc.setdefault(k, ({}, {}))
+            for d, src in ((mw, w), (mr, r)):
+                for p, t in src.items():
+                    d[p] = max(d.get(p, -1), t)
+        s.synced = {k: min(v, other.synced[k]) for k, v in self.synced.items() if k in other.synced}
+        s.now = max(self.now, other.now)
+        return s
+
+
+def _scalar_access(stmts) -> tuple:
+    reads, writes = [], []
+
+    def see(e):
+        if isinstance(e, BufferLoad) and e.buffer.scope in ONCHIP:
+            reads.append(e.buffer)
+
+    def visit(s):
+        if isinstance(s, Store) and s.buffer.scope in ONCHIP:
+            writes.append(s.buffer)
+        for e in stmt_exprs(s):
+            walk_expr(e, see)
+
+    for s in stmts:
+        walk(s, visit)
+    return reads, writes
+
+
+def _expr_reads(exprs) -> list:
+    out = []
+    for e in exprs:
+        walk_expr(e, lambda x: out.append(x.buffer) if isinstance(x, BufferLoad) and x.buffer.scope in ONCHIP else None)
+    return out
+
+
+def _accesses(body) -> list:
+    """``(pipe, reads, writes)`` of every statement in ``body``, scalar code included."""
+    out = []
+
+    def visit(s):
+        if isinstance(s, AscendOp):
+            out.append(("S", _expr_reads(stmt_exprs(s)), []))
+            out.append((s.pipe(), s.reads(), s.writes()))
+        elif not isinstance(s, (Seq, For, If, KernelLaunch, Allocate)):
+            out.append(("S", *_scalar_access([s])))
+        elif isinstance(s, (For, If)):
+            out.append(("S", _expr_reads(stmt_exprs(s)), []))
+
+    walk(body, visit)
+    return out
+
+
+def _has_op(s) -> bool:
+    return bool(collect(s, AscendOp))
+
+
+def _needs(st: _State, pipe: str, reads, writes) -> set:
+    need = set()
+    for b in list(reads) + list(writes):
+        w, _ = st.acc.get(id(b), ({}, {}))
+        for p, t in w.items():
+            if (p != pipe or pipe == "V") and t >= st.synced.get((p, pipe), -1):
+                need.add((p, pipe))
+    for b in writes:
+        _, r = st.acc.get(id(b), ({}, {}))
+        for p, t in r.items():
+            if p != pipe and t >= st.synced.get((p, pipe), -1):
+                need.add((p, pipe))
+    return need
+
+
+def _emit_syncs(st: _State, need, span) -> list:
+    out = []
+    for src, dst in sorted(need):
+        if src == dst:
+            out.append(Sync("barrier", src, dst, span=span))
+        else:
+            out += [Sync("set", src, dst, 0, span=span), Sync("wait", src, dst, 0, span=span)]
+        st.synced[(src, dst)] = st.now
+        st.now += 1
+    return out
+
+
+def _sync(st: _State, pipe: str, reads, writes, span) -> list:
+    out = _emit_syncs(st, _needs(st, pipe, reads, writes), span)
+    t = st.now
+    st.now += 1
+    for b in reads:
+        st.acc.setdefault(id(b), ({}, {}))[1][pipe] = t
+    for b in writes:
+        st.acc[id(b)] = ({pipe: t}, {})
+    return out
+
+
+def _walk(stmts, st: _State) -> list:
+    out = []
+    for s in stmts:
+        if isinstance(s, Seq):
+            out += _walk(s.body, st)
+        elif isinstance(s, KernelLaunch):
+            out.append(s.with_(body=Seq(_walk([s.body], _State()))))
+        elif isinstance(s, AscendOp):
+            scalars = _expr_reads(stmt_exprs(s))  # operands the scalar unit reads to issue it (GetValue)
+            if scalars:
+                out += _sync(st, "S", scalars, [], s.span)
+            out += _sync(st, s.pipe(), s.reads(), s.writes(), s.span) + [s]
+        elif isinstance(s, For) and _has_op(s.body):
+            out += _sync(st, "S", _expr_reads([s.start, s.extent]), [], s.span)  # the bounds are scalars
+            # what the loop's accesses need against the code before it: synced once, before the loop
+            need = set()
+            for p, r, w in _accesses(s.body):
+                need |= _needs(st, p, r, w)
+            out += _emit_syncs(st, need, s.span)
+            dry = st.copy()
+            _walk([s.body], dry)
+            merged = st.merge(dry)
+            body = _walk([s.body], merged)
+            st.__dict__.update(merged.__dict__)
+            out.append(s.with_(body=Seq(body)))
+        elif isinstance(s, If) and _has_op(s):
+            out += _sync(st, "S", _expr_reads([s.cond]), [], s.span)
+            a = st.copy()
+            then = _walk([s.then], a)
+            b = st.copy()
+            orelse = _walk([s.orelse], b) if s.orelse is not None else None
+            merged = a.merge(b)
+            st.__dict__.update(merged.__dict__)
+            out.append(s.with_(then=Seq(then), orelse=None if orelse is None else Seq(orelse)))
+        elif isinstance(s, Allocate) and s.buffer.scope in ONCHIP:
+            out.append(s)
+        else:  # scalar code, a whole loop nest of it at once
+            reads, writes = _scalar_access([s])
+            out += _sync(st, "S", reads, writes, s.span) + [s]
+    return out
+
+
+@tile_pass("ascend.insert_sync")
+def insert_sync(func, ctx):
+    return func.with_body(Seq(_walk([func.body], _State())))
