@@ -12,8 +12,8 @@ pipe. Both are synchronized by ``ascend.insert_sync``.
 """
 from __future__ import annotations
 
-from tilecore.ir import (Allocate, Buffer, BufferLoad, For, IntImm, Store, Var, as_expr, binary, compare, const,
-                         const_value, logic_and, maximum, minimum, select, seq, simplify)
+from tilecore.ir import (Allocate, Buffer, BufferLoad, For, If, IntImm, Store, Var, as_expr, binary, compare, const,
+                         const_value, logic_and, logic_or, maximum, minimum, select, seq, simplify)
 from tilecore.plugin import Intrinsic
 
 from .ops import CopyIn, CopyOut, VecOp
@@ -92,11 +92,14 @@ def lower_copy_in(op, ctx):
     src, dst = op.args
     off, rows, cols, gp, tp, partial = _tile_of(src, dst.buffer)
     out = []
-    if partial:  # elements outside the tensor read as zero
+    if partial:  # elements outside the tensor read as zero: a partial tile is zeroed first
         n = 1
         for s in _static(dst.buffer.shape):
             n *= s
-        out.append(VecOp("Duplicate", (dst.buffer, as_expr(0)), (), as_expr(n), const(0, dst.buffer.dtype), span=op.span))
+        rows_all = tp and _static(dst.buffer.shape)[0] if len(_static(dst.buffer.shape)) == 2 else 1
+        cond = simplify(logic_or(compare("lt", rows, as_expr(rows_all)), compare("lt", cols, as_expr(tp))))
+        zero = VecOp("Duplicate", (dst.buffer, as_expr(0)), (), as_expr(n), const(0, dst.buffer.dtype), span=op.span)
+        out.append(zero if const_value(cond) == 1 else If(cond, zero, span=op.span))
     out.append(CopyIn(dst.buffer, as_expr(0), src.buffer, off, rows, cols, gp, tp, span=op.span))
     return seq(out)
 

@@ -85,6 +85,7 @@ struct State {
   uint64_t flag_tok[32][8][4][NP];
   int flag_line[32][8];
   int findings;
+  int said[256][3], nsaid;  // (kind, first line, second line) of the hazards reported: each once
   char log[8192];
   int loglen;
   int block, nblocks, core_type;  // core_type 1 = AIV, 2 = AIC
@@ -100,6 +101,13 @@ inline void finding(const char* fmt, ...) {
   s.loglen += std::vsnprintf(s.log + s.loglen, sizeof(s.log) - s.loglen, fmt, ap);
   va_end(ap);
   s.loglen += std::snprintf(s.log + s.loglen, sizeof(s.log) - s.loglen, "\n");
+}
+inline bool said_before(int kind, int l1, int l2) {
+  State& s = S();
+  for (int k = 0; k < s.nsaid; ++k)
+    if (s.said[k][0] == kind && s.said[k][1] == l1 && s.said[k][2] == l2) { s.findings++; return true; }
+  if (s.nsaid < 256) { s.said[s.nsaid][0] = kind; s.said[s.nsaid][1] = l1; s.said[s.nsaid][2] = l2; s.nsaid++; }
+  return false;
 }
 inline const char* name_of(int scope, uint32_t off) {
   State& s = S();
@@ -136,23 +144,27 @@ inline void access(int scope, uint32_t off, uint32_t n, int pipe, bool write, ui
             SCOPE_NAMES[scope], CAP[scope], line);
     return;
   }
+  bool raw_said = false, war_said = false;  // one finding of each kind per instruction operand
   for (uint32_t g = off / 32; g <= (off + n - 1) / 32; ++g) {
     Granule& gr = s.shadow[scope][g];
     if (gr.wpipe >= 0) {
       int w = gr.wpipe;
       // another pipe: a flag chain; V after V: PipeBarrier<PIPE_V>; other pipes run their own queue in order
       bool ordered = w != pipe ? s.vc[pipe][w] >= gr.wclk : (pipe != PIPE_V_ID || s.vbar >= gr.wclk);
-      if (!ordered) {
+      if (!ordered && !raw_said) {
+        raw_said = true;
+        if (!said_before(write ? 1 : 0, gr.wline, line))
         finding("%s: %s %s %s-buffer '%s' (offset %u) written by %s at line %d with no %s->%s sync, line %d",
                 write ? "WAW" : "RAW", PIPE_NAMES[pipe], write ? "writes" : "reads", SCOPE_NAMES[scope],
                 name_of(scope, g * 32), g * 32, PIPE_NAMES[w], gr.wline, PIPE_NAMES[w], PIPE_NAMES[pipe], line);
-        gr.wclk = 0;  // report each hazard once
       }
     }
     if (write) {
       for (int r = 0; r < NP; ++r) {
         if (r == pipe || gr.rclk[r] == 0) continue;
-        if (s.vc[pipe][r] < gr.rclk[r]) {
+        if (s.vc[pipe][r] < gr.rclk[r] && !war_said) {
+          war_said = true;
+          if (!said_before(2, gr.rline[r], line))
           finding("WAR: %s overwrites %s-buffer '%s' (offset %u) read by %s at line %d with no %s->%s sync, line %d",
                   PIPE_NAMES[pipe], SCOPE_NAMES[scope], name_of(scope, g * 32), g * 32, PIPE_NAMES[r], gr.rline[r],
                   PIPE_NAMES[r], PIPE_NAMES[pipe], line);
@@ -426,4 +438,4 @@ inline void tc_emu_end() {
                 s.flag_line[e][id]);
       }
 }
-inline void tc_emu_reset_findings() { tc_emu::S().findings = 0; tc_emu::S().loglen = 0; tc_emu::S().log[0] = 0; }
+inline void tc_emu_reset_findings() { tc_emu::S().findings = 0; tc_emu::S().nsaid = 0; tc_emu::S().loglen = 0; tc_emu::S().log[0] = 0; }

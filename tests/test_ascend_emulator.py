@@ -1,0 +1,164 @@
+"""The Ascend emulator's checker, tested by mutation: every generated kernel runs with no finding, and
+deleting one generated WaitFlag of each kind, oversizing a buffer or misaligning a copy is caught, with a
+message naming the buffer, the pipes and the line (the results of a mutated kernel are still right:
+sequential emulation hides the race, so the checker is the test)."""
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+import tilecore
+import tilecore.language as T
+from tilecore.errors import KernelRuntimeError, UnsupportedFeatureError
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the Ascend emulator needs g++")
+
+TARGETS = ("ascend:910b", "ascend:a3")
+
+
+def softmax():
+    from tilecore_conformance import composite
+
+    return composite.softmax("float32")
+
+
+def reduce_rows(loop=1):
+    """Column sums of ``loop`` 16x64 tiles: MTE2 -> V (copy, reduce), V -> MTE3 (result out), and with
+    ``loop`` > 1 the tile is refilled while the vector unit read it the iteration before (V -> MTE2)."""
+    @T.prim_func
+    def colsum(A: T.Tensor((16 * loop, 64), "float32"), B: T.Tensor((64,), "float32")):
+        with T.Kernel(1) as bx:
+            x = T.alloc_shared((16, 64), "float32")
+            r = T.alloc_fragment((64,), "float32")
+            T.clear(r)
+            for k in T.serial(loop):
+                T.copy(A[k * 16, 0], x)
+                T.reduce_sum(x, r, dim=0, clear=False)
+            T.copy(r, B)
+    return colsum
+
+
+def _inputs(name, rng):
+    if name == "softmax":
+        x = rng.standard_normal((64, 128)).astype(np.float32)
+        e = np.exp(x - x.max(1, keepdims=True))
+        return x, np.zeros_like(x), e / e.sum(1, keepdims=True)
+    loop = int(name[-1])
+    x = rng.standard_normal((16 * loop, 64)).astype(np.float32)
+    return x, np.zeros(64, np.float32), x.sum(0)
+
+
+KERNELS = {"softmax": softmax, "colsum1": lambda: reduce_rows(1), "colsum4": lambda: reduce_rows(4)}
+
+
+def _build(name, target, mutate=None):
+    k = tilecore.compile(KERNELS[name](), target=target)
+    src = k.source
+    if mutate is not None:
+        code = mutate(src.code)
+        assert code != src.code, "the mutation found nothing to change"
+        from tilecore.plugin import Source
+
+        src = Source(code, src.lang, src.entry, src.meta)
+    rt = k.runtime
+    return rt.load(rt.build(src, {}), src), src
+
+
+def _run(prog, name):
+    x, y, ref = _inputs(name, np.random.default_rng(0))
+    prog.launch([x.ctypes.data, y.ctypes.data], [], [])
+    return y, ref
+
+
+def _drop_first(pattern):
+    def mutate(code):
+        lines = code.split("\n")
+        k = next(i for i, line in enumerate(lines) if pattern in line)
+        return "\n".join(lines[:k] + lines[k + 1:])
+    return mutate
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_unmutated_kernels_report_nothing(name, target):
+    prog, src = _build(name, target)
+    y, ref = _run(prog, name)
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+    assert src.meta["kernel_type"] and "SetFlag" in src.code and "WaitFlag" in src.code
+
+
+WAITS = [("softmax", "MTE2_V", r"RAW: V reads UB-buffer 'x' .* written by MTE2 .* no MTE2->V sync, line \d+"),
+         ("colsum1", "V_MTE3", r"RAW: MTE3 reads UB-buffer 'r' .* written by V .* no V->MTE3 sync, line \d+"),
+         ("colsum4", "V_MTE2", r"WAR: MTE2 overwrites UB-buffer 'x' .* read by V .* no V->MTE2 sync, line \d+"),
+         ("softmax", "V_S", r"RAW: S reads UB-buffer 'red_out' .* written by V .* no V->S sync"),
+         ("softmax", "S_MTE3", r"RAW: MTE3 reads UB-buffer 'x' .* written by S .* no S->MTE3 sync")]
+
+
+@pytest.mark.parametrize("name,event,message", WAITS)
+def test_each_deleted_waitflag_is_caught(name, event, message):
+    prog, src = _build(name, "ascend:910b", _drop_first(f"WaitFlag<HardEvent::{event}>"))
+    with pytest.raises(KernelRuntimeError, match=message) as info:
+        _run(prog, name)
+    assert "is never waited" in str(info.value)  # the SetFlag left behind is unbalanced too
+    line = int(re.search(r"no \w+->\w+ sync, line (\d+)", str(info.value)).group(1))
+    assert src.code.split("\n")[line - 1].strip()  # the line named is a line of the generated source
+
+
+def test_deleted_pipe_barrier_is_caught():
+    def mutate(code):  # the barrier between the last accumulation and the Add that reads its result
+        lines = code.split("\n")
+        k = next(i for i, line in enumerate(lines) if "Add(r, r, red_acc" in line)
+        assert "PipeBarrier<PIPE_V>" in lines[k - 1]
+        return "\n".join(lines[:k - 1] + lines[k:])
+
+    prog, _ = _build("colsum1", "ascend:910b", mutate)
+    with pytest.raises(KernelRuntimeError, match=r"RAW: V reads UB-buffer 'red_acc' .* written by V .* no V->V sync"):
+        _run(prog, "colsum1")
+
+
+def test_mutated_kernel_still_computes_the_right_numbers():
+    """Why the checker exists: a sequential emulation gives right answers for a racy kernel."""
+    prog, _ = _build("softmax", "ascend:910b", _drop_first("WaitFlag<HardEvent::MTE2_V>"))
+    x, y, ref = _inputs("softmax", np.random.default_rng(0))
+    with pytest.raises(KernelRuntimeError):
+        prog.launch([x.ctypes.data, y.ctypes.data], [], [])
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_oversized_buffer_is_caught():
+    def grow(code):
+        return re.sub(r"InitBuffer\(tc_ub, \d+\)", "InitBuffer(tc_ub, 200000)", code)
+
+    prog, _ = _build("softmax", "ascend:910b", grow)
+    with pytest.raises(KernelRuntimeError, match=r"capacity: InitBuffer of 200000 bytes in UB .* exceeds its 196608 bytes"):
+        _run(prog, "softmax")
+
+
+def test_misaligned_copy_is_caught():
+    def shift(code):  # the tile x 4 bytes off its 32-byte boundary: DataCopyPad's UB address is misaligned
+        return code.replace("GetWithOffset<float>(2048, 0)", "GetWithOffset<float>(2048, 4)")
+
+    prog, _ = _build("softmax", "ascend:910b", shift)
+    with pytest.raises(KernelRuntimeError, match=r"alignment: DataCopyPad destination operand 'x' at UB offset 4 is not 32-byte"):
+        _run(prog, "softmax")
+
+
+def test_oversized_tile_is_refused_at_compile_time():
+    @T.prim_func
+    def big(A: T.Tensor((256, 256), "float32"), B: T.Tensor((256, 256), "float32")):
+        with T.Kernel(1) as bx:
+            x = T.alloc_shared((256, 256), "float32")  # 256 KiB > UB's 192 KiB
+            T.copy(A, x)
+            T.copy(x, B)
+
+    with pytest.raises(UnsupportedFeatureError, match=r"needs 262144 bytes of UB .*x 262144 B .*196608") as info:
+        tilecore.compile(big, target="ascend:910b")
+    assert info.value.feature == "limit:max_ub_bytes"
+
+
+def test_mode_is_emulated_never_device():
+    k = tilecore.compile(softmax(), target="ascend:a3")
+    assert k.mode == "emulated"
