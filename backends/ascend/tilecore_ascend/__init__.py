@@ -56,8 +56,10 @@ class AscendBackend(Backend):
 
     def passes(self, target) -> list:
         from .passes import insert_sync, plan_onchip
+        from .vectorize import vectorize_parallel
 
-        return [PassSpec("memory", plan_onchip, "after"), PassSpec("before-codegen", insert_sync, "after")]
+        return [PassSpec("tile-lowering", vectorize_parallel, "before"), PassSpec("memory", plan_onchip, "after"),
+                PassSpec("before-codegen", insert_sync, "after")]
 
     def emitter(self, target):
         from .codegen import AscendCEmitter
