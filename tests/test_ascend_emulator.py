@@ -188,3 +188,72 @@ def test_softmax_is_vector_instructions():
     for instr in ("DataCopyPad(x, X", "ReduceMax(", "ReduceSum(", "Muls(", "Exp(", "Div(x, x,", "DataCopyPad(Y"):
         assert instr in code, instr
     assert "x.SetValue" not in code and "x.GetValue" not in code
+
+
+# -- the cube ----------------------------------------------------------------------------------------------
+
+def _gemm(ta=False, tb=False, m=64, n=64, k=64, tile=(32, 32, 16, 128)):
+    from tilecore_conformance import catalog
+
+    return catalog._gemm_kernel("float16", "float32", ta, tb, m, n, k, tile=tile)
+
+
+def _gemm_run(prog, ta=False, tb=False, m=64, n=64, k=64):
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float16)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float16)
+    c = np.zeros((m, n), np.float32)
+    prog.launch([a.ctypes.data, b.ctypes.data, c.ctypes.data], [], [])
+    ref = (a.T if ta else a).astype(np.float64) @ (b.T if tb else b).astype(np.float64)
+    return c, ref
+
+
+def _build_func(func, mutate=None, target="ascend:910b"):
+    k = tilecore.compile(func, target=target)
+    src = k.source
+    if mutate is not None:
+        from tilecore.plugin import Source
+
+        code = mutate(src.code)
+        assert code != src.code
+        src = Source(code, src.lang, src.entry, src.meta)
+    return k.runtime.load(k.runtime.build(src, {}), src), src
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (False, True), (True, False), (True, True)])
+def test_gemm_on_the_cube(ta, tb):
+    prog, src = _build_func(_gemm(ta, tb, 100, 72, 40))
+    c, ref = _gemm_run(prog, ta, tb, 100, 72, 40)
+    np.testing.assert_allclose(c, ref, rtol=1e-3, atol=1e-3)
+    assert src.meta["kernel_type"] == "KERNEL_TYPE_MIX_AIC_1_2" and "if ASCEND_IS_AIC" in src.code
+    for instr in ("Nd2NzParams(", "LoadData(", "Mmad(", "Fixpipe<", "WaitFlag<HardEvent::MTE1_M>", "WaitFlag<HardEvent::M_FIX>"):
+        assert instr in src.code, instr
+
+
+def test_k_split_into_l0_chunks_ping_pong():
+    """A 64 x 512 float16 A tile is 64 KiB, all of L0A: two chunks of K = 256 through its two 32 KiB halves."""
+    prog, src = _build_func(_gemm(m=64, n=64, k=1024, tile=(64, 64, 512, 128)))
+    c, ref = _gemm_run(prog, m=64, n=64, k=1024)
+    np.testing.assert_allclose(c, ref, rtol=1e-3, atol=2e-3)
+    assert src.code.count("Mmad(") == 2 and "l0a_1" in src.code and "MmadParams(64, 64, 256," in src.code
+    assert "WaitFlag<HardEvent::M_MTE1>" in src.code  # a half is refilled only after the Mmad that read it
+
+
+CUBE_WAITS = [("MTE1_M", r"RAW: M reads L0A-buffer 'l0a_0' .* written by MTE1 .* no MTE1->M sync"),
+              ("M_FIX", r"RAW: FIX reads L0C-buffer 'C_l' .* written by M .* no M->FIX sync"),
+              ("MTE2_MTE1", r"RAW: MTE1 reads L1-buffer 'A_s' .* written by MTE2 .* no MTE2->MTE1 sync"),
+              ("M_MTE1", r"WAR: MTE1 overwrites L0A-buffer 'l0a_0' .* read by M .* no M->MTE1 sync")]
+
+
+@pytest.mark.parametrize("event,message", CUBE_WAITS)
+def test_each_deleted_cube_waitflag_is_caught(event, message):
+    prog, _ = _build_func(_gemm(), _drop_first(f"WaitFlag<HardEvent::{event}>"))
+    with pytest.raises(KernelRuntimeError, match=message):
+        _gemm_run(prog)
+
+
+def test_unmutated_gemm_reports_nothing_on_both_profiles():
+    for target in TARGETS:
+        prog, _ = _build_func(_gemm(), target=target)
+        c, ref = _gemm_run(prog)
+        np.testing.assert_allclose(c, ref, rtol=1e-3, atol=1e-3)

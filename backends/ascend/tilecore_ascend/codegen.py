@@ -14,10 +14,13 @@ from importlib import resources
 from tilecore.codegen import CFamilyEmitter, EmitState, abi_of
 from tilecore.codegen.abi import single_launch
 from tilecore.errors import CompileError
-from tilecore.ir import Buffer, BufferLoad, const_value, simplify
+from tilecore.ir import Buffer, BufferLoad, as_expr, const_value, simplify
 from tilecore.plugin import Source
 
-from .passes import ONCHIP, plan_ub
+from .cube import CopyNd2Nz, FixpipeOut, InitL1, LoadFractals, MmadOp
+from .passes import ONCHIP, plan_scopes
+
+POSITIONS = {"ub": "VECCALC", "l1": "A1", "l0a": "A2", "l0b": "B2", "l0c": "CO1"}
 
 ENTRY = "tc_kernel"
 LAUNCHER = "tc_launch"
@@ -108,6 +111,36 @@ class AscendCEmitter(CFamilyEmitter):
             args = [d, *srcs, n]
         self.line(st, f"{s.name}({', '.join(args)});")
 
+    # -- the cube -------------------------------------------------------------------------------------
+    def stmt_InitL1(self, st, s):
+        t = self.stype(s.dst.dtype)
+        n = 1
+        for d in s.dst.static_shape():
+            n *= d
+        self.line(st, f"InitConstValue({self.name(st, s.dst)}, InitConstValueParams<{t}>(1, {n * s.dst.dtype.bytes // 32}, 0, ({t})0));")
+
+    def stmt_CopyNd2Nz(self, st, s):
+        rows, cols, pitch = self.expr(st, s.rows), self.expr(st, s.cols), self.expr(st, simplify(s.pitch))
+        self.line(st, f"if (({rows}) > 0 && ({cols}) > 0) DataCopy({self.name(st, s.dst)}, {self._at(st, s.src, s.src_off)}, "
+                      f"Nd2NzParams(1, (uint16_t)({rows}), (uint16_t)({cols}), 0, (uint16_t)({pitch}), {s.tile_rows}, 1, 0));")
+
+    def stmt_LoadFractals(self, st, s):
+        dst = self._at(st, s.dst, as_expr(s.dst_frac * 256))
+        self.line(st, f"LoadData({dst}, {self.name(st, s.src)}, LoadData2DParams({s.start}, {s.repeat}, {s.stride}, 0, 0, "
+                      f"{'true' if s.trans else 'false'}, 0));")
+
+    def stmt_MmadOp(self, st, s):
+        self.line(st, f"Mmad({self.name(st, s.c)}, {self.name(st, s.a)}, {self.name(st, s.b)}, "
+                      f"MmadParams({s.m}, {s.n}, {s.k}, ({self.expr(st, s.init)}) != 0));")
+
+    def stmt_FixpipeOut(self, st, s):
+        rows, cols, pitch = self.expr(st, s.rows), self.expr(st, s.cols), self.expr(st, simplify(s.pitch))
+        d = s.dst.dtype
+        quant = {"float16": "F322F16", "bfloat16": "F322BF16"}.get(str(d), "NoQuant")
+        self.line(st, f"if (({rows}) > 0 && ({cols}) > 0) Fixpipe<{self.stype(d)}, float, CFG_ROW_MAJOR>("
+                      f"{self._at(st, s.dst, s.dst_off)}, {self.name(st, s.src)}, FixpipeParamsV220((uint16_t)({cols}), "
+                      f"(uint16_t)({rows}), {s.tile_rows}, (uint32_t)({pitch}), QuantMode_t::{quant}));")
+
     # -- the kernel ----------------------------------------------------------------------------------
     def stmt_KernelLaunch(self, st, s):
         grid = [self.expr(st, g) for g in s.grid]
@@ -136,23 +169,33 @@ class AscendCEmitter(CFamilyEmitter):
         params = [f"GM_ADDR tc_gm{k}" for k in range(len(abi.buffers))]
         params += [f"int64_t {self.name(st, v)}" for v in abi.ints]
         params += [f"{self.vtype(v.dtype)} {self.name(st, v)}" for v in abi.floats]
-        plan = plan_ub(launch.body)
-        ub_bytes = max((off + size for _, off, size in plan), default=0)
+        plans = plan_scopes(launch.body)
+        ub_bytes = max((off + size for _, off, size in plans["ub"]), default=0)
+        cube = any(plans[k] for k in ("l1", "l0a", "l0b", "l0c"))
+        if cube and plans["ub"]:
+            raise CompileError(f"kernel {func.name}: cube and vector tiles in one kernel need the cube->vector "
+                               "hand-off, which tilecore-ascend does not generate yet", func.span)
+        section, core, ktype = ("ASCEND_IS_AIC", 2, "KERNEL_TYPE_MIX_AIC_1_2") if cube else \
+            ("ASCEND_IS_AIV", 1, "KERNEL_TYPE_AIV_ONLY")
         st.indent = 2
         for k, p in enumerate(abi.buffers):
             t = self.stype(p.buffer.dtype)
             name = self.name(st, p.buffer)
             self.line(st, f"GlobalTensor<{t}> {name};")
             self.line(st, f"{name}.SetGlobalBuffer((__gm__ {t}*)tc_gm{k});")
-        if plan:
+        if any(plans.values()):
             self.line(st, "TPipe tc_pipe;")
-            self.line(st, "TBuf<TPosition::VECCALC> tc_ub;")
-            self.line(st, f"tc_pipe.InitBuffer(tc_ub, {max(ub_bytes, 32)});")
-        for a, off, size in plan:
-            b, t = a.buffer, self.stype(a.buffer.dtype)
-            name = self.name(st, b)
-            self.line(st, f"LocalTensor<{t}> {name} = tc_ub.GetWithOffset<{t}>({size // b.dtype.bytes}, {off});")
-            self.line(st, f'TC_EMU_NAME({name}, "{b.name}");')
+        for scope, plan in plans.items():
+            if not plan:
+                continue
+            total = max(off + size for _, off, size in plan)
+            self.line(st, f"TBuf<TPosition::{POSITIONS[scope]}> tc_{scope};")
+            self.line(st, f"tc_pipe.InitBuffer(tc_{scope}, {-(-total // 32) * 32});")
+            for a, off, size in plan:
+                b, t = a.buffer, self.stype(a.buffer.dtype)
+                name = self.name(st, b)
+                self.line(st, f"LocalTensor<{t}> {name} = tc_{scope}.GetWithOffset<{t}>({size // b.dtype.bytes}, {off});")
+                self.line(st, f'TC_EMU_NAME({name}, "{b.name}");')
         for s in top:
             self.stmt(st, s)
         body = "\n".join(st.lines)
@@ -170,8 +213,8 @@ class AscendCEmitter(CFamilyEmitter):
                 "#ifdef TC_ASCEND_EMU\n#include \"ascendc_emu.h\"\n#else\n#include \"kernel_operator.h\"\n#endif\n"
                 "#include \"tc_ascend.h\"\nusing namespace AscendC;\n\n"
                 f"extern \"C\" __global__ __aicore__ void {ENTRY}({', '.join(params)}) {{\n"
-                "  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);\n"
-                "  if ASCEND_IS_AIV {\n"
+                f"  KERNEL_TASK_TYPE_DEFAULT({ktype});\n"
+                f"  if {section} {{\n"
                 f"{body}\n  }}\n}}\n\n"
                 "#ifdef TC_ASCEND_EMU\n"
                 f"extern \"C\" __attribute__((visibility(\"default\"))) int {LAUNCHER}(void** tc_bufs, const int64_t* tc_ints, "
@@ -181,11 +224,13 @@ class AscendCEmitter(CFamilyEmitter):
                 f"  const int64_t tc_nblocks = {nblocks};\n"
                 "  tc_emu_reset_findings();\n"
                 "  for (int64_t tc_b = 0; tc_b < tc_nblocks; ++tc_b) {\n"
-                "    tc_emu_begin((int)tc_b, (int)tc_nblocks, 1);\n"
+                f"    tc_emu_begin((int)tc_b, (int)tc_nblocks, {core});\n"
                 f"    {ENTRY}({', '.join(args)});\n"
                 "    tc_emu_end();\n"
                 "  }\n  return tc_emu_findings();\n}\n#endif\n")
         caps = ctx.capabilities
         limits = {k: int(caps.limit(k)[0]) for k in ("max_ub_bytes", "max_l1_bytes") if caps.limit(k) is not None}
         return Source(code, "ascendc", ENTRY, {"launcher": LAUNCHER, "ub_bytes": ub_bytes, "limits": limits,
-                                                "kernel_type": "KERNEL_TYPE_AIV_ONLY"})
+                                                "kernel_type": ktype,
+                                                "onchip_bytes": {k: max((o + n for _, o, n in v), default=0)
+                                                                 for k, v in plans.items()}})

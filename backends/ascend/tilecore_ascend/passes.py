@@ -39,36 +39,51 @@ def onchip_allocations(body) -> list:
     return out
 
 
-def plan_ub(body) -> list:
-    """``[(allocation, byte offset, bytes)]`` of the tiles in UB, each on a 32-byte boundary."""
-    out, off = [], 0
+#: alignment of a tile's start in each scope (ub and l1 32 B, l0a/l0b one 512-byte fractal, l0c 64 B)
+ALIGN = {"ub": 32, "l1": 32, "l0a": 512, "l0b": 512, "l0c": 64}
+SCOPES = ("ub", "l1", "l0a", "l0b", "l0c")
+
+
+def plan_scopes(body) -> dict:
+    """``scope -> [(allocation, byte offset, bytes)]``: every on-chip tile in its scope (the cube lowering's
+    L1/L0 tiles, UB for the rest), each aligned for its scope, in allocation order."""
+    from .cube import placement
+
+    where = placement(body)
+    out = {s: [] for s in SCOPES}
+    ends = {s: 0 for s in SCOPES}
     for a in onchip_allocations(body):
+        scope = where.get(id(a.buffer), "ub")
         n = const_value(simplify(a.buffer.numel()))
         if n is None:
             raise UnsupportedFeatureError(f"on-chip tile {a.buffer.name} has a symbolic size; Ascend tiles are "
                                           "static", a.span, feature="limit:max_ub_bytes")
         size = max(int(n), 1) * a.buffer.dtype.bytes
-        off = -(-off // UB_ALIGN) * UB_ALIGN
-        out.append((a, off, size))
-        off += size
+        off = -(-ends[scope] // ALIGN[scope]) * ALIGN[scope]
+        out[scope].append((a, off, size))
+        ends[scope] = off + size
     return out
+
+
+def plan_ub(body) -> list:
+    return plan_scopes(body)["ub"]
 
 
 @tile_pass("ascend.plan_onchip")
 def plan_onchip(func, ctx):
-    lim = ctx.capabilities.limit("max_ub_bytes")
     worst = 0
     for launch in collect(func.body, KernelLaunch):
-        plan = plan_ub(launch.body)
-        total = max((off + size for _, off, size in plan), default=0)
-        worst = max(worst, total)
-        if lim is not None and total > lim[0]:
-            big = sorted(plan, key=lambda p: -p[2])[:4]
-            parts = ", ".join(f"{a.buffer.name} {size} B (line {a.span.line if a.span else '?'})" for a, _, size in big)
-            raise UnsupportedFeatureError(
-                f"kernel {func.name} needs {total} bytes of UB per block ({parts}); target {ctx.target} has "
-                f"{int(lim[0])} (limit max_ub_bytes). Use smaller tiles", launch.span, feature="limit:max_ub_bytes",
-                target=str(ctx.target))
+        for scope, plan in plan_scopes(launch.body).items():
+            lim = ctx.capabilities.limit(f"max_{scope}_bytes")
+            total = max((off + size for _, off, size in plan), default=0)
+            worst = max(worst, total) if scope == "ub" else worst
+            if lim is not None and total > lim[0]:
+                big = sorted(plan, key=lambda p: -p[2])[:4]
+                parts = ", ".join(f"{a.buffer.name} {size} B (line {a.span.line if a.span else '?'})" for a, _, size in big)
+                raise UnsupportedFeatureError(
+                    f"kernel {func.name} needs {total} bytes of {scope.upper()} per block ({parts}); target "
+                    f"{ctx.target} has {int(lim[0])} (limit max_{scope}_bytes). Use smaller tiles", launch.span,
+                    feature=f"limit:max_{scope}_bytes", target=str(ctx.target))
     return func.with_body(func.body, ub_bytes=worst)
 
 
@@ -178,8 +193,9 @@ def _sync(st: _State, pipe: str, reads, writes, span) -> list:
     st.now += 1
     for b in reads:
         st.acc.setdefault(id(b), ({}, {}))[1][pipe] = t
-    for b in writes:
-        st.acc[id(b)] = ({pipe: t}, {})
+    for b in writes:  # earlier writers stay: a write may cover only part of the tile (a partial DMA)
+        w, _ = st.acc.get(id(b), ({}, {}))
+        st.acc[id(b)] = ({**w, pipe: t}, {})
     return out
 
 

@@ -4,7 +4,8 @@
 // Functional: every instruction executes at once, in program order, so results are those of a correct
 // schedule. That alone would hide every missing flag, so each instruction also advances its pipe's
 // logical clock and touches 32-byte shadow granules of the on-chip buffers; the checker reports
-//   RAW  a pipe reads a granule another pipe (or V itself, without PipeBarrier<PIPE_V>) wrote, with no
+//   RAW  a pipe reads a granule another pipe (or V itself, without PipeBarrier<PIPE_V>; a pipe's own writes
+//        are in order) wrote, with no
 //        SetFlag/WaitFlag chain that orders the write before the read;
 //   WAR  a pipe overwrites a granule another pipe read, without such a chain (buffer reuse);
 //   WAW  two pipes write a granule without ordering;
@@ -150,7 +151,7 @@ inline void access(int scope, uint32_t off, uint32_t n, int pipe, bool write, ui
     if (gr.wpipe >= 0) {
       int w = gr.wpipe;
       // another pipe: a flag chain; V after V: PipeBarrier<PIPE_V>; other pipes run their own queue in order
-      bool ordered = w != pipe ? s.vc[pipe][w] >= gr.wclk : (pipe != PIPE_V_ID || s.vbar >= gr.wclk);
+      bool ordered = w != pipe ? s.vc[pipe][w] >= gr.wclk : (pipe != PIPE_V_ID || write || s.vbar >= gr.wclk);
       if (!ordered && !raw_said) {
         raw_said = true;
         if (!said_before(write ? 1 : 0, gr.wline, line))
@@ -414,6 +415,118 @@ template <typename T, typename U> inline void Cast(const LocalTensor<T>& d, cons
 TC_EMU_REDUCE(ReduceSum, 0.0f, r + x)
 TC_EMU_REDUCE(ReduceMax, -INFINITY, tc_vec::nanmax(r, x))
 TC_EMU_REDUCE(ReduceMin, INFINITY, tc_vec::nanmin(r, x))
+
+// -- the cube (16-bit operands: C0 = 16 elements, fractals of 16 x 16 = 512 bytes) -------------------------
+// Layouts, as the AscendC documentation describes them: L1 tiles are zN (Nd2Nz: 16-element column blocks,
+// each holding every row, so element (r, c) of a tile with R rows is at (c / 16 * R + r) * 16 + c % 16);
+// L0A is zZ (fractals row-major, each row-major); L0B is nZ (fractals row-major, each column-major: element
+// (k, n) at fractal (k / 16, n / 16) and offset (n % 16) * 16 + k % 16); L0C is zN with float32 elements.
+struct Nd2NzParams {
+  uint16_t ndNum, nValue, dValue, srcNdMatrixStride, srcDValue, dstNzC0Stride, dstNzNStride, dstNzMatrixStride;
+  Nd2NzParams(uint16_t a = 1, uint16_t n = 0, uint16_t d = 0, uint16_t sm = 0, uint16_t sd = 0, uint16_t c0 = 0,
+              uint16_t ns = 1, uint16_t ms = 0)
+      : ndNum(a), nValue(n), dValue(d), srcNdMatrixStride(sm), srcDValue(sd), dstNzC0Stride(c0), dstNzNStride(ns),
+        dstNzMatrixStride(ms) {}
+};
+template <typename T> inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Nd2NzParams& p,
+                                           int line = __builtin_LINE()) {
+  using namespace tc_emu;
+  static_assert(sizeof(T) == 2, "the emulated Nd2Nz covers 16-bit elements");
+  check_align(dst.scope, dst.off, 32, "DataCopy(Nd2Nz) destination", line);
+  uint64_t c = tick(PIPE_MTE2);
+  for (uint32_t r = 0; r < p.nValue; ++r)
+    for (uint32_t d = 0; d < p.dValue; ++d) {
+      uint32_t at = ((d / 16) * p.dstNzC0Stride + r * p.dstNzNStride) * 16 + d % 16;
+      access(dst.scope, dst.off + at * 2, 2, PIPE_MTE2, true, c, line);
+      dst.data()[at] = src.ptr[(uint64_t)r * p.srcDValue + d];
+    }
+}
+template <typename T> struct InitConstValueParams {
+  uint16_t repeatTimes, blockNum, dstGap; T initValue;
+  InitConstValueParams(uint16_t r = 1, uint16_t b = 0, uint16_t g = 0, T v = T()) : repeatTimes(r), blockNum(b), dstGap(g), initValue(v) {}
+};
+template <typename T> inline void InitConstValue(const LocalTensor<T>& dst, const InitConstValueParams<T>& p,
+                                                 int line = __builtin_LINE()) {
+  using namespace tc_emu;
+  check_align(dst.scope, dst.off, 32, "InitConstValue destination", line);
+  uint64_t c = tick(PIPE_MTE2);
+  uint32_t n = (uint32_t)p.repeatTimes * p.blockNum * 32u;
+  access(dst.scope, dst.off, n, PIPE_MTE2, true, c, line);
+  for (uint32_t i = 0; i < n / sizeof(T); ++i) dst.data()[i] = p.initValue;
+}
+struct LoadData2DParams {
+  uint16_t startIndex; uint8_t repeatTimes; uint16_t srcStride; uint8_t sid; uint16_t dstGap; bool ifTranspose; uint8_t addrMode;
+  LoadData2DParams(uint16_t s = 0, uint8_t r = 1, uint16_t ss = 0, uint8_t si = 0, uint16_t g = 0, bool t = false, uint8_t a = 0)
+      : startIndex(s), repeatTimes(r), srcStride(ss), sid(si), dstGap(g), ifTranspose(t), addrMode(a) {}
+};
+// L1 -> L0A/L0B on MTE1: repeatTimes fractals, source fractal startIndex + i * srcStride, destination i * (1 + dstGap)
+template <typename T> inline void LoadData(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LoadData2DParams& p,
+                                           int line = __builtin_LINE()) {
+  using namespace tc_emu;
+  check_align(dst.scope, dst.off, 512, "LoadData destination", line);
+  check_align(src.scope, src.off, 32, "LoadData source", line);
+  uint64_t c = tick(PIPE_MTE1);
+  for (uint32_t i = 0; i < p.repeatTimes; ++i) {
+    uint32_t sf = (p.startIndex + i * p.srcStride) * 256u, df = i * (1u + p.dstGap) * 256u;
+    access(src.scope, src.off + sf * 2, 512, PIPE_MTE1, false, c, line);
+    access(dst.scope, dst.off + df * 2, 512, PIPE_MTE1, true, c, line);
+    for (uint32_t r = 0; r < 16; ++r)
+      for (uint32_t q = 0; q < 16; ++q)
+        dst.data()[df + r * 16 + q] = src.data()[sf + (p.ifTranspose ? q * 16 + r : r * 16 + q)];
+  }
+}
+struct MmadParams {
+  uint16_t m, n, k; bool isBias; int32_t fmOffset; bool enSsparse, enWinogradA, enWinogradB; uint8_t unitFlag;
+  bool kDirectionAlign, cmatrixSource, cmatrixInitVal;
+  MmadParams(uint16_t m_ = 0, uint16_t n_ = 0, uint16_t k_ = 0, bool init = true)
+      : m(m_), n(n_), k(k_), isBias(false), fmOffset(0), enSsparse(false), enWinogradA(false), enWinogradB(false),
+        unitFlag(0), kDirectionAlign(false), cmatrixSource(false), cmatrixInitVal(init) {}
+};
+// C (L0C, zN, float32) = (cmatrixInitVal ? 0 : C) + A (L0A, zZ) x B (L0B, nZ), on the cube (pipe M)
+template <typename C, typename T> inline void Mmad(const LocalTensor<C>& c, const LocalTensor<T>& a, const LocalTensor<T>& b,
+                                                  const MmadParams& p, int line = __builtin_LINE()) {
+  using namespace tc_emu;
+  check_align(a.scope, a.off, 512, "Mmad A", line);
+  check_align(b.scope, b.off, 512, "Mmad B", line);
+  check_align(c.scope, c.off, 64, "Mmad C", line);
+  uint32_t mp = (p.m + 15u) / 16u * 16u, np = (p.n + 15u) / 16u * 16u, kp = (p.k + 15u) / 16u * 16u;
+  uint64_t t = tick(PIPE_M);
+  access(a.scope, a.off, mp * kp * 2, PIPE_M, false, t, line);
+  access(b.scope, b.off, kp * np * 2, PIPE_M, false, t, line);
+  if (!p.cmatrixInitVal) access(c.scope, c.off, mp * np * 4, PIPE_M, false, t, line);
+  access(c.scope, c.off, mp * np * 4, PIPE_M, true, t, line);
+  for (uint32_t m = 0; m < p.m; ++m)
+    for (uint32_t n = 0; n < p.n; ++n) {
+      float acc = 0.0f;
+      for (uint32_t k = 0; k < p.k; ++k) {
+        float x = (float)a.data()[((m / 16) * (kp / 16) + k / 16) * 256 + (m % 16) * 16 + k % 16];
+        float y = (float)b.data()[((k / 16) * (np / 16) + n / 16) * 256 + (n % 16) * 16 + k % 16];
+        acc += x * y;
+      }
+      C& out = c.data()[((n / 16) * mp + m) * 16 + n % 16];
+      out = (C)((p.cmatrixInitVal ? 0.0f : (float)out) + acc);
+    }
+}
+enum class QuantMode_t { NoQuant, F322F16, F322BF16 };
+struct FixpipeParamsV220 {
+  uint16_t nSize, mSize, srcStride; uint32_t dstStride; QuantMode_t quantPre; uint8_t reluEn; uint16_t ndNum;
+  FixpipeParamsV220(uint16_t n = 0, uint16_t m = 0, uint16_t ss = 0, uint32_t ds = 0, QuantMode_t q = QuantMode_t::NoQuant)
+      : nSize(n), mSize(m), srcStride(ss), dstStride(ds), quantPre(q), reluEn(0), ndNum(1) {}
+};
+constexpr int CFG_ROW_MAJOR = 1;
+// L0C (zN, srcStride rows per 16-column block) -> GM row-major (dstStride elements a row), on FIX
+template <typename D, typename C, int CFG> inline void Fixpipe(const GlobalTensor<D>& dst, const LocalTensor<C>& src,
+                                                              const FixpipeParamsV220& p, int line = __builtin_LINE()) {
+  using namespace tc_emu;
+  check_align(src.scope, src.off, 64, "Fixpipe source", line);
+  uint64_t t = tick(PIPE_FIX);
+  for (uint32_t m = 0; m < p.mSize; ++m)
+    for (uint32_t n = 0; n < p.nSize; ++n) {
+      uint32_t at = ((n / 16) * p.srcStride + m) * 16 + n % 16;
+      access(src.scope, src.off + at * 4, 4, PIPE_FIX, false, t, line);
+      dst.ptr[(uint64_t)m * p.dstStride + n] = (D)(float)src.data()[at];
+    }
+}
 }  // namespace AscendC
 
 // -- the host side of the emulation ---------------------------------------------------------------------

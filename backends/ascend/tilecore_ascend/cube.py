@@ -1,0 +1,298 @@
+"""``ascend.lower_cube``: ``T.gemm`` on the cube unit.
+
+A gemm ``C += A x B`` (A, B 16-bit tiles, C a float32 fragment, every dimension a multiple of 16) whose
+operand tiles are only filled from global memory and whose accumulator is only cleared, accumulated and
+copied to global memory runs on the AI Core's cube:
+
+- ``T.copy(global -> A/B tile)``: ``DataCopy`` with ``Nd2NzParams`` into L1 (zN layout), after an
+  ``InitConstValue`` zeroing the tile when it may be partial at a tensor edge (MTE2);
+- ``T.gemm``: K in chunks that fit half of L0A/L0B (the two halves alternate between chunks), each chunk's
+  fractals moved by ``LoadData`` into L0A (zZ) and L0B (nZ), transposing fractals where the tile is stored
+  the other way (MTE1), then ``Mmad`` into the L0C accumulator (M), the first one initialising it after a
+  ``T.clear``;
+- ``T.copy(C -> global)``: ``Fixpipe`` from L0C to GM, row-major (FIX).
+``ascend.insert_sync`` then places the MTE2->MTE1, MTE1->M, M->MTE1 (chunk reuse), M->FIX and FIX->M flags.
+Kernels whose accumulator is also read element-wise (an epilogue on the vector unit) need the cube->vector
+hand-off through GM and are not taken: their gemm stays on the generic lowering.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilecore.ir import (Allocate, Buffer, BufferLoad, Expr, IntImm, Store, TileOp, as_expr, collect, compare,
+                         const_value, logic_or, rewrite, seq, simplify, walk, walk_expr, stmt_exprs, If)
+from tilecore.passes import tile_pass
+
+from .intrinsics import _static, _tile_of, _whole
+from .ops import AscendOp
+
+HALF = ("float16", "bfloat16")
+L0_HALF = 32768  # bytes of L0A / L0B one K chunk may use (two chunks ping-pong)
+
+
+@dataclass(eq=False)
+class CopyNd2Nz(AscendOp):
+    """GM -> L1 zN (``DataCopy`` with ``Nd2NzParams``): ``rows`` x ``cols`` valid elements, GM rows ``pitch``
+    apart, the L1 tile ``tile_rows`` (a multiple of 16) rows per 16-column block."""
+    dst: Buffer
+    src: Buffer
+    src_off: Expr
+    rows: Expr
+    cols: Expr
+    pitch: Expr
+    tile_rows: int
+
+    def pipe(self):
+        return "MTE2"
+
+    def writes(self):
+        return (self.dst,)
+
+
+@dataclass(eq=False)
+class InitL1(AscendOp):
+    """``InitConstValue``: zero a whole L1 tile (MTE2)."""
+    dst: Buffer
+
+    def pipe(self):
+        return "MTE2"
+
+    def writes(self):
+        return (self.dst,)
+
+
+@dataclass(eq=False)
+class LoadFractals(AscendOp):
+    """``LoadData`` (2-D): ``repeat`` fractals of ``src`` (L1) from fractal ``start``, ``stride`` apart, into
+    ``dst`` (L0A/L0B) from fractal ``dst_frac``, each transposed when ``trans`` (MTE1)."""
+    dst: Buffer
+    dst_frac: int
+    src: Buffer
+    start: int
+    repeat: int
+    stride: int
+    trans: bool
+
+    def pipe(self):
+        return "MTE1"
+
+    def reads(self):
+        return (self.src,)
+
+    def writes(self):
+        return (self.dst,)
+
+
+@dataclass(eq=False)
+class MmadOp(AscendOp):
+    """``Mmad``: ``c`` (L0C) = (``init`` ? 0 : c) + a (L0A) x b (L0B) over m x n x k (M)."""
+    c: Buffer
+    a: Buffer
+    b: Buffer
+    m: int
+    n: int
+    k: int
+    init: Expr
+
+    def pipe(self):
+        return "M"
+
+    def reads(self):
+        return (self.a, self.b, self.c)
+
+    def writes(self):
+        return (self.c,)
+
+
+@dataclass(eq=False)
+class FixpipeOut(AscendOp):
+    """``Fixpipe``: L0C (zN, ``tile_rows`` rows) -> GM row-major, ``rows`` x ``cols`` valid (FIX)."""
+    dst: Buffer
+    dst_off: Expr
+    src: Buffer
+    rows: Expr
+    cols: Expr
+    pitch: Expr
+    tile_rows: int
+
+    def pipe(self):
+        return "FIX"
+
+    def reads(self):
+        return (self.src,)
+
+
+def _uses(body, buf) -> list:
+    """Every statement that names ``buf`` (tile ops by region, scalar code by load or store)."""
+    out = []
+
+    def visit(s):
+        if isinstance(s, TileOp):
+            if any(getattr(a, "buffer", None) is buf for a in s.args):
+                out.append(s)
+            return
+        hit = isinstance(s, Store) and s.buffer is buf
+        for e in stmt_exprs(s):
+            walk_expr(e, lambda x: None)
+            found = []
+            walk_expr(e, lambda x: found.append(x) if isinstance(x, BufferLoad) and x.buffer is buf else None)
+            hit = hit or bool(found)
+        if hit:
+            out.append(s)
+
+    walk(body, visit)
+    return out
+
+
+def _takes(g, body) -> bool:
+    a, b, c = g.args
+    sa, sb, sc = _static(a.buffer.shape), _static(b.buffer.shape), _static(c.buffer.shape)
+    if not (sa and sb and sc and len(sa) == len(sb) == len(sc) == 2):
+        return False
+    if not (a.buffer.dtype in HALF and b.buffer.dtype == a.buffer.dtype and c.buffer.dtype == "float32"):
+        return False
+    if not (a.buffer.scope in ("shared", "fragment") and b.buffer.scope in ("shared", "fragment")
+            and c.buffer.scope == "fragment" and _whole(a) and _whole(b) and _whole(c)):
+        return False
+    if any(d % 16 for d in sa + sb + sc):
+        return False
+    ta, tb = g.attrs.get("transpose_A"), g.attrs.get("transpose_B")
+    m, k = (sa[1], sa[0]) if ta else sa
+    k2, n = (sb[1], sb[0]) if tb else sb
+    if k != k2 or (m, n) != sc or m * n * 4 > 131072:
+        return False
+    for op in _uses(body, a.buffer) + _uses(body, b.buffer):
+        if not (isinstance(op, TileOp) and (op.op == "gemm" or (op.op == "copy" and op.args[1].buffer in (a.buffer, b.buffer)
+                                                                and op.args[0].buffer.scope == "global"
+                                                                and _tile_of(op.args[0], op.args[1].buffer) is not None))):
+            return False
+    for op in _uses(body, c.buffer):
+        if not isinstance(op, TileOp):
+            return False
+        if op.op == "gemm" and op.args[2].buffer is c.buffer and op.args[0].buffer.dtype == a.buffer.dtype:
+            continue
+        if op.op == "fill" and const_value(op.args[1]) == 0 and _whole(op.args[0]):
+            continue
+        if op.op == "copy" and op.args[0].buffer is c.buffer and op.args[1].buffer.scope == "global" and \
+                _tile_of(op.args[1], c.buffer) is not None and op.args[1].buffer.dtype in ("float32",) + HALF:
+            continue
+        return False
+    return True
+
+
+def _lower_gemm(g, l0a, l0b, flag, shapes):
+    a, b, c = g.args
+    ta, tb = g.attrs.get("transpose_A"), g.attrs.get("transpose_B")
+    sa, sb = shapes[a.buffer], shapes[b.buffer]
+    m, kp = (sa[1], sa[0]) if ta else sa
+    n = sb[0] if tb else sb[1]
+    mc, nc, kc_all = m // 16, n // 16, kp // 16
+    kc = max(1, min(kc_all, L0_HALF // (m * 2) // 16, L0_HALF // (n * 2) // 16))
+    out = []
+    for ci, k0 in enumerate(range(0, kc_all, kc)):
+        kn = min(kc, kc_all - k0)
+        la, lb = l0a[ci % 2], l0b[ci % 2]
+        for mb in range(mc):  # L0A zZ row of fractals mb
+            if ta:   # A tile is K x M in L1 (zN over M): fractal (kb, mb) at mb * kc_all + kb, transposed
+                out.append(LoadFractals(la, mb * kn, a.buffer, mb * kc_all + k0, kn, 1, True, span=g.span))
+            else:    # A tile is M x K (zN over K): fractal (mb, kb) at kb * mc + mb
+                out.append(LoadFractals(la, mb * kn, a.buffer, k0 * mc + mb, kn, mc, False, span=g.span))
+        for kb in range(k0, k0 + kn):  # L0B nZ row of fractals kb
+            if tb:   # B tile is N x K (zN over K): fractal (nb, kb) at kb * nc + nb, already n-major
+                out.append(LoadFractals(lb, (kb - k0) * nc, b.buffer, kb * nc, nc, 1, False, span=g.span))
+            else:    # B tile is K x N (zN over N): fractal (kb, nb) at nb * kc_all + kb, transposed
+                out.append(LoadFractals(lb, (kb - k0) * nc, b.buffer, kb, nc, kc_all, True, span=g.span))
+        out.append(MmadOp(c.buffer, la, lb, m, n, kn * 16, BufferLoad(flag, (as_expr(0),)), span=g.span))
+        out.append(Store(flag, (as_expr(0),), IntImm(0, "int32"), span=g.span))
+    return out
+
+
+@tile_pass("ascend.lower_cube")
+def lower_cube(func, ctx):
+    gemms = [g for g in collect(func.body, TileOp) if g.op == "gemm"]
+    taken = [g for g in gemms if _takes(g, func.body)]
+    if not taken:
+        return func
+    l1 = {}
+    for g in taken:
+        for r in g.args[:2]:
+            l1[r.buffer] = _static(r.buffer.shape)
+    accs0 = {g.args[2].buffer for g in taken}
+    others = [a for a in collect(func.body, Allocate) if a.buffer.scope in ("shared", "fragment")
+              and a.buffer not in l1 and a.buffer not in accs0]
+    if others:  # vector work in the same kernel needs the cube->vector split, not written yet
+        return func
+    for g in taken:
+        for r in g.args[:2]:
+            l1[r.buffer] = _static(r.buffer.shape)
+    accs = {g.args[2].buffer for g in taken}
+    flags = {c: Buffer(c.name + "_init", (1,), "int32", "var") for c in accs}
+    biggest = max(((s[0] if not g.attrs.get("transpose_A") else s[1]) for g in taken for s in [l1[g.args[0].buffer]]))
+    widest = max(((l1[g.args[1].buffer][1] if not g.attrs.get("transpose_B") else l1[g.args[1].buffer][0]) for g in taken))
+    dtype = taken[0].args[0].buffer.dtype
+    kmax = max(l1[g.args[0].buffer][0 if g.attrs.get("transpose_A") else 1] for g in taken)
+    kc = max(1, min(kmax // 16, L0_HALF // (biggest * 2) // 16, L0_HALF // (widest * 2) // 16))
+    l0a = [Buffer(f"l0a_{k}", (biggest * kc * 16,), dtype, "fragment") for k in range(2)]
+    l0b = [Buffer(f"l0b_{k}", (widest * kc * 16,), dtype, "fragment") for k in range(2)]
+
+    def fix(s):
+        if isinstance(s, Allocate) and s.buffer in accs:
+            return seq([s, Allocate(flags[s.buffer], init=IntImm(1, "int32"), span=s.span)])
+        if not isinstance(s, TileOp):
+            return None
+        if s.op == "gemm" and s in taken:
+            return seq(_lower_gemm(s, l0a, l0b, flags[s.args[2].buffer], l1))
+        if s.op == "copy" and s.args[1].buffer in l1:
+            src, dst = s.args
+            off, rows, cols, pitch, _, partial = _tile_of(src, dst.buffer)
+            tile_rows = l1[dst.buffer][0]
+            out = []
+            if partial:
+                cond = simplify(logic_or(compare("lt", rows, as_expr(tile_rows)),
+                                         compare("lt", cols, as_expr(l1[dst.buffer][1]))))
+                zero = InitL1(dst.buffer, span=s.span)
+                out.append(zero if const_value(cond) == 1 else If(cond, zero, span=s.span))
+            out.append(CopyNd2Nz(dst.buffer, src.buffer, off, rows, cols, pitch, tile_rows, span=s.span))
+            return seq(out)
+        if s.op == "fill" and s.args[0].buffer in accs:
+            return Store(flags[s.args[0].buffer], (as_expr(0),), IntImm(1, "int32"), span=s.span)
+        if s.op == "copy" and s.args[0].buffer in accs:
+            src, dst = s.args
+            off, rows, cols, pitch, _, _ = _tile_of(dst, src.buffer)
+            return FixpipeOut(dst.buffer, off, src.buffer, rows, cols, pitch, _static(src.buffer.shape)[0], span=s.span)
+        return None
+
+    body = rewrite(func.body, fix)
+    # the L0 ping-pong buffers, allocated with the first accumulator
+    first = [True]
+
+    def add_l0(s):
+        if isinstance(s, Allocate) and s.buffer in accs and first[0]:
+            first[0] = False
+            return seq([s] + [Allocate(b, span=s.span) for b in l0a + l0b])
+        return None
+
+    used = {id(m.a) for m in collect(body, MmadOp)} | {id(m.b) for m in collect(body, MmadOp)}
+    l0a[:] = [b for b in l0a if id(b) in used]
+    l0b[:] = [b for b in l0b if id(b) in used]
+    body = rewrite(body, add_l0)
+    scopes = {**{b.name: "l1" for b in l1}, **{b.name: "l0c" for b in accs}}
+    return func.with_body(body, ascend_cube=tuple(sorted(scopes.items())))
+
+
+def placement(body) -> dict:
+    """``id(buffer) -> scope`` of the tiles the cube lowering placed (the rest are UB tiles)."""
+    out = {}
+
+    def visit(s):
+        if isinstance(s, (CopyNd2Nz, InitL1)):
+            out[id(s.dst)] = "l1"
+        elif isinstance(s, LoadFractals):
+            out[id(s.src)] = "l1"
+        elif isinstance(s, MmadOp):
+            out[id(s.a)], out[id(s.b)], out[id(s.c)] = "l0a", "l0b", "l0c"
+        elif isinstance(s, FixpipeOut):
+            out[id(s.src)] = "l0c"
+
+    walk(body, visit)
+    return out
