@@ -225,7 +225,7 @@ def test_gemm_on_the_cube(ta, tb):
     prog, src = _build_func(_gemm(ta, tb, 100, 72, 40))
     c, ref = _gemm_run(prog, ta, tb, 100, 72, 40)
     np.testing.assert_allclose(c, ref, rtol=1e-3, atol=1e-3)
-    assert src.meta["kernel_type"] == "KERNEL_TYPE_MIX_AIC_1_2" and "if ASCEND_IS_AIC" in src.code
+    assert src.meta["kernel_type"] == "KERNEL_TYPE_AIC_ONLY" and "if ASCEND_IS_AIC" in src.code
     for instr in ("Nd2NzParams(", "LoadData(", "Mmad(", "Fixpipe<", "WaitFlag<HardEvent::MTE1_M>", "WaitFlag<HardEvent::M_FIX>"):
         assert instr in src.code, instr
 
@@ -257,3 +257,50 @@ def test_unmutated_gemm_reports_nothing_on_both_profiles():
         prog, _ = _build_func(_gemm(), target=target)
         c, ref = _gemm_run(prog)
         np.testing.assert_allclose(c, ref, rtol=1e-3, atol=1e-3)
+
+
+# -- the README GEMM: cube, hand-off through GM, ReLU on the vector unit ---------------------------------------
+
+def readme_gemm(M=200, N=128, K=96, bm=64, bn=64, bk=32):
+    @T.prim_func
+    def kernel(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((bm, bk), "float16")
+            B_shared = T.alloc_shared((bk, bn), "float16")
+            C_local = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_local)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=3):
+                T.copy(A[by * bm, ko * bk], A_shared)
+                T.copy(B[ko * bk, bx * bn], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            for i, j in T.Parallel(bm, bn):
+                C_local[i, j] = T.max(C_local[i, j], 0)
+            T.copy(C_local, C[by * bm, bx * bn])
+    return kernel
+
+
+def _readme_run(prog):
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((200, 96)).astype(np.float16)
+    b = rng.standard_normal((96, 128)).astype(np.float16)
+    c = np.zeros((200, 128), np.float16)
+    prog.launch([a.ctypes.data, b.ctypes.data, c.ctypes.data], [], [])
+    return c.astype(np.float64), np.maximum(a.astype(np.float64) @ b.astype(np.float64), 0)
+
+
+def test_readme_gemm_cube_then_vector():
+    prog, src = _build_func(readme_gemm())
+    c, ref = _readme_run(prog)
+    np.testing.assert_allclose(c, ref, rtol=2e-3, atol=2e-2)
+    code = src.code
+    assert src.meta["kernel_type"] == "KERNEL_TYPE_MIX_AIC_1_2" and src.meta["workspace_bytes_per_block"] == 64 * 64 * 4
+    aic, aiv = code.index("if ASCEND_IS_AIC"), code.index("if ASCEND_IS_AIV")
+    assert aic < code.index("Mmad(") < code.index("CrossCoreSetFlag") < aiv < code.index("CrossCoreWaitFlag")
+    assert aiv < code.index("Maxs(C_local") and aiv < code.index("Cast(C_local_cast")
+
+
+def test_deleted_cross_core_wait_is_caught():
+    prog, _ = _build_func(readme_gemm(), _drop_first("CrossCoreWaitFlag(0);"))
+    with pytest.raises(KernelRuntimeError, match=r"RAW across cores: the AIV reads the GM workspace .* no "
+                                                 r"CrossCoreSetFlag/CrossCoreWaitFlag .*\n.*unbalanced: CrossCoreSetFlag\(0\)"):
+        _readme_run(prog)

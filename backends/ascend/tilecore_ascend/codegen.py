@@ -14,7 +14,7 @@ from importlib import resources
 from tilecore.codegen import CFamilyEmitter, EmitState, abi_of
 from tilecore.codegen.abi import single_launch
 from tilecore.errors import CompileError
-from tilecore.ir import Buffer, BufferLoad, as_expr, const_value, simplify
+from tilecore.ir import Allocate, Buffer, BufferLoad, Seq, as_expr, collect, const_value, simplify
 from tilecore.plugin import Source
 
 from .cube import CopyNd2Nz, FixpipeOut, InitL1, LoadFractals, MmadOp
@@ -103,7 +103,8 @@ class AscendCEmitter(CFamilyEmitter):
         srcs = [self._at(st, b, o) for b, o in s.srcs]
         n = self.expr(st, s.count)
         if s.name == "Cast":
-            args = [d, srcs[0], "RoundMode::CAST_NONE", n]
+            narrow = s.dst[0].dtype.bytes < s.srcs[0][0].dtype.bytes  # rounds to nearest even; widening is exact
+            args = [d, srcs[0], "RoundMode::CAST_RINT" if narrow else "RoundMode::CAST_NONE", n]
         elif s.scalar is not None:
             val = f"({self.stype(s.dst[0].dtype)})({self.expr(st, s.scalar)})"
             args = [d, *srcs, val, n]
@@ -142,18 +143,11 @@ class AscendCEmitter(CFamilyEmitter):
                       f"(uint16_t)({rows}), {s.tile_rows}, (uint32_t)({pitch}), QuantMode_t::{quant}));")
 
     # -- the kernel ----------------------------------------------------------------------------------
-    def stmt_KernelLaunch(self, st, s):
-        grid = [self.expr(st, g) for g in s.grid]
-        self.line(st, "{")
-        st.indent += 1
-        self.line(st, "const int64_t tc_bid = GetBlockIdx();")
-        stride = "1"
-        for v, g in zip(s.block_vars, grid):
-            self.line(st, f"const int64_t {self.name(st, v)} = tc_bid / ({stride}) % ({g});")
-            stride = f"{stride} * ({g})"
-        self.stmt(st, s.body)
-        st.indent -= 1
-        self.line(st, "}")
+    def stmt_CrossSet(self, st, s):
+        self.line(st, f"CrossCoreSetFlag<0x2, PIPE_FIX>({s.flag});")
+
+    def stmt_CrossWait(self, st, s):
+        self.line(st, f"CrossCoreWaitFlag({s.flag});")
 
     def stmt_Assert(self, st, s):
         raise CompileError("T.device_assert and checked mode are not implemented by tilecore-ascend yet", s.span)
@@ -161,33 +155,13 @@ class AscendCEmitter(CFamilyEmitter):
     def stmt_Print(self, st, s):
         raise CompileError("T.print is not implemented by tilecore-ascend yet", s.span)
 
-    def emit(self, func, ctx) -> Source:
-        st = EmitState()
-        st.fast = bool(ctx.option("tilecore.fast_math", False))
-        abi = abi_of(func)
-        launch, top = single_launch(func)
-        params = [f"GM_ADDR tc_gm{k}" for k in range(len(abi.buffers))]
-        params += [f"int64_t {self.name(st, v)}" for v in abi.ints]
-        params += [f"{self.vtype(v.dtype)} {self.name(st, v)}" for v in abi.floats]
-        plans = plan_scopes(launch.body)
-        ub_bytes = max((off + size for _, off, size in plans["ub"]), default=0)
-        cube = any(plans[k] for k in ("l1", "l0a", "l0b", "l0c"))
-        if cube and plans["ub"]:
-            raise CompileError(f"kernel {func.name}: cube and vector tiles in one kernel need the cube->vector "
-                               "hand-off, which tilecore-ascend does not generate yet", func.span)
-        section, core, ktype = ("ASCEND_IS_AIC", 2, "KERNEL_TYPE_MIX_AIC_1_2") if cube else \
-            ("ASCEND_IS_AIV", 1, "KERNEL_TYPE_AIV_ONLY")
-        st.indent = 2
-        for k, p in enumerate(abi.buffers):
-            t = self.stype(p.buffer.dtype)
-            name = self.name(st, p.buffer)
-            self.line(st, f"GlobalTensor<{t}> {name};")
-            self.line(st, f"{name}.SetGlobalBuffer((__gm__ {t}*)tc_gm{k});")
-        if any(plans.values()):
+    def _section(self, st, launch, stmts, scopes, plans, aiv_of_mix):
+        """One core's part: its buffers, its block index, its statements."""
+        used = [k for k in scopes if plans[k]]
+        if used:
             self.line(st, "TPipe tc_pipe;")
-        for scope, plan in plans.items():
-            if not plan:
-                continue
+        for scope in used:
+            plan = plans[scope]
             total = max(off + size for _, off, size in plan)
             self.line(st, f"TBuf<TPosition::{POSITIONS[scope]}> tc_{scope};")
             self.line(st, f"tc_pipe.InitBuffer(tc_{scope}, {-(-total // 32) * 32});")
@@ -196,10 +170,77 @@ class AscendCEmitter(CFamilyEmitter):
                 name = self.name(st, b)
                 self.line(st, f"LocalTensor<{t}> {name} = tc_{scope}.GetWithOffset<{t}>({size // b.dtype.bytes}, {off});")
                 self.line(st, f'TC_EMU_NAME({name}, "{b.name}");')
-        for s in top:
-            self.stmt(st, s)
-        body = "\n".join(st.lines)
-        # the emulator's launcher: every block in turn on the host, with the ABI's arrays unpacked
+        # a mixed kernel's AIVs count two per block: sub-block 0 does the block's vector work (no row split yet)
+        self.line(st, "const int64_t tc_bid = GetBlockIdx() / GetTaskRation();" if aiv_of_mix else
+                  "const int64_t tc_bid = GetBlockIdx();")
+        stride = "1"
+        for v, g in zip(launch.block_vars, launch.grid):
+            ge = self.expr(st, g)
+            self.line(st, f"const int64_t {self.name(st, v)} = tc_bid / ({stride}) % ({ge});")
+            stride = f"{stride} * ({ge})"
+        if aiv_of_mix:
+            self.line(st, "if (GetSubBlockIdx() == 0) {")
+            st.indent += 1
+        for x in stmts:
+            self.stmt(st, x)
+        if aiv_of_mix:
+            st.indent -= 1
+            self.line(st, "}")
+
+    def emit(self, func, ctx) -> Source:
+        from .cube import CrossSet
+
+        st = EmitState()
+        st.fast = bool(ctx.option("tilecore.fast_math", False))
+        abi = abi_of(func)
+        launch, top = single_launch(func)
+        body = list(launch.body.body) if isinstance(launch.body, Seq) else [launch.body]
+        plans = plan_scopes(launch.body)
+        ub_bytes = max((off + size for _, off, size in plans["ub"]), default=0)
+        cube = any(plans[k] for k in ("l1", "l0a", "l0b", "l0c"))
+        cut = next((k for k, x in enumerate(body) if isinstance(x, CrossSet)), None)
+        ws_bytes = int(func.attrs.get("ascend_workspace_bytes_per_block", 0) or 0)
+        if cut is not None:
+            head, tail = body[:cut + 1], body[cut + 1:]
+            decls = [x for x in head if isinstance(x, Allocate) and x.buffer.scope not in ONCHIP]
+            sections = [("ASCEND_IS_AIC", head, ("l1", "l0a", "l0b", "l0c"), False),
+                        ("ASCEND_IS_AIV", decls + tail, ("ub",), True)]
+            ktype = "KERNEL_TYPE_MIX_AIC_1_2"
+        elif cube:
+            if plans["ub"]:
+                raise CompileError(f"kernel {func.name}: UB tiles in a cube kernel without a hand-off", func.span)
+            sections, ktype = [("ASCEND_IS_AIC", body, ("l1", "l0a", "l0b", "l0c"), False)], "KERNEL_TYPE_AIC_ONLY"
+        else:
+            sections, ktype = [("ASCEND_IS_AIV", body, ("ub",), False)], "KERNEL_TYPE_AIV_ONLY"
+        params = [f"GM_ADDR tc_gm{k}" for k in range(len(abi.buffers))]
+        params += [f"int64_t {self.name(st, v)}" for v in abi.ints]
+        params += [f"{self.vtype(v.dtype)} {self.name(st, v)}" for v in abi.floats]
+        if ws_bytes:
+            params.append("GM_ADDR tc_ws")
+        from .cube import FixpipeOut
+
+        ws_bufs = {id(x.dst): x.dst for x in collect(launch.body, FixpipeOut) if x.dst.scope == "global"
+                   and not any(x.dst is p.buffer for p in abi.buffers)}
+        for name, stmts, scopes, aiv_of_mix in sections:
+            st.indent = 1
+            self.line(st, f"if {name} {{")
+            st.indent = 2
+            for k, p in enumerate(abi.buffers):
+                t = self.stype(p.buffer.dtype)
+                gname = self.name(st, p.buffer)
+                self.line(st, f"GlobalTensor<{t}> {gname};")
+                self.line(st, f"{gname}.SetGlobalBuffer((__gm__ {t}*)tc_gm{k});")
+            for b in ws_bufs.values():
+                self.line(st, f"GlobalTensor<float> {self.name(st, b)};")
+                self.line(st, f"{self.name(st, b)}.SetGlobalBuffer((__gm__ float*)tc_ws);")
+            for x in top:
+                if not isinstance(x, type(launch)):
+                    self.stmt(st, x)
+            self._section(st, launch, stmts, scopes, plans, aiv_of_mix)
+            st.indent = 1
+            self.line(st, "}")
+        kbody = "\n".join(st.lines)
+        # the emulator's launcher: every block in turn on the host (its AIC, then its AIV sub-blocks)
         host = EmitState(names=st.names, used=st.used, keep=st.keep, indent=1)
         for k, v in enumerate(abi.ints):
             self.line(host, f"const int64_t {self.name(host, v)} = tc_ints[{k}];")
@@ -208,14 +249,23 @@ class AscendCEmitter(CFamilyEmitter):
         nblocks = " * ".join(f"({self.expr(host, g)})" for g in launch.grid) or "1"
         args = [f"(GM_ADDR)tc_bufs[{k}]" for k in range(len(abi.buffers))]
         args += [self.name(host, v) for v in abi.ints] + [self.name(host, v) for v in abi.floats]
+        if ws_bytes:
+            args.append("(GM_ADDR)tc_ws")
+        runs = {"KERNEL_TYPE_AIV_ONLY": [(1, 0)], "KERNEL_TYPE_AIC_ONLY": [(2, 0)],
+                "KERNEL_TYPE_MIX_AIC_1_2": [(2, 0), (1, 0), (1, 1)]}[ktype]
+        ratio = 2 if ktype == "KERNEL_TYPE_MIX_AIC_1_2" else 1
+        calls = "".join(f"    tc_emu_begin((int)tc_b, (int)tc_nblocks, {core}, {sub}, {ratio});\n    {ENTRY}({', '.join(args)});\n"
+                        "    tc_emu_end();\n" for core, sub in runs)
         host_body = "\n".join(host.lines)
+        ws_alloc = (f"  void* tc_ws = std::calloc((size_t)tc_nblocks * {ws_bytes} + 32, 1);\n"
+                    f"  tc_emu_workspace(tc_ws, (uint64_t)tc_nblocks * {ws_bytes});\n") if ws_bytes else ""
+        ws_free = "  std::free(tc_ws);\n" if ws_bytes else ""
         code = (f"// generated by tilecore-ascend for kernel {func.name}\n"
                 "#ifdef TC_ASCEND_EMU\n#include \"ascendc_emu.h\"\n#else\n#include \"kernel_operator.h\"\n#endif\n"
                 "#include \"tc_ascend.h\"\nusing namespace AscendC;\n\n"
                 f"extern \"C\" __global__ __aicore__ void {ENTRY}({', '.join(params)}) {{\n"
                 f"  KERNEL_TASK_TYPE_DEFAULT({ktype});\n"
-                f"  if {section} {{\n"
-                f"{body}\n  }}\n}}\n\n"
+                f"{kbody}\n}}\n\n"
                 "#ifdef TC_ASCEND_EMU\n"
                 f"extern \"C\" __attribute__((visibility(\"default\"))) int {LAUNCHER}(void** tc_bufs, const int64_t* tc_ints, "
                 "const double* tc_floats) {\n"
@@ -223,14 +273,15 @@ class AscendCEmitter(CFamilyEmitter):
                 f"{host_body}\n"
                 f"  const int64_t tc_nblocks = {nblocks};\n"
                 "  tc_emu_reset_findings();\n"
+                f"{ws_alloc}"
                 "  for (int64_t tc_b = 0; tc_b < tc_nblocks; ++tc_b) {\n"
-                f"    tc_emu_begin((int)tc_b, (int)tc_nblocks, {core});\n"
-                f"    {ENTRY}({', '.join(args)});\n"
-                "    tc_emu_end();\n"
-                "  }\n  return tc_emu_findings();\n}\n#endif\n")
+                "    tc_emu_block();\n"
+                f"{calls}"
+                "    tc_emu_block_end();\n"
+                f"  }}\n{ws_free}  return tc_emu_findings();\n}}\n#endif\n")
         caps = ctx.capabilities
         limits = {k: int(caps.limit(k)[0]) for k in ("max_ub_bytes", "max_l1_bytes") if caps.limit(k) is not None}
         return Source(code, "ascendc", ENTRY, {"launcher": LAUNCHER, "ub_bytes": ub_bytes, "limits": limits,
-                                                "kernel_type": ktype,
+                                                "kernel_type": ktype, "workspace_bytes_per_block": ws_bytes,
                                                 "onchip_bytes": {k: max((o + n for _, o, n in v), default=0)
                                                                  for k, v in plans.items()}})

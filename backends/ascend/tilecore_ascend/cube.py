@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tilecore.ir import (Allocate, Buffer, BufferLoad, Expr, IntImm, Store, TileOp, as_expr, collect, compare,
-                         const_value, logic_or, rewrite, seq, simplify, walk, walk_expr, stmt_exprs, If)
+from tilecore.ir import (Allocate, Buffer, BufferLoad, Expr, If, IntImm, KernelLaunch, Region, Seq, Store, TileOp, as_expr,
+                         binary, collect, compare, const_value, logic_or, rewrite, seq, simplify, stmt_exprs, walk,
+                         walk_expr)
 from tilecore.passes import tile_pass
 
 from .intrinsics import _static, _tile_of, _whole
-from .ops import AscendOp
+from .ops import AscendOp, CopyIn
 
 HALF = ("float16", "bfloat16")
 L0_HALF = 32768  # bytes of L0A / L0B one K chunk may use (two chunks ping-pong)
@@ -122,6 +123,24 @@ class FixpipeOut(AscendOp):
         return (self.src,)
 
 
+@dataclass(eq=False)
+class CrossSet(AscendOp):
+    """``CrossCoreSetFlag<2, PIPE_FIX>(id)``: the AIC tells its AIVs the workspace is written (ends the AIC part)."""
+    flag: int
+
+    def pipe(self):
+        return "S"
+
+
+@dataclass(eq=False)
+class CrossWait(AscendOp):
+    """``CrossCoreWaitFlag(id)``: the AIV waits for its AIC's hand-off (starts the AIV part)."""
+    flag: int
+
+    def pipe(self):
+        return "S"
+
+
 def _uses(body, buf) -> list:
     """Every statement that names ``buf`` (tile ops by region, scalar code by load or store)."""
     out = []
@@ -144,7 +163,10 @@ def _uses(body, buf) -> list:
     return out
 
 
-def _takes(g, body) -> bool:
+def _takes(g, body, after=()) -> bool:
+    """Whether the cube takes gemm ``g``: its operand tiles are only filled from global memory, its
+    accumulator only cleared and accumulated before the hand-off point; statements in ``after`` (the
+    vector part) may use the accumulator freely."""
     a, b, c = g.args
     sa, sb, sc = _static(a.buffer.shape), _static(b.buffer.shape), _static(c.buffer.shape)
     if not (sa and sb and sc and len(sa) == len(sb) == len(sc) == 2):
@@ -166,7 +188,12 @@ def _takes(g, body) -> bool:
                                                                 and op.args[0].buffer.scope == "global"
                                                                 and _tile_of(op.args[0], op.args[1].buffer) is not None))):
             return False
+    late = set()
+    for s in after:
+        late |= {id(x) for x in _uses(s, c.buffer)}
     for op in _uses(body, c.buffer):
+        if id(op) in late:
+            continue
         if not isinstance(op, TileOp):
             return False
         if op.op == "gemm" and op.args[2].buffer is c.buffer and op.args[0].buffer.dtype == a.buffer.dtype:
@@ -181,6 +208,7 @@ def _takes(g, body) -> bool:
 
 
 def _lower_gemm(g, l0a, l0b, flag, shapes):
+    """Chunk ``ci`` of K uses L0 half ``ci % 2`` (there is one half when the whole K fits)."""
     a, b, c = g.args
     ta, tb = g.attrs.get("transpose_A"), g.attrs.get("transpose_B")
     sa, sb = shapes[a.buffer], shapes[b.buffer]
@@ -191,7 +219,7 @@ def _lower_gemm(g, l0a, l0b, flag, shapes):
     out = []
     for ci, k0 in enumerate(range(0, kc_all, kc)):
         kn = min(kc, kc_all - k0)
-        la, lb = l0a[ci % 2], l0b[ci % 2]
+        la, lb = l0a[ci % len(l0a)], l0b[ci % len(l0b)]
         for mb in range(mc):  # L0A zZ row of fractals mb
             if ta:   # A tile is K x M in L1 (zN over M): fractal (kb, mb) at mb * kc_all + kb, transposed
                 out.append(LoadFractals(la, mb * kn, a.buffer, mb * kc_all + k0, kn, 1, True, span=g.span))
@@ -207,41 +235,58 @@ def _lower_gemm(g, l0a, l0b, flag, shapes):
     return out
 
 
+def _split(top) -> int:
+    """Index of the last top-level statement that holds a T.gemm (the end of the cube part)."""
+    last = -1
+    for k, st in enumerate(top):
+        if any(op.op == "gemm" for op in collect(st, TileOp)):
+            last = k
+    return last
+
+
 @tile_pass("ascend.lower_cube")
 def lower_cube(func, ctx):
-    gemms = [g for g in collect(func.body, TileOp) if g.op == "gemm"]
-    taken = [g for g in gemms if _takes(g, func.body)]
-    if not taken:
+    launches = collect(func.body, KernelLaunch)
+    if len(launches) != 1:
+        return func
+    launch = launches[0]
+    top = list(launch.body.body) if isinstance(launch.body, Seq) else [launch.body]
+    split = _split(top)
+    if split < 0:
+        return func
+    head, tail = top[:split + 1], top[split + 1:]
+    gemms = [g for g in collect(Seq(head), TileOp) if g.op == "gemm"]
+    if not all(_takes(g, launch.body, tail) for g in gemms):
         return func
     l1 = {}
-    for g in taken:
+    for g in gemms:
         for r in g.args[:2]:
             l1[r.buffer] = _static(r.buffer.shape)
-    accs0 = {g.args[2].buffer for g in taken}
-    others = [a for a in collect(func.body, Allocate) if a.buffer.scope in ("shared", "fragment")
-              and a.buffer not in l1 and a.buffer not in accs0]
-    if others:  # vector work in the same kernel needs the cube->vector split, not written yet
+    accs = {g.args[2].buffer for g in gemms}
+    # the vector part: everything after the last gemm that is not a plain copy of an accumulator out
+    direct = all(isinstance(x, TileOp) and x.op == "copy" and x.args[0].buffer in accs
+                 for a in accs for st in tail for x in _uses(st, a))
+    for a in collect(Seq(head), Allocate):
+        if a.buffer.scope in ("shared", "fragment") and a.buffer not in l1 and a.buffer not in accs:
+            if any(_uses(st, a.buffer) for st in head):
+                return func  # vector work before the hand-off: not split yet
+    if len(accs) != 1 and not direct:
         return func
-    for g in taken:
-        for r in g.args[:2]:
-            l1[r.buffer] = _static(r.buffer.shape)
-    accs = {g.args[2].buffer for g in taken}
+    acc_of = {c: (c if direct else Buffer(c.name + "_l0c", c.shape, "float32", "fragment")) for c in accs}
     flags = {c: Buffer(c.name + "_init", (1,), "int32", "var") for c in accs}
-    biggest = max(((s[0] if not g.attrs.get("transpose_A") else s[1]) for g in taken for s in [l1[g.args[0].buffer]]))
-    widest = max(((l1[g.args[1].buffer][1] if not g.attrs.get("transpose_B") else l1[g.args[1].buffer][0]) for g in taken))
-    dtype = taken[0].args[0].buffer.dtype
-    kmax = max(l1[g.args[0].buffer][0 if g.attrs.get("transpose_A") else 1] for g in taken)
-    kc = max(1, min(kmax // 16, L0_HALF // (biggest * 2) // 16, L0_HALF // (widest * 2) // 16))
-    l0a = [Buffer(f"l0a_{k}", (biggest * kc * 16,), dtype, "fragment") for k in range(2)]
-    l0b = [Buffer(f"l0b_{k}", (widest * kc * 16,), dtype, "fragment") for k in range(2)]
+    l0a, l0b = _l0_buffers(gemms, l1)
+    taken = set(id(g) for g in gemms)
 
     def fix(s):
         if isinstance(s, Allocate) and s.buffer in accs:
-            return seq([s, Allocate(flags[s.buffer], init=IntImm(1, "int32"), span=s.span)])
+            extra = [] if direct else [Allocate(acc_of[s.buffer], span=s.span)]
+            return seq([s] + extra + [Allocate(flags[s.buffer], init=IntImm(1, "int32"), span=s.span)])
         if not isinstance(s, TileOp):
             return None
-        if s.op == "gemm" and s in taken:
-            return seq(_lower_gemm(s, l0a, l0b, flags[s.args[2].buffer], l1))
+        if s.op == "gemm" and id(s) in taken:
+            g = TileOp("gemm", (s.args[0], s.args[1], Region(acc_of[s.args[2].buffer], s.args[2].starts, s.args[2].extents)),
+                       s.attrs, span=s.span)
+            return seq(_lower_gemm(g, l0a, l0b, flags[s.args[2].buffer], l1))
         if s.op == "copy" and s.args[1].buffer in l1:
             src, dst = s.args
             off, rows, cols, pitch, _, partial = _tile_of(src, dst.buffer)
@@ -256,14 +301,30 @@ def lower_cube(func, ctx):
             return seq(out)
         if s.op == "fill" and s.args[0].buffer in accs:
             return Store(flags[s.args[0].buffer], (as_expr(0),), IntImm(1, "int32"), span=s.span)
-        if s.op == "copy" and s.args[0].buffer in accs:
+        if direct and s.op == "copy" and s.args[0].buffer in accs:
             src, dst = s.args
             off, rows, cols, pitch, _, _ = _tile_of(dst, src.buffer)
             return FixpipeOut(dst.buffer, off, src.buffer, rows, cols, pitch, _static(src.buffer.shape)[0], span=s.span)
         return None
 
-    body = rewrite(func.body, fix)
-    # the L0 ping-pong buffers, allocated with the first accumulator
+    head = [rewrite(st, fix) for st in head]
+    if direct:
+        tail = [rewrite(st, fix) for st in tail]
+        attrs = {}
+    else:  # the hand-off: L0C -> GM workspace (FIX), cross-core flag, workspace -> UB (MTE2) on the AIV
+        c = next(iter(accs))
+        m, n = _static(c.shape)
+        ws = Buffer("workspace", (m * n,), "float32", "global")
+        bid, stride = as_expr(0), as_expr(1)
+        for v, g in zip(launch.block_vars, launch.grid):
+            bid = binary("add", bid, binary("mul", v, stride))
+            stride = binary("mul", stride, g)
+        off = simplify(binary("mul", bid, as_expr(m * n)))
+        span = launch.span
+        head += [FixpipeOut(ws, off, acc_of[c], as_expr(m), as_expr(n), as_expr(n), m, span=span), CrossSet(0, span=span)]
+        tail = [CrossWait(0, span=span), CopyIn(c, as_expr(0), ws, off, as_expr(m), as_expr(n), as_expr(n), n, span=span)] + tail
+        attrs = {"ascend_workspace_bytes_per_block": m * n * 4}
+    body = seq(head + tail)
     first = [True]
 
     def add_l0(s):
@@ -272,12 +333,28 @@ def lower_cube(func, ctx):
             return seq([s] + [Allocate(b, span=s.span) for b in l0a + l0b])
         return None
 
-    used = {id(m.a) for m in collect(body, MmadOp)} | {id(m.b) for m in collect(body, MmadOp)}
-    l0a[:] = [b for b in l0a if id(b) in used]
-    l0b[:] = [b for b in l0b if id(b) in used]
     body = rewrite(body, add_l0)
-    scopes = {**{b.name: "l1" for b in l1}, **{b.name: "l0c" for b in accs}}
-    return func.with_body(body, ascend_cube=tuple(sorted(scopes.items())))
+    new_launch = launch.with_(body=body)
+    if func.body is launch:
+        fbody = new_launch
+    elif isinstance(func.body, Seq) and any(x is launch for x in func.body.body):
+        fbody = func.body.with_(body=[new_launch if x is launch else x for x in func.body.body])
+    else:
+        return func
+    scopes = {**{b.name: "l1" for b in l1}, **{acc_of[b].name: "l0c" for b in accs}}
+    return func.with_body(fbody, ascend_cube=tuple(sorted(scopes.items())), **attrs)
+
+
+def _l0_buffers(gemms, l1):
+    """The L0A/L0B halves the K chunks alternate between (one each when every gemm takes one chunk)."""
+    dtype = gemms[0].args[0].buffer.dtype
+    rows = max((l1[g.args[0].buffer][1] if g.attrs.get("transpose_A") else l1[g.args[0].buffer][0]) for g in gemms)
+    cols = max((l1[g.args[1].buffer][0] if g.attrs.get("transpose_B") else l1[g.args[1].buffer][1]) for g in gemms)
+    kmax = max(l1[g.args[0].buffer][0 if g.attrs.get("transpose_A") else 1] for g in gemms)
+    kc = max(1, min(kmax // 16, L0_HALF // (rows * 2) // 16, L0_HALF // (cols * 2) // 16))
+    halves = 2 if kmax // 16 > kc else 1
+    return ([Buffer(f"l0a_{k}", (rows * kc * 16,), dtype, "fragment") for k in range(halves)],
+            [Buffer(f"l0b_{k}", (cols * kc * 16,), dtype, "fragment") for k in range(halves)])
 
 
 def placement(body) -> dict:

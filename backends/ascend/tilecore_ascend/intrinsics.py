@@ -104,15 +104,36 @@ def lower_copy_in(op, ctx):
     return seq(out)
 
 
+#: conversions a copy out does with one ``Cast`` on the vector unit before the DMA
+CASTS = {("float32", "float16"), ("float32", "bfloat16"), ("float16", "float32"), ("bfloat16", "float32")}
+
+
+def _staged(src, dst):
+    """The UB tile a copy out sends: ``src`` itself, or a tile of the destination's dtype it is cast into."""
+    if src.buffer.dtype == dst.buffer.dtype:
+        return src.buffer
+    if (str(src.buffer.dtype), str(dst.buffer.dtype)) not in CASTS:
+        return None
+    return Buffer(src.buffer.name + "_cast", src.buffer.shape, dst.buffer.dtype, "fragment")
+
+
 def _copy_out_applies(op, ctx):
     src, dst = op.args
-    return dst.buffer.scope == "global" and src.buffer.scope in ONCHIP and _whole(src) and _tile_of(dst, src.buffer) is not None
+    if not (dst.buffer.scope == "global" and src.buffer.scope in ONCHIP and _whole(src)):
+        return False
+    tile = _staged(src, dst)
+    return tile is not None and _tile_of(dst, tile) is not None
 
 
 def lower_copy_out(op, ctx):
     src, dst = op.args
-    off, rows, cols, gp, tp, _ = _tile_of(dst, src.buffer)
-    return CopyOut(dst.buffer, off, src.buffer, as_expr(0), rows, cols, gp, tp, span=op.span)
+    tile = _staged(src, dst)
+    off, rows, cols, gp, tp, _ = _tile_of(dst, tile)
+    out = []
+    if tile is not src.buffer:
+        out += [Allocate(tile, span=op.span),
+                VecOp("Cast", (tile, as_expr(0)), ((src.buffer, as_expr(0)),), as_expr(_numel(tile)), span=op.span)]
+    return seq(out + [CopyOut(dst.buffer, off, tile, as_expr(0), rows, cols, gp, tp, span=op.span)])
 
 
 def _numel(buf) -> int:

@@ -89,7 +89,10 @@ struct State {
   int said[256][3], nsaid;  // (kind, first line, second line) of the hazards reported: each once
   char log[8192];
   int loglen;
-  int block, nblocks, core_type;  // core_type 1 = AIV, 2 = AIC
+  int block, nblocks, core_type, sub, ratio;  // core_type 1 = AIV, 2 = AIC; sub: the AIV sub-block
+  // the GM workspace of the cube->vector hand-off: per 32-byte granule the hand-off clock of its last write
+  uint8_t* ws; uint64_t ws_bytes; uint64_t* ws_stamp; uint64_t cross_clk, cross_known;
+  int cross_count[16]; uint64_t cross_tok[16]; int cross_line[16];
 };
 inline State& S() { static State s; return s; }
 inline void finding(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -201,6 +204,21 @@ inline void tc_emu_name_range(int scope, uint32_t lo, uint32_t hi, const char* n
 
 namespace AscendC {
 // -- tensors ------------------------------------------------------------------------------------------
+inline void ws_access(const void* p, uint64_t n, bool write, int line) {
+  using namespace tc_emu;
+  State& s = S();
+  const uint8_t* b = (const uint8_t*)p;
+  if (!s.ws || b < s.ws || b >= s.ws + s.ws_bytes || n == 0) return;
+  for (uint64_t g = (uint64_t)(b - s.ws) / 32; g <= (uint64_t)(b - s.ws + n - 1) / 32; ++g) {
+    if (write) { s.ws_stamp[g] = ++s.cross_clk; continue; }
+    if (s.ws_stamp[g] > s.cross_known) {
+      if (!said_before(3, 0, line))
+        finding("RAW across cores: the AIV reads the GM workspace (offset %llu) the AIC wrote with no "
+                "CrossCoreSetFlag/CrossCoreWaitFlag after the write, line %d", (unsigned long long)g * 32, line);
+      return;
+    }
+  }
+}
 template <typename T> struct GlobalTensor {
   T* ptr = nullptr;
   void SetGlobalBuffer(__gm__ T* p) { ptr = p; }
@@ -256,9 +274,10 @@ template <typename T> inline void tc_emu_name(const AscendC::LocalTensor<T>& t, 
 }
 
 namespace AscendC {
-inline int64_t GetBlockIdx() { return tc_emu::S().block; }
+inline int64_t GetBlockIdx() { return tc_emu::S().core_type == 1 ? tc_emu::S().ratio * tc_emu::S().block + tc_emu::S().sub : tc_emu::S().block; }
 inline int64_t GetBlockNum() { return tc_emu::S().nblocks; }
-inline int64_t GetSubBlockIdx() { return 0; }
+inline int64_t GetSubBlockIdx() { return tc_emu::S().sub; }
+inline int64_t GetTaskRation() { return tc_emu::S().core_type == 1 ? tc_emu::S().ratio : 1; }
 #define ASCEND_IS_AIV (tc_emu::S().core_type == 1)
 #define ASCEND_IS_AIC (tc_emu::S().core_type == 2)
 
@@ -285,6 +304,21 @@ template <HardEvent E> inline void WaitFlag(int id, int line = __builtin_LINE())
     if (s.flag_tok[e][id][0][q] > s.vc[dst][q]) s.vc[dst][q] = s.flag_tok[e][id][0][q];
   for (int k = 1; k < n; ++k) std::memcpy(s.flag_tok[e][id][k - 1], s.flag_tok[e][id][k], sizeof(s.flag_tok[e][id][k]));
   --n;
+}
+// cube <-> vector flags of one AI Core group (mode 2): the AIC sets after its pipe P finished, the AIV waits
+template <int MODE, pipe_t P> inline void CrossCoreSetFlag(int id, int line = __builtin_LINE()) {
+  using namespace tc_emu;
+  State& s = S();
+  if (id < 0 || id > 15) { finding("cross-core flag ID %d outside 0..15, line %d", id, line); return; }
+  s.cross_count[id]++; s.cross_tok[id] = s.cross_clk; s.cross_line[id] = line;
+}
+inline void CrossCoreWaitFlag(int id, int line = __builtin_LINE()) {
+  using namespace tc_emu;
+  State& s = S();
+  if (id < 0 || id > 15) { finding("cross-core flag ID %d outside 0..15, line %d", id, line); return; }
+  if (s.cross_count[id] == 0) { finding("unbalanced: CrossCoreWaitFlag(%d) with no CrossCoreSetFlag (a hang), line %d", id, line); return; }
+  s.cross_count[id]--;
+  if (s.cross_tok[id] > s.cross_known) s.cross_known = s.cross_tok[id];
 }
 template <pipe_t P> inline void PipeBarrier() {
   using namespace tc_emu;
@@ -316,6 +350,7 @@ template <typename T> inline void DataCopyPad(const LocalTensor<T>& dst, const G
   uint32_t pitch = (p.blockLen + 31u) / 32u * 32u + p.dstStride * 32u;
   const uint8_t* s8 = (const uint8_t*)src.ptr;
   for (uint32_t r = 0; r < p.blockCount; ++r) {
+    ws_access(s8 + (uint64_t)r * (p.blockLen + p.srcStride), p.blockLen, false, line);
     access(dst.scope, dst.off + r * pitch, p.blockLen, PIPE_MTE2, true, c, line);
     std::memcpy(S().mem[dst.scope] + dst.off + r * pitch, s8 + (uint64_t)r * (p.blockLen + p.srcStride), p.blockLen);
   }
@@ -524,6 +559,7 @@ template <typename D, typename C, int CFG> inline void Fixpipe(const GlobalTenso
     for (uint32_t n = 0; n < p.nSize; ++n) {
       uint32_t at = ((n / 16) * p.srcStride + m) * 16 + n % 16;
       access(src.scope, src.off + at * 4, 4, PIPE_FIX, false, t, line);
+      ws_access(&dst.ptr[(uint64_t)m * p.dstStride + n], sizeof(D), true, line);
       dst.ptr[(uint64_t)m * p.dstStride + n] = (D)(float)src.data()[at];
     }
 }
@@ -535,10 +571,29 @@ extern "C" {
 __attribute__((visibility("default"), used)) int tc_emu_findings() { return tc_emu::S().findings; }
 __attribute__((visibility("default"), used)) const char* tc_emu_log() { return tc_emu::S().log; }
 }
-inline void tc_emu_begin(int block, int nblocks, int core_type) {
+// one core of block `block`: the AIC (core_type 2) or AIV sub-block `sub` (core_type 1). On-chip memory and
+// pipe clocks start fresh for each (the AIC owns L1/L0, the AIV its UB); the workspace stamps and the
+// cross-core flags live for the whole block (reset by tc_emu_block)
+inline void tc_emu_begin(int block, int nblocks, int core_type, int sub = 0, int ratio = 1) {
   tc_emu::State& s = tc_emu::S();
-  s.block = block; s.nblocks = nblocks; s.core_type = core_type;
+  s.block = block; s.nblocks = nblocks; s.core_type = core_type; s.sub = sub; s.ratio = ratio;
   tc_emu::reset_block();
+  s.cross_known = 0;
+}
+inline void tc_emu_block() {
+  tc_emu::State& s = tc_emu::S();
+  std::memset(s.cross_count, 0, sizeof(s.cross_count));
+}
+inline void tc_emu_workspace(void* p, uint64_t bytes) {
+  tc_emu::State& s = tc_emu::S();
+  s.ws = (uint8_t*)p; s.ws_bytes = bytes;
+  s.ws_stamp = (uint64_t*)std::calloc(bytes / 32 + 1, sizeof(uint64_t));
+  s.cross_clk = 0;
+}
+inline void tc_emu_block_end() {
+  tc_emu::State& s = tc_emu::S();
+  for (int id = 0; id < 16; ++id)
+    if (s.cross_count[id]) tc_emu::finding("unbalanced: CrossCoreSetFlag(%d) at line %d is never waited", id, s.cross_line[id]);
 }
 inline void tc_emu_end() {
   using namespace tc_emu;
