@@ -304,3 +304,18 @@ def test_deleted_cross_core_wait_is_caught():
     with pytest.raises(KernelRuntimeError, match=r"RAW across cores: the AIV reads the GM workspace .* no "
                                                  r"CrossCoreSetFlag/CrossCoreWaitFlag .*\n.*unbalanced: CrossCoreSetFlag\(0\)"):
         _readme_run(prog)
+
+
+def test_shared_tiles_are_placed_without_changing_the_kernel():
+    """T.alloc_shared becomes a UB/L1 tile on Ascend (the profile has no shared memory); the PrimFunc itself
+    is not changed, so it compiles the same way for another target afterwards."""
+    from tilecore.ir import Allocate, collect
+
+    func = reduce_rows(1)
+    scopes = [a.buffer.scope for a in collect(func.body, Allocate)]
+    tilecore.compile(func, target="ascend:910b")
+    assert [a.buffer.scope for a in collect(func.body, Allocate)] == scopes and "shared" in scopes
+    x = np.random.default_rng(3).standard_normal((16, 64)).astype(np.float32)
+    y = np.zeros(64, np.float32)
+    tilecore.compile(func, target="cpu")(x, y)
+    np.testing.assert_allclose(y, x.sum(0), rtol=1e-5, atol=1e-5)
