@@ -15,7 +15,6 @@ from tilecore.plugin import Backend, DeviceInfo, PassSpec, Probe, Target, hookim
 __version__ = "0.1.0"
 
 ARCHS = {"910b": "ascend/910b", "a3": "ascend/a3"}
-NAMES = {"910b": "Ascend 910B (Atlas A2)", "a3": "Ascend 910_93 (Atlas A3)"}
 
 
 class AscendBackend(Backend):
@@ -44,9 +43,9 @@ class AscendBackend(Backend):
 
         if find_cxx() is None:
             return Probe("no-toolchain", detail="the Ascend emulator needs a C++ compiler (apt-get install g++)")
-        devs = tuple(DeviceInfo(f"{NAMES[a]} (emulated on the host CPU)", k, {"emulated": True})
-                     for k, a in enumerate(ARCHS))
-        return Probe("ok", devs[:1], {}, detail="no CANN here: kernels run on the AscendC emulator",
+        # one emulated device for every target: the emulator's capacities come from the target's profile
+        dev = DeviceInfo("Ascend AI Core (AscendC emulated on the host CPU)", 0, {"emulated": True})
+        return Probe("ok", (dev,), {}, detail="no CANN here: kernels run on the AscendC emulator",
                      toolchain=cxx_version())
 
     def intrinsics(self, target) -> list:

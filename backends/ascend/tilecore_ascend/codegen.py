@@ -17,7 +17,6 @@ from tilecore.errors import CompileError
 from tilecore.ir import Allocate, Buffer, BufferLoad, Seq, as_expr, collect, const_value, simplify
 from tilecore.plugin import Source
 
-from .cube import CopyNd2Nz, FixpipeOut, InitL1, LoadFractals, MmadOp
 from .passes import ONCHIP, plan_scopes
 
 POSITIONS = {"ub": "VECCALC", "l1": "A1", "l0a": "A2", "l0b": "B2", "l0c": "CO1"}

@@ -152,7 +152,6 @@ def _uses(body, buf) -> list:
             return
         hit = isinstance(s, Store) and s.buffer is buf
         for e in stmt_exprs(s):
-            walk_expr(e, lambda x: None)
             found = []
             walk_expr(e, lambda x: found.append(x) if isinstance(x, BufferLoad) and x.buffer is buf else None)
             hit = hit or bool(found)

@@ -26,7 +26,6 @@ from tilecore.passes import tile_pass
 from .ops import AscendOp, Sync
 
 ONCHIP = ("shared", "fragment")
-UB_ALIGN = 32
 
 
 def onchip_allocations(body) -> list:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from tilecore.ir import (Allocate, BinOp, Buffer, BufferLoad, Call, Cast, Expr, For, FloatImm, IntImm, Seq, Store, Var,
+from tilecore.ir import (Allocate, BinOp, Buffer, BufferLoad, Call, Cast, For, FloatImm, IntImm, Seq, Store, Var,
                          as_expr, binary, const, const_value, rewrite, seq, simplify, walk_expr)
 from tilecore.passes import tile_pass
 
