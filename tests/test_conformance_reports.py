@@ -116,7 +116,7 @@ def test_a_target_whose_probe_fails_stops_with_the_cause_and_the_installed_targe
     assert r.returncode != 0 and "Traceback" not in r.stderr
     line = [x for x in r.stderr.splitlines() if "deadprobe" in x]
     assert len(line) == 1 and "RuntimeError: driver exploded" in line[0], r.stderr
-    assert "installed targets: cpu" in line[0] and "tilecore targets list" in line[0]
+    assert "installed targets: " in line[0] and " cpu," in line[0] and "tilecore targets list" in line[0]
     assert "driver exploded" in json.loads((rep / "manifest.json").read_text())["error"]
 
 
