@@ -219,16 +219,7 @@ template <int N> inline void tc_cp_async_wait() {
 RUNNER = r"""
 int main(int argc, char** argv) {
   const int gx = GRID_X, gy = GRID_Y, gz = GRID_Z, nthreads = THREADS;
-  std::vector<std::vector<unsigned char>> bufs;
-  std::vector<void*> ptrs;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::vector<unsigned char> data(std::atol(argv[i + 1]) + 64);
-    void* p = (void*)(((uintptr_t)data.data() + 63) & ~(uintptr_t)63);
-    FILE* f = std::fopen(argv[i], "rb");
-    if (f) { size_t n = std::fread(p, 1, std::atol(argv[i + 1]), f); (void)n; std::fclose(f); }
-    bufs.push_back(std::move(data));
-    ptrs.push_back(p);
-  }
+LOAD_BUFFERS
   int status = 0;
   for (int bz = 0; bz < gz; ++bz)
     for (int by = 0; by < gy; ++by)
@@ -277,14 +268,35 @@ def run_on_host(kernel, arrays: list, tmp: Path | None = None) -> list:
     threads = src.meta["threads"]
     if src.meta.get("dynamic_shared_bytes"):
         raise ValueError("the host emulator runs static shared memory only")
-    n = len(arrays)
     call = "tc_kernel(" + ", ".join(f"({_ctype(a.dtype)}*)ptrs[{k}]" for k, a in enumerate(arrays)) + ", &status)"
     text = host_source(src) + RUNNER.replace("GRID_X", str(grid[0])).replace("GRID_Y", str(grid[1])).replace(
         "GRID_Z", str(grid[2])).replace("THREADS", str(threads)).replace("CALL", call)
-    with tempfile.TemporaryDirectory(prefix="tc-emul-") as d:
+    return build_and_run(text, arrays, ["g++"], "tc-emul-")
+
+
+#: the host runner's argument handling: argv holds (file, bytes) pairs, one per buffer, loaded 64-byte aligned
+#: into ``ptrs`` (the runners' ``LOAD_BUFFERS`` placeholder)
+LOAD_BUFFERS = """  std::vector<std::vector<unsigned char>> bufs;
+  std::vector<void*> ptrs;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::vector<unsigned char> data(std::atol(argv[i + 1]) + 64);
+    void* p = (void*)(((uintptr_t)data.data() + 63) & ~(uintptr_t)63);
+    FILE* f = std::fopen(argv[i], "rb");
+    if (f) { size_t n = std::fread(p, 1, std::atol(argv[i + 1]), f); (void)n; std::fclose(f); }
+    bufs.push_back(std::move(data));
+    ptrs.push_back(p);
+  }"""
+
+
+def build_and_run(text: str, arrays: list, cxx: list, prefix: str) -> list:
+    """Build the host program ``text`` (a runner whose ``LOAD_BUFFERS`` placeholder is filled here) with the
+    C++ compiler command ``cxx``, run it on ``arrays`` (each written to a file, read back after the run) and
+    return the arrays as the kernel left them."""
+    text = text.replace("LOAD_BUFFERS", LOAD_BUFFERS)
+    with tempfile.TemporaryDirectory(prefix=prefix) as d:
         d = Path(d)
         (d / "k.cpp").write_text(text)
-        proc = subprocess.run(["g++", "-std=c++20", "-O1", "-w", "-pthread", "-o", str(d / "k"), str(d / "k.cpp")],
+        proc = subprocess.run([*cxx, "-std=c++20", "-O1", "-w", "-pthread", "-o", str(d / "k"), str(d / "k.cpp")],
                               capture_output=True, text=True)
         if proc.returncode:
             raise RuntimeError("host build failed:\n" + proc.stderr[-4000:])
@@ -296,12 +308,7 @@ def run_on_host(kernel, arrays: list, tmp: Path | None = None) -> list:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
         if proc.returncode:
             raise RuntimeError(f"host run failed ({proc.returncode}): {proc.stderr[-2000:]}")
-        out = []
-        for k, a in enumerate(arrays):
-            b = np.fromfile(d / f"b{k}.bin", dtype=a.dtype).reshape(a.shape)
-            out.append(b)
-        assert n == len(out)
-        return out
+        return [np.fromfile(d / f"b{k}.bin", dtype=a.dtype).reshape(a.shape) for k, a in enumerate(arrays)]
 
 
 def _ctype(dt) -> str:

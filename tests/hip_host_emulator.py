@@ -27,11 +27,8 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
-import numpy as np
+from cuda_host_emulator import build_and_run  # the shared build / run / read-back
 
 SHIM = r"""
 #include <barrier>
@@ -181,16 +178,7 @@ inline void tc_wmma_16x16x16(float* c, const __bf16* a, const __bf16* b) { tc_wm
 RUNNER = r"""
 int main(int argc, char** argv) {
   const int gx = GRID_X, gy = GRID_Y, gz = GRID_Z, nthreads = THREADS;
-  std::vector<std::vector<unsigned char>> bufs;
-  std::vector<void*> ptrs;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::vector<unsigned char> data(std::atol(argv[i + 1]) + 64);
-    void* p = (void*)(((uintptr_t)data.data() + 63) & ~(uintptr_t)63);
-    FILE* f = std::fopen(argv[i], "rb");
-    if (f) { size_t n = std::fread(p, 1, std::atol(argv[i + 1]), f); (void)n; std::fclose(f); }
-    bufs.push_back(std::move(data));
-    ptrs.push_back(p);
-  }
+LOAD_BUFFERS
   int status = 0;
   for (int bz = 0; bz < gz; ++bz)
     for (int by = 0; by < gy; ++by)
@@ -246,22 +234,7 @@ def run_on_host(kernel, arrays: list) -> list:
     call = "tc_kernel(" + ", ".join(f"({_ctype(a.dtype)}*)ptrs[{k}]" for k, a in enumerate(arrays)) + ", &status)"
     text = host_source(src) + RUNNER.replace("GRID_X", str(grid[0])).replace("GRID_Y", str(grid[1])).replace(
         "GRID_Z", str(grid[2])).replace("THREADS", str(src.meta["threads"])).replace("CALL", call)
-    with tempfile.TemporaryDirectory(prefix="tc-hip-emul-") as d:
-        d = Path(d)
-        (d / "k.cpp").write_text(text)
-        proc = subprocess.run([compiler(), "-x", "c++", "-std=c++20", "-O1", "-w", "-pthread", "-o", str(d / "k"),
-                               str(d / "k.cpp")], capture_output=True, text=True)
-        if proc.returncode:
-            raise RuntimeError("host build failed:\n" + proc.stderr[-4000:])
-        argv = [str(d / "k")]
-        for k, a in enumerate(arrays):
-            p = d / f"b{k}.bin"
-            np.ascontiguousarray(a).tofile(p)
-            argv += [str(p), str(a.nbytes)]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-        if proc.returncode:
-            raise RuntimeError(f"host run failed ({proc.returncode}): {proc.stderr[-2000:]}")
-        return [np.fromfile(d / f"b{k}.bin", dtype=a.dtype).reshape(a.shape) for k, a in enumerate(arrays)]
+    return build_and_run(text, arrays, [compiler(), "-x", "c++"], "tc-hip-emul-")
 
 
 def _ctype(dt) -> str:
