@@ -67,6 +67,17 @@ def test_schema_is_one_file_behind_a_symlink():
     assert load_schema()["properties"]["schema"]["const"] == SCHEMA_ID
 
 
+def test_schema_is_a_valid_2020_12_schema():
+    """Checked here rather than in every process that reads a capability file (it cost a cold compile 34 ms)."""
+    import jsonschema
+
+    jsonschema.Draft202012Validator.check_schema(load_schema())
+    broken = load_schema()
+    broken["type"] = "no-such-type"
+    with pytest.raises(jsonschema.SchemaError):
+        jsonschema.Draft202012Validator.check_schema(broken)
+
+
 def test_every_in_tree_file_validates_and_resolves(tree):
     files = sorted(p for p in CAP_DIR.rglob("*.yaml") if p.name != "schema.yaml")
     assert len(files) == len(tree.ids()) >= 20

@@ -16,9 +16,9 @@ SCHEMA_ID = "tilecore.capabilities/v1"
 @functools.lru_cache(maxsize=1)
 def _schema() -> dict:
     text = resources.files(__package__).joinpath("schema.yaml").read_text(encoding="utf-8")
-    schema = yaml.safe_load(text)
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return schema
+    # the schema's own validity against the 2020-12 meta-schema is a test (tests/test_capabilities.py), not a
+    # cost of every process that reads a capability file
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def load_schema() -> dict:

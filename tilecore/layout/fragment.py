@@ -150,6 +150,52 @@ class FragmentLayout:
             out.append(c)
         return tuple(out)
 
+    # -- the same maps over every slot at once (numpy; lowerings that compare two layouts slot by slot) -----
+    def element_table(self):
+        """``table[thread, reg]`` = the coordinates of the element in that slot: an int array of shape
+        ``(threads, regs, ndim)`` (the vectorized :meth:`element`)."""
+        import numpy as np
+
+        self._no_opaque()
+        t = np.arange(self.threads, dtype=np.int64)[:, None]
+        r = np.arange(self.regs, dtype=np.int64)[None, :]
+        out = np.zeros((self.threads, self.regs, len(self.dims)), dtype=np.int64)
+        for k, ds in enumerate(self.dims):
+            place = 1
+            for d in ds:
+                out[:, :, k] += ((t if d.space == "thread" else r) // d.stride % d.extent) * place
+                place *= d.extent
+        return out
+
+    def locate_table(self, coords):
+        """The vectorized :meth:`locate` for an int array of coordinates (last axis = dimensions): the first
+        replica's thread and the register, two arrays of the leading shape. Replicas add
+        :meth:`replica_offsets` to the thread."""
+        import numpy as np
+
+        self._no_opaque()
+        coords = np.asarray(coords, dtype=np.int64)
+        if coords.shape[-1] != len(self.shape):
+            raise IndexError(f"{coords.shape[-1]}-D coordinates for the {len(self.shape)}-D fragment {self.shape}")
+        t = np.zeros(coords.shape[:-1], dtype=np.int64)
+        r = np.zeros(coords.shape[:-1], dtype=np.int64)
+        for k, (n, ds) in enumerate(zip(self.shape, self.dims)):
+            c = coords[..., k]
+            if c.size and (c.min() < 0 or c.max() >= n):
+                raise IndexError(f"coordinates outside the fragment's shape {self.shape}")
+            for d in ds:
+                c, v = np.divmod(c, d.extent)
+                if d.space == "thread":
+                    t += v * d.stride
+                else:
+                    r += v * d.stride
+        return t, r
+
+    def replica_offsets(self) -> tuple:
+        """What replicas add to the first replica's thread (``(0,)`` without replication)."""
+        return tuple(sorted(sum(v * d.stride for v, d in zip(vs, self.replicate))
+                            for vs in itertools.product(*(range(d.extent) for d in self.replicate))))
+
     def check(self) -> None:
         """Verify by enumeration that this layout is a bijection between its elements times the replication
         and the ``threads x regs`` slots (``ValueError`` naming the first collision otherwise)."""

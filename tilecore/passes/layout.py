@@ -225,25 +225,23 @@ _OWN_CACHE: dict = {}
 
 def _reg_map(D: FragmentLayout, F: FragmentLayout, perm) -> list | None:
     """For each register of ``D``, the register of ``F`` that holds the fragment element (indexed by
-    ``perm``) of the same thread: None where some thread does not hold it."""
+    ``perm``) of the same thread: None where some thread does not hold it.
+
+    Slot by slot over ``threads x regs`` (32768 slots for a 128x256 accumulator): done with numpy
+    tables, not per-slot calls (0.2 s of a cold compile before)."""
+    import numpy as np
+
     key = (D, F, perm)
     if key in _OWN_CACHE:
         return _OWN_CACHE[key]
-    out = []
-    ok = D.threads == F.threads and not F.opaque
-    for r in range(D.regs if ok else 0):
-        reg = None
-        for t in range(D.threads):
-            c = D.element(t, r)
-            ts, fr = F.locate(tuple(c[p] for p in perm))
-            if t not in ts or (reg is not None and fr != reg):
-                ok = False
-                break
-            reg = fr
-        if not ok:
-            break
-        out.append(reg)
-    res = out if ok else None
+    res = None
+    if D.threads == F.threads and not F.opaque:
+        coords = D.element_table()[:, :, list(perm)]          # (threads, regs, ndim) in F's dimensions
+        base, freg = F.locate_table(coords)                  # F's first replica's thread and register
+        held = np.isin(np.arange(D.threads)[:, None] - base, F.replica_offsets())
+        # every thread holds the element of each of its registers, in the same register of F
+        if held.all() and (freg == freg[:1]).all():
+            res = [int(x) for x in freg[0]] if D.threads else []
     _OWN_CACHE[key] = res
     return res
 
