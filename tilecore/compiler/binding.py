@@ -221,3 +221,83 @@ def _allocate(p: dict, shape: tuple, like_torch, kernel_name: str, device_type: 
     import numpy as np
 
     return (np.zeros if zero else np.empty)(shape, dtype=numpy_dtype(p["dtype"]))
+
+
+# -- the fast path ---------------------------------------------------------------------------------------
+
+def compile_binder(sig: dict, device_type: str):
+    """A binder specialized for one kernel's signature: ``f(args) -> Bound``, or None where the arguments
+    are anything but the common case (torch tensors of the right dtype, shape, device and layout, Python
+    numbers for scalars), so that :func:`bind` handles them and raises its errors.
+
+    Generated once per kernel as straight-line Python (the checks :func:`bind` makes, without its loops,
+    dictionaries and messages): 3 tensors bind in about 1.5 us instead of 12 us. Returns None when torch is
+    not importable (every call then takes :func:`bind`)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    params, out_idx = sig["params"], list(sig["out_idx"])
+    skip = set(out_idx) | {i for i, p in enumerate(params) if p.get("workspace")}
+    inputs = [i for i in range(len(params)) if i not in skip]
+    env: dict = {"_Tensor": torch.Tensor, "_Bound": Bound, "_empty": torch.empty, "_zeros": torch.zeros}
+    dev_check = {"cuda": "{a}.is_cuda", "cpu": "{a}.is_cpu"}.get(device_type, "{a}.device.type == %r" % device_type)
+    lines = ["def _bind(args):", f"    if len(args) != {len(inputs)}:", "        return None"]
+    if inputs:
+        lines.append(f"    {', '.join(f'a{i}' for i in inputs)}, = args")
+    syms: dict = {}   # symbol -> the Python expression holding it
+    value: dict = {}  # parameter index -> expression of its value
+    last_tensor = None
+    for i in inputs:
+        p, a = params[i], f"a{i}"
+        if p["kind"] == "buffer":
+            env[f"_d{i}"] = torch_dtype(p["dtype"])
+            lines += [f"    if type({a}) is not _Tensor or {a}.dtype is not _d{i} or not ({dev_check.format(a=a)}):",
+                      "        return None"]
+            if not any(isinstance(w, str) for w in p["shape"]):  # a static shape: one comparison
+                env[f"_s{i}"] = tuple(int(w) for w in p["shape"])
+                lines += [f"    if {a}.shape != _s{i} or not {a}.is_contiguous():", "        return None"]
+                value[i] = f"{a}.data_ptr()"
+                last_tensor = a
+                continue
+            lines += [f"    s{i} = {a}.shape", f"    if len(s{i}) != {len(p['shape'])}:", "        return None"]
+            for d, want in enumerate(p["shape"]):
+                if isinstance(want, str) and want not in syms:
+                    syms[want] = f"s{i}[{d}]"
+                else:
+                    ref = syms[want] if isinstance(want, str) else str(int(want))
+                    lines += [f"    if s{i}[{d}] != {ref}:", "        return None"]
+            lines += [f"    if not {a}.is_contiguous():", "        return None"]
+            value[i] = f"{a}.data_ptr()"
+            last_tensor = a
+        elif p["dtype"].startswith(("float", "bfloat")):
+            lines += [f"    if type({a}) is not float and type({a}) is not int:", "        return None"]
+            value[i] = f"float({a})"
+        else:
+            lines += [f"    if type({a}) is not int:", "        return None"]
+            value[i] = a
+    outs = []
+    for i in out_idx + sorted(skip - set(out_idx)):
+        p = params[i]
+        if last_tensor is None or any(isinstance(s, str) and s not in syms for s in p["shape"]):
+            return None  # outputs sized by what no input determines, or with no tensor to place them by: bind()
+        shape = ", ".join(syms[s] if isinstance(s, str) else str(int(s)) for s in p["shape"])
+        env[f"_d{i}"] = torch_dtype(p["dtype"])
+        alloc = "_zeros" if p.get("workspace") else "_empty"
+        lines.append(f"    o{i} = {alloc}(({shape}{',' if len(p['shape']) == 1 else ''}), dtype=_d{i}, "
+                     f"device={last_tensor}.device)")
+        value[i] = f"o{i}.data_ptr()"
+        if not p.get("workspace"):
+            outs.append(f"o{i}")
+    names = {p["name"]: i for i, p in enumerate(params)}
+    if any(n not in syms and names.get(n) not in value for n in list(sig["ints"]) + list(sig["floats"])):
+        return None
+    ints = [syms[n] if n in syms else value[names[n]] for n in sig["ints"]]
+    floats = [value[names[n]] for n in sig["floats"]]
+    bufs = [value[i] for i, p in enumerate(params) if p["kind"] == "buffer"]
+    keep = [f"a{i}" for i in inputs if params[i]["kind"] == "buffer"] + [f"o{i}" for i in sorted(skip)]
+    lines += ["    b = _Bound()", f"    b.buffers = [{', '.join(bufs)}]", f"    b.ints = [{', '.join(ints)}]",
+              f"    b.floats = [{', '.join(floats)}]", f"    b.outputs = [{', '.join(outs)}]",
+              f"    b.keep = [{', '.join(keep)}]", "    return b"]
+    exec("\n".join(lines), env)  # noqa: S102 - generated from the signature alone (names are not interpolated)
+    return env["_bind"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import CacheError
 from ..plugin import Source, get_registry
-from .binding import bind
+from .binding import bind, compile_binder
 
 EXPORT_FORMAT = 1
 
@@ -31,6 +31,7 @@ class JITKernel:
         self.func = func
         self._program = None
         self._runtime = None
+        self._launch = None   # (program.launch, the fast binder or None), made by the first call
         self.config = meta.get("config")
         self.latency = None
 
@@ -79,9 +80,15 @@ class JITKernel:
         return self._program
 
     def __call__(self, *args):
-        program = self._load()
-        b = bind(self.meta["signature"], args, self.name, self.runtime.tensor_device, self.backend.name)
-        program.launch(b.buffers, b.ints, b.floats)
+        fast = self._launch
+        if fast is None:
+            fast = self._launch = (self._load().launch,
+                                   compile_binder(self.meta["signature"], self.runtime.tensor_device))
+        launch, binder = fast
+        b = binder(args) if binder is not None else None
+        if b is None:  # anything but the common case: the general binder (and its errors)
+            b = bind(self.meta["signature"], args, self.name, self.runtime.tensor_device, self.backend.name)
+        launch(b.buffers, b.ints, b.floats)
         if not b.outputs:
             return None
         return b.outputs[0] if len(b.outputs) == 1 else b.outputs

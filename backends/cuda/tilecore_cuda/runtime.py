@@ -168,11 +168,20 @@ class CUDAProgram(Program):
         self.aligned = list(self.meta.get("aligned_args", ()))
         env = os.environ.get("TILECORE_DEVICE")
         self._env_device = int(env) if env is not None and env.isdigit() else None
+        self._cur_dev = None      # the device of the last launch (its function and status word are bound)
+        self._status_by_dev: dict = {}
+        self._has_asserts = bool(self.asserts)
+        # the per-launch queries, bound once (torch's private fast forms where this torch has them)
+        self._get_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+        self._get_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        # called without argtypes (a prototyped ctypes call converts each argument through from_param: 1.6 us
+        # instead of 0.8 us here); the grid and block sizes fit C ints, the pointers go as c_void_p
+        self._cuLaunchKernel = getattr(self.lib, "cuLaunchKernel", None) if self.lib is not None else None
 
     def _device(self) -> int:
-        torch = self.torch
-        dev = torch.cuda.current_device()
+        dev = self._get_device()
         if self._env_device is not None and dev != self._env_device:
+            torch = self.torch
             torch.cuda.set_device(self._env_device)
             dev = self._env_device
         return dev
@@ -211,66 +220,74 @@ class CUDAProgram(Program):
         self.funcs[dev] = (module, func)
         return self.funcs[dev]
 
-    def launch(self, buffers: list, ints: list, floats: list) -> None:
-        torch = self.torch
+    def _enter(self, dev: int) -> int:
+        """Make ``dev`` (or $TILECORE_DEVICE) the launch device: its function and status word, loaded once."""
         dev = self._device()
-        _, func = self._function(dev)
+        self._func = self._function(dev)[1]
+        state = self._status_by_dev.get(dev)
+        if state is None:
+            # word 0: the first failed assertion's code; from word 2, the int64 values it recorded
+            status = self.torch.zeros(STATUS_WORDS, dtype=self.torch.int32, device=f"cuda:{dev}")
+            state = self._status_by_dev[dev] = (status, status.data_ptr())
+        self.status, self._status_ptr = state
+        self._cur_dev = dev
+        return dev
+
+    def launch(self, buffers: list, ints: list, floats: list) -> None:
+        dev = self._get_device()
+        if dev != self._cur_dev:
+            dev = self._enter(dev)
         grid = self.grid_fn(ints)
         if grid[0] <= 0 or grid[1] <= 0 or grid[2] <= 0:
             return
-        if self.status is None or self.status.device.index != dev:
-            # word 0: the first failed assertion's code; from word 2, the int64 values it recorded
-            self.status = torch.zeros(STATUS_WORDS, dtype=torch.int32, device=f"cuda:{dev}")
         for i in self.aligned:
             if int(buffers[i]) % 16:
                 raise DeviceError(f"argument {i}: this kernel copies it with 16-byte cp.async and needs it 16-byte "
                                   f"aligned (address {int(buffers[i]):#x}); pass a fresh contiguous tensor")
-        slots = self._slots(len(buffers), len(ints), len(floats))
-        vals, params = slots
-        k = 0
-        for b in buffers:
-            vals[k].value = int(b)
-            k += 1
-        for i in ints:
-            vals[k].value = int(i)
-            k += 1
-        for f in floats:
-            vals[k].value = float(f)
-            k += 1
-        for m in self.tmaps:  # 128-byte descriptors: point the parameter at the cached one
-            params[k] = ctypes.addressof(self._tensor_map(m, int(buffers[m["arg"]]), ints))
-            k += 1
-        vals[k].value = self.status.data_ptr()
-        stream = ctypes.c_void_p(self._raw_stream(dev))
-        rc = self.lib.cuLaunchKernel(func, grid[0], grid[1], grid[2], self.threads, 1, 1, self.dyn_shared, stream,
-                                     params, None)
+        nb, ni = len(buffers), len(ints)
+        store, dbl, params = self._slots(nb, ni, len(floats))
+        store[:nb] = buffers  # addresses and integers: one int64 slot each, written in two calls
+        store[nb:nb + ni] = ints
+        store[nb + ni] = self._status_ptr
+        if floats:
+            dbl[:] = [float(f) for f in floats]
+        if self.tmaps:  # 128-byte descriptors: point the parameters at the cached ones
+            k = nb + ni + len(floats)
+            for j, m in enumerate(self.tmaps):
+                params[k + j] = ctypes.addressof(self._tensor_map(m, int(buffers[m["arg"]]), ints))
+        rc = self._cuLaunchKernel(self._func, grid[0], grid[1], grid[2], self.threads, 1, 1, self.dyn_shared,
+                                  ctypes.c_void_p(self._raw_stream(dev)), params, None)
         if rc != 0:
             raise DeviceError(f"cuLaunchKernel failed: {_err(self.lib, rc)} (grid {grid}, {self.threads} threads, "
                               f"{self.dyn_shared} bytes of dynamic shared memory)")
-        if self.asserts:
+        if self._has_asserts:
             code = int(self.status[0].item())  # synchronizes: only kernels with device asserts pay for it
             if code:
-                values = self.status[2:].view(torch.int64).tolist()
+                values = self.status[2:].view(self.torch.int64).tolist()
                 self.status.zero_()
                 raise self.asserts.failure(code, values)
 
     def _slots(self, nb: int, ni: int, nf: int):
-        """The launch's argument storage and parameter array, made once per argument count and reused: a
-        launch only writes the values (no ctypes objects are built per call)."""
+        """The launch's argument storage (one int64 array for addresses, integers and the status word; one
+        double array) and the parameter array pointing into it, made once per argument count: a launch
+        writes the values with two slice assignments and builds no ctypes objects."""
         key = (nb, ni, nf)
         hit = self._slot_cache.get(key)
         if hit is None:
-            vals = ([ctypes.c_void_p() for _ in range(nb)] + [ctypes.c_longlong() for _ in range(ni)]
-                    + [ctypes.c_double() for _ in range(nf)] + [None] * len(self.tmaps) + [ctypes.c_void_p()])
-            params = (ctypes.c_void_p * len(vals))()
-            for k, v in enumerate(vals):
-                if v is not None:
-                    params[k] = ctypes.addressof(v)
-            hit = self._slot_cache[key] = (vals, params)
+            store = (ctypes.c_int64 * (nb + ni + 1))()
+            dbl = (ctypes.c_double * max(nf, 1))()
+            params = (ctypes.c_void_p * (nb + ni + nf + len(self.tmaps) + 1))()
+            base, fbase, w = ctypes.addressof(store), ctypes.addressof(dbl), 8
+            for k in range(nb + ni):
+                params[k] = base + w * k
+            for j in range(nf):
+                params[nb + ni + j] = fbase + w * j
+            params[nb + ni + nf + len(self.tmaps)] = base + w * (nb + ni)  # the status word's address
+            hit = self._slot_cache[key] = (store, dbl, params)
         return hit
 
     def _raw_stream(self, dev: int) -> int:
-        raw = getattr(self.torch._C, "_cuda_getCurrentRawStream", None)
+        raw = self._get_stream
         return raw(dev) if raw is not None else self.torch.cuda.current_stream(dev).cuda_stream
 
     def _tensor_map(self, m: dict, ptr: int, ints: list):
