@@ -200,15 +200,17 @@ class AutoTuner:
 
         results = []
         errors = []
-        with concurrent.futures.ThreadPoolExecutor(self.max_workers) as pool:
-            futures = {pool.submit(build, c): i for i, c in enumerate(cfgs)}
-            kernels = [None] * len(cfgs)
-            for fut in concurrent.futures.as_completed(futures):
-                i = futures[fut]
-                try:
-                    kernels[i] = fut.result()
-                except TilecoreError as e:
-                    errors.append((cfgs[i], e))
+        kernels = self._compile_in_processes(args, kwargs, cfgs, errors)
+        if kernels is None:  # threads: the front end holds the GIL, the vendor compilers may not
+            with concurrent.futures.ThreadPoolExecutor(self.max_workers) as pool:
+                futures = {pool.submit(build, c): i for i, c in enumerate(cfgs)}
+                kernels = [None] * len(cfgs)
+                for fut in concurrent.futures.as_completed(futures):
+                    i = futures[fut]
+                    try:
+                        kernels[i] = fut.result()
+                    except TilecoreError as e:
+                        errors.append((cfgs[i], e))
         for cfg, k in zip(cfgs, kernels):
             if k is None:
                 continue
@@ -228,6 +230,47 @@ class AutoTuner:
         kernel.config, kernel.latency = cfg, ms
         return kernel
 
+    def _compile_in_processes(self, args, kwargs, cfgs, errors):
+        """Compile every config in forked worker processes (the whole pipeline, front end included, runs in
+        parallel; threads share one GIL); None where that does not apply (one config, one worker, an eager
+        kernel, no ``fork`` on this platform, or ``TILECORE_AUTOTUNE_PROCESSES=0``), so threads compile.
+
+        The target is resolved here, before forking, so that no worker asks a device anything; workers
+        only lower and build, and send back the kernel's metadata and binary (and write the disk cache)."""
+        import multiprocessing
+
+        workers = min(self.max_workers, len(cfgs))
+        if (self.eager or workers < 2 or os.environ.get("TILECORE_AUTOTUNE_PROCESSES", "1") == "0"
+                or "fork" not in multiprocessing.get_all_start_methods()):
+            return None
+        from ..compiler import JITKernel, resolve_auto
+        from ..plugin import get_registry
+
+        jit = self.jit_fn
+        backend, target = get_registry().resolve(resolve_auto(jit.target))
+        global _FORK_JOB
+        _FORK_JOB = (jit.factory, args, kwargs, cfgs, target, jit.out_idx, jit.pass_configs)
+        kernels = [None] * len(cfgs)
+        try:
+            import warnings
+
+            with warnings.catch_warnings():  # fork() in a process with threads (torch's): workers only compile
+                warnings.simplefilter("ignore", DeprecationWarning)
+                ctx = multiprocessing.get_context("fork")
+                with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+                    outcomes = list(pool.map(_fork_compile, range(len(cfgs))))
+        except (OSError, concurrent.futures.process.BrokenProcessPool):
+            return None  # no processes here (a sandbox, a crashed worker): compile with threads instead
+        finally:
+            _FORK_JOB = None
+        for i, (ok, a, b) in enumerate(outcomes):
+            if ok:
+                kernels[i] = JITKernel(a, b, backend, target)
+                jit._kernels[jit._key(args, {**kwargs, **cfgs[i]})] = kernels[i]
+            else:
+                errors.append((cfgs[i], _error(a, b)))
+        return kernels
+
     def _bench_inputs(self, kernel, args, kwargs):
         """set_autotune_inputs' tensors, else an eager kernel's own tensor arguments, else None (random)."""
         given = get_autotune_inputs()
@@ -246,6 +289,38 @@ class AutotuneResult:
 
     def __init__(self, latency, config, kernel):
         self.latency, self.config, self.kernel = latency, config, kernel
+
+
+#: what the forked compile workers run: (factory, args, kwargs, configs, target, out_idx, pass_configs)
+_FORK_JOB = None
+
+
+def _fork_compile(i: int):
+    """One config's compile in a forked worker: ``(True, meta, binary)`` or ``(False, error class, message)``."""
+    from ..compiler import compile as compile_func
+    from ..ir import PrimFunc
+
+    factory, args, kwargs, cfgs, target, out_idx, pass_configs = _FORK_JOB
+    try:
+        func = factory(*args, **{**kwargs, **cfgs[i]})
+        if not isinstance(func, PrimFunc):
+            raise CompileError(f"@tilecore.jit factory {factory.__name__} must return a @T.prim_func, got "
+                               f"{type(func).__name__}")
+        k = compile_func(func, target=target, out_idx=out_idx, pass_configs=pass_configs)
+        return True, {key: v for key, v in k.meta.items()}, k.binary
+    except TilecoreError as e:
+        return False, type(e).__name__, str(e)
+
+
+def _error(cls_name: str, message: str) -> TilecoreError:
+    """A worker's error, as the class it raised where that class takes a message alone."""
+    from .. import errors as errs
+
+    cls = getattr(errs, cls_name, None)
+    try:
+        return cls(message) if isinstance(cls, type) and issubclass(cls, TilecoreError) else CompileError(message)
+    except TypeError:
+        return CompileError(message)
 
 
 def autotune(configs=None, warmup: int = 25, rep: int = 100, timeout=None, **kwargs):

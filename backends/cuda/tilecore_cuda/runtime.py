@@ -260,8 +260,10 @@ class CUDAProgram(Program):
         if rc != 0:
             raise DeviceError(f"cuLaunchKernel failed: {_err(self.lib, rc)} (grid {grid}, {self.threads} threads, "
                               f"{self.dyn_shared} bytes of dynamic shared memory)")
-        if self._has_asserts:
-            code = int(self.status[0].item())  # synchronizes: only kernels with device asserts pay for it
+        if self._has_asserts and not self.torch.cuda.is_current_stream_capturing():
+            # synchronizes: only kernels with device asserts pay for it. Inside a CUDA graph capture nothing may
+            # synchronize: the status word keeps the code, and the next launch outside a capture reports it
+            code = int(self.status[0].item())
             if code:
                 values = self.status[2:].view(self.torch.int64).tolist()
                 self.status.zero_()

@@ -1,0 +1,146 @@
+"""Host-side costs of the CUDA backend, each against its reference in the same run (issue 17's host rows):
+
+    python benchmarks/host_costs.py [--target cuda] [--launches 5000]
+
+- host time per launch of a small 3-tensor kernel (a 4096-element add, ``kernel(x, y, z)``) against
+  ``torch.add(x, y, out=z)``: wall time of back-to-back calls, the GPU work being smaller than the host's;
+- the same launch captured in a CUDA graph and replayed (``kernel`` inside ``torch.cuda.graph``);
+- cold compile of the WGMMA GEMM (128x256x64, 4 stages) in a fresh process, torch already imported, no
+  cache, split into NVRTC and the rest;
+- ``@tilecore.autotune`` compiling 8 GEMM configs with worker threads against worker processes, each in a
+  fresh process with an empty cache (1024^3, warmup=1, rep=1: the timing of the 8 kernels is noise).
+
+Without a GPU it prints the compile rows only (NVRTC compiles for the target without one) and exits 3.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+NO_GPU_EXIT = 3
+
+COLD = """
+import sys, time
+sys.path.insert(0, {here!r})
+import torch, tilecore
+import tilecore_cuda.compiler as cc
+from cuda_gemm import matmul
+orig, spent = cc.build_nvrtc, [0.0]
+def timed(*a, **k):
+    t = time.perf_counter(); r = orig(*a, **k); spent[0] += time.perf_counter() - t; return r
+cc.build_nvrtc = timed
+f = matmul(4096, 4096, 4096, 128, 256, 64, 256, 4)
+t = time.perf_counter()
+tilecore.compile(f, target={target!r}, pass_configs={{'tilecore.disable_cache': True}})
+total = time.perf_counter() - t
+print(total, spent[0])
+"""
+
+TUNE = """
+import sys, time
+sys.path.insert(0, {here!r})
+import torch, tilecore
+import tilecore.language as T
+from cuda_gemm import matmul
+CONFIGS = [dict(bm=bm, bn=bn, bk=bk, st=st) for bm in (64, 128) for bn in (64, 128) for bk in (32, 64) for st in (3,)]
+
+@tilecore.autotune(configs=CONFIGS, warmup=1, rep=1, verbose=False)
+@tilecore.jit(target={target!r})
+def gemm(n, bm=64, bn=64, bk=32, st=3):
+    return matmul(n, n, n, bm, bn, bk, 128, st)
+
+t = time.perf_counter()
+gemm(1024)
+print(time.perf_counter() - t)
+"""
+
+
+def fresh(code: str, env: dict | None = None) -> list:
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.strip()[-600:])
+    # the numbers of the last line (NVRTC has been seen to write a NUL byte to stdout)
+    return [float(x) for x in re.findall(r"[0-9.]+(?:e-?[0-9]+)?", proc.stdout.strip().splitlines()[-1])]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", default="cuda")
+    ap.add_argument("--launches", type=int, default=5000)
+    args = ap.parse_args()
+    sys.path.insert(0, str(HERE))
+    from cuda_gemm import has_gpu, vadd
+
+    ok, why = has_gpu()
+    target = args.target if ok else "cuda:sm_90a"
+    rows = []
+    total, nvrtc = fresh(COLD.format(here=str(HERE), target=target))
+    rows.append(("cold compile, WGMMA GEMM 128x256x64, fresh process (torch imported)", f"{total:.2f} s",
+                 f"NVRTC {nvrtc:.2f} s + tilecore {total - nvrtc:.2f} s"))
+    times = {}
+    for mode in (("0", "1") if ok else ()):  # autotune times its kernels: a GPU is needed
+        with tempfile.TemporaryDirectory() as cache:
+            times[mode] = fresh(TUNE.format(here=str(HERE), target=target),
+                                {"TILECORE_CACHE_DIR": cache, "TILECORE_AUTOTUNE_PROCESSES": mode})[0]
+    if ok:
+        rows.append((f"@tilecore.autotune, 8 GEMM configs, {os.cpu_count()} CPUs: worker processes", f"{times['1']:.2f} s",
+                     f"worker threads {times['0']:.2f} s ({times['0'] / times['1']:.1f}x)"))
+        import torch
+
+        import tilecore
+
+        n = 1 << 12
+        x, y, z = (torch.randn(n, device="cuda") for _ in range(3))
+        k = tilecore.compile(vadd(n), target=target)
+
+        def host_us(fn):
+            for _ in range(200):
+                fn()
+            torch.cuda.synchronize()
+            best = float("inf")
+            for _ in range(3):
+                t0 = time.perf_counter()
+                for _ in range(args.launches):
+                    fn()
+                best = min(best, (time.perf_counter() - t0) / args.launches * 1e6)
+                torch.cuda.synchronize()
+            return best
+
+        ours, theirs = host_us(lambda: k(x, y, z)), host_us(lambda: torch.add(x, y, out=z))
+        rows.append(("host time per launch, 3-tensor add (4096 elements)", f"{ours:.1f} us",
+                     f"torch.add {theirs:.1f} us ({theirs / ours:.2f}x)"))
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            k(x, y, z)  # warm-up on the capture stream
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(g):
+            for _ in range(100):
+                k(x, y, z)
+        x.copy_(torch.randn(n, device="cuda"))
+        g.replay()
+        torch.cuda.synchronize()
+        right = bool(torch.equal(z, x + y))
+        per = host_us(g.replay) / 100
+        rows.append(("the same launch, 100 per CUDA graph replay", f"{per:.2f} us", f"result right: {right}"))
+    print("| measure | tilecore | reference, same run |")
+    print("|---|---|---|")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]} | {r[2]} |")
+    if not ok:
+        print(f"no GPU: {why}; launch rows skipped", file=sys.stderr)
+        return NO_GPU_EXIT
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
