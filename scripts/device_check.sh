@@ -10,7 +10,9 @@ for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] && export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
 python3 -m tilecore targets list 2>&1 | tee -a "$OUT/device.txt"
-step() { local name=$1; shift; local t0=$SECONDS; "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+# STEPS="device-tests host ..." runs only the steps named (all when unset)
+want() { [ -z "${STEPS:-}" ] || [[ " $STEPS " == *" $1 "* ]]; }
+step() { local name=$1; shift; want "$name" || return 0; local t0=$SECONDS; "$@" > "$OUT/$name.log" 2>&1; local rc=$?
          echo "$name: rc=$rc in $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"; tail -n 15 "$OUT/$name.log"; }
 step conformance-cuda python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda
 step conformance-webgpu python3 -m tilecore conformance run --target webgpu -n 4 --report /tmp/rep/webgpu
@@ -22,6 +24,7 @@ step attention python3 benchmarks/cuda_attention.py --rep 3
 step attention-fast python3 benchmarks/cuda_attention.py --rep 3 --fast-math
 step offpath python3 benchmarks/cuda_offpath.py --rep 20
 step matrix-unit python3 benchmarks/matrix_unit_gemm.py
+step host python3 benchmarks/host_costs.py --profile-compile
 step corpus env TILECORE_CORPUS_DEVICE=cuda:sm_90a python3 -m pytest -q -n 8 -p no:cacheprovider \
      tests/test_tilelang_corpus.py -k test_device -rxXf
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
@@ -29,6 +32,7 @@ if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \
       .whl_before/*.whl .whl/[!t]*.whl
   export PYTHONPATH=/tmp/site_before
+  step before-host python3 benchmarks/host_costs.py
   step before-offpath python3 benchmarks/cuda_offpath.py --rep 20
   step before-gemm python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8
   step before-attention python3 benchmarks/cuda_attention.py --rep 3
