@@ -69,6 +69,54 @@ def vadd(n, blk=256, dtype="float32"):
     return add
 
 
+def triton_matmul():
+    """A plain Triton GEMM (the tutorial's blocked kernel with grouped ordering and a few autotuned
+    configs), as a peer column: ``f(a, b, c)`` writes ``a @ b`` into ``c``. None without Triton."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    cfgs = [triton.Config({"BM": bm, "BN": bn, "BK": bk, "G": 8}, num_stages=st, num_warps=w)
+            for bm, bn, bk, st, w in ((128, 256, 64, 3, 8), (128, 128, 64, 4, 4), (64, 128, 64, 4, 4),
+                                      (128, 128, 32, 4, 4), (64, 64, 64, 4, 4), (16, 128, 128, 4, 4))]
+
+    @triton.autotune(configs=cfgs, key=["M", "N", "K"])
+    @triton.jit
+    def kernel(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr,
+               BK: tl.constexpr, G: tl.constexpr):
+        pid = tl.program_id(0)
+        npm, npn = tl.cdiv(M, BM), tl.cdiv(N, BN)
+        group = pid // (G * npn)
+        first = group * G
+        size = min(npm - first, G)
+        pm = first + (pid % (G * npn)) % size
+        pn = (pid % (G * npn)) // size
+        rm = pm * BM + tl.arange(0, BM)
+        rn = pn * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        pa = a + rm[:, None] * sam + rk[None, :] * sak
+        pb = b + rk[:, None] * sbk + rn[None, :] * sbn
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k0 in range(0, tl.cdiv(K, BK)):
+            x = tl.load(pa, mask=(rm[:, None] < M) & (rk[None, :] < K - k0 * BK), other=0.0)
+            y = tl.load(pb, mask=(rk[:, None] < K - k0 * BK) & (rn[None, :] < N), other=0.0)
+            acc = tl.dot(x, y, acc)
+            pa += BK * sak
+            pb += BK * sbk
+        pc = c + rm[:, None] * scm + rn[None, :] * scn
+        tl.store(pc, acc.to(c.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+    def run(a, b, c):
+        M, K = a.shape
+        N = b.shape[1]
+        grid = lambda meta: (triton.cdiv(M, meta["BM"]) * triton.cdiv(N, meta["BN"]),)  # noqa: E731
+        kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+
+    return run
+
+
 def has_gpu() -> tuple[bool, str]:
     try:
         import torch
@@ -176,7 +224,10 @@ def compile_times(target: str) -> tuple[float, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="4096,8192")
+    ap.add_argument("--sizes", default="4096,8192", help="square sizes M=N=K")
+    ap.add_argument("--shapes", default="", help="more shapes, MxNxK,... (e.g. the LLM set "
+                    "4096x4096x14336,4096x14336x4096,128x4096x4096,16x8192x8192)")
+    ap.add_argument("--triton", action="store_true", help="add a plain Triton GEMM column (same run)")
     ap.add_argument("--dtypes", default="float16,bfloat16")
     ap.add_argument("--rep", type=int, default=20)
     ap.add_argument("--target", default="cuda")
@@ -208,23 +259,27 @@ def main() -> int:
     print(f"device: {dev}; torch {torch.__version__}; tilecore {tilecore.__version__}; target {args.target}")
     rows = []
     cfgs = _pass_configs(args)
+    shapes = [(n, n, n) for n in (int(x) for x in args.sizes.split(",") if x)]
+    shapes += [tuple(int(v) for v in x.split("x")) for x in args.shapes.split(",") if x]
+    triton_mm = triton_matmul() if args.triton else None
     for dtype in args.dtypes.split(","):
         tdt = getattr(torch, dtype)
-        for n in (int(s) for s in args.sizes.split(",")):
-            a = torch.randn(n, n, device="cuda").to(tdt)
-            b = torch.randn(n, n, device="cuda").to(tdt)
-            c = torch.empty(n, n, device="cuda", dtype=tdt)
-            flops = 2.0 * n * n * n
+        for m, n, kk in shapes:
+            a = torch.randn(m, kk, device="cuda").to(tdt)
+            b = torch.randn(kk, n, device="cuda").to(tdt)
+            c = torch.empty(m, n, device="cuda", dtype=tdt)
+            flops = 2.0 * m * n * kk
+            name = f"{m}^3" if m == n == kk else f"{m}x{n}x{kk}"
             best = None
             for cfg in configs:
                 try:
-                    k = tilecore.compile(matmul(n, n, n, *cfg, dtype=dtype), target=args.target, pass_configs=cfgs)
+                    k = tilecore.compile(matmul(m, n, kk, *cfg, dtype=dtype), target=args.target, pass_configs=cfgs)
                     ms = event_ms(lambda: k(a, b, c), args.rep)
                 except Exception as e:  # noqa: BLE001 - a config that does not fit is skipped, said so
-                    print(f"  {dtype} {n}^3 config {cfg}: skipped ({type(e).__name__}: {str(e)[:120]})")
+                    print(f"  {dtype} {name} config {cfg}: skipped ({type(e).__name__}: {str(e)[:120]})")
                     continue
                 tf = flops / ms / 1e9
-                print(f"  {dtype} {n}^3 config {cfg}: {ms:.3f} ms, {tf:.1f} TFLOP/s")
+                print(f"  {dtype} {name} config {cfg}: {ms:.3f} ms, {tf:.1f} TFLOP/s")
                 if args.check:
                     ref = torch.matmul(a, b)
                     err = (c.float() - ref.float()).abs().max().item()
@@ -233,20 +288,32 @@ def main() -> int:
                     best = (tf, cfg)
             ms_t = event_ms(lambda: torch.matmul(a, b, out=c), args.rep)
             tf_t = flops / ms_t / 1e9
-            rows.append((dtype, n, best, tf_t))
+            tf_tr = float("nan")
+            if triton_mm is not None:
+                try:
+                    ms_tr = event_ms(lambda: triton_mm(a, b, c), args.rep)
+                    tf_tr = flops / ms_tr / 1e9
+                except Exception as e:  # noqa: BLE001
+                    print(f"  triton {dtype} {name}: failed ({type(e).__name__}: {str(e)[:120]})")
+            rows.append((dtype, name, best, tf_t, tf_tr))
             del a, b, c
             torch.cuda.empty_cache()
     if args.fp8 and not args.no_wgmma:  # fp8 has no mma.sync path here
         rows.append(fp8_row(torch, args))
 
     print()
-    print("| dtype | M=N=K | tilecore TFLOP/s | best config (bM,bN,bK,threads,stages[,panel]) | torch TFLOP/s | ratio |")
-    print("|---|---|---|---|---|---|")
-    for dtype, n, best, tf_t in rows:
+    print("| dtype | shape | tilecore TFLOP/s | best config (bM,bN,bK,threads,stages[,panel]) | torch (cuBLAS) TFLOP/s "
+          "| ratio | Triton TFLOP/s | ratio to Triton |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        dtype, n, best, tf_t = row[:4]
+        tf_tr = row[4] if len(row) > 4 else float("nan")
+        tr = "-" if tf_tr != tf_tr else f"{tf_tr:.1f}"
         if best is None:
-            print(f"| {dtype} | {n} | - | (no config compiled) | {tf_t:.1f} | - |")
+            print(f"| {dtype} | {n} | - | (no config compiled) | {tf_t:.1f} | - | {tr} | - |")
         else:
-            print(f"| {dtype} | {n} | {best[0]:.1f} | {best[1]} | {tf_t:.1f} | {best[0] / tf_t:.2f}x |")
+            vs = "-" if tf_tr != tf_tr else f"{best[0] / tf_tr:.2f}x"
+            print(f"| {dtype} | {n} | {best[0]:.1f} | {best[1]} | {tf_t:.1f} | {best[0] / tf_t:.2f}x | {tr} | {vs} |")
 
     # compile and launch costs
     cold, _, _ = compile_times(args.target)

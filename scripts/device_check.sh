@@ -19,9 +19,12 @@ step conformance-webgpu python3 -m tilecore conformance run --target webgpu -n 4
 step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_backend.py tests/test_cuda_tensor_cores.py \
      tests/test_cuda_hopper.py tests/test_guards.py tests/test_regressions.py tests/test_layout_inference.py \
      tests/test_pipeline_planner.py tests/test_matrix_gemm.py tests/test_cuda_units.py
-step gemm python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8
+step gemm python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
+     --shapes "${GEMM_SHAPES:-4096x4096x14336,4096x14336x4096,128x4096x4096,16x8192x8192}"
 step attention python3 benchmarks/cuda_attention.py --rep 3
 step attention-fast python3 benchmarks/cuda_attention.py --rep 3 --fast-math
+step attention-d64 python3 benchmarks/cuda_attention.py --rep 3 --dim 64
+step attention-d256 python3 benchmarks/cuda_attention.py --rep 3 --dim 256
 step offpath python3 benchmarks/cuda_offpath.py --rep 20
 step matrix-unit python3 benchmarks/matrix_unit_gemm.py
 step host python3 benchmarks/host_costs.py --profile-compile
