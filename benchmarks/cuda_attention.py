@@ -102,8 +102,12 @@ def main() -> int:
             threads, stages = (rest + [128, 2][len(rest):])[:2]
             cfg = cfg + (" fast-math" if fast else "")
             t0 = time.perf_counter()
-            kern = flash_fwd(b, h, s, d, causal, bm, bn, threads=threads, stages=stages, fast=fast,
-                             wgmma=not args.no_wgmma)
+            try:
+                kern = flash_fwd(b, h, s, d, causal, bm, bn, threads=threads, stages=stages, fast=fast,
+                                 wgmma=not args.no_wgmma)
+            except tilecore.errors.TilecoreError as e:  # e.g. tiles that do not fit on chip at d256: said, skipped
+                print(f"causal={causal} {cfg}: skipped ({type(e).__name__}: {str(e)[:160]})", file=sys.stderr)
+                continue
             compile_s = time.perf_counter() - t0
             out = kern(q, k, v)
             errs.append(float((out.float() - ref).abs().max()))
