@@ -26,6 +26,8 @@ NO_GPU_EXIT = 3
 # A sixth number is T.use_swizzle's panel size (block rasterization for L2 reuse; 0 = off).
 CONFIGS = [(128, 256, 64, 256, 3, 8), (128, 256, 64, 256, 3), (128, 256, 64, 256, 4, 8), (128, 128, 64, 256, 5, 8),
            (128, 64, 64, 128, 3)]
+# for shapes with few rows (M <= 256): 64-row tiles (one consumer warpgroup) give more blocks to fill the SMs
+SMALL_M_CONFIGS = [(64, 64, 64, 128, 4), (64, 128, 64, 128, 4), (64, 256, 64, 128, 3)]
 FP8_CONFIGS = [(128, 256, 128, 256, 3, 8), (128, 256, 128, 256, 3), (128, 256, 128, 256, 4, 8)]
 
 
@@ -271,7 +273,7 @@ def main() -> int:
             flops = 2.0 * m * n * kk
             name = f"{m}^3" if m == n == kk else f"{m}x{n}x{kk}"
             best = None
-            for cfg in configs:
+            for cfg in configs + (SMALL_M_CONFIGS if m <= 256 and not args.configs else []):
                 try:
                     k = tilecore.compile(matmul(m, n, kk, *cfg, dtype=dtype), target=args.target, pass_configs=cfgs)
                     ms = event_ms(lambda: k(a, b, c), args.rep)
