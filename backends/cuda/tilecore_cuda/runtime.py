@@ -171,6 +171,9 @@ class CUDAProgram(Program):
         self._cur_dev = None      # the device of the last launch (its function and status word are bound)
         self._status_by_dev: dict = {}
         self._has_asserts = bool(self.asserts)
+        self._last_slots = None
+        grid = self.grid_fn([0] * 64) if all(str(g).strip().isdigit() for g in self.meta.get("grid", ["1"] * 3)) else None
+        self._grid = grid  # a grid of constants: computed once, not per launch
         # the per-launch queries, bound once (torch's private fast forms where this torch has them)
         self._get_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
         self._get_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -237,26 +240,31 @@ class CUDAProgram(Program):
         dev = self._get_device()
         if dev != self._cur_dev:
             dev = self._enter(dev)
-        grid = self.grid_fn(ints)
+        grid = self._grid or self.grid_fn(ints)
         if grid[0] <= 0 or grid[1] <= 0 or grid[2] <= 0:
             return
         for i in self.aligned:
             if int(buffers[i]) % 16:
                 raise DeviceError(f"argument {i}: this kernel copies it with 16-byte cp.async and needs it 16-byte "
                                   f"aligned (address {int(buffers[i]):#x}); pass a fresh contiguous tensor")
-        nb, ni = len(buffers), len(ints)
-        store, dbl, params = self._slots(nb, ni, len(floats))
+        nb, ni, nf = len(buffers), len(ints), len(floats)
+        last = self._last_slots  # a kernel's signature fixes the counts: the same slots every launch
+        if last is None or last[0] != nb or last[1] != ni or last[2] != nf:
+            last = self._last_slots = (nb, ni, nf) + self._slots(nb, ni, nf)
+        _, _, _, store, dbl, params = last
         store[:nb] = buffers  # addresses and integers: one int64 slot each, written in two calls
         store[nb:nb + ni] = ints
         store[nb + ni] = self._status_ptr
-        if floats:
+        if nf:
             dbl[:] = [float(f) for f in floats]
         if self.tmaps:  # 128-byte descriptors: point the parameters at the cached ones
             k = nb + ni + len(floats)
             for j, m in enumerate(self.tmaps):
                 params[k + j] = ctypes.addressof(self._tensor_map(m, int(buffers[m["arg"]]), ints))
+        raw = self._get_stream
+        stream = raw(dev) if raw is not None else self._raw_stream(dev)
         rc = self._cuLaunchKernel(self._func, grid[0], grid[1], grid[2], self.threads, 1, 1, self.dyn_shared,
-                                  ctypes.c_void_p(self._raw_stream(dev)), params, None)
+                                  ctypes.c_void_p(stream), params, None)
         if rc != 0:
             raise DeviceError(f"cuLaunchKernel failed: {_err(self.lib, rc)} (grid {grid}, {self.threads} threads, "
                               f"{self.dyn_shared} bytes of dynamic shared memory)")
