@@ -363,3 +363,23 @@ def test_overlay_records_probe_provenance(tree):
     assert tree.resolve("webgpu/baseline").dtype("float16") is False   # registry untouched
     with pytest.raises(CapabilityError, match="schema"):
         tree.overlay("webgpu/baseline", {"memory.shared.max_bytes_per_block": "big"})
+
+
+def test_valid_documents_are_remembered_so_later_processes_skip_jsonschema(tmp_path):
+    """A process that reads only documents validated before (same schema, same content) does not import
+    jsonschema; an invalid document is validated, and reported, every time."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from tilecore.plugin import get_registry, profile_for; "
+            "profile_for(get_registry().resolve('cpu')[1]); print('jsonschema' in sys.modules)")
+    env = {**os.environ, "TILECORE_CACHE_DIR": str(tmp_path / "cache")}
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True) for _ in range(2)]
+    assert [r.stdout.strip() for r in runs] == ["True", "False"], [r.stderr[-400:] for r in runs]
+    assert (tmp_path / "cache" / "capabilities-valid.txt").stat().st_mode & 0o077 == 0
+
+    from tilecore.capabilities import validate_document
+
+    bad = {"schema": SCHEMA_ID, "id": "x/y", "execution": {"simd_width": "wide"}}
+    for _ in range(2):
+        assert any("simd_width" in e for e in validate_document(bad, "bad.yaml"))

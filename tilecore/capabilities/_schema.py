@@ -4,21 +4,30 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
+import json
+import os
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import yaml
+
+if TYPE_CHECKING:
+    import jsonschema
 
 SCHEMA_ID = "tilecore.capabilities/v1"
 
 
 @functools.lru_cache(maxsize=1)
+def _schema_text() -> str:
+    return resources.files(__package__).joinpath("schema.yaml").read_text(encoding="utf-8")
+
+
+@functools.lru_cache(maxsize=1)
 def _schema() -> dict:
-    text = resources.files(__package__).joinpath("schema.yaml").read_text(encoding="utf-8")
     # the schema's own validity against the 2020-12 meta-schema is a test (tests/test_capabilities.py), not a
     # cost of every process that reads a capability file
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return yaml.load(_schema_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def load_schema() -> dict:
@@ -28,7 +37,63 @@ def load_schema() -> dict:
 
 @functools.lru_cache(maxsize=1)
 def _validator() -> jsonschema.Draft202012Validator:
+    import jsonschema
+
     return jsonschema.Draft202012Validator(_schema())
+
+
+# -- documents already found valid ------------------------------------------------------------------------
+# Every process that reads capability files (`tilecore targets list`, every compile) validated each one
+# against the schema: importing jsonschema and validating 20 documents cost 0.1-0.2 s per process. A document
+# that validated once is remembered by the sha256 of (schema, document) in the user's cache directory (the
+# kernel cache's, with its ownership and permission checks), so later processes skip both. Only valid
+# documents are remembered: an edited or invalid file is validated, and its errors reported, every time.
+_MEMO_NAME = "capabilities-valid.txt"
+_MEMO_MAX = 4096  # lines; past this the file starts over
+
+
+def _memo_key(doc: dict) -> str | None:
+    try:
+        body = json.dumps(doc, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return None
+    return hashlib.sha256((_schema_text() + "\0" + body).encode()).hexdigest()
+
+
+def _memo_path(create: bool = False):
+    from ..compiler import cache  # the cache directory's rules (ownership, permissions, TILECORE_CACHE_DIR)
+
+    if not cache.enabled():
+        return None
+    root, problem = cache.check_root(create=create)
+    return None if problem or not root.is_dir() else root / _MEMO_NAME
+
+
+@functools.lru_cache(maxsize=1)
+def _memo() -> set:
+    path = _memo_path()
+    try:
+        return set(path.read_text().split()) if path is not None else set()
+    except OSError:
+        return set()
+
+
+def _remember(key: str) -> None:
+    memo = _memo()
+    memo.add(key)
+    path = _memo_path(create=True)
+    if path is None:
+        return
+    try:
+        if len(memo) > _MEMO_MAX:
+            memo.clear()
+            memo.add(key)
+            path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a") as fh:  # one short appended line: concurrent writers do not interleave
+            fh.write(key + "\n")
+    except OSError:
+        pass  # a read-only cache: validated again next time
 
 
 def _path(parts) -> str:
@@ -83,6 +148,9 @@ def validate_document(doc: dict, source: str = "<memory>") -> list[str]:
     if not isinstance(doc, dict):
         return [f"{source}: (top level): a capability file must be a mapping, got "
                 f"{type(doc).__name__}"]
+    key = _memo_key(doc)
+    if key is not None and key in _memo():
+        return []
     out: list[str] = []
     errors = sorted(_validator().iter_errors(doc), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     for error in errors:
@@ -90,4 +158,6 @@ def validate_document(doc: dict, source: str = "<memory>") -> list[str]:
             line = f"{source}: {field}: {message}"
             if line not in out:
                 out.append(line)
+    if not out and key is not None:
+        _remember(key)
     return out
