@@ -241,7 +241,12 @@ def compile_binder(sig: dict, device_type: str):
     skip = set(out_idx) | {i for i, p in enumerate(params) if p.get("workspace")}
     inputs = [i for i in range(len(params)) if i not in skip]
     env: dict = {"_Tensor": torch.Tensor, "_Bound": Bound, "_empty": torch.empty, "_zeros": torch.zeros}
-    dev_check = {"cuda": "{a}.is_cuda", "cpu": "{a}.is_cpu"}.get(device_type, "{a}.device.type == %r" % device_type)
+    # torch's boolean property for the runtime's device type (is_cpu, is_mps, ...) is one attribute read;
+    # ``.device.type`` builds a device object per call
+    flag = f"is_{device_type}"
+    attr = getattr(torch.Tensor, flag, None) if device_type.isidentifier() else None
+    dev_check = ("{a}.%s" % flag if attr is not None and not callable(attr)  # a data descriptor, not a method
+                 else "{a}.device.type == %r" % device_type)
     lines = ["def _bind(args):", f"    if len(args) != {len(inputs)}:", "        return None"]
     if inputs:
         lines.append(f"    {', '.join(f'a{i}' for i in inputs)}, = args")
