@@ -16,7 +16,8 @@ MUSA compiler or device. Every build runs them (``compiler.py``); each rule name
 - **SQMMA**: one ``tc_sqmma_gemm<threads, ...>`` call per gemm lowered to it (``threads`` whole squads of
   128), and the squad routine waits for its SQMMAs (``__musa_sqmma_wait``, warpsquad_wait) after issuing
   them and before it reads the accumulators.
-- **Asynchronous copies**: a ``tc_async_wait()`` follows the last ``tc_async_copy`` of the kernel.
+- **Asynchronous copies**: a kernel that issues ``tc_async_copy`` waits for them (``tc_async_wait()`` after
+  the first one; in a pipelined loop the wait at the top of the loop covers the copies issued at its end).
 """
 from __future__ import annotations
 
@@ -69,8 +70,9 @@ def check(code: str, meta: dict, caps=None) -> list:
     problems += _check_tme(sig, body, meta)
     problems += _check_sqmma(code, body, meta)
     copies = [k for k, line in enumerate(body) if "tc_async_copy<" in line]
-    if copies and not any("tc_async_wait();" in line for line in body[copies[-1]:]):
-        problems.append("an asynchronous copy (tc_async_copy) is never waited for (no tc_async_wait after it)")
+    waits = [k for k, line in enumerate(body) if line.strip() == "tc_async_wait();"]
+    if copies and (not waits or waits[-1] < copies[0]):
+        problems.append("asynchronous copies (tc_async_copy) are never waited for (no tc_async_wait after the first)")
     return problems
 
 
