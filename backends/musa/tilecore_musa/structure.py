@@ -102,7 +102,7 @@ def _check_tme(sig: str, body: list, meta: dict) -> list:
         rank, desc, bar = int(m.group(1)), int(m.group(2)), int(m.group(3))
         rest = _split_args(m.group(4))
         if len(rest) != 1 + 2 * rank:
-            problems.append(f"tc_tme_load_{rank}d with {len(rest) + 3} arguments (expected {2 * rank + 3}): {line}")
+            problems.append(f"tc_tme_load_{rank}d with {len(rest) + 2} arguments (expected {2 * rank + 3}): {line}")
             continue
         used.append(bar)
         prev = [body[k - 2].strip() if k >= 2 else "", body[k - 1].strip() if k >= 1 else ""]
