@@ -62,6 +62,26 @@ def tme_gemm(M=256, N=256, K=128, bm=64, bn=64, bk=32, threads=128, copy_kwargs=
     return gemm_k
 
 
+def pipelined_gemm(M=256, N=256, K=128, bm=64, bn=64, bk=32, stages=2, force_async=False):
+    @T.prim_func
+    def gemm_p(A: T.Tensor((M, K), T.float16), B: T.Tensor((K, N), T.float16), C: T.Tensor((M, N), T.float32)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), T.float16)
+            B_s = T.alloc_shared((bk, bn), T.float16)
+            C_l = T.alloc_fragment((bm, bn), T.float32)
+            T.clear(C_l)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                if force_async:
+                    T.copy(A[by * bm, ko * bk], A_s, force_async_copy=True)
+                    T.copy(B[ko * bk, bx * bn], B_s, force_async_copy=True)
+                else:
+                    T.copy(A[by * bm, ko * bk], A_s)
+                    T.copy(B[ko * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * bm, bx * bn])
+    return gemm_p
+
+
 # -- targets, profiles, modes ---------------------------------------------------------------------------
 
 def test_targets_aliases_and_profiles():
@@ -138,6 +158,20 @@ def test_ph1_tme_stays_off_where_the_user_or_the_shape_says():
     # a gemm in 64 threads (not a whole squad) does not take SQMMA
     k = tilecore.compile(tme_gemm(threads=64), target=PH1)
     assert meta(k)["vendor"]["sqmma_gemms"] == 0 and "tc_sqmma_gemm<" not in source(k)
+
+
+def test_ph1_pipelined_loops_take_tme_unless_forced_async():
+    k = tilecore.compile(pipelined_gemm(), target=PH1)
+    v = meta(k)["vendor"]
+    assert v["tme_loads"] == 2 and v["async_copies"] == 0 and v["sqmma_gemms"] == 1
+    # force_async_copy: the planner's multi-stage per-thread copies, spelled __musa_memcpy_g2s
+    k = tilecore.compile(pipelined_gemm(bk=16, force_async=True), target=PH1)  # two stages fit in 28 KiB
+    src, v = source(k), meta(k)["vendor"]
+    assert v["tme_loads"] == 0 and v["async_copies"] > 0 and "2 stages" in k.meta["attrs"]["pipelines"][0]
+    assert "tc_async_copy<16>(" in src and "__musa_memcpy_g2s(" in src and "tc_async_wait();" in src
+    assert not structure.check(src, meta(k), caps(PH1))
+    bad = src.replace("tc_async_wait();\n", "")
+    assert any("never waited for" in p for p in structure.check(bad, meta(k), caps(PH1)))
 
 
 def test_producer_threads_picks_the_issuing_warp():

@@ -119,9 +119,10 @@ class MUSABackend(Backend):
     def passes(self, target) -> list:
         from tilecore.passes.simt import simt_distribute
 
-        from .lower import async_barriers, note_threads
+        from .lower import async_barriers, note_threads, tme_pipelined_copies
 
         return [PassSpec("legalize", note_threads, position="after"),
+                PassSpec("tile-lowering", tme_pipelined_copies, position="before"),
                 PassSpec("before-codegen", simt_distribute, position="before"),
                 PassSpec("before-codegen", async_barriers, position="after")]
 

@@ -7,6 +7,8 @@
 - ``musa.sqmma_gemm`` (``feature:sqmma``, PH1): a 16-bit ``T.gemm`` of whole shared tiles into a float32
   accumulator, in a block of whole 4-warp squads, runs as SQMMA instructions that each squad issues
   (C stays in shared memory: the layout pass keeps it there for a hardware-feature intrinsic).
+- ``musa.tme_pipelined_copies`` (slot ``tile-lowering``, before the core): the same TME loads for the copies
+  of ``T.Pipelined`` loops, which the core would otherwise stage for per-thread asynchronous copies.
 - ``musa.async_barriers`` (slot ``before-codegen``, after the core): numbers the TME loads' ASYNC
   barriers (IDs 1, 2, ... in program order, one per copy site) and records them in ``func.attrs``.
 - ``musa.note_threads`` (slot ``legalize``, after the core): records each launch's thread count and
@@ -18,7 +20,7 @@ every thread between two barriers, and the emitter writes them out (codegen.py).
 from __future__ import annotations
 
 from tilecore.errors import CompileError
-from tilecore.ir import Collective, KernelLaunch, Region, TileOp, const_value, rewrite, simplify
+from tilecore.ir import Collective, For, KernelLaunch, Region, TileOp, const_value, rewrite, simplify
 from tilecore.passes import tile_pass
 from tilecore.plugin import Intrinsic
 
@@ -180,6 +182,30 @@ def note_threads(func, ctx):
         return s.with_(body=rewrite(s.body, op))
 
     return func.with_body(rewrite(func.body, launch))
+
+
+@tile_pass("musa.tme_pipelined_copies")
+def tme_pipelined_copies(func, ctx):
+    """Inside ``T.Pipelined`` loops, lower the copies TME can do to TME loads before the core stages them
+    for its per-thread asynchronous copies: on a target with TME the operand tiles of a pipelined loop come
+    through the copy engine. Each iteration waits for its loads before its compute (no multi-stage ring of
+    barriers yet: ``num_stages`` does not overlap TME loads with compute)."""
+    if ctx.capabilities.satisfies("feature:bulk_tensor_copy")[0] is not True:
+        return func
+    if ctx.capabilities.satisfies("feature:async_barrier")[0] is not True:
+        return func
+
+    def copy(s):
+        if isinstance(s, TileOp) and tme_applies(s, ctx):
+            return lower_tme_copy(s, ctx)
+        return None
+
+    def loop(s):
+        if isinstance(s, For) and s.kind == "pipelined":
+            return s.with_(body=rewrite(s.body, copy))
+        return None
+
+    return func.with_body(rewrite(func.body, loop))
 
 
 @tile_pass("musa.async_barriers")
