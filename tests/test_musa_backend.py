@@ -62,6 +62,23 @@ def tme_gemm(M=256, N=256, K=128, bm=64, bn=64, bk=32, threads=128, copy_kwargs=
     return gemm_k
 
 
+def tme_gemm32(M, N, K, bm=64, bn=64, bk=32, threads=128):
+    """A float32 GEMM (no SQMMA: its operands are 32-bit) whose operand copies are TME loads on PH1."""
+    @T.prim_func
+    def gemm32(A: T.Tensor((M, K), T.float32), B: T.Tensor((K, N), T.float32), C: T.Tensor((M, N), T.float32)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), T.float32)
+            B_s = T.alloc_shared((bk, bn), T.float32)
+            C_l = T.alloc_fragment((bm, bn), T.float32)
+            T.clear(C_l)
+            for ko in T.serial(T.ceildiv(K, bk)):
+                T.copy(A[by * bm, ko * bk], A_s)
+                T.copy(B[ko * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * bm, bx * bn])
+    return gemm32
+
+
 def pipelined_gemm(M=256, N=256, K=128, bm=64, bn=64, bk=32, stages=2, force_async=False):
     @T.prim_func
     def gemm_p(A: T.Tensor((M, K), T.float16), B: T.Tensor((K, N), T.float16), C: T.Tensor((M, N), T.float32)):

@@ -4,6 +4,7 @@
    copy.h) and mute (arch/mma_sqmma_mp31.hpp); tilecore's own helpers only. None of it has run: no PH1
    device or mcc was reachable when it was written (mode codegen-only). */
 #pragma once
+/* device-only: begin (tests/musa_host_emulator.py swaps these for a host emulation) */
 #if !defined(__MUSA_ARCH__) || __MUSA_ARCH__ >= 310
 typedef int tc_v2i __attribute__((vector_size(8)));
 typedef int tc_v3i __attribute__((vector_size(12)));
@@ -104,3 +105,4 @@ __device__ __forceinline__ void tc_sqmma_gemm(const T* A, const T* B, float* C, 
   }
 }
 #endif
+/* device-only: end */
