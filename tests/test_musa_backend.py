@@ -310,3 +310,25 @@ def test_stub_lives_with_the_backend_tests():
     for name in ("__musa_tme_ld_tile_2d", "__musa_async_init_arrival", "__musa_sqmma_m##M##n##N##_mma", "TC_STUB_SQMMA(64, 64)",
                  "__musa_fmma_m32n32k16_mma", "__musa_memcpy_g2s"):
         assert name in text
+
+
+def test_mcc_when_present_builds_and_the_mode_says_compile_only(tmp_path, monkeypatch):
+    """A stand-in mcc (records its command line, writes a binary): the backend uses it, and without a MUSA
+    device the mode is compile-only, not device."""
+    fake = tmp_path / "mcc"
+    fake.write_text('#!/bin/sh\necho "mcc version 9.9 (stand-in)"\nfor a; do last="$prev"; prev="$a"; done\n'
+                    f'echo "$@" > {tmp_path}/args\nprintf MUBIN > "$prev"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("TILECORE_MUSA_MCC", str(fake))
+    mcc.find_mcc.cache_clear()
+    mcc.mcc_version.cache_clear()
+    try:
+        k = tilecore.compile(matmul_relu(256, 256, 128, 64, 64, 32), target=PH1, pass_configs=NOCACHE)
+        assert k.binary == b"MUBIN" and k.mode == "compile-only"
+        args = (tmp_path / "args").read_text()
+        assert "-x musa --cuda-device-only --cuda-gpu-arch=mp_31" in args and "-O3" in args
+        with pytest.raises(DeviceError, match="compile-only"):
+            tilecore_musa.MUSABackend().runtime(k.target).load(k.binary, k.source)
+    finally:
+        mcc.find_mcc.cache_clear()
+        mcc.mcc_version.cache_clear()

@@ -97,16 +97,21 @@ class MUSARuntime(Runtime):
         return self.compiler.compile(source, options)
 
     def mode(self) -> str:
-        """``device`` with mcc and a GPU of this target's arch; otherwise only the generated code is checked."""
-        if find_mcc() and device_count() and device_properties(0).get("arch") == self.arch:
+        """``device`` with mcc and a GPU of this target's arch, ``compile-only`` with mcc alone; without mcc
+        only the generated code is checked (``codegen-only``)."""
+        if not find_mcc():
+            return "codegen-only"
+        if device_count() and device_properties(0).get("arch") == self.arch:
             return "device"
-        return "codegen-only"
+        return "compile-only"
 
     def load(self, binary: bytes, source: Source) -> "MUSAProgram":
-        if self.mode() != "device":
+        mode = self.mode()
+        if mode != "device":
             raise DeviceError(f"cannot run MUSA kernels here: no MUSA device of arch {source.meta.get('arch', self.arch)} "
-                              "with mcc and the MUSA driver (libmusa) was found; this backend only generates and "
-                              "checks MUSA code on this machine (mode codegen-only)")
+                              "with mcc and the MUSA driver (libmusa) was found; this backend only "
+                              f"{'compiles' if mode == 'compile-only' else 'generates and checks'} MUSA code on this "
+                              f"machine (mode {mode})")
         return MUSAProgram(_lib(), binary, source)
 
     def timer(self):
