@@ -234,14 +234,17 @@ MUTATIONS = [
      "barrier 1 expects 2048 bytes, the TME box has 4096"),
     ("drop the arrive", lambda s: s.replace("      __musa_async_arrive(2);\n", ""), "without __musa_async_arrive(2)"),
     ("two loads on one barrier", lambda s: s.replace("tc_tme_load_2d(tc_desc1, 2,", "tc_tme_load_2d(tc_desc1, 1,")
-     .replace("__musa_async_add_trans(2,", "__musa_async_add_trans(1,").replace("__musa_async_arrive(2);", "__musa_async_arrive(1);"),
-     "shared by 2 TME load sites"),
-    ("no init", lambda s: s.replace(" __musa_async_init_arrival(2, 1, 0);", ""), "barrier 2 is used but never initialised"),
-    ("no warpsquad_wait", lambda s: s.replace("    __musa_sqmma_wait(); /*", "    /*"), "without waiting for the squad"),
+     .replace("__musa_async_add_trans(2,", "__musa_async_add_trans(1,")
+     .replace("__musa_async_arrive(2);", "__musa_async_arrive(1);"), "shared by 2 TME load sites"),
+    ("no init", lambda s: s.replace(" __musa_async_init_arrival(2, 1, 0);", ""),
+     "barrier 2 is used but never initialised"),
+    ("no warpsquad_wait", lambda s: s.replace("    __musa_sqmma_wait(); /*", "    /*"),
+     "without waiting for the squad"),
     ("TME arity", lambda s: s.replace("(int)((ko * 32)), (int)((by * 64)), 32, 64);", "(int)((ko * 32)), 32, 64);"),
      "tc_tme_load_2d with 6 arguments"),
     ("every thread issues", lambda s: s.replace("if (((int)threadIdx.x) == 0) {\n      __musa_async_add_trans(1",
-                                                 "{\n      __musa_async_add_trans(1"), "not issued by exactly one thread"),
+                                                 "{\n      __musa_async_add_trans(1"),
+     "not issued by exactly one thread"),
 ]
 
 
@@ -263,8 +266,8 @@ def test_structural_checks_gate_vendor_statements_by_profile():
     body = src.index('extern "C" __global__')
     bad = src[:body] + "/* */\n" + src[body:].replace("__syncthreads();", "__syncthreads();\n" + tme_line, 1)
     assert any("bulk_tensor_copy" in p for p in structure.check(bad, m, caps(QY2)))
-    assert any("simd_width is 128" in p for p in structure.check(src.replace("#define TC_WARP 128", "#define TC_WARP 32"),
-                                                                  m, caps(QY2)))
+    narrow = src.replace("#define TC_WARP 128", "#define TC_WARP 32")
+    assert any("simd_width is 128" in p for p in structure.check(narrow, m, caps(QY2)))
 
 
 # -- the clang stub gate: every MUSA statement the backend writes is declared with its real arity -------
@@ -281,8 +284,8 @@ STUB_MUTATIONS = [
     ("unknown name", lambda s: s.replace("__musa_async_arrive(1);", "__musa_async_arive(1);"), "__musa_async_arive"),
     ("wrong arity", lambda s: s.replace("__musa_sqmma_wait();", "__musa_sqmma_wait(0);"), "__musa_sqmma_wait"),
     ("wrong type", lambda s: s.replace("tc_f2h(", "tc_f2bf(", 1), "__mt_bfloat16"),
-    ("TME arity", lambda s: s.replace("(unsigned long long)&d, dim, crd, TC_TME_TAIL);", "(unsigned long long)&d, dim, crd);", 1),
-     "__musa_tme_ld_tile_2d"),
+    ("TME arity", lambda s: s.replace("(unsigned long long)&d, dim, crd, TC_TME_TAIL);",
+                                      "(unsigned long long)&d, dim, crd);", 1), "__musa_tme_ld_tile_2d"),
 ]
 
 
@@ -307,8 +310,8 @@ def test_build_runs_the_stub_check_when_asked(monkeypatch):
 def test_stub_lives_with_the_backend_tests():
     assert shutil.os.path.exists(os.path.join(STUB, "musa_stub.h"))
     text = Path(STUB, "musa_stub.h").read_text()
-    for name in ("__musa_tme_ld_tile_2d", "__musa_async_init_arrival", "__musa_sqmma_m##M##n##N##_mma", "TC_STUB_SQMMA(64, 64)",
-                 "__musa_fmma_m32n32k16_mma", "__musa_memcpy_g2s"):
+    for name in ("__musa_tme_ld_tile_2d", "__musa_async_init_arrival", "__musa_sqmma_m##M##n##N##_mma",
+                 "TC_STUB_SQMMA(64, 64)", "__musa_fmma_m32n32k16_mma", "__musa_memcpy_g2s"):
         assert name in text
 
 

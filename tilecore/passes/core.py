@@ -44,7 +44,7 @@ def check_extensions(func, ctx):
             if ext is None:
                 others = _extension_owners(op, name)
                 where = (f"it is an extension of {', '.join(others)}; compile for one of those targets or remove it"
-                         if others else f"no installed backend declares it (a misspelled keyword?); remove it")
+                         if others else "no installed backend declares it (a misspelled keyword?); remove it")
                 raise UnsupportedFeatureError(
                     f"{what}(..., {name}={value!r}): target {ctx.target} (backend {ctx.target.backend}) does not "
                     f"accept the keyword argument `{name}` of {what}: {where}", s.span,

@@ -99,7 +99,8 @@ class MUSAEmitter(SIMTCppEmitter):
         st.uses_mp31 = bool(colls or collect(func.body, AsyncCopy)
                             or any(c.name == "tc_musa_sqmma" for c in collect(func.body, Collective)))
         st.sqmma_sites = 0
-        return [f"__attribute__((grid_constant)) const MUtensorDescriptor tc_desc{k}" for k in range(len(st.descriptors))]
+        return [f"__attribute__((grid_constant)) const MUtensorDescriptor tc_desc{k}"
+                for k in range(len(st.descriptors))]
 
     def block_memory(self, st: EmitState, s, shared: list) -> dict:
         """The block's buffers, then the ASYNC barriers of the kernel's TME loads: recorded, initialised by
@@ -132,7 +133,8 @@ class MUSAEmitter(SIMTCppEmitter):
             tmpl = ", ".join(str(t) for t in sqmma_template(s))
             ptr = lambda r: f"{self.name(st, r.buffer)} + {self.flat_index(st, r.buffer, r.starts)}"  # noqa: E731
             at = s.attrs
-            self.line(st, f"tc_sqmma_gemm<{tmpl}>({ptr(a)}, {ptr(b)}, {ptr(c)}, {at['lda']}, {at['ldb']}, {at['ldc']});")
+            lds = f"{at['lda']}, {at['ldb']}, {at['ldc']}"
+            self.line(st, f"tc_sqmma_gemm<{tmpl}>({ptr(a)}, {ptr(b)}, {ptr(c)}, {lds});")
             return None
         return super().stmt_Collective(st, s)
 

@@ -124,7 +124,8 @@ class MUSACompiler(Compiler):
                               capture_output=True, text=True)
         if proc.returncode != 0:
             raise CompileError(f"mcc rejected the generated MUSA code for {arch} (source: {src}):\n"
-                               f"{proc.stderr.strip()[-4000:]}\nThis is a tilecore bug; please report it with that file")
+                               f"{proc.stderr.strip()[-4000:]}\nThis is a tilecore bug; please report it with "
+                               "that file")
         binary = out.read_bytes()
         shutil.rmtree(tmp, ignore_errors=True)
         return binary

@@ -139,15 +139,17 @@ def sqmma_template(s: Collective) -> list:
             b(at["dtype"] == "bfloat16"), b(at["clear"])]
 
 
+def _sqmma_for(dtype: str):
+    return lambda op, ctx: sqmma_applies(op, ctx) and str(op.args[0].buffer.dtype) == dtype
+
+
 def intrinsics(target) -> list:
     return [
         Intrinsic("copy", "musa.tme_copy", lower_tme_copy, requires=("feature:bulk_tensor_copy",
                                                                       "feature:async_barrier"),
                   priority=20, applies=tme_applies),
-        Intrinsic("gemm", "musa.sqmma_gemm_f16", lower_sqmma_gemm, requires=("feature:sqmma", "dtype:float16:mma"),
-                  priority=20, applies=lambda op, ctx: sqmma_applies(op, ctx) and op.args[0].buffer.dtype == "float16"),
-        Intrinsic("gemm", "musa.sqmma_gemm_bf16", lower_sqmma_gemm, requires=("feature:sqmma", "dtype:bfloat16:mma"),
-                  priority=20, applies=lambda op, ctx: sqmma_applies(op, ctx) and op.args[0].buffer.dtype == "bfloat16"),
+        *[Intrinsic("gemm", f"musa.sqmma_gemm_{short}", lower_sqmma_gemm, requires=("feature:sqmma", f"dtype:{dt}:mma"),
+                    priority=20, applies=_sqmma_for(dt)) for dt, short in (("float16", "f16"), ("bfloat16", "bf16"))],
     ]
 
 

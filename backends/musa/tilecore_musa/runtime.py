@@ -108,7 +108,8 @@ class MUSARuntime(Runtime):
     def load(self, binary: bytes, source: Source) -> "MUSAProgram":
         mode = self.mode()
         if mode != "device":
-            raise DeviceError(f"cannot run MUSA kernels here: no MUSA device of arch {source.meta.get('arch', self.arch)} "
+            arch = source.meta.get("arch", self.arch)
+            raise DeviceError(f"cannot run MUSA kernels here: no MUSA device of arch {arch} "
                               "with mcc and the MUSA driver (libmusa) was found; this backend only "
                               f"{'compiles' if mode == 'compile-only' else 'generates and checks'} MUSA code on this "
                               f"machine (mode {mode})")
@@ -155,8 +156,9 @@ class MUSAProgram(Program):
         stride_arr = (ctypes.c_uint64 * max(rank - 1, 1))(*(strides or [0]))
         box = (ctypes.c_uint32 * rank)(*reversed(spec["box"]))
         ones = (ctypes.c_uint32 * rank)(*([1] * rank))
-        _ok(self.lib.muTensorDescriptorEncode(desc, TME_DTYPES[spec["dtype"]], rank, ctypes.c_void_p(buffers[spec["tensor"]]),
-                                              dims, stride_arr, box, ones, 0, 0, 0, 0), "muTensorDescriptorEncode")
+        base = ctypes.c_void_p(buffers[spec["tensor"]])
+        _ok(self.lib.muTensorDescriptorEncode(desc, TME_DTYPES[spec["dtype"]], rank, base, dims, stride_arr, box, ones,
+                                              0, 0, 0, 0), "muTensorDescriptorEncode")
         return desc
 
     def launch(self, buffers: list, ints: list, floats: list, shapes: list | None = None) -> None:
