@@ -335,3 +335,15 @@ def test_mcc_when_present_builds_and_the_mode_says_compile_only(tmp_path, monkey
     finally:
         mcc.find_mcc.cache_clear()
         mcc.mcc_version.cache_clear()
+
+
+def test_loading_the_plugin_imports_no_compiler_machinery():
+    """Loading a cached or exported kernel discovers every plugin: tilecore-musa must not pull in the passes
+    or the language when it is imported (tests/test_cache_and_export.py checks the same for the process)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, tilecore_musa; tilecore_musa.MUSABackend().emitter(None); "
+            "print([m for m in ('tilecore.passes', 'tilecore.language') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr

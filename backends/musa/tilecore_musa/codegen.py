@@ -27,9 +27,14 @@ from tilecore.codegen import EmitState, SIMTCppEmitter
 from tilecore.errors import CompileError
 from tilecore.ir import AsyncCopy, Collective, MatrixOp, collect, const_value
 
-from .lower import sqmma_template
-
 ENTRY = "tc_kernel"
+
+
+def sqmma_template(s: Collective) -> list:
+    at = s.attrs
+    b = lambda v: "true" if v else "false"  # noqa: E731
+    return [int(s.threads or 128), at["M"], at["N"], at["K"], at["IM"], at["IN"], at["IK"], b(at["TA"]), b(at["TB"]),
+            b(at["dtype"] == "bfloat16"), b(at["clear"])]
 
 
 def read_prelude(name: str) -> str:
@@ -62,7 +67,6 @@ class MUSAEmitter(SIMTCppEmitter):
         "sigmoid": ("(1.0f / (1.0f + __expf(-({0}))))", "(1.0 / (1.0 + exp(-({0}))))"),
     }
     matrix_ops = {"mp22_mma_32x32x16": "tc_mp22_mma(&{c}[{c_off}], &{a}[{a_off}], &{b}[{b_off}]);"}
-    collectives = {"tc_sqmma_gemm": sqmma_template}
 
     # -- hooks of the SIMT C++ emitter ------------------------------------------------------------------
     def preamble(self, st: EmitState, func) -> str:

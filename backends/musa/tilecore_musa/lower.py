@@ -132,13 +132,6 @@ def lower_sqmma_gemm(op: TileOp, ctx):
     return Collective("tc_musa_sqmma", (a, b, c), attrs, span=op.span)
 
 
-def sqmma_template(s: Collective) -> list:
-    at = s.attrs
-    b = lambda v: "true" if v else "false"  # noqa: E731
-    return [int(s.threads or SQUAD), at["M"], at["N"], at["K"], at["IM"], at["IN"], at["IK"], b(at["TA"]), b(at["TB"]),
-            b(at["dtype"] == "bfloat16"), b(at["clear"])]
-
-
 def _sqmma_for(dtype: str):
     return lambda op, ctx: sqmma_applies(op, ctx) and str(op.args[0].buffer.dtype) == dtype
 
