@@ -26,7 +26,9 @@ python -c "import torch" 2>/dev/null || python -m pip install "torch==2.13.0"
 python -c "import einops" 2>/dev/null || python -m pip install einops
 # every in-tree backend; the CUDA one with NVRTC (13.0, matching the H100's driver) and cuobjdump for --emit asm,
 # so that CI compiles every conformance case for sm_80 and sm_90a without a GPU
-# the WebGPU one (wgpu-py comes as its dependency) and the Ascend one (its emulator needs only g++); ".[test]" brings pytest, pytest-xdist, hypothesis and
+# the WebGPU one (wgpu-py comes as its dependency), the Ascend one (its emulator needs only g++) and the MUSA one
+# (codegen-only here: its tests check the generated MUSA C++ with the clang-22 installed above, in CUDA mode against
+# a stub header in backends/musa/tests/stub; no MUSA SDK exists on PyPI); ".[test]" brings pytest, pytest-xdist, hypothesis and
 # build (tests/test_wheels.py builds every wheel and installs them into fresh venvs)
-python -m pip install -e ".[test]" -e backends/cpu -e "backends/cuda[nvrtc]" -e backends/hip -e backends/webgpu -e backends/ascend -e conformance \
+python -m pip install -e ".[test]" -e backends/cpu -e "backends/cuda[nvrtc]" -e backends/hip -e backends/webgpu -e backends/ascend -e backends/musa -e conformance \
   "nvidia-cuda-cuobjdump==13.*" "nvidia-cuda-nvdisasm==13.*"

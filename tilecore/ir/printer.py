@@ -105,7 +105,8 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
     if isinstance(s, KernelLaunch):
         grid = ", ".join(expr_str(g) for g in s.grid)
         names = ", ".join(_nm(v) for v in s.block_vars)
-        head = f"{pad}with T.Kernel({grid}, threads={tuple(s.threads)}) as ({names}):"
+        ext = "".join(f", {k}={v!r}" for k, v in dict(s.attrs).get("extensions", ()))  # backend extensions
+        head = f"{pad}with T.Kernel({grid}, threads={tuple(s.threads)}{ext}) as ({names}):"
         return [head] + stmt_lines(s.body, indent + 1)
     if isinstance(s, For):
         ann = "".join(f", {k}={v!r}" for k, v in sorted(s.annotations.items()))

@@ -134,7 +134,9 @@ symbolic = dynamic
 def Kernel(*grid, threads=128, is_cpu=False, prelude=None, **attrs) -> KernelSpec:  # noqa: N802
     """Launch ``prod(grid)`` blocks; use as ``with T.Kernel(gx, gy, threads=128) as (bx, by):``.
 
-    Binds one block index per grid dim (a single Var for 1 dim, a tuple otherwise).
+    Binds one block index per grid dim (a single Var for 1 dim, a tuple otherwise). Other keyword arguments
+    are backend extensions (plugin API 1.2, ``Backend.op_extensions``), kept in the launch's
+    ``attrs["extensions"]`` and checked when the kernel is compiled for a target.
     """
     if not 1 <= len(grid) <= 3:
         raise ParseError(f"T.Kernel takes 1 to 3 grid dims, got {len(grid)}", current("T.Kernel").span)
@@ -144,7 +146,8 @@ def Kernel(*grid, threads=128, is_cpu=False, prelude=None, **attrs) -> KernelSpe
     for t in threads:
         if const_value(t) is None or const_value(t) < 1:
             raise ParseError(f"T.Kernel threads= must be positive integers, got {threads}", current("T.Kernel").span)
-    return KernelSpec(tuple(as_expr(g) for g in grid), tuple(int(const_value(t)) for t in threads), dict(attrs))
+    ext = {"extensions": tuple(sorted(attrs.items()))} if attrs else {}
+    return KernelSpec(tuple(as_expr(g) for g in grid), tuple(int(const_value(t)) for t in threads), ext)
 
 
 # -- loops --------------------------------------------------------------------------------------

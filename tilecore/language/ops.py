@@ -61,8 +61,12 @@ def _emit(op: str, args: tuple, **attrs) -> None:
     current(f"T.{op}").emit(TileOp(op, args, attrs))
 
 
-def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None) -> None:
-    """Copy ``src`` into ``dst`` element by element (with a cast when the dtypes differ)."""
+def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None, **extensions) -> None:
+    """Copy ``src`` into ``dst`` element by element (with a cast when the dtypes differ).
+
+    Other keyword arguments are backend extensions (plugin API 1.2, ``Backend.op_extensions``): recorded on
+    the op and checked when the kernel is compiled (a target whose backend does not declare one refuses it).
+    """
     s, d = _region(src, "copy", "source"), _region(dst, "copy", "destination")
     if isinstance(s, BufferLoad) and isinstance(d, BufferLoad):
         raise TileOpShapeError("T.copy: both operands are points; make at least one a buffer or a slice",
@@ -72,7 +76,10 @@ def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None
     if isinstance(d, BufferLoad):
         d = _point_to_region(d, s.extents, "copy")
     _check_same("copy", s, d, "source and destination differ")
-    _emit("copy", (s, d), disable_tma=bool(disable_tma))
+    attrs = {"disable_tma": bool(disable_tma)}
+    if extensions:
+        attrs["extensions"] = tuple(sorted(extensions.items()))
+    _emit("copy", (s, d), **attrs)
 
 
 def fill(buffer, value) -> None:

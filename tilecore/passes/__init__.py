@@ -170,7 +170,8 @@ def core_pipeline() -> Pipeline:
     from . import core, guard, layout, lower_tile, matrix, pipeline
 
     return Pipeline({
-        "legalize": [core.check_structure, core.check_static_bounds, core.check_capabilities],
+        "legalize": [core.check_structure, core.check_extensions, core.check_static_bounds,
+                     core.check_capabilities],
         "layout": [layout.infer_layouts, core.collect_hints],
         "tile-lowering": [layout.lower_fragments, pipeline.stage_pipelined_copies, lower_tile.lower_tile_ops],
         "pipelining": [pipeline.plan_pipelines, core.serialize_pipelined],

@@ -24,6 +24,57 @@ def check_structure(func, ctx):
     return func
 
 
+@tile_pass("tilecore.check_extensions")
+def check_extensions(func, ctx):
+    """Refuse, at the user's line, a backend extension keyword (``T.copy(..., name=v)``, ``T.Kernel(...,
+    name=v)``: plugin API 1.2) that the target's backend does not declare in ``op_extensions``, naming the
+    installed backends that do accept it; check the value's type where it is declared."""
+    hook = getattr(ctx.backend, "op_extensions", None)
+    declared = {(e.op, e.name): e for e in (hook(ctx.target) if hook is not None else [])}
+
+    def check(s):
+        if isinstance(s, TileOp):
+            op, what = s.op, f"T.{s.op}"
+        elif isinstance(s, KernelLaunch):
+            op, what = "Kernel", "T.Kernel"
+        else:
+            return
+        for name, value in dict(s.attrs).get("extensions", ()):
+            ext = declared.get((op, name))
+            if ext is None:
+                others = _extension_owners(op, name)
+                where = (f"it is an extension of {', '.join(others)}; compile for one of those targets or remove it"
+                         if others else "no installed backend declares it (a misspelled keyword?); remove it")
+                raise UnsupportedFeatureError(
+                    f"{what}(..., {name}={value!r}): target {ctx.target} (backend {ctx.target.backend}) does not "
+                    f"accept the keyword argument `{name}` of {what}: {where}", s.span,
+                    feature=f"extension:{op}.{name}", target=str(ctx.target))
+            if ext.types and not isinstance(value, tuple(ext.types)):
+                raise CompileError(f"{what}(..., {name}={value!r}): `{name}` takes "
+                                   f"{' or '.join(t.__name__ for t in ext.types)} on {ctx.target} ({ext.doc})", s.span)
+
+    walk(func.body, check)
+    return func
+
+
+def _extension_owners(op: str, name: str) -> list:
+    """``backend (targets ...)`` for every installed backend declaring the extension ``op.name``."""
+    from ..plugin import get_registry
+
+    out = []
+    for backend in get_registry().backends().values():
+        hook = getattr(backend, "op_extensions", None)
+        try:
+            targets = [t for t in backend.targets()
+                       if hook is not None and any(e.op == op and e.name == name
+                                                   for e in hook(backend.parse_target(t)))]
+        except Exception:  # noqa: BLE001 - a broken backend's listing is not this kernel's problem
+            continue
+        if targets:
+            out.append(f"backend {backend.name} ({backend.distribution or backend.name}: {', '.join(targets)})")
+    return out
+
+
 @tile_pass("tilecore.check_static_bounds")
 def check_static_bounds(func, ctx):
     """Refuse, at the user's line, an index into an on-chip buffer (shared, fragment, local, var) that is

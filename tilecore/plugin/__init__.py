@@ -4,14 +4,14 @@ A backend distribution declares an entry point in the ``tilecore.backends`` grou
 object) with ``@hookimpl`` functions; its ``tilecore_backends`` hook returns
 :class:`Backend` instances. See docs/plugin-guide.md.
 """
-from .api import (MODES, PLUGIN_API, Backend, Compiler, DeviceInfo, Emitter, Intrinsic, PassSpec, Probe,
-                  Program, Runtime, Source, Target, capability_paths)
+from .api import (EXTENSIBLE_OPS, MODES, PLUGIN_API, Backend, Compiler, DeviceInfo, Emitter, Intrinsic, OpExtension,
+                  PassSpec, Probe, Program, Runtime, Source, Target, capability_paths)
 from .capabilities import capability_registry, profile_for
 from .hookspecs import hookimpl, hookspec
 from .registry import GROUP, PluginRecord, Registry, get_registry, reset_registry
 
 __all__ = [
-    "MODES", "PLUGIN_API", "GROUP", "Backend", "Compiler", "DeviceInfo", "Emitter", "Intrinsic", "PassSpec", "Probe",
+    "EXTENSIBLE_OPS", "MODES", "PLUGIN_API", "GROUP", "Backend", "OpExtension", "Compiler", "DeviceInfo", "Emitter", "Intrinsic", "PassSpec", "Probe",
     "Program", "Runtime", "Source", "Target", "PluginRecord", "Registry", "capability_paths",
     "capability_registry", "get_registry", "hookimpl", "hookspec", "profile_for", "reset_registry",
     "resolve_target", "list_targets",

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 #: The plugin API this tilecore provides: (major, minor). A backend declaring major M.m loads when
-#: M equals our major and m <= our minor (minor versions only add). 1.1 adds :meth:`Backend.matrix_units`.
-PLUGIN_API = (1, 1)
+#: M equals our major and m <= our minor (minor versions only add). 1.1 adds :meth:`Backend.matrix_units`;
+#: 1.2 adds :meth:`Backend.op_extensions` (extra keyword arguments of core ops that a backend accepts).
+PLUGIN_API = (1, 2)
 
 MODES = ("device", "emulated", "compile-only", "codegen-only")
 
@@ -83,6 +84,26 @@ class Intrinsic:
     requires: tuple = ()
     priority: int = 0
     applies: Callable | None = None
+
+
+@dataclass(frozen=True)
+class OpExtension:
+    """An extra keyword argument of a core language construct that one backend accepts (plugin API 1.2).
+
+    ``op`` is the construct (``"copy"`` for ``T.copy``, ``"Kernel"`` for ``T.Kernel``), ``name`` the keyword,
+    ``types`` the Python types its value may have, ``doc`` one line saying what it does on this backend.
+    The core records such keywords on the op (``attrs["extensions"]``) and refuses them, at the user's line,
+    on a target whose backend does not declare them; the backend's passes read them from the op.
+    """
+
+    op: str
+    name: str
+    doc: str
+    types: tuple = (bool,)
+
+
+#: the language constructs whose keyword arguments a backend may extend (``OpExtension.op``)
+EXTENSIBLE_OPS = ("copy", "Kernel")
 
 
 @dataclass(frozen=True)
@@ -199,6 +220,11 @@ class Backend(abc.ABC):
         """The :class:`~tilecore.layout.MatrixUnit` s of ``target`` (plugin API 1.1): each unit's operand and
         accumulator layouts and the spelling its emitter expands. The core uses those the capability profile
         lists under ``matrix_units`` (``ctx.matrix_units``)."""
+        return []
+
+    def op_extensions(self, target: Target) -> list:
+        """The :class:`OpExtension` s this backend accepts for ``target`` (plugin API 1.2): extra keyword
+        arguments of ``T.copy`` / ``T.Kernel`` (e.g. a vendor's copy-path switch). Other backends refuse them."""
         return []
 
     @abc.abstractmethod
