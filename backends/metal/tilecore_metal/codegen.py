@@ -27,7 +27,8 @@ from tilecore.codegen import EmitState, SIMTCppEmitter
 from tilecore.codegen.abi import abi_of, host_expr, single_launch
 from tilecore.codegen.simtcpp import _swizzle_hint, grid3
 from tilecore.errors import CompileError, UnsupportedFeatureError
-from tilecore.ir import Assert, Atomic, Expr, Region, Store, collect, simplify
+from tilecore.ir import (Assert, Atomic, BinOp, BufferLoad, Expr, Region, ShuffleXor, Store, collect, const_value,
+                         simplify)
 from tilecore.plugin.api import Source
 
 ENTRY = "tc_kernel"
@@ -192,6 +193,57 @@ class MetalEmitter(SIMTCppEmitter):
             fail = (f"if ({self.atomic_cas.format('tc_status', 0, code)} == 0) {{ device long* tc_v = "
                     f"(device long*)(tc_status + 2); {vals} }}")
         self.line(st, f"if (!({self.expr(st, s.cond)})) {{ {fail} tc_fail = 1; }}")
+
+    # -- row reductions across a whole simdgroup: simd_sum / simd_max / simd_min ---------------------------
+    #: the core's butterfly over every lane of a simdgroup of 32 (xor masks 1, 2, 4, 8, 16)
+    SIMD_MASKS = (1, 2, 4, 8, 16)
+    SIMD_REDUCE = {"add": ("simd_sum({})", "simd_sum({})"), "max": ("tc_simd_max({})", "simd_max({})"),
+                   "min": ("tc_simd_min({})", "simd_min({})")}
+
+    def stmt_Seq(self, st, s):
+        body = list(s.body)
+        i = 0
+        while i < len(body):
+            end = self._simd_reduction(st, body, i)
+            if end is None:
+                self.stmt(st, body[i])
+                i += 1
+            else:
+                i = end
+
+    @staticmethod
+    def _butterfly_step(s):
+        """``(buffer, register, op, mask)`` of ``part[q] = op(part[q], simd_shuffle_xor(part[q], mask))`` over
+        32 lanes, else None."""
+        if not isinstance(s, Store) or len(s.indices) != 1 or not isinstance(s.value, BinOp):
+            return None
+        v = s.value
+        q = const_value(s.indices[0])
+        if v.op not in ("add", "max", "min") or q is None or not isinstance(v.b, ShuffleXor) or v.b.width != 32:
+            return None
+        for x in (v.a, v.b.value):
+            if not (isinstance(x, BufferLoad) and x.buffer is s.buffer and len(x.indices) == 1
+                    and const_value(x.indices[0]) == q):
+                return None
+        return s.buffer, q, v.op, v.b.mask
+
+    def _simd_reduction(self, st, body, i):
+        """A run of butterfly steps from ``body[i]`` that combines every register it touches across the whole
+        simdgroup, emitted as one ``simd_sum`` / ``simd_max`` / ``simd_min`` per register (max and min keep
+        NaN propagation unless fast math: ``tc_simd_max``); returns the index after the run, or None."""
+        steps, j = {}, i
+        while j < len(body) and (got := self._butterfly_step(body[j])) is not None:
+            buf, q, op, mask = got
+            steps.setdefault((id(buf), q), [buf, op, []])[2].append(mask)
+            if steps[(id(buf), q)][1] != op:
+                return None
+            j += 1
+        if not steps or any(tuple(m) != self.SIMD_MASKS for _, _, m in steps.values()):
+            return None
+        for (_, q), (buf, op, _) in steps.items():
+            ref = f"{self.name(st, buf)}[{q}]"
+            self.line(st, f"{ref} = {self.SIMD_REDUCE[op][1 if st.fast else 0].format(ref)};")
+        return j
 
     def stmt_Atomic(self, st, s):
         """``tc_atomic_<op>_<dtype>`` on device memory, ``..._tg`` on threadgroup memory (prelude)."""

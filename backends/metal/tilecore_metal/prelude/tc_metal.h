@@ -30,6 +30,10 @@ inline float tc_erf(float x) {
   return x >= 0.0f ? 1.0f - r : r - 1.0f;
 }
 
+/* a simdgroup's maximum / minimum that is NaN when any lane holds NaN (as the butterfly of tc_nanmax) */
+template <typename T> inline T tc_simd_max(T x) { return simd_any(x != x) ? x + simd_sum(x) : simd_max(x); }
+template <typename T> inline T tc_simd_min(T x) { return simd_any(x != x) ? x + simd_sum(x) : simd_min(x); }
+
 /* device assertions: the first failing assertion's number goes to the status word (buffer after the scalars) */
 inline int tc_cas_int(device int* p, int expected, int desired) {
   int e = expected;
