@@ -17,7 +17,7 @@ feature (``feature:simdgroup_matrix``) runs this op and records the reason in
 """
 from __future__ import annotations
 
-from tilecore.ir import Buffer, Collective, KernelLaunch, Region, TileOp, as_expr, binary, const_value, rewrite, simplify
+from tilecore.ir import Buffer, Collective, KernelLaunch, Region, TileOp, as_expr, const_value, rewrite, simplify
 from tilecore.passes import tile_pass
 from tilecore.plugin import Intrinsic
 
@@ -48,14 +48,6 @@ def _gemm_dims(op: TileOp):
     m, n = _static(c.extents[-2]), _static(c.extents[-1])
     k = _static(a.extents[-2] if ta else a.extents[-1])
     return ta, tb, m, n, k
-
-
-def _offset_aligned(r: Region, elems: int) -> bool:
-    flat, stride = as_expr(0), as_expr(1)
-    for idx, dim in reversed(list(zip(r.starts, r.buffer.shape))):
-        flat = binary("add", flat, binary("mul", idx, stride))
-        stride = binary("mul", stride, dim)
-    return const_value(simplify(binary("floormod", flat, elems))) == 0
 
 
 @tile_pass("metal.mark_block_threads")
