@@ -84,6 +84,14 @@ def test_metal_alone_is_apple7_and_codegen_only_off_macos():
         k(a, b, np.zeros((100, 128), np.float16))
 
 
+def test_mps_wrapper_takes_only_mps_tensors():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ValueError, match="'mps' device"):
+        tilecore_metal.mps(torch.zeros(4))
+    with pytest.raises(ValueError, match="'mps' device"):
+        tilecore_metal.mps(np.zeros(4))
+
+
 def test_simdgroup_unit_is_registered_opaque():
     from tilecore.layout import units_for
     from tilecore.plugin import profile_for, resolve_target
@@ -238,6 +246,11 @@ def test_mutations_are_caught():
     # a duplicate binding compiles everywhere and binds the wrong buffer: the lint (and so build) refuses it
     dup = softmax.code.replace("[[buffer(1)]]", "[[buffer(0)]]")
     assert msl_check({"m": dup}) == {} and any("bound twice" in p for p in check_bindings(dup))
+    gap = softmax.code.replace("device int* tc_status [[buffer(2)]]", "device int* tc_status [[buffer(3)]]")
+    assert check_bindings(gap) == ["tc_kernel: [[buffer(n)]] indices [2] are missing (used: [0, 1, 3])"]
+    unbound = softmax.code.replace("device int* tc_status [[buffer(2)]]", "device int* tc_status")
+    assert any("no [[buffer(n)]] binding" in p for p in check_bindings(unbound))
+    assert any("past the 2 buffer" in p for p in check_bindings(softmax.code, 2)) and check_bindings(softmax.code) == []
     rt = tilecore_metal.MetalBackend().runtime(tilecore.plugin.resolve_target("metal:apple9")[1])
     with pytest.raises(CompileError, match="bound twice"):
         rt.build(type(softmax)(dup, softmax.lang, softmax.entry, softmax.meta), {})

@@ -5,7 +5,8 @@ On a Mac (``pyobjc-framework-Metal`` installed, a Metal device present) a kernel
 ``fastMathEnabled`` NO, unless the kernel was compiled with ``tilecore.fast_math``; the MSL version the
 source needs), one compute pipeline state per source and process (cached), buffers in shared storage
 (host tensors: numpy arrays and CPU torch tensors, copied in, and copied back where the kernel writes
-them), scalars with ``setBytes``, launched with ``dispatchThreadgroups``; GPU time from the command
+them; torch ``mps`` tensors wrapped by ``tilecore_metal.mps(t)`` bind their own Metal buffer, no copy:
+tensor.py), scalars with ``setBytes``, launched with ``dispatchThreadgroups``; GPU time from the command
 buffer's ``GPUStartTime``/``GPUEndTime`` (:data:`DEVICE_CLOCK`). Written and importable without macOS:
 every ``Metal`` import is lazy, and there the runtime reports ``codegen-only``: ``build`` runs the
 binding lint (``tilecore_metal.lint``) and returns the source, ``load`` refuses with the reason.
@@ -25,6 +26,7 @@ from tilecore.plugin import Program, Runtime, Source
 from tilecore.runtime.launch import AssertionTable, shape_fn
 
 from .lint import check_bindings
+from .tensor import resolve
 
 #: MTLLanguageVersion values (major << 16 | minor)
 LANGUAGE_VERSIONS = {"3.0": 0x30000, "3.1": 0x30001}
@@ -156,6 +158,13 @@ def _pipeline(code: str, entry: str, fast: bool, version: str):
     return pso, hashlib.sha256(code.encode()).hexdigest()[:12]
 
 
+def _torch_sync() -> None:
+    """Wait for torch's queued MPS work (another command queue) before a kernel reads its tensors."""
+    import torch  # noqa: PLC0415 - only reached with an mps tensor
+
+    torch.mps.synchronize()
+
+
 class MetalProgram(Program):
     def __init__(self, code: str, source: Source):
         self.mtl, self.dev = metal_module(), default_device()
@@ -179,10 +188,22 @@ class MetalProgram(Program):
         if min(grid) <= 0:
             return
         sizes = self.size_fn(ints)
-        bufs = []
+        bufs, offsets, on_host, synced = [], [], [], False
         for addr, n in zip(buffers, sizes):
+            t = resolve(addr)
+            if t is not None:  # a torch mps tensor (tilecore_metal.mps): its own buffer, no copy
+                if synced is False:
+                    _torch_sync()
+                    synced = True
+                buf, off = t.metal_buffer()
+                bufs.append(buf)
+                offsets.append(off)
+                on_host.append(False)
+                continue
             data = ctypes.string_at(addr, n) if n else b"\0"
             bufs.append(self.dev.newBufferWithBytes_length_options_(data, max(n, 1), 0))  # shared storage
+            offsets.append(0)
+            on_host.append(True)
         with _LOCK:
             view = self.status.contents().as_buffer(4 * STATUS_WORDS)
             view[:] = bytes(4 * STATUS_WORDS)
@@ -190,8 +211,8 @@ class MetalProgram(Program):
             enc = cb.computeCommandEncoder()
             enc.setComputePipelineState_(self.pso)
             k = 0
-            for b in bufs:
-                enc.setBuffer_offset_atIndex_(b, 0, k)
+            for b, off in zip(bufs, offsets):
+                enc.setBuffer_offset_atIndex_(b, off, k)
                 k += 1
             for v in ints:
                 enc.setBytes_length_atIndex_(struct.pack("<q", int(v)), 8, k)
@@ -207,8 +228,8 @@ class MetalProgram(Program):
             if cb.error() is not None:
                 raise DeviceError(f"the Metal command buffer failed: {cb.error().localizedDescription()}")
             DEVICE_CLOCK.add(max(cb.GPUEndTime() - cb.GPUStartTime(), 0.0))
-        for addr, n, b, desc in zip(buffers, sizes, bufs, self.buffers):
-            if desc.get("written") and n:
+        for addr, n, b, desc, host in zip(buffers, sizes, bufs, self.buffers, on_host):
+            if desc.get("written") and n and host:
                 ctypes.memmove(addr, bytes(b.contents().as_buffer(n)), n)
         if self.asserts:
             words = self.status.contents().as_buffer(4 * STATUS_WORDS)
