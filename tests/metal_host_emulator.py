@@ -201,7 +201,9 @@ LOAD_BUFFERS
 """
 
 _TG_DECL = re.compile(r"^(\s+)threadgroup (\w+ \w+(?:\[\d+\])?;)", re.M)
-_CTYPES = {"float16": "half", "bfloat16": "bfloat", "float32": "float", "int32": "int", "uint32": "uint"}
+_CTYPES = {"float16": "half", "bfloat16": "bfloat", "float32": "float", "bool": "uchar", "int8": "char",
+           "uint8": "uchar", "int16": "short", "uint16": "ushort", "int32": "int", "uint32": "uint", "int64": "long",
+           "uint64": "ulong"}
 
 
 def compiler() -> str | None:

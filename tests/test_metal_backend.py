@@ -243,6 +243,10 @@ def test_mutations_are_caught():
     # pass sees it
     assert msl_check({"m": device_array}) == {}
     assert "automatic variable qualified with an address space" in msl_check({"m": device_array}, True)["m"]
+    # a device pointer handed to the threadgroup gemm: plain C++ takes it, the address spaces do not
+    wrong_space = gemm.code.replace("((A_shared + 0), (B_shared + 0)", "((A + 0), (B_shared + 0)")
+    assert wrong_space != gemm.code and msl_check({"m": wrong_space}) == {}
+    assert "no matching function for call to 'tc_sg_gemm'" in msl_check({"m": wrong_space}, True)["m"]
     # a duplicate binding compiles everywhere and binds the wrong buffer: the lint (and so build) refuses it
     dup = softmax.code.replace("[[buffer(1)]]", "[[buffer(0)]]")
     assert msl_check({"m": dup}) == {} and any("bound twice" in p for p in check_bindings(dup))
