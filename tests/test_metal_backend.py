@@ -118,9 +118,19 @@ def test_readme_gemm_msl():
     assert "uint3 tc_bid [[threadgroup_position_in_grid]]" in code and "[[thread_index_in_threadgroup]]" in code
     assert re.search(r"^\s+threadgroup half A_shared\[2048\];", code, re.M)
     assert "threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);" in code
-    assert re.search(r"tc_sg_gemm<128, 64, 64, 32, .*>\(\(A_shared \+ 0\), \(B_shared \+ 0\), \(C_local \+ 0\), tc_tid\);",
-                     code)
-    assert "simdgroup_multiply_accumulate" in code and "simdgroup_load" in code
+    # the accumulator tiles stay in simdgroup registers over the K loop: loaded once, stored once
+    body = code.split("void tc_kernel")[1]
+    load, gemm, store = (body.index(f"{name}<") for name in ("tc_sg_acc_load", "tc_sg_gemm_acc", "tc_sg_acc_store"))
+    loop = body.index("for (long ko = 0; ko < 3; ++ko) {")
+    assert load < loop < gemm < store and "simdgroup_matrix<float, 8, 8> tc_acc0[16];" in body
+    assert re.search(r"tc_sg_gemm_acc<128, 64, 64, 32, .*>\(\(A_shared \+ 0\), \(B_shared \+ 0\), tc_acc0, tc_tid\);",
+                     body)
+    assert "tc_sg_gemm<" not in body and "simdgroup_multiply_accumulate" in code and "simdgroup_load" in code
+    assert "16 8x8 tiles per simdgroup" in k.meta["attrs"]["resident_accumulators"]["C_local"]
+    off = tilecore.compile(matmul_relu(100, 128, 96, 64, 64, 32), target="metal:apple7",
+                           pass_configs={"tilecore.metal.resident_accumulators": False}).source.code.split("void tc_kernel")[1]
+    assert re.search(r"tc_sg_gemm<128, 64, 64, 32, .*>\(\(A_shared \+ 0\), \(B_shared \+ 0\), \(C_local \+ 0\), "
+                     r"tc_tid\);", off) and "tc_sg_acc_load" not in off
     assert [b["kind"] for b in k.source.meta["bindings"]] == ["tensor"] * 3 + ["status"]
     # the opaque accumulator lives in threadgroup memory, and the reason is recorded
     why = k.meta["attrs"]["fragment_layouts"]["C_local"]
@@ -211,8 +221,8 @@ def test_conformance_catalog_msl_compiles_for_every_family(tmp_path):
     families = {name.split("/")[0] for name in sources.values()}
     assert families == {"apple7", "apple8", "apple9"} and len(sources) > 600
     kernels = {name: code for code, name in sources.items()}
-    assert any("simdgroup_multiply_accumulate(acc" in c and "tc_sg_gemm<" in c.split("void tc_kernel")[1]
-               for c in kernels.values())
+    assert any("tc_sg_gemm_acc<" in c.split("void tc_kernel")[1] for c in kernels.values())
+    assert any("tc_sg_gemm<" in c.split("void tc_kernel")[1] for c in kernels.values())  # attention's per-call gemms
     assert any("bfloat" in c.split("void tc_kernel")[1] for c in kernels.values())
     assert msl_check(kernels) == {}
     assert msl_check(kernels, address_spaces=True) == {}
@@ -230,10 +240,10 @@ def test_mutations_are_caught():
     assert msl_check({"gemm": gemm.code, "softmax": softmax.code}) == {}
     assert msl_check({"gemm": gemm.code, "softmax": softmax.code}, address_spaces=True) == {}
     barrier = "threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);"
-    mma = "simdgroup_multiply_accumulate(acc[i * RN + j], a[i], b[j], acc[i * RN + j])"
+    mma = "simdgroup_multiply_accumulate(c[i * RN + j], a[i], b[j], c[i * RN + j])"  # tc_sg_gemm_acc's
     assert barrier in gemm.code and mma in gemm.code and "  float x[16];" in softmax.code
     wrong_flags = gemm.code.replace(barrier, "threadgroup_barrier(mem_flags::mem_shared);", 1)
-    missing_arg = gemm.code.replace(mma, "simdgroup_multiply_accumulate(acc[i * RN + j], a[i], b[j])")
+    missing_arg = gemm.code.replace(mma, "simdgroup_multiply_accumulate(c[i * RN + j], a[i], b[j])")
     device_array = softmax.code.replace("  float x[16];", "  device float x[16];")
     for code in (wrong_flags, missing_arg):
         assert msl_check({"m": code}) and msl_check({"m": code}, address_spaces=True)
@@ -246,7 +256,7 @@ def test_mutations_are_caught():
     # a device pointer handed to the threadgroup gemm: plain C++ takes it, the address spaces do not
     wrong_space = gemm.code.replace("((A_shared + 0), (B_shared + 0)", "((A + 0), (B_shared + 0)")
     assert wrong_space != gemm.code and msl_check({"m": wrong_space}) == {}
-    assert "no matching function for call to 'tc_sg_gemm'" in msl_check({"m": wrong_space}, True)["m"]
+    assert "no matching function for call to 'tc_sg_gemm_acc'" in msl_check({"m": wrong_space}, True)["m"]
     # a duplicate binding compiles everywhere and binds the wrong buffer: the lint (and so build) refuses it
     dup = softmax.code.replace("[[buffer(1)]]", "[[buffer(0)]]")
     assert msl_check({"m": dup}) == {} and any("bound twice" in p for p in check_bindings(dup))
@@ -277,10 +287,18 @@ def test_readme_gemm_on_host():
     ref = np.maximum(f64(a) @ f64(b), 0)
     _close(run_on_host(k, [a, b, np.zeros((m, n), np.float16)])[2], ref, 2e-3)
     # a planted bug: B A instead of A B in the simdgroup multiply
-    swap = lambda code: code.replace("simdgroup_multiply_accumulate(acc[i * RN + j], a[i], b[j],",  # noqa: E731
-                                     "simdgroup_multiply_accumulate(acc[i * RN + j], b[j], a[i],")
+    swap = lambda code: code.replace("simdgroup_multiply_accumulate(c[i * RN + j], a[i], b[j],",  # noqa: E731
+                                     "simdgroup_multiply_accumulate(c[i * RN + j], b[j], a[i],")
     bad = run_on_host(k, [a, b, np.zeros((m, n), np.float16)], mutate=swap)[2]
     assert np.max(np.abs(f64(bad) - ref)) > 1.0
+    # another: the resident accumulators never stored back after the K loop
+    drop = lambda code: re.sub(r"\n *tc_sg_acc_store<[^\n]*", "", code)  # noqa: E731
+    bad = run_on_host(k, [a, b, np.zeros((m, n), np.float16)], mutate=drop)[2]
+    assert drop(k.source.code) != k.source.code and np.max(np.abs(f64(bad) - ref)) > 1.0
+    # the per-call form (accumulators loaded and stored by every gemm) computes the same
+    k2 = tilecore.compile(matmul_relu(m, n, kk, 64, 64, 32), target="metal:apple7",
+                          pass_configs={"tilecore.metal.resident_accumulators": False})
+    _close(run_on_host(k2, [a, b, np.zeros((m, n), np.float16)])[2], ref, 2e-3)
 
 
 @needs_host
@@ -291,7 +309,7 @@ def test_transposed_float32_gemm_on_host():
     k = tilecore.compile(_gemm_kernel("float32", "float32", True, True, m, n, kk), target="metal:apple8")
     # both operands stored transposed: unit stride along M for A and along K for B (SAM = SBK = 1), so both
     # take simdgroup_load's transposed form
-    assert re.search(r"tc_sg_gemm<\d+, \d+, \d+, \d+, 1, \d+, 1, \d+,", k.source.code)
+    assert re.search(r"tc_sg_gemm(_acc)?<\d+, \d+, \d+, \d+, 1, \d+, 1, \d+,", k.source.code)
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal((kk, m)).astype(np.float32), rng.standard_normal((n, kk)).astype(np.float32)
     _close(run_on_host(k, [a, b, np.zeros((m, n), np.float32)])[2], f64(a).T @ f64(b).T, 1e-5)

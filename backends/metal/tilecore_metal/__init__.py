@@ -88,9 +88,10 @@ class MetalBackend(Backend):
     def passes(self, target) -> list:
         from tilecore.passes.simt import simt_distribute  # compile-time only: loading a kernel needs no passes
 
-        from .intrinsics import mark_block_threads
+        from .intrinsics import mark_block_threads, resident_accumulators
 
         return [PassSpec("layout", mark_block_threads, position="before"),
+                PassSpec("tile-lowering", resident_accumulators, position="after"),
                 PassSpec("before-codegen", simt_distribute, position="before")]
 
     def matrix_units(self, target) -> list:

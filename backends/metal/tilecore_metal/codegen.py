@@ -267,5 +267,10 @@ class MetalEmitter(SIMTCppEmitter):
                 args.append(f"({self.name(st, a.buffer)} + {self.flat_index(st, a.buffer, a.starts)})")
             elif isinstance(a, Expr):
                 args.append(f"(long)({self.expr(st, a)})")
+        acc = s.attrs.get("acc")
+        if acc is not None:  # simdgroup accumulators that live over a loop (intrinsics.resident_accumulators)
+            if s.name == "tc_sg_acc_load":
+                self.line(st, f"simdgroup_matrix<float, 8, 8> {acc}[{s.attrs['tiles']}];")
+            args.append(acc)
         template = ", ".join(str(t) for t in spell(s))
         self.line(st, f"{s.name}<{template}>({', '.join(args)}, tc_tid);")

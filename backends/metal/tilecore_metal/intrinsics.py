@@ -17,7 +17,8 @@ feature (``feature:simdgroup_matrix``) runs this op and records the reason in
 """
 from __future__ import annotations
 
-from tilecore.ir import Buffer, Collective, KernelLaunch, Region, TileOp, as_expr, const_value, rewrite, simplify
+from tilecore.ir import (Buffer, BufferLoad, Collective, For, KernelLaunch, Region, Seq, Store, TileOp, as_expr,
+                         const_value, rewrite, seq, simplify, stmt_exprs, walk, walk_expr)
 from tilecore.passes import tile_pass
 from tilecore.plugin import Intrinsic
 
@@ -126,11 +127,118 @@ def lower_gemm_simdgroup(op: TileOp, ctx):
     sam, sak = (sa[-1], sa[-2]) if ta else (sa[-2], sa[-1])
     sbk, sbn = (sb[-1], sb[-2]) if tb else (sb[-2], sb[-1])
     attrs = {"M": m, "N": n, "K": k, "SAM": sam, "SAK": sak, "SBK": sbk, "SBN": sbn, "SCM": sc[-2],
-             "dtype": str(a.buffer.dtype), "clear": bool(op.attrs.get("clear_accum"))}
+             "dtype": str(a.buffer.dtype), "clear": bool(op.attrs.get("clear_accum")),
+             "threads": op.attrs["block_threads"]}
     return Collective("tc_sg_gemm", (a, b, c), attrs, span=op.span)
 
 
-COLLECTIVES = {"tc_sg_gemm": gemm_template}
+# -- accumulators held in simdgroup registers over a whole K loop -------------------------------------------
+
+#: at most this many 8x8 accumulator tiles per simdgroup stay in registers over a loop (2 floats per thread each)
+MAX_RESIDENT_TILES = 16
+
+
+def _touches(s, buf) -> list:
+    """The statements under ``s`` that read or write ``buf`` (tile-op regions, stores, loads)."""
+    found = []
+
+    def visit(x):
+        if isinstance(x, (TileOp, Collective)) and any(isinstance(a, Region) and (a.buffer.base or a.buffer) is buf
+                                                       for a in x.args):
+            found.append(x)
+            return
+        if isinstance(x, Store) and (x.buffer.base or x.buffer) is buf:
+            found.append(x)
+            return
+        hit = []
+        for e in stmt_exprs(x):
+            walk_expr(e, lambda y: hit.append(1) if isinstance(y, BufferLoad) and (y.buffer.base or y.buffer) is buf
+                      else None)
+        if hit:
+            found.append(x)
+
+    walk(s, visit)
+    return found
+
+
+def _resident_plan(loop: For, ctx):
+    """``(gemm, attrs)`` where ``loop``'s body runs exactly one simdgroup gemm (a ``tc_sg_gemm`` collective)
+    into an accumulator nothing else in the loop touches (the K loop of a tiled GEMM), and the block's
+    simdgroups can hold all its tiles; else None."""
+    body = list(loop.body.body) if isinstance(loop.body, Seq) else [loop.body]
+    gemms = [x for x in body if isinstance(x, Collective) and x.name == "tc_sg_gemm"]
+    if len(gemms) != 1 or gemms[0].attrs["clear"]:
+        return None
+    op = gemms[0]
+    c = op.args[2].buffer
+    if _touches(loop.body, c) != [op] or c.dtype != "float32":
+        return None
+    at = op.attrs
+    nsg = at["threads"] // SIMD
+    rm, rn = chunking(at["M"] // ATOM, at["N"] // ATOM, nsg)
+    chunks = (at["M"] // (ATOM * rm)) * (at["N"] // (ATOM * rn))
+    per_sg = -(-chunks // nsg)
+    if per_sg * rm * rn > MAX_RESIDENT_TILES:
+        return None
+    return op, {"RM": rm, "RN": rn, "tiles": per_sg * rm * rn}
+
+
+@tile_pass("metal.resident_accumulators")
+def resident_accumulators(func, ctx):
+    """Keep a K loop's simdgroup accumulators in registers for the whole loop (after the core's tile lowering,
+    which turned each simdgroup ``T.gemm`` into a ``tc_sg_gemm`` collective): where a loop at the top of a
+    launch runs one such gemm into an accumulator nothing else in the loop touches, the
+    accumulator tiles are loaded from threadgroup memory once before the loop (``tc_sg_acc_load``), the
+    gemm multiplies into them (``tc_sg_gemm_acc``) and they are stored back once after it
+    (``tc_sg_acc_store``), instead of a load and a store per iteration. Element access before and after
+    the loop still goes through threadgroup memory (the fragment is opaque). Pass config
+    ``tilecore.metal.resident_accumulators=False`` turns it off."""
+    if ctx.option("tilecore.metal.resident_accumulators", True) is False:
+        return func
+    counter = [0]
+
+    def launch(s):
+        if not isinstance(s, KernelLaunch):
+            return None
+        top = list(s.body.body) if isinstance(s.body, Seq) else [s.body]
+        out, changed = [], False
+        for st in top:
+            found = _resident_plan(st, ctx) if isinstance(st, For) else None
+            if found is None:
+                out.append(st)
+                continue
+            op, geo = found
+            c = op.args[2]
+            name = f"tc_acc{counter[0]}"
+            counter[0] += 1
+            common = {"M": op.attrs["M"], "N": op.attrs["N"], "SCM": op.attrs["SCM"], "acc": name, **geo}
+            new_gemm = Collective("tc_sg_gemm_acc", op.args[:2], {**op.attrs, **common}, span=op.span)
+            body = rewrite(st.body, lambda x: new_gemm if x is op else None)
+            out += [Collective("tc_sg_acc_load", (c,), common, span=op.span), st.with_(body=body),
+                    Collective("tc_sg_acc_store", (c,), common, span=op.span)]
+            recorded[c.buffer.name] = (f"{geo['tiles']} 8x8 tiles per simdgroup in simdgroup registers over the "
+                                       f"loop on {st.var.name}")
+            changed = True
+        return s.with_(body=seq(out)) if changed else None
+
+    recorded: dict = {}
+    body = rewrite(func.body, launch)
+    return func.with_body(body, resident_accumulators=recorded) if recorded else func
+
+
+def _acc_template(s: Collective) -> list:
+    at = s.attrs
+    return [int(s.threads or SIMD), at["M"], at["N"], at["SCM"], at["RM"], at["RN"]]
+
+
+def _gemm_acc_template(s: Collective) -> list:
+    at = s.attrs
+    return [int(s.threads or SIMD), at["M"], at["N"], at["K"], at["SAM"], at["SAK"], at["SBK"], at["SBN"], at["RM"],
+            at["RN"]]
+
+
+COLLECTIVES = {"tc_sg_gemm": gemm_template, "tc_sg_acc_load": _acc_template, "tc_sg_acc_store": _acc_template,
+               "tc_sg_gemm_acc": _gemm_acc_template}
 
 INTRINSICS = [
     Intrinsic("gemm", "metal.gemm_simdgroup", lower_gemm_simdgroup, requires=("feature:simdgroup_matrix",),
