@@ -225,7 +225,8 @@ def run_on_host(kernel, arrays: list, ints: tuple = (), mutate=None) -> list:
     grid = [eval(g, env) for g in src.meta["grid"]]  # noqa: S307 - our own text
     if src.meta.get("nfloats"):
         raise ValueError("the host emulator passes tensors and integers only")
-    args = [f"({_CTYPES[str(a.dtype)]}*)ptrs[{k}]" for k, a in enumerate(arrays)]
+    # the kernel's own element types (a bfloat16 tensor travels as its uint16 bits)
+    args = [f"({_CTYPES[b['dtype']]}*)ptrs[{k}]" for k, b in enumerate(src.meta["buffers"])]
     args += [f"tc_int{k}" for k in range(len(ints))]
     decls = " ".join(f"static long tc_int{k} = {int(v)}L;" for k, v in enumerate(ints))
     call = f"{decls} tc_kernel({', '.join(args + ['status', 'uint3{(uint)bx, (uint)by, (uint)bz}', '(uint)t'])})"

@@ -316,6 +316,21 @@ def test_transposed_float32_gemm_on_host():
 
 
 @needs_host
+def test_bfloat16_gemm_on_host():
+    from tilecore_conformance.catalog import _gemm_kernel
+
+    k = tilecore.compile(_gemm_kernel("bfloat16", "float32", False, True, 64, 64, 64), target="metal:apple9")
+    assert "simdgroup_matrix<TA, 8, 8>" in k.source.code and "device bfloat* A" in k.source.code
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((64, 64)).astype(np.float32), rng.standard_normal((64, 64)).astype(np.float32)
+    bits = lambda x: (x.view(np.uint32) >> 16).astype(np.uint16)  # noqa: E731 - truncation to bfloat16
+    value = lambda u: (u.astype(np.uint32) << 16).view(np.float32)  # noqa: E731
+    ab, bb = bits(a), bits(b)
+    out = run_on_host(k, [ab, bb, np.zeros((64, 64), np.float32)])[2]
+    _close(out, f64(value(ab)) @ f64(value(bb)).T, 1e-5)
+
+
+@needs_host
 def test_softmax_with_simd_reductions_on_host():
     from tilecore_conformance import composite
 
