@@ -240,10 +240,10 @@ def test_mutations_are_caught():
     assert msl_check({"gemm": gemm.code, "softmax": softmax.code}) == {}
     assert msl_check({"gemm": gemm.code, "softmax": softmax.code}, address_spaces=True) == {}
     barrier = "threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);"
-    mma = "simdgroup_multiply_accumulate(c[i * RN + j], a[i], b[j], c[i * RN + j])"  # tc_sg_gemm_acc's
+    mma = "simdgroup_multiply_accumulate(acc[c + i * RN + j], a[i], b[j], acc[c + i * RN + j])"  # tc_sg_gemm_acc's
     assert barrier in gemm.code and mma in gemm.code and "  float x[16];" in softmax.code
     wrong_flags = gemm.code.replace(barrier, "threadgroup_barrier(mem_flags::mem_shared);", 1)
-    missing_arg = gemm.code.replace(mma, "simdgroup_multiply_accumulate(c[i * RN + j], a[i], b[j])")
+    missing_arg = gemm.code.replace(mma, "simdgroup_multiply_accumulate(acc[c + i * RN + j], a[i], b[j])")
     device_array = softmax.code.replace("  float x[16];", "  device float x[16];")
     for code in (wrong_flags, missing_arg):
         assert msl_check({"m": code}) and msl_check({"m": code}, address_spaces=True)
@@ -287,8 +287,8 @@ def test_readme_gemm_on_host():
     ref = np.maximum(f64(a) @ f64(b), 0)
     _close(run_on_host(k, [a, b, np.zeros((m, n), np.float16)])[2], ref, 2e-3)
     # a planted bug: B A instead of A B in the simdgroup multiply
-    swap = lambda code: code.replace("simdgroup_multiply_accumulate(c[i * RN + j], a[i], b[j],",  # noqa: E731
-                                     "simdgroup_multiply_accumulate(c[i * RN + j], b[j], a[i],")
+    swap = lambda code: code.replace("simdgroup_multiply_accumulate(acc[c + i * RN + j], a[i], b[j],",  # noqa: E731
+                                     "simdgroup_multiply_accumulate(acc[c + i * RN + j], b[j], a[i],")
     bad = run_on_host(k, [a, b, np.zeros((m, n), np.float16)], mutate=swap)[2]
     assert np.max(np.abs(f64(bad) - ref)) > 1.0
     # another: the resident accumulators never stored back after the K loop

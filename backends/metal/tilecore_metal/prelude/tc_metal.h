@@ -132,9 +132,10 @@ inline void tc_sg_gemm(threadgroup TA* A, threadgroup TB* B, threadgroup TC* C, 
 
 /* The same gemm with the accumulator tiles held in simdgroup registers over a whole K loop (the
    metal.resident_accumulators pass): tc_sg_acc_load before the loop, tc_sg_gemm_acc in it, tc_sg_acc_store
-   after it. Simdgroup sg holds chunks sg, sg + NSG, ...: slot s of its array is its s-th chunk. */
-template <int THREADS, int M, int N, int SCM, int RM, int RN, typename TC>
-inline void tc_sg_acc_load(threadgroup TC* C, thread simdgroup_matrix<float, 8, 8>* acc, uint tid) {
+   after it. Simdgroup sg holds chunks sg, sg + NSG, ...: slot s of its array is its s-th chunk. The array
+   is passed by reference (its size deduced), as MSL code passes simdgroup matrices. */
+template <int THREADS, int M, int N, int SCM, int RM, int RN, typename TC, int TILES>
+inline void tc_sg_acc_load(threadgroup TC* C, thread simdgroup_matrix<float, 8, 8> (&acc)[TILES], uint tid) {
   constexpr int NSG = THREADS / 32, CM = M / (8 * RM), CN = N / (8 * RN);
   int slot = 0;
   for (int chunk = (int)tid / 32; chunk < CM * CN; chunk += NSG, ++slot) {
@@ -143,8 +144,8 @@ inline void tc_sg_acc_load(threadgroup TC* C, thread simdgroup_matrix<float, 8, 
       for (int j = 0; j < RN; ++j) simdgroup_load(acc[slot * RM * RN + i * RN + j], C + (m0 + 8 * i) * SCM + (n0 + 8 * j), SCM);
   }
 }
-template <int THREADS, int M, int N, int SCM, int RM, int RN, typename TC>
-inline void tc_sg_acc_store(threadgroup TC* C, thread simdgroup_matrix<float, 8, 8>* acc, uint tid) {
+template <int THREADS, int M, int N, int SCM, int RM, int RN, typename TC, int TILES>
+inline void tc_sg_acc_store(threadgroup TC* C, thread simdgroup_matrix<float, 8, 8> (&acc)[TILES], uint tid) {
   constexpr int NSG = THREADS / 32, CM = M / (8 * RM), CN = N / (8 * RN);
   int slot = 0;
   for (int chunk = (int)tid / 32; chunk < CM * CN; chunk += NSG, ++slot) {
@@ -153,13 +154,15 @@ inline void tc_sg_acc_store(threadgroup TC* C, thread simdgroup_matrix<float, 8,
       for (int j = 0; j < RN; ++j) simdgroup_store(acc[slot * RM * RN + i * RN + j], C + (m0 + 8 * i) * SCM + (n0 + 8 * j), SCM);
   }
 }
-template <int THREADS, int M, int N, int K, int SAM, int SAK, int SBK, int SBN, int RM, int RN, typename TA, typename TB>
-inline void tc_sg_gemm_acc(threadgroup TA* A, threadgroup TB* B, thread simdgroup_matrix<float, 8, 8>* acc, uint tid) {
+template <int THREADS, int M, int N, int K, int SAM, int SAK, int SBK, int SBN, int RM, int RN, typename TA, typename TB,
+          int TILES>
+inline void tc_sg_gemm_acc(threadgroup TA* A, threadgroup TB* B, thread simdgroup_matrix<float, 8, 8> (&acc)[TILES],
+                           uint tid) {
   constexpr int NSG = THREADS / 32, CM = M / (8 * RM), CN = N / (8 * RN);
   int slot = 0;
   for (int chunk = (int)tid / 32; chunk < CM * CN; chunk += NSG, ++slot) {
     const int m0 = (chunk % CM) * 8 * RM, n0 = (chunk / CM) * 8 * RN;
-    thread simdgroup_matrix<float, 8, 8>* c = acc + slot * RM * RN;
+    const int c = slot * RM * RN;
     for (int k = 0; k < K; k += 8) {
       simdgroup_matrix<TA, 8, 8> a[RM];
       simdgroup_matrix<TB, 8, 8> b[RN];
@@ -174,7 +177,8 @@ inline void tc_sg_gemm_acc(threadgroup TA* A, threadgroup TB* B, thread simdgrou
         else simdgroup_load(b[j], p, SBN, ulong2(0, 0), true);
       }
       for (int i = 0; i < RM; ++i)
-        for (int j = 0; j < RN; ++j) simdgroup_multiply_accumulate(c[i * RN + j], a[i], b[j], c[i * RN + j]);
+        for (int j = 0; j < RN; ++j)
+          simdgroup_multiply_accumulate(acc[c + i * RN + j], a[i], b[j], acc[c + i * RN + j]);
     }
   }
 }
