@@ -216,19 +216,18 @@ def host_source(code: str) -> str:
     return SHIM + _TG_DECL.sub(r"\1static \2", code)
 
 
-def run_on_host(kernel, arrays: list, ints: tuple = (), mutate=None) -> list:
+def run_on_host(kernel, arrays: list, ints: tuple = (), floats: tuple = (), mutate=None) -> list:
     """Run compiled tilecore kernel ``kernel`` (a metal target) on ``arrays`` (numpy, the tensor parameters
-    in order; ``ints`` the ABI integers); returns the arrays after the run. ``mutate`` (text -> text) edits
-    the MSL first (the tests' planted bugs)."""
+    in order; ``ints`` and ``floats`` the ABI scalars); returns the arrays after the run. ``mutate``
+    (text -> text) edits the MSL first (the tests' planted bugs)."""
     src = kernel.source
     env = {"ints": list(ints), "max": max, "min": min}
     grid = [eval(g, env) for g in src.meta["grid"]]  # noqa: S307 - our own text
-    if src.meta.get("nfloats"):
-        raise ValueError("the host emulator passes tensors and integers only")
     # the kernel's own element types (a bfloat16 tensor travels as its uint16 bits)
     args = [f"({_CTYPES[b['dtype']]}*)ptrs[{k}]" for k, b in enumerate(src.meta["buffers"])]
-    args += [f"tc_int{k}" for k in range(len(ints))]
-    decls = " ".join(f"static long tc_int{k} = {int(v)}L;" for k, v in enumerate(ints))
+    args += [f"tc_int{k}" for k in range(len(ints))] + [f"tc_flt{k}" for k in range(len(floats))]
+    decls = " ".join([f"static long tc_int{k} = {int(v)}L;" for k, v in enumerate(ints)]
+                     + [f"static float tc_flt{k} = {float(v)!r}f;" for k, v in enumerate(floats)])
     call = f"{decls} tc_kernel({', '.join(args + ['status', 'uint3{(uint)bx, (uint)by, (uint)bz}', '(uint)t'])})"
     code = mutate(src.code) if mutate else src.code
     text = host_source(code) + RUNNER.replace("GRID_X", str(grid[0])).replace("GRID_Y", str(grid[1])).replace(
