@@ -347,6 +347,26 @@ def test_softmax_with_simd_reductions_on_host():
 
 
 @needs_host
+def test_erf_and_sigmoid_on_host():
+    """MSL has no erf: the prelude's (a Chebyshev fit of erfc), and sigmoid from precise::exp."""
+    import math
+
+    @T.prim_func
+    def act(X: T.Tensor((256,), "float32"), Y: T.Tensor((256,), "float32"), Z: T.Tensor((256,), "float32")):
+        with T.Kernel(4, threads=64) as bx:
+            for i in T.Parallel(64):
+                Y[bx * 64 + i] = T.erf(X[bx * 64 + i])
+                Z[bx * 64 + i] = T.sigmoid(X[bx * 64 + i])
+
+    k = tilecore.compile(act, target="metal:apple7")
+    assert "tc_erf(" in k.source.code and "precise::exp(" in k.source.code
+    x = np.linspace(-6, 6, 256).astype(np.float32)
+    _, y, z = run_on_host(k, [x, np.zeros_like(x), np.zeros_like(x)])
+    assert np.max(np.abs(f64(y) - [math.erf(v) for v in f64(x)])) < 3e-7
+    assert np.max(np.abs(f64(z) - 1 / (1 + np.exp(-f64(x))))) < 3e-7
+
+
+@needs_host
 def test_causal_attention_on_host():
     from tilecore_conformance.catalog import catalog
 
