@@ -220,6 +220,8 @@ def run_on_host(kernel, arrays: list, ints: tuple = (), floats: tuple = (), muta
     """Run compiled tilecore kernel ``kernel`` (a metal target) on ``arrays`` (numpy, the tensor parameters
     in order; ``ints`` and ``floats`` the ABI scalars); returns the arrays after the run. ``mutate``
     (text -> text) edits the MSL first (the tests' planted bugs)."""
+    if compiler() is None:
+        raise RuntimeError("no clang++ here for the host emulation: apt-get install clang-22 (scripts/setup.sh does)")
     src = kernel.source
     env = {"ints": list(ints), "max": max, "min": min}
     grid = [eval(g, env) for g in src.meta["grid"]]  # noqa: S307 - our own text

@@ -38,6 +38,8 @@ def check(sources: dict, address_spaces: bool = False) -> dict:
     """``{name: clang's errors}`` for the sources (``{name: MSL text}``) clang rejects; {} when all pass."""
     if not sources:
         return {}
+    if clang() is None:
+        raise RuntimeError("no clang++ here to check MSL with: apt-get install clang-22 (scripts/setup.sh does)")
     parts = ["#include <metal_stdlib>\nusing namespace metal;\n"]
     for k, (name, code) in enumerate(sources.items()):
         safe = re.sub(r"[^\w./-]", "_", name)

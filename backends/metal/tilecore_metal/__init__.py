@@ -25,7 +25,7 @@ from tilecore.plugin import Backend, DeviceInfo, PassSpec, Probe, Target, hookim
 
 from .codegen import MetalEmitter
 from .runtime import MetalRuntime, default_device, device_family, device_properties, metal_module
-from .tensor import MPSTensor, mps
+from .tensor import MPSTensor, mps  # noqa: F401 - the public way to pass torch mps tensors
 
 __version__ = "0.1.0"
 
