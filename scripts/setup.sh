@@ -14,7 +14,8 @@ if ! dpkg -s mesa-vulkan-drivers >/dev/null 2>&1; then
   $SUDO apt-get install -y --no-install-recommends mesa-vulkan-drivers
 fi
 # HIP without ROCm: clang-22 builds AMDGPU code objects for gfx90a/gfx942/gfx950/gfx1100 (-nogpuinc -nogpulib),
-# llvm-objdump-22 disassembles them (--emit asm, the HIP tests), rocm-device-libs gives ocml for math calls
+# llvm-objdump-22 disassembles them (--emit asm, the HIP tests), rocm-device-libs gives ocml for math calls;
+# the Metal tests use the same clang++-22 to check generated MSL against their metal_stdlib stand-in
 if ! command -v clang++-22 >/dev/null || ! command -v llvm-objdump-22 >/dev/null || ! dpkg -s rocm-device-libs >/dev/null 2>&1; then
   $SUDO apt-get update
   $SUDO apt-get install -y --no-install-recommends clang-22 lld-22 llvm-22 rocm-device-libs
@@ -26,9 +27,10 @@ python -c "import torch" 2>/dev/null || python -m pip install "torch==2.13.0"
 python -c "import einops" 2>/dev/null || python -m pip install einops
 # every in-tree backend; the CUDA one with NVRTC (13.0, matching the H100's driver) and cuobjdump for --emit asm,
 # so that CI compiles every conformance case for sm_80 and sm_90a without a GPU
-# the WebGPU one (wgpu-py comes as its dependency), the Ascend one (its emulator needs only g++) and the MUSA one
+# the WebGPU one (wgpu-py comes as its dependency), the Ascend one (its emulator needs only g++), the MUSA one
 # (codegen-only here: its tests check the generated MUSA C++ with the clang-22 installed above, in CUDA mode against
-# a stub header in backends/musa/tests/stub; no MUSA SDK exists on PyPI); ".[test]" brings pytest, pytest-xdist, hypothesis and
+# a stub header in backends/musa/tests/stub; no MUSA SDK exists on PyPI) and the Metal one (codegen-only off macOS:
+# PyObjC's Metal is its macOS-only "runtime" extra); ".[test]" brings pytest, pytest-xdist, hypothesis and
 # build (tests/test_wheels.py builds every wheel and installs them into fresh venvs)
-python -m pip install -e ".[test]" -e backends/cpu -e "backends/cuda[nvrtc]" -e backends/hip -e backends/webgpu -e backends/ascend -e backends/musa -e conformance \
+python -m pip install -e ".[test]" -e backends/cpu -e "backends/cuda[nvrtc]" -e backends/hip -e backends/webgpu -e backends/ascend -e backends/musa -e backends/metal -e conformance \
   "nvidia-cuda-cuobjdump==13.*" "nvidia-cuda-nvdisasm==13.*"

@@ -95,8 +95,10 @@ CLEAR = [(n, lay) for n, lay in REGISTERED if not lay.opaque]
 def test_the_registry_has_the_cuda_and_the_made_up_units():
     names = {n for n, _ in REGISTERED}
     assert {"mma_sync_m16n8k16.c", "wgmma_m64n256k16.c", "fakemu_16x16x8.c"} <= names
-    # opaque layouts are only the operands an instruction reads from memory itself
-    assert all(n.startswith("wgmma_") and n.endswith(".b") for n, lay in REGISTERED if lay.opaque)
+    # opaque layouts are only the operands an instruction reads from memory itself (WGMMA's B) and the
+    # fragments whose placement the hardware hides (Metal's simdgroup matrices, every role)
+    assert all((n.startswith("wgmma_") and n.endswith(".b")) or n.startswith("simdgroup_matrix_")
+               for n, lay in REGISTERED if lay.opaque)
 
 
 @pytest.mark.parametrize("name,lay", CLEAR, ids=lambda x: x if isinstance(x, str) else "")

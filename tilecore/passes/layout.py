@@ -299,6 +299,17 @@ def _hardware_gemm(op, ctx):
     return intr.name if any(str(r).startswith("feature:") for r in intr.requires) else None
 
 
+def _opaque_unit(op, ctx):
+    """The spelling of a matrix unit of the target with opaque layouts that multiplies ``op``'s operand
+    dtypes into its accumulator's, if any (the gemm's hardware intrinsic then keeps the accumulator in the
+    unit's registers only inside the op, and in shared memory around it)."""
+    a, c = op.args[0].buffer, op.args[2].buffer
+    for u in ctx.matrix_units:
+        if u.c.opaque and a.dtype in u.a_dtypes and c.dtype == u.acc_dtype:
+            return u.spelling
+    return None
+
+
 def _block_stmts(body):
     """Block-level statements (recursing into serial loops and branches, not into nests), in order."""
     if body is None:
@@ -423,6 +434,11 @@ def _infer_once(plan: Plan, body, annotations: dict):
                 continue
             hw = _hardware_gemm(s, ctx)
             if hw is not None:
+                opaque = _opaque_unit(s, ctx)
+                if opaque is not None:  # a fragment whose element placement the hardware hides
+                    raise _Shared(c.buffer, f"T.gemm runs on {hw}: the accumulator is {opaque}'s opaque fragment "
+                                            "(the hardware hides which thread holds an element), kept in shared "
+                                            "memory where its elements are accessed")
                 raise _Shared(c.buffer, f"T.gemm runs on {hw}, which reads the accumulator in shared memory (no "
                                         "matrix-unit layout registered for it)")
             plan.layout(c.buffer)

@@ -74,7 +74,11 @@ def _why_not(op, threads: int, ctx):
     why = []
     for u in ctx.matrix_units:
         if u.a.opaque or u.b.opaque or u.c.opaque:
-            continue  # operands the instruction reads from memory itself: not this lowering's form
+            # operands the instruction reads from memory itself, or a fragment whose placement the hardware
+            # hides: not this lowering's form (the backend's gemm intrinsic runs it, the accumulator in memory)
+            if u.c.opaque:
+                why.append(f"{u.spelling}'s accumulator is an opaque fragment")
+            continue
         name = u.spelling
         if a.buffer.dtype not in u.a_dtypes or c.buffer.dtype != u.acc_dtype:
             why.append(f"{name} multiplies {'/'.join(u.a_dtypes)} into {u.acc_dtype}")
