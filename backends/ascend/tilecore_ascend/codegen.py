@@ -279,7 +279,8 @@ class AscendCEmitter(CFamilyEmitter):
                 "    tc_emu_block_end();\n"
                 f"  }}\n{ws_free}  return tc_emu_findings();\n}}\n#endif\n")
         caps = ctx.capabilities
-        limits = {k: int(caps.limit(k)[0]) for k in ("max_ub_bytes", "max_l1_bytes") if caps.limit(k) is not None}
+        limits = {k: int(caps.limit(k)[0]) for k in ("max_ub_bytes", "max_l1_bytes", "event_ids_per_hard_event")
+                  if caps.limit(k) is not None}
         return Source(code, "ascendc", ENTRY, {"launcher": LAUNCHER, "ub_bytes": ub_bytes, "limits": limits,
                                                 "kernel_type": ktype, "workspace_bytes_per_block": ws_bytes,
                                                 "onchip_bytes": {k: max((o + n for _, o, n in v), default=0)

@@ -52,6 +52,8 @@ def emulator_flags(source: Source, options: dict) -> list:
         out.append(f"-DTC_EMU_UB_BYTES={limits['max_ub_bytes']}")
     if "max_l1_bytes" in limits:
         out.append(f"-DTC_EMU_L1_BYTES={limits['max_l1_bytes']}")
+    if "event_ids_per_hard_event" in limits:
+        out.append(f"-DTC_EMU_EVENT_IDS={limits['event_ids_per_hard_event']}")
     if options.get("tilecore.debug"):
         out.append("-g")
     return out + list(options.get("tilecore.extra_flags", ()))
@@ -106,12 +108,18 @@ class EmulatedProgram(Program):
                             ctypes.POINTER(ctypes.c_double)]
         self.log = self.lib.tc_emu_log
         self.log.restype = ctypes.c_char_p
+        #: the emulator's timing of the last launch: ``(makespan, work)`` in rough cycles, the per-core
+        #: makespans added up and the sum of every instruction's cost (work / makespan: how much the pipes overlap)
+        self.cycles = (0.0, 0.0)
 
     def launch(self, buffers: list, ints: list, floats: list) -> None:
         bufs = (ctypes.c_void_p * max(1, len(buffers)))(*buffers)
         iv = (ctypes.c_int64 * max(1, len(ints)))(*ints)
         fv = (ctypes.c_double * max(1, len(floats)))(*floats)
         findings = self.fn(bufs, iv, fv)
+        out = (ctypes.c_double * 2)()
+        self.lib.tc_emu_cycles(out)
+        self.cycles = (out[0], out[1])
         if findings:
             raise KernelRuntimeError(f"Ascend emulator: {findings} finding(s); the kernel is wrong on hardware "
                                      f"even where its results look right:\n{self.log().decode(errors='replace')}")
