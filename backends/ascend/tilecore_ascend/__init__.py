@@ -56,10 +56,12 @@ class AscendBackend(Backend):
     def passes(self, target) -> list:
         from .passes import insert_sync, plan_onchip
         from .cube import lower_cube
+        from .double_buffer import double_buffer
         from .legalize import place_shared
         from .vectorize import vectorize_parallel
 
-        return [PassSpec("legalize", place_shared, "before"), PassSpec("tile-lowering", lower_cube, "before"), PassSpec("tile-lowering", vectorize_parallel, "before"), PassSpec("memory", plan_onchip, "after"),
+        return [PassSpec("legalize", place_shared, "before"), PassSpec("tile-lowering", lower_cube, "before"), PassSpec("tile-lowering", vectorize_parallel, "before"),
+                PassSpec("pipelining", double_buffer, "before"), PassSpec("memory", plan_onchip, "after"),
                 PassSpec("before-codegen", insert_sync, "after")]
 
     def emitter(self, target):
