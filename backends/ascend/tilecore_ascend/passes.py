@@ -12,9 +12,14 @@ pipes that last wrote and read it; a statement that reads after a write of anoth
 writes after another pipe's read or write (WAR, WAW), gets ``SetFlag<SRC_DST>`` + ``WaitFlag<SRC_DST>``
 right before it, unless a sync of that pipe pair already lies between the two. Vector instructions that
 depend on an earlier vector instruction get ``PipeBarrier<PIPE_V>``. Loops are walked with the state
-merged from before the loop and after one iteration, so the next iteration's hazards (a DMA refilling a
-tile the vector unit still reads: V->MTE2) are synchronized too. Each SetFlag is waited right after it,
-so event ID 0 of each pair is enough and the flags are balanced by construction.
+merged from before the loop and after one iteration, so the next iteration's hazards are synchronized
+too; a hazard only against the previous iteration (a DMA refilling a tile the vector unit or the cube
+read: V->MTE2, MTE1->MTE2, M->MTE1) gets a loop-carried flag per buffer, set after the body statement
+holding the last access and waited before the next iteration's first conflicting one, so the pipes
+overlap (with ``ascend.double_buffer``, the DMA of tile k+1 runs during the compute of tile k).
+Event IDs: every flag gets one from the pool of its ``HardEvent`` (``limit:event_ids_per_hard_event``,
+8 on Atlas A2/A3), free again after its last wait; loop-carried flags hold theirs across the loop and
+take at most all but one ID of an event (the rest are synced in place).
 """
 from __future__ import annotations
 
@@ -98,11 +103,14 @@ class _State:
         self.synced: dict = {}   # (src, dst) -> t of the last sync: accesses before it are ordered
         self.carried: dict = {}  # (src, dst, id(buffer)) -> t: src's accesses of that buffer before t are ordered
         self.now = 0
+        self.pool = DEFAULT_EVENT_IDS  # event IDs per HardEvent
+        self.chains: dict = {}   # (src, dst) -> loop-carried flags pending around the statement being walked
 
     def copy(self) -> "_State":
         s = _State()
         s.acc = {k: (dict(w), dict(r)) for k, (w, r) in self.acc.items()}
         s.synced, s.carried, s.now = dict(self.synced), dict(self.carried), self.now
+        s.pool, s.chains = self.pool, dict(self.chains)
         return s
 
     def merge(self, other: "_State") -> "_State":
@@ -256,6 +264,9 @@ def _loop(s: For, st: _State) -> list:
                 k = (src, dst, bid)
                 if src in ("S", dst) or k in chains or not dry_start <= t < iter_start:
                     continue  # same pipe, scalar unit, or a hazard inside this iteration: synced in place
+                if cur.chains.get((src, dst), 0) >= cur.pool - 1:
+                    continue  # keep one ID of the event for the flags synced in place: this one is too
+                cur.chains[(src, dst)] = cur.chains.get((src, dst), 0) + 1
                 key = object()
                 chains[k] = key
                 body.append(Sync("wait", src, dst, key=key, last=False, span=x.span))
@@ -264,6 +275,8 @@ def _loop(s: For, st: _State) -> list:
         body += _walk([x], cur)
         body += after.get(i, [])
     st.__dict__.update(cur.__dict__)
+    for (src, dst, _) in chains:
+        st.chains[(src, dst)] -= 1
     for k in chains:  # after the loop's last WaitFlag every access of the chain's buffer is ordered
         st.carried[k] = st.now
     st.now += 1
@@ -278,7 +291,9 @@ def _walk(stmts, st: _State) -> list:
         if isinstance(s, Seq):
             out += _walk(s.body, st)
         elif isinstance(s, KernelLaunch):
-            out.append(s.with_(body=Seq(_walk([s.body], _State()))))
+            fresh = _State()
+            fresh.pool = st.pool
+            out.append(s.with_(body=Seq(_walk([s.body], fresh))))
         elif isinstance(s, AscendOp):
             scalars = _expr_reads(stmt_exprs(s))  # operands the scalar unit reads to issue it (GetValue)
             if scalars:
@@ -364,5 +379,7 @@ def assign_event_ids(body, pool: int, target=None):
 def insert_sync(func, ctx):
     lim = ctx.capabilities.limit("event_ids_per_hard_event")
     pool = int(lim[0]) if lim is not None else DEFAULT_EVENT_IDS
-    body = assign_event_ids(Seq(_walk([func.body], _State())), pool, str(ctx.target))
+    st = _State()
+    st.pool = pool
+    body = assign_event_ids(Seq(_walk([func.body], st)), pool, str(ctx.target))
     return func.with_body(body)
