@@ -6,6 +6,8 @@
 - ``T.Pipelined(num_stages=2)`` double-buffers the tiles its DMA refills (ping/pong, each with its own
   loop-carried flag and event ID): the emulator reports nothing, its timing shows the DMA overlapping the
   compute, and deleting the WAR wait on buffer reuse (V->MTE2, MTE1->MTE2) is caught.
+- A mixed kernel's vector part splits the block's rows over the AI Core's two AIV sub-blocks
+  (``GetSubBlockIdx``) where it is row-wise; each sub-block waits for the cube's hand-off.
 """
 from __future__ import annotations
 
@@ -228,3 +230,98 @@ def test_deleted_l1_reuse_wait_is_caught():
     with pytest.raises(KernelRuntimeError, match=r"WAR: MTE2 overwrites L1-buffer 'A_s_pong' .* read by MTE1 .* "
                                                  r"no MTE1->MTE2 sync"):
         _gemm_run(_load(k, code))
+
+
+# -- the mixed kernel's two AIV sub-blocks -----------------------------------------------------------------
+
+def readme_gemm(M=200, N=128, K=96, bm=64, bn=64, bk=32):
+    @T.prim_func
+    def kernel(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((bm, bk), "float16")
+            B_shared = T.alloc_shared((bk, bn), "float16")
+            C_local = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_local)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=3):
+                T.copy(A[by * bm, ko * bk], A_shared)
+                T.copy(B[ko * bk, bx * bn], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            for i, j in T.Parallel(bm, bn):
+                C_local[i, j] = T.max(C_local[i, j], 0)
+            T.copy(C_local, C[by * bm, bx * bn])
+    return kernel
+
+
+def gemm_rowsum(M=128, N=64, K=64, bm=64, bn=64, bk=32):
+    """A gemm whose vector part reduces each row (not split: sub-block 0 does it, both wait for the AIC)."""
+    @T.prim_func
+    def kernel(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), S: T.Tensor((M,), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm)) as (bx, by):
+            A_shared = T.alloc_shared((bm, bk), "float16")
+            B_shared = T.alloc_shared((bk, bn), "float16")
+            C_local = T.alloc_fragment((bm, bn), "float32")
+            r = T.alloc_fragment((bm,), "float32")
+            T.clear(C_local)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=2):
+                T.copy(A[by * bm, ko * bk], A_shared)
+                T.copy(B[ko * bk, bx * bn], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.reduce_sum(C_local, r, dim=1)
+            T.copy(r, S[by * bm])
+    return kernel
+
+
+def _readme_run(prog, M=200, N=128, K=96):
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal((K, N)).astype(np.float16)
+    c = np.zeros((M, N), np.float16)
+    prog.launch([a.ctypes.data, b.ctypes.data, c.ctypes.data], [], [])
+    return c.astype(np.float64), np.maximum(a.astype(np.float64) @ b.astype(np.float64), 0)
+
+
+@pytest.mark.parametrize("target", ["ascend:910b", "ascend:a3"])
+def test_vector_part_splits_rows_over_the_two_aiv_sub_blocks(target):
+    k = tilecore.compile(readme_gemm(), target=target)
+    src = k.source
+    assert src.meta["kernel_type"] == "KERNEL_TYPE_MIX_AIC_1_2" and src.meta["aiv_rows_per_sub_block"] == 32
+    aiv = src.code[src.code.index("if ASCEND_IS_AIV"):]
+    assert "const int64_t aiv_sub = GetSubBlockIdx();" in aiv and "GetSubBlockIdx() == 0" not in aiv
+    assert "Maxs(C_local, C_local, (float)(0.0f), 2048);" in aiv  # half of the 64 x 64 tile per sub-block
+    c, ref = _readme_run(_load(k))  # the edge block (rows 192..199) too: sub-block 1 has no valid row there
+    np.testing.assert_allclose(c, ref, rtol=2e-3, atol=2e-2)
+
+
+def test_both_sub_blocks_do_their_half():
+    """Make every AIV believe it is sub-block 0: the rows of sub-block 1 are never written, so the split is
+    what computes them (and sequential emulation of both sub-blocks reports nothing else)."""
+    k = tilecore.compile(readme_gemm(), target="ascend:910b")
+    code = k.source.code.replace("const int64_t aiv_sub = GetSubBlockIdx();", "const int64_t aiv_sub = 0;")
+    c, ref = _readme_run(_load(k, code))
+    rows = (np.arange(200) // 32) % 2 == 1
+    np.testing.assert_allclose(c[~rows], ref[~rows], rtol=2e-3, atol=2e-2)
+    assert np.all(c[rows] == 0) and np.abs(ref[rows]).max() > 1
+
+
+def test_each_sub_block_waits_for_the_cube():
+    """Mode-2 cross-core flags are per AIV: deleting the hand-off wait leaves both sub-blocks' flags unwaited
+    and sub-block 1's workspace read unordered."""
+    k = tilecore.compile(readme_gemm(), target="ascend:910b")
+    code = k.source.code.replace("CrossCoreWaitFlag(0);", "")
+    with pytest.raises(KernelRuntimeError, match=r"RAW across cores(.|\n)*never waited by AIV sub-block 0(.|\n)*"
+                                                 r"never waited by AIV sub-block 1"):
+        _readme_run(_load(k, code))
+
+
+def test_row_reduction_stays_on_sub_block_zero():
+    k = tilecore.compile(gemm_rowsum(), target="ascend:910b")
+    src = k.source
+    assert src.meta["aiv_rows_per_sub_block"] is None
+    aiv = src.code[src.code.index("if ASCEND_IS_AIV"):]
+    assert aiv.index("CrossCoreWaitFlag(0);") < aiv.index("if (GetSubBlockIdx() == 0) {")  # both sub-blocks wait
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((128, 64)).astype(np.float16)
+    b = rng.standard_normal((64, 64)).astype(np.float16)
+    s = np.zeros(128, np.float32)
+    _load(k).launch([a.ctypes.data, b.ctypes.data, s.ctypes.data], [], [])
+    np.testing.assert_allclose(s, (a.astype(np.float64) @ b.astype(np.float64)).sum(1), rtol=1e-3, atol=5e-3)

@@ -154,7 +154,7 @@ class AscendCEmitter(CFamilyEmitter):
     def stmt_Print(self, st, s):
         raise CompileError("T.print is not implemented by tilecore-ascend yet", s.span)
 
-    def _section(self, st, launch, stmts, scopes, plans, aiv_of_mix):
+    def _section(self, st, launch, stmts, scopes, plans, aiv_of_mix, sub=None):
         """One core's part: its buffers, its block index, its statements."""
         used = [k for k in scopes if plans[k]]
         if used:
@@ -169,7 +169,8 @@ class AscendCEmitter(CFamilyEmitter):
                 name = self.name(st, b)
                 self.line(st, f"LocalTensor<{t}> {name} = tc_{scope}.GetWithOffset<{t}>({size // b.dtype.bytes}, {off});")
                 self.line(st, f'TC_EMU_NAME({name}, "{b.name}");')
-        # a mixed kernel's AIVs count two per block: sub-block 0 does the block's vector work (no row split yet)
+        # a mixed kernel's AIVs count two per block (GetTaskRation): each waits for the AIC's hand-off; they
+        # split the block's rows (GetSubBlockIdx) where the vector part is row-wise, else sub-block 0 does it all
         self.line(st, "const int64_t tc_bid = GetBlockIdx() / GetTaskRation();" if aiv_of_mix else
                   "const int64_t tc_bid = GetBlockIdx();")
         stride = "1"
@@ -177,12 +178,21 @@ class AscendCEmitter(CFamilyEmitter):
             ge = self.expr(st, g)
             self.line(st, f"const int64_t {self.name(st, v)} = tc_bid / ({stride}) % ({ge});")
             stride = f"{stride} * ({ge})"
-        if aiv_of_mix:
+        from .cube import CrossWait
+
+        guard = aiv_of_mix and sub is None
+        if aiv_of_mix and sub is not None:
+            self.line(st, f"const int64_t {self.name(st, sub)} = GetSubBlockIdx();")
+        if guard:
+            for x in stmts:
+                if isinstance(x, CrossWait):
+                    self.stmt(st, x)
+            stmts = [x for x in stmts if not isinstance(x, CrossWait)]
             self.line(st, "if (GetSubBlockIdx() == 0) {")
             st.indent += 1
         for x in stmts:
             self.stmt(st, x)
-        if aiv_of_mix:
+        if guard:
             st.indent -= 1
             self.line(st, "}")
 
@@ -235,7 +245,7 @@ class AscendCEmitter(CFamilyEmitter):
             for x in top:
                 if not isinstance(x, type(launch)):
                     self.stmt(st, x)
-            self._section(st, launch, stmts, scopes, plans, aiv_of_mix)
+            self._section(st, launch, stmts, scopes, plans, aiv_of_mix, func.attrs.get("ascend_aiv_sub"))
             st.indent = 1
             self.line(st, "}")
         kbody = "\n".join(st.lines)
@@ -283,5 +293,6 @@ class AscendCEmitter(CFamilyEmitter):
                   if caps.limit(k) is not None}
         return Source(code, "ascendc", ENTRY, {"launcher": LAUNCHER, "ub_bytes": ub_bytes, "limits": limits,
                                                 "kernel_type": ktype, "workspace_bytes_per_block": ws_bytes,
+                                                "aiv_rows_per_sub_block": func.attrs.get("ascend_aiv_rows"),
                                                 "onchip_bytes": {k: max((o + n for _, o, n in v), default=0)
                                                                  for k, v in plans.items()}})

@@ -102,9 +102,10 @@ struct State {
   char log[8192];
   int loglen;
   int block, nblocks, core_type, sub, ratio;  // core_type 1 = AIV, 2 = AIC; sub: the AIV sub-block
+  int ratio_of_group;                         // AIV sub-blocks per AIC in this launch (2 for MIX_AIC_1_2)
   // the GM workspace of the cube->vector hand-off: per 32-byte granule the hand-off clock of its last write
   uint8_t* ws; uint64_t ws_bytes; uint64_t* ws_stamp; uint64_t cross_clk, cross_known;
-  int cross_count[16]; uint64_t cross_tok[16]; int cross_line[16];
+  int cross_count[2][16]; uint64_t cross_tok[16]; int cross_line[16];  // count per AIV sub-block
 };
 inline State& S() { static State s; return s; }
 inline void finding(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -351,14 +352,17 @@ template <int MODE, pipe_t P> inline void CrossCoreSetFlag(int id, int line = __
   using namespace tc_emu;
   State& s = S();
   if (id < 0 || id > 15) { finding("cross-core flag ID %d outside 0..15, line %d", id, line); return; }
-  s.cross_count[id]++; s.cross_tok[id] = s.cross_clk; s.cross_line[id] = line;
+  // mode 2, AIC -> AIV: the flag is raised for each of the group's AIV sub-blocks, each waits for its own
+  for (int v = 0; v < (MODE == 2 ? s.ratio_of_group : 1); ++v) s.cross_count[v][id]++;
+  s.cross_tok[id] = s.cross_clk; s.cross_line[id] = line;
 }
 inline void CrossCoreWaitFlag(int id, int line = __builtin_LINE()) {
   using namespace tc_emu;
   State& s = S();
   if (id < 0 || id > 15) { finding("cross-core flag ID %d outside 0..15, line %d", id, line); return; }
-  if (s.cross_count[id] == 0) { finding("unbalanced: CrossCoreWaitFlag(%d) with no CrossCoreSetFlag (a hang), line %d", id, line); return; }
-  s.cross_count[id]--;
+  int& n = s.cross_count[s.sub & 1][id];
+  if (n == 0) { finding("unbalanced: CrossCoreWaitFlag(%d) on AIV sub-block %d with no CrossCoreSetFlag (a hang), line %d", id, s.sub, line); return; }
+  n--;
   if (s.cross_tok[id] > s.cross_known) s.cross_known = s.cross_tok[id];
 }
 template <pipe_t P> inline void PipeBarrier() {
@@ -622,7 +626,7 @@ __attribute__((visibility("default"), used)) void tc_emu_cycles(double* out) { o
 // cross-core flags live for the whole block (reset by tc_emu_block)
 inline void tc_emu_begin(int block, int nblocks, int core_type, int sub = 0, int ratio = 1) {
   tc_emu::State& s = tc_emu::S();
-  s.block = block; s.nblocks = nblocks; s.core_type = core_type; s.sub = sub; s.ratio = ratio;
+  s.block = block; s.nblocks = nblocks; s.core_type = core_type; s.sub = sub; s.ratio = ratio; s.ratio_of_group = ratio;
   tc_emu::reset_block();
   s.cross_known = 0;
 }
@@ -638,8 +642,10 @@ inline void tc_emu_workspace(void* p, uint64_t bytes) {
 }
 inline void tc_emu_block_end() {
   tc_emu::State& s = tc_emu::S();
-  for (int id = 0; id < 16; ++id)
-    if (s.cross_count[id]) tc_emu::finding("unbalanced: CrossCoreSetFlag(%d) at line %d is never waited", id, s.cross_line[id]);
+  for (int v = 0; v < 2; ++v)
+    for (int id = 0; id < 16; ++id)
+      if (s.cross_count[v][id])
+        tc_emu::finding("unbalanced: CrossCoreSetFlag(%d) at line %d is never waited by AIV sub-block %d", id, s.cross_line[id], v);
 }
 inline void tc_emu_end() {
   using namespace tc_emu;
