@@ -325,3 +325,58 @@ def test_row_reduction_stays_on_sub_block_zero():
     s = np.zeros(128, np.float32)
     _load(k).launch([a.ctypes.data, b.ctypes.data, s.ctypes.data], [], [])
     np.testing.assert_allclose(s, (a.astype(np.float64) @ b.astype(np.float64)).sum(1), rtol=1e-3, atol=5e-3)
+
+
+# -- the device runtime (CANN) -------------------------------------------------------------------------------
+
+def test_device_runtime_is_importable_and_refuses_clearly_here(monkeypatch, tmp_path):
+    """No CANN here: the device path imports, the probe says why it is not used, the target runs emulated,
+    and building for the NPU refuses with the reason and the fix."""
+    from tilecore_ascend import runtime as rt
+
+    for var in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "TILECORE_ASCEND_EMULATE"):
+        monkeypatch.delenv(var, raising=False)
+    if rt.cann_home() is not None:
+        pytest.skip("a CANN toolkit is installed here")
+    ok, why = rt.device_status()
+    assert not ok and "no CANN toolkit" in why
+    import tilecore_ascend
+
+    probe = tilecore_ascend.AscendBackend().probe()
+    assert probe.status == "ok" and "not on an NPU (no CANN toolkit" in probe.detail
+    k = tilecore.compile(stream(), target="ascend:910b")
+    assert k.mode == "emulated" and isinstance(k.runtime, rt.AscendEmulatedRuntime)
+    dev = rt.AscendDeviceRuntime("910b")
+    assert dev.mode() == "device" and dev.tensor_device == "npu"
+    with pytest.raises(tilecore.errors.CompileError, match=r"cannot build for the NPU here: no CANN toolkit .* "
+                                                             r"Install CANN and set ASCEND_HOME_PATH"):
+        dev.build(k.source, {})
+
+
+def test_device_build_command_with_a_stand_in_bisheng(monkeypatch, tmp_path):
+    """A toolkit folder whose bisheng only records its arguments: the build passes the target's NPU arch, the
+    AscendC language mode, the CANN include/library paths and the generated source without TC_ASCEND_EMU (so
+    it includes kernel_operator.h and the tc_call launcher); without torch_npu the device stays unused."""
+    from tilecore_ascend import runtime as rt
+
+    home = tmp_path / "cann"
+    (home / "bin").mkdir(parents=True)
+    log = tmp_path / "args.txt"
+    fake = home / "bin" / "bisheng"
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {log}\nfor a; do [ \"$prev\" = -o ] && printf ELF > \"$a\"; "
+                    "prev=$a; done\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("ASCEND_HOME_PATH", str(home))
+    monkeypatch.delenv("TILECORE_ASCEND_EMULATE", raising=False)
+    ok, why = rt.device_status()
+    assert not ok and ("torch_npu is not importable" in why or "NPU" in why)
+    k = tilecore.compile(readme_gemm(), target="ascend:a3")
+    assert rt.AscendDeviceRuntime("a3").build(k.source, {}) == b"ELF"
+    args = log.read_text().split("\n")
+    assert "--npu-arch=dav-2201" in args and "-xasc" in args and "--shared" in args
+    assert f"-I{home}/include" in args and f"-L{home}/lib64" in args and "-lascendcl" in args
+    assert not any(a.startswith("-DTC_ASCEND_EMU") for a in args)
+    code = k.source.code
+    device = code[code.rindex("#else"):]
+    assert "tc_kernel<<<(uint32_t)((2) * (4)), nullptr, tc_stream>>>(" in device and "(GM_ADDR)tc_ws" in device
+    assert k.source.meta["workspace_bytes_per_block"] == 64 * 64 * 4

@@ -41,11 +41,21 @@ class AscendBackend(Backend):
     def probe(self) -> Probe:
         from .runtime import cxx_version, find_cxx
 
+        from .runtime import device_status, find_bisheng, cann_home
+
+        ok, why = device_status()
+        if ok:
+            import torch
+
+            devs = tuple(DeviceInfo(torch.npu.get_device_name(i), i, {}) for i in range(torch.npu.device_count()))
+            return Probe("ok", devs, {}, detail="CANN and an NPU: kernels run on the device",
+                         toolchain=find_bisheng(cann_home()) or "")
         if find_cxx() is None:
-            return Probe("no-toolchain", detail="the Ascend emulator needs a C++ compiler (apt-get install g++)")
+            return Probe("no-toolchain", detail=f"no device path ({why}) and the Ascend emulator needs a C++ "
+                                                "compiler (apt-get install g++)")
         # one emulated device for every target: the emulator's capacities come from the target's profile
         dev = DeviceInfo("Ascend AI Core (AscendC emulated on the host CPU)", 0, {"emulated": True})
-        return Probe("ok", (dev,), {}, detail="no CANN here: kernels run on the AscendC emulator",
+        return Probe("ok", (dev,), {}, detail=f"not on an NPU ({why}): kernels run on the AscendC emulator",
                      toolchain=cxx_version())
 
     def intrinsics(self, target) -> list:
@@ -70,9 +80,9 @@ class AscendBackend(Backend):
         return AscendCEmitter()
 
     def runtime(self, target):
-        from .runtime import AscendEmulatedRuntime
+        from .runtime import AscendDeviceRuntime, AscendEmulatedRuntime, device_status
 
-        return AscendEmulatedRuntime()
+        return AscendDeviceRuntime(target.arch) if device_status()[0] else AscendEmulatedRuntime()
 
     def toolchain_version(self, target) -> str:
         from .runtime import cxx_version

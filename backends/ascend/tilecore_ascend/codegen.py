@@ -287,7 +287,19 @@ class AscendCEmitter(CFamilyEmitter):
                 "    tc_emu_block();\n"
                 f"{calls}"
                 "    tc_emu_block_end();\n"
-                f"  }}\n{ws_free}  return tc_emu_findings();\n}}\n#endif\n")
+                f"  }}\n{ws_free}  return tc_emu_findings();\n}}\n"
+                "#else\n"
+                "// the device launcher (CANN, runtime.AscendDeviceRuntime): blocks are AI Cores (an AIC and its AIVs)\n"
+                "extern \"C\" int64_t tc_blocks(const int64_t* tc_ints, const double* tc_floats) {\n"
+                "  (void)tc_ints; (void)tc_floats;\n"
+                f"{host_body}\n"
+                f"  return {nblocks};\n}}\n"
+                "extern \"C\" int tc_call(void* tc_stream, void** tc_bufs, const int64_t* tc_ints, const double* tc_floats, "
+                "void* tc_ws) {\n"
+                "  (void)tc_bufs; (void)tc_ws;\n"
+                f"{host_body}\n"
+                f"  {ENTRY}<<<(uint32_t)({nblocks}), nullptr, tc_stream>>>({', '.join(args)});\n"
+                "  return 0;\n}\n#endif\n")
         caps = ctx.capabilities
         limits = {k: int(caps.limit(k)[0]) for k in ("max_ub_bytes", "max_l1_bytes", "event_ids_per_hard_event")
                   if caps.limit(k) is not None}
