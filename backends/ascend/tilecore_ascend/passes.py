@@ -361,6 +361,8 @@ def assign_event_ids(body, pool: int, target=None):
             return new
         if isinstance(s, KernelLaunch):
             return s.with_(body=walk_list(s.body))
+        if isinstance(s, Seq):
+            return walk_list(s)
         return s
 
     def walk_list(s):
