@@ -351,15 +351,17 @@ template <HardEvent E> inline void WaitFlag(int id, int line = __builtin_LINE())
 template <int MODE, pipe_t P> inline void CrossCoreSetFlag(int id, int line = __builtin_LINE()) {
   using namespace tc_emu;
   State& s = S();
-  if (id < 0 || id > 15) { finding("cross-core flag ID %d outside 0..15, line %d", id, line); return; }
-  // mode 2, AIC -> AIV: the flag is raised for each of the group's AIV sub-blocks, each waits for its own
+  if (id < 0 || id > 10) { finding("cross-core flag ID %d outside 0..10 (Atlas A2/A3), line %d", id, line); return; }
+  if (s.cross_count[0][id] >= 15) { finding("cross-core flag %d set 15 times without a wait (its counter's limit), line %d", id, line); return; }
+  // mode 2 (Ascend C API reference, CrossCoreSetFlag): after the AIC sets, both AIVs of the group pass their
+  // CrossCoreWaitFlag: the flag is raised for each AIV sub-block, and each must wait for its own
   for (int v = 0; v < (MODE == 2 ? s.ratio_of_group : 1); ++v) s.cross_count[v][id]++;
   s.cross_tok[id] = s.cross_clk; s.cross_line[id] = line;
 }
 inline void CrossCoreWaitFlag(int id, int line = __builtin_LINE()) {
   using namespace tc_emu;
   State& s = S();
-  if (id < 0 || id > 15) { finding("cross-core flag ID %d outside 0..15, line %d", id, line); return; }
+  if (id < 0 || id > 10) { finding("cross-core flag ID %d outside 0..10 (Atlas A2/A3), line %d", id, line); return; }
   int& n = s.cross_count[s.sub & 1][id];
   if (n == 0) { finding("unbalanced: CrossCoreWaitFlag(%d) on AIV sub-block %d with no CrossCoreSetFlag (a hang), line %d", id, s.sub, line); return; }
   n--;
