@@ -380,3 +380,25 @@ def test_device_build_command_with_a_stand_in_bisheng(monkeypatch, tmp_path):
     device = code[code.rindex("#else"):]
     assert "tc_kernel<<<(uint32_t)((2) * (4)), nullptr, tc_stream>>>(" in device and "(GM_ADDR)tc_ws" in device
     assert k.source.meta["workspace_bytes_per_block"] == 64 * 64 * 4
+
+
+def test_tile_without_room_for_a_second_copy_stays_serial():
+    """A 96 KiB UB tile cannot be doubled next to the reduction's scratch in 192 KiB: the loop stays serial,
+    right and clean."""
+    @T.prim_func
+    def colsum(A: T.Tensor((384 * 3, 64), "float32"), B: T.Tensor((64,), "float32")):
+        with T.Kernel(1) as bx:
+            x = T.alloc_shared((384, 64), "float32")
+            r = T.alloc_fragment((64,), "float32")
+            T.clear(r)
+            for k in T.Pipelined(3, num_stages=2):
+                T.copy(A[k * 384, 0], x)
+                T.reduce_sum(x, r, dim=0, clear=False)
+            T.copy(r, B)
+
+    k = tilecore.compile(colsum, target="ascend:910b")
+    assert "x_pong" not in k.source.code and k.source.meta["onchip_bytes"]["ub"] <= 196608
+    a = np.random.default_rng(6).standard_normal((1152, 64)).astype(np.float32)
+    b = np.zeros(64, np.float32)
+    _load(k).launch([a.ctypes.data, b.ctypes.data], [], [])
+    np.testing.assert_allclose(b, a.astype(np.float64).sum(0), rtol=1e-4, atol=1e-3)

@@ -10,7 +10,8 @@ the vector unit (or MTE1 and the cube) works on tile k.
 
 A tile is staged when the loop body is its only user and the body's first statement that touches it only
 writes it (its contents never live from one trip to the next). A loop whose doubled tiles would not fit
-their scope (``limit:max_<scope>_bytes``) stays serial; ``num_stages`` above 2 is taken as 2.
+their scope (``limit:max_<scope>_bytes``) stays serial (tiles are taken one by one, each while its copy
+still fits); ``num_stages`` above 2 is taken as 2.
 """
 from __future__ import annotations
 
@@ -186,24 +187,15 @@ def double_buffer(func, ctx):
             continue
         if not collect(loop.body, AscendOp):
             continue
-        tiles = _stage_tiles(loop, body)
-        if not tiles:
-            continue
-        new, pong = _double(loop, tiles)
-        by_id = {id(b): b for b in tiles}
-
-        def fix(s, loop=loop, new=new, pong=pong, by_id=by_id):
-            if s is loop:
-                return new
-            if isinstance(s, Allocate) and id(s.buffer) in pong:
-                return [s, Allocate(pong[id(s.buffer)], span=s.span)]
-            return None
-
-        trial = _rewrite_identity(body, fix)
-        if not _fits(trial, ctx):
-            continue  # the second copies do not fit: this loop stays serial
-        body = trial
-        done += [by_id[k].name for k in pong]
+        chosen, best = [], None
+        for tile in _stage_tiles(loop, body):  # each tile gets its second copy if that still fits its scope
+            trial = _with_pong(body, loop, chosen + [tile])
+            if _fits(trial, ctx):
+                chosen, best = chosen + [tile], trial
+        if not chosen:
+            continue  # no tile has room for a second copy: this loop stays serial
+        body = best
+        done += [b.name for b in chosen]
     new_launch = launch.with_(body=body)
     if func.body is launch:
         fbody = new_launch
@@ -212,6 +204,19 @@ def double_buffer(func, ctx):
     else:
         return func
     return func.with_body(fbody, ascend_double_buffered=tuple(done)) if done else func.with_body(fbody)
+
+
+def _with_pong(body, loop, tiles):
+    new, pong = _double(loop, tiles)
+
+    def fix(s):
+        if s is loop:
+            return new
+        if isinstance(s, Allocate) and id(s.buffer) in pong:
+            return [s, Allocate(pong[id(s.buffer)], span=s.span)]
+        return None
+
+    return _rewrite_identity(body, fix)
 
 
 def _rewrite_identity(s, fn):
