@@ -26,7 +26,8 @@ README = ROOT / "README.md"
 REPO_URL = "https://github.com/tilecore/tilecore"
 #: distribution -> its folder in this repository
 DISTS = {"tilecore": ".", "tilecore-cpu": "backends/cpu", "tilecore-cuda": "backends/cuda",
-         "tilecore-hip": "backends/hip", "tilecore-webgpu": "backends/webgpu", "tilecore-conformance": "conformance"}
+         "tilecore-hip": "backends/hip", "tilecore-webgpu": "backends/webgpu", "tilecore-ascend": "backends/ascend",
+         "tilecore-conformance": "conformance"}
 
 pytestmark = pytest.mark.xdist_group("wheels")
 
@@ -101,8 +102,8 @@ def full_venv(wheels, tmp_path_factory) -> Path:
                  f"tilecore-conformance[torch] @ {wheels['tilecore-conformance'].as_uri()}", _host_torch())
     # nothing may come from this checkout: every package resolves inside the venv
     r = _run([bin_ / "python", "-c", "import json, tilecore, tilecore_cpu, tilecore_cuda, tilecore_hip, tilecore_webgpu, "
-              "tilecore_conformance as c, xdist, torch; print(json.dumps([m.__file__ for m in (tilecore, "
-              "tilecore_cpu, tilecore_cuda, tilecore_hip, tilecore_webgpu, c)]))"], cwd=path)
+              "tilecore_ascend, tilecore_conformance as c, xdist, torch; print(json.dumps([m.__file__ for m in (tilecore, "
+              "tilecore_cpu, tilecore_cuda, tilecore_hip, tilecore_webgpu, tilecore_ascend, c)]))"], cwd=path)
     assert r.returncode == 0, r.stderr
     for f in json.loads(r.stdout):
         assert Path(f).resolve().is_relative_to(path.resolve()) and "site-packages" in f, f
@@ -164,7 +165,8 @@ def test_targets_list_from_wheels(full_venv, tmp_path):
     rows = json.loads(r.stdout)
     cpu = next(row for row in rows if row["target"] == "cpu")
     assert cpu["status"] == "ok" and cpu["distribution"] == "tilecore-cpu" and cpu["profile"] == "cpu/host"
-    assert {row["distribution"] for row in rows} == {"tilecore-cpu", "tilecore-cuda", "tilecore-hip", "tilecore-webgpu"}
+    assert {row["distribution"] for row in rows} == {"tilecore-cpu", "tilecore-cuda", "tilecore-hip", "tilecore-webgpu",
+                                                     "tilecore-ascend"}
     assert all(not row["profile"].startswith("invalid") for row in rows), rows
     table = _run([full_venv / "tilecore", "targets", "list"], cwd=tmp_path)
     assert table.returncode == 0 and "targets (plugin API" in table.stdout, table.stderr

@@ -41,11 +41,21 @@ class AscendBackend(Backend):
     def probe(self) -> Probe:
         from .runtime import cxx_version, find_cxx
 
+        from .runtime import device_status, find_bisheng, cann_home
+
+        ok, why = device_status()
+        if ok:
+            import torch
+
+            devs = tuple(DeviceInfo(torch.npu.get_device_name(i), i, {}) for i in range(torch.npu.device_count()))
+            return Probe("ok", devs, {}, detail="CANN and an NPU: kernels run on the device",
+                         toolchain=find_bisheng(cann_home()) or "")
         if find_cxx() is None:
-            return Probe("no-toolchain", detail="the Ascend emulator needs a C++ compiler (apt-get install g++)")
+            return Probe("no-toolchain", detail=f"no device path ({why}) and the Ascend emulator needs a C++ "
+                                                "compiler (apt-get install g++)")
         # one emulated device for every target: the emulator's capacities come from the target's profile
         dev = DeviceInfo("Ascend AI Core (AscendC emulated on the host CPU)", 0, {"emulated": True})
-        return Probe("ok", (dev,), {}, detail="no CANN here: kernels run on the AscendC emulator",
+        return Probe("ok", (dev,), {}, detail=f"not on an NPU ({why}): kernels run on the AscendC emulator",
                      toolchain=cxx_version())
 
     def intrinsics(self, target) -> list:
@@ -56,10 +66,12 @@ class AscendBackend(Backend):
     def passes(self, target) -> list:
         from .passes import insert_sync, plan_onchip
         from .cube import lower_cube
+        from .double_buffer import double_buffer
         from .legalize import place_shared
         from .vectorize import vectorize_parallel
 
-        return [PassSpec("legalize", place_shared, "before"), PassSpec("tile-lowering", lower_cube, "before"), PassSpec("tile-lowering", vectorize_parallel, "before"), PassSpec("memory", plan_onchip, "after"),
+        return [PassSpec("legalize", place_shared, "before"), PassSpec("tile-lowering", lower_cube, "before"), PassSpec("tile-lowering", vectorize_parallel, "before"),
+                PassSpec("pipelining", double_buffer, "before"), PassSpec("memory", plan_onchip, "after"),
                 PassSpec("before-codegen", insert_sync, "after")]
 
     def emitter(self, target):
@@ -68,9 +80,9 @@ class AscendBackend(Backend):
         return AscendCEmitter()
 
     def runtime(self, target):
-        from .runtime import AscendEmulatedRuntime
+        from .runtime import AscendDeviceRuntime, AscendEmulatedRuntime, device_status
 
-        return AscendEmulatedRuntime()
+        return AscendDeviceRuntime(target.arch) if device_status()[0] else AscendEmulatedRuntime()
 
     def toolchain_version(self, target) -> str:
         from .runtime import cxx_version

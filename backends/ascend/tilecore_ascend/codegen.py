@@ -154,7 +154,7 @@ class AscendCEmitter(CFamilyEmitter):
     def stmt_Print(self, st, s):
         raise CompileError("T.print is not implemented by tilecore-ascend yet", s.span)
 
-    def _section(self, st, launch, stmts, scopes, plans, aiv_of_mix):
+    def _section(self, st, launch, stmts, scopes, plans, aiv_of_mix, sub=None):
         """One core's part: its buffers, its block index, its statements."""
         used = [k for k in scopes if plans[k]]
         if used:
@@ -169,7 +169,8 @@ class AscendCEmitter(CFamilyEmitter):
                 name = self.name(st, b)
                 self.line(st, f"LocalTensor<{t}> {name} = tc_{scope}.GetWithOffset<{t}>({size // b.dtype.bytes}, {off});")
                 self.line(st, f'TC_EMU_NAME({name}, "{b.name}");')
-        # a mixed kernel's AIVs count two per block: sub-block 0 does the block's vector work (no row split yet)
+        # a mixed kernel's AIVs count two per block (GetTaskRation): each waits for the AIC's hand-off; they
+        # split the block's rows (GetSubBlockIdx) where the vector part is row-wise, else sub-block 0 does it all
         self.line(st, "const int64_t tc_bid = GetBlockIdx() / GetTaskRation();" if aiv_of_mix else
                   "const int64_t tc_bid = GetBlockIdx();")
         stride = "1"
@@ -177,12 +178,21 @@ class AscendCEmitter(CFamilyEmitter):
             ge = self.expr(st, g)
             self.line(st, f"const int64_t {self.name(st, v)} = tc_bid / ({stride}) % ({ge});")
             stride = f"{stride} * ({ge})"
-        if aiv_of_mix:
+        from .cube import CrossWait
+
+        guard = aiv_of_mix and sub is None
+        if aiv_of_mix and sub is not None:
+            self.line(st, f"const int64_t {self.name(st, sub)} = GetSubBlockIdx();")
+        if guard:
+            for x in stmts:
+                if isinstance(x, CrossWait):
+                    self.stmt(st, x)
+            stmts = [x for x in stmts if not isinstance(x, CrossWait)]
             self.line(st, "if (GetSubBlockIdx() == 0) {")
             st.indent += 1
         for x in stmts:
             self.stmt(st, x)
-        if aiv_of_mix:
+        if guard:
             st.indent -= 1
             self.line(st, "}")
 
@@ -235,7 +245,7 @@ class AscendCEmitter(CFamilyEmitter):
             for x in top:
                 if not isinstance(x, type(launch)):
                     self.stmt(st, x)
-            self._section(st, launch, stmts, scopes, plans, aiv_of_mix)
+            self._section(st, launch, stmts, scopes, plans, aiv_of_mix, func.attrs.get("ascend_aiv_sub"))
             st.indent = 1
             self.line(st, "}")
         kbody = "\n".join(st.lines)
@@ -277,10 +287,24 @@ class AscendCEmitter(CFamilyEmitter):
                 "    tc_emu_block();\n"
                 f"{calls}"
                 "    tc_emu_block_end();\n"
-                f"  }}\n{ws_free}  return tc_emu_findings();\n}}\n#endif\n")
+                f"  }}\n{ws_free}  return tc_emu_findings();\n}}\n"
+                "#else\n"
+                "// the device launcher (CANN, runtime.AscendDeviceRuntime): blocks are AI Cores (an AIC and its AIVs)\n"
+                "extern \"C\" int64_t tc_blocks(const int64_t* tc_ints, const double* tc_floats) {\n"
+                "  (void)tc_ints; (void)tc_floats;\n"
+                f"{host_body}\n"
+                f"  return {nblocks};\n}}\n"
+                "extern \"C\" int tc_call(void* tc_stream, void** tc_bufs, const int64_t* tc_ints, const double* tc_floats, "
+                "void* tc_ws) {\n"
+                "  (void)tc_bufs; (void)tc_ws;\n"
+                f"{host_body}\n"
+                f"  {ENTRY}<<<(uint32_t)({nblocks}), nullptr, tc_stream>>>({', '.join(args)});\n"
+                "  return 0;\n}\n#endif\n")
         caps = ctx.capabilities
-        limits = {k: int(caps.limit(k)[0]) for k in ("max_ub_bytes", "max_l1_bytes") if caps.limit(k) is not None}
+        limits = {k: int(caps.limit(k)[0]) for k in ("max_ub_bytes", "max_l1_bytes", "event_ids_per_hard_event")
+                  if caps.limit(k) is not None}
         return Source(code, "ascendc", ENTRY, {"launcher": LAUNCHER, "ub_bytes": ub_bytes, "limits": limits,
                                                 "kernel_type": ktype, "workspace_bytes_per_block": ws_bytes,
+                                                "aiv_rows_per_sub_block": func.attrs.get("ascend_aiv_rows"),
                                                 "onchip_bytes": {k: max((o + n for _, o, n in v), default=0)
                                                                  for k, v in plans.items()}})

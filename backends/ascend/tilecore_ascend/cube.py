@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tilecore.ir import (Allocate, Buffer, BufferLoad, Expr, If, IntImm, KernelLaunch, Region, Seq, Store, TileOp, as_expr,
+from tilecore.ir import (Allocate, Buffer, BufferLoad, Expr, For, If, IntImm, KernelLaunch, Region, Seq, Store, TileOp, Var,
+                         as_expr,
                          binary, collect, compare, const_value, logic_or, rewrite, seq, simplify, stmt_exprs, walk,
                          walk_expr)
 from tilecore.passes import tile_pass
@@ -272,6 +273,13 @@ def lower_cube(func, ctx):
     if len(accs) != 1 and not direct:
         return func
     acc_of = {c: (c if direct else Buffer(c.name + "_l0c", c.shape, "float32", "fragment")) for c in accs}
+    # the vector part's rows split over the two AIV sub-blocks of the AI Core (where it is row-wise)
+    sub = Var("aiv_sub")
+    split = None if direct else _split_rows(tail, next(iter(accs)), sub)
+    if split is not None:
+        tail, halves = split
+    else:
+        halves = {}
     flags = {c: Buffer(c.name + "_init", (1,), "int32", "var") for c in accs}
     l0a, l0b = _l0_buffers(gemms, l1)
     taken = set(id(g) for g in gemms)
@@ -279,7 +287,8 @@ def lower_cube(func, ctx):
     def fix(s):
         if isinstance(s, Allocate) and s.buffer in accs:
             extra = [] if direct else [Allocate(acc_of[s.buffer], span=s.span)]
-            return seq([s] + extra + [Allocate(flags[s.buffer], init=IntImm(1, "int32"), span=s.span)])
+            mine = Allocate(halves[id(s.buffer)], span=s.span) if id(s.buffer) in halves else s
+            return seq([mine] + extra + [Allocate(flags[s.buffer], init=IntImm(1, "int32"), span=s.span)])
         if not isinstance(s, TileOp):
             return None
         if s.op == "gemm" and id(s) in taken:
@@ -321,13 +330,20 @@ def lower_cube(func, ctx):
         off = simplify(binary("mul", bid, as_expr(m * n)))
         span = launch.span
         head += [FixpipeOut(ws, off, acc_of[c], as_expr(m), as_expr(n), as_expr(n), m, span=span), CrossSet(0, span=span)]
-        tail = [CrossWait(0, span=span), CopyIn(c, as_expr(0), ws, off, as_expr(m), as_expr(n), as_expr(n), n, span=span)] + tail
         attrs = {"ascend_workspace_bytes_per_block": m * n * 4}
+        if split is None:
+            tail = [CrossWait(0, span=span), CopyIn(c, as_expr(0), ws, off, as_expr(m), as_expr(n), as_expr(n), n, span=span)] + tail
+        else:  # sub-block s reads and works on rows [s * m/2, (s + 1) * m/2) of the block's tile
+            rows = m // 2
+            part = simplify(binary("add", off, binary("mul", sub, as_expr(rows * n))))
+            tail = [CrossWait(0, span=span),
+                    CopyIn(halves[id(c)], as_expr(0), ws, part, as_expr(rows), as_expr(n), as_expr(n), n, span=span)] + tail
+            attrs.update(ascend_aiv_sub=sub, ascend_aiv_rows=rows)
     body = seq(head + tail)
     first = [True]
 
     def add_l0(s):
-        if isinstance(s, Allocate) and s.buffer in accs and first[0]:
+        if isinstance(s, Allocate) and (s.buffer in accs or any(s.buffer is h for h in halves.values())) and first[0]:
             first[0] = False
             return seq([s] + [Allocate(b, span=s.span) for b in l0a + l0b])
         return None
@@ -372,3 +388,81 @@ def placement(body) -> dict:
 
     walk(body, visit)
     return out
+
+
+class _NoSplit(Exception):
+    pass
+
+
+def _split_rows(tail, c, sub):
+    """The vector part with its tiles' rows split over the two AIV sub-blocks: ``(tail, {id(tile): half})``,
+    or None where the part is not row-wise. Row-wise means: every tile it uses (the accumulator ``c`` and
+    the tiles it allocates) has ``c``'s row count and is used by whole-tile ``T.fill``, ``T.copy`` out to
+    global memory, or ``T.Parallel`` nests whose outer loop runs over the rows and indexes every tile by it
+    (no global access inside). Sub-block ``sub`` then works on rows ``[sub * m/2, (sub + 1) * m/2)``."""
+    from .intrinsics import _static, _whole
+
+    shape = _static(c.shape)
+    if shape is None or len(shape) != 2 or shape[0] % 2 or shape[0] < 2:
+        return None
+    m, half = shape[0], shape[0] // 2
+    table = {id(c): Buffer(c.name, (half,) + tuple(c.shape[1:]), c.dtype, c.scope)}
+    for a in collect(Seq(list(tail)), Allocate):
+        sh = _static(a.buffer.shape) if a.buffer.scope in ("shared", "fragment") else None
+        if sh is not None and sh[0] == m:
+            table[id(a.buffer)] = Buffer(a.buffer.name, (half,) + tuple(a.buffer.shape[1:]), a.buffer.dtype, a.buffer.scope)
+
+    def touched(s) -> list:
+        out = []
+
+        def see(e):
+            if isinstance(e, BufferLoad):
+                out.append((e.buffer, e.indices))
+
+        def visit(x):
+            if isinstance(x, Store):
+                out.append((x.buffer, x.indices))
+            if isinstance(x, TileOp):
+                out.extend((r.buffer, None) for r in x.args if isinstance(r, Region))
+            for e in stmt_exprs(x):
+                walk_expr(e, see)
+
+        walk(s, visit)
+        return out
+
+    def halve(r):
+        return Region(table[id(r.buffer)], r.starts, (as_expr(half),) + tuple(r.extents[1:]))
+
+    def conv(s):
+        if isinstance(s, Seq):
+            return s.with_(body=[conv(x) for x in s.body])
+        if isinstance(s, Allocate) and id(s.buffer) in table:
+            return s.with_(buffer=table[id(s.buffer)])
+        uses = touched(s)
+        if not any(id(b) in table for b, _ in uses):
+            if any(b.scope in ("shared", "fragment") for b, _ in uses):
+                raise _NoSplit  # another on-chip tile: not row-wise
+            return s
+        if isinstance(s, TileOp) and s.op == "fill" and _whole(s.args[0]):
+            return s.with_(args=(halve(s.args[0]),) + tuple(s.args[1:]))
+        if isinstance(s, TileOp) and s.op == "copy":
+            src, dst = s.args[0], s.args[1]
+            if id(src.buffer) in table and _whole(src) and dst.buffer.scope == "global" and \
+                    const_value(simplify(dst.extents[0])) == m:
+                start = binary("add", dst.starts[0], binary("mul", sub, as_expr(half)))
+                return s.with_(args=(halve(src), Region(dst.buffer, (start,) + tuple(dst.starts[1:]),
+                                                         (as_expr(half),) + tuple(dst.extents[1:]))) + tuple(s.args[2:]))
+            raise _NoSplit
+        if isinstance(s, For) and s.kind == "parallel" and const_value(s.start) == 0 and const_value(s.extent) == m:
+            for b, idx in uses:
+                if b.scope == "global" or id(b) not in table or idx is None or idx[0] is not s.var:
+                    raise _NoSplit
+            from .double_buffer import _rename
+
+            return _rename(s.with_(extent=as_expr(half, s.extent.dtype)), table)
+        raise _NoSplit
+
+    try:
+        return [conv(x) for x in tail], table
+    except _NoSplit:
+        return None

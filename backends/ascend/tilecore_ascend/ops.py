@@ -89,11 +89,17 @@ class VecOp(AscendOp):
 
 @dataclass(eq=False)
 class Sync(AscendOp):
-    """``SetFlag<SRC_DST>(event)`` (kind ``set``), ``WaitFlag`` (``wait``) or ``PipeBarrier<PIPE_SRC>`` (``barrier``)."""
+    """``SetFlag<SRC_DST>(event)`` (kind ``set``), ``WaitFlag`` (``wait``) or ``PipeBarrier<PIPE_SRC>`` (``barrier``).
+
+    Every set and wait of one flag share ``key``; ``ascend.insert_sync`` gives each key an event ID from the
+    pool of its ``HardEvent`` when its first SetFlag is reached and returns the ID at the wait marked
+    ``last`` (a loop-carried flag keeps its ID from the SetFlag before the loop to the WaitFlag after it)."""
     kind: str
     src: str
     dst: str
     event: int = 0
+    key: object = None
+    last: bool = True
 
     def pipe(self):
         return "S"

@@ -11,11 +11,17 @@
 //   WAW  two pipes write a granule without ordering;
 //   scope capacity (UB, L1, L0A, L0B, L0C), 32-byte alignment of every UB operand,
 //   unbalanced flags (a SetFlag never waited, a WaitFlag with no SetFlag: a hang on hardware),
-//   event IDs outside 0..7.
+//   event IDs outside the target's 0..TC_EMU_EVENT_IDS-1, and a SetFlag on an event ID whose flag is still
+//   set (the flag is one bit: the second set is lost, so a kernel that runs out of IDs or reuses one
+//   while it is pending is wrong on hardware).
 // Ordering is tracked with vector clocks: VC[p][q] is the newest instruction of pipe q that pipe p is
 // known to run after. SetFlag<X_Y> snapshots VC[X]; WaitFlag<X_Y> merges the snapshot into VC[Y].
 // Each finding names the buffer, the pipes and the generated source line (__builtin_LINE of the call).
 // Capacities come from the target's capability profile as -DTC_EMU_UB_BYTES=... (runtime.py).
+// Timing (cycle-ish, a relative measure only): every instruction costs its pipe a rough number of cycles
+// from its size; it starts when its pipe is free and the scalar unit has issued it, a WaitFlag holds its
+// pipe until the matching SetFlag's pipe had finished the work before the set. The per-core makespan
+// against the sum of all instruction costs shows how much the pipes overlap (tc_emu_cycles).
 #pragma once
 #include <cmath>
 #include <cstdarg>
@@ -30,6 +36,9 @@
 #endif
 #ifndef TC_EMU_L1_BYTES
 #define TC_EMU_L1_BYTES 524288
+#endif
+#ifndef TC_EMU_EVENT_IDS
+#define TC_EMU_EVENT_IDS 8
 #endif
 #define __aicore__
 #define __global__
@@ -82,17 +91,21 @@ struct State {
   Name names[NSCOPE][64];
   int nnames[NSCOPE];
   uint64_t clk[NP], vc[NP][NP], vbar;
-  int flag_count[32][8];   // outstanding SetFlag per (event, id)
-  uint64_t flag_tok[32][8][4][NP];
-  int flag_line[32][8];
+  int flag_count[32][16];   // pending SetFlag per (event, id): 0 or 1 (the flag is one bit)
+  uint64_t flag_tok[32][16][NP];
+  int flag_line[32][16];
+  double flag_time[32][16];
+  double t[NP];              // timing: when each pipe is free (cycles, per core)
+  double makespan, work;     // summed over the cores run since tc_emu_reset_findings
   int findings;
   int said[256][3], nsaid;  // (kind, first line, second line) of the hazards reported: each once
   char log[8192];
   int loglen;
   int block, nblocks, core_type, sub, ratio;  // core_type 1 = AIV, 2 = AIC; sub: the AIV sub-block
+  int ratio_of_group;                         // AIV sub-blocks per AIC in this launch (2 for MIX_AIC_1_2)
   // the GM workspace of the cube->vector hand-off: per 32-byte granule the hand-off clock of its last write
   uint8_t* ws; uint64_t ws_bytes; uint64_t* ws_stamp; uint64_t cross_clk, cross_known;
-  int cross_count[16]; uint64_t cross_tok[16]; int cross_line[16];
+  int cross_count[2][16]; uint64_t cross_tok[16]; int cross_line[16];  // count per AIV sub-block
 };
 inline State& S() { static State s; return s; }
 inline void finding(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -137,8 +150,20 @@ inline void reset_block() {
   std::memset(s.vc, 0, sizeof(s.vc));
   s.vbar = 0;
   std::memset(s.flag_count, 0, sizeof(s.flag_count));
+  std::memset(s.t, 0, sizeof(s.t));
 }
-inline uint64_t tick(int pipe) { State& s = S(); s.vc[pipe][pipe] = ++s.clk[pipe]; return s.clk[pipe]; }
+inline uint64_t tick(int pipe, double cost = 1) {
+  State& s = S();
+  s.vc[pipe][pipe] = ++s.clk[pipe];
+  double start = s.t[pipe] > s.t[0] ? s.t[pipe] : s.t[0];  // the scalar unit issues every instruction in order
+  if (pipe != 0) s.t[0] += 1;
+  s.t[pipe] = start + cost;
+  s.work += cost;
+  return s.clk[pipe];
+}
+// rough cycle costs: DMA 64 bytes a cycle after a 64-cycle start, vector 256 bytes (one repeat) a cycle
+inline double dma_cost(double bytes) { return 64 + bytes / 64; }
+inline double vec_cost(double bytes) { return 4 + (bytes + 255) / 256; }
 // one access of bytes [off, off+n) of a scope by `pipe` at instruction clock c
 inline void access(int scope, uint32_t off, uint32_t n, int pipe, bool write, uint64_t c, int line) {
   State& s = S();
@@ -286,38 +311,60 @@ template <HardEvent E> inline void SetFlag(int id, int line = __builtin_LINE()) 
   using namespace tc_emu;
   State& s = S();
   int src, dst; event_pipes(E, src, dst);
-  if (id < 0 || id > 7) { finding("event ID %d of SetFlag<%s_%s> outside 0..7, line %d", id, PIPE_NAMES[src], PIPE_NAMES[dst], line); return; }
+  if (id < 0 || id >= TC_EMU_EVENT_IDS) {
+    finding("event ID %d of SetFlag<%s_%s> outside the target's 0..%d, line %d", id, PIPE_NAMES[src], PIPE_NAMES[dst],
+            TC_EMU_EVENT_IDS - 1, line);
+    return;
+  }
   int e = event_index(E), &n = s.flag_count[e][id];
-  if (n >= 4) { finding("SetFlag<%s_%s>(%d) set 4 times without a wait, line %d", PIPE_NAMES[src], PIPE_NAMES[dst], id, line); return; }
-  for (int q = 0; q < NP; ++q) s.flag_tok[e][id][n][q] = s.vc[src][q];
+  if (n) {
+    finding("event ID reused: SetFlag<%s_%s>(%d) while the flag set at line %d is still pending (one bit: this set is "
+            "lost; the IDs are exhausted or one is reused), line %d", PIPE_NAMES[src], PIPE_NAMES[dst], id,
+            s.flag_line[e][id], line);
+    return;
+  }
+  for (int q = 0; q < NP; ++q) s.flag_tok[e][id][q] = s.vc[src][q];
   s.flag_line[e][id] = line;
-  ++n;
+  s.flag_time[e][id] = s.t[src] > s.t[0] ? s.t[src] : s.t[0];
+  s.t[0] += 1;
+  n = 1;
 }
 template <HardEvent E> inline void WaitFlag(int id, int line = __builtin_LINE()) {
   using namespace tc_emu;
   State& s = S();
   int src, dst; event_pipes(E, src, dst);
-  if (id < 0 || id > 7) { finding("event ID %d of WaitFlag<%s_%s> outside 0..7, line %d", id, PIPE_NAMES[src], PIPE_NAMES[dst], line); return; }
+  if (id < 0 || id >= TC_EMU_EVENT_IDS) {
+    finding("event ID %d of WaitFlag<%s_%s> outside the target's 0..%d, line %d", id, PIPE_NAMES[src], PIPE_NAMES[dst],
+            TC_EMU_EVENT_IDS - 1, line);
+    return;
+  }
   int e = event_index(E), &n = s.flag_count[e][id];
   if (n == 0) { finding("unbalanced: WaitFlag<%s_%s>(%d) with no SetFlag before it (a hang), line %d", PIPE_NAMES[src], PIPE_NAMES[dst], id, line); return; }
   for (int q = 0; q < NP; ++q)
-    if (s.flag_tok[e][id][0][q] > s.vc[dst][q]) s.vc[dst][q] = s.flag_tok[e][id][0][q];
-  for (int k = 1; k < n; ++k) std::memcpy(s.flag_tok[e][id][k - 1], s.flag_tok[e][id][k], sizeof(s.flag_tok[e][id][k]));
-  --n;
+    if (s.flag_tok[e][id][q] > s.vc[dst][q]) s.vc[dst][q] = s.flag_tok[e][id][q];
+  double ready = s.flag_time[e][id];
+  if (dst != 0) s.t[0] += 1;
+  if (s.t[dst] < ready) s.t[dst] = ready;
+  n = 0;
 }
 // cube <-> vector flags of one AI Core group (mode 2): the AIC sets after its pipe P finished, the AIV waits
 template <int MODE, pipe_t P> inline void CrossCoreSetFlag(int id, int line = __builtin_LINE()) {
   using namespace tc_emu;
   State& s = S();
-  if (id < 0 || id > 15) { finding("cross-core flag ID %d outside 0..15, line %d", id, line); return; }
-  s.cross_count[id]++; s.cross_tok[id] = s.cross_clk; s.cross_line[id] = line;
+  if (id < 0 || id > 10) { finding("cross-core flag ID %d outside 0..10 (Atlas A2/A3), line %d", id, line); return; }
+  if (s.cross_count[0][id] >= 15) { finding("cross-core flag %d set 15 times without a wait (its counter's limit), line %d", id, line); return; }
+  // mode 2 (Ascend C API reference, CrossCoreSetFlag): after the AIC sets, both AIVs of the group pass their
+  // CrossCoreWaitFlag: the flag is raised for each AIV sub-block, and each must wait for its own
+  for (int v = 0; v < (MODE == 2 ? s.ratio_of_group : 1); ++v) s.cross_count[v][id]++;
+  s.cross_tok[id] = s.cross_clk; s.cross_line[id] = line;
 }
 inline void CrossCoreWaitFlag(int id, int line = __builtin_LINE()) {
   using namespace tc_emu;
   State& s = S();
-  if (id < 0 || id > 15) { finding("cross-core flag ID %d outside 0..15, line %d", id, line); return; }
-  if (s.cross_count[id] == 0) { finding("unbalanced: CrossCoreWaitFlag(%d) with no CrossCoreSetFlag (a hang), line %d", id, line); return; }
-  s.cross_count[id]--;
+  if (id < 0 || id > 10) { finding("cross-core flag ID %d outside 0..10 (Atlas A2/A3), line %d", id, line); return; }
+  int& n = s.cross_count[s.sub & 1][id];
+  if (n == 0) { finding("unbalanced: CrossCoreWaitFlag(%d) on AIV sub-block %d with no CrossCoreSetFlag (a hang), line %d", id, s.sub, line); return; }
+  n--;
   if (s.cross_tok[id] > s.cross_known) s.cross_known = s.cross_tok[id];
 }
 template <pipe_t P> inline void PipeBarrier() {
@@ -327,6 +374,9 @@ template <pipe_t P> inline void PipeBarrier() {
   if (P == PIPE_ALL) {
     for (int p = 0; p < NP; ++p) for (int q = 0; q < NP; ++q) s.vc[p][q] = s.clk[q];
     s.vbar = s.clk[1];
+    double all = 0;
+    for (int p = 0; p < NP; ++p) all = s.t[p] > all ? s.t[p] : all;
+    for (int p = 0; p < NP; ++p) s.t[p] = all;
   }
 }
 
@@ -346,7 +396,7 @@ template <typename T> inline void DataCopyPad(const LocalTensor<T>& dst, const G
                                               const DataCopyPadExtParams<T>&, int line = __builtin_LINE()) {
   using namespace tc_emu;
   check_align(dst.scope, dst.off, 32, "DataCopyPad destination", line);
-  uint64_t c = tick(PIPE_MTE2);
+  uint64_t c = tick(PIPE_MTE2, dma_cost((double)p.blockCount * p.blockLen));
   uint32_t pitch = (p.blockLen + 31u) / 32u * 32u + p.dstStride * 32u;
   const uint8_t* s8 = (const uint8_t*)src.ptr;
   for (uint32_t r = 0; r < p.blockCount; ++r) {
@@ -360,7 +410,7 @@ template <typename T> inline void DataCopyPad(const GlobalTensor<T>& dst, const 
                                               int line = __builtin_LINE()) {
   using namespace tc_emu;
   check_align(src.scope, src.off, 32, "DataCopyPad source", line);
-  uint64_t c = tick(PIPE_MTE3);
+  uint64_t c = tick(PIPE_MTE3, dma_cost((double)p.blockCount * p.blockLen));
   uint32_t pitch = (p.blockLen + 31u) / 32u * 32u + p.srcStride * 32u;
   uint8_t* d8 = (uint8_t*)dst.ptr;
   for (uint32_t r = 0; r < p.blockCount; ++r) {
@@ -383,7 +433,7 @@ inline float nanmin(float a, float b) { return (a != a || b != b) ? NAN : (a < b
 #define TC_EMU_BINARY(NAME, EXPR)                                                                            \
   template <typename T> inline void NAME(const LocalTensor<T>& d, const LocalTensor<T>& a, const LocalTensor<T>& b, \
                                          int32_t n, int line = __builtin_LINE()) {                          \
-    uint64_t c = tc_emu::tick(PIPE_V);                                                                       \
+    uint64_t c = tc_emu::tick(PIPE_V, tc_emu::vec_cost((double)n * sizeof(T)));                                \
     tc_vec::operand(a, n, false, c, line, #NAME " source");                                                  \
     tc_vec::operand(b, n, false, c, line, #NAME " source");                                                  \
     tc_vec::operand(d, n, true, c, line, #NAME " destination");                                              \
@@ -398,7 +448,7 @@ TC_EMU_BINARY(Min, tc_vec::nanmin(x, y))
 #define TC_EMU_SCALAR(NAME, EXPR)                                                                            \
   template <typename T, typename U> inline void NAME(const LocalTensor<T>& d, const LocalTensor<T>& a, U s,   \
                                                      int32_t n, int line = __builtin_LINE()) {              \
-    uint64_t c = tc_emu::tick(PIPE_V);                                                                       \
+    uint64_t c = tc_emu::tick(PIPE_V, tc_emu::vec_cost((double)n * sizeof(T)));                                \
     tc_vec::operand(a, n, false, c, line, #NAME " source");                                                  \
     tc_vec::operand(d, n, true, c, line, #NAME " destination");                                              \
     float y = (float)s;                                                                                      \
@@ -411,7 +461,7 @@ TC_EMU_SCALAR(Mins, tc_vec::nanmin(x, y))
 #define TC_EMU_UNARY(NAME, EXPR)                                                                             \
   template <typename T> inline void NAME(const LocalTensor<T>& d, const LocalTensor<T>& a, int32_t n,         \
                                          int line = __builtin_LINE()) {                                     \
-    uint64_t c = tc_emu::tick(PIPE_V);                                                                       \
+    uint64_t c = tc_emu::tick(PIPE_V, tc_emu::vec_cost((double)n * sizeof(T)));                                \
     tc_vec::operand(a, n, false, c, line, #NAME " source");                                                  \
     tc_vec::operand(d, n, true, c, line, #NAME " destination");                                              \
     for (int32_t i = 0; i < n; ++i) { float x = (float)a.data()[i]; d.data()[i] = (T)(EXPR); }             \
@@ -424,13 +474,13 @@ TC_EMU_UNARY(Abs, std::fabs(x))
 TC_EMU_UNARY(Reciprocal, 1.0f / x)
 TC_EMU_UNARY(Relu, x > 0 ? x : (x != x ? x : 0.0f))
 template <typename T, typename U> inline void Duplicate(const LocalTensor<T>& d, U s, int32_t n, int line = __builtin_LINE()) {
-  uint64_t c = tc_emu::tick(PIPE_V);
+  uint64_t c = tc_emu::tick(PIPE_V, tc_emu::vec_cost((double)n * sizeof(T)));
   tc_vec::operand(d, n, true, c, line, "Duplicate destination");
   for (int32_t i = 0; i < n; ++i) d.data()[i] = (T)s;
 }
 template <typename T, typename U> inline void Cast(const LocalTensor<T>& d, const LocalTensor<U>& a, RoundMode, int32_t n,
                                                    int line = __builtin_LINE()) {
-  uint64_t c = tc_emu::tick(PIPE_V);
+  uint64_t c = tc_emu::tick(PIPE_V, tc_emu::vec_cost((double)n * 4));
   tc_vec::operand(a, n, false, c, line, "Cast source");
   tc_vec::operand(d, n, true, c, line, "Cast destination");
   for (int32_t i = 0; i < n; ++i) d.data()[i] = (T)(float)a.data()[i];
@@ -439,7 +489,7 @@ template <typename T, typename U> inline void Cast(const LocalTensor<T>& d, cons
 #define TC_EMU_REDUCE(NAME, INIT, STEP)                                                                      \
   template <typename T> inline void NAME(const LocalTensor<T>& d, const LocalTensor<T>& a, const LocalTensor<T>& w, \
                                          int32_t n, int line = __builtin_LINE()) {                          \
-    uint64_t c = tc_emu::tick(PIPE_V);                                                                       \
+    uint64_t c = tc_emu::tick(PIPE_V, tc_emu::vec_cost((double)n * sizeof(T)));                                \
     tc_vec::operand(a, n, false, c, line, #NAME " source");                                                  \
     tc_vec::operand(w, n, true, c, line, #NAME " work");                                                     \
     tc_vec::operand(d, 1, true, c, line, #NAME " destination");                                              \
@@ -468,7 +518,7 @@ template <typename T> inline void DataCopy(const LocalTensor<T>& dst, const Glob
   using namespace tc_emu;
   static_assert(sizeof(T) == 2, "the emulated Nd2Nz covers 16-bit elements");
   check_align(dst.scope, dst.off, 32, "DataCopy(Nd2Nz) destination", line);
-  uint64_t c = tick(PIPE_MTE2);
+  uint64_t c = tick(PIPE_MTE2, dma_cost((double)p.nValue * p.dValue * sizeof(T)));
   for (uint32_t r = 0; r < p.nValue; ++r)
     for (uint32_t d = 0; d < p.dValue; ++d) {
       uint32_t at = ((d / 16) * p.dstNzC0Stride + r * p.dstNzNStride) * 16 + d % 16;
@@ -484,7 +534,7 @@ template <typename T> inline void InitConstValue(const LocalTensor<T>& dst, cons
                                                  int line = __builtin_LINE()) {
   using namespace tc_emu;
   check_align(dst.scope, dst.off, 32, "InitConstValue destination", line);
-  uint64_t c = tick(PIPE_MTE2);
+  uint64_t c = tick(PIPE_MTE2, 8 + (double)p.repeatTimes * p.blockNum / 2);
   uint32_t n = (uint32_t)p.repeatTimes * p.blockNum * 32u;
   access(dst.scope, dst.off, n, PIPE_MTE2, true, c, line);
   for (uint32_t i = 0; i < n / sizeof(T); ++i) dst.data()[i] = p.initValue;
@@ -500,7 +550,7 @@ template <typename T> inline void LoadData(const LocalTensor<T>& dst, const Loca
   using namespace tc_emu;
   check_align(dst.scope, dst.off, 512, "LoadData destination", line);
   check_align(src.scope, src.off, 32, "LoadData source", line);
-  uint64_t c = tick(PIPE_MTE1);
+  uint64_t c = tick(PIPE_MTE1, 4 + 4.0 * p.repeatTimes);  // 512-byte fractals, 128 bytes a cycle
   for (uint32_t i = 0; i < p.repeatTimes; ++i) {
     uint32_t sf = (p.startIndex + i * p.srcStride) * 256u, df = i * (1u + p.dstGap) * 256u;
     access(src.scope, src.off + sf * 2, 512, PIPE_MTE1, false, c, line);
@@ -525,7 +575,7 @@ template <typename C, typename T> inline void Mmad(const LocalTensor<C>& c, cons
   check_align(b.scope, b.off, 512, "Mmad B", line);
   check_align(c.scope, c.off, 64, "Mmad C", line);
   uint32_t mp = (p.m + 15u) / 16u * 16u, np = (p.n + 15u) / 16u * 16u, kp = (p.k + 15u) / 16u * 16u;
-  uint64_t t = tick(PIPE_M);
+  uint64_t t = tick(PIPE_M, 8 + (double)mp * np * kp / 4096);  // one 16x16x16 fractal product a cycle
   access(a.scope, a.off, mp * kp * 2, PIPE_M, false, t, line);
   access(b.scope, b.off, kp * np * 2, PIPE_M, false, t, line);
   if (!p.cmatrixInitVal) access(c.scope, c.off, mp * np * 4, PIPE_M, false, t, line);
@@ -554,7 +604,7 @@ template <typename D, typename C, int CFG> inline void Fixpipe(const GlobalTenso
                                                               const FixpipeParamsV220& p, int line = __builtin_LINE()) {
   using namespace tc_emu;
   check_align(src.scope, src.off, 64, "Fixpipe source", line);
-  uint64_t t = tick(PIPE_FIX);
+  uint64_t t = tick(PIPE_FIX, 32 + (double)p.mSize * p.nSize * 4 / 64);
   for (uint32_t m = 0; m < p.mSize; ++m)
     for (uint32_t n = 0; n < p.nSize; ++n) {
       uint32_t at = ((n / 16) * p.srcStride + m) * 16 + n % 16;
@@ -570,13 +620,15 @@ extern "C" {
 // defined (not inline) in the one translation unit that includes this header: the runtime reads them
 __attribute__((visibility("default"), used)) int tc_emu_findings() { return tc_emu::S().findings; }
 __attribute__((visibility("default"), used)) const char* tc_emu_log() { return tc_emu::S().log; }
+// the last launch's timing: out[0] the makespans of its cores added up, out[1] the sum of every instruction's cost
+__attribute__((visibility("default"), used)) void tc_emu_cycles(double* out) { out[0] = tc_emu::S().makespan; out[1] = tc_emu::S().work; }
 }
 // one core of block `block`: the AIC (core_type 2) or AIV sub-block `sub` (core_type 1). On-chip memory and
 // pipe clocks start fresh for each (the AIC owns L1/L0, the AIV its UB); the workspace stamps and the
 // cross-core flags live for the whole block (reset by tc_emu_block)
 inline void tc_emu_begin(int block, int nblocks, int core_type, int sub = 0, int ratio = 1) {
   tc_emu::State& s = tc_emu::S();
-  s.block = block; s.nblocks = nblocks; s.core_type = core_type; s.sub = sub; s.ratio = ratio;
+  s.block = block; s.nblocks = nblocks; s.core_type = core_type; s.sub = sub; s.ratio = ratio; s.ratio_of_group = ratio;
   tc_emu::reset_block();
   s.cross_known = 0;
 }
@@ -592,18 +644,23 @@ inline void tc_emu_workspace(void* p, uint64_t bytes) {
 }
 inline void tc_emu_block_end() {
   tc_emu::State& s = tc_emu::S();
-  for (int id = 0; id < 16; ++id)
-    if (s.cross_count[id]) tc_emu::finding("unbalanced: CrossCoreSetFlag(%d) at line %d is never waited", id, s.cross_line[id]);
+  for (int v = 0; v < 2; ++v)
+    for (int id = 0; id < 16; ++id)
+      if (s.cross_count[v][id])
+        tc_emu::finding("unbalanced: CrossCoreSetFlag(%d) at line %d is never waited by AIV sub-block %d", id, s.cross_line[id], v);
 }
 inline void tc_emu_end() {
   using namespace tc_emu;
   State& s = S();
+  double span = 0;
+  for (int p = 0; p < NP; ++p) span = s.t[p] > span ? s.t[p] : span;
+  s.makespan += span;
   for (int e = 0; e < 32; ++e)
-    for (int id = 0; id < 8; ++id)
+    for (int id = 0; id < TC_EMU_EVENT_IDS; ++id)
       if (s.flag_count[e][id]) {
         int src, dst; event_pipes((AscendC::HardEvent)e, src, dst);
         finding("unbalanced: SetFlag<%s_%s>(%d) at line %d is never waited", PIPE_NAMES[src], PIPE_NAMES[dst], id,
                 s.flag_line[e][id]);
       }
 }
-inline void tc_emu_reset_findings() { tc_emu::S().findings = 0; tc_emu::S().nsaid = 0; tc_emu::S().loglen = 0; tc_emu::S().log[0] = 0; }
+inline void tc_emu_reset_findings() { tc_emu::S().makespan = 0; tc_emu::S().work = 0; tc_emu::S().findings = 0; tc_emu::S().nsaid = 0; tc_emu::S().loglen = 0; tc_emu::S().log[0] = 0; }

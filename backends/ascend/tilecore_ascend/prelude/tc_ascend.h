@@ -3,6 +3,9 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#ifndef TC_ASCEND_EMU
+#define TC_EMU_NAME(t, n)  // names a tile for the emulator's messages; nothing on the device
+#endif
 template <typename A, typename B> __aicore__ inline A tc_max(A a, B b) { return a > (A)b ? a : (A)b; }
 template <typename A, typename B> __aicore__ inline A tc_min(A a, B b) { return a < (A)b ? a : (A)b; }
 template <typename A, typename B> __aicore__ inline A tc_nanmax(A a, B b) { return (a != a || b != b) ? (A)NAN : (a > (A)b ? a : (A)b); }
