@@ -30,6 +30,7 @@ CACHE = ROOT / ".golden-cache"
 #: every in-tree target whose source can differ (``tilecore targets list``); "webgpu" is desktop-subgroups
 TARGETS = ("cpu", "cuda:sm_80", "cuda:sm_86", "cuda:sm_89", "cuda:sm_90a",
            "hip:gfx90a", "hip:gfx942", "hip:gfx950", "hip:gfx1100", "ascend:910b", "ascend:a3",
+           "musa:mp_22", "musa:mp_31", "metal:apple7", "metal:apple8", "metal:apple9",
            "webgpu:baseline", "webgpu:desktop", "webgpu:desktop-subgroups")
 
 
