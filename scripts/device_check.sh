@@ -28,6 +28,8 @@ step attention-d256 python3 benchmarks/cuda_attention.py --rep 3 --dim 256 --blo
 step offpath python3 benchmarks/cuda_offpath.py --rep 20
 step matrix-unit python3 benchmarks/matrix_unit_gemm.py
 step host python3 benchmarks/host_costs.py --profile-compile
+# tilecore-musa's warp-32 SIMT subset through nvcc (a proxy smoke test, never MUSA `device` mode; needs its wheel)
+step musa-proxy python3 scripts/musa_h100_proxy_smoke.py
 step corpus env TILECORE_CORPUS_DEVICE=cuda:sm_90a python3 -m pytest -q -n 8 -p no:cacheprovider \
      tests/test_tilelang_corpus.py -k test_device -rxXf
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
