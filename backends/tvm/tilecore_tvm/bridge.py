@@ -204,6 +204,22 @@ class Program:
                     "feature as absent")
 
 
+def _check_shared(p: Program, func, launch) -> None:
+    """The block memory the bridged kernel declares (its top-level allocations) against the profile's limit."""
+    from tilecore.ir import DType
+
+    total = 0
+    for b in p.buf_list:
+        if b["scope"] == "shared":
+            total += int(b["numel"][1]) * DType(b["dtype"]).bytes
+    lim = p.caps.limit("max_shared_bytes_per_block") if p.caps is not None else None
+    if lim is not None and total > lim[0]:
+        raise UnsupportedFeatureError(
+            f"kernel {func.name} needs {total} bytes of block memory (shared buffers and fragments kept in block "
+            f"memory); target {p.target} allows {int(lim[0])} (limit max_shared_bytes_per_block). Use smaller tiles",
+            launch.span or func.span, feature="limit:max_shared_bytes_per_block", target=p.target)
+
+
 def bridge(func, ctx) -> dict:
     """The lowered ``func`` as the worker's program (a dict of JSON data)."""
     from tilecore.codegen import abi_of, single_launch
@@ -229,6 +245,7 @@ def bridge(func, ctx) -> dict:
     inner = launch.body.body if isinstance(launch.body, Seq) else [launch.body]
     body += [p.stmt(s, top=True) for s in inner]
     threads = int(launch.attrs.get("simt_threads") or func.attrs.get("simt_threads") or 1)
+    _check_shared(p, func, launch)
     return {"name": func.name, "params": params, "vars": p.var_list, "buffers": p.buf_list, "grid": grid,
             "block_vars": block_vars, "threads": threads, "body": ["seq", body]}
 

@@ -11,6 +11,7 @@ no compiler of that language runs it here). Nothing launches: ``load`` raises De
 """
 from __future__ import annotations
 
+import atexit
 import base64
 import hashlib
 import json
@@ -69,14 +70,15 @@ def request(req: dict) -> dict:
         if not line:
             p.wait()
             _worker.clear()
-            tail = getattr(p, "stderr_tail", "")
+            tail = "".join(x for x in getattr(p, "stderr_tail", "").splitlines(True) if "Warning:" not in x)
             raise CompileError(f"TVM aborted while compiling (exit status {p.returncode}; LLVM errors in apache-tvm "
                                f"end the process). Its last output:\n{tail[-2000:]}")
         return json.loads(line)
 
 
-def compile_program(program: dict, tvm_target: dict, want_tir: bool = False) -> dict:
-    reply = request({"program": program, "target": tvm_target, "want_tir": want_tir})
+def compile_program(program: dict, tvm_target: dict, want_tir: bool = False, **options) -> dict:
+    """TVM's output for a bridged program; ``options`` reach the worker's request (tests use ``pipeline``)."""
+    reply = request({"program": program, "target": tvm_target, "want_tir": want_tir, **options})
     if not reply.get("ok"):
         raise CompileError(f"TVM rejected the bridged kernel {program.get('name')} for {tvm_target}: "
                            f"{reply.get('error', '?')}")
@@ -88,6 +90,7 @@ def remember_binary(source_code: str, binary_b64: str | None) -> None:
         _binaries[hashlib.sha256(source_code.encode()).hexdigest()] = base64.b64decode(binary_b64)
 
 
+@atexit.register
 def shutdown() -> None:
     """Stop this process's worker (tests use it; a process's worker otherwise ends with it)."""
     with _lock:

@@ -39,6 +39,8 @@ BITCODE_DIRS = ("/usr/lib/x86_64-linux-gnu/amdgcn/bitcode", "/usr/lib/amdgcn/bit
 BITCODE = ("ocml", "oclc_daz_opt_off", "oclc_correctly_rounded_sqrt_on", "oclc_finite_only_off",
            "oclc_unsafe_math_off", "oclc_abi_version_500")
 _last_code_object: list = []
+#: float64 math that goes to ROCm's device library by name on rocm targets
+OCML_F64 = ("exp", "exp2", "exp10", "log", "log2", "log10", "tanh", "sin", "cos", "tan", "erf", "pow")
 
 
 def _bitcode_path(rocdl_dir=None):
@@ -103,12 +105,12 @@ _CMP = {"lt": tirx.LT, "le": tirx.LE, "gt": tirx.GT, "ge": tirx.GE, "eq": tirx.E
 
 
 class Builder:
-    def __init__(self, prog: dict, target: dict):
-        self.prog, self.target = prog, target
+    def __init__(self, prog: dict, target: dict, ocml: bool = True):
+        self.prog, self.target, self.ocml = prog, target, ocml
         self.vars = [tirx.Var(name, dtype) for name, dtype in prog["vars"]]
         self.bufs = []
         for b in prog["buffers"]:
-            if b["scope"] == "global":
+            if b.get("scope") == "global":
                 shape = [self.expr(x) for x in b["shape"]]
                 numel = shape[0]
                 for x in shape[1:]:
@@ -165,6 +167,10 @@ class Builder:
             name = e[1]
             if name == "abs":
                 return tirx.abs(args[0])
+            if self.target["kind"] == "rocm" and e[3] == "float64" and name in OCML_F64 and self.ocml:
+                # TVM lowers float64 math to LLVM intrinsics the AMDGPU backend cannot select ("no libcall
+                # available for fexp": an LLVM abort); the device library has them
+                return tirx.call_pure_extern("float64", f"__ocml_{name}_f64", *args)
             if name == "pow":
                 return tirx.pow(args[0], args[1])
             return getattr(tirx, name)(*args)
@@ -230,12 +236,32 @@ class Builder:
         return tirx.PrimFunc(params, inner).with_attr({"global_symbol": prog["name"], "tirx.noalias": True})
 
 
+def prove(req: dict) -> dict:
+    """TVM's analyzer on pairs of bridged integer expressions: ``can_prove(a == b)`` for each pair, with the
+    variables' ranges (``bounds``: var index -> [min, max], inclusive) bound first. The tests' oracle."""
+    b = Builder({"vars": req["vars"], "buffers": []}, {"kind": "none"})
+    ana = tvm.sym.Analyzer()
+    for k, (lo, hi) in req.get("bounds", {}).items():
+        ana.bind(b.vars[int(k)], tvm.ir.Range.from_min_extent(lo, hi - lo + 1))
+    out = []
+    for pair in req["pairs"]:
+        x, y = b.expr(pair[0]), b.expr(pair[1])
+        if pair[2] == "eq":
+            out.append(bool(ana.can_prove(tirx.EQ(x, y))))
+        else:  # "refutes": TVM proves x != y somewhere in range, i.e. not (x == y) is provable
+            out.append(bool(ana.can_prove(tirx.NE(x, y))))
+    return {"ok": True, "proven": out}
+
+
 def compile_program(req: dict) -> dict:
+    if req.get("op") == "prove":
+        return prove(req)
     target = tvm.target.Target(req["target"])
-    func = Builder(req["program"], req["target"]).func()
+    func = Builder(req["program"], req["target"], ocml=req.get("ocml_f64", True)).func()
     tir = func.script() if req.get("want_tir") else ""
     _last_code_object.clear()
-    ex = tvm.compile(func, target=target, tir_pipeline=PIPELINE)
+    # "pipeline" lets the regression tests run TVM's own pipeline on a bridged kernel
+    ex = tvm.compile(func, target=target, tir_pipeline=req.get("pipeline", PIPELINE))
     dev = ex.mod.imports[0]
     kind = req["target"]["kind"]
     if kind == "rocm":
