@@ -32,5 +32,6 @@ python -c "import einops" 2>/dev/null || python -m pip install einops
 # a stub header in backends/musa/tests/stub; no MUSA SDK exists on PyPI) and the Metal one (codegen-only off macOS:
 # PyObjC's Metal is its macOS-only "runtime" extra); ".[test]" brings pytest, pytest-xdist, hypothesis and
 # build (tests/test_wheels.py builds every wheel and installs them into fresh venvs)
-python -m pip install -e ".[test]" -e backends/cpu -e "backends/cuda[nvrtc]" -e backends/hip -e backends/webgpu -e backends/ascend -e backends/musa -e backends/metal -e conformance \
+# the TVM one pulls apache-tvm==0.27.0.post1 (about 305 MB) and apache-tvm-ffi; it reuses lld-22 and rocm-device-libs above
+python -m pip install -e ".[test]" -e backends/cpu -e "backends/cuda[nvrtc]" -e backends/hip -e backends/webgpu -e backends/ascend -e backends/musa -e backends/metal -e backends/tvm -e conformance \
   "nvidia-cuda-cuobjdump==13.*" "nvidia-cuda-nvdisasm==13.*"
