@@ -240,20 +240,29 @@ class Builder:
 
 
 def prove(req: dict) -> dict:
-    """TVM's analyzer on pairs of bridged integer expressions: ``can_prove(a == b)`` for each pair, with the
-    variables' ranges (``bounds``: var index -> [min, max], inclusive) bound first. The tests' oracle."""
+    """TVM's analyzer as the tests' oracle, over bridged integer expressions (``req["vars"]`` as a program's).
+
+    Each query is ``{"kind": "eq", "a": .., "b": ..}`` (can TVM prove ``a == b`` for every value?) or
+    ``{"kind": "holds", "cond": .., "facts": [g, ...]}`` (under ``g >= 0`` for each fact: can TVM prove
+    ``cond``, and can it prove ``not cond``, i.e. refute it?). A query TVM cannot build gives ``None``."""
+    import contextlib
+
     b = Builder({"vars": req["vars"], "buffers": []}, {"kind": "none"})
-    ana = tvm.sym.Analyzer()
-    for k, (lo, hi) in req.get("bounds", {}).items():
-        ana.bind(b.vars[int(k)], tvm.ir.Range.from_min_extent(lo, hi - lo + 1))
     out = []
-    for pair in req["pairs"]:
-        x, y = b.expr(pair[0]), b.expr(pair[1])
-        if pair[2] == "eq":
-            out.append(bool(ana.can_prove(tirx.EQ(x, y))))
-        else:  # "refutes": TVM proves x != y somewhere in range, i.e. not (x == y) is provable
-            out.append(bool(ana.can_prove(tirx.NE(x, y))))
-    return {"ok": True, "proven": out}
+    for q in req["queries"]:
+        try:
+            ana = tvm.sym.Analyzer()
+            if q["kind"] == "eq":
+                out.append([bool(ana.can_prove(tirx.EQ(b.expr(q["a"]), b.expr(q["b"])))), False])
+                continue
+            with contextlib.ExitStack() as stack:
+                for g in q["facts"]:
+                    stack.enter_context(ana.constraint_scope(tirx.GE(b.expr(g), tirx.const(0, "int32"))))
+                cond = b.expr(q["cond"])
+                out.append([bool(ana.can_prove(cond)), bool(ana.can_prove(tirx.Not(cond)))])
+        except Exception:  # noqa: BLE001 - mixed dtypes and the like: the query is not answered
+            out.append(None)
+    return {"ok": True, "answers": out}
 
 
 def compile_program(req: dict) -> dict:

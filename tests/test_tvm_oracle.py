@@ -1,0 +1,181 @@
+"""apache-tvm's analyzer as an oracle for the core's index arithmetic, over the whole conformance catalog.
+
+Every catalog kernel is lowered (target ``cpu``, the reference) while the test records, through the core's
+own functions, (1) every integer expression ``simplify()`` rewrote, with its result, and (2) every
+comparison the bounds prover (``tilecore.ir.bounds.Facts.proves``, which elides guards) proved, with the
+facts it had. The expressions go to ``tvm.sym.Analyzer`` in tilecore-tvm's worker process (TVM is a test
+dependency here, never in the compile path):
+
+- each simplification must be proven equal to its original (``can_prove(a == b)``);
+- nothing the core proves may be refuted by TVM under the same facts (``can_prove(not cond)``).
+
+Loads, calls and other non-integer atoms become opaque variables (the same atom, the same variable).
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from tilecore.errors import TilecoreError
+
+tilecore_tvm = pytest.importorskip("tilecore_tvm")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("tvm") is None,
+                                reason="apache-tvm is not installed: " + tilecore_tvm.INSTALL_HINT)
+
+
+def _program():
+    from tilecore.ir import BinOp, Cast, Cmp, IntImm, Logic, ThreadIndex, Var, is_float
+    from tilecore.ir.simplify import atom_key
+    from tilecore_tvm.bridge import Program
+
+    class Oracle(Program):
+        """The bridge's expression writer; what is not integer arithmetic becomes an opaque variable."""
+
+        def __init__(self):
+            super().__init__("oracle")
+            self.opaque: dict = {}
+            self.keep: list = []  # the atoms themselves: their keys hold ids
+
+        def expr(self, e):
+            integer = not is_float(e.dtype)
+            if isinstance(e, (Var, IntImm, ThreadIndex)) or (integer and isinstance(e, (BinOp, Cmp, Logic))):
+                return super().expr(e)
+            if isinstance(e, Cast) and integer and not is_float(e.value.dtype) and e.dtype == e.value.dtype:
+                return self.expr(e.value)
+            key = atom_key(e)
+            if key not in self.opaque:
+                self.opaque[key] = Var(f"atom{len(self.opaque)}", e.dtype if integer else "int32")
+                self.keep.append(e)
+            return super().expr(self.opaque[key])
+
+    return Oracle()
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    """(simplify pairs, proven comparisons with their facts) over the catalog, lowered for ``cpu``."""
+    import tilecore.ir.bounds  # noqa: F401 - the modules, not the functions tilecore.ir re-exports
+    import tilecore.ir.simplify  # noqa: F401
+    from tilecore.compiler import lower
+    from tilecore.ir import BinOp, Expr, is_float
+    from tilecore_conformance.catalog import catalog
+
+    bounds, simp = sys.modules["tilecore.ir.bounds"], sys.modules["tilecore.ir.simplify"]
+    pairs, proofs, seen, vars_ = [], [], set(), {}
+    orig_simplify, orig_proves, orig_with_range = simp.simplify, bounds.Facts.proves, bounds.Facts.with_range
+
+    def simplify(e):
+        out = orig_simplify(e)
+        if isinstance(e, BinOp) and isinstance(out, Expr) and not is_float(e.dtype) and out is not e:
+            k = simp.atom_key(e)
+            if k not in seen:
+                seen.add(k)
+                pairs.append((e, out))
+        return out
+
+    def with_range(self, var, lo, hi):
+        vars_[id(var)] = var
+        return orig_with_range(self, var, lo, hi)
+
+    def proves(self, cond):
+        ok = orig_proves(self, cond)
+        if ok:
+            proofs.append((dict(self.ranges), tuple(self.known), cond))
+        return ok
+
+    patched = [(m, "simplify") for m in list(sys.modules.values())
+               if getattr(m, "__name__", "").startswith("tilecore") and getattr(m, "simplify", None) is orig_simplify]
+    for m, name in patched:
+        setattr(m, name, simplify)
+    bounds.Facts.proves, bounds.Facts.with_range = proves, with_range
+    lowered = 0
+    try:
+        for c in catalog():
+            try:
+                lower(c.build(**c.params), target="cpu")
+                lowered += 1
+            except TilecoreError:
+                pass  # a case the CPU target refuses (its profile): no index arithmetic to check
+    finally:
+        for m, name in patched:
+            setattr(m, name, orig_simplify)
+        bounds.Facts.proves, bounds.Facts.with_range = orig_proves, orig_with_range
+    return {"pairs": pairs, "proofs": proofs, "vars": vars_, "lowered": lowered}
+
+
+def _ask(prog, queries):
+    from tilecore_tvm.runtime import request
+
+    reply = request({"op": "prove", "vars": prog.var_list, "queries": queries})
+    assert reply.get("ok"), reply
+    return reply["answers"]
+
+
+def test_every_simplification_is_proven_equal_by_tvm(recorded):
+    prog = _program()
+    pairs = recorded["pairs"]
+    assert recorded["lowered"] >= 300 and len(pairs) >= 1000, (recorded["lowered"], len(pairs))
+    queries = [{"kind": "eq", "a": prog.expr(a), "b": prog.expr(b)} for a, b in pairs]
+    answers = _ask(prog, queries)
+    unbuilt = [pairs[k] for k, a in enumerate(answers) if a is None]
+    unproven = [pairs[k] for k, a in enumerate(answers) if a is not None and not a[0]]
+    print(f"\nsimplify(): {len(pairs)} rewrites over {recorded['lowered']} kernels; TVM proves "
+          f"{len(pairs) - len(unbuilt) - len(unproven)} equal, {len(unproven)} not proven, {len(unbuilt)} not built")
+    assert len(unbuilt) <= len(pairs) // 100, unbuilt[:5]
+    assert not unproven, [(repr(a), repr(b)) for a, b in unproven[:10]]
+
+
+def _holds(prog, recorded, ranges, known, cond) -> dict:
+    """The query "does ``cond`` hold under the prover's facts": each variable's range and each known form."""
+    from tilecore.ir import IntImm, binary
+
+    facts = []
+    for vid, (lo, hi) in ranges.items():
+        var = recorded["vars"].get(vid)
+        if var is None:
+            continue
+        if lo is not None:
+            facts.append(prog.expr(binary("sub", var, lo if not isinstance(lo, int) else IntImm(lo))))
+        if hi is not None:
+            facts.append(prog.expr(binary("sub", hi if not isinstance(hi, int) else IntImm(hi), var)))
+    facts += [prog.expr(g) for g in known]
+    return {"kind": "holds", "cond": prog.expr(cond), "facts": facts}
+
+
+def test_nothing_the_core_proves_is_refuted_by_tvm(recorded):
+    prog = _program()
+    queries, kept = [], []
+    for ranges, known, cond in recorded["proofs"]:
+        queries.append(_holds(prog, recorded, ranges, known, cond))
+        kept.append(cond)
+    assert len(queries) >= 1000, len(queries)
+    answers = _ask(prog, queries)
+    refuted = [repr(kept[k]) for k, a in enumerate(answers) if a is not None and a[1]]
+    unbuilt = sum(a is None for a in answers)
+    agreed = sum(bool(a and a[0]) for a in answers)
+    print(f"\nbounds prover: {len(queries)} comparisons proven by the core; TVM also proves {agreed}, refutes "
+          f"{len(refuted)}, {unbuilt} not built")
+    assert unbuilt <= len(queries) // 100
+    assert not refuted, refuted[:10]
+
+
+def test_the_oracle_catches_a_wrong_simplification(recorded):
+    """Mutations: an off-by-one result for a rewrite, and the negation of a comparison the core and TVM both
+    prove, under the same facts; TVM must reject the first and refute the second (so the two tests above
+    can fail), and accept the unmutated ones."""
+    from tilecore.ir import Cmp, IntImm, binary
+
+    prog = _program()
+    a, b = next((a, b) for a, b in recorded["pairs"] if str(a.dtype) == "int32")
+    cands = [p for p in recorded["proofs"][:300] if isinstance(p[2], Cmp)]
+    answers = _ask(prog, [_holds(prog, recorded, *p) for p in cands])
+    ranges, known, cond = next(p for p, ans in zip(cands, answers) if ans and ans[0])
+    neg = Cmp({"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq"}[cond.op], cond.a, cond.b)
+    answers = _ask(prog, [{"kind": "eq", "a": prog.expr(a), "b": prog.expr(b)},
+                          {"kind": "eq", "a": prog.expr(a), "b": prog.expr(binary("add", b, IntImm(1)))},
+                          _holds(prog, recorded, ranges, known, cond),
+                          _holds(prog, recorded, ranges, known, neg)])
+    assert answers[0][0] is True and answers[1][0] is False
+    assert answers[2] == [True, False] and answers[3][1] is True, (repr(cond), answers)
