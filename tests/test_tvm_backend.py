@@ -174,13 +174,36 @@ def test_fault_threadsync_barrier_in_condition_uses_our_pipeline():
         compile_program(source.meta["program"], {"kind": "metal"}, pipeline="default")
 
 
-def test_fault_lower_init_block_is_gone_from_the_default_tirx_pipeline():
+@pytest.fixture(scope="module")
+def tvm_facts() -> dict:
+    """Facts about the installed apache-tvm, read in one child process (importing it costs seconds, and an
+    LLVM abort must not take pytest down): whether ``transform.LowerInitBlock`` exists, whether our pipeline
+    uses it, and what compiling ``tirx.atomic_add`` for metal does."""
+    code = r"""
+import json, tvm, tvm.tirx as t
+from tvm import ir
+import tilecore_tvm.worker as w
+out = {"has_lower_init_block": hasattr(t.transform, "LowerInitBlock"),
+       "ours_uses_it": any(type(p).__name__ == "LowerInitBlock" for p in w._pipeline_passes())}
+A = t.decl_buffer((128,), "float32", "A"); tx = t.Var("tx", "int32")
+body = t.Evaluate(t.call_intrin("float32", "tirx.atomic_add", t.address_of(t.BufferLoad(A, [0])), t.const(1.0, "float32")))
+body = t.AttrStmt(t.IterVar(ir.Range(0, 128), tx, 1, "threadIdx.x"), "thread_extent", 128, body)
+f = t.PrimFunc([A], body).with_attr({"global_symbol": "k"})
+try:
+    tvm.compile(f, target=tvm.target.Target({"kind": "metal"}))
+    out["atomic_add"] = "compiled"
+except Exception as e:
+    out["atomic_add"] = "unresolved" if "Unresolved call" in str(e) and "atomic_add" in str(e) else str(e)[:300]
+print(json.dumps(out))
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_fault_lower_init_block_is_gone_from_the_default_tirx_pipeline(tvm_facts):
     """The wheel's tirx default pipeline names transform.LowerInitBlock, which it no longer has."""
-    code = ("import tvm.tirx.compilation_pipeline as c, tvm.tirx.transform as t\n"
-            "print(hasattr(t, 'LowerInitBlock'))\n"
-            "import tilecore_tvm.worker as w\nprint(any(type(p).__name__ == 'LowerInitBlock' for p in w._pipeline_passes()))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["False", "False"]
+    assert tvm_facts["has_lower_init_block"] is False and tvm_facts["ours_uses_it"] is False
     k = tilecore.compile(_axpy(), target="tvm:opencl", pass_configs=NOCACHE)  # our pipeline, not that one
     assert "axpy_kernel" in k.source.code
 
@@ -192,25 +215,10 @@ def test_fault_bfloat16_is_stored_as_its_bits():
     assert "<< (uint)16" in code  # the load widens the bits to float32
 
 
-def test_fault_atomic_add_is_still_unresolved_in_tvm():
+def test_fault_atomic_add_is_still_unresolved_in_tvm(tvm_facts):
     """The reason atomics are off in the profiles: when TVM resolves tirx.atomic_add, this fails, and the
     profiles and bridge should take atomics."""
-    code = r"""
-import tvm, tvm.tirx as t
-from tvm import ir
-A = t.decl_buffer((128,), "float32", "A"); tx = t.Var("tx", "int32")
-body = t.Evaluate(t.call_intrin("float32", "tirx.atomic_add", t.address_of(t.BufferLoad(A, [0])), t.const(1.0, "float32")))
-body = t.AttrStmt(t.IterVar(ir.Range(0, 128), tx, 1, "threadIdx.x"), "thread_extent", 128, body)
-f = t.PrimFunc([A], body).with_attr({"global_symbol": "k"})
-try:
-    tvm.compile(f, target=tvm.target.Target({"kind": "metal"}))
-    print("compiled")
-except Exception as e:
-    print("refused", "Unresolved call" in str(e) and "atomic_add" in str(e))
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout.split()
-    assert out[-2:] == ["refused", "True"]
-    assert tilecore_tvm.TVMBackend().parse_target("tvm:metal") is not None
+    assert tvm_facts["atomic_add"] == "unresolved", tvm_facts["atomic_add"]
     assert _profile("tvm:metal").satisfies("feature:atomics")[0] is False
 
 
@@ -244,8 +252,9 @@ def test_fault_rocm_float64_math_goes_to_the_device_library():
 
 #: tvm:rocm:gfx942 compiles every kernel with LLVM (0.1-0.3 s of CPU each, 65 s for the whole catalog), so
 #: CI runs the cases where rocm differs from the source targets (float64 and its math through ocml, the
-#: composite kernels, pipelined loops, cumsum); the whole catalog was run here: 286 PASS, 75 NOT_SUPPORTED
-ROCM_CASES = "float64 or attention or softmax or layernorm or rmsnorm or pipelined or cumsum"
+#: composite kernels but FlashAttention, pipelined loops, cumsum); the whole catalog was run here: 286 PASS,
+#: 75 NOT_SUPPORTED
+ROCM_CASES = "float64 or softmax or layernorm or rmsnorm or pipelined or cumsum"
 
 
 @pytest.mark.parametrize("target", ["tvm:metal", "tvm:opencl", "tvm:webgpu", "tvm:rocm:gfx942"])
@@ -258,7 +267,7 @@ def test_conformance_catalog(tmp_path, target):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     res = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     states = [x["state"] for x in res]
-    least = (60, 50) if select else (340, 150)
+    least = (50, 45) if select else (340, 150)
     assert len(res) >= least[0] and states.count("PASS") >= least[1], (len(res), states.count("PASS"))
     assert set(states) <= {"PASS", "NOT_SUPPORTED", "EXPECTED_FAIL"}, set(states)
     mode = "compile-only" if "rocm" in target else "codegen-only"
