@@ -131,6 +131,56 @@ def test_rocm_code_object_assembles_like_tilecore_hip():
     assert h.runtime.build(h.source, {})[:4] == b"\x7fELF"
 
 
+# -- the generated sources are checked by the languages' own front ends ------------------------------------
+
+#: kernels whose sources once tripped a language front end (bfloat16 constants in OpenCL; infinities,
+#: float16 NaN and a variable named `loop` in WGSL), and a few ordinary ones
+CHECKED_CASES = ("dynamic/axpy/n1", "softmax/float32", "fill/fill/bfloat16", "elementwise/relu/float16",
+                 "attention/causal/float16", "cumsum/dim1/forward/float32", "reduce/max/dim1/clear/float32")
+
+
+def _clang_cl(code: str, tmp_path) -> str:
+    """clang's OpenCL C front end on ``code``: '' when it accepts it, else its errors."""
+    f = tmp_path / "k.cl"
+    f.write_text(code)
+    r = subprocess.run(["clang-22", "-x", "cl", "-cl-std=CL2.0", "-fsyntax-only", "-Xclang", "-finclude-default-header",
+                        str(f)], capture_output=True, text=True)
+    return "" if r.returncode == 0 else r.stderr
+
+
+def _wgsl_device():
+    wg = pytest.importorskip("tilecore_webgpu.runtime")
+    if not wg.adapters():
+        pytest.skip("no WebGPU adapter to validate WGSL (apt-get install mesa-vulkan-drivers)")
+    return wg.device_for(wg.select_adapter(""))
+
+
+@pytest.mark.skipif(not __import__("shutil").which("clang-22"), reason="clang-22 (setup.sh installs it) checks OpenCL C")
+def test_opencl_sources_pass_clang(tmp_path):
+    """codegen-only means checked: clang's OpenCL C front end accepts TVM's OpenCL, and rejects it broken."""
+    from tilecore_conformance.catalog import catalog
+
+    ids = [c.id for c in catalog()]
+    for cid in CHECKED_CASES:
+        assert cid in ids, cid
+        code = tilecore.compile(_catalog_case(cid), target="tvm:opencl", pass_configs=NOCACHE).source.code
+        assert _clang_cl(code, tmp_path) == "", (cid, _clang_cl(code, tmp_path)[:2000])
+    assert "error" in _clang_cl(code.replace(";", "", 1), tmp_path)  # the mutation is caught
+
+
+def test_wgsl_sources_pass_the_webgpu_shader_compiler():
+    """TVM's WGSL through wgpu's shader compiler (naga), the one tilecore-webgpu's kernels go through."""
+    dev = _wgsl_device()
+    for cid in CHECKED_CASES:
+        try:
+            code = tilecore.compile(_catalog_case(cid), target="tvm:webgpu", pass_configs=NOCACHE).source.code
+        except UnsupportedFeatureError:
+            continue  # declared absent on tvm:webgpu (bfloat16)
+        dev.create_shader_module(code=code)  # raises with the shader compiler's message
+    with pytest.raises(Exception, match="(?i)error|invalid|parsing"):
+        dev.create_shader_module(code=code.replace("let ", "lett ", 1))
+
+
 # -- refusals at the user's line ---------------------------------------------------------------------------
 
 def test_atomics_are_refused_at_the_users_line():

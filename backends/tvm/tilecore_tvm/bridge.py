@@ -27,6 +27,7 @@ Program layout (``Program.to_json()``): ``{"name", "params", "vars", "buffers", 
 from __future__ import annotations
 
 import math
+import struct
 
 from tilecore.errors import CompileError, UnsupportedFeatureError
 from tilecore.ir import (Allocate, Atomic, Barrier, BinOp, Bind, Break, BufferLoad, Call, Cast, Cmp, Continue, FloatImm,
@@ -43,6 +44,28 @@ IEEE = {"ieee_add": "add", "ieee_sub": "sub", "ieee_mul": "mul", "ieee_fdiv": "d
 VALUE = {"bfloat16": "float32"}
 #: how the worker declares buffers of a dtype (bfloat16 as its bits: the TVM 0.27 legalization fault)
 STORAGE = {"bfloat16": "uint16"}
+
+
+def _reserved() -> frozenset:
+    """Identifiers a kernel variable may not be called in the generated languages (WGSL's reserved words,
+    C's and the SIMT names; TVM 0.27 prints a variable named ``loop`` as is, which WGSL rejects)."""
+    from tilecore.codegen.shaderlang import ShaderLangEmitter
+    from tilecore.codegen.simtcpp import SIMTCppEmitter
+
+    return frozenset(ShaderLangEmitter.reserved | SIMTCppEmitter.reserved
+                     | {"kernel", "device", "thread", "threadgroup", "constant", "half", "bfloat", "global", "local",
+                        "private", "restrict", "threadIdx", "blockIdx", "gridDim", "podArgs", "arg"})
+
+
+RESERVED = _reserved()
+
+
+def bf16_bits(x: float) -> int:
+    """The bfloat16 bits of ``x``, rounded to nearest even (NaN stays a quiet NaN)."""
+    bits = struct.unpack("<I", struct.pack("<f", x))[0]
+    if math.isnan(x):
+        return (bits >> 16) | 0x40
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
 
 
 def vtype(dtype) -> str:
@@ -74,7 +97,7 @@ class Program:
         k = self.vars.get(id(v))
         if k is None:
             k = self.vars[id(v)] = len(self.var_list)
-            self.var_list.append([v.name, vtype(v.dtype)])
+            self.var_list.append([v.name + "_" if v.name in RESERVED else v.name, vtype(v.dtype)])
         return ["v", k]
 
     def buf(self, b, scope: str = "") -> int:
@@ -127,6 +150,9 @@ class Program:
         if isinstance(e, Cast):
             inner = self.expr(e.value)
             if e.dtype == "bfloat16":
+                if isinstance(e.value, (FloatImm, IntImm)):  # rounded here (see value_for)
+                    return ["f", struct.unpack("<f", struct.pack("<I", bf16_bits(float(e.value.value)) << 16))[0],
+                            "float32"]
                 return ["bf16_in", ["bf16_out", ["cast", "float32", inner]]]  # round to bfloat16, keep as float32
             if e.value.dtype in ("float8_e4m3", "float8_e5m2") or e.dtype in ("float8_e4m3", "float8_e5m2"):
                 self.refuse(f"a conversion to or from {e.dtype if 'float8' in e.dtype else e.value.dtype}",
@@ -157,6 +183,10 @@ class Program:
                     "this target has no spelling for it (its capability profile should have refused it earlier)")
 
     def value_for(self, b, value) -> list:
+        if b.dtype == "bfloat16" and isinstance(value, (FloatImm, IntImm)):
+            # a constant is rounded here: TVM 0.27's OpenCL generator reinterprets a constant as
+            # `*(uint *)(&(3.0f))`, the address of an rvalue, which OpenCL C rejects
+            return ["i", bf16_bits(float(value.value)), "uint16"]
         v = self.expr(value)
         return ["bf16_out", v] if b.dtype == "bfloat16" else v
 

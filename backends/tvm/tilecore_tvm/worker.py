@@ -24,6 +24,7 @@ import json
 import math
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -126,9 +127,17 @@ class Builder:
 
     # -- expressions ------------------------------------------------------------------------------
     def const(self, v, dtype):
+        """A float constant; infinities and NaN by their bits, because TVM 0.27's WGSL generator prints
+        them as ``inff`` / ``nanf``, which are not WGSL (the shader compiler rejects ``-inff``)."""
         if isinstance(v, str):
             v = float(v)
-        return tirx.const(v, dtype)
+        if math.isfinite(v):
+            return tirx.const(v, dtype)
+        if dtype == "float16":  # WGSL has no 16-bit integer to reinterpret: the float32 value, narrowed
+            return tirx.Cast("float16", self.const(v, "float32"))
+        bits = {"float16": ("uint16", "<e", "<H"), "float32": ("uint32", "<f", "<I"), "float64": ("uint64", "<d", "<Q")}
+        ut, ff, uf = bits[dtype]
+        return tirx.reinterpret(dtype, tirx.const(struct.unpack(uf, struct.pack(ff, v))[0], ut))
 
     def expr(self, e):
         tag = e[0]
@@ -148,7 +157,7 @@ class Builder:
             if op in ("min", "max") and dtype.startswith("float"):
                 # NaN in either operand gives NaN, as on every tilecore target (TIR's min/max do not say)
                 m = (tirx.Min if op == "min" else tirx.Max)(a, b)
-                return tirx.Select(tirx.Or(tirx.isnan(a), tirx.isnan(b)), tirx.const(math.nan, dtype), m)
+                return tirx.Select(tirx.Or(tirx.isnan(a), tirx.isnan(b)), self.const(math.nan, dtype), m)
             return _BIN[op](a, b)
         if tag == "c":
             return _CMP[e[1]](self.expr(e[2]), self.expr(e[3]))
