@@ -32,7 +32,7 @@ import struct
 from tilecore.errors import CompileError, UnsupportedFeatureError
 from tilecore.ir import (Allocate, Atomic, Barrier, BinOp, Bind, Break, BufferLoad, Call, Cast, Cmp, Continue, FloatImm,
                          For, If, IntImm, KernelLaunch, Logic, PerThread, Select, Seq, Store, ThreadIndex, Var,
-                         is_float, simplify)
+                         simplify)
 
 #: tilecore binary operators -> the worker's names (TIR nodes)
 BINOPS = {"add", "sub", "mul", "div", "floordiv", "floormod", "min", "max", "shl", "shr", "xor", "bitand", "bitor"}
@@ -281,4 +281,3 @@ def bridge(func, ctx) -> dict:
 
 
 __all__ = ["bridge", "Program", "STORAGE", "VALUE"]
-_ = is_float
