@@ -205,7 +205,7 @@ def cold_compile_fresh_process(target: str) -> str:
             "f = matmul(4096, 4096, 4096, 128, 256, 64, 256, 4); t = time.perf_counter(); "
             "tilecore.compile(f, target=%r, pass_configs={'tilecore.disable_cache': True}); "
             "print(time.perf_counter() - t)") % (str(Path(__file__).parent), target)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")  # not the tree
     if proc.returncode != 0:
         return f"failed: {proc.stderr.strip()[-200:]}"
     return f"{float(proc.stdout.strip().splitlines()[-1]):.2f} s"

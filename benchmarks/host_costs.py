@@ -75,7 +75,9 @@ print(time.perf_counter() - t)
 
 
 def fresh(code: str, env: dict | None = None, text: bool = False):
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    # run from / : with `python -c` the current directory comes first on sys.path, and the repository root
+    # would shadow the installed wheels with the tree's own packages (whose bytecode may not be cached)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/",
                           env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr.strip()[-600:])
