@@ -288,6 +288,23 @@ LOAD_BUFFERS = """  std::vector<std::vector<unsigned char>> bufs;
   }"""
 
 
+#: device atomics through the host's (GCC/clang) __atomic builtins, for the emulators of CUDA-like languages
+HOST_ATOMICS = r"""/* atomics through the host's (GCC/clang) __atomic builtins */
+template <typename T> inline T atomicCAS(T* p, T expected, T desired) {
+  __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  return expected;
+}
+template <typename T, typename F> inline T tc_atomic_rmw(T* p, T v, F f) {
+  T old = *p;
+  while (!__atomic_compare_exchange(p, &old, (T[]){f(old, v)}, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
+  return old;
+}
+template <typename T> inline T atomicAdd(T* p, T v) { return tc_atomic_rmw(p, v, [](T a, T b) { return (T)(a + b); }); }
+template <typename T> inline T atomicMax(T* p, T v) { return tc_atomic_rmw(p, v, [](T a, T b) { return a > b ? a : b; }); }
+template <typename T> inline T atomicMin(T* p, T v) { return tc_atomic_rmw(p, v, [](T a, T b) { return a < b ? a : b; }); }
+"""
+
+
 def build_and_run(text: str, arrays: list, cxx: list, prefix: str) -> list:
     """Build the host program ``text`` (a runner whose ``LOAD_BUFFERS`` placeholder is filled here) with the
     C++ compiler command ``cxx``, run it on ``arrays`` (each written to a file, read back after the run) and

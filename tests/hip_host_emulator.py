@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 import shutil
 
-from cuda_host_emulator import build_and_run  # the shared build / run / read-back
+from cuda_host_emulator import HOST_ATOMICS, build_and_run  # the shared build / run / read-back, atomics
 
 SHIM = r"""
 #include <barrier>
@@ -101,20 +101,7 @@ template <typename T> inline T tc_shfl_xor(T v, int mask, int width) {
   return out;
 }
 
-/* atomics through the host's (GCC/clang) __atomic builtins */
-template <typename T> inline T atomicCAS(T* p, T expected, T desired) {
-  __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
-  return expected;
-}
-template <typename T, typename F> inline T tc_atomic_rmw(T* p, T v, F f) {
-  T old = *p;
-  while (!__atomic_compare_exchange(p, &old, (T[]){f(old, v)}, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
-  return old;
-}
-template <typename T> inline T atomicAdd(T* p, T v) { return tc_atomic_rmw(p, v, [](T a, T b) { return (T)(a + b); }); }
-template <typename T> inline T atomicMax(T* p, T v) { return tc_atomic_rmw(p, v, [](T a, T b) { return a > b ? a : b; }); }
-template <typename T> inline T atomicMin(T* p, T v) { return tc_atomic_rmw(p, v, [](T a, T b) { return a < b ? a : b; }); }
-
+""" + HOST_ATOMICS + r"""
 /* global_load_lds: queued per thread, landed by s_waitcnt vmcnt(0) */
 struct tc_copy_req { void* dst; unsigned char bytes[16]; int n; };
 thread_local std::vector<tc_copy_req> tc_pending;

@@ -32,7 +32,7 @@ import shutil
 
 import numpy as np
 
-from cuda_host_emulator import build_and_run
+from cuda_host_emulator import HOST_ATOMICS, build_and_run
 
 SHIM = r"""
 #include <atomic>
@@ -111,20 +111,7 @@ template <typename T> inline T __shfl_xor_sync(unsigned, T v, int mask, int widt
   return out;
 }
 
-/* atomics through the host's __atomic builtins */
-template <typename T> inline T atomicCAS(T* p, T expected, T desired) {
-  __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
-  return expected;
-}
-template <typename T, typename F> inline T tc_atomic_rmw(T* p, T v, F f) {
-  T old = *p;
-  while (!__atomic_compare_exchange(p, &old, (T[]){f(old, v)}, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
-  return old;
-}
-template <typename T> inline T atomicAdd(T* p, T v) { return tc_atomic_rmw(p, v, [](T a, T b) { return (T)(a + b); }); }
-template <typename T> inline T atomicMax(T* p, T v) { return tc_atomic_rmw(p, v, [](T a, T b) { return a > b ? a : b; }); }
-template <typename T> inline T atomicMin(T* p, T v) { return tc_atomic_rmw(p, v, [](T a, T b) { return a < b ? a : b; }); }
-
+""" + HOST_ATOMICS + r"""
 /* QY2 32x32x16 MMA, one warp of 128 lanes (makeGemmQY2Fragment{A,B,C}, see the module docstring) */
 inline void __musa_fmma_m32n32k16_mma(int* d, const int* a, const int* b, const int* c, int, int, int, int, int, int) {
   if (WARP != 128 || tc_w->n != 128) tc_die("the 32x32x16 MMA needs a whole warp of 128 lanes");
