@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tilecore.errors import CompileError
 from tilecore.plugin import Compiler, Source
+from tilecore.runtime.tools import find_program
 
 CLANGS = ("clang++-22", "/usr/lib/llvm-22/bin/clang++", "/opt/rocm/llvm/bin/clang++")
 OBJDUMPS = ("llvm-objdump-22", "/usr/lib/llvm-22/bin/llvm-objdump", "/opt/rocm/llvm/bin/llvm-objdump")
@@ -26,18 +27,9 @@ INSTALL_HINT = ("apt-get install clang-22 lld-22 llvm-22 rocm-device-libs (Debia
                 "apt.llvm.org), or set $TILECORE_HIP_CLANG to a clang++ with the AMDGPU target")
 
 
-def _first(cands) -> str | None:
-    for c in cands:
-        path = shutil.which(c) or (c if os.path.isabs(c) and os.path.exists(c) else None)
-        if path:
-            return path
-    return None
-
-
 @functools.lru_cache(maxsize=1)
 def find_clang() -> str | None:
-    env = os.environ.get("TILECORE_HIP_CLANG")
-    return (shutil.which(env) or env) if env else _first(CLANGS)
+    return find_program(CLANGS, env="TILECORE_HIP_CLANG")
 
 
 @functools.lru_cache(maxsize=1)
@@ -47,7 +39,7 @@ def find_objdump() -> str | None:
         sib = Path(clang).resolve().parent / "llvm-objdump"
         if sib.exists():
             return str(sib)
-    return _first(OBJDUMPS)
+    return find_program(OBJDUMPS)
 
 
 @functools.lru_cache(maxsize=1)

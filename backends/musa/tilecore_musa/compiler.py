@@ -20,6 +20,7 @@ from pathlib import Path
 
 from tilecore.errors import CompileError
 from tilecore.plugin import Compiler, Source
+from tilecore.runtime.tools import find_program
 
 from . import structure
 
@@ -28,24 +29,14 @@ CLANGS = ("clang++-22", "clang++-21", "clang++-20", "clang++-19", "clang++")
 MCC_HINT = "install the MUSA SDK (mcc, libmusa) from Moore Threads, or set $TILECORE_MUSA_MCC to its mcc"
 
 
-def _first(cands) -> str | None:
-    for c in cands:
-        path = shutil.which(c) or (c if os.path.isabs(c) and os.path.exists(c) else None)
-        if path:
-            return path
-    return None
-
-
 @functools.lru_cache(maxsize=1)
 def find_mcc() -> str | None:
-    env = os.environ.get("TILECORE_MUSA_MCC")
-    return (shutil.which(env) or env) if env else _first(MCC_CANDIDATES)
+    return find_program(MCC_CANDIDATES, env="TILECORE_MUSA_MCC")
 
 
 @functools.lru_cache(maxsize=1)
 def find_clang() -> str | None:
-    env = os.environ.get("TILECORE_MUSA_CLANG")
-    return (shutil.which(env) or env) if env else _first(CLANGS)
+    return find_program(CLANGS, env="TILECORE_MUSA_CLANG")
 
 
 def _version(tool: str | None) -> str:
