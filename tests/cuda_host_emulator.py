@@ -239,11 +239,7 @@ LOAD_BUFFERS
           });
         for (auto& t : ts) t.join();
       }
-  for (int i = 1, k = 0; i + 1 < argc; i += 2, ++k) {
-    FILE* f = std::fopen(argv[i], "wb");
-    std::fwrite(ptrs[k], 1, std::atol(argv[i + 1]), f);
-    std::fclose(f);
-  }
+STORE_BUFFERS
   return status;
 }
 """
@@ -305,11 +301,19 @@ template <typename T> inline T atomicMin(T* p, T v) { return tc_atomic_rmw(p, v,
 """
 
 
+#: writes every buffer back to its file after the run (the runners' ``STORE_BUFFERS`` placeholder)
+STORE_BUFFERS = """  for (int i = 1, k = 0; i + 1 < argc; i += 2, ++k) {
+    FILE* f = std::fopen(argv[i], "wb");
+    std::fwrite(ptrs[k], 1, std::atol(argv[i + 1]), f);
+    std::fclose(f);
+  }"""
+
+
 def build_and_run(text: str, arrays: list, cxx: list, prefix: str) -> list:
     """Build the host program ``text`` (a runner whose ``LOAD_BUFFERS`` placeholder is filled here) with the
     C++ compiler command ``cxx``, run it on ``arrays`` (each written to a file, read back after the run) and
     return the arrays as the kernel left them."""
-    text = text.replace("LOAD_BUFFERS", LOAD_BUFFERS)
+    text = text.replace("LOAD_BUFFERS", LOAD_BUFFERS).replace("STORE_BUFFERS", STORE_BUFFERS)
     with tempfile.TemporaryDirectory(prefix=prefix) as d:
         d = Path(d)
         (d / "k.cpp").write_text(text)

@@ -190,11 +190,7 @@ LOAD_BUFFERS
           });
         for (auto& t : ts) t.join();
       }
-  for (int i = 1, k = 0; i + 1 < argc; i += 2, ++k) {
-    FILE* f = std::fopen(argv[i], "wb");
-    std::fwrite(ptrs[k], 1, std::atol(argv[i + 1]), f);
-    std::fclose(f);
-  }
+STORE_BUFFERS
   if (status[0]) std::fprintf(stderr, "device assertion %d\n", status[0]);
   return status[0];
 }
