@@ -164,7 +164,6 @@ class CUDAProgram(Program):
         self.status = None
         self.tmaps = [dict(m, dims=shape_fn(m["dims"])) for m in self.meta.get("tensor_maps", ())]
         self.tmap_cache: dict = {}
-        self._slot_cache: dict = {}
         self.aligned = list(self.meta.get("aligned_args", ()))
         env = os.environ.get("TILECORE_DEVICE")
         self._env_device = int(env) if env is not None and env.isdigit() else None
@@ -279,22 +278,19 @@ class CUDAProgram(Program):
 
     def _slots(self, nb: int, ni: int, nf: int):
         """The launch's argument storage (one int64 array for addresses, integers and the status word; one
-        double array) and the parameter array pointing into it, made once per argument count: a launch
-        writes the values with two slice assignments and builds no ctypes objects."""
-        key = (nb, ni, nf)
-        hit = self._slot_cache.get(key)
-        if hit is None:
-            store = (ctypes.c_int64 * (nb + ni + 1))()
-            dbl = (ctypes.c_double * max(nf, 1))()
-            params = (ctypes.c_void_p * (nb + ni + nf + len(self.tmaps) + 1))()
-            base, fbase, w = ctypes.addressof(store), ctypes.addressof(dbl), 8
-            for k in range(nb + ni):
-                params[k] = base + w * k
-            for j in range(nf):
-                params[nb + ni + j] = fbase + w * j
-            params[nb + ni + nf + len(self.tmaps)] = base + w * (nb + ni)  # the status word's address
-            hit = self._slot_cache[key] = (store, dbl, params)
-        return hit
+        double array) and the parameter array pointing into it. ``launch`` keeps the last ones (a kernel's
+        signature fixes the counts), so a launch writes the values with two slice assignments and builds no
+        ctypes objects."""
+        store = (ctypes.c_int64 * (nb + ni + 1))()
+        dbl = (ctypes.c_double * max(nf, 1))()
+        params = (ctypes.c_void_p * (nb + ni + nf + len(self.tmaps) + 1))()
+        base, fbase, w = ctypes.addressof(store), ctypes.addressof(dbl), 8
+        for k in range(nb + ni):
+            params[k] = base + w * k
+        for j in range(nf):
+            params[nb + ni + j] = fbase + w * j
+        params[nb + ni + nf + len(self.tmaps)] = base + w * (nb + ni)  # the status word's address
+        return store, dbl, params
 
     def _raw_stream(self, dev: int) -> int:
         raw = self._get_stream
