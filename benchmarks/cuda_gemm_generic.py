@@ -12,10 +12,7 @@ K x N, float32 accumulator) at one block configuration and ``num_stages``:
   generic path produced for any ``num_stages`` before ``tilecore.plan_pipelines``;
 - ``stages >= 2`` is *after*: multi-buffered shared tiles, copies issued ``stages - 1`` iterations ahead
   (``kernel.meta["attrs"]["pipelines"]`` is printed: with float16, B's 1554-byte rows leave its copy
-  synchronous; with float32, B takes 4-byte cp.async);
-- a synchronous stage copy (float16 B) is measured twice in the same run: ``staging = registers`` (the
-  default, ``tilecore.stage_copies_in_registers``: loaded into registers before the iteration's compute,
-  stored after it) and ``staging = plain`` (loaded and stored before the compute, as before).
+  synchronous; with float32, B takes 4-byte cp.async).
 
 TFLOP/s count 2*M*N*K; torch.matmul (cuBLAS; TF32 allowed for float32 only with --tf32) in the same run,
 ratio = ours / torch. Without a GPU it prints the plans and exits with status 3.
@@ -32,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from cuda_gemm import NO_GPU_EXIT, event_ms, has_gpu, matmul  # noqa: E402
 
 #: (block_M, block_N, block_K, threads)
-CONFIGS = [(128, 64, 32, 128), (64, 64, 32, 128), (128, 128, 32, 128), (128, 128, 32, 256)]
+CONFIGS = [(128, 64, 32, 128), (64, 64, 32, 128), (128, 128, 32, 256)]
 STAGES = (1, 2, 3, 4)
 
 
@@ -66,17 +63,12 @@ def main() -> int:
                 ms_t = event_ms(lambda: torch.matmul(a, b), args.rep)
                 tf_t = 2.0 * M * N * K / ms_t / 1e9
             for cfg in CONFIGS:
-                for stages, staging in [(st, sg) for st in STAGES for sg in (("registers", "plain") if st > 1 else ("-",))]:
-                    pc = {"tilecore.stage_copies_in_registers": staging != "plain"}
-                    k = tilecore.compile(matmul(M, N, K, *cfg, num_stages=stages, dtype=dtype), target=target,
-                                         pass_configs=pc)
-                    plan = "; ".join(k.meta["attrs"].get("pipelines", ()))
-                    if staging == "plain" and "synchronous" not in plan:
-                        continue  # no synchronous stage: both builds are the same kernel
+                for stages in STAGES:
+                    k = tilecore.compile(matmul(M, N, K, *cfg, num_stages=stages, dtype=dtype), target=target)
                     path = tilecore_cuda.lowering_path(k)
-                    plan = plan or "serial loop, cuda.copy_async copies"
+                    plan = "; ".join(k.meta["attrs"].get("pipelines", ())) or "serial loop, cuda.copy_async copies"
                     if not ok:
-                        print(f"{dtype} {M}x{N}x{K} {cfg} stages={stages} staging={staging} [{path}]: {plan}")
+                        print(f"{dtype} {M}x{N}x{K} {cfg} stages={stages} [{path}]: {plan}")
                         continue
                     ms = event_ms(lambda: k(a, b, c), args.rep)
                     tf = 2.0 * M * N * K / ms / 1e9
@@ -84,17 +76,16 @@ def main() -> int:
                     if args.check:
                         ref = torch.matmul(a.float(), b.float())
                         err = f" max|err| {(c.float() - ref).abs().max().item():.3g}"
-                    print(f"{dtype} {M}x{N}x{K} {cfg} stages={stages} staging={staging} [{path}] {ms:.3f} ms {tf:.1f} TFLOP/s{err}: {plan}")
-                    rows.append((dtype, f"{M}x{N}x{K}", cfg, stages, staging, ms, tf, tf_t))
+                    print(f"{dtype} {M}x{N}x{K} {cfg} stages={stages} [{path}] {ms:.3f} ms {tf:.1f} TFLOP/s{err}: {plan}")
+                    rows.append((dtype, f"{M}x{N}x{K}", cfg, stages, tf, tf_t))
     if not ok:
         print(f"cuda_gemm_generic.py: no GPU to measure on ({why}); the plans above are for cuda:sm_90a.")
         return NO_GPU_EXIT
-    print("\n| dtype | MxNxK | bM,bN,bK,threads | stages | staging | ms | tilecore TFLOP/s | torch.matmul TFLOP/s | ratio |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for dtype, shape, cfg, stages, staging, ms, tf, tf_t in rows:
-        label = f"{stages} (serial)" if stages == 1 else str(stages)
-        print(f"| {dtype} | {shape} | {','.join(map(str, cfg))} | {label} | {staging} | {ms:.3f} | {tf:.1f} | {tf_t:.1f} | "
-              f"{tf / tf_t:.3f} |")
+    print("\n| dtype | MxNxK | bM,bN,bK,threads | stages | tilecore TFLOP/s | torch.matmul TFLOP/s | ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for dtype, shape, cfg, stages, tf, tf_t in rows:
+        label = f"{stages} (before)" if stages == 1 else str(stages)
+        print(f"| {dtype} | {shape} | {','.join(map(str, cfg))} | {label} | {tf:.1f} | {tf_t:.1f} | {tf / tf_t:.3f} |")
     return 0
 
 

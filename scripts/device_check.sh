@@ -27,6 +27,7 @@ step attention-d64 python3 benchmarks/cuda_attention.py --rep 3 --dim 64
 step attention-d256 python3 benchmarks/cuda_attention.py --rep 3 --dim 256 --blocks 128x64x256x2,64x64x128x2,64x32x128x2,128x32x256x2
 step offpath python3 benchmarks/cuda_offpath.py --rep 20
 step matrix-unit python3 benchmarks/matrix_unit_gemm.py
+step gemm-generic python3 benchmarks/cuda_gemm_generic.py --dtypes float16 --rep 20 --check
 step host python3 benchmarks/host_costs.py --profile-compile
 # tilecore-musa's warp-32 SIMT subset through nvcc (a proxy smoke test, never MUSA `device` mode; needs its wheel)
 step musa-proxy python3 scripts/musa_h100_proxy_smoke.py

@@ -23,12 +23,7 @@ finds them whatever the target's intrinsic table would have picked.
 - turns each copy nest into :class:`~tilecore.ir.AsyncCopy` statements: runs of 16, 8 or 4 bytes along
   the innermost loop where both addresses are provably aligned (static shapes, row lengths and starts
   multiples of the run) and the in-bounds predicate is the same for the whole run, else one element per
-  copy when an element is 4, 8 or 16 bytes, else the copy stays a synchronous store (still multi-buffered):
-  on targets whose blocks run on threads, spread over them as thread distribution would and held in
-  registers (at most :data:`MAX_STAGE_REGS` elements per thread): its loads issue with the asynchronous
-  copies, its stores come after the iteration's compute (into the buffer the previous iteration read,
-  published by a later iteration's barrier), so the loads' latency overlaps the compute
-  (``tilecore.stage_copies_in_registers``; without it the copy loads and stores before the compute);
+  copy when an element is 4, 8 or 16 bytes, else the copy stays a synchronous store (still multi-buffered);
 - schedules: a prologue issues stages ``0 .. S-2`` (each closed by an :class:`~tilecore.ir.AsyncCommit`,
   empty past the loop's end); iteration ``k`` waits until at most ``S-2`` groups are pending
   (:class:`~tilecore.ir.AsyncWait`: stage ``k`` has landed for this thread), a barrier (for every thread),
@@ -42,18 +37,16 @@ from __future__ import annotations
 
 import math
 
-from ..ir import (Allocate, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, BinOp, Bind, Break, BufferLoad,
-                  Buffer, Call, Cast, Cmp, Collective, Continue, Expr, For, If, IntImm, KernelLaunch, Logic, PerThread,
-                  Print, Region, Select, Seq, Stmt, Store, ThreadIndex, TileOp, Var, as_expr, binary, compare, const_value,
-                  rewrite, seq, simplify, walk, walk_expr)
+from ..ir import (Allocate, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, BinOp, Break, BufferLoad,
+                  Buffer, Call, Cast, Cmp, Collective, Continue, Expr, For, If, IntImm, KernelLaunch, Logic, Print, Region,
+                  Select, Seq, Stmt, Store, TileOp, Var, as_expr, binary, compare, const_value, rewrite, seq, simplify,
+                  walk, walk_expr)
 from . import tile_pass
 
 FEATURE = "feature:async_copy"
 #: bytes one asynchronous copy may move, widest first
 COPY_BYTES = (16, 8, 4)
 STAGE = "pipeline_stage"
-#: option: stage synchronous copies through registers (default True; False stores them where they load)
-STAGE_REGS_OPTION = "tilecore.stage_copies_in_registers"
 
 
 def enabled(ctx) -> bool:
@@ -328,64 +321,6 @@ def async_copy_nest(nest, widths: tuple = COPY_BYTES):
     return nest, f"synchronous ({es}-byte elements, no aligned run of {'/'.join(map(str, widths))} bytes)"
 
 
-# -- synchronous stages through registers ---------------------------------------------------------------
-
-#: the most elements per thread a synchronous stage copy may hold in registers between its load and store
-MAX_STAGE_REGS = 32
-
-
-def stage_regs_plan(nest, threads):
-    """Elements per thread when the synchronous copy ``nest`` is spread over ``threads`` threads the way
-    thread distribution spreads it (flat element ``r * threads + tid``), or None where that cannot be
-    held in registers (symbolic extents, more than :data:`MAX_STAGE_REGS`)."""
-    parts = _copy_parts(nest)
-    if parts is None or not threads:
-        return None
-    loops = parts[0]
-    exts = [const_value(simplify(f.extent)) for f in loops]
-    if any(not isinstance(e, int) or e <= 0 for e in exts) or \
-            any(not isinstance(const_value(simplify(f.start)), int) for f in loops):
-        return None
-    regs = -(-math.prod(exts) // threads)
-    return regs if regs <= MAX_STAGE_REGS else None
-
-
-def register_staged(nest, threads: int, reg: Buffer):
-    """Split the synchronous copy ``nest`` into two per-thread programs: the loads into ``reg`` (this thread's
-    elements) and the stores of ``reg`` into the tile, so a pipelined loop can issue the loads before the
-    iteration's compute and store after it, keeping the global loads' latency off the critical path."""
-    loops, store, _load, _pred = _copy_parts(nest)
-    exts = [const_value(simplify(f.extent)) for f in loops]
-    total = math.prod(exts)
-    tid = ThreadIndex()
-    loads, stores = [], []
-    for r in range(reg.shape[0] if isinstance(reg.shape[0], int) else const_value(reg.shape[0])):
-        flat = binary("add", tid, r * threads) if r else tid
-        vmap, binds, rest = {}, [], flat
-        for f, e in zip(reversed(loops), reversed(exts)):
-            v = Var(f.var.name, f.var.dtype)
-            coord = binary("floormod", rest, e) if f is not loops[0] else rest
-            binds.append(Bind(v, simplify(binary("add", coord, f.start)), span=store.span))
-            vmap[id(f.var)] = v
-            rest = binary("floordiv", rest, e)
-        binds.reverse()
-        ld = Store(reg, (as_expr(r),), substitute(store.value, vmap), span=store.span)
-        st = Store(store.buffer, tuple(substitute(i, vmap) for i in store.indices), BufferLoad(reg, (as_expr(r),)),
-                   span=store.span)
-        if (r + 1) * threads > total:
-            cond = compare("lt", flat, total)
-            ld, st = If(cond, seq(binds + [ld]), span=store.span), If(cond, seq(binds + [st]), span=store.span)
-            loads.append(ld)
-            stores.append(st)
-        else:
-            loads += binds + [ld]
-            stores += binds + [st]
-    # no barrier around either part (tilecore.simt_distribute): the loads read a tensor the loop never
-    # writes (the planner checked), the stores fill the buffer no thread reads before a later barrier
-    note = {"stage": f"{store.buffer.name} through {reg.shape[0]} registers", "hazard_free": True}
-    return PerThread(seq(loads), note, span=store.span), PerThread(seq(stores), note, span=store.span)
-
-
 # -- the planner -----------------------------------------------------------------------------------------
 
 def _round16(n: int) -> int:
@@ -472,10 +407,6 @@ class _Launch:
         lim = ctx.capabilities.limit("max_shared_bytes_per_block")
         self.limit = int(lim[0]) if lim is not None and lim[1] == "max" else None
         self.widths = copy_bytes(ctx)
-        from .layout import _threads, runs_on_threads
-
-        self.threads = _threads(launch) if runs_on_threads(ctx) else None
-        self.stage_in_registers = ctx.option(STAGE_REGS_OPTION, True) is not False
         self.notes: list = []
         self.staged: dict = {}  # id(buffer) -> staged buffer, for the Allocates
 
@@ -533,53 +464,29 @@ class _Launch:
             self.staged[id(b)] = staged
         issue_kinds = []
         async_copies = []
-        regs: dict = {}  # index of a synchronous copy -> the register buffer its elements pass through
-        for n, c in enumerate(copies):
+        for c in copies:
             new, how = async_copy_nest(c, self.widths)
             async_copies.append(new)
-            buf = _copy_parts(c)[1].buffer
-            if isinstance(how, int):
-                issue_kinds.append(f"{buf.name} async {how}-byte copies")
-                continue
-            per = stage_regs_plan(c, self.threads) if self.stage_in_registers else None
-            if per is not None:
-                regs[n] = Buffer(f"{buf.name}_next", (per,), buf.dtype, "register")
-                how += f", loaded {per} elements per thread ahead of the compute, stored after it"
-            issue_kinds.append(f"{buf.name} {how}")
+            buf = _copy_parts(c)[1].buffer.name
+            issue_kinds.append(f"{buf} async {how}-byte copies" if isinstance(how, int) else f"{buf} {how}")
         k, start, extent = loop.var, loop.start, loop.extent
 
         def issue(it):
-            """Stage ``it`` (iteration offset from the loop start) into buffer ``it % stages``: the statements
-            to run before the iteration's compute and those to run after it (register-staged stores)."""
+            """Stage ``it`` (iteration offset from the loop start) into buffer ``it % stages``."""
             at = {id(k): simplify(binary("add", start, it))}
             slot = simplify(binary("floormod", it, stages)) if not isinstance(const_value(it), int) \
                 else as_expr(const_value(it) % stages)
-            before, after = [], []
-            for n, c in enumerate(async_copies):
-                nest = _multi_buffer(_fresh_loops(substitute(c, at)), table, slot)
-                if n in regs:
-                    ld, st = register_staged(nest, self.threads, regs[n])
-                    before.append(ld)
-                    after.append(st)
-                else:
-                    before.append(nest)
-            return before, after
+            return [_multi_buffer(_fresh_loops(substitute(c, at)), table, slot) for c in async_copies]
 
-        prologue = [Allocate(r, span=loop.span) for r in regs.values()]
+        prologue = []
         for s in range(stages - 1):
-            before, after = issue(as_expr(s))
-            prologue += [_if(compare("lt", s, extent), seq(before + after), loop.span),
+            prologue += [_if(compare("lt", s, extent), seq(issue(as_expr(s))), loop.span),
                          AsyncCommit(span=loop.span)]
         it = simplify(binary("sub", k, start))
         ahead = simplify(binary("add", it, stages - 1))
-        before, after = issue(ahead)
         steady = [AsyncWait(stages - 2, span=loop.span), Barrier(span=loop.span),
-                  _if(compare("lt", ahead, extent), seq(before), loop.span), AsyncCommit(span=loop.span),
+                  _if(compare("lt", ahead, extent), seq(issue(ahead)), loop.span), AsyncCommit(span=loop.span),
                   _multi_buffer(rest, table, simplify(binary("floormod", it, stages)))]
-        if after:
-            # the stores go to the buffer iteration k - 1 read (every thread passed this iteration's barrier),
-            # and the barrier of a later iteration publishes them before iteration k + stages - 1 reads them
-            steady.append(_if(compare("lt", ahead, extent), seq(after), loop.span))
         new_loop = loop.with_(kind="serial", body=seq(steady), annotations={**loop.annotations, "num_stages": stages})
         kib = sum(_round16(stages * t) for t in tile_bytes) / 1024
         reduced = f" (of {want} asked: on-chip memory limit {self.limit} bytes)" if stages < want else ""

@@ -16,10 +16,7 @@ the IR, with two vendor-neutral nodes (:class:`~tilecore.ir.ThreadIndex`, :class
 - a :class:`~tilecore.ir.PerThread` (a fragment lowering's per-thread program over registers) runs on
   every thread as it is; a barrier comes before it when it reads block or global memory and after it when
   it touches such memory at all (a later statement may overwrite what it read, or read what it wrote);
-  one that only computes on registers needs none, nor does one whose producer proved that no other statement
-  of the block races with it (``attrs["hazard_free"]``, e.g. the pipeline planner's register-staged copies,
-  whose loads read tensors the loop never writes and whose stores fill a buffer no thread reads before a
-  later barrier). ``register`` buffers are hoisted with the others but
+  one that only computes on registers needs none. ``register`` buffers are hoisted with the others but
   stay private to each thread (an emitter declares them as the thread's arrays);
 - a :class:`~tilecore.ir.Collective` (an operation the whole block performs together, e.g. a backend's
   block-wide matrix multiply) runs on every thread, with ``threads`` set to their number, between two
@@ -145,8 +142,6 @@ class _Distributor:
         if isinstance(s, Collective):
             return [Barrier(span=s.span), s.with_(threads=self.n), Barrier(span=s.span)]
         if isinstance(s, PerThread):
-            if s.attrs.get("hazard_free"):
-                return [s]
             reads, writes = _memory_use(s.body)
             return ([Barrier(span=s.span)] if reads else []) + [s] + \
                 ([Barrier(span=s.span)] if reads or writes else [])
