@@ -319,6 +319,57 @@ def test_device_attention_register_program_matches_float64(torch_cuda, seq, dim,
     np.testing.assert_allclose(got, ref, atol=2e-2, rtol=2e-2)
 
 
+def _gqa_inputs(rng, heads, kv_heads, seq, dim):
+    from tilecore_conformance.composite import attention_ref
+
+    q = rng.standard_normal((heads, seq, dim)).astype(np.float16)
+    k, v = (rng.standard_normal((kv_heads, seq, dim)).astype(np.float16) for _ in range(2))
+    group = heads // kv_heads
+    # the reference: every query head against its group's K/V head
+    ref = np.concatenate([attention_ref([q[h:h + 1], k[h // group:h // group + 1], v[h // group:h // group + 1]],
+                                        "float16", True, seq=seq, dim=dim)[0] for h in range(heads)])
+    return q, k, v, ref
+
+
+def test_grouped_query_attention_on_the_reference():
+    """kv_heads=2 of 6: query head h reads K/V head h // 3 (float64 reference per head), on the CPU."""
+    from tilecore_conformance.composite import flash_attention_forward
+
+    q, k, v, ref = _gqa_inputs(np.random.default_rng(3), 6, 2, 96, 32)
+    kern = tilecore.compile(flash_attention_forward(96, 32, 6, 32, 32, "float16", True, kv_heads=2), target="cpu")
+    o = np.full_like(q, np.nan)
+    kern(q, k, v, o)
+    np.testing.assert_allclose(o.astype(np.float64), ref, atol=2e-2, rtol=2e-2)
+    with pytest.raises(ValueError, match="kv_heads=4 must divide heads=6"):
+        flash_attention_forward(96, 32, 6, 32, 32, "float16", True, kv_heads=4)
+
+
+@needs_toolchain
+def test_grouped_query_attention_is_a_register_program():
+    from tilecore_conformance.composite import flash_attention_forward
+
+    k = tilecore.compile(flash_attention_forward(4096, 128, 32, 128, 128, "float16", False, batch=8, threads=256,
+                                                 kv_heads=8), target=HOPPER, pass_configs=NOCACHE)
+    assert "hopper_register_program" in _notes(k) and "not mapped" not in _notes(k)
+
+
+@hopper_gpu
+@pytest.mark.parametrize("heads,kv_heads,bm,threads", [(8, 2, 128, 256), (6, 1, 64, 128)])
+def test_device_grouped_query_attention_matches_float64(torch_cuda, heads, kv_heads, bm, threads):
+    from tilecore_conformance.composite import flash_attention_forward
+
+    torch = torch_cuda
+    seq, dim = 320, 128 if bm == 128 else 64
+    q, k, v, ref = _gqa_inputs(np.random.default_rng(8), heads, kv_heads, seq, dim)
+    kern = tilecore.compile(flash_attention_forward(seq, dim, heads, bm, 64, "float16", True, threads=threads,
+                                                    kv_heads=kv_heads), target="cuda")
+    assert "hopper_register_program" in _notes(kern) and "not mapped" not in _notes(kern)
+    o = torch.full((heads, seq, dim), float("nan"), device="cuda", dtype=torch.float16)
+    kern(*(torch.from_numpy(x).cuda() for x in (q, k, v)), o)
+    torch.cuda.synchronize()
+    np.testing.assert_allclose(o.double().cpu().numpy(), ref, atol=2e-2, rtol=2e-2)
+
+
 # -- dynamic shapes ----------------------------------------------------------------------------------------
 
 def dynamic_m_gemm(N=512, K=512, bm=128, bn=256, bk=64):

@@ -100,25 +100,36 @@ SEQ, DIM, HEADS, BM, BN = 80, 32, 2, 32, 32
 
 
 def flash_attention_forward(seq, dim, heads, bm, bn, dtype="float16", causal=False, batch=None, threads=128,
-                            num_stages=2):
+                            num_stages=2, kv_heads=None):
     """FlashAttention forward as TileLang users write it: Q/K/V tiles in shared memory, online softmax
     with exp2, two gemms per block of ``bm`` query rows (``bn`` keys per step).
 
     Tensors are ``(heads, seq, dim)``, or ``(batch, heads, seq, dim)`` when ``batch`` is given; the
-    grid is ``(ceildiv(seq, bm), heads[, batch])``. The conformance catalog, the WebGPU tests and the
-    CUDA benchmark all build their kernel here."""
+    grid is ``(ceildiv(seq, bm), heads[, batch])``. ``kv_heads`` (a divisor of ``heads``) makes it
+    grouped-query attention: K and V have ``kv_heads`` heads, query head ``h`` reads K/V head
+    ``h // (heads // kv_heads)``. The conformance catalog, the WebGPU tests and the CUDA benchmark all
+    build their kernel here."""
     sm_scale = 1.44269504 / math.sqrt(dim)
+    kv_heads = heads if kv_heads is None else kv_heads
+    if heads % kv_heads:
+        raise ValueError(f"kv_heads={kv_heads} must divide heads={heads}")
+    group = heads // kv_heads
     shape = (heads, seq, dim) if batch is None else (batch, heads, seq, dim)
+    kv_shape = (kv_heads, seq, dim) if batch is None else (batch, kv_heads, seq, dim)
     grid = (T.ceildiv(seq, bm), heads) if batch is None else (T.ceildiv(seq, bm), heads, batch)
 
     def lead(blk):  # the block indices in front of (seq, dim) in a tensor index
         return (blk[1],) if batch is None else (blk[2], blk[1])
 
+    def kv_lead(blk):  # the same for K and V: the query head's group
+        h = blk[1] // group if group > 1 else blk[1]
+        return (h,) if batch is None else (blk[2], h)
+
     @T.prim_func
-    def flash_fwd(Q: T.Tensor(shape, dtype), K: T.Tensor(shape, dtype), V: T.Tensor(shape, dtype),
+    def flash_fwd(Q: T.Tensor(shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype),
                   O: T.Tensor(shape, dtype)):
         with T.Kernel(*grid, threads=threads) as blk:
-            bx, hd = blk[0], lead(blk)
+            bx, hd, kvh = blk[0], lead(blk), kv_lead(blk)
             Q_s = T.alloc_shared((bm, dim), dtype)
             K_s = T.alloc_shared((bn, dim), dtype)
             V_s = T.alloc_shared((bn, dim), dtype)
@@ -136,7 +147,7 @@ def flash_attention_forward(seq, dim, heads, bm, bn, dtype="float16", causal=Fal
             T.fill(m_cur, -T.infinity("float32"))
             loop = T.ceildiv((bx + 1) * bm, bn) if causal else T.ceildiv(seq, bn)
             for k in T.Pipelined(loop, num_stages=num_stages):
-                T.copy(K[(*hd, k * bn, 0)], K_s)
+                T.copy(K[(*kvh, k * bn, 0)], K_s)
                 for i, j in T.Parallel(bm, bn):
                     valid = k * bn + j < seq
                     if causal:
@@ -155,7 +166,7 @@ def flash_attention_forward(seq, dim, heads, bm, bn, dtype="float16", causal=Fal
                 for i, j in T.Parallel(bm, dim):
                     acc_o[i, j] = acc_o[i, j] * scale[i]
                 T.copy(acc_s, acc_s_cast)
-                T.copy(V[(*hd, k * bn, 0)], V_s)
+                T.copy(V[(*kvh, k * bn, 0)], V_s)
                 T.gemm(acc_s_cast, V_s, acc_o)
             for i, j in T.Parallel(bm, dim):
                 acc_o[i, j] = acc_o[i, j] / logsum[i]
