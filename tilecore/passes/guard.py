@@ -166,8 +166,7 @@ class _Guard:
             s = s.with_(pred=self.cond(s.pred, facts, asserts, path, s.span))
             inside = facts.with_cond(s.pred)
             conds = _bound_conds(s.src, src, inside)
-            n = const_value(s.src.shape[-1])
-            if s.elements > 1 and not (isinstance(n, int) and n % s.elements == 0):
+            if s.elements > 1 and not inside.proves_multiple(s.src.shape[-1], s.elements):
                 last = src[:-1] + (binary("add", src[-1], s.elements - 1),)
                 conds += _bound_conds(s.src, last, inside)
             out = s.with_(src_indices=src, pred=logic_and(s.pred, _all(conds)) if conds else s.pred)
@@ -197,6 +196,34 @@ def loop_facts(loop: For, facts: Facts) -> Facts:
     return facts.with_range(loop.var, loop.start, binary("sub", binary("add", loop.start, loop.extent), 1))
 
 
+def facts_at(root, target, facts: Facts | None = None) -> Facts | None:
+    """What holds where statement ``target`` (found by identity inside ``root``) runs: the ranges of the
+    enclosing loops and block indices, the conditions of enclosing ``if`` statements and the values of the
+    scalars bound before it. None when ``target`` is not inside ``root``."""
+    facts = facts or Facts()
+    if root is target:
+        return facts
+    if isinstance(root, Seq):
+        for c in root.body:
+            found = facts_at(c, target, facts)
+            if found is not None:
+                return found
+            if isinstance(c, Bind) and not is_float(c.var.dtype):
+                facts = facts.with_range(c.var, c.value, c.value)
+        return None
+    if isinstance(root, KernelLaunch):
+        return facts_at(root.body, target, launch_facts(root, facts))
+    if isinstance(root, For):
+        return facts_at(root.body, target, loop_facts(root, facts) if not is_float(root.var.dtype) else facts)
+    if isinstance(root, If):
+        found = facts_at(root.then, target, facts.with_cond(root.cond))
+        if found is None and root.orelse is not None:
+            found = facts_at(root.orelse, target, facts.with_cond(root.cond, False))
+        return found
+    body = getattr(root, "body", None)
+    return facts_at(body, target, facts) if body is not None else None
+
+
 def guard_stmt(s, facts: Facts | None = None, checked: bool = False):
     """``s`` with its accesses guarded as the pass does, for a backend pass that takes statements out of
     the pipeline before ``tilecore.guard_accesses`` runs (``facts``: what holds where ``s`` sits)."""
@@ -219,4 +246,4 @@ def guard_accesses(func, ctx):
     return func.with_body(_Guard(checked).stmt(func.body, Facts()), checked=checked)
 
 
-__all__ = ["guard_accesses", "guard_stmt", "launch_facts", "loop_facts", "MAX_VALUES"]
+__all__ = ["facts_at", "guard_accesses", "guard_stmt", "launch_facts", "loop_facts", "MAX_VALUES"]
