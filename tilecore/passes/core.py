@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import CompileError, UnsupportedFeatureError
-from ..ir import (Allocate, Assert, Atomic, Bind, BinOp, BufferLoad, Call, Expr, Region, Select, walk_expr, For, Hint,
+from ..ir import (Allocate, Assert, Assume, Atomic, Bind, BinOp, BufferLoad, Call, Expr, Region, Select, walk_expr, For, Hint,
                   If, KernelLaunch, Print, Seq, Store, TileOp, children, collect, const_value, int_bounds, loop_range,
                   rewrite, simplify, stmt_exprs, walk)
 from . import tile_pass
@@ -328,7 +328,7 @@ def verify_lowered(func, ctx):
     """Codegen sees no tile ops and no hints: every one was lowered by some intrinsic."""
 
     def check(s):
-        if isinstance(s, (TileOp, Hint)):
+        if isinstance(s, (TileOp, Hint, Assume)):
             raise CompileError(f"internal: {type(s).__name__} {getattr(s, 'op', getattr(s, 'kind', ''))} "
                                "survived lowering; please report this with TILECORE_DUMP_IR output", s.span)
 

@@ -16,8 +16,8 @@ not touch memory outside the buffer either.
 """
 from __future__ import annotations
 
-from ..ir import (Allocate, Assert, AsyncCopy, Atomic, BinOp, Bind, BufferLoad, Call, Cast, Cmp, Expr, For, If,
-                  KernelLaunch, Logic, PerThread, Print, Select, Seq, Store, as_expr, binary, compare, const, const_value,
+from ..ir import (Allocate, Assert, Assume, AsyncCopy, Atomic, BinOp, Bind, BufferLoad, Call, Cast, Cmp, Expr, For, If,
+                  KernelLaunch, Logic, PerThread, Print, Select, Seq, Store, as_expr, binary, compare, const, const_value, expr_str,
                   is_float, logic_and,
                   logic_not, logic_or)
 from ..errors import MAX_FAULT_VALUES
@@ -127,6 +127,8 @@ class _Guard:
                 out.append(self.stmt(c, facts))
                 if isinstance(c, Bind) and not is_float(c.var.dtype):  # later statements know its value
                     facts = facts.with_range(c.var, c.value, c.value)
+                elif isinstance(c, Assume):  # and what the author promised
+                    facts = facts.with_cond(c.cond)
             return Seq(out, span=s.span)
         if isinstance(s, KernelLaunch):
             return s.with_(body=self.stmt(s.body, launch_facts(s, facts)))
@@ -176,6 +178,8 @@ class _Guard:
             out = s.with_(init=self.expr(s.init, facts, asserts, path, s.span))
         elif isinstance(s, Assert):
             out = s.with_(cond=self.expr(s.cond, facts, asserts, path, s.span))
+        elif isinstance(s, Assume):  # a promise, no code; checked mode checks it
+            out = Assert(s.cond, f"T.assume({expr_str(s.cond)}) does not hold", span=s.span) if self.checked else Seq([])
         elif isinstance(s, Print) and s.value is not None:
             out = s.with_(value=self.expr(s.value, facts, asserts, path, s.span))
         else:
@@ -199,7 +203,7 @@ def loop_facts(loop: For, facts: Facts) -> Facts:
 def facts_at(root, target, facts: Facts | None = None) -> Facts | None:
     """What holds where statement ``target`` (found by identity inside ``root``) runs: the ranges of the
     enclosing loops and block indices, the conditions of enclosing ``if`` statements and the values of the
-    scalars bound before it. None when ``target`` is not inside ``root``."""
+    scalars bound before it, and the ``T.assume`` promises made before it. None when ``target`` is not inside ``root``."""
     facts = facts or Facts()
     if root is target:
         return facts
@@ -210,6 +214,8 @@ def facts_at(root, target, facts: Facts | None = None) -> Facts | None:
                 return found
             if isinstance(c, Bind) and not is_float(c.var.dtype):
                 facts = facts.with_range(c.var, c.value, c.value)
+            elif isinstance(c, Assume):
+                facts = facts.with_cond(c.cond)
         return None
     if isinstance(root, KernelLaunch):
         return facts_at(root.body, target, launch_facts(root, facts))
