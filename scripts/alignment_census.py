@@ -137,8 +137,8 @@ def census(targets, corpus: bool):
         rows = []
         seen_staged: dict = {}
 
-        def nest_hook(nest, widths=pl.COPY_BYTES):
-            out = orig_nest(nest, widths)
+        def nest_hook(nest, widths=pl.COPY_BYTES, *facts):
+            out = orig_nest(nest, widths, *facts)
             parts = pl._copy_parts(nest)
             if parts is not None:  # the planner's statements are rebuilt copies: key by the shared buffer filled
                 seen_staged[id(parts[1].buffer)] = out
