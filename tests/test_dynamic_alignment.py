@@ -253,17 +253,18 @@ def test_a_known_divisibility_needs_no_version(how):
 
 
 def test_assume_is_checked_in_checked_mode_and_elides_guards():
-    """``T.assume(i < n)`` removes the guard it makes redundant (cpu); checked mode asserts it and names it."""
+    """``T.assume`` (in the kernel and before it) removes the guards it makes redundant (cpu); checked mode
+    asserts it and names it."""
     from tilecore.errors import TilecoreError
 
     n = T.dynamic("n")
 
     @T.prim_func
     def gather(A: T.Tensor((n,), "float32"), B: T.Tensor((64,), "float32"), off: T.int32):
+        T.assume(off >= 0)  # before the kernel: a promise about the parameters
         with T.Kernel(1) as bx:
             for i in T.Parallel(64):
                 T.assume(off + i < n)
-                T.assume(off + i >= 0)
                 B[i] = A[off + i]
 
     _, _, lowered, _, _ = lower(gather, "cpu", NOCACHE)
