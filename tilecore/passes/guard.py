@@ -179,7 +179,8 @@ class _Guard:
         elif isinstance(s, Assert):
             out = s.with_(cond=self.expr(s.cond, facts, asserts, path, s.span))
         elif isinstance(s, Assume):  # a promise, no code; checked mode checks it
-            out = Assert(s.cond, f"T.assume({expr_str(s.cond)}) does not hold", span=s.span) if self.checked else Seq([])
+            out = (Assert(s.cond, f"T.assume({expr_str(s.cond)}) does not hold", span=s.span) if self.checked
+                   else Seq([]))
         elif isinstance(s, Print) and s.value is not None:
             out = s.with_(value=self.expr(s.value, facts, asserts, path, s.span))
         else:
@@ -203,7 +204,8 @@ def loop_facts(loop: For, facts: Facts) -> Facts:
 def facts_at(root, target, facts: Facts | None = None) -> Facts | None:
     """What holds where statement ``target`` (found by identity inside ``root``) runs: the ranges of the
     enclosing loops and block indices, the conditions of enclosing ``if`` statements and the values of the
-    scalars bound before it, and the ``T.assume`` promises made before it. None when ``target`` is not inside ``root``."""
+    scalars bound before it, and the ``T.assume`` promises made before it. None when ``target`` is not inside
+    ``root``."""
     facts = facts or Facts()
     if root is target:
         return facts

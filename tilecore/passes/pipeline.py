@@ -21,9 +21,12 @@ finds them whatever the target's intrinsic table would have picked.
   buffers fit; one stage means the loop stays serial, and the reason is recorded;
 - gives each staged buffer a leading stage dimension (``A_s[ko % S, ...]`` everywhere in the loop);
 - turns each copy nest into :class:`~tilecore.ir.AsyncCopy` statements: runs of 16, 8 or 4 bytes along
-  the innermost loop where both addresses are provably aligned (static shapes, row lengths and starts
-  multiples of the run) and the in-bounds predicate is the same for the whole run, else one element per
-  copy when an element is 4, 8 or 16 bytes, else the copy stays a synchronous store (still multi-buffered);
+  the innermost loop where both addresses are provably aligned (row lengths and starts multiples of the
+  run, by the prover's divisibility: :meth:`~tilecore.ir.bounds.Facts.divisor`, with the facts where the
+  loop sits) and the in-bounds predicate is the same for the whole run, else one element per copy when an
+  element is 4, 8 or 16 bytes, else the copy stays a synchronous store (still multi-buffered). Where a
+  wider run needs only a dynamic row length ``n`` to be a multiple of it, the nest is versioned:
+  ``if n % k == 0`` the wide copies, else the narrower ones (docs/decisions.md D20);
 - schedules: a prologue issues stages ``0 .. S-2`` (each closed by an :class:`~tilecore.ir.AsyncCommit`,
   empty past the loop's end); iteration ``k`` waits until at most ``S-2`` groups are pending
   (:class:`~tilecore.ir.AsyncWait`: stage ``k`` has landed for this thread), a barrier (for every thread),
