@@ -347,16 +347,15 @@ def describe_copy(new, how) -> str:
     """How :func:`async_copy_nest` copies, for the planner's note."""
     if isinstance(new, If):
         tests = " and ".join(f"{c.a.a.name} % {const_value(c.a.b)} == 0" for c in _conjuncts(new.cond))
-        _, other = async_copy_parts(new.orelse)
-        return f"async {how}-byte copies where {tests}, else {other}"
+        return f"async {how}-byte copies where {tests}, else {_copy_kind(new.orelse)}"
     return f"async {how}-byte copies" if isinstance(how, int) else how
 
 
-def async_copy_parts(s):
-    """``(s, width)``: the width of the AsyncCopy statements of a nest, or its synchronous description."""
+def _copy_kind(s) -> str:
+    """How a (lowered) copy nest copies: the width of its AsyncCopy statements, or synchronously."""
     found: list = []
     walk(s, lambda x: found.append(x.elements * x.dst.dtype.bytes) if isinstance(x, AsyncCopy) else None)
-    return s, (f"async {found[0]}-byte copies" if found else "synchronous copies")
+    return f"async {found[0]}-byte copies" if found else "synchronous copies"
 
 
 def _conjuncts(c) -> list:
