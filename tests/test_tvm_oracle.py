@@ -10,8 +10,8 @@ dependency here, never in the compile path):
 - nothing the core proves may be refuted by TVM under the same facts (``can_prove(not cond)``);
 - no divisibility the core claims (``Facts.divisor``: ``k`` divides ``e``, as the pipeline planner uses it to
   prove 16-byte alignment) may be refuted by TVM: ``floormod(e, k) == 0`` under the same facts, the conditions
-  ``x % k == 0`` included. The catalog's GEMMs and a GEMM with dynamic shapes are also lowered for
-  ``cuda:sm_80``, whose planner asks the most of it.
+  ``x % k == 0`` included. The catalog's float16 and float32 GEMMs, its pipelined and dynamic-shape cases and
+  a GEMM with dynamic shapes are also lowered for ``cuda:sm_80``, whose planner asks the most of it.
 
 Loads, calls and other non-integer atoms become opaque variables (the same atom, the same variable).
 """
@@ -102,7 +102,8 @@ def recorded():
         setattr(m, name, simplify)
     bounds.Facts.proves, bounds.Facts.with_range, bounds.Facts.divisor = proves, with_range, divisor
     lowered = 0
-    gpu = [(c.build(**c.params), "cuda:sm_80") for c in catalog() if c.family in ("gemm", "pipelined", "dynamic")]
+    gpu = [(c.build(**c.params), "cuda:sm_80") for c in catalog()  # the planner's copies: 2- and 4-byte elements
+           if c.family in ("pipelined", "dynamic") or c.family == "gemm" and c.params["dtype"] in ("float16", "float32")]
     gpu += [(_dynamic_gemm(dtype), "cuda:sm_80") for dtype in ("float16", "float32")]
     try:
         import tilecore_cuda  # noqa: F401
