@@ -256,18 +256,31 @@ def host_source(source) -> str:
     return SHIM + head + sep + kernel
 
 
-def run_on_host(kernel, arrays: list, tmp: Path | None = None) -> list:
+def run_on_host(kernel, arrays: list, tmp: Path | None = None, ints: dict | None = None) -> list:
     """Run compiled tilecore kernel ``kernel`` (a CUDA target) on ``arrays`` (numpy, in parameter order;
-    they are updated in place and returned). Only buffer parameters (no scalars)."""
+    they are updated in place and returned). ``ints``: the values of the kernel's shape
+    symbols and integer scalars by name (dynamic shapes), read from the kernel's ``tc_i<k>`` parameters."""
     src = kernel.source
-    grid = [eval(g, {"ints": [], "max": max, "min": min}) for g in src.meta["grid"]]  # noqa: S307 - our own text
+    scalars = scalar_args(src.code, ints or {})
+    grid = [eval(g, {"ints": scalars, "max": max, "min": min}) for g in src.meta["grid"]]  # noqa: S307 - our own text
     threads = src.meta["threads"]
     if src.meta.get("dynamic_shared_bytes"):
         raise ValueError("the host emulator runs static shared memory only")
-    call = "tc_kernel(" + ", ".join(f"({_ctype(a.dtype)}*)ptrs[{k}]" for k, a in enumerate(arrays)) + ", &status)"
+    call = "tc_kernel(" + ", ".join(f"({_ctype(a.dtype)}*)ptrs[{k}]" for k, a in enumerate(arrays))
+    call += "".join(f", {v}LL" for v in scalars) + ", &status)"
     text = host_source(src) + RUNNER.replace("GRID_X", str(grid[0])).replace("GRID_Y", str(grid[1])).replace(
         "GRID_Z", str(grid[2])).replace("THREADS", str(threads)).replace("CALL", call)
     return build_and_run(text, arrays, ["g++"], "tc-emul-")
+
+
+def scalar_args(code: str, values: dict) -> list:
+    """The kernel's integer parameters ``tc_i0, tc_i1, ...`` in order, each the value ``values`` gives its name
+    (the emitters declare ``const int <name> = (int)tc_i<k>;``)."""
+    names = dict((int(k), n) for n, k in re.findall(r"const \w+ (\w+) = \(\w+\)tc_i(\d+);", code))
+    missing = [names[k] for k in sorted(names) if names[k] not in values]
+    if missing:
+        raise ValueError(f"the kernel takes integer arguments {missing}: pass them in ints=")
+    return [int(values[names[k]]) for k in sorted(names)]
 
 
 #: the host runner's argument handling: argv holds (file, bytes) pairs, one per buffer, loaded 64-byte aligned

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 import shutil
 
-from cuda_host_emulator import HOST_ATOMICS, build_and_run  # the shared build / run / read-back, atomics
+from cuda_host_emulator import HOST_ATOMICS, build_and_run, scalar_args  # the shared build / run / read-back, atomics
 
 SHIM = r"""
 #include <barrier>
@@ -207,14 +207,17 @@ def compiler() -> str | None:
     return shutil.which("clang++-22") or shutil.which("clang++")
 
 
-def run_on_host(kernel, arrays: list) -> list:
+def run_on_host(kernel, arrays: list, ints: dict | None = None) -> list:
     """Run compiled tilecore kernel ``kernel`` (a hip target) on ``arrays`` (numpy, in parameter order);
-    returns the arrays after the run. Only buffer parameters (no scalars)."""
+    returns the arrays after the run. ``ints``: the values of the kernel's shape
+    symbols and integer scalars by name (dynamic shapes), read from the kernel's ``tc_i<k>`` parameters."""
     src = kernel.source
-    grid = [eval(g, {"ints": [], "max": max, "min": min}) for g in src.meta["grid"]]  # noqa: S307 - our own text
+    scalars = scalar_args(src.code, ints or {})
+    grid = [eval(g, {"ints": scalars, "max": max, "min": min}) for g in src.meta["grid"]]  # noqa: S307 - our own text
     if src.meta.get("dynamic_shared_bytes"):
         raise ValueError("the host emulator runs static LDS only")
-    call = "tc_kernel(" + ", ".join(f"({_ctype(a.dtype)}*)ptrs[{k}]" for k, a in enumerate(arrays)) + ", &status)"
+    call = "tc_kernel(" + ", ".join(f"({_ctype(a.dtype)}*)ptrs[{k}]" for k, a in enumerate(arrays))
+    call += "".join(f", {v}LL" for v in scalars) + ", &status)"
     text = host_source(src) + RUNNER.replace("GRID_X", str(grid[0])).replace("GRID_Y", str(grid[1])).replace(
         "GRID_Z", str(grid[2])).replace("THREADS", str(src.meta["threads"])).replace("CALL", call)
     return build_and_run(text, arrays, [compiler(), "-x", "c++"], "tc-hip-emul-")

@@ -7,7 +7,11 @@ facts it had. The expressions go to ``tvm.sym.Analyzer`` in tilecore-tvm's worke
 dependency here, never in the compile path):
 
 - each simplification must be proven equal to its original (``can_prove(a == b)``);
-- nothing the core proves may be refuted by TVM under the same facts (``can_prove(not cond)``).
+- nothing the core proves may be refuted by TVM under the same facts (``can_prove(not cond)``);
+- no divisibility the core claims (``Facts.divisor``: ``k`` divides ``e``, as the pipeline planner uses it to
+  prove 16-byte alignment) may be refuted by TVM: ``floormod(e, k) == 0`` under the same facts, the conditions
+  ``x % k == 0`` included. The catalog's float16 and float32 GEMMs, its pipelined and dynamic-shape cases and
+  a GEMM with dynamic shapes are also lowered for ``cuda:sm_80``, whose planner asks the most of it.
 
 Loads, calls and other non-integer atoms become opaque variables (the same atom, the same variable).
 """
@@ -63,8 +67,9 @@ def recorded():
     from tilecore_conformance.catalog import catalog
 
     bounds, simp = sys.modules["tilecore.ir.bounds"], sys.modules["tilecore.ir.simplify"]
-    pairs, proofs, seen, vars_ = [], [], set(), {}
+    pairs, proofs, divisions, seen, vars_ = [], [], [], set(), {}
     orig_simplify, orig_proves, orig_with_range = simp.simplify, bounds.Facts.proves, bounds.Facts.with_range
+    orig_divisor = bounds.Facts.divisor
 
     def simplify(e):
         out = orig_simplify(e)
@@ -82,27 +87,63 @@ def recorded():
     def proves(self, cond):
         ok = orig_proves(self, cond)
         if ok:
-            proofs.append((dict(self.ranges), tuple(self.known), cond))
+            proofs.append((dict(self.ranges), tuple(self.known), cond, dict(self.divs)))
         return ok
+
+    def divisor(self, e, depth=0):
+        d = orig_divisor(self, e, depth)
+        if depth == 0 and d != 1:
+            divisions.append((dict(self.ranges), tuple(self.known), e, d, dict(self.divs)))
+        return d
 
     patched = [(m, "simplify") for m in list(sys.modules.values())
                if getattr(m, "__name__", "").startswith("tilecore") and getattr(m, "simplify", None) is orig_simplify]
     for m, name in patched:
         setattr(m, name, simplify)
-    bounds.Facts.proves, bounds.Facts.with_range = proves, with_range
+    bounds.Facts.proves, bounds.Facts.with_range, bounds.Facts.divisor = proves, with_range, divisor
     lowered = 0
+    gpu = [(c.build(**c.params), "cuda:sm_80") for c in catalog()  # the planner's copies: 2- and 4-byte elements
+           if c.family in ("pipelined", "dynamic") or c.family == "gemm" and c.params["dtype"] in ("float16", "float32")]
+    gpu += [(_dynamic_gemm(dtype), "cuda:sm_80") for dtype in ("float16", "float32")]
     try:
-        for c in catalog():
+        import tilecore_cuda  # noqa: F401
+    except ImportError:
+        gpu = []
+    try:
+        for fn, target in [(c.build(**c.params), "cpu") for c in catalog()] + gpu:
             try:
-                lower(c.build(**c.params), target="cpu")
+                lower(fn, target=target, pass_configs={"tilecore.disable_cache": True})
                 lowered += 1
             except TilecoreError:
-                pass  # a case the CPU target refuses (its profile): no index arithmetic to check
+                pass  # a case the target refuses (its profile): no index arithmetic to check
     finally:
         for m, name in patched:
             setattr(m, name, orig_simplify)
         bounds.Facts.proves, bounds.Facts.with_range = orig_proves, orig_with_range
-    return {"pairs": pairs, "proofs": proofs, "vars": vars_, "lowered": lowered}
+        bounds.Facts.divisor = orig_divisor
+    return {"pairs": pairs, "proofs": proofs, "divisions": divisions, "vars": vars_, "lowered": lowered}
+
+
+def _dynamic_gemm(dtype):
+    """A pipelined GEMM with M, N and K shape symbols (the planner versions its copies on N and K)."""
+    import tilecore.language as T
+
+    M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
+
+    @T.prim_func
+    def kernel(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, 64), T.ceildiv(M, 64), threads=128) as (bx, by):
+            A_s = T.alloc_shared((64, 32), dtype)
+            B_s = T.alloc_shared((32, 64), dtype)
+            C_l = T.alloc_fragment((64, 64), "float32")
+            T.clear(C_l)
+            for ko in T.Pipelined(T.ceildiv(K, 32), num_stages=3):
+                T.copy(A[by * 64, ko * 32], A_s)
+                T.copy(B[ko * 32, bx * 64], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * 64, bx * 64])
+
+    return kernel
 
 
 def _ask(prog, queries):
@@ -127,9 +168,10 @@ def test_every_simplification_is_proven_equal_by_tvm(recorded):
     assert not unproven, [(repr(a), repr(b)) for a, b in unproven[:10]]
 
 
-def _holds(prog, recorded, ranges, known, cond) -> dict:
-    """The query "does ``cond`` hold under the prover's facts": each variable's range and each known form."""
-    from tilecore.ir import IntImm, binary
+def _holds(prog, recorded, ranges, known, cond, divs=None) -> dict:
+    """The query "does ``cond`` hold under the prover's facts": each variable's range, each known form and
+    each known divisibility (``divs``: ``x % k == 0``)."""
+    from tilecore.ir import IntImm, binary, compare
 
     facts = []
     for vid, (lo, hi) in ranges.items():
@@ -141,14 +183,15 @@ def _holds(prog, recorded, ranges, known, cond) -> dict:
         if hi is not None:
             facts.append(prog.expr(binary("sub", hi if not isinstance(hi, int) else IntImm(hi), var)))
     facts += [prog.expr(g) for g in known]
-    return {"kind": "holds", "cond": prog.expr(cond), "facts": facts}
+    conds = [prog.expr(compare("eq", binary("floormod", x, k), 0)) for x, k in (divs or {}).values()]
+    return {"kind": "holds", "cond": prog.expr(cond), "facts": facts, "conds": conds}
 
 
 def test_nothing_the_core_proves_is_refuted_by_tvm(recorded):
     prog = _program()
     queries, kept = [], []
-    for ranges, known, cond in recorded["proofs"]:
-        queries.append(_holds(prog, recorded, ranges, known, cond))
+    for ranges, known, cond, divs in recorded["proofs"]:
+        queries.append(_holds(prog, recorded, ranges, known, cond, divs))
         kept.append(cond)
     assert len(queries) >= 1000, len(queries)
     answers = _ask(prog, queries)
@@ -171,7 +214,7 @@ def test_the_oracle_catches_a_wrong_simplification(recorded):
     a, b = next((a, b) for a, b in recorded["pairs"] if str(a.dtype) == "int32")
     cands = [p for p in recorded["proofs"][:300] if isinstance(p[2], Cmp)]
     answers = _ask(prog, [_holds(prog, recorded, *p) for p in cands])
-    ranges, known, cond = next(p for p, ans in zip(cands, answers) if ans and ans[0])
+    ranges, known, cond, _ = next(p for p, ans in zip(cands, answers) if ans and ans[0])
     neg = Cmp({"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq"}[cond.op], cond.a, cond.b)
     answers = _ask(prog, [{"kind": "eq", "a": prog.expr(a), "b": prog.expr(b)},
                           {"kind": "eq", "a": prog.expr(a), "b": prog.expr(binary("add", b, IntImm(1)))},
@@ -179,3 +222,39 @@ def test_the_oracle_catches_a_wrong_simplification(recorded):
                           _holds(prog, recorded, ranges, known, neg)])
     assert answers[0][0] is True and answers[1][0] is False
     assert answers[2] == [True, False] and answers[3][1] is True, (repr(cond), answers)
+
+
+def _divides(e, d):
+    from tilecore.ir import binary, compare
+
+    return compare("eq", e, 0) if d == 0 else compare("eq", binary("floormod", e, d), 0)
+
+
+def test_no_divisibility_the_core_claims_is_refuted_by_tvm(recorded):
+    prog = _program()
+    divs = recorded["divisions"]
+    assert len(divs) >= 100, len(divs)
+    queries = [_holds(prog, recorded, ranges, known, _divides(e, d), facts) for ranges, known, e, d, facts in divs]
+    answers = _ask(prog, queries)
+    refuted = [f"{divs[k][2]!r} % {divs[k][3]}" for k, a in enumerate(answers) if a is not None and a[1]]
+    unbuilt = sum(a is None for a in answers)
+    agreed = sum(bool(a and a[0]) for a in answers)
+    print(f"\ndivisibility: {len(queries)} claims of the core (k divides e); TVM also proves {agreed}, refutes "
+          f"{len(refuted)}, {unbuilt} not built")
+    assert unbuilt <= len(queries) // 100
+    assert not refuted, refuted[:10]
+
+
+def test_the_oracle_catches_a_wrong_divisibility(recorded):
+    """Mutation: ``e + 1`` claimed divisible by what divides ``e`` (``k >= 2``), under the same facts, for claims
+    TVM proves; TVM must refute it (so the test above can fail), and accept the unmutated claim."""
+    from tilecore.ir import binary
+
+    prog = _program()
+    cands = [c for c in recorded["divisions"] if c[3] >= 2][:200]
+    answers = _ask(prog, [_holds(prog, recorded, r, kn, _divides(e, d), f) for r, kn, e, d, f in cands])
+    picked = [c for c, a in zip(cands, answers) if a and a[0]][:20]
+    assert picked, "TVM proves none of the core's divisibility claims"
+    answers = _ask(prog, [_holds(prog, recorded, r, kn, _divides(binary("add", e, 1), d), f)
+                          for r, kn, e, d, f in picked])
+    assert all(a and a[1] for a in answers), [(repr(c[2]), c[3], a) for c, a in zip(picked, answers)]

@@ -27,7 +27,11 @@ REPO_URL = "https://github.com/tilecore/tilecore"
 #: distribution -> its folder in this repository
 DISTS = {"tilecore": ".", "tilecore-cpu": "backends/cpu", "tilecore-cuda": "backends/cuda",
          "tilecore-hip": "backends/hip", "tilecore-webgpu": "backends/webgpu", "tilecore-ascend": "backends/ascend",
+         "tilecore-musa": "backends/musa", "tilecore-metal": "backends/metal", "tilecore-tvm": "backends/tvm",
          "tilecore-conformance": "conformance"}
+#: wheels installed without their dependencies: tilecore-tvm's apache-tvm is 320 MB (its pins are checked in
+#: the metadata instead; tests/test_tvm_backend.py runs it where setup.sh installed it)
+NO_DEPS = ("tilecore-tvm",)
 
 pytestmark = pytest.mark.xdist_group("wheels")
 
@@ -63,7 +67,7 @@ def _copy_checkout(dst: Path) -> None:
 
 @pytest.fixture(scope="session")
 def wheels(tmp_path_factory) -> dict:
-    """Distribution name -> its wheel, built by ``python -m build --wheel`` (the five builds run at once)."""
+    """Distribution name -> its wheel, built by ``python -m build --wheel`` (the builds run at once)."""
     base = tmp_path_factory.mktemp("wheels")
     src, out = base / "src", base / "dist"
     _copy_checkout(src)
@@ -98,12 +102,16 @@ def _host_torch() -> str:
 def full_venv(wheels, tmp_path_factory) -> Path:
     """Every wheel, the conformance suite with its torch extra, as a vendor's CI installs them."""
     path = tmp_path_factory.mktemp("venv-full")
-    bin_ = _venv(path, *(str(wheels[n]) for n in DISTS if n != "tilecore-conformance"),
+    bin_ = _venv(path, *(str(wheels[n]) for n in DISTS if n != "tilecore-conformance" and n not in NO_DEPS),
                  f"tilecore-conformance[torch] @ {wheels['tilecore-conformance'].as_uri()}", _host_torch())
+    r = _run([sys.executable, "-m", "pip", "--python", bin_ / "python", "install", "-q", "--no-deps",
+              "--disable-pip-version-check", *(str(wheels[n]) for n in NO_DEPS)], cwd=path, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
     # nothing may come from this checkout: every package resolves inside the venv
-    r = _run([bin_ / "python", "-c", "import json, tilecore, tilecore_cpu, tilecore_cuda, tilecore_hip, tilecore_webgpu, "
-              "tilecore_ascend, tilecore_conformance as c, xdist, torch; print(json.dumps([m.__file__ for m in (tilecore, "
-              "tilecore_cpu, tilecore_cuda, tilecore_hip, tilecore_webgpu, tilecore_ascend, c)]))"], cwd=path)
+    mods = ("tilecore", "tilecore_cpu", "tilecore_cuda", "tilecore_hip", "tilecore_webgpu", "tilecore_ascend",
+            "tilecore_musa", "tilecore_metal", "tilecore_tvm", "tilecore_conformance")
+    r = _run([bin_ / "python", "-c", f"import json, xdist, torch, {', '.join(mods)}; "
+              f"print(json.dumps([m.__file__ for m in ({', '.join(mods)})]))"], cwd=path)
     assert r.returncode == 0, r.stderr
     for f in json.loads(r.stdout):
         assert Path(f).resolve().is_relative_to(path.resolve()) and "site-packages" in f, f
@@ -155,6 +163,12 @@ def test_dependencies_are_declared_and_bounded(wheels):
     assert torch and all('extra == "torch"' in r and "==" not in r.split(";")[0] for r in torch), torch
     wgpu = [r for r in _metadata(wheels["tilecore-webgpu"])[0].get_all("Requires-Dist") if r.startswith("wgpu")]
     assert wgpu and "<" in wgpu[0], f"wgpu needs an upper bound: {wgpu}"
+    tvm = _metadata(wheels["tilecore-tvm"])[0].get_all("Requires-Dist")
+    assert "apache-tvm==0.27.0.post1" in tvm and any(r.startswith("apache-tvm-ffi") and "<" in r for r in tvm), tvm
+    for name in DISTS:  # every backend needs the core of this minor series, nothing else of this checkout
+        if name.startswith("tilecore-") and name != "tilecore-conformance":
+            core = [r for r in _metadata(wheels[name])[0].get_all("Requires-Dist") if r.startswith("tilecore")]
+            assert core and all("<0.2" in r for r in core), (name, core)
 
 
 # -- a kernel author ------------------------------------------------------------------------------------
@@ -166,7 +180,11 @@ def test_targets_list_from_wheels(full_venv, tmp_path):
     cpu = next(row for row in rows if row["target"] == "cpu")
     assert cpu["status"] == "ok" and cpu["distribution"] == "tilecore-cpu" and cpu["profile"] == "cpu/host"
     assert {row["distribution"] for row in rows} == {"tilecore-cpu", "tilecore-cuda", "tilecore-hip", "tilecore-webgpu",
-                                                     "tilecore-ascend"}
+                                                     "tilecore-ascend", "tilecore-musa", "tilecore-metal",
+                                                     "tilecore-tvm"}
+    # tilecore-tvm without apache-tvm (installed --no-deps): listed, no toolchain (its probe imports no tvm)
+    tvm = [row for row in rows if row["distribution"] == "tilecore-tvm"]
+    assert tvm and all(row["status"] == "no-toolchain" for row in tvm), tvm
     assert all(not row["profile"].startswith("invalid") for row in rows), rows
     table = _run([full_venv / "tilecore", "targets", "list"], cwd=tmp_path)
     assert table.returncode == 0 and "targets (plugin API" in table.stdout, table.stderr

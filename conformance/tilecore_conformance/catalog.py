@@ -393,9 +393,37 @@ def _atomic_ref(inputs, op, form, dtype):
 
 
 def dynamic_cases() -> list:
-    return [Case(f"dynamic/axpy/n{n}", "dynamic", {"n": n}, ("dtype:float32:storage", "dtype:float32:arith"),
-                 lambda n: _axpy(), lambda rng, n: [make(rng, (n,), "float32")],
-                 lambda inputs, n: [2 * f64(inputs[0]) + 1]) for n in (1, 63, 64, 1000)]
+    out = [Case(f"dynamic/axpy/n{n}", "dynamic", {"n": n}, ("dtype:float32:storage", "dtype:float32:arith"),
+                lambda n: _axpy(), lambda rng, n: [make(rng, (n,), "float32")],
+                lambda inputs, n: [2 * f64(inputs[0]) + 1]) for n in (1, 63, 64, 1000)]
+    # a pipelined GEMM whose M, N, K are shape symbols: where the target copies T.Pipelined tiles
+    # asynchronously, the copies are versioned on N % 8 and K % 8 (16-byte runs of float16, D20); one
+    # shape takes the wide copies, the other (ragged too) the narrow ones
+    for m, n, k in ((70, 72, 96), (33, 77, 90)):
+        out.append(Case(f"dynamic/gemm_pipelined/float16/{m}x{n}x{k}", "dynamic",
+                        {"dtype": "float16", "acc": "float32", "ta": False, "tb": False, "m": m, "n": n, "k": k},
+                        ("dtype:float16:storage", "dtype:float16:mma"), _dynamic_gemm_kernel, _gemm_inputs,
+                        _gemm_ref, op_class="matmul", reduce_len=k, out_dtype="float32"))
+    return out
+
+
+def _dynamic_gemm_kernel(dtype, acc, ta, tb, m, n, k, tile=(64, 64, 32, 128), stages=3):
+    bm, bn, bk, threads = tile
+    M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
+
+    @T.prim_func
+    def gemm_dyn(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), acc)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), dtype)
+            B_s = T.alloc_shared((bk, bn), dtype)
+            C_l = T.alloc_fragment((bm, bn), acc)
+            T.clear(C_l)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                T.copy(A[by * bm, ko * bk], A_s)
+                T.copy(B[ko * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * bm, bx * bn])
+    return gemm_dyn
 
 
 def _axpy():

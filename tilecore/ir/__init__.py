@@ -11,7 +11,7 @@ from .expr import (INDEX, BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, In
                    maximum, minimum, same, select, walk_expr)
 from .printer import expr_str, func_str
 from .simplify import prove_equal, simplify
-from .stmt import (LOOP_KINDS, Allocate, Assert, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break,
+from .stmt import (LOOP_KINDS, Allocate, Assert, Assume, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break,
                    Collective, Continue, For, Hint, If, KernelLaunch, MatrixLoad, MatrixOp, Param, PerThread, Print, PrimFunc, Seq,
                    Stmt, Store, TileOp, free_vars, seq)
 from .visit import children, collect, loop_nest, rewrite, stmt_exprs, walk

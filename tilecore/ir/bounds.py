@@ -13,15 +13,23 @@ in free symbols (shape variables, scalar parameters) that stand for themselves. 
 casts are understood; anything else (a value read from memory) is unknown and proves nothing. The
 answer is sound (True only when it holds) and may be False for true facts it cannot see.
 
+Divisibility is the third question (:meth:`Facts.divisor`, :meth:`Facts.proves_multiple`): the largest known
+``k`` that divides a linear form, from its constant coefficients (``by * 128``), bound scalars, products, and the
+conditions ``x % k == 0`` (``floormod``) of enclosing ``if`` statements and ``T.assume``; a variable that ranges over
+consecutive integers (a loop or block index) and a free symbol without such a condition divide by 1. It answers
+"is this offset a multiple of a vector run?" (16-byte alignment of asynchronous copies with dynamic shapes).
+
 Two questions, two tools. :class:`Facts` answers "does this hold whenever the statement runs?" over
 symbolic bounds (the guard pass: elide a guard only when the access is surely in bounds).
 :func:`int_bounds` answers "which integers can this take?" over constant ranges (the static check:
 refuse an on-chip index only when it is out of range for every value)."""
 from __future__ import annotations
 
+import math
+
 from .dtypes import is_float
 from .expr import BinOp, Cast, Cmp, Expr, IntImm, Logic, Var, binary, const_value
-from .simplify import _linear, simplify
+from .simplify import _linear, atom_key, simplify
 
 _DEPTH = 8
 
@@ -29,17 +37,70 @@ _DEPTH = 8
 class Facts:
     """Known ranges of variables (inclusive ``(lo, hi)`` expressions) and conditions known to hold."""
 
-    def __init__(self, ranges: dict | None = None, known: tuple = ()):
+    def __init__(self, ranges: dict | None = None, known: tuple = (), divs: dict | None = None):
         self.ranges = dict(ranges or {})  # id(var) -> (lo, hi); either may be None (unknown)
         self.known = tuple(known)         # expressions g with g >= 0
+        self.divs = dict(divs or {})      # atom_key(x) -> (x, k): k divides x
 
     def with_range(self, var: Var, lo, hi) -> "Facts":
-        return Facts({**self.ranges, id(var): (lo, hi)}, self.known)
+        return Facts({**self.ranges, id(var): (lo, hi)}, self.known, self.divs)
 
     def with_cond(self, cond, holds: bool = True) -> "Facts":
-        """These facts plus ``cond`` (or its negation): each integer comparison it implies."""
+        """These facts plus ``cond`` (or its negation): each integer comparison and divisibility it implies."""
         new = tuple(nonneg_forms(cond, holds))
-        return Facts(self.ranges, self.known + new) if new else self
+        divs = dict(self.divs)
+        for x, k in multiple_forms(cond, holds):
+            if not _pure(x):
+                continue  # a value read from memory may change after the test: no lasting fact
+            x = simplify(x)
+            key = atom_key(x)
+            old = divs.get(key, (x, 1))[1]
+            divs[key] = (x, old * k // math.gcd(old, k))
+        if not new and len(divs) == len(self.divs) and all(divs[k] == self.divs.get(k) for k in divs):
+            return self
+        return Facts(self.ranges, self.known + new, divs)
+
+    # -- divisibility -------------------------------------------------------------------------------------
+    def divisor(self, e: Expr, depth: int = 0) -> int:
+        """The largest ``k`` these facts show divides the integer ``e`` (0 when ``e`` is 0: every ``k`` does)."""
+        if is_float(e.dtype):
+            return 1
+        terms: dict = {}
+        g = abs(_linear(simplify(e), terms, 1))
+        for atom, coeff in terms.values():
+            if coeff == 0 or g == 1:
+                continue
+            g = math.gcd(g, abs(coeff) * self._atom_divisor(atom, depth))
+        return g
+
+    def _atom_divisor(self, a: Expr, depth: int) -> int:
+        known = self.divs.get(atom_key(a))
+        k = known[1] if known is not None else 1
+        if depth > _DEPTH:
+            return k
+        if isinstance(a, Var):
+            r = self.ranges.get(id(a))
+            if r is not None and r[0] is not None and r[1] is not None:
+                width = const_value(simplify(binary("sub", r[1], r[0])))
+                if width == 0:  # a bound scalar (or a one-value loop) is its value
+                    return _lcm(k, self.divisor(r[0], depth + 1))
+            return k  # a range of consecutive integers, or a free symbol: only what a condition says
+        if isinstance(a, Cast) and not is_float(a.dtype) and not is_float(a.value.dtype):
+            return _lcm(k, self.divisor(a.value, depth + 1))
+        if isinstance(a, BinOp) and not is_float(a.dtype):
+            if a.op == "mul":
+                return _lcm(k, self.divisor(a.a, depth + 1) * self.divisor(a.b, depth + 1))
+            d = const_value(a.b)
+            if a.op == "floormod" and isinstance(d, int) and d > 0:
+                # x - d * floor(x / d): what divides both x and d divides it
+                return _lcm(k, math.gcd(self.divisor(a.a, depth + 1), d))
+            if a.op == "shl" and isinstance(d, int) and 0 <= d < 63:
+                return _lcm(k, self.divisor(a.a, depth + 1) << d)
+        return k
+
+    def proves_multiple(self, e: Expr, k: int) -> bool:
+        """True when ``e`` is surely a multiple of ``k`` (``k >= 1``)."""
+        return self.divisor(e) % k == 0
 
     def bound(self, e: Expr, upper: bool, depth: int = 0):
         """An expression free of bounded variables that is ``>= e`` (upper) or ``<= e``; None if unknown."""
@@ -95,9 +156,59 @@ class Facts:
         return False
 
     def proves(self, cond: Expr) -> bool:
-        """True when the integer condition ``cond`` (comparisons joined by ``and``) surely holds."""
+        """True when the integer condition ``cond`` (comparisons and ``x % k == 0`` joined by ``and``) surely holds."""
+        mults = multiple_forms(cond, True)
+        if mults and _is_multiple(cond):
+            return all(self.proves_multiple(x, k) for x, k in mults)
+        if isinstance(cond, Logic) and cond.op == "and":
+            return self.proves(cond.a) and self.proves(cond.b)
         forms = nonneg_forms(cond, True, exact=True)
         return forms is not None and all(self.proves_nonneg(g) for g in forms)
+
+
+def _pure(e) -> bool:
+    """``e`` is integer arithmetic on variables and constants (no memory read, no call)."""
+    if isinstance(e, (Var, IntImm)):
+        return True
+    if isinstance(e, BinOp):
+        return _pure(e.a) and _pure(e.b)
+    if isinstance(e, Cast):
+        return _pure(e.value)
+    return False
+
+
+def _lcm(a: int, b: int) -> int:
+    return a * b // math.gcd(a, b) if a and b else 0
+
+
+def _multiple(c):
+    """``(x, k)`` when ``c`` says ``x % k == 0`` (``floormod(x, k) == 0`` either way round, ``k`` a positive constant)."""
+    if not (isinstance(c, Cmp) and c.op == "eq") or is_float(c.a.dtype):
+        return None
+    for m, z in ((c.a, c.b), (c.b, c.a)):
+        k = const_value(m.b) if isinstance(m, BinOp) and m.op == "floormod" else None
+        if const_value(z) == 0 and isinstance(k, int) and k > 0:
+            return m.a, k
+    return None
+
+
+def _is_multiple(c) -> bool:
+    return _multiple(c) is not None
+
+
+def multiple_forms(cond, holds: bool = True) -> list:
+    """``(x, k)`` pairs, ``k`` dividing ``x``, that ``cond`` (or ``not cond``) implies."""
+    if isinstance(cond, Logic):
+        if cond.op == "not":
+            return multiple_forms(cond.a, not holds)
+        if (cond.op == "and") == holds:
+            return multiple_forms(cond.a, holds) + multiple_forms(cond.b, holds)
+        return []
+    if isinstance(cond, Cmp) and cond.op == "ne" and not holds:
+        cond = Cmp("eq", cond.a, cond.b)
+        holds = True
+    m = _multiple(cond) if holds else None
+    return [m] if m is not None else []
 
 
 def nonneg_forms(cond, holds: bool = True, exact: bool = False):
@@ -134,7 +245,7 @@ def _forms(c, holds: bool, out: list) -> bool:
     return v is not None and bool(v) == holds
 
 
-__all__ = ["Facts", "nonneg_forms"]
+__all__ = ["Facts", "multiple_forms", "nonneg_forms"]
 
 
 # -- constant integer ranges (the static on-chip bounds check) -----------------------------------

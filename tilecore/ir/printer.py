@@ -10,7 +10,7 @@ from contextvars import ContextVar
 
 from .buffer import Region
 from .expr import (BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, ShuffleXor, ThreadIndex, Var)
-from .stmt import (Allocate, Assert, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, Collective, Continue,
+from .stmt import (Allocate, Assert, Assume, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, Collective, Continue,
                    For, Hint, If, KernelLaunch, MatrixLoad, MatrixOp, PerThread, Print,
                    PrimFunc, Seq, Stmt, Store, TileOp)
 
@@ -139,6 +139,8 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
     if isinstance(s, Assert):
         vals = f", values=({', '.join(expr_str(v) for v in s.values)},)" if s.values else ""
         return [f"{pad}T.device_assert({expr_str(s.cond)}, {s.message!r}{vals})"]
+    if isinstance(s, Assume):
+        return [f"{pad}T.assume({expr_str(s.cond)})"]
     if isinstance(s, Barrier):
         return [f"{pad}T.barrier()"]
     if isinstance(s, AsyncCopy):

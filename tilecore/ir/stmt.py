@@ -231,6 +231,16 @@ class MatrixLoad(Stmt):
 
 
 @dataclass(eq=False)
+class Assume(Stmt):
+    """``T.assume(cond)``: the author promises that ``cond`` holds from here to the end of the enclosing block
+    (TileLang's meaning: a fact for the compiler, not a check). The bounds and divisibility prover uses it
+    (``tilecore.guard_accesses``, the pipeline planner); ``tilecore.guard_accesses`` removes it, or, in checked
+    mode, turns it into an :class:`Assert` that names the user's line. It emits no code."""
+
+    cond: Expr
+
+
+@dataclass(eq=False)
 class Hint(Stmt):
     """A scheduling hint a backend may honour or ignore: ``use_swizzle``, ``annotate_layout``..."""
 

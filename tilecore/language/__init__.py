@@ -12,7 +12,7 @@ import sys as _sys
 
 from ..errors import ParseError, UnsupportedFeatureError
 from ..ir import Buffer as _IRBuffer
-from ..ir import (Allocate, Assert, BufferLoad, Call, DType, Expr, FloatImm, Hint, IntImm, Print, Store, Var,
+from ..ir import (Allocate, Assert, Assume, BufferLoad, Call, DType, Expr, FloatImm, Hint, IntImm, Print, Store, Var,
                   as_expr, binary, canonical, compare, const_value, is_float, select)
 from ..ir import cast as _to
 from ..ir import const as _ir_const  # T.const is the eager kernels' size declaration (below)
@@ -429,6 +429,20 @@ def device_assert(cond, msg: str = "device_assert failed") -> None:
         b.emit(Assert(cond, msg))
     elif not c:
         raise ParseError(f"T.device_assert is always false: {msg}", b.span)
+
+
+def assume(cond) -> None:
+    """Promise the compiler that the integer condition ``cond`` holds from here to the end of the enclosing
+    block (TileLang's ``T.assume``), e.g. ``T.assume(N % 8 == 0)`` or ``T.assume(i < N)``: bounds guards it
+    makes redundant are left out and copies it proves aligned are vectorized. Nothing checks it at run time
+    (a false promise gives wrong results or faults), except in checked mode (``tilecore.checked``), where it
+    is asserted."""
+    b = current("T.assume")
+    c = const_value(cond) if isinstance(cond, Expr) else cond
+    if isinstance(cond, Expr) and c is None:
+        b.emit(Assume(cond))
+    elif not c:
+        raise ParseError("T.assume of a condition that is always false", b.span)
 
 
 # -- math ---------------------------------------------------------------------------------------

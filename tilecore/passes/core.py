@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..errors import CompileError, UnsupportedFeatureError
-from ..ir import (Allocate, Assert, Atomic, Bind, BinOp, BufferLoad, Call, Expr, Region, Select, walk_expr, For, Hint,
+from ..ir import (Allocate, Assert, Assume, Atomic, Bind, BinOp, BufferLoad, Call, Expr, Region, Select, walk_expr, For, Hint,
                   If, KernelLaunch, Print, Seq, Store, TileOp, children, collect, const_value, int_bounds, loop_range,
                   rewrite, simplify, stmt_exprs, walk)
 from . import tile_pass
@@ -10,18 +10,24 @@ from . import tile_pass
 
 @tile_pass("tilecore.check_structure")
 def check_structure(func, ctx):
-    """Device code must sit inside ``with T.Kernel(...)``: there is no host code in a kernel."""
+    """Device code must sit inside ``with T.Kernel(...)``: there is no host code in a kernel. A ``T.assume``
+    before a ``T.Kernel`` (a promise about the parameters) moves into the body of every kernel after it."""
     top = func.body.body if isinstance(func.body, Seq) else [func.body]
     launches = 0
+    promises: list = []
+    out: list = []
     for s in top:
         if isinstance(s, KernelLaunch):
             launches += 1
+            out.append(s.with_(body=Seq(promises + [s.body], span=s.body.span)) if promises else s)
+        elif isinstance(s, Assume):
+            promises.append(s)
         else:
             raise CompileError("statements outside `with T.Kernel(...)` are not supported: put all device "
                                "code in the kernel body", s.span or func.span)
     if not launches:
         raise CompileError(f"kernel {func.name} has no `with T.Kernel(...)` block", func.span)
-    return func
+    return func.with_body(Seq(out, span=getattr(func.body, "span", None))) if promises else func
 
 
 @tile_pass("tilecore.check_extensions")
@@ -328,7 +334,7 @@ def verify_lowered(func, ctx):
     """Codegen sees no tile ops and no hints: every one was lowered by some intrinsic."""
 
     def check(s):
-        if isinstance(s, (TileOp, Hint)):
+        if isinstance(s, (TileOp, Hint, Assume)):
             raise CompileError(f"internal: {type(s).__name__} {getattr(s, 'op', getattr(s, 'kind', ''))} "
                                "survived lowering; please report this with TILECORE_DUMP_IR output", s.span)
 

@@ -16,8 +16,8 @@ not touch memory outside the buffer either.
 """
 from __future__ import annotations
 
-from ..ir import (Allocate, Assert, AsyncCopy, Atomic, BinOp, Bind, BufferLoad, Call, Cast, Cmp, Expr, For, If,
-                  KernelLaunch, Logic, PerThread, Print, Select, Seq, Store, as_expr, binary, compare, const, const_value,
+from ..ir import (Allocate, Assert, Assume, AsyncCopy, Atomic, BinOp, Bind, BufferLoad, Call, Cast, Cmp, Expr, For, If,
+                  KernelLaunch, Logic, PerThread, Print, Select, Seq, Store, as_expr, binary, compare, const, const_value, expr_str,
                   is_float, logic_and,
                   logic_not, logic_or)
 from ..errors import MAX_FAULT_VALUES
@@ -127,6 +127,8 @@ class _Guard:
                 out.append(self.stmt(c, facts))
                 if isinstance(c, Bind) and not is_float(c.var.dtype):  # later statements know its value
                     facts = facts.with_range(c.var, c.value, c.value)
+                elif isinstance(c, Assume):  # and what the author promised
+                    facts = facts.with_cond(c.cond)
             return Seq(out, span=s.span)
         if isinstance(s, KernelLaunch):
             return s.with_(body=self.stmt(s.body, launch_facts(s, facts)))
@@ -166,8 +168,7 @@ class _Guard:
             s = s.with_(pred=self.cond(s.pred, facts, asserts, path, s.span))
             inside = facts.with_cond(s.pred)
             conds = _bound_conds(s.src, src, inside)
-            n = const_value(s.src.shape[-1])
-            if s.elements > 1 and not (isinstance(n, int) and n % s.elements == 0):
+            if s.elements > 1 and not inside.proves_multiple(s.src.shape[-1], s.elements):
                 last = src[:-1] + (binary("add", src[-1], s.elements - 1),)
                 conds += _bound_conds(s.src, last, inside)
             out = s.with_(src_indices=src, pred=logic_and(s.pred, _all(conds)) if conds else s.pred)
@@ -177,6 +178,9 @@ class _Guard:
             out = s.with_(init=self.expr(s.init, facts, asserts, path, s.span))
         elif isinstance(s, Assert):
             out = s.with_(cond=self.expr(s.cond, facts, asserts, path, s.span))
+        elif isinstance(s, Assume):  # a promise, no code; checked mode checks it
+            out = (Assert(s.cond, f"T.assume({expr_str(s.cond)}) does not hold", span=s.span) if self.checked
+                   else Seq([]))
         elif isinstance(s, Print) and s.value is not None:
             out = s.with_(value=self.expr(s.value, facts, asserts, path, s.span))
         else:
@@ -195,6 +199,37 @@ def launch_facts(launch: KernelLaunch, facts: Facts | None = None) -> Facts:
 def loop_facts(loop: For, facts: Facts) -> Facts:
     """``facts`` plus the range of ``loop``'s variable."""
     return facts.with_range(loop.var, loop.start, binary("sub", binary("add", loop.start, loop.extent), 1))
+
+
+def facts_at(root, target, facts: Facts | None = None) -> Facts | None:
+    """What holds where statement ``target`` (found by identity inside ``root``) runs: the ranges of the
+    enclosing loops and block indices, the conditions of enclosing ``if`` statements and the values of the
+    scalars bound before it, and the ``T.assume`` promises made before it. None when ``target`` is not inside
+    ``root``."""
+    facts = facts or Facts()
+    if root is target:
+        return facts
+    if isinstance(root, Seq):
+        for c in root.body:
+            found = facts_at(c, target, facts)
+            if found is not None:
+                return found
+            if isinstance(c, Bind) and not is_float(c.var.dtype):
+                facts = facts.with_range(c.var, c.value, c.value)
+            elif isinstance(c, Assume):
+                facts = facts.with_cond(c.cond)
+        return None
+    if isinstance(root, KernelLaunch):
+        return facts_at(root.body, target, launch_facts(root, facts))
+    if isinstance(root, For):
+        return facts_at(root.body, target, loop_facts(root, facts) if not is_float(root.var.dtype) else facts)
+    if isinstance(root, If):
+        found = facts_at(root.then, target, facts.with_cond(root.cond))
+        if found is None and root.orelse is not None:
+            found = facts_at(root.orelse, target, facts.with_cond(root.cond, False))
+        return found
+    body = getattr(root, "body", None)
+    return facts_at(body, target, facts) if body is not None else None
 
 
 def guard_stmt(s, facts: Facts | None = None, checked: bool = False):
@@ -219,4 +254,4 @@ def guard_accesses(func, ctx):
     return func.with_body(_Guard(checked).stmt(func.body, Facts()), checked=checked)
 
 
-__all__ = ["guard_accesses", "guard_stmt", "launch_facts", "loop_facts", "MAX_VALUES"]
+__all__ = ["facts_at", "guard_accesses", "guard_stmt", "launch_facts", "loop_facts", "MAX_VALUES"]

@@ -21,9 +21,12 @@ finds them whatever the target's intrinsic table would have picked.
   buffers fit; one stage means the loop stays serial, and the reason is recorded;
 - gives each staged buffer a leading stage dimension (``A_s[ko % S, ...]`` everywhere in the loop);
 - turns each copy nest into :class:`~tilecore.ir.AsyncCopy` statements: runs of 16, 8 or 4 bytes along
-  the innermost loop where both addresses are provably aligned (static shapes, row lengths and starts
-  multiples of the run) and the in-bounds predicate is the same for the whole run, else one element per
-  copy when an element is 4, 8 or 16 bytes, else the copy stays a synchronous store (still multi-buffered);
+  the innermost loop where both addresses are provably aligned (row lengths and starts multiples of the
+  run, by the prover's divisibility: :meth:`~tilecore.ir.bounds.Facts.divisor`, with the facts where the
+  loop sits) and the in-bounds predicate is the same for the whole run, else one element per copy when an
+  element is 4, 8 or 16 bytes, else the copy stays a synchronous store (still multi-buffered). Where a
+  wider run needs only a dynamic row length ``n`` to be a multiple of it, the nest is versioned:
+  ``if n % k == 0`` the wide copies, else the narrower ones (docs/decisions.md D20);
 - schedules: a prologue issues stages ``0 .. S-2`` (each closed by an :class:`~tilecore.ir.AsyncCommit`,
   empty past the loop's end); iteration ``k`` waits until at most ``S-2`` groups are pending
   (:class:`~tilecore.ir.AsyncWait`: stage ``k`` has landed for this thread), a barrier (for every thread),
@@ -35,12 +38,11 @@ e.g. ``"loop ko: 3 stages, 2 tiles x 3 buffers, 24 KiB; A_s: async 16-byte copie
 """
 from __future__ import annotations
 
-import math
-
 from ..ir import (Allocate, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, BinOp, Break, BufferLoad,
                   Buffer, Call, Cast, Cmp, Collective, Continue, Expr, For, If, IntImm, KernelLaunch, Logic, Print, Region,
                   Select, Seq, Stmt, Store, TileOp, Var, as_expr, binary, compare, const_value, rewrite, seq, simplify,
-                  walk, walk_expr)
+                  logic_and, walk, walk_expr)
+from ..ir.bounds import Facts
 from . import tile_pass
 
 FEATURE = "feature:async_copy"
@@ -195,28 +197,12 @@ def _multi_buffer(s, table: dict, stage):
 
 # -- asynchronous copies ---------------------------------------------------------------------------------
 
-def _factor(e) -> int:
-    """A known divisor of integer expression ``e`` (0 for the constant 0)."""
-    v = const_value(e)
-    if isinstance(v, int):
-        return abs(v)
-    if isinstance(e, BinOp):
-        if e.op in ("add", "sub"):
-            return math.gcd(_factor(e.a), _factor(e.b))
-        if e.op == "mul":
-            return _factor(e.a) * _factor(e.b)
-    return 1
-
-
 def _flat(buf: Buffer, idx):
-    """The row-major element offset of ``idx`` in ``buf`` (None when a dimension is symbolic)."""
-    shape = buf.static_shape()
-    if shape is None:
-        return None
-    flat, stride = as_expr(0), 1
-    for i, d in reversed(list(zip(idx, shape))):
+    """The row-major element offset of ``idx`` in ``buf`` (symbolic dimensions give symbolic strides)."""
+    flat, stride = as_expr(0), as_expr(1)
+    for i, d in reversed(list(zip(idx, buf.shape))):
         flat = binary("add", flat, binary("mul", i, stride))
-        stride *= int(d)
+        stride = binary("mul", stride, d)
     return flat
 
 
@@ -256,8 +242,9 @@ def _copy_parts(nest):
     return loops, s, v, pred
 
 
-def _run_fits(loops, store, load, elems: int) -> bool:
-    """The innermost loop can move ``elems`` consecutive elements per copy, both addresses aligned to it."""
+def _run_fits(loops, store, load, elems: int, facts: Facts) -> bool:
+    """The innermost loop can move ``elems`` consecutive elements per copy, both addresses aligned to it, as
+    far as ``facts`` show (divisibility of offsets and row lengths: :meth:`~tilecore.ir.bounds.Facts.divisor`)."""
     if elems == 1:
         return True
     if not loops:
@@ -267,15 +254,24 @@ def _run_fits(loops, store, load, elems: int) -> bool:
     if const_value(j.start) != 0 or not isinstance(ext, int) or ext % elems:
         return False
     for buf, idx in ((store.buffer, store.indices), (load.buffer, load.indices)):
-        shape = buf.static_shape()
-        if shape is None or int(shape[-1]) % elems or math.prod(int(d) for d in shape) % elems:
+        if not facts.proves_multiple(buf.shape[-1], elems):
             return False  # (a whole row is whole runs, so the in-bounds predicate is one for a run)
         if _offset_by(idx[-1], j.var) is None or any(_uses(i, j.var) for i in idx[:-1]):
             return False
-        flat = _flat(buf, tuple(idx[:-1]) + (_offset_by(idx[-1], j.var),))
-        if flat is None or _factor(simplify(flat)) % elems:
+        if not facts.proves_multiple(_flat(buf, tuple(idx[:-1]) + (_offset_by(idx[-1], j.var),)), elems):
             return False
     return True
+
+
+def _row_lengths(store, load) -> list:
+    """The symbolic dimensions (each a shape variable) that fix the two buffers' strides and row lengths."""
+    out: list = []
+    for buf in (store.buffer, load.buffer):
+        for d in (buf.shape[1:] if len(buf.shape) > 1 else buf.shape):
+            d = simplify(as_expr(d))
+            if isinstance(d, Var) and all(d is not x for x in out):
+                out.append(d)
+    return out
 
 
 def copy_bytes(ctx) -> tuple:
@@ -288,37 +284,84 @@ def copy_bytes(ctx) -> tuple:
     return tuple(n for n in COPY_BYTES if n <= int(lim[0]))
 
 
-def async_copy_nest(nest, widths: tuple = COPY_BYTES):
+def _as_runs(loops, store, load, pred, elems: int):
+    """The copy nest rewritten as :class:`~tilecore.ir.AsyncCopy` statements of ``elems`` elements each."""
+    dst_idx, src_idx = store.indices, load.indices
+    pred = pred if pred is not None else IntImm(1, "bool")
+    inner = None
+    if elems > 1:
+        j = loops[-1]
+        jv = Var(j.var.name, j.var.dtype)
+        table = {id(j.var): binary("mul", jv, elems)}
+        dst_idx, src_idx = (tuple(substitute(i, table) for i in dst_idx),
+                            tuple(substitute(i, table) for i in src_idx))
+        pred = substitute(pred, table)
+        inner = j.with_(var=jv, extent=as_expr(const_value(simplify(j.extent)) // elems))
+    body = AsyncCopy(store.buffer, tuple(dst_idx), load.buffer, tuple(src_idx), elems, pred, span=store.span)
+    outer = loops[:-1] if inner is not None else loops
+    if inner is not None:
+        body = inner.with_(body=body)
+    for f in reversed(outer):
+        body = f.with_(body=body)
+    return body
+
+
+def async_copy_nest(nest, widths: tuple = COPY_BYTES, facts: Facts | None = None):
     """The copy nest as asynchronous copies of one of ``widths`` bytes (widest first): ``(new nest, bytes
-    per copy)``, or ``(nest, reason)``."""
+    per copy)``, or ``(nest, reason)``. ``facts``: what holds where the nest runs (enclosing conditions,
+    ``T.assume``).
+
+    Where a wider run is proven only once a dynamic row length ``n`` is known to be a multiple of the run
+    (``n % k == 0``), the nest is versioned: ``if n % k == 0`` (block-uniform: ``n`` is a shape) the wide
+    copies, else the copies proven without it. Both branches are exact; the test costs one integer
+    operation per issued stage."""
+    facts = facts or Facts()
     parts = _copy_parts(nest)
     if parts is None:
         return nest, "not a plain element copy"
     loops, store, load, pred = parts
     es = store.buffer.dtype.bytes
-    for nbytes in widths:
-        if nbytes % es or not _run_fits(loops, store, load, nbytes // es):
-            continue
+    fitting = [n for n in widths if n % es == 0]
+    plain = next((n for n in fitting if _run_fits(loops, store, load, n // es, facts)), None)
+    if plain is not None:
+        base, how = _as_runs(loops, store, load, pred, plain // es), plain
+    else:
+        base, how = nest, f"synchronous ({es}-byte elements, no aligned run of {'/'.join(map(str, widths))} bytes)"
+    for nbytes in fitting:
+        if plain is not None and nbytes <= plain:
+            break
         elems = nbytes // es
-        dst_idx, src_idx = store.indices, load.indices
-        pred = pred if pred is not None else IntImm(1, "bool")
-        inner = None
-        if elems > 1:
-            j = loops[-1]
-            jv = Var(j.var.name, j.var.dtype)
-            table = {id(j.var): binary("mul", jv, elems)}
-            dst_idx, src_idx = (tuple(substitute(i, table) for i in dst_idx),
-                                tuple(substitute(i, table) for i in src_idx))
-            pred = substitute(pred, table)
-            inner = j.with_(var=jv, extent=as_expr(const_value(simplify(j.extent)) // elems))
-        body = AsyncCopy(store.buffer, tuple(dst_idx), load.buffer, tuple(src_idx), elems, pred, span=store.span)
-        outer = loops[:-1] if inner is not None else loops
-        if inner is not None:
-            body = inner.with_(body=body)
-        for f in reversed(outer):
-            body = f.with_(body=body)
-        return body, nbytes
-    return nest, f"synchronous ({es}-byte elements, no aligned run of {'/'.join(map(str, widths))} bytes)"
+        need = [d for d in _row_lengths(store, load) if not facts.proves_multiple(d, elems)]
+        if not need:
+            continue
+        cond = None
+        for d in need:
+            c = compare("eq", binary("floormod", d, elems), 0)
+            cond = c if cond is None else logic_and(cond, c)
+        if _run_fits(loops, store, load, elems, facts.with_cond(cond)):
+            return If(cond, _as_runs(loops, store, load, pred, elems), base, span=store.span), nbytes
+    return base, how
+
+
+def describe_copy(new, how) -> str:
+    """How :func:`async_copy_nest` copies, for the planner's note."""
+    if isinstance(new, If):
+        tests = " and ".join(f"{c.a.a.name} % {const_value(c.a.b)} == 0" for c in _conjuncts(new.cond))
+        return f"async {how}-byte copies where {tests}, else {_copy_kind(new.orelse)}"
+    return f"async {how}-byte copies" if isinstance(how, int) else how
+
+
+def _copy_kind(s) -> str:
+    """How a (lowered) copy nest copies: the width of its AsyncCopy statements, or synchronously."""
+    found: list = []
+    walk(s, lambda x: found.append(x.elements * x.dst.dtype.bytes) if isinstance(x, AsyncCopy) else None)
+    return f"async {found[0]}-byte copies" if found else "synchronous copies"
+
+
+def _conjuncts(c) -> list:
+    if isinstance(c, Logic) and c.op == "and":
+        return _conjuncts(c.a) + _conjuncts(c.b)
+    return [c]
 
 
 # -- the planner -----------------------------------------------------------------------------------------
@@ -464,11 +507,13 @@ class _Launch:
             self.staged[id(b)] = staged
         issue_kinds = []
         async_copies = []
+        from .guard import facts_at
+
+        facts = facts_at(self.launch, loop)
         for c in copies:
-            new, how = async_copy_nest(c, self.widths)
+            new, how = async_copy_nest(c, self.widths, facts)
             async_copies.append(new)
-            buf = _copy_parts(c)[1].buffer.name
-            issue_kinds.append(f"{buf} async {how}-byte copies" if isinstance(how, int) else f"{buf} {how}")
+            issue_kinds.append(f"{_copy_parts(c)[1].buffer.name} {describe_copy(new, how)}")
         k, start, extent = loop.var, loop.start, loop.extent
 
         def issue(it):
@@ -580,4 +625,4 @@ def _pipelined(s) -> list:
     return out
 
 
-__all__ = ["stage_pipelined_copies", "plan_pipelines", "async_copy_nest", "map_expr", "map_stmt", "substitute"]
+__all__ = ["stage_pipelined_copies", "plan_pipelines", "async_copy_nest", "describe_copy", "map_expr", "map_stmt", "substitute"]

@@ -252,8 +252,9 @@ def prove(req: dict) -> dict:
     """TVM's analyzer as the tests' oracle, over bridged integer expressions (``req["vars"]`` as a program's).
 
     Each query is ``{"kind": "eq", "a": .., "b": ..}`` (can TVM prove ``a == b`` for every value?) or
-    ``{"kind": "holds", "cond": .., "facts": [g, ...]}`` (under ``g >= 0`` for each fact: can TVM prove
-    ``cond``, and can it prove ``not cond``, i.e. refute it?). A query TVM cannot build gives ``None``."""
+    ``{"kind": "holds", "cond": .., "facts": [g, ...], "conds": [c, ...]}`` (under ``g >= 0`` for each fact
+    and each boolean ``c``, e.g. ``n % 8 == 0``: can TVM prove ``cond``, and can it prove ``not cond``, i.e.
+    refute it?). A query TVM cannot build gives ``None``."""
     import contextlib
 
     b = Builder({"vars": req["vars"], "buffers": []}, {"kind": "none"})
@@ -267,6 +268,8 @@ def prove(req: dict) -> dict:
             with contextlib.ExitStack() as stack:
                 for g in q["facts"]:
                     stack.enter_context(ana.constraint_scope(tirx.GE(b.expr(g), tirx.const(0, "int32"))))
+                for c in q.get("conds", ()):
+                    stack.enter_context(ana.constraint_scope(b.expr(c)))
                 cond = b.expr(q["cond"])
                 out.append([bool(ana.can_prove(cond)), bool(ana.can_prove(tirx.Not(cond)))])
         except Exception:  # noqa: BLE001 - mixed dtypes and the like: the query is not answered
