@@ -53,6 +53,16 @@ typedef struct {
     int returned;             /* an output (returned) rather than a workspace */
 } AllocPlan;
 
+/* How to read one attribute of the tensor type: its C getter, found once on the type (a getset descriptor:
+ * what attribute access would call, without the lookup), or its method descriptor (called without making a
+ * bound method); else the attribute by name. */
+typedef struct {
+    getter get;
+    void *closure;
+    PyObject *method; /* a method descriptor, owned */
+    PyObject *name;   /* interned, owned */
+} Reader;
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -64,14 +74,13 @@ typedef struct {
     int float_src[MAX_SLOTS]; /* argument j */
     int aligned[MAX_SLOTS];   /* buffer slots that must be 16-byte aligned */
     PyObject *tensor_type, *device_attr, *grid_fn, *get_device, *get_stream, *after, *fail, *alloc_kwnames;
+    Reader read_dtype, read_shape, read_flag, read_device, call_contiguous, call_data_ptr;
     unsigned grid[3], block[3], shared;
     launch_fn_t launch;
     long long cur_dev;        /* the device whose function and status word are set; -1: none yet */
     void *function;
     int64_t status;
 } Launcher;
-
-static PyObject *s_dtype, *s_shape, *s_device, *s_is_contiguous, *s_data_ptr;
 
 /* An int from a Python object that must be one; -1 with no exception set means "not an int". */
 static int as_ll(PyObject *o, long long *out) {
@@ -83,6 +92,43 @@ static int as_ll(PyObject *o, long long *out) {
         return -1;
     }
     return 0;
+}
+
+static int reader_init(Reader *r, PyObject *type, const char *name) {
+    r->name = PyUnicode_InternFromString(name);
+    if (!r->name)
+        return -1;
+    PyObject *d = PyObject_GetAttr(type, r->name);
+    if (!d) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (Py_IS_TYPE(d, &PyGetSetDescr_Type) && ((PyGetSetDescrObject *)d)->d_getset->get) {
+        r->get = ((PyGetSetDescrObject *)d)->d_getset->get;
+        r->closure = ((PyGetSetDescrObject *)d)->d_getset->closure;
+    } else if (Py_IS_TYPE(d, &PyMethodDescr_Type)) {
+        r->method = Py_NewRef(d);
+    }
+    Py_DECREF(d);
+    return 0;
+}
+
+static void reader_clear(Reader *r) {
+    Py_CLEAR(r->method);
+    Py_CLEAR(r->name);
+}
+
+/* The attribute's value (a getter or attribute), or the method's result (``call``); NULL with an exception. */
+static inline PyObject *read_attr(Reader *r, PyObject *t) {
+    if (r->get)
+        return r->get(t, r->closure);
+    return PyObject_GetAttr(t, r->name);
+}
+
+static inline PyObject *call_method(Reader *r, PyObject *t) {
+    if (r->method)
+        return PyObject_Vectorcall(r->method, &t, 1, NULL);
+    return PyObject_CallMethodNoArgs(t, r->name);
 }
 
 static int parse_dims(PyObject *t, long long *dims, int *rank) {
@@ -185,9 +231,19 @@ static PyObject *launcher_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
         PyErr_SetString(PyExc_ValueError, "signature too large for the compiled launcher");
         goto fail;
     }
+    if (!PyType_Check(tensor_type)) {
+        PyErr_SetString(PyExc_TypeError, "tensor_type must be a type");
+        goto fail;
+    }
     self->tensor_type = Py_NewRef(tensor_type);
     self->device_attr = Py_NewRef(device_attr);
     PyUnicode_InternInPlace(&self->device_attr);
+    if (reader_init(&self->read_dtype, tensor_type, "dtype") < 0 || reader_init(&self->read_shape, tensor_type, "shape") < 0 ||
+        reader_init(&self->read_flag, tensor_type, PyUnicode_AsUTF8(self->device_attr)) < 0 ||
+        reader_init(&self->read_device, tensor_type, "device") < 0 ||
+        reader_init(&self->call_contiguous, tensor_type, "is_contiguous") < 0 ||
+        reader_init(&self->call_data_ptr, tensor_type, "data_ptr") < 0)
+        goto fail;
     self->launch = (launch_fn_t)(uintptr_t)address;
     if (PyCallable_Check(grid)) {
         self->grid_fn = Py_NewRef(grid);
@@ -223,6 +279,12 @@ static void launcher_dealloc(Launcher *self) {
     Py_XDECREF(self->after);
     Py_XDECREF(self->fail);
     Py_XDECREF(self->alloc_kwnames);
+    reader_clear(&self->read_dtype);
+    reader_clear(&self->read_shape);
+    reader_clear(&self->read_flag);
+    reader_clear(&self->read_device);
+    reader_clear(&self->call_contiguous);
+    reader_clear(&self->call_data_ptr);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -244,21 +306,21 @@ static PyObject *launcher_set_device(Launcher *self, PyObject *a) {
 static int bind_tensor(Launcher *self, ArgPlan *p, PyObject *t, long long *syms, int64_t *ptr) {
     if (Py_TYPE(t) != (PyTypeObject *)self->tensor_type)
         return 1;
-    PyObject *o = PyObject_GetAttr(t, s_dtype);
+    PyObject *o = read_attr(&self->read_dtype, t);
     if (!o)
         goto error;
     int ok = o == p->dtype;
     Py_DECREF(o);
     if (!ok)
         return 1;
-    o = PyObject_GetAttr(t, self->device_attr);
+    o = read_attr(&self->read_flag, t);
     if (!o)
         goto error;
     ok = o == Py_True;
     Py_DECREF(o);
     if (!ok)
         return 1;
-    o = PyObject_GetAttr(t, s_shape);
+    o = read_attr(&self->read_shape, t);
     if (!o)
         goto error;
     ok = PyTuple_Check(o) && PyTuple_GET_SIZE(o) == p->rank;
@@ -279,14 +341,14 @@ static int bind_tensor(Launcher *self, ArgPlan *p, PyObject *t, long long *syms,
     Py_DECREF(o);
     if (!ok)
         return 1;
-    o = PyObject_CallMethodNoArgs(t, s_is_contiguous);
+    o = call_method(&self->call_contiguous, t);
     if (!o)
         goto error;
     ok = o == Py_True;
     Py_DECREF(o);
     if (!ok)
         return 1;
-    o = PyObject_CallMethodNoArgs(t, s_data_ptr);
+    o = call_method(&self->call_data_ptr, t);
     if (!o)
         goto error;
     long long v;
@@ -359,7 +421,7 @@ static PyObject *launcher_vectorcall(PyObject *callable, PyObject *const *argv, 
     int nb = self->nb, ni = self->ni, nf = self->nf;
 
     if (self->nallocs) {
-        device = PyObject_GetAttr(last_tensor, s_device);
+        device = read_attr(&self->read_device, last_tensor);
         if (!device)
             goto miss;
     }
@@ -389,7 +451,7 @@ static PyObject *launcher_vectorcall(PyObject *callable, PyObject *const *argv, 
         if (src >= 0) {
             store[b] = argval[src];
         } else {
-            PyObject *o = PyObject_CallMethodNoArgs(made[-src - 1], s_data_ptr);
+            PyObject *o = PyObject_CallMethodNoArgs(made[-src - 1], self->call_data_ptr.name);
             long long v;
             if (!o)
                 goto miss;
@@ -526,13 +588,6 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__tilecore_launch(void) {
     if (PyType_Ready(&LauncherType) < 0)
-        return NULL;
-    s_dtype = PyUnicode_InternFromString("dtype");
-    s_shape = PyUnicode_InternFromString("shape");
-    s_device = PyUnicode_InternFromString("device");
-    s_is_contiguous = PyUnicode_InternFromString("is_contiguous");
-    s_data_ptr = PyUnicode_InternFromString("data_ptr");
-    if (!s_dtype || !s_shape || !s_device || !s_is_contiguous || !s_data_ptr)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m)
