@@ -23,9 +23,9 @@ from tilecore.errors import DeviceError, TilecoreError
 from tilecore.runtime import clauncher
 
 torch = pytest.importorskip("torch")
-hypothesis = pytest.importorskip("hypothesis")
-st = hypothesis.strategies
+pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 cuda_runtime = pytest.importorskip("tilecore_cuda.runtime")
 
