@@ -10,7 +10,7 @@ if ! command -v gcc >/dev/null || ! echo 'int main(void){return 0;}' | gcc -fope
 fi
 # the compiled kernel launcher (tilecore/runtime/launcher.c) is built on first use with gcc against this Python's
 # headers; a system Python keeps them in python3-dev (pyenv, conda and the python.org builds ship their own)
-if ! python -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+if ! python -c 'import os, sys, sysconfig; sys.exit(not any(os.path.exists(os.path.join(d or "", "Python.h")) for d in (sysconfig.get_config_var("INCLUDEPY"), sysconfig.get_paths()["include"])))'; then
   $SUDO apt-get update
   $SUDO apt-get install -y --no-install-recommends python3-dev
 fi

@@ -11,6 +11,7 @@ Every kernel is called twice per argument set: once with the compiled launcher, 
 from __future__ import annotations
 
 import ctypes
+import sysconfig
 import types
 
 import pytest
@@ -411,7 +412,10 @@ def test_no_compiler_or_headers_means_the_python_path_and_a_debug_line(missing, 
         monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
         monkeypatch.setenv("TILECORE_CACHE_DIR", str(tmp_path / "cache"))  # nothing built yet
     else:
-        monkeypatch.setattr(clauncher.sysconfig, "get_paths", lambda: {"include": str(tmp_path)})
+        monkeypatch.setattr(clauncher.sysconfig, "get_paths", lambda scheme=None: {"include": str(tmp_path)})
+        config_var = sysconfig.get_config_var
+        monkeypatch.setattr(clauncher.sysconfig, "get_config_var",
+                            lambda name: str(tmp_path) if name == "INCLUDEPY" else config_var(name))
     caplog.set_level("DEBUG", logger="tilecore.launcher")
     k, _, driver = on_cpu(compiled["static_add"], True, monkeypatch)
     x, y, z = (torch.randn(512) for _ in range(3))

@@ -62,9 +62,15 @@ def build_command(cc: str, include: str, source: Path, out: str) -> list:
 
 def toolchain():
     """``(cc, include, None)`` for building the module here, or ``(None, None, why not)``."""
-    include = sysconfig.get_paths().get("include") or ""
-    if not os.path.exists(os.path.join(include, "Python.h")):
-        return None, None, f"no Python.h in {include or 'this Python'} (install the python3-dev package)"
+    # the include directory Python was built with (a venv's base Python's), then the install scheme's
+    # (Debian's default "posix_local" scheme names /usr/local/include, where the headers are not)
+    candidates = [sysconfig.get_config_var("INCLUDEPY"), sysconfig.get_paths().get("include")]
+    if "posix_prefix" in sysconfig.get_scheme_names():
+        candidates.append(sysconfig.get_paths("posix_prefix").get("include"))
+    include = next((d for d in candidates if d and os.path.exists(os.path.join(d, "Python.h"))), None)
+    if include is None:
+        return None, None, (f"no Python.h in {', '.join(sorted({d for d in candidates if d})) or 'this Python'} "
+                            "(install the python3-dev package)")
     cc = find_program(["cc", "gcc", "clang"], env="CC")
     if cc is None:
         return None, None, "no C compiler (install gcc or set $CC)"
