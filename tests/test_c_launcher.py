@@ -205,7 +205,7 @@ def arguments(draw, sig):
             args.append(draw(st.sampled_from([0, 7, -3, 2 ** 31 - 1])))
     tensors = [j for j, p in enumerate(inputs) if p["kind"] == "buffer"]
     scalars = [j for j, p in enumerate(inputs) if p["kind"] != "buffer"]
-    kinds = ["none", "none", "count-", "count+", "dtype", "dim", "rank", "non-contiguous", "numpy", "subclass",
+    kinds = ["none", "none", "none", "count-", "count+", "dtype", "dim", "rank", "non-contiguous", "numpy", "subclass",
              "offset"] + (["scalar"] if scalars else [])
     kind = draw(st.sampled_from(kinds))
     if kind == "count-":
