@@ -302,8 +302,10 @@ class CUDAProgram(Program):
             dbl[:] = [float(f) for f in floats]
         if self.tmaps:  # 128-byte descriptors: point the parameters at the cached ones
             k = nb + ni + len(floats)
-            for j, m in enumerate(self.tmaps):
-                params[k + j] = ctypes.addressof(self._tensor_map(m, int(buffers[m["arg"]]), ints))
+            # held until the launch has copied them: encoding the second may clear the cache of the first
+            held = [self._tensor_map(m, int(buffers[m["arg"]]), ints) for m in self.tmaps]
+            for j, d in enumerate(held):
+                params[k + j] = ctypes.addressof(d)
         raw = self._get_stream
         stream = raw(dev) if raw is not None else self._raw_stream(dev)
         rc = self._cuLaunchKernel(self._func, grid[0], grid[1], grid[2], self.threads, 1, 1, self.dyn_shared,
