@@ -238,7 +238,8 @@ static PyObject *launcher_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
     self->tensor_type = Py_NewRef(tensor_type);
     self->device_attr = Py_NewRef(device_attr);
     PyUnicode_InternInPlace(&self->device_attr);
-    if (reader_init(&self->read_dtype, tensor_type, "dtype") < 0 || reader_init(&self->read_shape, tensor_type, "shape") < 0 ||
+    if (reader_init(&self->read_dtype, tensor_type, "dtype") < 0 ||
+        reader_init(&self->read_shape, tensor_type, "shape") < 0 ||
         reader_init(&self->read_flag, tensor_type, PyUnicode_AsUTF8(self->device_attr)) < 0 ||
         reader_init(&self->read_device, tensor_type, "device") < 0 ||
         reader_init(&self->call_contiguous, tensor_type, "is_contiguous") < 0 ||
