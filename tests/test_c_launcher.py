@@ -49,6 +49,13 @@ class Driver:
         return self.rc
 
 
+def _encode(out, dtype, rank, ptr, dims, strides, box, estrides, interleave, swizzle, l2, oob):
+    """A stand-in for cuTensorMapEncodeTiled: the descriptor's first 8 bytes say which tensor and rows."""
+    word = (ptr.value or 0) ^ (dims[rank.value - 1] << 48)
+    ctypes.memmove(out, ctypes.byref(ctypes.c_uint64(word & (2 ** 64 - 1))), 8)
+    return 0
+
+
 def on_cpu(kernel: JITKernel, c_launcher: bool, monkeypatch, devices=(0,)):
     """``kernel`` (a fresh copy) loaded into a CUDAProgram that launches through a recorder and takes CPU
     tensors; the compiled launcher on or off (it is made at the first call)."""
@@ -58,11 +65,12 @@ def on_cpu(kernel: JITKernel, c_launcher: bool, monkeypatch, devices=(0,)):
     k._runtime = rt
     prog = cuda_runtime.CUDAProgram(kernel.binary, kernel.source)
     sig = kernel.meta["signature"]
-    nparams = sum(p["kind"] == "buffer" for p in sig["params"]) + len(sig["ints"]) + len(sig["floats"]) + 1
+    nparams = (sum(p["kind"] == "buffer" for p in sig["params"]) + len(sig["ints"]) + len(sig["floats"])
+               + len(kernel.meta["source"]["meta"].get("tensor_maps", ())) + 1)
     driver = Driver(nparams)
     prog.tensor_flag = "is_cpu"  # the compiled launcher's device check
     prog._cuLaunchKernel = driver.fn
-    prog.lib = types.SimpleNamespace(cuGetErrorString=lambda code, out: 0)
+    prog.lib = types.SimpleNamespace(cuGetErrorString=lambda code, out: 0, cuTensorMapEncodeTiled=_encode)
     prog.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(is_current_stream_capturing=lambda: False),
                                        int64=torch.int64)
     prog.current = devices[0]
@@ -165,7 +173,28 @@ def _pipelined_gemm():  # its cp.async copies need 16-byte aligned A and B (meta
     return gemm, {"target": "cuda:sm_80"}
 
 
-KERNELS = {f.__name__[1:]: f for f in (_static_add, _scale_add, _two_symbols, _asserting, _workspace, _pipelined_gemm)}
+def _tma_gemm():  # Hopper: TMA descriptors for A and B, encoded per launch (rows of A from the symbol m)
+    m = T.symbolic("m")
+
+    @T.prim_func
+    def tma_gemm(A: T.Tensor((m, 128), "float16"), B: T.Tensor((128, 128), "float16"),
+                 C: T.Tensor((m, 128), "float16")):
+        with T.Kernel(2, T.ceildiv(m, 64), threads=128) as (bx, by):
+            A_shared = T.alloc_shared((64, 64), "float16")
+            B_shared = T.alloc_shared((64, 64), "float16")
+            C_local = T.alloc_fragment((64, 64), "float32")
+            T.clear(C_local)
+            for ko in T.Pipelined(2, num_stages=2):
+                T.copy(A[by * 64, ko * 64], A_shared)
+                T.copy(B[ko * 64, bx * 64], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[by * 64, bx * 64])
+
+    return tma_gemm, {"out_idx": [2]}
+
+
+KERNELS = {f.__name__[1:]: f for f in (_static_add, _scale_add, _two_symbols, _asserting, _workspace, _pipelined_gemm,
+                                       _tma_gemm)}
 
 
 @pytest.fixture(scope="module")
@@ -400,8 +429,27 @@ def test_switches_and_kernels_without_it(compiled, monkeypatch):
     assert k._native is None and len(driver.records) == 1
     monkeypatch.setenv("TILECORE_C_LAUNCHER", "1")
     prog = on_cpu(compiled["static_add"], True, monkeypatch)[1]
-    prog.tmaps = [{}]  # kernels with TMA descriptors encode them in Python
+    assert prog.fast_call(compiled["static_add"].meta["signature"]) is not None
+    prog._cuLaunchKernel = None  # no driver
     assert prog.fast_call(compiled["static_add"].meta["signature"]) is None
+
+
+def test_tma_descriptors_are_encoded_per_launch_and_passed_by_address(compiled, monkeypatch):
+    kernel = compiled["tma_gemm"]
+    assert len(kernel.meta["source"]["meta"]["tensor_maps"]) == 2
+    k, prog, driver = on_cpu(kernel, True, monkeypatch)
+    a, b = torch.randn(100, 128).half(), torch.randn(128, 128).half()
+    k(a, b)
+    c = k._native((a, b))
+    assert c.shape == (100, 128)
+    words = [int.from_bytes(p, "little") for p in driver.records[-1]["params"]]
+    # A, B, C, the integer m, then the two descriptors (A's with 100 rows, B's with 128), the status word
+    assert words[:4] == [a.data_ptr(), b.data_ptr(), c.data_ptr(), 100]
+    assert words[4:6] == [a.data_ptr() ^ (100 << 48), b.data_ptr() ^ (128 << 48)]
+    assert words[6] == prog._status_ptr and driver.records[-1]["grid"] == (2, 2, 1)
+    assert len(prog.tmap_cache) == 2  # cached per (tensor, address, dims): a second call encodes nothing
+    k._native((a, b))
+    assert len(prog.tmap_cache) == 2
 
 
 @pytest.mark.parametrize("missing", ["compiler", "headers"])
@@ -442,7 +490,10 @@ def test_the_module_builds_here_and_is_cached(tmp_path, monkeypatch):
     assert clauncher.module() is not None and built[0].stat().st_mtime_ns == stamp  # loaded, not rebuilt
 
 
-MUTATIONS = {  # launcher.c with one check broken, and an argument set only that check refuses
+MUTATIONS = {  # launcher.c with one thing broken, and an argument set that shows it
+    "descriptor order": ("params[nb + ni + nf + nviews] = views[nviews].buf;",
+                         "params[nb + ni + nf + self->ndesc - 1 - nviews] = views[nviews].buf;", "tma_gemm",
+                         lambda: (torch.randn(100, 128).half(), torch.randn(128, 128).half())),
     "dtype": ("ok = o == p->dtype;", "ok = 1;", "scale_add",
               lambda: (torch.randn(9, 4), torch.randn(9, 4), 1.0, 2)),
     "symbols": ("ok = *s == have;", "ok = 1;", "scale_add",
@@ -466,6 +517,7 @@ def test_a_launcher_with_a_check_broken_is_caught(mutation, compiled, monkeypatc
     sig = kernel.meta["signature"]
     args = make_args()
     kind = "offset" if mutation == "alignment" else mutation  # agree() lets only an offset tensor decline
+    right = mutation == "descriptor order"  # the arguments are right: the unmutated launcher launches
     for broken in (False, True):
         if broken:
             mod, why = clauncher.build(mutant, tmp_path / "built", cc, include)
@@ -481,4 +533,4 @@ def test_a_launcher_with_a_check_broken_is_caught(mutation, compiled, monkeypatc
             with pytest.raises(AssertionError):
                 agree(sig, compile_binder(sig, "cpu"), (kc, progc, dc), (kp, progp, dp), args, kind)
         else:
-            assert not agree(sig, compile_binder(sig, "cpu"), (kc, progc, dc), (kp, progp, dp), args, kind)
+            assert agree(sig, compile_binder(sig, "cpu"), (kc, progc, dc), (kp, progp, dp), args, kind) == right

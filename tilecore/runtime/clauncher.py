@@ -34,7 +34,7 @@ log = logging.getLogger("tilecore.launcher")
 SOURCE = Path(__file__).with_name("launcher.c")
 MODULE = "_tilecore_launch"
 #: the C side's fixed limits (launcher.c): a signature beyond them gets no compiled launcher
-MAX_ARGS, MAX_DIMS, MAX_SYMS, MAX_ALLOCS, MAX_SLOTS = 64, 8, 64, 16, 128
+MAX_ARGS, MAX_DIMS, MAX_SYMS, MAX_ALLOCS, MAX_SLOTS, MAX_DESCRIPTORS = 64, 8, 64, 16, 128, 8
 
 _state: dict = {}  # "module": the loaded module, or None once it is known to be unavailable
 
@@ -199,7 +199,8 @@ def plan(signature: dict):
 
 def make_launcher(signature: dict, *, device_attr: str, launch_address: int, grid, block: tuple, shared: int,
                   get_device: Callable[[], int], get_stream: Callable[[int], int], fail: Callable,
-                  after: Callable | None = None, aligned=()):
+                  after: Callable | None = None, aligned=(), descriptors: Callable | None = None,
+                  ndescriptors: int = 0):
     """A compiled launcher for one kernel, or None (disabled, not buildable here, or a signature it does
     not take). Calling it with the tuple of the kernel's arguments returns what the kernel call returns
     (None, the output, or the list of outputs), or ``NotImplemented`` having launched nothing.
@@ -215,11 +216,18 @@ def make_launcher(signature: dict, *, device_attr: str, launch_address: int, gri
     :param fail: called as ``fail(code, grid)`` when the launch function returns non-zero; must raise.
     :param after: called after each launch (e.g. to read a status word back); may raise.
     :param aligned: indices of buffer arguments that must be 16-byte aligned (NotImplemented otherwise).
+    :param descriptors: for kernels that take ``ndescriptors`` driver descriptors (by address, after the
+        floats and before the status word): ``descriptors(buffers, ints)`` (the tuple of buffer addresses,
+        the list of integers) returns a tuple of that many objects with the buffer protocol (ctypes
+        arrays); it may raise, and the call then returns NotImplemented (the Python path raises again).
     """
     if not enabled():
         return None
     p = plan(signature)
-    if p is None:
+    if p is None or not 0 <= ndescriptors <= MAX_DESCRIPTORS or (ndescriptors > 0) != (descriptors is not None):
+        return None
+    nslots = len(p[2]) + len(p[3]) + len(p[4]) + ndescriptors + 1
+    if nslots > MAX_SLOTS:
         return None
     mod = module()
     if mod is None:
@@ -230,6 +238,6 @@ def make_launcher(signature: dict, *, device_attr: str, launch_address: int, gri
     args, allocs, buf_src, int_src, float_src, nsyms = p
     return mod.Launcher(args, allocs, buf_src, int_src, float_src, tuple(int(a) for a in aligned), nsyms,
                         torch.Tensor, device_attr, int(launch_address), g, tuple(int(b) for b in block),
-                        int(shared), get_device, get_stream, after, fail)
+                        int(shared), get_device, get_stream, after, fail, int(ndescriptors), descriptors)
 
 __all__ = ["make_launcher", "module", "plan", "enabled", "why_unavailable"]

@@ -32,6 +32,7 @@
 #define MAX_DIMS 8
 #define MAX_SYMS 64
 #define MAX_ALLOCS 16
+#define MAX_DESCRIPTORS 8
 
 typedef int (*launch_fn_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
                            void **, void **);
@@ -66,7 +67,7 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    int nargs, nsyms, nallocs, nb, ni, nf, naligned;
+    int nargs, nsyms, nallocs, nb, ni, nf, naligned, ndesc;
     ArgPlan args[MAX_ARGS];
     AllocPlan allocs[MAX_ALLOCS];
     int buf_src[MAX_SLOTS];   /* >= 0: argument j's address; -(m + 1): allocation m's */
@@ -74,6 +75,7 @@ typedef struct {
     int float_src[MAX_SLOTS]; /* argument j */
     int aligned[MAX_SLOTS];   /* buffer slots that must be 16-byte aligned */
     PyObject *tensor_type, *device_attr, *grid_fn, *get_device, *get_stream, *after, *fail, *alloc_kwnames;
+    PyObject *descriptors; /* descriptors(buffers, ints) -> ndesc buffer objects, passed by address; or NULL */
     Reader read_dtype, read_shape, read_flag, read_device, call_contiguous, call_data_ptr;
     unsigned grid[3], block[3], shared;
     launch_fn_t launch;
@@ -165,23 +167,25 @@ static int parse_int_tuple(PyObject *t, int *out, int *n, const char *what) {
 static PyObject *launcher_vectorcall(PyObject *callable, PyObject *const *argv, size_t nargsf, PyObject *kwnames);
 
 /* Launcher(args, allocs, buf_src, int_src, float_src, aligned, nsyms, tensor_type, device_attr,
- *          launch_address, grid, block, shared, get_device, get_stream, after, fail)
+ *          launch_address, grid, block, shared, get_device, get_stream, after, fail, ndesc, descriptors)
  * args: one tuple per argument: (0, dtype, dims) a tensor, (1,) an int, (2,) a float.
- * allocs: (fn, dtype, dims, returned) each. grid: three ints, or a callable of the list of ints. */
+ * allocs: (fn, dtype, dims, returned) each. grid: three ints, or a callable of the list of ints.
+ * descriptors: None, or a callable of (tuple of buffer addresses, list of ints) returning ndesc objects with
+ * the buffer protocol (a driver's descriptors, e.g. ctypes arrays), each passed by address after the floats. */
 static PyObject *launcher_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
     PyObject *args, *allocs, *buf_src, *int_src, *float_src, *aligned, *tensor_type, *device_attr, *grid;
-    PyObject *get_device, *get_stream, *after, *fail;
-    int nsyms;
+    PyObject *get_device, *get_stream, *after, *fail, *descriptors;
+    int nsyms, ndesc;
     unsigned long long address;
     unsigned bx, by, bz, shared;
     if (kw && PyDict_GET_SIZE(kw)) {
         PyErr_SetString(PyExc_TypeError, "Launcher takes positional arguments only");
         return NULL;
     }
-    if (!PyArg_ParseTuple(a, "O!O!O!O!O!O!iOUKO(III)IOOOO", &PyTuple_Type, &args, &PyTuple_Type, &allocs,
+    if (!PyArg_ParseTuple(a, "O!O!O!O!O!O!iOUKO(III)IOOOOiO", &PyTuple_Type, &args, &PyTuple_Type, &allocs,
                           &PyTuple_Type, &buf_src, &PyTuple_Type, &int_src, &PyTuple_Type, &float_src, &PyTuple_Type,
                           &aligned, &nsyms, &tensor_type, &device_attr, &address, &grid, &bx, &by, &bz, &shared,
-                          &get_device, &get_stream, &after, &fail))
+                          &get_device, &get_stream, &after, &fail, &ndesc, &descriptors))
         return NULL;
     Launcher *self = (Launcher *)type->tp_alloc(type, 0);
     if (!self)
@@ -227,7 +231,13 @@ static PyObject *launcher_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
         parse_int_tuple(float_src, self->float_src, &self->nf, "float_src") < 0 ||
         parse_int_tuple(aligned, self->aligned, &self->naligned, "aligned") < 0)
         goto fail;
-    if (self->nb + self->ni + self->nf + 1 > MAX_SLOTS) {
+    if (ndesc < 0 || ndesc > MAX_DESCRIPTORS || (ndesc > 0) != (descriptors != Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "descriptors: a callable for 1 to 8 of them, or None for none");
+        goto fail;
+    }
+    self->ndesc = ndesc;
+    self->descriptors = ndesc ? Py_NewRef(descriptors) : NULL;
+    if (self->nb + self->ni + self->nf + ndesc + 1 > MAX_SLOTS) {
         PyErr_SetString(PyExc_ValueError, "signature too large for the compiled launcher");
         goto fail;
     }
@@ -279,6 +289,7 @@ static void launcher_dealloc(Launcher *self) {
     Py_XDECREF(self->get_stream);
     Py_XDECREF(self->after);
     Py_XDECREF(self->fail);
+    Py_XDECREF(self->descriptors);
     Py_XDECREF(self->alloc_kwnames);
     reader_clear(&self->read_dtype);
     reader_clear(&self->read_shape);
@@ -418,7 +429,9 @@ static PyObject *launcher_vectorcall(PyObject *callable, PyObject *const *argv, 
     void *params[MAX_SLOTS];
     PyObject *made[MAX_ALLOCS];
     int nmade = 0;
-    PyObject *result = NULL, *device = NULL, *stream_obj = NULL;
+    PyObject *result = NULL, *device = NULL, *stream_obj = NULL, *ints = NULL, *desc = NULL;
+    Py_buffer views[MAX_DESCRIPTORS];
+    int nviews = 0;
     int nb = self->nb, ni = self->ni, nf = self->nf;
 
     if (self->nallocs) {
@@ -477,23 +490,22 @@ static PyObject *launcher_vectorcall(PyObject *callable, PyObject *const *argv, 
         params[k] = &store[k];
     for (int k = 0; k < nf; k++)
         params[nb + ni + k] = &dbl[k];
-    params[nb + ni + nf] = &store[nb + ni];
+    params[nb + ni + nf + self->ndesc] = &store[nb + ni];
 
-    unsigned grid[3] = {self->grid[0], self->grid[1], self->grid[2]};
-    if (self->grid_fn) {
-        PyObject *ints = PyList_New(ni);
+    if (self->grid_fn || self->ndesc) { /* the integers as the Python launch has them */
+        ints = PyList_New(ni);
         if (!ints)
             goto miss;
         for (int i = 0; i < ni; i++) {
             PyObject *n = PyLong_FromLongLong(store[nb + i]);
-            if (!n) {
-                Py_DECREF(ints);
+            if (!n)
                 goto miss;
-            }
             PyList_SET_ITEM(ints, i, n);
         }
+    }
+    unsigned grid[3] = {self->grid[0], self->grid[1], self->grid[2]};
+    if (self->grid_fn) {
         PyObject *g = PyObject_CallOneArg(self->grid_fn, ints);
-        Py_DECREF(ints);
         long long gv[3];
         int ok = g && PyTuple_Check(g) && PyTuple_GET_SIZE(g) == 3 && as_ll(PyTuple_GET_ITEM(g, 0), &gv[0]) == 0 &&
                  as_ll(PyTuple_GET_ITEM(g, 1), &gv[1]) == 0 && as_ll(PyTuple_GET_ITEM(g, 2), &gv[2]) == 0 &&
@@ -507,6 +519,28 @@ static PyObject *launcher_vectorcall(PyObject *callable, PyObject *const *argv, 
     }
     if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0)
         goto done;
+    if (self->ndesc) { /* after the grid check, as in the Python launch (its errors are the Python path's) */
+        PyObject *bufs = PyTuple_New(nb);
+        if (!bufs)
+            goto miss;
+        for (int b = 0; b < nb; b++) {
+            PyObject *n = PyLong_FromLongLong(store[b]);
+            if (!n) {
+                Py_DECREF(bufs);
+                goto miss;
+            }
+            PyTuple_SET_ITEM(bufs, b, n);
+        }
+        desc = PyObject_CallFunctionObjArgs(self->descriptors, bufs, ints, NULL);
+        Py_DECREF(bufs);
+        if (!desc || !PyTuple_Check(desc) || PyTuple_GET_SIZE(desc) != self->ndesc)
+            goto miss;
+        for (; nviews < self->ndesc; nviews++) { /* held (and the tuple with them) until after the launch */
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(desc, nviews), &views[nviews], PyBUF_SIMPLE) < 0)
+                goto miss;
+            params[nb + ni + nf + nviews] = views[nviews].buf;
+        }
+    }
 
     stream_obj = PyObject_CallOneArg(self->get_stream, dev_obj);
     if (!stream_obj)
@@ -550,6 +584,10 @@ done: {
     }
 }
 error:
+    for (int v = 0; v < nviews; v++)
+        PyBuffer_Release(&views[v]);
+    Py_XDECREF(desc);
+    Py_XDECREF(ints);
     for (int m = 0; m < nmade; m++)
         Py_DECREF(made[m]);
     Py_XDECREF(device);
