@@ -91,7 +91,8 @@ class JITKernel:
             program = self._load()
             fast = self._launch = (program.launch,
                                    compile_binder(self.meta["signature"], self.runtime.tensor_device))
-            # made after the Python path's binder: a program's fast_call may build on the first launch's state
+            # asked once; this first call still takes the Python path, whose launch lets the program learn its
+            # device (and tell its native path) before any native call
             native = getattr(program, "fast_call", None)  # Program has it from plugin API 1.3
             self._native = native(self.meta["signature"]) if native is not None else None
         launch, binder = fast
