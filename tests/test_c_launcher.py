@@ -374,7 +374,7 @@ def test_the_launch_reads_constant_and_computed_grids_and_skips_empty_ones(compi
     a, b = torch.randn(130, 4), torch.randn(130, 4).half()
     k(a, b, 1.0, 0)  # the first call: the Python path, which tells the compiled launcher the device
     out = k._native((a, b, 2.0, 5))
-    torch.testing.assert_close(out, torch.empty_like(out), atol=float("inf"), rtol=0)  # shape and dtype
+    assert out.shape == (130, 4) and out.dtype == torch.float32
     rec = driver.records[-1]
     assert rec["grid"] == (3, 1, 1) and rec["block"] == (64, 1, 1) and rec["stream"] == 0x5000 and rec["func"] == 0xF00D
     # A, B, C, then ints [shift, n], floats [alpha], then the status word's address
