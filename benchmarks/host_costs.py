@@ -4,6 +4,9 @@
 
 - host time per launch of a small 3-tensor kernel (a 4096-element add, ``kernel(x, y, z)``) against
   ``torch.add(x, y, out=z)``: wall time of back-to-back calls, the GPU work being smaller than the host's;
+  with the compiled launcher (tilecore/runtime/launcher.c) and with the Python binder
+  (``TILECORE_C_LAUNCHER=0``), and the parts of a launch timed alone (tensor metadata reads, the device
+  and stream queries, cuLaunchKernel through ctypes);
 - the same launch captured in a CUDA graph and replayed (``kernel`` inside ``torch.cuda.graph``);
 - cold compile of the WGMMA GEMM (128x256x64, 4 stages) in a fresh process, torch already imported, no
   cache, split into NVRTC and the rest;
@@ -87,6 +90,33 @@ def fresh(code: str, env: dict | None = None, text: bool = False):
     return [float(x) for x in re.findall(r"[0-9.]+(?:e-?[0-9]+)?", proc.stdout.strip().splitlines()[-1])]
 
 
+def breakdown(k, x, torch, host_us) -> list:
+    """Where a launch's host time goes: each part timed alone in a loop, less the loop's own cost (an empty
+    lambda), on the kernel's program after its Python-path launches."""
+    import ctypes
+
+    prog = k._program
+    empty = host_us(lambda: None)
+    parts = {
+        "tensor metadata, 3 tensors (dtype, shape, is_cuda, is_contiguous(), data_ptr())":
+            lambda: (x.dtype, x.shape, x.is_cuda, x.is_contiguous(), x.data_ptr()),
+        "current device + current stream (torch._C)":
+            lambda: prog._get_stream(prog._get_device()),
+    }
+    out = []
+    for what, fn in parts.items():
+        per = host_us(fn) - empty
+        out.append((f"  of which: {what}", f"{per * (3 if what.startswith('tensor') else 1):.2f} us", ""))
+    nb, ni, nf, store, dbl, params = prog._last_slots
+    grid, stream = prog._grid or prog.grid_fn([]), ctypes.c_void_p(prog._get_stream(prog._get_device()))
+    launch = prog._cuLaunchKernel
+    per = host_us(lambda: launch(prog._func, grid[0], grid[1], grid[2], prog.threads, 1, 1, prog.dyn_shared, stream,
+                                 params, None)) - empty
+    out.append(("  of which: cuLaunchKernel called through ctypes (arguments ready)", f"{per:.2f} us",
+                "the driver's own cost plus about 0.8 us of ctypes"))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="cuda")
@@ -135,9 +165,28 @@ def main() -> int:
                 torch.cuda.synchronize()
             return best
 
+        try:
+            from tilecore.runtime.clauncher import why_unavailable
+        except ImportError:  # a tree before the compiled launcher (device_check.sh's before-* steps)
+            def why_unavailable():
+                return "this tilecore has none"
+        os.environ["TILECORE_C_LAUNCHER"] = "0"  # read at a kernel's first call: this one binds in Python
+        k_py = tilecore.compile(vadd(n), target=target)
+        k_py(x, y, z)
+        os.environ.pop("TILECORE_C_LAUNCHER")
+        k(x, y, z)
+        compiled = getattr(k, "_native", None) is not None and getattr(k_py, "_native", None) is None
         ours, theirs = host_us(lambda: k(x, y, z)), host_us(lambda: torch.add(x, y, out=z))
-        rows.append(("host time per launch, 3-tensor add (4096 elements)", f"{ours:.1f} us",
-                     f"torch.add {theirs:.1f} us ({theirs / ours:.2f}x)"))
+        py = host_us(lambda: k_py(x, y, z))
+        rows.append(("host time per launch, 3-tensor add (4096 elements), compiled launcher", f"{ours:.1f} us",
+                     f"torch.add {theirs:.1f} us ({theirs / ours:.2f}x)" if compiled else
+                     f"torch.add {theirs:.1f} us; NO compiled launcher here: {why_unavailable() or 'off'}"))
+        rows.append(("the same, Python binder (TILECORE_C_LAUNCHER=0)", f"{py:.1f} us",
+                     f"torch.add {theirs:.1f} us ({theirs / py:.2f}x)"))
+        try:
+            rows += breakdown(k_py, x, torch, host_us)
+        except (AttributeError, TypeError, ValueError) as e:  # an older tree's program keeps other state
+            rows.append(("  the parts of a launch", "-", f"not measured with this tree: {e}"))
         g = torch.cuda.CUDAGraph()
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())

@@ -8,6 +8,12 @@ if ! command -v gcc >/dev/null || ! echo 'int main(void){return 0;}' | gcc -fope
   $SUDO apt-get update
   $SUDO apt-get install -y --no-install-recommends gcc libgomp1 libc6-dev
 fi
+# the compiled kernel launcher (tilecore/runtime/launcher.c) is built on first use with gcc against this Python's
+# headers; a system Python keeps them in python3-dev (pyenv, conda and the python.org builds ship their own)
+if ! python -c 'import os, sys, sysconfig; sys.exit(not any(os.path.exists(os.path.join(d or "", "Python.h")) for d in (sysconfig.get_config_var("INCLUDEPY"), sysconfig.get_paths()["include"])))'; then
+  $SUDO apt-get update
+  $SUDO apt-get install -y --no-install-recommends python3-dev
+fi
 # WebGPU without a GPU: Mesa's lavapipe (a Vulkan driver on the CPU) for the webgpu backend's kernels
 if ! dpkg -s mesa-vulkan-drivers >/dev/null 2>&1; then
   $SUDO apt-get update

@@ -32,6 +32,7 @@ class JITKernel:
         self._program = None
         self._runtime = None
         self._launch = None   # (program.launch, the fast binder or None), made by the first call
+        self._native = None   # the program's fast_call (binding and launch natively), made by the first call
         self.config = meta.get("config")
         self.latency = None
 
@@ -80,10 +81,20 @@ class JITKernel:
         return self._program
 
     def __call__(self, *args):
+        native = self._native
+        if native is not None:
+            r = native(args)
+            if r is not NotImplemented:
+                return r
         fast = self._launch
         if fast is None:
-            fast = self._launch = (self._load().launch,
+            program = self._load()
+            fast = self._launch = (program.launch,
                                    compile_binder(self.meta["signature"], self.runtime.tensor_device))
+            # asked once; this first call still takes the Python path, whose launch lets the program learn its
+            # device (and tell its native path) before any native call
+            native = getattr(program, "fast_call", None)  # Program has it from plugin API 1.3
+            self._native = native(self.meta["signature"]) if native is not None else None
         launch, binder = fast
         b = binder(args) if binder is not None else None
         if b is None:  # anything but the common case: the general binder (and its errors)

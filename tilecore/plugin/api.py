@@ -14,8 +14,9 @@ from typing import Any, Callable, ClassVar
 
 #: The plugin API this tilecore provides: (major, minor). A backend declaring major M.m loads when
 #: M equals our major and m <= our minor (minor versions only add). 1.1 adds :meth:`Backend.matrix_units`;
-#: 1.2 adds :meth:`Backend.op_extensions` (extra keyword arguments of core ops that a backend accepts).
-PLUGIN_API = (1, 2)
+#: 1.2 adds :meth:`Backend.op_extensions` (extra keyword arguments of core ops that a backend accepts);
+#: 1.3 adds :meth:`Program.fast_call` (a whole kernel call, binding and launch, done natively).
+PLUGIN_API = (1, 3)
 
 MODES = ("device", "emulated", "compile-only", "codegen-only")
 
@@ -126,6 +127,20 @@ class Program(abc.ABC):
 
     def synchronize(self) -> None:
         """Wait until launched work has finished (no-op for synchronous runtimes)."""
+
+    def fast_call(self, signature: dict) -> Callable | None:
+        """A callable doing a whole kernel call, binding and launch, or None (the default: every call
+        binds in Python and calls :meth:`launch`). Plugin API 1.3.
+
+        Called once per kernel, before its first call. The callable gets the tuple of the caller's
+        arguments and returns what the kernel call returns (None, the one output, or the list of
+        outputs), or ``NotImplemented`` having launched nothing, for any argument it does not take;
+        the kernel then binds through the general path, whose errors the user sees. So it must never
+        raise for a bad argument. :func:`tilecore.runtime.clauncher.make_launcher` builds one in C for
+        drivers whose launch function has the common driver-API shape.
+        .. versionadded:: 1.3
+        """
+        return None
 
 
 class Compiler(abc.ABC):

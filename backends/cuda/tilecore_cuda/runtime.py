@@ -179,6 +179,7 @@ class CUDAProgram(Program):
         # called without argtypes (a prototyped ctypes call converts each argument through from_param: 1.6 us
         # instead of 0.8 us here); the grid and block sizes fit C ints, the pointers go as c_void_p
         self._cuLaunchKernel = getattr(self.lib, "cuLaunchKernel", None) if self.lib is not None else None
+        self._native = None  # the compiled launcher (fast_call), told the device by _enter
 
     def _device(self) -> int:
         dev = self._get_device()
@@ -233,7 +234,55 @@ class CUDAProgram(Program):
             state = self._status_by_dev[dev] = (status, status.data_ptr())
         self.status, self._status_ptr = state
         self._cur_dev = dev
+        if self._native is not None:
+            self._native.set_device(dev, self._func.value or 0, self._status_ptr)
         return dev
+
+    #: the torch tensor attribute that is True for tensors this program's kernels take
+    tensor_flag = "is_cuda"
+
+    def fast_call(self, signature: dict):
+        """The compiled launcher (:func:`tilecore.runtime.clauncher.make_launcher`): binding and
+        cuLaunchKernel in C, about 3 us of host CPU less than the Python path per 3-tensor launch. TMA
+        descriptors stay encoded and cached in Python (``_tensor_map``, called by the launcher). None
+        without the driver, or where the launcher cannot be built (``TILECORE_C_LAUNCHER=0``, no C
+        compiler or Python headers)."""
+        from tilecore.runtime.clauncher import make_launcher
+
+        if self._cuLaunchKernel is None:
+            return None
+        address = ctypes.cast(self._cuLaunchKernel, ctypes.c_void_p).value
+        raw = self._get_stream
+        native = make_launcher(
+            signature, device_attr=self.tensor_flag, launch_address=address, grid=self._grid or self.grid_fn,
+            block=(self.threads, 1, 1), shared=self.dyn_shared, get_device=self._get_device,
+            get_stream=raw if raw is not None else self._raw_stream, fail=self._launch_failed,
+            after=self._check_status if self._has_asserts else None, aligned=self.aligned,
+            descriptors=self._descriptors if self.tmaps else None, ndescriptors=len(self.tmaps))
+        self._native = native
+        if native is not None and self._cur_dev is not None:  # launched before: the device is known
+            native.set_device(self._cur_dev, self._func.value or 0, self._status_ptr)
+        return native
+
+    def _descriptors(self, buffers, ints) -> tuple:
+        """The launch's TMA descriptors (the compiled launcher holds them until cuLaunchKernel returns)."""
+        return tuple(self._tensor_map(m, buffers[m["arg"]], ints) for m in self.tmaps)
+
+    def _launch_failed(self, rc: int, grid) -> None:
+        raise DeviceError(f"cuLaunchKernel failed: {_err(self.lib, rc)} (grid {tuple(grid)}, {self.threads} threads, "
+                          f"{self.dyn_shared} bytes of dynamic shared memory)")
+
+    def _check_status(self) -> None:
+        """After a launch of a kernel with device asserts: read the status word back (synchronizes) and
+        raise the failed assertion. Inside a CUDA graph capture nothing may synchronize: the status word
+        keeps the code, and the next launch outside a capture reports it."""
+        if self.torch.cuda.is_current_stream_capturing():
+            return
+        code = int(self.status[0].item())
+        if code:
+            values = self.status[2:].view(self.torch.int64).tolist()
+            self.status.zero_()
+            raise self.asserts.failure(code, values)
 
     def launch(self, buffers: list, ints: list, floats: list) -> None:
         dev = self._get_device()
@@ -258,23 +307,18 @@ class CUDAProgram(Program):
             dbl[:] = [float(f) for f in floats]
         if self.tmaps:  # 128-byte descriptors: point the parameters at the cached ones
             k = nb + ni + len(floats)
-            for j, m in enumerate(self.tmaps):
-                params[k + j] = ctypes.addressof(self._tensor_map(m, int(buffers[m["arg"]]), ints))
+            # held until the launch has copied them: encoding the second may clear the cache of the first
+            held = [self._tensor_map(m, int(buffers[m["arg"]]), ints) for m in self.tmaps]
+            for j, d in enumerate(held):
+                params[k + j] = ctypes.addressof(d)
         raw = self._get_stream
         stream = raw(dev) if raw is not None else self._raw_stream(dev)
         rc = self._cuLaunchKernel(self._func, grid[0], grid[1], grid[2], self.threads, 1, 1, self.dyn_shared,
                                   ctypes.c_void_p(stream), params, None)
         if rc != 0:
-            raise DeviceError(f"cuLaunchKernel failed: {_err(self.lib, rc)} (grid {grid}, {self.threads} threads, "
-                              f"{self.dyn_shared} bytes of dynamic shared memory)")
-        if self._has_asserts and not self.torch.cuda.is_current_stream_capturing():
-            # synchronizes: only kernels with device asserts pay for it. Inside a CUDA graph capture nothing may
-            # synchronize: the status word keeps the code, and the next launch outside a capture reports it
-            code = int(self.status[0].item())
-            if code:
-                values = self.status[2:].view(self.torch.int64).tolist()
-                self.status.zero_()
-                raise self.asserts.failure(code, values)
+            self._launch_failed(rc, grid)
+        if self._has_asserts:  # synchronizes: only kernels with device asserts pay for it
+            self._check_status()
 
     def _slots(self, nb: int, ni: int, nf: int):
         """The launch's argument storage (one int64 array for addresses, integers and the status word; one
