@@ -17,6 +17,7 @@ step() { local name=$1; shift; want "$name" || return 0; local t0=$SECONDS; "$@"
 step conformance-cuda python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda
 step conformance-webgpu python3 -m tilecore conformance run --target webgpu -n 4 --report /tmp/rep/webgpu
 # fragments' row reductions through subgroup shuffles on the NVIDIA Vulkan adapter (subgroups of 32; decision D21)
+step webgpu-subgroups python3 scripts/webgpu_subgroup_probe.py
 step webgpu-shuffles python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_webgpu_shuffles.py \
      tests/test_layout_inference.py -k "webgpu or shuffle or mutated or reductions"
 step webgpu-rows python3 benchmarks/webgpu_row_reductions.py --rep 50 --rows 16384 --cols 1024
