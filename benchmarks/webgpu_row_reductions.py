@@ -1,6 +1,7 @@
 """Row reductions of register fragments on WebGPU: subgroup shuffles against workgroup memory, one run.
 
-    python benchmarks/webgpu_row_reductions.py [--rows 4096] [--cols 1024] [--br 16] [--threads 128] [--rep 20] [--rounds 3]
+    python benchmarks/webgpu_row_reductions.py [--rows 4096] [--cols 1024] [--br 16] [--threads 128]
+                                               [--rep 20] [--rounds 3]
 
 Softmax and RMSNorm from the conformance catalog (float32, ``br`` rows a block), each compiled three ways
 and timed by the kernel's profiler (device timestamps where the adapter has them) on the same adapter, the

@@ -33,8 +33,8 @@ import math
 
 from ..ir import (Allocate, Atomic, Barrier, BinOp, Bind, Buffer, BufferLoad, Call, Cast, Cmp, Collective, Expr, For,
                   Hint, If, IntImm, KernelLaunch, Logic, PerThread, Print, Select, Seq, ShuffleWidth, ShuffleXor, Store,
-                  ThreadIndex, TileOp, Var, as_expr, binary, cast, compare, const, const_value, logic_and, loop_nest, rewrite, seq, simplify,
-                  walk, walk_expr)
+                  ThreadIndex, TileOp, Var, as_expr, binary, cast, compare, const, const_value, logic_and, loop_nest,
+                  rewrite, seq, simplify, walk, walk_expr)
 from ..layout import FragmentLayout, blocked
 from . import tile_pass
 

@@ -34,8 +34,9 @@ import re
 from tilecore.codegen import EmitState, abi_of, host_expr, single_launch
 from tilecore.codegen.shaderlang import ShaderLangEmitter
 from tilecore.errors import MAX_FAULT_VALUES, CompileError, UnsupportedFeatureError
-from tilecore.ir import (Allocate, Atomic, Bind, Buffer, BufferLoad, For, If, KernelLaunch, Seq, ShuffleWidth, ShuffleXor,
-                         Store, ThreadIndex, Var, as_expr, binary, cast, collect, compare, const, const_value, is_float, simplify)
+from tilecore.ir import (Allocate, Atomic, Bind, Buffer, BufferLoad, For, If, KernelLaunch, Seq, ShuffleWidth,
+                         ShuffleXor, Store, ThreadIndex, Var, as_expr, binary, cast, collect, compare, const,
+                         const_value, is_float, simplify)
 from tilecore.plugin import Source
 
 from .intrinsics import REDUCE_SCRATCH_WORDS, block_shape
@@ -149,24 +150,24 @@ class WebGPUEmitter(ShaderLangEmitter):
         ``ShuffleWidth()``; WGSL promises neither a subgroup size nor that subgroups follow
         ``local_invocation_index``. So the workgroup votes (a workgroup atomic cleared by invocation 0, a
         barrier, ``atomicMax`` of each invocation's size or a "no" mark, then ``workgroupUniformLoad``, which
-        makes the result uniform for the barriers that branch on it): where
-        every invocation sees ``num_subgroups * subgroup_size`` equal to the workgroup size and a
-        power-of-two size (so every subgroup is full and the same size), the thread index is renumbered
+        makes the result uniform for the barriers that branch on it): where every invocation sees
+        ``num_subgroups * subgroup_size`` equal to the workgroup size and a power-of-two size (so every
+        subgroup is full and the same size), the thread index is renumbered
         ``subgroup_id * subgroup_size + subgroup_invocation_id`` (a permutation of the invocations) and
         ``tc_sgw`` is the subgroup size (capped by the ``tilecore.webgpu.max_shuffle_width`` pass config);
         otherwise ``tc_sgw`` is 1 and the reductions go through workgroup memory."""
         cap = st.ctx.option(MAX_SHUFFLE_WIDTH, 128)
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1 or cap & (cap - 1):
-            raise CompileError(f"pass config {MAX_SHUFFLE_WIDTH}={cap!r}: use a power of two (1 keeps fragments' row "
-                               "reductions in workgroup memory)", span)
+            raise CompileError(f"pass config {MAX_SHUFFLE_WIDTH}={cap!r}: use a power of two (1 keeps fragments' "
+                               "row reductions in workgroup memory)", span)
         st.workgroup.append("var<workgroup> tc_sg_vote: atomic<u32>;")
         st.workgroup_bytes += 4
         self._check_workgroup_bytes(st, st.workgroup_bytes, span)
         full = f"tc_sg_n * tc_sg_size == {st.threads}u && (tc_sg_size & (tc_sg_size - 1u)) == 0u"
         return [
-            "  // subgroups as the lockstep groups of fragments' row reductions: the workgroup agrees on their",
-            "  // width (1 unless every subgroup is full and of one power-of-two size) and numbers its threads by them.",
-            "  // The vote is cleared here: lavapipe was seen to leave a previous workgroup's value in workgroup memory",
+            "  // subgroups as the lockstep groups of fragments' row reductions: the workgroup agrees on their width",
+            "  // (1 unless every subgroup is full and of one power-of-two size) and numbers its threads by them.",
+            "  // The vote is cleared first: lavapipe was seen to leave an old value in workgroup memory",
             "  if (tc_lidx == 0u) { atomicStore(&tc_sg_vote, 0u); }",
             "  workgroupBarrier();",
             f"  atomicMax(&tc_sg_vote, select(0xffffffffu, tc_sg_size, {full}));",
