@@ -149,10 +149,11 @@ class WebGPUEmitter(ShaderLangEmitter):
         The core's ShuffleXor pairs threads by ``ThreadIndex() ^ mask`` inside aligned groups of
         ``ShuffleWidth()``; WGSL promises neither a subgroup size nor that subgroups follow
         ``local_invocation_index``. So the workgroup votes (a workgroup atomic cleared by invocation 0, a
-        barrier, ``atomicMax`` of each invocation's size or a "no" mark, then ``workgroupUniformLoad``, which
-        makes the result uniform for the barriers that branch on it): where every invocation sees
-        ``num_subgroups * subgroup_size`` equal to the workgroup size and a power-of-two size (so every
-        subgroup is full and the same size), the thread index is renumbered
+        barrier, ``atomicMax`` of each invocation's size or a "no" mark, a barrier, invocation 0 copies the
+        result to a plain variable, whose ``workgroupUniformLoad`` makes it uniform for the barriers that
+        branch on it; WGSL's atomic overload of ``workgroupUniformLoad`` is newer than some compilers): where
+        every invocation sees ``num_subgroups * subgroup_size`` equal to the workgroup size and a
+        power-of-two size (so every subgroup is full and the same size), the thread index is renumbered
         ``subgroup_id * subgroup_size + subgroup_invocation_id`` (a permutation of the invocations) and
         ``tc_sgw`` is the subgroup size (capped by the ``tilecore.webgpu.max_shuffle_width`` pass config);
         otherwise ``tc_sgw`` is 1 and the reductions go through workgroup memory."""
@@ -160,8 +161,8 @@ class WebGPUEmitter(ShaderLangEmitter):
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1 or cap & (cap - 1):
             raise CompileError(f"pass config {MAX_SHUFFLE_WIDTH}={cap!r}: use a power of two (1 keeps fragments' "
                                "row reductions in workgroup memory)", span)
-        st.workgroup.append("var<workgroup> tc_sg_vote: atomic<u32>;")
-        st.workgroup_bytes += 4
+        st.workgroup += ["var<workgroup> tc_sg_vote: atomic<u32>;", "var<workgroup> tc_sg_width: u32;"]
+        st.workgroup_bytes += 8
         self._check_workgroup_bytes(st, st.workgroup_bytes, span)
         full = f"tc_sg_n * tc_sg_size == {st.threads}u && (tc_sg_size & (tc_sg_size - 1u)) == 0u"
         return [
@@ -171,7 +172,9 @@ class WebGPUEmitter(ShaderLangEmitter):
             "  if (tc_lidx == 0u) { atomicStore(&tc_sg_vote, 0u); }",
             "  workgroupBarrier();",
             f"  atomicMax(&tc_sg_vote, select(0xffffffffu, tc_sg_size, {full}));",
-            "  let tc_sg_w: u32 = workgroupUniformLoad(&tc_sg_vote);",
+            "  workgroupBarrier();",
+            "  if (tc_lidx == 0u) { tc_sg_width = atomicLoad(&tc_sg_vote); }",
+            "  let tc_sg_w: u32 = workgroupUniformLoad(&tc_sg_width);",
             "  let tc_sg_full: bool = tc_sg_w != 0xffffffffu;",
             f"  let tc_sgw: i32 = select(1i, min(i32(tc_sg_w), {cap}i), tc_sg_full);",
             "  let tc_tid: i32 = select(i32(tc_lidx), i32(tc_sg_id * tc_sg_size + tc_sg_lane), tc_sg_full);"]
