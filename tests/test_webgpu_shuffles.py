@@ -119,7 +119,7 @@ def test_row_reductions_of_fragments(name, target, width):
     src = kernel.get_kernel_source()
     if target == "webgpu":
         # shuffles below the subgroup size the workgroup agreed on, workgroup memory above it
-        assert "subgroupShuffleXor(" in src and "workgroupUniformLoad(&tc_sg_vote)" in src, src
+        assert "subgroupShuffleXor(" in src and "workgroupUniformLoad(&tc_sg_width)" in src, src
         assert "red_scratch" in src and "tc_sg_id * tc_sg_size + tc_sg_lane" in src
     else:
         assert "subgroup" not in src and "tc_sgw" not in src
