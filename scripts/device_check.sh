@@ -16,6 +16,11 @@ step() { local name=$1; shift; want "$name" || return 0; local t0=$SECONDS; "$@"
          echo "$name: rc=$rc in $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"; tail -n 15 "$OUT/$name.log"; }
 step conformance-cuda python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda
 step conformance-webgpu python3 -m tilecore conformance run --target webgpu -n 4 --report /tmp/rep/webgpu
+# fragments' row reductions through subgroup shuffles on the NVIDIA Vulkan adapter (subgroups of 32; decision D21)
+step webgpu-subgroups python3 scripts/webgpu_subgroup_probe.py
+step webgpu-shuffles python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_webgpu_shuffles.py \
+     tests/test_layout_inference.py -k "webgpu and not cuda"
+step webgpu-rows python3 benchmarks/webgpu_row_reductions.py --rep 50 --rows 16384 --cols 1024
 step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_backend.py tests/test_cuda_tensor_cores.py \
      tests/test_cuda_hopper.py tests/test_guards.py tests/test_regressions.py tests/test_layout_inference.py \
      tests/test_pipeline_planner.py tests/test_matrix_gemm.py tests/test_cuda_units.py

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from ..errors import CompileError
 from ..ir import (Allocate, Assert, Atomic, Barrier, BinOp, Bind, Break, Buffer, BufferLoad, Call, Cast, Cmp, Collective,
                   Continue, Expr,
-                  FloatImm, For, If, IntImm, KernelLaunch, Logic, PerThread, Print, Select, Seq, ShuffleXor, Store,
-                  ThreadIndex, Var, binary,
+                  FloatImm, For, If, IntImm, KernelLaunch, Logic, PerThread, Print, Select, Seq, ShuffleWidth, ShuffleXor,
+                  Store, ThreadIndex, Var, binary,
                   const,
                   is_float, simplify)
 from ..plugin.api import Emitter, Source
@@ -85,6 +85,9 @@ class CFamilyEmitter(Emitter):
     #: whose threads exchange registers sets it; the core asks for it only where the capabilities declare
     #: ``features.subgroup_ops`` and an ``execution.simd_width`` wider than the masks
     shuffle_xor = ""
+    #: spelling of :class:`~tilecore.ir.ShuffleWidth` (the lockstep width decided at run time, uniform over
+    #: the block): the core asks for it only where the profile declares ``execution.simd_width: dynamic``
+    shuffle_width_expr = ""
     #: statement and expression shapes; ``{type}`` is :meth:`loop_type` for loops, the value type otherwise
     for_header = "for ({type} {v} = {start}; {v} < {end}; ++{v}) {{"
     bind_stmt = "const {type} {name} = {value};"
@@ -237,6 +240,12 @@ class CFamilyEmitter(Emitter):
             return f"(({self.vtype(e.dtype)})({inner}))"
         if isinstance(e, ThreadIndex):
             return self.thread_index_expr
+        if isinstance(e, ShuffleWidth):
+            if not self.shuffle_width_expr:
+                raise CompileError("this target's code generator has no spelling for the run-time width of its "
+                                   "lockstep thread groups (shuffle_width_expr), which its capability profile's "
+                                   "execution.simd_width: dynamic asks for")
+            return self.shuffle_width_expr
         if isinstance(e, ShuffleXor):
             if not self.shuffle_xor:
                 raise CompileError("this target's code generator has no spelling for a register exchange between "

@@ -168,6 +168,22 @@ class ShuffleXor(Expr):
         self.value, self.mask, self.width, self.dtype = value, int(mask), int(width), value.dtype
 
 
+class ShuffleWidth(Expr):
+    """How many consecutive threads exchange registers through :class:`ShuffleXor` on this run, on a
+    target whose lockstep group size is known only at run time (capability ``execution.simd_width:
+    dynamic``): a power of two, the same on every thread of the block (a branch on it is uniform), 1
+    where no exchange is possible. Threads ``ThreadIndex() // w * w .. + w - 1`` form an aligned group,
+    so ``ShuffleXor(v, m, ...)`` reaches its partner wherever ``m < ShuffleWidth()``. Produced by fragment
+    lowerings (a row reduction that shuffles within the group and meets the other groups in shared
+    memory); emitters spell it (``shuffle_width_expr`` in a C-family emitter).
+    """
+
+    __slots__ = ()
+
+    def __init__(self, dtype=INDEX):
+        self.dtype = canonical(dtype)
+
+
 class BufferLoad(Expr):
     __slots__ = ("buffer", "indices")
 

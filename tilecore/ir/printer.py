@@ -9,7 +9,8 @@ import math
 from contextvars import ContextVar
 
 from .buffer import Region
-from .expr import (BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, ShuffleXor, ThreadIndex, Var)
+from .expr import (BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, ShuffleWidth, ShuffleXor,
+                   ThreadIndex, Var)
 from .stmt import (Allocate, Assert, Assume, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, Collective, Continue,
                    For, Hint, If, KernelLaunch, MatrixLoad, MatrixOp, PerThread, Print,
                    PrimFunc, Seq, Stmt, Store, TileOp)
@@ -69,6 +70,8 @@ def expr_str(e) -> str:
         return f"{_nm(e.buffer)}[{', '.join(expr_str(i) for i in e.indices)}]"
     if isinstance(e, ThreadIndex):
         return "T.thread_index()"
+    if isinstance(e, ShuffleWidth):
+        return "T.shuffle_width()"
     if isinstance(e, ShuffleXor):
         return f"T.shuffle_xor({expr_str(e.value)}, {e.mask}, width={e.width})"
     if isinstance(e, Region):

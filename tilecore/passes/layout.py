@@ -32,9 +32,9 @@ import itertools
 import math
 
 from ..ir import (Allocate, Atomic, Barrier, BinOp, Bind, Buffer, BufferLoad, Call, Cast, Cmp, Collective, Expr, For,
-                  Hint, If, IntImm, KernelLaunch, Logic, PerThread, Print, Select, Seq, ShuffleXor, Store, ThreadIndex,
-                  TileOp, Var, as_expr, binary, cast, compare, const, const_value, logic_and, loop_nest, rewrite, seq, simplify,
-                  walk, walk_expr)
+                  Hint, If, IntImm, KernelLaunch, Logic, PerThread, Print, Select, Seq, ShuffleWidth, ShuffleXor, Store,
+                  ThreadIndex, TileOp, Var, as_expr, binary, cast, compare, const, const_value, logic_and, loop_nest,
+                  rewrite, seq, simplify, walk, walk_expr)
 from ..layout import FragmentLayout, blocked
 from . import tile_pass
 
@@ -771,12 +771,11 @@ class _Lowerer:
         pre = []
         if masks:
             width = self._shuffle_width(masks)
-            if width:
-                for m in masks:
-                    for q in range(P.regs):
-                        cur = BufferLoad(part, (const(q),))
-                        out.append(Store(part, (const(q),), _combine(merge, cur, ShuffleXor(cur, m, width)),
-                                         span=op.span))
+            if width == "dynamic":
+                pre, more = self._two_path_combine(L, dim, P, part, merge, ident, masks, op.span)
+                out += more
+            elif width:
+                out += self._shuffles(P, part, merge, masks, width, op.span)
             else:
                 pre, more = self._scratch_combine(L, dim, P, part, merge, ident, op.span)
                 out += more
@@ -799,18 +798,53 @@ class _Lowerer:
             out.append(If(guard, st, span=op.span) if guard is not None else st)
         return pre + [PerThread(seq(out), {"layout": repr(L), "reduce": kind}, span=op.span)]
 
-    def _shuffle_width(self, masks) -> int:
+    def _shuffle_width(self, masks):
+        """The lockstep width the row's butterfly runs in: the profile's static ``execution.simd_width``
+        where it covers every mask and divides the block, ``"dynamic"`` where the profile says the width is
+        known only at run time (``simd_width: dynamic``), else 0 (shared memory only)."""
         caps = self.ctx.capabilities
         if not caps.feature("subgroup_ops"):
             return 0
-        width = int(caps.get("execution.simd_width", 1) or 1)
+        width = caps.get("execution.simd_width", 1) or 1
+        if width == "dynamic":
+            return width
+        width = int(width)
         if width < 2 or max(masks) >= width or self.plan.threads % width:
             return 0
         return width
 
-    def _scratch_combine(self, L, dim, P, part, merge, ident, span):
+    @staticmethod
+    def _shuffles(P, part, merge, masks, width, span) -> list:
+        from .lower_tile import _combine
+
+        out = []
+        for m in masks:
+            for q in range(P.regs):
+                cur = BufferLoad(part, (const(q),))
+                out.append(Store(part, (const(q),), _combine(merge, cur, ShuffleXor(cur, m, width)), span=span))
+        return out
+
+    def _two_path_combine(self, L, dim, P, part, merge, ident, masks, span):
+        """Where the lockstep width ``w`` is known only at run time (``ShuffleWidth()``, uniform over the
+        block): the butterfly's masks below ``w`` as shuffles, then, only where some mask reaches ``w`` or
+        beyond, the shared-memory combine over the row's threads whose offset is a multiple of ``w`` (each
+        holds its group's total). ``w = 1`` is the shared-memory path alone; ``w`` above every mask, the
+        shuffles alone. Masks are distinct powers of two (``reduce_masks``), so an offset is a multiple of
+        ``w`` exactly when its lowest set bit is at least ``w``."""
+        w = ShuffleWidth()
+        out = []
+        for m in masks:
+            body = self._shuffles(P, part, merge, (m,), 2 * m, span)
+            out.append(If(compare("lt", const(m), w), seq(body), span=span))
+        pre, combine = self._scratch_combine(L, dim, P, part, merge, ident, span, width=w)
+        out.append(If(compare("le", w, const(max(masks))), seq(combine), span=span))
+        return pre, out
+
+    def _scratch_combine(self, L, dim, P, part, merge, ident, span, width=None):
         """Combine a row's partials through shared memory: every thread writes its partials, then each
-        combines those of the threads of its row, in the same order on every thread."""
+        combines those of the threads of its row, in the same order on every thread. With ``width`` (an
+        expression: groups of that many threads have already combined by shuffles) only the threads at
+        offsets that are multiples of it join in."""
         from .lower_tile import _combine
 
         n = self.plan.threads
@@ -832,7 +866,10 @@ class _Lowerer:
                 off = sum(v * d.stride for v, d in zip(vals, digs))
                 cur = BufferLoad(part, (const(q),))
                 x = BufferLoad(scratch, (binary("add", binary("mul", binary("add", b, off), P.regs), q),))
-                out.append(Store(part, (const(q),), _combine(merge, cur, x), span=span))
+                st = Store(part, (const(q),), _combine(merge, cur, x), span=span)
+                if width is not None and off:
+                    st = If(compare("le", width, const(off & -off)), st, span=span)
+                out.append(st)
         out.append(Barrier(span=span))
         return [Allocate(scratch, span=span)], out
 

@@ -15,7 +15,9 @@ from typing import Any, Callable, ClassVar
 #: The plugin API this tilecore provides: (major, minor). A backend declaring major M.m loads when
 #: M equals our major and m <= our minor (minor versions only add). 1.1 adds :meth:`Backend.matrix_units`;
 #: 1.2 adds :meth:`Backend.op_extensions` (extra keyword arguments of core ops that a backend accepts);
-#: 1.3 adds :meth:`Program.fast_call` (a whole kernel call, binding and launch, done natively).
+#: 1.3 adds :meth:`Program.fast_call` (a whole kernel call, binding and launch, done natively), the capability
+#: value ``execution.simd_width: dynamic`` and the IR node it brings to emitters,
+#: :class:`~tilecore.ir.ShuffleWidth` (``shuffle_width_expr`` of the C-family emitters).
 PLUGIN_API = (1, 3)
 
 MODES = ("device", "emulated", "compile-only", "codegen-only")

@@ -77,7 +77,7 @@ def profile_of(selector: str = "") -> str:
 
 class WebGPUBackend(Backend):
     name = "webgpu"
-    plugin_api = "1.0"
+    plugin_api = "1.3"  # its subgroups profile declares simd_width: dynamic
     distribution = "tilecore-webgpu"
 
     def parse_target(self, spec: str):

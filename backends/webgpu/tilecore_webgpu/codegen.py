@@ -34,8 +34,9 @@ import re
 from tilecore.codegen import EmitState, abi_of, host_expr, single_launch
 from tilecore.codegen.shaderlang import ShaderLangEmitter
 from tilecore.errors import MAX_FAULT_VALUES, CompileError, UnsupportedFeatureError
-from tilecore.ir import (Allocate, Atomic, Bind, Buffer, BufferLoad, For, If, KernelLaunch, Seq, Store, ThreadIndex,
-                         Var, as_expr, binary, cast, collect, compare, const, const_value, is_float, simplify)
+from tilecore.ir import (Allocate, Atomic, Bind, Buffer, BufferLoad, For, If, KernelLaunch, Seq, ShuffleWidth,
+                         ShuffleXor, Store, ThreadIndex, Var, as_expr, binary, cast, collect, compare, const,
+                         const_value, is_float, simplify)
 from tilecore.plugin import Source
 
 from .intrinsics import REDUCE_SCRATCH_WORDS, block_shape
@@ -48,12 +49,18 @@ FAULT = "tc_fault"
 #: takes them under the device feature and rejects the ``enable subgroups;`` directive, so none is written
 SUBGROUP_BUILTINS = (", @builtin(subgroup_invocation_id) tc_sg_lane: u32, @builtin(subgroup_size) tc_sg_size: u32, "
                      "@builtin(subgroup_id) tc_sg_id: u32, @builtin(num_subgroups) tc_sg_n: u32")
+#: the pass config that caps the width fragments' row reductions shuffle across (a power of two; 1 keeps
+#: every reduction in workgroup memory at run time, with the same generated code)
+MAX_SHUFFLE_WIDTH = "tilecore.webgpu.max_shuffle_width"
 _SUBGROUP_OP = {"sum": "subgroupAdd", "abssum": "subgroupAdd", "max": "subgroupMax", "absmax": "subgroupMax",
                 "min": "subgroupMin"}
 
 
 class WebGPUEmitter(ShaderLangEmitter):
     lang = "wgsl"
+    #: register exchanges of fragments' row reductions (the core's ShuffleXor, under ``mask < ShuffleWidth()``)
+    shuffle_xor = "subgroupShuffleXor({0}, {1}u)"
+    shuffle_width_expr = "tc_sgw"
 
     def emit(self, func, ctx) -> Source:
         st = EmitState()
@@ -89,9 +96,14 @@ class WebGPUEmitter(ShaderLangEmitter):
         st.subgroups = False
         st.scratch = {}
         st.collectives = 0
+        st.shuffles = False
         for s in top:
             self.stmt(st, s)
         body = "\n".join(st.lines)
+        entry = ["  let tc_tid: i32 = i32(tc_lidx);"]
+        if st.shuffles:
+            st.subgroups = True
+            entry = self._subgroup_numbering(st, func.span)
         for t, words in sorted(st.scratch.items()):
             st.workgroup.append(f"var<workgroup> tc_red_{t}: array<{t}, {words}>;")
             st.workgroup_bytes += 4 * words
@@ -114,8 +126,7 @@ class WebGPUEmitter(ShaderLangEmitter):
             f"@compute @workgroup_size({st.threads})",
             f"fn {ENTRY}(@builtin(workgroup_id) tc_wid: vec3<u32>, @builtin(num_workgroups) tc_nwg: vec3<u32>, "
             "@builtin(local_invocation_index) tc_lidx: u32" + (SUBGROUP_BUILTINS if st.subgroups else "") + ") {",
-            "  let tc_tid: i32 = i32(tc_lidx);",
-            body, "}", ""])
+            *entry, body, "}", ""])
         meta = {
             "buffers": [{"name": p.name, "dtype": str(p.buffer.dtype), "itemsize": p.buffer.dtype.bytes,
                          "shape": [host_expr(d, ints) for d in p.buffer.shape],
@@ -126,6 +137,47 @@ class WebGPUEmitter(ShaderLangEmitter):
             "max_workgroups_per_dimension": int((caps.limit("max_workgroups_per_dimension") or (65535,))[0]),
         }
         return Source(code, "wgsl", ENTRY, meta)
+
+    def expr(self, st: EmitState, e) -> str:
+        if isinstance(e, (ShuffleWidth, ShuffleXor)):
+            st.shuffles = True
+        return super().expr(st, e)
+
+    def _subgroup_numbering(self, st: EmitState, span) -> list:
+        """The entry's first lines where fragments' row reductions shuffle (``ShuffleWidth``/``ShuffleXor``).
+
+        The core's ShuffleXor pairs threads by ``ThreadIndex() ^ mask`` inside aligned groups of
+        ``ShuffleWidth()``; WGSL promises neither a subgroup size nor that subgroups follow
+        ``local_invocation_index``. So the workgroup votes (a workgroup atomic cleared by invocation 0, a
+        barrier, ``atomicMax`` of each invocation's size or a "no" mark, a barrier, invocation 0 copies the
+        result to a plain variable, whose ``workgroupUniformLoad`` makes it uniform for the barriers that
+        branch on it; WGSL's atomic overload of ``workgroupUniformLoad`` is newer than some compilers): where
+        every invocation sees ``num_subgroups * subgroup_size`` equal to the workgroup size and a
+        power-of-two size (so every subgroup is full and the same size), the thread index is renumbered
+        ``subgroup_id * subgroup_size + subgroup_invocation_id`` (a permutation of the invocations) and
+        ``tc_sgw`` is the subgroup size (capped by the ``tilecore.webgpu.max_shuffle_width`` pass config);
+        otherwise ``tc_sgw`` is 1 and the reductions go through workgroup memory."""
+        cap = st.ctx.option(MAX_SHUFFLE_WIDTH, 128)
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1 or cap & (cap - 1):
+            raise CompileError(f"pass config {MAX_SHUFFLE_WIDTH}={cap!r}: use a power of two (1 keeps fragments' "
+                               "row reductions in workgroup memory)", span)
+        st.workgroup += ["var<workgroup> tc_sg_vote: atomic<u32>;", "var<workgroup> tc_sg_width: u32;"]
+        st.workgroup_bytes += 8
+        self._check_workgroup_bytes(st, st.workgroup_bytes, span)
+        full = f"tc_sg_n * tc_sg_size == {st.threads}u && (tc_sg_size & (tc_sg_size - 1u)) == 0u"
+        return [
+            "  // subgroups as the lockstep groups of fragments' row reductions: the workgroup agrees on their width",
+            "  // (1 unless every subgroup is full and of one power-of-two size) and numbers its threads by them.",
+            "  // The vote is cleared first: lavapipe was seen to leave an old value in workgroup memory",
+            "  if (tc_lidx == 0u) { atomicStore(&tc_sg_vote, 0u); }",
+            "  workgroupBarrier();",
+            f"  atomicMax(&tc_sg_vote, select(0xffffffffu, tc_sg_size, {full}));",
+            "  workgroupBarrier();",
+            "  if (tc_lidx == 0u) { tc_sg_width = atomicLoad(&tc_sg_vote); }",
+            "  let tc_sg_w: u32 = workgroupUniformLoad(&tc_sg_width);",
+            "  let tc_sg_full: bool = tc_sg_w != 0xffffffffu;",
+            f"  let tc_sgw: i32 = select(1i, min(i32(tc_sg_w), {cap}i), tc_sg_full);",
+            "  let tc_tid: i32 = select(i32(tc_lidx), i32(tc_sg_id * tc_sg_size + tc_sg_lane), tc_sg_full);"]
 
     @staticmethod
     def _word(k: int, dtype) -> str:
