@@ -7,9 +7,9 @@ reason the layout pass gave), and what layout conversions it inserted.
     python scripts/fragment_census.py -t hip:gfx942 -v      # one target, every shared fragment listed
     python scripts/fragment_census.py --json out.json       # the rows, for comparing two trees
 
-It reads ``func.attrs["fragment_layouts"]`` (``"shared: <reason>"`` or a layout) and
-``func.attrs["layout_conversions"]`` of the lowered kernel (``tilecore.compiler.lower``: no device compiler
-runs). Reasons are grouped by their first words (the buffer-specific tail is cut). ``fakemu`` is the test
+It reads ``func.attrs["fragment_layouts"]`` of the lowered kernel (``tilecore.compiler.lower``: no device
+compiler runs): ``"shared: <reason>"``, or a layout, followed by ``[converted for ...]`` where the layout pass
+converted the fragment (into another layout for a statement that needs it: by registers, shuffle or shared). Reasons are grouped by their first words (the buffer-specific tail is cut). ``fakemu`` is the test
 backend of tests/fake_matrix_backend.py (registered here in code).
 """
 from __future__ import annotations
@@ -86,7 +86,6 @@ def census(target: str, sources) -> list[dict]:
             rows.append(row)
             continue
         row["fragments"] = dict(lowered.attrs.get("fragment_layouts") or {})
-        row["conversions"] = dict(lowered.attrs.get("layout_conversions") or {})
         rows.append(row)
     return rows
 
@@ -109,8 +108,9 @@ def summary(rows: list[dict], verbose: bool = False) -> str:
                 where[k].append(f"{r['kernel']}:{frag}")
             else:
                 regs += 1
-        for _frag, how in r["conversions"].items():
-            convs[how.split(" ")[0]] += 1
+                for how in re.findall(r" by (registers|shuffle|shared) ", lay):
+                    convs[how] += 1
+                    where[f"conv:{how}"].append(f"{r['kernel']}:{frag}")
     kernels = len(rows) - errors
     lines = [f"{rows[0]['target'] if rows else '?'}: {kernels} kernels lowered ({errors} refused or failed), "
              f"{regs + shared} fragments: {regs} in registers, {shared} in shared memory"]
@@ -119,7 +119,10 @@ def summary(rows: list[dict], verbose: bool = False) -> str:
         if verbose:
             lines += [f"          {w}" for w in where[k][:12]] + (["          ..."] if len(where[k]) > 12 else [])
     for k, n in convs.most_common():
-        lines.append(f"  {n:4d}  converted: {k}")
+        lines.append(f"  {n:4d}  conversions by {k}")
+        if verbose:
+            w = where[f"conv:{k}"]
+            lines += [f"          {x}" for x in w[:12]] + (["          ..."] if len(w) > 12 else [])
     return "\n".join(lines)
 
 
