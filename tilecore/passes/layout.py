@@ -283,7 +283,7 @@ class Plan:
         return plan_conversion(src, dst, self.width)
 
     def note_conversion(self, buf, src, dst, where: str):
-        text = f"{where} (which needs {dst!r}): by {self.conversion(src, dst).describe()}"
+        text = f"{where}: {src!r} -> {dst!r} by {self.conversion(src, dst).describe()}"
         lst = self.conversions.setdefault(id(buf), [])
         if text not in lst:
             lst.append(text)
@@ -417,9 +417,11 @@ def _nest_domain(plan: Plan, loops, inner, assign: bool):
             if m is not None:
                 conv = want
                 if assign:
-                    plan.note_conversion(b, plan.layouts[id(b)], want,
-                                         f"a T.Parallel nest or T.copy over {tuple(ext)} at "
-                                         f"{_where(loops[0])}")
+                    where = f"a T.Parallel nest or T.copy over {tuple(ext)} at {_where(loops[0])}"
+                    if any(not w2 for b2, _i, w2 in accs if b2 is b) or _branches(inner):
+                        plan.note_conversion(b, plan.layouts[id(b)], want, f"{where} (reads it)")
+                    if any(w2 for b2, _i, w2 in accs if b2 is b):
+                        plan.note_conversion(b, want, plan.layouts[id(b)], f"{where} (writes it)")
         if m is None:
             # a register operand of a matrix unit that its producer's layout cannot feed goes back to shared
             # memory, not the producer
@@ -429,6 +431,12 @@ def _nest_domain(plan: Plan, loops, inner, assign: bool):
                           f"{tuple(ext)} reads there (e.g. a transposed read)")
         out.append((b, p, m, conv))
     return D, out
+
+
+def _branches(stmt) -> bool:
+    """A branch inside a nest: a write may skip elements, so the nest's copy of a converted fragment starts
+    from the fragment's values."""
+    return any(isinstance(x, If) for x in _all_stmts(stmt))
 
 
 def _where(stmt) -> str:
@@ -525,8 +533,10 @@ def _infer_once(plan: Plan, body, annotations: dict):
                         if have is not None and have != P and plan.convert and not have.opaque:
                             # reduce into registers laid out as the projection, then convert into the result's
                             # layout (and from it first, where the reduction combines with the old value)
-                            plan.note_conversion(dst.buffer, have, P, f"the T.reduce_{s.attrs['kind']} of "
-                                                 f"{src.buffer.name} at {_where(s)}")
+                            where = f"the T.reduce_{s.attrs['kind']} of {src.buffer.name} at {_where(s)}"
+                            if not s.attrs["clear"]:
+                                plan.note_conversion(dst.buffer, have, P, f"{where} (its old value)")
+                            plan.note_conversion(dst.buffer, P, have, f"{where} (the result)")
                             continue
                         if id(dst.buffer) in plan.layouts and plan.layouts[id(dst.buffer)] != P:
                             raise _Shared(dst.buffer, f"the result of a reduction of {src.buffer.name}, whose "
@@ -748,7 +758,7 @@ class _Lowerer:
         use = {id(b): self.regbuf[id(b)] for b, _p, _m, conv in found if conv is None}
         if any(conv is not None for *_x, conv in found):
             acc = _accesses(inner, self.plan.frags)
-            branches = any(isinstance(x, If) for x in _all_stmts(inner))
+            branches = _branches(inner)
             for b, _p, _m, conv in found:
                 if conv is None or id(b) in use:
                     continue
@@ -778,6 +788,41 @@ class _Lowerer:
         out = PerThread(seq(pre + body + post), {"layout": repr(D)}, span=span)
         return seq(shared + [out]) if shared else out
 
+    def _exchange(self, conv, src_buf, dst_buf, span):
+        """Register moves and xor shuffles of a :class:`~tilecore.layout.Conversion` (docs/layout.md): for
+        each destination register and each of its xor distances ``m``, every thread sends the source
+        register its partner ``thread ^ m`` needs (a select over the registers it may be, where that
+        differs between threads); then each thread keeps the value of its own distance. Every shuffle is
+        evaluated by every thread (bound to a variable before any select)."""
+        holder, sreg = conv.tables()
+        tid = ThreadIndex()
+        out = []
+        for r, ms in enumerate(conv.masks):
+            vals = {}
+            for m in ms:
+                partner = binary("xor", tid, m) if m else tid
+                need = sorted({int(x) for x in sreg[[u ^ m for u in range(conv.dst.threads)], r]})
+                sent = BufferLoad(src_buf, (const(need[-1]),))
+                if len(need) > 1:
+                    _t, reg_e = conv.slot_exprs(partner, r)
+                    for k in reversed(need[:-1]):
+                        sent = Select(compare("eq", reg_e, const(k)), BufferLoad(src_buf, (const(k),)), sent)
+                v = Var(f"xc{m}", src_buf.dtype)
+                if m:  # shuffles move 32-bit words (every target's spelling takes them): narrower values widen
+                    wide = _shuffle_dtype(src_buf.dtype)
+                    x = ShuffleXor(cast(wide, sent) if wide != src_buf.dtype else sent, m, conv.width)
+                    sent = cast(src_buf.dtype, x) if wide != src_buf.dtype else x
+                out.append(Bind(v, sent, span=span))
+                vals[m] = v
+            val = vals[ms[-1]]
+            if len(ms) > 1:
+                hold, _r = conv.slot_exprs(tid, r)
+                dist = simplify(binary("xor", tid, hold))
+                for m in reversed(ms[:-1]):
+                    val = Select(compare("eq", dist, const(m)), vals[m], val)
+            out.append(Store(dst_buf, (const(r),), val, span=span))
+        return out
+
     def convert(self, src_buf, src: FragmentLayout, dst_buf, dst: FragmentLayout, span):
         """Statements (inside a PerThread) that fill ``dst_buf``'s registers, laid out by ``dst``, with the
         elements ``src_buf`` holds in ``src``; and the block-level allocations they need. Register moves and
@@ -786,11 +831,7 @@ class _Lowerer:
         every first replica stores its registers, a barrier, every thread loads its new registers."""
         conv = self.plan.conversion(src, dst) if self.plan.convert is True else None
         if conv is not None and conv.kind != "shared":
-            out = []
-            for r, (sreg, mask) in enumerate(conv.steps):
-                v = BufferLoad(src_buf, (const(sreg),))
-                out.append(Store(dst_buf, (const(r),), ShuffleXor(v, mask, self.plan.width) if mask else v, span=span))
-            return out, []
+            return self._exchange(conv, src_buf, dst_buf, span), []
         n = math.prod(src.shape)
         scratch = Buffer(f"{dst_buf.name}_xchg", (n,), dst_buf.dtype, "shared")
         tid = ThreadIndex()
@@ -989,6 +1030,15 @@ class _Lowerer:
             loops, inner = _nest_of(_expand(s, self.ctx))
             return self.nest(loops, inner, s.span)
         return s
+
+
+def _shuffle_dtype(dtype: str) -> str:
+    """The type a value of ``dtype`` crosses a shuffle in (narrow floats as float32, narrow ints as int32)."""
+    from ..ir.dtypes import canonical, is_float
+
+    if canonical(dtype).bits >= 32:
+        return dtype
+    return "float32" if is_float(dtype) else "int32"
 
 
 def _result_layout(L: FragmentLayout, dim: int, dst_shape) -> FragmentLayout:
