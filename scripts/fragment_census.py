@@ -6,6 +6,7 @@ reason the layout pass gave), and what layout conversions it inserted.
     python scripts/fragment_census.py                       # cuda:sm_80 and the made-up test unit (fakemu)
     python scripts/fragment_census.py -t hip:gfx942 -v      # one target, every shared fragment listed
     python scripts/fragment_census.py --json out.json       # the rows, for comparing two trees
+    python scripts/fragment_census.py --no-convert          # as before layout conversion (D22)
 
 It reads ``func.attrs["fragment_layouts"]`` of the lowered kernel (``tilecore.compiler.lower``: no device
 compiler runs): ``"shared: <reason>"``, or a layout, followed by ``[converted for ...]`` where the layout pass
@@ -69,7 +70,7 @@ def reason_key(text: str) -> str:
     return text[:110]
 
 
-def census(target: str, sources) -> list[dict]:
+def census(target: str, sources, extra: dict | None = None) -> list[dict]:
     from tilecore.compiler import lower
 
     rows = []
@@ -80,7 +81,7 @@ def census(target: str, sources) -> list[dict]:
             rows.append(row)
             continue
         try:
-            lowered = lower(build(), target, {**(configs or {}), "tilecore.disable_cache": True})[2]
+            lowered = lower(build(), target, {**(configs or {}), **(extra or {}), "tilecore.disable_cache": True})[2]
         except Exception as e:  # noqa: BLE001 - a kernel the target refuses is counted, not fatal
             row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
             rows.append(row)
@@ -132,6 +133,8 @@ def main(argv=None) -> int:
     ap.add_argument("-v", "--verbose", action="store_true", help="list the fragments kept in shared memory")
     ap.add_argument("--only", choices=("catalog", "corpus"), help="one of the two kernel sets")
     ap.add_argument("--json", help="write every row to this file")
+    ap.add_argument("--no-convert", action="store_true",
+                    help="compile with tilecore.layout_conversion=False (a disagreement keeps a fragment in shared memory)")
     args = ap.parse_args(argv)
     targets = args.target or list(DEFAULT_TARGETS)
     if "fakemu" in targets:
@@ -143,7 +146,7 @@ def main(argv=None) -> int:
             srcs += list(catalog_funcs())
         if args.only in (None, "corpus"):
             srcs += list(corpus_funcs())
-        rows = census(t, srcs)
+        rows = census(t, srcs, {"tilecore.layout_conversion": False} if args.no_convert else None)
         out += rows
         print(summary(rows, args.verbose), flush=True)
     if args.json:

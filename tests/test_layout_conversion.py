@@ -241,8 +241,7 @@ def test_a_wrong_exchange_is_caught(monkeypatch):
 # -- reductions into a fragment laid out otherwise --------------------------------------------------------
 
 @needs_gxx
-@pytest.mark.parametrize("target", ["cuda:sm_80", "fakemu"])
-@pytest.mark.parametrize("clear", [True, False])
+@pytest.mark.parametrize("target,clear", [("cuda:sm_80", False), ("fakemu", True)])
 def test_reduction_into_a_fragment_laid_out_otherwise(fakemu, target, clear):
     """The catalog's reduce kernel: ``r`` is laid out by ``T.copy(D, r)`` before the reduction of ``f``
     (whose layout projects elsewhere); the reduction is computed in the projection and converted."""
@@ -282,23 +281,31 @@ def _corpus_flashattn():
 
 
 @needs_gxx
-@pytest.mark.parametrize("causal", [False, True])
-def test_tilelang_flash_attention_on_the_made_up_unit(fakemu, causal):
+@pytest.mark.parametrize("causal,mode", [(False, True), (True, "shared")])
+def test_tilelang_flash_attention_on_the_made_up_unit(fakemu, causal, mode):
     """TileLang's example_mha_fwd_bhsd (tests/tilelang_corpus): S = Q K^T's accumulator (columns in lanes,
-    groups of 64) feeds P V's A operand (rows in lanes): converted through shared memory, both in
-    registers."""
+    groups of 64) feeds P V's A operand (rows in lanes), which only shared memory can give each thread. By
+    default the operand stays there (the unit's operand load is the load half of the round trip), with the
+    reason; ``tilecore.layout_conversion='shared'`` converts it into registers instead. Both right, every
+    other fragment in registers."""
     import torch
 
     from cuda_host_emulator import run_on_host
     from tilelang_corpus._driver import attention_ref
 
     fn = _corpus_flashattn()
-    func = fn.get_tir(1, 2, 64, 96, 32, causal, block_M=32, block_N=32, num_stages=1, threads=128) \
-        if hasattr(fn, "get_tir") else fn(1, 2, 64, 96, 32, causal, block_M=32, block_N=32, num_stages=1, threads=128)
-    k = tilecore.compile(func, target=fakemu, out_idx=[3], pass_configs=NOCACHE)
+    args = (1, 2, 64, 96, 32, causal)
+    kw = dict(block_M=32, block_N=32, num_stages=1, threads=128)
+    func = fn.get_tir(*args, **kw) if hasattr(fn, "get_tir") else fn(*args, **kw)
+    k = tilecore.compile(func, target=fakemu, out_idx=[3],
+                         pass_configs={**NOCACHE, "tilecore.layout_conversion": mode})
     got = k.meta["attrs"]["fragment_layouts"]
-    assert not any(v.startswith("shared") for v in got.values()), got
-    assert "by shared" in _conversion(k, "acc_s_cast")
+    assert not any(v.startswith("shared") for n, v in got.items() if n != "acc_s_cast"), got
+    if mode is True:
+        assert got["acc_s_cast"].startswith("shared: the A operand of a matrix-unit T.gemm that the T.Parallel "
+                                            "nest or T.copy over (32, 32) producing it can feed only through shared")
+    else:
+        assert "by shared" in _conversion(k, "acc_s_cast")
     rng = np.random.default_rng(8 + causal)
     q = rng.standard_normal((1, 2, 64, 32)).astype(np.float16)
     kk = rng.standard_normal((1, 2, 96, 32)).astype(np.float16)
@@ -309,14 +316,16 @@ def test_tilelang_flash_attention_on_the_made_up_unit(fakemu, causal):
 
 
 @needs_gxx
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("causal", [True])
 def test_catalog_flash_attention_with_warps_over_columns_on_mma_sync(causal):
     """The catalog's attention (2x2 warps over S's atoms, not FullRow): each warp of P V's A operand needs the
-    other column warp's half of S: a shared-memory conversion; both fragments in registers."""
+    other column warp's half of S; converted through shared memory into registers under
+    ``tilecore.layout_conversion='shared'`` (by default the operand stays in shared memory, for ldmatrix)."""
     from cuda_host_emulator import run_on_host
     from tilecore_conformance import composite
 
-    k = tilecore.compile(composite.attention("float16", causal), target="cuda:sm_80", pass_configs=NOCACHE)
+    k = tilecore.compile(composite.attention("float16", causal), target="cuda:sm_80",
+                         pass_configs={**NOCACHE, "tilecore.layout_conversion": "shared"})
     got = k.meta["attrs"]["fragment_layouts"]
     assert not any(v.startswith("shared") for v in got.values()), got
     assert "by shared" in _conversion(k, "acc_s_cast")
@@ -326,3 +335,9 @@ def test_catalog_flash_attention_with_warps_over_columns_on_mma_sync(causal):
     out = run_on_host(k, [q, kk, v, np.zeros(shape, np.float16)])[3].astype(np.float64)
     ref = composite.attention_ref([q, kk, v], "float16", causal)[0]
     assert np.abs(out - ref).max() <= 2e-3
+
+
+def test_a_wrong_pass_config_value_says_which_values_exist():
+    with pytest.raises(tilecore.errors.CompileError, match="use True .* 'shared' .* or False"):
+        tilecore.compile(gemm_copy(32, 32, 32, 128), target="cuda:sm_80",
+                         pass_configs={**NOCACHE, "tilecore.layout_conversion": "yes"})

@@ -274,6 +274,11 @@ class Plan:
         #: tilecore.layout_conversion: True (convert where layouts disagree), "shared" (always through shared
         #: memory), False (keep one of the fragments in shared memory instead)
         self.convert = ctx.option("tilecore.layout_conversion", True) if hasattr(ctx, "option") else True
+        if self.convert not in (True, False, "shared"):
+            from ..errors import CompileError
+
+            raise CompileError(f"pass config tilecore.layout_conversion is {self.convert!r}: use True (convert "
+                               "between layouts), 'shared' (every conversion through shared memory) or False")
         self.width = shuffle_width(ctx, threads) if self.convert is True else 0
 
     def conversion(self, src: FragmentLayout, dst: FragmentLayout):
@@ -414,6 +419,16 @@ def _nest_domain(plan: Plan, loops, inner, assign: bool):
             want = _unsqueeze(_sub_layout(D, p), u)
             want = FragmentLayout(want.shape, want.dims, want.replicate, f"{b.name}@nest")
             m = _reg_map(D, _squeeze(want, u), p)
+            if m is not None and id(b) in plan.operands and plan.convert is True \
+                    and plan.conversion(want, plan.layouts[id(b)]).kind == "shared":
+                # a matrix unit's register operand that only shared memory can feed stays there: the unit's
+                # own operand load (cooperative where the backend spells one) is the load half of that round
+                # trip, better than a load per register
+                raise _Shared(b, "the A operand of a matrix-unit T.gemm that the T.Parallel nest or T.copy over "
+                                 f"{tuple(ext)} producing it can feed only through shared memory (its elements "
+                                 "are held beyond a few shuffles of the threads that need them): kept there, loaded "
+                                 "by the unit's operand load "
+                                 "(tilecore.layout_conversion='shared' converts it into registers instead)")
             if m is not None:
                 conv = want
                 if assign:
