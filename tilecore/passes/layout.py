@@ -774,6 +774,7 @@ class _Lowerer:
         if any(conv is not None for *_x, conv in found):
             acc = _accesses(inner, self.plan.frags)
             branches = _branches(inner)
+            tiles: dict = {}
             for b, _p, _m, conv in found:
                 if conv is None or id(b) in use:
                     continue
@@ -784,11 +785,11 @@ class _Lowerer:
                 written = any(w and x is b for x, _i, w in acc)
                 read = any(not w and x is b for x, _i, w in acc)
                 if read or branches:  # a write-only nest without branches overwrites every element
-                    more, sh = self.convert(self.regbuf[id(b)], src, tmp, conv, span)
+                    more, sh = self.convert(self.regbuf[id(b)], src, tmp, conv, span, tiles)
                     pre += more
                     shared += sh
                 if written:
-                    more, sh = self.convert(tmp, conv, self.regbuf[id(b)], src, span)
+                    more, sh = self.convert(tmp, conv, self.regbuf[id(b)], src, span, tiles)
                     post += more
                     shared += sh
         for r in range(D.regs):
@@ -838,17 +839,22 @@ class _Lowerer:
             out.append(Store(dst_buf, (const(r),), val, span=span))
         return out
 
-    def convert(self, src_buf, src: FragmentLayout, dst_buf, dst: FragmentLayout, span):
+    def convert(self, src_buf, src: FragmentLayout, dst_buf, dst: FragmentLayout, span, tiles=None):
         """Statements (inside a PerThread) that fill ``dst_buf``'s registers, laid out by ``dst``, with the
         elements ``src_buf`` holds in ``src``; and the block-level allocations they need. Register moves and
         xor shuffles where :func:`~tilecore.layout.plan_conversion` finds them, else a round trip through a
         shared tile of the fragment's shape (row-major): a barrier (earlier readers of the tile are done),
-        every first replica stores its registers, a barrier, every thread loads its new registers."""
+        every first replica stores its registers, a barrier, every thread loads its new registers. ``tiles``
+        (shape, dtype -> shared buffer) lets the conversions around one statement share one tile."""
         conv = self.plan.conversion(src, dst) if self.plan.convert is True else None
         if conv is not None and conv.kind != "shared":
             return self._exchange(conv, src_buf, dst_buf, span), []
         n = math.prod(src.shape)
-        scratch = Buffer(f"{dst_buf.name}_xchg", (n,), dst_buf.dtype, "shared")
+        tiles = {} if tiles is None else tiles
+        new = (n, dst_buf.dtype) not in tiles
+        if new:
+            tiles[(n, dst_buf.dtype)] = Buffer(f"{dst_buf.name}_xchg", (n,), dst_buf.dtype, "shared")
+        scratch = tiles[(n, dst_buf.dtype)]
         tid = ThreadIndex()
 
         def offset(coords):
@@ -866,7 +872,7 @@ class _Lowerer:
         out.append(Barrier(span=span))
         for r in range(dst.regs):
             out.append(Store(dst_buf, (const(r),), BufferLoad(scratch, (offset(dst.coords_expr(tid, r)),)), span=span))
-        return out, [Allocate(scratch, span=span)]
+        return out, [Allocate(scratch, span=span)] if new else []
 
     def gemm(self, op):
         a, b, c = op.args
@@ -934,11 +940,12 @@ class _Lowerer:
             # the result is computed in the projection's layout and converted into the fragment's
             tmp = Buffer(f"{dst.buffer.name}_cv", (P.regs,), D.dtype, "register")
             out.append(Allocate(tmp, span=op.span))
+            tiles: dict = {}
             if not clear:
-                more, sh = self.convert(D, have, tmp, P, op.span)
+                more, sh = self.convert(D, have, tmp, P, op.span, tiles)
                 out += more
                 xchg += sh
-            back, sh = self.convert(tmp, P, D, have, op.span)
+            back, sh = self.convert(tmp, P, D, have, op.span, tiles)
             xchg += sh
             D = tmp
         groups: dict = {}
