@@ -42,6 +42,7 @@ class PassConfigKey:
     CHECKED = "tilecore.checked"               #: bool: check every memory access at run time (also TILECORE_CHECKED=1)
     MATRIX_UNIT_GEMM = "tilecore.matrix_unit_gemm"  #: bool: T.gemm on a registered matrix unit where one runs it (default True; False: never)
     SWIZZLE_OPERAND_TILES = "tilecore.swizzle_operand_tiles"  #: bool: store matrix-unit operand tiles XOR-swizzled (default True)
+    LAYOUT_CONVERSION = "tilecore.layout_conversion"  #: True (default): convert a fragment between disagreeing layouts in registers; "shared": always through shared memory; False: keep one in shared memory
 
     # TileLang's names (tilelang.PassConfigKey), so ported code runs. Those with a tilecore meaning are
     # mapped by TILELANG_EQUIVALENTS; the others are accepted and change nothing (docs/tilelang-compat.md).

@@ -248,6 +248,23 @@ def _reg_map(D: FragmentLayout, F: FragmentLayout, perm) -> list | None:
 
 # -- inference -----------------------------------------------------------------------------------------
 
+def shuffle_width(ctx, threads: int, masks=(), dynamic: bool = False):
+    """The lanes an xor shuffle reaches on the target (its ``execution.simd_width`` where it declares
+    ``features.subgroup_ops`` and the block is whole groups of them), or 0: no shuffles. A profile whose
+    width is known only at run time (``simd_width: dynamic``) gives ``"dynamic"`` where the caller can
+    take it (``dynamic``: the reductions' two-path combine), else 0 (layout conversions)."""
+    caps = getattr(ctx, "capabilities", None)
+    if caps is None or not caps.feature("subgroup_ops"):
+        return 0
+    width = caps.get("execution.simd_width", 1) or 1
+    if width == "dynamic":
+        return width if dynamic else 0
+    width = int(width)
+    if width < 2 or (masks and max(masks) >= width) or threads % width:
+        return 0
+    return width
+
+
 class Plan:
     """Layouts of one launch's fragments: ``layouts[id(buf)]`` or ``shared[id(buf)]`` (the reason)."""
 
@@ -258,6 +275,28 @@ class Plan:
         self.shared: dict = {}
         self.gemm_plans: dict = {}
         self.operands: set = set()  # ids of fragments laid out as a matrix unit's A operand in registers
+        self.conversions: dict = {}  # id -> [what was converted, and how]
+        #: tilecore.layout_conversion: True (convert where layouts disagree), "shared" (always through shared
+        #: memory), False (keep one of the fragments in shared memory instead)
+        self.convert = ctx.option("tilecore.layout_conversion", True) if hasattr(ctx, "option") else True
+        if self.convert not in (True, False, "shared"):
+            from ..errors import CompileError
+
+            raise CompileError(f"pass config tilecore.layout_conversion is {self.convert!r}: use True (convert "
+                               "between layouts), 'shared' (every conversion through shared memory) or False")
+        self.width = shuffle_width(ctx, threads) if self.convert is True else 0
+
+    def conversion(self, src: FragmentLayout, dst: FragmentLayout):
+        """The exchange that moves a fragment from ``src`` to ``dst`` on this block's threads."""
+        from ..layout import plan_conversion
+
+        return plan_conversion(src, dst, self.width)
+
+    def note_conversion(self, buf, src, dst, where: str):
+        text = f"{where}: {src!r} -> {dst!r} by {self.conversion(src, dst).describe()}"
+        lst = self.conversions.setdefault(id(buf), [])
+        if text not in lst:
+            lst.append(text)
 
     def live(self, buf) -> bool:
         return id(buf) in self.frags and id(buf) not in self.shared
@@ -377,6 +416,32 @@ def _nest_domain(plan: Plan, loops, inner, assign: bool):
                 raise _Shared(b, "internal: no layout")
             plan.set(b, _unsqueeze(_sub_layout(D, p), u), "")
         m = _reg_map(D, _squeeze(plan.layouts[id(b)], u), p)
+        conv = None
+        if m is None and plan.convert and len({pp for bb, pp, _u in found if bb is b}) == 1 \
+                and not plan.layouts[id(b)].opaque:
+            # the fragment keeps its layout; the nest works on a register copy in the layout the nest needs,
+            # converted from it before (and back after, where the nest writes it)
+            want = _unsqueeze(_sub_layout(D, p), u)
+            want = FragmentLayout(want.shape, want.dims, want.replicate, f"{b.name}@nest")
+            m = _reg_map(D, _squeeze(want, u), p)
+            if m is not None and id(b) in plan.operands and plan.convert is True \
+                    and plan.conversion(want, plan.layouts[id(b)]).kind == "shared":
+                # a matrix unit's register operand that only shared memory can feed stays there: the unit's
+                # own operand load (cooperative where the backend spells one) is the load half of that round
+                # trip, better than a load per register
+                raise _Shared(b, "the A operand of a matrix-unit T.gemm that the T.Parallel nest or T.copy over "
+                                 f"{tuple(ext)} producing it can feed only through shared memory (its elements "
+                                 "are held beyond a few shuffles of the threads that need them): kept there, loaded "
+                                 "by the unit's operand load "
+                                 "(tilecore.layout_conversion='shared' converts it into registers instead)")
+            if m is not None:
+                conv = want
+                if assign:
+                    where = f"a T.Parallel nest or T.copy over {tuple(ext)} at {_where(loops[0])}"
+                    if any(not w2 for b2, _i, w2 in accs if b2 is b) or _branches(inner):
+                        plan.note_conversion(b, plan.layouts[id(b)], want, f"{where} (reads it)")
+                    if any(w2 for b2, _i, w2 in accs if b2 is b):
+                        plan.note_conversion(b, want, plan.layouts[id(b)], f"{where} (writes it)")
         if m is None:
             # a register operand of a matrix unit that its producer's layout cannot feed goes back to shared
             # memory, not the producer
@@ -384,8 +449,20 @@ def _nest_domain(plan: Plan, loops, inner, assign: bool):
             raise _Shared(op if op is not None else b,
                           f"its layout does not hold, on each thread, the elements a T.Parallel nest over "
                           f"{tuple(ext)} reads there (e.g. a transposed read)")
-        out.append((b, p, m))
+        out.append((b, p, m, conv))
     return D, out
+
+
+def _branches(stmt) -> bool:
+    """A branch inside a nest: a write may skip elements, so the nest's copy of a converted fragment starts
+    from the fragment's values."""
+    return any(isinstance(x, If) for x in _all_stmts(stmt))
+
+
+def _where(stmt) -> str:
+    span = getattr(stmt, "span", None)
+    line = getattr(span, "line", None) if span is not None else None
+    return f"line {line}" if line else "block level"
 
 
 def _infer_once(plan: Plan, body, annotations: dict):
@@ -472,6 +549,15 @@ def _infer_once(plan: Plan, body, annotations: dict):
                         if not _full(dst) or P.shape != _shape(dst.buffer):
                             raise _Shared(dst.buffer, "the result of a reduction whose shape is not the source's "
                                                       "other dimensions")
+                        have = plan.layouts.get(id(dst.buffer))
+                        if have is not None and have != P and plan.convert and not have.opaque:
+                            # reduce into registers laid out as the projection, then convert into the result's
+                            # layout (and from it first, where the reduction combines with the old value)
+                            where = f"the T.reduce_{s.attrs['kind']} of {src.buffer.name} at {_where(s)}"
+                            if not s.attrs["clear"]:
+                                plan.note_conversion(dst.buffer, have, P, f"{where} (its old value)")
+                            plan.note_conversion(dst.buffer, P, have, f"{where} (the result)")
+                            continue
                         if id(dst.buffer) in plan.layouts and plan.layouts[id(dst.buffer)] != P:
                             raise _Shared(dst.buffer, f"the result of a reduction of {src.buffer.name}, whose "
                                                       f"layout projects to {P!r}, not its {plan.layouts[id(dst.buffer)]!r}")
@@ -531,7 +617,7 @@ def infer_launch(launch: KernelLaunch, ctx, annotations: dict | None = None) -> 
     if not plan.frags:
         return None
     while True:
-        plan.layouts, plan.gemm_plans, plan.operands = {}, {}, set()
+        plan.layouts, plan.gemm_plans, plan.operands, plan.conversions = {}, {}, set(), {}
         try:
             _infer_once(plan, launch.body, annotations or {})
             return plan
@@ -547,6 +633,8 @@ def _record(plans) -> dict:
             while name in out:
                 name, n = f"{b.name}_{n}", n + 1
             out[name] = f"shared: {plan.shared[k]}" if k in plan.shared else repr(plan.layouts[k])
+            if k not in plan.shared and plan.conversions.get(k):
+                out[name] += f" [converted for {'; for '.join(plan.conversions[k])}]"
     return out
 
 
@@ -685,8 +773,30 @@ class _Lowerer:
         dom = _nest_domain(self.plan, loops, inner, False)
         D, found = dom
         guard = _replica0(D)
-        body = []
+        body, pre, post, shared = [], [], [], []
         tid = ThreadIndex()
+        use = {id(b): self.regbuf[id(b)] for b, _p, _m, conv in found if conv is None}
+        if any(conv is not None for *_x, conv in found):
+            acc = _accesses(inner, self.plan.frags)
+            branches = _branches(inner)
+            tiles: dict = {}
+            for b, _p, _m, conv in found:
+                if conv is None or id(b) in use:
+                    continue
+                tmp = Buffer(f"{b.name}_cv", (conv.regs,), b.dtype, "register")
+                use[id(b)] = tmp
+                src = self.plan.layouts[id(b)]
+                pre.append(Allocate(tmp, span=span))
+                written = any(w and x is b for x, _i, w in acc)
+                read = any(not w and x is b for x, _i, w in acc)
+                if read or branches:  # a write-only nest without branches overwrites every element
+                    more, sh = self.convert(self.regbuf[id(b)], src, tmp, conv, span, tiles)
+                    pre += more
+                    shared += sh
+                if written:
+                    more, sh = self.convert(tmp, conv, self.regbuf[id(b)], src, span, tiles)
+                    post += more
+                    shared += sh
         for r in range(D.regs):
             coords = D.coords_expr(tid, r)
             vmap, binds = {}, []
@@ -694,9 +804,80 @@ class _Lowerer:
                 v = Var(f.var.name, f.var.dtype)
                 binds.append(Bind(v, simplify(c), span=span))
                 vmap[id(f.var)] = v
-            regs = {id(b): (self.regbuf[id(b)], m[r]) for b, _p, m in found}
+            regs = {id(b): (use[id(b)], m[r]) for b, _p, m, _c in found}
             body += binds + [_Subst(vmap, regs, guard).s(inner)]
-        return PerThread(seq(body), {"layout": repr(D)}, span=span)
+        out = PerThread(seq(pre + body + post), {"layout": repr(D)}, span=span)
+        return seq(shared + [out]) if shared else out
+
+    def _exchange(self, conv, src_buf, dst_buf, span):
+        """Register moves and xor shuffles of a :class:`~tilecore.layout.Conversion` (docs/layout.md): for
+        each destination register and each of its xor distances ``m``, every thread sends the source
+        register its partner ``thread ^ m`` needs (a select over the registers it may be, where that
+        differs between threads); then each thread keeps the value of its own distance. Every shuffle is
+        evaluated by every thread (bound to a variable before any select)."""
+        holder, sreg = conv.tables()
+        tid = ThreadIndex()
+        out = []
+        for r, ms in enumerate(conv.masks):
+            vals = {}
+            for m in ms:
+                partner = binary("xor", tid, m) if m else tid
+                need = sorted({int(x) for x in sreg[[u ^ m for u in range(conv.dst.threads)], r]})
+                sent = BufferLoad(src_buf, (const(need[-1]),))
+                if len(need) > 1:
+                    _t, reg_e = conv.slot_exprs(partner, r)
+                    for k in reversed(need[:-1]):
+                        sent = Select(compare("eq", reg_e, const(k)), BufferLoad(src_buf, (const(k),)), sent)
+                v = Var(f"xc{m}", src_buf.dtype)
+                if m:  # shuffles move 32-bit words (every target's spelling takes them): narrower values widen
+                    wide = _shuffle_dtype(src_buf.dtype)
+                    x = ShuffleXor(cast(wide, sent) if wide != src_buf.dtype else sent, m, conv.width)
+                    sent = cast(src_buf.dtype, x) if wide != src_buf.dtype else x
+                out.append(Bind(v, sent, span=span))
+                vals[m] = v
+            val = vals[ms[-1]]
+            if len(ms) > 1:
+                hold, _r = conv.slot_exprs(tid, r)
+                dist = simplify(binary("xor", tid, hold))
+                for m in reversed(ms[:-1]):
+                    val = Select(compare("eq", dist, const(m)), vals[m], val)
+            out.append(Store(dst_buf, (const(r),), val, span=span))
+        return out
+
+    def convert(self, src_buf, src: FragmentLayout, dst_buf, dst: FragmentLayout, span, tiles=None):
+        """Statements (inside a PerThread) that fill ``dst_buf``'s registers, laid out by ``dst``, with the
+        elements ``src_buf`` holds in ``src``; and the block-level allocations they need. Register moves and
+        xor shuffles where :func:`~tilecore.layout.plan_conversion` finds them, else a round trip through a
+        shared tile of the fragment's shape (row-major): a barrier (earlier readers of the tile are done),
+        every first replica stores its registers, a barrier, every thread loads its new registers. ``tiles``
+        (shape, dtype -> shared buffer) lets the conversions around one statement share one tile."""
+        conv = self.plan.conversion(src, dst) if self.plan.convert is True else None
+        if conv is not None and conv.kind != "shared":
+            return self._exchange(conv, src_buf, dst_buf, span), []
+        n = math.prod(src.shape)
+        tiles = {} if tiles is None else tiles
+        new = (n, dst_buf.dtype) not in tiles
+        if new:
+            tiles[(n, dst_buf.dtype)] = Buffer(f"{dst_buf.name}_xchg", (n,), dst_buf.dtype, "shared")
+        scratch = tiles[(n, dst_buf.dtype)]
+        tid = ThreadIndex()
+
+        def offset(coords):
+            off, place = const(0), 1
+            for c, e in reversed(list(zip(coords, src.shape))):
+                off = binary("add", off, binary("mul", c, place))
+                place *= e
+            return simplify(off)
+
+        out = [Barrier(span=span)]
+        guard = _replica0(src)
+        for r in range(src.regs):
+            st = Store(scratch, (offset(src.coords_expr(tid, r)),), BufferLoad(src_buf, (const(r),)), span=span)
+            out.append(If(guard, st, span=span) if guard is not None else st)
+        out.append(Barrier(span=span))
+        for r in range(dst.regs):
+            out.append(Store(dst_buf, (const(r),), BufferLoad(scratch, (offset(dst.coords_expr(tid, r)),)), span=span))
+        return out, [Allocate(scratch, span=span)] if new else []
 
     def gemm(self, op):
         a, b, c = op.args
@@ -758,6 +939,20 @@ class _Lowerer:
         ident = _reduce_init(kind, dtype)
         merge = {"abssum": "sum", "absmax": "max"}.get(kind, kind)
         out = [Allocate(part, span=op.span)]
+        back, xchg = [], []
+        have = self.plan.layouts.get(id(dst.buffer))
+        if D is not None and have != P:
+            # the result is computed in the projection's layout and converted into the fragment's
+            tmp = Buffer(f"{dst.buffer.name}_cv", (P.regs,), D.dtype, "register")
+            out.append(Allocate(tmp, span=op.span))
+            tiles: dict = {}
+            if not clear:
+                more, sh = self.convert(D, have, tmp, P, op.span, tiles)
+                out += more
+                xchg += sh
+            back, sh = self.convert(tmp, P, D, have, op.span, tiles)
+            xchg += sh
+            D = tmp
         groups: dict = {}
         for r in sorted(range(L.regs), key=lambda r: L.element(0, r)[dim]):
             groups.setdefault(P.reg_of(L, r, dropped=dim), []).append(r)
@@ -796,22 +991,13 @@ class _Lowerer:
                 val = _combine(merge, old, val)
             st = Store(ref[0], ref[1], cast(ref[0].dtype, val), span=op.span)
             out.append(If(guard, st, span=op.span) if guard is not None else st)
-        return pre + [PerThread(seq(out), {"layout": repr(L), "reduce": kind}, span=op.span)]
+        out += back
+        return pre + xchg + [PerThread(seq(out), {"layout": repr(L), "reduce": kind}, span=op.span)]
 
     def _shuffle_width(self, masks):
-        """The lockstep width the row's butterfly runs in: the profile's static ``execution.simd_width``
-        where it covers every mask and divides the block, ``"dynamic"`` where the profile says the width is
-        known only at run time (``simd_width: dynamic``), else 0 (shared memory only)."""
-        caps = self.ctx.capabilities
-        if not caps.feature("subgroup_ops"):
-            return 0
-        width = caps.get("execution.simd_width", 1) or 1
-        if width == "dynamic":
-            return width
-        width = int(width)
-        if width < 2 or max(masks) >= width or self.plan.threads % width:
-            return 0
-        return width
+        """The lockstep width a row's butterfly runs in: :func:`shuffle_width`, or ``"dynamic"`` where the
+        profile says the width is known only at run time (``simd_width: dynamic``; the two-path combine)."""
+        return shuffle_width(self.ctx, self.plan.threads, masks, dynamic=True)
 
     @staticmethod
     def _shuffles(P, part, merge, masks, width, span) -> list:
@@ -904,6 +1090,15 @@ class _Lowerer:
             loops, inner = _nest_of(_expand(s, self.ctx))
             return self.nest(loops, inner, s.span)
         return s
+
+
+def _shuffle_dtype(dtype: str) -> str:
+    """The type a value of ``dtype`` crosses a shuffle in (narrow floats as float32, narrow ints as int32)."""
+    from ..ir.dtypes import canonical, is_float
+
+    if canonical(dtype).bits >= 32:
+        return dtype
+    return "float32" if is_float(dtype) else "int32"
 
 
 def _result_layout(L: FragmentLayout, dim: int, dst_shape) -> FragmentLayout:
