@@ -55,10 +55,23 @@ def rename_everything(func):
     for p in func.params:
         _collect(p.buffer if p.buffer is not None else p.var, seen)
     walk(func.body, lambda s: [_collect(getattr(s, f), seen) for f in s.__dataclass_fields__ if f != "span"])
+    # a tensor's symbolic dimensions are bound by name at call time (the kernel's signature), so two of them
+    # keep distinct names; every other name may repeat
+    shape_syms: set = set()
+    for p in func.params:
+        if p.buffer is not None:
+            for d in p.buffer.shape:
+                walk_expr(d, lambda e: shape_syms.add(id(e)) if isinstance(e, Var) else None)
     nv = nb = 0
+    taken: set = set()
     for obj in seen.values():
         if isinstance(obj, Var):
-            obj.name, nv = VAR_NAMES[nv % len(VAR_NAMES)], nv + 1
+            name, nv = VAR_NAMES[nv % len(VAR_NAMES)], nv + 1
+            if id(obj) in shape_syms:
+                while name in taken:
+                    name, nv = VAR_NAMES[nv % len(VAR_NAMES)], nv + 1
+                taken.add(name)
+            obj.name = name
         else:
             obj.name, nb = BUF_NAMES[nb % len(BUF_NAMES)], nb + 1
     return func

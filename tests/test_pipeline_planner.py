@@ -224,3 +224,28 @@ def test_device_pipelined_777_gemm(target, dtype):
     k(a, b, c)
     torch.cuda.synchronize()
     _check(c.cpu().numpy(), a.float().cpu().numpy(), b.float().cpu().numpy())
+
+
+@needs_toolchain
+def test_stage_ahead_needs_no_bound_check_and_copies_move_storage():
+    """K a multiple of the tile: inside ``if ko + 1 < n`` the prover shows the next stage's rows in bounds
+    (a known fact scaled to cancel ``ko``), so neither the async copy nor the synchronous one tests them;
+    the synchronous float16 copy moves the stored element (no float round trip)."""
+    k = _compile(gemm(256, 777, 256, 64, 64, 32, stages=2), "cuda:sm_80")
+    body = _body(k)
+    assert "tc_p ?" not in body and "* 32) + i" not in body.split("for (long long ko")[1].split("mma")[0]
+    assert "__half2float(B[" not in body and "? B[" in body
+    ragged = _body(_compile(gemm(256, 777, 250, 64, 64, 32, stages=2), "cuda:sm_80"))  # K % 32 != 0: kept
+    assert "< 250)" in ragged.split("for (long long ko")[1]
+
+
+def test_prover_scales_a_known_fact():
+    from tilecore.ir import Var, as_expr, binary, compare
+    from tilecore.ir.bounds import Facts
+
+    ko, i = Var("ko"), Var("i")
+    base = Facts().with_range(ko, as_expr(0), as_expr(127)).with_cond(compare("lt", binary("add", ko, 1), 128))
+    cond = compare("lt", binary("add", binary("mul", binary("add", ko, 1), 32), i), 4096)
+    assert base.with_range(i, as_expr(0), as_expr(31)).proves(cond)
+    assert not base.with_range(i, as_expr(0), as_expr(32)).proves(cond)  # i = 32 at ko = 126 reaches 4096
+    assert not Facts().with_range(ko, as_expr(0), as_expr(127)).with_range(i, as_expr(0), as_expr(31)).proves(cond)

@@ -20,7 +20,7 @@ from ..ir import (Allocate, Assert, Atomic, Barrier, BinOp, Bind, Break, Buffer,
                   Continue, Expr,
                   FloatImm, For, If, IntImm, KernelLaunch, Logic, PerThread, Print, Select, Seq, ShuffleWidth, ShuffleXor,
                   Store, ThreadIndex, Var, binary,
-                  const,
+                  const, const_value,
                   is_float, simplify)
 from ..plugin.api import Emitter, Source
 
@@ -48,6 +48,9 @@ class CFamilyEmitter(Emitter):
     }
     value_types = {**storage_types, "bool": "int", "float16": "float", "bfloat16": "float"}
     load_conv = {"float16": "tc_h2f({})", "bfloat16": "tc_bf2f({})"}
+    #: element copies between buffers of one dtype move the storage type (:meth:`raw_copy`); an emitter
+    #: whose loads do more than convert (packing, swizzled views) keeps it off
+    copy_in_storage_type = False
     store_conv = {"float16": "tc_f2h({})", "bfloat16": "tc_f2bf({})"}
     round_conv = {"float16": "tc_round_h({})", "bfloat16": "tc_round_bf({})"}
     float_suffix = {"float32": "f", "float16": "f", "bfloat16": "f", "float64": ""}
@@ -331,9 +334,29 @@ class CFamilyEmitter(Emitter):
         self.line(st, "}")
 
     def store_value(self, st, buf: Buffer, value) -> str:
+        raw = self.raw_copy(st, buf, value) if self.copy_in_storage_type else None
+        if raw is not None:
+            return raw
         text = self.expr(st, value)
         conv = self.store_conv.get(buf.dtype)
         return conv.format(text) if conv else text
+
+    def raw_copy(self, st, buf: Buffer, value):
+        """``value`` spelled in ``buf``'s storage type where it is an element of a buffer of the same dtype
+        (or such an element under a select whose other side is a constant): an element copy then moves the
+        stored bits without a round trip through the value type (two conversions per element for 16-bit
+        floats, which dominated the instruction count of copies the hardware cannot do asynchronously).
+        None: the general spelling."""
+        if buf.dtype not in self.store_conv or buf.dtype not in self.load_conv:
+            return None
+        if isinstance(value, BufferLoad) and value.buffer.dtype == buf.dtype:
+            return f"{self.name(st, value.buffer)}[{self.flat_index(st, value.buffer, value.indices)}]"
+        if isinstance(value, Select) and isinstance(value.t, BufferLoad) and value.t.buffer.dtype == buf.dtype \
+                and const_value(value.f) is not None:
+            t = self.raw_copy(st, buf, value.t)
+            f = self.store_conv[buf.dtype].format(self.expr(st, value.f))
+            return f"({self.expr(st, value.cond)} ? {t} : {f})"
+        return None
 
     def stmt_Store(self, st, s: Store):
         self.store(st, s.buffer, f"{self.name(st, s.buffer)}[{self.flat_index(st, s.buffer, s.indices)}]", s.value)

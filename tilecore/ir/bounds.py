@@ -148,11 +148,12 @@ class Facts:
         v = const_value(lo) if lo is not None else None
         if v is not None and v >= 0:
             return True
-        for g in self.known:  # e >= g >= 0 for a known g
-            lo = self.bound(binary("sub", e, g), False, depth)
-            v = const_value(lo) if lo is not None else None
-            if v is not None and v >= 0:
-                return True
+        for g in self.known:  # e >= c * g >= 0 for a known g and c > 0
+            for c in _scales(e, g):
+                lo = self.bound(binary("sub", e, binary("mul", g, c) if c != 1 else g), False, depth)
+                v = const_value(lo) if lo is not None else None
+                if v is not None and v >= 0:
+                    return True
         return False
 
     def proves(self, cond: Expr) -> bool:
@@ -164,6 +165,23 @@ class Facts:
             return self.proves(cond.a) and self.proves(cond.b)
         forms = nonneg_forms(cond, True, exact=True)
         return forms is not None and all(self.proves_nonneg(g) for g in forms)
+
+
+def _scales(e, g) -> list:
+    """Multipliers ``c > 0`` worth trying in ``e - c * g >= 0`` (which, with a known ``g >= 0``, proves
+    ``e >= 0``): 1, and each ratio of a coefficient of ``e`` to the same atom's in ``g`` (same sign, an
+    integer), which cancels that atom: ``4063 - 32 k - i`` with ``126 - k >= 0`` known (a pipeline's
+    "the stage ahead exists") leaves ``31 - i``."""
+    te: dict = {}
+    tg: dict = {}
+    _linear(simplify(e), te, 1)
+    _linear(simplify(g), tg, 1)
+    out = [1]
+    for key, (_atom, ce) in te.items():
+        cg = tg.get(key, (None, 0))[1]
+        if cg and ce and (ce > 0) == (cg > 0) and ce % cg == 0 and ce // cg > 1 and ce // cg not in out:
+            out.append(ce // cg)
+    return out
 
 
 def _pure(e) -> bool:
