@@ -114,7 +114,10 @@ def test_cache_dir_and_clear(tmp_path):
     env = {"TILECORE_CACHE_DIR": str(tmp_path)}
     assert tc("cache", "dir", env=env).stdout.strip() == str(tmp_path)
     (tmp_path / "kernels" / "ab" / "abc").mkdir(parents=True)
-    assert "removed 1 cached kernel" in tc("cache", "clear", env=env).stdout
+    (tmp_path / "launchers" / "0123abcd").mkdir(parents=True)
+    out = tc("cache", "clear", env=env).stdout
+    assert "removed 1 cached kernel(s), 0 autotune result(s) and 1 compiled launcher build(s)" in out, out
+    assert not (tmp_path / "kernels").exists() and not (tmp_path / "launchers").exists()
 
 
 def test_capabilities_validate_accepts_the_wheel_and_guide_layouts(tmp_path):
@@ -229,7 +232,7 @@ def test_autotune_example_runs_and_cache_clear_forgets_the_winner(tmp_path):
     assert run() == 3               # the documented example tunes its three configs
     assert run() == 0               # a later process reuses the winner
     r = tc("cache", "clear", env=env)
-    assert r.returncode == 0 and "and 1 autotune result(s)" in r.stdout, r.stdout
+    assert r.returncode == 0 and ", 1 autotune result(s) and " in r.stdout, r.stdout
     assert run() == 3               # after clearing, it tunes again instead of reusing the old winner
 
 

@@ -357,8 +357,8 @@ def cmd_cache(args) -> int:
             print(f"tilecore: warning: this cache is not used: {problem}", file=sys.stderr)
     else:
         n = cache.clear()
-        print(f"removed {n['kernels']} cached kernel(s) and {n['autotune']} autotune result(s) "
-              f"from {cache.cache_root()}")
+        print(f"removed {n['kernels']} cached kernel(s), {n['autotune']} autotune result(s) and "
+              f"{n['launchers']} compiled launcher build(s) from {cache.cache_root()}")
     return 0
 
 

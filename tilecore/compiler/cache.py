@@ -164,14 +164,16 @@ def _discard(d: Path) -> None:
 
 
 def clear() -> dict:
-    """Delete every cached kernel and autotune result; returns how many of each were removed."""
+    """Delete every cached kernel, autotune result and compiled launcher build; returns how many of each
+    were removed (a process that loaded a launcher keeps its mapped copy; the next one rebuilds it)."""
     root, problem = check_root(create=False)
     if problem:
         raise CacheError(problem)
-    kernels, tuned = root / "kernels", root / "autotune"
+    kernels, tuned, launchers = root / "kernels", root / "autotune", root / "launchers"
     counts = {"kernels": sum(1 for _ in kernels.glob("*/*")) if kernels.is_dir() else 0,
-              "autotune": sum(1 for _ in tuned.glob("*.json")) if tuned.is_dir() else 0}
-    for d in (kernels, tuned):
+              "autotune": sum(1 for _ in tuned.glob("*.json")) if tuned.is_dir() else 0,
+              "launchers": sum(1 for _ in launchers.iterdir()) if launchers.is_dir() else 0}
+    for d in (kernels, tuned, launchers):
         shutil.rmtree(d, ignore_errors=True)
     return counts
 
