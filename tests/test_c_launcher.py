@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import sysconfig
+import tempfile
 import types
 
 import pytest
@@ -488,6 +489,17 @@ def test_the_module_builds_here_and_is_cached(tmp_path, monkeypatch):
     monkeypatch.setattr(clauncher, "_state", {})
     stamp = built[0].stat().st_mtime_ns
     assert clauncher.module() is not None and built[0].stat().st_mtime_ns == stamp  # loaded, not rebuilt
+
+
+def test_without_a_cache_the_build_folder_is_removed(tmp_path, monkeypatch):
+    """No usable cache directory: the launcher builds in a temporary folder and removes it once loaded."""
+    from tilecore.compiler import cache
+
+    monkeypatch.setattr(clauncher, "_state", {})
+    monkeypatch.setattr(cache, "usable_root", lambda: None)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert clauncher.module() is not None, clauncher.why_unavailable()
+    assert not list(tmp_path.glob("tilecore-launch-*"))
 
 
 MUTATIONS = {  # launcher.c with one thing broken, and an argument set that shows it

@@ -20,6 +20,7 @@ import importlib.machinery
 import importlib.util
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -121,6 +122,8 @@ def module():
     root = usable_root()
     folder = (root / "launchers" / key) if root is not None else Path(tempfile.mkdtemp(prefix="tilecore-launch-"))
     mod, why = build(SOURCE, folder, cc, include)
+    if root is None:  # no cache to keep it in: the loaded module stays mapped, its folder can go now
+        shutil.rmtree(folder, ignore_errors=True)
     if mod is None:
         return _unavailable(why)
     _state["module"] = mod
