@@ -179,6 +179,10 @@ class CFamilyEmitter(Emitter):
             text += ".0"
         return f"{text}{suffix}" if not text.startswith("-") else f"({text}{suffix})"
 
+    def element(self, st: EmitState, buf: Buffer, indices) -> str:
+        """The element ``buf[indices]`` as stored (an lvalue of the storage type)."""
+        return f"{self.name(st, buf)}[{self.flat_index(st, buf, indices)}]"
+
     def flat_index(self, st: EmitState, buf: Buffer, indices) -> str:
         """The element offset of ``buf[indices]``: row-major, or through the tile's shared layout where the
         launch stores it swizzled (``shared_layouts``, tilecore.passes.matrix.swizzle_operand_tiles: the
@@ -257,7 +261,7 @@ class CFamilyEmitter(Emitter):
         if isinstance(e, Call):
             return self.call(st, e)
         if isinstance(e, BufferLoad):
-            return self.load(st, e.buffer, f"{self.name(st, e.buffer)}[{self.flat_index(st, e.buffer, e.indices)}]")
+            return self.load(st, e.buffer, self.element(st, e.buffer, e.indices))
         raise CompileError(f"no C spelling for expression {type(e).__name__}")
 
     def load(self, st: EmitState, buf: Buffer, ref: str) -> str:
@@ -350,7 +354,7 @@ class CFamilyEmitter(Emitter):
         if buf.dtype not in self.store_conv or buf.dtype not in self.load_conv:
             return None
         if isinstance(value, BufferLoad) and value.buffer.dtype == buf.dtype:
-            return f"{self.name(st, value.buffer)}[{self.flat_index(st, value.buffer, value.indices)}]"
+            return self.element(st, value.buffer, value.indices)
         if isinstance(value, Select) and isinstance(value.t, BufferLoad) and value.t.buffer.dtype == buf.dtype \
                 and const_value(value.f) is not None:
             t = self.raw_copy(st, buf, value.t)
@@ -359,7 +363,7 @@ class CFamilyEmitter(Emitter):
         return None
 
     def stmt_Store(self, st, s: Store):
-        self.store(st, s.buffer, f"{self.name(st, s.buffer)}[{self.flat_index(st, s.buffer, s.indices)}]", s.value)
+        self.store(st, s.buffer, self.element(st, s.buffer, s.indices), s.value)
 
     def store(self, st: EmitState, buf: Buffer, ref: str, value) -> None:
         """Write ``value`` (an IR expression) to the element ``ref`` of ``buf``."""
@@ -377,7 +381,7 @@ class CFamilyEmitter(Emitter):
             self.line(st, f"{self.name(st, b)}[0] = {self.store_value(st, b, s.init)};")
 
     def stmt_Atomic(self, st, s: Atomic):
-        ref = f"&{self.name(st, s.buffer)}[{self.flat_index(st, s.buffer, s.indices)}]"
+        ref = "&" + self.element(st, s.buffer, s.indices)
         self.line(st, f"tc_atomic_{s.op}_{s.buffer.dtype}({ref}, {self.expr(st, s.value)});")
 
     def stmt_Barrier(self, st, s: Barrier):

@@ -233,7 +233,7 @@ class ShaderLangEmitter(CFamilyEmitter):
             self.stmt_Store(st, Store(b, tuple(IntImm(0) for _ in b.shape), s.init))
 
     def stmt_Atomic(self, st, s: Atomic):
-        ref = f"&{self.name(st, s.buffer)}[{self.flat_index(st, s.buffer, s.indices)}]"
+        ref = "&" + self.element(st, s.buffer, s.indices)
         fn = {"add": "atomicAdd", "max": "atomicMax", "min": "atomicMin", "sub": "atomicSub"}.get(s.op)
         if fn is None:
             raise CompileError(f"atomic {s.op} has no spelling in this language", s.span)

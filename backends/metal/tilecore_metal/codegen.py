@@ -247,7 +247,7 @@ class MetalEmitter(SIMTCppEmitter):
 
     def stmt_Atomic(self, st, s):
         """``tc_atomic_<op>_<dtype>`` on device memory, ``..._tg`` on threadgroup memory (prelude)."""
-        ref = f"&{self.name(st, s.buffer)}[{self.flat_index(st, s.buffer, s.indices)}]"
+        ref = "&" + self.element(st, s.buffer, s.indices)
         space = "" if s.buffer.scope == "global" else "_tg"
         self.line(st, f"tc_atomic_{s.op}_{s.buffer.dtype}{space}({ref}, {self.expr(st, s.value)});")
 
