@@ -1,14 +1,19 @@
 """T.gemm on a registered matrix unit through the core model (tilecore.passes.matrix), on a CUDA GPU.
 
-    python benchmarks/matrix_unit_gemm.py [--rep 10]
+    python benchmarks/matrix_unit_gemm.py [--rep 10] [--shapes 4096x777x4096,4096x4096x4096]
 
-For GEMMs the CUDA plugin's register programs do not take (B rows of 777 float16, not a multiple of 16
-bytes; 4096^3 at tiles the Hopper passes refuse), compiled three ways: the default (the target's mma.sync
-unit through the core model: C in registers in the unit's layout, ldmatrix operands from XOR-swizzled
-tiles, MatrixOps), the same with row-major tiles (``tilecore.swizzle_operand_tiles: False``) and
-``tilecore.matrix_unit_gemm: False`` (the CUDA plugin's own tensor-core GEMM, ``cuda.gemm_mma``: ldmatrix
-operands, C in shared memory), the default before the unit's operand loads had a spelling.
-Prints the lowering path, C's layout, our time, torch's, torch/ours (higher is better) and the max error.
+Every kernel is compiled with ``tilecore.cuda.register_programs: False`` (the CUDA plugin's register
+programs and Hopper pipelines never take it: the core's general path), three ways:
+
+- ``wgmma unit`` (sm_90a): wgmma.mma_async through the core model, A and B read by descriptor from tiles
+  stored in swizzled panels, C in registers in wgmma's accumulator layout (``tilecore.matrix_unit_families:
+  ["wgmma"]``; on other GPUs the row says n/a);
+- ``mma.sync unit``: the mma.sync unit (ldmatrix operands from XOR-swizzled tiles);
+- ``no unit``: ``tilecore.matrix_unit_gemm: False`` (the CUDA plugin's own tensor-core GEMM, C in shared memory).
+
+and, for reference, the ``default`` compile of the same kernel (whatever path takes it: for the 4096^3 GEMM the
+Hopper register program / TMA pipeline where its config fits). Prints the lowering path, C's layout, our time,
+torch's (cuBLAS, same run), torch/ours (higher is better) and the max error against a float32 product.
 """
 from __future__ import annotations
 
@@ -22,9 +27,14 @@ import tilecore  # noqa: E402
 from cuda_offpath import cuda_ms, gemm_777  # noqa: E402
 
 
+#: (block_M, block_N, block_K, threads, num_stages)
+CONFIGS = ((128, 128, 32, 128, 2), (128, 128, 64, 128, 3), (128, 256, 64, 256, 3))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rep", type=int, default=10)
+    ap.add_argument("--shapes", default="4096x777x4096,4096x4096x4096", help="MxNxK, comma-separated")
     args = ap.parse_args()
     import torch
     from tilecore_cuda import lowering_path
@@ -34,21 +44,30 @@ def main() -> int:
         return 2
     g = torch.Generator(device="cuda").manual_seed(0)
     print(torch.cuda.get_device_name())
-    for M, N, K in ((4096, 777, 4096), (4096, 4096, 4096)):
+    general = {"tilecore.disable_cache": True, "tilecore.cuda.register_programs": False}
+    variants = (("wgmma unit", {**general, "tilecore.matrix_unit_families": ["wgmma"]}),
+                ("mma.sync unit", {**general, "tilecore.matrix_unit_families": ["mma_sync"]}),
+                ("no unit", {**general, "tilecore.matrix_unit_gemm": False}),
+                ("default", {"tilecore.disable_cache": True}))
+    for M, N, K in (tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s):
         a = torch.randn(M, K, device="cuda", dtype=torch.float16, generator=g) / 8
         b = torch.randn(K, N, device="cuda", dtype=torch.float16, generator=g) / 8
         ref = a.float() @ b.float()
-        for label, extra in (("default (unit)", {}), ("unit, plain tiles", {"tilecore.swizzle_operand_tiles": False}),
-                             ("no unit", {"tilecore.matrix_unit_gemm": False})):
-            cfg = {"tilecore.disable_cache": True, **extra}
-            for bm, bn, bk in ((128, 128, 32), (64, 64, 32)):
-                k = tilecore.compile(gemm_777(M, N, K, bm, bn, bk, 128), out_idx=[-1], target="cuda", pass_configs=cfg)
+        theirs = cuda_ms(lambda: a @ b, args.rep)
+        for label, cfg in variants:
+            for bm, bn, bk, threads, stages in CONFIGS:
+                name = f"{M}x{N}x{K} {label:14s} {bm}x{bn}x{bk} {threads:3d}t {stages}s"
+                try:
+                    k = tilecore.compile(gemm_777(M, N, K, bm, bn, bk, threads, stages), out_idx=[-1], target="cuda",
+                                         pass_configs=cfg)
+                except tilecore.errors.CompileError as exc:
+                    print(f"{name} n/a: {str(exc).splitlines()[0][:120]}", flush=True)
+                    continue
                 err = float((k(a, b).float() - ref).abs().max())
-                ours, theirs = cuda_ms(lambda: k(a, b), args.rep), cuda_ms(lambda: a @ b, args.rep)
+                ours = cuda_ms(lambda: k(a, b), args.rep)
                 lay = k.meta["attrs"].get("fragment_layouts", {}).get("C_local", "")
-                print(f"{M}x{N}x{K} {label:14s} {bm}x{bn}x{bk} {lowering_path(k):28s} C: {lay.split('[')[0]:40s} "
-                      f"ours {ours:8.3f} ms  torch {theirs:8.3f} ms  torch/ours {theirs / ours:6.3f}  err {err:.1e}",
-                      flush=True)
+                print(f"{name} {lowering_path(k):28s} C: {lay.split('[')[0]:34s} ours {ours:8.3f} ms  torch {theirs:8.3f} ms"
+                      f"  torch/ours {theirs / ours:6.3f}  err {err:.1e}", flush=True)
     return 0
 
 

@@ -15,6 +15,10 @@ want() { [ -z "${STEPS:-}" ] || [[ " $STEPS " == *" $1 "* ]]; }
 step() { local name=$1; shift; want "$name" || return 0; local t0=$SECONDS; "$@" > "$OUT/$name.log" 2>&1; local rc=$?
          echo "$name: rc=$rc in $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"; tail -n 15 "$OUT/$name.log"; }
 step conformance-cuda python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda
+# every kernel on the core's general path (no register programs / Hopper pipelines): wgmma through the core model
+step conformance-general env TILECORE_PASS_CONFIGS='{"tilecore.cuda.register_programs": false}' \
+     python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-general
+step wgmma-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_wgmma_unit.py -rs
 step conformance-webgpu python3 -m tilecore conformance run --target webgpu -n 4 --report /tmp/rep/webgpu
 # fragments' row reductions through subgroup shuffles on the NVIDIA Vulkan adapter (subgroups of 32; decision D21)
 step webgpu-subgroups python3 scripts/webgpu_subgroup_probe.py
@@ -23,7 +27,7 @@ step webgpu-shuffles python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_we
 step webgpu-rows python3 benchmarks/webgpu_row_reductions.py --rep 50 --rows 16384 --cols 1024
 step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_backend.py tests/test_cuda_tensor_cores.py \
      tests/test_cuda_hopper.py tests/test_guards.py tests/test_regressions.py tests/test_layout_inference.py \
-     tests/test_pipeline_planner.py tests/test_matrix_gemm.py tests/test_cuda_units.py
+     tests/test_pipeline_planner.py tests/test_matrix_gemm.py tests/test_cuda_units.py tests/test_cuda_wgmma_unit.py
 step gemm python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
      --shapes "${GEMM_SHAPES:-4096x4096x14336,4096x14336x4096,128x4096x4096,16x8192x8192}"
 step attention python3 benchmarks/cuda_attention.py --rep 3

@@ -177,6 +177,33 @@ def test_shared_layouts_are_bijections_for_every_swizzle_and_size(elem_bytes, sw
                 assert _eval_xor(e) == lay.offset(r, c)
 
 
+@pytest.mark.parametrize("sw,rows,row_bytes", [(sw, r, rb) for sw in (32, 64, 128)
+                                                for r, rb in ((8, 32), (64, 64), (16, 128), (24, 256), (32, 512))
+                                                if rb % sw == 0])
+def test_paneled_layouts_swizzle_by_address_bits(sw, rows, row_bytes):
+    """The paneled form is the descriptor-readable one: element (r, c) sits in panel c*e / sw at byte
+    ``r * sw + chunk`` of it, and its 16-byte chunk is XORed with the byte address's bits 7.. (the rule
+    stated as the address function, independently of the implementation); offset_expr agrees."""
+    from tilecore.ir import IntImm
+
+    e = 2
+    cols = row_bytes // e
+    lay = SharedLayout(rows, cols, e, swizzle_bytes=sw, panels=True)
+    lay.check()
+    assert lay.align_bytes == 8 * sw
+    units = sw // 16
+    for r in range(rows):
+        for c in range(0, cols, 3):
+            panel, within = divmod(c * e, sw)
+            plain = panel * rows * sw + r * sw + within  # byte address, unswizzled
+            chunk = (plain >> 4) % units ^ (plain >> 7) % units
+            want = (plain & ~(16 * units - 1)) + chunk * 16 + plain % 16
+            assert lay.offset(r, c) * e == want
+            assert _eval_xor(lay.offset_expr(IntImm(r), IntImm(c))) == lay.offset(r, c)
+    with pytest.raises(ValueError):
+        SharedLayout(12, cols, e, swizzle_bytes=sw, panels=True)
+
+
 def _eval_xor(e):
     from tilecore.ir import BinOp, IntImm
 

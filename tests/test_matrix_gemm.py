@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from fake_matrix_backend import fake_unit
-from tilecore.ir import (Allocate, BinOp, Buffer, BufferLoad, Cast, FloatImm, For, IntImm, MatrixLoad, MatrixOp, Seq, Store,
+from tilecore.ir import (Allocate, BinOp, Buffer, BufferLoad, Cast, FloatImm, For, IntImm, MatrixLoad, MatrixOp, MatrixSync, Seq, Store,
                          ThreadIndex, TileOp, Var)
 from tilecore.passes import PassContext
 from tilecore.passes.matrix import lower_gemm, plan_gemm
 
-from tilecore_cuda.units import mma_16816_units
+from tilecore_cuda.units import mma_16816_units, wgmma_units
 
 UNITS = {"mma": mma_16816_units()[0], "fake": fake_unit()}
 
@@ -27,6 +27,7 @@ class Lockstep:
         self.mem = memory            # Buffer -> numpy array (shared memory)
         self.units = units           # spelling -> MatrixUnit
         self.env, self.regs = {}, {}
+        self.syncs: list = []
 
     def ev(self, e):
         if isinstance(e, IntImm):
@@ -70,12 +71,25 @@ class Lockstep:
             self.regs[s.buffer][:, i[0]] = self.ev(s.value)
         elif isinstance(s, MatrixLoad):
             self.run(s.fallback)  # the spelled forms are checked where they run (tests/cuda_host_emulator.py)
+        elif isinstance(s, MatrixSync):
+            self.syncs.append(s.phase)
         elif isinstance(s, MatrixOp):
             u = self.units[s.spelling]
+            if u.attrs.get("async"):
+                assert self.syncs[-1:] == ["begin"], "an asynchronous unit's instructions follow its begin"
             for g in range(self.t // u.group):
                 mats = {}
                 for role, buf, off in (("a", s.a, s.a_offset), ("b", s.b, s.b_offset), ("c", s.c, s.c_offset)):
                     lay = u.layouts()[role]
+                    origin = getattr(s, f"{role}_origin", None)
+                    if origin is not None:  # read from the shared tile by the instruction: the group's origin
+                        s0, s1 = (self.ev(i)[g * u.group:(g + 1) * u.group] for i in origin.indices[-2:])
+                        assert (s0 == s0[0]).all() and (s1 == s1[0]).all(), "one origin per group"
+                        (p, q), tile = lay.shape, self.mem[origin.buffer]
+                        trans = s.attrs[f"{role}_trans"]
+                        mats[role] = tile[s0[0]:s0[0] + q, s1[0]:s1[0] + p].T if trans else tile[s0[0]:s0[0] + p, s1[0]:s1[0] + q]
+                        assert mats[role].shape == (p, q)
+                        continue
                     m = np.full(lay.shape, np.nan)
                     for lane in range(u.group):
                         for r in range(lay.regs):
@@ -156,6 +170,51 @@ def test_plan_tiles_groups_and_registers():
     assert plan.c_layout.element(37, 0) == (16 + 1, 2)
     plan = plan_gemm(op, 128, Ctx([UNITS["fake"]]))
     assert plan.attrs["groups"] == (2, 1) and plan.attrs["atoms"] == (4, 8)
+
+
+WGMMA = wgmma_units()
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("shape,threads,unit", [((128, 128, 32), 128, "wgmma_m64n128k16"),
+                                                ((128, 256, 64), 256, "wgmma_m64n256k16"),
+                                                ((64, 64, 64), 128, "wgmma_m64n64k16")])
+def test_wgmma_reads_its_shared_operands_at_the_right_origins(ta, tb, shape, threads, unit):
+    """wgmma reads A and B from their tiles itself: the plan takes the largest instruction, lower_gemm gives
+    each instruction the origin of its atom (transposed tiles too), brackets the k loop with the unit's
+    MatrixSync and the lockstep run equals the product (MatrixUnit attrs: operand_sources, async)."""
+    m, n, k = shape
+    op, a, b, c = gemm_op(m, n, k, ta, tb)
+    ctx = Ctx(mma_16816_units() + WGMMA)
+    plan = plan_gemm(op, threads, ctx)
+    assert plan.unit.spelling == unit and set(plan.attrs["shared"]) == {"a", "b"}
+    creg = Buffer("C_r", (plan.c_layout.regs,), "float32", "register")
+    prog = lower_gemm(op, plan, {id(c): (creg, plan.c_layout)}, ctx)
+    assert [type(x).__name__ for x in prog][-3:] == ["MatrixSync", "For", "MatrixSync"]
+    rng = np.random.default_rng(2)
+    A, B = rng.standard_normal(a.static_shape()), rng.standard_normal(b.static_shape())
+    sim = Lockstep(threads, {a: A, b: B}, {u.spelling: u for u in WGMMA})
+    sim.regs[creg] = np.full((threads, plan.c_layout.regs), 7.0)    # clear_accum must zero it
+    sim.run(prog)
+    assert sim.syncs == ["begin", "end"]
+    got = np.full((m, n), np.nan)
+    for t in range(threads):
+        for r in range(plan.c_layout.regs):
+            got[plan.c_layout.element(t, r)] = sim.regs[creg][t, r]
+    np.testing.assert_allclose(got, (A.T if ta else A) @ (B.T if tb else B), rtol=1e-12, atol=1e-12)
+
+
+def test_wgmma_refusals_say_why_and_mma_sync_runs_the_gemm():
+    """B stored (K, N) with N contiguous needs the instruction's 24 columns (48 bytes) to be whole panels of
+    128, 64 or 32 bytes: refused with the reason; mma.sync runs it. The same tile transposed (K contiguous:
+    32-byte rows) is one 32-byte panel per row and is taken."""
+    op, *_ = gemm_op(64, 24, 16, False, False)
+    ctx = Ctx(WGMMA)
+    assert plan_gemm(op, 128, ctx) is None
+    assert "B_s's rows are 48 bytes and the instruction spans 48 of them" in ctx.notes[-1]
+    assert plan_gemm(op, 128, Ctx(mma_16816_units() + WGMMA)).unit.spelling == "mma_sync_m16n8k16"
+    op, *_ = gemm_op(64, 64, 16, False, True)
+    assert plan_gemm(op, 128, Ctx(WGMMA)).attrs["shared"]["b"].swizzle_bytes == 32
 
 
 @pytest.mark.parametrize("policy,groups", [(None, (2, 2)), ("1", (4, 1)), ("GemmWarpPolicy.FullRow", (4, 1)),

@@ -45,8 +45,8 @@ class SIMTCppEmitter(CFamilyEmitter):
     shuffle_xor = "__shfl_xor_sync(0xffffffffu, {0}, {1}, {2})"
     #: a barrier after which every thread leaves if any failed a device assertion (``tc_fail``)
     barrier_or_exit_stmt = "if (__syncthreads_or(tc_fail)) return;"
-    static_shared_decl = "__shared__ __align__(16) {type} {name}[{n}];"
-    dynamic_shared_decl = "extern __shared__ __align__(16) unsigned char tc_smem[];"
+    static_shared_decl = "__shared__ __align__({align}) {type} {name}[{n}];"
+    dynamic_shared_decl = "extern __shared__ __align__({align}) unsigned char tc_smem[];"
     #: block memory above this many bytes is one dynamic carve-out (the launch passes its size)
     static_shared_limit = 48 * 1024
     max_threads_per_block = 1024
@@ -172,10 +172,12 @@ class SIMTCppEmitter(CFamilyEmitter):
                 self.line(st, f"const {self.vtype(v.dtype)} {self.name(st, v)} = ({self.vtype(v.dtype)}){bidx(axis)};")
 
     def block_memory(self, st: EmitState, s: KernelLaunch, shared: list) -> dict:
-        """Declare the block's buffers (16-byte aligned, one dynamic carve-out when they are large);
+        """Declare the block's buffers (16-byte aligned, or on the boundary their shared layout starts on:
+        :attr:`~tilecore.layout.SharedLayout.align_bytes`; one dynamic carve-out when they are large);
         returns the launch facts ``dynamic_shared_bytes`` and ``shared_bytes``. The total was checked
         against the target's limit by the core's memory planning (``tilecore.plan_memory``)."""
-        sizes = []
+        sizes, aligns = [], []
+        layouts = getattr(st, "shared_layouts", {})
         for a in shared:
             n = const_value(simplify(a.buffer.numel()))
             if n is None:
@@ -183,20 +185,24 @@ class SIMTCppEmitter(CFamilyEmitter):
                     f"{a.buffer.name}: block-local buffers with symbolic sizes are not supported by this backend yet",
                     a.span, feature="dynamic_block_buffers", target=str(st.ctx.target))
             sizes.append(max(int(n), 1) * a.buffer.dtype.bytes)
-        total = sum((b + 15) // 16 * 16 for b in sizes)  # checked against the limit by tilecore.plan_memory
+            lay = layouts.get(id(a.buffer))
+            aligns.append(max(16, lay.align_bytes) if lay is not None else 16)
+        offsets, total = [], 0
+        for nbytes, align in zip(sizes, aligns):
+            total = (total + align - 1) // align * align
+            offsets.append(total)
+            total += (nbytes + 15) // 16 * 16  # checked against the limit by tilecore.plan_memory
         dynamic = total > self.static_shared_limit
         if dynamic:
-            self.line(st, self.dynamic_shared_decl)
-        off = 0
-        for a, nbytes in zip(shared, sizes):
+            self.line(st, self.dynamic_shared_decl.format(align=max(aligns, default=16)))
+        for a, off, align in zip(shared, offsets, aligns):
             b = a.buffer
             t = self.stype(b.dtype)
             if dynamic:
                 self.line(st, f"{t}* {self.restrict} {self.name(st, b)} = ({t}*)(tc_smem + {off});")
             else:
                 n = max(int(const_value(simplify(b.numel()))), 1)
-                self.line(st, self.static_shared_decl.format(type=t, name=self.name(st, b), n=n))
-            off += (nbytes + 15) // 16 * 16
+                self.line(st, self.static_shared_decl.format(type=t, name=self.name(st, b), n=n, align=align))
         return {"dynamic_shared_bytes": total if dynamic else 0, "shared_bytes": total}
 
     # -- block-collective operations ---------------------------------------------------------------------

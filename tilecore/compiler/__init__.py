@@ -21,7 +21,20 @@ def _normalize_configs(pass_configs: dict | None) -> dict:
 
     known = set(PassConfigKey.all().values())
     out = {}
-    for k, v in (pass_configs or {}).items():
+    given = dict(pass_configs or {})
+    env = os.environ.get("TILECORE_PASS_CONFIGS", "")
+    if env:  # defaults for every compile of the process (a CI run of the whole suite under one option)
+        import json
+
+        try:
+            defaults = json.loads(env)
+        except ValueError as exc:
+            raise CompileError(f"TILECORE_PASS_CONFIGS is not a JSON object ({exc}); e.g. "
+                               "TILECORE_PASS_CONFIGS='{\"tilecore.fast_math\": true}'") from None
+        if not isinstance(defaults, dict):
+            raise CompileError(f"TILECORE_PASS_CONFIGS must be a JSON object of pass configs, not {env!r}")
+        given = {**defaults, **given}
+    for k, v in given.items():
         k = str(k)
         if k in TILELANG_EQUIVALENTS:  # a TileLang key with a tilecore meaning
             k = TILELANG_EQUIVALENTS[k]
@@ -98,8 +111,15 @@ def lower(func, target="auto", pass_configs=None):
     pipe = core_pipeline()
     for spec in list(backend.passes(tgt)) + get_registry().extra_passes(tgt):
         pipe.add(spec.slot, spec.pass_, spec.position)
-    ctx = PassContext(tgt, backend, caps, options, list(backend.intrinsics(tgt)),
-                      matrix_units=units_for(backend, tgt, caps))
+    units = units_for(backend, tgt, caps)
+    families = options.get("tilecore.matrix_unit_families")
+    if families is not None:  # only these families (e.g. compare one unit with another on the same target)
+        known = sorted({u.family for u in units})
+        if isinstance(families, str) or any(f not in known for f in families):
+            raise CompileError(f"pass config tilecore.matrix_unit_families={families!r}: give a list of the target's "
+                               f"matrix unit families ({', '.join(known) or 'none'})")
+        units = [u for u in units if u.family in families]
+    ctx = PassContext(tgt, backend, caps, options, list(backend.intrinsics(tgt)), matrix_units=units)
     dump = dump_dir_from_env()
     lowered = pipe.run(func, ctx, dump)
     source = backend.emitter(tgt).emit(lowered, ctx)

@@ -12,7 +12,7 @@ from .buffer import Region
 from .expr import (BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, ShuffleWidth, ShuffleXor,
                    ThreadIndex, Var)
 from .stmt import (Allocate, Assert, Assume, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, Collective, Continue,
-                   For, Hint, If, KernelLaunch, MatrixLoad, MatrixOp, PerThread, Print,
+                   For, Hint, If, KernelLaunch, MatrixLoad, MatrixOp, MatrixSync, PerThread, Print,
                    PrimFunc, Seq, Stmt, Store, TileOp)
 
 _BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "floormod": "%",
@@ -170,8 +170,14 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
         return [f"{pad}T.matrix_load({s.spelling!r}, {s.operand!r}, {_nm(s.dst)}[{s.dst_offset}:], "
                 f"{expr_str(s.origin)}, lane={expr_str(s.lane)}, trans={s.trans}, align={s.align})"]
     if isinstance(s, MatrixOp):
-        return [f"{pad}T.matrix_op({s.spelling!r}, {_nm(s.c)}[{s.c_offset}:], {_nm(s.a)}[{s.a_offset}:], "
-                f"{_nm(s.b)}[{s.b_offset}:])"]
+        def operand(x):
+            origin = getattr(s, f"{x}_origin")
+            if origin is not None:  # read from shared memory by the instruction
+                return f"{expr_str(origin)}, {x}_trans={bool(s.attrs.get(x + '_trans'))}"
+            return f"{_nm(getattr(s, x))}[{getattr(s, x + '_offset')}:]"
+        return [f"{pad}T.matrix_op({s.spelling!r}, {_nm(s.c)}[{s.c_offset}:], {operand('a')}, {operand('b')})"]
+    if isinstance(s, MatrixSync):
+        return [f"{pad}T.matrix_sync({s.spelling!r}, {s.phase!r})"]
     if isinstance(s, TileOp):
         args = ", ".join(_arg_str(a) for a in s.args)
         attrs = "".join(f", {k}={_arg_str(v)}" for k, v in sorted(s.attrs.items()))

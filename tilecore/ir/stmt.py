@@ -195,7 +195,14 @@ class MatrixOp(Stmt):
     """One instruction of a registered matrix unit (:class:`~tilecore.layout.MatrixUnit`), run by the
     unit's group of threads inside a :class:`PerThread`: ``c[c_offset : c_offset + unit.c.regs] +=
     a[a_offset : ...] x b[b_offset : ...]`` over register buffers laid out by the unit's layouts.
-    ``spelling`` is the unit's key for the backend's emitter."""
+    ``spelling`` is the unit's key for the backend's emitter.
+
+    An operand the unit's instruction reads from shared memory itself (``MatrixUnit.attrs["operand_sources"]``)
+    has an origin instead of registers: ``a_origin`` / ``b_origin`` is a load of the operand's element (0, 0)
+    in the shared tile (its buffer is the one to address: passes that multi-buffer the tile rewrite the origin,
+    not ``a`` / ``b``, which then only name it), ``attrs["a_trans"]`` / ``["b_trans"]`` say the tile stores
+    the operand transposed (A as K x M, B as N x K), and the tile's shared layout is the paneled one the
+    memory slot gives it (``tilecore.passes.matrix.swizzle_operand_tiles``)."""
 
     spelling: str
     c: Buffer
@@ -204,7 +211,22 @@ class MatrixOp(Stmt):
     a_offset: int
     b: Buffer
     b_offset: int
+    a_origin: Expr | None = None
+    b_origin: Expr | None = None
     attrs: dict = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class MatrixSync(Stmt):
+    """The bracket around the instructions of one ``T.gemm`` on an asynchronous matrix unit
+    (``MatrixUnit.attrs["async"]``), inside a :class:`PerThread`: ``phase`` ``"begin"`` before the first
+    (order the threads' earlier register and shared-memory writes before the unit reads them), ``"end"``
+    after the last (wait until the unit has written the accumulators and read its operands). ``acc`` is
+    the accumulators' register buffer."""
+
+    spelling: str
+    phase: str
+    acc: Buffer | None = None
 
 
 @dataclass(eq=False)

@@ -5,6 +5,14 @@ an optional XOR swizzle of 16-byte units (``swizzle_bytes``: 32, 64 or 128, the 
 copies and matrix-unit descriptors): unit ``u`` of row ``r`` is stored at ``u ^ (r % (swizzle_bytes/16))``
 within each ``swizzle_bytes`` span. Both keep whole 16-byte units together, so vector accesses of 16 bytes
 stay whole; :meth:`check` verifies that the map is a bijection into the tile's storage.
+
+``panels=True`` is the form matrix-unit instructions that read an operand from shared memory by descriptor
+(and bulk tile copies) use: the tile is stored as column panels ``swizzle_bytes`` wide, each panel its
+``rows x swizzle_bytes`` bytes contiguous, and the swizzle is a function of the byte address, so of the
+row's position in the panel: unit ``u`` of row ``r`` is stored at ``u ^ ((r * swizzle_bytes / 128) %
+(swizzle_bytes / 16))`` (rows ``r`` of 128-byte panels: ``u ^ (r % 8)``, the plain form's pattern; 64-byte
+panels: ``u ^ (r / 2 % 4)``; 32-byte: ``u ^ (r / 4 % 2)``). The pattern repeats every eight 128-byte lines,
+so such a tile starts on an :attr:`align_bytes` boundary.
 """
 from __future__ import annotations
 
@@ -18,6 +26,7 @@ class SharedLayout:
     elem_bytes: int
     pad: int = 0                #: elements after each row (bank-conflict padding)
     swizzle_bytes: int = 0      #: 0 (none), 32, 64 or 128
+    panels: bool = False        #: stored as swizzle_bytes-wide column panels, swizzled by address (above)
 
     def __post_init__(self):
         if self.swizzle_bytes not in (0, 32, 64, 128):
@@ -27,10 +36,22 @@ class SharedLayout:
                              f"spans; a row here is {self.cols * self.elem_bytes} bytes")
         if self.swizzle_bytes and self.pad:
             raise ValueError("a tile is either padded or swizzled, not both")
+        if self.panels and (not self.swizzle_bytes or self.rows % 8):
+            raise ValueError("a paneled tile is swizzled and has whole groups of 8 rows")
 
     @property
     def row_elems(self) -> int:
         return self.cols + self.pad
+
+    @property
+    def align_bytes(self) -> int:
+        """The boundary the tile's storage starts on: where its swizzle pattern starts (16 when none)."""
+        return 8 * self.swizzle_bytes if self.panels else 16
+
+    @property
+    def panel_elems(self) -> int:
+        """Elements of one panel row (``swizzle_bytes`` bytes)."""
+        return self.swizzle_bytes // self.elem_bytes
 
     @property
     def size(self) -> int:
@@ -47,6 +68,9 @@ class SharedLayout:
         span_units = self.swizzle_bytes // 16
         unit, within = divmod(col, per_unit)
         span, u = divmod(unit, span_units)
+        if self.panels:
+            u ^= (row * self.swizzle_bytes // 128) % span_units
+            return (span * self.rows + row) * self.panel_elems + u * per_unit + within
         u ^= row % span_units
         return row * self.cols + (span * span_units + u) * per_unit + within
 
@@ -60,6 +84,12 @@ class SharedLayout:
         per_unit = 16 // self.elem_bytes
         span_units = self.swizzle_bytes // 16
         unit = binary("div", col, per_unit)
+        if self.panels:
+            line = binary("div", row, 128 // self.swizzle_bytes) if self.swizzle_bytes < 128 else row
+            swz = binary("xor", binary("floormod", unit, span_units), binary("floormod", line, span_units))
+            panel = binary("add", binary("mul", binary("div", unit, span_units), self.rows), row)
+            return binary("add", binary("mul", panel, self.panel_elems),
+                          binary("add", binary("mul", swz, per_unit), binary("floormod", col, per_unit)))
         swz = binary("xor", binary("floormod", unit, span_units), binary("floormod", row, span_units))
         unit2 = binary("add", binary("mul", binary("div", unit, span_units), span_units), swz)
         return binary("add", binary("mul", row, self.cols),

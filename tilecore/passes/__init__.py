@@ -41,6 +41,7 @@ class PassConfigKey:
     REQUIRE = "tilecore.require"               #: list[str]: capability needs the target must satisfy
     CHECKED = "tilecore.checked"               #: bool: check every memory access at run time (also TILECORE_CHECKED=1)
     MATRIX_UNIT_GEMM = "tilecore.matrix_unit_gemm"  #: bool: T.gemm on a registered matrix unit where one runs it (default True; False: never)
+    MATRIX_UNIT_FAMILIES = "tilecore.matrix_unit_families"  #: list[str]: only these matrix unit families (default: every one the target's profile lists)
     SWIZZLE_OPERAND_TILES = "tilecore.swizzle_operand_tiles"  #: bool: store matrix-unit operand tiles XOR-swizzled (default True)
     LAYOUT_CONVERSION = "tilecore.layout_conversion"  #: True (default): convert a fragment between disagreeing layouts in registers; "shared": always through shared memory; False: keep one in shared memory
 

@@ -8,7 +8,8 @@ runs everything on day one and replaces ops one at a time with faster intrinsics
 from __future__ import annotations
 
 from ..errors import CompileError
-from ..ir import (Allocate, Atomic, Buffer, BufferLoad, For, If, IntImm, Region, Store, TileOp, Var, as_expr,
+from ..ir import (Allocate, Atomic, Buffer, BufferLoad, Collective, For, If, IntImm, MatrixOp, Region, Store, TileOp,
+                  Var, as_expr, collect,
                   binary, cast, compare, const, const_value, logic_and, maximum, minimum, rewrite, select, seq)
 from ..ir import Call as _Call
 from ..plugin.api import Intrinsic
@@ -259,14 +260,27 @@ def choose(op: TileOp, ctx) -> Intrinsic:
 
 @tile_pass("tilecore.lower_tile_ops")
 def lower_tile_ops(func, ctx):
-    """Replace every tile op with the statement its chosen intrinsic produces."""
+    """Replace every tile op with the statement its chosen intrinsic produces. A shared tile that a matrix
+    instruction reads by descriptor (a :class:`~tilecore.ir.MatrixOp` origin: the memory slot stores it in
+    swizzled panels) is never handed to a block-wide library call, which addresses its regions row-major:
+    an op whose chosen intrinsic would do that takes the core's generic lowering (elements go through the
+    tile's layout)."""
     chosen: list = []
+    paneled = {id(o.buffer) for m in collect(func.body, MatrixOp) for o in (m.a_origin, m.b_origin) if o is not None}
+
+    def addresses_paneled(stmt) -> bool:
+        return any(isinstance(a, Region) and id(a.buffer) in paneled
+                   for c in collect(stmt, Collective) for a in c.args)
 
     def lower(s):
         if isinstance(s, TileOp):
             intr = choose(s, ctx)
+            out = intr.lower(s, ctx)
+            if paneled and intr not in GENERIC and addresses_paneled(seq(out) if isinstance(out, list) else out):
+                intr = next(g for g in GENERIC if g.op == s.op)
+                out = intr.lower(s, ctx)
             chosen.append(f"{s.op}:{intr.name}")
-            return intr.lower(s, ctx)
+            return out
         return None
 
     body = rewrite(func.body, lower)

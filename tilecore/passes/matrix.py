@@ -31,8 +31,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..errors import CompileError
 from ..ir import (Allocate, AsyncCopy, Buffer, BufferLoad, Collective, For, KernelLaunch, MatrixLoad, MatrixOp,
-                  Region, Store, TileOp, collect, rewrite, walk, ThreadIndex, Var, as_expr, binary, const,
+                  MatrixSync, Region, Store, TileOp, collect, rewrite, walk, ThreadIndex, Var, as_expr, binary, const,
                   const_value, seq)
 from ..layout import FragmentLayout, MatrixUnit, SharedLayout
 from . import tile_pass
@@ -71,15 +72,26 @@ def _why_not(op, threads: int, ctx):
     (m, n), k = ext_c, (ext_a[0] if ta else ext_a[1])
     if a.buffer.dtype != b.buffer.dtype:
         return f"A and B have different dtypes ({a.buffer.dtype}, {b.buffer.dtype})"
-    why = []
+    why, found = [], []
     for u in ctx.matrix_units:
-        if u.a.opaque or u.b.opaque or u.c.opaque:
-            # operands the instruction reads from memory itself, or a fragment whose placement the hardware
-            # hides: not this lowering's form (the backend's gemm intrinsic runs it, the accumulator in memory)
-            if u.c.opaque:
-                why.append(f"{u.spelling}'s accumulator is an opaque fragment")
+        if u.c.opaque:
+            # a fragment whose placement the hardware hides: not this lowering's form (the backend's gemm
+            # intrinsic runs it, the accumulator in memory)
+            why.append(f"{u.spelling}'s accumulator is an opaque fragment")
             continue
         name = u.spelling
+        shared = {}
+        for x, r, trans, extent in (("a", a, ta, u.m), ("b", b, tb, u.n)):
+            form = _shared_form(u, x, r, trans, extent, ctx)
+            if isinstance(form, SharedLayout):
+                shared[x] = form
+            elif getattr(u, x).opaque or "register" not in _sources(u, x):
+                why.append(f"{name} reads {x.upper()} from shared memory itself: {form}")
+                break
+        else:
+            form = None
+        if form is not None and not isinstance(form, SharedLayout):
+            continue
         if a.buffer.dtype not in u.a_dtypes or c.buffer.dtype != u.acc_dtype:
             why.append(f"{name} multiplies {'/'.join(u.a_dtypes)} into {u.acc_dtype}")
             continue
@@ -101,8 +113,46 @@ def _why_not(op, threads: int, ctx):
         policy = _POLICY.get(str(op.attrs.get("policy")))
         chosen = [f for f in fits if policy != "row" or f[1] == 1] or fits
         wm, wn = min(chosen, key=lambda f: (m // f[0] + n // f[1], -f[0]))
-        return u, (wm, wn), (m, n, k)
-    return "; ".join(why) or "the target has no matrix unit with register operands"
+        found.append((u, (wm, wn), shared))
+    if not found:
+        return "; ".join(why) or "the target has no matrix unit with register operands"
+    # the unit that issues the fewest instructions (a larger atom), the target's order on a tie
+    u, groups, shared = min(found, key=lambda f: (m * n * k) // (f[0].m * f[0].n * f[0].k * threads // f[0].group))
+    return u, groups, (m, n, k), shared
+
+
+def _sources(u: MatrixUnit, x: str) -> tuple:
+    """Where ``u``'s instruction takes operand ``x`` from: ``register`` (loaded by the threads, by the unit's
+    layout) and/or ``shared`` (read from a shared tile by the instruction: ``attrs["operand_sources"]``)."""
+    return tuple(u.attrs.get("operand_sources", {}).get(x, ("register",)))
+
+
+def _shared_form(u: MatrixUnit, x: str, r: Region, trans: bool, extent: int, ctx):
+    """The paneled :class:`SharedLayout` in which ``u``'s instruction reads operand ``x`` (region ``r``,
+    stored transposed or not) from shared memory, or a string saying why it cannot. The unit lists the panel
+    widths it reads (``attrs["shared_swizzles"]``, bytes); an operand stored with its M/N dimension
+    contiguous ("MN-major": A transposed, B not) needs the instruction's ``extent`` along it to be whole
+    panels."""
+    if "shared" not in _sources(u, x):
+        return "the unit loads it into registers"
+    buf = r.buffer
+    if buf.scope != "shared" or buf.base is not None:
+        return f"{buf.name} is not a shared tile of its own ({buf.scope})"
+    if ctx.option("tilecore.swizzle_operand_tiles", True) is False:
+        return "pass config tilecore.swizzle_operand_tiles is False (the instruction reads swizzled tiles)"
+    shape = buf.static_shape()
+    if shape is None or len(shape) < 2 or _static(r.starts[-2:]) != (0, 0) or _static(r.extents[-2:]) != tuple(shape[-2:]):
+        return f"the gemm does not read the whole {buf.name} tile"
+    rows, cols = shape[-2:]
+    e = buf.dtype.bytes
+    if rows % 8 or 16 % e:
+        return f"{buf.name} has {rows} rows (whole groups of 8 are read)"
+    mn_major = trans if x == "a" else not trans
+    for span in sorted(u.attrs.get("shared_swizzles", ()), reverse=True):
+        if (cols * e) % span == 0 and (not mn_major or (extent * e) % span == 0):
+            return SharedLayout(rows, cols, e, swizzle_bytes=span, panels=True)
+    return (f"{buf.name}'s rows are {cols * e} bytes" + (f" and the instruction spans {extent * e} of them" if mn_major else "")
+            + f"; it reads panels of {', '.join(map(str, u.attrs.get('shared_swizzles', ())))} bytes")
 
 
 def plan_gemm(op, threads: int, ctx) -> GemmPlan | None:
@@ -117,11 +167,13 @@ def plan_gemm(op, threads: int, ctx) -> GemmPlan | None:
         if note not in ctx.notes:  # the layout pass may ask again while it settles
             ctx.notes.append(note)
         return None
-    u, (wm, wn), (m, n, k) = found
+    u, (wm, wn), (m, n, k), shared = found
     mt, nt = m // (u.m * wm), n // (u.n * wn)
     lay = u.c.tile(0, wm, "thread").tile(1, wn, "thread").tile(0, mt, "reg").tile(1, nt, "reg",
                                                                                    name=f"{u.spelling}.C x {wm}x{wn} groups")
     attrs = {"unit": u.spelling, "groups": (wm, wn), "atoms": (mt, nt), "k_steps": k // u.k}
+    if shared:  # operands the instruction reads from their tiles itself, with the tile layout it reads
+        attrs["shared"] = shared
     # A may come from registers (a fragment the layout pass keeps there): each thread then holds, for every
     # atom row and k step, the unit's A registers of its lane; register (mi + mt ks) a.regs + r
     a_lay = u.a.tile(0, wm, "thread").tile(0, mt, "reg").tile(1, k // u.k, "reg", name=f"{u.spelling}.A x {wm} groups")
@@ -143,7 +195,7 @@ def lower_gemm(op, plan: GemmPlan, registers: dict, ctx) -> list:
     lane = binary("floormod", tid, u.group) if wm * wn > 1 else tid
     group = binary("div", tid, u.group)
     g_row = binary("floormod", group, wm) if wm > 1 else const(0)
-    g_col = binary("div", group, wm) if wm > 1 else group
+    g_col = binary("div", group, wm) if wm > 1 else group if wn > 1 else const(0)  # one group: thread / group is 0
     areg = Buffer(f"{c.buffer.name}_mma_a", (mt * u.a.regs,), a.buffer.dtype, "register")
     breg = Buffer(f"{c.buffer.name}_mma_b", (nt * u.b.regs,), b.buffer.dtype, "register")
     kk = Var("mk")
@@ -174,26 +226,44 @@ def lower_gemm(op, plan: GemmPlan, registers: dict, ctx) -> list:
     if a_regs is not None and a_regs[1] != plan.attrs["a_layout"]:
         raise ValueError(f"gemm operand {a.buffer.name}: its registers are laid out as {a_regs[1]}, the plan needs "
                          f"{plan.attrs['a_layout']}")
+    # operands the instruction reads from their shared tiles itself (a paneled layout, MatrixOp's origins)
+    shared = dict(plan.attrs.get("shared", {}))
+    if a_regs is not None:
+        shared.pop("a", None)
+    row0 = [binary("mul", binary("add", g_row, wm * mi), u.m) for mi in range(mt)]
+    col0 = [binary("mul", binary("add", g_col, wn * ni), u.n) for ni in range(nt)]
     for mi in range(mt):
         if a_regs is not None:  # A in registers in the unit's order: moves the compiler folds away
             for r in range(u.a.regs):
                 src = binary("add", binary("mul", kk, mt * u.a.regs), mi * u.a.regs + r)
                 body.append(Store(areg, (const(mi * u.a.regs + r),), BufferLoad(a_regs[0], (src,)), span=op.span))
-            continue
-        row0 = binary("mul", binary("add", g_row, wm * mi), u.m)
-        body.append(load("a", a, areg, mi * u.a.regs, u.a, row0, k0, ta, (u.m, u.k)))
+        elif "a" not in shared:
+            body.append(load("a", a, areg, mi * u.a.regs, u.a, row0[mi], k0, ta, (u.m, u.k)))
     for ni in range(nt):
-        col0 = binary("mul", binary("add", g_col, wn * ni), u.n)
-        body.append(load("b", b, breg, ni * u.b.regs, u.b, k0, col0, tb, (u.k, u.n)))
+        if "b" not in shared:
+            body.append(load("b", b, breg, ni * u.b.regs, u.b, k0, col0[ni], tb, (u.k, u.n)))
     for ni in range(nt):
         for mi in range(mt):
-            body.append(MatrixOp(u.spelling, creg, (mi + mt * ni) * u.c.regs, areg, mi * u.a.regs, breg,
-                                 ni * u.b.regs, span=op.span))
-    out = [Allocate(areg), Allocate(breg)]
+            ops = {}
+            if "a" in shared:
+                ops.update(a_origin=at(a, row0[mi], k0, ta), a=a.buffer, a_offset=0)
+            if "b" in shared:
+                ops.update(b_origin=at(b, k0, col0[ni], tb), b=b.buffer, b_offset=0)
+            attrs = {f"{x}_{what}": v for x, f in shared.items()
+                     for what, v in (("trans", ta if x == "a" else tb), ("layout", f))}
+            body.append(MatrixOp(u.spelling, creg, (mi + mt * ni) * u.c.regs, **{
+                "a": areg, "a_offset": mi * u.a.regs, "b": breg, "b_offset": ni * u.b.regs, **ops}, attrs=attrs,
+                span=op.span))
+    out = [Allocate(r) for r, x in ((areg, "a"), (breg, "b")) if x not in shared]
     if op.attrs.get("clear_accum"):
         out += [Store(creg, (const(r),), const(0, creg.dtype), span=op.span) for r in range(clay.regs)]
     # unrolled: the register offsets and the operand addresses of each k step fold to constants
-    out.append(For(kk, as_expr(0), as_expr(plan.attrs["k_steps"]), "unroll", seq(body), span=op.span))
+    loop = For(kk, as_expr(0), as_expr(plan.attrs["k_steps"]), "unroll", seq(body), span=op.span)
+    if u.attrs.get("async"):  # the unit runs behind the threads: order what they wrote before, wait after
+        out += [MatrixSync(u.spelling, "begin", creg, span=op.span), loop,
+                MatrixSync(u.spelling, "end", creg, span=op.span)]
+    else:
+        out.append(loop)
     return out
 
 
@@ -236,11 +306,24 @@ def swizzle_operand_tiles(func, ctx):
     def fix(s):
         if not isinstance(s, KernelLaunch) or "shared_layouts" in s.attrs:
             return None
+        # tiles a matrix instruction reads itself must have the layout it reads (the plan chose it)
+        required: dict = {}
+        for m in collect(s.body, MatrixOp):
+            for x in ("a", "b"):
+                origin = getattr(m, f"{x}_origin")
+                if origin is None:
+                    continue
+                buf, lay = origin.buffer, m.attrs[f"{x}_layout"]
+                if required.setdefault(id(buf), (buf, lay))[1] != lay:
+                    raise CompileError(f"{buf.name} is read by {m.spelling} as {lay} and as {required[id(buf)][1]}; "
+                                       "pass tilecore.swizzle_operand_tiles=False to keep the gemms on loaded operands", m.span)
         loads = collect(s.body, MatrixLoad)
-        tiles = {id(m.origin.buffer): m.origin.buffer for m in loads if m.origin.buffer.scope == "shared"}
-        if not tiles:
+        tiles = {id(m.origin.buffer): m.origin.buffer for m in loads
+                 if m.origin.buffer.scope == "shared" and id(m.origin.buffer) not in required}
+        if not tiles and not required:
             return None
         plain: set = set()
+        by_address: dict = {}
 
         def uses(x):
             if isinstance(x, (Collective, TileOp)):
@@ -248,17 +331,25 @@ def swizzle_operand_tiles(func, ctx):
                     b = a.buffer if isinstance(a, Region) else a if isinstance(a, Buffer) else None
                     if b is not None:
                         plain.add(id(b.base or b))
+                        by_address.setdefault(id(b.base or b), x)
             elif isinstance(x, AsyncCopy) and (x.elements * x.dst.dtype.bytes != 16 or linear):
                 plain.add(id(x.dst))
             elif isinstance(x, Store):
                 plain.add(id(x.buffer))
 
         walk(s.body, uses)
-        chosen = tuple((b, lay) for k, b in tiles.items() if k not in plain and (lay := _swizzle_for(b)) is not None)
+        for key, (buf, lay) in required.items():
+            if key in by_address:  # a block-wide library call reading it by address (row-major)
+                raise CompileError(f"internal: {buf.name} is read by a matrix instruction as a {lay.swizzle_bytes}-byte "
+                                   f"paneled tile and by {getattr(by_address[key], 'name', None) or by_address[key].op} "
+                                   "by address (row-major)", by_address[key].span)
+        chosen = tuple(required.values()) + tuple(
+            (b, lay) for k, b in tiles.items() if k not in plain and (lay := _swizzle_for(b)) is not None)
         if not chosen:
             return None
         for b, lay in chosen:
-            recorded[b.name] = f"{lay.rows}x{lay.cols} tile, {lay.swizzle_bytes}-byte XOR swizzle of 16-byte units"
+            recorded[b.name] = (f"{lay.rows}x{lay.cols} tile, {lay.swizzle_bytes}-byte XOR swizzle of 16-byte units"
+                                + (f", {lay.swizzle_bytes}-byte panels" if lay.panels else ""))
         return s.with_(attrs={**s.attrs, "shared_layouts": chosen})
 
     recorded: dict = {}

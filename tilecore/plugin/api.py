@@ -18,7 +18,7 @@ from typing import Any, Callable, ClassVar
 #: 1.3 adds :meth:`Program.fast_call` (a whole kernel call, binding and launch, done natively), the capability
 #: value ``execution.simd_width: dynamic`` and the IR node it brings to emitters,
 #: :class:`~tilecore.ir.ShuffleWidth` (``shuffle_width_expr`` of the C-family emitters).
-PLUGIN_API = (1, 3)
+PLUGIN_API = (1, 4)
 
 MODES = ("device", "emulated", "compile-only", "codegen-only")
 

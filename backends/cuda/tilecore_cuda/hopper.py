@@ -276,7 +276,8 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
 
 def rewrite_launches(func, ctx, lower, features=("wgmma", "bulk_tensor_copy", "warp_specialization")):
     """Apply ``lower(launch, ctx)`` (a new launch, or None to keep it) to every ``T.Kernel`` of ``func`` on
-    targets with ``features`` (the Hopper ones unless ``tilecore.cuda.disable_wgmma``); what happened goes to
+    targets with ``features`` (the Hopper ones unless ``tilecore.cuda.disable_wgmma``; none where
+    ``tilecore.cuda.register_programs`` is False: the core's general path takes every kernel); what happened goes to
     ``func.attrs["hopper_pipelines"]`` (``kernel.meta["attrs"]``, IR dumps)."""
     caps = ctx.capabilities
     if not all(caps.feature(f) for f in features):
@@ -286,6 +287,9 @@ def rewrite_launches(func, ctx, lower, features=("wgmma", "bulk_tensor_copy", "w
                               + ("checked mode: generic path",))
     if "wgmma" in features and ctx.option("tilecore.cuda.disable_wgmma", False):
         return func
+    if ctx.option("tilecore.cuda.register_programs", True) is False:  # every kernel on the core's general path
+        return func.with_body(func.body, hopper_pipelines=tuple(func.attrs.get("hopper_pipelines", ()))
+                              + ("tilecore.cuda.register_programs is False: general path",))
     before = len(ctx.notes)
     body = rewrite(func.body, lambda s: lower(s, ctx) if isinstance(s, KernelLaunch) else None)
     notes = tuple(func.attrs.get("hopper_pipelines", ())) + tuple(ctx.notes[before:])
@@ -312,12 +316,13 @@ def wgmma_name(at: dict) -> str:
     return wgmma_struct(at["dtype"], at["BN"], not at["b_kmajor"])[0]
 
 
-def wgmma_struct(dtype: str, n: int, trans_b: bool, a_regs: bool = False) -> tuple:
+def wgmma_struct(dtype: str, n: int, trans_b: bool, a_regs: bool = False, trans_a: bool = False) -> tuple:
     """(name, C++ text) of a struct whose ``run`` issues one ``wgmma.mma_async`` m64nNk16 (16-bit) or
     m64nNk32 (8-bit): accumulators in registers (``float (&)[N / 2]``), B from a shared-memory descriptor,
-    A from a descriptor or (``a_regs``) from four 32-bit registers of packed 16-bit values; D += A * B."""
+    A from a descriptor or (``a_regs``) from four 32-bit registers of packed 16-bit values; D += A * B.
+    ``trans_a`` / ``trans_b``: the operand in shared memory is MN-major (16-bit types only)."""
     ptx, kstep, _ = _DTYPES[dtype]
-    name = f"tc_wgmma_{'rs_' if a_regs else ''}{ptx}_n{n}_t{int(trans_b)}"
+    name = f"tc_wgmma_{'rs_' if a_regs else ''}{ptx}_n{n}_t{int(trans_b)}{'_ta' if trans_a else ''}"
     regs = n // 2
     dlist = ", ".join(f"%{i}" for i in range(regs))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
@@ -331,7 +336,7 @@ def wgmma_struct(dtype: str, n: int, trans_b: bool, a_regs: bool = False) -> tup
         a_op, b_op, p_op = f"%{regs}", f"%{regs + 1}", f"%{regs + 2}"
         sig = "unsigned long long a, unsigned long long b"
         ins = '"l"(a), "l"(b), "r"(1)'
-        trans = f", 0, {int(trans_b)}" if ptx in ("f16", "bf16") else ""
+        trans = f", {int(trans_a)}, {int(trans_b)}" if ptx in ("f16", "bf16") else ""
     text = (f"struct {name} {{\n  static __device__ __forceinline__ void run(float (&d)[{regs}], {sig}) {{\n"
             f"    asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, {p_op}, 0;\\n"
             f"wgmma.mma_async.sync.aligned.m64n{n}k{kstep}.f32.{ptx}.{ptx} {{{dlist}}}, {a_op}, {b_op}, "

@@ -15,9 +15,10 @@ of lane ``lane`` is column ``8 j + 2 (lane % 4) + e`` of row ``lane / 4 + 8 h``.
 ``wgmma.mma_async.m64nNk16`` (N = 8 .. 256 in steps of 8) over a warpgroup of 128 threads: the
 accumulator of warp ``w`` is the mma.sync one for rows ``16 w ..``, repeated over ``N / 8`` column blocks
 (register ``4 j + 2 h + e`` is column ``8 j + 2 (lane % 4) + e`` of row ``16 w + lane / 4 + 8 h``); A in
-registers is the mma.sync A layout per warp; B is read from shared memory by the instruction (an opaque
-layout). The core's matrix-unit GEMM (tilecore.passes.matrix) does not take wgmma yet: the Hopper register
-programs keep it.
+registers is the mma.sync A layout per warp; B (and A, where it is in shared memory) is read from shared
+memory by the instruction through a matrix descriptor (an opaque layout): the core's matrix-unit GEMM
+(tilecore.passes.matrix) gives those tiles the paneled, swizzled layout the descriptor describes. Kernels the
+Hopper register programs take (regprog.py, hopper.py) keep their own wgmma code.
 """
 from __future__ import annotations
 
@@ -50,6 +51,13 @@ def wgmma_accumulator(n: int) -> FragmentLayout:
                                     [("reg", 2, 1), ("thread", 4, 1), ("reg", n // 8, 4)]], name=f"wgmma_m64n{n}k16.C")
 
 
+#: how the core lowers a gemm onto wgmma (tilecore.passes.matrix): A from registers or from its shared tile,
+#: B from its shared tile, both read by descriptor in 128/64/32-byte swizzled panels; the instruction runs
+#: behind the threads (a MatrixSync around each gemm: codegen.CUDAEmitter.stmt_MatrixSync)
+WGMMA_ATTRS = {"operand_sources": {"a": ("register", "shared"), "b": ("shared",)},
+               "shared_swizzles": (128, 64, 32), "async": True}
+
+
 def wgmma_units() -> list:
     a = _mma_a(4)
     out = []
@@ -57,7 +65,7 @@ def wgmma_units() -> list:
         b = FragmentLayout((16, n), [[("reg", 16, 1)], [("reg", n, 16)]], replicate=[(128, 1)],
                            name=f"wgmma_m64n{n}k16.B (shared memory)", opaque=True)
         out.append(MatrixUnit("wgmma", 64, n, 16, ("float16", "bfloat16"), "float32", 128, a, b,
-                              wgmma_accumulator(n), f"wgmma_m64n{n}k16", attrs={"b_from": "shared"}))
+                              wgmma_accumulator(n), f"wgmma_m64n{n}k16", attrs=WGMMA_ATTRS))
     return out
 
 

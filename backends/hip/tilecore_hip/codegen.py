@@ -47,8 +47,8 @@ class HIPEmitter(SIMTCppEmitter):
     barrier_stmt = "tc_barrier();"
     barrier_or_exit_stmt = "if (tc_barrier_or(tc_fail)) return;"
     shuffle_xor = "tc_shfl_xor({0}, {1}, {2})"
-    static_shared_decl = "__shared__ __align__(16) {type} {name}[{n}];"
-    dynamic_shared_decl = "extern __shared__ __align__(16) unsigned char tc_smem[];"
+    static_shared_decl = "__shared__ __align__({align}) {type} {name}[{n}];"
+    dynamic_shared_decl = "extern __shared__ __align__({align}) unsigned char tc_smem[];"
     storage_types = {
         "bool": "unsigned char", "int8": "signed char", "int16": "short", "int32": "int", "int64": "long long",
         "uint8": "unsigned char", "uint16": "unsigned short", "uint32": "unsigned int",

@@ -1,0 +1,213 @@
+"""wgmma as a registered matrix unit: the core's general path (tilecore.passes.matrix) runs ``T.gemm`` on
+``wgmma.mma_async`` wherever the CUDA plugin's register programs do not take the kernel (or
+``tilecore.cuda.register_programs`` is False), with A and B read from their shared tiles by descriptor
+(128/64/32-byte swizzled panels: tilecore.layout.SharedLayout(panels=True)) or A from registers.
+
+Compile-only checks wherever a CUDA compiler exists (CI): which unit and layouts the plan took, the
+descriptors, and the SASS (HGMMA, no HMMA). On an sm_90 GPU every kernel runs and is compared with a
+float64 reference: transposes, bf16, two warpgroups, 64/32-byte panels, A from registers, the 777-column B.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilecore
+import tilecore.language as T
+
+tilecore_cuda = pytest.importorskip("tilecore_cuda")
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
+from test_cuda_hopper import hopper_gpu  # noqa: E402
+
+HOPPER = "cuda:sm_90a"
+GENERAL = {**NOCACHE, "tilecore.cuda.register_programs": False}
+
+
+def gemm(M, N, K, bm, bn, bk, threads=128, stages=2, dtype="float16", ta=False, tb=False):
+    a_shape, as_shape = ((K, M), (bk, bm)) if ta else ((M, K), (bm, bk))
+    b_shape, bs_shape = ((N, K), (bn, bk)) if tb else ((K, N), (bk, bn))
+
+    @T.prim_func
+    def main(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared(as_shape, dtype)
+            B_s = T.alloc_shared(bs_shape, dtype)
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_l)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                if ta:
+                    T.copy(A[ko * bk, by * bm], A_s)
+                else:
+                    T.copy(A[by * bm, ko * bk], A_s)
+                if tb:
+                    T.copy(B[bx * bn, ko * bk], B_s)
+                else:
+                    T.copy(B[ko * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_l, transpose_A=ta, transpose_B=tb)
+            T.copy(C_l, C[by * bm, bx * bn])
+
+    return main
+
+
+def two_gemms(M, D, bm=64, bn=64, dtype="float16"):
+    """S = Q K^T (64 x bn), P = S cast to 16 bits in registers, O = P V: the second gemm's A from registers
+    (FlashAttention's shape without the softmax)."""
+
+    @T.prim_func
+    def main(Q: T.Tensor((M, D), dtype), K: T.Tensor((bn, D), dtype), V: T.Tensor((bn, D), dtype),
+             O: T.Tensor((M, D), "float32")):
+        with T.Kernel(T.ceildiv(M, bm), threads=128) as bx:
+            Q_s = T.alloc_shared((bm, D), dtype)
+            K_s = T.alloc_shared((bn, D), dtype)
+            V_s = T.alloc_shared((bn, D), dtype)
+            S = T.alloc_fragment((bm, bn), "float32")
+            P = T.alloc_fragment((bm, bn), dtype)
+            O_l = T.alloc_fragment((bm, D), "float32")
+            T.copy(Q[bx * bm, 0], Q_s)
+            T.copy(K[0, 0], K_s)
+            T.copy(V[0, 0], V_s)
+            T.clear(S)
+            T.clear(O_l)
+            T.gemm(Q_s, K_s, S, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+            T.copy(S, P)
+            T.gemm(P, V_s, O_l, policy=T.GemmWarpPolicy.FullRow)
+            T.copy(O_l, O[bx * bm, 0])
+
+    return main
+
+
+CASES = {  # id: (kernel args, the panel widths of A's and B's tiles)
+    "128x128x32": (dict(M=256, N=256, K=256, bm=128, bn=128, bk=32), (64, 128)),
+    "64x64x64": (dict(M=128, N=192, K=320, bm=64, bn=64, bk=64), (128, 128)),
+    "128x256x64-2wg": (dict(M=256, N=512, K=256, bm=128, bn=256, bk=64, threads=256, stages=3), (128, 128)),
+    "tb": (dict(M=256, N=256, K=256, bm=128, bn=128, bk=32, tb=True), (64, 64)),
+    "ta": (dict(M=256, N=256, K=256, bm=128, bn=128, bk=32, ta=True), (128, 128)),
+    "ta-tb-bf16": (dict(M=128, N=128, K=192, bm=64, bn=64, bk=64, ta=True, tb=True, dtype="bfloat16"), (128, 128)),
+    "bk16": (dict(M=128, N=128, K=128, bm=64, bn=64, bk=16, tb=True), (32, 32)),
+}
+
+
+def _compile(fn, **kw):
+    return tilecore.compile(fn, target=HOPPER, pass_configs={**GENERAL, **kw})
+
+
+@needs_toolchain
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_general_path_runs_gemm_on_wgmma_with_descriptor_operands(case):
+    args, (pa, pb) = CASES[case]
+    k = _compile(gemm(**args))
+    layouts = k.meta["attrs"]["shared_layouts"]
+    assert f"{pa}-byte panels" in layouts["A_s"] and f"{pb}-byte panels" in layouts["B_s"], layouts
+    src = k.get_kernel_source()
+    n = args["bn"] // (1 if args.get("threads", 128) == 128 else 1)
+    assert f"tc_wgmma_{'bf16' if args.get('dtype') == 'bfloat16' else 'f16'}_n{n}_t{int(not args.get('tb', False))}" \
+        f"{'_ta' if args.get('ta') else ''}::run" in src
+    # each descriptor names its swizzle: 128-byte panels are mode 1, 64-byte 2, 32-byte 3
+    modes = {128: 1, 64: 2, 32: 3}
+    assert f"{8 * pa}u, {modes[pa]}u)" in src and f"{8 * pb}u, {modes[pb]}u)" in src
+    assert "tc_wg_fence_proxy(); __syncthreads(); tc_wg_fence();" in src and "tc_wg_wait<0>()" in src
+    sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+    assert "HGMMA" in sass and "HMMA" not in sass.replace("HGMMA", "")
+
+
+@needs_toolchain
+def test_a_from_registers_takes_the_register_form_and_b_the_descriptor():
+    k = _compile(two_gemms(128, 64))
+    src = k.get_kernel_source()
+    assert "tc_wgmma_rs_f16_n64_t1::run" in src  # P (registers) x V (shared, MN-major)
+    assert "tc_wgmma_f16_n64_t0::run" in src     # Q x K^T, both from shared memory
+    assert "P" not in k.meta["attrs"]["shared_layouts"]
+
+
+@needs_toolchain
+def test_the_off_form_gemm_takes_wgmma_by_default():
+    """The GEMM whose B rows (1554 bytes) rule out the register programs' copies: the core's general path,
+    now on wgmma (B's tile is filled by element stores through the paneled layout)."""
+    k = tilecore.compile(gemm(512, 777, 512, 128, 128, 32), target=HOPPER, pass_configs=NOCACHE)
+    assert "tc_wgmma_f16_n128_t1::run" in k.get_kernel_source()
+
+
+@needs_toolchain
+def test_a_tile_no_descriptor_reads_keeps_mma_sync():
+    """B's 24-column tile (48-byte rows) is not whole swizzle panels: the gemm runs on mma.sync
+    (tests/test_matrix_gemm.py checks the reason the plan gives)."""
+    k = _compile(gemm(128, 48, 128, 64, 24, 16))
+    assert "tc_mma_16816_r" in k.get_kernel_source() and "tc_wgmma" not in k.get_kernel_source()
+
+
+def test_pass_configs_from_the_environment(monkeypatch):
+    monkeypatch.setenv("TILECORE_PASS_CONFIGS", '{"tilecore.cuda.register_programs": false}')
+    k = tilecore.compile(gemm(256, 256, 256, 128, 128, 32), target=HOPPER, pass_configs=NOCACHE)
+    assert "general path" in " | ".join(k.meta["attrs"].get("hopper_pipelines", ()))
+    monkeypatch.setenv("TILECORE_PASS_CONFIGS", "[1]")
+    with pytest.raises(tilecore.errors.CompileError, match="JSON object"):
+        tilecore.compile(gemm(256, 256, 256, 128, 128, 32), target=HOPPER, pass_configs=NOCACHE)
+
+
+# -- on an sm_90 GPU ---------------------------------------------------------------------------------------
+
+def _run(k, *arrays):
+    import torch
+
+    ts = [torch.from_numpy(a).cuda() for a in arrays]
+    k(*ts)
+    torch.cuda.synchronize()
+    return ts[-1].cpu().numpy()
+
+
+def _operands(rng, shape, dtype):
+    import torch
+
+    x = rng.standard_normal(shape).astype(np.float32)
+    t = torch.from_numpy(x).to(getattr(torch, dtype))
+    return t.float().numpy().astype(np.float64), t
+
+
+@hopper_gpu
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_wgmma_gemm_matches_float64(case):
+    import torch
+
+    args, _ = CASES[case]
+    M, N, K, dt = args["M"], args["N"], args["K"], args.get("dtype", "float16")
+    rng = np.random.default_rng(7)
+    a64, a = _operands(rng, (K, M) if args.get("ta") else (M, K), dt)
+    b64, b = _operands(rng, (N, K) if args.get("tb") else (K, N), dt)
+    k = _compile(gemm(**args))
+    c = torch.zeros((M, N), dtype=torch.float32, device="cuda")
+    k(a.cuda(), b.cuda(), c)
+    ref = (a64.T if args.get("ta") else a64) @ (b64.T if args.get("tb") else b64)
+    np.testing.assert_allclose(c.cpu().numpy(), ref, rtol=2e-3, atol=2e-3 * np.sqrt(K))
+
+
+@hopper_gpu
+def test_wgmma_a_from_registers_matches_float64():
+    import torch
+
+    rng = np.random.default_rng(3)
+    q64, q = _operands(rng, (128, 64), "float16")
+    k64, kk = _operands(rng, (64, 64), "float16")
+    v64, v = _operands(rng, (64, 64), "float16")
+    k = _compile(two_gemms(128, 64))
+    o = torch.zeros((128, 64), dtype=torch.float32, device="cuda")
+    k(q.cuda(), kk.cuda(), v.cuda(), o)
+    p = (q64 @ k64.T).astype(np.float16).astype(np.float64)
+    np.testing.assert_allclose(o.cpu().numpy(), p @ v64, rtol=5e-3, atol=5e-2)
+
+
+@hopper_gpu
+def test_wgmma_off_form_gemm_matches_float64():
+    import torch
+
+    rng = np.random.default_rng(5)
+    a64, a = _operands(rng, (512, 512), "float16")
+    b64, b = _operands(rng, (512, 777), "float16")
+    k = tilecore.compile(gemm(512, 777, 512, 128, 128, 32), target=HOPPER, pass_configs=NOCACHE)
+    c = torch.zeros((512, 777), dtype=torch.float32, device="cuda")
+    k(a.cuda(), b.cuda(), c)
+    np.testing.assert_allclose(c.cpu().numpy(), a64 @ b64, rtol=2e-3, atol=2e-3 * np.sqrt(512))
