@@ -83,7 +83,8 @@ def staged_gemm_kernel(M, N, K, bm, bn, bk, stages=2):
     return gemm
 
 
-PATHS = {"unit": {}, "plugin": {"tilecore.matrix_unit_gemm": False}}
+#: "unit": the core's mma.sync unit (on sm_90a the core would take wgmma: tests/test_cuda_wgmma_unit.py)
+PATHS = {"unit": {"tilecore.matrix_unit_families": ["mma_sync"]}, "plugin": {"tilecore.matrix_unit_gemm": False}}
 
 
 def _compile(fn, target="cuda:sm_80", path="unit", cache=False):
