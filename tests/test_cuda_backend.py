@@ -141,8 +141,10 @@ def test_readme_gemm_compiles(target):
     assert k.mode == expected_mode(target)
     assert 'extern "C" __global__' in src and "__syncthreads()" in src and "__shared__" in src
     assert "threadIdx.x" in src and "blockIdx.y" in src
-    # tensor cores: C in registers on the mma.sync unit (test_cuda_tensor_cores.py has both gemm paths)
-    assert k.meta["attrs"]["fragment_layouts"]["C_local"].startswith("mma_sync_m16n8k16.C")
+    # tensor cores: C in registers on the mma.sync unit, on wgmma where the target has it
+    # (test_cuda_tensor_cores.py has both mma.sync gemm paths, test_cuda_wgmma_unit.py the wgmma one)
+    unit = "wgmma_m64n64k16.C" if target == "cuda:sm_90a" else "mma_sync_m16n8k16.C"
+    assert k.meta["attrs"]["fragment_layouts"]["C_local"].startswith(unit)
     assert k.source.meta["threads"] == 128
 
 

@@ -116,6 +116,46 @@ def test_general_path_runs_gemm_on_wgmma_with_descriptor_operands(case):
 
 
 @needs_toolchain
+def test_the_pipelined_loop_keeps_one_gemm_running_while_the_stage_ahead_is_copied():
+    """The loop ends with the gemm: it is issued before the stage-ahead copies and left running (wait_group 1,
+    then a barrier, then the copies into the previous gemm's stage); after the loop one wait finishes it."""
+    k = _compile(gemm(512, 512, 512, 128, 128, 64, stages=3))
+    assert "the gemm's matrix unit runs on while the stage ahead is copied" in k.meta["attrs"]["pipelines"][0]
+    body = k.get_kernel_source().split("__global__")[-1]
+    loop = body[body.index("for (long long ko"):]
+    issue, pending = loop.index("::run("), loop.index("tc_wg_commit(); tc_wg_wait<1>();")
+    barrier, ahead = loop.index("__syncthreads();", pending), loop.index("tc_cp_async16(", pending)
+    drain = loop.index("tc_wg_wait<0>();")
+    assert issue < pending < barrier < ahead < drain and "tc_wg_commit(); tc_wg_wait<0>" not in loop
+
+
+@needs_toolchain
+def test_a_loop_that_uses_the_accumulator_after_its_gemm_waits_inside_the_loop():
+    """Anything after the gemm in the loop body (here a scaling of the accumulator) needs its result: the
+    gemm's group is waited for where it is closed, and the stage-ahead copies keep their place."""
+    M = N = K = 256
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, 128), T.ceildiv(M, 128), threads=128) as (bx, by):
+            A_s = T.alloc_shared((128, 64), "float16")
+            B_s = T.alloc_shared((64, 128), "float16")
+            C_l = T.alloc_fragment((128, 128), "float32")
+            T.clear(C_l)
+            for ko in T.Pipelined(T.ceildiv(K, 64), num_stages=3):
+                T.copy(A[by * 128, ko * 64], A_s)
+                T.copy(B[ko * 64, bx * 128], B_s)
+                T.gemm(A_s, B_s, C_l)
+                for i, j in T.Parallel(128, 128):
+                    C_l[i, j] = C_l[i, j] * 0.5
+            T.copy(C_l, C[by * 128, bx * 128])
+
+    k = _compile(main)
+    assert "runs on while" not in k.meta["attrs"]["pipelines"][0]
+    assert "tc_wg_commit(); tc_wg_wait<0>();" in k.get_kernel_source() and "tc_wg_wait<1>" not in k.get_kernel_source()
+
+
+@needs_toolchain
 def test_a_from_registers_takes_the_register_form_and_b_the_descriptor():
     k = _compile(two_gemms(128, 64))
     src = k.get_kernel_source()
@@ -211,3 +251,35 @@ def test_wgmma_off_form_gemm_matches_float64():
     c = torch.zeros((512, 777), dtype=torch.float32, device="cuda")
     k(a.cuda(), b.cuda(), c)
     np.testing.assert_allclose(c.cpu().numpy(), a64 @ b64, rtol=2e-3, atol=2e-3 * np.sqrt(512))
+
+
+@hopper_gpu
+def test_wgmma_loop_with_work_after_the_gemm_matches_float64():
+    import torch
+
+    M = N = K = 256
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, 128), T.ceildiv(M, 128), threads=128) as (bx, by):
+            A_s = T.alloc_shared((128, 64), "float16")
+            B_s = T.alloc_shared((64, 128), "float16")
+            C_l = T.alloc_fragment((128, 128), "float32")
+            T.clear(C_l)
+            for ko in T.Pipelined(T.ceildiv(K, 64), num_stages=3):
+                T.copy(A[by * 128, ko * 64], A_s)
+                T.copy(B[ko * 64, bx * 128], B_s)
+                T.gemm(A_s, B_s, C_l)
+                for i, j in T.Parallel(128, 128):
+                    C_l[i, j] = C_l[i, j] * 0.5
+            T.copy(C_l, C[by * 128, bx * 128])
+
+    rng = np.random.default_rng(11)
+    a64, a = _operands(rng, (M, K), "float16")
+    b64, b = _operands(rng, (K, N), "float16")
+    c = torch.zeros((M, N), dtype=torch.float32, device="cuda")
+    _compile(main)(a.cuda(), b.cuda(), c)
+    ref = np.zeros((M, N))
+    for ko in range(K // 64):  # C = (C + A_k B_k) / 2 per k tile
+        ref = (ref + a64[:, ko * 64:(ko + 1) * 64] @ b64[ko * 64:(ko + 1) * 64]) * 0.5
+    np.testing.assert_allclose(c.cpu().numpy(), ref, rtol=2e-3, atol=2e-2)

@@ -177,7 +177,7 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
             return f"{_nm(getattr(s, x))}[{getattr(s, x + '_offset')}:]"
         return [f"{pad}T.matrix_op({s.spelling!r}, {_nm(s.c)}[{s.c_offset}:], {operand('a')}, {operand('b')})"]
     if isinstance(s, MatrixSync):
-        return [f"{pad}T.matrix_sync({s.spelling!r}, {s.phase!r})"]
+        return [f"{pad}T.matrix_sync({s.spelling!r}, {s.phase!r}{f', pending={s.pending}' if s.pending else ''})"]
     if isinstance(s, TileOp):
         args = ", ".join(_arg_str(a) for a in s.args)
         attrs = "".join(f", {k}={_arg_str(v)}" for k, v in sorted(s.attrs.items()))

@@ -221,12 +221,15 @@ class MatrixSync(Stmt):
     """The bracket around the instructions of one ``T.gemm`` on an asynchronous matrix unit
     (``MatrixUnit.attrs["async"]``), inside a :class:`PerThread`: ``phase`` ``"begin"`` before the first
     (order the threads' earlier register and shared-memory writes before the unit reads them), ``"end"``
-    after the last (wait until the unit has written the accumulators and read its operands). ``acc`` is
-    the accumulators' register buffer."""
+    after the last (wait until the unit has written the accumulators and read its operands; with ``pending``
+    n, until at most the n most recent gemms' instructions still run: the pipeline planner keeps a loop's
+    last gemm running while the next stage is copied, and after the loop a ``"wait"`` phase (the same wait,
+    nothing to close) finishes it). ``acc`` is the accumulators' register buffer."""
 
     spelling: str
     phase: str
     acc: Buffer | None = None
+    pending: int = 0
 
 
 @dataclass(eq=False)

@@ -203,15 +203,17 @@ class CUDAEmitter(SIMTCppEmitter):
     def stmt_MatrixSync(self, st, s: MatrixSync):
         """Around one gemm's wgmma instructions: before, the threads' shared-memory writes are fenced into the
         async proxy and the block meets (the tiles are whole), then ``wgmma.fence``; after, one commit group
-        and a wait for it. The accumulators are fenced so the compiler keeps their uses on the right side."""
+        and a wait for it (or for all but ``pending`` groups). The accumulators are fenced so the compiler
+        keeps their uses on the right side."""
         if not s.spelling.startswith("wgmma_"):
             raise CompileError(f"internal: the matrix unit {s.spelling} has no synchronization spelling", s.span)
         n = int(const_value(simplify(s.acc.numel())))
         regs = f"tc_wg_fence_regs<{n}>({self.name(st, s.acc)});"
         if s.phase == "begin":
             self.line(st, f"{regs} tc_wg_fence_proxy(); __syncthreads(); tc_wg_fence();")
-        else:
-            self.line(st, f"tc_wg_commit(); tc_wg_wait<0>(); {regs}")
+        else:  # "end" closes the gemm's group; "wait" only waits (after a loop that left one pending)
+            commit = "tc_wg_commit(); " if s.phase == "end" else ""
+            self.line(st, f"{commit}tc_wg_wait<{int(s.pending)}>(); {regs}")
 
     def stmt_MatrixLoad(self, st, s):
         """ldmatrix where the stored tile allows it (16-bit elements in shared memory, 16-byte rows: the
