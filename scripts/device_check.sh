@@ -36,6 +36,9 @@ step attention-d64 python3 benchmarks/cuda_attention.py --rep 3 --dim 64
 step attention-gqa python3 benchmarks/cuda_attention.py --rep 3 --kv-heads 8 --fast-math --blocks 128x128x256x2,128x128x256x3
 step attention-d256 python3 benchmarks/cuda_attention.py --rep 3 --dim 256 --blocks 128x64x256x2,64x64x128x2,64x32x128x2,128x32x256x2
 step offpath python3 benchmarks/cuda_offpath.py --rep 20
+# FlashAttention with every kernel on the core's general path (wgmma through the core model), cuDNN in the same run
+step attention-general env TILECORE_PASS_CONFIGS='{"tilecore.cuda.register_programs": false}' \
+     python3 benchmarks/cuda_attention.py --rep 3
 step matrix-unit python3 benchmarks/matrix_unit_gemm.py
 step gemm-generic python3 benchmarks/cuda_gemm_generic.py --dtypes float16 --rep 20 --check
 step host python3 benchmarks/host_costs.py --profile-compile

@@ -210,6 +210,15 @@ class CUDAEmitter(SIMTCppEmitter):
         n = int(const_value(simplify(s.acc.numel())))
         regs = f"tc_wg_fence_regs<{n}>({self.name(st, s.acc)});"
         if s.phase == "begin":
+            # right after a block barrier (only scopes opened since): the fence goes before that barrier
+            for i in range(len(st.lines) - 1, -1, -1):
+                if st.lines[i].strip() == "{":
+                    continue
+                if st.lines[i].strip() == "__syncthreads();":
+                    st.lines[i] = st.lines[i].replace("__syncthreads();", "tc_wg_fence_proxy(); __syncthreads();")
+                    self.line(st, f"{regs} tc_wg_fence();")
+                    return
+                break
             self.line(st, f"{regs} tc_wg_fence_proxy(); __syncthreads(); tc_wg_fence();")
         else:  # "end" closes the gemm's group; "wait" only waits (after a loop that left one pending)
             commit = "tc_wg_commit(); " if s.phase == "end" else ""
