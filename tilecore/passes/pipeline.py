@@ -43,6 +43,7 @@ from ..ir import (Allocate, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, 
                   PerThread, Print, Region,
                   Select, Seq, Stmt, Store, TileOp, Var, as_expr, binary, compare, const_value, rewrite, seq, simplify,
                   logic_and, walk, walk_expr, collect)
+from ..ir.visit import stmt_exprs
 from ..ir.bounds import Facts
 from . import tile_pass
 
@@ -578,11 +579,37 @@ def _defer_matrix_wait(body):
             break
     if not isinstance(s, MatrixSync) or s.phase != "end" or s.pending:
         return None
+    if _touched_before_wait(body, s.acc):  # the next iteration would read accumulators still being written
+        return None
     new = s.with_(pending=1)
     for parent in reversed(path):
         new = Seq(parent.body[:-1] + [new], span=parent.span) if isinstance(parent, Seq) else parent.with_(body=new)
     drain = PerThread(MatrixSync(s.spelling, "wait", s.acc, span=s.span), span=s.span)
     return new, drain
+
+
+def _touched_before_wait(body, acc) -> bool:
+    """Whether a statement of ``body``, in program order before its first wait for the matrix unit (a
+    :class:`MatrixSync` closing with nothing left pending: it waits for every earlier gemm too), reads or
+    writes the register buffer ``acc``."""
+    order: list = []
+    walk(body, order.append)
+    for x in order:
+        if isinstance(x, MatrixSync):
+            if x.phase in ("end", "wait") and not x.pending:
+                return False
+            continue
+        if isinstance(x, Store) and x.buffer is acc:
+            return True
+        if any(_loads_buffer(e, acc) for e in stmt_exprs(x)):
+            return True
+    return False
+
+
+def _loads_buffer(e, buf) -> bool:
+    found: list = []
+    walk_expr(e, lambda x: found.append(1) if isinstance(x, BufferLoad) and x.buffer is buf else None)
+    return bool(found)
 
 
 def _if(cond, then, span):
