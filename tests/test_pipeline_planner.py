@@ -249,3 +249,88 @@ def test_prover_scales_a_known_fact():
     assert base.with_range(i, as_expr(0), as_expr(31)).proves(cond)
     assert not base.with_range(i, as_expr(0), as_expr(32)).proves(cond)  # i = 32 at ko = 126 reaches 4096
     assert not Facts().with_range(ko, as_expr(0), as_expr(127)).with_range(i, as_expr(0), as_expr(31)).proves(cond)
+
+
+# -- copies further down the body (FlashAttention's V) ---------------------------------------------------
+
+def two_gemm_loop(M, S, D, bm=32, bn=32, stages=2, threads=128):
+    """O = sum over key blocks of (Q K_b^T) V_b, FlashAttention's loop without the softmax: K's copy opens
+    the body, V's stands between the two gemms (its source depends on the loop variable only)."""
+
+    @T.prim_func
+    def kernel(Q: T.Tensor((M, D), "float16"), K: T.Tensor((S, D), "float16"), V: T.Tensor((S, D), "float16"),
+               O: T.Tensor((M, D), "float32")):
+        with T.Kernel(T.ceildiv(M, bm), threads=threads) as bx:
+            Q_s = T.alloc_shared((bm, D), "float16")
+            K_s = T.alloc_shared((bn, D), "float16")
+            V_s = T.alloc_shared((bn, D), "float16")
+            S_l = T.alloc_fragment((bm, bn), "float32")
+            P = T.alloc_fragment((bm, bn), "float16")
+            O_l = T.alloc_fragment((bm, D), "float32")
+            T.copy(Q[bx * bm, 0], Q_s)
+            T.clear(O_l)
+            for k in T.Pipelined(T.ceildiv(S, bn), num_stages=stages):
+                T.copy(K[k * bn, 0], K_s)
+                T.gemm(Q_s, K_s, S_l, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
+                T.copy(S_l, P)
+                T.copy(V[k * bn, 0], V_s)
+                T.gemm(P, V_s, O_l, policy=T.GemmWarpPolicy.FullRow)
+            T.copy(O_l, O[bx * bm, 0])
+
+    return kernel
+
+
+def test_a_copy_further_down_is_issued_with_the_stage_ahead():
+    k = _compile(two_gemm_loop(64, 128, 32, stages=3))
+    note = k.meta["attrs"]["pipelines"][0]
+    assert "2 tiles x 3 buffers" in note and "V_s async 16-byte copies (issued with the stage ahead" in note
+    body = _body(k)
+    loop = body[body.index("for (long long k"):]
+    # two commit groups a stage: before the first gemm all but stage k's K group may be pending (3), before
+    # the second all but stage k's V group (4: the stage ahead's two groups were committed in between)
+    assert loop.index("tc_cp_async_wait<3>();") < loop.index("tc_cp_async_wait<4>();")
+    assert loop.count("tc_cp_async_commit();") == 2
+
+
+@needs_toolchain
+@needs_gxx
+@pytest.mark.parametrize("stages", [2, 3])
+def test_emulated_late_copy_lands_before_its_use(stages, monkeypatch):
+    """On the host emulator a copy lands only when a wait retires its group: a wait one group short leaves
+    V's tile stale and the result wrong (the mutation below); the planned waits give the product."""
+    import tilecore.passes.pipeline as pl
+
+    M, S, D = 64, 96, 32
+    rng = np.random.default_rng(4)
+    q, kk, v = (rng.standard_normal(shape).astype(np.float16) for shape in ((M, D), (S, D), (S, D)))
+    p = (q.astype(np.float64) @ kk.astype(np.float64).T).astype(np.float16).astype(np.float64)
+    ref = p @ v.astype(np.float64)
+    out = run_on_host(_compile(two_gemm_loop(M, S, D, stages=stages)), [q, kk, v, np.full((M, D), np.nan, np.float32)])
+    np.testing.assert_allclose(out[3], ref, rtol=2e-3, atol=2e-3)
+    # mutation: V's wait leaves one group more pending than the schedule allows
+    real = pl.AsyncWait
+
+    def short(pending, span=None):
+        return real(pending + 1 if pending == 2 * (stages - 1) else pending, span=span)
+
+    monkeypatch.setattr(pl, "AsyncWait", short)
+    bad = run_on_host(_compile(two_gemm_loop(M, S, D, stages=stages)), [q, kk, v, np.full((M, D), np.nan, np.float32)])
+    assert not np.allclose(bad[3], ref, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.skipif(not HAS_DEVICE, reason="no CUDA device")
+@pytest.mark.parametrize("stages", [2, 3])
+def test_device_late_copy_on_the_general_path(stages):
+    """The same loop on the GPU through the core's general path (on sm_90a: wgmma, the second gemm left
+    running while the stage ahead is copied when 3 stages allow it), against float64."""
+    import torch
+
+    M, S, D = 192, 320, 64
+    rng = np.random.default_rng(6)
+    q, kk, v = (rng.standard_normal(shape).astype(np.float16) for shape in ((M, D), (S, D), (S, D)))
+    p = (q.astype(np.float64) @ kk.astype(np.float64).T).astype(np.float16).astype(np.float64)
+    k = tilecore.compile(two_gemm_loop(M, S, D, bm=64, bn=64, stages=stages), target="cuda",
+                         pass_configs={**NOCACHE, "tilecore.cuda.register_programs": False})
+    o = torch.full((M, D), float("nan"), device="cuda")
+    k(*(torch.from_numpy(x).cuda() for x in (q, kk, v)), o)
+    np.testing.assert_allclose(o.cpu().numpy(), p @ v.astype(np.float64), rtol=2e-3, atol=5e-2)

@@ -91,9 +91,28 @@ def stage_pipelined_copies(func, ctx):
                 break
             body[n] = nest.with_(annotations={**nest.annotations, STAGE: True})
             n += 1
+        if n:  # copies further down whose source depends on the loop variable only (FlashAttention's V)
+            bound = {id(x.var) for x in _all_stmts(s.body) if isinstance(x, For)}
+            for i in range(n, len(body)):
+                c = body[i]
+                if not _stage_copy(c) or not _invariant(c.args[0].starts, bound) \
+                        or any(_touches(b, c.args[1].buffer) for b in body[:i]):
+                    continue
+                nest = lower_copy(c, ctx)
+                if isinstance(nest, For):
+                    body[i] = nest.with_(annotations={**nest.annotations, STAGE: True})
         return s.with_(body=Seq(body, span=s.body.span)) if n else None
 
     return func.with_body(rewrite(func.body, fix))
+
+
+def _invariant(exprs, bound) -> bool:
+    """No expression of ``exprs`` loads memory or uses a variable the loop body binds (``bound``: ids)."""
+    bad: list = []
+    for e in exprs:
+        walk_expr(e, lambda x: bad.append(1) if isinstance(x, BufferLoad) or isinstance(x, Var) and id(x) in bound
+                  else None)
+    return not bad
 
 
 # -- expression and statement rewriting ----------------------------------------------------------------
@@ -462,8 +481,17 @@ class _Launch:
         n = 0
         while n < len(body) and isinstance(body[n], For) and body[n].annotations.get(STAGE):
             n += 1
-        copies, rest = body[:n], seq(body[n:]) if body[n:] else Seq([])
-        if not copies:
+        # copies further down the body (stage_pipelined_copies marked them: their source depends on the loop
+        # variable only) are issued with the stage ahead too, as a second commit group, and waited for where
+        # they stood
+        late_at = [i for i in range(n, len(body)) if isinstance(body[i], For) and body[i].annotations.get(STAGE)]
+        late_waits = {i: AsyncWait(0, span=body[i].span) for i in late_at}
+        copies = body[:n] + [body[i] for i in late_at]
+        rest_items = []
+        for i in range(n, len(body)):
+            rest_items += [late_waits[i], Barrier(span=body[i].span)] if i in late_waits else [body[i]]
+        rest = seq(rest_items) if rest_items else Seq([])
+        if not body[:n]:
             return None, f"loop {name}: serialized (its body does not start with a T.copy from a global tensor " \
                          "into a whole shared buffer)"
         want = int(loop.annotations.get("num_stages", 0) or 0)
@@ -512,23 +540,31 @@ class _Launch:
         from .guard import facts_at
 
         facts = facts_at(self.launch, loop)
-        for c in copies:
+        for j, c in enumerate(copies):
             new, how = async_copy_nest(c, self.widths, facts)
             async_copies.append(new)
-            issue_kinds.append(f"{_copy_parts(c)[1].buffer.name} {describe_copy(new, how)}")
+            issue_kinds.append(f"{_copy_parts(c)[1].buffer.name} {describe_copy(new, how)}"
+                               + (" (issued with the stage ahead, waited for where it stands)" if j >= n else ""))
         k, start, extent = loop.var, loop.start, loop.extent
+        groups = [async_copies[:n]] + ([async_copies[n:]] if late_at else [])
 
-        def issue(it):
-            """Stage ``it`` (iteration offset from the loop start) into buffer ``it % stages``."""
+        def issue(it, group):
+            """Stage ``it`` (iteration offset from the loop start) of ``group`` into buffer ``it % stages``."""
             at = {id(k): simplify(binary("add", start, it))}
             slot = simplify(binary("floormod", it, stages)) if not isinstance(const_value(it), int) \
                 else as_expr(const_value(it) % stages)
-            return [_multi_buffer(_fresh_loops(substitute(c, at)), table, slot) for c in async_copies]
+            return [_multi_buffer(_fresh_loops(substitute(c, at)), table, slot) for c in group]
+
+        def issue_all(it):
+            """Each group's copies of stage ``it``, each group one commit (also where ``it`` is past the end)."""
+            out = []
+            for group in groups:
+                out += [_if(compare("lt", it, extent), seq(issue(it, group)), loop.span), AsyncCommit(span=loop.span)]
+            return out
 
         prologue = []
         for s in range(stages - 1):
-            prologue += [_if(compare("lt", s, extent), seq(issue(as_expr(s))), loop.span),
-                         AsyncCommit(span=loop.span)]
+            prologue += issue_all(as_expr(s))
         it = simplify(binary("sub", k, start))
         ahead = simplify(binary("add", it, stages - 1))
         consume = _multi_buffer(rest, table, simplify(binary("floormod", it, stages)))
@@ -539,19 +575,25 @@ class _Launch:
         synchronous = any(not collect(c, AsyncCopy) for c in async_copies)
         deferred = _defer_matrix_wait(consume) if stages >= 3 or synchronous else None
         after = []
+        # commit groups are issued in stage order, one per group of copies: before the body uses stage it's
+        # leading tiles every group after them may still be pending, before a late tile every group after it
+        g = len(groups)
+        first = (g - 1) + g * (stages - 2)  # stage it's late group, then the groups of stages it+1 .. it+stages-2
         if deferred is None:
-            steady = [AsyncWait(stages - 2, span=loop.span), Barrier(span=loop.span),
-                      _if(compare("lt", ahead, extent), seq(issue(ahead)), loop.span), AsyncCommit(span=loop.span),
-                      consume]
+            steady = [AsyncWait(first, span=loop.span), Barrier(span=loop.span)] + issue_all(ahead) + [consume]
+            late_pending = g * (stages - 1)
         else:
             # the body ends with a gemm on an asynchronous matrix unit: issue it first and keep it running while
             # the stage ahead is copied; the copies overwrite the stage of the previous iteration's gemm, which
             # the deferred wait (one group left pending) and the barrier after it have finished
             consume, drain = deferred
-            steady = [AsyncWait(stages - 2, span=loop.span), Barrier(span=loop.span), consume,
-                      Barrier(span=loop.span), _if(compare("lt", ahead, extent), seq(issue(ahead)), loop.span),
-                      AsyncCommit(span=loop.span)]
+            steady = [AsyncWait(first, span=loop.span), Barrier(span=loop.span), consume,
+                      Barrier(span=loop.span)] + issue_all(ahead)
             after = [drain]
+            late_pending = g * (stages - 2)
+        if late_waits:
+            steady = [_replace(x, {id(w): AsyncWait(late_pending, span=w.span) for w in late_waits.values()})
+                      for x in steady]
         new_loop = loop.with_(kind="serial", body=seq(steady), annotations={**loop.annotations, "num_stages": stages})
         kib = sum(_round16(stages * t) for t in tile_bytes) / 1024
         reduced = f" (of {want} asked: on-chip memory limit {self.limit} bytes)" if stages < want else ""
