@@ -100,6 +100,20 @@ template <class V> inline V __shfl_xor_sync(unsigned, V v, int mask, int width =
   return out;
 }
 
+/* __shfl_sync: every lane deposits, a warp barrier, each reads lane `src` (modulo width, as the hardware)
+ * of its own width-aligned segment */
+template <class V> inline V __shfl_sync(unsigned, V v, int src, int width = 32) {
+  static_assert(sizeof(V) <= 8, "shuffle of a value wider than 8 bytes");
+  if (width > 32 || (width & (width - 1))) tc_fail("shuffle width out of range");
+  std::memcpy(&tc_w->x[tc_lane], &v, sizeof(V));
+  tc_w->bar.arrive_and_wait();
+  const int from = (tc_lane & ~(width - 1)) | (src & (width - 1));
+  V out;
+  std::memcpy(&out, &tc_w->x[from], sizeof(V));
+  tc_w->bar.arrive_and_wait();
+  return out;
+}
+
 inline void tc_ldsm(unsigned* r, const void* p, int nmat, bool trans) {
   if (tc_lane < 8 * nmat && (reinterpret_cast<uintptr_t>(p) & 15)) tc_fail("ldmatrix row address not 16-byte aligned");
   tc_w->ptr[tc_lane] = p;

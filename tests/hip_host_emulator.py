@@ -101,6 +101,19 @@ template <typename T> inline T tc_shfl_xor(T v, int mask, int width) {
   return out;
 }
 
+template <typename T> inline T tc_shfl_idx(T v, int src, int width) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "tc_shfl_idx: 32- or 64-bit values");
+  if (width > WAVE || (width & (width - 1))) tc_die("lane exchange wider than the wave");
+  std::memcpy(&tc_w->x[tc_lane], &v, sizeof(T));
+  tc_w->bar.arrive_and_wait();
+  const int from = (tc_lane & ~(width - 1)) | (src & (width - 1));
+  if (from >= tc_w->n) tc_die("lane exchange with a lane the block does not have");
+  T out;
+  std::memcpy(&out, &tc_w->x[from], sizeof(T));
+  tc_w->bar.arrive_and_wait();
+  return out;
+}
+
 """ + HOST_ATOMICS + r"""
 /* global_load_lds: queued per thread, landed by s_waitcnt vmcnt(0) */
 struct tc_copy_req { void* dst; unsigned char bytes[16]; int n; };

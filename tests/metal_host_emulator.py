@@ -95,6 +95,13 @@ template <typename T> T simd_shuffle_xor(T v, ushort mask) {
   tc_sg->bar.arrive_and_wait();
   return r;
 }
+template <typename T> T simd_shuffle(T v, ushort lane) {
+  tc_deposit(v);
+  if (lane >= tc_sg->lanes) { std::fprintf(stderr, "emulator: shuffle from an inactive lane\n"); std::abort(); }
+  T r = tc_read<T>(lane);
+  tc_sg->bar.arrive_and_wait();
+  return r;
+}
 template <typename T, typename F> T tc_simd_fold(T v, F f) {
   tc_deposit(v);
   T r = tc_read<T>(0);

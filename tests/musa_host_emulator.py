@@ -111,6 +111,19 @@ template <typename T> inline T __shfl_xor_sync(unsigned, T v, int mask, int widt
   return out;
 }
 
+template <typename T> inline T __shfl_sync(unsigned, T v, int src, int width) {
+  static_assert(sizeof(T) <= 8, "lane exchange of at most 64 bits");
+  if (width > WARP || (width & (width - 1))) tc_die("lane exchange wider than the warp");
+  std::memcpy(&tc_w->x[tc_lane], &v, sizeof(T));
+  tc_w->bar.arrive_and_wait();
+  const int from = (tc_lane & ~(width - 1)) | (src & (width - 1));
+  if (from >= tc_w->n) tc_die("lane exchange with a lane the block does not have");
+  T out;
+  std::memcpy(&out, &tc_w->x[from], sizeof(T));
+  tc_w->bar.arrive_and_wait();
+  return out;
+}
+
 """ + HOST_ATOMICS + r"""
 /* QY2 32x32x16 MMA, one warp of 128 lanes (makeGemmQY2Fragment{A,B,C}, see the module docstring) */
 inline void __musa_fmma_m32n32k16_mma(int* d, const int* a, const int* b, const int* c, int, int, int, int, int, int) {

@@ -47,6 +47,7 @@ class HIPEmitter(SIMTCppEmitter):
     barrier_stmt = "tc_barrier();"
     barrier_or_exit_stmt = "if (tc_barrier_or(tc_fail)) return;"
     shuffle_xor = "tc_shfl_xor({0}, {1}, {2})"
+    shuffle_index = "tc_shfl_idx({0}, {1}, {2})"
     static_shared_decl = "__shared__ __align__({align}) {type} {name}[{n}];"
     dynamic_shared_decl = "extern __shared__ __align__({align}) unsigned char tc_smem[];"
     storage_types = {
