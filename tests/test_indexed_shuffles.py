@@ -216,16 +216,18 @@ def test_the_ir_prints_the_shuffle_and_its_lane():
     assert "T.shuffle(X_l[0], " in ir and ", width=32)" in ir and "T.shuffle_xor(" not in ir, ir
 
 
-def test_the_catalog_reduction_into_a_fragment_laid_out_otherwise_takes_indexed_shuffles_on_hip():
-    """The catalog's ``T.copy(D, r)`` then ``T.reduce_max(f, r, clear=False)``: on 64-wide waves r's old value
-    reaches the reduction's layout by one indexed shuffle per register (before: a shared round trip); the
-    result still goes back through shared memory (its holders are in the other wave)."""
+@pytest.mark.parametrize("target,width", [("hip:gfx942", 64), ("musa:mp_22", 128)])
+def test_the_catalog_reduction_into_a_fragment_laid_out_otherwise_takes_indexed_shuffles(target, width):
+    """The catalog's ``T.copy(D, r)`` then ``T.reduce_max(f, r, clear=False)``: on waves of 64 (and QY2's warps
+    of 128) r's old value reaches the reduction's layout by one indexed shuffle per register (before: a shared
+    round trip); on 64-wide waves the result still goes back through shared memory (its holders are in the
+    other wave)."""
     from tilecore_conformance.catalog import _reduce_kernel
 
-    run = _runner("hip:gfx942")
-    k = tilecore.compile(_reduce_kernel("max", 1, False, "float32"), target="hip:gfx942", pass_configs=NOCACHE)
+    run = _runner(target)
+    k = tilecore.compile(_reduce_kernel("max", 1, False, "float32"), target=target, pass_configs=NOCACHE)
     text = _converted(k)
-    assert "(its old value): " in text and "by index (8 indexed shuffles within groups of 64" in text, text
+    assert "(its old value): " in text and f"by index (8 indexed shuffles within groups of {width}" in text, text
     rng = np.random.default_rng(3)
     a = rng.standard_normal((64, 48)).astype(np.float32)
     d = rng.standard_normal(64).astype(np.float32) + 1.0
