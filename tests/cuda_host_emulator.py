@@ -17,7 +17,9 @@ description of each instruction:
   reading a buffer before the wait that covers its copy reads stale data here too (a missing barrier may
   show as well: the threads run concurrently);
 - ``__shfl_xor_sync`` (row reductions of fragments in registers): every lane deposits its value, a warp
-  barrier, each lane reads the value of lane ``lane ^ mask`` (within aligned groups of ``width``).
+  barrier, each lane reads the value of lane ``lane ^ mask`` (within aligned groups of ``width``);
+  ``__shfl_sync`` (layout conversions' indexed shuffles) the same way, reading lane ``src`` modulo ``width`` of
+  the thread's aligned group, as the hardware does.
 
 - the made-up 64-lane matrix unit of tests/fake_matrix_backend.py (``tc_fakemu_16x16x8``), the same way;
 - the fake backend's 64-wide register exchange (``tc_xor_exchange``): every lane of the group deposits its

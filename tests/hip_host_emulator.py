@@ -10,7 +10,8 @@ from the ISA's description of each instruction, not from tilecore_hip/units.py:
   gfx11 RDNA3), whatever the kernel was told: a kernel that assumes another width exchanges with the wrong
   lanes here as on the GPU;
 - ``ds_bpermute`` (``tc_shfl_xor``): every lane of the wave deposits its value, a wave barrier, each reads
-  the value of lane ``(lane & ~(width - 1)) | ((lane ^ mask) & (width - 1))``;
+  the value of lane ``(lane & ~(width - 1)) | ((lane ^ mask) & (width - 1))``; ``tc_shfl_idx`` (the indexed
+  exchange of prelude/tc_hip_shuffle.h) reads lane ``(lane & ~(width - 1)) | (src & (width - 1))``;
 - ``v_mfma_f32_16x16x{16,32}`` (CDNA3 ISA, "Dependent and independent matrix layouts"): lane ``l`` supplies
   ``A[l % 16][kpl * (l / 16) + e]`` and ``B[kpl * (l / 16) + e][l % 16]`` (``kpl`` = K / 4 elements per
   lane), and receives ``D[4 (l / 16) + r][l % 16]`` in register ``r``;

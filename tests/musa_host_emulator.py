@@ -8,7 +8,8 @@ host code, and the vendor instructions are emulated from their descriptions in M
 (written here as the fork's layout functions compose, not from tilecore_musa/units.py):
 
 - ``__shfl_xor_sync(mask, v, lane_mask, width)``: every lane of the warp deposits its value, a warp
-  barrier, each reads lane ``(lane & ~(width - 1)) | ((lane ^ lane_mask) & (width - 1))``;
+  barrier, each reads lane ``(lane & ~(width - 1)) | ((lane ^ lane_mask) & (width - 1))``; ``__shfl_sync(mask,
+  v, src, width)`` reads lane ``(lane & ~(width - 1)) | (src & (width - 1))``;
 - ``__musa_fmma_m32n32k16_mma`` (QY2, TN, one 128-lane warp; ``makeGemmQY2Fragment{A,B,C}``): lane ``l``,
   ``t = l % 32``, ``q = l / 32``: A register ``r`` is row ``16 (r / 2) + 8 (q / 2) + t / 4``, k ``8 (q % 2)
   + 2 (t % 4) + r % 2``; B register ``r`` is k ``8 (q / 2) + 2 (t % 4) + r % 2``, column ``16 (r / 2) +

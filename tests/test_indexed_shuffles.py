@@ -254,3 +254,20 @@ def test_an_emitter_without_the_spelling_is_told_what_to_set(monkeypatch):
     with pytest.raises(CompileError, match=r"indexed register exchange .*shuffle_index.*features.shuffle_index"):
         tilecore.compile(relayout(bits_layout(MMA, "mma"), bits_layout(ROTATED, "rotated"), "float32"),
                          target="cuda:sm_80", pass_configs=NOCACHE)
+
+
+def test_musa_structural_check_bounds_the_indexed_shuffle_width():
+    """tilecore_musa.structure: every ``__shfl_sync`` width fits the profile's warp; the unmutated kernel passes,
+    a width above the warp (64 on PH1's 32) is caught."""
+    pytest.importorskip("tilecore_musa")
+    from tilecore.plugin import profile_for, resolve_target
+    from tilecore_musa import structure
+
+    k = tilecore.compile(relayout(bits_layout(MMA, "mma"), bits_layout(ROTATED, "rotated"), "float32"),
+                         target="musa:mp_31", pass_configs=NOCACHE)
+    code, caps = k.get_kernel_source(), profile_for(resolve_target("musa:mp_31")[1])
+    meta = k.meta["source"]["meta"] if "meta" in k.meta.get("source", {}) else k.meta["source"]
+    assert code.count("__shfl_sync(0xffffffffu, ") == 8 and code.count(", 32);") >= 8
+    assert not structure.check(code, meta, caps)
+    bad = code.replace(", 32);", ", 64);")
+    assert any("indexed lane exchange of width 64 on 32-wide warps" in p for p in structure.check(bad, meta, caps))
