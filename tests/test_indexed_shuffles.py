@@ -241,7 +241,8 @@ def test_a_target_without_indexed_shuffles_never_gets_them(monkeypatch):
     from tilecore.capabilities._profile import Capabilities
 
     real = Capabilities.feature
-    monkeypatch.setattr(Capabilities, "feature", lambda self, name: False if name == "shuffle_index" else real(self, name))
+    monkeypatch.setattr(Capabilities, "feature",
+                        lambda self, name: False if name == "shuffle_index" else real(self, name))
     k = tilecore.compile(relayout(bits_layout(MMA, "mma"), bits_layout(ROTATED, "rotated"), "float32"),
                          target="cuda:sm_80", pass_configs=NOCACHE)
     assert "by shared" in _converted(k) and "__shfl_sync(" not in k.source.code

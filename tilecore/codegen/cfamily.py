@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from ..errors import CompileError
 from ..ir import (Allocate, Assert, Atomic, Barrier, BinOp, Bind, Break, Buffer, BufferLoad, Call, Cast, Cmp, Collective,
                   Continue, Expr,
-                  FloatImm, For, If, IntImm, KernelLaunch, Logic, PerThread, Print, Select, Seq, ShuffleIndex, ShuffleWidth,
-                  ShuffleXor, Store, ThreadIndex, Var, binary,
+                  FloatImm, For, If, IntImm, KernelLaunch, Logic, PerThread, Print, Select, Seq, ShuffleIndex,
+                  ShuffleWidth, ShuffleXor, Store, ThreadIndex, Var, binary,
                   const, const_value,
                   is_float, simplify)
 from ..plugin.api import Emitter, Source

@@ -172,9 +172,10 @@ class ShuffleIndex(Expr):
     """``value`` as held by lane ``lane`` of this thread's aligned group of ``width`` threads that run in
     lockstep (a warp, a wave, a subgroup): the thread ``ThreadIndex() // width * width + lane``. ``lane`` is
     an integer expression in ``[0, width)`` that may differ from thread to thread (an indexed shuffle, where
-    :class:`ShuffleXor` pairs threads by a constant distance). Every thread of the group must evaluate it. Produced by layout conversions (a permutation of registers within the group);
-    emitters spell it (``shuffle_index`` in a C-family emitter), and a backend whose capabilities do not
-    declare ``features.shuffle_index`` never gets it.
+    :class:`ShuffleXor` pairs threads by a constant distance). Every thread of the group must evaluate it.
+    Produced by layout conversions (a permutation of registers within the group); emitters spell it
+    (``shuffle_index`` in a C-family emitter), and a backend whose capabilities do not declare
+    ``features.shuffle_index`` never gets it.
     """
 
     __slots__ = ("value", "lane", "width")

@@ -101,8 +101,6 @@ class Conversion:
     def slot_exprs(self, thread, r: int):
         """IR expressions of the source thread and register that destination register ``r`` of the thread
         ``thread`` (an IR expression) is read from."""
-        from ..ir import as_expr, binary, const, simplify
-
         return self._slot_exprs(thread, r, 0)
 
     def _slot_exprs(self, thread, r: int, below: int):

@@ -32,9 +32,9 @@ import itertools
 import math
 
 from ..ir import (Allocate, Atomic, Barrier, BinOp, Bind, Buffer, BufferLoad, Call, Cast, Cmp, Collective, Expr, For,
-                  Hint, If, IntImm, KernelLaunch, Logic, PerThread, Print, Select, Seq, ShuffleIndex, ShuffleWidth, ShuffleXor, Store,
-                  ThreadIndex, TileOp, Var, as_expr, binary, cast, compare, const, const_value, logic_and, loop_nest,
-                  rewrite, seq, simplify, walk, walk_expr)
+                  Hint, If, IntImm, KernelLaunch, Logic, PerThread, Print, Select, Seq, ShuffleIndex, ShuffleWidth,
+                  ShuffleXor, Store, ThreadIndex, TileOp, Var, as_expr, binary, cast, compare, const, const_value,
+                  logic_and, loop_nest, rewrite, seq, simplify, walk, walk_expr)
 from ..layout import FragmentLayout, blocked
 from . import tile_pass
 
@@ -826,7 +826,8 @@ class _Lowerer:
         each destination register and each of its xor distances ``m``, every thread sends the source
         register its partner ``thread ^ m`` needs (a select over the registers it may be, where that
         differs between threads); then each thread keeps the value of its own distance. Every shuffle is
-        evaluated by every thread (bound to a variable before any select)."""
+        evaluated by every thread (bound to a variable before any select). Registers an ``index`` plan
+        gathers by indexed shuffles go through :meth:`_gather_indexed`."""
         holder, sreg = conv.tables()
         tid = ThreadIndex()
         out = []
@@ -886,9 +887,9 @@ class _Lowerer:
 
     def convert(self, src_buf, src: FragmentLayout, dst_buf, dst: FragmentLayout, span, tiles=None):
         """Statements (inside a PerThread) that fill ``dst_buf``'s registers, laid out by ``dst``, with the
-        elements ``src_buf`` holds in ``src``; and the block-level allocations they need. Register moves and
-        xor shuffles where :func:`~tilecore.layout.plan_conversion` finds them, else a round trip through a
-        shared tile of the fragment's shape (row-major): a barrier (earlier readers of the tile are done),
+        elements ``src_buf`` holds in ``src``; and the block-level allocations they need. Register moves, xor
+        and indexed shuffles where :func:`~tilecore.layout.plan_conversion` finds them, else a round trip
+        through a shared tile of the fragment's shape (row-major): a barrier (earlier readers of the tile are done),
         every first replica stores its registers, a barrier, every thread loads its new registers. ``tiles``
         (shape, dtype -> shared buffer) lets the conversions around one statement share one tile."""
         conv = self.plan.conversion(src, dst) if self.plan.convert is True else None
