@@ -188,6 +188,12 @@ def test_a_lane_rotation_runs_on_indexed_shuffles(target, dtype):
             f.flush()
             isa = subprocess.run(["llvm-objdump-22", "-d", f.name], capture_output=True, text=True).stdout
         assert isa.count("ds_bpermute_b32") == 8 and "ds_write" not in isa, isa[-2000:]
+    if target.startswith("cuda") and k.binary:
+        # the cubin nvcc/NVRTC built (compile-only here): 8 SHFL.IDX, nothing stored to shared memory
+        import tilecore_cuda
+
+        sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+        assert sass.count("SHFL.IDX") == 8 and "STS" not in sass and "STL" not in sass, sass[-2000:]
     if target.startswith("metal"):
         # MSL checked by clang against the metal_stdlib stand-in (simd_shuffle's signature, address spaces)
         from metal_msl_check import check as msl_check
