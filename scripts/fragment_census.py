@@ -10,7 +10,7 @@ reason the layout pass gave), and what layout conversions it inserted.
 
 It reads ``func.attrs["fragment_layouts"]`` of the lowered kernel (``tilecore.compiler.lower``: no device
 compiler runs): ``"shared: <reason>"``, or a layout, followed by ``[converted for ...]`` where the layout pass
-converted the fragment (into another layout for a statement that needs it: by registers, shuffle or shared). Reasons are grouped by their first words (the buffer-specific tail is cut). ``fakemu`` is the test
+converted the fragment (into another layout for a statement that needs it: by registers, shuffle, index or shared). Reasons are grouped by their first words (the buffer-specific tail is cut). ``fakemu`` is the test
 backend of tests/fake_matrix_backend.py (registered here in code).
 """
 from __future__ import annotations
@@ -109,7 +109,7 @@ def summary(rows: list[dict], verbose: bool = False) -> str:
                 where[k].append(f"{r['kernel']}:{frag}")
             else:
                 regs += 1
-                for how in re.findall(r" by (registers|shuffle|shared) ", lay):
+                for how in re.findall(r" by (registers|shuffle|index|shared) ", lay):
                     convs[how] += 1
                     where[f"conv:{how}"].append(f"{r['kernel']}:{frag}")
     kernels = len(rows) - errors

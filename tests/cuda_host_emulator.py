@@ -17,7 +17,9 @@ description of each instruction:
   reading a buffer before the wait that covers its copy reads stale data here too (a missing barrier may
   show as well: the threads run concurrently);
 - ``__shfl_xor_sync`` (row reductions of fragments in registers): every lane deposits its value, a warp
-  barrier, each lane reads the value of lane ``lane ^ mask`` (within aligned groups of ``width``).
+  barrier, each lane reads the value of lane ``lane ^ mask`` (within aligned groups of ``width``);
+  ``__shfl_sync`` (layout conversions' indexed shuffles) the same way, reading lane ``src`` modulo ``width`` of
+  the thread's aligned group, as the hardware does.
 
 - the made-up 64-lane matrix unit of tests/fake_matrix_backend.py (``tc_fakemu_16x16x8``), the same way;
 - the fake backend's 64-wide register exchange (``tc_xor_exchange``): every lane of the group deposits its
@@ -96,6 +98,20 @@ template <class V> inline V __shfl_xor_sync(unsigned, V v, int mask, int width =
   const int partner = (tc_lane & ~(width - 1)) | ((tc_lane ^ mask) & (width - 1));
   V out;
   std::memcpy(&out, &tc_w->x[partner], sizeof(V));
+  tc_w->bar.arrive_and_wait();
+  return out;
+}
+
+/* __shfl_sync: every lane deposits, a warp barrier, each reads lane `src` (modulo width, as the hardware)
+ * of its own width-aligned segment */
+template <class V> inline V __shfl_sync(unsigned, V v, int src, int width = 32) {
+  static_assert(sizeof(V) <= 8, "shuffle of a value wider than 8 bytes");
+  if (width > 32 || (width & (width - 1))) tc_fail("shuffle width out of range");
+  std::memcpy(&tc_w->x[tc_lane], &v, sizeof(V));
+  tc_w->bar.arrive_and_wait();
+  const int from = (tc_lane & ~(width - 1)) | (src & (width - 1));
+  V out;
+  std::memcpy(&out, &tc_w->x[from], sizeof(V));
   tc_w->bar.arrive_and_wait();
   return out;
 }

@@ -10,7 +10,8 @@ from the ISA's description of each instruction, not from tilecore_hip/units.py:
   gfx11 RDNA3), whatever the kernel was told: a kernel that assumes another width exchanges with the wrong
   lanes here as on the GPU;
 - ``ds_bpermute`` (``tc_shfl_xor``): every lane of the wave deposits its value, a wave barrier, each reads
-  the value of lane ``(lane & ~(width - 1)) | ((lane ^ mask) & (width - 1))``;
+  the value of lane ``(lane & ~(width - 1)) | ((lane ^ mask) & (width - 1))``; ``tc_shfl_idx`` (the indexed
+  exchange of prelude/tc_hip_shuffle.h) reads lane ``(lane & ~(width - 1)) | (src & (width - 1))``;
 - ``v_mfma_f32_16x16x{16,32}`` (CDNA3 ISA, "Dependent and independent matrix layouts"): lane ``l`` supplies
   ``A[l % 16][kpl * (l / 16) + e]`` and ``B[kpl * (l / 16) + e][l % 16]`` (``kpl`` = K / 4 elements per
   lane), and receives ``D[4 (l / 16) + r][l % 16]`` in register ``r``;
@@ -97,6 +98,19 @@ template <typename T> inline T tc_shfl_xor(T v, int mask, int width) {
   if (partner >= tc_w->n) tc_die("lane exchange with a lane the block does not have");
   T out;
   std::memcpy(&out, &tc_w->x[partner], sizeof(T));
+  tc_w->bar.arrive_and_wait();
+  return out;
+}
+
+template <typename T> inline T tc_shfl_idx(T v, int src, int width) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "tc_shfl_idx: 32- or 64-bit values");
+  if (width > WAVE || (width & (width - 1))) tc_die("lane exchange wider than the wave");
+  std::memcpy(&tc_w->x[tc_lane], &v, sizeof(T));
+  tc_w->bar.arrive_and_wait();
+  const int from = (tc_lane & ~(width - 1)) | (src & (width - 1));
+  if (from >= tc_w->n) tc_die("lane exchange with a lane the block does not have");
+  T out;
+  std::memcpy(&out, &tc_w->x[from], sizeof(T));
   tc_w->bar.arrive_and_wait();
   return out;
 }

@@ -9,7 +9,7 @@ specification's description of each function:
 - ``threadgroup_barrier``: a ``std::barrier`` over the threadgroup;
 - SIMD-group functions over simdgroups of 32 threads (thread ``t`` is lane ``t % 32`` of simdgroup
   ``t / 32``): ``simd_shuffle_xor`` (every lane deposits its value, a simdgroup barrier, each reads lane
-  ``lane ^ mask``), ``simd_sum`` / ``simd_max`` / ``simd_min`` / ``simd_any`` over the lanes in order;
+  ``lane ^ mask``), ``simd_shuffle`` (reads the lane it names), ``simd_sum`` / ``simd_max`` / ``simd_min`` / ``simd_any`` over the lanes in order;
 - ``simdgroup_matrix<T, 8, 8>``: every thread holds the whole 8x8 tile (its placement is opaque, so any
   placement is a faithful emulation of the values); ``simdgroup_load`` / ``simdgroup_store`` with
   ``elements_per_row`` and ``transpose_matrix``, ``simdgroup_multiply_accumulate(d, a, b, c)`` as
@@ -92,6 +92,13 @@ template <typename T> T simd_shuffle_xor(T v, ushort mask) {
   int from = tc_lane ^ mask;
   if (from >= tc_sg->lanes) { std::fprintf(stderr, "emulator: shuffle from an inactive lane\n"); std::abort(); }
   T r = tc_read<T>(from);
+  tc_sg->bar.arrive_and_wait();
+  return r;
+}
+template <typename T> T simd_shuffle(T v, ushort lane) {
+  tc_deposit(v);
+  if (lane >= tc_sg->lanes) { std::fprintf(stderr, "emulator: shuffle from an inactive lane\n"); std::abort(); }
+  T r = tc_read<T>(lane);
   tc_sg->bar.arrive_and_wait();
   return r;
 }

@@ -8,7 +8,8 @@ host code, and the vendor instructions are emulated from their descriptions in M
 (written here as the fork's layout functions compose, not from tilecore_musa/units.py):
 
 - ``__shfl_xor_sync(mask, v, lane_mask, width)``: every lane of the warp deposits its value, a warp
-  barrier, each reads lane ``(lane & ~(width - 1)) | ((lane ^ lane_mask) & (width - 1))``;
+  barrier, each reads lane ``(lane & ~(width - 1)) | ((lane ^ lane_mask) & (width - 1))``; ``__shfl_sync(mask,
+  v, src, width)`` reads lane ``(lane & ~(width - 1)) | (src & (width - 1))``;
 - ``__musa_fmma_m32n32k16_mma`` (QY2, TN, one 128-lane warp; ``makeGemmQY2Fragment{A,B,C}``): lane ``l``,
   ``t = l % 32``, ``q = l / 32``: A register ``r`` is row ``16 (r / 2) + 8 (q / 2) + t / 4``, k ``8 (q % 2)
   + 2 (t % 4) + r % 2``; B register ``r`` is k ``8 (q / 2) + 2 (t % 4) + r % 2``, column ``16 (r / 2) +
@@ -107,6 +108,19 @@ template <typename T> inline T __shfl_xor_sync(unsigned, T v, int mask, int widt
   if (partner >= tc_w->n) tc_die("lane exchange with a lane the block does not have");
   T out;
   std::memcpy(&out, &tc_w->x[partner], sizeof(T));
+  tc_w->bar.arrive_and_wait();
+  return out;
+}
+
+template <typename T> inline T __shfl_sync(unsigned, T v, int src, int width) {
+  static_assert(sizeof(T) <= 8, "lane exchange of at most 64 bits");
+  if (width > WARP || (width & (width - 1))) tc_die("lane exchange wider than the warp");
+  std::memcpy(&tc_w->x[tc_lane], &v, sizeof(T));
+  tc_w->bar.arrive_and_wait();
+  const int from = (tc_lane & ~(width - 1)) | (src & (width - 1));
+  if (from >= tc_w->n) tc_die("lane exchange with a lane the block does not have");
+  T out;
+  std::memcpy(&out, &tc_w->x[from], sizeof(T));
   tc_w->bar.arrive_and_wait();
   return out;
 }

@@ -178,8 +178,8 @@ def test_gemm_result_copied_into_another_layout_by_shuffles_or_shared_memory(mod
         return
     real = cv.plan_conversion
 
-    def wrong(src, dst, width=0):
-        conv = real(src, dst, width)
+    def wrong(src, dst, width=0, indexed=False):
+        conv = real(src, dst, width, indexed)
         if conv.kind != "shuffle":
             return conv
         masks = tuple(tuple(m - 1 if m == 5 else m for m in ms) for ms in conv.masks)

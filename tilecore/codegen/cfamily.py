@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from ..errors import CompileError
 from ..ir import (Allocate, Assert, Atomic, Barrier, BinOp, Bind, Break, Buffer, BufferLoad, Call, Cast, Cmp, Collective,
                   Continue, Expr,
-                  FloatImm, For, If, IntImm, KernelLaunch, Logic, PerThread, Print, Select, Seq, ShuffleWidth, ShuffleXor,
-                  Store, ThreadIndex, Var, binary,
+                  FloatImm, For, If, IntImm, KernelLaunch, Logic, PerThread, Print, Select, Seq, ShuffleIndex,
+                  ShuffleWidth, ShuffleXor, Store, ThreadIndex, Var, binary,
                   const, const_value,
                   is_float, simplify)
 from ..plugin.api import Emitter, Source
@@ -88,6 +88,10 @@ class CFamilyEmitter(Emitter):
     #: whose threads exchange registers sets it; the core asks for it only where the capabilities declare
     #: ``features.subgroup_ops`` and an ``execution.simd_width`` wider than the masks
     shuffle_xor = ""
+    #: spelling of :class:`~tilecore.ir.ShuffleIndex` (``{0}`` value, ``{1}`` source lane within the aligned
+    #: group, ``{2}`` width): the core asks for it only where the capabilities also declare
+    #: ``features.shuffle_index`` (plugin API 1.4)
+    shuffle_index = ""
     #: spelling of :class:`~tilecore.ir.ShuffleWidth` (the lockstep width decided at run time, uniform over
     #: the block): the core asks for it only where the profile declares ``execution.simd_width: dynamic``
     shuffle_width_expr = ""
@@ -130,7 +134,7 @@ class CFamilyEmitter(Emitter):
     #: names of the target's spelling tables below that are not identifiers of a called function
     _SPELLING_TABLES = ("storage_types", "value_types", "load_conv", "store_conv", "round_conv", "math", "fast_math",
                         "minmax", "minmax_nan", "int_abs", "floordiv_int", "floormod_int", "thread_index_expr", "barrier_stmt",
-                        "index_type", "shuffle_xor")
+                        "index_type", "shuffle_xor", "shuffle_index")
 
     def taken_names(self) -> frozenset:
         """:attr:`reserved` and every identifier the target's spelling tables write (computed once per class)."""
@@ -258,6 +262,12 @@ class CFamilyEmitter(Emitter):
                 raise CompileError("this target's code generator has no spelling for a register exchange between "
                                    "threads (shuffle_xor)")
             return self.shuffle_xor.format(self.expr(st, e.value), e.mask, e.width)
+        if isinstance(e, ShuffleIndex):
+            if not self.shuffle_index:
+                raise CompileError("this target's code generator has no spelling for an indexed register exchange "
+                                   "between threads (shuffle_index), which its capability profile's "
+                                   "features.shuffle_index asks for")
+            return self.shuffle_index.format(self.expr(st, e.value), self.expr(st, e.lane), e.width)
         if isinstance(e, Call):
             return self.call(st, e)
         if isinstance(e, BufferLoad):

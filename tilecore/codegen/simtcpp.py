@@ -43,6 +43,7 @@ class SIMTCppEmitter(CFamilyEmitter):
     barrier_stmt = "__syncthreads();"
     copy_in_storage_type = True
     shuffle_xor = "__shfl_xor_sync(0xffffffffu, {0}, {1}, {2})"
+    shuffle_index = "__shfl_sync(0xffffffffu, {0}, {1}, {2})"
     #: a barrier after which every thread leaves if any failed a device assertion (``tc_fail``)
     barrier_or_exit_stmt = "if (__syncthreads_or(tc_fail)) return;"
     static_shared_decl = "__shared__ __align__({align}) {type} {name}[{n}];"

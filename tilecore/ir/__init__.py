@@ -6,8 +6,8 @@ the names exported here, so the substrate can change in one place. See docs/deci
 from .bounds import int_bounds, loop_range
 from .buffer import SCOPES, Buffer, Region
 from .dtypes import DTYPES, DType, canonical, is_float, is_int, max_value, min_value, promote
-from .expr import (INDEX, BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, ShuffleWidth,
-                   ShuffleXor, ThreadIndex, Var, as_expr, binary, cast, compare, const, const_value, logic_and, logic_not, logic_or,
+from .expr import (INDEX, BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, ShuffleIndex,
+                   ShuffleWidth, ShuffleXor, ThreadIndex, Var, as_expr, binary, cast, compare, const, const_value, logic_and, logic_not, logic_or,
                    maximum, minimum, same, select, walk_expr)
 from .printer import expr_str, func_str
 from .simplify import prove_equal, simplify

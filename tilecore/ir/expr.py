@@ -168,6 +168,22 @@ class ShuffleXor(Expr):
         self.value, self.mask, self.width, self.dtype = value, int(mask), int(width), value.dtype
 
 
+class ShuffleIndex(Expr):
+    """``value`` as held by lane ``lane`` of this thread's aligned group of ``width`` threads that run in
+    lockstep (a warp, a wave, a subgroup): the thread ``ThreadIndex() // width * width + lane``. ``lane`` is
+    an integer expression in ``[0, width)`` that may differ from thread to thread (an indexed shuffle, where
+    :class:`ShuffleXor` pairs threads by a constant distance). Every thread of the group must evaluate it.
+    Produced by layout conversions (a permutation of registers within the group); emitters spell it
+    (``shuffle_index`` in a C-family emitter), and a backend whose capabilities do not declare
+    ``features.shuffle_index`` never gets it.
+    """
+
+    __slots__ = ("value", "lane", "width")
+
+    def __init__(self, value, lane, width: int):
+        self.value, self.lane, self.width, self.dtype = value, as_expr(lane), int(width), value.dtype
+
+
 class ShuffleWidth(Expr):
     """How many consecutive threads exchange registers through :class:`ShuffleXor` on this run, on a
     target whose lockstep group size is known only at run time (capability ``execution.simd_width:

@@ -9,7 +9,7 @@ import math
 from contextvars import ContextVar
 
 from .buffer import Region
-from .expr import (BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, ShuffleWidth, ShuffleXor,
+from .expr import (BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, ShuffleIndex, ShuffleWidth, ShuffleXor,
                    ThreadIndex, Var)
 from .stmt import (Allocate, Assert, Assume, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, Collective, Continue,
                    For, Hint, If, KernelLaunch, MatrixLoad, MatrixOp, MatrixSync, PerThread, Print,
@@ -74,6 +74,8 @@ def expr_str(e) -> str:
         return "T.shuffle_width()"
     if isinstance(e, ShuffleXor):
         return f"T.shuffle_xor({expr_str(e.value)}, {e.mask}, width={e.width})"
+    if isinstance(e, ShuffleIndex):
+        return f"T.shuffle({expr_str(e.value)}, {expr_str(e.lane)}, width={e.width})"
     if isinstance(e, Region):
         return region_str(e)
     if isinstance(e, Expr):

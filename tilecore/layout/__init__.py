@@ -3,8 +3,8 @@
 :class:`FragmentLayout` (fragment.py) is the core's model of a fragment in registers; :class:`SharedLayout`
 (shared.py) of a padded or swizzled shared tile; :class:`MatrixUnit` (matrix.py) is how a backend registers
 a matrix instruction's operand layouts; :func:`plan_conversion` (convert.py) how to move a fragment's
-elements from one layout to another (register moves, xor shuffles or a shared-memory round trip). ``make_swizzled_layout`` is TileLang's ``tilelang.layout`` hint for
-``T.annotate_layout``. docs/layout.md describes the model.
+elements from one layout to another (register moves, xor or indexed shuffles, or a shared-memory round
+trip). ``make_swizzled_layout`` is TileLang's ``tilelang.layout`` hint for ``T.annotate_layout``. docs/layout.md describes the model.
 """
 from __future__ import annotations
 

@@ -32,9 +32,9 @@ import itertools
 import math
 
 from ..ir import (Allocate, Atomic, Barrier, BinOp, Bind, Buffer, BufferLoad, Call, Cast, Cmp, Collective, Expr, For,
-                  Hint, If, IntImm, KernelLaunch, Logic, PerThread, Print, Select, Seq, ShuffleWidth, ShuffleXor, Store,
-                  ThreadIndex, TileOp, Var, as_expr, binary, cast, compare, const, const_value, logic_and, loop_nest,
-                  rewrite, seq, simplify, walk, walk_expr)
+                  Hint, If, IntImm, KernelLaunch, Logic, PerThread, Print, Select, Seq, ShuffleIndex, ShuffleWidth,
+                  ShuffleXor, Store, ThreadIndex, TileOp, Var, as_expr, binary, cast, compare, const, const_value,
+                  logic_and, loop_nest, rewrite, seq, simplify, walk, walk_expr)
 from ..layout import FragmentLayout, blocked
 from . import tile_pass
 
@@ -248,6 +248,13 @@ def _reg_map(D: FragmentLayout, F: FragmentLayout, perm) -> list | None:
 
 # -- inference -----------------------------------------------------------------------------------------
 
+def _feeds_only_through_shared(conv) -> bool:
+    """Whether a matrix unit's register operand should stay in shared memory rather than take ``conv``: a
+    shared round trip, or indexed shuffles averaging more than one per register (the round trip costs a
+    store and a load per register, and the unit's own operand load does the load half in wider pieces)."""
+    return conv.kind == "shared" or (conv.kind == "index" and conv.indexed() + conv.shuffles() > conv.dst.regs)
+
+
 def shuffle_width(ctx, threads: int, masks=(), dynamic: bool = False):
     """The lanes an xor shuffle reaches on the target (its ``execution.simd_width`` where it declares
     ``features.subgroup_ops`` and the block is whole groups of them), or 0: no shuffles. A profile whose
@@ -285,12 +292,15 @@ class Plan:
             raise CompileError(f"pass config tilecore.layout_conversion is {self.convert!r}: use True (convert "
                                "between layouts), 'shared' (every conversion through shared memory) or False")
         self.width = shuffle_width(ctx, threads) if self.convert is True else 0
+        caps = getattr(ctx, "capabilities", None)
+        #: indexed shuffles (a source lane per thread) where the profile declares them besides xor shuffles
+        self.indexed = bool(self.width and caps is not None and caps.feature("shuffle_index"))
 
     def conversion(self, src: FragmentLayout, dst: FragmentLayout):
         """The exchange that moves a fragment from ``src`` to ``dst`` on this block's threads."""
         from ..layout import plan_conversion
 
-        return plan_conversion(src, dst, self.width)
+        return plan_conversion(src, dst, self.width, self.indexed)
 
     def note_conversion(self, buf, src, dst, where: str):
         text = f"{where}: {src!r} -> {dst!r} by {self.conversion(src, dst).describe()}"
@@ -425,10 +435,10 @@ def _nest_domain(plan: Plan, loops, inner, assign: bool):
             want = FragmentLayout(want.shape, want.dims, want.replicate, f"{b.name}@nest")
             m = _reg_map(D, _squeeze(want, u), p)
             if m is not None and id(b) in plan.operands and plan.convert is True \
-                    and plan.conversion(want, plan.layouts[id(b)]).kind == "shared":
+                    and _feeds_only_through_shared(plan.conversion(want, plan.layouts[id(b)])):
                 # a matrix unit's register operand that only shared memory can feed stays there: the unit's
                 # own operand load (cooperative where the backend spells one) is the load half of that round
-                # trip, better than a load per register
+                # trip, better than a load per register (or several indexed shuffles per register)
                 raise _Shared(b, "the A operand of a matrix-unit T.gemm that the T.Parallel nest or T.copy over "
                                  f"{tuple(ext)} producing it can feed only through shared memory (its elements "
                                  "are held beyond a few shuffles of the threads that need them): kept there, loaded "
@@ -706,6 +716,8 @@ class _Subst:
             return Call(x.name, tuple(self.e(a) for a in x.args), x.dtype, x.attrs)
         if isinstance(x, ShuffleXor):
             return ShuffleXor(self.e(x.value), x.mask, x.width)
+        if isinstance(x, ShuffleIndex):
+            return ShuffleIndex(self.e(x.value), self.e(x.lane), x.width)
         return x
 
     def fresh(self, v: Var) -> Var:
@@ -814,11 +826,15 @@ class _Lowerer:
         each destination register and each of its xor distances ``m``, every thread sends the source
         register its partner ``thread ^ m`` needs (a select over the registers it may be, where that
         differs between threads); then each thread keeps the value of its own distance. Every shuffle is
-        evaluated by every thread (bound to a variable before any select)."""
+        evaluated by every thread (bound to a variable before any select). Registers an ``index`` plan
+        gathers by indexed shuffles go through :meth:`_gather_indexed`."""
         holder, sreg = conv.tables()
         tid = ThreadIndex()
         out = []
         for r, ms in enumerate(conv.masks):
+            if conv.sources and conv.sources[r]:
+                out += self._gather_indexed(conv, r, src_buf, dst_buf, span)
+                continue
             vals = {}
             for m in ms:
                 partner = binary("xor", tid, m) if m else tid
@@ -844,11 +860,36 @@ class _Lowerer:
             out.append(Store(dst_buf, (const(r),), val, span=span))
         return out
 
+    def _gather_indexed(self, conv, r, src_buf, dst_buf, span):
+        """Destination register ``r`` of an ``index`` plan: for each source register ``k`` it reads, one
+        indexed shuffle (every thread sends its register ``k``, each reads the lane holding its element:
+        :meth:`~tilecore.layout.Conversion.lane_expr`), bound to a variable so every thread evaluates every
+        shuffle; then each thread keeps the value of its own source register (a select where that differs
+        between threads)."""
+        tid = ThreadIndex()
+        lane = conv.lane_expr(tid, r)
+        ks = conv.sources[r]
+        wide = _shuffle_dtype(src_buf.dtype)
+        out, vals = [], []
+        for k in ks:
+            sent = BufferLoad(src_buf, (const(k),))
+            x = ShuffleIndex(cast(wide, sent) if wide != src_buf.dtype else sent, lane, conv.width)
+            v = Var(f"xi{k}", src_buf.dtype)
+            out.append(Bind(v, cast(src_buf.dtype, x) if wide != src_buf.dtype else x, span=span))
+            vals.append(v)
+        val = vals[-1]
+        if len(ks) > 1:
+            _t, reg_e = conv.slot_exprs(tid, r)
+            for k, v in zip(reversed(ks[:-1]), reversed(vals[:-1])):
+                val = Select(compare("eq", reg_e, const(k)), v, val)
+        out.append(Store(dst_buf, (const(r),), val, span=span))
+        return out
+
     def convert(self, src_buf, src: FragmentLayout, dst_buf, dst: FragmentLayout, span, tiles=None):
         """Statements (inside a PerThread) that fill ``dst_buf``'s registers, laid out by ``dst``, with the
-        elements ``src_buf`` holds in ``src``; and the block-level allocations they need. Register moves and
-        xor shuffles where :func:`~tilecore.layout.plan_conversion` finds them, else a round trip through a
-        shared tile of the fragment's shape (row-major): a barrier (earlier readers of the tile are done),
+        elements ``src_buf`` holds in ``src``; and the block-level allocations they need. Register moves, xor
+        and indexed shuffles where :func:`~tilecore.layout.plan_conversion` finds them, else a round trip
+        through a shared tile of the fragment's shape (row-major): a barrier (earlier readers of the tile are done),
         every first replica stores its registers, a barrier, every thread loads its new registers. ``tiles``
         (shape, dtype -> shared buffer) lets the conversions around one statement share one tile."""
         conv = self.plan.conversion(src, dst) if self.plan.convert is True else None

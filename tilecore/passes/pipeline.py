@@ -43,6 +43,7 @@ from ..ir import (Allocate, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, 
                   PerThread, Print, Region,
                   Select, Seq, Stmt, Store, TileOp, Var, as_expr, binary, compare, const_value, rewrite, seq, simplify,
                   logic_and, walk, walk_expr, collect)
+from ..ir import ShuffleIndex, ShuffleXor  # map_expr rebuilds the shuffles of register exchanges
 from ..ir.visit import stmt_exprs
 from ..ir.bounds import Facts
 from . import tile_pass
@@ -135,6 +136,10 @@ def map_expr(e, fn):
         new = Call(e.name, tuple(map_expr(a, fn) for a in e.args), e.dtype, e.attrs)
     elif isinstance(e, BufferLoad):
         new = BufferLoad(e.buffer, tuple(map_expr(i, fn) for i in e.indices))
+    elif isinstance(e, ShuffleXor):
+        new = ShuffleXor(map_expr(e.value, fn), e.mask, e.width)
+    elif isinstance(e, ShuffleIndex):
+        new = ShuffleIndex(map_expr(e.value, fn), map_expr(e.lane, fn), e.width)
     else:
         new = e
     out = fn(new)

@@ -17,8 +17,11 @@ from typing import Any, Callable, ClassVar
 #: 1.2 adds :meth:`Backend.op_extensions` (extra keyword arguments of core ops that a backend accepts);
 #: 1.3 adds :meth:`Program.fast_call` (a whole kernel call, binding and launch, done natively), the capability
 #: value ``execution.simd_width: dynamic`` and the IR node it brings to emitters,
-#: :class:`~tilecore.ir.ShuffleWidth` (``shuffle_width_expr`` of the C-family emitters).
-PLUGIN_API = (1, 4)
+#: :class:`~tilecore.ir.ShuffleWidth` (``shuffle_width_expr`` of the C-family emitters); 1.4 adds matrix units
+#: that read their operands from shared memory themselves and run asynchronously (decision D26); 1.5 adds the
+#: capability feature ``shuffle_index`` and the IR node it brings to emitters, :class:`~tilecore.ir.ShuffleIndex`
+#: (``shuffle_index`` of the C-family emitters).
+PLUGIN_API = (1, 5)
 
 MODES = ("device", "emulated", "compile-only", "codegen-only")
 

@@ -57,6 +57,8 @@ class MetalEmitter(SIMTCppEmitter):
     barrier_stmt = "threadgroup_barrier(mem_flags::mem_device | mem_flags::mem_threadgroup);"
     barrier_or_exit_stmt = "if (tc_barrier_or(tc_fail, &tc_any_fail)) return;"
     shuffle_xor = "simd_shuffle_xor({0}, (ushort)({1}))"
+    #: simd_shuffle names a lane of the whole 32-wide simdgroup: a narrower group keeps its own lanes' base
+    shuffle_index = "simd_shuffle({0}, (ushort)((((int)tc_tid) & (32 - {2})) | ({1})))"
     static_shared_decl = "threadgroup {type} {name}[{n}];"
     dynamic_shared_decl = ""
     #: 32 KiB on every Apple family: block memory is always kernel-scope threadgroup arrays

@@ -6,7 +6,7 @@ MUSA compiler or device. Every build runs them (``compiler.py``); each rule name
   ``async_barrier``, SQMMA ``sqmma``, ``__musa_memcpy_g2s`` ``async_copy``, the QY2 atom
   (``__musa_fmma_*``) a listed ``mp22_mma`` matrix unit. So none of PH1's statements can reach QY2.
 - **Warp width**: ``TC_WARP`` is the profile's ``execution.simd_width``; every ``__shfl_xor_sync`` mask and
-  width fits in it.
+  width fits in it, and so does every indexed ``__shfl_sync``'s width (its lane is an expression).
 - **TME loads**: each ``tc_tme_load_<r>d`` in the kernel has ``2 r + 3`` arguments and sits alone in a branch
   of one issuing thread, right after ``__musa_async_add_trans(id, bytes)`` (``bytes`` = the box's bytes)
   and ``__musa_async_arrive(id)`` on its own barrier ID; after the branch every thread waits on that ID
@@ -42,6 +42,25 @@ def _kernel_body(code: str) -> tuple:
     return m.group(1), code[m.end():].splitlines()
 
 
+def _calls(code: str, name: str):
+    """The top-level argument texts of every call of ``name`` in ``code`` (arguments may nest calls)."""
+    for m in re.finditer(rf"\b{name}\(", code):
+        depth, args, start = 1, [], m.end()
+        for k in range(m.end(), len(code)):
+            ch = code[k]
+            if ch == "(":
+                depth += 1
+            elif ch == ")":
+                depth -= 1
+                if depth == 0:
+                    args.append(code[start:k].strip())
+                    break
+            elif ch == "," and depth == 1:
+                args.append(code[start:k].strip())
+                start = k + 1
+        yield args
+
+
 def _has_unit(caps, family: str) -> bool:
     if caps is None:
         return True
@@ -66,6 +85,10 @@ def check(code: str, meta: dict, caps=None) -> list:
             mask, width = int(sm.group(1)), int(sm.group(2))
             if width > warp or mask >= width:
                 problems.append(f"a lane exchange with mask {mask} and width {width} on {warp}-wide warps")
+        for args in _calls(code, "__shfl_sync"):
+            width = int(args[-1]) if args and args[-1].isdigit() else None
+            if width is None or width > warp:
+                problems.append(f"an indexed lane exchange of width {args[-1] if args else '?'} on {warp}-wide warps")
     sig, body = _kernel_body(code)
     problems += _check_tme(sig, body, meta)
     problems += _check_sqmma(code, body, meta)

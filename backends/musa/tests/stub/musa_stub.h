@@ -29,6 +29,11 @@ __device__ unsigned __shfl_xor_sync(unsigned mask, unsigned v, int lane_mask, in
 __device__ long long __shfl_xor_sync(unsigned mask, long long v, int lane_mask, int width);
 __device__ float __shfl_xor_sync(unsigned mask, float v, int lane_mask, int width);
 __device__ double __shfl_xor_sync(unsigned mask, double v, int lane_mask, int width);
+__device__ int __shfl_sync(unsigned mask, int v, int src_lane, int width);
+__device__ unsigned __shfl_sync(unsigned mask, unsigned v, int src_lane, int width);
+__device__ long long __shfl_sync(unsigned mask, long long v, int src_lane, int width);
+__device__ float __shfl_sync(unsigned mask, float v, int src_lane, int width);
+__device__ double __shfl_sync(unsigned mask, double v, int src_lane, int width);
 
 /* atomics */
 __device__ int atomicAdd(int* p, int v);
