@@ -27,7 +27,7 @@ step webgpu-shuffles python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_we
 step webgpu-rows python3 benchmarks/webgpu_row_reductions.py --rep 50 --rows 16384 --cols 1024
 step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_backend.py tests/test_cuda_tensor_cores.py \
      tests/test_cuda_hopper.py tests/test_guards.py tests/test_regressions.py tests/test_layout_inference.py \
-     tests/test_pipeline_planner.py tests/test_matrix_gemm.py tests/test_cuda_units.py tests/test_cuda_wgmma_unit.py
+     tests/test_pipeline_planner.py tests/test_matrix_gemm.py tests/test_cuda_units.py tests/test_cuda_wgmma_unit.py tests/test_indexed_shuffles.py
 step gemm python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
      --shapes "${GEMM_SHAPES:-4096x4096x14336,4096x14336x4096,128x4096x4096,16x8192x8192}"
 step attention python3 benchmarks/cuda_attention.py --rep 3
@@ -40,6 +40,8 @@ step offpath python3 benchmarks/cuda_offpath.py --rep 20
 step attention-general env TILECORE_PASS_CONFIGS='{"tilecore.cuda.register_programs": false}' \
      python3 benchmarks/cuda_attention.py --rep 3
 step matrix-unit python3 benchmarks/matrix_unit_gemm.py
+# layout conversion by indexed shuffles against a shared-memory round trip (decision D24)
+step shuffles python3 benchmarks/conversion_shuffles.py --target cuda:sm_90a
 step gemm-generic python3 benchmarks/cuda_gemm_generic.py --dtypes float16 --rep 20 --check
 step host python3 benchmarks/host_costs.py --profile-compile
 # tilecore-musa's warp-32 SIMT subset through nvcc (a proxy smoke test, never MUSA `device` mode; needs its wheel)
