@@ -334,3 +334,14 @@ def test_device_late_copy_on_the_general_path(stages):
     o = torch.full((M, D), float("nan"), device="cuda")
     k(*(torch.from_numpy(x).cuda() for x in (q, kk, v)), o)
     np.testing.assert_allclose(o.cpu().numpy(), p @ v.astype(np.float64), rtol=2e-3, atol=5e-2)
+
+
+def test_a_late_copy_that_would_cost_resident_blocks_is_waited_where_it_stands():
+    """On sm_90a (228 KiB of shared memory per SM) a 64-row block with d=128 holds 64 KiB: three blocks fit;
+    staging V too would make 80 KiB and two. V is then copied where it stands (16-byte cp.async, waited
+    there) and the note says why."""
+    k = tilecore.compile(two_gemm_loop(128, 256, 128, bm=64, bn=64, stages=2), target="cuda:sm_90a",
+                         pass_configs={**NOCACHE, "tilecore.cuda.register_programs": False})
+    note = k.meta["attrs"]["pipelines"][0]
+    assert "1 tiles x 2 buffers" in note and "staging V_s would leave 2 resident block(s) per SM instead of 3" in note
+    assert "tc_cp_async16(V_s" in _body(k)

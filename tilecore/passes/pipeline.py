@@ -475,12 +475,39 @@ class _Launch:
         self.used = _block_bytes(launch)
         lim = ctx.capabilities.limit("max_shared_bytes_per_block")
         self.limit = int(lim[0]) if lim is not None and lim[1] == "max" else None
+        lim = ctx.capabilities.limit("max_shared_bytes_per_sm")
+        self.per_sm = int(lim[0]) if lim is not None and lim[1] == "max" else None
         self.widths = copy_bytes(ctx)
         self.notes: list = []
         self.staged: dict = {}  # id(buffer) -> staged buffer, for the Allocates
 
     def plan(self, loop: For):
-        """The loop's replacement (None: leave it to serialization) and a note."""
+        """The loop's replacement (None: leave it to serialization) and a note. Copies further down the body
+        that stage_pipelined_copies marked (their source depends on the loop variable only) are staged too,
+        unless their buffers would cost the kernel resident blocks (shared memory per SM); then, and where
+        the loop is not pipelined, each becomes asynchronous copies waited for where it stands."""
+        body = list(loop.body.body) if isinstance(loop.body, Seq) else [loop.body]
+        n = 0
+        while n < len(body) and isinstance(body[n], For) and body[n].annotations.get(STAGE):
+            n += 1
+        late = [i for i in range(n, len(body)) if isinstance(body[i], For) and body[i].annotations.get(STAGE)]
+        if not late:
+            return self._plan(loop, stage_late=False)
+        new, note = self._plan(loop, stage_late=True)
+        if new is not None:
+            return new, note
+        fallback = list(body)
+        for i in late:
+            runs, _how = async_copy_nest(body[i], self.widths)
+            if collect(runs, AsyncCopy):
+                fallback[i] = seq([runs, AsyncCommit(span=body[i].span), AsyncWait(0, span=body[i].span)])
+        plain = loop.with_(body=Seq(fallback, span=loop.body.span))
+        new, again = self._plan(plain, stage_late=False, orig=loop)
+        if note.startswith("occupancy:"):
+            again += f" ({note[len('occupancy: '):]})"
+        return (new if new is not None else plain), again
+
+    def _plan(self, loop: For, stage_late: bool, orig: For | None = None):
         name = loop.var.name
         body = list(loop.body.body) if isinstance(loop.body, Seq) else [loop.body]
         n = 0
@@ -489,7 +516,8 @@ class _Launch:
         # copies further down the body (stage_pipelined_copies marked them: their source depends on the loop
         # variable only) are issued with the stage ahead too, as a second commit group, and waited for where
         # they stood
-        late_at = [i for i in range(n, len(body)) if isinstance(body[i], For) and body[i].annotations.get(STAGE)]
+        late_at = [i for i in range(n, len(body)) if stage_late and isinstance(body[i], For)
+                   and body[i].annotations.get(STAGE)]
         late_waits = {i: AsyncWait(0, span=body[i].span) for i in late_at}
         copies = body[:n] + [body[i] for i in late_at]
         rest_items = []
@@ -511,7 +539,7 @@ class _Launch:
         for b in bufs:
             if why is None and id(b) not in allocs:
                 why = f"{b.name} is not allocated at block level"
-            elif why is None and _touches(_without(self.launch.body, loop), b):
+            elif why is None and _touches(_without(self.launch.body, orig or loop), b):
                 why = f"{b.name} is used outside the loop"
         for p in parts if why is None else []:
             if _touches(rest, p[2].buffer) and _writes(rest, p[2].buffer):
@@ -534,7 +562,15 @@ class _Launch:
             need = self.used + sum(_round16(2 * t) - t for t in tile_bytes)
             return None, (f"loop {name}: serialized ({len(bufs)} tiles x 2 buffers need {need} bytes of on-chip "
                           f"memory with the kernel's other buffers; target allows {self.limit})")
-        self.used += sum(_round16(stages * t) - t for t in tile_bytes)
+        extra = sum(_round16(stages * t) - t for t in tile_bytes)
+        if late_at and self.per_sm:
+            lead_extra = sum(_round16(stages * t) - t for t in tile_bytes[:n])
+            blocks = lambda used: self.per_sm // max(used, 1)  # noqa: E731
+            if blocks(self.used + extra) < blocks(self.used + lead_extra):
+                late_names = ", ".join(b.name for b in bufs[n:])
+                return None, (f"occupancy: staging {late_names} would leave {blocks(self.used + extra)} resident "
+                              f"block(s) per SM instead of {blocks(self.used + lead_extra)}")
+        self.used += extra
         table = {}
         for b in bufs:
             staged = Buffer(b.name, (stages,) + tuple(b.shape), b.dtype, b.scope)
