@@ -281,7 +281,8 @@ def two_gemm_loop(M, S, D, bm=32, bn=32, stages=2, threads=128):
 
 
 def test_a_copy_further_down_is_issued_with_the_stage_ahead():
-    k = _compile(two_gemm_loop(64, 128, 32, stages=3))
+    # 256 threads: the threads, not the staged tiles' shared memory, bound the resident blocks
+    k = _compile(two_gemm_loop(64, 128, 32, stages=3, threads=256))
     note = k.meta["attrs"]["pipelines"][0]
     assert "2 tiles x 3 buffers" in note and "V_s async 16-byte copies (issued with the stage ahead" in note
     body = _body(k)
@@ -305,7 +306,8 @@ def test_emulated_late_copy_lands_before_its_use(stages, monkeypatch):
     q, kk, v = (rng.standard_normal(shape).astype(np.float16) for shape in ((M, D), (S, D), (S, D)))
     p = (q.astype(np.float64) @ kk.astype(np.float64).T).astype(np.float16).astype(np.float64)
     ref = p @ v.astype(np.float64)
-    out = run_on_host(_compile(two_gemm_loop(M, S, D, stages=stages)), [q, kk, v, np.full((M, D), np.nan, np.float32)])
+    out = run_on_host(_compile(two_gemm_loop(M, S, D, stages=stages, threads=256)),
+                      [q, kk, v, np.full((M, D), np.nan, np.float32)])
     np.testing.assert_allclose(out[3], ref, rtol=2e-3, atol=2e-3)
     # mutation: V's wait leaves one group more pending than the schedule allows
     real = pl.AsyncWait
@@ -314,7 +316,10 @@ def test_emulated_late_copy_lands_before_its_use(stages, monkeypatch):
         return real(pending + 1 if pending == 2 * (stages - 1) else pending, span=span)
 
     monkeypatch.setattr(pl, "AsyncWait", short)
-    bad = run_on_host(_compile(two_gemm_loop(M, S, D, stages=stages)), [q, kk, v, np.full((M, D), np.nan, np.float32)])
+    bad = run_on_host(_compile(two_gemm_loop(M, S, D, stages=stages, threads=256)),
+                      [q, kk, v, np.full((M, D), np.nan, np.float32)])
+    assert "issued with the stage ahead" in _compile(two_gemm_loop(M, S, D, stages=stages, threads=256)).meta[
+        "attrs"]["pipelines"][0]
     assert not np.allclose(bad[3], ref, rtol=2e-3, atol=2e-3)
 
 
@@ -325,12 +330,13 @@ def test_device_late_copy_on_the_general_path(stages):
     running while the stage ahead is copied when 3 stages allow it), against float64."""
     import torch
 
-    M, S, D = 192, 320, 64
+    M, S, D = 384, 320, 64
     rng = np.random.default_rng(6)
     q, kk, v = (rng.standard_normal(shape).astype(np.float16) for shape in ((M, D), (S, D), (S, D)))
     p = (q.astype(np.float64) @ kk.astype(np.float64).T).astype(np.float16).astype(np.float64)
-    k = tilecore.compile(two_gemm_loop(M, S, D, bm=64, bn=64, stages=stages), target="cuda",
+    k = tilecore.compile(two_gemm_loop(M, S, D, bm=128, bn=64, stages=stages, threads=256), target="cuda",
                          pass_configs={**NOCACHE, "tilecore.cuda.register_programs": False})
+    assert "V_s async 16-byte copies (issued with the stage ahead" in k.meta["attrs"]["pipelines"][0]
     o = torch.full((M, D), float("nan"), device="cuda")
     k(*(torch.from_numpy(x).cuda() for x in (q, kk, v)), o)
     np.testing.assert_allclose(o.cpu().numpy(), p @ v.astype(np.float64), rtol=2e-3, atol=5e-2)
