@@ -100,6 +100,11 @@ class CUDAEmitter(SIMTCppEmitter):
                 for cp in plan["copies"].values():
                     st.aligned.add(next(k for k, p in enumerate(abi.buffers)
                                         if p.buffer is (cp.args[0].buffer.base or cp.args[0].buffer)))
+        # a Hopper pipeline's epilogue that stores pairs unchecked (hopper.epilogue_flags: EPI_PAIRS) needs C aligned
+        for c in st.pipelines:
+            if c.attrs.get("epi", 0) & 4:
+                out = c.args[1].buffer
+                st.aligned.add(next(k for k, p in enumerate(abi.buffers) if p.buffer is (out.base or out)))
         # software-pipelined copies (tilecore.plan_pipelines) of more than one element need aligned sources
         for c in collect(func.body, AsyncCopy):
             if c.elements > 1:
