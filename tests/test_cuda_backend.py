@@ -159,6 +159,27 @@ def test_softmax_atomic_dynamic_compile(target):
         assert "__syncthreads" in k.get_kernel_source()
 
 
+def _copy_kernel(src_dtype, dst_dtype, via=None):
+    @T.prim_func
+    def main(A: T.Tensor((256,), src_dtype), B: T.Tensor((256,), dst_dtype)):
+        with T.Kernel(2, threads=128) as bx:
+            for i in T.Parallel(128):
+                v = A[bx * 128 + i]
+                B[bx * 128 + i] = T.cast(T.cast(v, via), dst_dtype) if via else v
+    return main
+
+
+@needs_toolchain
+def test_cuda_fp8_header_only_in_kernels_with_8_bit_floats():
+    """cuda_fp8.h is a third of NVRTC's front end: left out unless the kernel's text has an 8-bit float
+    (a parameter, or a conversion inside); those kernels still include it and compile (D25)."""
+    plain = tilecore.compile(_copy_kernel("float16", "float32"), target="cuda:sm_90a", pass_configs=NOCACHE)
+    assert "cuda_fp8.h" not in plain.get_kernel_source() and "cuda_fp16.h" in plain.get_kernel_source()
+    for fn in (_copy_kernel("float8_e4m3", "float32"), _copy_kernel("float32", "float32", via="float8_e5m2")):
+        k = tilecore.compile(fn, target="cuda:sm_90a", pass_configs=NOCACHE)
+        assert "#include <cuda_fp8.h>" in k.get_kernel_source() and k.binary
+
+
 @needs_toolchain
 def test_atomics_and_dynamic_grid_spelling():
     k = tilecore.compile(scatter_atomics(1000, 7, 64, "float32"), target="cuda:sm_80", pass_configs=NOCACHE)

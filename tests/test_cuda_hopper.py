@@ -128,6 +128,13 @@ def test_epilogue_drops_the_checks_the_shapes_prove(M, N, epi):
 
 
 @needs_toolchain
+def test_keep_epilogue_checks_compiles_every_check():
+    k = tilecore.compile(gemm(512, 768, 64), target=HOPPER,
+                         pass_configs={**NOCACHE, "tilecore.cuda.keep_epilogue_checks": True})
+    assert _epi(k) == 0 and k.source.meta["aligned_args"] == []
+
+
+@needs_toolchain
 def test_epilogue_of_a_dynamic_m_keeps_the_row_check():
     k = tilecore.compile(dynamic_m_gemm(), target=HOPPER, pass_configs=NOCACHE)
     assert _epi(k) == 6
