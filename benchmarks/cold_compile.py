@@ -7,13 +7,15 @@ Each measurement is one ``tilecore.compile`` (tilecore's cache off, NVRTC's own 
 as any process that launches CUDA kernels has. The children get a bytecode cache (``PYTHONPYCACHEPREFIX``
 in a temporary folder, warmed by one unmeasured run) even where ``PYTHONDONTWRITEBYTECODE`` is set:
 installed packages have their ``.pyc`` files, and without them every fresh process compiles tilecore's
-modules again (0.14 s on the 2-core dev machine). Variants, each a column of what D25 changed:
+modules again (0.14 s on the 2-core dev machine). The children use a private cache directory. Variants,
+one column per change of D25, each with the ones above it:
 
 - ``before D25``: every epilogue check compiled (``tilecore.cuda.keep_epilogue_checks``), cuda_fp8.h in
-  every kernel, no ``--minimal``;
+  every kernel, no ``--minimal``, capability files parsed in every process;
 - ``+ proven epilogue checks dropped``: the Hopper pipeline's epilogue stores without the row, column and
   alignment checks the shapes prove (hopper.epilogue_flags);
-- ``after (default)``: also cuda_fp8.h only where the kernel has 8-bit floats and NVRTC's ``--minimal``.
+- ``+ cuda_fp8.h only where used, --minimal``: the NVRTC front end;
+- ``+ capability documents remembered``: parsed documents from the cache directory (the default).
 
 Prints the median (and range) of the whole compile, tilecore's own part (whole minus NVRTC), NVRTC's time
 and its phases (``--time``: C++ front end, NVVM, ptxas) and the SASS instruction count of the kernel.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -62,9 +65,11 @@ whole = time.perf_counter() - t
 print(json.dumps({{"whole": whole, "nvrtc": sum(nvrtc_s), "binary": k.binary.hex() if {want_binary!r} else ""}}))
 """
 
-# name, label, (old headers and flags, keep every epilogue check)
-VARIANTS = [("before", "before D25", (True, True)), ("epilogue", "+ proven epilogue checks dropped", (True, False)),
-            ("after", "after (default)", (False, False))]
+# name, label, (old headers and flags, keep every epilogue check, parsed capability documents remembered)
+VARIANTS = [("before", "before D25", (True, True, False)),
+            ("epilogue", "+ proven epilogue checks dropped", (True, False, False)),
+            ("headers", "+ cuda_fp8.h only where used, --minimal", (False, False, False)),
+            ("after", "+ capability documents remembered (after, the default)", (False, False, True))]
 SETTINGS = {name: how for name, _, how in VARIANTS}
 
 
@@ -84,7 +89,15 @@ def child(variant: str, args, env: dict, tmp: Path, want_binary: bool = False) -
     timefile = tmp / f"time-{variant}-{os.getpid()}.csv"
     if timefile.exists():
         timefile.unlink()
-    old_headers, keep_checks = SETTINGS[variant]
+    old_headers, keep_checks, memo = SETTINGS[variant]
+    env = dict(env)
+    if not memo:  # a cache directory as before D25: documents remembered valid, none remembered parsed
+        cache = tmp / "cache-no-memo"
+        shutil.rmtree(cache, ignore_errors=True)
+        cache.mkdir(mode=0o700)
+        for f in Path(env["TILECORE_CACHE_DIR"]).glob("capabilities-valid.txt"):
+            shutil.copy(f, cache / f.name)
+        env["TILECORE_CACHE_DIR"] = str(cache)
     code = CHILD.format(bench=str(Path(__file__).resolve().parent), old_headers=old_headers, keep_checks=keep_checks,
                         timefile=str(timefile), kernel=tuple(args.kernel), target=args.target,
                         want_binary=want_binary)
@@ -122,7 +135,9 @@ def main() -> int:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env["PYTHONPYCACHEPREFIX"] = str(tmp / "pyc")
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # the same tilecore as this process
-        for variant, _, _ in VARIANTS:  # warm the bytecode cache and the disk; not measured
+        (tmp / "cache").mkdir(mode=0o700)
+        env["TILECORE_CACHE_DIR"] = str(tmp / "cache")  # private: the user's is left alone
+        for variant in ("after", "before"):  # warm the bytecode cache, the disk and the cache dir; not measured
             child(variant, args, env, tmp)
         rows, binaries = [], {}
         for variant, label, _ in VARIANTS:
