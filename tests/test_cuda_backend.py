@@ -170,14 +170,19 @@ def _copy_kernel(src_dtype, dst_dtype, via=None):
 
 
 @needs_toolchain
-def test_cuda_fp8_header_only_in_kernels_with_8_bit_floats():
-    """cuda_fp8.h is a third of NVRTC's front end: left out unless the kernel's text has an 8-bit float
-    (a parameter, or a conversion inside); those kernels still include it and compile (D25)."""
+def test_cuda_fp8_and_bf16_headers_only_in_kernels_that_use_them():
+    """cuda_fp8.h and cuda_bf16.h are 26 ms of NVRTC's front end: left out unless the kernel's text has the
+    type (a parameter, or a conversion inside); those kernels still include them and compile (D25)."""
     plain = tilecore.compile(_copy_kernel("float16", "float32"), target="cuda:sm_90a", pass_configs=NOCACHE)
-    assert "cuda_fp8.h" not in plain.get_kernel_source() and "cuda_fp16.h" in plain.get_kernel_source()
-    for fn in (_copy_kernel("float8_e4m3", "float32"), _copy_kernel("float32", "float32", via="float8_e5m2")):
+    src = plain.get_kernel_source()
+    assert "#include <cuda_fp8.h>" not in src and "#include <cuda_bf16.h>" not in src and "#include <cuda_fp16.h>" in src
+    for fn, header in ((_copy_kernel("float8_e4m3", "float32"), "cuda_fp8.h"),
+                       (_copy_kernel("float32", "float32", via="float8_e5m2"), "cuda_fp8.h"),
+                       (_copy_kernel("bfloat16", "float32"), "cuda_bf16.h"),
+                       (_copy_kernel("float32", "float32", via="bfloat16"), "cuda_bf16.h"),
+                       (_copy_kernel("float32", "bfloat16"), "cuda_bf16.h")):
         k = tilecore.compile(fn, target="cuda:sm_90a", pass_configs=NOCACHE)
-        assert "#include <cuda_fp8.h>" in k.get_kernel_source() and k.binary
+        assert f"#include <{header}>" in k.get_kernel_source() and k.binary
 
 
 @needs_toolchain
