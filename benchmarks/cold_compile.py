@@ -14,7 +14,7 @@ one column per change of D25, each with the ones above it:
   every kernel, no ``--minimal``, capability files parsed in every process;
 - ``+ proven epilogue checks dropped``: the Hopper pipeline's epilogue stores without the row, column and
   alignment checks the shapes prove (hopper.epilogue_flags);
-- ``+ cuda_fp8.h only where used, --minimal``: the NVRTC front end;
+- ``+ cuda_fp8.h and cuda_bf16.h only where used, --minimal``: the NVRTC front end;
 - ``+ capability documents remembered``: parsed documents from the cache directory (the default).
 
 Prints the median (and range) of the whole compile, tilecore's own part (whole minus NVRTC), NVRTC's time
@@ -46,7 +46,7 @@ old_headers, keep_checks, timefile = {old_headers!r}, {keep_checks!r}, {timefile
 if old_headers:  # the prelude and NVRTC flags of before D25
     cc.NVRTC_FLAGS = ()
     _prelude = cg.prelude
-    cg.prelude = lambda hopper=False, fp8=True: _prelude(hopper, True)
+    cg.prelude = lambda hopper=False, *a: _prelude(hopper)  # every header, as before
 nvrtc_s = []
 _build = cc.build_nvrtc
 def timed(*a, **k):
@@ -68,7 +68,7 @@ print(json.dumps({{"whole": whole, "nvrtc": sum(nvrtc_s), "binary": k.binary.hex
 # name, label, (old headers and flags, keep every epilogue check, parsed capability documents remembered)
 VARIANTS = [("before", "before D25", (True, True, False)),
             ("epilogue", "+ proven epilogue checks dropped", (True, False, False)),
-            ("headers", "+ cuda_fp8.h only where used, --minimal", (False, False, False)),
+            ("headers", "+ fp8 and bf16 headers only where used, --minimal", (False, False, False)),
             ("after", "+ capability documents remembered (after, the default)", (False, False, True))]
 SETTINGS = {name: how for name, _, how in VARIANTS}
 
@@ -139,15 +139,15 @@ def main() -> int:
         env["TILECORE_CACHE_DIR"] = str(tmp / "cache")  # private: the user's is left alone
         for variant in ("after", "before"):  # warm the bytecode cache, the disk and the cache dir; not measured
             child(variant, args, env, tmp)
-        rows, binaries = [], {}
-        for variant, label, _ in VARIANTS:
-            runs = []
-            for r in range(args.repeat):  # interleaving would be fairer on a busy machine; this is simpler
+        runs: dict = {variant: [] for variant, _, _ in VARIANTS}
+        binaries = {}
+        for r in range(args.repeat):  # round robin: a change in the machine's load hits every variant alike
+            for variant, _, _ in VARIANTS:
                 res = child(variant, args, env, tmp, want_binary=(r == 0))
                 if r == 0:
                     binaries[variant] = bytes.fromhex(res["binary"])
-                runs.append(res)
-            rows.append((variant, label, runs))
+                runs[variant].append(res)
+        rows = [(variant, label, runs[variant]) for variant, label, _ in VARIANTS]
         print(f"cold compile, {args.target}, matmul{tuple(args.kernel)}, {args.repeat} fresh processes per variant "
               f"({cc.toolchain()}, {os.cpu_count()} CPUs); median (min-max) seconds, NVRTC phases in ms")
         print()
