@@ -416,10 +416,12 @@ def test_a_remembered_file_that_changes_is_parsed_again(tmp_path, monkeypatch):
     try:
         path = _write(tmp_path, "acme/x1.yaml", _complete())
         assert CapabilityRegistry().add_file(path)
+        _data.flush_parsed()  # as at the end of a process
         _data._parsed.cache_clear()  # as a later process: the memo file has the document
         assert len(_data._parsed()) == 1
         path.write_text(path.read_text() + "\nid: acme/x2\n")  # a duplicate key: an error, memo or not
         with pytest.raises(CapabilityError, match="duplicate key 'id'"):
             CapabilityRegistry().add_file(path)
     finally:
+        _data._dirty.clear()
         _data._parsed.cache_clear()

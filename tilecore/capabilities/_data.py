@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import copy
 import functools
 import hashlib
@@ -79,6 +80,9 @@ def _parsed() -> dict:
     return memo
 
 
+_dirty: list = []  # documents parsed since the memo was last written
+
+
 def _remember_parsed(key: str, doc: Any) -> None:
     try:
         blob = marshal.dumps(doc)
@@ -88,12 +92,22 @@ def _remember_parsed(key: str, doc: Any) -> None:
     if len(memo) >= _PARSED_MAX:
         memo.clear()
     memo[key] = blob
+    if not _dirty:
+        atexit.register(flush_parsed)  # for readers other than the plugin registry, which flushes itself
+    _dirty.append(key)
+
+
+def flush_parsed() -> None:
+    """Write the memo if this process parsed anything new (once, not once per file)."""
+    if not _dirty:
+        return
+    _dirty.clear()
     path = _parsed_path(create=True)
     if path is None:
         return
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_bytes(marshal.dumps(memo))
+        tmp.write_bytes(marshal.dumps(_parsed()))
         os.chmod(tmp, 0o600)
         os.replace(tmp, path)  # readers see the old memo or the new one, never half of one
     except OSError:
