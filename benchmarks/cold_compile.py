@@ -17,8 +17,10 @@ one column per change of D25, each with the ones above it:
 - ``+ cuda_fp8.h and cuda_bf16.h only where used, --minimal``: the NVRTC front end;
 - ``+ capability documents remembered``: parsed documents from the cache directory (the default).
 
-Prints the median (and range) of the whole compile, tilecore's own part (whole minus NVRTC), NVRTC's time
-and its phases (``--time``: C++ front end, NVVM, ptxas) and the SASS instruction count of the kernel.
+Prints the median (and range) of the whole compile, the same in the process's CPU time (whole, tilecore's part,
+NVRTC: steadier than wall time on a shared machine; on an idle one the two agree, NVRTC being one thread),
+tilecore's own part (whole minus NVRTC), NVRTC's time and its phases (``--time``: C++ front end, NVVM, ptxas)
+and the SASS instruction count of the kernel.
 Needs NVRTC (no GPU): exits with status 3 where there is none.
 """
 from __future__ import annotations
@@ -47,22 +49,23 @@ if old_headers:  # the prelude and NVRTC flags of before D25
     cc.NVRTC_FLAGS = ()
     _prelude = cg.prelude
     cg.prelude = lambda hopper=False, *a: _prelude(hopper)  # every header, as before
-nvrtc_s = []
+nvrtc_s, nvrtc_cpu = [], []
 _build = cc.build_nvrtc
 def timed(*a, **k):
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     try:
         return _build(*a, **k)
     finally:
         nvrtc_s.append(time.perf_counter() - t)
+        nvrtc_cpu.append(time.process_time() - c)
 cc.build_nvrtc = timed
 f = matmul(*{kernel!r})
 pc = {{"tilecore.disable_cache": True, "tilecore.extra_flags": ["--no-cache", "--time=" + timefile],
        "tilecore.cuda.keep_epilogue_checks": keep_checks}}
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 k = tilecore.compile(f, target={target!r}, pass_configs=pc)
-whole = time.perf_counter() - t
-print(json.dumps({{"whole": whole, "nvrtc": sum(nvrtc_s), "binary": k.binary.hex() if {want_binary!r} else ""}}))
+whole, whole_cpu = time.perf_counter() - t, time.process_time() - c
+print(json.dumps({{"whole": whole, "nvrtc": sum(nvrtc_s), "whole_cpu": whole_cpu, "nvrtc_cpu": sum(nvrtc_cpu), "binary": k.binary.hex() if {want_binary!r} else ""}}))
 """
 
 # name, label, (old headers and flags, keep every epilogue check, parsed capability documents remembered)
@@ -151,9 +154,10 @@ def main() -> int:
         print(f"cold compile, {args.target}, matmul{tuple(args.kernel)}, {args.repeat} fresh processes per variant "
               f"({cc.toolchain()}, {os.cpu_count()} CPUs); median (min-max) seconds, NVRTC phases in ms")
         print()
-        print("| variant | whole | tilecore's part | NVRTC | front end | NVVM | ptxas | SASS instructions |")
-        print("|---|---|---|---|---|---|---|---|")
-        base = None
+        print("| variant | whole | CPU time: whole / tilecore's part / NVRTC | tilecore's part | NVRTC | front end | "
+              "NVVM | ptxas | SASS instructions |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        base = base_cpu = None
         for variant, label, runs in rows:
             whole = [r["whole"] for r in runs]
             nv = [r["nvrtc"] for r in runs]
@@ -166,7 +170,14 @@ def main() -> int:
                 n = sass_count(binaries[variant], args.target)
             except BaseException as e:  # noqa: BLE001 - cuobjdump missing: the table still stands
                 n = f"n/a ({type(e).__name__})"
+            cpu = [r["whole_cpu"] for r in runs]
+            cpu_nv = [r["nvrtc_cpu"] for r in runs]
+            cpu_own = [r["whole_cpu"] - r["nvrtc_cpu"] for r in runs]
+            cpu_med = statistics.median(cpu)
+            base_cpu = base_cpu or cpu_med
             print(f"| {label} | {med:.3f} ({min(whole):.3f}-{max(whole):.3f}); {base / med:.2f}x | "
+                  f"{cpu_med:.3f} / {statistics.median(cpu_own):.3f} / {statistics.median(cpu_nv):.3f}; "
+                  f"{base_cpu / cpu_med:.2f}x | "
                   f"{statistics.median(own):.3f} | {statistics.median(nv):.3f} | {ph['CUDA C++ Frontend']:.0f} | "
                   f"{ph['NVVM Optimizer']:.0f} | {ph['PTX Translation']:.0f} | {n} |")
     return 0
