@@ -65,7 +65,8 @@ pc = {{"tilecore.disable_cache": True, "tilecore.extra_flags": ["--no-cache", "-
 t, c = time.perf_counter(), time.process_time()
 k = tilecore.compile(f, target={target!r}, pass_configs=pc)
 whole, whole_cpu = time.perf_counter() - t, time.process_time() - c
-print(json.dumps({{"whole": whole, "nvrtc": sum(nvrtc_s), "whole_cpu": whole_cpu, "nvrtc_cpu": sum(nvrtc_cpu), "binary": k.binary.hex() if {want_binary!r} else ""}}))
+print(json.dumps({{"whole": whole, "nvrtc": sum(nvrtc_s), "whole_cpu": whole_cpu, "nvrtc_cpu": sum(nvrtc_cpu),
+                  "binary": k.binary.hex() if {want_binary!r} else ""}}))
 """
 
 # name, label, (old headers and flags, keep every epilogue check, parsed capability documents remembered)

@@ -93,7 +93,7 @@ __device__ __forceinline__ unsigned long long tc_wgmma_desc(unsigned addr, unsig
  * accumulators go to C (TO_GLOBAL: a global tensor, rows < m_valid, cols < n_valid, row stride ldc,
  * converted to TOUT; otherwise a float buffer in shared memory with row stride ldc).
  * EPI says what the code generator proved about a global C, so those checks are not compiled at all
- * (they made most of the kernel's code and half of its compile time): TC_EPI_ROWS every row of the
+ * (for the 128x256 tile they were 71% of the SASS and 43% of NVRTC's time): TC_EPI_ROWS every row of the
  * tile is < m_valid, TC_EPI_COLS every column is < n_valid, TC_EPI_PAIRS C is aligned to two elements
  * and ldc is even (the launch checks C's address).
  * Shared tiles are stored as 128-byte rows with the 128-byte swizzle; a tile whose rows are longer
