@@ -193,22 +193,35 @@ def fp8_row(torch, args):
     return ("float8_e4m3 (torch._scaled_mm)", n, best, tf_t)
 
 
-def cold_compile_fresh_process(target: str) -> str:
-    """Seconds for one tilecore.compile (cache off) in a new Python process: NVRTC's start-up included,
-    interpreter start and imports (torch, tilecore) not."""
+def cold_compile_fresh_process(target: str, repeat: int = 3) -> str:
+    """Seconds for one tilecore.compile (tilecore's cache off, NVRTC's with ``--no-cache``) in a new Python
+    process: NVRTC's start-up included, interpreter start and imports (torch, tilecore) not; the median of
+    ``repeat`` processes. The children keep a bytecode cache (as installed packages have) even where
+    PYTHONDONTWRITEBYTECODE is set; ``benchmarks/cold_compile.py`` has the before/after table (D25)."""
+    import os
+    import statistics
     import subprocess
+    import tempfile
     from pathlib import Path
 
     # torch is imported first, as in any process that launches CUDA kernels (the CUDA backend imports it
     # before NVRTC on GPU machines, and that import would otherwise land inside the timed compile)
     code = ("import sys, time; sys.path.insert(0, %r); import torch, tilecore; from cuda_gemm import matmul; "
             "f = matmul(4096, 4096, 4096, 128, 256, 64, 256, 4); t = time.perf_counter(); "
-            "tilecore.compile(f, target=%r, pass_configs={'tilecore.disable_cache': True}); "
+            "tilecore.compile(f, target=%r, pass_configs={'tilecore.disable_cache': True, "
+            "'tilecore.extra_flags': ['--no-cache']}); "
             "print(time.perf_counter() - t)") % (str(Path(__file__).parent), target)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")  # not the tree
-    if proc.returncode != 0:
-        return f"failed: {proc.stderr.strip()[-200:]}"
-    return f"{float(proc.stdout.strip().splitlines()[-1]):.2f} s"
+    with tempfile.TemporaryDirectory(prefix="tilecore-cold-") as tmp:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pyc")
+        times = []
+        for r in range(repeat + 1):  # the first run fills the bytecode cache and is not counted
+            proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", env=env)
+            if proc.returncode != 0:
+                return f"failed: {proc.stderr.strip()[-200:]}"
+            if r:
+                times.append(float(proc.stdout.strip().splitlines()[-1]))
+    return f"{statistics.median(times):.2f} s (median of {repeat}; {min(times):.2f}-{max(times):.2f})"
 
 
 def compile_times(target: str) -> tuple[float, float]:

@@ -66,6 +66,7 @@ struct uint4 { unsigned x, y, z, w; };
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
 struct __half { unsigned short bits; };
 struct __nv_bfloat16 { unsigned short bits; };
+#define __CUDA_BF16_TYPES_EXIST__ /* as cuda_bf16.h does: the prelude's bfloat16 helpers */
 inline float __half2float(__half h) { _Float16 f; std::memcpy(&f, &h.bits, 2); return (float)f; }
 inline __half __float2half_rn(float x) { _Float16 f = (_Float16)x; __half h; std::memcpy(&h.bits, &f, 2); return h; }
 inline float tc_bf2f_bits(unsigned short b) { unsigned u = (unsigned)b << 16; float f; std::memcpy(&f, &u, 4); return f; }

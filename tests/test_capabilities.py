@@ -383,3 +383,45 @@ def test_valid_documents_are_remembered_so_later_processes_skip_jsonschema(tmp_p
     bad = {"schema": SCHEMA_ID, "id": "x/y", "execution": {"simd_width": "wide"}}
     for _ in range(2):
         assert any("simd_width" in e for e in validate_document(bad, "bad.yaml"))
+
+
+def test_parsed_documents_are_remembered_so_later_processes_skip_yaml(tmp_path):
+    """The second process reads every capability file from the parsed-document memo (no yaml import) and
+    resolves the same profile; a damaged memo is ignored (the files are parsed again and it is rewritten)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from tilecore.plugin import get_registry, profile_for; "
+            "p = profile_for(get_registry().resolve('cpu')[1]); print('yaml' in sys.modules, p.hash())")
+    env = {**os.environ, "TILECORE_CACHE_DIR": str(tmp_path / "cache")}
+
+    def run():
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr[-400:]
+        return r.stdout.split()
+
+    first, second = run(), run()
+    assert first[0] == "True" and second == ["False", first[1]]
+    memo = tmp_path / "cache" / f"capabilities-parsed-py{sys.version_info[0]}{sys.version_info[1]}.marshal"
+    assert memo.stat().st_mode & 0o077 == 0
+    memo.write_bytes(b"\xff not marshal data")
+    assert run() == ["True", first[1]] and run() == ["False", first[1]]
+
+
+def test_a_remembered_file_that_changes_is_parsed_again(tmp_path, monkeypatch):
+    from tilecore.capabilities import _data
+
+    monkeypatch.setenv("TILECORE_CACHE_DIR", str(tmp_path / "cache"))
+    _data._parsed.cache_clear()
+    try:
+        path = _write(tmp_path, "acme/x1.yaml", _complete())
+        assert CapabilityRegistry().add_file(path)
+        _data.flush_parsed()  # as at the end of a process
+        _data._parsed.cache_clear()  # as a later process: the memo file has the document
+        assert len(_data._parsed()) == 1
+        path.write_text(path.read_text() + "\nid: acme/x2\n")  # a duplicate key: an error, memo or not
+        with pytest.raises(CapabilityError, match="duplicate key 'id'"):
+            CapabilityRegistry().add_file(path)
+    finally:
+        _data._dirty.clear()
+        _data._parsed.cache_clear()

@@ -159,6 +159,33 @@ def test_softmax_atomic_dynamic_compile(target):
         assert "__syncthreads" in k.get_kernel_source()
 
 
+def _copy_kernel(src_dtype, dst_dtype, via=None):
+    @T.prim_func
+    def main(A: T.Tensor((256,), src_dtype), B: T.Tensor((256,), dst_dtype)):
+        with T.Kernel(2, threads=128) as bx:
+            for i in T.Parallel(128):
+                v = A[bx * 128 + i]
+                B[bx * 128 + i] = T.cast(T.cast(v, via), dst_dtype) if via else v
+    return main
+
+
+@needs_toolchain
+def test_cuda_fp8_and_bf16_headers_only_in_kernels_that_use_them():
+    """cuda_fp8.h and cuda_bf16.h are 26 ms of NVRTC's front end: left out unless the kernel's text has the
+    type (a parameter, or a conversion inside); those kernels still include them and compile (D25)."""
+    plain = tilecore.compile(_copy_kernel("float16", "float32"), target="cuda:sm_90a", pass_configs=NOCACHE)
+    src = plain.get_kernel_source()
+    assert "#include <cuda_fp16.h>" in src
+    assert "#include <cuda_fp8.h>" not in src and "#include <cuda_bf16.h>" not in src
+    for fn, header in ((_copy_kernel("float8_e4m3", "float32"), "cuda_fp8.h"),
+                       (_copy_kernel("float32", "float32", via="float8_e5m2"), "cuda_fp8.h"),
+                       (_copy_kernel("bfloat16", "float32"), "cuda_bf16.h"),
+                       (_copy_kernel("float32", "float32", via="bfloat16"), "cuda_bf16.h"),
+                       (_copy_kernel("float32", "bfloat16"), "cuda_bf16.h")):
+        k = tilecore.compile(fn, target="cuda:sm_90a", pass_configs=NOCACHE)
+        assert f"#include <{header}>" in k.get_kernel_source() and k.binary
+
+
 @needs_toolchain
 def test_atomics_and_dynamic_grid_spelling():
     k = tilecore.compile(scatter_atomics(1000, 7, 64, "float32"), target="cuda:sm_80", pass_configs=NOCACHE)

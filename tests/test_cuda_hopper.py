@@ -111,6 +111,51 @@ def test_epilogue_on_the_fragment_goes_through_shared_memory():
     assert "tc_wgmma_pipeline<384, 128, 128, 64, 4, 2, 1, false, 0, 64, 64, 0, false," in k.get_kernel_source()
 
 
+def _epi(k) -> int:
+    """The EPI template argument of the kernel's tc_wgmma_pipeline (what the epilogue need not check)."""
+    src = k.get_kernel_source()
+    head = src[src.index("tc_wgmma_pipeline<"):].split(">", 1)[0]
+    return int(head.split(",")[13])
+
+
+@needs_toolchain
+@pytest.mark.parametrize("M,N,epi", [(512, 768, 7), (1000, 768, 6), (512, 1000, 5), (200, 136, 4)])
+def test_epilogue_drops_the_checks_the_shapes_prove(M, N, epi):
+    """Rows (1), columns (2), aligned pairs (4): set only where every block's tile is in range / even."""
+    k = tilecore.compile(gemm(M, N, 64, bn=256 if N >= 256 else 128), target=HOPPER, pass_configs=NOCACHE)
+    assert _epi(k) == epi
+    assert k.source.meta["aligned_args"] == [2]  # C: the launch checks its address (pairs are stored unchecked)
+
+
+@needs_toolchain
+def test_keep_epilogue_checks_compiles_every_check():
+    k = tilecore.compile(gemm(512, 768, 64), target=HOPPER,
+                         pass_configs={**NOCACHE, "tilecore.cuda.keep_epilogue_checks": True})
+    assert _epi(k) == 0 and k.source.meta["aligned_args"] == []
+
+
+@needs_toolchain
+def test_epilogue_of_a_dynamic_m_keeps_the_row_check():
+    k = tilecore.compile(dynamic_m_gemm(), target=HOPPER, pass_configs=NOCACHE)
+    assert _epi(k) == 6
+
+
+@needs_toolchain
+def test_full_tile_epilogue_is_a_third_of_the_code():
+    """The 128x256 tile with every check (M = 4000: rows may be partial, the column and pair checks
+    kept by an odd-width view of the same tile) against none: the unchecked kernel keeps every HGMMA and
+    TMA load and is far shorter (the checks were 70% of the SASS and 40% of NVRTC's time; D25)."""
+    full = tilecore.compile(gemm(4096, 4096, 4096), target=HOPPER, pass_configs=NOCACHE)
+    part = tilecore.compile(gemm(4000, 4000, 4096), target=HOPPER, pass_configs=NOCACHE)
+    assert (_epi(full), _epi(part)) == (7, 4)
+    be = tilecore_cuda.CUDABackend()
+    sf, sp = be.disassemble(full.binary, full.target), be.disassemble(part.binary, part.target)
+    for op in ("HGMMA.64x256x16.F32", "UTMALDG.2D", "SYNCS.PHASECHK"):
+        assert sf.count(op) == sp.count(op) > 0, op
+    n = [sum(1 for ln in s.splitlines() if ln.strip().startswith("/*") and ";" in ln) for s in (sf, sp)]
+    assert n[0] * 2 < n[1], n
+
+
 @needs_toolchain
 @pytest.mark.parametrize("kwargs,why", [
     ({"bk": 32}, "block_K must be whole 128-byte rows"),
@@ -200,6 +245,22 @@ def test_device_pipeline_matches_float64(torch_cuda, dtype, out, tb, M, N, K):
     tol = {"float32": 1e-3, "float16": 2e-2, "bfloat16": 8e-2}[out] * np.sqrt(K)
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, ref, atol=tol, rtol=2e-2)
+
+
+@hopper_gpu
+def test_device_unchecked_pair_stores_refuse_a_misaligned_c(torch_cuda):
+    from tilecore.errors import DeviceError
+
+    k = tilecore.compile(gemm(256, 256, 64, bn=256), target="cuda")
+    a = torch_cuda.randn(256, 64, device="cuda").half()
+    b = torch_cuda.randn(64, 256, device="cuda").half()
+    c = torch_cuda.empty(256 * 256 + 1, device="cuda").half()[1:].view(256, 256)  # 2 bytes past an aligned address
+    with pytest.raises(DeviceError, match="16-byte aligned"):
+        k(a, b, c)
+    c = torch_cuda.empty(256, 256, device="cuda").half()
+    k(a, b, c)
+    torch_cuda.cuda.synchronize()
+    assert torch_cuda.allclose(c.double(), a.double() @ b.double(), atol=0.5, rtol=2e-2)
 
 
 @hopper_gpu

@@ -2,47 +2,116 @@
 
 from __future__ import annotations
 
+import atexit
 import copy
+import functools
+import hashlib
 import json
+import marshal
+import os
+import sys
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-import yaml
-
 from ._errors import CapabilityError
 
 
-#: libyaml's parser where PyYAML was built with it (the PyPI wheels are): reading the capability files is on
-#: every cold compile's path, and the C parser reads them about 10x faster than the pure-Python one
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+@functools.lru_cache(maxsize=1)
+def _strict_loader():
+    """SafeLoader (libyaml's parser where PyYAML was built with it, as the PyPI wheels are: about 10x the
+    pure-Python one) that refuses duplicate keys instead of silently keeping the last. Built on first use:
+    a process whose capability files are all in the parsed-document memo below never imports yaml."""
+    import yaml
+
+    class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+        path = ""  # the file being read (libyaml's marks do not carry the name given to the Python reader)
+
+    def _construct_mapping(loader, node, deep: bool = False):
+        loader.flatten_mapping(node)
+        result: dict = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            if key in result:
+                mark = key_node.start_mark
+                raise CapabilityError(
+                    f"duplicate key {key!r} at line {mark.line + 1}",
+                    file=loader.path or str(mark.name),
+                    hint="keep one of the two entries",
+                )
+            result[key] = loader.construct_object(value_node, deep=deep)
+        return result
+
+    _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+    return _StrictLoader
 
 
-class _StrictLoader(_SafeLoader):
-    """SafeLoader that refuses duplicate keys instead of silently keeping the last."""
-
-    path = ""  # the file being read (libyaml's marks do not carry the name given to the Python reader)
-
-
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False):
-    loader.flatten_mapping(node)
-    result: dict = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in result:
-            mark = key_node.start_mark
-            raise CapabilityError(
-                f"duplicate key {key!r} at line {mark.line + 1}",
-                file=loader.path or str(mark.name),
-                hint="keep one of the two entries",
-            )
-        result[key] = loader.construct_object(value_node, deep=deep)
-    return result
+# -- documents already parsed ---------------------------------------------------------------------------
+# Every compile reads every installed backend's capability files (33 today): parsing them was 37 ms of a
+# 0.47 s cold compile of the Hopper GEMM (docs/decisions.md D25). A parsed document is remembered by the
+# sha256 of its text in one marshal file in the user's cache directory (the kernel cache's, with its
+# ownership and permission checks; marshal's format is per Python version, hence the name); a file whose
+# text changed is parsed again, with its errors, and only files that parsed are remembered. A missing,
+# unreadable or damaged memo is the same as an empty one.
+_PARSED_NAME = f"capabilities-parsed-py{sys.version_info[0]}{sys.version_info[1]}.marshal"
+_PARSED_MAX = 256  # documents; past this the memo starts over
+_PARSER_TAG = b"strict-yaml-1\0"  # change it when the parsing rules change
 
 
-_StrictLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping
-)
+def _parsed_path(create: bool = False):
+    from ..compiler import cache  # the cache directory's rules (ownership, permissions, TILECORE_CACHE_DIR)
+
+    if not cache.enabled():
+        return None
+    root, problem = cache.check_root(create=create)
+    return None if problem or not root.is_dir() else root / _PARSED_NAME
+
+
+@functools.lru_cache(maxsize=1)
+def _parsed() -> dict:
+    """sha256 of a file's text -> marshal bytes of its document (each caller unmarshals its own copy)."""
+    path = _parsed_path()
+    try:
+        memo = marshal.loads(path.read_bytes()) if path is not None else {}
+    except (OSError, ValueError, EOFError, TypeError):
+        return {}
+    if not isinstance(memo, dict) or not all(isinstance(k, str) and isinstance(v, bytes) for k, v in memo.items()):
+        return {}
+    return memo
+
+
+_dirty: list = []  # documents parsed since the memo was last written
+
+
+def _remember_parsed(key: str, doc: Any) -> None:
+    try:
+        blob = marshal.dumps(doc)
+    except ValueError:
+        return  # a value marshal cannot write (a YAML timestamp, ...): parsed every time
+    memo = _parsed()
+    if len(memo) >= _PARSED_MAX:
+        memo.clear()
+    memo[key] = blob
+    if not _dirty:
+        atexit.register(flush_parsed)  # for readers other than the plugin registry, which flushes itself
+    _dirty.append(key)
+
+
+def flush_parsed() -> None:
+    """Write the memo if this process parsed anything new (once, not once per file)."""
+    if not _dirty:
+        return
+    _dirty.clear()
+    path = _parsed_path(create=True)
+    if path is None:
+        return
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(marshal.dumps(_parsed()))
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)  # readers see the old memo or the new one, never half of one
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a read-only cache: parsed again next time
 
 
 def read_yaml(path: str) -> Any:
@@ -52,13 +121,28 @@ def read_yaml(path: str) -> Any:
             text = fh.read()
     except OSError as exc:
         raise CapabilityError(f"cannot read file: {exc.strerror}", file=str(path)) from exc
-    loader = _StrictLoader(text)
-    loader.name = loader.path = str(path)
+    key = hashlib.sha256(_PARSER_TAG + text.encode("utf-8", "surrogatepass")).hexdigest()
+    blob = _parsed().get(key)
+    if blob is not None:
+        try:
+            return marshal.loads(blob)
+        except (ValueError, EOFError, TypeError):
+            pass  # a damaged entry: parse the file
+    doc = _parse_yaml(text, str(path))
+    _remember_parsed(key, doc)
+    return doc
+
+
+def _parse_yaml(text: str, path: str) -> Any:
+    import yaml
+
+    loader = _strict_loader()(text)
+    loader.name = loader.path = path
     try:
         return loader.get_single_data()
     except yaml.YAMLError as exc:
         raise CapabilityError(
-            f"not valid YAML: {exc}", file=str(path), hint="correct the YAML syntax"
+            f"not valid YAML: {exc}", file=path, hint="correct the YAML syntax"
         ) from exc
     finally:
         loader.dispose()

@@ -10,8 +10,6 @@ import os
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 if TYPE_CHECKING:
     import jsonschema
 
@@ -27,6 +25,8 @@ def _schema_text() -> str:
 def _schema() -> dict:
     # the schema's own validity against the 2020-12 meta-schema is a test (tests/test_capabilities.py), not a
     # cost of every process that reads a capability file
+    import yaml  # here, not at the top: a compile whose documents are all remembered valid never needs it
+
     return yaml.load(_schema_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 

@@ -25,6 +25,9 @@ def _registry():
             caps.add_directory(p)
         else:
             caps.add_file(p)
+    from ..capabilities._data import flush_parsed
+
+    flush_parsed()  # the documents parsed just now, remembered for the next process (D25)
     return caps
 
 

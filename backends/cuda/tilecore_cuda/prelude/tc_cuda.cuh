@@ -1,5 +1,7 @@
 /* tilecore-cuda prelude: helpers the generated CUDA C++ uses. Compiled by NVRTC or nvcc. */
 #pragma once
+/* cuda_bf16.h and cuda_fp8.h only in kernels that use them (codegen.prelude drops the lines: 7 and 19 ms of
+   NVRTC's front end); what needs bfloat16 is inside #ifdef __CUDA_BF16_TYPES_EXIST__ (cuda_bf16.h's macro) */
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -13,7 +15,9 @@
 
 /* 16-bit floats are stored as __half / __nv_bfloat16 and computed in float */
 __device__ __forceinline__ float tc_round_h(float x) { return __half2float(__float2half_rn(x)); }
+#ifdef __CUDA_BF16_TYPES_EXIST__
 __device__ __forceinline__ float tc_round_bf(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+#endif
 
 #include "tc_simt.h"
 
@@ -45,9 +49,11 @@ __device__ __forceinline__ void tc_atomic_min_int64(long long* p, long long v) {
 TC_ATOMIC_CAS16(tc_atomic_add_float16, __half, __half2float, __float2half_rn, tc_fadd_)
 TC_ATOMIC_CAS16(tc_atomic_max_float16, __half, __half2float, __float2half_rn, tc_fmax_)
 TC_ATOMIC_CAS16(tc_atomic_min_float16, __half, __half2float, __float2half_rn, tc_fmin_)
+#ifdef __CUDA_BF16_TYPES_EXIST__
 TC_ATOMIC_CAS16(tc_atomic_add_bfloat16, __nv_bfloat16, __bfloat162float, __float2bfloat16_rn, tc_fadd_)
 TC_ATOMIC_CAS16(tc_atomic_max_bfloat16, __nv_bfloat16, __bfloat162float, __float2bfloat16_rn, tc_fmax_)
 TC_ATOMIC_CAS16(tc_atomic_min_bfloat16, __nv_bfloat16, __bfloat162float, __float2bfloat16_rn, tc_fmin_)
+#endif
 
 /* ---------------------------------------------------------------------------------------------------
  * Block-collective operations (tilecore Collective statements). Every thread of the block calls them
@@ -276,10 +282,12 @@ __device__ __forceinline__ unsigned tc_pack_h2(float a, float b) {
   __half2 h = __floats2half2_rn(a, b);
   return *reinterpret_cast<unsigned*>(&h);
 }
+#ifdef __CUDA_BF16_TYPES_EXIST__
 __device__ __forceinline__ unsigned tc_pack_bf2(float a, float b) {
   __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
   return *reinterpret_cast<unsigned*>(&h);
 }
+#endif
 /* cp.async of 16 bytes to a shared-window address; bytes past `src_bytes` are zero-filled */
 __device__ __forceinline__ void tc_cp_async16_raw(unsigned dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
@@ -307,9 +315,11 @@ template <int N> __device__ __forceinline__ void tc_reg_fence_u(unsigned (&r)[N]
 template <typename T> __device__ __forceinline__ void tc_store1(T* p, float v);
 template <> __device__ __forceinline__ void tc_store1<float>(float* p, float v) { *p = v; }
 template <> __device__ __forceinline__ void tc_store1<__half>(__half* p, float v) { *p = __float2half_rn(v); }
+#ifdef __CUDA_BF16_TYPES_EXIST__
 template <> __device__ __forceinline__ void tc_store1<__nv_bfloat16>(__nv_bfloat16* p, float v) {
   *p = __float2bfloat16_rn(v);
 }
+#endif
 template <typename T> __device__ __forceinline__ void tc_store2(T* p, float a, float b);
 template <> __device__ __forceinline__ void tc_store2<float>(float* p, float a, float b) {
   *reinterpret_cast<float2*>(p) = make_float2(a, b);
@@ -317,7 +327,9 @@ template <> __device__ __forceinline__ void tc_store2<float>(float* p, float a, 
 template <> __device__ __forceinline__ void tc_store2<__half>(__half* p, float a, float b) {
   *reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b);
 }
+#ifdef __CUDA_BF16_TYPES_EXIST__
 template <> __device__ __forceinline__ void tc_store2<__nv_bfloat16>(__nv_bfloat16* p, float a, float b) {
   *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
 }
+#endif
 /* device-only: end */
