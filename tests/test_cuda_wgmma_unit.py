@@ -129,11 +129,9 @@ def test_the_pipelined_loop_keeps_one_gemm_running_while_the_stage_ahead_is_copi
     assert issue < pending < barrier < ahead < drain and "tc_wg_commit(); tc_wg_wait<0>" not in loop
 
 
-@needs_toolchain
-def test_a_loop_that_uses_the_accumulator_after_its_gemm_waits_inside_the_loop():
-    """Anything after the gemm in the loop body (here a scaling of the accumulator) needs its result: the
-    gemm's group is waited for where it is closed, and the stage-ahead copies keep their place."""
-    M = N = K = 256
+def scaled_gemm(before: bool, M=256, N=256, K=256):
+    """A pipelined GEMM whose loop also halves the accumulator, after its gemm (C = (C + A_k B_k) / 2 per k
+    tile) or ``before`` it (C = C / 2 + A_k B_k)."""
 
     @T.prim_func
     def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
@@ -145,41 +143,30 @@ def test_a_loop_that_uses_the_accumulator_after_its_gemm_waits_inside_the_loop()
             for ko in T.Pipelined(T.ceildiv(K, 64), num_stages=3):
                 T.copy(A[by * 128, ko * 64], A_s)
                 T.copy(B[ko * 64, bx * 128], B_s)
+                if before:
+                    for i, j in T.Parallel(128, 128):
+                        C_l[i, j] = C_l[i, j] * 0.5
                 T.gemm(A_s, B_s, C_l)
-                for i, j in T.Parallel(128, 128):
-                    C_l[i, j] = C_l[i, j] * 0.5
-            T.copy(C_l, C[by * 128, bx * 128])
-
-    k = _compile(main)
-    assert "runs on while" not in k.meta["attrs"]["pipelines"][0]
-    assert "tc_wg_commit(); tc_wg_wait<0>();" in k.get_kernel_source() and "tc_wg_wait<1>" not in k.get_kernel_source()
-
-
-def scaled_before_gemm(M=256, N=256, K=256):
-    """The loop scales the accumulator before its gemm: the gemm is last, yet the next iteration reads its
-    accumulators first, so its wait cannot be deferred."""
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
-        with T.Kernel(T.ceildiv(N, 128), T.ceildiv(M, 128), threads=128) as (bx, by):
-            A_s = T.alloc_shared((128, 64), "float16")
-            B_s = T.alloc_shared((64, 128), "float16")
-            C_l = T.alloc_fragment((128, 128), "float32")
-            T.clear(C_l)
-            for ko in T.Pipelined(T.ceildiv(K, 64), num_stages=3):
-                T.copy(A[by * 128, ko * 64], A_s)
-                T.copy(B[ko * 64, bx * 128], B_s)
-                for i, j in T.Parallel(128, 128):
-                    C_l[i, j] = C_l[i, j] * 0.5
-                T.gemm(A_s, B_s, C_l)
+                if not before:
+                    for i, j in T.Parallel(128, 128):
+                        C_l[i, j] = C_l[i, j] * 0.5
             T.copy(C_l, C[by * 128, bx * 128])
 
     return main
 
 
 @needs_toolchain
+def test_a_loop_that_uses_the_accumulator_after_its_gemm_waits_inside_the_loop():
+    """Anything after the gemm in the loop body (here a scaling of the accumulator) needs its result: the
+    gemm's group is waited for where it is closed, and the stage-ahead copies keep their place."""
+    k = _compile(scaled_gemm(before=False))
+    assert "runs on while" not in k.meta["attrs"]["pipelines"][0]
+    assert "tc_wg_commit(); tc_wg_wait<0>();" in k.get_kernel_source() and "tc_wg_wait<1>" not in k.get_kernel_source()
+
+
+@needs_toolchain
 def test_a_loop_that_reads_the_accumulator_before_its_gemm_waits_inside_the_loop():
-    k = _compile(scaled_before_gemm())
+    k = _compile(scaled_gemm(before=True))
     assert "runs on while" not in k.meta["attrs"]["pipelines"][0]
     assert "tc_wg_wait<1>" not in k.get_kernel_source()
 
@@ -287,27 +274,11 @@ def test_wgmma_loop_with_work_after_the_gemm_matches_float64():
     import torch
 
     M = N = K = 256
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
-        with T.Kernel(T.ceildiv(N, 128), T.ceildiv(M, 128), threads=128) as (bx, by):
-            A_s = T.alloc_shared((128, 64), "float16")
-            B_s = T.alloc_shared((64, 128), "float16")
-            C_l = T.alloc_fragment((128, 128), "float32")
-            T.clear(C_l)
-            for ko in T.Pipelined(T.ceildiv(K, 64), num_stages=3):
-                T.copy(A[by * 128, ko * 64], A_s)
-                T.copy(B[ko * 64, bx * 128], B_s)
-                T.gemm(A_s, B_s, C_l)
-                for i, j in T.Parallel(128, 128):
-                    C_l[i, j] = C_l[i, j] * 0.5
-            T.copy(C_l, C[by * 128, bx * 128])
-
     rng = np.random.default_rng(11)
     a64, a = _operands(rng, (M, K), "float16")
     b64, b = _operands(rng, (K, N), "float16")
     c = torch.zeros((M, N), dtype=torch.float32, device="cuda")
-    _compile(main)(a.cuda(), b.cuda(), c)
+    _compile(scaled_gemm(before=False))(a.cuda(), b.cuda(), c)
     ref = np.zeros((M, N))
     for ko in range(K // 64):  # C = (C + A_k B_k) / 2 per k tile
         ref = (ref + a64[:, ko * 64:(ko + 1) * 64] @ b64[ko * 64:(ko + 1) * 64]) * 0.5
@@ -323,7 +294,7 @@ def test_wgmma_loop_scaling_before_the_gemm_matches_float64():
     a64, a = _operands(rng, (M, K), "float16")
     b64, b = _operands(rng, (K, N), "float16")
     c = torch.zeros((M, N), dtype=torch.float32, device="cuda")
-    _compile(scaled_before_gemm())(a.cuda(), b.cuda(), c)
+    _compile(scaled_gemm(before=True))(a.cuda(), b.cuda(), c)
     ref = np.zeros((M, N))
     for ko in range(K // 64):  # C = C / 2 + A_k B_k per k tile
         ref = ref * 0.5 + a64[:, ko * 64:(ko + 1) * 64] @ b64[ko * 64:(ko + 1) * 64]
