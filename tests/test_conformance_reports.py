@@ -343,3 +343,18 @@ def check_html(page: str, recs: dict) -> None:
         assert text(next(find(details, "pre"))) == r["error"].strip().replace("\x1b", "?").replace("\x00", "?")
         if r["max_abs_err"] is not None:
             assert "abs 0.25, rel 0.5" in summary
+
+
+def test_a_run_under_pass_configs_says_so_in_its_report(tmp_path):
+    """`--pass-config` reaches every case's compile (through TILECORE_PASS_CONFIGS) and the manifest, the
+    matrix and junit's selection property name it: such a run never reads as the default one."""
+    rep = tmp_path / "report"
+    r = tilecore_cli(["conformance", "run", "--target", "cpu", "-k", "fill/fill/float32", "--report", str(rep),
+                      "--pass-config", "tilecore.fast_math=true", "--pass-config", "tilecore.extra_flags=[\"-O2\"]"],
+                     tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    man = json.loads((rep / "manifest.json").read_text())
+    assert man["pass_configs"] == {"tilecore.fast_math": True, "tilecore.extra_flags": ["-O2"]}
+    assert 'under pass configs tilecore.extra_flags=["-O2"], tilecore.fast_math=true' in (rep / "matrix.md").read_text()
+    bad = tilecore_cli(["conformance", "run", "--target", "cpu", "--pass-config", "tilecore.fast_math"], tmp_path)
+    assert bad.returncode == 2 and "write KEY=VALUE" in bad.stderr

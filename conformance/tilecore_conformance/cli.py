@@ -20,6 +20,10 @@ def add_commands(sub) -> None:
     r.add_argument("-k", dest="keyword", help="only cases whose id matches this pytest -k expression")
     r.add_argument("--expectations", help="expectations YAML (default: the packaged one for the target)")
     r.add_argument("--timeout", type=float, default=120.0, help="seconds per case (default 120)")
+    r.add_argument("--pass-config", dest="pass_configs", action="append", default=[], metavar="KEY=VALUE",
+                   help="compile every case with this pass config (repeatable; VALUE is JSON where it parses, "
+                   "e.g. tilecore.cuda.register_programs=false, else a string); the report's manifest records "
+                   "them. Same as TILECORE_PASS_CONFIGS, which it extends")
     r.set_defaults(fn=cmd_run)
     m = csub.add_parser("merge", help="join reports of several runs (one per target and mode) into one report")
     m.add_argument("dirs", nargs="+", help="report folders written by `conformance run --report`")
@@ -37,6 +41,23 @@ def cmd_run(args) -> int:
         print(f"tilecore: error: -n {args.workers} needs pytest-xdist, which is not installed: "
               "pip install pytest-xdist (or run without -n)", file=sys.stderr)
         return 2
+
+    if args.pass_configs:
+        import json
+        import os
+
+        configs = json.loads(os.environ.get("TILECORE_PASS_CONFIGS") or "{}")
+        for item in args.pass_configs:
+            key, eq, value = item.partition("=")
+            if not eq or not key.strip():
+                print(f"tilecore: error: --pass-config {item!r}: write KEY=VALUE, e.g. "
+                      "--pass-config tilecore.fast_math=true", file=sys.stderr)
+                return 2
+            try:
+                configs[key.strip()] = json.loads(value)
+            except ValueError:
+                configs[key.strip()] = value
+        os.environ["TILECORE_PASS_CONFIGS"] = json.dumps(configs)  # the case runners inherit it
 
     argv = [str(SUITE), f"--tilecore-target={args.target}", f"--tilecore-timeout={args.timeout}",
             "-p", "no:cacheprovider", "-q", "-rfE",

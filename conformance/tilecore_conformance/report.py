@@ -58,8 +58,20 @@ def manifest(t, sel: dict) -> dict:
         "capability_profile": t.caps.id, "capability_hash": t.caps.hash(),
         "device": {"status": t.probe.status, "devices": [d.name for d in t.probe.devices], "detail": t.probe.detail},
         "capability_mismatches": list(t.mismatches),
-        "seeds": "sha256(case id)[:4] little-endian", "selection": sel,
+        "seeds": "sha256(case id)[:4] little-endian", "selection": sel, "pass_configs": _pass_configs(),
     }
+
+
+def _pass_configs() -> dict:
+    """The pass configs every case was compiled with beyond the defaults (``TILECORE_PASS_CONFIGS``,
+    ``--pass-config``): a run under other options is not the default one, and its report says so."""
+    import os
+
+    try:
+        configs = json.loads(os.environ.get("TILECORE_PASS_CONFIGS") or "{}")
+    except ValueError:
+        return {"unparsed": os.environ.get("TILECORE_PASS_CONFIGS")}
+    return configs if isinstance(configs, dict) else {"unparsed": configs}
 
 
 def failed_manifest(spec: str, error: str, sel: dict) -> dict:
@@ -96,6 +108,14 @@ def column(man: dict) -> str:
 
 
 def selection_text(man: dict) -> str:
+    text = _selection_text(man)
+    configs = man.get("pass_configs") or {}
+    if configs:
+        text += " under pass configs " + ", ".join(f"{k}={json.dumps(v)}" for k, v in sorted(configs.items()))
+    return text
+
+
+def _selection_text(man: dict) -> str:
     sel = man.get("selection") or {}
     n, m = sel.get("selected_cases", man.get("cases", 0)), sel.get("catalog_cases")
     if man.get("error"):
