@@ -40,6 +40,8 @@ step offpath python3 benchmarks/cuda_offpath.py --rep 20
 step attention-general env TILECORE_PASS_CONFIGS='{"tilecore.cuda.register_programs": false}' \
      python3 benchmarks/cuda_attention.py --rep 3
 step matrix-unit python3 benchmarks/matrix_unit_gemm.py
+# split-K (a grid dimension over K, T.atomic_add into float32 C) for the few-tile LLM shapes, cuBLAS in the same run
+step splitk python3 benchmarks/cuda_gemm_splitk.py --rep 20
 # layout conversion by indexed shuffles against a shared-memory round trip (decision D24)
 step shuffles python3 benchmarks/conversion_shuffles.py --target cuda:sm_90a
 step gemm-generic python3 benchmarks/cuda_gemm_generic.py --dtypes float16 --rep 20 --check
