@@ -23,35 +23,10 @@ tilecore_cuda = pytest.importorskip("tilecore_cuda")
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
 from test_cuda_hopper import hopper_gpu  # noqa: E402
+from test_cuda_tensor_cores import gemm_kernel as gemm  # noqa: E402  (C float32 = op(A) @ op(B), any transpose)
 
 HOPPER = "cuda:sm_90a"
 GENERAL = {**NOCACHE, "tilecore.cuda.register_programs": False}
-
-
-def gemm(M, N, K, bm, bn, bk, threads=128, stages=2, dtype="float16", ta=False, tb=False):
-    a_shape, as_shape = ((K, M), (bk, bm)) if ta else ((M, K), (bm, bk))
-    b_shape, bs_shape = ((N, K), (bn, bk)) if tb else ((K, N), (bk, bn))
-
-    @T.prim_func
-    def main(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), "float32")):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
-            A_s = T.alloc_shared(as_shape, dtype)
-            B_s = T.alloc_shared(bs_shape, dtype)
-            C_l = T.alloc_fragment((bm, bn), "float32")
-            T.clear(C_l)
-            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
-                if ta:
-                    T.copy(A[ko * bk, by * bm], A_s)
-                else:
-                    T.copy(A[by * bm, ko * bk], A_s)
-                if tb:
-                    T.copy(B[bx * bn, ko * bk], B_s)
-                else:
-                    T.copy(B[ko * bk, bx * bn], B_s)
-                T.gemm(A_s, B_s, C_l, transpose_A=ta, transpose_B=tb)
-            T.copy(C_l, C[by * bm, bx * bn])
-
-    return main
 
 
 def two_gemms(M, D, bm=64, bn=64, dtype="float16"):
@@ -270,7 +245,9 @@ def test_wgmma_off_form_gemm_matches_float64():
 
 
 @hopper_gpu
-def test_wgmma_loop_with_work_after_the_gemm_matches_float64():
+@pytest.mark.parametrize("before", [False, True])
+def test_wgmma_loop_that_scales_the_accumulator_matches_float64(before):
+    """Work on the accumulator after the gemm (C = (C + A_k B_k) / 2) or before it (C = C / 2 + A_k B_k)."""
     import torch
 
     M = N = K = 256
@@ -278,24 +255,9 @@ def test_wgmma_loop_with_work_after_the_gemm_matches_float64():
     a64, a = _operands(rng, (M, K), "float16")
     b64, b = _operands(rng, (K, N), "float16")
     c = torch.zeros((M, N), dtype=torch.float32, device="cuda")
-    _compile(scaled_gemm(before=False))(a.cuda(), b.cuda(), c)
+    _compile(scaled_gemm(before=before))(a.cuda(), b.cuda(), c)
     ref = np.zeros((M, N))
-    for ko in range(K // 64):  # C = (C + A_k B_k) / 2 per k tile
-        ref = (ref + a64[:, ko * 64:(ko + 1) * 64] @ b64[ko * 64:(ko + 1) * 64]) * 0.5
-    np.testing.assert_allclose(c.cpu().numpy(), ref, rtol=2e-3, atol=2e-2)
-
-
-@hopper_gpu
-def test_wgmma_loop_scaling_before_the_gemm_matches_float64():
-    import torch
-
-    M = N = K = 256
-    rng = np.random.default_rng(13)
-    a64, a = _operands(rng, (M, K), "float16")
-    b64, b = _operands(rng, (K, N), "float16")
-    c = torch.zeros((M, N), dtype=torch.float32, device="cuda")
-    _compile(scaled_gemm(before=True))(a.cuda(), b.cuda(), c)
-    ref = np.zeros((M, N))
-    for ko in range(K // 64):  # C = C / 2 + A_k B_k per k tile
-        ref = ref * 0.5 + a64[:, ko * 64:(ko + 1) * 64] @ b64[ko * 64:(ko + 1) * 64]
+    for ko in range(K // 64):
+        prod = a64[:, ko * 64:(ko + 1) * 64] @ b64[ko * 64:(ko + 1) * 64]
+        ref = ref * 0.5 + prod if before else (ref + prod) * 0.5
     np.testing.assert_allclose(c.cpu().numpy(), ref, rtol=2e-3, atol=2e-2)
