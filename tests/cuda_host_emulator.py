@@ -315,6 +315,28 @@ LOAD_BUFFERS = """  std::vector<std::vector<unsigned char>> bufs;
 
 
 #: device atomics through the host's (GCC/clang) __atomic builtins, for the emulators of CUDA-like languages
+def lane_exchange(group: str, noun: str, fits: str) -> str:
+    """C++ of ``tc_exchange(v, width, src)`` for the emulators whose lockstep group is ``tc_w`` (fields ``x``,
+    ``bar``, ``n``), whose lane is ``tc_lane`` and whose failures go through ``tc_die``: every lane deposits
+    ``v``, the group meets, each reads lane ``src`` (modulo ``width``, as the hardware) of its own
+    width-aligned segment, the group meets again. ``group`` is the constant holding the group's width,
+    ``noun`` its name in the messages, ``fits`` the static check of the value's type ``T``; the xor and the
+    indexed shuffles are spelled on top of it."""
+    return (r"""template <typename T> inline T tc_exchange(T v, int width, int src) {
+  static_assert(%(fits)s, "lane exchange of a value of this size");
+  if (width > %(group)s || (width & (width - 1))) tc_die("lane exchange wider than the %(noun)s");
+  std::memcpy(&tc_w->x[tc_lane], &v, sizeof(T));
+  tc_w->bar.arrive_and_wait();
+  const int from = (tc_lane & ~(width - 1)) | (src & (width - 1));
+  if (from >= tc_w->n) tc_die("lane exchange with a lane the block does not have");
+  T out;
+  std::memcpy(&out, &tc_w->x[from], sizeof(T));
+  tc_w->bar.arrive_and_wait();
+  return out;
+}
+""" % {"group": group, "noun": noun, "fits": fits})
+
+
 HOST_ATOMICS = r"""/* atomics through the host's (GCC/clang) __atomic builtins */
 template <typename T> inline T atomicCAS(T* p, T expected, T desired) {
   __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 import shutil
 
-from cuda_host_emulator import HOST_ATOMICS, build_and_run, scalar_args  # the shared build / run / read-back, atomics
+from cuda_host_emulator import HOST_ATOMICS, build_and_run, lane_exchange, scalar_args  # the shared build / run / read-back, atomics
 
 SHIM = r"""
 #include <barrier>
@@ -89,31 +89,12 @@ thread_local tc_wave* tc_w;
 thread_local int tc_lane;
 inline int tc_lane_id() { return tc_lane; }
 
+""" + lane_exchange("WAVE", "wave", "sizeof(T) == 4 || sizeof(T) == 8") + r"""
 template <typename T> inline T tc_shfl_xor(T v, int mask, int width) {
-  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "tc_shfl_xor: 32- or 64-bit values");
-  if (width > WAVE || (width & (width - 1)) || mask >= width) tc_die("lane exchange wider than the wave");
-  std::memcpy(&tc_w->x[tc_lane], &v, sizeof(T));
-  tc_w->bar.arrive_and_wait();
-  const int partner = (tc_lane & ~(width - 1)) | ((tc_lane ^ mask) & (width - 1));
-  if (partner >= tc_w->n) tc_die("lane exchange with a lane the block does not have");
-  T out;
-  std::memcpy(&out, &tc_w->x[partner], sizeof(T));
-  tc_w->bar.arrive_and_wait();
-  return out;
+  if (mask >= width) tc_die("lane exchange wider than the wave");
+  return tc_exchange(v, width, tc_lane ^ mask);
 }
-
-template <typename T> inline T tc_shfl_idx(T v, int src, int width) {
-  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "tc_shfl_idx: 32- or 64-bit values");
-  if (width > WAVE || (width & (width - 1))) tc_die("lane exchange wider than the wave");
-  std::memcpy(&tc_w->x[tc_lane], &v, sizeof(T));
-  tc_w->bar.arrive_and_wait();
-  const int from = (tc_lane & ~(width - 1)) | (src & (width - 1));
-  if (from >= tc_w->n) tc_die("lane exchange with a lane the block does not have");
-  T out;
-  std::memcpy(&out, &tc_w->x[from], sizeof(T));
-  tc_w->bar.arrive_and_wait();
-  return out;
-}
+template <typename T> inline T tc_shfl_idx(T v, int src, int width) { return tc_exchange(v, width, src); }
 
 """ + HOST_ATOMICS + r"""
 /* global_load_lds: queued per thread, landed by s_waitcnt vmcnt(0) */

@@ -33,7 +33,7 @@ import shutil
 
 import numpy as np
 
-from cuda_host_emulator import HOST_ATOMICS, build_and_run
+from cuda_host_emulator import HOST_ATOMICS, build_and_run, lane_exchange
 
 SHIM = r"""
 #include <atomic>
@@ -99,31 +99,12 @@ struct tc_warp {
 };
 thread_local tc_warp* tc_w;
 thread_local int tc_lane;
+""" + lane_exchange("WARP", "warp", "sizeof(T) <= 8") + r"""
 template <typename T> inline T __shfl_xor_sync(unsigned, T v, int mask, int width) {
-  static_assert(sizeof(T) <= 8, "lane exchange of at most 64 bits");
-  if (width > WARP || (width & (width - 1)) || mask >= width) tc_die("lane exchange wider than the warp");
-  std::memcpy(&tc_w->x[tc_lane], &v, sizeof(T));
-  tc_w->bar.arrive_and_wait();
-  const int partner = (tc_lane & ~(width - 1)) | ((tc_lane ^ mask) & (width - 1));
-  if (partner >= tc_w->n) tc_die("lane exchange with a lane the block does not have");
-  T out;
-  std::memcpy(&out, &tc_w->x[partner], sizeof(T));
-  tc_w->bar.arrive_and_wait();
-  return out;
+  if (mask >= width) tc_die("lane exchange wider than the warp");
+  return tc_exchange(v, width, tc_lane ^ mask);
 }
-
-template <typename T> inline T __shfl_sync(unsigned, T v, int src, int width) {
-  static_assert(sizeof(T) <= 8, "lane exchange of at most 64 bits");
-  if (width > WARP || (width & (width - 1))) tc_die("lane exchange wider than the warp");
-  std::memcpy(&tc_w->x[tc_lane], &v, sizeof(T));
-  tc_w->bar.arrive_and_wait();
-  const int from = (tc_lane & ~(width - 1)) | (src & (width - 1));
-  if (from >= tc_w->n) tc_die("lane exchange with a lane the block does not have");
-  T out;
-  std::memcpy(&out, &tc_w->x[from], sizeof(T));
-  tc_w->bar.arrive_and_wait();
-  return out;
-}
+template <typename T> inline T __shfl_sync(unsigned, T v, int src, int width) { return tc_exchange(v, width, src); }
 
 """ + HOST_ATOMICS + r"""
 /* QY2 32x32x16 MMA, one warp of 128 lanes (makeGemmQY2Fragment{A,B,C}, see the module docstring) */

@@ -24,12 +24,7 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 NOCACHE = {"tilecore.disable_cache": True}
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the host emulator needs g++ (C++20)")
-
-
-def values(lay: FragmentLayout):
-    """``[thread, reg]`` -> the row-major index of the element the slot holds."""
-    tab = lay.element_table()
-    return np.ravel_multi_index(tuple(tab[..., k] for k in range(tab.shape[-1])), lay.shape)
+from test_layout_conversion import values  # noqa: E402  ([thread, reg] -> the element's row-major index)
 
 
 def bits_layout(slots, name: str) -> FragmentLayout:
