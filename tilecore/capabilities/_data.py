@@ -61,10 +61,7 @@ _PARSER_TAG = b"strict-yaml-1\0"  # change it when the parsing rules change
 def _parsed_path(create: bool = False):
     from ..compiler import cache  # the cache directory's rules (ownership, permissions, TILECORE_CACHE_DIR)
 
-    if not cache.enabled():
-        return None
-    root, problem = cache.check_root(create=create)
-    return None if problem or not root.is_dir() else root / _PARSED_NAME
+    return cache.memo_file(_PARSED_NAME, create)
 
 
 @functools.lru_cache(maxsize=1)

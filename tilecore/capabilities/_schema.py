@@ -63,10 +63,7 @@ def _memo_key(doc: dict) -> str | None:
 def _memo_path(create: bool = False):
     from ..compiler import cache  # the cache directory's rules (ownership, permissions, TILECORE_CACHE_DIR)
 
-    if not cache.enabled():
-        return None
-    root, problem = cache.check_root(create=create)
-    return None if problem or not root.is_dir() else root / _MEMO_NAME
+    return cache.memo_file(_MEMO_NAME, create)
 
 
 @functools.lru_cache(maxsize=1)

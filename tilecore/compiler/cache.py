@@ -69,6 +69,16 @@ def check_root(create: bool = True) -> tuple[Path, str]:
     return root, ""
 
 
+def memo_file(name: str, create: bool = False) -> Path | None:
+    """``name`` in the cache root, for a small memo of this process's work that later processes may skip
+    (capability documents parsed or validated), or None where the cache is off or its root must not be used
+    (no warning: a memo only saves time)."""
+    if not enabled():
+        return None
+    root, problem = check_root(create=create)
+    return None if problem or not root.is_dir() else root / name
+
+
 def usable_root() -> Path | None:
     """The cache root, or None (after one warning on stderr per problem) when it must not be used."""
     root, problem = check_root()
