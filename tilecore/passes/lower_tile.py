@@ -258,19 +258,6 @@ def choose(op: TileOp, ctx) -> Intrinsic:
     return best
 
 
-def _async_copy(nest, ctx):
-    """A copy nest as the target's asynchronous copies of aligned runs (the pipeline planner's
-    :func:`~tilecore.passes.pipeline.async_copy_nest`), committed and waited for; the nest where no run is
-    proven aligned."""
-    from ..ir import AsyncCommit, AsyncCopy, AsyncWait
-    from .pipeline import async_copy_nest, copy_bytes
-
-    new, _how = async_copy_nest(nest, copy_bytes(ctx))
-    if not collect(new, AsyncCopy):
-        return nest
-    return seq([new, AsyncCommit(span=nest.span), AsyncWait(0, span=nest.span)])
-
-
 @tile_pass("tilecore.lower_tile_ops")
 def lower_tile_ops(func, ctx):
     """Replace every tile op with the statement its chosen intrinsic produces. A shared tile that a matrix
@@ -293,7 +280,9 @@ def lower_tile_ops(func, ctx):
                 intr = next(g for g in GENERIC if g.op == s.op)
                 out = intr.lower(s, ctx)
                 if s.op == "copy" and ctx.capabilities.satisfies("feature:async_copy")[0] is True:
-                    out = _async_copy(out, ctx)
+                    from .pipeline import copy_and_wait, copy_bytes
+
+                    out = copy_and_wait(out, copy_bytes(ctx))
             chosen.append(f"{s.op}:{intr.name}")
             return out
         return None

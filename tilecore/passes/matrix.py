@@ -80,17 +80,9 @@ def _why_not(op, threads: int, ctx):
             why.append(f"{u.spelling}'s accumulator is an opaque fragment")
             continue
         name = u.spelling
-        shared = {}
-        for x, r, trans, extent in (("a", a, ta, u.m), ("b", b, tb, u.n)):
-            form = _shared_form(u, x, r, trans, extent, ctx)
-            if isinstance(form, SharedLayout):
-                shared[x] = form
-            elif getattr(u, x).opaque or "register" not in _sources(u, x):
-                why.append(f"{name} reads {x.upper()} from shared memory itself: {form}")
-                break
-        else:
-            form = None
-        if form is not None and not isinstance(form, SharedLayout):
+        shared = _operand_forms(u, ((a, ta), (b, tb)), ctx)
+        if isinstance(shared, str):
+            why.append(shared)
             continue
         if a.buffer.dtype not in u.a_dtypes or c.buffer.dtype != u.acc_dtype:
             why.append(f"{name} multiplies {'/'.join(u.a_dtypes)} into {u.acc_dtype}")
@@ -119,6 +111,20 @@ def _why_not(op, threads: int, ctx):
     # the unit that issues the fewest instructions (a larger atom), the target's order on a tie
     u, groups, shared = min(found, key=lambda f: (m * n * k) // (f[0].m * f[0].n * f[0].k * threads // f[0].group))
     return u, groups, (m, n, k), shared
+
+
+def _operand_forms(u: MatrixUnit, operands, ctx):
+    """``{operand: SharedLayout}`` for the operands (``(region, stored transposed)`` of A and B) ``u``'s
+    instruction reads from their shared tiles itself, or a string saying why ``u`` cannot take the gemm: an
+    operand it can only read itself whose tile it cannot read."""
+    shared = {}
+    for x, (r, trans), extent in zip("ab", operands, (u.m, u.n)):
+        form = _shared_form(u, x, r, trans, extent, ctx)
+        if isinstance(form, SharedLayout):
+            shared[x] = form
+        elif getattr(u, x).opaque or "register" not in _sources(u, x):
+            return f"{u.spelling} reads {x.upper()} from shared memory itself: {form}"
+    return shared
 
 
 def _sources(u: MatrixUnit, x: str) -> tuple:
@@ -244,16 +250,15 @@ def lower_gemm(op, plan: GemmPlan, registers: dict, ctx) -> list:
             body.append(load("b", b, breg, ni * u.b.regs, u.b, k0, col0[ni], tb, (u.k, u.n)))
     for ni in range(nt):
         for mi in range(mt):
-            ops = {}
+            ops = {"a": areg, "a_offset": mi * u.a.regs, "b": breg, "b_offset": ni * u.b.regs}
+            attrs = {}
             if "a" in shared:
-                ops.update(a_origin=at(a, row0[mi], k0, ta), a=a.buffer, a_offset=0)
+                ops.update(a=a.buffer, a_offset=0, a_origin=at(a, row0[mi], k0, ta))
+                attrs.update(a_trans=ta, a_layout=shared["a"])
             if "b" in shared:
-                ops.update(b_origin=at(b, k0, col0[ni], tb), b=b.buffer, b_offset=0)
-            attrs = {f"{x}_{what}": v for x, f in shared.items()
-                     for what, v in (("trans", ta if x == "a" else tb), ("layout", f))}
-            body.append(MatrixOp(u.spelling, creg, (mi + mt * ni) * u.c.regs, **{
-                "a": areg, "a_offset": mi * u.a.regs, "b": breg, "b_offset": ni * u.b.regs, **ops}, attrs=attrs,
-                span=op.span))
+                ops.update(b=b.buffer, b_offset=0, b_origin=at(b, k0, col0[ni], tb))
+                attrs.update(b_trans=tb, b_layout=shared["b"])
+            body.append(MatrixOp(u.spelling, creg, (mi + mt * ni) * u.c.regs, **ops, attrs=attrs, span=op.span))
     out = [Allocate(r) for r, x in ((areg, "a"), (breg, "b")) if x not in shared]
     if op.attrs.get("clear_accum"):
         out += [Store(creg, (const(r),), const(0, creg.dtype), span=op.span) for r in range(clay.regs)]

@@ -369,6 +369,15 @@ def async_copy_nest(nest, widths: tuple = COPY_BYTES, facts: Facts | None = None
     return base, how
 
 
+def copy_and_wait(nest, widths: tuple = COPY_BYTES):
+    """A copy nest as asynchronous copies of aligned runs (:func:`async_copy_nest`), committed and waited for
+    where it stands; the nest itself where no run is proven aligned."""
+    runs, _how = async_copy_nest(nest, widths)
+    if not collect(runs, AsyncCopy):
+        return nest
+    return seq([runs, AsyncCommit(span=nest.span), AsyncWait(0, span=nest.span)])
+
+
 def describe_copy(new, how) -> str:
     """How :func:`async_copy_nest` copies, for the planner's note."""
     if isinstance(new, If):
@@ -503,9 +512,7 @@ class _Launch:
             return new, note
         fallback = list(body)
         for i in late:
-            runs, _how = async_copy_nest(body[i], self.widths)
-            if collect(runs, AsyncCopy):
-                fallback[i] = seq([runs, AsyncCommit(span=body[i].span), AsyncWait(0, span=body[i].span)])
+            fallback[i] = copy_and_wait(body[i], self.widths)
         plain = loop.with_(body=Seq(fallback, span=loop.body.span))
         new, again = self._plan(plain, stage_late=False, orig=loop)
         if note.startswith("occupancy:"):
