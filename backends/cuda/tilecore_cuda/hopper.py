@@ -307,14 +307,16 @@ def rewrite_launches(func, ctx, lower, features=("wgmma", "bulk_tensor_copy", "w
     caps = ctx.capabilities
     if not all(caps.feature(f) for f in features):
         return func
+
+    def passed_by(why):  # the kernel stays on the core's path; the note says why
+        return func.with_body(func.body, hopper_pipelines=tuple(func.attrs.get("hopper_pipelines", ())) + (why,))
+
     if ctx.option("tilecore.checked", False):  # checked mode checks plain loads and stores: the generic path
-        return func.with_body(func.body, hopper_pipelines=tuple(func.attrs.get("hopper_pipelines", ()))
-                              + ("checked mode: generic path",))
+        return passed_by("checked mode: generic path")
     if "wgmma" in features and ctx.option("tilecore.cuda.disable_wgmma", False):
         return func
     if ctx.option("tilecore.cuda.register_programs", True) is False:  # every kernel on the core's general path
-        return func.with_body(func.body, hopper_pipelines=tuple(func.attrs.get("hopper_pipelines", ()))
-                              + ("tilecore.cuda.register_programs is False: general path",))
+        return passed_by("tilecore.cuda.register_programs is False: general path")
     before = len(ctx.notes)
     body = rewrite(func.body, lambda s: lower(s, ctx) if isinstance(s, KernelLaunch) else None)
     notes = tuple(func.attrs.get("hopper_pipelines", ())) + tuple(ctx.notes[before:])
