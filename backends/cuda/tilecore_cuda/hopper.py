@@ -308,8 +308,9 @@ def rewrite_launches(func, ctx, lower, features=("wgmma", "bulk_tensor_copy", "w
     if not all(caps.feature(f) for f in features):
         return func
 
-    def passed_by(why):  # the kernel stays on the core's path; the note says why
-        return func.with_body(func.body, hopper_pipelines=tuple(func.attrs.get("hopper_pipelines", ())) + (why,))
+    def passed_by(why):  # the kernel stays on the core's path; the note says why (once: three passes ask)
+        notes = tuple(func.attrs.get("hopper_pipelines", ()))
+        return func.with_body(func.body, hopper_pipelines=notes + ((why,) if why not in notes else ()))
 
     if ctx.option("tilecore.checked", False):  # checked mode checks plain loads and stores: the generic path
         return passed_by("checked mode: generic path")
