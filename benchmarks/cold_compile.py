@@ -48,7 +48,7 @@ old_headers, keep_checks, timefile = {old_headers!r}, {keep_checks!r}, {timefile
 if old_headers:  # the prelude and NVRTC flags of before D25
     cc.NVRTC_FLAGS = ()
     _prelude = cg.prelude
-    cg.prelude = lambda hopper=False, *a: _prelude(hopper)  # every header, as before
+    cg.prelude = lambda hopper=False, *a, tma=False: _prelude(hopper, tma=tma)  # every header, as before
 nvrtc_s, nvrtc_cpu = [], []
 _build = cc.build_nvrtc
 def timed(*a, **k):

@@ -353,8 +353,8 @@ def test_flash_attention_becomes_a_register_program():
 def test_attention_that_does_not_fit_keeps_the_generic_path(bm, threads, why):
     k = tilecore.compile(_attention(256, 64, bm, 64, threads, False), target=HOPPER, pass_configs=NOCACHE)
     assert "not mapped to registers" in _notes(k) and why in _notes(k)
-    body = k.get_kernel_source().split("__global__")[-1]  # no register program (no TMA, no producer warpgroup):
-    assert "tc_tma_load" not in body and "tc_setmaxnreg" not in body
+    body = k.get_kernel_source().split("__global__")[-1]  # no register program (no producer warpgroup; the core's
+    assert "tc_setmaxnreg" not in body and "tc_wgmma_pipeline" not in body  # planner may stage by TMA itself)
     # the core's units: wgmma where the block's 64-row tiles allow it, mma.sync for 32 rows
     assert ("tc_wg_fence();" if bm >= 64 else "tc_mma_16816_r(") in body
 

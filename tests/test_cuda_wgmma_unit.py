@@ -64,7 +64,11 @@ CASES = {  # id: (kernel args, the panel widths of A's and B's tiles)
     "ta": (dict(M=256, N=256, K=256, bm=128, bn=128, bk=32, ta=True), (128, 128)),
     "ta-tb-bf16": (dict(M=128, N=128, K=192, bm=64, bn=64, bk=64, ta=True, tb=True, dtype="bfloat16"), (128, 128)),
     "bk16": (dict(M=128, N=128, K=128, bm=64, bn=64, bk=16, tb=True), (32, 32)),
+    "ragged": (dict(M=200, N=136, K=200, bm=64, bn=64, bk=64), (128, 128)),  # bulk copies past every edge
 }
+#: how the pipelined loop's stages are copied: TMA bulk tile copies on mbarriers (the default on sm_90a), or
+#: each thread's 16-byte cp.async (tilecore.bulk_copy=False)
+COPIES = {"bulk": {}, "cp.async": {"tilecore.bulk_copy": False}}
 
 
 def _compile(fn, **kw):
@@ -91,17 +95,47 @@ def test_general_path_runs_gemm_on_wgmma_with_descriptor_operands(case):
 
 
 @needs_toolchain
-def test_the_pipelined_loop_keeps_one_gemm_running_while_the_stage_ahead_is_copied():
+@pytest.mark.parametrize("copies", sorted(COPIES))
+def test_the_pipelined_loop_keeps_one_gemm_running_while_the_stage_ahead_is_copied(copies):
     """The loop ends with the gemm: it is issued before the stage-ahead copies and left running (wait_group 1,
     then a barrier, then the copies into the previous gemm's stage); after the loop one wait finishes it."""
-    k = _compile(gemm(512, 512, 512, 128, 128, 64, stages=3))
+    k = _compile(gemm(512, 512, 512, 128, 128, 64, stages=3), **COPIES[copies])
     assert "the gemm's matrix unit runs on while the stage ahead is copied" in k.meta["attrs"]["pipelines"][0]
     body = k.get_kernel_source().split("__global__")[-1]
     loop = body[body.index("for (long long ko"):]
     issue, pending = loop.index("::run("), loop.index("tc_wg_commit(); tc_wg_wait<1>();")
-    barrier, ahead = loop.index("__syncthreads();", pending), loop.index("tc_cp_async16(", pending)
+    copy = "tc_tma_load_2d(" if copies == "bulk" else "tc_cp_async16("
+    barrier, ahead = loop.index("__syncthreads();", pending), loop.index(copy, pending)
     drain = loop.index("tc_wg_wait<0>();")
     assert issue < pending < barrier < ahead < drain and "tc_wg_commit(); tc_wg_wait<0>" not in loop
+
+
+@needs_toolchain
+def test_stages_arrive_by_bulk_tile_copies_on_transaction_barriers():
+    """sm_90a: each stage of A and B is one TMA load per 128-byte panel (A_s 128x64: one, B_s 64x128: two),
+    issued by thread 0 after announcing the stage's bytes on the stage's mbarrier; every thread waits on that
+    barrier for the phase of the stage's parity; the tensor maps go to the launch (box = one panel)."""
+    k = _compile(gemm(512, 512, 512, 128, 128, 64, stages=3))
+    note = k.meta["attrs"]["pipelines"][0]
+    assert "A_s bulk tile copies (1 x 128-byte panel(s)), B_s bulk tile copies (2 x 128-byte panel(s))" in note
+    src = k.get_kernel_source().split("__global__")[-1]
+    loop = src[src.index("for (long long ko"):]
+    assert loop.count("tc_tma_load_2d(") == 3
+    assert "tc_mbar_expect_tx(tc_smem_addr(A_s_full + (tc_floormod((ko + 2), 3))), 32768u);" in loop
+    assert "tc_mbar_wait(tc_smem_addr(A_s_full + (tc_floormod(ko, 3))), tc_floormod(tc_floordiv(ko, 3), 2));" in loop
+    maps = k.meta["source"]["meta"]["tensor_maps"]
+    assert [(m["arg"], m["box"], m["swizzle"]) for m in maps] == [(0, [64, 128], 3), (1, [64, 64], 3)]
+    sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+    assert "UTMALDG" in sass and "SYNCS" in sass and "LDGSTS" not in sass
+
+
+@needs_toolchain
+def test_a_tile_whose_tensor_rows_are_not_whole_16_byte_units_keeps_per_thread_copies():
+    """B with 777 columns (1554-byte rows): no tensor map can describe it; the note says so."""
+    k = _compile(gemm(512, 777, 512, 128, 128, 32))
+    note = k.meta["attrs"]["pipelines"][0]
+    assert "no bulk copies: B_s: B's rows are not proven whole 16-byte units" in note
+    assert "tc_tma_load" not in k.get_kernel_source().split("__global__")[-1]
 
 
 def scaled_gemm(before: bool, M=256, N=256, K=256):
@@ -200,8 +234,9 @@ def _operands(rng, shape, dtype):
 
 
 @hopper_gpu
+@pytest.mark.parametrize("copies", sorted(COPIES))
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_wgmma_gemm_matches_float64(case):
+def test_wgmma_gemm_matches_float64(case, copies):
     import torch
 
     args, _ = CASES[case]
@@ -209,7 +244,8 @@ def test_wgmma_gemm_matches_float64(case):
     rng = np.random.default_rng(7)
     a64, a = _operands(rng, (K, M) if args.get("ta") else (M, K), dt)
     b64, b = _operands(rng, (N, K) if args.get("tb") else (K, N), dt)
-    k = _compile(gemm(**args))
+    k = _compile(gemm(**args), **COPIES[copies])
+    assert ("bulk tile copies" in k.meta["attrs"]["pipelines"][0]) == (copies == "bulk")
     c = torch.zeros((M, N), dtype=torch.float32, device="cuda")
     k(a.cuda(), b.cuda(), c)
     ref = (a64.T if args.get("ta") else a64) @ (b64.T if args.get("tb") else b64)

@@ -11,7 +11,8 @@ from contextvars import ContextVar
 from .buffer import Region
 from .expr import (BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, ShuffleIndex, ShuffleWidth, ShuffleXor,
                    ThreadIndex, Var)
-from .stmt import (Allocate, Assert, Assume, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, Collective, Continue,
+from .stmt import (Allocate, Assert, Assume, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, BulkCopy,
+                   Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait,
                    For, Hint, If, KernelLaunch, MatrixLoad, MatrixOp, MatrixSync, PerThread, Print,
                    PrimFunc, Seq, Stmt, Store, TileOp)
 
@@ -180,6 +181,18 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
         return [f"{pad}T.matrix_op({s.spelling!r}, {_nm(s.c)}[{s.c_offset}:], {operand('a')}, {operand('b')})"]
     if isinstance(s, MatrixSync):
         return [f"{pad}T.matrix_sync({s.spelling!r}, {s.phase!r}{f', pending={s.pending}' if s.pending else ''})"]
+    if isinstance(s, BulkCopy):
+        dst = ", ".join(expr_str(i) for i in s.dst_indices)
+        starts = ", ".join(expr_str(i) for i in s.starts)
+        lay = f"{s.layout.swizzle_bytes}-byte panels" if getattr(s.layout, "panels", False) else "row-major"
+        return [f"{pad}T.bulk_copy({_nm(s.dst)}[{dst}], {_nm(s.src)}[{starts}], box={tuple(s.box)}, {lay}, "
+                f"barrier={_nm(s.barrier)}[{expr_str(s.index)}])"]
+    if isinstance(s, CopyBarrierInit):
+        return [f"{pad}T.copy_barrier_init({_nm(s.barrier)}, count={s.count})"]
+    if isinstance(s, CopyBarrierArrive):
+        return [f"{pad}T.copy_barrier_arrive({_nm(s.barrier)}[{expr_str(s.index)}], bytes={s.bytes})"]
+    if isinstance(s, CopyBarrierWait):
+        return [f"{pad}T.copy_barrier_wait({_nm(s.barrier)}[{expr_str(s.index)}], parity={expr_str(s.parity)})"]
     if isinstance(s, TileOp):
         args = ", ".join(_arg_str(a) for a in s.args)
         attrs = "".join(f", {k}={_arg_str(v)}" for k, v in sorted(s.attrs.items()))

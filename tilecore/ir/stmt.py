@@ -159,6 +159,57 @@ class AsyncWait(Stmt):
 
 
 @dataclass(eq=False)
+class BulkCopy(Stmt):
+    """Start copying a box of global ``src`` into a whole shared tile, as one operation of one thread (the
+    hardware's bulk tile copy): ``box[d]`` elements from ``starts[d]`` along each source dimension (the
+    non-unit extents, in order, are the tile's rows and columns; elements outside the tensor arrive as 0)
+    into ``dst[dst_indices..., :, :]``, stored in ``layout`` (a paneled
+    :class:`~tilecore.layout.SharedLayout`: one bulk copy per panel). The copy completes on transaction
+    barrier ``barrier[index]``, whose :class:`CopyBarrierArrive` announced its bytes; threads see it after a
+    :class:`CopyBarrierWait` on that barrier. Introduced by ``tilecore.plan_pipelines`` on targets with
+    ``feature:bulk_tensor_copy``; thread distribution issues it on one thread."""
+
+    dst: Buffer
+    dst_indices: tuple
+    src: Buffer
+    starts: tuple
+    box: tuple
+    layout: Any
+    barrier: Buffer
+    index: Expr
+
+
+@dataclass(eq=False)
+class CopyBarrierInit(Stmt):
+    """Initialise every transaction barrier of ``barrier`` (a shared buffer of barrier words) to complete a
+    phase when ``count`` threads have arrived and the bytes they announced have landed. One thread runs
+    it; a :class:`Barrier` must follow before any thread uses them."""
+
+    barrier: Buffer
+    count: int = 1
+
+
+@dataclass(eq=False)
+class CopyBarrierArrive(Stmt):
+    """Arrive on transaction barrier ``barrier[index]``, announcing ``bytes`` of bulk copies that complete on
+    it in this phase (one thread runs it, before or after issuing them)."""
+
+    barrier: Buffer
+    index: Expr
+    bytes: int
+
+
+@dataclass(eq=False)
+class CopyBarrierWait(Stmt):
+    """Wait until the phase of transaction barrier ``barrier[index]`` with parity ``parity`` (0 or 1) has
+    completed: every byte announced has landed and is visible to this thread (every thread runs it)."""
+
+    barrier: Buffer
+    index: Expr
+    parity: Expr
+
+
+@dataclass(eq=False)
 class Collective(Stmt):
     """An operation that every thread of the block executes together, e.g. a block-wide matrix multiply
     through a backend's device library: ``name(*args)`` specialised by the static ``attrs``.

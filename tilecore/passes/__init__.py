@@ -43,6 +43,7 @@ class PassConfigKey:
     MATRIX_UNIT_GEMM = "tilecore.matrix_unit_gemm"  #: bool: T.gemm on a registered matrix unit where one runs it (default True; False: never)
     MATRIX_UNIT_FAMILIES = "tilecore.matrix_unit_families"  #: list[str]: only these matrix unit families (default: every one the target's profile lists)
     SWIZZLE_OPERAND_TILES = "tilecore.swizzle_operand_tiles"  #: bool: store matrix-unit operand tiles XOR-swizzled (default True)
+    BULK_COPY = "tilecore.bulk_copy"  #: bool: stage pipelined copies by bulk tile copies where the target has them (default True; False: per-thread asynchronous copies)
     LAYOUT_CONVERSION = "tilecore.layout_conversion"  #: True (default): convert a fragment between disagreeing layouts in registers; "shared": always through shared memory; False: keep one in shared memory
 
     # TileLang's names (tilelang.PassConfigKey), so ported code runs. Those with a tilecore meaning are

@@ -39,7 +39,8 @@ e.g. ``"loop ko: 3 stages, 2 tiles x 3 buffers, 24 KiB; A_s: async 16-byte copie
 from __future__ import annotations
 
 from ..ir import (Allocate, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, BinOp, Break, BufferLoad,
-                  Buffer, Call, Cast, Cmp, Collective, Continue, Expr, For, If, IntImm, KernelLaunch, Logic, MatrixSync,
+                  Buffer, BulkCopy, Call, Cast, Cmp, Collective, Continue, CopyBarrierArrive, CopyBarrierInit,
+                  CopyBarrierWait, Expr, For, If, IntImm, KernelLaunch, Logic, MatrixOp, MatrixSync,
                   PerThread, Print, Region,
                   Select, Seq, Stmt, Store, TileOp, Var, as_expr, binary, compare, const_value, rewrite, seq, simplify,
                   logic_and, walk, walk_expr, collect)
@@ -49,6 +50,10 @@ from ..ir.bounds import Facts
 from . import tile_pass
 
 FEATURE = "feature:async_copy"
+#: the hardware copies a whole tile (a box of a tensor) as one operation that completes on a transaction barrier
+BULK_FEATURE = "feature:bulk_tensor_copy"
+#: elements a bulk copy's box may have along one dimension
+MAX_BOX = 256
 #: bytes one asynchronous copy may move, widest first
 COPY_BYTES = (16, 8, 4)
 STAGE = "pipeline_stage"
@@ -399,6 +404,50 @@ def _conjuncts(c) -> list:
     return [c]
 
 
+# -- bulk tile copies ------------------------------------------------------------------------------------
+
+def _bulk_form(nest, layout, facts: Facts):
+    """``(src, starts, box, layout)`` when the lowered copy nest (``stage_pipelined_copies``: ``dst[i, j] =
+    src[.., s0 + i, .., s1 + j]``, 0 outside ``src``) can be one bulk copy per panel of the paneled
+    ``layout``, else a string saying why not. A bulk copy writes a box of the tensor in the layout's panels
+    and reads 0 outside the tensor, as the nest does; its tensor's rows must be whole 16-byte units (the
+    facts prove the row length a multiple of them) and a box has at most :data:`MAX_BOX` rows."""
+    if layout is None or not layout.panels:
+        return "its tile is not stored in panels"
+    parts = _copy_parts(nest)
+    if parts is None:
+        return "not a plain element copy"
+    loops, store, load, _pred = parts
+    src, es = load.buffer, load.buffer.dtype.bytes
+    if len(loops) != 2 or len(store.indices) != 2 or any(store.indices[d] is not loops[d].var for d in (0, 1)) \
+            or any(const_value(f.start) != 0 for f in loops) \
+            or tuple(const_value(simplify(f.extent)) for f in loops) != (layout.rows, layout.cols):
+        return "the copy is not a whole two-dimensional tile"
+    if src.base is not None:
+        return f"{src.name} is a view of another tensor"
+    starts, box, used = [], [], []
+    for e in load.indices:
+        hit = [(d, _offset_by(e, f.var)) for d, f in enumerate(loops) if _uses(e, f.var)]
+        if not hit:
+            starts.append(e)
+            box.append(1)
+        elif len(hit) == 1 and hit[0][1] is not None:
+            starts.append(hit[0][1])
+            box.append((layout.rows, layout.cols)[hit[0][0]])
+            used.append(hit[0][0])
+        else:
+            return f"an index of {src.name} is not its start plus one tile coordinate"
+    if used != [0, 1] or box[-1] != layout.cols:
+        return f"the tile's columns are not {src.name}'s contiguous dimension"
+    if layout.rows > MAX_BOX:
+        return f"{layout.rows} rows (a box has at most {MAX_BOX})"
+    if len(src.shape) > 1 and not facts.proves_multiple(src.shape[-1], 16 // es if es < 16 else 1):
+        return f"{src.name}'s rows are not proven whole 16-byte units"
+    if len(src.shape) > 5:
+        return f"{src.name} has more than 5 dimensions"
+    return src, tuple(starts), tuple(box), layout
+
+
 # -- the planner -----------------------------------------------------------------------------------------
 
 def _round16(n: int) -> int:
@@ -491,8 +540,15 @@ class _Launch:
         threads = const_value(simplify(launch.threads[0])) if getattr(launch, "threads", None) else None
         self.thread_blocks = int(lim[0]) // int(threads) if lim is not None and lim[1] == "max" and threads else None
         self.widths = copy_bytes(ctx)
+        # bulk tile copies: where the hardware has them, into tiles a matrix instruction reads in panels (the
+        # layout a bulk copy writes); tilecore.bulk_copy=False keeps the per-thread copies
+        self.bulk = (ctx.capabilities.satisfies(BULK_FEATURE)[0] is True
+                     and ctx.option("tilecore.bulk_copy", True) is not False)
+        self.paneled = {id(o.buffer): m.attrs[f"{x}_layout"] for m in collect(launch.body, MatrixOp)
+                        for x in ("a", "b") if (o := getattr(m, f"{x}_origin")) is not None}
         self.notes: list = []
         self.staged: dict = {}  # id(buffer) -> staged buffer, for the Allocates
+        self.barriers: list = []  # transaction barriers of bulk copies, allocated at the launch's top
 
     def plan(self, loop: For):
         """The loop's replacement (None: leave it to serialization) and a note. Copies further down the body
@@ -565,10 +621,22 @@ class _Launch:
             why = "the loop bounds read memory"
         if why is not None:
             return None, f"loop {name}: serialized ({why})"
+        from .guard import facts_at
+
+        facts = facts_at(self.launch, orig or loop) or Facts()
+        # every staged tile filled by bulk copies, or none (one way of waiting per loop)
+        forms = [_bulk_form(c, self.paneled.get(id(p[1].buffer)), facts) for c, p in zip(copies, parts)] \
+            if self.bulk else []
+        bulk = bool(forms) and all(isinstance(f, tuple) for f in forms)
+        groups_n = 2 if late_at else 1
         tile_bytes = [_round16(max(const_value(simplify(b.numel())), 1) * b.dtype.bytes) for b in bufs]
+
+        def barrier_bytes(stages):  # one 8-byte transaction barrier per stage and group
+            return groups_n * _round16(8 * stages) if bulk else 0
+
         stages = want
         while stages >= 2 and self.limit is not None and \
-                self.used + sum(_round16(stages * t) - t for t in tile_bytes) > self.limit:
+                self.used + barrier_bytes(stages) + sum(_round16(stages * t) - t for t in tile_bytes) > self.limit:
             stages -= 1
         if stages < 2:
             need = self.used + sum(_round16(2 * t) - t for t in tile_bytes)
@@ -586,7 +654,7 @@ class _Launch:
                 late_names = ", ".join(b.name for b in bufs[n:])
                 return None, (f"occupancy: staging {late_names} would leave {blocks(self.used + extra)} resident "
                               f"block(s) per SM instead of {blocks(self.used + lead_extra)}")
-        self.used += extra
+        self.used += extra + barrier_bytes(stages)
         table = {}
         for b in bufs:
             staged = Buffer(b.name, (stages,) + tuple(b.shape), b.dtype, b.scope)
@@ -594,16 +662,47 @@ class _Launch:
             self.staged[id(b)] = staged
         issue_kinds = []
         async_copies = []
-        from .guard import facts_at
-
-        facts = facts_at(self.launch, loop)
         for j, c in enumerate(copies):
-            new, how = async_copy_nest(c, self.widths, facts)
+            if bulk:
+                new, how = c, "bulk tile copies"
+                lay = forms[j][3]
+                kind = (f"{bufs[j].name} bulk tile copies ({lay.cols // lay.panel_elems} x {lay.swizzle_bytes}-byte "
+                        "panel(s))")
+            else:
+                new, how = async_copy_nest(c, self.widths, facts)
+                kind = f"{bufs[j].name} {describe_copy(new, how)}"
             async_copies.append(new)
-            issue_kinds.append(f"{_copy_parts(c)[1].buffer.name} {describe_copy(new, how)}"
-                               + (" (issued with the stage ahead, waited for where it stands)" if j >= n else ""))
+            issue_kinds.append(kind + (" (issued with the stage ahead, waited for where it stands)" if j >= n else ""))
         k, start, extent = loop.var, loop.start, loop.extent
         groups = [async_copies[:n]] + ([async_copies[n:]] if late_at else [])
+        it = simplify(binary("sub", k, start))
+        if bulk:
+            # one transaction barrier per stage and group: iteration it waits on barrier it % stages for the
+            # phase of parity (it / stages) % 2; one thread announces the stage's bytes and issues its copies
+            bars = [Buffer(f"{bufs[0].name}_full", (stages,), "uint64", "shared")] + \
+                ([Buffer(f"{bufs[n].name}_full", (stages,), "uint64", "shared")] if late_at else [])
+            self.barriers += bars
+            members = [list(range(n))] + ([list(range(n, len(copies)))] if late_at else [])
+            slot_it = simplify(binary("floormod", it, stages))
+            parity_it = simplify(binary("floormod", binary("floordiv", it, stages), 2))
+            waits = [CopyBarrierWait(b, slot_it, parity_it, span=loop.span) for b in bars]
+            rest_items = []
+            for i in range(n, len(body)):
+                rest_items += [waits[1]] if i in late_waits else [body[i]]
+            rest = seq(rest_items) if rest_items else Seq([])
+
+        def issue_bulk(it, g):
+            """Stage ``it`` of group ``g`` as bulk copies on the group's barrier (nothing past the loop's end)."""
+            at = {id(k): simplify(binary("add", start, it))}
+            slot = simplify(binary("floormod", it, stages)) if not isinstance(const_value(it), int) \
+                else as_expr(const_value(it) % stages)
+            nbytes = sum(tile_bytes[j] for j in members[g])
+            out = [CopyBarrierArrive(bars[g], slot, nbytes, span=loop.span)]
+            for j in members[g]:
+                src, starts, box, lay = forms[j]
+                out.append(BulkCopy(table[id(bufs[j])], (slot,), src, tuple(simplify(substitute(e, at)) for e in starts),
+                                    box, lay, bars[g], slot, span=copies[j].span))
+            return [_if(compare("lt", it, extent), seq(out), loop.span)]
 
         def issue(it, group):
             """Stage ``it`` (iteration offset from the loop start) of ``group`` into buffer ``it % stages``."""
@@ -615,28 +714,39 @@ class _Launch:
         def issue_all(it):
             """Each group's copies of stage ``it``, each group one commit (also where ``it`` is past the end)."""
             out = []
-            for group in groups:
+            for g, group in enumerate(groups):
+                if bulk:
+                    out += issue_bulk(it, g)
+                    continue
                 out += [_if(compare("lt", it, extent), seq(issue(it, group)), loop.span), AsyncCommit(span=loop.span)]
             return out
 
-        prologue = []
+        prologue = [CopyBarrierInit(b, 1, span=loop.span) for b in bars] + [Barrier(span=loop.span)] if bulk else []
         for s in range(stages - 1):
             prologue += issue_all(as_expr(s))
-        it = simplify(binary("sub", k, start))
         ahead = simplify(binary("add", it, stages - 1))
         consume = _multi_buffer(rest, table, simplify(binary("floormod", it, stages)))
         # issuing the stage ahead after the gemm shortens its lead by one gemm: worth it from 3 stages, or where
         # a copy is synchronous (its loads then overlap the unit's work). H200, 4096^3 fp16 on wgmma: 128x256x64
         # with 3 stages 0.349 -> 0.277 ms, 128x128x32 with 2 stages 0.433 -> 0.483; the 4096x777 GEMM (B copied
         # synchronously) with 2 stages 0.406 -> 0.319 (decision D26)
-        synchronous = any(not collect(c, AsyncCopy) for c in async_copies)
-        deferred = _defer_matrix_wait(consume) if stages >= 3 or synchronous else None
+        # bulk copies: always (one thread issues the stage ahead while the unit runs)
+        synchronous = not bulk and any(not collect(c, AsyncCopy) for c in async_copies)
+        deferred = _defer_matrix_wait(consume) if stages >= 3 or synchronous or bulk else None
         after = []
         # commit groups are issued in stage order, one per group of copies: before the body uses stage it's
         # leading tiles every group after them may still be pending, before a late tile every group after it
         g = len(groups)
         first = (g - 1) + g * (stages - 2)  # stage it's late group, then the groups of stages it+1 .. it+stages-2
-        if deferred is None:
+        if bulk:  # each thread waits for the stage itself; the barrier before the issue: no thread still reads
+            # the buffer it overwrites (the previous iteration's)
+            if deferred is None:
+                steady = [waits[0], Barrier(span=loop.span)] + issue_all(ahead) + [consume]
+            else:
+                consume, drain = deferred
+                steady = [waits[0], consume, Barrier(span=loop.span)] + issue_all(ahead)
+                after = [drain]
+        elif deferred is None:
             steady = [AsyncWait(first, span=loop.span), Barrier(span=loop.span)] + issue_all(ahead) + [consume]
             late_pending = g * (stages - 1)
         else:
@@ -648,15 +758,17 @@ class _Launch:
                       Barrier(span=loop.span)] + issue_all(ahead)
             after = [drain]
             late_pending = g * (stages - 2)
-        if late_waits:
+        if late_waits and not bulk:
             steady = [_replace(x, {id(w): AsyncWait(late_pending, span=w.span) for w in late_waits.values()})
                       for x in steady]
         new_loop = loop.with_(kind="serial", body=seq(steady), annotations={**loop.annotations, "num_stages": stages})
         kib = sum(_round16(stages * t) for t in tile_bytes) / 1024
         reduced = f" (of {want} asked: on-chip memory limit {self.limit} bytes)" if stages < want else ""
+        why_not_bulk = next((f"; no bulk copies: {bufs[j].name}: {f}" for j, f in enumerate(forms)
+                             if isinstance(f, str)), "")
         note = (f"loop {name}: {stages} stages{reduced}, {len(bufs)} tiles x {stages} buffers, {kib:g} KiB; "
                 + ", ".join(issue_kinds) + ("; the gemm's matrix unit runs on while the stage ahead is copied"
-                                            if after else ""))
+                                            if after else "") + why_not_bulk)
         return seq(prologue + [new_loop] + after), note
 
 
@@ -784,6 +896,8 @@ def plan_pipelines(func, ctx):
         body = _replace(s.body, done)
         body = rewrite(body, lambda x: Allocate(st.staged[id(x.buffer)], x.init, span=x.span)
                        if isinstance(x, Allocate) and id(x.buffer) in st.staged else None)
+        if st.barriers:
+            body = seq([Allocate(b, span=s.span) for b in st.barriers] + [body])
         return s.with_(body=body)
 
     body = rewrite(func.body, launch)

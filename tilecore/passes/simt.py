@@ -25,6 +25,10 @@ the IR, with two vendor-neutral nodes (:class:`~tilecore.ir.ThreadIndex`, :class
   its own copies) and a nest of nothing but async copies gets no barrier after it (the copies land at a
   later :class:`~tilecore.ir.AsyncWait`, which the planner follows with a barrier); AsyncCommit and
   AsyncWait run on every thread;
+- a :class:`~tilecore.ir.BulkCopy`, :class:`~tilecore.ir.CopyBarrierArrive` or
+  :class:`~tilecore.ir.CopyBarrierInit` runs on thread 0 with no barrier after it (bulk copies land on a
+  transaction barrier; an init is followed by the planner's barrier), consecutive ones under one test;
+  a :class:`~tilecore.ir.CopyBarrierWait` runs on every thread;
 - block-level statements that write memory (Store, Atomic, Print, unknown leaves) run on thread 0,
   followed by a barrier; Binds, Asserts, Break and Continue run on every thread (they are uniform);
   a Bind that reads memory is followed by a barrier (a later write must not race the read).
@@ -38,12 +42,14 @@ import math
 
 from ..errors import CompileError
 from ..ir import (Allocate, Assert, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, BufferLoad,
-                  Collective, Continue, For, If, IntImm, KernelLaunch, PerThread, Print, Seq, Store, ThreadIndex,
+                  BulkCopy, Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait, For, If, IntImm, KernelLaunch, PerThread, Print, Seq, Store, ThreadIndex,
                   Var, as_expr, binary, collect, compare, const, const_value, loop_nest, rewrite, seq, stmt_exprs, walk,
                   walk_expr)
 from . import tile_pass
 
 _DISTRIBUTED = ("parallel", "vectorized")
+#: statements one thread issues for the block, with no barrier after them
+_ELECTED = (BulkCopy, CopyBarrierArrive, CopyBarrierInit)
 
 
 def _loads_memory(e) -> bool:
@@ -132,9 +138,18 @@ class _Distributor:
             return []
         if isinstance(s, Seq):
             out: list = []
-            for c in s.body:
+            run: list = []
+            for c in s.body + [None]:
+                if isinstance(c, _ELECTED):
+                    run.append(c)
+                    continue
+                if run:
+                    out.append(If(compare("eq", ThreadIndex(), const(0)), seq(run), span=run[0].span))
+                    run = []
                 out += self.block(c)
             return out
+        if isinstance(s, _ELECTED):
+            return [If(compare("eq", ThreadIndex(), const(0)), s, span=s.span)]
         if isinstance(s, Allocate):
             self.hoisted.append(Allocate(s.buffer, span=s.span))
             if s.init is None:
@@ -168,7 +183,7 @@ class _Distributor:
             return [s, Barrier(span=s.span)] if _loads_memory(s.value) else [s]
         if isinstance(s, Assert):
             return [s, Barrier(span=s.span)]
-        if isinstance(s, (Break, Continue, Barrier, AsyncCommit, AsyncWait)):
+        if isinstance(s, (Break, Continue, Barrier, AsyncCommit, AsyncWait, CopyBarrierWait)):
             return [s]
         if isinstance(s, Collective):
             return [Barrier(span=s.span), s.with_(threads=self.n), Barrier(span=s.span)]

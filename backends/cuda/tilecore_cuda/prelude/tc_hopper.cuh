@@ -1,65 +1,7 @@
-/* tilecore-cuda Hopper (sm_90a) prelude: TMA, mbarriers, WGMMA and the warp-specialized GEMM pipeline.
- * Included after tc_cuda.cuh, only in kernels that use tc_wgmma_pipeline (hopper.py says when). */
+/* tilecore-cuda Hopper (sm_90a) prelude: WGMMA and the warp-specialized GEMM pipeline (on tc_tma.cuh's TMA and
+ * mbarriers). Included after tc_tma.cuh, only in kernels that use tc_wgmma_pipeline or a register program. */
 #pragma once
 
-/* A CUtensorMap (cuda.h): 128 opaque bytes, built on the host (cuTensorMapEncodeTiled) and passed by
- * value as a __grid_constant__ kernel parameter. */
-struct __align__(64) tc_tmap {
-  unsigned long long opaque[16];
-};
-
-__device__ __forceinline__ void tc_mbar_init(unsigned bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void tc_mbar_expect_tx(unsigned bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void tc_mbar_arrive(unsigned bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-/* wait until the phase with this parity has completed */
-__device__ __forceinline__ void tc_mbar_wait(unsigned bar, unsigned parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "TC_WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra TC_WAIT;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-/* a 2-D box of the tensor map's tensor at (c0 innermost, c1) into shared memory; completes on `bar` */
-__device__ __forceinline__ void tc_tma_load_2d(unsigned dst, const tc_tmap* map, unsigned bar, int c0, int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
-      "l"(map), "r"(bar), "r"(c0), "r"(c1)
-      : "memory");
-}
-__device__ __forceinline__ void tc_tma_load_3d(unsigned dst, const tc_tmap* map, unsigned bar, int c0, int c1,
-                                               int c2) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
-      "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
-}
-__device__ __forceinline__ void tc_tma_load_4d(unsigned dst, const tc_tmap* map, unsigned bar, int c0, int c1,
-                                               int c2, int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst),
-      "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-      : "memory");
-}
-__device__ __forceinline__ void tc_tma_load_5d(unsigned dst, const tc_tmap* map, unsigned bar, int c0, int c1,
-                                               int c2, int c3, int c4) {
-  asm volatile(
-      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];\n" ::"r"(dst),
-      "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
-      : "memory");
-}
-__device__ __forceinline__ void tc_tma_prefetch_map(const tc_tmap* map) {
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
-}
 __device__ __forceinline__ void tc_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void tc_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void tc_wgmma_wait() {
