@@ -8,7 +8,9 @@ programs and Hopper pipelines never take it: the core's general path), three way
 - ``wgmma unit`` (sm_90a): wgmma.mma_async through the core model, A and B read by descriptor from tiles
   stored in swizzled panels, C in registers in wgmma's accumulator layout (``tilecore.matrix_unit_families:
   ["wgmma"]``; on other GPUs the row says n/a), the stages copied by TMA bulk tile copies on mbarriers where the
-  tensor allows (``wgmma cp.async``: the same with each thread's 16-byte cp.async, ``tilecore.bulk_copy: False``);
+  tensor allows, by a producer warpgroup of their own (warp specialization; ``wgmma 1 thread``: thread 0 issues
+  them between the block's barriers, ``tilecore.warp_specialize: False``; ``wgmma cp.async``: each thread's
+  16-byte cp.async, ``tilecore.bulk_copy: False``);
 - ``mma.sync unit``: the mma.sync unit (ldmatrix operands from XOR-swizzled tiles);
 - ``no unit``: ``tilecore.matrix_unit_gemm: False`` (the CUDA plugin's own tensor-core GEMM, C in shared memory).
 
@@ -47,6 +49,7 @@ def main() -> int:
     print(torch.cuda.get_device_name())
     general = {"tilecore.disable_cache": True, "tilecore.cuda.register_programs": False}
     variants = (("wgmma unit", {**general, "tilecore.matrix_unit_families": ["wgmma"]}),
+                ("wgmma 1 thread", {**general, "tilecore.matrix_unit_families": ["wgmma"], "tilecore.warp_specialize": False}),
                 ("wgmma cp.async", {**general, "tilecore.matrix_unit_families": ["wgmma"], "tilecore.bulk_copy": False}),
                 ("mma.sync unit", {**general, "tilecore.matrix_unit_families": ["mma_sync"]}),
                 ("no unit", {**general, "tilecore.matrix_unit_gemm": False}),

@@ -66,9 +66,10 @@ CASES = {  # id: (kernel args, the panel widths of A's and B's tiles)
     "bk16": (dict(M=128, N=128, K=128, bm=64, bn=64, bk=16, tb=True), (32, 32)),
     "ragged": (dict(M=200, N=136, K=200, bm=64, bn=64, bk=64), (128, 128)),  # bulk copies past every edge
 }
-#: how the pipelined loop's stages are copied: TMA bulk tile copies on mbarriers (the default on sm_90a), or
-#: each thread's 16-byte cp.async (tilecore.bulk_copy=False)
-COPIES = {"bulk": {}, "cp.async": {"tilecore.bulk_copy": False}}
+#: how the pipelined loop's stages are copied: TMA bulk tile copies on mbarriers issued by thread 0 between the
+#: block's barriers (the default on sm_90a) or by a producer warpgroup of their own (tilecore.warp_specialize=True),
+#: or each thread's 16-byte cp.async (tilecore.bulk_copy=False)
+COPIES = {"thread 0": {}, "producer": {"tilecore.warp_specialize": True}, "cp.async": {"tilecore.bulk_copy": False}}
 
 
 def _compile(fn, **kw):
@@ -89,13 +90,15 @@ def test_general_path_runs_gemm_on_wgmma_with_descriptor_operands(case):
     # each descriptor names its swizzle: 128-byte panels are mode 1, 64-byte 2, 32-byte 3
     modes = {128: 1, 64: 2, 32: 3}
     assert f"{8 * pa}u, {modes[pa]}u)" in src and f"{8 * pb}u, {modes[pb]}u)" in src
-    assert "tc_wg_fence_proxy(); __syncthreads();" in src and "tc_wg_fence();" in src and "tc_wg_wait<" in src
+    # the operand tiles are only written by TMA (each thread waits for its stage): no proxy fence, no barrier
+    body = src.split("__global__")[-1]
+    assert "tc_wg_fence_proxy()" not in body and "tc_wg_fence();" in body and "tc_wg_wait<" in body
     sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
     assert "HGMMA" in sass and "HMMA" not in sass.replace("HGMMA", "")
 
 
 @needs_toolchain
-@pytest.mark.parametrize("copies", sorted(COPIES))
+@pytest.mark.parametrize("copies", ["thread 0", "cp.async"])
 def test_the_pipelined_loop_keeps_one_gemm_running_while_the_stage_ahead_is_copied(copies):
     """The loop ends with the gemm: it is issued before the stage-ahead copies and left running (wait_group 1,
     then a barrier, then the copies into the previous gemm's stage); after the loop one wait finishes it."""
@@ -104,7 +107,7 @@ def test_the_pipelined_loop_keeps_one_gemm_running_while_the_stage_ahead_is_copi
     body = k.get_kernel_source().split("__global__")[-1]
     loop = body[body.index("for (long long ko"):]
     issue, pending = loop.index("::run("), loop.index("tc_wg_commit(); tc_wg_wait<1>();")
-    copy = "tc_tma_load_2d(" if copies == "bulk" else "tc_cp_async16("
+    copy = "tc_tma_load_2d(" if copies == "thread 0" else "tc_cp_async16("
     barrier, ahead = loop.index("__syncthreads();", pending), loop.index(copy, pending)
     drain = loop.index("tc_wg_wait<0>();")
     assert issue < pending < barrier < ahead < drain and "tc_wg_commit(); tc_wg_wait<0>" not in loop
@@ -112,12 +115,14 @@ def test_the_pipelined_loop_keeps_one_gemm_running_while_the_stage_ahead_is_copi
 
 @needs_toolchain
 def test_stages_arrive_by_bulk_tile_copies_on_transaction_barriers():
-    """sm_90a: each stage of A and B is one TMA load per 128-byte panel (A_s 128x64: one, B_s 64x128: two),
-    issued by thread 0 after announcing the stage's bytes on the stage's mbarrier; every thread waits on that
-    barrier for the phase of the stage's parity; the tensor maps go to the launch (box = one panel)."""
-    k = _compile(gemm(512, 512, 512, 128, 128, 64, stages=3))
+    """sm_90a, thread 0 issuing: each stage of A and B is one TMA load per 128-byte panel (A_s 128x64: one,
+    B_s 64x128: two), issued by thread 0 after announcing the stage's bytes on the stage's mbarrier; every
+    thread waits on that barrier for the phase of the stage's parity; the tensor maps go to the launch (box =
+    one panel)."""
+    k = _compile(gemm(512, 512, 512, 128, 128, 64, stages=3), **COPIES["thread 0"])
     note = k.meta["attrs"]["pipelines"][0]
     assert "A_s bulk tile copies (1 x 128-byte panel(s)), B_s bulk tile copies (2 x 128-byte panel(s))" in note
+    assert "warp-specialized" not in note
     src = k.get_kernel_source().split("__global__")[-1]
     loop = src[src.index("for (long long ko"):]
     assert loop.count("tc_tma_load_2d(") == 3
@@ -127,6 +132,32 @@ def test_stages_arrive_by_bulk_tile_copies_on_transaction_barriers():
     assert [(m["arg"], m["box"], m["swizzle"]) for m in maps] == [(0, [64, 128], 3), (1, [64, 64], 3)]
     sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
     assert "UTMALDG" in sass and "SYNCS" in sass and "LDGSTS" not in sass
+
+
+@needs_toolchain
+@pytest.mark.parametrize("threads,regs", [(128, None), (256, 232)])
+def test_a_producer_warpgroup_issues_the_stages_and_the_consumers_release_them(threads, regs):
+    """tilecore.warp_specialize=True on sm_90a: the block gets one more warpgroup; its first thread waits until the consumers
+    released a stage (its `empty` mbarrier, phase parity of the refill), announces and issues the stage; the
+    kernel's own threads wait for each stage, keep one gemm running, release the previous stage, and meet at no
+    block barrier inside the loop. With two consumer warpgroups the producer gives registers to them."""
+    bn = 128 if threads == 128 else 256
+    k = _compile(gemm(512, 512, 512, 128, bn, 64, threads=threads, stages=3), **COPIES["producer"])
+    note = k.meta["attrs"]["pipelines"][0]
+    assert f"warp-specialized: a producer group of 128 threads issues the stages, the kernel's {threads} threads" in note
+    src = k.get_kernel_source().split("__global__")[-1]
+    assert f"__launch_bounds__({threads + 128}{', 1' if regs else ''})" in src
+    producer = src[src.index(f"if (((int)threadIdx.x) >= {threads})"):src.index("} else {")]
+    consumer = src[src.index("} else {"):]
+    assert "tc_mbar_wait(tc_smem_addr(A_s_empty + (tc_floormod(ko_stage, 3))), tc_floormod((tc_floordiv(ko_stage, 3) + 1), 2));" \
+        in producer and producer.count("tc_tma_load_2d(") == 1 + bn // 64
+    assert f"if (((int)threadIdx.x) == {threads})" in producer
+    loop = consumer[consumer.index("for (long long ko"):consumer.index("tc_wg_wait<0>")]
+    assert "tc_wg_commit(); tc_wg_wait<1>();" in loop and "bar.sync" not in loop and "__syncthreads" not in loop
+    assert "tc_mbar_arrive(tc_smem_addr(A_s_empty + (tc_floormod((ko + (-1)), 3))));" in loop
+    assert ("setmaxnreg" in src) == bool(regs) and (not regs or f"setmaxnreg.inc.sync.aligned.u32 {regs};" in consumer)
+    sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+    assert "UTMALDG" in sass and "HGMMA" in sass
 
 
 @needs_toolchain
@@ -245,7 +276,8 @@ def test_wgmma_gemm_matches_float64(case, copies):
     a64, a = _operands(rng, (K, M) if args.get("ta") else (M, K), dt)
     b64, b = _operands(rng, (N, K) if args.get("tb") else (K, N), dt)
     k = _compile(gemm(**args), **COPIES[copies])
-    assert ("bulk tile copies" in k.meta["attrs"]["pipelines"][0]) == (copies == "bulk")
+    note = k.meta["attrs"]["pipelines"][0]
+    assert ("bulk tile copies" in note) == (copies != "cp.async") and ("warp-specialized" in note) == (copies == "producer")
     c = torch.zeros((M, N), dtype=torch.float32, device="cuda")
     k(a.cuda(), b.cuda(), c)
     ref = (a64.T if args.get("ta") else a64) @ (b64.T if args.get("tb") else b64)

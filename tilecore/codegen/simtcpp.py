@@ -44,6 +44,8 @@ class SIMTCppEmitter(CFamilyEmitter):
     copy_in_storage_type = True
     shuffle_xor = "__shfl_xor_sync(0xffffffffu, {0}, {1}, {2})"
     shuffle_index = "__shfl_sync(0xffffffffu, {0}, {1}, {2})"
+    #: a barrier of threads ``0 .. n-1`` only (``{n}``: the consumers of a warp-specialized block); None: none
+    group_barrier_stmt = None
     #: a barrier after which every thread leaves if any failed a device assertion (``tc_fail``)
     barrier_or_exit_stmt = "if (__syncthreads_or(tc_fail)) return;"
     static_shared_decl = "__shared__ __align__({align}) {type} {name}[{n}];"
@@ -118,7 +120,45 @@ class SIMTCppEmitter(CFamilyEmitter):
         return Source(code, self.lang, self.entry, meta)
 
     def stmt_Barrier(self, st, s):
-        self.line(st, self.barrier_or_exit_stmt if getattr(st, "has_asserts", False) else self.barrier_stmt)
+        self.line(st, self.barrier_text(st, s.threads))
+
+    def barrier_text(self, st, threads: int = 0) -> str:
+        """The statement of a barrier of the whole block, or of its first ``threads`` threads."""
+        if threads:
+            if self.group_barrier_stmt is None:
+                raise CompileError(f"{type(self).__name__} has no barrier of a group of threads (a warp-specialized "
+                                   "block's consumers)")
+            return self.group_barrier_stmt.format(n=threads)
+        return self.barrier_or_exit_stmt if getattr(st, "has_asserts", False) else self.barrier_stmt
+
+    # -- warp-specialized blocks (tilecore.plan_pipelines: Specialized) -------------------------------------
+    def stmt_Specialized(self, st, s):
+        """``if (tid >= consumers) { producer's first thread runs it } else { consumers }``, with the
+        backend's entry hooks (e.g. moving registers from the producer group to the consumers)."""
+        tid = self.thread_index_expr
+        self.line(st, f"if ({tid} >= {s.consumers}) {{")
+        st.indent += 1
+        self.producer_entry(st, s)
+        self.line(st, f"if ({tid} == {s.consumers}) {{")
+        st.indent += 1
+        self.stmt(st, s.producer)
+        st.indent -= 1
+        self.line(st, "}")
+        st.indent -= 1
+        self.line(st, "} else {")
+        st.indent += 1
+        self.consumer_entry(st, s)
+        outer, st.consumers = getattr(st, "consumers", 0), s.consumers
+        self.stmt(st, s.consumer)
+        st.consumers = outer
+        st.indent -= 1
+        self.line(st, "}")
+
+    def producer_entry(self, st, s) -> None:
+        """Hook: the producer group's first statements (every thread of the group runs them)."""
+
+    def consumer_entry(self, st, s) -> None:
+        """Hook: the consumers' first statements."""
 
     # -- kernel launch: block indices, block memory ----------------------------------------------------
     def stmt_KernelLaunch(self, st: EmitState, s: KernelLaunch):

@@ -12,7 +12,7 @@ from .buffer import Region
 from .expr import (BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, ShuffleIndex, ShuffleWidth, ShuffleXor,
                    ThreadIndex, Var)
 from .stmt import (Allocate, Assert, Assume, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, BulkCopy,
-                   Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait,
+                   Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait, Specialized, StageRelease,
                    For, Hint, If, KernelLaunch, MatrixLoad, MatrixOp, MatrixSync, PerThread, Print,
                    PrimFunc, Seq, Stmt, Store, TileOp)
 
@@ -148,7 +148,12 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
     if isinstance(s, Assume):
         return [f"{pad}T.assume({expr_str(s.cond)})"]
     if isinstance(s, Barrier):
-        return [f"{pad}T.barrier()"]
+        return [f"{pad}T.barrier({f'threads={s.threads}' if s.threads else ''})"]
+    if isinstance(s, StageRelease):
+        return [f"{pad}T.stage_release({_nm(s.barrier)}[{expr_str(s.index)}])"]
+    if isinstance(s, Specialized):
+        return ([f"{pad}with T.producer(consumers={s.consumers}):"] + stmt_lines(s.producer, indent + 1)
+                + [f"{pad}with T.consumers({s.consumers}):"] + stmt_lines(s.consumer, indent + 1))
     if isinstance(s, AsyncCopy):
         dst = ", ".join(expr_str(i) for i in s.dst_indices)
         src = ", ".join(expr_str(i) for i in s.src_indices)

@@ -122,7 +122,10 @@ class Continue(Stmt):
 @dataclass(eq=False)
 class Barrier(Stmt):
     """Wait until every thread of the block arrives here; block-local memory writes before it are
-    visible to every thread after it. Introduced by thread distribution (``tilecore.simt_distribute``)."""
+    visible to every thread after it. Introduced by thread distribution (``tilecore.simt_distribute``).
+    ``threads`` n > 0: only threads ``0 .. n-1`` take part (the consumers of a :class:`Specialized` block)."""
+
+    threads: int = 0
 
 
 @dataclass(eq=False)
@@ -210,6 +213,29 @@ class CopyBarrierWait(Stmt):
 
 
 @dataclass(eq=False)
+class StageRelease(Stmt):
+    """Every consumer thread arrives on transaction barrier ``barrier[index]`` (no bytes): it is done reading
+    the stage, which the producer of a :class:`Specialized` block may refill once every consumer arrived."""
+
+    barrier: Buffer
+    index: Expr
+
+
+@dataclass(eq=False)
+class Specialized(Stmt):
+    """A warp-specialized block: threads ``0 .. consumers-1`` run ``consumer`` (the kernel's own work), the
+    block's last ``threads - consumers`` threads (one group, e.g. a warpgroup, so a backend may move
+    registers from it to the consumers) form the producer, whose first thread runs ``producer`` (the bulk
+    copies of a pipelined loop, each stage issued once the consumers released its buffer). Introduced by
+    ``tilecore.plan_pipelines`` on targets with ``feature:warp_specialization``; thread distribution spreads
+    ``consumer`` over the consumers only (its barriers are theirs alone) and leaves ``producer`` as it is."""
+
+    producer: Stmt
+    consumer: Stmt
+    consumers: int
+
+
+@dataclass(eq=False)
 class Collective(Stmt):
     """An operation that every thread of the block executes together, e.g. a block-wide matrix multiply
     through a backend's device library: ``name(*args)`` specialised by the static ``attrs``.
@@ -281,6 +307,7 @@ class MatrixSync(Stmt):
     phase: str
     acc: Buffer | None = None
     pending: int = 0
+    meet: bool = True  #: "begin": the threads may have written what the unit reads (order and meet first)
 
 
 @dataclass(eq=False)

@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Callable
 
 from .expr import Expr
-from .stmt import For, If, KernelLaunch, MatrixLoad, PerThread, Seq, Stmt, seq
+from .stmt import For, If, KernelLaunch, MatrixLoad, PerThread, Seq, Specialized, Stmt, seq
 
 _CHILDREN = {For: ("body",), If: ("then", "orelse"), KernelLaunch: ("body",), PerThread: ("body",),
-             MatrixLoad: ("fallback",)}
+             MatrixLoad: ("fallback",), Specialized: ("producer", "consumer")}
 
 
 def children(s: Stmt) -> list:

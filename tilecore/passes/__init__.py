@@ -44,6 +44,7 @@ class PassConfigKey:
     MATRIX_UNIT_FAMILIES = "tilecore.matrix_unit_families"  #: list[str]: only these matrix unit families (default: every one the target's profile lists)
     SWIZZLE_OPERAND_TILES = "tilecore.swizzle_operand_tiles"  #: bool: store matrix-unit operand tiles XOR-swizzled (default True)
     BULK_COPY = "tilecore.bulk_copy"  #: bool: stage pipelined copies by bulk tile copies where the target has them (default True; False: per-thread asynchronous copies)
+    WARP_SPECIALIZE = "tilecore.warp_specialize"  #: bool: a producer group of its own issues a pipelined loop's bulk copies where the target has warp specialization (default False: thread 0 issues them between the block's barriers)
     LAYOUT_CONVERSION = "tilecore.layout_conversion"  #: True (default): convert a fragment between disagreeing layouts in registers; "shared": always through shared memory; False: keep one in shared memory
 
     # TileLang's names (tilelang.PassConfigKey), so ported code runs. Those with a tilecore meaning are

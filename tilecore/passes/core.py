@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from ..errors import CompileError, UnsupportedFeatureError
 from ..ir import (Allocate, Assert, Assume, Atomic, Bind, BinOp, BufferLoad, Call, Expr, Region, Select, walk_expr, For, Hint,
-                  If, KernelLaunch, Print, Seq, Store, TileOp, children, collect, const_value, int_bounds, loop_range,
+                  If, KernelLaunch, Print, Seq, Specialized, Store, TileOp, children, collect, const_value, int_bounds,
+                  loop_range,
                   rewrite, simplify, stmt_exprs, walk)
 from . import tile_pass
 
@@ -283,6 +284,8 @@ def block_allocations(stmt) -> list:
         elif isinstance(s, If):
             visit(s.then)
             visit(s.orelse)
+        elif isinstance(s, Specialized):  # (the producer allocates nothing)
+            visit(s.consumer)
 
     visit(stmt)
     return out

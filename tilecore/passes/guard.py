@@ -16,7 +16,7 @@ not touch memory outside the buffer either.
 """
 from __future__ import annotations
 
-from ..ir import (Allocate, Assert, Assume, AsyncCopy, Atomic, BinOp, Bind, BufferLoad, Call, Cast, Cmp, Expr, For, If,
+from ..ir import (Allocate, Assert, Assume, AsyncCopy, Specialized, Atomic, BinOp, Bind, BufferLoad, Call, Cast, Cmp, Expr, For, If,
                   KernelLaunch, Logic, PerThread, Print, Select, Seq, Store, as_expr, binary, compare, const, const_value, expr_str,
                   is_float, logic_and,
                   logic_not, logic_or)
@@ -161,6 +161,8 @@ class _Guard:
                 out = If(_all(conds), out, span=s.span)
         elif isinstance(s, PerThread):
             out = s.with_(body=self.stmt(s.body, facts))
+        elif isinstance(s, Specialized):
+            out = s.with_(producer=self.stmt(s.producer, facts), consumer=self.stmt(s.consumer, facts))
         elif isinstance(s, AsyncCopy):
             # the source run's first and last elements must be inside the tensor, else the copy zero-fills;
             # a run starts at a multiple of its length, so in a last dimension of whole runs the first decides

@@ -40,7 +40,8 @@ from __future__ import annotations
 
 from ..ir import (Allocate, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, BinOp, Break, BufferLoad,
                   Buffer, BulkCopy, Call, Cast, Cmp, Collective, Continue, CopyBarrierArrive, CopyBarrierInit,
-                  CopyBarrierWait, Expr, For, If, IntImm, KernelLaunch, Logic, MatrixOp, MatrixSync,
+                  CopyBarrierWait, Expr, For, If, IntImm, KernelLaunch, Logic, MatrixOp, MatrixSync, Assert, Bind,
+                  Specialized, StageRelease,
                   PerThread, Print, Region,
                   Select, Seq, Stmt, Store, TileOp, Var, as_expr, binary, compare, const_value, rewrite, seq, simplify,
                   logic_and, walk, walk_expr, collect)
@@ -50,6 +51,7 @@ from ..ir.bounds import Facts
 from . import tile_pass
 
 FEATURE = "feature:async_copy"
+WS_FEATURE = "feature:warp_specialization"
 #: the hardware copies a whole tile (a box of a tensor) as one operation that completes on a transaction barrier
 BULK_FEATURE = "feature:bulk_tensor_copy"
 #: elements a bulk copy's box may have along one dimension
@@ -546,9 +548,50 @@ class _Launch:
                      and ctx.option("tilecore.bulk_copy", True) is not False)
         self.paneled = {id(o.buffer): m.attrs[f"{x}_layout"] for m in collect(launch.body, MatrixOp)
                         for x in ("a", "b") if (o := getattr(m, f"{x}_origin")) is not None}
+        # warp specialization (tilecore.warp_specialize=True): one more group of threads (the profile's
+        # producer_group_threads) issues the bulk copies of the launch's pipelined loop. Off by default: on an
+        # H200 it lost to thread 0 issuing them (4096^3 fp16 128x256x64: 0.248 vs 0.233 ms; 128x128x32: 0.794 vs
+        # 0.330, the producer's registers halve the resident blocks), docs/decisions.md D29
+        lim = ctx.capabilities.limit("producer_group_threads")
+        self.group = int(lim[0]) if lim is not None else None
+        self.specialize = (self.bulk and ctx.capabilities.satisfies(WS_FEATURE)[0] is True and self.group is not None
+                           and ctx.option("tilecore.warp_specialize", False) is True)
+        self.consumers = int(threads) if threads and len(launch.threads) == 1 else None
+        self.max_threads = ctx.capabilities.limit("max_threads_per_block")
+        self.producer = None  # (barrier inits, producer loop, the loop it feeds) once a loop is specialized
         self.notes: list = []
         self.staged: dict = {}  # id(buffer) -> staged buffer, for the Allocates
         self.barriers: list = []  # transaction barriers of bulk copies, allocated at the launch's top
+
+    def why_not_specialized(self, loop: For, forms) -> str | None:
+        """Why the loop's stages cannot be issued by a producer group of their own (None: they can)."""
+        if self.producer is not None:
+            return "another loop of the kernel has the producer"
+        if self.consumers is None or self.consumers % self.group:
+            return f"the block is not a one-dimensional multiple of {self.group} threads"
+        top = list(self.launch.body.body) if isinstance(self.launch.body, Seq) else [self.launch.body]
+        if not any(x is loop for x in top):
+            return "the loop is not at the top level of the kernel"
+        if self.max_threads is not None and self.consumers + self.group > int(self.max_threads[0]):
+            return f"{self.consumers} + {self.group} threads exceed the block's limit"
+        for kind, what in ((Collective, "a block-wide library call"), (Assert, "a device assertion"),
+                           (Print, "a print")):
+            if collect(self.launch.body, kind):
+                return f"the kernel has {what} (every thread would have to take part)"
+        # the producer computes the copies' addresses from the block indices, the kernel's scalars, the loop's
+        # own variable and the pure bindings before the loop
+        before = top[:next(i for i, x in enumerate(top) if x is loop)]
+        known = {id(b.var) for b in before if isinstance(b, Bind) and not _loads_memory(b.value)}
+        bound = {id(b.var) for b in collect(self.launch.body, Bind)} | {id(f.var) for f in collect(self.launch.body, For)}
+        exprs = [loop.start, loop.extent] + [e for f in forms for e in f[1]]
+        used: list = []
+        for e in exprs:
+            walk_expr(e, lambda x: used.append(x) if isinstance(x, Var) and id(x) in bound and x is not loop.var
+                      and id(x) not in known else None)
+        if used:
+            return f"the copies' addresses use {used[0].name}, which the kernel computes"
+        self.producer_binds = [b for b in before if isinstance(b, Bind) and id(b.var) in known]
+        return None
 
     def plan(self, loop: For):
         """The loop's replacement (None: leave it to serialization) and a note. Copies further down the body
@@ -691,7 +734,7 @@ class _Launch:
                 rest_items += [waits[1]] if i in late_waits else [body[i]]
             rest = seq(rest_items) if rest_items else Seq([])
 
-        def issue_bulk(it, g):
+        def issue_bulk(it, g, guard=True):
             """Stage ``it`` of group ``g`` as bulk copies on the group's barrier (nothing past the loop's end)."""
             at = {id(k): simplify(binary("add", start, it))}
             slot = simplify(binary("floormod", it, stages)) if not isinstance(const_value(it), int) \
@@ -702,7 +745,7 @@ class _Launch:
                 src, starts, box, lay = forms[j]
                 out.append(BulkCopy(table[id(bufs[j])], (slot,), src, tuple(simplify(substitute(e, at)) for e in starts),
                                     box, lay, bars[g], slot, span=copies[j].span))
-            return [_if(compare("lt", it, extent), seq(out), loop.span)]
+            return [_if(compare("lt", it, extent), seq(out), loop.span)] if guard else out
 
         def issue(it, group):
             """Stage ``it`` (iteration offset from the loop start) of ``group`` into buffer ``it % stages``."""
@@ -738,7 +781,31 @@ class _Launch:
         # leading tiles every group after them may still be pending, before a late tile every group after it
         g = len(groups)
         first = (g - 1) + g * (stages - 2)  # stage it's late group, then the groups of stages it+1 .. it+stages-2
-        if bulk:  # each thread waits for the stage itself; the barrier before the issue: no thread still reads
+        why_ws = self.why_not_specialized(orig or loop, forms) if bulk and self.specialize else "not asked"
+        if why_ws is None:
+            # a producer thread of its own issues every stage, once the consumers released the stage's buffer
+            # (StageRelease on the stage's `empty` barrier: every consumer thread arrives when done reading it)
+            empty = Buffer(f"{bufs[0].name}_empty", (stages,), "uint64", "shared")
+            self.barriers.append(empty)
+            if deferred is None:
+                steady = [waits[0], consume, StageRelease(empty, slot_it, span=loop.span)]
+            else:  # the previous iteration's gemm has finished reading its stage at the deferred wait
+                consume, drain = deferred
+                prev = simplify(binary("floormod", binary("sub", it, 1), stages))
+                steady = [waits[0], consume, _if(compare("gt", it, 0), StageRelease(empty, prev, span=loop.span),
+                                                 loop.span)]
+                after = [drain]
+            j = Var(f"{name}_stage", k.dtype)
+            slot_j = simplify(binary("floormod", j, stages))
+            refill = _if(compare("ge", j, stages), CopyBarrierWait(
+                empty, slot_j, simplify(binary("floormod", binary("add", binary("floordiv", j, stages), 1), 2)),
+                span=loop.span), loop.span)
+            issue_j = [x for g in range(len(groups)) for x in issue_bulk(j, g, guard=False)]
+            producer = For(j, as_expr(0), extent, "serial", seq([refill] + issue_j), span=loop.span)
+            self.producer = ([CopyBarrierInit(b, 1, span=loop.span) for b in bars]
+                             + [CopyBarrierInit(empty, self.consumers, span=loop.span)], producer, orig or loop)
+            prologue = []
+        elif bulk:  # each thread waits for the stage itself; the barrier before the issue: no thread still reads
             # the buffer it overwrites (the previous iteration's)
             if deferred is None:
                 steady = [waits[0], Barrier(span=loop.span)] + issue_all(ahead) + [consume]
@@ -766,6 +833,11 @@ class _Launch:
         reduced = f" (of {want} asked: on-chip memory limit {self.limit} bytes)" if stages < want else ""
         why_not_bulk = next((f"; no bulk copies: {bufs[j].name}: {f}" for j, f in enumerate(forms)
                              if isinstance(f, str)), "")
+        if why_ws is None:
+            why_not_bulk += (f"; warp-specialized: a producer group of {self.group} threads issues the stages, "
+                             f"the kernel's {self.consumers} threads consume them")
+        elif bulk and self.specialize:
+            why_not_bulk += f"; not warp-specialized: {why_ws}"
         note = (f"loop {name}: {stages} stages{reduced}, {len(bufs)} tiles x {stages} buffers, {kib:g} KiB; "
                 + ", ".join(issue_kinds) + ("; the gemm's matrix unit runs on while the stage ahead is copied"
                                             if after else "") + why_not_bulk)
@@ -896,8 +968,16 @@ def plan_pipelines(func, ctx):
         body = _replace(s.body, done)
         body = rewrite(body, lambda x: Allocate(st.staged[id(x.buffer)], x.init, span=x.span)
                        if isinstance(x, Allocate) and id(x.buffer) in st.staged else None)
-        if st.barriers:
-            body = seq([Allocate(b, span=s.span) for b in st.barriers] + [body])
+        allocs = [Allocate(b, span=s.span) for b in st.barriers]
+        if st.producer is not None:  # the block's last group produces, the kernel's own threads consume
+            inits, producer, loop = st.producer
+            body = seq(allocs + inits + [Barrier(span=loop.span),
+                                         Specialized(seq(st.producer_binds + [producer]), body, st.consumers,
+                                                     span=loop.span)])
+            return s.with_(body=body, threads=(st.consumers + st.group,),
+                           attrs={**s.attrs, "warp_specialized": True, "producer_threads": st.group})
+        if allocs:
+            body = seq(allocs + [body])
         return s.with_(body=body)
 
     body = rewrite(func.body, launch)

@@ -28,7 +28,10 @@ the IR, with two vendor-neutral nodes (:class:`~tilecore.ir.ThreadIndex`, :class
 - a :class:`~tilecore.ir.BulkCopy`, :class:`~tilecore.ir.CopyBarrierArrive` or
   :class:`~tilecore.ir.CopyBarrierInit` runs on thread 0 with no barrier after it (bulk copies land on a
   transaction barrier; an init is followed by the planner's barrier), consecutive ones under one test;
-  a :class:`~tilecore.ir.CopyBarrierWait` runs on every thread;
+  a :class:`~tilecore.ir.CopyBarrierWait` or :class:`~tilecore.ir.StageRelease` runs on every thread;
+- a :class:`~tilecore.ir.Specialized` block distributes its consumer program over its consumer threads
+  (whose barriers become barriers of those threads only) and keeps its producer program as it is (one
+  thread runs it);
 - block-level statements that write memory (Store, Atomic, Print, unknown leaves) run on thread 0,
   followed by a barrier; Binds, Asserts, Break and Continue run on every thread (they are uniform);
   a Bind that reads memory is followed by a barrier (a later write must not race the read).
@@ -42,7 +45,8 @@ import math
 
 from ..errors import CompileError
 from ..ir import (Allocate, Assert, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, BufferLoad,
-                  BulkCopy, Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait, For, If, IntImm, KernelLaunch, PerThread, Print, Seq, Store, ThreadIndex,
+                  BulkCopy, Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait, MatrixSync, Specialized,
+                  StageRelease, For, If, IntImm, KernelLaunch, PerThread, Print, Seq, Store, ThreadIndex,
                   Var, as_expr, binary, collect, compare, const, const_value, loop_nest, rewrite, seq, stmt_exprs, walk,
                   walk_expr)
 from . import tile_pass
@@ -58,10 +62,10 @@ def _loads_memory(e) -> bool:
     return bool(found)
 
 
-def _memory_use(body) -> tuple:
+def _memory_use(body, bulk_only=frozenset()) -> tuple:
     """(reads, writes) of memory that other threads see (not the thread's registers or the arrays its
-    program declares)."""
-    private = {id(a.buffer) for a in collect(body, Allocate)}
+    program declares, nor tiles only bulk copies write: each thread waits for those itself)."""
+    private = {id(a.buffer) for a in collect(body, Allocate)} | set(bulk_only)
     reads, writes = [], []
 
     def mem(b):
@@ -116,6 +120,24 @@ def _coordinate(it, tid, n: int, total, stride, extent, outer: bool, single: boo
     return binary("sub", q, binary("mul", binary("div", q, extent), extent))
 
 
+def _bulk_only(body) -> frozenset:
+    """Ids of the tiles that only bulk copies write (threads see them after their own CopyBarrierWait; the
+    planner orders their refills after every reader: a barrier, or the consumers' StageRelease)."""
+    filled = {id(c.dst) for c in collect(body, BulkCopy)}
+    written: set = set()
+
+    def look(x):
+        if isinstance(x, (Store, Atomic)):
+            written.add(id(x.buffer))
+        elif isinstance(x, AsyncCopy):
+            written.add(id(x.dst))
+        elif isinstance(x, Collective):
+            written.update(id(a.buffer) for a in x.args if hasattr(a, "buffer"))
+
+    walk(body, look)
+    return frozenset(filled - written)
+
+
 def _only_async_copies(s) -> bool:
     """``s`` writes memory only through asynchronous copies (and has at least one)."""
     leaves: list = []
@@ -128,9 +150,10 @@ def _thread0(stmt):
 
 
 class _Distributor:
-    def __init__(self, nthreads: int):
+    def __init__(self, nthreads: int, bulk_only=frozenset()):
         self.n = nthreads
         self.hoisted: list = []
+        self.bulk_only = bulk_only
 
     # -- block level ------------------------------------------------------------------------------
     def block(self, s) -> list:
@@ -183,12 +206,21 @@ class _Distributor:
             return [s, Barrier(span=s.span)] if _loads_memory(s.value) else [s]
         if isinstance(s, Assert):
             return [s, Barrier(span=s.span)]
-        if isinstance(s, (Break, Continue, Barrier, AsyncCommit, AsyncWait, CopyBarrierWait)):
+        if isinstance(s, (Break, Continue, Barrier, AsyncCommit, AsyncWait, CopyBarrierWait, StageRelease)):
             return [s]
+        if isinstance(s, Specialized):  # the consumers share the work (and their own barriers); the producer's
+            inner = _Distributor(s.consumers, self.bulk_only)  # one thread runs its program as it is
+            inner.hoisted = self.hoisted
+            consumer = rewrite(seq(inner.block(s.consumer)) or Seq([]), lambda x: Barrier(s.consumers, span=x.span)
+                               if isinstance(x, Barrier) and not x.threads else None)
+            return [s.with_(consumer=consumer)]
         if isinstance(s, Collective):
             return [Barrier(span=s.span), s.with_(threads=self.n), Barrier(span=s.span)]
         if isinstance(s, PerThread):
-            reads, writes = _memory_use(s.body)
+            reads, writes = _memory_use(s.body, self.bulk_only)
+            if not reads:  # nothing another thread wrote: a matrix unit's gemm needs no meeting either
+                s = rewrite(s, lambda x: x.with_(meet=False) if isinstance(x, MatrixSync) and x.phase == "begin"
+                            else None)
             return ([Barrier(span=s.span)] if reads else []) + [s] + \
                 ([Barrier(span=s.span)] if reads or writes else [])
         if isinstance(s, KernelLaunch):
@@ -249,7 +281,7 @@ def _drop_double_barriers(s):
 
 def distribute_launch(launch: KernelLaunch) -> KernelLaunch:
     n = int(math.prod(int(const_value(t) if not isinstance(t, int) else t) for t in launch.threads) or 1)
-    d = _Distributor(n)
+    d = _Distributor(n, _bulk_only(launch.body))
     body = d.block(launch.body)
     new = Seq(d.hoisted + body, span=launch.body.span)
     return launch.with_(body=_drop_double_barriers(new), attrs={**launch.attrs, "simt_threads": n})

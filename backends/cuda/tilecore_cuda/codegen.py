@@ -83,6 +83,11 @@ class CUDAEmitter(SIMTCppEmitter):
         "tanh": ("tanhf({0})", "tanh({0})"), "sigmoid": ("(1.0f / (1.0f + __expf(-({0}))))", "(1.0 / (1.0 + exp(-({0}))))"),
     }
 
+    #: named barrier 1 over a warp-specialized block's consumers (barrier 0 is __syncthreads)
+    group_barrier_stmt = 'asm volatile("bar.sync 1, {n};\\n" ::: "memory");'
+    #: registers of one multiprocessor's register file a block may hold; what the producer group keeps
+    REGISTER_FILE, PRODUCER_REGS = 65536, 40
+
     #: MatrixOp spellings of the units in units.py (prelude/tc_matrix.cuh)
     matrix_ops = {"mma_sync_m16n8k16": "tc_mma_16816_r(&{c}[{c_off}], &{a}[{a_off}], &{b}[{b_off}]);"}
 
@@ -158,7 +163,10 @@ class CUDAEmitter(SIMTCppEmitter):
         meta["aligned_args"] = sorted(st.aligned)
 
     def min_blocks(self, st: EmitState, launch):
-        # one block per SM for warp-specialized kernels: setmaxnreg needs a register cap at entry
+        # one block per SM for warp-specialized kernels that move registers (setmaxnreg needs a register cap at
+        # entry); a core-specialized block of fewer than 384 threads moves none and keeps its occupancy
+        if launch.attrs.get("producer_threads"):
+            return 1 if int(const_value(simplify(launch.threads[0]))) >= 384 else None
         return 1 if launch.attrs.get("warp_specialized") else None
 
     def preamble(self, st: EmitState, func) -> str:
@@ -262,17 +270,20 @@ class CUDAEmitter(SIMTCppEmitter):
             raise CompileError(f"internal: the matrix unit {s.spelling} has no synchronization spelling", s.span)
         n = int(const_value(simplify(s.acc.numel())))
         regs = f"tc_wg_fence_regs<{n}>({self.name(st, s.acc)});"
-        if s.phase == "begin":
-            # right after a block barrier (only scopes opened since): the fence goes before that barrier
+        if s.phase == "begin" and not s.meet:  # no thread wrote what it reads (thread distribution proved)
+            self.line(st, f"{regs} tc_wg_fence();")
+        elif s.phase == "begin":
+            # right after a barrier of the threads (only scopes opened since): the fence goes before it
+            barrier = self.barrier_text(st, getattr(st, "consumers", 0))
             for i in range(len(st.lines) - 1, -1, -1):
                 if st.lines[i].strip() == "{":
                     continue
-                if st.lines[i].strip() == "__syncthreads();":
-                    st.lines[i] = st.lines[i].replace("__syncthreads();", "tc_wg_fence_proxy(); __syncthreads();")
+                if st.lines[i].strip() == barrier:
+                    st.lines[i] = st.lines[i].replace(barrier, f"tc_wg_fence_proxy(); {barrier}")
                     self.line(st, f"{regs} tc_wg_fence();")
                     return
                 break
-            self.line(st, f"{regs} tc_wg_fence_proxy(); __syncthreads(); tc_wg_fence();")
+            self.line(st, f"{regs} tc_wg_fence_proxy(); {barrier} tc_wg_fence();")
         else:  # "end" closes the gemm's group; "wait" only waits (after a loop that left one pending)
             commit = "tc_wg_commit(); " if s.phase == "end" else ""
             self.line(st, f"{commit}tc_wg_wait<{int(s.pending)}>(); {regs}")
@@ -340,6 +351,32 @@ class CUDAEmitter(SIMTCppEmitter):
 
     def stmt_CopyBarrierWait(self, st, s):
         self.line(st, f"tc_mbar_wait({self.bar_addr(st, s.barrier, s.index)}, {self.expr(st, simplify(s.parity))});")
+
+    def stmt_StageRelease(self, st, s):
+        self.line(st, f"tc_mbar_arrive({self.bar_addr(st, s.barrier, s.index)});")
+
+    # -- warp-specialized blocks: the producer group gives its registers to the consumers (setmaxnreg) -----
+    def consumer_regs(self, s) -> int | None:
+        """Registers per consumer thread after the producer group drops to PRODUCER_REGS, or None where that
+        gains nothing: with fewer than 384 threads a thread may already hold 255 (launch bounds, one block per
+        multiprocessor)."""
+        producers = int(s.consumers and (self._block_threads - s.consumers))
+        if self._block_threads < 384 or producers % 128:
+            return None
+        return min(256, (self.REGISTER_FILE - self.PRODUCER_REGS * producers) // s.consumers // 8 * 8)
+
+    def producer_entry(self, st, s):
+        if self.consumer_regs(s):
+            self.line(st, f'asm volatile("setmaxnreg.dec.sync.aligned.u32 {self.PRODUCER_REGS};\\n");')
+
+    def consumer_entry(self, st, s):
+        regs = self.consumer_regs(s)
+        if regs:
+            self.line(st, f'asm volatile("setmaxnreg.inc.sync.aligned.u32 {regs};\\n");')
+
+    def stmt_KernelLaunch(self, st, s):
+        self._block_threads = int(const_value(simplify(s.threads[0]))) if len(s.threads) == 1 else 0
+        return super().stmt_KernelLaunch(st, s)
 
     def stmt_AsyncCommit(self, st, s):
         self.line(st, "tc_cp_async_commit();")
