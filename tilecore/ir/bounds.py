@@ -1,7 +1,7 @@
 """A small prover for index bounds: is ``e >= 0`` whenever this statement runs?
 
 Facts come from where a statement sits: a loop variable lies in ``[start, start + extent - 1]``, a
-block index in ``[0, grid - 1]``, a bound scalar equals its value, and the conditions of enclosing
+block index in ``[0, grid - 1]``, the thread index in ``[0, threads - 1]``, a bound scalar equals its value, and the conditions of enclosing
 ``if`` statements (and ``T.if_then_else`` / ``and`` operands) hold. :class:`Facts` holds them;
 :meth:`Facts.proves` answers for one integer comparison.
 
@@ -28,10 +28,11 @@ from __future__ import annotations
 import math
 
 from .dtypes import is_float
-from .expr import BinOp, Cast, Cmp, Expr, IntImm, Logic, Var, binary, const_value
+from .expr import BinOp, Cast, Cmp, Expr, IntImm, Logic, ThreadIndex, Var, binary, const_value
 from .simplify import _linear, atom_key, simplify
 
 _DEPTH = 8
+THREADS = "threads"  # the key of the thread index's range in Facts.ranges
 
 
 class Facts:
@@ -44,6 +45,10 @@ class Facts:
 
     def with_range(self, var: Var, lo, hi) -> "Facts":
         return Facts({**self.ranges, id(var): (lo, hi)}, self.known, self.divs)
+
+    def with_threads(self, n: int) -> "Facts":
+        """These facts where a block runs ``n`` threads (:class:`~tilecore.ir.ThreadIndex` in ``[0, n - 1]``)."""
+        return Facts({**self.ranges, THREADS: (0, int(n) - 1)}, self.known, self.divs)
 
     def with_cond(self, cond, holds: bool = True) -> "Facts":
         """These facts plus ``cond`` (or its negation): each integer comparison and divisibility it implies."""
@@ -118,6 +123,9 @@ class Facts:
     def _atom_bound(self, a: Expr, upper: bool, depth: int):
         if depth > _DEPTH:
             return None
+        if isinstance(a, ThreadIndex):  # the thread's index in its block: [0, threads - 1] where the launch says
+            r = self.ranges.get(THREADS)
+            return None if r is None else IntImm(r[1] if upper else r[0], a.dtype)
         if isinstance(a, Var):
             if id(a) not in self.ranges:
                 return a  # a free symbol (a shape or a scalar parameter) is its own bound

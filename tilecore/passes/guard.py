@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from ..ir import (Allocate, Assert, Assume, AsyncCopy, Specialized, Atomic, BinOp, Bind, BufferLoad, Call, Cast, Cmp, Expr, For, If,
                   KernelLaunch, Logic, PerThread, Print, Select, Seq, Store, as_expr, binary, compare, const, const_value, expr_str,
-                  is_float, logic_and,
+                  is_float, logic_and, simplify,
                   logic_not, logic_or)
 from ..errors import MAX_FAULT_VALUES
 from ..ir.bounds import Facts
@@ -191,11 +191,16 @@ class _Guard:
 
 
 def launch_facts(launch: KernelLaunch, facts: Facts | None = None) -> Facts:
-    """``facts`` plus the ranges of ``launch``'s block indices (``[0, grid - 1]``)."""
+    """``facts`` plus the ranges of ``launch``'s block indices (``[0, grid - 1]``) and of the thread index
+    (``[0, threads - 1]``, where the block's size is static)."""
     facts = facts or Facts()
     for v, g in zip(launch.block_vars, launch.grid):
         facts = facts.with_range(v, as_expr(0), binary("sub", as_expr(g), 1))
-    return facts
+    n = 1
+    for t in getattr(launch, "threads", None) or ():
+        t = const_value(simplify(as_expr(t)))
+        n = n * t if isinstance(t, int) and n is not None else None
+    return facts.with_threads(n) if n else facts
 
 
 def loop_facts(loop: For, facts: Facts) -> Facts:
