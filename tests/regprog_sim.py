@@ -5,9 +5,11 @@ traces, and checks two protocols a GPU would only show as hangs or wrong numbers
   issues WGMMA and passes it on after; no consumer waits forever; every barrier ends balanced (no arrivals
   left over when the block exits); ids are 1..15 (0 is ``__syncthreads``), 256 threads each;
 - the WGMMA hazards: no statement touches a register array that a WGMMA group still in flight writes or
-  reads (``tc_wgmma_wait<N>`` leaves the newest N groups in flight), no WGMMA reads a pipeline stage the
+  reads (``tc_wgmma_wait<N>`` leaves the newest N groups in flight), no WGMMA reads a staged tile the
   consumer does not hold (``tc_mbar_wait`` on its full barrier acquires it, ``tc_mbar_arrive`` on its empty
-  barrier releases it), no stage is released twice or while a WGMMA reads it, nothing is in flight at exit.
+  barrier releases it: one barrier pair per stage, or per staged tile and stage where the producer's copies
+  use one each), nothing is released twice, unheld or while a WGMMA reads it, everything acquired is
+  released, and nothing is in flight at exit.
 
 The interpreter knows the emitter's control lines only: ``for (int tc_it = A; ...)`` runs from A to the
 trip count it is given (for every trip count: the count is the block's, the same for every consumer),
@@ -21,7 +23,31 @@ import re
 _ASSIGN = re.compile(r"^(?:const int |int )?(tc_c|tc_it|tc_s|tc_rel|tc_nit) = (.*);(?:\s*/\*.*\*/)?$")
 _IF_LINE = re.compile(r"^if \((.*?)\) (.*)$")
 _KNOWN = {"tc_c", "tc_it", "tc_s", "tc_rel", "tc_nit"}
-_STAGE = re.compile(r"\(unsigned\)(tc_s|\(\([^()]*\) % \d+\)) \* (\d+)u")
+_TILE = re.compile(r"\(tc_base \+ (\d+)u \+ \(unsigned\)(tc_s|\(\([^()]*\) % \d+\)) \* \d+u\)")
+_BAR = "(tc_bars + 8u * ("
+
+
+def _bar_slot(s: str, env: dict) -> int:
+    """The mbarrier slot (its 8-byte index after ``tc_bars``) a line's first ``tc_bars + 8u * (...)`` names."""
+    k = s.index(_BAR) + len(_BAR)
+    depth, j = 1, k
+    while depth:
+        depth += {"(": 1, ")": -1}.get(s[j], 0)
+        j += 1
+    return _eval(s[k:j - 1], env)
+
+
+def layout(src: str) -> tuple:
+    """(stages, staged tiles with barriers of their own (1: one barrier pair per stage), staged tile offset ->
+    its barrier's tile index), from the producer's per-iteration TMA copies."""
+    stages = int(re.search(r"const int tc_s = tc_it % (\d+);", src).group(1))
+    tile_of = {}
+    for ln in src.splitlines():
+        s = ln.strip()
+        m = _TILE.search(s)
+        if s.startswith("tc_tma_load_") and m and _BAR in s:
+            tile_of[int(m.group(1))] = _bar_slot(s, {"tc_s": 0}) // stages
+    return stages, max(tile_of.values()) + 1, tile_of
 
 
 def consumer_lines(src: str) -> list:
@@ -73,6 +99,10 @@ def trace(src: str, consumer: int, trips: int) -> list:
     """The events consumer ``consumer`` goes through when the loop runs ``trips`` times."""
     events: list = []
     env = {"tc_c": consumer, "tc_rel": -1}
+    stages, tiles, tile_of = layout(src)
+
+    def key(slot: int, base: int) -> tuple:  # (barrier's tile, stage) of a full (base 0) or empty slot
+        return divmod(slot - base, stages)
 
     def stmt(s: str):
         m = _IF_LINE.match(s)
@@ -93,19 +123,17 @@ def trace(src: str, consumer: int, trips: int) -> list:
         elif "::run(" in s:
             c = s[s.index("::run(") + 6:].split(",")[0].strip()
             regs = {c} | set(re.findall(r"\b(tc_pa_\w+)\[", s))
-            stages = {_eval(x, env) for x, _ in _STAGE.findall(s)}
-            events.append(("mma", frozenset(regs), frozenset(stages)))
+            reads = {(tile_of[int(off)], _eval(x, env)) for off, x in _TILE.findall(s) if int(off) in tile_of}
+            events.append(("mma", frozenset(regs), frozenset(reads)))
         elif s.startswith("tc_wgmma_commit"):
             events.append(("commit",))
         elif s.startswith("tc_wgmma_wait<"):
             events.append(("wait", int(s[len("tc_wgmma_wait<"):s.index(">")])))
         elif s.startswith("tc_mbar_wait("):
-            m = re.match(r"tc_mbar_wait\(\(tc_bars \+ 8u \* \((\w+)\)\), ", s)
-            if m:  # a stage's full barrier (the tiles loaded once have their own)
-                events.append(("acquire", _eval(m.group(1), env)))
+            if _BAR in s:  # a stage's full barrier (the tiles loaded once have their own)
+                events.append(("acquire", key(_bar_slot(s, env), 0)))
         elif s.startswith("tc_mbar_arrive("):
-            m = re.match(r"tc_mbar_arrive\(\(tc_bars \+ 8u \* \(\d+ \+ \((.+)\)\)\)\);$", s)
-            events.append(("release", _eval(m.group(1), env)))
+            events.append(("release", key(_bar_slot(s, env), tiles * stages)))
         elif s.startswith(("tc_reg_fence", "tc_wgmma_fence", "tc_setmaxnreg")):
             pass
         else:
@@ -194,7 +222,7 @@ def check_wgmma(events: list) -> list:
         if ev[0] == "mma":
             for s in ev[2]:
                 if held.get(s, 0) <= 0:
-                    problems.append(f"event {k}: WGMMA reads stage {s}, which this consumer does not hold")
+                    problems.append(f"event {k}: WGMMA reads (tile, stage) {s}, which this consumer does not hold")
             building = (building or (frozenset(), frozenset()))
             building = (building[0] | ev[1], building[1] | ev[2])
         elif ev[0] == "commit":
@@ -211,10 +239,13 @@ def check_wgmma(events: list) -> list:
             held[ev[1]] = held.get(ev[1], 0) + 1
         elif ev[0] == "release":
             if any(ev[1] in g[1] for g in groups):
-                problems.append(f"event {k}: stage {ev[1]} released while a WGMMA in flight reads it")
+                problems.append(f"event {k}: (tile, stage) {ev[1]} released while a WGMMA in flight reads it")
             if held.get(ev[1], 0) <= 0:
-                problems.append(f"event {k}: stage {ev[1]} released but not held")
+                problems.append(f"event {k}: (tile, stage) {ev[1]} released but not held")
             held[ev[1]] = held.get(ev[1], 0) - 1
     if groups or building:
         problems.append("WGMMA still in flight when the consumer ends")
+    kept = sorted(k for k, n in held.items() if n > 0)
+    if kept:
+        problems.append(f"(tile, stage) {', '.join(map(str, kept))} acquired and never released")
     return problems

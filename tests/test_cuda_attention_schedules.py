@@ -39,9 +39,10 @@ def _attention(seq, dim, bm, bn, threads, causal, heads=2, batch=None):
     return flash_attention_forward(seq, dim, heads, bm, bn, "float16", causal, batch=batch, threads=threads)
 
 
-def chain(seq, dim, bm=128, bn=64, threads=256, tail=False):
+def chain(seq, dim, bm=128, bn=64, threads=256, tail=False, reuse_k=False):
     """Two gemms with a ReLU between them (not attention: the schedules find the form, not the name);
-    ``tail`` adds work on the second gemm's result inside the loop."""
+    ``tail`` adds work on the second gemm's result inside the loop; ``reuse_k``: the second gemm reads K's
+    tile too (no V), so the overlap keeps one mbarrier pair per stage."""
 
     @T.prim_func
     def main(Q: T.Tensor((seq, dim), "float16"), K: T.Tensor((seq, dim), "float16"),
@@ -49,7 +50,7 @@ def chain(seq, dim, bm=128, bn=64, threads=256, tail=False):
         with T.Kernel(T.ceildiv(seq, bm), threads=threads) as bx:
             Q_s = T.alloc_shared((bm, dim), "float16")
             K_s = T.alloc_shared((bn, dim), "float16")
-            V_s = T.alloc_shared((bn, dim), "float16")
+            V_s = K_s if reuse_k else T.alloc_shared((bn, dim), "float16")
             s = T.alloc_fragment((bm, bn), "float32")
             p = T.alloc_fragment((bm, bn), "float16")
             o = T.alloc_fragment((bm, dim), "float32")
@@ -62,7 +63,8 @@ def chain(seq, dim, bm=128, bn=64, threads=256, tail=False):
                 for i, j in T.Parallel(bm, bn):
                     s[i, j] = T.max(s[i, j], 0.0) * 0.125
                 T.copy(s, p)
-                T.copy(V[k * bn, 0], V_s)
+                if not reuse_k:
+                    T.copy(V[k * bn, 0], V_s)
                 T.gemm(p, V_s, o)
                 if tail:
                     for i, j in T.Parallel(bm, dim):
@@ -122,7 +124,12 @@ def test_schedules_find_the_form_not_the_name():
     both = {**NOCACHE, **SCHEDULES["both"]}
     k = tilecore.compile(chain(512, 64), target=HOPPER, pass_configs=both)
     assert "ping-pong: 2 consumer warpgroups" in _notes(k) and "intra-warpgroup overlap: " in _notes(k)
+    assert "each staged tile on its own mbarriers (K_s, V_s)" in _notes(k)
     assert _problems(k.get_kernel_source(), 2) == []
+    shared = tilecore.compile(chain(512, 64, reuse_k=True), target=HOPPER, pass_configs=both)
+    assert "intra-warpgroup overlap: " in _notes(shared) and "own mbarriers" not in _notes(shared)
+    assert "tc_rel = ((tc_it + 1) % 2);" in shared.get_kernel_source()  # the stage goes with the second gemm
+    assert _problems(shared.get_kernel_source(), 2) == []
     tail = tilecore.compile(chain(512, 64, tail=True), target=HOPPER, pass_configs=both)
     assert "no intra-warpgroup overlap (work after the second T.gemm)" in _notes(tail)
     assert "tc_wgmma_wait<1>" not in "\n".join(sim.consumer_lines(tail.get_kernel_source())) and _problems(tail.get_kernel_source(), 2) == []
@@ -156,8 +163,16 @@ MUTATIONS = [
      "acc_o touched while a WGMMA in flight"),
     ("both", "P repacked while the second gemm reads it", ("tc_wgmma_wait<0>();", "", 1),
      "tc_pa_acc_s_cast touched while a WGMMA in flight"),
-    ("overlap", "the wrong stage released", ("tc_rel = ((tc_it + 1) % 2);", "tc_rel = tc_s;", None),
+    ("overlap", "K released on V's barrier", ("tc_mbar_arrive((tc_bars + 8u * (4 + (tc_s))));",
+                                              "tc_mbar_arrive((tc_bars + 8u * (6 + (tc_s))));", None),
      "which this consumer does not hold"),
+    ("both", "V of j-1 released at j's stage", ("tc_mbar_arrive((tc_bars + 8u * (6 + (((tc_it + 1) % 2)))));",
+                                                "tc_mbar_arrive((tc_bars + 8u * (6 + (tc_s))));", None),
+     "which this consumer does not hold"),
+    ("both", "V of j-1 used before it lands",
+     ("tc_mbar_wait((tc_bars + 8u * (2 + ((tc_it + 1) % 2))), ((tc_it - 1) / 2) & 1);", "", None),
+     "which this consumer does not hold"),
+    ("off", "the last stage never released", ("if (tc_rel >= 0)", "", -1), "acquired and never released"),
     ("off", "no wait before the softmax", ("tc_wgmma_wait<0>();", "", 0), "acc_s touched while a WGMMA in flight"),
     ("off", "the stage released a step early", ("tc_rel = tc_s;", "tc_mbar_arrive((tc_bars + 8u * (2 + (tc_s))));",
                                                 None), "released while a WGMMA in flight reads it"),
@@ -244,13 +259,13 @@ def test_device_schedules_bit_identical_to_off_and_match_float64(torch_cuda, seq
 
 @hopper_gpu
 @pytest.mark.parametrize("schedule", list(SCHEDULES))
-@pytest.mark.parametrize("tail", [False, True])
-def test_device_two_gemm_chain_matches_float64(torch_cuda, schedule, tail):
+@pytest.mark.parametrize("tail,reuse_k", [(False, False), (True, False), (False, True)])
+def test_device_two_gemm_chain_matches_float64(torch_cuda, schedule, tail, reuse_k):
     torch = torch_cuda
     seq, dim = 640, 64
     rng = np.random.default_rng(2)
     q, k, v = (rng.standard_normal((seq, dim)).astype(np.float16) for _ in range(3))
-    kern = tilecore.compile(chain(seq, dim, tail=tail), target="cuda", pass_configs=SCHEDULES[schedule])
+    kern = tilecore.compile(chain(seq, dim, tail=tail, reuse_k=reuse_k), target="cuda", pass_configs=SCHEDULES[schedule])
     assert "not mapped" not in _notes(kern)
     o = torch.full((seq, dim), float("nan"), device="cuda")
     kern(*(torch.from_numpy(x).cuda() for x in (q, k, v)), o)
@@ -258,7 +273,7 @@ def test_device_two_gemm_chain_matches_float64(torch_cuda, schedule, tail):
     ref = np.zeros((seq, dim))
     for j in range(0, seq, 64):  # the kernel's order: o += relu(Q K_j^T) / 8 as float16, times V_j
         p = (np.maximum(q.astype(np.float64) @ k[j:j + 64].astype(np.float64).T, 0) * 0.125).astype(np.float16)
-        ref = ref + p.astype(np.float64) @ v[j:j + 64].astype(np.float64)
+        ref = ref + p.astype(np.float64) @ (k if reuse_k else v)[j:j + 64].astype(np.float64)
         if tail:
             ref = ref * 0.5
     np.testing.assert_allclose(o.double().cpu().numpy(), ref, atol=5e-2, rtol=1e-2)

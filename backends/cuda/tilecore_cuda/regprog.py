@@ -352,7 +352,7 @@ def _schedule(plan, ctx, name: str) -> None:
     softmax runs while another's gemms do) and ``tilecore.cuda.intra_wg_overlap`` (iteration j issues its
     first gemm, then iteration j-1's second one, and works on the first's result while the second runs).
     A kernel that asks for one and does not have the form gets a note saying why, and today's code."""
-    plan["pingpong"] = plan["overlap"] = None
+    plan["pingpong"] = plan["overlap"] = plan["split"] = None
     if ctx.option("tilecore.cuda.pingpong", PINGPONG_DEFAULT):
         try:
             _need(plan["nc"] >= 2, "one consumer warpgroup: nobody to take turns with")
@@ -365,9 +365,29 @@ def _schedule(plan, ctx, name: str) -> None:
         try:
             plan["overlap"] = _overlap_form(plan)
             ctx.notes.append(f"{name}: intra-warpgroup overlap: the second gemm of iteration j-1 runs during the "
-                             "work on iteration j's first")
+                             "work on iteration j's first" + _split_barriers(plan, ctx))
         except _No as e:
             ctx.notes.append(f"{name}: no intra-warpgroup overlap ({e})")
+
+
+def _split_barriers(plan, ctx) -> str:
+    """With the overlap, a stage's tiles read by the first gemm (K) are free once it is done, those of the
+    second (V) one softmax later: each staged tile gets its own full / empty mbarriers per stage (FA3's
+    separate K and V pipelines), so the producer refills K while V is still read. Where every staged tile
+    is read by exactly one of the two gemms and the barriers fit; returns the note's words."""
+    g1, g2 = plan["overlap"]
+    body, staged = plan["body"], plan["staged"]
+    first = {r.buffer for r in body[g1].args[:2]} & set(staged)
+    second = {r.buffer for r in body[g2].args[:2]} & set(staged)
+    if not first or not second or first & second or first | second != set(staged):
+        return ""
+    S, T = plan["stages"], len(staged)
+    pipe = 1024 + plan["once_bytes"] + S * plan["stage_bytes"] + 16 * S * T + 16
+    if pipe > onchip_limit(ctx):
+        return ""
+    plan["split"] = {b: 0 if b in first else 1 for b in staged}
+    plan["pipe_bytes"] = pipe
+    return f"; each staged tile on its own mbarriers ({', '.join(b.name for b in staged)})"
 
 
 def _lower_as(mode: str):
@@ -463,10 +483,20 @@ class _Emit:
             return f"(tc_base + {p['once_bytes'] + p['offset'][b]}u + (unsigned){stage} * {p['stage_bytes']}u)"
         return f"(tc_base + {p['offset'][b]}u)"
 
-    def bar(self, kind: str, s: str = "0") -> str:
+    def bar(self, kind: str, s: str = "0", tile=None) -> str:
         S = self.p["stages"]
+        if self.p.get("split"):  # a full and an empty mbarrier per staged tile and stage (the overlap)
+            T = len(self.p["staged"])
+            t = self.p["staged"].index(tile) if tile is not None else None
+            return {"full": lambda: f"(tc_bars + 8u * ({t * S} + ({s})))",
+                    "empty": lambda: f"(tc_bars + 8u * ({T * S + t * S} + ({s})))",
+                    "once": lambda: f"(tc_bars + {16 * S * T}u)"}[kind]()
         return {"full": f"(tc_bars + 8u * ({s}))", "empty": f"(tc_bars + 8u * ({S} + ({s})))",
                 "once": f"(tc_bars + {16 * S}u)"}[kind]
+
+    def tiles_of(self, which: int) -> list:
+        """The staged tiles the first (0) or second (1) gemm reads, on their own mbarriers (the overlap)."""
+        return [b for b in self.p["staged"] if self.p["split"][b] == which]
 
     def run(self):
         if self.mma:
@@ -479,9 +509,10 @@ class _Emit:
         self.line("const int tc_wg = threadIdx.x / 128;")
 
         def init():
-            self.block(f"for (int s = 0; s < {S}; ++s)", lambda: (
-                self.line(f"tc_mbar_init({self.bar('full', 's')}, 1);"),
-                self.line(f"tc_mbar_init({self.bar('empty', 's')}, {128 * p['nc']});")))
+            tiles = p["staged"] if p.get("split") else [None]
+            self.block(f"for (int s = 0; s < {S}; ++s)", lambda: [
+                (self.line(f"tc_mbar_init({self.bar('full', 's', b)}, 1);"),
+                 self.line(f"tc_mbar_init({self.bar('empty', 's', b)}, {128 * p['nc']});")) for b in tiles])
             self.line(f"tc_mbar_init({self.bar('once')}, 1);")
             self.line('asm volatile("fence.mbarrier_init.release.cluster;\\n" ::: "memory");')
 
@@ -525,6 +556,14 @@ class _Emit:
             def step():
                 self.loop_var(loop)
                 self.line(f"const int tc_s = tc_it % {S};")
+                if p.get("split"):  # each tile as soon as its own buffer of this stage is free
+                    for b in p["staged"]:
+                        size = p["shared"][b]["rows"] * p["shared"][b]["cols"] * p["shared"][b]["esize"]
+                        self.line(f"if (tc_it >= {S}) tc_mbar_wait({self.bar('empty', 'tc_s', b)}, "
+                                  f"((tc_it / {S}) + 1) & 1);")
+                        self.line(f"tc_mbar_expect_tx({self.bar('full', 'tc_s', b)}, {size}u);")
+                        self.loads(b, self.bar("full", "tc_s", b))
+                    return
                 self.line(f"if (tc_it >= {S}) tc_mbar_wait({self.bar('empty', 'tc_s')}, ((tc_it / {S}) + 1) & 1);")
                 self.line(f"tc_mbar_expect_tx({self.bar('full', 'tc_s')}, {p['stage_bytes']}u);")
                 for b in p["staged"]:
@@ -546,7 +585,8 @@ class _Emit:
         if self.regs:
             self.line("tc_setmaxnreg_inc<232>();")
         self.consumer_setup("tc_wg - 1")
-        self.line("int tc_rel = -1;  /* a stage whose release waits for WGMMA still reading it */")
+        if not p.get("split"):
+            self.line("int tc_rel = -1;  /* a stage whose release waits for WGMMA still reading it */")
         for s in p["pre"]:
             if not isinstance(s, Bind):
                 self.cstmt(s)
@@ -635,21 +675,38 @@ class _Emit:
         self.groups = []
         self.pending = set()
 
-        def run_first(wait_turn: bool, pass_turn):
-            self.line(f"tc_mbar_wait({self.bar('full', 'tc_s')}, (tc_it / {S}) & 1);")
+        split = p.get("split")
+
+        def run_first(wait_turn: bool, pass_turn, previous: bool):
+            if not split:
+                self.line(f"tc_mbar_wait({self.bar('full', 'tc_s')}, (tc_it / {S}) & 1);")
+            else:  # this iteration's tiles of the first gemm, the previous one's of the second
+                for b in self.tiles_of(0):
+                    self.line(f"tc_mbar_wait({self.bar('full', 'tc_s', b)}, (tc_it / {S}) & 1);")
+                for b in (self.tiles_of(1) if previous else []):
+                    self.line(f"tc_mbar_wait({self.bar('full', f'(tc_it + {S - 1}) % {S}', b)}, "
+                              f"((tc_it - 1) / {S}) & 1);")
             for k, s in enumerate(first):
                 if pp and k == g1:
                     self.turn_wait, self.turn_pass = wait_turn, pass_turn
                 self.cstmt(s)
+            if split:  # its tiles are free once it is done
+                self.groups[-1] = (*self.groups[-1][:3], [self.bar("empty", "tc_s", b) for b in self.tiles_of(0)])
 
-        def run_second(stage: str, pass_turn):
+        def run_second(stage: str, pass_turn, last: str = ""):
             self.stage = stage
+            if split and last:
+                for b in self.tiles_of(1):
+                    self.line(f"tc_mbar_wait({self.bar('full', stage, b)}, (({last}) / {S}) & 1);")
             if pp:
                 self.turn_wait, self.turn_pass = pass_turn != "all", pass_turn
             self.cstmt(second)
             self.stage = "tc_s"
-            self.groups[-1] = (*self.groups[-1][:2], True)  # its end releases the stage
-            self.line(f"tc_rel = {stage};")
+            if split:
+                self.groups[-1] = (*self.groups[-1][:3], [self.bar("empty", stage, b) for b in self.tiles_of(1)])
+            else:
+                self.groups[-1] = (*self.groups[-1][:2], True, [])  # its end releases the stage
+                self.line(f"tc_rel = {stage};")
 
         def run_between():
             for s in between:
@@ -660,13 +717,13 @@ class _Emit:
             self.line("const int tc_it = 0;")
             self.loop_var(loop)
             self.line("const int tc_s = 0;")
-            run_first(True, "all")
+            run_first(True, "all", False)
             run_between()
 
         def step():
             self.loop_var(loop)
             self.line(f"const int tc_s = tc_it % {S};")
-            run_first(True, None)
+            run_first(True, None, True)
             run_second(f"((tc_it + {S - 1}) % {S})", "all")
             run_between()
 
@@ -675,7 +732,7 @@ class _Emit:
                 self.first_turn()
             self.block("", iteration0)
             self.block("for (int tc_it = 1; tc_it < tc_nit; ++tc_it)", step)
-            run_second(f"((tc_nit + {S - 1}) % {S})", "final")
+            run_second(f"((tc_nit + {S - 1}) % {S})", "final", "tc_nit - 1")
             self.retire()
 
         self.line(f"const int tc_nit = (int)({em.expr(st, loop.extent)});")
@@ -700,6 +757,8 @@ class _Emit:
             self.line(f"tc_reg_fence_u({pa});")
         if any(g[2] for g in done):
             self.line(f"if (tc_rel >= 0) {{ tc_mbar_arrive({self.bar('empty', 'tc_rel')}); tc_rel = -1; }}")
+        for bar in (x for g in done for x in g[3]):
+            self.line(f"tc_mbar_arrive({bar});")
         self.pending = set().union(*(g[0] for g in self.groups))
         self.pending_packed = set().union(*(g[1] for g in self.groups))
 
@@ -713,7 +772,10 @@ class _Emit:
         for pa in sorted(self.pending_packed):
             self.line(f"tc_reg_fence_u({pa});")
         self.pending_packed = set()
-        self.line(f"if (tc_rel >= 0) {{ tc_mbar_arrive({self.bar('empty', 'tc_rel')}); tc_rel = -1; }}")
+        if not self.p.get("split"):
+            self.line(f"if (tc_rel >= 0) {{ tc_mbar_arrive({self.bar('empty', 'tc_rel')}); tc_rel = -1; }}")
+        for bar in (x for g in (self.groups or ()) for x in g[3]):
+            self.line(f"tc_mbar_arrive({bar});")
         self.pending = set()
         self.retired = True
         if self.groups is not None:
@@ -893,7 +955,7 @@ class _Emit:
         if a_regs:
             self.pending_packed.add(pa)
         if self.groups is not None:
-            self.groups.append(({c.buffer} | ({a.buffer} if a_regs else set()), {pa} if a_regs else set(), False))
+            self.groups.append(({c.buffer} | ({a.buffer} if a_regs else set()), {pa} if a_regs else set(), False, []))
 
     def packed(self, b) -> str:
         return f"tc_pa_{self.em.name(self.st, b)}"
