@@ -464,6 +464,7 @@ class _Emit:
         self.turn_wait = False      # ping-pong: wait for this consumer's turn before the next WGMMA ...
         self.turn_pass = None       # ... and pass the turn on after it ("all", or "final": not the last consumer)
         self.groups = None          # intra-warpgroup overlap: WGMMA groups in flight, oldest first
+        self.packed_ahead = None    # a fragment whose packed copy the next WGMMA reading it finds ready
 
     def line(self, text: str):
         self.em.line(self.st, text)
@@ -712,6 +713,15 @@ class _Emit:
             for s in between:
                 self.cstmt(s)
             self.retire()  # nothing stays in flight into the next iteration (B normally waited already)
+            a = second.args[0].buffer
+            if a in p["frags"]:  # the second gemm's A (P) packed now: 32 registers, not 64, carried
+                # into the next iteration, and no conversions inside the next turn
+                pack = "tc_pack_h2" if str(a.dtype) == "float16" else "tc_pack_bf2"
+                f, pa = em.name(st, a), self.packed(a)
+                self.line("#pragma unroll")
+                self.line(f"for (int tc_q = 0; tc_q < {a.static_shape()[1] // 4}; ++tc_q) {pa}[tc_q] = "
+                          f"{pack}({f}[2 * tc_q], {f}[2 * tc_q + 1]);")
+                self.packed_ahead = a
 
         def iteration0():
             self.line("const int tc_it = 0;")
@@ -922,9 +932,12 @@ class _Emit:
             # A packed into 32-bit registers that stay live (fenced) until the WGMMA is waited for: the
             # compiler must not reuse them while the tensor cores still read them
             f, pa = em.name(st, a.buffer), self.packed(a.buffer)
-            self.line("#pragma unroll")
-            self.line(f"for (int tc_q = 0; tc_q < {k // 4}; ++tc_q) {pa}[tc_q] = "
-                      f"{pack}({f}[2 * tc_q], {f}[2 * tc_q + 1]);")
+            if self.packed_ahead is a.buffer:  # the overlap packed it at the end of the work before
+                self.packed_ahead = None
+            else:
+                self.line("#pragma unroll")
+                self.line(f"for (int tc_q = 0; tc_q < {k // 4}; ++tc_q) {pa}[tc_q] = "
+                          f"{pack}({f}[2 * tc_q], {f}[2 * tc_q + 1]);")
         if self.turn_wait:
             self.wait_turn()
         self.line("tc_wgmma_fence();")
