@@ -18,6 +18,9 @@ step conformance-cuda python3 -m tilecore conformance run --target cuda:sm_90a -
 # every kernel on the core's general path (no register programs / Hopper pipelines): wgmma through the core model
 step conformance-general env TILECORE_PASS_CONFIGS='{"tilecore.cuda.register_programs": false}' \
      python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-general
+# the catalog's attention cases with FA3's schedules on (decision D28; off is the default the step above ran)
+step conformance-schedules python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention \
+     --pass-config tilecore.cuda.pingpong=true --pass-config tilecore.cuda.intra_wg_overlap=true --report /tmp/rep/cuda-schedules
 step wgmma-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_wgmma_unit.py -rs
 step conformance-webgpu python3 -m tilecore conformance run --target webgpu -n 4 --report /tmp/rep/webgpu
 # fragments' row reductions through subgroup shuffles on the NVIDIA Vulkan adapter (subgroups of 32; decision D21)
