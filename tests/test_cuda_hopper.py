@@ -359,10 +359,11 @@ def test_attention_that_does_not_fit_keeps_the_generic_path(bm, threads, why):
     assert ("tc_wg_fence();" if bm >= 64 else "tc_mma_16816_r(") in body
 
 
-#: FA3's schedules (D28; tests/test_cuda_attention_schedules.py): off, and each of them on
-SCHEDULES = {"off": {}, "pingpong": {"tilecore.cuda.pingpong": True},
-             "overlap": {"tilecore.cuda.intra_wg_overlap": True},
-             "both": {"tilecore.cuda.pingpong": True, "tilecore.cuda.intra_wg_overlap": True}}
+#: FA3's schedules (D28; tests/test_cuda_attention_schedules.py): both off, each alone, both on (spelled out,
+#: whatever the defaults are)
+SCHEDULES = {name: {"tilecore.cuda.pingpong": pp, "tilecore.cuda.intra_wg_overlap": ov}
+             for name, pp, ov in (("off", False, False), ("pingpong", True, False), ("overlap", False, True),
+                                  ("both", True, True))}
 
 
 @hopper_gpu
