@@ -11,6 +11,10 @@ traces, and checks two protocols a GPU would only show as hangs or wrong numbers
   use one each), nothing is released twice, unheld or while a WGMMA reads it, everything acquired is
   released, and nothing is in flight at exit.
 
+A third check compares two traces of one consumer: every register array must see the same operations in the
+same order (a schedule may move a statement only past statements on other arrays), and every WGMMA must read
+the same shared tiles of the same stages.
+
 The interpreter knows the emitter's control lines only: ``for (int tc_it = A; ...)`` runs from A to the
 trip count it is given (for every trip count: the count is the block's, the same for every consumer),
 ``if (...)`` over ``tc_c`` / ``tc_it`` / ``tc_s`` / ``tc_rel`` / ``tc_nit`` is decided, and every other line
@@ -123,8 +127,9 @@ def trace(src: str, consumer: int, trips: int) -> list:
         elif "::run(" in s:
             c = s[s.index("::run(") + 6:].split(",")[0].strip()
             regs = {c} | set(re.findall(r"\b(tc_pa_\w+)\[", s))
-            reads = {(tile_of[int(off)], _eval(x, env)) for off, x in _TILE.findall(s) if int(off) in tile_of}
-            events.append(("mma", frozenset(regs), frozenset(reads)))
+            tiles_read = [(int(off), _eval(x, env)) for off, x in _TILE.findall(s)]
+            reads = {(tile_of[off], stage) for off, stage in tiles_read if off in tile_of}
+            events.append(("mma", frozenset(regs), frozenset(reads), frozenset(tiles_read)))
         elif s.startswith("tc_wgmma_commit"):
             events.append(("commit",))
         elif s.startswith("tc_wgmma_wait<"):
@@ -248,4 +253,33 @@ def check_wgmma(events: list) -> list:
     kept = sorted(k for k, n in held.items() if n > 0)
     if kept:
         problems.append(f"(tile, stage) {', '.join(map(str, kept))} acquired and never released")
+    return problems
+
+
+def per_fragment(events: list) -> dict:
+    """Each register array's own history in a trace: the statements that touch it (their text) and the
+    WGMMA that write or read it (with the shared tiles, by offset and stage, they read), in order."""
+    out: dict = {}
+    for ev in events:
+        if ev[0] == "touch":
+            for name in ev[1]:
+                out.setdefault(name, []).append(ev[2])
+        elif ev[0] == "mma":
+            for name in ev[1]:
+                out.setdefault(name, []).append(("wgmma", tuple(sorted(ev[1])), tuple(sorted(ev[3]))))
+    return out
+
+
+def same_per_fragment(base: list, other: list) -> list:
+    """Where two traces of one consumer differ in some register array's history (an empty list when every
+    array sees the same operations in the same order: a schedule that only moves statements past others
+    that touch other arrays keeps the program's meaning)."""
+    a, b = per_fragment(base), per_fragment(other)
+    problems = []
+    for name in sorted(set(a) | set(b)):
+        x, y = a.get(name, []), b.get(name, [])
+        if x != y:
+            k = next((i for i, (u, v) in enumerate(zip(x, y)) if u != v), min(len(x), len(y)))
+            problems.append(f"{name}: operation {k} differs ({x[k] if k < len(x) else 'none'!s:.80} vs "
+                            f"{y[k] if k < len(y) else 'none'!s:.80})")
     return problems

@@ -6,8 +6,9 @@ j-1's second are in flight together while j's softmax runs).
 Without a GPU (CI): the consumers' generated code runs on the host (tests/regprog_sim.py) for every trip count
 0..5 and every consumer, checking the turn protocol (no deadlock, balanced barriers, ids clear of
 ``__syncthreads``, WGMMA only in a consumer's turn) and the WGMMA hazards (registers and pipeline stages), with
-mutation tests for both checkers; the SASS shows the named barriers and no local memory (the fragments fit
-the 232-register budget). On an sm_90 GPU: float64 references, and outputs bit-identical to the schedules off.
+mutation tests for both checkers; every register array's history (the operations on it, in order, and the
+tiles its WGMMA read) is the same as with the schedules off; the SASS shows the named barriers and no local
+memory (the fragments fit the 232-register budget). On an sm_90 GPU: float64 references, and outputs bit-identical to the schedules off.
 """
 from __future__ import annotations
 
@@ -82,6 +83,11 @@ def _problems(src: str, consumers: int) -> list:
     return out
 
 
+def _differences(base: str, src: str, consumers: int) -> list:
+    return [f"{trips} trips, consumer {c}: {p}" for trips in range(6) for c in range(consumers)
+            for p in sim.same_per_fragment(sim.trace(base, c, trips), sim.trace(src, c, trips))]
+
+
 # -- compile-only ---------------------------------------------------------------------------------------
 
 @needs_toolchain
@@ -99,6 +105,41 @@ def test_schedules_keep_the_turns_and_the_wgmma_hazards(shape, schedule):
     assert ("tc_named_sync(1 + tc_c, 256);" in consumer) == (schedule in ("pingpong", "both"))
     assert ("tc_wgmma_wait<1>();" in consumer) == (schedule in ("overlap", "both"))
     assert _problems(src, consumers) == []
+
+
+@needs_toolchain
+@pytest.mark.parametrize("schedule", ["pingpong", "overlap", "both"])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_schedules_keep_every_fragments_history(shape, schedule):
+    """The schedules move statements only past statements on other register arrays: every array (S, P, O,
+    the row statistics, P's packed registers) sees the same operations in the same order as with the
+    schedules off, and every WGMMA reads the same tiles of the same stages, for every trip count."""
+    base = _kernel(shape, "off").get_kernel_source()
+    assert _differences(base, _kernel(shape, schedule).get_kernel_source(), SHAPES[shape][4] // 128) == []
+
+
+#: breaks of what the program computes: (schedule, what, edit, whether the protocol checkers see it too)
+MEANING = [("both", "P V reads this iteration's V", ("(unsigned)((tc_it + 1) % 2) * 65536u", "(unsigned)tc_s * 65536u"),
+            True),
+           ("overlap", "m_prev taken after the new row max",
+            ("for (int tc_q = 0; tc_q < 2; ++tc_q) m_prev[tc_q] = m_cur[tc_q];",
+             "move after m_cur[tc_h] = tc_nanmax(m_cur[tc_h], tc_r);"), False)]
+
+
+@needs_toolchain
+@pytest.mark.parametrize("schedule,what,edit,protocol", MEANING, ids=[m[1] for m in MEANING])
+def test_fragment_history_catches_a_changed_meaning(schedule, what, edit, protocol):
+    src = _kernel("d128", schedule).get_kernel_source()
+    old, new = edit
+    if new.startswith("move after "):
+        broken = _mutate(src, old, new, 1)
+    else:
+        first = src.index("const int tc_c = tc_wg - 1")
+        broken = src[:first] + src[first:].replace(old, new)
+    assert broken != src
+    found = _differences(_kernel("d128", "off").get_kernel_source(), broken, 2)
+    assert found, f"{what}: no difference found"
+    assert bool(_problems(broken, 2)) == protocol
 
 
 @needs_toolchain
