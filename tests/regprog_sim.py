@@ -3,7 +3,8 @@ traces, and checks two protocols a GPU would only show as hangs or wrong numbers
 
 - the ping-pong turns (``tc_named_sync`` / ``tc_named_arrive``): every consumer waits for its turn before it
   issues WGMMA and passes it on after; no consumer waits forever; every barrier ends balanced (no arrivals
-  left over when the block exits); ids are 1..15 (0 is ``__syncthreads``), 256 threads each;
+  left over when the block exits); ids are 2..15 (0 is ``__syncthreads``, 1 the CUDA emitter's barrier over
+  a warp-specialized block's consumers), 256 threads each;
 - the WGMMA hazards: no statement touches a register array that a WGMMA group still in flight writes or
   reads (``tc_wgmma_wait<N>`` leaves the newest N groups in flight), no WGMMA reads a staged tile the
   consumer does not hold (``tc_mbar_wait`` on its full barrier acquires it, ``tc_mbar_arrive`` on its empty
@@ -175,8 +176,9 @@ def check_turns(traces: list) -> list:
     for c, tr in enumerate(traces):
         for ev in tr:
             if ev[0] in ("sync", "arrive"):
-                if not 1 <= ev[1] <= 15:
-                    problems.append(f"consumer {c}: named barrier {ev[1]} (0 is __syncthreads; 1..15 are free)")
+                if not 2 <= ev[1] <= 15:
+                    problems.append(f"consumer {c}: named barrier {ev[1]} (0 is __syncthreads, 1 the emitter's "
+                                    "barrier over warp-specialized consumers; 2..15 are free)")
                 if ev[2] != 256:
                     problems.append(f"consumer {c}: barrier {ev[1]} over {ev[2]} threads, not two warpgroups")
     if problems:

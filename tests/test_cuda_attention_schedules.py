@@ -102,7 +102,7 @@ def test_schedules_keep_the_turns_and_the_wgmma_hazards(shape, schedule):
     consumer = "\n".join(sim.consumer_lines(src))
     assert ("ping-pong: " in notes) == (schedule in ("pingpong", "both"))
     assert ("intra-warpgroup overlap: " in notes) == (schedule in ("overlap", "both"))
-    assert ("tc_named_sync(1 + tc_c, 256);" in consumer) == (schedule in ("pingpong", "both"))
+    assert ("tc_named_sync(2 + tc_c, 256);" in consumer) == (schedule in ("pingpong", "both"))
     assert ("tc_wgmma_wait<1>();" in consumer) == (schedule in ("overlap", "both"))
     assert _problems(src, consumers) == []
 
@@ -184,19 +184,21 @@ def test_schedules_find_the_form_not_the_name():
 #: (schedule, what to break, (line, its replacement or "move after <prefix>", which occurrence in the consumer's
 #: code; None: every one), the problem the checker must name)
 MUTATIONS = [
-    ("pingpong", "no first turn", ("if (tc_c == 1) tc_named_arrive(1, 256);", "", None), "deadlock"),
-    ("both", "no first turn", ("if (tc_c == 1) tc_named_arrive(1, 256);", "", None), "deadlock"),
+    ("pingpong", "no first turn", ("if (tc_c == 1) tc_named_arrive(2, 256);", "", None), "deadlock"),
+    ("both", "no first turn", ("if (tc_c == 1) tc_named_arrive(2, 256);", "", None), "deadlock"),
     ("pingpong", "the last consumer passes its last turn",
-     ("if (tc_c != 1) tc_named_arrive(1 + tc_c + 1, 256);", "tc_named_arrive(1 + tc_c + 1, 256);", None),
+     ("if (tc_c != 1) tc_named_arrive(2 + tc_c + 1, 256);", "tc_named_arrive(2 + tc_c + 1, 256);", None),
      "never completed at exit"),
     ("pingpong", "barrier 0, __syncthreads' own",
-     ("tc_named_sync(1 + tc_c, 256);", "tc_named_sync(0 + tc_c, 256);", None), "named barrier 0"),
-    ("both", "a turn of one warpgroup", ("tc_named_sync(1 + tc_c, 256);", "tc_named_sync(1 + tc_c, 128);", None),
+     ("tc_named_sync(2 + tc_c, 256);", "tc_named_sync(0 + tc_c, 256);", None), "named barrier 0"),
+    ("both", "barrier 1, the emitter's consumer-group barrier",
+     ("tc_named_sync(2 + tc_c, 256);", "tc_named_sync(1 + tc_c, 256);", None), "named barrier 1"),
+    ("both", "a turn of one warpgroup", ("tc_named_sync(2 + tc_c, 256);", "tc_named_sync(2 + tc_c, 128);", None),
      "over 128 threads"),
     ("pingpong", "the turn taken after the second gemm",
-     ("tc_named_sync(1 + tc_c, 256);", "move after tc_wgmma_commit", 1), "outside its turn"),
+     ("tc_named_sync(2 + tc_c, 256);", "move after tc_wgmma_commit", 1), "outside its turn"),
     ("both", "the turn taken after the first gemm",
-     ("tc_named_sync(1 + tc_c, 256);", "move after tc_wgmma_commit", 1), "outside its turn"),
+     ("tc_named_sync(2 + tc_c, 256);", "move after tc_wgmma_commit", 1), "outside its turn"),
     ("overlap", "softmax before the first gemm lands", ("tc_wgmma_wait<1>();", "tc_wgmma_wait<2>();", None),
      "acc_s touched while a WGMMA in flight"),
     ("overlap", "rescale before the second gemm lands", ("tc_wgmma_wait<0>();", "", 1),

@@ -338,9 +338,10 @@ def _overlap_form(plan) -> tuple:
 
 
 #: the consumers' turns on the tensor cores (``tilecore.cuda.pingpong``) are named barriers ``TURN_BAR + c``
-#: for consumer ``c`` (at most 5 consumers: ids 1..5 of 16); id 0 is ``__syncthreads``. Each barrier has 256
-#: threads: the consumer waiting for its turn and the one before it in the ring, passing the turn on
-TURN_BAR = 1
+#: for consumer ``c`` (at most 5 consumers: ids 2..6 of 16); id 0 is ``__syncthreads`` and id 1 the emitter's
+#: barrier over a warp-specialized block's consumers (``CUDAEmitter.group_barrier_stmt``, the core's path).
+#: Each barrier has 256 threads: the consumer waiting for its turn and the one before it, passing the turn on
+TURN_BAR = 2
 #: defaults of the two schedules (docs/decisions.md D28: the lead measures both settings on the H100)
 PINGPONG_DEFAULT = False
 INTRA_WG_OVERLAP_DEFAULT = False
