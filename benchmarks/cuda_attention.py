@@ -81,6 +81,8 @@ def main() -> int:
     ap.add_argument("--pass-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a pass config for every kernel (repeat it); VALUE is parsed as Python (True, 3) or kept a string")
     args = ap.parse_args()
+    if not (args.exact or args.fast_math):
+        ap.error("--no-exact leaves nothing to time without --fast-math")
     schedules = args.schedules.split(",")
     unknown = [x for x in schedules if x not in SCHEDULES]
     if unknown:
