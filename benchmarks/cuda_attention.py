@@ -1,16 +1,20 @@
 """FlashAttention forward on a CUDA GPU: tilecore against torch SDPA (cuDNN and flash backends), same run.
 
     python benchmarks/cuda_attention.py [--batch 8 --heads 32 --seq 4096 --dim 128] [--kv-heads 8] [--rep 5]
+        [--schedules off,pingpong,overlap,both] [--causal both|yes|no] [--pass-config KEY=VALUE ...]
 
 The kernel is written as TileLang writes it (Q/K/V tiles in shared memory, online softmax with exp2,
 two gemms per block). Prints TFLOP/s (4 * b * h * s^2 * d for full attention, half that for causal)
 and the ratio to the best torch backend; checks our output against SDPA's before timing. ``--kv-heads``
 makes it grouped-query attention (K/V with fewer heads; SDPA with ``enable_gqa=True`` in the same run).
+``--schedules`` times the same kernels with FA3's schedules off and on (docs/decisions.md D28: ``pingpong``,
+``overlap`` = ``tilecore.cuda.intra_wg_overlap``, ``both``), one row each, against the same SDPA numbers.
 Exits with code 2 and a clear message where no CUDA GPU is present.
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import sys
 import time
 
@@ -18,11 +22,19 @@ import tilecore
 from tilecore_conformance.composite import flash_attention_forward
 
 
+#: FA3's schedules of the register programs (D28), by the name --schedules takes
+SCHEDULES = {"off": {"tilecore.cuda.pingpong": False, "tilecore.cuda.intra_wg_overlap": False},
+             "pingpong": {"tilecore.cuda.pingpong": True, "tilecore.cuda.intra_wg_overlap": False},
+             "overlap": {"tilecore.cuda.pingpong": False, "tilecore.cuda.intra_wg_overlap": True},
+             "both": {"tilecore.cuda.pingpong": True, "tilecore.cuda.intra_wg_overlap": True},
+             "default": {}}
+
+
 def flash_fwd(batch, heads, seq, dim, causal, bm=64, bn=64, dtype="float16", threads=128, stages=2, fast=False,
-              wgmma=True, kv_heads=None):
+              wgmma=True, kv_heads=None, configs=None):
     # the conformance catalog's kernel, at the benchmark's sizes
     @tilecore.jit(out_idx=[3], target="cuda",
-                  pass_configs={"tilecore.fast_math": fast, "tilecore.cuda.disable_wgmma": not wgmma})
+                  pass_configs={"tilecore.fast_math": fast, "tilecore.cuda.disable_wgmma": not wgmma, **(configs or {})})
     def build():
         return flash_attention_forward(seq, dim, heads, bm, bn, dtype, causal, batch=batch, threads=threads,
                                        num_stages=stages, kv_heads=kv_heads)
@@ -61,7 +73,27 @@ def main() -> int:
                     help="switch the Hopper passes off: measures the sm_80 path (mma.sync register program) here")
     ap.add_argument("--fast-math", action="store_true",
                     help="also time every configuration with tilecore.fast_math (approximate exp2, contraction)")
+    ap.add_argument("--exact", action=argparse.BooleanOptionalAction, default=True,
+                    help="time the exact build (--no-exact with --fast-math: fast math only)")
+    ap.add_argument("--schedules", default="default",
+                    help=f"comma-separated, one row each: {', '.join(SCHEDULES)} (default: the compiler's defaults)")
+    ap.add_argument("--causal", choices=("both", "yes", "no"), default="both")
+    ap.add_argument("--pass-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="a pass config for every kernel (repeat it); VALUE is parsed as Python (True, 3) or kept a string")
     args = ap.parse_args()
+    if not (args.exact or args.fast_math):
+        ap.error("--no-exact leaves nothing to time without --fast-math")
+    schedules = args.schedules.split(",")
+    unknown = [x for x in schedules if x not in SCHEDULES]
+    if unknown:
+        ap.error(f"--schedules: unknown {', '.join(unknown)}; known: {', '.join(SCHEDULES)}")
+    extra = {}
+    for kv in args.pass_config:
+        key, _, value = kv.partition("=")
+        try:
+            extra[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            extra[key] = value
     try:
         import torch
         import torch.nn.functional as F
@@ -79,51 +111,54 @@ def main() -> int:
     hk = args.kv_heads or h
     gqa = f" kv-heads {hk}" if hk != h else ""
     table = Table(title=f"FlashAttention forward fp16, b{b} h{h}{gqa} s{s} d{d} on {torch.cuda.get_device_name()}")
-    for col in ("causal", "tilecore TFLOP/s", "config", "SDPA cuDNN", "SDPA flash", "ours / best torch", "max err"):
+    for col in ("causal", "schedule", "tilecore TFLOP/s", "config", "SDPA cuDNN", "SDPA flash", "ours / best torch",
+                "max err"):
         table.add_column(col, justify="right")
     g = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(b, h, s, d, device="cuda", dtype=torch.float16, generator=g)
     k, v = (torch.randn(b, hk, s, d, device="cuda", dtype=torch.float16, generator=g) for _ in range(2))
-    extra = {"enable_gqa": True} if hk != h else {}
-    for causal in (False, True):
+    gqa_args = {"enable_gqa": True} if hk != h else {}
+    for causal in {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]:
         flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
         theirs = {}
         for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
             try:
                 with sdpa_kernel(backend):
-                    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal, **extra)
+                    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal, **gqa_args)
                     theirs[name] = flops / cuda_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal,
-                                                                                          **extra), args.rep) / 1e9
+                                                                                          **gqa_args), args.rep) / 1e9
             except RuntimeError as e:  # a backend torch lacks on this build or device
                 theirs[name] = float("nan")
                 print(f"SDPA {name}: unavailable ({str(e).splitlines()[0]})", file=sys.stderr)
         with sdpa_kernel(SDPBackend.MATH):
-            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal, **extra)
-        best, best_cfg, errs = 0.0, "-", []
-        cfgs = [(c, False) for c in args.blocks.split(",")]
-        if args.fast_math:
-            cfgs += [(c, True) for c in args.blocks.split(",")]
-        for cfg, fast in cfgs:
-            bm, bn, *rest = (int(x) for x in cfg.split("x"))
-            threads, stages = (rest + [128, 2][len(rest):])[:2]
-            cfg = cfg + (" fast-math" if fast else "")
-            t0 = time.perf_counter()
-            try:
-                kern = flash_fwd(b, h, s, d, causal, bm, bn, threads=threads, stages=stages, fast=fast,
-                                 wgmma=not args.no_wgmma, kv_heads=hk)
-            except tilecore.errors.TilecoreError as e:  # e.g. tiles that do not fit on chip at d256: said, skipped
-                print(f"causal={causal} {cfg}: skipped ({type(e).__name__}: {str(e)[:160]})", file=sys.stderr)
-                continue
-            compile_s = time.perf_counter() - t0
-            out = kern(q, k, v)
-            errs.append(float((out.float() - ref).abs().max()))
-            tf = flops / cuda_ms(lambda: kern(q, k, v), max(1, min(args.rep, 3))) / 1e9
-            print(f"causal={causal} {cfg}: {tf:.1f} TFLOP/s, compiled in {compile_s:.2f} s", file=sys.stderr)
-            if tf > best:
-                best, best_cfg = tf, cfg
+            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal, **gqa_args)
         top = max(x for x in theirs.values() if x == x) if any(x == x for x in theirs.values()) else float("nan")
-        table.add_row(str(causal), f"{best:.1f}", best_cfg, f"{theirs['cudnn']:.1f}", f"{theirs['flash']:.1f}",
-                      f"{best / top:.3f}x", f"{max(errs):.2e}")
+        maths = ([False] if args.exact else []) + ([True] if args.fast_math else [])
+        for schedule in schedules:
+            for fast in maths:
+                best, best_cfg, errs = 0.0, "-", []
+                for cfg in args.blocks.split(","):
+                    bm, bn, *rest = (int(x) for x in cfg.split("x"))
+                    threads, stages = (rest + [128, 2][len(rest):])[:2]
+                    cfg = cfg + (" fast-math" if fast else "")
+                    t0 = time.perf_counter()
+                    try:
+                        kern = flash_fwd(b, h, s, d, causal, bm, bn, threads=threads, stages=stages, fast=fast,
+                                         wgmma=not args.no_wgmma, kv_heads=hk, configs={**SCHEDULES[schedule], **extra})
+                    except tilecore.errors.TilecoreError as e:  # e.g. tiles that do not fit on chip at d256
+                        print(f"causal={causal} {schedule} {cfg}: skipped ({type(e).__name__}: {str(e)[:160]})",
+                              file=sys.stderr)
+                        continue
+                    compile_s = time.perf_counter() - t0
+                    out = kern(q, k, v)
+                    errs.append(float((out.float() - ref).abs().max()))
+                    tf = flops / cuda_ms(lambda: kern(q, k, v), max(1, min(args.rep, 3))) / 1e9
+                    print(f"causal={causal} {schedule} {cfg}: {tf:.1f} TFLOP/s, compiled in {compile_s:.2f} s",
+                          file=sys.stderr)
+                    if tf > best:
+                        best, best_cfg = tf, cfg
+                table.add_row(str(causal), schedule, f"{best:.1f}", best_cfg, f"{theirs['cudnn']:.1f}",
+                              f"{theirs['flash']:.1f}", f"{best / top:.3f}x", f"{max(errs) if errs else float('nan'):.2e}")
     Console(width=140).print(table)
     return 0
 

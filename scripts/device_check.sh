@@ -18,6 +18,9 @@ step conformance-cuda python3 -m tilecore conformance run --target cuda:sm_90a -
 # every kernel on the core's general path (no register programs / Hopper pipelines): wgmma through the core model
 step conformance-general env TILECORE_PASS_CONFIGS='{"tilecore.cuda.register_programs": false}' \
      python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-general
+# the catalog's attention cases with FA3's schedules on (decision D28; off is the default the step above ran)
+step conformance-schedules python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention \
+     --pass-config tilecore.cuda.pingpong=true --pass-config tilecore.cuda.intra_wg_overlap=true --report /tmp/rep/cuda-schedules
 step wgmma-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_wgmma_unit.py -rs
 step conformance-webgpu python3 -m tilecore conformance run --target webgpu -n 4 --report /tmp/rep/webgpu
 # fragments' row reductions through subgroup shuffles on the NVIDIA Vulkan adapter (subgroups of 32; decision D21)
@@ -27,11 +30,15 @@ step webgpu-shuffles python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_we
 step webgpu-rows python3 benchmarks/webgpu_row_reductions.py --rep 50 --rows 16384 --cols 1024
 step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_backend.py tests/test_cuda_tensor_cores.py \
      tests/test_cuda_hopper.py tests/test_guards.py tests/test_regressions.py tests/test_layout_inference.py \
-     tests/test_pipeline_planner.py tests/test_matrix_gemm.py tests/test_cuda_units.py tests/test_cuda_wgmma_unit.py tests/test_indexed_shuffles.py
+     tests/test_pipeline_planner.py tests/test_matrix_gemm.py tests/test_cuda_units.py tests/test_cuda_wgmma_unit.py tests/test_indexed_shuffles.py \
+     tests/test_cuda_attention_schedules.py
 step gemm python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
      --shapes "${GEMM_SHAPES:-4096x4096x14336,4096x14336x4096,128x4096x4096,16x8192x8192}"
 step attention python3 benchmarks/cuda_attention.py --rep 3
 step attention-fast python3 benchmarks/cuda_attention.py --rep 3 --fast-math
+# FA3's schedules of the register programs (decision D28): off, ping-pong, intra-warpgroup overlap, both; one row each
+step attention-schedules python3 benchmarks/cuda_attention.py --rep 3 --fast-math --schedules off,pingpong,overlap,both \
+     --blocks 128x128x256x2,128x128x256x3
 step attention-d64 python3 benchmarks/cuda_attention.py --rep 3 --dim 64
 step attention-gqa python3 benchmarks/cuda_attention.py --rep 3 --kv-heads 8 --fast-math --blocks 128x128x256x2,128x128x256x3
 step attention-d256 python3 benchmarks/cuda_attention.py --rep 3 --dim 256 --blocks 128x64x256x2,64x64x128x2,64x32x128x2,128x32x256x2

@@ -359,12 +359,20 @@ def test_attention_that_does_not_fit_keeps_the_generic_path(bm, threads, why):
     assert ("tc_wg_fence();" if bm >= 64 else "tc_mma_16816_r(") in body
 
 
+#: FA3's schedules (D28; tests/test_cuda_attention_schedules.py): both off, each alone, both on (spelled out,
+#: whatever the defaults are)
+SCHEDULES = {name: {"tilecore.cuda.pingpong": pp, "tilecore.cuda.intra_wg_overlap": ov}
+             for name, pp, ov in (("off", False, False), ("pingpong", True, False), ("overlap", False, True),
+                                  ("both", True, True))}
+
+
 @hopper_gpu
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
 @pytest.mark.parametrize("seq,dim,bm,bn,threads,causal", [(256, 128, 128, 128, 256, False),
                                                           (200, 64, 64, 64, 128, True),
                                                           (1000, 128, 128, 64, 256, True),
                                                           (384, 64, 128, 128, 256, False)])
-def test_device_attention_register_program_matches_float64(torch_cuda, seq, dim, bm, bn, threads, causal):
+def test_device_attention_register_program_matches_float64(torch_cuda, seq, dim, bm, bn, threads, causal, schedule):
     from tilecore_conformance.composite import attention_ref
 
     torch = torch_cuda
@@ -373,7 +381,8 @@ def test_device_attention_register_program_matches_float64(torch_cuda, seq, dim,
     q, kk, v = (torch.from_numpy(rng.standard_normal((heads, seq, dim)).astype(np.float32)).half().cuda()
                 for _ in range(3))
     o = torch.full_like(q, float("nan"))
-    k = tilecore.compile(_attention(seq, dim, bm, bn, threads, causal, heads=heads), target="cuda")
+    k = tilecore.compile(_attention(seq, dim, bm, bn, threads, causal, heads=heads), target="cuda",
+                         pass_configs=SCHEDULES[schedule])
     assert "hopper_register_program" in _notes(k) and "not mapped" not in _notes(k)
     k(q, kk, v, o)
     torch.cuda.synchronize()
@@ -418,15 +427,16 @@ def test_grouped_query_attention_is_a_register_program():
 
 
 @hopper_gpu
+@pytest.mark.parametrize("schedule", ["off", "both"])
 @pytest.mark.parametrize("heads,kv_heads,bm,threads", [(8, 2, 128, 256), (6, 1, 64, 128)])
-def test_device_grouped_query_attention_matches_float64(torch_cuda, heads, kv_heads, bm, threads):
+def test_device_grouped_query_attention_matches_float64(torch_cuda, heads, kv_heads, bm, threads, schedule):
     from tilecore_conformance.composite import flash_attention_forward
 
     torch = torch_cuda
     seq, dim = 320, 128 if bm == 128 else 64
     q, k, v, ref = _gqa_inputs(np.random.default_rng(8), heads, kv_heads, seq, dim)
     kern = tilecore.compile(flash_attention_forward(seq, dim, heads, bm, 64, "float16", True, threads=threads,
-                                                    kv_heads=kv_heads), target="cuda")
+                                                    kv_heads=kv_heads), target="cuda", pass_configs=SCHEDULES[schedule])
     assert "hopper_register_program" in _notes(kern) and "not mapped" not in _notes(kern)
     o = torch.full((heads, seq, dim), float("nan"), device="cuda", dtype=torch.float16)
     kern(*(torch.from_numpy(x).cuda() for x in (q, k, v)), o)

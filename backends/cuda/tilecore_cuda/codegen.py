@@ -177,6 +177,8 @@ class CUDAEmitter(SIMTCppEmitter):
             helpers = wgmma_wrappers(st.pipelines)
         if any(c.elements * c.dst.dtype.bytes < 16 for c in collect(func.body, AsyncCopy)):
             helpers += ASYNC_CA
+        if "tc_named_" in "\n".join(st.lines):  # ping-pong turns of a register program (regprog.py)
+            helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_named_barrier.cuh").read_text()
         if collect(func.body, MatrixOp):  # registered matrix units on register arrays (units.py)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_matrix.cuh").read_text()
         if getattr(st, "wgmma_structs", None):  # wgmma as a registered unit (tc_wgmma.cuh)

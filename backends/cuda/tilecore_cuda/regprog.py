@@ -276,6 +276,121 @@ def _plan(launch: KernelLaunch, ctx, mode: str) -> dict:
             "wgmma": sorted(set(an.wgmma)) if mode == "wgmma" else []}
 
 
+def _touched(s, frags) -> set:
+    """The register fragments (keys of ``frags``) statement ``s`` reads or writes."""
+    found = set()
+
+    def expr(x):
+        if isinstance(x, BufferLoad) and x.buffer in frags:
+            found.add(x.buffer)
+
+    def visit(n):
+        if isinstance(n, TileOp):
+            for a in n.args:
+                if isinstance(a, Region):
+                    if a.buffer in frags:
+                        found.add(a.buffer)
+                else:
+                    walk_expr(a, expr)
+        elif isinstance(n, Store):
+            if n.buffer in frags:
+                found.add(n.buffer)
+            walk_expr(n.value, expr)
+        elif isinstance(n, Bind):
+            walk_expr(n.value, expr)
+
+    walk(s, visit)
+    return found
+
+
+def _is_gemm(s) -> bool:
+    return isinstance(s, TileOp) and s.op == "gemm"
+
+
+def _two_gemms(plan) -> tuple:
+    """FlashAttention's form of a loop body, found from the statements (no names): exactly two ``T.gemm``,
+    with elementwise or reduction work on fragments between them (``T.Parallel`` nests, ``T.reduce``).
+    Returns ``(g1, g2)``, the two gemms' positions in the body, or raises :class:`_No` saying what is missing."""
+    body = plan["body"]
+    gemms = [k for k, s in enumerate(body) if _is_gemm(s)]
+    _need(len(gemms) == 2, f"the loop body has {len(gemms)} T.gemm, not two")
+    g1, g2 = gemms
+    _need(any(isinstance(s, For) or (isinstance(s, TileOp) and s.op == "reduce") for s in body[g1 + 1:g2]),
+          "no elementwise or reduction work between the two T.gemm")
+    return g1, g2
+
+
+def _overlap_form(plan) -> tuple:
+    """Whether the loop body ``A B C`` (``A`` up to the first gemm, ``C`` the second gemm) may run as
+    ``A_j C_{j-1} B_j`` (iteration j issues its first gemm, then the previous iteration's second gemm, then
+    works on the first one's result while the second runs): ``C`` must be the body's last work (only the
+    producer's copies into shared memory may follow it) and must commute with ``A`` (no fragment in common)."""
+    g1, g2 = _two_gemms(plan)
+    body, frags = plan["body"], plan["frags"]
+    rest = body[g2 + 1:]
+    _need(all(isinstance(s, TileOp) and s.op == "copy" and s.args[1].buffer in plan["shared"] for s in rest),
+          "work after the second T.gemm")
+    first = set().union(*(_touched(s, frags) for s in body[:g1 + 1]))
+    common = first & _touched(body[g2], frags)
+    _need(not common, f"the second T.gemm and the statements up to the first share "
+                      f"{', '.join(sorted(b.name for b in common))}")
+    return g1, g2
+
+
+#: the consumers' turns on the tensor cores (``tilecore.cuda.pingpong``) are named barriers ``TURN_BAR + c``
+#: for consumer ``c`` (at most 5 consumers: ids 2..6 of 16); id 0 is ``__syncthreads`` and id 1 the emitter's
+#: barrier over a warp-specialized block's consumers (``CUDAEmitter.group_barrier_stmt``, the core's path).
+#: Each barrier has 256 threads: the consumer waiting for its turn and the one before it, passing the turn on
+TURN_BAR = 2
+#: defaults of the two schedules (docs/decisions.md D28: the lead measures both settings on the H100)
+PINGPONG_DEFAULT = False
+INTRA_WG_OVERLAP_DEFAULT = False
+
+
+def _schedule(plan, ctx, name: str) -> None:
+    """FA3's two schedules for a loop body of two gemms with softmax-like work between them, each behind a
+    pass config: ``tilecore.cuda.pingpong`` (consumer warpgroups take turns issuing their gemms, so one's
+    softmax runs while another's gemms do) and ``tilecore.cuda.intra_wg_overlap`` (iteration j issues its
+    first gemm, then iteration j-1's second one, and works on the first's result while the second runs).
+    A kernel that asks for one and does not have the form gets a note saying why, and today's code."""
+    plan["pingpong"] = plan["overlap"] = plan["split"] = None
+    if ctx.option("tilecore.cuda.pingpong", PINGPONG_DEFAULT):
+        try:
+            _need(plan["nc"] >= 2, "one consumer warpgroup: nobody to take turns with")
+            plan["pingpong"] = _two_gemms(plan)
+            ctx.notes.append(f"{name}: ping-pong: {plan['nc']} consumer warpgroups take turns issuing their gemms "
+                             f"(named barriers {TURN_BAR}..{TURN_BAR + plan['nc'] - 1})")
+        except _No as e:
+            ctx.notes.append(f"{name}: no ping-pong ({e})")
+    if ctx.option("tilecore.cuda.intra_wg_overlap", INTRA_WG_OVERLAP_DEFAULT):
+        try:
+            plan["overlap"] = _overlap_form(plan)
+            ctx.notes.append(f"{name}: intra-warpgroup overlap: the second gemm of iteration j-1 runs during the "
+                             "work on iteration j's first" + _split_barriers(plan, ctx))
+        except _No as e:
+            ctx.notes.append(f"{name}: no intra-warpgroup overlap ({e})")
+
+
+def _split_barriers(plan, ctx) -> str:
+    """With the overlap, a stage's tiles read by the first gemm (K) are free once it is done, those of the
+    second (V) one softmax later: each staged tile gets its own full / empty mbarriers per stage (FA3's
+    separate K and V pipelines), so the producer refills K while V is still read. Where every staged tile
+    is read by exactly one of the two gemms and the barriers fit; returns the note's words."""
+    g1, g2 = plan["overlap"]
+    body, staged = plan["body"], plan["staged"]
+    first = {r.buffer for r in body[g1].args[:2]} & set(staged)
+    second = {r.buffer for r in body[g2].args[:2]} & set(staged)
+    if not first or not second or first & second or first | second != set(staged):
+        return ""
+    S, T = plan["stages"], len(staged)
+    pipe = 1024 + plan["once_bytes"] + S * plan["stage_bytes"] + 16 * S * T + 16
+    if pipe > onchip_limit(ctx):
+        return ""
+    plan["split"] = {b: 0 if b in first else 1 for b in staged}
+    plan["pipe_bytes"] = pipe
+    return f"; each staged tile on its own mbarriers ({', '.join(b.name for b in staged)})"
+
+
 def _lower_as(mode: str):
     name = {"wgmma": "cuda.hopper_register_program", "mma": "cuda.register_program"}[mode]
 
@@ -296,6 +411,8 @@ def _lower_as(mode: str):
         plan["pre"] = [guard_stmt(s, facts) for s in plan["pre"]]
         plan["post"] = [guard_stmt(s, facts) for s in plan["post"]]
         plan["body"] = [guard_stmt(s, loop_facts(plan["loop"], facts)) for s in plan["body"]]
+        if mode == "wgmma":
+            _schedule(plan, ctx, name)
         pipe = Buffer("regprog_smem", (plan["pipe_bytes"],), "uint8", "shared")
         coll = Collective("tc_register_program", (Region(pipe, (as_expr(0),), (pipe.shape[0],)),),
                           {"plan": plan, "tensor_maps": plan["tensor_maps"], "wgmma": plan["wgmma"]},
@@ -344,6 +461,11 @@ class _Emit:
         self.pending: set = set()
         self.pending_packed: set = set()
         self.retired = False
+        self.stage = "tc_s"         # the C expression of the stage a gemm's staged tiles are read from
+        self.turn_wait = False      # ping-pong: wait for this consumer's turn before the next WGMMA ...
+        self.turn_pass = None       # ... and pass the turn on after it ("all", or "final": not the last consumer)
+        self.groups = None          # intra-warpgroup overlap: WGMMA groups in flight, oldest first
+        self.packed_ahead = None    # a fragment whose packed copy the next WGMMA reading it finds ready
 
     def line(self, text: str):
         self.em.line(self.st, text)
@@ -363,10 +485,20 @@ class _Emit:
             return f"(tc_base + {p['once_bytes'] + p['offset'][b]}u + (unsigned){stage} * {p['stage_bytes']}u)"
         return f"(tc_base + {p['offset'][b]}u)"
 
-    def bar(self, kind: str, s: str = "0") -> str:
+    def bar(self, kind: str, s: str = "0", tile=None) -> str:
         S = self.p["stages"]
+        if self.p.get("split"):  # a full and an empty mbarrier per staged tile and stage (the overlap)
+            T = len(self.p["staged"])
+            t = self.p["staged"].index(tile) if tile is not None else None
+            return {"full": lambda: f"(tc_bars + 8u * ({t * S} + ({s})))",
+                    "empty": lambda: f"(tc_bars + 8u * ({T * S + t * S} + ({s})))",
+                    "once": lambda: f"(tc_bars + {16 * S * T}u)"}[kind]()
         return {"full": f"(tc_bars + 8u * ({s}))", "empty": f"(tc_bars + 8u * ({S} + ({s})))",
                 "once": f"(tc_bars + {16 * S}u)"}[kind]
+
+    def tiles_of(self, which: int) -> list:
+        """The staged tiles the first (0) or second (1) gemm reads, on their own mbarriers (the overlap)."""
+        return [b for b in self.p["staged"] if self.p["split"][b] == which]
 
     def run(self):
         if self.mma:
@@ -379,9 +511,10 @@ class _Emit:
         self.line("const int tc_wg = threadIdx.x / 128;")
 
         def init():
-            self.block(f"for (int s = 0; s < {S}; ++s)", lambda: (
-                self.line(f"tc_mbar_init({self.bar('full', 's')}, 1);"),
-                self.line(f"tc_mbar_init({self.bar('empty', 's')}, {128 * p['nc']});")))
+            tiles = p["staged"] if p.get("split") else [None]
+            self.block(f"for (int s = 0; s < {S}; ++s)", lambda: [
+                (self.line(f"tc_mbar_init({self.bar('full', 's', b)}, 1);"),
+                 self.line(f"tc_mbar_init({self.bar('empty', 's', b)}, {128 * p['nc']});")) for b in tiles])
             self.line(f"tc_mbar_init({self.bar('once')}, 1);")
             self.line('asm volatile("fence.mbarrier_init.release.cluster;\\n" ::: "memory");')
 
@@ -425,6 +558,14 @@ class _Emit:
             def step():
                 self.loop_var(loop)
                 self.line(f"const int tc_s = tc_it % {S};")
+                if p.get("split"):  # each tile as soon as its own buffer of this stage is free
+                    for b in p["staged"]:
+                        size = p["shared"][b]["rows"] * p["shared"][b]["cols"] * p["shared"][b]["esize"]
+                        self.line(f"if (tc_it >= {S}) tc_mbar_wait({self.bar('empty', 'tc_s', b)}, "
+                                  f"((tc_it / {S}) + 1) & 1);")
+                        self.line(f"tc_mbar_expect_tx({self.bar('full', 'tc_s', b)}, {size}u);")
+                        self.loads(b, self.bar("full", "tc_s", b))
+                    return
                 self.line(f"if (tc_it >= {S}) tc_mbar_wait({self.bar('empty', 'tc_s')}, ((tc_it / {S}) + 1) & 1);")
                 self.line(f"tc_mbar_expect_tx({self.bar('full', 'tc_s')}, {p['stage_bytes']}u);")
                 for b in p["staged"]:
@@ -446,7 +587,8 @@ class _Emit:
         if self.regs:
             self.line("tc_setmaxnreg_inc<232>();")
         self.consumer_setup("tc_wg - 1")
-        self.line("int tc_rel = -1;  /* a stage whose release waits for WGMMA still reading it */")
+        if not p.get("split"):
+            self.line("int tc_rel = -1;  /* a stage whose release waits for WGMMA still reading it */")
         for s in p["pre"]:
             if not isinstance(s, Bind):
                 self.cstmt(s)
@@ -461,7 +603,9 @@ class _Emit:
             self.line(f"const int tc_s = tc_it % {S};")
             self.line(f"tc_mbar_wait({self.bar('full', 'tc_s')}, (tc_it / {S}) & 1);")
             self.retired = False
-            for s in p["body"]:
+            for k, s in enumerate(p["body"]):
+                if pp:  # this consumer's turn: the second gemm of iteration j-1 through the first of j
+                    self.turn_wait, self.turn_pass = k == pp[1], ("all" if k == pp[0] else None)
                 self.cstmt(s)
             if self.pending:
                 if not self.retired:  # last iteration's stage is still held: retire both now
@@ -472,6 +616,16 @@ class _Emit:
             else:
                 self.line(f"tc_mbar_arrive({self.bar('empty', 'tc_s')});")
 
+        pp = p.get("pingpong")
+        if p.get("overlap"):
+            self.overlapped(loop, pp)
+            for s in p["post"]:
+                self.cstmt(s)
+            self.retire()
+            return
+        if pp:
+            self.first_turn()
+            self.wait_turn()
         # WGMMA groups still in flight at the end of an iteration stay in flight into the next one (their
         # stage is released when they are waited for): emit the body once to learn what is in flight at
         # its end, then again with that as what the iteration starts with
@@ -483,10 +637,141 @@ class _Emit:
         st.lines[:], st.indent = lines, indent
         self.pending = set(carried)
         self.block(head, step)
+        if pp:
+            self.pass_turn(final=True)
         self.retire()
         for s in p["post"]:
             self.cstmt(s)
         self.retire()
+
+    # -- ping-pong: the consumers take turns issuing WGMMA (a ring of named barriers) -------------------
+    # Consumer c's turn starts when it waits on barrier TURN_BAR + c and ends when it arrives on the next
+    # consumer's barrier; the last consumer gives consumer 0 its first turn. Every consumer takes the same
+    # number of turns (the statements are unconditional and the trip count is the block's), and the last
+    # consumer does not pass its final turn on, so every barrier ends with as many arrivals as waits.
+    def first_turn(self):
+        nc = self.p["nc"]
+        self.line(f"if (tc_c == {nc - 1}) tc_named_arrive({TURN_BAR}, 256);  /* consumer 0 takes the first turn */")
+
+    def wait_turn(self):
+        self.line(f"tc_named_sync({TURN_BAR} + tc_c, 256);  /* this consumer's turn on the tensor cores */")
+
+    def pass_turn(self, final: bool = False):
+        nc = self.p["nc"]
+        if final:
+            self.line(f"if (tc_c != {nc - 1}) tc_named_arrive({TURN_BAR} + tc_c + 1, 256);  /* the last turn */")
+        else:
+            self.line(f"tc_named_arrive({TURN_BAR} + (tc_c + 1) % {nc}, 256);  /* the next consumer's turn */")
+
+    # -- intra-warpgroup overlap: A_j C_{j-1} B_j ---------------------------------------------------------
+    def overlapped(self, loop: For, pp):
+        """The loop as ``A_0 B_0; for j >= 1: A_j C_{j-1} B_j; C_{n-1}`` (``A`` the body up to its first
+        gemm, ``B`` the work up to the second, ``C`` the second gemm): iteration j's first gemm and j-1's
+        second are in flight together, and ``B_j`` waits only for what it touches (``tc_wgmma_wait<1>`` for
+        the first gemm's result while the second still runs)."""
+        p, S = self.p, self.p["stages"]
+        em, st = self.em, self.st
+        g1, g2 = p["overlap"]
+        body = p["body"]
+        first, between, second = body[:g1 + 1], body[g1 + 1:g2], body[g2]
+        self.groups = []
+        self.pending = set()
+
+        split = p.get("split")
+
+        def run_first(wait_turn: bool, pass_turn, previous: bool):
+            if not split:
+                self.line(f"tc_mbar_wait({self.bar('full', 'tc_s')}, (tc_it / {S}) & 1);")
+            else:  # this iteration's tiles of the first gemm, the previous one's of the second
+                for b in self.tiles_of(0):
+                    self.line(f"tc_mbar_wait({self.bar('full', 'tc_s', b)}, (tc_it / {S}) & 1);")
+                for b in (self.tiles_of(1) if previous else []):
+                    self.line(f"tc_mbar_wait({self.bar('full', f'(tc_it + {S - 1}) % {S}', b)}, "
+                              f"((tc_it - 1) / {S}) & 1);")
+            for k, s in enumerate(first):
+                if pp and k == g1:
+                    self.turn_wait, self.turn_pass = wait_turn, pass_turn
+                self.cstmt(s)
+            if split:  # its tiles are free once it is done
+                self.groups[-1] = (*self.groups[-1][:3], [self.bar("empty", "tc_s", b) for b in self.tiles_of(0)])
+
+        def run_second(stage: str, pass_turn, last: str = ""):
+            self.stage = stage
+            if split and last:
+                for b in self.tiles_of(1):
+                    self.line(f"tc_mbar_wait({self.bar('full', stage, b)}, (({last}) / {S}) & 1);")
+            if pp:
+                self.turn_wait, self.turn_pass = pass_turn != "all", pass_turn
+            self.cstmt(second)
+            self.stage = "tc_s"
+            if split:
+                self.groups[-1] = (*self.groups[-1][:3], [self.bar("empty", stage, b) for b in self.tiles_of(1)])
+            else:
+                self.groups[-1] = (*self.groups[-1][:2], True, [])  # its end releases the stage
+                self.line(f"tc_rel = {stage};")
+
+        def run_between():
+            for s in between:
+                self.cstmt(s)
+            self.retire()  # nothing stays in flight into the next iteration (B normally waited already)
+            a = second.args[0].buffer
+            if a in p["frags"]:  # the second gemm's A (P) packed now: 32 registers, not 64, carried
+                # into the next iteration, and no conversions inside the next turn
+                pack = "tc_pack_h2" if str(a.dtype) == "float16" else "tc_pack_bf2"
+                f, pa = em.name(st, a), self.packed(a)
+                self.line("#pragma unroll")
+                self.line(f"for (int tc_q = 0; tc_q < {a.static_shape()[1] // 4}; ++tc_q) {pa}[tc_q] = "
+                          f"{pack}({f}[2 * tc_q], {f}[2 * tc_q + 1]);")
+                self.packed_ahead = a
+
+        def iteration0():
+            self.line("const int tc_it = 0;")
+            self.loop_var(loop)
+            self.line("const int tc_s = 0;")
+            run_first(True, "all", False)
+            run_between()
+
+        def step():
+            self.loop_var(loop)
+            self.line(f"const int tc_s = tc_it % {S};")
+            run_first(True, None, True)
+            run_second(f"((tc_it + {S - 1}) % {S})", "all")
+            run_between()
+
+        def body_if():
+            if pp:
+                self.first_turn()
+            self.block("", iteration0)
+            self.block("for (int tc_it = 1; tc_it < tc_nit; ++tc_it)", step)
+            run_second(f"((tc_nit + {S - 1}) % {S})", "final", "tc_nit - 1")
+            self.retire()
+
+        self.line(f"const int tc_nit = (int)({em.expr(st, loop.extent)});")
+        self.block("if (tc_nit > 0)", body_if)
+        self.groups = None
+
+    def wait_for(self, need: set):
+        """Wait for the WGMMA groups in flight up to the newest one that writes (or reads) a fragment of
+        ``need``; newer groups stay in flight (``tc_wgmma_wait<newer>``)."""
+        hit = [i for i, g in enumerate(self.groups) if g[0] & need]
+        if not hit:
+            return
+        i = hit[-1]
+        if i == len(self.groups) - 1:
+            self.retire()
+            return
+        self.line(f"tc_wgmma_wait<{len(self.groups) - 1 - i}>();")
+        done, self.groups = self.groups[:i + 1], self.groups[i + 1:]
+        for b in sorted(set().union(*(g[0] for g in done)), key=lambda b: b.name):
+            self.line(f"tc_reg_fence({self.em.name(self.st, b)});")
+        for pa in sorted(set().union(*(g[1] for g in done))):
+            self.line(f"tc_reg_fence_u({pa});")
+        if any(g[2] for g in done):
+            self.line(f"if (tc_rel >= 0) {{ tc_mbar_arrive({self.bar('empty', 'tc_rel')}); tc_rel = -1; }}")
+        for bar in (x for g in done for x in g[3]):
+            self.line(f"tc_mbar_arrive({bar});")
+        self.pending = set().union(*(g[0] for g in self.groups))
+        self.pending_packed = set().union(*(g[1] for g in self.groups))
 
     def retire(self):
         """Wait for every WGMMA in flight, then release the stage they were reading."""
@@ -498,36 +783,17 @@ class _Emit:
         for pa in sorted(self.pending_packed):
             self.line(f"tc_reg_fence_u({pa});")
         self.pending_packed = set()
-        self.line(f"if (tc_rel >= 0) {{ tc_mbar_arrive({self.bar('empty', 'tc_rel')}); tc_rel = -1; }}")
+        if not self.p.get("split"):
+            self.line(f"if (tc_rel >= 0) {{ tc_mbar_arrive({self.bar('empty', 'tc_rel')}); tc_rel = -1; }}")
+        for bar in (x for g in (self.groups or ()) for x in g[3]):
+            self.line(f"tc_mbar_arrive({bar});")
         self.pending = set()
         self.retired = True
+        if self.groups is not None:
+            self.groups = []
 
     def touched(self, s) -> set:
-        """The register fragments statement ``s`` reads or writes."""
-        found = set()
-        frags = self.p["frags"]
-
-        def expr(x):
-            if isinstance(x, BufferLoad) and x.buffer in frags:
-                found.add(x.buffer)
-
-        def visit(n):
-            if isinstance(n, TileOp):
-                for a in n.args:
-                    if isinstance(a, Region):
-                        if a.buffer in frags:
-                            found.add(a.buffer)
-                    else:
-                        walk_expr(a, expr)
-            elif isinstance(n, Store):
-                if n.buffer in frags:
-                    found.add(n.buffer)
-                walk_expr(n.value, expr)
-            elif isinstance(n, Bind):
-                walk_expr(n.value, expr)
-
-        walk(s, visit)
-        return found
+        return _touched(s, self.p["frags"])
 
     def consumer_setup(self, index: str):
         """Consumer ``index``'s rows (64 per warpgroup, 16 per warp) and its register fragments."""
@@ -550,7 +816,9 @@ class _Emit:
 
     def cstmt(self, s):
         em, st = self.em, self.st
-        if isinstance(s, TileOp) and s.op == "gemm":
+        if self.groups is not None:  # overlap: wait for the groups that write what s touches, no more
+            self.wait_for(self.touched(s) - ({s.args[2].buffer} if _is_gemm(s) else set()))
+        elif isinstance(s, TileOp) and s.op == "gemm":
             # a WGMMA may accumulate into a C that earlier WGMMA still write (they complete in order), but
             # must not read an A fragment they write
             if s.args[0].buffer in self.pending or (self.touched(s) & self.pending) - {s.args[2].buffer}:
@@ -665,9 +933,14 @@ class _Emit:
             # A packed into 32-bit registers that stay live (fenced) until the WGMMA is waited for: the
             # compiler must not reuse them while the tensor cores still read them
             f, pa = em.name(st, a.buffer), self.packed(a.buffer)
-            self.line("#pragma unroll")
-            self.line(f"for (int tc_q = 0; tc_q < {k // 4}; ++tc_q) {pa}[tc_q] = "
-                      f"{pack}({f}[2 * tc_q], {f}[2 * tc_q + 1]);")
+            if self.packed_ahead is a.buffer:  # the overlap packed it at the end of the work before
+                self.packed_ahead = None
+            else:
+                self.line("#pragma unroll")
+                self.line(f"for (int tc_q = 0; tc_q < {k // 4}; ++tc_q) {pa}[tc_q] = "
+                          f"{pack}({f}[2 * tc_q], {f}[2 * tc_q + 1]);")
+        if self.turn_wait:
+            self.wait_turn()
         self.line("tc_wgmma_fence();")
         self.line(f"tc_reg_fence({cn});")
         if a_regs:
@@ -675,9 +948,9 @@ class _Emit:
         for kk in range(k // 16):
             kb = kk * 32
             if tb:  # B is (N, K): K-major
-                db = f"tc_wgmma_desc({self.tile_addr(b.buffer)} + {(kb // 128) * brow * 128 + kb % 128}u, 16, 1024)"
+                db = f"tc_wgmma_desc({self.tile_addr(b.buffer, self.stage)} + {(kb // 128) * brow * 128 + kb % 128}u, 16, 1024)"
             else:   # B is (K, N): N-major atoms of 64 columns, K rows each
-                db = f"tc_wgmma_desc({self.tile_addr(b.buffer)} + {kk * 16 * 128}u, {brow * 128}, 1024)"
+                db = f"tc_wgmma_desc({self.tile_addr(b.buffer, self.stage)} + {kk * 16 * 128}u, {brow * 128}, 1024)"
             if a_regs:
                 # k step kk covers accumulator-layout column blocks 2 kk and 2 kk + 1: registers
                 # (row, k 0-7), (row + 8, k 0-7), (row, k 8-15), (row + 8, k 8-15), two values each
@@ -685,13 +958,18 @@ class _Emit:
                 self.line(f"{name}::run({cn}, {', '.join(regs)}, {db});")
             else:
                 arow = p["shared"][a.buffer]["rows"]
-                da = (f"tc_wgmma_desc({self.tile_addr(a.buffer)} + {(kb // 128) * arow * 128 + kb % 128}u + "
+                da = (f"tc_wgmma_desc({self.tile_addr(a.buffer, self.stage)} + {(kb // 128) * arow * 128 + kb % 128}u + "
                       f"(unsigned)tc_c * {64 * 128}u, 16, 1024)")
                 self.line(f"{name}::run({cn}, {da}, {db});")
         self.line("tc_wgmma_commit();")
+        if self.turn_pass:
+            self.pass_turn(final=self.turn_pass == "final")
+        self.turn_wait, self.turn_pass = False, None
         self.pending |= {c.buffer} | ({a.buffer} if a_regs else set())
         if a_regs:
             self.pending_packed.add(pa)
+        if self.groups is not None:
+            self.groups.append(({c.buffer} | ({a.buffer} if a_regs else set()), {pa} if a_regs else set(), False, []))
 
     def packed(self, b) -> str:
         return f"tc_pa_{self.em.name(self.st, b)}"
