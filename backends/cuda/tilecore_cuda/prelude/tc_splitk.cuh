@@ -31,10 +31,11 @@ __device__ __forceinline__ void tc_wgmma_splitk(unsigned char* pipe, TOUT* __res
   constexpr long long PART = (long long)BM * BN;
   unsigned* counter = reinterpret_cast<unsigned*>(ws) + tile;
   float* parts = reinterpret_cast<float*>(ws + COUNTERS) + tile * SPLITS * PART;
-  /* the partial: the pipeline's global epilogue, float32, a whole BM x BN tile (no checks) */
+  /* the partial: the pipeline's global epilogue, float32, the tile's rows below m_valid (the only ones the
+   * sum reads: a 16-row GEMM on 64-row tiles stores a quarter), every column */
   tc_wgmma_pipeline<NTHREADS, BM, BN, BK, STAGES, NC, MR, B_KMAJOR, A_RS, A_CS, B_RS, B_CS, true,
-                    TC_EPI_ROWS | TC_EPI_COLS | TC_EPI_PAIRS, KSTEP, MMA, float>(
-      pipe, parts + split * PART, a_r0, a_c0, b_r0, b_c0, k_tiles, BM, BN, BN, tma, tmb);
+                    (EPI & TC_EPI_ROWS) | TC_EPI_COLS | TC_EPI_PAIRS, KSTEP, MMA, float>(
+      pipe, parts + split * PART, a_r0, a_c0, b_r0, b_c0, k_tiles, m_valid, BN, BN, tma, tmb);
   __syncthreads();
   int last = 0;
   if (threadIdx.x == 0) {
