@@ -12,6 +12,8 @@ float64 references and must give the same bits on every run.
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -238,3 +240,46 @@ def test_device_two_streams_and_a_cuda_graph_each_get_their_own_workspace():
         assert torch.equal(cg, c0)
     tol = 2e-2 * np.sqrt(K)
     assert torch.allclose(c0.double(), ref, atol=tol, rtol=2e-2)
+
+
+# -- the fixup on the host: tc_splitk.cuh as it ships, and mutated -------------------------------------------
+
+HARNESS = Path(__file__).with_name("splitk_fixup_host.cpp")
+HEADER = Path(tilecore_cuda.__file__).parent / "prelude" / "tc_splitk.cuh"
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ here")
+
+#: one way each to break the fixup; the harness must catch every one (the unmutated header passes)
+MUTANTS = {
+    "the first block to arrive sums": ("== (unsigned)(SPLITS - 1)", "== 0u"),
+    "the counter is not reset": ("      atomicExch(counter, 0u);  /* as the launch found it */\n", ""),
+    "the sum starts at the last block's own split": (
+        "float4 v = __ldcg(reinterpret_cast<const float4*>(p));",
+        "float4 v = __ldcg(reinterpret_cast<const float4*>(p + split * PART));"),
+    "rows past m_valid are stored": ("if (!(EPI & TC_EPI_ROWS) && row >= m_valid) continue;", ""),
+    "tiles share partials": ("+ tile * SPLITS * PART;", "+ tile * PART;"),
+    "pairs stored without the alignment test": ("const bool pairs = (EPI & TC_EPI_PAIRS) ||", "const bool pairs = true ||"),
+}
+
+
+def _run_harness(header_text: str, tmp: Path) -> subprocess.CompletedProcess:
+    (tmp / "tc_splitk.cuh").write_text(header_text)
+    exe = tmp / "fixup"
+    subprocess.run(["g++", "-std=c++20", "-O1", "-w", "-pthread", "-I", str(tmp), "-o", str(exe), str(HARNESS)],
+                   check=True, capture_output=True, text=True)
+    return subprocess.run([str(exe), "7"], capture_output=True, text=True, timeout=120)
+
+
+@needs_gxx
+def test_fixup_sums_in_split_order_whatever_the_arrival_order(tmp_path):
+    proc = _run_harness(HEADER.read_text(), tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", list(MUTANTS))
+def test_fixup_harness_catches_each_mutant(name, tmp_path):
+    old, new = MUTANTS[name]
+    text = HEADER.read_text()
+    assert text.count(old) == 1, name  # the mutation still applies to the shipped header
+    proc = _run_harness(text.replace(old, new), tmp_path)
+    assert proc.returncode != 0, f"{name}: not caught\n{proc.stdout}"
