@@ -83,6 +83,14 @@ def test_split_kernel_sass_counts_arrivals_and_reads_partials_from_l2():
 
 
 @needs_toolchain
+def test_float8_gemm_is_split_too():
+    k = _compile(dict(LLM_128, bk=128), dtype="float8_e4m3", tb=True)
+    assert "split-K 2 (32 tiles on 132 SMs): 64 blocks, 16 k tiles each" in _notes(k)  # 32 k tiles of 128
+    sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+    assert "QGMMA.64x128x32.F32.E4M3.E4M3" in sass and "ATOMG.E.ADD" in sass
+
+
+@needs_toolchain
 def test_large_grids_and_short_k_loops_are_not_split():
     k = _compile(dict(M=4096, N=4096, K=4096, bm=128, bn=256, threads=256, stages=4))  # 512 tiles
     assert "split" not in _notes(k) and "workspace" not in k.source.meta
@@ -178,13 +186,14 @@ def _inputs(torch, M, N, K, dtype, seed):
 
 
 @hopper_gpu
-@pytest.mark.parametrize("shape,dtype,out", [(LLM_128, "float16", "float16"), (LLM_16, "float16", "float16"),
-                                             (LLM_16, "bfloat16", "bfloat16"), (RAGGED, "float16", "float32"),
-                                             (RAGGED, "bfloat16", "bfloat16")])
-def test_device_split_gemm_matches_float64_and_repeats_bit_for_bit(shape, dtype, out):
+@pytest.mark.parametrize("shape,dtype,out,kw", [(LLM_128, "float16", "float16", {}),
+                                                (LLM_128, "bfloat16", "float16", {"panel": 4}),
+                                                (LLM_16, "float16", "float16", {}), (LLM_16, "bfloat16", "bfloat16", {}),
+                                                (RAGGED, "float16", "float32", {}), (RAGGED, "bfloat16", "bfloat16", {})])
+def test_device_split_gemm_matches_float64_and_repeats_bit_for_bit(shape, dtype, out, kw):
     torch = pytest.importorskip("torch")
     M, N, K = shape["M"], shape["N"], shape["K"]
-    k = _compile(shape, target="cuda", dtype=dtype, out=out)
+    k = _compile(shape, target="cuda", dtype=dtype, out=out, **kw)
     assert "split-K" in _notes(k) and "split-K off" not in _notes(k)
     a, b, ref = _inputs(torch, M, N, K, dtype, seed=M + N)
     runs = []
@@ -200,7 +209,7 @@ def test_device_split_gemm_matches_float64_and_repeats_bit_for_bit(shape, dtype,
     tol = {"float32": 1e-3, "float16": 2e-2, "bfloat16": 8e-2}[out] * np.sqrt(K)
     assert torch.allclose(got, ref, atol=tol, rtol=2e-2), (got - ref).abs().max().item()
     # the same tolerance for the unsplit kernel, and agreement with it to the output's rounding
-    plain = _compile(shape, target="cuda", dtype=dtype, out=out, pass_configs={"tilecore.cuda.split_k": 1})
+    plain = _compile(shape, target="cuda", dtype=dtype, out=out, pass_configs={"tilecore.cuda.split_k": 1}, **kw)
     c1 = torch.empty_like(runs[0])
     plain(a, b, c1)
     torch.cuda.synchronize()
