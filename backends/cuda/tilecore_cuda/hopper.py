@@ -28,6 +28,11 @@ and replaces the clear and the loop by one block-collective statement, ``tc_wgmm
   of ``C_l`` after the loop is ``T.copy(C_l, C[...])`` (the epilogue is folded into the collective),
   otherwise into ``C_l`` in shared memory for the rest of the kernel.
 
+Where the result goes straight to global memory and a static grid leaves SMs idle, the K loop is split
+over several blocks per output tile (:func:`split_k`, docs/decisions.md D27): ``tc_wgmma_splitk``
+(prelude/tc_splitk.cuh) runs the pipeline over the block's share of k tiles into a float32 partial in a
+workspace the runtime allocates, and the tile's last block sums the partials in split order into C.
+
 ``A_s`` and ``B_s`` are replaced by one pipeline buffer (``stages`` copies of both tiles, 1024-byte
 aligned for the swizzle, plus the mbarriers). The number of stages is ``num_stages``, lowered until
 the block's shared memory fits. Anything that does not match stays as it was (the ``mma.sync`` path
@@ -305,6 +310,7 @@ SPLIT_K_TILES_PER_STAGE = 4
 #: ... and a tile is split at most this many ways (the last block of a tile reads every partial)
 SPLIT_K_MAX = 16
 COUNTER_ALIGN = 256  # the arrival counters lead the workspace, padded to this many bytes
+MAX_GRID_Z = 65535   # the splits are the grid's z dimension
 
 
 def splitk_workspace_bytes(tiles: int, splits: int, bm: int, bn: int) -> int:
@@ -366,6 +372,9 @@ def split_k(launch: KernelLaunch, p: _Plan, loop: For, stages: int, ctx) -> tupl
             raise CompileError(f"pass config tilecore.cuda.split_k={asked} asks for more splits than the K loop has "
                                f"k tiles ({kt}; every split needs one): use at most tilecore.cuda.split_k={kt}, or "
                                "leave it out for the automatic choice", loop.span)
+        if asked > MAX_GRID_Z:
+            raise CompileError(f"pass config tilecore.cuda.split_k={asked} is more blocks than a grid's z dimension "
+                               f"holds ({MAX_GRID_Z}): use at most tilecore.cuda.split_k={MAX_GRID_Z}", loop.span)
         return asked, _split_note(asked, tiles, kt, "tilecore.cuda.split_k")
     lim = ctx.capabilities.limit("sm_count")
     if lim is None or tiles * 2 > int(lim[0]):
