@@ -51,14 +51,17 @@ __device__ __forceinline__ void tc_wgmma_splitk(unsigned char* pipe, TOUT* __res
   const bool pairs = (EPI & TC_EPI_PAIRS) ||
                      (((reinterpret_cast<unsigned long long>(C) % (2 * sizeof(TOUT))) == 0) && (ldc % 2 == 0));
   constexpr int Q = BN / 4;  /* float4 columns per row */
-#pragma unroll 2
+  /* chunks unrolled together: loads in flight hide L2 latency, within the registers left after the pipeline
+   * (with two consumer warpgroups the producer's setmaxnreg leaves this code about 40; more spills) */
+  constexpr int U = (NC == 1 ? 8 : 4) / SPLITS > 1 ? (NC == 1 ? 8 : 4) / SPLITS : 1;
+#pragma unroll U
   for (int i = t; i < BM * Q; i += 128 * NC) {
     const int row = i / Q, col = (i % Q) * 4;
     if (!(EPI & TC_EPI_ROWS) && row >= m_valid) continue;
     const float* p = parts + row * BN + col;
     float4 v = __ldcg(reinterpret_cast<const float4*>(p));
 #pragma unroll
-    for (int s = 1; s < SPLITS; ++s) {
+    for (int s = 1; s < SPLITS; ++s) {  /* split order, whichever block is last */
       const float4 w = __ldcg(reinterpret_cast<const float4*>(p + s * PART));
       v.x += w.x;
       v.y += w.y;
