@@ -48,7 +48,8 @@ old_headers, keep_checks, timefile = {old_headers!r}, {keep_checks!r}, {timefile
 if old_headers:  # the prelude and NVRTC flags of before D25
     cc.NVRTC_FLAGS = ()
     _prelude = cg.prelude
-    cg.prelude = lambda hopper=False, *a, tma=False: _prelude(hopper, tma=tma)  # every header, as before
+    # every header, as before
+    cg.prelude = lambda hopper=False, *a, tma=False, splitk=False: _prelude(hopper, tma=tma, splitk=splitk)
 nvrtc_s, nvrtc_cpu = [], []
 _build = cc.build_nvrtc
 def timed(*a, **k):

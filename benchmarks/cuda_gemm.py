@@ -9,6 +9,13 @@ module load + first launch) and the host time per launch of a small kernel again
 
 Times are CUDA events around ``--rep`` back-to-back launches after warm-up (the same for both sides).
 Without a GPU it says so, prints the compile times only, and exits with status 3.
+
+Shapes with few output tiles (the LLM rows 128x4096x4096 and 16x8192x8192) are split over K by the compiler
+(docs/decisions.md D27): for every configuration it split, the same kernel with ``tilecore.cuda.split_k=1``
+is timed too, and a second table gives the best kernel against cuBLAS and against the best without split-K
+(every configuration at ``split_k=1``), in the same run:
+
+    python benchmarks/cuda_gemm.py --sizes "" --shapes 128x4096x4096,16x8192x8192 --no-fp8 --check
 """
 from __future__ import annotations
 
@@ -27,7 +34,7 @@ NO_GPU_EXIT = 3
 CONFIGS = [(128, 256, 64, 256, 3, 8), (128, 256, 64, 256, 3), (128, 256, 64, 256, 4, 8), (128, 128, 64, 256, 5, 8),
            (128, 64, 64, 128, 3)]
 # for shapes with few rows (M <= 256): 64-row tiles (one consumer warpgroup) give more blocks to fill the SMs
-SMALL_M_CONFIGS = [(64, 64, 64, 128, 4), (64, 128, 64, 128, 4), (64, 256, 64, 128, 3)]
+SMALL_M_CONFIGS = [(64, 64, 64, 128, 4), (64, 128, 64, 128, 4), (64, 256, 64, 128, 3), (128, 128, 64, 256, 3)]
 FP8_CONFIGS = [(128, 256, 128, 256, 3, 8), (128, 256, 128, 256, 3), (128, 256, 128, 256, 4, 8)]
 
 
@@ -58,6 +65,17 @@ def matmul(M, N, K, block_M, block_N, block_K, threads=128, num_stages=3, panel=
             T.copy(C_local, C[by * block_M, bx * block_N])
 
     return gemm
+
+
+def split_k_of(kernel) -> int:
+    """Over how many blocks the compiler split each output tile's K loop (1: not split; D27)."""
+    import re
+
+    for note in kernel.meta.get("attrs", {}).get("hopper_pipelines", ()):
+        m = re.search(r"split-K (\d+) ", note)
+        if m:
+            return int(m.group(1))
+    return 1
 
 
 def vadd(n, blk=256, dtype="float32"):
@@ -272,7 +290,7 @@ def main() -> int:
 
     dev = torch.cuda.get_device_name(0)
     print(f"device: {dev}; torch {torch.__version__}; tilecore {tilecore.__version__}; target {args.target}")
-    rows = []
+    rows, split_rows = [], []
     cfgs = _pass_configs(args)
     shapes = [(n, n, n) for n in (int(x) for x in args.sizes.split(",") if x)]
     shapes += [tuple(int(v) for v in x.split("x")) for x in args.shapes.split(",") if x]
@@ -286,6 +304,8 @@ def main() -> int:
             flops = 2.0 * m * n * kk
             name = f"{m}^3" if m == n == kk else f"{m}x{n}x{kk}"
             best = None
+            unsplit = None  # the best of every configuration with tilecore.cuda.split_k=1 (the kernel before D27)
+            any_split = False
             for cfg in configs + (SMALL_M_CONFIGS if m <= 256 and not args.configs else []):
                 try:
                     k = tilecore.compile(matmul(m, n, kk, *cfg, dtype=dtype), target=args.target, pass_configs=cfgs)
@@ -294,13 +314,24 @@ def main() -> int:
                     print(f"  {dtype} {name} config {cfg}: skipped ({type(e).__name__}: {str(e)[:120]})")
                     continue
                 tf = flops / ms / 1e9
-                print(f"  {dtype} {name} config {cfg}: {ms:.3f} ms, {tf:.1f} TFLOP/s")
+                splits = split_k_of(k)
+                print(f"  {dtype} {name} config {cfg}: {ms:.3f} ms, {tf:.1f} TFLOP/s"
+                      + (f" (split-K {splits})" if splits > 1 else ""))
                 if args.check:
                     ref = torch.matmul(a, b)
                     err = (c.float() - ref.float()).abs().max().item()
                     print(f"    max |ours - torch| = {err:.3g}")
                 if best is None or tf > best[0]:
-                    best = (tf, cfg)
+                    best = (tf, cfg, splits)
+                tf1 = tf  # a configuration the compiler did not split is its own split_k=1 kernel
+                if splits > 1:
+                    any_split = True
+                    k1 = tilecore.compile(matmul(m, n, kk, *cfg, dtype=dtype), target=args.target,
+                                          pass_configs={**cfgs, "tilecore.cuda.split_k": 1})
+                    tf1 = flops / event_ms(lambda: k1(a, b, c), args.rep) / 1e9
+                    print(f"  {dtype} {name} config {cfg}, tilecore.cuda.split_k=1: {tf1:.1f} TFLOP/s")
+                if unsplit is None or tf1 > unsplit[0]:
+                    unsplit = (tf1, cfg)
             ms_t = event_ms(lambda: torch.matmul(a, b, out=c), args.rep)
             tf_t = flops / ms_t / 1e9
             tf_tr = float("nan")
@@ -311,6 +342,8 @@ def main() -> int:
                 except Exception as e:  # noqa: BLE001
                     print(f"  triton {dtype} {name}: failed ({type(e).__name__}: {str(e)[:120]})")
             rows.append((dtype, name, best, tf_t, tf_tr))
+            if any_split:
+                split_rows.append((dtype, name, best, unsplit, tf_t))
             del a, b, c
             torch.cuda.empty_cache()
     if args.fp8 and not args.no_wgmma:  # fp8 has no mma.sync path here
@@ -329,6 +362,15 @@ def main() -> int:
         else:
             vs = "-" if tf_tr != tf_tr else f"{best[0] / tf_tr:.2f}x"
             print(f"| {dtype} | {n} | {best[0]:.1f} | {best[1]} | {tf_t:.1f} | {best[0] / tf_t:.2f}x | {tr} | {vs} |")
+
+    if split_rows:
+        print()
+        print("| dtype | shape | split-K TFLOP/s (config, splits) | tilecore.cuda.split_k=1 TFLOP/s (config) "
+              "| torch (cuBLAS) TFLOP/s | split-K / cuBLAS | split_k=1 / cuBLAS | split-K / split_k=1 |")
+        print("|---|---|---|---|---|---|---|---|")
+        for dtype, n, best, unsplit, tf_t in split_rows:
+            print(f"| {dtype} | {n} | {best[0]:.1f} ({best[1]}, {best[2]}) | {unsplit[0]:.1f} ({unsplit[1]}) "
+                  f"| {tf_t:.1f} | {best[0] / tf_t:.2f}x | {unsplit[0] / tf_t:.2f}x | {best[0] / unsplit[0]:.2f}x |")
 
     # compile and launch costs
     cold, _, _ = compile_times(args.target)

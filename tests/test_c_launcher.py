@@ -67,13 +67,15 @@ def on_cpu(kernel: JITKernel, c_launcher: bool, monkeypatch, devices=(0,)):
     prog = cuda_runtime.CUDAProgram(kernel.binary, kernel.source)
     sig = kernel.meta["signature"]
     nparams = (sum(p["kind"] == "buffer" for p in sig["params"]) + len(sig["ints"]) + len(sig["floats"])
-               + len(kernel.meta["source"]["meta"].get("tensor_maps", ())) + 1)
+               + len(kernel.meta["source"]["meta"].get("tensor_maps", ()))
+               + (1 if kernel.meta["source"]["meta"].get("workspace") else 0) + 1)
     driver = Driver(nparams)
     prog.tensor_flag = "is_cpu"  # the compiled launcher's device check
     prog._cuLaunchKernel = driver.fn
     prog.lib = types.SimpleNamespace(cuGetErrorString=lambda code, out: 0, cuTensorMapEncodeTiled=_encode)
     prog.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(is_current_stream_capturing=lambda: False),
-                                       int64=torch.int64)
+                                       int64=torch.int64, uint8=torch.uint8,
+                                       zeros=lambda *shape, device=None, **kw: torch.zeros(*shape, **kw))
     prog.current = devices[0]
     prog._get_device = lambda: prog.current
     prog._get_stream = lambda dev: 0x5000 + dev
@@ -194,8 +196,26 @@ def _tma_gemm():  # Hopper: TMA descriptors for A and B, encoded per launch (row
     return tma_gemm, {"out_idx": [2]}
 
 
+def _splitk_gemm():  # Hopper, K split over 2 blocks per tile: a workspace address after the descriptors
+    @T.prim_func
+    def splitk_gemm(A: T.Tensor((64, 512), "float16"), B: T.Tensor((512, 128), "float16"),
+                    C: T.Tensor((64, 128), "float16")):
+        with T.Kernel(2, 1, threads=128) as (bx, by):
+            A_shared = T.alloc_shared((64, 64), "float16")
+            B_shared = T.alloc_shared((64, 64), "float16")
+            C_local = T.alloc_fragment((64, 64), "float32")
+            T.clear(C_local)
+            for ko in T.Pipelined(8, num_stages=2):
+                T.copy(A[by * 64, ko * 64], A_shared)
+                T.copy(B[ko * 64, bx * 64], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[by * 64, bx * 64])
+
+    return splitk_gemm, {"out_idx": [2], "pass_configs": {"tilecore.cuda.split_k": 2}}
+
+
 KERNELS = {f.__name__[1:]: f for f in (_static_add, _scale_add, _two_symbols, _asserting, _workspace, _pipelined_gemm,
-                                       _tma_gemm)}
+                                       _tma_gemm, _splitk_gemm)}
 
 
 @pytest.fixture(scope="module")
@@ -310,6 +330,9 @@ def _same_launches(sig, c_out, py_out, c_prog, py_prog):
             elif slot == len(cp) - 1:  # the status word
                 assert int.from_bytes(a, "little") == c_prog._status_ptr
                 assert int.from_bytes(b, "little") == py_prog._status_ptr
+            elif slot == len(cp) - 2 and c_prog.workspace_bytes:  # each program's workspace on this stream
+                assert int.from_bytes(a, "little") == c_prog._workspaces[(0, c["stream"])][0].data_ptr()
+                assert int.from_bytes(b, "little") == py_prog._workspaces[(0, py["stream"])][0].data_ptr()
             else:
                 assert a == b, f"parameter slot {slot} differs"
 

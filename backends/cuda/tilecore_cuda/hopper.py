@@ -28,6 +28,11 @@ and replaces the clear and the loop by one block-collective statement, ``tc_wgmm
   of ``C_l`` after the loop is ``T.copy(C_l, C[...])`` (the epilogue is folded into the collective),
   otherwise into ``C_l`` in shared memory for the rest of the kernel.
 
+Where the result goes straight to global memory and a static grid leaves SMs idle, the K loop is split
+over several blocks per output tile (:func:`split_k`, docs/decisions.md D27): ``tc_wgmma_splitk``
+(prelude/tc_splitk.cuh) runs the pipeline over the block's share of k tiles into a float32 partial in a
+workspace the runtime allocates, and the tile's last block sums the partials in split order into C.
+
 ``A_s`` and ``B_s`` are replaced by one pipeline buffer (``stages`` copies of both tiles, 1024-byte
 aligned for the swizzle, plus the mbarriers). The number of stages is ``num_stages``, lowered until
 the block's shared memory fits. Anything that does not match stays as it was (the ``mma.sync`` path
@@ -35,6 +40,7 @@ takes the ``T.gemm``); ``TILECORE_DUMP_IR`` shows which happened.
 """
 from __future__ import annotations
 
+from tilecore.errors import CompileError
 from tilecore.ir import (Allocate, BinOp, Buffer, Cast, Collective, For, KernelLaunch, Region, Seq, TileOp, Var,
                          as_expr, binary, cast, const_value, rewrite, simplify, walk, walk_expr)
 from tilecore.passes import tile_pass
@@ -258,9 +264,24 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
                  "dtype": p.dt, "b_kmajor": p.tb, "a_step": (a0[0][1], a0[1][1]), "b_step": (b0[0][1], b0[1][1]),
                  "epilogue": "global" if p.epilogue else "shared", "out_dtype": str(target.buffer.dtype),
                  "tensor_maps": maps, "epi": epi}
-        args = (Region(pipe, (as_expr(0),), (pipe.shape[0],)), target, a0[0][0], a0[1][0], b0[0][0], b0[1][0],
-                simplify(as_expr(s.extent)), m_valid, n_valid, simplify(as_expr(ldc)))
-        coll = Collective("tc_wgmma_pipeline", args, attrs, span=s.span)
+        splits, why = split_k(launch, p, s, stages, ctx)
+        starts = [a0[0][0], a0[1][0], b0[0][0], b0[1][0]]
+        k_tiles = simplify(as_expr(s.extent))
+        extra = ()
+        if splits > 1:  # block z of `splits` runs k tiles [z KT / splits, (z + 1) KT / splits) of its tile
+            tiles = _tile_count(launch)
+            kt = int(const_value(k_tiles))
+            launch, z, tile = _add_split_dimension(launch, splits)
+            kt0 = binary("div", binary("mul", z, kt), splits)
+            kt1 = binary("div", binary("mul", binary("add", z, 1), kt), splits)
+            steps = [a0[0][1], a0[1][1], b0[0][1], b0[1][1]]
+            starts = [simplify(binary("add", x, binary("mul", kt0, st))) if st else x for x, st in zip(starts, steps)]
+            k_tiles = simplify(binary("sub", kt1, kt0))
+            extra = (tile, z)
+            attrs.update(splits=splits, tiles=tiles, workspace_bytes=splitk_workspace_bytes(tiles, splits, p.bm, p.bn))
+        args = (Region(pipe, (as_expr(0),), (pipe.shape[0],)), target, *starts, k_tiles, m_valid, n_valid,
+                simplify(as_expr(ldc)), *extra)
+        coll = Collective("tc_wgmma_splitk" if splits > 1 else "tc_wgmma_pipeline", args, attrs, span=s.span)
         drop = {k - 1, k} | ({p.epilogue[0]} if p.epilogue else set())
         new = []
         for j, x in enumerate(body):
@@ -274,10 +295,119 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
                 new.append(x)
         new.insert(0, Allocate(pipe, span=s.span))
         ctx.notes.append(f"cuda.hopper_gemm_pipeline: {p.bm}x{p.bn}x{p.bk} {p.dt}, {stages} stages, "
-                         f"{p.ncwg} consumer warpgroup(s) + 1 producer, epilogue to {attrs['epilogue']} memory")
+                         f"{p.ncwg} consumer warpgroup(s) + 1 producer, epilogue to {attrs['epilogue']} memory"
+                         + (f"; {why}" if why else ""))
         return launch.with_(body=Seq(new, span=launch.body.span), threads=(p.threads + WG,),
                             attrs={**launch.attrs, "warp_specialized": True})
     return launch
+
+
+# -- split-K (docs/decisions.md D27) ----------------------------------------------------------------------
+
+#: the automatic rule: each split keeps at least this many k tiles per pipeline stage (the fill and drain of
+#: the pipeline and the fixup stay small against the split's main loop) ...
+SPLIT_K_TILES_PER_STAGE = 4
+#: ... and a tile is split at most this many ways (the last block of a tile reads every partial)
+SPLIT_K_MAX = 16
+COUNTER_ALIGN = 256  # the arrival counters lead the workspace, padded to this many bytes
+MAX_GRID_Z = 65535   # the splits are the grid's z dimension
+
+
+def splitk_workspace_bytes(tiles: int, splits: int, bm: int, bn: int) -> int:
+    """The split kernel's global scratch (prelude/tc_splitk.cuh): one uint32 arrival counter per output tile
+    (padded to 256 bytes), then a float32 BM x BN partial tile per (tile, split)."""
+    counters = -(-tiles * 4 // COUNTER_ALIGN) * COUNTER_ALIGN
+    return counters + tiles * splits * bm * bn * 4
+
+
+def _tile_count(launch: KernelLaunch):
+    n = 1
+    for g in launch.grid:
+        v = const_value(simplify(as_expr(g)))
+        if v is None:
+            return None
+        n *= int(v)
+    return n
+
+
+def _split_blockers(launch: KernelLaunch, p: _Plan, loop: For) -> str:
+    """Why this pipeline's K loop cannot be split over blocks ('' when it can)."""
+    if not p.epilogue:
+        return "the accumulator is used after the loop (only a GEMM whose result goes straight to global memory " \
+               "with one T.copy is split)"
+    if _tile_count(launch) is None:
+        return "the launch grid is not static"
+    if len(launch.grid) > 2:
+        return "the launch grid already has three dimensions"
+    if const_value(simplify(as_expr(loop.extent))) is None:
+        return "the number of k tiles is not static"
+    return ""
+
+
+def split_k(launch: KernelLaunch, p: _Plan, loop: For, stages: int, ctx) -> tuple:
+    """``(splits, note)``: over how many blocks each output tile's K loop runs (1: not split) and what the
+    kernel's ``hopper_pipelines`` note says about it (None: nothing).
+
+    Automatic (no ``tilecore.cuda.split_k``): only where the grid leaves SMs idle, with ``splits`` the
+    largest number such that ``tiles * splits <= SMs`` (``limits.sm_count`` of the target's profile), each
+    split keeps at least ``SPLIT_K_TILES_PER_STAGE * stages`` k tiles, and ``splits <= SPLIT_K_MAX``.
+    ``tilecore.cuda.split_k = n`` asks for ``n`` (1 switches split-K off); an ``n`` the loop cannot take is a
+    CompileError at the loop's line."""
+    asked = ctx.option("tilecore.cuda.split_k", None)
+    if asked is not None and (isinstance(asked, bool) or not isinstance(asked, int) or asked < 1):
+        raise CompileError(f"pass config tilecore.cuda.split_k must be a positive integer (1 switches split-K off), "
+                           f"got {asked!r}", loop.span)
+    if asked == 1:
+        return 1, "split-K off (tilecore.cuda.split_k=1)"
+    blocked = _split_blockers(launch, p, loop)
+    if blocked:
+        if asked:
+            raise CompileError(f"pass config tilecore.cuda.split_k={asked}: this GEMM's K loop cannot be split over "
+                               f"blocks: {blocked}. Remove tilecore.cuda.split_k (or set it to 1) for this kernel",
+                               loop.span)
+        return 1, None
+    tiles, kt = _tile_count(launch), int(const_value(simplify(as_expr(loop.extent))))
+    if asked:
+        if asked > kt:
+            raise CompileError(f"pass config tilecore.cuda.split_k={asked} asks for more splits than the K loop has "
+                               f"k tiles ({kt}; every split needs one): use at most tilecore.cuda.split_k={kt}, or "
+                               "leave it out for the automatic choice", loop.span)
+        if asked > MAX_GRID_Z:
+            raise CompileError(f"pass config tilecore.cuda.split_k={asked} is more blocks than a grid's z dimension "
+                               f"holds ({MAX_GRID_Z}): use at most tilecore.cuda.split_k={MAX_GRID_Z}", loop.span)
+        return asked, _split_note(asked, tiles, kt, "tilecore.cuda.split_k")
+    lim = ctx.capabilities.limit("sm_count")
+    if lim is None or tiles * 2 > int(lim[0]):
+        return 1, None  # the grid fills (or half fills) the SMs: nothing to gain
+    sms = int(lim[0])
+    least = SPLIT_K_TILES_PER_STAGE * stages
+    splits = min(sms // tiles, kt // least, SPLIT_K_MAX)
+    if splits < 2:
+        return 1, (f"not split over K: {tiles} tiles on {sms} SMs, but {kt} k tiles are too few for two splits of "
+                   f"at least {least} ({SPLIT_K_TILES_PER_STAGE} x {stages} stages)")
+    return splits, _split_note(splits, tiles, kt, f"{tiles} tiles on {sms} SMs")
+
+
+def _split_note(splits: int, tiles: int, kt: int, why: str) -> str:
+    lo, hi = kt // splits, -(-kt // splits)
+    per = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    return (f"split-K {splits} ({why}): {tiles * splits} blocks, {per} k tiles each, float32 partials summed in "
+            "split order by each tile's last block")
+
+
+def _add_split_dimension(launch: KernelLaunch, splits: int) -> tuple:
+    """``launch`` with a grid dimension of ``splits`` blocks added last (slowest), its block variable, and
+    the index of the block's output tile (a bijection of the original grid, ``T.use_swizzle`` or not)."""
+    grid, bvars = [as_expr(g) for g in launch.grid], list(launch.block_vars)
+    dtype = bvars[0].dtype
+    tile = bvars[0]
+    if len(grid) == 1:
+        grid.append(as_expr(1))
+        bvars.append(Var("split_y", dtype))
+    else:
+        tile = binary("add", binary("mul", bvars[1], grid[0]), bvars[0])
+    z = Var("split", dtype)
+    return launch.with_(grid=(*grid, as_expr(splits)), block_vars=(*bvars, z)), z, simplify(tile)
 
 
 def epilogue_flags(launch: KernelLaunch, p: _Plan, out: Region, m_valid, n_valid, ldc) -> int:
@@ -338,6 +468,13 @@ def wgmma_template(s: Collective) -> list:
             "true" if at["b_kmajor"] else "false", at["a_step"][0], at["a_step"][1], at["b_step"][0],
             at["b_step"][1], "true" if at["epilogue"] == "global" else "false", at.get("epi", 0),
             _DTYPES[at["dtype"]][1], wgmma_name(at)]
+
+
+def splitk_template(s: Collective) -> list:
+    """tc_wgmma_splitk's template arguments (prelude/tc_splitk.cuh): the pipeline's, less TO_GLOBAL (its
+    partials go to global memory, C too), plus the splits and the output tiles."""
+    head = wgmma_template(s)
+    return head[:12] + head[13:] + [s.attrs["splits"], s.attrs["tiles"]]
 
 
 def wgmma_name(at: dict) -> str:

@@ -165,6 +165,12 @@ class CUDAProgram(Program):
         self.tmaps = [dict(m, dims=shape_fn(m["dims"])) for m in self.meta.get("tensor_maps", ())]
         self.tmap_cache: dict = {}
         self.aligned = list(self.meta.get("aligned_args", ()))
+        # global scratch the kernel asks for (a GEMM split over K: hopper.split_k): one zero-filled buffer per
+        # (device, stream), allocated at the first launch there and kept; its address is a parameter after
+        # the tensor maps. The kernel leaves its counters at zero, so no launch clears it again.
+        self.workspace_bytes = int((self.meta.get("workspace") or {}).get("bytes", 0))
+        self._workspaces: dict = {}
+        self._extra = len(self.tmaps) + (1 if self.workspace_bytes else 0)  # parameters passed by address
         env = os.environ.get("TILECORE_DEVICE")
         self._env_device = int(env) if env is not None and env.isdigit() else None
         self._cur_dev = None      # the device of the last launch (its function and status word are bound)
@@ -258,15 +264,34 @@ class CUDAProgram(Program):
             block=(self.threads, 1, 1), shared=self.dyn_shared, get_device=self._get_device,
             get_stream=raw if raw is not None else self._raw_stream, fail=self._launch_failed,
             after=self._check_status if self._has_asserts else None, aligned=self.aligned,
-            descriptors=self._descriptors if self.tmaps else None, ndescriptors=len(self.tmaps))
+            descriptors=self._descriptors if self._extra else None, ndescriptors=self._extra)
         self._native = native
         if native is not None and self._cur_dev is not None:  # launched before: the device is known
             native.set_device(self._cur_dev, self._func.value or 0, self._status_ptr)
         return native
 
     def _descriptors(self, buffers, ints) -> tuple:
-        """The launch's TMA descriptors (the compiled launcher holds them until cuLaunchKernel returns)."""
-        return tuple(self._tensor_map(m, buffers[m["arg"]], ints) for m in self.tmaps)
+        """The launch's parameters passed by address: the TMA descriptors, then the workspace's address (the
+        compiled launcher holds them until cuLaunchKernel returns; it launches on ``self._cur_dev``)."""
+        maps = tuple(self._tensor_map(m, buffers[m["arg"]], ints) for m in self.tmaps)
+        if not self.workspace_bytes:
+            return maps
+        dev = self._cur_dev
+        return maps + (self._workspace(dev, self._raw_stream(dev)),)
+
+    def _workspace(self, dev: int, stream: int):
+        """The kernel's workspace on ``dev`` for launches on ``stream``, as the 8 bytes of its address (a ctypes
+        array the launch points a parameter at). One per stream: launches on one stream run one after the
+        other, so they can share it; two streams running the kernel at once must not (a tile's counter would
+        count the blocks of both launches). Allocated zero-filled on first use, on that stream (inside a CUDA
+        graph capture the fill is captured before the kernel)."""
+        key = (dev, stream)
+        hit = self._workspaces.get(key)
+        if hit is None:
+            torch = self.torch
+            buf = torch.zeros(self.workspace_bytes, dtype=torch.uint8, device=f"cuda:{dev}")
+            hit = self._workspaces[key] = (buf, (ctypes.c_uint64 * 1)(buf.data_ptr()))
+        return hit[1]
 
     def _launch_failed(self, rc: int, grid) -> None:
         raise DeviceError(f"cuLaunchKernel failed: {_err(self.lib, rc)} (grid {tuple(grid)}, {self.threads} threads, "
@@ -305,14 +330,16 @@ class CUDAProgram(Program):
         store[nb + ni] = self._status_ptr
         if nf:
             dbl[:] = [float(f) for f in floats]
-        if self.tmaps:  # 128-byte descriptors: point the parameters at the cached ones
+        raw = self._get_stream
+        stream = raw(dev) if raw is not None else self._raw_stream(dev)
+        if self._extra:  # 128-byte descriptors, the workspace's address: point the parameters at them
             k = nb + ni + len(floats)
             # held until the launch has copied them: encoding the second may clear the cache of the first
             held = [self._tensor_map(m, int(buffers[m["arg"]]), ints) for m in self.tmaps]
+            if self.workspace_bytes:
+                held.append(self._workspace(dev, stream))
             for j, d in enumerate(held):
                 params[k + j] = ctypes.addressof(d)
-        raw = self._get_stream
-        stream = raw(dev) if raw is not None else self._raw_stream(dev)
         rc = self._cuLaunchKernel(self._func, grid[0], grid[1], grid[2], self.threads, 1, 1, self.dyn_shared,
                                   ctypes.c_void_p(stream), params, None)
         if rc != 0:
@@ -327,13 +354,13 @@ class CUDAProgram(Program):
         ctypes objects."""
         store = (ctypes.c_int64 * (nb + ni + 1))()
         dbl = (ctypes.c_double * max(nf, 1))()
-        params = (ctypes.c_void_p * (nb + ni + nf + len(self.tmaps) + 1))()
+        params = (ctypes.c_void_p * (nb + ni + nf + self._extra + 1))()
         base, fbase, w = ctypes.addressof(store), ctypes.addressof(dbl), 8
         for k in range(nb + ni):
             params[k] = base + w * k
         for j in range(nf):
             params[nb + ni + j] = fbase + w * j
-        params[nb + ni + nf + len(self.tmaps)] = base + w * (nb + ni)  # the status word's address
+        params[nb + ni + nf + self._extra] = base + w * (nb + ni)  # the status word's address
         return store, dbl, params
 
     def _raw_stream(self, dev: int) -> int:

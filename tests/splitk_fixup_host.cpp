@@ -1,0 +1,198 @@
+// Host harness for the split-K fixup of backends/cuda/tilecore_cuda/prelude/tc_splitk.cuh (tests/test_cuda_splitk.py).
+//
+// The header is compiled as it ships (or mutated by the test), with the CUDA built-ins it uses shimmed:
+// one std::thread per CUDA thread, __syncthreads / __syncthreads_or as a barrier over the block's threads,
+// atomicAdd / atomicExch / __threadfence as C++ atomics and fences, __ldcg as a plain load, and a pair store
+// that aborts when misaligned (a fault on the GPU). tc_wgmma_pipeline is a stand-in that stores the partial
+// tile the block's main loop would have produced (drawn by the harness) as the real global epilogue does:
+// consumer threads only, rows below m_valid unless EPI has the rows bit.
+//
+// For a few tile shapes, split counts and ragged edges it runs launches in which a tile's blocks arrive in
+// random orders, one after another or at the same time, on one workspace that is never cleared, and checks:
+// C equals the float32 sum of the partials in split order, bit for bit, whatever the arrival order; no
+// element outside C's valid rows and columns is written; every counter is back at zero. It prints "ok" or
+// the first failure, and exits 0 or 1. Every valid element of C must be stored exactly once per launch.
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+struct float4 {
+  float x, y, z, w;
+};
+struct tc_tmap {
+  unsigned long long opaque[16];
+};
+struct tc_dim {
+  unsigned x;
+};
+static thread_local tc_dim threadIdx;
+#define __device__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+#define TC_EPI_ROWS 1
+#define TC_EPI_COLS 2
+#define TC_EPI_PAIRS 4
+
+struct Block {  // what the threads of one running block share
+  std::barrier<> bar;
+  std::atomic<int> any{0};
+  int tile, split;
+  explicit Block(int n) : bar(n) {}
+};
+static thread_local Block* tc_block;
+
+inline void __syncthreads() { tc_block->bar.arrive_and_wait(); }
+inline int __syncthreads_or(int p) {  // one call per block run: `any` starts at 0
+  if (p) tc_block->any.fetch_or(1);
+  tc_block->bar.arrive_and_wait();
+  return tc_block->any.load();
+}
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+inline unsigned atomicExch(unsigned* p, unsigned v) { return __atomic_exchange_n(p, v, __ATOMIC_RELAXED); }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline float4 __ldcg(const float4* p) {
+  if (reinterpret_cast<uintptr_t>(p) % 16) {
+    std::fprintf(stderr, "misaligned 16-byte load\n");
+    std::abort();
+  }
+  return *p;
+}
+static float* g_c;                    // C, whose stores are counted per element
+static std::atomic<int>* g_writes;
+template <typename T> inline void tc_store1(T* p, float v) {
+  *p = v;
+  if (p >= g_c) g_writes[p - g_c].fetch_add(1);
+}
+template <typename T> inline void tc_store2(T* p, float a, float b) {
+  if (reinterpret_cast<uintptr_t>(p) % (2 * sizeof(T))) {
+    std::fprintf(stderr, "misaligned pair store\n");
+    std::abort();
+  }
+  tc_store1(p, a);
+  tc_store1(p + 1, b);
+}
+
+static const float* g_parts;  // [tile][split][BM][BN]: what each block's main loop produces
+static int g_splits;
+
+template <int NTHREADS, int BM, int BN, int BK, int STAGES, int NC, int MR, bool B_KMAJOR, int A_RS, int A_CS,
+          int B_RS, int B_CS, bool TO_GLOBAL, int EPI, int KSTEP, typename MMA, typename TOUT>
+void tc_wgmma_pipeline(unsigned char*, TOUT* C, long long, long long, long long, long long, long long,
+                       long long m_valid, long long, long long ldc, const tc_tmap*, const tc_tmap*) {
+  static_assert(TO_GLOBAL && std::is_same<TOUT, float>::value, "the partial is a float32 global store");
+  if (threadIdx.x < 128) return;  // the producer warpgroup stores nothing
+  const float* src = g_parts + ((long long)tc_block->tile * g_splits + tc_block->split) * BM * BN;
+  for (int i = threadIdx.x - 128; i < BM * BN; i += 128 * NC) {
+    const int row = i / BN, col = i % BN;
+    if (!(EPI & TC_EPI_ROWS) && row >= m_valid) continue;
+    C[(long long)row * ldc + col] = src[i];
+  }
+}
+
+#include "tc_splitk.cuh"
+
+static int fail(const char* what, int a, int b) {
+  std::printf("FAIL: %s (%d, %d)\n", what, a, b);
+  return 1;
+}
+
+// One GEMM: a grid of TM x TN tiles of BM x BN over an M x N C (row stride ldc), SPLITS blocks per tile.
+template <int BM, int BN, int NC, int SPLITS, int TM, int TN, int EPI>
+static int run_case(std::mt19937& rng, int M, int N, int ldc, int launches, bool together) {
+  constexpr int TILES = TM * TN, NTHREADS = 128 * (NC + 1);
+  const long long counters = (TILES * 4LL + 255) / 256 * 256;
+  std::vector<float4> wsmem((counters + (long long)TILES * SPLITS * BM * BN * 4) / 16 + 1);
+  unsigned char* ws = reinterpret_cast<unsigned char*>(wsmem.data());
+  std::memset(ws, 0, wsmem.size() * 16);  // zero-filled once, as the runtime allocates it
+  std::vector<float> parts((size_t)TILES * SPLITS * BM * BN);
+  std::vector<float4> cmem(((size_t)(TM * BM + 1) * ldc) / 4 + 2);
+  float* C = reinterpret_cast<float*>(cmem.data());
+  std::vector<std::atomic<int>> writes(cmem.size() * 4);
+  g_splits = SPLITS;
+  g_c = C;
+  g_writes = writes.data();
+  for (int launch = 0; launch < launches; ++launch) {
+    // partials over a wide range of magnitudes and signs: the order of the sum shows in the bits
+    std::uniform_int_distribution<int> ex(-24, 24);
+    std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+    for (float& p : parts) p = std::ldexp(mant(rng), ex(rng)) * (rng() % 2 ? 1.0f : -1.0f);
+    g_parts = parts.data();
+    const float sentinel = -777.25f;
+    std::fill(C, C + cmem.size() * 4, sentinel);
+    for (auto& w : writes) w.store(0);
+    auto run_block = [&](Block* b, int tm, int tn) {
+      std::vector<std::thread> threads;
+      for (int t = 0; t < NTHREADS; ++t)
+        threads.emplace_back([=]() {
+          tc_block = b;
+          threadIdx.x = (unsigned)t;
+          float* c0 = C + (long long)tm * BM * ldc + (long long)tn * BN;
+          tc_wgmma_splitk<NTHREADS, BM, BN, 64, 3, NC, 1, false, 0, 64, 64, 0, EPI, 16, int, SPLITS, TILES>(
+              nullptr, c0, 0, 0, 0, 0, 1, M - tm * BM, N - tn * BN, ldc, b->tile, b->split, nullptr, nullptr, ws);
+        });
+      for (auto& th : threads) th.join();
+    };
+    // every block of the grid in a random order: tiles interleave
+    std::vector<Block*> blocks;
+    for (int tile = 0; tile < TILES; ++tile)
+      for (int s = 0; s < SPLITS; ++s) {
+        blocks.push_back(new Block(NTHREADS));
+        blocks.back()->tile = tile;
+        blocks.back()->split = s;
+      }
+    std::shuffle(blocks.begin(), blocks.end(), rng);
+    if (together) {  // the blocks of a tile at once (arrivals race), the tiles in turn
+      for (int tile = 0; tile < TILES; ++tile) {
+        std::vector<std::thread> runners;
+        for (Block* b : blocks)
+          if (b->tile == tile) runners.emplace_back(run_block, b, tile / TN, tile % TN);
+        for (auto& r : runners) r.join();
+      }
+    } else {
+      for (Block* b : blocks) run_block(b, b->tile / TN, b->tile % TN);
+    }
+    for (Block* b : blocks) delete b;
+    for (int tile = 0; tile < TILES; ++tile)
+      if (reinterpret_cast<unsigned*>(ws)[tile] != 0) return fail("counter not back at zero", launch, tile);
+    for (int r = 0; r < TM * BM + 1; ++r) {
+      for (int c = 0; c < ldc; ++c) {
+        const float got = C[(long long)r * ldc + c];
+        if (r >= M || c >= N || c >= TN * BN) {
+          if (std::memcmp(&got, &sentinel, 4)) return fail("store outside C's valid rows and columns", r, c);
+          continue;
+        }
+        const int tile = (r / BM) * TN + c / BN;
+        const long long at = (long long)(r % BM) * BN + c % BN;
+        float want = parts[((long long)tile * SPLITS) * BM * BN + at];
+        for (int s = 1; s < SPLITS; ++s) want += parts[((long long)tile * SPLITS + s) * BM * BN + at];
+        if (std::memcmp(&got, &want, 4)) return fail("element differs from the split-order sum", r, c);
+        if (writes[(long long)r * ldc + c].load() != 1) return fail("element not stored exactly once", r, c);
+      }
+    }
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  std::mt19937 rng(argc > 1 ? (unsigned)std::atoi(argv[1]) : 1u);
+  int bad = 0;
+  // ragged rows and columns, an odd row stride (no pair stores), every check compiled
+  bad |= run_case<64, 32, 1, 3, 2, 2, 0>(rng, 100, 51, 51, 3, false);
+  // ragged rows, aligned pairs; blocks of a tile at the same time
+  bad |= run_case<64, 32, 1, 3, 2, 2, TC_EPI_PAIRS>(rng, 70, 64, 64, 2, true);
+  // whole tiles, two consumer warpgroups, four splits (the checks the code generator proved away)
+  bad |= run_case<64, 64, 2, 4, 1, 2, TC_EPI_ROWS | TC_EPI_COLS | TC_EPI_PAIRS>(rng, 64, 128, 128, 3, false);
+  // 16 valid rows of a 64-row tile (the 16x8192 GEMM's shape), two splits, racing
+  bad |= run_case<64, 32, 1, 2, 1, 3, TC_EPI_COLS | TC_EPI_PAIRS>(rng, 16, 96, 96, 3, true);
+  std::printf(bad ? "FAIL\n" : "ok\n");
+  return bad;
+}

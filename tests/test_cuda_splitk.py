@@ -1,0 +1,303 @@
+"""Split-K for GEMMs with few output tiles (``cuda.hopper_gemm_pipeline``, docs/decisions.md D27), through the
+public API: the plain README GEMM, no change to the kernel.
+
+Compile-only wherever a CUDA compiler exists (CI): when the pass splits (a static grid that leaves SMs of the
+profile's ``limits.sm_count`` idle, each split at least 4 x stages k tiles) and by how much, the note in
+``kernel.meta["attrs"]["hopper_pipelines"]``, ``tilecore.cuda.split_k`` and its errors, the kernel's
+workspace in the launch metadata, and the SASS (the atomic arrival count, the fences, the L2 loads of the
+partials). The runtime passes the workspace (one per device and stream, allocated once, zero-filled) on both
+launch paths, checked against a recording driver on the CPU. On an sm_90 GPU the split kernels run against
+float64 references and must give the same bits on every run.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilecore
+from tilecore.errors import CompileError
+
+tilecore_cuda = pytest.importorskip("tilecore_cuda")
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
+from test_cuda_hopper import HOPPER, _notes, gemm, hopper_gpu  # noqa: E402
+
+#: the issue's two small-M rows at the tiles the benchmark found best for the user's split kernel, and a ragged one
+LLM_128 = dict(M=128, N=4096, K=4096, bm=128, bn=128, threads=256, stages=3)
+LLM_16 = dict(M=16, N=8192, K=8192, bm=64, bn=128, threads=128, stages=4)
+RAGGED = dict(M=200, N=1000, K=3000, bm=128, bn=128, threads=256, stages=3)
+
+
+def _compile(shape: dict, target=HOPPER, **kw):
+    cfg = kw.pop("pass_configs", {})
+    s = dict(shape)
+    fn = gemm(s.pop("M"), s.pop("N"), s.pop("K"), **s, **kw)
+    return tilecore.compile(fn, target=target, pass_configs={**NOCACHE, **cfg})
+
+
+def _head(k) -> list:
+    """The template arguments of the kernel's split collective."""
+    src = k.get_kernel_source()
+    return src[src.index("tc_wgmma_splitk<"):].split(">", 1)[0].split("<", 1)[1].split(", ")
+
+
+# -- the decision ----------------------------------------------------------------------------------------
+
+@needs_toolchain
+@pytest.mark.parametrize("shape,splits,tiles,per", [(LLM_128, 4, 32, "16"), (LLM_16, 2, 64, "64"),
+                                                    (RAGGED, 3, 16, "15-16")])
+def test_few_tile_gemms_are_split_over_k(shape, splits, tiles, per):
+    k = _compile(shape)
+    note = _notes(k)
+    assert f"split-K {splits} ({tiles} tiles on 132 SMs): {tiles * splits} blocks, {per} k tiles each" in note
+    meta = k.source.meta
+    assert meta["grid"][2] == str(splits) and int(meta["grid"][0]) * int(meta["grid"][1]) == tiles
+    bm, bn = shape["bm"], shape["bn"]
+    assert meta["workspace"] == {"bytes": -(-tiles * 4 // 256) * 256 + tiles * splits * bm * bn * 4, "zeroed": True}
+    src = k.get_kernel_source()
+    assert "tc_wgmma_pipeline<" not in src.split("__global__")[-1]
+    assert _head(k)[-2:] == [str(splits), str(tiles)]
+    assert "unsigned char* tc_workspace, int* __restrict__ tc_status)" in src  # after the tensor maps
+
+
+@needs_toolchain
+def test_split_kernel_sass_counts_arrivals_and_reads_partials_from_l2():
+    """The same main loop (HGMMA, TMA, the register hand-over), plus one atomic add on the tile's counter and one exchange that zeroes
+    it, GPU-scope fences, and 16-byte strong loads of the partials (ld.global.cg: never a stale L1 line)."""
+    be = tilecore_cuda.CUDABackend()
+    split = _compile(LLM_128)
+    plain = _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 1})
+    ss, sp = be.disassemble(split.binary, split.target), be.disassemble(plain.binary, plain.target)
+    for op in ("HGMMA.64x128x16.F32", "UTMALDG.2D", "SYNCS.PHASECHK", "USETMAXREG"):
+        assert op in ss and op in sp, op
+    assert ss.count("ATOMG.E.ADD") == 1 and ss.count("ATOMG.E.EXCH") == 1 and "ATOMG" not in sp
+    assert "MEMBAR.SC.GPU" in ss and "LDG.E.128.STRONG.GPU" in ss and "BAR.RED.OR" in ss
+    assert not re.search(r"\sLDG", sp)  # the plain kernel loads nothing but through TMA (UTMALDG)
+    # no spills: after the producer's setmaxnreg the sum has about 40 registers (D27), 16 splits included
+    wide = _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 16})
+    for sass in (ss, be.disassemble(wide.binary, wide.target)):
+        assert "STL" not in sass and "LDL" not in sass
+
+
+@needs_toolchain
+def test_float8_gemm_is_split_too():
+    k = _compile(dict(LLM_128, bk=128), dtype="float8_e4m3", tb=True)
+    assert "split-K 2 (32 tiles on 132 SMs): 64 blocks, 16 k tiles each" in _notes(k)  # 32 k tiles of 128
+    sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+    assert "QGMMA.64x128x32.F32.E4M3.E4M3" in sass and "ATOMG.E.ADD" in sass
+
+
+@needs_toolchain
+def test_large_grids_and_short_k_loops_are_not_split():
+    k = _compile(dict(M=4096, N=4096, K=4096, bm=128, bn=256, threads=256, stages=4))  # 512 tiles
+    assert "split" not in _notes(k) and "workspace" not in k.source.meta
+    assert k.source.meta["grid"] == ["16", "32", "1"]
+    k = _compile(dict(M=128, N=4096, K=512, bm=128, bn=128, threads=256, stages=3))  # 8 k tiles
+    assert "not split over K: 32 tiles on 132 SMs, but 8 k tiles are too few for two splits of at least 12" in _notes(k)
+    assert "workspace" not in k.source.meta and "tc_wgmma_pipeline<" in k.get_kernel_source()
+
+
+@needs_toolchain
+def test_split_k_config_overrides_and_switches_off():
+    k = _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 1})
+    assert "split-K off (tilecore.cuda.split_k=1)" in _notes(k) and "workspace" not in k.source.meta
+    assert k.source.meta["grid"] == ["32", "1", "1"]
+    k = _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 7})  # beyond the SMs: allowed (no block waits)
+    assert "split-K 7 (tilecore.cuda.split_k): 224 blocks, 9-10 k tiles each" in _notes(k)
+    assert k.source.meta["grid"] == ["32", "1", "7"]
+    # the sm_80 path has no pipeline to split: the option changes nothing there
+    k = _compile(LLM_128, target="cuda:sm_80", pass_configs={"tilecore.cuda.split_k": 4})
+    assert "split" not in _notes(k)
+
+
+@needs_toolchain
+@pytest.mark.parametrize("value,kw,match", [
+    (0, {}, "tilecore.cuda.split_k must be a positive integer .1 switches split-K off., got 0"),
+    ("4", {}, "must be a positive integer"),
+    (True, {}, "must be a positive integer"),
+    (65, {}, r"more splits than the K loop has k tiles \(64; every split needs one\): use at most "
+             r"tilecore.cuda.split_k=64"),
+    (2, {"epilogue": "relu"}, "cannot be split over blocks: the accumulator is used after the loop"),
+])
+def test_split_k_config_errors_name_the_users_loop_and_the_fix(value, kw, match):
+    with pytest.raises(CompileError, match=match) as e:
+        _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": value}, **kw)
+    assert "test_cuda_hopper.py:" in str(e.value)  # the line of the user's T.Pipelined loop
+
+
+@needs_toolchain
+def test_a_dynamic_grid_is_not_split():
+    from test_cuda_hopper import dynamic_m_gemm
+
+    k = tilecore.compile(dynamic_m_gemm(N=512, K=8192), target=HOPPER, pass_configs=NOCACHE)
+    assert "split" not in _notes(k)
+    with pytest.raises(CompileError, match="cannot be split over blocks: the launch grid is not static"):
+        tilecore.compile(dynamic_m_gemm(N=512, K=8192), target=HOPPER,
+                         pass_configs={**NOCACHE, "tilecore.cuda.split_k": 2})
+
+
+@needs_toolchain
+def test_swizzled_grid_splits_on_the_raw_tile_index():
+    """T.use_swizzle remaps (bx, by); the tile index the counters use is a bijection of them, the split the z index."""
+    k = _compile(LLM_128, panel=4)
+    src = k.get_kernel_source()
+    assert "tc_pn = 4LL * tc_gf" in src and "const int split = (int)blockIdx.z;" in src
+    assert "(long long)(((by * 32) + bx)), (long long)(split)" in src
+
+
+# -- the runtime: the workspace parameter, on the CPU with a recording driver -------------------------------
+
+def test_the_workspace_is_allocated_once_per_stream_and_passed_on_both_launch_paths(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from test_c_launcher import KERNELS, on_cpu
+
+    func, opts = KERNELS["splitk_gemm"]()
+    kernel = tilecore.compile(func, target=HOPPER, **opts)
+    size = kernel.source.meta["workspace"]["bytes"]
+    assert "split-K 2 (tilecore.cuda.split_k)" in _notes(kernel)
+    a, b = torch.randn(64, 512).half(), torch.randn(512, 128).half()
+    for c_launcher in (True, False):
+        k, prog, driver = on_cpu(kernel, c_launcher, monkeypatch)
+        for _ in range(3):
+            k(a, b)
+        slots = [int.from_bytes(r["params"][-2], "little") for r in driver.records]
+        ws, _ = prog._workspaces[(0, 0x5000)]
+        assert len(prog._workspaces) == 1 and slots == [ws.data_ptr()] * 3
+        assert ws.numel() == size and ws.dtype == torch.uint8 and not ws.any()
+        assert driver.records[-1]["grid"] == (2, 1, 2)
+        if c_launcher:
+            assert k._native is not None  # the later calls went through the compiled launcher
+        prog._get_stream = lambda dev: 0x6000  # another stream: its own workspace
+        k(a, b)
+        assert int.from_bytes(driver.records[-1]["params"][-2], "little") == prog._workspaces[(0, 0x6000)][0].data_ptr()
+        assert len(prog._workspaces) == 2 and prog._workspaces[(0, 0x6000)][0].data_ptr() != ws.data_ptr()
+
+
+# -- on an H100 / H200 --------------------------------------------------------------------------------------
+
+def _inputs(torch, M, N, K, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(M, K, generator=g).to(getattr(torch, dtype)).cuda()
+    b = torch.randn(K, N, generator=g).to(getattr(torch, dtype)).cuda()
+    return a, b, (a.double() @ b.double())
+
+
+@hopper_gpu
+@pytest.mark.parametrize("shape,dtype,out,kw", [(LLM_128, "float16", "float16", {}),
+                                                (LLM_128, "bfloat16", "float16", {"panel": 4}),
+                                                (LLM_16, "float16", "float16", {}), (LLM_16, "bfloat16", "bfloat16", {}),
+                                                (RAGGED, "float16", "float32", {}), (RAGGED, "bfloat16", "bfloat16", {})])
+def test_device_split_gemm_matches_float64_and_repeats_bit_for_bit(shape, dtype, out, kw):
+    torch = pytest.importorskip("torch")
+    M, N, K = shape["M"], shape["N"], shape["K"]
+    k = _compile(shape, target="cuda", dtype=dtype, out=out, **kw)
+    assert "split-K" in _notes(k) and "split-K off" not in _notes(k)
+    a, b, ref = _inputs(torch, M, N, K, dtype, seed=M + N)
+    runs = []
+    for _ in range(3):
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=getattr(torch, out))
+        k(a, b, c)
+        torch.cuda.synchronize()
+        runs.append(c)
+    assert all(torch.equal(runs[0], r) for r in runs[1:])  # the same bits every run
+    got = runs[0].double()
+    assert torch.isfinite(got).all()
+    # one rounding of a float32 sum: the unsplit kernel's error class (K-scaled accumulation + output rounding)
+    tol = {"float32": 1e-3, "float16": 2e-2, "bfloat16": 8e-2}[out] * np.sqrt(K)
+    assert torch.allclose(got, ref, atol=tol, rtol=2e-2), (got - ref).abs().max().item()
+    # the same tolerance for the unsplit kernel, and agreement with it to the output's rounding
+    plain = _compile(shape, target="cuda", dtype=dtype, out=out, pass_configs={"tilecore.cuda.split_k": 1}, **kw)
+    c1 = torch.empty_like(runs[0])
+    plain(a, b, c1)
+    torch.cuda.synchronize()
+    assert torch.allclose(c1.double(), ref, atol=tol, rtol=2e-2)
+    # the kernel left every tile's arrival counter at zero (the workspace needs no clearing between launches)
+    tiles = int(_head(k)[-1])
+    for ws, _ in k._program._workspaces.values():
+        assert not ws[:tiles * 4].any()
+
+
+@hopper_gpu
+def test_device_two_streams_and_a_cuda_graph_each_get_their_own_workspace():
+    torch = pytest.importorskip("torch")
+    shape = LLM_16
+    M, N, K = shape["M"], shape["N"], shape["K"]
+    k = _compile(shape, target="cuda")
+    a, b, ref = _inputs(torch, M, N, K, "float16", seed=7)
+    c0 = torch.empty(M, N, device="cuda", dtype=torch.float16)
+    k(a, b, c0)  # the default stream
+    torch.cuda.synchronize()
+    outs = [torch.empty_like(c0) for _ in range(2)]
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    for _ in range(5):  # both streams at once, many times
+        for s, c in zip(streams, outs):
+            with torch.cuda.stream(s):
+                k(a, b, c)
+    torch.cuda.synchronize()
+    assert all(torch.equal(c, c0) for c in outs)
+    assert len(k._program._workspaces) == 3
+    g = torch.cuda.CUDAGraph()
+    cg = torch.full_like(c0, float("nan"))
+    with torch.cuda.graph(g):
+        k(a, b, cg)
+    for _ in range(3):
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(cg, c0)
+    tol = 2e-2 * np.sqrt(K)
+    assert torch.allclose(c0.double(), ref, atol=tol, rtol=2e-2)
+
+
+# -- the fixup on the host: tc_splitk.cuh as it ships, and mutated -------------------------------------------
+
+HARNESS = Path(__file__).with_name("splitk_fixup_host.cpp")
+HEADER = Path(tilecore_cuda.__file__).parent / "prelude" / "tc_splitk.cuh"
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ here")
+
+#: one way each to break the fixup (text replacements in the header); the harness must catch every one (the
+#: unmutated header passes)
+MUTANTS = {
+    "the first block to arrive sums": [("== (unsigned)(SPLITS - 1)", "== 0u")],
+    "the counter is not reset": [("      atomicExch(counter, 0u);  /* as the launch found it */\n", "")],
+    "the sum starts at the last block's own split": [
+        ("float4 v = __ldcg(reinterpret_cast<const float4*>(p));",
+         "float4 v = __ldcg(reinterpret_cast<const float4*>(p + split * PART));"),
+        ("__ldcg(reinterpret_cast<const float4*>(p + s * PART));",
+         "__ldcg(reinterpret_cast<const float4*>(p + ((split + s) % SPLITS) * PART));")],
+    "rows past m_valid are stored": [("if (!(EPI & TC_EPI_ROWS) && row >= m_valid) continue;", "")],
+    "tiles share partials": [("+ tile * SPLITS * PART;", "+ tile * PART;")],
+    "pairs stored without the alignment test": [("const bool pairs = (EPI & TC_EPI_PAIRS) ||",
+                                                 "const bool pairs = true ||")],
+}
+
+
+def _run_harness(header_text: str, tmp: Path) -> subprocess.CompletedProcess:
+    (tmp / "tc_splitk.cuh").write_text(header_text)
+    exe = tmp / "fixup"
+    subprocess.run(["g++", "-std=c++20", "-O1", "-w", "-pthread", "-I", str(tmp), "-o", str(exe), str(HARNESS)],
+                   check=True, capture_output=True, text=True)
+    return subprocess.run([str(exe), "7"], capture_output=True, text=True, timeout=120)
+
+
+@needs_gxx
+def test_fixup_sums_in_split_order_whatever_the_arrival_order(tmp_path):
+    proc = _run_harness(HEADER.read_text(), tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", list(MUTANTS))
+def test_fixup_harness_catches_each_mutant(name, tmp_path):
+    text = HEADER.read_text()
+    for old, new in MUTANTS[name]:
+        assert text.count(old) == 1, (name, old)  # the mutation still applies to the shipped header
+        text = text.replace(old, new)
+    proc = _run_harness(text, tmp_path)
+    assert proc.returncode != 0, f"{name}: not caught\n{proc.stdout}"
