@@ -27,7 +27,7 @@ tilecore_cuda = pytest.importorskip("tilecore_cuda")
 sys.path.insert(0, str(Path(__file__).parent))
 import regprog_sim as sim  # noqa: E402
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
-from test_cuda_hopper import HOPPER, SCHEDULES, _attention, _notes, hopper_gpu  # noqa: E402
+from test_cuda_hopper import HOPPER, SCHEDULES, _attention, _notes, hopper_gpu, run_attention  # noqa: E402
 
 #: (seq, dim, bm, bn, threads, causal): the benchmark's block (two consumers), and three consumers at d64
 SHAPES = {"d128": (4096, 128, 128, 128, 256, False), "d128-causal": (1000, 128, 128, 64, 256, True),
@@ -268,19 +268,6 @@ def torch_cuda():
     return pytest.importorskip("torch")
 
 
-def _run_attention(torch, seq, dim, bm, bn, threads, causal, schedule, heads=3):
-    rng = np.random.default_rng(11)
-    q, k, v = (torch.from_numpy(rng.standard_normal((heads, seq, dim)).astype(np.float32)).half().cuda()
-               for _ in range(3))
-    o = torch.full_like(q, float("nan"))
-    kern = tilecore.compile(_attention(seq, dim, bm, bn, threads, causal, heads=heads), target="cuda",
-                            pass_configs=SCHEDULES[schedule])
-    assert "not mapped" not in _notes(kern)
-    kern(q, k, v, o)
-    torch.cuda.synchronize()
-    return (q, k, v), o
-
-
 @hopper_gpu
 @pytest.mark.parametrize("schedule", ["pingpong", "overlap", "both"])
 @pytest.mark.parametrize("seq,dim,bm,bn,threads,causal", [(256, 128, 128, 128, 256, False),
@@ -292,8 +279,8 @@ def test_device_schedules_bit_identical_to_off_and_match_float64(torch_cuda, seq
     """The schedules reorder issue and waits, not arithmetic: the exact build gives the same bits."""
     from tilecore_conformance.composite import attention_ref
 
-    inputs, got = _run_attention(torch_cuda, seq, dim, bm, bn, threads, causal, schedule)
-    _, base = _run_attention(torch_cuda, seq, dim, bm, bn, threads, causal, "off")
+    inputs, got = run_attention(torch_cuda, seq, dim, bm, bn, threads, causal, schedule)
+    _, base = run_attention(torch_cuda, seq, dim, bm, bn, threads, causal, "off")
     assert torch_cuda.equal(got, base)
     ref = attention_ref([x.cpu().numpy() for x in inputs], "float16", causal, seq=seq, dim=dim)[0]
     np.testing.assert_allclose(got.double().cpu().numpy(), ref, atol=2e-2, rtol=2e-2)

@@ -359,6 +359,20 @@ def test_attention_that_does_not_fit_keeps_the_generic_path(bm, threads, why):
     assert ("tc_wg_fence();" if bm >= 64 else "tc_mma_16816_r(") in body
 
 
+def run_attention(torch, seq, dim, bm, bn, threads, causal, schedule, heads=3, seed=11):
+    """((q, k, v), o) of the attention kernel on the register program with FA3's ``schedule`` (random fp16 inputs)."""
+    rng = np.random.default_rng(seed)
+    q, k, v = (torch.from_numpy(rng.standard_normal((heads, seq, dim)).astype(np.float32)).half().cuda()
+               for _ in range(3))
+    o = torch.full_like(q, float("nan"))
+    kern = tilecore.compile(_attention(seq, dim, bm, bn, threads, causal, heads=heads), target="cuda",
+                            pass_configs=SCHEDULES[schedule])
+    assert "hopper_register_program" in _notes(kern) and "not mapped" not in _notes(kern)
+    kern(q, k, v, o)
+    torch.cuda.synchronize()
+    return (q, k, v), o
+
+
 #: FA3's schedules (D28; tests/test_cuda_attention_schedules.py): both off, each alone, both on (spelled out,
 #: whatever the defaults are)
 SCHEDULES = {name: {"tilecore.cuda.pingpong": pp, "tilecore.cuda.intra_wg_overlap": ov}
@@ -375,18 +389,8 @@ SCHEDULES = {name: {"tilecore.cuda.pingpong": pp, "tilecore.cuda.intra_wg_overla
 def test_device_attention_register_program_matches_float64(torch_cuda, seq, dim, bm, bn, threads, causal, schedule):
     from tilecore_conformance.composite import attention_ref
 
-    torch = torch_cuda
-    heads = 3
-    rng = np.random.default_rng(5)
-    q, kk, v = (torch.from_numpy(rng.standard_normal((heads, seq, dim)).astype(np.float32)).half().cuda()
-                for _ in range(3))
-    o = torch.full_like(q, float("nan"))
-    k = tilecore.compile(_attention(seq, dim, bm, bn, threads, causal, heads=heads), target="cuda",
-                         pass_configs=SCHEDULES[schedule])
-    assert "hopper_register_program" in _notes(k) and "not mapped" not in _notes(k)
-    k(q, kk, v, o)
-    torch.cuda.synchronize()
-    ref = attention_ref([x.cpu().numpy() for x in (q, kk, v)], "float16", causal, seq=seq, dim=dim)[0]
+    inputs, o = run_attention(torch_cuda, seq, dim, bm, bn, threads, causal, schedule, seed=5)
+    ref = attention_ref([x.cpu().numpy() for x in inputs], "float16", causal, seq=seq, dim=dim)[0]
     got = o.double().cpu().numpy()
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, ref, atol=2e-2, rtol=2e-2)
