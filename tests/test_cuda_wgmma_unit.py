@@ -221,6 +221,24 @@ def test_a_from_registers_takes_the_register_form_and_b_the_descriptor():
 
 
 @needs_toolchain
+@pytest.mark.parametrize("copies", ["thread 0", "cp.async"])
+def test_a_tile_copied_once_arrives_by_one_bulk_copy_and_needs_no_block_barrier(copies):
+    """Q, K and V copied outside any pipelined loop: on sm_90a each is one TMA load per panel on a barrier of
+    its own, waited for by every thread; the gemms then read tiles only TMA wrote, so they meet at no block
+    barrier and need no proxy fence (tilecore.bulk_copy=False: cp.async, a barrier, the fence)."""
+    k = _compile(two_gemms(128, 64), **COPIES[copies])
+    body = k.get_kernel_source().split("__global__")[-1]
+    gemms = body[body.index("tc_wgmma_f16_n64_t0::run") - 400:]
+    if copies == "thread 0":
+        for t in ("Q_s", "K_s", "V_s"):
+            assert f"tc_mbar_wait(tc_smem_addr({t}_full + (0)), 0);" in body
+        assert body.count("tc_tma_load_2d(") == 3 and "tc_cp_async16" not in body
+        assert "tc_wg_fence_proxy" not in gemms and "__syncthreads" not in gemms[:gemms.index("tc_wg_wait<0>")]
+    else:
+        assert "tc_tma_load" not in body and "tc_cp_async16" in body and "tc_wg_fence_proxy(); __syncthreads();" in body
+
+
+@needs_toolchain
 def test_the_off_form_gemm_takes_wgmma_by_default():
     """The GEMM whose B rows (1554 bytes) rule out the register programs' copies: the core's general path,
     now on wgmma (B's tile is filled by element stores through the paneled layout)."""

@@ -264,9 +264,11 @@ def lower_tile_ops(func, ctx):
     instruction reads by descriptor (a :class:`~tilecore.ir.MatrixOp` origin: the memory slot stores it in
     swizzled panels) is never handed to a block-wide library call, which addresses its regions row-major:
     an op whose chosen intrinsic would do that takes the core's generic lowering (elements go through the
-    tile's layout)."""
+    tile's layout); a copy from a global tensor into such a tile is one bulk tile copy waited for on a
+    transaction barrier where the target has them (``pipeline.bulk_copy_and_wait``), else asynchronous runs."""
     chosen: list = []
-    paneled = {id(o.buffer) for m in collect(func.body, MatrixOp) for o in (m.a_origin, m.b_origin) if o is not None}
+    paneled = {id(o.buffer): m.attrs[f"{x}_layout"] for m in collect(func.body, MatrixOp) for x in ("a", "b")
+               if (o := getattr(m, f"{x}_origin")) is not None}
 
     def addresses_paneled(stmt) -> bool:
         return any(isinstance(a, Region) and id(a.buffer) in paneled
@@ -280,9 +282,11 @@ def lower_tile_ops(func, ctx):
                 intr = next(g for g in GENERIC if g.op == s.op)
                 out = intr.lower(s, ctx)
                 if s.op == "copy" and ctx.capabilities.satisfies("feature:async_copy")[0] is True:
-                    from .pipeline import copy_and_wait, copy_bytes
+                    from .pipeline import bulk_copy_and_wait, copy_and_wait, copy_bytes
 
-                    out = copy_and_wait(out, copy_bytes(ctx))
+                    dst = s.args[1].buffer if isinstance(s.args[1], Region) else None
+                    bulk = bulk_copy_and_wait(out, paneled.get(id(dst)), ctx) if dst is not None else None
+                    out = bulk if bulk is not None else copy_and_wait(out, copy_bytes(ctx))
             chosen.append(f"{s.op}:{intr.name}")
             return out
         return None

@@ -385,6 +385,28 @@ def copy_and_wait(nest, widths: tuple = COPY_BYTES):
     return seq([runs, AsyncCommit(span=nest.span), AsyncWait(0, span=nest.span)])
 
 
+def bulk_copy_and_wait(nest, layout, ctx):
+    """A lowered copy nest into a paneled tile as one bulk tile copy (per panel) on a transaction barrier of its
+    own, waited for where it stands; None where the target has no bulk copies (``tilecore.bulk_copy`` off
+    included) or the copy has no bulk form (:func:`_bulk_form`). A barrier comes first (no thread still reads
+    the tile or waits on the barrier: the statement may run again in a loop), then one thread initialises the
+    barrier, a barrier, and that thread announces and issues the copy, which every thread waits for."""
+    if ctx.capabilities.satisfies(BULK_FEATURE)[0] is not True or ctx.option("tilecore.bulk_copy", True) is False:
+        return None
+    form = _bulk_form(nest, layout, Facts())
+    if isinstance(form, str):
+        return None
+    src, starts, box, lay = form
+    dst = _copy_parts(nest)[1].buffer
+    bar = Buffer(f"{dst.name}_full", (1,), "uint64", "shared")
+    zero, span = as_expr(0), nest.span
+    nbytes = _round16(max(const_value(simplify(dst.numel())), 1) * dst.dtype.bytes)
+    return seq([Allocate(bar, span=span), Barrier(span=span), CopyBarrierInit(bar, 1, span=span), Barrier(span=span),
+                CopyBarrierArrive(bar, zero, nbytes, span=span),
+                BulkCopy(dst, (), src, starts, box, lay, bar, zero, span=span),
+                CopyBarrierWait(bar, zero, zero, span=span)])
+
+
 def describe_copy(new, how) -> str:
     """How :func:`async_copy_nest` copies, for the planner's note."""
     if isinstance(new, If):
