@@ -1,17 +1,21 @@
 // Host harness for the split-K fixup of backends/cuda/tilecore_cuda/prelude/tc_splitk.cuh (tests/test_cuda_splitk.py).
 //
-// The header is compiled as it ships (or mutated by the test), with the CUDA built-ins it uses shimmed:
-// one std::thread per CUDA thread, __syncthreads / __syncthreads_or as a barrier over the block's threads,
-// atomicAdd / atomicExch / __threadfence as C++ atomics and fences, __ldcg as a plain load, and a pair store
-// that aborts when misaligned (a fault on the GPU). tc_wgmma_pipeline is a stand-in that stores the partial
-// tile the block's main loop would have produced (drawn by the harness) as the real global epilogue does:
-// consumer threads only, rows below m_valid unless EPI has the rows bit.
+// The header is compiled as it ships (or mutated by the test) with TC_SPLITK_FIXUP_ONLY: its fixup,
+// tc_splitk_fixup, without the WGMMA main loop, and the CUDA built-ins it uses shimmed: one std::thread per
+// CUDA thread; the consumers' named barrier (tc_splitk_bar, tc_splitk_bar_or) as a barrier over the block's
+// consumer threads; atomicAdd / atomicExch / tc_splitk_fence as C++ relaxed atomics and acquire-release fences;
+// __ldcg / __stcg as plain 16-byte loads and stores, and a pair store, each aborting when misaligned (faults on
+// the GPU). A stand-in for the main loop gives each consumer thread the accumulators the block's main loop would
+// have produced (a partial tile drawn by the harness), in the m64nN register layout, and calls the fixup, as
+// tc_wgmma_splitk does (the producer warpgroup takes no part, as on the GPU).
 //
 // For a few tile shapes, split counts and ragged edges it runs launches in which a tile's blocks arrive in
 // random orders, one after another or at the same time, on one workspace that is never cleared, and checks:
 // C equals the float32 sum of the partials in split order, bit for bit, whatever the arrival order; no
-// element outside C's valid rows and columns is written; every counter is back at zero. It prints "ok" or
-// the first failure, and exits 0 or 1. Every valid element of C must be stored exactly once per launch.
+// element outside C's valid rows and columns is written, nor any workspace byte outside the counters and the
+// tiles' partials; every counter is back at zero; every valid element of C is stored exactly once per launch.
+// It prints "ok" or the first failure, and exits 0 or 1. The host's ordering is stronger than the GPU's: the
+// fences are checked in the SASS (tests/test_cuda_splitk.py).
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -43,28 +47,35 @@ static thread_local tc_dim threadIdx;
 #define TC_EPI_PAIRS 4
 
 struct Block {  // what the threads of one running block share
-  std::barrier<> bar;
+  std::barrier<> consumers;
   std::atomic<int> any{0};
   int tile, split;
-  explicit Block(int n) : bar(n) {}
+  explicit Block(int nc) : consumers(nc) {}
 };
 static thread_local Block* tc_block;
 
-inline void __syncthreads() { tc_block->bar.arrive_and_wait(); }
-inline int __syncthreads_or(int p) {  // one call per block run: `any` starts at 0
+template <int N> inline void tc_splitk_bar() { tc_block->consumers.arrive_and_wait(); }
+template <int N> inline int tc_splitk_bar_or(int p) {  // one call per block run: `any` starts at 0
   if (p) tc_block->any.fetch_or(1);
-  tc_block->bar.arrive_and_wait();
+  tc_block->consumers.arrive_and_wait();
   return tc_block->any.load();
 }
 inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 inline unsigned atomicExch(unsigned* p, unsigned v) { return __atomic_exchange_n(p, v, __ATOMIC_RELAXED); }
-inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
-inline float4 __ldcg(const float4* p) {
+inline void tc_splitk_fence() { std::atomic_thread_fence(std::memory_order_acq_rel); }
+inline void aligned16(const void* p, const char* what) {
   if (reinterpret_cast<uintptr_t>(p) % 16) {
-    std::fprintf(stderr, "misaligned 16-byte load\n");
+    std::fprintf(stderr, "misaligned 16-byte %s\n", what);
     std::abort();
   }
+}
+inline float4 __ldcg(const float4* p) {
+  aligned16(p, "load");
   return *p;
+}
+inline void __stcg(float4* p, float4 v) {
+  aligned16(p, "store");
+  *p = v;
 }
 static float* g_c;                    // C, whose stores are counted per element
 static std::atomic<int>* g_writes;
@@ -81,24 +92,29 @@ template <typename T> inline void tc_store2(T* p, float a, float b) {
   tc_store1(p + 1, b);
 }
 
+#define TC_SPLITK_FIXUP_ONLY
+#include "tc_splitk.cuh"
+
 static const float* g_parts;  // [tile][split][BM][BN]: what each block's main loop produces
 static int g_splits;
 
-template <int NTHREADS, int BM, int BN, int BK, int STAGES, int NC, int MR, bool B_KMAJOR, int A_RS, int A_CS,
-          int B_RS, int B_CS, bool TO_GLOBAL, int EPI, int KSTEP, typename MMA, typename TOUT>
-void tc_wgmma_pipeline(unsigned char*, TOUT* C, long long, long long, long long, long long, long long,
-                       long long m_valid, long long, long long ldc, const tc_tmap*, const tc_tmap*) {
-  static_assert(TO_GLOBAL && std::is_same<TOUT, float>::value, "the partial is a float32 global store");
-  if (threadIdx.x < 128) return;  // the producer warpgroup stores nothing
+// The main loop's stand-in: consumer c's thread holds rows [(c MR + i) 64, + 64) of the block's partial tile as
+// m64nBN accumulators (warp w: rows 16 w + lane / 4 (+ 8); register 4 j + 2 h + e is column 8 j + 2 (lane % 4)
+// + e of row + 8 h), then runs the fixup, as tc_wgmma_splitk does.
+template <int NTHREADS, int BM, int BN, int NC, int MR, int EPI, int SPLITS, int TILES>
+void block_thread(float* C, long long m_valid, long long n_valid, long long ldc, unsigned char* ws) {
+  const int c = (threadIdx.x - 128) / 128, t = threadIdx.x % 128, w = t / 32, l = t % 32;
   const float* src = g_parts + ((long long)tc_block->tile * g_splits + tc_block->split) * BM * BN;
-  for (int i = threadIdx.x - 128; i < BM * BN; i += 128 * NC) {
-    const int row = i / BN, col = i % BN;
-    if (!(EPI & TC_EPI_ROWS) && row >= m_valid) continue;
-    C[(long long)row * ldc + col] = src[i];
-  }
+  float acc[MR][BN / 2];
+  for (int i = 0; i < MR; ++i)
+    for (int r = 0; r < BN / 2; ++r) {
+      const int j = r / 4, h = (r / 2) % 2, e = r % 2;
+      const int row = (c * MR + i) * 64 + w * 16 + l / 4 + 8 * h, col = 8 * j + 2 * (l % 4) + e;
+      acc[i][r] = src[row * BN + col];
+    }
+  tc_splitk_fixup<NC, MR, BM, BN, EPI, SPLITS, TILES>(acc, C, m_valid, n_valid, ldc, tc_block->tile,
+                                                      tc_block->split, ws);
 }
-
-#include "tc_splitk.cuh"
 
 static int fail(const char* what, int a, int b) {
   std::printf("FAIL: %s (%d, %d)\n", what, a, b);
@@ -106,13 +122,16 @@ static int fail(const char* what, int a, int b) {
 }
 
 // One GEMM: a grid of TM x TN tiles of BM x BN over an M x N C (row stride ldc), SPLITS blocks per tile.
-template <int BM, int BN, int NC, int SPLITS, int TM, int TN, int EPI>
+template <int BM, int BN, int NC, int MR, int SPLITS, int TM, int TN, int EPI>
 static int run_case(std::mt19937& rng, int M, int N, int ldc, int launches, bool together) {
   constexpr int TILES = TM * TN, NTHREADS = 128 * (NC + 1);
   const long long counters = (TILES * 4LL + 255) / 256 * 256;
-  std::vector<float4> wsmem((counters + (long long)TILES * SPLITS * BM * BN * 4) / 16 + 1);
+  const long long ws_bytes = counters + (long long)TILES * SPLITS * BM * BN * 4, guard = 4096;
+  std::vector<float4> wsmem((ws_bytes + guard) / 16);
   unsigned char* ws = reinterpret_cast<unsigned char*>(wsmem.data());
-  std::memset(ws, 0, wsmem.size() * 16);  // zero-filled once, as the runtime allocates it
+  std::memset(ws, 0, ws_bytes);  // zero-filled once, as the runtime allocates it
+  std::memset(ws + ws_bytes, 0x5a, guard);  // past the workspace: must stay as it is
+  std::memset(ws + TILES * 4, 0x5a, counters - TILES * 4);  // the counters' padding, likewise
   std::vector<float> parts((size_t)TILES * SPLITS * BM * BN);
   std::vector<float4> cmem(((size_t)(TM * BM + 1) * ldc) / 4 + 2);
   float* C = reinterpret_cast<float*>(cmem.data());
@@ -131,13 +150,12 @@ static int run_case(std::mt19937& rng, int M, int N, int ldc, int launches, bool
     for (auto& w : writes) w.store(0);
     auto run_block = [&](Block* b, int tm, int tn) {
       std::vector<std::thread> threads;
-      for (int t = 0; t < NTHREADS; ++t)
+      for (int t = 128; t < NTHREADS; ++t)  // the producer warpgroup (threads 0-127) leaves at once: not run
         threads.emplace_back([=]() {
           tc_block = b;
           threadIdx.x = (unsigned)t;
           float* c0 = C + (long long)tm * BM * ldc + (long long)tn * BN;
-          tc_wgmma_splitk<NTHREADS, BM, BN, 64, 3, NC, 1, false, 0, 64, 64, 0, EPI, 16, int, SPLITS, TILES>(
-              nullptr, c0, 0, 0, 0, 0, 1, M - tm * BM, N - tn * BN, ldc, b->tile, b->split, nullptr, nullptr, ws);
+          block_thread<NTHREADS, BM, BN, NC, MR, EPI, SPLITS, TILES>(c0, M - tm * BM, N - tn * BN, ldc, ws);
         });
       for (auto& th : threads) th.join();
     };
@@ -145,7 +163,7 @@ static int run_case(std::mt19937& rng, int M, int N, int ldc, int launches, bool
     std::vector<Block*> blocks;
     for (int tile = 0; tile < TILES; ++tile)
       for (int s = 0; s < SPLITS; ++s) {
-        blocks.push_back(new Block(NTHREADS));
+        blocks.push_back(new Block(128 * NC));
         blocks.back()->tile = tile;
         blocks.back()->split = s;
       }
@@ -163,6 +181,10 @@ static int run_case(std::mt19937& rng, int M, int N, int ldc, int launches, bool
     for (Block* b : blocks) delete b;
     for (int tile = 0; tile < TILES; ++tile)
       if (reinterpret_cast<unsigned*>(ws)[tile] != 0) return fail("counter not back at zero", launch, tile);
+    for (long long at = TILES * 4; at < counters; ++at)
+      if (ws[at] != 0x5a) return fail("workspace written between the counters and the partials", launch, (int)at);
+    for (long long at = ws_bytes; at < ws_bytes + guard; ++at)
+      if (ws[at] != 0x5a) return fail("workspace written past its end", launch, (int)(at - ws_bytes));
     for (int r = 0; r < TM * BM + 1; ++r) {
       for (int c = 0; c < ldc; ++c) {
         const float got = C[(long long)r * ldc + c];
@@ -185,14 +207,18 @@ static int run_case(std::mt19937& rng, int M, int N, int ldc, int launches, bool
 int main(int argc, char** argv) {
   std::mt19937 rng(argc > 1 ? (unsigned)std::atoi(argv[1]) : 1u);
   int bad = 0;
+  // run_case<BM, BN, NC, MR, SPLITS, TM, TN, EPI>(rng, M, N, ldc, launches, together)
   // ragged rows and columns, an odd row stride (no pair stores), every check compiled
-  bad |= run_case<64, 32, 1, 3, 2, 2, 0>(rng, 100, 51, 51, 3, false);
+  bad |= run_case<64, 32, 1, 1, 3, 2, 2, 0>(rng, 100, 51, 51, 3, false);
   // ragged rows, aligned pairs; blocks of a tile at the same time
-  bad |= run_case<64, 32, 1, 3, 2, 2, TC_EPI_PAIRS>(rng, 70, 64, 64, 2, true);
-  // whole tiles, two consumer warpgroups, four splits (the checks the code generator proved away)
-  bad |= run_case<64, 64, 2, 4, 1, 2, TC_EPI_ROWS | TC_EPI_COLS | TC_EPI_PAIRS>(rng, 64, 128, 128, 3, false);
+  bad |= run_case<64, 32, 1, 1, 3, 2, 2, TC_EPI_PAIRS>(rng, 70, 64, 64, 2, true);
+  // whole tiles, two consumer warpgroups, four splits (loads grouped 5 columns at a time, 8 columns), the
+  // checks the code generator proved away
+  bad |= run_case<128, 64, 2, 1, 4, 1, 2, TC_EPI_ROWS | TC_EPI_COLS | TC_EPI_PAIRS>(rng, 128, 128, 128, 3, false);
   // 16 valid rows of a 64-row tile (the 16x8192 GEMM's shape), two splits, racing
-  bad |= run_case<64, 32, 1, 2, 1, 3, TC_EPI_COLS | TC_EPI_PAIRS>(rng, 16, 96, 96, 3, true);
+  bad |= run_case<64, 32, 1, 1, 2, 1, 3, TC_EPI_COLS | TC_EPI_PAIRS>(rng, 16, 96, 96, 3, true);
+  // two 64-row slices per consumer (MR = 2), five splits, 22 valid rows in the second tile row, racing
+  bad |= run_case<128, 32, 1, 2, 5, 2, 1, 0>(rng, 150, 32, 40, 2, true);
   std::printf(bad ? "FAIL\n" : "ok\n");
   return bad;
 }

@@ -2,7 +2,8 @@
 public API: the plain README GEMM, no change to the kernel.
 
 Compile-only wherever a CUDA compiler exists (CI): when the pass splits (a static grid that leaves SMs of the
-profile's ``limits.sm_count`` idle, each split at least 4 x stages k tiles) and by how much, the note in
+profile's ``limits.sm_count`` idle, each split at least 2 x stages k tiles, the tail's partial bytes at most a
+split's operand bytes: D31) and by how much, the note in
 ``kernel.meta["attrs"]["hopper_pipelines"]``, ``tilecore.cuda.split_k`` and its errors, the kernel's
 workspace in the launch metadata, and the SASS (the atomic arrival count, the fences, the L2 loads of the
 partials). The runtime passes the workspace (one per device and stream, allocated once, zero-filled) on both
@@ -51,12 +52,15 @@ def _head(k) -> list:
 # -- the decision ----------------------------------------------------------------------------------------
 
 @needs_toolchain
-@pytest.mark.parametrize("shape,splits,tiles,per", [(LLM_128, 4, 32, "16"), (LLM_16, 2, 64, "64"),
-                                                    (RAGGED, 3, 16, "15-16")])
-def test_few_tile_gemms_are_split_over_k(shape, splits, tiles, per):
+@pytest.mark.parametrize("shape,splits,tiles,per,why", [
+    (LLM_128, 4, 32, "16", ""), (dict(LLM_128, stages=5), 4, 32, "16", ""), (LLM_16, 2, 64, "64", ""),
+    # 8 would fill the SMs and 7 keep 2 x 3 k tiles each, but 6 float32 partials of 64 KiB are more than the 7 k
+    # tiles of 32 KiB a split streams: 5 (4 partials, 10 k tiles)
+    (RAGGED, 5, 16, "9-10", "; 7 splits would read more partial bytes in the tail than a split's k tiles stream")])
+def test_few_tile_gemms_are_split_over_k(shape, splits, tiles, per, why):
     k = _compile(shape)
     note = _notes(k)
-    assert f"split-K {splits} ({tiles} tiles on 132 SMs): {tiles * splits} blocks, {per} k tiles each" in note
+    assert f"split-K {splits} ({tiles} tiles on 132 SMs{why}): {tiles * splits} blocks, {per} k tiles each" in note
     meta = k.source.meta
     assert meta["grid"][2] == str(splits) and int(meta["grid"][0]) * int(meta["grid"][1]) == tiles
     bm, bn = shape["bm"], shape["bn"]
@@ -67,10 +71,20 @@ def test_few_tile_gemms_are_split_over_k(shape, splits, tiles, per):
     assert "unsigned char* tc_workspace, int* __restrict__ tc_status)" in src  # after the tensor maps
 
 
+def _max_load_run(sass: str) -> int:
+    """The most 16-byte global loads in a row before a float add or a global store: loads in flight per thread."""
+    best = run = 0
+    for op in re.findall(r"LDG\.E\.128|FADD|STG\.E\S*", sass):
+        run = run + 1 if op.startswith("LDG") else 0
+        best = max(best, run)
+    return best
+
+
 @needs_toolchain
 def test_split_kernel_sass_counts_arrivals_and_reads_partials_from_l2():
-    """The same main loop (HGMMA, TMA, the register hand-over), plus one atomic add on the tile's counter and one exchange that zeroes
-    it, GPU-scope fences, and 16-byte strong loads of the partials (ld.global.cg: never a stale L1 line)."""
+    """The same main loop (HGMMA, TMA, the register hand-over), plus one atomic add on the tile's counter and one
+    exchange that zeroes it, GPU-scope fences, 16-byte stores of the partial and 16-byte strong loads of the
+    others (ld.global.cg: never a stale L1 line), grouped so that many are in flight (D31), and no spill."""
     be = tilecore_cuda.CUDABackend()
     split = _compile(LLM_128)
     plain = _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 1})
@@ -78,18 +92,37 @@ def test_split_kernel_sass_counts_arrivals_and_reads_partials_from_l2():
     for op in ("HGMMA.64x128x16.F32", "UTMALDG.2D", "SYNCS.PHASECHK", "USETMAXREG"):
         assert op in ss and op in sp, op
     assert ss.count("ATOMG.E.ADD") == 1 and ss.count("ATOMG.E.EXCH") == 1 and "ATOMG" not in sp
-    assert "MEMBAR.SC.GPU" in ss and "LDG.E.128.STRONG.GPU" in ss and "BAR.RED.OR" in ss
+    assert "MEMBAR.ALL.GPU" in ss and "MEMBAR.SC" not in ss and "BAR.RED.OR" in ss  # fence.acq_rel.gpu
     assert not re.search(r"\sLDG", sp)  # the plain kernel loads nothing but through TMA (UTMALDG)
-    # no spills: after the producer's setmaxnreg the sum has about 40 registers (D27), 16 splits included
-    wide = _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 16})
-    for sass in (ss, be.disassemble(wide.binary, wide.target)):
-        assert "STL" not in sass and "LDL" not in sass
+    # LLM_128: 4 splits of 128x128 on two consumer warpgroups: 16 float4s per thread stored, 3 x 16 loaded (the
+    # last block's own partial stays in its registers), 15 of them (5 columns x 3 splits) in flight at once
+    assert ss.count("STG.E.128") == 16 and ss.count("LDG.E.128.STRONG.GPU") == 48
+    assert _max_load_run(ss) == 15
+    # no spills: the sum runs in the consumers' registers, at any split count and tile (D31)
+    for shape, cfg in [(LLM_128, {"tilecore.cuda.split_k": 16}), (LLM_128, {"tilecore.cuda.split_k": 2}),
+                       (dict(LLM_128, threads=128), {}), (dict(LLM_128, bn=256), {})]:
+        k = _compile(shape, pass_configs=cfg)
+        sass = be.disassemble(k.binary, k.target)
+        assert "STL" not in sass and "LDL" not in sass, (shape, cfg)
+        assert _max_load_run(sass) >= 15, (shape, cfg)
+
+
+def test_split_main_loop_is_the_pipelines_line_for_line():
+    """tc_wgmma_splitk carries a copy of tc_wgmma_pipeline's main loop (tc_hopper.cuh stays as it was, so unsplit
+    kernels keep their source): the two texts must not drift apart."""
+    prelude = Path(tilecore_cuda.__file__).parent / "prelude"
+    hopper, splitk = (prelude / "tc_hopper.cuh").read_text(), (prelude / "tc_splitk.cuh").read_text()
+    first, last = "  const unsigned raw = tc_smem_addr(pipe);\n", "    for (int i = 0; i < MR; ++i) tc_reg_fence(acc[i]);\n"
+    loop = hopper[hopper.index(first):hopper.index(last) + len(last)]
+    begin, end = "  /* -- tc_wgmma_pipeline's main loop: begin -- */\n", "    /* -- tc_wgmma_pipeline's main loop: end -- */\n"
+    copy = splitk[splitk.index(begin) + len(begin):splitk.index(end)]
+    assert loop.count("\n") > 60 and copy == loop
 
 
 @needs_toolchain
 def test_float8_gemm_is_split_too():
     k = _compile(dict(LLM_128, bk=128), dtype="float8_e4m3", tb=True)
-    assert "split-K 2 (32 tiles on 132 SMs): 64 blocks, 16 k tiles each" in _notes(k)  # 32 k tiles of 128
+    assert "split-K 4 (32 tiles on 132 SMs): 128 blocks, 8 k tiles each" in _notes(k)  # 32 k tiles of 128
     sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
     assert "QGMMA.64x128x32.F32.E4M3.E4M3" in sass and "ATOMG.E.ADD" in sass
 
@@ -100,7 +133,7 @@ def test_large_grids_and_short_k_loops_are_not_split():
     assert "split" not in _notes(k) and "workspace" not in k.source.meta
     assert k.source.meta["grid"] == ["16", "32", "1"]
     k = _compile(dict(M=128, N=4096, K=512, bm=128, bn=128, threads=256, stages=3))  # 8 k tiles
-    assert "not split over K: 32 tiles on 132 SMs, but 8 k tiles are too few for two splits of at least 12" in _notes(k)
+    assert "not split over K: 32 tiles on 132 SMs, but 8 k tiles are too few for two splits of at least 6 (2 x 3 stages)" in _notes(k)
     assert "workspace" not in k.source.meta and "tc_wgmma_pipeline<" in k.get_kernel_source()
 
 
@@ -264,17 +297,20 @@ needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ here"
 #: one way each to break the fixup (text replacements in the header); the harness must catch every one (the
 #: unmutated header passes)
 MUTANTS = {
-    "the first block to arrive sums": [("== (unsigned)(SPLITS - 1)", "== 0u")],
+    "the first block sums": [("== (unsigned)(SPLITS - 1)", "== 0u")],
     "the counter is not reset": [("      atomicExch(counter, 0u);  /* as the launch found it */\n", "")],
-    "the sum starts at the last block's own split": [
-        ("float4 v = __ldcg(reinterpret_cast<const float4*>(p));",
-         "float4 v = __ldcg(reinterpret_cast<const float4*>(p + split * PART));"),
-        ("__ldcg(reinterpret_cast<const float4*>(p + s * PART));",
-         "__ldcg(reinterpret_cast<const float4*>(p + ((split + s) % SPLITS) * PART));")],
-    "rows past m_valid are stored": [("if (!(EPI & TC_EPI_ROWS) && row >= m_valid) continue;", "")],
-    "tiles share partials": [("+ tile * SPLITS * PART;", "+ tile * PART;")],
+    "the last block's registers go first, not at its own index": [
+        ("float4 v = split == 0 ? own : x[g][0];", "float4 v = own;"),
+        ("const float4 y = s < split ? x[g][s] : s == split ? own : x[g][s - 1];", "const float4 y = x[g][s - 1];")],
+    "the last block reads the wrong other partials": [("(o < split ? o : o + 1)", "(o <= split ? o : o + 1)")],
+    "a warp leaves out a slab the sum reads": [
+        ("slab >= m_valid) continue;  /* rows no block stores to C: not stored */",
+         "slab + 16 > m_valid) continue;")],
+    "rows past m_valid are stored": [("if ((EPI & TC_EPI_ROWS) || row < m_valid) {", "if (true) {")],
+    "tiles share partials": [("+ tile * SPLITS * PART4;", "+ tile * PART4;")],
     "pairs stored without the alignment test": [("const bool pairs = (EPI & TC_EPI_PAIRS) ||",
                                                  "const bool pairs = true ||")],
+    "a partial written a column over": [("__stcg(dst + q * 128, v);", "__stcg(dst + q * 128 + 1, v);")],
 }
 
 

@@ -304,11 +304,14 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
 
 # -- split-K (docs/decisions.md D27) ----------------------------------------------------------------------
 
-#: the automatic rule: each split keeps at least this many k tiles per pipeline stage (the fill and drain of
-#: the pipeline and the fixup stay small against the split's main loop) ...
-SPLIT_K_TILES_PER_STAGE = 4
-#: ... and a tile is split at most this many ways (the last block of a tile reads every partial)
+#: the automatic rule: each split keeps at least this many k tiles per pipeline stage (the pipeline is full for
+#: at least half of a split's main loop; 4 before D31, when the tail read every partial slowly) ...
+SPLIT_K_TILES_PER_STAGE = 2
+#: ... a tile is split at most this many ways ...
 SPLIT_K_MAX = 16
+#: ... and the tile's last block reads at most this many times the operand bytes a split's main loop streams
+#: (its tail: the other splits - 1 float32 partials, from L2)
+SPLIT_K_TAIL_RATIO = 1
 COUNTER_ALIGN = 256  # the arrival counters lead the workspace, padded to this many bytes
 MAX_GRID_Z = 65535   # the splits are the grid's z dimension
 
@@ -350,7 +353,9 @@ def split_k(launch: KernelLaunch, p: _Plan, loop: For, stages: int, ctx) -> tupl
 
     Automatic (no ``tilecore.cuda.split_k``): only where the grid leaves SMs idle, with ``splits`` the
     largest number such that ``tiles * splits <= SMs`` (``limits.sm_count`` of the target's profile), each
-    split keeps at least ``SPLIT_K_TILES_PER_STAGE * stages`` k tiles, and ``splits <= SPLIT_K_MAX``.
+    split keeps at least ``SPLIT_K_TILES_PER_STAGE * stages`` k tiles, ``splits <= SPLIT_K_MAX``, and the
+    last block's read of the other ``splits - 1`` float32 partials is at most ``SPLIT_K_TAIL_RATIO`` times the
+    A and B bytes of one split's k tiles (docs/decisions.md D31).
     ``tilecore.cuda.split_k = n`` asks for ``n`` (1 switches split-K off); an ``n`` the loop cannot take is a
     CompileError at the loop's line."""
     asked = ctx.option("tilecore.cuda.split_k", None)
@@ -382,10 +387,17 @@ def split_k(launch: KernelLaunch, p: _Plan, loop: For, stages: int, ctx) -> tupl
     sms = int(lim[0])
     least = SPLIT_K_TILES_PER_STAGE * stages
     splits = min(sms // tiles, kt // least, SPLIT_K_MAX)
+    stage, part = (p.bm + p.bn) * p.bk * p.esize, p.bm * p.bn * 4
+    why = f"{tiles} tiles on {sms} SMs"
+    if splits > 2 and (splits - 1) * part > SPLIT_K_TAIL_RATIO * -(-kt // splits) * stage:
+        more = splits
+        while splits > 2 and (splits - 1) * part > SPLIT_K_TAIL_RATIO * -(-kt // splits) * stage:
+            splits -= 1
+        why += f"; {more} splits would read more partial bytes in the tail than a split's k tiles stream"
     if splits < 2:
         return 1, (f"not split over K: {tiles} tiles on {sms} SMs, but {kt} k tiles are too few for two splits of "
                    f"at least {least} ({SPLIT_K_TILES_PER_STAGE} x {stages} stages)")
-    return splits, _split_note(splits, tiles, kt, f"{tiles} tiles on {sms} SMs")
+    return splits, _split_note(splits, tiles, kt, why)
 
 
 def _split_note(splits: int, tiles: int, kt: int, why: str) -> str:

@@ -1,24 +1,159 @@
-/* tilecore-cuda split-K for the Hopper GEMM pipeline (docs/decisions.md D27). Included after tc_hopper.cuh,
- * only in kernels whose K loop hopper.py split over several blocks per output tile. */
+/* tilecore-cuda split-K for the Hopper GEMM pipeline (docs/decisions.md D27, D31). Included after
+ * tc_hopper.cuh, only in kernels whose K loop hopper.py split over several blocks per output tile. */
 #pragma once
 
-/* One output tile's share of a GEMM split over K: block `split` of SPLITS runs tc_wgmma_pipeline over its
- * k tiles (a_r0 .. b_c0 and k_tiles are already its share) and stores its float32 accumulators, unrounded,
- * to its partial tile in the workspace `ws`. The tile's last block to arrive (counted on the tile's uint32
- * counter at the front of `ws`) sums the SPLITS partials in split order (0, 1, ..., SPLITS - 1, whichever
- * block is last: results are the same bits run to run), rounds once to TOUT and stores C like
- * tc_wgmma_pipeline's global epilogue (EPI: the checks the code generator proved unneeded). It resets the
- * counter to zero, so the workspace is ready for the next launch without a memset.
+/* How a split tile is summed (tc_splitk_fixup, run by each consumer thread with its accumulators in registers):
+ * every block of the tile stores its float32 accumulators, unrounded, to its partial tile in the workspace
+ * `ws`, in the accumulators' own register order (thread-major float4s: a warp's stores and loads are 512
+ * contiguous bytes). A warp whose 16-row slab of the tile lies at or past m_valid stores nothing (a 16-row GEMM
+ * on 64-row tiles stores a quarter). The tile's last block to arrive (counted on the tile's uint32 counter at
+ * the front of `ws`) keeps its accumulators in registers and reads the other SPLITS - 1 partials, in the same
+ * order, each thread exactly the float4s it stored itself. It sums them in split order 0, 1, ..., SPLITS - 1
+ * with its own registers at its own index `split`, whichever block is last: results are the same bits run to
+ * run. It rounds once to TOUT and stores C like tc_wgmma_pipeline's global epilogue (EPI: the checks the code
+ * generator proved unneeded). It resets the counter to zero, so the workspace is ready for the next launch
+ * without a memset.
  *
  * No block waits for another: a block that is not last leaves. So the blocks of a tile need not be resident
  * together (fewer SMs than the profile says, other kernels beside this one: slower, never a deadlock).
- * Ordering: each consumer's partial stores, then a block barrier, then thread 0's fence and atomic add
- * (release); the last block's thread 0 fences after its add (acquire) before the barrier that tells the
- * others, and the partials are read with ld.global.cg (L2, where the other SMs' stores are; never a stale
- * L1 line).
+ * Ordering: each consumer thread's partial stores, then the consumers' barrier, then one thread's
+ * fence.acq_rel.gpu and relaxed atomic add (release); the last block's thread fences again after its add
+ * (acquire) before the barrier that tells the others, and the partials are read with ld.global.cg (L2, where the other SMs' stores are; never a stale
+ * L1 line). The producer warpgroup takes no part: it leaves when its copies are issued, so the sum runs in the
+ * consumers' registers (232 each with two consumer warpgroups, after setmaxnreg), not in the 40 the producer
+ * keeps.
  *
  * Workspace layout (hopper.splitk_workspace_bytes): TILES uint32 counters padded to 256 bytes, then the
- * partials, tile-major: partial (tile, s) at float offset (tile * SPLITS + s) * BM * BN, row stride BN. */
+ * partials, tile-major: partial (tile, s) at float offset (tile * SPLITS + s) * BM * BN. Inside one, the
+ * float4 of consumer c's thread t (0..127) holding acc[i][4 q .. 4 q + 3] is float4 ((c * MR + i) * BN / 8 + q)
+ * * 128 + t. */
+
+#ifndef TC_SPLITK_FIXUP_ONLY /* tests/splitk_fixup_host.cpp runs the fixup on the host, with its own barriers */
+/* the consumer warpgroups' barrier: named barrier 15 over N threads (the producer warpgroup has left) */
+template <int N> __device__ __forceinline__ void tc_splitk_bar() {
+  asm volatile("bar.sync 15, %0;\n" ::"n"(N) : "memory");
+}
+/* a GPU-scope acquire-release fence: with the relaxed atomic add after it (before it), the release (acquire)
+ * pattern of the PTX memory model. Lighter than __threadfence's fence.sc.gpu, which the protocol never needs. */
+__device__ __forceinline__ void tc_splitk_fence() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
+/* the same barrier, returning whether any thread's p was nonzero */
+template <int N> __device__ __forceinline__ int tc_splitk_bar_or(int p) {
+  int r;
+  asm volatile("{\n .reg .pred tp, tq;\n setp.ne.s32 tp, %1, 0;\n bar.red.or.pred tq, 15, %2, tp;\n"
+               " selp.s32 %0, 1, 0, tq;\n}\n"
+               : "=r"(r) : "r"(p), "n"(N) : "memory");
+  return r;
+}
+#endif
+
+template <int NC, int MR, int BM, int BN, int EPI, int SPLITS, int TILES, typename TOUT>
+__device__ __forceinline__ void tc_splitk_fixup(float (&acc)[MR][BN / 2], TOUT* __restrict__ C, long long m_valid,
+                                                long long n_valid, long long ldc, long long tile, long long split,
+                                                unsigned char* ws) {
+  static_assert(SPLITS >= 2 && BN % 8 == 0 && BM == 64 * NC * MR, "tc_splitk_fixup: two splits or more, m64nBN tiles");
+  constexpr long long COUNTERS = (TILES * 4LL + 255) / 256 * 256;
+  constexpr long long PART4 = (long long)BM * BN / 4;  /* float4s per partial */
+  constexpr int Q = BN / 8;                             /* float4s per thread per 64-row slice */
+  const int ct = threadIdx.x - 128, c = ct / 128, t = ct % 128, w = t / 32, l = t % 32;
+  unsigned* counter = reinterpret_cast<unsigned*>(ws) + tile;
+  float4* parts = reinterpret_cast<float4*>(ws + COUNTERS) + tile * SPLITS * PART4;
+  float4* mine = parts + split * PART4;
+#pragma unroll
+  for (int i = 0; i < MR; ++i) {
+    const int slab = (c * MR + i) * 64 + 16 * w;  /* this warp's 16 rows of the tile */
+    if (!(EPI & TC_EPI_ROWS) && slab >= m_valid) continue;  /* rows no block stores to C: not stored */
+    float4* dst = mine + (c * MR + i) * Q * 128 + t;
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+      float4 v;
+      v.x = acc[i][4 * q];
+      v.y = acc[i][4 * q + 1];
+      v.z = acc[i][4 * q + 2];
+      v.w = acc[i][4 * q + 3];
+      __stcg(dst + q * 128, v);
+    }
+  }
+  tc_splitk_bar<128 * NC>();
+  int last = 0;
+  if (ct == 0) {
+    tc_splitk_fence();
+    last = atomicAdd(counter, 1u) == (unsigned)(SPLITS - 1);
+    if (last) {
+      atomicExch(counter, 0u);  /* as the launch found it */
+      tc_splitk_fence();
+    }
+  }
+  if (!tc_splitk_bar_or<128 * NC>(last)) return;  /* not the tile's last block: done */
+  const bool pairs = (EPI & TC_EPI_PAIRS) ||
+                     (((reinterpret_cast<unsigned long long>(C) % (2 * sizeof(TOUT))) == 0) && (ldc % 2 == 0));
+  /* G float4 columns at a time: their (SPLITS - 1) G loads are all issued before the first sum, LOADS float4s
+   * (4 LOADS registers) in flight per thread: 64 KiB per SM with two consumer warpgroups. (Without the grouping
+   * the stores to C between them keep every load behind the previous column's sum: SPLITS - 1 in flight.) */
+  constexpr int LOADS = 16;
+  constexpr int G = LOADS / (SPLITS - 1) > 1 ? LOADS / (SPLITS - 1) : 1;
+#pragma unroll
+  for (int i = 0; i < MR; ++i) {
+    const int slab = (c * MR + i) * 64 + 16 * w;
+    if (!(EPI & TC_EPI_ROWS) && slab >= m_valid) continue;  /* no block stored these: nothing to sum */
+    const float4* src = parts + (c * MR + i) * Q * 128 + t;
+    const int r0 = slab + l / 4;
+#pragma unroll
+    for (int q0 = 0; q0 < Q; q0 += G) {
+      float4 x[G][SPLITS - 1];  /* the other blocks' partials, in split order, this block's index left out */
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+#pragma unroll
+        for (int o = 0; o < SPLITS - 1; ++o) {
+          if (q0 + g < Q) x[g][o] = __ldcg(src + (o < split ? o : o + 1) * PART4 + (q0 + g) * 128);
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const int q = q0 + g;
+        if (q >= Q) break;
+        float4 own;
+        own.x = acc[i][4 * q];
+        own.y = acc[i][4 * q + 1];
+        own.z = acc[i][4 * q + 2];
+        own.w = acc[i][4 * q + 3];
+        /* split order 0, 1, ..., SPLITS - 1, this block's registers at its own index */
+        float4 v = split == 0 ? own : x[g][0];
+#pragma unroll
+        for (int s = 1; s < SPLITS; ++s) {
+          const float4 y = s < split ? x[g][s] : s == split ? own : x[g][s - 1];
+          v.x += y.x;
+          v.y += y.y;
+          v.z += y.z;
+          v.w += y.w;
+        }
+        /* v holds columns col, col + 1 of rows r0 (x, y) and r0 + 8 (z, w), as the accumulators do */
+        const int col = q * 8 + (l % 4) * 2;
+        const float out[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = r0 + 8 * h;
+          TOUT* p = C + (long long)row * ldc + col;
+          if ((EPI & TC_EPI_ROWS) || row < m_valid) {
+            if (pairs && ((EPI & TC_EPI_COLS) || col + 1 < n_valid)) {
+              tc_store2<TOUT>(p, out[2 * h], out[2 * h + 1]);
+            } else {
+              if ((EPI & TC_EPI_COLS) || col < n_valid) tc_store1<TOUT>(p, out[2 * h]);
+              if ((EPI & TC_EPI_COLS) || col + 1 < n_valid) tc_store1<TOUT>(p + 1, out[2 * h + 1]);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+#ifndef TC_SPLITK_FIXUP_ONLY
+/* One output tile's share of a GEMM split over K: block `split` of SPLITS runs tc_wgmma_pipeline's main loop
+ * over its k tiles (a_r0 .. b_c0 and k_tiles are already its share); then its consumer threads run
+ * tc_splitk_fixup with their accumulators. The main loop below is tc_wgmma_pipeline's, line for line (with
+ * REGS as for a global epilogue): tests/test_cuda_splitk.py compares the two texts, so a change to one that
+ * misses the other fails there. tc_wgmma_pipeline itself is left as it was, so unsplit kernels keep their
+ * source. */
 template <int NTHREADS, int BM, int BN, int BK, int STAGES, int NC, int MR, bool B_KMAJOR, int A_RS, int A_CS,
           int B_RS, int B_CS, int EPI, int KSTEP, typename MMA, int SPLITS, int TILES, typename TOUT>
 __device__ __forceinline__ void tc_wgmma_splitk(unsigned char* pipe, TOUT* __restrict__ C, long long a_r0,
@@ -26,58 +161,87 @@ __device__ __forceinline__ void tc_wgmma_splitk(unsigned char* pipe, TOUT* __res
                                                 long long m_valid, long long n_valid, long long ldc, long long tile,
                                                 long long split, const tc_tmap* tma, const tc_tmap* tmb,
                                                 unsigned char* ws) {
-  static_assert(SPLITS >= 2 && BN % 4 == 0, "tc_wgmma_splitk: two splits or more, whole float4 columns");
-  constexpr long long COUNTERS = (TILES * 4LL + 255) / 256 * 256;
-  constexpr long long PART = (long long)BM * BN;
-  unsigned* counter = reinterpret_cast<unsigned*>(ws) + tile;
-  float* parts = reinterpret_cast<float*>(ws + COUNTERS) + tile * SPLITS * PART;
-  /* the partial: the pipeline's global epilogue, float32, the tile's rows below m_valid (the only ones the
-   * sum reads: a 16-row GEMM on 64-row tiles stores a quarter), every column */
-  tc_wgmma_pipeline<NTHREADS, BM, BN, BK, STAGES, NC, MR, B_KMAJOR, A_RS, A_CS, B_RS, B_CS, true,
-                    (EPI & TC_EPI_ROWS) | TC_EPI_COLS | TC_EPI_PAIRS, KSTEP, MMA, float>(
-      pipe, parts + split * PART, a_r0, a_c0, b_r0, b_c0, k_tiles, m_valid, BN, BN, tma, tmb);
-  __syncthreads();
-  int last = 0;
+  static_assert(NTHREADS == 128 * (NC + 1), "tc_wgmma_splitk: one producer and NC consumer warpgroups");
+  constexpr int ESIZE = 32 / KSTEP;
+  constexpr int ATOM = 128 / ESIZE;
+  constexpr int A_BYTES = BM * BK * ESIZE;
+  constexpr int B_BYTES = BK * BN * ESIZE;
+  constexpr int STAGE = A_BYTES + B_BYTES;
+  constexpr int B_ROWS = B_KMAJOR ? BN : BK;
+  constexpr int B_ATOMS = B_KMAJOR ? BK / ATOM : BN / ATOM;
+  constexpr bool REGS = NC == 2;
+  static_assert(BK % ATOM == 0 && (B_KMAJOR || BN % ATOM == 0), "tc_wgmma_splitk: whole 128-byte rows");
+  /* -- tc_wgmma_pipeline's main loop: begin -- */
+  const unsigned raw = tc_smem_addr(pipe);
+  const unsigned base = (raw + 1023u) & ~1023u;
+  const unsigned bars = base + STAGES * STAGE;  /* full[s] at bars + 8 s, empty[s] at bars + 8 (STAGES + s) */
+  const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(counter, 1u) == (unsigned)(SPLITS - 1);
-    if (last) {
-      atomicExch(counter, 0u);  /* as the launch found it */
-      __threadfence();
+    for (int s = 0; s < STAGES; ++s) {
+      tc_mbar_init(bars + 8 * s, 1);
+      tc_mbar_init(bars + 8 * (STAGES + s), 128 * NC);
     }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  if (!__syncthreads_or(last) || threadIdx.x < 128) return;  /* the consumer warpgroups sum */
-  const int t = threadIdx.x - 128;
-  const bool pairs = (EPI & TC_EPI_PAIRS) ||
-                     (((reinterpret_cast<unsigned long long>(C) % (2 * sizeof(TOUT))) == 0) && (ldc % 2 == 0));
-  constexpr int Q = BN / 4;  /* float4 columns per row */
-  /* chunks unrolled together: loads in flight hide L2 latency, within the registers left after the pipeline
-   * (with two consumer warpgroups the producer's setmaxnreg leaves this code about 40; more spills) */
-  constexpr int U = (NC == 1 ? 8 : 4) / SPLITS > 1 ? (NC == 1 ? 8 : 4) / SPLITS : 1;
-#pragma unroll U
-  for (int i = t; i < BM * Q; i += 128 * NC) {
-    const int row = i / Q, col = (i % Q) * 4;
-    if (!(EPI & TC_EPI_ROWS) && row >= m_valid) continue;
-    const float* p = parts + row * BN + col;
-    float4 v = __ldcg(reinterpret_cast<const float4*>(p));
+  __syncthreads();
+  if (wg == 0) {
+    if (REGS) tc_setmaxnreg_dec<40>();
+    if (threadIdx.x == 0) {
+      tc_tma_prefetch_map(tma);
+      tc_tma_prefetch_map(tmb);
+      for (int kt = 0; kt < (int)k_tiles; ++kt) {
+        const int s = kt % STAGES;
+        if (kt >= STAGES) tc_mbar_wait(bars + 8 * (STAGES + s), ((kt / STAGES) + 1) & 1);
+        const unsigned full = bars + 8 * s;
+        tc_mbar_expect_tx(full, STAGE);
+        const unsigned sa = base + s * STAGE, sb = sa + A_BYTES;
+        const int ar = (int)(a_r0 + (long long)kt * A_RS), ac = (int)(a_c0 + (long long)kt * A_CS);
+        const int br = (int)(b_r0 + (long long)kt * B_RS), bc = (int)(b_c0 + (long long)kt * B_CS);
 #pragma unroll
-    for (int s = 1; s < SPLITS; ++s) {  /* split order, whichever block is last */
-      const float4 w = __ldcg(reinterpret_cast<const float4*>(p + s * PART));
-      v.x += w.x;
-      v.y += w.y;
-      v.z += w.z;
-      v.w += w.w;
-    }
-    TOUT* q = C + (long long)row * ldc + col;
-    const float o[4] = {v.x, v.y, v.z, v.w};
+        for (int a = 0; a < BK / ATOM; ++a) tc_tma_load_2d(sa + a * BM * 128, tma, full, ac + a * ATOM, ar);
 #pragma unroll
-    for (int h = 0; h < 4; h += 2) {
-      if (pairs && ((EPI & TC_EPI_COLS) || col + h + 1 < n_valid)) {
-        tc_store2<TOUT>(q + h, o[h], o[h + 1]);
-      } else {
-        if ((EPI & TC_EPI_COLS) || col + h < n_valid) tc_store1<TOUT>(q + h, o[h]);
-        if ((EPI & TC_EPI_COLS) || col + h + 1 < n_valid) tc_store1<TOUT>(q + h + 1, o[h + 1]);
+        for (int a = 0; a < B_ATOMS; ++a) tc_tma_load_2d(sb + a * B_ROWS * 128, tmb, full, bc + a * ATOM, br);
       }
     }
+  } else {
+    if (REGS) tc_setmaxnreg_inc<232>();
+    const int c = wg - 1;
+    float acc[MR][BN / 2];
+#pragma unroll
+    for (int i = 0; i < MR; ++i) {
+#pragma unroll
+      for (int j = 0; j < BN / 2; ++j) acc[i][j] = 0.0f;
+    }
+    for (int kt = 0; kt < (int)k_tiles; ++kt) {
+      const int s = kt % STAGES;
+      tc_mbar_wait(bars + 8 * s, (kt / STAGES) & 1);
+      const unsigned sa = base + s * STAGE, sb = sa + A_BYTES;
+      tc_wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / KSTEP; ++kk) {
+        const int kb = kk * 32;  /* byte offset of this K step inside the tile's rows */
+        unsigned long long db;
+        if (B_KMAJOR) {
+          db = tc_wgmma_desc(sb + (kb / 128) * BN * 128 + kb % 128, 16, 1024);
+        } else {  /* N-major: atoms of 64 N columns, BK rows each; a K step is KSTEP rows */
+          db = tc_wgmma_desc(sb + kk * KSTEP * 128, BK * 128, 1024);
+        }
+#pragma unroll
+        for (int i = 0; i < MR; ++i) {
+          const unsigned long long da =
+              tc_wgmma_desc(sa + (kb / 128) * BM * 128 + (c * MR + i) * 64 * 128 + kb % 128, 16, 1024);
+          MMA::run(acc[i], da, db);
+        }
+      }
+      tc_wgmma_commit();
+      tc_wgmma_wait<1>();
+      if (kt > 0) tc_mbar_arrive(bars + 8 * (STAGES + (kt - 1) % STAGES));
+    }
+    tc_wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < MR; ++i) tc_reg_fence(acc[i]);
+    /* -- tc_wgmma_pipeline's main loop: end -- */
+    tc_splitk_fixup<NC, MR, BM, BN, EPI, SPLITS, TILES>(acc, C, m_valid, n_valid, ldc, tile, split, ws);
   }
 }
+#endif
