@@ -16,6 +16,9 @@ is timed too, and a second table gives the best kernel against cuBLAS and agains
 (every configuration at ``split_k=1``), in the same run:
 
     python benchmarks/cuda_gemm.py --sizes "" --shapes 128x4096x4096,16x8192x8192 --no-fp8 --check
+
+``--split-k 2,3,4,6,8`` also times every split configuration at those split counts, one line each, so the
+automatic rule (D31) can be checked against its neighbours in the same run.
 """
 from __future__ import annotations
 
@@ -267,6 +270,9 @@ def main() -> int:
     ap.add_argument("--configs", default="", help="block_M:block_N:block_K:threads:stages[:panel],... (default: a few)")
     ap.add_argument("--check", action="store_true", help="compare each result with torch.matmul")
     ap.add_argument("--no-fp8", dest="fp8", action="store_false", help="skip the float8_e4m3 8192^3 row")
+    ap.add_argument("--split-k", default="", type=lambda v: [int(x) for x in v.split(",") if x],
+                    help="for every configuration the compiler split over K, also time these split counts "
+                         "(tilecore.cuda.split_k), e.g. 2,3,4,6,8: the rule's choice beside its neighbours (D31)")
     ap.add_argument("--no-wgmma", action="store_true",
                     help="switch the Hopper passes off (tilecore.cuda.disable_wgmma): measures the sm_80 path "
                          "(mma.sync register program with cp.async stages) on an sm_90 GPU")
@@ -330,6 +336,21 @@ def main() -> int:
                                           pass_configs={**cfgs, "tilecore.cuda.split_k": 1})
                     tf1 = flops / event_ms(lambda: k1(a, b, c), args.rep) / 1e9
                     print(f"  {dtype} {name} config {cfg}, tilecore.cuda.split_k=1: {tf1:.1f} TFLOP/s")
+                    for n_split in (x for x in args.split_k if x > 1 and x != splits):  # the rule's neighbours
+                        try:
+                            kn = tilecore.compile(matmul(m, n, kk, *cfg, dtype=dtype), target=args.target,
+                                                  pass_configs={**cfgs, "tilecore.cuda.split_k": n_split})
+                            tfn = flops / event_ms(lambda: kn(a, b, c), args.rep) / 1e9
+                        except Exception as e:  # noqa: BLE001 - e.g. more splits than k tiles: said so
+                            print(f"  {dtype} {name} config {cfg}, tilecore.cuda.split_k={n_split}: skipped "
+                                  f"({type(e).__name__}: {str(e)[:120]})")
+                            continue
+                        err = ""
+                        if args.check:
+                            diff = (c.float() - torch.matmul(a, b).float()).abs().max().item()
+                            err = f", max |ours - torch| = {diff:.3g}"
+                        print(f"  {dtype} {name} config {cfg}, tilecore.cuda.split_k={n_split}: {tfn:.1f} TFLOP/s "
+                              f"(the rule chose {splits}){err}")
                 if unsplit is None or tf1 > unsplit[0]:
                     unsplit = (tf1, cfg)
             ms_t = event_ms(lambda: torch.matmul(a, b, out=c), args.rep)

@@ -112,9 +112,11 @@ def test_split_main_loop_is_the_pipelines_line_for_line():
     kernels keep their source): the two texts must not drift apart."""
     prelude = Path(tilecore_cuda.__file__).parent / "prelude"
     hopper, splitk = (prelude / "tc_hopper.cuh").read_text(), (prelude / "tc_splitk.cuh").read_text()
-    first, last = "  const unsigned raw = tc_smem_addr(pipe);\n", "    for (int i = 0; i < MR; ++i) tc_reg_fence(acc[i]);\n"
+    first = "  const unsigned raw = tc_smem_addr(pipe);\n"
+    last = "    for (int i = 0; i < MR; ++i) tc_reg_fence(acc[i]);\n"
     loop = hopper[hopper.index(first):hopper.index(last) + len(last)]
-    begin, end = "  /* -- tc_wgmma_pipeline's main loop: begin -- */\n", "    /* -- tc_wgmma_pipeline's main loop: end -- */\n"
+    begin = "  /* -- tc_wgmma_pipeline's main loop: begin -- */\n"
+    end = "    /* -- tc_wgmma_pipeline's main loop: end -- */\n"
     copy = splitk[splitk.index(begin) + len(begin):splitk.index(end)]
     assert loop.count("\n") > 60 and copy == loop
 
