@@ -49,13 +49,24 @@ static thread_local tc_dim threadIdx;
 struct Block {  // what the threads of one running block share
   std::barrier<> consumers;
   std::atomic<int> any{0};
-  int tile, split;
-  explicit Block(int nc) : consumers(nc) {}
+  int tile, split, nconsumers;
+  explicit Block(int nc) : consumers(nc), nconsumers(nc) {}
 };
 static thread_local Block* tc_block;
 
-template <int N> inline void tc_splitk_bar() { tc_block->consumers.arrive_and_wait(); }
+// on the GPU a named barrier over more threads than arrive never completes: the count must be the consumers'
+template <int N> inline void consumer_count() {
+  if (N != tc_block->nconsumers) {
+    std::fprintf(stderr, "named barrier over %d threads, but %d consumer threads arrive\n", N, tc_block->nconsumers);
+    std::abort();
+  }
+}
+template <int N> inline void tc_splitk_bar() {
+  consumer_count<N>();
+  tc_block->consumers.arrive_and_wait();
+}
 template <int N> inline int tc_splitk_bar_or(int p) {  // one call per block run: `any` starts at 0
+  consumer_count<N>();
   if (p) tc_block->any.fetch_or(1);
   tc_block->consumers.arrive_and_wait();
   return tc_block->any.load();

@@ -92,7 +92,9 @@ def test_split_kernel_sass_counts_arrivals_and_reads_partials_from_l2():
     for op in ("HGMMA.64x128x16.F32", "UTMALDG.2D", "SYNCS.PHASECHK", "USETMAXREG"):
         assert op in ss and op in sp, op
     assert ss.count("ATOMG.E.ADD") == 1 and ss.count("ATOMG.E.EXCH") == 1 and "ATOMG" not in sp
-    assert "MEMBAR.ALL.GPU" in ss and "MEMBAR.SC" not in ss and "BAR.RED.OR" in ss  # fence.acq_rel.gpu
+    assert "MEMBAR.ALL.GPU" in ss and "MEMBAR.SC" not in ss  # fence.acq_rel.gpu
+    # the consumers' own barrier (15) over their 256 threads: the producer warpgroup never arrives there
+    assert "BAR.SYNC.DEFER_BLOCKING 0xf, 0x100 ;" in ss and "BAR.RED.OR.DEFER_BLOCKING 0xf, 0x100, P" in ss
     assert not re.search(r"\sLDG", sp)  # the plain kernel loads nothing but through TMA (UTMALDG)
     # LLM_128: 4 splits of 128x128 on two consumer warpgroups: 16 float4s per thread stored, 3 x 16 loaded (the
     # last block's own partial stays in its registers), 15 of them (5 columns x 3 splits) in flight at once
@@ -313,6 +315,8 @@ MUTANTS = {
     "pairs stored without the alignment test": [("const bool pairs = (EPI & TC_EPI_PAIRS) ||",
                                                  "const bool pairs = true ||")],
     "a partial written a column over": [("__stcg(dst + q * 128, v);", "__stcg(dst + q * 128 + 1, v);")],
+    "the barrier counts the producer warpgroup too": [("tc_splitk_bar<128 * NC>();",
+                                                       "tc_splitk_bar<128 * (NC + 1)>();")],
 }
 
 
