@@ -34,6 +34,8 @@ from test_cuda_hopper import HOPPER, _notes, gemm, hopper_gpu  # noqa: E402
 LLM_128 = dict(M=128, N=4096, K=4096, bm=128, bn=128, threads=256, stages=3)
 LLM_16 = dict(M=16, N=8192, K=8192, bm=64, bn=128, threads=128, stages=4)
 RAGGED = dict(M=200, N=1000, K=3000, bm=128, bn=128, threads=256, stages=3)
+#: the same on one consumer warpgroup: two 64-row slices of accumulators per thread (MR = 2)
+RAGGED_MR2 = dict(RAGGED, threads=128)
 
 
 def _compile(shape: dict, target=HOPPER, **kw):
@@ -230,7 +232,8 @@ def _inputs(torch, M, N, K, dtype, seed):
 @pytest.mark.parametrize("shape,dtype,out,kw", [(LLM_128, "float16", "float16", {}),
                                                 (LLM_128, "bfloat16", "float16", {"panel": 4}),
                                                 (LLM_16, "float16", "float16", {}), (LLM_16, "bfloat16", "bfloat16", {}),
-                                                (RAGGED, "float16", "float32", {}), (RAGGED, "bfloat16", "bfloat16", {})])
+                                                (RAGGED, "float16", "float32", {}), (RAGGED, "bfloat16", "bfloat16", {}),
+                                                (RAGGED_MR2, "bfloat16", "bfloat16", {})])
 def test_device_split_gemm_matches_float64_and_repeats_bit_for_bit(shape, dtype, out, kw):
     torch = pytest.importorskip("torch")
     M, N, K = shape["M"], shape["N"], shape["K"]
