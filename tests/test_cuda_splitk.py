@@ -2,8 +2,8 @@
 public API: the plain README GEMM, no change to the kernel.
 
 Compile-only wherever a CUDA compiler exists (CI): when the pass splits (a static grid that leaves SMs of the
-profile's ``limits.sm_count`` idle, each split at least 2 x stages k tiles, the tail's partial bytes at most a
-split's operand bytes: D31) and by how much, the note in
+profile's ``limits.sm_count`` idle, each split at least 4 x stages k tiles but at most 16, the tail's partial
+bytes at most a split's operand bytes: D31) and by how much, the note in
 ``kernel.meta["attrs"]["hopper_pipelines"]``, ``tilecore.cuda.split_k`` and its errors, the kernel's
 workspace in the launch metadata, and the SASS (the atomic arrival count, the fences, the L2 loads of the
 partials). The runtime passes the workspace (one per device and stream, allocated once, zero-filled) on both
@@ -55,10 +55,13 @@ def _head(k) -> list:
 
 @needs_toolchain
 @pytest.mark.parametrize("shape,splits,tiles,per,why", [
-    (LLM_128, 4, 32, "16", ""), (dict(LLM_128, stages=5), 4, 32, "16", ""), (LLM_16, 2, 64, "64", ""),
-    # 8 would fill the SMs and 7 keep 2 x 3 k tiles each, but 6 float32 partials of 64 KiB are more than the 7 k
-    # tiles of 32 KiB a split streams: 5 (4 partials, 10 k tiles)
-    (RAGGED, 5, 16, "9-10", "; 7 splits would read more partial bytes in the tail than a split's k tiles stream")])
+    (LLM_128, 4, 32, "16", ""), (LLM_16, 2, 64, "64", ""), (RAGGED, 3, 16, "15-16", ""),
+    # 5 stages: 4 x 5 = 20 k tiles per split would allow 3; the floor stops at 16 k tiles (D31)
+    (dict(LLM_128, stages=5), 4, 32, "16", ""),
+    # 128x256 at 2 stages: 8 splits would fill the SMs, but 7 float32 partials of 128 KiB are more than the 8 k
+    # tiles of 48 KiB a split streams; 5 is the most whose tail (4 x 128 KiB) stays within its 13 x 48 KiB
+    (dict(LLM_128, N=2048, bn=256, stages=2), 5, 8, "12-13",
+     "; 8 splits would read more partial bytes in the tail than a split's k tiles stream")])
 def test_few_tile_gemms_are_split_over_k(shape, splits, tiles, per, why):
     k = _compile(shape)
     note = _notes(k)
@@ -128,7 +131,7 @@ def test_split_main_loop_is_the_pipelines_line_for_line():
 @needs_toolchain
 def test_float8_gemm_is_split_too():
     k = _compile(dict(LLM_128, bk=128), dtype="float8_e4m3", tb=True)
-    assert "split-K 4 (32 tiles on 132 SMs): 128 blocks, 8 k tiles each" in _notes(k)  # 32 k tiles of 128
+    assert "split-K 2 (32 tiles on 132 SMs): 64 blocks, 16 k tiles each" in _notes(k)  # 32 k tiles of 128
     sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
     assert "QGMMA.64x128x32.F32.E4M3.E4M3" in sass and "ATOMG.E.ADD" in sass
 
@@ -139,8 +142,10 @@ def test_large_grids_and_short_k_loops_are_not_split():
     assert "split" not in _notes(k) and "workspace" not in k.source.meta
     assert k.source.meta["grid"] == ["16", "32", "1"]
     k = _compile(dict(M=128, N=4096, K=512, bm=128, bn=128, threads=256, stages=3))  # 8 k tiles
-    assert "not split over K: 32 tiles on 132 SMs, but 8 k tiles are too few for two splits of at least 6 (2 x 3 stages)" in _notes(k)
+    assert "not split over K: 32 tiles on 132 SMs, but 8 k tiles are too few for two splits of at least 12 (4 x 3 stages)" in _notes(k)
     assert "workspace" not in k.source.meta and "tc_wgmma_pipeline<" in k.get_kernel_source()
+    k = _compile(dict(M=128, N=4096, K=1024, bm=128, bn=128, threads=256, stages=5))  # 16 k tiles, 5 stages
+    assert "16 k tiles are too few for two splits of at least 16 (4 x 5 stages, at most 16)" in _notes(k)
 
 
 @needs_toolchain

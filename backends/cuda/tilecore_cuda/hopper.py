@@ -304,9 +304,12 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
 
 # -- split-K (docs/decisions.md D27) ----------------------------------------------------------------------
 
-#: the automatic rule: each split keeps at least this many k tiles per pipeline stage (the pipeline is full for
-#: at least half of a split's main loop; 4 before D31, when the tail read every partial slowly) ...
-SPLIT_K_TILES_PER_STAGE = 2
+#: the automatic rule: each split keeps at least this many k tiles per pipeline stage (the fill and drain of
+#: the pipeline stay small against the split's main loop) ...
+SPLIT_K_TILES_PER_STAGE = 4
+#: ... but never needs more than this many: a deeper pipeline fills in one memory latency too, it only keeps
+#: more in flight (D31: 5 stages asked for 20 k tiles, which held 128x4096x4096 at 3 splits) ...
+SPLIT_K_LEAST_CAP = 16
 #: ... a tile is split at most this many ways ...
 SPLIT_K_MAX = 16
 #: ... and the tile's last block reads at most this many times the operand bytes a split's main loop streams
@@ -353,7 +356,8 @@ def split_k(launch: KernelLaunch, p: _Plan, loop: For, stages: int, ctx) -> tupl
 
     Automatic (no ``tilecore.cuda.split_k``): only where the grid leaves SMs idle, with ``splits`` the
     largest number such that ``tiles * splits <= SMs`` (``limits.sm_count`` of the target's profile), each
-    split keeps at least ``SPLIT_K_TILES_PER_STAGE * stages`` k tiles, ``splits <= SPLIT_K_MAX``, and the
+    split keeps at least ``min(SPLIT_K_TILES_PER_STAGE * stages, SPLIT_K_LEAST_CAP)`` k tiles,
+    ``splits <= SPLIT_K_MAX``, and the
     last block's read of the other ``splits - 1`` float32 partials is at most ``SPLIT_K_TAIL_RATIO`` times the
     A and B bytes of one split's k tiles (docs/decisions.md D31).
     ``tilecore.cuda.split_k = n`` asks for ``n`` (1 switches split-K off); an ``n`` the loop cannot take is a
@@ -385,7 +389,7 @@ def split_k(launch: KernelLaunch, p: _Plan, loop: For, stages: int, ctx) -> tupl
     if lim is None or tiles * 2 > int(lim[0]):
         return 1, None  # the grid fills (or half fills) the SMs: nothing to gain
     sms = int(lim[0])
-    least = SPLIT_K_TILES_PER_STAGE * stages
+    least = min(SPLIT_K_TILES_PER_STAGE * stages, SPLIT_K_LEAST_CAP)
     splits = min(sms // tiles, kt // least, SPLIT_K_MAX)
     stage, part = (p.bm + p.bn) * p.bk * p.esize, p.bm * p.bn * 4
     why = f"{tiles} tiles on {sms} SMs"
@@ -396,7 +400,8 @@ def split_k(launch: KernelLaunch, p: _Plan, loop: For, stages: int, ctx) -> tupl
         why += f"; {more} splits would read more partial bytes in the tail than a split's k tiles stream"
     if splits < 2:
         return 1, (f"not split over K: {tiles} tiles on {sms} SMs, but {kt} k tiles are too few for two splits of "
-                   f"at least {least} ({SPLIT_K_TILES_PER_STAGE} x {stages} stages)")
+                   f"at least {least} ({SPLIT_K_TILES_PER_STAGE} x {stages} stages"
+                   + (f", at most {SPLIT_K_LEAST_CAP})" if least < SPLIT_K_TILES_PER_STAGE * stages else ")"))
     return splits, _split_note(splits, tiles, kt, why)
 
 

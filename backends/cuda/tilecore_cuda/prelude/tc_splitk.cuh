@@ -19,9 +19,9 @@
  * Ordering: each consumer thread's partial stores, then the consumers' barrier, then one thread's
  * fence.acq_rel.gpu and relaxed atomic add (release); the last block's thread fences again after its add
  * (acquire) before the barrier that tells the others, and the partials are read with ld.global.cg (L2, where
- * the other SMs' stores are; never a stale L1 line). The producer warpgroup takes no part: it leaves when its
- * copies are issued, so the sum runs in the consumers' registers (232 each with two consumer warpgroups, after
- * setmaxnreg), not in the 40 the producer keeps.
+ * the other SMs' stores are; never a stale L1 line). The producer warpgroup takes no part (once its copies are
+ * issued it goes on to the kernel's closing barrier), so the sum runs in the consumers' registers (232 each
+ * with two consumer warpgroups, after setmaxnreg), not in the 40 the producer keeps.
  *
  * Workspace layout (hopper.splitk_workspace_bytes): TILES uint32 counters padded to 256 bytes, then the
  * partials, tile-major: partial (tile, s) at float offset (tile * SPLITS + s) * BM * BN. Inside one, the
