@@ -230,6 +230,8 @@ int main(int argc, char** argv) {
   bad |= run_case<64, 32, 1, 1, 2, 1, 3, TC_EPI_COLS | TC_EPI_PAIRS>(rng, 16, 96, 96, 3, true);
   // two 64-row slices per consumer (MR = 2), five splits, 22 valid rows in the second tile row, racing
   bad |= run_case<128, 32, 1, 2, 5, 2, 1, 0>(rng, 150, 32, 40, 2, true);
+  // more splits than loads in flight (only by tilecore.cuda.split_k): the other partials in two chunks
+  bad |= run_case<64, 32, 1, 1, 20, 1, 2, TC_EPI_PAIRS>(rng, 64, 64, 64, 2, false);
   std::printf(bad ? "FAIL\n" : "ok\n");
   return bad;
 }

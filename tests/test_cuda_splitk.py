@@ -107,6 +107,7 @@ def test_split_kernel_sass_counts_arrivals_and_reads_partials_from_l2():
     assert _max_load_run(ss) == 15
     # no spills: the sum runs in the consumers' registers, at any split count and tile (D31)
     for shape, cfg in [(LLM_128, {"tilecore.cuda.split_k": 16}), (LLM_128, {"tilecore.cuda.split_k": 2}),
+                       (LLM_128, {"tilecore.cuda.split_k": 64}),  # the other partials 16 at a time
                        (dict(LLM_128, threads=128), {}), (dict(LLM_128, bn=256), {})]:
         k = _compile(shape, pass_configs=cfg)
         sass = be.disassemble(k.binary, k.target)
@@ -312,8 +313,12 @@ MUTANTS = {
     "the first block sums": [("== (unsigned)(SPLITS - 1)", "== 0u")],
     "the counter is not reset": [("      atomicExch(counter, 0u);  /* as the launch found it */\n", "")],
     "the last block's registers go first, not at its own index": [
-        ("float4 v = split == 0 ? own : x[g][0];", "float4 v = own;"),
-        ("const float4 y = s < split ? x[g][s] : s == split ? own : x[g][s - 1];", "const float4 y = x[g][s - 1];")],
+        ("v[g] = split == 0 ? own[g] : x[g][0];", "v[g] = own[g];"),
+        ("if (split != 0) continue;", ""),
+        ("} else if (o == split) {", "} else if (false) {"),
+        ("if (split == OTHERS) {", "if (false) {")],
+    "the last split's own registers left out": [("if (split == OTHERS) {", "if (false) {")],
+    "each chunk of other partials restarts the sum": [("if (o == 0) {", "if (k == 0) {")],
     "the last block reads the wrong other partials": [("(o < split ? o : o + 1)", "(o <= split ? o : o + 1)")],
     "a warp leaves out a slab the sum reads": [
         ("slab >= m_valid) continue;  /* rows no block stores to C: not stored */",

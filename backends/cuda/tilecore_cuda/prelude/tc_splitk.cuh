@@ -29,7 +29,7 @@
  * * 128 + t. */
 
 #ifndef TC_SPLITK_FIXUP_ONLY /* tests/splitk_fixup_host.cpp runs the fixup on the host, with its own barriers */
-/* the consumer warpgroups' barrier: named barrier 15 over N threads (the producer warpgroup has left) */
+/* the consumer warpgroups' barrier: named barrier 15 over N threads (the producer warpgroup takes no part) */
 template <int N> __device__ __forceinline__ void tc_splitk_bar() {
   asm volatile("bar.sync 15, %0;\n" ::"n"(N) : "memory");
 }
@@ -86,11 +86,15 @@ __device__ __forceinline__ void tc_splitk_fixup(float (&acc)[MR][BN / 2], TOUT* 
   if (!tc_splitk_bar_or<128 * NC>(last)) return;  /* not the tile's last block: done */
   const bool pairs = (EPI & TC_EPI_PAIRS) ||
                      (((reinterpret_cast<unsigned long long>(C) % (2 * sizeof(TOUT))) == 0) && (ldc % 2 == 0));
-  /* G float4 columns at a time: their (SPLITS - 1) G loads are all issued before the first sum, LOADS float4s
-   * (4 LOADS registers) in flight per thread: 64 KiB per SM with two consumer warpgroups. (Without the grouping
-   * the stores to C between them keep every load behind the previous column's sum: SPLITS - 1 in flight.) */
+  /* G float4 columns at a time, the other splits' partials OC at a time: the group's loads are all issued
+   * before its first add, at most LOADS float4s (4 LOADS registers) in flight per thread, 64 KiB per SM with two
+   * consumer warpgroups. (Without the grouping the stores to C between columns keep every load behind the
+   * previous column's sum: SPLITS - 1 in flight.) More than LOADS + 1 splits (only by tilecore.cuda.split_k)
+   * take one column at a time in chunks of LOADS, so registers never run out. */
   constexpr int LOADS = 16;
-  constexpr int G = LOADS / (SPLITS - 1) > 1 ? LOADS / (SPLITS - 1) : 1;
+  constexpr int OTHERS = SPLITS - 1;
+  constexpr int OC = OTHERS < LOADS ? OTHERS : LOADS;
+  constexpr int G = LOADS / OTHERS > 1 ? LOADS / OTHERS : 1;
 #pragma unroll
   for (int i = 0; i < MR; ++i) {
     const int slab = (c * MR + i) * 64 + 16 * w;
@@ -99,36 +103,64 @@ __device__ __forceinline__ void tc_splitk_fixup(float (&acc)[MR][BN / 2], TOUT* 
     const int r0 = slab + l / 4;
 #pragma unroll
     for (int q0 = 0; q0 < Q; q0 += G) {
-      float4 x[G][SPLITS - 1];  /* the other blocks' partials, in split order, this block's index left out */
+      /* the sum in split order 0, 1, ..., SPLITS - 1 with this block's registers at its own index: the other
+       * partials o = 0, 1, ... are splits o (o < split) and o + 1 (o >= split), so `own` goes in just before
+       * other `split`, or last when split is SPLITS - 1 */
+      float4 v[G], own[G];
 #pragma unroll
       for (int g = 0; g < G; ++g) {
+        const int q = q0 + g < Q ? q0 + g : Q - 1;
+        own[g].x = acc[i][4 * q];
+        own[g].y = acc[i][4 * q + 1];
+        own[g].z = acc[i][4 * q + 2];
+        own[g].w = acc[i][4 * q + 3];
+      }
+#pragma unroll 1
+      for (int o0 = 0; o0 < OTHERS; o0 += OC) {
+        float4 x[G][OC];  /* the other blocks' partials o0 .. o0 + OC - 1 */
 #pragma unroll
-        for (int o = 0; o < SPLITS - 1; ++o) {
-          if (q0 + g < Q) x[g][o] = __ldcg(src + (o < split ? o : o + 1) * PART4 + (q0 + g) * 128);
+        for (int g = 0; g < G; ++g) {
+#pragma unroll
+          for (int k = 0; k < OC; ++k) {
+            const int o = o0 + k;
+            if (q0 + g < Q && o < OTHERS) x[g][k] = __ldcg(src + (o < split ? o : o + 1) * PART4 + (q0 + g) * 128);
+          }
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+#pragma unroll
+          for (int k = 0; k < OC; ++k) {
+            const int o = o0 + k;
+            if (o >= OTHERS) break;
+            if (o == 0) {
+              v[g] = split == 0 ? own[g] : x[g][0];
+              if (split != 0) continue;
+            } else if (o == split) {
+              v[g].x += own[g].x;
+              v[g].y += own[g].y;
+              v[g].z += own[g].z;
+              v[g].w += own[g].w;
+            }
+            v[g].x += x[g][k].x;
+            v[g].y += x[g][k].y;
+            v[g].z += x[g][k].z;
+            v[g].w += x[g][k].w;
+          }
         }
       }
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         const int q = q0 + g;
         if (q >= Q) break;
-        float4 own;
-        own.x = acc[i][4 * q];
-        own.y = acc[i][4 * q + 1];
-        own.z = acc[i][4 * q + 2];
-        own.w = acc[i][4 * q + 3];
-        /* split order 0, 1, ..., SPLITS - 1, this block's registers at its own index */
-        float4 v = split == 0 ? own : x[g][0];
-#pragma unroll
-        for (int s = 1; s < SPLITS; ++s) {
-          const float4 y = s < split ? x[g][s] : s == split ? own : x[g][s - 1];
-          v.x += y.x;
-          v.y += y.y;
-          v.z += y.z;
-          v.w += y.w;
+        if (split == OTHERS) {
+          v[g].x += own[g].x;
+          v[g].y += own[g].y;
+          v[g].z += own[g].z;
+          v[g].w += own[g].w;
         }
         /* v holds columns col, col + 1 of rows r0 (x, y) and r0 + 8 (z, w), as the accumulators do */
         const int col = q * 8 + (l % 4) * 2;
-        const float out[4] = {v.x, v.y, v.z, v.w};
+        const float out[4] = {v[g].x, v[g].y, v[g].z, v[g].w};
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = r0 + 8 * h;
