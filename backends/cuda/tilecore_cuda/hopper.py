@@ -356,10 +356,9 @@ def split_k(launch: KernelLaunch, p: _Plan, loop: For, stages: int, ctx) -> tupl
 
     Automatic (no ``tilecore.cuda.split_k``): only where the grid leaves SMs idle, with ``splits`` the
     largest number such that ``tiles * splits <= SMs`` (``limits.sm_count`` of the target's profile), each
-    split keeps at least ``min(SPLIT_K_TILES_PER_STAGE * stages, SPLIT_K_LEAST_CAP)`` k tiles,
-    ``splits <= SPLIT_K_MAX``, and the
-    last block's read of the other ``splits - 1`` float32 partials is at most ``SPLIT_K_TAIL_RATIO`` times the
-    A and B bytes of one split's k tiles (docs/decisions.md D31).
+    split keeps at least ``min(SPLIT_K_TILES_PER_STAGE * stages, SPLIT_K_LEAST_CAP)`` k tiles, ``splits <=
+    SPLIT_K_MAX``, and the last block's read of the other ``splits - 1`` float32 partials is at most
+    ``SPLIT_K_TAIL_RATIO`` times the A and B bytes of one split's k tiles (docs/decisions.md D31).
     ``tilecore.cuda.split_k = n`` asks for ``n`` (1 switches split-K off); an ``n`` the loop cannot take is a
     CompileError at the loop's line."""
     asked = ctx.option("tilecore.cuda.split_k", None)
@@ -392,11 +391,14 @@ def split_k(launch: KernelLaunch, p: _Plan, loop: For, stages: int, ctx) -> tupl
     least = min(SPLIT_K_TILES_PER_STAGE * stages, SPLIT_K_LEAST_CAP)
     splits = min(sms // tiles, kt // least, SPLIT_K_MAX)
     stage, part = (p.bm + p.bn) * p.bk * p.esize, p.bm * p.bn * 4
-    why = f"{tiles} tiles on {sms} SMs"
-    if splits > 2 and (splits - 1) * part > SPLIT_K_TAIL_RATIO * -(-kt // splits) * stage:
-        more = splits
-        while splits > 2 and (splits - 1) * part > SPLIT_K_TAIL_RATIO * -(-kt // splits) * stage:
-            splits -= 1
+
+    def long_tail(n: int) -> bool:  # the last block's partial reads against one split's A and B bytes
+        return (n - 1) * part > SPLIT_K_TAIL_RATIO * -(-kt // n) * stage
+
+    why, more = f"{tiles} tiles on {sms} SMs", splits
+    while splits > 2 and long_tail(splits):
+        splits -= 1
+    if splits < more:
         why += f"; {more} splits would read more partial bytes in the tail than a split's k tiles stream"
     if splits < 2:
         return 1, (f"not split over K: {tiles} tiles on {sms} SMs, but {kt} k tiles are too few for two splits of "
