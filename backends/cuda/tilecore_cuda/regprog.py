@@ -31,8 +31,8 @@ fits (that is what this pass is for); so does a GEMM with an epilogue on the fra
 """
 from __future__ import annotations
 
-from tilecore.ir import (Allocate, Bind, Buffer, BufferLoad, Collective, For, KernelLaunch, Region, Seq, Store, TileOp,
-                         as_expr, binary, const_value, simplify, walk, walk_expr)
+from tilecore.ir import (Allocate, Atomic, Bind, Buffer, BufferLoad, Collective, Expr, For, KernelLaunch, Region, Seq, Store,
+                         TileOp, as_expr, binary, const_value, simplify, walk, walk_expr)
 from tilecore.passes import tile_pass
 from tilecore.passes.core import onchip_limit
 from tilecore.passes.guard import guard_stmt, launch_facts, loop_facts
@@ -220,8 +220,95 @@ class _Analysis:
         walk(body, check)
 
 
+def _mentions(s, buf) -> bool:
+    """Whether statement ``s`` (nested statements included) names ``buf``: as a region, a store's target, a
+    load or an allocation."""
+    hit = []
+
+    def expr(x):
+        if isinstance(x, BufferLoad) and x.buffer is buf:
+            hit.append(x)
+
+    def visit(n):
+        for f in getattr(n, "__dataclass_fields__", {}):
+            v = getattr(n, f)
+            for item in (v if isinstance(v, tuple) else (v,)):
+                if isinstance(item, Region):
+                    if item.buffer is buf:
+                        hit.append(item)
+                    for e in (*item.starts, *item.extents):
+                        walk_expr(as_expr(e), expr)
+                elif isinstance(item, Buffer):
+                    if item is buf:
+                        hit.append(item)
+                elif isinstance(item, Expr):
+                    walk_expr(item, expr)
+
+    walk(s, visit)
+    return bool(hit)
+
+
+def _writes(s, buf) -> bool:
+    """Whether statement ``s`` may write ``buf`` (a tile op's destination, any region of an op not known to
+    only read it, a store)."""
+    dst = {"copy": (1,), "fill": (0,), "reduce": (1,), "gemm": (2,)}
+    hit = []
+
+    def visit(n):
+        if isinstance(n, TileOp):
+            idx = dst.get(n.op, range(len(n.args)))
+            if any(i < len(n.args) and isinstance(n.args[i], Region) and n.args[i].buffer is buf for i in idx):
+                hit.append(n)
+        elif isinstance(n, (Store, Atomic)) and n.buffer is buf:
+            hit.append(n)
+
+    walk(s, visit)
+    return bool(hit)
+
+
+def _fold_epilogue_tiles(body: list) -> tuple:
+    """A shared tile that only relays a fragment to global memory, folded into the fragment's store.
+
+    TileLang's FlashAttention examples end ``T.copy(acc_o, O_shared)`` then ``T.copy(O_shared, Output[...])``.
+    Where a block-level shared tile is written by exactly one statement, a whole ``T.copy`` from a fragment
+    of its shape, and every other statement naming it is a whole ``T.copy`` of it into global memory after
+    that write, with nothing in between writing the fragment, the tile holds nothing the fragment does not:
+    each copy out of it becomes a copy straight from the fragment (the register program's fragment-to-global
+    store), rounded through the tile's dtype (``attrs["via"]``, what the round trip did), and the tile, its
+    allocation and the copy into it are dropped. Returns ``(body, names of the folded tiles)``; a body with
+    no such tile comes back unchanged (the analysis then says what it refuses)."""
+    folded = []
+    for a in [s for s in body if isinstance(s, Allocate) and s.buffer.scope == "shared"]:
+        t = a.buffer
+        users = [k for k, s in enumerate(body) if not isinstance(s, Allocate) and _mentions(s, t)]
+        writes = [k for k in users if isinstance(body[k], TileOp) and body[k].op == "copy"
+                  and isinstance(body[k].args[1], Region) and body[k].args[1].buffer is t]
+        if len(writes) != 1:
+            continue
+        w = writes[0]
+        src, dst = body[w].args
+        if not (isinstance(src, Region) and src.buffer.scope == "fragment" and _full(src) and _full(dst)
+                and src.buffer.static_shape() == t.static_shape() and str(t.dtype) in ("float32", *_16BIT)):
+            continue
+        reads = [k for k in users if k != w]
+        if not reads or not all(k > w and isinstance(body[k], TileOp) and body[k].op == "copy"
+                                and isinstance(body[k].args[0], Region) and body[k].args[0].buffer is t
+                                and _full(body[k].args[0]) and isinstance(body[k].args[1], Region)
+                                and body[k].args[1].buffer.scope == "global" for k in reads):
+            continue
+        if any(_writes(body[k], src.buffer) for k in range(w + 1, max(reads))):
+            continue
+        for k in reads:
+            r = body[k]
+            body[k] = TileOp("copy", (src, r.args[1]), {**r.attrs, "via": str(t.dtype)}, span=r.span)
+        body = [s for k, s in enumerate(body) if k != w and s is not a]
+        folded.append(t.name)
+    return body, folded
+
+
 def _plan(launch: KernelLaunch, ctx, mode: str) -> dict:
     body = list(launch.body.body) if isinstance(launch.body, Seq) else [launch.body]
+    body, folded = _fold_epilogue_tiles(body)
     an = _Analysis(launch, ctx)
     loops = [k for k, s in enumerate(body) if isinstance(s, For) and s.kind == "pipelined"]
     _need(len(loops) == 1, "one T.Pipelined loop at block level")
@@ -269,6 +356,7 @@ def _plan(launch: KernelLaunch, ctx, mode: str) -> dict:
         box = [atom] + [_s(e) for e in reversed(src.extents[:-1])]
         maps.append({**tensor_map(src, box), "tile": b})
     return {"mode": mode, "nc": an.nc, "bm": an.bm, "stages": stages, "pre": pre, "loop": loop, "body": lbody, "post": post,
+            "folded": folded,
             "frags": an.frags, "shared": an.shared, "once": once, "staged": staged, "offset": layout,
             "once_bytes": once_bytes, "stage_bytes": stage_bytes,
             "pipe_bytes": 1024 + once_bytes + stages * stage_bytes + 16 * stages + 16,
@@ -415,6 +503,9 @@ def _lower_as(mode: str):
         plan["body"] = [guard_stmt(s, loop_facts(plan["loop"], facts)) for s in plan["body"]]
         if mode == "wgmma":
             _schedule(plan, ctx, name)
+        if plan["folded"]:
+            ctx.notes.append(f"{name}: {', '.join(plan['folded'])} only relayed a fragment to global memory: "
+                             "stored from the registers directly")
         pipe = Buffer("regprog_smem", (plan["pipe_bytes"],), "uint8", "shared")
         coll = Collective("tc_register_program", (Region(pipe, (as_expr(0),), (pipe.shape[0],)),),
                           {"plan": plan, "tensor_maps": plan["tensor_maps"], "wgmma": plan["wgmma"]},
@@ -859,6 +950,7 @@ class _Emit:
         n = src.buffer.static_shape()[1]
         t = em.stype(g.dtype)
         f = em.name(st, src.buffer)
+        via = s.attrs.get("via")
 
         def body():
             self.line(f"{t}* tc_g = {em.name(st, g)} + {em.flat_index(st, g, dst.starts)};")
@@ -874,7 +966,10 @@ class _Emit:
 
                 def hloop():
                     self.line("const int tc_r = tc_row + 8 * tc_h, tc_cc = 8 * tc_j + tc_col;")
-                    self.line(f"const float tc_v0 = {f}[4 * tc_j + 2 * tc_h], tc_v1 = {f}[4 * tc_j + 2 * tc_h + 1];")
+                    v0, v1 = f"{f}[4 * tc_j + 2 * tc_h]", f"{f}[4 * tc_j + 2 * tc_h + 1]"
+                    if via and via != str(g.dtype):  # a folded shared tile's dtype in between (its rounding)
+                        v0, v1 = (em.round_conv.get(via, "{}").format(v) for v in (v0, v1))
+                    self.line(f"const float tc_v0 = {v0}, tc_v1 = {v1};")
                     self.line(f"{t}* tc_p = tc_g + (long long)tc_r * tc_ld + tc_cc;")
                     self.block("if (tc_r < tc_mv)", lambda: (
                         self.line(f"if (tc_pairs && tc_cc + 1 < tc_nv) tc_store2<{t}>(tc_p, tc_v0, tc_v1);"),
