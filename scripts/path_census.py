@@ -60,7 +60,8 @@ def classify(target: str, name: str, build, configs) -> dict:
     try:
         lowered = lower(build(), target, {**(configs or {}), "tilecore.disable_cache": True})[2]
     except Exception as e:  # noqa: BLE001 - a kernel the target refuses is counted, not fatal
-        first = str(e).splitlines()[0] if str(e) else ""
+        first = (str(e).splitlines()[0] if str(e) else "").replace(str(ROOT) + "/", "")
+        first = re.sub(r"^\S+\.py:\d+ in \w+: ", "", first)  # the user's line: the kernel column names it
         row.update(path="refused", reason=f"{type(e).__name__}: {first}"[:160])
         return row
     attrs = lowered.attrs
@@ -83,8 +84,8 @@ def classify(target: str, name: str, build, configs) -> dict:
         reason = "the Hopper GEMM pipeline took its loop"
     elif mine:
         reason = re.sub(r"^kernel not mapped to registers \((.*)\)$", r"\1", mine[0])
-    else:  # the pass looks only at kernels with a T.Pipelined loop, and only where its features are
-        reason = "no T.Pipelined loop" if not any("pipelined" in n or "loop" in n for n in notes) else "-"
+    else:
+        reason = "-"
     row.update(path=path, reason=reason, shared=shared, notes=notes, pipelines=list(attrs.get("pipelines", ())))
     return row
 
@@ -122,9 +123,9 @@ def summary_table(rows: list[dict], targets, prefix: str) -> str:
         paths = collections.Counter(re.sub(r"general, \d+ shared", "general, some shared", r["path"]) for r in mine)
         lines.append(f"`{t}`, {len(mine)} kernels: " + ", ".join(f"{p} {n}" for p, n in paths.most_common()))
         lines.append("")
-        reasons = collections.Counter(re.sub(r"^\w+: ", "<buffer>: ", r["reason"]) for r in mine
-                                      if r["path"] not in ("register program (wgmma)", "register program (mma.sync)")
-                                      and r.get("reason"))
+        reasons = collections.Counter((r["reason"] if r["path"] == "refused" else
+                                       re.sub(r"^\w+: ", "<buffer>: ", r["reason"]))
+                                      for r in mine if not r["path"].startswith("register program") and r.get("reason"))
         lines += ["| kernels | why not the register program |", "|---|---|"]
         lines += [f"| {n} | {k.replace('|', chr(92) + '|')} |" for k, n in reasons.most_common()]
         lines.append("")

@@ -114,6 +114,10 @@ class _Analysis:
         src, dst = s.args
         _need(isinstance(src, Region) and isinstance(dst, Region), "copy of non-regions")
         if dst.buffer in self.shared:
+            _need(src.buffer.scope != "fragment",
+                  f"{dst.buffer.name}: a shared tile filled from fragment {src.buffer.name} is used otherwise than "
+                  "relaying it whole to global memory (written once, whole, then only copied whole to global "
+                  "memory at block level: what the register program folds into a store from registers)")
             _need(src.buffer.scope == "global" and _full(dst) and src.buffer.dtype == dst.buffer.dtype,
                   "copies into shared memory must be whole tiles from global tensors of the same dtype")
             _need(dst.buffer not in self.copies, f"{dst.buffer.name} is filled twice")
@@ -489,6 +493,8 @@ def _lower_as(mode: str):
         if any(isinstance(s, Collective) for s in top):
             return None  # already taken by an earlier pass
         if not any(isinstance(s, For) and s.kind == "pipelined" for s in top):
+            ctx.notes.append(f"{name}: kernel not mapped to registers (no T.Pipelined loop at block level: the "
+                             "register program pipelines one)")
             return None
         try:
             plan = _plan(launch, ctx, mode)
