@@ -31,7 +31,6 @@ from cuda_host_emulator import run_on_host  # noqa: E402
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the host emulator needs g++ (C++20)")
-PATH = {"cuda:sm_90a": "register program (wgmma)", "cuda:sm_80": "register program (mma.sync)"}
 
 
 def _corpus(name):
@@ -43,12 +42,6 @@ def _corpus(name):
 
 def _notes(k) -> list:
     return list(k.meta["attrs"].get("hopper_pipelines", ()))
-
-
-def _fa(target, causal, B=1, H=2, SQ=128, SK=192, D=64, bm=64, bn=64, threads=128, module="attention_mha_fwd_bhsd"):
-    fn = _corpus(module).flashattn.jit_fn
-    func = fn.get_tir(B, H, SQ, SK, D, causal, block_M=bm, block_N=bn, num_stages=2, threads=threads)
-    return tilecore.compile(func, target=target, out_idx=[3], pass_configs=NOCACHE)
 
 
 def gemm_via_tile(M, N, K, tile_dtype="float16", out_dtype="float32", extra_use=False):
@@ -79,33 +72,36 @@ def gemm_via_tile(M, N, K, tile_dtype="float16", out_dtype="float32", extra_use=
 
 
 @needs_toolchain
-@pytest.mark.parametrize("target", ["cuda:sm_80"])
 @pytest.mark.parametrize("module", ["attention_mha_fwd_bhsd", "attention_mha_fwd_bshd", "attention_gqa_fwd_bshd"])
-def test_corpus_attention_takes_the_register_program(module, target):
-    """The corpus's forward-attention examples at their own block sizes: the register program, the epilogue
-    tile folded (the note names it), no shared tile of the output's size left in the source. (cuda:sm_90a:
-    tests/test_tilelang_corpus.py::test_cuda_sm90a asserts the same on the compiles it makes anyway.)"""
+def test_corpus_device_checks_take_the_register_program(module):
+    """The kernels the corpus runner's device test runs (each module's ``CHECK``, the sizes ``check()`` uses;
+    the example's own sizes: tests/test_tilelang_corpus.py::test_cuda_sm90a) take the register program on
+    cuda:sm_90a, the epilogue tile folded (the note names it), no shared tile of the output left in the source."""
     mod = _corpus(module)
-    fn, args, kwargs = mod.KERNELS[0]
-    fn = getattr(fn, "jit_fn", fn)
-    k = tilecore.compile(fn.get_tir(*args, **kwargs), target=target, out_idx=getattr(fn, "out_idx", None),
-                         pass_configs=NOCACHE)
-    assert tilecore_cuda.lowering_path(k) == PATH[target], _notes(k)
-    assert any("O_shared only relayed a fragment to global memory" in n for n in _notes(k)), _notes(k)
-    assert "O_shared" not in k.get_kernel_source()
+    for args, kwargs in mod.CHECK:
+        k = tilecore.compile(mod.flashattn.jit_fn.get_tir(*args, **kwargs), target="cuda:sm_90a", out_idx=[3],
+                             pass_configs=NOCACHE)
+        assert tilecore_cuda.lowering_path(k) == "register program (wgmma)", _notes(k)
+        assert any("O_shared only relayed a fragment to global memory" in n for n in _notes(k)), _notes(k)
+        assert "O_shared" not in k.get_kernel_source()
 
 
 @needs_toolchain
 @needs_gxx
 @pytest.mark.parametrize("causal", [False, True])
 def test_corpus_attention_on_the_host(causal):
-    """TileLang's example_mha_fwd_bhsd kernel, untouched, on the sm_80 register program (mma.sync + cp.async,
-    2 stages, the folded epilogue) run on the host: seq_kv > seq_q (the causal mask's past), 3 key blocks."""
+    """TileLang's example_mha_fwd_bhsd kernel, untouched, at the corpus driver's sizes, on the sm_80 register
+    program (mma.sync + cp.async, 2 stages, the folded epilogue) run on the host: seq_kv > seq_q (the causal
+    mask's past), 3 key blocks."""
     import torch
 
     from tilelang_corpus._driver import attention_ref
 
-    k = _fa("cuda:sm_80", causal)
+    mod = _corpus("attention_mha_fwd_bhsd")
+    args, kwargs = mod.CHECK[int(causal)]
+    assert args[5] == causal
+    k = tilecore.compile(mod.flashattn.jit_fn.get_tir(*args, **kwargs), target="cuda:sm_80", out_idx=[3],
+                         pass_configs=NOCACHE)
     assert tilecore_cuda.lowering_path(k) == "register program (mma.sync)", _notes(k)
     rng = np.random.default_rng(3)
     q, kk, v = (rng.standard_normal(s).astype(np.float16) for s in ((1, 2, 128, 64), (1, 2, 192, 64), (1, 2, 192, 64)))
