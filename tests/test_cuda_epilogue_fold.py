@@ -1,4 +1,4 @@
-"""The register programs' epilogue through a shared tile (docs/decisions.md D33), through the public API.
+"""The register programs' epilogues of TileLang's attention examples (docs/decisions.md D33), through the public API.
 
 TileLang's FlashAttention examples end ``T.copy(acc_o, O_shared)`` then ``T.copy(O_shared, Output[...])``. The
 register programs (backends/cuda/tilecore_cuda/regprog.py) fold such a tile, one that only relays a fragment
@@ -7,7 +7,9 @@ GPU: the corpus's forward-attention examples take the register program on sm_90a
 program (mma.sync + cp.async) runs on the host emulator (tests/cuda_host_emulator.py) against float64
 references, for the corpus kernel as TileLang wrote it and for a GEMM whose tile's dtype is narrower than
 its output's (with a mutation: the rounding through the tile dropped from the generated code is caught); a
-tile with any other use is not folded and the note says why. On a GPU the corpus runner
+tile with any other use is not folded and the note says why. The backward examples' forward kernel stores a
+row value per query row (``T.copy(logsum, lse[...])``, a 1-D fragment) from registers: it takes the register
+program too, checked the same way (output and lse on the host, a mutated store caught). On a GPU the corpus runner
 (``TILECORE_CORPUS_DEVICE=cuda:sm_90a pytest tests/test_tilelang_corpus.py -k device``) runs the same kernels.
 """
 from __future__ import annotations
@@ -78,7 +80,7 @@ def test_corpus_device_checks_take_the_register_program(module):
     the example's own sizes: tests/test_tilelang_corpus.py::test_cuda_sm90a) take the register program on
     cuda:sm_90a, the epilogue tile folded (the note names it), no shared tile of the output left in the source."""
     mod = _corpus(module)
-    for args, kwargs in mod.CHECK:
+    for args, kwargs in mod.CHECK[1:]:  # the causal one (the non-causal one differs only in the mask's nest)
         k = tilecore.compile(mod.flashattn.jit_fn.get_tir(*args, **kwargs), target="cuda:sm_90a", out_idx=[3],
                              pass_configs=NOCACHE)
         assert tilecore_cuda.lowering_path(k) == "register program (wgmma)", _notes(k)
@@ -158,3 +160,55 @@ def test_tile_with_another_use_is_not_folded():
     why = [n for n in _notes(k) if n.startswith("cuda.register_program")]
     assert any("C_s: a shared tile filled from fragment C_l is used otherwise than relaying it" in n
                for n in why), why
+
+
+@needs_toolchain
+@pytest.mark.parametrize("module", ["attention_mha_bwd_bhsd", "attention_mha_bwd_bshd", "attention_gqa_bwd"])
+def test_corpus_bwd_forward_takes_the_register_program(module):
+    """The backward examples' forward kernel at its ``FWD_CHECK`` sizes (what the corpus runner's device test runs;
+    causal) on cuda:sm_90a: the register program, lse stored from registers by the first lane of each quad."""
+    mod = _corpus(module)
+    args, kwargs = mod.FWD_CHECK[1]
+    k = tilecore.compile(mod.flashattn_fwd.get_tir(*args, **kwargs), target="cuda:sm_90a", out_idx=[3, 4],
+                         pass_configs=NOCACHE)
+    assert tilecore_cuda.lowering_path(k) == "register program (wgmma)", _notes(k)
+    assert "tc_l % 4 == 0" in k.get_kernel_source()
+
+
+def _bwd_forward_on_host(causal, mutate=None):
+    import torch
+
+    from tilelang_corpus._driver import attention_lse2, attention_ref
+
+    mod = _corpus("attention_mha_bwd_bhsd")
+    args, kwargs = mod.FWD_CHECK[int(causal)]
+    assert args[4] == causal
+    k = tilecore.compile(mod.flashattn_fwd.get_tir(*args, **kwargs), target="cuda:sm_80", out_idx=[3, 4],
+                         pass_configs=NOCACHE)
+    assert tilecore_cuda.lowering_path(k) == "register program (mma.sync)", _notes(k)
+    if mutate:
+        code = mutate(k.source.code)
+        assert code != k.source.code, "the mutation changed nothing"
+        k = type("K", (), {"source": dataclasses.replace(k.source, code=code)})()
+    b, h, s, d = args[:4]
+    rng = np.random.default_rng(6)
+    q, kk, v = (rng.standard_normal((b, h, s, d)).astype(np.float16) for _ in range(3))
+    res = run_on_host(k, [q, kk, v, np.full(q.shape, np.nan, np.float16), np.full((b, h, s), np.nan, np.float32)])
+    tq, tk, tv = (torch.from_numpy(x) for x in (q, kk, v))
+    return (np.abs(res[3].astype(np.float64) - attention_ref(tq, tk, tv, causal).numpy()).max(),
+            np.abs(res[4].astype(np.float64) - attention_lse2(tq, tk, causal).numpy()).max())
+
+
+@needs_toolchain
+@needs_gxx
+def test_corpus_bwd_forward_on_the_host():
+    """example_mha_bwd_bhsd's forward, causal, on the sm_80 register program on the host: the output and the
+    log2-sum-exp row values against float64. Mutation: every thread stores its first row's value in both of
+    its rows (``[tc_h]`` -> ``[0]`` in the lse store): the lse check catches it."""
+    o_err, lse_err = _bwd_forward_on_host(True)
+    assert o_err <= 2e-3 and lse_err <= 1e-4, (o_err, lse_err)
+    _, lse_err = _bwd_forward_on_host(True, mutate=lambda c: c.replace("tc_store1<float>(tc_g + (long long)(tc_row + "
+                                                                      "8 * tc_h) * tc_ld, logsum[tc_h])",
+                                                                      "tc_store1<float>(tc_g + (long long)(tc_row + "
+                                                                      "8 * tc_h) * tc_ld, logsum[0])"))
+    assert lse_err > 1e-2

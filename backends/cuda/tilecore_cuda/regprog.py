@@ -16,7 +16,9 @@ whose block program fits this model, and emits it as one block-collective statem
   shared memory or from a 16-bit fragment in registers, B from shared memory), ``T.reduce`` along rows
   with quad shuffles, ``T.fill``, fragment-to-fragment ``T.copy`` (with conversion), fragment-to-global
   ``T.copy``, and ``T.Parallel`` nests over ``(bM,)`` or ``(bM, n)`` whose fragment accesses are indexed by
-  the loop variables, each thread doing its own elements.
+  the loop variables, each thread doing its own elements. A shared tile that only relays a fragment to
+  global memory after the loop (TileLang's ``T.copy(acc_o, O_shared)``, ``T.copy(O_shared, Output[...])``)
+  is folded into the fragment-to-global store (:func:`_fold_epilogue_tiles`, docs/decisions.md D33).
 
 ``cuda.register_program`` runs the same model on ``mma.sync`` + ``cp.async`` targets (sm_80+, and on sm_90a
 what the Hopper passes leave): no producer; every warp issues ``num_stages``-deep 16-byte ``cp.async``
@@ -137,6 +139,14 @@ class _Analysis:
         if src.buffer in self.frags and dst.buffer in self.frags:
             _need(_full(src) and _full(dst) and src.buffer.static_shape() == dst.buffer.static_shape(),
                   "fragment copies must be whole")
+            return
+        if src.buffer in self.frags and dst.buffer.scope == "global" and self.frags[src.buffer] == 1:
+            # a row value per row (FlashAttention's log-sum-exp): one run of bM elements along any dimension
+            nu = nonunit(dst.extents)
+            _need(_full(src) and len(nu) == 1 and _s(dst.extents[nu[0]]) == self.bm,
+                  f"a copy of {src.buffer.name} to global memory must be the whole fragment into one run of "
+                  f"{self.bm} elements")
+            _need(str(dst.buffer.dtype) in ("float32", *_16BIT), "output dtype")
             return
         if src.buffer in self.frags and dst.buffer.scope == "global":
             _need(_full(src) and self.frags[src.buffer] == 2, "only whole 2-D fragments are stored to global memory")
@@ -949,6 +959,8 @@ class _Emit:
             self.line(f"for (int tc_q = 0; tc_q < {self.regs_of(dst.buffer)}; ++tc_q) {em.name(st, dst.buffer)}[tc_q] = "
                       f"{self.rounded(dst.buffer, em.name(st, src.buffer) + '[tc_q]')};")
             return
+        if self.p["frags"][src.buffer] == 1:
+            return self.store_rows(s)
         # fragment -> global: rows tc_row (+ 8), columns tc_col + 8 j (+ 1), bounded by the tensor's edge
         g = dst.buffer
         nu = nonunit(dst.extents)
@@ -987,6 +999,25 @@ class _Emit:
             self.block(f"for (int tc_j = 0; tc_j < {n // 8}; ++tc_j)", jloop)
 
         self.block("", body)  # a scope of its own
+
+    def store_rows(self, s):
+        """A 1-D fragment -> global: the thread's two rows (tc_row, + 8), written by the first lane of each quad
+        (the four lanes of a quad hold the same row values), bounded by the tensor's edge."""
+        em, st = self.em, self.st
+        src, dst = s.args
+        g = dst.buffer
+        d = nonunit(dst.extents)[0]
+        t = em.stype(g.dtype)
+
+        def body():
+            self.line(f"{t}* tc_g = {em.name(st, g)} + {em.flat_index(st, g, dst.starts)};")
+            self.line(f"const long long tc_ld = {em.expr(st, row_stride(g, d))};")
+            self.line(f"const long long tc_mv = {em.expr(st, simplify(binary('sub', g.shape[d], dst.starts[d])))};")
+            self.line("#pragma unroll")
+            self.line(f"for (int tc_h = 0; tc_h < 2; ++tc_h) if (tc_l % 4 == 0 && tc_row + 8 * tc_h < tc_mv) "
+                      f"tc_store1<{t}>(tc_g + (long long)(tc_row + 8 * tc_h) * tc_ld, {em.name(st, src.buffer)}[tc_h]);")
+
+        self.block("", body)
 
     def c_reduce(self, s):
         em, st = self.em, self.st
