@@ -18,7 +18,7 @@ whose block program fits this model, and emits it as one block-collective statem
   ``T.copy``, and ``T.Parallel`` nests over ``(bM,)`` or ``(bM, n)`` whose fragment accesses are indexed by
   the loop variables, each thread doing its own elements. A shared tile that only relays a fragment to
   global memory after the loop (TileLang's ``T.copy(acc_o, O_shared)``, ``T.copy(O_shared, Output[...])``)
-  is folded into the fragment-to-global store (:func:`_fold_epilogue_tiles`, docs/decisions.md D33).
+  is folded into the fragment-to-global store (``_fold.py``, docs/decisions.md D33).
 
 ``cuda.register_program`` runs the same model on ``mma.sync`` + ``cp.async`` targets (sm_80+, and on sm_90a
 what the Hopper passes leave): no producer; every warp issues ``num_stages``-deep 16-byte ``cp.async``
@@ -33,12 +33,13 @@ fits (that is what this pass is for); so does a GEMM with an epilogue on the fra
 """
 from __future__ import annotations
 
-from tilecore.ir import (Allocate, Atomic, Bind, Buffer, BufferLoad, Collective, Expr, For, KernelLaunch, Region, Seq, Store,
-                         TileOp, as_expr, binary, const_value, simplify, walk, walk_expr)
+from tilecore.ir import (Allocate, Bind, Buffer, BufferLoad, Collective, For, KernelLaunch, Region, Seq, Store, TileOp,
+                         as_expr, binary, const_value, simplify, walk, walk_expr)
 from tilecore.passes import tile_pass
 from tilecore.passes.core import onchip_limit
 from tilecore.passes.guard import guard_stmt, launch_facts, loop_facts
 
+from ._fold import fold_epilogue_tiles as _fold_epilogue_tiles
 from ._irutil import NoMatch as _No, full as _full, need as _need, nonunit, row_stride, static as _s
 from .hopper import WG, rewrite_launches, tensor_map, wgmma_struct
 
@@ -232,92 +233,6 @@ class _Analysis:
             raise _No(f"{type(st).__name__} inside T.Parallel")
 
         walk(body, check)
-
-
-def _mentions(s, buf) -> bool:
-    """Whether statement ``s`` (nested statements included) names ``buf``: as a region, a store's target, a
-    load or an allocation."""
-    hit = []
-
-    def expr(x):
-        if isinstance(x, BufferLoad) and x.buffer is buf:
-            hit.append(x)
-
-    def visit(n):
-        for f in getattr(n, "__dataclass_fields__", {}):
-            v = getattr(n, f)
-            for item in (v if isinstance(v, tuple) else (v,)):
-                if isinstance(item, Region):
-                    if item.buffer is buf:
-                        hit.append(item)
-                    for e in (*item.starts, *item.extents):
-                        walk_expr(as_expr(e), expr)
-                elif isinstance(item, Buffer):
-                    if item is buf:
-                        hit.append(item)
-                elif isinstance(item, Expr):
-                    walk_expr(item, expr)
-
-    walk(s, visit)
-    return bool(hit)
-
-
-def _writes(s, buf) -> bool:
-    """Whether statement ``s`` may write ``buf`` (a tile op's destination, any region of an op not known to
-    only read it, a store)."""
-    dst = {"copy": (1,), "fill": (0,), "reduce": (1,), "gemm": (2,)}
-    hit = []
-
-    def visit(n):
-        if isinstance(n, TileOp):
-            idx = dst.get(n.op, range(len(n.args)))
-            if any(i < len(n.args) and isinstance(n.args[i], Region) and n.args[i].buffer is buf for i in idx):
-                hit.append(n)
-        elif isinstance(n, (Store, Atomic)) and n.buffer is buf:
-            hit.append(n)
-
-    walk(s, visit)
-    return bool(hit)
-
-
-def _fold_epilogue_tiles(body: list) -> tuple:
-    """A shared tile that only relays a fragment to global memory, folded into the fragment's store.
-
-    TileLang's FlashAttention examples end ``T.copy(acc_o, O_shared)`` then ``T.copy(O_shared, Output[...])``.
-    Where a block-level shared tile is written by exactly one statement, a whole ``T.copy`` from a fragment
-    of its shape, and every other statement naming it is a whole ``T.copy`` of it into global memory after
-    that write, with nothing in between writing the fragment, the tile holds nothing the fragment does not:
-    each copy out of it becomes a copy straight from the fragment (the register program's fragment-to-global
-    store), rounded through the tile's dtype (``attrs["via"]``, what the round trip did), and the tile, its
-    allocation and the copy into it are dropped. Returns ``(body, names of the folded tiles)``; a body with
-    no such tile comes back unchanged (the analysis then says what it refuses)."""
-    folded = []
-    for a in [s for s in body if isinstance(s, Allocate) and s.buffer.scope == "shared"]:
-        t = a.buffer
-        users = [k for k, s in enumerate(body) if not isinstance(s, Allocate) and _mentions(s, t)]
-        writes = [k for k in users if isinstance(body[k], TileOp) and body[k].op == "copy"
-                  and isinstance(body[k].args[1], Region) and body[k].args[1].buffer is t]
-        if len(writes) != 1:
-            continue
-        w = writes[0]
-        src, dst = body[w].args
-        if not (isinstance(src, Region) and src.buffer.scope == "fragment" and _full(src) and _full(dst)
-                and src.buffer.static_shape() == t.static_shape() and str(t.dtype) in ("float32", *_16BIT)):
-            continue
-        reads = [k for k in users if k != w]
-        if not reads or not all(k > w and isinstance(body[k], TileOp) and body[k].op == "copy"
-                                and isinstance(body[k].args[0], Region) and body[k].args[0].buffer is t
-                                and _full(body[k].args[0]) and isinstance(body[k].args[1], Region)
-                                and body[k].args[1].buffer.scope == "global" for k in reads):
-            continue
-        if any(_writes(body[k], src.buffer) for k in range(w + 1, max(reads))):
-            continue
-        for k in reads:
-            r = body[k]
-            body[k] = TileOp("copy", (src, r.args[1]), {**r.attrs, "via": str(t.dtype)}, span=r.span)
-        body = [s for k, s in enumerate(body) if k != w and s is not a]
-        folded.append(t.name)
-    return body, folded
 
 
 def _plan(launch: KernelLaunch, ctx, mode: str) -> dict:
