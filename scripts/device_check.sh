@@ -40,6 +40,8 @@ step attention-fast python3 benchmarks/cuda_attention.py --rep 3 --fast-math
 step attention-schedules python3 benchmarks/cuda_attention.py --rep 3 --fast-math --schedules off,pingpong,overlap,both \
      --blocks 128x128x256x2,128x128x256x3
 step attention-d64 python3 benchmarks/cuda_attention.py --rep 3 --dim 64
+# TileLang's own forward-attention example: the register program (D33) vs the general path it took before, SDPA beside
+step corpus-attention python3 benchmarks/corpus_attention.py --rep 3
 step attention-gqa python3 benchmarks/cuda_attention.py --rep 3 --kv-heads 8 --fast-math --blocks 128x128x256x2,128x128x256x3
 step attention-d256 python3 benchmarks/cuda_attention.py --rep 3 --dim 256 --blocks 128x64x256x2,64x64x128x2,64x32x128x2,128x32x256x2
 step offpath python3 benchmarks/cuda_offpath.py --rep 20

@@ -231,6 +231,29 @@ template <int N> inline void tc_cp_async_wait() {
     tc_groups.erase(tc_groups.begin());
   }
 }
+
+/* ---- the register programs' helpers (regprog.py, mma.sync mode) ---- */
+/* a 32-bit shared-window address: the offset from a 1024-byte-aligned anchor among the statics (the
+ * programs align their base to 1024 bytes in this window, as on a GPU) */
+alignas(1024) static char tc_smem_anchor[1024];
+inline unsigned tc_smem_addr(const void* p) { return (unsigned)((const char*)p - tc_smem_anchor); }
+inline void* tc_smem_ptr(unsigned a) { return tc_smem_anchor + (long long)(int)a; }
+inline void tc_cp_async16_raw(unsigned dst, const void* src, int src_bytes) { tc_cp_async_n(tc_smem_ptr(dst), src, 16, src_bytes); }
+inline void tc_ldsm_x4_raw(unsigned* r, unsigned a) { tc_ldsm(r, tc_smem_ptr(a), 4, false); }
+inline void tc_ldsm_x4_t_raw(unsigned* r, unsigned a) { tc_ldsm(r, tc_smem_ptr(a), 4, true); }
+inline unsigned tc_pack_h2(float a, float b) { return (unsigned)__float2half_rn(a).bits | ((unsigned)__float2half_rn(b).bits << 16); }
+inline unsigned tc_pack_bf2(float a, float b) { return (unsigned)__float2bfloat16_rn(a).bits | ((unsigned)__float2bfloat16_rn(b).bits << 16); }
+inline float tc_shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
+template <int N> inline void tc_reg_fence(float (&)[N]) {}
+template <int N> inline void tc_reg_fence_u(unsigned (&)[N]) {}
+template <typename T> inline void tc_store1(T* p, float v);
+template <> inline void tc_store1<float>(float* p, float v) { *p = v; }
+template <> inline void tc_store1<__half>(__half* p, float v) { *p = __float2half_rn(v); }
+template <> inline void tc_store1<__nv_bfloat16>(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+template <typename T> inline void tc_store2(T* p, float a, float b) {
+  if (reinterpret_cast<uintptr_t>(p) % (2 * sizeof(T))) tc_fail("paired store not aligned to its size");
+  tc_store1<T>(p, a); tc_store1<T>(p + 1, b);
+}
 """
 
 RUNNER = r"""

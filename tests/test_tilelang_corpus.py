@@ -158,6 +158,21 @@ def lowering_paths(name, target):
     return paths, notes
 
 
+#: example -> the path each of its KERNELS takes on cuda:sm_90a where one is a register program (D33: the
+#: forward-attention examples' epilogue through O_shared is folded into the store from registers; the backward
+#: examples' forward kernel stores its row values, lse, from registers); the notes of every other kernel say why
+#: the register program did not take it (scripts/path_census.py lists them)
+_RP = "register program (wgmma)"
+SM90A_PATHS: dict[str, list] = {
+    "attention_mha_fwd_bhsd": [_RP] * 2,
+    "attention_mha_fwd_bshd": [_RP],
+    "attention_gqa_fwd_bshd": [_RP],
+    "attention_mha_bwd_bhsd": [_RP, "generic", "generic", "generic"],
+    "attention_mha_bwd_bshd": [_RP, "generic", "generic", "generic"],
+    "attention_gqa_bwd": [_RP, "generic", "generic"],
+}
+
+
 @pytest.mark.parametrize("name", [_param(n, XFAIL_CUDA) for n in CORPUS])
 def test_cuda_sm90a(name):
     pytest.importorskip("tilecore_cuda")
@@ -171,3 +186,11 @@ def test_cuda_sm90a(name):
     finally:
         _record(example=name, target="cuda:sm_90a", ok=paths is not None, paths=paths, notes=notes,
                 xfail=XFAIL_CUDA.get(name))
+    if name in SM90A_PATHS:
+        assert paths == SM90A_PATHS[name], notes
+    if "fwd" in name and name in SM90A_PATHS:
+        assert any("O_shared only relayed a fragment to global memory" in n for n in notes), notes
+    # every kernel the register program did not take says why (the Hopper GEMM pipeline's take it first)
+    off = sum(p == "generic" for p in paths)
+    why = [n for n in notes if n.startswith("cuda.hopper_register_program: kernel not mapped to registers (")]
+    assert len(why) >= off, notes

@@ -30,6 +30,20 @@ def attention_ref(q, k, v, causal=False, layout="bhsd", groups=1):
     return o.transpose(1, 2) if layout == "bshd" else o
 
 
+def attention_lse2(q, k, causal=False, layout="bhsd", groups=1):
+    """The log2-sum-exp of each query row's scores q k^T / sqrt(d) in float64, (batch, heads, seq_q): what the
+    forward kernels of the backward examples store as ``lse`` (their softmax runs in base 2)."""
+    q, k = (t.to(torch.float64) for t in (q, k))
+    if layout == "bshd":
+        q, k = (t.transpose(1, 2) for t in (q, k))
+    k = k.repeat_interleave(groups, dim=1)
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        sq, sk = s.shape[-2], s.shape[-1]
+        s = s.masked_fill(~torch.ones(sq, sk, dtype=torch.bool).tril(sk - sq), float("-inf"))
+    return torch.logsumexp(s, -1) / torch.log(torch.tensor(2.0, dtype=torch.float64))
+
+
 def attention_grads(q, k, v, do, causal=False, layout="bhsd", groups=1):
     """float64 (dq, dk, dv) of attention_ref."""
     q, k, v = (f64(t).requires_grad_() for t in (q, k, v))

@@ -253,11 +253,16 @@ def flashattn_bwd_split(batch, heads, seq_len, dim_qk, dim_v, is_causal, block_M
 
 import torch  # noqa: E402
 
-from ._driver import attention_grads, attention_ref, randn  # noqa: E402
+from ._driver import attention_grads, attention_lse2, attention_ref, randn  # noqa: E402
 
 KERNELS = [(flashattn_fwd, (1, 32, 256, 128, 128, True, 128, 64, 8), {}),
            (flashattn_bwd_atomic_add, (1, 32, 256, 128, 128, True, 128, 32), dict(threads=256, num_stages=2, groups=8)),
            (flashattn_bwd_split, (1, 32, 256, 128, 128, True, 128, 32), dict(threads=256, num_stages=2, groups=8))]
+
+
+#: forward-only checks at sizes where flashattn_fwd takes the CUDA register program (64 query rows per warpgroup,
+#: 128-byte rows of K and V): its output and the log2-sum-exp it stores for the backward pass (D33)
+FWD_CHECK = [((1, 4, 128, 64, 64, causal, 128, 64, 2), {}) for causal in (False, True)]
 
 
 def check():
@@ -283,4 +288,10 @@ def check():
         tag = f"causal={causal} atomic={use_atomic}"
         out += [(f"O {tag}", o, attention_ref(q, k, v, causal, "bshd", g)), (f"dQ {tag}", dq, rq),
                 (f"dK {tag}", dk, rk), (f"dV {tag}", dv, rv)]
+    for args, kwargs in FWD_CHECK:  # (batch, heads, seq, dim_qk, dim_v, causal, block_M, block_N, groups)
+        b, h, s, dq_, dv_, causal, _, _, g = args
+        q, k, v = randn(b, s, h, dq_), randn(b, s, h // g, dq_), randn(b, s, h // g, dv_)
+        o, lse = flashattn_fwd(*args, **kwargs)(q, k, v)
+        out += [(f"O fwd d{dq_} causal={causal}", o, attention_ref(q, k, v, causal, "bshd", g)),
+                (f"lse fwd d{dq_} causal={causal}", lse, attention_lse2(q, k, causal, "bshd", g))]
     return out

@@ -178,11 +178,16 @@ def flashattn_bwd(batch, heads, seq_len, dim, is_causal, block_M, block_N):
 
 import torch  # noqa: E402
 
-from ._driver import attention_grads, attention_ref, randn  # noqa: E402
+from ._driver import attention_grads, attention_lse2, attention_ref, randn  # noqa: E402
 
 LAYOUT = "bshd"
 KERNELS = [(flashattn_fwd, (1, 8, 256, 64, True, 64, 64), {}), (flashattn_bwd_preprocess, (1, 8, 256, 64), {}),
            (flashattn_bwd, (1, 8, 256, 64, True, 64, 64), {}), (flashattn_bwd_postprocess, (1, 8, 256, 64), {})]
+
+
+#: forward-only checks at sizes where flashattn_fwd takes the CUDA register program (64 query rows per warpgroup,
+#: 128-byte rows of K and V): its output and the log2-sum-exp it stores for the backward pass (D33)
+FWD_CHECK = [((1, 2, 128, 64, causal, 64, 64), {}) for causal in (False, True)]
 
 
 def check():
@@ -200,4 +205,11 @@ def check():
         rq, rk, rv = attention_grads(q, k, v, do, causal, LAYOUT)
         out += [(f"O causal={causal}", o, attention_ref(q, k, v, causal, LAYOUT)),
                 (f"dQ causal={causal}", dq, rq), (f"dK causal={causal}", dk, rk), (f"dV causal={causal}", dv, rv)]
+    for args, kwargs in FWD_CHECK:  # (batch, heads, seq, dim, causal, block_M, block_N)
+        b, h, s, d, causal = args[:5]
+        shape = [b, h, s, d] if LAYOUT == "bhsd" else [b, s, h, d]
+        q, k, v = randn(*shape), randn(*shape), randn(*shape)
+        o, lse = flashattn_fwd(*args, **kwargs)(q, k, v)
+        out += [(f"O fwd d{d} causal={causal}", o, attention_ref(q, k, v, causal, LAYOUT)),
+                (f"lse fwd d{d} causal={causal}", lse, attention_lse2(q, k, causal, LAYOUT))]
     return out

@@ -16,7 +16,9 @@ whose block program fits this model, and emits it as one block-collective statem
   shared memory or from a 16-bit fragment in registers, B from shared memory), ``T.reduce`` along rows
   with quad shuffles, ``T.fill``, fragment-to-fragment ``T.copy`` (with conversion), fragment-to-global
   ``T.copy``, and ``T.Parallel`` nests over ``(bM,)`` or ``(bM, n)`` whose fragment accesses are indexed by
-  the loop variables, each thread doing its own elements.
+  the loop variables, each thread doing its own elements. A shared tile that only relays a fragment to
+  global memory after the loop (TileLang's ``T.copy(acc_o, O_shared)``, ``T.copy(O_shared, Output[...])``)
+  is folded into the fragment-to-global store (``_fold.py``, docs/decisions.md D33).
 
 ``cuda.register_program`` runs the same model on ``mma.sync`` + ``cp.async`` targets (sm_80+, and on sm_90a
 what the Hopper passes leave): no producer; every warp issues ``num_stages``-deep 16-byte ``cp.async``
@@ -37,6 +39,7 @@ from tilecore.passes import tile_pass
 from tilecore.passes.core import onchip_limit
 from tilecore.passes.guard import guard_stmt, launch_facts, loop_facts
 
+from ._fold import fold_epilogue_tiles as _fold_epilogue_tiles
 from ._irutil import NoMatch as _No, full as _full, need as _need, nonunit, row_stride, static as _s
 from .hopper import WG, rewrite_launches, tensor_map, wgmma_struct
 
@@ -114,6 +117,10 @@ class _Analysis:
         src, dst = s.args
         _need(isinstance(src, Region) and isinstance(dst, Region), "copy of non-regions")
         if dst.buffer in self.shared:
+            _need(src.buffer.scope != "fragment",
+                  f"{dst.buffer.name}: a shared tile filled from fragment {src.buffer.name} is used otherwise than "
+                  "relaying it whole to global memory (written once, whole, then only copied whole to global "
+                  "memory at block level: what the register program folds into a store from registers)")
             _need(src.buffer.scope == "global" and _full(dst) and src.buffer.dtype == dst.buffer.dtype,
                   "copies into shared memory must be whole tiles from global tensors of the same dtype")
             _need(dst.buffer not in self.copies, f"{dst.buffer.name} is filled twice")
@@ -133,6 +140,14 @@ class _Analysis:
         if src.buffer in self.frags and dst.buffer in self.frags:
             _need(_full(src) and _full(dst) and src.buffer.static_shape() == dst.buffer.static_shape(),
                   "fragment copies must be whole")
+            return
+        if src.buffer in self.frags and dst.buffer.scope == "global" and self.frags[src.buffer] == 1:
+            # a row value per row (FlashAttention's log-sum-exp): one run of bM elements along any dimension
+            nu = nonunit(dst.extents)
+            _need(_full(src) and len(nu) == 1 and _s(dst.extents[nu[0]]) == self.bm,
+                  f"a copy of {src.buffer.name} to global memory must be the whole fragment into one run of "
+                  f"{self.bm} elements")
+            _need(str(dst.buffer.dtype) in ("float32", *_16BIT), "output dtype")
             return
         if src.buffer in self.frags and dst.buffer.scope == "global":
             _need(_full(src) and self.frags[src.buffer] == 2, "only whole 2-D fragments are stored to global memory")
@@ -222,6 +237,7 @@ class _Analysis:
 
 def _plan(launch: KernelLaunch, ctx, mode: str) -> dict:
     body = list(launch.body.body) if isinstance(launch.body, Seq) else [launch.body]
+    body, folded = _fold_epilogue_tiles(body)
     an = _Analysis(launch, ctx)
     loops = [k for k, s in enumerate(body) if isinstance(s, For) and s.kind == "pipelined"]
     _need(len(loops) == 1, "one T.Pipelined loop at block level")
@@ -269,6 +285,7 @@ def _plan(launch: KernelLaunch, ctx, mode: str) -> dict:
         box = [atom] + [_s(e) for e in reversed(src.extents[:-1])]
         maps.append({**tensor_map(src, box), "tile": b})
     return {"mode": mode, "nc": an.nc, "bm": an.bm, "stages": stages, "pre": pre, "loop": loop, "body": lbody, "post": post,
+            "folded": folded,
             "frags": an.frags, "shared": an.shared, "once": once, "staged": staged, "offset": layout,
             "once_bytes": once_bytes, "stage_bytes": stage_bytes,
             "pipe_bytes": 1024 + once_bytes + stages * stage_bytes + 16 * stages + 16,
@@ -401,6 +418,8 @@ def _lower_as(mode: str):
         if any(isinstance(s, Collective) for s in top):
             return None  # already taken by an earlier pass
         if not any(isinstance(s, For) and s.kind == "pipelined" for s in top):
+            ctx.notes.append(f"{name}: kernel not mapped to registers (no T.Pipelined loop at block level: the "
+                             "register program pipelines one)")
             return None
         try:
             plan = _plan(launch, ctx, mode)
@@ -415,6 +434,9 @@ def _lower_as(mode: str):
         plan["body"] = [guard_stmt(s, loop_facts(plan["loop"], facts)) for s in plan["body"]]
         if mode == "wgmma":
             _schedule(plan, ctx, name)
+        if plan["folded"]:
+            ctx.notes.append(f"{name}: {', '.join(plan['folded'])} only relayed a fragment to global memory: "
+                             "stored from the registers directly")
         pipe = Buffer("regprog_smem", (plan["pipe_bytes"],), "uint8", "shared")
         coll = Collective("tc_register_program", (Region(pipe, (as_expr(0),), (pipe.shape[0],)),),
                           {"plan": plan, "tensor_maps": plan["tensor_maps"], "wgmma": plan["wgmma"]},
@@ -852,6 +874,8 @@ class _Emit:
             self.line(f"for (int tc_q = 0; tc_q < {self.regs_of(dst.buffer)}; ++tc_q) {em.name(st, dst.buffer)}[tc_q] = "
                       f"{self.rounded(dst.buffer, em.name(st, src.buffer) + '[tc_q]')};")
             return
+        if self.p["frags"][src.buffer] == 1:
+            return self.store_rows(s)
         # fragment -> global: rows tc_row (+ 8), columns tc_col + 8 j (+ 1), bounded by the tensor's edge
         g = dst.buffer
         nu = nonunit(dst.extents)
@@ -859,6 +883,7 @@ class _Emit:
         n = src.buffer.static_shape()[1]
         t = em.stype(g.dtype)
         f = em.name(st, src.buffer)
+        via = s.attrs.get("via")
 
         def body():
             self.line(f"{t}* tc_g = {em.name(st, g)} + {em.flat_index(st, g, dst.starts)};")
@@ -874,7 +899,10 @@ class _Emit:
 
                 def hloop():
                     self.line("const int tc_r = tc_row + 8 * tc_h, tc_cc = 8 * tc_j + tc_col;")
-                    self.line(f"const float tc_v0 = {f}[4 * tc_j + 2 * tc_h], tc_v1 = {f}[4 * tc_j + 2 * tc_h + 1];")
+                    v0, v1 = f"{f}[4 * tc_j + 2 * tc_h]", f"{f}[4 * tc_j + 2 * tc_h + 1]"
+                    if via and via != str(g.dtype):  # a folded shared tile's dtype in between (its rounding)
+                        v0, v1 = (em.round_conv.get(via, "{}").format(v) for v in (v0, v1))
+                    self.line(f"const float tc_v0 = {v0}, tc_v1 = {v1};")
                     self.line(f"{t}* tc_p = tc_g + (long long)tc_r * tc_ld + tc_cc;")
                     self.block("if (tc_r < tc_mv)", lambda: (
                         self.line(f"if (tc_pairs && tc_cc + 1 < tc_nv) tc_store2<{t}>(tc_p, tc_v0, tc_v1);"),
@@ -886,6 +914,25 @@ class _Emit:
             self.block(f"for (int tc_j = 0; tc_j < {n // 8}; ++tc_j)", jloop)
 
         self.block("", body)  # a scope of its own
+
+    def store_rows(self, s):
+        """A 1-D fragment -> global: the thread's two rows (tc_row, + 8), written by the first lane of each quad
+        (the four lanes of a quad hold the same row values), bounded by the tensor's edge."""
+        em, st = self.em, self.st
+        src, dst = s.args
+        g = dst.buffer
+        d = nonunit(dst.extents)[0]
+        t = em.stype(g.dtype)
+
+        def body():
+            self.line(f"{t}* tc_g = {em.name(st, g)} + {em.flat_index(st, g, dst.starts)};")
+            self.line(f"const long long tc_ld = {em.expr(st, row_stride(g, d))};")
+            self.line(f"const long long tc_mv = {em.expr(st, simplify(binary('sub', g.shape[d], dst.starts[d])))};")
+            self.line("#pragma unroll")
+            self.line(f"for (int tc_h = 0; tc_h < 2; ++tc_h) if (tc_l % 4 == 0 && tc_row + 8 * tc_h < tc_mv) "
+                      f"tc_store1<{t}>(tc_g + (long long)(tc_row + 8 * tc_h) * tc_ld, {em.name(st, src.buffer)}[tc_h]);")
+
+        self.block("", body)
 
     def c_reduce(self, s):
         em, st = self.em, self.st
