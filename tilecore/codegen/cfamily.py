@@ -435,6 +435,11 @@ class CFamilyEmitter(Emitter):
         register. Targets with a cooperative load for the unit override this and fall back here."""
         self.stmt(st, s.fallback)
 
+    def stmt_VectorStore(self, st, s):
+        """One access of ``s.lanes`` consecutive elements (:class:`~tilecore.ir.VectorStore`): here its
+        fallback, the element stores. Targets with a vector spelling override this."""
+        self.stmt(st, s.fallback)
+
     def stmt_Print(self, st, s: Print):  # pragma: no cover - target specific
         raise CompileError("T.print is not implemented by this target's code generator", s.span)
 
