@@ -21,7 +21,9 @@ Anything else stays as element stores (a ragged edge whose bound is not a multip
 length that leaves the offset unaligned, a dynamic shape without ``T.assume``). Runs are taken greedily, the
 widest first. The vector keeps the element stores as its ``fallback`` (emitters without a vector spelling
 emit those; ``tilecore.guard_accesses`` goes back to them where it cannot prove the whole run in bounds).
-``tilecore.vectorize`` = False in ``pass_configs`` turns the pass off.
+The pass runs where the target's emitter says it spells vectors (``vector_stores = True``, the SIMT C++
+emitter's default; the shading-language and plain C emitters do not say it), and not in checked mode (each element keeps its own check). ``tilecore.vectorize`` = False in ``pass_configs``
+turns it off.
 """
 from __future__ import annotations
 
@@ -261,10 +263,19 @@ def _facts_through(stmts, facts: Facts) -> Facts:
     return facts
 
 
+def _spells_vectors(ctx) -> bool:
+    """The target's emitter opts in (``vector_stores = True``: the SIMT C++ emitter's default); other emitters
+    never see a :class:`~tilecore.ir.VectorStore`."""
+    backend = getattr(ctx, "backend", None)
+    if backend is None or not hasattr(backend, "emitter"):
+        return False
+    return bool(getattr(backend.emitter(ctx.target), "vector_stores", False))
+
+
 @tile_pass("tilecore.vectorize_stores")
 def vectorize_stores(func, ctx):
     """Fold runs of register stores to consecutive, aligned global addresses into vector stores (module doc)."""
-    if not ctx.option("tilecore.vectorize", True) or ctx.option("tilecore.checked", False):
+    if not ctx.option("tilecore.vectorize", True) or ctx.option("tilecore.checked", False) or not _spells_vectors(ctx):
         return func
     return func.with_body(_Pass().stmt(func.body, Facts(), False))
 
