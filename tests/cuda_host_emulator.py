@@ -239,10 +239,10 @@ template <int N> inline void tc_cp_async_wait() {
 """
 
 def vector_shim(fail: str) -> str:
-    """C++ of the vector stores of the SIMT C++ emitters (``tc_vec``, ``tc_vst``: tilecore.vectorize_stores) for the
+    """C++ of the vector stores of the SIMT C++ emitters (``tc_vecn``, ``tc_vst``: tilecore.vectorize_stores) for the
     host emulators, whose failures go through ``fail``: the store checks that its address is aligned to the
     vector's size, as the hardware requires (a misaligned one faults on a GPU; on the host it would not)."""
-    return ("template <typename T, int N> struct alignas(sizeof(T) * N) tc_vec { T v[N]; };\n"
+    return ("template <typename T, int N> struct alignas(sizeof(T) * N) tc_vecn { T v[N]; };\n"
             "template <typename V, typename T> inline void tc_vst(T* p, const V& v) {\n"
             "  if (reinterpret_cast<uintptr_t>(p) % sizeof(V)) FAIL(\"vector store address not aligned to its size\");\n"
             "  std::memcpy((void*)p, &v, sizeof(V));\n"

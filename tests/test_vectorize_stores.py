@@ -76,7 +76,7 @@ def _vector_widths(k) -> list:
     """The lanes of every vector store in the kernel's body (a packed pair counts 2 per pair type)."""
     out = []
     for vt in re.findall(r"tc_vst<(.*?)>\(", _body(k)):
-        m = re.match(r"tc_vec<(.*), (\d+)>$", vt)
+        m = re.match(r"tc_vecn<(.*), (\d+)>$", vt)
         if m is None:
             out.append(2)  # __half2 / __nv_bfloat162
         else:
@@ -193,3 +193,47 @@ def test_mutation_vector_values_swapped_is_caught(monkeypatch):
     b = rng.standard_normal((32, 64)).astype(np.float16)
     got = run_on_host(k, [a, b, np.zeros((64, 64), np.float16)])[2].astype(np.float64)
     assert not np.allclose(got, _ref_gemm(a, b), rtol=2e-2, atol=8e-2)
+
+
+def accumulate(M, N, K, read_next=False, bm=64, bn=64, bk=32):
+    """C += A @ B, the epilogue reading C at the element it writes (``read_next``: at the next column)."""
+
+    @T.prim_func
+    def k(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bk, bn), "float16")
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_l)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=2):
+                T.copy(A[by * bm, ko * bk], A_s)
+                T.copy(B[ko * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_l)
+            for i, j in T.Parallel(bm, bn):
+                if read_next:
+                    C[by * bm + i, bx * bn + j] = C_l[i, j] + C[by * bm + i, T.min(bx * bn + j + 1, N - 1)]
+                else:
+                    C[by * bm + i, bx * bn + j] = C_l[i, j] + C[by * bm + i, bx * bn + j]
+
+    return k
+
+
+def test_value_reading_the_next_element_keeps_element_stores():
+    """A value that reads an element another store of the run writes (here the next column) keeps element
+    stores: a vector computes both values before writing either."""
+    k = tilecore.compile(accumulate(64, 64, 32, read_next=True), target="cuda:sm_80", pass_configs=GENERAL)
+    assert not _vector_widths(k)
+
+
+@needs_toolchain
+@needs_gxx
+def test_emulated_accumulate_into_c():
+    """C = C + acc reads only the element each store writes: pairs, and the right result."""
+    k = tilecore.compile(accumulate(64, 64, 32), target="cuda:sm_80", pass_configs=GENERAL)
+    assert _vector_widths(k)
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((64, 32)).astype(np.float16)
+    b = rng.standard_normal((32, 64)).astype(np.float16)
+    c0 = rng.standard_normal((64, 64)).astype(np.float32)
+    got = run_on_host(k, [a, b, c0.copy()])[2].astype(np.float64)
+    np.testing.assert_allclose(got, _ref_gemm(a, b) + c0, rtol=1e-3, atol=1e-3)

@@ -58,13 +58,13 @@ class SIMTCppEmitter(CFamilyEmitter):
     #: block-wide operations of the backend's device library: name -> f(Collective) -> template arguments
     collectives: dict = {}
     #: vector stores (:class:`~tilecore.ir.VectorStore`, ``tilecore.vectorize_stores``): ``tc_vst<V>(p, v)``
-    #: writes the ``V`` (``tc_vec<T, n>``, n elements of the storage type, or a packed pair type of
+    #: writes the ``V`` (``tc_vecn<T, n>``, n elements of the storage type, or a packed pair type of
     #: :attr:`vector_pack`) at ``p`` as one access. These helpers are added to a kernel's source only where it
     #: stores vectors; a dialect without such an access sets :attr:`vector_stores` False (element stores).
     vector_stores = True
     vector_helpers = ("/* device-only: begin (vector stores, tilecore.vectorize_stores; the host emulators check "
                       "their alignment) */\n"
-                      "template <typename T, int N> struct alignas(sizeof(T) * N) tc_vec { T v[N]; };\n"
+                      "template <typename T, int N> struct alignas(sizeof(T) * N) tc_vecn { T v[N]; };\n"
                       "template <typename V, typename T> __device__ __forceinline__ void tc_vst(T* p, const V& v) "
                       "{ *reinterpret_cast<V*>(p) = v; }\n"
                       "/* device-only: end */\n")
@@ -96,10 +96,10 @@ class SIMTCppEmitter(CFamilyEmitter):
             vals = [self.expr(st, v.value if isinstance(v, Cast) and str(v.dtype) == dt and
                               str(v.value.dtype) == "float32" else v) for v in s.values]
             pairs = [pack[1].format(vals[k], vals[k + 1]) for k in range(0, n, 2)]
-            vtype = pack[0] if n == 2 else f"tc_vec<{pack[0]}, {n // 2}>"
+            vtype = pack[0] if n == 2 else f"tc_vecn<{pack[0]}, {n // 2}>"
             value = pairs[0] if n == 2 else f"{vtype}{{{{{', '.join(pairs)}}}}}"
         else:
-            vtype = f"tc_vec<{self.stype(s.buffer.dtype)}, {n}>"
+            vtype = f"tc_vecn<{self.stype(s.buffer.dtype)}, {n}>"
             value = f"{vtype}{{{{{', '.join(self.store_value(st, s.buffer, v) for v in s.values)}}}}}"
         self.line(st, f"tc_vst<{vtype}>({ref}, {value});")
 

@@ -28,7 +28,7 @@ turns it off.
 from __future__ import annotations
 
 from ..ir import (Assume, BinOp, Bind, BufferLoad, Call, Cast, Cmp, For, If, KernelLaunch, Logic, PerThread, Select, Seq,
-                  Specialized, Store, Var, VectorStore, binary, const_value, is_float, simplify)
+                  Specialized, Store, Var, VectorStore, binary, const_value, is_float, simplify, walk_expr)
 from ..ir.bounds import Facts
 from . import tile_pass
 from .guard import launch_facts, loop_facts
@@ -92,6 +92,11 @@ class _Candidate:
         self.stmt, self.store, self.cond = stmt, store, cond
         self.idx = tuple(_inline(i, env) for i in store.indices)
         self.icond = _inline(cond, env) if cond is not None else None
+        # the elements of the stored tensor its value reads (indices inlined)
+        root = store.buffer.base or store.buffer
+        self.reads: list = []
+        walk_expr(store.value, lambda x: self.reads.append(tuple(_inline(i, env) for i in x.indices))
+                  if isinstance(x, BufferLoad) and (x.buffer.base or x.buffer) is root else None)
 
 
 def _candidate(s, env: dict):
@@ -159,6 +164,11 @@ def _run_at(cands: list, p: int, facts: Facts):
             if not _same_cond(first, c, k, n, facts):
                 ok = False
                 break
+        # the vector computes every value before it writes: a value may read the tensor it writes only at its
+        # own element (C = C + acc), which no other store of the run writes
+        if ok and any(r is None or len(r) != len(c.idx) or any(_diff(x, y) != 0 for x, y in zip(r, c.idx))
+                      for c in cands[p:p + n] for r in c.reads):
+            ok = False
         if ok and _multiple(facts, _flat(first.idx, buf.shape), n):
             return n
     return 1
