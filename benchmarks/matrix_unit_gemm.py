@@ -10,7 +10,8 @@ programs and Hopper pipelines never take it: the core's general path), three way
   ["wgmma"]``; on other GPUs the row says n/a), the stages copied by TMA bulk tile copies on mbarriers where the
   tensor allows, by a producer warpgroup of their own (warp specialization; ``wgmma 1 thread``: thread 0 issues
   them between the block's barriers, ``tilecore.warp_specialize: False``; ``wgmma cp.async``: each thread's
-  16-byte cp.async, ``tilecore.bulk_copy: False``);
+  16-byte cp.async, ``tilecore.bulk_copy: False``; ``wgmma elements``: the epilogue's element stores, without
+  the vector stores of D32, ``tilecore.vectorize: False``);
 - ``mma.sync unit``: the mma.sync unit (ldmatrix operands from XOR-swizzled tiles);
 - ``no unit``: ``tilecore.matrix_unit_gemm: False`` (the CUDA plugin's own tensor-core GEMM, C in shared memory).
 
@@ -49,6 +50,7 @@ def main() -> int:
     print(torch.cuda.get_device_name())
     general = {"tilecore.disable_cache": True, "tilecore.cuda.register_programs": False}
     variants = (("wgmma unit", {**general, "tilecore.matrix_unit_families": ["wgmma"]}),
+                ("wgmma elements", {**general, "tilecore.matrix_unit_families": ["wgmma"], "tilecore.vectorize": False}),
                 ("wgmma 1 thread", {**general, "tilecore.matrix_unit_families": ["wgmma"], "tilecore.warp_specialize": False}),
                 ("wgmma cp.async", {**general, "tilecore.matrix_unit_families": ["wgmma"], "tilecore.bulk_copy": False}),
                 ("mma.sync unit", {**general, "tilecore.matrix_unit_families": ["mma_sync"]}),
@@ -61,7 +63,7 @@ def main() -> int:
         theirs = cuda_ms(lambda: a @ b, args.rep)
         for label, cfg in variants:
             for bm, bn, bk, threads, stages in CONFIGS:
-                name = f"{M}x{N}x{K} {label:14s} {bm}x{bn}x{bk} {threads:3d}t {stages}s"
+                name = f"{M}x{N}x{K} {label:15s} {bm}x{bn}x{bk} {threads:3d}t {stages}s"
                 try:
                     k = tilecore.compile(gemm_777(M, N, K, bm, bn, bk, threads, stages), out_idx=[-1], target="cuda",
                                          pass_configs=cfg)

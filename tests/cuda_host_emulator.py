@@ -78,6 +78,10 @@ inline __nv_bfloat16 __float2bfloat16_rn(float x) {
   return {(unsigned short)(u >> 16)};
 }
 inline float tc_h2f_bits(unsigned short b) { __half h{b}; return __half2float(h); }
+struct __half2 { __half x, y; };
+inline __half2 __floats2half2_rn(float a, float b) { return {__float2half_rn(a), __float2half_rn(b)}; }
+struct __nv_bfloat162 { __nv_bfloat16 x, y; };
+inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {__float2bfloat16_rn(a), __float2bfloat16_rn(b)}; }
 static void tc_fail(const char* what) { std::fprintf(stderr, "emulator: %s\n", what); std::abort(); }
 
 /* ---- warps ---- */
@@ -219,6 +223,7 @@ inline void tc_cp_async_n(void* dst, const void* src, int size, int src_bytes) {
   if (src_bytes < 0 || src_bytes > size) tc_fail("cp.async source size out of range");
   tc_open_group.push_back({dst, src, size, src_bytes});
 }
+VECTOR_SHIM_HERE
 inline void tc_cp_async16(void* dst, const void* src, int src_bytes) { tc_cp_async_n(dst, src, 16, src_bytes); }
 template <int N> inline void tc_cp_async_ca(void* dst, const void* src, int src_bytes) { tc_cp_async_n(dst, src, N, src_bytes); }
 inline void tc_cp_async_commit() { tc_groups.push_back(std::move(tc_open_group)); tc_open_group.clear(); }
@@ -255,6 +260,19 @@ template <typename T> inline void tc_store2(T* p, float a, float b) {
   tc_store1<T>(p, a); tc_store1<T>(p + 1, b);
 }
 """
+
+def vector_shim(fail: str) -> str:
+    """C++ of the vector stores of the SIMT C++ emitters (``tc_vecn``, ``tc_vst``: tilecore.vectorize_stores) for the
+    host emulators, whose failures go through ``fail``: the store checks that its address is aligned to the
+    vector's size, as the hardware requires (a misaligned one faults on a GPU; on the host it would not)."""
+    return ("template <typename T, int N> struct alignas(sizeof(T) * N) tc_vecn { T v[N]; };\n"
+            "template <typename V, typename T> inline void tc_vst(T* p, const V& v) {\n"
+            "  if (reinterpret_cast<uintptr_t>(p) % sizeof(V)) FAIL(\"vector store address not aligned to its size\");\n"
+            "  std::memcpy((void*)p, &v, sizeof(V));\n"
+            "}\n").replace("FAIL", fail)
+
+
+SHIM = SHIM.replace("VECTOR_SHIM_HERE", vector_shim("tc_fail"))
 
 RUNNER = r"""
 int main(int argc, char** argv) {

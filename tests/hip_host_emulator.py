@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 import shutil
 
-from cuda_host_emulator import HOST_ATOMICS, build_and_run, lane_exchange, scalar_args  # the shared build / run / read-back, atomics
+from cuda_host_emulator import HOST_ATOMICS, build_and_run, lane_exchange, vector_shim, scalar_args  # the shared build / run / read-back, atomics
 
 SHIM = r"""
 #include <barrier>
@@ -195,7 +195,7 @@ def host_source(source) -> str:
     code = source.code
     code = re.sub(r"/\* -*\s*device-only: begin.*?device-only: end \*/\n", "", code, flags=re.S)
     wave = hardware_wave(source.meta["arch"])
-    return f"#define WAVE {wave}\n" + SHIM + code
+    return f"#define WAVE {wave}\n" + SHIM + vector_shim("tc_die") + code
 
 
 def compiler() -> str | None:

@@ -33,7 +33,7 @@ import shutil
 
 import numpy as np
 
-from cuda_host_emulator import HOST_ATOMICS, build_and_run, lane_exchange
+from cuda_host_emulator import HOST_ATOMICS, build_and_run, lane_exchange, vector_shim
 
 SHIM = r"""
 #include <atomic>
@@ -284,7 +284,7 @@ def compiler() -> str | None:
 def host_source(source, warp: int | None = None) -> str:
     code = re.sub(r"/\* device-only: begin.*?device-only: end \*/\n", "", source.code, flags=re.S)
     code = re.sub(r"#include <musa_(fp16|bf16)\.h>\n", "", code)
-    return f"#define WARP {warp or hardware_warp(source.meta['arch'])}\n" + SHIM + code
+    return f"#define WARP {warp or hardware_warp(source.meta['arch'])}\n" + SHIM + vector_shim("tc_die") + code
 
 
 def run_on_host(kernel, arrays: list, warp: int | None = None) -> list:

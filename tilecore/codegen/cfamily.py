@@ -435,6 +435,15 @@ class CFamilyEmitter(Emitter):
         register. Targets with a cooperative load for the unit override this and fall back here."""
         self.stmt(st, s.fallback)
 
+    #: True: this emitter spells :class:`~tilecore.ir.VectorStore` (``tilecore.vectorize_stores`` runs only for
+    #: emitters that say so)
+    vector_stores = False
+
+    def stmt_VectorStore(self, st, s):
+        """One access of ``s.lanes`` consecutive elements (:class:`~tilecore.ir.VectorStore`): here its
+        fallback, the element stores. Targets with a vector spelling override this."""
+        self.stmt(st, s.fallback)
+
     def stmt_Print(self, st, s: Print):  # pragma: no cover - target specific
         raise CompileError("T.print is not implemented by this target's code generator", s.span)
 

@@ -24,7 +24,7 @@ import math
 from importlib import resources
 
 from ..errors import CompileError, UnsupportedFeatureError
-from ..ir import Allocate, Assert, Expr, IntImm, KernelLaunch, Region, Seq, collect, const_value, simplify
+from ..ir import Allocate, Assert, Cast, Expr, IntImm, KernelLaunch, Region, Seq, collect, const_value, simplify
 from ..plugin.api import Source
 from .abi import abi_of, host_expr, single_launch
 from .cfamily import CFamilyEmitter, EmitState
@@ -57,6 +57,20 @@ class SIMTCppEmitter(CFamilyEmitter):
     atomic_cas = "atomicCAS({0}, {1}, {2})"
     #: block-wide operations of the backend's device library: name -> f(Collective) -> template arguments
     collectives: dict = {}
+    #: vector stores (:class:`~tilecore.ir.VectorStore`, ``tilecore.vectorize_stores``): ``tc_vst<V>(p, v)``
+    #: writes the ``V`` (``tc_vecn<T, n>``, n elements of the storage type, or a packed pair type of
+    #: :attr:`vector_pack`) at ``p`` as one access. These helpers are added to a kernel's source only where it
+    #: stores vectors; a dialect without such an access sets :attr:`vector_stores` False (element stores).
+    vector_stores = True
+    vector_helpers = ("/* device-only: begin (vector stores, tilecore.vectorize_stores; the host emulators check "
+                      "their alignment) */\n"
+                      "template <typename T, int N> struct alignas(sizeof(T) * N) tc_vecn { T v[N]; };\n"
+                      "template <typename V, typename T> __device__ __forceinline__ void tc_vst(T* p, const V& v) "
+                      "{ *reinterpret_cast<V*>(p) = v; }\n"
+                      "/* device-only: end */\n")
+    #: packed conversions of a pair: dtype -> (the pair's type, format over two values in the value type,
+    #: rounded to nearest even); used where a vector's values are computed (not copied in storage type)
+    vector_pack: dict = {}
     reserved = CFamilyEmitter.reserved | frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize",
                                                     "new", "delete", "class", "template", "this", "namespace",
                                                     "operator", "private", "public", "protected", "virtual",
@@ -67,6 +81,27 @@ class SIMTCppEmitter(CFamilyEmitter):
         """``text`` (a backend's prelude) with its ``#include "tc_simt.h"`` line replaced by the core's
         SIMT prelude (``tilecore/codegen/prelude/tc_simt.h``), so that the kernel source stands alone."""
         return text.replace('#include "tc_simt.h"\n', simt_prelude())
+
+    def stmt_VectorStore(self, st, s):
+        if not self.vector_stores:
+            return super().stmt_VectorStore(st, s)
+        st.vectors = True
+        n, dt = s.lanes, str(s.buffer.dtype)
+        ref = "&" + self.element(st, s.buffer, s.indices)
+        pack = self.vector_pack.get(dt)
+        raw = [self.raw_copy(st, s.buffer, v) if self.copy_in_storage_type else None for v in s.values]
+        if pack is not None and n % 2 == 0 and all(r is None for r in raw):
+            # a cast to the stored dtype is the pair conversion's own rounding (round to nearest even twice
+            # is once): the conversion takes the value before the cast
+            vals = [self.expr(st, v.value if isinstance(v, Cast) and str(v.dtype) == dt and
+                              str(v.value.dtype) == "float32" else v) for v in s.values]
+            pairs = [pack[1].format(vals[k], vals[k + 1]) for k in range(0, n, 2)]
+            vtype = pack[0] if n == 2 else f"tc_vecn<{pack[0]}, {n // 2}>"
+            value = pairs[0] if n == 2 else f"{vtype}{{{{{', '.join(pairs)}}}}}"
+        else:
+            vtype = f"tc_vecn<{self.stype(s.buffer.dtype)}, {n}>"
+            value = f"{vtype}{{{{{', '.join(self.store_value(st, s.buffer, v) for v in s.values)}}}}}"
+        self.line(st, f"tc_vst<{vtype}>({ref}, {value});")
 
     # -- hooks ---------------------------------------------------------------------------------------
     def preamble(self, st: EmitState, func) -> str:
@@ -115,7 +150,8 @@ class SIMTCppEmitter(CFamilyEmitter):
         threads, blocks = meta["threads"], self.min_blocks(st, launch)
         bounds = self.launch_bounds.format(f"{threads}" if blocks is None else f"{threads}, {blocks}")
         body = "\n".join(st.lines)
-        code = (f"{self.preamble(st, func)}{self.kernel_qualifier} void {bounds} {self.entry}({', '.join(params)}) {{\n"
+        helpers = self.vector_helpers if getattr(st, "vectors", False) else ""
+        code = (f"{self.preamble(st, func)}{helpers}{self.kernel_qualifier} void {bounds} {self.entry}({', '.join(params)}) {{\n"
                 f"{body}\n}}\n")
         return Source(code, self.lang, self.entry, meta)
 

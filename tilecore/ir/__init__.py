@@ -13,7 +13,7 @@ from .printer import expr_str, func_str
 from .simplify import prove_equal, simplify
 from .stmt import (LOOP_KINDS, Allocate, Assert, Assume, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break,
                    BulkCopy, Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait, For, Hint, If, KernelLaunch, MatrixLoad, MatrixOp, MatrixSync, Param, PerThread, Print, PrimFunc, Seq, Specialized, StageRelease,
-                   Stmt, Store, TileOp, free_vars, seq)
+                   Stmt, Store, TileOp, VectorStore, free_vars, seq)
 from .visit import children, collect, loop_nest, rewrite, stmt_exprs, walk
 
 __all__ = [n for n in dir() if not n.startswith("_")]

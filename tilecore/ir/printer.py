@@ -13,7 +13,7 @@ from .expr import (BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, L
                    ThreadIndex, Var)
 from .stmt import (Allocate, Assert, Assume, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, BulkCopy,
                    Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait, Specialized, StageRelease,
-                   For, Hint, If, KernelLaunch, MatrixLoad, MatrixOp, MatrixSync, PerThread, Print,
+                   For, Hint, If, KernelLaunch, MatrixLoad, VectorStore, MatrixOp, MatrixSync, PerThread, Print,
                    PrimFunc, Seq, Stmt, Store, TileOp)
 
 _BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "floormod": "%",
@@ -174,6 +174,10 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
         attrs = "".join(f", {k}={_arg_str(v)}" for k, v in sorted(s.attrs.items()))
         threads = f", threads={s.threads}" if s.threads is not None else ""
         return [f"{pad}T.collective({s.name!r}{args}{attrs}{threads})"]
+    if isinstance(s, VectorStore):
+        idx = ", ".join(expr_str(i) for i in s.indices)
+        vals = ", ".join(expr_str(v) for v in s.values)
+        return [f"{pad}{_nm(s.buffer)}[{idx}:+{s.lanes}] = T.vector({vals})"]
     if isinstance(s, MatrixLoad):
         return [f"{pad}T.matrix_load({s.spelling!r}, {s.operand!r}, {_nm(s.dst)}[{s.dst_offset}:], "
                 f"{expr_str(s.origin)}, lane={expr_str(s.lane)}, trans={s.trans}, align={s.align})"]

@@ -334,6 +334,26 @@ class MatrixLoad(Stmt):
 
 
 @dataclass(eq=False)
+class VectorStore(Stmt):
+    """``buffer[indices[:-1], indices[-1] + k] = values[k]`` for ``k < lanes`` as ONE access of ``lanes``
+    consecutive elements (``lanes * dtype.bytes`` bytes, at most 16). Made by ``tilecore.vectorize_stores`` from a
+    run of element stores of a thread's registers where the prover shows the first element's offset is a
+    multiple of ``lanes`` (the address is aligned to the vector's bytes, given a base pointer aligned to 16
+    bytes: a backend that spells it makes the launch check that) and every store of the run happens under
+    the same condition. ``fallback`` is the same as ``lanes`` element stores, in address order: an emitter
+    without a vector spelling emits it (every walker sees it, like :class:`MatrixLoad`'s)."""
+
+    buffer: Buffer
+    indices: tuple
+    values: tuple
+    fallback: Stmt
+
+    @property
+    def lanes(self) -> int:
+        return len(self.values)
+
+
+@dataclass(eq=False)
 class Assume(Stmt):
     """``T.assume(cond)``: the author promises that ``cond`` holds from here to the end of the enclosing block
     (TileLang's meaning: a fact for the compiler, not a check). The bounds and divisibility prover uses it

@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import Callable
 
 from .expr import Expr
-from .stmt import For, If, KernelLaunch, MatrixLoad, PerThread, Seq, Specialized, Stmt, seq
+from .stmt import For, If, KernelLaunch, MatrixLoad, PerThread, Seq, Specialized, Stmt, VectorStore, seq
 
 _CHILDREN = {For: ("body",), If: ("then", "orelse"), KernelLaunch: ("body",), PerThread: ("body",),
-             MatrixLoad: ("fallback",), Specialized: ("producer", "consumer")}
+             MatrixLoad: ("fallback",), Specialized: ("producer", "consumer"),
+             VectorStore: ("fallback",)}
 
 
 def children(s: Stmt) -> list:

@@ -45,6 +45,7 @@ class PassConfigKey:
     SWIZZLE_OPERAND_TILES = "tilecore.swizzle_operand_tiles"  #: bool: store matrix-unit operand tiles XOR-swizzled (default True)
     BULK_COPY = "tilecore.bulk_copy"  #: bool: stage pipelined copies by bulk tile copies where the target has them (default True; False: per-thread asynchronous copies)
     WARP_SPECIALIZE = "tilecore.warp_specialize"  #: bool: a producer group of its own issues a pipelined loop's bulk copies where the target has warp specialization (default False: thread 0 issues them between the block's barriers)
+    VECTORIZE = "tilecore.vectorize"  #: bool: store runs of a thread's registers to consecutive aligned addresses as one vector access (default True; D32)
     LAYOUT_CONVERSION = "tilecore.layout_conversion"  #: True (default): convert a fragment between disagreeing layouts in registers; "shared": always through shared memory; False: keep one in shared memory
 
     # TileLang's names (tilelang.PassConfigKey), so ported code runs. Those with a tilecore meaning are
@@ -171,7 +172,7 @@ def dump_dir_from_env() -> str | None:
 
 
 def core_pipeline() -> Pipeline:
-    from . import core, guard, layout, lower_tile, matrix, pipeline
+    from . import core, guard, layout, lower_tile, matrix, pipeline, vectorize
 
     return Pipeline({
         "legalize": [core.check_structure, core.check_extensions, core.check_static_bounds,
@@ -179,6 +180,6 @@ def core_pipeline() -> Pipeline:
         "layout": [layout.infer_layouts, core.collect_hints],
         "tile-lowering": [layout.lower_fragments, pipeline.stage_pipelined_copies, lower_tile.lower_tile_ops],
         "pipelining": [pipeline.plan_pipelines, core.serialize_pipelined],
-        "memory": [matrix.swizzle_operand_tiles, core.plan_memory, guard.guard_accesses],
+        "memory": [matrix.swizzle_operand_tiles, core.plan_memory, vectorize.vectorize_stores, guard.guard_accesses],
         "before-codegen": [core.verify_lowered],
     })

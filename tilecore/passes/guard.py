@@ -17,7 +17,7 @@ not touch memory outside the buffer either.
 from __future__ import annotations
 
 from ..ir import (Allocate, Assert, Assume, AsyncCopy, Specialized, Atomic, BinOp, Bind, BufferLoad, Call, Cast, Cmp, Expr, For, If,
-                  KernelLaunch, Logic, PerThread, Print, Select, Seq, Store, as_expr, binary, compare, const, const_value, expr_str,
+                  KernelLaunch, Logic, PerThread, Print, Select, Seq, Store, VectorStore, as_expr, binary, compare, const, const_value, expr_str,
                   is_float, logic_and, simplify,
                   logic_not, logic_or)
 from ..errors import MAX_FAULT_VALUES
@@ -159,6 +159,18 @@ class _Guard:
             out = s.with_(indices=idx, value=value)
             if conds:
                 out = If(_all(conds), out, span=s.span)
+        elif isinstance(s, VectorStore):
+            # one access: kept where every element is proven inside the tensor, else its element stores
+            # (each guarded on its own, as before tilecore.vectorize_stores)
+            idx = tuple(self.expr(i, facts, asserts, path, s.span) for i in s.indices)
+            last = idx[:-1] + (binary("add", idx[-1], s.lanes - 1),)
+            # the last element is inside where the first is and both its index and the extent are multiples of
+            # the run (x < b with x, b multiples of n: x + n - 1 < b)
+            whole = facts.proves_multiple(idx[-1], s.lanes) and facts.proves_multiple(s.buffer.shape[-1], s.lanes)
+            if self.checked or _bound_conds(s.buffer, idx, facts) or (not whole and _bound_conds(s.buffer, last, facts)):
+                return self.stmt(s.fallback, facts)
+            values = tuple(self.expr(v, facts, asserts, path, s.span) for v in s.values)
+            out = s.with_(indices=idx, values=values, fallback=self.stmt(s.fallback, facts))
         elif isinstance(s, PerThread):
             out = s.with_(body=self.stmt(s.body, facts))
         elif isinstance(s, Specialized):

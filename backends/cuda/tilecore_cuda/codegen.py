@@ -13,7 +13,7 @@ from importlib import resources
 
 from tilecore.codegen import SIMTCppEmitter, EmitState, abi_of, host_expr
 from tilecore.errors import CompileError
-from tilecore.ir import (AsyncCopy, BufferLoad, BulkCopy, Collective, MatrixOp, MatrixSync, binary, collect, const,
+from tilecore.ir import (AsyncCopy, VectorStore, BufferLoad, BulkCopy, Collective, MatrixOp, MatrixSync, binary, collect, const,
                          const_value, simplify)
 
 
@@ -85,6 +85,10 @@ class CUDAEmitter(SIMTCppEmitter):
         "tanh": ("tanhf({0})", "tanh({0})"), "sigmoid": ("(1.0f / (1.0f + __expf(-({0}))))", "(1.0 / (1.0 + exp(-({0}))))"),
     }
 
+    #: vector stores of computed pairs: one conversion instruction per pair (cuda_fp16.h / cuda_bf16.h)
+    vector_pack = {"float16": ("__half2", "__floats2half2_rn({0}, {1})"),
+                   "bfloat16": ("__nv_bfloat162", "__floats2bfloat162_rn({0}, {1})")}
+
     #: named barrier 1 over a warp-specialized block's consumers (barrier 0 is __syncthreads)
     group_barrier_stmt = 'asm volatile("bar.sync 1, {n};\\n" ::: "memory");'
     #: registers of one multiprocessor's register file a block may hold; what the producer group keeps
@@ -149,6 +153,9 @@ class CUDAEmitter(SIMTCppEmitter):
         for c in collect(func.body, AsyncCopy):
             if c.elements > 1:
                 st.aligned.add(next(k for k, p in enumerate(abi.buffers) if p.buffer is (c.src.base or c.src)))
+        # vector stores (tilecore.vectorize_stores) proved offsets aligned; the tensor's base must be too
+        for c in collect(func.body, VectorStore):
+            st.aligned.add(next(k for k, p in enumerate(abi.buffers) if p.buffer is (c.buffer.base or c.buffer)))
         # a GEMM split over K (hopper.split_k): its global scratch, one pointer after the tensor maps
         st.workspace = sum(int(c.attrs.get("workspace_bytes", 0)) for c in st.pipelines)
         if st.workspace:

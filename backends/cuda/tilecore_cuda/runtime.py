@@ -318,8 +318,8 @@ class CUDAProgram(Program):
             return
         for i in self.aligned:
             if int(buffers[i]) % 16:
-                raise DeviceError(f"argument {i}: this kernel copies it with 16-byte cp.async and needs it 16-byte "
-                                  f"aligned (address {int(buffers[i]):#x}); pass a fresh contiguous tensor")
+                raise DeviceError(f"argument {i}: this kernel accesses it 16 bytes at a time (cp.async, vector "
+                                  f"stores) and needs it 16-byte aligned (address {int(buffers[i]):#x}); pass a fresh contiguous tensor")
         nb, ni, nf = len(buffers), len(ints), len(floats)
         last = self._last_slots  # a kernel's signature fixes the counts: the same slots every launch
         if last is None or last[0] != nb or last[1] != ni or last[2] != nf:

@@ -48,6 +48,9 @@ def _precise(fn: str) -> tuple:
 class MetalEmitter(SIMTCppEmitter):
     lang = "metal"
     entry = ENTRY
+    #: no vector spelling yet (a device pointer cast per address space and the packed types are not written):
+    #: tilecore.vectorize_stores' vectors are emitted as their element stores
+    vector_stores = False
     index_type = "long"
     kernel_qualifier = "kernel"
     launch_bounds = "max_total_threads_per_threadgroup({})"

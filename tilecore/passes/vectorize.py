@@ -1,0 +1,293 @@
+"""Vector stores of a thread's registers (``tilecore.vectorize_stores``, ``memory`` slot, before the guards).
+
+A fragment in registers is stored element by element by its per-thread program (``tilecore.lower_fragments``):
+register ``r`` of the thread goes to the element its layout assigns to ``r``. Where a layout keeps a run of
+consecutive elements of a row in consecutive registers (:meth:`~tilecore.layout.FragmentLayout.contiguous_regs`:
+2 for the mma.sync / wgmma accumulators, more for a blocked layout), the stores of that run write consecutive
+addresses one after the other. This pass folds such a run of ``n`` element stores (n = 2, 4 or 8, at most 16
+bytes) into one :class:`~tilecore.ir.VectorStore` when
+
+- the stores are consecutive statements of a per-thread program (only scalar bindings between them), to one
+  global tensor, element ``k`` of the run at the first one's last index plus ``k`` (the other indices equal);
+- the prover (:class:`~tilecore.ir.bounds.Facts`: the bound scalars, block and thread ranges, enclosing
+  conditions and ``T.assume`` promises) shows the first element's flat offset is a multiple of ``n`` (the
+  address is aligned to the vector's bytes, the tensor's base being 16-byte aligned: the backend's launch
+  checks that where it spells vectors);
+- every store of the run happens under the same condition: no condition, the same one, or tail guards
+  ``x + k < b`` / ``x + k >= b`` whose ``x`` and ``b`` are proven multiples of ``n`` (then ``x + k < b``
+  exactly when ``x < b``, for every ``k < n``).
+
+Anything else stays as element stores (a ragged edge whose bound is not a multiple of ``n``, an odd row
+length that leaves the offset unaligned, a dynamic shape without ``T.assume``). Runs are taken greedily, the
+widest first. The vector keeps the element stores as its ``fallback`` (emitters without a vector spelling
+emit those; ``tilecore.guard_accesses`` goes back to them where it cannot prove the whole run in bounds).
+The pass runs where the target's emitter says it spells vectors (``vector_stores = True``, the SIMT C++
+emitter's default; the shading-language and plain C emitters do not say it), and not in checked mode (each element keeps its own check). ``tilecore.vectorize`` = False in ``pass_configs``
+turns it off.
+"""
+from __future__ import annotations
+
+from ..ir import (Assume, BinOp, Bind, BufferLoad, Call, Cast, Cmp, For, If, KernelLaunch, Logic, PerThread, Select, Seq,
+                  Specialized, Store, Var, VectorStore, binary, const_value, is_float, simplify, walk_expr)
+from ..ir.bounds import Facts
+from . import tile_pass
+from .guard import launch_facts, loop_facts
+
+#: the widest vector access, in bytes
+MAX_BYTES = 16
+LANES = (8, 4, 2)
+
+
+def _inline(e, env: dict):
+    """``e`` with every bound scalar replaced by its (inlined) value."""
+    if isinstance(e, Var):
+        return env.get(id(e), e)
+    if isinstance(e, BinOp):
+        return BinOp(e.op, _inline(e.a, env), _inline(e.b, env), e.dtype)
+    if isinstance(e, Cmp):
+        return Cmp(e.op, _inline(e.a, env), _inline(e.b, env))
+    if isinstance(e, Logic):
+        return Logic(e.op, _inline(e.a, env), _inline(e.b, env) if e.b is not None else None)
+    if isinstance(e, Select):
+        return Select(_inline(e.cond, env), _inline(e.t, env), _inline(e.f, env))
+    if isinstance(e, Cast):
+        return Cast(e.dtype, _inline(e.value, env))
+    if isinstance(e, Call):
+        return Call(e.name, tuple(_inline(a, env) for a in e.args), e.dtype, e.attrs)
+    if isinstance(e, BufferLoad):
+        return BufferLoad(e.buffer, tuple(_inline(i, env) for i in e.indices))
+    return e
+
+
+def _multiple(facts: Facts, e, n: int) -> bool:
+    """The prover's answer: ``e`` is a multiple of ``n`` (one place, so a mutation test can break it)."""
+    return facts.proves_multiple(e, n)
+
+
+def _diff(a, b):
+    """``a - b`` as a constant, or None."""
+    return const_value(simplify(binary("sub", a, b)))
+
+
+def _conjuncts(c) -> list:
+    if isinstance(c, Logic) and c.op == "and":
+        return _conjuncts(c.a) + _conjuncts(c.b)
+    return [c]
+
+
+def _flat(indices, shape):
+    flat, stride = None, None
+    for idx, dim in reversed(list(zip(indices, shape))):
+        term = idx if stride is None else binary("mul", idx, stride)
+        flat = term if flat is None else binary("add", flat, term)
+        stride = dim if stride is None else binary("mul", stride, dim)
+    return flat
+
+
+class _Candidate:
+    """One element store of a run: the statement (``If(cond, Store)`` or ``Store``), its store, its condition
+    and its indices and condition with the bound scalars inlined."""
+
+    def __init__(self, stmt, store: Store, cond, env: dict):
+        self.stmt, self.store, self.cond = stmt, store, cond
+        self.idx = tuple(_inline(i, env) for i in store.indices)
+        self.icond = _inline(cond, env) if cond is not None else None
+        # the elements of the stored tensor its value reads (indices inlined)
+        root = store.buffer.base or store.buffer
+        self.reads: list = []
+        walk_expr(store.value, lambda x: self.reads.append(tuple(_inline(i, env) for i in x.indices))
+                  if isinstance(x, BufferLoad) and (x.buffer.base or x.buffer) is root else None)
+
+
+def _candidate(s, env: dict):
+    cond = None
+    if isinstance(s, If) and s.orelse is None:
+        cond, body = s.cond, s.then
+        while isinstance(body, Seq) and len(body.body) == 1:
+            body = body.body[0]
+        s_store = body
+    else:
+        s_store = s
+    if not isinstance(s_store, Store):
+        return None
+    b = s_store.buffer
+    if b.scope != "global" or not b.shape or b.dtype.bytes * 2 > MAX_BYTES:
+        return None
+    return _Candidate(s, s_store, cond, env)
+
+
+def _same_cond(first: _Candidate, other: _Candidate, k: int, n: int, facts: Facts) -> bool:
+    """``other`` (the run's element ``k``) is stored exactly when ``first`` is."""
+    if first.icond is None or other.icond is None:
+        return first.icond is None and other.icond is None
+    a, b = _conjuncts(first.icond), _conjuncts(other.icond)
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if not (isinstance(x, Cmp) and isinstance(y, Cmp) and x.op == y.op):
+            if _diff_bool(x, y):
+                continue
+            return False
+        dl, dr = _diff(y.a, x.a), _diff(y.b, x.b)
+        if dl == 0 and dr == 0:
+            continue
+        if x.op not in ("lt", "ge") or dr != 0 or dl is None or not 0 <= dl < n:
+            return False
+        # x + d < b  <=>  x < b (and the same for >=) when x and b are multiples of n and 0 <= d < n
+        if not (_multiple(facts, x.a, n) and _multiple(facts, x.b, n)):
+            return False
+    return True
+
+
+def _diff_bool(x, y) -> bool:
+    from ..ir import expr_str
+
+    return expr_str(simplify(x)) == expr_str(simplify(y))
+
+
+def _run_at(cands: list, p: int, facts: Facts):
+    """The widest vector run starting at ``cands[p]``: its length (1: none)."""
+    first = cands[p]
+    buf = first.store.buffer
+    for n in LANES:
+        if n * buf.dtype.bytes > MAX_BYTES or p + n > len(cands):
+            continue
+        ok = True
+        for k in range(1, n):
+            c = cands[k + p]
+            if c is None or c.store.buffer is not buf or len(c.idx) != len(first.idx):
+                ok = False
+                break
+            if any(_diff(x, y) != 0 for x, y in zip(c.idx[:-1], first.idx[:-1])) or _diff(c.idx[-1], first.idx[-1]) != k:
+                ok = False
+                break
+            if not _same_cond(first, c, k, n, facts):
+                ok = False
+                break
+        # the vector computes every value before it writes: a value may read the tensor it writes only at its
+        # own element (C = C + acc), which no other store of the run writes
+        if ok and any(r is None or len(r) != len(c.idx) or any(_diff(x, y) != 0 for x, y in zip(r, c.idx))
+                      for c in cands[p:p + n] for r in c.reads):
+            ok = False
+        if ok and _multiple(facts, _flat(first.idx, buf.shape), n):
+            return n
+    return 1
+
+
+def _vectorize_seq(body: list, facts: Facts) -> list:
+    """One per-thread statement list with its runs of element stores folded."""
+    env: dict = {}
+    # group: the statements, with each candidate store's position; binds between stores of a run move before it
+    out: list = []
+    i = 0
+    while i < len(body):
+        s = body[i]
+        if isinstance(s, Bind) and not is_float(s.var.dtype):
+            env[id(s.var)] = _inline(s.value, env)
+            facts = facts.with_range(s.var, s.value, s.value)
+            out.append(s)
+            i += 1
+            continue
+        if isinstance(s, Assume):
+            facts = facts.with_cond(s.cond)
+            out.append(s)
+            i += 1
+            continue
+        first = _candidate(s, env)
+        if first is None:
+            out.append(s)
+            i += 1
+            continue
+        # the following candidates, with only integer binds between them (their facts and values noted)
+        cands, binds, j, envj, factsj = [first], [], i + 1, dict(env), facts
+        while j < len(body) and len(cands) < LANES[0]:
+            t = body[j]
+            if isinstance(t, Bind) and not is_float(t.var.dtype):
+                envj[id(t.var)] = _inline(t.value, envj)
+                factsj = factsj.with_range(t.var, t.value, t.value)
+                binds.append(t)
+                j += 1
+                continue
+            c = _candidate(t, envj)
+            if c is None:
+                break
+            cands.append(c)
+            j += 1
+        n = _run_at(cands, 0, facts.with_cond(first.cond) if first.cond is not None else facts)
+        if n == 1:
+            out.append(s)
+            i += 1
+            continue
+        # the run: every bind up to its last store first, then one vector store under the first's condition
+        last = cands[n - 1].stmt
+        k = i + 1
+        while body[k] is not last:
+            t = body[k]
+            if isinstance(t, Bind):
+                env[id(t.var)] = _inline(t.value, env)
+                facts = facts.with_range(t.var, t.value, t.value)
+                out.append(t)
+            k += 1
+        stores = [c.store for c in cands[:n]]
+        vec = VectorStore(first.store.buffer, first.store.indices, tuple(x.value for x in stores),
+                          Seq(list(stores), span=first.store.span), span=first.store.span)
+        out.append(If(first.cond, vec, span=s.span) if first.cond is not None else vec)
+        i = k + 1
+    return out
+
+
+class _Pass:
+    def stmt(self, s, facts: Facts, inside: bool):
+        if s is None:
+            return None
+        if isinstance(s, Seq):
+            body, f = [], facts
+            for c in s.body:  # each statement knows the binds and promises before it
+                body.append(self.stmt(c, f, inside))
+                f = _facts_through([c], f)
+            if inside:
+                body = _vectorize_seq(body, facts)
+            return Seq(body, span=s.span)
+        if isinstance(s, KernelLaunch):
+            return s.with_(body=self.stmt(s.body, launch_facts(s, facts), inside))
+        if isinstance(s, For):
+            f = loop_facts(s, facts) if not is_float(s.var.dtype) else facts
+            return s.with_(body=self.stmt(s.body, f, inside))
+        if isinstance(s, If):
+            return s.with_(then=self.stmt(s.then, facts.with_cond(s.cond), inside),
+                           orelse=self.stmt(s.orelse, facts.with_cond(s.cond, False), inside))
+        if isinstance(s, PerThread):
+            body = s.body if isinstance(s.body, Seq) else Seq([s.body], span=s.span)
+            return s.with_(body=self.stmt(body, facts, True))
+        if isinstance(s, Specialized):
+            return s.with_(producer=self.stmt(s.producer, facts, inside), consumer=self.stmt(s.consumer, facts, inside))
+        return s
+
+
+def _facts_through(stmts, facts: Facts) -> Facts:
+    for c in stmts:
+        if isinstance(c, Bind) and not is_float(c.var.dtype):
+            facts = facts.with_range(c.var, c.value, c.value)
+        elif isinstance(c, Assume):
+            facts = facts.with_cond(c.cond)
+    return facts
+
+
+def _spells_vectors(ctx) -> bool:
+    """The target's emitter opts in (``vector_stores = True``: the SIMT C++ emitter's default); other emitters
+    never see a :class:`~tilecore.ir.VectorStore`."""
+    backend = getattr(ctx, "backend", None)
+    if backend is None or not hasattr(backend, "emitter"):
+        return False
+    return bool(getattr(backend.emitter(ctx.target), "vector_stores", False))
+
+
+@tile_pass("tilecore.vectorize_stores")
+def vectorize_stores(func, ctx):
+    """Fold runs of register stores to consecutive, aligned global addresses into vector stores (module doc)."""
+    if not ctx.option("tilecore.vectorize", True) or ctx.option("tilecore.checked", False) or not _spells_vectors(ctx):
+        return func
+    return func.with_body(_Pass().stmt(func.body, Facts(), False))
+
+
+__all__ = ["vectorize_stores", "MAX_BYTES"]
