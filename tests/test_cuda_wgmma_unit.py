@@ -109,8 +109,12 @@ def test_the_pipelined_loop_keeps_one_gemm_running_while_the_stage_ahead_is_copi
     issue, pending = loop.index("::run("), loop.index("tc_wg_commit(); tc_wg_wait<1>();")
     copy = "tc_tma_load_2d(" if copies == "thread 0" else "tc_cp_async16("
     barrier, ahead = loop.index("__syncthreads();", pending), loop.index(copy, pending)
-    drain = loop.index("tc_wg_wait<0>();")
-    assert issue < pending < barrier < ahead < drain and "tc_wg_commit(); tc_wg_wait<0>" not in loop
+    drain = loop.rindex("tc_wg_wait<0>();")
+    assert issue < pending < barrier < ahead < drain
+    # only the last iteration waits for its own gemm: nothing stays in flight across the loop's exit (D29)
+    assert "tc_wg_commit(); tc_wg_wait<0>" not in loop and loop.count("tc_wg_commit(); tc_wg_wait<1>") == 1
+    last = loop.index("if ((ko == 7)) {")
+    assert pending < last < loop.index("tc_wg_wait<0>();", last) < barrier
 
 
 @needs_toolchain
@@ -152,7 +156,7 @@ def test_a_producer_warpgroup_issues_the_stages_and_the_consumers_release_them(t
     assert "tc_mbar_wait(tc_smem_addr(A_s_empty + (tc_floormod(ko_stage, 3))), tc_floormod((tc_floordiv(ko_stage, 3) + 1), 2));" \
         in producer and producer.count("tc_tma_load_2d(") == 1 + bn // 64
     assert f"if (((int)threadIdx.x) == {threads})" in producer
-    loop = consumer[consumer.index("for (long long ko"):consumer.index("tc_wg_wait<0>")]
+    loop = consumer[consumer.index("for (long long ko"):consumer.rindex("tc_wg_wait<0>")]
     assert "tc_wg_commit(); tc_wg_wait<1>();" in loop and "bar.sync" not in loop and "__syncthreads" not in loop
     assert "tc_mbar_arrive(tc_smem_addr(A_s_empty + (tc_floormod((ko + (-1)), 3))));" in loop
     assert ("setmaxnreg" in src) == bool(regs) and (not regs or f"setmaxnreg.inc.sync.aligned.u32 {regs};" in consumer)
@@ -347,3 +351,40 @@ def test_wgmma_loop_that_scales_the_accumulator_matches_float64(before):
         prod = a64[:, ko * 64:(ko + 1) * 64] @ b64[ko * 64:(ko + 1) * 64]
         ref = ref * 0.5 + prod if before else (ref + prod) * 0.5
     np.testing.assert_allclose(c.cpu().numpy(), ref, rtol=2e-3, atol=2e-2)
+
+
+def half_gemm(M, N, K, bm, bn, bk, threads=128, stages=2):
+    """C (float16) = A @ B, the README's GEMM: the accumulators rounded and stored from registers."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bk, bn), "float16")
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_l)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                T.copy(A[by * bm, ko * bk], A_s)
+                T.copy(B[ko * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * bm, bx * bn])
+
+    return main
+
+
+@hopper_gpu
+@pytest.mark.parametrize("vectorize", [True, False])
+def test_no_gemm_stays_in_flight_across_the_loop_exit(vectorize):
+    """Regression (D29): with the last iteration's gemm left running past the loop, ptxas (CUDA 13.0) scheduled
+    the element-by-element epilogue's reads of the accumulators above the drain's wait at 128x128x32 with 2
+    stages (3% of C wrong on an H200); the last iteration now waits for its own gemm."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(1024, 1024, device="cuda", dtype=torch.float16, generator=g) / 8
+    b = torch.randn(1024, 1024, device="cuda", dtype=torch.float16, generator=g) / 8
+    k = _compile(half_gemm(1024, 1024, 1024, 128, 128, 32), **{"tilecore.vectorize": vectorize})
+    c = torch.empty(1024, 1024, device="cuda", dtype=torch.float16)
+    k(a, b, c)
+    torch.cuda.synchronize()
+    assert float((c.float() - a.float() @ b.float()).abs().max()) < 2e-2

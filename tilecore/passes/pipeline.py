@@ -797,7 +797,8 @@ class _Launch:
         # synchronously) with 2 stages 0.406 -> 0.319 (decision D26)
         # bulk copies: always (one thread issues the stage ahead while the unit runs)
         synchronous = not bulk and any(not collect(c, AsyncCopy) for c in async_copies)
-        deferred = _defer_matrix_wait(consume) if stages >= 3 or synchronous or bulk else None
+        last = compare("eq", it, simplify(binary("sub", extent, 1)))
+        deferred = _defer_matrix_wait(consume, last) if stages >= 3 or synchronous or bulk else None
         after = []
         # commit groups are issued in stage order, one per group of copies: before the body uses stage it's
         # leading tiles every group after them may still be pending, before a late tile every group after it
@@ -866,11 +867,16 @@ class _Launch:
         return seq(prologue + [new_loop] + after), note
 
 
-def _defer_matrix_wait(body):
+def _defer_matrix_wait(body, last=None):
     """``(body', drain)`` where ``body`` ends with the closing :class:`MatrixSync` of a gemm on an asynchronous
     matrix unit (the last statement, through sequences and per-thread programs): in ``body'`` it leaves one
     group of the unit's instructions pending (the next iteration's wait finishes it), and ``drain`` waits for
-    everything after the loop. None where the body does anything after its gemm."""
+    everything after the loop. None where the body does anything after its gemm.
+
+    With ``last`` (the condition of the loop's last iteration) that iteration waits for everything itself:
+    no group stays in flight across the loop's exit. ptxas (CUDA 13.0, sm_90a) was seen scheduling reads of
+    the accumulators after the loop above the drain's wait (a 4096^3 GEMM at 128x128x32, 2 stages, with its
+    epilogue stored element by element: 3% of C wrong on an H200); the drain then has nothing left to wait for."""
     path = []
     s = body
     while True:
@@ -887,6 +893,8 @@ def _defer_matrix_wait(body):
     if _touched_before_wait(body, s.acc):  # the next iteration would read accumulators still being written
         return None
     new = s.with_(pending=1)
+    if last is not None:  # (the commit stays unconditional: ptxas keeps it on the gemm's last instruction)
+        new = Seq([new, If(last, MatrixSync(s.spelling, "wait", s.acc, span=s.span), span=s.span)], span=s.span)
     for parent in reversed(path):
         new = Seq(parent.body[:-1] + [new], span=parent.span) if isinstance(parent, Seq) else parent.with_(body=new)
     drain = PerThread(MatrixSync(s.spelling, "wait", s.acc, span=s.span), span=s.span)
