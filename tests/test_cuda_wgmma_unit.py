@@ -372,6 +372,17 @@ def half_gemm(M, N, K, bm, bn, bk, threads=128, stages=2):
     return main
 
 
+@needs_toolchain
+def test_no_accumulator_is_read_before_the_last_wgmma_wait_in_the_sass():
+    """The compile-only half of the regression below: between the last HGMMA and the wait for it
+    (WARPGROUP.DEPBAR 0) the SASS converts and stores nothing (70 such instructions before the fix)."""
+    k = _compile(half_gemm(1024, 1024, 1024, 128, 128, 32), **{"tilecore.vectorize": False})
+    lines = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target).splitlines()
+    last = max(i for i, ln in enumerate(lines) if "HGMMA" in ln)
+    wait = next(i for i in range(last, len(lines)) if "DEPBAR.LE gsb0, 0x0" in lines[i])
+    assert not [ln for ln in lines[last:wait] if "F2FP" in ln or "STG" in ln]
+
+
 @hopper_gpu
 @pytest.mark.parametrize("vectorize", [True, False])
 def test_no_gemm_stays_in_flight_across_the_loop_exit(vectorize):
