@@ -71,7 +71,9 @@ def chain(seq, dim, bm=128, bn=64, threads=256, tail=False, reuse_k=False):
 
 @functools.lru_cache(maxsize=None)
 def _kernel(shape: str, schedule: str):
-    return tilecore.compile(_attention(*SHAPES[shape]), target=HOPPER, pass_configs={**NOCACHE, **SCHEDULES[schedule]})
+    # the masked-loop split (D30) is the subject of tests/test_cuda_attention_softmax.py, with these schedules
+    return tilecore.compile(_attention(*SHAPES[shape]), target=HOPPER,
+                            pass_configs={**NOCACHE, **SCHEDULES[schedule], "tilecore.cuda.split_masked_loop": False})
 
 
 def _problems(src: str, consumers: int) -> list:

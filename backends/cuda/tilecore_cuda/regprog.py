@@ -34,7 +34,10 @@ fits (that is what this pass is for); so does a GEMM with an epilogue on the fra
 from __future__ import annotations
 
 from tilecore.ir import (Allocate, Bind, Buffer, BufferLoad, Collective, For, KernelLaunch, Region, Seq, Store, TileOp,
-                         as_expr, binary, const_value, simplify, walk, walk_expr)
+                         FloatImm, Select, Var, as_expr, binary, compare, const_value, simplify, walk, walk_expr)
+from tilecore.ir.dtypes import is_float
+from tilecore.ir.bounds import Facts, nonneg_forms
+from tilecore.passes.pipeline import map_expr, substitute
 from tilecore.passes import tile_pass
 from tilecore.passes.core import onchip_limit
 from tilecore.passes.guard import guard_stmt, launch_facts, loop_facts
@@ -410,6 +413,204 @@ def _split_barriers(plan, ctx) -> str:
     return f"; each staged tile on its own mbarriers ({', '.join(b.name for b in staged)})"
 
 
+#: default of ``tilecore.cuda.split_masked_loop`` (docs/decisions.md D30): the loop runs its iterations where
+#: every ``T.if_then_else`` mask on the loop variable provably holds without the mask (the same values: exact)
+SPLIT_MASKED_LOOP_DEFAULT = True
+#: default of ``tilecore.cuda.wgmma_zero_init`` (D30): a nest that stores 0 into a whole accumulator right before
+#: the gemm into it becomes the gemm's first WGMMA with scale-d 0. Off: a product sum of -0 comes out -0, not
+#: +0 (-0 + +0), so it is exact only up to the sign of zero
+WGMMA_ZERO_INIT_DEFAULT = False
+
+
+def _mentions(e, var) -> bool:
+    found = []
+    walk_expr(e, lambda x: found.append(x) if x is var else None)
+    return bool(found)
+
+
+def _nest(s):
+    """(loop variables with their inclusive ranges, binds by id, stores) of a ``T.Parallel`` nest."""
+    ranges, binds, stores = [], {}, []
+
+    def visit(x):
+        if isinstance(x, For):
+            ranges.append((x.var, x.start, binary("sub", binary("add", x.start, x.extent), 1)))
+        elif isinstance(x, Bind):
+            binds[id(x.var)] = substitute(x.value, binds)
+        elif isinstance(x, Store):
+            stores.append(x)
+
+    walk(s, visit)
+    return ranges, binds, stores
+
+
+def _mask_end(cond, k, ranges):
+    """An exclusive bound ``E`` (a block-level expression) such that ``cond`` holds for every value of the
+    nest's variables whenever the loop variable ``k < E``; None where ``cond`` is not a conjunction of integer
+    comparisons linear in ``k`` that hold up to some iteration (a mask that holds only from some iteration on,
+    or not on whole iterations, is kept)."""
+    forms = nonneg_forms(cond, True, exact=True)
+    if not forms:
+        return None
+    inner = Facts()
+    for v, lo, hi in ranges:
+        inner = inner.with_range(v, lo, hi)
+    ends = []
+    for g in forms:  # g >= 0, g = c k + rest
+        g = simplify(g)
+        c = const_value(simplify(binary("sub", substitute(g, {id(k): binary("add", k, 1)}), g)))
+        if not isinstance(c, int):
+            return None
+        rest = simplify(binary("sub", g, binary("mul", k, c)) if c else g)
+        if _mentions(rest, k):
+            return None
+        low = inner.bound(rest, False)  # the least rest over the nest's variables
+        if low is None or any(_mentions(low, v) for v, _, _ in ranges):
+            return None
+        if c == 0:
+            if not (isinstance(const_value(low), int) and const_value(low) >= 0):
+                return None
+            continue
+        if c > 0:
+            return None
+        # c k + rest >= c k + low >= 0 for k <= floor(low / -c): k < floor(low / -c) + 1
+        ends.append(simplify(binary("add", binary("floordiv", low, -c), 1)))
+    if not ends:
+        return None
+    end = ends[0]
+    for e in ends[1:]:
+        end = binary("min", end, e)
+    return end
+
+
+def _unmask(e, k, ranges, binds):
+    """``e`` with every mask ``T.if_then_else(c, t, f)`` whose condition ``_mask_end`` bounds replaced by ``t``
+    (``e`` itself where there is none)."""
+    hit = []
+
+    def fn(x):
+        if isinstance(x, Select) and _mentions(substitute(x.cond, binds), k) \
+                and _mask_end(substitute(x.cond, binds), k, ranges) is not None:
+            hit.append(x)
+            return x.t
+        return None
+
+    new = map_expr(e, fn)
+    return new if hit else e
+
+
+def _split_masked(plan, facts, ctx, name) -> None:
+    """``tilecore.cuda.split_masked_loop``: where the loop body's ``T.Parallel`` nests hold masks
+    (``T.if_then_else``) on the loop variable that provably hold for whole iterations up to some block-level
+    bound (causal attention's diagonal: ``bx * bm + i >= k * bn + j`` holds for every ``i, j`` while
+    ``k < floor((bx * bm - bn + 1) / bn) + 1``), those iterations run a body without the masks and the rest
+    keep them. Found from the predicates (the prover's ranges of the nest's variables), not from a name.
+    Sets ``plan["unmasked"]`` to ``{"end": iterations without masks (a block-level expression, clamped to
+    the trip count), "body": the body without them, "all": whether every iteration is one}``."""
+    plan["unmasked"] = None
+    loop = plan["loop"]
+    k = loop.var
+    ends, body, changed, masks = [], [], False, []
+    for s in plan["body"]:
+        if isinstance(s, For) and s.kind == "parallel":
+            ranges, binds, stores = _nest(s)
+            for st in stores:
+                def look(x, binds=binds, ranges=ranges):
+                    if isinstance(x, Select):
+                        c = substitute(x.cond, binds)
+                        if _mentions(c, k):
+                            masks.append(x)
+                            e = _mask_end(c, k, ranges)
+                            if e is not None:
+                                ends.append(e)
+                walk_expr(st.value, look)
+            new = _rewrite_stores(s, lambda v, ranges=ranges, binds=binds: _unmask(v, k, ranges, binds))
+            changed |= new is not s
+            body.append(new)
+        else:
+            body.append(s)
+    if not masks:
+        return
+    if not changed or not ends:
+        ctx.notes.append(f"{name}: no masked-loop split (no T.if_then_else on the loop variable that holds "
+                         "for whole iterations)")
+        return
+    end = ends[0]
+    for e in ends[1:]:
+        end = binary("min", end, e)
+    n = loop.extent
+    count = simplify(binary("min", binary("max", binary("sub", end, loop.start), 0), n))
+    # block-level binds before the loop (the trip count's own) hold where the loop runs
+    for b in plan["pre"]:
+        if isinstance(b, Bind) and not is_float(b.var.dtype):
+            facts = facts.with_range(b.var, b.value, b.value)
+    every = facts.proves(compare("ge", binary("sub", end, loop.start), n))
+    plan["unmasked"] = {"end": count, "body": body, "all": bool(every)}
+    where = "every iteration" if every else "the iterations before the mask's first"
+    ctx.notes.append(f"{name}: masked-loop split: {where} run without the T.if_then_else masks on "
+                     f"{loop.var.name}")
+
+
+def _zero_init(plan, ctx, name) -> None:
+    """``tilecore.cuda.wgmma_zero_init``: in the body the iterations without masks run (the whole body where
+    there is no split), a ``T.Parallel`` nest that only stores 0 into every element of a 2-D fragment ``C``,
+    followed (before anything else touches ``C``) by a ``T.gemm`` accumulating into ``C`` (its A not ``C``),
+    is dropped and the gemm's first WGMMA runs with scale-d 0 (D = A B): no instructions that zero the
+    accumulators. ``plan["unmasked"]["zero"]`` (created with ``"all"`` where there was no split) holds the
+    gemms that do."""
+    um = plan.get("unmasked") or {"end": None, "body": list(plan["body"]), "all": True}
+    body, frags, zero = list(um["body"]), plan["frags"], set()
+    for k, s in enumerate(body):
+        if not (isinstance(s, For) and s.kind == "parallel"):
+            continue
+        ranges, _, stores = _nest(s)
+        if len(stores) != 1 or len(ranges) != 2:
+            continue
+        st = stores[0]
+        c = st.buffer
+        if frags.get(c) != 2 or not (isinstance(st.value, FloatImm) and st.value.value == 0.0):
+            continue
+        (iv, ilo, ihi), (jv, jlo, jhi) = ranges
+        shape = c.static_shape()
+        if [const_value(simplify(x)) for x in (ilo, ihi, jlo, jhi)] != [0, shape[0] - 1, 0, shape[1] - 1] \
+                or len(st.indices) != 2 or st.indices[0] is not iv or st.indices[1] is not jv:
+            continue
+        nxt = next((x for x in body[k + 1:] if x is not None and c in _touched(x, frags)), None)
+        if nxt is None or not _is_gemm(nxt) or nxt.args[2].buffer is not c or nxt.args[0].buffer is c \
+                or nxt.attrs.get("clear_accum"):
+            continue
+        body[k] = None
+        zero.add(id(nxt))
+        a, b = nxt.args[0], nxt.args[1]
+        plan["wgmma"] = sorted(set(plan["wgmma"]) | {(str(b.buffer.dtype), shape[1], not bool(nxt.attrs.get("transpose_B")),
+                                                      a.buffer in frags, False, True)})
+    if not zero:
+        ctx.notes.append(f"{name}: no zero-initialized WGMMA (no store of 0 into a whole accumulator right "
+                         "before its gemm)")
+        return
+    plan["unmasked"] = {**um, "body": body, "zero": zero}
+    ctx.notes.append(f"{name}: zero-initialized WGMMA: {len(zero)} gemm(s) start with scale-d 0 instead of "
+                     "zeroed accumulators")
+
+
+def _rewrite_stores(s, fn):
+    """``s`` (a ``T.Parallel`` nest) with ``fn`` applied to the value of each store; ``s`` itself if none changes."""
+    from tilecore.ir.visit import rewrite
+
+    hit = []
+
+    def one(x):
+        if isinstance(x, Store):
+            v = fn(x.value)
+            if v is not x.value:
+                hit.append(x)
+                return x.with_(value=v)
+        return None
+
+    new = rewrite(s, one)
+    return new if hit else s
+
+
 def _lower_as(mode: str):
     name = {"wgmma": "cuda.hopper_register_program", "mma": "cuda.register_program"}[mode]
 
@@ -437,6 +638,11 @@ def _lower_as(mode: str):
         if plan["folded"]:
             ctx.notes.append(f"{name}: {', '.join(plan['folded'])} only relayed a fragment to global memory: "
                              "stored from the registers directly")
+        plan["unmasked"] = None
+        if ctx.option("tilecore.cuda.split_masked_loop", SPLIT_MASKED_LOOP_DEFAULT):
+            _split_masked(plan, facts, ctx, name)
+        if mode == "wgmma" and ctx.option("tilecore.cuda.wgmma_zero_init", WGMMA_ZERO_INIT_DEFAULT):
+            _zero_init(plan, ctx, name)
         pipe = Buffer("regprog_smem", (plan["pipe_bytes"],), "uint8", "shared")
         coll = Collective("tc_register_program", (Region(pipe, (as_expr(0),), (pipe.shape[0],)),),
                           {"plan": plan, "tensor_maps": plan["tensor_maps"], "wgmma": plan["wgmma"]},
@@ -490,6 +696,7 @@ class _Emit:
         self.turn_pass = None       # ... and pass the turn on after it ("all", or "final": not the last consumer)
         self.groups = None          # intra-warpgroup overlap: WGMMA groups in flight, oldest first
         self.packed_ahead = None    # a fragment whose packed copy the next WGMMA reading it finds ready
+        self.zero: set = set()      # gemms (by id) whose first WGMMA runs with scale-d 0 (tilecore.cuda.wgmma_zero_init)
 
     def line(self, text: str):
         self.em.line(self.st, text)
@@ -622,12 +829,12 @@ class _Emit:
             self.waited_once = True
         loop = p["loop"]
 
-        def step():
+        def step(body):
             self.loop_var(loop)
             self.line(f"const int tc_s = tc_it % {S};")
             self.line(f"tc_mbar_wait({self.bar('full', 'tc_s')}, (tc_it / {S}) & 1);")
             self.retired = False
-            for k, s in enumerate(p["body"]):
+            for k, s in enumerate(body):
                 if pp:  # this consumer's turn: the second gemm of iteration j-1 through the first of j
                     self.turn_wait, self.turn_pass = k == pp[1], ("all" if k == pp[0] else None)
                 self.cstmt(s)
@@ -653,14 +860,15 @@ class _Emit:
         # WGMMA groups still in flight at the end of an iteration stay in flight into the next one (their
         # stage is released when they are waited for): emit the body once to learn what is in flight at
         # its end, then again with that as what the iteration starts with
-        head = f"for (int tc_it = 0; tc_it < (int)({em.expr(st, loop.extent)}); ++tc_it)"
+        nit = f"(int)({em.expr(st, loop.extent)})"
+        self.split_count()
         lines, indent = list(st.lines), st.indent
         self.pending = set()
-        self.block(head, step)
+        self.loops(0, step, nit)
         carried = set(self.pending)
         st.lines[:], st.indent = lines, indent
         self.pending = set(carried)
-        self.block(head, step)
+        self.loops(0, step, nit)
         if pp:
             self.pass_turn(final=True)
         self.retire()
@@ -696,14 +904,13 @@ class _Emit:
         p, S = self.p, self.p["stages"]
         em, st = self.em, self.st
         g1, g2 = p["overlap"]
-        body = p["body"]
-        first, between, second = body[:g1 + 1], body[g1 + 1:g2], body[g2]
+        second = p["body"][g2]  # the same statement in every variant of the body
         self.groups = []
         self.pending = set()
 
         split = p.get("split")
 
-        def run_first(wait_turn: bool, pass_turn, previous: bool):
+        def run_first(body, wait_turn: bool, pass_turn, previous: bool):
             if not split:
                 self.line(f"tc_mbar_wait({self.bar('full', 'tc_s')}, (tc_it / {S}) & 1);")
             else:  # this iteration's tiles of the first gemm, the previous one's of the second
@@ -712,7 +919,7 @@ class _Emit:
                 for b in (self.tiles_of(1) if previous else []):
                     self.line(f"tc_mbar_wait({self.bar('full', f'(tc_it + {S - 1}) % {S}', b)}, "
                               f"((tc_it - 1) / {S}) & 1);")
-            for k, s in enumerate(first):
+            for k, s in enumerate(body[:g1 + 1]):
                 if pp and k == g1:
                     self.turn_wait, self.turn_pass = wait_turn, pass_turn
                 self.cstmt(s)
@@ -734,8 +941,8 @@ class _Emit:
                 self.groups[-1] = (*self.groups[-1][:2], True, [])  # its end releases the stage
                 self.line(f"tc_rel = {stage};")
 
-        def run_between():
-            for s in between:
+        def run_between(body):
+            for s in body[g1 + 1:g2]:
                 self.cstmt(s)
             self.retire()  # nothing stays in flight into the next iteration (B normally waited already)
             a = second.args[0].buffer
@@ -752,25 +959,28 @@ class _Emit:
             self.line("const int tc_it = 0;")
             self.loop_var(loop)
             self.line("const int tc_s = 0;")
-            run_first(True, "all", False)
-            run_between()
+            body = self.variant(bool(p.get("unmasked")) and p["unmasked"]["all"])
+            run_first(body, True, "all", False)
+            run_between(body)
+            self.variant(False)
 
-        def step():
+        def step(body):
             self.loop_var(loop)
             self.line(f"const int tc_s = tc_it % {S};")
-            run_first(True, None, True)
+            run_first(body, True, None, True)
             run_second(f"((tc_it + {S - 1}) % {S})", "all")
-            run_between()
+            run_between(body)
 
         def body_if():
             if pp:
                 self.first_turn()
             self.block("", iteration0)
-            self.block("for (int tc_it = 1; tc_it < tc_nit; ++tc_it)", step)
+            self.loops(1, step)
             run_second(f"((tc_nit + {S - 1}) % {S})", "final", "tc_nit - 1")
             self.retire()
 
         self.line(f"const int tc_nit = (int)({em.expr(st, loop.extent)});")
+        self.split_count()
         self.block("if (tc_nit > 0)", body_if)
         self.groups = None
 
@@ -840,6 +1050,8 @@ class _Emit:
 
     def cstmt(self, s):
         em, st = self.em, self.st
+        if s is None:  # a nest the zero-initialized WGMMA replaces
+            return
         if self.groups is not None:  # overlap: wait for the groups that write what s touches, no more
             self.wait_for(self.touched(s) - ({s.args[2].buffer} if _is_gemm(s) else set()))
         elif isinstance(s, TileOp) and s.op == "gemm":
@@ -968,7 +1180,8 @@ class _Emit:
         n = c.buffer.static_shape()[1]
         k = a.buffer.static_shape()[1]
         a_regs = a.buffer in p["frags"]
-        name = wgmma_struct(dt, n, not tb, a_regs)[0]
+        zero = id(s) in self.zero
+        name = wgmma_struct(dt, n, not tb, a_regs, False, zero)[0]
         cn = em.name(st, c.buffer)
         uses_once = any(x.buffer in p["once"] for x in (a, b))
         if uses_once and not self.waited_once:
@@ -1004,12 +1217,12 @@ class _Emit:
                 # k step kk covers accumulator-layout column blocks 2 kk and 2 kk + 1: registers
                 # (row, k 0-7), (row + 8, k 0-7), (row, k 8-15), (row + 8, k 8-15), two values each
                 regs = [f"{pa}[{4 * kk + x}]" for x in range(4)]
-                self.line(f"{name}::run({cn}, {', '.join(regs)}, {db});")
+                self.line(f"{name}::run({cn}, {', '.join(regs)}, {db}{self.scale_d(zero, kk)});")
             else:
                 arow = p["shared"][a.buffer]["rows"]
                 da = (f"tc_wgmma_desc({self.tile_addr(a.buffer, self.stage)} + {(kb // 128) * arow * 128 + kb % 128}u + "
                       f"(unsigned)tc_c * {64 * 128}u, 16, 1024)")
-                self.line(f"{name}::run({cn}, {da}, {db});")
+                self.line(f"{name}::run({cn}, {da}, {db}{self.scale_d(zero, kk)});")
         self.line("tc_wgmma_commit();")
         if self.turn_pass:
             self.pass_turn(final=self.turn_pass == "final")
@@ -1022,6 +1235,44 @@ class _Emit:
 
     def packed(self, b) -> str:
         return f"tc_pa_{self.em.name(self.st, b)}"
+
+    @staticmethod
+    def scale_d(zero: bool, kk: int) -> str:
+        """The scale-d argument of a zero-initialized gemm's k step ``kk`` (0 first: D = A B, then accumulate)."""
+        return (", 0" if kk == 0 else ", 1") if zero else ""
+
+    # -- the masked-loop split (tilecore.cuda.split_masked_loop) and the zero-initialized WGMMA ---------------
+    def variant(self, unmasked: bool) -> list:
+        """The loop body for the iterations with (``unmasked`` False) or without masks; sets which gemms start
+        with scale-d 0."""
+        um = self.p.get("unmasked")
+        if unmasked and um:
+            self.zero = set(um.get("zero", ()))
+            return um["body"]
+        self.zero = set()
+        return self.p["body"]
+
+    def loops(self, first: int, step, nit: str = "tc_nit") -> None:
+        """The loop over iterations ``first ..`` of the trip count ``tc_nit``: one loop, or (the split) the
+        iterations without masks (``tc_it < tc_nu``) then those with them. ``step(body)`` emits one iteration."""
+        um = self.p.get("unmasked")
+        if not um or um["all"]:
+            body = self.variant(bool(um))
+            self.block(f"for (int tc_it = {first}; tc_it < {nit}; ++tc_it)", lambda: step(body))
+            return
+        body = self.variant(True)
+        self.block(f"for (int tc_it = {first}; tc_it < tc_nu; ++tc_it)", lambda: step(body))
+        body = self.variant(False)
+        start = f"max(tc_nu, {first})" if first else "tc_nu"
+        self.block(f"for (int tc_it = {start}; tc_it < {nit}; ++tc_it)", lambda: step(body))
+        self.variant(False)
+
+    def split_count(self) -> None:
+        """``tc_nu``: the iterations that run without masks (the split's block-level bound, clamped to 0..tc_nit)."""
+        um = self.p.get("unmasked")
+        if um and not um["all"]:
+            self.line(f"const int tc_nu = (int)({self.em.expr(self.st, um['end'])});  "
+                      "/* iterations without the masks */")
 
     def parallel(self, loop: For):
         em, st, p = self.em, self.st, self.p
@@ -1097,17 +1348,18 @@ class _Emit:
             if not isinstance(x, Bind):
                 self.cstmt(x)
 
-        def step():
+        def step(body):
             self.loop_var(loop)
             self.line(f"const int tc_s = tc_it % {S};")
             self.line(f"tc_cp_async_wait<{S - 2}>();")
             self.line("__syncthreads();  /* stage tc_s has landed; every warp is done with the stage refilled next */")
             self.block(f"if (tc_it + {S - 1} < {n})", lambda: self.prefetch(loop, f"tc_it + {S - 1}"))
             self.line("tc_cp_async_commit();")
-            for x in p["body"]:
+            for x in body:
                 self.cstmt(x)
 
-        self.block(f"for (int tc_it = 0; tc_it < {n}; ++tc_it)", step)
+        self.split_count()
+        self.loops(0, step, n)
         self.line("tc_cp_async_wait<0>();")
         for x in p["post"]:
             self.cstmt(x)
