@@ -500,16 +500,13 @@ def wgmma_name(at: dict) -> str:
     return wgmma_struct(at["dtype"], at["BN"], not at["b_kmajor"])[0]
 
 
-def wgmma_struct(dtype: str, n: int, trans_b: bool, a_regs: bool = False, trans_a: bool = False,
-                 scale_d: bool = False) -> tuple:
+def wgmma_struct(dtype: str, n: int, trans_b: bool, a_regs: bool = False, trans_a: bool = False) -> tuple:
     """(name, C++ text) of a struct whose ``run`` issues one ``wgmma.mma_async`` m64nNk16 (16-bit) or
     m64nNk32 (8-bit): accumulators in registers (``float (&)[N / 2]``), B from a shared-memory descriptor,
     A from a descriptor or (``a_regs``) from four 32-bit registers of packed 16-bit values; D += A * B.
-    ``trans_a`` / ``trans_b``: the operand in shared memory is MN-major (16-bit types only). ``scale_d``:
-    ``run`` takes one more argument, the instruction's scale-d (0: D = A * B, the accumulators are not read)."""
+    ``trans_a`` / ``trans_b``: the operand in shared memory is MN-major (16-bit types only)."""
     ptx, kstep, _ = _DTYPES[dtype]
-    name = f"tc_wgmma_{'rs_' if a_regs else ''}{ptx}_n{n}_t{int(trans_b)}{'_ta' if trans_a else ''}" \
-           f"{'_sd' if scale_d else ''}"
+    name = f"tc_wgmma_{'rs_' if a_regs else ''}{ptx}_n{n}_t{int(trans_b)}{'_ta' if trans_a else ''}"
     regs = n // 2
     dlist = ", ".join(f"%{i}" for i in range(regs))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
@@ -524,8 +521,6 @@ def wgmma_struct(dtype: str, n: int, trans_b: bool, a_regs: bool = False, trans_
         sig = "unsigned long long a, unsigned long long b"
         ins = '"l"(a), "l"(b), "r"(1)'
         trans = f", {int(trans_a)}, {int(trans_b)}" if ptx in ("f16", "bf16") else ""
-    if scale_d:
-        sig, ins = sig + ", int scale_d", ins[:-len('"r"(1)')] + '"r"(scale_d)'
     text = (f"struct {name} {{\n  static __device__ __forceinline__ void run(float (&d)[{regs}], {sig}) {{\n"
             f"    asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, {p_op}, 0;\\n"
             f"wgmma.mma_async.sync.aligned.m64n{n}k{kstep}.f32.{ptx}.{ptx} {{{dlist}}}, {a_op}, {b_op}, "

@@ -34,7 +34,7 @@ fits (that is what this pass is for); so does a GEMM with an epilogue on the fra
 from __future__ import annotations
 
 from tilecore.ir import (Allocate, Bind, Buffer, BufferLoad, Collective, For, KernelLaunch, Region, Seq, Store, TileOp,
-                         FloatImm, Select, Var, as_expr, binary, compare, const_value, simplify, walk, walk_expr)
+                         Select, Var, as_expr, binary, compare, const_value, simplify, walk, walk_expr)
 from tilecore.ir.dtypes import is_float
 from tilecore.ir.bounds import Facts, nonneg_forms
 from tilecore.passes.pipeline import map_expr, substitute
@@ -416,10 +416,6 @@ def _split_barriers(plan, ctx) -> str:
 #: default of ``tilecore.cuda.split_masked_loop`` (docs/decisions.md D30): the loop runs its iterations where
 #: every ``T.if_then_else`` mask on the loop variable provably holds without the mask (the same values: exact)
 SPLIT_MASKED_LOOP_DEFAULT = True
-#: default of ``tilecore.cuda.wgmma_zero_init`` (D30): a nest that stores 0 into a whole accumulator right before
-#: the gemm into it becomes the gemm's first WGMMA with scale-d 0. Off: a product sum of -0 comes out -0, not
-#: +0 (-0 + +0), so it is exact only up to the sign of zero
-WGMMA_ZERO_INIT_DEFAULT = False
 
 
 def _mentions(e, var) -> bool:
@@ -551,48 +547,6 @@ def _split_masked(plan, facts, ctx, name) -> None:
                      f"{loop.var.name}")
 
 
-def _zero_init(plan, ctx, name) -> None:
-    """``tilecore.cuda.wgmma_zero_init``: in the body the iterations without masks run (the whole body where
-    there is no split), a ``T.Parallel`` nest that only stores 0 into every element of a 2-D fragment ``C``,
-    followed (before anything else touches ``C``) by a ``T.gemm`` accumulating into ``C`` (its A not ``C``),
-    is dropped and the gemm's first WGMMA runs with scale-d 0 (D = A B): no instructions that zero the
-    accumulators. ``plan["unmasked"]["zero"]`` (created with ``"all"`` where there was no split) holds the
-    gemms that do."""
-    um = plan.get("unmasked") or {"end": None, "body": list(plan["body"]), "all": True}
-    body, frags, zero = list(um["body"]), plan["frags"], set()
-    for k, s in enumerate(body):
-        if not (isinstance(s, For) and s.kind == "parallel"):
-            continue
-        ranges, _, stores = _nest(s)
-        if len(stores) != 1 or len(ranges) != 2:
-            continue
-        st = stores[0]
-        c = st.buffer
-        if frags.get(c) != 2 or not (isinstance(st.value, FloatImm) and st.value.value == 0.0):
-            continue
-        (iv, ilo, ihi), (jv, jlo, jhi) = ranges
-        shape = c.static_shape()
-        if [const_value(simplify(x)) for x in (ilo, ihi, jlo, jhi)] != [0, shape[0] - 1, 0, shape[1] - 1] \
-                or len(st.indices) != 2 or st.indices[0] is not iv or st.indices[1] is not jv:
-            continue
-        nxt = next((x for x in body[k + 1:] if x is not None and c in _touched(x, frags)), None)
-        if nxt is None or not _is_gemm(nxt) or nxt.args[2].buffer is not c or nxt.args[0].buffer is c \
-                or nxt.attrs.get("clear_accum"):
-            continue
-        body[k] = None
-        zero.add(id(nxt))
-        a, b = nxt.args[0], nxt.args[1]
-        plan["wgmma"] = sorted(set(plan["wgmma"]) | {(str(b.buffer.dtype), shape[1], not bool(nxt.attrs.get("transpose_B")),
-                                                      a.buffer in frags, False, True)})
-    if not zero:
-        ctx.notes.append(f"{name}: no zero-initialized WGMMA (no store of 0 into a whole accumulator right "
-                         "before its gemm)")
-        return
-    plan["unmasked"] = {**um, "body": body, "zero": zero}
-    ctx.notes.append(f"{name}: zero-initialized WGMMA: {len(zero)} gemm(s) start with scale-d 0 instead of "
-                     "zeroed accumulators")
-
-
 def _rewrite_stores(s, fn):
     """``s`` (a ``T.Parallel`` nest) with ``fn`` applied to the value of each store; ``s`` itself if none changes."""
     from tilecore.ir.visit import rewrite
@@ -641,8 +595,6 @@ def _lower_as(mode: str):
         plan["unmasked"] = None
         if ctx.option("tilecore.cuda.split_masked_loop", SPLIT_MASKED_LOOP_DEFAULT):
             _split_masked(plan, facts, ctx, name)
-        if mode == "wgmma" and ctx.option("tilecore.cuda.wgmma_zero_init", WGMMA_ZERO_INIT_DEFAULT):
-            _zero_init(plan, ctx, name)
         pipe = Buffer("regprog_smem", (plan["pipe_bytes"],), "uint8", "shared")
         coll = Collective("tc_register_program", (Region(pipe, (as_expr(0),), (pipe.shape[0],)),),
                           {"plan": plan, "tensor_maps": plan["tensor_maps"], "wgmma": plan["wgmma"]},
@@ -696,7 +648,6 @@ class _Emit:
         self.turn_pass = None       # ... and pass the turn on after it ("all", or "final": not the last consumer)
         self.groups = None          # intra-warpgroup overlap: WGMMA groups in flight, oldest first
         self.packed_ahead = None    # a fragment whose packed copy the next WGMMA reading it finds ready
-        self.zero: set = set()      # gemms (by id) whose first WGMMA runs with scale-d 0 (tilecore.cuda.wgmma_zero_init)
 
     def line(self, text: str):
         self.em.line(self.st, text)
@@ -1050,8 +1001,6 @@ class _Emit:
 
     def cstmt(self, s):
         em, st = self.em, self.st
-        if s is None:  # a nest the zero-initialized WGMMA replaces
-            return
         if self.groups is not None:  # overlap: wait for the groups that write what s touches, no more
             self.wait_for(self.touched(s) - ({s.args[2].buffer} if _is_gemm(s) else set()))
         elif isinstance(s, TileOp) and s.op == "gemm":
@@ -1180,8 +1129,7 @@ class _Emit:
         n = c.buffer.static_shape()[1]
         k = a.buffer.static_shape()[1]
         a_regs = a.buffer in p["frags"]
-        zero = id(s) in self.zero
-        name = wgmma_struct(dt, n, not tb, a_regs, False, zero)[0]
+        name = wgmma_struct(dt, n, not tb, a_regs)[0]
         cn = em.name(st, c.buffer)
         uses_once = any(x.buffer in p["once"] for x in (a, b))
         if uses_once and not self.waited_once:
@@ -1217,12 +1165,12 @@ class _Emit:
                 # k step kk covers accumulator-layout column blocks 2 kk and 2 kk + 1: registers
                 # (row, k 0-7), (row + 8, k 0-7), (row, k 8-15), (row + 8, k 8-15), two values each
                 regs = [f"{pa}[{4 * kk + x}]" for x in range(4)]
-                self.line(f"{name}::run({cn}, {', '.join(regs)}, {db}{self.scale_d(zero, kk)});")
+                self.line(f"{name}::run({cn}, {', '.join(regs)}, {db});")
             else:
                 arow = p["shared"][a.buffer]["rows"]
                 da = (f"tc_wgmma_desc({self.tile_addr(a.buffer, self.stage)} + {(kb // 128) * arow * 128 + kb % 128}u + "
                       f"(unsigned)tc_c * {64 * 128}u, 16, 1024)")
-                self.line(f"{name}::run({cn}, {da}, {db}{self.scale_d(zero, kk)});")
+                self.line(f"{name}::run({cn}, {da}, {db});")
         self.line("tc_wgmma_commit();")
         if self.turn_pass:
             self.pass_turn(final=self.turn_pass == "final")
@@ -1236,21 +1184,11 @@ class _Emit:
     def packed(self, b) -> str:
         return f"tc_pa_{self.em.name(self.st, b)}"
 
-    @staticmethod
-    def scale_d(zero: bool, kk: int) -> str:
-        """The scale-d argument of a zero-initialized gemm's k step ``kk`` (0 first: D = A B, then accumulate)."""
-        return (", 0" if kk == 0 else ", 1") if zero else ""
-
-    # -- the masked-loop split (tilecore.cuda.split_masked_loop) and the zero-initialized WGMMA ---------------
+    # -- the masked-loop split (tilecore.cuda.split_masked_loop) --------------------------------------------
     def variant(self, unmasked: bool) -> list:
-        """The loop body for the iterations with (``unmasked`` False) or without masks; sets which gemms start
-        with scale-d 0."""
+        """The loop body for the iterations with (``unmasked`` False) or without masks."""
         um = self.p.get("unmasked")
-        if unmasked and um:
-            self.zero = set(um.get("zero", ()))
-            return um["body"]
-        self.zero = set()
-        return self.p["body"]
+        return um["body"] if unmasked and um else self.p["body"]
 
     def loops(self, first: int, step, nit: str = "tc_nit") -> None:
         """The loop over iterations ``first ..`` of the trip count ``tc_nit``: one loop, or (the split) the

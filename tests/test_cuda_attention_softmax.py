@@ -1,0 +1,218 @@
+"""The softmax path of the CUDA register programs (docs/decisions.md D30), through the public API:
+
+- ``tilecore.cuda.split_masked_loop``: the loop runs the iterations where every ``T.if_then_else`` mask on the
+  loop variable provably holds for the whole tile without the mask (causal attention's blocks left of the
+  diagonal, the blocks before the sequence's edge), and keeps the masks for the rest. Where the mask was S's
+  initial value, its zeros cost nothing in the unmasked iterations: ptxas folds them into the first WGMMA.
+
+Without a GPU (CI): the split count ``tc_nu`` the kernel computes is checked against a brute-force count of the
+iterations whose mask holds everywhere, for every block (sound: never more; tight: no fewer); the consumers'
+code runs on the host (tests/regprog_sim.py) for every trip count 0..5 and every split count 0..trips, checking
+the turn protocol, the WGMMA hazards, that only iterations below the count run unmasked, and that every
+register array sees the same operations and WGMMA tiles as with the split off; mutations of the count and of the
+loops are caught. SASS: the two loops' WGMMA, no local memory, the zeroing folded. On an sm_90 GPU: float64
+references, and outputs equal to the split off.
+"""
+from __future__ import annotations
+
+import functools
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilecore
+
+tilecore_cuda = pytest.importorskip("tilecore_cuda")
+
+sys.path.insert(0, str(Path(__file__).parent))
+import regprog_sim as sim  # noqa: E402
+from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
+from test_cuda_hopper import HOPPER, SCHEDULES, _attention, _notes, hopper_gpu  # noqa: E402
+
+#: (seq, dim, bm, bn, threads, causal)
+SHAPES = {"d128-causal": (512, 128, 128, 128, 256, True), "d128-causal-bn64": (1000, 128, 128, 64, 256, True),
+          "d64-3wg-causal": (1000, 64, 192, 64, 384, True), "d128-edge": (1000, 128, 128, 64, 256, False)}
+SPLIT = {"split": {"tilecore.cuda.split_masked_loop": True}, "nosplit": {"tilecore.cuda.split_masked_loop": False}}
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(shape: str, schedule: str = "both", split: str = "split", fast: bool = False):
+    cfg = {**NOCACHE, **SCHEDULES[schedule], **SPLIT[split], "tilecore.fast_math": fast}
+    return tilecore.compile(_attention(*SHAPES[shape]), target=HOPPER, pass_configs=cfg)
+
+
+def _consumer(src: str) -> str:
+    return "\n".join(sim.consumer_lines(src))
+
+
+# -- the split count against brute force ------------------------------------------------------------------
+
+def _c_count(src: str, bx: int, loop: int) -> int:
+    """``tc_nu`` as the kernel computes it for block ``bx`` (its C expression evaluated in Python)."""
+    text = re.search(r"const int tc_nu = \(int\)\((.*)\);  /\*", src).group(1)
+    env = {"tc_min": min, "tc_max": max, "tc_floordiv": lambda a, b: a // b, "bx": bx, "loop": loop}
+    return int(eval(text.replace("(int)", ""), {"__builtins__": {}}, env))  # noqa: S307
+
+
+def _true_count(seq, bm, bn, causal, bx) -> tuple:
+    """(trip count, leading iterations whose mask holds for every (i, j) of the tile), by brute force."""
+    loop = -(-((bx + 1) * bm) // bn) if causal else -(-seq // bn)
+    i, j = np.arange(bm)[:, None], np.arange(bn)[None, :]
+    n = 0
+    for k in range(loop):
+        ok = (k * bn + j < seq) & ((bx * bm + i >= k * bn + j) if causal else True)
+        if not ok.all():
+            break
+        n += 1
+    return loop, n
+
+
+def _count_problems(src, seq, bm, bn, causal) -> list:
+    out = []
+    for bx in range(-(-seq // bm)):
+        loop, want = _true_count(seq, bm, bn, causal, bx)
+        got = _c_count(src, bx, loop)
+        if got != want:
+            out.append(f"block {bx}: {got} iterations without masks, {want} hold everywhere (of {loop})")
+    return out
+
+
+@needs_toolchain
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_split_count_is_the_iterations_whose_mask_holds_everywhere(shape):
+    seq, dim, bm, bn, threads, causal = SHAPES[shape]
+    k = _kernel(shape)
+    assert "masked-loop split: the iterations before the mask's first run without" in _notes(k)
+    assert _count_problems(k.get_kernel_source(), seq, bm, bn, causal) == []
+
+
+@needs_toolchain
+@pytest.mark.parametrize("edit", [("+ 1)), 0), loop)", "+ 2)), 0), loop)"), ("tc_max(", "tc_min(")],
+                         ids=["one iteration too many", "no clamp at zero"])
+def test_split_count_check_catches_a_wrong_count(edit):
+    seq, dim, bm, bn, threads, causal = SHAPES["d128-causal-bn64"]
+    src = _kernel("d128-causal-bn64").get_kernel_source()
+    line = next(ln for ln in src.splitlines() if "const int tc_nu" in ln)
+    assert edit[0] in line
+    assert _count_problems(src.replace(line, line.replace(edit[0], edit[1], 1)), seq, bm, bn, causal) != []
+
+
+@needs_toolchain
+def test_no_mask_on_the_loop_variable_no_split():
+    """Non-causal with the sequence a multiple of the block: every mask holds everywhere (one loop, no count)."""
+    k = tilecore.compile(_attention(512, 128, 128, 128, 256, False), target=HOPPER, pass_configs=NOCACHE)
+    src = _consumer(k.get_kernel_source())
+    assert "masked-loop split: every iteration run without" in _notes(k)
+    assert "tc_nu" not in src and "? 0.0f : (-INFINITY)" not in src
+
+
+# -- the consumers on the host ----------------------------------------------------------------------------
+
+def _kinds(events) -> dict:
+    """Each register array's history with statement texts left out (a masked and an unmasked init differ only
+    there): which operations, WGMMA with the tiles and stages they read, in order."""
+    out: dict = {}
+    for name, hist in sim.per_fragment(events).items():
+        out[name] = [h if isinstance(h, tuple) else "touch" for h in hist]
+    return out
+
+
+def _split_problems(src: str, base: str, consumers: int) -> list:
+    out = []
+    for trips in range(6):
+        for nu in range(trips + 1):
+            traces = [sim.trace(src, c, trips, nu) for c in range(consumers)]
+            out += [f"{trips} trips, {nu} unmasked: {p}" for p in sim.check_turns(traces)]
+            for c, tr in enumerate(traces):
+                out += [f"{trips} trips, {nu} unmasked, consumer {c}: {p}" for p in sim.check_wgmma(tr)]
+                # the iterations without masks are among the first nu
+                inits = [ev[2] for ev in tr if ev[0] == "touch" and ("acc_s[4 * tc_j + 2 * tc_h + tc_e] = 0.0f;" in ev[2]
+                                                                 or "? 0.0f : (-INFINITY)" in ev[2])]
+                plain = [k for k, t in enumerate(inits) if "?" not in t]
+                if any(k >= nu for k in plain) or len(inits) != trips:
+                    out.append(f"{trips} trips, {nu} unmasked, consumer {c}: unmasked iterations {plain} "
+                               f"of {len(inits)}")
+                if _kinds(tr) != _kinds(sim.trace(base, c, trips)):
+                    out.append(f"{trips} trips, {nu} unmasked, consumer {c}: a register array's history differs "
+                               "from the split off")
+    return out
+
+
+@needs_toolchain
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+@pytest.mark.parametrize("shape", ["d128-causal-bn64", "d64-3wg-causal"])
+def test_split_keeps_the_protocols_for_every_count(shape, schedule):
+    k = _kernel(shape, schedule)
+    src = k.get_kernel_source()
+    consumer = _consumer(src)
+    assert "for (int tc_it = " in consumer and "tc_it < tc_nu;" in consumer
+    base = _kernel(shape, schedule, "nosplit").get_kernel_source()
+    assert _split_problems(src, base, SHAPES[shape][4] // 128) == []
+
+
+#: breaks of the split loops: what each does
+LOOP_MUTATIONS = [("tc_it < tc_nu;", "tc_it < tc_nu + 1;", "the unmasked loop runs one iteration too many"),
+                  ("tc_it = max(tc_nu, 1);", "tc_it = max(tc_nu, 1) + 1;", "the masked loop skips an iteration"),
+                  ("tc_it = max(tc_nu, 1);", "tc_it = max(tc_nu, 1) - 1;", "the masked loop repeats an iteration")]
+
+
+@needs_toolchain
+@pytest.mark.parametrize("old,new,what", LOOP_MUTATIONS, ids=[m[2] for m in LOOP_MUTATIONS])
+def test_split_checks_catch_broken_loops(old, new, what):
+    src = _kernel("d128-causal-bn64").get_kernel_source()
+    assert old in src
+    base = _kernel("d128-causal-bn64", "both", "nosplit").get_kernel_source()
+    assert _split_problems(src.replace(old, new), base, 2) != []
+
+
+# -- SASS -------------------------------------------------------------------------------------------------
+
+def _sass(k) -> str:
+    return tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+
+
+@needs_toolchain
+@pytest.mark.parametrize("fast", [False, True], ids=["exact", "fast"])
+def test_split_sass_has_both_loops_and_no_local_memory(fast):
+    """The benchmark's causal block (d128, 128 x 128, both schedules): a third copy of the loop body's WGMMA
+    (iteration 0, the unmasked loop, the masked loop, the last P V); in the unmasked loop S's zeros are no
+    instructions (ptxas folds them into the first HGMMA: no accumulator input, ``RZ, !UPT``) and the mask's
+    selects are gone; the fragments still in registers."""
+    on, off = _sass(_kernel("d128-causal", fast=fast)), _sass(_kernel("d128-causal", split="nosplit", fast=fast))
+    assert len(re.findall(r"HGMMA\.64x128x16", off)) == 32
+    assert len(re.findall(r"HGMMA\.64x128x16", on)) == 48
+    assert len(re.findall(r"HGMMA\.64x128x16\.F32 R\d+, gdesc\[UR\d+\], RZ, !UPT", off)) == 0
+    assert len(re.findall(r"HGMMA\.64x128x16\.F32 R\d+, gdesc\[UR\d+\], RZ, !UPT", on)) == 1
+    # the selects of the mask: in the two masked copies only (iteration 0 and the masked loop), as before
+    assert len(re.findall(r"\bFSEL\b", on)) == len(re.findall(r"\bFSEL\b", off))
+    for sass in (on, off):
+        assert "STL" not in sass and "LDL" not in sass
+
+
+# -- on an sm_90 GPU ----------------------------------------------------------------------------------------
+
+@hopper_gpu
+@pytest.mark.parametrize("fast", [False, True], ids=["exact", "fast"])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_device_split_matches_float64_and_the_split_off(torch_cuda, shape, fast):
+    from tilecore_conformance.composite import attention_ref
+
+    torch = torch_cuda
+    seq, dim, bm, bn, threads, causal = SHAPES[shape]
+    rng = np.random.default_rng(11)
+    q, kk, v = (torch.from_numpy(rng.standard_normal((2, seq, dim)).astype(np.float32)).half().cuda() for _ in range(3))
+    ref = attention_ref([x.cpu().numpy() for x in (q, kk, v)], "float16", causal, seq=seq, dim=dim)[0]
+    outs = []
+    for split in ("nosplit", "split"):
+        k = tilecore.compile(_attention(seq, dim, bm, bn, threads, causal), target="cuda",
+                             pass_configs={**SPLIT[split], "tilecore.fast_math": fast})
+        o = torch.full_like(q, float("nan"))
+        k(q, kk, v, o)
+        torch.cuda.synchronize()
+        outs.append(o.double().cpu().numpy())
+        np.testing.assert_allclose(outs[-1], ref, atol=2e-2, rtol=2e-2)
+    # bit for bit: the split computes the masks' true branch where they hold, nothing else changes
+    assert outs[0].tobytes() == outs[1].tobytes()
