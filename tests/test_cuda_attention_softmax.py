@@ -101,7 +101,68 @@ def test_split_count_check_catches_a_wrong_count(edit):
 
 
 @needs_toolchain
-def test_no_mask_on_the_loop_variable_no_split():
+def test_default_is_the_documented_setting():
+    """No pass config is the setting regprog's default names (D30: on; the golden sources use the defaults)."""
+    from tilecore_cuda.regprog import SPLIT_MASKED_LOOP_DEFAULT
+
+    plain = tilecore.compile(_attention(*SHAPES["d128-causal-bn64"]), target=HOPPER, pass_configs=NOCACHE)
+    named = _kernel("d128-causal-bn64", "both", "split" if SPLIT_MASKED_LOOP_DEFAULT else "nosplit")
+    assert plain.get_kernel_source() == named.get_kernel_source()
+
+
+def _windowed(seq=1024, dim=64, bm=128, bn=64, window=256, edge=False):
+    """Two gemms with a mask that holds only from some iteration on (a sliding window's left edge: key
+    ``k bn + j`` at least ``window`` before query ``bx bm + i``), or (``edge``) also before the sequence's end."""
+    import tilecore.language as T
+
+    @T.prim_func
+    def main(Q: T.Tensor((seq, dim), "float16"), K: T.Tensor((seq, dim), "float16"),
+             V: T.Tensor((seq, dim), "float16"), O: T.Tensor((seq, dim), "float32")):
+        with T.Kernel(T.ceildiv(seq, bm), threads=256) as bx:
+            Q_s = T.alloc_shared((bm, dim), "float16")
+            K_s = T.alloc_shared((bn, dim), "float16")
+            V_s = T.alloc_shared((bn, dim), "float16")
+            s = T.alloc_fragment((bm, bn), "float32")
+            p = T.alloc_fragment((bm, bn), "float16")
+            o = T.alloc_fragment((bm, dim), "float32")
+            T.copy(Q[bx * bm, 0], Q_s)
+            T.fill(o, 0)
+            for k in T.Pipelined(T.ceildiv(seq, bn), num_stages=2):
+                T.copy(K[k * bn, 0], K_s)
+                for i, j in T.Parallel(bm, bn):
+                    ok = k * bn + j + window >= bx * bm + i
+                    if edge:
+                        ok = ok & (k * bn + j < seq - 7)
+                    s[i, j] = T.if_then_else(ok, 0, -T.infinity("float32"))
+                T.gemm(Q_s, K_s, s, transpose_B=True)
+                T.copy(s, p)
+                T.copy(V[k * bn, 0], V_s)
+                T.gemm(p, V_s, o)
+            T.copy(o, O[bx * bm, 0])
+
+    return main
+
+
+@needs_toolchain
+def test_a_mask_that_holds_only_later_is_kept():
+    """The split takes masks that hold up to some iteration; one that holds from some iteration on keeps the
+    loop as it was, and says so."""
+    k = tilecore.compile(_windowed(), target=HOPPER, pass_configs=NOCACHE)
+    off = tilecore.compile(_windowed(), target=HOPPER, pass_configs={**NOCACHE, **SPLIT["nosplit"]})
+    assert "no masked-loop split (no T.if_then_else on the loop variable that holds for whole iterations)" \
+        in _notes(k)
+    assert k.get_kernel_source() == off.get_kernel_source()
+    # with a second mask that does split (the sequence's end), the window's stays in both loops
+    both = tilecore.compile(_windowed(edge=True), target=HOPPER, pass_configs=NOCACHE)
+    src = _consumer(both.get_kernel_source())
+    assert "tc_it < tc_nu;" in src
+    assert "const int tc_nu = (int)(15);" in src  # 64-key blocks before key 1017
+    unmasked = src[src.index("tc_it < tc_nu;"):src.index("for (int tc_it = tc_nu;")]
+    assert "+ 256) >= " in unmasked and "(ok_1 ? " not in unmasked and "(ok_1 ? " in src
+
+
+@needs_toolchain
+def test_masks_that_hold_everywhere_leave_one_loop():
     """Non-causal with the sequence a multiple of the block: every mask holds everywhere (one loop, no count)."""
     k = tilecore.compile(_attention(512, 128, 128, 128, 256, False), target=HOPPER, pass_configs=NOCACHE)
     src = _consumer(k.get_kernel_source())

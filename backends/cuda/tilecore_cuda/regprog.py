@@ -34,7 +34,7 @@ fits (that is what this pass is for); so does a GEMM with an epilogue on the fra
 from __future__ import annotations
 
 from tilecore.ir import (Allocate, Bind, Buffer, BufferLoad, Collective, For, KernelLaunch, Region, Seq, Store, TileOp,
-                         Select, Var, as_expr, binary, compare, const_value, simplify, walk, walk_expr)
+                         Logic, Select, Var, as_expr, binary, compare, const_value, logic_and, simplify, walk, walk_expr)
 from tilecore.ir.dtypes import is_float
 from tilecore.ir.bounds import Facts, nonneg_forms
 from tilecore.passes.pipeline import map_expr, substitute
@@ -479,16 +479,37 @@ def _mask_end(cond, k, ranges):
     return end
 
 
+def _conjuncts(c) -> list:
+    if isinstance(c, Logic) and c.op == "and":
+        return _conjuncts(c.a) + _conjuncts(c.b)
+    return [c]
+
+
+def _mask_parts(cond, k, ranges) -> tuple:
+    """(the ends of the conjuncts of ``cond`` that hold up to some iteration, the other conjuncts)."""
+    ends, kept = [], []
+    for c in _conjuncts(cond):
+        e = _mask_end(c, k, ranges) if _mentions(c, k) else None
+        (kept if e is None else ends).append(e if e is not None else c)
+    return ends, kept
+
+
 def _unmask(e, k, ranges, binds):
-    """``e`` with every mask ``T.if_then_else(c, t, f)`` whose condition ``_mask_end`` bounds replaced by ``t``
-    (``e`` itself where there is none)."""
+    """``e`` with the conjuncts of each mask ``T.if_then_else(c, t, f)`` that hold up to some iteration left out
+    (the mask replaced by ``t`` where none is left); ``e`` itself where there are none."""
     hit = []
 
     def fn(x):
-        if isinstance(x, Select) and _mentions(substitute(x.cond, binds), k) \
-                and _mask_end(substitute(x.cond, binds), k, ranges) is not None:
-            hit.append(x)
-            return x.t
+        if isinstance(x, Select):
+            ends, kept = _mask_parts(substitute(x.cond, binds), k, ranges)
+            if ends:
+                hit.append(x)
+                if not kept:
+                    return x.t
+                cond = kept[0]
+                for c in kept[1:]:
+                    cond = logic_and(cond, c)
+                return Select(cond, x.t, x.f)
         return None
 
     new = map_expr(e, fn)
@@ -516,9 +537,7 @@ def _split_masked(plan, facts, ctx, name) -> None:
                         c = substitute(x.cond, binds)
                         if _mentions(c, k):
                             masks.append(x)
-                            e = _mask_end(c, k, ranges)
-                            if e is not None:
-                                ends.append(e)
+                            ends.extend(_mask_parts(c, k, ranges)[0])
                 walk_expr(st.value, look)
             new = _rewrite_stores(s, lambda v, ranges=ranges, binds=binds: _unmask(v, k, ranges, binds))
             changed |= new is not s
