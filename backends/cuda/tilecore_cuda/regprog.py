@@ -34,7 +34,7 @@ fits (that is what this pass is for); so does a GEMM with an epilogue on the fra
 from __future__ import annotations
 
 from tilecore.ir import (Allocate, Bind, Buffer, BufferLoad, Collective, For, KernelLaunch, Region, Seq, Store, TileOp,
-                         Logic, Select, Var, as_expr, binary, compare, const_value, logic_and, simplify, walk, walk_expr)
+                         BinOp, Call, FloatImm, Logic, Select, Var, as_expr, binary, compare, const_value, logic_and, simplify, walk, walk_expr)
 from tilecore.ir.dtypes import is_float
 from tilecore.ir.bounds import Facts, nonneg_forms
 from tilecore.passes.pipeline import map_expr, substitute
@@ -418,6 +418,66 @@ def _split_barriers(plan, ctx) -> str:
 SPLIT_MASKED_LOOP_DEFAULT = True
 
 
+#: default of ``tilecore.cuda.fold_softmax_scale`` (D30): under fast math, ``T.exp`` / ``T.exp2`` of a sum of one
+#: element term and row terms becomes one ``fmaf`` into ``exp2f``, the natural exponent's log2(e) folded into the
+#: factors; the exact build is left as written (contraction and reassociation change its roundings)
+FOLD_SOFTMAX_SCALE_DEFAULT = True
+LOG2E = 1.4426950408889634
+
+
+def _affine(e, invariant) -> list | None:
+    """``e`` as ``[(term, factor)]`` (``e`` = sum of ``term * factor``) over ``+``, ``-`` and products with a
+    factor ``invariant`` says is the same for the row's elements; a term None stands for 1."""
+    if isinstance(e, BinOp) and is_float(e.dtype):
+        if e.op in ("add", "sub"):
+            a, b = _affine(e.a, invariant), _affine(e.b, invariant)
+            if e.op == "sub":
+                b = [(t, _times(f, FloatImm(-1.0, e.dtype))) for t, f in b]
+            return a + b
+        if e.op == "mul":
+            for x, y in ((e.a, e.b), (e.b, e.a)):
+                if invariant(y):
+                    return [(t, _times(f, y)) for t, f in _affine(x, invariant)]
+    if isinstance(e, FloatImm):
+        return [(None, e)]
+    return [(e, FloatImm(1.0, e.dtype))]
+
+
+def _times(a, b):
+    if isinstance(a, FloatImm) and isinstance(b, FloatImm):
+        return FloatImm(a.value * b.value, a.dtype)
+    if isinstance(a, FloatImm) and a.value == 1.0:
+        return b
+    if isinstance(b, FloatImm) and b.value == 1.0:
+        return a
+    return binary("mul", a, b)
+
+
+def _fold_exp(e, invariant):
+    """Under fast math: ``exp(x A + B)`` -> ``exp2f(fmaf(x, A log2 e, B log2 e))`` and ``exp2(x A + B)`` ->
+    ``exp2f(fmaf(x, A, B))``, ``A`` and ``B`` the same for the row (computed once per row by the compiler), so an
+    element costs one FFMA and one MUFU.EX2 however the user wrote the affine argument (``(x - m) * s``,
+    ``x * s - m * s``, ``exp`` with the scale). ``e`` itself where there is no such call."""
+    def fn(x):
+        if not (isinstance(x, Call) and x.name in ("exp", "exp2", "fast_exp", "fast_exp2") and str(x.dtype) == "float32"):
+            return None
+        terms = _affine(x.args[0], invariant)
+        elem = [tf for tf in terms if tf[0] is not None and not invariant(tf[0])]
+        if len(elem) != 1:
+            return None
+        scale = FloatImm(LOG2E if x.name.endswith("exp") else 1.0, "float32")
+        (t, a), rest = elem[0], [tf for tf in terms if tf is not elem[0]]
+        b = None
+        for u, f in rest:
+            term = _times(f, scale) if u is None else _times(u, _times(f, scale))
+            b = term if b is None else binary("add", b, term)
+        arg = _times(t, _times(a, scale)) if b is None else Call("ieee_fmaf", (t, _times(a, scale), b), "float32",
+                                                                 (("rounding", "rn"),))
+        return Call("exp2", (arg,), "float32")
+
+    return map_expr(e, fn)
+
+
 def _mentions(e, var) -> bool:
     found = []
     walk_expr(e, lambda x: found.append(x) if x is var else None)
@@ -566,6 +626,12 @@ def _split_masked(plan, facts, ctx, name) -> None:
                      f"{loop.var.name}")
 
 
+def _binds_in(s) -> list:
+    out = []
+    walk(s, lambda x: out.append(x) if isinstance(x, Bind) else None)
+    return out
+
+
 def _rewrite_stores(s, fn):
     """``s`` (a ``T.Parallel`` nest) with ``fn`` applied to the value of each store; ``s`` itself if none changes."""
     from tilecore.ir.visit import rewrite
@@ -611,6 +677,7 @@ def _lower_as(mode: str):
         if plan["folded"]:
             ctx.notes.append(f"{name}: {', '.join(plan['folded'])} only relayed a fragment to global memory: "
                              "stored from the registers directly")
+        plan["fold"] = bool(ctx.option("tilecore.cuda.fold_softmax_scale", FOLD_SOFTMAX_SCALE_DEFAULT))
         plan["unmasked"] = None
         if ctx.option("tilecore.cuda.split_masked_loop", SPLIT_MASKED_LOOP_DEFAULT):
             _split_masked(plan, facts, ctx, name)
@@ -667,6 +734,7 @@ class _Emit:
         self.turn_pass = None       # ... and pass the turn on after it ("all", or "final": not the last consumer)
         self.groups = None          # intra-warpgroup overlap: WGMMA groups in flight, oldest first
         self.packed_ahead = None    # a fragment whose packed copy the next WGMMA reading it finds ready
+        self.row_vars = None        # ids of the variables that vary along a row, inside a 2-D T.Parallel nest
 
     def line(self, text: str):
         self.em.line(self.st, text)
@@ -1244,6 +1312,9 @@ class _Emit:
             cols = _s(inner.extent)
             body = inner.body
 
+            # what varies along a row: the column variable and what the nest binds (tilecore.cuda.fold_softmax_scale)
+            self.row_vars = {id(jv)} | {id(x.var) for x in _binds_in(body)}
+
             def elem():
                 self.line(f"const int {iv} = tc_row + 8 * tc_h;")
                 self.line(f"const int {jv} = 8 * tc_j + tc_col + tc_e;")
@@ -1257,6 +1328,7 @@ class _Emit:
                 self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", lambda: (
                     self.line("#pragma unroll"),
                     self.block("for (int tc_e = 0; tc_e < 2; ++tc_e)", elem)))))
+            self.row_vars = None
         else:
             def row():
                 self.line(f"const int {iv} = tc_row + 8 * tc_h;")
@@ -1267,6 +1339,18 @@ class _Emit:
             self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", row)
         st.regs = old
 
+    def row_invariant(self, e) -> bool:
+        """Whether ``e`` is the same for every element of a row: no 2-D fragment, nothing the column varies."""
+        bad = []
+
+        def chk(x):
+            if isinstance(x, BufferLoad) and self.p["frags"].get(x.buffer) == 2 or \
+                    isinstance(x, Var) and id(x) in self.row_vars:
+                bad.append(x)
+
+        walk_expr(e, chk)
+        return not bad
+
     def body(self, s):
         em, st = self.em, self.st
         if isinstance(s, Seq):
@@ -1274,7 +1358,10 @@ class _Emit:
                 self.body(x)
         elif isinstance(s, Store) and s.buffer in self.p["frags"]:
             ref = st.regs[id(s.buffer)]
-            self.line(f"{ref} = {self.rounded(s.buffer, em.expr(st, s.value))};")
+            value = s.value
+            if self.p.get("fold") and getattr(st, "fast", False) and self.row_vars is not None:
+                value = _fold_exp(value, self.row_invariant)
+            self.line(f"{ref} = {self.rounded(s.buffer, em.expr(st, value))};")
         else:
             em.stmt(st, s)
 
