@@ -253,6 +253,100 @@ def test_split_sass_has_both_loops_and_no_local_memory(fast):
         assert "STL" not in sass and "LDL" not in sass
 
 
+# -- exp2 with the scale folded into one FMA -----------------------------------------------------------------
+
+def _softmax_chain(form, seq=512, dim=64, bm=128, bn=64):
+    """Two gemms with an exponential of the row-centered scores between them, written three ways."""
+    import tilecore.language as T
+
+    @T.prim_func
+    def main(Q: T.Tensor((seq, dim), "float16"), K: T.Tensor((seq, dim), "float16"),
+             V: T.Tensor((seq, dim), "float16"), O: T.Tensor((seq, dim), "float32")):
+        with T.Kernel(T.ceildiv(seq, bm), threads=256) as bx:
+            Q_s = T.alloc_shared((bm, dim), "float16")
+            K_s = T.alloc_shared((bn, dim), "float16")
+            V_s = T.alloc_shared((bn, dim), "float16")
+            s = T.alloc_fragment((bm, bn), "float32")
+            p = T.alloc_fragment((bm, bn), "float16")
+            m = T.alloc_fragment((bm,), "float32")
+            o = T.alloc_fragment((bm, dim), "float32")
+            T.copy(Q[bx * bm, 0], Q_s)
+            T.fill(o, 0)
+            for k in T.Pipelined(T.ceildiv(seq, bn), num_stages=2):
+                T.copy(K[k * bn, 0], K_s)
+                T.fill(s, 0)
+                T.gemm(Q_s, K_s, s, transpose_B=True)
+                T.reduce_max(s, m, dim=1)
+                for i, j in T.Parallel(bm, bn):
+                    if form == "exp((s - m) * c)":
+                        s[i, j] = T.exp((s[i, j] - m[i]) * 0.125)
+                    elif form == "exp2((s - m) * c)":
+                        s[i, j] = T.exp2((s[i, j] - m[i]) * 0.125)
+                    else:
+                        s[i, j] = T.exp(s[i, j] * 0.125 - m[i] * 0.125)
+                T.copy(s, p)
+                T.copy(V[k * bn, 0], V_s)
+                T.gemm(p, V_s, o)
+            T.copy(o, O[bx * bm, 0])
+
+    return main
+
+
+def _softmax_ref(q, k, v, form):
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    out = np.zeros_like(q)
+    for b in range(0, q.shape[0], 128):
+        acc = np.zeros((min(128, q.shape[0] - b), q.shape[1]))
+        for kb in range(0, k.shape[0], 64):
+            s = q[b:b + 128] @ k[kb:kb + 64].T
+            e = (np.exp2 if form.startswith("exp2") else np.exp)((s - s.max(1, keepdims=True)) * 0.125)
+            acc += e.astype(np.float16).astype(np.float64) @ v[kb:kb + 64]
+        out[b:b + 128] = acc
+    return out
+
+
+FORMS = {"exp((s - m) * c)": 4, "exp2((s - m) * c)": 3, "exp(s * c - m * c)": 3}  # instructions an element took
+
+
+def _per_element(sass: str) -> dict:
+    return {op: len(re.findall(rf"\b{op}\b", sass)) for op in ("MUFU.EX2", "FFMA.FTZ", "FMUL.FTZ", "FADD.FTZ")}
+
+
+@needs_toolchain
+@pytest.mark.parametrize("form", list(FORMS))
+def test_fold_makes_an_element_one_ffma_and_one_ex2(form):
+    """Under fast math each element's exponential is one FFMA and one MUFU.EX2 (the row's A and B once per
+    row), however the affine argument is written; without the fold it took ``FORMS[form]`` instructions."""
+    def build(fold, fast=True):
+        return tilecore.compile(_softmax_chain(form), target=HOPPER,
+                                pass_configs={**NOCACHE, "tilecore.fast_math": fast, "tilecore.cuda.fold_softmax_scale": fold})
+
+    on, off = _per_element(_sass(build(True))), _per_element(_sass(build(False)))
+    n = on["MUFU.EX2"]  # one per element (32 a thread), per copy of the loop body
+    assert n >= 32 and off["MUFU.EX2"] == n
+    assert on["FFMA.FTZ"] == n and on["FADD.FTZ"] == 0 and on["FMUL.FTZ"] <= n // 8  # the rows' B
+    assert sum(off.values()) - off["MUFU.EX2"] >= (FORMS[form] - 1) * n
+    src = build(True).get_kernel_source()
+    assert re.search(r"exp2f\(fmaf\(s\[4 \* tc_j \+ 2 \* tc_h \+ tc_e\], 0\.1\d+f, \(m\[tc_h\] \* \(-0\.1\d+f\)\)\)\)", src)
+    # the exact build is as written, fold or not: contraction and reassociation would change its roundings
+    assert build(True, False).get_kernel_source() == build(False, False).get_kernel_source()
+    assert "fmaf(" not in build(True, False).get_kernel_source().split("__global__")[-1]
+
+
+@needs_toolchain
+def test_fold_leaves_the_catalog_kernel_its_instructions():
+    """The catalog's attention writes exp2(s * c - m * c) (c with log2 e in it): nvcc's contraction under fast
+    math already gives one FFMA + MUFU.EX2 an element, so the fold leaves it as written."""
+    def build(fold):
+        return tilecore.compile(_attention(512, 128, 128, 128, 256, False), target=HOPPER,
+                                pass_configs={**NOCACHE, "tilecore.fast_math": True, "tilecore.cuda.fold_softmax_scale": fold})
+
+    on = build(True)
+    assert on.get_kernel_source() == build(False).get_kernel_source()
+    ops = _per_element(_sass(on))
+    assert ops["FFMA.FTZ"] <= ops["MUFU.EX2"] + 2 and "fmaf(" not in on.get_kernel_source().split("__global__")[-1]
+
+
 # -- on an sm_90 GPU ----------------------------------------------------------------------------------------
 
 @hopper_gpu
@@ -277,3 +371,19 @@ def test_device_split_matches_float64_and_the_split_off(torch_cuda, shape, fast)
         np.testing.assert_allclose(outs[-1], ref, atol=2e-2, rtol=2e-2)
     # bit for bit: the split computes the masks' true branch where they hold, nothing else changes
     assert outs[0].tobytes() == outs[1].tobytes()
+
+
+@hopper_gpu
+@pytest.mark.parametrize("form", list(FORMS))
+def test_device_fold_matches_float64(torch_cuda, form):
+    torch = torch_cuda
+    rng = np.random.default_rng(13)
+    q, k, v = (rng.standard_normal((512, 64)).astype(np.float16) for _ in range(3))
+    ref = _softmax_ref(q, k, v, form)
+    for fold in (False, True):
+        kern = tilecore.compile(_softmax_chain(form), target="cuda",
+                                pass_configs={"tilecore.fast_math": True, "tilecore.cuda.fold_softmax_scale": fold})
+        o = torch.full((512, 64), float("nan"), device="cuda", dtype=torch.float32)
+        kern(*(torch.from_numpy(x).cuda() for x in (q, k, v)), o)
+        torch.cuda.synchronize()
+        np.testing.assert_allclose(o.double().cpu().numpy(), ref, atol=5e-2, rtol=2e-2)

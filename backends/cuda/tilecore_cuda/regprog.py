@@ -461,6 +461,8 @@ def _fold_exp(e, invariant):
     def fn(x):
         if not (isinstance(x, Call) and x.name in ("exp", "exp2", "fast_exp", "fast_exp2") and str(x.dtype) == "float32"):
             return None
+        if x.name.endswith("exp2") and _fma_form(x.args[0], invariant):
+            return None  # already x * A + B: nvcc contracts it under fast math (the catalog's attention)
         terms = _affine(x.args[0], invariant)
         elem = [tf for tf in terms if tf[0] is not None and not invariant(tf[0])]
         if len(elem) != 1:
@@ -476,6 +478,15 @@ def _fold_exp(e, invariant):
         return Call("exp2", (arg,), "float32")
 
     return map_expr(e, fn)
+
+
+def _fma_form(e, invariant) -> bool:
+    """``e`` is ``x * A + B`` or ``x * A - B`` (``A``, ``B`` the row's)."""
+    if not (isinstance(e, BinOp) and e.op in ("add", "sub")):
+        return False
+    sides = ((e.a, e.b), (e.b, e.a)) if e.op == "add" else ((e.a, e.b),)
+    return any(invariant(b) and isinstance(a, BinOp) and a.op == "mul" and (invariant(a.a) or invariant(a.b))
+               for a, b in sides)
 
 
 def _mentions(e, var) -> bool:
