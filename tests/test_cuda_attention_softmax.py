@@ -90,6 +90,17 @@ def test_split_count_is_the_iterations_whose_mask_holds_everywhere(shape):
 
 
 @needs_toolchain
+def test_split_on_the_mma_sync_register_program():
+    """sm_80's register program (every warp loads and computes) splits the same way: two loops, the same count."""
+    seq, dim, bm, bn, threads, causal = 1000, 64, 64, 64, 128, True
+    k = tilecore.compile(_attention(seq, dim, bm, bn, threads, causal), target="cuda:sm_80", pass_configs=NOCACHE)
+    assert "cuda.register_program: masked-loop split" in _notes(k)
+    src = k.get_kernel_source()
+    assert "for (int tc_it = 0; tc_it < tc_nu; ++tc_it)" in src and "for (int tc_it = tc_nu; tc_it < " in src
+    assert _count_problems(src, seq, bm, bn, causal) == []
+
+
+@needs_toolchain
 @pytest.mark.parametrize("edit", [("+ 1)), 0), loop)", "+ 2)), 0), loop)"), ("tc_max(", "tc_min(")],
                          ids=["one iteration too many", "no clamp at zero"])
 def test_split_count_check_catches_a_wrong_count(edit):
