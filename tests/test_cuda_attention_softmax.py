@@ -139,11 +139,12 @@ def _windowed(seq=1024, dim=64, bm=128, bn=64, window=256, edge=False):
             T.copy(Q[bx * bm, 0], Q_s)
             T.fill(o, 0)
             for k in T.Pipelined(T.ceildiv(seq, bn), num_stages=2):
+                key0 = k * bn  # a bind of the loop body (the split substitutes it: it varies with k)
                 T.copy(K[k * bn, 0], K_s)
                 for i, j in T.Parallel(bm, bn):
                     ok = k * bn + j + window >= bx * bm + i
                     if edge:
-                        ok = ok & (k * bn + j < seq - 7)
+                        ok = ok & (key0 + j < seq - 7)
                     s[i, j] = T.if_then_else(ok, 0, -T.infinity("float32"))
                 T.gemm(Q_s, K_s, s, transpose_B=True)
                 T.copy(s, p)

@@ -495,9 +495,10 @@ def _mentions(e, var) -> bool:
     return bool(found)
 
 
-def _nest(s):
-    """(loop variables with their inclusive ranges, binds by id, stores) of a ``T.Parallel`` nest."""
-    ranges, binds, stores = [], {}, []
+def _nest(s, outer: dict):
+    """(loop variables with their inclusive ranges, binds by id, stores) of a ``T.Parallel`` nest; ``outer``:
+    the values of the loop body's own binds before it (by id), substituted too."""
+    ranges, binds, stores = [], dict(outer), []
 
     def visit(x):
         if isinstance(x, For):
@@ -599,9 +600,12 @@ def _split_masked(plan, facts, ctx, name) -> None:
     loop = plan["loop"]
     k = loop.var
     ends, body, changed, masks = [], [], False, []
+    outer = {}  # the loop body's binds before the nest: their values (they may vary with k), substituted
     for s in plan["body"]:
+        if isinstance(s, Bind):
+            outer[id(s.var)] = substitute(s.value, outer)
         if isinstance(s, For) and s.kind == "parallel":
-            ranges, binds, stores = _nest(s)
+            ranges, binds, stores = _nest(s, outer)
             for st in stores:
                 def look(x, binds=binds, ranges=ranges):
                     if isinstance(x, Select):
