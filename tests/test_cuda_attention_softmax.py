@@ -8,7 +8,7 @@
 Without a GPU (CI): the split count ``tc_nu`` the kernel computes is checked against a brute-force count of the
 iterations whose mask holds everywhere, for every block (sound: never more; tight: no fewer); the consumers'
 code runs on the host (tests/regprog_sim.py) for every trip count 0..5 and every split count 0..trips, checking
-the turn protocol, the WGMMA hazards, that only iterations below the count run unmasked, and that every
+the turn protocol, the WGMMA hazards, that exactly the iterations below the count run unmasked, and that every
 register array sees the same operations and WGMMA tiles as with the split off; mutations of the count and of the
 loops are caught. SASS: the two loops' WGMMA, no local memory, the zeroing folded. On an sm_90 GPU: float64
 references, and outputs equal to the split off.
@@ -205,7 +205,7 @@ def _split_problems(src: str, base: str, consumers: int) -> list:
                 inits = [ev[2] for ev in tr if ev[0] == "touch" and ("acc_s[4 * tc_j + 2 * tc_h + tc_e] = 0.0f;" in ev[2]
                                                                  or "? 0.0f : (-INFINITY)" in ev[2])]
                 plain = [k for k, t in enumerate(inits) if "?" not in t]
-                if any(k >= nu for k in plain) or len(inits) != trips:
+                if plain != list(range(nu)) or len(inits) != trips:  # exactly the first nu, each once
                     out.append(f"{trips} trips, {nu} unmasked, consumer {c}: unmasked iterations {plain} "
                                f"of {len(inits)}")
                 if _kinds(tr) != _kinds(sim.trace(base, c, trips)):
@@ -229,7 +229,9 @@ def test_split_keeps_the_protocols_for_every_count(shape, schedule):
 #: breaks of the split loops: what each does
 LOOP_MUTATIONS = [("tc_it < tc_nu;", "tc_it < tc_nu + 1;", "the unmasked loop runs one iteration too many"),
                   ("tc_it = max(tc_nu, 1);", "tc_it = max(tc_nu, 1) + 1;", "the masked loop skips an iteration"),
-                  ("tc_it = max(tc_nu, 1);", "tc_it = max(tc_nu, 1) - 1;", "the masked loop repeats an iteration")]
+                  ("tc_it = max(tc_nu, 1);", "tc_it = max(tc_nu, 1) - 1;", "the masked loop repeats an iteration"),
+                  ("if (tc_nu > 0) {", "if (tc_nu >= 0) {", "the peeled iteration unmasked where it may not be"),
+                  ("if (tc_nu == 0) {", "if (tc_nu == 1) {", "the peeled iteration's masked init where not needed")]
 
 
 @needs_toolchain

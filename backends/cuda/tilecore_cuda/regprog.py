@@ -963,7 +963,7 @@ class _Emit:
 
         split = p.get("split")
 
-        def run_first(body, wait_turn: bool, pass_turn, previous: bool):
+        def run_first(body, wait_turn: bool, pass_turn, previous: bool, alt=None):
             if not split:
                 self.line(f"tc_mbar_wait({self.bar('full', 'tc_s')}, (tc_it / {S}) & 1);")
             else:  # this iteration's tiles of the first gemm, the previous one's of the second
@@ -975,7 +975,7 @@ class _Emit:
             for k, s in enumerate(body[:g1 + 1]):
                 if pp and k == g1:
                     self.turn_wait, self.turn_pass = wait_turn, pass_turn
-                self.cstmt(s)
+                self.cstmt_either(s, alt[k] if alt else s)
             if split:  # its tiles are free once it is done
                 self.groups[-1] = (*self.groups[-1][:3], [self.bar("empty", "tc_s", b) for b in self.tiles_of(0)])
 
@@ -994,9 +994,9 @@ class _Emit:
                 self.groups[-1] = (*self.groups[-1][:2], True, [])  # its end releases the stage
                 self.line(f"tc_rel = {stage};")
 
-        def run_between(body):
-            for s in body[g1 + 1:g2]:
-                self.cstmt(s)
+        def run_between(body, alt=None):
+            for k in range(g1 + 1, g2):
+                self.cstmt_either(body[k], alt[k] if alt else body[k])
             self.retire()  # nothing stays in flight into the next iteration (B normally waited already)
             a = second.args[0].buffer
             if a in p["frags"]:  # the second gemm's A (P) packed now: 32 registers, not 64, carried
@@ -1012,9 +1012,11 @@ class _Emit:
             self.line("const int tc_it = 0;")
             self.loop_var(loop)
             self.line("const int tc_s = 0;")
-            body = self.variant(bool(p.get("unmasked")) and p["unmasked"]["all"])
-            run_first(body, True, "all", False)
-            run_between(body)
+            um = p.get("unmasked")
+            body = self.variant(bool(um) and um["all"])
+            alt = um["body"] if um and not um["all"] else None  # without the masks where tc_nu > 0
+            run_first(body, True, "all", False, alt)
+            run_between(body, alt)
             self.variant(False)
 
         def step(body):
@@ -1100,6 +1102,18 @@ class _Emit:
     def rounded(self, b, text: str) -> str:
         conv = self.em.round_conv.get(str(b.dtype))
         return conv.format(text) if conv else text
+
+    def cstmt_either(self, masked, unmasked):
+        """``masked``, or (the split's peeled iteration 0) ``unmasked`` where ``tc_nu > 0``: the waits both need
+        first (they touch the same fragments), then a branch on the block-level count."""
+        if masked is unmasked:
+            return self.cstmt(masked)
+        if self.groups is not None:
+            self.wait_for(self.touched(masked))
+        elif self.touched(masked) & self.pending:
+            self.retire()
+        self.block("if (tc_nu > 0)", lambda: self.cstmt(unmasked))
+        self.block("if (tc_nu == 0)", lambda: self.cstmt(masked))
 
     def cstmt(self, s):
         em, st = self.em, self.st
