@@ -10,13 +10,16 @@ iterations whose mask holds everywhere, for every block (sound: never more; tigh
 code runs on the host (tests/regprog_sim.py) for every trip count 0..5 and every split count 0..trips, checking
 the turn protocol, the WGMMA hazards, that exactly the iterations below the count run unmasked, and that every
 register array sees the same operations and WGMMA tiles as with the split off; mutations of the count and of the
-loops are caught. SASS: the two loops' WGMMA, no local memory, the zeroing folded. On an sm_90 GPU: float64
+loops are caught; the sm_80 register program with the split runs right on the host emulator (a count one too
+large is caught there). SASS: the two loops' WGMMA, no local memory, the zeroing folded. On an sm_90 GPU: float64
 references, and outputs equal to the split off.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -98,6 +101,38 @@ def test_split_on_the_mma_sync_register_program():
     src = k.get_kernel_source()
     assert "for (int tc_it = 0; tc_it < tc_nu; ++tc_it)" in src and "for (int tc_it = tc_nu; tc_it < " in src
     assert _count_problems(src, seq, bm, bn, causal) == []
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the host emulator needs g++ (C++20)")
+@pytest.mark.parametrize("seq,bn,causal", [(200, 32, True), (200, 64, False)], ids=["causal", "edge"])
+def test_split_runs_right_on_the_host(seq, bn, causal):
+    """The sm_80 register program (mma.sync + cp.async) run on the host emulator (tests/cuda_host_emulator.py):
+    with the split, blocks whose unmasked counts go 0..6 (causal, 32-key blocks) or 3 of 4 iterations (the
+    sequence's edge), against float64 and bit for bit against the split off."""
+    from cuda_host_emulator import run_on_host
+    from tilecore_conformance.composite import attention_ref
+
+    rng = np.random.default_rng(7)
+    q, kk, v = (rng.standard_normal((1, seq, 64)).astype(np.float16) for _ in range(3))
+    outs = []
+    for split in ("split", "nosplit"):
+        k = tilecore.compile(_attention(seq, 64, 64, bn, 128, causal, heads=1), target="cuda:sm_80",
+                             pass_configs={**NOCACHE, **SPLIT[split]})
+        assert ("tc_nu" in k.get_kernel_source()) == (split == "split")
+        outs.append(run_on_host(k, [q, kk, v, np.full(q.shape, np.nan, np.float16)])[3])
+    ref = attention_ref([q, kk, v], "float16", causal, seq=seq, dim=64)[0]
+    np.testing.assert_allclose(outs[0].astype(np.float64), ref, atol=2e-2, rtol=2e-2)
+    assert outs[0].tobytes() == outs[1].tobytes()
+    # the mutation: one iteration more without the mask (the diagonal block, or the one past the edge)
+    src = tilecore.compile(_attention(seq, 64, 64, bn, 128, causal, heads=1), target="cuda:sm_80",
+                           pass_configs=NOCACHE).source
+    count = re.search(r"const int tc_nu = (\(int\)\(.*\));  /\*", src.code).group(1)
+    trips = re.search(r"for \(int tc_it = tc_nu; tc_it < (.*); \+\+tc_it\)", src.code).group(1)
+    code = src.code.replace(f"const int tc_nu = {count};", f"const int tc_nu = tc_min({count} + 1, {trips});")
+    assert code != src.code
+    broken = type("K", (), {"source": dataclasses.replace(src, code=code)})()
+    bad = run_on_host(broken, [q, kk, v, np.full(q.shape, np.nan, np.float16)])[3].astype(np.float64)
+    assert not np.allclose(bad, ref, atol=2e-2, rtol=2e-2)
 
 
 @needs_toolchain
