@@ -34,7 +34,8 @@ fits (that is what this pass is for); so does a GEMM with an epilogue on the fra
 from __future__ import annotations
 
 from tilecore.ir import (Allocate, Bind, Buffer, BufferLoad, Collective, For, KernelLaunch, Region, Seq, Store, TileOp,
-                         BinOp, Call, FloatImm, Logic, Select, Var, as_expr, binary, compare, const_value, logic_and, simplify, walk, walk_expr)
+                         BinOp, Call, FloatImm, Logic, Select, Var, as_expr, binary, compare, const_value, logic_and,
+                         simplify, walk, walk_expr)
 from tilecore.ir.dtypes import is_float
 from tilecore.ir.bounds import Facts, nonneg_forms
 from tilecore.passes.pipeline import map_expr, substitute
@@ -459,7 +460,8 @@ def _fold_exp(e, invariant):
     element costs one FFMA and one MUFU.EX2 however the user wrote the affine argument (``(x - m) * s``,
     ``x * s - m * s``, ``exp`` with the scale). ``e`` itself where there is no such call."""
     def fn(x):
-        if not (isinstance(x, Call) and x.name in ("exp", "exp2", "fast_exp", "fast_exp2") and str(x.dtype) == "float32"):
+        if not (isinstance(x, Call) and x.name in ("exp", "exp2", "fast_exp", "fast_exp2")
+                and str(x.dtype) == "float32"):
             return None
         if x.name.endswith("exp2") and _fma_form(x.args[0], invariant):
             return None  # already x * A + B: nvcc contracts it under fast math (the catalog's attention)
