@@ -1,7 +1,8 @@
 """FlashAttention forward on a CUDA GPU: tilecore against torch SDPA (cuDNN and flash backends), same run.
 
     python benchmarks/cuda_attention.py [--batch 8 --heads 32 --seq 4096 --dim 128] [--kv-heads 8] [--rep 5]
-        [--schedules off,pingpong,overlap,both] [--causal both|yes|no] [--pass-config KEY=VALUE ...]
+        [--schedules off,pingpong,overlap,both] [--softmax off,fold,split,both] [--exp exp2,exp]
+        [--causal both|yes|no] [--pass-config KEY=VALUE ...]
 
 The kernel is written as TileLang writes it (Q/K/V tiles in shared memory, online softmax with exp2,
 two gemms per block). Prints TFLOP/s (4 * b * h * s^2 * d for full attention, half that for causal)
@@ -9,6 +10,9 @@ and the ratio to the best torch backend; checks our output against SDPA's before
 makes it grouped-query attention (K/V with fewer heads; SDPA with ``enable_gqa=True`` in the same run).
 ``--schedules`` times the same kernels with FA3's schedules off and on (docs/decisions.md D28: ``pingpong``,
 ``overlap`` = ``tilecore.cuda.intra_wg_overlap``, ``both``), one row each, against the same SDPA numbers.
+``--softmax`` does the same for the softmax path (D30: ``fold`` = ``tilecore.cuda.fold_softmax_scale``, ``split``
+= ``tilecore.cuda.split_masked_loop``), and ``--exp`` times the kernel with its softmax written with ``T.exp2``
+(the catalog's form) and/or ``T.exp((s - m) * scale)``.
 Exits with code 2 and a clear message where no CUDA GPU is present.
 """
 from __future__ import annotations
@@ -28,16 +32,22 @@ SCHEDULES = {"off": {"tilecore.cuda.pingpong": False, "tilecore.cuda.intra_wg_ov
              "overlap": {"tilecore.cuda.pingpong": False, "tilecore.cuda.intra_wg_overlap": True},
              "both": {"tilecore.cuda.pingpong": True, "tilecore.cuda.intra_wg_overlap": True},
              "default": {}}
+#: the softmax path (D30), by the name --softmax takes
+SOFTMAX = {"off": {"tilecore.cuda.fold_softmax_scale": False, "tilecore.cuda.split_masked_loop": False},
+           "fold": {"tilecore.cuda.fold_softmax_scale": True, "tilecore.cuda.split_masked_loop": False},
+           "split": {"tilecore.cuda.fold_softmax_scale": False, "tilecore.cuda.split_masked_loop": True},
+           "both": {"tilecore.cuda.fold_softmax_scale": True, "tilecore.cuda.split_masked_loop": True},
+           "default": {}}
 
 
 def flash_fwd(batch, heads, seq, dim, causal, bm=64, bn=64, dtype="float16", threads=128, stages=2, fast=False,
-              wgmma=True, kv_heads=None, configs=None):
+              wgmma=True, kv_heads=None, configs=None, exp="exp2"):
     # the conformance catalog's kernel, at the benchmark's sizes
     @tilecore.jit(out_idx=[3], target="cuda",
                   pass_configs={"tilecore.fast_math": fast, "tilecore.cuda.disable_wgmma": not wgmma, **(configs or {})})
     def build():
         return flash_attention_forward(seq, dim, heads, bm, bn, dtype, causal, batch=batch, threads=threads,
-                                       num_stages=stages, kv_heads=kv_heads)
+                                       num_stages=stages, kv_heads=kv_heads, exp=exp)
 
     return build()
 
@@ -77,6 +87,10 @@ def main() -> int:
                     help="time the exact build (--no-exact with --fast-math: fast math only)")
     ap.add_argument("--schedules", default="default",
                     help=f"comma-separated, one row each: {', '.join(SCHEDULES)} (default: the compiler's defaults)")
+    ap.add_argument("--softmax", default="default",
+                    help=f"comma-separated, one row each: {', '.join(SOFTMAX)} (default: the compiler's defaults)")
+    ap.add_argument("--exp", default="exp2", help="comma-separated softmax forms, one row each: exp2 (the catalog's "
+                                                  "T.exp2(s * c - m * c)), exp (T.exp((s - m) * scale))")
     ap.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     ap.add_argument("--pass-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a pass config for every kernel (repeat it); VALUE is parsed as Python (True, 3) or kept a string")
@@ -87,6 +101,10 @@ def main() -> int:
     unknown = [x for x in schedules if x not in SCHEDULES]
     if unknown:
         ap.error(f"--schedules: unknown {', '.join(unknown)}; known: {', '.join(SCHEDULES)}")
+    softmaxes, exps = args.softmax.split(","), args.exp.split(",")
+    unknown = [x for x in softmaxes if x not in SOFTMAX] + [x for x in exps if x not in ("exp2", "exp")]
+    if unknown:
+        ap.error(f"--softmax / --exp: unknown {', '.join(unknown)}; known: {', '.join(SOFTMAX)} / exp2, exp")
     extra = {}
     for kv in args.pass_config:
         key, _, value = kv.partition("=")
@@ -111,7 +129,7 @@ def main() -> int:
     hk = args.kv_heads or h
     gqa = f" kv-heads {hk}" if hk != h else ""
     table = Table(title=f"FlashAttention forward fp16, b{b} h{h}{gqa} s{s} d{d} on {torch.cuda.get_device_name()}")
-    for col in ("causal", "schedule", "tilecore TFLOP/s", "config", "SDPA cuDNN", "SDPA flash", "ours / best torch",
+    for col in ("causal", "schedule", "softmax", "exp", "tilecore TFLOP/s", "config", "SDPA cuDNN", "SDPA flash", "ours / best torch",
                 "max err"):
         table.add_column(col, justify="right")
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -134,32 +152,33 @@ def main() -> int:
             ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal, **gqa_args)
         top = max(x for x in theirs.values() if x == x) if any(x == x for x in theirs.values()) else float("nan")
         maths = ([False] if args.exact else []) + ([True] if args.fast_math else [])
-        for schedule in schedules:
-            for fast in maths:
-                best, best_cfg, errs = 0.0, "-", []
-                for cfg in args.blocks.split(","):
-                    bm, bn, *rest = (int(x) for x in cfg.split("x"))
-                    threads, stages = (rest + [128, 2][len(rest):])[:2]
-                    cfg = cfg + (" fast-math" if fast else "")
-                    t0 = time.perf_counter()
-                    try:
-                        kern = flash_fwd(b, h, s, d, causal, bm, bn, threads=threads, stages=stages, fast=fast,
-                                         wgmma=not args.no_wgmma, kv_heads=hk, configs={**SCHEDULES[schedule], **extra})
-                    except tilecore.errors.TilecoreError as e:  # e.g. tiles that do not fit on chip at d256
-                        print(f"causal={causal} {schedule} {cfg}: skipped ({type(e).__name__}: {str(e)[:160]})",
-                              file=sys.stderr)
-                        continue
-                    compile_s = time.perf_counter() - t0
-                    out = kern(q, k, v)
-                    errs.append(float((out.float() - ref).abs().max()))
-                    tf = flops / cuda_ms(lambda: kern(q, k, v), max(1, min(args.rep, 3))) / 1e9
-                    print(f"causal={causal} {schedule} {cfg}: {tf:.1f} TFLOP/s, compiled in {compile_s:.2f} s",
+        for schedule, softmax, form, fast in ((a, x, e, f) for a in schedules for x in softmaxes for e in exps
+                                              for f in maths):
+            best, best_cfg, errs = 0.0, "-", []
+            for cfg in args.blocks.split(","):
+                bm, bn, *rest = (int(x) for x in cfg.split("x"))
+                threads, stages = (rest + [128, 2][len(rest):])[:2]
+                cfg = cfg + (" fast-math" if fast else "")
+                t0 = time.perf_counter()
+                try:
+                    kern = flash_fwd(b, h, s, d, causal, bm, bn, threads=threads, stages=stages, fast=fast,
+                                     wgmma=not args.no_wgmma, kv_heads=hk, exp=form,
+                                     configs={**SCHEDULES[schedule], **SOFTMAX[softmax], **extra})
+                except tilecore.errors.TilecoreError as e:  # e.g. tiles that do not fit on chip at d256
+                    print(f"causal={causal} {schedule} {softmax} {form} {cfg}: skipped ({type(e).__name__}: {str(e)[:160]})",
                           file=sys.stderr)
-                    if tf > best:
-                        best, best_cfg = tf, cfg
-                table.add_row(str(causal), schedule, f"{best:.1f}", best_cfg, f"{theirs['cudnn']:.1f}",
-                              f"{theirs['flash']:.1f}", f"{best / top:.3f}x", f"{max(errs) if errs else float('nan'):.2e}")
-    Console(width=140).print(table)
+                    continue
+                compile_s = time.perf_counter() - t0
+                out = kern(q, k, v)
+                errs.append(float((out.float() - ref).abs().max()))
+                tf = flops / cuda_ms(lambda: kern(q, k, v), max(1, min(args.rep, 3))) / 1e9
+                print(f"causal={causal} {schedule} {softmax} {form} {cfg}: {tf:.1f} TFLOP/s, compiled in {compile_s:.2f} s",
+                      file=sys.stderr)
+                if tf > best:
+                    best, best_cfg = tf, cfg
+            table.add_row(str(causal), schedule, softmax, form, f"{best:.1f}", best_cfg, f"{theirs['cudnn']:.1f}",
+                          f"{theirs['flash']:.1f}", f"{best / top:.3f}x", f"{max(errs) if errs else float('nan'):.2e}")
+    Console(width=170).print(table)
     return 0
 
 

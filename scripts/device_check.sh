@@ -31,7 +31,7 @@ step webgpu-rows python3 benchmarks/webgpu_row_reductions.py --rep 50 --rows 163
 step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_backend.py tests/test_cuda_tensor_cores.py \
      tests/test_cuda_hopper.py tests/test_guards.py tests/test_regressions.py tests/test_layout_inference.py \
      tests/test_pipeline_planner.py tests/test_matrix_gemm.py tests/test_cuda_units.py tests/test_cuda_wgmma_unit.py tests/test_indexed_shuffles.py \
-     tests/test_cuda_attention_schedules.py tests/test_cuda_splitk.py tests/test_c_launcher.py
+     tests/test_cuda_attention_schedules.py tests/test_cuda_attention_softmax.py tests/test_cuda_splitk.py tests/test_c_launcher.py
 step gemm python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
      --shapes "${GEMM_SHAPES:-4096x4096x14336,4096x14336x4096,128x4096x4096,16x8192x8192}"
 step attention python3 benchmarks/cuda_attention.py --rep 3
@@ -39,6 +39,9 @@ step attention-fast python3 benchmarks/cuda_attention.py --rep 3 --fast-math
 # FA3's schedules of the register programs (decision D28): off, ping-pong, intra-warpgroup overlap, both; one row each
 step attention-schedules python3 benchmarks/cuda_attention.py --rep 3 --fast-math --schedules off,pingpong,overlap,both \
      --blocks 128x128x256x2,128x128x256x3
+# the softmax path (decision D30): the masked-loop split and the folded scale, on and off; exp2 and exp forms
+step attention-softmax python3 benchmarks/cuda_attention.py --rep 3 --fast-math --blocks 128x128x256x2 --schedules both \
+     --softmax off,fold,split,both --exp exp2,exp
 step attention-d64 python3 benchmarks/cuda_attention.py --rep 3 --dim 64
 # TileLang's own forward-attention example: the register program (D33) vs the general path it took before, SDPA beside
 step corpus-attention python3 benchmarks/corpus_attention.py --rep 3

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import re
 
-_ASSIGN = re.compile(r"^(?:const int |int )?(tc_c|tc_it|tc_s|tc_rel|tc_nit) = (.*);(?:\s*/\*.*\*/)?$")
+_ASSIGN = re.compile(r"^(?:const int |int )?(tc_c|tc_it|tc_s|tc_rel|tc_nit|tc_nu) = (.*);(?:\s*/\*.*\*/)?$")
 _IF_LINE = re.compile(r"^if \((.*?)\) (.*)$")
-_KNOWN = {"tc_c", "tc_it", "tc_s", "tc_rel", "tc_nit"}
+_KNOWN = {"tc_c", "tc_it", "tc_s", "tc_rel", "tc_nit", "tc_nu"}
+_FUNCS = {"max", "min"}  # integer max / min of known names (the masked-loop split's loop bounds)
 _TILE = re.compile(r"\(tc_base \+ (\d+)u \+ \(unsigned\)(tc_s|\(\([^()]*\) % \d+\)) \* \d+u\)")
 _BAR = "(tc_bars + 8u * ("
 
@@ -91,7 +92,7 @@ def _tree(lines):
 
 
 def _decidable(cond: str) -> bool:
-    names = set(re.findall(r"[A-Za-z_]\w*", cond))
+    names = set(re.findall(r"[A-Za-z_]\w*", cond)) - _FUNCS
     return bool(names) and names <= _KNOWN
 
 
@@ -100,8 +101,9 @@ def _eval(expr: str, env: dict) -> int:
     return int(eval(py, {}, dict(env)))  # noqa: S307 - generated integer expressions over known names
 
 
-def trace(src: str, consumer: int, trips: int) -> list:
-    """The events consumer ``consumer`` goes through when the loop runs ``trips`` times."""
+def trace(src: str, consumer: int, trips: int, unmasked: int | None = None) -> list:
+    """The events consumer ``consumer`` goes through when the loop runs ``trips`` times, ``unmasked`` of them
+    (default: all) without masks where the program splits its loop (``tc_nu``, the block's own count)."""
     events: list = []
     env = {"tc_c": consumer, "tc_rel": -1}
     stages, tiles, tile_of = layout(src)
@@ -120,7 +122,10 @@ def trace(src: str, consumer: int, trips: int) -> list:
             return
         m = _ASSIGN.match(s)
         if m and m.group(1) != "tc_c":  # tc_c: the consumer being run
-            env[m.group(1)] = trips if m.group(1) == "tc_nit" else _eval(m.group(2), env)
+            if m.group(1) == "tc_nu":  # a block-level count in 0..trips, the same for every consumer
+                env["tc_nu"] = max(0, min(trips, trips if unmasked is None else unmasked))
+            else:
+                env[m.group(1)] = trips if m.group(1) == "tc_nit" else _eval(m.group(2), env)
             return
         if s.startswith("tc_named_sync(") or s.startswith("tc_named_arrive("):
             args = s[s.index("(") + 1:s.index(");")].rsplit(",", 1)
@@ -153,9 +158,10 @@ def trace(src: str, consumer: int, trips: int) -> list:
                 stmt(n)
                 continue
             head, body = n
-            m = re.match(r"for \(int tc_it = (\w+); tc_it < .*; \+\+tc_it\)$", head)
+            m = re.match(r"for \(int tc_it = (.+?); tc_it < (.*); \+\+tc_it\)$", head)
             if m:
-                for it in range(_eval(m.group(1), env), trips):
+                end = _eval(m.group(2), env) if _decidable(m.group(2)) else trips  # else: the trip count
+                for it in range(_eval(m.group(1), env), end):
                     env["tc_it"] = it
                     run(body)
                 continue

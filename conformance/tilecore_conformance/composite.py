@@ -100,16 +100,20 @@ SEQ, DIM, HEADS, BM, BN = 80, 32, 2, 32, 32
 
 
 def flash_attention_forward(seq, dim, heads, bm, bn, dtype="float16", causal=False, batch=None, threads=128,
-                            num_stages=2, kv_heads=None):
+                            num_stages=2, kv_heads=None, exp="exp2"):
     """FlashAttention forward as TileLang users write it: Q/K/V tiles in shared memory, online softmax
     with exp2, two gemms per block of ``bm`` query rows (``bn`` keys per step).
 
     Tensors are ``(heads, seq, dim)``, or ``(batch, heads, seq, dim)`` when ``batch`` is given; the
     grid is ``(ceildiv(seq, bm), heads[, batch])``. ``kv_heads`` (a divisor of ``heads``) makes it
     grouped-query attention: K and V have ``kv_heads`` heads, query head ``h`` reads K/V head
-    ``h // (heads // kv_heads)``. The conformance catalog, the WebGPU tests and the CUDA benchmark all
-    build their kernel here."""
+    ``h // (heads // kv_heads)``. ``exp="exp"`` writes the softmax with the natural exponential of the
+    centered scores instead, ``T.exp((s - m) * scale)`` (the same function; the CUDA benchmark times both
+    forms). The conformance catalog, the WebGPU tests and the CUDA benchmark all build their kernel here."""
+    if exp not in ("exp2", "exp"):
+        raise ValueError(f"exp={exp!r}: 'exp2' or 'exp'")
     sm_scale = 1.44269504 / math.sqrt(dim)
+    nat_scale = 1.0 / math.sqrt(dim)
     kv_heads = heads if kv_heads is None else kv_heads
     if heads % kv_heads:
         raise ValueError(f"kv_heads={kv_heads} must divide heads={heads}")
@@ -157,9 +161,15 @@ def flash_attention_forward(seq, dim, heads, bm, bn, dtype="float16", causal=Fal
                 T.copy(m_cur, m_prev)
                 T.reduce_max(acc_s, m_cur, dim=1, clear=False)
                 for i in T.Parallel(bm):
-                    scale[i] = T.exp2(m_prev[i] * sm_scale - m_cur[i] * sm_scale)
+                    if exp == "exp2":
+                        scale[i] = T.exp2(m_prev[i] * sm_scale - m_cur[i] * sm_scale)
+                    else:
+                        scale[i] = T.exp((m_prev[i] - m_cur[i]) * nat_scale)
                 for i, j in T.Parallel(bm, bn):
-                    acc_s[i, j] = T.exp2(acc_s[i, j] * sm_scale - m_cur[i] * sm_scale)
+                    if exp == "exp2":
+                        acc_s[i, j] = T.exp2(acc_s[i, j] * sm_scale - m_cur[i] * sm_scale)
+                    else:
+                        acc_s[i, j] = T.exp((acc_s[i, j] - m_cur[i]) * nat_scale)
                 T.reduce_sum(acc_s, row_sum, dim=1)
                 for i in T.Parallel(bm):
                     logsum[i] = logsum[i] * scale[i] + row_sum[i]

@@ -34,7 +34,11 @@ fits (that is what this pass is for); so does a GEMM with an epilogue on the fra
 from __future__ import annotations
 
 from tilecore.ir import (Allocate, Bind, Buffer, BufferLoad, Collective, For, KernelLaunch, Region, Seq, Store, TileOp,
-                         as_expr, binary, const_value, simplify, walk, walk_expr)
+                         BinOp, Call, FloatImm, Logic, Select, Var, as_expr, binary, compare, const_value, logic_and,
+                         simplify, walk, walk_expr)
+from tilecore.ir.dtypes import is_float
+from tilecore.ir.bounds import Facts, nonneg_forms
+from tilecore.passes.pipeline import map_expr, substitute
 from tilecore.passes import tile_pass
 from tilecore.passes.core import onchip_limit
 from tilecore.passes.guard import guard_stmt, launch_facts, loop_facts
@@ -410,6 +414,259 @@ def _split_barriers(plan, ctx) -> str:
     return f"; each staged tile on its own mbarriers ({', '.join(b.name for b in staged)})"
 
 
+#: default of ``tilecore.cuda.split_masked_loop`` (docs/decisions.md D30): the loop runs its iterations where
+#: every ``T.if_then_else`` mask on the loop variable provably holds without the mask (the same values: exact)
+SPLIT_MASKED_LOOP_DEFAULT = True
+
+
+#: default of ``tilecore.cuda.fold_softmax_scale`` (D30): under fast math, ``T.exp`` / ``T.exp2`` of a sum of one
+#: element term and row terms becomes one ``fmaf`` into ``exp2f``, the natural exponent's log2(e) folded into the
+#: factors; the exact build is left as written (contraction and reassociation change its roundings)
+FOLD_SOFTMAX_SCALE_DEFAULT = True
+LOG2E = 1.4426950408889634
+
+
+def _affine(e, invariant) -> list | None:
+    """``e`` as ``[(term, factor)]`` (``e`` = sum of ``term * factor``) over ``+``, ``-`` and products with a
+    factor ``invariant`` says is the same for the row's elements; a term None stands for 1."""
+    if isinstance(e, BinOp) and is_float(e.dtype):
+        if e.op in ("add", "sub"):
+            a, b = _affine(e.a, invariant), _affine(e.b, invariant)
+            if e.op == "sub":
+                b = [(t, _times(f, FloatImm(-1.0, e.dtype))) for t, f in b]
+            return a + b
+        if e.op == "mul":
+            for x, y in ((e.a, e.b), (e.b, e.a)):
+                if invariant(y):
+                    return [(t, _times(f, y)) for t, f in _affine(x, invariant)]
+    if isinstance(e, FloatImm):
+        return [(None, e)]
+    return [(e, FloatImm(1.0, e.dtype))]
+
+
+def _times(a, b):
+    if isinstance(a, FloatImm) and isinstance(b, FloatImm):
+        return FloatImm(a.value * b.value, a.dtype)
+    if isinstance(a, FloatImm) and a.value == 1.0:
+        return b
+    if isinstance(b, FloatImm) and b.value == 1.0:
+        return a
+    return binary("mul", a, b)
+
+
+def _fold_exp(e, invariant):
+    """Under fast math: ``exp(x A + B)`` -> ``exp2f(fmaf(x, A log2 e, B log2 e))`` and ``exp2(x A + B)`` ->
+    ``exp2f(fmaf(x, A, B))``, ``A`` and ``B`` the same for the row (computed once per row by the compiler), so an
+    element costs one FFMA and one MUFU.EX2 however the user wrote the affine argument (``(x - m) * s``,
+    ``x * s - m * s``, ``exp`` with the scale). ``e`` itself where there is no such call."""
+    def fn(x):
+        if not (isinstance(x, Call) and x.name in ("exp", "exp2", "fast_exp", "fast_exp2")
+                and str(x.dtype) == "float32"):
+            return None
+        if x.name.endswith("exp2") and _fma_form(x.args[0], invariant):
+            return None  # already x * A + B: nvcc contracts it under fast math (the catalog's attention)
+        terms = _affine(x.args[0], invariant)
+        elem = [tf for tf in terms if tf[0] is not None and not invariant(tf[0])]
+        if len(elem) != 1:
+            return None
+        scale = FloatImm(LOG2E if x.name.endswith("exp") else 1.0, "float32")
+        (t, a), rest = elem[0], [tf for tf in terms if tf is not elem[0]]
+        b = None
+        for u, f in rest:
+            term = _times(f, scale) if u is None else _times(u, _times(f, scale))
+            b = term if b is None else binary("add", b, term)
+        arg = _times(t, _times(a, scale)) if b is None else Call("ieee_fmaf", (t, _times(a, scale), b), "float32",
+                                                                 (("rounding", "rn"),))
+        return Call("exp2", (arg,), "float32")
+
+    return map_expr(e, fn)
+
+
+def _fma_form(e, invariant) -> bool:
+    """``e`` is ``x * A + B`` or ``x * A - B`` (``A``, ``B`` the row's)."""
+    if not (isinstance(e, BinOp) and e.op in ("add", "sub")):
+        return False
+    sides = ((e.a, e.b), (e.b, e.a)) if e.op == "add" else ((e.a, e.b),)
+    return any(invariant(b) and isinstance(a, BinOp) and a.op == "mul" and (invariant(a.a) or invariant(a.b))
+               for a, b in sides)
+
+
+def _mentions(e, var) -> bool:
+    found = []
+    walk_expr(e, lambda x: found.append(x) if x is var else None)
+    return bool(found)
+
+
+def _nest(s, outer: dict):
+    """(loop variables with their inclusive ranges, binds by id, stores) of a ``T.Parallel`` nest; ``outer``:
+    the values of the loop body's own binds before it (by id), substituted too."""
+    ranges, binds, stores = [], dict(outer), []
+
+    def visit(x):
+        if isinstance(x, For):
+            ranges.append((x.var, x.start, binary("sub", binary("add", x.start, x.extent), 1)))
+        elif isinstance(x, Bind):
+            binds[id(x.var)] = substitute(x.value, binds)
+        elif isinstance(x, Store):
+            stores.append(x)
+
+    walk(s, visit)
+    return ranges, binds, stores
+
+
+def _mask_end(cond, k, ranges):
+    """An exclusive bound ``E`` (a block-level expression) such that ``cond`` holds for every value of the
+    nest's variables whenever the loop variable ``k < E``; None where ``cond`` is not a conjunction of integer
+    comparisons linear in ``k`` that hold up to some iteration (a mask that holds only from some iteration on,
+    or not on whole iterations, is kept)."""
+    forms = nonneg_forms(cond, True, exact=True)
+    if not forms:
+        return None
+    inner = Facts()
+    for v, lo, hi in ranges:
+        inner = inner.with_range(v, lo, hi)
+    ends = []
+    for g in forms:  # g >= 0, g = c k + rest
+        g = simplify(g)
+        c = const_value(simplify(binary("sub", substitute(g, {id(k): binary("add", k, 1)}), g)))
+        if not isinstance(c, int):
+            return None
+        rest = simplify(binary("sub", g, binary("mul", k, c)) if c else g)
+        if _mentions(rest, k):
+            return None
+        low = inner.bound(rest, False)  # the least rest over the nest's variables
+        if low is None or any(_mentions(low, v) for v, _, _ in ranges):
+            return None
+        if c == 0:
+            if not (isinstance(const_value(low), int) and const_value(low) >= 0):
+                return None
+            continue
+        if c > 0:
+            return None
+        # c k + rest >= c k + low >= 0 for k <= floor(low / -c): k < floor(low / -c) + 1
+        ends.append(simplify(binary("add", binary("floordiv", low, -c), 1)))
+    if not ends:
+        return None
+    end = ends[0]
+    for e in ends[1:]:
+        end = binary("min", end, e)
+    return end
+
+
+def _conjuncts(c) -> list:
+    if isinstance(c, Logic) and c.op == "and":
+        return _conjuncts(c.a) + _conjuncts(c.b)
+    return [c]
+
+
+def _mask_parts(cond, k, ranges) -> tuple:
+    """(the ends of the conjuncts of ``cond`` that hold up to some iteration, the other conjuncts)."""
+    ends, kept = [], []
+    for c in _conjuncts(cond):
+        e = _mask_end(c, k, ranges) if _mentions(c, k) else None
+        (kept if e is None else ends).append(e if e is not None else c)
+    return ends, kept
+
+
+def _unmask(e, k, ranges, binds):
+    """``e`` with the conjuncts of each mask ``T.if_then_else(c, t, f)`` that hold up to some iteration left out
+    (the mask replaced by ``t`` where none is left); ``e`` itself where there are none."""
+    hit = []
+
+    def fn(x):
+        if isinstance(x, Select):
+            ends, kept = _mask_parts(substitute(x.cond, binds), k, ranges)
+            if ends:
+                hit.append(x)
+                if not kept:
+                    return x.t
+                cond = kept[0]
+                for c in kept[1:]:
+                    cond = logic_and(cond, c)
+                return Select(cond, x.t, x.f)
+        return None
+
+    new = map_expr(e, fn)
+    return new if hit else e
+
+
+def _split_masked(plan, facts, ctx, name) -> None:
+    """``tilecore.cuda.split_masked_loop``: where the loop body's ``T.Parallel`` nests hold masks
+    (``T.if_then_else``) on the loop variable that provably hold for whole iterations up to some block-level
+    bound (causal attention's diagonal: ``bx * bm + i >= k * bn + j`` holds for every ``i, j`` while
+    ``k < floor((bx * bm - bn + 1) / bn) + 1``), those iterations run a body without the masks and the rest
+    keep them. Found from the predicates (the prover's ranges of the nest's variables), not from a name.
+    Sets ``plan["unmasked"]`` to ``{"end": iterations without masks (a block-level expression, clamped to
+    the trip count), "body": the body without them, "all": whether every iteration is one}``."""
+    plan["unmasked"] = None
+    loop = plan["loop"]
+    k = loop.var
+    ends, body, changed, masks = [], [], False, []
+    outer = {}  # the loop body's binds before the nest: their values (they may vary with k), substituted
+    for s in plan["body"]:
+        if isinstance(s, Bind):
+            outer[id(s.var)] = substitute(s.value, outer)
+        if isinstance(s, For) and s.kind == "parallel":
+            ranges, binds, stores = _nest(s, outer)
+            for st in stores:
+                def look(x, binds=binds, ranges=ranges):
+                    if isinstance(x, Select):
+                        c = substitute(x.cond, binds)
+                        if _mentions(c, k):
+                            masks.append(x)
+                            ends.extend(_mask_parts(c, k, ranges)[0])
+                walk_expr(st.value, look)
+            new = _rewrite_stores(s, lambda v, ranges=ranges, binds=binds: _unmask(v, k, ranges, binds))
+            changed |= new is not s
+            body.append(new)
+        else:
+            body.append(s)
+    if not masks:
+        return
+    if not changed or not ends:
+        ctx.notes.append(f"{name}: no masked-loop split (no T.if_then_else on the loop variable that holds "
+                         "for whole iterations)")
+        return
+    end = ends[0]
+    for e in ends[1:]:
+        end = binary("min", end, e)
+    n = loop.extent
+    count = simplify(binary("min", binary("max", binary("sub", end, loop.start), 0), n))
+    # block-level binds before the loop (the trip count's own) hold where the loop runs
+    for b in plan["pre"]:
+        if isinstance(b, Bind) and not is_float(b.var.dtype):
+            facts = facts.with_range(b.var, b.value, b.value)
+    every = facts.proves(compare("ge", binary("sub", end, loop.start), n))
+    plan["unmasked"] = {"end": count, "body": body, "all": bool(every)}
+    where = "every iteration" if every else "the iterations before the mask's first"
+    ctx.notes.append(f"{name}: masked-loop split: {where} run without the T.if_then_else masks on "
+                     f"{loop.var.name}")
+
+
+def _binds_in(s) -> list:
+    out = []
+    walk(s, lambda x: out.append(x) if isinstance(x, Bind) else None)
+    return out
+
+
+def _rewrite_stores(s, fn):
+    """``s`` (a ``T.Parallel`` nest) with ``fn`` applied to the value of each store; ``s`` itself if none changes."""
+    from tilecore.ir.visit import rewrite
+
+    hit = []
+
+    def one(x):
+        if isinstance(x, Store):
+            v = fn(x.value)
+            if v is not x.value:
+                hit.append(x)
+                return x.with_(value=v)
+        return None
+
+    new = rewrite(s, one)
+    return new if hit else s
+
+
 def _lower_as(mode: str):
     name = {"wgmma": "cuda.hopper_register_program", "mma": "cuda.register_program"}[mode]
 
@@ -437,6 +694,10 @@ def _lower_as(mode: str):
         if plan["folded"]:
             ctx.notes.append(f"{name}: {', '.join(plan['folded'])} only relayed a fragment to global memory: "
                              "stored from the registers directly")
+        plan["fold"] = bool(ctx.option("tilecore.cuda.fold_softmax_scale", FOLD_SOFTMAX_SCALE_DEFAULT))
+        plan["unmasked"] = None
+        if ctx.option("tilecore.cuda.split_masked_loop", SPLIT_MASKED_LOOP_DEFAULT):
+            _split_masked(plan, facts, ctx, name)
         pipe = Buffer("regprog_smem", (plan["pipe_bytes"],), "uint8", "shared")
         coll = Collective("tc_register_program", (Region(pipe, (as_expr(0),), (pipe.shape[0],)),),
                           {"plan": plan, "tensor_maps": plan["tensor_maps"], "wgmma": plan["wgmma"]},
@@ -490,6 +751,7 @@ class _Emit:
         self.turn_pass = None       # ... and pass the turn on after it ("all", or "final": not the last consumer)
         self.groups = None          # intra-warpgroup overlap: WGMMA groups in flight, oldest first
         self.packed_ahead = None    # a fragment whose packed copy the next WGMMA reading it finds ready
+        self.row_vars = None        # ids of the variables that vary along a row, inside a 2-D T.Parallel nest
 
     def line(self, text: str):
         self.em.line(self.st, text)
@@ -622,12 +884,12 @@ class _Emit:
             self.waited_once = True
         loop = p["loop"]
 
-        def step():
+        def step(body):
             self.loop_var(loop)
             self.line(f"const int tc_s = tc_it % {S};")
             self.line(f"tc_mbar_wait({self.bar('full', 'tc_s')}, (tc_it / {S}) & 1);")
             self.retired = False
-            for k, s in enumerate(p["body"]):
+            for k, s in enumerate(body):
                 if pp:  # this consumer's turn: the second gemm of iteration j-1 through the first of j
                     self.turn_wait, self.turn_pass = k == pp[1], ("all" if k == pp[0] else None)
                 self.cstmt(s)
@@ -653,14 +915,15 @@ class _Emit:
         # WGMMA groups still in flight at the end of an iteration stay in flight into the next one (their
         # stage is released when they are waited for): emit the body once to learn what is in flight at
         # its end, then again with that as what the iteration starts with
-        head = f"for (int tc_it = 0; tc_it < (int)({em.expr(st, loop.extent)}); ++tc_it)"
+        nit = f"(int)({em.expr(st, loop.extent)})"
+        self.split_count()
         lines, indent = list(st.lines), st.indent
         self.pending = set()
-        self.block(head, step)
+        self.loops(0, step, nit)
         carried = set(self.pending)
         st.lines[:], st.indent = lines, indent
         self.pending = set(carried)
-        self.block(head, step)
+        self.loops(0, step, nit)
         if pp:
             self.pass_turn(final=True)
         self.retire()
@@ -696,14 +959,13 @@ class _Emit:
         p, S = self.p, self.p["stages"]
         em, st = self.em, self.st
         g1, g2 = p["overlap"]
-        body = p["body"]
-        first, between, second = body[:g1 + 1], body[g1 + 1:g2], body[g2]
+        second = p["body"][g2]  # the same statement in every variant of the body
         self.groups = []
         self.pending = set()
 
         split = p.get("split")
 
-        def run_first(wait_turn: bool, pass_turn, previous: bool):
+        def run_first(body, wait_turn: bool, pass_turn, previous: bool, alt=None):
             if not split:
                 self.line(f"tc_mbar_wait({self.bar('full', 'tc_s')}, (tc_it / {S}) & 1);")
             else:  # this iteration's tiles of the first gemm, the previous one's of the second
@@ -712,10 +974,10 @@ class _Emit:
                 for b in (self.tiles_of(1) if previous else []):
                     self.line(f"tc_mbar_wait({self.bar('full', f'(tc_it + {S - 1}) % {S}', b)}, "
                               f"((tc_it - 1) / {S}) & 1);")
-            for k, s in enumerate(first):
+            for k, s in enumerate(body[:g1 + 1]):
                 if pp and k == g1:
                     self.turn_wait, self.turn_pass = wait_turn, pass_turn
-                self.cstmt(s)
+                self.cstmt_either(s, alt[k] if alt else s)
             if split:  # its tiles are free once it is done
                 self.groups[-1] = (*self.groups[-1][:3], [self.bar("empty", "tc_s", b) for b in self.tiles_of(0)])
 
@@ -734,9 +996,9 @@ class _Emit:
                 self.groups[-1] = (*self.groups[-1][:2], True, [])  # its end releases the stage
                 self.line(f"tc_rel = {stage};")
 
-        def run_between():
-            for s in between:
-                self.cstmt(s)
+        def run_between(body, alt=None):
+            for k in range(g1 + 1, g2):
+                self.cstmt_either(body[k], alt[k] if alt else body[k])
             self.retire()  # nothing stays in flight into the next iteration (B normally waited already)
             a = second.args[0].buffer
             if a in p["frags"]:  # the second gemm's A (P) packed now: 32 registers, not 64, carried
@@ -752,25 +1014,30 @@ class _Emit:
             self.line("const int tc_it = 0;")
             self.loop_var(loop)
             self.line("const int tc_s = 0;")
-            run_first(True, "all", False)
-            run_between()
+            um = p.get("unmasked")
+            body = self.variant(bool(um) and um["all"])
+            alt = um["body"] if um and not um["all"] else None  # without the masks where tc_nu > 0
+            run_first(body, True, "all", False, alt)
+            run_between(body, alt)
+            self.variant(False)
 
-        def step():
+        def step(body):
             self.loop_var(loop)
             self.line(f"const int tc_s = tc_it % {S};")
-            run_first(True, None, True)
+            run_first(body, True, None, True)
             run_second(f"((tc_it + {S - 1}) % {S})", "all")
-            run_between()
+            run_between(body)
 
         def body_if():
             if pp:
                 self.first_turn()
             self.block("", iteration0)
-            self.block("for (int tc_it = 1; tc_it < tc_nit; ++tc_it)", step)
+            self.loops(1, step)
             run_second(f"((tc_nit + {S - 1}) % {S})", "final", "tc_nit - 1")
             self.retire()
 
         self.line(f"const int tc_nit = (int)({em.expr(st, loop.extent)});")
+        self.split_count()
         self.block("if (tc_nit > 0)", body_if)
         self.groups = None
 
@@ -837,6 +1104,18 @@ class _Emit:
     def rounded(self, b, text: str) -> str:
         conv = self.em.round_conv.get(str(b.dtype))
         return conv.format(text) if conv else text
+
+    def cstmt_either(self, masked, unmasked):
+        """``masked``, or (the split's peeled iteration 0) ``unmasked`` where ``tc_nu > 0``: the waits both need
+        first (they touch the same fragments), then a branch on the block-level count."""
+        if masked is unmasked:
+            return self.cstmt(masked)
+        if self.groups is not None:
+            self.wait_for(self.touched(masked))
+        elif self.touched(masked) & self.pending:
+            self.retire()
+        self.block("if (tc_nu > 0)", lambda: self.cstmt(unmasked))
+        self.block("if (tc_nu == 0)", lambda: self.cstmt(masked))
 
     def cstmt(self, s):
         em, st = self.em, self.st
@@ -1023,6 +1302,34 @@ class _Emit:
     def packed(self, b) -> str:
         return f"tc_pa_{self.em.name(self.st, b)}"
 
+    # -- the masked-loop split (tilecore.cuda.split_masked_loop) --------------------------------------------
+    def variant(self, unmasked: bool) -> list:
+        """The loop body for the iterations with (``unmasked`` False) or without masks."""
+        um = self.p.get("unmasked")
+        return um["body"] if unmasked and um else self.p["body"]
+
+    def loops(self, first: int, step, nit: str = "tc_nit") -> None:
+        """The loop over iterations ``first ..`` of the trip count ``tc_nit``: one loop, or (the split) the
+        iterations without masks (``tc_it < tc_nu``) then those with them. ``step(body)`` emits one iteration."""
+        um = self.p.get("unmasked")
+        if not um or um["all"]:
+            body = self.variant(bool(um))
+            self.block(f"for (int tc_it = {first}; tc_it < {nit}; ++tc_it)", lambda: step(body))
+            return
+        body = self.variant(True)
+        self.block(f"for (int tc_it = {first}; tc_it < tc_nu; ++tc_it)", lambda: step(body))
+        body = self.variant(False)
+        start = f"max(tc_nu, {first})" if first else "tc_nu"
+        self.block(f"for (int tc_it = {start}; tc_it < {nit}; ++tc_it)", lambda: step(body))
+        self.variant(False)
+
+    def split_count(self) -> None:
+        """``tc_nu``: the iterations that run without masks (the split's block-level bound, clamped to 0..tc_nit)."""
+        um = self.p.get("unmasked")
+        if um and not um["all"]:
+            self.line(f"const int tc_nu = (int)({self.em.expr(self.st, um['end'])});  "
+                      "/* iterations without the masks */")
+
     def parallel(self, loop: For):
         em, st, p = self.em, self.st, self.p
         inner = loop.body
@@ -1035,6 +1342,9 @@ class _Emit:
             jv = em.name(st, inner.var)
             cols = _s(inner.extent)
             body = inner.body
+
+            # what varies along a row: the column variable and what the nest binds (tilecore.cuda.fold_softmax_scale)
+            self.row_vars = {id(jv)} | {id(x.var) for x in _binds_in(body)}
 
             def elem():
                 self.line(f"const int {iv} = tc_row + 8 * tc_h;")
@@ -1049,6 +1359,7 @@ class _Emit:
                 self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", lambda: (
                     self.line("#pragma unroll"),
                     self.block("for (int tc_e = 0; tc_e < 2; ++tc_e)", elem)))))
+            self.row_vars = None
         else:
             def row():
                 self.line(f"const int {iv} = tc_row + 8 * tc_h;")
@@ -1059,6 +1370,18 @@ class _Emit:
             self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", row)
         st.regs = old
 
+    def row_invariant(self, e) -> bool:
+        """Whether ``e`` is the same for every element of a row: no 2-D fragment, nothing the column varies."""
+        bad = []
+
+        def chk(x):
+            if isinstance(x, BufferLoad) and self.p["frags"].get(x.buffer) == 2 or \
+                    isinstance(x, Var) and id(x) in self.row_vars:
+                bad.append(x)
+
+        walk_expr(e, chk)
+        return not bad
+
     def body(self, s):
         em, st = self.em, self.st
         if isinstance(s, Seq):
@@ -1066,7 +1389,10 @@ class _Emit:
                 self.body(x)
         elif isinstance(s, Store) and s.buffer in self.p["frags"]:
             ref = st.regs[id(s.buffer)]
-            self.line(f"{ref} = {self.rounded(s.buffer, em.expr(st, s.value))};")
+            value = s.value
+            if self.p.get("fold") and getattr(st, "fast", False) and self.row_vars is not None:
+                value = _fold_exp(value, self.row_invariant)
+            self.line(f"{ref} = {self.rounded(s.buffer, em.expr(st, value))};")
         else:
             em.stmt(st, s)
 
@@ -1097,17 +1423,18 @@ class _Emit:
             if not isinstance(x, Bind):
                 self.cstmt(x)
 
-        def step():
+        def step(body):
             self.loop_var(loop)
             self.line(f"const int tc_s = tc_it % {S};")
             self.line(f"tc_cp_async_wait<{S - 2}>();")
             self.line("__syncthreads();  /* stage tc_s has landed; every warp is done with the stage refilled next */")
             self.block(f"if (tc_it + {S - 1} < {n})", lambda: self.prefetch(loop, f"tc_it + {S - 1}"))
             self.line("tc_cp_async_commit();")
-            for x in p["body"]:
+            for x in body:
                 self.cstmt(x)
 
-        self.block(f"for (int tc_it = 0; tc_it < {n}; ++tc_it)", step)
+        self.split_count()
+        self.loops(0, step, n)
         self.line("tc_cp_async_wait<0>();")
         for x in p["post"]:
             self.cstmt(x)
