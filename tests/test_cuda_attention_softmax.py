@@ -33,7 +33,7 @@ tilecore_cuda = pytest.importorskip("tilecore_cuda")
 sys.path.insert(0, str(Path(__file__).parent))
 import regprog_sim as sim  # noqa: E402
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
-from test_cuda_hopper import HOPPER, SCHEDULES, _attention, _notes, hopper_gpu  # noqa: E402
+from test_cuda_hopper import HOPPER, SCHEDULES, _attention, _notes, hopper_gpu, torch_cuda  # noqa: E402,F401
 
 #: (seq, dim, bm, bn, threads, causal)
 SHAPES = {"d128-causal": (512, 128, 128, 128, 256, True), "d128-causal-bn64": (1000, 128, 128, 64, 256, True),
