@@ -418,8 +418,11 @@ def test_device_split_matches_float64_and_the_split_off(torch_cuda, shape, fast)
         torch.cuda.synchronize()
         outs.append(o.double().cpu().numpy())
         np.testing.assert_allclose(outs[-1], ref, atol=2e-2, rtol=2e-2)
-    # bit for bit: the split computes the masks' true branch where they hold, nothing else changes
-    assert outs[0].tobytes() == outs[1].tobytes()
+    # bit for bit in the exact build: the split computes the masks' true branch where they hold, nothing else
+    # changes. Fast math lets the compiler contract each copy of the loop body its own way (the H100 run of
+    # 2026-11-26 differed in the last bits at d128-edge), so there only the float64 check holds.
+    if not fast:
+        assert outs[0].tobytes() == outs[1].tobytes()
 
 
 @hopper_gpu
