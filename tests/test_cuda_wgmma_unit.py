@@ -22,7 +22,7 @@ tilecore_cuda = pytest.importorskip("tilecore_cuda")
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
-from test_cuda_hopper import hopper_gpu  # noqa: E402
+from test_cuda_hopper import gemm as hopper_gemm, hopper_gpu  # noqa: E402
 from test_cuda_tensor_cores import gemm_kernel as gemm  # noqa: E402  (C float32 = op(A) @ op(B), any transpose)
 
 HOPPER = "cuda:sm_90a"
@@ -353,23 +353,9 @@ def test_wgmma_loop_that_scales_the_accumulator_matches_float64(before):
     np.testing.assert_allclose(c.cpu().numpy(), ref, rtol=2e-3, atol=2e-2)
 
 
-def half_gemm(M, N, K, bm, bn, bk, threads=128, stages=2):
-    """C (float16) = A @ B, the README's GEMM: the accumulators rounded and stored from registers."""
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
-            A_s = T.alloc_shared((bm, bk), "float16")
-            B_s = T.alloc_shared((bk, bn), "float16")
-            C_l = T.alloc_fragment((bm, bn), "float32")
-            T.clear(C_l)
-            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
-                T.copy(A[by * bm, ko * bk], A_s)
-                T.copy(B[ko * bk, bx * bn], B_s)
-                T.gemm(A_s, B_s, C_l)
-            T.copy(C_l, C[by * bm, bx * bn])
-
-    return main
+def half_gemm(M, N, K, bm, bn, bk):
+    """The README's GEMM with a float16 C, 128 threads and 2 stages (test_cuda_hopper.gemm)."""
+    return hopper_gemm(M, N, K, bm=bm, bn=bn, bk=bk, threads=128, stages=2)
 
 
 @needs_toolchain
