@@ -60,6 +60,7 @@ def _encode(out, dtype, rank, ptr, dims, strides, box, estrides, interleave, swi
 def on_cpu(kernel: JITKernel, c_launcher: bool, monkeypatch, devices=(0,)):
     """``kernel`` (a fresh copy) loaded into a CUDAProgram that launches through a recorder and takes CPU
     tensors; the compiled launcher on or off (it is made at the first call)."""
+    monkeypatch.delenv("TILECORE_DEVICE", raising=False)  # the recorder's devices, whatever the process was given
     k = JITKernel(kernel.meta, kernel.binary, kernel.backend, kernel.target)
     rt = cuda_runtime.CUDARuntime(kernel.target.arch)
     rt.tensor_device = "cpu"  # the Python binders' device check

@@ -239,7 +239,8 @@ def test_each_worker_gets_its_own_device(monkeypatch):
     class Config:
         workerinput = {"workerid": "gw5", "tilecore_devices": 4}
 
-    monkeypatch.delenv("TILECORE_DEVICE", raising=False)
+    monkeypatch.setenv("TILECORE_DEVICE", "")  # (recorded, so the value _assign_device sets is undone after the
+    monkeypatch.delenv("TILECORE_DEVICE")        # test: it leaked into later tests of the worker before)
     _assign_device(Config())
     assert os.environ["TILECORE_DEVICE"] == "1"
 

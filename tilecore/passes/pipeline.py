@@ -874,9 +874,9 @@ def _defer_matrix_wait(body, last=None):
     everything after the loop. None where the body does anything after its gemm.
 
     With ``last`` (the condition of the loop's last iteration) that iteration waits for everything itself:
-    no group stays in flight across the loop's exit. ptxas (CUDA 13.0, sm_90a) was seen scheduling reads of
-    the accumulators after the loop above the drain's wait (a 4096^3 GEMM at 128x128x32, 2 stages, with its
-    epilogue stored element by element: 3% of C wrong on an H200); the drain then has nothing left to wait for."""
+    no group stays in flight across the loop's exit. A vendor's assembler was seen scheduling reads of the
+    accumulators after the loop above the drain's wait (docs/decisions.md D29: 3% of a GEMM's result wrong);
+    the drain then has nothing left to wait for."""
     path = []
     s = body
     while True:
