@@ -402,3 +402,20 @@ def test_tile_without_room_for_a_second_copy_stays_serial():
     b = np.zeros(64, np.float32)
     _load(k).launch([a.ctypes.data, b.ctypes.data], [], [])
     np.testing.assert_allclose(b, a.astype(np.float64).sum(0), rtol=1e-4, atol=1e-3)
+
+
+def test_each_kernel_library_keeps_its_own_emulator_state(tmp_path):
+    """The emulator's state lives in function-local statics; built without -fno-gnu-unique they are
+    STB_GNU_UNIQUE symbols that every kernel library in the process shares, and one kernel's record of the
+    cube's workspace writes leaked into another's emulation under pytest-xdist (a finding in a kernel with no
+    cube). The built library exports no unique symbols."""
+    import shutil
+    import subprocess
+
+    nm = shutil.which("nm")
+    assert nm, "binutils' nm is installed with the C++ compiler the emulator needs"
+    k = tilecore.compile(readme_gemm(), target="ascend:910b")
+    lib = tmp_path / "kernel.so"
+    lib.write_bytes(k.runtime.build(k.source, {}))
+    syms = subprocess.run([nm, "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True).stdout
+    assert [ln for ln in syms.splitlines() if ln.split()[1:2] == ["u"]] == []

@@ -53,7 +53,11 @@ def cxx_version() -> str:
 
 def emulator_flags(source: Source, options: dict) -> list:
     limits = source.meta.get("limits", {})
-    out = ["-std=c++17", "-O1", "-fPIC", "-shared", "-w", "-DTC_ASCEND_EMU", f"-I{emulator_dir()}", f"-I{prelude_dir()}"]
+    # -fno-gnu-unique: the emulator's state (function-local statics of inline functions) would otherwise be
+    # STB_GNU_UNIQUE, one copy for every kernel library loaded into the process, so one kernel's record of
+    # core-to-core writes showed up in another's emulation (a flaky finding under pytest-xdist)
+    out = ["-std=c++17", "-O1", "-fPIC", "-shared", "-w", "-fno-gnu-unique", "-DTC_ASCEND_EMU", f"-I{emulator_dir()}",
+           f"-I{prelude_dir()}"]
     if "max_ub_bytes" in limits:
         out.append(f"-DTC_EMU_UB_BYTES={limits['max_ub_bytes']}")
     if "max_l1_bytes" in limits:
