@@ -65,6 +65,11 @@ def enabled(ctx) -> bool:
     return ctx.capabilities.satisfies(FEATURE)[0] is True and not ctx.option("tilecore.checked", False)
 
 
+def bulk_enabled(ctx) -> bool:
+    """The target copies whole tiles (``feature:bulk_tensor_copy``) and ``tilecore.bulk_copy`` is not off."""
+    return ctx.capabilities.satisfies(BULK_FEATURE)[0] is True and ctx.option("tilecore.bulk_copy", True) is not False
+
+
 # -- tile-lowering: the copies that are stages ---------------------------------------------------------
 
 def _whole(r) -> bool:
@@ -391,7 +396,7 @@ def bulk_copy_and_wait(nest, layout, ctx):
     included) or the copy has no bulk form (:func:`_bulk_form`). A barrier comes first (no thread still reads
     the tile or waits on the barrier: the statement may run again in a loop), then one thread initialises the
     barrier, a barrier, and that thread announces and issues the copy, which every thread waits for."""
-    if ctx.capabilities.satisfies(BULK_FEATURE)[0] is not True or ctx.option("tilecore.bulk_copy", True) is False:
+    if not bulk_enabled(ctx):
         return None
     form = _bulk_form(nest, layout, Facts())
     if isinstance(form, str):
@@ -566,8 +571,7 @@ class _Launch:
         self.widths = copy_bytes(ctx)
         # bulk tile copies: where the hardware has them, into tiles a matrix instruction reads in panels (the
         # layout a bulk copy writes); tilecore.bulk_copy=False keeps the per-thread copies
-        self.bulk = (ctx.capabilities.satisfies(BULK_FEATURE)[0] is True
-                     and ctx.option("tilecore.bulk_copy", True) is not False)
+        self.bulk = bulk_enabled(ctx)
         self.paneled = {id(o.buffer): m.attrs[f"{x}_layout"] for m in collect(launch.body, MatrixOp)
                         for x in ("a", "b") if (o := getattr(m, f"{x}_origin")) is not None}
         # warp specialization (tilecore.warp_specialize=True): one more group of threads (the profile's
@@ -756,11 +760,16 @@ class _Launch:
                 rest_items += [waits[1]] if i in late_waits else [body[i]]
             rest = seq(rest_items) if rest_items else Seq([])
 
-        def issue_bulk(it, g, guard=True):
-            """Stage ``it`` of group ``g`` as bulk copies on the group's barrier (nothing past the loop's end)."""
+        def stage(it):
+            """(the loop variable's value, the buffer) of stage ``it`` (iteration offset from the loop start)."""
             at = {id(k): simplify(binary("add", start, it))}
             slot = simplify(binary("floormod", it, stages)) if not isinstance(const_value(it), int) \
                 else as_expr(const_value(it) % stages)
+            return at, slot
+
+        def issue_bulk(it, g, guard=True):
+            """Stage ``it`` of group ``g`` as bulk copies on the group's barrier (nothing past the loop's end)."""
+            at, slot = stage(it)
             nbytes = sum(tile_bytes[j] for j in members[g])
             out = [CopyBarrierArrive(bars[g], slot, nbytes, span=loop.span)]
             for j in members[g]:
@@ -771,9 +780,7 @@ class _Launch:
 
         def issue(it, group):
             """Stage ``it`` (iteration offset from the loop start) of ``group`` into buffer ``it % stages``."""
-            at = {id(k): simplify(binary("add", start, it))}
-            slot = simplify(binary("floormod", it, stages)) if not isinstance(const_value(it), int) \
-                else as_expr(const_value(it) % stages)
+            at, slot = stage(it)
             return [_multi_buffer(_fresh_loops(substitute(c, at)), table, slot) for c in group]
 
         def issue_all(it):
@@ -786,7 +793,8 @@ class _Launch:
                 out += [_if(compare("lt", it, extent), seq(issue(it, group)), loop.span), AsyncCommit(span=loop.span)]
             return out
 
-        prologue = [CopyBarrierInit(b, 1, span=loop.span) for b in bars] + [Barrier(span=loop.span)] if bulk else []
+        inits = [CopyBarrierInit(b, 1, span=loop.span) for b in bars] if bulk else []
+        prologue = inits + [Barrier(span=loop.span)] if bulk else []
         for s in range(stages - 1):
             prologue += issue_all(as_expr(s))
         ahead = simplify(binary("add", it, stages - 1))
@@ -825,8 +833,7 @@ class _Launch:
                 span=loop.span), loop.span)
             issue_j = [x for g in range(len(groups)) for x in issue_bulk(j, g, guard=False)]
             producer = For(j, as_expr(0), extent, "serial", seq([refill] + issue_j), span=loop.span)
-            self.producer = ([CopyBarrierInit(b, 1, span=loop.span) for b in bars]
-                             + [CopyBarrierInit(empty, self.consumers, span=loop.span)], producer, orig or loop)
+            self.producer = (inits + [CopyBarrierInit(empty, self.consumers, span=loop.span)], producer, orig or loop)
             prologue = []
         elif bulk:  # each thread waits for the stage itself; the barrier before the issue: no thread still reads
             # the buffer it overwrites (the previous iteration's)
@@ -854,16 +861,16 @@ class _Launch:
         new_loop = loop.with_(kind="serial", body=seq(steady), annotations={**loop.annotations, "num_stages": stages})
         kib = sum(_round16(stages * t) for t in tile_bytes) / 1024
         reduced = f" (of {want} asked: on-chip memory limit {self.limit} bytes)" if stages < want else ""
-        why_not_bulk = next((f"; no bulk copies: {bufs[j].name}: {f}" for j, f in enumerate(forms)
+        copy_notes = next((f"; no bulk copies: {bufs[j].name}: {f}" for j, f in enumerate(forms)
                              if isinstance(f, str)), "")
         if why_ws is None:
-            why_not_bulk += (f"; warp-specialized: a producer group of {self.group} threads issues the stages, "
+            copy_notes += (f"; warp-specialized: a producer group of {self.group} threads issues the stages, "
                              f"the kernel's {self.consumers} threads consume them")
         elif bulk and self.specialize:
-            why_not_bulk += f"; not warp-specialized: {why_ws}"
+            copy_notes += f"; not warp-specialized: {why_ws}"
         note = (f"loop {name}: {stages} stages{reduced}, {len(bufs)} tiles x {stages} buffers, {kib:g} KiB; "
                 + ", ".join(issue_kinds) + ("; the gemm's matrix unit runs on while the stage ahead is copied"
-                                            if after else "") + why_not_bulk)
+                                            if after else "") + copy_notes)
         return seq(prologue + [new_loop] + after), note
 
 

@@ -18,11 +18,6 @@ from tilecore.ir import (AsyncCopy, VectorStore, BufferLoad, BulkCopy, Collectiv
 
 
 ENTRY = "tc_kernel"
-#: CUtensorMapDataType by element type (cuda.h); 8-bit floats travel as bytes
-TMAP_DTYPES = {"uint8": 0, "int8": 0, "float8_e4m3": 0, "float8_e5m2": 0, "uint16": 1, "int16": 1, "uint32": 2,
-               "int32": 3, "uint64": 4, "int64": 5, "float16": 6, "float32": 7, "float64": 8, "bfloat16": 9}
-#: CUtensorMapSwizzle by panel width in bytes (0: none)
-TMAP_SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
 STATIC_SHARED_LIMIT = 48 * 1024
 
 
@@ -108,35 +103,31 @@ class CUDAEmitter(SIMTCppEmitter):
         """Hopper pipelines: one tensor map (a ``__grid_constant__`` parameter, built by the runtime) per
         TMA operand. Also notes which tensors register programs copy with 16-byte cp.async (they must be
         16-byte aligned: ``meta["aligned_args"]``)."""
+        from .hopper import tensor_map
+
         params = []
         st.pipelines = [c for c in collect(func.body, Collective) if c.attrs.get("tensor_maps")]
         st.tmaps, st.tmap_meta = {}, []
+
+        def add_map(m: dict) -> str:
+            """A ``__grid_constant__`` parameter for tensor map ``m`` (hopper.tensor_map) and its launch facts."""
+            name = f"tc_tmap{len(st.tmap_meta)}"
+            buf = m["buffer"].base or m["buffer"]
+            st.tmap_meta.append({"arg": next(k for k, p in enumerate(abi.buffers) if p.buffer is buf),
+                                 "dtype": m["dtype"], "elem_bytes": m["elem_bytes"],
+                                 "dims": [host_expr(simplify(d), list(abi.ints)) for d in reversed(m["buffer"].shape)],
+                                 "box": list(m["box"]), "swizzle": m["swizzle"]})
+            params.append(f"const __grid_constant__ tc_tmap {name}")
+            return name
+
         for c in st.pipelines:
-            names = []
-            for m in c.attrs["tensor_maps"]:
-                idx = next(k for k, p in enumerate(abi.buffers) if p.buffer is (m["buffer"].base or m["buffer"]))
-                name = f"tc_tmap{len(st.tmap_meta)}"
-                shape = m["buffer"].shape
-                st.tmap_meta.append({"arg": idx, "dtype": m["dtype"], "elem_bytes": m["elem_bytes"],
-                                     "dims": [host_expr(simplify(d), list(abi.ints)) for d in reversed(shape)],
-                                     "box": list(m["box"]), "swizzle": m["swizzle"]})
-                params.append(f"const __grid_constant__ tc_tmap {name}")
-                names.append(name)
-            st.tmaps[id(c)] = names
+            st.tmaps[id(c)] = [add_map(m) for m in c.attrs["tensor_maps"]]
         # bulk tile copies (tilecore.plan_pipelines): one tensor map per (tensor, box, swizzle)
         st.bulk_maps = {}
         for c in collect(func.body, BulkCopy):
             key = self.bulk_key(c)
-            if key in st.bulk_maps:
-                continue
-            src, lay = c.src, c.layout
-            name = f"tc_tmap{len(st.tmap_meta)}"
-            st.tmap_meta.append({"arg": next(k for k, p in enumerate(abi.buffers) if p.buffer is src),
-                                 "dtype": TMAP_DTYPES[str(src.dtype)], "elem_bytes": src.dtype.bytes,
-                                 "dims": [host_expr(simplify(d), list(abi.ints)) for d in reversed(src.shape)],
-                                 "box": list(key[1]), "swizzle": key[2]})
-            params.append(f"const __grid_constant__ tc_tmap {name}")
-            st.bulk_maps[key] = name
+            if key not in st.bulk_maps:
+                st.bulk_maps[key] = add_map(tensor_map(c.src, key[1], key[2]))
         st.aligned = set()
         for c in collect(func.body, Collective):
             plan = c.attrs.get("plan")
@@ -164,11 +155,11 @@ class CUDAEmitter(SIMTCppEmitter):
 
     @staticmethod
     def bulk_key(c: BulkCopy) -> tuple:
-        """(tensor, box innermost first, swizzle) of a bulk copy's tensor map: one panel's columns, then the
-        box's other extents."""
+        """(tensor, box innermost first, swizzle in bytes) of a bulk copy's tensor map: one panel's columns, then
+        the box's other extents."""
         lay = c.layout
         box = (lay.panel_elems if lay.panels else lay.cols,) + tuple(int(b) for b in reversed(c.box[:-1]))
-        return id(c.src), box, TMAP_SWIZZLE[lay.swizzle_bytes if lay.panels else 0]
+        return id(c.src), box, lay.swizzle_bytes if lay.panels else 0
 
     def extra_meta(self, st: EmitState, func, ctx, meta: dict) -> None:
         meta["arch"] = getattr(ctx.target, "arch", "")

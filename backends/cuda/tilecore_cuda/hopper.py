@@ -52,8 +52,13 @@ from ._irutil import NoMatch as _NoMatch, full as _full, need as _need, static a
 WG = 128                       # threads in a warpgroup
 SWIZZLE_BYTES = 128            # TMA and WGMMA 128-byte swizzle: one atom row is 128 bytes
 MAX_ACC_REGS = 128             # accumulator registers per consumer thread we allow
-_DTYPES = {"float16": ("f16", 16, 6), "bfloat16": ("bf16", 16, 9), "float8_e4m3": ("e4m3", 32, 0),
-           "float8_e5m2": ("e5m2", 32, 0)}  # dtype -> (ptx type, k per wgmma, CUtensorMapDataType)
+_DTYPES = {"float16": ("f16", 16), "bfloat16": ("bf16", 16), "float8_e4m3": ("e4m3", 32),
+           "float8_e5m2": ("e5m2", 32)}  # dtype -> (ptx type, k per wgmma)
+#: CUtensorMapDataType by element type (cuda.h); 8-bit floats travel as bytes
+TMAP_DTYPES = {"uint8": 0, "int8": 0, "float8_e4m3": 0, "float8_e5m2": 0, "uint16": 1, "int16": 1, "uint32": 2,
+               "int32": 3, "uint64": 4, "int64": 5, "float16": 6, "float32": 7, "float64": 8, "bfloat16": 9}
+#: CUtensorMapSwizzle by panel width in bytes (0: none)
+TMAP_SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
 _OUT_DTYPES = ("float16", "bfloat16", "float32")
 EPI_ROWS, EPI_COLS, EPI_PAIRS = 1, 2, 4  # prelude/tc_hopper.cuh's TC_EPI_* flags
 
@@ -212,11 +217,12 @@ def pipe_bytes(stages: int, stage_bytes: int) -> int:
     return 1024 + stages * stage_bytes + 16 * stages
 
 
-def tensor_map(src: Region, box: tuple) -> dict:
-    """What the emitter and runtime need for one TMA operand: the global tensor, its element type, the box
-    (innermost dimension first) and the 128-byte swizzle."""
-    return {"buffer": src.buffer, "dtype": _DTYPES[str(src.buffer.dtype)][2], "elem_bytes": src.buffer.dtype.bytes,
-            "box": tuple(box), "swizzle": 3}
+def tensor_map(src, box: tuple, swizzle_bytes: int = SWIZZLE_BYTES) -> dict:
+    """What the emitter and runtime need for one TMA operand: the global tensor (``src``: it or a region of
+    it), its element type, the box (innermost dimension first) and the swizzle (128-byte unless said)."""
+    buf = src.buffer if isinstance(src, Region) else src
+    return {"buffer": buf, "dtype": TMAP_DTYPES[str(buf.dtype)], "elem_bytes": buf.dtype.bytes, "box": tuple(box),
+            "swizzle": TMAP_SWIZZLE[swizzle_bytes]}
 
 
 def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
@@ -505,7 +511,7 @@ def wgmma_struct(dtype: str, n: int, trans_b: bool, a_regs: bool = False, trans_
     m64nNk32 (8-bit): accumulators in registers (``float (&)[N / 2]``), B from a shared-memory descriptor,
     A from a descriptor or (``a_regs``) from four 32-bit registers of packed 16-bit values; D += A * B.
     ``trans_a`` / ``trans_b``: the operand in shared memory is MN-major (16-bit types only)."""
-    ptx, kstep, _ = _DTYPES[dtype]
+    ptx, kstep = _DTYPES[dtype]
     name = f"tc_wgmma_{'rs_' if a_regs else ''}{ptx}_n{n}_t{int(trans_b)}{'_ta' if trans_a else ''}"
     regs = n // 2
     dlist = ", ".join(f"%{i}" for i in range(regs))
