@@ -145,8 +145,12 @@ def _only_async_copies(s) -> bool:
     return bool(leaves) and all(isinstance(x, AsyncCopy) for x in leaves)
 
 
+def _on_thread0(stmt):
+    return If(compare("eq", ThreadIndex(), const(0)), stmt, span=stmt.span)
+
+
 def _thread0(stmt):
-    return [If(compare("eq", ThreadIndex(), const(0)), stmt, span=stmt.span), Barrier(span=stmt.span)]
+    return [_on_thread0(stmt), Barrier(span=stmt.span)]
 
 
 class _Distributor:
@@ -167,12 +171,12 @@ class _Distributor:
                     run.append(c)
                     continue
                 if run:
-                    out.append(If(compare("eq", ThreadIndex(), const(0)), seq(run), span=run[0].span))
+                    out.append(_on_thread0(seq(run)))
                     run = []
                 out += self.block(c)
             return out
         if isinstance(s, _ELECTED):
-            return [If(compare("eq", ThreadIndex(), const(0)), s, span=s.span)]
+            return [_on_thread0(s)]
         if isinstance(s, Allocate):
             self.hoisted.append(Allocate(s.buffer, span=s.span))
             if s.init is None:
