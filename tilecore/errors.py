@@ -63,6 +63,13 @@ class PluginError(TilecoreError):
     """A backend plugin is broken or incompatible with this tilecore."""
 
 
+class PerformanceWarning(UserWarning):
+    """A kernel compiled and will run correctly, but its device compiler reports something that costs much of
+    its speed (registers spilled to memory, matrix instructions serialized); the message names the kernel, its
+    definition line, what the compiler said and what usually fixes it. ``kernel.meta["source"]["meta"]
+    ["performance_notes"]`` keeps the notes (a cached kernel warns again when it is loaded)."""
+
+
 class DeviceError(TilecoreError, RuntimeError):
     """A kernel was launched where its backend has no device (e.g. compiled on a machine without one)."""
 

@@ -5,10 +5,11 @@ import functools
 import inspect
 import os
 import threading
+import warnings
 from pathlib import Path
 
 from .._version import __version__
-from ..errors import CompileError, TargetError
+from ..errors import CompileError, PerformanceWarning, TargetError
 from ..plugin import PLUGIN_API, get_registry, profile_for
 from . import cache
 from .kernel import JITKernel, load_kernel
@@ -167,6 +168,7 @@ def compile(func, target="auto", out_idx=None, pass_configs=None, target_host=No
         hit = cache.load(key)
         if hit is not None:
             meta, binary = hit
+            _warn_performance(func, meta["source"]["meta"])
             return JITKernel({**meta, "from_cache": True}, binary, backend, tgt, func)
     backend, tgt, lowered, source, options = lower(func, tgt, pass_configs)
     binary = backend.runtime(tgt).build(source, options)
@@ -175,7 +177,17 @@ def compile(func, target="auto", out_idx=None, pass_configs=None, target_host=No
             "attrs": {k: v for k, v in lowered.attrs.items()}, "options": options}
     if use_cache:
         cache.store(key, meta, binary)
+    _warn_performance(func, source.meta)
     return JITKernel({**meta, "from_cache": False}, binary, backend, tgt, func)
+
+
+def _warn_performance(func, source_meta: dict) -> None:
+    """One :class:`PerformanceWarning` per kernel whose backend left ``performance_notes`` in the source's meta
+    (plugin API 1.7: what its device compiler reported that costs speed, each note ending with the usual fix)."""
+    notes = source_meta.get("performance_notes") or ()
+    if notes:
+        where = f"{func.span}: " if func.span else ""
+        warnings.warn(PerformanceWarning(f"{where}kernel {func.name}: " + "; ".join(notes)), stacklevel=3)
 
 
 class _JitFunction:

@@ -21,7 +21,7 @@ from typing import Any, Callable, ClassVar
 #: that read their operands from shared memory themselves and run asynchronously (decision D26); 1.5 adds the
 #: capability feature ``shuffle_index`` and the IR node it brings to emitters, :class:`~tilecore.ir.ShuffleIndex`
 #: (``shuffle_index`` of the C-family emitters).
-PLUGIN_API = (1, 6)
+PLUGIN_API = (1, 7)
 
 MODES = ("device", "emulated", "compile-only", "codegen-only")
 

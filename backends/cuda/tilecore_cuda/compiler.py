@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -114,11 +115,45 @@ def _include_dirs_uncached() -> list:
 
 def _flags(options: dict) -> list:
     out = ["-std=c++17", "-lineinfo"] if options.get("tilecore.debug") else ["-std=c++17"]
+    out += ["--ptxas-options=-v"]  # registers, spills and performance remarks for ptxas_report (costs no time)
     if options.get("tilecore.fast_math"):
         out += ["--use_fast_math"]
     else:
         out += ["--fmad=false"]
     return out + list(options.get("tilecore.extra_flags", ()))
+
+
+_SPILLS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_REGISTERS = re.compile(r"Used (\d+) registers")
+_LOSS = re.compile(r"Potential Performance Loss: (.*)")
+
+
+def ptxas_report(log: str) -> dict:
+    """What ptxas said (``--ptxas-options=-v``) that a kernel author should see: ``registers`` per thread, the
+    ``stack``, ``spill_stores`` and ``spill_loads`` bytes per thread, and its ``performance_loss`` remarks (e.g.
+    wgmma serialized for want of registers). Absent numbers are left out."""
+    out: dict = {}
+    if m := _SPILLS.search(log):
+        out["stack"], out["spill_stores"], out["spill_loads"] = (int(x) for x in m.groups())
+    if m := _REGISTERS.search(log):
+        out["registers"] = int(m.group(1))
+    losses = sorted({m.group(1).strip().rstrip(".") for m in _LOSS.finditer(log)})
+    if losses:
+        out["performance_loss"] = losses
+    return out
+
+
+def performance_notes(report: dict) -> list:
+    """The notes a :class:`tilecore.errors.PerformanceWarning` carries for a ptxas report, each with the fix."""
+    notes = []
+    if report.get("spill_stores") or report.get("spill_loads"):
+        notes.append(f"ptxas spilled registers to local memory ({report.get('spill_stores', 0)} bytes stored, "
+                     f"{report.get('spill_loads', 0)} loaded per thread at {report.get('registers', '?')} registers): "
+                     "use smaller tiles (block_N / block_M) or fewer threads per block")
+    for loss in report.get("performance_loss", ()):
+        notes.append(f"ptxas: {loss} (usually too many accumulator registers per thread: smaller tiles, or "
+                     "fewer warpgroups sharing the register file)")
+    return notes
 
 
 def _check(mod, res, what: str, prog=None) -> None:
@@ -132,7 +167,8 @@ def _check(mod, res, what: str, prog=None) -> None:
 NVRTC_FLAGS = ("--minimal",)
 
 
-def build_nvrtc(code: str, arch: str, options: dict) -> bytes:
+def build_nvrtc(code: str, arch: str, options: dict, report: dict | None = None) -> bytes:
+    """The cubin of ``code`` for ``arch``; ``report``, when given, receives :func:`ptxas_report` of the log."""
     nvrtc = _nvrtc()
     res = nvrtc.nvrtcCreateProgram(code.encode(), b"tilecore_kernel.cu", 0, [], [])
     _check(nvrtc, res, "create")
@@ -144,6 +180,8 @@ def build_nvrtc(code: str, arch: str, options: dict) -> bytes:
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
         log = b" " * size
         nvrtc.nvrtcGetProgramLog(prog, log)
+        if report is not None:
+            report.update(ptxas_report(log.decode(errors="replace")))
         if int(err) != 0:
             raise CompileError("NVRTC rejected the generated code:\n" + log.decode(errors="replace").strip()[-4000:]
                                + "\nThis is a tilecore bug; please report it with the source from "
@@ -156,7 +194,7 @@ def build_nvrtc(code: str, arch: str, options: dict) -> bytes:
         nvrtc.nvrtcDestroyProgram(prog)
 
 
-def build_nvcc(code: str, arch: str, options: dict) -> bytes:
+def build_nvcc(code: str, arch: str, options: dict, report: dict | None = None) -> bytes:
     nvcc = find_nvcc()
     num = arch[3:]  # sm_90a -> 90a
     with tempfile.TemporaryDirectory(prefix="tilecore-cuda-build-") as tmp:
@@ -169,6 +207,8 @@ def build_nvcc(code: str, arch: str, options: dict) -> bytes:
             raise CompileError(f"nvcc rejected the generated code:\n{proc.stderr.strip()[-4000:]}\n"
                                "This is a tilecore bug; please report it with the source from "
                                "kernel.get_kernel_source()")
+        if report is not None:
+            report.update(ptxas_report(proc.stdout + proc.stderr))
         return out.read_bytes()
 
 
@@ -185,9 +225,19 @@ class CUDACompiler(Compiler):
         which = options.get("tilecore.cuda.compiler")
         if which not in (None, "nvrtc", "nvcc"):
             raise CompileError(f"tilecore.cuda.compiler must be 'nvrtc' or 'nvcc', got {which!r}")
+        report: dict = {}
         if which != "nvcc" and (nvrtc_usable() or which == "nvrtc" and _nvrtc() is not None):
-            return build_nvrtc(source.code, self.arch, options)
-        if which != "nvrtc" and find_nvcc() is not None:
-            return build_nvcc(source.code, self.arch, options)
+            binary = build_nvrtc(source.code, self.arch, options, report)
+        elif which != "nvrtc" and find_nvcc() is not None:
+            binary = build_nvcc(source.code, self.arch, options, report)
+        else:
+            binary = None
+        if binary is not None:
+            # kept with the kernel (kernel.meta["source"]["meta"]); the core warns with the notes (plugin API 1.7)
+            source.meta["ptxas"] = report
+            notes = performance_notes(report)
+            if notes:
+                source.meta["performance_notes"] = notes
+            return binary
         raise CompileError("no CUDA compiler found: install NVRTC (pip install 'nvidia-cuda-nvrtc==13.0.*' "
                            "'nvidia-cuda-runtime==13.0.*' 'cuda-bindings==13.0.*') or put nvcc on PATH")
