@@ -33,6 +33,12 @@ def test_the_report_parses_what_ptxas_prints():
     assert report["performance_loss"][0].startswith("wgmma.mma_async instructions are serialized")
     notes = performance_notes(report)
     assert len(notes) == 2 and "1304 bytes stored" in notes[0] and "smaller tiles" in notes[0]
+    assert "fewer warpgroups" in notes[1]
+    other = performance_notes(ptxas_report("ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async "
+                                           "instructions are serialized due to non wgmma instructions defining "
+                                           "accumulator registers of a wgmma between start and end of the pipeline "
+                                           "stage in the function 'tc_kernel'."))
+    assert len(other) == 1 and "please report it" in other[0]
     clean = ptxas_report("ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
                          "ptxas info    : Used 168 registers, used 1 barriers")
     assert clean == {"stack": 0, "spill_stores": 0, "spill_loads": 0, "registers": 168}

@@ -151,8 +151,11 @@ def performance_notes(report: dict) -> list:
                      f"{report.get('spill_loads', 0)} loaded per thread at {report.get('registers', '?')} registers): "
                      "use smaller tiles (block_N / block_M) or fewer threads per block")
     for loss in report.get("performance_loss", ()):
-        notes.append(f"ptxas: {loss} (usually too many accumulator registers per thread: smaller tiles, or "
-                     "fewer warpgroups sharing the register file)")
+        if "insufficient register" in loss:
+            fix = "too many accumulator registers per thread: use smaller tiles, or fewer warpgroups per block"
+        else:  # e.g. "non wgmma instructions defining accumulator registers": the generated code's doing
+            fix = "the generated code's doing, not the kernel's: please report it with kernel.get_kernel_source()"
+        notes.append(f"ptxas: {loss} ({fix})")
     return notes
 
 
