@@ -75,3 +75,17 @@ def test_a_kernel_that_fits_says_nothing():
     report = kernel.meta["source"]["meta"]["ptxas"]
     assert report["spill_stores"] == 0 and 0 < report["registers"] <= 255
     assert "performance_notes" not in kernel.meta["source"]["meta"]
+
+
+def test_a_dynamic_trip_count_does_not_serialize_wgmma():
+    # the catalog's dynamic-shape GEMM on the core's general path: the loop and its drain sit under one
+    # `trips > 0` test; before that, ptxas serialized every wgmma of the kernel (the zeroing and an async group
+    # both reached the drain's wait as the accumulators' last definition)
+    from tilecore_conformance.catalog import _dynamic_gemm_kernel
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PerformanceWarning)
+        kernel = tilecore.compile(_dynamic_gemm_kernel("float16", "float32", False, False, 70, 72, 96),
+                                  target="cuda:sm_90a", pass_configs={"tilecore.disable_cache": True})
+    assert "performance_loss" not in kernel.meta["source"]["meta"]["ptxas"]
+    assert "wgmma" in kernel.get_kernel_source()

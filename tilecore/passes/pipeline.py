@@ -871,7 +871,14 @@ class _Launch:
         note = (f"loop {name}: {stages} stages{reduced}, {len(bufs)} tiles x {stages} buffers, {kib:g} KiB; "
                 + ", ".join(issue_kinds) + ("; the gemm's matrix unit runs on while the stage ahead is copied"
                                             if after else "") + copy_notes)
-        return seq(prologue + [new_loop] + after), note
+        if after:
+            # a trip count that may be 0 (dynamic): the loop and its drain under one test. Otherwise the drain's
+            # wait is reached with the accumulators' zeroing as their last definition on one path and an
+            # asynchronous group's on the other, and a vendor's assembler serializes every asynchronous matrix
+            # instruction of the kernel (ptxas 13.0 on the catalog's dynamic-shape GEMM, sm_90a: "wgmma
+            # serialized due to non wgmma instructions defining accumulator registers"; a static count: none)
+            return seq(prologue + [_if(simplify(compare("gt", extent, 0)), seq([new_loop] + after), loop.span)]), note
+        return seq(prologue + [new_loop]), note
 
 
 def _defer_matrix_wait(body, last=None):
