@@ -1,0 +1,93 @@
+"""The README GEMM with dynamic M, N, K (``T.dynamic``) against the same kernel at static sizes and cuBLAS, same run.
+
+    python benchmarks/cuda_gemm_dynamic.py [--size 4096] [--configs 128x256x64x256x3,128x128x64x256x3]
+        [--rep 20] [--export DIR | --load DIR]
+
+A dynamic trip count used to make ptxas serialize every wgmma of the core's general path on sm_90a (the loop
+could run 0 times; fixed by putting the loop and its drain under one ``trips > 0`` test, see the ptxas notes of
+plugin API 1.7). ``--export DIR`` writes the dynamic kernels compiled by this tree (``kernel.export``) without a
+GPU; ``--load DIR`` times such files (e.g. compiled by an older tree) as a "loaded" row beside this tree's own.
+Exits with status 3 where no CUDA GPU is present (after --export, which needs none).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import tilecore
+import tilecore.language as T
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cuda_gemm import event_ms, has_gpu, matmul  # noqa: E402
+
+
+def dynamic_matmul(bm, bn, bk, threads, stages, dtype="float16"):
+    M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
+
+    @T.prim_func
+    def gemm_dynamic(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), dtype)
+            B_s = T.alloc_shared((bk, bn), dtype)
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_l)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                T.copy(A[by * bm, ko * bk], A_s)
+                T.copy(B[ko * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * bm, bx * bn])
+
+    return gemm_dynamic
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=int, default=4096)
+    ap.add_argument("--configs", default="128x256x64x256x3,128x128x64x256x3",
+                    help="bm x bn x bk x threads x stages, comma-separated")
+    ap.add_argument("--rep", type=int, default=20)
+    ap.add_argument("--export", metavar="DIR", help="write this tree's dynamic kernels here (no GPU needed)")
+    ap.add_argument("--load", metavar="DIR", help="also time the kernels --export wrote there (another tree's)")
+    args = ap.parse_args()
+    configs = [tuple(int(x) for x in c.split("x")) for c in args.configs.split(",")]
+    ok, why = has_gpu()
+    target = "cuda" if ok else "cuda:sm_90a"
+    if args.export:
+        out = Path(args.export)
+        out.mkdir(parents=True, exist_ok=True)
+        for cfg in configs:
+            kernel = tilecore.compile(dynamic_matmul(*cfg), target=target, pass_configs={"tilecore.disable_cache": True})
+            print("exported", kernel.export(out / ("gemm_dynamic_" + "x".join(map(str, cfg)) + ".tck")))
+    if not ok:
+        print(f"cuda_gemm_dynamic: {why}; nothing timed", file=sys.stderr)
+        return 3
+    import torch
+
+    s = args.size
+    a, b = (torch.randn(s, s, device="cuda", dtype=torch.float16) for _ in range(2))
+    c = torch.empty(s, s, device="cuda", dtype=torch.float16)
+    ref = a.float() @ b.float()
+    tf = lambda ms: 2.0 * s ** 3 / ms / 1e9  # noqa: E731
+    torch_ms = event_ms(lambda: torch.matmul(a, b), args.rep)
+    print(f"| config | kernel | TFLOP/s | / cuBLAS ({tf(torch_ms):.1f}) | ptxas | max err |")
+    print("|---|---|---|---|---|---|")
+    for cfg in configs:
+        kernels = {"static": tilecore.compile(matmul(s, s, s, *cfg), target=target),
+                   "dynamic": tilecore.compile(dynamic_matmul(*cfg), target=target)}
+        if args.load:
+            f = Path(args.load) / ("gemm_dynamic_" + "x".join(map(str, cfg)) + ".tck")
+            if f.exists():
+                kernels["dynamic, loaded"] = tilecore.load_kernel(f)
+        for name, kernel in kernels.items():
+            kernel(a, b, c)
+            err = float((c.float() - ref).abs().max())
+            ms = event_ms(lambda: kernel(a, b, c), args.rep)
+            notes = kernel.meta["source"]["meta"].get("ptxas", {}).get("performance_loss", ["-"])
+            print(f"| {'x'.join(map(str, cfg))} | {name} | {tf(ms):.1f} | {torch_ms / ms:.2f}x | {notes[0][:60]} | "
+                  f"{err:.2e} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
