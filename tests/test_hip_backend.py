@@ -332,10 +332,11 @@ def _gemm_reduce():
 
 @needs_host
 @pytest.mark.parametrize("target,masks", [("hip:gfx942", {(1, 64), (2, 64), (4, 64), (8, 64), (16, 64), (32, 64)}),
-                                          ("hip:gfx1100", {(1, 32), (2, 32), (4, 32), (8, 32)})])
+                                          ("hip:gfx1100", {(1, 32), (2, 32), (4, 32), (8, 32), (16, 32)})])
 def test_reductions_across_the_unit_lanes(target, masks):
     """Rows of the MFMA accumulator span lanes l % 16 (xor 1..8), columns lanes l / 16 (xor 16, 32) in one
-    wave of 64; on RDNA3 the column's second lane group is another wave (shared memory)."""
+    wave of 64; on RDNA3 (waves of 32) xor 16 stays a shuffle and the column's lanes 32 apart are another wave
+    (the waves' totals through shared memory)."""
     k = tilecore.compile(_gemm_reduce(), target=target)
     got = {(int(a), int(b)) for a, b in re.findall(r"tc_shfl_xor\([^;]*?, (\d+), (\d+)\)", k.source.code)}
     assert got == masks

@@ -241,3 +241,15 @@ def test_swizzle_spreads_one_column_of_rows_over_the_span(rows, cols, span):
         for r0 in range(0, rows, units):
             got = {(lay.offset(r, col) * 2 // 16) % units for r in range(r0, r0 + units)}
             assert len(got) == units, (col, r0, got)
+
+
+@pytest.mark.parametrize("shape,threads,regs", [((1, 8192), 256, 32), ((4, 256), 256, 4), ((3, 64), 128, 3),
+                                                ((2, 16), 128, 1)])
+def test_blocked_gives_idle_row_threads_more_columns(shape, threads, regs):
+    # rows fewer than the threads' row groups: the idle threads take columns (replicas only where even the
+    # columns run out: (2, 16) over 128 threads, (3, 64) over 128 keeps 2 copies)
+    lay = blocked(shape, threads)
+    lay.check()
+    assert lay.regs == regs and lay.threads == threads
+    held = lay.threads * lay.regs // (shape[0] * shape[1])
+    assert held == {(1, 8192): 1, (4, 256): 1, (3, 64): 2, (2, 16): 4}[shape]

@@ -367,13 +367,18 @@ def blocked(shape, threads: int, vector: int = 1, lanes: int = 32, name: str = "
         rest //= t2
         dims = [col_digits]
     else:
-        col_digits.append(Digit("reg", more_cols, rstride))
-        rstride *= more_cols
         rows = shape[0]
         t2 = math.gcd(rest, rows)
+        # threads the rows leave idle (fewer rows than warps: a norm's blk_m = 1) take more of the columns
+        # instead of holding copies of them: (1, 8192) over 256 threads is 32 registers each, not 256 x 8 copies
+        t3 = math.gcd(rest // t2, more_cols)
+        if t3 > 1:
+            col_digits.append(Digit("thread", t3, tstride * t2))
+        col_digits.append(Digit("reg", more_cols // t3, rstride))
+        rstride *= more_cols // t3
         row_digits = [Digit("thread", t2, tstride), Digit("reg", rows // t2, rstride)]
-        tstride *= t2
-        rest //= t2
+        tstride *= t2 * t3
+        rest //= t2 * t3
         dims = [row_digits, col_digits]
     replicate = [Digit("thread", rest, tstride)] if rest > 1 else []
     return FragmentLayout(shape, dims, replicate, name)

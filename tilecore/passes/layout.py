@@ -1012,6 +1012,12 @@ class _Lowerer:
                 out += more
             elif width:
                 out += self._shuffles(P, part, merge, masks, width, op.span)
+            elif (lanes := self._lanes_below(masks)):
+                # a row over several warps (blocked's rows fewer than warps): shuffles within each warp, then
+                # shared memory over the warps' totals only
+                out += self._shuffles(P, part, merge, [m for m in masks if m < lanes], lanes, op.span)
+                pre, more = self._scratch_combine(L, dim, P, part, merge, ident, op.span, width=lanes)
+                out += more
             else:
                 pre, more = self._scratch_combine(L, dim, P, part, merge, ident, op.span)
                 out += more
@@ -1039,6 +1045,12 @@ class _Lowerer:
         """The lockstep width a row's butterfly runs in: :func:`shuffle_width`, or ``"dynamic"`` where the
         profile says the width is known only at run time (``simd_width: dynamic``; the two-path combine)."""
         return shuffle_width(self.ctx, self.plan.threads, masks, dynamic=True)
+
+    def _lanes_below(self, masks) -> int:
+        """The target's static shuffle width where some of ``masks`` stay below it and the block is whole
+        groups of it (the row's threads within a group combine by shuffles), else 0."""
+        lanes = shuffle_width(self.ctx, self.plan.threads)
+        return lanes if isinstance(lanes, int) and lanes > 1 and min(masks) < lanes <= max(masks) else 0
 
     @staticmethod
     def _shuffles(P, part, merge, masks, width, span) -> list:
@@ -1091,10 +1103,12 @@ class _Lowerer:
             out.append(Store(part, (const(q),), ident, span=span))
             for vals in itertools.product(*(range(d.extent) for d in digs)):
                 off = sum(v * d.stride for v, d in zip(vals, digs))
+                if isinstance(width, int) and off % width:  # a thread whose group total is its lowest's
+                    continue
                 cur = BufferLoad(part, (const(q),))
                 x = BufferLoad(scratch, (binary("add", binary("mul", binary("add", b, off), P.regs), q),))
                 st = Store(part, (const(q),), _combine(merge, cur, x), span=span)
-                if width is not None and off:
+                if width is not None and not isinstance(width, int) and off:
                     st = If(compare("le", width, const(off & -off)), st, span=span)
                 out.append(st)
         out.append(Barrier(span=span))
