@@ -1,4 +1,4 @@
-"""The README GEMM with dynamic M, N, K (``T.dynamic``) against the same kernel at static sizes and cuBLAS, same run.
+"""The catalog's dynamic-shape GEMM (``T.dynamic`` M, N, K; float32 C) against the same kernel at static sizes and cuBLAS, same run.
 
     python benchmarks/cuda_gemm_dynamic.py [--size 4096] [--configs 128x128x32x256x3,...]
         [--rep 20] [--export DIR | --load DIR]
@@ -19,29 +19,16 @@ import sys
 from pathlib import Path
 
 import tilecore
-import tilecore.language as T
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cuda_gemm import event_ms, has_gpu, matmul  # noqa: E402
 
 
-def dynamic_matmul(bm, bn, bk, threads, stages, dtype="float16"):
-    M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
+def dynamic_matmul(bm, bn, bk, threads, stages):
+    """The catalog's dynamic-shape GEMM (float16 in, float32 C) at this tile."""
+    from tilecore_conformance.catalog import _dynamic_gemm_kernel
 
-    @T.prim_func
-    def gemm_dynamic(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
-            A_s = T.alloc_shared((bm, bk), dtype)
-            B_s = T.alloc_shared((bk, bn), dtype)
-            C_l = T.alloc_fragment((bm, bn), "float32")
-            T.clear(C_l)
-            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
-                T.copy(A[by * bm, ko * bk], A_s)
-                T.copy(B[ko * bk, bx * bn], B_s)
-                T.gemm(A_s, B_s, C_l)
-            T.copy(C_l, C[by * bm, bx * bn])
-
-    return gemm_dynamic
+    return _dynamic_gemm_kernel("float16", "float32", False, False, 0, 0, 0, tile=(bm, bn, bk, threads), stages=stages)
 
 
 def main() -> int:
@@ -69,14 +56,14 @@ def main() -> int:
 
     s = args.size
     a, b = (torch.randn(s, s, device="cuda", dtype=torch.float16) for _ in range(2))
-    c = torch.empty(s, s, device="cuda", dtype=torch.float16)
+    c = torch.empty(s, s, device="cuda", dtype=torch.float32)
     ref = a.float() @ b.float()
     tf = lambda ms: 2.0 * s ** 3 / ms / 1e9  # noqa: E731
     torch_ms = event_ms(lambda: torch.matmul(a, b), args.rep)
     print(f"| config | kernel | TFLOP/s | / cuBLAS ({tf(torch_ms):.1f}) | ptxas | max err |")
     print("|---|---|---|---|---|---|")
     for cfg in configs:
-        kernels = {"static": tilecore.compile(matmul(s, s, s, *cfg), target=target),
+        kernels = {"static": tilecore.compile(matmul(s, s, s, *cfg, out_dtype="float32"), target=target),
                    "dynamic": tilecore.compile(dynamic_matmul(*cfg), target=target)}
         if args.load:
             f = Path(args.load) / ("gemm_dynamic_" + "x".join(map(str, cfg)) + ".tck")
