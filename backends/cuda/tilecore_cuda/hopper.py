@@ -300,12 +300,55 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
             else:
                 new.append(x)
         new.insert(0, Allocate(pipe, span=s.span))
+        blocks, pwhy = persistent_blocks(launch, p, splits, new, ctx, s)
+        extra_attrs = {}
+        if blocks:  # tc_wgmma_persistent (prelude/tc_persistent.cuh): `blocks` blocks loop over the tiles
+            new[new.index(coll)] = Collective("tc_wgmma_persistent", coll.args, {**attrs, "persistent": blocks},
+                                              span=s.span)
+            extra_attrs = {"persistent": blocks}
         ctx.notes.append(f"cuda.hopper_gemm_pipeline: {p.bm}x{p.bn}x{p.bk} {p.dt}, {stages} stages, "
                          f"{p.ncwg} consumer warpgroup(s) + 1 producer, epilogue to {attrs['epilogue']} memory"
-                         + (f"; {why}" if why else ""))
+                         + (f"; {why}" if why else "") + (f"; {pwhy}" if pwhy else ""))
         return launch.with_(body=Seq(new, span=launch.body.span), threads=(p.threads + WG,),
-                            attrs={**launch.attrs, "warp_specialized": True})
+                            attrs={**launch.attrs, "warp_specialized": True, **extra_attrs})
     return launch
+
+
+# -- a persistent grid (docs/decisions.md D34) -------------------------------------------------------------
+
+#: blocks per multiprocessor of a persistent GEMM: the pipeline's launch bounds promise ptxas one (it may then
+#: use the whole register file: 232 registers a consumer thread after setmaxnreg, or up to 255 with one
+#: consumer warpgroup), so one is all that surely fits
+PERSISTENT_BLOCKS_PER_SM = 1
+
+
+def persistent_blocks(launch: KernelLaunch, p: _Plan, splits: int, body: list, ctx, loop: For) -> tuple:
+    """``(blocks, note)``: with ``tilecore.cuda.persistent`` on, the number of blocks of the persistent grid
+    (``limits.sm_count`` of the profile x :data:`PERSISTENT_BLOCKS_PER_SM`; the launch takes the smaller of it
+    and the tiles) or 0 with the reason the kernel keeps a block per tile (the note says it); off: ``(0, None)``.
+    A persistent kernel must store its result straight to global memory (the epilogue folded into the
+    pipeline), not be split over K, and have nothing else in its body that runs per block."""
+    asked = ctx.option("tilecore.cuda.persistent", False)
+    if not isinstance(asked, bool):
+        raise CompileError(f"pass config tilecore.cuda.persistent must be True or False, got {asked!r}", loop.span)
+    if not asked:
+        return 0, None
+    if splits > 1:
+        return 0, "not persistent: a GEMM split over K keeps one block per (tile, split)"
+    if not p.epilogue:
+        return 0, ("not persistent: the accumulator is used after the loop (only a GEMM whose result goes straight "
+                   "to global memory with one T.copy runs on a persistent grid)")
+    if len(launch.grid) > 3:
+        return 0, "not persistent: the launch grid has more than three dimensions"
+    others = [x for x in body if not isinstance(x, (Allocate, Collective))]
+    if others or sum(isinstance(x, Collective) for x in body) != 1:
+        return 0, "not persistent: the kernel does more than the GEMM in each block"
+    lim = ctx.capabilities.limit("sm_count")
+    if lim is None:
+        return 0, "not persistent: the target's profile has no limits.sm_count"
+    blocks = int(lim[0]) * PERSISTENT_BLOCKS_PER_SM
+    return blocks, (f"persistent: at most {blocks} blocks ({int(lim[0])} SMs x {PERSISTENT_BLOCKS_PER_SM}), each "
+                    "looping over its tiles, the next tile's loads under this tile's epilogue")
 
 
 # -- split-K (docs/decisions.md D27) ----------------------------------------------------------------------
@@ -493,6 +536,13 @@ def wgmma_template(s: Collective) -> list:
             "true" if at["b_kmajor"] else "false", at["a_step"][0], at["a_step"][1], at["b_step"][0],
             at["b_step"][1], "true" if at["epilogue"] == "global" else "false", at.get("epi", 0),
             _DTYPES[at["dtype"]][1], wgmma_name(at)]
+
+
+def persistent_template(s: Collective) -> list:
+    """tc_wgmma_persistent's explicit template arguments (prelude/tc_persistent.cuh): the pipeline's, less
+    TO_GLOBAL (a persistent GEMM stores to global memory)."""
+    head = wgmma_template(s)
+    return head[:12] + head[13:]
 
 
 def splitk_template(s: Collective) -> list:
