@@ -297,3 +297,66 @@ def test_device_persistent_gemm_matches_float64_and_the_per_tile_grid_bit_for_bi
     off = _compile(shape, target="cuda", persistent=False, **kw)
     assert "persistent" not in _notes(off)
     assert torch.equal(_run(off, a, b, M, N, out, torch), runs[0])
+
+
+# -- the protocol across tiles on the host: tc_persistent.cuh as it ships, and mutated -------------------------
+
+HARNESS = Path(__file__).with_name("persistent_host.cpp")
+HEADER = PRELUDE / "tc_persistent.cuh"
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ here")
+
+#: one way each to break the protocol (text replacements in the header: old, new, how many times old occurs); the
+#: harness must catch every one (the unmutated header passes)
+MUTANTS = {
+    "the producer's k steps restart per tile": [
+        ("const tc_gemm_tile g = tile_of(tile);\n        for (int kt = 0;",
+         "const tc_gemm_tile g = tile_of(tile);\n        it = 0;\n        for (int kt = 0;", 1)],
+    "the consumers' k steps restart per tile": [
+        ("const int k_tiles = (int)g.k_tiles;", "const int k_tiles = (int)g.k_tiles;\n      it = 0;", 1)],
+    "the accumulators are zeroed once, not per tile": [
+        ("    unsigned it = 0;  /* as the producer's */\n",
+         "    unsigned it = 0;  /* as the producer's */\n    float acc_keep[MR][BN / 2] = {};\n", 1),
+        ("float acc[MR][BN / 2];\n#pragma unroll\n      for (int i = 0; i < MR; ++i) {\n#pragma unroll\n"
+         "        for (int j = 0; j < BN / 2; ++j) acc[i][j] = 0.0f;\n      }", "auto& acc = acc_keep;", 1)],
+    "the tile's last group left in flight before the epilogue": [
+        ("        step(it);\n        tc_wgmma_wait<0>();", "        step(it);\n        tc_wgmma_wait<1>();", 1)],
+    "the tile's last stage never released": [
+        ("        tc_mbar_arrive(bars + 8 * (STAGES + it % STAGES));\n        ++it;", "        ++it;", 1)],
+    "a stage released before its group completed": [
+        ("        if (kt > 0) tc_mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));\n      }",
+         "        tc_mbar_arrive(bars + 8 * (STAGES + it % STAGES));\n      }", 1),
+        ("        if (k_tiles > 1) tc_mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));\n", "", 1)],
+    "the producer does not wait for the release": [
+        ("          if (it >= STAGES) tc_mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);\n", "", 1)],
+    "the consumers wait for the wrong phase": [
+        ("tc_mbar_wait(bars + 8 * s, (it / STAGES) & 1);", "tc_mbar_wait(bars + 8 * s, ((it / STAGES) + 1) & 1);", 1)],
+    "blocks step over the tiles one by one": [("tile += gridDim.x", "++tile", 2)],
+    "fewer bytes announced than the stage's loads": [
+        ("tc_mbar_expect_tx(full, STAGE);", "tc_mbar_expect_tx(full, A_BYTES);", 1)],
+}
+
+
+def _run_harness(header_text: str, tmp: Path) -> subprocess.CompletedProcess:
+    (tmp / "tc_persistent.cuh").write_text(header_text)
+    exe = tmp / "persistent"
+    subprocess.run(["g++", "-std=c++20", "-O1", "-w", "-pthread", "-I", str(tmp), "-o", str(exe), str(HARNESS)],
+                   check=True, capture_output=True, text=True)
+    return subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+
+
+@needs_gxx
+def test_protocol_runs_every_tile_once_with_the_right_stages_and_phases(tmp_path):
+    proc = _run_harness(HEADER.read_text(), tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", list(MUTANTS))
+def test_protocol_harness_catches_each_mutant(name, tmp_path):
+    text = HEADER.read_text()
+    for old, new, count in MUTANTS[name]:
+        assert text.count(old) == count, (name, old)  # the mutation still applies to the shipped header
+        text = text.replace(old, new)
+    proc = _run_harness(text, tmp_path)
+    assert proc.returncode != 0, f"{name}: not caught\n{proc.stdout}"
+    print(name, "->", proc.stdout.strip())

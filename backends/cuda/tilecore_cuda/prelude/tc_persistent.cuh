@@ -9,6 +9,12 @@ struct tc_gemm_tile {
   long long c_off, a_r0, a_c0, b_r0, b_c0, k_tiles, m_valid, n_valid;
 };
 
+#ifndef TC_PERSISTENT_HOST /* tests/persistent_host.cpp runs the protocol on the host, with its own barriers */
+__device__ __forceinline__ void tc_mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+#endif
+
 /* tc_wgmma_pipeline (tc_hopper.cuh) over several output tiles per block: block b runs tiles b, b + gridDim.x,
  * ... < tiles, each described by tile_of(t) (a tc_gemm_tile). The pipeline is set up once; its stage index
  * and phase run on across tiles (k step `it` of the block, counted over all its tiles, uses stage it % STAGES,
@@ -42,7 +48,7 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
       tc_mbar_init(bars + 8 * s, 1);
       tc_mbar_init(bars + 8 * (STAGES + s), 128 * NC);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    tc_mbar_init_fence();
   }
   __syncthreads();
   if (wg == 0) {
