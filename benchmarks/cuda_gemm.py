@@ -25,7 +25,11 @@ D34: a grid of one block per SM, each looping over its tiles, the next tile's lo
 one line each, says whether the two results are the same bits, and adds a table of the best of each against
 cuBLAS in the same run:
 
-    python benchmarks/cuda_gemm.py --sizes 4096,8192 --persistent off,on --no-fp8 --triton
+    python benchmarks/cuda_gemm.py --sizes 4096,8192 --persistent off,on,pingpong --no-fp8 --triton
+
+``pingpong`` (``tilecore.cuda.persistent="pingpong"``) gives each of the two consumer warpgroups whole tiles in
+turn; it takes tiles of at most 128 accumulators a thread (128x128), so the 128x128 configurations are the ones
+to compare (the 128x256 ones stay plain persistent, said so on their line).
 """
 from __future__ import annotations
 
@@ -280,8 +284,10 @@ def main() -> int:
     ap.add_argument("--split-k", default="", type=lambda v: [int(x) for x in v.split(",") if x],
                     help="for every configuration the compiler split over K, also time these split counts "
                          "(tilecore.cuda.split_k), e.g. 2,3,4,6,8: the rule's choice beside its neighbours (D31)")
-    ap.add_argument("--persistent", default="", type=lambda v: [x.strip() == "on" for x in v.split(",") if x.strip()],
-                    help="time each configuration with tilecore.cuda.persistent off and/or on, e.g. off,on (D34)")
+    ap.add_argument("--persistent", default="",
+                    type=lambda v: [{"on": True, "off": False}.get(x.strip(), x.strip()) for x in v.split(",") if x.strip()],
+                    help="time each configuration with tilecore.cuda.persistent off, on and/or pingpong, e.g. "
+                         "off,on,pingpong (D34)")
     ap.add_argument("--no-wgmma", action="store_true",
                     help="switch the Hopper passes off (tilecore.cuda.disable_wgmma): measures the sm_80 path "
                          "(mma.sync register program with cp.async stages) on an sm_90 GPU")
@@ -327,7 +333,8 @@ def main() -> int:
             last_c = None
             for cfg, persist in variants:
                 pc = cfgs if persist is None else {**cfgs, "tilecore.cuda.persistent": persist}
-                label = "" if persist is None else f", persistent {'on' if persist else 'off'}"
+                names = {False: "off", True: "on", "pingpong": "pingpong"}
+                label = "" if persist is None else f", persistent {names.get(persist, persist)}"
                 try:
                     k = tilecore.compile(matmul(m, n, kk, *cfg, dtype=dtype), target=args.target, pass_configs=pc)
                     ms = event_ms(lambda: k(a, b, c), args.rep)
@@ -338,12 +345,15 @@ def main() -> int:
                 splits = split_k_of(k)
                 same = ""
                 if persist is not None:
-                    ran = "persistent: at most" in " ".join(k.meta["attrs"].get("hopper_pipelines", ()))
-                    if persist and not ran:
+                    note = " ".join(k.meta["attrs"].get("hopper_pipelines", ()))
+                    if persist and "persistent: at most" not in note:
                         label += " (kept one block per tile: see the kernel's hopper_pipelines note)"
+                    elif persist == "pingpong" and "; ping-pong:" not in note:
+                        label += " (persistent, not ping-pong: see the note)"
                     if persist and last_c is not None and last_c[0] == cfg:
                         same = f"; same bits as off: {torch.equal(c, last_c[1])}"
-                    last_c = (cfg, c.clone()) if not persist else None
+                    if not persist:
+                        last_c = (cfg, c.clone())
                     if persist not in best_by or tf > best_by[persist][0]:
                         best_by[persist] = (tf, cfg)
                 print(f"  {dtype} {name} config {cfg}{label}: {ms:.3f} ms, {tf:.1f} TFLOP/s"
@@ -422,15 +432,16 @@ def main() -> int:
 
     if persist_rows:
         print()
-        print("| dtype | shape | persistent off TFLOP/s (config) | persistent on TFLOP/s (config) | torch (cuBLAS) "
-              "TFLOP/s | off / cuBLAS | on / cuBLAS | on / off |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| dtype | shape | persistent off TFLOP/s (config) | on (config) | pingpong (config) | torch (cuBLAS) "
+              "TFLOP/s | off / cuBLAS | on / cuBLAS | pingpong / cuBLAS | on / off | pingpong / off |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for dtype, n, by, tf_t in persist_rows:
-            off, on = by.get(False), by.get(True)
+            off, on, pp = by.get(False), by.get(True), by.get("pingpong")
             cell = lambda x: "-" if x is None else f"{x[0]:.1f} ({x[1]})"  # noqa: E731
             ratio = lambda x: "-" if x is None else f"{x[0] / tf_t:.2f}x"  # noqa: E731
-            both = "-" if off is None or on is None else f"{on[0] / off[0]:.3f}x"
-            print(f"| {dtype} | {n} | {cell(off)} | {cell(on)} | {tf_t:.1f} | {ratio(off)} | {ratio(on)} | {both} |")
+            vs = lambda x: "-" if off is None or x is None else f"{x[0] / off[0]:.3f}x"  # noqa: E731
+            print(f"| {dtype} | {n} | {cell(off)} | {cell(on)} | {cell(pp)} | {tf_t:.1f} | {ratio(off)} | {ratio(on)} "
+                  f"| {ratio(pp)} | {vs(on)} | {vs(pp)} |")
 
     # compile and launch costs
     cold, _, _ = compile_times(args.target)

@@ -18,7 +18,8 @@
 // no more bytes than announced; no wait longer than 3 s (a deadlock); C's valid elements each written once
 // per launch with the exact expected sum; nothing written outside them; pair stores aligned. Cases: both B
 // layouts, one and two consumer warpgroups (MR 2 and 1), 2 and 3 stages, ragged edges, grids with fewer
-// blocks than tiles (not a multiple) and with more, and tiles of different k lengths (1 to 4 k tiles).
+// blocks than tiles (not a multiple) and with more, and tiles of different k lengths (1 to 4 k tiles); the same
+// with PINGPONG (each consumer warpgroup whole tiles in turn, MR = BM / 64).
 // Prints "ok" or the first failure, and exits 0 or 1.
 #include <atomic>
 #include <barrier>
@@ -218,11 +219,11 @@ template <typename T> inline void tc_store2(T* p, float a, float b) {
 // -- one case ----------------------------------------------------------------------------------------------------
 static int k_tiles_of(long long t) { return 1 + (int)((t * 7) % 4); }
 
-template <int BM, int BN, int BK, int STAGES, int NC, bool KMAJOR, int EPI>
+template <int BM, int BN, int BK, int STAGES, int NC, bool KMAJOR, int EPI, bool PINGPONG = false>
 static void run_case(int M, int N, int grid, int launches) {
-  constexpr int MR = BM / (64 * NC), NTHREADS = 128 * (NC + 1), ESIZE = 2, KSTEP = 16, ATOM = 64;
+  constexpr int MR = PINGPONG ? BM / 64 : BM / (64 * NC), NTHREADS = 128 * (NC + 1), ESIZE = 2, KSTEP = 16, ATOM = 64;
   constexpr int A_BYTES = BM * BK * ESIZE, STAGE = A_BYTES + BK * BN * ESIZE;
-  static_assert(MR >= 1 && BM == 64 * NC * MR, "tile");
+  static_assert(MR >= 1 && BM == 64 * (PINGPONG ? 1 : NC) * MR, "tile");
   G = Geometry{BM, BN, BK, STAGE, A_BYTES, ESIZE, KSTEP, KMAJOR};
   const int TM = (M + BM - 1) / BM, TN = (N + BN - 1) / BN;
   const long long tiles = (long long)TM * TN, ldc = TN * BN + 2;  // a row stride wider than N: a gap to stay unwritten
@@ -250,7 +251,7 @@ static void run_case(int M, int N, int grid, int launches) {
           threadIdx.x = (unsigned)t;
           blockIdx.x = (unsigned)b;
           tc_wgmma_persistent<NTHREADS, BM, BN, BK, STAGES, NC, MR, KMAJOR, 0, BK, KMAJOR ? 0 : BK, KMAJOR ? BK : 0,
-                              EPI, KSTEP, MMA>(blk->smem, g_c, tiles, ldc, tile_of, &tma, &tmb);
+                              EPI, KSTEP, PINGPONG, MMA>(blk->smem, g_c, tiles, ldc, tile_of, &tma, &tmb);
           if (!groups.empty() || !open_group.empty()) fail("a thread left with WGMMA groups pending", t);
         });
       for (auto& th : threads) th.join();
@@ -285,6 +286,10 @@ int main() {
   run_case<128, 64, 64, 3, 1, false, 0>(7 * 128 - 64, 64, 2, 1);
   // more blocks than tiles: the extra blocks run none
   run_case<128, 16, 64, 2, 2, true, 0>(128, 2 * 16, 3, 1);
+  // ping-pong: each consumer warpgroup whole tiles in turn; 9 ragged tiles on 4 blocks (3, 2, 2, 2 a block)
+  run_case<128, 16, 64, 2, 2, true, 0, true>(3 * 128 - 5, 3 * 16 - 3, 4, 2);
+  // ping-pong, B N-major, 3 stages, 7 tiles on 2 blocks (4 and 3: the warpgroups' turns end unevenly)
+  run_case<128, 64, 64, 3, 2, false, 0, true>(7 * 128 - 64, 64, 2, 1);
   std::printf("ok\n");
   return 0;
 }

@@ -63,7 +63,7 @@ def test_persistent_gemm_launches_one_block_per_sm_each_looping_over_tiles():
     assert "auto tc_tile_of = [&](long long tc_t) {" in body
     assert "const long long tc_px = tc_t % (16), tc_py = tc_t / (16);" in body
     assert "const int bx = (int)tc_px;" in body and "const int by = (int)tc_py;" in body
-    assert re.search(r"tc_wgmma_persistent<384, 128, 256, 64, 3, 2, 1, false, 0, 64, 64, 0, 7, 16, "
+    assert re.search(r"tc_wgmma_persistent<384, 128, 256, 64, 3, 2, 1, false, 0, 64, 64, 0, 7, 16, false, "
                      r"tc_wgmma_f16_n256_t1>\(\(pipe_A_s \+ 0\), C, \(long long\)\(512\), \(long long\)\(4096\), "
                      r"tc_tile_of, &tc_tmap0, &tc_tmap1\);", body)
     # the tile's arguments: C's offset, A's and B's coordinates, the k tiles, the valid rows and columns
@@ -131,9 +131,35 @@ def test_kernels_that_keep_a_block_per_tile_say_why(shape, kw, why):
 @needs_toolchain
 @pytest.mark.parametrize("value", ["yes", 1])
 def test_the_config_must_be_a_boolean_and_the_error_names_the_users_loop(value):
-    with pytest.raises(CompileError, match=r"tilecore.cuda.persistent must be True or False, got") as e:
+    with pytest.raises(CompileError, match=r'tilecore.cuda.persistent must be True, False or "pingpong", got') as e:
         _compile(BIG, persistent=value)
     assert "test_cuda_hopper.py:" in str(e.value)
+
+
+@needs_toolchain
+def test_pingpong_gives_each_consumer_warpgroup_whole_tiles():
+    k = _compile(dict(BIG, bn=128, stages=4), persistent="pingpong", panel=8)
+    assert ("persistent: at most 132 blocks (132 SMs x 1), each looping over its tiles, the next tile's loads under "
+            "this tile's epilogue; ping-pong: the two consumer warpgroups take whole tiles in turn") in _notes(k)
+    # MR = 2: one warpgroup holds the whole 128-row tile; PINGPONG before the WGMMA struct
+    assert "tc_wgmma_persistent<384, 128, 128, 64, 4, 2, 2, false, 0, 64, 64, 0, 7, 16, true, tc_wgmma_f16_n128_t1>" \
+        in _body(k)
+    # the pipeline buffer has 16 more bytes: the two warpgroups' `done` barriers
+    plain = _compile(dict(BIG, bn=128, stages=4), panel=8)
+    assert k.source.meta["shared_bytes"] == plain.source.meta["shared_bytes"] + 16
+    assert "tc_wgmma_persistent<384, 128, 128, 64, 4, 2, 1, false, 0, 64, 64, 0, 7, 16, false," in _body(plain)
+
+
+@needs_toolchain
+@pytest.mark.parametrize("shape,why", [
+    (BIG, "not ping-pong: a 128x256 tile is 256 accumulators a thread of one warpgroup, more than 128 (use "
+          "block_N = 128)"),
+    (dict(BIG, bn=128, threads=128), "not ping-pong: it needs two consumer warpgroups (threads=256), not 1"),
+])
+def test_pingpong_refused_where_it_cannot_run_keeps_the_persistent_grid(shape, why):
+    k = _compile(shape, persistent="pingpong")
+    assert why in _notes(k) and "persistent: at most 132 blocks" in _notes(k)
+    assert ", false, tc_wgmma_f16_n" in _body(k)
 
 
 # -- the prelude: the epilogue and the loads are tc_wgmma_pipeline's -----------------------------------------
@@ -198,6 +224,9 @@ def _sass(k) -> str:
     (dict(BIG, bn=128, stages=4), {"dtype": "bfloat16", "out": "float32", "tb": True}, "HGMMA.64x128x16.F32.BF16"),
     (dict(BIG, bk=128), {"dtype": "float8_e4m3", "tb": True}, "QGMMA.64x256x32.F32.E4M3.E4M3"),
     (dict(BIG, M=1000, N=4000, bn=128, threads=128), {"panel": 4}, "HGMMA.64x128x16.F32"),  # MR = 2, ragged
+    (dict(BIG, bn=128, stages=4), {"panel": 8, "persistent": "pingpong"}, "HGMMA.64x128x16.F32"),
+    (dict(BIG, M=1000, N=4000, bn=128, stages=4), {"persistent": "pingpong", "dtype": "bfloat16", "tb": True},
+     "HGMMA.64x128x16.F32.BF16"),
 ])
 def test_sass_has_the_pipeline_and_a_full_wait_per_tile_before_the_epilogue(shape, kw, mma):
     k = _compile(shape, **kw)
@@ -269,6 +298,12 @@ def _run(k, a, b, M, N, out, torch):
     (BIG, {"dtype": "bfloat16", "panel": 4}),                                   # use_swizzle
     (dict(BIG, M=2000, N=3000, bn=128), {"tb": True, "panel": 3}),              # B k-major, swizzled, ragged
     (dict(BIG, bk=128, K=1024), {"dtype": "float8_e4m3", "tb": True, "out": "float16"}),  # QGMMA
+    # ping-pong: each consumer warpgroup whole 128x128 tiles in turn
+    (dict(BIG, bn=128, stages=4), {"persistent": "pingpong", "panel": 8}),               # 1024 tiles
+    (dict(BIG, M=1000, N=3000, K=1000, bn=128, stages=4), {"persistent": "pingpong", "dtype": "bfloat16",
+                                                           "out": "bfloat16"}),  # ragged, 192 tiles: 1-2 a block
+    (dict(BIG, M=2000, N=3000, bn=128, stages=4), {"persistent": "pingpong", "tb": True, "panel": 3}),
+    (dict(BIG, M=1024, N=1024, K=1024, bn=128), {"persistent": "pingpong"}),          # 64 tiles: one a block
 ])
 def test_device_persistent_gemm_matches_float64_and_the_per_tile_grid_bit_for_bit(shape, kw):
     torch = pytest.importorskip("torch")
@@ -276,6 +311,9 @@ def test_device_persistent_gemm_matches_float64_and_the_per_tile_grid_bit_for_bi
     dtype, out, tb = kw.get("dtype", "float16"), kw.get("out", "float16"), kw.get("tb", False)
     k = _compile(shape, target="cuda", **kw)
     assert "persistent: at most" in _notes(k)
+    if kw.get("persistent") == "pingpong":
+        assert "; ping-pong:" in _notes(k)
+    kw = {x: v for x, v in kw.items() if x != "persistent"}
     g = torch.Generator().manual_seed(M + N + K)
     a32, b32 = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g)
     if dtype == "float8_e4m3":
@@ -333,6 +371,14 @@ MUTANTS = {
     "blocks step over the tiles one by one": [("tile += gridDim.x", "++tile", 2)],
     "fewer bytes announced than the stage's loads": [
         ("tc_mbar_expect_tx(full, STAGE);", "tc_mbar_expect_tx(full, A_BYTES);", 1)],
+    "ping-pong: a warpgroup starts its tile before the other finished the tile before": [
+        ("      if (PINGPONG && j > 0) tc_mbar_wait(", "      if (false) tc_mbar_wait(", 1)],
+    "ping-pong: a warpgroup never says its main loop is done": [
+        ("      if (PINGPONG) tc_mbar_arrive(done + 8 * me);", "", 1)],
+    "ping-pong: both warpgroups must release a stage": [
+        ("constexpr int READERS = PINGPONG ? 128 : 128 * NC;", "constexpr int READERS = 128 * NC;", 1)],
+    "ping-pong: the other warpgroup's k steps not counted": [
+        ("        it += k_tiles;\n        continue;", "        continue;", 1)],
 }
 
 

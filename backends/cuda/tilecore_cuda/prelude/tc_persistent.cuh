@@ -22,9 +22,14 @@ __device__ __forceinline__ void tc_mbar_init_fence() {
  * stages, under their epilogue of the tile before. The consumers zero their accumulators per tile; the last k
  * step of a tile waits for its own WGMMA group (so no accumulator read of the epilogue can be scheduled above
  * the wait: D29's ptxas hazard) and releases its stage at once. The epilogue is tc_wgmma_pipeline's global one
- * (tests/test_cuda_persistent.py keeps the two texts equal). */
+ * (tests/test_cuda_persistent.py keeps the two texts equal).
+ * PINGPONG (two consumer warpgroups, MR = BM / 64): each consumer warpgroup owns whole tiles, the block's tiles
+ * alternating between them, so one's epilogue runs under the other's main loop (CUTLASS's ping-pong kernel).
+ * The stages still flow in tile order; a warpgroup counts the other's k steps past and starts a tile's main
+ * loop only once the other has finished the tile before (its `done` mbarrier): before that, a stage's `full`
+ * barrier may be phases behind, and a parity wait cannot tell phase u from u - 2. */
 template <int NTHREADS, int BM, int BN, int BK, int STAGES, int NC, int MR, bool B_KMAJOR, int A_RS, int A_CS,
-          int B_RS, int B_CS, int EPI, int KSTEP, typename MMA, typename TOUT, typename TILE>
+          int B_RS, int B_CS, int EPI, int KSTEP, bool PINGPONG, typename MMA, typename TOUT, typename TILE>
 __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* __restrict__ C_base, long long tiles,
                                                     long long ldc, TILE tile_of, const tc_tmap* tma,
                                                     const tc_tmap* tmb) {
@@ -39,14 +44,22 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
   constexpr bool TO_GLOBAL = true;             /* the epilogue's (tc_wgmma_pipeline's global one) */
   constexpr bool REGS = NC == 2;               /* move registers from the producer to the consumers */
   static_assert(BK % ATOM == 0 && (B_KMAJOR || BN % ATOM == 0), "tc_wgmma_persistent: whole 128-byte rows");
+  static_assert(!PINGPONG || (NC == 2 && BM == 64 * MR), "tc_wgmma_persistent: ping-pong gives each of two "
+                                                         "consumer warpgroups whole tiles");
+  constexpr int READERS = PINGPONG ? 128 : 128 * NC;  /* the threads that release a stage */
   const unsigned raw = tc_smem_addr(pipe);
   const unsigned base = (raw + 1023u) & ~1023u;
   const unsigned bars = base + STAGES * STAGE;  /* full[s] at bars + 8 s, empty[s] at bars + 8 (STAGES + s) */
+  const unsigned done = bars + 16 * STAGES;     /* ping-pong: done[c] at done + 8 c, consumer c's main loops */
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       tc_mbar_init(bars + 8 * s, 1);
-      tc_mbar_init(bars + 8 * (STAGES + s), 128 * NC);
+      tc_mbar_init(bars + 8 * (STAGES + s), READERS);
+    }
+    if (PINGPONG) {
+      tc_mbar_init(done, 128);
+      tc_mbar_init(done + 8, 128);
     }
     tc_mbar_init_fence();
   }
@@ -76,11 +89,18 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
     }
   } else {
     if (REGS) tc_setmaxnreg_inc<232>();
-    const int c = wg - 1;
+    const int me = wg - 1;            /* this consumer warpgroup */
+    const int c = PINGPONG ? 0 : me;  /* its first 64-row slice of a tile (ping-pong: whole tiles) */
     unsigned it = 0;  /* as the producer's */
-    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    long long j = 0;  /* the block's tiles so far */
+    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++j) {
       const tc_gemm_tile g = tile_of(tile);
       const int k_tiles = (int)g.k_tiles;
+      if (PINGPONG && (int)(j & 1) != me) {  /* the other warpgroup's tile: its k steps go by */
+        it += k_tiles;
+        continue;
+      }
+      if (PINGPONG && j > 0) tc_mbar_wait(done + 8 * (1 - me), (unsigned)((j - 1) / 2) & 1u);  /* the tile before's loop */
       float acc[MR][BN / 2];
 #pragma unroll
       for (int i = 0; i < MR; ++i) {
@@ -126,6 +146,7 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
         tc_mbar_arrive(bars + 8 * (STAGES + it % STAGES));
         ++it;
       }
+      if (PINGPONG) tc_mbar_arrive(done + 8 * me);  /* the other warpgroup's next tile may start */
 #pragma unroll
       for (int i = 0; i < MR; ++i) tc_reg_fence(acc[i]);
       TOUT* __restrict__ C = C_base + g.c_off;
