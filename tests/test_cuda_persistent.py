@@ -327,11 +327,11 @@ def test_device_persistent_gemm_matches_float64_and_the_per_tile_grid_bit_for_bi
     g = torch.Generator().manual_seed(M + N + K)
     a32, b32 = torch.randn(M, K, generator=g), torch.randn(K, N, generator=g)
     if dtype == "float8_e4m3":
-        a, bt = a32.to(torch.float8_e4m3fn).cuda(), b32.t().contiguous().to(torch.float8_e4m3fn).cuda()
+        a, bt = a32.cuda().to(torch.float8_e4m3fn), b32.t().contiguous().cuda().to(torch.float8_e4m3fn)
         ref = a.double() @ bt.double().t()
         b = bt
     else:
-        a, b = a32.to(getattr(torch, dtype)).cuda(), b32.to(getattr(torch, dtype)).cuda()
+        a, b = a32.cuda().to(getattr(torch, dtype)), b32.cuda().to(getattr(torch, dtype))
         ref = a.double() @ b.double()
         if tb:
             b = b.t().contiguous()
