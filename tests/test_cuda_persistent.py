@@ -278,6 +278,9 @@ def test_both_launch_paths_launch_the_persistent_grid(monkeypatch):
 
     if not HAS_TOOLCHAIN:
         pytest.skip("no CUDA compiler here")
+    from tilecore_cuda import runtime as cuda_runtime
+
+    monkeypatch.setattr(cuda_runtime, "device_properties", lambda index=0: {})  # no device: the profile's 132 SMs
     kernel = tilecore.compile(dynamic_m_gemm(N=1024, K=512), target=HOPPER, pass_configs={**NOCACHE, **ON})
     for c_launcher in (True, False):
         k, prog, driver = on_cpu(kernel, c_launcher, monkeypatch)
@@ -287,6 +290,37 @@ def test_both_launch_paths_launch_the_persistent_grid(monkeypatch):
             assert driver.records[-1]["grid"] == grid
         if c_launcher:
             assert k._native is not None
+
+
+@pytest.mark.parametrize("sms,static_grid,dynamic_grids", [(114, (114, 1, 1), ((8, 1, 1), (114, 1, 1))),
+                                                            (78, (78, 1, 1), ((8, 1, 1), (78, 1, 1)))])
+def test_the_runtime_caps_the_grid_at_the_devices_own_sms(monkeypatch, sms, static_grid, dynamic_grids):
+    """An H100 PCIe (114 SMs) or an H20 (78) runs the sm_90a profile's kernels: 132 blocks there would leave 18
+    (54) of them waiting for a whole block's tiles. The runtime takes min(tiles, the device's SMs x 1)."""
+    torch = pytest.importorskip("torch")
+    from test_c_launcher import on_cpu
+    from test_cuda_backend import HAS_TOOLCHAIN
+    from tilecore_cuda import runtime as cuda_runtime
+
+    if not HAS_TOOLCHAIN:
+        pytest.skip("no CUDA compiler here")
+    monkeypatch.setattr(cuda_runtime, "device_properties", lambda index=0: {"sm_count": sms})
+    static = _compile(BIG)
+    assert static.source.meta["persistent"] == {"tiles": "512", "blocks_per_sm": 1}
+    dynamic = tilecore.compile(dynamic_m_gemm(N=1024, K=512), target=HOPPER, pass_configs={**NOCACHE, **ON})
+    for c_launcher in (True, False):
+        k, prog, driver = on_cpu(static, c_launcher, monkeypatch)
+        a, b = torch.randn(4096, 512).half(), torch.randn(512, 4096).half()
+        k(a, b, torch.empty(4096, 4096).half())
+        assert driver.records[-1]["grid"] == static_grid and prog._grid == static_grid
+        k, prog, driver = on_cpu(dynamic, c_launcher, monkeypatch)
+        for m, grid in zip((256, 8192), dynamic_grids):
+            k(torch.randn(m, 512).half(), torch.randn(512, 1024).half(), torch.empty(m, 1024).half())
+            assert driver.records[-1]["grid"] == grid
+    # a kernel that is not persistent keeps its grid whatever the device
+    k, prog, driver = on_cpu(_compile(BIG, persistent=False), False, monkeypatch)
+    k(torch.randn(4096, 512).half(), torch.randn(512, 4096).half(), torch.empty(4096, 4096).half())
+    assert driver.records[-1]["grid"] == (16, 32, 1)
 
 
 # -- on an H100 / H200 --------------------------------------------------------------------------------------

@@ -183,9 +183,13 @@ class CUDAEmitter(SIMTCppEmitter):
         if st.workspace:  # the runtime allocates it once per device and stream, zero-filled (runtime.py)
             meta["workspace"] = {"bytes": st.workspace, "zeroed": True}
         if getattr(st, "persistent", None) is not None:  # a persistent GEMM: min(tiles, its blocks) blocks in x
-            launch = st.persistent
+            from .hopper import PERSISTENT_BLOCKS_PER_SM
+
+            launch, ints = st.persistent, list(abi_of(func).ints)
             grid = min_expr(_tiles(launch), int(launch.attrs["persistent"]))
-            meta["grid"] = [host_expr(grid, list(abi_of(func).ints)), "1", "1"]
+            meta["grid"] = [host_expr(grid, ints), "1", "1"]
+            # the runtime caps the grid at the device's own multiprocessors (an H100 PCIe has 114, an H20 78)
+            meta["persistent"] = {"tiles": host_expr(_tiles(launch), ints), "blocks_per_sm": PERSISTENT_BLOCKS_PER_SM}
 
     def min_blocks(self, st: EmitState, launch):
         # one block per SM for warp-specialized kernels that move registers (setmaxnreg needs a register cap at
