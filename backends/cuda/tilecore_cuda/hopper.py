@@ -311,11 +311,11 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
                 big = Buffer(pipe.name, (pipe_bytes(stages, stage_bytes) + 16,), "uint8", "shared")
                 args = (Region(big, (as_expr(0),), (big.shape[0],)), *args[1:])
                 new[0] = Allocate(big, span=s.span)
-            at = {**attrs, "persistent": blocks, "pingpong": pingpong}
+            at = {**attrs, "hopper_persistent": blocks, "pingpong": pingpong}
             if pingpong:
                 at["MR"] = p.bm // 64
             new[new.index(coll)] = Collective("tc_wgmma_persistent", args, at, span=s.span)
-            extra_attrs = {"persistent": blocks}
+            extra_attrs = {"hopper_persistent": blocks}  # not "persistent": the core's tilecore.persistent (D36)
         ctx.notes.append(f"cuda.hopper_gemm_pipeline: {p.bm}x{p.bn}x{p.bk} {p.dt}, {stages} stages, "
                          f"{p.ncwg} consumer warpgroup(s) + 1 producer, epilogue to {attrs['epilogue']} memory"
                          + (f"; {why}" if why else "") + (f"; {pwhy}" if pwhy else ""))

@@ -178,7 +178,7 @@ class CUDAProgram(Program):
         self._has_asserts = bool(self.asserts)
         self._last_slots = None
         static = all(str(g).strip().isdigit() for g in self.meta.get("grid", ["1"] * 3))
-        persistent = self.meta.get("persistent")
+        persistent = self.meta.get("hopper_persistent")
         if persistent:  # a persistent GEMM (hopper.py, D34): min(tiles, this device's SMs x blocks per SM) blocks
             sms = device_properties(self._env_device or 0).get("sm_count")
             if sms:
