@@ -20,17 +20,6 @@ from tilecore.ir import (as_expr, AsyncCopy, VectorStore, BufferLoad, BulkCopy, 
 
 ENTRY = "tc_kernel"
 
-
-def _tiles(launch):
-    """The number of blocks of ``launch``'s grid (its output tiles)."""
-    n = as_expr(1)
-    for g in launch.grid:
-        n = binary("mul", n, as_expr(g))
-    return simplify(n)
-
-
-def min_expr(a, b):
-    return simplify(binary("min", as_expr(a), as_expr(b)))
 STATIC_SHARED_LIMIT = 48 * 1024
 
 
@@ -50,6 +39,18 @@ FP8_INCLUDE, BF16_INCLUDE = "#include <cuda_fp8.h>", "#include <cuda_bf16.h>"
 #: what in a kernel's text (body, helpers, parameters) needs cuda_bf16.h: the type, the prelude's bfloat16
 #: helpers (tc_round_bf, tc_pack_bf2, tc_atomic_*_bfloat16) and the WGMMA structs named after bf16
 _BF16_USE = re.compile(r"bfloat16|bf16|_bf\b|_bf2\b|_bf\(")
+
+
+def _tiles(launch):
+    """The number of blocks of ``launch``'s grid (its output tiles: a persistent GEMM's tile count)."""
+    n = as_expr(1)
+    for g in launch.grid:
+        n = binary("mul", n, as_expr(g))
+    return simplify(n)
+
+
+def min_expr(a, b):
+    return simplify(binary("min", as_expr(a), as_expr(b)))
 
 
 def prelude(hopper: bool = False, fp8: bool = True, bf16: bool = True, tma: bool = False, splitk: bool = False,
