@@ -19,7 +19,6 @@ from tilecore.ir import (as_expr, AsyncCopy, VectorStore, BufferLoad, BulkCopy, 
 
 
 ENTRY = "tc_kernel"
-
 STATIC_SHARED_LIMIT = 48 * 1024
 
 
