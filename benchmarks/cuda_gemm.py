@@ -19,6 +19,17 @@ is timed too, and a second table gives the best kernel against cuBLAS and agains
 
 ``--split-k 2,3,4,6,8`` also times every split configuration at those split counts, one line each, so the
 automatic rule (D31) can be checked against its neighbours in the same run.
+
+``--persistent off,on`` times every configuration with ``tilecore.cuda.persistent`` off and on (docs/decisions.md
+D34: a grid of one block per SM, each looping over its tiles, the next tile's loads under this tile's epilogue),
+one line each, says whether the two results are the same bits, and adds a table of the best of each against
+cuBLAS in the same run:
+
+    python benchmarks/cuda_gemm.py --sizes 4096,8192 --persistent off,on,pingpong --no-fp8 --triton
+
+``pingpong`` (``tilecore.cuda.persistent="pingpong"``) gives each of the two consumer warpgroups whole tiles in
+turn; it takes tiles of at most 128 accumulators a thread (128x128), so the 128x128 configurations are the ones
+to compare (the 128x256 ones stay plain persistent, said so on their line).
 """
 from __future__ import annotations
 
@@ -273,6 +284,10 @@ def main() -> int:
     ap.add_argument("--split-k", default="", type=lambda v: [int(x) for x in v.split(",") if x],
                     help="for every configuration the compiler split over K, also time these split counts "
                          "(tilecore.cuda.split_k), e.g. 2,3,4,6,8: the rule's choice beside its neighbours (D31)")
+    ap.add_argument("--persistent", default="",
+                    type=lambda v: [{"on": True, "off": False}.get(x.strip(), x.strip()) for x in v.split(",") if x.strip()],
+                    help="time each configuration with tilecore.cuda.persistent off, on and/or pingpong, e.g. "
+                         "off,on,pingpong (D34)")
     ap.add_argument("--no-wgmma", action="store_true",
                     help="switch the Hopper passes off (tilecore.cuda.disable_wgmma): measures the sm_80 path "
                          "(mma.sync register program with cp.async stages) on an sm_90 GPU")
@@ -296,7 +311,7 @@ def main() -> int:
 
     dev = torch.cuda.get_device_name(0)
     print(f"device: {dev}; torch {torch.__version__}; tilecore {tilecore.__version__}; target {args.target}")
-    rows, split_rows = [], []
+    rows, split_rows, persist_rows = [], [], []
     cfgs = _pass_configs(args)
     shapes = [(n, n, n) for n in (int(x) for x in args.sizes.split(",") if x)]
     shapes += [tuple(int(v) for v in x.split("x")) for x in args.shapes.split(",") if x]
@@ -312,17 +327,40 @@ def main() -> int:
             best = None
             unsplit = None  # the best of every configuration with tilecore.cuda.split_k=1 (the kernel before D27)
             any_split = False
-            for cfg in configs + (SMALL_M_CONFIGS if m <= 256 and not args.configs else []):
+            best_by = {}  # tilecore.cuda.persistent -> (TFLOP/s, config) of the best configuration (--persistent)
+            variants = [(cfg, p) for cfg in configs + (SMALL_M_CONFIGS if m <= 256 and not args.configs else [])
+                        for p in (args.persistent or [None])]
+            last_c = None
+            for cfg, persist in variants:
+                pc = cfgs if persist is None else {**cfgs, "tilecore.cuda.persistent": persist}
+                names = {False: "off", True: "on", "pingpong": "pingpong"}
+                label = "" if persist is None else f", persistent {names.get(persist, persist)}"
                 try:
-                    k = tilecore.compile(matmul(m, n, kk, *cfg, dtype=dtype), target=args.target, pass_configs=cfgs)
+                    k = tilecore.compile(matmul(m, n, kk, *cfg, dtype=dtype), target=args.target, pass_configs=pc)
                     ms = event_ms(lambda: k(a, b, c), args.rep)
                 except Exception as e:  # noqa: BLE001 - a config that does not fit is skipped, said so
-                    print(f"  {dtype} {name} config {cfg}: skipped ({type(e).__name__}: {str(e)[:120]})")
+                    print(f"  {dtype} {name} config {cfg}{label}: skipped ({type(e).__name__}: {str(e)[:120]})")
                     continue
                 tf = flops / ms / 1e9
                 splits = split_k_of(k)
-                print(f"  {dtype} {name} config {cfg}: {ms:.3f} ms, {tf:.1f} TFLOP/s"
-                      + (f" (split-K {splits})" if splits > 1 else ""))
+                same = ""
+                if persist is not None:
+                    note = " ".join(k.meta["attrs"].get("hopper_pipelines", ()))
+                    took = True  # the kernel runs as asked (the table compares only those)
+                    if persist and "persistent: at most" not in note:
+                        label += " (kept one block per tile: see the kernel's hopper_pipelines note)"
+                        took = False
+                    elif persist == "pingpong" and "; ping-pong:" not in note:
+                        label += " (persistent, not ping-pong: see the note)"
+                        took = False
+                    if persist and last_c is not None and last_c[0] == cfg:
+                        same = f"; same bits as off: {torch.equal(c, last_c[1])}"
+                    if not persist:
+                        last_c = (cfg, c.clone())
+                    if took and (persist not in best_by or tf > best_by[persist][0]):
+                        best_by[persist] = (tf, cfg)
+                print(f"  {dtype} {name} config {cfg}{label}: {ms:.3f} ms, {tf:.1f} TFLOP/s"
+                      + (f" (split-K {splits})" if splits > 1 else "") + same)
                 if args.check:
                     ref = torch.matmul(a, b)
                     err = (c.float() - ref.float()).abs().max().item()
@@ -330,7 +368,7 @@ def main() -> int:
                 if best is None or tf > best[0]:
                     best = (tf, cfg, splits)
                 tf1 = tf  # a configuration the compiler did not split is its own split_k=1 kernel
-                if splits > 1:
+                if splits > 1 and not persist:
                     any_split = True
                     k1 = tilecore.compile(matmul(m, n, kk, *cfg, dtype=dtype), target=args.target,
                                           pass_configs={**cfgs, "tilecore.cuda.split_k": 1})
@@ -363,6 +401,8 @@ def main() -> int:
                 except Exception as e:  # noqa: BLE001
                     print(f"  triton {dtype} {name}: failed ({type(e).__name__}: {str(e)[:120]})")
             rows.append((dtype, name, best, tf_t, tf_tr))
+            if best_by:
+                persist_rows.append((dtype, name, best_by, tf_t))
             if any_split:
                 split_rows.append((dtype, name, best, unsplit, tf_t))
             del a, b, c
@@ -392,6 +432,19 @@ def main() -> int:
         for dtype, n, best, unsplit, tf_t in split_rows:
             print(f"| {dtype} | {n} | {best[0]:.1f} ({best[1]}, {best[2]}) | {unsplit[0]:.1f} ({unsplit[1]}) "
                   f"| {tf_t:.1f} | {best[0] / tf_t:.2f}x | {unsplit[0] / tf_t:.2f}x | {best[0] / unsplit[0]:.2f}x |")
+
+    if persist_rows:
+        print()
+        print("| dtype | shape | persistent off TFLOP/s (config) | on (config) | pingpong (config) | torch (cuBLAS) "
+              "TFLOP/s | off / cuBLAS | on / cuBLAS | pingpong / cuBLAS | on / off | pingpong / off |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for dtype, n, by, tf_t in persist_rows:
+            off, on, pp = by.get(False), by.get(True), by.get("pingpong")
+            cell = lambda x: "-" if x is None else f"{x[0]:.1f} ({x[1]})"  # noqa: E731
+            ratio = lambda x: "-" if x is None else f"{x[0] / tf_t:.2f}x"  # noqa: E731
+            vs = lambda x: "-" if off is None or x is None else f"{x[0] / off[0]:.3f}x"  # noqa: E731
+            print(f"| {dtype} | {n} | {cell(off)} | {cell(on)} | {cell(pp)} | {tf_t:.1f} | {ratio(off)} | {ratio(on)} "
+                  f"| {ratio(pp)} | {vs(on)} | {vs(pp)} |")
 
     # compile and launch costs
     cold, _, _ = compile_times(args.target)

@@ -31,7 +31,14 @@ step webgpu-rows python3 benchmarks/webgpu_row_reductions.py --rep 50 --rows 163
 step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_backend.py tests/test_cuda_tensor_cores.py \
      tests/test_cuda_hopper.py tests/test_guards.py tests/test_regressions.py tests/test_layout_inference.py \
      tests/test_pipeline_planner.py tests/test_matrix_gemm.py tests/test_cuda_units.py tests/test_cuda_wgmma_unit.py tests/test_indexed_shuffles.py \
-     tests/test_cuda_attention_schedules.py tests/test_cuda_attention_softmax.py tests/test_cuda_splitk.py tests/test_c_launcher.py
+     tests/test_cuda_attention_schedules.py tests/test_cuda_attention_softmax.py tests/test_cuda_splitk.py tests/test_c_launcher.py \
+     tests/test_cuda_persistent.py
+# the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
+# the catalog's GEMMs with it on
+step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
+     --persistent off,on,pingpong
+step conformance-hopper-persistent python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k gemm \
+     --pass-config tilecore.cuda.persistent=true --report /tmp/rep/cuda-hopper-persistent
 step gemm python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
      --shapes "${GEMM_SHAPES:-4096x4096x14336,4096x14336x4096,128x4096x4096,16x8192x8192}"
 step attention python3 benchmarks/cuda_attention.py --rep 3

@@ -300,12 +300,78 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
             else:
                 new.append(x)
         new.insert(0, Allocate(pipe, span=s.span))
+        blocks, pwhy, pingpong = persistent_blocks(launch, p, splits, new, ctx, s)
+        extra_attrs = {}
+        if pingpong and other + pipe_bytes(stages, stage_bytes) + 16 > limit:
+            pingpong = False
+            pwhy = pwhy.split("; ping-pong")[0] + "; not ping-pong: no 16 bytes of shared memory left for its barriers"
+        if blocks:  # tc_wgmma_persistent (prelude/tc_persistent.cuh): `blocks` blocks loop over the tiles
+            args = coll.args
+            if pingpong:  # two more mbarriers (each consumer warpgroup's finished main loops) after the stages'
+                big = Buffer(pipe.name, (pipe_bytes(stages, stage_bytes) + 16,), "uint8", "shared")
+                args = (Region(big, (as_expr(0),), (big.shape[0],)), *args[1:])
+                new[0] = Allocate(big, span=s.span)
+            at = {**attrs, "hopper_persistent": blocks, "pingpong": pingpong}
+            if pingpong:
+                at["MR"] = p.bm // 64
+            new[new.index(coll)] = Collective("tc_wgmma_persistent", args, at, span=s.span)
+            extra_attrs = {"hopper_persistent": blocks}  # not "persistent": the core's tilecore.persistent (D36)
         ctx.notes.append(f"cuda.hopper_gemm_pipeline: {p.bm}x{p.bn}x{p.bk} {p.dt}, {stages} stages, "
                          f"{p.ncwg} consumer warpgroup(s) + 1 producer, epilogue to {attrs['epilogue']} memory"
-                         + (f"; {why}" if why else ""))
+                         + (f"; {why}" if why else "") + (f"; {pwhy}" if pwhy else ""))
         return launch.with_(body=Seq(new, span=launch.body.span), threads=(p.threads + WG,),
-                            attrs={**launch.attrs, "warp_specialized": True})
+                            attrs={**launch.attrs, "warp_specialized": True, **extra_attrs})
     return launch
+
+
+# -- a persistent grid (docs/decisions.md D34) -------------------------------------------------------------
+
+#: blocks per multiprocessor of a persistent GEMM: the pipeline's launch bounds promise ptxas one (it may then
+#: use the whole register file: 232 registers a consumer thread after setmaxnreg, or up to 255 with one
+#: consumer warpgroup), so one is all that surely fits
+PERSISTENT_BLOCKS_PER_SM = 1
+
+
+def persistent_blocks(launch: KernelLaunch, p: _Plan, splits: int, body: list, ctx, loop: For) -> tuple:
+    """``(blocks, note, pingpong)``: with ``tilecore.cuda.persistent`` on (True or "pingpong"), the number of
+    blocks of the persistent grid (``limits.sm_count`` of the profile x :data:`PERSISTENT_BLOCKS_PER_SM`; the
+    launch takes the smaller of it and the tiles) or 0 with the reason the kernel keeps a block per tile (the
+    note says it); off: ``(0, None, False)``. A persistent kernel must store its result straight to global
+    memory (the epilogue folded into the pipeline), not be split over K, and have nothing else in its body that
+    runs per block. ``pingpong``: each of the two consumer warpgroups takes whole tiles in turn (its
+    accumulators, BM x BN / 128 a thread, must fit as the pipeline's do)."""
+    asked = ctx.option("tilecore.cuda.persistent", False)
+    if not isinstance(asked, bool) and asked != "pingpong":
+        raise CompileError(f"pass config tilecore.cuda.persistent must be True, False or \"pingpong\", got {asked!r}",
+                           loop.span)
+    if not asked:
+        return 0, None, False
+    if splits > 1:
+        return 0, "not persistent: a GEMM split over K keeps one block per (tile, split)", False
+    if not p.epilogue:
+        return 0, ("not persistent: the accumulator is used after the loop (only a GEMM whose result goes straight "
+                   "to global memory with one T.copy runs on a persistent grid)"), False
+    if len(launch.grid) > 3:
+        return 0, "not persistent: the launch grid has more than three dimensions", False
+    others = [x for x in body if not isinstance(x, (Allocate, Collective))]
+    if others or sum(isinstance(x, Collective) for x in body) != 1:
+        return 0, "not persistent: the kernel does more than the GEMM in each block", False
+    lim = ctx.capabilities.limit("sm_count")
+    if lim is None:
+        return 0, "not persistent: the target's profile has no limits.sm_count", False
+    blocks = int(lim[0]) * PERSISTENT_BLOCKS_PER_SM
+    note = (f"persistent: at most {blocks} blocks ({int(lim[0])} SMs x {PERSISTENT_BLOCKS_PER_SM}), each looping over "
+            "its tiles, the next tile's loads under this tile's epilogue")
+    if asked != "pingpong":
+        return blocks, note, False
+    if p.ncwg != 2:
+        return blocks, note + f"; not ping-pong: it needs two consumer warpgroups (threads=256), not {p.ncwg}", False
+    if p.bm // 64 * p.bn // 2 > MAX_ACC_REGS:
+        return blocks, note + (f"; not ping-pong: a {p.bm}x{p.bn} tile is {p.bm * p.bn // 128} accumulators a thread "
+                               f"of one warpgroup, more than {MAX_ACC_REGS} (use block_N = "
+                               f"{MAX_ACC_REGS * 128 // p.bm})"), False
+    return blocks, note + "; ping-pong: the two consumer warpgroups take whole tiles in turn, one's epilogue under " \
+                          "the other's main loop", True
 
 
 # -- split-K (docs/decisions.md D27) ----------------------------------------------------------------------
@@ -493,6 +559,13 @@ def wgmma_template(s: Collective) -> list:
             "true" if at["b_kmajor"] else "false", at["a_step"][0], at["a_step"][1], at["b_step"][0],
             at["b_step"][1], "true" if at["epilogue"] == "global" else "false", at.get("epi", 0),
             _DTYPES[at["dtype"]][1], wgmma_name(at)]
+
+
+def persistent_template(s: Collective) -> list:
+    """tc_wgmma_persistent's explicit template arguments (prelude/tc_persistent.cuh): the pipeline's, less
+    TO_GLOBAL (a persistent GEMM stores to global memory), PINGPONG before the WGMMA struct."""
+    head = wgmma_template(s)
+    return head[:12] + head[13:-1] + ["true" if s.attrs.get("pingpong") else "false", head[-1]]
 
 
 def splitk_template(s: Collective) -> list:

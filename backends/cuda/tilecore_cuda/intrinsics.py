@@ -29,7 +29,7 @@ from tilecore.passes.lower_tile import matrix_index
 from tilecore.plugin import Intrinsic
 
 from ._irutil import nonunit as _nonunit, row_stride, static as _static
-from .hopper import splitk_template, wgmma_template
+from .hopper import persistent_template, splitk_template, wgmma_template
 
 BLOCK_LOCAL = ("shared", "fragment", "local")
 MMA_M, MMA_N, MMA_K = 16, 8, 16
@@ -250,7 +250,8 @@ def copy_async_template(s: Collective) -> list:
 
 #: template arguments of each collective, by name (the CUDA emitter spells ``name<...>(args)``)
 COLLECTIVES = {"tc_gemm_mma": gemm_mma_template, "tc_copy_g2s_async": copy_async_template,
-               "tc_wgmma_pipeline": wgmma_template, "tc_wgmma_splitk": splitk_template}
+               "tc_wgmma_pipeline": wgmma_template, "tc_wgmma_splitk": splitk_template,
+               "tc_wgmma_persistent": persistent_template}
 
 TABLE = [
     Intrinsic("gemm", "cuda.gemm_simt", lower_gemm_simt, priority=5),

@@ -177,7 +177,15 @@ class CUDAProgram(Program):
         self._status_by_dev: dict = {}
         self._has_asserts = bool(self.asserts)
         self._last_slots = None
-        grid = self.grid_fn([0] * 64) if all(str(g).strip().isdigit() for g in self.meta.get("grid", ["1"] * 3)) else None
+        static = all(str(g).strip().isdigit() for g in self.meta.get("grid", ["1"] * 3))
+        persistent = self.meta.get("hopper_persistent")
+        if persistent:  # a persistent GEMM (hopper.py, D34): min(tiles, this device's SMs x blocks per SM) blocks
+            sms = device_properties(self._env_device or 0).get("sm_count")
+            if sms:
+                tiles, cap = shape_fn([persistent["tiles"]]), int(sms) * int(persistent["blocks_per_sm"])
+                self.grid_fn = lambda ints: (min(tiles(ints)[0], cap), 1, 1)
+                static = str(persistent["tiles"]).strip().isdigit()
+        grid = self.grid_fn([0] * 64) if static else None
         self._grid = grid  # a grid of constants: computed once, not per launch
         # the per-launch queries, bound once (torch's private fast forms where this torch has them)
         self._get_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device

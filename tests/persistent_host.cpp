@@ -1,0 +1,295 @@
+// Host harness for the persistent Hopper GEMM's producer/consumer protocol across tiles
+// (backends/cuda/tilecore_cuda/prelude/tc_persistent.cuh; tests/test_cuda_persistent.py).
+//
+// The header is compiled as it ships (or mutated by the test) with TC_PERSISTENT_HOST, and every CUDA built-in
+// it uses shimmed: one std::thread per CUDA thread of a block (the producer warpgroup and NC consumer
+// warpgroups), __syncthreads as a barrier over them, the blocks of the grid one after another (their state is
+// their own). mbarriers keep the PTX rules: an arrival count and a transaction count per phase, the phase
+// completing when both reach zero; try_wait.parity P returns once the phase of parity P has completed (the
+// current phase's parity is not P). A TMA load writes a tag (which tensor, its coordinates, a sequence number)
+// at its box's shared address and completes its bytes on the barrier. A WGMMA is asynchronous as on the GPU:
+// MMA::run records the read, commit closes the thread's group, and wgmma.wait_group N performs the reads of all
+// but the newest N groups then (after a short sleep that gives a producer that was let in too early the time
+// to overwrite the stage), adding to the accumulators a value made of the k, the rows and the columns the tags
+// say. So a stage released before its group completed, a wrong stage or phase, accumulators not zeroed per tile
+// or read before the tile's last group, a tile run twice or left out: each changes C or trips a check.
+//
+// Checks: no TMA box written while a WGMMA read of it is pending; A and B of one WGMMA come from the same k;
+// no more bytes than announced; no wait longer than 3 s (a deadlock); C's valid elements each written once
+// per launch with the exact expected sum; nothing written outside them; pair stores aligned. Cases: both B
+// layouts, one and two consumer warpgroups (MR 2 and 1), 2 and 3 stages, ragged edges, grids with fewer
+// blocks than tiles (not a multiple) and with more, and tiles of different k lengths (1 to 4 k tiles); the same
+// with PINGPONG (each consumer warpgroup whole tiles in turn, MR = BM / 64).
+// Prints "ok" or the first failure, and exits 0 or 1.
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+struct tc_tmap {
+  int which;  // 0: A, 1: B
+  int rows;   // the box's rows (of 128 bytes each)
+};
+struct tc_dim3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+static thread_local tc_dim3 threadIdx, blockIdx;
+static tc_dim3 gridDim;
+#define __device__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+#define TC_EPI_ROWS 1
+#define TC_EPI_COLS 2
+#define TC_EPI_PAIRS 4
+
+[[noreturn]] static void fail(const char* what, long long a = 0, long long b = 0) {
+  std::printf("FAIL: %s (%lld, %lld)\n", what, a, b);
+  std::fflush(stdout);
+  std::_Exit(1);
+}
+
+// -- the running block ------------------------------------------------------------------------------------
+struct Bar {
+  unsigned count = 0, pending = 0, phase = 0;
+  long long tx = 0;
+};
+struct Tag {
+  int which = -1, c0 = 0, c1 = 0;
+  unsigned long long seq = 0;
+};
+struct Geometry {  // the case's template constants, for decoding descriptors
+  int BM, BN, BK, STAGE, A_BYTES, ESIZE, KSTEP;
+  bool kmajor;
+};
+static Geometry G;
+struct Block {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<unsigned, Bar> bars;
+  std::map<unsigned, Tag> tags;          // by box address
+  std::map<unsigned, int> reading;       // box address -> WGMMA reads pending
+  std::barrier<> sync;
+  unsigned long long seq = 0;
+  alignas(1024) unsigned char smem[256 * 1024];
+  explicit Block(int n) : sync(n) {}
+};
+static Block* B_;
+
+inline void __syncthreads() { B_->sync.arrive_and_wait(); }
+inline unsigned tc_smem_addr(const void* p) { return (unsigned)((const unsigned char*)p - B_->smem); }
+
+static void complete_if_done(Bar& b) {
+  if (b.pending == 0 && b.tx == 0) {
+    ++b.phase;
+    b.pending = b.count;
+    B_->cv.notify_all();
+  }
+}
+inline void tc_mbar_init(unsigned bar, unsigned count) {
+  std::lock_guard<std::mutex> g(B_->mu);
+  B_->bars[bar] = Bar{count, count, 0, 0};
+}
+inline void tc_mbar_init_fence() {}
+static void arrive_locked(unsigned bar) {
+  auto it = B_->bars.find(bar);
+  if (it == B_->bars.end()) fail("arrival on an address that is no barrier", bar);
+  if (it->second.pending == 0) fail("arrival on a barrier with no arrivals left in its phase", bar);
+  --it->second.pending;
+  complete_if_done(it->second);
+}
+inline void tc_mbar_arrive(unsigned bar) {
+  std::lock_guard<std::mutex> g(B_->mu);
+  arrive_locked(bar);
+}
+inline void tc_mbar_expect_tx(unsigned bar, unsigned bytes) {
+  std::lock_guard<std::mutex> g(B_->mu);
+  B_->bars[bar].tx += bytes;
+  arrive_locked(bar);
+}
+inline void tc_mbar_wait(unsigned bar, unsigned parity) {
+  std::unique_lock<std::mutex> g(B_->mu);
+  auto it = B_->bars.find(bar);
+  if (it == B_->bars.end()) fail("wait on an address that is no barrier", bar);
+  if (!B_->cv.wait_for(g, std::chrono::seconds(3), [&] { return (it->second.phase & 1u) != parity; }))
+    fail("deadlock: a barrier's phase never completed", bar, parity);
+}
+inline void tc_tma_prefetch_map(const tc_tmap*) {}
+inline void tc_tma_load_2d(unsigned dst, const tc_tmap* map, unsigned bar, int c0, int c1) {
+  std::lock_guard<std::mutex> g(B_->mu);
+  if (B_->reading.count(dst) && B_->reading[dst] > 0) fail("a stage overwritten while a WGMMA still reads it", dst);
+  B_->tags[dst] = Tag{map->which, c0, c1, ++B_->seq};
+  auto it = B_->bars.find(bar);
+  if (it == B_->bars.end()) fail("TMA completing on an address that is no barrier", bar);
+  it->second.tx -= (long long)map->rows * 128;
+  if (it->second.tx < 0) fail("more bytes landed than the barrier was told", bar);
+  complete_if_done(it->second);
+}
+template <int R> inline void tc_setmaxnreg_inc() {}
+template <int R> inline void tc_setmaxnreg_dec() {}
+inline unsigned long long tc_wgmma_desc(unsigned addr, unsigned, unsigned) { return addr; }
+inline void tc_wgmma_fence() {}
+template <int N> inline void tc_reg_fence(float (&)[N]) {}
+
+// -- asynchronous WGMMA ---------------------------------------------------------------------------------------
+struct Op {
+  float* acc;
+  int n;
+  unsigned a_box, b_box, a, b;
+};
+static thread_local std::vector<Op> open_group;
+static thread_local std::deque<std::vector<Op>> groups;
+
+static void box_of(unsigned a, unsigned b, unsigned& a_box, unsigned& b_box) {
+  const unsigned s = a / G.STAGE, sa = s * G.STAGE, sb = sa + G.A_BYTES;
+  a_box = sa + (a - sa) / (G.BM * 128) * (G.BM * 128);
+  b_box = G.kmajor ? sb + (b - sb) / (G.BN * 128) * (G.BN * 128) : sb;
+}
+struct MMA {
+  template <int N> static void run(float (&d)[N], unsigned long long da, unsigned long long db) {
+    Op op{d, N, 0, 0, (unsigned)da, (unsigned)db};
+    box_of(op.a, op.b, op.a_box, op.b_box);
+    std::lock_guard<std::mutex> g(B_->mu);
+    ++B_->reading[op.a_box];
+    ++B_->reading[op.b_box];
+    open_group.push_back(op);
+  }
+};
+inline void tc_wgmma_commit() {
+  groups.push_back(open_group);
+  open_group.clear();
+}
+static float value(int k, int row, int n0) {  // what one WGMMA adds to every accumulator: exact in float
+  return (float)(1 + k / G.KSTEP + 64 * ((row / 64) % 16) + 1024 * ((n0 / 8) % 16));
+}
+static void perform(const Op& op) {
+  std::lock_guard<std::mutex> g(B_->mu);
+  const Tag ta = B_->tags[op.a_box], tb = B_->tags[op.b_box];
+  if (ta.which != 0 || tb.which != 1) fail("a WGMMA read a box no TMA load of its operand wrote", op.a_box, op.b_box);
+  const unsigned off = op.a - op.a_box;
+  const int k = ta.c0 + (int)(off % 128) / G.ESIZE, row = ta.c1 + (int)(off / 128);
+  int kb, n0;
+  if (G.kmajor) {
+    kb = tb.c0 + (int)((op.b - op.b_box) % 128) / G.ESIZE;
+    n0 = tb.c1;
+  } else {
+    kb = tb.c1 + (int)((op.b - op.b_box) / 128);
+    n0 = tb.c0;
+  }
+  if (k != kb) fail("A and B of one WGMMA from different k", k, kb);
+  const float v = value(k, row, n0);
+  for (int j = 0; j < op.n; ++j) op.acc[j] += v;
+  --B_->reading[op.a_box];
+  --B_->reading[op.b_box];
+}
+template <int N> inline void tc_wgmma_wait() {
+  if ((int)groups.size() > N) std::this_thread::sleep_for(std::chrono::microseconds(300));
+  while ((int)groups.size() > N) {
+    for (const Op& op : groups.front()) perform(op);
+    groups.pop_front();
+  }
+}
+
+// -- C ----------------------------------------------------------------------------------------------------------
+static float* g_c;
+static std::atomic<int>* g_writes;
+static long long g_c_size;
+template <typename T> inline void tc_store1(T* p, float v) {
+  if (p < g_c || p >= g_c + g_c_size) fail("a store outside C", p - g_c);
+  *p = v;
+  g_writes[p - g_c].fetch_add(1);
+}
+template <typename T> inline void tc_store2(T* p, float a, float b) {
+  if (reinterpret_cast<uintptr_t>(p) % (2 * sizeof(T))) fail("misaligned pair store", p - g_c);
+  tc_store1(p, a);
+  tc_store1(p + 1, b);
+}
+
+#define TC_PERSISTENT_HOST
+#include "tc_persistent.cuh"
+
+// -- one case ----------------------------------------------------------------------------------------------------
+static int k_tiles_of(long long t) { return 1 + (int)((t * 7) % 4); }
+
+template <int BM, int BN, int BK, int STAGES, int NC, bool KMAJOR, int EPI, bool PINGPONG = false>
+static void run_case(int M, int N, int grid, int launches) {
+  constexpr int MR = PINGPONG ? BM / 64 : BM / (64 * NC), NTHREADS = 128 * (NC + 1), ESIZE = 2, KSTEP = 16, ATOM = 64;
+  constexpr int A_BYTES = BM * BK * ESIZE, STAGE = A_BYTES + BK * BN * ESIZE;
+  static_assert(MR >= 1 && BM == 64 * (PINGPONG ? 1 : NC) * MR, "tile");
+  G = Geometry{BM, BN, BK, STAGE, A_BYTES, ESIZE, KSTEP, KMAJOR};
+  const int TM = (M + BM - 1) / BM, TN = (N + BN - 1) / BN;
+  const long long tiles = (long long)TM * TN, ldc = TN * BN + 2;  // a row stride wider than N: a gap to stay unwritten
+  g_c_size = (long long)TM * BM * ldc;
+  std::vector<float> c(g_c_size);
+  std::vector<std::atomic<int>> writes(g_c_size);
+  g_c = c.data();
+  g_writes = writes.data();
+  const tc_tmap tma{0, BM}, tmb{1, KMAJOR ? BN : BK};
+  auto tile_of = [&](long long t) {
+    const long long tm = t / TN, tn = t % TN;
+    return tc_gemm_tile{tm * BM * ldc + tn * BN, tm * BM, 0, KMAJOR ? tn * BN : 0, KMAJOR ? 0 : tn * BN,
+                        k_tiles_of(t), M - tm * BM, N - tn * BN};
+  };
+  gridDim.x = (unsigned)grid;
+  for (int launch = 0; launch < launches; ++launch) {
+    std::fill(c.begin(), c.end(), -777.25f);
+    for (auto& w : writes) w.store(0);
+    for (int b = 0; b < grid; ++b) {
+      Block* blk = new Block(NTHREADS);
+      B_ = blk;
+      std::vector<std::thread> threads;
+      for (int t = 0; t < NTHREADS; ++t)
+        threads.emplace_back([=, &tile_of]() {
+          threadIdx.x = (unsigned)t;
+          blockIdx.x = (unsigned)b;
+          tc_wgmma_persistent<NTHREADS, BM, BN, BK, STAGES, NC, MR, KMAJOR, 0, BK, KMAJOR ? 0 : BK, KMAJOR ? BK : 0,
+                              EPI, KSTEP, PINGPONG, MMA>(blk->smem, g_c, tiles, ldc, tile_of, &tma, &tmb);
+          if (!groups.empty() || !open_group.empty()) fail("a thread left with WGMMA groups pending", t);
+        });
+      for (auto& th : threads) th.join();
+      delete blk;
+    }
+    for (int tm = 0; tm < TM; ++tm)
+      for (int r = 0; r < BM; ++r)
+        for (int col = 0; col < ldc; ++col) {
+          const long long at = (long long)(tm * BM + r) * ldc + col;
+          const int tn = col / BN, row = tm * BM + r;
+          const bool valid = row < M && col < N;
+          if (!valid) {
+            if (writes[at] != 0 || c[at] != -777.25f) fail("an element outside C's valid rows and columns written", row, col);
+            continue;
+          }
+          if (writes[at] != 1) fail("a valid element not written exactly once", row, col);
+          float want = 0.0f;
+          const int kt = k_tiles_of((long long)tm * TN + tn);
+          for (int k = 0; k < kt * BK; k += KSTEP) want += value(k, tm * BM + r / 64 * 64, tn * BN);
+          if (c[at] != want) fail("a wrong sum in C (row, col)", row, col);
+        }
+  }
+  (void)ATOM;
+}
+
+int main() {
+  // two consumer warpgroups, B k-major, 2 stages, ragged M and N, 9 tiles on 4 blocks (not a multiple)
+  run_case<128, 16, 64, 2, 2, true, 0>(3 * 128 - 5, 3 * 16 - 3, 4, 2);
+  // the same at 3 stages, whole tiles, every epilogue check proven away
+  run_case<128, 16, 64, 3, 2, true, TC_EPI_ROWS | TC_EPI_COLS | TC_EPI_PAIRS>(2 * 128, 4 * 16, 3, 1);
+  // one consumer warpgroup with two 64-row slices (MR 2), B N-major, 3 stages, 7 tiles on 2 blocks
+  run_case<128, 64, 64, 3, 1, false, 0>(7 * 128 - 64, 64, 2, 1);
+  // more blocks than tiles: the extra blocks run none
+  run_case<128, 16, 64, 2, 2, true, 0>(128, 2 * 16, 3, 1);
+  // ping-pong: each consumer warpgroup whole tiles in turn; 9 ragged tiles on 4 blocks (3, 2, 2, 2 a block)
+  run_case<128, 16, 64, 2, 2, true, 0, true>(3 * 128 - 5, 3 * 16 - 3, 4, 2);
+  // ping-pong, B N-major, 3 stages, 7 tiles on 2 blocks (4 and 3: the warpgroups' turns end unevenly)
+  run_case<128, 64, 64, 3, 2, false, 0, true>(7 * 128 - 64, 64, 2, 1);
+  std::printf("ok\n");
+  return 0;
+}
