@@ -43,6 +43,7 @@ from tilecore.passes import tile_pass
 from tilecore.passes.core import onchip_limit
 from tilecore.passes.guard import guard_stmt, launch_facts, loop_facts
 
+from . import _lean
 from ._fold import fold_epilogue_tiles as _fold_epilogue_tiles
 from ._irutil import NoMatch as _No, full as _full, need as _need, nonunit, row_stride, static as _s
 from .hopper import WG, rewrite_launches, tensor_map, wgmma_struct
@@ -695,6 +696,11 @@ def _lower_as(mode: str):
             ctx.notes.append(f"{name}: {', '.join(plan['folded'])} only relayed a fragment to global memory: "
                              "stored from the registers directly")
         plan["fold"] = bool(ctx.option("tilecore.cuda.fold_softmax_scale", FOLD_SOFTMAX_SCALE_DEFAULT))
+        # fewer instructions, the same bits (D35; _lean.py)
+        plan["direct"] = (_lean.direct_casts(plan) if ctx.option("tilecore.cuda.pack_direct", _lean.PACK_DIRECT_DEFAULT)
+                          else {})
+        plan["exp2_check"] = bool(ctx.option("tilecore.cuda.exp2_range_check", _lean.EXP2_RANGE_CHECK_DEFAULT))
+        plan["skip_rescale"] = bool(ctx.option("tilecore.cuda.skip_unit_rescale", _lean.SKIP_UNIT_RESCALE_DEFAULT))
         plan["unmasked"] = None
         if ctx.option("tilecore.cuda.split_masked_loop", SPLIT_MASKED_LOOP_DEFAULT):
             _split_masked(plan, facts, ctx, name)
@@ -1004,7 +1010,7 @@ class _Emit:
             if a in p["frags"]:  # the second gemm's A (P) packed now: 32 registers, not 64, carried
                 # into the next iteration, and no conversions inside the next turn
                 pack = "tc_pack_h2" if str(a.dtype) == "float16" else "tc_pack_bf2"
-                f, pa = em.name(st, a), self.packed(a)
+                f, pa = self.pack_source(a), self.packed(a)
                 self.line("#pragma unroll")
                 self.line(f"for (int tc_q = 0; tc_q < {a.static_shape()[1] // 4}; ++tc_q) {pa}[tc_q] = "
                           f"{pack}({f}[2 * tc_q], {f}[2 * tc_q + 1]);")
@@ -1054,7 +1060,7 @@ class _Emit:
         self.line(f"tc_wgmma_wait<{len(self.groups) - 1 - i}>();")
         done, self.groups = self.groups[:i + 1], self.groups[i + 1:]
         for b in sorted(set().union(*(g[0] for g in done)), key=lambda b: b.name):
-            self.line(f"tc_reg_fence({self.em.name(self.st, b)});")
+            self.fence(b)
         for pa in sorted(set().union(*(g[1] for g in done))):
             self.line(f"tc_reg_fence_u({pa});")
         if any(g[2] for g in done):
@@ -1070,7 +1076,7 @@ class _Emit:
             return
         self.line("tc_wgmma_wait<0>();")
         for b in sorted(self.pending, key=lambda b: b.name):
-            self.line(f"tc_reg_fence({self.em.name(self.st, b)});")
+            self.fence(b)
         for pa in sorted(self.pending_packed):
             self.line(f"tc_reg_fence_u({pa});")
         self.pending_packed = set()
@@ -1149,6 +1155,8 @@ class _Emit:
         if dst.buffer in self.p["shared"]:
             return  # the producer's TMA copy
         if dst.buffer in self.p["frags"]:
+            if self.p.get("direct", {}).get(dst.buffer) is src.buffer:
+                return  # packed from src at the gemm (tilecore.cuda.pack_direct): one rounding, there
             self.line("#pragma unroll")
             self.line(f"for (int tc_q = 0; tc_q < {self.regs_of(dst.buffer)}; ++tc_q) {em.name(st, dst.buffer)}[tc_q] = "
                       f"{self.rounded(dst.buffer, em.name(st, src.buffer) + '[tc_q]')};")
@@ -1260,7 +1268,7 @@ class _Emit:
         if a_regs:
             # A packed into 32-bit registers that stay live (fenced) until the WGMMA is waited for: the
             # compiler must not reuse them while the tensor cores still read them
-            f, pa = em.name(st, a.buffer), self.packed(a.buffer)
+            f, pa = self.pack_source(a.buffer), self.packed(a.buffer)
             if self.packed_ahead is a.buffer:  # the overlap packed it at the end of the work before
                 self.packed_ahead = None
             else:
@@ -1301,6 +1309,17 @@ class _Emit:
 
     def packed(self, b) -> str:
         return f"tc_pa_{self.em.name(self.st, b)}"
+
+    def pack_source(self, b) -> str:
+        """The register array a 16-bit fragment is packed from: the float32 fragment its copy rounds, where
+        ``tilecore.cuda.pack_direct`` found one (the rounding happens once, in the pack), else its own."""
+        return self.em.name(self.st, self.p.get("direct", {}).get(b, b))
+
+    def fence(self, b) -> None:
+        """Keep ``b``'s registers as they are across a WGMMA wait (a fragment packed directly from another
+        has no registers of its own: its packed copy is fenced)."""
+        if b not in self.p.get("direct", {}):
+            self.line(f"tc_reg_fence({self.em.name(self.st, b)});")
 
     # -- the masked-loop split (tilecore.cuda.split_masked_loop) --------------------------------------------
     def variant(self, unmasked: bool) -> list:
@@ -1353,12 +1372,24 @@ class _Emit:
                            for b, d in p["frags"].items()}
                 self.body(body)
 
-            self.line("#pragma unroll")
-            self.block(f"for (int tc_j = 0; tc_j < {cols // 8}; ++tc_j)", lambda: (
-                self.line("#pragma unroll"),
-                self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", lambda: (
+            def nest(each):
+                self.line("#pragma unroll")
+                self.block(f"for (int tc_j = 0; tc_j < {cols // 8}; ++tc_j)", lambda: (
                     self.line("#pragma unroll"),
-                    self.block("for (int tc_e = 0; tc_e < 2; ++tc_e)", elem)))))
+                    self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", lambda: (
+                        self.line("#pragma unroll"),
+                        self.block("for (int tc_e = 0; tc_e < 2; ++tc_e)", each)))))
+
+            fast = getattr(st, "fast", False)
+            ex = _lean.exp2_store(body, p["frags"]) if p.get("exp2_check") and not fast else None
+            rs = _lean.unit_rescale(body, p["frags"]) if p.get("skip_rescale") else None
+            if ex:
+                self.exp2_checked(ex, cols, iv, jv)
+            elif rs:
+                r = em.name(st, rs[1])
+                self.block(f"if ({r}[0] != 1.0f || {r}[1] != 1.0f)", lambda: nest(elem))  # x * 1 = x
+            else:
+                nest(elem)
             self.row_vars = None
         else:
             def row():
@@ -1369,6 +1400,46 @@ class _Emit:
             self.line("#pragma unroll")
             self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", row)
         st.regs = old
+
+    def exp2_checked(self, ex, cols: int, iv: str, jv: str) -> None:
+        """``F[i, j] = T.exp2(arg)`` in the exact build (``tilecore.cuda.exp2_range_check``): every argument into
+        ``F`` first; then, where none of the thread's is below -126 (NaN aside), ``ex2.approx.ftz`` alone, which
+        is the MUFU.EX2 that ``exp2f``'s non-flushing lowering runs for such arguments (it halves the argument
+        and squares the result only below -126, for subnormal results); otherwise ``exp2f`` as written."""
+        em, st, p = self.em, self.st, self.p
+        dst, arg = ex
+        f, n = em.name(st, dst), cols // 2
+
+        def elem():
+            self.line(f"const int {iv} = tc_row + 8 * tc_h;")
+            self.line(f"const int {jv} = 8 * tc_j + tc_col + tc_e;")
+            st.regs = {id(b): (f"{em.name(st, b)}[4 * tc_j + 2 * tc_h + tc_e]" if d == 2 else f"{em.name(st, b)}[tc_h]")
+                       for b, d in p["frags"].items()}
+            self.line(f"{st.regs[id(dst)]} = {em.expr(st, arg)};")
+
+        self.line("#pragma unroll")
+        self.block(f"for (int tc_j = 0; tc_j < {cols // 8}; ++tc_j)", lambda: (
+            self.line("#pragma unroll"),
+            self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", lambda: (
+                self.line("#pragma unroll"),
+                self.block("for (int tc_e = 0; tc_e < 2; ++tc_e)", elem)))))
+
+        def check():  # the thread's smallest argument, four chains deep (fminf drops NaN)
+            self.line(f"float tc_lo0 = {f}[0], tc_lo1 = {f}[1], tc_lo2 = {f}[2], tc_lo3 = {f}[3];")
+            self.line("#pragma unroll")
+            self.line(f"for (int tc_q = 4; tc_q < {n}; tc_q += 4) {{ tc_lo0 = fminf(tc_lo0, {f}[tc_q]); "
+                      f"tc_lo1 = fminf(tc_lo1, {f}[tc_q + 1]); tc_lo2 = fminf(tc_lo2, {f}[tc_q + 2]); "
+                      f"tc_lo3 = fminf(tc_lo3, {f}[tc_q + 3]); }}")
+            # decided for the warp (a uniform branch: ptxas keeps the loop's uniform registers, which a
+            # divergent one costs it, about 50 instructions an iteration)
+            self.block("if (__all_sync(0xffffffffu, fminf(fminf(tc_lo0, tc_lo1), fminf(tc_lo2, tc_lo3)) >= -126.0f))", lambda: (
+                self.line("#pragma unroll"),
+                self.line(f"for (int tc_q = 0; tc_q < {n}; ++tc_q) {f}[tc_q] = tc_ex2_ftz({f}[tc_q]);")))
+            self.block("else", lambda: (
+                self.line("#pragma unroll"),
+                self.line(f"for (int tc_q = 0; tc_q < {n}; ++tc_q) {f}[tc_q] = exp2f({f}[tc_q]);")))
+
+        self.block("", check)
 
     def row_invariant(self, e) -> bool:
         """Whether ``e`` is the same for every element of a row: no 2-D fragment, nothing the column varies."""
@@ -1510,7 +1581,7 @@ class _Emit:
         if s.attrs.get("clear_accum"):
             self.line(f"for (int tc_q = 0; tc_q < {n // 2}; ++tc_q) {cn}[tc_q] = 0.0f;")
         if a_regs:
-            f, pa = em.name(st, a.buffer), self.packed(a.buffer)
+            f, pa = self.pack_source(a.buffer), self.packed(a.buffer)
             pack = "tc_pack_h2" if str(a.buffer.dtype) == "float16" else "tc_pack_bf2"
             self.line("#pragma unroll")
             self.line(f"for (int tc_q = 0; tc_q < {k // 4}; ++tc_q) {pa}[tc_q] = {pack}({f}[2 * tc_q], {f}[2 * tc_q + 1]);")
