@@ -107,7 +107,7 @@ template <class V> inline V __shfl_xor_sync(unsigned, V v, int mask, int width =
   return out;
 }
 
-/* __all_sync (a warp vote, full mask): every lane deposits its predicate, a warp barrier, each reads all 32 */
+/* __all_sync / __any_sync (warp votes, full mask): every lane deposits its predicate, a warp barrier, each reads all 32 */
 inline int __all_sync(unsigned mask, int pred) {
   if (mask != 0xffffffffu) tc_fail("__all_sync with a partial mask");
   tc_w->x[tc_lane] = pred != 0;
@@ -116,6 +116,16 @@ inline int __all_sync(unsigned mask, int pred) {
   for (int l = 0; l < 32; ++l) all &= (int)tc_w->x[l];
   tc_w->bar.arrive_and_wait();
   return all;
+}
+
+inline int __any_sync(unsigned mask, int pred) {
+  if (mask != 0xffffffffu) tc_fail("__any_sync with a partial mask");
+  tc_w->x[tc_lane] = pred != 0;
+  tc_w->bar.arrive_and_wait();
+  int any = 0;
+  for (int l = 0; l < 32; ++l) any |= (int)tc_w->x[l];
+  tc_w->bar.arrive_and_wait();
+  return any;
 }
 
 /* __shfl_sync: every lane deposits, a warp barrier, each reads lane `src` (modulo width, as the hardware)

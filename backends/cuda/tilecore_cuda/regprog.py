@@ -700,7 +700,8 @@ def _lower_as(mode: str):
         plan["direct"] = (_lean.direct_casts(plan) if ctx.option("tilecore.cuda.pack_direct", _lean.PACK_DIRECT_DEFAULT)
                           else {})
         plan["exp2_check"] = bool(ctx.option("tilecore.cuda.exp2_range_check", _lean.EXP2_RANGE_CHECK_DEFAULT))
-        plan["skip_rescale"] = bool(ctx.option("tilecore.cuda.skip_unit_rescale", _lean.SKIP_UNIT_RESCALE_DEFAULT))
+        rescale = ctx.option("tilecore.cuda.skip_unit_rescale", _lean.SKIP_UNIT_RESCALE_DEFAULT)
+        plan["skip_rescale"] = (not ctx.option("tilecore.fast_math", False)) if rescale is None else bool(rescale)
         plan["unmasked"] = None
         if ctx.option("tilecore.cuda.split_masked_loop", SPLIT_MASKED_LOOP_DEFAULT):
             _split_masked(plan, facts, ctx, name)
@@ -1281,12 +1282,18 @@ class _Emit:
         self.line(f"tc_reg_fence({cn});")
         if a_regs:
             self.line(f"tc_reg_fence_u({pa});")
+        def desc(addr: str, off: int, lbo: int) -> str:
+            # a k step's descriptor is the tile's plus the step's offset in 16-byte units: the start address
+            # field is bits 0-13 (address / 16) and shared addresses stay below 2^18, so the add never carries
+            # out of it; one descriptor per tile for ptxas to keep, not one per step (D35)
+            return f"(tc_wgmma_desc({addr}, {lbo}, 1024) + {off // 16}ull)"
+
         for kk in range(k // 16):
             kb = kk * 32
             if tb:  # B is (N, K): K-major
-                db = f"tc_wgmma_desc({self.tile_addr(b.buffer, self.stage)} + {(kb // 128) * brow * 128 + kb % 128}u, 16, 1024)"
+                db = desc(self.tile_addr(b.buffer, self.stage), (kb // 128) * brow * 128 + kb % 128, 16)
             else:   # B is (K, N): N-major atoms of 64 columns, K rows each
-                db = f"tc_wgmma_desc({self.tile_addr(b.buffer, self.stage)} + {kk * 16 * 128}u, {brow * 128}, 1024)"
+                db = desc(self.tile_addr(b.buffer, self.stage), kk * 16 * 128, brow * 128)
             if a_regs:
                 # k step kk covers accumulator-layout column blocks 2 kk and 2 kk + 1: registers
                 # (row, k 0-7), (row + 8, k 0-7), (row, k 8-15), (row + 8, k 8-15), two values each
@@ -1294,8 +1301,8 @@ class _Emit:
                 self.line(f"{name}::run({cn}, {', '.join(regs)}, {db});")
             else:
                 arow = p["shared"][a.buffer]["rows"]
-                da = (f"tc_wgmma_desc({self.tile_addr(a.buffer, self.stage)} + {(kb // 128) * arow * 128 + kb % 128}u + "
-                      f"(unsigned)tc_c * {64 * 128}u, 16, 1024)")
+                da = desc(f"{self.tile_addr(a.buffer, self.stage)} + (unsigned)tc_c * {64 * 128}u",
+                          (kb // 128) * arow * 128 + kb % 128, 16)
                 self.line(f"{name}::run({cn}, {da}, {db});")
         self.line("tc_wgmma_commit();")
         if self.turn_pass:
@@ -1387,7 +1394,8 @@ class _Emit:
                 self.exp2_checked(ex, cols, iv, jv)
             elif rs:
                 r = em.name(st, rs[1])
-                self.block(f"if ({r}[0] != 1.0f || {r}[1] != 1.0f)", lambda: nest(elem))  # x * 1 = x
+                # x * 1 = x; decided for the warp (a uniform branch keeps ptxas's uniform registers)
+                self.block(f"if (__any_sync(0xffffffffu, {r}[0] != 1.0f || {r}[1] != 1.0f))", lambda: nest(elem))
             else:
                 nest(elem)
             self.row_vars = None
