@@ -282,14 +282,6 @@ __device__ __forceinline__ unsigned tc_pack_h2(float a, float b) {
   __half2 h = __floats2half2_rn(a, b);
   return *reinterpret_cast<unsigned*>(&h);
 }
-/* 2^x as one MUFU.EX2, for arguments the caller has checked are >= -126 or NaN: exactly what exp2f runs for
-   them (its non-flushing lowering halves an argument below -126 and squares the result, for subnormal
-   results, and leaves the others to the same MUFU.EX2); regprog.py, tilecore.cuda.exp2_range_check (D35) */
-__device__ __forceinline__ float tc_ex2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 #ifdef __CUDA_BF16_TYPES_EXIST__
 __device__ __forceinline__ unsigned tc_pack_bf2(float a, float b) {
   __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
