@@ -120,6 +120,23 @@ def test_exp2_range_check_paths(bn):
     assert _bench("exp2", True, bn).get_kernel_source() == _bench("off", True, bn).get_kernel_source()
 
 
+@needs_toolchain
+@pytest.mark.parametrize("seq,causal", [(4096, False), (1000, True)], ids=["ragged", "causal"])
+def test_176_block_keeps_the_protocols(seq, causal):
+    """FA3's 128 x 176 block at a sequence it does not divide (4096 = 23 x 176 + 48) and causal: the consumers on
+    the host simulator (tests/regprog_sim.py) for every trip and split count (turns, WGMMA hazards, the unmasked
+    iterations, every register array's history as with the split off), and the split count against brute force."""
+    from test_cuda_attention_softmax import _count_problems, _split_problems
+
+    shape = (seq, 128, 128, 176, 256, causal)
+    src = tilecore.compile(_attention(*shape), target=HOPPER, pass_configs=NOCACHE).get_kernel_source()
+    base = tilecore.compile(_attention(*shape), target=HOPPER,
+                            pass_configs={**NOCACHE, "tilecore.cuda.split_masked_loop": False}).get_kernel_source()
+    assert "tc_ex2_ftz(acc_s[tc_q])" in src and "tc_pack_h2(acc_s[2 * tc_q], acc_s[2 * tc_q + 1])" in src
+    assert _split_problems(src, base, 2) == []
+    assert _count_problems(src, seq, 128, 176, causal) == []
+
+
 def chain(seq, dim, bm=64, bn=64, threads=128, between=False, exp2=False, rescale=False):
     """Two gemms, P = relu(S) (or exp2(S / 8 - 1)) copied to float16 between them; ``between`` scales S
     after the copy and before the second gemm (the copy's values are no longer S's: no direct pack);
