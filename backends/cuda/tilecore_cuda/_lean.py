@@ -14,8 +14,9 @@
   before. The test costs one ``FMNMX`` an element instead of three instructions.
 - ``tilecore.cuda.skip_unit_rescale``: a 2-D nest ``F[i, j] = F[i, j] * r[i]`` (the rescale of O by
   ``exp2(m_prev - m_cur)``) is skipped where the row factors of every lane of the warp are exactly 1 (no
-  row maximum moved): ``x * 1 = x`` in IEEE arithmetic without flushing (the exact build; under fast math
-  ``x * 1`` flushes a subnormal ``x``, so there the skip may keep a subnormal the multiply would flush).
+  row maximum moved): ``x * 1 = x`` in IEEE arithmetic without flushing, so the exact build's bits are kept;
+  under fast math ``x * 1`` flushes a subnormal ``x`` to 0, so there a skipped rescale may keep a subnormal
+  (below 1.2e-38) the multiply would have flushed.
 """
 from __future__ import annotations
 
@@ -23,9 +24,7 @@ from tilecore.ir import BinOp, Bind, BufferLoad, Call, For, Seq, Store, TileOp, 
 
 PACK_DIRECT_DEFAULT = True
 EXP2_RANGE_CHECK_DEFAULT = True
-#: None: on in the exact build, off under fast math (there the branch costs about 30 instructions an iteration that
-#: a skipped rescale, 64, repays only where more than about half the warps' row maxima stay put; measured in D35)
-SKIP_UNIT_RESCALE_DEFAULT = None
+SKIP_UNIT_RESCALE_DEFAULT = True
 
 _16BIT = ("float16", "bfloat16")
 
