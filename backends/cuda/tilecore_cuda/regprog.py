@@ -1095,11 +1095,12 @@ class _Emit:
     def consumer_setup(self, index: str):
         """Consumer ``index``'s rows (64 per warpgroup, 16 per warp) and its register fragments."""
         em, st = self.em, self.st
-        # the consumer's index broadcast from lane 0 (as CUTLASS's canonical_warp_group_idx): ptxas then knows it is
-        # the same for the warp and keeps what derives from it (the A tile's WGMMA descriptors) in uniform
+        # WGMMA: the consumer's index broadcast from lane 0 (as CUTLASS's canonical_warp_group_idx): ptxas then knows
+        # it is the same for the warp and keeps what derives from it (the A tile's WGMMA descriptors) in uniform
         # registers, not rebuilt or moved each iteration (D35: 22-46 instructions an iteration; broadcasting
-        # tc_wg instead gains 16 fewer)
-        self.line(f"const int tc_c = __shfl_sync(0xffffffffu, {index}, 0), tc_t = threadIdx.x % 128, tc_l = tc_t % 32;")
+        # tc_wg instead gains 16 fewer). mma.sync has no descriptors: its index stays as it was
+        c = index if self.mma else f"__shfl_sync(0xffffffffu, {index}, 0)"
+        self.line(f"const int tc_c = {c}, tc_t = threadIdx.x % 128, tc_l = tc_t % 32;")
         self.line("const int tc_row = tc_c * 64 + (tc_t / 32) * 16 + tc_l / 4;")
         self.line("const int tc_col = 2 * (tc_l % 4);")
         for b in self.p["frags"]:
