@@ -20,7 +20,7 @@
 """
 from __future__ import annotations
 
-from tilecore.ir import BinOp, Bind, BufferLoad, Call, For, Seq, Store, TileOp, walk, walk_expr
+from tilecore.ir import BinOp, Bind, BufferLoad, Call, Seq, Store, TileOp, walk, walk_expr
 
 PACK_DIRECT_DEFAULT = True
 EXP2_RANGE_CHECK_DEFAULT = True
@@ -131,11 +131,3 @@ def unit_rescale(s, frags):
                 and frags.get(r.buffer) == 1 and str(r.buffer.dtype) == "float32":
             return s.buffer, r.buffer
     return None
-
-
-def nest_body(loop: For):
-    """The body of a 2-D ``T.Parallel`` nest (None for a 1-D one)."""
-    inner = loop.body
-    while isinstance(inner, Seq) and len(inner.body) == 1:
-        inner = inner.body[0]
-    return inner.body if isinstance(inner, For) and inner.kind == "parallel" else None

@@ -1286,6 +1286,7 @@ class _Emit:
         self.line(f"tc_reg_fence({cn});")
         if a_regs:
             self.line(f"tc_reg_fence_u({pa});")
+
         def desc(addr: str, off: int, lbo: int) -> str:
             # a k step's descriptor is the tile's plus the step's offset in 16-byte units: the start address
             # field is bits 0-13 (address / 16) and shared addresses stay below 2^18, so the add never carries
@@ -1376,11 +1377,14 @@ class _Emit:
             # what varies along a row: the column variable and what the nest binds (tilecore.cuda.fold_softmax_scale)
             self.row_vars = {id(jv)} | {id(x.var) for x in _binds_in(body)}
 
-            def elem():
+            def at_element():  # the element's indices and every fragment's register for it
                 self.line(f"const int {iv} = tc_row + 8 * tc_h;")
                 self.line(f"const int {jv} = 8 * tc_j + tc_col + tc_e;")
                 st.regs = {id(b): (f"{em.name(st, b)}[4 * tc_j + 2 * tc_h + tc_e]" if d == 2 else f"{em.name(st, b)}[tc_h]")
                            for b, d in p["frags"].items()}
+
+            def elem():
+                at_element()
                 self.body(body)
 
             def nest(each):
@@ -1395,7 +1399,7 @@ class _Emit:
             ex = _lean.exp2_store(body, p["frags"]) if p.get("exp2_check") and not fast else None
             rs = _lean.unit_rescale(body, p["frags"]) if p.get("skip_rescale") else None
             if ex:
-                self.exp2_checked(ex, cols, iv, jv)
+                self.exp2_checked(ex, cols, nest, at_element)
             elif rs:
                 r = em.name(st, rs[1])
                 # x * 1 = x; decided for the warp (a uniform branch keeps ptxas's uniform registers)
@@ -1413,28 +1417,20 @@ class _Emit:
             self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", row)
         st.regs = old
 
-    def exp2_checked(self, ex, cols: int, iv: str, jv: str) -> None:
+    def exp2_checked(self, ex, cols: int, nest, at_element) -> None:
         """``F[i, j] = T.exp2(arg)`` in the exact build (``tilecore.cuda.exp2_range_check``): every argument into
         ``F`` first; then, where none of the thread's is below -126 (NaN aside), ``ex2.approx.ftz`` alone, which
         is the MUFU.EX2 that ``exp2f``'s non-flushing lowering runs for such arguments (it halves the argument
         and squares the result only below -126, for subnormal results); otherwise ``exp2f`` as written."""
-        em, st, p = self.em, self.st, self.p
+        em, st = self.em, self.st
         dst, arg = ex
         f, n = em.name(st, dst), cols // 2
 
         def elem():
-            self.line(f"const int {iv} = tc_row + 8 * tc_h;")
-            self.line(f"const int {jv} = 8 * tc_j + tc_col + tc_e;")
-            st.regs = {id(b): (f"{em.name(st, b)}[4 * tc_j + 2 * tc_h + tc_e]" if d == 2 else f"{em.name(st, b)}[tc_h]")
-                       for b, d in p["frags"].items()}
+            at_element()
             self.line(f"{st.regs[id(dst)]} = {em.expr(st, arg)};")
 
-        self.line("#pragma unroll")
-        self.block(f"for (int tc_j = 0; tc_j < {cols // 8}; ++tc_j)", lambda: (
-            self.line("#pragma unroll"),
-            self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", lambda: (
-                self.line("#pragma unroll"),
-                self.block("for (int tc_e = 0; tc_e < 2; ++tc_e)", elem)))))
+        nest(elem)
 
         def check():  # the thread's smallest argument, four chains deep (fminf drops NaN)
             self.line(f"float tc_lo0 = {f}[0], tc_lo1 = {f}[1], tc_lo2 = {f}[2], tc_lo3 = {f}[3];")
