@@ -2,7 +2,7 @@
 
     python benchmarks/cuda_attention.py [--batch 8 --heads 32 --seq 4096 --dim 128] [--kv-heads 8] [--rep 5]
         [--schedules off,pingpong,overlap,both] [--softmax off,fold,split,both] [--exp exp2,exp]
-        [--lean off,pack,exp2,rescale,all] [--causal both|yes|no] [--pass-config KEY=VALUE ...]
+        [--lean off,pack,exp2,rescale,pack+rescale,all] [--causal both|yes|no] [--pass-config KEY=VALUE ...]
 
 The kernel is written as TileLang writes it (Q/K/V tiles in shared memory, online softmax with exp2,
 two gemms per block). Prints TFLOP/s (4 * b * h * s^2 * d for full attention, half that for causal)
@@ -14,7 +14,7 @@ makes it grouped-query attention (K/V with fewer heads; SDPA with ``enable_gqa=T
 = ``tilecore.cuda.split_masked_loop``), and ``--exp`` times the kernel with its softmax written with ``T.exp2``
 (the catalog's form) and/or ``T.exp((s - m) * scale)``. ``--lean`` does the same for D35's instruction savings
 (``pack`` = ``tilecore.cuda.pack_direct``, ``exp2`` = ``tilecore.cuda.exp2_range_check``, ``rescale`` =
-``tilecore.cuda.skip_unit_rescale``, ``all``). A block whose key width does not divide ``--seq`` (128x176 at
+``tilecore.cuda.skip_unit_rescale``, ``pack+rescale``, ``all``). A block whose key width does not divide ``--seq`` (128x176 at
 4096) runs its last K/V block ragged: TMA zero-fills the rows past the sequence and the kernel's
 ``k * bn + j < seq`` mask gives their scores -inf, in the last iteration only (D30's split).
 Exits with code 2 and a clear message where no CUDA GPU is present.
@@ -48,6 +48,7 @@ _LEAN_OFF = {"tilecore.cuda.pack_direct": False, "tilecore.cuda.exp2_range_check
 LEAN = {"off": _LEAN_OFF, "pack": {**_LEAN_OFF, "tilecore.cuda.pack_direct": True},
         "exp2": {**_LEAN_OFF, "tilecore.cuda.exp2_range_check": True},
         "rescale": {**_LEAN_OFF, "tilecore.cuda.skip_unit_rescale": True},
+        "pack+rescale": {**_LEAN_OFF, "tilecore.cuda.pack_direct": True, "tilecore.cuda.skip_unit_rescale": True},
         "all": {k: True for k in _LEAN_OFF}, "default": {}}
 
 

@@ -46,6 +46,7 @@ OFF = {"tilecore.cuda.pack_direct": False, "tilecore.cuda.exp2_range_check": Fal
 LEAN = {"off": OFF, "pack": {**OFF, "tilecore.cuda.pack_direct": True},
         "exp2": {**OFF, "tilecore.cuda.exp2_range_check": True},
         "rescale": {**OFF, "tilecore.cuda.skip_unit_rescale": True},
+        "pack+rescale": {**OFF, "tilecore.cuda.pack_direct": True, "tilecore.cuda.skip_unit_rescale": True},
         "all": {k: True for k in OFF}, "default": {}}
 
 
@@ -68,20 +69,20 @@ def test_defaults_are_the_documented_settings():
     from tilecore_cuda import _lean
 
     assert (_lean.PACK_DIRECT_DEFAULT, _lean.EXP2_RANGE_CHECK_DEFAULT, _lean.SKIP_UNIT_RESCALE_DEFAULT) == \
-        (True, True, True)
+        (True, False, False)
 
 
 @needs_toolchain
 @pytest.mark.parametrize("fast", [False, True], ids=["exact", "fast"])
 def test_skip_unit_rescale_is_one_warp_decision(fast):
-    """The rescale runs where some lane of the warp has a row factor other than 1, in both builds; off, as
-    written."""
+    """Asked for, the rescale runs where some lane of the warp has a row factor other than 1, in both builds;
+    off (the default), as written."""
     on = tilecore.compile(chain(256, 64, exp2=True, rescale=True), target=HOPPER,
-                          pass_configs={**NOCACHE, "tilecore.fast_math": fast}).get_kernel_source()
+                          pass_configs={**NOCACHE, "tilecore.fast_math": fast,
+                                        "tilecore.cuda.skip_unit_rescale": True}).get_kernel_source()
     assert "__any_sync(0xffffffffu, r[0] != 1.0f || r[1] != 1.0f)" in on
     off = tilecore.compile(chain(256, 64, exp2=True, rescale=True), target=HOPPER,
-                           pass_configs={**NOCACHE, "tilecore.fast_math": fast,
-                                         "tilecore.cuda.skip_unit_rescale": False}).get_kernel_source()
+                           pass_configs={**NOCACHE, "tilecore.fast_math": fast}).get_kernel_source()
     assert "__any_sync" not in off.split("__global__")[-1]
 
 
@@ -129,9 +130,10 @@ def test_176_block_keeps_the_protocols(seq, causal):
     from test_cuda_attention_softmax import _count_problems, _split_problems
 
     shape = (seq, 128, 128, 176, 256, causal)
-    src = tilecore.compile(_attention(*shape), target=HOPPER, pass_configs=NOCACHE).get_kernel_source()
+    every = {**NOCACHE, **LEAN["all"]}
+    src = tilecore.compile(_attention(*shape), target=HOPPER, pass_configs=every).get_kernel_source()
     base = tilecore.compile(_attention(*shape), target=HOPPER,
-                            pass_configs={**NOCACHE, "tilecore.cuda.split_masked_loop": False}).get_kernel_source()
+                            pass_configs={**every, "tilecore.cuda.split_masked_loop": False}).get_kernel_source()
     assert "tc_ex2_ftz(acc_s[tc_q])" in src and "tc_pack_h2(acc_s[2 * tc_q], acc_s[2 * tc_q + 1])" in src
     assert _split_problems(src, base, 2) == []
     assert _count_problems(src, seq, 128, 176, causal) == []
@@ -201,7 +203,8 @@ def test_pack_direct_only_where_the_copy_holds_the_source(target):
     kept = tilecore.compile(chain(256, 64, between=True), target=target, pass_configs=NOCACHE).get_kernel_source()
     assert "tc_pack_h2(p[2 * tc_q], p[2 * tc_q + 1])" in kept and "tc_round_h(s[tc_q])" in kept
     # exp2 of a nest in the exact build: arguments first, the check, two ways
-    ex = tilecore.compile(chain(256, 64, exp2=True), target=target, pass_configs=NOCACHE).get_kernel_source()
+    ex = tilecore.compile(chain(256, 64, exp2=True), target=target,
+                          pass_configs={**NOCACHE, **LEAN["exp2"]}).get_kernel_source()
     assert "tc_ex2_ftz(s[tc_q])" in ex and "= exp2f(s[tc_q]);" in ex and ">= -126.0f))" in ex
     assert "tc_ex2_ftz" not in tilecore.compile(chain(256, 64, exp2=True), target=target,
                                                 pass_configs={**NOCACHE, **OFF}).get_kernel_source().split("__global__")[-1]
@@ -294,7 +297,7 @@ def _device_run(torch, shape, configs, fast=False):
 
 
 @hopper_gpu
-@pytest.mark.parametrize("lean", ["pack", "exp2", "rescale", "all"])
+@pytest.mark.parametrize("lean", ["pack", "exp2", "rescale", "pack+rescale", "all"])
 @pytest.mark.parametrize("shape", list(DEVICE))
 def test_device_lean_bit_identical_to_off(torch_cuda, shape, lean):
     from tilecore_conformance.composite import attention_ref
