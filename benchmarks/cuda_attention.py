@@ -2,7 +2,7 @@
 
     python benchmarks/cuda_attention.py [--batch 8 --heads 32 --seq 4096 --dim 128] [--kv-heads 8] [--rep 5]
         [--schedules off,pingpong,overlap,both] [--softmax off,fold,split,both] [--exp exp2,exp]
-        [--causal both|yes|no] [--pass-config KEY=VALUE ...]
+        [--lean off,pack,exp2,rescale,pack+rescale,all] [--causal both|yes|no] [--pass-config KEY=VALUE ...]
 
 The kernel is written as TileLang writes it (Q/K/V tiles in shared memory, online softmax with exp2,
 two gemms per block). Prints TFLOP/s (4 * b * h * s^2 * d for full attention, half that for causal)
@@ -12,7 +12,11 @@ makes it grouped-query attention (K/V with fewer heads; SDPA with ``enable_gqa=T
 ``overlap`` = ``tilecore.cuda.intra_wg_overlap``, ``both``), one row each, against the same SDPA numbers.
 ``--softmax`` does the same for the softmax path (D30: ``fold`` = ``tilecore.cuda.fold_softmax_scale``, ``split``
 = ``tilecore.cuda.split_masked_loop``), and ``--exp`` times the kernel with its softmax written with ``T.exp2``
-(the catalog's form) and/or ``T.exp((s - m) * scale)``.
+(the catalog's form) and/or ``T.exp((s - m) * scale)``. ``--lean`` does the same for D35's instruction savings
+(``pack`` = ``tilecore.cuda.pack_direct``, ``exp2`` = ``tilecore.cuda.exp2_range_check``, ``rescale`` =
+``tilecore.cuda.skip_unit_rescale``, ``pack+rescale``, ``all``). A block whose key width does not divide ``--seq`` (128x176 at
+4096) runs its last K/V block ragged: TMA zero-fills the rows past the sequence and the kernel's
+``k * bn + j < seq`` mask gives their scores -inf, in the last iteration only (D30's split).
 Exits with code 2 and a clear message where no CUDA GPU is present.
 """
 from __future__ import annotations
@@ -38,6 +42,14 @@ SOFTMAX = {"off": {"tilecore.cuda.fold_softmax_scale": False, "tilecore.cuda.spl
            "split": {"tilecore.cuda.fold_softmax_scale": False, "tilecore.cuda.split_masked_loop": True},
            "both": {"tilecore.cuda.fold_softmax_scale": True, "tilecore.cuda.split_masked_loop": True},
            "default": {}}
+#: D35's instruction savings, by the name --lean takes
+_LEAN_OFF = {"tilecore.cuda.pack_direct": False, "tilecore.cuda.exp2_range_check": False,
+             "tilecore.cuda.skip_unit_rescale": False}
+LEAN = {"off": _LEAN_OFF, "pack": {**_LEAN_OFF, "tilecore.cuda.pack_direct": True},
+        "exp2": {**_LEAN_OFF, "tilecore.cuda.exp2_range_check": True},
+        "rescale": {**_LEAN_OFF, "tilecore.cuda.skip_unit_rescale": True},
+        "pack+rescale": {**_LEAN_OFF, "tilecore.cuda.pack_direct": True, "tilecore.cuda.skip_unit_rescale": True},
+        "all": {k: True for k in _LEAN_OFF}, "default": {}}
 
 
 def flash_fwd(batch, heads, seq, dim, causal, bm=64, bn=64, dtype="float16", threads=128, stages=2, fast=False,
@@ -76,7 +88,7 @@ def main() -> int:
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--kv-heads", type=int, default=None, help="K/V heads (grouped-query attention); default: --heads")
     ap.add_argument("--rep", type=int, default=5)
-    ap.add_argument("--blocks", default="128x128x256x2,128x128x256x3,128x64x256x2,64x64x128x2",
+    ap.add_argument("--blocks", default="128x176x256x2,128x128x256x2,128x128x256x3,128x64x256x2,64x64x128x2",
                     help="our configurations, bm x bn [x threads [x stages]]; the best is shown. On sm_90a a block of "
                          "64 query rows per warpgroup runs as a warp-specialized register program")
     ap.add_argument("--no-wgmma", action="store_true",
@@ -91,6 +103,8 @@ def main() -> int:
                     help=f"comma-separated, one row each: {', '.join(SOFTMAX)} (default: the compiler's defaults)")
     ap.add_argument("--exp", default="exp2", help="comma-separated softmax forms, one row each: exp2 (the catalog's "
                                                   "T.exp2(s * c - m * c)), exp (T.exp((s - m) * scale))")
+    ap.add_argument("--lean", default="default",
+                    help=f"comma-separated, one row each: {', '.join(LEAN)} (default: the compiler's defaults)")
     ap.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     ap.add_argument("--pass-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a pass config for every kernel (repeat it); VALUE is parsed as Python (True, 3) or kept a string")
@@ -101,10 +115,12 @@ def main() -> int:
     unknown = [x for x in schedules if x not in SCHEDULES]
     if unknown:
         ap.error(f"--schedules: unknown {', '.join(unknown)}; known: {', '.join(SCHEDULES)}")
-    softmaxes, exps = args.softmax.split(","), args.exp.split(",")
-    unknown = [x for x in softmaxes if x not in SOFTMAX] + [x for x in exps if x not in ("exp2", "exp")]
+    softmaxes, exps, leans = args.softmax.split(","), args.exp.split(","), args.lean.split(",")
+    unknown = [x for x in softmaxes if x not in SOFTMAX] + [x for x in exps if x not in ("exp2", "exp")] + \
+        [x for x in leans if x not in LEAN]
     if unknown:
-        ap.error(f"--softmax / --exp: unknown {', '.join(unknown)}; known: {', '.join(SOFTMAX)} / exp2, exp")
+        ap.error(f"--softmax / --exp / --lean: unknown {', '.join(unknown)}; known: {', '.join(SOFTMAX)} / exp2, exp / "
+                 f"{', '.join(LEAN)}")
     extra = {}
     for kv in args.pass_config:
         key, _, value = kv.partition("=")
@@ -129,7 +145,7 @@ def main() -> int:
     hk = args.kv_heads or h
     gqa = f" kv-heads {hk}" if hk != h else ""
     table = Table(title=f"FlashAttention forward fp16, b{b} h{h}{gqa} s{s} d{d} on {torch.cuda.get_device_name()}")
-    for col in ("causal", "schedule", "softmax", "exp", "tilecore TFLOP/s", "config", "SDPA cuDNN", "SDPA flash", "ours / best torch",
+    for col in ("causal", "schedule", "softmax", "exp", "lean", "tilecore TFLOP/s", "config", "SDPA cuDNN", "SDPA flash", "ours / best torch",
                 "max err"):
         table.add_column(col, justify="right")
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -152,8 +168,8 @@ def main() -> int:
             ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal, **gqa_args)
         top = max(x for x in theirs.values() if x == x) if any(x == x for x in theirs.values()) else float("nan")
         maths = ([False] if args.exact else []) + ([True] if args.fast_math else [])
-        for schedule, softmax, form, fast in ((a, x, e, f) for a in schedules for x in softmaxes for e in exps
-                                              for f in maths):
+        for schedule, softmax, form, lean, fast in ((a, x, e, n, f) for a in schedules for x in softmaxes
+                                                    for e in exps for n in leans for f in maths):
             best, best_cfg, errs = 0.0, "-", []
             for cfg in args.blocks.split(","):
                 bm, bn, *rest = (int(x) for x in cfg.split("x"))
@@ -163,20 +179,20 @@ def main() -> int:
                 try:
                     kern = flash_fwd(b, h, s, d, causal, bm, bn, threads=threads, stages=stages, fast=fast,
                                      wgmma=not args.no_wgmma, kv_heads=hk, exp=form,
-                                     configs={**SCHEDULES[schedule], **SOFTMAX[softmax], **extra})
+                                     configs={**SCHEDULES[schedule], **SOFTMAX[softmax], **LEAN[lean], **extra})
                 except tilecore.errors.TilecoreError as e:  # e.g. tiles that do not fit on chip at d256
-                    print(f"causal={causal} {schedule} {softmax} {form} {cfg}: skipped ({type(e).__name__}: {str(e)[:160]})",
+                    print(f"causal={causal} {schedule} {softmax} {form} {lean} {cfg}: skipped ({type(e).__name__}: {str(e)[:160]})",
                           file=sys.stderr)
                     continue
                 compile_s = time.perf_counter() - t0
                 out = kern(q, k, v)
                 errs.append(float((out.float() - ref).abs().max()))
                 tf = flops / cuda_ms(lambda: kern(q, k, v), max(1, min(args.rep, 3))) / 1e9
-                print(f"causal={causal} {schedule} {softmax} {form} {cfg}: {tf:.1f} TFLOP/s, compiled in {compile_s:.2f} s",
+                print(f"causal={causal} {schedule} {softmax} {form} {lean} {cfg}: {tf:.1f} TFLOP/s, compiled in {compile_s:.2f} s",
                       file=sys.stderr)
                 if tf > best:
                     best, best_cfg = tf, cfg
-            table.add_row(str(causal), schedule, softmax, form, f"{best:.1f}", best_cfg, f"{theirs['cudnn']:.1f}",
+            table.add_row(str(causal), schedule, softmax, form, lean, f"{best:.1f}", best_cfg, f"{theirs['cudnn']:.1f}",
                           f"{theirs['flash']:.1f}", f"{best / top:.3f}x", f"{max(errs) if errs else float('nan'):.2e}")
     Console(width=170).print(table)
     return 0

@@ -32,7 +32,7 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_hopper.py tests/test_guards.py tests/test_regressions.py tests/test_layout_inference.py \
      tests/test_pipeline_planner.py tests/test_matrix_gemm.py tests/test_cuda_units.py tests/test_cuda_wgmma_unit.py tests/test_indexed_shuffles.py \
      tests/test_cuda_attention_schedules.py tests/test_cuda_attention_softmax.py tests/test_cuda_splitk.py tests/test_c_launcher.py \
-     tests/test_cuda_persistent.py
+     tests/test_cuda_persistent.py tests/test_cuda_attention_lean.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -49,6 +49,9 @@ step attention-schedules python3 benchmarks/cuda_attention.py --rep 3 --fast-mat
 # the softmax path (decision D30): the masked-loop split and the folded scale, on and off; exp2 and exp forms
 step attention-softmax python3 benchmarks/cuda_attention.py --rep 3 --fast-math --blocks 128x128x256x2 --schedules both \
      --softmax off,fold,split,both --exp exp2,exp
+# fewer instructions, the same bits (decision D35): each saving alone and all, exact and fast, the 176-wide block at 4096
+step attention-lean python3 benchmarks/cuda_attention.py --rep 3 --fast-math --blocks 128x128x256x2,128x176x256x2 \
+     --lean off,pack,exp2,rescale,pack+rescale,all
 step attention-d64 python3 benchmarks/cuda_attention.py --rep 3 --dim 64
 # TileLang's own forward-attention example: the register program (D33) vs the general path it took before, SDPA beside
 step corpus-attention python3 benchmarks/corpus_attention.py --rep 3

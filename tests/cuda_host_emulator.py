@@ -107,6 +107,27 @@ template <class V> inline V __shfl_xor_sync(unsigned, V v, int mask, int width =
   return out;
 }
 
+/* __all_sync / __any_sync (warp votes, full mask): every lane deposits its predicate, a warp barrier, each reads all 32 */
+inline int __all_sync(unsigned mask, int pred) {
+  if (mask != 0xffffffffu) tc_fail("__all_sync with a partial mask");
+  tc_w->x[tc_lane] = pred != 0;
+  tc_w->bar.arrive_and_wait();
+  int all = 1;
+  for (int l = 0; l < 32; ++l) all &= (int)tc_w->x[l];
+  tc_w->bar.arrive_and_wait();
+  return all;
+}
+
+inline int __any_sync(unsigned mask, int pred) {
+  if (mask != 0xffffffffu) tc_fail("__any_sync with a partial mask");
+  tc_w->x[tc_lane] = pred != 0;
+  tc_w->bar.arrive_and_wait();
+  int any = 0;
+  for (int l = 0; l < 32; ++l) any |= (int)tc_w->x[l];
+  tc_w->bar.arrive_and_wait();
+  return any;
+}
+
 /* __shfl_sync: every lane deposits, a warp barrier, each reads lane `src` (modulo width, as the hardware)
  * of its own width-aligned segment */
 template <class V> inline V __shfl_sync(unsigned, V v, int src, int width = 32) {
@@ -247,6 +268,7 @@ inline void tc_cp_async16_raw(unsigned dst, const void* src, int src_bytes) { tc
 inline void tc_ldsm_x4_raw(unsigned* r, unsigned a) { tc_ldsm(r, tc_smem_ptr(a), 4, false); }
 inline void tc_ldsm_x4_t_raw(unsigned* r, unsigned a) { tc_ldsm(r, tc_smem_ptr(a), 4, true); }
 inline unsigned tc_pack_h2(float a, float b) { return (unsigned)__float2half_rn(a).bits | ((unsigned)__float2half_rn(b).bits << 16); }
+inline float tc_ex2_ftz(float x) { return exp2f(x); }  /* the caller checked x >= -126: exp2f's own path there */
 inline unsigned tc_pack_bf2(float a, float b) { return (unsigned)__float2bfloat16_rn(a).bits | ((unsigned)__float2bfloat16_rn(b).bits << 16); }
 inline float tc_shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 template <int N> inline void tc_reg_fence(float (&)[N]) {}

@@ -59,7 +59,7 @@ def layout(src: str) -> tuple:
 def consumer_lines(src: str) -> list:
     """The consumer warpgroups' branch of a register program (the ``else`` after ``if (tc_wg == 0)``)."""
     lines = src.splitlines()
-    start = next(k for k, ln in enumerate(lines) if "const int tc_c = tc_wg - 1" in ln)
+    start = next(k for k, ln in enumerate(lines) if "const int tc_c = " in ln)
     while lines[start].strip() != "else {":
         start -= 1
     depth, out = 0, []

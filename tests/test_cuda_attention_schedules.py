@@ -136,7 +136,7 @@ def test_fragment_history_catches_a_changed_meaning(schedule, what, edit, protoc
     if new.startswith("move after "):
         broken = _mutate(src, old, new, 1)
     else:
-        first = src.index("const int tc_c = tc_wg - 1")
+        first = src.index("const int tc_c = ")
         broken = src[:first] + src[first:].replace(old, new)
     assert broken != src
     found = _differences(_kernel("d128", "off").get_kernel_source(), broken, 2)
@@ -226,7 +226,7 @@ MUTATIONS = [
 
 def _mutate(src: str, line: str, new: str, nth) -> str:
     lines = src.splitlines()
-    first = next(k for k, ln in enumerate(lines) if "const int tc_c = tc_wg - 1" in ln)  # the consumers' code
+    first = next(k for k, ln in enumerate(lines) if "const int tc_c = " in ln)  # the consumers' code
     hits = [k for k in range(first, len(lines)) if lines[k].strip().startswith(line)]
     assert hits, f"the generated code no longer has {line!r}"
     for k in (hits if nth is None else [hits[nth]]):

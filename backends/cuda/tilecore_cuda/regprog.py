@@ -43,6 +43,7 @@ from tilecore.passes import tile_pass
 from tilecore.passes.core import onchip_limit
 from tilecore.passes.guard import guard_stmt, launch_facts, loop_facts
 
+from . import _lean
 from ._fold import fold_epilogue_tiles as _fold_epilogue_tiles
 from ._irutil import NoMatch as _No, full as _full, need as _need, nonunit, row_stride, static as _s
 from .hopper import WG, rewrite_launches, tensor_map, wgmma_struct
@@ -695,6 +696,11 @@ def _lower_as(mode: str):
             ctx.notes.append(f"{name}: {', '.join(plan['folded'])} only relayed a fragment to global memory: "
                              "stored from the registers directly")
         plan["fold"] = bool(ctx.option("tilecore.cuda.fold_softmax_scale", FOLD_SOFTMAX_SCALE_DEFAULT))
+        # fewer instructions, the same bits (D35; _lean.py)
+        plan["direct"] = (_lean.direct_casts(plan) if ctx.option("tilecore.cuda.pack_direct", _lean.PACK_DIRECT_DEFAULT)
+                          else {})
+        plan["exp2_check"] = bool(ctx.option("tilecore.cuda.exp2_range_check", _lean.EXP2_RANGE_CHECK_DEFAULT))
+        plan["skip_rescale"] = bool(ctx.option("tilecore.cuda.skip_unit_rescale", _lean.SKIP_UNIT_RESCALE_DEFAULT))
         plan["unmasked"] = None
         if ctx.option("tilecore.cuda.split_masked_loop", SPLIT_MASKED_LOOP_DEFAULT):
             _split_masked(plan, facts, ctx, name)
@@ -1004,7 +1010,7 @@ class _Emit:
             if a in p["frags"]:  # the second gemm's A (P) packed now: 32 registers, not 64, carried
                 # into the next iteration, and no conversions inside the next turn
                 pack = "tc_pack_h2" if str(a.dtype) == "float16" else "tc_pack_bf2"
-                f, pa = em.name(st, a), self.packed(a)
+                f, pa = self.pack_source(a), self.packed(a)
                 self.line("#pragma unroll")
                 self.line(f"for (int tc_q = 0; tc_q < {a.static_shape()[1] // 4}; ++tc_q) {pa}[tc_q] = "
                           f"{pack}({f}[2 * tc_q], {f}[2 * tc_q + 1]);")
@@ -1054,7 +1060,7 @@ class _Emit:
         self.line(f"tc_wgmma_wait<{len(self.groups) - 1 - i}>();")
         done, self.groups = self.groups[:i + 1], self.groups[i + 1:]
         for b in sorted(set().union(*(g[0] for g in done)), key=lambda b: b.name):
-            self.line(f"tc_reg_fence({self.em.name(self.st, b)});")
+            self.fence(b)
         for pa in sorted(set().union(*(g[1] for g in done))):
             self.line(f"tc_reg_fence_u({pa});")
         if any(g[2] for g in done):
@@ -1070,7 +1076,7 @@ class _Emit:
             return
         self.line("tc_wgmma_wait<0>();")
         for b in sorted(self.pending, key=lambda b: b.name):
-            self.line(f"tc_reg_fence({self.em.name(self.st, b)});")
+            self.fence(b)
         for pa in sorted(self.pending_packed):
             self.line(f"tc_reg_fence_u({pa});")
         self.pending_packed = set()
@@ -1089,7 +1095,12 @@ class _Emit:
     def consumer_setup(self, index: str):
         """Consumer ``index``'s rows (64 per warpgroup, 16 per warp) and its register fragments."""
         em, st = self.em, self.st
-        self.line(f"const int tc_c = {index}, tc_t = threadIdx.x % 128, tc_l = tc_t % 32;")
+        # WGMMA: the consumer's index broadcast from lane 0 (as CUTLASS's canonical_warp_group_idx): ptxas then knows
+        # it is the same for the warp and keeps what derives from it (the A tile's WGMMA descriptors) in uniform
+        # registers, not rebuilt or moved each iteration (D35: 22-46 instructions an iteration; broadcasting
+        # tc_wg instead gains 16 fewer). mma.sync has no descriptors: its index stays as it was
+        c = index if self.mma else f"__shfl_sync(0xffffffffu, {index}, 0)"
+        self.line(f"const int tc_c = {c}, tc_t = threadIdx.x % 128, tc_l = tc_t % 32;")
         self.line("const int tc_row = tc_c * 64 + (tc_t / 32) * 16 + tc_l / 4;")
         self.line("const int tc_col = 2 * (tc_l % 4);")
         for b in self.p["frags"]:
@@ -1149,6 +1160,8 @@ class _Emit:
         if dst.buffer in self.p["shared"]:
             return  # the producer's TMA copy
         if dst.buffer in self.p["frags"]:
+            if self.p.get("direct", {}).get(dst.buffer) is src.buffer:
+                return  # packed from src at the gemm (tilecore.cuda.pack_direct): one rounding, there
             self.line("#pragma unroll")
             self.line(f"for (int tc_q = 0; tc_q < {self.regs_of(dst.buffer)}; ++tc_q) {em.name(st, dst.buffer)}[tc_q] = "
                       f"{self.rounded(dst.buffer, em.name(st, src.buffer) + '[tc_q]')};")
@@ -1260,7 +1273,7 @@ class _Emit:
         if a_regs:
             # A packed into 32-bit registers that stay live (fenced) until the WGMMA is waited for: the
             # compiler must not reuse them while the tensor cores still read them
-            f, pa = em.name(st, a.buffer), self.packed(a.buffer)
+            f, pa = self.pack_source(a.buffer), self.packed(a.buffer)
             if self.packed_ahead is a.buffer:  # the overlap packed it at the end of the work before
                 self.packed_ahead = None
             else:
@@ -1273,12 +1286,19 @@ class _Emit:
         self.line(f"tc_reg_fence({cn});")
         if a_regs:
             self.line(f"tc_reg_fence_u({pa});")
+
+        def desc(addr: str, off: int, lbo: int) -> str:
+            # a k step's descriptor is the tile's plus the step's offset in 16-byte units: the start address
+            # field is bits 0-13 (address / 16) and shared addresses stay below 2^18, so the add never carries
+            # out of it; one descriptor per tile for ptxas to keep, not one per step (D35)
+            return f"(tc_wgmma_desc({addr}, {lbo}, 1024) + {off // 16}ull)"
+
         for kk in range(k // 16):
             kb = kk * 32
             if tb:  # B is (N, K): K-major
-                db = f"tc_wgmma_desc({self.tile_addr(b.buffer, self.stage)} + {(kb // 128) * brow * 128 + kb % 128}u, 16, 1024)"
+                db = desc(self.tile_addr(b.buffer, self.stage), (kb // 128) * brow * 128 + kb % 128, 16)
             else:   # B is (K, N): N-major atoms of 64 columns, K rows each
-                db = f"tc_wgmma_desc({self.tile_addr(b.buffer, self.stage)} + {kk * 16 * 128}u, {brow * 128}, 1024)"
+                db = desc(self.tile_addr(b.buffer, self.stage), kk * 16 * 128, brow * 128)
             if a_regs:
                 # k step kk covers accumulator-layout column blocks 2 kk and 2 kk + 1: registers
                 # (row, k 0-7), (row + 8, k 0-7), (row, k 8-15), (row + 8, k 8-15), two values each
@@ -1286,8 +1306,8 @@ class _Emit:
                 self.line(f"{name}::run({cn}, {', '.join(regs)}, {db});")
             else:
                 arow = p["shared"][a.buffer]["rows"]
-                da = (f"tc_wgmma_desc({self.tile_addr(a.buffer, self.stage)} + {(kb // 128) * arow * 128 + kb % 128}u + "
-                      f"(unsigned)tc_c * {64 * 128}u, 16, 1024)")
+                da = desc(f"{self.tile_addr(a.buffer, self.stage)} + (unsigned)tc_c * {64 * 128}u",
+                          (kb // 128) * arow * 128 + kb % 128, 16)
                 self.line(f"{name}::run({cn}, {da}, {db});")
         self.line("tc_wgmma_commit();")
         if self.turn_pass:
@@ -1301,6 +1321,17 @@ class _Emit:
 
     def packed(self, b) -> str:
         return f"tc_pa_{self.em.name(self.st, b)}"
+
+    def pack_source(self, b) -> str:
+        """The register array a 16-bit fragment is packed from: the float32 fragment its copy rounds, where
+        ``tilecore.cuda.pack_direct`` found one (the rounding happens once, in the pack), else its own."""
+        return self.em.name(self.st, self.p.get("direct", {}).get(b, b))
+
+    def fence(self, b) -> None:
+        """Keep ``b``'s registers as they are across a WGMMA wait (a fragment packed directly from another
+        has no registers of its own: its packed copy is fenced)."""
+        if b not in self.p.get("direct", {}):
+            self.line(f"tc_reg_fence({self.em.name(self.st, b)});")
 
     # -- the masked-loop split (tilecore.cuda.split_masked_loop) --------------------------------------------
     def variant(self, unmasked: bool) -> list:
@@ -1346,19 +1377,35 @@ class _Emit:
             # what varies along a row: the column variable and what the nest binds (tilecore.cuda.fold_softmax_scale)
             self.row_vars = {id(jv)} | {id(x.var) for x in _binds_in(body)}
 
-            def elem():
+            def at_element():  # the element's indices and every fragment's register for it
                 self.line(f"const int {iv} = tc_row + 8 * tc_h;")
                 self.line(f"const int {jv} = 8 * tc_j + tc_col + tc_e;")
                 st.regs = {id(b): (f"{em.name(st, b)}[4 * tc_j + 2 * tc_h + tc_e]" if d == 2 else f"{em.name(st, b)}[tc_h]")
                            for b, d in p["frags"].items()}
+
+            def elem():
+                at_element()
                 self.body(body)
 
-            self.line("#pragma unroll")
-            self.block(f"for (int tc_j = 0; tc_j < {cols // 8}; ++tc_j)", lambda: (
-                self.line("#pragma unroll"),
-                self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", lambda: (
+            def nest(each):
+                self.line("#pragma unroll")
+                self.block(f"for (int tc_j = 0; tc_j < {cols // 8}; ++tc_j)", lambda: (
                     self.line("#pragma unroll"),
-                    self.block("for (int tc_e = 0; tc_e < 2; ++tc_e)", elem)))))
+                    self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", lambda: (
+                        self.line("#pragma unroll"),
+                        self.block("for (int tc_e = 0; tc_e < 2; ++tc_e)", each)))))
+
+            fast = getattr(st, "fast", False)
+            ex = _lean.exp2_store(body, p["frags"]) if p.get("exp2_check") and not fast else None
+            rs = _lean.unit_rescale(body, p["frags"]) if p.get("skip_rescale") else None
+            if ex:
+                self.exp2_checked(ex, cols, nest, at_element)
+            elif rs:
+                r = em.name(st, rs[1])
+                # x * 1 = x; decided for the warp (a uniform branch keeps ptxas's uniform registers)
+                self.block(f"if (__any_sync(0xffffffffu, {r}[0] != 1.0f || {r}[1] != 1.0f))", lambda: nest(elem))
+            else:
+                nest(elem)
             self.row_vars = None
         else:
             def row():
@@ -1369,6 +1416,38 @@ class _Emit:
             self.line("#pragma unroll")
             self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", row)
         st.regs = old
+
+    def exp2_checked(self, ex, cols: int, nest, at_element) -> None:
+        """``F[i, j] = T.exp2(arg)`` in the exact build (``tilecore.cuda.exp2_range_check``): every argument into
+        ``F`` first; then, where none of the thread's is below -126 (NaN aside), ``ex2.approx.ftz`` alone, which
+        is the MUFU.EX2 that ``exp2f``'s non-flushing lowering runs for such arguments (it halves the argument
+        and squares the result only below -126, for subnormal results); otherwise ``exp2f`` as written."""
+        em, st = self.em, self.st
+        dst, arg = ex
+        f, n = em.name(st, dst), cols // 2
+
+        def elem():
+            at_element()
+            self.line(f"{st.regs[id(dst)]} = {em.expr(st, arg)};")
+
+        nest(elem)
+
+        def check():  # the thread's smallest argument, four chains deep (fminf drops NaN)
+            self.line(f"float tc_lo0 = {f}[0], tc_lo1 = {f}[1], tc_lo2 = {f}[2], tc_lo3 = {f}[3];")
+            self.line("#pragma unroll")
+            self.line(f"for (int tc_q = 4; tc_q < {n}; tc_q += 4) {{ tc_lo0 = fminf(tc_lo0, {f}[tc_q]); "
+                      f"tc_lo1 = fminf(tc_lo1, {f}[tc_q + 1]); tc_lo2 = fminf(tc_lo2, {f}[tc_q + 2]); "
+                      f"tc_lo3 = fminf(tc_lo3, {f}[tc_q + 3]); }}")
+            # decided for the warp (a uniform branch: ptxas keeps the loop's uniform registers, which a
+            # divergent one costs it, about 50 instructions an iteration)
+            self.block("if (__all_sync(0xffffffffu, fminf(fminf(tc_lo0, tc_lo1), fminf(tc_lo2, tc_lo3)) >= -126.0f))", lambda: (
+                self.line("#pragma unroll"),
+                self.line(f"for (int tc_q = 0; tc_q < {n}; ++tc_q) {f}[tc_q] = tc_ex2_ftz({f}[tc_q]);")))
+            self.block("else", lambda: (
+                self.line("#pragma unroll"),
+                self.line(f"for (int tc_q = 0; tc_q < {n}; ++tc_q) {f}[tc_q] = exp2f({f}[tc_q]);")))
+
+        self.block("", check)
 
     def row_invariant(self, e) -> bool:
         """Whether ``e`` is the same for every element of a row: no 2-D fragment, nothing the column varies."""
@@ -1510,7 +1589,7 @@ class _Emit:
         if s.attrs.get("clear_accum"):
             self.line(f"for (int tc_q = 0; tc_q < {n // 2}; ++tc_q) {cn}[tc_q] = 0.0f;")
         if a_regs:
-            f, pa = em.name(st, a.buffer), self.packed(a.buffer)
+            f, pa = self.pack_source(a.buffer), self.packed(a.buffer)
             pack = "tc_pack_h2" if str(a.buffer.dtype) == "float16" else "tc_pack_bf2"
             self.line("#pragma unroll")
             self.line(f"for (int tc_q = 0; tc_q < {k // 4}; ++tc_q) {pa}[tc_q] = {pack}({f}[2 * tc_q], {f}[2 * tc_q + 1]);")

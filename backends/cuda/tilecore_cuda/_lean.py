@@ -1,0 +1,137 @@
+"""Fewer instructions in the register programs' softmax, each bit for bit what the program writes
+(docs/decisions.md D35). Found by form, never by name:
+
+- ``tilecore.cuda.pack_direct``: a 16-bit fragment whose only use is the A operand of one ``T.gemm`` and
+  whose only writer is a whole ``T.copy`` from a float32 fragment (FlashAttention's ``T.copy(acc_s,
+  acc_s_cast)``) is packed straight from the float32 fragment (one ``cvt.rn.f16x2.f32`` per pair). The
+  copy's rounding to 16 bits, the conversion back to float and the packing (F2FP, HADD2.F32, F2FP per pair
+  of elements: three conversions where one does) round the same value once: ``RN16(RN16(x)) = RN16(x)``.
+- ``tilecore.cuda.exp2_range_check``: in the exact build, a 2-D ``T.Parallel`` nest ``F[i, j] =
+  T.exp2(arg)`` computes every argument first and, where the thread's smallest one is at least -126, runs
+  ``ex2.approx.ftz`` alone: ``exp2f`` without flushing is lowered by ptxas to ``FSETP.GEU x, -126``, ``x *
+  0.5`` and a squaring of the result under that predicate around the same ``MUFU.EX2``, and those only act
+  below -126 (subnormal results). Elsewhere (an argument below -126, or -inf from a mask) ``exp2f`` as
+  before. The test costs one ``FMNMX`` an element instead of three instructions.
+- ``tilecore.cuda.skip_unit_rescale``: a 2-D nest ``F[i, j] = F[i, j] * r[i]`` (the rescale of O by
+  ``exp2(m_prev - m_cur)``) is skipped where the row factors of every lane of the warp are exactly 1 (no
+  row maximum moved): ``x * 1 = x`` in IEEE arithmetic without flushing, so the exact build's bits are kept;
+  under fast math ``x * 1`` flushes a subnormal ``x`` to 0, so there a skipped rescale may keep a subnormal
+  (below 1.2e-38) the multiply would have flushed.
+"""
+from __future__ import annotations
+
+from tilecore.ir import BinOp, Bind, BufferLoad, Call, Seq, Store, TileOp, walk, walk_expr
+
+PACK_DIRECT_DEFAULT = True
+#: off: fewer instructions, but slower on the H100 (D35: the arguments, their minimum and the vote all come before
+#: the first MUFU.EX2, which ptxas otherwise interleaves with them; non-causal exact 548.5 alone against 542.9 off,
+#: causal 473.4 against 488.0)
+EXP2_RANGE_CHECK_DEFAULT = False
+#: off until pack + rescale is measured (D35: alone +6.5% exact, -1.6% fast on the H100)
+SKIP_UNIT_RESCALE_DEFAULT = False
+
+_16BIT = ("float16", "bfloat16")
+
+
+def _written(s) -> set:
+    """The buffers statement ``s`` writes (stores, and the destination of tile ops)."""
+    out = set()
+
+    def visit(n):
+        if isinstance(n, Store):
+            out.add(n.buffer)
+        elif isinstance(n, TileOp):
+            dst = {"copy": 1, "gemm": 2, "fill": 0, "reduce": 1}.get(n.op)
+            if dst is not None and len(n.args) > dst and hasattr(n.args[dst], "buffer"):
+                out.add(n.args[dst].buffer)
+            elif dst is None:  # an op this module does not know: everything it names
+                out.update(a.buffer for a in n.args if hasattr(a, "buffer"))
+
+    walk(s, visit)
+    return out
+
+
+def _named(s) -> set:
+    """Every buffer statement ``s`` names (read or written)."""
+    out = set()
+
+    def expr(x):
+        if isinstance(x, BufferLoad):
+            out.add(x.buffer)
+
+    def visit(n):
+        if isinstance(n, Store):
+            out.add(n.buffer)
+            walk_expr(n.value, expr)
+        elif isinstance(n, Bind):
+            walk_expr(n.value, expr)
+        elif isinstance(n, TileOp):
+            for a in n.args:
+                if hasattr(a, "buffer"):
+                    out.add(a.buffer)
+                else:
+                    walk_expr(a, expr)
+
+    walk(s, visit)
+    return out
+
+
+def direct_casts(plan) -> dict:
+    """``{a: src}``: 16-bit fragments ``a`` the gemm can pack straight from the float32 fragment ``src``.
+
+    ``a`` is 2-D, named only in the loop body, by exactly one whole ``T.copy(src, a)`` and, later, by exactly
+    one ``T.gemm`` as its A operand; no statement between the two writes ``src``. The pack then happens where
+    it did (at the gemm, or at the end of the work before it with the intra-warpgroup overlap), from ``src``'s
+    values, which are the values the copy rounded."""
+    frags, body = plan["frags"], plan["body"]
+    outside = set().union(*(_named(s) for s in plan["pre"] + plan["post"])) if plan["pre"] + plan["post"] else set()
+    out = {}
+    for g, s in enumerate(body):
+        if not (isinstance(s, TileOp) and s.op == "gemm"):
+            continue
+        a = s.args[0].buffer
+        if frags.get(a) != 2 or str(a.dtype) not in _16BIT or a in outside:
+            continue
+        users = [k for k, x in enumerate(body) if a in _named(x)]
+        copies = [k for k in users if isinstance(body[k], TileOp) and body[k].op == "copy"
+                  and body[k].args[1].buffer is a]
+        if len(copies) != 1 or set(users) != {copies[0], g} or copies[0] > g:
+            continue
+        c = copies[0]
+        src = body[c].args[0].buffer
+        if frags.get(src) != 2 or str(src.dtype) != "float32" or src.static_shape() != a.static_shape():
+            continue
+        if any(src in _written(x) for x in body[c + 1:g]):
+            continue
+        out[a] = src
+    return out
+
+
+def exp2_store(s, frags):
+    """``(dst, arg)`` where the nest body ``s`` is the single store ``dst[i, j] = T.exp2(arg)`` into a 2-D
+    float32 fragment; else None."""
+    while isinstance(s, Seq) and len(s.body) == 1:
+        s = s.body[0]
+    if not (isinstance(s, Store) and frags.get(s.buffer) == 2 and str(s.buffer.dtype) == "float32"):
+        return None
+    v = s.value
+    if isinstance(v, Call) and v.name == "exp2" and str(v.dtype) == "float32" and len(v.args) == 1:
+        return s.buffer, v.args[0]
+    return None
+
+
+def unit_rescale(s, frags):
+    """``(dst, row)`` where the nest body ``s`` is the single store ``dst[i, j] = dst[i, j] * row[i]`` (or
+    ``row[i] * dst[i, j]``), ``dst`` a 2-D float32 fragment and ``row`` a 1-D float32 fragment; else None."""
+    while isinstance(s, Seq) and len(s.body) == 1:
+        s = s.body[0]
+    if not (isinstance(s, Store) and frags.get(s.buffer) == 2 and str(s.buffer.dtype) == "float32"):
+        return None
+    v = s.value
+    if not (isinstance(v, BinOp) and v.op == "mul" and str(v.dtype) == "float32"):
+        return None
+    for x, r in ((v.a, v.b), (v.b, v.a)):
+        if isinstance(x, BufferLoad) and x.buffer is s.buffer and isinstance(r, BufferLoad) \
+                and frags.get(r.buffer) == 1 and str(r.buffer.dtype) == "float32":
+            return s.buffer, r.buffer
+    return None

@@ -1,0 +1,103 @@
+"""Instructions a thread executes per iteration of a kernel's main loop, from its SASS (``cuobjdump -sass``),
+for each path through the loop's forward branches (docs/decisions.md D35 counts with it).
+
+The main loop is the shortest backward branch whose body holds at least ``min_mma`` HGMMA (the consumers' loop
+of a register program: the producer's has none). Inside it, every conditional forward branch to an address in
+the loop is a choice; unconditional branches are followed; branches leaving the loop (the mbarrier try-wait
+retries) are not. ``paths`` gives one count per combination of choices, so a branch that skips work shows as
+two totals.
+
+    python tests/sass_paths.py FILE.sass ...     # a table per file
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import re
+import sys
+
+_LINE = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+_TARGET = re.compile(r"BRA (?:!?U?P\w+, )?(0x[0-9a-f]+)")
+#: the classes D35 reports (the rest is "other": uniform-datapath address arithmetic, barriers, moves)
+CLASSES = ("HGMMA", "MUFU", "FFMA", "FMUL", "FADD", "FMNMX", "FSETP", "SHFL", "F2FP", "HADD2", "VOTE", "BRA")
+
+
+def parse(sass: str) -> list:
+    """``[(address, instruction text)]`` in address order."""
+    return [(int(m.group(1), 16), m.group(2).strip()) for m in map(_LINE.match, sass.splitlines()) if m]
+
+
+def opcode(text: str) -> str:
+    """The opcode without predicate and modifiers: ``@!P0 FMUL.FTZ R1, ...`` -> ``FMUL``."""
+    return re.sub(r"^@!?U?P\w+\s+", "", text).split()[0].split(".")[0]
+
+
+def main_loop(ins: list, min_mma: int = 16) -> list:
+    """Indices into ``ins`` of the shortest backward-branch loop holding at least ``min_mma`` HGMMA."""
+    best = None
+    for i, (a, t) in enumerate(ins):
+        m = _TARGET.search(t)
+        if not m or opcode(t) != "BRA" or int(m.group(1), 16) >= a:
+            continue
+        tgt = int(m.group(1), 16)
+        idx = [k for k, (b, _) in enumerate(ins) if tgt <= b <= a]
+        if sum(opcode(ins[k][1]) == "HGMMA" for k in idx) >= min_mma and (best is None or len(idx) < len(best)):
+            best = idx
+    if best is None:
+        raise ValueError(f"no loop with {min_mma} or more HGMMA in this SASS")
+    return best
+
+
+def paths(ins: list, idx: list) -> list:
+    """``[(choices, Counter of opcodes)]``, one per combination of the loop's conditional forward branches
+    (``choices[n]`` True: the n-th such branch taken)."""
+    lo, hi = ins[idx[0]][0], ins[idx[-1]][0]
+    pos = {a: k for k, (a, _) in enumerate(ins)}
+    conds = [k for k in idx[:-1] if opcode(ins[k][1]) == "BRA" and ins[k][1].startswith("@")
+             and _TARGET.search(ins[k][1]) and lo < int(_TARGET.search(ins[k][1]).group(1), 16) <= hi]
+    if len(conds) > 8:
+        raise ValueError(f"{len(conds)} forward branches in the loop: too many paths to count")
+    out = []
+    for choice in itertools.product((False, True), repeat=len(conds)):
+        take = dict(zip(conds, choice))
+        k, steps, c = idx[0], 0, collections.Counter()
+        while steps < 100000:
+            steps += 1
+            a, t = ins[k]
+            c[opcode(t)] += 1
+            if opcode(t) == "FSETP" and ".GEU" in t and "-126" in t:
+                c["exp2f range tests"] += 1  # exp2f without flushing: is the input below -126?
+            if opcode(t) == "FMUL" and t.startswith("@"):
+                c["predicated FMUL"] += 1  # ... then halve it and square the result
+            if k == idx[-1]:
+                break
+            m = _TARGET.search(t) if opcode(t) == "BRA" else None
+            if m:
+                tgt = int(m.group(1), 16)
+                if (take.get(k) if k in take else not t.startswith("@")) and lo <= tgt <= hi:
+                    k = pos[tgt]
+                    continue
+            k += 1
+        out.append((choice, c))
+    return out
+
+
+def loop_counts(sass: str, min_mma: int = 16) -> list:
+    """Per path through the main loop: ``{class: count, ..., "other": n, "total": n}``, fewest first."""
+    ins = parse(sass)
+    rows = []
+    for _, c in paths(ins, main_loop(ins, min_mma)):
+        row = {k: c.get(k, 0) for k in CLASSES}
+        total = sum(v for k, v in c.items() if k[0].isupper())
+        row["other"] = total - sum(row.values())
+        row["total"] = total
+        row["exp2f range tests"], row["predicated FMUL"] = c["exp2f range tests"], c["predicated FMUL"]
+        rows.append(row)
+    return sorted(rows, key=lambda r: r["total"])
+
+
+if __name__ == "__main__":
+    for f in sys.argv[1:]:
+        print(f)
+        for row in loop_counts(open(f).read()):
+            print("  " + " ".join(f"{k} {v}" for k, v in row.items()))
