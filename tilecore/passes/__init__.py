@@ -7,7 +7,9 @@ Slots, in order (a kernel moves from tile ops over regions to scalar loops ready
                     scheduling hints
 ``tile-lowering``   put fragments that got a layout in registers (per-thread programs), then replace each
                     tile op with the implementation the target's intrinsic table picks
-``pipelining``      software-pipeline ``T.Pipelined`` loops: where the target declares ``feature:async_copy``,
+``pipelining``      with ``tilecore.persistent``, loop the resident blocks over the tiles
+                    (``tilecore.persistent_tiles``, ``tilecore.passes.persistent``); software-pipeline
+                    ``T.Pipelined`` loops: where the target declares ``feature:async_copy``,
                     ``tilecore.plan_pipelines`` multi-buffers the shared tiles its leading copies fill and
                     issues those copies stages ahead as ``AsyncCopy`` / ``AsyncCommit`` / ``AsyncWait``
                     statements, planned against the shared-memory limit (``tilecore.passes.pipeline``);
@@ -46,6 +48,7 @@ class PassConfigKey:
     BULK_COPY = "tilecore.bulk_copy"  #: bool: stage pipelined copies by bulk tile copies where the target has them (default True; False: per-thread asynchronous copies)
     WARP_SPECIALIZE = "tilecore.warp_specialize"  #: bool: a producer group of its own issues a pipelined loop's bulk copies where the target has warp specialization (default False: thread 0 issues them between the block's barriers)
     VECTORIZE = "tilecore.vectorize"  #: bool: store runs of a thread's registers to consecutive aligned addresses as one vector access (default True; D32)
+    PERSISTENT = "tilecore.persistent"  #: bool or int: launch the resident blocks only, each looping over the tiles, a pipelined loop carried across them (default False; an int: that many blocks; D36)
     LAYOUT_CONVERSION = "tilecore.layout_conversion"  #: True (default): convert a fragment between disagreeing layouts in registers; "shared": always through shared memory; False: keep one in shared memory
 
     # TileLang's names (tilelang.PassConfigKey), so ported code runs. Those with a tilecore meaning are
@@ -172,14 +175,14 @@ def dump_dir_from_env() -> str | None:
 
 
 def core_pipeline() -> Pipeline:
-    from . import core, guard, layout, lower_tile, matrix, pipeline, vectorize
+    from . import core, guard, layout, lower_tile, matrix, persistent, pipeline, vectorize
 
     return Pipeline({
         "legalize": [core.check_structure, core.check_extensions, core.check_static_bounds,
                      core.check_capabilities],
         "layout": [layout.infer_layouts, core.collect_hints],
         "tile-lowering": [layout.lower_fragments, pipeline.stage_pipelined_copies, lower_tile.lower_tile_ops],
-        "pipelining": [pipeline.plan_pipelines, core.serialize_pipelined],
+        "pipelining": [persistent.persistent_tiles, pipeline.plan_pipelines, core.serialize_pipelined],
         "memory": [matrix.swizzle_operand_tiles, core.plan_memory, vectorize.vectorize_stores, guard.guard_accesses],
         "before-codegen": [core.verify_lowered],
     })

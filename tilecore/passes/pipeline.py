@@ -59,6 +59,8 @@ MAX_BOX = 256
 #: bytes one asynchronous copy may move, widest first
 COPY_BYTES = (16, 8, 4)
 STAGE = "pipeline_stage"
+#: the annotation of a persistent tile loop (tilecore.passes.persistent)
+PERSISTENT = "persistent_tiles"
 
 
 def enabled(ctx) -> bool:
@@ -587,6 +589,10 @@ class _Launch:
         self.producer = None  # (barrier inits, producer loop, the loop it feeds) once a loop is specialized
         self.notes: list = []
         self.staged: dict = {}  # id(buffer) -> staged buffer, for the Allocates
+        # a persistent tile loop (tilecore.persistent, passes/persistent.py) around the loop being planned:
+        # its TileWalk; the loop's prologue then runs once before the tile loop (self.hoisted)
+        self.carry = None
+        self.hoisted: list = []
         self.barriers: list = []  # transaction barriers of bulk copies, allocated at the launch's top
 
     def why_not_specialized(self, loop: For, forms) -> str | None:
@@ -617,6 +623,27 @@ class _Launch:
         if used:
             return f"the copies' addresses use {used[0].name}, which the kernel computes"
         self.producer_binds = [b for b in before if isinstance(b, Bind) and id(b.var) in known]
+        return None
+
+    def why_not_carried(self, loop: For, copies, carry) -> str | None:
+        """Why the loop's stages cannot be issued across the tiles of ``carry`` (None: they can): their
+        addresses may use the loop variable, the block indices, the copies' own loops and the kernel's
+        parameters only (the next tile's and the prologue's copies are issued where nothing else is bound)."""
+        own = {id(loop.var)} | {id(v) for v in carry.block_vars}
+        for c in copies:
+            walk(c, lambda x: own.add(id(x.var)) if isinstance(x, For) else None)
+        bound = {id(b.var) for b in collect(self.launch.body, Bind)} | \
+            {id(f.var) for f in collect(self.launch.body, For)}
+        used: list = []
+        for c in copies:
+            for x in _all_stmts(c):
+                for e in stmt_exprs(x):
+                    walk_expr(e, lambda v: used.append(v) if isinstance(v, Var) and id(v) in bound
+                              and id(v) not in own else None)
+        if used:
+            return f"the copies' addresses use {used[0].name}, which the tile computes"
+        if _loads_memory(loop.extent) or _loads_memory(loop.start):
+            return "the loop's bounds read memory"
         return None
 
     def plan(self, loop: For):
@@ -745,6 +772,16 @@ class _Launch:
         k, start, extent = loop.var, loop.start, loop.extent
         groups = [async_copies[:n]] + ([async_copies[n:]] if late_at else [])
         it = simplify(binary("sub", k, start))
+        local = it  # the iteration within this tile (the k-loop's own count)
+        carry = self.carry
+        why_carry = self.why_not_carried(loop, copies, carry) if carry is not None else "no tile loop"
+        if why_carry is None:
+            # across a persistent tile loop: one running count of stages over this block's tiles (stage index and
+            # barrier parity carry on), the stage ahead past a tile's end is the next tile's first stage
+            it = simplify(binary("add", binary("mul", carry.i, extent), local))
+            total = simplify(binary("mul", carry.count, extent))
+        else:
+            total = extent
         if bulk:
             # one transaction barrier per stage and group: iteration it waits on barrier it % stages for the
             # phase of parity (it / stages) % 2; one thread announces the stage's bytes and issues its copies
@@ -761,8 +798,14 @@ class _Launch:
             rest = seq(rest_items) if rest_items else Seq([])
 
         def stage(it):
-            """(the loop variable's value, the buffer) of stage ``it`` (iteration offset from the loop start)."""
-            at = {id(k): simplify(binary("add", start, it))}
+            """(the loop variable's value, the buffer) of stage ``it`` (iteration offset from the loop start; with a
+            carried tile loop the running count: iteration ``it % extent`` of this block's tile ``it / extent``,
+            whose block indices replace the kernel's)."""
+            if why_carry is None:
+                at = carry.at(simplify(binary("floordiv", it, extent)))
+                at[id(k)] = simplify(binary("add", start, binary("floormod", it, extent)))
+            else:
+                at = {id(k): simplify(binary("add", start, it))}
             slot = simplify(binary("floormod", it, stages)) if not isinstance(const_value(it), int) \
                 else as_expr(const_value(it) % stages)
             return at, slot
@@ -776,7 +819,7 @@ class _Launch:
                 src, starts, box, lay = forms[j]
                 out.append(BulkCopy(table[id(bufs[j])], (slot,), src, tuple(simplify(substitute(e, at)) for e in starts),
                                     box, lay, bars[g], slot, span=copies[j].span))
-            return [_if(compare("lt", it, extent), seq(out), loop.span)] if guard else out
+            return [_if(compare("lt", it, total), seq(out), loop.span)] if guard else out
 
         def issue(it, group):
             """Stage ``it`` (iteration offset from the loop start) of ``group`` into buffer ``it % stages``."""
@@ -790,7 +833,7 @@ class _Launch:
                 if bulk:
                     out += issue_bulk(it, g)
                     continue
-                out += [_if(compare("lt", it, extent), seq(issue(it, group)), loop.span), AsyncCommit(span=loop.span)]
+                out += [_if(compare("lt", it, total), seq(issue(it, group)), loop.span), AsyncCommit(span=loop.span)]
             return out
 
         inits = [CopyBarrierInit(b, 1, span=loop.span) for b in bars] if bulk else []
@@ -805,7 +848,7 @@ class _Launch:
         # synchronously) with 2 stages 0.406 -> 0.319 (decision D26)
         # bulk copies: always (one thread issues the stage ahead while the unit runs)
         synchronous = not bulk and any(not collect(c, AsyncCopy) for c in async_copies)
-        last = compare("eq", it, simplify(binary("sub", extent, 1)))
+        last = compare("eq", local, simplify(binary("sub", extent, 1)))  # per tile: D29's hazard holds per tile
         deferred = _defer_matrix_wait(consume, last) if stages >= 3 or synchronous or bulk else None
         after = []
         # commit groups are issued in stage order, one per group of copies: before the body uses stage it's
@@ -813,6 +856,8 @@ class _Launch:
         g = len(groups)
         first = (g - 1) + g * (stages - 2)  # stage it's late group, then the groups of stages it+1 .. it+stages-2
         why_ws = self.why_not_specialized(orig or loop, forms) if bulk and self.specialize else "not asked"
+        if why_carry is None:
+            why_ws = "the loop is carried across a persistent tile loop"
         if why_ws is None:
             # a producer thread of its own issues every stage, once the consumers released the stage's buffer
             # (StageRelease on the stage's `empty` barrier: every consumer thread arrives when done reading it)
@@ -863,6 +908,11 @@ class _Launch:
         reduced = f" (of {want} asked: on-chip memory limit {self.limit} bytes)" if stages < want else ""
         copy_notes = next((f"; no bulk copies: {bufs[j].name}: {f}" for j, f in enumerate(forms)
                              if isinstance(f, str)), "")
+        if why_carry is None:
+            copy_notes += (f"; carried across the persistent tile loop {carry.i.name}: one prologue, the next tile's "
+                           f"first {stages - 1} stage(s) issued in this tile's last iterations")
+        elif carry is not None:
+            copy_notes += f"; not carried across the persistent tile loop ({why_carry}): each tile fills its pipeline"
         if why_ws is None:
             copy_notes += (f"; warp-specialized: a producer group of {self.group} threads issues the stages, "
                              f"the kernel's {self.consumers} threads consume them")
@@ -871,14 +921,18 @@ class _Launch:
         note = (f"loop {name}: {stages} stages{reduced}, {len(bufs)} tiles x {stages} buffers, {kib:g} KiB; "
                 + ", ".join(issue_kinds) + ("; the gemm's matrix unit runs on while the stage ahead is copied"
                                             if after else "") + copy_notes)
+        body = [new_loop] + after
         if after:
             # a trip count that may be 0 (dynamic): the loop and its drain under one test. Otherwise the drain's
             # wait is reached with the accumulators' zeroing as their last definition on one path and an
             # asynchronous group's on the other, and a vendor's assembler serializes every asynchronous matrix
             # instruction of the kernel (ptxas 13.0 on the catalog's dynamic-shape GEMM, sm_90a: "wgmma
             # serialized due to non wgmma instructions defining accumulator registers"; a static count: none)
-            return seq(prologue + [_if(simplify(compare("gt", extent, 0)), seq([new_loop] + after), loop.span)]), note
-        return seq(prologue + [new_loop]), note
+            body = [_if(simplify(compare("gt", extent, 0)), seq(body), loop.span)]
+        if why_carry is None:  # the prologue once, before the persistent tile loop
+            self.hoisted = prologue
+            return seq(body), note
+        return seq(prologue + body), note
 
 
 def _defer_matrix_wait(body, last=None):
@@ -997,14 +1051,28 @@ def plan_pipelines(func, ctx):
         walk(s.body, lambda x: walk(x.body, lambda y: inner.add(id(y)))
              if isinstance(x, For) and x.kind in ("parallel", "vectorized") else None)
         loops = [x for x in _pipelined(s.body) if id(x) not in inner and int(x.annotations.get("num_stages", 0) or 0) >= 2]
+        # a persistent tile loop (tilecore.persistent_tiles) holding a pipelined loop at its top level
+        tiles = {}
+        for t in collect(s.body, For):
+            info = t.annotations.get(PERSISTENT)
+            for x in (t.body.body if isinstance(t.body, Seq) else [t.body]) if info is not None else []:
+                if isinstance(x, For) and x.kind == "pipelined":
+                    tiles[id(x)] = (t, info)
         done: dict = {}
         for loop in loops:
             if id(loop) in inner:
                 notes.append(f"loop {loop.var.name}: serialized (inside a pipelined loop)")
                 continue
+            tile = tiles.get(id(loop))
+            st.carry, st.hoisted = (tile[1] if tile else None), []
             new, note = st.plan(loop)
+            st.carry = None
             notes.append(note)
-            if new is not None:
+            if new is not None and tile is not None and st.hoisted:
+                t = tile[0]  # the prologue once, before the tile loop
+                done[id(t)] = seq(st.hoisted + [t.with_(body=_replace(t.body, {id(loop): new}))])
+                walk(loop.body, lambda y: inner.add(id(y)))
+            elif new is not None:
                 done[id(loop)] = new
                 walk(loop.body, lambda y: inner.add(id(y)))
         if not done:

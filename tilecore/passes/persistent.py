@@ -1,0 +1,265 @@
+"""A persistent tile loop: ``tilecore.persistent`` (pass config; default off), docs/decisions.md D36.
+
+``tilecore.persistent_tiles`` (``pipelining``, before ``tilecore.plan_pipelines``) rewrites a kernel of the form
+
+    with T.Kernel(gx, gy, threads=...) as (bx, by):     # a static grid
+        <block-level buffers>
+        <setup>                                          # e.g. T.clear(C_local)
+        for ko in T.Pipelined(K, num_stages=S): ...      # the one pipelined loop, at the top level
+        <epilogue>                                       # e.g. T.copy(C_local, C[by * bm, bx * bn])
+
+into ``P = min(tiles, resident blocks)`` blocks that each walk the tiles ``pid, pid + P, pid + 2P, ...``:
+
+    with T.Kernel(P) as pid:
+        <block-level buffers>
+        for tile_i in range((tiles - 1 - pid) // P + 1):  # annotated "persistent_tiles"
+            t = pid + tile_i * P
+            bx, by = <t rasterized as the launch would: x fastest, or T.use_swizzle's panels>
+            T.assume(0 <= bx < gx); T.assume(0 <= by < gy)
+            <setup>; <the loop>; <epilogue>
+
+The resident blocks are the profile's ``limits.sm_count`` (else ``execution.cores``: the CPU) times the blocks
+one multiprocessor holds (its shared memory ``limits.max_shared_bytes_per_sm`` against the kernel's buffers with
+the loop's stages, ``limits.max_threads_per_sm`` and ``limits.registers_per_sm`` against the register buffers
+plus an allowance; each only where the profile declares it); ``tilecore.persistent=<n>`` (an int) launches
+``n`` blocks instead (tests, tuning).
+
+The pipeline planner then carries the loop across tiles (``_Launch.plan`` with ``carry``): its stage index and
+barrier parity are a running count ``tile_i * K + ko``, the prologue runs once before the tile loop, and an
+iteration's stage ahead past the tile's end is the next tile's first stage (its block indices from ``t + P``;
+nothing past this block's last tile), so those copies are in flight during the epilogue.
+
+A kernel that does not fit is left unchanged and ``kernel.meta["attrs"]["persistent"]`` says why.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir import (Allocate, Assume, Bind, For, KernelLaunch, MatrixOp, Seq, Store, Var, as_expr, binary, collect, compare,
+                  const_value, logic_and, rewrite, simplify, walk, walk_expr)
+from . import tile_pass
+
+OPTION = "tilecore.persistent"
+ANNOTATION = "persistent_tiles"
+#: registers a thread needs beyond its register buffers (addresses, loop counters, descriptors): the estimate
+#: of the blocks a multiprocessor holds where the profile declares ``limits.registers_per_sm``
+REGISTER_ALLOWANCE = 40
+
+
+@dataclass(eq=False)
+class TileWalk:
+    """The annotation of a persistent tile loop (what the pipeline planner needs to carry a loop across tiles):
+    block ``block`` runs its tiles ``tile = block + i * blocks`` for ``i`` in ``[0, count)``; the original block
+    variables are ``indices`` (expressions of ``tile``)."""
+
+    tile: Var
+    block: Var
+    i: Var
+    count: object
+    blocks: int
+    tiles: int
+    block_vars: tuple
+    indices: tuple
+
+    def at(self, i_expr) -> dict:
+        """``id(block variable) -> its value`` in this block's tile number ``i_expr``."""
+        from .pipeline import substitute
+
+        t = simplify(binary("add", self.block, binary("mul", i_expr, self.blocks)))
+        return {id(v): simplify(substitute(e, {id(self.tile): t})) for v, e in zip(self.block_vars, self.indices)}
+
+    def __repr__(self) -> str:
+        return f"persistent({self.blocks} blocks, {self.tiles} tiles)"
+
+
+def _limit(ctx, name):
+    lim = ctx.capabilities.limit(name)
+    return int(lim[0]) if lim is not None and lim[1] == "max" else None
+
+
+def _swizzle(func):
+    """``(panel, order)`` of the last enabled ``T.use_swizzle`` hint, else None."""
+    found = None
+    for h in func.attrs.get("hints", ()):
+        h = dict(h)
+        if h.get("kind") == "use_swizzle" and h.get("enable", "True") not in ("False", "T.bool(0)", "0"):
+            found = int(h.get("panel_size", 10)), h.get("order", "row")
+    return found
+
+
+def tile_indices(t, grid: list, swizzle):
+    """The block indices of linear tile ``t`` (an expression) on ``grid`` (static extents): the first index
+    fastest, or with ``T.use_swizzle(panel, order)`` ``panel`` rows of the second index (order "row") or
+    ``panel`` columns of the first (order "col") walked before moving on, as the launch rasterizes them."""
+    fd = lambda a, b: binary("floordiv", a, b)  # noqa: E731
+    fm = lambda a, b: binary("floormod", a, b)  # noqa: E731
+    if swizzle and len(grid) in (2, 3) and swizzle[0] > 0:
+        panel, order = swizzle
+        gx, gy = grid[0], grid[1]
+        lin = fm(t, gx * gy) if len(grid) == 3 else t
+        gf, gs = (gx, gy) if order == "row" else (gy, gx)
+        pn = panel * gf
+        first = binary("mul", fd(lin, pn), panel)
+        rows = binary("min", binary("sub", as_expr(gs), first), as_expr(panel))
+        fast, slow = fd(fm(lin, pn), rows), binary("add", first, fm(fm(lin, pn), rows))
+        xy = [fast, slow] if order == "row" else [slow, fast]
+        return [simplify(e) for e in xy] + ([simplify(fd(t, gx * gy))] if len(grid) == 3 else [])
+    out, stride = [], 1
+    for n, g in enumerate(grid):
+        v = fd(t, stride) if stride > 1 else t
+        out.append(simplify(fm(v, g) if n < len(grid) - 1 else v))
+        stride *= g
+    return out
+
+
+def why_not(launch: KernelLaunch, ctx):
+    """Why ``launch`` does not have the persistent form (None: it has), and its pipelined loop."""
+    grid = [const_value(simplify(as_expr(g))) for g in launch.grid]
+    if any(not isinstance(g, int) for g in grid):
+        return "the grid is not static", None
+    top = list(launch.body.body) if isinstance(launch.body, Seq) else [launch.body]
+    loops = [s for s in top if isinstance(s, For) and s.kind == "pipelined"]
+    every: list = []
+    walk(launch.body, lambda x: every.append(x) if isinstance(x, For) and x.kind == "pipelined" else None)
+    if len(loops) != 1 or len(every) != 1:
+        return ("no T.Pipelined loop at the kernel's top level" if not every else
+                f"{len(every)} pipelined loops (the form has one, at the kernel's top level)"), None
+    loop = loops[0]
+    block = {id(v) for v in launch.block_vars}
+    used: list = []
+    for e in (loop.start, loop.extent):
+        walk_expr(e, lambda x: used.append(x) if isinstance(x, Var) and id(x) in block else None)
+    if used:
+        return f"the loop's bounds use the block index {used[0].name} (every tile must run the same loop)", None
+    if ctx.option("tilecore.warp_specialize", False) is True:
+        return "tilecore.warp_specialize is on (a producer group would need the tile loop too)", None
+    at = next(i for i, s in enumerate(top) if s is loop)
+    for s in top:
+        if isinstance(s, Allocate) and s.init is not None:
+            return f"{s.buffer.name} is initialised once per block (T.alloc_var with an init)", None
+    if any(isinstance(s, Allocate) for s in top[at + 1:]):
+        return "a buffer is allocated after the loop", None
+    setup = [s for s in top[:at] if not isinstance(s, Allocate)]
+    # each accumulator of the loop's matrix operations starts from the user's T.clear / T.fill before it
+    for m in collect(loop.body, MatrixOp):
+        acc = m.c
+        if not any(_writes(s, acc) for s in setup):
+            return f"{acc.name} accumulates across the loop but is not cleared before it (T.clear)", None
+    return None, loop
+
+
+def _writes(s, buf) -> bool:
+    found: list = []
+    walk(s, lambda x: found.append(1) if isinstance(x, Store) and x.buffer is buf else None)
+    return bool(found)
+
+
+def resident_blocks(launch, loop, ctx):
+    """``(blocks that run at once, how it was counted)``, or ``(None, why)``."""
+    from .pipeline import STAGE, _block_bytes, _round16
+
+    units = _limit(ctx, "sm_count")
+    what = "limits.sm_count"
+    if units is None:
+        cores = ctx.capabilities.get("execution.cores")
+        if not isinstance(cores, int) or cores < 1:
+            return None, "the profile has neither limits.sm_count nor execution.cores (tilecore.persistent=<blocks>)"
+        units, what = cores, "execution.cores"
+    per = []
+    threads = 1
+    for t in launch.threads:
+        v = const_value(simplify(as_expr(t)))
+        threads = threads * v if isinstance(v, int) else None
+        if threads is None:
+            break
+    smem = _limit(ctx, "max_shared_bytes_per_sm")
+    if smem is not None:
+        used = _block_bytes(launch)
+        stages = int(loop.annotations.get("num_stages", 0) or 0)
+        body = list(loop.body.body) if isinstance(loop.body, Seq) else [loop.body]
+        for c in body:
+            if isinstance(c, For) and c.annotations.get(STAGE):
+                dst = collect(c, Store)
+                if dst:
+                    b = dst[0].buffer
+                    n = const_value(simplify(b.numel()))
+                    if isinstance(n, int):
+                        used += (max(stages, 1) - 1) * _round16(n * b.dtype.bytes) + 16 * max(stages, 1)
+        per.append(("shared memory", smem // max(used, 1)))
+    tps = _limit(ctx, "max_threads_per_sm")
+    if tps is not None and threads:
+        per.append(("threads", tps // threads))
+    regs = _limit(ctx, "registers_per_sm")
+    if regs is not None and threads:
+        words = 0
+        for a in collect(launch.body, Allocate):
+            if a.buffer.scope == "register":
+                n = const_value(simplify(a.buffer.numel()))
+                words += (int(n) * a.buffer.dtype.bytes + 3) // 4 if isinstance(n, int) else 0
+        need = min((words + REGISTER_ALLOWANCE + 7) // 8 * 8, 255)
+        per.append(("registers", regs // (need * threads)))
+    blocks = min([b for _, b in per], default=1)
+    blocks = max(blocks, 1)
+    by = ", ".join(f"{b} by {w}" for w, b in per) or "no per-multiprocessor limits declared"
+    return units * blocks, f"{units} ({what}) x {blocks} block(s) per unit ({by})"
+
+
+@tile_pass("tilecore.persistent_tiles")
+def persistent_tiles(func, ctx):
+    """With ``tilecore.persistent``: launch the resident blocks only and loop each over the tiles (module doc)."""
+    want = ctx.option(OPTION, False)
+    if want is False or want is None or want == 0:
+        return func
+    if ctx.option("tilecore.checked", False):
+        return func.with_body(func.body, persistent=("not persistent: checked mode",))
+    notes: list = []
+
+    def launch(s):
+        if not isinstance(s, KernelLaunch):
+            return None
+        why, loop = why_not(s, ctx)
+        if why is not None:
+            notes.append(f"not persistent: {why}")
+            return None
+        grid = [int(const_value(simplify(as_expr(g)))) for g in s.grid]
+        tiles = 1
+        for g in grid:
+            tiles *= g
+        if isinstance(want, bool):
+            blocks, how = resident_blocks(s, loop, ctx)
+            if blocks is None:
+                notes.append(f"not persistent: {how}")
+                return None
+        else:
+            blocks, how = int(want), f"{OPTION}={int(want)}"
+        blocks = min(blocks, tiles)
+        if blocks >= tiles:
+            notes.append(f"not persistent: {tiles} tile(s) fit in one wave of {blocks} block(s) ({how})")
+            return None
+        dt = s.block_vars[0].dtype
+        pid = Var("tc_pid", dt)
+        i = Var("tile_i", dt)
+        t = Var("tile", dt)
+        top = list(s.body.body) if isinstance(s.body, Seq) else [s.body]
+        allocs = [x for x in top if isinstance(x, Allocate)]
+        rest = [x for x in top if not isinstance(x, Allocate)]
+        swz = _swizzle(func)
+        idx = tile_indices(t, grid, swz)
+        head = [Bind(t, simplify(binary("add", pid, binary("mul", i, blocks))), span=s.span)]
+        for v, e, g in zip(s.block_vars, idx, grid):
+            head.append(Bind(v, e, span=s.span))
+            head.append(Assume(logic_and(compare("ge", v, 0), compare("le", v, g - 1)), span=s.span))
+        count = simplify(binary("add", binary("floordiv", binary("sub", as_expr(tiles - 1), pid), blocks), 1))
+        info = TileWalk(t, pid, i, count, blocks, tiles, tuple(s.block_vars), tuple(idx))
+        tile_loop = For(i, as_expr(0), count, "serial", Seq(head + rest, span=s.span),
+                        annotations={ANNOTATION: info}, span=s.span)
+        order = f", T.use_swizzle({swz[0]}, {swz[1]!r}) kept" if swz else ""
+        notes.append(f"persistent: {blocks} blocks over {tiles} tiles ({how}){order}")
+        return s.with_(grid=(as_expr(blocks),), block_vars=(pid,), body=Seq(allocs + [tile_loop], span=s.body.span),
+                       attrs={**s.attrs, "persistent_blocks": blocks, "persistent_tiles": tiles})
+
+    body = rewrite(func.body, launch)
+    return func.with_body(body, persistent=tuple(notes)) if notes else func
+
+
+__all__ = ["persistent_tiles", "tile_indices", "why_not", "resident_blocks", "ANNOTATION", "OPTION"]
