@@ -140,17 +140,28 @@ def why_not(launch: KernelLaunch, ctx):
     if any(isinstance(s, Allocate) for s in top[at + 1:]):
         return "a buffer is allocated after the loop", None
     setup = [s for s in top[:at] if not isinstance(s, Allocate)]
-    # each accumulator of the loop's matrix operations starts from the user's T.clear / T.fill before it
-    for m in collect(loop.body, MatrixOp):
-        acc = m.c
-        if not any(_writes(s, acc) for s in setup):
-            return f"{acc.name} accumulates across the loop but is not cleared before it (T.clear)", None
+    # what the loop carries into the epilogue (an accumulator written in the loop and read after it) starts from
+    # the setup's T.clear / T.fill on every tile; shared tiles the loop fills are refilled per tile
+    from .pipeline import _touches
+
+    after = Seq(top[at + 1:])
+    for a in top:
+        b = a.buffer if isinstance(a, Allocate) else None
+        if b is None or b.scope in ("shared", "global"):
+            continue
+        if _writes(loop.body, b) and _touches(after, b) and not any(_writes(s, b) for s in setup):
+            return f"{b.name} is accumulated by the loop but not set before it (T.clear)", None
     return None, loop
 
 
 def _writes(s, buf) -> bool:
+    """``s`` writes ``buf``: stores, atomics, a matrix instruction's accumulators, a block-wide call's regions."""
+    from ..ir import Atomic, Collective, Region
+
     found: list = []
-    walk(s, lambda x: found.append(1) if isinstance(x, Store) and x.buffer is buf else None)
+    walk(s, lambda x: found.append(1) if isinstance(x, (Store, Atomic)) and x.buffer is buf
+         or isinstance(x, MatrixOp) and x.c is buf
+         or isinstance(x, Collective) and any(isinstance(r, Region) and r.buffer is buf for r in x.args) else None)
     return bool(found)
 
 
@@ -232,7 +243,6 @@ def persistent_tiles(func, ctx):
                 return None
         else:
             blocks, how = int(want), f"{OPTION}={int(want)}"
-        blocks = min(blocks, tiles)
         if blocks >= tiles:
             notes.append(f"not persistent: {tiles} tile(s) fit in one wave of {blocks} block(s) ({how})")
             return None
