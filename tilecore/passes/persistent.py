@@ -20,7 +20,7 @@ into ``P = min(tiles, resident blocks)`` blocks that each walk the tiles ``pid, 
 
 The resident blocks are the profile's ``limits.sm_count`` (else ``execution.cores``: the CPU) times the blocks
 one multiprocessor holds (its shared memory ``limits.max_shared_bytes_per_sm`` against the kernel's buffers with
-the loop's stages, ``limits.max_threads_per_sm`` and ``limits.registers_per_sm`` against the register buffers
+the loop's stages, ``limits.max_threads_per_sm`` and ``memory.registers.per_sm`` against the register buffers
 plus an allowance; each only where the profile declares it); ``tilecore.persistent=<n>`` (an int) launches
 ``n`` blocks instead (tests, tuning).
 
@@ -35,14 +35,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import (Allocate, Assume, Bind, For, KernelLaunch, MatrixOp, Seq, Store, Var, as_expr, binary, collect, compare,
+from ..ir import (Allocate, Assume, Bind, BinOp, For, KernelLaunch, MatrixOp, Seq, Store, Var, as_expr, binary, collect, compare,
                   const_value, logic_and, rewrite, simplify, walk, walk_expr)
 from . import tile_pass
 
 OPTION = "tilecore.persistent"
 ANNOTATION = "persistent_tiles"
 #: registers a thread needs beyond its register buffers (addresses, loop counters, descriptors): the estimate
-#: of the blocks a multiprocessor holds where the profile declares ``limits.registers_per_sm``
+#: of the blocks a multiprocessor holds where the profile declares ``memory.registers.per_sm``
 REGISTER_ALLOWANCE = 40
 
 
@@ -60,13 +60,23 @@ class TileWalk:
     tiles: int
     block_vars: tuple
     indices: tuple
+    grid: tuple
 
     def at(self, i_expr) -> dict:
-        """``id(block variable) -> its value`` in this block's tile number ``i_expr``."""
+        """``id(block variable) -> its value`` in this block's tile number ``i_expr`` (a tile past the block's last
+        one included: the planner guards those copies). An index the bounds prover cannot bound from above
+        (a quotient) is clamped to the grid, which changes no tile of the grid and keeps the copies' bounds
+        proofs (no per-copy predicate where the plain launch had none)."""
         from .pipeline import substitute
 
         t = simplify(binary("add", self.block, binary("mul", i_expr, self.blocks)))
-        return {id(v): simplify(substitute(e, {id(self.tile): t})) for v, e in zip(self.block_vars, self.indices)}
+        out = {}
+        for v, e, g in zip(self.block_vars, self.indices, self.grid):
+            x = simplify(substitute(e, {id(self.tile): t}))
+            if not (isinstance(e, BinOp) and e.op == "floormod"):
+                x = binary("min", x, as_expr(g - 1))
+            out[id(v)] = x
+        return out
 
     def __repr__(self) -> str:
         return f"persistent({self.blocks} blocks, {self.tiles} tiles)"
@@ -200,7 +210,8 @@ def resident_blocks(launch, loop, ctx):
     tps = _limit(ctx, "max_threads_per_sm")
     if tps is not None and threads:
         per.append(("threads", tps // threads))
-    regs = _limit(ctx, "registers_per_sm")
+    regs = ctx.capabilities.get("memory.registers.per_sm")
+    regs = int(regs) if isinstance(regs, (int, float)) and regs > 0 else None
     if regs is not None and threads:
         words = 0
         for a in collect(launch.body, Allocate):
@@ -260,7 +271,7 @@ def persistent_tiles(func, ctx):
             head.append(Bind(v, e, span=s.span))
             head.append(Assume(logic_and(compare("ge", v, 0), compare("le", v, g - 1)), span=s.span))
         count = simplify(binary("add", binary("floordiv", binary("sub", as_expr(tiles - 1), pid), blocks), 1))
-        info = TileWalk(t, pid, i, count, blocks, tiles, tuple(s.block_vars), tuple(idx))
+        info = TileWalk(t, pid, i, count, blocks, tiles, tuple(s.block_vars), tuple(idx), tuple(grid))
         tile_loop = For(i, as_expr(0), count, "serial", Seq(head + rest, span=s.span),
                         annotations={ANNOTATION: info}, span=s.span)
         order = f", T.use_swizzle({swz[0]}, {swz[1]!r}) kept" if swz else ""
