@@ -244,6 +244,40 @@ def test_mutation_next_tile_addressed_as_this_tile_is_caught(monkeypatch):
     assert not np.allclose(c, ref, rtol=2e-2, atol=2e-2)
 
 
+@pytest.fixture(scope="module")
+def fakemu(tmp_path_factory):
+    from fake_matrix_backend import register
+    from tilecore.plugin import reset_registry
+
+    reset_registry()
+    register(tmp_path_factory.mktemp("fakemu"))
+    yield "fakemu"
+    reset_registry()
+
+
+@needs_toolchain
+def test_the_made_up_matrix_unit_runs_a_persistent_gemm(fakemu):
+    """The test backend (a 64-thread matrix unit nothing like CUDA's, tests/fake_matrix_backend.py) with the
+    persistent loop and its cp.async stages carried across tiles, on the host emulator, against float64 and
+    the plain launch bit for bit."""
+    from fake_matrix_backend import SPELLING
+
+    M, N, K = 100, 136, 72  # 4 x 5 = 20 tiles of 32 x 32 on 4 blocks, ragged on every edge
+    fn = lambda: gemm(M, N, K, 32, 32, 16, 3, 64, dtype="float16")  # noqa: E731
+    on = tilecore.compile(fn(), target=fakemu, pass_configs={**NOCACHE, "tilecore.persistent": 4})
+    off = tilecore.compile(fn(), target=fakemu, pass_configs=NOCACHE)
+    assert on.meta["attrs"]["fragment_layouts"]["C_l"].startswith(SPELLING)
+    assert _note(on).startswith("persistent: 4 blocks over 20 tiles"), _note(on)
+    assert "carried across the persistent tile loop" in on.meta["attrs"]["pipelines"][0]
+    rng = np.random.default_rng(4)
+    a = (rng.standard_normal((M, K)) / 4).astype(np.float16)
+    b = (rng.standard_normal((K, N)) / 4).astype(np.float16)
+    c_on, c_off = _emulate(on, a, b), _emulate(off, a, b)
+    np.testing.assert_allclose(c_on.astype(np.float64), a.astype(np.float64) @ b.astype(np.float64),
+                               rtol=2e-2, atol=2e-2)
+    assert np.array_equal(c_on, c_off)
+
+
 # -- sm_90a: bulk copies on transaction barriers, wgmma -------------------------------------------------------
 
 def _hopper(M=1024, N=1024, K=512, blocks=True, **kw):
@@ -317,3 +351,15 @@ def test_device_persistent_matches_float64_and_the_plain_launch(shape, blocks, c
     assert torch.equal(c_on, c_off), _note(on)
     ref = a.double() @ b.double()
     assert float((c_on.double() - ref).abs().max()) < 2e-2
+
+
+@pytest.mark.parametrize("value,ok", [("True", True), ("3", True), ("off", True), (-2, False), ("many", False)])
+def test_the_option_accepts_command_line_spellings_and_names_a_bad_value(value, ok):
+    run = lambda: tilecore.compile(gemm(64, 96, 40), target="cpu",  # noqa: E731
+                                   pass_configs={**NOCACHE, "tilecore.persistent": value})
+    if ok:
+        run()
+    else:
+        with pytest.raises(tilecore.errors.CompileError, match="tilecore.persistent=.*expected True, False or a "
+                                                               "positive number of blocks"):
+            run()

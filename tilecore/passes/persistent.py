@@ -226,11 +226,27 @@ def resident_blocks(launch, loop, ctx):
     return units * blocks, f"{units} ({what}) x {blocks} block(s) per unit ({by})"
 
 
+def _option(v):
+    """``tilecore.persistent`` as False, True or a number of blocks (strings from the command line as well)."""
+    if isinstance(v, str):
+        w = v.strip().lower()
+        v = True if w in ("true", "on", "yes") else False if w in ("false", "off", "no", "") else \
+            int(w) if w.isdigit() else v
+    if v is None or v is False or (isinstance(v, int) and not isinstance(v, bool) and v == 0):
+        return False
+    if v is True or (isinstance(v, int) and v > 0):
+        return v
+    from ..errors import CompileError
+
+    raise CompileError(f"pass config {OPTION}={v!r}: expected True, False or a positive number of blocks "
+                       f"(e.g. {OPTION}=True, or {OPTION}=8 to launch 8 blocks)")
+
+
 @tile_pass("tilecore.persistent_tiles")
 def persistent_tiles(func, ctx):
     """With ``tilecore.persistent``: launch the resident blocks only and loop each over the tiles (module doc)."""
-    want = ctx.option(OPTION, False)
-    if want is False or want is None or want == 0:
+    want = _option(ctx.option(OPTION, False))
+    if want is False:
         return func
     if ctx.option("tilecore.checked", False):
         return func.with_body(func.body, persistent=("not persistent: checked mode",))
