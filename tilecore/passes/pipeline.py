@@ -33,6 +33,11 @@ finds them whatever the target's intrinsic table would have picked.
   issues stage ``k + S - 1`` into the buffer iteration ``k - 1`` read (the barrier also proves every
   thread is done with it) and commits, then computes on buffer ``k % S``.
 
+Inside a persistent tile loop (``tilecore.persistent``, :mod:`tilecore.passes.persistent`) the loop is carried
+across the tiles: the stage index and barrier parity come from a running count over the block's tiles, the
+prologue runs once before the tile loop, and a stage ahead past a tile's end is the next tile's first stage,
+addressed with that tile's block indices (docs/decisions.md D36).
+
 Each planned loop adds a line to ``func.attrs["pipelines"]`` (``kernel.meta["attrs"]["pipelines"]``),
 e.g. ``"loop ko: 3 stages, 2 tiles x 3 buffers, 24 KiB; A_s: async 16-byte copies, ..."``.
 """
