@@ -278,6 +278,38 @@ def test_the_made_up_matrix_unit_runs_a_persistent_gemm(fakemu):
     assert np.array_equal(c_on, c_off)
 
 
+def _attention(seq, dim, heads, bm, bn):
+    from tilecore_conformance.composite import flash_attention_forward
+
+    return flash_attention_forward(seq, dim, heads, bm, bn, "float16", False)
+
+
+def _attention_ref(q, k, v):
+    s = q.astype(np.float64) @ np.swapaxes(k.astype(np.float64), -1, -2) / np.sqrt(q.shape[-1])
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v.astype(np.float64)
+
+
+@needs_toolchain
+def test_sm80_flash_attention_carries_its_late_v_copies_across_tiles():
+    """FlashAttention's form (the conformance catalog's kernel): Q copied in the setup of every tile, K staged at
+    the loop's top, V issued with the stage ahead and waited for where it stands (a second commit group)."""
+    from cuda_host_emulator import run_on_host
+
+    S, D, H = 160, 32, 2  # 5 x 2 = 10 tiles of 32 query rows on 3 blocks
+    rng = np.random.default_rng(5)
+    q, k, v = ((rng.standard_normal((H, S, D)) / 2).astype(np.float16) for _ in range(3))
+    on = tilecore.compile(_attention(S, D, H, 32, 32), target="cuda:sm_80",
+                          pass_configs={**GENERAL, "tilecore.persistent": 3})
+    off = tilecore.compile(_attention(S, D, H, 32, 32), target="cuda:sm_80", pass_configs=GENERAL)
+    note = on.meta["attrs"]["pipelines"][0]
+    assert "V_s async 16-byte copies (issued with the stage ahead" in note and "carried across" in note, note
+    run = lambda kern: run_on_host(kern, [q, k, v, np.full(q.shape, np.nan, np.float16)])[3]  # noqa: E731
+    o_on, o_off = run(on), run(off)
+    np.testing.assert_allclose(o_on.astype(np.float64), _attention_ref(q, k, v), atol=2e-3)
+    assert np.array_equal(o_on, o_off)
+
+
 # -- sm_90a: bulk copies on transaction barriers, wgmma -------------------------------------------------------
 
 def _hopper(M=1024, N=1024, K=512, blocks=True, **kw):
@@ -298,6 +330,17 @@ def test_sm90a_persistent_gemm_carries_bulk_copies_and_compiles_to_hgmma_and_tma
     assert "for (long long tile_i = 0;" in code
     # the last iteration of every tile waits for its own gemm (the ptxas hazard of D29, per tile)
     assert "if ((ko == 7)) {\n" in code and "tc_wg_wait<0>()" in code
+    sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+    assert "HGMMA" in sass and "UTMALDG" in sass and "SYNCS" in sass
+    assert "STL" not in sass and "LDL" not in sass
+
+
+@needs_toolchain
+def test_sm90a_persistent_flash_attention_compiles_to_hgmma_and_tma():
+    k = tilecore.compile(_attention(1024, 128, 8, 64, 64), target="cuda:sm_90a",
+                         pass_configs={**GENERAL, "tilecore.persistent": 40})
+    note = k.meta["attrs"]["pipelines"][0]
+    assert "bulk tile copies" in note and "carried across" in note, note
     sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
     assert "HGMMA" in sass and "UTMALDG" in sass and "SYNCS" in sass
     assert "STL" not in sass and "LDL" not in sass
@@ -329,7 +372,7 @@ from test_cuda_hopper import hopper_gpu  # noqa: E402
 
 @hopper_gpu
 @pytest.mark.parametrize("shape,blocks", [((4096, 4096, 4096), True), ((1000, 1800, 1000), 5),
-                                          ((4096, 4096, 512), 200), ((512, 512, 4096), True)])
+                                          ((4096, 4096, 512), 200), ((512, 512, 4096), 3)])
 @pytest.mark.parametrize("copies", ["bulk", "cp.async"])
 def test_device_persistent_matches_float64_and_the_plain_launch(shape, blocks, copies):
     import torch
@@ -363,3 +406,26 @@ def test_the_option_accepts_command_line_spellings_and_names_a_bad_value(value, 
         with pytest.raises(tilecore.errors.CompileError, match="tilecore.persistent=.*expected True, False or a "
                                                                "positive number of blocks"):
             run()
+
+
+@hopper_gpu
+@pytest.mark.parametrize("copies", ["bulk", "cp.async"])
+def test_device_persistent_flash_attention_matches_float64_and_the_plain_launch(copies):
+    import torch
+
+    S, D, H = 1024, 128, 8  # 16 x 8 = 128 tiles of 64 query rows on 40 blocks
+    extra = {} if copies == "bulk" else {"tilecore.bulk_copy": False}
+    on = tilecore.compile(_attention(S, D, H, 64, 64), target="cuda",
+                          pass_configs={**GENERAL, **extra, "tilecore.persistent": 40})
+    off = tilecore.compile(_attention(S, D, H, 64, 64), target="cuda", pass_configs={**GENERAL, **extra})
+    assert "carried across" in on.meta["attrs"]["pipelines"][0]
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q, k, v = (torch.randn(H, S, D, device="cuda", dtype=torch.float16, generator=g) / 2 for _ in range(3))
+    o_on = torch.full_like(q, float("nan"))
+    o_off = o_on.clone()
+    on(q, k, v, o_on)
+    off(q, k, v, o_off)
+    torch.cuda.synchronize()
+    assert torch.equal(o_on, o_off), _note(on)
+    ref = _attention_ref(q.cpu().numpy(), k.cpu().numpy(), v.cpu().numpy())
+    assert float(np.abs(o_on.cpu().numpy().astype(np.float64) - ref).max()) < 5e-3
