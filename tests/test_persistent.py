@@ -76,7 +76,8 @@ def test_cpu_persistent_gemm_matches_float64_and_the_plain_launch(case):
     M, N, K, blocks, swz = CPU_CASES[case]
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((K, N)).astype(np.float32)
-    on = tilecore.compile(gemm(M, N, K, swizzle=swz), target="cpu", pass_configs={**NOCACHE, "tilecore.persistent": blocks})
+    on = tilecore.compile(gemm(M, N, K, swizzle=swz), target="cpu",
+                          pass_configs={**NOCACHE, "tilecore.persistent": blocks})
     off = tilecore.compile(gemm(M, N, K, swizzle=swz), target="cpu", pass_configs=NOCACHE)
     tiles = -(-M // 32) * -(-N // 32)
     want = 1 if blocks is True else blocks
@@ -101,7 +102,8 @@ def test_the_tile_loop_in_the_ir(tmp_path, monkeypatch):
     tilecore.compile(gemm(64, 96, 40), target="cpu", pass_configs={**NOCACHE, "tilecore.persistent": 4})
     ir = next(tmp_path.glob("*/*_pipelining.tilecore.persistent_tiles.ir")).read_text()
     assert "with T.Kernel(4, threads=(128,)) as (tc_pid):" in ir
-    assert "for tile_i in T.serial(0, ((((tc_pid * -1) + 5) // 4) + 1), persistent_tiles=persistent(4 blocks, 6 tiles))" in ir
+    assert ("for tile_i in T.serial(0, ((((tc_pid * -1) + 5) // 4) + 1), "
+            "persistent_tiles=persistent(4 blocks, 6 tiles))") in ir
     assert "tile: int32 = (tc_pid + (tile_i * 4))" in ir
     assert ir.count("T.assume(") == 2
     final = next(tmp_path.glob("*/final.c")).read_text()

@@ -35,8 +35,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import (Allocate, Assume, Bind, BinOp, For, KernelLaunch, MatrixOp, Seq, Store, Var, as_expr, binary, collect, compare,
-                  const_value, logic_and, rewrite, simplify, walk, walk_expr)
+from ..ir import (Allocate, Assume, Bind, BinOp, For, KernelLaunch, MatrixOp, Seq, Store, Var, as_expr, binary,
+                  collect, compare, const_value, logic_and, rewrite, simplify, walk, walk_expr)
+from ..codegen.simtcpp import _swizzle_hint  # the hint as the SIMT emitter reads it
 from . import tile_pass
 
 OPTION = "tilecore.persistent"
@@ -87,20 +88,11 @@ def _limit(ctx, name):
     return int(lim[0]) if lim is not None and lim[1] == "max" else None
 
 
-def _swizzle(func):
-    """``(panel, order)`` of the last enabled ``T.use_swizzle`` hint, else None."""
-    found = None
-    for h in func.attrs.get("hints", ()):
-        h = dict(h)
-        if h.get("kind") == "use_swizzle" and h.get("enable", "True") not in ("False", "T.bool(0)", "0"):
-            found = int(h.get("panel_size", 10)), h.get("order", "row")
-    return found
-
-
 def tile_indices(t, grid: list, swizzle):
     """The block indices of linear tile ``t`` (an expression) on ``grid`` (static extents): the first index
     fastest, or with ``T.use_swizzle(panel, order)`` ``panel`` rows of the second index (order "row") or
-    ``panel`` columns of the first (order "col") walked before moving on, as the launch rasterizes them."""
+    ``panel`` columns of the first (order "col") walked before moving on: the order in which the SIMT emitter
+    rasterizes a launch's blocks (``SIMTCppEmitter.block_indices``), here as IR over the tile's number."""
     fd = lambda a, b: binary("floordiv", a, b)  # noqa: E731
     fm = lambda a, b: binary("floormod", a, b)  # noqa: E731
     if swizzle and len(grid) in (2, 3) and swizzle[0] > 0:
@@ -280,7 +272,7 @@ def persistent_tiles(func, ctx):
         top = list(s.body.body) if isinstance(s.body, Seq) else [s.body]
         allocs = [x for x in top if isinstance(x, Allocate)]
         rest = [x for x in top if not isinstance(x, Allocate)]
-        swz = _swizzle(func)
+        swz = _swizzle_hint(func)
         idx = tile_indices(t, grid, swz)
         head = [Bind(t, simplify(binary("add", pid, binary("mul", i, blocks))), span=s.span)]
         for v, e, g in zip(s.block_vars, idx, grid):
