@@ -211,7 +211,7 @@ def resident_blocks(launch, loop, ctx):
                 n = const_value(simplify(a.buffer.numel()))
                 words += (int(n) * a.buffer.dtype.bytes + 3) // 4 if isinstance(n, int) else 0
         need = min((words + REGISTER_ALLOWANCE + 7) // 8 * 8, 255)
-        per.append(("registers", regs // (need * threads)))
+        per.append((f"registers, {need} per thread estimated", regs // (need * threads)))
     blocks = min([b for _, b in per], default=1)
     blocks = max(blocks, 1)
     by = ", ".join(f"{b} by {w}" for w, b in per) or "no per-multiprocessor limits declared"
