@@ -356,6 +356,26 @@ def test_sm90a_resident_blocks_from_the_profile():
 
 
 @needs_toolchain
+def test_a_launch_that_assumed_more_resident_blocks_than_ptxas_allows_warns(monkeypatch):
+    """The resident-block estimate counts register buffers + an allowance; where ptxas's real count fits fewer
+    blocks per SM the blocks past them would start late: a PerformanceWarning names the blocks to pass. Mutation:
+    the allowance made too small (the estimate too high); unmutated, no warning."""
+    import warnings
+
+    fn = lambda: gemm(4096, 4096, 4096, 128, 128, 32, 2, 128, dtype="float16")  # noqa: E731
+    cfg = {**GENERAL, "tilecore.matrix_unit_families": ["wgmma"], "tilecore.persistent": True}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tilecore.errors.PerformanceWarning)
+        k = tilecore.compile(fn(), target="cuda:sm_90a", pass_configs=cfg)
+    assert k.source.meta["persistent"] == {"blocks": 396, "tiles": 1024, "units": 132, "per_unit": 3}
+    monkeypatch.setattr(persistent_pass, "REGISTER_ALLOWANCE", -64)
+    with pytest.warns(tilecore.errors.PerformanceWarning,
+                      match=r"assumed 7 blocks per multiprocessor, but at ptxas's \d+ registers per thread 3 fit: "
+                            r"pass tilecore.persistent=396"):
+        tilecore.compile(fn(), target="cuda:sm_90a", pass_configs=cfg)
+
+
+@needs_toolchain
 def test_warp_specialization_keeps_the_plain_launch():
     k = _hopper(blocks=7, **{"tilecore.warp_specialize": True})
     assert "tilecore.warp_specialize is on" in _note(k)

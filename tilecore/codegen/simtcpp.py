@@ -211,6 +211,8 @@ class SIMTCppEmitter(CFamilyEmitter):
         # register buffers (fragments in registers) are each thread's own arrays, declared in place below
         block = [a for a in top if isinstance(a, Allocate) and a.buffer.scope != "register"]
         st.launch_meta = {"threads": threads, **self.block_memory(st, s, block)}
+        if "persistent" in s.attrs:  # tilecore.persistent: the blocks it launches and the occupancy it assumed
+            st.launch_meta["persistent"] = dict(s.attrs["persistent"])
         for stmt in top:
             if not isinstance(stmt, Allocate) or stmt.buffer.scope == "register":
                 self.stmt(st, stmt)

@@ -168,7 +168,8 @@ def _writes(s, buf) -> bool:
 
 
 def resident_blocks(launch, loop, ctx):
-    """``(blocks that run at once, how it was counted)``, or ``(None, why)``."""
+    """``(blocks that run at once, how it was counted, {"units": multiprocessors, "per_unit": blocks on each})``,
+    or ``(None, why, {})``."""
     from .pipeline import STAGE, _block_bytes, _round16
 
     units = _limit(ctx, "sm_count")
@@ -176,7 +177,7 @@ def resident_blocks(launch, loop, ctx):
     if units is None:
         cores = ctx.capabilities.get("execution.cores")
         if not isinstance(cores, int) or cores < 1:
-            return None, "the profile has neither limits.sm_count nor execution.cores (tilecore.persistent=<blocks>)"
+            return None, "the profile has neither limits.sm_count nor execution.cores (tilecore.persistent=<blocks>)", {}
         units, what = cores, "execution.cores"
     per = []
     threads = 1
@@ -215,7 +216,7 @@ def resident_blocks(launch, loop, ctx):
     blocks = min([b for _, b in per], default=1)
     blocks = max(blocks, 1)
     by = ", ".join(f"{b} by {w}" for w, b in per) or "no per-multiprocessor limits declared"
-    return units * blocks, f"{units} ({what}) x {blocks} block(s) per unit ({by})"
+    return units * blocks, f"{units} ({what}) x {blocks} block(s) per unit ({by})", {"units": units, "per_unit": blocks}
 
 
 def _option(v):
@@ -255,8 +256,9 @@ def persistent_tiles(func, ctx):
         tiles = 1
         for g in grid:
             tiles *= g
+        assumed: dict = {}
         if isinstance(want, bool):
-            blocks, how = resident_blocks(s, loop, ctx)
+            blocks, how, assumed = resident_blocks(s, loop, ctx)
             if blocks is None:
                 notes.append(f"not persistent: {how}")
                 return None
@@ -285,7 +287,7 @@ def persistent_tiles(func, ctx):
         order = f", T.use_swizzle({swz[0]}, {swz[1]!r}) kept" if swz else ""
         notes.append(f"persistent: {blocks} blocks over {tiles} tiles ({how}){order}")
         return s.with_(grid=(as_expr(blocks),), block_vars=(pid,), body=Seq(allocs + [tile_loop], span=s.body.span),
-                       attrs={**s.attrs, "persistent_blocks": blocks, "persistent_tiles": tiles})
+                       attrs={**s.attrs, "persistent": {"blocks": blocks, "tiles": tiles, **assumed}})
 
     body = rewrite(func.body, launch)
     return func.with_body(body, persistent=tuple(notes)) if notes else func

@@ -159,6 +159,28 @@ def performance_notes(report: dict) -> list:
     return notes
 
 
+#: registers are allocated per warp in units of 256 (8 per thread), a multiprocessor has 64K of them (sm_80-sm_100)
+REGISTER_UNIT, REGISTERS_PER_SM = 8, 65536
+
+
+def persistent_notes(report: dict, meta: dict) -> list:
+    """A note where a persistent launch (``tilecore.persistent=True``, D36) assumed more blocks per multiprocessor
+    than ptxas's register count allows: the blocks past the resident ones would start only when others finish all
+    their tiles."""
+    p = meta.get("persistent") or {}
+    regs, threads = report.get("registers"), meta.get("threads")
+    if not p.get("per_unit") or not regs or not threads:
+        return []
+    per_thread = -(-int(regs) // REGISTER_UNIT) * REGISTER_UNIT
+    fits = REGISTERS_PER_SM // (per_thread * int(threads))
+    if fits >= p["per_unit"]:
+        return []
+    resident = max(fits, 1) * p["units"]
+    return [f"the persistent launch (tilecore.persistent=True) assumed {p['per_unit']} blocks per multiprocessor, "
+            f"but at ptxas's {regs} registers per thread {fits} fit: pass tilecore.persistent={resident} "
+            f"(the resident blocks), or tilecore.persistent=False"]
+
+
 def _check(mod, res, what: str, prog=None) -> None:
     err = res[0] if isinstance(res, tuple) else res
     if int(err) != 0:
@@ -238,7 +260,7 @@ class CUDACompiler(Compiler):
         if binary is not None:
             # kept with the kernel (kernel.meta["source"]["meta"]); the core warns with the notes (plugin API 1.7)
             source.meta["ptxas"] = report
-            notes = performance_notes(report)
+            notes = performance_notes(report) + persistent_notes(report, source.meta)
             if notes:
                 source.meta["performance_notes"] = notes
             return binary
