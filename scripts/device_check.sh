@@ -22,6 +22,11 @@ step conformance-general env TILECORE_PASS_CONFIGS='{"tilecore.cuda.register_pro
 step conformance-schedules python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention \
      --pass-config tilecore.cuda.pingpong=true --pass-config tilecore.cuda.intra_wg_overlap=true --report /tmp/rep/cuda-schedules
 step wgmma-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_wgmma_unit.py -rs
+# the persistent tile loop (D36) on every catalog kernel of its form: 2 blocks loop over the tiles, the pipeline
+# carried across them, on the general path
+step conformance-persistent env TILECORE_PASS_CONFIGS='{"tilecore.cuda.register_programs": false, "tilecore.persistent": 2}' \
+     python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-persistent
+step persistent-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_persistent.py -rs
 step conformance-webgpu python3 -m tilecore conformance run --target webgpu -n 4 --report /tmp/rep/webgpu
 # fragments' row reductions through subgroup shuffles on the NVIDIA Vulkan adapter (subgroups of 32; decision D21)
 step webgpu-subgroups python3 scripts/webgpu_subgroup_probe.py
@@ -62,6 +67,9 @@ step offpath python3 benchmarks/cuda_offpath.py --rep 20
 step attention-general env TILECORE_PASS_CONFIGS='{"tilecore.cuda.register_programs": false}' \
      python3 benchmarks/cuda_attention.py --rep 3
 step matrix-unit python3 benchmarks/matrix_unit_gemm.py
+# the persistent tile loop (D36) on and off on the general path, cuBLAS in the same run
+step persistent python3 benchmarks/matrix_unit_gemm.py --shapes 4096x4096x4096,8192x8192x8192 --rep 20 \
+     --variants "wgmma unit,wgmma persistent" --configs 128x256x64,128x128x64
 # split-K (a grid dimension over K, T.atomic_add into float32 C) for the few-tile LLM shapes, cuBLAS in the same run
 step splitk python3 benchmarks/cuda_gemm_splitk.py --rep 20
 # layout conversion by indexed shuffles against a shared-memory round trip (decision D24)
