@@ -165,11 +165,18 @@ def _bounds_by_block(M=64, N=64, K=64):
     return main
 
 
+def _causal_attention():
+    from tilecore_conformance.composite import flash_attention_forward
+
+    return flash_attention_forward(128, 32, 2, 32, 32, "float16", True)  # loop = ceildiv((bx + 1) * bm, bn)
+
+
 @pytest.mark.parametrize("kernel,cfg,why", [
     (lambda: gemm(64, 96, 40, n_dyn=True), {}, "the grid is not static"),
     (_two_loops, {}, "2 pipelined loops"),
-    (_bounds_by_block, {}, "the loop's bounds use the block index by"),
+    (_bounds_by_block, {}, "the loop's bounds use the block index by, which differs from tile to tile"),
     (lambda: gemm(64, 96, 40, clear=False), {}, "not set before it"),
+    (lambda: _causal_attention(), {}, "the loop's bounds use the scalar loop, which differs from tile to tile"),
 ])
 def test_kernels_outside_the_form_keep_their_launch_with_a_note(kernel, cfg, why):
     target = "cpu" if "not set" not in why else "cuda:sm_80"

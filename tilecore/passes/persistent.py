@@ -127,12 +127,17 @@ def why_not(launch: KernelLaunch, ctx):
         return ("no T.Pipelined loop at the kernel's top level" if not every else
                 f"{len(every)} pipelined loops (the form has one, at the kernel's top level)"), None
     loop = loops[0]
+    # every tile runs the same loop: its bounds use the kernel's parameters and constants only (not a block index,
+    # nor a scalar the block computes, e.g. a causal loop's length)
     block = {id(v) for v in launch.block_vars}
+    bound = {id(b.var) for b in collect(launch.body, Bind)} | {id(f.var) for f in collect(launch.body, For)}
     used: list = []
     for e in (loop.start, loop.extent):
-        walk_expr(e, lambda x: used.append(x) if isinstance(x, Var) and id(x) in block else None)
+        walk_expr(e, lambda x: used.append(x) if isinstance(x, Var) and (id(x) in block or id(x) in bound) else None)
     if used:
-        return f"the loop's bounds use the block index {used[0].name} (every tile must run the same loop)", None
+        what = "the block index" if id(used[0]) in block else "the scalar"
+        return (f"the loop's bounds use {what} {used[0].name}, which differs from tile to tile (every tile must run "
+                "the same loop)"), None
     if ctx.option("tilecore.warp_specialize", False) is True:
         return "tilecore.warp_specialize is on (a producer group would need the tile loop too)", None
     at = next(i for i, s in enumerate(top) if s is loop)

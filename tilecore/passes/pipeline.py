@@ -649,6 +649,10 @@ class _Launch:
             return f"the copies' addresses use {used[0].name}, which the tile computes"
         if _loads_memory(loop.extent) or _loads_memory(loop.start):
             return "the loop's bounds read memory"
+        for e in (loop.start, loop.extent):  # (tilecore.persistent_tiles takes only such loops)
+            walk_expr(e, lambda v: used.append(v) if isinstance(v, Var) and id(v) in bound else None)
+        if used:
+            return f"the loop's bounds use {used[0].name}, which the tile computes"
         return None
 
     def plan(self, loop: For):
