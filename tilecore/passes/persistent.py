@@ -148,13 +148,14 @@ def why_not(launch: KernelLaunch, ctx):
         return "a buffer is allocated after the loop", None
     setup = [s for s in top[:at] if not isinstance(s, Allocate)]
     # what the loop carries into the epilogue (an accumulator written in the loop and read after it) starts from
-    # the setup's T.clear / T.fill on every tile; shared tiles the loop fills are refilled per tile
+    # the setup's T.clear / T.fill on every tile (a fresh block's memory is not what the previous tile left); the
+    # tiles the loop fills and reads are refilled in every iteration
     from .pipeline import _touches
 
     after = Seq(top[at + 1:])
     for a in top:
         b = a.buffer if isinstance(a, Allocate) else None
-        if b is None or b.scope in ("shared", "global"):
+        if b is None or b.scope == "global":
             continue
         if _writes(loop.body, b) and _touches(after, b) and not any(_writes(s, b) for s in setup):
             return f"{b.name} is accumulated by the loop but not set before it (T.clear)", None
