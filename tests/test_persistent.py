@@ -319,6 +319,31 @@ def test_sm80_flash_attention_carries_its_late_v_copies_across_tiles():
     assert np.array_equal(o_on, o_off)
 
 
+@pytest.mark.parametrize("target", ["hip:gfx942", "hip:gfx90a"])
+def test_hip_persistent_gemm_on_the_host_emulator(target):
+    """HIP: gfx942's 4-byte LDS-direct copies (one run across the thread group) carried across tiles, gfx90a's tile
+    loop without async copies; on the HIP host emulator against float64 and the plain launch bit for bit."""
+    pytest.importorskip("tilecore_hip")
+    from hip_host_emulator import compiler as host_compiler, run_on_host as run_hip
+
+    if host_compiler() is None:
+        pytest.skip("no clang++ for the host emulation")
+    M, N, K = 100, 136, 72  # 20 ragged tiles of 32 x 32 on 4 blocks
+    rng = np.random.default_rng(4)
+    a = (rng.standard_normal((M, K)) / 4).astype(np.float16)
+    b = (rng.standard_normal((K, N)) / 4).astype(np.float16)
+    fn = lambda: gemm(M, N, K, 32, 32, 16, 3, 64, dtype="float16")  # noqa: E731
+    on = tilecore.compile(fn(), target=target, pass_configs={**NOCACHE, "tilecore.persistent": 4})
+    off = tilecore.compile(fn(), target=target, pass_configs=NOCACHE)
+    assert _note(on).startswith("persistent: 4 blocks over 20 tiles"), _note(on)
+    if target == "hip:gfx942":
+        assert "carried across the persistent tile loop" in on.meta["attrs"]["pipelines"][0]
+    c_on, c_off = (run_hip(k, [a, b, np.full((M, N), np.nan, np.float16)])[2] for k in (on, off))
+    np.testing.assert_allclose(c_on.astype(np.float64), a.astype(np.float64) @ b.astype(np.float64),
+                               rtol=2e-2, atol=2e-2)
+    assert np.array_equal(c_on, c_off)
+
+
 # -- sm_90a: bulk copies on transaction barriers, wgmma -------------------------------------------------------
 
 def _hopper(M=1024, N=1024, K=512, blocks=True, **kw):
