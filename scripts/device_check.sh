@@ -56,7 +56,7 @@ step attention-softmax python3 benchmarks/cuda_attention.py --rep 3 --fast-math 
      --softmax off,fold,split,both --exp exp2,exp
 # fewer instructions, the same bits (decision D35): each saving alone and all, exact and fast, the 176-wide block at 4096
 step attention-lean python3 benchmarks/cuda_attention.py --rep 3 --fast-math --blocks 128x128x256x2,128x176x256x2 \
-     --lean off,pack,exp2,rescale,pack+rescale,all
+     --lean off,pack,pack+rescale,all
 step attention-d64 python3 benchmarks/cuda_attention.py --rep 3 --dim 64
 # TileLang's own forward-attention example: the register program (D33) vs the general path it took before, SDPA beside
 step corpus-attention python3 benchmarks/corpus_attention.py --rep 3
