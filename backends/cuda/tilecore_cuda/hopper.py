@@ -330,6 +330,10 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
 #: use the whole register file: 232 registers a consumer thread after setmaxnreg, or up to 255 with one
 #: consumer warpgroup), so one is all that surely fits
 PERSISTENT_BLOCKS_PER_SM = 1
+#: ``tilecore.cuda.persistent`` unless the kernel says. Measured faster (H100, one run: 4096^3 fp16 0.88x -> 0.90x
+#: cuBLAS, bf16 likewise, 8192^3 +0.5-0.8%; ping-pong 13-18% slower) but not yet the default: switching it changes
+#: what 12 compile-only tests pin (the per-tile grid, its notes) and every sm_90a GEMM golden source (D34)
+PERSISTENT_DEFAULT = False
 
 
 def persistent_blocks(launch: KernelLaunch, p: _Plan, splits: int, body: list, ctx, loop: For) -> tuple:
@@ -340,7 +344,7 @@ def persistent_blocks(launch: KernelLaunch, p: _Plan, splits: int, body: list, c
     memory (the epilogue folded into the pipeline), not be split over K, and have nothing else in its body that
     runs per block. ``pingpong``: each of the two consumer warpgroups takes whole tiles in turn (its
     accumulators, BM x BN / 128 a thread, must fit as the pipeline's do)."""
-    asked = ctx.option("tilecore.cuda.persistent", False)
+    asked = ctx.option("tilecore.cuda.persistent", PERSISTENT_DEFAULT)
     if not isinstance(asked, bool) and asked != "pingpong":
         raise CompileError(f"pass config tilecore.cuda.persistent must be True, False or \"pingpong\", got {asked!r}",
                            loop.span)
