@@ -17,6 +17,7 @@ from tilecore.errors import CompileError
 from tilecore.ir import (as_expr, AsyncCopy, VectorStore, BufferLoad, BulkCopy, Collective, MatrixOp, MatrixSync, binary, collect, const,
                          const_value, simplify)
 
+from .compiler import REGISTER_UNIT, REGISTERS_PER_SM
 
 ENTRY = "tc_kernel"
 STATIC_SHARED_LIMIT = 48 * 1024
@@ -102,7 +103,7 @@ class CUDAEmitter(SIMTCppEmitter):
     #: named barrier 1 over a warp-specialized block's consumers (barrier 0 is __syncthreads)
     group_barrier_stmt = 'asm volatile("bar.sync 1, {n};\\n" ::: "memory");'
     #: registers of one multiprocessor's register file a block may hold; what the producer group keeps
-    REGISTER_FILE, PRODUCER_REGS = 65536, 40
+    REGISTER_FILE, PRODUCER_REGS = REGISTERS_PER_SM, 40
 
     #: MatrixOp spellings of the units in units.py (prelude/tc_matrix.cuh)
     matrix_ops = {"mma_sync_m16n8k16": "tc_mma_16816_r(&{c}[{c_off}], &{a}[{a_off}], &{b}[{b_off}]);"}
@@ -446,7 +447,8 @@ class CUDAEmitter(SIMTCppEmitter):
         producers = int(s.consumers and (self._block_threads - s.consumers))
         if self._block_threads < 384 or producers % 128:
             return None
-        return min(256, (self.REGISTER_FILE - self.PRODUCER_REGS * producers) // s.consumers // 8 * 8)
+        return min(256, (self.REGISTER_FILE - self.PRODUCER_REGS * producers) // s.consumers // REGISTER_UNIT
+                   * REGISTER_UNIT)
 
     def producer_entry(self, st, s):
         if self.consumer_regs(s):

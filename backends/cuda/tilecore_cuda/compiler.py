@@ -159,7 +159,8 @@ def performance_notes(report: dict) -> list:
     return notes
 
 
-#: registers are allocated per warp in units of 256 (8 per thread), a multiprocessor has 64K of them (sm_80-sm_100)
+#: registers are allocated per warp in units of 256 (8 per thread), a multiprocessor has 64K of them (sm_80-sm_100);
+#: the emitter's setmaxnreg budget (codegen.CUDAEmitter.REGISTER_FILE) is the same file
 REGISTER_UNIT, REGISTERS_PER_SM = 8, 65536
 
 
