@@ -471,7 +471,8 @@ def test_tma_descriptors_are_encoded_per_launch_and_passed_by_address(compiled, 
     # A, B, C, the integer m, then the two descriptors (A's with 100 rows, B's with 128), the status word
     assert words[:4] == [a.data_ptr(), b.data_ptr(), c.data_ptr(), 100]
     assert words[4:6] == [a.data_ptr() ^ (100 << 48), b.data_ptr() ^ (128 << 48)]
-    assert words[6] == prog._status_ptr and driver.records[-1]["grid"] == (2, 2, 1)
+    # 2 x 2 tiles on the persistent grid (D43): 4 blocks in x, each looping over its tiles
+    assert words[6] == prog._status_ptr and driver.records[-1]["grid"] == (4, 1, 1)
     assert len(prog.tmap_cache) == 2  # cached per (tensor, address, dims): a second call encodes nothing
     k._native((a, b))
     assert len(prog.tmap_cache) == 2

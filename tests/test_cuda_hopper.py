@@ -22,6 +22,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_cuda_backend import HAS_DEVICE, NOCACHE, needs_toolchain  # noqa: E402
 
 HOPPER = "cuda:sm_90a"
+#: one block per tile (the persistent grid is the default since D43; tests/test_cuda_persistent.py covers it)
+PER_TILE = {"tilecore.disable_cache": True, "tilecore.cuda.persistent": False}
 
 
 def _on_hopper() -> bool:
@@ -72,11 +74,18 @@ def _notes(k) -> str:
 # -- compile-only ---------------------------------------------------------------------------------------
 
 @needs_toolchain
-def test_readme_gemm_becomes_a_warp_specialized_tma_wgmma_pipeline():
-    k = tilecore.compile(gemm(1024, 1024, 1024), target=HOPPER, pass_configs=NOCACHE)
+@pytest.mark.parametrize("persistent", [None, False])
+def test_readme_gemm_becomes_a_warp_specialized_tma_wgmma_pipeline(persistent):
+    """By default (D43) on a persistent grid (D34): at most one block per SM, each looping over its tiles; with
+    ``tilecore.cuda.persistent=False`` one block per tile. The same pipeline either way, and no spill."""
+    cfg = NOCACHE if persistent is None else {**NOCACHE, "tilecore.cuda.persistent": persistent}
+    k = tilecore.compile(gemm(1024, 1024, 1024), target=HOPPER, pass_configs=cfg)
     assert "128x256x64 float16, 4 stages, 2 consumer warpgroup(s) + 1 producer, epilogue to global" in _notes(k)
     src = k.get_kernel_source()
-    assert "tc_wgmma_pipeline<384," in src and "__launch_bounds__(384, 1)" in src
+    collective = "tc_wgmma_pipeline<384," if persistent is False else "tc_wgmma_persistent<384,"
+    assert collective in src and "__launch_bounds__(384, 1)" in src
+    assert k.source.meta["grid"] == (["4", "8", "1"] if persistent is False else ["32", "1", "1"])
+    assert k.source.meta["ptxas"].get("spill_stores", 0) == 0
     assert src.count("__grid_constant__ tc_tmap") == 2
     sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
     for op in ("HGMMA.64x256x16.F32", "UTMALDG.2D", "SYNCS", "USETMAXREG"):
@@ -112,10 +121,13 @@ def test_epilogue_on_the_fragment_goes_through_shared_memory():
 
 
 def _epi(k) -> int:
-    """The EPI template argument of the kernel's tc_wgmma_pipeline (what the epilogue need not check)."""
+    """The EPI template argument of the kernel's tc_wgmma_pipeline or tc_wgmma_persistent (what the epilogue
+    need not check; the persistent collective has no TO_GLOBAL before it: it always stores to global)."""
     src = k.get_kernel_source()
-    head = src[src.index("tc_wgmma_pipeline<"):].split(">", 1)[0]
-    return int(head.split(",")[13])
+    for name, at in (("tc_wgmma_pipeline<", 13), ("tc_wgmma_persistent<", 12)):
+        if name in src:
+            return int(src[src.index(name):].split(">", 1)[0].split(",")[at])
+    raise AssertionError("no Hopper GEMM collective in the kernel")
 
 
 @needs_toolchain
@@ -144,9 +156,10 @@ def test_epilogue_of_a_dynamic_m_keeps_the_row_check():
 def test_full_tile_epilogue_is_a_third_of_the_code():
     """The 128x256 tile with every check (M = 4000: rows may be partial, the column and pair checks
     kept by an odd-width view of the same tile) against none: the unchecked kernel keeps every HGMMA and
-    TMA load and is far shorter (the checks were 70% of the SASS and 40% of NVRTC's time; D25)."""
-    full = tilecore.compile(gemm(4096, 4096, 4096), target=HOPPER, pass_configs=NOCACHE)
-    part = tilecore.compile(gemm(4000, 4000, 4096), target=HOPPER, pass_configs=NOCACHE)
+    TMA load and is far shorter (the checks were 70% of the SASS and 40% of NVRTC's time; D25). One block per
+    tile: the persistent kernel (the default) carries its tile loop and producer beside (1008 against 1888)."""
+    full = tilecore.compile(gemm(4096, 4096, 4096), target=HOPPER, pass_configs=PER_TILE)
+    part = tilecore.compile(gemm(4000, 4000, 4096), target=HOPPER, pass_configs=PER_TILE)
     assert (_epi(full), _epi(part)) == (7, 4)
     be = tilecore_cuda.CUDABackend()
     sf, sp = be.disassemble(full.binary, full.target), be.disassemble(part.binary, part.target)
@@ -200,9 +213,9 @@ def test_kernels_outside_the_register_programs_take_the_core_unit_path():
 
 @needs_toolchain
 def test_use_swizzle_rasterizes_blocks_in_panels():
-    src = tilecore.compile(gemm(1024, 1024, 1024, panel=4), target=HOPPER, pass_configs=NOCACHE).get_kernel_source()
+    src = tilecore.compile(gemm(1024, 1024, 1024, panel=4), target=HOPPER, pass_configs=PER_TILE).get_kernel_source()
     assert "tc_pn = 4LL * tc_gf" in src and "const int bx = (int)tc_bx;" in src
-    plain = tilecore.compile(gemm(1024, 1024, 1024), target=HOPPER, pass_configs=NOCACHE).get_kernel_source()
+    plain = tilecore.compile(gemm(1024, 1024, 1024), target=HOPPER, pass_configs=PER_TILE).get_kernel_source()
     assert "tc_pn" not in plain and "const int bx = (int)blockIdx.x;" in plain
 
 

@@ -75,11 +75,14 @@ def test_persistent_gemm_launches_one_block_per_sm_each_looping_over_tiles():
 
 
 @needs_toolchain
-def test_off_is_the_default_and_changes_nothing():
-    default, off = _compile(BIG, persistent=None), _compile(BIG, persistent=False)
-    assert default.get_kernel_source() == off.get_kernel_source()
-    assert default.source.meta["grid"] == ["16", "32", "1"] and "persistent" not in _notes(default)
-    assert "tc_gemm_tile" not in default.get_kernel_source()
+def test_on_is_the_default_and_off_is_one_block_per_tile():
+    """D43: the persistent grid is the default (measured +2.4% at 4096^3, +0.5-0.8% at 8192^3 on the H100);
+    ``tilecore.cuda.persistent=False`` gives back the per-tile kernel."""
+    default, on, off = (_compile(BIG, persistent=p) for p in (None, True, False))
+    assert default.get_kernel_source() == on.get_kernel_source()
+    assert default.source.meta["grid"] == ["132", "1", "1"] and "persistent: at most 132 blocks" in _notes(default)
+    assert off.source.meta["grid"] == ["16", "32", "1"] and "persistent" not in _notes(off)
+    assert "tc_gemm_tile" not in off.get_kernel_source() and "tc_wgmma_pipeline<" in off.get_kernel_source()
 
 
 @needs_toolchain
@@ -244,8 +247,9 @@ def test_sass_has_the_pipeline_and_a_full_wait_per_tile_before_the_epilogue(shap
     for window, first, count in ends:
         assert not reads_accumulators(window, first, count), reads_accumulators(window, first, count)
         assert not any(re.match(r"(F2FP|STG|F2F|FADD|FMUL|FMNMX)", t) for t in window)
-    if shape["threads"] == 256:  # the producer gives its registers away: its code after that stays under 40
-        assert "USETMAXREG.DEALLOC.CTAPOOL 0x28" in sass and producer_registers(sass) < 40
+    if shape["threads"] == 256:  # the producer gives its registers away: its code after that stays under 56
+        assert "USETMAXREG.DEALLOC.CTAPOOL 0x38" in sass and producer_registers(sass) < 56
+        assert "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xe0" in sass  # 56 x 128 + 224 x 256 = 168 x 384
 
 
 def producer_registers(sass: str) -> int:

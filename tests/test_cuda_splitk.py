@@ -141,10 +141,10 @@ def test_float8_gemm_is_split_too():
 def test_large_grids_and_short_k_loops_are_not_split():
     k = _compile(dict(M=4096, N=4096, K=4096, bm=128, bn=256, threads=256, stages=4))  # 512 tiles
     assert "split" not in _notes(k) and "workspace" not in k.source.meta
-    assert k.source.meta["grid"] == ["16", "32", "1"]
+    assert k.source.meta["grid"] == ["132", "1", "1"]  # the persistent grid (D43: the default), not split
     k = _compile(dict(M=128, N=4096, K=512, bm=128, bn=128, threads=256, stages=3))  # 8 k tiles
     assert "not split over K: 32 tiles on 132 SMs, but 8 k tiles are too few for two splits of at least 12 (4 x 3 stages)" in _notes(k)
-    assert "workspace" not in k.source.meta and "tc_wgmma_pipeline<" in k.get_kernel_source()
+    assert "workspace" not in k.source.meta and "tc_wgmma_persistent<" in k.get_kernel_source()
     k = _compile(dict(M=128, N=4096, K=1024, bm=128, bn=128, threads=256, stages=5))  # 16 k tiles, 5 stages
     assert "16 k tiles are too few for two splits of at least 16 (4 x 5 stages, at most 16)" in _notes(k)
 

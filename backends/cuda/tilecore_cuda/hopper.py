@@ -330,10 +330,9 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
 #: use the whole register file: 232 registers a consumer thread after setmaxnreg, or up to 255 with one
 #: consumer warpgroup), so one is all that surely fits
 PERSISTENT_BLOCKS_PER_SM = 1
-#: ``tilecore.cuda.persistent`` unless the kernel says. Measured faster (H100, one run: 4096^3 fp16 0.88x -> 0.90x
-#: cuBLAS, bf16 likewise, 8192^3 +0.5-0.8%; ping-pong 13-18% slower) but not yet the default: switching it changes
-#: what 12 compile-only tests pin (the per-tile grid, its notes) and every sm_90a GEMM golden source (D34)
-PERSISTENT_DEFAULT = False
+#: ``tilecore.cuda.persistent`` unless the kernel says: on since D43 (measured on the H100 in one run, D34: 4096^3
+#: fp16 0.88x -> 0.90x cuBLAS, bf16 likewise, 8192^3 +0.5-0.8%, the same bits; ping-pong 13-18% slower, so True)
+PERSISTENT_DEFAULT = True
 
 
 def persistent_blocks(launch: KernelLaunch, p: _Plan, splits: int, body: list, ctx, loop: For) -> tuple:

@@ -43,6 +43,10 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
   constexpr int B_ATOMS = B_KMAJOR ? BK / ATOM : BN / ATOM;
   constexpr bool TO_GLOBAL = true;             /* the epilogue's (tc_wgmma_pipeline's global one) */
   constexpr bool REGS = NC == 2;               /* move registers from the producer to the consumers */
+  /* The producer keeps 56 (not tc_hopper.cuh's 40): its tile function and the 4-stage loop spilled at 40 (ptxas:
+   * 116 bytes on the README GEMM at 1024^3). The block holds 168 x 384 = 64512 registers; 56 x 128 leaves the two
+   * consumer warpgroups 224 each (232 would need 65536 and setmaxnreg.inc would wait forever); the consumers' SASS
+   * at 224 is the same instructions as at 232 (4096^3, 3 and 4 stages, registers renamed). */
   static_assert(BK % ATOM == 0 && (B_KMAJOR || BN % ATOM == 0), "tc_wgmma_persistent: whole 128-byte rows");
   static_assert(!PINGPONG || (NC == 2 && BM == 64 * MR), "tc_wgmma_persistent: ping-pong gives each of two "
                                                          "consumer warpgroups whole tiles");
@@ -65,7 +69,7 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
   }
   __syncthreads();
   if (wg == 0) {
-    if (REGS) tc_setmaxnreg_dec<40>();
+    if (REGS) tc_setmaxnreg_dec<56>();
     if (threadIdx.x == 0) {
       tc_tma_prefetch_map(tma);
       tc_tma_prefetch_map(tmb);
@@ -88,7 +92,7 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
       }
     }
   } else {
-    if (REGS) tc_setmaxnreg_inc<232>();
+    if (REGS) tc_setmaxnreg_inc<224>();
     const int me = wg - 1;            /* this consumer warpgroup */
     const int c = PINGPONG ? 0 : me;  /* its first 64-row slice of a tile (ping-pong: whole tiles) */
     unsigned it = 0;  /* as the producer's */
