@@ -212,7 +212,9 @@ def _splitk_gemm():  # Hopper, K split over 2 blocks per tile: a workspace addre
                 T.gemm(A_shared, B_shared, C_local)
             T.copy(C_local, C[by * 64, bx * 64])
 
-    return splitk_gemm, {"out_idx": [2], "pass_configs": {"tilecore.cuda.split_k": 2}}
+    # summed through the global workspace (D27), not in a cluster (D41): the launch passes the workspace
+    return splitk_gemm, {"out_idx": [2], "pass_configs": {"tilecore.cuda.split_k": 2,
+                                                          "tilecore.cuda.split_k_reduce": "global"}}
 
 
 KERNELS = {f.__name__[1:]: f for f in (_static_add, _scale_add, _two_symbols, _asserting, _workspace, _pipelined_gemm,

@@ -6,9 +6,11 @@ profile's ``limits.sm_count`` idle, each split at least 4 x stages k tiles but a
 bytes at most a split's operand bytes: D31) and by how much, the note in
 ``kernel.meta["attrs"]["hopper_pipelines"]``, ``tilecore.cuda.split_k`` and its errors, the kernel's
 workspace in the launch metadata, and the SASS (the atomic arrival count, the fences, the L2 loads of the
-partials). The runtime passes the workspace (one per device and stream, allocated once, zero-filled) on both
+partials). Where the profile's thread-block clusters hold a tile's splits, the tile's blocks are one cluster and
+sum through each other's shared memory instead (D41: ``__cluster_dims__``, no workspace; the SASS's cluster
+barriers and DSMEM stores); ``tilecore.cuda.split_k_reduce`` chooses. The runtime passes the workspace (one per device and stream, allocated once, zero-filled) on both
 launch paths, checked against a recording driver on the CPU. On an sm_90 GPU the split kernels run against
-float64 references and must give the same bits on every run.
+float64 references and must give the same bits on every run, the cluster sum the same bits as the global one.
 """
 from __future__ import annotations
 
@@ -36,6 +38,8 @@ LLM_16 = dict(M=16, N=8192, K=8192, bm=64, bn=128, threads=128, stages=4)
 RAGGED = dict(M=200, N=1000, K=3000, bm=128, bn=128, threads=256, stages=3)
 #: the same on one consumer warpgroup: two 64-row slices of accumulators per thread (MR = 2)
 RAGGED_MR2 = dict(RAGGED, threads=128)
+#: D27/D31's sum through the global workspace (the default where a cluster holds the splits is the cluster's, D41)
+GLOBAL = {"tilecore.cuda.split_k_reduce": "global"}
 
 
 def _compile(shape: dict, target=HOPPER, **kw):
@@ -54,26 +58,69 @@ def _head(k) -> list:
 # -- the decision ----------------------------------------------------------------------------------------
 
 @needs_toolchain
-@pytest.mark.parametrize("shape,splits,tiles,per,why", [
-    (LLM_128, 4, 32, "16", ""), (LLM_16, 2, 64, "64", ""), (RAGGED, 3, 16, "15-16", ""),
+@pytest.mark.parametrize("shape,splits,tiles,per,why,reduce", [
+    (LLM_128, 4, 32, "16", "", "cluster"), (LLM_16, 2, 64, "64", "", "cluster"), (RAGGED, 3, 16, "15-16", "", "cluster"),
     # 5 stages: 4 x 5 = 20 k tiles per split would allow 3; the floor stops at 16 k tiles (D31)
-    (dict(LLM_128, stages=5), 4, 32, "16", ""),
+    (dict(LLM_128, stages=5), 4, 32, "16", "", "cluster"),
     # 128x256 at 2 stages: 8 splits would fill the SMs, but 7 float32 partials of 128 KiB are more than the 8 k
-    # tiles of 48 KiB a split streams; 5 is the most whose tail (4 x 128 KiB) stays within its 13 x 48 KiB
+    # tiles of 48 KiB a split streams; 5 is the most whose tail (4 x 128 KiB) stays within its 13 x 48 KiB. The
+    # cluster's receive area (5 senders x 2 slices x 7 columns x 2 KiB) is more than the 2 stages: global (D41)
     (dict(LLM_128, N=2048, bn=256, stages=2), 5, 8, "12-13",
-     "; 8 splits would read more partial bytes in the tail than a split's k tiles stream")])
-def test_few_tile_gemms_are_split_over_k(shape, splits, tiles, per, why):
+     "; 8 splits would read more partial bytes in the tail than a split's k tiles stream", "global")])
+def test_few_tile_gemms_are_split_over_k(shape, splits, tiles, per, why, reduce):
     k = _compile(shape)
     note = _notes(k)
     assert f"split-K {splits} ({tiles} tiles on 132 SMs{why}): {tiles * splits} blocks, {per} k tiles each" in note
     meta = k.source.meta
     assert meta["grid"][2] == str(splits) and int(meta["grid"][0]) * int(meta["grid"][1]) == tiles
-    bm, bn = shape["bm"], shape["bn"]
-    assert meta["workspace"] == {"bytes": -(-tiles * 4 // 256) * 256 + tiles * splits * bm * bn * 4, "zeroed": True}
     src = k.get_kernel_source()
     assert "tc_wgmma_pipeline<" not in src.split("__global__")[-1]
+    if reduce == "cluster":  # D41: one cluster of the tile's splits, compiled into the kernel; no workspace
+        assert note.endswith("each tile's blocks one cluster, float32 slices summed in split order through its "
+                             "shared memory (DSMEM)")
+        assert meta["cluster"] == [1, 1, splits] and "workspace" not in meta
+        assert f"__global__ void __cluster_dims__(1, 1, {splits}) __launch_bounds__(" in src
+        assert _head(k)[-3:] == [str(splits), str(tiles), "true"] and "tc_workspace" not in src
+        return
+    assert ("partials summed through global memory, not in one cluster per tile: the cluster sum's 143360 bytes do "
+            "not fit in the pipeline's 2 stages of 49152 bytes") in note
+    bm, bn = shape["bm"], shape["bn"]
+    assert meta["workspace"] == {"bytes": -(-tiles * 4 // 256) * 256 + tiles * splits * bm * bn * 4, "zeroed": True}
+    assert "cluster" not in meta and "void __cluster_dims__" not in src
     assert _head(k)[-2:] == [str(splits), str(tiles)]
     assert "unsigned char* tc_workspace, int* __restrict__ tc_status)" in src  # after the tensor maps
+
+
+@needs_toolchain
+@pytest.mark.parametrize("shape", [LLM_128, LLM_16, RAGGED])
+def test_split_k_reduce_global_keeps_the_workspace_kernel(shape):
+    """``tilecore.cuda.split_k_reduce="global"``: D27/D31's kernel as it was (last block sums from the workspace)."""
+    k = _compile(shape, pass_configs={"tilecore.cuda.split_k_reduce": "global"})
+    note, meta, src = _notes(k), k.source.meta, k.get_kernel_source()
+    assert "float32 partials summed in split order by each tile's last block" in note
+    splits, tiles = int(meta["grid"][2]), int(meta["grid"][0]) * int(meta["grid"][1])
+    assert meta["workspace"]["bytes"] == -(-tiles * 4 // 256) * 256 + tiles * splits * shape["bm"] * shape["bn"] * 4
+    assert "void __cluster_dims__" not in src and _head(k)[-2:] == [str(splits), str(tiles)]
+
+
+@needs_toolchain
+def test_split_k_reduce_cluster_limits_and_errors():
+    # more splits than a portable cluster holds (8): by default the global sum, said so; asked for, an error
+    k = _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 9})
+    assert ("partials summed through global memory, not in one cluster per tile: 9 splits are more blocks than a "
+            "cluster holds (8)") in _notes(k)
+    assert "workspace" in k.source.meta and "void __cluster_dims__" not in k.get_kernel_source()
+    k = _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 8})
+    assert k.source.meta["cluster"] == [1, 1, 8] and "workspace" not in k.source.meta
+    with pytest.raises(CompileError, match=r'split_k_reduce="cluster": 9 splits are more blocks than a cluster '
+                                           r'holds \(8\). Use fewer splits') as e:
+        _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 9, "tilecore.cuda.split_k_reduce": "cluster"})
+    assert "test_cuda_hopper.py:" in str(e.value)  # the line of the user's T.Pipelined loop
+    with pytest.raises(CompileError, match='split_k_reduce must be "cluster" or "global", got \'dsmem\''):
+        _compile(LLM_128, pass_configs={"tilecore.cuda.split_k_reduce": "dsmem"})
+    # a grid the rule leaves unsplit is not a cluster kernel
+    k = _compile(dict(M=4096, N=4096, K=4096, bm=128, bn=256, threads=256, stages=4))
+    assert "cluster" not in k.source.meta and "void __cluster_dims__" not in k.get_kernel_source()
 
 
 def _max_load_run(sass: str) -> int:
@@ -91,7 +138,7 @@ def test_split_kernel_sass_counts_arrivals_and_reads_partials_from_l2():
     exchange that zeroes it, GPU-scope fences, 16-byte stores of the partial and 16-byte strong loads of the
     others (ld.global.cg: never a stale L1 line), grouped so that many are in flight (D31), and no spill."""
     be = tilecore_cuda.CUDABackend()
-    split = _compile(LLM_128)
+    split = _compile(LLM_128, pass_configs=GLOBAL)
     plain = _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 1})
     ss, sp = be.disassemble(split.binary, split.target), be.disassemble(plain.binary, plain.target)
     for op in ("HGMMA.64x128x16.F32", "UTMALDG.2D", "SYNCS.PHASECHK", "USETMAXREG"):
@@ -109,7 +156,7 @@ def test_split_kernel_sass_counts_arrivals_and_reads_partials_from_l2():
     for shape, cfg in [(LLM_128, {"tilecore.cuda.split_k": 16}), (LLM_128, {"tilecore.cuda.split_k": 2}),
                        (LLM_128, {"tilecore.cuda.split_k": 64}),  # the other partials 16 at a time
                        (dict(LLM_128, threads=128), {}), (dict(LLM_128, bn=256), {})]:
-        k = _compile(shape, pass_configs=cfg)
+        k = _compile(shape, pass_configs={**GLOBAL, **cfg})
         sass = be.disassemble(k.binary, k.target)
         assert "STL" not in sass and "LDL" not in sass, (shape, cfg)
         assert _max_load_run(sass) >= 15, (shape, cfg)
@@ -129,12 +176,42 @@ def test_split_main_loop_is_the_pipelines_line_for_line():
     assert loop.count("\n") > 60 and copy == loop
 
 
+def _ops(sass: str, op: str) -> int:
+    return len(re.findall(rf"\s{re.escape(op)}[\s.]", sass))
+
+
+@needs_toolchain
+def test_cluster_kernel_sass_meets_twice_stores_dsmem_and_never_touches_global_scratch():
+    """D41's kernel: the same main loop; the cluster barrier (arrive with release, wait with acquire: UCGABAR) in
+    the consumers' sum and the producer warpgroup's two arrivals; the other blocks' columns as 16-byte DSMEM
+    stores (generic ST.E.128 through the cluster window: 3 of every 4 float4 columns at 4 splits, unrolled over
+    all 16 with the owner test), its own columns' 3 other slots as 16-byte shared loads; no atomic, no global
+    load, no partial stored to global memory, no spill, at 2-8 splits and the benchmark's tiles."""
+    be = tilecore_cuda.CUDABackend()
+    k = _compile(LLM_128)
+    ss = be.disassemble(k.binary, k.target)
+    for op in ("HGMMA.64x128x16.F32", "UTMALDG.2D", "SYNCS.PHASECHK", "USETMAXREG"):
+        assert op in ss, op
+    assert _ops(ss, "UCGABAR_ARV") >= 2 and _ops(ss, "UCGABAR_WAIT") >= 2
+    assert "MEMBAR.ALL.GPU" in ss and "CCTL.IVALL" in ss  # the barrier's release and acquire halves
+    assert "ATOMG" not in ss and not re.search(r"\sLDG", ss) and "STG.E.128" not in ss
+    assert ss.count("ST.E.128") == 16 and ss.count("LDS.128") == 48 and ss.count("FADD") == 3 * 16 * 4
+    for shape, cfg in [(LLM_128, {"tilecore.cuda.split_k": 2}), (LLM_128, {"tilecore.cuda.split_k": 8}),
+                       (LLM_16, {}), (dict(LLM_128, threads=128), {}), (dict(LLM_128, bk=64, stages=5), {}),
+                       (dict(LLM_128, bm=64, threads=128, stages=4), {}), (RAGGED, {})]:
+        k = _compile(shape, pass_configs=cfg)
+        assert k.source.meta.get("cluster"), (shape, cfg)
+        sass = be.disassemble(k.binary, k.target)
+        assert "STL" not in sass and "LDL" not in sass, (shape, cfg)
+        assert "UCGABAR_WAIT" in sass and "ATOMG" not in sass, (shape, cfg)
+
+
 @needs_toolchain
 def test_float8_gemm_is_split_too():
     k = _compile(dict(LLM_128, bk=128), dtype="float8_e4m3", tb=True)
     assert "split-K 2 (32 tiles on 132 SMs): 64 blocks, 16 k tiles each" in _notes(k)  # 32 k tiles of 128
     sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
-    assert "QGMMA.64x128x32.F32.E4M3.E4M3" in sass and "ATOMG.E.ADD" in sass
+    assert "QGMMA.64x128x32.F32.E4M3.E4M3" in sass and "UCGABAR_WAIT" in sass  # summed in its cluster (D41)
 
 
 @needs_toolchain
@@ -264,18 +341,46 @@ def test_device_split_gemm_matches_float64_and_repeats_bit_for_bit(shape, dtype,
     plain(a, b, c1)
     torch.cuda.synchronize()
     assert torch.allclose(c1.double(), ref, atol=tol, rtol=2e-2)
-    # the kernel left every tile's arrival counter at zero (the workspace needs no clearing between launches)
-    tiles = int(_head(k)[-1])
+    # the kernel left every tile's arrival counter at zero (the workspace needs no clearing between launches);
+    # a cluster kernel (D41) has none
+    tiles = int(k.source.meta["grid"][0]) * int(k.source.meta["grid"][1])
+    assert bool(k._program._workspaces) == ("workspace" in k.source.meta)
     for ws, _ in k._program._workspaces.values():
         assert not ws[:tiles * 4].any()
 
 
 @hopper_gpu
-def test_device_two_streams_and_a_cuda_graph_each_get_their_own_workspace():
+@pytest.mark.parametrize("shape,dtype,out,kw", [(LLM_128, "float16", "float16", {}), (LLM_16, "bfloat16", "bfloat16", {}),
+                                                (RAGGED, "float16", "float32", {}), (RAGGED_MR2, "bfloat16", "bfloat16", {}),
+                                                (LLM_128, "float16", "float16", {"tilecore.cuda.split_k": 8}),
+                                                (dict(LLM_128, bm=64, threads=128, stages=4), "float16", "float16", {})])
+def test_device_cluster_sum_gives_the_global_sums_bits(shape, dtype, out, kw):
+    """D41: the cluster sum adds the same float32 partials in the same split order as D27/D31's last block, so C
+    is the same bits; and it matches float64 like the unsplit kernel."""
+    torch = pytest.importorskip("torch")
+    M, N, K = shape["M"], shape["N"], shape["K"]
+    kc = _compile(shape, target="cuda", dtype=dtype, out=out, pass_configs=kw)
+    kg = _compile(shape, target="cuda", dtype=dtype, out=out, pass_configs={**kw, **GLOBAL})
+    assert kc.source.meta["cluster"][2] == int(kc.source.meta["grid"][2]) > 1 and "workspace" in kg.source.meta
+    a, b, ref = _inputs(torch, M, N, K, dtype, seed=M + 3 * N)
+    cs = []
+    for k in (kc, kg, kc):
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=getattr(torch, out))
+        k(a, b, c)
+        torch.cuda.synchronize()
+        cs.append(c)
+    assert torch.equal(cs[0], cs[1]) and torch.equal(cs[0], cs[2])
+    tol = {"float32": 1e-3, "float16": 2e-2, "bfloat16": 8e-2}[out] * np.sqrt(K)
+    assert torch.allclose(cs[0].double(), ref, atol=tol, rtol=2e-2), (cs[0].double() - ref).abs().max().item()
+
+
+@hopper_gpu
+@pytest.mark.parametrize("reduce", ["global", "cluster"])
+def test_device_two_streams_and_a_cuda_graph_each_get_their_own_workspace(reduce):
     torch = pytest.importorskip("torch")
     shape = LLM_16
     M, N, K = shape["M"], shape["N"], shape["K"]
-    k = _compile(shape, target="cuda")
+    k = _compile(shape, target="cuda", pass_configs={"tilecore.cuda.split_k_reduce": reduce})
     a, b, ref = _inputs(torch, M, N, K, "float16", seed=7)
     c0 = torch.empty(M, N, device="cuda", dtype=torch.float16)
     k(a, b, c0)  # the default stream
@@ -288,7 +393,7 @@ def test_device_two_streams_and_a_cuda_graph_each_get_their_own_workspace():
                 k(a, b, c)
     torch.cuda.synchronize()
     assert all(torch.equal(c, c0) for c in outs)
-    assert len(k._program._workspaces) == 3
+    assert len(k._program._workspaces) == (3 if reduce == "global" else 0)  # a cluster kernel needs none (D41)
     g = torch.cuda.CUDAGraph()
     cg = torch.full_like(c0, float("nan"))
     with torch.cuda.graph(g):
@@ -325,8 +430,7 @@ MUTANTS = {
          "slab + 16 > m_valid) continue;")],
     "rows past m_valid are stored": [("if ((EPI & TC_EPI_ROWS) || row < m_valid) {", "if (true) {")],
     "tiles share partials": [("+ tile * SPLITS * PART4;", "+ tile * PART4;")],
-    "pairs stored without the alignment test": [("const bool pairs = (EPI & TC_EPI_PAIRS) ||",
-                                                 "const bool pairs = true ||")],
+    "pairs stored without the alignment test": [("  return (EPI & TC_EPI_PAIRS) ||", "  return true ||")],
     "a partial written a column over": [("__stcg(dst + q * 128, v);", "__stcg(dst + q * 128 + 1, v);")],
     "the barrier counts the producer warpgroup too": [("tc_splitk_bar<128 * NC>();",
                                                        "tc_splitk_bar<128 * (NC + 1)>();")],
@@ -355,4 +459,59 @@ def test_fixup_harness_catches_each_mutant(name, tmp_path):
         assert text.count(old) == 1, (name, old)  # the mutation still applies to the shipped header
         text = text.replace(old, new)
     proc = _run_harness(text, tmp_path)
+    assert proc.returncode != 0, f"{name}: not caught\n{proc.stdout}"
+
+
+# -- the cluster sum on the host (D41): tc_splitk.cuh as it ships, and mutated ---------------------------------
+
+CLUSTER_HARNESS = Path(__file__).with_name("splitk_cluster_host.cpp")
+
+#: one way each to break the cluster sum; the harness must catch every one (the unmutated header passes)
+CLUSTER_MUTANTS = {
+    "the block's own registers go first, not at its index": [
+        ("float4 v = me == 0 ? own : slot[0];", "float4 v = own;"),
+        ("const float4 x = s == me ? own : slot[s * NC * MR * QS * 128];",
+         "const float4 x = s == me ? slot[0] : slot[s * NC * MR * QS * 128];")],
+    "the block's own registers left out": [("const float4 x = s == me ? own : slot[s * NC * MR * QS * 128];",
+                                           "const float4 x = slot[s * NC * MR * QS * 128];")],
+    "the senders' owner of a column differs from the summer's": [
+        ("const int owner = ((q + 1) * SPLITS - 1) / Q;", "const int owner = q * SPLITS / Q;")],
+    "every sender's slice lands in slot 0": [("tc_dsmem_store4(recv + ((me * NC * MR + c * MR + i) * QS + q - q0)",
+                                              "tc_dsmem_store4(recv + ((c * MR + i) * QS + q - q0)")],
+    "a slice goes to the next block": [("(unsigned)owner, v);", "(unsigned)((owner + 1) % SPLITS), v);")],
+    "no barrier before the DSMEM stores": [
+        ("  tc_cluster_sync();  /* 1: every block of the cluster is past its main loop */\n", "")],
+    "no barrier after the DSMEM stores": [
+        ("  tc_cluster_sync();  /* 2: every slice is in its owner's shared memory */\n", "")],
+    "a warp leaves out a slab it must send": [("slab >= m_valid) continue;  /* rows no block stores to C: not sent */",
+                                               "slab + 16 > m_valid) continue;")],
+    "every block sums every column": [
+        ("if (((q + 1) * SPLITS - 1) / Q != me) continue;  /* another block's column */", "")],
+    "the summer's columns start one over": [("  const int q0 = me * Q / SPLITS;\n",
+                                             "  const int q0 = me * Q / SPLITS + 1;\n")],
+}
+
+
+def _run_cluster_harness(header_text: str, tmp: Path) -> subprocess.CompletedProcess:
+    (tmp / "tc_splitk.cuh").write_text(header_text)
+    exe = tmp / "cluster"
+    subprocess.run(["g++", "-std=c++20", "-O1", "-w", "-pthread", "-I", str(tmp), "-o", str(exe),
+                    str(CLUSTER_HARNESS)], check=True, capture_output=True, text=True)
+    return subprocess.run([str(exe), "7"], capture_output=True, text=True, timeout=120)
+
+
+@needs_gxx
+def test_cluster_sum_is_the_split_order_sum_whatever_the_blocks_timing(tmp_path):
+    proc = _run_cluster_harness(HEADER.read_text(), tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", list(CLUSTER_MUTANTS))
+def test_cluster_harness_catches_each_mutant(name, tmp_path):
+    text = HEADER.read_text()
+    for old, new in CLUSTER_MUTANTS[name]:
+        assert text.count(old) == 1, (name, old)  # the mutation still applies to the shipped header
+        text = text.replace(old, new)
+    proc = _run_cluster_harness(text, tmp_path)
     assert proc.returncode != 0, f"{name}: not caught\n{proc.stdout}"

@@ -284,7 +284,14 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
             starts = [simplify(binary("add", x, binary("mul", kt0, st))) if st else x for x, st in zip(starts, steps)]
             k_tiles = simplify(binary("sub", kt1, kt0))
             extra = (tile, z)
-            attrs.update(splits=splits, tiles=tiles, workspace_bytes=splitk_workspace_bytes(tiles, splits, p.bm, p.bn))
+            attrs.update(splits=splits, tiles=tiles)
+            reduce, rwhy = split_k_reduce(p, splits, stages, stage_bytes, ctx, s)
+            if reduce == "cluster":  # D41: the tile's blocks are one cluster; no workspace
+                attrs["cluster"] = splits
+                why = why.replace(SPLIT_K_LAST_BLOCK, SPLIT_K_CLUSTER)
+            else:
+                why += f"; {rwhy}" if rwhy else ""
+                attrs["workspace_bytes"] = splitk_workspace_bytes(tiles, splits, p.bm, p.bn)
         args = (Region(pipe, (as_expr(0),), (pipe.shape[0],)), target, *starts, k_tiles, m_valid, n_valid,
                 simplify(as_expr(ldc)), *extra)
         coll = Collective("tc_wgmma_splitk" if splits > 1 else "tc_wgmma_pipeline", args, attrs, span=s.span)
@@ -482,11 +489,57 @@ def split_k(launch: KernelLaunch, p: _Plan, loop: For, stages: int, ctx) -> tupl
     return splits, _split_note(splits, tiles, kt, why)
 
 
+#: how a split tile's partials are summed unless ``tilecore.cuda.split_k_reduce`` says (docs/decisions.md D41):
+#: "cluster" (the tile's blocks are one thread-block cluster and sum through each other's shared memory) where
+#: the profile's clusters hold the splits and the pipeline's stages hold the receive area, else "global" (float32
+#: partials in a workspace, the tile's last block sums them: D27, D31)
+SPLIT_K_REDUCE_DEFAULT = "cluster"
+SPLIT_K_LAST_BLOCK = "float32 partials summed in split order by each tile's last block"
+SPLIT_K_CLUSTER = ("each tile's blocks one cluster, float32 slices summed in split order through its shared "
+                   "memory (DSMEM)")
+
+
+def splitk_cluster_bytes(splits: int, bm: int, bn: int) -> int:
+    """The cluster sum's receive area in each block's pipeline stages (prelude/tc_splitk.cuh, D41): a slot per
+    sender of ``ceil(BN / 8 / splits)`` float4 columns per thread of the BM x BN tile's 64-row slices."""
+    qs = -(-(bn // 8) // splits)
+    return splits * (bm // 64) * qs * 128 * 16
+
+
+def split_k_reduce(p: _Plan, splits: int, stages: int, stage_bytes: int, ctx, loop: For) -> tuple:
+    """``(mode, note)``, mode ``"cluster"`` or ``"global"``: how the kernel sums a tile's ``splits`` partials (docs/decisions.md D41).
+    ``tilecore.cuda.split_k_reduce`` asks for one; "cluster" needs thread-block clusters of ``splits`` blocks
+    (``limits.max_cluster_size`` of the profile, 8 on sm_90a) and the receive area
+    (:func:`splitk_cluster_bytes`) within the pipeline's stages. Asked for and impossible: a CompileError at the
+    user's loop; by default the kernel falls back to "global" and the note says why."""
+    asked = ctx.option("tilecore.cuda.split_k_reduce", None)
+    if asked is not None and asked not in ("cluster", "global"):
+        raise CompileError(f"pass config tilecore.cuda.split_k_reduce must be \"cluster\" or \"global\", got "
+                           f"{asked!r}", loop.span)
+    mode = asked or SPLIT_K_REDUCE_DEFAULT
+    if mode == "global":
+        return "global", ""
+    lim = ctx.capabilities.limit("max_cluster_size")
+    why = ""
+    if not ctx.capabilities.feature("clusters") or lim is None:
+        why = "the target has no thread-block clusters"
+    elif splits > int(lim[0]):
+        why = f"{splits} splits are more blocks than a cluster holds ({int(lim[0])})"
+    elif splitk_cluster_bytes(splits, p.bm, p.bn) > stages * stage_bytes:
+        why = (f"the cluster sum's {splitk_cluster_bytes(splits, p.bm, p.bn)} bytes do not fit in the pipeline's "
+               f"{stages} stages of {stage_bytes} bytes")
+    if not why:
+        return "cluster", ""
+    if asked:
+        raise CompileError(f"pass config tilecore.cuda.split_k_reduce=\"cluster\": {why}. Use fewer splits "
+                           "(tilecore.cuda.split_k) or tilecore.cuda.split_k_reduce=\"global\"", loop.span)
+    return "global", f"partials summed through global memory, not in one cluster per tile: {why}"
+
+
 def _split_note(splits: int, tiles: int, kt: int, why: str) -> str:
     lo, hi = kt // splits, -(-kt // splits)
     per = f"{lo}" if lo == hi else f"{lo}-{hi}"
-    return (f"split-K {splits} ({why}): {tiles * splits} blocks, {per} k tiles each, float32 partials summed in "
-            "split order by each tile's last block")
+    return f"split-K {splits} ({why}): {tiles * splits} blocks, {per} k tiles each, {SPLIT_K_LAST_BLOCK}"
 
 
 def _add_split_dimension(launch: KernelLaunch, splits: int) -> tuple:
@@ -575,7 +628,7 @@ def splitk_template(s: Collective) -> list:
     """tc_wgmma_splitk's template arguments (prelude/tc_splitk.cuh): the pipeline's, less TO_GLOBAL (its
     partials go to global memory, C too), plus the splits and the output tiles."""
     head = wgmma_template(s)
-    return head[:12] + head[13:] + [s.attrs["splits"], s.attrs["tiles"]]
+    return head[:12] + head[13:] + [s.attrs["splits"], s.attrs["tiles"]] + (["true"] if s.attrs.get("cluster") else [])
 
 
 def wgmma_name(at: dict) -> str:

@@ -46,6 +46,34 @@ template <int N> __device__ __forceinline__ int tc_splitk_bar_or(int p) {
 }
 #endif
 
+/* whether C takes two-element stores: proved by the code generator (TC_EPI_PAIRS) or checked here */
+template <int EPI, typename TOUT>
+__device__ __forceinline__ bool tc_splitk_pairs(const TOUT* C, long long ldc) {
+  return (EPI & TC_EPI_PAIRS) ||
+         (((reinterpret_cast<unsigned long long>(C) % (2 * sizeof(TOUT))) == 0) && (ldc % 2 == 0));
+}
+
+/* one summed float4 of a thread's accumulator order to C, rounded once to TOUT: v holds columns col, col + 1 of
+ * rows r0 (x, y) and r0 + 8 (z, w), as the accumulators do; EPI: the checks the code generator proved unneeded */
+template <int EPI, typename TOUT>
+__device__ __forceinline__ void tc_splitk_store(TOUT* __restrict__ C, float4 v, int r0, int col, long long m_valid,
+                                                long long n_valid, long long ldc, bool pairs) {
+  const float out[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = r0 + 8 * h;
+    TOUT* p = C + (long long)row * ldc + col;
+    if ((EPI & TC_EPI_ROWS) || row < m_valid) {
+      if (pairs && ((EPI & TC_EPI_COLS) || col + 1 < n_valid)) {
+        tc_store2<TOUT>(p, out[2 * h], out[2 * h + 1]);
+      } else {
+        if ((EPI & TC_EPI_COLS) || col < n_valid) tc_store1<TOUT>(p, out[2 * h]);
+        if ((EPI & TC_EPI_COLS) || col + 1 < n_valid) tc_store1<TOUT>(p + 1, out[2 * h + 1]);
+      }
+    }
+  }
+}
+
 template <int NC, int MR, int BM, int BN, int EPI, int SPLITS, int TILES, typename TOUT>
 __device__ __forceinline__ void tc_splitk_fixup(float (&acc)[MR][BN / 2], TOUT* __restrict__ C, long long m_valid,
                                                 long long n_valid, long long ldc, long long tile, long long split,
@@ -84,8 +112,7 @@ __device__ __forceinline__ void tc_splitk_fixup(float (&acc)[MR][BN / 2], TOUT* 
     }
   }
   if (!tc_splitk_bar_or<128 * NC>(last)) return;  /* not the tile's last block: done */
-  const bool pairs = (EPI & TC_EPI_PAIRS) ||
-                     (((reinterpret_cast<unsigned long long>(C) % (2 * sizeof(TOUT))) == 0) && (ldc % 2 == 0));
+  const bool pairs = tc_splitk_pairs<EPI>(C, ldc);
   /* G float4 columns at a time, the other splits' partials OC at a time: the group's loads are all issued
    * before its first add, at most LOADS float4s (4 LOADS registers) in flight per thread, 64 KiB per SM with two
    * consumer warpgroups. (Without the grouping the stores to C between columns keep every load behind the
@@ -158,23 +185,105 @@ __device__ __forceinline__ void tc_splitk_fixup(float (&acc)[MR][BN / 2], TOUT* 
           v[g].z += own[g].z;
           v[g].w += own[g].w;
         }
-        /* v holds columns col, col + 1 of rows r0 (x, y) and r0 + 8 (z, w), as the accumulators do */
-        const int col = q * 8 + (l % 4) * 2;
-        const float out[4] = {v[g].x, v[g].y, v[g].z, v[g].w};
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = r0 + 8 * h;
-          TOUT* p = C + (long long)row * ldc + col;
-          if ((EPI & TC_EPI_ROWS) || row < m_valid) {
-            if (pairs && ((EPI & TC_EPI_COLS) || col + 1 < n_valid)) {
-              tc_store2<TOUT>(p, out[2 * h], out[2 * h + 1]);
-            } else {
-              if ((EPI & TC_EPI_COLS) || col < n_valid) tc_store1<TOUT>(p, out[2 * h]);
-              if ((EPI & TC_EPI_COLS) || col + 1 < n_valid) tc_store1<TOUT>(p + 1, out[2 * h + 1]);
-            }
-          }
-        }
+        tc_splitk_store<EPI>(C, v[g], r0, q * 8 + (l % 4) * 2, m_valid, n_valid, ldc, pairs);
       }
+    }
+  }
+}
+
+/* -- The cluster's sum (docs/decisions.md D41) ------------------------------------------------------------
+ * With CLUSTER, the SPLITS blocks of a tile are one thread-block cluster (__cluster_dims__(1, 1, SPLITS): the
+ * splits are the grid's z dimension, so block `split` is the cluster's block of that rank). The hardware starts
+ * a cluster's blocks together on one GPC, so they may wait for each other: no workspace, no counter, no global
+ * round trip. Each block owns a run of float4 columns of the tile's accumulator order, q in
+ * [split Q / SPLITS, (split + 1) Q / SPLITS) (Q = BN / 8 float4s per thread and 64-row slice; the owner of q is
+ * ((q + 1) SPLITS - 1) / Q), and sums and stores exactly those:
+ *   1. the consumers fence (the WGMMA's shared-memory reads before the generic stores below) and every thread
+ *      of the cluster meets at a cluster barrier: every block is past its main loop, its stages are free;
+ *   2. each consumer thread stores the float4s of its accumulators that other blocks own into the owner's
+ *      stages (st.shared::cluster, DSMEM; fire and forget), into slot `split` of the owner's receive area,
+ *      and keeps its own block's columns in registers;
+ *   3. a second cluster barrier (release / acquire at cluster scope: every slice has landed; nobody touches a
+ *      peer's shared memory after it, so a block may then finish and leave);
+ *   4. each consumer thread reads its own columns' SPLITS - 1 slots from its block's shared memory and sums them
+ *      in split order 0, 1, ..., SPLITS - 1 with its own registers at index `split`: the same float32
+ *      operations as tc_splitk_fixup's, so the same bits; then rounds once and stores C as it does.
+ * Receive area (tc_splitk_cluster_bytes in hopper.py): at the pipeline's 1024-aligned base, float4 index
+ * ((s * NC * MR + c * MR + i) * QS + q - q0) * 128 + t for sender s, consumer c's thread t, slice i, column q of
+ * an owner whose run starts at q0, QS = ceil(Q / SPLITS). A warp whose 16-row slab is at or past m_valid sends
+ * and sums nothing (no block stores those rows). The producer warpgroup only arrives at both barriers
+ * (tc_wgmma_splitk). */
+#ifndef TC_SPLITK_FIXUP_ONLY /* tests/splitk_cluster_host.cpp shims these */
+/* every non-exited thread of the cluster arrives (release) and waits (acquire) */
+__device__ __forceinline__ void tc_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+/* the generic proxy's accesses after the async proxy's (the WGMMA's operand reads of the stages) */
+__device__ __forceinline__ void tc_splitk_proxy_fence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+/* a 16-byte store to the same offset of block `rank`'s shared memory (DSMEM) as `local` has in this block's */
+__device__ __forceinline__ void tc_dsmem_store4(float4* local, unsigned rank, float4 v) {
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(tc_smem_addr(local)), "r"(rank));
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(remote), "f"(v.x), "f"(v.y), "f"(v.z),
+               "f"(v.w) : "memory");
+}
+#endif
+
+template <int NC, int MR, int BM, int BN, int EPI, int SPLITS, typename TOUT>
+__device__ __forceinline__ void tc_splitk_cluster_fixup(float (&acc)[MR][BN / 2], TOUT* __restrict__ C,
+                                                        long long m_valid, long long n_valid, long long ldc,
+                                                        long long split, float4* recv) {
+  static_assert(SPLITS >= 2 && BN % 8 == 0 && BM == 64 * NC * MR, "tc_splitk_cluster_fixup: two splits or more");
+  constexpr int Q = BN / 8;                          /* float4s per thread per 64-row slice */
+  constexpr int QS = (Q + SPLITS - 1) / SPLITS;      /* the most columns one block owns */
+  const int ct = threadIdx.x - 128, c = ct / 128, t = ct % 128, w = t / 32, l = t % 32;
+  const int me = (int)split;
+  tc_splitk_proxy_fence();
+  tc_cluster_sync();  /* 1: every block of the cluster is past its main loop */
+#pragma unroll
+  for (int i = 0; i < MR; ++i) {
+    const int slab = (c * MR + i) * 64 + 16 * w;  /* this warp's 16 rows of the tile */
+    if (!(EPI & TC_EPI_ROWS) && slab >= m_valid) continue;  /* rows no block stores to C: not sent */
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+      const int owner = ((q + 1) * SPLITS - 1) / Q;
+      if (owner == me) continue;  /* this block's own columns stay in its registers */
+      const int q0 = owner * Q / SPLITS;
+      float4 v;
+      v.x = acc[i][4 * q];
+      v.y = acc[i][4 * q + 1];
+      v.z = acc[i][4 * q + 2];
+      v.w = acc[i][4 * q + 3];
+      tc_dsmem_store4(recv + ((me * NC * MR + c * MR + i) * QS + q - q0) * 128 + t, (unsigned)owner, v);
+    }
+  }
+  tc_cluster_sync();  /* 2: every slice is in its owner's shared memory */
+  const bool pairs = tc_splitk_pairs<EPI>(C, ldc);
+  const int q0 = me * Q / SPLITS;
+#pragma unroll
+  for (int i = 0; i < MR; ++i) {
+    const int slab = (c * MR + i) * 64 + 16 * w;
+    if (!(EPI & TC_EPI_ROWS) && slab >= m_valid) continue;  /* nothing was sent: nothing to sum */
+    const int r0 = slab + l / 4;
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+      if (((q + 1) * SPLITS - 1) / Q != me) continue;  /* another block's column */
+      float4 own;
+      own.x = acc[i][4 * q];
+      own.y = acc[i][4 * q + 1];
+      own.z = acc[i][4 * q + 2];
+      own.w = acc[i][4 * q + 3];
+      const float4* slot = recv + ((c * MR + i) * QS + q - q0) * 128 + t;  /* sender s at + s * NC * MR * QS * 128 */
+      float4 v = me == 0 ? own : slot[0];
+#pragma unroll
+      for (int s = 1; s < SPLITS; ++s) {  /* split order, this block's registers at its own index */
+        const float4 x = s == me ? own : slot[s * NC * MR * QS * 128];
+        v.x += x.x;
+        v.y += x.y;
+        v.z += x.z;
+        v.w += x.w;
+      }
+      tc_splitk_store<EPI>(C, v, r0, q * 8 + (l % 4) * 2, m_valid, n_valid, ldc, pairs);
     }
   }
 }
@@ -187,7 +296,8 @@ __device__ __forceinline__ void tc_splitk_fixup(float (&acc)[MR][BN / 2], TOUT* 
  * misses the other fails there. tc_wgmma_pipeline itself is left as it was, so unsplit kernels keep their
  * source. */
 template <int NTHREADS, int BM, int BN, int BK, int STAGES, int NC, int MR, bool B_KMAJOR, int A_RS, int A_CS,
-          int B_RS, int B_CS, int EPI, int KSTEP, typename MMA, int SPLITS, int TILES, typename TOUT>
+          int B_RS, int B_CS, int EPI, int KSTEP, typename MMA, int SPLITS, int TILES, bool CLUSTER = false,
+          typename TOUT>
 __device__ __forceinline__ void tc_wgmma_splitk(unsigned char* pipe, TOUT* __restrict__ C, long long a_r0,
                                                 long long a_c0, long long b_r0, long long b_c0, long long k_tiles,
                                                 long long m_valid, long long n_valid, long long ldc, long long tile,
@@ -273,7 +383,18 @@ __device__ __forceinline__ void tc_wgmma_splitk(unsigned char* pipe, TOUT* __res
 #pragma unroll
     for (int i = 0; i < MR; ++i) tc_reg_fence(acc[i]);
     /* -- tc_wgmma_pipeline's main loop: end -- */
-    tc_splitk_fixup<NC, MR, BM, BN, EPI, SPLITS, TILES>(acc, C, m_valid, n_valid, ldc, tile, split, ws);
+    if constexpr (CLUSTER) {  /* the tile's blocks are one cluster: the sum through their shared memory */
+      tc_splitk_cluster_fixup<NC, MR, BM, BN, EPI, SPLITS>(acc, C, m_valid, n_valid, ldc, split,
+                                                           reinterpret_cast<float4*>(pipe + (base - raw)));
+    } else {
+      tc_splitk_fixup<NC, MR, BM, BN, EPI, SPLITS, TILES>(acc, C, m_valid, n_valid, ldc, tile, split, ws);
+    }
+  }
+  if constexpr (CLUSTER) {  /* the producer warpgroup meets the consumers at the cluster's two barriers */
+    if (wg == 0) {
+      tc_cluster_sync();
+      tc_cluster_sync();
+    }
   }
 }
 #endif
