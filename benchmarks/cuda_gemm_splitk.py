@@ -1,19 +1,30 @@
-"""Split-K GEMM for shapes with few output tiles (issue 17's LLM rows 128x4096x4096 and 16x8192x8192), written
-as a TileLang user writes it, against the plain kernel and cuBLAS in the same run.
+"""Few-tile GEMMs (issue 17's LLM rows 128x4096x4096 and 16x8192x8192): the compiler's split-K before and after
+D41, the user's split-K kernel, cuBLAS and Triton, in one run.
 
-    python benchmarks/cuda_gemm_splitk.py [--shapes 128x4096x4096,16x8192x8192] [--rep 20]
+    python benchmarks/cuda_gemm_splitk.py [--shapes 128x4096x4096,16x8192x8192] [--dtypes float16] [--rounds 20]
 
-With M = 128 a 4096-wide output has 32 tiles of 128x128 for 132 SMs: most of the GPU idles. The split-K
-kernel adds a grid dimension of ``splits``: block ``bz`` runs the pipelined K loop over its ``K / splits``
-share and adds its tile into a float32 C with ``T.atomic_add`` (C zeroed first: the timed call includes the
-``zero_()``). The plain kernel is ``cuda_gemm.matmul`` (float16 C) at the small-M configurations, unsplit
-(``tilecore.cuda.split_k=1``) and as the compiler splits it over K on its own (D27); torch.matmul
-(cuBLAS, float16 C) is the reference. TFLOP/s count 2*M*N*K; ratio = ours / torch. Each result is checked
-against a float32 product. Without a GPU it compiles one kernel of each kind and exits with status 3.
+For every configuration the README GEMM (``cuda_gemm.matmul``, C in its own type) is compiled three ways:
+``tilecore.cuda.split_k=1`` (not split), split over K by the compiler with the partials summed through the
+global workspace by each tile's last block (``tilecore.cuda.split_k_reduce="global"``: D27/D31, the kernel
+before D41) and with the tile's splits one thread-block cluster summing through DSMEM (``"cluster"``: D41, the
+default where it applies). Each split kernel is also timed at ``--split-k`` counts beside the rule's. The
+user's split-K kernel (a third grid dimension over K, ``T.atomic_add`` into a float32 C that each timed call
+zeroes first) is timed as before. torch.matmul (cuBLAS, C in its own type) and a plain Triton GEMM are the
+references.
+
+Times: per-call CUDA events around each launch (the kernel is ~16 us: a batch's mean would fold the host's
+launch time in where it is slower than the GPU), ``--batch`` back-to-back calls per variant, the variants
+interleaved round by round (``--rounds``), the median of all calls. B (32 MiB fp16 at 128x4096x4096) stays
+partly in the 50 MiB L2 between calls, for every row alike. Each result is checked against a float32 product;
+the cluster kernel's C must equal the global kernel's bit for bit (the same sums in the same order).
+For each cluster kernel the driver's cuOccupancyMaxActiveClusters says how many of its clusters the GPU holds at
+once (the tile count or more: one wave). Without a GPU it compiles one kernel of each kind and exits with status 3.
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
+import statistics
 import sys
 from pathlib import Path
 
@@ -21,11 +32,14 @@ import tilecore
 import tilecore.language as T
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cuda_gemm import NO_GPU_EXIT, SMALL_M_CONFIGS, event_ms, has_gpu, matmul  # noqa: E402
+from cuda_gemm import NO_GPU_EXIT, has_gpu, matmul, split_k_of, triton_matmul  # noqa: E402
 
-#: (block_M, block_N, block_K, threads, stages, splits)
-SPLIT_CONFIGS = [(64, 128, 64, 128, 4, 2), (64, 128, 64, 128, 4, 4), (64, 64, 64, 128, 4, 4),
-                 (128, 128, 64, 128, 3, 4), (128, 128, 64, 128, 3, 8), (64, 128, 64, 128, 3, 8)]
+#: (block_M, block_N, block_K, threads, stages) of the compiler's kernels: cuda_gemm.py's small-M set and its
+#: best 128-row configuration at 128x4096x4096 (5 stages)
+COMPILER_CONFIGS = [(64, 64, 64, 128, 4), (64, 128, 64, 128, 4), (64, 256, 64, 128, 3), (128, 128, 64, 256, 3),
+                    (128, 128, 64, 256, 5)]
+#: (block_M, block_N, block_K, threads, stages, splits) of the user's atomic split-K kernel (its best two before)
+SPLIT_CONFIGS = [(128, 128, 64, 128, 3, 4), (64, 128, 64, 128, 4, 2)]
 
 
 def matmul_splitk(M, N, K, bm, bn, bk, threads=128, stages=3, splits=4, dtype="float16"):
@@ -48,59 +62,154 @@ def matmul_splitk(M, N, K, bm, bn, bk, threads=128, stages=3, splits=4, dtype="f
     return gemm
 
 
+def max_active_clusters(kernel) -> int | None:
+    """cuOccupancyMaxActiveClusters for a kernel compiled with __cluster_dims__ (None where the driver says no)."""
+    prog = getattr(kernel, "_program", None)
+    if prog is None or not kernel.source.meta.get("cluster"):
+        return None
+
+    class LaunchConfig(ctypes.Structure):  # CUlaunchConfig
+        _fields_ = [("gx", ctypes.c_uint), ("gy", ctypes.c_uint), ("gz", ctypes.c_uint), ("bx", ctypes.c_uint),
+                    ("by", ctypes.c_uint), ("bz", ctypes.c_uint), ("smem", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                    ("attrs", ctypes.c_void_p), ("nattrs", ctypes.c_uint)]
+
+    meta = kernel.source.meta
+    grid = [int(g) for g in meta["grid"]]
+    cfg = LaunchConfig(grid[0], grid[1], grid[2], int(meta["threads"]), 1, 1, int(meta.get("dynamic_shared_bytes", 0)),
+                       None, None, 0)
+    func = prog._function(0)[1]
+    n = ctypes.c_int(0)
+    rc = prog.lib.cuOccupancyMaxActiveClusters(ctypes.byref(n), func, ctypes.byref(cfg))
+    return n.value if rc == 0 else None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="128x4096x4096,16x8192x8192")
-    ap.add_argument("--rep", type=int, default=20)
+    ap.add_argument("--dtypes", default="float16")
+    ap.add_argument("--rounds", type=int, default=20, help="rounds of --batch calls per variant, interleaved")
+    ap.add_argument("--batch", type=int, default=10)
+    ap.add_argument("--split-k", default="", type=lambda v: [int(x) for x in v.split(",") if x],
+                    help="also time each split configuration at these split counts (cluster and global), e.g. 2,4,8")
     ap.add_argument("--target", default="cuda")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
     ok, why = has_gpu()
     if not ok:
         M, N, K = shapes[0]
-        for fn in (matmul(M, N, K, *SMALL_M_CONFIGS[0]), matmul_splitk(M, N, K, *SPLIT_CONFIGS[0][:5],
-                                                                       splits=SPLIT_CONFIGS[0][5])):
-            k = tilecore.compile(fn, target="cuda:sm_90a")
-            print(f"compiled {k.name if hasattr(k, 'name') else 'kernel'} for cuda:sm_90a ({len(k.get_kernel_source())} "
-                  f"bytes of CUDA); {why}")
+        for fn, cfg in ((matmul(M, N, K, *COMPILER_CONFIGS[-1]), {}),
+                        (matmul(M, N, K, *COMPILER_CONFIGS[-1]), {"tilecore.cuda.split_k_reduce": "global"}),
+                        (matmul_splitk(M, N, K, *SPLIT_CONFIGS[0][:5], splits=SPLIT_CONFIGS[0][5]), {})):
+            k = tilecore.compile(fn, target="cuda:sm_90a", pass_configs=cfg)
+            print(f"compiled for cuda:sm_90a ({len(k.get_kernel_source())} bytes of CUDA): "
+                  f"{k.meta['attrs'].get('hopper_pipelines', ('',))[-1][:160]}")
+        print(f"no GPU: {why}")
         return NO_GPU_EXIT
     import torch
 
-    g = torch.Generator(device="cuda").manual_seed(0)
-    print(torch.cuda.get_device_name())
-    print("| shape | kernel | config (bM,bN,bK,threads,stages[,splits]) | tilecore TFLOP/s | torch TFLOP/s | ratio | max err |")
-    print("|---|---|---|---|---|---|---|")
-    for M, N, K in shapes:
-        a = torch.randn(M, K, device="cuda", dtype=torch.float16, generator=g) / 8
-        b = torch.randn(K, N, device="cuda", dtype=torch.float16, generator=g) / 8
-        ref = a.float() @ b.float()
-        flop = 2.0 * M * N * K
-        theirs = flop / event_ms(lambda: a @ b, args.rep) / 1e9
-        best = {}
-        # the plain kernel as before (tilecore.cuda.split_k=1), and as the compiler splits it (D27)
-        for kind, cfgs in (("plain", {"tilecore.cuda.split_k": 1}), ("plain, compiler split-K", {})):
-            for cfg in SMALL_M_CONFIGS:
-                k = tilecore.compile(matmul(M, N, K, *cfg), target=args.target, out_idx=[-1], pass_configs=cfgs)
-                err = float((k(a, b).float() - ref).abs().max())
-                tf = flop / event_ms(lambda: k(a, b), args.rep) / 1e9
-                if tf > best.get(kind, (0,))[0]:
-                    best[kind] = (tf, cfg, err)
-        c = torch.zeros(M, N, device="cuda", dtype=torch.float32)
-        for cfg in SPLIT_CONFIGS:
-            k = tilecore.compile(matmul_splitk(M, N, K, *cfg[:5], splits=cfg[5]), target=args.target)
+    print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}; tilecore {tilecore.__version__}")
+    triton_mm = triton_matmul()
+    summary = []
+    for dtype in args.dtypes.split(","):
+        tdt = getattr(torch, dtype)
+        for M, N, K in shapes:
+            g = torch.Generator(device="cuda").manual_seed(0)
+            a = (torch.randn(M, K, device="cuda", generator=g) / 8).to(tdt)
+            b = (torch.randn(K, N, device="cuda", generator=g) / 8).to(tdt)
+            ref = a.float() @ b.float()
+            flop = 2.0 * M * N * K
+            name = f"{dtype} {M}x{N}x{K}"
+            variants = {}  # label -> (kind, config, fn, output, kernel)
+            c_t = torch.empty(M, N, device="cuda", dtype=tdt)
+            variants["cuBLAS (torch.matmul)"] = ("cublas", None, lambda: torch.matmul(a, b, out=c_t), c_t, None)
+            if triton_mm is not None:
+                c_tr = torch.empty(M, N, device="cuda", dtype=tdt)
+                variants["Triton"] = ("triton", None, lambda c=c_tr: triton_mm(a, b, c), c_tr, None)
+            for cfg in COMPILER_CONFIGS:
+                kinds = [("split_k=1", {"tilecore.cuda.split_k": 1}),
+                         ("global (D27/D31)", {"tilecore.cuda.split_k_reduce": "global"}),
+                         ("cluster (D41)", {})]
+                for n in args.split_k:
+                    kinds += [(f"global, split_k={n}", {"tilecore.cuda.split_k": n, "tilecore.cuda.split_k_reduce": "global"}),
+                              (f"cluster, split_k={n}", {"tilecore.cuda.split_k": n, "tilecore.cuda.split_k_reduce": "cluster"})]
+                for kind, pc in kinds:
+                    try:
+                        k = tilecore.compile(matmul(M, N, K, *cfg, dtype=dtype), target=args.target, pass_configs=pc)
+                    except Exception as e:  # noqa: BLE001 - a configuration that does not fit: said so
+                        print(f"  {name} {cfg} {kind}: skipped ({type(e).__name__}: {str(e)[:140]})")
+                        continue
+                    splits = split_k_of(k)
+                    if kind.startswith("cluster") and not k.source.meta.get("cluster"):
+                        print(f"  {name} {cfg} {kind}: not a cluster kernel (splits {splits}): skipped")
+                        continue
+                    if kind.startswith("global") and splits == 1:
+                        continue  # not split: the split_k=1 row is this kernel
+                    c = torch.empty(M, N, device="cuda", dtype=tdt)
+                    variants[f"{cfg} {kind}, {splits} splits"] = (kind.split(",")[0].split(" ")[0], cfg,
+                                                                  lambda k=k, c=c: k(a, b, c), c, k)
+            for cfg in SPLIT_CONFIGS:
+                k = tilecore.compile(matmul_splitk(M, N, K, *cfg[:5], splits=cfg[5], dtype=dtype), target=args.target)
+                c32 = torch.zeros(M, N, device="cuda", dtype=torch.float32)
 
-            def run():
-                c.zero_()
-                k(a, b, c)
+                def user(k=k, c32=c32):
+                    c32.zero_()
+                    k(a, b, c32)
 
-            run()
-            err = float((c - ref).abs().max())
-            tf = flop / event_ms(run, args.rep) / 1e9
-            if tf > best.get("split-K", (0,))[0]:
-                best["split-K"] = (tf, cfg, err)
-        for kind, (tf, cfg, err) in best.items():
-            print(f"| {M}x{N}x{K} | {kind} | {cfg} | {tf:.1f} | {theirs:.1f} | {tf / theirs:.2f}x | {err:.1e} |",
-                  flush=True)
+                variants[f"{cfg} user atomic split-K (float32 C, zeroed per call)"] = ("user", cfg, user, c32, k)
+            for fn in (v[2] for v in variants.values()):  # warm up (compiles Triton's autotuning too)
+                for _ in range(3):
+                    fn()
+            torch.cuda.synchronize()
+            times = {label: [] for label in variants}
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(args.batch)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(args.batch)]
+            for _ in range(args.rounds):
+                for label, (_, _, fn, _, _) in variants.items():
+                    for i in range(args.batch):
+                        starts[i].record()
+                        fn()
+                        ends[i].record()
+                    ends[-1].synchronize()
+                    times[label] += [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+            med = {label: statistics.median(ts) for label, ts in times.items()}
+            t_cublas = med["cuBLAS (torch.matmul)"]
+            print(f"\n{name}: median us per call over {args.rounds} x {args.batch} calls")
+            print("| variant | us | TFLOP/s | / cuBLAS | max err vs float32 | note |")
+            print("|---|---|---|---|---|---|")
+            best = {}
+            globals_c = {}
+            for label, (kind, cfg, fn, out, k) in variants.items():
+                fn()
+                torch.cuda.synchronize()
+                err = float((out.float() - ref).abs().max())
+                note = ""
+                if kind == "global":
+                    globals_c[(cfg, split_k_of(k))] = out.clone()
+                if kind == "cluster":
+                    same = globals_c.get((cfg, split_k_of(k)))
+                    note = (f"same bits as global: {torch.equal(out, same)}; " if same is not None else "") + \
+                        f"max active clusters {max_active_clusters(k)} for {int(k.source.meta['grid'][0]) * int(k.source.meta['grid'][1])} tiles"
+                us = med[label]
+                print(f"| {label} | {us:.2f} | {flop / us / 1e6:.1f} | {t_cublas / us:.2f}x | {err:.1e} | {note} |")
+                if kind in ("split_k=1", "global", "cluster", "user") and (kind not in best or us < best[kind][0]):
+                    best[kind] = (us, label)
+            t_tr = med.get("Triton")
+            summary.append((name, t_cublas, t_tr, best))
+            del a, b, ref
+            torch.cuda.empty_cache()
+    print("\n| shape | cuBLAS us | Triton us | best split_k=1 | best global (before, D27/D31) | best cluster (after, D41) "
+          "| user atomic | after / cuBLAS | after / before |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, t_cublas, t_tr, best in summary:
+        def cell(kind):
+            if kind not in best:
+                return "-"
+            us, label = best[kind]
+            return f"{us:.2f} us, {t_cublas / us:.2f}x ({label})"
+        after, before = best.get("cluster", (float("nan"),))[0], best.get("global", (float("nan"),))[0]
+        tr = "-" if t_tr is None else f"{t_tr:.2f}"
+        print(f"| {name} | {t_cublas:.2f} | {tr} | {cell('split_k=1')} | {cell('global')} | {cell('cluster')} | "
+              f"{cell('user')} | {t_cublas / after:.2f}x | {before / after:.2f}x |")
     return 0
 
 

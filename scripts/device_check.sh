@@ -70,8 +70,6 @@ step matrix-unit python3 benchmarks/matrix_unit_gemm.py
 # the persistent tile loop (D36) on and off on the general path, cuBLAS in the same run
 step persistent python3 benchmarks/matrix_unit_gemm.py --shapes 4096x4096x4096,8192x8192x8192 --rep 20 \
      --variants "wgmma unit,wgmma persistent" --configs 128x256x64,128x128x64
-# split-K (a grid dimension over K, T.atomic_add into float32 C) for the few-tile LLM shapes, cuBLAS in the same run
-step splitk python3 benchmarks/cuda_gemm_splitk.py --rep 20
 # layout conversion by indexed shuffles against a shared-memory round trip (decision D24)
 step shuffles python3 benchmarks/conversion_shuffles.py --target cuda:sm_90a
 step gemm-generic python3 benchmarks/cuda_gemm_generic.py --dtypes float16 --rep 20 --check
@@ -82,6 +80,10 @@ step cold python3 benchmarks/cold_compile.py --repeat 5
 step musa-proxy python3 scripts/musa_h100_proxy_smoke.py
 step corpus env TILECORE_CORPUS_DEVICE=cuda:sm_90a python3 -m pytest -q -n 8 -p no:cacheprovider \
      tests/test_tilelang_corpus.py -k test_device -rxXf
+# few-tile GEMMs (D41): the split-K device tests, then the compiler's split-K with the cluster (DSMEM) sum against the
+# global-workspace sum (D27/D31, the kernel before), split_k=1, the user's atomic split-K, cuBLAS and Triton, one run
+step streamk bash -c 'python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_splitk.py -k device -rs; r=$?; \
+     python3 benchmarks/cuda_gemm_splitk.py --rounds 20 --batch 10 && exit $r'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \
