@@ -7,7 +7,7 @@ For every configuration the README GEMM (``cuda_gemm.matmul``, C in its own type
 ``tilecore.cuda.split_k=1`` (not split), split over K by the compiler with the partials summed through the
 global workspace by each tile's last block (``tilecore.cuda.split_k_reduce="global"``: D27/D31, the kernel
 before D41) and with the tile's splits one thread-block cluster summing through DSMEM (``"cluster"``: D41, the
-default where it applies). Each split kernel is also timed at ``--split-k`` counts beside the rule's. The
+default for clusters of 2; asked for, up to 8). Each split kernel is also timed at ``--split-k`` counts beside the rule's. The
 user's split-K kernel (a third grid dimension over K, ``T.atomic_add`` into a float32 C that each timed call
 zeroes first) is timed as before. torch.matmul (cuBLAS, C in its own type) and a plain Triton GEMM are the
 references.
@@ -128,7 +128,7 @@ def main() -> int:
             for cfg in COMPILER_CONFIGS:
                 kinds = [("split_k=1", {"tilecore.cuda.split_k": 1}),
                          ("global (D27/D31)", {"tilecore.cuda.split_k_reduce": "global"}),
-                         ("cluster (D41)", {})]
+                         ("cluster (D41)", {"tilecore.cuda.split_k_reduce": "cluster"})]
                 for n in args.split_k:
                     kinds += [(f"global, split_k={n}", {"tilecore.cuda.split_k": n, "tilecore.cuda.split_k_reduce": "global"}),
                               (f"cluster, split_k={n}", {"tilecore.cuda.split_k": n, "tilecore.cuda.split_k_reduce": "cluster"})]

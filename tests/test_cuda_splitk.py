@@ -40,6 +40,7 @@ RAGGED = dict(M=200, N=1000, K=3000, bm=128, bn=128, threads=256, stages=3)
 RAGGED_MR2 = dict(RAGGED, threads=128)
 #: D27/D31's sum through the global workspace (the default where a cluster holds the splits is the cluster's, D41)
 GLOBAL = {"tilecore.cuda.split_k_reduce": "global"}
+CLUSTER = {"tilecore.cuda.split_k_reduce": "cluster"}
 
 
 def _compile(shape: dict, target=HOPPER, **kw):
@@ -57,16 +58,22 @@ def _head(k) -> list:
 
 # -- the decision ----------------------------------------------------------------------------------------
 
+#: why a split kernel keeps the global sum by default (D41): clusters of more than 2 may not all fit at once
+GPC = "clusters of {} blocks may not all fit on the GPU at once (its GPCs hold 14-18 SMs)"
+
+
 @needs_toolchain
 @pytest.mark.parametrize("shape,splits,tiles,per,why,reduce", [
-    (LLM_128, 4, 32, "16", "", "cluster"), (LLM_16, 2, 64, "64", "", "cluster"), (RAGGED, 3, 16, "15-16", "", "cluster"),
+    (LLM_128, 4, 32, "16", "", GPC.format(4)), (LLM_16, 2, 64, "64", "", "cluster"),
+    (RAGGED, 3, 16, "15-16", "", GPC.format(3)),
     # 5 stages: 4 x 5 = 20 k tiles per split would allow 3; the floor stops at 16 k tiles (D31)
-    (dict(LLM_128, stages=5), 4, 32, "16", "", "cluster"),
+    (dict(LLM_128, stages=5), 4, 32, "16", "", GPC.format(4)),
     # 128x256 at 2 stages: 8 splits would fill the SMs, but 7 float32 partials of 128 KiB are more than the 8 k
     # tiles of 48 KiB a split streams; 5 is the most whose tail (4 x 128 KiB) stays within its 13 x 48 KiB. The
     # cluster's receive area (5 senders x 2 slices x 7 columns x 2 KiB) is more than the 2 stages: global (D41)
     (dict(LLM_128, N=2048, bn=256, stages=2), 5, 8, "12-13",
-     "; 8 splits would read more partial bytes in the tail than a split's k tiles stream", "global")])
+     "; 8 splits would read more partial bytes in the tail than a split's k tiles stream",
+     "the cluster sum's 143360 bytes do not fit in the pipeline's 2 stages of 49152 bytes")])
 def test_few_tile_gemms_are_split_over_k(shape, splits, tiles, per, why, reduce):
     k = _compile(shape)
     note = _notes(k)
@@ -82,8 +89,8 @@ def test_few_tile_gemms_are_split_over_k(shape, splits, tiles, per, why, reduce)
         assert f"__global__ void __cluster_dims__(1, 1, {splits}) __launch_bounds__(" in src
         assert _head(k)[-3:] == [str(splits), str(tiles), "true"] and "tc_workspace" not in src
         return
-    assert ("partials summed through global memory, not in one cluster per tile: the cluster sum's 143360 bytes do "
-            "not fit in the pipeline's 2 stages of 49152 bytes") in note
+    assert f"float32 partials summed in split order by each tile's last block; partials summed through global " \
+        f"memory, not in one cluster per tile: {reduce}" in note
     bm, bn = shape["bm"], shape["bn"]
     assert meta["workspace"] == {"bytes": -(-tiles * 4 // 256) * 256 + tiles * splits * bm * bn * 4, "zeroed": True}
     assert "cluster" not in meta and "void __cluster_dims__" not in src
@@ -110,8 +117,13 @@ def test_split_k_reduce_cluster_limits_and_errors():
     assert ("partials summed through global memory, not in one cluster per tile: 9 splits are more blocks than a "
             "cluster holds (8)") in _notes(k)
     assert "workspace" in k.source.meta and "void __cluster_dims__" not in k.get_kernel_source()
-    k = _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 8})
+    k = _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 8, **CLUSTER})
     assert k.source.meta["cluster"] == [1, 1, 8] and "workspace" not in k.source.meta
+    # by default only clusters of 2 (a TPC's two SMs: they always fit); asked for, 3-8 too
+    k = _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 2})
+    assert k.source.meta["cluster"] == [1, 1, 2] and "workspace" not in k.source.meta
+    k = _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 3})
+    assert GPC.format(3) in _notes(k) and "workspace" in k.source.meta
     with pytest.raises(CompileError, match=r'split_k_reduce="cluster": 9 splits are more blocks than a cluster '
                                            r'holds \(8\). Use fewer splits') as e:
         _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 9, "tilecore.cuda.split_k_reduce": "cluster"})
@@ -188,7 +200,7 @@ def test_cluster_kernel_sass_meets_twice_stores_dsmem_and_never_touches_global_s
     all 16 with the owner test), its own columns' 3 other slots as 16-byte shared loads; no atomic, no global
     load, no partial stored to global memory, no spill, at 2-8 splits and the benchmark's tiles."""
     be = tilecore_cuda.CUDABackend()
-    k = _compile(LLM_128)
+    k = _compile(LLM_128, pass_configs=CLUSTER)
     ss = be.disassemble(k.binary, k.target)
     for op in ("HGMMA.64x128x16.F32", "UTMALDG.2D", "SYNCS.PHASECHK", "USETMAXREG"):
         assert op in ss, op
@@ -199,7 +211,7 @@ def test_cluster_kernel_sass_meets_twice_stores_dsmem_and_never_touches_global_s
     for shape, cfg in [(LLM_128, {"tilecore.cuda.split_k": 2}), (LLM_128, {"tilecore.cuda.split_k": 8}),
                        (LLM_16, {}), (dict(LLM_128, threads=128), {}), (dict(LLM_128, bk=64, stages=5), {}),
                        (dict(LLM_128, bm=64, threads=128, stages=4), {}), (RAGGED, {})]:
-        k = _compile(shape, pass_configs=cfg)
+        k = _compile(shape, pass_configs={**CLUSTER, **cfg})
         assert k.source.meta.get("cluster"), (shape, cfg)
         sass = be.disassemble(k.binary, k.target)
         assert "STL" not in sass and "LDL" not in sass, (shape, cfg)
@@ -359,7 +371,7 @@ def test_device_cluster_sum_gives_the_global_sums_bits(shape, dtype, out, kw):
     is the same bits; and it matches float64 like the unsplit kernel."""
     torch = pytest.importorskip("torch")
     M, N, K = shape["M"], shape["N"], shape["K"]
-    kc = _compile(shape, target="cuda", dtype=dtype, out=out, pass_configs=kw)
+    kc = _compile(shape, target="cuda", dtype=dtype, out=out, pass_configs={**kw, **CLUSTER})
     kg = _compile(shape, target="cuda", dtype=dtype, out=out, pass_configs={**kw, **GLOBAL})
     assert kc.source.meta["cluster"][2] == int(kc.source.meta["grid"][2]) > 1 and "workspace" in kg.source.meta
     a, b, ref = _inputs(torch, M, N, K, dtype, seed=M + 3 * N)

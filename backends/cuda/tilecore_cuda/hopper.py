@@ -494,6 +494,13 @@ def split_k(launch: KernelLaunch, p: _Plan, loop: For, stages: int, ctx) -> tupl
 #: the profile's clusters hold the splits and the pipeline's stages hold the receive area, else "global" (float32
 #: partials in a workspace, the tile's last block sums them: D27, D31)
 SPLIT_K_REDUCE_DEFAULT = "cluster"
+#: ... but by default only for clusters of at most this many blocks: all of a grid's clusters must fit at once (one
+#: wave), and a cluster's blocks must share a GPC. The H100 SXM5's 132 SMs sit in 8 GPCs of 14-18 SMs that vary
+#: from chip to chip (CUTLASS issue 1921: 14 clusters of 8 at once; a published SM map: 15), so as few as 30
+#: clusters of 4 may fit where 32 tiles need 32: a second wave. Clusters of 2 (a TPC's two SMs) always fit.
+#: `tilecore.cuda.split_k_reduce="cluster"` asks for larger ones (benchmarks/cuda_gemm_splitk.py prints the
+#: driver's cuOccupancyMaxActiveClusters for each).
+SPLIT_K_CLUSTER_DEFAULT_MAX = 2
 SPLIT_K_LAST_BLOCK = "float32 partials summed in split order by each tile's last block"
 SPLIT_K_CLUSTER = ("each tile's blocks one cluster, float32 slices summed in split order through its shared "
                    "memory (DSMEM)")
@@ -528,6 +535,9 @@ def split_k_reduce(p: _Plan, splits: int, stages: int, stage_bytes: int, ctx, lo
     elif splitk_cluster_bytes(splits, p.bm, p.bn) > stages * stage_bytes:
         why = (f"the cluster sum's {splitk_cluster_bytes(splits, p.bm, p.bn)} bytes do not fit in the pipeline's "
                f"{stages} stages of {stage_bytes} bytes")
+    elif not asked and splits > SPLIT_K_CLUSTER_DEFAULT_MAX:
+        why = (f"clusters of {splits} blocks may not all fit on the GPU at once (its GPCs hold 14-18 SMs), "
+               f"tilecore.cuda.split_k_reduce=\"cluster\" asks for them")
     if not why:
         return "cluster", ""
     if asked:
