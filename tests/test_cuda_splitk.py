@@ -83,8 +83,8 @@ def test_few_tile_gemms_are_split_over_k(shape, splits, tiles, per, why, reduce)
     src = k.get_kernel_source()
     assert "tc_wgmma_pipeline<" not in src.split("__global__")[-1]
     if reduce == "cluster":  # D41: one cluster of the tile's splits, compiled into the kernel; no workspace
-        assert note.endswith("each tile's blocks one cluster, float32 slices summed in split order through its "
-                             "shared memory (DSMEM)")
+        assert (f"{per} k tiles each, each tile's blocks one cluster, float32 slices summed in split order through "
+                "its shared memory (DSMEM)") in note
         assert meta["cluster"] == [1, 1, splits] and "workspace" not in meta
         assert f"__global__ void __cluster_dims__(1, 1, {splits}) __launch_bounds__(" in src
         assert _head(k)[-3:] == [str(splits), str(tiles), "true"] and "tc_workspace" not in src
