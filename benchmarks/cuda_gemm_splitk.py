@@ -16,7 +16,10 @@ Times: per-call CUDA events around each launch (the kernel is ~16 us: a batch's 
 launch time in where it is slower than the GPU), ``--batch`` back-to-back calls per variant, the variants
 interleaved round by round (``--rounds``), the median of all calls. B (32 MiB fp16 at 128x4096x4096) stays
 partly in the 50 MiB L2 between calls, for every row alike. Each result is checked against a float32 product;
-the cluster kernel's C must equal the global kernel's bit for bit (the same sums in the same order).
+the cluster kernel's C must equal the global kernel's bit for bit (the same sums in the same order). Two more
+columns tell a host-bound row: each batch's back-to-back time per call (first start to last end: what a batch
+mean such as cuda_gemm.py's reports) and the host's time to issue one call; where the host is slower than the
+GPU, the back-to-back time follows the host's, not the kernel's.
 For each cluster kernel the driver's cuOccupancyMaxActiveClusters says how many of its clusters the GPU holds at
 once (the tile count or more: one wave). Without a GPU it compiles one kernel of each kind and exits with status 3.
 """
@@ -26,6 +29,7 @@ import argparse
 import ctypes
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import tilecore
@@ -161,21 +165,26 @@ def main() -> int:
                     fn()
             torch.cuda.synchronize()
             times = {label: [] for label in variants}
+            spans = {label: [] for label in variants}  # a batch back to back: first start to last end, per call
+            hosts = {label: [] for label in variants}  # the host's time to issue a call (events included)
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(args.batch)]
             ends = [torch.cuda.Event(enable_timing=True) for _ in range(args.batch)]
             for _ in range(args.rounds):
                 for label, (_, _, fn, _, _) in variants.items():
+                    t0 = time.perf_counter()
                     for i in range(args.batch):
                         starts[i].record()
                         fn()
                         ends[i].record()
+                    hosts[label].append((time.perf_counter() - t0) * 1e6 / args.batch)
                     ends[-1].synchronize()
                     times[label] += [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+                    spans[label].append(starts[0].elapsed_time(ends[-1]) * 1e3 / args.batch)
             med = {label: statistics.median(ts) for label, ts in times.items()}
             t_cublas = med["cuBLAS (torch.matmul)"]
             print(f"\n{name}: median us per call over {args.rounds} x {args.batch} calls")
-            print("| variant | us | TFLOP/s | / cuBLAS | max err vs float32 | note |")
-            print("|---|---|---|---|---|---|")
+            print("| variant | us | TFLOP/s | / cuBLAS | back to back, us/call | host us/call | max err vs float32 | note |")
+            print("|---|---|---|---|---|---|---|---|")
             best = {}
             globals_c = {}
             for label, (kind, cfg, fn, out, k) in variants.items():
@@ -190,7 +199,9 @@ def main() -> int:
                     note = (f"same bits as global: {torch.equal(out, same)}; " if same is not None else "") + \
                         f"max active clusters {max_active_clusters(k)} for {int(k.source.meta['grid'][0]) * int(k.source.meta['grid'][1])} tiles"
                 us = med[label]
-                print(f"| {label} | {us:.2f} | {flop / us / 1e6:.1f} | {t_cublas / us:.2f}x | {err:.1e} | {note} |")
+                span, host = statistics.median(spans[label]), statistics.median(hosts[label])
+                print(f"| {label} | {us:.2f} | {flop / us / 1e6:.1f} | {t_cublas / us:.2f}x | {span:.2f} | {host:.2f} | "
+                      f"{err:.1e} | {note} |")
                 if kind in ("split_k=1", "global", "cluster", "user") and (kind not in best or us < best[kind][0]):
                     best[kind] = (us, label)
             t_tr = med.get("Triton")
