@@ -68,22 +68,17 @@ def matmul_splitk(M, N, K, bm, bn, bk, threads=128, stages=3, splits=4, dtype="f
 
 def max_active_clusters(kernel) -> int | None:
     """cuOccupancyMaxActiveClusters for a kernel compiled with __cluster_dims__ (None where the driver says no)."""
+    from tilecore_cuda.runtime import _LaunchConfig
+
     prog = getattr(kernel, "_program", None)
     if prog is None or not kernel.source.meta.get("cluster"):
         return None
-
-    class LaunchConfig(ctypes.Structure):  # CUlaunchConfig
-        _fields_ = [("gx", ctypes.c_uint), ("gy", ctypes.c_uint), ("gz", ctypes.c_uint), ("bx", ctypes.c_uint),
-                    ("by", ctypes.c_uint), ("bz", ctypes.c_uint), ("smem", ctypes.c_uint), ("stream", ctypes.c_void_p),
-                    ("attrs", ctypes.c_void_p), ("nattrs", ctypes.c_uint)]
-
     meta = kernel.source.meta
     grid = [int(g) for g in meta["grid"]]
-    cfg = LaunchConfig(grid[0], grid[1], grid[2], int(meta["threads"]), 1, 1, int(meta.get("dynamic_shared_bytes", 0)),
-                       None, None, 0)
-    func = prog._function(0)[1]
+    cfg = _LaunchConfig(grid[0], grid[1], grid[2], int(meta["threads"]), 1, 1, int(meta.get("dynamic_shared_bytes", 0)),
+                        None, None, 0)
     n = ctypes.c_int(0)
-    rc = prog.lib.cuOccupancyMaxActiveClusters(ctypes.byref(n), func, ctypes.byref(cfg))
+    rc = prog.lib.cuOccupancyMaxActiveClusters(ctypes.byref(n), prog._function(0)[1], ctypes.byref(cfg))
     return n.value if rc == 0 else None
 
 

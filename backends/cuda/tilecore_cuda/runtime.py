@@ -27,6 +27,16 @@ STATUS_WORDS = 2 + 2 * MAX_FAULT_VALUES
 # -- the driver ---------------------------------------------------------------------------------------
 
 
+class _LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig (cuda.h), for cuOccupancyMaxActiveClusters: grid, block, dynamic shared bytes, stream, no
+    attributes (a kernel's compiled __cluster_dims__ give the cluster)."""
+    _fields_ = [("grid_x", ctypes.c_uint), ("grid_y", ctypes.c_uint), ("grid_z", ctypes.c_uint),
+                ("block_x", ctypes.c_uint), ("block_y", ctypes.c_uint), ("block_z", ctypes.c_uint),
+                ("shared", ctypes.c_uint), ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p),
+                ("num_attrs", ctypes.c_uint)]
+
+
+
 @functools.lru_cache(maxsize=1)
 def _libcuda():
     for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
@@ -235,7 +245,34 @@ class CUDAProgram(Program):
             if rc != 0:
                 raise DeviceError(f"cannot give the kernel {self.dyn_shared} bytes of shared memory: {_err(lib, rc)}")
         self.funcs[dev] = (module, func)
+        self._check_clusters(func)
         return self.funcs[dev]
+
+    def _check_clusters(self, func) -> None:
+        """A kernel compiled with ``__cluster_dims__`` (a split GEMM summed in clusters, docs/decisions.md D41)
+        whose clusters do not all fit on this GPU at once runs its last ones in another wave: about twice the time.
+        The driver says how many fit (cuOccupancyMaxActiveClusters); fewer than the grid has is a
+        PerformanceWarning naming the fix. Said once per device load; a driver without the query says nothing."""
+        cluster, grid = self.meta.get("cluster"), self._grid
+        query = getattr(self.lib, "cuOccupancyMaxActiveClusters", None) if self.lib is not None else None
+        if not cluster or grid is None or query is None:
+            return
+        size = int(cluster[0]) * int(cluster[1]) * int(cluster[2])
+        need = int(grid[0]) * int(grid[1]) * int(grid[2]) // size
+        cfg = _LaunchConfig(int(grid[0]), int(grid[1]), int(grid[2]), self.threads, 1, 1, self.dyn_shared, None,
+                            None, 0)
+        fits = ctypes.c_int(0)
+        if query(ctypes.byref(fits), func, ctypes.byref(cfg)) != 0 or fits.value <= 0 or fits.value >= need:
+            return
+        import warnings
+
+        from tilecore.errors import PerformanceWarning
+
+        warnings.warn(PerformanceWarning(
+            f"kernel {self.entry}: this GPU holds {fits.value} clusters of {size} blocks at once, the grid has "
+            f"{need}: the rest run in a second wave (about twice the time). Its clusters are the splits of a GEMM "
+            f"summed in the cluster (tilecore.cuda.split_k_reduce=\"cluster\"): use fewer splits "
+            f"(tilecore.cuda.split_k) or tilecore.cuda.split_k_reduce=\"global\""), stacklevel=2)
 
     def _enter(self, dev: int) -> int:
         """Make ``dev`` (or $TILECORE_DEVICE) the launch device: its function and status word, loaded once."""
