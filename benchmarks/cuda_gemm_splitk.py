@@ -12,9 +12,11 @@ user's split-K kernel (a third grid dimension over K, ``T.atomic_add`` into a fl
 zeroes first) is timed as before. torch.matmul (cuBLAS, C in its own type) and a plain Triton GEMM are the
 references.
 
-Times: per-call CUDA events around each launch (the kernel is ~16 us: a batch's mean would fold the host's
-launch time in where it is slower than the GPU), ``--batch`` back-to-back calls per variant, the variants
-interleaved round by round (``--rounds``), the median of all calls. B (32 MiB fp16 at 128x4096x4096) stays
+Times: per-call CUDA events around each launch, ``--batch`` calls per variant issued while the GPU sleeps
+(``torch.cuda._sleep``, ``--sleep-cycles``: the host's launch path, 20-50 us a call on the H100's host, is slower
+than these ~16 us kernels, so without the sleep the GPU idles between calls and every time holds the host's; the
+first run of this benchmark did, cuBLAS included), so the GPU runs them back to back; the variants interleaved
+round by round (``--rounds``), the median of all calls. B (32 MiB fp16 at 128x4096x4096) stays
 partly in the 50 MiB L2 between calls, for every row alike. Each result is checked against a float32 product;
 the cluster kernel's C must equal the global kernel's bit for bit (the same sums in the same order). Two more
 columns tell a host-bound row: each batch's back-to-back time per call (first start to last end: what a batch
@@ -88,6 +90,9 @@ def main() -> int:
     ap.add_argument("--dtypes", default="float16")
     ap.add_argument("--rounds", type=int, default=20, help="rounds of --batch calls per variant, interleaved")
     ap.add_argument("--batch", type=int, default=10)
+    ap.add_argument("--sleep-cycles", type=int, default=4_000_000,
+                    help="GPU cycles of torch.cuda._sleep before each batch, so the host issues it ahead of the GPU "
+                         "(0: none, the times then hold the host's launch time where it is the slower)")
     ap.add_argument("--split-k", default="", type=lambda v: [int(x) for x in v.split(",") if x],
                     help="also time each split configuration at these split counts (cluster and global), e.g. 2,4,8")
     ap.add_argument("--target", default="cuda")
@@ -167,17 +172,32 @@ def main() -> int:
             hosts = {label: [] for label in variants}  # the host's time to issue a call (events included)
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(args.batch)]
             ends = [torch.cuda.Event(enable_timing=True) for _ in range(args.batch)]
+            slept = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+            cycles = args.sleep_cycles
+            short = 0  # batches whose issue outlasted the GPU's sleep (their times may hold host time)
             for _ in range(args.rounds):
                 for label, (_, _, fn, _, _) in variants.items():
+                    # the GPU sleeps while the host issues the batch, then runs it back to back: the events time
+                    # the GPU, not the host's launch path (which is slower than a 16 us kernel here)
+                    if cycles:
+                        slept[0].record()
+                        torch.cuda._sleep(cycles)
+                        slept[1].record()
                     t0 = time.perf_counter()
                     for i in range(args.batch):
                         starts[i].record()
                         fn()
                         ends[i].record()
-                    hosts[label].append((time.perf_counter() - t0) * 1e6 / args.batch)
+                    host = (time.perf_counter() - t0) * 1e6
+                    hosts[label].append(host / args.batch)
                     ends[-1].synchronize()
+                    if cycles and slept[0].elapsed_time(slept[1]) * 1e3 < host:
+                        short += 1
+                        cycles *= 2  # sleep longer from now on
                     times[label] += [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
                     spans[label].append(starts[0].elapsed_time(ends[-1]) * 1e3 / args.batch)
+            if short:
+                print(f"  ({short} batches were issued slower than the GPU slept; the sleep grew to {cycles} cycles)")
             med = {label: statistics.median(ts) for label, ts in times.items()}
             t_cublas = med["cuBLAS (torch.matmul)"]
             print(f"\n{name}: median us per call over {args.rounds} x {args.batch} calls")
