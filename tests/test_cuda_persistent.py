@@ -121,10 +121,9 @@ def test_swizzled_tiles_map_as_the_grid_maps_its_blocks():
 @needs_toolchain
 @pytest.mark.parametrize("shape,kw,why", [
     (dict(M=128, N=4096, K=4096, bm=128, bn=128, threads=256, stages=3), {},
-     "split-K 4 (32 tiles on 132 SMs): 128 blocks, 16 k tiles each, float32 partials summed in split order by "
-     "each tile's last block; partials summed through global memory, not in one cluster per tile: clusters of 4 "
-     "blocks may not all fit on the GPU at once (its GPCs hold 14-18 SMs), tilecore.cuda.split_k_reduce=\"cluster\" "
-     "asks for them; not persistent: a GEMM split over K keeps one block per (tile, split)"),
+     "split-K 3 (32 tiles on 132 SMs; 4 splits in clusters would not all fit at once on an H100 (30 of 4), 3 do "
+     "(39)): 96 blocks, 21-22 k tiles each, each tile's blocks one cluster, float32 slices summed in split order "
+     "through its shared memory (DSMEM); not persistent: a GEMM split over K keeps one block per (tile, split)"),
     (dict(BIG, bn=128), {"epilogue": "relu"}, "not persistent: the accumulator is used after the loop"),
 ])
 def test_kernels_that_keep_a_block_per_tile_say_why(shape, kw, why):

@@ -58,16 +58,16 @@ def _head(k) -> list:
 
 # -- the decision ----------------------------------------------------------------------------------------
 
-#: why a split kernel keeps the global sum by default (D41): clusters of more than 2 may not all fit at once
-GPC = "clusters of {} blocks may not all fit on the GPU at once (its GPCs hold 14-18 SMs)"
+#: D41: 4 splits of 32 tiles in clusters would not all fit on an H100 at once (30 clusters of 4 do), 3 do (39)
+FEWER = "; 4 splits in clusters would not all fit at once on an H100 (30 of 4), 3 do (39)"
 
 
 @needs_toolchain
 @pytest.mark.parametrize("shape,splits,tiles,per,why,reduce", [
-    (LLM_128, 4, 32, "16", "", GPC.format(4)), (LLM_16, 2, 64, "64", "", "cluster"),
-    (RAGGED, 3, 16, "15-16", "", GPC.format(3)),
+    (LLM_128, 3, 32, "21-22", FEWER, "cluster"), (LLM_16, 2, 64, "64", "", "cluster"),
+    (RAGGED, 3, 16, "15-16", "", "cluster"),
     # 5 stages: 4 x 5 = 20 k tiles per split would allow 3; the floor stops at 16 k tiles (D31)
-    (dict(LLM_128, stages=5), 4, 32, "16", "", GPC.format(4)),
+    (dict(LLM_128, stages=5), 3, 32, "21-22", FEWER, "cluster"),
     # 128x256 at 2 stages: 8 splits would fill the SMs, but 7 float32 partials of 128 KiB are more than the 8 k
     # tiles of 48 KiB a split streams; 5 is the most whose tail (4 x 128 KiB) stays within its 13 x 48 KiB. The
     # cluster's receive area (5 senders x 2 slices x 7 columns x 2 KiB) is more than the 2 stages: global (D41)
@@ -119,11 +119,14 @@ def test_split_k_reduce_cluster_limits_and_errors():
     assert "workspace" in k.source.meta and "void __cluster_dims__" not in k.get_kernel_source()
     k = _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 8, **CLUSTER})
     assert k.source.meta["cluster"] == [1, 1, 8] and "workspace" not in k.source.meta
-    # by default only clusters of 2 (a TPC's two SMs: they always fit); asked for, 3-8 too
-    k = _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 2})
-    assert k.source.meta["cluster"] == [1, 1, 2] and "workspace" not in k.source.meta
-    k = _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 3})
-    assert GPC.format(3) in _notes(k) and "workspace" in k.source.meta
+    # by default only clusters that all fit on an H100 at once (SPLIT_K_CLUSTERS_AT_ONCE): 32 of 2 and of 3 do,
+    # 32 of 4 do not (30), and an asked-for split count is kept: the workspace sum, said so; asked for, clusters
+    for n, cluster in ((2, True), (3, True), (4, False)):
+        k = _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": n})
+        assert bool(k.source.meta.get("cluster")) == cluster and ("workspace" in k.source.meta) != cluster, n
+    assert ("32 clusters of 4 blocks may not all fit on the GPU at once (an H100 holds 30); "
+            "tilecore.cuda.split_k_reduce=\"cluster\" asks for them") in _notes(k)
+    assert _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 4, **CLUSTER}).source.meta["cluster"] == [1, 1, 4]
     with pytest.raises(CompileError, match=r'split_k_reduce="cluster": 9 splits are more blocks than a cluster '
                                            r'holds \(8\). Use fewer splits') as e:
         _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 9, "tilecore.cuda.split_k_reduce": "cluster"})

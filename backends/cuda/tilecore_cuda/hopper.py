@@ -277,6 +277,10 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
         if splits > 1:  # block z of `splits` runs k tiles [z KT / splits, (z + 1) KT / splits) of its tile
             tiles = _tile_count(launch)
             kt = int(const_value(k_tiles))
+            reduce, rwhy, fewer = split_k_reduce(p, splits, stages, stage_bytes, tiles, ctx, s)
+            if fewer != splits:  # one split fewer, in clusters that all fit at once (D41)
+                sms = int(ctx.capabilities.limit("sm_count")[0])
+                why, splits = _split_note(fewer, tiles, kt, f"{tiles} tiles on {sms} SMs; {rwhy}"), fewer
             launch, z, tile = _add_split_dimension(launch, splits)
             kt0 = binary("div", binary("mul", z, kt), splits)
             kt1 = binary("div", binary("mul", binary("add", z, 1), kt), splits)
@@ -285,7 +289,6 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
             k_tiles = simplify(binary("sub", kt1, kt0))
             extra = (tile, z)
             attrs.update(splits=splits, tiles=tiles)
-            reduce, rwhy = split_k_reduce(p, splits, stages, stage_bytes, ctx, s)
             if reduce == "cluster":  # D41: the tile's blocks are one cluster; no workspace
                 attrs["cluster"] = splits
                 why = why.replace(SPLIT_K_LAST_BLOCK, SPLIT_K_CLUSTER)
@@ -494,13 +497,12 @@ def split_k(launch: KernelLaunch, p: _Plan, loop: For, stages: int, ctx) -> tupl
 #: the profile's clusters hold the splits and the pipeline's stages hold the receive area, else "global" (float32
 #: partials in a workspace, the tile's last block sums them: D27, D31)
 SPLIT_K_REDUCE_DEFAULT = "cluster"
-#: ... but by default only for clusters of at most this many blocks: all of a grid's clusters must fit at once (one
-#: wave), and a cluster's blocks must share a GPC. The H100 SXM5's 132 SMs sit in 8 GPCs of 14-18 SMs that vary
-#: from chip to chip (CUTLASS issue 1921: 14 clusters of 8 at once; a published SM map: 15), so as few as 30
-#: clusters of 4 may fit where 32 tiles need 32: a second wave. Clusters of 2 (a TPC's two SMs) always fit.
-#: `tilecore.cuda.split_k_reduce="cluster"` asks for larger ones (benchmarks/cuda_gemm_splitk.py prints the
-#: driver's cuOccupancyMaxActiveClusters for each).
-SPLIT_K_CLUSTER_DEFAULT_MAX = 2
+#: ... but by default only where all of the grid's clusters fit on the GPU at once (one wave; a cluster's blocks
+#: share a GPC, and the GPCs' sizes vary from chip to chip): clusters of each size that fit at once at one block per
+#: SM, measured on the H100 (cuOccupancyMaxActiveClusters, docs/decisions.md D41). Where the rule's split count does
+#: not fit, one split fewer in clusters is taken if that fits, else the workspace sum. The runtime asks the driver
+#: again at load and warns where a GPU holds fewer.
+SPLIT_K_CLUSTERS_AT_ONCE = {2: 66, 3: 39, 4: 30, 8: 15}
 SPLIT_K_LAST_BLOCK = "float32 partials summed in split order by each tile's last block"
 SPLIT_K_CLUSTER = ("each tile's blocks one cluster, float32 slices summed in split order through its shared "
                    "memory (DSMEM)")
@@ -513,37 +515,54 @@ def splitk_cluster_bytes(splits: int, bm: int, bn: int) -> int:
     return splits * (bm // 64) * qs * 128 * 16
 
 
-def split_k_reduce(p: _Plan, splits: int, stages: int, stage_bytes: int, ctx, loop: For) -> tuple:
-    """``(mode, note)``, mode ``"cluster"`` or ``"global"``: how the kernel sums a tile's ``splits`` partials (docs/decisions.md D41).
+def split_k_reduce(p: _Plan, splits: int, stages: int, stage_bytes: int, tiles: int, ctx, loop: For) -> tuple:
+    """``(mode, note, splits)``: how the kernel sums a tile's partials (docs/decisions.md D41), mode ``"cluster"``
+    or ``"global"``, and over how many splits (the rule's, or one fewer where only that many fit in clusters).
     ``tilecore.cuda.split_k_reduce`` asks for one; "cluster" needs thread-block clusters of ``splits`` blocks
     (``limits.max_cluster_size`` of the profile, 8 on sm_90a) and the receive area
     (:func:`splitk_cluster_bytes`) within the pipeline's stages. Asked for and impossible: a CompileError at the
-    user's loop; by default the kernel falls back to "global" and the note says why."""
+    user's loop. Unset: clusters where they fit at once (:data:`SPLIT_K_CLUSTERS_AT_ONCE`; with the automatic
+    split count, one split fewer if only that fits), else "global" with the note saying why."""
     asked = ctx.option("tilecore.cuda.split_k_reduce", None)
     if asked is not None and asked not in ("cluster", "global"):
         raise CompileError(f"pass config tilecore.cuda.split_k_reduce must be \"cluster\" or \"global\", got "
                            f"{asked!r}", loop.span)
     mode = asked or SPLIT_K_REDUCE_DEFAULT
     if mode == "global":
-        return "global", ""
+        return "global", "", splits
     lim = ctx.capabilities.limit("max_cluster_size")
-    why = ""
-    if not ctx.capabilities.feature("clusters") or lim is None:
-        why = "the target has no thread-block clusters"
-    elif splits > int(lim[0]):
-        why = f"{splits} splits are more blocks than a cluster holds ({int(lim[0])})"
-    elif splitk_cluster_bytes(splits, p.bm, p.bn) > stages * stage_bytes:
-        why = (f"the cluster sum's {splitk_cluster_bytes(splits, p.bm, p.bn)} bytes do not fit in the pipeline's "
-               f"{stages} stages of {stage_bytes} bytes")
-    elif not asked and splits > SPLIT_K_CLUSTER_DEFAULT_MAX:
-        why = (f"clusters of {splits} blocks may not all fit on the GPU at once (its GPCs hold 14-18 SMs), "
-               f"tilecore.cuda.split_k_reduce=\"cluster\" asks for them")
-    if not why:
-        return "cluster", ""
+
+    def blocker(n: int) -> str:
+        if not ctx.capabilities.feature("clusters") or lim is None:
+            return "the target has no thread-block clusters"
+        if n > int(lim[0]):
+            return f"{n} splits are more blocks than a cluster holds ({int(lim[0])})"
+        if splitk_cluster_bytes(n, p.bm, p.bn) > stages * stage_bytes:
+            return (f"the cluster sum's {splitk_cluster_bytes(n, p.bm, p.bn)} bytes do not fit in the pipeline's "
+                    f"{stages} stages of {stage_bytes} bytes")
+        return ""
+
+    def fits(n: int) -> bool:
+        return tiles <= SPLIT_K_CLUSTERS_AT_ONCE.get(n, 0)
+
+    why = blocker(splits)
     if asked:
-        raise CompileError(f"pass config tilecore.cuda.split_k_reduce=\"cluster\": {why}. Use fewer splits "
-                           "(tilecore.cuda.split_k) or tilecore.cuda.split_k_reduce=\"global\"", loop.span)
-    return "global", f"partials summed through global memory, not in one cluster per tile: {why}"
+        if why:
+            raise CompileError(f"pass config tilecore.cuda.split_k_reduce=\"cluster\": {why}. Use fewer splits "
+                               "(tilecore.cuda.split_k) or tilecore.cuda.split_k_reduce=\"global\"", loop.span)
+        return "cluster", "", splits
+    if not why and fits(splits):
+        return "cluster", "", splits
+    if not why:
+        why = (f"{tiles} clusters of {splits} blocks may not all fit on the GPU at once (an H100 holds "
+               f"{SPLIT_K_CLUSTERS_AT_ONCE.get(splits, 'an unmeasured number of')}); "
+               "tilecore.cuda.split_k_reduce=\"cluster\" asks for them")
+    fewer = splits - 1
+    if ctx.option("tilecore.cuda.split_k", None) is None and fewer >= 2 and not blocker(fewer) and fits(fewer):
+        return "cluster", (f"{splits} splits in clusters would not all fit at once on an H100 "
+                           f"({SPLIT_K_CLUSTERS_AT_ONCE.get(splits, 'not measured')} of {splits}), {fewer} do "
+                           f"({SPLIT_K_CLUSTERS_AT_ONCE[fewer]})"), fewer
+    return "global", f"partials summed through global memory, not in one cluster per tile: {why}", splits
 
 
 def _split_note(splits: int, tiles: int, kt: int, why: str) -> str:
