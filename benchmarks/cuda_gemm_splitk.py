@@ -7,7 +7,7 @@ For every configuration the README GEMM (``cuda_gemm.matmul``, C in its own type
 ``tilecore.cuda.split_k=1`` (not split), split over K by the compiler with the partials summed through the
 global workspace by each tile's last block (``tilecore.cuda.split_k_reduce="global"``: D27/D31, the kernel
 before D41) and with the tile's splits one thread-block cluster summing through DSMEM (``"cluster"``: D41, the
-default for clusters of 2; asked for, up to 8), and as it comes without pass configs ("default"). Each split kernel is also timed at ``--split-k`` counts beside the rule's. The
+default where the clusters all fit on an H100 at once; asked for, up to 8), and as it comes without pass configs ("default"). Each split kernel is also timed at ``--split-k`` counts beside the rule's. The
 user's split-K kernel (a third grid dimension over K, ``T.atomic_add`` into a float32 C that each timed call
 zeroes first) is timed as before. torch.matmul (cuBLAS, C in its own type) and a plain Triton GEMM are the
 references.
