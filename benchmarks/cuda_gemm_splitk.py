@@ -173,7 +173,7 @@ def main() -> int:
             starts = [torch.cuda.Event(enable_timing=True) for _ in range(args.batch)]
             ends = [torch.cuda.Event(enable_timing=True) for _ in range(args.batch)]
             slept = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
-            cycles = args.sleep_cycles
+            cycles = args.sleep_cycles if hasattr(torch.cuda, "_sleep") else 0
             short = 0  # batches whose issue outlasted the GPU's sleep (their times may hold host time)
             for _ in range(args.rounds):
                 for label, (_, _, fn, _, _) in variants.items():
