@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import CompileError
-from ..ir import BinOp, Bind, Cast, IntImm, KernelLaunch, Seq, Var, collect, is_float, simplify
+from ..ir import BinOp, Bind, Cast, Cmp, IntImm, Logic, KernelLaunch, Seq, Var, collect, is_float, simplify
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,7 @@ def single_launch(func) -> tuple:
 
 _HOST_OPS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "floormod": "%", "shl": "<<", "shr": ">>",
              "bitand": "&", "bitor": "|", "xor": "^"}
+_HOST_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
 def host_expr(e, ints) -> str:
@@ -70,4 +71,11 @@ def host_expr(e, ints) -> str:
             return f"{e.op}({a}, {b})"
         if e.op == "div":
             return f"int({a} / {b})"
+    # conditions (1 or 0): a launch-time test the kernel repeats, e.g. a versioned loop's (BulkCopy.when)
+    if isinstance(e, Cmp) and e.op in _HOST_CMP:
+        return f"int({host_expr(e.a, ints)} {_HOST_CMP[e.op]} {host_expr(e.b, ints)})"
+    if isinstance(e, Logic):
+        if e.op == "not":
+            return f"int(not {host_expr(e.a, ints)})"
+        return f"int({host_expr(e.a, ints)} {e.op} {host_expr(e.b, ints)})"
     raise CompileError(f"the size {e!r} cannot be computed at launch by this backend")

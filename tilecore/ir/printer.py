@@ -195,7 +195,8 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
         starts = ", ".join(expr_str(i) for i in s.starts)
         lay = f"{s.layout.swizzle_bytes}-byte panels" if getattr(s.layout, "panels", False) else "row-major"
         return [f"{pad}T.bulk_copy({_nm(s.dst)}[{dst}], {_nm(s.src)}[{starts}], box={tuple(s.box)}, {lay}, "
-                f"barrier={_nm(s.barrier)}[{expr_str(s.index)}])"]
+                f"barrier={_nm(s.barrier)}[{expr_str(s.index)}]"
+                + (f", when={expr_str(s.when)}" if s.when is not None else "") + ")"]
     if isinstance(s, CopyBarrierInit):
         return [f"{pad}T.copy_barrier_init({_nm(s.barrier)}, count={s.count})"]
     if isinstance(s, CopyBarrierArrive):

@@ -170,7 +170,13 @@ class BulkCopy(Stmt):
     :class:`~tilecore.layout.SharedLayout`: one bulk copy per panel). The copy completes on transaction
     barrier ``barrier[index]``, whose :class:`CopyBarrierArrive` announced its bytes; threads see it after a
     :class:`CopyBarrierWait` on that barrier. Introduced by ``tilecore.plan_pipelines`` on targets with
-    ``feature:bulk_tensor_copy``; thread distribution issues it on one thread."""
+    ``feature:bulk_tensor_copy``; thread distribution issues it on one thread.
+
+    ``when`` (plugin API 1.8): None where the compiler proved ``src`` fit for bulk copies (its rows whole
+    16-byte units, its sizes positive); otherwise the condition over the kernel's integer arguments under
+    which it is (the copy sits in the branch of a versioned loop that tests exactly this condition, the other
+    branch copies per thread). A backend that describes ``src`` to the hardware at launch (a tensor map)
+    evaluates it on the host and describes ``src`` only where it holds."""
 
     dst: Buffer
     dst_indices: tuple
@@ -180,6 +186,7 @@ class BulkCopy(Stmt):
     layout: Any
     barrier: Buffer
     index: Expr
+    when: Expr | None = None
 
 
 @dataclass(eq=False)

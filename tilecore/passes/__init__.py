@@ -46,6 +46,7 @@ class PassConfigKey:
     MATRIX_UNIT_FAMILIES = "tilecore.matrix_unit_families"  #: list[str]: only these matrix unit families (default: every one the target's profile lists)
     SWIZZLE_OPERAND_TILES = "tilecore.swizzle_operand_tiles"  #: bool: store matrix-unit operand tiles XOR-swizzled (default True)
     BULK_COPY = "tilecore.bulk_copy"  #: bool: stage pipelined copies by bulk tile copies where the target has them (default True; False: per-thread asynchronous copies)
+    BULK_COPY_VERSIONED = "tilecore.bulk_copy_versioned"  #: bool: a pipelined loop whose copies lack only launch-time facts for bulk tile copies (a dynamic row length) is versioned on them, bulk copies where they hold (default True; False: per-thread copies only; D40)
     WARP_SPECIALIZE = "tilecore.warp_specialize"  #: bool: a producer group of its own issues a pipelined loop's bulk copies where the target has warp specialization (default False: thread 0 issues them between the block's barriers)
     VECTORIZE = "tilecore.vectorize"  #: bool: store runs of a thread's registers to consecutive aligned addresses as one vector access (default True; D32)
     PERSISTENT = "tilecore.persistent"  #: bool or int: launch the resident blocks only, each looping over the tiles, a pipelined loop carried across them (default False; an int: that many blocks; D36)

@@ -53,12 +53,16 @@ from ..ir import (Allocate, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, 
 from ..ir import ShuffleIndex, ShuffleXor  # map_expr rebuilds the shuffles of register exchanges
 from ..ir.visit import stmt_exprs
 from ..ir.bounds import Facts
+from ..ir.printer import expr_str
 from . import tile_pass
 
 FEATURE = "feature:async_copy"
 WS_FEATURE = "feature:warp_specialization"
 #: the hardware copies a whole tile (a box of a tensor) as one operation that completes on a transaction barrier
 BULK_FEATURE = "feature:bulk_tensor_copy"
+#: pass config: a loop whose copies lack only launch-time facts for bulk copies (a dynamic row length) is
+#: versioned on them (default on; off keeps the per-thread copies alone)
+VERSION_OPTION = "tilecore.bulk_copy_versioned"
 #: elements a bulk copy's box may have along one dimension
 MAX_BOX = 256
 #: bytes one asynchronous copy may move, widest first
@@ -477,11 +481,28 @@ def _bulk_form(nest, layout, facts: Facts):
         return f"the tile's columns are not {src.name}'s contiguous dimension"
     if layout.rows > MAX_BOX:
         return f"{layout.rows} rows (a box has at most {MAX_BOX})"
-    if len(src.shape) > 1 and not facts.proves_multiple(src.shape[-1], 16 // es if es < 16 else 1):
-        return f"{src.name}'s rows are not proven whole 16-byte units"
     if len(src.shape) > 5:
         return f"{src.name} has more than 5 dimensions"
+    unit = 16 // es if es < 16 else 1
+    if len(src.shape) > 1 and not facts.proves_multiple(src.shape[-1], unit):
+        # what a launch-time test would need: the row length a multiple of the unit and every size positive
+        # (a tensor the hardware is told about has no empty dimension); the planner may version on it
+        tests = [compare("eq", binary("floormod", src.shape[-1], unit), 0)]
+        tests += [compare("gt", d, 0) for d in src.shape
+                  if const_value(d) is None and not facts.proves(compare("gt", d, 0))]
+        return _Unproven(f"{src.name}'s rows are not proven whole 16-byte units", tests)
     return src, tuple(starts), tuple(box), layout
+
+
+class _Unproven(str):
+    """Why a copy has no bulk form where the only thing missing is a fact a launch-time test can check:
+    ``tests``, conditions over the kernel's integer arguments (its tensor's row length a multiple of 16 bytes,
+    its sizes positive) under which it has one."""
+
+    def __new__(cls, why: str, tests: list):
+        obj = super().__new__(cls, why)
+        obj.tests = tests
+        return obj
 
 
 # -- the planner -----------------------------------------------------------------------------------------
@@ -566,6 +587,7 @@ def _loads_memory(e) -> bool:
 class _Launch:
     def __init__(self, launch, ctx):
         self.launch = launch
+        self.ctx = ctx
         self.used = _block_bytes(launch)
         lim = ctx.capabilities.limit("max_shared_bytes_per_block")
         self.limit = int(lim[0]) if lim is not None and lim[1] == "max" else None
@@ -680,7 +702,55 @@ class _Launch:
             again += f" ({note[len('occupancy: '):]})"
         return (new if new is not None else plain), again
 
-    def _plan(self, loop: For, stage_late: bool, orig: For | None = None):
+    def why_not_versioned(self) -> str | None:
+        """Why a loop whose copies lack only a launch-time fact for bulk copies is not versioned on it."""
+        if self.ctx.option(VERSION_OPTION, True) is False:
+            return f"{VERSION_OPTION} is off"
+        if self.carry is not None:
+            return "the loop is carried across a persistent tile loop"
+        if self.specialize:
+            return "warp specialization was asked"
+        return None
+
+    def _versioned(self, loop: For, stage_late: bool, orig, facts: Facts, forms):
+        """The loop twice under one launch-time test (``(replacement, note)``): bulk tile copies where every
+        staged tensor's rows are whole 16-byte units and its sizes positive (the facts the prover lacked, now
+        a condition over the kernel's integer arguments, which each bulk copy carries as ``when`` for the
+        backend's launcher), the per-thread copies otherwise; both branches share the staged buffers and the
+        stage count. None where either plan fails (the caller plans without versioning)."""
+        tests, seen = [], set()
+        for f in forms:
+            for t in getattr(f, "tests", ()):
+                if expr_str(t) not in seen:
+                    seen.add(expr_str(t))
+                    tests.append(t)
+        cond = tests[0]
+        for t in tests[1:]:
+            cond = logic_and(cond, t)
+        saved = (self.used, list(self.barriers), dict(self.staged))
+
+        def restore():
+            self.used, self.barriers, self.staged = saved[0], saved[1], saved[2]
+
+        then, note_t = self._plan(loop, stage_late, orig, facts=facts.with_cond(cond), when=cond, version=False)
+        if then is None or not collect(then, BulkCopy):
+            restore()
+            return None
+        stages, used_then = self._last_stages, self.used
+        self.used = saved[0]
+        shared = {k: v for k, v in self.staged.items() if saved[2].get(k) is not v}
+        orelse, note_e = self._plan(loop, stage_late, orig, facts=facts, stages_asked=stages, staged_as=shared,
+                                    version=False)
+        if orelse is None or self._last_stages != stages:
+            restore()
+            return None
+        self.used = max(used_then, self.used)
+        rest = note_e.split(": ", 1)[1] if ": " in note_e else note_e
+        note = f"{note_t}; versioned at launch: where {expr_str(cond)} does not hold, {rest}"
+        return If(cond, then, orelse, span=loop.span), note
+
+    def _plan(self, loop: For, stage_late: bool, orig: For | None = None, facts: Facts | None = None,
+              when=None, stages_asked: int | None = None, staged_as: dict | None = None, version: bool = True):
         name = loop.var.name
         body = list(loop.body.body) if isinstance(loop.body, Seq) else [loop.body]
         n = 0
@@ -728,18 +798,28 @@ class _Launch:
             return None, f"loop {name}: serialized ({why})"
         from .guard import facts_at
 
-        facts = facts_at(self.launch, orig or loop) or Facts()
+        if facts is None:
+            facts = facts_at(self.launch, orig or loop) or Facts()
         # every staged tile filled by bulk copies, or none (one way of waiting per loop)
         forms = [_bulk_form(c, self.paneled.get(id(p[1].buffer)), facts) for c, p in zip(copies, parts)] \
             if self.bulk else []
         bulk = bool(forms) and all(isinstance(f, tuple) for f in forms)
+        # only launch-time facts missing (a dynamic row length): the loop versioned, bulk copies where they hold
+        why_unversioned = None
+        if version and forms and not bulk and all(isinstance(f, (tuple, _Unproven)) for f in forms):
+            why_unversioned = self.why_not_versioned()
+            if why_unversioned is None:
+                done = self._versioned(loop, stage_late, orig, facts, forms)
+                if done is not None:
+                    return done
+                why_unversioned = "a branch could not be planned"
         groups_n = 2 if late_at else 1
         tile_bytes = [_round16(max(const_value(simplify(b.numel())), 1) * b.dtype.bytes) for b in bufs]
 
         def barrier_bytes(stages):  # one 8-byte transaction barrier per stage and group
             return groups_n * _round16(8 * stages) if bulk else 0
 
-        stages = want
+        stages = stages_asked or want
         while stages >= 2 and self.limit is not None and \
                 self.used + barrier_bytes(stages) + sum(_round16(stages * t) - t for t in tile_bytes) > self.limit:
             stages -= 1
@@ -762,7 +842,7 @@ class _Launch:
         self.used += extra + barrier_bytes(stages)
         table = {}
         for b in bufs:
-            staged = Buffer(b.name, (stages,) + tuple(b.shape), b.dtype, b.scope)
+            staged = (staged_as or {}).get(id(b)) or Buffer(b.name, (stages,) + tuple(b.shape), b.dtype, b.scope)
             table[id(b)] = staged
             self.staged[id(b)] = staged
         issue_kinds = []
@@ -827,7 +907,7 @@ class _Launch:
             for j in members[g]:
                 src, starts, box, lay = forms[j]
                 out.append(BulkCopy(table[id(bufs[j])], (slot,), src, tuple(simplify(substitute(e, at)) for e in starts),
-                                    box, lay, bars[g], slot, span=copies[j].span))
+                                    box, lay, bars[g], slot, when=when, span=copies[j].span))
             return [_if(compare("lt", it, total), seq(out), loop.span)] if guard else out
 
         def issue(it, group):
@@ -917,6 +997,8 @@ class _Launch:
         reduced = f" (of {want} asked: on-chip memory limit {self.limit} bytes)" if stages < want else ""
         copy_notes = next((f"; no bulk copies: {bufs[j].name}: {f}" for j, f in enumerate(forms)
                              if isinstance(f, str)), "")
+        if why_unversioned is not None:
+            copy_notes += f" (not versioned at launch: {why_unversioned})"
         if why_carry is None:
             copy_notes += (f"; carried across the persistent tile loop {carry.i.name}: one prologue, the next tile's "
                            f"first {stages - 1} stage(s) issued in this tile's last iterations")
@@ -938,6 +1020,7 @@ class _Launch:
             # instruction of the kernel (ptxas 13.0 on the catalog's dynamic-shape GEMM, sm_90a: "wgmma
             # serialized due to non wgmma instructions defining accumulator registers"; a static count: none)
             body = [_if(simplify(compare("gt", extent, 0)), seq(body), loop.span)]
+        self._last_stages = stages
         if why_carry is None:  # the prologue once, before the persistent tile loop
             self.hoisted = prologue
             return seq(body), note

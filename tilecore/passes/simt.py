@@ -120,22 +120,38 @@ def _coordinate(it, tid, n: int, total, stride, extent, outer: bool, single: boo
     return binary("sub", q, binary("mul", binary("div", q, extent), extent))
 
 
+def _writes_of(body) -> list:
+    """Ids of the buffers each writing statement of ``body`` other than a bulk copy writes (one per write)."""
+    written: list = []
+
+    def look(x):
+        if isinstance(x, (Store, Atomic)):
+            written.append(id(x.buffer))
+        elif isinstance(x, AsyncCopy):
+            written.append(id(x.dst))
+        elif isinstance(x, Collective):
+            written.extend(id(a.buffer) for a in x.args if hasattr(a, "buffer"))
+
+    walk(body, look)
+    return written
+
+
 def _bulk_only(body) -> frozenset:
     """Ids of the tiles that only bulk copies write (threads see them after their own CopyBarrierWait; the
     planner orders their refills after every reader: a barrier, or the consumers' StageRelease)."""
     filled = {id(c.dst) for c in collect(body, BulkCopy)}
-    written: set = set()
+    return frozenset(filled - set(_writes_of(body)))
 
-    def look(x):
-        if isinstance(x, (Store, Atomic)):
-            written.add(id(x.buffer))
-        elif isinstance(x, AsyncCopy):
-            written.add(id(x.dst))
-        elif isinstance(x, Collective):
-            written.update(id(a.buffer) for a in x.args if hasattr(a, "buffer"))
 
-    walk(body, look)
-    return frozenset(filled - written)
+def _branch_bulk_only(s, root) -> frozenset:
+    """Ids of the tiles only bulk copies write within the ``then`` branch of ``s`` (an ``if`` inside ``root``)
+    whose every other write is in its ``else`` branch: a loop versioned on a launch-time test (bulk copies
+    where it holds, per-thread copies otherwise, into the same tiles) meets at no barrier in its bulk branch."""
+    filled = {id(c.dst) for c in collect(s.then, BulkCopy)}
+    if not filled or s.orelse is None:
+        return frozenset()
+    everywhere, other = _writes_of(root), _writes_of(s.orelse)
+    return frozenset(t for t in filled if everywhere.count(t) == other.count(t))
 
 
 def _only_async_copies(s) -> bool:
@@ -154,10 +170,11 @@ def _thread0(stmt):
 
 
 class _Distributor:
-    def __init__(self, nthreads: int, bulk_only=frozenset()):
+    def __init__(self, nthreads: int, bulk_only=frozenset(), root=None):
         self.n = nthreads
         self.hoisted: list = []
         self.bulk_only = bulk_only
+        self.root = root  # the launch's body (tiles bulk-only within one branch of an if: _branch_bulk_only)
 
     # -- block level ------------------------------------------------------------------------------
     def block(self, s) -> list:
@@ -203,7 +220,10 @@ class _Distributor:
                 c = Var("cond", "bool")
                 pre = [Bind(c, cond, span=s.span), Barrier(span=s.span)]
                 cond = c
+            outer = self.bulk_only
+            self.bulk_only = outer | (_branch_bulk_only(s, self.root) if self.root is not None else frozenset())
             then = seq(self.block(s.then))
+            self.bulk_only = outer
             orelse = seq(self.block(s.orelse)) if s.orelse is not None else None
             return pre + [s.with_(cond=cond, then=then if then is not None else Seq([]), orelse=orelse)]
         if isinstance(s, Bind):
@@ -213,7 +233,7 @@ class _Distributor:
         if isinstance(s, (Break, Continue, Barrier, AsyncCommit, AsyncWait, CopyBarrierWait, StageRelease)):
             return [s]
         if isinstance(s, Specialized):  # the consumers share the work (and their own barriers); the producer's
-            inner = _Distributor(s.consumers, self.bulk_only)  # one thread runs its program as it is
+            inner = _Distributor(s.consumers, self.bulk_only, self.root)  # one thread runs its program as it is
             inner.hoisted = self.hoisted
             consumer = rewrite(seq(inner.block(s.consumer)) or Seq([]), lambda x: Barrier(s.consumers, span=x.span)
                                if isinstance(x, Barrier) and not x.threads else None)
@@ -285,7 +305,7 @@ def _drop_double_barriers(s):
 
 def distribute_launch(launch: KernelLaunch) -> KernelLaunch:
     n = int(math.prod(int(const_value(t) if not isinstance(t, int) else t) for t in launch.threads) or 1)
-    d = _Distributor(n, _bulk_only(launch.body))
+    d = _Distributor(n, _bulk_only(launch.body), launch.body)
     body = d.block(launch.body)
     new = Seq(d.hoisted + body, span=launch.body.span)
     return launch.with_(body=_drop_double_barriers(new), attrs={**launch.attrs, "simt_threads": n})

@@ -20,8 +20,9 @@ from typing import Any, Callable, ClassVar
 #: :class:`~tilecore.ir.ShuffleWidth` (``shuffle_width_expr`` of the C-family emitters); 1.4 adds matrix units
 #: that read their operands from shared memory themselves and run asynchronously (decision D26); 1.5 adds the
 #: capability feature ``shuffle_index`` and the IR node it brings to emitters, :class:`~tilecore.ir.ShuffleIndex`
-#: (``shuffle_index`` of the C-family emitters).
-PLUGIN_API = (1, 7)
+#: (``shuffle_index`` of the C-family emitters); 1.6 bulk tile copies; 1.7 ``performance_notes``; 1.8 adds
+#: :attr:`~tilecore.ir.BulkCopy.when` (a bulk copy of a loop versioned at launch on its tensor's row length).
+PLUGIN_API = (1, 8)
 
 MODES = ("device", "emulated", "compile-only", "codegen-only")
 

@@ -16,7 +16,7 @@ from tilecore.codegen import SIMTCppEmitter, EmitState, abi_of, host_expr
 from tilecore.codegen.simtcpp import grid3
 from tilecore.errors import CompileError
 from tilecore.ir import (as_expr, AsyncCopy, VectorStore, BufferLoad, BulkCopy, Collective, MatrixOp, MatrixSync, binary, collect, const,
-                         const_value, simplify)
+                         const_value, logic_or, simplify)
 
 from .compiler import REGISTER_UNIT, REGISTERS_PER_SM
 
@@ -126,25 +126,36 @@ class CUDAEmitter(SIMTCppEmitter):
         st.pipelines = [c for c in collect(func.body, Collective) if c.attrs.get("tensor_maps")]
         st.tmaps, st.tmap_meta = {}, []
 
-        def add_map(m: dict) -> str:
-            """A ``__grid_constant__`` parameter for tensor map ``m`` (hopper.tensor_map) and its launch facts."""
+        def add_map(m: dict, when=None) -> str:
+            """A ``__grid_constant__`` parameter for tensor map ``m`` (hopper.tensor_map) and its launch facts;
+            ``when``: the condition (over the kernel's integers) under which the kernel reads it, None: always."""
             name = f"tc_tmap{len(st.tmap_meta)}"
             buf = m["buffer"].base or m["buffer"]
             st.tmap_meta.append({"arg": next(k for k, p in enumerate(abi.buffers) if p.buffer is buf),
                                  "dtype": m["dtype"], "elem_bytes": m["elem_bytes"],
                                  "dims": [host_expr(simplify(d), list(abi.ints)) for d in reversed(m["buffer"].shape)],
                                  "box": list(m["box"]), "swizzle": m["swizzle"]})
+            if when is not None:  # a versioned loop's bulk copies (BulkCopy.when): encoded where it holds
+                st.tmap_meta[-1]["when"] = host_expr(when, list(abi.ints))
             params.append(f"const __grid_constant__ tc_tmap {name}")
             return name
 
         for c in st.pipelines:
             st.tmaps[id(c)] = [add_map(m) for m in c.attrs["tensor_maps"]]
         # bulk tile copies (tilecore.plan_pipelines): one tensor map per (tensor, box, swizzle)
+        # (a map only copies of versioned loops read, BulkCopy.when, is built where one of their tests holds)
         st.bulk_maps = {}
+        users: dict = {}
         for c in collect(func.body, BulkCopy):
-            key = self.bulk_key(c)
-            if key not in st.bulk_maps:
-                st.bulk_maps[key] = add_map(tensor_map(c.src, key[1], key[2]))
+            users.setdefault(self.bulk_key(c), []).append(c)
+        for key, cs in users.items():
+            whens = [c.when for c in cs]
+            when = None
+            if all(w is not None for w in whens):
+                when = whens[0]
+                for w in whens[1:]:
+                    when = when if w is when else logic_or(when, w)
+            st.bulk_maps[key] = add_map(tensor_map(cs[0].src, key[1], key[2]), when)
         st.aligned = set()
         for c in collect(func.body, Collective):
             plan = c.attrs.get("plan")

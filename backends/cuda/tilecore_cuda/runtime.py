@@ -24,6 +24,9 @@ from .compiler import (CUDA_INCLUDE_DIRS, CUDACompiler, build_nvcc, build_nvrtc,
 #: the status buffer: a code word, a pad word, then MAX_FAULT_VALUES int64 values (checked mode's indices)
 STATUS_WORDS = 2 + 2 * MAX_FAULT_VALUES
 
+#: the descriptor passed for a tensor map the launch's kernel does not read (a versioned loop's other branch)
+_UNUSED_MAP = (ctypes.c_ubyte * 128)()
+
 # -- the driver ---------------------------------------------------------------------------------------
 
 
@@ -172,7 +175,10 @@ class CUDAProgram(Program):
         self.dyn_shared = int(self.meta.get("dynamic_shared_bytes", 0))
         self.funcs: dict = {}
         self.status = None
-        self.tmaps = [dict(m, dims=shape_fn(m["dims"])) for m in self.meta.get("tensor_maps", ())]
+        # a map with "when" (a versioned loop's bulk copies, D40): encoded where that launch-time test holds;
+        # elsewhere the kernel takes its per-thread copies and is passed zeros in the map's place
+        self.tmaps = [dict(m, dims=shape_fn(m["dims"]), when=shape_fn([m["when"]]) if m.get("when") else None)
+                      for m in self.meta.get("tensor_maps", ())]
         self.tmap_cache: dict = {}
         self.aligned = list(self.meta.get("aligned_args", ()))
         # global scratch the kernel asks for (a GEMM split over K: hopper.split_k): one zero-filled buffer per
@@ -420,6 +426,8 @@ class CUDAProgram(Program):
         hit = self.tmap_cache.get(key)
         if hit is not None:
             return hit
+        if m["when"] is not None and not m["when"](ints)[0]:
+            return _UNUSED_MAP  # the kernel tests the same condition and reads no map
         esize = int(m["elem_bytes"])
         strides = []
         stride = esize
@@ -427,10 +435,11 @@ class CUDAProgram(Program):
             stride *= d
             strides.append(stride)
         if ptr % 16 or any(x % 16 for x in strides):
+            fix = ("pass_configs={'tilecore.bulk_copy_versioned': False}" if m["when"] is not None
+                   else "pass_configs={'tilecore.cuda.disable_wgmma': True}")
             raise DeviceError(f"argument {m['arg']}: the TMA copies of this kernel need a 16-byte aligned tensor whose "
                               f"rows are multiples of 16 bytes (address {ptr:#x}, row strides {strides} bytes); "
-                              "pass a fresh contiguous tensor, or compile with "
-                              "pass_configs={'tilecore.cuda.disable_wgmma': True}")
+                              f"pass a fresh contiguous tensor, or compile with {fix}")
         out = (ctypes.c_ubyte * 128)()
         rank = len(dims)
         gdim = (ctypes.c_uint64 * rank)(*dims)
