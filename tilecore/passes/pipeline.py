@@ -487,10 +487,13 @@ def _bulk_form(nest, layout, facts: Facts):
     if len(src.shape) > 1 and not facts.proves_multiple(src.shape[-1], unit):
         # what a launch-time test would need: the row length a multiple of the unit and every size positive
         # (a tensor the hardware is told about has no empty dimension); the planner may version on it
-        tests = [compare("eq", binary("floormod", src.shape[-1], unit), 0)]
-        tests += [compare("gt", d, 0) for d in src.shape
-                  if const_value(d) is None and not facts.proves(compare("gt", d, 0))]
-        return _Unproven(f"{src.name}'s rows are not proven whole 16-byte units", tests)
+        why = f"{src.name}'s rows are not proven whole 16-byte units"
+        row = simplify(compare("eq", binary("floormod", src.shape[-1], unit), 0))
+        if const_value(row) is not None:  # a static row length that is not: no launch can change that
+            return why
+        tests = [row] + [compare("gt", d, 0) for d in src.shape
+                         if const_value(d) is None and not facts.proves(compare("gt", d, 0))]
+        return _Unproven(why, tests)
     return src, tuple(starts), tuple(box), layout
 
 

@@ -1,0 +1,251 @@
+"""Dynamic-shape GEMMs on bulk tile copies (TMA): a pipelined loop whose copies lack only a launch-time fact
+(a tensor's row length, a shape symbol, a whole number of 16-byte units; its sizes positive) is compiled
+twice under one test of that condition (docs/decisions.md D40): bulk copies on transaction barriers where it
+holds, the per-thread cp.async copies otherwise. The CUDA runtime evaluates the same condition (each tensor
+map's ``when``) and encodes the tensor maps only where it holds, passing zeros in their place otherwise.
+
+Compile-only wherever a CUDA compiler exists (CI): the plan's note, both versions in the SASS (UTMALDG and
+LDGSTS), no serialized wgmma, the bulk branch meeting at no block barrier before its gemm, the condition the
+host evaluates equal to the kernel's own test (with a mutated kernel that disagrees caught). With a recording
+driver (no GPU): which descriptors each launch encodes, through the Python binder and the compiled launcher
+alike. On an sm_90 GPU: float64 references for aligned, misaligned (odd K, N), ragged and tiny shapes, and
+which version ran.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilecore
+import tilecore.language as T
+
+tilecore_cuda = pytest.importorskip("tilecore_cuda")
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
+from test_cuda_hopper import hopper_gpu  # noqa: E402
+
+HOPPER = "cuda:sm_90a"
+
+
+def dynamic_gemm(bm=128, bn=128, bk=32, threads=256, stages=3, dtype="float16", mn=None):
+    """The TileLang dynamic-shape GEMM (M, N, K all ``T.dynamic``; float32 C), as the catalog has it
+    (``mn``: M and N static, K alone dynamic)."""
+    M, N, K = T.dynamic("M"), T.dynamic("N"), T.dynamic("K")
+    if mn is not None:
+        M, N = mn
+
+    @T.prim_func
+    def gemm_dyn(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), dtype)
+            B_s = T.alloc_shared((bk, bn), dtype)
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_l)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                T.copy(A[by * bm, ko * bk], A_s)
+                T.copy(B[ko * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * bm, bx * bn])
+
+    return gemm_dyn
+
+
+_compiled: dict = {}
+
+
+def _kernel(mn=None, **options):
+    key = (mn,) + tuple(sorted(options.items()))
+    if key not in _compiled:
+        _compiled[key] = tilecore.compile(dynamic_gemm(mn=mn), target=HOPPER, pass_configs={**NOCACHE, **options})
+    return _compiled[key]
+
+
+def _note(k) -> str:
+    return " ".join(k.meta["attrs"]["pipelines"])
+
+
+# -- compile-only ------------------------------------------------------------------------------------
+
+@needs_toolchain
+def test_the_loop_is_versioned_on_the_row_lengths_and_both_versions_reach_the_sass():
+    k = _kernel()
+    note = _note(k)
+    assert "A_s bulk tile copies" in note and "B_s bulk tile copies" in note
+    assert "versioned at launch: where" in note and "(K % 8) == 0" in note and "(N % 8) == 0" in note
+    assert "async 16-byte copies where K % 8 == 0" in note  # the other branch keeps D20's copies
+    maps = k.meta["source"]["meta"]["tensor_maps"]
+    assert len(maps) == 2 and all(m.get("when") for m in maps)
+    sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+    assert "UTMALDG" in sass and "LDGSTS" in sass and "HGMMA" in sass and "SYNCS" in sass
+    # the loop and its drain stay under their trip-count tests in both branches: no serialized wgmma
+    assert not k.meta["source"]["meta"].get("performance_notes")
+
+
+@needs_toolchain
+def test_the_bulk_branch_meets_at_no_block_barrier_before_its_gemm():
+    """The tiles are written by bulk copies in one branch and by cp.async in the other: within the bulk
+    branch every thread waits on the stage's barrier itself (as a static kernel's loop does), so its loop
+    has one block barrier (before the stage ahead is issued) and the cp.async loop two."""
+    src = _kernel().get_kernel_source()
+    body = src[src.index("__global__"):]
+    loops = re.findall(r"for \(long long ko = 0;.*?\n      \}\n", body, re.S)
+    assert len(loops) == 2
+    bulk, per_thread = sorted(loops, key=lambda x: "tc_mbar_wait" not in x)
+    assert "tc_mbar_wait" in bulk and "tc_tma_load_2d" in bulk and "tc_cp_async" not in bulk
+    assert bulk.count("__syncthreads()") == 1 and "tc_wg_fence_proxy" not in bulk
+    assert "tc_cp_async_wait" in per_thread and per_thread.count("__syncthreads()") >= 2
+
+
+@needs_toolchain
+@pytest.mark.parametrize("mn, option, why", [
+    (None, {"tilecore.bulk_copy_versioned": False}, "tilecore.bulk_copy_versioned is off"),
+    (None, {"tilecore.warp_specialize": True}, "warp specialization was asked"),
+    ((4096, 4096), {"tilecore.persistent": 132}, "the loop is carried across a persistent tile loop"),
+])
+def test_without_versioning_the_loop_keeps_per_thread_copies_and_says_why(mn, option, why):
+    k = _kernel(mn, **option)
+    note = _note(k)
+    assert "bulk tile copies" not in note and f"not versioned at launch: {why}" in note
+    assert not k.meta["source"]["meta"]["tensor_maps"]
+    assert "UTMALDG" not in tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+
+
+def _version_test(source: str) -> str:
+    """The kernel's launch-time test, as written in its source (the ``if`` that opens the bulk branch)."""
+    body = source[source.index("__global__"):]
+    return next(line.strip()[len("if ("):-len(") {")] for line in body.splitlines()
+                if line.strip().startswith("if (") and "tc_floormod(K, " in line and "> 0" in line)
+
+
+def _evaluate_c(cond: str, M: int, N: int, K: int) -> bool:
+    py = cond.replace("&&", " and ").replace("||", " or ").replace("tc_floormod", "_fm")
+    return bool(eval(py, {"_fm": lambda a, b: a % b, "M": M, "N": N, "K": K}))  # noqa: S307
+
+
+SHAPES = [(M, N, K) for M in (0, 1, 128) for N in (0, 8, 100, 136) for K in (0, 7, 8, 255, 256)]
+
+
+def disagreements(source: str, meta: dict, signature: dict, shapes=SHAPES) -> list:
+    """The shapes at which the host would encode a tensor map the kernel's own test says it does not read,
+    or not encode one it does."""
+    from tilecore.runtime.launch import shape_fn
+
+    cond = _version_test(source)
+    out = []
+    for M, N, K in shapes:
+        values = {"M": M, "N": N, "K": K}
+        ints = [values[n] for n in signature["ints"]]
+        kernel = _evaluate_c(cond, M, N, K)
+        out += [(M, N, K) for m in meta["tensor_maps"] if bool(shape_fn([m["when"]])(ints)[0]) != kernel]
+    return out
+
+
+@needs_toolchain
+def test_the_host_evaluates_the_kernels_own_test():
+    k = _kernel()
+    src, meta, sig = k.get_kernel_source(), k.meta["source"]["meta"], k.meta["signature"]
+    assert sorted(sig["ints"]) == ["K", "M", "N"]
+    assert disagreements(src, meta, sig) == []
+    assert _evaluate_c(_version_test(src), 128, 136, 256) and not _evaluate_c(_version_test(src), 128, 136, 255)
+    # mutations of the kernel's test: 8-byte units (disagrees at K = 4 mod 8), K = 0 let through
+    assert disagreements(src.replace("tc_floormod(K, 8)", "tc_floormod(K, 4)"), meta, sig, SHAPES + [(128, 136, 12)])
+    assert disagreements(src.replace("(K > 0)", "(K >= 0)"), meta, sig)
+
+
+# -- the launch, with a recording driver (no GPU) ----------------------------------------------------
+
+@needs_toolchain
+@pytest.mark.parametrize("c_launcher", [True, False])
+def test_descriptors_are_encoded_only_where_the_launch_takes_the_bulk_version(c_launcher, monkeypatch):
+    from test_c_launcher import on_cpu
+
+    kernel = _kernel()
+    k, prog, driver = on_cpu(kernel, c_launcher, monkeypatch)
+    names = kernel.meta["signature"]["ints"]
+    first = 3 + len(names)  # A, B, C, the integers, then the two descriptors
+    cases = [((256, 136, 264), True), ((256, 136, 255), False), ((256, 100, 256), False), ((3, 8, 8), True),
+             ((64, 64, 0), False)]
+    for (M, N, K), bulk in cases:
+        a, b = torch.randn(M, K).half(), torch.randn(K, N).half()
+        c = torch.empty(M, N, dtype=torch.float32)
+        n = len(driver.records)
+        k(a, b, c)
+        assert len(driver.records) == n + 1, (M, N, K)
+        words = [int.from_bytes(p, "little") for p in driver.records[-1]["params"]]
+        values = dict(zip(names, words[3:first]))
+        assert values == {"M": M, "N": N, "K": K}
+        if bulk:  # the recorder's descriptor: the address, the outermost size in the top 16 bits
+            assert words[first:first + 2] == [a.data_ptr() ^ (M << 48), b.data_ptr() ^ (K << 48)], (M, N, K)
+        else:
+            assert words[first:first + 2] == [0, 0], (M, N, K)
+        assert words[-1] == prog._status_ptr
+    assert (k._native is not None) == c_launcher
+    assert len(prog.tmap_cache) == 4  # two bulk launches, two tensors each; the others encoded nothing
+
+
+@needs_toolchain
+def test_a_map_whose_test_is_forced_true_fails_loudly(monkeypatch):
+    """Mutation of the runtime's choice: told to encode where the rows are not whole 16-byte units, the
+    launch refuses (it never passes a descriptor the driver would reject, or a kernel would misread)."""
+    from test_c_launcher import on_cpu
+
+    from tilecore.errors import DeviceError
+
+    k, prog, driver = on_cpu(_kernel(), False, monkeypatch)
+    for m in prog.tmaps:
+        m["when"] = lambda ints: (1,)
+    a, b, c = torch.randn(64, 255).half(), torch.randn(255, 64).half(), torch.empty(64, 64)
+    with pytest.raises(DeviceError, match="rows are multiples of 16 bytes.*bulk_copy_versioned"):
+        k(a, b, c)
+
+
+# -- on an sm_90 GPU -------------------------------------------------------------------------------
+
+DEVICE_SHAPES = [
+    ((256, 512, 384), True),    # aligned, whole tiles
+    ((200, 136, 264), True),    # aligned rows, ragged M, N and K: the bulk copies' out-of-tensor zeros
+    ((129, 200, 255), False),   # odd K: cp.async, element copies of A
+    ((64, 100, 64), False),     # N a multiple of 4, not 8: cp.async, narrow copies of B
+    ((1, 8, 8), True),          # tiny, one partial tile
+    ((3, 5, 7), False),         # tiny and odd
+    ((17, 24, 0), False),       # K = 0: C is zero
+]
+
+
+@hopper_gpu
+@pytest.mark.parametrize("c_launcher", ["1", "0"])
+def test_dynamic_gemm_matches_float64_on_both_versions(c_launcher, monkeypatch):
+    monkeypatch.setenv("TILECORE_C_LAUNCHER", c_launcher)
+    k = tilecore.compile(dynamic_gemm(), target="cuda", pass_configs=NOCACHE)
+    rng = np.random.default_rng(7)
+    for (M, N, K), bulk in DEVICE_SHAPES:
+        a = rng.standard_normal((M, K)).astype(np.float16)
+        b = rng.standard_normal((K, N)).astype(np.float16)
+        c = torch.full((M, N), float("nan"), device="cuda")
+        before = len(k._program.tmap_cache) if getattr(k, "_program", None) is not None else 0
+        k(torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda(), c)
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        got = c.cpu().numpy().astype(np.float64)
+        assert np.abs(got - ref).max(initial=0.0) <= 1e-2 * max(1.0, np.abs(ref).max(initial=0.0)), (M, N, K)
+        encoded = len(k._program.tmap_cache) - before
+        assert (encoded == 2) == bulk, ((M, N, K), encoded)
+
+
+@hopper_gpu
+def test_an_odd_k_sliced_from_an_aligned_tensor_takes_the_per_thread_version():
+    """A column slice of a wider tensor is not contiguous: the binder's contract (a contiguous tensor) is
+    unchanged; a copy of it with an odd K runs the cp.async version, a K that is a multiple of 8 the bulk one."""
+    k = tilecore.compile(dynamic_gemm(), target="cuda", pass_configs=NOCACHE)
+    for K in (248, 249):
+        a = torch.randn(300, 256, device="cuda").half()[:, :K].contiguous()
+        b = torch.randn(K, 264, device="cuda").half()
+        c = torch.empty(300, 264, device="cuda")
+        k(a, b, c)
+        ref = a.double() @ b.double()
+        assert float((c.double() - ref).abs().max()) <= 1e-2 * max(1.0, float(ref.abs().max()))
