@@ -1,7 +1,15 @@
 """The catalog's dynamic-shape GEMM (``T.dynamic`` M, N, K; float32 C) against the same kernel at static sizes and cuBLAS, same run.
 
     python benchmarks/cuda_gemm_dynamic.py [--size 4096] [--configs 128x128x32x256x3,...]
-        [--rep 20] [--export DIR | --load DIR]
+        [--rep 20] [--export DIR | --load DIR] [--no-odd] [--no-host]
+
+Rows per configuration: the kernel at static sizes; the dynamic kernel (its pipelined loop versioned at launch,
+D40: TMA bulk copies where K and N are multiples of 8, the per-thread cp.async version otherwise); the same
+dynamic kernel compiled with ``tilecore.bulk_copy_versioned=False`` (the cp.async version alone, what the tree
+before D40 ran); and at K = size - 1 (odd: the launch takes the cp.async version, A copied element by element),
+with cuBLAS at that shape. Then the host time per launch of the dynamic kernel at a tiny shape (64^3: the
+bulk version, its two tensor maps cached; 64x64x63: the cp.async version, zeros passed for them) beside the
+static kernel's, measured as benchmarks/host_costs.py does (back-to-back calls, best of 5 loops of 500).
 
 The default configurations have 64-byte tile rows (block_K 32), so both kernels take the core's general path
 (at 128-byte rows the CUDA plugin's Hopper pipeline takes them, dynamic or not).
@@ -39,6 +47,8 @@ def main() -> int:
     ap.add_argument("--rep", type=int, default=20)
     ap.add_argument("--export", metavar="DIR", help="write this tree's dynamic kernels here (no GPU needed)")
     ap.add_argument("--load", metavar="DIR", help="also time the kernels --export wrote there (another tree's)")
+    ap.add_argument("--no-odd", action="store_true", help="skip the odd-K rows")
+    ap.add_argument("--no-host", action="store_true", help="skip the host time per launch")
     args = ap.parse_args()
     configs = [tuple(int(x) for x in c.split("x")) for c in args.configs.split(",")]
     ok, why = has_gpu()
@@ -62,9 +72,20 @@ def main() -> int:
     torch_ms = event_ms(lambda: torch.matmul(a, b), args.rep)
     print(f"| config | kernel | TFLOP/s | / cuBLAS ({tf(torch_ms):.1f}) | ptxas | max err |")
     print("|---|---|---|---|---|---|")
+    odd = None
+    if not args.no_odd:  # K = s - 1: A's rows are 2 (s - 1) bytes, not whole 16-byte units
+        a_o, b_o = a[:, :s - 1].contiguous(), b[:s - 1].contiguous()
+        ref_o = a_o.float() @ b_o.float()
+        odd_ms = event_ms(lambda: torch.matmul(a_o, b_o), args.rep)
+        odd = (a_o, b_o, ref_o, odd_ms)
+    off = {"tilecore.bulk_copy_versioned": False}
+    first = None
     for cfg in configs:
         kernels = {"static": tilecore.compile(matmul(s, s, s, *cfg, out_dtype="float32"), target=target),
-                   "dynamic": tilecore.compile(dynamic_matmul(*cfg), target=target)}
+                   "dynamic": tilecore.compile(dynamic_matmul(*cfg), target=target),
+                   "dynamic, cp.async only (versioning off)": tilecore.compile(dynamic_matmul(*cfg), target=target,
+                                                                               pass_configs=off)}
+        first = first or kernels
         if args.load:
             f = Path(args.load) / ("gemm_dynamic_" + "x".join(map(str, cfg)) + ".tck")
             if f.exists():
@@ -76,7 +97,50 @@ def main() -> int:
             notes = kernel.meta["source"]["meta"].get("ptxas", {}).get("performance_loss", ["-"])
             print(f"| {'x'.join(map(str, cfg))} | {name} | {tf(ms):.1f} | {torch_ms / ms:.2f}x | {notes[0][:60]} | "
                   f"{err:.2e} |")
+        if odd is not None:
+            a_o, b_o, ref_o, odd_ms = odd
+            kernel = kernels["dynamic"]
+            kernel(a_o, b_o, c)
+            err = float((c.float() - ref_o).abs().max())
+            ms = event_ms(lambda: kernel(a_o, b_o, c), args.rep)
+            tfo = lambda ms: 2.0 * s * s * (s - 1) / ms / 1e9  # noqa: E731
+            print(f"| {'x'.join(map(str, cfg))} | dynamic, K = {s - 1} (cp.async version) | {tfo(ms):.1f} | "
+                  f"{odd_ms / ms:.2f}x of cuBLAS at K = {s - 1} ({tfo(odd_ms):.1f}) | - | {err:.2e} |")
+    if not args.no_host and first is not None:
+        host_rows(first, torch)
     return 0
+
+
+def host_rows(kernels, torch, launches=500):
+    """Host time per launch at tiny shapes (the GPU's work smaller than the host's), compiled launcher on."""
+    import time
+
+    def host_us(fn):
+        for _ in range(100):
+            fn()
+        torch.cuda.synchronize()
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(launches):
+                fn()
+            best = min(best, (time.perf_counter() - t0) / launches * 1e6)
+            torch.cuda.synchronize()
+        return best
+
+    print("\n| launch (64 x 64 output) | host us per launch |\n|---|---|")
+    static = tilecore.compile(matmul(64, 64, 64, 128, 128, 32, 256, 3, out_dtype="float32"), target="cuda")
+    for name, kernel, k in (("static 64^3 (TMA, maps cached)", static, 64),
+                            ("dynamic 64^3 (TMA version, maps cached)", kernels["dynamic"], 64),
+                            ("dynamic 64x64x63 (cp.async version, zeros passed)", kernels["dynamic"], 63),
+                            ("dynamic 64^3, versioning off (cp.async, no maps)",
+                             kernels["dynamic, cp.async only (versioning off)"], 64)):
+        a = torch.randn(64, k, device="cuda", dtype=torch.float16)
+        b = torch.randn(k, 64, device="cuda", dtype=torch.float16)
+        c = torch.empty(64, 64, device="cuda", dtype=torch.float32)
+        print(f"| {name} | {host_us(lambda: kernel(a, b, c)):.2f} |")
+    x = torch.randn(4096, device="cuda")
+    print(f"| torch.add, 4096 elements | {host_us(lambda: torch.add(x, x, out=x)):.2f} |")
 
 
 if __name__ == "__main__":

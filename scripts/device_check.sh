@@ -84,6 +84,10 @@ step corpus env TILECORE_CORPUS_DEVICE=cuda:sm_90a python3 -m pytest -q -n 8 -p 
 # global-workspace sum (D27/D31, the kernel before), split_k=1, the user's atomic split-K, cuBLAS and Triton, one run
 step streamk bash -c 'python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_splitk.py -k device -rs; r=$?; \
      python3 benchmarks/cuda_gemm_splitk.py --rounds 20 --batch 10 --split-k 2,3,4 && exit $r'
+# dynamic-shape GEMMs on TMA (D40): the loop versioned at launch vs the cp.async version alone (versioning off),
+# odd K, the static kernel and cuBLAS in the same run, host us per launch; then both versions' float64 device tests
+step dyntma bash -c "python3 benchmarks/cuda_gemm_dynamic.py --rep 20 && \
+     python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_dynamic_tma.py -rs"
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

@@ -420,14 +420,26 @@ class CUDAProgram(Program):
 
     def _tensor_map(self, m: dict, ptr: int, ints: list):
         """The TMA descriptor (CUtensorMap, 128 bytes) of a row-major tensor at ``ptr``, for the kernel's box
-        and swizzle; cached per (address, dims), so a launch on the same tensors encodes nothing."""
-        dims = m["dims"](ints)
-        key = (m["arg"], ptr, dims)
-        hit = self.tmap_cache.get(key)
-        if hit is not None:
-            return hit
-        if m["when"] is not None and not m["when"](ints)[0]:
-            return _UNUSED_MAP  # the kernel tests the same condition and reads no map
+        and swizzle; cached per (address, dims), so a launch on the same tensors encodes nothing. A map with
+        ``when`` (D40) is cached per (address, the launch's integers), zeros included where its test fails."""
+        when = m["when"]
+        if when is not None:  # a versioned loop's map: its test reads any of the integers, so they are the key
+            key = (m["arg"], ptr, tuple(ints))
+            hit = self.tmap_cache.get(key)
+            if hit is not None:
+                return hit
+            if not when(ints)[0]:  # the kernel tests the same condition and reads no map
+                if len(self.tmap_cache) > 64:
+                    self.tmap_cache.clear()
+                self.tmap_cache[key] = _UNUSED_MAP
+                return _UNUSED_MAP
+            dims = m["dims"](ints)
+        else:
+            dims = m["dims"](ints)
+            key = (m["arg"], ptr, dims)
+            hit = self.tmap_cache.get(key)
+            if hit is not None:
+                return hit
         esize = int(m["elem_bytes"])
         strides = []
         stride = esize
