@@ -88,6 +88,20 @@ def test_the_loop_is_versioned_on_the_row_lengths_and_both_versions_reach_the_sa
 
 
 @needs_toolchain
+def test_no_accumulator_is_stored_before_a_wgmma_wait_in_either_branch():
+    """D29's ptxas hazard, per branch: after each group of HGMMA (both versions' loops, unrolled) the SASS waits
+    (WARPGROUP.DEPBAR 0) before it stores anything."""
+    k = _kernel()
+    lines = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target).splitlines()
+    gmma = [i for i, ln in enumerate(lines) if "HGMMA" in ln]
+    ends = [a for a, b in zip(gmma, gmma[1:] + [len(lines)]) if b - a > 60]
+    assert len(ends) >= 2  # one group per version at least
+    for end in ends:
+        wait = next(i for i in range(end, len(lines)) if "DEPBAR.LE gsb0, 0x0" in lines[i])
+        assert not [ln for ln in lines[end:wait] if "STG" in ln or "F2FP" in ln]
+
+
+@needs_toolchain
 def test_the_bulk_branch_meets_at_no_block_barrier_before_its_gemm():
     """The tiles are written by bulk copies in one branch and by cp.async in the other: within the bulk
     branch every thread waits on the stage's barrier itself (as a static kernel's loop does), so its loop
@@ -156,6 +170,20 @@ def test_the_host_evaluates_the_kernels_own_test():
     # mutations of the kernel's test: 8-byte units (disagrees at K = 4 mod 8), K = 0 let through
     assert disagreements(src.replace("tc_floormod(K, 8)", "tc_floormod(K, 4)"), meta, sig, SHAPES + [(128, 136, 12)])
     assert disagreements(src.replace("(K > 0)", "(K >= 0)"), meta, sig)
+
+
+def test_host_expressions_spell_conditions_as_0_or_1():
+    """Plugin API 1.8: ``host_expr`` writes comparisons and and/or/not (a versioned loop's launch test)."""
+    from tilecore.codegen import host_expr
+    from tilecore.ir import Var, binary, compare, logic_and, logic_not, logic_or
+    from tilecore.runtime.launch import shape_fn
+
+    k, n = Var("K", "int32"), Var("N", "int32")
+    cond = logic_or(logic_and(compare("eq", binary("floormod", k, 8), 0), compare("gt", k, 0)),
+                    logic_not(compare("le", n, 3)))
+    fn = shape_fn([host_expr(cond, [k, n])])
+    got = {(kv, nv): fn([kv, nv])[0] for kv in (-8, 0, 7, 8, 16) for nv in (3, 4)}
+    assert got == {(kv, nv): int((kv % 8 == 0 and kv > 0) or not nv <= 3) for kv, nv in got}
 
 
 # -- the launch, with a recording driver (no GPU) ----------------------------------------------------
