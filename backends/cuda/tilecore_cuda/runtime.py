@@ -180,6 +180,7 @@ class CUDAProgram(Program):
         self.tmaps = [dict(m, dims=shape_fn(m["dims"]), when=shape_fn([m["when"]]) if m.get("when") else None)
                       for m in self.meta.get("tensor_maps", ())]
         self.tmap_cache: dict = {}
+        self._maps_memo = None  # (buffer addresses, integers, descriptors) of the compiled launcher's last call
         self.aligned = list(self.meta.get("aligned_args", ()))
         # global scratch the kernel asks for (a GEMM split over K: hopper.split_k): one zero-filled buffer per
         # (device, stream), allocated at the first launch there and kept; its address is a parameter after
@@ -324,7 +325,12 @@ class CUDAProgram(Program):
     def _descriptors(self, buffers, ints) -> tuple:
         """The launch's parameters passed by address: the TMA descriptors, then the workspace's address (the
         compiled launcher holds them until cuLaunchKernel returns; it launches on ``self._cur_dev``)."""
-        maps = tuple(self._tensor_map(m, buffers[m["arg"]], ints) for m in self.tmaps)
+        memo = self._maps_memo  # the last launch's: a repeated launch compares two sequences (D40)
+        if memo is not None and memo[0] == buffers and memo[1] == ints:
+            maps = memo[2]
+        else:
+            maps = tuple(self._tensor_map(m, buffers[m["arg"]], ints) for m in self.tmaps)
+            self._maps_memo = (buffers, ints, maps)  # (the launcher passes a fresh tuple and list each call)
         if not self.workspace_bytes:
             return maps
         dev = self._cur_dev
