@@ -87,7 +87,8 @@ step streamk bash -c 'python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_c
 # dynamic-shape GEMMs on TMA (D40): the loop versioned at launch vs the cp.async version alone (versioning off),
 # odd K, the static kernel and cuBLAS in the same run, host us per launch; then both versions' float64 device tests
 step dyntma bash -c "python3 benchmarks/cuda_gemm_dynamic.py --rep 20 && \
-     python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_dynamic_tma.py -rs"
+     python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_dynamic_tma.py -rs && \
+     python3 -m tilecore conformance run --target cuda:sm_90a -k dynamic"
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \
