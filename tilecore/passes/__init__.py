@@ -176,13 +176,14 @@ def dump_dir_from_env() -> str | None:
 
 
 def core_pipeline() -> Pipeline:
-    from . import core, guard, layout, lower_tile, matrix, persistent, pipeline, vectorize
+    from . import copies, core, guard, layout, lower_tile, matrix, persistent, pipeline, vectorize
 
     return Pipeline({
         "legalize": [core.check_structure, core.check_extensions, core.check_static_bounds,
                      core.check_capabilities],
         "layout": [layout.infer_layouts, core.collect_hints],
-        "tile-lowering": [layout.lower_fragments, pipeline.stage_pipelined_copies, lower_tile.lower_tile_ops],
+        "tile-lowering": [layout.lower_fragments, pipeline.stage_pipelined_copies, copies.group_async_copies,
+                          lower_tile.lower_tile_ops],
         "pipelining": [persistent.persistent_tiles, pipeline.plan_pipelines, core.serialize_pipelined],
         "memory": [matrix.swizzle_operand_tiles, core.plan_memory, vectorize.vectorize_stores, guard.guard_accesses],
         "before-codegen": [core.verify_lowered],

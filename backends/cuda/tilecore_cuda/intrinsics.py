@@ -237,7 +237,10 @@ def lower_copy_async(op: TileOp, ctx):
     cols_valid = binary("sub", shape[cdim], src.starts[cdim])
     if ok is not None and const_value(ok) != 1:
         rows_valid = select(ok, rows_valid, const(0, rows_valid.dtype))
-    src_ld = row_stride(src.buffer, rdim) if rdim is not None else as_expr(1)
+    # one row: its stride is never used, but the helper tests it for 16-byte alignment with the source's
+    # address (a stride of 1 element failed that test and sent every 1-D copy to element copies); the row's
+    # length is whole 16-byte chunks (_copy_plan)
+    src_ld = row_stride(src.buffer, rdim) if rdim is not None else as_expr(cols)
     attrs = {"rows": rows, "cols": cols, "dst_ld": dst_ld}
     args = (dst, src, src_ld, simplify(rows_valid), simplify(cols_valid))
     return Collective("tc_copy_g2s_async", args, attrs, span=op.span)
