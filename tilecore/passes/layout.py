@@ -1006,21 +1006,8 @@ class _Lowerer:
         masks = L.reduce_masks(dim)
         pre = []
         if masks:
-            width = self._shuffle_width(masks)
-            if width == "dynamic":
-                pre, more = self._two_path_combine(L, dim, P, part, merge, ident, masks, op.span)
-                out += more
-            elif width:
-                out += self._shuffles(P, part, merge, masks, width, op.span)
-            elif (lanes := self._lanes_below(masks)):
-                # a row over several warps (blocked's rows fewer than warps): shuffles within each warp, then
-                # shared memory over the warps' totals only
-                out += self._shuffles(P, part, merge, [m for m in masks if m < lanes], lanes, op.span)
-                pre, more = self._scratch_combine(L, dim, P, part, merge, ident, op.span, width=lanes)
-                out += more
-            else:
-                pre, more = self._scratch_combine(L, dim, P, part, merge, ident, op.span)
-                out += more
+            pre, more = self._row_combine(L, dim, P, part, merge, ident, masks, self._lockstep_width(), op.span)
+            out += more
         ddims = _nonunit(dst.extents)
         guard = _replica0(P) if D is None else None
         for q in range(P.regs):
@@ -1041,16 +1028,14 @@ class _Lowerer:
         out += back
         return pre + xchg + [PerThread(seq(out), {"layout": repr(L), "reduce": kind}, span=op.span)]
 
-    def _shuffle_width(self, masks):
-        """The lockstep width a row's butterfly runs in: :func:`shuffle_width`, or ``"dynamic"`` where the
-        profile says the width is known only at run time (``simd_width: dynamic``; the two-path combine)."""
-        return shuffle_width(self.ctx, self.plan.threads, masks, dynamic=True)
-
-    def _lanes_below(self, masks) -> int:
-        """The target's static shuffle width where some of ``masks`` stay below it and the block is whole
-        groups of it (the row's threads within a group combine by shuffles), else 0."""
-        lanes = shuffle_width(self.ctx, self.plan.threads)
-        return lanes if isinstance(lanes, int) and lanes > 1 and min(masks) < lanes <= max(masks) else 0
+    def _lockstep_width(self):
+        """The lanes that run in lockstep and exchange by shuffles: the target's static width (an int; 1 where
+        it has no shuffles or the block is not whole groups of them), or ``ShuffleWidth()`` where the profile
+        says the width is known only at run time (``simd_width: dynamic``, uniform over the block)."""
+        width = shuffle_width(self.ctx, self.plan.threads, dynamic=True)
+        if width == "dynamic":
+            return ShuffleWidth()
+        return width if width >= 2 else 1
 
     @staticmethod
     def _shuffles(P, part, merge, masks, width, span) -> list:
@@ -1063,27 +1048,37 @@ class _Lowerer:
                 out.append(Store(part, (const(q),), _combine(merge, cur, ShuffleXor(cur, m, width)), span=span))
         return out
 
-    def _two_path_combine(self, L, dim, P, part, merge, ident, masks, span):
-        """Where the lockstep width ``w`` is known only at run time (``ShuffleWidth()``, uniform over the
-        block): the butterfly's masks below ``w`` as shuffles, then, only where some mask reaches ``w`` or
-        beyond, the shared-memory combine over the row's threads whose offset is a multiple of ``w`` (each
-        holds its group's total). ``w = 1`` is the shared-memory path alone; ``w`` above every mask, the
-        shuffles alone. Masks are distinct powers of two (``reduce_masks``), so an offset is a multiple of
-        ``w`` exactly when its lowest set bit is at least ``w``."""
-        w = ShuffleWidth()
-        out = []
+    def _row_combine(self, L, dim, P, part, merge, ident, masks, width, span):
+        """Combine a row's partials over the row's threads, ``masks`` its butterfly (distinct powers of two,
+        ``reduce_masks``), ``width`` the lockstep width (:meth:`_lockstep_width`: an int, or an expression
+        known at run time). One body for both: the masks below ``width`` as xor shuffles, then, where some mask
+        reaches ``width``, the shared-memory combine over the row's threads whose offset is a multiple of
+        ``width`` (each holds its group's total). With an int every test folds: the shuffles of the masks
+        below it (their width operand the group's width), the shared-memory combine only where the row
+        crosses groups (a row over several warps: D37), over every thread of the row where ``width`` is 1
+        (no shuffles). With an expression each test stays an ``if`` (uniform over the block: D21's two
+        paths), a shuffle's width operand ``2 * mask`` (a segment the mask stays in, whatever ``width``
+        is); ``width = 1`` then runs the shared-memory path alone, ``width`` above every mask the shuffles
+        alone. ``(allocations, statements)``."""
+        static = isinstance(width, int)
+        out: list = []
         for m in masks:
-            body = self._shuffles(P, part, merge, (m,), 2 * m, span)
-            out.append(If(compare("lt", const(m), w), seq(body), span=span))
-        pre, combine = self._scratch_combine(L, dim, P, part, merge, ident, span, width=w)
-        out.append(If(compare("le", w, const(max(masks))), seq(combine), span=span))
-        return pre, out
+            out += _when(compare("lt", const(m), width),
+                         self._shuffles(P, part, merge, (m,), width if static else 2 * m, span), span)
+        across = compare("le", width, const(max(masks)))
+        if const_value(across) == 0:
+            return [], out
+        pre, combine = self._scratch_combine(L, dim, P, part, merge, ident, span, width=width)
+        return pre, out + _when(across, combine, span)
 
-    def _scratch_combine(self, L, dim, P, part, merge, ident, span, width=None):
-        """Combine a row's partials through shared memory: every thread writes its partials, then each
-        combines those of the threads of its row, in the same order on every thread. With ``width`` (an
-        expression: groups of that many threads have already combined by shuffles) only the threads at
-        offsets that are multiples of it join in."""
+    def _scratch_combine(self, L, dim, P, part, merge, ident, span, width=1):
+        """Combine a row's partials through shared memory: every thread writes its partials, a barrier, then
+        each combines those of the threads of its row, in the same order on every thread. With ``width`` (an
+        int or an expression: groups of that many threads have already combined by shuffles) only the threads
+        at offsets that are multiples of it join in. No barrier before the writes or after the reads: the
+        caller's per-thread program reads shared memory, so thread distribution (``tilecore.simt_distribute``,
+        the only way fragments reach registers: :func:`runs_on_threads`) puts a barrier before it and after it;
+        the scratch is the reduction's own, so nothing else reads or writes it in between."""
         from .lower_tile import _combine
 
         n = self.plan.threads
@@ -1095,23 +1090,18 @@ class _Lowerer:
             base = binary("sub", base, binary("mul", binary("floormod", binary("div", tid, d.stride), d.extent),
                                               d.stride))
         b = Var("row0")
-        out = [Barrier(span=span)]
-        out += [Store(scratch, (binary("add", binary("mul", tid, P.regs), q),), BufferLoad(part, (const(q),)),
-                      span=span) for q in range(P.regs)]
+        out = [Store(scratch, (binary("add", binary("mul", tid, P.regs), q),), BufferLoad(part, (const(q),)),
+                     span=span) for q in range(P.regs)]
         out += [Barrier(span=span), Bind(b, base, span=span)]
         for q in range(P.regs):
             out.append(Store(part, (const(q),), ident, span=span))
             for vals in itertools.product(*(range(d.extent) for d in digs)):
                 off = sum(v * d.stride for v, d in zip(vals, digs))
-                if isinstance(width, int) and off % width:  # a thread whose group total is its lowest's
-                    continue
                 cur = BufferLoad(part, (const(q),))
                 x = BufferLoad(scratch, (binary("add", binary("mul", binary("add", b, off), P.regs), q),))
                 st = Store(part, (const(q),), _combine(merge, cur, x), span=span)
-                if width is not None and not isinstance(width, int) and off:
-                    st = If(compare("le", width, const(off & -off)), st, span=span)
-                out.append(st)
-        out.append(Barrier(span=span))
+                # a thread whose group total is its lowest's: offsets below the width's multiples drop out
+                out += _when(compare("le", width, const(off & -off)), [st], span) if off else [st]
         return [Allocate(scratch, span=span)], out
 
     # the block-level program
@@ -1145,6 +1135,14 @@ class _Lowerer:
             loops, inner = _nest_of(_expand(s, self.ctx))
             return self.nest(loops, inner, s.span)
         return s
+
+
+def _when(cond, stmts: list, span) -> list:
+    """``stmts`` under ``cond``: as they are where it folds to true, nothing where false, else one ``if``."""
+    v = const_value(simplify(cond))
+    if v is not None:
+        return list(stmts) if v else []
+    return [If(cond, seq(stmts), span=span)] if stmts else []
 
 
 def _shuffle_dtype(dtype: str) -> str:
