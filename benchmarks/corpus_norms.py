@@ -6,7 +6,9 @@ TileLang wrote it) on a CUDA GPU against torch, same run; ``--load DIR`` times k
 
 At blk_m = 1 a block holds one row; before the core's blocked layout gave the threads the rows leave idle more
 columns (2026-11-26), the row sat on one warp's lanes with copies on the other warps (layernorm: 256 registers a
-thread, 1.3 KB spilled on sm_90a). Prints GB/s (the row data read and written once) and the ratio to torch.
+thread, 1.3 KB spilled on sm_90a). Before D42 the layernorm's three copies (X, gamma, beta) were three waits and
+three barriers, each moving 2-byte elements (a one-row copy failed the CUDA helper's alignment test); now one
+asynchronous group of 16-byte copies. Prints GB/s (the row data read and written once) and the ratio to torch.
 Exits with status 3 where no CUDA GPU is present (after --export, which needs none).
 """
 from __future__ import annotations

@@ -89,6 +89,10 @@ step streamk bash -c 'python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_c
 step dyntma bash -c "python3 benchmarks/cuda_gemm_dynamic.py --rep 20 && \
      python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_dynamic_tma.py -rs && \
      python3 -m tilecore conformance run --target cuda:sm_90a -k dynamic"
+# TileLang's layernorm and RMSNorm at blk_m = 1 (decision D42: the copies as one async group), torch in the same run;
+# with .norms_before/ carried (`python benchmarks/corpus_norms.py --export .norms_before` in the tree before the
+# change, no GPU needed) the old tree's kernels are timed beside this tree's
+step norms python3 benchmarks/corpus_norms.py --rep 50 --load .norms_before
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

@@ -149,10 +149,12 @@ def test_readme_gemm_takes_tensor_cores_and_cp_async(target, path):
     if path == "plugin":
         assert "tc_gemm_mma<128, 64, 64, 32," in body
     assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in src and "cp.async.cg.shared.global" in src
-    # a loop of one stage is not pipelined: its copies take cuda.copy_async (copy, commit, wait for it)
+    # a loop of one stage is not pipelined: its two copies are one asynchronous group each iteration
+    # (tilecore.group_async_copies: both issued, one commit, one wait, D42)
     k = _compile(gemm_kernel(128, 128, 64, 64, 64, 32, stages=1), target)
-    assert "copy:cuda.copy_async" in k.meta["attrs"]["intrinsics"] and "pipelines" not in k.meta["attrs"]
-    assert "tc_copy_g2s_async<128, 64, 32, 32>" in k.get_kernel_source()
+    assert "pipelines" not in k.meta["attrs"] and len(k.meta["attrs"]["copy_groups"]) == 1
+    body = k.get_kernel_source().split('extern "C"')[1]
+    assert "tc_copy_g2s_async<" not in body and body.count("tc_cp_async_wait<0>();") == 1
 
 
 def _sass(kernel, target) -> str:
@@ -339,8 +341,8 @@ def test_device_gemm_variants(case, path):
 @needs_toolchain
 def test_operand_tiles_are_swizzled_unless_a_collective_reads_them():
     """The tiles the unit's operands are loaded from are stored XOR-swizzled (every access maps through the
-    layout: the host-emulated gemms above check the numbers); a tile a block-wide copy fills by address (a
-    loop of one stage: cuda.copy_async) stays row-major; the pass config turns it off."""
+    layout: the host-emulated gemms above check the numbers); a tile filled by element stores stays row-major;
+    the pass config turns it off."""
     k = _compile(gemm_kernel(128, 128, 64, 64, 64, 32))
     assert k.meta["attrs"]["shared_layouts"] == {"A_s": "64x32 tile, 64-byte XOR swizzle of 16-byte units",
                                                  "B_s": "32x64 tile, 128-byte XOR swizzle of 16-byte units"}
@@ -348,9 +350,11 @@ def test_operand_tiles_are_swizzled_unless_a_collective_reads_them():
     # K = 37: A's rows are not whole 16-byte runs, so its tile is filled by element stores and stays row-major
     ragged = _compile(gemm_kernel(48, 40, 37, 32, 32, 16))
     assert set(ragged.meta["attrs"]["shared_layouts"]) == {"B_s"}
+    # a loop of one stage: its two copies are one asynchronous group of per-thread copies (D42), which address
+    # the tiles through their layout, so the tiles are swizzled as the planner's are
     one_stage = _compile(gemm_kernel(128, 128, 64, 64, 64, 32, stages=1))
-    assert "copy:cuda.copy_async" in one_stage.meta["attrs"]["intrinsics"]
-    assert "shared_layouts" not in one_stage.meta["attrs"]
+    assert "copy:cuda.copy_async" not in one_stage.meta["attrs"]["intrinsics"]
+    assert set(one_stage.meta["attrs"]["shared_layouts"]) == {"A_s", "B_s"}
     off = tilecore.compile(gemm_kernel(128, 128, 64, 64, 64, 32), target="cuda:sm_80",
                            pass_configs={**NOCACHE, "tilecore.swizzle_operand_tiles": False})
     assert "shared_layouts" not in off.meta["attrs"]

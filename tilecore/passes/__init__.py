@@ -5,8 +5,10 @@ Slots, in order (a kernel moves from tile ops over regions to scalar loops ready
 ``legalize``        check the kernel against the target's capabilities and the tile ops' contracts
 ``layout``          decide layouts (fragments over threads and registers, swizzles); collect layout and
                     scheduling hints
-``tile-lowering``   put fragments that got a layout in registers (per-thread programs), then replace each
-                    tile op with the implementation the target's intrinsic table picks
+``tile-lowering``   put fragments that got a layout in registers (per-thread programs); where the target declares
+                    ``feature:async_copy``, issue consecutive independent copies into shared memory as one
+                    asynchronous group (``tilecore.group_async_copies``: one wait, one barrier); then replace
+                    each tile op with the implementation the target's intrinsic table picks
 ``pipelining``      with ``tilecore.persistent``, loop the resident blocks over the tiles
                     (``tilecore.persistent_tiles``, ``tilecore.passes.persistent``); software-pipeline
                     ``T.Pipelined`` loops: where the target declares ``feature:async_copy``,
