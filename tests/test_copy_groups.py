@@ -8,8 +8,8 @@
 - mutations: the wait dropped, or the group's barrier dropped, give wrong numbers (or the emulator's stale-read
   failure); unmutated passes;
 - what is not grouped: one copy alone (the target's own copy; CUDA's one-row copies now take its 16-byte path),
-  two copies into one buffer, copies inside a pipelined loop (the planner's), targets without asynchronous
-  copies (WebGPU, cpu), checked mode.
+  two copies into one buffer, copies inside a pipelined loop (the planner's), copies the target's table makes
+  bulk tile copies (MUSA PH1's TME loads), targets without asynchronous copies (WebGPU, cpu), checked mode.
 """
 from __future__ import annotations
 
@@ -185,6 +185,12 @@ def test_not_grouped():
     for target in ("cpu", "webgpu"):  # no asynchronous copies: as before
         k = _compile(target)
         assert "copy_groups" not in k.meta["attrs"], target
+    pytest.importorskip("tilecore_musa")
+    from test_musa_backend import tme_gemm32
+
+    # copies the target's table gives to bulk tile copies (MUSA PH1's TME loads) stay the backend's
+    k = tilecore.compile(tme_gemm32(100, 72, 40), target="musa:mp_31", pass_configs=NOCACHE)
+    assert "copy_groups" not in k.meta["attrs"] and k.source.meta["vendor"]["tme_loads"] == 2
 
 
 def _gemm(loop, stages=0):

@@ -12,7 +12,9 @@ two or more consecutive independent copies:
 - each a ``T.copy`` from a global tensor into a ``T.alloc_shared`` buffer of the same dtype (any region),
   the buffers all different (two copies into one buffer would race: asynchronous copies land in any
   order), none into a tile a matrix instruction reads by descriptor (``tilecore.lower_tile_ops`` gives
-  those a bulk copy or the paneled layout);
+  those a bulk copy or the paneled layout), none the target's intrinsic table gives to a bulk tile copy (an
+  implementation that requires ``feature:bulk_tensor_copy``: one thread's copy on a transaction barrier,
+  e.g. MUSA PH1's TME loads, is left to the backend);
 - consecutive statements of one sequence, not inside a ``T.Pipelined`` loop of two or more stages (the
   planner counts that loop's copy groups; a group of ours would drain its stages);
 
@@ -39,13 +41,13 @@ from ..ir import (AsyncCommit, AsyncCopy, AsyncWait, Barrier, For, If, KernelLau
 from ..ir.bounds import Facts
 from . import tile_pass
 from .guard import facts_at
-from .pipeline import STAGE, async_copy_nest, copy_bytes, enabled
+from .pipeline import BULK_FEATURE, STAGE, async_copy_nest, copy_bytes, enabled
 
 #: a run needs at least this many copies (one copy alone keeps the target's own copy: nothing to overlap)
 MIN_GROUP = 2
 
 
-def _groupable(s, paneled: set):
+def _groupable(s, paneled: set, ctx):
     """The destination buffer of ``s`` when it is a copy this pass may group, else None."""
     if not (isinstance(s, TileOp) and s.op == "copy" and len(s.args) == 2):
         return None
@@ -55,6 +57,10 @@ def _groupable(s, paneled: set):
         return None
     if id(dst.buffer) in paneled or id(dst.buffer.base or dst.buffer) in paneled:
         return None
+    from .lower_tile import choose
+
+    if BULK_FEATURE in choose(s, ctx).requires:
+        return None  # the target's table copies it as a bulk tile copy (one thread, a transaction barrier)
     return dst.buffer.base or dst.buffer
 
 
@@ -138,7 +144,7 @@ def group_async_copies(func, ctx):
             run, seen = [], set()
             j = i
             while j < len(body):
-                buf = _groupable(body[j], paneled)
+                buf = _groupable(body[j], paneled, ctx)
                 if buf is None or id(buf) in seen:
                     break
                 seen.add(id(buf))
