@@ -13,8 +13,8 @@ two or more consecutive independent copies:
   the buffers all different (two copies into one buffer would race: asynchronous copies land in any
   order), none into a tile a matrix instruction reads by descriptor (``tilecore.lower_tile_ops`` gives
   those a bulk copy or the paneled layout), none the target's intrinsic table gives to a bulk tile copy (an
-  implementation that requires ``feature:bulk_tensor_copy``: one thread's copy on a transaction barrier,
-  e.g. MUSA PH1's TME loads, is left to the backend);
+  implementation that requires ``feature:bulk_tensor_copy``: one thread's copy on a transaction barrier is
+  left to the backend);
 - consecutive statements of one sequence, not inside a ``T.Pipelined`` loop of two or more stages (the
   planner counts that loop's copy groups; a group of ours would drain its stages);
 
@@ -27,9 +27,8 @@ stays a synchronous store nest inside the group (it lands in program order; the 
 it). The in-bounds predicates the prover shows true where the copy runs (block index ranges, enclosing
 conditions, ``T.assume``) are dropped.
 
-Backends spell the statements as for pipelined copies (CUDA ``cp.async`` + ``commit_group`` +
-``wait_group 0``; HIP ``global_load_lds`` + ``s_waitcnt``; MUSA's copy engine) and require the tensors such
-copies read 16-byte aligned where the launch can check it (CUDA ``aligned_args``), as for pipelined
+Backends spell the statements as they spell pipelined copies, and a backend whose launch checks the
+alignment of the tensors that multi-element asynchronous copies read checks these too, as for pipelined
 copies. Targets without asynchronous copies keep their copies as they were. Each group adds a line to
 ``func.attrs["copy_groups"]`` (``kernel.meta["attrs"]["copy_groups"]``), e.g.
 ``"X_smem, G_smem, B_smem: one async group (16-byte copies)"``.
