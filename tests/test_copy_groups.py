@@ -217,14 +217,27 @@ def test_pipelined_loops_are_left_to_the_planner():
     assert "copy_groups" not in k.meta["attrs"] and k.meta["attrs"]["pipelines"]
 
 
-def test_copies_in_a_serial_loop_are_one_group_per_iteration():
-    """A K loop without stages: A's and B's tiles in one group each iteration; on the emulator against float64
+@pytest.mark.parametrize("target", ["cuda:sm_80", "hip:gfx942"])
+def test_copies_in_a_serial_loop_are_one_group_per_iteration(target):
+    """A K loop without stages: A's and B's tiles in one group each iteration; on the emulators against float64
     (the next iteration's copies must not overwrite tiles the gemm still reads: the barrier after it)."""
-    run = _cuda_run()
-    k = tilecore.compile(_gemm("serial"), target="cuda:sm_80", pass_configs=NOCACHE)
-    assert list(k.meta["attrs"]["copy_groups"]) == ["A_s, B_s: one async group (16-byte copies)"]
+    if target.startswith("cuda"):
+        run = _cuda_run()
+    else:
+        pytest.importorskip("tilecore_hip")
+        import hip_host_emulator
+
+        if hip_host_emulator.compiler() is None:
+            pytest.skip("the HIP host emulator needs clang++")
+        run = hip_host_emulator.run_on_host
+    k = tilecore.compile(_gemm("serial"), target=target, pass_configs=NOCACHE)
+    width = 16 if target.startswith("cuda") else 4
+    assert list(k.meta["attrs"]["copy_groups"]) == [f"A_s, B_s: one async group ({width}-byte copies)"]
     body = _body(k)
-    assert body.count("tc_cp_async_commit()") == 1 and body.count("tc_cp_async_wait<0>()") == 1
+    if target.startswith("cuda"):
+        assert body.count("tc_cp_async_commit()") == 1 and body.count("tc_cp_async_wait<0>()") == 1
+    else:
+        assert body.count("tc_async_wait();") == 1
     rng = np.random.default_rng(7)
     a, b = (rng.standard_normal((128, 128)).astype(np.float16) for _ in range(2))
     out = run(k, [a, b, np.full((128, 128), np.nan, np.float32)])[2]
