@@ -11,7 +11,8 @@
 // MMA::run records the read, commit closes the thread's group, and wgmma.wait_group N performs the reads of all
 // but the newest N groups then (after a short sleep that gives a producer that was let in too early the time
 // to overwrite the stage), adding to the accumulators a value made of the k, the rows and the columns the tags
-// say. So a stage released before its group completed, a wrong stage or phase, accumulators not zeroed per tile
+// say, and at a tile's first k a term of each element's place in its 64-row slice (the m64nN accumulator layout:
+// a slice stored with its elements moved shows). So a stage released before its group completed, a wrong stage or phase, accumulators not zeroed per tile
 // or read before the tile's last group, a tile run twice or left out: each changes C or trips a check.
 //
 // Checks: no TMA box written while a WGMMA read of it is pending; A and B of one WGMMA come from the same k;
@@ -20,6 +21,18 @@
 // layouts, one and two consumer warpgroups (MR 2 and 1), 2 and 3 stages, ragged edges, grids with fewer
 // blocks than tiles (not a multiple) and with more, and tiles of different k lengths (1 to 4 k tiles); the same
 // with PINGPONG (each consumer warpgroup whole tiles in turn, MR = BM / 64).
+//
+// The epilogue through shared memory and TMA stores (EPI & TC_EPI_TMA, tilecore.cuda.tma_store, D38) runs with C's
+// tensor map, shared-memory stores, fence.proxy.async, named barriers and bulk groups shimmed: a store stamps every
+// byte it writes 'written, not fenced' (a thread's fence makes its own bytes fenced) and fails if a TMA store that
+// has not yet been waited for (cp.async.bulk.wait_group.read) covers it; a TMA store needs every byte of its box
+// written for this tile and fenced, reads the box at once through the 128-byte swizzle (decoded here on its own),
+// writes the parts inside the map's dims to C (clipped as TMA clips) and keeps the box 'being read' until the
+// issuing thread's wait retires its committed group (an uncommitted store is never retired). The waiting thread
+// sleeps 3 ms and the other threads sleep 1 ms before their first write of a tile, so a missing barrier on either
+// side of the writes shows. A thread must leave with no store uncommitted or in flight. With
+// TC_HOST_PADDED_CMAP the harness builds C's map as a runtime that took the tiles' extent for C's would: the edge
+// tiles then write outside C (the case must fail: tests/test_cuda_persistent.py).
 // Prints "ok" or the first failure, and exits 0 or 1.
 #include <atomic>
 #include <barrier>
@@ -31,13 +44,16 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 struct tc_tmap {
-  int which;  // 0: A, 1: B
-  int rows;   // the box's rows (of 128 bytes each)
+  int which;            // 0: A, 1: B, 2: C (TMA stores)
+  int rows;             // the box's rows (of 128 bytes each)
+  long long cols = 0;   // C: the tensor's columns (dims[0]) and rows (dims[1])
+  long long nrows = 0;
 };
 struct tc_dim3 {
   unsigned x = 0, y = 0, z = 0;
@@ -71,10 +87,17 @@ struct Geometry {  // the case's template constants, for decoding descriptors
   bool kmajor;
 };
 static Geometry G;
+struct Store {  // a TMA store's box of shared memory, read until its group is waited for
+  unsigned addr;
+  bool retired = false;
+};
 struct Block {
   std::mutex mu;
   std::condition_variable cv;
   std::map<unsigned, Bar> bars;
+  std::map<int, std::unique_ptr<std::barrier<>>> named;  // named barriers, made at their first use
+  std::vector<Store> stores;
+  std::vector<unsigned char> cstate = std::vector<unsigned char>(256 * 1024);  // per byte: 1 written, 2 not fenced
   std::map<unsigned, Tag> tags;          // by box address
   std::map<unsigned, int> reading;       // box address -> WGMMA reads pending
   std::barrier<> sync;
@@ -170,6 +193,9 @@ inline void tc_wgmma_commit() {
 static float value(int k, int row, int n0) {  // what one WGMMA adds to every accumulator: exact in float
   return (float)(1 + k / G.KSTEP + 64 * ((row / 64) % 16) + 1024 * ((n0 / 8) % 16));
 }
+static float place(int r, int col) {  // exact in float beside the sums of value(): multiples of 2^19 below 2^24
+  return (float)(((r * 5 + col * 3) % 32) * (1 << 19));
+}
 static void perform(const Op& op) {
   std::lock_guard<std::mutex> g(B_->mu);
   const Tag ta = B_->tags[op.a_box], tb = B_->tags[op.b_box];
@@ -187,6 +213,10 @@ static void perform(const Op& op) {
   if (k != kb) fail("A and B of one WGMMA from different k", k, kb);
   const float v = value(k, row, n0);
   for (int j = 0; j < op.n; ++j) op.acc[j] += v;
+  if (k == 0) {  // once per tile: a term of the element's place in the m64nN tile, as the accumulator layout says
+    const int l = (int)(threadIdx.x % 32), w = (int)(threadIdx.x % 128 / 32);
+    for (int j = 0; j < op.n; ++j) op.acc[j] += place(w * 16 + l / 4 + 8 * ((j / 2) % 2), 8 * (j / 4) + 2 * (l % 4) + j % 2);
+  }
   --B_->reading[op.a_box];
   --B_->reading[op.b_box];
 }
@@ -201,7 +231,7 @@ template <int N> inline void tc_wgmma_wait() {
 // -- C ----------------------------------------------------------------------------------------------------------
 static float* g_c;
 static std::atomic<int>* g_writes;
-static long long g_c_size;
+static long long g_c_size, g_ldc;
 template <typename T> inline void tc_store1(T* p, float v) {
   if (p < g_c || p >= g_c + g_c_size) fail("a store outside C", p - g_c);
   *p = v;
@@ -212,6 +242,84 @@ template <typename T> inline void tc_store2(T* p, float a, float b) {
   tc_store1(p, a);
   tc_store1(p + 1, b);
 }
+
+// -- the TMA store epilogue (TC_EPI_TMA) --------------------------------------------------------------------------
+static thread_local std::vector<std::pair<unsigned, unsigned>> unfenced;  // this thread's writes since its fence
+static thread_local bool wrote_since_fence = false;
+static thread_local std::vector<int> open_stores;                           // issued, not yet committed
+static thread_local std::deque<std::vector<int>> store_groups;              // committed, not yet waited for
+
+inline void tc_fence_proxy_async() {
+  std::lock_guard<std::mutex> g(B_->mu);
+  for (auto [a, n] : unfenced)
+    for (unsigned i = 0; i < n; ++i) B_->cstate[a + i] &= (unsigned char)~2u;
+  unfenced.clear();
+  wrote_since_fence = false;
+}
+inline void tc_consumer_sync(int id, int count) {
+  std::barrier<>* b;
+  {
+    std::lock_guard<std::mutex> g(B_->mu);
+    auto& slot = B_->named[id];
+    if (!slot) slot = std::make_unique<std::barrier<>>(count);
+    b = slot.get();
+  }
+  if (count != 128) fail("a consumer barrier not over one warpgroup", id, count);
+  b->arrive_and_wait();
+}
+static void shared_write(unsigned a, const void* src, unsigned n) {
+  if (!wrote_since_fence && threadIdx.x % 128 != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  wrote_since_fence = true;
+  std::lock_guard<std::mutex> g(B_->mu);
+  for (const Store& s : B_->stores)
+    if (!s.retired && a + n > s.addr && a < s.addr + 8192) fail("C buffer rewritten while a TMA store still reads it", a);
+  std::memcpy(B_->smem + a, src, n);
+  for (unsigned i = 0; i < n; ++i) B_->cstate[a + i] = 3;
+  unfenced.push_back({a, n});
+}
+inline void tc_st_shared_v2(unsigned a, float x, float y) {
+  if (a % 8) fail("misaligned 8-byte shared store", a);
+  const float v[2] = {x, y};
+  shared_write(a, v, 8);
+}
+inline void tc_stmatrix_x4(unsigned, unsigned, unsigned, unsigned, unsigned) { fail("stmatrix: 16-bit C is not run here"); }
+template <typename T> unsigned tc_pack2(float, float);
+inline void tc_tma_store_2d(const tc_tmap* map, unsigned src, int c0, int c1) {
+  std::lock_guard<std::mutex> g(B_->mu);
+  if (map == nullptr || map->which != 2) fail("a TMA store through a map that is not C's");
+  if (src % 1024) fail("a TMA store from a box not aligned for the 128-byte swizzle", src);
+  for (unsigned i = 0; i < 8192; ++i) {
+    if (!(B_->cstate[src + i] & 1)) fail("a TMA store of C-buffer bytes not written for this tile", src, i);
+    if (B_->cstate[src + i] & 2) fail("a TMA store of C-buffer bytes written without fence.proxy.async", src, i);
+  }
+  constexpr int PER = 16 / (int)sizeof(float);  // columns in a 16-byte chunk
+  for (int r = 0; r < 64; ++r)
+    for (int q = 0; q < 8; ++q)
+      for (int e = 0; e < PER; ++e) {
+        const long long row = c1 + r, col = c0 + q * PER + e;
+        if (row < 0 || col < 0 || row >= map->nrows || col >= map->cols) continue;  // TMA writes nothing there
+        float v;
+        std::memcpy(&v, B_->smem + src + r * 128 + ((q ^ (r & 7)) << 4) + e * 4, 4);
+        tc_store1<float>(g_c + row * g_ldc + col, v);
+      }
+  for (unsigned i = 0; i < 8192; ++i) B_->cstate[src + i] &= (unsigned char)~1u;  // this tile's bytes, stored
+  B_->stores.push_back(Store{src});
+  open_stores.push_back((int)B_->stores.size() - 1);
+}
+inline void tc_bulk_commit() {
+  store_groups.push_back(open_stores);
+  open_stores.clear();
+}
+static void retire(int n) {
+  if ((int)store_groups.size() > n) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  std::lock_guard<std::mutex> g(B_->mu);
+  while ((int)store_groups.size() > n) {
+    for (int i : store_groups.front()) B_->stores[i].retired = true;
+    store_groups.pop_front();
+  }
+}
+template <int N> inline void tc_bulk_wait_read() { retire(N); }
+template <int N> inline void tc_bulk_wait() { retire(N); }
 
 #define TC_PERSISTENT_HOST
 #include "tc_persistent.cuh"
@@ -232,7 +340,13 @@ static void run_case(int M, int N, int grid, int launches) {
   std::vector<std::atomic<int>> writes(g_c_size);
   g_c = c.data();
   g_writes = writes.data();
+  g_ldc = ldc;
   const tc_tmap tma{0, BM}, tmb{1, KMAJOR ? BN : BK};
+#ifdef TC_HOST_PADDED_CMAP
+  const tc_tmap tmc{2, 64, (long long)TN * BN, (long long)TM * BM};
+#else
+  const tc_tmap tmc{2, 64, N, M};
+#endif
   auto tile_of = [&](long long t) {
     const long long tm = t / TN, tn = t % TN;
     return tc_gemm_tile{tm * BM * ldc + tn * BN, tm * BM, 0, KMAJOR ? tn * BN : 0, KMAJOR ? 0 : tn * BN,
@@ -251,8 +365,11 @@ static void run_case(int M, int N, int grid, int launches) {
           threadIdx.x = (unsigned)t;
           blockIdx.x = (unsigned)b;
           tc_wgmma_persistent<NTHREADS, BM, BN, BK, STAGES, NC, MR, KMAJOR, 0, BK, KMAJOR ? 0 : BK, KMAJOR ? BK : 0,
-                              EPI, KSTEP, PINGPONG, MMA>(blk->smem, g_c, tiles, ldc, tile_of, &tma, &tmb);
+                              EPI, KSTEP, PINGPONG, MMA>(blk->smem, g_c, tiles, ldc, tile_of, &tma, &tmb,
+                                                         (EPI & TC_EPI_TMA) ? &tmc : nullptr);
           if (!groups.empty() || !open_group.empty()) fail("a thread left with WGMMA groups pending", t);
+          if (!open_stores.empty()) fail("a thread left with TMA stores never committed", t);
+          if (!store_groups.empty()) fail("a thread left with TMA stores in flight", t);
         });
       for (auto& th : threads) th.join();
       delete blk;
@@ -271,6 +388,7 @@ static void run_case(int M, int N, int grid, int launches) {
           float want = 0.0f;
           const int kt = k_tiles_of((long long)tm * TN + tn);
           for (int k = 0; k < kt * BK; k += KSTEP) want += value(k, tm * BM + r / 64 * 64, tn * BN);
+          want += place(r % 64, col - tn * BN);
           if (c[at] != want) fail("a wrong sum in C (row, col)", row, col);
         }
   }
@@ -290,6 +408,13 @@ int main() {
   run_case<128, 16, 64, 2, 2, true, 0, true>(3 * 128 - 5, 3 * 16 - 3, 4, 2);
   // ping-pong, B N-major, 3 stages, 7 tiles on 2 blocks (4 and 3: the warpgroups' turns end unevenly)
   run_case<128, 64, 64, 3, 2, false, 0, true>(7 * 128 - 64, 64, 2, 1);
+  // the epilogue through shared memory and TMA stores (float C: 32 columns a box): two consumer warpgroups, ragged
+  // M and N, 9 tiles on 4 blocks, two launches
+  run_case<128, 32, 64, 2, 2, true, TC_EPI_TMA>(3 * 128 - 5, 3 * 32 - 3, 4, 2);
+  // one consumer warpgroup with two 64-row slices (MR 2) of two boxes each, B N-major, 3 stages, 7 tiles on 2 blocks
+  run_case<128, 64, 64, 3, 1, false, TC_EPI_TMA>(7 * 128 - 64, 64 - 8, 2, 1);
+  // ping-pong: each warpgroup stages whole tiles in its own part of the buffer; 9 ragged tiles on 4 blocks
+  run_case<128, 32, 64, 2, 2, true, TC_EPI_TMA, true>(3 * 128 - 5, 3 * 32 - 3, 4, 2);
   std::printf("ok\n");
   return 0;
 }

@@ -430,14 +430,30 @@ MUTANTS = {
         ("constexpr int READERS = PINGPONG ? 128 : 128 * NC;", "constexpr int READERS = 128 * NC;", 1)],
     "ping-pong: the other warpgroup's k steps not counted": [
         ("        it += k_tiles;\n        continue;", "        continue;", 1)],
+    # the epilogue through shared memory and TMA stores (tilecore.cuda.tma_store, D38)
+    "tma store: the buffer rewritten before the stores of the tile before read it": [
+        ("        if (t == 0) tc_bulk_wait_read<0>();", "        if (false) tc_bulk_wait_read<0>();", 1)],
+    "tma store: the warpgroup writes the buffer before its storing thread has waited": [
+        ("have read the buffer */\n        tc_consumer_sync(1 + me, 128);\n", "have read the buffer */\n", 1)],
+    "tma store: no fence.proxy.async before the stores": [("        tc_fence_proxy_async();\n", "", 1)],
+    "tma store: the stores issued before the warpgroup has written the tile": [
+        ("        tc_fence_proxy_async();\n        tc_consumer_sync(1 + me, 128);\n", "        tc_fence_proxy_async();\n",
+         1)],
+    "tma store: the stores never committed": [("          tc_bulk_commit();\n", "", 1)],
+    "tma store: the block exits with its stores in flight": [
+        ("    if (TMA_STORE && threadIdx.x % 128 == 0) tc_bulk_wait<0>();", "", 1)],
+    "tma store: every box to the tile's first columns": [("col0 + b * OATOM", "col0", 1)],
+    "tma store: the slice written without the 128-byte swizzle": [
+        ("((((col % OATOM) / 4) ^ (r & 7)) << 4)", "(((col % OATOM) / 4) << 4)", 1)],
+    "tma store: both warpgroups stage into the same slices": [("cbuf + (me * MR + i) * CBOXES", "cbuf + i * CBOXES", 1)],
 }
 
 
-def _run_harness(header_text: str, tmp: Path) -> subprocess.CompletedProcess:
+def _run_harness(header_text: str, tmp: Path, defines=()) -> subprocess.CompletedProcess:
     (tmp / "tc_persistent.cuh").write_text(header_text)
     exe = tmp / "persistent"
-    subprocess.run(["g++", "-std=c++20", "-O1", "-w", "-pthread", "-I", str(tmp), "-o", str(exe), str(HARNESS)],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(["g++", "-std=c++20", "-O1", "-w", "-pthread", *(f"-D{d}" for d in defines), "-I", str(tmp),
+                    "-o", str(exe), str(HARNESS)], check=True, capture_output=True, text=True)
     return subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
 
 
@@ -457,3 +473,11 @@ def test_protocol_harness_catches_each_mutant(name, tmp_path):
     proc = _run_harness(text, tmp_path)
     assert proc.returncode != 0, f"{name}: not caught\n{proc.stdout}"
     print(name, "->", proc.stdout.strip())
+
+
+@needs_gxx
+def test_protocol_harness_catches_tma_stores_past_cs_edges(tmp_path):
+    """C's tensor map with the tiles' extent instead of C's shape (as a runtime that built it from the grid would):
+    the edge tiles' TMA stores then write outside C's valid rows and columns, and the harness says so."""
+    proc = _run_harness(HEADER.read_text(), tmp_path, defines=("TC_HOST_PADDED_CMAP",))
+    assert proc.returncode != 0 and "outside C's valid rows and columns" in proc.stdout, proc.stdout

@@ -134,7 +134,8 @@ class CUDAEmitter(SIMTCppEmitter):
             st.tmap_meta.append({"arg": next(k for k, p in enumerate(abi.buffers) if p.buffer is buf),
                                  "dtype": m["dtype"], "elem_bytes": m["elem_bytes"],
                                  "dims": [host_expr(simplify(d), list(abi.ints)) for d in reversed(m["buffer"].shape)],
-                                 "box": list(m["box"]), "swizzle": m["swizzle"]})
+                                 "box": list(m["box"]), "swizzle": m["swizzle"],
+                                 **({"fix": m["fix"]} if "fix" in m else {})})  # the runtime's error says it
             if when is not None:  # a versioned loop's bulk copies (BulkCopy.when): encoded where it holds
                 st.tmap_meta[-1]["when"] = host_expr(when, list(abi.ints))
             params.append(f"const __grid_constant__ tc_tmap {name}")

@@ -61,6 +61,7 @@ TMAP_DTYPES = {"uint8": 0, "int8": 0, "float8_e4m3": 0, "float8_e5m2": 0, "uint1
 TMAP_SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
 _OUT_DTYPES = ("float16", "bfloat16", "float32")
 EPI_ROWS, EPI_COLS, EPI_PAIRS = 1, 2, 4  # prelude/tc_hopper.cuh's TC_EPI_* flags
+EPI_TMA = 8  # prelude/tc_persistent.cuh's TC_EPI_TMA: the epilogue through shared memory and TMA stores (D38)
 
 
 def _uses(stmt, buf: Buffer) -> int:
@@ -324,8 +325,26 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
             at = {**attrs, "hopper_persistent": blocks, "pingpong": pingpong}
             if pingpong:
                 at["MR"] = p.bm // 64
+            tma_bytes, twhy = tma_store_plan(launch, p, ctx, s, stages, stage_bytes, other, limit, target,
+                                             pingpong=pingpong)
+            if tma_bytes:  # the C buffer after the stages and barriers (tc_persistent.cuh: at bars + 1024)
+                big = Buffer(pipe.name, (tma_store_pipe_bytes(stages, stage_bytes, tma_bytes),), "uint8", "shared")
+                args = (Region(big, (as_expr(0),), (big.shape[0],)), *args[1:])
+                new[0] = Allocate(big, span=s.span)
+                # the direct stores' pair alignment (EPI_PAIRS: the launch checks C's address for it) is not needed:
+                # the launch checks C's 16-byte alignment for its tensor map, with tma_store's own error
+                at["epi"] = (at["epi"] & ~EPI_PAIRS) | EPI_TMA
+                cmap = tensor_map(target, (SWIZZLE_BYTES // target.buffer.dtype.bytes, 64))
+                cmap["fix"] = "pass_configs={'tilecore.cuda.tma_store': False}"  # the runtime's error (C's map)
+                at["tensor_maps"] = [*maps, cmap]
+            if twhy:
+                pwhy += f"; {twhy}"
             new[new.index(coll)] = Collective("tc_wgmma_persistent", args, at, span=s.span)
             extra_attrs = {"hopper_persistent": blocks}  # not "persistent": the core's tilecore.persistent (D36)
+        else:
+            twhy = tma_store_plan(launch, p, ctx, s, stages, stage_bytes, other, limit, target, persistent=False)[1]
+            if twhy:
+                why = f"{why}; {twhy}" if why else twhy
         ctx.notes.append(f"cuda.hopper_gemm_pipeline: {p.bm}x{p.bn}x{p.bk} {p.dt}, {stages} stages, "
                          f"{p.ncwg} consumer warpgroup(s) + 1 producer, epilogue to {attrs['epilogue']} memory"
                          + (f"; {why}" if why else "") + (f"; {pwhy}" if pwhy else ""))
@@ -343,6 +362,60 @@ PERSISTENT_BLOCKS_PER_SM = 1
 #: ``tilecore.cuda.persistent`` unless the kernel says: on since D43 (measured on the H100 in one run, D34: 4096^3
 #: fp16 0.88x -> 0.90x cuBLAS, bf16 likewise, 8192^3 +0.5-0.8%, the same bits; ping-pong 13-18% slower, so True)
 PERSISTENT_DEFAULT = True
+
+
+#: ``tilecore.cuda.tma_store`` unless the kernel says (D38: off until measured on the H100)
+TMA_STORE_DEFAULT = False
+#: bytes between the pipeline's barriers and the C buffer (tc_persistent.cuh: ``cbuf = bars + 1024``; the
+#: barriers take 16 a stage and 16 for ping-pong, the buffer keeps the 128-byte swizzle's 1024-byte alignment)
+TMA_STORE_GAP = 1024
+
+
+def tma_store_pipe_bytes(stages: int, stage_bytes: int, c_bytes: int) -> int:
+    """The pipeline buffer of a persistent GEMM whose epilogue goes through shared memory: 1024 bytes of
+    alignment slack, the stages, the barriers' 1024 bytes, the C buffer."""
+    return 1024 + stages * stage_bytes + TMA_STORE_GAP + c_bytes
+
+
+def tma_store_plan(launch: KernelLaunch, p: _Plan, ctx, loop: For, stages: int, stage_bytes: int, other: int, limit: int, out: Region,
+                   persistent: bool = True, pingpong: bool = False) -> tuple:
+    """``(c_bytes, note)``: with ``tilecore.cuda.tma_store`` on, the bytes of the shared C buffer of the persistent
+    kernel's epilogue through shared memory and TMA stores (tc_persistent.cuh, TC_EPI_TMA), or 0 with the note
+    that says why the kernel keeps its direct stores; off: ``(0, None)``. The C tile is staged as 64-row x
+    128-byte boxes with the 128-byte swizzle, one TMA store each; TMA writes nothing outside C's shape, so ragged
+    tiles need no checks. It needs a persistent grid (the stores of one tile run under the next tile's main loop),
+    whole 128-byte boxes across the tile (block_N a multiple of 64 fp16 / 32 fp32 columns), C's rows a multiple
+    of 16 bytes (TMA's row stride) and the C tile beside the stages in shared memory."""
+    asked = ctx.option("tilecore.cuda.tma_store", TMA_STORE_DEFAULT)
+    if not isinstance(asked, bool):
+        raise CompileError(f"pass config tilecore.cuda.tma_store must be True or False, got {asked!r}", loop.span)
+    if not asked:
+        return 0, None
+    if not persistent:
+        return 0, ("not tma_store: the epilogue through shared memory and TMA stores runs on a persistent grid "
+                   "(tilecore.cuda.persistent=True), where the next tile's main loop hides it")
+    osize = out.buffer.dtype.bytes
+    atom = SWIZZLE_BYTES // osize
+    if p.bn % atom:
+        return 0, (f"not tma_store: block_N = {p.bn} is not whole 128-byte rows of {out.buffer.dtype} C (a multiple "
+                   f"of {atom} columns)")
+    ldc = simplify(as_expr(out.buffer.shape[1]))
+    if not launch_facts(launch).proves_multiple(simplify(binary("mul", ldc, osize)), 16):
+        return 0, (f"not tma_store: the rows of {out.buffer.name} are not provably a multiple of 16 bytes, as a TMA "
+                   "store needs")
+    rows = 2 * p.bm if pingpong else p.bm  # ping-pong: each consumer warpgroup stages whole tiles of its own
+    c_bytes = rows * p.bn * osize
+    pipe = tma_store_pipe_bytes(stages, stage_bytes, c_bytes)
+    if other + pipe > limit:
+        fit = [s for s in range(stages - 1, 1, -1) if other + tma_store_pipe_bytes(s, stage_bytes, c_bytes) <= limit]
+        hint = (f"num_stages={fit[0]} makes room" if fit else
+                "a smaller block_M x block_N or a 16-bit C makes room")
+        what = f"two {p.bm}x{p.bn} {out.buffer.dtype} C tiles" if pingpong else \
+            f"the {p.bm}x{p.bn} {out.buffer.dtype} C tile"
+        return 0, (f"not tma_store: {what} ({c_bytes // 1024} KB) does not fit in shared memory beside {stages} "
+                   f"stages ({other + pipe} of {int(limit)} bytes); {hint}")
+    return c_bytes, (f"tma_store: the epilogue through {c_bytes // 1024} KB of shared memory and "
+                     f"{p.bm * p.bn * osize // 8192} TMA stores a tile, under the next tile's main loop")
 
 
 def persistent_blocks(launch: KernelLaunch, p: _Plan, splits: int, body: list, ctx, loop: For) -> tuple:

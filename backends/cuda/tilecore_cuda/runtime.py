@@ -454,7 +454,7 @@ class CUDAProgram(Program):
             strides.append(stride)
         if ptr % 16 or any(x % 16 for x in strides):
             fix = ("pass_configs={'tilecore.bulk_copy_versioned': False}" if m["when"] is not None
-                   else "pass_configs={'tilecore.cuda.disable_wgmma': True}")
+                   else m.get("fix", "pass_configs={'tilecore.cuda.disable_wgmma': True}"))  # C's map: tma_store's
             raise DeviceError(f"argument {m['arg']}: the TMA copies of this kernel need a 16-byte aligned tensor whose "
                               f"rows are multiples of 16 bytes (address {ptr:#x}, row strides {strides} bytes); "
                               f"pass a fresh contiguous tensor, or compile with {fix}")

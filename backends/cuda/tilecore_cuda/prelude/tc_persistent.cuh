@@ -9,11 +9,94 @@ struct tc_gemm_tile {
   long long c_off, a_r0, a_c0, b_r0, b_c0, k_tiles, m_valid, n_valid;
 };
 
+/* tc_wgmma_persistent's EPI flag for the epilogue through shared memory and TMA stores (tilecore.cuda.tma_store,
+ * docs/decisions.md D38; TC_EPI_ROWS / COLS / PAIRS are tc_hopper.cuh's, for the direct stores) */
+#ifndef TC_EPI_TMA
+#define TC_EPI_TMA 8
+#endif
+
 #ifndef TC_PERSISTENT_HOST /* tests/persistent_host.cpp runs the protocol on the host, with its own barriers */
 __device__ __forceinline__ void tc_mbar_init_fence() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
+/* the TMA store epilogue's primitives (TC_EPI_TMA) */
+__device__ __forceinline__ void tc_fence_proxy_async() {  /* this thread's shared-memory writes, to the async proxy */
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void tc_consumer_sync(int id, int count) {  /* named barrier `id` over `count` threads */
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+/* four 8x8 matrices of 16-bit elements: lane l gives the address of row l % 8 of matrix l / 8 and holds, in rK,
+ * the pair at row l / 4, columns 2 (l % 4) and + 1 of matrix K (a WGMMA accumulator pair, converted) */
+__device__ __forceinline__ void tc_stmatrix_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+__device__ __forceinline__ void tc_st_shared_v2(unsigned addr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+/* a 2-D box of shared memory to the tensor map's tensor at (c0 innermost, c1); the box's parts outside the
+ * tensor are not written. Asynchronous: completes with the thread's bulk group (tc_bulk_commit) */
+__device__ __forceinline__ void tc_tma_store_2d(const tc_tmap* map, unsigned src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(map), "r"(src),
+               "r"(c0), "r"(c1)
+               : "memory");
+}
+__device__ __forceinline__ void tc_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/* until at most N of this thread's bulk groups still read shared memory (.read) / are still running */
+template <int N> __device__ __forceinline__ void tc_bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N> __device__ __forceinline__ void tc_bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+/* two floats as one register of two 16-bit values (round to nearest even, as tc_store2) */
+template <typename T> __device__ __forceinline__ unsigned tc_pack2(float a, float b);
+template <> __device__ __forceinline__ unsigned tc_pack2<__half>(float a, float b) {
+  const __half2 h = __floats2half2_rn(a, b);
+  return *reinterpret_cast<const unsigned*>(&h);
+}
+#ifdef __CUDA_BF16_TYPES_EXIST__
+template <> __device__ __forceinline__ unsigned tc_pack2<__nv_bfloat16>(float a, float b) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<const unsigned*>(&h);
+}
 #endif
+#endif
+
+/* One consumer warpgroup's 64 x BN slice of C (its m64nBN accumulators, lane t of the warpgroup) into shared
+ * memory at `dst` as the TMA store reads it: BN / (128 / sizeof(TOUT)) boxes of 64 rows x 128 bytes, 8 KB apart,
+ * each with the 128-byte swizzle of the tensor map (16-byte chunk q of row r at r * 128 + ((q ^ (r % 8)) * 16);
+ * `dst` 1024-byte aligned), so the eight rows of one 16-byte column go to eight different bank groups.
+ * 16-bit C: stmatrix, four 8x8 matrices (16 rows x 16 columns) an instruction; float C: 8-byte stores. */
+template <int BN, typename TOUT>
+__device__ __forceinline__ void tc_stage_c_slice(unsigned dst, const float (&acc)[BN / 2], int t) {
+  constexpr int OATOM = 128 / (int)sizeof(TOUT);  /* columns of C in one 128-byte box row */
+  constexpr int BOX = 64 * 128;
+  const int w = t / 32, l = t % 32;
+  if constexpr (sizeof(TOUT) == 2) {
+    const int m = l / 8, r = w * 16 + (m & 1) * 8 + (l & 7);  /* the row this lane addresses */
+#pragma unroll
+    for (int q = 0; q < BN / 16; ++q) {
+      const int col = q * 16 + (m >> 1) * 8;
+      const unsigned a = dst + (col / OATOM) * BOX + r * 128 + ((((col % OATOM) / 8) ^ (r & 7)) << 4);
+      tc_stmatrix_x4(a, tc_pack2<TOUT>(acc[8 * q], acc[8 * q + 1]), tc_pack2<TOUT>(acc[8 * q + 2], acc[8 * q + 3]),
+                     tc_pack2<TOUT>(acc[8 * q + 4], acc[8 * q + 5]), tc_pack2<TOUT>(acc[8 * q + 6], acc[8 * q + 7]));
+    }
+  } else {
+    static_assert(sizeof(TOUT) == 4, "tc_stage_c_slice: 16- or 32-bit C");
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = w * 16 + l / 4 + 8 * h, col = j * 8 + (l % 4) * 2;
+        const unsigned a = dst + (col / OATOM) * BOX + r * 128 + ((((col % OATOM) / 4) ^ (r & 7)) << 4) + (col % 4) * 4;
+        tc_st_shared_v2(a, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      }
+    }
+  }
+}
 
 /* tc_wgmma_pipeline (tc_hopper.cuh) over several output tiles per block: block b runs tiles b, b + gridDim.x,
  * ... < tiles, each described by tile_of(t) (a tc_gemm_tile). The pipeline is set up once; its stage index
@@ -27,12 +110,20 @@ __device__ __forceinline__ void tc_mbar_init_fence() {
  * alternating between them, so one's epilogue runs under the other's main loop (CUTLASS's ping-pong kernel).
  * The stages still flow in tile order; a warpgroup counts the other's k steps past and starts a tile's main
  * loop only once the other has finished the tile before (its `done` mbarrier): before that, a stage's `full`
- * barrier may be phases behind, and a parity wait cannot tell phase u from u - 2. */
+ * barrier may be phases behind, and a parity wait cannot tell phase u from u - 2.
+ * EPI & TC_EPI_TMA (tilecore.cuda.tma_store, D38): the epilogue goes through shared memory: after the pipeline's
+ * stages and barriers (at base + STAGES * STAGE + 1024) a C buffer of NC * MR slices, each 64 rows x BN columns of
+ * TOUT (tc_stage_c_slice). Consumer warpgroup `me` writes its slices (me * MR + i), every thread fences its writes
+ * to the async proxy, the warpgroup meets on named barrier 1 + me, and its first thread issues one TMA store per
+ * 64 x 128-byte box through C's tensor map `tmc` (rows and columns outside C are not written: no checks) and
+ * commits them as one bulk group; the warpgroup goes straight on to its next tile's main loop. Only before it
+ * writes the buffer again does that thread wait until its stores have read it (cp.async.bulk.wait_group.read 0),
+ * the warpgroup meeting on the barrier after it; the thread waits for them to complete before it exits. */
 template <int NTHREADS, int BM, int BN, int BK, int STAGES, int NC, int MR, bool B_KMAJOR, int A_RS, int A_CS,
           int B_RS, int B_CS, int EPI, int KSTEP, bool PINGPONG, typename MMA, typename TOUT, typename TILE>
 __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* __restrict__ C_base, long long tiles,
                                                     long long ldc, TILE tile_of, const tc_tmap* tma,
-                                                    const tc_tmap* tmb) {
+                                                    const tc_tmap* tmb, const tc_tmap* tmc = nullptr) {
   static_assert(NTHREADS == 128 * (NC + 1), "tc_wgmma_persistent: one producer and NC consumer warpgroups");
   constexpr int ESIZE = 32 / KSTEP;            /* bytes per element: k16 for 16-bit types, k32 for 8-bit */
   constexpr int ATOM = 128 / ESIZE;            /* elements in one 128-byte row */
@@ -55,6 +146,11 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
   const unsigned base = (raw + 1023u) & ~1023u;
   const unsigned bars = base + STAGES * STAGE;  /* full[s] at bars + 8 s, empty[s] at bars + 8 (STAGES + s) */
   const unsigned done = bars + 16 * STAGES;     /* ping-pong: done[c] at done + 8 c, consumer c's main loops */
+  constexpr bool TMA_STORE = (EPI & TC_EPI_TMA) != 0;
+  constexpr int OATOM = 128 / (int)sizeof(TOUT);  /* TMA store: C's columns in one 128-byte box row */
+  constexpr int CBOXES = BN / OATOM;              /* ... boxes of 64 rows in a slice of 64 x BN */
+  static_assert(!TMA_STORE || (BN % OATOM == 0 && 16 * STAGES + 16 <= 1024), "tc_wgmma_persistent: TMA store tiles");
+  const unsigned cbuf = bars + 1024;            /* TMA store: the C buffer (1024-byte aligned) */
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -153,6 +249,27 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
       if (PINGPONG) tc_mbar_arrive(done + 8 * me);  /* the other warpgroup's next tile may start */
 #pragma unroll
       for (int i = 0; i < MR; ++i) tc_reg_fence(acc[i]);
+      if (TMA_STORE) {
+        const int t = threadIdx.x % 128;
+        if (t == 0) tc_bulk_wait_read<0>();  /* this warpgroup's stores of its tile before have read the buffer */
+        tc_consumer_sync(1 + me, 128);
+#pragma unroll
+        for (int i = 0; i < MR; ++i) tc_stage_c_slice<BN, TOUT>(cbuf + (me * MR + i) * CBOXES * 8192, acc[i], t);
+        tc_fence_proxy_async();
+        tc_consumer_sync(1 + me, 128);
+        if (t == 0) {
+          const int row0 = (int)(g.c_off / ldc), col0 = (int)(g.c_off % ldc);
+#pragma unroll
+          for (int i = 0; i < MR; ++i) {
+#pragma unroll
+            for (int b = 0; b < CBOXES; ++b)
+              tc_tma_store_2d(tmc, cbuf + ((me * MR + i) * CBOXES + b) * 8192, col0 + b * OATOM,
+                              row0 + (c * MR + i) * 64);
+          }
+          tc_bulk_commit();
+        }
+        continue;
+      }
       TOUT* __restrict__ C = C_base + g.c_off;
       const long long m_valid = g.m_valid, n_valid = g.n_valid;
       /* accumulator layout of m64nN: warp w of the warpgroup holds rows 16 w + lane / 4 (+ 8); register
@@ -185,5 +302,6 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
         }
       }
     }
+    if (TMA_STORE && threadIdx.x % 128 == 0) tc_bulk_wait<0>();  /* the stores are done before the block exits */
   }
 }
