@@ -30,6 +30,13 @@ cuBLAS in the same run:
 ``pingpong`` (``tilecore.cuda.persistent="pingpong"``) gives each of the two consumer warpgroups whole tiles in
 turn; it takes tiles of at most 128 accumulators a thread (128x128), so the 128x128 configurations are the ones
 to compare (the 128x256 ones stay plain persistent, said so on their line).
+
+``--tma-store off,on`` times every configuration with ``tilecore.cuda.tma_store`` off and on (docs/decisions.md
+D38: the persistent kernel's epilogue through shared memory and TMA stores, under the next tile's main loop;
+it needs a persistent grid, so without ``--persistent`` the kernels are persistent), one line each, says whether
+the two results are the same bits, and adds a table of the best of each against cuBLAS in the same run:
+
+    python benchmarks/cuda_gemm.py --sizes 4096,8192 --tma-store off,on --no-fp8 --configs 128:256:64:256:3:8,...
 """
 from __future__ import annotations
 
@@ -288,6 +295,10 @@ def main() -> int:
                     type=lambda v: [{"on": True, "off": False}.get(x.strip(), x.strip()) for x in v.split(",") if x.strip()],
                     help="time each configuration with tilecore.cuda.persistent off, on and/or pingpong, e.g. "
                          "off,on,pingpong (D34)")
+    ap.add_argument("--tma-store", default="",
+                    type=lambda v: [{"on": True, "off": False}[x.strip()] for x in v.split(",") if x.strip()],
+                    help="time each configuration with tilecore.cuda.tma_store off and/or on, e.g. off,on (D38; "
+                         "the kernels are persistent unless --persistent says)")
     ap.add_argument("--no-wgmma", action="store_true",
                     help="switch the Hopper passes off (tilecore.cuda.disable_wgmma): measures the sm_80 path "
                          "(mma.sync register program with cp.async stages) on an sm_90 GPU")
@@ -311,7 +322,7 @@ def main() -> int:
 
     dev = torch.cuda.get_device_name(0)
     print(f"device: {dev}; torch {torch.__version__}; tilecore {tilecore.__version__}; target {args.target}")
-    rows, split_rows, persist_rows = [], [], []
+    rows, split_rows, persist_rows, tma_rows = [], [], [], []
     cfgs = _pass_configs(args)
     shapes = [(n, n, n) for n in (int(x) for x in args.sizes.split(",") if x)]
     shapes += [tuple(int(v) for v in x.split("x")) for x in args.shapes.split(",") if x]
@@ -328,13 +339,20 @@ def main() -> int:
             unsplit = None  # the best of every configuration with tilecore.cuda.split_k=1 (the kernel before D27)
             any_split = False
             best_by = {}  # tilecore.cuda.persistent -> (TFLOP/s, config) of the best configuration (--persistent)
-            variants = [(cfg, p) for cfg in configs + (SMALL_M_CONFIGS if m <= 256 and not args.configs else [])
-                        for p in (args.persistent or [None])]
+            best_tma = {}  # tilecore.cuda.tma_store -> (TFLOP/s, config) of the best persistent configuration
+            persists = args.persistent or ([True] if args.tma_store else [None])  # TMA stores need a persistent grid
+            variants = [(cfg, p, ts) for cfg in configs + (SMALL_M_CONFIGS if m <= 256 and not args.configs else [])
+                        for p in persists for ts in (args.tma_store or [None])]
             last_c = None
-            for cfg, persist in variants:
+            last_tma = None  # (config, persistent, C) of the last tma_store=off run: the same-bits check
+            for cfg, persist, tma in variants:
                 pc = cfgs if persist is None else {**cfgs, "tilecore.cuda.persistent": persist}
+                if tma is not None:
+                    pc = {**pc, "tilecore.cuda.tma_store": tma}
                 names = {False: "off", True: "on", "pingpong": "pingpong"}
                 label = "" if persist is None else f", persistent {names.get(persist, persist)}"
+                if tma is not None:
+                    label += f", tma_store {names[tma]}"
                 try:
                     k = tilecore.compile(matmul(m, n, kk, *cfg, dtype=dtype), target=args.target, pass_configs=pc)
                     ms = event_ms(lambda: k(a, b, c), args.rep)
@@ -353,12 +371,21 @@ def main() -> int:
                     elif persist == "pingpong" and "; ping-pong:" not in note:
                         label += " (persistent, not ping-pong: see the note)"
                         took = False
-                    if persist and last_c is not None and last_c[0] == cfg:
+                    if persist and last_c is not None and last_c[0] == cfg and tma is None:
                         same = f"; same bits as off: {torch.equal(c, last_c[1])}"
                     if not persist:
                         last_c = (cfg, c.clone())
-                    if took and (persist not in best_by or tf > best_by[persist][0]):
+                    if tma and "tma_store: the epilogue through" not in note:
+                        label += " (kept the direct stores: see the kernel's hopper_pipelines note)"
+                        took = False
+                    if tma and last_tma is not None and last_tma[:2] == (cfg, persist):
+                        same = f"; same bits as tma_store off: {torch.equal(c, last_tma[2])}"
+                    if tma is False:
+                        last_tma = (cfg, persist, c.clone())
+                    if took and tma is None and (persist not in best_by or tf > best_by[persist][0]):
                         best_by[persist] = (tf, cfg)
+                    if took and persist and tma is not None and (tma not in best_tma or tf > best_tma[tma][0]):
+                        best_tma[tma] = (tf, cfg if persist is True else (*cfg, persist))
                 print(f"  {dtype} {name} config {cfg}{label}: {ms:.3f} ms, {tf:.1f} TFLOP/s"
                       + (f" (split-K {splits})" if splits > 1 else "") + same)
                 if args.check:
@@ -403,6 +430,8 @@ def main() -> int:
             rows.append((dtype, name, best, tf_t, tf_tr))
             if best_by:
                 persist_rows.append((dtype, name, best_by, tf_t))
+            if best_tma:
+                tma_rows.append((dtype, name, best_tma, tf_t))
             if any_split:
                 split_rows.append((dtype, name, best, unsplit, tf_t))
             del a, b, c
@@ -445,6 +474,18 @@ def main() -> int:
             vs = lambda x: "-" if off is None or x is None else f"{x[0] / off[0]:.3f}x"  # noqa: E731
             print(f"| {dtype} | {n} | {cell(off)} | {cell(on)} | {cell(pp)} | {tf_t:.1f} | {ratio(off)} | {ratio(on)} "
                   f"| {ratio(pp)} | {vs(on)} | {vs(pp)} |")
+
+    if tma_rows:
+        print()
+        print("| dtype | shape | tma_store off TFLOP/s (config) | on (config) | torch (cuBLAS) TFLOP/s | off / cuBLAS "
+              "| on / cuBLAS | on / off |")
+        print("|---|---|---|---|---|---|---|---|")
+        for dtype, n, by, tf_t in tma_rows:
+            off, on = by.get(False), by.get(True)
+            cell = lambda x: "-" if x is None else f"{x[0]:.1f} ({x[1]})"  # noqa: E731
+            ratio = lambda x: "-" if x is None else f"{x[0] / tf_t:.2f}x"  # noqa: E731
+            vs = "-" if off is None or on is None else f"{on[0] / off[0]:.3f}x"
+            print(f"| {dtype} | {n} | {cell(off)} | {cell(on)} | {tf_t:.1f} | {ratio(off)} | {ratio(on)} | {vs} |")
 
     # compile and launch costs
     cold, _, _ = compile_times(args.target)
