@@ -30,7 +30,9 @@
 // writes the parts inside the map's dims to C (clipped as TMA clips) and keeps the box 'being read' until the
 // issuing thread's wait retires its committed group (an uncommitted store is never retired). The waiting thread
 // sleeps 3 ms and the other threads sleep 1 ms before their first write of a tile, so a missing barrier on either
-// side of the writes shows. A thread must leave with no store uncommitted or in flight. With
+// side of the writes shows. stmatrix meets the warp's lanes and writes each lane's row from the four lanes that hold
+// it; a 16-bit C element is an index into the values the conversion has seen (exact, whatever the value). A thread
+// must leave with no store uncommitted or in flight. With
 // TC_HOST_PADDED_CMAP the harness builds C's map as a runtime that took the tiles' extent for C's would: the edge
 // tiles then write outside C (the case must fail: tests/test_cuda_persistent.py).
 // Prints "ok" or the first failure, and exits 0 or 1.
@@ -47,13 +49,18 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 struct tc_tmap {
   int which;            // 0: A, 1: B, 2: C (TMA stores)
   int rows;             // the box's rows (of 128 bytes each)
-  long long cols = 0;   // C: the tensor's columns (dims[0]) and rows (dims[1])
+  long long cols = 0;   // C: the tensor's columns (dims[0]) and rows (dims[1]), its element size
   long long nrows = 0;
+  int esize = 4;
+};
+struct h16 {  // a 16-bit C element: an index into the values the harness's conversion has seen (tc_pack2<h16>)
+  unsigned short id;
 };
 struct tc_dim3 {
   unsigned x = 0, y = 0, z = 0;
@@ -103,7 +110,14 @@ struct Block {
   std::barrier<> sync;
   unsigned long long seq = 0;
   alignas(1024) unsigned char smem[256 * 1024];
-  explicit Block(int n) : sync(n) {}
+  std::vector<std::unique_ptr<std::barrier<>>> warps;  // stmatrix: the lanes of a warp meet
+  struct Lane {
+    unsigned addr, r[4];
+  };
+  std::vector<Lane> lanes;
+  explicit Block(int n) : sync(n), lanes(n) {
+    for (int w = 0; w < n / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
+  }
 };
 static Block* B_;
 
@@ -233,12 +247,16 @@ static float* g_c;
 static std::atomic<int>* g_writes;
 static long long g_c_size, g_ldc;
 template <typename T> inline void tc_store1(T* p, float v) {
-  if (p < g_c || p >= g_c + g_c_size) fail("a store outside C", p - g_c);
-  *p = v;
-  g_writes[p - g_c].fetch_add(1);
+  if constexpr (!std::is_same_v<T, float>) {
+    fail("a direct store of 16-bit C (the harness runs those through TMA)");
+  } else {
+    if (p < g_c || p >= g_c + g_c_size) fail("a store outside C", p - g_c);
+    *p = v;
+    g_writes[p - g_c].fetch_add(1);
+  }
 }
 template <typename T> inline void tc_store2(T* p, float a, float b) {
-  if (reinterpret_cast<uintptr_t>(p) % (2 * sizeof(T))) fail("misaligned pair store", p - g_c);
+  if (reinterpret_cast<uintptr_t>(p) % (2 * sizeof(T))) fail("misaligned pair store");
   tc_store1(p, a);
   tc_store1(p + 1, b);
 }
@@ -282,8 +300,31 @@ inline void tc_st_shared_v2(unsigned a, float x, float y) {
   const float v[2] = {x, y};
   shared_write(a, v, 8);
 }
-inline void tc_stmatrix_x4(unsigned, unsigned, unsigned, unsigned, unsigned) { fail("stmatrix: 16-bit C is not run here"); }
-template <typename T> unsigned tc_pack2(float, float);
+// stmatrix .x4: the warp's lanes meet; lane l writes row l % 8 of matrix l / 8 at its own address, the row's four
+// 32-bit pairs from lanes 4 (l % 8) .. + 3, register l / 8 of each
+inline void tc_stmatrix_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
+  const int t = (int)threadIdx.x, w = t / 32, l = t % 32;
+  if (addr % 16) fail("misaligned stmatrix row", addr);
+  B_->lanes[t] = Block::Lane{addr, {r0, r1, r2, r3}};
+  B_->warps[w]->arrive_and_wait();
+  unsigned row[4];
+  for (int q = 0; q < 4; ++q) row[q] = B_->lanes[w * 32 + 4 * (l % 8) + q].r[l / 8];
+  shared_write(addr, row, 16);
+  B_->warps[w]->arrive_and_wait();  // the lanes' registers may be reused
+}
+static std::mutex g_values_mu;
+static std::map<float, unsigned short> g_ids;
+static std::vector<float> g_values;
+static unsigned short intern(float v) {
+  std::lock_guard<std::mutex> g(g_values_mu);
+  auto it = g_ids.find(v);
+  if (it != g_ids.end()) return it->second;
+  if (g_values.size() >= 65535) fail("more C values than 16-bit ids");
+  g_values.push_back(v);
+  return g_ids[v] = (unsigned short)(g_values.size() - 1);
+}
+template <typename T> unsigned tc_pack2(float a, float b);
+template <> unsigned tc_pack2<h16>(float a, float b) { return intern(a) | ((unsigned)intern(b) << 16); }
 inline void tc_tma_store_2d(const tc_tmap* map, unsigned src, int c0, int c1) {
   std::lock_guard<std::mutex> g(B_->mu);
   if (map == nullptr || map->which != 2) fail("a TMA store through a map that is not C's");
@@ -292,14 +333,23 @@ inline void tc_tma_store_2d(const tc_tmap* map, unsigned src, int c0, int c1) {
     if (!(B_->cstate[src + i] & 1)) fail("a TMA store of C-buffer bytes not written for this tile", src, i);
     if (B_->cstate[src + i] & 2) fail("a TMA store of C-buffer bytes written without fence.proxy.async", src, i);
   }
-  constexpr int PER = 16 / (int)sizeof(float);  // columns in a 16-byte chunk
+  const int per = 16 / map->esize;  // columns in a 16-byte chunk
   for (int r = 0; r < 64; ++r)
     for (int q = 0; q < 8; ++q)
-      for (int e = 0; e < PER; ++e) {
-        const long long row = c1 + r, col = c0 + q * PER + e;
+      for (int e = 0; e < per; ++e) {
+        const long long row = c1 + r, col = c0 + q * per + e;
         if (row < 0 || col < 0 || row >= map->nrows || col >= map->cols) continue;  // TMA writes nothing there
+        const unsigned char* at = B_->smem + src + r * 128 + ((q ^ (r & 7)) << 4) + e * map->esize;
         float v;
-        std::memcpy(&v, B_->smem + src + r * 128 + ((q ^ (r & 7)) << 4) + e * 4, 4);
+        if (map->esize == 4) {
+          std::memcpy(&v, at, 4);
+        } else {
+          unsigned short id;
+          std::memcpy(&id, at, 2);
+          std::lock_guard<std::mutex> gv(g_values_mu);
+          if (id >= g_values.size()) fail("a 16-bit C element the conversion never made", row, col);
+          v = g_values[id];
+        }
         tc_store1<float>(g_c + row * g_ldc + col, v);
       }
   for (unsigned i = 0; i < 8192; ++i) B_->cstate[src + i] &= (unsigned char)~1u;  // this tile's bytes, stored
@@ -327,7 +377,7 @@ template <int N> inline void tc_bulk_wait() { retire(N); }
 // -- one case ----------------------------------------------------------------------------------------------------
 static int k_tiles_of(long long t) { return 1 + (int)((t * 7) % 4); }
 
-template <int BM, int BN, int BK, int STAGES, int NC, bool KMAJOR, int EPI, bool PINGPONG = false>
+template <int BM, int BN, int BK, int STAGES, int NC, bool KMAJOR, int EPI, bool PINGPONG = false, typename TOUT = float>
 static void run_case(int M, int N, int grid, int launches) {
   constexpr int MR = PINGPONG ? BM / 64 : BM / (64 * NC), NTHREADS = 128 * (NC + 1), ESIZE = 2, KSTEP = 16, ATOM = 64;
   constexpr int A_BYTES = BM * BK * ESIZE, STAGE = A_BYTES + BK * BN * ESIZE;
@@ -343,9 +393,9 @@ static void run_case(int M, int N, int grid, int launches) {
   g_ldc = ldc;
   const tc_tmap tma{0, BM}, tmb{1, KMAJOR ? BN : BK};
 #ifdef TC_HOST_PADDED_CMAP
-  const tc_tmap tmc{2, 64, (long long)TN * BN, (long long)TM * BM};
+  const tc_tmap tmc{2, 64, (long long)TN * BN, (long long)TM * BM, (int)sizeof(TOUT)};
 #else
-  const tc_tmap tmc{2, 64, N, M};
+  const tc_tmap tmc{2, 64, N, M, (int)sizeof(TOUT)};
 #endif
   auto tile_of = [&](long long t) {
     const long long tm = t / TN, tn = t % TN;
@@ -365,7 +415,8 @@ static void run_case(int M, int N, int grid, int launches) {
           threadIdx.x = (unsigned)t;
           blockIdx.x = (unsigned)b;
           tc_wgmma_persistent<NTHREADS, BM, BN, BK, STAGES, NC, MR, KMAJOR, 0, BK, KMAJOR ? 0 : BK, KMAJOR ? BK : 0,
-                              EPI, KSTEP, PINGPONG, MMA>(blk->smem, g_c, tiles, ldc, tile_of, &tma, &tmb,
+                              EPI, KSTEP, PINGPONG, MMA>(blk->smem, reinterpret_cast<TOUT*>(g_c), tiles, ldc, tile_of,
+                                                         &tma, &tmb,
                                                          (EPI & TC_EPI_TMA) ? &tmc : nullptr);
           if (!groups.empty() || !open_group.empty()) fail("a thread left with WGMMA groups pending", t);
           if (!open_stores.empty()) fail("a thread left with TMA stores never committed", t);
@@ -415,6 +466,10 @@ int main() {
   run_case<128, 64, 64, 3, 1, false, TC_EPI_TMA>(7 * 128 - 64, 64 - 8, 2, 1);
   // ping-pong: each warpgroup stages whole tiles in its own part of the buffer; 9 ragged tiles on 4 blocks
   run_case<128, 32, 64, 2, 2, true, TC_EPI_TMA, true>(3 * 128 - 5, 3 * 32 - 3, 4, 2);
+  // 16-bit C (64 columns a box, stmatrix): two consumer warpgroups ragged; MR 2 with two boxes a slice; ping-pong
+  run_case<128, 64, 64, 2, 2, true, TC_EPI_TMA, false, h16>(3 * 128 - 5, 3 * 64 - 3, 4, 2);
+  run_case<128, 128, 64, 3, 1, false, TC_EPI_TMA, false, h16>(5 * 128 - 64, 128 - 8, 2, 1);
+  run_case<128, 64, 64, 2, 2, true, TC_EPI_TMA, true, h16>(3 * 128 - 5, 2 * 64 - 3, 4, 1);
   std::printf("ok\n");
   return 0;
 }

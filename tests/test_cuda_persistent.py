@@ -446,6 +446,11 @@ MUTANTS = {
     "tma store: the slice written without the 128-byte swizzle": [
         ("((((col % OATOM) / 4) ^ (r & 7)) << 4)", "(((col % OATOM) / 4) << 4)", 1)],
     "tma store: both warpgroups stage into the same slices": [("cbuf + (me * MR + i) * CBOXES", "cbuf + i * CBOXES", 1)],
+    "tma store: 16-bit C written without the 128-byte swizzle": [
+        ("((((col % OATOM) / 8) ^ (r & 7)) << 4)", "(((col % OATOM) / 8) << 4)", 1)],
+    "tma store: stmatrix's second and third matrices swapped": [
+        ("tc_pack2<TOUT>(acc[8 * q + 2], acc[8 * q + 3]),\n                     tc_pack2<TOUT>(acc[8 * q + 4], acc[8 * q + 5])",
+         "tc_pack2<TOUT>(acc[8 * q + 4], acc[8 * q + 5]),\n                     tc_pack2<TOUT>(acc[8 * q + 2], acc[8 * q + 3])", 1)],
 }
 
 
