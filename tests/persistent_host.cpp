@@ -59,7 +59,7 @@ struct tc_tmap {
   long long nrows = 0;
   int esize = 4;
 };
-struct h16 {  // a 16-bit C element: an index into the values the harness's conversion has seen (tc_pack2<h16>)
+struct h16 {  // a 16-bit C element: an index into the values the harness's conversion has seen (tc_pack_c2<h16>)
   unsigned short id;
 };
 struct tc_dim3 {
@@ -323,8 +323,8 @@ static unsigned short intern(float v) {
   g_values.push_back(v);
   return g_ids[v] = (unsigned short)(g_values.size() - 1);
 }
-template <typename T> unsigned tc_pack2(float a, float b);
-template <> unsigned tc_pack2<h16>(float a, float b) { return intern(a) | ((unsigned)intern(b) << 16); }
+template <typename T> unsigned tc_pack_c2(float a, float b);
+template <> unsigned tc_pack_c2<h16>(float a, float b) { return intern(a) | ((unsigned)intern(b) << 16); }
 inline void tc_tma_store_2d(const tc_tmap* map, unsigned src, int c0, int c1) {
   std::lock_guard<std::mutex> g(B_->mu);
   if (map == nullptr || map->which != 2) fail("a TMA store through a map that is not C's");

@@ -449,8 +449,9 @@ MUTANTS = {
     "tma store: 16-bit C written without the 128-byte swizzle": [
         ("((((col % OATOM) / 8) ^ (r & 7)) << 4)", "(((col % OATOM) / 8) << 4)", 1)],
     "tma store: stmatrix's second and third matrices swapped": [
-        ("tc_pack2<TOUT>(acc[8 * q + 2], acc[8 * q + 3]),\n                     tc_pack2<TOUT>(acc[8 * q + 4], acc[8 * q + 5])",
-         "tc_pack2<TOUT>(acc[8 * q + 4], acc[8 * q + 5]),\n                     tc_pack2<TOUT>(acc[8 * q + 2], acc[8 * q + 3])", 1)],
+        ("tc_pack_c2<TOUT>(acc[8 * q + 2], acc[8 * q + 3]),", "tc_pack_c2<TOUT>(acc[8 * q + 9], acc[8 * q + 8]),", 1),
+        ("tc_pack_c2<TOUT>(acc[8 * q + 4], acc[8 * q + 5]),", "tc_pack_c2<TOUT>(acc[8 * q + 2], acc[8 * q + 3]),", 1),
+        ("tc_pack_c2<TOUT>(acc[8 * q + 9], acc[8 * q + 8]),", "tc_pack_c2<TOUT>(acc[8 * q + 4], acc[8 * q + 5]),", 1)],
 }
 
 

@@ -52,13 +52,13 @@ template <int N> __device__ __forceinline__ void tc_bulk_wait() {
   asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
 /* two floats as one register of two 16-bit values (round to nearest even, as tc_store2) */
-template <typename T> __device__ __forceinline__ unsigned tc_pack2(float a, float b);
-template <> __device__ __forceinline__ unsigned tc_pack2<__half>(float a, float b) {
+template <typename T> __device__ __forceinline__ unsigned tc_pack_c2(float a, float b);
+template <> __device__ __forceinline__ unsigned tc_pack_c2<__half>(float a, float b) {
   const __half2 h = __floats2half2_rn(a, b);
   return *reinterpret_cast<const unsigned*>(&h);
 }
 #ifdef __CUDA_BF16_TYPES_EXIST__
-template <> __device__ __forceinline__ unsigned tc_pack2<__nv_bfloat16>(float a, float b) {
+template <> __device__ __forceinline__ unsigned tc_pack_c2<__nv_bfloat16>(float a, float b) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
   return *reinterpret_cast<const unsigned*>(&h);
 }
@@ -81,8 +81,10 @@ __device__ __forceinline__ void tc_stage_c_slice(unsigned dst, const float (&acc
     for (int q = 0; q < BN / 16; ++q) {
       const int col = q * 16 + (m >> 1) * 8;
       const unsigned a = dst + (col / OATOM) * BOX + r * 128 + ((((col % OATOM) / 8) ^ (r & 7)) << 4);
-      tc_stmatrix_x4(a, tc_pack2<TOUT>(acc[8 * q], acc[8 * q + 1]), tc_pack2<TOUT>(acc[8 * q + 2], acc[8 * q + 3]),
-                     tc_pack2<TOUT>(acc[8 * q + 4], acc[8 * q + 5]), tc_pack2<TOUT>(acc[8 * q + 6], acc[8 * q + 7]));
+      tc_stmatrix_x4(a, tc_pack_c2<TOUT>(acc[8 * q], acc[8 * q + 1]),       /* rows 0-7, columns 0-7 */
+                     tc_pack_c2<TOUT>(acc[8 * q + 2], acc[8 * q + 3]),      /* rows 8-15 */
+                     tc_pack_c2<TOUT>(acc[8 * q + 4], acc[8 * q + 5]),      /* rows 0-7, columns 8-15 */
+                     tc_pack_c2<TOUT>(acc[8 * q + 6], acc[8 * q + 7]));     /* rows 8-15 */
     }
   } else {
     static_assert(sizeof(TOUT) == 4, "tc_stage_c_slice: 16- or 32-bit C");
