@@ -470,6 +470,11 @@ int main() {
   run_case<128, 64, 64, 2, 2, true, TC_EPI_TMA, false, h16>(3 * 128 - 5, 3 * 64 - 3, 4, 2);
   run_case<128, 128, 64, 3, 1, false, TC_EPI_TMA, false, h16>(5 * 128 - 64, 128 - 8, 2, 1);
   run_case<128, 64, 64, 2, 2, true, TC_EPI_TMA, true, h16>(3 * 128 - 5, 2 * 64 - 3, 4, 1);
+  // the C buffer of half the tile's columns, staged and stored in two halves: float C two boxes wide, ragged; 16-bit
+  // C with MR 2; ping-pong
+  run_case<128, 64, 64, 2, 2, true, TC_EPI_TMA | TC_EPI_TMA_HALF>(3 * 128 - 5, 3 * 64 - 3, 4, 2);
+  run_case<128, 128, 64, 3, 1, false, TC_EPI_TMA | TC_EPI_TMA_HALF, false, h16>(5 * 128 - 64, 2 * 128 - 8, 2, 1);
+  run_case<128, 64, 64, 2, 2, true, TC_EPI_TMA | TC_EPI_TMA_HALF, true>(3 * 128 - 5, 2 * 64 - 3, 4, 1);
   std::printf("ok\n");
   return 0;
 }

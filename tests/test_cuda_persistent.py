@@ -434,18 +434,22 @@ MUTANTS = {
     "tma store: the buffer rewritten before the stores of the tile before read it": [
         ("        if (t == 0) tc_bulk_wait_read<0>();", "        if (false) tc_bulk_wait_read<0>();", 1)],
     "tma store: the warpgroup writes the buffer before its storing thread has waited": [
-        ("have read the buffer */\n        tc_consumer_sync(1 + me, 128);\n", "have read the buffer */\n", 1)],
+        ("have read the buffer */\n          tc_consumer_sync(1 + me, 128);\n", "have read the buffer */\n", 1)],
     "tma store: no fence.proxy.async before the stores": [("        tc_fence_proxy_async();\n", "", 1)],
     "tma store: the stores issued before the warpgroup has written the tile": [
-        ("        tc_fence_proxy_async();\n        tc_consumer_sync(1 + me, 128);\n", "        tc_fence_proxy_async();\n",
-         1)],
+        ("tc_fence_proxy_async();\n          tc_consumer_sync(1 + me, 128);\n", "tc_fence_proxy_async();\n", 1)],
     "tma store: the stores never committed": [("          tc_bulk_commit();\n", "", 1)],
     "tma store: the block exits with its stores in flight": [
         ("    if (TMA_STORE && threadIdx.x % 128 == 0) tc_bulk_wait<0>();", "", 1)],
-    "tma store: every box to the tile's first columns": [("col0 + b * OATOM", "col0", 1)],
+    "tma store: every box to the tile's first columns": [("col0 + (part * PBOXES + b) * OATOM", "col0", 1)],
     "tma store: the slice written without the 128-byte swizzle": [
         ("((((col % OATOM) / 4) ^ (r & 7)) << 4)", "(((col % OATOM) / 4) << 4)", 1)],
-    "tma store: both warpgroups stage into the same slices": [("cbuf + (me * MR + i) * CBOXES", "cbuf + i * CBOXES", 1)],
+    "tma store: both warpgroups stage into the same slices": [
+        ("cbuf + (me * MR + i) * PBOXES * 8192", "cbuf + i * PBOXES * 8192", 1)],
+    "tma store in halves: the second half written before the first half's stores read it": [
+        ("          if (t == 0) tc_bulk_wait_read<0>();", "          if (t == 0 && part == 0) tc_bulk_wait_read<0>();", 1)],
+    "tma store in halves: both halves stored at the first half's columns": [
+        ("col0 + (part * PBOXES + b) * OATOM", "col0 + b * OATOM", 1)],
     "tma store: 16-bit C written without the 128-byte swizzle": [
         ("((((col % OATOM) / 8) ^ (r & 7)) << 4)", "(((col % OATOM) / 8) << 4)", 1)],
     "tma store: stmatrix's second and third matrices swapped": [

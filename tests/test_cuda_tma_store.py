@@ -100,24 +100,27 @@ def test_dynamic_m_builds_cs_map_from_cs_shape_at_launch():
      "tma_store: the epilogue through 64 KB of shared memory and 4 TMA stores"),  # a 32 KB tile per warpgroup
     (dict(BIG, M=1000, N=4000, bn=128, threads=128), {"dtype": "bfloat16", "out": "bfloat16", "tb": True},
      "tma_store: the epilogue through 32 KB of shared memory and 4 TMA stores"),
+    # the whole C tile does not fit beside the stages, half of it does: staged and stored in two halves
+    (dict(BIG, stages=4), {}, "tma_store: the epilogue through 32 KB of shared memory in two halves (the 128x256 "
+                              "float16 C tile does not fit beside 4 stages) and 8 TMA stores a tile"),
+    (BIG, {"out": "float32"}, "tma_store: the epilogue through 64 KB of shared memory in two halves (the 128x256 "
+                              "float32 C tile does not fit beside 3 stages) and 16 TMA stores a tile"),
 ])
 def test_tma_store_takes_float32_c_pingpong_and_one_consumer_warpgroup(shape, kw, note):
     k = _compile(shape, **kw)
     assert note in _notes(k), _notes(k)
-    assert re.search(r", (8|9|10|11), (16|32), (true|false), tc_wgmma_", _body(k)) and "&tc_tmap2);" in _body(k)
+    epi = int(re.search(r", (\d+), (16|32), (true|false), tc_wgmma_", _body(k)).group(1))
+    assert epi & 8 and bool(epi & 16) == ("two halves" in note) and "&tc_tmap2);" in _body(k)
 
 
 @needs_toolchain
 @pytest.mark.parametrize("shape,kw,why", [
-    (BIG, {"out": "float32"},
-     "not tma_store: the 128x256 float32 C tile (128 KB) does not fit in shared memory beside 3 stages (280576 of "
-     "232448 bytes); num_stages=2 makes room"),
     (dict(BIG, bk=128, stages=2), {"out": "float32"},
-     "not tma_store: the 128x256 float32 C tile (128 KB) does not fit in shared memory beside 2 stages (329728 of "
-     "232448 bytes); a smaller block_M x block_N or a 16-bit C makes room"),
-    (dict(BIG, stages=4), {},
-     "not tma_store: the 128x256 float16 C tile (64 KB) does not fit in shared memory beside 4 stages (264192 of "
-     "232448 bytes); num_stages=3 makes room"),
+     "not tma_store: the 128x256 float32 C tile (128 KB), nor half of it, does not fit in shared memory beside 2 "
+     "stages (329728 of 232448 bytes); a smaller block_M x block_N or a 16-bit C makes room"),
+    (dict(BIG, bm=256, bn=32, bk=128, stages=3), {"tb": True, "out": "float32"},  # one box wide: no halves
+     "not tma_store: the 256x32 float32 C tile (32 KB) does not fit in shared memory beside 3 stages (256000 of "
+     "232448 bytes); num_stages=2 makes room"),
     (dict(BIG, bn=96), {"tb": True},
      "not tma_store: block_N = 96 is not whole 128-byte rows of float16 C (a multiple of 64 columns)"),
     (dict(BIG, N=1004, bn=128), {"tb": True},
@@ -149,35 +152,44 @@ def _sass(k) -> str:
 
 
 def epilogue_order(sass: str) -> list:
-    """What is wrong with the order of the TMA store epilogue in ``sass`` ([] when nothing): after each tile's full
-    WGMMA wait, the wait for the stores' reads (DEPBAR.LE SB0, 0x0) and a named barrier come before the first
-    shared store of C (STSM / STS), a fence to the async proxy (FENCE.VIEW.ASYNC.S) and a named barrier after the
-    last one and before the first UTMASTG, and the stores end with a commit (UTMACMDFLUSH)."""
+    """What is wrong with the order of the TMA store epilogue in ``sass`` ([] when nothing), from each tile's full
+    WGMMA wait to the next (in code order): every run of shared stores of C (STSM / STS) comes after a wait for the
+    stores before to have read the buffer (DEPBAR.LE SB0, 0x0) and a named barrier after that wait; every TMA
+    store (UTMASTG) after a fence to the async proxy (FENCE.VIEW.ASYNC.S) and a barrier after the last shared store;
+    the stores are committed (UTMACMDFLUSH) before the next tile; each tile has shared stores and TMA stores."""
     ins = [m.group(2).strip() for m in _INS.finditer(sass)]
-    wrong = []
     starts = [i for i, t in enumerate(ins) if "WARPGROUP.DEPBAR.LE gsb0, 0x0" in t]
     if not starts:
         return ["no full WGMMA wait"]
-    for s in starts:
-        rest = ins[s:]
-        first_st = next((i for i, t in enumerate(rest) if re.match(r"(STSM|STS)\b", t)), None)
-        first_tma = next((i for i, t in enumerate(rest) if t.startswith("UTMASTG")), None)
-        if first_st is None or first_tma is None:
+    wrong = []
+    for s, e in zip(starts, starts[1:] + [len(ins)]):
+        waited = barred = fenced = fence_barred = pending = False
+        stores = tma = 0
+        for t in ins[s:e]:
+            if t.startswith("DEPBAR.LE SB0, 0x0"):
+                waited, barred = True, False
+            elif t.startswith("BAR.SYNC"):
+                barred = barred or waited
+                fence_barred = fence_barred or fenced
+            elif re.match(r"(STSM|STS)\b", t):
+                if not (waited and barred):
+                    wrong.append("the buffer written without waiting for the stores' reads and a barrier")
+                stores += 1
+                fenced = fence_barred = False
+            elif t.startswith("FENCE.VIEW.ASYNC.S"):
+                fenced, fence_barred = True, False
+            elif t.startswith("UTMASTG"):
+                if not (fenced and fence_barred):
+                    wrong.append("the stores issued without a fence and a barrier after the shared stores")
+                tma += 1
+                pending, waited, barred = True, False, False
+            elif t.startswith("UTMACMDFLUSH"):
+                pending = False
+        if not stores or not tma:
             wrong.append("no shared store or no TMA store after a tile's wait")
-            continue
-        last_st = max(i for i, t in enumerate(rest[:first_tma]) if re.match(r"(STSM|STS)\b", t))
-        before = rest[:first_st]
-        w = [i for i, t in enumerate(before) if t.startswith("DEPBAR.LE SB0, 0x0")]
-        if not w or not any(t.startswith("BAR.SYNC") for t in before[w[-1]:]):
-            wrong.append("the buffer written without waiting for the stores' reads and a barrier")
-        between = rest[last_st:first_tma]
-        f = [i for i, t in enumerate(between) if t.startswith("FENCE.VIEW.ASYNC.S")]
-        if not f or not any(t.startswith("BAR.SYNC") for t in between[f[-1]:]):
-            wrong.append("the stores issued without a fence and a barrier after the shared stores")
-        after = rest[first_tma:]
-        if not any(t.startswith("UTMACMDFLUSH") for t in after):
+        if pending:
             wrong.append("the stores never committed")
-    return wrong
+    return sorted(set(wrong))
 
 
 @needs_toolchain
@@ -188,6 +200,8 @@ def epilogue_order(sass: str) -> list:
     (dict(BIG, bn=128), {"out": "float32"}, "HGMMA.64x128x16.F32", False),
     (dict(BIG, M=1000, N=4000, bn=128, threads=128), {"panel": 4}, "HGMMA.64x128x16.F32", True),  # MR = 2, ragged
     (dict(BIG, bn=128, stages=4), {"panel": 8, "persistent": "pingpong"}, "HGMMA.64x128x16.F32", True),
+    (dict(BIG, stages=4), {"panel": 8}, "HGMMA.64x256x16.F32", True),  # two halves
+    (BIG, {"out": "float32"}, "HGMMA.64x256x16.F32", False),           # two halves
 ])
 def test_sass_stores_c_through_shared_memory_and_tma_and_waits_before_reuse(shape, kw, mma, stsm):
     k = _compile(shape, **kw)
@@ -271,6 +285,8 @@ def _run(k, a, b, M, N, out, torch):
     (BIG, {"dtype": "bfloat16", "panel": 4}),                                  # bf16, use_swizzle
     (dict(BIG, M=2000, N=3000, bn=128, stages=4), {"tb": True, "panel": 3}),   # B k-major, swizzled, ragged
     (dict(BIG, bn=128, stages=4), {"persistent": "pingpong", "panel": 8}),    # ping-pong: a tile a warpgroup
+    (dict(BIG, K=4096, stages=4), {"panel": 8}),                               # the README GEMM's 4 stages: halves
+    (dict(BIG, M=1000, N=3000, K=1000), {"out": "float32", "dtype": "bfloat16"}),  # float32 C in halves, ragged
     (dict(BIG, M=1000, N=3000, K=1000, bn=128, stages=4), {"persistent": "pingpong", "dtype": "bfloat16",
                                                            "out": "bfloat16"}),
 ])

@@ -62,6 +62,7 @@ TMAP_SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
 _OUT_DTYPES = ("float16", "bfloat16", "float32")
 EPI_ROWS, EPI_COLS, EPI_PAIRS = 1, 2, 4  # prelude/tc_hopper.cuh's TC_EPI_* flags
 EPI_TMA = 8  # prelude/tc_persistent.cuh's TC_EPI_TMA: the epilogue through shared memory and TMA stores (D38)
+EPI_TMA_HALF = 16  # ... TC_EPI_TMA_HALF: through a buffer of half the tile's columns, staged and stored twice
 
 
 def _uses(stmt, buf: Buffer) -> int:
@@ -325,15 +326,15 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
             at = {**attrs, "hopper_persistent": blocks, "pingpong": pingpong}
             if pingpong:
                 at["MR"] = p.bm // 64
-            tma_bytes, twhy = tma_store_plan(launch, p, ctx, s, stages, stage_bytes, other, limit, target,
-                                             pingpong=pingpong)
+            tma_bytes, twhy, tma_epi = tma_store_plan(launch, p, ctx, s, stages, stage_bytes, other, limit, target,
+                                                      pingpong=pingpong)
             if tma_bytes:  # the C buffer after the stages and barriers (tc_persistent.cuh: at bars + 1024)
                 big = Buffer(pipe.name, (tma_store_pipe_bytes(stages, stage_bytes, tma_bytes),), "uint8", "shared")
                 args = (Region(big, (as_expr(0),), (big.shape[0],)), *args[1:])
                 new[0] = Allocate(big, span=s.span)
                 # the direct stores' pair alignment (EPI_PAIRS: the launch checks C's address for it) is not needed:
                 # the launch checks C's 16-byte alignment for its tensor map, with tma_store's own error
-                at["epi"] = (at["epi"] & ~EPI_PAIRS) | EPI_TMA
+                at["epi"] = (at["epi"] & ~EPI_PAIRS) | tma_epi
                 cmap = tensor_map(target, (SWIZZLE_BYTES // target.buffer.dtype.bytes, 64))
                 cmap["fix"] = "pass_configs={'tilecore.cuda.tma_store': False}"  # the runtime's error (C's map)
                 at["tensor_maps"] = [*maps, cmap]
@@ -377,11 +378,14 @@ def tma_store_pipe_bytes(stages: int, stage_bytes: int, c_bytes: int) -> int:
     return 1024 + stages * stage_bytes + TMA_STORE_GAP + c_bytes
 
 
-def tma_store_plan(launch: KernelLaunch, p: _Plan, ctx, loop: For, stages: int, stage_bytes: int, other: int, limit: int, out: Region,
-                   persistent: bool = True, pingpong: bool = False) -> tuple:
-    """``(c_bytes, note)``: with ``tilecore.cuda.tma_store`` on, the bytes of the shared C buffer of the persistent
-    kernel's epilogue through shared memory and TMA stores (tc_persistent.cuh, TC_EPI_TMA), or 0 with the note
-    that says why the kernel keeps its direct stores; off: ``(0, None)``. The C tile is staged as 64-row x
+def tma_store_plan(launch: KernelLaunch, p: _Plan, ctx, loop: For, stages: int, stage_bytes: int, other: int,
+                   limit: int, out: Region, persistent: bool = True, pingpong: bool = False) -> tuple:
+    """``(c_bytes, note, epi)``: with ``tilecore.cuda.tma_store`` on, the bytes of the shared C buffer of the
+    persistent kernel's epilogue through shared memory and TMA stores (tc_persistent.cuh, TC_EPI_TMA) and its EPI
+    flags, or 0 with the note that says why the kernel keeps its direct stores; off: ``(0, None, 0)``. Where the
+    whole C tile does not fit beside the stages but half its columns do (block_N two or more 128-byte boxes), the
+    buffer holds half and the tile is staged and stored in two halves (TC_EPI_TMA_HALF; the second half waits for
+    the first's stores to have read the buffer). The C tile is staged as 64-row x
     128-byte boxes with the 128-byte swizzle, one TMA store each; TMA writes nothing outside C's shape, so ragged
     tiles need no checks. It needs a persistent grid (the stores of one tile run under the next tile's main loop),
     whole 128-byte boxes across the tile (block_N a multiple of 64 fp16 / 32 fp32 columns), C's rows a multiple
@@ -390,32 +394,37 @@ def tma_store_plan(launch: KernelLaunch, p: _Plan, ctx, loop: For, stages: int, 
     if not isinstance(asked, bool):
         raise CompileError(f"pass config tilecore.cuda.tma_store must be True or False, got {asked!r}", loop.span)
     if not asked:
-        return 0, None
+        return 0, None, 0
     if not persistent:
         return 0, ("not tma_store: the epilogue through shared memory and TMA stores runs on a persistent grid "
-                   "(tilecore.cuda.persistent=True), where the next tile's main loop hides it")
+                   "(tilecore.cuda.persistent=True), where the next tile's main loop hides it"), 0
     osize = out.buffer.dtype.bytes
     atom = SWIZZLE_BYTES // osize
     if p.bn % atom:
         return 0, (f"not tma_store: block_N = {p.bn} is not whole 128-byte rows of {out.buffer.dtype} C (a multiple "
-                   f"of {atom} columns)")
+                   f"of {atom} columns)"), 0
     ldc = simplify(as_expr(out.buffer.shape[1]))
     if not launch_facts(launch).proves_multiple(simplify(binary("mul", ldc, osize)), 16):
         return 0, (f"not tma_store: the rows of {out.buffer.name} are not provably a multiple of 16 bytes, as a TMA "
-                   "store needs")
+                   "store needs"), 0
     rows = 2 * p.bm if pingpong else p.bm  # ping-pong: each consumer warpgroup stages whole tiles of its own
     c_bytes = rows * p.bn * osize
     pipe = tma_store_pipe_bytes(stages, stage_bytes, c_bytes)
+    what = f"two {p.bm}x{p.bn} {out.buffer.dtype} C tiles" if pingpong else \
+        f"the {p.bm}x{p.bn} {out.buffer.dtype} C tile"
+    halves = (p.bn // atom) % 2 == 0  # whole boxes in each half
+    if other + pipe > limit and halves and other + tma_store_pipe_bytes(stages, stage_bytes, c_bytes // 2) <= limit:
+        return c_bytes // 2, (f"tma_store: the epilogue through {c_bytes // 2048} KB of shared memory in two halves "
+                              f"({what} does not fit beside {stages} stages) and {p.bm * p.bn * osize // 8192} TMA "
+                              "stores a tile, under the next tile's main loop"), EPI_TMA | EPI_TMA_HALF
     if other + pipe > limit:
         fit = [s for s in range(stages - 1, 1, -1) if other + tma_store_pipe_bytes(s, stage_bytes, c_bytes) <= limit]
         hint = (f"num_stages={fit[0]} makes room" if fit else
                 "a smaller block_M x block_N or a 16-bit C makes room")
-        what = f"two {p.bm}x{p.bn} {out.buffer.dtype} C tiles" if pingpong else \
-            f"the {p.bm}x{p.bn} {out.buffer.dtype} C tile"
-        return 0, (f"not tma_store: {what} ({c_bytes // 1024} KB) does not fit in shared memory beside {stages} "
-                   f"stages ({other + pipe} of {int(limit)} bytes); {hint}")
+        return 0, (f"not tma_store: {what} ({c_bytes // 1024} KB){', nor half of it,' if halves else ''} does not fit "
+                   f"in shared memory beside {stages} stages ({other + pipe} of {int(limit)} bytes); {hint}"), 0
     return c_bytes, (f"tma_store: the epilogue through {c_bytes // 1024} KB of shared memory and "
-                     f"{p.bm * p.bn * osize // 8192} TMA stores a tile, under the next tile's main loop")
+                     f"{p.bm * p.bn * osize // 8192} TMA stores a tile, under the next tile's main loop"), EPI_TMA
 
 
 def persistent_blocks(launch: KernelLaunch, p: _Plan, splits: int, body: list, ctx, loop: For) -> tuple:

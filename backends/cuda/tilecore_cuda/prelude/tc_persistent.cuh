@@ -13,6 +13,7 @@ struct tc_gemm_tile {
  * docs/decisions.md D38; TC_EPI_ROWS / COLS / PAIRS are tc_hopper.cuh's, for the direct stores) */
 #ifndef TC_EPI_TMA
 #define TC_EPI_TMA 8
+#define TC_EPI_TMA_HALF 16 /* with TC_EPI_TMA: the C buffer holds half the tile's columns, staged and stored twice */
 #endif
 
 #ifndef TC_PERSISTENT_HOST /* tests/persistent_host.cpp runs the protocol on the host, with its own barriers */
@@ -65,22 +66,25 @@ template <> __device__ __forceinline__ unsigned tc_pack_c2<__nv_bfloat16>(float 
 #endif
 #endif
 
-/* One consumer warpgroup's 64 x BN slice of C (its m64nBN accumulators, lane t of the warpgroup) into shared
- * memory at `dst` as the TMA store reads it: BN / (128 / sizeof(TOUT)) boxes of 64 rows x 128 bytes, 8 KB apart,
+/* Part `part` of PARTS (columns [part, part + 1) x BN / PARTS) of one consumer warpgroup's 64 x BN slice of C (its
+ * m64nBN accumulators, lane t of the warpgroup) into shared memory at `dst` as the TMA store reads it:
+ * BN / PARTS / (128 / sizeof(TOUT)) boxes of 64 rows x 128 bytes, 8 KB apart,
  * each with the 128-byte swizzle of the tensor map (16-byte chunk q of row r at r * 128 + ((q ^ (r % 8)) * 16);
  * `dst` 1024-byte aligned), so the eight rows of one 16-byte column go to eight different bank groups.
  * 16-bit C: stmatrix, four 8x8 matrices (16 rows x 16 columns) an instruction; float C: 8-byte stores. */
-template <int BN, typename TOUT>
-__device__ __forceinline__ void tc_stage_c_slice(unsigned dst, const float (&acc)[BN / 2], int t) {
+template <int BN, int PARTS, typename TOUT>
+__device__ __forceinline__ void tc_stage_c_slice(unsigned dst, const float (&acc)[BN / 2], int t, int part) {
   constexpr int OATOM = 128 / (int)sizeof(TOUT);  /* columns of C in one 128-byte box row */
   constexpr int BOX = 64 * 128;
-  const int w = t / 32, l = t % 32;
+  constexpr int W = BN / PARTS;                   /* the part's columns: whole boxes */
+  static_assert(W % OATOM == 0, "tc_stage_c_slice: whole 128-byte boxes a part");
+  const int w = t / 32, l = t % 32, c0 = part * W;
   if constexpr (sizeof(TOUT) == 2) {
     const int m = l / 8, r = w * 16 + (m & 1) * 8 + (l & 7);  /* the row this lane addresses */
 #pragma unroll
-    for (int q = 0; q < BN / 16; ++q) {
+    for (int q = c0 / 16; q < (c0 + W) / 16; ++q) {
       const int col = q * 16 + (m >> 1) * 8;
-      const unsigned a = dst + (col / OATOM) * BOX + r * 128 + ((((col % OATOM) / 8) ^ (r & 7)) << 4);
+      const unsigned a = dst + ((col - c0) / OATOM) * BOX + r * 128 + ((((col % OATOM) / 8) ^ (r & 7)) << 4);
       tc_stmatrix_x4(a, tc_pack_c2<TOUT>(acc[8 * q], acc[8 * q + 1]),       /* rows 0-7, columns 0-7 */
                      tc_pack_c2<TOUT>(acc[8 * q + 2], acc[8 * q + 3]),      /* rows 8-15 */
                      tc_pack_c2<TOUT>(acc[8 * q + 4], acc[8 * q + 5]),      /* rows 0-7, columns 8-15 */
@@ -89,11 +93,12 @@ __device__ __forceinline__ void tc_stage_c_slice(unsigned dst, const float (&acc
   } else {
     static_assert(sizeof(TOUT) == 4, "tc_stage_c_slice: 16- or 32-bit C");
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
+    for (int j = c0 / 8; j < (c0 + W) / 8; ++j) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = w * 16 + l / 4 + 8 * h, col = j * 8 + (l % 4) * 2;
-        const unsigned a = dst + (col / OATOM) * BOX + r * 128 + ((((col % OATOM) / 4) ^ (r & 7)) << 4) + (col % 4) * 4;
+        const unsigned a =
+            dst + ((col - c0) / OATOM) * BOX + r * 128 + ((((col % OATOM) / 4) ^ (r & 7)) << 4) + (col % 4) * 4;
         tc_st_shared_v2(a, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
       }
     }
@@ -120,7 +125,9 @@ __device__ __forceinline__ void tc_stage_c_slice(unsigned dst, const float (&acc
  * 64 x 128-byte box through C's tensor map `tmc` (rows and columns outside C are not written: no checks) and
  * commits them as one bulk group; the warpgroup goes straight on to its next tile's main loop. Only before it
  * writes the buffer again does that thread wait until its stores have read it (cp.async.bulk.wait_group.read 0),
- * the warpgroup meeting on the barrier after it; the thread waits for them to complete before it exits. */
+ * the warpgroup meeting on the barrier after it; the thread waits for them to complete before it exits.
+ * EPI & TC_EPI_TMA_HALF: the buffer holds half of each slice's columns; the left half is staged and stored, then
+ * (after the wait for those stores' reads) the right half. */
 template <int NTHREADS, int BM, int BN, int BK, int STAGES, int NC, int MR, bool B_KMAJOR, int A_RS, int A_CS,
           int B_RS, int B_CS, int EPI, int KSTEP, bool PINGPONG, typename MMA, typename TOUT, typename TILE>
 __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* __restrict__ C_base, long long tiles,
@@ -150,8 +157,10 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
   const unsigned done = bars + 16 * STAGES;     /* ping-pong: done[c] at done + 8 c, consumer c's main loops */
   constexpr bool TMA_STORE = (EPI & TC_EPI_TMA) != 0;
   constexpr int OATOM = 128 / (int)sizeof(TOUT);  /* TMA store: C's columns in one 128-byte box row */
-  constexpr int CBOXES = BN / OATOM;              /* ... boxes of 64 rows in a slice of 64 x BN */
-  static_assert(!TMA_STORE || (BN % OATOM == 0 && 16 * STAGES + 16 <= 1024), "tc_wgmma_persistent: TMA store tiles");
+  constexpr int CPARTS = (EPI & TC_EPI_TMA_HALF) ? 2 : 1;  /* ... staged and stored in this many parts */
+  constexpr int PBOXES = BN / OATOM / CPARTS;     /* ... boxes of 64 rows x 128 bytes a part of a 64-row slice */
+  static_assert(!TMA_STORE || (BN % (OATOM * CPARTS) == 0 && 16 * STAGES + 16 <= 1024),
+                "tc_wgmma_persistent: TMA store tiles");
   const unsigned cbuf = bars + 1024;            /* TMA store: the C buffer (1024-byte aligned) */
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -251,24 +260,28 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
       if (PINGPONG) tc_mbar_arrive(done + 8 * me);  /* the other warpgroup's next tile may start */
 #pragma unroll
       for (int i = 0; i < MR; ++i) tc_reg_fence(acc[i]);
-      if (TMA_STORE) {
+      if constexpr (TMA_STORE) {  /* (discarded otherwise: tc_stage_c_slice needs whole boxes) */
         const int t = threadIdx.x % 128;
-        if (t == 0) tc_bulk_wait_read<0>();  /* this warpgroup's stores of its tile before have read the buffer */
-        tc_consumer_sync(1 + me, 128);
 #pragma unroll
-        for (int i = 0; i < MR; ++i) tc_stage_c_slice<BN, TOUT>(cbuf + (me * MR + i) * CBOXES * 8192, acc[i], t);
-        tc_fence_proxy_async();
-        tc_consumer_sync(1 + me, 128);
-        if (t == 0) {
-          const int row0 = (int)(g.c_off / ldc), col0 = (int)(g.c_off % ldc);
+        for (int part = 0; part < CPARTS; ++part) {
+          if (t == 0) tc_bulk_wait_read<0>();  /* the warpgroup's stores so far have read the buffer */
+          tc_consumer_sync(1 + me, 128);
 #pragma unroll
-          for (int i = 0; i < MR; ++i) {
+          for (int i = 0; i < MR; ++i)
+            tc_stage_c_slice<BN, CPARTS, TOUT>(cbuf + (me * MR + i) * PBOXES * 8192, acc[i], t, part);
+          tc_fence_proxy_async();
+          tc_consumer_sync(1 + me, 128);
+          if (t == 0) {
+            const int row0 = (int)(g.c_off / ldc), col0 = (int)(g.c_off % ldc);
 #pragma unroll
-            for (int b = 0; b < CBOXES; ++b)
-              tc_tma_store_2d(tmc, cbuf + ((me * MR + i) * CBOXES + b) * 8192, col0 + b * OATOM,
-                              row0 + (c * MR + i) * 64);
+            for (int i = 0; i < MR; ++i) {
+#pragma unroll
+              for (int b = 0; b < PBOXES; ++b)
+                tc_tma_store_2d(tmc, cbuf + ((me * MR + i) * PBOXES + b) * 8192, col0 + (part * PBOXES + b) * OATOM,
+                                row0 + (c * MR + i) * 64);
+            }
+            tc_bulk_commit();
           }
-          tc_bulk_commit();
         }
         continue;
       }
