@@ -94,10 +94,11 @@ step dyntma bash -c "python3 benchmarks/cuda_gemm_dynamic.py --rep 20 && \
 # change, no GPU needed) the old tree's kernels are timed beside this tree's
 step norms python3 benchmarks/corpus_norms.py --rep 50 --load .norms_before
 # the persistent GEMM's epilogue through shared memory and TMA stores (decision D38): its device tests (float64 and the
-# direct stores bit for bit), then tma_store off and on for the 128x256 (3 stages) and 128x128 (4) tiles, cuBLAS beside
+# direct stores bit for bit), then tma_store off and on for the 128x256 tile at 3 stages (the whole C tile) and 4 (in
+# halves) and the 128x128 at 4, cuBLAS beside
 step tma-store bash -c 'rc=0; python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_tma_store.py -rs || rc=$?;
      python3 benchmarks/cuda_gemm.py --rep 20 --sizes 4096,8192 --no-fp8 --tma-store off,on \
-       --configs 128:256:64:256:3:8,128:256:64:256:3,128:128:64:256:4:8 || rc=$?; exit $rc'
+       --configs 128:256:64:256:3:8,128:256:64:256:4:8,128:128:64:256:4:8 || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \
