@@ -86,7 +86,8 @@ def test_readme_gemm_becomes_a_warp_specialized_tma_wgmma_pipeline(persistent):
     assert collective in src and "__launch_bounds__(384, 1)" in src
     assert k.source.meta["grid"] == (["4", "8", "1"] if persistent is False else ["32", "1", "1"])
     assert k.source.meta["ptxas"].get("spill_stores", 0) == 0
-    assert src.count("__grid_constant__ tc_tmap") == 2
+    # A's and B's tensor maps; persistent, C's too (its epilogue through TMA stores, in two halves at 4 stages: D38)
+    assert src.count("__grid_constant__ tc_tmap") == (2 if persistent is False else 3)
     sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
     for op in ("HGMMA.64x256x16.F32", "UTMALDG.2D", "SYNCS", "USETMAXREG"):
         assert op in sass, op
@@ -120,6 +121,10 @@ def test_epilogue_on_the_fragment_goes_through_shared_memory():
     assert "tc_wgmma_pipeline<384, 128, 128, 64, 4, 2, 1, false, 0, 64, 64, 0, false," in k.get_kernel_source()
 
 
+#: the epilogue's direct stores (D25's flags), not its TMA stores (D38, the default on a persistent grid)
+DIRECT = {"tilecore.cuda.tma_store": False}
+
+
 def _epi(k) -> int:
     """The EPI template argument of the kernel's tc_wgmma_pipeline or tc_wgmma_persistent (what the epilogue
     need not check; the persistent collective has no TO_GLOBAL before it: it always stores to global)."""
@@ -134,7 +139,8 @@ def _epi(k) -> int:
 @pytest.mark.parametrize("M,N,epi", [(512, 768, 7), (1000, 768, 6), (512, 1000, 5), (200, 136, 4)])
 def test_epilogue_drops_the_checks_the_shapes_prove(M, N, epi):
     """Rows (1), columns (2), aligned pairs (4): set only where every block's tile is in range / even."""
-    k = tilecore.compile(gemm(M, N, 64, bn=256 if N >= 256 else 128), target=HOPPER, pass_configs=NOCACHE)
+    # the direct stores' flags (D38's TMA stores, the default, need none of them: test_cuda_tma_store.py)
+    k = tilecore.compile(gemm(M, N, 64, bn=256 if N >= 256 else 128), target=HOPPER, pass_configs={**NOCACHE, **DIRECT})
     assert _epi(k) == epi
     assert k.source.meta["aligned_args"] == [2]  # C: the launch checks its address (pairs are stored unchecked)
 
@@ -142,13 +148,13 @@ def test_epilogue_drops_the_checks_the_shapes_prove(M, N, epi):
 @needs_toolchain
 def test_keep_epilogue_checks_compiles_every_check():
     k = tilecore.compile(gemm(512, 768, 64), target=HOPPER,
-                         pass_configs={**NOCACHE, "tilecore.cuda.keep_epilogue_checks": True})
+                         pass_configs={**NOCACHE, **DIRECT, "tilecore.cuda.keep_epilogue_checks": True})
     assert _epi(k) == 0 and k.source.meta["aligned_args"] == []
 
 
 @needs_toolchain
 def test_epilogue_of_a_dynamic_m_keeps_the_row_check():
-    k = tilecore.compile(dynamic_m_gemm(), target=HOPPER, pass_configs=NOCACHE)
+    k = tilecore.compile(dynamic_m_gemm(), target=HOPPER, pass_configs={**NOCACHE, **DIRECT})
     assert _epi(k) == 6
 
 

@@ -32,6 +32,7 @@ from test_cuda_hopper import HOPPER, _notes, dynamic_m_gemm, gemm, hopper_gpu  #
 
 ON = {"tilecore.cuda.persistent": True}
 BIG = dict(M=4096, N=4096, K=512, bm=128, bn=256, threads=256, stages=3)  # 512 tiles: 3.9 per SM
+DIRECT = {"tilecore.cuda.tma_store": False}  # the epilogue's direct stores (D34), not through TMA (D38, the default)
 PRELUDE = Path(tilecore_cuda.__file__).parent / "prelude"
 
 
@@ -63,9 +64,10 @@ def test_persistent_gemm_launches_one_block_per_sm_each_looping_over_tiles():
     assert "auto tc_tile_of = [&](long long tc_t) {" in body
     assert "const long long tc_px = tc_t % (16), tc_py = tc_t / (16);" in body
     assert "const int bx = (int)tc_px;" in body and "const int by = (int)tc_py;" in body
-    assert re.search(r"tc_wgmma_persistent<384, 128, 256, 64, 3, 2, 1, false, 0, 64, 64, 0, 7, 16, false, "
+    # EPI 11: the rows and columns proven, C through shared memory and TMA stores (the default since D38)
+    assert re.search(r"tc_wgmma_persistent<384, 128, 256, 64, 3, 2, 1, false, 0, 64, 64, 0, 11, 16, false, "
                      r"tc_wgmma_f16_n256_t1>\(\(pipe_A_s \+ 0\), C, \(long long\)\(512\), \(long long\)\(4096\), "
-                     r"tc_tile_of, &tc_tmap0, &tc_tmap1\);", body)
+                     r"tc_tile_of, &tc_tmap0, &tc_tmap1, &tc_tmap2\);", body)
     # the tile's arguments: C's offset, A's and B's coordinates, the k tiles, the valid rows and columns
     assert ("return tc_gemm_tile{(long long)(((bx * 256) + (by * 524288))), (long long)((by * 128)), (long long)(0), "
             "(long long)(0), (long long)((bx * 256)), (long long)(8), (long long)(((by * (-128)) + 4096)), "
@@ -142,14 +144,15 @@ def test_the_config_must_be_a_boolean_and_the_error_names_the_users_loop(value):
 
 @needs_toolchain
 def test_pingpong_gives_each_consumer_warpgroup_whole_tiles():
-    k = _compile(dict(BIG, bn=128, stages=4), persistent="pingpong", panel=8)
+    # the direct stores (DIRECT): the pipeline buffer as D34 laid it out
+    k = _compile(dict(BIG, bn=128, stages=4), persistent="pingpong", panel=8, pass_configs=DIRECT)
     assert ("persistent: at most 132 blocks (132 SMs x 1), each looping over its tiles, the next tile's loads under "
             "this tile's epilogue; ping-pong: the two consumer warpgroups take whole tiles in turn") in _notes(k)
     # MR = 2: one warpgroup holds the whole 128-row tile; PINGPONG before the WGMMA struct
     assert "tc_wgmma_persistent<384, 128, 128, 64, 4, 2, 2, false, 0, 64, 64, 0, 7, 16, true, tc_wgmma_f16_n128_t1>" \
         in _body(k)
     # the pipeline buffer has 16 more bytes: the two warpgroups' `done` barriers
-    plain = _compile(dict(BIG, bn=128, stages=4), panel=8)
+    plain = _compile(dict(BIG, bn=128, stages=4), panel=8, pass_configs=DIRECT)
     assert k.source.meta["shared_bytes"] == plain.source.meta["shared_bytes"] + 16
     assert "tc_wgmma_persistent<384, 128, 128, 64, 4, 2, 1, false, 0, 64, 64, 0, 7, 16, false," in _body(plain)
 
@@ -228,9 +231,10 @@ def _sass(k) -> str:
     (dict(BIG, bn=128, stages=4), {"dtype": "bfloat16", "out": "float32", "tb": True}, "HGMMA.64x128x16.F32.BF16"),
     (dict(BIG, bk=128), {"dtype": "float8_e4m3", "tb": True}, "QGMMA.64x256x32.F32.E4M3.E4M3"),
     (dict(BIG, M=1000, N=4000, bn=128, threads=128), {"panel": 4}, "HGMMA.64x128x16.F32"),  # MR = 2, ragged
-    (dict(BIG, bn=128, stages=4), {"panel": 8, "persistent": "pingpong"}, "HGMMA.64x128x16.F32"),
-    (dict(BIG, M=1000, N=4000, bn=128, stages=4), {"persistent": "pingpong", "dtype": "bfloat16", "tb": True},
-     "HGMMA.64x128x16.F32.BF16"),
+    # ping-pong with the direct stores (D38's TMA stores on ping-pong: test_cuda_tma_store.py's SASS test)
+    (dict(BIG, bn=128, stages=4), {"panel": 8, "persistent": "pingpong", "pass_configs": DIRECT}, "HGMMA.64x128x16.F32"),
+    (dict(BIG, M=1000, N=4000, bn=128, stages=4), {"persistent": "pingpong", "dtype": "bfloat16", "tb": True,
+                                                   "pass_configs": DIRECT}, "HGMMA.64x128x16.F32.BF16"),
 ])
 def test_sass_has_the_pipeline_and_a_full_wait_per_tile_before_the_epilogue(shape, kw, mma):
     k = _compile(shape, **kw)
