@@ -96,8 +96,77 @@ def loop_counts(sass: str, min_mma: int = 16) -> list:
     return sorted(rows, key=lambda r: r["total"])
 
 
+_REG = re.compile(r"\bR(\d+)\b")
+
+
+_CONTROL = re.compile(r"\s*/\*([0-9a-f]{4,})\*/[^\n]*?/\* (0x[0-9a-f]{16}) \*/\s*\n\s*/\* (0x[0-9a-f]{16}) \*/")
+
+
+def stalls(sass: str, min_mma: int = 16) -> dict:
+    """The main loop's scheduling as ptxas planned it, from each instruction's control bits (the high word's bits
+    41-44: the cycles the warp waits before issuing its next instruction; bits 52-57: the scoreboards it waits
+    on, set by variable-latency producers such as MUFU, SHFL and the WGMMA waits): ``{"cycles": the sum of the
+    stall counts along the straight line, "scoreboard waits": instructions that wait on a scoreboard}``. A lower
+    bound on a warp's cycles an iteration, without the variable latencies."""
+    ctrl = {int(m.group(1), 16): int(m.group(3), 16) for m in _CONTROL.finditer(sass)}
+    ins = parse(sass)
+    cycles = waits = 0
+    for k in main_loop(ins, min_mma):
+        hi = ctrl.get(ins[k][0])
+        if hi is None:
+            continue
+        cycles += (hi >> 41) & 0xF
+        waits += ((hi >> 52) & 0x3F) != 0
+    return {"cycles": cycles, "scoreboard waits": waits}
+
+
+def chain_depth(sass: str, op: str = "FMNMX", min_mma: int = 16) -> int:
+    """The longest chain of ``op`` instructions in the main loop (straight through, in address order) in which
+    each reads a register the previous one wrote: the row reductions' dependency depth (D39: 44 for a
+    176-wide row reduced as a chain, 6 as a tree)."""
+    ins = parse(sass)
+    depth: dict = {}  # register -> depth of the op chain that last wrote it (0: written by something else)
+    best = 0
+    for k in main_loop(ins, min_mma):
+        t = ins[k][1]
+        regs = [int(r) for r in _REG.findall(re.sub(r"^@!?U?P\w+\s+", "", t))]
+        if not regs:
+            continue
+        dst, srcs = regs[0], regs[1:]
+        if opcode(t) == op:
+            d = 1 + max((depth.get(r, 0) for r in srcs), default=0)
+            best = max(best, d)
+            depth[dst] = d
+        else:
+            depth[dst] = 0
+    return best
+
+
+def exp2_overlapped(sass: str, min_mma: int = 16) -> int:
+    """MUFU instructions the main loop issues after its wait for the oldest WGMMA group (``WARPGROUP.DEPBAR.LE
+    gsb0, 0x1``: S is ready) and before the wait for every group (``gsb0, 0x0``: P @ V done), around the loop's
+    back edge: the exp2s the intra-warpgroup overlap runs while the P @ V WGMMA does (D39: none with ptxas 13.0,
+    which hoists the second wait above them all)."""
+    ins = parse(sass)
+    idx = main_loop(ins, min_mma)
+    text = [ins[k][1] for k in idx]
+    first = [n for n, t in enumerate(text) if "DEPBAR.LE gsb0, 0x1" in t]
+    if not first:
+        raise ValueError("no WARPGROUP.DEPBAR.LE gsb0, 0x1 in the main loop")
+    n, count = first[-1], 0
+    for step in range(1, len(text) + 1):
+        t = text[(n + step) % len(text)]
+        if "DEPBAR.LE gsb0, 0x0" in t:
+            return count
+        count += opcode(t) == "MUFU"
+    raise ValueError("no WARPGROUP.DEPBAR.LE gsb0, 0x0 in the main loop")
+
+
 if __name__ == "__main__":
     for f in sys.argv[1:]:
         print(f)
         for row in loop_counts(open(f).read()):
             print("  " + " ".join(f"{k} {v}" for k, v in row.items()))
+        text = open(f).read()
+        print(f"  {stalls(text)}")
+        print(f"  FMNMX depth {chain_depth(text)}, MUFU overlapped with P @ V {exp2_overlapped(text)}")

@@ -12,6 +12,9 @@
   0.5`` and a squaring of the result under that predicate around the same ``MUFU.EX2``, and those only act
   below -126 (subnormal results). Elsewhere (an argument below -126, or -inf from a mask) ``exp2f`` as
   before. The test costs one ``FMNMX`` an element instead of three instructions.
+- ``tilecore.cuda.tree_reduce`` (D39, off by default): a row maximum or minimum of a 2-D fragment as 4 (2 for rows of more
+  than 32 values a thread) partial chains combined pairwise, the identity last: the same bits, a quarter (a half)
+  of the dependency depth.
 - ``tilecore.cuda.skip_unit_rescale``: a 2-D nest ``F[i, j] = F[i, j] * r[i]`` (the rescale of O by
   ``exp2(m_prev - m_cur)``) is skipped where the row factors of every lane of the warp are exactly 1 (no
   row maximum moved): ``x * 1 = x`` in IEEE arithmetic without flushing, so the exact build's bits are kept;
@@ -29,6 +32,23 @@ PACK_DIRECT_DEFAULT = True
 EXP2_RANGE_CHECK_DEFAULT = False
 #: off until pack + rescale is measured (D35: alone +6.5% exact, -1.6% fast on the H100)
 SKIP_UNIT_RESCALE_DEFAULT = False
+#: off until measured (D39): the same bits (max and min are exact and associative; the identity is applied last, so
+#: a row whose every value fmaxf drops, NaN, still gives the identity), a dependency chain of about n / (4 k) +
+#: log2 k steps instead of n / 4. k partial chains keep k - 1 more values live a row: 4 where a thread holds at
+#: most 32 values a row, 2 above. The cost: at short sequences (128-512, where ptxas unrolls the loops) some
+#: blocks' WGMMAs are serialized for want of registers (causal 128 x 64 at s128, 128 x 128 at s256), none at s4096.
+TREE_REDUCE_DEFAULT = False
+
+
+def reduce_chains(option, per_row: int) -> int:
+    """``tilecore.cuda.tree_reduce`` as a number of partial chains for a row of ``per_row`` values a thread:
+    False -> 1 (one chain, as written), True -> 4 up to 32 values, else 2; an integer k >= 1 -> k (a power of two)."""
+    if isinstance(option, bool) or option is None:
+        return (4 if per_row <= 32 else 2) if option else 1
+    k = int(option)
+    if k < 1 or k & (k - 1):
+        raise ValueError(f"tilecore.cuda.tree_reduce: {option!r} partial chains; use True, False or a power of two")
+    return min(k, per_row)
 
 _16BIT = ("float16", "bfloat16")
 

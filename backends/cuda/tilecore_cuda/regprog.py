@@ -701,6 +701,8 @@ def _lower_as(mode: str):
                           else {})
         plan["exp2_check"] = bool(ctx.option("tilecore.cuda.exp2_range_check", _lean.EXP2_RANGE_CHECK_DEFAULT))
         plan["skip_rescale"] = bool(ctx.option("tilecore.cuda.skip_unit_rescale", _lean.SKIP_UNIT_RESCALE_DEFAULT))
+        plan["tree_reduce"] = ctx.option("tilecore.cuda.tree_reduce", _lean.TREE_REDUCE_DEFAULT)
+        _lean.reduce_chains(plan["tree_reduce"], 1)  # a bad value fails here, naming the option
         plan["unmasked"] = None
         if ctx.option("tilecore.cuda.split_masked_loop", SPLIT_MASKED_LOOP_DEFAULT):
             _split_masked(plan, facts, ctx, name)
@@ -1234,12 +1236,31 @@ class _Emit:
         f, v = em.name(st, src.buffer), em.name(st, dst.buffer)
         n = src.buffer.static_shape()[1]
 
+        chains = (_lean.reduce_chains(self.p.get("tree_reduce", False), n // 4) if s.attrs["kind"] in ("max", "min")
+                  else 1)
+
         def body():
-            self.line(f"float tc_r = {ident};")
-            self.line("#pragma unroll")
-            self.line(f"for (int tc_j = 0; tc_j < {n // 8}; ++tc_j) {{ "
-                      f"tc_r = {op.format(a='tc_r', b=f + '[4 * tc_j + 2 * tc_h]')}; "
-                      f"tc_r = {op.format(a='tc_r', b=f + '[4 * tc_j + 2 * tc_h + 1]')}; }}")
+            if chains > 1:  # D39: k chains side by side, combined pairwise, then the identity: the chain's result,
+                m, k = n // 4, chains  # bit for bit (max / min are exact and associative), depth m / k + log2 k
+                val = f + "[4 * (tc_q / 2) + 2 * tc_h + tc_q % 2]"
+                self.line(f"float tc_t[{k}];")
+                self.line("#pragma unroll")
+                self.line(f"for (int tc_q = 0; tc_q < {k}; ++tc_q) tc_t[tc_q] = {val};")
+                self.line("#pragma unroll")
+                self.line(f"for (int tc_q = {k}; tc_q < {m}; ++tc_q) "
+                          f"tc_t[tc_q % {k}] = {op.format(a=f'tc_t[tc_q % {k}]', b=val)};")
+                self.line("#pragma unroll")
+                self.line(f"for (int tc_w = 1; tc_w < {k}; tc_w *= 2)")
+                self.line("#pragma unroll")
+                self.line(f"  for (int tc_q = 0; tc_q + tc_w < {k}; tc_q += 2 * tc_w) "
+                          f"tc_t[tc_q] = {op.format(a='tc_t[tc_q]', b='tc_t[tc_q + tc_w]')};")
+                self.line(f"float tc_r = {op.format(a=ident, b='tc_t[0]')};")
+            else:
+                self.line(f"float tc_r = {ident};")
+                self.line("#pragma unroll")
+                self.line(f"for (int tc_j = 0; tc_j < {n // 8}; ++tc_j) {{ "
+                          f"tc_r = {op.format(a='tc_r', b=f + '[4 * tc_j + 2 * tc_h]')}; "
+                          f"tc_r = {op.format(a='tc_r', b=f + '[4 * tc_j + 2 * tc_h + 1]')}; }}")
             self.line(f"tc_r = {op.format(a='tc_r', b='tc_shfl_xor(tc_r, 1)')};")
             self.line(f"tc_r = {op.format(a='tc_r', b='tc_shfl_xor(tc_r, 2)')};")
             if s.attrs.get("clear", True):

@@ -1,0 +1,187 @@
+"""The softmax's critical path in the register programs (docs/decisions.md D39), through the public API:
+
+- ``tilecore.cuda.tree_reduce`` (off until measured): a row maximum (or minimum) of a 2-D fragment as k partial
+  chains (4 for rows of up to 32 values a thread, else 2) combined pairwise, the identity applied last, instead of
+  one chain of n / 4 dependent ``FMNMX``: the same instructions and the same bits (max and min are exact,
+  commutative and associative; a row whose every value ``fmaxf`` drops, NaN, still gives the identity), a shorter
+  wait before the first exp2.
+
+Without a GPU (CI): the dependency depth and the instruction counts of the benchmark's main loop from its SASS
+(tests/sass_paths.py), the fact D39 builds on (ptxas runs none of the exp2s while the P @ V WGMMA does: it hoists
+the wait for it above the softmax), and the sm_80 register program on the host emulator, bit for bit against
+the chain, with a row of NaN scores, one of signed zeros and the causal mask's -inf. On an sm_90 GPU: bit-identical outputs against the chain (exact
+and fast math), float64 references.
+"""
+from __future__ import annotations
+
+import functools
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilecore
+
+tilecore_cuda = pytest.importorskip("tilecore_cuda")
+
+sys.path.insert(0, str(Path(__file__).parent))
+import sass_paths  # noqa: E402
+from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
+from test_cuda_hopper import HOPPER, _attention, hopper_gpu, torch_cuda  # noqa: E402,F401
+
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the host emulator needs g++ (C++20)")
+
+CHAIN = {"tilecore.cuda.tree_reduce": False}
+TREE = {"tilecore.cuda.tree_reduce": True}
+
+
+@functools.lru_cache(maxsize=None)
+def _sass(tree: bool, fast: bool, bn: int) -> str:
+    """The benchmark's kernel (b8 h32 s4096 d128, 128 x bn, 256 threads, 2 stages, non-causal), compiled only."""
+    k = tilecore.compile(_attention(4096, 128, 128, bn, 256, False, heads=32, batch=8), target=HOPPER,
+                         pass_configs={**NOCACHE, **(TREE if tree else CHAIN), "tilecore.fast_math": fast})
+    sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+    assert "STL" not in sass and "LDL" not in sass  # the fragments stay in registers
+    return sass
+
+
+def test_tree_default_and_chains():
+    from tilecore_cuda import _lean
+
+    assert _lean.TREE_REDUCE_DEFAULT is False
+    assert [_lean.reduce_chains(True, n) for n in (16, 32, 44)] == [4, 4, 2]
+    assert _lean.reduce_chains(False, 44) == 1 and _lean.reduce_chains(8, 44) == 8 and _lean.reduce_chains(8, 4) == 4
+    with pytest.raises(ValueError, match="tilecore.cuda.tree_reduce: 3 partial chains"):
+        _lean.reduce_chains(3, 44)
+
+
+@needs_toolchain
+@pytest.mark.parametrize("fast", [False, True], ids=["exact", "fast"])
+@pytest.mark.parametrize("bn", [128, 176])
+def test_tree_row_max_depth(bn, fast):
+    """n / 4 = 32 or 44 values a thread a row: a chain of that many dependent FMNMX before the shuffles; 4 (2)
+    partial chains: a quarter (a half) of that, plus their combination; the same FMNMX count, the rest of the loop
+    as it was give or take scheduling."""
+    m = bn // 4
+    k = 4 if m <= 32 else 2
+    chain, tree = _sass(False, fast, bn), _sass(True, fast, bn)
+    assert sass_paths.chain_depth(chain) >= m
+    assert sass_paths.chain_depth(tree) <= m // k + (k - 1).bit_length() + 4  # + the identity, the shuffles' combines
+    (c,), (t,) = sass_paths.loop_counts(chain), sass_paths.loop_counts(tree)
+    assert t["FMNMX"] == c["FMNMX"] == bn // 2 + 6 and t["MUFU"] == c["MUFU"] == bn // 2 + 2
+    assert abs(t["total"] - c["total"]) <= 4
+    # the default (D35's pack) loop counts, pinned: the tree adds no instruction class
+    assert t["F2FP"] == bn // 4 and t["HADD2"] == 0 and t["SHFL"] == 8
+
+
+@needs_toolchain
+def test_softmax_waits_for_p_v_today():
+    """The fact D39 starts from (ptxas 13.0): with the intra-warpgroup overlap on, the source computes the softmax
+    of S_k between the wait for QK^T_k (``wait_group 1``) and the wait for P_(k-1) V_(k-1) (``wait_group 0``),
+    but ptxas hoists the second wait above every exp2: the softmax runs after P @ V, not beside it. A toolchain
+    or a schedule that changes this fails here, and D39's account must be redone."""
+    for fast in (False, True):
+        for bn in (128, 176):
+            assert sass_paths.exp2_overlapped(_sass(True, fast, bn)) == 0
+
+
+@needs_toolchain
+def test_tree_only_for_max_and_min():
+    src = tilecore.compile(_attention(512, 128, 128, 176, 256, True), target=HOPPER,
+                           pass_configs={**NOCACHE, **TREE}).get_kernel_source()
+    body = src.split("__global__")[-1]
+    assert body.count("float tc_t[2];") == body.count("tc_nanmax(tc_t[tc_q], tc_t[tc_q + tc_w])") >= 1
+    assert "tc_t[tc_q % 2] = tc_nanmax(tc_t[tc_q % 2], acc_s[4 * (tc_q / 2) + 2 * tc_h + tc_q % 2]);" in body
+    assert "tc_r = (tc_r + acc_s[4 * tc_j + 2 * tc_h]);" in body  # the row sum keeps its order (its bits)
+    off = tilecore.compile(_attention(512, 128, 128, 176, 256, True), target=HOPPER,
+                           pass_configs={**NOCACHE, **CHAIN}).get_kernel_source()
+    assert "tc_t[" not in off.split("__global__")[-1]
+
+
+def _host(k, arrays, edit=None):
+    import dataclasses
+
+    from cuda_host_emulator import run_on_host
+
+    if edit:
+        src = k.source
+        code = src.code.replace(*edit)
+        assert code != src.code, "the mutation changed nothing"
+        k = type("K", (), {"source": dataclasses.replace(src, code=code)})()
+    return run_on_host(k, arrays)
+
+
+def _inputs(seq, dim, seed=3):
+    rng = np.random.default_rng(seed)
+    q, kk, v = (rng.standard_normal((2, seq, dim)).astype(np.float32) for _ in range(3))
+    q[1] *= 40  # head 1: scores spread over thousands
+    q[0, 5] = np.nan  # a row of NaN scores
+    q[0, 9] = 0.0  # a row of zero scores (signed zeros: -0 * k)
+    q[0, 9, ::2] = -0.0
+    q, kk, v = (x.astype(np.float16) for x in (q, kk, v))
+    return q, kk, v
+
+
+@needs_toolchain
+@needs_gxx
+@pytest.mark.parametrize("fast", [False, True], ids=["exact", "fast"])
+def test_host_tree_bit_identical_to_chain(fast):
+    """The catalog's attention (causal, seq 192, d64, 64 x 64 blocks) on the sm_80 register program on the host:
+    the tree and the chain give the same bytes, a row of NaN scores and one of signed zeros included.
+    Mutation: combining the partial chains without the last level (half the row's values) is caught."""
+    from tilecore_conformance.composite import attention_ref
+
+    seq, dim = 192, 64
+    q, kk, v = _inputs(seq, dim)
+    outs = {}
+    pc = {**NOCACHE, "tilecore.fast_math": fast}
+    for name, cfg in (("tree", TREE), ("chain", CHAIN)):
+        k = tilecore.compile(_attention(seq, dim, 64, 64, 128, True), target="cuda:sm_80", pass_configs={**pc, **cfg})
+        assert ("float tc_t[4];" in k.get_kernel_source()) == (name == "tree")
+        outs[name] = _host(k, [q, kk, v, np.full(q.shape, 7.0, np.float16)])[3]
+    assert outs["tree"].tobytes() == outs["chain"].tobytes()
+    ref = attention_ref([q, kk, v], "float16", True, seq=seq, dim=dim)[0]
+    head0 = np.ones(seq, bool)
+    head0[5] = False
+    np.testing.assert_allclose(outs["tree"][0][head0].astype(np.float64), ref[0][head0], atol=2e-2, rtol=2e-2)
+    np.testing.assert_allclose(outs["tree"][1].astype(np.float64), ref[1], atol=2e-2, rtol=2e-2)
+    assert np.isnan(outs["tree"][0, 5]).all()
+    k = tilecore.compile(_attention(seq, dim, 64, 64, 128, True), target="cuda:sm_80", pass_configs={**pc, **TREE})
+    short = _host(k, [q, kk, v, np.full(q.shape, 7.0, np.float16)],
+                  ("for (int tc_w = 1; tc_w < 4; tc_w *= 2)", "for (int tc_w = 1; tc_w < 2; tc_w *= 2)"))[3]
+    assert short.tobytes() != outs["chain"].tobytes()
+
+
+# -- on an sm_90 GPU ----------------------------------------------------------------------------------------
+
+#: (seq, dim, bm, bn, threads, causal): the benchmark's blocks, the 176-wide one ragged at 4096 and causal
+DEVICE = {"176-ragged": (4096, 128, 128, 176, 256, False), "176-causal": (1000, 128, 128, 176, 256, True),
+          "128": (1024, 128, 128, 128, 256, False), "128-causal": (1024, 128, 128, 128, 256, True)}
+
+
+def _device_run(torch, shape, configs, fast=False):
+    seq, dim, bm, bn, threads, causal = DEVICE[shape]
+    q, kk, v = (torch.from_numpy(x).cuda() for x in _inputs(seq, dim, seed=13))
+    k = tilecore.compile(_attention(seq, dim, bm, bn, threads, causal), target="cuda",
+                         pass_configs={**configs, "tilecore.fast_math": fast})
+    o = torch.full_like(q, 7.0)
+    k(q, kk, v, o)
+    torch.cuda.synchronize()
+    return [x.cpu().numpy() for x in (q, kk, v)], o.double().cpu().numpy()
+
+
+@hopper_gpu
+@pytest.mark.parametrize("fast", [False, True], ids=["exact", "fast"])
+@pytest.mark.parametrize("shape", list(DEVICE))
+def test_device_tree_bit_identical_to_chain(torch_cuda, shape, fast):
+    from tilecore_conformance.composite import attention_ref
+
+    inputs, got = _device_run(torch_cuda, shape, TREE, fast)
+    _, base = _device_run(torch_cuda, shape, CHAIN, fast)
+    assert got.tobytes() == base.tobytes()
+    seq, dim, *_, causal = DEVICE[shape]
+    ref = attention_ref(inputs, "float16", causal, seq=seq, dim=dim)[0]
+    ok = np.isfinite(ref)
+    np.testing.assert_allclose(got[ok], ref[ok], atol=2e-2, rtol=2e-2)
