@@ -14,8 +14,9 @@ makes it grouped-query attention (K/V with fewer heads; SDPA with ``enable_gqa=T
 = ``tilecore.cuda.split_masked_loop``), and ``--exp`` times the kernel with its softmax written with ``T.exp2``
 (the catalog's form) and/or ``T.exp((s - m) * scale)``. ``--lean`` does the same for D35's instruction savings
 (``pack`` = ``tilecore.cuda.pack_direct``, ``exp2`` = ``tilecore.cuda.exp2_range_check``, ``rescale`` =
-``tilecore.cuda.skip_unit_rescale``, ``pack+rescale``, ``all``; D39: ``tree-off`` / ``tree`` =
-``tilecore.cuda.tree_reduce`` off / on, everything else at the defaults). A block whose key width does not divide ``--seq`` (128x176 at
+``tilecore.cuda.skip_unit_rescale``, ``pack+rescale``, ``all``; D39, each with the rest at the defaults: ``tree`` =
+``tilecore.cuda.tree_reduce``, ``beside`` = ``tilecore.cuda.softmax_beside_pv`` (128-wide blocks), ``regs24`` =
+``tilecore.cuda.producer_registers=24``, ``beside+tree``). A block whose key width does not divide ``--seq`` (128x176 at
 4096) runs its last K/V block ragged: TMA zero-fills the rows past the sequence and the kernel's
 ``k * bn + j < seq`` mask gives their scores -inf, in the last iteration only (D30's split).
 Exits with code 2 and a clear message where no CUDA GPU is present.
@@ -51,8 +52,11 @@ LEAN = {"off": _LEAN_OFF, "pack": {**_LEAN_OFF, "tilecore.cuda.pack_direct": Tru
         "rescale": {**_LEAN_OFF, "tilecore.cuda.skip_unit_rescale": True},
         "pack+rescale": {**_LEAN_OFF, "tilecore.cuda.pack_direct": True, "tilecore.cuda.skip_unit_rescale": True},
         "all": {k: True for k in _LEAN_OFF}, "default": {},
-        # D39: the row maximum as a chain (before) against the tree (the default), the rest at the defaults
-        "tree-off": {"tilecore.cuda.tree_reduce": False}, "tree": {"tilecore.cuda.tree_reduce": True}}
+        # D39, each against the defaults: the row maximum as partial chains; the softmax beside P @ V (128-wide
+        # blocks at d128; with FA3's 24 / 240 register split); that split alone; both
+        "tree": {"tilecore.cuda.tree_reduce": True}, "beside": {"tilecore.cuda.softmax_beside_pv": True},
+        "regs24": {"tilecore.cuda.producer_registers": 24},
+        "beside+tree": {"tilecore.cuda.softmax_beside_pv": True, "tilecore.cuda.tree_reduce": True}}
 
 
 def flash_fwd(batch, heads, seq, dim, causal, bm=64, bn=64, dtype="float16", threads=128, stages=2, fast=False,

@@ -38,7 +38,7 @@ from tilecore.ir import (Allocate, Bind, Buffer, BufferLoad, Collective, For, Ke
                          simplify, walk, walk_expr)
 from tilecore.ir.dtypes import is_float
 from tilecore.ir.bounds import Facts, nonneg_forms
-from tilecore.passes.pipeline import map_expr, substitute
+from tilecore.passes.pipeline import map_expr, map_stmt, substitute
 from tilecore.passes import tile_pass
 from tilecore.passes.core import onchip_limit
 from tilecore.passes.guard import guard_stmt, launch_facts, loop_facts
@@ -296,6 +296,55 @@ def _plan(launch: KernelLaunch, ctx, mode: str) -> dict:
             "pipe_bytes": 1024 + once_bytes + stages * stage_bytes + 16 * stages + 16,
             "copies": {b: an.copies[b][0] for b in an.shared}, "tensor_maps": maps,
             "wgmma": sorted(set(an.wgmma)) if mode == "wgmma" else []}
+
+
+def _beside_pv(plan, ctx, name):
+    """``tilecore.cuda.softmax_beside_pv`` (D39): the index of the first statement of B (between the two gemms of
+    the intra-warpgroup overlap) that touches the second gemm's A or C (in flight with it into the next iteration),
+    where the rest of B from there on can run at the start of the next iteration instead: it names neither the
+    loop variable nor anything that differs between the masked and unmasked bodies, and the fragments carried
+    across the iteration's end (the first gemm's C, the second's A packed, its C) fit BESIDE_MAX_REGISTERS a
+    thread. Else None (with a note where the option asked for it)."""
+    if not ctx.option("tilecore.cuda.softmax_beside_pv", _lean.SOFTMAX_BESIDE_PV_DEFAULT) or not plan.get("overlap"):
+        return None
+    g1, g2 = plan["overlap"]
+    body, frags, loop = plan["body"], plan["frags"], plan["loop"]
+    first_gemm, second = body[g1], body[g2]
+    a, c = second.args[0].buffer, second.args[2].buffer
+    threads = WG * plan["nc"]
+
+    def regs(buf, packed=False):
+        n = 1
+        for x in buf.static_shape():
+            n *= x
+        return n // threads // (2 if packed else 1)
+
+    carried = regs(first_gemm.args[2].buffer) + (regs(a, True) if a in frags else 0) + regs(c)
+    if carried > _lean.BESIDE_MAX_REGISTERS:
+        ctx.notes.append(f"{name}: softmax beside P @ V not applied: {carried} registers a thread carried across an "
+                         f"iteration's end (more than {_lean.BESIDE_MAX_REGISTERS}: ptxas spills); use a narrower "
+                         "block_N")
+        return None
+    first = next((k for k in range(g1 + 1, g2) if _touched(body[k], frags) & {a, c}), None)
+    um = plan.get("unmasked")
+    for k in range(first if first is not None else g2, g2):
+        s = body[k]
+        if um and um["body"][k] is not s and repr(um["body"][k]) != repr(s):
+            return None
+        loaded = isinstance(s, TileOp) and s.op == "copy" and s.args[1].buffer in plan["staged"]
+        if _names_var(s, loop.var) and not loaded:  # (a tile the producer loads: nothing in the consumers)
+            return None
+    if first is not None:
+        ctx.notes.append(f"{name}: softmax beside P @ V: the wait for it and B from statement {first - g1} on run "
+                         f"at the start of the next iteration ({carried} registers carried)")
+    return first
+
+
+def _names_var(s, var) -> bool:
+    """Whether statement ``s`` names variable ``var`` (a loop variable) anywhere."""
+    found = []
+    map_stmt(s, lambda x: found.append(x) if x is var else None)
+    return bool(found)
 
 
 def _touched(s, frags) -> set:
@@ -706,6 +755,10 @@ def _lower_as(mode: str):
         plan["unmasked"] = None
         if ctx.option("tilecore.cuda.split_masked_loop", SPLIT_MASKED_LOOP_DEFAULT):
             _split_masked(plan, facts, ctx, name)
+        plan["beside"] = _beside_pv(plan, ctx, name) if mode == "wgmma" else None
+        regs = ctx.option("tilecore.cuda.producer_registers", None)  # D39: FA3's 24 where the softmax runs beside
+        plan["producer_regs"] = _lean.producer_registers(  # P @ V (its carried fragments need the 240)
+            regs if regs is not None else (24 if plan["beside"] is not None else _lean.PRODUCER_REGISTERS_DEFAULT))
         pipe = Buffer("regprog_smem", (plan["pipe_bytes"],), "uint8", "shared")
         coll = Collective("tc_register_program", (Region(pipe, (as_expr(0),), (pipe.shape[0],)),),
                           {"plan": plan, "tensor_maps": plan["tensor_maps"], "wgmma": plan["wgmma"]},
@@ -839,7 +892,7 @@ class _Emit:
         p, S = self.p, self.p["stages"]
         loop = p["loop"]
         if self.regs:
-            self.line("tc_setmaxnreg_dec<40>();")
+            self.line(f"tc_setmaxnreg_dec<{self.p['producer_regs']}>();")
 
         def issue():
             for name in self.maps:
@@ -879,7 +932,7 @@ class _Emit:
         p, S = self.p, self.p["stages"]
         em, st = self.em, self.st
         if self.regs:
-            self.line("tc_setmaxnreg_inc<232>();")
+            self.line(f"tc_setmaxnreg_inc<{_lean.consumer_registers(self.p['producer_regs'])}>();")
         self.consumer_setup("tc_wg - 1")
         if not p.get("split"):
             self.line("int tc_rel = -1;  /* a stage whose release waits for WGMMA still reading it */")
@@ -972,6 +1025,37 @@ class _Emit:
         self.pending = set()
 
         split = p.get("split")
+        beside = p.get("beside")  # D39: the first statement of B deferred to the next iteration, or None
+
+        def deferred(it: str):
+            """D39: the end of iteration ``it - 1``'s B at the start of iteration ``it`` (after its barrier waits):
+            wait for its P @ V (``it - 2``'s, in flight since), release that V stage, then O's rescale and P's
+            pack. Iteration 1 finds no P @ V in flight: the wait returns at once and the release is skipped."""
+            a, c = second.args[0].buffer, second.args[2].buffer
+            self.line("tc_wgmma_wait<0>();")
+            self.fence(c)
+            if a in p["frags"]:
+                self.line(f"tc_reg_fence_u({self.packed(a)});")
+            if not split:
+                self.line(f"if (tc_rel >= 0) {{ tc_mbar_arrive({self.bar('empty', 'tc_rel')}); tc_rel = -1; }}")
+            else:
+                for b in self.tiles_of(1):
+                    self.line(f"if ({it} >= 2) tc_mbar_arrive({self.bar('empty', f'(({it}) + {S - 2}) % {S}', b)});")
+            self.groups, self.pending, self.pending_packed = [], set(), set()
+            for k in range(beside, g2):
+                self.cstmt(p["body"][k])
+            pack_a()
+
+        def pack_a():
+            a = second.args[0].buffer
+            if a in p["frags"]:  # the second gemm's A (P) packed now: 32 registers, not 64, carried
+                # into the next iteration, and no conversions inside the next turn
+                pack = "tc_pack_h2" if str(a.dtype) == "float16" else "tc_pack_bf2"
+                f, pa = self.pack_source(a), self.packed(a)
+                self.line("#pragma unroll")
+                self.line(f"for (int tc_q = 0; tc_q < {a.static_shape()[1] // 4}; ++tc_q) {pa}[tc_q] = "
+                          f"{pack}({f}[2 * tc_q], {f}[2 * tc_q + 1]);")
+                self.packed_ahead = a
 
         def run_first(body, wait_turn: bool, pass_turn, previous: bool, alt=None):
             if not split:
@@ -982,6 +1066,8 @@ class _Emit:
                 for b in (self.tiles_of(1) if previous else []):
                     self.line(f"tc_mbar_wait({self.bar('full', f'(tc_it + {S - 1}) % {S}', b)}, "
                               f"((tc_it - 1) / {S}) & 1);")
+            if beside is not None and previous:
+                deferred("tc_it")
             for k, s in enumerate(body[:g1 + 1]):
                 if pp and k == g1:
                     self.turn_wait, self.turn_pass = wait_turn, pass_turn
@@ -1005,18 +1091,12 @@ class _Emit:
                 self.line(f"tc_rel = {stage};")
 
         def run_between(body, alt=None):
-            for k in range(g1 + 1, g2):
+            for k in range(g1 + 1, g2 if beside is None else beside):
                 self.cstmt_either(body[k], alt[k] if alt else body[k])
+            if beside is not None:  # P @ V stays in flight into the next iteration, which finishes B (deferred)
+                return
             self.retire()  # nothing stays in flight into the next iteration (B normally waited already)
-            a = second.args[0].buffer
-            if a in p["frags"]:  # the second gemm's A (P) packed now: 32 registers, not 64, carried
-                # into the next iteration, and no conversions inside the next turn
-                pack = "tc_pack_h2" if str(a.dtype) == "float16" else "tc_pack_bf2"
-                f, pa = self.pack_source(a), self.packed(a)
-                self.line("#pragma unroll")
-                self.line(f"for (int tc_q = 0; tc_q < {a.static_shape()[1] // 4}; ++tc_q) {pa}[tc_q] = "
-                          f"{pack}({f}[2 * tc_q], {f}[2 * tc_q + 1]);")
-                self.packed_ahead = a
+            pack_a()
 
         def iteration0():
             self.line("const int tc_it = 0;")
@@ -1041,6 +1121,8 @@ class _Emit:
                 self.first_turn()
             self.block("", iteration0)
             self.loops(1, step)
+            if beside is not None:
+                deferred("tc_nit")
             run_second(f"((tc_nit + {S - 1}) % {S})", "final", "tc_nit - 1")
             self.retire()
 
