@@ -6,11 +6,22 @@
   commutative and associative; a row whose every value ``fmaxf`` drops, NaN, still gives the identity), a shorter
   wait before the first exp2.
 
+- ``tilecore.cuda.softmax_beside_pv`` (off until measured): with the intra-warpgroup overlap, the wait for P @ V,
+  the release of its V stage and the work on its fragments (O's rescale, P's pack) run at the start of the next
+  iteration, after its barrier waits, so the exp2s run while P @ V does: ptxas otherwise hoists the wait above
+  the softmax (to free P's registers). Where the fragments carried across an iteration's end fit 160 registers
+  a thread (128 x 128 at d128), with FA3's register split (``tilecore.cuda.producer_registers`` 24: the
+  consumers get 240); wider blocks keep the schedule (a note says why). Every register array sees the same
+  operations in the same order: the same bits.
+
 Without a GPU (CI): the dependency depth and the instruction counts of the benchmark's main loop from its SASS
 (tests/sass_paths.py), the fact D39 builds on (ptxas runs none of the exp2s while the P @ V WGMMA does: it hoists
 the wait for it above the softmax), and the sm_80 register program on the host emulator, bit for bit against
-the chain, with a row of NaN scores, one of signed zeros and the causal mask's -inf. On an sm_90 GPU: bit-identical outputs against the chain (exact
-and fast math), float64 references.
+the chain, with a row of NaN scores, one of signed zeros and the causal mask's -inf; the softmax beside P @ V:
+every exp2 between the two waits in the SASS, no local memory, and its protocols on the host simulator
+(tests/regprog_sim.py: WGMMA hazards, stage releases, turns, each register array's history as before) for every
+trip and split count, with a mutation (the first iteration's release unguarded) caught. On an sm_90 GPU:
+bit-identical outputs against the defaults (exact and fast math), float64 references.
 """
 from __future__ import annotations
 
@@ -29,19 +40,26 @@ tilecore_cuda = pytest.importorskip("tilecore_cuda")
 sys.path.insert(0, str(Path(__file__).parent))
 import sass_paths  # noqa: E402
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
-from test_cuda_hopper import HOPPER, _attention, hopper_gpu, torch_cuda  # noqa: E402,F401
+from test_cuda_hopper import HOPPER, _attention, _notes, hopper_gpu, torch_cuda  # noqa: E402,F401
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the host emulator needs g++ (C++20)")
 
 CHAIN = {"tilecore.cuda.tree_reduce": False}
 TREE = {"tilecore.cuda.tree_reduce": True}
+BESIDE = {"tilecore.cuda.softmax_beside_pv": True}
 
 
 @functools.lru_cache(maxsize=None)
-def _sass(tree: bool, fast: bool, bn: int) -> str:
+def _bench(tree: bool, fast: bool, bn: int, beside: bool = False):
     """The benchmark's kernel (b8 h32 s4096 d128, 128 x bn, 256 threads, 2 stages, non-causal), compiled only."""
-    k = tilecore.compile(_attention(4096, 128, 128, bn, 256, False, heads=32, batch=8), target=HOPPER,
-                         pass_configs={**NOCACHE, **(TREE if tree else CHAIN), "tilecore.fast_math": fast})
+    return tilecore.compile(_attention(4096, 128, 128, bn, 256, False, heads=32, batch=8), target=HOPPER,
+                            pass_configs={**NOCACHE, **(TREE if tree else CHAIN), **(BESIDE if beside else {}),
+                                          "tilecore.fast_math": fast})
+
+
+@functools.lru_cache(maxsize=None)
+def _sass(tree: bool, fast: bool, bn: int, beside: bool = False) -> str:
+    k = _bench(tree, fast, bn, beside)
     sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
     assert "STL" not in sass and "LDL" not in sass  # the fragments stay in registers
     return sass
@@ -154,6 +172,79 @@ def test_host_tree_bit_identical_to_chain(fast):
     assert short.tobytes() != outs["chain"].tobytes()
 
 
+@needs_toolchain
+@pytest.mark.parametrize("fast", [False, True], ids=["exact", "fast"])
+def test_beside_runs_the_exp2s_while_p_v_does(fast):
+    """128 x 128: all 66 MUFU (64 scores, 2 row factors) between the wait for S and the wait for P @ V (none
+    today), no local memory at 240 registers, the same instruction classes give or take the moved waits."""
+    on, off = _sass(False, fast, 128, True), _sass(False, fast, 128)
+    assert sass_paths.exp2_overlapped(on) == 66 and sass_paths.exp2_overlapped(off) == 0
+    (a,), (b,) = sass_paths.loop_counts(on), sass_paths.loop_counts(off)
+    assert (a["MUFU"], a["F2FP"], a["HGMMA"], a["FMNMX"]) == (b["MUFU"], b["F2FP"], b["HGMMA"], b["FMNMX"])
+    assert a["total"] <= b["total"] + 12
+    k = _bench(False, fast, 128, True)
+    assert "softmax beside P @ V: the wait for it and B from statement" in _notes(k)
+    src = k.get_kernel_source()
+    assert "tc_setmaxnreg_dec<24>();" in src and "tc_setmaxnreg_inc<240>();" in src
+    assert "if (tc_it >= 2) tc_mbar_arrive(" in src and "if (tc_nit >= 2) tc_mbar_arrive(" in src
+
+
+@needs_toolchain
+def test_beside_not_where_the_carried_fragments_spill():
+    """128 x 176 carries 88 + 44 + 64 = 196 registers a thread across an iteration's end (ptxas spilled 250-950
+    bytes): the schedule stays as it was, 232 registers, and a note says why."""
+    k = _bench(False, True, 176, True)
+    assert "softmax beside P @ V not applied: 196 registers a thread carried" in _notes(k)
+    assert k.get_kernel_source() == _bench(False, True, 176).get_kernel_source()
+
+
+@needs_toolchain
+def test_producer_registers_option():
+    k = tilecore.compile(_attention(1024, 128, 128, 176, 256, False), target=HOPPER,
+                         pass_configs={**NOCACHE, "tilecore.cuda.producer_registers": 24})
+    src = k.get_kernel_source()
+    assert "tc_setmaxnreg_dec<24>();" in src and "tc_setmaxnreg_inc<240>();" in src
+    assert "STL" not in tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)  # the producer fits in 24
+    with pytest.raises(Exception, match="tilecore.cuda.producer_registers: 20; setmaxnreg takes a multiple of 8"):
+        tilecore.compile(_attention(1024, 128, 128, 176, 256, False), target=HOPPER,
+                         pass_configs={**NOCACHE, "tilecore.cuda.producer_registers": 20})
+
+
+def _protocol_problems(on: str, off: str) -> list:
+    import regprog_sim as sim
+
+    out = []
+    for trips in range(6):
+        for nu in range(trips + 1):
+            tr_on = [sim.trace(on, c, trips, nu) for c in range(2)]
+            tr_off = [sim.trace(off, c, trips, nu) for c in range(2)]
+            out += [f"{trips} trips, {nu} unmasked: {p}" for p in sim.check_turns(tr_on)]
+            for c in range(2):
+                out += [f"{trips} trips, {nu} unmasked, consumer {c}: {p}" for p in sim.check_wgmma(tr_on[c])]
+                out += [f"{trips} trips, {nu} unmasked, consumer {c}: {p}"
+                        for p in sim.same_per_fragment(tr_off[c], tr_on[c])]
+    return out
+
+
+@needs_toolchain
+@pytest.mark.parametrize("shape,pingpong", [((1024, 128, 128, 128, 256, False), True),
+                                            ((1000, 128, 128, 128, 256, True), True),
+                                            ((1000, 64, 128, 64, 256, True), False)],
+                         ids=["d128", "d128-causal", "d64-causal-no-pingpong"])
+def test_beside_keeps_the_protocols(shape, pingpong):
+    """On the host simulator, for 0-5 trips and every split count: no statement touches a fragment a WGMMA in
+    flight uses, every stage acquired is released once and only after its WGMMA is done, the turns balance,
+    and each register array sees what it saw with the option off. Mutation: the first iteration's release of a
+    V stage no P @ V read (the guard dropped) is caught."""
+    pc = {**NOCACHE, "tilecore.cuda.pingpong": pingpong}
+    on = tilecore.compile(_attention(*shape), target=HOPPER, pass_configs={**pc, **BESIDE}).get_kernel_source()
+    off = tilecore.compile(_attention(*shape), target=HOPPER, pass_configs=pc).get_kernel_source()
+    assert on != off and "if (tc_it >= 2) tc_mbar_arrive(" in on
+    assert _protocol_problems(on, off) == []
+    bad = on.replace("if (tc_it >= 2) tc_mbar_arrive(", "if (tc_it >= 1) tc_mbar_arrive(")
+    assert any("release" in p for p in _protocol_problems(bad, off))
+
+
 # -- on an sm_90 GPU ----------------------------------------------------------------------------------------
 
 #: (seq, dim, bm, bn, threads, causal): the benchmark's blocks, the 176-wide one ragged at 4096 and causal
@@ -170,6 +261,21 @@ def _device_run(torch, shape, configs, fast=False):
     k(q, kk, v, o)
     torch.cuda.synchronize()
     return [x.cpu().numpy() for x in (q, kk, v)], o.double().cpu().numpy()
+
+
+@hopper_gpu
+@pytest.mark.parametrize("fast", [False, True], ids=["exact", "fast"])
+@pytest.mark.parametrize("shape", ["128", "128-causal"])
+def test_device_beside_bit_identical_to_the_defaults(torch_cuda, shape, fast):
+    from tilecore_conformance.composite import attention_ref
+
+    inputs, got = _device_run(torch_cuda, shape, BESIDE, fast)
+    _, base = _device_run(torch_cuda, shape, {}, fast)
+    assert got.tobytes() == base.tobytes()
+    seq, dim, *_, causal = DEVICE[shape]
+    ref = attention_ref(inputs, "float16", causal, seq=seq, dim=dim)[0]
+    ok = np.isfinite(ref)
+    np.testing.assert_allclose(got[ok], ref[ok], atol=2e-2, rtol=2e-2)
 
 
 @hopper_gpu
