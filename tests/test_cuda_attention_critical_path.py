@@ -210,16 +210,16 @@ def test_producer_registers_option():
                          pass_configs={**NOCACHE, "tilecore.cuda.producer_registers": 20})
 
 
-def _protocol_problems(on: str, off: str) -> list:
+def _protocol_problems(on: str, off: str, consumers: int = 2) -> list:
     import regprog_sim as sim
 
     out = []
     for trips in range(6):
         for nu in range(trips + 1):
-            tr_on = [sim.trace(on, c, trips, nu) for c in range(2)]
-            tr_off = [sim.trace(off, c, trips, nu) for c in range(2)]
+            tr_on = [sim.trace(on, c, trips, nu) for c in range(consumers)]
+            tr_off = [sim.trace(off, c, trips, nu) for c in range(consumers)]
             out += [f"{trips} trips, {nu} unmasked: {p}" for p in sim.check_turns(tr_on)]
-            for c in range(2):
+            for c in range(consumers):
                 out += [f"{trips} trips, {nu} unmasked, consumer {c}: {p}" for p in sim.check_wgmma(tr_on[c])]
                 out += [f"{trips} trips, {nu} unmasked, consumer {c}: {p}"
                         for p in sim.same_per_fragment(tr_off[c], tr_on[c])]
@@ -229,8 +229,9 @@ def _protocol_problems(on: str, off: str) -> list:
 @needs_toolchain
 @pytest.mark.parametrize("shape,pingpong", [((1024, 128, 128, 128, 256, False), True),
                                             ((1000, 128, 128, 128, 256, True), True),
-                                            ((1000, 64, 128, 64, 256, True), False)],
-                         ids=["d128", "d128-causal", "d64-causal-no-pingpong"])
+                                            ((1000, 64, 128, 64, 256, True), False),
+                                            ((1000, 64, 192, 64, 384, True), True)],
+                         ids=["d128", "d128-causal", "d64-causal-no-pingpong", "d64-3wg-causal"])
 def test_beside_keeps_the_protocols(shape, pingpong):
     """On the host simulator, for 0-5 trips and every split count: no statement touches a fragment a WGMMA in
     flight uses, every stage acquired is released once and only after its WGMMA is done, the turns balance,
@@ -240,9 +241,10 @@ def test_beside_keeps_the_protocols(shape, pingpong):
     on = tilecore.compile(_attention(*shape), target=HOPPER, pass_configs={**pc, **BESIDE}).get_kernel_source()
     off = tilecore.compile(_attention(*shape), target=HOPPER, pass_configs=pc).get_kernel_source()
     assert on != off and "if (tc_it >= 2) tc_mbar_arrive(" in on
-    assert _protocol_problems(on, off) == []
+    consumers = shape[4] // 128
+    assert _protocol_problems(on, off, consumers) == []
     bad = on.replace("if (tc_it >= 2) tc_mbar_arrive(", "if (tc_it >= 1) tc_mbar_arrive(")
-    assert any("release" in p for p in _protocol_problems(bad, off))
+    assert any("release" in p for p in _protocol_problems(bad, off, consumers))
 
 
 # -- on an sm_90 GPU ----------------------------------------------------------------------------------------
