@@ -16,7 +16,8 @@ makes it grouped-query attention (K/V with fewer heads; SDPA with ``enable_gqa=T
 (``pack`` = ``tilecore.cuda.pack_direct``, ``exp2`` = ``tilecore.cuda.exp2_range_check``, ``rescale`` =
 ``tilecore.cuda.skip_unit_rescale``, ``pack+rescale``, ``all``; D39, each with the rest at the defaults: ``tree`` =
 ``tilecore.cuda.tree_reduce``, ``beside`` = ``tilecore.cuda.softmax_beside_pv`` (128-wide blocks), ``regs24`` =
-``tilecore.cuda.producer_registers=24``, ``beside+tree``). A block whose key width does not divide ``--seq`` (128x176 at
+``tilecore.cuda.producer_registers=24``, ``beside+tree``, ``rowsum`` = ``tilecore.cuda.row_sum_per_thread`` (fast
+math), ``d39`` = beside + tree + rowsum). A block whose key width does not divide ``--seq`` (128x176 at
 4096) runs its last K/V block ragged: TMA zero-fills the rows past the sequence and the kernel's
 ``k * bn + j < seq`` mask gives their scores -inf, in the last iteration only (D30's split).
 Exits with code 2 and a clear message where no CUDA GPU is present.
@@ -56,7 +57,10 @@ LEAN = {"off": _LEAN_OFF, "pack": {**_LEAN_OFF, "tilecore.cuda.pack_direct": Tru
         # blocks at d128; with FA3's 24 / 240 register split); that split alone; both
         "tree": {"tilecore.cuda.tree_reduce": True}, "beside": {"tilecore.cuda.softmax_beside_pv": True},
         "regs24": {"tilecore.cuda.producer_registers": 24},
-        "beside+tree": {"tilecore.cuda.softmax_beside_pv": True, "tilecore.cuda.tree_reduce": True}}
+        "beside+tree": {"tilecore.cuda.softmax_beside_pv": True, "tilecore.cuda.tree_reduce": True},
+        "rowsum": {"tilecore.cuda.row_sum_per_thread": True},
+        "d39": {"tilecore.cuda.softmax_beside_pv": True, "tilecore.cuda.tree_reduce": True,
+                "tilecore.cuda.row_sum_per_thread": True}}
 
 
 def flash_fwd(batch, heads, seq, dim, causal, bm=64, bn=64, dtype="float16", threads=128, stages=2, fast=False,

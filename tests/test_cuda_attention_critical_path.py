@@ -14,6 +14,10 @@
   consumers get 240); wider blocks keep the schedule (a note says why). Every register array sees the same
   operations in the same order: the same bits.
 
+- ``tilecore.cuda.row_sum_per_thread`` (off until measured; fast math only, the order of additions changes): a
+  row sum read only by a running sum ``L = L * X + r`` (X the same in a row's four threads) stays per thread; the
+  quad's parts are added once after the loop (FA3's ``finalize``): 4 SHFL and 4 FADD an iteration fewer.
+
 Without a GPU (CI): the dependency depth and the instruction counts of the benchmark's main loop from its SASS
 (tests/sass_paths.py), the fact D39 builds on (ptxas runs none of the exp2s while the P @ V WGMMA does: it hoists
 the wait for it above the softmax), and the sm_80 register program on the host emulator, bit for bit against
@@ -247,6 +251,51 @@ def test_beside_keeps_the_protocols(shape, pingpong):
     assert any("release" in p for p in _protocol_problems(bad, off, consumers))
 
 
+ROWSUM = {"tilecore.cuda.row_sum_per_thread": True}
+
+
+@needs_toolchain
+def test_row_sum_per_thread_counts():
+    """Fast math, 128 x 128: the loop's SHFL 8 -> 4 and FADD 68 -> 64; the quad's parts added once after it;
+    the exact build ignores the option (its bits are promised)."""
+    def build(cfg, fast):
+        return tilecore.compile(_attention(4096, 128, 128, 128, 256, False, heads=32, batch=8), target=HOPPER,
+                                pass_configs={**NOCACHE, **cfg, "tilecore.fast_math": fast})
+
+    on, off = build(ROWSUM, True), build({}, True)
+    (a,), (b,) = (sass_paths.loop_counts(tilecore_cuda.CUDABackend().disassemble(k.binary, k.target))
+                  for k in (on, off))
+    assert (a["SHFL"], b["SHFL"]) == (4, 8) and a["FADD"] == b["FADD"] - 4
+    assert "row sums kept per thread until after the loop (logsum; fast math)" in _notes(on)
+    assert "logsum[tc_h] = (logsum[tc_h] + tc_shfl_xor(logsum[tc_h], 1));" in on.get_kernel_source()
+    assert build(ROWSUM, False).get_kernel_source() == build({}, False).get_kernel_source()
+
+
+@needs_toolchain
+@needs_gxx
+def test_host_row_sum_per_thread_matches_float64():
+    """The sm_80 register program on the host, fast math: the per-thread row sums give the reference's output
+    (float16's reach of float64) and the option off's within rounding. Mutation: the quad's parts not added up
+    after the loop (each row divided by a quarter of its sum, about) is caught."""
+    from tilecore_conformance.composite import attention_ref
+
+    seq, dim = 192, 64
+    rng = np.random.default_rng(21)
+    q, kk, v = (rng.standard_normal((2, seq, dim)).astype(np.float16) for _ in range(3))
+    pc = {**NOCACHE, "tilecore.fast_math": True}
+    k = tilecore.compile(_attention(seq, dim, 64, 64, 128, True), target="cuda:sm_80", pass_configs={**pc, **ROWSUM})
+    assert "row sums kept per thread" in _notes(k)
+    got = _host(k, [q, kk, v, np.full(q.shape, 7.0, np.float16)])[3].astype(np.float64)
+    base = _host(tilecore.compile(_attention(seq, dim, 64, 64, 128, True), target="cuda:sm_80", pass_configs=pc),
+                 [q, kk, v, np.full(q.shape, 7.0, np.float16)])[3].astype(np.float64)
+    ref = attention_ref([q, kk, v], "float16", True, seq=seq, dim=dim)[0]
+    np.testing.assert_allclose(got, ref, atol=2e-2, rtol=2e-2)
+    np.testing.assert_allclose(got, base, atol=4e-3, rtol=4e-3)
+    line = next(ln for ln in k.source.code.splitlines() if "tc_shfl_xor(logsum[tc_h], 1)" in ln)
+    bad = _host(k, [q, kk, v, np.full(q.shape, 7.0, np.float16)], (line, ""))[3].astype(np.float64)
+    assert not np.allclose(bad, ref, atol=2e-2, rtol=2e-2)
+
+
 # -- on an sm_90 GPU ----------------------------------------------------------------------------------------
 
 #: (seq, dim, bm, bn, threads, causal): the benchmark's blocks, the 176-wide one ragged at 4096 and causal
@@ -263,6 +312,20 @@ def _device_run(torch, shape, configs, fast=False):
     k(q, kk, v, o)
     torch.cuda.synchronize()
     return [x.cpu().numpy() for x in (q, kk, v)], o.double().cpu().numpy()
+
+
+@hopper_gpu
+@pytest.mark.parametrize("shape", list(DEVICE))
+def test_device_row_sum_per_thread_matches_float64(torch_cuda, shape):
+    from tilecore_conformance.composite import attention_ref
+
+    inputs, got = _device_run(torch_cuda, shape, {**ROWSUM, **BESIDE, **TREE}, True)
+    _, base = _device_run(torch_cuda, shape, {}, True)
+    seq, dim, *_, causal = DEVICE[shape]
+    ref = attention_ref(inputs, "float16", causal, seq=seq, dim=dim)[0]
+    ok = np.isfinite(ref)
+    np.testing.assert_allclose(got[ok], ref[ok], atol=2e-2, rtol=2e-2)
+    np.testing.assert_allclose(got[ok], base[ok], atol=4e-3, rtol=4e-3)
 
 
 @hopper_gpu

@@ -46,6 +46,9 @@ PRODUCER_REGISTERS_DEFAULT = 40
 #: rescale, P's pack) moved from the end of an iteration to the start of the next, after its barrier waits, so the
 #: softmax runs while P @ V does (ptxas hoists the wait above the softmax otherwise)
 SOFTMAX_BESIDE_PV_DEFAULT = False
+#: off until measured (D39; fast math only): a row sum feeding only a running sum ``L = L * X + r`` stays per
+#: thread, its quad's four parts added once after the loop (4 SHFL + 4 FADD an iteration fewer)
+ROW_SUM_PER_THREAD_DEFAULT = False
 #: the fragments carried across an iteration's end with the softmax beside P @ V, registers a thread: S (the first
 #: gemm's C), P packed, O. 128 x 128 at d128 carries 64 + 32 + 64 = 160 and fits 240 (not 232: 16-108 bytes
 #: spilled); 128 x 176 carries 196 and spills 250-950 bytes at 240 (ptxas 13.0)

@@ -340,6 +340,118 @@ def _beside_pv(plan, ctx, name):
     return first
 
 
+def _loads(x) -> set:
+    """The buffers expression or statement ``x`` reads (BufferLoad anywhere in it)."""
+    out = set()
+    fn = lambda e: out.add(e.buffer) if isinstance(e, BufferLoad) else None  # noqa: E731
+    if hasattr(x, "dtype") and not hasattr(x, "body"):
+        walk_expr(x, fn)
+    else:
+        def visit(n):
+            if isinstance(n, Store):
+                walk_expr(n.value, fn)
+                for i in n.indices:
+                    walk_expr(i, fn)
+            elif isinstance(n, Bind):
+                walk_expr(n.value, fn)
+            elif isinstance(n, TileOp):
+                for a in n.args:
+                    if isinstance(a, Region):
+                        out.add(a.buffer)
+                    else:
+                        walk_expr(a, fn)
+        walk(x, visit)
+    return out
+
+
+def _stores_of(s) -> list:
+    out = []
+    walk(s, lambda n: out.append(n) if isinstance(n, Store) else None)
+    return out
+
+
+def _partial_sums(plan, ctx, name) -> dict:
+    """``tilecore.cuda.row_sum_per_thread`` (D39, fast math only: the additions' order changes): ``{id(reduce):
+    L}`` for each ``T.reduce_sum(F, r)`` (whole rows, cleared) in the loop body whose result ``r`` is read only by
+    one 1-D nest ``L[i] = L[i] * X[i] + r[i]`` (the running row sum: linear in ``r``), where ``L`` is named in the
+    body by that nest only, set before the loop only by a fill with 0, and ``X`` holds the same value in the four
+    threads of a row (a 1-D fragment nothing derived from a 2-D one without a reduction). Each thread then keeps
+    its own part of ``L`` and ``r`` (no shuffles an iteration); the quad's parts are added once after the loop,
+    before anything reads ``L`` (FA3's ``finalize``)."""
+    if not (ctx.option("tilecore.cuda.row_sum_per_thread", _lean.ROW_SUM_PER_THREAD_DEFAULT)
+            and ctx.option("tilecore.fast_math", False)):
+        return {}
+    body, frags = plan["body"], plan["frags"]
+    one_d = {b for b, n in frags.items() if n == 1}
+    every = plan["pre"] + body + plan["post"]
+    out = {}
+    for red in body:
+        if not (isinstance(red, TileOp) and red.op == "reduce" and red.attrs.get("kind") == "sum"
+                and red.attrs.get("clear", True) and red.args[1].buffer in one_d):
+            continue
+        r = red.args[1].buffer
+        users = [x for x in every if x is not red and r in _touched(x, frags)]
+        if len(users) != 1 or not isinstance(users[0], For):
+            continue
+        stores = _stores_of(users[0])
+        if len(stores) != 1 or stores[0].buffer not in one_d:
+            continue
+        st_, L = stores[0], stores[0].buffer
+        v = st_.value
+        if not (isinstance(v, BinOp) and v.op == "add"):
+            continue
+        terms = [v.a, v.b]
+        rt = [t for t in terms if isinstance(t, BufferLoad) and t.buffer is r]
+        other = [t for t in terms if not any(t is u for u in rt)]
+        if len(rt) != 1 or len(other) != 1 or not (isinstance(other[0], BinOp) and other[0].op == "mul"):
+            continue
+        m = other[0]
+        lt = [t for t in (m.a, m.b) if isinstance(t, BufferLoad) and t.buffer is L]
+        xt = [t for t in (m.a, m.b) if not any(t is u for u in lt)]
+        if len(lt) != 1 or len(xt) != 1 or not (isinstance(xt[0], BufferLoad) and xt[0].buffer in one_d):
+            continue
+        X = xt[0].buffer
+        if any(L in _touched(x, frags) for x in body if x is not users[0]):
+            continue
+        pre_writes = [x for x in plan["pre"] if L in _touched(x, frags)]
+        if any(not (isinstance(x, TileOp) and x.op == "fill" and const_value(x.args[1]) == 0) for x in pre_writes):
+            continue
+        # X's value the same in a row's four threads: no 1-D fragment it derives from is written from a 2-D
+        # fragment other than by a reduction (every reduction here ends with the quad's shuffles), nor from r / L
+        mixed = {r, L}
+        changed = True
+        while changed:
+            changed = False
+            for x in every:
+                if isinstance(x, TileOp) and x.op == "reduce" and x is not red:
+                    continue
+                written = {b for b in _touched(x, frags) if b in one_d} - _loads_only(x, frags)
+                if not written:
+                    continue
+                reads = _loads(x)
+                if (reads & mixed or any(frags.get(b) == 2 for b in reads)) and not written <= mixed:
+                    mixed |= written
+                    changed = True
+        if X in mixed:
+            continue
+        out[id(red)] = L
+    if out:
+        ctx.notes.append(f"{name}: row sums kept per thread until after the loop ("
+                         f"{', '.join(sorted(b.name for b in out.values()))}; fast math)")
+    return out
+
+
+def _loads_only(x, frags) -> set:
+    """Fragments statement ``x`` reads but does not write."""
+    written = set()
+    walk(x, lambda n: written.add(n.buffer) if isinstance(n, Store) else None)
+    if isinstance(x, TileOp):
+        dst = {"copy": 1, "gemm": 2, "fill": 0, "reduce": 1}.get(x.op)
+        if dst is not None and len(x.args) > dst and isinstance(x.args[dst], Region):
+            written.add(x.args[dst].buffer)
+    return {b for b in _touched(x, frags) if b not in written}
+
+
 def _names_var(s, var) -> bool:
     """Whether statement ``s`` names variable ``var`` (a loop variable) anywhere."""
     found = []
@@ -756,6 +868,7 @@ def _lower_as(mode: str):
         if ctx.option("tilecore.cuda.split_masked_loop", SPLIT_MASKED_LOOP_DEFAULT):
             _split_masked(plan, facts, ctx, name)
         plan["beside"] = _beside_pv(plan, ctx, name) if mode == "wgmma" else None
+        plan["partial_sums"] = _partial_sums(plan, ctx, name)
         regs = ctx.option("tilecore.cuda.producer_registers", None)  # D39: FA3's 24 where the softmax runs beside
         plan["producer_regs"] = _lean.producer_registers(  # P @ V (its carried fragments need the 240)
             regs if regs is not None else (24 if plan["beside"] is not None else _lean.PRODUCER_REGISTERS_DEFAULT))
@@ -966,6 +1079,7 @@ class _Emit:
         pp = p.get("pingpong")
         if p.get("overlap"):
             self.overlapped(loop, pp)
+            self.finish_partials()
             for s in p["post"]:
                 self.cstmt(s)
             self.retire()
@@ -988,6 +1102,7 @@ class _Emit:
         if pp:
             self.pass_turn(final=True)
         self.retire()
+        self.finish_partials()
         for s in p["post"]:
             self.cstmt(s)
         self.retire()
@@ -1176,6 +1291,14 @@ class _Emit:
     def touched(self, s) -> set:
         return _touched(s, self.p["frags"])
 
+    def finish_partials(self):
+        """D39 (``tilecore.cuda.row_sum_per_thread``): the quad's parts of each per-thread row sum added up."""
+        for L in sorted(set(self.p.get("partial_sums", {}).values()), key=lambda b: b.name):
+            v = self.em.name(self.st, L)
+            self.line("#pragma unroll")
+            self.line(f"for (int tc_h = 0; tc_h < 2; ++tc_h) {{ {v}[tc_h] = ({v}[tc_h] + tc_shfl_xor({v}[tc_h], 1)); "
+                      f"{v}[tc_h] = ({v}[tc_h] + tc_shfl_xor({v}[tc_h], 2)); }}")
+
     def consumer_setup(self, index: str):
         """Consumer ``index``'s rows (64 per warpgroup, 16 per warp) and its register fragments."""
         em, st = self.em, self.st
@@ -1343,8 +1466,9 @@ class _Emit:
                 self.line(f"for (int tc_j = 0; tc_j < {n // 8}; ++tc_j) {{ "
                           f"tc_r = {op.format(a='tc_r', b=f + '[4 * tc_j + 2 * tc_h]')}; "
                           f"tc_r = {op.format(a='tc_r', b=f + '[4 * tc_j + 2 * tc_h + 1]')}; }}")
-            self.line(f"tc_r = {op.format(a='tc_r', b='tc_shfl_xor(tc_r, 1)')};")
-            self.line(f"tc_r = {op.format(a='tc_r', b='tc_shfl_xor(tc_r, 2)')};")
+            if id(s) not in self.p.get("partial_sums", {}):  # D39: else this thread's part (added up after the loop)
+                self.line(f"tc_r = {op.format(a='tc_r', b='tc_shfl_xor(tc_r, 1)')};")
+                self.line(f"tc_r = {op.format(a='tc_r', b='tc_shfl_xor(tc_r, 2)')};")
             if s.attrs.get("clear", True):
                 self.line(f"{v}[tc_h] = tc_r;")
             else:
@@ -1618,6 +1742,7 @@ class _Emit:
         self.split_count()
         self.loops(0, step, n)
         self.line("tc_cp_async_wait<0>();")
+        self.finish_partials()
         for x in p["post"]:
             self.cstmt(x)
         st.indent -= 1
