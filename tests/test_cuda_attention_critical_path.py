@@ -1,6 +1,7 @@
 """The softmax's critical path in the register programs (docs/decisions.md D39), through the public API:
 
-- ``tilecore.cuda.tree_reduce`` (off until measured): a row maximum (or minimum) of a 2-D fragment as k partial
+- ``tilecore.cuda.tree_reduce`` (on where the loop runs 5 times or more; H100: non-causal fast 128 x 128 667.1 ->
+  677.2 TFLOP/s, exact 128 x 176 579.4 -> 612.3): a row maximum (or minimum) of a 2-D fragment as k partial
   chains (4 for rows of up to 32 values a thread, else 2) combined pairwise, the identity applied last, instead of
   one chain of n / 4 dependent ``FMNMX``: the same instructions and the same bits (max and min are exact,
   commutative and associative; a row whose every value ``fmaxf`` drops, NaN, still gives the identity), a shorter
@@ -72,7 +73,7 @@ def _sass(tree: bool, fast: bool, bn: int, beside: bool = False) -> str:
 def test_tree_default_and_chains():
     from tilecore_cuda import _lean
 
-    assert _lean.TREE_REDUCE_DEFAULT is False
+    assert _lean.TREE_REDUCE_DEFAULT is True and _lean.TREE_MIN_TRIPS == 5
     assert [_lean.reduce_chains(True, n) for n in (16, 32, 44)] == [4, 4, 2]
     assert _lean.reduce_chains(False, 44) == 1 and _lean.reduce_chains(8, 44) == 8 and _lean.reduce_chains(8, 4) == 4
     with pytest.raises(ValueError, match="tilecore.cuda.tree_reduce: 3 partial chains"):
@@ -110,14 +111,31 @@ def test_softmax_waits_for_p_v_today():
 
 
 @needs_toolchain
+def test_tree_not_where_the_loop_is_short():
+    """The default keeps the chain where the loop runs at most 4 times (ptxas unrolls it; the partial chains made it
+    serialize the WGMMAs at causal s256 128 x 128, spill at s384): the largest trip count from the block index's
+    range, causal included. No PerformanceWarning there; the tree from 5 trips on."""
+    import warnings
+
+    for seq, bn, causal, tree in ((256, 128, True, False), (384, 128, False, False), (512, 128, True, False),
+                                  (640, 128, True, True), (1000, 176, True, True), (4096, 176, False, True)):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            src = tilecore.compile(_attention(seq, 128, 128, bn, 256, causal), target=HOPPER,
+                                   pass_configs=NOCACHE).get_kernel_source()
+        assert ("float tc_t[" in src) == tree, (seq, bn, causal)
+        assert not [x for x in w if "serialized" in str(x.message) or "spilled" in str(x.message)], (seq, bn)
+
+
+@needs_toolchain
 def test_tree_only_for_max_and_min():
-    src = tilecore.compile(_attention(512, 128, 128, 176, 256, True), target=HOPPER,
+    src = tilecore.compile(_attention(1000, 128, 128, 176, 256, True), target=HOPPER,
                            pass_configs={**NOCACHE, **TREE}).get_kernel_source()
     body = src.split("__global__")[-1]
     assert body.count("float tc_t[2];") == body.count("tc_nanmax(tc_t[tc_q], tc_t[tc_q + tc_w])") >= 1
     assert "tc_t[tc_q % 2] = tc_nanmax(tc_t[tc_q % 2], acc_s[4 * (tc_q / 2) + 2 * tc_h + tc_q % 2]);" in body
     assert "tc_r = (tc_r + acc_s[4 * tc_j + 2 * tc_h]);" in body  # the row sum keeps its order (its bits)
-    off = tilecore.compile(_attention(512, 128, 128, 176, 256, True), target=HOPPER,
+    off = tilecore.compile(_attention(1000, 128, 128, 176, 256, True), target=HOPPER,
                            pass_configs={**NOCACHE, **CHAIN}).get_kernel_source()
     assert "tc_t[" not in off.split("__global__")[-1]
 
@@ -159,7 +177,7 @@ def test_host_tree_bit_identical_to_chain(fast):
     q, kk, v = _inputs(seq, dim)
     outs = {}
     pc = {**NOCACHE, "tilecore.fast_math": fast}
-    for name, cfg in (("tree", TREE), ("chain", CHAIN)):
+    for name, cfg in (("tree", {"tilecore.cuda.tree_reduce": 4}), ("chain", CHAIN)):  # 3 trips: 4 chains asked
         k = tilecore.compile(_attention(seq, dim, 64, 64, 128, True), target="cuda:sm_80", pass_configs={**pc, **cfg})
         assert ("float tc_t[4];" in k.get_kernel_source()) == (name == "tree")
         outs[name] = _host(k, [q, kk, v, np.full(q.shape, 7.0, np.float16)])[3]
@@ -170,7 +188,8 @@ def test_host_tree_bit_identical_to_chain(fast):
     np.testing.assert_allclose(outs["tree"][0][head0].astype(np.float64), ref[0][head0], atol=2e-2, rtol=2e-2)
     np.testing.assert_allclose(outs["tree"][1].astype(np.float64), ref[1], atol=2e-2, rtol=2e-2)
     assert np.isnan(outs["tree"][0, 5]).all()
-    k = tilecore.compile(_attention(seq, dim, 64, 64, 128, True), target="cuda:sm_80", pass_configs={**pc, **TREE})
+    k = tilecore.compile(_attention(seq, dim, 64, 64, 128, True), target="cuda:sm_80",
+                         pass_configs={**pc, "tilecore.cuda.tree_reduce": 4})
     short = _host(k, [q, kk, v, np.full(q.shape, 7.0, np.float16)],
                   ("for (int tc_w = 1; tc_w < 4; tc_w *= 2)", "for (int tc_w = 1; tc_w < 2; tc_w *= 2)"))[3]
     assert short.tobytes() != outs["chain"].tobytes()

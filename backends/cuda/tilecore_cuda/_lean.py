@@ -12,7 +12,7 @@
   0.5`` and a squaring of the result under that predicate around the same ``MUFU.EX2``, and those only act
   below -126 (subnormal results). Elsewhere (an argument below -126, or -inf from a mask) ``exp2f`` as
   before. The test costs one ``FMNMX`` an element instead of three instructions.
-- ``tilecore.cuda.tree_reduce`` (D39, off by default): a row maximum or minimum of a 2-D fragment as 4 (2 for rows of more
+- ``tilecore.cuda.tree_reduce`` (D39, on where the loop runs 5 times or more): a row maximum or minimum of a 2-D fragment as 4 (2 for rows of more
   than 32 values a thread) partial chains combined pairwise, the identity last: the same bits, a quarter (a half)
   of the dependency depth.
 - ``tilecore.cuda.skip_unit_rescale``: a 2-D nest ``F[i, j] = F[i, j] * r[i]`` (the rescale of O by
@@ -32,12 +32,15 @@ PACK_DIRECT_DEFAULT = True
 EXP2_RANGE_CHECK_DEFAULT = False
 #: off until pack + rescale is measured (D35: alone +6.5% exact, -1.6% fast on the H100)
 SKIP_UNIT_RESCALE_DEFAULT = False
-#: off until measured (D39): the same bits (max and min are exact and associative; the identity is applied last, so
-#: a row whose every value fmaxf drops, NaN, still gives the identity), a dependency chain of about n / (4 k) +
-#: log2 k steps instead of n / 4. k partial chains keep k - 1 more values live a row: 4 where a thread holds at
-#: most 32 values a row, 2 above. The cost: at short sequences (128-512, where ptxas unrolls the loops) some
-#: blocks' WGMMAs are serialized for want of registers (causal 128 x 64 at s128, 128 x 128 at s256), none at s4096.
-TREE_REDUCE_DEFAULT = False
+#: on (D39, measured on the H100: non-causal fast 128 x 128 667.1 -> 677.2 TFLOP/s, exact 128 x 176 579.4 -> 612.3):
+#: the same bits (max and min are exact and associative; the identity is applied last, so a row whose every value
+#: fmaxf drops, NaN, still gives the identity), a dependency chain of about n / (4 k) + log2 k steps instead of
+#: n / 4. k partial chains keep k - 1 more values live a row: 4 where a thread holds at most 32 values a row, 2 above.
+TREE_REDUCE_DEFAULT = True
+#: ``True`` keeps the chain where the loop runs fewer times than this (its largest trip count known at compile
+#: time): there ptxas unrolls it and the partial chains' registers made it serialize the WGMMAs (causal 128 x 64 at
+#: s128 and s256, 128 x 128 at s256 and s384) or spill (128 x 128 at s384); none from 5 trips on (s128-s1000 swept)
+TREE_MIN_TRIPS = 5
 #: the producer warpgroup's registers after ``setmaxnreg.dec`` with two consumer warpgroups (D39): 40 as before;
 #: FA3 gives its TMA producer 24 and its consumers 240 (the register file's 65536 less the producer's 128 x 24,
 #: over 256 consumer threads, rounded down to 8)

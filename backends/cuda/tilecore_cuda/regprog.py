@@ -864,6 +864,16 @@ def _lower_as(mode: str):
         plan["skip_rescale"] = bool(ctx.option("tilecore.cuda.skip_unit_rescale", _lean.SKIP_UNIT_RESCALE_DEFAULT))
         plan["tree_reduce"] = ctx.option("tilecore.cuda.tree_reduce", _lean.TREE_REDUCE_DEFAULT)
         _lean.reduce_chains(plan["tree_reduce"], 1)  # a bad value fails here, naming the option
+        if plan["tree_reduce"] is True:  # D39: the chain where the loop runs at most TREE_MIN_TRIPS - 1 times
+            binds: dict = {}
+            for x in plan["pre"]:
+                if isinstance(x, Bind):
+                    binds[id(x.var)] = substitute(x.value, binds)
+            ext = simplify(substitute(as_expr(plan["loop"].extent), binds))
+            most = facts.bound(ext, True)
+            most = const_value(simplify(most)) if most is not None else const_value(ext)
+            if isinstance(most, int) and most < _lean.TREE_MIN_TRIPS:
+                plan["tree_reduce"] = False
         plan["unmasked"] = None
         if ctx.option("tilecore.cuda.split_masked_loop", SPLIT_MASKED_LOOP_DEFAULT):
             _split_masked(plan, facts, ctx, name)
