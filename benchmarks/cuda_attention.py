@@ -14,8 +14,8 @@ makes it grouped-query attention (K/V with fewer heads; SDPA with ``enable_gqa=T
 = ``tilecore.cuda.split_masked_loop``), and ``--exp`` times the kernel with its softmax written with ``T.exp2``
 (the catalog's form) and/or ``T.exp((s - m) * scale)``. ``--lean`` does the same for D35's instruction savings
 (``pack`` = ``tilecore.cuda.pack_direct``, ``exp2`` = ``tilecore.cuda.exp2_range_check``, ``rescale`` =
-``tilecore.cuda.skip_unit_rescale``, ``pack+rescale``, ``all``; D39, each with the rest at the defaults: ``tree`` =
-``tilecore.cuda.tree_reduce``, ``beside`` = ``tilecore.cuda.softmax_beside_pv`` (128-wide blocks), ``regs24`` =
+``tilecore.cuda.skip_unit_rescale``, ``pack+rescale``, ``all``; D39, each with the rest at the defaults: ``chain`` /
+``tree`` = ``tilecore.cuda.tree_reduce`` off / on (on: the default), ``beside`` = ``tilecore.cuda.softmax_beside_pv`` (128-wide blocks), ``regs24`` =
 ``tilecore.cuda.producer_registers=24``, ``beside+tree``, ``rowsum`` = ``tilecore.cuda.row_sum_per_thread`` (fast
 math), ``d39`` = beside + tree + rowsum). A block whose key width does not divide ``--seq`` (128x176 at
 4096) runs its last K/V block ragged: TMA zero-fills the rows past the sequence and the kernel's
@@ -55,7 +55,8 @@ LEAN = {"off": _LEAN_OFF, "pack": {**_LEAN_OFF, "tilecore.cuda.pack_direct": Tru
         "all": {k: True for k in _LEAN_OFF}, "default": {},
         # D39, each against the defaults: the row maximum as partial chains; the softmax beside P @ V (128-wide
         # blocks at d128; with FA3's 24 / 240 register split); that split alone; both
-        "tree": {"tilecore.cuda.tree_reduce": True}, "beside": {"tilecore.cuda.softmax_beside_pv": True},
+        "chain": {"tilecore.cuda.tree_reduce": False}, "tree": {"tilecore.cuda.tree_reduce": True},
+        "beside": {"tilecore.cuda.softmax_beside_pv": True},
         "regs24": {"tilecore.cuda.producer_registers": 24},
         "beside+tree": {"tilecore.cuda.softmax_beside_pv": True, "tilecore.cuda.tree_reduce": True},
         "rowsum": {"tilecore.cuda.row_sum_per_thread": True},

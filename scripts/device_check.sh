@@ -58,11 +58,11 @@ step attention-softmax python3 benchmarks/cuda_attention.py --rep 3 --fast-math 
 # fewer instructions, the same bits (decision D35): each saving alone and all, exact and fast, the 176-wide block at 4096
 step attention-lean python3 benchmarks/cuda_attention.py --rep 3 --fast-math --blocks 128x128x256x2,128x176x256x2 \
      --lean off,pack,pack+rescale,all
-# the softmax's critical path (decision D39): the defaults, the row maximum as partial chains, the softmax beside P @ V
-# (128 x 128 only: 128 x 176 falls back), all of D39 (+ per-thread row sums under fast math), non-causal and causal,
-# exact and fast, both blocks (each block's time on stderr), cuDNN in the same run
+# the softmax's critical path (decision D39): the row maximum as one chain, the defaults (partial chains), the softmax
+# beside P @ V (128 x 128 only: 128 x 176 falls back), all of D39 (+ per-thread row sums under fast math), non-causal
+# and causal, exact and fast, both blocks (each block's time on stderr), cuDNN in the same run
 step fa680 python3 benchmarks/cuda_attention.py --rep 3 --fast-math --blocks 128x128x256x2,128x176x256x2 \
-     --lean default,tree,beside,d39
+     --lean chain,default,beside,d39
 step attention-d64 python3 benchmarks/cuda_attention.py --rep 3 --dim 64
 # TileLang's own forward-attention example: the register program (D33) vs the general path it took before, SDPA beside
 step corpus-attention python3 benchmarks/corpus_attention.py --rep 3
