@@ -49,7 +49,8 @@ if old_headers:  # the prelude and NVRTC flags of before D25
     cc.NVRTC_FLAGS = ()
     _prelude = cg.prelude
     # every header, as before
-    cg.prelude = lambda hopper=False, *a, tma=False, splitk=False: _prelude(hopper, tma=tma, splitk=splitk)
+    cg.prelude = lambda hopper=False, *a, tma=False, splitk=False, persistent=False: _prelude(
+        hopper, tma=tma, splitk=splitk, persistent=persistent)
 nvrtc_s, nvrtc_cpu = [], []
 _build = cc.build_nvrtc
 def timed(*a, **k):
