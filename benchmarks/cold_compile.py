@@ -63,7 +63,7 @@ def timed(*a, **k):
 cc.build_nvrtc = timed
 f = matmul(*{kernel!r})
 pc = {{"tilecore.disable_cache": True, "tilecore.extra_flags": ["--no-cache", "--time=" + timefile],
-       "tilecore.cuda.keep_epilogue_checks": keep_checks}}
+       "tilecore.cuda.keep_epilogue_checks": keep_checks, **{extra!r}}}
 t, c = time.perf_counter(), time.process_time()
 k = tilecore.compile(f, target={target!r}, pass_configs=pc)
 whole, whole_cpu = time.perf_counter() - t, time.process_time() - c
@@ -71,11 +71,17 @@ print(json.dumps({{"whole": whole, "nvrtc": sum(nvrtc_s), "whole_cpu": whole_cpu
                   "binary": k.binary.hex() if {want_binary!r} else ""}}))
 """
 
-# name, label, (old headers and flags, keep every epilogue check, parsed capability documents remembered)
-VARIANTS = [("before", "before D25", (True, True, False)),
-            ("epilogue", "+ proven epilogue checks dropped", (True, False, False)),
-            ("headers", "+ fp8 and bf16 headers only where used, --minimal", (False, False, False)),
-            ("after", "+ capability documents remembered (after, the default)", (False, False, True))]
+# name, label, (old headers and flags, keep every epilogue check, parsed capability documents remembered, more
+# pass configs)
+VARIANTS = [("before", "before D25", (True, True, False, {})),
+            ("epilogue", "+ proven epilogue checks dropped", (True, False, False, {})),
+            ("headers", "+ fp8 and bf16 headers only where used, --minimal", (False, False, False, {})),
+            ("after", "+ capability documents remembered (after, the default)", (False, False, True, {})),
+            # what the persistent grid (D43) and its TMA-store epilogue (D38), both default, cost to compile
+            ("per-tile", "the default, one block per tile (tilecore.cuda.persistent=False)",
+             (False, False, True, {"tilecore.cuda.persistent": False})),
+            ("direct", "the default, persistent with direct stores (tilecore.cuda.tma_store=False)",
+             (False, False, True, {"tilecore.cuda.tma_store": False}))]
 SETTINGS = {name: how for name, _, how in VARIANTS}
 
 
@@ -95,7 +101,7 @@ def child(variant: str, args, env: dict, tmp: Path, want_binary: bool = False) -
     timefile = tmp / f"time-{variant}-{os.getpid()}.csv"
     if timefile.exists():
         timefile.unlink()
-    old_headers, keep_checks, memo = SETTINGS[variant]
+    old_headers, keep_checks, memo, extra = SETTINGS[variant]
     env = dict(env)
     if not memo:  # a cache directory as before D25: documents remembered valid, none remembered parsed
         cache = tmp / "cache-no-memo"
@@ -106,7 +112,7 @@ def child(variant: str, args, env: dict, tmp: Path, want_binary: bool = False) -
         env["TILECORE_CACHE_DIR"] = str(cache)
     code = CHILD.format(bench=str(Path(__file__).resolve().parent), old_headers=old_headers, keep_checks=keep_checks,
                         timefile=str(timefile), kernel=tuple(args.kernel), target=args.target,
-                        want_binary=want_binary)
+                        want_binary=want_binary, extra=extra)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp)
     if proc.returncode != 0:
         raise RuntimeError(f"{variant}: {proc.stderr.strip()[-600:]}")
