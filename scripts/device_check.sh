@@ -81,7 +81,7 @@ step shuffles python3 benchmarks/conversion_shuffles.py --target cuda:sm_90a
 step gemm-generic python3 benchmarks/cuda_gemm_generic.py --dtypes float16 --rep 20 --check
 step host python3 benchmarks/host_costs.py --profile-compile
 # cold compile of the WGMMA GEMM in fresh processes, NVRTC's cache off (decision D25)
-step cold python3 benchmarks/cold_compile.py --repeat 5
+step cold python3 benchmarks/cold_compile.py --repeat ${COLD_REPEAT:-5}
 # tilecore-musa's warp-32 SIMT subset through nvcc (a proxy smoke test, never MUSA `device` mode; needs its wheel)
 step musa-proxy python3 scripts/musa_h100_proxy_smoke.py
 step corpus env TILECORE_CORPUS_DEVICE=cuda:sm_90a python3 -m pytest -q -n 8 -p no:cacheprovider \
