@@ -28,7 +28,8 @@ tilecore_cuda = pytest.importorskip("tilecore_cuda")
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
 from test_cuda_hopper import HOPPER, _notes, dynamic_m_gemm, gemm, hopper_gpu  # noqa: E402
-from test_cuda_persistent import _INS, reads_accumulators, tile_ends  # noqa: E402
+from test_cuda_persistent import _INS, _body, reads_accumulators, tile_ends  # noqa: E402
+from test_cuda_persistent import _compile as _compile_persistent  # noqa: E402
 
 ON = {"tilecore.cuda.persistent": True, "tilecore.cuda.tma_store": True}
 BIG = dict(M=4096, N=4096, K=512, bm=128, bn=256, threads=256, stages=3)  # 512 tiles; 144 KB of stages + 64 KB of C
@@ -36,19 +37,9 @@ NOTE = "tma_store: the epilogue through "
 
 
 def _compile(shape: dict, target=HOPPER, persistent=True, tma_store=True, **kw):
-    cfg = {}
-    if persistent is not None:
-        cfg["tilecore.cuda.persistent"] = persistent
-    if tma_store is not None:
-        cfg["tilecore.cuda.tma_store"] = tma_store
-    s = dict(shape)
-    fn = gemm(s.pop("M"), s.pop("N"), s.pop("K"), **s, **kw)
-    return tilecore.compile(fn, target=target, pass_configs={**NOCACHE, **cfg})
-
-
-def _body(k) -> str:
-    src = k.get_kernel_source()
-    return src[src.index('extern "C" __global__'):]
+    """test_cuda_persistent's compile with ``tilecore.cuda.tma_store`` set (None: the default)."""
+    cfg = {} if tma_store is None else {"tilecore.cuda.tma_store": tma_store}
+    return _compile_persistent(shape, target, persistent, pass_configs=cfg, **kw)
 
 
 # -- the decision, the tensor map, the shared memory ---------------------------------------------------------
