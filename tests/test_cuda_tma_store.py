@@ -28,7 +28,7 @@ tilecore_cuda = pytest.importorskip("tilecore_cuda")
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
 from test_cuda_hopper import HOPPER, _notes, dynamic_m_gemm, gemm, hopper_gpu  # noqa: E402
-from test_cuda_persistent import _INS, _body, reads_accumulators, tile_ends  # noqa: E402
+from test_cuda_persistent import _INS, _body, _run, _runs_match_float64, reads_accumulators, tile_ends  # noqa: E402
 from test_cuda_persistent import _compile as _compile_persistent  # noqa: E402
 
 ON = {"tilecore.cuda.persistent": True, "tilecore.cuda.tma_store": True}
@@ -262,12 +262,6 @@ def test_both_launch_paths_encode_cs_tensor_map(monkeypatch):
 
 # -- on an H100 / H200 ------------------------------------------------------------------------------------------
 
-def _run(k, a, b, M, N, out, torch):
-    c = torch.full((M, N), float("nan"), device="cuda", dtype=getattr(torch, out))
-    k(a, b, c)
-    torch.cuda.synchronize()
-    return c
-
 
 @hopper_gpu
 @pytest.mark.parametrize("shape,kw", [
@@ -297,16 +291,11 @@ def test_device_tma_store_matches_float64_and_the_direct_stores_bit_for_bit(shap
     ref = a.double() @ b.double()
     if tb:
         b = b.t().contiguous()
-    runs = [_run(k, a, b, M, N, out, torch) for _ in range(3)]
-    assert all(torch.equal(runs[0], r) for r in runs[1:])  # the same bits every run
-    got = runs[0].double()
-    assert torch.isfinite(got).all()  # every element written (NaN-filled before)
-    tol = {"float32": 1e-3, "float16": 2e-2, "bfloat16": 8e-2}[out] * np.sqrt(K)
-    assert torch.allclose(got, ref, atol=tol, rtol=2e-2), (got - ref).abs().max().item()
+    first = _runs_match_float64(k, a, b, ref, M, N, K, out, torch)
     # the direct stores (tma_store off, the same grid): the same bits
     off = _compile(shape, target="cuda", tma_store=False, **kw)
     assert "tma_store" not in _notes(off)
-    assert torch.equal(_run(off, a, b, M, N, out, torch), runs[0])
+    assert torch.equal(_run(off, a, b, M, N, out, torch), first)
 
 
 @hopper_gpu
