@@ -5,6 +5,7 @@ import functools
 import inspect
 import os
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -103,9 +104,15 @@ def resolve_auto(target) -> str:
 def lower(func, target="auto", pass_configs=None):
     """Run the pass pipeline and codegen (no device compiler); returns ``(backend, target, lowered_func,
     Source, options)``, ``options`` the normalized pass configs."""
+    return _lower(func, target, pass_configs, {})
+
+
+def _lower(func, target, pass_configs, times: dict):
+    """:func:`lower`, adding the seconds of its passes and of codegen to ``times``."""
     from ..layout import units_for
     from ..passes import PassContext, core_pipeline, dump_dir_from_env
 
+    t0 = time.perf_counter()
     backend, tgt = get_registry().resolve(resolve_auto(target))
     caps = profile_for(tgt)
     options = _normalize_configs(pass_configs)
@@ -123,7 +130,9 @@ def lower(func, target="auto", pass_configs=None):
     ctx = PassContext(tgt, backend, caps, options, list(backend.intrinsics(tgt)), matrix_units=units)
     dump = dump_dir_from_env()
     lowered = pipe.run(func, ctx, dump)
+    t1 = time.perf_counter()
     source = backend.emitter(tgt).emit(lowered, ctx)
+    times["passes"], times["codegen"] = t1 - t0, time.perf_counter() - t1
     if dump:
         ext = {"c": "c"}.get(source.lang, source.lang)
         (Path(dump) / _safe(func.name) / f"final.{ext}").write_text(source.code)
@@ -149,8 +158,18 @@ def compile(func, target="auto", out_idx=None, pass_configs=None, target_host=No
     if not isinstance(func, PrimFunc):
         raise CompileError(f"tilecore.compile takes a @T.prim_func, got {type(func).__name__}; decorate the "
                            "kernel with @T.prim_func")
+    # seconds per phase, kept as kernel.compile_times (benchmarks/cold_compile.py): "plugins" includes the
+    # discovery of the installed backends on a process's first compile, "toolchain" the device compiler's
+    # version (loading its library)
+    times: dict = {}
+    clock = time.perf_counter
+    t = clock()
     backend, tgt = get_registry().resolve(resolve_auto(target))
+    t, times["plugins"] = clock(), clock() - t
     caps = profile_for(tgt)
+    t, times["capabilities"] = clock(), clock() - t
+    toolchain = backend.toolchain_version(tgt)
+    t, times["toolchain"] = clock(), clock() - t
     options = _normalize_configs(pass_configs)
     sig = _signature(func, out_idx)
     ir_text = func.script()
@@ -160,7 +179,7 @@ def compile(func, target="auto", out_idx=None, pass_configs=None, target_host=No
         "plugin_api": PLUGIN_API,
         "backend": [backend.name, backend.distribution, backend.version(),
                     cache.code_fingerprint(type(backend).__module__)],
-        "toolchain": backend.toolchain_version(tgt),
+        "toolchain": toolchain,
     })
     use_cache = (cache.enabled() and not options.get("tilecore.disable_cache")
                  and not os.environ.get("TILECORE_DUMP_IR"))
@@ -169,16 +188,21 @@ def compile(func, target="auto", out_idx=None, pass_configs=None, target_host=No
         if hit is not None:
             meta, binary = hit
             _warn_performance(func, meta["source"]["meta"])
-            return JITKernel({**meta, "from_cache": True}, binary, backend, tgt, func)
-    backend, tgt, lowered, source, options = lower(func, tgt, pass_configs)
+            times["key"] = clock() - t
+            return JITKernel({**meta, "from_cache": True, "compile_times": times}, binary, backend, tgt, func)
+    t, times["key"] = clock(), clock() - t
+    backend, tgt, lowered, source, options = _lower(func, tgt, pass_configs, times)
+    t = clock()
     binary = backend.runtime(tgt).build(source, options)
+    t, times["build"] = clock(), clock() - t
     meta = {"name": func.name, "signature": sig, "ir": ir_text, "key": key,
             "source": {"code": source.code, "lang": source.lang, "entry": source.entry, "meta": source.meta},
             "attrs": {k: v for k, v in lowered.attrs.items()}, "options": options}
     if use_cache:
         cache.store(key, meta, binary)
     _warn_performance(func, source.meta)
-    return JITKernel({**meta, "from_cache": False}, binary, backend, tgt, func)
+    times["store"] = clock() - t
+    return JITKernel({**meta, "from_cache": False, "compile_times": times}, binary, backend, tgt, func)
 
 
 def _warn_performance(func, source_meta: dict) -> None:

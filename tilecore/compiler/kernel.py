@@ -59,6 +59,13 @@ class JITKernel:
         s = self.meta["source"]
         return Source(s["code"], s["lang"], s["entry"], s.get("meta", {}))
 
+    @property
+    def compile_times(self) -> dict:
+        """Seconds per phase of the ``tilecore.compile`` that made this kernel (``plugins``, ``capabilities``,
+        ``toolchain``, ``key``, and for a kernel not loaded from the cache ``passes``, ``codegen``, ``build``:
+        the backend's device compiler, ``store``); empty for a kernel from :func:`load_kernel`."""
+        return dict(self.meta.get("compile_times", {}))
+
     def get_kernel_source(self) -> str:
         return self.meta["source"]["code"]
 
@@ -116,7 +123,7 @@ class JITKernel:
         info = {"format": EXPORT_FORMAT, "backend": self.backend.name, "backend_version": self.backend.version(),
                 "target": {"backend": self.target.backend, "kind": self.target.kind, "arch": self.target.arch,
                            "options": list(self.target.options), "capability_id": self.target.capability_id},
-                "meta": {k: v for k, v in self.meta.items() if k != "from_cache"}}
+                "meta": {k: v for k, v in self.meta.items() if k not in ("from_cache", "compile_times")}}
         tmp = path.with_name(path.name + ".tmp")
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as z:
             z.writestr("kernel.json", json.dumps(info, sort_keys=True, default=str))

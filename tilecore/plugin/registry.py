@@ -36,10 +36,37 @@ class PluginRecord:
     error: str = ""
     backends: list = field(default_factory=list)
     plugin: object = None
+    #: the entry point's distribution (importlib.metadata), whose name and version are read on first use of
+    #: ``distribution`` or ``version``: reading them parses its METADATA file, 0.5 ms a plugin in every process
+    #: (decision D48), and a compile needs neither
+    dist: object = field(default=None, repr=False, compare=False)
 
     @property
     def status_text(self) -> str:
         return self.status if self.status == "ok" else f"{self.status}: {self.error}"
+
+    def _filled(self, attr: str) -> str:
+        d = self.__dict__
+        if not d.get(attr):
+            dist = d.get("dist")
+            if dist is not None:
+                d["dist"] = None
+                d["distribution"] = d.get("distribution") or dist.name
+                d["version"] = d.get("version") or dist.version
+            if not d.get("version") and self.backends:  # a plugin registered in code: its first backend's
+                d["version"] = self.backends[0].version()
+                d["distribution"] = d.get("distribution") or self.backends[0].distribution
+        return d.get(attr, "")
+
+
+# ``distribution`` and ``version`` as properties over the dataclass's fields (its __init__ sets them through these)
+PluginRecord.distribution = property(lambda self: self._filled("distribution"),
+                                     lambda self, v: self.__dict__.__setitem__("distribution", v))
+PluginRecord.version = property(lambda self: self._filled("version"),
+                                lambda self, v: self.__dict__.__setitem__("version", v))
+
+#: False: read every plugin's distribution name and version when it loads, as before D48 (benchmarks/cold_compile.py)
+LAZY_RECORDS = True
 
 
 def _api_fits(declared: str) -> tuple[bool, str]:
@@ -97,7 +124,9 @@ class Registry:
             if allowed is not None and ep.name not in allowed:
                 continue
             dist = getattr(ep, "dist", None)
-            rec = PluginRecord(ep.name, dist.name if dist else "", dist.version if dist else "")
+            rec = PluginRecord(ep.name, dist=dist)
+            if not LAZY_RECORDS and dist is not None:
+                rec.distribution, rec.version = dist.name, dist.version
             try:
                 obj = ep.load()
             except Exception as e:  # noqa: BLE001 - a broken plugin must not take the others down
@@ -168,10 +197,9 @@ class Registry:
                 self.pm.unregister(obj)
                 self._fail(rec, "broken", f"backend name {b.name!r} is already provided by another plugin")
                 return
-        rec.backends = backends
-        if not rec.version and backends:
-            rec.version = backends[0].version()
-            rec.distribution = rec.distribution or backends[0].distribution
+        rec.backends = backends  # (a record without a version takes its first backend's, on first use)
+        if not LAZY_RECORDS:
+            _ = rec.version
         for b in backends:
             self._backends[b.name] = b
         self.records[rec.name] = rec
