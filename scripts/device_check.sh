@@ -84,8 +84,8 @@ step host python3 benchmarks/host_costs.py --profile-compile
 # median / spread, the phases (first launch included) and a cProfile; the default unpinned; then D48's probe: the
 # persistent GEMM with its last k step in the loop (NVRTC time, TFLOP/s, same bits, cuBLAS beside); about 2 min
 step cold bash -c "python3 benchmarks/cold_compile.py --repeat ${COLD_REPEAT:-7} --cpus 1 \
-     --variants default,before-d48,per-tile,direct --profile && python3 benchmarks/cold_compile.py \
-     --repeat ${COLD_REPEAT:-7} --cpus all --variants default && python3 benchmarks/cold_persistent_probe.py --rep 20"
+     --variants default,before-d48,per-tile --profile && python3 benchmarks/cold_compile.py \
+     --repeat 5 --cpus all --variants default && python3 benchmarks/cold_persistent_probe.py --rep 20"
 # tilecore-musa's warp-32 SIMT subset through nvcc (a proxy smoke test, never MUSA `device` mode; needs its wheel)
 step musa-proxy python3 scripts/musa_h100_proxy_smoke.py
 step corpus env TILECORE_CORPUS_DEVICE=cuda:sm_90a python3 -m pytest -q -n 8 -p no:cacheprovider \
