@@ -213,3 +213,16 @@ def test_benchmark_runs_pinned_and_tables_every_phase(tmp_path):
         assert f"| {row} | " in out, row
     assert "| the default (persistent, TMA-store epilogue) | " in out
     assert "| the default, D48's changes undone | " in out
+
+
+def test_cuda_build_flags_stay_whole_program_and_optimized():
+    """The flags D48 measured against: NVRTC's --minimal, whole-program (no -rdc / -dc: a relocatable build would add
+    a link step), no line info or device debug unless tilecore.debug, ptxas at its default -O3."""
+    import tilecore_cuda.compiler as cc
+
+    flags = [*cc.NVRTC_FLAGS, *cc._flags({})]
+    assert "--minimal" in flags and "-std=c++17" in flags
+    assert not [f for f in flags if f.startswith(("-rdc", "--relocatable-device-code", "-dc", "--device-c", "-G",
+                                                   "--device-debug", "-lineinfo", "--Ofast-compile"))], flags
+    assert not [f for f in flags if "-O" in f and f != "--ptxas-options=-v"], flags
+    assert "-lineinfo" in cc._flags({"tilecore.debug": True})
