@@ -56,6 +56,11 @@ IN_LOOP = """      /* every k step keeps one group in flight and releases the st
       tc_wgmma_wait<0>();
       if (k_tiles > 0) tc_mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
 """
+# the same two forms as the cluster-multicast tree spells the stage release (release(stage), D48 / mcast's change)
+FORMS_TEXT = [(PEELED, IN_LOOP),
+              (PEELED.replace("tc_mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES))", "release((it - 1) % STAGES)")
+                     .replace("tc_mbar_arrive(bars + 8 * (STAGES + it % STAGES))", "release(it % STAGES)"),
+               IN_LOOP.replace("tc_mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES))", "release((it - 1) % STAGES)"))]
 CONFIGS = [(128, 256, 64, 256, 4, 0), (128, 256, 64, 256, 3, 8), (128, 256, 64, 256, 4, 8)]
 FORMS = ("as is", "last step in the loop")
 
@@ -73,10 +78,11 @@ def install(form: str) -> None:
     def prelude(*a, **k):
         text = original(*a, **k)
         if k.get("persistent"):
-            if PEELED not in text:
-                raise SystemExit("cold_persistent_probe.py: tc_persistent.cuh no longer has the peeled last k step "
-                                 "this probe rewrites; the probe is out of date")
-            text = text.replace(PEELED, IN_LOOP)
+            for peeled, in_loop in FORMS_TEXT:
+                if peeled in text:
+                    return text.replace(peeled, in_loop)
+            raise SystemExit("cold_persistent_probe.py: tc_persistent.cuh no longer has the peeled last k step "
+                             "this probe rewrites; the probe is out of date")
         return text
 
     cg.prelude = prelude

@@ -81,11 +81,10 @@ step shuffles python3 benchmarks/conversion_shuffles.py --target cuda:sm_90a
 step gemm-generic python3 benchmarks/cuda_gemm_generic.py --dtypes float16 --rep 20 --check
 step host python3 benchmarks/host_costs.py --profile-compile
 # cold compile of the WGMMA GEMM in fresh processes, NVRTC's cache off (decisions D25, D48): pinned to one CPU, min /
-# median / spread, the phases (first launch included) and a cProfile; the default unpinned; then D48's probe: the
-# persistent GEMM with its last k step in the loop (NVRTC time, TFLOP/s, same bits, cuBLAS beside); about 2 min
-step cold bash -c "python3 benchmarks/cold_compile.py --repeat ${COLD_REPEAT:-7} --cpus 1 \
-     --variants default,before-d48,per-tile --profile && python3 benchmarks/cold_compile.py \
-     --repeat 5 --cpus all --variants default && python3 benchmarks/cold_persistent_probe.py --rep 20"
+# median / spread, the phases (first launch included) and a cProfile; then D48's probe: the persistent GEMM with its
+# last k step in the loop (NVRTC time, TFLOP/s at 4096^3, same bits, cuBLAS beside); about 70 s (140 s before trimming)
+step cold bash -c "python3 benchmarks/cold_compile.py --repeat ${COLD_REPEAT:-5} --cpus 1 \
+     --variants default,per-tile --profile && python3 benchmarks/cold_persistent_probe.py --rep 20 --sizes 4096 --repeat 3"
 # tilecore-musa's warp-32 SIMT subset through nvcc (a proxy smoke test, never MUSA `device` mode; needs its wheel)
 step musa-proxy python3 scripts/musa_h100_proxy_smoke.py
 step corpus env TILECORE_CORPUS_DEVICE=cuda:sm_90a python3 -m pytest -q -n 8 -p no:cacheprovider \
