@@ -138,8 +138,6 @@ def why_not(launch: KernelLaunch, ctx):
         what = "the block index" if id(used[0]) in block else "the scalar"
         return (f"the loop's bounds use {what} {used[0].name}, which differs from tile to tile (every tile must run "
                 "the same loop)"), None
-    if ctx.option("tilecore.warp_specialize", False) is True:
-        return "tilecore.warp_specialize is on (a producer group would need the tile loop too)", None
     at = next(i for i, s in enumerate(top) if s is loop)
     for s in top:
         if isinstance(s, Allocate) and s.init is not None:
@@ -192,6 +190,9 @@ def resident_blocks(launch, loop, ctx):
         threads = threads * v if isinstance(v, int) else None
         if threads is None:
             break
+    group = producer_group(ctx)
+    if threads and group:  # tilecore.warp_specialize: the planner adds a producer group to the block
+        threads += group
     smem = _limit(ctx, "max_shared_bytes_per_sm")
     if smem is not None:
         used = _block_bytes(launch)
@@ -223,6 +224,18 @@ def resident_blocks(launch, loop, ctx):
     blocks = max(blocks, 1)
     by = ", ".join(f"{b} by {w}" for w, b in per) or "no per-multiprocessor limits declared"
     return units * blocks, f"{units} ({what}) x {blocks} block(s) per unit ({by})", {"units": units, "per_unit": blocks}
+
+
+def producer_group(ctx) -> int | None:
+    """The threads of the producer group a warp-specialized block gets (``tilecore.warp_specialize`` on a target
+    with ``feature:warp_specialization`` and ``limits.producer_group_threads``), else None."""
+    from .pipeline import WS_FEATURE, bulk_enabled
+
+    lim = ctx.capabilities.limit("producer_group_threads")
+    if lim is None or ctx.option("tilecore.warp_specialize", False) is not True or not bulk_enabled(ctx) \
+            or ctx.capabilities.satisfies(WS_FEATURE)[0] is not True:
+        return None
+    return int(lim[0])
 
 
 def _option(v):
