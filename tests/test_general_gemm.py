@@ -196,6 +196,175 @@ def test_sm90a_specialized_persistent_gemm_compiles_without_spills(stages):
     assert "STL" not in sass and "LDL" not in sass
 
 
+# -- the epilogue as one bulk store -------------------------------------------------------------------------
+
+BULK = {"tilecore.bulk_store": True}
+COMBOS = {"bulk": BULK, "persistent+bulk": {**BULK, "tilecore.persistent": 7},
+          "ws+persistent+bulk": {**BULK, **WS, "tilecore.persistent": 7}}
+
+
+def epilogue_events(func) -> list:
+    """The lowered kernel's statements that make the bulk store's protocol, in program order: ``wait-read`` /
+    ``wait-done`` (a BulkStoreWait, ``@0`` when only thread 0 runs it), ``barrier``, ``write`` (a per-thread
+    program storing into the store's shared tile), ``fence``, ``store`` (``@0``), ``tile-loop`` / ``end-loop``
+    around the persistent tile loop."""
+    from tilecore.ir import (Barrier, BulkFence, BulkStore, BulkStoreWait, If, PerThread, Store, ThreadIndex)
+
+    tiles = {id(b.src) for b in collect(func.body, BulkStore)}
+    out: list = []
+
+    def thread0(path):
+        return any(isinstance(p, If) and isinstance(p.cond.a, ThreadIndex) and const_value(p.cond.b) == 0
+                   for p in path if hasattr(p, "cond") and hasattr(p.cond, "a"))
+
+    def visit(x, path):
+        if isinstance(x, BulkStoreWait):
+            out.append(("wait-read" if x.read else "wait-done") + ("@0" if thread0(path) else ""))
+        elif isinstance(x, Barrier):
+            out.append("barrier")
+        elif isinstance(x, BulkFence):
+            out.append("fence")
+        elif isinstance(x, BulkStore):
+            out.append("store" + ("@0" if thread0(path) else ""))
+        elif isinstance(x, PerThread):
+            if any(isinstance(y, Store) and id(y.buffer) in tiles for y in collect(x, Store)):
+                out.append("write")
+            return
+        is_tiles = isinstance(x, For) and x.annotations.get(persistent_pass.ANNOTATION)
+        if is_tiles:
+            out.append("tile-loop")
+        from tilecore.ir.visit import children
+
+        for c in children(x):
+            visit(c, path + [x])
+        if is_tiles:
+            out.append("end-loop")
+
+    visit(func.body, [])
+    return out
+
+
+def check_epilogue(func, persistent: bool):
+    """Per tile: thread 0 waits until the previous store has read the tile, the threads meet, write the tile, each
+    fences its writes, they meet, thread 0 issues the store (and nothing waits for it there); once, after the tile
+    loop, thread 0 waits for the stores to finish."""
+    ev = epilogue_events(func)
+    want = ["wait-read@0", "barrier", "write", "fence", "barrier", "store@0"]
+    at = next((i for i in range(len(ev)) if ev[i:i + len(want)] == want), None)
+    assert at is not None, ev
+    assert ev.count("store@0") == 1 and ev.count("wait-read@0") == 1, ev
+    rest = ev[at + len(want):]
+    if persistent:
+        assert ev.index("tile-loop") < at and rest[:1] == ["end-loop"], ev
+    assert "wait-done@0" in rest and "write" not in rest, ev
+
+
+@pytest.mark.parametrize("combo", COMBOS)
+def test_the_bulk_store_protocol_in_the_lowered_kernel(combo):
+    low, src = _lower(gemm(1024, 1024, 512), **COMBOS[combo])
+    assert low.attrs["bulk_store"][0].startswith("bulk store: C_l -> C through C_l_st (128x256, 4 x 128-byte panel"), \
+        low.attrs["bulk_store"]
+    assert "C_l_st" in low.attrs["shared_layouts"] and "128-byte panels" in low.attrs["shared_layouts"]["C_l_st"]
+    check_epilogue(low, "tilecore.persistent" in COMBOS[combo])
+    from tilecore.ir import Store
+
+    assert not [s for s in collect(low.body, Store) if s.buffer.name == "C"], "no element stores of C are left"
+    code = src.code[src.code.index('extern "C"'):]  # the kernel (the prelude defines the functions)
+    assert code.count("tc_bs_store_2d(") == 4 and code.count("tc_bs_commit();") == 1  # 4 panels, one group
+    assert "tc_vst<__half2>(&C_l_st[" in code  # the fragment's register pairs as vector stores into the tile
+
+
+@pytest.mark.parametrize("mutation", ["no fence barrier", "no read wait", "no final wait"])
+def test_mutations_of_the_bulk_store_protocol_are_caught(monkeypatch, mutation):
+    from tilecore.ir import Barrier, BulkFence, BulkStoreWait, rewrite
+    from tilecore.passes import simt
+
+    low, _ = _lower(gemm(1024, 1024, 512), **COMBOS["ws+persistent+bulk"])
+    check_epilogue(low, True)  # unmutated: passes
+    if mutation == "no fence barrier":  # thread distribution forgets the barrier after the fence
+        orig = simt._drop_double_barriers
+
+        def drop(s):
+            s = orig(s)
+
+            def fix(x):
+                from tilecore.ir import Seq
+
+                if isinstance(x, Seq):
+                    body = [c for i, c in enumerate(x.body)
+                            if not (isinstance(c, Barrier) and i and isinstance(x.body[i - 1], BulkFence))]
+                    return Seq(body, span=x.span) if len(body) != len(x.body) else None
+                return None
+
+            return rewrite(s, fix)
+
+        monkeypatch.setattr(simt, "_drop_double_barriers", drop)
+        low, _ = _lower(gemm(1024, 1024, 512), **COMBOS["ws+persistent+bulk"])
+    else:
+        read = mutation == "no read wait"
+        low = low.with_body(rewrite(low.body, lambda x: tilecore.ir.Seq([]) if isinstance(x, BulkStoreWait)
+                                    and x.read == read else None))
+    with pytest.raises(AssertionError):
+        check_epilogue(low, True)
+
+
+REFUSED = {  # (M, N, K, tile (bm, bn, bk, stages, threads), out dtype, the note)
+    "rows": (1024, 1001, 512, (128, 256, 64, 3, 256), "float16", "C's rows are not proven whole 16-byte units"),
+    "room": (1024, 1024, 512, (128, 256, 64, 4, 256), "float16",
+             "its 64 KiB shared tile does not fit beside the 4 stages (limit 232448 bytes); num_stages=3 makes room"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_a_store_that_is_not_a_bulk_store_keeps_its_element_stores_with_a_note(case):
+    M, N, K, (bm, bn, bk, stages, threads), out, why = REFUSED[case]
+    low, src = _lower(gemm(M, N, K, bm, bn, bk, stages, threads, out=out), **BULK)
+    assert low.attrs["bulk_store"] == (f"not a bulk store: C: {why}",), low.attrs["bulk_store"]
+    assert "tc_bs_" not in src.code and f"{stages} stages" in low.attrs["pipelines"][0]
+
+
+def test_a_target_without_bulk_copies_says_so_and_computes_the_same():
+    import numpy as np
+
+    fn = lambda: gemm(64, 96, 40, 32, 32, 16, 2, 128, dtype="float32")  # noqa: E731
+    on = tilecore.compile(fn(), target="cpu", pass_configs={"tilecore.disable_cache": True, **BULK})
+    off = tilecore.compile(fn(), target="cpu", pass_configs={"tilecore.disable_cache": True})
+    assert "no bulk tile copies" in on.meta["attrs"]["bulk_store"][0]
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((64, 40), dtype=np.float32), rng.standard_normal((40, 96), dtype=np.float32)
+    c1, c2 = np.zeros((64, 96), np.float32), np.zeros((64, 96), np.float32)
+    on(a, b, c1)
+    off(a, b, c2)
+    assert np.array_equal(c1, c2)
+
+
+def test_the_option_is_off_by_default_and_checked():
+    low, src = _lower(gemm(1024, 1024, 512))
+    assert "bulk_store" not in low.attrs and "tc_bs_" not in src.code
+    with pytest.raises(tilecore.errors.CompileError, match="tilecore.bulk_store='maybe': expected True or False"):
+        _lower(gemm(1024, 1024, 512), **{"tilecore.bulk_store": "maybe"})
+
+
+@needs_toolchain
+@pytest.mark.parametrize("combo,out,tile", [("bulk", "float16", (128, 256, 64, 3, 256)),
+                                            ("ws+persistent+bulk", "float16", (128, 256, 64, 3, 256)),
+                                            ("ws+persistent+bulk", "float32", (128, 128, 64, 4, 256)),
+                                            ("persistent+bulk", "bfloat16", (128, 128, 64, 4, 256))])
+def test_sm90a_bulk_store_compiles_to_utmastg_without_spills(combo, out, tile):
+    import tilecore_cuda
+
+    bm, bn, bk, stages, threads = tile
+    dtype = "bfloat16" if out == "bfloat16" else "float16"
+    cfg = {**COMBOS[combo], **({"tilecore.persistent": True} if "tilecore.persistent" in COMBOS[combo] else {})}
+    k = tilecore.compile(gemm(4096, 4096, 4096, bm, bn, bk, stages, threads, dtype=dtype, out=out),
+                         target="cuda:sm_90a", pass_configs={**GENERAL, **cfg})
+    assert k.meta["attrs"]["bulk_store"][0].startswith("bulk store:"), k.meta["attrs"]["bulk_store"]
+    sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+    assert "HGMMA" in sass and "UTMALDG" in sass and "UTMASTG" in sass and "STS" in sass
+    assert "STL" not in sass and "LDL" not in sass
+    assert " STG" not in sass.replace("UTMASTG", "")  # C leaves by TMA only
+
+
 # -- on an sm_90 GPU ---------------------------------------------------------------------------------------
 
 DEVICE = {  # (M, N, K, dtype, out, tile (bm, bn, bk, stages, threads), swizzle)
@@ -205,6 +374,9 @@ DEVICE = {  # (M, N, K, dtype, out, tile (bm, bn, bk, stages, threads), swizzle)
 }
 VARIANTS = {
     "ws+persistent": {**WS, "tilecore.persistent": True},
+    "bulk": BULK,
+    "persistent+bulk": {**BULK, "tilecore.persistent": True},
+    "ws+persistent+bulk": {**BULK, **WS, "tilecore.persistent": True},
 }
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import (Allocate, Assume, Bind, BinOp, For, KernelLaunch, MatrixOp, Seq, Store, Var, as_expr, binary,
+from ..ir import (Allocate, Assume, Bind, BinOp, BulkStoreWait, For, KernelLaunch, MatrixOp, Seq, Store, Var, as_expr, binary,
                   collect, compare, const_value, logic_and, rewrite, simplify, walk, walk_expr)
 from ..codegen.simtcpp import _swizzle_hint  # the hint as the SIMT emitter reads it
 from . import tile_pass
@@ -293,6 +293,11 @@ def persistent_tiles(func, ctx):
         top = list(s.body.body) if isinstance(s.body, Seq) else [s.body]
         allocs = [x for x in top if isinstance(x, Allocate)]
         rest = [x for x in top if not isinstance(x, Allocate)]
+        # the block's last wait for its bulk stores (tilecore.bulk_store) stays after the tile loop: within it the
+        # stores of one tile run on under the next tile's main loop
+        tail: list = []
+        while rest and isinstance(rest[-1], BulkStoreWait) and not rest[-1].read:
+            tail.insert(0, rest.pop())
         swz = _swizzle_hint(func)
         idx = tile_indices(t, grid, swz)
         head = [Bind(t, simplify(binary("add", pid, binary("mul", i, blocks))), span=s.span)]
@@ -305,7 +310,7 @@ def persistent_tiles(func, ctx):
                         annotations={ANNOTATION: info}, span=s.span)
         order = f", T.use_swizzle({swz[0]}, {swz[1]!r}) kept" if swz else ""
         notes.append(f"persistent: {blocks} blocks over {tiles} tiles ({how}){order}")
-        return s.with_(grid=(as_expr(blocks),), block_vars=(pid,), body=Seq(allocs + [tile_loop], span=s.body.span),
+        return s.with_(grid=(as_expr(blocks),), block_vars=(pid,), body=Seq(allocs + [tile_loop] + tail, span=s.body.span),
                        attrs={**s.attrs, "persistent": {"blocks": blocks, "tiles": tiles, **assumed}})
 
     body = rewrite(func.body, launch)
