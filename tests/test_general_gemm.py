@@ -365,6 +365,204 @@ def test_sm90a_bulk_store_compiles_to_utmastg_without_spills(combo, out, tile):
     assert " STG" not in sass.replace("UTMASTG", "")  # C leaves by TMA only
 
 
+# -- the bulk store run on the host: the made-up 64-thread matrix unit with bulk stores -------------------------
+
+#: the host emulation of the test backend's bulk-store spelling. A store writes C from a snapshot of the shared tile
+#: taken when it is issued (decoding the panels' swizzle from the address bits: 16-byte chunk bits 4.. XOR the bits
+#: from 7 up, as the hardware's 32/64/128-byte swizzles do) and clips at C's dimensions; the issuing thread's wait
+#: then checks that nothing wrote the tile since (a store may read it any time until its read-wait retires it):
+#: a tile rewritten before the wait fails the run.
+BulkEmitterClass = None  # set by the fakebulk fixture
+BULK_SHIM = r"""
+#include <deque>
+struct tc_bs_group { const unsigned char* tile; std::vector<unsigned char> snap; };
+thread_local std::deque<tc_bs_group> tc_bs_groups;
+template <typename T> inline void tc_fake_bulk_store(T* dst, long long d0, long long d1, const T* tile, long long r0,
+                                                     long long c0, int rows, int cols, int panel, int swz) {
+  if (reinterpret_cast<uintptr_t>(tile) % (8 * swz)) tc_fail("bulk store tile not aligned to its swizzle pattern");
+  const int es = (int)sizeof(T), bytes = rows * cols * es;
+  tc_bs_group g{(const unsigned char*)tile, std::vector<unsigned char>((const unsigned char*)tile,
+                                                                        (const unsigned char*)tile + bytes)};
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      const long long gr = r0 + r, gc = c0 + c;
+      if (gr < 0 || gc < 0 || gr >= d0 || gc >= d1) continue;
+      const long long addr = (long long)(c / panel) * rows * panel * es + (long long)r * panel * es + (c % panel) * es;
+      const long long phys = addr ^ (((addr >> 7) & (swz / 16 - 1)) << 4);
+      std::memcpy((unsigned char*)(dst + gr * d1 + gc), g.snap.data() + phys, es);
+    }
+  tc_bs_groups.push_back(std::move(g));
+}
+inline void tc_fake_bulk_wait(int pending) {
+  while ((int)tc_bs_groups.size() > pending) {
+    const tc_bs_group& g = tc_bs_groups.front();
+    if (std::memcmp(g.tile, g.snap.data(), g.snap.size())) tc_fail("a bulk store's tile was written before its read-wait");
+    tc_bs_groups.pop_front();
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def fakebulk(tmp_path_factory):
+    """The made-up 64-thread matrix unit (tests/fake_matrix_backend.py) on a profile that also declares bulk tile
+    copies, its emitter spelling the bulk store for the host emulator (``tc_fake_bulk_*``)."""
+    import types
+
+    from fake_matrix_backend import CAPS, backend_class
+    from tilecore.plugin import Target, get_registry, hookimpl, reset_registry
+
+    reset_registry()
+    base = backend_class()
+    caps = tmp_path_factory.mktemp("fakebulk") / "fakebulk_x1.yaml"
+    caps.write_text(CAPS.replace("id: fakemu/x1", "id: fakebulk/x1") + "features: {bulk_tensor_copy: true}\n")
+    Emitter = type(base().emitter(None))
+
+    class BulkEmitter(Emitter):  # (module-level name: the mutation test patches its spelling)
+        def bulk_store_maps(self, st, func, add_map):  # the host spelling takes C's pointer and shape instead
+            pass
+
+        def stmt_BulkStore(self, st, s):
+            lay = s.layout
+            d0, d1 = (self.expr(st, simplify(as_expr(d))) for d in s.dst.shape)
+            r0, c0 = (self.expr(st, simplify(e)) for e in s.starts)
+            self.line(st, f"tc_fake_bulk_store({self.name(st, s.dst)}, (long long)({d0}), (long long)({d1}), "
+                          f"{self.name(st, s.src)}, (long long)({r0}), (long long)({c0}), {lay.rows}, {lay.cols}, "
+                          f"{lay.panel_elems}, {lay.swizzle_bytes});")
+
+        def stmt_BulkStoreWait(self, st, s):
+            self.line(st, f"tc_fake_bulk_wait({int(s.pending)});")
+
+        def stmt_BulkFence(self, st, s):
+            self.line(st, "/* bulk fence: nothing on the host */")
+
+    class FakeBulk(base):
+        name = "fakebulk"
+        distribution = "tilecore-fakebulk"
+
+        def parse_target(self, spec):
+            return Target("fakebulk", "fakebulk", "sm_80", (), "fakebulk/x1") if spec == "fakebulk" else None
+
+        def targets(self):
+            return ["fakebulk"]
+
+        def capability_files(self):
+            return [caps]
+
+        def emitter(self, target):
+            return BulkEmitter()
+
+    global BulkEmitterClass
+    BulkEmitterClass = BulkEmitter
+    mod = types.ModuleType("tc_fake_bulk")
+
+    @hookimpl
+    def tilecore_backends():
+        return [FakeBulk()]
+
+    mod.tilecore_backends = tilecore_backends
+    sys.modules.setdefault("tc_fake_bulk", mod)
+    get_registry().register(mod, name="fakebulk")
+    yield "fakebulk"
+    reset_registry()
+
+
+def _emulate(k, a, b, out):
+    import numpy as np
+
+    import cuda_host_emulator as emu
+
+    orig = emu.host_source
+    try:
+        emu.host_source = lambda src: (lambda t: t.replace(emu.SHIM, emu.SHIM + BULK_SHIM, 1))(orig(src))
+        return emu.run_on_host(k, [a, b, np.full((a.shape[0], b.shape[1]), np.nan, out)])[2]
+    finally:
+        emu.host_source = orig
+
+
+EMU = {  # (M, N, K, bm, bn, bk, stages, threads, out dtype, blocks): ragged on every edge
+    "64-byte panels": (100, 136, 72, 32, 32, 16, 3, 64, "float16", None),
+    "persistent, 64-byte panels": (100, 136, 72, 32, 32, 16, 3, 64, "float16", 4),
+    "persistent, 128-byte panels, float32": (100, 72, 40, 32, 32, 16, 2, 128, "float32", 3),
+    "persistent, 2 panels": (72, 200, 48, 32, 128, 16, 2, 128, "float16", 2),
+}
+
+
+@needs_toolchain
+@pytest.mark.parametrize("case", EMU)
+def test_the_made_up_matrix_unit_runs_the_bulk_store_on_the_host(fakebulk, case):
+    """The test backend's 64-thread unit (its C layout nothing like wgmma's) through the bulk store: its registers
+    into the swizzled shared tile (vector stores), the store clipped at C's edges, one tile's store in flight while
+    the next tile computes; against float64 and bit for bit the element stores."""
+    import numpy as np
+
+    M, N, K, bm, bn, bk, stages, threads, out, blocks = EMU[case]
+    fn = lambda: gemm(M, N, K, bm, bn, bk, stages, threads, dtype="float16", out=out)  # noqa: E731
+    extra = {"tilecore.persistent": blocks} if blocks else {}
+    on = tilecore.compile(fn(), target=fakebulk, pass_configs={"tilecore.disable_cache": True, **BULK, **extra})
+    off = tilecore.compile(fn(), target=fakebulk, pass_configs={"tilecore.disable_cache": True, **extra})
+    assert on.meta["attrs"]["bulk_store"][0].startswith("bulk store: C_l -> C"), on.meta["attrs"]["bulk_store"]
+    assert on.meta["attrs"]["fragment_layouts"]["C_l"].startswith("fakemu")
+    code = on.source.code
+    kernel = code[code.index('extern "C"'):]
+    assert kernel.count("tc_fake_bulk_store(C, ") == 1 and "C_l_st[" in kernel and "  C[" not in kernel
+    rng = np.random.default_rng(7)
+    a = (rng.standard_normal((M, K)) / 4).astype(np.float16)
+    b = (rng.standard_normal((K, N)) / 4).astype(np.float16)
+    dt = np.dtype(out)
+    c_on, c_off = _emulate(on, a, b, dt), _emulate(off, a, b, dt)
+    np.testing.assert_allclose(c_on.astype(np.float64), a.astype(np.float64) @ b.astype(np.float64),
+                               rtol=2e-2, atol=2e-2)
+    assert np.array_equal(c_on, c_off)
+
+
+@needs_toolchain
+@pytest.mark.parametrize("mutation", ["no read wait", "no swizzle", "panels read as one row-major tile"])
+def test_mutations_of_the_bulk_store_fail_on_the_host(fakebulk, monkeypatch, mutation):
+    """The same run with the generated code broken one way: the read-wait removed (the next tile rewrites the tile
+    under its store), the shared tile stored row-major while the store decodes panels, every panel stored at the
+    first panel's columns. Each fails (an error or wrong numbers); unmutated it passes (above)."""
+    import numpy as np
+
+    from tilecore.passes import bulkstore
+
+    M, N, K, bm, bn, bk, stages, threads, out, blocks = EMU["persistent, 2 panels"]
+    if mutation == "no read wait":
+        orig = bulkstore.BulkStoreWait
+        monkeypatch.setattr(bulkstore, "BulkStoreWait", lambda pending, read, span=None:
+                            tilecore.ir.Seq([]) if read else orig(pending, read, span=span))
+    elif mutation == "no swizzle":
+        from tilecore.passes import matrix
+
+        monkeypatch.setattr(matrix, "BulkStore", type("NoBulkStore", (), {}))  # its tile not given the layout
+    else:
+        monkeypatch.setattr(BulkEmitterClass, "stmt_BulkStore", _first_panel_only)
+    k = tilecore.compile(gemm(M, N, K, bm, bn, bk, stages, threads, out=out), target=fakebulk,
+                         pass_configs={"tilecore.disable_cache": True, **BULK, "tilecore.persistent": blocks})
+    rng = np.random.default_rng(7)
+    a = (rng.standard_normal((M, K)) / 4).astype(np.float16)
+    b = (rng.standard_normal((K, N)) / 4).astype(np.float16)
+    try:
+        c = _emulate(k, a, b, np.dtype(out))
+    except RuntimeError as e:
+        # (a tile without the layout is not aligned to the pattern the store decodes either)
+        assert {"no read wait": "written before its read-wait",
+                "no swizzle": "not aligned to its swizzle pattern"}.get(mutation, "-") in str(e), e
+        return
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert not np.allclose(c.astype(np.float64), ref, rtol=2e-2, atol=2e-2)
+
+
+def _first_panel_only(self, st, s):
+    """The bulk store spelled with every panel's columns read from the first panel (a mutation)."""
+    lay = s.layout
+    d0, d1 = (self.expr(st, simplify(as_expr(d))) for d in s.dst.shape)
+    r0, c0 = (self.expr(st, simplify(e)) for e in s.starts)
+    self.line(st, f"tc_fake_bulk_store({self.name(st, s.dst)}, (long long)({d0}), (long long)({d1}), "
+                  f"{self.name(st, s.src)}, (long long)({r0}), (long long)({c0}), {lay.rows}, {lay.cols}, "
+                  f"{lay.cols}, {lay.swizzle_bytes});")
+
+
 # -- on an sm_90 GPU ---------------------------------------------------------------------------------------
 
 DEVICE = {  # (M, N, K, dtype, out, tile (bm, bn, bk, stages, threads), swizzle)

@@ -157,11 +157,7 @@ class CUDAEmitter(SIMTCppEmitter):
                 for w in whens[1:]:
                     when = when if w is when else logic_or(when, w)
             st.bulk_maps[key] = add_map(tensor_map(cs[0].src, key[1], key[2]), when)
-        # bulk tile stores (tilecore.bulk_store, D46): one tensor map per (tensor, box, swizzle) they write
-        for c in collect(func.body, BulkStore):
-            key = self.store_key(c)
-            if key not in st.bulk_maps:
-                st.bulk_maps[key] = add_map(tensor_map(c.dst, key[2], key[3]))
+        self.bulk_store_maps(st, func, add_map)
         st.aligned = set()
         for c in collect(func.body, Collective):
             plan = c.attrs.get("plan")
@@ -196,6 +192,15 @@ class CUDAEmitter(SIMTCppEmitter):
         lay = c.layout
         box = (lay.panel_elems if lay.panels else lay.cols,) + tuple(int(b) for b in reversed(c.box[:-1]))
         return id(c.src), box, lay.swizzle_bytes if lay.panels else 0
+
+    def bulk_store_maps(self, st, func, add_map) -> None:
+        """Bulk tile stores (tilecore.bulk_store, D46): one tensor map per (tensor, box, swizzle) they write."""
+        from .hopper import tensor_map
+
+        for c in collect(func.body, BulkStore):
+            key = self.store_key(c)
+            if key not in st.bulk_maps:
+                st.bulk_maps[key] = add_map(tensor_map(c.dst, key[2], key[3]))
 
     @staticmethod
     def store_key(c: BulkStore) -> tuple:
