@@ -195,12 +195,17 @@ class CUDAEmitter(SIMTCppEmitter):
 
     def bulk_store_maps(self, st, func, add_map) -> None:
         """Bulk tile stores (tilecore.bulk_store, D46): one tensor map per (tensor, box, swizzle) they write."""
-        from .hopper import tensor_map
+        from .hopper import TMAP_DTYPES, TMAP_SWIZZLE, tensor_map
 
         for c in collect(func.body, BulkStore):
             key = self.store_key(c)
             if key not in st.bulk_maps:
-                st.bulk_maps[key] = add_map(tensor_map(c.dst, key[2], key[3]))
+                if str(c.dst.dtype) == "bool":  # stored as unsigned char (storage_types): bytes to the TMA unit
+                    m = {"buffer": c.dst, "dtype": TMAP_DTYPES["uint8"], "elem_bytes": 1, "box": tuple(key[2]),
+                         "swizzle": TMAP_SWIZZLE[key[3]]}
+                else:
+                    m = tensor_map(c.dst, key[2], key[3])
+                st.bulk_maps[key] = add_map(m)
 
     @staticmethod
     def store_key(c: BulkStore) -> tuple:
