@@ -338,6 +338,15 @@ def test_a_target_without_bulk_copies_says_so_and_computes_the_same():
     assert np.array_equal(c1, c2)
 
 
+def test_a_target_whose_emitter_spells_no_bulk_store_says_so():
+    """MUSA's Pinghu profile declares bulk tile copies (TME) but its emitter spells no bulk store: the kernel keeps
+    its element stores, with the note."""
+    pytest.importorskip("tilecore_musa")
+    _b, _t, low, src, _o = tilecore.compiler.lower(gemm(256, 256, 128, 32, 32, 32, 2, 128), target="musa:mp_31",
+                                                   pass_configs={"tilecore.disable_cache": True, **BULK})
+    assert "spells no bulk tile store" in low.attrs["bulk_store"][0], low.attrs["bulk_store"]
+
+
 def test_the_option_is_off_by_default_and_checked():
     low, src = _lower(gemm(1024, 1024, 512))
     assert "bulk_store" not in low.attrs and "tc_bs_" not in src.code

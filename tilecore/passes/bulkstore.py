@@ -28,7 +28,8 @@ Left as it is, with ``kernel.meta["attrs"]["bulk_store"]`` saying why: a copy th
 into a 2-D tile of a tensor (a view, another shape), C's rows not proven whole 16-byte units, a tile row not a
 multiple of 32 bytes, rows not a multiple of 8 or more than 256, and a tile that does not fit beside the
 pipelined loop's stages in shared memory (the note names the ``num_stages`` that makes room: the stages asked for
-are never reduced for it).
+are never reduced for it); the whole kernel where the target has no bulk tile copies or its emitter spells no
+bulk store (``stmt_BulkStore``, ``stmt_BulkStoreWait``, ``stmt_BulkFence``).
 """
 from __future__ import annotations
 
@@ -104,6 +105,15 @@ def _staged_bytes(launch) -> tuple:
     return total, stage, stages
 
 
+def _spells_bulk_stores(ctx) -> bool:
+    """The target's emitter spells the three statements (a profile may declare bulk tile copies for loads only)."""
+    backend = getattr(ctx, "backend", None)
+    if backend is None or not hasattr(backend, "emitter"):
+        return False
+    emitter = backend.emitter(ctx.target)
+    return all(callable(getattr(emitter, f"stmt_{n}", None)) for n in ("BulkStore", "BulkStoreWait", "BulkFence"))
+
+
 @tile_pass("tilecore.stage_bulk_stores")
 def stage_bulk_stores(func, ctx):
     """With ``tilecore.bulk_store``: a kernel-level copy of a fragment to a global tile through a shared tile and
@@ -123,6 +133,10 @@ def stage_bulk_stores(func, ctx):
         return func.with_body(func.body, bulk_store=(
             "not a bulk store: the target has no bulk tile copies (feature:bulk_tensor_copy), or tilecore.bulk_copy "
             "is off",))
+    if not _spells_bulk_stores(ctx):
+        return func.with_body(func.body, bulk_store=(
+            "not a bulk store: the target's code generator spells no bulk tile store (stmt_BulkStore, "
+            "stmt_BulkStoreWait, stmt_BulkFence: plugin API 1.9)",))
     notes: list = []
     lim = ctx.capabilities.limit("max_shared_bytes_per_block")
     limit = int(lim[0]) if lim is not None and lim[1] == "max" else None
