@@ -23,11 +23,11 @@ from cuda_gemm import event_ms, has_gpu, matmul  # noqa: E402
 GENERAL = {"tilecore.cuda.register_programs": False}
 #: name -> pass configs on top of GENERAL
 VARIANTS = {
-    "plain": {},
-    "persistent": {"tilecore.persistent": True},
-    "ws": {"tilecore.warp_specialize": True},
+    "plain": {"tilecore.bulk_store": False},
+    "persistent": {"tilecore.persistent": True, "tilecore.bulk_store": False},
+    "ws": {"tilecore.warp_specialize": True, "tilecore.bulk_store": False},
     "bulk": {"tilecore.bulk_store": True},
-    "ws+persistent": {"tilecore.warp_specialize": True, "tilecore.persistent": True},
+    "ws+persistent": {"tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": False},
     "persistent+bulk": {"tilecore.persistent": True, "tilecore.bulk_store": True},
     "ws+persistent+bulk": {"tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": True},
 }
@@ -38,8 +38,8 @@ def main() -> int:
     ap.add_argument("--sizes", default="4096,8192", help="square sizes M=N=K")
     ap.add_argument("--dtypes", default="float16")
     ap.add_argument("--rep", type=int, default=20)
-    ap.add_argument("--configs", default="128:256:64:256:3,128:128:64:256:4",
-                    help="block_M:block_N:block_K:threads:stages,...")
+    ap.add_argument("--configs", default="128:256:64:256:3:8,128:256:64:256:3,128:128:64:256:4",
+                    help="block_M:block_N:block_K:threads:stages[:panel],... (panel: T.use_swizzle(panel))")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)}")
     args = ap.parse_args()
     ok, why = has_gpu()
@@ -75,9 +75,11 @@ def main() -> int:
                       f"{same} | {err} | {notes} |", flush=True)
 
             row("cuBLAS (torch.matmul)", "-", ms_cublas, "-", "-")
-            for bm, bn, bk, threads, stages in configs:
-                tile = f"{bm}x{bn}x{bk} {threads}t {stages}s"
-                fn = lambda: matmul(M, N, K, bm, bn, bk, threads, stages, dtype=dtype)  # noqa: E731
+            for cfg in configs:
+                bm, bn, bk, threads, stages = cfg[:5]
+                panel = cfg[5] if len(cfg) > 5 else 0
+                tile = f"{bm}x{bn}x{bk} {threads}t {stages}s" + (f" panel {panel}" if panel else "")
+                fn = lambda: matmul(M, N, K, bm, bn, bk, threads, stages, panel, dtype=dtype)  # noqa: E731
                 try:
                     hop = tilecore.compile(fn(), target="cuda")
                     c = torch.empty(M, N, device="cuda", dtype=tdt)

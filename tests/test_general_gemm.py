@@ -328,7 +328,7 @@ def test_a_target_without_bulk_copies_says_so_and_computes_the_same():
 
     fn = lambda: gemm(64, 96, 40, 32, 32, 16, 2, 128, dtype="float32")  # noqa: E731
     on = tilecore.compile(fn(), target="cpu", pass_configs={"tilecore.disable_cache": True, **BULK})
-    off = tilecore.compile(fn(), target="cpu", pass_configs={"tilecore.disable_cache": True})
+    off = tilecore.compile(fn(), target="cpu", pass_configs={"tilecore.disable_cache": True, "tilecore.bulk_store": False})
     assert "no bulk tile copies" in on.meta["attrs"]["bulk_store"][0]
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((64, 40), dtype=np.float32), rng.standard_normal((40, 96), dtype=np.float32)
@@ -347,9 +347,14 @@ def test_a_target_whose_emitter_spells_no_bulk_store_says_so():
     assert "spells no bulk tile store" in low.attrs["bulk_store"][0], low.attrs["bulk_store"]
 
 
-def test_the_option_is_off_by_default_and_checked():
+def test_the_option_is_off_by_default_runs_after_the_plugins_passes_and_is_checked():
+    """Off by default; where it is on, a kernel the plugin's Hopper pipeline takes keeps that pipeline (the pass runs
+    after the plugins' tile-lowering passes) and the general path's kernels get the bulk store."""
     low, src = _lower(gemm(1024, 1024, 512))
     assert "bulk_store" not in low.attrs and "tc_bs_" not in src.code
+    _b, _t, low, src, _o = tilecore.compiler.lower(gemm(1024, 1024, 512), target="cuda:sm_90a",
+                                                   pass_configs={"tilecore.disable_cache": True, **BULK})
+    assert "bulk_store" not in low.attrs and "cuda.hopper_gemm_pipeline: 128x256x64" in low.attrs["hopper_pipelines"][0]
     with pytest.raises(tilecore.errors.CompileError, match="tilecore.bulk_store='maybe': expected True or False"):
         _lower(gemm(1024, 1024, 512), **{"tilecore.bulk_store": "maybe"})
 
@@ -509,7 +514,8 @@ def test_the_made_up_matrix_unit_runs_the_bulk_store_on_the_host(fakebulk, case)
     fn = lambda: gemm(M, N, K, bm, bn, bk, stages, threads, dtype="float16", out=out)  # noqa: E731
     extra = {"tilecore.persistent": blocks} if blocks else {}
     on = tilecore.compile(fn(), target=fakebulk, pass_configs={"tilecore.disable_cache": True, **BULK, **extra})
-    off = tilecore.compile(fn(), target=fakebulk, pass_configs={"tilecore.disable_cache": True, **extra})
+    off = tilecore.compile(fn(), target=fakebulk, pass_configs={"tilecore.disable_cache": True, **extra,
+                                                                "tilecore.bulk_store": False})
     assert on.meta["attrs"]["bulk_store"][0].startswith("bulk store: C_l -> C"), on.meta["attrs"]["bulk_store"]
     assert on.meta["attrs"]["fragment_layouts"]["C_l"].startswith("fakemu")
     code = on.source.code
@@ -597,7 +603,7 @@ def _device_case(case, cfg):
     b = (torch.randn(K, N, device="cuda", generator=g) / 8).to(tdt[dtype])
     fn = lambda: gemm(M, N, K, bm, bn, bk, stages, threads, dtype, out, swz)  # noqa: E731
     runs = []
-    for extra in ({}, cfg):
+    for extra in ({"tilecore.bulk_store": False}, cfg):
         k = tilecore.compile(fn(), target="cuda", pass_configs={**GENERAL, **extra})
         c = torch.full((M, N), float("nan"), device="cuda", dtype=tdt[out])
         k(a, b, c)

@@ -185,8 +185,8 @@ def core_pipeline() -> Pipeline:
     return Pipeline({
         "legalize": [core.check_structure, core.check_extensions, core.check_static_bounds,
                      core.check_capabilities],
-        "layout": [bulkstore.stage_bulk_stores, layout.infer_layouts, core.collect_hints],
-        "tile-lowering": [layout.lower_fragments, pipeline.stage_pipelined_copies, copies.group_async_copies,
+        "layout": [layout.infer_layouts, core.collect_hints],
+        "tile-lowering": [bulkstore.stage_bulk_stores, layout.lower_fragments, pipeline.stage_pipelined_copies, copies.group_async_copies,
                           lower_tile.lower_tile_ops],
         "pipelining": [persistent.persistent_tiles, pipeline.plan_pipelines, core.serialize_pipelined],
         "memory": [matrix.swizzle_operand_tiles, core.plan_memory, vectorize.vectorize_stores, guard.guard_accesses],
