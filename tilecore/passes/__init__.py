@@ -3,10 +3,11 @@
 Slots, in order (a kernel moves from tile ops over regions to scalar loops ready for codegen):
 
 ``legalize``        check the kernel against the target's capabilities and the tile ops' contracts
-``layout``          with ``tilecore.bulk_store``, stage a fragment's store to a global tile through a shared tile
-                    and one bulk tile store (``tilecore.stage_bulk_stores``, ``tilecore.passes.bulkstore``); decide
-                    layouts (fragments over threads and registers, swizzles); collect layout and scheduling hints
-``tile-lowering``   put fragments that got a layout in registers (per-thread programs); where the target declares
+``layout``          decide layouts (fragments over threads and registers, swizzles); collect layout and
+                    scheduling hints
+``tile-lowering``   with ``tilecore.bulk_store``, stage a fragment's store to a global tile through a shared tile
+                    and one bulk tile store (``tilecore.stage_bulk_stores``, ``tilecore.passes.bulkstore``; after the
+                    backends' passes, which keep the kernels they take); put fragments that got a layout in registers (per-thread programs); where the target declares
                     ``feature:async_copy``, issue consecutive independent copies into shared memory as one
                     asynchronous group (``tilecore.group_async_copies``: one wait, one barrier); then replace
                     each tile op with the implementation the target's intrinsic table picks

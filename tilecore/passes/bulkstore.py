@@ -1,7 +1,8 @@
 """The epilogue's store of a register fragment as one bulk tile store: ``tilecore.bulk_store`` (pass config; default
 off), docs/decisions.md D46.
 
-``tilecore.stage_bulk_stores`` (``layout`` slot, before layout inference) rewrites a kernel-level copy of a whole
+``tilecore.stage_bulk_stores`` (``tile-lowering`` slot, after the backends' passes there, which keep the kernels
+they take, and before the fragments are lowered) rewrites a kernel-level copy of a whole
 two-dimensional fragment into a tile of a global tensor,
 
     T.copy(C_l, C[r0, c0])
