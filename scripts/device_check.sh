@@ -108,6 +108,19 @@ step norms python3 benchmarks/corpus_norms.py --rep 50 --load .norms_before
 step tma-store bash -c 'rc=0; python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_tma_store.py -rs || rc=$?;
      python3 benchmarks/cuda_gemm.py --rep 20 --sizes 4096,8192 --no-fp8 --tma-store off,on \
        --configs 128:256:64:256:3:8,128:256:64:256:4:8,128:128:64:256:4:8 || rc=$?; exit $rc'
+# the core's general path on the Hopper GEMM schedule (decision D46): its device tests (float64, and bit for bit the plain
+# general path), then the general path plain / persistent / warp-specialized + persistent / with the bulk-store epilogue,
+# beside the plugin's Hopper pipeline and cuBLAS, fp16 4096^3 and 8192^3, one process; the catalog's GEMMs with the three on,
+# and the whole catalog on the general path with the bulk store alone (the evidence for turning it on by default)
+step general-gemm bash -c 'rc=0; python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_general_gemm.py -rs || rc=$?;
+     python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k gemm --report /tmp/rep/cuda-general-d46 \
+       --pass-config tilecore.cuda.register_programs=false --pass-config tilecore.persistent=2 \
+       --pass-config tilecore.warp_specialize=true --pass-config tilecore.bulk_store=true || rc=$?;
+     python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-general-bulk \
+       --pass-config tilecore.cuda.register_programs=false --pass-config tilecore.bulk_store=true || rc=$?;
+     python3 benchmarks/general_gemm.py --rep 20 --sizes 4096,8192 \
+       --configs 128:256:64:256:3:8,128:256:64:256:3,128:128:64:256:4 \
+       --variants plain,bulk,persistent,persistent+bulk,ws+persistent+bulk || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

@@ -408,9 +408,11 @@ def test_a_launch_that_assumed_more_resident_blocks_than_ptxas_allows_warns(monk
 
 
 @needs_toolchain
-def test_warp_specialization_keeps_the_plain_launch():
+def test_warp_specialization_walks_the_tiles_too():
+    """tests/test_general_gemm.py checks the schedule (D46); here: the launch is persistent and specialized."""
     k = _hopper(blocks=7, **{"tilecore.warp_specialize": True})
-    assert "tilecore.warp_specialize is on" in _note(k)
+    assert _note(k).startswith("persistent: 7 blocks over 32 tiles"), _note(k)
+    assert "warp-specialized" in k.meta["attrs"]["pipelines"][0]
 
 
 def test_golden_default_is_off():

@@ -11,7 +11,7 @@ from contextvars import ContextVar
 from .buffer import Region
 from .expr import (BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, ShuffleIndex, ShuffleWidth, ShuffleXor,
                    ThreadIndex, Var)
-from .stmt import (Allocate, Assert, Assume, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, BulkCopy,
+from .stmt import (Allocate, Assert, Assume, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, BulkCopy, BulkFence, BulkStore, BulkStoreWait,
                    Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait, Specialized, StageRelease,
                    For, Hint, If, KernelLaunch, MatrixLoad, VectorStore, MatrixOp, MatrixSync, PerThread, Print,
                    PrimFunc, Seq, Stmt, Store, TileOp)
@@ -197,6 +197,14 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
         return [f"{pad}T.bulk_copy({_nm(s.dst)}[{dst}], {_nm(s.src)}[{starts}], box={tuple(s.box)}, {lay}, "
                 f"barrier={_nm(s.barrier)}[{expr_str(s.index)}]"
                 + (f", when={expr_str(s.when)}" if s.when is not None else "") + ")"]
+    if isinstance(s, BulkStore):
+        starts = ", ".join(expr_str(i) for i in s.starts)
+        return [f"{pad}T.bulk_store({_nm(s.dst)}[{starts}], {_nm(s.src)}, box={tuple(s.box)}, "
+                f"{s.layout.swizzle_bytes}-byte panels)"]
+    if isinstance(s, BulkStoreWait):
+        return [f"{pad}T.bulk_store_wait(pending={s.pending}{', read' if s.read else ''})"]
+    if isinstance(s, BulkFence):
+        return [f"{pad}T.bulk_fence()"]
     if isinstance(s, CopyBarrierInit):
         return [f"{pad}T.copy_barrier_init({_nm(s.barrier)}, count={s.count})"]
     if isinstance(s, CopyBarrierArrive):

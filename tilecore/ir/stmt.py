@@ -229,6 +229,43 @@ class StageRelease(Stmt):
 
 
 @dataclass(eq=False)
+class BulkStore(Stmt):
+    """Start storing the whole shared tile ``src`` (stored in ``layout``, a paneled
+    :class:`~tilecore.layout.SharedLayout`: one bulk store per panel) into the box of global ``dst`` that starts at
+    ``starts`` and spans ``box`` (the tile's rows and columns along the last two dimensions), as one operation
+    of one thread (the hardware's bulk tile store); elements of the box outside ``dst`` are not written. The
+    stores join one group of the issuing thread (closed here); a :class:`BulkStoreWait` of that thread waits for
+    it. The threads' ordinary writes of ``src`` must be made visible to it: each writing thread runs a
+    :class:`BulkFence`, then a :class:`Barrier`. Introduced by ``tilecore.stage_bulk_stores`` (pass config
+    ``tilecore.bulk_store``) on targets with ``feature:bulk_tensor_copy``; thread distribution issues it on one
+    thread (plugin API 1.9)."""
+
+    dst: Buffer
+    starts: tuple
+    box: tuple
+    src: Buffer
+    layout: Any
+
+
+@dataclass(eq=False)
+class BulkStoreWait(Stmt):
+    """The thread that issued :class:`BulkStore` groups waits until at most ``pending`` of them still read
+    their shared tiles (``read``: the tile may then be written again) or, with ``read`` False, are still
+    running (their writes done). Thread distribution runs it on the issuing thread, then a :class:`Barrier`
+    (plugin API 1.9)."""
+
+    pending: int = 0
+    read: bool = True
+
+
+@dataclass(eq=False)
+class BulkFence(Stmt):
+    """This thread's ordinary writes of shared memory become visible to bulk stores issued after a following
+    :class:`Barrier` (hardware whose bulk-copy engine reads shared memory through another path needs a fence;
+    others spell it as nothing). Every thread runs it (plugin API 1.9)."""
+
+
+@dataclass(eq=False)
 class Specialized(Stmt):
     """A warp-specialized block: threads ``0 .. consumers-1`` run ``consumer`` (the kernel's own work), the
     block's last ``threads - consumers`` threads (one group, e.g. a warpgroup, so a backend may move

@@ -5,7 +5,9 @@ Slots, in order (a kernel moves from tile ops over regions to scalar loops ready
 ``legalize``        check the kernel against the target's capabilities and the tile ops' contracts
 ``layout``          decide layouts (fragments over threads and registers, swizzles); collect layout and
                     scheduling hints
-``tile-lowering``   put fragments that got a layout in registers (per-thread programs); where the target declares
+``tile-lowering``   with ``tilecore.bulk_store``, stage a fragment's store to a global tile through a shared tile
+                    and one bulk tile store (``tilecore.stage_bulk_stores``, ``tilecore.passes.bulkstore``; after the
+                    backends' passes, which keep the kernels they take); put fragments that got a layout in registers (per-thread programs); where the target declares
                     ``feature:async_copy``, issue consecutive independent copies into shared memory as one
                     asynchronous group (``tilecore.group_async_copies``: one wait, one barrier); then replace
                     each tile op with the implementation the target's intrinsic table picks
@@ -51,6 +53,7 @@ class PassConfigKey:
     BULK_COPY_VERSIONED = "tilecore.bulk_copy_versioned"  #: bool: a pipelined loop whose copies lack only launch-time facts for bulk tile copies (a dynamic row length) is versioned on them, bulk copies where they hold (default True; False: per-thread copies only; D40)
     WARP_SPECIALIZE = "tilecore.warp_specialize"  #: bool: a producer group of its own issues a pipelined loop's bulk copies where the target has warp specialization (default False: thread 0 issues them between the block's barriers)
     VECTORIZE = "tilecore.vectorize"  #: bool: store runs of a thread's registers to consecutive aligned addresses as one vector access (default True; D32)
+    BULK_STORE = "tilecore.bulk_store"  #: bool: store a fragment to a global tile through a shared tile and one asynchronous bulk tile store where the target has bulk tile copies, waited for before the tile is written again (default False; D46)
     PERSISTENT = "tilecore.persistent"  #: bool or int: launch the resident blocks only, each looping over the tiles, a pipelined loop carried across them (default False; an int: that many blocks; D36)
     LAYOUT_CONVERSION = "tilecore.layout_conversion"  #: True (default): convert a fragment between disagreeing layouts in registers; "shared": always through shared memory; False: keep one in shared memory
 
@@ -178,13 +181,13 @@ def dump_dir_from_env() -> str | None:
 
 
 def core_pipeline() -> Pipeline:
-    from . import copies, core, guard, layout, lower_tile, matrix, persistent, pipeline, vectorize
+    from . import bulkstore, copies, core, guard, layout, lower_tile, matrix, persistent, pipeline, vectorize
 
     return Pipeline({
         "legalize": [core.check_structure, core.check_extensions, core.check_static_bounds,
                      core.check_capabilities],
         "layout": [layout.infer_layouts, core.collect_hints],
-        "tile-lowering": [layout.lower_fragments, pipeline.stage_pipelined_copies, copies.group_async_copies,
+        "tile-lowering": [bulkstore.stage_bulk_stores, layout.lower_fragments, pipeline.stage_pipelined_copies, copies.group_async_copies,
                           lower_tile.lower_tile_ops],
         "pipelining": [persistent.persistent_tiles, pipeline.plan_pipelines, core.serialize_pipelined],
         "memory": [matrix.swizzle_operand_tiles, core.plan_memory, vectorize.vectorize_stores, guard.guard_accesses],

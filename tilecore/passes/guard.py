@@ -174,7 +174,9 @@ class _Guard:
         elif isinstance(s, PerThread):
             out = s.with_(body=self.stmt(s.body, facts))
         elif isinstance(s, Specialized):
-            out = s.with_(producer=self.stmt(s.producer, facts), consumer=self.stmt(s.consumer, facts))
+            # the consumers are the block's first s.consumers threads (their thread index is below it)
+            out = s.with_(producer=self.stmt(s.producer, facts),
+                          consumer=self.stmt(s.consumer, facts.with_threads(s.consumers)))
         elif isinstance(s, AsyncCopy):
             # the source run's first and last elements must be inside the tensor, else the copy zero-fills;
             # a run starts at a multiple of its length, so in a last dimension of whole runs the first decides

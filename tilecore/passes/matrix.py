@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import CompileError
-from ..ir import (Allocate, AsyncCopy, Buffer, BufferLoad, Collective, For, KernelLaunch, MatrixLoad, MatrixOp,
+from ..ir import (Allocate, AsyncCopy, Buffer, BufferLoad, BulkStore, Collective, For, KernelLaunch, MatrixLoad, MatrixOp,
                   MatrixSync, Region, Store, TileOp, collect, rewrite, walk, ThreadIndex, Var, as_expr, binary, const,
                   const_value, seq)
 from ..layout import FragmentLayout, MatrixUnit, SharedLayout
@@ -301,7 +301,8 @@ def swizzle_operand_tiles(func, ctx):
     Where the profile declares ``features.async_copy_linear_destination`` (copies that write one run across
     the thread group, which only a row-major tile takes) no tile an asynchronous copy fills is swizzled.
     ``tilecore.swizzle_operand_tiles=False`` turns it off."""
-    if ctx.option("tilecore.swizzle_operand_tiles", True) is False:
+    off = ctx.option("tilecore.swizzle_operand_tiles", True) is False
+    if off and not collect(func.body, BulkStore):  # (a bulk store's tile keeps its layout either way)
         return func
 
     # hardware whose asynchronous copies write one run across the thread group (each thread's bytes right
@@ -313,7 +314,7 @@ def swizzle_operand_tiles(func, ctx):
             return None
         # tiles a matrix instruction reads itself must have the layout it reads (the plan chose it)
         required: dict = {}
-        for m in collect(s.body, MatrixOp):
+        for m in [] if off else collect(s.body, MatrixOp):
             for x in ("a", "b"):
                 origin = getattr(m, f"{x}_origin")
                 if origin is None:
@@ -322,7 +323,9 @@ def swizzle_operand_tiles(func, ctx):
                 if required.setdefault(id(buf), (buf, lay))[1] != lay:
                     raise CompileError(f"{buf.name} is read by {m.spelling} as {lay} and as {required[id(buf)][1]}; "
                                        "pass tilecore.swizzle_operand_tiles=False to keep the gemms on loaded operands", m.span)
-        loads = collect(s.body, MatrixLoad)
+        for st in collect(s.body, BulkStore):  # a bulk tile store reads its tile in the layout it records (D46)
+            required.setdefault(id(st.src), (st.src, st.layout))
+        loads = [] if off else collect(s.body, MatrixLoad)
         tiles = {id(m.origin.buffer): m.origin.buffer for m in loads
                  if m.origin.buffer.scope == "shared" and id(m.origin.buffer) not in required}
         if not tiles and not required:

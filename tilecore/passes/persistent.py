@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import (Allocate, Assume, Bind, BinOp, For, KernelLaunch, MatrixOp, Seq, Store, Var, as_expr, binary,
+from ..ir import (Allocate, Assume, Bind, BinOp, BulkStoreWait, For, KernelLaunch, MatrixOp, Seq, Store, Var, as_expr, binary,
                   collect, compare, const_value, logic_and, rewrite, simplify, walk, walk_expr)
 from ..codegen.simtcpp import _swizzle_hint  # the hint as the SIMT emitter reads it
 from . import tile_pass
@@ -138,8 +138,6 @@ def why_not(launch: KernelLaunch, ctx):
         what = "the block index" if id(used[0]) in block else "the scalar"
         return (f"the loop's bounds use {what} {used[0].name}, which differs from tile to tile (every tile must run "
                 "the same loop)"), None
-    if ctx.option("tilecore.warp_specialize", False) is True:
-        return "tilecore.warp_specialize is on (a producer group would need the tile loop too)", None
     at = next(i for i, s in enumerate(top) if s is loop)
     for s in top:
         if isinstance(s, Allocate) and s.init is not None:
@@ -192,6 +190,9 @@ def resident_blocks(launch, loop, ctx):
         threads = threads * v if isinstance(v, int) else None
         if threads is None:
             break
+    group = producer_group(ctx)
+    if threads and group:  # tilecore.warp_specialize: the planner adds a producer group to the block
+        threads += group
     smem = _limit(ctx, "max_shared_bytes_per_sm")
     if smem is not None:
         used = _block_bytes(launch)
@@ -223,6 +224,18 @@ def resident_blocks(launch, loop, ctx):
     blocks = max(blocks, 1)
     by = ", ".join(f"{b} by {w}" for w, b in per) or "no per-multiprocessor limits declared"
     return units * blocks, f"{units} ({what}) x {blocks} block(s) per unit ({by})", {"units": units, "per_unit": blocks}
+
+
+def producer_group(ctx) -> int | None:
+    """The threads of the producer group a warp-specialized block gets (``tilecore.warp_specialize`` on a target
+    with ``feature:warp_specialization`` and ``limits.producer_group_threads``), else None."""
+    from .pipeline import WS_FEATURE, bulk_enabled
+
+    lim = ctx.capabilities.limit("producer_group_threads")
+    if lim is None or ctx.option("tilecore.warp_specialize", False) is not True or not bulk_enabled(ctx) \
+            or ctx.capabilities.satisfies(WS_FEATURE)[0] is not True:
+        return None
+    return int(lim[0])
 
 
 def _option(v):
@@ -280,6 +293,11 @@ def persistent_tiles(func, ctx):
         top = list(s.body.body) if isinstance(s.body, Seq) else [s.body]
         allocs = [x for x in top if isinstance(x, Allocate)]
         rest = [x for x in top if not isinstance(x, Allocate)]
+        # the block's last wait for its bulk stores (tilecore.bulk_store) stays after the tile loop: within it the
+        # stores of one tile run on under the next tile's main loop
+        tail: list = []
+        while rest and isinstance(rest[-1], BulkStoreWait) and not rest[-1].read:
+            tail.insert(0, rest.pop())
         swz = _swizzle_hint(func)
         idx = tile_indices(t, grid, swz)
         head = [Bind(t, simplify(binary("add", pid, binary("mul", i, blocks))), span=s.span)]
@@ -292,7 +310,7 @@ def persistent_tiles(func, ctx):
                         annotations={ANNOTATION: info}, span=s.span)
         order = f", T.use_swizzle({swz[0]}, {swz[1]!r}) kept" if swz else ""
         notes.append(f"persistent: {blocks} blocks over {tiles} tiles ({how}){order}")
-        return s.with_(grid=(as_expr(blocks),), block_vars=(pid,), body=Seq(allocs + [tile_loop], span=s.body.span),
+        return s.with_(grid=(as_expr(blocks),), block_vars=(pid,), body=Seq(allocs + [tile_loop] + tail, span=s.body.span),
                        attrs={**s.attrs, "persistent": {"blocks": blocks, "tiles": tiles, **assumed}})
 
     body = rewrite(func.body, launch)

@@ -622,6 +622,7 @@ class _Launch:
         # a persistent tile loop (tilecore.persistent, passes/persistent.py) around the loop being planned:
         # its TileWalk; the loop's prologue then runs once before the tile loop (self.hoisted)
         self.carry = None
+        self.why_carry = "no tile loop"
         self.hoisted: list = []
         self.barriers: list = []  # transaction barriers of bulk copies, allocated at the launch's top
 
@@ -632,7 +633,8 @@ class _Launch:
         if self.consumers is None or self.consumers % self.group:
             return f"the block is not a one-dimensional multiple of {self.group} threads"
         top = list(self.launch.body.body) if isinstance(self.launch.body, Seq) else [self.launch.body]
-        if not any(x is loop for x in top):
+        carried = self.carry is not None and self.why_carry is None
+        if not carried and not any(x is loop for x in top):
             return "the loop is not at the top level of the kernel"
         if self.max_threads is not None and self.consumers + self.group > int(self.max_threads[0]):
             return f"{self.consumers} + {self.group} threads exceed the block's limit"
@@ -640,6 +642,10 @@ class _Launch:
                            (Print, "a print")):
             if collect(self.launch.body, kind):
                 return f"the kernel has {what} (every thread would have to take part)"
+        if carried:  # the producer walks the block's tiles itself: the copies' addresses of the running count
+            # (TileWalk.at: block indices of the tile, the loop variable; why_not_carried allowed nothing else)
+            self.producer_binds = []
+            return None
         # the producer computes the copies' addresses from the block indices, the kernel's scalars, the loop's
         # own variable and the pure bindings before the loop
         before = top[:next(i for i, x in enumerate(top) if x is loop)]
@@ -867,6 +873,7 @@ class _Launch:
         local = it  # the iteration within this tile (the k-loop's own count)
         carry = self.carry
         why_carry = self.why_not_carried(loop, copies, carry) if carry is not None else "no tile loop"
+        self.why_carry = why_carry
         if why_carry is None:
             # across a persistent tile loop: one running count of stages over this block's tiles (stage index and
             # barrier parity carry on), the stage ahead past a tile's end is the next tile's first stage
@@ -948,8 +955,6 @@ class _Launch:
         g = len(groups)
         first = (g - 1) + g * (stages - 2)  # stage it's late group, then the groups of stages it+1 .. it+stages-2
         why_ws = self.why_not_specialized(orig or loop, forms) if bulk and self.specialize else "not asked"
-        if why_carry is None:
-            why_ws = "the loop is carried across a persistent tile loop"
         if why_ws is None:
             # a producer thread of its own issues every stage, once the consumers released the stage's buffer
             # (StageRelease on the stage's `empty` barrier: every consumer thread arrives when done reading it)
@@ -969,7 +974,10 @@ class _Launch:
                 empty, slot_j, simplify(binary("floormod", binary("add", binary("floordiv", j, stages), 1), 2)),
                 span=loop.span), loop.span)
             issue_j = [x for g in range(len(groups)) for x in issue_bulk(j, g, guard=False)]
-            producer = For(j, as_expr(0), extent, "serial", seq([refill] + issue_j), span=loop.span)
+            # across a persistent tile loop the producer runs every stage of the block's tiles (the running count
+            # j: tile j / K, iteration j % K), so it runs ahead into the next tile's stages while the consumers
+            # finish this one; the consumers' waits and releases use the same running count
+            producer = For(j, as_expr(0), total, "serial", seq([refill] + issue_j), span=loop.span)
             self.producer = (inits + [CopyBarrierInit(empty, self.consumers, span=loop.span)], producer, orig or loop)
             prologue = []
         elif bulk:  # each thread waits for the stage itself; the barrier before the issue: no thread still reads
@@ -1002,7 +1010,10 @@ class _Launch:
                              if isinstance(f, str)), "")
         if why_unversioned is not None:
             copy_notes += f" (not versioned at launch: {why_unversioned})"
-        if why_carry is None:
+        if why_carry is None and why_ws is None:
+            copy_notes += (f"; carried across the persistent tile loop {carry.i.name}: the producer walks the block's "
+                           "tiles and runs ahead into the next tile's stages")
+        elif why_carry is None:
             copy_notes += (f"; carried across the persistent tile loop {carry.i.name}: one prologue, the next tile's "
                            f"first {stages - 1} stage(s) issued in this tile's last iterations")
         elif carry is not None:

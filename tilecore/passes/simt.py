@@ -29,6 +29,10 @@ the IR, with two vendor-neutral nodes (:class:`~tilecore.ir.ThreadIndex`, :class
   :class:`~tilecore.ir.CopyBarrierInit` runs on thread 0 with no barrier after it (bulk copies land on a
   transaction barrier; an init is followed by the planner's barrier), consecutive ones under one test;
   a :class:`~tilecore.ir.CopyBarrierWait` or :class:`~tilecore.ir.StageRelease` runs on every thread;
+- a :class:`~tilecore.ir.BulkStore` runs on thread 0 like a bulk copy; a :class:`~tilecore.ir.BulkStoreWait`
+  runs on thread 0 (the thread that issued the stores), followed by a barrier; a :class:`~tilecore.ir.BulkFence`
+  runs on every thread, followed by a barrier (a barrier right before it is dropped: the one after it orders
+  the same writes);
 - a :class:`~tilecore.ir.Specialized` block distributes its consumer program over its consumer threads
   (whose barriers become barriers of those threads only) and keeps its producer program as it is (one
   thread runs it);
@@ -45,7 +49,7 @@ import math
 
 from ..errors import CompileError
 from ..ir import (Allocate, Assert, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, BufferLoad,
-                  BulkCopy, Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait, MatrixSync, Specialized,
+                  BulkCopy, BulkFence, BulkStore, BulkStoreWait, Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait, MatrixSync, Specialized,
                   StageRelease, For, If, IntImm, KernelLaunch, PerThread, Print, Seq, Store, ThreadIndex,
                   Var, as_expr, binary, collect, compare, const, const_value, loop_nest, rewrite, seq, stmt_exprs, walk,
                   walk_expr)
@@ -53,7 +57,7 @@ from . import tile_pass
 
 _DISTRIBUTED = ("parallel", "vectorized")
 #: statements one thread issues for the block, with no barrier after them
-_ELECTED = (BulkCopy, CopyBarrierArrive, CopyBarrierInit)
+_ELECTED = (BulkCopy, CopyBarrierArrive, CopyBarrierInit, BulkStore)
 
 
 def _loads_memory(e) -> bool:
@@ -232,6 +236,10 @@ class _Distributor:
             return [s, Barrier(span=s.span)]
         if isinstance(s, (Break, Continue, Barrier, AsyncCommit, AsyncWait, CopyBarrierWait, StageRelease)):
             return [s]
+        if isinstance(s, BulkStoreWait):  # the thread that issued the stores waits; then no thread writes the tile
+            return _thread0(s)  # before it has been read
+        if isinstance(s, BulkFence):  # each thread its own writes, then the threads meet before the store is issued
+            return [s, Barrier(span=s.span)]
         if isinstance(s, Specialized):  # the consumers share the work (and their own barriers); the producer's
             inner = _Distributor(s.consumers, self.bulk_only, self.root)  # one thread runs its program as it is
             inner.hoisted = self.hoisted
@@ -295,6 +303,9 @@ def _drop_double_barriers(s):
             for c in x.body:
                 if isinstance(c, Barrier) and out and isinstance(out[-1], Barrier):
                     continue
+                # a barrier right before a bulk fence: the barrier after the fence orders the same writes
+                if isinstance(c, BulkFence) and out and isinstance(out[-1], Barrier):
+                    out.pop()
                 out.append(c)
             if len(out) != len(x.body):
                 return Seq(out, span=x.span)

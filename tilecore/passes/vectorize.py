@@ -99,7 +99,7 @@ class _Candidate:
                   if isinstance(x, BufferLoad) and (x.buffer.base or x.buffer) is root else None)
 
 
-def _candidate(s, env: dict):
+def _candidate(s, env: dict, shared_ok=frozenset()):
     cond = None
     if isinstance(s, If) and s.orelse is None:
         cond, body = s.cond, s.then
@@ -111,7 +111,7 @@ def _candidate(s, env: dict):
     if not isinstance(s_store, Store):
         return None
     b = s_store.buffer
-    if b.scope != "global" or not b.shape or b.dtype.bytes * 2 > MAX_BYTES:
+    if b.scope != "global" and id(b) not in shared_ok or not b.shape or b.dtype.bytes * 2 > MAX_BYTES:
         return None
     return _Candidate(s, s_store, cond, env)
 
@@ -174,7 +174,7 @@ def _run_at(cands: list, p: int, facts: Facts):
     return 1
 
 
-def _vectorize_seq(body: list, facts: Facts) -> list:
+def _vectorize_seq(body: list, facts: Facts, shared_ok=frozenset()) -> list:
     """One per-thread statement list with its runs of element stores folded."""
     env: dict = {}
     # group: the statements, with each candidate store's position; binds between stores of a run move before it
@@ -193,7 +193,7 @@ def _vectorize_seq(body: list, facts: Facts) -> list:
             out.append(s)
             i += 1
             continue
-        first = _candidate(s, env)
+        first = _candidate(s, env, shared_ok)
         if first is None:
             out.append(s)
             i += 1
@@ -208,7 +208,7 @@ def _vectorize_seq(body: list, facts: Facts) -> list:
                 binds.append(t)
                 j += 1
                 continue
-            c = _candidate(t, envj)
+            c = _candidate(t, envj, shared_ok)
             if c is None:
                 break
             cands.append(c)
@@ -237,6 +237,12 @@ def _vectorize_seq(body: list, facts: Facts) -> list:
 
 
 class _Pass:
+    def __init__(self, shared_ok=frozenset()):
+        # shared tiles whose runs are vectorized too: a bulk store's tile (tilecore.bulk_store, D46), row-major or
+        # swizzled by 16-byte units without padding, its rows whole 16-byte units: a run of at most 16 bytes whose
+        # logical offset is a multiple of its length stays inside one 16-byte unit, which a swizzle moves whole
+        self.shared_ok = shared_ok
+
     def stmt(self, s, facts: Facts, inside: bool):
         if s is None:
             return None
@@ -246,7 +252,7 @@ class _Pass:
                 body.append(self.stmt(c, f, inside))
                 f = _facts_through([c], f)
             if inside:
-                body = _vectorize_seq(body, facts)
+                body = _vectorize_seq(body, facts, self.shared_ok)
             return Seq(body, span=s.span)
         if isinstance(s, KernelLaunch):
             return s.with_(body=self.stmt(s.body, launch_facts(s, facts), inside))
@@ -287,7 +293,11 @@ def vectorize_stores(func, ctx):
     """Fold runs of register stores to consecutive, aligned global addresses into vector stores (module doc)."""
     if not ctx.option("tilecore.vectorize", True) or ctx.option("tilecore.checked", False) or not _spells_vectors(ctx):
         return func
-    return func.with_body(_Pass().stmt(func.body, Facts(), False))
+    from ..ir import BulkStore, collect
+
+    ok = frozenset(id(b.src) for b in collect(func.body, BulkStore) if not b.layout.pad
+                   and (b.layout.cols * b.layout.elem_bytes) % MAX_BYTES == 0)
+    return func.with_body(_Pass(ok).stmt(func.body, Facts(), False))
 
 
 __all__ = ["vectorize_stores", "MAX_BYTES"]

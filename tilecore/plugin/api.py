@@ -21,8 +21,10 @@ from typing import Any, Callable, ClassVar
 #: that read their operands from shared memory themselves and run asynchronously (decision D26); 1.5 adds the
 #: capability feature ``shuffle_index`` and the IR node it brings to emitters, :class:`~tilecore.ir.ShuffleIndex`
 #: (``shuffle_index`` of the C-family emitters); 1.6 bulk tile copies; 1.7 ``performance_notes``; 1.8 adds
-#: :attr:`~tilecore.ir.BulkCopy.when` (a bulk copy of a loop versioned at launch on its tensor's row length).
-PLUGIN_API = (1, 8)
+#: :attr:`~tilecore.ir.BulkCopy.when` (a bulk copy of a loop versioned at launch on its tensor's row length);
+#: 1.9 adds bulk tile stores (:class:`~tilecore.ir.BulkStore`, :class:`~tilecore.ir.BulkStoreWait`,
+#: :class:`~tilecore.ir.BulkFence`: ``tilecore.bulk_store``, decision D46).
+PLUGIN_API = (1, 9)
 
 MODES = ("device", "emulated", "compile-only", "codegen-only")
 

@@ -15,7 +15,7 @@ from importlib import resources
 from tilecore.codegen import SIMTCppEmitter, EmitState, abi_of, host_expr
 from tilecore.codegen.simtcpp import grid3
 from tilecore.errors import CompileError
-from tilecore.ir import (as_expr, AsyncCopy, VectorStore, BufferLoad, BulkCopy, Collective, MatrixOp, MatrixSync, binary, collect, const,
+from tilecore.ir import (as_expr, AsyncCopy, VectorStore, BufferLoad, BulkCopy, BulkStore, Collective, MatrixOp, MatrixSync, binary, collect, const,
                          const_value, logic_or, simplify)
 
 from .compiler import REGISTER_UNIT, REGISTERS_PER_SM
@@ -157,6 +157,7 @@ class CUDAEmitter(SIMTCppEmitter):
                 for w in whens[1:]:
                     when = when if w is when else logic_or(when, w)
             st.bulk_maps[key] = add_map(tensor_map(cs[0].src, key[1], key[2]), when)
+        self.bulk_store_maps(st, func, add_map)
         st.aligned = set()
         for c in collect(func.body, Collective):
             plan = c.attrs.get("plan")
@@ -175,6 +176,8 @@ class CUDAEmitter(SIMTCppEmitter):
                 st.aligned.add(next(k for k, p in enumerate(abi.buffers) if p.buffer is (c.src.base or c.src)))
         # vector stores (tilecore.vectorize_stores) proved offsets aligned; the tensor's base must be too
         for c in collect(func.body, VectorStore):
+            if c.buffer.scope != "global":  # (a bulk store's shared tile, D46: block memory is aligned)
+                continue
             st.aligned.add(next(k for k, p in enumerate(abi.buffers) if p.buffer is (c.buffer.base or c.buffer)))
         # a GEMM split over K (hopper.split_k): its global scratch, one pointer after the tensor maps
         st.workspace = sum(int(c.attrs.get("workspace_bytes", 0)) for c in st.pipelines)
@@ -189,6 +192,27 @@ class CUDAEmitter(SIMTCppEmitter):
         lay = c.layout
         box = (lay.panel_elems if lay.panels else lay.cols,) + tuple(int(b) for b in reversed(c.box[:-1]))
         return id(c.src), box, lay.swizzle_bytes if lay.panels else 0
+
+    def bulk_store_maps(self, st, func, add_map) -> None:
+        """Bulk tile stores (tilecore.bulk_store, D46): one tensor map per (tensor, box, swizzle) they write."""
+        from .hopper import TMAP_DTYPES, TMAP_SWIZZLE, tensor_map
+
+        for c in collect(func.body, BulkStore):
+            key = self.store_key(c)
+            if key not in st.bulk_maps:
+                if str(c.dst.dtype) == "bool":  # stored as unsigned char (storage_types): bytes to the TMA unit
+                    m = {"buffer": c.dst, "dtype": TMAP_DTYPES["uint8"], "elem_bytes": 1, "box": tuple(key[2]),
+                         "swizzle": TMAP_SWIZZLE[key[3]]}
+                else:
+                    m = tensor_map(c.dst, key[2], key[3])
+                st.bulk_maps[key] = add_map(m)
+
+    @staticmethod
+    def store_key(c: BulkStore) -> tuple:
+        """(``"store"``, tensor, box innermost first, swizzle) of a bulk store's tensor map: one panel's columns by
+        the tile's rows."""
+        lay = c.layout
+        return "store", id(c.dst), (lay.panel_elems, int(c.box[0])), lay.swizzle_bytes
 
     def extra_meta(self, st: EmitState, func, ctx, meta: dict) -> None:
         meta["arch"] = getattr(ctx.target, "arch", "")
@@ -242,6 +266,8 @@ class CUDAEmitter(SIMTCppEmitter):
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_named_barrier.cuh").read_text()
         if "tc_ex2_ftz(" in "\n".join(st.lines):  # exp2 past its range check in a register program (D35)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_ex2.cuh").read_text()
+        if collect(func.body, BulkStore):  # bulk tile stores (tilecore.bulk_store, D46)
+            helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_bulk_store.cuh").read_text()
         if collect(func.body, MatrixOp):  # registered matrix units on register arrays (units.py)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_matrix.cuh").read_text()
         if getattr(st, "wgmma_structs", None):  # wgmma as a registered unit (tc_wgmma.cuh)
@@ -454,6 +480,25 @@ class CUDAEmitter(SIMTCppEmitter):
             c = [f"{coords[0]} + {p * lay.panel_elems}" if p else coords[0]] + coords[1:]
             dst = f"{base} + {p * lay.rows * lay.swizzle_bytes}u" if p else base
             self.line(st, f"tc_tma_load_{len(coords)}d({dst}, &{name}, {bar}, {', '.join(c)});")
+
+    def stmt_BulkStore(self, st, s: BulkStore):
+        """One TMA tile store per panel (``cp.async.bulk.tensor ... global.shared::cta.bulk_group``, the panel's
+        swizzle in C's tensor map; TMA writes nothing outside C), then one commit of the thread's bulk group."""
+        lay, es = s.layout, s.src.dtype.bytes
+        name = st.bulk_maps[self.store_key(s)]
+        base = f"tc_smem_addr({self.name(st, s.src)})"
+        coords = [f"(int)({self.expr(st, simplify(e))})" for e in reversed(s.starts)]
+        for p in range(lay.cols // lay.panel_elems):
+            c = [f"{coords[0]} + {p * lay.panel_elems}" if p else coords[0]] + coords[1:]
+            src = f"{base} + {p * lay.rows * lay.swizzle_bytes}u" if p else base
+            self.line(st, f"tc_bs_store_{len(coords)}d(&{name}, {src}, {', '.join(c)});")
+        self.line(st, "tc_bs_commit();")
+
+    def stmt_BulkStoreWait(self, st, s):
+        self.line(st, f"tc_bs_wait{'_read' if s.read else ''}<{int(s.pending)}>();")
+
+    def stmt_BulkFence(self, st, s):
+        self.line(st, "tc_bs_fence();")
 
     def stmt_CopyBarrierInit(self, st, s):
         n = int(const_value(simplify(s.barrier.numel())))

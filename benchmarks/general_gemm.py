@@ -1,0 +1,117 @@
+"""The core's general path on the Hopper GEMM schedule (docs/decisions.md D46): one process, one table.
+
+For each shape and dtype, beside cuBLAS (torch.matmul) and the CUDA plugin's Hopper pipeline (the default build of
+the README GEMM), the general path (``tilecore.cuda.register_programs=False``) with each combination of
+``tilecore.persistent``, ``tilecore.warp_specialize`` and ``tilecore.bulk_store`` asked for. Every variant's
+result is compared bit for bit with the plain general path's (``same`` column) and against torch's.
+
+    python benchmarks/general_gemm.py --sizes 4096,8192 --rep 20
+    python benchmarks/general_gemm.py --variants plain,persistent,ws+persistent,ws+persistent+bulk --configs 128:256:64:256:3
+
+Prints TFLOP/s and the ratio to cuBLAS; never asserts timings.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from cuda_gemm import event_ms, has_gpu, matmul  # noqa: E402
+
+GENERAL = {"tilecore.cuda.register_programs": False}
+#: name -> pass configs on top of GENERAL
+VARIANTS = {
+    "plain": {"tilecore.bulk_store": False},
+    "persistent": {"tilecore.persistent": True, "tilecore.bulk_store": False},
+    "ws": {"tilecore.warp_specialize": True, "tilecore.bulk_store": False},
+    "bulk": {"tilecore.bulk_store": True},
+    "ws+persistent": {"tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": False},
+    "persistent+bulk": {"tilecore.persistent": True, "tilecore.bulk_store": True},
+    "ws+persistent+bulk": {"tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": True},
+}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="4096,8192", help="square sizes M=N=K")
+    ap.add_argument("--dtypes", default="float16")
+    ap.add_argument("--rep", type=int, default=20)
+    ap.add_argument("--configs", default="128:256:64:256:3:8,128:256:64:256:3,128:128:64:256:4",
+                    help="block_M:block_N:block_K:threads:stages[:panel],... (panel: T.use_swizzle(panel))")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)}")
+    args = ap.parse_args()
+    ok, why = has_gpu()
+    if not ok:
+        print(f"no GPU: {why}")
+        return 0
+    import torch
+
+    import tilecore
+
+    variants = [v for v in args.variants.split(",") if v]
+    for v in variants:
+        if v not in VARIANTS:
+            ap.error(f"unknown variant {v!r}")
+    configs = [tuple(int(x) for x in c.split(":")) for c in args.configs.split(",") if c]
+    print(f"device: {torch.cuda.get_device_name()}")
+    print("| dtype | shape | kernel | tile | ms | TFLOP/s | / cuBLAS | same bits as plain | max err vs torch | notes |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for dtype in args.dtypes.split(","):
+        tdt = getattr(torch, dtype)
+        for size in (int(s) for s in args.sizes.split(",")):
+            M = N = K = size
+            flops = 2 * M * N * K
+            g = torch.Generator(device="cuda").manual_seed(0)
+            a = (torch.randn(M, K, device="cuda", generator=g) / 8).to(tdt)
+            b = (torch.randn(K, N, device="cuda", generator=g) / 8).to(tdt)
+            ref = torch.matmul(a, b)
+            ms_cublas = event_ms(lambda: torch.matmul(a, b), args.rep)
+
+            def row(kernel, tile, ms, same, err, notes=""):
+                tf = flops / ms / 1e9
+                print(f"| {dtype} | {size}^3 | {kernel} | {tile} | {ms:.4f} | {tf:.1f} | {ms_cublas / ms:.3f}x | "
+                      f"{same} | {err} | {notes} |", flush=True)
+
+            row("cuBLAS (torch.matmul)", "-", ms_cublas, "-", "-")
+            for cfg in configs:
+                bm, bn, bk, threads, stages = cfg[:5]
+                panel = cfg[5] if len(cfg) > 5 else 0
+                tile = f"{bm}x{bn}x{bk} {threads}t {stages}s" + (f" panel {panel}" if panel else "")
+                fn = lambda: matmul(M, N, K, bm, bn, bk, threads, stages, panel, dtype=dtype)  # noqa: E731
+                try:
+                    hop = tilecore.compile(fn(), target="cuda")
+                    c = torch.empty(M, N, device="cuda", dtype=tdt)
+                    row("Hopper pipeline (plugin)", tile, event_ms(lambda: hop(a, b, c), args.rep), "-",
+                        f"{float((c.float() - ref.float()).abs().max()):.3g}")
+                except Exception as e:  # noqa: BLE001
+                    print(f"| {dtype} | {size}^3 | Hopper pipeline | {tile} | failed: {type(e).__name__}: {e} |")
+                plain = None
+                for v in variants:
+                    try:
+                        k = tilecore.compile(fn(), target="cuda", pass_configs={**GENERAL, **VARIANTS[v]})
+                    except Exception as e:  # noqa: BLE001
+                        print(f"| {dtype} | {size}^3 | general {v} | {tile} | compile failed: {type(e).__name__}: {e} |")
+                        continue
+                    c = torch.full((M, N), float("nan"), device="cuda", dtype=tdt)
+                    k(a, b, c)
+                    torch.cuda.synchronize()
+                    if v == "plain":
+                        plain = c.clone()
+                    same = "-" if plain is None or v == "plain" else ("yes" if torch.equal(plain, c) else "NO")
+                    err = f"{float((c.float() - ref.float()).abs().max()):.3g}"
+                    attrs = k.meta.get("attrs", {})
+                    notes = []
+                    pipes = " ".join(attrs.get("pipelines", ()))
+                    if "warp-specialized" in pipes:
+                        notes.append("ws")
+                    elif "not warp-specialized" in pipes:
+                        notes.append("ws refused: " + pipes.split("not warp-specialized: ")[1][:60])
+                    notes += [n[:70] for n in attrs.get("persistent", ())] + [n[:70] for n in attrs.get("bulk_store", ())]
+                    row(f"general {v}", tile, event_ms(lambda: k(a, b, c), args.rep), same, err, "; ".join(notes))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,624 @@
+"""The core's general path catches the Hopper pipeline's schedule on GEMM (docs/decisions.md D46, issue 11 item 4).
+
+- ``tilecore.warp_specialize`` together with ``tilecore.persistent``: the producer group walks the block's tiles
+  itself (one running count of stages over every tile) and runs ahead into the next tile's stages; the
+  consumers' waits and releases use the same count, so their barriers carry across tiles;
+- ``tilecore.bulk_store``: the epilogue's copy of a register fragment to a global tile goes through a shared tile
+  in a paneled layout and one asynchronous bulk store per panel, its wait placed before the shared tile is
+  written again (under the persistent loop: while the next tile's main loop runs).
+
+Checked through ``tilecore.compile`` / ``tilecore.compiler.lower``:
+
+- the schedule in the lowered IR, evaluated for every block and stage: the producer issues stage ``j`` of the
+  block's tiles into the slot and barrier phase the consumers wait on at tile ``j / K``, iteration ``j % K``, with
+  the block indices that tile binds; mutations (the next tile's copies addressed with this tile's block indices,
+  the producer's loop one tile short) are caught;
+- the CUDA spelling on sm_90a through NVRTC: SASS with HGMMA, UTMALDG (and UTMASTG with the bulk store),
+  setmaxnreg, no local-memory spills;
+- on an sm_90 GPU (skipped here): against float64 and bit for bit against the plain general path, 4096^3,
+  ragged, bf16.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import tilecore
+import tilecore.language as T
+from tilecore.ir import (BulkCopy, CopyBarrierWait, For, Specialized, Bind, as_expr, collect, const_value,
+                         simplify, walk)
+from tilecore.passes import persistent as persistent_pass
+from tilecore.passes.pipeline import substitute
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from test_cuda_backend import needs_toolchain  # noqa: E402
+from test_cuda_hopper import hopper_gpu  # noqa: E402
+
+GENERAL = {"tilecore.disable_cache": True, "tilecore.cuda.register_programs": False,
+           "tilecore.matrix_unit_families": ["wgmma"]}
+WS = {"tilecore.warp_specialize": True}
+
+
+def gemm(M, N, K, bm=128, bn=256, bk=64, stages=3, threads=256, dtype="float16", out=None, swizzle=None):
+    out = out or dtype
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), out)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), dtype)
+            B_s = T.alloc_shared((bk, bn), dtype)
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            if swizzle:
+                T.use_swizzle(swizzle)
+            T.clear(C_l)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                T.copy(A[by * bm, ko * bk], A_s)
+                T.copy(B[ko * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * bm, bx * bn])
+
+    return main
+
+
+def _value(e, env: dict):
+    """``e`` evaluated with the variables of ``env`` (``id(var) -> int``)."""
+    v = const_value(simplify(substitute(as_expr(e), {k: as_expr(x) for k, x in env.items()})))
+    assert isinstance(v, int), e
+    return v
+
+
+def _schedule(func):
+    """(the launch, the producer's stage loop, its bulk copies, the consumers' tile loop, k loop, full wait)."""
+    spec = collect(func.body, Specialized)
+    assert len(spec) == 1, "no producer group"
+    spec = spec[0]
+    stage = next(f for f in collect(spec.producer, For))
+    copies = collect(stage, BulkCopy)
+    tiles = next(f for f in collect(spec.consumer, For) if f.annotations.get(persistent_pass.ANNOTATION))
+    kloop = next(f for f in collect(tiles.body, For) if collect(f.body, CopyBarrierWait) and f is not tiles
+                 and any(w.barrier is copies[0].barrier for w in collect(f.body, CopyBarrierWait)))
+    wait = next(w for w in collect(kloop.body, CopyBarrierWait) if w.barrier is copies[0].barrier)
+    return spec, stage, copies, tiles, kloop, wait
+
+
+def check_schedule(func, M, N, K, bm, bn, bk, stages, blocks, grid_order=None):
+    """Every block's producer issues stage j (its slot, the barrier phase, A's and B's coordinates) exactly as the
+    consumers of tile j / K, iteration j % K wait for and read it, over every stage of every tile."""
+    from tilecore.ir import KernelLaunch
+
+    launch = collect(func.body, KernelLaunch)[0]
+    pid = launch.block_vars[0]
+    _spec, stage, copies, tiles, kloop, wait = _schedule(func)
+    gx, gy = -(-N // bn), -(-M // bm)
+    k_steps = -(-K // bk)
+    binds = [b for b in (tiles.body.body if hasattr(tiles.body, "body") else [tiles.body]) if isinstance(b, Bind)]
+    seen = set()
+    for p in range(blocks):
+        count = _value(tiles.extent, {id(pid): p})
+        assert _value(stage.extent, {id(pid): p}) == count * k_steps, "the producer runs every stage of the block's tiles"
+        for i in range(count):
+            env = {id(pid): p, id(tiles.var): i}
+            for b in binds:
+                env[id(b.var)] = _value(b.value, env)
+            bx, by = env[id(binds[1].var)], env[id(binds[2].var)]
+            assert (bx, by) not in seen and 0 <= bx < gx and 0 <= by < gy
+            seen.add((bx, by))
+            for ko in range(k_steps):
+                j = i * k_steps + ko
+                cenv = {**env, id(kloop.var): ko}
+                slot, parity = _value(wait.index, cenv), _value(wait.parity, cenv)
+                penv = {id(pid): p, id(stage.var): j}
+                assert (slot, parity) == (j % stages, (j // stages) % 2)
+                for c in copies:
+                    assert _value(c.index, penv) == slot and _value(c.dst_indices[0], penv) == slot
+                    got = tuple(_value(e, penv) for e in c.starts)
+                    want = (by * bm, ko * bk) if c.src.name == "A" else (ko * bk, bx * bn)
+                    assert got == want, (c.src.name, p, i, ko, got, want)
+    assert len(seen) == gx * gy, "every tile once"
+
+
+def _lower(fn, **cfg):
+    _b, _t, low, src, _o = tilecore.compiler.lower(fn, target="cuda:sm_90a", pass_configs={**GENERAL, **cfg})
+    return low, src
+
+
+# -- the producer group walks the tiles ---------------------------------------------------------------------
+
+SCHEDULES = {  # (M, N, K, bm, bn, bk, stages, threads, blocks, swizzle)
+    "3-stage": (1024, 1024, 512, 128, 256, 64, 3, 256, 7, None),
+    "ragged": (1000, 1800, 1000, 128, 256, 64, 3, 256, 5, None),
+    "k-shorter-than-stages": (512, 512, 128, 128, 128, 64, 4, 256, 3, None),  # 2 k-steps, 4 stages
+    "use_swizzle": (1024, 2048, 256, 128, 128, 64, 4, 128, 6, 3),
+}
+
+
+@pytest.mark.parametrize("case", SCHEDULES)
+def test_the_producer_walks_the_tiles_and_the_consumers_barriers_carry_across_them(case):
+    M, N, K, bm, bn, bk, stages, threads, blocks, swz = SCHEDULES[case]
+    low, src = _lower(gemm(M, N, K, bm, bn, bk, stages, threads, swizzle=swz), **WS, **{"tilecore.persistent": blocks})
+    notes = low.attrs["pipelines"][0]
+    assert "warp-specialized" in notes and "the producer walks the block's tiles" in notes, notes
+    assert low.attrs["persistent"][0].startswith(f"persistent: {blocks} blocks"), low.attrs["persistent"]
+    check_schedule(low, M, N, K, bm, bn, bk, stages, blocks)
+
+
+def test_mutation_the_next_tile_addressed_as_this_tile_is_caught(monkeypatch):
+    orig = persistent_pass.TileWalk.at
+
+    def broken(self, i_expr):
+        return orig(self, as_expr(0))  # every stage with the block's first tile
+
+    monkeypatch.setattr(persistent_pass.TileWalk, "at", broken)
+    M, N, K, bm, bn, bk, stages, threads, blocks, swz = SCHEDULES["3-stage"]
+    low, _ = _lower(gemm(M, N, K, bm, bn, bk, stages, threads), **WS, **{"tilecore.persistent": blocks})
+    with pytest.raises(AssertionError):
+        check_schedule(low, M, N, K, bm, bn, bk, stages, blocks)
+
+
+def test_mutation_a_producer_one_tile_short_is_caught():
+    M, N, K, bm, bn, bk, stages, threads, blocks, swz = SCHEDULES["3-stage"]
+    low, _ = _lower(gemm(M, N, K, bm, bn, bk, stages, threads), **WS, **{"tilecore.persistent": blocks})
+    spec = collect(low.body, Specialized)[0]
+    stage = collect(spec.producer, For)[0]
+    from tilecore.ir import binary, rewrite
+
+    short = stage.with_(extent=simplify(binary("sub", stage.extent, 8)))  # one tile (8 k-steps) short
+    mutated = low.with_body(rewrite(low.body, lambda x: short if isinstance(x, For) and x.var is stage.var else None))
+    check_schedule(low, M, N, K, bm, bn, bk, stages, blocks)  # unmutated: passes
+    with pytest.raises(AssertionError, match="every stage"):
+        check_schedule(mutated, M, N, K, bm, bn, bk, stages, blocks)
+
+
+def test_resident_blocks_count_the_producer_group():
+    """With the producer group the block has 384 threads: the resident-block estimate counts them (1 block of
+    128x256 a multiprocessor: its 168 registers x 384 threads), and the launch is the profile's 132 SMs."""
+    low, src = _lower(gemm(4096, 4096, 4096), **WS, **{"tilecore.persistent": True})
+    assert low.attrs["persistent"][0].startswith("persistent: 132 blocks over 512 tiles"), low.attrs["persistent"]
+    assert src.meta["threads"] == 384
+
+
+@needs_toolchain
+@pytest.mark.parametrize("stages", [3, 4])
+def test_sm90a_specialized_persistent_gemm_compiles_without_spills(stages):
+    import tilecore_cuda
+
+    bn = 256 if stages == 3 else 128
+    k = tilecore.compile(gemm(4096, 4096, 4096, 128, bn, 64, stages), target="cuda:sm_90a",
+                         pass_configs={**GENERAL, **WS, "tilecore.persistent": True})
+    code = k.source.code
+    assert "setmaxnreg.dec" in code and "setmaxnreg.inc" in code
+    assert code.count("tc_mbar_init(tc_smem_addr") == 2  # the full and empty barriers, once before the producer forks
+    sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+    assert "HGMMA" in sass and "UTMALDG" in sass and "SYNCS" in sass and "USETMAXREG" in sass
+    assert "STL" not in sass and "LDL" not in sass
+
+
+# -- the epilogue as one bulk store -------------------------------------------------------------------------
+
+BULK = {"tilecore.bulk_store": True}
+COMBOS = {"bulk": BULK, "persistent+bulk": {**BULK, "tilecore.persistent": 7},
+          "ws+persistent+bulk": {**BULK, **WS, "tilecore.persistent": 7}}
+
+
+def epilogue_events(func) -> list:
+    """The lowered kernel's statements that make the bulk store's protocol, in program order: ``wait-read`` /
+    ``wait-done`` (a BulkStoreWait, ``@0`` when only thread 0 runs it), ``barrier``, ``write`` (a per-thread
+    program storing into the store's shared tile), ``fence``, ``store`` (``@0``), ``tile-loop`` / ``end-loop``
+    around the persistent tile loop."""
+    from tilecore.ir import (Barrier, BulkFence, BulkStore, BulkStoreWait, If, PerThread, Store, ThreadIndex)
+
+    tiles = {id(b.src) for b in collect(func.body, BulkStore)}
+    out: list = []
+
+    def thread0(path):
+        return any(isinstance(p, If) and isinstance(p.cond.a, ThreadIndex) and const_value(p.cond.b) == 0
+                   for p in path if hasattr(p, "cond") and hasattr(p.cond, "a"))
+
+    def visit(x, path):
+        if isinstance(x, BulkStoreWait):
+            out.append(("wait-read" if x.read else "wait-done") + ("@0" if thread0(path) else ""))
+        elif isinstance(x, Barrier):
+            out.append("barrier")
+        elif isinstance(x, BulkFence):
+            out.append("fence")
+        elif isinstance(x, BulkStore):
+            out.append("store" + ("@0" if thread0(path) else ""))
+        elif isinstance(x, PerThread):
+            if any(isinstance(y, Store) and id(y.buffer) in tiles for y in collect(x, Store)):
+                out.append("write")
+            return
+        is_tiles = isinstance(x, For) and x.annotations.get(persistent_pass.ANNOTATION)
+        if is_tiles:
+            out.append("tile-loop")
+        from tilecore.ir.visit import children
+
+        for c in children(x):
+            visit(c, path + [x])
+        if is_tiles:
+            out.append("end-loop")
+
+    visit(func.body, [])
+    return out
+
+
+def check_epilogue(func, persistent: bool):
+    """Per tile: thread 0 waits until the previous store has read the tile, the threads meet, write the tile, each
+    fences its writes, they meet, thread 0 issues the store (and nothing waits for it there); once, after the tile
+    loop, thread 0 waits for the stores to finish."""
+    ev = epilogue_events(func)
+    want = ["wait-read@0", "barrier", "write", "fence", "barrier", "store@0"]
+    at = next((i for i in range(len(ev)) if ev[i:i + len(want)] == want), None)
+    assert at is not None, ev
+    assert ev.count("store@0") == 1 and ev.count("wait-read@0") == 1, ev
+    rest = ev[at + len(want):]
+    if persistent:
+        assert ev.index("tile-loop") < at and rest[:1] == ["end-loop"], ev
+    assert "wait-done@0" in rest and "write" not in rest, ev
+
+
+@pytest.mark.parametrize("combo", COMBOS)
+def test_the_bulk_store_protocol_in_the_lowered_kernel(combo):
+    low, src = _lower(gemm(1024, 1024, 512), **COMBOS[combo])
+    assert low.attrs["bulk_store"][0].startswith("bulk store: C_l -> C through C_l_st (128x256, 4 x 128-byte panel"), \
+        low.attrs["bulk_store"]
+    assert "C_l_st" in low.attrs["shared_layouts"] and "128-byte panels" in low.attrs["shared_layouts"]["C_l_st"]
+    check_epilogue(low, "tilecore.persistent" in COMBOS[combo])
+    from tilecore.ir import Store
+
+    assert not [s for s in collect(low.body, Store) if s.buffer.name == "C"], "no element stores of C are left"
+    code = src.code[src.code.index('extern "C"'):]  # the kernel (the prelude defines the functions)
+    assert code.count("tc_bs_store_2d(") == 4 and code.count("tc_bs_commit();") == 1  # 4 panels, one group
+    assert "tc_vst<__half2>(&C_l_st[" in code  # the fragment's register pairs as vector stores into the tile
+
+
+@pytest.mark.parametrize("mutation", ["no fence barrier", "no read wait", "no final wait"])
+def test_mutations_of_the_bulk_store_protocol_are_caught(monkeypatch, mutation):
+    from tilecore.ir import Barrier, BulkFence, BulkStoreWait, rewrite
+    from tilecore.passes import simt
+
+    low, _ = _lower(gemm(1024, 1024, 512), **COMBOS["ws+persistent+bulk"])
+    check_epilogue(low, True)  # unmutated: passes
+    if mutation == "no fence barrier":  # thread distribution forgets the barrier after the fence
+        orig = simt._drop_double_barriers
+
+        def drop(s):
+            s = orig(s)
+
+            def fix(x):
+                from tilecore.ir import Seq
+
+                if isinstance(x, Seq):
+                    body = [c for i, c in enumerate(x.body)
+                            if not (isinstance(c, Barrier) and i and isinstance(x.body[i - 1], BulkFence))]
+                    return Seq(body, span=x.span) if len(body) != len(x.body) else None
+                return None
+
+            return rewrite(s, fix)
+
+        monkeypatch.setattr(simt, "_drop_double_barriers", drop)
+        low, _ = _lower(gemm(1024, 1024, 512), **COMBOS["ws+persistent+bulk"])
+    else:
+        read = mutation == "no read wait"
+        low = low.with_body(rewrite(low.body, lambda x: tilecore.ir.Seq([]) if isinstance(x, BulkStoreWait)
+                                    and x.read == read else None))
+    with pytest.raises(AssertionError):
+        check_epilogue(low, True)
+
+
+REFUSED = {  # (M, N, K, tile (bm, bn, bk, stages, threads), out dtype, the note)
+    "rows": (1024, 1001, 512, (128, 256, 64, 3, 256), "float16", "C's rows are not proven whole 16-byte units"),
+    "room": (1024, 1024, 512, (128, 256, 64, 4, 256), "float16",
+             "its 64 KiB shared tile does not fit beside the 4 stages (limit 232448 bytes); num_stages=3 makes room"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_a_store_that_is_not_a_bulk_store_keeps_its_element_stores_with_a_note(case):
+    M, N, K, (bm, bn, bk, stages, threads), out, why = REFUSED[case]
+    low, src = _lower(gemm(M, N, K, bm, bn, bk, stages, threads, out=out), **BULK)
+    assert low.attrs["bulk_store"] == (f"not a bulk store: C: {why}",), low.attrs["bulk_store"]
+    assert "tc_bs_" not in src.code and f"{stages} stages" in low.attrs["pipelines"][0]
+
+
+def test_a_target_without_bulk_copies_says_so_and_computes_the_same():
+    import numpy as np
+
+    fn = lambda: gemm(64, 96, 40, 32, 32, 16, 2, 128, dtype="float32")  # noqa: E731
+    on = tilecore.compile(fn(), target="cpu", pass_configs={"tilecore.disable_cache": True, **BULK})
+    off = tilecore.compile(fn(), target="cpu", pass_configs={"tilecore.disable_cache": True, "tilecore.bulk_store": False})
+    assert "no bulk tile copies" in on.meta["attrs"]["bulk_store"][0]
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((64, 40), dtype=np.float32), rng.standard_normal((40, 96), dtype=np.float32)
+    c1, c2 = np.zeros((64, 96), np.float32), np.zeros((64, 96), np.float32)
+    on(a, b, c1)
+    off(a, b, c2)
+    assert np.array_equal(c1, c2)
+
+
+def test_a_target_whose_emitter_spells_no_bulk_store_says_so():
+    """MUSA's Pinghu profile declares bulk tile copies (TME) but its emitter spells no bulk store: the kernel keeps
+    its element stores, with the note."""
+    pytest.importorskip("tilecore_musa")
+    _b, _t, low, src, _o = tilecore.compiler.lower(gemm(256, 256, 128, 32, 32, 32, 2, 128), target="musa:mp_31",
+                                                   pass_configs={"tilecore.disable_cache": True, **BULK})
+    assert "spells no bulk tile store" in low.attrs["bulk_store"][0], low.attrs["bulk_store"]
+
+
+def test_the_option_is_off_by_default_runs_after_the_plugins_passes_and_is_checked():
+    """Off by default; where it is on, a kernel the plugin's Hopper pipeline takes keeps that pipeline (the pass runs
+    after the plugins' tile-lowering passes) and the general path's kernels get the bulk store."""
+    low, src = _lower(gemm(1024, 1024, 512))
+    assert "bulk_store" not in low.attrs and "tc_bs_" not in src.code
+    _b, _t, low, src, _o = tilecore.compiler.lower(gemm(1024, 1024, 512), target="cuda:sm_90a",
+                                                   pass_configs={"tilecore.disable_cache": True, **BULK})
+    assert "bulk_store" not in low.attrs and "cuda.hopper_gemm_pipeline: 128x256x64" in low.attrs["hopper_pipelines"][0]
+    with pytest.raises(tilecore.errors.CompileError, match="tilecore.bulk_store='maybe': expected True or False"):
+        _lower(gemm(1024, 1024, 512), **{"tilecore.bulk_store": "maybe"})
+
+
+@needs_toolchain
+@pytest.mark.parametrize("combo,out,tile", [("bulk", "float16", (128, 256, 64, 3, 256)),
+                                            ("ws+persistent+bulk", "float16", (128, 256, 64, 3, 256)),
+                                            ("ws+persistent+bulk", "float32", (128, 128, 64, 4, 256)),
+                                            ("persistent+bulk", "bfloat16", (128, 128, 64, 4, 256))])
+def test_sm90a_bulk_store_compiles_to_utmastg_without_spills(combo, out, tile):
+    import tilecore_cuda
+
+    bm, bn, bk, stages, threads = tile
+    dtype = "bfloat16" if out == "bfloat16" else "float16"
+    cfg = {**COMBOS[combo], **({"tilecore.persistent": True} if "tilecore.persistent" in COMBOS[combo] else {})}
+    k = tilecore.compile(gemm(4096, 4096, 4096, bm, bn, bk, stages, threads, dtype=dtype, out=out),
+                         target="cuda:sm_90a", pass_configs={**GENERAL, **cfg})
+    assert k.meta["attrs"]["bulk_store"][0].startswith("bulk store:"), k.meta["attrs"]["bulk_store"]
+    sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+    assert "HGMMA" in sass and "UTMALDG" in sass and "UTMASTG" in sass and "STS" in sass
+    assert "STL" not in sass and "LDL" not in sass
+    assert " STG" not in sass.replace("UTMASTG", "")  # C leaves by TMA only
+
+
+# -- the bulk store run on the host: the made-up 64-thread matrix unit with bulk stores -------------------------
+
+#: the host emulation of the test backend's bulk-store spelling. A store writes C from a snapshot of the shared tile
+#: taken when it is issued (decoding the panels' swizzle from the address bits: 16-byte chunk bits 4.. XOR the bits
+#: from 7 up, as the hardware's 32/64/128-byte swizzles do) and clips at C's dimensions; the issuing thread's wait
+#: then checks that nothing wrote the tile since (a store may read it any time until its read-wait retires it):
+#: a tile rewritten before the wait fails the run.
+BulkEmitterClass = None  # set by the fakebulk fixture
+BULK_SHIM = r"""
+#include <deque>
+struct tc_bs_group { const unsigned char* tile; std::vector<unsigned char> snap; };
+thread_local std::deque<tc_bs_group> tc_bs_groups;
+template <typename T> inline void tc_fake_bulk_store(T* dst, long long d0, long long d1, const T* tile, long long r0,
+                                                     long long c0, int rows, int cols, int panel, int swz) {
+  if (reinterpret_cast<uintptr_t>(tile) % (8 * swz)) tc_fail("bulk store tile not aligned to its swizzle pattern");
+  const int es = (int)sizeof(T), bytes = rows * cols * es;
+  tc_bs_group g{(const unsigned char*)tile, std::vector<unsigned char>((const unsigned char*)tile,
+                                                                        (const unsigned char*)tile + bytes)};
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      const long long gr = r0 + r, gc = c0 + c;
+      if (gr < 0 || gc < 0 || gr >= d0 || gc >= d1) continue;
+      const long long addr = (long long)(c / panel) * rows * panel * es + (long long)r * panel * es + (c % panel) * es;
+      const long long phys = addr ^ (((addr >> 7) & (swz / 16 - 1)) << 4);
+      std::memcpy((unsigned char*)(dst + gr * d1 + gc), g.snap.data() + phys, es);
+    }
+  tc_bs_groups.push_back(std::move(g));
+}
+inline void tc_fake_bulk_wait(int pending) {
+  while ((int)tc_bs_groups.size() > pending) {
+    const tc_bs_group& g = tc_bs_groups.front();
+    if (std::memcmp(g.tile, g.snap.data(), g.snap.size())) tc_fail("a bulk store's tile was written before its read-wait");
+    tc_bs_groups.pop_front();
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def fakebulk(tmp_path_factory):
+    """The made-up 64-thread matrix unit (tests/fake_matrix_backend.py) on a profile that also declares bulk tile
+    copies, its emitter spelling the bulk store for the host emulator (``tc_fake_bulk_*``)."""
+    import types
+
+    from fake_matrix_backend import CAPS, backend_class
+    from tilecore.plugin import Target, get_registry, hookimpl, reset_registry
+
+    reset_registry()
+    base = backend_class()
+    caps = tmp_path_factory.mktemp("fakebulk") / "fakebulk_x1.yaml"
+    caps.write_text(CAPS.replace("id: fakemu/x1", "id: fakebulk/x1") + "features: {bulk_tensor_copy: true}\n")
+    Emitter = type(base().emitter(None))
+
+    class BulkEmitter(Emitter):  # (module-level name: the mutation test patches its spelling)
+        def bulk_store_maps(self, st, func, add_map):  # the host spelling takes C's pointer and shape instead
+            pass
+
+        def stmt_BulkStore(self, st, s):
+            lay = s.layout
+            d0, d1 = (self.expr(st, simplify(as_expr(d))) for d in s.dst.shape)
+            r0, c0 = (self.expr(st, simplify(e)) for e in s.starts)
+            self.line(st, f"tc_fake_bulk_store({self.name(st, s.dst)}, (long long)({d0}), (long long)({d1}), "
+                          f"{self.name(st, s.src)}, (long long)({r0}), (long long)({c0}), {lay.rows}, {lay.cols}, "
+                          f"{lay.panel_elems}, {lay.swizzle_bytes});")
+
+        def stmt_BulkStoreWait(self, st, s):
+            self.line(st, f"tc_fake_bulk_wait({int(s.pending)});")
+
+        def stmt_BulkFence(self, st, s):
+            self.line(st, "/* bulk fence: nothing on the host */")
+
+    class FakeBulk(base):
+        name = "fakebulk"
+        distribution = "tilecore-fakebulk"
+
+        def parse_target(self, spec):
+            return Target("fakebulk", "fakebulk", "sm_80", (), "fakebulk/x1") if spec == "fakebulk" else None
+
+        def targets(self):
+            return ["fakebulk"]
+
+        def capability_files(self):
+            return [caps]
+
+        def emitter(self, target):
+            return BulkEmitter()
+
+    global BulkEmitterClass
+    BulkEmitterClass = BulkEmitter
+    mod = types.ModuleType("tc_fake_bulk")
+
+    @hookimpl
+    def tilecore_backends():
+        return [FakeBulk()]
+
+    mod.tilecore_backends = tilecore_backends
+    sys.modules.setdefault("tc_fake_bulk", mod)
+    get_registry().register(mod, name="fakebulk")
+    yield "fakebulk"
+    reset_registry()
+
+
+def _emulate(k, a, b, out):
+    import numpy as np
+
+    import cuda_host_emulator as emu
+
+    orig = emu.host_source
+    try:
+        emu.host_source = lambda src: (lambda t: t.replace(emu.SHIM, emu.SHIM + BULK_SHIM, 1))(orig(src))
+        return emu.run_on_host(k, [a, b, np.full((a.shape[0], b.shape[1]), np.nan, out)])[2]
+    finally:
+        emu.host_source = orig
+
+
+EMU = {  # (M, N, K, bm, bn, bk, stages, threads, out dtype, blocks): ragged on every edge
+    "64-byte panels": (100, 136, 72, 32, 32, 16, 3, 64, "float16", None),
+    "persistent, 64-byte panels": (100, 136, 72, 32, 32, 16, 3, 64, "float16", 4),
+    "persistent, 128-byte panels, float32": (100, 72, 40, 32, 32, 16, 2, 128, "float32", 3),
+    "persistent, 2 panels": (72, 200, 48, 32, 128, 16, 2, 128, "float16", 2),
+}
+
+
+@needs_toolchain
+@pytest.mark.parametrize("case", EMU)
+def test_the_made_up_matrix_unit_runs_the_bulk_store_on_the_host(fakebulk, case):
+    """The test backend's 64-thread unit (its C layout nothing like wgmma's) through the bulk store: its registers
+    into the swizzled shared tile (vector stores), the store clipped at C's edges, one tile's store in flight while
+    the next tile computes; against float64 and bit for bit the element stores."""
+    import numpy as np
+
+    M, N, K, bm, bn, bk, stages, threads, out, blocks = EMU[case]
+    fn = lambda: gemm(M, N, K, bm, bn, bk, stages, threads, dtype="float16", out=out)  # noqa: E731
+    extra = {"tilecore.persistent": blocks} if blocks else {}
+    on = tilecore.compile(fn(), target=fakebulk, pass_configs={"tilecore.disable_cache": True, **BULK, **extra})
+    off = tilecore.compile(fn(), target=fakebulk, pass_configs={"tilecore.disable_cache": True, **extra,
+                                                                "tilecore.bulk_store": False})
+    assert on.meta["attrs"]["bulk_store"][0].startswith("bulk store: C_l -> C"), on.meta["attrs"]["bulk_store"]
+    assert on.meta["attrs"]["fragment_layouts"]["C_l"].startswith("fakemu")
+    code = on.source.code
+    kernel = code[code.index('extern "C"'):]
+    assert kernel.count("tc_fake_bulk_store(C, ") == 1 and "C_l_st[" in kernel and "  C[" not in kernel
+    rng = np.random.default_rng(7)
+    a = (rng.standard_normal((M, K)) / 4).astype(np.float16)
+    b = (rng.standard_normal((K, N)) / 4).astype(np.float16)
+    dt = np.dtype(out)
+    c_on, c_off = _emulate(on, a, b, dt), _emulate(off, a, b, dt)
+    np.testing.assert_allclose(c_on.astype(np.float64), a.astype(np.float64) @ b.astype(np.float64),
+                               rtol=2e-2, atol=2e-2)
+    assert np.array_equal(c_on, c_off)
+
+
+@needs_toolchain
+@pytest.mark.parametrize("mutation", ["no read wait", "no swizzle", "panels read as one row-major tile"])
+def test_mutations_of_the_bulk_store_fail_on_the_host(fakebulk, monkeypatch, mutation):
+    """The same run with the generated code broken one way: the read-wait removed (the next tile rewrites the tile
+    under its store), the shared tile stored row-major while the store decodes panels, every panel stored at the
+    first panel's columns. Each fails (an error or wrong numbers); unmutated it passes (above)."""
+    import numpy as np
+
+    from tilecore.passes import bulkstore
+
+    M, N, K, bm, bn, bk, stages, threads, out, blocks = EMU["persistent, 2 panels"]
+    if mutation == "no read wait":
+        orig = bulkstore.BulkStoreWait
+        monkeypatch.setattr(bulkstore, "BulkStoreWait", lambda pending, read, span=None:
+                            tilecore.ir.Seq([]) if read else orig(pending, read, span=span))
+    elif mutation == "no swizzle":
+        from tilecore.passes import matrix
+
+        monkeypatch.setattr(matrix, "BulkStore", type("NoBulkStore", (), {}))  # its tile not given the layout
+    else:
+        monkeypatch.setattr(BulkEmitterClass, "stmt_BulkStore", _first_panel_only)
+    k = tilecore.compile(gemm(M, N, K, bm, bn, bk, stages, threads, out=out), target=fakebulk,
+                         pass_configs={"tilecore.disable_cache": True, **BULK, "tilecore.persistent": blocks})
+    rng = np.random.default_rng(7)
+    a = (rng.standard_normal((M, K)) / 4).astype(np.float16)
+    b = (rng.standard_normal((K, N)) / 4).astype(np.float16)
+    try:
+        c = _emulate(k, a, b, np.dtype(out))
+    except RuntimeError as e:
+        # (a tile without the layout is not aligned to the pattern the store decodes either)
+        assert {"no read wait": "written before its read-wait",
+                "no swizzle": "not aligned to its swizzle pattern"}.get(mutation, "-") in str(e), e
+        return
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert not np.allclose(c.astype(np.float64), ref, rtol=2e-2, atol=2e-2)
+
+
+def _first_panel_only(self, st, s):
+    """The bulk store spelled with every panel's columns read from the first panel (a mutation)."""
+    lay = s.layout
+    d0, d1 = (self.expr(st, simplify(as_expr(d))) for d in s.dst.shape)
+    r0, c0 = (self.expr(st, simplify(e)) for e in s.starts)
+    self.line(st, f"tc_fake_bulk_store({self.name(st, s.dst)}, (long long)({d0}), (long long)({d1}), "
+                  f"{self.name(st, s.src)}, (long long)({r0}), (long long)({c0}), {lay.rows}, {lay.cols}, "
+                  f"{lay.cols}, {lay.swizzle_bytes});")
+
+
+# -- on an sm_90 GPU ---------------------------------------------------------------------------------------
+
+DEVICE = {  # (M, N, K, dtype, out, tile (bm, bn, bk, stages, threads), swizzle)
+    "4096^3": (4096, 4096, 4096, "float16", "float16", (128, 256, 64, 3, 256), None),
+    "ragged": (1000, 1800, 1000, "float16", "float16", (128, 256, 64, 3, 256), None),
+    "bf16": (2048, 3072, 1024, "bfloat16", "bfloat16", (128, 128, 64, 4, 256), 4),
+}
+VARIANTS = {
+    "ws+persistent": {**WS, "tilecore.persistent": True},
+    "bulk": BULK,
+    "persistent+bulk": {**BULK, "tilecore.persistent": True},
+    "ws+persistent+bulk": {**BULK, **WS, "tilecore.persistent": True},
+}
+
+
+def _device_case(case, cfg):
+    import torch
+
+    M, N, K, dtype, out, (bm, bn, bk, stages, threads), swz = DEVICE[case]
+    tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+    g = torch.Generator(device="cuda").manual_seed(5)
+    a = (torch.randn(M, K, device="cuda", generator=g) / 8).to(tdt[dtype])
+    b = (torch.randn(K, N, device="cuda", generator=g) / 8).to(tdt[dtype])
+    fn = lambda: gemm(M, N, K, bm, bn, bk, stages, threads, dtype, out, swz)  # noqa: E731
+    runs = []
+    for extra in ({"tilecore.bulk_store": False}, cfg):
+        k = tilecore.compile(fn(), target="cuda", pass_configs={**GENERAL, **extra})
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=tdt[out])
+        k(a, b, c)
+        torch.cuda.synchronize()
+        runs.append((k, c))
+    ref = a.double() @ b.double()
+    return runs, ref
+
+
+@hopper_gpu
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("case", DEVICE)
+def test_device_general_gemm_matches_float64_and_the_plain_general_path(case, variant):
+    import torch
+
+    [(_plain, c0), (k, c1)], ref = _device_case(case, VARIANTS[variant])
+    assert float((c1.double() - ref).abs().max()) < 3e-2 * max(1.0, float(ref.abs().max()) / 8), k.meta["attrs"]
+    assert torch.equal(c0, c1), k.meta["attrs"]

@@ -1,0 +1,195 @@
+"""The epilogue's store of a register fragment as one bulk tile store: ``tilecore.bulk_store`` (pass config; default
+off), docs/decisions.md D46.
+
+``tilecore.stage_bulk_stores`` (``tile-lowering`` slot, after the backends' passes there, which keep the kernels
+they take, and before the fragments are lowered) rewrites a kernel-level copy of a whole
+two-dimensional fragment into a tile of a global tensor,
+
+    T.copy(C_l, C[r0, c0])
+
+on a target with ``feature:bulk_tensor_copy``, into
+
+    C_l_st = T.alloc_shared((bm, bn), C.dtype)       # at the kernel's top, in a paneled (swizzled) layout
+    ...
+    T.bulk_store_wait(pending=0, read)               # the issuing thread: the previous store has read C_l_st
+    T.copy(C_l, C_l_st)                              # every thread its own elements (converted to C's type)
+    T.bulk_fence()                                   # each thread's writes, to the bulk-copy engine
+    T.bulk_store(C[r0, c0], C_l_st, box=(bm, bn))    # one thread, one store per panel, one group
+    ...
+    T.bulk_store_wait(pending=0)                     # once, at the kernel's end
+
+Thread distribution puts the barriers in (after the wait, after the fence) and issues the wait and the store on
+one thread. Nothing waits for the store after it is issued: the next write of the shared tile waits for it to
+have been read, so under a persistent tile loop (``tilecore.persistent``) the store runs while the next tile's
+main loop does. The bulk store writes nothing outside ``C`` (ragged tiles need no checks). The shared tile's
+layout is the widest swizzled panel (128, 64 or 32 bytes) whose width divides a tile row, recorded on the
+statement; ``tilecore.swizzle_operand_tiles`` stores the tile in it and a backend spells the store per panel.
+
+Left as it is, with ``kernel.meta["attrs"]["bulk_store"]`` saying why: a copy that is not a whole 2-D fragment
+into a 2-D tile of a tensor (a view, another shape), C's rows not proven whole 16-byte units, a tile row not a
+multiple of 32 bytes, rows not a multiple of 8 or more than 256, and a tile that does not fit beside the
+pipelined loop's stages in shared memory (the note names the ``num_stages`` that makes room: the stages asked for
+are never reduced for it); the whole kernel where the target has no bulk tile copies or its emitter spells no
+bulk store (``stmt_BulkStore``, ``stmt_BulkStoreWait``, ``stmt_BulkFence``).
+"""
+from __future__ import annotations
+
+from ..ir import (Allocate, Buffer, BulkFence, BulkStore, BulkStoreWait, For, KernelLaunch, Region, Seq, TileOp,
+                  as_expr, collect, const_value, rewrite, simplify)
+from ..ir.bounds import Facts
+from . import tile_pass
+
+OPTION = "tilecore.bulk_store"
+#: rows a bulk store's box may have
+MAX_BOX = 256
+#: panel widths in bytes, widest first
+PANELS = (128, 64, 32)
+
+
+def _static(e):
+    v = const_value(simplify(as_expr(e)))
+    return v if isinstance(v, int) else None
+
+
+def _whole(r: Region) -> bool:
+    shape = r.buffer.static_shape()
+    return (shape is not None and all(_static(s) == 0 for s in r.starts)
+            and tuple(_static(x) for x in r.extents) == tuple(shape))
+
+
+def why_not(s, ctx):
+    """Why the statement ``s`` (a copy) is not a bulk store (None: it is), and ``(fragment, C region, layout)``."""
+    src, dst = s.args
+    frag, out = src.buffer, dst.buffer
+    if len(frag.shape) != 2 or not _whole(src):
+        return f"{frag.name} is not a whole two-dimensional fragment", None
+    if len(out.shape) != 2 or any(_static(e) != _static(f) for e, f in zip(dst.extents, frag.shape)):
+        return f"the copy into {out.name} is not a {frag.shape[0]}x{frag.shape[1]} tile of a 2-D tensor", None
+    if out.base is not None:
+        return f"{out.name} is a view of another tensor", None
+    es = out.dtype.bytes
+    if 16 % es:
+        return f"{out.name}'s {es}-byte elements", None
+    if not Facts().proves_multiple(out.shape[-1], 16 // es):
+        return f"{out.name}'s rows are not proven whole 16-byte units", None
+    rows, cols = (_static(x) for x in frag.shape)
+    if rows % 8 or rows > MAX_BOX:
+        return f"{rows} rows (a bulk store takes multiples of 8, at most {MAX_BOX})", None
+    panel = next((p for p in PANELS if (cols * es) % p == 0 and p // es <= MAX_BOX), None)
+    if panel is None:
+        return f"a tile row of {cols * es} bytes is not whole {PANELS[-1]}-byte panels", None
+    from ..layout import SharedLayout
+
+    return None, (frag, dst, SharedLayout(rows, cols, es, swizzle_bytes=panel, panels=True))
+
+
+def _staged_bytes(launch) -> tuple:
+    """(bytes of the block's shared buffers with the pipelined loops' stages, the stage bytes of one step, stages)."""
+    total = stage = 0
+    stages = 1
+    shared = {id(a.buffer): a.buffer for a in collect(launch.body, Allocate) if a.buffer.scope == "shared"}
+    staged: dict = {}
+    for f in collect(launch.body, For):
+        n = int(f.annotations.get("num_stages", 0) or 0) if f.kind == "pipelined" else 0
+        if n >= 2:
+            for op in collect(f.body, TileOp):
+                if op.op == "copy" and len(op.args) == 2 and isinstance(op.args[1], Region) \
+                        and id(op.args[1].buffer) in shared:
+                    staged[id(op.args[1].buffer)] = n
+    for k, b in shared.items():
+        n = _static(b.numel()) or 0
+        size = (n * b.dtype.bytes + 1023) // 1024 * 1024
+        total += size * staged.get(k, 1)
+        if k in staged:
+            stage += size
+            stages = max(stages, staged[k])
+    return total, stage, stages
+
+
+def _spells_bulk_stores(ctx) -> bool:
+    """The target's emitter spells the three statements (a profile may declare bulk tile copies for loads only)."""
+    backend = getattr(ctx, "backend", None)
+    if backend is None or not hasattr(backend, "emitter"):
+        return False
+    emitter = backend.emitter(ctx.target)
+    return all(callable(getattr(emitter, f"stmt_{n}", None)) for n in ("BulkStore", "BulkStoreWait", "BulkFence"))
+
+
+@tile_pass("tilecore.stage_bulk_stores")
+def stage_bulk_stores(func, ctx):
+    """With ``tilecore.bulk_store``: a kernel-level copy of a fragment to a global tile through a shared tile and
+    one bulk store (module doc)."""
+    want = ctx.option(OPTION, False)
+    if want in (False, None, "off", "false", "False"):
+        return func
+    if want not in (True, "on", "true", "True"):
+        from ..errors import CompileError
+
+        raise CompileError(f"pass config {OPTION}={want!r}: expected True or False")
+    from .pipeline import bulk_enabled
+
+    if ctx.option("tilecore.checked", False):
+        return func.with_body(func.body, bulk_store=("not a bulk store: checked mode",))
+    if not bulk_enabled(ctx):
+        return func.with_body(func.body, bulk_store=(
+            "not a bulk store: the target has no bulk tile copies (feature:bulk_tensor_copy), or tilecore.bulk_copy "
+            "is off",))
+    if not _spells_bulk_stores(ctx):
+        return func.with_body(func.body, bulk_store=(
+            "not a bulk store: the target's code generator spells no bulk tile store (stmt_BulkStore, "
+            "stmt_BulkStoreWait, stmt_BulkFence: plugin API 1.9)",))
+    notes: list = []
+    lim = ctx.capabilities.limit("max_shared_bytes_per_block")
+    limit = int(lim[0]) if lim is not None and lim[1] == "max" else None
+
+    def launch(s):
+        if not isinstance(s, KernelLaunch):
+            return None
+        top = list(s.body.body) if isinstance(s.body, Seq) else [s.body]
+        new_top, allocs, done = [], [], 0
+        used, stage, stages = _staged_bytes(s)
+        for x in top:
+            if not (isinstance(x, TileOp) and x.op == "copy" and len(x.args) == 2
+                    and all(isinstance(a, Region) for a in x.args)
+                    and x.args[0].buffer.scope == "fragment" and x.args[1].buffer.scope == "global"):
+                new_top.append(x)
+                continue
+            why, form = why_not(x, ctx)
+            if why is None:
+                frag, dst, lay = form
+                need = lay.size * lay.elem_bytes
+                if limit is not None and used + need + 1024 > limit:
+                    fit = stages
+                    while fit > 1 and used - (stages - fit) * stage + need + 1024 > limit:
+                        fit -= 1
+                    why = (f"its {need // 1024} KiB shared tile does not fit beside the {stages} stages (limit {limit} "
+                           "bytes)" + (f"; num_stages={fit} makes room" if 1 < fit < stages else ""))
+            if why is not None:
+                notes.append(f"not a bulk store: {x.args[1].buffer.name}: {why}")
+                new_top.append(x)
+                continue
+            used += need
+            tile = Buffer(f"{frag.name}_st", tuple(frag.shape), dst.buffer.dtype, "shared")
+            allocs.append(Allocate(tile, span=x.span))
+            whole = Region(tile, (as_expr(0), as_expr(0)), tuple(as_expr(d) for d in frag.shape))
+            new_top += [BulkStoreWait(0, True, span=x.span), x.with_(args=(x.args[0], whole)), BulkFence(span=x.span),
+                        BulkStore(dst.buffer, tuple(dst.starts), tuple(_static(d) for d in frag.shape), tile, lay,
+                                  span=x.span)]
+            done += 1
+            notes.append(f"bulk store: {frag.name} -> {dst.buffer.name} through {tile.name} "
+                         f"({lay.rows}x{lay.cols}, {lay.cols // lay.panel_elems} x {lay.swizzle_bytes}-byte panel(s)), "
+                         "waited for before the tile is written again")
+        if not done:
+            return None
+        # the tiles at the kernel's top (tilecore.persistent keeps allocations there); one wait at the end
+        lead = 0
+        while lead < len(new_top) and isinstance(new_top[lead], Allocate):
+            lead += 1
+        body = new_top[:lead] + allocs + new_top[lead:] + [BulkStoreWait(0, False, span=s.span)]
+        return s.with_(body=Seq(body, span=s.body.span))
+
+    body = rewrite(func.body, launch)
+    return func.with_body(body, bulk_store=tuple(notes)) if notes else func
+
+
+__all__ = ["stage_bulk_stores", "why_not", "OPTION"]
