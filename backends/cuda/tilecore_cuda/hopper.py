@@ -355,6 +355,10 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
             twhy = tma_store_plan(launch, p, ctx, s, stages, stage_bytes, other, limit, target, persistent=False)[1]
             if twhy:
                 why = f"{why}; {twhy}" if why else twhy
+            if multicast_asked(ctx, s):  # D44's clusters pair the tiles of the persistent grid
+                mwhy = (f"not cluster_multicast: its clusters of two take tiles of the persistent grid, and this "
+                        f"kernel keeps one block per {'(tile, split)' if splits > 1 else 'tile'}")
+                why = f"{why}; {mwhy}" if why else mwhy
         ctx.notes.append(f"cuda.hopper_gemm_pipeline: {p.bm}x{p.bn}x{p.bk} {p.dt}, {stages} stages, "
                          f"{p.ncwg} consumer warpgroup(s) + 1 producer, epilogue to {attrs['epilogue']} memory"
                          + (f"; {why}" if why else "") + (f"; {pwhy}" if pwhy else ""))
@@ -497,6 +501,18 @@ def _mentions(e, var) -> bool:
     return bool(found)
 
 
+def multicast_asked(ctx, loop: For):
+    """``tilecore.cuda.cluster_multicast``'s shape ("1x2" or "2x1"), or None when off; any other value is a
+    CompileError at the user's loop."""
+    asked = ctx.option("tilecore.cuda.cluster_multicast", CLUSTER_MULTICAST_DEFAULT)
+    if asked is False or asked is None or asked == "off":
+        return None
+    if not isinstance(asked, str) or asked not in CLUSTER_MULTICAST_SHAPES:
+        raise CompileError(f"pass config tilecore.cuda.cluster_multicast must be False, \"1x2\" (two tiles side by "
+                           f"side in N share A) or \"2x1\" (side by side in M share B), got {asked!r}", loop.span)
+    return asked
+
+
 def cluster_multicast_plan(launch: KernelLaunch, p: _Plan, ctx, loop: For, a0, b0, k_tiles) -> tuple:
     """``(mcast, note)`` for a persistent GEMM: with ``tilecore.cuda.cluster_multicast`` "1x2" or "2x1", the
     collective's ``mcast`` attribute (``share``: 1 for A, 2 for B; ``dim``: the grid dimension whose neighbouring
@@ -505,12 +521,9 @@ def cluster_multicast_plan(launch: KernelLaunch, p: _Plan, ctx, loop: For, a0, b
     a target with clusters, a static two-dimensional grid where one block variable moves only the shared operand's
     partner (the shared operand's coordinates and the k tiles do not mention it), and half boxes of whole
     1024-byte swizzle atoms (the shared box's rows a multiple of 16)."""
-    asked = ctx.option("tilecore.cuda.cluster_multicast", CLUSTER_MULTICAST_DEFAULT)
-    if asked in (False, None, "off"):
+    asked = multicast_asked(ctx, loop)
+    if not asked:
         return None, None
-    if asked not in CLUSTER_MULTICAST_SHAPES:
-        raise CompileError(f"pass config tilecore.cuda.cluster_multicast must be False, \"1x2\" (two tiles side by "
-                           f"side in N share A) or \"2x1\" (side by side in M share B), got {asked!r}", loop.span)
     share = CLUSTER_MULTICAST_SHAPES[asked]
     lim = ctx.capabilities.limit("max_cluster_size")
     if not ctx.capabilities.feature("clusters") or lim is None or int(lim[0]) < 2:
