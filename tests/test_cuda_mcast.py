@@ -212,3 +212,60 @@ def test_device_multicast_gemm_matches_float64_and_the_config_off_bit_for_bit(sh
     off = _compile(shape, mc=False, target="cuda", **kw)
     assert "cluster_multicast" not in _notes(off)
     assert torch.equal(_run(off, a, b, M, N, out, torch), first)
+
+
+# -- the cross-block protocol on the host: two simulated blocks a cluster, tc_persistent.cuh as it ships and mutated --
+
+HARNESS = Path(__file__).with_name("mcast_host.cpp")
+HEADER = PRELUDE / "tc_persistent.cuh"
+needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ here")
+_REMOTE = "      if (MCAST && threadIdx.x % 32 == 0) tc_mbar_arrive_remote(bars + 8 * (STAGES + s), rank ^ 1u);\n"
+_START = ("  if (MCAST)\n    tc_mc_cluster_sync();  /* both blocks' barriers initialised before any multicast or remote "
+          "arrival */\n")
+_EXIT = "  if (MCAST) tc_mc_cluster_sync();  /* no block exits while its partner may still arrive on its barriers */\n"
+
+#: one way each to break the protocol (old, new, how many times old occurs); the harness must catch every one (the
+#: unmutated header passes). The cluster barrier's mutants keep two meetings per thread, so only the missing order
+#: can show.
+MUTANTS = {
+    "no remote release: the partner's producer never hears this block is done with a stage": [(_REMOTE, "", 1)],
+    "the partner's releases not counted on the empty barrier": [
+        ("READERS + (MCAST ? READERS / 32 : 0)", "READERS", 1)],
+    "the CTA mask multicasts to this block only": [("(unsigned short)3", "(unsigned short)(1u << rank)", 2)],
+    "the full barrier expects only this block's own bytes": [
+        ("tc_mbar_expect_tx(full, STAGE);",
+         "tc_mbar_expect_tx(full, STAGE - (MCAST == 1 ? A_BYTES / 2 : MCAST == 2 ? B_BYTES / 2 : 0));", 1)],
+    "no cluster barrier before exit": [(_EXIT, "", 1), (_START, _START + "  if (MCAST) tc_mc_cluster_sync();\n", 1)],
+    "no cluster barrier after the barriers' init": [(_START, "", 1), (_EXIT, _EXIT + _EXIT, 1)],
+    "both blocks load the first half of the shared box": [
+        ("ar + (int)rank * (BM / 2)", "ar", 1), ("+ rank * (BM / 2) * 128", "", 1),
+        ("br + (int)rank * (B_ROWS / 2)", "br", 1), ("+ rank * (B_ROWS / 2) * 128", "", 1)],
+    "the slot past the grid's tiles stores its partner's tile again": [
+        ("      if (MCAST && g.m_valid <= 0) continue;", "", 1)],
+}
+
+
+def _run_harness(header_text: str, tmp: Path, defines=()) -> subprocess.CompletedProcess:
+    (tmp / "tc_persistent.cuh").write_text(header_text)
+    exe = tmp / "mcast"
+    subprocess.run(["g++", "-std=c++20", "-O1", "-w", "-pthread", *(f"-D{d}" for d in defines), "-I", str(tmp),
+                    "-o", str(exe), str(HARNESS)], check=True, capture_output=True, text=True)
+    return subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+
+
+@needs_gxx
+def test_protocol_runs_both_blocks_of_each_cluster_with_every_tile_once(tmp_path):
+    proc = _run_harness(HEADER.read_text(), tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", list(MUTANTS))
+def test_protocol_harness_catches_each_mutant(name, tmp_path):
+    text = HEADER.read_text()
+    for old, new, count in MUTANTS[name]:
+        assert text.count(old) == count, (name, old)  # the mutation still applies to the shipped header
+        text = text.replace(old, new)
+    proc = _run_harness(text, tmp_path, defines=("TC_HOST_FAST",))  # the first two cases (CI time)
+    assert proc.returncode != 0 and "FAIL" in proc.stdout, f"{name}: not caught\n{proc.stdout}"
+    print(name, "->", proc.stdout.strip())

@@ -168,8 +168,9 @@ template <int SHARE> struct tc_mc {
  * offset, completing on both blocks' `full` barriers; each block's `full` still expects the whole STAGE bytes (the
  * partner's half may land before this block's expect_tx: the phase cannot complete before that arrival). A stage is
  * overwritten by both producers, so each block's `empty` barrier counts its own READERS and one arrival of each
- * releasing warpgroup of the partner (its first thread, after the WGMMA wait, by mapa +
- * mbarrier.arrive.release.cluster); the producer waits on its own `empty` only. Every thread of the cluster meets
+ * releasing warp of the partner (its first lane, after the warp's WGMMA wait, by mapa +
+ * mbarrier.arrive.release.cluster: 8 remote arrivals a stage with two consumer warpgroups, where every thread
+ * arrives locally); the producer waits on its own `empty` only. Every thread of the cluster meets
  * at a cluster barrier after the barriers' init (fence.mbarrier_init.release.cluster: no multicast or remote
  * arrival reaches an uninitialised barrier) and before it exits (no block leaves while its partner may still
  * arrive on its barriers). A slot past the grid's tiles (the paired dimension's tile count odd) gets its
@@ -218,7 +219,7 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       tc_mbar_init(bars + 8 * s, 1);
-      tc_mbar_init(bars + 8 * (STAGES + s), READERS + (MCAST ? READERS / 128 : 0));
+      tc_mbar_init(bars + 8 * (STAGES + s), READERS + (MCAST ? READERS / 32 : 0));
     }
     if (PINGPONG) {
       tc_mbar_init(done, 128);
@@ -273,11 +274,11 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
     const int c = PINGPONG ? 0 : me;  /* its first 64-row slice of a tile (ping-pong: whole tiles) */
     unsigned it = 0;  /* as the producer's */
     long long j = 0;  /* the block's tiles so far */
-    /* stage s read: this thread's arrival on its block's `empty`; with a cluster, the warpgroup's first thread's
-     * on the partner's too (its producer multicasts into this block's stage) */
+    /* stage s read: this thread's arrival on its block's `empty`; with a cluster, each warp's first lane's on the
+     * partner's too (its producer multicasts into this block's stage; the lane is past its warp's WGMMA wait) */
     auto release = [&](unsigned s) {
       tc_mbar_arrive(bars + 8 * (STAGES + s));
-      if (MCAST && threadIdx.x % 128 == 0) tc_mbar_arrive_remote(bars + 8 * (STAGES + s), rank ^ 1u);
+      if (MCAST && threadIdx.x % 32 == 0) tc_mbar_arrive_remote(bars + 8 * (STAGES + s), rank ^ 1u);
     };
     for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++j) {
       const tc_gemm_tile g = tile_of(tile);
