@@ -37,6 +37,15 @@ it needs a persistent grid, so without ``--persistent`` the kernels are persiste
 the two results are the same bits, and adds a table of the best of each against cuBLAS in the same run:
 
     python benchmarks/cuda_gemm.py --sizes 4096,8192 --tma-store off,on --no-fp8 --configs 128:256:64:256:3:8,...
+
+``--cluster-multicast off,2x1,1x2`` times every configuration with ``tilecore.cuda.cluster_multicast`` off and at
+each cluster shape (docs/decisions.md D44: the persistent kernel in clusters of two blocks on neighbouring tiles,
+"2x1" side by side in M sharing B, "1x2" in N sharing A, each block loading half of the shared box and multicasting
+it to both), one line each, says whether each result is the same bits as off's, and adds a table of the best of
+each against cuBLAS and Triton in the same run (give ``--triton``):
+
+    python benchmarks/cuda_gemm.py --sizes 4096,8192 --no-fp8 --triton --cluster-multicast off,2x1,1x2 \
+        --configs 128:256:64:256:3:8,128:256:64:256:4:8,256:128:64:256:3:8
 """
 from __future__ import annotations
 
@@ -299,6 +308,10 @@ def main() -> int:
                     type=lambda v: [{"on": True, "off": False}[x.strip()] for x in v.split(",") if x.strip()],
                     help="time each configuration with tilecore.cuda.tma_store off and/or on, e.g. off,on (D38; "
                          "the kernels are persistent unless --persistent says)")
+    ap.add_argument("--cluster-multicast", default="",
+                    type=lambda v: [{"off": False}.get(x.strip(), x.strip()) for x in v.split(",") if x.strip()],
+                    help="time each configuration with tilecore.cuda.cluster_multicast off, 2x1 and/or 1x2 (D44; the "
+                         "kernels are persistent)")
     ap.add_argument("--no-wgmma", action="store_true",
                     help="switch the Hopper passes off (tilecore.cuda.disable_wgmma): measures the sm_80 path "
                          "(mma.sync register program with cp.async stages) on an sm_90 GPU")
@@ -322,7 +335,7 @@ def main() -> int:
 
     dev = torch.cuda.get_device_name(0)
     print(f"device: {dev}; torch {torch.__version__}; tilecore {tilecore.__version__}; target {args.target}")
-    rows, split_rows, persist_rows, tma_rows = [], [], [], []
+    rows, split_rows, persist_rows, tma_rows, mc_rows = [], [], [], [], []
     cfgs = _pass_configs(args)
     shapes = [(n, n, n) for n in (int(x) for x in args.sizes.split(",") if x)]
     shapes += [tuple(int(v) for v in x.split("x")) for x in args.shapes.split(",") if x]
@@ -340,21 +353,29 @@ def main() -> int:
             any_split = False
             best_by = {}  # tilecore.cuda.persistent -> (TFLOP/s, config) of the best configuration (--persistent)
             best_tma = {}  # tilecore.cuda.tma_store -> (TFLOP/s, config) of the best persistent configuration
+            best_mc = {}  # tilecore.cuda.cluster_multicast -> (TFLOP/s, config) (--cluster-multicast)
             persists = args.persistent or ([True] if args.tma_store else [None])  # TMA stores need a persistent grid
-            variants = [(cfg, p, ts) for cfg in configs + (SMALL_M_CONFIGS if m <= 256 and not args.configs else [])
-                        for p in persists for ts in (args.tma_store or [None])]
+            variants = [(cfg, p, ts, mc) for cfg in configs + (SMALL_M_CONFIGS if m <= 256 and not args.configs else [])
+                        for p in persists for ts in (args.tma_store or [None]) for mc in (args.cluster_multicast or [None])]
             last_c = None
+            last_mc = None  # (config, C) of the last cluster_multicast=off run: the same-bits check
             last_tma = None  # (config, persistent, C) of the last tma_store=off run: the same-bits check
-            for cfg, persist, tma in variants:
+            for cfg, persist, tma, mc in variants:
                 pc = cfgs if persist is None else {**cfgs, "tilecore.cuda.persistent": persist}
                 if tma is not None:
                     pc = {**pc, "tilecore.cuda.tma_store": tma}
+                if mc is not None:
+                    pc = {**pc, "tilecore.cuda.cluster_multicast": mc}
                 names = {False: "off", True: "on", "pingpong": "pingpong"}
                 label = "" if persist is None else f", persistent {names.get(persist, persist)}"
                 if tma is not None:
                     label += f", tma_store {names[tma]}"
+                if mc is not None:
+                    label += f", cluster_multicast {mc or 'off'}"
                 try:
                     k = tilecore.compile(matmul(m, n, kk, *cfg, dtype=dtype), target=args.target, pass_configs=pc)
+                    if mc is not None:  # a tile left unwritten shows as NaN, not as the last run's value
+                        c.fill_(float("nan"))
                     ms = event_ms(lambda: k(a, b, c), args.rep)
                 except Exception as e:  # noqa: BLE001 - a config that does not fit is skipped, said so
                     print(f"  {dtype} {name} config {cfg}{label}: skipped ({type(e).__name__}: {str(e)[:120]})")
@@ -362,6 +383,17 @@ def main() -> int:
                 tf = flops / ms / 1e9
                 splits = split_k_of(k)
                 same = ""
+                if mc is not None:
+                    note = " ".join(k.meta["attrs"].get("hopper_pipelines", ()))
+                    took = not mc or f"cluster_multicast {mc}:" in note
+                    if not took:
+                        label += " (kept single blocks: see the kernel's hopper_pipelines note)"
+                    if mc and last_mc is not None and last_mc[0] == cfg:
+                        same = f"; same bits as cluster_multicast off: {torch.equal(c, last_mc[1])}"
+                    if not mc:
+                        last_mc = (cfg, c.clone())
+                    if took and (mc not in best_mc or tf > best_mc[mc][0]):
+                        best_mc[mc] = (tf, cfg)
                 if persist is not None:
                     note = " ".join(k.meta["attrs"].get("hopper_pipelines", ()))
                     took = True  # the kernel runs as asked (the table compares only those)
@@ -432,6 +464,8 @@ def main() -> int:
                 persist_rows.append((dtype, name, best_by, tf_t))
             if best_tma:
                 tma_rows.append((dtype, name, best_tma, tf_t))
+            if best_mc:
+                mc_rows.append((dtype, name, best_mc, tf_t, tf_tr))
             if any_split:
                 split_rows.append((dtype, name, best, unsplit, tf_t))
             del a, b, c
@@ -486,6 +520,21 @@ def main() -> int:
             ratio = lambda x: "-" if x is None else f"{x[0] / tf_t:.2f}x"  # noqa: E731
             vs = "-" if off is None or on is None else f"{on[0] / off[0]:.3f}x"
             print(f"| {dtype} | {n} | {cell(off)} | {cell(on)} | {tf_t:.1f} | {ratio(off)} | {ratio(on)} | {vs} |")
+
+    if mc_rows:
+        print()
+        print("| dtype | shape | cluster_multicast off TFLOP/s (config) | 2x1 (config) | 1x2 (config) | torch (cuBLAS) "
+              "TFLOP/s | Triton TFLOP/s | off / cuBLAS | 2x1 / cuBLAS | 1x2 / cuBLAS | best / Triton |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for dtype, n, by, tf_t, tf_tr in mc_rows:
+            cell = lambda x: "-" if x is None else f"{x[0]:.1f} ({x[1]})"  # noqa: E731
+            ratio = lambda x: "-" if x is None else f"{x[0] / tf_t:.3f}x"  # noqa: E731
+            top = max(v[0] for v in by.values())
+            tr = "-" if tf_tr != tf_tr else f"{tf_tr:.1f}"
+            vs = "-" if tf_tr != tf_tr else f"{top / tf_tr:.3f}x"
+            print(f"| {dtype} | {n} | {cell(by.get(False))} | {cell(by.get('2x1'))} | {cell(by.get('1x2'))} "
+                  f"| {tf_t:.1f} | {tr} | {ratio(by.get(False))} | {ratio(by.get('2x1'))} | {ratio(by.get('1x2'))} "
+                  f"| {vs} |")
 
     # compile and launch costs
     cold, _, _ = compile_times(args.target)

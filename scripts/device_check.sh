@@ -121,6 +121,13 @@ step general-gemm bash -c 'rc=0; python3 -m pytest -q -n 8 -p no:cacheprovider t
      python3 benchmarks/general_gemm.py --rep 20 --sizes 4096,8192 \
        --configs 128:256:64:256:3:8,128:256:64:256:3,128:128:64:256:4 \
        --variants plain,bulk,persistent,persistent+bulk,ws+persistent+bulk || rc=$?; exit $rc'
+# thread-block clusters of two with TMA multicast on the persistent GEMM (decision D44): its device tests (float64, bit
+# for bit the config off; ragged odd edges, bf16, B k-major, fewer tiles than SMs, ping-pong), then cluster_multicast
+# off / 2x1 / 1x2 for 128x256 at 3 and 4 stages, 256x128 at 3 and 128x256 with a swizzle panel of 16 (the cheap
+# knobs), fp16 and bf16 at 4096^3 and 8192^3, same bits checked, cuBLAS and Triton beside (a hang ends at the timeouts)
+step mcast bash -c 'rc=0; timeout 180 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_mcast.py -k device -rs || rc=$?;
+     timeout 300 python3 benchmarks/cuda_gemm.py --rep 10 --sizes 4096,8192 --no-fp8 --triton --cluster-multicast off,2x1,1x2 \
+       --configs 128:256:64:256:3:8,128:256:64:256:4:8,256:128:64:256:3:8,128:256:64:256:3:16 || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

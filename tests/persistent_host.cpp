@@ -371,6 +371,14 @@ static void retire(int n) {
 template <int N> inline void tc_bulk_wait_read() { retire(N); }
 template <int N> inline void tc_bulk_wait() { retire(N); }
 
+// clusters with TMA multicast (tc_mc<1>, tc_mc<2>: tests/mcast_host.cpp runs them): never called here
+inline unsigned tc_cluster_ctarank() { fail("a cluster built-in in a kernel without clusters"); }
+inline void tc_mc_cluster_sync() { fail("a cluster barrier in a kernel without clusters"); }
+inline void tc_mbar_arrive_remote(unsigned, unsigned) { fail("a remote arrival in a kernel without clusters"); }
+inline void tc_tma_load_2d_mc(unsigned, const tc_tmap*, unsigned, int, int, unsigned short) {
+  fail("a multicast load in a kernel without clusters");
+}
+
 #define TC_PERSISTENT_HOST
 #include "tc_persistent.cuh"
 

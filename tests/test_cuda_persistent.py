@@ -421,11 +421,10 @@ MUTANTS = {
     "the tile's last group left in flight before the epilogue": [
         ("        step(it);\n        tc_wgmma_wait<0>();", "        step(it);\n        tc_wgmma_wait<1>();", 1)],
     "the tile's last stage never released": [
-        ("        tc_mbar_arrive(bars + 8 * (STAGES + it % STAGES));\n        ++it;", "        ++it;", 1)],
+        ("        release(it % STAGES);\n        ++it;", "        ++it;", 1)],
     "a stage released before its group completed": [
-        ("        if (kt > 0) tc_mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));\n      }",
-         "        tc_mbar_arrive(bars + 8 * (STAGES + it % STAGES));\n      }", 1),
-        ("        if (k_tiles > 1) tc_mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));\n", "", 1)],
+        ("        if (kt > 0) release((it - 1) % STAGES);\n      }", "        release(it % STAGES);\n      }", 1),
+        ("        if (k_tiles > 1) release((it - 1) % STAGES);\n", "", 1)],
     "the producer does not wait for the release": [
         ("          if (it >= STAGES) tc_mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);\n", "", 1)],
     "the consumers wait for the wrong phase": [

@@ -16,7 +16,7 @@ from tilecore.codegen import SIMTCppEmitter, EmitState, abi_of, host_expr
 from tilecore.codegen.simtcpp import grid3
 from tilecore.errors import CompileError
 from tilecore.ir import (as_expr, AsyncCopy, VectorStore, BufferLoad, BulkCopy, BulkStore, Collective, MatrixOp, MatrixSync, binary, collect, const,
-                         const_value, logic_or, simplify)
+                         const_value, logic_or, simplify, Var)
 
 from .compiler import REGISTER_UNIT, REGISTERS_PER_SM
 
@@ -227,12 +227,18 @@ class CUDAEmitter(SIMTCppEmitter):
             from .hopper import PERSISTENT_BLOCKS_PER_SM
 
             launch, ints = st.hopper_persistent, list(abi_of(func).ints)
-            grid = min_expr(_tiles(launch), int(launch.attrs["hopper_persistent"]))
+            blocks = int(launch.attrs["hopper_persistent"])
+            tiles = _tiles(launch)
+            if getattr(st, "mcast_slots", None) is not None:  # clusters of two (D44): pairs of slots, an even grid
+                tiles, blocks = st.mcast_slots, blocks - blocks % 2
+                meta["cluster"] = [2, 1, 1]
+            grid = min_expr(tiles, blocks)
             meta["grid"] = [host_expr(grid, ints), "1", "1"]
             # the runtime caps the grid at the device's own multiprocessors (an H100 PCIe has 114, an H20 78)
             # (its own key: meta["persistent"] is the core's tilecore.persistent launch, D36)
-            meta["hopper_persistent"] = {"tiles": host_expr(_tiles(launch), ints),
-                                         "blocks_per_sm": PERSISTENT_BLOCKS_PER_SM}
+            meta["hopper_persistent"] = {"tiles": host_expr(tiles, ints), "blocks_per_sm": PERSISTENT_BLOCKS_PER_SM}
+            if getattr(st, "mcast_slots", None) is not None:
+                meta["hopper_persistent"]["cluster"] = 2
 
     def emit(self, func, ctx):
         """The core's kernel text, with ``__cluster_dims__`` where a split GEMM sums in clusters (D41): the cluster
@@ -324,6 +330,9 @@ class CUDAEmitter(SIMTCppEmitter):
         launch = st.hopper_persistent
         gx, gy, _ = (self.expr(st, simplify(g)) for g in grid3(launch.grid))
         pipe, target, a_r0, a_c0, b_r0, b_c0, k_tiles, m_valid, n_valid, ldc = s.args
+        mc = s.attrs.get("mcast")
+        if mc:
+            return self.multicast_gemm(st, s, launch, mc)
         self.line(st, "auto tc_tile_of = [&](long long tc_t) {")
         st.indent += 1
         dims = len(launch.grid)
@@ -349,6 +358,55 @@ class CUDAEmitter(SIMTCppEmitter):
         args = [f"({self.name(st, pipe.buffer)} + {self.flat_index(st, pipe.buffer, pipe.starts)})",
                 self.name(st, target.buffer), f"(long long)({tiles})", f"(long long)({self.expr(st, ldc)})",
                 "tc_tile_of"] + self.collective_extra_args(st, s)
+        self.line(st, f"{s.name}<{template}>({', '.join(args)});")
+
+    def multicast_gemm(self, st, s: Collective, launch, mc: dict) -> None:
+        """The persistent GEMM in clusters of two blocks (hopper.cluster_multicast_plan, D44): slots 2 p and 2 p + 1
+        are the two tiles of pair p, side by side in grid dimension ``mc["dim"]`` (the one that moves only the
+        operand the pair does not share). The pairs form a grid of half as many (rounded up) in that dimension,
+        walked from the pair's linear index as the grid walks its blocks (x fastest; ``T.use_swizzle`` as the
+        emitter spells it, on the pairs); a slot past the grid's tiles takes its partner's tile with m_valid 0
+        (tc_persistent.cuh: loaded and multiplied, never stored)."""
+        pipe, target, a_r0, a_c0, b_r0, b_c0, k_tiles, m_valid, n_valid, ldc = s.args
+        d = int(mc["dim"])
+        grid = [simplify(as_expr(g)) for g in launch.grid]
+        counts = [int(const_value(g)) for g in grid]
+        pairs = list(counts)
+        pairs[d] = -(-counts[d] // 2)
+        st.mcast_slots = as_expr(2 * pairs[0] * pairs[1])
+        axis = "xy"[d]
+        qvars = tuple(Var(f"tc_q{a}", v.dtype) for a, v in zip("xy", launch.block_vars))
+        self.line(st, "auto tc_tile_of = [&](long long tc_t) {")
+        st.indent += 1
+        self.line(st, f"const long long tc_rank = tc_t % 2, tc_pair = tc_t / 2;  /* the pair's tiles side by side in "
+                      f"{axis} */")
+        self.line(st, f"const long long tc_px = tc_pair % ({pairs[0]}), tc_py = tc_pair / ({pairs[0]});")
+        self.block_index = "tc_p{}"
+        try:
+            super().block_indices(st, launch.with_(grid=tuple(as_expr(n) for n in pairs), block_vars=qvars))
+        finally:
+            del self.block_index
+        q, odd = self.name(st, qvars[d]), counts[d] % 2 == 1
+        if odd:
+            self.line(st, f"const bool tc_dup = 2 * (long long){q} + tc_rank >= {counts[d]};  /* past the grid's "
+                          "tiles */")
+        for i, v in enumerate(launch.block_vars):
+            val = (f"2 * {q} + tc_rank" + (" - (tc_dup ? 1 : 0)" if odd else "") if i == d else self.name(st, qvars[i]))
+            self.line(st, f"const {self.vtype(v.dtype)} {self.name(st, v)} = ({self.vtype(v.dtype)})({val});")
+        vals = [self.flat_index(st, target.buffer, target.starts)] + [
+            self.expr(st, e) for e in (a_r0, a_c0, b_r0, b_c0, k_tiles)]
+        vals.append(f"tc_dup ? 0 : ({self.expr(st, m_valid)})" if odd else self.expr(st, m_valid))
+        vals.append(self.expr(st, n_valid))
+        self.line(st, f"return tc_gemm_tile{{{', '.join(f'(long long)({v})' for v in vals)}}};")
+        st.indent -= 1
+        self.line(st, "};")
+        template = ", ".join(str(t) for t in self.collectives[s.name](s))
+        extra = self.collective_extra_args(st, s)
+        if len(extra) == 2:
+            extra.append("nullptr")
+        args = [f"({self.name(st, pipe.buffer)} + {self.flat_index(st, pipe.buffer, pipe.starts)})",
+                self.name(st, target.buffer), f"(long long)({self.expr(st, st.mcast_slots)})",
+                f"(long long)({self.expr(st, ldc)})", "tc_tile_of"] + extra + [f"tc_mc<{int(mc['share'])}>()"]
         self.line(st, f"{s.name}<{template}>({', '.join(args)});")
 
     # -- matrix unit operands (tilecore.passes.matrix) ------------------------------------------------------

@@ -326,6 +326,15 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
             at = {**attrs, "hopper_persistent": blocks, "pingpong": pingpong}
             if pingpong:
                 at["MR"] = p.bm // 64
+            mc, mwhy = cluster_multicast_plan(launch, p, ctx, s, a0, b0, k_tiles)
+            if mc:  # D44: clusters of two blocks, the shared operand's map with boxes of half its rows
+                at["mcast"] = mc
+                maps = list(maps)
+                i = 0 if mc["share"] == 1 else 1
+                maps[i] = dict(maps[i], box=(maps[i]["box"][0], maps[i]["box"][1] // 2))
+                at["tensor_maps"] = maps
+            if mwhy:
+                pwhy += f"; {mwhy}"
             tma_bytes, twhy, tma_epi = tma_store_plan(launch, p, ctx, s, stages, stage_bytes, other, limit, target,
                                                       pingpong=pingpong)
             if tma_bytes:  # the C buffer after the stages and barriers (tc_persistent.cuh: at bars + 1024)
@@ -346,6 +355,10 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
             twhy = tma_store_plan(launch, p, ctx, s, stages, stage_bytes, other, limit, target, persistent=False)[1]
             if twhy:
                 why = f"{why}; {twhy}" if why else twhy
+            if multicast_asked(ctx, s):  # D44's clusters pair the tiles of the persistent grid
+                mwhy = (f"not cluster_multicast: its clusters of two take tiles of the persistent grid, and this "
+                        f"kernel keeps one block per {'(tile, split)' if splits > 1 else 'tile'}")
+                why = f"{why}; {mwhy}" if why else mwhy
         ctx.notes.append(f"cuda.hopper_gemm_pipeline: {p.bm}x{p.bn}x{p.bk} {p.dt}, {stages} stages, "
                          f"{p.ncwg} consumer warpgroup(s) + 1 producer, epilogue to {attrs['epilogue']} memory"
                          + (f"; {why}" if why else "") + (f"; {pwhy}" if pwhy else ""))
@@ -471,6 +484,74 @@ def persistent_blocks(launch: KernelLaunch, p: _Plan, splits: int, body: list, c
                                f"{MAX_ACC_REGS * 128 // p.bm})"), False
     return blocks, note + "; ping-pong: the two consumer warpgroups take whole tiles in turn, one's epilogue under " \
                           "the other's main loop", True
+
+
+# -- thread-block clusters with TMA multicast (docs/decisions.md D44) ---------------------------------------
+
+#: ``tilecore.cuda.cluster_multicast`` unless the kernel says: off until measured (D44)
+CLUSTER_MULTICAST_DEFAULT = False
+#: its values: the cluster's shape in output tiles (M x N, as CUTLASS spells cluster shapes) -> the operand the two
+#: tiles share and multicast (tc_persistent.cuh's tc_mc<1>: A, tiles side by side in N; tc_mc<2>: B, in M)
+CLUSTER_MULTICAST_SHAPES = {"1x2": 1, "2x1": 2}
+
+
+def _mentions(e, var) -> bool:
+    found = []
+    walk_expr(as_expr(e), lambda x: found.append(1) if x is var else None)
+    return bool(found)
+
+
+def multicast_asked(ctx, loop: For):
+    """``tilecore.cuda.cluster_multicast``'s shape ("1x2" or "2x1"), or None when off; any other value is a
+    CompileError at the user's loop."""
+    asked = ctx.option("tilecore.cuda.cluster_multicast", CLUSTER_MULTICAST_DEFAULT)
+    if asked is False or asked is None or asked == "off":
+        return None
+    if not isinstance(asked, str) or asked not in CLUSTER_MULTICAST_SHAPES:
+        raise CompileError(f"pass config tilecore.cuda.cluster_multicast must be False, \"1x2\" (two tiles side by "
+                           f"side in N share A) or \"2x1\" (side by side in M share B), got {asked!r}", loop.span)
+    return asked
+
+
+def cluster_multicast_plan(launch: KernelLaunch, p: _Plan, ctx, loop: For, a0, b0, k_tiles) -> tuple:
+    """``(mcast, note)`` for a persistent GEMM: with ``tilecore.cuda.cluster_multicast`` "1x2" or "2x1", the
+    collective's ``mcast`` attribute (``share``: 1 for A, 2 for B; ``dim``: the grid dimension whose neighbouring
+    blocks pair up; ``shape``) or None with the note that says why the kernel keeps single blocks; off (False, the
+    default): ``(None, None)``. Two tiles side by side in N share A's rows; side by side in M, B's columns. It needs
+    a target with clusters, a static two-dimensional grid where one block variable moves only the shared operand's
+    partner (the shared operand's coordinates and the k tiles do not mention it), and half boxes of whole
+    1024-byte swizzle atoms (the shared box's rows a multiple of 16)."""
+    asked = multicast_asked(ctx, loop)
+    if not asked:
+        return None, None
+    share = CLUSTER_MULTICAST_SHAPES[asked]
+    lim = ctx.capabilities.limit("max_cluster_size")
+    if not ctx.capabilities.feature("clusters") or lim is None or int(lim[0]) < 2:
+        return None, "not cluster_multicast: the target has no thread-block clusters"
+    if len(launch.grid) != 2 or _tile_count(launch) is None:
+        return None, ("not cluster_multicast: it pairs the tiles of a static two-dimensional grid "
+                      "(T.Kernel(ceildiv(N, block_N), ceildiv(M, block_M)) with static M and N)")
+    if share == 1:
+        mine, other, name = [e[0] for e in a0], [e[0] for e in b0], "A"
+    else:
+        mine, other, name = [e[0] for e in b0], [e[0] for e in a0], "B"
+    dims = [d for d, v in enumerate(launch.block_vars)
+            if not any(_mentions(e, v) for e in mine) and not _mentions(k_tiles, v)
+            and any(_mentions(e, v) for e in other)]
+    if len(dims) != 1:
+        return None, (f"not cluster_multicast {asked}: no block variable moves only {'B' if share == 1 else 'A'} "
+                      f"({name}'s coordinates and the k tiles must not mention it)")
+    rows = p.bm if share == 1 else (p.bn if p.tb else p.bk)
+    if rows % 16:
+        return None, (f"not cluster_multicast {asked}: half of {name}'s {rows}-row box is not whole 8-row swizzle "
+                      "atoms")
+    d = dims[0]
+    count = int(const_value(simplify(as_expr(launch.grid[d]))))
+    note = (f"cluster_multicast {asked}: clusters of two blocks on tiles side by side in {'N' if share == 1 else 'M'}, "
+            f"each loading half of {name}'s box and multicasting it to both")
+    if count % 2:
+        note += f" ({count} tiles that way: the last of each row's pairs runs its partner's tile and stores nothing)"
+    return {"share": share, "dim": d, "shape": asked}, note
 
 
 # -- split-K (docs/decisions.md D27) ----------------------------------------------------------------------
@@ -734,7 +815,8 @@ def wgmma_template(s: Collective) -> list:
 
 def persistent_template(s: Collective) -> list:
     """tc_wgmma_persistent's explicit template arguments (prelude/tc_persistent.cuh): the pipeline's, less
-    TO_GLOBAL (a persistent GEMM stores to global memory), PINGPONG before the WGMMA struct."""
+    TO_GLOBAL (a persistent GEMM stores to global memory), PINGPONG before the WGMMA struct (its clusters, D44:
+    an argument, ``tc_mc<share>()``)."""
     head = wgmma_template(s)
     return head[:12] + head[13:-1] + ["true" if s.attrs.get("pingpong") else "false", head[-1]]
 

@@ -200,6 +200,7 @@ class CUDAProgram(Program):
             sms = device_properties(self._env_device or 0).get("sm_count")
             if sms:
                 tiles, cap = shape_fn([persistent["tiles"]]), int(sms) * int(persistent["blocks_per_sm"])
+                cap -= cap % int(persistent.get("cluster", 1))  # clusters of two (D44): whole clusters
                 self.grid_fn = lambda ints: (min(tiles(ints)[0], cap), 1, 1)
                 static = str(persistent["tiles"]).strip().isdigit()
         grid = self.grid_fn([0] * 64) if static else None
@@ -275,6 +276,13 @@ class CUDAProgram(Program):
 
         from tilecore.errors import PerformanceWarning
 
+        if self.meta.get("hopper_persistent"):  # a persistent GEMM in clusters of two (D44)
+            warnings.warn(PerformanceWarning(
+                f"kernel {self.entry}: this GPU holds {fits.value} clusters of {size} blocks at once, the persistent "
+                f"grid has {need}: the others wait for whole clusters' tiles (about twice the time). Its clusters "
+                "share TMA loads (tilecore.cuda.cluster_multicast): pass tilecore.cuda.cluster_multicast=False"),
+                stacklevel=2)
+            return
         warnings.warn(PerformanceWarning(
             f"kernel {self.entry}: this GPU holds {fits.value} clusters of {size} blocks at once, the grid has "
             f"{need}: the rest run in a second wave (about twice the time). Its clusters are the splits of a GEMM "

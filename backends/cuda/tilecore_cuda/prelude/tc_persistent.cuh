@@ -44,6 +44,32 @@ __device__ __forceinline__ void tc_tma_store_2d(const tc_tmap* map, unsigned src
                "r"(c0), "r"(c1)
                : "memory");
 }
+/* thread-block clusters of two with TMA multicast (tilecore.cuda.cluster_multicast, docs/decisions.md D44) */
+__device__ __forceinline__ unsigned tc_cluster_ctarank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+/* every non-exited thread of the cluster arrives (release) and waits (acquire) */
+__device__ __forceinline__ void tc_mc_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+/* one arrival, release at cluster scope, on the mbarrier at the same offset of block `rank`'s shared memory */
+__device__ __forceinline__ void tc_mbar_arrive_remote(unsigned bar, unsigned rank) {
+  asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(rank)
+               : "memory");
+}
+/* tc_tma_load_2d to the same offset of the shared memory of every block of the cluster in `mask`, completing on
+ * the mbarrier at `bar`'s offset in each of them */
+__device__ __forceinline__ void tc_tma_load_2d_mc(unsigned dst, const tc_tmap* map, unsigned bar, int c0, int c1,
+                                                  unsigned short mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
+      : "memory");
+}
 __device__ __forceinline__ void tc_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 /* until at most N of this thread's bulk groups still read shared memory (.read) / are still running */
 template <int N> __device__ __forceinline__ void tc_bulk_wait_read() {
@@ -105,6 +131,12 @@ __device__ __forceinline__ void tc_stage_c_slice(unsigned dst, const float (&acc
   }
 }
 
+/* tc_wgmma_persistent's last argument: no cluster (tc_mc<0>, the default), or clusters of two blocks that share
+ * A (tc_mc<1>: tilecore.cuda.cluster_multicast "1x2") or B (tc_mc<2>: "2x1"), docs/decisions.md D44 */
+template <int SHARE> struct tc_mc {
+  static constexpr int share = SHARE;
+};
+
 /* tc_wgmma_pipeline (tc_hopper.cuh) over several output tiles per block: block b runs tiles b, b + gridDim.x,
  * ... < tiles, each described by tile_of(t) (a tc_gemm_tile). The pipeline is set up once; its stage index
  * and phase run on across tiles (k step `it` of the block, counted over all its tiles, uses stage it % STAGES,
@@ -127,12 +159,29 @@ __device__ __forceinline__ void tc_stage_c_slice(unsigned dst, const float (&acc
  * writes the buffer again does that thread wait until its stores have read it (cp.async.bulk.wait_group.read 0),
  * the warpgroup meeting on the barrier after it; the thread waits for them to complete before it exits.
  * EPI & TC_EPI_TMA_HALF: the buffer holds half of each slice's columns; the left half is staged and stored, then
- * (after the wait for those stores' reads) the right half. */
+ * (after the wait for those stores' reads) the right half.
+ * MC = tc_mc<1> or tc_mc<2> (tilecore.cuda.cluster_multicast, D44): the grid is clusters of two blocks
+ * (__cluster_dims__(2, 1, 1)); tile_of gives slots 2 p and 2 p + 1 (ranks 0 and 1 of the cluster that runs pair p,
+ * gridDim.x and `tiles` even, so both blocks run the same number of pairs) two tiles with the same k tiles and the
+ * same A (tc_mc<1>) or B (tc_mc<2>) boxes. That operand's tensor map has boxes of half its rows: each block's
+ * producer loads its half (rank r: rows r ROWS / 2 ..) with .multicast::cluster to both blocks' stages, at the same
+ * offset, completing on both blocks' `full` barriers; each block's `full` still expects the whole STAGE bytes (the
+ * partner's half may land before this block's expect_tx: the phase cannot complete before that arrival). A stage is
+ * overwritten by both producers, so each block's `empty` barrier counts its own READERS and one arrival of each
+ * releasing warp of the partner (its first lane, after the warp's WGMMA wait, by mapa +
+ * mbarrier.arrive.release.cluster: 8 remote arrivals a stage with two consumer warpgroups, where every thread
+ * arrives locally); the producer waits on its own `empty` only. Every thread of the cluster meets
+ * at a cluster barrier after the barriers' init (fence.mbarrier_init.release.cluster: no multicast or remote
+ * arrival reaches an uninitialised barrier) and before it exits (no block leaves while its partner may still
+ * arrive on its barriers). A slot past the grid's tiles (the paired dimension's tile count odd) gets its
+ * partner's tile with m_valid 0: it loads and multiplies as a real tile (the protocol is the same) and stores
+ * nothing. */
 template <int NTHREADS, int BM, int BN, int BK, int STAGES, int NC, int MR, bool B_KMAJOR, int A_RS, int A_CS,
-          int B_RS, int B_CS, int EPI, int KSTEP, bool PINGPONG, typename MMA, typename TOUT, typename TILE>
+          int B_RS, int B_CS, int EPI, int KSTEP, bool PINGPONG, typename MMA, typename TOUT, typename TILE,
+          typename MC = tc_mc<0>>
 __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* __restrict__ C_base, long long tiles,
                                                     long long ldc, TILE tile_of, const tc_tmap* tma,
-                                                    const tc_tmap* tmb, const tc_tmap* tmc = nullptr) {
+                                                    const tc_tmap* tmb, const tc_tmap* tmc = nullptr, MC = MC()) {
   static_assert(NTHREADS == 128 * (NC + 1), "tc_wgmma_persistent: one producer and NC consumer warpgroups");
   constexpr int ESIZE = 32 / KSTEP;            /* bytes per element: k16 for 16-bit types, k32 for 8-bit */
   constexpr int ATOM = 128 / ESIZE;            /* elements in one 128-byte row */
@@ -151,6 +200,10 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
   static_assert(!PINGPONG || (NC == 2 && BM == 64 * MR), "tc_wgmma_persistent: ping-pong gives each of two "
                                                          "consumer warpgroups whole tiles");
   constexpr int READERS = PINGPONG ? 128 : 128 * NC;  /* the threads that release a stage */
+  constexpr int MCAST = MC::share;  /* 0: no cluster; 1: A multicast in a cluster of two; 2: B */
+  static_assert(MCAST == 0 || ((MCAST == 1 ? BM : B_ROWS) % 16 == 0), "tc_wgmma_persistent: half boxes of whole "
+                                                                     "1024-byte swizzle atoms");
+  const unsigned rank = MCAST ? tc_cluster_ctarank() : 0u;  /* this block's rank in its cluster */
   const unsigned raw = tc_smem_addr(pipe);
   const unsigned base = (raw + 1023u) & ~1023u;
   const unsigned bars = base + STAGES * STAGE;  /* full[s] at bars + 8 s, empty[s] at bars + 8 (STAGES + s) */
@@ -166,7 +219,7 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       tc_mbar_init(bars + 8 * s, 1);
-      tc_mbar_init(bars + 8 * (STAGES + s), READERS);
+      tc_mbar_init(bars + 8 * (STAGES + s), READERS + (MCAST ? READERS / 32 : 0));
     }
     if (PINGPONG) {
       tc_mbar_init(done, 128);
@@ -174,7 +227,10 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
     }
     tc_mbar_init_fence();
   }
-  __syncthreads();
+  if (MCAST)
+    tc_mc_cluster_sync();  /* both blocks' barriers initialised before any multicast or remote arrival */
+  else
+    __syncthreads();
   if (wg == 0) {
     if (REGS) tc_setmaxnreg_dec<56>();
     if (threadIdx.x == 0) {
@@ -191,10 +247,24 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
           const unsigned sa = base + s * STAGE, sb = sa + A_BYTES;
           const int ar = (int)(g.a_r0 + (long long)kt * A_RS), ac = (int)(g.a_c0 + (long long)kt * A_CS);
           const int br = (int)(g.b_r0 + (long long)kt * B_RS), bc = (int)(g.b_c0 + (long long)kt * B_CS);
+          if (MCAST == 1) {  /* this block's half of A's rows, to both blocks of the cluster */
 #pragma unroll
-          for (int a = 0; a < BK / ATOM; ++a) tc_tma_load_2d(sa + a * BM * 128, tma, full, ac + a * ATOM, ar);
+            for (int a = 0; a < BK / ATOM; ++a)
+              tc_tma_load_2d_mc(sa + a * BM * 128 + rank * (BM / 2) * 128, tma, full, ac + a * ATOM,
+                                ar + (int)rank * (BM / 2), (unsigned short)3);
+          } else {
 #pragma unroll
-          for (int a = 0; a < B_ATOMS; ++a) tc_tma_load_2d(sb + a * B_ROWS * 128, tmb, full, bc + a * ATOM, br);
+            for (int a = 0; a < BK / ATOM; ++a) tc_tma_load_2d(sa + a * BM * 128, tma, full, ac + a * ATOM, ar);
+          }
+          if (MCAST == 2) {  /* this block's half of B's rows, to both */
+#pragma unroll
+            for (int a = 0; a < B_ATOMS; ++a)
+              tc_tma_load_2d_mc(sb + a * B_ROWS * 128 + rank * (B_ROWS / 2) * 128, tmb, full, bc + a * ATOM,
+                                br + (int)rank * (B_ROWS / 2), (unsigned short)3);
+          } else {
+#pragma unroll
+            for (int a = 0; a < B_ATOMS; ++a) tc_tma_load_2d(sb + a * B_ROWS * 128, tmb, full, bc + a * ATOM, br);
+          }
         }
       }
     }
@@ -204,6 +274,12 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
     const int c = PINGPONG ? 0 : me;  /* its first 64-row slice of a tile (ping-pong: whole tiles) */
     unsigned it = 0;  /* as the producer's */
     long long j = 0;  /* the block's tiles so far */
+    /* stage s read: this thread's arrival on its block's `empty`; with a cluster, each warp's first lane's on the
+     * partner's too (its producer multicasts into this block's stage; the lane is past its warp's WGMMA wait) */
+    auto release = [&](unsigned s) {
+      tc_mbar_arrive(bars + 8 * (STAGES + s));
+      if (MCAST && threadIdx.x % 32 == 0) tc_mbar_arrive_remote(bars + 8 * (STAGES + s), rank ^ 1u);
+    };
     for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++j) {
       const tc_gemm_tile g = tile_of(tile);
       const int k_tiles = (int)g.k_tiles;
@@ -246,20 +322,21 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
       for (int kt = 0; kt < k_tiles - 1; ++kt, ++it) {
         step(it);
         tc_wgmma_wait<1>();
-        if (kt > 0) tc_mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
+        if (kt > 0) release((it - 1) % STAGES);
       }
       /* the last waits for its own group (the epilogue reads the accumulators: D29's ptxas hazard) and releases
        * both stages at once, so the next tile's loads start under this tile's epilogue */
       if (k_tiles > 0) {
         step(it);
         tc_wgmma_wait<0>();
-        if (k_tiles > 1) tc_mbar_arrive(bars + 8 * (STAGES + (it - 1) % STAGES));
-        tc_mbar_arrive(bars + 8 * (STAGES + it % STAGES));
+        if (k_tiles > 1) release((it - 1) % STAGES);
+        release(it % STAGES);
         ++it;
       }
       if (PINGPONG) tc_mbar_arrive(done + 8 * me);  /* the other warpgroup's next tile may start */
 #pragma unroll
       for (int i = 0; i < MR; ++i) tc_reg_fence(acc[i]);
+      if (MCAST && g.m_valid <= 0) continue;  /* a slot past the grid's tiles: its partner's tile, not stored */
       if constexpr (TMA_STORE) {  /* (discarded otherwise: tc_stage_c_slice needs whole boxes) */
         const int t = threadIdx.x % 128;
 #pragma unroll
@@ -319,4 +396,5 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
     }
     if (TMA_STORE && threadIdx.x % 128 == 0) tc_bulk_wait<0>();  /* the stores are done before the block exits */
   }
+  if (MCAST) tc_mc_cluster_sync();  /* no block exits while its partner may still arrive on its barriers */
 }
