@@ -43,7 +43,7 @@ from tilecore.passes import tile_pass
 from tilecore.passes.core import onchip_limit
 from tilecore.passes.guard import guard_stmt, launch_facts, loop_facts
 
-from . import _lean
+from . import _lean, _tmastore
 from ._fold import fold_epilogue_tiles as _fold_epilogue_tiles
 from ._irutil import NoMatch as _No, full as _full, need as _need, nonunit, row_stride, static as _s
 from .hopper import WG, rewrite_launches, tensor_map, wgmma_struct
@@ -879,6 +879,7 @@ def _lower_as(mode: str):
             _split_masked(plan, facts, ctx, name)
         plan["beside"] = _beside_pv(plan, ctx, name) if mode == "wgmma" else None
         plan["partial_sums"] = _partial_sums(plan, ctx, name)
+        _tmastore.plan_store(plan, ctx, name)  # D45: the output through shared memory and TMA stores (adds a map)
         regs = ctx.option("tilecore.cuda.producer_registers", None)  # D39: FA3's 24 where the softmax runs beside
         plan["producer_regs"] = _lean.producer_registers(  # P @ V (its carried fragments need the 240)
             regs if regs is not None else (24 if plan["beside"] is not None else _lean.PRODUCER_REGISTERS_DEFAULT))
@@ -1385,6 +1386,11 @@ class _Emit:
             return
         if self.p["frags"][src.buffer] == 1:
             return self.store_rows(s)
+        if (self.p.get("tma_store") or {}).get("stmt") == id(s):  # D45: through shared memory and TMA stores
+            if self.p["once"] and not self.waited_once:  # the tile's TMA load has landed before it is written
+                self.line(f"tc_mbar_wait({self.bar('once')}, 0);")
+                self.waited_once = True
+            return _tmastore.emit_store(self, s)
         # fragment -> global: rows tc_row (+ 8), columns tc_col + 8 j (+ 1), bounded by the tensor's edge
         g = dst.buffer
         nu = nonunit(dst.extents)
