@@ -21,7 +21,8 @@ makes it grouped-query attention (K/V with fewer heads; SDPA with ``enable_gqa=T
 math), ``d39`` = beside + tree + rowsum). A block whose key width does not divide ``--seq`` (128x176 at
 4096) runs its last K/V block ragged: TMA zero-fills the rows past the sequence and the kernel's
 ``k * bn + j < seq`` mask gives their scores -inf, in the last iteration only (D30's split).
-``--epilogue`` (D45): ``direct`` (each thread stores its fragment) or ``tma`` (``tilecore.cuda.attention_tma_store``:
+``--combos SCHEDULE/EPILOGUE/LEAN,...`` times exactly those combinations (instead of every one of the three lists).
+``--lean late`` (D45) = ``tilecore.cuda.rescale_under_qk``. ``--epilogue`` (D45): ``direct`` (each thread stores its fragment) or ``tma`` (``tilecore.cuda.attention_tma_store``:
 O through shared memory and TMA stores, FA3's epilogue), one row each; with ``--schedules overlap,both`` one run
 times ping-pong off and on against both epilogues.
 Exits with code 2 and a clear message where no CUDA GPU is present.
@@ -65,7 +66,9 @@ LEAN = {"off": _LEAN_OFF, "pack": {**_LEAN_OFF, "tilecore.cuda.pack_direct": Tru
         "beside+tree": {"tilecore.cuda.softmax_beside_pv": True, "tilecore.cuda.tree_reduce": True},
         "rowsum": {"tilecore.cuda.row_sum_per_thread": True},
         "d39": {"tilecore.cuda.softmax_beside_pv": True, "tilecore.cuda.tree_reduce": True,
-                "tilecore.cuda.row_sum_per_thread": True}}
+                "tilecore.cuda.row_sum_per_thread": True},
+        # D45: O's rescale after the next S = Q K^T is issued (FA3's order)
+        "late": {"tilecore.cuda.rescale_under_qk": True}}
 
 #: the output's epilogue (D45), by the name --epilogue takes
 EPILOGUE = {"direct": {"tilecore.cuda.attention_tma_store": False}, "tma": {"tilecore.cuda.attention_tma_store": True},
@@ -127,6 +130,8 @@ def main() -> int:
                     help=f"comma-separated, one row each: {', '.join(LEAN)} (default: the compiler's defaults)")
     ap.add_argument("--epilogue", default="default",
                     help=f"comma-separated, one row each: {', '.join(EPILOGUE)} (default: the compiler's default)")
+    ap.add_argument("--combos", default=None,
+                    help="comma-separated SCHEDULE/EPILOGUE/LEAN triples, one row each (instead of every combination)")
     ap.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     ap.add_argument("--pass-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a pass config for every kernel (repeat it); VALUE is parsed as Python (True, 3) or kept a string")
@@ -144,6 +149,13 @@ def main() -> int:
     if unknown:
         ap.error(f"--softmax / --exp / --lean / --epilogue: unknown {', '.join(unknown)}; known: {', '.join(SOFTMAX)} / "
                  f"exp2, exp / {', '.join(LEAN)} / {', '.join(EPILOGUE)}")
+    combos = None
+    if args.combos:
+        combos = [tuple(c.split("/")) for c in args.combos.split(",")]
+        bad = [c for c in combos if len(c) != 3 or c[0] not in SCHEDULES or c[1] not in EPILOGUE or c[2] not in LEAN]
+        if bad:
+            ap.error(f"--combos: {', '.join('/'.join(c) for c in bad)}: SCHEDULE/EPILOGUE/LEAN from {', '.join(SCHEDULES)} / "
+                     f"{', '.join(EPILOGUE)} / {', '.join(LEAN)}")
     extra = {}
     for kv in args.pass_config:
         key, _, value = kv.partition("=")
@@ -191,8 +203,10 @@ def main() -> int:
             ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal, **gqa_args)
         top = max(x for x in theirs.values() if x == x) if any(x == x for x in theirs.values()) else float("nan")
         maths = ([False] if args.exact else []) + ([True] if args.fast_math else [])
-        for schedule, softmax, form, lean, epi, fast in ((a, x, e, n, o, f) for a in schedules for x in softmaxes
-                                                         for e in exps for n in leans for o in epilogues for f in maths):
+        rows = ([(a, x, e, n, o, f) for a in schedules for x in softmaxes for e in exps for n in leans for o in epilogues
+                 for f in maths] if combos is None else
+                [(a, x, e, n, o, f) for a, o, n in combos for x in softmaxes for e in exps for f in maths])
+        for schedule, softmax, form, lean, epi, fast in rows:
             best, best_cfg, errs = 0.0, "-", []
             for cfg in args.blocks.split(","):
                 bm, bn, *rest = (int(x) for x in cfg.split("x"))

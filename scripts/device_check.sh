@@ -105,12 +105,13 @@ step norms python3 benchmarks/corpus_norms.py --rep 50 --load .norms_before
 step tma-store bash -c 'rc=0; python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_tma_store.py -rs || rc=$?;
      python3 benchmarks/cuda_gemm.py --rep 20 --sizes 4096,8192 --no-fp8 --tma-store off,on \
        --configs 128:256:64:256:3:8,128:256:64:256:4:8,128:128:64:256:4:8 || rc=$?; exit $rc'
-# FA3's ping-pong and epilogue (decision D45): the TMA-store epilogue's device tests (bit for bit against the direct
-# stores, float64), then ping-pong off ("overlap") and on ("both") x the direct / TMA-store epilogue, 128 x 128 and
-# 128 x 176 (each block's time on stderr), exact and fast, causal and not, cuDNN in the same run
+# FA3's ping-pong and epilogue (decision D45): the device tests (TMA-store epilogue and O's rescale under S = Q K^T,
+# bit for bit against the defaults, float64), then ping-pong off ("overlap") and on ("both", the default) with the
+# direct stores, TMA stores (tma), O's rescale under the next S (late) and both, 128 x 128 and 128 x 176 (each
+# block's time on stderr), exact and fast, causal and not, cuDNN in the same run
 step fa3pp bash -c 'rc=0; python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_attention_epilogue.py -rs || rc=$?;
      python3 benchmarks/cuda_attention.py --rep 3 --fast-math --blocks 128x128x256x2,128x176x256x2 \
-       --schedules overlap,both --epilogue direct,tma || rc=$?; exit $rc'
+       --combos overlap/direct/default,both/direct/default,both/tma/default,both/direct/late,both/tma/late || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

@@ -1,4 +1,4 @@
-"""FA3's epilogue in the register programs (docs/decisions.md D45), through the public API:
+"""FA3's epilogue and order in the register programs (docs/decisions.md D45), through the public API:
 ``tilecore.cuda.attention_tma_store`` (off until the H100 measures it) writes the output tile (FlashAttention's O)
 through shared memory and TMA stores instead of each thread storing its fragment: each consumer warpgroup writes
 its 64 rows with ``stmatrix`` into its own rows of the tile loaded once that only the gemms read as A (Q: free
@@ -6,12 +6,20 @@ after the consumer's last ``S = Q K^T``), fences them to the async proxy, syncs 
 barrier, and one thread stores the 64 x 64 boxes (the tensor map clips rows past the sequence). Same rounding as
 the direct stores (``__floats2half2_rn``): the same bits.
 
+``tilecore.cuda.rescale_under_qk`` (off until measured): with the intra-warpgroup overlap, O's rescale (``O = O * r``,
+between the two gemms) runs in the next iteration after its S = Q K^T is issued and before the P @ V it feeds
+(FA3's order): under the tensor cores' work, off the softmax's path to the next turn; the same operations on O in the
+same order (the same bits).
+
 Without a GPU (CI): the notes, the fallbacks, the SASS (8 STSM and 2 UTMASTG for d128, the main loop's count
 unchanged, no local memory), and the layout: the generated stmatrix addresses and TMA store coordinates are
 evaluated for every lane of every warp and consumer, stmatrix's and the 128-byte swizzle's semantics applied,
 and every accumulator register must land on its own (row, column) of the output (two mutations caught: the
 swizzle's XOR dropped, two matrices swapped). On an sm_90 GPU: bit for bit against the direct stores, exact and
-fast math, ragged sequences, causal, three consumers at d64, and float64 references.
+fast math, ragged sequences, causal, three consumers at d64, and float64 references. The rescale's move: the
+64 FMUL inside the turn in the SASS, the loop's count unchanged, and the host simulator's protocols (WGMMA
+hazards, stage releases, turns, every register array's history as with the option off) for 0-5 trips and every
+split count, with a mutation caught; on the GPU bit for bit against the defaults.
 """
 from __future__ import annotations
 
@@ -236,3 +244,85 @@ def test_device_tma_store_with_every_schedule(torch_cuda):
         assert got.tobytes() == base.tobytes(), sched
         ref = attention_ref(inputs, "float16", True, seq=1024, dim=128)[0]
         np.testing.assert_allclose(got, ref, atol=2e-2, rtol=2e-2)
+
+
+# -- O's rescale under the next S = Q K^T -------------------------------------------------------------------------
+
+LATE = {"tilecore.cuda.rescale_under_qk": True}
+
+
+def _fmul_in_turn(sass: str) -> int:
+    """FMUL between the loop's turn (BAR.SYNC) and the pass of it (BAR.ARV)."""
+    ins = sass_paths.parse(sass)
+    loop = [ins[k][1] for k in sass_paths.main_loop(ins)]
+    a = next(n for n, t in enumerate(loop) if "BAR.SYNC" in t)
+    b = next(n for n, t in enumerate(loop) if "BAR.ARV" in t)
+    return sum(sass_paths.opcode(t) == "FMUL" for t in loop[a:b])
+
+
+@needs_toolchain
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "exact"])
+def test_rescale_under_qk_sass(fast):
+    from tilecore_cuda import regprog
+
+    assert regprog.RESCALE_UNDER_QK_DEFAULT is False
+    pc = {**NOCACHE, "tilecore.fast_math": fast}
+    k = tilecore.compile(_attention(4096, 128, 128, 128, 256, False, heads=32, batch=8), target=HOPPER,
+                         pass_configs={**pc, **LATE})
+    assert "O's rescale under the next S = Q K^T" in _notes(k)
+    dis = tilecore_cuda.CUDABackend().disassemble
+    on, off = dis(k.binary, HOPPER), dis(_bench(False, fast).binary, HOPPER)
+    assert _fmul_in_turn(on) == 64 and _fmul_in_turn(off) == 0
+    assert "STL" not in on and "LDL" not in on
+    total = lambda s: [r["total"] for r in sass_paths.loop_counts(s)]  # noqa: E731
+    assert len(total(on)) == 1 and 0 <= total(on)[0] - total(off)[0] <= 1  # the same work (ptxas: 459 / 459, 726 / 725)
+
+
+@needs_toolchain
+def test_rescale_under_qk_fallbacks():
+    k = tilecore.compile(_attention(1024, 128, 128, 128, 256, False), target=HOPPER,
+                         pass_configs={**NOCACHE, **LATE, "tilecore.cuda.intra_wg_overlap": False})
+    assert "O's rescale stays before the turn (needs the intra-warpgroup overlap)" in _notes(k)
+    k = tilecore.compile(_attention(1024, 128, 128, 128, 256, False), target=HOPPER,
+                         pass_configs={**NOCACHE, **LATE, "tilecore.cuda.softmax_beside_pv": True})
+    assert "O's rescale stays before the turn (the softmax beside P @ V" in _notes(k)
+
+
+@needs_toolchain
+@pytest.mark.parametrize("shape,pingpong", [((1024, 128, 128, 128, 256, False), True),
+                                            ((1000, 128, 128, 176, 256, True), True),
+                                            ((1000, 64, 128, 64, 256, True), False),
+                                            ((1000, 64, 192, 64, 384, True), True)],
+                         ids=["d128", "d128-176-causal", "d64-causal-no-pingpong", "d64-3wg-causal"])
+def test_rescale_under_qk_keeps_the_protocols(shape, pingpong):
+    from test_cuda_attention_critical_path import _protocol_problems
+
+    pc = {**NOCACHE, "tilecore.cuda.pingpong": pingpong}
+    on = tilecore.compile(_attention(*shape), target=HOPPER, pass_configs={**pc, **LATE}).get_kernel_source()
+    off = tilecore.compile(_attention(*shape), target=HOPPER, pass_configs=pc).get_kernel_source()
+    assert on != off
+    consumers = shape[4] // 128
+    assert _protocol_problems(on, off, consumers) == []
+    # mutation: the P @ V issued before O's rescale (the rescale then writes O under the WGMMA writing it)
+    loop = on[on.index("for (int tc_it = 1;"):]
+    resc_start = loop.index("#pragma unroll", loop.index("tc_wgmma_commit();"))
+    resc_end = loop.index("tc_wgmma_fence();", resc_start)
+    pv_end = loop.index("tc_wgmma_commit();", resc_end) + len("tc_wgmma_commit();")
+    swapped = loop[:resc_start] + loop[resc_end:pv_end] + "\n" + loop[resc_start:resc_end] + loop[pv_end:]
+    bad = on[:on.index("for (int tc_it = 1;")] + swapped
+    assert bad != on and _protocol_problems(bad, off, consumers) != []
+
+
+@hopper_gpu
+@pytest.mark.parametrize("fast", [False, True], ids=["exact", "fast"])
+@pytest.mark.parametrize("shape", ["128", "176-causal-ragged", "d64-3"])
+def test_device_rescale_under_qk_bit_identical(torch_cuda, shape, fast):
+    from tilecore_conformance.composite import attention_ref
+
+    inputs, got, k = _device_run(torch_cuda, shape, {**LATE, **TMA}, fast)
+    assert "O's rescale under the next S" in _notes(k)
+    _, base, _ = _device_run(torch_cuda, shape, {}, fast)
+    assert got.tobytes() == base.tobytes()
+    seq, dim, *_, causal = SHAPES[shape]
+    ref = attention_ref(inputs, "float16", causal, seq=seq, dim=dim)[0]
+    np.testing.assert_allclose(got, ref, atol=2e-2, rtol=2e-2)

@@ -340,6 +340,62 @@ def _beside_pv(plan, ctx, name):
     return first
 
 
+#: default of ``tilecore.cuda.rescale_under_qk`` (D45): off until the H100 measures it
+RESCALE_UNDER_QK_DEFAULT = False
+
+
+def _rescale_under_qk(plan, ctx, name) -> list:
+    """``tilecore.cuda.rescale_under_qk`` (D45, FA3's order): with the intra-warpgroup overlap, the statements of B
+    (between the two gemms) that touch the second gemm's C (O's rescale, ``O = O * r``) run in the next iteration,
+    after its first gemm is issued and before the second gemm they feed: under S = Q K^T on the tensor cores,
+    off the softmax's path to the next turn. O sees the same operations in the same order (the same bits). Where
+    each such statement writes only C, reads nothing B writes after it, nothing the next iteration's first part
+    (up to its gemm) writes, names no loop variable and is the same in the masked and unmasked bodies, and no
+    later statement of B touches C. Returns their positions in the body (empty: not applied, with a note where
+    asked)."""
+    if not ctx.option("tilecore.cuda.rescale_under_qk", RESCALE_UNDER_QK_DEFAULT):
+        return []
+    why = None
+    if not plan.get("overlap"):
+        why = "needs the intra-warpgroup overlap"
+    elif plan.get("beside") is not None:
+        why = "the softmax beside P @ V defers these statements already"
+    if why is None:
+        g1, g2 = plan["overlap"]
+        body, frags, loop = plan["body"], plan["frags"], plan["loop"]
+        c = body[g2].args[2].buffer
+        a = body[g2].args[0].buffer
+        late = [k for k in range(g1 + 1, g2) if c in _touched(body[k], frags)]
+        first_writes = set().union(*(_touched(x, frags) - _loads_only(x, frags) for x in body[:g1 + 1]))
+        um = plan.get("unmasked")
+        for k in late:
+            x = body[k]
+            writes = _touched(x, frags) - _loads_only(x, frags)
+            reads = _loads_only(x, frags)
+            after = set().union(*(_touched(y, frags) - _loads_only(y, frags) for y in body[k + 1:g2]), set())
+            if writes != {c}:
+                why = "a statement on O writes other fragments"
+            elif reads & (after | first_writes) or a in reads:
+                why = "O's rescale reads what is written after it"
+            elif any(c in _touched(body[m], frags) for m in range(k + 1, g2) if m not in late):
+                why = "O is used later in the same iteration"
+            elif _names_var(x, loop.var):
+                why = "O's rescale names the loop variable"
+            elif um and um["body"][k] is not x and repr(um["body"][k]) != repr(x):
+                why = "O's rescale differs between the masked and unmasked iterations"
+            if why:
+                break
+        if why is None and not late:
+            why = "no statement on the second gemm's accumulator between the gemms"
+    if why:
+        ctx.notes.append(f"{name}: O's rescale stays before the turn ({why})")
+        return []
+    ctx.notes.append(f"{name}: O's rescale under the next S = Q K^T: statement(s) "
+                     f"{', '.join(str(k - g1) for k in late)} of the work between the gemms run after the next "
+                     "iteration's first gemm is issued (FA3's order)")
+    return late
+
+
 def _loads(x) -> set:
     """The buffers expression or statement ``x`` reads (BufferLoad anywhere in it)."""
     out = set()
@@ -879,6 +935,7 @@ def _lower_as(mode: str):
             _split_masked(plan, facts, ctx, name)
         plan["beside"] = _beside_pv(plan, ctx, name) if mode == "wgmma" else None
         plan["partial_sums"] = _partial_sums(plan, ctx, name)
+        plan["late"] = _rescale_under_qk(plan, ctx, name) if mode == "wgmma" else []
         _tmastore.plan_store(plan, ctx, name)  # D45: the output through shared memory and TMA stores (adds a map)
         regs = ctx.option("tilecore.cuda.producer_registers", None)  # D39: FA3's 24 where the softmax runs beside
         plan["producer_regs"] = _lean.producer_registers(  # P @ V (its carried fragments need the 240)
@@ -1216,8 +1273,16 @@ class _Emit:
                 self.groups[-1] = (*self.groups[-1][:2], True, [])  # its end releases the stage
                 self.line(f"tc_rel = {stage};")
 
+        late = p.get("late") or []  # D45: O's rescale, after the next first gemm's issue
+
+        def run_late():
+            for k in late:
+                self.cstmt(p["body"][k])
+
         def run_between(body, alt=None):
             for k in range(g1 + 1, g2 if beside is None else beside):
+                if k in late:
+                    continue
                 self.cstmt_either(body[k], alt[k] if alt else body[k])
             if beside is not None:  # P @ V stays in flight into the next iteration, which finishes B (deferred)
                 return
@@ -1239,6 +1304,7 @@ class _Emit:
             self.loop_var(loop)
             self.line(f"const int tc_s = tc_it % {S};")
             run_first(body, True, None, True)
+            run_late()
             run_second(f"((tc_it + {S - 1}) % {S})", "all")
             run_between(body)
 
@@ -1249,6 +1315,7 @@ class _Emit:
             self.loops(1, step)
             if beside is not None:
                 deferred("tc_nit")
+            run_late()
             run_second(f"((tc_nit + {S - 1}) % {S})", "final", "tc_nit - 1")
             self.retire()
 
