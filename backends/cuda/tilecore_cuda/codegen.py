@@ -244,6 +244,7 @@ class CUDAEmitter(SIMTCppEmitter):
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_ex2.cuh").read_text()
         if "tc_rp_tma_store_" in "\n".join(st.lines):  # a register program's output through TMA stores (D45)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_rp_store.cuh").read_text()
+        helpers += "".join(getattr(st, "rp_structs", {}).values())  # register programs' zero-start WGMMA (D45)
         if collect(func.body, MatrixOp):  # registered matrix units on register arrays (units.py)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_matrix.cuh").read_text()
         if getattr(st, "wgmma_structs", None):  # wgmma as a registered unit (tc_wgmma.cuh)
