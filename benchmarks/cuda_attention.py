@@ -23,7 +23,8 @@ math), ``d39`` = beside + tree + rowsum). A block whose key width does not divid
 ``k * bn + j < seq`` mask gives their scores -inf, in the last iteration only (D30's split).
 ``--combos SCHEDULE/EPILOGUE/LEAN,...`` times exactly those combinations (instead of every one of the three lists).
 ``--lean late`` (D45) = ``tilecore.cuda.rescale_under_qk``. ``--epilogue`` (D45): ``direct`` (each thread stores its fragment) or ``tma`` (``tilecore.cuda.attention_tma_store``:
-O through shared memory and TMA stores, FA3's epilogue), one row each; with ``--schedules overlap,both`` one run
+O through shared memory and TMA stores, FA3's epilogue), ``persist`` / ``persist+tma``
+(``tilecore.cuda.attention_persistent``: a persistent grid, the next tile's loads under this one's end), one row each; with ``--schedules overlap,both`` one run
 times ping-pong off and on against both epilogues.
 Exits with code 2 and a clear message where no CUDA GPU is present.
 """
@@ -72,7 +73,10 @@ LEAN = {"off": _LEAN_OFF, "pack": {**_LEAN_OFF, "tilecore.cuda.pack_direct": Tru
 
 #: the output's epilogue (D45), by the name --epilogue takes
 EPILOGUE = {"direct": {"tilecore.cuda.attention_tma_store": False}, "tma": {"tilecore.cuda.attention_tma_store": True},
-            "default": {}}
+            "default": {},
+            # D45: the persistent grid (tilecore.cuda.attention_persistent), with the direct or the TMA-store epilogue
+            "persist": {"tilecore.cuda.attention_persistent": True, "tilecore.cuda.attention_tma_store": False},
+            "persist+tma": {"tilecore.cuda.attention_persistent": True, "tilecore.cuda.attention_tma_store": True}}
 
 
 def flash_fwd(batch, heads, seq, dim, causal, bm=64, bn=64, dtype="float16", threads=128, stages=2, fast=False,

@@ -38,7 +38,8 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_pipeline_planner.py tests/test_matrix_gemm.py tests/test_cuda_units.py tests/test_cuda_wgmma_unit.py tests/test_indexed_shuffles.py \
      tests/test_cuda_attention_schedules.py tests/test_cuda_attention_softmax.py tests/test_cuda_splitk.py tests/test_c_launcher.py \
      tests/test_cuda_persistent.py tests/test_cuda_attention_lean.py tests/test_dynamic_tma.py tests/test_copy_groups.py \
-     tests/test_cuda_attention_critical_path.py tests/test_cuda_attention_epilogue.py
+     tests/test_cuda_attention_critical_path.py tests/test_cuda_attention_epilogue.py \
+     tests/test_cuda_attention_persistent.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -105,13 +106,16 @@ step norms python3 benchmarks/corpus_norms.py --rep 50 --load .norms_before
 step tma-store bash -c 'rc=0; python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_tma_store.py -rs || rc=$?;
      python3 benchmarks/cuda_gemm.py --rep 20 --sizes 4096,8192 --no-fp8 --tma-store off,on \
        --configs 128:256:64:256:3:8,128:256:64:256:4:8,128:128:64:256:4:8 || rc=$?; exit $rc'
-# FA3's ping-pong and epilogue (decision D45): the device tests (TMA-store epilogue and O's rescale under S = Q K^T,
-# bit for bit against the defaults, float64), then ping-pong off ("overlap") and on ("both", the default) with the
-# direct stores, TMA stores (tma), O's rescale under the next S (late) and both, 128 x 128 and 128 x 176 (each
-# block's time on stderr), exact and fast, causal and not, cuDNN in the same run
-step fa3pp bash -c 'rc=0; python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_attention_epilogue.py -rs || rc=$?;
-     python3 benchmarks/cuda_attention.py --rep 3 --fast-math --blocks 128x128x256x2,128x176x256x2 \
-       --combos overlap/direct/default,both/direct/default,both/tma/default,both/direct/late,both/tma/late || rc=$?; exit $rc'
+# FA3's ping-pong, epilogue and persistent grid (decision D45): the device tests (TMA-store epilogue, O's rescale under
+# S = Q K^T, the persistent grid: bit for bit against the defaults, float64), then one row each: ping-pong off
+# ("overlap") and on ("both", the default) with direct stores, TMA stores (tma), O's rescale under the next S (late),
+# the persistent grid (persist, persist+tma) and all; fast math at 128 x 128 and the exact build at 128 x 176 (each
+# block's best), causal and not, cuDNN in the same run (each call's own). Under timeouts: a hang costs minutes, not the call
+step fa3pp bash -c 'rc=0; C=overlap/direct/default,both/direct/default,both/tma/default,both/direct/late,both/persist/default,both/persist+tma/default,both/persist+tma/late;
+     timeout -k 5 180 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_attention_epilogue.py \
+       tests/test_cuda_attention_persistent.py -rs || rc=$?;
+     timeout -k 5 150 python3 benchmarks/cuda_attention.py --rep 3 --fast-math --no-exact --blocks 128x128x256x2 --combos $C || rc=$?;
+     timeout -k 5 150 python3 benchmarks/cuda_attention.py --rep 3 --blocks 128x176x256x2 --combos $C || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \
