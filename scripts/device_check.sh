@@ -38,8 +38,7 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_pipeline_planner.py tests/test_matrix_gemm.py tests/test_cuda_units.py tests/test_cuda_wgmma_unit.py tests/test_indexed_shuffles.py \
      tests/test_cuda_attention_schedules.py tests/test_cuda_attention_softmax.py tests/test_cuda_splitk.py tests/test_c_launcher.py \
      tests/test_cuda_persistent.py tests/test_cuda_attention_lean.py tests/test_dynamic_tma.py tests/test_copy_groups.py \
-     tests/test_cuda_attention_critical_path.py tests/test_cuda_attention_epilogue.py \
-     tests/test_cuda_attention_persistent.py
+     tests/test_cuda_attention_critical_path.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -111,6 +110,7 @@ step tma-store bash -c 'rc=0; python3 -m pytest -q -n 8 -p no:cacheprovider test
 # ("overlap") and on ("both", the default) with direct stores, TMA stores (tma), O's rescale under the next S (late),
 # the persistent grid (persist, persist+tma) and all; fast math at 128 x 128 and the exact build at 128 x 176 (each
 # block's best), causal and not, cuDNN in the same run (each call's own). Under timeouts: a hang costs minutes, not the call
+# (the two test files join device-tests once they have passed here)
 step fa3pp bash -c 'rc=0; C=overlap/direct/default,both/direct/default,both/tma/default,both/direct/late,both/persist/default,both/persist+tma/default,both/persist+tma/late;
      timeout -k 5 180 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_attention_epilogue.py \
        tests/test_cuda_attention_persistent.py -rs || rc=$?;
