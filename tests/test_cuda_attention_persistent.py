@@ -72,6 +72,12 @@ def test_notes_launch_and_default():
     assert "not persistent (the mma.sync path)" in _notes(k80)
     kno = _k(SIM["d128"], tuple({**PERSIST, "tilecore.cuda.intra_wg_overlap": False}.items()))
     assert "not persistent (needs the intra-warpgroup overlap)" in _notes(kno)
+    # causal: O's rescale under S withdrawn (ptxas spilled with both), no local memory
+    late = {**PERSIST, "tilecore.cuda.rescale_under_qk": True}
+    kc = tilecore.compile(_attention(4096, 128, 128, 128, 256, True, heads=32, batch=8), target=HOPPER,
+                          pass_configs={**NOCACHE, **late})
+    assert "O's rescale under S withdrawn" in _notes(kc)
+    assert "STL" not in tilecore_cuda.CUDABackend().disassemble(kc.binary, HOPPER)
 
 
 @needs_toolchain

@@ -382,6 +382,11 @@ def _persistent(plan, launch, ctx, name) -> None:
         return
     plan["pipe_bytes"] += extra
     plan["persist"] = {"blocks": int(lim[0]), "qb": qb, "zero_fills": _zero_fills(plan)}
+    um = plan.get("unmasked")
+    if plan.get("late") and um and not um["all"]:  # ptxas 13.0 spilled 36-40 bytes a consumer thread (causal d128)
+        plan["late"] = []
+        ctx.notes.append(f"{name}: O's rescale under S withdrawn: it stays before the turn (on a persistent grid with "
+                         "the masked loop split in two, ptxas spilled)")
     ctx.notes.append(f"{name}: persistent: at most {int(lim[0])} blocks loop over the tiles; the next tile's stages "
                      f"load under this tile's end; {'two buffers' if qb == 2 else 'one buffer'} for the tiles loaded "
                      "once")
