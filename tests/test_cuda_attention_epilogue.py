@@ -46,7 +46,9 @@ DIRECT = {"tilecore.cuda.attention_tma_store": False}
 #: (seq, dim, bm, bn, threads, causal)
 SHAPES = {"128": (1024, 128, 128, 128, 256, False), "128-causal": (1024, 128, 128, 128, 256, True),
           "176-ragged": (1000, 128, 128, 176, 256, False), "176-causal-ragged": (1000, 128, 128, 176, 256, True),
-          "d64-3": (1000, 64, 192, 64, 384, True)}
+          "d64-3": (1000, 64, 192, 64, 384, True),
+          # whole K/V blocks, not causal: the masked loop in one part (O's rescale under S applies)
+          "176-whole": (1056, 128, 128, 176, 256, False), "d64-3-whole": (1152, 64, 192, 64, 384, False)}
 
 
 @functools.lru_cache(maxsize=None)
@@ -220,7 +222,7 @@ def _device_run(torch, shape, configs, fast=False):
 
 @hopper_gpu
 @pytest.mark.parametrize("fast", [False, True], ids=["exact", "fast"])
-@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("shape", list(SHAPES)[:5])
 def test_device_tma_store_bit_identical_and_float64(torch_cuda, shape, fast):
     from tilecore_conformance.composite import attention_ref
 
@@ -238,7 +240,7 @@ def test_device_tma_store_with_every_schedule(torch_cuda):
     from tilecore_conformance.composite import attention_ref
 
     for sched in ({"tilecore.cuda.pingpong": False}, {"tilecore.cuda.intra_wg_overlap": False},
-                  {"tilecore.cuda.softmax_beside_pv": True}):
+                  {"tilecore.cuda.softmax_beside_pv": True}, {"tilecore.cuda.rescale_under_qk": True}):
         inputs, got, _ = _device_run(torch_cuda, "128-causal", {**TMA, **sched}, False)
         _, base, _ = _device_run(torch_cuda, "128-causal", {**DIRECT, **sched}, False)
         assert got.tobytes() == base.tobytes(), sched
@@ -286,14 +288,16 @@ def test_rescale_under_qk_fallbacks():
     k = tilecore.compile(_attention(1024, 128, 128, 128, 256, False), target=HOPPER,
                          pass_configs={**NOCACHE, **LATE, "tilecore.cuda.softmax_beside_pv": True})
     assert "O's rescale stays before the turn (the softmax beside P @ V" in _notes(k)
+    k = tilecore.compile(_attention(1000, 128, 128, 128, 256, False), target=HOPPER, pass_configs={**NOCACHE, **LATE})
+    assert "O's rescale stays before the turn (the masked loop runs in two parts" in _notes(k)
 
 
 @needs_toolchain
 @pytest.mark.parametrize("shape,pingpong", [((1024, 128, 128, 128, 256, False), True),
-                                            ((1000, 128, 128, 176, 256, True), True),
-                                            ((1000, 64, 128, 64, 256, True), False),
-                                            ((1000, 64, 192, 64, 384, True), True)],
-                         ids=["d128", "d128-176-causal", "d64-causal-no-pingpong", "d64-3wg-causal"])
+                                            ((1056, 128, 128, 176, 256, False), True),
+                                            ((1024, 64, 128, 64, 256, False), False),
+                                            ((1152, 64, 192, 64, 384, False), True)],
+                         ids=["d128", "d128-176", "d64-no-pingpong", "d64-3wg"])
 def test_rescale_under_qk_keeps_the_protocols(shape, pingpong):
     from test_cuda_attention_critical_path import _protocol_problems
 
@@ -315,7 +319,7 @@ def test_rescale_under_qk_keeps_the_protocols(shape, pingpong):
 
 @hopper_gpu
 @pytest.mark.parametrize("fast", [False, True], ids=["exact", "fast"])
-@pytest.mark.parametrize("shape", ["128", "176-causal-ragged", "d64-3"])
+@pytest.mark.parametrize("shape", ["128", "176-whole", "d64-3-whole"])
 def test_device_rescale_under_qk_bit_identical(torch_cuda, shape, fast):
     from tilecore_conformance.composite import attention_ref
 

@@ -368,6 +368,15 @@ def _persistent(plan, launch, ctx, name) -> None:
         why = "the grid has more than three dimensions"
     elif lim is None:
         why = "the target's profile has no limits.sm_count"
+    else:  # tiles of different lengths dealt round robin leave SMs idle (causal: 1-32 iterations a tile)
+        binds: dict = {}
+        for x in plan["pre"]:
+            if isinstance(x, Bind):
+                binds[id(x.var)] = substitute(x.value, binds)
+        ext = simplify(substitute(as_expr(plan["loop"].extent), binds))
+        if any(_mentions(ext, v) for v in launch.block_vars):
+            why = ("the loop's trip count varies with the block (a static order of tiles would leave SMs idle; the "
+                   "hardware's block scheduler balances them)")
     qb, extra = 0, 0
     if why is None:
         limit = onchip_limit(ctx)
@@ -382,11 +391,6 @@ def _persistent(plan, launch, ctx, name) -> None:
         return
     plan["pipe_bytes"] += extra
     plan["persist"] = {"blocks": int(lim[0]), "qb": qb, "zero_fills": _zero_fills(plan)}
-    um = plan.get("unmasked")
-    if plan.get("late") and um and not um["all"]:  # ptxas 13.0 spilled 36-40 bytes a consumer thread (causal d128)
-        plan["late"] = []
-        ctx.notes.append(f"{name}: O's rescale under S withdrawn: it stays before the turn (on a persistent grid with "
-                         "the masked loop split in two, ptxas spilled)")
     ctx.notes.append(f"{name}: persistent: at most {int(lim[0])} blocks loop over the tiles; the next tile's stages "
                      f"load under this tile's end; {'two buffers' if qb == 2 else 'one buffer'} for the tiles loaded "
                      "once")
@@ -408,6 +412,9 @@ def _rescale_under_qk(plan, ctx, name) -> list:
         why = "needs the intra-warpgroup overlap"
     elif plan.get("beside") is not None:
         why = "the softmax beside P @ V defers these statements already"
+    elif plan.get("unmasked") and not plan["unmasked"]["all"]:
+        why = ("the masked loop runs in two parts: with both, ptxas 13.0 spilled 96-160 bytes a thread (ragged or "
+               "causal, 128 x 128 and 192 x 64)")
     if why is None:
         g1, g2 = plan["overlap"]
         body, frags, loop = plan["body"], plan["frags"], plan["loop"]
