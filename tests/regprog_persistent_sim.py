@@ -37,9 +37,14 @@ def _py(expr: str) -> str:
 _FN = {"tc_floordiv": lambda a, b: a // b, "tc_min": min, "tc_max": max, "min": min, "max": max}
 
 
+class _Dim:
+    def __init__(self, x):
+        self.x = x
+
+
 def _eval(expr: str, env: dict):
     try:
-        return eval(_py(expr), dict(_FN), dict(env))  # noqa: S307 - our own generated integer expressions
+        return eval(_py(expr), dict(_FN), {**env, "gridDim": _Dim(env.get("_grid", 1))})  # noqa: S307 - our own generated integer expressions
     except (NameError, SyntaxError, TypeError, ZeroDivisionError):
         return None
 
@@ -135,6 +140,7 @@ class Block:
         self.named: dict = {}     # id -> list of (actor, waits)
         self.regions: dict = {}   # start -> [end, tag, holders, full barrier]
         self.problems: list = []
+        self.turns = "tc_named_sync(2" in src
         self.rng = random.Random(seed)
         self.init_lines = [ln for ln in self.src.split("__global__")[-1].splitlines() if "tc_mbar_init(" in ln]
         self.stages = int(re.search(r"for \(int s = 0; s < (\d+); \+\+s\)", self.src).group(1))
@@ -188,7 +194,9 @@ def _actor(block: Block, lines: list, who: str, env0: dict):
     """A generator interpreting ``lines`` for one actor: yields a predicate (callable) when it blocks."""
     env = dict(env0)
     st = {"groups": [], "building": set(), "s_gemms": [], "pv_gemms": 0, "held_q": None, "tile": None,
-          "bulk_pending": False}
+          "bulk_pending": False, "in_turn": False}
+
+    last_if = [True]
 
     def region_at(addr):
         for start, r in block.regions.items():
@@ -197,9 +205,14 @@ def _actor(block: Block, lines: list, who: str, env0: dict):
         return None, None
 
     def stmt(s):
+        if s.startswith("else "):  # the other branch of the one-line if before it
+            if not last_if[0]:
+                yield from stmt(s[5:].strip())
+            return
         m = _if_line(s)
         if m and not s.endswith("{"):
             v = _eval(m[0], env)
+            last_if[0] = v is None or bool(v)
             if v is None or v:
                 body = m[1].strip()
                 for part in (body[1:-1].split(";") if body.startswith("{") else [body.rstrip(";")]):
@@ -276,6 +289,8 @@ def _actor(block: Block, lines: list, who: str, env0: dict):
             return
         if "::run(" in s:
             struct = s[:s.index("::run(")]
+            if block.turns and not st["in_turn"]:
+                block.problems.append(f"{who}: issues a WGMMA outside its turn")
             addrs = [_eval(x, env) for x in re.findall(r"tc_wgmma_desc\((.*?), \d+, \d+\)", s)]
             reads = []
             for ad in addrs:
@@ -326,9 +341,14 @@ def _actor(block: Block, lines: list, who: str, env0: dict):
             waits = name == "tc_named_sync"
             ph = block.named.setdefault(bid, {"who": [], "gen": 0})
             mygen = ph["gen"]
+            if who in ph["who"]:
+                block.problems.append(f"{who}: arrives twice on named barrier {bid} in one phase")
             ph["who"].append(who)
             if len(ph["who"]) * 128 >= cnt:
                 ph["who"], ph["gen"] = [], ph["gen"] + 1
+            if cnt == 256:  # a ping-pong turn: taken by the sync, passed on by the arrival
+                block.turns = True
+                st["in_turn"] = waits
             if waits:
                 yield lambda: ph["gen"] > mygen
             return
@@ -395,9 +415,9 @@ def simulate(kernel, blocks: int = 3, seeds: int = 6) -> list:
             blk = Block(src, maps, b, blocks, nc, seed)
             blk.init()
             _layout(blk, src)
-            actors = {"producer": _actor(blk, prod, "producer", {"tc_bars": 0, "tc_base": 0}),
-                      **{f"consumer {c}": _actor(blk, cons, f"consumer {c}", {"tc_bars": 0, "tc_base": 0, "tc_c": c})
-                         for c in range(nc)}}
+            env = {"tc_bars": 0, "tc_base": 0, "_grid": blocks}
+            actors = {"producer": _actor(blk, prod, "producer", env),
+                      **{f"consumer {c}": _actor(blk, cons, f"consumer {c}", {**env, "tc_c": c}) for c in range(nc)}}
             waiting: dict = {name: None for name in actors}
             done: set = set()
             steps = 0
@@ -419,6 +439,10 @@ def simulate(kernel, blocks: int = 3, seeds: int = 6) -> list:
                     if pred is not None and not pred():
                         waiting[a] = pred
                         break
+            for bid, ph in blk.named.items():
+                if ph["who"] and len(done) == len(actors):
+                    blk.problems.append(f"named barrier {bid}: {', '.join(ph['who'])} arrived and nobody completed it "
+                                        "by the block's end")
             problems += [f"block {b}, seed {seed}: {p}" for p in dict.fromkeys(blk.problems)]
             if problems:
                 return problems

@@ -6,7 +6,8 @@ the hardware's block scheduler keeps them). The producer
 runs on into the next tile: its K / V stages load under this tile's last iterations and epilogue (the stage ring's
 count runs on over the block's tiles), and the tile loaded once (Q) has two buffers where they fit in shared memory
 (128 x 128 at d128), else one that the producer reloads after the next tile's first stages once the consumers have
-freed it (an ``qempty`` mbarrier, after the epilogue, which may store through it). The first gemm's zero fill becomes
+freed it (an ``qempty`` mbarrier, after the epilogue, which may store through it). The last consumer's last turn of a
+tile hands consumer 0 the next tile's first turn (where the block has one), before its epilogue. The first gemm's zero fill becomes
 a WGMMA that starts from zero (ptxas folds the fill itself in a single loop, not in a loop nested in the tile loop).
 
 Without a GPU (CI): the notes, the launch (grid, the runtime's cap), no local memory, the main loop's SASS (the
@@ -14,7 +15,8 @@ WGMMA from zero, the count within 16 instructions of the one-tile kernel), the d
 protocol of whole blocks on the host (tests/regprog_persistent_sim.py: the producer and each consumer as actors
 on the generated code's mbarriers, named barriers and TMA copies, random interleavings; no deadlock, every WGMMA
 reads its own tile's data, nothing overwritten while held or read, the epilogue's store waited for before Q is
-freed), with five mutations caught. On an sm_90 GPU: bit for bit against the one-tile kernel, with and without
+freed, every WGMMA inside its consumer's turn, every named barrier balanced at the block's end), with eight
+mutations caught. On an sm_90 GPU: bit for bit against the one-tile kernel, with and without
 the TMA-store epilogue and O's rescale under the next S, causal and ragged, against float64.
 """
 from __future__ import annotations
@@ -113,7 +115,7 @@ class _Mutant:
 
     def __init__(self, kernel, old: str, new: str, where: str = "all"):
         src = kernel.get_kernel_source()
-        i = src.index("tc_setmaxnreg_inc<", src.rindex("__global__"))
+        i = src.index("const int tc_c = ", src.rindex("__global__"))  # the consumers' branch
         if where == "consumers":
             out = src[:i] + src[i:].replace(old, new)
         elif where == "producer":
@@ -134,7 +136,12 @@ class _Mutant:
     ("d128", "tc_gb += ", "tc_gb -= 0 * ", "producer", "deadlock"),  # the producer's ring restarted
     ("176-ragged-tma", "if (tc_tn >= ", "if (tc_tn >= 99 + ", "producer", "still hold"),  # Q reloaded while in use
     ("176-ragged-tma", "tc_rp_bulk_wait_read();", ";", "all", "before its TMA store read it"),
-], ids=["q-parity", "consumer-ring", "producer-ring", "q-reloaded-early", "store-not-waited"])
+    ("d128", "else if (tc_tile", "else if (0 && tc_tile", "consumers", "deadlock"),  # next tile's first turn kept
+    ("d64-3wg-ragged", "tc_c == 2 && tc_tn == 0", "tc_c == 2", "consumers", ("deadlock", "twice", "nobody")),
+    ("d128", "tc_named_sync(2 + tc_c, 256);  /* this consumer's turn on the tensor cores */", "/* no turn */",
+     "consumers", ("outside its turn", "deadlock", "nobody")),  # WGMMA without their turns
+], ids=["q-parity", "consumer-ring", "producer-ring", "q-reloaded-early", "store-not-waited", "next-turn-kept",
+        "first-turn-every-tile", "gemm-outside-turn"])
 def test_protocol_mutations_caught(shape, old, new, where, what):
     extra = {**PERSIST, **(TMA if "tma" in shape else {})}
     k = _k(SIM[shape], tuple(extra.items()))

@@ -1267,6 +1267,7 @@ class _Emit:
         n = const_value(simplify(_tiles(launch)))
         ty = "int" if isinstance(n, int) and n < 2 ** 31 else "long long"  # (32-bit arithmetic: fewer registers)
         tiles = em.expr(st, simplify(_tiles(launch)))
+        self.tiles, self.tile_ty = tiles, f"({ty})"
         gx, gy, _ = (em.expr(st, simplify(g)) for g in grid3(launch.grid))
         self.line("int tc_gb = 0;  /* iterations of this block's earlier tiles: the stage ring's count */")
 
@@ -1382,6 +1383,10 @@ class _Emit:
     # consumer does not pass its final turn on, so every barrier ends with as many arrivals as waits.
     def first_turn(self):
         nc = self.p["nc"]
+        if self.persist:  # D45: later tiles get consumer 0's first turn from the last consumer's last turn before
+            self.line(f"if (tc_c == {nc - 1} && tc_tn == 0) tc_named_arrive({TURN_BAR}, 256);  "
+                      "/* consumer 0 takes the block's first turn */")
+            return
         self.line(f"if (tc_c == {nc - 1}) tc_named_arrive({TURN_BAR}, 256);  /* consumer 0 takes the first turn */")
 
     def wait_turn(self):
@@ -1389,7 +1394,12 @@ class _Emit:
 
     def pass_turn(self, final: bool = False):
         nc = self.p["nc"]
-        if final:
+        if final and self.persist:  # D45: the last consumer hands consumer 0 the next tile's first turn (if the
+            # block has one), before its epilogue: consumer 0 starts the next tile while it stores this one
+            self.line(f"if (tc_c != {nc - 1}) tc_named_arrive({TURN_BAR} + tc_c + 1, 256);  /* the last turn */")
+            self.line(f"else if (tc_tile + {self.tile_ty}(gridDim.x) < {self.tile_ty}({self.tiles})) "
+                      f"tc_named_arrive({TURN_BAR}, 256);  /* consumer 0's first turn of the next tile */")
+        elif final:
             self.line(f"if (tc_c != {nc - 1}) tc_named_arrive({TURN_BAR} + tc_c + 1, 256);  /* the last turn */")
         else:
             self.line(f"tc_named_arrive({TURN_BAR} + (tc_c + 1) % {nc}, 256);  /* the next consumer's turn */")
