@@ -21,11 +21,12 @@ makes it grouped-query attention (K/V with fewer heads; SDPA with ``enable_gqa=T
 math), ``d39`` = beside + tree + rowsum). A block whose key width does not divide ``--seq`` (128x176 at
 4096) runs its last K/V block ragged: TMA zero-fills the rows past the sequence and the kernel's
 ``k * bn + j < seq`` mask gives their scores -inf, in the last iteration only (D30's split).
-``--combos SCHEDULE/EPILOGUE/LEAN,...`` times exactly those combinations (instead of every one of the three lists).
-``--lean late`` (D45) = ``tilecore.cuda.rescale_under_qk``. ``--epilogue`` (D45): ``direct`` (each thread stores its fragment) or ``tma`` (``tilecore.cuda.attention_tma_store``:
-O through shared memory and TMA stores, FA3's epilogue), ``persist`` / ``persist+tma``
-(``tilecore.cuda.attention_persistent``: a persistent grid, the next tile's loads under this one's end), one row each; with ``--schedules overlap,both`` one run
-times ping-pong off and on against both epilogues.
+D45: ``--lean late`` = ``tilecore.cuda.rescale_under_qk`` (O's rescale after the next S = Q K^T is issued);
+``--epilogue`` ``direct`` (each thread stores its fragment), ``tma`` (``tilecore.cuda.attention_tma_store``: O
+through shared memory and TMA stores, FA3's epilogue), ``persist`` / ``persist+tma``
+(``tilecore.cuda.attention_persistent``: a persistent grid, the next tile's loads under this one's end), one row
+each; ``--combos SCHEDULE/EPILOGUE/LEAN,...`` times exactly those combinations instead of every combination of the
+three lists (``--combos overlap/direct/default,both/direct/default``: ping-pong off and on).
 Exits with code 2 and a clear message where no CUDA GPU is present.
 """
 from __future__ import annotations
