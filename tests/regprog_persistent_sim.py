@@ -141,6 +141,8 @@ class Block:
         self.regions: dict = {}   # start -> [end, tag, holders, full barrier]
         self.problems: list = []
         self.turns = "tc_named_sync(2" in src
+        self.maps_seen: dict = {}
+        self.maps = self.maps_seen  # the tensor map the first gemm's stages come from ("s"), the second's ("pv")
         self.rng = random.Random(seed)
         self.init_lines = [ln for ln in self.src.split("__global__")[-1].splitlines() if "tc_mbar_init(" in ln]
         self.stages = int(re.search(r"for \(int s = 0; s < (\d+); \+\+s\)", self.src).group(1))
@@ -279,7 +281,7 @@ def _actor(block: Block, lines: list, who: str, env0: dict):
             a = _args(s, name)
             dst, mi, bar = _eval(a[0], env), int(a[1].replace("&tc_tmap", "")), _eval(a[2], env)
             nbytes = block.box_bytes[mi]
-            tag = (env.get("tc_tile"), env.get("k")) if bar not in block.q_full else (env.get("tc_tile"),)
+            tag = (env.get("tc_tile"), env.get("k"), mi) if bar not in block.q_full else (env.get("tc_tile"),)
             rb = block.region_base(dst)
             r = block.regions.get(rb)
             if r is not None and r[2]:
@@ -309,14 +311,17 @@ def _actor(block: Block, lines: list, who: str, env0: dict):
                 if not env.get("_pv_started"):
                     env["_pv_started"] = True
                     for rb, tag in reads:
-                        if tag != (st["tile"], kk):
+                        block.maps.setdefault("pv", tag[-1])
+                        if tag != (st["tile"], kk, block.maps["pv"]) or block.maps["pv"] == block.maps.get("s"):
                             block.problems.append(f"{who}: P @ V of iteration {kk} of tile {st['tile']} reads {tag}")
             else:  # S = Q K^T: this iteration's K and the tile's Q
                 if not env.get("_s_started"):
                     env["_s_started"] = True
                     st["s_gemms"].append(env.get("k"))
-                    want = {(st["tile"],), (st["tile"], env.get("k"))}
                     for rb, tag in reads:
+                        if len(tag) == 3:
+                            block.maps.setdefault("s", tag[-1])
+                        want = {(st["tile"],), (st["tile"], env.get("k"), block.maps.get("s"))}
                         if tag not in want:
                             block.problems.append(f"{who}: S of iteration {env.get('k')} of tile {st['tile']} "
                                                   f"reads {tag}")
