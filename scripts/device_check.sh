@@ -107,11 +107,11 @@ step tma-store bash -c 'rc=0; python3 -m pytest -q -n 8 -p no:cacheprovider test
        --configs 128:256:64:256:3:8,128:256:64:256:4:8,128:128:64:256:4:8 || rc=$?; exit $rc'
 # FA3's ping-pong, epilogue and persistent grid (decision D45): the device tests (TMA-store epilogue, O's rescale under
 # S = Q K^T, the persistent grid: bit for bit against the defaults, float64), then one row each: ping-pong off
-# ("overlap") and on ("both", the default) with direct stores, TMA stores (tma), the persistent grid with them
-# (persist+tma), and O's rescale under the next S on top (late); fast math at 128 x 128 and the exact build at
+# ("overlap") and on ("both", the default) with direct stores and with TMA stores (tma, the default since call 1),
+# the persistent grid with them (persist+tma); fast math at 128 x 128 and the exact build at
 # 128 x 176, causal and not, cuDNN in the same run (each call's own). Under timeouts: a hang costs minutes, not the
 # call (the two test files join device-tests once they have passed here)
-step fa3pp bash -c 'rc=0; C=overlap/direct/default,both/direct/default,both/tma/default,both/persist+tma/default,both/persist+tma/late;
+step fa3pp bash -c 'rc=0; C=overlap/direct/default,both/direct/default,overlap/tma/default,both/tma/default,both/persist+tma/default;
      timeout -k 5 150 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_attention_epilogue.py \
        tests/test_cuda_attention_persistent.py -k device -rs || rc=$?;
      timeout -k 5 120 python3 benchmarks/cuda_attention.py --rep 3 --fast-math --no-exact --blocks 128x128x256x2 --combos $C || rc=$?;

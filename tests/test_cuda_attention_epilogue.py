@@ -59,11 +59,14 @@ def _bench(tma: bool, fast: bool = True, bn: int = 128):
 
 
 @needs_toolchain
-def test_default_off_and_the_note():
+def test_default_on_and_the_note():
     from tilecore_cuda import _tmastore
 
-    assert _tmastore.ATTENTION_TMA_STORE_DEFAULT is False
+    assert _tmastore.ATTENTION_TMA_STORE_DEFAULT is True
     off, on = _bench(False), _bench(True)
+    default = tilecore.compile(_attention(4096, 128, 128, 128, 256, False, heads=32, batch=8), target=HOPPER,
+                               pass_configs={**NOCACHE, "tilecore.fast_math": True})
+    assert default.get_kernel_source() == on.get_kernel_source()
     assert "tc_rp_tma_store" not in off.get_kernel_source() and "TMA store" not in _notes(off)
     assert "acc_o stored through shared memory (Q_s's rows of each consumer" in _notes(on)
     src = on.get_kernel_source()
