@@ -129,8 +129,6 @@ def trace(src: str, consumer: int, trips: int, unmasked: int | None = None) -> l
             return
         if s.startswith("tc_named_sync(") or s.startswith("tc_named_arrive("):
             args = s[s.index("(") + 1:s.index(");")].rsplit(",", 1)
-            if int(args[1]) == 128 and "tc_rp_" in src:  # a warpgroup's own barrier (D45's TMA-store epilogue)
-                return
             events.append(("sync" if "sync" in s else "arrive", _eval(args[0], env), int(args[1])))
         elif "::run(" in s:
             c = s[s.index("::run(") + 6:].split(",")[0].strip()

@@ -70,7 +70,7 @@ def test_default_on_and_the_note():
     assert "tc_rp_tma_store" not in off.get_kernel_source() and "TMA store" not in _notes(off)
     assert "acc_o stored through shared memory (Q_s's rows of each consumer" in _notes(on)
     src = on.get_kernel_source()
-    assert src.count("tc_rp_tma_store_4d(&") == 2 and "tc_named_sync(8 + tc_c, 128)" in src
+    assert src.count("tc_rp_tma_store_4d(&") == 2 and "tc_rp_wg_sync(8 + tc_c)" in src
     assert "tc_store2<__half>(tc_p" not in src.split("__global__")[-1]  # the direct stores are gone
 
 

@@ -128,7 +128,7 @@ def emit_store(emit, s) -> None:
 
         emit.block(f"for (int tc_j = 0; tc_j < {n // 8}; tc_j += 2)", quad)
         emit.line("tc_rp_fence_proxy_async();  /* the rows written, to the TMA unit's proxy */")
-        emit.line(f"tc_named_sync({EPI_BAR} + tc_c, 128);  /* this consumer's rows are all written */")
+        emit.line(f"tc_rp_wg_sync({EPI_BAR} + tc_c);  /* this consumer's rows are all written */")
 
         def issue():
             for a in range(n // atom):

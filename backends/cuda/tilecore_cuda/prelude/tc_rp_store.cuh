@@ -7,6 +7,8 @@ __device__ __forceinline__ void tc_rp_stmatrix_x4(unsigned addr, unsigned r0, un
                "r"(r2), "r"(r3)
                : "memory");
 }
+/* named barrier `id` over one warpgroup (128 threads): its rows all written */
+__device__ __forceinline__ void tc_rp_wg_sync(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
 /* this thread's shared-memory writes, visible to the async proxy (the TMA unit) */
 __device__ __forceinline__ void tc_rp_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 /* a box of shared memory to the tensor map's tensor at (c0 innermost, ...); parts outside the tensor are not
