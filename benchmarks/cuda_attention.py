@@ -2,7 +2,8 @@
 
     python benchmarks/cuda_attention.py [--batch 8 --heads 32 --seq 4096 --dim 128] [--kv-heads 8] [--rep 5]
         [--schedules off,pingpong,overlap,both] [--softmax off,fold,split,both] [--exp exp2,exp]
-        [--lean off,pack,exp2,rescale,pack+rescale,all] [--causal both|yes|no] [--pass-config KEY=VALUE ...]
+        [--lean off,pack,exp2,rescale,pack+rescale,all] [--epilogue direct,tma] [--causal both|yes|no]
+        [--pass-config KEY=VALUE ...]
 
 The kernel is written as TileLang writes it (Q/K/V tiles in shared memory, online softmax with exp2,
 two gemms per block). Prints TFLOP/s (4 * b * h * s^2 * d for full attention, half that for causal)
@@ -20,6 +21,12 @@ makes it grouped-query attention (K/V with fewer heads; SDPA with ``enable_gqa=T
 math), ``d39`` = beside + tree + rowsum). A block whose key width does not divide ``--seq`` (128x176 at
 4096) runs its last K/V block ragged: TMA zero-fills the rows past the sequence and the kernel's
 ``k * bn + j < seq`` mask gives their scores -inf, in the last iteration only (D30's split).
+D45: ``--lean late`` = ``tilecore.cuda.rescale_under_qk`` (O's rescale after the next S = Q K^T is issued);
+``--epilogue`` ``direct`` (each thread stores its fragment), ``tma`` (``tilecore.cuda.attention_tma_store``: O
+through shared memory and TMA stores, FA3's epilogue), ``persist`` / ``persist+tma``
+(``tilecore.cuda.attention_persistent``: a persistent grid, the next tile's loads under this one's end), one row
+each; ``--combos SCHEDULE/EPILOGUE/LEAN,...`` times exactly those combinations instead of every combination of the
+three lists (``--combos overlap/direct/default,both/direct/default``: ping-pong off and on).
 Exits with code 2 and a clear message where no CUDA GPU is present.
 """
 from __future__ import annotations
@@ -61,7 +68,16 @@ LEAN = {"off": _LEAN_OFF, "pack": {**_LEAN_OFF, "tilecore.cuda.pack_direct": Tru
         "beside+tree": {"tilecore.cuda.softmax_beside_pv": True, "tilecore.cuda.tree_reduce": True},
         "rowsum": {"tilecore.cuda.row_sum_per_thread": True},
         "d39": {"tilecore.cuda.softmax_beside_pv": True, "tilecore.cuda.tree_reduce": True,
-                "tilecore.cuda.row_sum_per_thread": True}}
+                "tilecore.cuda.row_sum_per_thread": True},
+        # D45: O's rescale after the next S = Q K^T is issued (FA3's order)
+        "late": {"tilecore.cuda.rescale_under_qk": True}}
+
+#: the output's epilogue (D45), by the name --epilogue takes
+EPILOGUE = {"direct": {"tilecore.cuda.attention_tma_store": False}, "tma": {"tilecore.cuda.attention_tma_store": True},
+            "default": {},
+            # D45: the persistent grid (tilecore.cuda.attention_persistent), with the direct or the TMA-store epilogue
+            "persist": {"tilecore.cuda.attention_persistent": True, "tilecore.cuda.attention_tma_store": False},
+            "persist+tma": {"tilecore.cuda.attention_persistent": True, "tilecore.cuda.attention_tma_store": True}}
 
 
 def flash_fwd(batch, heads, seq, dim, causal, bm=64, bn=64, dtype="float16", threads=128, stages=2, fast=False,
@@ -117,6 +133,10 @@ def main() -> int:
                                                   "T.exp2(s * c - m * c)), exp (T.exp((s - m) * scale))")
     ap.add_argument("--lean", default="default",
                     help=f"comma-separated, one row each: {', '.join(LEAN)} (default: the compiler's defaults)")
+    ap.add_argument("--epilogue", default="default",
+                    help=f"comma-separated, one row each: {', '.join(EPILOGUE)} (default: the compiler's default)")
+    ap.add_argument("--combos", default=None,
+                    help="comma-separated SCHEDULE/EPILOGUE/LEAN triples, one row each (instead of every combination)")
     ap.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     ap.add_argument("--pass-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a pass config for every kernel (repeat it); VALUE is parsed as Python (True, 3) or kept a string")
@@ -128,11 +148,19 @@ def main() -> int:
     if unknown:
         ap.error(f"--schedules: unknown {', '.join(unknown)}; known: {', '.join(SCHEDULES)}")
     softmaxes, exps, leans = args.softmax.split(","), args.exp.split(","), args.lean.split(",")
+    epilogues = args.epilogue.split(",")
     unknown = [x for x in softmaxes if x not in SOFTMAX] + [x for x in exps if x not in ("exp2", "exp")] + \
-        [x for x in leans if x not in LEAN]
+        [x for x in leans if x not in LEAN] + [x for x in epilogues if x not in EPILOGUE]
     if unknown:
-        ap.error(f"--softmax / --exp / --lean: unknown {', '.join(unknown)}; known: {', '.join(SOFTMAX)} / exp2, exp / "
-                 f"{', '.join(LEAN)}")
+        ap.error(f"--softmax / --exp / --lean / --epilogue: unknown {', '.join(unknown)}; known: {', '.join(SOFTMAX)} / "
+                 f"exp2, exp / {', '.join(LEAN)} / {', '.join(EPILOGUE)}")
+    combos = None
+    if args.combos:
+        combos = [tuple(c.split("/")) for c in args.combos.split(",")]
+        bad = [c for c in combos if len(c) != 3 or c[0] not in SCHEDULES or c[1] not in EPILOGUE or c[2] not in LEAN]
+        if bad:
+            ap.error(f"--combos: {', '.join('/'.join(c) for c in bad)}: SCHEDULE/EPILOGUE/LEAN from {', '.join(SCHEDULES)} / "
+                     f"{', '.join(EPILOGUE)} / {', '.join(LEAN)}")
     extra = {}
     for kv in args.pass_config:
         key, _, value = kv.partition("=")
@@ -157,7 +185,7 @@ def main() -> int:
     hk = args.kv_heads or h
     gqa = f" kv-heads {hk}" if hk != h else ""
     table = Table(title=f"FlashAttention forward fp16, b{b} h{h}{gqa} s{s} d{d} on {torch.cuda.get_device_name()}")
-    for col in ("causal", "schedule", "softmax", "exp", "lean", "tilecore TFLOP/s", "config", "SDPA cuDNN", "SDPA flash", "ours / best torch",
+    for col in ("causal", "schedule", "softmax", "exp", "lean", "epilogue", "tilecore TFLOP/s", "config", "SDPA cuDNN", "SDPA flash", "ours / best torch",
                 "max err"):
         table.add_column(col, justify="right")
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -180,8 +208,10 @@ def main() -> int:
             ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal, **gqa_args)
         top = max(x for x in theirs.values() if x == x) if any(x == x for x in theirs.values()) else float("nan")
         maths = ([False] if args.exact else []) + ([True] if args.fast_math else [])
-        for schedule, softmax, form, lean, fast in ((a, x, e, n, f) for a in schedules for x in softmaxes
-                                                    for e in exps for n in leans for f in maths):
+        rows = ([(a, x, e, n, o, f) for a in schedules for x in softmaxes for e in exps for n in leans for o in epilogues
+                 for f in maths] if combos is None else
+                [(a, x, e, n, o, f) for a, o, n in combos for x in softmaxes for e in exps for f in maths])
+        for schedule, softmax, form, lean, epi, fast in rows:
             best, best_cfg, errs = 0.0, "-", []
             for cfg in args.blocks.split(","):
                 bm, bn, *rest = (int(x) for x in cfg.split("x"))
@@ -191,20 +221,21 @@ def main() -> int:
                 try:
                     kern = flash_fwd(b, h, s, d, causal, bm, bn, threads=threads, stages=stages, fast=fast,
                                      wgmma=not args.no_wgmma, kv_heads=hk, exp=form,
-                                     configs={**SCHEDULES[schedule], **SOFTMAX[softmax], **LEAN[lean], **extra})
+                                     configs={**SCHEDULES[schedule], **SOFTMAX[softmax], **LEAN[lean], **EPILOGUE[epi],
+                                              **extra})
                 except tilecore.errors.TilecoreError as e:  # e.g. tiles that do not fit on chip at d256
-                    print(f"causal={causal} {schedule} {softmax} {form} {lean} {cfg}: skipped ({type(e).__name__}: {str(e)[:160]})",
+                    print(f"causal={causal} {schedule} {softmax} {form} {lean} {epi} {cfg}: skipped ({type(e).__name__}: {str(e)[:160]})",
                           file=sys.stderr)
                     continue
                 compile_s = time.perf_counter() - t0
                 out = kern(q, k, v)
                 errs.append(float((out.float() - ref).abs().max()))
                 tf = flops / cuda_ms(lambda: kern(q, k, v), max(1, min(args.rep, 3))) / 1e9
-                print(f"causal={causal} {schedule} {softmax} {form} {lean} {cfg}: {tf:.1f} TFLOP/s, compiled in {compile_s:.2f} s",
+                print(f"causal={causal} {schedule} {softmax} {form} {lean} {epi} {cfg}: {tf:.1f} TFLOP/s, compiled in {compile_s:.2f} s",
                       file=sys.stderr)
                 if tf > best:
                     best, best_cfg = tf, cfg
-            table.add_row(str(causal), schedule, softmax, form, lean, f"{best:.1f}", best_cfg, f"{theirs['cudnn']:.1f}",
+            table.add_row(str(causal), schedule, softmax, form, lean, epi, f"{best:.1f}", best_cfg, f"{theirs['cudnn']:.1f}",
                           f"{theirs['flash']:.1f}", f"{best / top:.3f}x", f"{max(errs) if errs else float('nan'):.2e}")
     Console(width=170).print(table)
     return 0

@@ -128,6 +128,17 @@ step general-gemm bash -c 'rc=0; python3 -m pytest -q -n 8 -p no:cacheprovider t
 step mcast bash -c 'rc=0; timeout 180 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_mcast.py -k device -rs || rc=$?;
      timeout 300 python3 benchmarks/cuda_gemm.py --rep 10 --sizes 4096,8192 --no-fp8 --triton --cluster-multicast off,2x1,1x2 \
        --configs 128:256:64:256:3:8,128:256:64:256:4:8,256:128:64:256:3:8,128:256:64:256:3:16 || rc=$?; exit $rc'
+# FA3's ping-pong, epilogue and persistent grid (decision D45): the device tests (TMA-store epilogue, O's rescale under
+# S = Q K^T, the persistent grid: bit for bit against the defaults, float64), then one row each: ping-pong off
+# ("overlap") and on ("both", the default) with direct stores and with TMA stores (tma, the default since call 1),
+# the persistent grid with them (persist+tma); fast math at 128 x 128 and the exact build at
+# 128 x 176, causal and not, cuDNN in the same run (each call's own). Under timeouts: a hang costs minutes, not the
+# call (the two test files join device-tests once they have passed here)
+step fa3pp bash -c 'rc=0; C=overlap/direct/default,both/direct/default,overlap/tma/default,both/tma/default,both/persist+tma/default;
+     timeout -k 5 150 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_attention_epilogue.py \
+       tests/test_cuda_attention_persistent.py -k device -rs || rc=$?;
+     timeout -k 5 120 python3 benchmarks/cuda_attention.py --rep 3 --fast-math --no-exact --blocks 128x128x256x2 --combos $C || rc=$?;
+     timeout -k 5 120 python3 benchmarks/cuda_attention.py --rep 3 --blocks 128x176x256x2 --combos $C || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

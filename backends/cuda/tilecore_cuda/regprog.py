@@ -43,7 +43,7 @@ from tilecore.passes import tile_pass
 from tilecore.passes.core import onchip_limit
 from tilecore.passes.guard import guard_stmt, launch_facts, loop_facts
 
-from . import _lean
+from . import _lean, _tmastore
 from ._fold import fold_epilogue_tiles as _fold_epilogue_tiles
 from ._irutil import NoMatch as _No, full as _full, need as _need, nonunit, row_stride, static as _s
 from .hopper import WG, rewrite_launches, tensor_map, wgmma_struct
@@ -338,6 +338,153 @@ def _beside_pv(plan, ctx, name):
         ctx.notes.append(f"{name}: softmax beside P @ V: the wait for it and B from statement {first - g1} on run "
                          f"at the start of the next iteration ({carried} registers carried)")
     return first
+
+
+#: default of ``tilecore.cuda.rescale_under_qk`` (D45): off until the H100 measures it
+RESCALE_UNDER_QK_DEFAULT = False
+#: default of ``tilecore.cuda.attention_persistent`` (D45): off until the H100 measures it
+ATTENTION_PERSISTENT_DEFAULT = False
+
+
+def _persistent(plan, launch, ctx, name) -> None:
+    """``tilecore.cuda.attention_persistent`` (D45, FA3's persistent grid): at most one block per SM (the target's
+    ``limits.sm_count``; the runtime caps it at the device's own), each looping over the tiles (the grid's blocks, x
+    fastest) from ``blockIdx.x`` by ``gridDim.x``. The producer runs ahead across tiles: the next tile's K / V
+    stages load under this tile's last iterations and epilogue, on the same stage ring (the stages' and phases'
+    count runs on over the block's tiles: ``tc_gb``); the tiles loaded once (Q) get two buffers where they fit (the
+    next tile's Q loads at its start, two tiles after that buffer was freed), else one, loaded after the next
+    tile's first stages once the consumers have freed it (their ``qempty`` arrival after the epilogue). Sets
+    ``plan["persist"]`` = ``{"blocks", "qb"}`` or None with a note."""
+    plan["persist"] = None
+    if not ctx.option("tilecore.cuda.attention_persistent", ATTENTION_PERSISTENT_DEFAULT):
+        return
+    why = None
+    lim = ctx.capabilities.limit("sm_count")
+    if plan["mode"] != "wgmma":
+        why = "the mma.sync path"
+    elif not plan.get("overlap"):
+        why = "needs the intra-warpgroup overlap"
+    elif len(launch.grid) > 3:
+        why = "the grid has more than three dimensions"
+    elif lim is None:
+        why = "the target's profile has no limits.sm_count"
+    else:  # tiles of different lengths dealt round robin leave SMs idle (causal: 1-32 iterations a tile)
+        binds: dict = {}
+        for x in plan["pre"]:
+            if isinstance(x, Bind):
+                binds[id(x.var)] = substitute(x.value, binds)
+        ext = simplify(substitute(as_expr(plan["loop"].extent), binds))
+        if any(_mentions(ext, v) for v in launch.block_vars):
+            why = ("the loop's trip count varies with the block (a static order of tiles would leave SMs idle; the "
+                   "hardware's block scheduler balances them)")
+    qb, extra = 0, 0
+    if why is None:
+        limit = onchip_limit(ctx)
+        for qb in (2, 1):
+            extra = (qb - 1) * plan["once_bytes"] + 32  # the second Q buffer; qfull / qempty barriers
+            if plan["pipe_bytes"] + extra <= limit:
+                break
+        else:
+            why = "the tiles and barriers do not fit in shared memory"
+    if why:
+        ctx.notes.append(f"{name}: not persistent ({why})")
+        return
+    plan["pipe_bytes"] += extra
+    plan["persist"] = {"blocks": int(lim[0]), "qb": qb, "zero_fills": _zero_fills(plan)}
+    ctx.notes.append(f"{name}: persistent: at most {int(lim[0])} blocks loop over the tiles; the next tile's stages "
+                     f"load under this tile's end; {'two buffers' if qb == 2 else 'one buffer'} for the tiles loaded "
+                     "once")
+
+
+def _rescale_under_qk(plan, ctx, name) -> list:
+    """``tilecore.cuda.rescale_under_qk`` (D45, FA3's order): with the intra-warpgroup overlap, the statements of B
+    (between the two gemms) that touch the second gemm's C (O's rescale, ``O = O * r``) run in the next iteration,
+    after its first gemm is issued and before the second gemm they feed: under S = Q K^T on the tensor cores,
+    off the softmax's path to the next turn. O sees the same operations in the same order (the same bits). Where
+    each such statement writes only C, reads nothing B writes after it, nothing the next iteration's first part
+    (up to its gemm) writes, names no loop variable and is the same in the masked and unmasked bodies, and no
+    later statement of B touches C. Returns their positions in the body (empty: not applied, with a note where
+    asked)."""
+    if not ctx.option("tilecore.cuda.rescale_under_qk", RESCALE_UNDER_QK_DEFAULT):
+        return []
+    why = None
+    if not plan.get("overlap"):
+        why = "needs the intra-warpgroup overlap"
+    elif plan.get("beside") is not None:
+        why = "the softmax beside P @ V defers these statements already"
+    elif plan.get("unmasked") and not plan["unmasked"]["all"]:
+        why = ("the masked loop runs in two parts: with both, ptxas 13.0 spilled 96-160 bytes a thread (ragged or "
+               "causal, 128 x 128 and 192 x 64)")
+    if why is None:
+        g1, g2 = plan["overlap"]
+        body, frags, loop = plan["body"], plan["frags"], plan["loop"]
+        c = body[g2].args[2].buffer
+        a = body[g2].args[0].buffer
+        late = [k for k in range(g1 + 1, g2) if c in _touched(body[k], frags)]
+        first_writes = set().union(*(_touched(x, frags) - _loads_only(x, frags) for x in body[:g1 + 1]))
+        um = plan.get("unmasked")
+        for k in late:
+            x = body[k]
+            writes = _touched(x, frags) - _loads_only(x, frags)
+            reads = _loads_only(x, frags)
+            after = set().union(*(_touched(y, frags) - _loads_only(y, frags) for y in body[k + 1:g2]), set())
+            if writes != {c}:
+                why = "a statement on O writes other fragments"
+            elif reads & (after | first_writes) or a in reads:
+                why = "O's rescale reads what is written after it"
+            elif any(c in _touched(body[m], frags) for m in range(k + 1, g2) if m not in late):
+                why = "O is used later in the same iteration"
+            elif _names_var(x, loop.var):
+                why = "O's rescale names the loop variable"
+            elif um and um["body"][k] is not x and repr(um["body"][k]) != repr(x):
+                why = "O's rescale differs between the masked and unmasked iterations"
+            if why:
+                break
+        if why is None and not late:
+            why = "no statement on the second gemm's accumulator between the gemms"
+    if why:
+        ctx.notes.append(f"{name}: O's rescale stays before the turn ({why})")
+        return []
+    ctx.notes.append(f"{name}: O's rescale under the next S = Q K^T: statement(s) "
+                     f"{', '.join(str(k - g1) for k in late)} of the work between the gemms run after the next "
+                     "iteration's first gemm is issued (FA3's order)")
+    return late
+
+
+def _zero_struct(dtype: str, n: int, trans_b: bool) -> tuple:
+    """(name, C++ text) of hopper.wgmma_struct's WGMMA (A and B by descriptor) with scale-d 0: D = A B, the
+    accumulators written, not read (the first k step of a gemm whose C was just set to zero)."""
+    name, text = wgmma_struct(dtype, n, trans_b)
+    z = name + "_z"
+    out = text.replace(f"struct {name} ", f"struct {z} ").replace('"+f"(', '"=f"(').replace('"r"(1)', '"n"(0)')
+    assert out.count('"=f"(') == n // 2 and '"n"(0)' in out, "hopper.wgmma_struct's text changed"
+    return z, out
+
+
+def _zero_fills(plan) -> set:
+    """ids of the ``T.Parallel`` nests that set every element of the first gemm's C to 0 right before it (in the
+    body or its unmasked variant): on a persistent grid the gemm's first WGMMA then starts from zero (scale-d 0)
+    instead (ptxas, which folds such a fill into the WGMMA in a single loop, copies 64 registers in a loop
+    nested in the tile loop). The same values: D = A B where D = 0 * D + A B was."""
+    g1 = plan["overlap"][0] if plan.get("overlap") else None
+    out = set()
+    if not g1:
+        return out
+    um = plan.get("unmasked")
+    c = plan["body"][g1].args[2].buffer
+    for body in [plan["body"]] + ([um["body"]] if um else []):
+        x = body[g1 - 1]
+        if not (isinstance(x, For) and x.kind == "parallel"):
+            continue
+        stores = _stores_of(x)
+        if (len(stores) == 1 and stores[0].buffer is c and isinstance(stores[0].value, FloatImm)
+                and stores[0].value.value == 0.0 and _s(x.extent) == plan["bm"]):
+            inner = x.body
+            while isinstance(inner, Seq) and len(inner.body) == 1:
+                inner = inner.body[0]
+            if isinstance(inner, For) and _s(inner.extent) == c.static_shape()[1]:
+                out.add(id(x))
+    return out
 
 
 def _loads(x) -> set:
@@ -879,6 +1026,9 @@ def _lower_as(mode: str):
             _split_masked(plan, facts, ctx, name)
         plan["beside"] = _beside_pv(plan, ctx, name) if mode == "wgmma" else None
         plan["partial_sums"] = _partial_sums(plan, ctx, name)
+        plan["late"] = _rescale_under_qk(plan, ctx, name) if mode == "wgmma" else []
+        _tmastore.plan_store(plan, ctx, name)  # D45: the output through shared memory and TMA stores (adds a map)
+        _persistent(plan, launch, ctx, name)  # D45: a persistent grid (after everything that sizes the pipeline)
         regs = ctx.option("tilecore.cuda.producer_registers", None)  # D39: FA3's 24 where the softmax runs beside
         plan["producer_regs"] = _lean.producer_registers(  # P @ V (its carried fragments need the 240)
             regs if regs is not None else (24 if plan["beside"] is not None else _lean.PRODUCER_REGISTERS_DEFAULT))
@@ -891,8 +1041,11 @@ def _lower_as(mode: str):
             ctx.notes.append(f"{name}: {plan['nc']} consumer warpgroup(s) + 1 producer, {len(plan['frags'])} "
                              f"fragments in registers, {len(plan['once'])} tile(s) loaded once, "
                              f"{len(plan['staged'])} pipelined {plan['stages']} stages deep")
+            # a persistent grid: the emitter defines the block variables per tile (codegen.block_indices); the
+            # launch takes min(tiles, blocks) blocks (codegen.extra_meta, runtime: capped at the device's SMs)
+            more = {"hopper_persistent": plan["persist"]["blocks"]} if plan.get("persist") else {}
             return launch.with_(body=body, threads=(plan["nc"] * WG + WG,),
-                                attrs={**launch.attrs, "warp_specialized": True})
+                                attrs={**launch.attrs, "warp_specialized": True, **more})
         ctx.notes.append(f"{name}: mma.sync + cp.async, {plan['nc'] * 4} warps of 16 rows, {len(plan['frags'])} "
                          f"fragments in registers, {len(plan['once'])} tile(s) loaded once, "
                          f"{len(plan['staged'])} pipelined {plan['stages']} stages deep")
@@ -936,6 +1089,10 @@ class _Emit:
         self.groups = None          # intra-warpgroup overlap: WGMMA groups in flight, oldest first
         self.packed_ahead = None    # a fragment whose packed copy the next WGMMA reading it finds ready
         self.row_vars = None        # ids of the variables that vary along a row, inside a 2-D T.Parallel nest
+        self.persist = self.p.get("persist")  # D45: a persistent grid ({"blocks", "qb", "zero_fills"}) or None
+        self.zero_c = None          # persistent: a C the next WGMMA starts from zero (its fill skipped)
+        self.either = False         # inside cstmt_either's branches (no fill skipped there)
+        self.qb = self.persist["qb"] if self.persist else 0
 
     def line(self, text: str):
         self.em.line(self.st, text)
@@ -952,19 +1109,39 @@ class _Emit:
         """Shared address of ``b``'s tile; a staged tile's copy for ``stage`` (a C expression)."""
         p = self.p
         if b in p["staged"]:
-            return f"(tc_base + {p['once_bytes'] + p['offset'][b]}u + (unsigned){stage} * {p['stage_bytes']}u)"
+            return f"(tc_base + {self.once_span() + p['offset'][b]}u + (unsigned){stage} * {p['stage_bytes']}u)"
+        if self.qb == 2:  # persistent, two buffers of the tiles loaded once: this tile's
+            return f"(tc_base + {p['offset'][b]}u + (unsigned)tc_qb * {p['once_bytes']}u)"
         return f"(tc_base + {p['offset'][b]}u)"
+
+    def once_span(self) -> int:
+        """Bytes of the tiles loaded once (two copies of them on a persistent grid with two Q buffers)."""
+        return self.p["once_bytes"] * max(self.qb, 1)
+
+    def G(self, it: str) -> str:
+        """The stage ring's count for iteration ``it`` of this tile: ``it`` itself, or on a persistent grid
+        ``tc_gb + it`` (the block's earlier tiles' iterations first)."""
+        return f"(tc_gb + {it})" if self.persist else it
 
     def bar(self, kind: str, s: str = "0", tile=None) -> str:
         S = self.p["stages"]
         if self.p.get("split"):  # a full and an empty mbarrier per staged tile and stage (the overlap)
             T = len(self.p["staged"])
             t = self.p["staged"].index(tile) if tile is not None else None
+            base = 16 * S * T
+            if kind in ("once", "qempty") and self.persist:
+                return self.qbar(kind, base)
             return {"full": lambda: f"(tc_bars + 8u * ({t * S} + ({s})))",
                     "empty": lambda: f"(tc_bars + 8u * ({T * S + t * S} + ({s})))",
                     "once": lambda: f"(tc_bars + {16 * S * T}u)"}[kind]()
+        if kind in ("once", "qempty") and self.persist:
+            return self.qbar(kind, 16 * S)
         return {"full": f"(tc_bars + 8u * ({s}))", "empty": f"(tc_bars + 8u * ({S} + ({s})))",
                 "once": f"(tc_bars + {16 * S}u)"}[kind]
+
+    def qbar(self, kind: str, base: int, qb: str = "tc_qb") -> str:
+        """Persistent grid: the tiles loaded once, buffer ``qb``'s full ("once") or empty ("qempty") mbarrier."""
+        return f"(tc_bars + {base + (0 if kind == 'once' else 16)}u + 8u * (unsigned)({qb}))"
 
     def tiles_of(self, which: int) -> list:
         """The staged tiles the first (0) or second (1) gemm reads, on their own mbarriers (the overlap)."""
@@ -977,7 +1154,7 @@ class _Emit:
         self.line("{")
         self.st.indent += 1
         self.line(f"const unsigned tc_base = (tc_smem_addr({self.pipe}) + 1023u) & ~1023u;")
-        self.line(f"const unsigned tc_bars = tc_base + {p['once_bytes'] + S * p['stage_bytes']}u;")
+        self.line(f"const unsigned tc_bars = tc_base + {self.once_span() + S * p['stage_bytes']}u;")
         self.line("const int tc_wg = threadIdx.x / 128;")
 
         def init():
@@ -985,12 +1162,17 @@ class _Emit:
             self.block(f"for (int s = 0; s < {S}; ++s)", lambda: [
                 (self.line(f"tc_mbar_init({self.bar('full', 's', b)}, 1);"),
                  self.line(f"tc_mbar_init({self.bar('empty', 's', b)}, {128 * p['nc']});")) for b in tiles])
-            self.line(f"tc_mbar_init({self.bar('once')}, 1);")
+            if self.persist:  # each buffer of the tiles loaded once: full (the producer's) and empty (the consumers')
+                for q in range(self.qb):
+                    self.line(f"tc_mbar_init({self.bar('once').replace('tc_qb', str(q))}, 1);")
+                    self.line(f"tc_mbar_init({self.bar('qempty').replace('tc_qb', str(q))}, {128 * p['nc']});")
+            else:
+                self.line(f"tc_mbar_init({self.bar('once')}, 1);")
             self.line('asm volatile("fence.mbarrier_init.release.cluster;\\n" ::: "memory");')
 
         self.block("if (threadIdx.x == 0)", init)
         self.line("__syncthreads();")
-        for s in p["pre"]:
+        for s in ([] if self.persist else p["pre"]):  # (persistent: per tile, tile_loop)
             if isinstance(s, Bind):
                 self.em.stmt(self.st, s)
         self.block("if (tc_wg == 0)", self.producer)
@@ -1017,31 +1199,51 @@ class _Emit:
         if self.regs:
             self.line(f"tc_setmaxnreg_dec<{self.p['producer_regs']}>();")
 
-        def issue():
-            for name in self.maps:
-                self.line(f"tc_tma_prefetch_map(&{name});")
+        def load_once():
+            if self.persist and p["once"]:  # its buffer is free once the consumers' tile two (one) tiles back is done
+                self.line(f"if (tc_tn >= {self.qb}) tc_mbar_wait({self.bar('qempty')}, (tc_qu - 1) & 1);")
             if p["once"]:
                 self.line(f"tc_mbar_expect_tx({self.bar('once')}, {p['once_bytes']}u);")
                 for b in p["once"]:
                     self.loads(b, self.bar("once"))
 
+        def issue():
+            for name in self.maps:
+                self.line(f"tc_tma_prefetch_map(&{name});")
+            if not self.persist:
+                load_once()
+
             def step():
                 self.loop_var(loop)
-                self.line(f"const int tc_s = tc_it % {S};")
+                self.line(f"const int tc_s = {self.G('tc_it')} % {S};")
+                g = self.G("tc_it")
+                if self.qb == 2:  # this tile's Q first (its other buffer: the consumers may still be on the last tile)
+                    self.block("if (tc_it == 0)", load_once)
                 if p.get("split"):  # each tile as soon as its own buffer of this stage is free
                     for b in p["staged"]:
                         size = p["shared"][b]["rows"] * p["shared"][b]["cols"] * p["shared"][b]["esize"]
-                        self.line(f"if (tc_it >= {S}) tc_mbar_wait({self.bar('empty', 'tc_s', b)}, "
-                                  f"((tc_it / {S}) + 1) & 1);")
+                        self.line(f"if ({g} >= {S}) tc_mbar_wait({self.bar('empty', 'tc_s', b)}, "
+                                  f"(({g} / {S}) + 1) & 1);")
                         self.line(f"tc_mbar_expect_tx({self.bar('full', 'tc_s', b)}, {size}u);")
                         self.loads(b, self.bar("full", "tc_s", b))
-                    return
-                self.line(f"if (tc_it >= {S}) tc_mbar_wait({self.bar('empty', 'tc_s')}, ((tc_it / {S}) + 1) & 1);")
-                self.line(f"tc_mbar_expect_tx({self.bar('full', 'tc_s')}, {p['stage_bytes']}u);")
-                for b in p["staged"]:
-                    self.loads(b, self.bar("full", "tc_s"))
+                else:
+                    self.line(f"if ({g} >= {S}) tc_mbar_wait({self.bar('empty', 'tc_s')}, (({g} / {S}) + 1) & 1);")
+                    self.line(f"tc_mbar_expect_tx({self.bar('full', 'tc_s')}, {p['stage_bytes']}u);")
+                    for b in p["staged"]:
+                        self.loads(b, self.bar("full", "tc_s"))
+                if self.qb == 1:  # one buffer: after this tile's first stages (they load under the last tile's end)
+                    self.block(f"if (tc_it == min(tc_nit, {S}) - 1)", load_once)
 
-            self.block(f"for (int tc_it = 0; tc_it < (int)({self.em.expr(self.st, loop.extent)}); ++tc_it)", step)
+            if not self.persist:
+                self.block(f"for (int tc_it = 0; tc_it < (int)({self.em.expr(self.st, loop.extent)}); ++tc_it)", step)
+                return
+
+            def tile():
+                self.line(f"const int tc_nit = (int)({self.em.expr(self.st, loop.extent)});")
+                self.block("for (int tc_it = 0; tc_it < tc_nit; ++tc_it)", step)
+                self.block("if (tc_nit == 0)", load_once)  # the consumers wait for it all the same
+
+            self.tile_loop(tile)
 
         self.block("if (threadIdx.x == 0)", issue)
 
@@ -1051,14 +1253,71 @@ class _Emit:
                   f"({self.em.expr(self.st, loop.start)} + tc_it);")
 
     # -- consumers --------------------------------------------------------------------------------
+    def tile_loop(self, body) -> None:
+        """Persistent grid (D45): ``body`` per tile of the block, the block variables (codegen.block_indices, x
+        fastest, T.use_swizzle included) and the block-level binds defined for it; ``tc_gb`` counts the iterations
+        of the block's earlier tiles (the stage ring runs on), ``tc_tn`` its tiles (``tc_qb`` / ``tc_qu``: the
+        buffer of the tiles loaded once and how often it was used before)."""
+        from tilecore.codegen.simtcpp import SIMTCppEmitter
+
+        from .codegen import _tiles, grid3
+
+        em, st, p = self.em, self.st, self.p
+        launch = st.hopper_persistent
+        n = const_value(simplify(_tiles(launch)))
+        ty = "int" if isinstance(n, int) and n < 2 ** 31 else "long long"  # (32-bit arithmetic: fewer registers)
+        tiles = em.expr(st, simplify(_tiles(launch)))
+        self.tiles, self.tile_ty = tiles, f"({ty})"
+        gx, gy, _ = (em.expr(st, simplify(g)) for g in grid3(launch.grid))
+        self.line("int tc_gb = 0;  /* iterations of this block's earlier tiles: the stage ring's count */")
+
+        def one():
+            dims = len(launch.grid)
+            if dims == 1:
+                self.line(f"const {ty} tc_px = tc_tile;")
+            elif dims == 2:
+                self.line(f"const {ty} tc_px = tc_tile % ({gx}), tc_py = tc_tile / ({gx});")
+            else:
+                self.line(f"const {ty} tc_px = tc_tile % ({gx}), tc_py = (tc_tile / ({gx})) % ({gy}), "
+                          f"tc_pz = tc_tile / (({gx}) * ({gy}));")
+            em.block_index = "tc_p{}"
+            try:
+                SIMTCppEmitter.block_indices(em, st, launch)
+            finally:
+                del em.block_index
+            for x in p["pre"]:
+                if isinstance(x, Bind):
+                    em.stmt(st, x)
+            self.line(f"const int tc_qb = (int)(tc_tn % {self.qb}), tc_qu = (int)(tc_tn / {self.qb});")
+            body()
+            self.line(f"tc_gb += (int)({em.expr(st, p['loop'].extent)});")
+
+        self.block(f"for ({ty} tc_tile = blockIdx.x, tc_tn = 0; tc_tile < ({ty})({tiles}); "
+                   "tc_tile += gridDim.x, ++tc_tn)", one)
+
     def consumer(self):
-        p, S = self.p, self.p["stages"]
-        em, st = self.em, self.st
+        p = self.p
         if self.regs:
             self.line(f"tc_setmaxnreg_inc<{_lean.consumer_registers(self.p['producer_regs'])}>();")
         self.consumer_setup("tc_wg - 1")
         if not p.get("split"):
             self.line("int tc_rel = -1;  /* a stage whose release waits for WGMMA still reading it */")
+        if not self.persist:
+            return self.consumer_tile()
+
+        def tile():
+            if p["once"]:  # this tile's Q (its buffer's use tc_qu)
+                self.line(f"tc_mbar_wait({self.bar('once')}, tc_qu & 1);")
+            self.waited_once = True
+            self.consumer_tile()
+            if p["once"]:  # its buffer free for the producer (after the epilogue, which may store through it)
+                self.line(f"tc_mbar_arrive({self.bar('qempty')});")
+
+        self.tile_loop(tile)
+
+    def consumer_tile(self):
+        p, S = self.p, self.p["stages"]
+        em, st = self.em, self.st
         for s in p["pre"]:
             if not isinstance(s, Bind):
                 self.cstmt(s)
@@ -1124,6 +1383,10 @@ class _Emit:
     # consumer does not pass its final turn on, so every barrier ends with as many arrivals as waits.
     def first_turn(self):
         nc = self.p["nc"]
+        if self.persist:  # D45: later tiles get consumer 0's first turn from the last consumer's last turn before
+            self.line(f"if (tc_c == {nc - 1} && tc_tn == 0) tc_named_arrive({TURN_BAR}, 256);  "
+                      "/* consumer 0 takes the block's first turn */")
+            return
         self.line(f"if (tc_c == {nc - 1}) tc_named_arrive({TURN_BAR}, 256);  /* consumer 0 takes the first turn */")
 
     def wait_turn(self):
@@ -1131,7 +1394,12 @@ class _Emit:
 
     def pass_turn(self, final: bool = False):
         nc = self.p["nc"]
-        if final:
+        if final and self.persist:  # D45: the last consumer hands consumer 0 the next tile's first turn (if the
+            # block has one), before its epilogue: consumer 0 starts the next tile while it stores this one
+            self.line(f"if (tc_c != {nc - 1}) tc_named_arrive({TURN_BAR} + tc_c + 1, 256);  /* the last turn */")
+            self.line(f"else if (tc_tile + {self.tile_ty}(gridDim.x) < {self.tile_ty}({self.tiles})) "
+                      f"tc_named_arrive({TURN_BAR}, 256);  /* consumer 0's first turn of the next tile */")
+        elif final:
             self.line(f"if (tc_c != {nc - 1}) tc_named_arrive({TURN_BAR} + tc_c + 1, 256);  /* the last turn */")
         else:
             self.line(f"tc_named_arrive({TURN_BAR} + (tc_c + 1) % {nc}, 256);  /* the next consumer's turn */")
@@ -1165,7 +1433,7 @@ class _Emit:
                 self.line(f"if (tc_rel >= 0) {{ tc_mbar_arrive({self.bar('empty', 'tc_rel')}); tc_rel = -1; }}")
             else:
                 for b in self.tiles_of(1):
-                    self.line(f"if ({it} >= 2) tc_mbar_arrive({self.bar('empty', f'(({it}) + {S - 2}) % {S}', b)});")
+                    self.line(f"if ({it} >= 2) tc_mbar_arrive({self.bar('empty', f'(({self.G(it)}) + {S - 2}) % {S}', b)});")
             self.groups, self.pending, self.pending_packed = [], set(), set()
             for k in range(beside, g2):
                 self.cstmt(p["body"][k])
@@ -1183,14 +1451,15 @@ class _Emit:
                 self.packed_ahead = a
 
         def run_first(body, wait_turn: bool, pass_turn, previous: bool, alt=None):
+            g = self.G("tc_it")
             if not split:
-                self.line(f"tc_mbar_wait({self.bar('full', 'tc_s')}, (tc_it / {S}) & 1);")
+                self.line(f"tc_mbar_wait({self.bar('full', 'tc_s')}, ({g} / {S}) & 1);")
             else:  # this iteration's tiles of the first gemm, the previous one's of the second
                 for b in self.tiles_of(0):
-                    self.line(f"tc_mbar_wait({self.bar('full', 'tc_s', b)}, (tc_it / {S}) & 1);")
+                    self.line(f"tc_mbar_wait({self.bar('full', 'tc_s', b)}, ({g} / {S}) & 1);")
                 for b in (self.tiles_of(1) if previous else []):
-                    self.line(f"tc_mbar_wait({self.bar('full', f'(tc_it + {S - 1}) % {S}', b)}, "
-                              f"((tc_it - 1) / {S}) & 1);")
+                    self.line(f"tc_mbar_wait({self.bar('full', f'({g} + {S - 1}) % {S}', b)}, "
+                              f"(({g} - 1) / {S}) & 1);")
             if beside is not None and previous:
                 deferred("tc_it")
             for k, s in enumerate(body[:g1 + 1]):
@@ -1215,8 +1484,16 @@ class _Emit:
                 self.groups[-1] = (*self.groups[-1][:2], True, [])  # its end releases the stage
                 self.line(f"tc_rel = {stage};")
 
+        late = p.get("late") or []  # D45: O's rescale, after the next first gemm's issue
+
+        def run_late():
+            for k in late:
+                self.cstmt(p["body"][k])
+
         def run_between(body, alt=None):
             for k in range(g1 + 1, g2 if beside is None else beside):
+                if k in late:
+                    continue
                 self.cstmt_either(body[k], alt[k] if alt else body[k])
             if beside is not None:  # P @ V stays in flight into the next iteration, which finishes B (deferred)
                 return
@@ -1226,7 +1503,7 @@ class _Emit:
         def iteration0():
             self.line("const int tc_it = 0;")
             self.loop_var(loop)
-            self.line("const int tc_s = 0;")
+            self.line(f"const int tc_s = {self.G('0')} % {S};" if self.persist else "const int tc_s = 0;")
             um = p.get("unmasked")
             body = self.variant(bool(um) and um["all"])
             alt = um["body"] if um and not um["all"] else None  # without the masks where tc_nu > 0
@@ -1236,9 +1513,10 @@ class _Emit:
 
         def step(body):
             self.loop_var(loop)
-            self.line(f"const int tc_s = tc_it % {S};")
+            self.line(f"const int tc_s = {self.G('tc_it')} % {S};")
             run_first(body, True, None, True)
-            run_second(f"((tc_it + {S - 1}) % {S})", "all")
+            run_late()
+            run_second(f"(({self.G('tc_it')} + {S - 1}) % {S})", "all")
             run_between(body)
 
         def body_if():
@@ -1248,7 +1526,8 @@ class _Emit:
             self.loops(1, step)
             if beside is not None:
                 deferred("tc_nit")
-            run_second(f"((tc_nit + {S - 1}) % {S})", "final", "tc_nit - 1")
+            run_late()
+            run_second(f"(({self.G('tc_nit')} + {S - 1}) % {S})", "final", f"{self.G('tc_nit')} - 1")
             self.retire()
 
         self.line(f"const int tc_nit = (int)({em.expr(st, loop.extent)});")
@@ -1342,11 +1621,20 @@ class _Emit:
             self.wait_for(self.touched(masked))
         elif self.touched(masked) & self.pending:
             self.retire()
+        self.either = True
         self.block("if (tc_nu > 0)", lambda: self.cstmt(unmasked))
         self.block("if (tc_nu == 0)", lambda: self.cstmt(masked))
+        self.either = False
 
     def cstmt(self, s):
         em, st = self.em, self.st
+        if self.persist and not self.either and id(s) in self.persist["zero_fills"]:
+            if self.groups is not None:  # (the WGMMA in flight on C must be done all the same)
+                self.wait_for(self.touched(s))
+            self.zero_c = _stores_of(s)[0].buffer  # the gemm right after starts from zero
+            return
+        if self.zero_c is not None and not _is_gemm(s):  # pragma: no cover - the fill is right before its gemm
+            raise AssertionError("a skipped zero fill not followed by its gemm")
         if self.groups is not None:  # overlap: wait for the groups that write what s touches, no more
             self.wait_for(self.touched(s) - ({s.args[2].buffer} if _is_gemm(s) else set()))
         elif isinstance(s, TileOp) and s.op == "gemm":
@@ -1385,6 +1673,11 @@ class _Emit:
             return
         if self.p["frags"][src.buffer] == 1:
             return self.store_rows(s)
+        if (self.p.get("tma_store") or {}).get("stmt") == id(s):  # D45: through shared memory and TMA stores
+            if self.p["once"] and not self.waited_once:  # the tile's TMA load has landed before it is written
+                self.line(f"tc_mbar_wait({self.bar('once')}, 0);")
+                self.waited_once = True
+            return _tmastore.emit_store(self, s)
         # fragment -> global: rows tc_row (+ 8), columns tc_col + 8 j (+ 1), bounded by the tensor's edge
         g = dst.buffer
         nu = nonunit(dst.extents)
@@ -1498,6 +1791,11 @@ class _Emit:
         k = a.buffer.static_shape()[1]
         a_regs = a.buffer in p["frags"]
         name = wgmma_struct(dt, n, not tb, a_regs)[0]
+        zero = self.zero_c is not None and self.zero_c is c.buffer and not a_regs
+        self.zero_c = None
+        if zero:  # D45 (persistent): k step 0 with scale-d 0 (D = A B), its outputs written, not read
+            zname, ztext = _zero_struct(dt, n, not tb)
+            self.st.rp_structs = {**getattr(self.st, "rp_structs", {}), zname: ztext}
         cn = em.name(st, c.buffer)
         uses_once = any(x.buffer in p["once"] for x in (a, b))
         if uses_once and not self.waited_once:
@@ -1520,7 +1818,8 @@ class _Emit:
         if self.turn_wait:
             self.wait_turn()
         self.line("tc_wgmma_fence();")
-        self.line(f"tc_reg_fence({cn});")
+        if not zero:  # (a WGMMA starting from zero reads no accumulator)
+            self.line(f"tc_reg_fence({cn});")
         if a_regs:
             self.line(f"tc_reg_fence_u({pa});")
 
@@ -1545,7 +1844,7 @@ class _Emit:
                 arow = p["shared"][a.buffer]["rows"]
                 da = desc(f"{self.tile_addr(a.buffer, self.stage)} + (unsigned)tc_c * {64 * 128}u",
                           (kb // 128) * arow * 128 + kb % 128, 16)
-                self.line(f"{name}::run({cn}, {da}, {db});")
+                self.line(f"{zname if zero and kk == 0 else name}::run({cn}, {da}, {db});")
         self.line("tc_wgmma_commit();")
         if self.turn_pass:
             self.pass_turn(final=self.turn_pass == "final")
