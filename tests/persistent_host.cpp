@@ -36,49 +36,7 @@
 // TC_HOST_PADDED_CMAP the harness builds C's map as a runtime that took the tiles' extent for C's would: the edge
 // tiles then write outside C (the case must fail: tests/test_cuda_persistent.py).
 // Prints "ok" or the first failure, and exits 0 or 1.
-#include <atomic>
-#include <barrier>
-#include <chrono>
-#include <condition_variable>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <deque>
-#include <map>
-#include <memory>
-#include <mutex>
-#include <thread>
-#include <type_traits>
-#include <vector>
-
-struct tc_tmap {
-  int which;            // 0: A, 1: B, 2: C (TMA stores)
-  int rows;             // the box's rows (of 128 bytes each)
-  long long cols = 0;   // C: the tensor's columns (dims[0]) and rows (dims[1]), its element size
-  long long nrows = 0;
-  int esize = 4;
-};
-struct h16 {  // a 16-bit C element: an index into the values the harness's conversion has seen (tc_pack_c2<h16>)
-  unsigned short id;
-};
-struct tc_dim3 {
-  unsigned x = 0, y = 0, z = 0;
-};
-static thread_local tc_dim3 threadIdx, blockIdx;
-static tc_dim3 gridDim;
-#define __device__
-#define __forceinline__ inline
-#define __restrict__ __restrict
-#define TC_EPI_ROWS 1
-#define TC_EPI_COLS 2
-#define TC_EPI_PAIRS 4
-
-[[noreturn]] static void fail(const char* what, long long a = 0, long long b = 0) {
-  std::printf("FAIL: %s (%lld, %lld)\n", what, a, b);
-  std::fflush(stdout);
-  std::_Exit(1);
-}
+#include "persistent_host_shims.h"
 
 // -- the running block ------------------------------------------------------------------------------------
 struct Bar {

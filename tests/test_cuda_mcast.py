@@ -28,6 +28,7 @@ tilecore_cuda = pytest.importorskip("tilecore_cuda")
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
 from test_cuda_hopper import HOPPER, _notes, dynamic_m_gemm, gemm, hopper_gpu  # noqa: E402
+from test_cuda_persistent import _run_harness as _run_persistent_harness  # noqa: E402
 
 BIG = dict(M=4096, N=4096, K=512, bm=128, bn=256, threads=256, stages=3)  # 16 x 32 tiles
 PRELUDE = Path(tilecore_cuda.__file__).parent / "prelude"
@@ -246,11 +247,7 @@ MUTANTS = {
 
 
 def _run_harness(header_text: str, tmp: Path, defines=()) -> subprocess.CompletedProcess:
-    (tmp / "tc_persistent.cuh").write_text(header_text)
-    exe = tmp / "mcast"
-    subprocess.run(["g++", "-std=c++20", "-O1", "-w", "-pthread", *(f"-D{d}" for d in defines), "-I", str(tmp),
-                    "-o", str(exe), str(HARNESS)], check=True, capture_output=True, text=True)
-    return subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    return _run_persistent_harness(header_text, tmp, defines, harness=HARNESS)
 
 
 @needs_gxx

@@ -469,11 +469,12 @@ MUTANTS = {
 }
 
 
-def _run_harness(header_text: str, tmp: Path, defines=()) -> subprocess.CompletedProcess:
+def _run_harness(header_text: str, tmp: Path, defines=(), harness: Path = HARNESS) -> subprocess.CompletedProcess:
+    """Build ``harness`` (a host program including tc_persistent.cuh) against ``header_text`` and run it."""
     (tmp / "tc_persistent.cuh").write_text(header_text)
-    exe = tmp / "persistent"
+    exe = tmp / harness.stem
     subprocess.run(["g++", "-std=c++20", "-O1", "-w", "-pthread", *(f"-D{d}" for d in defines), "-I", str(tmp),
-                    "-o", str(exe), str(HARNESS)], check=True, capture_output=True, text=True)
+                    "-o", str(exe), str(harness)], check=True, capture_output=True, text=True)
     return subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
 
 
