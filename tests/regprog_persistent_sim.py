@@ -23,6 +23,8 @@ from __future__ import annotations
 import random
 import re
 
+from regprog_sim import _tree as _block_tree
+
 _CAST = re.compile(r"\((?:int|unsigned|long long|unsigned long long)\)")
 
 
@@ -84,45 +86,28 @@ def _if_line(s: str):
 
 
 def _tree(lines):
-    root: list = []
-    stack = [root]
-    for s in lines:
-        s = s.strip()
-        if not s or s.startswith("#pragma") or s.startswith("/*") and s.endswith("*/"):
-            continue
-        if s == "}":
-            stack.pop()
-            continue
-        if s.endswith("{") and s.count("{") > s.count("}"):
-            node = [s[:-1].strip(), []]
-            stack[-1].append(node)
-            stack.append(node[1])
-        else:
-            stack[-1].append(s)
-    return root
+    """regprog_sim's block tree of the stripped lines, comment-only lines left out."""
+    stripped = (ln.strip() for ln in lines)
+    return _block_tree([s for s in stripped if not (s.startswith("/*") and s.endswith("*/"))])
 
 
 def _branch(src: str, which: str) -> list:
     """The producer's (``if (tc_wg == 0)``) or the consumers' (``else``) lines of the register program."""
     lines = src.split("__global__")[-1].splitlines()
+
+    def past_block(k: int) -> int:  # the index after the block whose opening line is lines[k]
+        depth = 0
+        while True:
+            s = lines[k].strip()
+            depth += s.count("{") - s.count("}")
+            k += 1
+            if depth == 0:
+                return k
+
     start = next(k for k, ln in enumerate(lines) if ln.strip() == "if (tc_wg == 0) {")
-    depth, k = 0, start
-    while True:
-        s = lines[k].strip()
-        depth += s.count("{") - s.count("}")
-        k += 1
-        if depth == 0:
-            break
-    prod = lines[start + 1:k - 1]
+    k = past_block(start)
     assert lines[k].strip() == "else {"
-    depth, j = 0, k
-    while True:
-        s = lines[j].strip()
-        depth += s.count("{") - s.count("}")
-        j += 1
-        if depth == 0:
-            break
-    return prod if which == "producer" else lines[k + 1:j - 1]
+    return lines[start + 1:k - 1] if which == "producer" else lines[k + 1:past_block(k) - 1]
 
 
 class Block:
