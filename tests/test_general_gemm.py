@@ -26,7 +26,6 @@ from pathlib import Path
 import pytest
 
 import tilecore
-import tilecore.language as T
 from tilecore.ir import (BulkCopy, CopyBarrierWait, For, Specialized, Bind, as_expr, collect, const_value,
                          simplify, walk)
 from tilecore.passes import persistent as persistent_pass
@@ -35,7 +34,7 @@ from tilecore.passes.pipeline import substitute
 sys.path.insert(0, str(Path(__file__).parent))
 
 from test_cuda_backend import needs_toolchain  # noqa: E402
-from test_cuda_hopper import hopper_gpu  # noqa: E402
+from test_cuda_hopper import gemm as hopper_gemm, hopper_gpu  # noqa: E402
 
 GENERAL = {"tilecore.disable_cache": True, "tilecore.cuda.register_programs": False,
            "tilecore.matrix_unit_families": ["wgmma"]}
@@ -43,24 +42,8 @@ WS = {"tilecore.warp_specialize": True}
 
 
 def gemm(M, N, K, bm=128, bn=256, bk=64, stages=3, threads=256, dtype="float16", out=None, swizzle=None):
-    out = out or dtype
-
-    @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), out)):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
-            A_s = T.alloc_shared((bm, bk), dtype)
-            B_s = T.alloc_shared((bk, bn), dtype)
-            C_l = T.alloc_fragment((bm, bn), "float32")
-            if swizzle:
-                T.use_swizzle(swizzle)
-            T.clear(C_l)
-            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
-                T.copy(A[by * bm, ko * bk], A_s)
-                T.copy(B[ko * bk, bx * bn], B_s)
-                T.gemm(A_s, B_s, C_l)
-            T.copy(C_l, C[by * bm, bx * bn])
-
-    return main
+    """test_cuda_hopper's TileLang GEMM in this file's argument order (C in ``dtype`` unless ``out``)."""
+    return hopper_gemm(M, N, K, bm, bn, bk, threads, stages, dtype, out or dtype, panel=swizzle or 0)
 
 
 def _value(e, env: dict):
