@@ -28,7 +28,7 @@ tilecore_cuda = pytest.importorskip("tilecore_cuda")
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
 from test_cuda_hopper import HOPPER, _notes, dynamic_m_gemm, gemm, hopper_gpu  # noqa: E402
-from test_cuda_persistent import _run_harness as _run_persistent_harness  # noqa: E402
+from test_cuda_persistent import _body, _run_harness as _run_persistent_harness  # noqa: E402
 
 BIG = dict(M=4096, N=4096, K=512, bm=128, bn=256, threads=256, stages=3)  # 16 x 32 tiles
 PRELUDE = Path(tilecore_cuda.__file__).parent / "prelude"
@@ -43,11 +43,6 @@ def _compile(shape: dict, mc="1x2", target=HOPPER, **kw):
     s = dict(shape)
     fn = gemm(s.pop("M"), s.pop("N"), s.pop("K"), **s, **kw)
     return tilecore.compile(fn, target=target, pass_configs={**NOCACHE, **cfg})
-
-
-def _body(k) -> str:
-    src = k.get_kernel_source()
-    return src[src.index('extern "C" __global__'):]
 
 
 # -- the decision, the launch and the tile function -------------------------------------------------------
