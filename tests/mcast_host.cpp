@@ -24,9 +24,11 @@
 //
 // Checks: C's valid elements each written once per launch with the exact expected sum, nothing outside them (a slot
 // past the grid's tiles runs its partner's tile and must store nothing); no wait longer than 3 s (a deadlock: a
-// missing remote release, a wrong CTA mask, too many bytes expected). Cases: A shared ("1x2") and B shared ("2x1"),
-// both B layouts, one and two consumer warpgroups, 2 and 3 stages, ping-pong, the direct and the TMA-store epilogue,
-// odd tile counts in the paired dimension, more and fewer clusters than pairs, pairs of 1 to 4 k tiles.
+// missing remote release, a wrong CTA mask, too many bytes expected); every barrier back at the start of a phase when
+// its block exits (an arrival count that does not match the arrivals drifts a phase per fill, whatever the timing).
+// Cases: A shared ("1x2") and B shared ("2x1"), both B layouts, one and two consumer warpgroups, 2 and 3 stages,
+// ping-pong, the direct and the TMA-store epilogue, odd tile counts in the paired dimension, more and fewer clusters
+// than pairs, pairs of 1 to 4 k tiles.
 // Prints "ok" or the first failure, and exits 0 or 1.
 #include "persistent_host_shims.h"
 
@@ -424,6 +426,9 @@ static void run_case(int M, int N, int clusters) {
           if (--blk[r]->running == 0) blk[r]->exited = true;  // the block has left: its shared memory is gone
         });
     for (auto& th : threads) th.join();
+    for (Block* b : blk)  // every arrival and byte a phase expects came, and no more: no barrier left mid-phase
+      for (const auto& [addr, x] : b->bars)
+        if (x.pending != x.count || x.tx != 0) fail("a barrier left mid-phase when its block exited", addr, x.pending);
     delete blk[0];
     delete blk[1];
   }
