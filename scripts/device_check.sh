@@ -105,6 +105,13 @@ step norms python3 benchmarks/corpus_norms.py --rep 50 --load .norms_before
 step tma-store bash -c 'rc=0; python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_tma_store.py -rs || rc=$?;
      python3 benchmarks/cuda_gemm.py --rep 20 --sizes 4096,8192 --no-fp8 --tma-store off,on \
        --configs 128:256:64:256:3:8,128:256:64:256:4:8,128:128:64:256:4:8 || rc=$?; exit $rc'
+# issue 11's leftovers (D47): the 64-byte-swizzle tiles' and vector copies' tests (float64 on the GPU), then one run of
+# the split-K clusters the driver holds at once beside the profile's execution.cluster.at_once, shared -> global
+# copies element vs 16-byte, and block_K = 32 GEMMs on the general path (before) vs the register programs (after),
+# torch / cuBLAS beside
+step tidy bash -c 'rc=0; python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_swizzle64.py \
+     tests/test_vectorize_copies.py tests/test_cuda_clusters_at_once.py -rs || rc=$?;
+     python3 benchmarks/cuda_tidy.py --rep 20 || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \
