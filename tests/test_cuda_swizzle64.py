@@ -76,10 +76,16 @@ def test_sm80_block_k_32_reaches_mma_sync_registers(tb):
 
 
 def test_other_row_widths_are_still_refused():
-    """96-byte rows (block_K = 48) are neither layout: refused, said so, and the kernel keeps the general path."""
+    """96-byte rows (block_K = 48) are neither layout; a 64-byte tile of 24 rows (B as (N, K) at block_N = 24) would
+    leave the tiles after it off the 1 KiB boundary the 128-byte swizzle needs: both refused, said so, and the
+    kernels keep the general path."""
+    why = "shared tiles must be whole 128-byte rows (or one 64-byte column of them in 16-row groups)"
     k = tilecore.compile(gemm(256, 256, 96, bm=128, bn=128, bk=48, threads=256, stages=2), target="cuda:sm_80",
                          pass_configs=NOCACHE)
-    assert "shared tiles must be whole 128-byte rows (or one 64-byte column of them)" in _notes(k)
+    assert f"A_s: {why}" in _notes(k)
+    k = tilecore.compile(gemm(256, 240, 256, bm=128, bn=24, bk=32, threads=256, stages=2, tb=True),
+                         target="cuda:sm_90a", pass_configs=NOCACHE)
+    assert f"B_s: {why}" in _notes(k)
 
 
 # -- run on the host --------------------------------------------------------------------------------------

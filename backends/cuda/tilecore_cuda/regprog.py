@@ -80,11 +80,13 @@ class _Analysis:
         if b.scope == "shared":
             _need(len(shape) == 2 and str(b.dtype) in _16BIT, f"{b.name}: shared buffers must be 2-D 16-bit tiles")
             rows, cols = shape
-            _need(rows % 8 == 0 and rows <= 256 and (cols * b.dtype.bytes) % 128 == 0 or cols * b.dtype.bytes == 64,
-                  f"{b.name}: shared tiles must be whole 128-byte rows (or one 64-byte column of them), 8-row "
-                  "groups, at most 256 rows")
+            _need(rows % 8 == 0 and rows <= 256 and ((cols * b.dtype.bytes) % 128 == 0 or
+                                                     (cols * b.dtype.bytes == 64 and rows % 16 == 0)),
+                  f"{b.name}: shared tiles must be whole 128-byte rows (or one 64-byte column of them in 16-row "
+                  "groups), 8-row groups, at most 256 rows")
             # the swizzle (and atom width) in bytes: 128, or 64 for a tile of 64-byte rows (block_K = 32 of 16-bit
-            # elements: the TMA map's and the WGMMA descriptor's 64-byte mode, D47)
+            # elements: the TMA map's and the WGMMA descriptor's 64-byte mode, D47). 16-row groups keep such a tile
+            # a whole number of KiB, so every tile after it stays on the 1024-byte boundary 128-byte swizzle needs
             swz = 128 if (cols * b.dtype.bytes) % 128 == 0 else 64
             self.shared[b] = {"rows": rows, "cols": cols, "esize": b.dtype.bytes, "swz": swz}
         elif b.scope == "fragment":
