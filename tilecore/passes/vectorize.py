@@ -23,8 +23,9 @@ shared -> global copy of ``T.copy(C_shared, C[...])``, a fill), is rewritten so 
 innermost loop stores ``n`` consecutive elements as one vector (that loop's extent divided by ``n``), where the
 extent and start are multiples of ``n`` and the run passes the checks above for every iteration. Where the values
 are ``n`` consecutive elements of one block buffer (a shared tile, or a fragment the generic lowering keeps in
-block memory) of the stored dtype, the first's offset proven a multiple of ``n``, the vector says so (``vector_load``: the emitter may read them as one access too). A value that reads
-global memory keeps element stores (its loads would stay element loads, each thread's ``n`` of them at a stride).
+block memory) of the stored dtype, the first's offset proven a multiple of ``n``, the vector says so
+(``vector_load``: the emitter may read them as one access too). A value that reads global memory keeps element
+stores (its loads would stay element loads, each thread's ``n`` of them at a stride).
 
 Anything else stays as element stores (a ragged edge whose bound is not a multiple of ``n``, an odd row
 length that leaves the offset unaligned, a dynamic shape without ``T.assume``). Runs are taken greedily, the
