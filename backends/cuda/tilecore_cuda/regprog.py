@@ -268,6 +268,13 @@ def _plan(launch: KernelLaunch, ctx, mode: str) -> dict:
         an.stmt(s, "loop")
     _need(set(an.copies) == set(an.shared), "every shared tile is filled by one T.copy from global memory")
     _need(an.wgmma, "no T.gemm")
+    # 64-byte tiles on WGMMA: measured faster than the general path only at block_N 256 (H100, D47: 128x256x32
+    # 0.251 -> 0.240 ms; 128x128x32 0.293 -> 0.309, 64x128x32 a tie), so narrower GEMMs keep the general path
+    # (and the mma.sync program, 2x slower than both there, never takes what WGMMA left on a WGMMA target)
+    wgmma_target = ctx.capabilities.feature("wgmma") and not ctx.option("tilecore.cuda.disable_wgmma", False)
+    _need(all(an.shared[b]["swz"] == 128 for b in an.shared) or not wgmma_target or
+          (mode == "wgmma" and max(an.gemm_n) >= 256),
+          "64-byte tiles take WGMMA here only for gemms 256 wide (narrower ones are as fast on the general path, D47)")
     if mode == "mma":
         _need(all(n % 16 == 0 for n in an.gemm_n), "gemm widths must be multiples of 16 for mma.sync")
     staged = [b for b in an.shared if an.copies[b][1]]
