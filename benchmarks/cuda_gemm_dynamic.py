@@ -11,8 +11,10 @@ with cuBLAS at that shape. Then the host time per launch of the dynamic kernel a
 bulk version, its two tensor maps cached; 64x64x63: the cp.async version, zeros passed for them) beside the
 static kernel's, measured as benchmarks/host_costs.py does (back-to-back calls, best of 5 loops of 500).
 
-The default configurations have 64-byte tile rows (block_K 32), so both kernels take the core's general path
-(at 128-byte rows the CUDA plugin's Hopper pipeline takes them, dynamic or not).
+The default configurations have 64-byte tile rows (block_K 32), so the dynamic kernels take the core's general path
+(at 128-byte rows the CUDA plugin's Hopper pipeline takes them, dynamic or not); the static kernel is compiled for
+the same path (``tilecore.cuda.register_programs=False``), and once more as it compiles by default since D47 (the
+register program, its A tile in the 64-byte swizzle).
 
 A dynamic trip count used to make ptxas serialize every wgmma of the core's general path on sm_90a (the loop
 could run 0 times; fixed by putting the loop and its drain under one ``trips > 0`` test, see the ptxas notes of
@@ -30,6 +32,10 @@ import tilecore
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cuda_gemm import event_ms, has_gpu, matmul  # noqa: E402
+
+
+#: the static kernel on the path the dynamic ones take (the register programs take static block_K = 32 kernels, D47)
+GENERAL = {"tilecore.cuda.register_programs": False}
 
 
 def dynamic_matmul(bm, bn, bk, threads, stages):
@@ -81,7 +87,10 @@ def main() -> int:
     off = {"tilecore.bulk_copy_versioned": False}
     first = None
     for cfg in configs:
-        kernels = {"static": tilecore.compile(matmul(s, s, s, *cfg, out_dtype="float32"), target=target),
+        kernels = {"static": tilecore.compile(matmul(s, s, s, *cfg, out_dtype="float32"), target=target,
+                                              pass_configs=GENERAL),
+                   "static, register program (the default since D47)":
+                       tilecore.compile(matmul(s, s, s, *cfg, out_dtype="float32"), target=target),
                    "dynamic": tilecore.compile(dynamic_matmul(*cfg), target=target),
                    "dynamic, cp.async only (versioning off)": tilecore.compile(dynamic_matmul(*cfg), target=target,
                                                                                pass_configs=off)}
@@ -129,7 +138,8 @@ def host_rows(kernels, torch, launches=500):
         return best
 
     print("\n| launch (64 x 64 output) | host us per launch |\n|---|---|")
-    static = tilecore.compile(matmul(64, 64, 64, 128, 128, 32, 256, 3, out_dtype="float32"), target="cuda")
+    static = tilecore.compile(matmul(64, 64, 64, 128, 128, 32, 256, 3, out_dtype="float32"), target="cuda",
+                              pass_configs=GENERAL)
     for name, kernel, k in (("static 64^3 (TMA, maps cached)", static, 64),
                             ("dynamic 64^3 (TMA version, maps cached)", kernels["dynamic"], 64),
                             ("dynamic 64x64x63 (cp.async version, zeros passed)", kernels["dynamic"], 63),

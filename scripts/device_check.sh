@@ -139,6 +139,13 @@ step fa3pp bash -c 'rc=0; C=overlap/direct/default,both/direct/default,overlap/t
        tests/test_cuda_attention_persistent.py -k device -rs || rc=$?;
      timeout -k 5 120 python3 benchmarks/cuda_attention.py --rep 3 --fast-math --no-exact --blocks 128x128x256x2 --combos $C || rc=$?;
      timeout -k 5 120 python3 benchmarks/cuda_attention.py --rep 3 --blocks 128x176x256x2 --combos $C || rc=$?; exit $rc'
+# issue 11's leftovers (D47): the 64-byte-swizzle tiles' and vector copies' tests (float64 on the GPU), then one run of
+# the split-K clusters the driver holds at once beside the profile's execution.cluster.at_once, shared -> global
+# copies element vs 16-byte, and block_K = 32 GEMMs on the general path (before) vs the register programs (after),
+# torch / cuBLAS beside
+step tidy bash -c 'rc=0; python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_swizzle64.py \
+     tests/test_vectorize_copies.py tests/test_cuda_clusters_at_once.py -rs || rc=$?;
+     python3 benchmarks/cuda_tidy.py --rep 20 || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

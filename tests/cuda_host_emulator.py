@@ -284,13 +284,18 @@ template <typename T> inline void tc_store2(T* p, float a, float b) {
 """
 
 def vector_shim(fail: str) -> str:
-    """C++ of the vector stores of the SIMT C++ emitters (``tc_vecn``, ``tc_vst``: tilecore.vectorize_stores) for the
-    host emulators, whose failures go through ``fail``: the store checks that its address is aligned to the
-    vector's size, as the hardware requires (a misaligned one faults on a GPU; on the host it would not)."""
+    """C++ of the vector stores and loads of the SIMT C++ emitters (``tc_vecn``, ``tc_vst``, ``tc_vld``:
+    tilecore.vectorize_stores) for the host emulators, whose failures go through ``fail``: the store and the load
+    check that their address is aligned to the vector's size, as the hardware requires (a misaligned one faults
+    on a GPU; on the host it would not)."""
     return ("template <typename T, int N> struct alignas(sizeof(T) * N) tc_vecn { T v[N]; };\n"
             "template <typename V, typename T> inline void tc_vst(T* p, const V& v) {\n"
             "  if (reinterpret_cast<uintptr_t>(p) % sizeof(V)) FAIL(\"vector store address not aligned to its size\");\n"
             "  std::memcpy((void*)p, &v, sizeof(V));\n"
+            "}\n"
+            "template <typename V, typename T> inline V tc_vld(const T* p) {\n"
+            "  if (reinterpret_cast<uintptr_t>(p) % sizeof(V)) FAIL(\"vector load address not aligned to its size\");\n"
+            "  V v; std::memcpy(&v, (const void*)p, sizeof(V)); return v;\n"
             "}\n").replace("FAIL", fail)
 
 

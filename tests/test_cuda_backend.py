@@ -145,6 +145,10 @@ def test_readme_gemm_compiles(target):
     # (test_cuda_tensor_cores.py has both mma.sync gemm paths, test_cuda_wgmma_unit.py the wgmma one)
     unit = "wgmma_m64n64k16.C" if target == "cuda:sm_90a" else "mma_sync_m16n8k16.C"
     assert k.meta["attrs"]["fragment_layouts"]["C_local"].startswith(unit)
+    # sm_80: the whole kernel as a register program (its 64-byte A tile in the 64-byte swizzle, D47); sm_90a: the
+    # general path (64 columns: the register program's WGMMA on 64-byte tiles is no faster there, D47)
+    path = "generic" if target == "cuda:sm_90a" else "register program (mma.sync)"
+    assert tilecore_cuda.lowering_path(k) == path
     assert k.source.meta["threads"] == 128
 
 

@@ -123,7 +123,7 @@ def test_swizzled_tiles_map_as_the_grid_maps_its_blocks():
 @needs_toolchain
 @pytest.mark.parametrize("shape,kw,why", [
     (dict(M=128, N=4096, K=4096, bm=128, bn=128, threads=256, stages=3), {},
-     "split-K 3 (32 tiles on 132 SMs; 4 splits in clusters would not all fit at once on an H100 (30 of 4), 3 do "
+     "split-K 3 (32 tiles on 132 SMs; 4 splits in clusters would not all fit at once on cuda/sm_90a (30 of 4), 3 do "
      "(39)): 96 blocks, 21-22 k tiles each, each tile's blocks one cluster, float32 slices summed in split order "
      "through its shared memory (DSMEM); not persistent: a GEMM split over K keeps one block per (tile, split)"),
     (dict(BIG, bn=128), {"epilogue": "relu"}, "not persistent: the accumulator is used after the loop"),

@@ -59,7 +59,7 @@ def _head(k) -> list:
 # -- the decision ----------------------------------------------------------------------------------------
 
 #: D41: 4 splits of 32 tiles in clusters would not all fit on an H100 at once (30 clusters of 4 do), 3 do (39)
-FEWER = "; 4 splits in clusters would not all fit at once on an H100 (30 of 4), 3 do (39)"
+FEWER = "; 4 splits in clusters would not all fit at once on cuda/sm_90a (30 of 4), 3 do (39)"
 
 
 @needs_toolchain
@@ -119,12 +119,12 @@ def test_split_k_reduce_cluster_limits_and_errors():
     assert "workspace" in k.source.meta and "void __cluster_dims__" not in k.get_kernel_source()
     k = _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 8, **CLUSTER})
     assert k.source.meta["cluster"] == [1, 1, 8] and "workspace" not in k.source.meta
-    # by default only clusters that all fit on an H100 at once (SPLIT_K_CLUSTERS_AT_ONCE): 32 of 2 and of 3 do,
+    # by default only clusters that all fit on an H100 at once (execution.cluster.at_once): 32 of 2 and of 3 do,
     # 32 of 4 do not (30), and an asked-for split count is kept: the workspace sum, said so; asked for, clusters
     for n, cluster in ((2, True), (3, True), (4, False)):
         k = _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": n})
         assert bool(k.source.meta.get("cluster")) == cluster and ("workspace" in k.source.meta) != cluster, n
-    assert ("32 clusters of 4 blocks may not all fit on the GPU at once (an H100 holds 30); "
+    assert ("32 clusters of 4 blocks may not all fit on the GPU at once (cuda/sm_90a holds 30); "
             "tilecore.cuda.split_k_reduce=\"cluster\" asks for them") in _notes(k)
     assert _compile(LLM_128, pass_configs={"tilecore.cuda.split_k": 4, **CLUSTER}).source.meta["cluster"] == [1, 1, 4]
     with pytest.raises(CompileError, match=r'split_k_reduce="cluster": 9 splits are more blocks than a cluster '

@@ -83,8 +83,11 @@ def staged_gemm_kernel(M, N, K, bm, bn, bk, stages=2):
     return gemm
 
 
-#: "unit": the core's mma.sync unit (on sm_90a the core would take wgmma: tests/test_cuda_wgmma_unit.py)
-PATHS = {"unit": {"tilecore.matrix_unit_families": ["mma_sync"]}, "plugin": {"tilecore.matrix_unit_gemm": False}}
+#: "unit": the core's mma.sync unit (on sm_90a the core would take wgmma: tests/test_cuda_wgmma_unit.py); both
+#: with the register programs off, which take block_K = 32 tiles too since D47 (tests/test_cuda_swizzle64.py)
+GENERAL = {"tilecore.cuda.register_programs": False}
+PATHS = {"unit": {"tilecore.matrix_unit_families": ["mma_sync"], **GENERAL},
+         "plugin": {"tilecore.matrix_unit_gemm": False, **GENERAL}}
 
 
 def _compile(fn, target="cuda:sm_80", path="unit", cache=False):

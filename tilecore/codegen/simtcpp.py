@@ -68,6 +68,13 @@ class SIMTCppEmitter(CFamilyEmitter):
                       "template <typename V, typename T> __device__ __forceinline__ void tc_vst(T* p, const V& v) "
                       "{ *reinterpret_cast<V*>(p) = v; }\n"
                       "/* device-only: end */\n")
+    #: ``tc_vld<V>(p)``: the ``V`` at ``p`` read as one access (a vector store whose values are one aligned run of
+    #: a shared buffer, :attr:`~tilecore.ir.VectorStore.vector_load`); added only where a kernel uses it
+    vector_load_helpers = ("/* device-only: begin (vector loads of shared -> global copies, tilecore.vectorize_stores; "
+                           "the host emulators check their alignment) */\n"
+                           "template <typename V, typename T> __device__ __forceinline__ V tc_vld(const T* p) "
+                           "{ return *reinterpret_cast<const V*>(p); }\n"
+                           "/* device-only: end */\n")
     #: packed conversions of a pair: dtype -> (the pair's type, format over two values in the value type,
     #: rounded to nearest even); used where a vector's values are computed (not copied in storage type)
     vector_pack: dict = {}
@@ -90,6 +97,14 @@ class SIMTCppEmitter(CFamilyEmitter):
         ref = "&" + self.element(st, s.buffer, s.indices)
         pack = self.vector_pack.get(dt)
         raw = [self.raw_copy(st, s.buffer, v) if self.copy_in_storage_type else None for v in s.values]
+        src = s.values[0]
+        if s.vector_load and id(src.buffer) not in getattr(st, "shared_layouts", {}):
+            # one read of the run (the pass proved it consecutive and aligned in a row-major shared buffer; a
+            # buffer the launch stores through a swizzled layout keeps element reads)
+            st.vector_loads = True
+            vtype = f"tc_vecn<{self.stype(s.buffer.dtype)}, {n}>"
+            self.line(st, f"tc_vst<{vtype}>({ref}, tc_vld<{vtype}>(&{self.element(st, src.buffer, src.indices)}));")
+            return
         if pack is not None and n % 2 == 0 and all(r is None for r in raw):
             # a cast to the stored dtype is the pair conversion's own rounding (round to nearest even twice
             # is once): the conversion takes the value before the cast
@@ -151,6 +166,7 @@ class SIMTCppEmitter(CFamilyEmitter):
         bounds = self.launch_bounds.format(f"{threads}" if blocks is None else f"{threads}, {blocks}")
         body = "\n".join(st.lines)
         helpers = self.vector_helpers if getattr(st, "vectors", False) else ""
+        helpers += self.vector_load_helpers if getattr(st, "vector_loads", False) else ""
         code = (f"{self.preamble(st, func)}{helpers}{self.kernel_qualifier} void {bounds} {self.entry}({', '.join(params)}) {{\n"
                 f"{body}\n}}\n")
         return Source(code, self.lang, self.entry, meta)

@@ -177,6 +177,8 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
     if isinstance(s, VectorStore):
         idx = ", ".join(expr_str(i) for i in s.indices)
         vals = ", ".join(expr_str(v) for v in s.values)
+        if s.vector_load:  # one read of consecutive elements (its first, then how many)
+            vals = f"{expr_str(s.values[0])}:+{s.lanes}"
         return [f"{pad}{_nm(s.buffer)}[{idx}:+{s.lanes}] = T.vector({vals})"]
     if isinstance(s, MatrixLoad):
         return [f"{pad}T.matrix_load({s.spelling!r}, {s.operand!r}, {_nm(s.dst)}[{s.dst_offset}:], "

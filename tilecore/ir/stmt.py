@@ -391,6 +391,11 @@ class VectorStore(Stmt):
     indices: tuple
     values: tuple
     fallback: Stmt
+    #: True where the values are ``lanes`` consecutive elements of one block-memory buffer (a shared tile, or a
+    #: fragment kept in block memory) of the stored dtype, the first's offset proven a multiple of ``lanes`` (a
+    #: block buffer starts 16-byte aligned):
+    #: an emitter may read them as one access too (``tilecore.vectorize_stores`` on a shared -> global copy)
+    vector_load: bool = False
 
     @property
     def lanes(self) -> int:

@@ -17,6 +17,16 @@ bytes) into one :class:`~tilecore.ir.VectorStore` when
   ``x + k < b`` / ``x + k >= b`` whose ``x`` and ``b`` are proven multiples of ``n`` (then ``x + k < b``
   exactly when ``x < b``, for every ``k < n``).
 
+The same rules fold a block-level copy into global memory (D47): a nest of ``parallel`` loops whose body is one
+element store to a global tensor (under the copy's tail guard, or none), its value reading no global memory (the
+shared -> global copy of ``T.copy(C_shared, C[...])``, a fill), is rewritten so that each iteration of its
+innermost loop stores ``n`` consecutive elements as one vector (that loop's extent divided by ``n``), where the
+extent and start are multiples of ``n`` and the run passes the checks above for every iteration. Where the values
+are ``n`` consecutive elements of one block buffer (a shared tile, or a fragment the generic lowering keeps in
+block memory) of the stored dtype, the first's offset proven a multiple of ``n``, the vector says so
+(``vector_load``: the emitter may read them as one access too). A value that reads global memory keeps element
+stores (its loads would stay element loads, each thread's ``n`` of them at a stride).
+
 Anything else stays as element stores (a ragged edge whose bound is not a multiple of ``n``, an odd row
 length that leaves the offset unaligned, a dynamic shape without ``T.assume``). Runs are taken greedily, the
 widest first. The vector keeps the element stores as its ``fallback`` (emitters without a vector spelling
@@ -28,9 +38,11 @@ turns it off.
 from __future__ import annotations
 
 from ..ir import (Assume, BinOp, Bind, BufferLoad, Call, Cast, Cmp, For, If, KernelLaunch, Logic, PerThread, Select, Seq,
-                  Specialized, Store, Var, VectorStore, binary, const_value, is_float, simplify, walk_expr)
+                  Specialized, Store, Var, VectorStore, as_expr, binary, const_value, is_float, loop_nest, simplify,
+                  walk_expr)
 from ..ir.bounds import Facts
 from . import tile_pass
+from .core import block_allocations
 from .guard import launch_facts, loop_facts
 
 #: the widest vector access, in bytes
@@ -236,12 +248,79 @@ def _vectorize_seq(body: list, facts: Facts, shared_ok=frozenset()) -> list:
     return out
 
 
+def _reads_global(e) -> bool:
+    found: list = []
+    walk_expr(e, lambda x: found.append(x) if isinstance(x, BufferLoad) and x.buffer.scope == "global" else None)
+    return bool(found)
+
+
+def _contiguous_load(values, n: int, facts: Facts, dtype, block: set) -> bool:
+    """The values are ``n`` consecutive elements of one block buffer (``block``: the launch's
+    :func:`~tilecore.passes.core.block_allocations`, each 16-byte aligned, BLOCK_ALIGN) of ``dtype``, the first's
+    offset a multiple of ``n``: one aligned read."""
+    first = values[0]
+    if not (isinstance(first, BufferLoad) and id(first.buffer) in block and first.buffer.base is None
+            and first.buffer.dtype == dtype):
+        return False
+    for k, v in enumerate(values):
+        if not (isinstance(v, BufferLoad) and v.buffer is first.buffer):
+            return False
+        if any(_diff(x, y) != 0 for x, y in zip(v.indices[:-1], first.indices[:-1])) or \
+                _diff(v.indices[-1], first.indices[-1]) != k:
+            return False
+    return _multiple(facts, _flat(first.indices, first.buffer.shape), n)
+
+
+def _vectorize_nest(loop: For, facts: Facts, block: set):
+    """A block-level nest of parallel loops storing one element per iteration to global memory, its innermost
+    loop rewritten to store ``n`` consecutive elements per iteration as one vector (module doc); None: as it is."""
+    from .pipeline import substitute  # one expression substitution for the core's passes
+
+    loops, inner = loop_nest(loop, ("parallel",))
+    last = loops[-1]
+    extent, start = const_value(last.extent), const_value(last.start)
+    proto = _candidate(inner, {})
+    if extent is None or start is None or proto is None or _reads_global(proto.store.value):
+        return None
+    if proto.cond is not None and _reads_global(proto.cond):
+        return None
+    outer = facts
+    for f in loops[:-1]:
+        outer = loop_facts(f, outer)
+    dt = proto.store.buffer.dtype
+    for n in LANES:
+        if n * dt.bytes > MAX_BYTES or extent % n or start % n:
+            continue
+        jv = Var(f"{last.var.name}_v", last.var.dtype)
+        vloop = For(jv, as_expr(0), as_expr(extent // n), "parallel", None, span=last.span)
+        fv = loop_facts(vloop, outer)
+        base = binary("add", as_expr(start), binary("mul", jv, n))
+        stmts = [substitute(inner, {id(last.var): simplify(binary("add", base, k))}) for k in range(n)]
+        cands = [_candidate(x, {}) for x in stmts]
+        first = cands[0]
+        if _run_at(cands, 0, fv.with_cond(first.icond) if first.icond is not None else fv) != n:
+            continue
+        values = tuple(c.store.value for c in cands)
+        inside = fv.with_cond(first.icond) if first.icond is not None else fv
+        vec = VectorStore(first.store.buffer, first.store.indices, values,
+                          Seq([c.store for c in cands], span=first.store.span), span=first.store.span,
+                          vector_load=_contiguous_load(values, n, inside, dt, block))
+        body = If(first.cond, vec, span=inner.span) if first.cond is not None else vec
+        new = vloop.with_(body=body)
+        for f in reversed(loops[:-1]):
+            new = f.with_(body=new)
+        return new
+    return None
+
+
 class _Pass:
     def __init__(self, shared_ok=frozenset()):
         # shared tiles whose runs are vectorized too: a bulk store's tile (tilecore.bulk_store, D46), row-major or
         # swizzled by 16-byte units without padding, its rows whole 16-byte units: a run of at most 16 bytes whose
         # logical offset is a multiple of its length stays inside one 16-byte unit, which a swizzle moves whole
         self.shared_ok = shared_ok
+        self.block: set = set()  # the current launch's block buffers (16-byte aligned)
+        self.nested = False  # inside a parallel loop: no nest of its own is folded
 
     def stmt(self, s, facts: Facts, inside: bool):
         if s is None:
@@ -255,8 +334,17 @@ class _Pass:
                 body = _vectorize_seq(body, facts, self.shared_ok)
             return Seq(body, span=s.span)
         if isinstance(s, KernelLaunch):
+            self.block = {id(a.buffer) for a in block_allocations(s.body)}
             return s.with_(body=self.stmt(s.body, launch_facts(s, facts), inside))
         if isinstance(s, For):
+            if s.kind in ("parallel", "vectorized") and not inside:
+                vec = _vectorize_nest(s, facts, self.block) if s.kind == "parallel" and not self.nested else None
+                if vec is not None:
+                    return vec
+                outer, self.nested = self.nested, True
+                body = self.stmt(s.body, loop_facts(s, facts), inside)
+                self.nested = outer
+                return s.with_(body=body)
             f = loop_facts(s, facts) if not is_float(s.var.dtype) else facts
             return s.with_(body=self.stmt(s.body, f, inside))
         if isinstance(s, If):

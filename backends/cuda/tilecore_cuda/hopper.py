@@ -665,11 +665,17 @@ def split_k(launch: KernelLaunch, p: _Plan, loop: For, stages: int, ctx) -> tupl
 #: partials in a workspace, the tile's last block sums them: D27, D31)
 SPLIT_K_REDUCE_DEFAULT = "cluster"
 #: ... but by default only where all of the grid's clusters fit on the GPU at once (one wave; a cluster's blocks
-#: share a GPC, and the GPCs' sizes vary from chip to chip): clusters of each size that fit at once at one block per
-#: SM, measured on the H100 (cuOccupancyMaxActiveClusters, docs/decisions.md D41). Where the rule's split count does
-#: not fit, one split fewer in clusters is taken if that fits, else the workspace sum. The runtime asks the driver
-#: again at load and warns where a GPU holds fewer.
-SPLIT_K_CLUSTERS_AT_ONCE = {2: 66, 3: 39, 4: 30, 8: 15}
+#: share a GPC, and the GPCs' sizes vary from chip to chip): the profile's ``execution.cluster.at_once``, clusters of
+#: each size that fit at once at one block per SM as measured (cuOccupancyMaxActiveClusters on the H100 for sm_90a,
+#: docs/decisions.md D41, D47). Where the rule's split count does not fit, one split fewer in clusters is taken if
+#: that fits, else the workspace sum; a profile without the figures keeps the workspace sum, said in the note. The
+#: runtime asks the driver again at load and warns where a GPU holds fewer.
+def clusters_at_once(caps) -> dict:
+    """``{cluster size: clusters resident at once}`` from the profile (``execution.cluster.at_once``; {} if absent)."""
+    table = caps.get("execution.cluster.at_once") or {}
+    return {int(n): int(v) for n, v in table.items()}
+
+
 SPLIT_K_LAST_BLOCK = "float32 partials summed in split order by each tile's last block"
 SPLIT_K_CLUSTER = ("each tile's blocks one cluster, float32 slices summed in split order through its shared "
                    "memory (DSMEM)")
@@ -688,7 +694,7 @@ def split_k_reduce(p: _Plan, splits: int, stages: int, stage_bytes: int, tiles: 
     ``tilecore.cuda.split_k_reduce`` asks for one; "cluster" needs thread-block clusters of ``splits`` blocks
     (``limits.max_cluster_size`` of the profile, 8 on sm_90a) and the receive area
     (:func:`splitk_cluster_bytes`) within the pipeline's stages. Asked for and impossible: a CompileError at the
-    user's loop. Unset: clusters where they fit at once (:data:`SPLIT_K_CLUSTERS_AT_ONCE`; with the automatic
+    user's loop. Unset: clusters where they fit at once (:func:`clusters_at_once`; with the automatic
     split count, one split fewer if only that fits), else "global" with the note saying why."""
     asked = ctx.option("tilecore.cuda.split_k_reduce", None)
     if asked is not None and asked not in ("cluster", "global"):
@@ -709,8 +715,10 @@ def split_k_reduce(p: _Plan, splits: int, stages: int, stage_bytes: int, tiles: 
                     f"{stages} stages of {stage_bytes} bytes")
         return ""
 
+    at_once = clusters_at_once(ctx.capabilities)
+
     def fits(n: int) -> bool:
-        return tiles <= SPLIT_K_CLUSTERS_AT_ONCE.get(n, 0)
+        return tiles <= at_once.get(n, 0)
 
     why = blocker(splits)
     if asked:
@@ -721,14 +729,15 @@ def split_k_reduce(p: _Plan, splits: int, stages: int, stage_bytes: int, tiles: 
     if not why and fits(splits):
         return "cluster", "", splits
     if not why:
-        why = (f"{tiles} clusters of {splits} blocks may not all fit on the GPU at once (an H100 holds "
-               f"{SPLIT_K_CLUSTERS_AT_ONCE.get(splits, 'an unmeasured number of')}); "
+        held = f"{ctx.capabilities.id} holds {at_once[splits]}" if splits in at_once else \
+            f"{ctx.capabilities.id} declares no execution.cluster.at_once for clusters of {splits}"
+        why = (f"{tiles} clusters of {splits} blocks may not all fit on the GPU at once ({held}); "
                "tilecore.cuda.split_k_reduce=\"cluster\" asks for them")
     fewer = splits - 1
     if ctx.option("tilecore.cuda.split_k", None) is None and fewer >= 2 and not blocker(fewer) and fits(fewer):
-        return "cluster", (f"{splits} splits in clusters would not all fit at once on an H100 "
-                           f"({SPLIT_K_CLUSTERS_AT_ONCE.get(splits, 'not measured')} of {splits}), {fewer} do "
-                           f"({SPLIT_K_CLUSTERS_AT_ONCE[fewer]})"), fewer
+        return "cluster", (f"{splits} splits in clusters would not all fit at once on {ctx.capabilities.id} "
+                           f"({at_once.get(splits, 'not measured')} of {splits}), {fewer} do "
+                           f"({at_once[fewer]})"), fewer
     return "global", f"partials summed through global memory, not in one cluster per tile: {why}", splits
 
 

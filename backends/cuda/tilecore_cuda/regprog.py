@@ -80,9 +80,15 @@ class _Analysis:
         if b.scope == "shared":
             _need(len(shape) == 2 and str(b.dtype) in _16BIT, f"{b.name}: shared buffers must be 2-D 16-bit tiles")
             rows, cols = shape
-            _need(rows % 8 == 0 and rows <= 256 and (cols * b.dtype.bytes) % 128 == 0,
-                  f"{b.name}: shared tiles must be whole 128-byte rows, 8-row groups, at most 256 rows")
-            self.shared[b] = {"rows": rows, "cols": cols, "esize": b.dtype.bytes}
+            _need(rows % 8 == 0 and rows <= 256 and ((cols * b.dtype.bytes) % 128 == 0 or
+                                                     (cols * b.dtype.bytes == 64 and rows % 16 == 0)),
+                  f"{b.name}: shared tiles must be whole 128-byte rows (or one 64-byte column of them in 16-row "
+                  "groups), 8-row groups, at most 256 rows")
+            # the swizzle (and atom width) in bytes: 128, or 64 for a tile of 64-byte rows (block_K = 32 of 16-bit
+            # elements: the TMA map's and the WGMMA descriptor's 64-byte mode, D47). 16-row groups keep such a tile
+            # a whole number of KiB, so every tile after it stays on the 1024-byte boundary 128-byte swizzle needs
+            swz = 128 if (cols * b.dtype.bytes) % 128 == 0 else 64
+            self.shared[b] = {"rows": rows, "cols": cols, "esize": b.dtype.bytes, "swz": swz}
         elif b.scope == "fragment":
             _need(shape[0] == self.bm and len(shape) in (1, 2),
                   f"{b.name}: fragments must be ({self.bm},) or ({self.bm}, n) for {self.nc} warpgroup(s)")
@@ -262,6 +268,13 @@ def _plan(launch: KernelLaunch, ctx, mode: str) -> dict:
         an.stmt(s, "loop")
     _need(set(an.copies) == set(an.shared), "every shared tile is filled by one T.copy from global memory")
     _need(an.wgmma, "no T.gemm")
+    # 64-byte tiles on WGMMA: measured faster than the general path only at block_N 256 (H100, D47: 128x256x32
+    # 0.251 -> 0.240 ms; 128x128x32 0.293 -> 0.309, 64x128x32 a tie), so narrower GEMMs keep the general path
+    # (and the mma.sync program, 2x slower than both there, never takes what WGMMA left on a WGMMA target)
+    wgmma_target = ctx.capabilities.feature("wgmma") and not ctx.option("tilecore.cuda.disable_wgmma", False)
+    _need(all(an.shared[b]["swz"] == 128 for b in an.shared) or not wgmma_target or
+          (mode == "wgmma" and max(an.gemm_n) >= 256),
+          "64-byte tiles take WGMMA here only for gemms 256 wide (narrower ones are as fast on the general path, D47)")
     if mode == "mma":
         _need(all(n % 16 == 0 for n in an.gemm_n), "gemm widths must be multiples of 16 for mma.sync")
     staged = [b for b in an.shared if an.copies[b][1]]
@@ -286,9 +299,10 @@ def _plan(launch: KernelLaunch, ctx, mode: str) -> dict:
     maps = []
     for b in (once + staged if mode == "wgmma" else []):
         src = an.copies[b][0].args[0]
-        atom = 128 // b.dtype.bytes
+        swz = an.shared[b]["swz"]
+        atom = swz // b.dtype.bytes
         box = [atom] + [_s(e) for e in reversed(src.extents[:-1])]
-        maps.append({**tensor_map(src, box), "tile": b})
+        maps.append({**tensor_map(src, box, swz), "tile": b})
     return {"mode": mode, "nc": an.nc, "bm": an.bm, "stages": stages, "pre": pre, "loop": loop, "body": lbody, "post": post,
             "folded": folded,
             "frags": an.frags, "shared": an.shared, "once": once, "staged": staged, "offset": layout,
@@ -1185,12 +1199,12 @@ class _Emit:
         em, st = self.em, self.st
         src = self.p["copies"][b].args[0]
         info = self.p["shared"][b]
-        atom = 128 // info["esize"]
+        atom = info["swz"] // info["esize"]
         coords = [em.expr(st, simplify(e)) for e in reversed(src.starts)]
         rank = len(coords)
         for a in range(info["cols"] // atom):
             c = [f"(int)({coords[0]}) + {a * atom}"] + [f"(int)({x})" for x in coords[1:]]
-            dst = f"{self.tile_addr(b)} + {a * info['rows'] * 128}u"
+            dst = f"{self.tile_addr(b)} + {a * info['rows'] * info['swz']}u"
             self.line(f"tc_tma_load_{rank}d({dst}, &{self.map_of[b]}, {bar}, {', '.join(c)});")
 
     def producer(self):
@@ -1823,16 +1837,20 @@ class _Emit:
         if a_regs:
             self.line(f"tc_reg_fence_u({pa});")
 
-        def desc(addr: str, off: int, lbo: int) -> str:
+        def desc(addr: str, off: int, lbo: int, swz: int = 128) -> str:
             # a k step's descriptor is the tile's plus the step's offset in 16-byte units: the start address
             # field is bits 0-13 (address / 16) and shared addresses stay below 2^18, so the add never carries
-            # out of it; one descriptor per tile for ptxas to keep, not one per step (D35)
+            # out of it; one descriptor per tile for ptxas to keep, not one per step (D35). A tile of 64-byte
+            # rows: SBO 8 rows of 64 bytes and the 64-byte swizzle mode (2 in bits 62-63; tc_wgmma_desc sets 1)
+            if swz == 64:
+                return f"((tc_wgmma_desc({addr}, {lbo}, 512) & ~(3ull << 62) | (2ull << 62)) + {off // 16}ull)"
             return f"(tc_wgmma_desc({addr}, {lbo}, 1024) + {off // 16}ull)"
 
+        bw = p["shared"][b.buffer]["swz"]
         for kk in range(k // 16):
             kb = kk * 32
             if tb:  # B is (N, K): K-major
-                db = desc(self.tile_addr(b.buffer, self.stage), (kb // 128) * brow * 128 + kb % 128, 16)
+                db = desc(self.tile_addr(b.buffer, self.stage), (kb // bw) * brow * bw + kb % bw, 16, bw)
             else:   # B is (K, N): N-major atoms of 64 columns, K rows each
                 db = desc(self.tile_addr(b.buffer, self.stage), kk * 16 * 128, brow * 128)
             if a_regs:
@@ -1841,9 +1859,9 @@ class _Emit:
                 regs = [f"{pa}[{4 * kk + x}]" for x in range(4)]
                 self.line(f"{name}::run({cn}, {', '.join(regs)}, {db});")
             else:
-                arow = p["shared"][a.buffer]["rows"]
-                da = desc(f"{self.tile_addr(a.buffer, self.stage)} + (unsigned)tc_c * {64 * 128}u",
-                          (kb // 128) * arow * 128 + kb % 128, 16)
+                arow, aw = p["shared"][a.buffer]["rows"], p["shared"][a.buffer]["swz"]
+                da = desc(f"{self.tile_addr(a.buffer, self.stage)} + (unsigned)tc_c * {64 * aw}u",
+                          (kb // aw) * arow * aw + kb % aw, 16, aw)
                 self.line(f"{zname if zero and kk == 0 else name}::run({cn}, {da}, {db});")
         self.line("tc_wgmma_commit();")
         if self.turn_pass:
@@ -2067,8 +2085,9 @@ class _Emit:
             self.cp_async(b, "tc_ps")
 
     def cp_async(self, b, stage):
-        """16-byte cp.async copies of ``b``'s tile into its swizzled layout: 128-byte rows, atoms of 64 16-bit
-        columns, chunk ``c`` of row ``r`` at chunk ``c ^ (r % 8)``; zero-filled past the tensor's edge."""
+        """16-byte cp.async copies of ``b``'s tile into its swizzled layout (:meth:`swizzled`: 128-byte rows, atoms
+        of 64 16-bit columns, chunk ``c`` of row ``r`` at chunk ``c ^ (r % 8)``; or 64-byte rows); zero-filled past
+        the tensor's edge."""
         em, st, p = self.em, self.st, self.p
         src = p["copies"][b].args[0]
         g = src.buffer
@@ -2099,8 +2118,7 @@ class _Emit:
                 self.line(f"const long long tc_left = tc_cv - (long long)tc_k * {16 // es};")
                 self.line(f"const int tc_n = (tc_r < tc_rv && tc_left > 0) ? (int)(tc_left < {16 // es} ? tc_left : "
                           f"{16 // es}) * {es} : 0;")
-                self.line(f"const unsigned tc_d = tc_dst + (unsigned)(tc_k / 8) * {rows * 128}u + (unsigned)tc_r * 128u"
-                          " + (unsigned)(((tc_k % 8) ^ (tc_r % 8)) * 16);")
+                self.line(f"const unsigned tc_d = {self.swizzled('tc_dst', info, 'tc_r', 'tc_k')};")
                 self.line(f"tc_cp_async16_raw(tc_d, tc_n ? (const void*)(tc_src + (long long)tc_r * tc_ld + tc_k * "
                           f"{16 // es}) : (const void*)tc_src, tc_n);")
 
@@ -2110,9 +2128,19 @@ class _Emit:
 
     def ldsm_addr(self, b, row: str, chunk: str) -> str:
         """Shared address of 16-byte chunk ``chunk`` of row ``row`` in ``b``'s swizzled tile."""
-        rows = self.p["shared"][b]["rows"]
-        return (f"({self.tile_addr(b)} + (unsigned)(({chunk}) / 8) * {rows * 128}u + (unsigned)({row}) * 128u + "
-                f"(unsigned)(((({chunk}) % 8) ^ (({row}) % 8)) * 16))")
+        return f"({self.swizzled(self.tile_addr(b), self.p['shared'][b], f'({row})', f'({chunk})')})"
+
+    @staticmethod
+    def swizzled(base: str, info: dict, row: str, chunk: str) -> str:
+        """``base`` plus the offset of 16-byte chunk ``chunk`` of row ``row`` in a swizzled tile: atoms of 128-byte
+        rows, chunk ``c`` at ``c ^ (row % 8)`` (TMA's and WGMMA's 128-byte mode), or of 64-byte rows, chunk ``c``
+        at ``c ^ (row / 2 % 4)`` (their 64-byte mode: the same address bits 4-5 xor 7-8)."""
+        rows = info["rows"]
+        if info["swz"] == 64:
+            return (f"{base} + (unsigned)({chunk} / 4) * {rows * 64}u + (unsigned){row} * 64u + "
+                    f"(unsigned)((({chunk} % 4) ^ ({row} / 2 % 4)) * 16)")
+        return (f"{base} + (unsigned)({chunk} / 8) * {rows * 128}u + (unsigned){row} * 128u + "
+                f"(unsigned)((({chunk} % 8) ^ ({row} % 8)) * 16)")
 
     def c_gemm_mma(self, s):
         em, st, p = self.em, self.st, self.p
