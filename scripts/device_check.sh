@@ -38,7 +38,9 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_pipeline_planner.py tests/test_matrix_gemm.py tests/test_cuda_units.py tests/test_cuda_wgmma_unit.py tests/test_indexed_shuffles.py \
      tests/test_cuda_attention_schedules.py tests/test_cuda_attention_softmax.py tests/test_cuda_splitk.py tests/test_c_launcher.py \
      tests/test_cuda_persistent.py tests/test_cuda_attention_lean.py tests/test_dynamic_tma.py tests/test_copy_groups.py \
-     tests/test_cuda_attention_critical_path.py
+     tests/test_cuda_attention_critical_path.py tests/test_cuda_attention_epilogue.py tests/test_cuda_attention_persistent.py \
+     tests/test_cuda_tma_store.py tests/test_cuda_mcast.py tests/test_general_gemm.py tests/test_persistent.py \
+     tests/test_cuda_swizzle64.py tests/test_vectorize_copies.py tests/test_cuda_clusters_at_once.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
