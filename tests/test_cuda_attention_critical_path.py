@@ -55,16 +55,18 @@ BESIDE = {"tilecore.cuda.softmax_beside_pv": True}
 
 
 @functools.lru_cache(maxsize=None)
-def _bench(tree: bool, fast: bool, bn: int, beside: bool = False):
-    """The benchmark's kernel (b8 h32 s4096 d128, 128 x bn, 256 threads, 2 stages, non-causal), compiled only."""
+def _bench(tree: bool, fast: bool, bn: int, beside: bool = False, pingpong=None):
+    """The benchmark's kernel (b8 h32 s4096 d128, 128 x bn, 256 threads, 2 stages, non-causal), compiled only;
+    ``pingpong`` None: the build's default (on exact, off under fast math: D52)."""
+    pp = {} if pingpong is None else {"tilecore.cuda.pingpong": pingpong}
     return tilecore.compile(_attention(4096, 128, 128, bn, 256, False, heads=32, batch=8), target=HOPPER,
                             pass_configs={**NOCACHE, **(TREE if tree else CHAIN), **(BESIDE if beside else {}),
-                                          "tilecore.fast_math": fast})
+                                          "tilecore.fast_math": fast, **pp})
 
 
 @functools.lru_cache(maxsize=None)
-def _sass(tree: bool, fast: bool, bn: int, beside: bool = False) -> str:
-    k = _bench(tree, fast, bn, beside)
+def _sass(tree: bool, fast: bool, bn: int, beside: bool = False, pingpong=None) -> str:
+    k = _bench(tree, fast, bn, beside, pingpong)
     sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
     assert "STL" not in sass and "LDL" not in sass  # the fragments stay in registers
     return sass
@@ -104,10 +106,14 @@ def test_softmax_waits_for_p_v_today():
     """The fact D39 starts from (ptxas 13.0): with the intra-warpgroup overlap on, the source computes the softmax
     of S_k between the wait for QK^T_k (``wait_group 1``) and the wait for P_(k-1) V_(k-1) (``wait_group 0``),
     but ptxas hoists the second wait above every exp2: the softmax runs after P @ V, not beside it. A toolchain
-    or a schedule that changes this fails here, and D39's account must be redone."""
+    or a schedule that changes this fails here, and D39's account must be redone. Without ping-pong (the fast-math
+    default since D52) the same holds except at 128 x 128 under fast math, where ptxas leaves 7 of the exp2 between
+    the two waits (D52)."""
     for fast in (False, True):
         for bn in (128, 176):
-            assert sass_paths.exp2_overlapped(_sass(True, fast, bn)) == 0
+            assert sass_paths.exp2_overlapped(_sass(True, fast, bn, pingpong=True)) == 0, (fast, bn)
+            want = 7 if fast and bn == 128 else 0
+            assert sass_paths.exp2_overlapped(_sass(True, fast, bn, pingpong=False)) == want, (fast, bn)
 
 
 @needs_toolchain

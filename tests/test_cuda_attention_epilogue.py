@@ -271,12 +271,14 @@ def test_rescale_under_qk_sass(fast):
     from tilecore_cuda import regprog
 
     assert regprog.RESCALE_UNDER_QK_DEFAULT is False
-    pc = {**NOCACHE, "tilecore.fast_math": fast}
+    pc = {**NOCACHE, "tilecore.fast_math": fast, "tilecore.cuda.pingpong": True}  # the turn it moves into
     k = tilecore.compile(_attention(4096, 128, 128, 128, 256, False, heads=32, batch=8), target=HOPPER,
                          pass_configs={**pc, **LATE})
     assert "O's rescale under the next S = Q K^T" in _notes(k)
     dis = tilecore_cuda.CUDABackend().disassemble
-    on, off = dis(k.binary, HOPPER), dis(_bench(False, fast).binary, HOPPER)
+    base = tilecore.compile(_attention(4096, 128, 128, 128, 256, False, heads=32, batch=8), target=HOPPER,
+                            pass_configs={**pc, **DIRECT})
+    on, off = dis(k.binary, HOPPER), dis(base.binary, HOPPER)
     assert _fmul_in_turn(on) == 64 and _fmul_in_turn(off) == 0
     assert "STL" not in on and "LDL" not in on
     total = lambda s: [r["total"] for r in sass_paths.loop_counts(s)]  # noqa: E731

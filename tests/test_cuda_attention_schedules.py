@@ -146,15 +146,20 @@ def test_fragment_history_catches_a_changed_meaning(schedule, what, edit, protoc
 
 @needs_toolchain
 def test_defaults_are_the_documented_settings():
-    """No pass config is the setting regprog's defaults name (both off until measured: D28; the golden
-    sources use the defaults), and off has neither named barriers nor partial WGMMA waits."""
+    """No pass config is the setting regprog's defaults name (D28; ping-pong's by the build since D52: on for the
+    exact build, off under fast math; the golden sources use the defaults), and off has neither named barriers nor
+    partial WGMMA waits."""
     from tilecore_cuda.regprog import INTRA_WG_OVERLAP_DEFAULT, PINGPONG_DEFAULT
 
-    plain = tilecore.compile(_attention(*SHAPES["d128"]), target=HOPPER,
-                             pass_configs={**NOCACHE, "tilecore.cuda.split_masked_loop": False})
+    assert PINGPONG_DEFAULT is None and INTRA_WG_OVERLAP_DEFAULT is True
     named = {(False, False): "off", (True, False): "pingpong", (False, True): "overlap", (True, True): "both"}
-    default = _kernel("d128", named[PINGPONG_DEFAULT, INTRA_WG_OVERLAP_DEFAULT])
-    assert plain.get_kernel_source() == default.get_kernel_source()
+    for fast, pingpong in ((False, True), (True, False)):
+        math = {"tilecore.fast_math": fast, "tilecore.cuda.split_masked_loop": False}
+        plain = tilecore.compile(_attention(*SHAPES["d128"]), target=HOPPER, pass_configs={**NOCACHE, **math})
+        default = tilecore.compile(_attention(*SHAPES["d128"]), target=HOPPER,
+                                   pass_configs={**NOCACHE, **math, **SCHEDULES[named[pingpong, True]]})
+        assert plain.get_kernel_source() == default.get_kernel_source(), f"fast math {fast}"
+        assert ("ping-pong: 2 consumer warpgroups" in _notes(plain)) == pingpong, _notes(plain)
     off = "\n".join(sim.consumer_lines(_kernel("d128", "off").get_kernel_source()))
     assert "tc_named_" not in off and "tc_wgmma_wait<1>" not in off
 

@@ -688,9 +688,19 @@ def _overlap_form(plan) -> tuple:
 TURN_BAR = 2
 #: defaults of the two schedules (docs/decisions.md D28): both on. H200, FlashAttention b8 h32 s4096 d128, one
 #: run: non-causal exact 485 -> 548 TFLOP/s, fast math 603 -> 638; causal within 1.5% either way (426 -> 423,
-#: 500 -> 493)
-PINGPONG_DEFAULT = True
+#: 500 -> 493). Ping-pong's default since D52 is the build's: on for the exact build (a long softmax that the other
+#: warpgroup's gemms hide), off under ``tilecore.fast_math`` (a short one: the turns cost more than they hide). H100,
+#: one run each, O by TMA store (D45): fast 128x128 non-causal 693.2 -> 707.3 TFLOP/s without it, causal 604.1 ->
+#: 620.6 (the seventh session's direct stores: 674.4 -> 684.4); exact 128x176 611.6 -> 543.7 without it, causal
+#: 520.3 -> 503.8. ``tilecore.cuda.pingpong`` True / False sets it either way.
+PINGPONG_DEFAULT = None
 INTRA_WG_OVERLAP_DEFAULT = True
+
+
+def pingpong_default(ctx) -> bool:
+    """``tilecore.cuda.pingpong`` when the kernel sets it, else on for the exact build, off under fast math."""
+    asked = ctx.option("tilecore.cuda.pingpong", PINGPONG_DEFAULT)
+    return (not ctx.option("tilecore.fast_math", False)) if asked is None else bool(asked)
 
 
 def _schedule(plan, ctx, name: str) -> None:
@@ -700,7 +710,7 @@ def _schedule(plan, ctx, name: str) -> None:
     first gemm, then iteration j-1's second one, and works on the first's result while the second runs).
     A kernel that asks for one and does not have the form gets a note saying why, and today's code."""
     plan["pingpong"] = plan["overlap"] = plan["split"] = None
-    if ctx.option("tilecore.cuda.pingpong", PINGPONG_DEFAULT):
+    if pingpong_default(ctx):
         try:
             _need(plan["nc"] >= 2, "one consumer warpgroup: nobody to take turns with")
             plan["pingpong"] = _two_gemms(plan)
