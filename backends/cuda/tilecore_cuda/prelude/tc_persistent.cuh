@@ -210,10 +210,15 @@ template <int SHARE, int REL = (SHARE ? TC_REL_WARP : TC_REL_THREAD), int PROF =
  * producer loads its half (rank r: rows r ROWS / 2 ..) with .multicast::cluster to both blocks' stages, at the same
  * offset, completing on both blocks' `full` barriers; each block's `full` still expects the whole STAGE bytes (the
  * partner's half may land before this block's expect_tx: the phase cannot complete before that arrival). A stage is
- * overwritten by both producers, so each block's `empty` barrier counts its own READERS and one arrival of each
- * releasing warp of the partner (its first lane, after the warp's WGMMA wait, by mapa +
- * mbarrier.arrive.release.cluster: 8 remote arrivals a stage with two consumer warpgroups, where every thread
- * arrives locally); the producer waits on its own `empty` only. Every thread of the cluster meets
+ * overwritten by both producers, so each block's `empty` barrier counts both blocks' releases: by default (REL
+ * TC_REL_WARP, D49) each releasing warp's first lane, after the warp's WGMMA wait, arrives once on its own block's
+ * and once, by mapa + mbarrier.arrive.shared::cluster, on the partner's (16 arrivals a stage with two consumer
+ * warpgroups); TC_REL_THREAD and TC_REL_D44 count every local reader and the partner's warps (264). The remote
+ * arrival has CTA-scope release semantics, as CUTLASS's ClusterBarrier::arrive(cta_id): D44's release at cluster
+ * scope (TC_REL_D44) put a MEMBAR.ALL.GPU before each; the producer waits on its own `empty` only.
+ * PROF (tc_mc's third argument, tilecore.cuda.pipeline_profile, D49): cycle counts of the producer's `empty` waits,
+ * the consumers' `full` waits and releases, and start and end times, per block into mc.prof (TC_PROF_WORDS words a
+ * block), for benchmarks/cuda_gemm.py --profile. Every thread of the cluster meets
  * at a cluster barrier after the barriers' init (fence.mbarrier_init.release.cluster: no multicast or remote
  * arrival reaches an uninitialised barrier) and before it exits (no block leaves while its partner may still
  * arrive on its barriers). A slot past the grid's tiles (the paired dimension's tile count odd) gets its
