@@ -124,13 +124,13 @@ step general-gemm bash -c 'rc=0; python3 -m pytest -q -n 8 -p no:cacheprovider t
        --configs 128:256:64:256:3:8,128:256:64:256:3,128:128:64:256:4 \
        --variants plain,bulk,persistent,persistent+bulk,ws+persistent+bulk || rc=$?; exit $rc'
 # thread-block clusters of two with TMA multicast on the persistent GEMM (decisions D44, D49): the device tests (float64,
-# bit for bit the config off; each stage release; the profile's counts), then D49's diagnosis: one profiled run each of
-# off / 2x1 x the stage releases (per thread, per warp, D44's release at cluster scope) at fp16 4096^3 (where each
-# block's cycles go: waits for a free stage, for a full one, releasing; 3 and 4 stages timed), then the timings: off and 2x1 / 1x2 with each
-# release, 128x256 at 3 stages, fp16 and bf16 at 4096^3 and 8192^3, same bits checked, cuBLAS and Triton beside
-# (a hang ends at the timeouts; about 2.5 min)
+# bit for bit the config off; each stage release; the profile's counts), then D49's diagnosis at fp16 4096^3: off / 2x1
+# x the stage releases (per thread, per warp, D44's release at cluster scope) timed at 3 and 4 stages and profiled once
+# each (where each block's cycles go: waits for a free stage, for a full one, releasing; the two blocks' skew), then the
+# timings: off and 2x1 / 1x2 with each release, 128x256 at 3 stages, fp16 and bf16 at 4096^3 and 8192^3, same bits
+# checked, cuBLAS and Triton beside (a hang ends at the timeouts; about 2.5 min)
 step mcast bash -c 'rc=0; timeout 150 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_mcast.py -k device -rs || rc=$?;
-     timeout 60 python3 benchmarks/cuda_gemm.py --rep 10 --sizes 4096 --dtypes float16 --no-fp8 --cluster-multicast off,2x1 \
+     timeout 90 python3 benchmarks/cuda_gemm.py --rep 10 --sizes 4096 --dtypes float16 --no-fp8 --cluster-multicast off,2x1 \
        --stage-release thread,warp,d44 --profile --configs 128:256:64:256:3:8,128:256:64:256:4:8 || rc=$?;
      timeout 240 python3 benchmarks/cuda_gemm.py --rep 10 --sizes 4096,8192 --no-fp8 --triton --cluster-multicast off,2x1,1x2 \
        --stage-release thread,warp,d44 --configs 128:256:64:256:3:8 || rc=$?; exit $rc'
