@@ -546,8 +546,12 @@ def main() -> int:
                             pc["tilecore.cuda.stage_release"] = rel
                         k = tilecore.compile(matmul(m, n, kk, *configs[0], dtype=dtype), target=args.target,
                                              pass_configs=pc)
-                        print(profile_line(k, lambda: k(a, b, c), f"{dtype} {name} {configs[0]} cluster_multicast "
-                                           f"{mc or 'off'}" + (f", stage_release {rel}" if rel else "")))
+                        label = (f"{dtype} {name} {configs[0]} cluster_multicast {mc or 'off'}"
+                                 + (f", stage_release {rel}" if rel else ""))
+                        try:
+                            print(profile_line(k, lambda: k(a, b, c), label))
+                        except Exception as e:  # noqa: BLE001 - the timings above stand; said so
+                            print(f"  profile {label}: failed ({type(e).__name__}: {str(e)[:160]})")
             if any_split:
                 split_rows.append((dtype, name, best, unsplit, tf_t))
             del a, b, c
