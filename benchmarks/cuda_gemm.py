@@ -46,6 +46,16 @@ each against cuBLAS and Triton in the same run (give ``--triton``):
 
     python benchmarks/cuda_gemm.py --sizes 4096,8192 --no-fp8 --triton --cluster-multicast off,2x1,1x2 \
         --configs 128:256:64:256:3:8,128:256:64:256:4:8,256:128:64:256:3:8
+
+``--stage-release thread,warp,d44`` times each of those with ``tilecore.cuda.stage_release`` (docs/decisions.md D49:
+how the consumers release a stage: every thread, or each warp's first lane; "d44" is D44's remote release at cluster
+scope, a MEMBAR.ALL.GPU before each; clusters only), one line and one table column each. ``--profile`` then runs
+each (cluster_multicast, stage_release) pair once more, built with ``tilecore.cuda.pipeline_profile`` (cycle counts
+per block: the producer's waits for a free stage, the consumers' waits for a full one, their releases), on the
+first configuration, and prints where each block's time went and how far apart the two blocks of a cluster ran:
+
+    python benchmarks/cuda_gemm.py --sizes 4096 --dtypes float16 --no-fp8 --cluster-multicast off,2x1 \
+        --stage-release thread,warp,d44 --profile --configs 128:256:64:256:3:8
 """
 from __future__ import annotations
 
@@ -203,6 +213,53 @@ def event_ms(fn, rep: int, warmup: int = 3) -> float:
     return best
 
 
+#: tc_persistent.cuh's profile words per block (TC_PROF_WORDS) and their places (D49)
+PROF_WORDS = 16
+
+
+def profile_line(k, run, label: str) -> str:
+    """One run of ``k`` (built with tilecore.cuda.pipeline_profile) after two warm-ups, and where each block's time
+    went (tc_persistent.cuh's TC_PROF words): medians over the blocks (min-max), shares of the block's own loop."""
+    import statistics as st
+
+    run()
+    run()
+    prog = k._load()
+    prog.global_words("tc_pipe_prof", clear=True)
+    run()
+    words = prog.global_words("tc_pipe_prof", clear=True)
+    blocks = [words[i:i + PROF_WORDS] for i in range(0, len(words), PROF_WORDS)]
+    blocks = [(b, w) for b, w in enumerate(blocks) if w[2] or w[5]]  # the blocks that ran
+    if not blocks:
+        return f"  profile {label}: no block recorded anything"
+
+    def med(vals, fmt="{:.3f}"):
+        vals = sorted(vals)
+        return f"{fmt.format(st.median(vals))} ({fmt.format(vals[0])}-{fmt.format(vals[-1])})"
+
+    ws = [w for _, w in blocks]
+    start, end = min(w[0] for w in ws), max(max(w[1], w[9]) for w in ws)
+    out = [f"  profile {label}: {len(ws)} blocks on {len({w[12] for w in ws})} SMs, {(end - start) / 1e3:.1f} us "
+           f"first start to last end; starts spread {(max(w[0] for w in ws) - start) / 1e3:.1f} us, consumer ends "
+           f"spread {(max(w[9] for w in ws) - min(w[9] for w in ws)) / 1e3:.1f} us",
+           f"    producer: k steps {med([w[4] for w in ws], '{:.0f}')}, waiting for a free stage "
+           f"{med([w[3] / max(w[2], 1) for w in ws])} of its loop",
+           f"    consumer 0: cycles a k step {med([w[5] / max(w[8], 1) for w in ws], '{:.0f}')}, waiting for a full "
+           f"stage {med([w[6] / max(w[5], 1) for w in ws])} of its loop, releasing "
+           f"{med([w[7] / max(w[8], 1) for w in ws], '{:.1f}')} cycles a k step",
+           f"    consumer 1: waiting for a full stage {med([w[10] / max(w[5], 1) for w in ws])}, releasing "
+           f"{med([w[11] / max(w[8], 1) for w in ws], '{:.1f}')} cycles a k step"]
+    pairs = {}
+    for b, w in blocks:
+        pairs.setdefault(b // 2, []).append(w)
+    pairs = [p for p in pairs.values() if len(p) == 2 and any(w[13] for w in p)]
+    if pairs:
+        out.append(f"    clusters: {len(pairs)}; the two blocks' starts apart {med([abs(p[0][0] - p[1][0]) / 1e3 for p in pairs], '{:.2f}')} us, "
+                   f"consumer ends apart {med([abs(p[0][9] - p[1][9]) / 1e3 for p in pairs], '{:.2f}')} us, "
+                   f"on SMs {sorted({(min(p[0][12], p[1][12]), max(p[0][12], p[1][12])) for p in pairs})[:4]}...")
+    return "\n".join(out)
+
+
 def _pass_configs(args) -> dict:
     return {"tilecore.cuda.disable_wgmma": True} if getattr(args, "no_wgmma", False) else {}
 
@@ -312,6 +369,12 @@ def main() -> int:
                     type=lambda v: [{"off": False}.get(x.strip(), x.strip()) for x in v.split(",") if x.strip()],
                     help="time each configuration with tilecore.cuda.cluster_multicast off, 2x1 and/or 1x2 (D44; the "
                          "kernels are persistent)")
+    ap.add_argument("--stage-release", default="", type=lambda v: [x.strip() for x in v.split(",") if x.strip()],
+                    help="with --cluster-multicast: time each with tilecore.cuda.stage_release thread, warp and/or "
+                         "d44 (D49; d44 only in clusters)")
+    ap.add_argument("--profile", action="store_true",
+                    help="with --cluster-multicast: each (cluster_multicast, stage_release) once more with "
+                         "tilecore.cuda.pipeline_profile, the first configuration: per-block wait cycles (D49)")
     ap.add_argument("--no-wgmma", action="store_true",
                     help="switch the Hopper passes off (tilecore.cuda.disable_wgmma): measures the sm_80 path "
                          "(mma.sync register program with cp.async stages) on an sm_90 GPU")
@@ -355,23 +418,29 @@ def main() -> int:
             best_tma = {}  # tilecore.cuda.tma_store -> (TFLOP/s, config) of the best persistent configuration
             best_mc = {}  # tilecore.cuda.cluster_multicast -> (TFLOP/s, config) (--cluster-multicast)
             persists = args.persistent or ([True] if args.tma_store else [None])  # TMA stores need a persistent grid
-            variants = [(cfg, p, ts, mc) for cfg in configs + (SMALL_M_CONFIGS if m <= 256 and not args.configs else [])
-                        for p in persists for ts in (args.tma_store or [None]) for mc in (args.cluster_multicast or [None])]
+            variants = [(cfg, p, ts, mc, rel)
+                        for cfg in configs + (SMALL_M_CONFIGS if m <= 256 and not args.configs else [])
+                        for p in persists for ts in (args.tma_store or [None]) for mc in (args.cluster_multicast or [None])
+                        for rel in (args.stage_release or [None]) if not (rel == "d44" and not mc)]
             last_c = None
             last_mc = None  # (config, C) of the last cluster_multicast=off run: the same-bits check
             last_tma = None  # (config, persistent, C) of the last tma_store=off run: the same-bits check
-            for cfg, persist, tma, mc in variants:
+            for cfg, persist, tma, mc, rel in variants:
                 pc = cfgs if persist is None else {**cfgs, "tilecore.cuda.persistent": persist}
                 if tma is not None:
                     pc = {**pc, "tilecore.cuda.tma_store": tma}
                 if mc is not None:
                     pc = {**pc, "tilecore.cuda.cluster_multicast": mc}
+                if rel is not None:
+                    pc = {**pc, "tilecore.cuda.stage_release": rel}
                 names = {False: "off", True: "on", "pingpong": "pingpong"}
                 label = "" if persist is None else f", persistent {names.get(persist, persist)}"
                 if tma is not None:
                     label += f", tma_store {names[tma]}"
                 if mc is not None:
                     label += f", cluster_multicast {mc or 'off'}"
+                if rel is not None:
+                    label += f", stage_release {rel}"
                 try:
                     k = tilecore.compile(matmul(m, n, kk, *cfg, dtype=dtype), target=args.target, pass_configs=pc)
                     if mc is not None:  # a tile left unwritten shows as NaN, not as the last run's value
@@ -388,12 +457,13 @@ def main() -> int:
                     took = not mc or f"cluster_multicast {mc}:" in note
                     if not took:
                         label += " (kept single blocks: see the kernel's hopper_pipelines note)"
-                    if mc and last_mc is not None and last_mc[0] == cfg:
+                    if (mc or rel) and last_mc is not None and last_mc[0] == cfg:
                         same = f"; same bits as cluster_multicast off: {torch.equal(c, last_mc[1])}"
-                    if not mc:
-                        last_mc = (cfg, c.clone())
-                    if took and (mc not in best_mc or tf > best_mc[mc][0]):
-                        best_mc[mc] = (tf, cfg)
+                    if not mc and (last_mc is None or last_mc[0] != cfg):
+                        last_mc = (cfg, c.clone())  # the config's first off run (its default release)
+                    key = mc if rel is None else (mc, rel)
+                    if took and (key not in best_mc or tf > best_mc[key][0]):
+                        best_mc[key] = (tf, cfg)
                 if persist is not None:
                     note = " ".join(k.meta["attrs"].get("hopper_pipelines", ()))
                     took = True  # the kernel runs as asked (the table compares only those)
@@ -466,6 +536,22 @@ def main() -> int:
                 tma_rows.append((dtype, name, best_tma, tf_t))
             if best_mc:
                 mc_rows.append((dtype, name, best_mc, tf_t, tf_tr))
+            if args.profile and args.cluster_multicast:
+                for mc in args.cluster_multicast:
+                    for rel in (args.stage_release or [None]):
+                        if rel == "d44" and not mc:
+                            continue
+                        pc = {**cfgs, "tilecore.cuda.cluster_multicast": mc, "tilecore.cuda.pipeline_profile": True}
+                        if rel is not None:
+                            pc["tilecore.cuda.stage_release"] = rel
+                        k = tilecore.compile(matmul(m, n, kk, *configs[0], dtype=dtype), target=args.target,
+                                             pass_configs=pc)
+                        label = (f"{dtype} {name} {configs[0]} cluster_multicast {mc or 'off'}"
+                                 + (f", stage_release {rel}" if rel else ""))
+                        try:
+                            print(profile_line(k, lambda: k(a, b, c), label))
+                        except Exception as e:  # noqa: BLE001 - the timings above stand; said so
+                            print(f"  profile {label}: failed ({type(e).__name__}: {str(e)[:160]})")
             if any_split:
                 split_rows.append((dtype, name, best, unsplit, tf_t))
             del a, b, c
@@ -521,7 +607,21 @@ def main() -> int:
             vs = "-" if off is None or on is None else f"{on[0] / off[0]:.3f}x"
             print(f"| {dtype} | {n} | {cell(off)} | {cell(on)} | {tf_t:.1f} | {ratio(off)} | {ratio(on)} | {vs} |")
 
-    if mc_rows:
+    if mc_rows and args.stage_release:  # one column per (cluster_multicast, stage_release), D49
+        keys = list(dict.fromkeys(k for row in mc_rows for k in row[2]))
+        name_of = lambda k: f"{k[0] or 'off'}/{k[1]}"  # noqa: E731
+        print()
+        print("| dtype | shape | " + " | ".join(f"{name_of(k)} TFLOP/s (config)" for k in keys) + " | torch (cuBLAS) "
+              "TFLOP/s | Triton TFLOP/s | " + " | ".join(f"{name_of(k)} / cuBLAS" for k in keys) + " | best / Triton |")
+        print("|---|---|" + "---|" * (2 * len(keys) + 3))
+        for dtype, n, by, tf_t, tf_tr in mc_rows:
+            cells = " | ".join("-" if by.get(k) is None else f"{by[k][0]:.1f} ({by[k][1]})" for k in keys)
+            ratios = " | ".join("-" if by.get(k) is None else f"{by[k][0] / tf_t:.3f}x" for k in keys)
+            top = max(v[0] for v in by.values())
+            tr = "-" if tf_tr != tf_tr else f"{tf_tr:.1f}"
+            vs = "-" if tf_tr != tf_tr else f"{top / tf_tr:.3f}x"
+            print(f"| {dtype} | {n} | {cells} | {tf_t:.1f} | {tr} | {ratios} | {vs} |")
+    elif mc_rows:
         print()
         print("| dtype | shape | cluster_multicast off TFLOP/s (config) | 2x1 (config) | 1x2 (config) | torch (cuBLAS) "
               "TFLOP/s | Triton TFLOP/s | off / cuBLAS | 2x1 / cuBLAS | 1x2 / cuBLAS | best / Triton |")

@@ -123,13 +123,17 @@ step general-gemm bash -c 'rc=0; python3 -m pytest -q -n 8 -p no:cacheprovider t
      python3 benchmarks/general_gemm.py --rep 20 --sizes 4096,8192 \
        --configs 128:256:64:256:3:8,128:256:64:256:3,128:128:64:256:4 \
        --variants plain,bulk,persistent,persistent+bulk,ws+persistent+bulk || rc=$?; exit $rc'
-# thread-block clusters of two with TMA multicast on the persistent GEMM (decision D44): its device tests (float64, bit
-# for bit the config off; ragged odd edges, bf16, B k-major, fewer tiles than SMs, ping-pong), then cluster_multicast
-# off / 2x1 / 1x2 for 128x256 at 3 and 4 stages, 256x128 at 3 and 128x256 with a swizzle panel of 16 (the cheap
-# knobs), fp16 and bf16 at 4096^3 and 8192^3, same bits checked, cuBLAS and Triton beside (a hang ends at the timeouts)
-step mcast bash -c 'rc=0; timeout 180 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_mcast.py -k device -rs || rc=$?;
-     timeout 300 python3 benchmarks/cuda_gemm.py --rep 10 --sizes 4096,8192 --no-fp8 --triton --cluster-multicast off,2x1,1x2 \
-       --configs 128:256:64:256:3:8,128:256:64:256:4:8,256:128:64:256:3:8,128:256:64:256:3:16 || rc=$?; exit $rc'
+# thread-block clusters of two with TMA multicast on the persistent GEMM (decisions D44, D49): the device tests (float64,
+# bit for bit the config off; each stage release; the profile's counts), then D49's diagnosis at fp16 4096^3: off / 2x1
+# x the stage releases (per thread, per warp, D44's release at cluster scope) timed at 3 and 4 stages and profiled once
+# each (where each block's cycles go: waits for a free stage, for a full one, releasing; the two blocks' skew), then the
+# timings: off and 2x1 / 1x2 with each release, 128x256 at 3 stages, fp16 and bf16 at 4096^3 and 8192^3, same bits
+# checked, cuBLAS and Triton beside (a hang ends at the timeouts; about 2.5 min)
+step mcast bash -c 'rc=0; timeout 150 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_mcast.py -k device -rs || rc=$?;
+     timeout 90 python3 benchmarks/cuda_gemm.py --rep 10 --sizes 4096 --dtypes float16 --no-fp8 --cluster-multicast off,2x1 \
+       --stage-release thread,warp,d44 --profile --configs 128:256:64:256:3:8,128:256:64:256:4:8 || rc=$?;
+     timeout 240 python3 benchmarks/cuda_gemm.py --rep 10 --sizes 4096,8192 --no-fp8 --triton --cluster-multicast off,2x1,1x2 \
+       --stage-release thread,warp,d44 --configs 128:256:64:256:3:8 || rc=$?; exit $rc'
 # FA3's ping-pong, epilogue and persistent grid (decision D45): the device tests (TMA-store epilogue, O's rescale under
 # S = Q K^T, the persistent grid: bit for bit against the defaults, float64), then one row each: ping-pong off
 # ("overlap") and on ("both", the default) with direct stores and with TMA stores (tma, the default since call 1),

@@ -118,7 +118,7 @@ inline void tc_mbar_arrive(unsigned bar) {
   std::lock_guard<std::mutex> g(g_mu);
   arrive_locked(B_, bar);
 }
-inline void tc_mbar_arrive_remote(unsigned bar, unsigned rank) {
+template <bool CLUSTER_SCOPE = false> inline void tc_mbar_arrive_remote(unsigned bar, unsigned rank) {
   if (rank > 1) fail("a remote arrival on a rank outside the cluster", rank);
   std::lock_guard<std::mutex> g(g_mu);
   arrive_locked(CL_->blocks[rank], bar);
@@ -361,6 +361,12 @@ template <int N> inline void tc_bulk_wait() { retire(N); }
 
 #define TC_PERSISTENT_HOST
 #include "tc_persistent.cuh"
+#ifndef TC_HOST_REL  // how the consumers release a stage (TC_REL_*, tilecore.cuda.stage_release, D49): as shipped
+#define TC_HOST_REL TC_REL_WARP
+#endif
+#ifndef TC_HOST_PROF  // 1: the pipeline profile on (D49), its counts checked after each cluster
+#define TC_HOST_PROF 0
+#endif
 
 // -- one case: SHARE 1 (A, pairs side by side in N, "1x2") or 2 (B, in M, "2x1") ----------------------------------
 static int k_tiles_of_pair(long long p) { return 1 + (int)((p * 7) % 4); }
@@ -400,6 +406,8 @@ static void run_case(int M, int N, int clusters) {
                         N - (long long)tn * BN};
   };
   gridDim.x = (unsigned)(2 * clusters);
+  std::vector<unsigned long long> prof(2 * clusters * TC_PROF_WORDS);  // the profile's words (TC_HOST_PROF)
+  unsigned long long* const words = prof.data();
   for (int cl = 0; cl < clusters; ++cl) {
     Cluster cluster(2 * NTHREADS);
     Block* blk[2] = {new Block(NTHREADS), new Block(NTHREADS)};
@@ -418,7 +426,7 @@ static void run_case(int M, int N, int clusters) {
           tc_wgmma_persistent<NTHREADS, BM, BN, BK, STAGES, NC, MR, KMAJOR, 0, BK, KMAJOR ? 0 : BK, KMAJOR ? BK : 0,
                               EPI, KSTEP, PINGPONG, MMA>(blk[r]->smem, reinterpret_cast<TOUT*>(g_c), slots, ldc,
                                                          tile_of, &tma, &tmb, (EPI & TC_EPI_TMA) ? &tmc : nullptr,
-                                                         tc_mc<SHARE>());
+                                                         tc_mc<SHARE, TC_HOST_REL, TC_HOST_PROF>{words});
           if (!groups.empty() || !open_group.empty()) fail("a thread left with WGMMA groups pending", t);
           if (!open_stores.empty() || !store_groups.empty()) fail("a thread left with TMA stores in flight", t);
           if (cluster_syncs != 2) fail("a thread met the cluster barrier other than twice", t, cluster_syncs);
@@ -432,6 +440,16 @@ static void run_case(int M, int N, int clusters) {
     delete blk[0];
     delete blk[1];
   }
+  if (TC_HOST_PROF)  // each block's profile: its k steps (producer and consumer), its rank, waits within the totals
+    for (int b = 0; b < 2 * clusters; ++b) {
+      const unsigned long long* w = prof.data() + b * TC_PROF_WORDS;
+      unsigned long long steps = 0;
+      for (long long s = b; s < slots; s += 2 * clusters) steps += k_tiles_of_pair(s / 2);
+      if (w[4] != steps || w[8] != steps) fail("the profile's k steps of a block (producer, consumer)", w[4], w[8]);
+      if (w[13] != (unsigned long long)(b % 2)) fail("the profile's cluster rank of a block", b, w[13]);
+      if (w[0] == 0 || w[1] < w[0] || (steps && w[9] < w[0])) fail("the profile's start and end times of a block", b);
+      if (w[3] > w[2] || w[6] > w[5] || w[7] > w[5]) fail("the profile's waits longer than the loops", b);
+    }
   for (int tm = 0; tm < TM; ++tm)
     for (int r = 0; r < BM; ++r)
       for (int col = 0; col < ldc; ++col) {

@@ -68,7 +68,7 @@ struct Block {
   std::barrier<> sync;
   unsigned long long seq = 0;
   alignas(1024) unsigned char smem[256 * 1024];
-  std::vector<std::unique_ptr<std::barrier<>>> warps;  // stmatrix: the lanes of a warp meet
+  std::vector<std::unique_ptr<std::barrier<>>> warps;  // stmatrix and wgmma.wait_group: the lanes of a warp meet
   struct Lane {
     unsigned addr, r[4];
   };
@@ -198,6 +198,7 @@ template <int N> inline void tc_wgmma_wait() {
     for (const Op& op : groups.front()) perform(op);
     groups.pop_front();
   }
+  B_->warps[threadIdx.x / 32]->arrive_and_wait();  // wgmma.wait_group.sync.aligned: the warp's lanes leave together
 }
 
 // -- C ----------------------------------------------------------------------------------------------------------
@@ -332,13 +333,18 @@ template <int N> inline void tc_bulk_wait() { retire(N); }
 // clusters with TMA multicast (tc_mc<1>, tc_mc<2>: tests/mcast_host.cpp runs them): never called here
 inline unsigned tc_cluster_ctarank() { fail("a cluster built-in in a kernel without clusters"); }
 inline void tc_mc_cluster_sync() { fail("a cluster barrier in a kernel without clusters"); }
-inline void tc_mbar_arrive_remote(unsigned, unsigned) { fail("a remote arrival in a kernel without clusters"); }
+template <bool CLUSTER_SCOPE = false> inline void tc_mbar_arrive_remote(unsigned, unsigned) {
+  fail("a remote arrival in a kernel without clusters");
+}
 inline void tc_tma_load_2d_mc(unsigned, const tc_tmap*, unsigned, int, int, unsigned short) {
   fail("a multicast load in a kernel without clusters");
 }
 
 #define TC_PERSISTENT_HOST
 #include "tc_persistent.cuh"
+#ifndef TC_HOST_REL  // how the consumers release a stage (TC_REL_*, tilecore.cuda.stage_release, D49)
+#define TC_HOST_REL TC_REL_THREAD
+#endif
 
 // -- one case ----------------------------------------------------------------------------------------------------
 static int k_tiles_of(long long t) { return 1 + (int)((t * 7) % 4); }
@@ -383,7 +389,7 @@ static void run_case(int M, int N, int grid, int launches) {
           tc_wgmma_persistent<NTHREADS, BM, BN, BK, STAGES, NC, MR, KMAJOR, 0, BK, KMAJOR ? 0 : BK, KMAJOR ? BK : 0,
                               EPI, KSTEP, PINGPONG, MMA>(blk->smem, reinterpret_cast<TOUT*>(g_c), tiles, ldc, tile_of,
                                                          &tma, &tmb,
-                                                         (EPI & TC_EPI_TMA) ? &tmc : nullptr);
+                                                         (EPI & TC_EPI_TMA) ? &tmc : nullptr, tc_mc<0, TC_HOST_REL>());
           if (!groups.empty() || !open_group.empty()) fail("a thread left with WGMMA groups pending", t);
           if (!open_stores.empty()) fail("a thread left with TMA stores never committed", t);
           if (!store_groups.empty()) fail("a thread left with TMA stores in flight", t);

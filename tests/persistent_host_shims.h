@@ -40,6 +40,21 @@ static tc_dim3 gridDim;
 #define TC_EPI_COLS 2
 #define TC_EPI_PAIRS 4
 
+// the pipeline profile's built-ins (tc_persistent.cuh's PROF, D49): the SM's cycle counter and the global timer as
+// the host's steady clock, the SM as 0, atomicAdd under a lock
+inline long long tc_clock() {
+  return (long long)std::chrono::steady_clock::now().time_since_epoch().count();
+}
+inline unsigned long long tc_globaltimer() { return (unsigned long long)tc_clock(); }
+inline unsigned tc_smid() { return 0; }
+static std::mutex g_atomic_mu;
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+  std::lock_guard<std::mutex> g(g_atomic_mu);
+  const unsigned long long old = *p;
+  *p += v;
+  return old;
+}
+
 [[noreturn]] static void fail(const char* what, long long a = 0, long long b = 0) {
   std::printf("FAIL: %s (%lld, %lld)\n", what, a, b);
   std::fflush(stdout);

@@ -82,7 +82,7 @@ def test_pairs_of_tiles_share_one_operand_in_clusters_of_two(mc, share, dim, box
     share_n = 1 if share == "A" else 2
     assert re.search(r"tc_wgmma_persistent<384, 128, 256, 64, 3, 2, 1, false, 0, 64, 64, 0, 11, 16, false, "
                      r"tc_wgmma_f16_n256_t1>\(\(pipe_A_s \+ 0\), C, \(long long\)\(512\), \(long long\)\(4096\), "
-                     rf"tc_tile_of, &tc_tmap0, &tc_tmap1, &tc_tmap2, tc_mc<{share_n}>\(\)\);", body)
+                     rf"tc_tile_of, &tc_tmap0, &tc_tmap1, &tc_tmap2, tc_mc<{share_n}, 1>\(\)\);", body)  # per warp (D49)
 
 
 @needs_toolchain
@@ -149,10 +149,68 @@ def test_sass_multicasts_the_shared_half_and_syncs_the_cluster(shape, mc, kw):
     ops = set(re.findall(r"\b(UTMALDG[.\w]*|UCGABAR_\w+|SYNCS\.ARRIVE[.\w]*)", sass))
     assert {"UTMALDG.2D", "UTMALDG.2D.MULTICAST", "UCGABAR_ARV", "UCGABAR_WAIT"} <= ops, ops
     assert "SYNCS.ARRIVE.TRANS64.RED.A1T0" in ops  # the remote release (mbarrier.arrive.shared::cluster)
+    assert not _fenced_remote_arrivals(sass)  # D49: no MEMBAR.ALL.GPU before it (D44's release.cluster had one)
     assert "STL" not in sass and "LDL" not in sass  # no spills
     assert k.source.meta["ptxas"].get("spill_stores", 0) == 0 and k.source.meta["ptxas"]["registers"] <= 168
     off = _sass(_compile(shape, mc=False, **kw))
     assert "MULTICAST" not in off and "UCGABAR" not in off
+
+
+def _fenced_remote_arrivals(sass: str) -> int:
+    """The remote arrivals (SYNCS.ARRIVE...RED) with a MEMBAR.ALL.GPU among the four instructions before them: D44's
+    release at cluster scope, in every consumer warp at every k step (docs/decisions.md D49)."""
+    ins = [ln for ln in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", ln)]
+    return sum(1 for i, ln in enumerate(ins) if "SYNCS.ARRIVE.TRANS64.RED" in ln
+               and any("MEMBAR.ALL.GPU" in x for x in ins[max(0, i - 4):i]))
+
+
+# -- how a stage is released (tilecore.cuda.stage_release, D49) ---------------------------------------------
+
+@needs_toolchain
+@pytest.mark.parametrize("rel,code,fenced", [(None, 1, False), ("warp", 1, False), ("thread", 0, False),
+                                             ("d44", 2, True)])
+def test_stage_release_in_clusters_and_d44s_fenced_remote_arrival(rel, code, fenced):
+    """Per warp by default in a cluster; "d44" keeps D44's remote arrival (release at cluster scope), whose fence
+    before every remote arrival is what the SASS check finds (and finds nowhere else: the check can fail)."""
+    k = _compile(BIG, mc="2x1", pass_configs={} if rel is None else {"tilecore.cuda.stage_release": rel})
+    assert f", tc_mc<2, {code}>());" in _body(k)
+    assert (f"stage_release {rel}" in _notes(k)) == (rel is not None)
+    sass = _sass(k)
+    assert (_fenced_remote_arrivals(sass) > 0) == fenced
+    assert "STL" not in sass and k.source.meta["ptxas"]["registers"] <= 168
+
+
+@needs_toolchain
+def test_stage_release_per_warp_without_clusters_and_the_default_text_unchanged():
+    default = _compile(BIG, mc=None)
+    thread = _compile(BIG, mc=None, pass_configs={"tilecore.cuda.stage_release": "thread"})
+    warp = _compile(BIG, mc=None, pass_configs={"tilecore.cuda.stage_release": "warp"})
+    assert "tc_mc<" not in _body(default) and _body(thread) == _body(default)  # "thread" is the default alone
+    assert _body(warp).count(", &tc_tmap2, tc_mc<0, 1>());") == 1 and "__cluster_dims__" not in _body(warp)
+
+
+@needs_toolchain
+@pytest.mark.parametrize("mc,value,msg", [
+    ("2x1", "lane", "tilecore.cuda.stage_release must be \"thread\", \"warp\" or \"d44\", got 'lane'"),
+    (None, "d44", "stage_release=\"d44\" is the remote release of clusters with TMA multicast: set "
+                  "tilecore.cuda.cluster_multicast too"),
+])
+def test_stage_release_errors_name_the_value_and_the_users_loop(mc, value, msg):
+    with pytest.raises(CompileError) as e:
+        _compile(BIG, mc=mc, pass_configs={"tilecore.cuda.stage_release": value})
+    assert msg in str(e.value) and "test_cuda_hopper.py" in str(e.value)
+
+
+@needs_toolchain
+@pytest.mark.parametrize("mc", ["2x1", None])
+def test_pipeline_profile_declares_its_array_and_passes_it(mc):
+    k = _compile(BIG, mc=mc, pass_configs={"tilecore.cuda.pipeline_profile": True})
+    src = k.get_kernel_source()
+    assert "__device__ unsigned long long tc_pipe_prof[TC_PROF_BLOCKS * TC_PROF_WORDS];" in src
+    assert f"tc_mc<{2 if mc else 0}, {1 if mc else 0}, 1>{{tc_pipe_prof}});" in _body(k)
+    assert "pipeline_profile: cycle counts into tc_pipe_prof" in _notes(k)
+    assert k.source.meta["ptxas"].get("spill_stores", 0) == 0
+    assert "tc_pipe_prof" not in _compile(BIG, mc=mc).get_kernel_source()
 
 
 # -- the runtime: an even grid of whole clusters -------------------------------------------------------------
@@ -210,12 +268,62 @@ def test_device_multicast_gemm_matches_float64_and_the_config_off_bit_for_bit(sh
     assert torch.equal(_run(off, a, b, M, N, out, torch), first)
 
 
+@hopper_gpu
+@pytest.mark.parametrize("shape,mc,rel", [
+    (dict(BIG, K=4096), "2x1", "thread"),                      # D49: every thread, CTA-scope remote arrivals
+    (dict(BIG, K=4096), "1x2", "d44"),                         # D44's remote release at cluster scope
+    (dict(BIG, M=1100, N=3000, K=1000), "2x1", "warp"),        # per warp (the clusters' default), 9 tiles in M
+    (dict(BIG, K=4096), None, "warp"),                         # per warp without clusters
+    (dict(BIG, bn=128, stages=4), None, "warp"),               # ... and with ping-pong's one releasing warpgroup
+])
+def test_device_stage_release_matches_the_default_off_bit_for_bit(shape, mc, rel):
+    torch = pytest.importorskip("torch")
+    from test_cuda_persistent import _run, _runs_match_float64
+
+    M, N, K = shape["M"], shape["N"], shape["K"]
+    kw = {"persistent": "pingpong", "panel": 8} if shape.get("bn") == 128 else {}
+    k = _compile(shape, mc=mc, target="cuda", pass_configs={"tilecore.cuda.stage_release": rel}, **kw)
+    assert f"stage_release {rel}" in _notes(k)
+    g = torch.Generator().manual_seed(M + N + K)
+    a, b = torch.randn(M, K, generator=g).cuda().half(), torch.randn(K, N, generator=g).cuda().half()
+    first = _runs_match_float64(k, a, b, a.double() @ b.double(), M, N, K, "float16", torch)
+    assert torch.equal(_run(_compile(shape, mc=False, target="cuda", **kw), a, b, M, N, "float16", torch), first)
+
+
+@hopper_gpu
+@pytest.mark.parametrize("mc", ["2x1", None])
+def test_device_pipeline_profile_counts_each_blocks_k_steps(mc):
+    """The profile (D49) of 4096 x 4096 x 512 (512 tiles of 8 k steps on 132 blocks): per block, the producer's and
+    consumer 0's k steps are 8 x its tiles, its waits within its loops, the ranks alternate in clusters, one block
+    an SM; the result the same bits as the kernel without the profile."""
+    torch = pytest.importorskip("torch")
+    from test_cuda_persistent import _run
+
+    k = _compile(BIG, mc=mc, target="cuda", pass_configs={"tilecore.cuda.pipeline_profile": True})
+    a, b = torch.randn(4096, 512).cuda().half(), torch.randn(512, 4096).cuda().half()
+    _run(k, a, b, 4096, 4096, "float16", torch)
+    prog = k._load()
+    prog.global_words("tc_pipe_prof", clear=True)
+    c = _run(k, a, b, 4096, 4096, "float16", torch)
+    words = prog.global_words("tc_pipe_prof")
+    grid = prog._grid[0]
+    blocks = [words[i * 16:(i + 1) * 16] for i in range(grid)]
+    assert not any(words[grid * 16:])  # no block past the grid
+    for i, w in enumerate(blocks):
+        tiles = len(range(i, 512, grid))
+        assert w[4] == w[8] == 8 * tiles, (i, w)
+        assert w[3] <= w[2] and w[6] <= w[5] and w[7] <= w[5] and w[1] >= w[0] > 0, (i, w)
+        assert w[13] == (i % 2 if mc else 0)
+    assert len({w[12] for w in blocks}) == grid  # one block an SM
+    assert torch.equal(_run(_compile(BIG, mc=mc, target="cuda"), a, b, 4096, 4096, "float16", torch), c)
+
+
 # -- the cross-block protocol on the host: two simulated blocks a cluster, tc_persistent.cuh as it ships and mutated --
 
 HARNESS = Path(__file__).with_name("mcast_host.cpp")
 HEADER = PRELUDE / "tc_persistent.cuh"
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ here")
-_REMOTE = "      if (MCAST && threadIdx.x % 32 == 0) tc_mbar_arrive_remote(bars + 8 * (STAGES + s), rank ^ 1u);\n"
+_REMOTE = "        if (MCAST) tc_mbar_arrive_remote<REL == TC_REL_D44>(e, rank ^ 1u);\n"
 _START = ("  if (MCAST)\n    tc_mc_cluster_sync();  /* both blocks' barriers initialised before any multicast or remote "
           "arrival */\n")
 _EXIT = "  if (MCAST) tc_mc_cluster_sync();  /* no block exits while its partner may still arrive on its barriers */\n"
@@ -226,7 +334,11 @@ _EXIT = "  if (MCAST) tc_mc_cluster_sync();  /* no block exits while its partner
 MUTANTS = {
     "no remote release: the partner's producer never hears this block is done with a stage": [(_REMOTE, "", 1)],
     "the partner's releases not counted on the empty barrier": [
+        ("REL == TC_REL_WARP ? (MCAST ? 2 : 1) * READERS / 32", "REL == TC_REL_WARP ? READERS / 32", 1)],
+    "per thread (D44's counts): the partner's releases not counted": [
         ("READERS + (MCAST ? READERS / 32 : 0)", "READERS", 1)],
+    "per warp: every lane arrives on its block's barrier too": [
+        ("      if (REL != TC_REL_WARP) tc_mbar_arrive(e);\n", "      tc_mbar_arrive(e);\n", 1)],
     "the CTA mask multicasts to this block only": [("(unsigned short)3", "(unsigned short)(1u << rank)", 2)],
     "the full barrier expects only this block's own bytes": [
         ("tc_mbar_expect_tx(full, STAGE);",
@@ -241,13 +353,21 @@ MUTANTS = {
 }
 
 
+#: the harness's build for a mutant other than the shipped release per warp (TC_HOST_REL, D49)
+MUTANT_DEFINES = {"per thread (D44's counts): the partner's releases not counted": ("TC_HOST_REL=TC_REL_THREAD",)}
+
+
 def _run_harness(header_text: str, tmp: Path, defines=()) -> subprocess.CompletedProcess:
     return _run_persistent_harness(header_text, tmp, defines, harness=HARNESS)
 
 
 @needs_gxx
-def test_protocol_runs_both_blocks_of_each_cluster_with_every_tile_once(tmp_path):
-    proc = _run_harness(HEADER.read_text(), tmp_path)
+@pytest.mark.parametrize("defines", [(), ("TC_HOST_REL=TC_REL_THREAD",), ("TC_HOST_REL=TC_REL_D44", "TC_HOST_FAST"),
+                                     ("TC_HOST_PROF=1",)], ids=["warp", "thread", "d44", "profiled"])
+def test_protocol_runs_both_blocks_of_each_cluster_with_every_tile_once(defines, tmp_path):
+    """Each release (per warp as shipped, per thread, D44's) and the profile on (its k steps, ranks and times
+    checked per block after each case)."""
+    proc = _run_harness(HEADER.read_text(), tmp_path, defines)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
 
 
@@ -258,6 +378,6 @@ def test_protocol_harness_catches_each_mutant(name, tmp_path):
     for old, new, count in MUTANTS[name]:
         assert text.count(old) == count, (name, old)  # the mutation still applies to the shipped header
         text = text.replace(old, new)
-    proc = _run_harness(text, tmp_path, defines=("TC_HOST_FAST",))  # the first two cases (CI time)
+    proc = _run_harness(text, tmp_path, defines=("TC_HOST_FAST",) + MUTANT_DEFINES.get(name, ()))  # 2 cases (CI time)
     assert proc.returncode != 0 and "FAIL" in proc.stdout, f"{name}: not caught\n{proc.stdout}"
     print(name, "->", proc.stdout.strip())

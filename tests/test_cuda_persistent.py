@@ -504,3 +504,18 @@ def test_protocol_harness_catches_tma_stores_past_cs_edges(tmp_path):
     the edge tiles' TMA stores then write outside C's valid rows and columns, and the harness says so."""
     proc = _run_harness(HEADER.read_text(), tmp_path, defines=("TC_HOST_PADDED_CMAP", "TC_HOST_TMA_ONLY"))
     assert proc.returncode != 0 and "outside C's valid rows and columns" in proc.stdout, proc.stdout
+
+
+@needs_gxx
+def test_protocol_with_the_stage_released_per_warp_and_its_mutant(tmp_path):
+    """tilecore.cuda.stage_release="warp" (docs/decisions.md D49): each consumer warp's first lane releases the stage
+    after the warp's WGMMA wait (the harness's wait meets the warp's lanes, as .sync.aligned does), the empty
+    barrier counting warps. Counting half of them lets the producer overwrite a stage still being read."""
+    proc = _run_harness(HEADER.read_text(), tmp_path, defines=("TC_HOST_REL=TC_REL_WARP",))
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
+    old = "REL == TC_REL_WARP ? (MCAST ? 2 : 1) * READERS / 32"
+    text = HEADER.read_text()
+    assert text.count(old) == 1
+    proc = _run_harness(text.replace(old, "REL == TC_REL_WARP ? (MCAST ? 2 : 1) * READERS / 64"), tmp_path,
+                        defines=("TC_HOST_REL=TC_REL_WARP", "TC_HOST_NO_TMA"))
+    assert proc.returncode != 0 and "FAIL" in proc.stdout, proc.stdout

@@ -277,6 +277,8 @@ class CUDAEmitter(SIMTCppEmitter):
         if "tc_rp_tma_store_" in "\n".join(st.lines):  # a register program's output through TMA stores (D45)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_rp_store.cuh").read_text()
         helpers += "".join(getattr(st, "rp_structs", {}).values())  # register programs' zero-start WGMMA (D45)
+        if "tc_pipe_prof}" in "\n".join(st.lines):  # the persistent GEMM's profile (tilecore.cuda.pipeline_profile, D49)
+            helpers += "__device__ unsigned long long tc_pipe_prof[TC_PROF_BLOCKS * TC_PROF_WORDS];\n"
         if collect(func.body, MatrixOp):  # registered matrix units on register arrays (units.py)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_matrix.cuh").read_text()
         if getattr(st, "wgmma_structs", None):  # wgmma as a registered unit (tc_wgmma.cuh)
@@ -361,7 +363,20 @@ class CUDAEmitter(SIMTCppEmitter):
         args = [f"({self.name(st, pipe.buffer)} + {self.flat_index(st, pipe.buffer, pipe.starts)})",
                 self.name(st, target.buffer), f"(long long)({tiles})", f"(long long)({self.expr(st, ldc)})",
                 "tc_tile_of"] + self.collective_extra_args(st, s)
+        if s.attrs.get("release") or s.attrs.get("profile"):  # D49: not the default release, or profiled
+            if len(args) == 7:
+                args.append("nullptr")
+            args.append(self.mc_arg(s, 0))
         self.line(st, f"{s.name}<{template}>({', '.join(args)});")
+
+    @staticmethod
+    def mc_arg(s: Collective, share: int) -> str:
+        """tc_wgmma_persistent's last argument (tc_persistent.cuh's tc_mc): the operand a cluster of two shares
+        (D44), how a stage is released (D49's tilecore.cuda.stage_release), and the profile's array (D49)."""
+        rel, prof = int(s.attrs.get("release", 0)), s.attrs.get("profile")
+        if prof:
+            return f"tc_mc<{share}, {rel}, 1>{{tc_pipe_prof}}"
+        return f"tc_mc<{share}, {rel}>()" if share else f"tc_mc<0, {rel}>()"
 
     def multicast_gemm(self, st, s: Collective, launch, mc: dict) -> None:
         """The persistent GEMM in clusters of two blocks (hopper.cluster_multicast_plan, D44): slots 2 p and 2 p + 1
@@ -409,7 +424,7 @@ class CUDAEmitter(SIMTCppEmitter):
             extra.append("nullptr")
         args = [f"({self.name(st, pipe.buffer)} + {self.flat_index(st, pipe.buffer, pipe.starts)})",
                 self.name(st, target.buffer), f"(long long)({self.expr(st, st.mcast_slots)})",
-                f"(long long)({self.expr(st, ldc)})", "tc_tile_of"] + extra + [f"tc_mc<{int(mc['share'])}>()"]
+                f"(long long)({self.expr(st, ldc)})", "tc_tile_of"] + extra + [self.mc_arg(s, int(mc["share"]))]
         self.line(st, f"{s.name}<{template}>({', '.join(args)});")
 
     # -- matrix unit operands (tilecore.passes.matrix) ------------------------------------------------------

@@ -335,6 +335,14 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
                 at["tensor_maps"] = maps
             if mwhy:
                 pwhy += f"; {mwhy}"
+            rel, rwhy = stage_release_plan(ctx, s, bool(mc))
+            if rel:  # D49: how the consumers release a stage (tc_mc's REL), where not the default per thread
+                at["release"] = rel
+            if rwhy:
+                pwhy += f"; {rwhy}"
+            if ctx.option("tilecore.cuda.pipeline_profile", False):  # D49: the wait-time profile (a benchmark's)
+                at["profile"] = True
+                pwhy += "; pipeline_profile: cycle counts into tc_pipe_prof"
             tma_bytes, twhy, tma_epi = tma_store_plan(launch, p, ctx, s, stages, stage_bytes, other, limit, target,
                                                       pingpong=pingpong)
             if tma_bytes:  # the C buffer after the stages and barriers (tc_persistent.cuh: at bars + 1024)
@@ -511,6 +519,35 @@ def multicast_asked(ctx, loop: For):
         raise CompileError(f"pass config tilecore.cuda.cluster_multicast must be False, \"1x2\" (two tiles side by "
                            f"side in N share A) or \"2x1\" (side by side in M share B), got {asked!r}", loop.span)
     return asked
+
+
+#: ``tilecore.cuda.stage_release``: how a persistent GEMM's consumers release a pipeline stage (tc_persistent.cuh's
+#: TC_REL_*, docs/decisions.md D49) -> its code. "thread": every consumer thread arrives on its block's `empty`
+#: barrier (and, in a cluster, each warp's first lane on the partner's); "warp": each consumer warp's first lane
+#: arrives once on each block's (8 arrivals a stage a block instead of 256, 16 instead of 264 in a cluster);
+#: "d44": "thread" with D44's remote arrival, release at cluster scope (a MEMBAR.ALL.GPU before each), kept to
+#: measure against
+STAGE_RELEASES = {"thread": 0, "warp": 1, "d44": 2}
+#: unset: per warp in clusters (D49's fix of D44's stall, with its remote arrival at CTA scope), per thread without
+#: (CUTLASS's count for a block alone; the default kernel's text unchanged)
+STAGE_RELEASE_DEFAULT = {True: "warp", False: "thread"}
+
+
+def stage_release_plan(ctx, loop: For, cluster: bool) -> tuple:
+    """``(code, note)``: ``tilecore.cuda.stage_release`` for a persistent GEMM (``cluster``: in clusters of two, D44),
+    the code of :data:`STAGE_RELEASES` (0, the per-thread default, leaves the kernel's text as it was) and a note
+    when asked for; any other value, or "d44" without a cluster, is a CompileError at the user's loop."""
+    asked = ctx.option("tilecore.cuda.stage_release", None)
+    if asked is None:
+        return STAGE_RELEASES[STAGE_RELEASE_DEFAULT[cluster]], ""
+    if asked not in STAGE_RELEASES:
+        raise CompileError(f"pass config tilecore.cuda.stage_release must be \"thread\", \"warp\" or \"d44\", got "
+                           f"{asked!r}", loop.span)
+    if asked == "d44" and not cluster:
+        raise CompileError("pass config tilecore.cuda.stage_release=\"d44\" is the remote release of clusters with TMA "
+                           "multicast: set tilecore.cuda.cluster_multicast too, or use \"thread\" or \"warp\"",
+                           loop.span)
+    return STAGE_RELEASES[asked], f"stage_release {asked}"
 
 
 def cluster_multicast_plan(launch: KernelLaunch, p: _Plan, ctx, loop: For, a0, b0, k_tiles) -> tuple:

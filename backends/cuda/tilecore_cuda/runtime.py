@@ -485,3 +485,25 @@ class CUDAProgram(Program):
 
     def synchronize(self) -> None:
         self.torch.cuda.synchronize()
+
+    def global_words(self, name: str, clear: bool = False):
+        """The 64-bit words of the module's ``__device__`` array ``name`` on the current device (loaded by a launch
+        there), as a list of ints after the device's work so far; ``clear`` zeroes them after reading. For the
+        persistent GEMM's pipeline profile (``tilecore.cuda.pipeline_profile``: ``tc_pipe_prof``, docs/decisions.md
+        D49), which benchmarks/cuda_gemm.py reads."""
+        dev = self._device()
+        module = self._function(dev)[0]
+        ptr, size = ctypes.c_uint64(0), ctypes.c_size_t(0)
+        rc = self.lib.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), module, name.encode())
+        if rc != 0:
+            raise DeviceError(f"cuModuleGetGlobal({name!r}) failed: {_err(self.lib, rc)} (is the kernel compiled with "
+                              "tilecore.cuda.pipeline_profile=True?)")
+        self.torch.cuda.synchronize(dev)
+        buf = (ctypes.c_uint64 * (size.value // 8))()
+        rc = self.lib.cuMemcpyDtoH_v2(buf, ctypes.c_uint64(ptr.value), size)
+        if rc == 0 and clear:
+            rc = self.lib.cuMemsetD8_v2(ctypes.c_uint64(ptr.value), ctypes.c_ubyte(0), size)
+            self.torch.cuda.synchronize(dev)
+        if rc != 0:
+            raise DeviceError(f"reading {name!r} failed: {_err(self.lib, rc)}")
+        return list(buf)

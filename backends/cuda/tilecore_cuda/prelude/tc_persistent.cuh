@@ -54,11 +54,34 @@ __device__ __forceinline__ unsigned tc_cluster_ctarank() {
 __device__ __forceinline__ void tc_mc_cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
 }
-/* one arrival, release at cluster scope, on the mbarrier at the same offset of block `rank`'s shared memory */
+/* one arrival on the mbarrier at the same offset of block `rank`'s shared memory. CLUSTER_SCOPE (D44's form,
+ * release at cluster scope) compiles to MEMBAR.ALL.CTA + MEMBAR.ALL.GPU + ERRBAR + CGAERRBAR before the arrival, in
+ * every consumer warp at every k step: the multicast kernel's 35% (docs/decisions.md D49). The default is CUTLASS's
+ * form (the arrival's default semantics, release at CTA scope: no fence). A release needs no fence here: the stage's
+ * readers are WGMMAs, whose shared-memory reads are complete when wgmma.wait_group returns, before the arrival. */
+template <bool CLUSTER_SCOPE = false>
 __device__ __forceinline__ void tc_mbar_arrive_remote(unsigned bar, unsigned rank) {
-  asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(rank)
-               : "memory");
+  if (CLUSTER_SCOPE)
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(rank)
+                 : "memory");
+  else
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+                 "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(rank)
+                 : "memory");
+}
+/* the pipeline profile (tc_mc's PROF, tilecore.cuda.pipeline_profile, D49): the SM's cycle counter and the global
+ * nanosecond timer */
+__device__ __forceinline__ long long tc_clock() { return clock64(); }
+__device__ __forceinline__ unsigned long long tc_globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ unsigned tc_smid() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%smid;\n" : "=r"(r));
+  return r;
 }
 /* tc_tma_load_2d to the same offset of the shared memory of every block of the cluster in `mask`, completing on
  * the mbarrier at `bar`'s offset in each of them */
@@ -131,10 +154,30 @@ __device__ __forceinline__ void tc_stage_c_slice(unsigned dst, const float (&acc
   }
 }
 
+/* how the consumers release a stage (tc_mc's REL; tilecore.cuda.stage_release, docs/decisions.md D49) */
+#define TC_REL_THREAD 0 /* every consumer thread arrives on its block's `empty`; with a cluster each warp's first lane
+                         * also on the partner's (CTA-scope arrival) */
+#define TC_REL_WARP 1   /* each consumer warp's first lane, after the warp's WGMMA wait, arrives once on its block's
+                         * `empty` and, with a cluster, once on the partner's */
+#define TC_REL_D44 2    /* TC_REL_THREAD with D44's remote arrival (release at cluster scope: a MEMBAR.ALL.GPU before
+                         * each), kept to measure against */
+/* the profile's words per block (PROF, tc_mc's `prof`: blockIdx.x * TC_PROF_WORDS ..): 0 start (globaltimer ns, after
+ * the init's barrier), 1 the producer's end (ns), 2 producer cycles, 3 its cycles in `empty` waits, 4 its k steps,
+ * 5 consumer warpgroup 0's (thread 128's) cycles, 6 its cycles in `full` waits, 7 its cycles releasing stages,
+ * 8 its k steps, 9 its end (ns), 10 consumer warpgroup 1's (thread 256's) cycles in `full` waits, 11 its cycles
+ * releasing, 12 the SM, 13 the cluster rank; accumulated over launches (the benchmark zeroes them) */
+#define TC_PROF_WORDS 16
+#define TC_PROF_BLOCKS 2048 /* blocks profiled (the array's; block b writes slot b % TC_PROF_BLOCKS) */
+
 /* tc_wgmma_persistent's last argument: no cluster (tc_mc<0>, the default), or clusters of two blocks that share
- * A (tc_mc<1>: tilecore.cuda.cluster_multicast "1x2") or B (tc_mc<2>: "2x1"), docs/decisions.md D44 */
-template <int SHARE> struct tc_mc {
+ * A (tc_mc<1>: tilecore.cuda.cluster_multicast "1x2") or B (tc_mc<2>: "2x1"), docs/decisions.md D44; REL how the
+ * consumers release a stage (TC_REL_*: per warp by default in a cluster, per thread without, D49); PROF: the
+ * pipeline profile into `prof` (a __device__ array the kernel declares, TC_PROF_WORDS per block) */
+template <int SHARE, int REL = (SHARE ? TC_REL_WARP : TC_REL_THREAD), int PROF = 0> struct tc_mc {
   static constexpr int share = SHARE;
+  static constexpr int rel = REL;
+  static constexpr int prof_on = PROF;
+  unsigned long long* prof = nullptr;
 };
 
 /* tc_wgmma_pipeline (tc_hopper.cuh) over several output tiles per block: block b runs tiles b, b + gridDim.x,
@@ -167,10 +210,15 @@ template <int SHARE> struct tc_mc {
  * producer loads its half (rank r: rows r ROWS / 2 ..) with .multicast::cluster to both blocks' stages, at the same
  * offset, completing on both blocks' `full` barriers; each block's `full` still expects the whole STAGE bytes (the
  * partner's half may land before this block's expect_tx: the phase cannot complete before that arrival). A stage is
- * overwritten by both producers, so each block's `empty` barrier counts its own READERS and one arrival of each
- * releasing warp of the partner (its first lane, after the warp's WGMMA wait, by mapa +
- * mbarrier.arrive.release.cluster: 8 remote arrivals a stage with two consumer warpgroups, where every thread
- * arrives locally); the producer waits on its own `empty` only. Every thread of the cluster meets
+ * overwritten by both producers, so each block's `empty` barrier counts both blocks' releases: by default (REL
+ * TC_REL_WARP, D49) each releasing warp's first lane, after the warp's WGMMA wait, arrives once on its own block's
+ * and once, by mapa + mbarrier.arrive.shared::cluster, on the partner's (16 arrivals a stage with two consumer
+ * warpgroups); TC_REL_THREAD and TC_REL_D44 count every local reader and the partner's warps (264). The remote
+ * arrival has CTA-scope release semantics, as CUTLASS's ClusterBarrier::arrive(cta_id): D44's release at cluster
+ * scope (TC_REL_D44) put a MEMBAR.ALL.GPU before each; the producer waits on its own `empty` only.
+ * PROF (tc_mc's third argument, tilecore.cuda.pipeline_profile, D49): cycle counts of the producer's `empty` waits,
+ * the consumers' `full` waits and releases, and start and end times, per block into mc.prof (TC_PROF_WORDS words a
+ * block), for benchmarks/cuda_gemm.py --profile. Every thread of the cluster meets
  * at a cluster barrier after the barriers' init (fence.mbarrier_init.release.cluster: no multicast or remote
  * arrival reaches an uninitialised barrier) and before it exits (no block leaves while its partner may still
  * arrive on its barriers). A slot past the grid's tiles (the paired dimension's tile count odd) gets its
@@ -181,7 +229,7 @@ template <int NTHREADS, int BM, int BN, int BK, int STAGES, int NC, int MR, bool
           typename MC = tc_mc<0>>
 __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* __restrict__ C_base, long long tiles,
                                                     long long ldc, TILE tile_of, const tc_tmap* tma,
-                                                    const tc_tmap* tmb, const tc_tmap* tmc = nullptr, MC = MC()) {
+                                                    const tc_tmap* tmb, const tc_tmap* tmc = nullptr, MC mc = MC()) {
   static_assert(NTHREADS == 128 * (NC + 1), "tc_wgmma_persistent: one producer and NC consumer warpgroups");
   constexpr int ESIZE = 32 / KSTEP;            /* bytes per element: k16 for 16-bit types, k32 for 8-bit */
   constexpr int ATOM = 128 / ESIZE;            /* elements in one 128-byte row */
@@ -201,6 +249,14 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
                                                          "consumer warpgroups whole tiles");
   constexpr int READERS = PINGPONG ? 128 : 128 * NC;  /* the threads that release a stage */
   constexpr int MCAST = MC::share;  /* 0: no cluster; 1: A multicast in a cluster of two; 2: B */
+  constexpr int REL = MC::rel;      /* TC_REL_*: how a stage is released (D49) */
+  constexpr bool PROF = MC::prof_on != 0;  /* the pipeline profile (D49) */
+  /* a stage's `empty` arrivals: per warp, each releasing warp once a block of the cluster; per thread, every reader
+   * and, with a cluster, each of the partner's releasing warps (D44) */
+  constexpr unsigned EMPTY_COUNT =
+      REL == TC_REL_WARP ? (MCAST ? 2 : 1) * READERS / 32 : READERS + (MCAST ? READERS / 32 : 0);
+  static_assert(REL == TC_REL_THREAD || REL == TC_REL_WARP || (REL == TC_REL_D44 && MCAST),
+                "tc_wgmma_persistent: TC_REL_D44 is a cluster's");
   static_assert(MCAST == 0 || ((MCAST == 1 ? BM : B_ROWS) % 16 == 0), "tc_wgmma_persistent: half boxes of whole "
                                                                      "1024-byte swizzle atoms");
   const unsigned rank = MCAST ? tc_cluster_ctarank() : 0u;  /* this block's rank in its cluster */
@@ -219,7 +275,7 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       tc_mbar_init(bars + 8 * s, 1);
-      tc_mbar_init(bars + 8 * (STAGES + s), READERS + (MCAST ? READERS / 32 : 0));
+      tc_mbar_init(bars + 8 * (STAGES + s), EMPTY_COUNT);
     }
     if (PINGPONG) {
       tc_mbar_init(done, 128);
@@ -231,17 +287,30 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
     tc_mc_cluster_sync();  /* both blocks' barriers initialised before any multicast or remote arrival */
   else
     __syncthreads();
+  unsigned long long* const prof = PROF ? mc.prof + (unsigned long long)(blockIdx.x % TC_PROF_BLOCKS) * TC_PROF_WORDS : nullptr;
+  if constexpr (PROF) {
+    if (threadIdx.x == 0) {
+      atomicAdd(prof + 0, tc_globaltimer());
+      prof[12] = tc_smid();
+      prof[13] = rank;
+    }
+  }
   if (wg == 0) {
     if (REGS) tc_setmaxnreg_dec<56>();
     if (threadIdx.x == 0) {
       tc_tma_prefetch_map(tma);
       tc_tma_prefetch_map(tmb);
       unsigned it = 0;  /* the block's k steps so far, over all its tiles */
+      long long p0 = 0, pw = 0;  /* the profile's: the loop's start, cycles in `empty` waits */
+      if constexpr (PROF) p0 = tc_clock();
       for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const tc_gemm_tile g = tile_of(tile);
         for (int kt = 0; kt < (int)g.k_tiles; ++kt, ++it) {
           const int s = it % STAGES;
+          long long w0 = 0;
+          if constexpr (PROF) w0 = tc_clock();
           if (it >= STAGES) tc_mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);
+          if constexpr (PROF) pw += tc_clock() - w0;
           const unsigned full = bars + 8 * s;
           tc_mbar_expect_tx(full, STAGE);
           const unsigned sa = base + s * STAGE, sb = sa + A_BYTES;
@@ -267,6 +336,12 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
           }
         }
       }
+      if constexpr (PROF) {
+        atomicAdd(prof + 1, tc_globaltimer());
+        atomicAdd(prof + 2, (unsigned long long)(tc_clock() - p0));
+        atomicAdd(prof + 3, (unsigned long long)pw);
+        atomicAdd(prof + 4, (unsigned long long)it);
+      }
     }
   } else {
     if (REGS) tc_setmaxnreg_inc<224>();
@@ -274,12 +349,24 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
     const int c = PINGPONG ? 0 : me;  /* its first 64-row slice of a tile (ping-pong: whole tiles) */
     unsigned it = 0;  /* as the producer's */
     long long j = 0;  /* the block's tiles so far */
-    /* stage s read: this thread's arrival on its block's `empty`; with a cluster, each warp's first lane's on the
-     * partner's too (its producer multicasts into this block's stage; the lane is past its warp's WGMMA wait) */
+    /* stage s read (every lane of the warp is past the warp's WGMMA wait: .sync.aligned): per warp, the warp's
+     * first lane arrives on its block's `empty` and, with a cluster, on the partner's (its producer multicasts into
+     * this block's stage); per thread, every thread on its block's and each warp's first lane on the partner's */
+    const bool lead = threadIdx.x % 32 == 0;
+    long long rc = 0, fw = 0;  /* the profile's: cycles releasing, cycles in `full` waits */
     auto release = [&](unsigned s) {
-      tc_mbar_arrive(bars + 8 * (STAGES + s));
-      if (MCAST && threadIdx.x % 32 == 0) tc_mbar_arrive_remote(bars + 8 * (STAGES + s), rank ^ 1u);
+      const unsigned e = bars + 8 * (STAGES + s);
+      long long r0 = 0;
+      if constexpr (PROF) r0 = tc_clock();
+      if (REL != TC_REL_WARP) tc_mbar_arrive(e);
+      if (lead) {
+        if (REL == TC_REL_WARP) tc_mbar_arrive(e);
+        if (MCAST) tc_mbar_arrive_remote<REL == TC_REL_D44>(e, rank ^ 1u);
+      }
+      if constexpr (PROF) rc += tc_clock() - r0;
     };
+    long long c0 = 0;
+    if constexpr (PROF) c0 = tc_clock();
     for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++j) {
       const tc_gemm_tile g = tile_of(tile);
       const int k_tiles = (int)g.k_tiles;
@@ -297,7 +384,10 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
       /* k step `it` of the block: wait for its stage, issue its WGMMAs, commit them as one group */
       auto step = [&](unsigned it) {
         const int s = it % STAGES;
+        long long w0 = 0;
+        if constexpr (PROF) w0 = tc_clock();
         tc_mbar_wait(bars + 8 * s, (it / STAGES) & 1);
+        if constexpr (PROF) fw += tc_clock() - w0;
         const unsigned sa = base + s * STAGE, sb = sa + A_BYTES;
         tc_wgmma_fence();
 #pragma unroll
@@ -395,6 +485,18 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
       }
     }
     if (TMA_STORE && threadIdx.x % 128 == 0) tc_bulk_wait<0>();  /* the stores are done before the block exits */
+    if constexpr (PROF) {
+      if (threadIdx.x == 128) {
+        atomicAdd(prof + 5, (unsigned long long)(tc_clock() - c0));
+        atomicAdd(prof + 6, (unsigned long long)fw);
+        atomicAdd(prof + 7, (unsigned long long)rc);
+        atomicAdd(prof + 8, (unsigned long long)it);
+        atomicAdd(prof + 9, tc_globaltimer());
+      } else if (threadIdx.x == 256) {
+        atomicAdd(prof + 10, (unsigned long long)fw);
+        atomicAdd(prof + 11, (unsigned long long)rc);
+      }
+    }
   }
   if (MCAST) tc_mc_cluster_sync();  /* no block exits while its partner may still arrive on its barriers */
 }
