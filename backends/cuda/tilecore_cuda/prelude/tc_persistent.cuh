@@ -17,12 +17,10 @@ struct tc_gemm_tile {
 #endif
 
 #ifndef TC_PERSISTENT_HOST /* tests/persistent_host.cpp runs the protocol on the host, with its own barriers */
+/* (the TMA store epilogue's TMA store, bulk groups and proxy fence are tc_tma.cuh's, shared with the core's bulk
+ * stores: D50) */
 __device__ __forceinline__ void tc_mbar_init_fence() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-/* the TMA store epilogue's primitives (TC_EPI_TMA) */
-__device__ __forceinline__ void tc_fence_proxy_async() {  /* this thread's shared-memory writes, to the async proxy */
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 __device__ __forceinline__ void tc_consumer_sync(int id, int count) {  /* named barrier `id` over `count` threads */
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
@@ -36,13 +34,6 @@ __device__ __forceinline__ void tc_stmatrix_x4(unsigned addr, unsigned r0, unsig
 }
 __device__ __forceinline__ void tc_st_shared_v2(unsigned addr, float a, float b) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
-}
-/* a 2-D box of shared memory to the tensor map's tensor at (c0 innermost, c1); the box's parts outside the
- * tensor are not written. Asynchronous: completes with the thread's bulk group (tc_bulk_commit) */
-__device__ __forceinline__ void tc_tma_store_2d(const tc_tmap* map, unsigned src, int c0, int c1) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(map), "r"(src),
-               "r"(c0), "r"(c1)
-               : "memory");
 }
 /* thread-block clusters of two with TMA multicast (tilecore.cuda.cluster_multicast, docs/decisions.md D44) */
 __device__ __forceinline__ unsigned tc_cluster_ctarank() {
@@ -69,14 +60,6 @@ __device__ __forceinline__ void tc_tma_load_2d_mc(unsigned dst, const tc_tmap* m
       " [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(dst),
       "l"(map), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
       : "memory");
-}
-__device__ __forceinline__ void tc_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-/* until at most N of this thread's bulk groups still read shared memory (.read) / are still running */
-template <int N> __device__ __forceinline__ void tc_bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
-}
-template <int N> __device__ __forceinline__ void tc_bulk_wait() {
-  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
 /* two floats as one register of two 16-bit values (round to nearest even, as tc_store2) */
 template <typename T> __device__ __forceinline__ unsigned tc_pack_c2(float a, float b);
@@ -141,9 +124,9 @@ template <int SHARE> struct tc_mc {
  * ... < tiles, each described by tile_of(t) (a tc_gemm_tile). The pipeline is set up once; its stage index
  * and phase run on across tiles (k step `it` of the block, counted over all its tiles, uses stage it % STAGES,
  * phase (it / STAGES) & 1), so the producer starts the next tile's loads as soon as the consumers release the
- * stages, under their epilogue of the tile before. The consumers zero their accumulators per tile; the last k
- * step of a tile waits for its own WGMMA group (so no accumulator read of the epilogue can be scheduled above
- * the wait: D29's ptxas hazard) and releases its stage at once. The epilogue is tc_wgmma_pipeline's global one
+ * stages, under their epilogue of the tile before. The consumers zero their accumulators per tile; every k step
+ * of a tile is in one loop (D50), and after it the consumers wait for the last WGMMA group (so no accumulator read
+ * of the epilogue can be scheduled above the wait: D29's ptxas hazard) and release its stage at once. The epilogue is tc_wgmma_pipeline's global one
  * (tests/test_cuda_persistent.py keeps the two texts equal).
  * PINGPONG (two consumer warpgroups, MR = BM / 64): each consumer warpgroup owns whole tiles, the block's tiles
  * alternating between them, so one's epilogue runs under the other's main loop (CUTLASS's ping-pong kernel).
@@ -318,21 +301,17 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
         }
         tc_wgmma_commit();
       };
-      /* all k steps but the last keep one group in flight and release the stage before theirs */
-      for (int kt = 0; kt < k_tiles - 1; ++kt, ++it) {
+      /* every k step keeps one group in flight and releases the stage before its own; one copy of the main loop
+       * (a peeled last step made NVVM and ptxas emit it three times: docs/decisions.md D48, D50) */
+      for (int kt = 0; kt < k_tiles; ++kt, ++it) {
         step(it);
         tc_wgmma_wait<1>();
         if (kt > 0) release((it - 1) % STAGES);
       }
-      /* the last waits for its own group (the epilogue reads the accumulators: D29's ptxas hazard) and releases
-       * both stages at once, so the next tile's loads start under this tile's epilogue */
-      if (k_tiles > 0) {
-        step(it);
-        tc_wgmma_wait<0>();
-        if (k_tiles > 1) release((it - 1) % STAGES);
-        release(it % STAGES);
-        ++it;
-      }
+      /* then the last group, before the epilogue reads the accumulators (D29's ptxas hazard), and its stage, so the
+       * next tile's loads start under this tile's epilogue */
+      tc_wgmma_wait<0>();
+      if (k_tiles > 0) release((it - 1) % STAGES);
       if (PINGPONG) tc_mbar_arrive(done + 8 * me);  /* the other warpgroup's next tile may start */
 #pragma unroll
       for (int i = 0; i < MR; ++i) tc_reg_fence(acc[i]);
