@@ -258,11 +258,44 @@ def test_sass_has_the_pipeline_and_a_full_wait_per_tile_before_the_epilogue(shap
 
 
 def producer_registers(sass: str) -> int:
-    """The highest register named after the producer's setmaxnreg.dec (USETMAXREG.DEALLOC), in code order (the
-    producer's loop with its tile function, then out-of-line wait loops)."""
-    ins = [m.group(2).strip() for m in _INS.finditer(sass)]
-    first = next(i for i, t in enumerate(ins) if "USETMAXREG.DEALLOC" in t)
-    return max((int(r) for t in ins[first:] for r in re.findall(r"\bR(\d+)\b", t)), default=0)
+    """The highest register the producer names after its setmaxnreg.dec (USETMAXREG.DEALLOC): its code from there
+    to its EXIT (the loop with its tile function), and the out-of-line wait loops after the kernel's code that
+    branch back into it. (Out-of-line waits that return elsewhere are the consumers': with one copy of the main
+    loop, D50, ptxas places a consumer's wait after the producer's code.)"""
+    ins = [(int(m.group(1), 16), m.group(2).strip()) for m in _INS.finditer(sass)]
+    first = next(i for i, (_, t) in enumerate(ins) if "USETMAXREG.DEALLOC" in t)
+    end = next(i for i in range(first, len(ins)) if re.fullmatch(r"EXIT", ins[i][1]))
+    lo, hi = ins[first][0], ins[end][0]
+    mine = [t for _, t in ins[first:end + 1]]
+    block: list = []
+    for _, t in ins[end + 1:]:  # out-of-line blocks, each closed by an unconditional branch back
+        block.append(t)
+        m = re.fullmatch(r"BRA (0x[0-9a-f]+)", t)
+        if m:
+            if lo <= int(m.group(1), 16) <= hi:
+                mine += block
+            block = []
+    return max((int(r) for t in mine for r in re.findall(r"\bR(\d+)\b", t)), default=0)
+
+
+def test_producer_register_check_reads_the_producers_code_and_its_out_of_line_waits():
+    """producer_registers on made-up SASS: a register the producer names after its dealloc, in its code or in an
+    out-of-line wait that returns into it, counts; a consumer's out-of-line wait after the producer's code does
+    not (D50 puts one there); the unmutated text gives the producer's own highest register."""
+    def sass(producer_extra="", own_wait="R9", other_wait="R158"):
+        lines = ["/*0000*/ HGMMA.64x128x16.F32 R24, gdesc[UR4], RZ ;", "/*0010*/ @!P0 BRA 0x0100 ;",
+                 "/*0020*/ USETMAXREG.DEALLOC.CTAPOOL 0x38 ;", "/*0030*/ IADD3 R3, R4, 0x1, RZ ;",
+                 f"/*0040*/ @!P0 BRA 0x0090 ;{producer_extra}", "/*0050*/ EXIT ;",
+                 f"/*0060*/ SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [{other_wait}+URZ], R17 ;", "/*0070*/ @!P0 BRA 0x0060 ;",
+                 "/*0080*/ BRA 0x0010 ;",
+                 f"/*0090*/ SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [{own_wait}+URZ], R2 ;", "/*00a0*/ @!P0 BRA 0x0090 ;",
+                 "/*00b0*/ BRA 0x0040 ;", "/*00c0*/ BRA 0x00c0 ;"]
+        return "\n".join(lines)
+
+    assert producer_registers(sass()) == 9
+    assert producer_registers(sass(own_wait="R77")) == 77  # the producer's own wait loop
+    assert producer_registers(sass(producer_extra="\n/*0048*/ MOV R200, R3 ;")) == 200
+    assert producer_registers(sass(other_wait="R250")) == 9  # a consumer's wait: not the producer's
 
 
 @needs_toolchain
@@ -419,12 +452,12 @@ MUTANTS = {
         ("float acc[MR][BN / 2];\n#pragma unroll\n      for (int i = 0; i < MR; ++i) {\n#pragma unroll\n"
          "        for (int j = 0; j < BN / 2; ++j) acc[i][j] = 0.0f;\n      }", "auto& acc = acc_keep;", 1)],
     "the tile's last group left in flight before the epilogue": [
-        ("        step(it);\n        tc_wgmma_wait<0>();", "        step(it);\n        tc_wgmma_wait<1>();", 1)],
+        ("      tc_wgmma_wait<0>();\n      if (k_tiles > 0)", "      tc_wgmma_wait<1>();\n      if (k_tiles > 0)", 1)],
     "the tile's last stage never released": [
-        ("        release(it % STAGES);\n        ++it;", "        ++it;", 1)],
+        ("      if (k_tiles > 0) release((it - 1) % STAGES);\n", "", 1)],
     "a stage released before its group completed": [
         ("        if (kt > 0) release((it - 1) % STAGES);\n      }", "        release(it % STAGES);\n      }", 1),
-        ("        if (k_tiles > 1) release((it - 1) % STAGES);\n", "", 1)],
+        ("      if (k_tiles > 0) release((it - 1) % STAGES);\n", "", 1)],
     "the producer does not wait for the release": [
         ("          if (it >= STAGES) tc_mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);\n", "", 1)],
     "the consumers wait for the wrong phase": [
