@@ -360,6 +360,7 @@ template <int N> inline void tc_bulk_wait_read() { retire(N); }
 template <int N> inline void tc_bulk_wait() { retire(N); }
 
 #define TC_PERSISTENT_HOST
+#include "tc_hopper.cuh"  // tc_wgmma_ktile, tc_wgmma_store_acc (the primitives are the shims above)
 #include "tc_persistent.cuh"
 
 // -- one case: SHARE 1 (A, pairs side by side in N, "1x2") or 2 (B, in M, "2x1") ----------------------------------

@@ -338,6 +338,7 @@ inline void tc_tma_load_2d_mc(unsigned, const tc_tmap*, unsigned, int, int, unsi
 }
 
 #define TC_PERSISTENT_HOST
+#include "tc_hopper.cuh"  // tc_wgmma_ktile, tc_wgmma_store_acc (the primitives are the shims above)
 #include "tc_persistent.cuh"
 
 // -- one case ----------------------------------------------------------------------------------------------------

@@ -175,19 +175,21 @@ def _norm(text: str) -> list:
     return [ln.strip() for ln in text.splitlines() if ln.strip()]
 
 
-def test_persistent_epilogue_and_loads_are_the_pipelines_line_for_line():
+def test_persistent_main_loop_body_and_epilogue_are_the_pipelines_one_copy():
+    """One copy (D50): the persistent kernel's k step issues its WGMMAs through tc_hopper.cuh's tc_wgmma_ktile and
+    its direct stores are tc_wgmma_store_acc, as tc_wgmma_pipeline's; the descriptor arithmetic and the epilogue's
+    layout exist once in the prelude; the producer's loads are the pipeline's, line for line."""
     hopper, pers = (PRELUDE / "tc_hopper.cuh").read_text(), (PRELUDE / "tc_persistent.cuh").read_text()
-    first = "/* accumulator layout of m64nN"
-
-    def epilogue(text):
-        return _norm(text[text.index(first):].rsplit("}\n}", 1)[0])
-
-    assert len(epilogue(hopper)) > 25 and epilogue(pers)[:len(epilogue(hopper))] == epilogue(hopper)
+    for name in ("tc_wgmma_ktile<BM, BN, BK, MR, B_KMAJOR, KSTEP, MMA>(acc, sa, sb, c);",
+                 "tc_wgmma_store_acc<BN, MR, TO_GLOBAL, EPI>("):
+        assert name in hopper and name in pers, name
+    for once in ("tc_wgmma_desc(sb + (kb / 128) * BN * 128 + kb % 128, 16, 1024);",
+                 "tc_wgmma_desc(sb + kk * KSTEP * 128, BK * 128, 1024);",
+                 "(c * MR + i) * 64 * 128 + kb % 128, 16, 1024);", "/* accumulator layout of m64nN",
+                 "MMA::run(acc[i], da, db);", "tc_wgmma_commit();\n"):
+        assert hopper.count(once) == 1 and once not in pers, once
     for line in ("for (int a = 0; a < BK / ATOM; ++a) tc_tma_load_2d(sa + a * BM * 128, tma, full, ac + a * ATOM, ar);",
-                 "for (int a = 0; a < B_ATOMS; ++a) tc_tma_load_2d(sb + a * B_ROWS * 128, tmb, full, bc + a * ATOM, br);",
-                 "db = tc_wgmma_desc(sb + (kb / 128) * BN * 128 + kb % 128, 16, 1024);",
-                 "db = tc_wgmma_desc(sb + kk * KSTEP * 128, BK * 128, 1024);",
-                 "tc_wgmma_desc(sa + (kb / 128) * BM * 128 + (c * MR + i) * 64 * 128 + kb % 128, 16, 1024);"):
+                 "for (int a = 0; a < B_ATOMS; ++a) tc_tma_load_2d(sb + a * B_ROWS * 128, tmb, full, bc + a * ATOM, br);"):
         assert line in _norm(hopper) and line in _norm(pers), line
 
 
@@ -505,6 +507,7 @@ MUTANTS = {
 def _run_harness(header_text: str, tmp: Path, defines=(), harness: Path = HARNESS) -> subprocess.CompletedProcess:
     """Build ``harness`` (a host program including tc_persistent.cuh) against ``header_text`` and run it."""
     (tmp / "tc_persistent.cuh").write_text(header_text)
+    (tmp / "tc_hopper.cuh").write_text((PRELUDE / "tc_hopper.cuh").read_text())  # its k step and direct stores (D50)
     exe = tmp / harness.stem
     subprocess.run(["g++", "-std=c++20", "-O1", "-w", "-pthread", *(f"-D{d}" for d in defines), "-I", str(tmp),
                     "-o", str(exe), str(harness)], check=True, capture_output=True, text=True)

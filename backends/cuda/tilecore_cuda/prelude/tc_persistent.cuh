@@ -127,7 +127,7 @@ template <int SHARE> struct tc_mc {
  * stages, under their epilogue of the tile before. The consumers zero their accumulators per tile; every k step
  * of a tile is in one loop (D50), and after it the consumers wait for the last WGMMA group (so no accumulator read
  * of the epilogue can be scheduled above the wait: D29's ptxas hazard) and release its stage at once. The epilogue is tc_wgmma_pipeline's global one
- * (tests/test_cuda_persistent.py keeps the two texts equal).
+ * (tc_wgmma_store_acc), and each k step's WGMMAs are its tc_wgmma_ktile: one copy of each (D50).
  * PINGPONG (two consumer warpgroups, MR = BM / 64): each consumer warpgroup owns whole tiles, the block's tiles
  * alternating between them, so one's epilogue runs under the other's main loop (CUTLASS's ping-pong kernel).
  * The stages still flow in tile order; a warpgroup counts the other's k steps past and starts a tile's main
@@ -173,7 +173,7 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
   constexpr int STAGE = A_BYTES + B_BYTES;
   constexpr int B_ROWS = B_KMAJOR ? BN : BK;   /* B's tile rows in global orientation */
   constexpr int B_ATOMS = B_KMAJOR ? BK / ATOM : BN / ATOM;
-  constexpr bool TO_GLOBAL = true;             /* the epilogue's (tc_wgmma_pipeline's global one) */
+  constexpr bool TO_GLOBAL = true;             /* the direct stores' (tc_wgmma_store_acc, as tc_wgmma_pipeline's) */
   constexpr bool REGS = NC == 2;               /* move registers from the producer to the consumers */
   /* The producer keeps 56 (not tc_hopper.cuh's 40): its tile function and the 4-stage loop spilled at 40 (ptxas:
    * 116 bytes on the README GEMM at 1024^3). The block holds 168 x 384 = 64512 registers; 56 x 128 leaves the two
@@ -282,24 +282,7 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
         const int s = it % STAGES;
         tc_mbar_wait(bars + 8 * s, (it / STAGES) & 1);
         const unsigned sa = base + s * STAGE, sb = sa + A_BYTES;
-        tc_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BK / KSTEP; ++kk) {
-          const int kb = kk * 32;  /* byte offset of this K step inside the tile's rows */
-          unsigned long long db;
-          if (B_KMAJOR) {
-            db = tc_wgmma_desc(sb + (kb / 128) * BN * 128 + kb % 128, 16, 1024);
-          } else {  /* N-major: atoms of 64 N columns, BK rows each; a K step is KSTEP rows */
-            db = tc_wgmma_desc(sb + kk * KSTEP * 128, BK * 128, 1024);
-          }
-#pragma unroll
-          for (int i = 0; i < MR; ++i) {
-            const unsigned long long da =
-                tc_wgmma_desc(sa + (kb / 128) * BM * 128 + (c * MR + i) * 64 * 128 + kb % 128, 16, 1024);
-            MMA::run(acc[i], da, db);
-          }
-        }
-        tc_wgmma_commit();
+        tc_wgmma_ktile<BM, BN, BK, MR, B_KMAJOR, KSTEP, MMA>(acc, sa, sb, c);
       };
       /* every k step keeps one group in flight and releases the stage before its own; one copy of the main loop
        * (a peeled last step made NVVM and ptxas emit it three times: docs/decisions.md D48, D50) */
@@ -341,37 +324,7 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
         }
         continue;
       }
-      TOUT* __restrict__ C = C_base + g.c_off;
-      const long long m_valid = g.m_valid, n_valid = g.n_valid;
-      /* accumulator layout of m64nN: warp w of the warpgroup holds rows 16 w + lane / 4 (+ 8); register
-       * 4 j + 2 h + e is column 8 j + 2 (lane % 4) + e of row + 8 h */
-      const int t = threadIdx.x % 128, w = t / 32, l = t % 32;
-      const bool pairs = (EPI & TC_EPI_PAIRS) ||
-                         (((reinterpret_cast<unsigned long long>(C) % (2 * sizeof(TOUT))) == 0) && (ldc % 2 == 0));
-#pragma unroll
-      for (int i = 0; i < MR; ++i) {
-        const int r0 = (c * MR + i) * 64 + w * 16 + l / 4;
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-          const int col = j * 8 + (l % 4) * 2;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = r0 + 8 * h;
-            const float v0 = acc[i][4 * j + 2 * h], v1 = acc[i][4 * j + 2 * h + 1];
-            TOUT* p = C + (long long)row * ldc + col;
-            if (!TO_GLOBAL) {
-              tc_store2<TOUT>(p, v0, v1);
-            } else if ((EPI & TC_EPI_ROWS) || row < m_valid) {
-              if (pairs && ((EPI & TC_EPI_COLS) || col + 1 < n_valid)) {
-                tc_store2<TOUT>(p, v0, v1);
-              } else {
-                if ((EPI & TC_EPI_COLS) || col < n_valid) tc_store1<TOUT>(p, v0);
-                if ((EPI & TC_EPI_COLS) || col + 1 < n_valid) tc_store1<TOUT>(p + 1, v1);
-              }
-            }
-          }
-        }
-      }
+      tc_wgmma_store_acc<BN, MR, TO_GLOBAL, EPI>(acc, C_base + g.c_off, c, g.m_valid, g.n_valid, ldc);
     }
     if (TMA_STORE && threadIdx.x % 128 == 0) tc_bulk_wait<0>();  /* the stores are done before the block exits */
   }

@@ -1,0 +1,193 @@
+"""Decision D50: the persistent Hopper GEMM with every k step in its loop (the default) against the form before, its
+last k step peeled off the loop (D34 - D48), in one process.
+
+    python benchmarks/persistent_peel.py [--repeat 5] [--rep 20] [--sizes 4096,8192] [--dtypes float16,bfloat16]
+                                         [--configs 128:256:64:256:4:8,128:256:64:256:3:8] [--no-gpu]
+
+`tc_persistent.cuh` (the CUDA plugin's persistent GEMM) ran a tile's k steps as a loop over all but the last, then
+the last once more after the loop (its own `wgmma.wait_group 0`, both stages released); NVVM and ptxas compiled the
+main loop's body three times for it (12 HGMMA in the SASS of the 128x256x64 GEMM). Since D50 every k step is in the
+loop, then `wgmma.wait_group 0` and the last stage's release (D48's probe form, the per-tile pipeline's).
+
+The form before is made by rewriting the persistent prelude's text as the CUDA plugin's code generator returns it
+(`peel`; nothing else in the plugin changes; where the prelude no longer has the expected text it says so and exits
+2). Per form: the compile's CPU time (min / median of ``--repeat`` compiles, tilecore's and NVRTC's caches off,
+alternating), the SASS instruction, HGMMA and local-memory (STL/LDL) counts; on a GPU, per size, dtype and
+configuration, both forms' TFLOP/s with torch.matmul (cuBLAS) in the same run, whether the two forms' results are
+the same bits, and the largest difference from cuBLAS relative to C's largest element.
+(benchmarks/cold_compile.py's ``peeled`` variant is the same rewrite in fresh processes.)
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+#: the consumer's k loop before D50 (peeled) and since (in the loop), as tc_persistent.cuh spells them
+PEELED = """      /* all k steps but the last keep one group in flight and release the stage before theirs */
+      for (int kt = 0; kt < k_tiles - 1; ++kt, ++it) {
+        step(it);
+        tc_wgmma_wait<1>();
+        if (kt > 0) release((it - 1) % STAGES);
+      }
+      /* the last waits for its own group (the epilogue reads the accumulators: D29's ptxas hazard) and releases
+       * both stages at once, so the next tile's loads start under this tile's epilogue */
+      if (k_tiles > 0) {
+        step(it);
+        tc_wgmma_wait<0>();
+        if (k_tiles > 1) release((it - 1) % STAGES);
+        release(it % STAGES);
+        ++it;
+      }
+"""
+IN_LOOP = """      /* every k step keeps one group in flight and releases the stage before its own; one copy of the main loop
+       * (a peeled last step made NVVM and ptxas emit it three times: docs/decisions.md D48, D50) */
+      for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+        step(it);
+        tc_wgmma_wait<1>();
+        if (kt > 0) release((it - 1) % STAGES);
+      }
+      /* then the last group, before the epilogue reads the accumulators (D29's ptxas hazard), and its stage, so the
+       * next tile's loads start under this tile's epilogue */
+      tc_wgmma_wait<0>();
+      if (k_tiles > 0) release((it - 1) % STAGES);
+"""
+FORMS = ("peeled (before D50)", "in the loop (D50)")
+CONFIGS = "128:256:64:256:4:8,128:256:64:256:3:8"
+
+
+def peel(prelude):
+    """``prelude`` (tilecore_cuda.codegen.prelude) returning the persistent GEMM with its last k step peeled."""
+
+    def peeled(*a, **k):
+        text = prelude(*a, **k)
+        if k.get("persistent"):
+            if text.count(IN_LOOP) != 1:
+                raise SystemExit("persistent_peel.py: tc_persistent.cuh no longer has the k loop this benchmark "
+                                 "rewrites; it is out of date")
+            text = text.replace(IN_LOOP, PEELED)
+        return text
+
+    return peeled
+
+
+def install(form: str) -> None:
+    import tilecore_cuda.codegen as cg
+
+    original = getattr(cg, "_d50_original_prelude", None) or cg.prelude
+    cg._d50_original_prelude = original
+    cg.prelude = peel(original) if form == FORMS[0] else original
+
+
+def build(form: str, cfg, size: int, dtype: str = "float16"):
+    import tilecore
+    from cuda_gemm import matmul
+
+    install(form)
+    bm, bn, bk, threads, stages, panel = cfg
+    t = time.process_time()
+    k = tilecore.compile(matmul(size, size, size, bm, bn, bk, threads, stages, panel, dtype=dtype),
+                         target="cuda:sm_90a",
+                         pass_configs={"tilecore.disable_cache": True, "tilecore.extra_flags": ["--no-cache"]})
+    return k, time.process_time() - t
+
+
+def counts(k) -> tuple:
+    import tilecore_cuda
+
+    try:
+        text = tilecore_cuda.CUDABackend().disassemble(k.binary, "cuda:sm_90a")
+    except BaseException as e:  # noqa: BLE001 - no cuobjdump: the timings still stand
+        return (f"n/a ({type(e).__name__})",) * 3
+    lines = [ln for ln in text.splitlines() if ln.strip().startswith("/*") and ";" in ln]
+    return (len(lines), sum("HGMMA" in ln for ln in lines),
+            sum((" STL" in ln or " LDL" in ln) for ln in lines))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5, help="compiles per form for the CPU time")
+    ap.add_argument("--rep", type=int, default=20, help="launches per timing batch")
+    ap.add_argument("--sizes", default="4096,8192")
+    ap.add_argument("--dtypes", default="float16,bfloat16")
+    ap.add_argument("--configs", default=CONFIGS, help="block_M:block_N:block_K:threads:stages:panel,...")
+    ap.add_argument("--no-gpu", action="store_true", help="compile times and SASS only")
+    args = ap.parse_args()
+    configs = [tuple(int(x) for x in c.split(":")) for c in args.configs.split(",") if c]
+    import tilecore_cuda.compiler as cc
+
+    if not cc.nvrtc_usable():
+        print("persistent_peel.py: NVRTC is not usable here")
+        return 3
+    t_start = time.perf_counter()
+    cfg0 = configs[0]
+    build(FORMS[1], cfg0, 4096)  # the process's first compile (NVRTC's start-up) is not measured
+    cpu = {f: [] for f in FORMS}
+    kernels = {}
+    for _ in range(args.repeat):
+        for f in FORMS:
+            k, s = build(f, cfg0, 4096)
+            cpu[f].append(s)
+            kernels[f] = k
+    print(f"persistent GEMM matmul(4096^3, {cfg0}), {cc.toolchain()}, {args.repeat} compiles a form, alternating, "
+          "caches off; CPU seconds of tilecore.compile")
+    print()
+    print("| form | compile CPU s: min / median | build (NVRTC) s: last | SASS instructions | HGMMA | STL/LDL |")
+    print("|---|---|---|---|---|---|")
+    for f in FORMS:
+        n, h, local = counts(kernels[f])
+        print(f"| {f} | {min(cpu[f]):.3f} / {statistics.median(cpu[f]):.3f} | "
+              f"{kernels[f].compile_times.get('build', float('nan')):.3f} | {n} | {h} | {local} |")
+    print(f"(compiles: {time.perf_counter() - t_start:.1f} s)", file=sys.stderr)
+    from cuda_gemm import event_ms, has_gpu
+
+    ok, why = (False, "--no-gpu") if args.no_gpu else has_gpu()
+    if not ok:
+        print(f"\nno GPU run: {why}")
+        return 0
+    import torch
+
+    print()
+    print(f"| size | dtype | config (bM, bN, bK, threads, stages, panel) | {FORMS[0]} TFLOP/s | {FORMS[1]} TFLOP/s | "
+          "ratio | same bits | max diff vs cuBLAS / max C | cuBLAS TFLOP/s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    bad = 0
+    for size in [int(s) for s in args.sizes.split(",") if s]:
+        for dtype in [d for d in args.dtypes.split(",") if d]:
+            tdt = getattr(torch, dtype)
+            torch.manual_seed(0)
+            A = torch.randn(size, size, device="cuda", dtype=tdt)
+            B = torch.randn(size, size, device="cuda", dtype=tdt)
+            flop = 2.0 * size ** 3
+            ref = torch.matmul(A, B)
+            ref_ms = event_ms(lambda: torch.matmul(A, B), args.rep)
+            scale = ref.float().abs().max().item()
+            for cfg in configs:
+                t_row = time.perf_counter()
+                outs, tf = {}, {}
+                for f in FORMS:
+                    k, _ = build(f, cfg, size, dtype)
+                    C = torch.empty(size, size, device="cuda", dtype=tdt)
+                    tf[f] = flop / (event_ms(lambda: k(A, B, C), args.rep) * 1e-3) / 1e12
+                    C.zero_()
+                    k(A, B, C)
+                    torch.cuda.synchronize()
+                    outs[f] = C.clone()
+                same = torch.equal(outs[FORMS[0]], outs[FORMS[1]])
+                err = (outs[FORMS[1]].float() - ref.float()).abs().max().item() / scale
+                bad += (not same) or err > 2e-2
+                print(f"| {size} | {dtype} | {cfg} | {tf[FORMS[0]]:.1f} | {tf[FORMS[1]]:.1f} | "
+                      f"{tf[FORMS[1]] / tf[FORMS[0]]:.3f} | {'yes' if same else 'NO'} | {err:.1e} | "
+                      f"{flop / (ref_ms * 1e-3) / 1e12:.1f} |", flush=True)
+                print(f"({size} {dtype} {cfg}: {time.perf_counter() - t_row:.1f} s)", file=sys.stderr)
+            del A, B, ref
+    install(FORMS[1])
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
