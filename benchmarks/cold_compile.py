@@ -148,7 +148,7 @@ print(json.dumps(out))
 VARIANTS = {
     "default": ("the default (persistent, TMA-store epilogue)", [], {}),
     "before-d48": ("the default, D48's changes undone", ["before_d48"], {}),
-    "peeled": ("the default, D50 undone (last k step peeled)", ["peeled"], {}),
+    "peeled": ("the default, D50 undone (last k step peeled, loops unrolled)", ["peeled"], {}),
     "before": ("the tree before (--before-site)", [], {}),
     "per-tile": ("one block per tile (tilecore.cuda.persistent=False)", [], {"tilecore.cuda.persistent": False}),
     "direct": ("persistent, direct stores (tilecore.cuda.tma_store=False)", [], {"tilecore.cuda.tma_store": False}),

@@ -11,7 +11,9 @@ loop, then `wgmma.wait_group 0` and the last stage's release (D48's probe form, 
 
 The form before is made by rewriting the persistent prelude's text as the CUDA plugin's code generator returns it
 (`peel`; nothing else in the plugin changes; where the prelude no longer has the expected text it says so and exits
-2). Per form: the compile's CPU time (min / median of ``--repeat`` compiles, tilecore's and NVRTC's caches off,
+2; the text before D50 compiles to the same cubin as the tree before). A third form keeps the one loop but leaves
+both k loops to NVVM's unrolling (D50 also adds `#pragma unroll 1` to the producer's and the consumers' k loops).
+Per form: the compile's CPU time (min / median of ``--repeat`` compiles, tilecore's and NVRTC's caches off,
 alternating), the SASS instruction, HGMMA and local-memory (STL/LDL) counts; on a GPU, per size, dtype and
 configuration, both forms' TFLOP/s with torch.matmul (cuBLAS) in the same run, whether the two forms' results are
 the same bits, and the largest difference from cuBLAS relative to C's largest element.
@@ -45,7 +47,9 @@ PEELED = """      /* all k steps but the last keep one group in flight and relea
       }
 """
 IN_LOOP = """      /* every k step keeps one group in flight and releases the stage before its own; one copy of the main loop
-       * (a peeled last step made NVVM and ptxas emit it three times: docs/decisions.md D48, D50) */
+       * (a peeled last step made NVVM and ptxas emit it three times, and NVVM unrolled the loop twice:
+       * docs/decisions.md D48, D50; CUTLASS's Hopper main loops are not unrolled either) */
+#pragma unroll 1
       for (int kt = 0; kt < k_tiles; ++kt, ++it) {
         step(it);
         tc_wgmma_wait<1>();
@@ -56,23 +60,31 @@ IN_LOOP = """      /* every k step keeps one group in flight and releases the st
       tc_wgmma_wait<0>();
       if (k_tiles > 0) release((it - 1) % STAGES);
 """
-FORMS = ("peeled (before D50)", "in the loop (D50)")
+#: the producer's k loop: not unrolled since D50
+PRODUCER_NO_UNROLL = "#pragma unroll 1 /* one copy of the loads (NVVM unrolled them 4 times: 208 more SASS instructions; D50) */\n"
+CONSUMER_NO_UNROLL = "#pragma unroll 1\n      for (int kt = 0; kt < k_tiles; ++kt, ++it) {"
+FORMS = ("before D50 (peeled, unrolled)", "one loop, unrolled", "one loop, not unrolled (D50)")
 CONFIGS = "128:256:64:256:4:8,128:256:64:256:3:8"
 
 
-def peel(prelude):
-    """``prelude`` (tilecore_cuda.codegen.prelude) returning the persistent GEMM with its last k step peeled."""
+def peel(prelude, form: str = FORMS[0]):
+    """``prelude`` (tilecore_cuda.codegen.prelude) returning the persistent GEMM in ``form``: its k loops left to
+    NVVM's unrolling, and for FORMS[0] its last k step peeled as well (the text before D50)."""
 
-    def peeled(*a, **k):
+    def rewritten(*a, **k):
         text = prelude(*a, **k)
-        if k.get("persistent"):
-            if text.count(IN_LOOP) != 1:
-                raise SystemExit("persistent_peel.py: tc_persistent.cuh no longer has the k loop this benchmark "
+        if k.get("persistent") and form != FORMS[2]:
+            if text.count(IN_LOOP) != 1 or text.count(PRODUCER_NO_UNROLL) != 1:
+                raise SystemExit("persistent_peel.py: tc_persistent.cuh no longer has the k loops this benchmark "
                                  "rewrites; it is out of date")
-            text = text.replace(IN_LOOP, PEELED)
+            text = text.replace(PRODUCER_NO_UNROLL, "")
+            if form == FORMS[0]:
+                text = text.replace(IN_LOOP, PEELED)
+            else:
+                text = text.replace(CONSUMER_NO_UNROLL, CONSUMER_NO_UNROLL.split("\n", 1)[1])
         return text
 
-    return peeled
+    return rewritten
 
 
 def install(form: str) -> None:
@@ -80,7 +92,7 @@ def install(form: str) -> None:
 
     original = getattr(cg, "_d50_original_prelude", None) or cg.prelude
     cg._d50_original_prelude = original
-    cg.prelude = peel(original) if form == FORMS[0] else original
+    cg.prelude = peel(original, form) if form != FORMS[2] else original
 
 
 def build(form: str, cfg, size: int, dtype: str = "float16"):
@@ -125,7 +137,7 @@ def main() -> int:
         return 3
     t_start = time.perf_counter()
     cfg0 = configs[0]
-    build(FORMS[1], cfg0, 4096)  # the process's first compile (NVRTC's start-up) is not measured
+    build(FORMS[2], cfg0, 4096)  # the process's first compile (NVRTC's start-up) is not measured
     cpu = {f: [] for f in FORMS}
     kernels = {}
     for _ in range(args.repeat):
@@ -152,9 +164,9 @@ def main() -> int:
     import torch
 
     print()
-    print(f"| size | dtype | config (bM, bN, bK, threads, stages, panel) | {FORMS[0]} TFLOP/s | {FORMS[1]} TFLOP/s | "
-          "ratio | same bits | max diff vs cuBLAS / max C | cuBLAS TFLOP/s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| size | dtype | config (bM, bN, bK, threads, stages, panel) | " + " | ".join(f"{f} TFLOP/s" for f in FORMS) +
+          " | D50 / before | same bits | max diff vs cuBLAS / max C | cuBLAS TFLOP/s |")
+    print("|---|---|---|" + "---|" * len(FORMS) + "---|---|---|---|")
     bad = 0
     for size in [int(s) for s in args.sizes.split(",") if s]:
         for dtype in [d for d in args.dtypes.split(",") if d]:
@@ -177,15 +189,15 @@ def main() -> int:
                     k(A, B, C)
                     torch.cuda.synchronize()
                     outs[f] = C.clone()
-                same = torch.equal(outs[FORMS[0]], outs[FORMS[1]])
-                err = (outs[FORMS[1]].float() - ref.float()).abs().max().item() / scale
+                same = all(torch.equal(outs[FORMS[0]], outs[f]) for f in FORMS[1:])
+                err = (outs[FORMS[-1]].float() - ref.float()).abs().max().item() / scale
                 bad += (not same) or err > 2e-2
-                print(f"| {size} | {dtype} | {cfg} | {tf[FORMS[0]]:.1f} | {tf[FORMS[1]]:.1f} | "
-                      f"{tf[FORMS[1]] / tf[FORMS[0]]:.3f} | {'yes' if same else 'NO'} | {err:.1e} | "
+                print(f"| {size} | {dtype} | {cfg} | " + " | ".join(f"{tf[f]:.1f}" for f in FORMS) +
+                      f" | {tf[FORMS[-1]] / tf[FORMS[0]]:.3f} | {'yes' if same else 'NO'} | {err:.1e} | "
                       f"{flop / (ref_ms * 1e-3) / 1e12:.1f} |", flush=True)
                 print(f"({size} {dtype} {cfg}: {time.perf_counter() - t_row:.1f} s)", file=sys.stderr)
             del A, B, ref
-    install(FORMS[1])
+    install(FORMS[2])
     return 1 if bad else 0
 
 

@@ -444,8 +444,7 @@ needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ here"
 #: harness must catch every one (the unmutated header passes)
 MUTANTS = {
     "the producer's k steps restart per tile": [
-        ("const tc_gemm_tile g = tile_of(tile);\n        for (int kt = 0;",
-         "const tc_gemm_tile g = tile_of(tile);\n        it = 0;\n        for (int kt = 0;", 1)],
+        ("tile_of(tile);\n#pragma unroll 1 /* one copy of the loads", "tile_of(tile);\n        it = 0;\n#pragma unroll 1 /*", 1)],
     "the consumers' k steps restart per tile": [
         ("const int k_tiles = (int)g.k_tiles;", "const int k_tiles = (int)g.k_tiles;\n      it = 0;", 1)],
     "the accumulators are zeroed once, not per tile": [

@@ -222,6 +222,7 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
       unsigned it = 0;  /* the block's k steps so far, over all its tiles */
       for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const tc_gemm_tile g = tile_of(tile);
+#pragma unroll 1 /* one copy of the loads (NVVM unrolled them 4 times: 208 more SASS instructions; D50) */
         for (int kt = 0; kt < (int)g.k_tiles; ++kt, ++it) {
           const int s = it % STAGES;
           if (it >= STAGES) tc_mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);
@@ -285,7 +286,9 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
         tc_wgmma_ktile<BM, BN, BK, MR, B_KMAJOR, KSTEP, MMA>(acc, sa, sb, c);
       };
       /* every k step keeps one group in flight and releases the stage before its own; one copy of the main loop
-       * (a peeled last step made NVVM and ptxas emit it three times: docs/decisions.md D48, D50) */
+       * (a peeled last step made NVVM and ptxas emit it three times, and NVVM unrolled the loop twice:
+       * docs/decisions.md D48, D50; CUTLASS's Hopper main loops are not unrolled either) */
+#pragma unroll 1
       for (int kt = 0; kt < k_tiles; ++kt, ++it) {
         step(it);
         tc_wgmma_wait<1>();
