@@ -325,9 +325,9 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
             tc_bulk_commit();
           }
         }
-        continue;
+      } else {  /* the direct stores (not compiled with TMA stores) */
+        tc_wgmma_store_acc<BN, MR, TO_GLOBAL, EPI>(acc, C_base + g.c_off, c, g.m_valid, g.n_valid, ldc);
       }
-      tc_wgmma_store_acc<BN, MR, TO_GLOBAL, EPI>(acc, C_base + g.c_off, c, g.m_valid, g.n_valid, ldc);
     }
     if (TMA_STORE && threadIdx.x % 128 == 0) tc_bulk_wait<0>();  /* the stores are done before the block exits */
   }
