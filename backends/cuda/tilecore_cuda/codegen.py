@@ -272,7 +272,7 @@ class CUDAEmitter(SIMTCppEmitter):
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_named_barrier.cuh").read_text()
         if "tc_ex2_ftz(" in "\n".join(st.lines):  # exp2 past its range check in a register program (D35)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_ex2.cuh").read_text()
-        if "tc_rp_tma_store_" in "\n".join(st.lines):  # a register program's output through TMA stores (D45)
+        if "tc_rp_stmatrix_x4(" in "\n".join(st.lines):  # a register program's output through TMA stores (D45)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_rp_store.cuh").read_text()
         helpers += "".join(getattr(st, "rp_structs", {}).values())  # register programs' zero-start WGMMA (D45)
         if collect(func.body, MatrixOp):  # registered matrix units on register arrays (units.py)
