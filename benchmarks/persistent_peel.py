@@ -18,10 +18,13 @@ alternating), the SASS instruction, HGMMA and local-memory (STL/LDL) counts; on 
 configuration, both forms' TFLOP/s with torch.matmul (cuBLAS) in the same run, whether the two forms' results are
 the same bits, and the largest difference from cuBLAS relative to C's largest element.
 (benchmarks/cold_compile.py's ``peeled`` variant is the same rewrite in fresh processes.)
+``--mainloop``: instead, tc_hopper.cuh's tc_wgmma_mainloop (one block per tile; split-K, the few-tile default) with
+its two k loops left to NVVM's unrolling (before D50) and not (D50): compile CPU, SASS, us per call, same bits.
 """
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import sys
 import time
@@ -87,6 +90,85 @@ def peel(prelude, form: str = FORMS[0]):
     return rewritten
 
 
+#: tc_wgmma_mainloop's (per-tile and split-K kernels) k loops: not unrolled since D50
+MAINLOOP_NO_UNROLL = re.compile(r"^#pragma unroll 1[^\n]*\n(?=\s*for \(int kt = 0; kt < \(int\)k_tiles; \+\+kt\) \{)", re.M)
+MAINLOOP_FORMS = ("unrolled (before D50)", "not unrolled (D50)")
+
+
+def install_mainloop(form: str) -> None:
+    """The code generator's prelude with tc_wgmma_mainloop's k loops left to NVVM (MAINLOOP_FORMS[0]) or as is."""
+    import tilecore_cuda.codegen as cg
+
+    original = getattr(cg, "_d50_original_prelude", None) or cg.prelude
+    cg._d50_original_prelude = original
+
+    def rewritten(*a, **k):
+        text = original(*a, **k)
+        if len(MAINLOOP_NO_UNROLL.findall(text)) != 2:
+            raise SystemExit("persistent_peel.py: tc_hopper.cuh's tc_wgmma_mainloop no longer has the two k loops "
+                             "this benchmark rewrites; it is out of date")
+        return MAINLOOP_NO_UNROLL.sub("", text)
+
+    cg.prelude = rewritten if form == MAINLOOP_FORMS[0] else original
+
+
+def mainloop(args) -> int:
+    """--mainloop: tc_wgmma_mainloop's kernels (one block per tile, split-K with its default sum) unrolled vs not."""
+    import tilecore
+    import torch
+    from cuda_gemm import event_ms, has_gpu, matmul, split_k_of
+
+    cases = [("one block per tile", 4096, 4096, 4096, (128, 256, 64, 256, 4, 8), {"tilecore.cuda.persistent": False}),
+             ("one block per tile", 8192, 8192, 8192, (128, 256, 64, 256, 4, 8), {"tilecore.cuda.persistent": False}),
+             ("split-K (default)", 128, 4096, 4096, (128, 256, 64, 256, 4, 0), {}),
+             ("split-K (default)", 16, 8192, 8192, (128, 256, 64, 256, 4, 0), {}),
+             ("split-K (default)", 128, 4096, 14336, (128, 256, 64, 256, 4, 0), {})]
+    ok, why = (False, "--no-gpu") if args.no_gpu else has_gpu()
+    print()
+    print("tc_wgmma_mainloop (per-tile and split-K kernels): compile CPU s (min of 3), SASS, and on a GPU us per call")
+    print()
+    print("| kernel | M x N x K | dtype | splits | " + " | ".join(f"{f}: CPU s / SASS / HGMMA / us" for f in MAINLOOP_FORMS) +
+          " | after / before (time) | same bits | cuBLAS us |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    bad = 0
+    for name, M, N, K, cfg, extra in cases:
+        for dtype in [d for d in args.dtypes.split(",") if d]:
+            res, outs = {}, {}
+            if ok:
+                tdt = getattr(torch, dtype)
+                torch.manual_seed(0)
+                A = torch.randn(M, K, device="cuda", dtype=tdt)
+                B = torch.randn(K, N, device="cuda", dtype=tdt)
+                ref_us = event_ms(lambda: torch.matmul(A, B), args.rep) * 1e3
+            for f in MAINLOOP_FORMS:
+                install_mainloop(f)
+                cpu = []
+                for _ in range(3):
+                    t0 = time.process_time()
+                    k = tilecore.compile(matmul(M, N, K, *cfg[:5], cfg[5], dtype=dtype), target="cuda:sm_90a",
+                                         pass_configs={"tilecore.disable_cache": True,
+                                                       "tilecore.extra_flags": ["--no-cache"], **extra})
+                    cpu.append(time.process_time() - t0)
+                n, h, _ = counts(k)
+                us = float("nan")
+                if ok:
+                    C = torch.empty(M, N, device="cuda", dtype=tdt)
+                    us = event_ms(lambda: k(A, B, C), args.rep) * 1e3
+                    C.zero_()
+                    k(A, B, C)
+                    torch.cuda.synchronize()
+                    outs[f] = C.clone()
+                res[f] = (min(cpu), n, h, us, split_k_of(k))
+            same = "n/a" if not ok else ("yes" if torch.equal(outs[MAINLOOP_FORMS[0]], outs[MAINLOOP_FORMS[1]]) else "NO")
+            bad += same == "NO"
+            b, a = res[MAINLOOP_FORMS[0]], res[MAINLOOP_FORMS[1]]
+            print(f"| {name} | {M}x{N}x{K} | {dtype} | {a[4]} | " +
+                  " | ".join(f"{r[0]:.3f} / {r[1]} / {r[2]} / {r[3]:.2f}" for r in (b, a)) +
+                  f" | {a[3] / b[3]:.3f} | {same} | {ref_us if ok else float('nan'):.2f} |", flush=True)
+    install_mainloop(MAINLOOP_FORMS[1])
+    return 1 if bad else 0
+
+
 def install(form: str) -> None:
     import tilecore_cuda.codegen as cg
 
@@ -128,6 +210,8 @@ def main() -> int:
     ap.add_argument("--dtypes", default="float16,bfloat16")
     ap.add_argument("--configs", default=CONFIGS, help="block_M:block_N:block_K:threads:stages:panel,...")
     ap.add_argument("--no-gpu", action="store_true", help="compile times and SASS only")
+    ap.add_argument("--mainloop", action="store_true", help="instead: tc_wgmma_mainloop's kernels (one block per "
+                    "tile, split-K) with their k loops unrolled (before D50) and not")
     args = ap.parse_args()
     configs = [tuple(int(x) for x in c.split(":")) for c in args.configs.split(",") if c]
     import tilecore_cuda.compiler as cc
@@ -135,6 +219,8 @@ def main() -> int:
     if not cc.nvrtc_usable():
         print("persistent_peel.py: NVRTC is not usable here")
         return 3
+    if args.mainloop:
+        return mainloop(args)
     t_start = time.perf_counter()
     cfg0 = configs[0]
     build(FORMS[2], cfg0, 4096)  # the process's first compile (NVRTC's start-up) is not measured
