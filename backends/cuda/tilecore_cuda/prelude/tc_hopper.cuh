@@ -133,7 +133,6 @@ __device__ __forceinline__ void tc_wgmma_mainloop(unsigned char* pipe, long long
     if (threadIdx.x == 0) {
       tc_tma_prefetch_map(tma);
       tc_tma_prefetch_map(tmb);
-#pragma unroll 1 /* the k loops not unrolled (NVVM did: 4x the loads, 2x the k step; D50) */
       for (int kt = 0; kt < (int)k_tiles; ++kt) {
         const int s = kt % STAGES;
         if (kt >= STAGES) tc_mbar_wait(bars + 8 * (STAGES + s), ((kt / STAGES) + 1) & 1);
@@ -157,7 +156,6 @@ __device__ __forceinline__ void tc_wgmma_mainloop(unsigned char* pipe, long long
 #pragma unroll
       for (int j = 0; j < BN / 2; ++j) acc[i][j] = 0.0f;
     }
-#pragma unroll 1
     for (int kt = 0; kt < (int)k_tiles; ++kt) {
       const int s = kt % STAGES;
       tc_mbar_wait(bars + 8 * s, (kt / STAGES) & 1);
