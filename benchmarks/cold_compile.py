@@ -24,7 +24,9 @@ more child of the first variant under cProfile (the Python part: the compile wit
 its top functions.
 
 Variants (``--variants``, a comma list; default all): the default build, the same with D48's changes undone
-(``before D48``), one block per tile, persistent with direct stores, NVRTC replaced by the nvcc subprocess, and
+(``before D48``), the same with D50's undone (``peeled``: the persistent GEMM's last k step peeled off its loop,
+the prelude's text rewritten as the plugin loads, benchmarks/persistent_peel.py), the tree before a change
+(``before``, with ``--before-site DIR``: that tree's wheels installed in DIR; added when given), one block per tile, persistent with direct stores, NVRTC replaced by the nvcc subprocess, and
 D25's columns (every epilogue check, every header, capability files parsed in every process).
 Needs NVRTC (no GPU): exits with status 3 where there is none.
 """
@@ -76,6 +78,23 @@ if "before_d48" in patch:  # set as the module loads (in the timed part, as the 
             spec.loader.exec_module = exec_module
             return spec
     sys.meta_path.insert(0, _Undo())
+if "peeled" in patch:  # D50 undone: the persistent GEMM's last k step peeled off its loop, as the module loads
+    import importlib.util
+    sys.path.insert(0, cfg["bench"])
+    class _Peel:
+        def find_spec(self, name, path=None, target=None):
+            if name != "tilecore_cuda.codegen":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            run = spec.loader.exec_module
+            def exec_module(module):
+                run(module)
+                from persistent_peel import peel
+                module.prelude = peel(module.prelude)
+            spec.loader.exec_module = exec_module
+            return spec
+    sys.meta_path.insert(0, _Peel())
 clock = time.perf_counter
 cpu = lambda: time.process_time() + sum(os.times()[2:4])  # this process's CPU time and its finished children's (nvcc)
 t0, c0 = clock(), cpu()
@@ -129,6 +148,8 @@ print(json.dumps(out))
 VARIANTS = {
     "default": ("the default (persistent, TMA-store epilogue)", [], {}),
     "before-d48": ("the default, D48's changes undone", ["before_d48"], {}),
+    "peeled": ("the default, D50 undone (last k step peeled, loops unrolled)", ["peeled"], {}),
+    "before": ("the tree before (--before-site)", [], {}),
     "per-tile": ("one block per tile (tilecore.cuda.persistent=False)", [], {"tilecore.cuda.persistent": False}),
     "direct": ("persistent, direct stores (tilecore.cuda.tma_store=False)", [], {"tilecore.cuda.tma_store": False}),
     "nvcc": ("the default through nvcc (tilecore.cuda.compiler=nvcc)", [], {"tilecore.cuda.compiler": "nvcc"}),
@@ -176,6 +197,8 @@ def child(variant: str, args, env: dict, tmp: Path, want_binary: bool = False, p
     nvcc = extra.get("tilecore.cuda.compiler") == "nvcc"
     flags = ["--time", str(timefile)] if nvcc else ["--no-cache", f"--time={timefile}"]
     env = dict(env)
+    if variant == "before":  # another tree's tilecore (its wheels installed in a folder), the same benchmark kernel
+        env["PYTHONPATH"] = args.before_site
     if "no_memo" in patch:  # a cache directory as before D25: documents remembered valid, none remembered parsed
         cache = tmp / "cache-no-memo"
         shutil.rmtree(cache, ignore_errors=True)
@@ -243,9 +266,11 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=7, help="fresh processes per variant")
     ap.add_argument("--cpus", default="1", help="pin the children: a count of CPUs (the last ones), a comma list, "
                     "or 'all' (not pinned)")
-    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {', '.join(VARIANTS)}")
+    ap.add_argument("--variants", default=",".join(v for v in VARIANTS if v != "before"), help=f"comma list of {', '.join(VARIANTS)}")
     ap.add_argument("--profile", action="store_true", help="one more child of the first variant under cProfile")
     ap.add_argument("--no-launch", action="store_true", help="no first launch where there is a GPU")
+    ap.add_argument("--before-site", default="", help="a folder with the tilecore of the tree before a change "
+                    "(its wheels installed with pip --target): adds the variant 'before', run from there")
     ap.add_argument("--target", default="cuda:sm_90a")
     ap.add_argument("--kernel", default="4096,4096,4096,128,256,64,256,4",
                     help="cuda_gemm.matmul arguments M,N,K,block_M,block_N,block_K,threads,stages")
@@ -253,6 +278,10 @@ def main() -> int:
     args.kernel = [int(x) for x in args.kernel.split(",")]
     args.cpu_list = cpu_set(args.cpus)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if args.before_site and "before" not in variants:
+        variants.insert(1, "before")
+    if "before" in variants and not args.before_site:
+        ap.error("the variant 'before' needs --before-site")
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         ap.error(f"unknown variant(s) {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
@@ -272,7 +301,8 @@ def main() -> int:
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # the same tilecore as this process
         (tmp / "cache").mkdir(mode=0o700)
         env["TILECORE_CACHE_DIR"] = str(tmp / "cache")  # private: the user's is left alone
-        child(variants[0], args, env, tmp)  # warms the bytecode, the disk and the cache dir; not measured
+        for v in variants:  # warms the bytecode (each tree's), the disk and the cache dir; not measured
+            child(v, args, env, tmp)
         runs: dict = {v: [] for v in variants}
         binaries = {}
         for r in range(args.repeat):  # round robin

@@ -83,10 +83,9 @@ step shuffles python3 benchmarks/conversion_shuffles.py --target cuda:sm_90a
 step gemm-generic python3 benchmarks/cuda_gemm_generic.py --dtypes float16 --rep 20 --check
 step host python3 benchmarks/host_costs.py --profile-compile
 # cold compile of the WGMMA GEMM in fresh processes, NVRTC's cache off (decisions D25, D48): pinned to one CPU, min /
-# median / spread, the phases (first launch included) and a cProfile; then D48's probe: the persistent GEMM with its
-# last k step in the loop (NVRTC time, TFLOP/s at 4096^3, same bits, cuBLAS beside); about 70 s (140 s before trimming)
+# median / spread, the phases (first launch included) and a cProfile
 step cold bash -c "python3 benchmarks/cold_compile.py --repeat ${COLD_REPEAT:-5} --cpus 1 \
-     --variants default,per-tile --profile && python3 benchmarks/cold_persistent_probe.py --rep 20 --sizes 4096 --repeat 3"
+     --variants default,per-tile --profile"
 # tilecore-musa's warp-32 SIMT subset through nvcc (a proxy smoke test, never MUSA `device` mode; needs its wheel)
 step musa-proxy python3 scripts/musa_h100_proxy_smoke.py
 step corpus env TILECORE_CORPUS_DEVICE=cuda:sm_90a python3 -m pytest -q -n 8 -p no:cacheprovider \
@@ -152,6 +151,18 @@ step fa3pp bash -c 'rc=0; C=overlap/direct/default,both/direct/default,overlap/t
 step tidy bash -c 'rc=0; python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_swizzle64.py \
      tests/test_vectorize_copies.py tests/test_cuda_clusters_at_once.py -rs || rc=$?;
      python3 benchmarks/cuda_tidy.py --rep 20 || rc=$?; exit $rc'
+# one copy of the persistent GEMM's main loop (decision D50: no peeled last k step): cold compile pinned to one CPU,
+# 7 fresh processes each, round robin: the default, the same with the last k step peeled (D50 undone) and, with
+# .whl_before/ carried, the tree before (its wheels in their own folder); then, in one process, both forms' compile
+# CPU time and SASS, and fp16 / bf16 TFLOP/s at 4096^3 and 8192^3 (128x256x64, 4 and 3 stages), same bits checked,
+# cuBLAS beside; then (--mainloop) the per-tile and split-K kernels' k loops unrolled by NVVM (their default) and not
+# (measured in D50, not taken): compile CPU, SASS, us per call at 4096^3, 8192^3 and three few-tile shapes, fp16 / bf16,
+# same bits, cuBLAS beside; about 160 s
+step cold2 bash -c 'B=; if [ -d .whl_before ]; then python3 -m pip install -q --no-index --no-deps --no-compile \
+       --no-cache-dir --upgrade --target /tmp/site_before .whl_before/*.whl .whl/[!t]*.whl && B="--before-site /tmp/site_before"; fi;
+     rc=0; timeout -k 5 150 python3 benchmarks/cold_compile.py --repeat 7 --cpus 1 --variants default,peeled $B || rc=$?;
+     timeout -k 5 120 python3 benchmarks/persistent_peel.py --rep 20 --repeat 5 || rc=$?;
+     timeout -k 5 120 python3 benchmarks/persistent_peel.py --mainloop --rep 20 || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

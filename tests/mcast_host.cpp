@@ -360,6 +360,7 @@ template <int N> inline void tc_bulk_wait_read() { retire(N); }
 template <int N> inline void tc_bulk_wait() { retire(N); }
 
 #define TC_PERSISTENT_HOST
+#include "tc_hopper.cuh"  // tc_wgmma_ktile, tc_wgmma_store_acc (the primitives are the shims above)
 #include "tc_persistent.cuh"
 #ifndef TC_HOST_REL  // how the consumers release a stage (TC_REL_*, tilecore.cuda.stage_release, D49): as shipped
 #define TC_HOST_REL TC_REL_WARP

@@ -341,6 +341,7 @@ inline void tc_tma_load_2d_mc(unsigned, const tc_tmap*, unsigned, int, int, unsi
 }
 
 #define TC_PERSISTENT_HOST
+#include "tc_hopper.cuh"  // tc_wgmma_ktile, tc_wgmma_store_acc (the primitives are the shims above)
 #include "tc_persistent.cuh"
 #ifndef TC_HOST_REL  // how the consumers release a stage (TC_REL_*, tilecore.cuda.stage_release, D49)
 #define TC_HOST_REL TC_REL_THREAD

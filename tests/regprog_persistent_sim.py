@@ -347,10 +347,10 @@ def _actor(block: Block, lines: list, who: str, env0: dict):
             if r is None or who not in r[2] or st["groups"]:
                 block.problems.append(f"{who}: the epilogue writes a Q buffer it does not hold, or under a WGMMA")
             return
-        if s.startswith("tc_rp_tma_store_"):
+        if s.startswith("tc_tma_store_"):
             st["bulk_pending"] = True
             return
-        if s.startswith("tc_rp_bulk_wait_read"):
+        if s.startswith("tc_bulk_wait_read"):
             st["bulk_pending"] = False
             return
 

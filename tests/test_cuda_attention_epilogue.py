@@ -67,10 +67,10 @@ def test_default_on_and_the_note():
     default = tilecore.compile(_attention(4096, 128, 128, 128, 256, False, heads=32, batch=8), target=HOPPER,
                                pass_configs={**NOCACHE, "tilecore.fast_math": True})
     assert default.get_kernel_source() == on.get_kernel_source()
-    assert "tc_rp_tma_store" not in off.get_kernel_source() and "TMA store" not in _notes(off)
+    assert "tc_tma_store_4d(&" not in off.get_kernel_source() and "TMA store" not in _notes(off)
     assert "acc_o stored through shared memory (Q_s's rows of each consumer" in _notes(on)
     src = on.get_kernel_source()
-    assert src.count("tc_rp_tma_store_4d(&") == 2 and "tc_rp_wg_sync(8 + tc_c)" in src
+    assert src.count("tc_tma_store_4d(&") == 2 and "tc_rp_wg_sync(8 + tc_c)" in src
     assert "tc_store2<__half>(tc_p" not in src.split("__global__")[-1]  # the direct stores are gone
 
 
@@ -116,7 +116,7 @@ def test_fallbacks_say_why():
 
     k = tilecore.compile(f32_out, target=HOPPER, pass_configs={**NOCACHE, **TMA})
     assert "no TMA store epilogue (O is float32" in _notes(k)
-    assert "tc_rp_tma_store" not in k.get_kernel_source()
+    assert "tc_tma_store_4d(&" not in k.get_kernel_source()
 
 
 # -- the layout, from the generated code ------------------------------------------------------------------------
@@ -141,7 +141,7 @@ def _layout_problems(src: str, nc: int, n: int) -> list:
     call = re.search(r"tc_rp_stmatrix_x4\((.*?)\);", body, re.S).group(1)
     addr, *regs = [x.strip() for x in re.split(r",\s*(?=tc_pack|\n)", call.replace("\n", " ")) if x.strip()]
     regs = [re.findall(r"\[([^\]]+)\]", r) for r in regs]  # [[lo index, hi index]] per matrix
-    stores = re.findall(r"tc_rp_tma_store_(\d)d\(&\w+, tc_o \+ (\d+)u, (.*?)\);", body)
+    stores = re.findall(r"tc_tma_store_(\d)d\(&\w+, tc_o \+ (\d+)u, (.*?)\);", body)
     assert int(loop.group(1)) == n // 8 and len(regs) == 4 and stores
     problems, seen = [], {}
     for c in range(nc):

@@ -135,7 +135,7 @@ class _Mutant:
     ("d128", "(tc_gb + tc_it)", "(tc_it)", "consumers", "deadlock"),  # the stage ring restarted at each tile
     ("d128", "tc_gb += ", "tc_gb -= 0 * ", "producer", "deadlock"),  # the producer's ring restarted
     ("176-ragged-tma", "if (tc_tn >= ", "if (tc_tn >= 99 + ", "producer", "still hold"),  # Q reloaded while in use
-    ("176-ragged-tma", "tc_rp_bulk_wait_read();", ";", "all", "before its TMA store read it"),
+    ("176-ragged-tma", "tc_bulk_wait_read<0>();", ";", "all", "before its TMA store read it"),
     ("d128", "else if (tc_tile", "else if (0 && tc_tile", "consumers", "deadlock"),  # next tile's first turn kept
     ("d64-3wg-ragged", "tc_c == 2 && tc_tn == 0", "tc_c == 2", "consumers", ("deadlock", "twice", "nobody")),
     ("d128", "tc_named_sync(2 + tc_c, 256);  /* this consumer's turn on the tensor cores */", "/* no turn */",

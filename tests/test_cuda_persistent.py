@@ -175,19 +175,21 @@ def _norm(text: str) -> list:
     return [ln.strip() for ln in text.splitlines() if ln.strip()]
 
 
-def test_persistent_epilogue_and_loads_are_the_pipelines_line_for_line():
+def test_persistent_main_loop_body_and_epilogue_are_the_pipelines_one_copy():
+    """One copy (D50): the persistent kernel's k step issues its WGMMAs through tc_hopper.cuh's tc_wgmma_ktile and
+    its direct stores are tc_wgmma_store_acc, as tc_wgmma_pipeline's; the descriptor arithmetic and the epilogue's
+    layout exist once in the prelude; the producer's loads are the pipeline's, line for line."""
     hopper, pers = (PRELUDE / "tc_hopper.cuh").read_text(), (PRELUDE / "tc_persistent.cuh").read_text()
-    first = "/* accumulator layout of m64nN"
-
-    def epilogue(text):
-        return _norm(text[text.index(first):].rsplit("}\n}", 1)[0])
-
-    assert len(epilogue(hopper)) > 25 and epilogue(pers)[:len(epilogue(hopper))] == epilogue(hopper)
+    for name in ("tc_wgmma_ktile<BM, BN, BK, MR, B_KMAJOR, KSTEP, MMA>(acc, sa, sb, c);",
+                 "tc_wgmma_store_acc<BN, MR, TO_GLOBAL, EPI>("):
+        assert name in hopper and name in pers, name
+    for once in ("tc_wgmma_desc(sb + (kb / 128) * BN * 128 + kb % 128, 16, 1024);",
+                 "tc_wgmma_desc(sb + kk * KSTEP * 128, BK * 128, 1024);",
+                 "(c * MR + i) * 64 * 128 + kb % 128, 16, 1024);", "/* accumulator layout of m64nN",
+                 "MMA::run(acc[i], da, db);", "tc_wgmma_commit();\n"):
+        assert hopper.count(once) == 1 and once not in pers, once
     for line in ("for (int a = 0; a < BK / ATOM; ++a) tc_tma_load_2d(sa + a * BM * 128, tma, full, ac + a * ATOM, ar);",
-                 "for (int a = 0; a < B_ATOMS; ++a) tc_tma_load_2d(sb + a * B_ROWS * 128, tmb, full, bc + a * ATOM, br);",
-                 "db = tc_wgmma_desc(sb + (kb / 128) * BN * 128 + kb % 128, 16, 1024);",
-                 "db = tc_wgmma_desc(sb + kk * KSTEP * 128, BK * 128, 1024);",
-                 "tc_wgmma_desc(sa + (kb / 128) * BM * 128 + (c * MR + i) * 64 * 128 + kb % 128, 16, 1024);"):
+                 "for (int a = 0; a < B_ATOMS; ++a) tc_tma_load_2d(sb + a * B_ROWS * 128, tmb, full, bc + a * ATOM, br);"):
         assert line in _norm(hopper) and line in _norm(pers), line
 
 
@@ -258,11 +260,44 @@ def test_sass_has_the_pipeline_and_a_full_wait_per_tile_before_the_epilogue(shap
 
 
 def producer_registers(sass: str) -> int:
-    """The highest register named after the producer's setmaxnreg.dec (USETMAXREG.DEALLOC), in code order (the
-    producer's loop with its tile function, then out-of-line wait loops)."""
-    ins = [m.group(2).strip() for m in _INS.finditer(sass)]
-    first = next(i for i, t in enumerate(ins) if "USETMAXREG.DEALLOC" in t)
-    return max((int(r) for t in ins[first:] for r in re.findall(r"\bR(\d+)\b", t)), default=0)
+    """The highest register the producer names after its setmaxnreg.dec (USETMAXREG.DEALLOC): its code from there
+    to its EXIT (the loop with its tile function), and the out-of-line wait loops after the kernel's code that
+    branch back into it. (Out-of-line waits that return elsewhere are the consumers': with one copy of the main
+    loop, D50, ptxas places a consumer's wait after the producer's code.)"""
+    ins = [(int(m.group(1), 16), m.group(2).strip()) for m in _INS.finditer(sass)]
+    first = next(i for i, (_, t) in enumerate(ins) if "USETMAXREG.DEALLOC" in t)
+    end = next(i for i in range(first, len(ins)) if re.fullmatch(r"EXIT", ins[i][1]))
+    lo, hi = ins[first][0], ins[end][0]
+    mine = [t for _, t in ins[first:end + 1]]
+    block: list = []
+    for _, t in ins[end + 1:]:  # out-of-line blocks, each closed by an unconditional branch back
+        block.append(t)
+        m = re.fullmatch(r"BRA (0x[0-9a-f]+)", t)
+        if m:
+            if lo <= int(m.group(1), 16) <= hi:
+                mine += block
+            block = []
+    return max((int(r) for t in mine for r in re.findall(r"\bR(\d+)\b", t)), default=0)
+
+
+def test_producer_register_check_reads_the_producers_code_and_its_out_of_line_waits():
+    """producer_registers on made-up SASS: a register the producer names after its dealloc, in its code or in an
+    out-of-line wait that returns into it, counts; a consumer's out-of-line wait after the producer's code does
+    not (D50 puts one there); the unmutated text gives the producer's own highest register."""
+    def sass(producer_extra="", own_wait="R9", other_wait="R158"):
+        lines = ["/*0000*/ HGMMA.64x128x16.F32 R24, gdesc[UR4], RZ ;", "/*0010*/ @!P0 BRA 0x0100 ;",
+                 "/*0020*/ USETMAXREG.DEALLOC.CTAPOOL 0x38 ;", "/*0030*/ IADD3 R3, R4, 0x1, RZ ;",
+                 f"/*0040*/ @!P0 BRA 0x0090 ;{producer_extra}", "/*0050*/ EXIT ;",
+                 f"/*0060*/ SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [{other_wait}+URZ], R17 ;", "/*0070*/ @!P0 BRA 0x0060 ;",
+                 "/*0080*/ BRA 0x0010 ;",
+                 f"/*0090*/ SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [{own_wait}+URZ], R2 ;", "/*00a0*/ @!P0 BRA 0x0090 ;",
+                 "/*00b0*/ BRA 0x0040 ;", "/*00c0*/ BRA 0x00c0 ;"]
+        return "\n".join(lines)
+
+    assert producer_registers(sass()) == 9
+    assert producer_registers(sass(own_wait="R77")) == 77  # the producer's own wait loop
+    assert producer_registers(sass(producer_extra="\n/*0048*/ MOV R200, R3 ;")) == 200
+    assert producer_registers(sass(other_wait="R250")) == 9  # a consumer's wait: not the producer's
 
 
 @needs_toolchain
@@ -409,8 +444,7 @@ needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ here"
 #: harness must catch every one (the unmutated header passes)
 MUTANTS = {
     "the producer's k steps restart per tile": [
-        ("const tc_gemm_tile g = tile_of(tile);\n        for (int kt = 0;",
-         "const tc_gemm_tile g = tile_of(tile);\n        it = 0;\n        for (int kt = 0;", 1)],
+        ("tile_of(tile);\n#pragma unroll 1 /* one copy of the loads", "tile_of(tile);\n        it = 0;\n#pragma unroll 1 /*", 1)],
     "the consumers' k steps restart per tile": [
         ("const int k_tiles = (int)g.k_tiles;", "const int k_tiles = (int)g.k_tiles;\n      it = 0;", 1)],
     "the accumulators are zeroed once, not per tile": [
@@ -419,12 +453,12 @@ MUTANTS = {
         ("float acc[MR][BN / 2];\n#pragma unroll\n      for (int i = 0; i < MR; ++i) {\n#pragma unroll\n"
          "        for (int j = 0; j < BN / 2; ++j) acc[i][j] = 0.0f;\n      }", "auto& acc = acc_keep;", 1)],
     "the tile's last group left in flight before the epilogue": [
-        ("        step(it);\n        tc_wgmma_wait<0>();", "        step(it);\n        tc_wgmma_wait<1>();", 1)],
+        ("      tc_wgmma_wait<0>();\n      if (k_tiles > 0)", "      tc_wgmma_wait<1>();\n      if (k_tiles > 0)", 1)],
     "the tile's last stage never released": [
-        ("        release(it % STAGES);\n        ++it;", "        ++it;", 1)],
+        ("      if (k_tiles > 0) release((it - 1) % STAGES);\n", "", 1)],
     "a stage released before its group completed": [
         ("        if (kt > 0) release((it - 1) % STAGES);\n      }", "        release(it % STAGES);\n      }", 1),
-        ("        if (k_tiles > 1) release((it - 1) % STAGES);\n", "", 1)],
+        ("      if (k_tiles > 0) release((it - 1) % STAGES);\n", "", 1)],
     "the producer does not wait for the release": [
         ("          if (it >= STAGES) tc_mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);\n", "", 1)],
     "the consumers wait for the wrong phase": [
@@ -472,6 +506,7 @@ MUTANTS = {
 def _run_harness(header_text: str, tmp: Path, defines=(), harness: Path = HARNESS) -> subprocess.CompletedProcess:
     """Build ``harness`` (a host program including tc_persistent.cuh) against ``header_text`` and run it."""
     (tmp / "tc_persistent.cuh").write_text(header_text)
+    (tmp / "tc_hopper.cuh").write_text((PRELUDE / "tc_hopper.cuh").read_text())  # its k step and direct stores (D50)
     exe = tmp / harness.stem
     subprocess.run(["g++", "-std=c++20", "-O1", "-w", "-pthread", *(f"-D{d}" for d in defines), "-I", str(tmp),
                     "-o", str(exe), str(harness)], check=True, capture_output=True, text=True)

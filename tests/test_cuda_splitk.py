@@ -177,18 +177,16 @@ def test_split_kernel_sass_counts_arrivals_and_reads_partials_from_l2():
         assert _max_load_run(sass) >= 15, (shape, cfg)
 
 
-def test_split_main_loop_is_the_pipelines_line_for_line():
-    """tc_wgmma_splitk carries a copy of tc_wgmma_pipeline's main loop (tc_hopper.cuh stays as it was, so unsplit
-    kernels keep their source): the two texts must not drift apart."""
+def test_split_main_loop_is_the_pipelines_one_copy():
+    """tc_wgmma_splitk runs tc_wgmma_pipeline's main loop by calling it (tc_hopper.cuh's tc_wgmma_mainloop, D50),
+    with its fixup as the epilogue: no copy of the loop in tc_splitk.cuh to drift apart."""
     prelude = Path(tilecore_cuda.__file__).parent / "prelude"
     hopper, splitk = (prelude / "tc_hopper.cuh").read_text(), (prelude / "tc_splitk.cuh").read_text()
-    first = "  const unsigned raw = tc_smem_addr(pipe);\n"
-    last = "    for (int i = 0; i < MR; ++i) tc_reg_fence(acc[i]);\n"
-    loop = hopper[hopper.index(first):hopper.index(last) + len(last)]
-    begin = "  /* -- tc_wgmma_pipeline's main loop: begin -- */\n"
-    end = "    /* -- tc_wgmma_pipeline's main loop: end -- */\n"
-    copy = splitk[splitk.index(begin) + len(begin):splitk.index(end)]
-    assert loop.count("\n") > 60 and copy == loop
+    call = "tc_wgmma_mainloop<NTHREADS, BM, BN, BK, STAGES, NC, MR, B_KMAJOR, A_RS, A_CS, B_RS, B_CS, KSTEP,"
+    assert call in hopper and call in splitk
+    for part in ("tc_mbar_init(", "tc_tma_load_2d(", "tc_mbar_wait(", "tc_wgmma_ktile<", "tc_wgmma_wait<",
+                 "tc_setmaxnreg_"):
+        assert part in hopper and part not in splitk, part
 
 
 def _ops(sass: str, op: str) -> int:

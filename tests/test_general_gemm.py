@@ -253,7 +253,7 @@ def test_the_bulk_store_protocol_in_the_lowered_kernel(combo):
 
     assert not [s for s in collect(low.body, Store) if s.buffer.name == "C"], "no element stores of C are left"
     code = src.code[src.code.index('extern "C"'):]  # the kernel (the prelude defines the functions)
-    assert code.count("tc_bs_store_2d(") == 4 and code.count("tc_bs_commit();") == 1  # 4 panels, one group
+    assert code.count("tc_tma_store_2d(&") == 4 and code.count("tc_bulk_commit();") == 1  # 4 panels, one group
     assert "tc_vst<__half2>(&C_l_st[" in code  # the fragment's register pairs as vector stores into the tile
 
 
@@ -303,7 +303,7 @@ def test_a_store_that_is_not_a_bulk_store_keeps_its_element_stores_with_a_note(c
     M, N, K, (bm, bn, bk, stages, threads), out, why = REFUSED[case]
     low, src = _lower(gemm(M, N, K, bm, bn, bk, stages, threads, out=out), **BULK)
     assert low.attrs["bulk_store"] == (f"not a bulk store: C: {why}",), low.attrs["bulk_store"]
-    assert "tc_bs_" not in src.code and f"{stages} stages" in low.attrs["pipelines"][0]
+    assert "tc_tma_store_2d(&" not in src.code and f"{stages} stages" in low.attrs["pipelines"][0]
 
 
 def test_a_target_without_bulk_copies_says_so_and_computes_the_same():
@@ -334,7 +334,7 @@ def test_the_option_is_off_by_default_runs_after_the_plugins_passes_and_is_check
     """Off by default; where it is on, a kernel the plugin's Hopper pipeline takes keeps that pipeline (the pass runs
     after the plugins' tile-lowering passes) and the general path's kernels get the bulk store."""
     low, src = _lower(gemm(1024, 1024, 512))
-    assert "bulk_store" not in low.attrs and "tc_bs_" not in src.code
+    assert "bulk_store" not in low.attrs and "tc_tma_store_2d(&" not in src.code
     _b, _t, low, src, _o = tilecore.compiler.lower(gemm(1024, 1024, 512), target="cuda:sm_90a",
                                                    pass_configs={"tilecore.disable_cache": True, **BULK})
     assert "bulk_store" not in low.attrs and "cuda.hopper_gemm_pipeline: 128x256x64" in low.attrs["hopper_pipelines"][0]

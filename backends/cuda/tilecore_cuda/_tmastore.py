@@ -127,7 +127,7 @@ def emit_store(emit, s) -> None:
             emit.line(f"    {pack}({f}[4 * tc_j + 4], {f}[4 * tc_j + 5]), {pack}({f}[4 * tc_j + 6], {f}[4 * tc_j + 7]));")
 
         emit.block(f"for (int tc_j = 0; tc_j < {n // 8}; tc_j += 2)", quad)
-        emit.line("tc_rp_fence_proxy_async();  /* the rows written, to the TMA unit's proxy */")
+        emit.line("tc_fence_proxy_async();  /* the rows written, to the TMA unit's proxy */")
         emit.line(f"tc_rp_wg_sync({EPI_BAR} + tc_c);  /* this consumer's rows are all written */")
 
         def issue():
@@ -136,14 +136,14 @@ def emit_store(emit, s) -> None:
                 c[0] = f"(int)({c[0]}) + {a * atom}"
                 c[rpos] = f"(int)({c[rpos]}) + tc_c * 64"
                 c = [x if k in (0, rpos) else f"(int)({x})" for k, x in enumerate(c)]
-                emit.line(f"tc_rp_tma_store_{g.ndim}d(&{tmap}, tc_o + {a * rows * 128}u, {', '.join(c)});")
-            emit.line("tc_rp_bulk_commit();")
-            emit.line("tc_rp_bulk_wait_read();  /* shared memory read before the block exits */")
+                emit.line(f"tc_tma_store_{g.ndim}d(&{tmap}, tc_o + {a * rows * 128}u, {', '.join(c)});")
+            emit.line("tc_bulk_commit();")
+            emit.line("tc_bulk_wait_read<0>();  /* shared memory read before the block exits */")
 
         emit.block("if (tc_t == 0)", issue)
 
     emit.block("", body)
 
 
-#: prelude for kernels that call them (codegen.py includes it where ``tc_rp_tma_store_`` appears)
+#: prelude for kernels that call them (codegen.py includes it where ``tc_rp_stmatrix_x4(`` appears)
 PRELUDE = "prelude/tc_rp_store.cuh"

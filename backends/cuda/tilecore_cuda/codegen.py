@@ -272,9 +272,7 @@ class CUDAEmitter(SIMTCppEmitter):
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_named_barrier.cuh").read_text()
         if "tc_ex2_ftz(" in "\n".join(st.lines):  # exp2 past its range check in a register program (D35)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_ex2.cuh").read_text()
-        if collect(func.body, BulkStore):  # bulk tile stores (tilecore.bulk_store, D46)
-            helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_bulk_store.cuh").read_text()
-        if "tc_rp_tma_store_" in "\n".join(st.lines):  # a register program's output through TMA stores (D45)
+        if "tc_rp_stmatrix_x4(" in "\n".join(st.lines):  # a register program's output through TMA stores (D45)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_rp_store.cuh").read_text()
         helpers += "".join(getattr(st, "rp_structs", {}).values())  # register programs' zero-start WGMMA (D45)
         if "tc_pipe_prof}" in "\n".join(st.lines):  # the persistent GEMM's profile (tilecore.cuda.pipeline_profile, D49)
@@ -567,14 +565,14 @@ class CUDAEmitter(SIMTCppEmitter):
         for p in range(lay.cols // lay.panel_elems):
             c = [f"{coords[0]} + {p * lay.panel_elems}" if p else coords[0]] + coords[1:]
             src = f"{base} + {p * lay.rows * lay.swizzle_bytes}u" if p else base
-            self.line(st, f"tc_bs_store_{len(coords)}d(&{name}, {src}, {', '.join(c)});")
-        self.line(st, "tc_bs_commit();")
+            self.line(st, f"tc_tma_store_{len(coords)}d(&{name}, {src}, {', '.join(c)});")
+        self.line(st, "tc_bulk_commit();")
 
     def stmt_BulkStoreWait(self, st, s):
-        self.line(st, f"tc_bs_wait{'_read' if s.read else ''}<{int(s.pending)}>();")
+        self.line(st, f"tc_bulk_wait{'_read' if s.read else ''}<{int(s.pending)}>();")
 
     def stmt_BulkFence(self, st, s):
-        self.line(st, "tc_bs_fence();")
+        self.line(st, "tc_fence_proxy_async();")
 
     def stmt_CopyBarrierInit(self, st, s):
         n = int(const_value(simplify(s.barrier.numel())))

@@ -17,12 +17,10 @@ struct tc_gemm_tile {
 #endif
 
 #ifndef TC_PERSISTENT_HOST /* tests/persistent_host.cpp runs the protocol on the host, with its own barriers */
+/* (the TMA store epilogue's TMA store, bulk groups and proxy fence are tc_tma.cuh's, shared with the core's bulk
+ * stores: D50) */
 __device__ __forceinline__ void tc_mbar_init_fence() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-/* the TMA store epilogue's primitives (TC_EPI_TMA) */
-__device__ __forceinline__ void tc_fence_proxy_async() {  /* this thread's shared-memory writes, to the async proxy */
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 __device__ __forceinline__ void tc_consumer_sync(int id, int count) {  /* named barrier `id` over `count` threads */
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
@@ -36,13 +34,6 @@ __device__ __forceinline__ void tc_stmatrix_x4(unsigned addr, unsigned r0, unsig
 }
 __device__ __forceinline__ void tc_st_shared_v2(unsigned addr, float a, float b) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
-}
-/* a 2-D box of shared memory to the tensor map's tensor at (c0 innermost, c1); the box's parts outside the
- * tensor are not written. Asynchronous: completes with the thread's bulk group (tc_bulk_commit) */
-__device__ __forceinline__ void tc_tma_store_2d(const tc_tmap* map, unsigned src, int c0, int c1) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(map), "r"(src),
-               "r"(c0), "r"(c1)
-               : "memory");
 }
 /* thread-block clusters of two with TMA multicast (tilecore.cuda.cluster_multicast, docs/decisions.md D44) */
 __device__ __forceinline__ unsigned tc_cluster_ctarank() {
@@ -92,14 +83,6 @@ __device__ __forceinline__ void tc_tma_load_2d_mc(unsigned dst, const tc_tmap* m
       " [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(dst),
       "l"(map), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
       : "memory");
-}
-__device__ __forceinline__ void tc_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-/* until at most N of this thread's bulk groups still read shared memory (.read) / are still running */
-template <int N> __device__ __forceinline__ void tc_bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
-}
-template <int N> __device__ __forceinline__ void tc_bulk_wait() {
-  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
 /* two floats as one register of two 16-bit values (round to nearest even, as tc_store2) */
 template <typename T> __device__ __forceinline__ unsigned tc_pack_c2(float a, float b);
@@ -184,10 +167,10 @@ template <int SHARE, int REL = (SHARE ? TC_REL_WARP : TC_REL_THREAD), int PROF =
  * ... < tiles, each described by tile_of(t) (a tc_gemm_tile). The pipeline is set up once; its stage index
  * and phase run on across tiles (k step `it` of the block, counted over all its tiles, uses stage it % STAGES,
  * phase (it / STAGES) & 1), so the producer starts the next tile's loads as soon as the consumers release the
- * stages, under their epilogue of the tile before. The consumers zero their accumulators per tile; the last k
- * step of a tile waits for its own WGMMA group (so no accumulator read of the epilogue can be scheduled above
- * the wait: D29's ptxas hazard) and releases its stage at once. The epilogue is tc_wgmma_pipeline's global one
- * (tests/test_cuda_persistent.py keeps the two texts equal).
+ * stages, under their epilogue of the tile before. The consumers zero their accumulators per tile; every k step
+ * of a tile is in one loop (D50), and after it the consumers wait for the last WGMMA group (so no accumulator read
+ * of the epilogue can be scheduled above the wait: D29's ptxas hazard) and release its stage at once. The epilogue is tc_wgmma_pipeline's global one
+ * (tc_wgmma_store_acc), and each k step's WGMMAs are its tc_wgmma_ktile: one copy of each (D50).
  * PINGPONG (two consumer warpgroups, MR = BM / 64): each consumer warpgroup owns whole tiles, the block's tiles
  * alternating between them, so one's epilogue runs under the other's main loop (CUTLASS's ping-pong kernel).
  * The stages still flow in tile order; a warpgroup counts the other's k steps past and starts a tile's main
@@ -238,7 +221,7 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
   constexpr int STAGE = A_BYTES + B_BYTES;
   constexpr int B_ROWS = B_KMAJOR ? BN : BK;   /* B's tile rows in global orientation */
   constexpr int B_ATOMS = B_KMAJOR ? BK / ATOM : BN / ATOM;
-  constexpr bool TO_GLOBAL = true;             /* the epilogue's (tc_wgmma_pipeline's global one) */
+  constexpr bool TO_GLOBAL = true;             /* the direct stores' (tc_wgmma_store_acc, as tc_wgmma_pipeline's) */
   constexpr bool REGS = NC == 2;               /* move registers from the producer to the consumers */
   /* The producer keeps 56 (not tc_hopper.cuh's 40): its tile function and the 4-stage loop spilled at 40 (ptxas:
    * 116 bytes on the README GEMM at 1024^3). The block holds 168 x 384 = 64512 registers; 56 x 128 leaves the two
@@ -305,6 +288,7 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
       if constexpr (PROF) p0 = tc_clock();
       for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         const tc_gemm_tile g = tile_of(tile);
+#pragma unroll 1 /* one copy of the loads (NVVM unrolled them 4 times: 208 more SASS instructions; D50) */
         for (int kt = 0; kt < (int)g.k_tiles; ++kt, ++it) {
           const int s = it % STAGES;
           long long w0 = 0;
@@ -389,40 +373,21 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
         tc_mbar_wait(bars + 8 * s, (it / STAGES) & 1);
         if constexpr (PROF) fw += tc_clock() - w0;
         const unsigned sa = base + s * STAGE, sb = sa + A_BYTES;
-        tc_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BK / KSTEP; ++kk) {
-          const int kb = kk * 32;  /* byte offset of this K step inside the tile's rows */
-          unsigned long long db;
-          if (B_KMAJOR) {
-            db = tc_wgmma_desc(sb + (kb / 128) * BN * 128 + kb % 128, 16, 1024);
-          } else {  /* N-major: atoms of 64 N columns, BK rows each; a K step is KSTEP rows */
-            db = tc_wgmma_desc(sb + kk * KSTEP * 128, BK * 128, 1024);
-          }
-#pragma unroll
-          for (int i = 0; i < MR; ++i) {
-            const unsigned long long da =
-                tc_wgmma_desc(sa + (kb / 128) * BM * 128 + (c * MR + i) * 64 * 128 + kb % 128, 16, 1024);
-            MMA::run(acc[i], da, db);
-          }
-        }
-        tc_wgmma_commit();
+        tc_wgmma_ktile<BM, BN, BK, MR, B_KMAJOR, KSTEP, MMA>(acc, sa, sb, c);
       };
-      /* all k steps but the last keep one group in flight and release the stage before theirs */
-      for (int kt = 0; kt < k_tiles - 1; ++kt, ++it) {
+      /* every k step keeps one group in flight and releases the stage before its own; one copy of the main loop
+       * (a peeled last step made NVVM and ptxas emit it three times, and NVVM unrolled the loop twice:
+       * docs/decisions.md D48, D50; CUTLASS's Hopper main loops are not unrolled either) */
+#pragma unroll 1
+      for (int kt = 0; kt < k_tiles; ++kt, ++it) {
         step(it);
         tc_wgmma_wait<1>();
         if (kt > 0) release((it - 1) % STAGES);
       }
-      /* the last waits for its own group (the epilogue reads the accumulators: D29's ptxas hazard) and releases
-       * both stages at once, so the next tile's loads start under this tile's epilogue */
-      if (k_tiles > 0) {
-        step(it);
-        tc_wgmma_wait<0>();
-        if (k_tiles > 1) release((it - 1) % STAGES);
-        release(it % STAGES);
-        ++it;
-      }
+      /* then the last group, before the epilogue reads the accumulators (D29's ptxas hazard), and its stage, so the
+       * next tile's loads start under this tile's epilogue */
+      tc_wgmma_wait<0>();
+      if (k_tiles > 0) release((it - 1) % STAGES);
       if (PINGPONG) tc_mbar_arrive(done + 8 * me);  /* the other warpgroup's next tile may start */
 #pragma unroll
       for (int i = 0; i < MR; ++i) tc_reg_fence(acc[i]);
@@ -450,38 +415,8 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
             tc_bulk_commit();
           }
         }
-        continue;
-      }
-      TOUT* __restrict__ C = C_base + g.c_off;
-      const long long m_valid = g.m_valid, n_valid = g.n_valid;
-      /* accumulator layout of m64nN: warp w of the warpgroup holds rows 16 w + lane / 4 (+ 8); register
-       * 4 j + 2 h + e is column 8 j + 2 (lane % 4) + e of row + 8 h */
-      const int t = threadIdx.x % 128, w = t / 32, l = t % 32;
-      const bool pairs = (EPI & TC_EPI_PAIRS) ||
-                         (((reinterpret_cast<unsigned long long>(C) % (2 * sizeof(TOUT))) == 0) && (ldc % 2 == 0));
-#pragma unroll
-      for (int i = 0; i < MR; ++i) {
-        const int r0 = (c * MR + i) * 64 + w * 16 + l / 4;
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-          const int col = j * 8 + (l % 4) * 2;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = r0 + 8 * h;
-            const float v0 = acc[i][4 * j + 2 * h], v1 = acc[i][4 * j + 2 * h + 1];
-            TOUT* p = C + (long long)row * ldc + col;
-            if (!TO_GLOBAL) {
-              tc_store2<TOUT>(p, v0, v1);
-            } else if ((EPI & TC_EPI_ROWS) || row < m_valid) {
-              if (pairs && ((EPI & TC_EPI_COLS) || col + 1 < n_valid)) {
-                tc_store2<TOUT>(p, v0, v1);
-              } else {
-                if ((EPI & TC_EPI_COLS) || col < n_valid) tc_store1<TOUT>(p, v0);
-                if ((EPI & TC_EPI_COLS) || col + 1 < n_valid) tc_store1<TOUT>(p + 1, v1);
-              }
-            }
-          }
-        }
+      } else {  /* the direct stores (not compiled with TMA stores) */
+        tc_wgmma_store_acc<BN, MR, TO_GLOBAL, EPI>(acc, C_base + g.c_off, c, g.m_valid, g.n_valid, ldc);
       }
     }
     if (TMA_STORE && threadIdx.x % 128 == 0) tc_bulk_wait<0>();  /* the stores are done before the block exits */

@@ -9,31 +9,5 @@ __device__ __forceinline__ void tc_rp_stmatrix_x4(unsigned addr, unsigned r0, un
 }
 /* named barrier `id` over one warpgroup (128 threads): its rows all written */
 __device__ __forceinline__ void tc_rp_wg_sync(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
-/* this thread's shared-memory writes, visible to the async proxy (the TMA unit) */
-__device__ __forceinline__ void tc_rp_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-/* a box of shared memory to the tensor map's tensor at (c0 innermost, ...); parts outside the tensor are not
- * written. Asynchronous: completes with the thread's bulk group */
-__device__ __forceinline__ void tc_rp_tma_store_2d(const tc_tmap* map, unsigned src, int c0, int c1) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(map), "r"(src),
-               "r"(c0), "r"(c1)
-               : "memory");
-}
-__device__ __forceinline__ void tc_rp_tma_store_3d(const tc_tmap* map, unsigned src, int c0, int c1, int c2) {
-  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(map),
-               "r"(src), "r"(c0), "r"(c1), "r"(c2)
-               : "memory");
-}
-__device__ __forceinline__ void tc_rp_tma_store_4d(const tc_tmap* map, unsigned src, int c0, int c1, int c2, int c3) {
-  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(map),
-               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-}
-__device__ __forceinline__ void tc_rp_tma_store_5d(const tc_tmap* map, unsigned src, int c0, int c1, int c2, int c3,
-                                                   int c4) {
-  asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];\n" ::"l"(map),
-               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
-               : "memory");
-}
-__device__ __forceinline__ void tc_rp_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-/* until the thread's bulk groups have read shared memory (the block may then exit: the writes complete) */
-__device__ __forceinline__ void tc_rp_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+/* (its TMA stores, bulk groups and proxy fence are tc_tma.cuh's: tc_tma_store_Nd, tc_bulk_commit,
+ * tc_bulk_wait_read<0>, tc_fence_proxy_async; D50) */

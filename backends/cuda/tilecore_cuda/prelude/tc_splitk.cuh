@@ -290,11 +290,9 @@ __device__ __forceinline__ void tc_splitk_cluster_fixup(float (&acc)[MR][BN / 2]
 
 #ifndef TC_SPLITK_FIXUP_ONLY
 /* One output tile's share of a GEMM split over K: block `split` of SPLITS runs tc_wgmma_pipeline's main loop
- * over its k tiles (a_r0 .. b_c0 and k_tiles are already its share); then its consumer threads run
- * tc_splitk_fixup with their accumulators. The main loop below is tc_wgmma_pipeline's, line for line (with
- * REGS as for a global epilogue): tests/test_cuda_splitk.py compares the two texts, so a change to one that
- * misses the other fails there. tc_wgmma_pipeline itself is left as it was, so unsplit kernels keep their
- * source. */
+ * (tc_wgmma_mainloop, tc_hopper.cuh: one copy for both kernels, docs/decisions.md D50; REGS as for a global
+ * epilogue) over its k tiles (a_r0 .. b_c0 and k_tiles are already its share); then its consumer threads run
+ * tc_splitk_fixup (or, CLUSTER, tc_splitk_cluster_fixup) with their accumulators. */
 template <int NTHREADS, int BM, int BN, int BK, int STAGES, int NC, int MR, bool B_KMAJOR, int A_RS, int A_CS,
           int B_RS, int B_CS, int EPI, int KSTEP, typename MMA, int SPLITS, int TILES, bool CLUSTER = false,
           typename TOUT>
@@ -303,93 +301,16 @@ __device__ __forceinline__ void tc_wgmma_splitk(unsigned char* pipe, TOUT* __res
                                                 long long m_valid, long long n_valid, long long ldc, long long tile,
                                                 long long split, const tc_tmap* tma, const tc_tmap* tmb,
                                                 unsigned char* ws) {
-  static_assert(NTHREADS == 128 * (NC + 1), "tc_wgmma_splitk: one producer and NC consumer warpgroups");
-  constexpr int ESIZE = 32 / KSTEP;
-  constexpr int ATOM = 128 / ESIZE;
-  constexpr int A_BYTES = BM * BK * ESIZE;
-  constexpr int B_BYTES = BK * BN * ESIZE;
-  constexpr int STAGE = A_BYTES + B_BYTES;
-  constexpr int B_ROWS = B_KMAJOR ? BN : BK;
-  constexpr int B_ATOMS = B_KMAJOR ? BK / ATOM : BN / ATOM;
-  constexpr bool REGS = NC == 2;
-  static_assert(BK % ATOM == 0 && (B_KMAJOR || BN % ATOM == 0), "tc_wgmma_splitk: whole 128-byte rows");
-  /* -- tc_wgmma_pipeline's main loop: begin -- */
-  const unsigned raw = tc_smem_addr(pipe);
-  const unsigned base = (raw + 1023u) & ~1023u;
-  const unsigned bars = base + STAGES * STAGE;  /* full[s] at bars + 8 s, empty[s] at bars + 8 (STAGES + s) */
   const int wg = threadIdx.x / 128;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      tc_mbar_init(bars + 8 * s, 1);
-      tc_mbar_init(bars + 8 * (STAGES + s), 128 * NC);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
-  if (wg == 0) {
-    if (REGS) tc_setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) {
-      tc_tma_prefetch_map(tma);
-      tc_tma_prefetch_map(tmb);
-      for (int kt = 0; kt < (int)k_tiles; ++kt) {
-        const int s = kt % STAGES;
-        if (kt >= STAGES) tc_mbar_wait(bars + 8 * (STAGES + s), ((kt / STAGES) + 1) & 1);
-        const unsigned full = bars + 8 * s;
-        tc_mbar_expect_tx(full, STAGE);
-        const unsigned sa = base + s * STAGE, sb = sa + A_BYTES;
-        const int ar = (int)(a_r0 + (long long)kt * A_RS), ac = (int)(a_c0 + (long long)kt * A_CS);
-        const int br = (int)(b_r0 + (long long)kt * B_RS), bc = (int)(b_c0 + (long long)kt * B_CS);
-#pragma unroll
-        for (int a = 0; a < BK / ATOM; ++a) tc_tma_load_2d(sa + a * BM * 128, tma, full, ac + a * ATOM, ar);
-#pragma unroll
-        for (int a = 0; a < B_ATOMS; ++a) tc_tma_load_2d(sb + a * B_ROWS * 128, tmb, full, bc + a * ATOM, br);
-      }
-    }
-  } else {
-    if (REGS) tc_setmaxnreg_inc<232>();
-    const int c = wg - 1;
-    float acc[MR][BN / 2];
-#pragma unroll
-    for (int i = 0; i < MR; ++i) {
-#pragma unroll
-      for (int j = 0; j < BN / 2; ++j) acc[i][j] = 0.0f;
-    }
-    for (int kt = 0; kt < (int)k_tiles; ++kt) {
-      const int s = kt % STAGES;
-      tc_mbar_wait(bars + 8 * s, (kt / STAGES) & 1);
-      const unsigned sa = base + s * STAGE, sb = sa + A_BYTES;
-      tc_wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BK / KSTEP; ++kk) {
-        const int kb = kk * 32;  /* byte offset of this K step inside the tile's rows */
-        unsigned long long db;
-        if (B_KMAJOR) {
-          db = tc_wgmma_desc(sb + (kb / 128) * BN * 128 + kb % 128, 16, 1024);
-        } else {  /* N-major: atoms of 64 N columns, BK rows each; a K step is KSTEP rows */
-          db = tc_wgmma_desc(sb + kk * KSTEP * 128, BK * 128, 1024);
+  tc_wgmma_mainloop<NTHREADS, BM, BN, BK, STAGES, NC, MR, B_KMAJOR, A_RS, A_CS, B_RS, B_CS, KSTEP, NC == 2, MMA>(
+      pipe, a_r0, a_c0, b_r0, b_c0, k_tiles, tma, tmb, [&](float (&acc)[MR][BN / 2], int, unsigned char* stages) {
+        if constexpr (CLUSTER) {  /* the tile's blocks are one cluster: the sum through their shared memory */
+          tc_splitk_cluster_fixup<NC, MR, BM, BN, EPI, SPLITS>(acc, C, m_valid, n_valid, ldc, split,
+                                                               reinterpret_cast<float4*>(stages));
+        } else {
+          tc_splitk_fixup<NC, MR, BM, BN, EPI, SPLITS, TILES>(acc, C, m_valid, n_valid, ldc, tile, split, ws);
         }
-#pragma unroll
-        for (int i = 0; i < MR; ++i) {
-          const unsigned long long da =
-              tc_wgmma_desc(sa + (kb / 128) * BM * 128 + (c * MR + i) * 64 * 128 + kb % 128, 16, 1024);
-          MMA::run(acc[i], da, db);
-        }
-      }
-      tc_wgmma_commit();
-      tc_wgmma_wait<1>();
-      if (kt > 0) tc_mbar_arrive(bars + 8 * (STAGES + (kt - 1) % STAGES));
-    }
-    tc_wgmma_wait<0>();
-#pragma unroll
-    for (int i = 0; i < MR; ++i) tc_reg_fence(acc[i]);
-    /* -- tc_wgmma_pipeline's main loop: end -- */
-    if constexpr (CLUSTER) {  /* the tile's blocks are one cluster: the sum through their shared memory */
-      tc_splitk_cluster_fixup<NC, MR, BM, BN, EPI, SPLITS>(acc, C, m_valid, n_valid, ldc, split,
-                                                           reinterpret_cast<float4*>(pipe + (base - raw)));
-    } else {
-      tc_splitk_fixup<NC, MR, BM, BN, EPI, SPLITS, TILES>(acc, C, m_valid, n_valid, ldc, tile, split, ws);
-    }
-  }
+      });
   if constexpr (CLUSTER) {  /* the producer warpgroup meets the consumers at the cluster's two barriers */
     if (wg == 0) {
       tc_cluster_sync();

@@ -1,4 +1,4 @@
-/* tilecore-cuda TMA and mbarrier primitives (sm_90a): tensor maps, transaction barriers, bulk tile loads.
+/* tilecore-cuda TMA and mbarrier primitives (sm_90a): tensor maps, transaction barriers, bulk tile loads and stores.
  * Included after tc_cuda.cuh in kernels with bulk tile copies (tilecore.plan_pipelines' BulkCopy) and, before
  * tc_hopper.cuh, in kernels with Hopper pipelines or register programs. */
 #pragma once
@@ -61,3 +61,41 @@ __device__ __forceinline__ void tc_tma_load_5d(unsigned dst, const tc_tmap* map,
 __device__ __forceinline__ void tc_tma_prefetch_map(const tc_tmap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
 }
+
+/* Bulk tile stores and their bulk groups: one set for every kernel that stores through TMA (the persistent GEMM's
+ * epilogue, tc_persistent.cuh, D38; the core's bulk stores, tilecore.bulk_store, D46; the register programs' output
+ * tile, _tmastore.py, D45; docs/decisions.md D50).
+ * A 2-D box of shared memory at `src` (the tensor map's box and swizzle) to the tensor at (c0 innermost, c1); the
+ * box's parts outside the tensor are not written. Asynchronous: completes with the thread's bulk group. */
+__device__ __forceinline__ void tc_tma_store_2d(const tc_tmap* map, unsigned src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(map), "r"(src),
+               "r"(c0), "r"(c1)
+               : "memory");
+}
+__device__ __forceinline__ void tc_tma_store_3d(const tc_tmap* map, unsigned src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(map),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+__device__ __forceinline__ void tc_tma_store_4d(const tc_tmap* map, unsigned src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(map),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+__device__ __forceinline__ void tc_tma_store_5d(const tc_tmap* map, unsigned src, int c0, int c1, int c2, int c3,
+                                                int c4) {
+  asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];\n" ::"l"(map),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+               : "memory");
+}
+/* the thread's bulk stores issued since the last commit, as one bulk group */
+__device__ __forceinline__ void tc_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/* until at most N of this thread's bulk groups still read shared memory (.read) / are still running */
+template <int N> __device__ __forceinline__ void tc_bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N> __device__ __forceinline__ void tc_bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+/* this thread's ordinary shared-memory writes, to the async proxy (before the barrier the store's issuer meets) */
+__device__ __forceinline__ void tc_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
