@@ -13,10 +13,12 @@
 // the same offset of each; it fails on a rank outside the cluster, on a block that has exited, on an address that is
 // no (initialised) barrier, and on a stage a WGMMA of that block still reads. A remote arrival
 // (tc_mbar_arrive_remote) likewise. The cluster barrier (tc_mc_cluster_sync) is a std::barrier over both blocks'
-// threads; each thread must meet it exactly twice. Rank 1 initialises its barriers 2 ms late (a partner that does
+// threads; each thread must meet it exactly twice, and its remote arrivals must come between its two meetings (after
+// the partner's init, before the partner may leave) and its multicasts after the first: the order the barriers
+// give, checked whatever the timing. Rank 1 initialises its barriers 2 ms late (a partner that does
 // not wait for the cluster barrier after init lands on uninitialised barriers) and its consumers sleep 1 ms before
 // each tile's last WGMMA wait (a block that leaves without the exit barrier is gone when its partner's last release
-// arrives). A WGMMA is asynchronous as on the GPU (per thread; the lanes of a warp leave wgmma.wait_group together, as
+// arrives): the same mistakes shown by their effect where the timing lets them. A WGMMA is asynchronous as on the GPU (per thread; the lanes of a warp leave wgmma.wait_group together, as
 // .sync.aligned makes them); when a group is waited for, every row of its A and B reads is
 // checked against the tags (one tensor, one k, consecutive rows), so a half box missing, stale or at the wrong
 // offset shows, and it adds to the accumulators a value of the k, the rows and the columns (and a term of each
@@ -120,6 +122,9 @@ inline void tc_mbar_arrive(unsigned bar) {
 }
 template <bool CLUSTER_SCOPE = false> inline void tc_mbar_arrive_remote(unsigned bar, unsigned rank) {
   if (rank > 1) fail("a remote arrival on a rank outside the cluster", rank);
+  // ordered by the cluster barriers, whatever the timing: after the one behind the barriers' init (the partner's
+  // barrier exists) and before the one before exit (the partner has not left)
+  if (cluster_syncs != 1) fail("a remote arrival not between the two cluster barriers", cluster_syncs);
   std::lock_guard<std::mutex> g(g_mu);
   arrive_locked(CL_->blocks[rank], bar);
 }
@@ -151,6 +156,7 @@ inline void tc_tma_load_2d(unsigned dst, const tc_tmap* map, unsigned bar, int c
 }
 inline void tc_tma_load_2d_mc(unsigned dst, const tc_tmap* map, unsigned bar, int c0, int c1, unsigned short mask) {
   if (mask == 0 || mask > 3) fail("a multicast to ranks outside the cluster", mask);
+  if (cluster_syncs < 1) fail("a multicast before the cluster barrier behind the barriers' init", cluster_syncs);
   std::lock_guard<std::mutex> g(g_mu);
   for (int r = 0; r < 2; ++r)
     if (mask & (1 << r)) land(CL_->blocks[r], dst, map, bar, c0, c1);
