@@ -26,7 +26,11 @@ VARIANTS = {
     "plain": {"tilecore.bulk_store": False},
     "persistent": {"tilecore.persistent": True, "tilecore.bulk_store": False},
     "ws": {"tilecore.warp_specialize": True, "tilecore.bulk_store": False},
-    "bulk": {"tilecore.bulk_store": True},
+    "bulk": {"tilecore.bulk_store": True, "tilecore.persistent": False},
+    "default": {},  # D51: the bulk store where it applies (no persistent loop), stmatrix into its tile
+    "default-stsm-off": {"tilecore.matrix_stores": False},  # the same with the tile's pair stores (D46's epilogue)
+    # the plugin's passes on, the plain (non-split-K) GEMM routed to the general path (D51; the same source as default)
+    "routed": {"tilecore.cuda.register_programs": True, "tilecore.cuda.general_plain_gemm": True},
     "ws+persistent": {"tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": False},
     "persistent+bulk": {"tilecore.persistent": True, "tilecore.bulk_store": True},
     "ws+persistent+bulk": {"tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": True},
@@ -41,7 +45,12 @@ def main() -> int:
     ap.add_argument("--configs", default="128:256:64:256:3:8,128:256:64:256:3,128:128:64:256:4",
                     help="block_M:block_N:block_K:threads:stages[:panel],... (panel: T.use_swizzle(panel))")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)}")
+    ap.add_argument("--census", action="store_true",
+                    help="no GPU: which catalog GEMMs on cuda:sm_90a the Hopper pipeline takes, and what the general "
+                         "path makes of them (tilecore.cuda.general_plain_gemm)")
     args = ap.parse_args()
+    if args.census:
+        return census()
     ok, why = has_gpu()
     if not ok:
         print(f"no GPU: {why}")
@@ -110,6 +119,46 @@ def main() -> int:
                         notes.append("ws refused: " + pipes.split("not warp-specialized: ")[1][:60])
                     notes += [n[:70] for n in attrs.get("persistent", ())] + [n[:70] for n in attrs.get("bulk_store", ())]
                     row(f"general {v}", tile, event_ms(lambda: k(a, b, c), args.rep), same, err, "; ".join(notes))
+    return 0
+
+
+def census() -> int:
+    """Compile-only: every catalog case with a T.gemm on cuda:sm_90a, by default and routed to the general path."""
+    import collections
+
+    from tilecore.compiler import lower
+    from tilecore.errors import TilecoreError
+    from tilecore_conformance.catalog import catalog
+
+    rows = collections.Counter()
+    print("| case | default | routed (tilecore.cuda.general_plain_gemm) |")
+    print("|---|---|---|")
+    for case in catalog():
+        if "gemm" not in case.id:
+            continue
+        out = []
+        for cfg in ({}, {"tilecore.cuda.general_plain_gemm": True}):
+            try:
+                low = lower(case.build(**case.params), "cuda:sm_90a", {**case.pass_configs, **cfg})[2]
+            except TilecoreError as e:
+                out.append(f"refused: {type(e).__name__}")
+                continue
+            notes = " ".join(low.attrs.get("hopper_pipelines", ()))
+            hopper = "cuda.hopper_gemm_pipeline: " in notes and "left to the core" not in notes \
+                and "not pipelined" not in notes
+            if hopper:
+                what = "Hopper pipeline" + (", split-K" if "; split-K " in notes else "")
+            elif "hopper_register_program: " in notes and "fragments in registers" in notes:
+                what = "register program"
+            else:
+                what = "general path" + "".join(f" +{k}" for k in ("bulk_store", "persistent", "matrix_stores")
+                                                if any(not n.startswith("not") for n in low.attrs.get(k, ())))
+            out.append(what)
+        rows[tuple(out)] += 1
+        print(f"| {case.id} | {out[0]} | {out[1]} |")
+    print()
+    for (a, b), n in rows.most_common():
+        print(f"{n:4d}  {a}  ->  {b}")
     return 0
 
 

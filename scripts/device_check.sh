@@ -109,19 +109,24 @@ step norms python3 benchmarks/corpus_norms.py --rep 50 --load .norms_before
 step tma-store bash -c 'rc=0; python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_tma_store.py -rs || rc=$?;
      python3 benchmarks/cuda_gemm.py --rep 20 --sizes 4096,8192 --no-fp8 --tma-store off,on \
        --configs 128:256:64:256:3:8,128:256:64:256:4:8,128:128:64:256:4:8 || rc=$?; exit $rc'
-# the core's general path on the Hopper GEMM schedule (decision D46): its device tests (float64, and bit for bit the plain
-# general path), then the general path plain / persistent / warp-specialized + persistent / with the bulk-store epilogue,
-# beside the plugin's Hopper pipeline and cuBLAS, fp16 4096^3 and 8192^3, one process; the catalog's GEMMs with the three on,
-# and the whole catalog on the general path with the bulk store alone (the evidence for turning it on by default)
+# the core's general path on the Hopper GEMM schedule (decisions D46, D51): its device tests (float64, and bit for bit the
+# plain general path; the new default with stmatrix included), then the general path plain / the default (the bulk
+# store alone, stmatrix into its tile) and the default without stmatrix / persistent + bulk (D46's), beside the plugin's
+# Hopper pipeline and cuBLAS, fp16 4096^3 and 8192^3, one process (the catalog with the defaults: general-catalog)
 step general-gemm bash -c 'rc=0; python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_general_gemm.py -rs || rc=$?;
-     python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k gemm --report /tmp/rep/cuda-general-d46 \
-       --pass-config tilecore.cuda.register_programs=false --pass-config tilecore.persistent=2 \
-       --pass-config tilecore.warp_specialize=true --pass-config tilecore.bulk_store=true || rc=$?;
-     python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-general-bulk \
-       --pass-config tilecore.cuda.register_programs=false --pass-config tilecore.bulk_store=true || rc=$?;
-     python3 benchmarks/general_gemm.py --rep 20 --sizes 4096,8192 \
+     python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 \
        --configs 128:256:64:256:3:8,128:256:64:256:3,128:128:64:256:4 \
-       --variants plain,bulk,persistent,persistent+bulk,ws+persistent+bulk || rc=$?; exit $rc'
+       --variants plain,default-stsm-off,default,persistent+bulk || rc=$?; exit $rc'
+# the general path's new default (decision D51: the bulk-store epilogue where a kernel has one top-level pipelined
+# loop): the whole catalog with every kernel on the general path and the default, then again with every kernel of the
+# persistent form on 2 blocks too; device mode, the summary's PASS count
+step general-catalog bash -c 'rc=0;
+     python3 -m tilecore conformance run --target cuda:sm_90a -n 12 --report /tmp/rep/cuda-general-d51 \
+       --pass-config tilecore.cuda.register_programs=false || rc=$?;
+     python3 -m tilecore conformance run --target cuda:sm_90a -n 12 --report /tmp/rep/cuda-general-d51-persistent \
+       --pass-config tilecore.cuda.register_programs=false --pass-config tilecore.persistent=2 || rc=$?;
+     for r in cuda-general-d51 cuda-general-d51-persistent; do python3 -c "import json, sys; m = json.load(open(sys.argv[1]));
+print(sys.argv[2], m.get(\"mode\", m.get(\"target\")), m[\"counts\"])" /tmp/rep/$r/manifest.json $r || rc=1; done; exit $rc'
 # thread-block clusters of two with TMA multicast on the persistent GEMM (decisions D44, D49): the device tests (float64,
 # bit for bit the config off; each stage release; the profile's counts), then D49's diagnosis at fp16 4096^3: off / 2x1
 # x the stage releases (per thread, per warp, D44's release at cluster scope) timed at 3 and 4 stages and profiled once

@@ -182,8 +182,13 @@ def test_sm90a_specialized_persistent_gemm_compiles_without_spills(stages):
 # -- the epilogue as one bulk store -------------------------------------------------------------------------
 
 BULK = {"tilecore.bulk_store": True}
-COMBOS = {"bulk": BULK, "persistent+bulk": {**BULK, "tilecore.persistent": 7},
+NOBULK = {"tilecore.bulk_store": False}  # the general path before D51's default
+COMBOS = {"bulk": {**BULK, "tilecore.persistent": False}, "persistent+bulk": {**BULK, "tilecore.persistent": 7},
           "ws+persistent+bulk": {**BULK, **WS, "tilecore.persistent": 7}}
+
+
+def _persistent(cfg) -> bool:
+    return cfg.get("tilecore.persistent", None) not in (None, False)
 
 
 def epilogue_events(func) -> list:
@@ -248,13 +253,14 @@ def test_the_bulk_store_protocol_in_the_lowered_kernel(combo):
     assert low.attrs["bulk_store"][0].startswith("bulk store: C_l -> C through C_l_st (128x256, 4 x 128-byte panel"), \
         low.attrs["bulk_store"]
     assert "C_l_st" in low.attrs["shared_layouts"] and "128-byte panels" in low.attrs["shared_layouts"]["C_l_st"]
-    check_epilogue(low, "tilecore.persistent" in COMBOS[combo])
+    check_epilogue(low, _persistent(COMBOS[combo]))
     from tilecore.ir import Store
 
     assert not [s for s in collect(low.body, Store) if s.buffer.name == "C"], "no element stores of C are left"
     code = src.code[src.code.index('extern "C"'):]  # the kernel (the prelude defines the functions)
     assert code.count("tc_tma_store_2d(&") == 4 and code.count("tc_bulk_commit();") == 1  # 4 panels, one group
-    assert "tc_vst<__half2>(&C_l_st[" in code  # the fragment's register pairs as vector stores into the tile
+    # the fragment's register pairs into the tile as four 8x8 matrices a warp (stmatrix, D51): 16 a thread
+    assert code.count("tc_stsm_x4(") == 16 and "tc_vst<__half2>(&C_l_st[" not in code
 
 
 @pytest.mark.parametrize("mutation", ["no fence barrier", "no read wait", "no final wait"])
@@ -330,14 +336,33 @@ def test_a_target_whose_emitter_spells_no_bulk_store_says_so():
     assert "spells no bulk tile store" in low.attrs["bulk_store"][0], low.attrs["bulk_store"]
 
 
-def test_the_option_is_off_by_default_runs_after_the_plugins_passes_and_is_checked():
-    """Off by default; where it is on, a kernel the plugin's Hopper pipeline takes keeps that pipeline (the pass runs
-    after the plugins' tile-lowering passes) and the general path's kernels get the bulk store."""
-    low, src = _lower(gemm(1024, 1024, 512))
+def test_the_default_bulk_store_on_the_general_path_only_where_it_applies():
+    """D51: with no pass config the general path's GEMM on sm_90a gets the bulk store (not the persistent loop, which
+    measured slower with it than without); a kernel the plugin's Hopper pipeline takes keeps that pipeline (the pass
+    runs after the plugins' tile-lowering passes); targets without bulk tile copies (CPU) or whose emitter spells no
+    bulk store (MUSA Pinghu) get none and no note; the option's values are checked."""
+    low, src = _lower(gemm(4096, 4096, 512))
+    assert low.attrs["bulk_store"][0].startswith("bulk store: C_l -> C"), low.attrs["bulk_store"]
+    assert "persistent" not in low.attrs and "persistent" not in src.meta and src.meta["grid"][:2] == ["16", "32"]
+    assert "tc_tma_store_2d(&" in src.code
+    low, src = _lower(gemm(4096, 4096, 512), **NOBULK)
     assert "bulk_store" not in low.attrs and "tc_tma_store_2d(&" not in src.code
+    # the persistent loop asked for takes the default bulk store along (D46's persistent + bulk)
+    low, _src = _lower(gemm(4096, 4096, 512), **{"tilecore.persistent": True})
+    assert low.attrs["persistent"][0].startswith("persistent: 132 blocks"), low.attrs["persistent"]
+    assert low.attrs["bulk_store"][0].startswith("bulk store: C_l -> C"), low.attrs["bulk_store"]
+    # the plugin's Hopper pipeline keeps its kernels
     _b, _t, low, src, _o = tilecore.compiler.lower(gemm(1024, 1024, 512), target="cuda:sm_90a",
-                                                   pass_configs={"tilecore.disable_cache": True, **BULK})
-    assert "bulk_store" not in low.attrs and "cuda.hopper_gemm_pipeline: 128x256x64" in low.attrs["hopper_pipelines"][0]
+                                                   pass_configs={"tilecore.disable_cache": True})
+    assert "bulk_store" not in low.attrs
+    assert "cuda.hopper_gemm_pipeline: 128x256x64" in low.attrs["hopper_pipelines"][0]
+    fn = lambda: gemm(64, 96, 40, 32, 32, 16, 2, 128, dtype="float32")  # noqa: E731
+    _b, _t, low, _src, _o = tilecore.compiler.lower(fn(), target="cpu", pass_configs={"tilecore.disable_cache": True})
+    assert "bulk_store" not in low.attrs
+    if pytest.importorskip("tilecore_musa"):
+        _b, _t, low, _src, _o = tilecore.compiler.lower(gemm(256, 256, 128, 32, 32, 32, 2, 128), target="musa:mp_31",
+                                                       pass_configs={"tilecore.disable_cache": True})
+        assert "bulk_store" not in low.attrs
     with pytest.raises(tilecore.errors.CompileError, match="tilecore.bulk_store='maybe': expected True or False"):
         _lower(gemm(1024, 1024, 512), **{"tilecore.bulk_store": "maybe"})
 
@@ -352,7 +377,7 @@ def test_sm90a_bulk_store_compiles_to_utmastg_without_spills(combo, out, tile):
 
     bm, bn, bk, stages, threads = tile
     dtype = "bfloat16" if out == "bfloat16" else "float16"
-    cfg = {**COMBOS[combo], **({"tilecore.persistent": True} if "tilecore.persistent" in COMBOS[combo] else {})}
+    cfg = {**COMBOS[combo], **({"tilecore.persistent": True} if _persistent(COMBOS[combo]) else {})}
     k = tilecore.compile(gemm(4096, 4096, 4096, bm, bn, bk, stages, threads, dtype=dtype, out=out),
                          target="cuda:sm_90a", pass_configs={**GENERAL, **cfg})
     assert k.meta["attrs"]["bulk_store"][0].startswith("bulk store:"), k.meta["attrs"]["bulk_store"]
@@ -360,6 +385,133 @@ def test_sm90a_bulk_store_compiles_to_utmastg_without_spills(combo, out, tile):
     assert "HGMMA" in sass and "UTMALDG" in sass and "UTMASTG" in sass and "STS" in sass
     assert "STL" not in sass and "LDL" not in sass
     assert " STG" not in sass.replace("UTMASTG", "")  # C leaves by TMA only
+    # 16-bit C: its tile by stmatrix (D51), 16 a thread for 128x256, 8 for 128x128
+    assert sass.count("STSM") == (0 if out == "float32" else bm * bn // 2048), sass.count("STSM")
+
+
+def test_the_plain_hopper_gemm_can_be_routed_to_the_general_path_and_split_k_stays():
+    """``tilecore.cuda.general_plain_gemm`` (off by default, D51): a GEMM the plugin's Hopper pipeline would run
+    without split-K compiles to exactly the general path's kernel (the register programs pass it by too); one it
+    splits over K keeps the pipeline."""
+    fn = lambda: gemm(4096, 4096, 1024)  # noqa: E731
+    route = {"tilecore.disable_cache": True, "tilecore.cuda.general_plain_gemm": True}
+    _b, _t, low, src, _o = tilecore.compiler.lower(fn(), target="cuda:sm_90a", pass_configs=route)
+    assert low.attrs["hopper_pipelines"] == ("cuda.hopper_gemm_pipeline: loop over ko left to the core's general "
+                                             "path (tilecore.cuda.general_plain_gemm; split-K GEMMs stay here)",)
+    _low, general = _lower(fn(), **{"tilecore.matrix_unit_families": None})
+    assert src.code == general.code and low.attrs["matrix_stores"] and low.attrs["bulk_store"]
+    _b, _t, low, src, _o = tilecore.compiler.lower(gemm(1024, 1024, 8192), target="cuda:sm_90a", pass_configs=route)
+    assert "; split-K " in low.attrs["hopper_pipelines"][0] and "bulk_store" not in low.attrs
+
+
+# -- the bulk store's tile written as four 8x8 matrices a warp (tilecore.matrix_stores, D51) ------------------
+
+def _np(e, t, env: dict):
+    """``e`` at the block's threads ``t`` (a numpy array): integer arithmetic over the thread index, constants and
+    the scalars bound before it (``env``: ``id(var) -> array``)."""
+    import numpy as np
+
+    from tilecore.ir import BinOp, Cast, Cmp, IntImm, Select, ThreadIndex, Var
+
+    if isinstance(e, IntImm):
+        return np.full_like(t, int(e.value))
+    if isinstance(e, ThreadIndex):
+        return t
+    if isinstance(e, Var):
+        return env[id(e)]
+    if isinstance(e, Cast):
+        return _np(e.value, t, env)
+    if isinstance(e, Select):
+        return np.where(_np(e.cond, t, env), _np(e.t, t, env), _np(e.f, t, env))
+    if isinstance(e, Cmp):
+        return {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+                "ge": np.greater_equal}[e.op](_np(e.a, t, env), _np(e.b, t, env))
+    assert isinstance(e, BinOp), e
+    a, b = _np(e.a, t, env), _np(e.b, t, env)
+    ops = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "floordiv": np.floor_divide, "div": np.floor_divide,
+           "floormod": np.mod, "mod": np.mod, "min": np.minimum, "max": np.maximum, "xor": np.bitwise_xor}
+    return ops[e.op](a, b)
+
+
+def check_matrix_stores(func, threads: int) -> int:
+    """Each MatrixStore of the lowered kernel, run as the instruction runs (thread ``l`` of a 32-thread group gives
+    the address of row ``l % 8`` of matrix ``l / 8``; register pair ``k`` of thread ``l`` lands at row ``l / 4``,
+    columns ``2 (l % 4)``, ``+ 1`` of matrix ``k``), writes for every thread of the block exactly the elements and
+    values its fallback's pair stores write. Returns how many there are."""
+    import numpy as np
+
+    from tilecore.ir import MatrixStore, PerThread, VectorStore, expr_str
+
+    t = np.arange(threads)
+    lane, first = t % 32, t - t % 32
+    n = 0
+    for pt in collect(func.body, PerThread):
+        body = pt.body.body if hasattr(pt.body, "body") else [pt.body]
+        env: dict = {}
+        for s in body:
+            if isinstance(s, Bind):
+                env[id(s.var)] = _np(s.value, t, env)
+            elif isinstance(s, MatrixStore):
+                n += 1
+                ar, ac = (_np(i, t, env) for i in s.indices)
+                assert not (ac % 8).any(), "a matrix row starts inside a 16-byte unit"
+                pairs = s.fallback.body
+                assert len(pairs) == 4 and all(isinstance(p, VectorStore) and p.lanes == 2 for p in pairs)
+                for k, p in enumerate(pairs):
+                    giver = first + 8 * k + lane // 4  # the thread that gives the address of this thread's row of k
+                    got = (ar[giver], ac[giver] + 2 * (lane % 4))
+                    want = tuple(_np(i, t, env) for i in p.indices)
+                    assert (got[0] == want[0]).all() and (got[1] == want[1]).all(), f"pair {k} lands elsewhere"
+                    assert [expr_str(v) for v in s.values[2 * k:2 * k + 2]] == [expr_str(v) for v in p.values]
+    return n
+
+
+MATRIX = {  # (tile (bm, bn, bk, stages, threads), dtype, config, matrix stores a thread)
+    "fp16 128x256 default": ((128, 256, 64, 3, 256), "float16", {}, 16),
+    "bf16 128x128 default": ((128, 128, 64, 4, 256), "bfloat16", {}, 8),
+    "fp16 ws+persistent+bulk": ((128, 256, 64, 3, 256), "float16", {**BULK, **WS, "tilecore.persistent": 7}, 16),
+    "fp16 bulk alone": ((128, 256, 64, 3, 256), "float16", COMBOS["bulk"], 16),
+}
+
+
+@pytest.mark.parametrize("case", MATRIX)
+def test_the_bulk_store_tile_is_written_by_matrix_stores_that_store_what_the_pairs_store(case):
+    (bm, bn, bk, stages, threads), dtype, cfg, want = MATRIX[case]
+    low, src = _lower(gemm(4096, 4096, 1024, bm, bn, bk, stages, threads, dtype=dtype), **cfg)
+    assert low.attrs["matrix_stores"] == (f"{want} matrix stores (4 x 8x8) into the bulk-store tile",)
+    assert check_matrix_stores(low, threads) == want
+    body = src.code.split("__global__")[-1]
+    assert body.count("tc_stsm_x4(") == want and "tc_vst<" not in body  # no pair store of the tile left
+    off, src = _lower(gemm(4096, 4096, 1024, bm, bn, bk, stages, threads, dtype=dtype), **cfg,
+                      **{"tilecore.matrix_stores": False})
+    assert "matrix_stores" not in off.attrs and "tc_stsm_x4(" not in src.code
+    pair = "__half2" if dtype == "float16" else "__nv_bfloat162"
+    assert src.code.split("__global__")[-1].count(f"tc_vst<{pair}>(&C_l_st[") == 4 * want
+
+
+def test_a_float32_tile_keeps_its_pair_stores():
+    """stmatrix moves 16-bit elements: a float32 C's tile is written by 8-byte pair stores as before."""
+    low, src = _lower(gemm(4096, 4096, 1024, 128, 128, 64, 4, 256, out="float32"))
+    assert low.attrs["bulk_store"][0].startswith("bulk store:") and "matrix_stores" not in low.attrs
+    assert "tc_stsm_x4(" not in src.code
+
+
+@pytest.mark.parametrize("mutation", ["matrices 1 and 2 swapped in the lane addresses", "offsets misread"])
+def test_mutations_of_the_matrix_stores_are_caught(monkeypatch, mutation):
+    from tilecore.passes import vectorize
+
+    if mutation.startswith("matrices"):
+        orig = vectorize._lane_address
+        monkeypatch.setattr(vectorize, "_lane_address",
+                            lambda idx0, offs: orig(idx0, (offs[0], offs[2], offs[1], offs[3])))
+    else:
+        orig_atoms = vectorize._atoms
+        monkeypatch.setattr(vectorize, "_atoms",
+                            lambda g, n: (lambda o: o and tuple((c, r) for r, c in o))(orig_atoms(g, n)))
+    low, _src = _lower(gemm(4096, 4096, 1024))
+    assert low.attrs["matrix_stores"][0].startswith("16 matrix stores")
+    with pytest.raises(AssertionError, match="lands elsewhere"):
+        check_matrix_stores(low, 256)
 
 
 # -- the bulk store run on the host: the made-up 64-thread matrix unit with bulk stores -------------------------
@@ -569,8 +721,9 @@ DEVICE = {  # (M, N, K, dtype, out, tile (bm, bn, bk, stages, threads), swizzle)
     "bf16": (2048, 3072, 1024, "bfloat16", "bfloat16", (128, 128, 64, 4, 256), 4),
 }
 VARIANTS = {
-    "ws+persistent": {**WS, "tilecore.persistent": True},
-    "bulk": BULK,
+    "ws+persistent": {**WS, **NOBULK, "tilecore.persistent": True},
+    "bulk": {**BULK, "tilecore.persistent": False},
+    "default": {},  # D51: the bulk store (with stmatrix) where it applies
     "persistent+bulk": {**BULK, "tilecore.persistent": True},
     "ws+persistent+bulk": {**BULK, **WS, "tilecore.persistent": True},
 }
@@ -586,7 +739,7 @@ def _device_case(case, cfg):
     b = (torch.randn(K, N, device="cuda", generator=g) / 8).to(tdt[dtype])
     fn = lambda: gemm(M, N, K, bm, bn, bk, stages, threads, dtype, out, swz)  # noqa: E731
     runs = []
-    for extra in ({"tilecore.bulk_store": False}, cfg):
+    for extra in (NOBULK, cfg):
         k = tilecore.compile(fn(), target="cuda", pass_configs={**GENERAL, **extra})
         c = torch.full((M, N), float("nan"), device="cuda", dtype=tdt[out])
         k(a, b, c)

@@ -26,7 +26,8 @@ from cuda_host_emulator import run_on_host  # noqa: E402
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the host emulator needs g++ (C++20)")
-GENERAL = {**NOCACHE, "tilecore.cuda.register_programs": False}
+# the general path's stores to global memory: without D51's default bulk store (its tile's stores: test_general_gemm)
+GENERAL = {**NOCACHE, "tilecore.cuda.register_programs": False, "tilecore.bulk_store": False}
 
 
 def gemm(M, N, K, out="float16", bm=64, bn=64, bk=32, threads=128):

@@ -444,6 +444,15 @@ class CFamilyEmitter(Emitter):
         fallback, the element stores. Targets with a vector spelling override this."""
         self.stmt(st, s.fallback)
 
+    #: True: this emitter spells :class:`~tilecore.ir.MatrixStore` (``tilecore.matrix_stores`` runs only for emitters
+    #: that say so; plugin API 1.10)
+    matrix_stores = False
+
+    def stmt_MatrixStore(self, st, s):
+        """Four 8x8 matrices stored by a group of 32 threads (:class:`~tilecore.ir.MatrixStore`): here its
+        fallback, the pair stores. Targets with a cooperative spelling override this."""
+        self.stmt(st, s.fallback)
+
     def stmt_Print(self, st, s: Print):  # pragma: no cover - target specific
         raise CompileError("T.print is not implemented by this target's code generator", s.span)
 

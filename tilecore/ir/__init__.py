@@ -12,7 +12,7 @@ from .expr import (INDEX, BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, In
 from .printer import expr_str, func_str
 from .simplify import prove_equal, simplify
 from .stmt import (LOOP_KINDS, Allocate, Assert, Assume, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break,
-                   BulkCopy, BulkFence, BulkStore, BulkStoreWait, Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait, For, Hint, If, KernelLaunch, MatrixLoad, MatrixOp, MatrixSync, Param, PerThread, Print, PrimFunc, Seq, Specialized, StageRelease,
+                   BulkCopy, BulkFence, BulkStore, BulkStoreWait, Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait, For, Hint, If, KernelLaunch, MatrixLoad, MatrixOp, MatrixStore, MatrixSync, Param, PerThread, Print, PrimFunc, Seq, Specialized, StageRelease,
                    Stmt, Store, TileOp, VectorStore, free_vars, seq)
 from .visit import children, collect, loop_nest, rewrite, stmt_exprs, walk
 

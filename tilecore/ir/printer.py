@@ -13,7 +13,7 @@ from .expr import (BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, L
                    ThreadIndex, Var)
 from .stmt import (Allocate, Assert, Assume, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, BulkCopy, BulkFence, BulkStore, BulkStoreWait,
                    Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait, Specialized, StageRelease,
-                   For, Hint, If, KernelLaunch, MatrixLoad, VectorStore, MatrixOp, MatrixSync, PerThread, Print,
+                   For, Hint, If, KernelLaunch, MatrixLoad, MatrixStore, VectorStore, MatrixOp, MatrixSync, PerThread, Print,
                    PrimFunc, Seq, Stmt, Store, TileOp)
 
 _BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "floormod": "%",
@@ -180,6 +180,10 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
         if s.vector_load:  # one read of consecutive elements (its first, then how many)
             vals = f"{expr_str(s.values[0])}:+{s.lanes}"
         return [f"{pad}{_nm(s.buffer)}[{idx}:+{s.lanes}] = T.vector({vals})"]
+    if isinstance(s, MatrixStore):
+        idx = ", ".join(expr_str(i) for i in s.indices)
+        vals = ", ".join(expr_str(v) for v in s.values)
+        return [f"{pad}T.matrix_store({_nm(s.buffer)}[{idx}], ({vals}), 4 x 8x8)"]
     if isinstance(s, MatrixLoad):
         return [f"{pad}T.matrix_load({s.spelling!r}, {s.operand!r}, {_nm(s.dst)}[{s.dst_offset}:], "
                 f"{expr_str(s.origin)}, lane={expr_str(s.lane)}, trans={s.trans}, align={s.align})"]

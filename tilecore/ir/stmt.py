@@ -403,6 +403,23 @@ class VectorStore(Stmt):
 
 
 @dataclass(eq=False)
+class MatrixStore(Stmt):
+    """Four 8x8 matrices of 16-bit elements stored from a group of 32 threads' registers to shared memory by one
+    cooperative instruction, inside a :class:`PerThread` (the inverse of the operand load a :class:`MatrixLoad`
+    may be spelled as). Thread ``l`` of the group (``l = thread index % 32``) holds in ``values[2m], values[2m + 1]``
+    the pair at row ``l / 4``, columns ``2 (l % 4)`` and ``+ 1`` of matrix ``m``, and gives in ``indices`` (of
+    ``buffer``, a shared tile) the element at column 0 of row ``l % 8`` of matrix ``l / 8``; each matrix row is 8
+    consecutive elements of one 16-byte unit. Made by ``tilecore.matrix_stores`` from four pair
+    :class:`VectorStore` of every thread after it checked that pattern for every thread of the block;
+    ``fallback`` holds those vector stores: an emitter without a spelling emits it (plugin API 1.10)."""
+
+    buffer: Buffer
+    indices: tuple
+    values: tuple
+    fallback: Stmt
+
+
+@dataclass(eq=False)
 class Assume(Stmt):
     """``T.assume(cond)``: the author promises that ``cond`` holds from here to the end of the enclosing block
     (TileLang's meaning: a fact for the compiler, not a check). The bounds and divisibility prover uses it

@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Callable
 
 from .expr import Expr
-from .stmt import For, If, KernelLaunch, MatrixLoad, PerThread, Seq, Specialized, Stmt, VectorStore, seq
+from .stmt import For, If, KernelLaunch, MatrixLoad, MatrixStore, PerThread, Seq, Specialized, Stmt, VectorStore, seq
 
 _CHILDREN = {For: ("body",), If: ("then", "orelse"), KernelLaunch: ("body",), PerThread: ("body",),
              MatrixLoad: ("fallback",), Specialized: ("producer", "consumer"),
-             VectorStore: ("fallback",)}
+             VectorStore: ("fallback",), MatrixStore: ("fallback",)}
 
 
 def children(s: Stmt) -> list:

@@ -5,7 +5,8 @@ Slots, in order (a kernel moves from tile ops over regions to scalar loops ready
 ``legalize``        check the kernel against the target's capabilities and the tile ops' contracts
 ``layout``          decide layouts (fragments over threads and registers, swizzles); collect layout and
                     scheduling hints
-``tile-lowering``   with ``tilecore.bulk_store``, stage a fragment's store to a global tile through a shared tile
+``tile-lowering``   with ``tilecore.bulk_store`` (by default in kernels with one top-level pipelined loop where
+                    the target has bulk tile copies), stage a fragment's store to a global tile through a shared tile
                     and one bulk tile store (``tilecore.stage_bulk_stores``, ``tilecore.passes.bulkstore``; after the
                     backends' passes, which keep the kernels they take); put fragments that got a layout in registers (per-thread programs); where the target declares
                     ``feature:async_copy``, issue consecutive independent copies into shared memory as one
@@ -20,7 +21,8 @@ Slots, in order (a kernel moves from tile ops over regions to scalar loops ready
                     a backend may pipeline a loop itself before that; every loop left is serialized
 ``memory``          plan on-chip memory (the swizzle of matrix-unit operand tiles) and check it against the
                     target's limits; guard memory accesses
-                    not proven in bounds (all of them in checked mode)
+                    not proven in bounds (all of them in checked mode); write a bulk store's 16-bit tile as
+                    four 8x8 matrices a 32-thread group where the emitter spells it (``tilecore.matrix_stores``)
 ``before-codegen``  final clean-up and verification
 
 A backend adds passes to a slot, before or after the core's own; it never copies the list.
@@ -53,8 +55,9 @@ class PassConfigKey:
     BULK_COPY_VERSIONED = "tilecore.bulk_copy_versioned"  #: bool: a pipelined loop whose copies lack only launch-time facts for bulk tile copies (a dynamic row length) is versioned on them, bulk copies where they hold (default True; False: per-thread copies only; D40)
     WARP_SPECIALIZE = "tilecore.warp_specialize"  #: bool: a producer group of its own issues a pipelined loop's bulk copies where the target has warp specialization (default False: thread 0 issues them between the block's barriers)
     VECTORIZE = "tilecore.vectorize"  #: bool: store runs of a thread's registers to consecutive aligned addresses as one vector access (default True; D32)
-    BULK_STORE = "tilecore.bulk_store"  #: bool: store a fragment to a global tile through a shared tile and one asynchronous bulk tile store where the target has bulk tile copies, waited for before the tile is written again (default False; D46)
-    PERSISTENT = "tilecore.persistent"  #: bool or int: launch the resident blocks only, each looping over the tiles, a pipelined loop carried across them (default False; an int: that many blocks; D36)
+    BULK_STORE = "tilecore.bulk_store"  #: bool: store a fragment to a global tile through a shared tile and one asynchronous bulk tile store where the target has bulk tile copies, waited for before the tile is written again (default: on in kernels with one top-level pipelined loop where the target has bulk tile copies and its code generator spells bulk stores; False: off; D46, D51)
+    MATRIX_STORES = "tilecore.matrix_stores"  #: bool: a bulk store's 16-bit tile written as four 8x8 matrices a 32-thread group where the thread's pairs form them and the emitter spells it (default True; D51)
+    PERSISTENT = "tilecore.persistent"  #: bool or int: launch the resident blocks only, each looping over the tiles, a pipelined loop carried across them (default False; an int: that many blocks; D36; D51 measured it with the bulk store: slower than the bulk store alone)
     LAYOUT_CONVERSION = "tilecore.layout_conversion"  #: True (default): convert a fragment between disagreeing layouts in registers; "shared": always through shared memory; False: keep one in shared memory
 
     # TileLang's names (tilelang.PassConfigKey), so ported code runs. Those with a tilecore meaning are
@@ -190,6 +193,7 @@ def core_pipeline() -> Pipeline:
         "tile-lowering": [bulkstore.stage_bulk_stores, layout.lower_fragments, pipeline.stage_pipelined_copies, copies.group_async_copies,
                           lower_tile.lower_tile_ops],
         "pipelining": [persistent.persistent_tiles, pipeline.plan_pipelines, core.serialize_pipelined],
-        "memory": [matrix.swizzle_operand_tiles, core.plan_memory, vectorize.vectorize_stores, guard.guard_accesses],
+        "memory": [matrix.swizzle_operand_tiles, core.plan_memory, vectorize.vectorize_stores, guard.guard_accesses,
+                   vectorize.matrix_stores],
         "before-codegen": [core.verify_lowered],
     })

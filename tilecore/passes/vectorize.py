@@ -37,9 +37,9 @@ turns it off.
 """
 from __future__ import annotations
 
-from ..ir import (Assume, BinOp, Bind, BufferLoad, Call, Cast, Cmp, For, If, KernelLaunch, Logic, PerThread, Select, Seq,
-                  Specialized, Store, Var, VectorStore, as_expr, binary, const_value, is_float, loop_nest, simplify,
-                  walk_expr)
+from ..ir import (Assume, BinOp, Bind, BufferLoad, Call, Cast, Cmp, For, If, KernelLaunch, Logic, MatrixStore, PerThread,
+                  Select, Seq, Specialized, Store, Var, VectorStore, as_expr, binary, const_value, is_float, loop_nest,
+                  simplify, walk_expr)
 from ..ir.bounds import Facts
 from . import tile_pass
 from .core import block_allocations
@@ -388,4 +388,202 @@ def vectorize_stores(func, ctx):
     return func.with_body(_Pass(ok).stmt(func.body, Facts(), False))
 
 
-__all__ = ["vectorize_stores", "MAX_BYTES"]
+
+
+# -- four 8x8 matrices a warp: tilecore.matrix_stores ---------------------------------------------------------
+
+#: threads that store four 8x8 matrices together, and the matrices' shape
+GROUP, ATOM = 32, 8
+
+
+def _ev(e, t):
+    """``e`` (integer arithmetic over the thread index and constants) at the threads ``t`` (a numpy array of thread
+    indices, evaluated for all at once); None where it reads anything else or divides by a non-positive number."""
+    import numpy as np
+
+    from ..ir import IntImm, ThreadIndex
+
+    if isinstance(e, IntImm):
+        return np.full_like(t, int(e.value))
+    if isinstance(e, ThreadIndex):
+        return t
+    if isinstance(e, Cast) and not is_float(e.dtype):
+        return _ev(e.value, t)
+    if not isinstance(e, BinOp):
+        return None
+    a, b = _ev(e.a, t), _ev(e.b, t)
+    if a is None or b is None:
+        return None
+    op = e.op
+    if op in ("floordiv", "div", "floormod", "mod"):
+        # C's truncating division equals the floor's where both are non-negative
+        if (b <= 0).any() or (op in ("div", "mod") and (a < 0).any()):
+            return None
+        return a // b if op in ("floordiv", "div") else a % b
+    f = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.minimum, "max": np.maximum,
+         "xor": np.bitwise_xor, "bitand": np.bitwise_and}.get(op)
+    return f(a, b) if f is not None else None
+
+
+def _at_thread(e, new):
+    """``e`` with the thread index replaced by ``new``."""
+    from ..ir import ThreadIndex
+
+    if isinstance(e, ThreadIndex):
+        return new
+    if isinstance(e, BinOp):
+        return BinOp(e.op, _at_thread(e.a, new), _at_thread(e.b, new), e.dtype)
+    if isinstance(e, Cast):
+        return Cast(e.dtype, _at_thread(e.value, new))
+    return e
+
+
+def _atoms(group: list, threads: int):
+    """``group``: four pair stores' inlined (row, column) indices. Where every thread ``t`` of every 32-thread
+    group stores pair ``m`` at row ``R_m + l / 4``, column ``C_m + 2 (l % 4)`` (``l = t % 32``, ``C_m`` a multiple
+    of 8: each matrix row inside one 16-byte unit), the offsets ``(R_m - R_0, C_m - C_0)``, the same for every
+    group; else None. Evaluated for every thread of the block."""
+    import numpy as np
+
+    t = np.arange(threads, dtype=np.int64)
+    lane, first = t % GROUP, t - t % GROUP
+    offs = []
+    r00 = c00 = None
+    for idx in group:
+        r, c = _ev(idx[0], t), _ev(idx[1], t)
+        if r is None or c is None:
+            return None
+        R, C = r[first], c[first]  # the group's lane 0
+        if (C % ATOM).any() or (r != R + lane // 4).any() or (c != C + 2 * (lane % 4)).any():
+            return None
+        if r00 is None:
+            r00, c00 = R, C
+        dr, dc = R - r00, C - c00
+        if (dr != dr[0]).any() or (dc != dc[0]).any():
+            return None
+        offs.append((int(dr[0]), int(dc[0])))
+    return tuple(offs)
+
+
+def _lane_address(idx0, offs):
+    """The element whose address thread ``t`` gives: column 0 of row ``l % 8`` of matrix ``l / 8`` (``l = t % 32``),
+    from pair 0's indices taken at the thread of the group that holds that row's first pair, ``4 (l % 8)``."""
+    from ..ir import IntImm, ThreadIndex
+
+    t = ThreadIndex()
+    dt = idx0[0].dtype
+    lane = binary("floormod", t, GROUP)
+    src = binary("add", binary("mul", binary("floordiv", t, GROUP), GROUP), binary("mul", binary("floormod", lane, ATOM), 4))
+    m = binary("floordiv", lane, ATOM)
+
+    def pick(k):
+        vals = [o[k] for o in offs]
+        e = IntImm(vals[3], dt)
+        for j in (2, 1, 0):
+            e = Select(Cmp("eq", m, IntImm(j, dt)), IntImm(vals[j], dt), e) if vals[j] != vals[3] else e
+        return e
+
+    return tuple(simplify(binary("add", _at_thread(x, src), pick(k))) for k, x in enumerate(idx0))
+
+
+class _Matrices:
+    def __init__(self, ok: frozenset):
+        self.ok = ok
+        self.count = 0
+
+    def seq(self, body: list, threads: int) -> list:
+        env: dict = {}
+        out: list = []
+        i = 0
+        while i < len(body):
+            s = body[i]
+            if isinstance(s, Bind) and not is_float(s.var.dtype):
+                env[id(s.var)] = _inline(s.value, env)
+                out.append(s)
+                i += 1
+                continue
+            if not self._pair(s):
+                out.append(s)
+                i += 1
+                continue
+            # four pair stores with integer binds between them
+            stores, binds, j, envj = [s], [], i + 1, dict(env)
+            idx = [tuple(_inline(x, envj) for x in s.indices)]
+            while j < len(body) and len(stores) < 4:
+                t = body[j]
+                if isinstance(t, Bind) and not is_float(t.var.dtype):
+                    envj[id(t.var)] = _inline(t.value, envj)
+                    binds.append(t)
+                elif self._pair(t) and t.buffer is s.buffer:
+                    stores.append(t)
+                    idx.append(tuple(_inline(x, envj) for x in t.indices))
+                else:
+                    break
+                j += 1
+            offs = _atoms(idx, threads) if len(stores) == 4 else None
+            if offs is None:
+                out.append(s)
+                i += 1
+                continue
+            env = envj
+            values = tuple(v for st in stores for v in st.values)
+            out += binds
+            out.append(MatrixStore(s.buffer, _lane_address(idx[0], offs), values, Seq(list(stores), span=s.span),
+                                   span=s.span))
+            self.count += 1
+            i = j
+        return out
+
+    def _pair(self, s) -> bool:
+        return (isinstance(s, VectorStore) and s.lanes == 2 and id(s.buffer) in self.ok and s.buffer.dtype.bytes == 2
+                and len(s.indices) == 2)
+
+    def stmt(self, s, threads):
+        if s is None:
+            return None
+        if isinstance(s, Seq):
+            return Seq([self.stmt(c, threads) for c in s.body], span=s.span)
+        if isinstance(s, KernelLaunch):
+            n = 1
+            for x in s.threads:
+                v = const_value(simplify(x))
+                n = n * v if isinstance(v, int) and n is not None else None
+            return s.with_(body=self.stmt(s.body, n))
+        if isinstance(s, For):
+            return s.with_(body=self.stmt(s.body, threads))
+        if isinstance(s, If):
+            return s.with_(then=self.stmt(s.then, threads), orelse=self.stmt(s.orelse, threads))
+        if isinstance(s, Specialized):
+            return s.with_(producer=s.producer, consumer=self.stmt(s.consumer, s.consumers))
+        if isinstance(s, PerThread) and threads and threads % GROUP == 0:
+            body = s.body.body if isinstance(s.body, Seq) else [s.body]
+            return s.with_(body=Seq(self.seq(list(body), threads), span=s.span))
+        return s
+
+
+def _spells_matrix_stores(ctx) -> bool:
+    backend = getattr(ctx, "backend", None)
+    if backend is None or not hasattr(backend, "emitter"):
+        return False
+    return bool(getattr(backend.emitter(ctx.target), "matrix_stores", False))
+
+
+@tile_pass("tilecore.matrix_stores")
+def matrix_stores(func, ctx):
+    """A bulk store's 16-bit tile written by a group of 32 threads' pairs in four 8x8 matrices: one
+    :class:`~tilecore.ir.MatrixStore` each (module doc of :mod:`tilecore.passes.vectorize`, D51)."""
+    if (not ctx.option("tilecore.matrix_stores", True) or ctx.option("tilecore.checked", False)
+            or not _spells_matrix_stores(ctx)):
+        return func
+    from ..ir import BulkStore, collect
+
+    ok = frozenset(id(b.src) for b in collect(func.body, BulkStore) if b.src.dtype.bytes == 2)
+    if not ok:
+        return func
+    m = _Matrices(ok)
+    body = m.stmt(func.body, None)
+    return func.with_body(body, matrix_stores=(f"{m.count} matrix stores (4 x 8x8) into the bulk-store tile",)) \
+        if m.count else func
+
+
+__all__ = ["vectorize_stores", "matrix_stores", "MAX_BYTES"]

@@ -23,8 +23,10 @@ from typing import Any, Callable, ClassVar
 #: (``shuffle_index`` of the C-family emitters); 1.6 bulk tile copies; 1.7 ``performance_notes``; 1.8 adds
 #: :attr:`~tilecore.ir.BulkCopy.when` (a bulk copy of a loop versioned at launch on its tensor's row length);
 #: 1.9 adds bulk tile stores (:class:`~tilecore.ir.BulkStore`, :class:`~tilecore.ir.BulkStoreWait`,
-#: :class:`~tilecore.ir.BulkFence`: ``tilecore.bulk_store``, decision D46).
-PLUGIN_API = (1, 9)
+#: :class:`~tilecore.ir.BulkFence`: ``tilecore.bulk_store``, decision D46); 1.10 adds
+#: :class:`~tilecore.ir.MatrixStore` (four 8x8 matrices of a 32-thread group's registers into shared memory as one
+#: instruction; an emitter saying ``matrix_stores = True`` spells it: ``tilecore.matrix_stores``, decision D51).
+PLUGIN_API = (1, 10)
 
 MODES = ("device", "emulated", "compile-only", "codegen-only")
 

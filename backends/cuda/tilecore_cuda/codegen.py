@@ -15,7 +15,7 @@ from importlib import resources
 from tilecore.codegen import SIMTCppEmitter, EmitState, abi_of, host_expr
 from tilecore.codegen.simtcpp import grid3
 from tilecore.errors import CompileError
-from tilecore.ir import (as_expr, AsyncCopy, VectorStore, BufferLoad, BulkCopy, BulkStore, Collective, MatrixOp, MatrixSync, binary, collect, const,
+from tilecore.ir import (as_expr, AsyncCopy, VectorStore, BufferLoad, BulkCopy, BulkStore, Cast, Collective, MatrixOp, MatrixStore, MatrixSync, binary, collect, const,
                          const_value, logic_or, simplify, Var)
 
 from .compiler import REGISTER_UNIT, REGISTERS_PER_SM
@@ -272,6 +272,8 @@ class CUDAEmitter(SIMTCppEmitter):
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_named_barrier.cuh").read_text()
         if "tc_ex2_ftz(" in "\n".join(st.lines):  # exp2 past its range check in a register program (D35)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_ex2.cuh").read_text()
+        if collect(func.body, MatrixStore):  # four 8x8 matrices a warp into shared memory (D51)
+            helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_stmatrix.cuh").read_text()
         if "tc_rp_stmatrix_x4(" in "\n".join(st.lines):  # a register program's output through TMA stores (D45)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_rp_store.cuh").read_text()
         helpers += "".join(getattr(st, "rp_structs", {}).values())  # register programs' zero-start WGMMA (D45)
@@ -573,6 +575,21 @@ class CUDAEmitter(SIMTCppEmitter):
 
     def stmt_BulkFence(self, st, s):
         self.line(st, "tc_fence_proxy_async();")
+
+    #: four 8x8 matrices a warp by stmatrix (tilecore.matrix_stores, plugin API 1.10, D51)
+    matrix_stores = True
+
+    def stmt_MatrixStore(self, st, s):
+        """``stmatrix.sync.aligned.m8n8.x4.shared.b16``: each lane's four pairs packed as the VectorStore packs
+        them (the conversion takes the value before its rounding cast), at the address of its row."""
+        dt = str(s.buffer.dtype)
+        pack = self.vector_pack.get(dt)
+        if pack is None or len(s.values) != 8 or s.buffer.scope != "shared":
+            return super().stmt_MatrixStore(st, s)
+        vals = [self.expr(st, v.value if isinstance(v, Cast) and str(v.dtype) == dt and
+                          str(v.value.dtype) == "float32" else v) for v in s.values]
+        regs = ", ".join(f"tc_stsm_u32({pack[1].format(vals[k], vals[k + 1])})" for k in range(0, 8, 2))
+        self.line(st, f"tc_stsm_x4(tc_smem_addr(&{self.element(st, s.buffer, s.indices)}), {regs});")
 
     def stmt_CopyBarrierInit(self, st, s):
         n = int(const_value(simplify(s.barrier.numel())))

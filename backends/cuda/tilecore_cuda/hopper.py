@@ -227,6 +227,11 @@ def tensor_map(src, box: tuple, swizzle_bytes: int = SWIZZLE_BYTES) -> dict:
             "swizzle": TMAP_SWIZZLE[swizzle_bytes]}
 
 
+#: pass config (default False): a GEMM this pipeline would run without split-K goes to the core's general path instead
+#: (its bulk-store epilogue and persistent loop, D51), so the two can be compared on every catalog GEMM
+GENERAL_PLAIN_GEMM = "tilecore.cuda.general_plain_gemm"
+
+
 def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
     body = list(launch.body.body) if isinstance(launch.body, Seq) else [launch.body]
     for k, s in enumerate(body):
@@ -273,6 +278,10 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
                  "epilogue": "global" if p.epilogue else "shared", "out_dtype": str(target.buffer.dtype),
                  "tensor_maps": maps, "epi": epi}
         splits, why = split_k(launch, p, s, stages, ctx)
+        if splits == 1 and ctx.option(GENERAL_PLAIN_GEMM, False) is True:  # D51: the plain GEMM to the general path
+            ctx.notes.append(f"cuda.hopper_gemm_pipeline: loop over {s.var.name} left to the core's general path "
+                             f"({GENERAL_PLAIN_GEMM}; split-K GEMMs stay here)")
+            return launch.with_(attrs={**launch.attrs, GENERAL_PLAIN_GEMM: True})  # the register programs pass it by
         starts = [a0[0][0], a0[1][0], b0[0][0], b0[1][0]]
         k_tiles = simplify(as_expr(s.extent))
         extra = ()
@@ -838,7 +847,8 @@ def rewrite_launches(func, ctx, lower, features=("wgmma", "bulk_tensor_copy", "w
     if ctx.option("tilecore.cuda.register_programs", True) is False:  # every kernel on the core's general path
         return passed_by("tilecore.cuda.register_programs is False: general path")
     before = len(ctx.notes)
-    body = rewrite(func.body, lambda s: lower(s, ctx) if isinstance(s, KernelLaunch) else None)
+    body = rewrite(func.body, lambda s: lower(s, ctx) if isinstance(s, KernelLaunch)
+                   and not s.attrs.get(GENERAL_PLAIN_GEMM) else None)
     notes = tuple(func.attrs.get("hopper_pipelines", ())) + tuple(ctx.notes[before:])
     return func.with_body(body, hopper_pipelines=notes)
 
