@@ -63,38 +63,29 @@ if "old_headers" in patch:  # the prelude and NVRTC flags of before D25 (the plu
     _prelude = cg.prelude
     cg.prelude = lambda hopper=False, *a, tma=False, splitk=False, persistent=False: _prelude(
         hopper, tma=tma, splitk=splitk, persistent=persistent)
-if "before_d48" in patch:  # set as the module loads (in the timed part, as the default variant loads it)
+def after_load(name, change):  # change(module) as the module loads (in the timed part, as the default variant loads it)
     import importlib.util
-    class _Undo:
-        def find_spec(self, name, path=None, target=None):
-            if name != "tilecore.plugin.registry":
+    class _Hook:
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname != name:
                 return None
             sys.meta_path.remove(self)
-            spec = importlib.util.find_spec(name)
+            spec = importlib.util.find_spec(fullname)
             run = spec.loader.exec_module
             def exec_module(module):
                 run(module)
-                module.LAZY_RECORDS = False  # every plugin's distribution and version read as it loads
+                change(module)
             spec.loader.exec_module = exec_module
             return spec
-    sys.meta_path.insert(0, _Undo())
-if "peeled" in patch:  # D50 undone: the persistent GEMM's last k step peeled off its loop, as the module loads
-    import importlib.util
+    sys.meta_path.insert(0, _Hook())
+if "before_d48" in patch:  # every plugin's distribution and version read as it loads
+    after_load("tilecore.plugin.registry", lambda m: setattr(m, "LAZY_RECORDS", False))
+if "peeled" in patch:  # D50 undone: the persistent GEMM's last k step peeled off its loop
     sys.path.insert(0, cfg["bench"])
-    class _Peel:
-        def find_spec(self, name, path=None, target=None):
-            if name != "tilecore_cuda.codegen":
-                return None
-            sys.meta_path.remove(self)
-            spec = importlib.util.find_spec(name)
-            run = spec.loader.exec_module
-            def exec_module(module):
-                run(module)
-                from persistent_peel import peel
-                module.prelude = peel(module.prelude)
-            spec.loader.exec_module = exec_module
-            return spec
-    sys.meta_path.insert(0, _Peel())
+    def _peel(module):
+        from persistent_peel import peel
+        module.prelude = peel(module.prelude)
+    after_load("tilecore_cuda.codegen", _peel)
 clock = time.perf_counter
 cpu = lambda: time.process_time() + sum(os.times()[2:4])  # this process's CPU time and its finished children's (nvcc)
 t0, c0 = clock(), cpu()
