@@ -7,6 +7,9 @@
   with the compiled launcher (tilecore/runtime/launcher.c) and with the Python binder
   (``TILECORE_C_LAUNCHER=0``), and the parts of a launch timed alone (tensor metadata reads, the device
   and stream queries, cuLaunchKernel through ctypes);
+- the same calls' host cost alone: 400 calls while the GPU is held busy (``torch.cuda._sleep``), so the launch
+  queue never fills and no call waits for the GPU (the back-to-back row becomes the GPU's time per tiny kernel
+  once the queue is full, wherever that is longer than the host's cost);
 - the same launch captured in a CUDA graph and replayed (``kernel`` inside ``torch.cuda.graph``);
 - cold compile of the WGMMA GEMM (128x256x64, 4 stages) in a fresh process, torch already imported, no
   cache, split into NVRTC and the rest;
@@ -92,8 +95,8 @@ def fresh(code: str, env: dict | None = None, text: bool = False):
 
 
 def breakdown(k, x, torch, host_us) -> list:
-    """Where a launch's host time goes: each part timed alone in a loop, less the loop's own cost (an empty
-    lambda), on the kernel's program after its Python-path launches."""
+    """Where a launch's host time goes: each part timed alone (the GPU held busy, the queue never full), less the
+    loop's own cost (an empty lambda), on the kernel's program after its Python-path launches."""
     import ctypes
 
     prog = k._program
@@ -170,6 +173,24 @@ def main() -> int:
                 torch.cuda.synchronize()
             return best
 
+        def host_only_us(fn, launches=400):
+            """Host time per call with the GPU held busy (``torch.cuda._sleep``) and fewer calls than the launch
+            queue holds: no call waits for the GPU to drain the queue, so this is the host's cost alone. Back-to-back
+            calls (``host_us``, 5000 of them) fill the queue, and from then on each call waits for the GPU to finish
+            a kernel: there the row is the larger of the host's cost and the GPU's time per tiny kernel."""
+            for _ in range(50):
+                fn()
+            torch.cuda.synchronize()
+            best = float("inf")
+            for _ in range(5):
+                torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU cycles: longer than the timed loop
+                t0 = time.perf_counter()
+                for _ in range(launches):
+                    fn()
+                best = min(best, (time.perf_counter() - t0) / launches * 1e6)
+                torch.cuda.synchronize()
+            return best
+
         try:
             from tilecore.runtime.clauncher import why_unavailable
         except ImportError:  # a tree before the compiled launcher (device_check.sh's before-* steps)
@@ -183,13 +204,18 @@ def main() -> int:
         compiled = getattr(k, "_native", None) is not None and getattr(k_py, "_native", None) is None
         ours, theirs = host_us(lambda: k(x, y, z)), host_us(lambda: torch.add(x, y, out=z))
         py = host_us(lambda: k_py(x, y, z))
+        q_ours, q_theirs = host_only_us(lambda: k(x, y, z)), host_only_us(lambda: torch.add(x, y, out=z))
+        q_py = host_only_us(lambda: k_py(x, y, z))
         rows.append(("host time per launch, 3-tensor add (4096 elements), compiled launcher", f"{ours:.1f} us",
                      f"torch.add {theirs:.1f} us ({theirs / ours:.2f}x)" if compiled else
                      f"torch.add {theirs:.1f} us; NO compiled launcher here: {why_unavailable() or 'off'}"))
         rows.append(("the same, Python binder (TILECORE_C_LAUNCHER=0)", f"{py:.1f} us",
                      f"torch.add {theirs:.1f} us ({theirs / py:.2f}x)"))
+        rows.append(("the same, host cost alone (GPU held busy, 400 calls: the launch queue never full), compiled "
+                     "launcher / Python binder", f"{q_ours:.1f} / {q_py:.1f} us",
+                     f"torch.add {q_theirs:.1f} us ({q_theirs / q_ours:.2f}x)"))
         try:
-            rows += breakdown(k_py, x, torch, host_us)
+            rows += breakdown(k_py, x, torch, host_only_us)  # parts timed with the queue never full
         except (AttributeError, TypeError, ValueError) as e:  # an older tree's program keeps other state
             rows.append(("  the parts of a launch", "-", f"not measured with this tree: {e}"))
         g = torch.cuda.CUDAGraph()
