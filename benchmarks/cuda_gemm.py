@@ -403,7 +403,7 @@ def main() -> int:
     shapes = [(n, n, n) for n in (int(x) for x in args.sizes.split(",") if x)]
     shapes += [tuple(int(v) for v in x.split("x")) for x in args.shapes.split(",") if x]
     triton_mm = triton_matmul() if args.triton else None
-    for dtype in args.dtypes.split(","):
+    for dtype in [d for d in args.dtypes.split(",") if d]:
         tdt = getattr(torch, dtype)
         for m, n, kk in shapes:
             a = torch.randn(m, kk, device="cuda").to(tdt)

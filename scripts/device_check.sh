@@ -49,6 +49,8 @@ step conformance-hopper-persistent python3 -m tilecore conformance run --target 
      --pass-config tilecore.cuda.persistent=true --report /tmp/rep/cuda-hopper-persistent
 step gemm python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
      --shapes "${GEMM_SHAPES:-4096x4096x14336,4096x14336x4096,128x4096x4096,16x8192x8192}"
+# issue 11's table also has fp8 8192^3 (float8_e4m3, B as (N, K)) against torch._scaled_mm (cuBLAS fp8)
+step gemm-fp8 python3 benchmarks/cuda_gemm.py --rep 10 --sizes "" --dtypes ""
 step attention python3 benchmarks/cuda_attention.py --rep 3
 step attention-fast python3 benchmarks/cuda_attention.py --rep 3 --fast-math
 # FA3's schedules of the register programs (decision D28): off, ping-pong, intra-warpgroup overlap, both; one row each
