@@ -367,19 +367,20 @@ def _facts_through(stmts, facts: Facts) -> Facts:
     return facts
 
 
-def _spells_vectors(ctx) -> bool:
-    """The target's emitter opts in (``vector_stores = True``: the SIMT C++ emitter's default); other emitters
-    never see a :class:`~tilecore.ir.VectorStore`."""
+def _emitter_spells(ctx, what: str) -> bool:
+    """The target's emitter opts in to a statement it spells: ``vector_stores = True`` (the SIMT C++ emitter's
+    default) for :class:`~tilecore.ir.VectorStore`, ``matrix_stores = True`` for :class:`~tilecore.ir.MatrixStore`;
+    other emitters never see them."""
     backend = getattr(ctx, "backend", None)
     if backend is None or not hasattr(backend, "emitter"):
         return False
-    return bool(getattr(backend.emitter(ctx.target), "vector_stores", False))
+    return bool(getattr(backend.emitter(ctx.target), what, False))
 
 
 @tile_pass("tilecore.vectorize_stores")
 def vectorize_stores(func, ctx):
     """Fold runs of register stores to consecutive, aligned global addresses into vector stores (module doc)."""
-    if not ctx.option("tilecore.vectorize", True) or ctx.option("tilecore.checked", False) or not _spells_vectors(ctx):
+    if not ctx.option("tilecore.vectorize", True) or ctx.option("tilecore.checked", False) or not _emitter_spells(ctx, "vector_stores"):
         return func
     from ..ir import BulkStore, collect
 
@@ -561,19 +562,12 @@ class _Matrices:
         return s
 
 
-def _spells_matrix_stores(ctx) -> bool:
-    backend = getattr(ctx, "backend", None)
-    if backend is None or not hasattr(backend, "emitter"):
-        return False
-    return bool(getattr(backend.emitter(ctx.target), "matrix_stores", False))
-
-
 @tile_pass("tilecore.matrix_stores")
 def matrix_stores(func, ctx):
     """A bulk store's 16-bit tile written by a group of 32 threads' pairs in four 8x8 matrices: one
     :class:`~tilecore.ir.MatrixStore` each (module doc of :mod:`tilecore.passes.vectorize`, D51)."""
     if (not ctx.option("tilecore.matrix_stores", True) or ctx.option("tilecore.checked", False)
-            or not _spells_matrix_stores(ctx)):
+            or not _emitter_spells(ctx, "matrix_stores")):
         return func
     from ..ir import BulkStore, collect
 
