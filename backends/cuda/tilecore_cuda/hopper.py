@@ -349,6 +349,12 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
                 at["release"] = rel
             if rwhy:
                 pwhy += f"; {rwhy}"
+            skm, skwhy = stream_k_plan(ctx, s, blocks, bool(mc), pingpong, launch, k_tiles)
+            if skm:  # D53: the last wave's tiles in even k ranges, a fixup through a workspace
+                at["stream_k"] = {"mode": skm, "slots": blocks}
+                at["workspace_bytes"] = streamk_workspace_bytes(blocks, p.ncwg, p.bm, p.bn)
+            if skwhy:
+                pwhy += f"; {skwhy}"
             if ctx.option("tilecore.cuda.pipeline_profile", False):  # D49: the wait-time profile (a benchmark's)
                 at["profile"] = True
                 pwhy += "; pipeline_profile: cycle counts into tc_pipe_prof"
@@ -598,6 +604,58 @@ def cluster_multicast_plan(launch: KernelLaunch, p: _Plan, ctx, loop: For, a0, b
     if count % 2:
         note += f" ({count} tiles that way: the last of each row's pairs runs its partner's tile and stores nothing)"
     return {"share": share, "dim": d, "shape": asked}, note
+
+
+# -- stream-K for the persistent grid's last wave (docs/decisions.md D53) -----------------------------------
+
+#: ``tilecore.cuda.stream_k``'s values -> tc_persistent.cuh's TC_SK_*: True (and "auto" where it applies): the tiles
+#: past the last whole wave and one whole wave more run stream-K; "tail": only those past the last whole wave
+STREAM_K_MODES = {True: 1, "tail": 2}
+#: ``tilecore.cuda.stream_k`` unless the kernel says (D53: decided by the device measurement)
+STREAM_K_DEFAULT = False
+#: "auto": on where the tile's k tiles are at least this many (a piece of a few k tiles is mostly fixup) or unknown
+STREAM_K_AUTO_MIN_K = 8
+
+
+def streamk_workspace_bytes(slots: int, consumers: int, bm: int, bn: int) -> int:
+    """Stream-K's global scratch (prelude/tc_persistent.cuh, tc_sk_flag / tc_sk_part): a uint32 flag per (slot,
+    consumer warpgroup), padded to 256 bytes, then a float32 BM x BN partial tile per slot (one per block)."""
+    return -(-slots * consumers * 4 // COUNTER_ALIGN) * COUNTER_ALIGN + slots * bm * bn * 4
+
+
+def stream_k_plan(ctx, loop: For, blocks: int, cluster: bool, pingpong: bool, launch: KernelLaunch,
+                  k_tiles) -> tuple:
+    """``(mode, note)`` for a persistent GEMM: ``tilecore.cuda.stream_k`` (False, True, "auto" or "tail"; unset:
+    :data:`STREAM_K_DEFAULT`) as tc_persistent.cuh's TC_SK_* (0: off) and what the kernel's note says. Stream-K
+    needs every tile to have the same k tiles (the loop's extent free of the block indices), no clusters and no
+    ping-pong; where the profile's blocks divide a static tile count (or the tiles fit in one wave) there is no
+    tail to balance. The kernel decides again at run time (tc_sk_tiles: the launch's grid)."""
+    asked = ctx.option("tilecore.cuda.stream_k", STREAM_K_DEFAULT)
+    if asked is None or asked == "off":
+        asked = False
+    if asked == "on":
+        asked = True
+    if not (asked is False or asked is True or asked in ("auto", "tail")):
+        raise CompileError(f"pass config tilecore.cuda.stream_k must be False, True, \"auto\" or \"tail\", got "
+                           f"{asked!r}", loop.span)
+    if asked is False:
+        return 0, ("stream_k off" if ctx.option("tilecore.cuda.stream_k", None) is not None else "")
+    if cluster:
+        return 0, "not stream_k: its pieces are a single block's (no clusters of two)"
+    if pingpong:
+        return 0, "not stream_k: the ping-pong warpgroups take whole tiles"
+    if any(_mentions(k_tiles, v) for v in launch.block_vars):
+        return 0, "not stream_k: the tiles' k tiles differ (the loop's extent names the block indices)"
+    tiles, kt = _tile_count(launch), const_value(simplify(as_expr(k_tiles)))
+    if tiles is not None and (tiles <= blocks or tiles % blocks == 0):
+        return 0, (f"not stream_k: {tiles} tiles on {blocks} blocks leave no partial wave")
+    if asked == "auto" and kt is not None and int(kt) < STREAM_K_AUTO_MIN_K:
+        return 0, f"not stream_k (auto): {int(kt)} k tiles a tile (fewer than {STREAM_K_AUTO_MIN_K})"
+    mode = STREAM_K_MODES["tail" if asked == "tail" else True]
+    what = "the partial wave's tiles" if mode == 2 else "the partial wave's tiles and one whole wave"
+    waves = f" ({tiles} tiles on {blocks} blocks: {tiles / blocks:.2f} waves)" if tiles is not None else ""
+    return mode, (f"stream_k{' auto' if asked == 'auto' else ''}{' tail' if mode == 2 else ''}: {what} in even "
+                  f"k ranges over every block{waves}, split tiles summed through a workspace")
 
 
 # -- split-K (docs/decisions.md D27) ----------------------------------------------------------------------
