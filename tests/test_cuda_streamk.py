@@ -106,6 +106,7 @@ def test_a_bad_stream_k_value_is_a_clear_error():
     (SQ, {"panel": 8}, "HGMMA.64x256x16.F32"),
     (SQ, {"panel": 8, "dtype": "bfloat16", "out": "bfloat16"}, "HGMMA.64x256x16.F32.BF16"),
     (dict(SQ, M=8192, N=8192, K=1024), {"panel": 8}, "HGMMA.64x256x16.F32"),
+    (dict(SQ, K=512), {}, "HGMMA.64x256x16.F32"),  # no panel, 8 k tiles (a 64-bit schedule spilled 8 bytes here)
     (dict(SQ, M=3000, N=3000, K=1000, bn=128, threads=128), {"dtype": "bfloat16", "out": "float32"},
      "HGMMA.64x128x16.F32.BF16"),  # one consumer warpgroup (MR 2), ragged, float32 C
     (dict(SQ, M=2000, N=3000, K=2000), {"tb": True, "pass_configs": {"tilecore.cuda.tma_store": False}},
@@ -131,6 +132,14 @@ def test_stream_k_sass_has_the_fixup_and_the_pipeline_without_spills(shape, kw, 
     assert k.source.meta["ptxas"].get("spill_stores", 0) == 0 and k.source.meta["ptxas"].get("registers", 0) <= regs
     if shape["threads"] == 256:  # the registers still move from the producer to the consumers
         assert "USETMAXREG.DEALLOC.CTAPOOL 0x38" in sass and "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xe0" in sass
+
+
+@needs_toolchain
+def test_stream_k_with_the_pipeline_profile_declares_its_array():
+    k = _compile(SQ, panel=8, pass_configs={**SK, "tilecore.cuda.pipeline_profile": True})
+    body = _body(k)
+    assert "tc_mc<0, 0, 1, 1>{tc_pipe_prof, tc_workspace, 132}" in body
+    assert "__device__ unsigned long long tc_pipe_prof[" in k.get_kernel_source()
 
 
 @needs_toolchain
@@ -239,9 +248,10 @@ MUTANTS = {
     "the owner leaves out the last contributor": [("b <= last; ++b", "b < last; ++b", 1)],
     "the owner leaves the flags set": [("            tc_sk_flag_release(tc_sk_flag(mc.ws, b, NC, me), 0u);", "", 1)],
     "a contributor stores its piece as the tile": [("          continue;\n        }\n        /* the owner's piece", "        }\n        /* the owner's piece", 1)],
-    "the data-parallel tiles start at the block's index": [("dp(sk_ + b)", "dp(b)", 1)],
+    "the data-parallel tiles start at the block's index": [("dp(sk + b)", "dp(b)", 1)],
     "both warpgroups' partials in one half": [("+ me * 128 * V * 4;", "+ 0;", 2)],
-    "the schedule's ranges overlap": [("i1 = tc_sk_begin(b + 1, blocks, sk * k);", "i1 = tc_sk_begin(b + 1, blocks, sk * k) + 1;", 1)],
+    "the schedule's ranges overlap": [("i1 = tc_sk_begin((unsigned)b + 1, blocks, (unsigned)(sk * k_));",
+                                  "i1 = tc_sk_begin((unsigned)b + 1, blocks, (unsigned)(sk * k_)) + 1;", 1)],
 }
 
 

@@ -277,7 +277,7 @@ class CUDAEmitter(SIMTCppEmitter):
         if "tc_rp_stmatrix_x4(" in "\n".join(st.lines):  # a register program's output through TMA stores (D45)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_rp_store.cuh").read_text()
         helpers += "".join(getattr(st, "rp_structs", {}).values())  # register programs' zero-start WGMMA (D45)
-        if "tc_pipe_prof}" in "\n".join(st.lines):  # the persistent GEMM's profile (tilecore.cuda.pipeline_profile, D49)
+        if re.search(r"\btc_pipe_prof[},]", "\n".join(st.lines)):  # the persistent GEMM's profile (D49)
             helpers += "__device__ unsigned long long tc_pipe_prof[TC_PROF_BLOCKS * TC_PROF_WORDS];\n"
         if collect(func.body, MatrixOp):  # registered matrix units on register arrays (units.py)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_matrix.cuh").read_text()

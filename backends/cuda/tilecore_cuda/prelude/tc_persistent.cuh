@@ -175,46 +175,45 @@ __device__ __forceinline__ long long tc_sk_tiles(int mode, long long tiles, long
     return 0;
   const long long waves = tiles / blocks;
   const long long sk = mode == TC_SK_TAIL ? tiles % blocks : tiles - (waves - 1) * blocks;
-  return sk * k >= 2 * blocks ? sk : 0;  /* every block two k iterations or more */
+  /* every block two k iterations or more; the schedule's arithmetic in 32 bits (iterations x blocks < 2^32: a
+   * 64-bit division in the consumers' tile loop spilled) */
+  return sk * k >= 2 * blocks && sk * k * blocks < (1ll << 32) ? sk : 0;
 }
 /* the first stream-K k iteration of block b (of `iters`); the block whose range holds iteration i */
-__device__ __forceinline__ long long tc_sk_begin(long long b, long long blocks, long long iters) {
+__device__ __forceinline__ unsigned tc_sk_begin(unsigned b, unsigned blocks, unsigned iters) {
   return iters * b / blocks;
 }
-__device__ __forceinline__ long long tc_sk_block_of(long long i, long long blocks, long long iters) {
+__device__ __forceinline__ unsigned tc_sk_block_of(unsigned i, unsigned blocks, unsigned iters) {
   return ((i + 1) * blocks - 1) / iters;
 }
 /* the block's work, in order: stream-K pieces (tile, k tiles [kb, ke)), then whole tiles (ke = -1: the tile's own
  * k tiles). The producer and the consumers walk the same sequence. ON false (no stream-K compiled): whole tiles
  * blockIdx.x, + gridDim.x, ... (the loop before D53, the same SASS). */
 template <bool ON> struct tc_sk_walk {
-  long long tiles, blocks, sk, k, i, i1, dp;
-  __device__ __forceinline__ tc_sk_walk(long long tiles_, long long blocks_, long long b, long long sk_, long long k_)
-      : tiles(tiles_), blocks(blocks_), sk(sk_), k(k_), i(0), i1(0), dp(sk_ + b) {
-    if (sk > 0) {
-      i = tc_sk_begin(b, blocks, sk * k);
-      i1 = tc_sk_begin(b + 1, blocks, sk * k);
+  long long tiles, dp;
+  unsigned blocks, k, i, i1;
+  __device__ __forceinline__ tc_sk_walk(long long tiles_, long long blocks_, long long b, long long sk, long long k_)
+      : tiles(tiles_), dp(sk + b), blocks((unsigned)blocks_), k((unsigned)k_), i(0), i1(0) {
+    if (ON && sk > 0) {
+      i = tc_sk_begin((unsigned)b, blocks, (unsigned)(sk * k_));
+      i1 = tc_sk_begin((unsigned)b + 1, blocks, (unsigned)(sk * k_));
     }
   }
   __device__ __forceinline__ bool next(long long& tile, int& kb, int& ke) {
-    if (!ON) {
-      if (dp >= tiles) return false;
-      tile = dp;
-      dp += gridDim.x;
-      kb = 0;
-      ke = -1;
-      return true;
-    }
-    if (i < i1) {
-      tile = i / k;
-      kb = (int)(i - tile * k);
+    if (ON && i < i1) {
+      const unsigned t = i / k;
+      tile = t;
+      kb = (int)(i - t * k);
       ke = (int)(i1 - i < k - kb ? kb + (i1 - i) : k);
       i += ke - kb;
       return true;
     }
     if (dp >= tiles) return false;
     tile = dp;
-    dp += blocks;
+    if (ON)
+      dp += blocks;
+    else
+      dp += gridDim.x;
     kb = 0;
     ke = -1;
     return true;
@@ -525,9 +524,9 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
           continue;
         }
         /* the owner's piece: each later block whose range holds some of the tile's k iterations, in order */
-        const long long iters = sk * sk_k;
-        const long long last = tc_sk_block_of((tile + 1) * sk_k - 1, gridDim.x, iters);
-        for (long long b = blockIdx.x + 1; b <= last; ++b) {
+        const unsigned iters = (unsigned)(sk * sk_k);
+        const unsigned last = tc_sk_block_of((unsigned)((tile + 1) * sk_k) - 1, gridDim.x, iters);
+        for (unsigned b = blockIdx.x + 1; b <= last; ++b) {
           if (t == 0) {
             tc_sk_flag_wait(tc_sk_flag(mc.ws, b, NC, me), 1u);
             tc_sk_flag_release(tc_sk_flag(mc.ws, b, NC, me), 0u);  /* (read before any later launch writes it) */
