@@ -343,3 +343,23 @@ def test_device_stream_k_4096_fp16_most_tiles_bit_for_bit_with_off():
     blocks = min(_slots(k), torch.cuda.get_device_properties(0).multi_processor_count)
     sk = 512 - (512 // blocks - 1) * blocks  # 248 on 132 SMs
     assert same.sum().item() >= 512 - sk  # the data-parallel tiles at least (the same sums in the same order)
+
+
+@hopper_gpu
+def test_device_stream_k_dynamic_m_decides_at_launch():
+    """A dynamic M: the schedule comes from the launch's tiles (384 at M = 3000: stream-K; 32 at M = 250: one wave,
+    whole tiles), both against float64."""
+    torch = pytest.importorskip("torch")
+    from test_cuda_hopper import dynamic_m_gemm
+
+    N, K = 4096, 1024
+    k = tilecore.compile(dynamic_m_gemm(N=N, K=K), target="cuda", pass_configs={**NOCACHE, **SK})
+    assert "stream_k: the partial wave's tiles and one whole wave" in _notes(k)
+    for M in (3000, 250, 3000):
+        g = torch.Generator().manual_seed(M)
+        a = torch.randn(M, K, generator=g).half().cuda()
+        b = torch.randn(K, N, generator=g).half().cuda()
+        got = _run(k, a, b, M, N, "float16", torch).double()
+        ref = a.double() @ b.double()
+        assert torch.isfinite(got).all()
+        assert torch.allclose(got, ref, atol=2e-2 * np.sqrt(K), rtol=2e-2), (M, (got - ref).abs().max().item())
