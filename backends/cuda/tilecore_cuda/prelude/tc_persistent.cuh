@@ -231,7 +231,9 @@ template <bool ON> struct tc_sk_walk {
  * the init's barrier), 1 the producer's end (ns), 2 producer cycles, 3 its cycles in `empty` waits, 4 its k steps,
  * 5 consumer warpgroup 0's (thread 128's) cycles, 6 its cycles in `full` waits, 7 its cycles releasing stages,
  * 8 its k steps, 9 its end (ns), 10 consumer warpgroup 1's (thread 256's) cycles in `full` waits, 11 its cycles
- * releasing, 12 the SM, 13 the cluster rank; accumulated over launches (the benchmark zeroes them) */
+ * releasing, 12 the SM, 13 the cluster rank, 14 (stream-K, D53) consumer warpgroup 0's cycles until its last
+ * stream-K piece was done (fixups included), 15 its cycles in the fixups (partial stores, flag waits, partial
+ * loads); accumulated over launches (the benchmark zeroes them) */
 #define TC_PROF_WORDS 16
 #define TC_PROF_BLOCKS 2048 /* blocks profiled (the array's; block b writes slot b % TC_PROF_BLOCKS) */
 
@@ -467,7 +469,11 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
     tc_sk_walk<SK != TC_SK_OFF> walk(tiles, gridDim.x, blockIdx.x, sk, sk_k);
     long long tile;
     int kb, ke;
+    long long skc = 0, fx = 0;  /* the profile's (stream-K): cycles to the end of the stream-K pieces, in fixups */
     for (; walk.next(tile, kb, ke); ++j) {
+      if constexpr (PROF && SK != TC_SK_OFF) {
+        if (tile >= sk && skc == 0) skc = tc_clock() - c0;
+      }
       const tc_gemm_tile g = tile_of(tile);
       if (ke < 0) ke = (int)g.k_tiles;
       const int k_tiles = ke - kb;  /* the piece's k steps (a whole tile's: all of them) */
@@ -512,6 +518,8 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
       if (SK != TC_SK_OFF && (kb > 0 || ke < sk_k) && tile < sk) {  /* a piece of a stream-K tile (D53) */
         const int t = threadIdx.x % 128;
         constexpr int V = MR * BN / 8;  /* float4s a thread of the warpgroup holds */
+        long long f0 = 0;
+        if constexpr (PROF) f0 = tc_clock();
         if (kb > 0) {  /* a contributor's piece: the partial to this block's slot, then its flag */
           float* part = tc_sk_part(mc.ws, mc.slots, NC, blockIdx.x, BM, BN) + me * 128 * V * 4;
 #pragma unroll
@@ -521,6 +529,7 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
           }
           tc_consumer_sync(1 + me, 128);  /* the warpgroup's stores, then the flag (cumulative release) */
           if (t == 0) tc_sk_flag_release(tc_sk_flag(mc.ws, blockIdx.x, NC, me), 1u);
+          if constexpr (PROF) fx += tc_clock() - f0;
           continue;
         }
         /* the owner's piece: each later block whose range holds some of the tile's k iterations, in order */
@@ -544,6 +553,7 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
             acc[i][jj + 3] += x3;
           }
         }
+        if constexpr (PROF) fx += tc_clock() - f0;
       }
       if constexpr (TMA_STORE) {  /* (discarded otherwise: tc_stage_c_slice needs whole boxes) */
         const int t = threadIdx.x % 128;
@@ -580,6 +590,10 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
         atomicAdd(prof + 7, (unsigned long long)rc);
         atomicAdd(prof + 8, (unsigned long long)it);
         atomicAdd(prof + 9, tc_globaltimer());
+        if (SK != TC_SK_OFF) {
+          atomicAdd(prof + 14, (unsigned long long)(skc ? skc : tc_clock() - c0));
+          atomicAdd(prof + 15, (unsigned long long)fx);
+        }
       } else if (threadIdx.x == 256) {
         atomicAdd(prof + 10, (unsigned long long)fw);
         atomicAdd(prof + 11, (unsigned long long)rc);
