@@ -7,7 +7,8 @@ and Triton, in the same run.
 For every dtype and shape: the README GEMM (``benchmarks/cuda_gemm.py``'s ``matmul``) at one configuration (the
 default GEMM's: 128x256x64 tiles, 256 threads, 3 stages, swizzle panel 8) compiled once per ``tilecore.cuda.stream_k``
 mode (off: whole tiles round robin, the kernel before D53; on: the partial wave's tiles and one whole wave in even
-k ranges; tail: the partial wave's tiles only), torch.matmul (cuBLAS) and a plain Triton GEMM, timed in
+k ranges; tail: the partial wave's tiles only; stagger: tail's, each block's range between its whole tiles),
+torch.matmul (cuBLAS) and a plain Triton GEMM, timed in
 ``--rounds`` interleaved rounds (best of each: the clocks of one GPU drift within a run), one line per shape with
 TFLOP/s, each against cuBLAS, and on against off. Each mode's result is checked against a float64 reference (the
 largest error relative to the largest reference element, beside off's) and said as same bits as off or not (a
@@ -15,7 +16,7 @@ split tile sums its partials in another order: within float32 rounding, not bit 
 
 ``--profile``: first, per shape of the first dtype, each mode once more built with ``tilecore.cuda.pipeline_profile``
 (D49's per-block cycle counts): ``cuda_gemm.py --profile``'s lines, and for stream-K the consumers' cycles a k step
-in the stream-K pieces (their fixups left out) against the whole tiles after them, and the fixups' cycles a block
+in the stream-K pieces (their fixups left out) against the whole tiles, and the fixups' cycles a block
 (tc_persistent.cuh's profile words 14 and 15).
 
 Without a GPU it says so and exits with status 3.
@@ -30,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tilecore  # noqa: E402
 from cuda_gemm import NO_GPU_EXIT, PROF_WORDS, event_ms, has_gpu, matmul, profile_line, triton_matmul  # noqa: E402
 
-MODES = {"off": False, "on": True, "tail": "tail", "auto": "auto"}
+MODES = {"off": False, "on": True, "tail": "tail", "stagger": "stagger", "auto": "auto"}
 SHAPES = "4096x4096x4096,8192x8192x8192,4096x4096x14336,4096x14336x4096"
 #: shapes whose A and B fit in the H100's 50 MB L2 (16 and 32 MB): where the stream-K pieces' k offsets, spread over
 #: K, cost no DRAM traffic (round 1 of D53 lost 8-46% at the shapes above: the L2 question)
@@ -39,9 +40,9 @@ SMALL_K = "4096x4096x1024,8192x8192x1024,4096x4096x2048"
 
 def sk_tiles(mode: str, tiles: int, blocks: int, k: int) -> int:
     """tc_persistent.cuh's tc_sk_tiles (the stream-K tiles; 0: none), for the profile's arithmetic."""
-    if mode not in ("on", "tail", "auto") or blocks <= 1 or tiles <= blocks or tiles % blocks == 0:
+    if mode not in ("on", "tail", "stagger", "auto") or blocks <= 1 or tiles <= blocks or tiles % blocks == 0:
         return 0
-    sk = tiles % blocks if mode == "tail" else tiles - (tiles // blocks - 1) * blocks
+    sk = tiles % blocks if mode in ("tail", "stagger") else tiles - (tiles // blocks - 1) * blocks
     return sk if sk * k >= 2 * blocks and sk * k * blocks < 2 ** 32 else 0
 
 
@@ -73,7 +74,7 @@ def profile_rows(torch, dtype: str, shape: str, cfg: tuple, modes: list) -> None
         dpc = [(w[5] - w[14]) / max(w[8] - q, 1) for w in ws]
         print(f"    stream-K: {sk} tiles, {q:.1f} k steps a block; consumer 0: {st.median(skc) / q:.0f} cycles a k step "
               f"in the stream-K pieces (min {min(skc) / q:.0f}, max {max(skc) / q:.0f}), {st.median(dpc):.0f} in the "
-              f"whole tiles after; fixups {st.median(w[15] for w in ws):.0f} cycles a block (max "
+              f"whole tiles; fixups {st.median(w[15] for w in ws):.0f} cycles a block (max "
               f"{max(w[15] for w in ws):.0f})", flush=True)
 
 
@@ -81,7 +82,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default=f"{SHAPES},{SMALL_K}", help="MxNxK,...")
     ap.add_argument("--dtypes", default="float16,bfloat16")
-    ap.add_argument("--modes", default="off,on,tail", help="tilecore.cuda.stream_k values: off, on, tail, auto")
+    ap.add_argument("--modes", default="off,on,tail,stagger",
+                    help="tilecore.cuda.stream_k values: off, on, tail, stagger, auto")
     ap.add_argument("--rep", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--config", default="128:256:64:256:3:8", help="block_M:block_N:block_K:threads:stages:panel")

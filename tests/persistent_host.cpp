@@ -449,7 +449,7 @@ static int schedule(int argc, char** argv) {
     gridDim.x = (unsigned)blocks;
     for (long long b = 0; b < blocks; ++b) {
       std::printf("B %lld", b);
-      tc_sk_walk<true> walk(tiles, blocks, b, sk, k);
+      tc_sk_walk<true> walk(tiles, blocks, b, sk, k, mode == TC_SK_STAGGER);
       long long tile;
       int kb, ke;
       while (walk.next(tile, kb, ke)) std::printf(" %lld %d %d", tile, kb, ke);
@@ -508,6 +508,10 @@ int main(int argc, char** argv) {
   run_case<128, 64, 64, 3, 1, false, TC_EPI_TMA, false, h16, TC_SK_WAVE>(5 * 128 - 64, 128 - 8, 3, 1, 5, 3);
   run_case<128, 32, 64, 2, 2, true, TC_EPI_TMA, false, float, TC_SK_WAVE>(7 * 128, 32, 3, 2, 5, 4);
   run_case<128, 32, 64, 2, 2, true, TC_EPI_TMA, false, float, TC_SK_WAVE>(13 * 128, 32, 4, 1, 1, 4);
+  // staggered (each block's range between its whole tiles): 13 tiles of 8 k tiles on 4 blocks (3 whole tiles a block,
+  // then one tile in pieces of 2 k tiles, placed after 3, 2, 1, 0 whole tiles); 7 tiles of 10 on 3 blocks, 16-bit C
+  run_case<128, 32, 64, 2, 2, true, TC_EPI_TMA, false, float, TC_SK_STAGGER>(13 * 128, 32, 4, 2, 8, 4);
+  run_case<128, 64, 64, 3, 1, false, TC_EPI_TMA, false, h16, TC_SK_STAGGER>(7 * 128 - 64, 64 - 8, 3, 1, 10, 3);
   // more blocks than the workspace's slots: no stream-K (whole tiles)
   run_case<128, 32, 64, 2, 2, true, TC_EPI_TMA, false, float, TC_SK_WAVE>(9 * 128, 32, 4, 1, 6, 3);
 #endif

@@ -56,12 +56,13 @@ def _body(k) -> str:
 # -- the decision ------------------------------------------------------------------------------------------
 
 @needs_toolchain
-@pytest.mark.parametrize("value,mode", [(True, 1), ("tail", 2), ("auto", 1)])
+@pytest.mark.parametrize("value,mode", [(True, 1), ("tail", 2), ("auto", 1), ("stagger", 3)])
 def test_stream_k_note_workspace_and_schedule_argument(value, mode):
     k = _compile(SQ, panel=8, pass_configs={"tilecore.cuda.stream_k": value})
     note = _notes(k)
     assert "(512 tiles on 132 blocks: 3.88 waves), split tiles summed through a workspace" in note, note
-    assert ("the partial wave's tiles in even" in note) == (mode == 2)
+    assert ("the partial wave's tiles in even" in note) == (mode != 1)
+    assert ("each block's range between its whole tiles (staggered)" in note) == (mode == 3)
     assert k.source.meta["workspace"] == {"bytes": streamk_workspace_bytes(132, 2, 128, 256), "zeroed": True}
     assert streamk_workspace_bytes(132, 2, 128, 256) == 1280 + 132 * 128 * 256 * 4  # flags padded, 128 KiB a slot
     body = _body(k)
@@ -97,7 +98,7 @@ def test_kernels_that_keep_whole_tiles_say_why(shape, kw, cfg, why):
 
 @needs_toolchain
 def test_a_bad_stream_k_value_is_a_clear_error():
-    with pytest.raises(CompileError, match=r"tilecore.cuda.stream_k must be False, True, \"auto\" or \"tail\", got 3"):
+    with pytest.raises(CompileError, match=r"tilecore.cuda.stream_k must be False, True, \"auto\", \"tail\" or \"stagger\", got 3"):
         _compile(SQ, pass_configs={"tilecore.cuda.stream_k": 3})
 
 
@@ -180,7 +181,7 @@ def _schedules(exe, cases):
     return res
 
 
-CASES = [(mode, t, b, k) for mode in (1, 2) for t, b, k in [
+CASES = [(mode, t, b, k) for mode in (1, 2, 3) for t, b, k in [
     (512, 132, 64), (2048, 132, 128), (512, 132, 224), (1792, 132, 64),  # 4096^3, 8192^3, the LLM shapes (128x256)
     (8 * 32, 132, 64), (9 * 17, 132, 16),                                 # ragged M and N (tiles rounded up)
     (133, 132, 2), (265, 132, 3), (1000, 114, 7), (9, 4, 6), (7, 3, 5), (13, 4, 1), (264, 132, 64), (100, 132, 64),
@@ -192,30 +193,37 @@ def test_schedule_covers_every_k_iteration_once_and_balances_the_blocks(harness)
         case = (mode, tiles, blocks, k)
         assert len(units) == blocks
         partial = tiles % blocks
+        want = partial if mode in (2, 3) else tiles - (tiles // blocks - 1) * blocks
         if tiles <= blocks or partial == 0:
             assert sk == 0, case
         elif sk:
-            want = partial if mode == 2 else tiles - (tiles // blocks - 1) * blocks
             assert sk == want, case
         else:  # skipped only where some block would get fewer than two k iterations
-            assert (partial if mode == 2 else tiles - (tiles // blocks - 1) * blocks) * k < 2 * blocks, case
+            assert want * k < 2 * blocks, case
         seen = np.zeros((tiles, k), dtype=np.int64)
-        work = []
+        work, inserted = [], []
         for b, us in enumerate(units):
             share = 0
+            pieces = [n for n, u in enumerate(us) if u[2] != -1]
+            # the stream-K pieces are one run of the block's units: first (modes 1, 2) or between whole tiles (3)
+            assert pieces == list(range(pieces[0], pieces[0] + len(pieces))) if pieces else True, case
+            if pieces and mode != 3:
+                assert pieces[0] == 0, case
+            inserted.append(pieces[0] if pieces else None)
             for n, (t, kb, ke) in enumerate(us):
-                if ke == -1:  # a whole tile: data-parallel, after the block's stream-K pieces
+                if ke == -1:  # a whole tile: data-parallel, in the block's round-robin order
                     assert t >= sk and (t - sk) % blocks == b, case
-                    assert all(u[2] == -1 for u in us[n:]), case
                     seen[t] += 1
                     continue
                 assert t < sk and 0 <= kb < ke <= k, case
                 seen[t, kb:ke] += 1
                 share += ke - kb
                 if kb > 0:  # a contributor's piece: the first of the block's range
-                    assert n == 0, case
+                    assert n == pieces[0], case
                 if kb == 0 and ke < k:  # an owner's piece: the last of the block's stream-K range
-                    assert n + 1 == len(us) or us[n + 1][2] == -1, case
+                    assert n == pieces[-1], case
+            dps = [u[0] for u in us if u[2] == -1]
+            assert dps == sorted(dps), case
             if sk:
                 even = sk * k / blocks
                 assert abs(share - even) < 1, (case, b, share, even)
@@ -223,6 +231,12 @@ def test_schedule_covers_every_k_iteration_once_and_balances_the_blocks(harness)
         assert (seen == 1).all(), case  # every (tile, k iteration) exactly once
         if sk:
             assert max(work) - min(work) <= 1, case  # every block's whole work within one k iteration
+            # an owner's contributors (later blocks) start their ranges no later than it does, counted in whole
+            # tiles before the range (staggered: later blocks earlier, spread over the whole tiles)
+            assert all(x >= y for x, y in zip(inserted, inserted[1:])), (case, inserted)
+            if mode == 3:
+                n = (tiles - sk) // blocks
+                assert inserted == [(blocks - 1 - b) * (n + 1) // blocks for b in range(blocks)], (case, inserted)
 
 
 def test_schedule_of_the_4096_gemm_splits_tiles_between_two_or_three_blocks(harness):
@@ -296,6 +310,8 @@ def _run(k, a, b, M, N, out, torch):
     # 192 tiles (1.45 waves: all stream-K), B k-major, swizzled, the direct stores
     (dict(SQ, M=2000, N=3000, K=2000), {"tb": True, "panel": 3, "pass_configs": {"tilecore.cuda.tma_store": False}}),
     (dict(SQ, M=4096 + 256, N=4096, K=2048), {"stream_k": "tail"}),                 # 544 tiles, the 16 past 4 waves
+    (SQ, {"panel": 8, "stream_k": "stagger"}),                                      # the ranges between whole tiles
+    (dict(SQ, M=3000, N=7000, K=1000), {"stream_k": "stagger", "dtype": "bfloat16", "out": "bfloat16"}),
 ])
 def test_device_stream_k_matches_float64_and_stream_k_off(shape, kw):
     torch = pytest.importorskip("torch")

@@ -609,8 +609,9 @@ def cluster_multicast_plan(launch: KernelLaunch, p: _Plan, ctx, loop: For, a0, b
 # -- stream-K for the persistent grid's last wave (docs/decisions.md D53) -----------------------------------
 
 #: ``tilecore.cuda.stream_k``'s values -> tc_persistent.cuh's TC_SK_*: True (and "auto" where it applies): the tiles
-#: past the last whole wave and one whole wave more run stream-K; "tail": only those past the last whole wave
-STREAM_K_MODES = {True: 1, "tail": 2}
+#: past the last whole wave and one whole wave more run stream-K, first; "tail": only those past the last whole wave;
+#: "stagger": "tail"'s, each block's range between its whole tiles (later blocks earlier: few blocks at once)
+STREAM_K_MODES = {True: 1, "tail": 2, "stagger": 3}
 #: ``tilecore.cuda.stream_k`` unless the kernel says (D53: decided by the device measurement)
 STREAM_K_DEFAULT = False
 #: "auto": on where the tile's k tiles are at least this many (a piece of a few k tiles is mostly fixup) or unknown
@@ -625,7 +626,7 @@ def streamk_workspace_bytes(slots: int, consumers: int, bm: int, bn: int) -> int
 
 def stream_k_plan(ctx, loop: For, blocks: int, cluster: bool, pingpong: bool, launch: KernelLaunch,
                   k_tiles) -> tuple:
-    """``(mode, note)`` for a persistent GEMM: ``tilecore.cuda.stream_k`` (False, True, "auto" or "tail"; unset:
+    """``(mode, note)`` for a persistent GEMM: ``tilecore.cuda.stream_k`` (False, True, "auto", "tail" or "stagger"; unset:
     :data:`STREAM_K_DEFAULT`) as tc_persistent.cuh's TC_SK_* (0: off) and what the kernel's note says. Stream-K
     needs every tile to have the same k tiles (the loop's extent free of the block indices), no clusters and no
     ping-pong; where the profile's blocks divide a static tile count (or the tiles fit in one wave) there is no
@@ -635,9 +636,9 @@ def stream_k_plan(ctx, loop: For, blocks: int, cluster: bool, pingpong: bool, la
         asked = False
     if asked == "on":
         asked = True
-    if not (asked is False or asked is True or asked in ("auto", "tail")):
-        raise CompileError(f"pass config tilecore.cuda.stream_k must be False, True, \"auto\" or \"tail\", got "
-                           f"{asked!r}", loop.span)
+    if not (asked is False or asked is True or asked in ("auto", "tail", "stagger")):
+        raise CompileError(f"pass config tilecore.cuda.stream_k must be False, True, \"auto\", \"tail\" or "
+                           f"\"stagger\", got {asked!r}", loop.span)
     if asked is False:
         return 0, ("stream_k off" if ctx.option("tilecore.cuda.stream_k", None) is not None else "")
     if cluster:
@@ -651,11 +652,13 @@ def stream_k_plan(ctx, loop: For, blocks: int, cluster: bool, pingpong: bool, la
         return 0, (f"not stream_k: {tiles} tiles on {blocks} blocks leave no partial wave")
     if asked == "auto" and kt is not None and int(kt) < STREAM_K_AUTO_MIN_K:
         return 0, f"not stream_k (auto): {int(kt)} k tiles a tile (fewer than {STREAM_K_AUTO_MIN_K})"
-    mode = STREAM_K_MODES["tail" if asked == "tail" else True]
-    what = "the partial wave's tiles" if mode == 2 else "the partial wave's tiles and one whole wave"
+    mode = STREAM_K_MODES[asked if asked in ("tail", "stagger") else True]
+    what = "the partial wave's tiles and one whole wave" if mode == 1 else "the partial wave's tiles"
+    where = ", each block's range between its whole tiles (staggered)" if mode == 3 else ""
     waves = f" ({tiles} tiles on {blocks} blocks: {tiles / blocks:.2f} waves)" if tiles is not None else ""
-    return mode, (f"stream_k{' auto' if asked == 'auto' else ''}{' tail' if mode == 2 else ''}: {what} in even "
-                  f"k ranges over every block{waves}, split tiles summed through a workspace")
+    tag = {1: "", 2: " tail", 3: " stagger"}[mode]
+    return mode, (f"stream_k{' auto' if asked == 'auto' else ''}{tag}: {what} in even k ranges over every block"
+                  f"{where}{waves}, split tiles summed through a workspace")
 
 
 # -- split-K (docs/decisions.md D27) ----------------------------------------------------------------------

@@ -165,16 +165,23 @@ __device__ __forceinline__ void tc_stage_c_slice(unsigned dst, const float (&acc
  * [S K b / blocks, S K (b + 1) / blocks) (within one of even), tile by tile; then block b runs whole tiles
  * S + b, S + b + blocks, ... (the data-parallel waves). A piece of a tile that starts at k 0 but ends before K is
  * the tile's owner's (always the last piece of the owner's range); one that starts inside the tile is a
- * contributor's (always the first piece of its block's range: a block contributes at most one). */
+ * contributor's (always the first piece of its block's range: a block contributes at most one).
+ * TC_SK_STAGGER: TC_SK_TAIL's tiles and ranges, but each block runs its stream-K range between its whole tiles, block
+ * b after j_b = (blocks - 1 - b) (n + 1) / blocks of its n whole tiles (block 0 last, the last block first), so only
+ * about q / (n K + q) of the blocks run stream-K pieces at any time: their k offsets are spread over K (no L2 reuse
+ * between them: D53's round 1), while the others run whole tiles in two lockstep groups (before and after their
+ * stream-K range). A later block's range never starts later than an earlier block's, so an owner still finds its
+ * contributors' partials written. */
 #define TC_SK_OFF 0
 #define TC_SK_WAVE 1
 #define TC_SK_TAIL 2
+#define TC_SK_STAGGER 3
 __device__ __forceinline__ long long tc_sk_tiles(int mode, long long tiles, long long blocks, long long k,
                                                  long long slots) {
   if (mode == TC_SK_OFF || blocks <= 1 || tiles <= blocks || tiles % blocks == 0 || blocks > slots || k <= 0)
     return 0;
   const long long waves = tiles / blocks;
-  const long long sk = mode == TC_SK_TAIL ? tiles % blocks : tiles - (waves - 1) * blocks;
+  const long long sk = mode != TC_SK_WAVE ? tiles % blocks : tiles - (waves - 1) * blocks;
   /* every block two k iterations or more; the schedule's arithmetic in 32 bits (iterations x blocks < 2^32: a
    * 64-bit division in the consumers' tile loop spilled) */
   return sk * k >= 2 * blocks && sk * k * blocks < (1ll << 32) ? sk : 0;
@@ -186,21 +193,27 @@ __device__ __forceinline__ unsigned tc_sk_begin(unsigned b, unsigned blocks, uns
 __device__ __forceinline__ unsigned tc_sk_block_of(unsigned i, unsigned blocks, unsigned iters) {
   return ((i + 1) * blocks - 1) / iters;
 }
-/* the block's work, in order: stream-K pieces (tile, k tiles [kb, ke)), then whole tiles (ke = -1: the tile's own
- * k tiles). The producer and the consumers walk the same sequence. ON false (no stream-K compiled): whole tiles
- * blockIdx.x, + gridDim.x, ... (the loop before D53, the same SASS). */
+/* the block's work, in order: whole tiles (ke = -1: the tile's own k tiles) up to `ins`, its stream-K pieces
+ * (tile, k tiles [kb, ke)), then the rest of its whole tiles; `ins` the block's first whole tile (stream-K first)
+ * unless `stagger`. The producer and the consumers walk the same sequence. ON false (no stream-K compiled): whole
+ * tiles blockIdx.x, + gridDim.x, ... (the loop before D53, the same SASS). */
 template <bool ON> struct tc_sk_walk {
-  long long tiles, dp;
+  long long tiles, dp, ins;
   unsigned blocks, k, i, i1;
-  __device__ __forceinline__ tc_sk_walk(long long tiles_, long long blocks_, long long b, long long sk, long long k_)
-      : tiles(tiles_), dp(sk + b), blocks((unsigned)blocks_), k((unsigned)k_), i(0), i1(0) {
+  __device__ __forceinline__ tc_sk_walk(long long tiles_, long long blocks_, long long b, long long sk, long long k_,
+                                        bool stagger = false)
+      : tiles(tiles_), dp(sk + b), ins(sk + b), blocks((unsigned)blocks_), k((unsigned)k_), i(0), i1(0) {
     if (ON && sk > 0) {
       i = tc_sk_begin((unsigned)b, blocks, (unsigned)(sk * k_));
       i1 = tc_sk_begin((unsigned)b + 1, blocks, (unsigned)(sk * k_));
+      if (stagger) {
+        const long long n = (tiles_ - sk) / blocks_;  /* the block's whole tiles */
+        ins += (blocks_ - 1 - b) * (n + 1) / blocks_ * blocks_;
+      }
     }
   }
   __device__ __forceinline__ bool next(long long& tile, int& kb, int& ke) {
-    if (ON && i < i1) {
+    if (ON && i < i1 && dp >= ins) {
       const unsigned t = i / k;
       tile = t;
       kb = (int)(i - t * k);
@@ -231,9 +244,9 @@ template <bool ON> struct tc_sk_walk {
  * the init's barrier), 1 the producer's end (ns), 2 producer cycles, 3 its cycles in `empty` waits, 4 its k steps,
  * 5 consumer warpgroup 0's (thread 128's) cycles, 6 its cycles in `full` waits, 7 its cycles releasing stages,
  * 8 its k steps, 9 its end (ns), 10 consumer warpgroup 1's (thread 256's) cycles in `full` waits, 11 its cycles
- * releasing, 12 the SM, 13 the cluster rank, 14 (stream-K, D53) consumer warpgroup 0's cycles until its last
- * stream-K piece was done (fixups included), 15 its cycles in the fixups (partial stores, flag waits, partial
- * loads); accumulated over launches (the benchmark zeroes them) */
+ * releasing, 12 the SM, 13 the cluster rank, 14 (stream-K, D53) consumer warpgroup 0's cycles in stream-K pieces
+ * (from a piece's start to the next unit's, fixups and epilogue included), 15 its cycles in the fixups (partial
+ * stores, flag waits, partial loads); accumulated over launches (the benchmark zeroes them) */
 #define TC_PROF_WORDS 16
 #define TC_PROF_BLOCKS 2048 /* blocks profiled (the array's; block b writes slot b % TC_PROF_BLOCKS) */
 
@@ -395,7 +408,7 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
       if constexpr (PROF) p0 = tc_clock();
       long long sk_k, sk;
       sk_plan(sk_k, sk);
-      tc_sk_walk<SK != TC_SK_OFF> walk(tiles, gridDim.x, blockIdx.x, sk, sk_k);
+      tc_sk_walk<SK != TC_SK_OFF> walk(tiles, gridDim.x, blockIdx.x, sk, sk_k, SK == TC_SK_STAGGER);
       long long tile;
       int kb, ke;
       while (walk.next(tile, kb, ke)) {
@@ -466,13 +479,15 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
     if constexpr (PROF) c0 = tc_clock();
     long long sk_k, sk;
     sk_plan(sk_k, sk);
-    tc_sk_walk<SK != TC_SK_OFF> walk(tiles, gridDim.x, blockIdx.x, sk, sk_k);
+    tc_sk_walk<SK != TC_SK_OFF> walk(tiles, gridDim.x, blockIdx.x, sk, sk_k, SK == TC_SK_STAGGER);
     long long tile;
     int kb, ke;
-    long long skc = 0, fx = 0;  /* the profile's (stream-K): cycles to the end of the stream-K pieces, in fixups */
+    long long skc = 0, fx = 0, u0 = 0;  /* the profile's (stream-K): cycles in stream-K pieces, in their fixups */
     for (; walk.next(tile, kb, ke); ++j) {
-      if constexpr (PROF && SK != TC_SK_OFF) {
-        if (tile >= sk && skc == 0) skc = tc_clock() - c0;
+      if constexpr (PROF && SK != TC_SK_OFF) {  /* the unit before was a stream-K piece: its cycles */
+        const long long now = tc_clock();
+        if (u0) skc += now - u0;
+        u0 = tile < sk ? now : 0;
       }
       const tc_gemm_tile g = tile_of(tile);
       if (ke < 0) ke = (int)g.k_tiles;
@@ -591,7 +606,7 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
         atomicAdd(prof + 8, (unsigned long long)it);
         atomicAdd(prof + 9, tc_globaltimer());
         if (SK != TC_SK_OFF) {
-          atomicAdd(prof + 14, (unsigned long long)(skc ? skc : tc_clock() - c0));
+          atomicAdd(prof + 14, (unsigned long long)(skc + (u0 ? tc_clock() - u0 : 0)));
           atomicAdd(prof + 15, (unsigned long long)fx);
         }
       } else if (threadIdx.x == 256) {
