@@ -40,7 +40,7 @@ SMALL_K = "4096x4096x1024,8192x8192x1024,4096x4096x2048"
 
 def sk_tiles(mode: str, tiles: int, blocks: int, k: int) -> int:
     """tc_persistent.cuh's tc_sk_tiles (the stream-K tiles; 0: none), for the profile's arithmetic."""
-    if mode not in ("on", "tail", "stagger", "auto") or blocks <= 1 or tiles <= blocks or tiles % blocks == 0:
+    if mode not in ("on", "tail", "stagger") or blocks <= 1 or tiles <= blocks or tiles % blocks == 0:
         return 0
     sk = tiles % blocks if mode in ("tail", "stagger") else tiles - (tiles // blocks - 1) * blocks
     return sk if sk * k >= 2 * blocks and sk * k * blocks < 2 ** 32 else 0

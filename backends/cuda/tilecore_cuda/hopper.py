@@ -608,14 +608,15 @@ def cluster_multicast_plan(launch: KernelLaunch, p: _Plan, ctx, loop: For, a0, b
 
 # -- stream-K for the persistent grid's last wave (docs/decisions.md D53) -----------------------------------
 
-#: ``tilecore.cuda.stream_k``'s values -> tc_persistent.cuh's TC_SK_*: True (and "auto" where it applies): the tiles
-#: past the last whole wave and one whole wave more run stream-K, first; "tail": only those past the last whole wave;
-#: "stagger": "tail"'s, each block's range between its whole tiles (later blocks earlier: few blocks at once)
+#: ``tilecore.cuda.stream_k``'s values -> tc_persistent.cuh's TC_SK_*: True: the tiles past the last whole wave and
+#: one whole wave more run stream-K, first; "tail": only those past the last whole wave; "stagger": "tail"'s, each
+#: block's range between its whole tiles (later blocks earlier: few blocks at once)
 STREAM_K_MODES = {True: 1, "tail": 2, "stagger": 3}
-#: ``tilecore.cuda.stream_k`` unless the kernel says (D53: decided by the device measurement)
+#: ``tilecore.cuda.stream_k`` unless the kernel says: off (D53, measured on the H100 in one run: every mode slower
+#: than whole tiles at every shape measured, 0.54-0.95x)
 STREAM_K_DEFAULT = False
-#: "auto": on where the tile's k tiles are at least this many (a piece of a few k tiles is mostly fixup) or unknown
-STREAM_K_AUTO_MIN_K = 8
+#: what "auto" picks: the measured rule (D53: no shape gained, so whole tiles everywhere)
+STREAM_K_AUTO = False
 
 
 def streamk_workspace_bytes(slots: int, consumers: int, bm: int, bn: int) -> int:
@@ -647,11 +648,12 @@ def stream_k_plan(ctx, loop: For, blocks: int, cluster: bool, pingpong: bool, la
         return 0, "not stream_k: the ping-pong warpgroups take whole tiles"
     if any(_mentions(k_tiles, v) for v in launch.block_vars):
         return 0, "not stream_k: the tiles' k tiles differ (the loop's extent names the block indices)"
-    tiles, kt = _tile_count(launch), const_value(simplify(as_expr(k_tiles)))
+    tiles = _tile_count(launch)
     if tiles is not None and (tiles <= blocks or tiles % blocks == 0):
         return 0, (f"not stream_k: {tiles} tiles on {blocks} blocks leave no partial wave")
-    if asked == "auto" and kt is not None and int(kt) < STREAM_K_AUTO_MIN_K:
-        return 0, f"not stream_k (auto): {int(kt)} k tiles a tile (fewer than {STREAM_K_AUTO_MIN_K})"
+    if asked == "auto" and not STREAM_K_AUTO:
+        return 0, ("not stream_k (auto): no shape measured faster with it on the H100 (D53: 0.54-0.95x of whole tiles); "
+                   "True, \"tail\" or \"stagger\" run it")
     mode = STREAM_K_MODES[asked if asked in ("tail", "stagger") else True]
     what = "the partial wave's tiles and one whole wave" if mode == 1 else "the partial wave's tiles"
     where = ", each block's range between its whole tiles (staggered)" if mode == 3 else ""
