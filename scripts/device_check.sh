@@ -40,7 +40,8 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_persistent.py tests/test_cuda_attention_lean.py tests/test_dynamic_tma.py tests/test_copy_groups.py \
      tests/test_cuda_attention_critical_path.py tests/test_cuda_attention_epilogue.py tests/test_cuda_attention_persistent.py \
      tests/test_cuda_tma_store.py tests/test_cuda_mcast.py tests/test_general_gemm.py tests/test_persistent.py \
-     tests/test_cuda_swizzle64.py tests/test_vectorize_copies.py tests/test_cuda_clusters_at_once.py
+     tests/test_cuda_swizzle64.py tests/test_vectorize_copies.py tests/test_cuda_clusters_at_once.py \
+     tests/test_cuda_streamk.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -96,6 +97,14 @@ step corpus env TILECORE_CORPUS_DEVICE=cuda:sm_90a python3 -m pytest -q -n 8 -p 
 # global-workspace sum (D27/D31, the kernel before), split_k=1, the user's atomic split-K, cuBLAS and Triton, one run
 step streamk bash -c 'python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_splitk.py -k device -rs; r=$?; \
      python3 benchmarks/cuda_gemm_splitk.py --rounds 20 --batch 10 --split-k 2,3,4 && exit $r'
+# stream-K for the persistent GEMM's last wave (decision D53): its device tests (float64; stream-K off within float32
+# rounding; the flags left at zero), then tilecore.cuda.stream_k off / on / tail / stagger, fp16 and bf16, 4096^3, 8192^3 and the
+# LLM shapes (4096,4096,14336), (4096,14336,4096), cuBLAS and Triton in the same run (interleaved rounds); shapes whose
+# A and B fit in L2 (K 1024, 2048); first the pipeline profile of each mode (the stream-K pieces' cycles a k step)
+step streamk2 bash -c 'rc=0; python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_streamk.py -k device -rs || rc=$?;
+     python3 benchmarks/cuda_gemm_streamk.py --rep 20 --rounds 2 --dtypes float16 --profile || rc=$?;
+     python3 benchmarks/cuda_gemm_streamk.py --rep 20 --rounds 2 --dtypes bfloat16 \
+       --shapes 4096x4096x4096,8192x8192x8192,4096x4096x14336,4096x14336x4096 || rc=$?; exit $rc'
 # dynamic-shape GEMMs on TMA (D40): the loop versioned at launch vs the cp.async version alone (versioning off),
 # odd K, the static kernel and cuBLAS in the same run, host us per launch; then both versions' float64 device tests
 step dyntma bash -c "python3 benchmarks/cuda_gemm_dynamic.py --rep 20 && \

@@ -77,7 +77,7 @@ struct Block {
     for (int w = 0; w < n / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
   }
 };
-static Block* B_;
+static thread_local Block* B_;  // each thread's block (stream-K cases run the blocks at once)
 
 inline void __syncthreads() { B_->sync.arrive_and_wait(); }
 inline unsigned tc_smem_addr(const void* p) { return (unsigned)((const unsigned char*)p - B_->smem); }
@@ -348,10 +348,13 @@ inline void tc_tma_load_2d_mc(unsigned, const tc_tmap*, unsigned, int, int, unsi
 #endif
 
 // -- one case ----------------------------------------------------------------------------------------------------
-static int k_tiles_of(long long t) { return 1 + (int)((t * 7) % 4); }
+static int g_uniform_k = 0;  // stream-K cases: every tile this many k tiles (else 1 to 4, by the tile)
+static int k_tiles_of(long long t) { return g_uniform_k ? g_uniform_k : 1 + (int)((t * 7) % 4); }
 
-template <int BM, int BN, int BK, int STAGES, int NC, bool KMAJOR, int EPI, bool PINGPONG = false, typename TOUT = float>
-static void run_case(int M, int N, int grid, int launches) {
+template <int BM, int BN, int BK, int STAGES, int NC, bool KMAJOR, int EPI, bool PINGPONG = false, typename TOUT = float,
+          int SK = TC_SK_OFF>
+static void run_case(int M, int N, int grid, int launches, int uniform_k = 0, long long slots = 0) {
+  g_uniform_k = uniform_k;
   constexpr int MR = PINGPONG ? BM / 64 : BM / (64 * NC), NTHREADS = 128 * (NC + 1), ESIZE = 2, KSTEP = 16, ATOM = 64;
   constexpr int A_BYTES = BM * BK * ESIZE, STAGE = A_BYTES + BK * BN * ESIZE;
   static_assert(MR >= 1 && BM == 64 * (PINGPONG ? 1 : NC) * MR, "tile");
@@ -376,28 +379,43 @@ static void run_case(int M, int N, int grid, int launches) {
                         k_tiles_of(t), M - tm * BM, N - tn * BN};
   };
   gridDim.x = (unsigned)grid;
+  // stream-K's workspace (hopper.streamk_workspace_bytes): flags (zero, as the runtime allocates them and the kernel
+  // leaves them), then a partial tile a slot, poisoned before every launch (an earlier launch's partials)
+  const long long flag_bytes = (slots * NC * 4 + 255) / 256 * 256, ws_floats = (flag_bytes + slots * BM * BN * 4) / 4;
+  std::vector<float> wsv(SK ? ws_floats + 4 : 0);
+  unsigned char* ws = SK ? reinterpret_cast<unsigned char*>(wsv.data()) : nullptr;
   for (int launch = 0; launch < launches; ++launch) {
     std::fill(c.begin(), c.end(), -777.25f);
     for (auto& w : writes) w.store(0);
+    if (SK) std::fill(wsv.begin() + flag_bytes / 4, wsv.end(), -12345.5f);
+    // stream-K: every block at once (an owner waits for later blocks' partials); else one after another
+    std::vector<Block*> blocks;
+    std::vector<std::thread> threads;
     for (int b = 0; b < grid; ++b) {
       Block* blk = new Block(NTHREADS);
-      B_ = blk;
-      std::vector<std::thread> threads;
+      blocks.push_back(blk);
       for (int t = 0; t < NTHREADS; ++t)
         threads.emplace_back([=, &tile_of]() {
+          B_ = blk;
           threadIdx.x = (unsigned)t;
           blockIdx.x = (unsigned)b;
           tc_wgmma_persistent<NTHREADS, BM, BN, BK, STAGES, NC, MR, KMAJOR, 0, BK, KMAJOR ? 0 : BK, KMAJOR ? BK : 0,
                               EPI, KSTEP, PINGPONG, MMA>(blk->smem, reinterpret_cast<TOUT*>(g_c), tiles, ldc, tile_of,
-                                                         &tma, &tmb,
-                                                         (EPI & TC_EPI_TMA) ? &tmc : nullptr, tc_mc<0, TC_HOST_REL>());
+                                                         &tma, &tmb, (EPI & TC_EPI_TMA) ? &tmc : nullptr,
+                                                         tc_mc<0, TC_HOST_REL, 0, SK>{nullptr, ws, slots});
           if (!groups.empty() || !open_group.empty()) fail("a thread left with WGMMA groups pending", t);
           if (!open_stores.empty()) fail("a thread left with TMA stores never committed", t);
           if (!store_groups.empty()) fail("a thread left with TMA stores in flight", t);
         });
-      for (auto& th : threads) th.join();
-      delete blk;
+      if (!SK) {
+        for (auto& th : threads) th.join();
+        threads.clear();
+      }
     }
+    for (auto& th : threads) th.join();
+    for (Block* blk : blocks) delete blk;
+    for (long long f = 0; SK && f < slots * NC; ++f)
+      if (reinterpret_cast<unsigned*>(ws)[f] != 0) fail("stream-K: a flag left set after the launch", f);
     for (int tm = 0; tm < TM; ++tm)
       for (int r = 0; r < BM; ++r)
         for (int col = 0; col < ldc; ++col) {
@@ -419,7 +437,31 @@ static void run_case(int M, int N, int grid, int launches) {
   (void)ATOM;
 }
 
-int main() {
+// `persistent_host schedule MODE TILES BLOCKS K ...`: stream-K's schedule as the kernel walks it (tc_sk_tiles,
+// tc_sk_walk), per (mode, tiles, blocks, k): a line "S <stream-K tiles>", then per block "B <block>" and its units
+// "<tile> <kb> <ke>" (ke -1: the whole tile), for tests/test_cuda_streamk.py
+static int schedule(int argc, char** argv) {
+  for (int a = 2; a + 3 < argc; a += 4) {
+    const int mode = std::atoi(argv[a]);
+    const long long tiles = std::atoll(argv[a + 1]), blocks = std::atoll(argv[a + 2]), k = std::atoll(argv[a + 3]);
+    const long long sk = tc_sk_tiles(mode, tiles, blocks, k, blocks);
+    std::printf("S %lld\n", sk);
+    gridDim.x = (unsigned)blocks;
+    for (long long b = 0; b < blocks; ++b) {
+      std::printf("B %lld", b);
+      tc_sk_walk<true> walk(tiles, blocks, b, sk, k, mode == TC_SK_STAGGER);
+      long long tile;
+      int kb, ke;
+      while (walk.next(tile, kb, ke)) std::printf(" %lld %d %d", tile, kb, ke);
+      std::printf("\n");
+    }
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "schedule") == 0) return schedule(argc, argv);
+#ifndef TC_HOST_SK_ONLY  // (only the stream-K cases, for the mutants of its fixup)
   // (TC_HOST_TMA_ONLY / TC_HOST_NO_TMA: only the cases with / without the TMA store epilogue, for the mutants of one)
 #ifndef TC_HOST_TMA_ONLY
   // two consumer warpgroups, B k-major, 2 stages, ragged M and N, 9 tiles on 4 blocks (not a multiple)
@@ -452,6 +494,26 @@ int main() {
   run_case<128, 64, 64, 2, 2, true, TC_EPI_TMA | TC_EPI_TMA_HALF>(3 * 128 - 5, 3 * 64 - 3, 4, 2);
   run_case<128, 128, 64, 3, 1, false, TC_EPI_TMA | TC_EPI_TMA_HALF, false, h16>(5 * 128 - 64, 2 * 128 - 8, 2, 1);
   run_case<128, 64, 64, 2, 2, true, TC_EPI_TMA | TC_EPI_TMA_HALF, true>(3 * 128 - 5, 2 * 64 - 3, 4, 1);
+#endif
+#endif
+#ifndef TC_HOST_NO_SK
+  // stream-K (tilecore.cuda.stream_k, D53): every block at once. 9 ragged tiles of 6 k tiles on 4 blocks (2.25 waves:
+  // the last and one whole wave in even k ranges, then one data-parallel wave), the TMA store epilogue, two launches
+  // (the flags left at zero, the slots reused); the same with the direct stores and 3 stages; the tail only (one
+  // tile of 8 k tiles on 4 blocks: its owner waits for three); one consumer warpgroup (MR 2) of 16-bit C; 7 tiles
+  // of 5 k tiles on 3 blocks; 13 tiles of 1 k tile on 4 blocks (no stream-K: fewer than two k iterations a block)
+  run_case<128, 32, 64, 2, 2, true, TC_EPI_TMA, false, float, TC_SK_WAVE>(3 * 128 - 5, 3 * 32 - 3, 4, 2, 6, 4);
+  run_case<128, 16, 64, 3, 2, true, 0, false, float, TC_SK_WAVE>(3 * 128 - 5, 3 * 16 - 3, 4, 1, 6, 4);
+  run_case<128, 64, 64, 2, 2, false, TC_EPI_TMA, false, float, TC_SK_TAIL>(3 * 128 - 5, 3 * 64 - 3, 4, 1, 8, 4);
+  run_case<128, 64, 64, 3, 1, false, TC_EPI_TMA, false, h16, TC_SK_WAVE>(5 * 128 - 64, 128 - 8, 3, 1, 5, 3);
+  run_case<128, 32, 64, 2, 2, true, TC_EPI_TMA, false, float, TC_SK_WAVE>(7 * 128, 32, 3, 2, 5, 4);
+  run_case<128, 32, 64, 2, 2, true, TC_EPI_TMA, false, float, TC_SK_WAVE>(13 * 128, 32, 4, 1, 1, 4);
+  // staggered (each block's range between its whole tiles): 13 tiles of 8 k tiles on 4 blocks (3 whole tiles a block,
+  // then one tile in pieces of 2 k tiles, placed after 3, 2, 1, 0 whole tiles); 7 tiles of 10 on 3 blocks, 16-bit C
+  run_case<128, 32, 64, 2, 2, true, TC_EPI_TMA, false, float, TC_SK_STAGGER>(13 * 128, 32, 4, 2, 8, 4);
+  run_case<128, 64, 64, 3, 1, false, TC_EPI_TMA, false, h16, TC_SK_STAGGER>(7 * 128 - 64, 64 - 8, 3, 1, 10, 3);
+  // more blocks than the workspace's slots: no stream-K (whole tiles)
+  run_case<128, 32, 64, 2, 2, true, TC_EPI_TMA, false, float, TC_SK_WAVE>(9 * 128, 32, 4, 1, 6, 3);
 #endif
   std::printf("ok\n");
   return 0;

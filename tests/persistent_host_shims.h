@@ -55,7 +55,31 @@ inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v)
   return old;
 }
 
-[[noreturn]] static void fail(const char* what, long long a = 0, long long b = 0) {
+[[noreturn]] static void fail(const char* what, long long a = 0, long long b = 0);
+
+// stream-K's fixup (tc_persistent.cuh, tilecore.cuda.stream_k, D53): the partial tiles in host memory; the flags as
+// atomics (release / acquire, as the PTX); a wait longer than 3 s is a deadlock. A thread other than the first of its
+// warpgroup sleeps 300 us before each partial store, so a flag released before the warpgroup's stores shows (the
+// owner reads the poison the harness left in the slot).
+inline void tc_sk_st4(float* p, float a, float b, float c, float d) {
+  if (reinterpret_cast<uintptr_t>(p) % 16) fail("a misaligned 16-byte partial store", 0, 0);
+  if (threadIdx.x % 128 != 0) std::this_thread::sleep_for(std::chrono::microseconds(300));
+  p[0] = a, p[1] = b, p[2] = c, p[3] = d;
+}
+inline void tc_sk_ld4(const float* p, float& a, float& b, float& c, float& d) {
+  if (reinterpret_cast<uintptr_t>(p) % 16) fail("a misaligned 16-byte partial load", 0, 0);
+  a = p[0], b = p[1], c = p[2], d = p[3];
+}
+inline void tc_sk_flag_release(unsigned* f, unsigned v) { std::atomic_ref<unsigned>(*f).store(v, std::memory_order_release); }
+inline void tc_sk_flag_wait(unsigned* f, unsigned v) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::atomic_ref<unsigned>(*f).load(std::memory_order_acquire) != v) {
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(3)) fail("deadlock: a stream-K flag never set", v, 0);
+    std::this_thread::yield();
+  }
+}
+
+[[noreturn]] static void fail(const char* what, long long a, long long b) {
   std::printf("FAIL: %s (%lld, %lld)\n", what, a, b);
   std::fflush(stdout);
   std::_Exit(1);

@@ -444,9 +444,9 @@ needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ here"
 #: harness must catch every one (the unmutated header passes)
 MUTANTS = {
     "the producer's k steps restart per tile": [
-        ("tile_of(tile);\n#pragma unroll 1 /* one copy of the loads", "tile_of(tile);\n        it = 0;\n#pragma unroll 1 /*", 1)],
+        ("ke = (int)g.k_tiles;\n#pragma unroll 1 /* one copy of the loads", "ke = (int)g.k_tiles;\n        it = 0;\n#pragma unroll 1 /*", 1)],
     "the consumers' k steps restart per tile": [
-        ("const int k_tiles = (int)g.k_tiles;", "const int k_tiles = (int)g.k_tiles;\n      it = 0;", 1)],
+        ("const int k_tiles = ke - kb;", "const int k_tiles = ke - kb;\n      it = 0;", 1)],
     "the accumulators are zeroed once, not per tile": [
         ("    unsigned it = 0;  /* as the producer's */\n",
          "    unsigned it = 0;  /* as the producer's */\n    float acc_keep[MR][BN / 2] = {};\n", 1),
@@ -463,7 +463,7 @@ MUTANTS = {
         ("          if (it >= STAGES) tc_mbar_wait(bars + 8 * (STAGES + s), ((it / STAGES) + 1) & 1);\n", "", 1)],
     "the consumers wait for the wrong phase": [
         ("tc_mbar_wait(bars + 8 * s, (it / STAGES) & 1);", "tc_mbar_wait(bars + 8 * s, ((it / STAGES) + 1) & 1);", 1)],
-    "blocks step over the tiles one by one": [("tile += gridDim.x", "++tile", 2)],
+    "blocks step over the tiles one by one": [("dp += gridDim.x;", "++dp;", 1)],
     "fewer bytes announced than the stage's loads": [
         ("tc_mbar_expect_tx(full, STAGE);", "tc_mbar_expect_tx(full, A_BYTES);", 1)],
     "ping-pong: a warpgroup starts its tile before the other finished the tile before": [

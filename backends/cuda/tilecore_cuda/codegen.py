@@ -277,7 +277,7 @@ class CUDAEmitter(SIMTCppEmitter):
         if "tc_rp_stmatrix_x4(" in "\n".join(st.lines):  # a register program's output through TMA stores (D45)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_rp_store.cuh").read_text()
         helpers += "".join(getattr(st, "rp_structs", {}).values())  # register programs' zero-start WGMMA (D45)
-        if "tc_pipe_prof}" in "\n".join(st.lines):  # the persistent GEMM's profile (tilecore.cuda.pipeline_profile, D49)
+        if re.search(r"\btc_pipe_prof[},]", "\n".join(st.lines)):  # the persistent GEMM's profile (D49)
             helpers += "__device__ unsigned long long tc_pipe_prof[TC_PROF_BLOCKS * TC_PROF_WORDS];\n"
         if collect(func.body, MatrixOp):  # registered matrix units on register arrays (units.py)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_matrix.cuh").read_text()
@@ -362,8 +362,9 @@ class CUDAEmitter(SIMTCppEmitter):
         template = ", ".join(str(t) for t in self.collectives[s.name](s))
         args = [f"({self.name(st, pipe.buffer)} + {self.flat_index(st, pipe.buffer, pipe.starts)})",
                 self.name(st, target.buffer), f"(long long)({tiles})", f"(long long)({self.expr(st, ldc)})",
-                "tc_tile_of"] + self.collective_extra_args(st, s)
-        if s.attrs.get("release") or s.attrs.get("profile"):  # D49: not the default release, or profiled
+                "tc_tile_of"] + [a for a in self.collective_extra_args(st, s) if a != "tc_workspace"]
+        if s.attrs.get("release") or s.attrs.get("profile") or s.attrs.get("stream_k"):
+            # D49: not the default release, or profiled; D53: stream-K's schedule and workspace
             if len(args) == 7:
                 args.append("nullptr")
             args.append(self.mc_arg(s, 0))
@@ -374,6 +375,10 @@ class CUDAEmitter(SIMTCppEmitter):
         """tc_wgmma_persistent's last argument (tc_persistent.cuh's tc_mc): the operand a cluster of two shares
         (D44), how a stage is released (D49's tilecore.cuda.stage_release), and the profile's array (D49)."""
         rel, prof = int(s.attrs.get("release", 0)), s.attrs.get("profile")
+        sk = s.attrs.get("stream_k")
+        if sk:  # D53: tc_mc's SK, its workspace (the kernel's tc_workspace) and slots
+            return (f"tc_mc<{share}, {rel}, {1 if prof else 0}, {int(sk['mode'])}>"
+                    f"{{{'tc_pipe_prof' if prof else 'nullptr'}, tc_workspace, {int(sk['slots'])}}}")
         if prof:
             return f"tc_mc<{share}, {rel}, 1>{{tc_pipe_prof}}"
         return f"tc_mc<{share}, {rel}>()" if share else f"tc_mc<0, {rel}>()"

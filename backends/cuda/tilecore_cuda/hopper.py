@@ -349,6 +349,12 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
                 at["release"] = rel
             if rwhy:
                 pwhy += f"; {rwhy}"
+            skm, skwhy = stream_k_plan(ctx, s, blocks, bool(mc), pingpong, launch, k_tiles)
+            if skm:  # D53: the last wave's tiles in even k ranges, a fixup through a workspace
+                at["stream_k"] = {"mode": skm, "slots": blocks}
+                at["workspace_bytes"] = streamk_workspace_bytes(blocks, p.ncwg, p.bm, p.bn)
+            if skwhy:
+                pwhy += f"; {skwhy}"
             if ctx.option("tilecore.cuda.pipeline_profile", False):  # D49: the wait-time profile (a benchmark's)
                 at["profile"] = True
                 pwhy += "; pipeline_profile: cycle counts into tc_pipe_prof"
@@ -598,6 +604,63 @@ def cluster_multicast_plan(launch: KernelLaunch, p: _Plan, ctx, loop: For, a0, b
     if count % 2:
         note += f" ({count} tiles that way: the last of each row's pairs runs its partner's tile and stores nothing)"
     return {"share": share, "dim": d, "shape": asked}, note
+
+
+# -- stream-K for the persistent grid's last wave (docs/decisions.md D53) -----------------------------------
+
+#: ``tilecore.cuda.stream_k``'s values -> tc_persistent.cuh's TC_SK_*: True: the tiles past the last whole wave and
+#: one whole wave more run stream-K, first; "tail": only those past the last whole wave; "stagger": "tail"'s, each
+#: block's range between its whole tiles (later blocks earlier: few blocks at once)
+STREAM_K_MODES = {True: 1, "tail": 2, "stagger": 3}
+#: ``tilecore.cuda.stream_k`` unless the kernel says: off (D53, measured on the H100 in one run: every mode slower
+#: than whole tiles at every shape measured, 0.54-0.95x)
+STREAM_K_DEFAULT = False
+#: what "auto" picks: the measured rule (D53: no shape gained, so whole tiles everywhere)
+STREAM_K_AUTO = False
+
+
+def streamk_workspace_bytes(slots: int, consumers: int, bm: int, bn: int) -> int:
+    """Stream-K's global scratch (prelude/tc_persistent.cuh, tc_sk_flag / tc_sk_part): a uint32 flag per (slot,
+    consumer warpgroup), padded to 256 bytes, then a float32 BM x BN partial tile per slot (one per block)."""
+    return -(-slots * consumers * 4 // COUNTER_ALIGN) * COUNTER_ALIGN + slots * bm * bn * 4
+
+
+def stream_k_plan(ctx, loop: For, blocks: int, cluster: bool, pingpong: bool, launch: KernelLaunch,
+                  k_tiles) -> tuple:
+    """``(mode, note)`` for a persistent GEMM: ``tilecore.cuda.stream_k`` (False, True, "auto", "tail" or "stagger"; unset:
+    :data:`STREAM_K_DEFAULT`) as tc_persistent.cuh's TC_SK_* (0: off) and what the kernel's note says. Stream-K
+    needs every tile to have the same k tiles (the loop's extent free of the block indices), no clusters and no
+    ping-pong; where the profile's blocks divide a static tile count (or the tiles fit in one wave) there is no
+    tail to balance. The kernel decides again at run time (tc_sk_tiles: the launch's grid)."""
+    asked = ctx.option("tilecore.cuda.stream_k", STREAM_K_DEFAULT)
+    if asked is None or asked == "off":
+        asked = False
+    if asked == "on":
+        asked = True
+    if not (asked is False or asked is True or asked in ("auto", "tail", "stagger")):
+        raise CompileError(f"pass config tilecore.cuda.stream_k must be False, True, \"auto\", \"tail\" or "
+                           f"\"stagger\", got {asked!r}", loop.span)
+    if asked is False:
+        return 0, ("stream_k off" if ctx.option("tilecore.cuda.stream_k", None) is not None else "")
+    if cluster:
+        return 0, "not stream_k: its pieces are a single block's (no clusters of two)"
+    if pingpong:
+        return 0, "not stream_k: the ping-pong warpgroups take whole tiles"
+    if any(_mentions(k_tiles, v) for v in launch.block_vars):
+        return 0, "not stream_k: the tiles' k tiles differ (the loop's extent names the block indices)"
+    tiles = _tile_count(launch)
+    if tiles is not None and (tiles <= blocks or tiles % blocks == 0):
+        return 0, (f"not stream_k: {tiles} tiles on {blocks} blocks leave no partial wave")
+    if asked == "auto" and not STREAM_K_AUTO:
+        return 0, ("not stream_k (auto): no shape measured faster with it on the H100 (D53: 0.54-0.95x of whole tiles); "
+                   "True, \"tail\" or \"stagger\" run it")
+    mode = STREAM_K_MODES[asked if asked in ("tail", "stagger") else True]
+    what = "the partial wave's tiles and one whole wave" if mode == 1 else "the partial wave's tiles"
+    where = ", each block's range between its whole tiles (staggered)" if mode == 3 else ""
+    waves = f" ({tiles} tiles on {blocks} blocks: {tiles / blocks:.2f} waves)" if tiles is not None else ""
+    tag = {1: "", 2: " tail", 3: " stagger"}[mode]
+    return mode, (f"stream_k{' auto' if asked == 'auto' else ''}{tag}: {what} in even k ranges over every block"
+                  f"{where}{waves}, split tiles summed through a workspace")
 
 
 # -- split-K (docs/decisions.md D27) ----------------------------------------------------------------------

@@ -84,6 +84,24 @@ __device__ __forceinline__ void tc_tma_load_2d_mc(unsigned dst, const tc_tmap* m
       "l"(map), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
       : "memory");
 }
+/* stream-K's fixup (tilecore.cuda.stream_k, docs/decisions.md D53): a partial accumulator through L2 (.cg: not
+ * cached in the SM's L1, which another SM's writes do not invalidate), a flag released at GPU scope after a fence
+ * (CUTLASS's generic barrier: fence.acq_rel.gpu, then the store) and acquired by a spinning load */
+__device__ __forceinline__ void tc_sk_st4(float* p, float a, float b, float c, float d) {
+  asm volatile("st.global.cg.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+__device__ __forceinline__ void tc_sk_ld4(const float* p, float& a, float& b, float& c, float& d) {
+  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(a), "=f"(b), "=f"(c), "=f"(d) : "l"(p) : "memory");
+}
+__device__ __forceinline__ void tc_sk_flag_release(unsigned* f, unsigned v) {
+  asm volatile("fence.acq_rel.gpu;\nst.relaxed.gpu.global.u32 [%0], %1;\n" ::"l"(f), "r"(v) : "memory");
+}
+__device__ __forceinline__ void tc_sk_flag_wait(unsigned* f, unsigned v) {
+  unsigned x;
+  do {
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(x) : "l"(f) : "memory");
+  } while (x != v);
+}
 /* two floats as one register of two 16-bit values (round to nearest even, as tc_store2) */
 template <typename T> __device__ __forceinline__ unsigned tc_pack_c2(float a, float b);
 template <> __device__ __forceinline__ unsigned tc_pack_c2<__half>(float a, float b) {
@@ -137,6 +155,84 @@ __device__ __forceinline__ void tc_stage_c_slice(unsigned dst, const float (&acc
   }
 }
 
+/* Stream-K for the persistent grid's last wave (tilecore.cuda.stream_k, docs/decisions.md D53): tc_mc's SK.
+ * TC_SK_OFF: every block runs whole tiles, blockIdx.x step gridDim.x. TC_SK_WAVE (on): the tiles past the last
+ * whole wave and one whole wave more (tiles - (tiles / blocks - 1) x blocks, all of them below two waves) run
+ * stream-K; TC_SK_TAIL: only the tiles past the last whole wave. No stream-K (tc_sk_tiles 0) where the tiles are
+ * a whole number of waves, fewer than two waves' worth of k iterations, or more blocks than the workspace has
+ * slots. The stream-K tiles are tiles [0, S) (the first in the kernel's tile order, swizzle included) and their
+ * S x K k iterations (K each, the same for every tile) are dealt in contiguous ranges, block b
+ * [S K b / blocks, S K (b + 1) / blocks) (within one of even), tile by tile; then block b runs whole tiles
+ * S + b, S + b + blocks, ... (the data-parallel waves). A piece of a tile that starts at k 0 but ends before K is
+ * the tile's owner's (always the last piece of the owner's range); one that starts inside the tile is a
+ * contributor's (always the first piece of its block's range: a block contributes at most one).
+ * TC_SK_STAGGER: TC_SK_TAIL's tiles and ranges, but each block runs its stream-K range between its whole tiles, block
+ * b after j_b = (blocks - 1 - b) (n + 1) / blocks of its n whole tiles (block 0 last, the last block first), so only
+ * about q / (n K + q) of the blocks run stream-K pieces at any time: their k offsets are spread over K (no L2 reuse
+ * between them: D53's round 1), while the others run whole tiles in two lockstep groups (before and after their
+ * stream-K range). A later block's range never starts later than an earlier block's, so an owner still finds its
+ * contributors' partials written. */
+#define TC_SK_OFF 0
+#define TC_SK_WAVE 1
+#define TC_SK_TAIL 2
+#define TC_SK_STAGGER 3
+__device__ __forceinline__ long long tc_sk_tiles(int mode, long long tiles, long long blocks, long long k,
+                                                 long long slots) {
+  if (mode == TC_SK_OFF || blocks <= 1 || tiles <= blocks || tiles % blocks == 0 || blocks > slots || k <= 0)
+    return 0;
+  const long long waves = tiles / blocks;
+  const long long sk = mode != TC_SK_WAVE ? tiles % blocks : tiles - (waves - 1) * blocks;
+  /* every block two k iterations or more; the schedule's arithmetic in 32 bits (iterations x blocks < 2^32: a
+   * 64-bit division in the consumers' tile loop spilled) */
+  return sk * k >= 2 * blocks && sk * k * blocks < (1ll << 32) ? sk : 0;
+}
+/* the first stream-K k iteration of block b (of `iters`); the block whose range holds iteration i */
+__device__ __forceinline__ unsigned tc_sk_begin(unsigned b, unsigned blocks, unsigned iters) {
+  return iters * b / blocks;
+}
+__device__ __forceinline__ unsigned tc_sk_block_of(unsigned i, unsigned blocks, unsigned iters) {
+  return ((i + 1) * blocks - 1) / iters;
+}
+/* the block's work, in order: whole tiles (ke = -1: the tile's own k tiles) up to `ins`, its stream-K pieces
+ * (tile, k tiles [kb, ke)), then the rest of its whole tiles; `ins` the block's first whole tile (stream-K first)
+ * unless `stagger`. The producer and the consumers walk the same sequence. ON false (no stream-K compiled): whole
+ * tiles blockIdx.x, + gridDim.x, ... (the loop before D53, the same SASS). */
+template <bool ON> struct tc_sk_walk {
+  long long tiles, dp, ins;
+  unsigned blocks, k, i, i1;
+  __device__ __forceinline__ tc_sk_walk(long long tiles_, long long blocks_, long long b, long long sk, long long k_,
+                                        bool stagger = false)
+      : tiles(tiles_), dp(sk + b), ins(sk + b), blocks((unsigned)blocks_), k((unsigned)k_), i(0), i1(0) {
+    if (ON && sk > 0) {
+      i = tc_sk_begin((unsigned)b, blocks, (unsigned)(sk * k_));
+      i1 = tc_sk_begin((unsigned)b + 1, blocks, (unsigned)(sk * k_));
+      if (stagger) {
+        const long long n = (tiles_ - sk) / blocks_;  /* the block's whole tiles */
+        ins += (blocks_ - 1 - b) * (n + 1) / blocks_ * blocks_;
+      }
+    }
+  }
+  __device__ __forceinline__ bool next(long long& tile, int& kb, int& ke) {
+    if (ON && i < i1 && dp >= ins) {
+      const unsigned t = i / k;
+      tile = t;
+      kb = (int)(i - t * k);
+      ke = (int)(i1 - i < k - kb ? kb + (i1 - i) : k);
+      i += ke - kb;
+      return true;
+    }
+    if (dp >= tiles) return false;
+    tile = dp;
+    if (ON)
+      dp += blocks;
+    else
+      dp += gridDim.x;
+    kb = 0;
+    ke = -1;
+    return true;
+  }
+};
+
 /* how the consumers release a stage (tc_mc's REL; tilecore.cuda.stage_release, docs/decisions.md D49) */
 #define TC_REL_THREAD 0 /* every consumer thread arrives on its block's `empty`; with a cluster each warp's first lane
                          * also on the partner's (CTA-scope arrival) */
@@ -148,7 +244,9 @@ __device__ __forceinline__ void tc_stage_c_slice(unsigned dst, const float (&acc
  * the init's barrier), 1 the producer's end (ns), 2 producer cycles, 3 its cycles in `empty` waits, 4 its k steps,
  * 5 consumer warpgroup 0's (thread 128's) cycles, 6 its cycles in `full` waits, 7 its cycles releasing stages,
  * 8 its k steps, 9 its end (ns), 10 consumer warpgroup 1's (thread 256's) cycles in `full` waits, 11 its cycles
- * releasing, 12 the SM, 13 the cluster rank; accumulated over launches (the benchmark zeroes them) */
+ * releasing, 12 the SM, 13 the cluster rank, 14 (stream-K, D53) consumer warpgroup 0's cycles in stream-K pieces
+ * (from a piece's start to the next unit's, fixups and epilogue included), 15 its cycles in the fixups (partial
+ * stores, flag waits, partial loads); accumulated over launches (the benchmark zeroes them) */
 #define TC_PROF_WORDS 16
 #define TC_PROF_BLOCKS 2048 /* blocks profiled (the array's; block b writes slot b % TC_PROF_BLOCKS) */
 
@@ -156,12 +254,25 @@ __device__ __forceinline__ void tc_stage_c_slice(unsigned dst, const float (&acc
  * A (tc_mc<1>: tilecore.cuda.cluster_multicast "1x2") or B (tc_mc<2>: "2x1"), docs/decisions.md D44; REL how the
  * consumers release a stage (TC_REL_*: per warp by default in a cluster, per thread without, D49); PROF: the
  * pipeline profile into `prof` (a __device__ array the kernel declares, TC_PROF_WORDS per block) */
-template <int SHARE, int REL = (SHARE ? TC_REL_WARP : TC_REL_THREAD), int PROF = 0> struct tc_mc {
+template <int SHARE, int REL = (SHARE ? TC_REL_WARP : TC_REL_THREAD), int PROF = 0, int SK = TC_SK_OFF> struct tc_mc {
   static constexpr int share = SHARE;
   static constexpr int rel = REL;
   static constexpr int prof_on = PROF;
+  static constexpr int sk = SK;  /* stream-K (TC_SK_*, D53) */
   unsigned long long* prof = nullptr;
+  unsigned char* ws = nullptr;   /* stream-K's workspace: flags, then partial tiles (tc_sk_ws) */
+  long long slots = 0;           /* ... its slots: the most blocks it serves */
 };
+/* stream-K's workspace (hopper.streamk_workspace_bytes): a uint32 flag per (slot, consumer warpgroup), padded to
+ * 256 bytes, then a float32 BM x BN partial tile per slot (a block's contributor piece: a block has at most one) */
+__device__ __forceinline__ unsigned* tc_sk_flag(unsigned char* ws, long long slot, int nc, int me) {
+  return reinterpret_cast<unsigned*>(ws) + slot * nc + me;
+}
+__device__ __forceinline__ float* tc_sk_part(unsigned char* ws, long long slots, int nc, long long slot, int bm,
+                                            int bn) {
+  const long long flags = (slots * nc * 4 + 255) / 256 * 256;
+  return reinterpret_cast<float*>(ws + flags) + slot * bm * bn;
+}
 
 /* tc_wgmma_pipeline (tc_hopper.cuh) over several output tiles per block: block b runs tiles b, b + gridDim.x,
  * ... < tiles, each described by tile_of(t) (a tc_gemm_tile). The pipeline is set up once; its stage index
@@ -234,6 +345,9 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
   constexpr int MCAST = MC::share;  /* 0: no cluster; 1: A multicast in a cluster of two; 2: B */
   constexpr int REL = MC::rel;      /* TC_REL_*: how a stage is released (D49) */
   constexpr bool PROF = MC::prof_on != 0;  /* the pipeline profile (D49) */
+  constexpr int SK = MC::sk;               /* stream-K (D53) */
+  static_assert(SK == TC_SK_OFF || (!MCAST && !PINGPONG), "tc_wgmma_persistent: stream-K without clusters or "
+                                                          "ping-pong");
   /* a stage's `empty` arrivals: per warp, each releasing warp once a block of the cluster; per thread, every reader
    * and, with a cluster, each of the partner's releasing warps (D44) */
   constexpr unsigned EMPTY_COUNT =
@@ -278,6 +392,12 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
       prof[13] = rank;
     }
   }
+  /* stream-K (D53): every tile's k tiles (the first tile's: the same for all) and the stream-K tiles (0: none),
+   * computed by each role after its setmaxnreg (a value live across it is spilled) */
+  auto sk_plan = [&](long long& sk_k, long long& sk) {
+    sk_k = SK != TC_SK_OFF ? tile_of(0).k_tiles : 0;
+    sk = SK != TC_SK_OFF ? tc_sk_tiles(SK, tiles, gridDim.x, sk_k, mc.slots) : 0;
+  };
   if (wg == 0) {
     if (REGS) tc_setmaxnreg_dec<56>();
     if (threadIdx.x == 0) {
@@ -286,10 +406,16 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
       unsigned it = 0;  /* the block's k steps so far, over all its tiles */
       long long p0 = 0, pw = 0;  /* the profile's: the loop's start, cycles in `empty` waits */
       if constexpr (PROF) p0 = tc_clock();
-      for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      long long sk_k, sk;
+      sk_plan(sk_k, sk);
+      tc_sk_walk<SK != TC_SK_OFF> walk(tiles, gridDim.x, blockIdx.x, sk, sk_k, SK == TC_SK_STAGGER);
+      long long tile;
+      int kb, ke;
+      while (walk.next(tile, kb, ke)) {
         const tc_gemm_tile g = tile_of(tile);
+        if (ke < 0) ke = (int)g.k_tiles;
 #pragma unroll 1 /* one copy of the loads (NVVM unrolled them 4 times: 208 more SASS instructions; D50) */
-        for (int kt = 0; kt < (int)g.k_tiles; ++kt, ++it) {
+        for (int kt = kb; kt < ke; ++kt, ++it) {
           const int s = it % STAGES;
           long long w0 = 0;
           if constexpr (PROF) w0 = tc_clock();
@@ -351,9 +477,21 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
     };
     long long c0 = 0;
     if constexpr (PROF) c0 = tc_clock();
-    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++j) {
+    long long sk_k, sk;
+    sk_plan(sk_k, sk);
+    tc_sk_walk<SK != TC_SK_OFF> walk(tiles, gridDim.x, blockIdx.x, sk, sk_k, SK == TC_SK_STAGGER);
+    long long tile;
+    int kb, ke;
+    long long skc = 0, fx = 0, u0 = 0;  /* the profile's (stream-K): cycles in stream-K pieces, in their fixups */
+    for (; walk.next(tile, kb, ke); ++j) {
+      if constexpr (PROF && SK != TC_SK_OFF) {  /* the unit before was a stream-K piece: its cycles */
+        const long long now = tc_clock();
+        if (u0) skc += now - u0;
+        u0 = tile < sk ? now : 0;
+      }
       const tc_gemm_tile g = tile_of(tile);
-      const int k_tiles = (int)g.k_tiles;
+      if (ke < 0) ke = (int)g.k_tiles;
+      const int k_tiles = ke - kb;  /* the piece's k steps (a whole tile's: all of them) */
       if (PINGPONG && (int)(j & 1) != me) {  /* the other warpgroup's tile: its k steps go by */
         it += k_tiles;
         continue;
@@ -392,6 +530,46 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
 #pragma unroll
       for (int i = 0; i < MR; ++i) tc_reg_fence(acc[i]);
       if (MCAST && g.m_valid <= 0) continue;  /* a slot past the grid's tiles: its partner's tile, not stored */
+      if (SK != TC_SK_OFF && (kb > 0 || ke < sk_k) && tile < sk) {  /* a piece of a stream-K tile (D53) */
+        const int t = threadIdx.x % 128;
+        constexpr int V = MR * BN / 8;  /* float4s a thread of the warpgroup holds */
+        long long f0 = 0;
+        if constexpr (PROF) f0 = tc_clock();
+        if (kb > 0) {  /* a contributor's piece: the partial to this block's slot, then its flag */
+          float* part = tc_sk_part(mc.ws, mc.slots, NC, blockIdx.x, BM, BN) + me * 128 * V * 4;
+#pragma unroll
+          for (int q = 0; q < V; ++q) {
+            const int i = q / (BN / 8), jj = (q % (BN / 8)) * 4;
+            tc_sk_st4(part + ((long long)q * 128 + t) * 4, acc[i][jj], acc[i][jj + 1], acc[i][jj + 2], acc[i][jj + 3]);
+          }
+          tc_consumer_sync(1 + me, 128);  /* the warpgroup's stores, then the flag (cumulative release) */
+          if (t == 0) tc_sk_flag_release(tc_sk_flag(mc.ws, blockIdx.x, NC, me), 1u);
+          if constexpr (PROF) fx += tc_clock() - f0;
+          continue;
+        }
+        /* the owner's piece: each later block whose range holds some of the tile's k iterations, in order */
+        const unsigned iters = (unsigned)(sk * sk_k);
+        const unsigned last = tc_sk_block_of((unsigned)((tile + 1) * sk_k) - 1, gridDim.x, iters);
+        for (unsigned b = blockIdx.x + 1; b <= last; ++b) {
+          if (t == 0) {
+            tc_sk_flag_wait(tc_sk_flag(mc.ws, b, NC, me), 1u);
+            tc_sk_flag_release(tc_sk_flag(mc.ws, b, NC, me), 0u);  /* (read before any later launch writes it) */
+          }
+          tc_consumer_sync(1 + me, 128);
+          const float* part = tc_sk_part(mc.ws, mc.slots, NC, b, BM, BN) + me * 128 * V * 4;
+#pragma unroll
+          for (int q = 0; q < V; ++q) {
+            const int i = q / (BN / 8), jj = (q % (BN / 8)) * 4;
+            float x0, x1, x2, x3;
+            tc_sk_ld4(part + ((long long)q * 128 + t) * 4, x0, x1, x2, x3);
+            acc[i][jj] += x0;
+            acc[i][jj + 1] += x1;
+            acc[i][jj + 2] += x2;
+            acc[i][jj + 3] += x3;
+          }
+        }
+        if constexpr (PROF) fx += tc_clock() - f0;
+      }
       if constexpr (TMA_STORE) {  /* (discarded otherwise: tc_stage_c_slice needs whole boxes) */
         const int t = threadIdx.x % 128;
 #pragma unroll
@@ -427,6 +605,10 @@ __device__ __forceinline__ void tc_wgmma_persistent(unsigned char* pipe, TOUT* _
         atomicAdd(prof + 7, (unsigned long long)rc);
         atomicAdd(prof + 8, (unsigned long long)it);
         atomicAdd(prof + 9, tc_globaltimer());
+        if (SK != TC_SK_OFF) {
+          atomicAdd(prof + 14, (unsigned long long)(skc + (u0 ? tc_clock() - u0 : 0)));
+          atomicAdd(prof + 15, (unsigned long long)fx);
+        }
       } else if (threadIdx.x == 256) {
         atomicAdd(prof + 10, (unsigned long long)fw);
         atomicAdd(prof + 11, (unsigned long long)rc);
