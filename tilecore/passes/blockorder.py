@@ -36,7 +36,7 @@ OPTION = "tilecore.heaviest_first"
 #: the default of ``tilecore.heaviest_first`` (D54)
 HEAVIEST_FIRST_DEFAULT = False
 #: at most this many values of the growing index are evaluated (a longer axis keeps the grid order, with a note)
-MAX_EVALUATED = 65536
+MAX_EVALUATED = 4096
 
 
 def _mentions(e, v) -> bool:
@@ -57,9 +57,10 @@ def _launches(body) -> list:
     return out
 
 
-def analyze(launch: KernelLaunch):
+def analyze(launch: KernelLaunch, every: bool = True):
     """``(axis, weights, None)`` where the block's work grows along block axis ``axis`` (``weights[i]``: the sum of
-    the varying trip counts at index ``i``), else ``(None, None, why)``."""
+    the varying trip counts at index ``i``; with ``every`` False only the first and the last index), else
+    ``(None, None, why)``."""
     grid = [const_value(simplify(as_expr(g))) for g in launch.grid]
     if len(grid) > 3:
         return None, None, "the grid has more than three dimensions"
@@ -89,7 +90,7 @@ def analyze(launch: KernelLaunch):
         return None, None, f"the growing axis has {n} blocks (at most {MAX_EVALUATED} are evaluated)"
     v = launch.block_vars[axis]
     weights = []
-    for i in range(n):
+    for i in (range(n) if every else sorted({0, n - 1})):
         total = 0
         for ext in varying:
             c = const_value(simplify(_substitute(ext, {id(v): as_expr(i)})))
@@ -100,11 +101,20 @@ def analyze(launch: KernelLaunch):
     return axis, weights, None
 
 
-def sections(ctx, axis_blocks: int, rows: int):
-    """The section size ``G`` (rows of the other axes) the option asks for, or None (grid order)."""
+def _option(ctx):
+    """The option's value, checked: False (grid order), True (automatic sections) or an int >= 1."""
     opt = ctx.option(OPTION, HEAVIEST_FIRST_DEFAULT)
-    if opt is False or opt is None or opt == 0:
-        return None
+    if opt is None or opt is False or (type(opt) is int and opt == 0):
+        return False
+    if opt is True or (type(opt) is int and opt >= 1):
+        return opt
+    from ..errors import CompileError
+
+    raise CompileError(f"{OPTION}={opt!r}: True, False or a number of rows a section (an int >= 1)")
+
+
+def sections(ctx, opt, axis_blocks: int, rows: int) -> int:
+    """The section size ``G`` (rows of the other axes) for option value ``opt`` (True or an int >= 1)."""
     if opt is True:
         lim = ctx.capabilities.limit("sm_count")
         units = int(lim[0]) if lim is not None else 0
@@ -112,9 +122,7 @@ def sections(ctx, axis_blocks: int, rows: int):
         while g * axis_blocks < units and g < rows:
             g *= 2
         return max(1, min(g, rows))
-    if isinstance(opt, int) and opt >= 1:
-        return min(opt, rows)
-    raise ValueError(f"{OPTION}={opt!r}: True, False or a number of rows a section (an int >= 1)")
+    return min(int(opt), rows)
 
 
 @tile_pass("tilecore.order_blocks")
@@ -123,23 +131,28 @@ def order_blocks(func, ctx):
     records ``func.attrs["block_order"] = (axis, grid, G)`` for the emitter; ``func.attrs["heaviest_first"]``
     (``kernel.meta["attrs"]``) says what was done and why, for every kernel with a loop whose trip count varies
     with a block index."""
+    opt = _option(ctx)
     launches = _launches(func.body)
     if len(launches) != 1:
         return func
     launch = launches[0]
-    axis, weights, why = analyze(launch)
-    if axis is None:
-        if why and why != "no loop's trip count varies with a block index":
-            return func.with_body(func.body, heaviest_first=f"{func.name}: blocks in grid order ({why})")
-        return func
+    axis, weights, why = analyze(launch, every=opt is not False)  # (off: the ends only, for the note)
     name = func.name
-    grid = [int(const_value(simplify(as_expr(g)))) for g in launch.grid]
-    letter = "xyz"[axis]
 
     def noted(text: str, **more):
         return func.with_body(func.body, heaviest_first=f"{name}: {text}", **more)
 
+    if axis is None:
+        if why and why != "no loop's trip count varies with a block index":
+            return noted(f"blocks in grid order ({why})")
+        return func
+    letter = "xyz"[axis]
     span = f"{weights[0]} .. {weights[-1]} iterations"
+    if opt is False:
+        if weights[-1] > weights[0]:
+            return noted(f"blocks in grid order: the work grows along {letter} ({span}), so the longest blocks start "
+                         f"last ({OPTION}=True starts them first)")
+        return func
     if len(set(weights)) == 1:
         return noted(f"blocks in grid order (the work does not vary along {letter}: {weights[0]} iterations)")
     if all(a >= b for a, b in zip(weights, weights[1:])):
@@ -147,24 +160,19 @@ def order_blocks(func, ctx):
     if not all(a <= b for a, b in zip(weights, weights[1:])):
         more = "..." if len(weights) > 8 else ""
         return noted(f"blocks in grid order (the work along {letter} is not monotone: {weights[:8]}{more})")
-    rows = 1
-    for i, g in enumerate(grid):
-        if i != axis:
-            rows *= g
-    try:
-        g = sections(ctx, grid[axis], rows)
-    except ValueError as e:
-        from ..errors import CompileError
-
-        raise CompileError(str(e)) from None
-    if g is None:
-        return noted(f"blocks in grid order: the work grows along {letter} ({span}), so the longest blocks start "
-                     f"last ({OPTION}=True starts them first)")
     if _swizzle(func):
         return noted(f"blocks in T.use_swizzle's order (the work grows along {letter}; {OPTION} does not reorder a "
                      "swizzled grid)")
+    grid = [int(const_value(simplify(as_expr(g)))) for g in launch.grid]
+    rows = 1
+    for i, n in enumerate(grid):
+        if i != axis:
+            rows *= n
+    g = sections(ctx, opt, grid[axis], rows)
+    why = "; the profile has no limits.sm_count" if opt is True and ctx.capabilities.limit("sm_count") is None else ""
     return noted(f"heaviest blocks first: {letter} descending ({span} in grid order) in sections of {g} of the other "
-                 f"axes' {rows} rows ({OPTION})", block_order=(axis, tuple(grid), g))
+                 f"axes' {rows} rows ({OPTION}{why}; in the order the SIMT C++ emitters give the block index)",
+                 block_order=(axis, tuple(grid), g))
 
 
 def _swizzle(func) -> bool:
