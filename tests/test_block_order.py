@@ -13,9 +13,11 @@ fast math, causal, ragged (s1000), a 3-D grid with a partial last section, and a
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -194,6 +196,37 @@ def test_register_program_sass(bn):
     assert "in sections of 8 of the other axes' 256 rows" in _note(k)  # 8 heads x 32 query blocks >= 132 SMs
     sass = tilecore_cuda.CUDABackend().disassemble(k.binary, HOPPER)
     assert "HGMMA" in sass and "STL" not in sass and "LDL" not in sass
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the host emulator needs g++ (C++20)")
+def test_runs_right_on_the_host():
+    """The sm_80 register program (mma.sync + cp.async) of causal attention on a 3-D grid (4 query blocks x 3 heads x
+    2 batches), sections of 4 rows (the last one of 2), run on the host emulator (tests/cuda_host_emulator.py): bit
+    for bit the grid order's output, and against float64. A remap that sends two blocks to one tile (a mutation)
+    leaves a tile unwritten."""
+    from cuda_host_emulator import run_on_host
+    from tilecore_conformance.composite import attention_ref
+
+    seq, heads, batch = 200, 3, 2
+    rng = np.random.default_rng(5)
+    q, kk, v = (rng.standard_normal((batch, heads, seq, 64)).astype(np.float16) for _ in range(3))
+    outs, kernels = [], []
+    for order in (4, False):
+        k = tilecore.compile(_attention(seq, 64, 64, True, heads, batch, dim=64, threads=128), target="cuda:sm_80",
+                             pass_configs={**NOCACHE, "tilecore.heaviest_first": order})
+        assert ("tc_hf" in k.get_kernel_source()) == (order is not False)
+        kernels.append(k)
+        outs.append(run_on_host(k, [q, kk, v, np.full(q.shape, np.nan, np.float16)])[3])
+    assert outs[0].tobytes() == outs[1].tobytes()
+    for b in range(batch):
+        ref = attention_ref([x[b] for x in (q, kk, v)], "float16", True, seq=seq, dim=64)[0]
+        np.testing.assert_allclose(outs[0][b].astype(np.float64), ref, atol=2e-2, rtol=2e-2)
+    src = kernels[0].source
+    code = src.code.replace("tc_hfs * 4 + tc_hfw % tc_hfg", "tc_hfs * 4")  # every block of a section on one row
+    assert code != src.code
+    broken = type("K", (), {"source": dataclasses.replace(src, code=code)})()
+    bad = run_on_host(broken, [q, kk, v, np.full(q.shape, np.nan, np.float16)])[3]
+    assert np.isnan(bad.astype(np.float64)).any()
 
 
 # -- on an H100 --------------------------------------------------------------------------------------------
