@@ -30,7 +30,7 @@ three lists (``--combos overlap/direct/default,both/direct/default``: ping-pong 
 D54: ``--order`` times the same kernels with the blocks in grid order and heaviest first (``tilecore.heaviest_first``:
 ``grid`` = False, ``reverse`` = 1 (the query blocks descending inside each head), ``auto`` = True (longest first in
 sections of heads), ``sN`` = sections of N heads), one row each; ``--inner-rep`` sets the timed calls a configuration
-(the median; default 3).
+(the median; default: ``--rep``, at most 3).
 Exits with code 2 and a clear message where no CUDA GPU is present.
 """
 from __future__ import annotations
@@ -158,7 +158,8 @@ def main() -> int:
     ap.add_argument("--order", default="default",
                     help="comma-separated block orders, one row each (D54): default, grid, reverse, auto, sN (sections "
                          "of N heads)")
-    ap.add_argument("--inner-rep", type=int, default=3, help="timed calls a configuration (the median)")
+    ap.add_argument("--inner-rep", type=int, default=None,
+                    help="timed calls a configuration (the median; default: --rep, at most 3)")
     ap.add_argument("--pass-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a pass config for every kernel (repeat it); VALUE is parsed as Python (True, 3) or kept a string")
     args = ap.parse_args()
@@ -175,6 +176,7 @@ def main() -> int:
     if unknown:
         ap.error(f"--softmax / --exp / --lean / --epilogue: unknown {', '.join(unknown)}; known: {', '.join(SOFTMAX)} / "
                  f"exp2, exp / {', '.join(LEAN)} / {', '.join(EPILOGUE)}")
+    inner = max(1, args.inner_rep if args.inner_rep is not None else min(args.rep, 3))
     orders = args.order.split(",")
     bad = [o for o in orders if order_config(o) is None]
     if bad:
@@ -256,7 +258,7 @@ def main() -> int:
                 compile_s = time.perf_counter() - t0
                 out = kern(q, k, v)
                 errs.append(float((out.float() - ref).abs().max()))
-                tf = flops / cuda_ms(lambda: kern(q, k, v), max(1, args.inner_rep)) / 1e9
+                tf = flops / cuda_ms(lambda: kern(q, k, v), inner) / 1e9
                 print(f"causal={causal} {order} {schedule} {softmax} {form} {lean} {epi} {cfg}: {tf:.1f} TFLOP/s, compiled in {compile_s:.2f} s",
                       file=sys.stderr)
                 if tf > best:
