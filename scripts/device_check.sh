@@ -163,15 +163,18 @@ step fa3pp bash -c 'rc=0; C=overlap/direct/default,both/direct/default,overlap/t
 # causal FlashAttention (decision D54): the device tests of the block order (bit for bit against grid order, float64),
 # then grid order ("grid", before) against heaviest first ("auto": sections of 8 heads; "reverse": each head's query
 # blocks descending; "s16"), b8 h32 s4096 d128: the exact build causal at 128 x 176 / 128 x 128 / 128 x 128 x 3
-# stages with ping-pong on (default) and off (overlap), exact and fast causal at 128 x 128 with every order, and the
-# non-causal exact 128 x 176 (the same kernel either way: the noise); 10 timed calls a row, cuDNN in each process
+# stages with ping-pong on (default) and off (overlap); exact and fast causal at 128 x 128 with every order; the
+# non-causal exact 128 x 176 (the same kernel either way: the noise); causal d64 (every default block); 10 timed
+# calls a row, cuDNN in each process (about 2-3 minutes; each part under a timeout)
 step causal bash -c 'rc=0; timeout -k 5 100 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_block_order.py -k device -rs || rc=$?;
-     timeout -k 5 150 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal yes --schedules default,overlap \
+     timeout -k 5 120 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal yes --schedules default,overlap \
        --order grid,auto --blocks 128x176x256x2,128x128x256x2,128x128x256x3 || rc=$?;
-     timeout -k 5 100 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal yes --fast-math \
+     timeout -k 5 90 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal yes --fast-math \
        --order grid,auto,reverse,s16 --blocks 128x128x256x2 || rc=$?;
      timeout -k 5 60 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal no --order grid,auto \
-       --blocks 128x176x256x2 || rc=$?; exit $rc'
+       --blocks 128x176x256x2 || rc=$?;
+     timeout -k 5 90 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal yes --dim 64 --order grid,auto || rc=$?;
+     exit $rc'
 # issue 11's leftovers (D47): the 64-byte-swizzle tiles' and vector copies' tests (float64 on the GPU), then one run of
 # the split-K clusters the driver holds at once beside the profile's execution.cluster.at_once, shared -> global
 # copies element vs 16-byte, and block_K = 32 GEMMs on the general path (before) vs the register programs (after),
