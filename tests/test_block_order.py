@@ -229,6 +229,31 @@ def test_runs_right_on_the_host():
     assert np.isnan(bad.astype(np.float64)).any()
 
 
+def test_hip_runs_right_on_the_host():
+    """The same order on another SIMT C++ target: the catalog's causal attention for hip:gfx942 (a 2-D grid; the
+    profile has no SM count, so True means sections of one row: each head reversed), run on the HIP host emulator
+    (tests/hip_host_emulator.py): bit for bit the grid order's output, and against float64."""
+    hip = pytest.importorskip("hip_host_emulator")
+    if hip.compiler() is None:
+        pytest.skip("the HIP host emulator needs clang++")
+    from tilecore_conformance import composite
+
+    rng = np.random.default_rng(2)
+    q, kk, v = (rng.standard_normal((2, 80, 32)).astype(np.float16) for _ in range(3))
+    outs = []
+    for order in (True, False):
+        k = tilecore.compile(composite.attention("float16", True), target="hip:gfx942",
+                             pass_configs={**NOCACHE, "tilecore.heaviest_first": order})
+        assert ("tc_hf" in k.get_kernel_source()) == order
+        if order:
+            assert "in sections of 1 of the other axes' 2 rows (tilecore.heaviest_first; the profile has no " \
+                   "limits.sm_count" in _note(k)
+        outs.append(hip.run_on_host(k, [q, kk, v, np.zeros_like(q)])[3])
+    assert outs[0].tobytes() == outs[1].tobytes()
+    ref = composite.attention_ref([q, kk, v], "float16", True)[0]
+    np.testing.assert_allclose(outs[0].astype(np.float64), ref, atol=3e-3, rtol=3e-3)
+
+
 # -- on an H100 --------------------------------------------------------------------------------------------
 
 DEVICE = {"causal-3d": (1024, 128, 128, True, 3, 2), "causal-ragged-176": (1000, 128, 176, True, 4, 2),
