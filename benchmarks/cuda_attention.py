@@ -21,6 +21,7 @@ makes it grouped-query attention (K/V with fewer heads; SDPA with ``enable_gqa=T
 math), ``d39`` = beside + tree + rowsum). A block whose key width does not divide ``--seq`` (128x176 at
 4096) runs its last K/V block ragged: TMA zero-fills the rows past the sequence and the kernel's
 ``k * bn + j < seq`` mask gives their scores -inf, in the last iteration only (D30's split).
+D54: ``--lean args`` / ``rows`` = ``tilecore.cuda.exp2_range_check`` True / ``"rows"`` (the defaults otherwise).
 D45: ``--lean late`` = ``tilecore.cuda.rescale_under_qk`` (O's rescale after the next S = Q K^T is issued);
 ``--epilogue`` ``direct`` (each thread stores its fragment), ``tma`` (``tilecore.cuda.attention_tma_store``: O
 through shared memory and TMA stores, FA3's epilogue), ``persist`` / ``persist+tma``
@@ -74,7 +75,10 @@ LEAN = {"off": _LEAN_OFF, "pack": {**_LEAN_OFF, "tilecore.cuda.pack_direct": Tru
         "d39": {"tilecore.cuda.softmax_beside_pv": True, "tilecore.cuda.tree_reduce": True,
                 "tilecore.cuda.row_sum_per_thread": True},
         # D45: O's rescale after the next S = Q K^T is issued (FA3's order)
-        "late": {"tilecore.cuda.rescale_under_qk": True}}
+        "late": {"tilecore.cuda.rescale_under_qk": True},
+        # D54, each against the defaults: D35's exp2 range check on the computed arguments; the bound from each
+        # row's smallest score, beside the row maximum, with the branch around the rest of the softmax
+        "args": {"tilecore.cuda.exp2_range_check": True}, "rows": {"tilecore.cuda.exp2_range_check": "rows"}}
 
 #: the order of the blocks (D54), by the name --order takes; "sN": sections of N rows
 ORDER = {"default": {}, "grid": {"tilecore.heaviest_first": False}, "reverse": {"tilecore.heaviest_first": 1},

@@ -41,7 +41,7 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_attention_critical_path.py tests/test_cuda_attention_epilogue.py tests/test_cuda_attention_persistent.py \
      tests/test_cuda_tma_store.py tests/test_cuda_mcast.py tests/test_general_gemm.py tests/test_persistent.py \
      tests/test_cuda_swizzle64.py tests/test_vectorize_copies.py tests/test_cuda_clusters_at_once.py \
-     tests/test_cuda_streamk.py tests/test_block_order.py
+     tests/test_cuda_streamk.py tests/test_block_order.py tests/test_cuda_exp2_rows.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -175,6 +175,15 @@ step causal bash -c 'rc=0; timeout -k 5 100 python3 -m pytest -q -n 8 -p no:cach
        --blocks 128x176x256x2 || rc=$?;
      timeout -k 5 90 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal yes --dim 64 --order grid,auto || rc=$?;
      exit $rc'
+# the exact build's exp2 (decision D54, round 2): the device tests of exp2_range_check="rows" (bit for bit the check
+# off, a head scaled so exp2f's side runs, float64), then the defaults against D35's check on the computed arguments
+# ("args") and the bound from each row's smallest score ("rows"), causal and not, 128 x 128 and 128 x 176; then the
+# block order once more, grid / auto twice each and reverse, exact causal 128 x 128, 20 timed calls (the noise)
+step causal2 bash -c 'rc=0; timeout -k 5 100 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_exp2_rows.py -k device -rs || rc=$?;
+     timeout -k 5 150 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal both --lean default,args,rows \
+       --blocks 128x128x256x2,128x176x256x2 || rc=$?;
+     timeout -k 5 90 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 20 --causal yes \
+       --order grid,auto,grid,auto,reverse --blocks 128x128x256x2 || rc=$?; exit $rc'
 # issue 11's leftovers (D47): the 64-byte-swizzle tiles' and vector copies' tests (float64 on the GPU), then one run of
 # the split-K clusters the driver holds at once beside the profile's execution.cluster.at_once, shared -> global
 # copies element vs 16-byte, and block_K = 32 GEMMs on the general path (before) vs the register programs (after),
