@@ -178,12 +178,16 @@ step causal bash -c 'rc=0; timeout -k 5 100 python3 -m pytest -q -n 8 -p no:cach
 # the exact build's exp2 (decision D54, round 2): the device tests of exp2_range_check="rows" (bit for bit the check
 # off, a head scaled so exp2f's side runs, float64), then the defaults against D35's check on the computed arguments
 # ("args") and the bound from each row's smallest score ("rows"), causal and not, 128 x 128 and 128 x 176; then the
-# block order once more, grid / auto twice each and reverse, exact causal 128 x 128, 20 timed calls (the noise)
+# block order once more, grid / auto twice each and reverse, exact causal 128 x 128, 20 timed calls (the noise); then
+# batch 1 (b1 h32 s4096, b1 h16 s8192: 1024 blocks, about 8 waves, where the grid order's tail is simulated at 15%)
 step causal2 bash -c 'rc=0; timeout -k 5 100 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_exp2_rows.py -k device -rs || rc=$?;
      timeout -k 5 150 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal both --lean default,args,rows \
        --blocks 128x128x256x2,128x176x256x2 || rc=$?;
      timeout -k 5 90 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 20 --causal yes \
-       --order grid,auto,grid,auto,reverse --blocks 128x128x256x2 || rc=$?; exit $rc'
+       --order grid,auto,grid,auto,reverse --blocks 128x128x256x2 || rc=$?;
+     for shape in "--batch 1 --heads 32 --seq 4096" "--batch 1 --heads 16 --seq 8192"; do
+       timeout -k 5 60 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 20 --causal yes $shape \
+         --order grid,auto,reverse --blocks 128x128x256x2 || rc=$?; done; exit $rc'
 # issue 11's leftovers (D47): the 64-byte-swizzle tiles' and vector copies' tests (float64 on the GPU), then one run of
 # the split-K clusters the driver holds at once beside the profile's execution.cluster.at_once, shared -> global
 # copies element vs 16-byte, and block_K = 32 GEMMs on the general path (before) vs the register programs (after),
