@@ -188,6 +188,10 @@ step causal2 bash -c 'rc=0; timeout -k 5 100 python3 -m pytest -q -n 8 -p no:cac
      for shape in "--batch 1 --heads 32 --seq 4096" "--batch 1 --heads 16 --seq 8192"; do
        timeout -k 5 60 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 20 --causal yes $shape \
          --order grid,auto,reverse --blocks 128x128x256x2 || rc=$?; done; exit $rc'
+# D54's default (heaviest first on): the default build against the grid order in one process, exact causal at batch 1
+# (round 2 measured the option at +10.5% here), under a minute
+step causal3 timeout -k 5 55 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 20 --batch 1 --heads 32 --seq 4096 \
+     --causal yes --order grid,default --blocks 128x128x256x2
 # issue 11's leftovers (D47): the 64-byte-swizzle tiles' and vector copies' tests (float64 on the GPU), then one run of
 # the split-K clusters the driver holds at once beside the profile's execution.cluster.at_once, shared -> global
 # copies element vs 16-byte, and block_K = 32 GEMMs on the general path (before) vs the register programs (after),

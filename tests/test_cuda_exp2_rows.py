@@ -68,7 +68,7 @@ def test_bad_value():
 
 
 @needs_toolchain
-@pytest.mark.parametrize("bn", [128, 176])
+@pytest.mark.parametrize("bn", [128])  # (176: the same counts, 775 / 1041 instructions; kept out of CI's time)
 def test_sass(bn):
     """The checked side: one MUFU.EX2 an element and none of exp2f's range tests or predicated multiplies (the two
     row factors' exp2f keep theirs); the other side has them; no local memory."""
