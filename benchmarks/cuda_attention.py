@@ -21,12 +21,17 @@ makes it grouped-query attention (K/V with fewer heads; SDPA with ``enable_gqa=T
 math), ``d39`` = beside + tree + rowsum). A block whose key width does not divide ``--seq`` (128x176 at
 4096) runs its last K/V block ragged: TMA zero-fills the rows past the sequence and the kernel's
 ``k * bn + j < seq`` mask gives their scores -inf, in the last iteration only (D30's split).
+D54: ``--lean args`` / ``rows`` = ``tilecore.cuda.exp2_range_check`` True / ``"rows"`` (the defaults otherwise).
 D45: ``--lean late`` = ``tilecore.cuda.rescale_under_qk`` (O's rescale after the next S = Q K^T is issued);
 ``--epilogue`` ``direct`` (each thread stores its fragment), ``tma`` (``tilecore.cuda.attention_tma_store``: O
 through shared memory and TMA stores, FA3's epilogue), ``persist`` / ``persist+tma``
 (``tilecore.cuda.attention_persistent``: a persistent grid, the next tile's loads under this one's end), one row
 each; ``--combos SCHEDULE/EPILOGUE/LEAN,...`` times exactly those combinations instead of every combination of the
 three lists (``--combos overlap/direct/default,both/direct/default``: ping-pong off and on).
+D54: ``--order`` times the same kernels with the blocks in grid order and heaviest first (``tilecore.heaviest_first``:
+``grid`` = False, ``reverse`` = 1 (the query blocks descending inside each head), ``auto`` = True (longest first in
+sections of heads), ``sN`` = sections of N heads), one row each; ``--inner-rep`` sets the timed calls a configuration
+(the median; default: ``--rep``, at most 3).
 Exits with code 2 and a clear message where no CUDA GPU is present.
 """
 from __future__ import annotations
@@ -70,7 +75,23 @@ LEAN = {"off": _LEAN_OFF, "pack": {**_LEAN_OFF, "tilecore.cuda.pack_direct": Tru
         "d39": {"tilecore.cuda.softmax_beside_pv": True, "tilecore.cuda.tree_reduce": True,
                 "tilecore.cuda.row_sum_per_thread": True},
         # D45: O's rescale after the next S = Q K^T is issued (FA3's order)
-        "late": {"tilecore.cuda.rescale_under_qk": True}}
+        "late": {"tilecore.cuda.rescale_under_qk": True},
+        # D54, each against the defaults: D35's exp2 range check on the computed arguments; the bound from each
+        # row's smallest score, beside the row maximum, with the branch around the rest of the softmax
+        "args": {"tilecore.cuda.exp2_range_check": True}, "rows": {"tilecore.cuda.exp2_range_check": "rows"}}
+
+#: the order of the blocks (D54), by the name --order takes; "sN": sections of N rows
+ORDER = {"default": {}, "grid": {"tilecore.heaviest_first": False}, "reverse": {"tilecore.heaviest_first": 1},
+         "auto": {"tilecore.heaviest_first": True}}
+
+
+def order_config(name: str) -> dict | None:
+    if name in ORDER:
+        return ORDER[name]
+    if name.startswith("s") and name[1:].isdigit() and int(name[1:]) >= 1:
+        return {"tilecore.heaviest_first": int(name[1:])}
+    return None
+
 
 #: the output's epilogue (D45), by the name --epilogue takes
 EPILOGUE = {"direct": {"tilecore.cuda.attention_tma_store": False}, "tma": {"tilecore.cuda.attention_tma_store": True},
@@ -138,6 +159,11 @@ def main() -> int:
     ap.add_argument("--combos", default=None,
                     help="comma-separated SCHEDULE/EPILOGUE/LEAN triples, one row each (instead of every combination)")
     ap.add_argument("--causal", choices=("both", "yes", "no"), default="both")
+    ap.add_argument("--order", default="default",
+                    help="comma-separated block orders, one row each (D54): default, grid, reverse, auto, sN (sections "
+                         "of N heads)")
+    ap.add_argument("--inner-rep", type=int, default=None,
+                    help="timed calls a configuration (the median; default: --rep, at most 3)")
     ap.add_argument("--pass-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a pass config for every kernel (repeat it); VALUE is parsed as Python (True, 3) or kept a string")
     args = ap.parse_args()
@@ -154,6 +180,11 @@ def main() -> int:
     if unknown:
         ap.error(f"--softmax / --exp / --lean / --epilogue: unknown {', '.join(unknown)}; known: {', '.join(SOFTMAX)} / "
                  f"exp2, exp / {', '.join(LEAN)} / {', '.join(EPILOGUE)}")
+    inner = max(1, args.inner_rep if args.inner_rep is not None else min(args.rep, 3))
+    orders = args.order.split(",")
+    bad = [o for o in orders if order_config(o) is None]
+    if bad:
+        ap.error(f"--order: unknown {', '.join(bad)}; known: {', '.join(ORDER)}, sN (N >= 1)")
     combos = None
     if args.combos:
         combos = [tuple(c.split("/")) for c in args.combos.split(",")]
@@ -185,7 +216,7 @@ def main() -> int:
     hk = args.kv_heads or h
     gqa = f" kv-heads {hk}" if hk != h else ""
     table = Table(title=f"FlashAttention forward fp16, b{b} h{h}{gqa} s{s} d{d} on {torch.cuda.get_device_name()}")
-    for col in ("causal", "schedule", "softmax", "exp", "lean", "epilogue", "tilecore TFLOP/s", "config", "SDPA cuDNN", "SDPA flash", "ours / best torch",
+    for col in ("causal", "order", "schedule", "softmax", "exp", "lean", "epilogue", "tilecore TFLOP/s", "config", "SDPA cuDNN", "SDPA flash", "ours / best torch",
                 "max err"):
         table.add_column(col, justify="right")
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -211,7 +242,8 @@ def main() -> int:
         rows = ([(a, x, e, n, o, f) for a in schedules for x in softmaxes for e in exps for n in leans for o in epilogues
                  for f in maths] if combos is None else
                 [(a, x, e, n, o, f) for a, o, n in combos for x in softmaxes for e in exps for f in maths])
-        for schedule, softmax, form, lean, epi, fast in rows:
+        rows = [(r, order) for r in rows for order in orders]
+        for (schedule, softmax, form, lean, epi, fast), order in rows:
             best, best_cfg, errs = 0.0, "-", []
             for cfg in args.blocks.split(","):
                 bm, bn, *rest = (int(x) for x in cfg.split("x"))
@@ -222,20 +254,20 @@ def main() -> int:
                     kern = flash_fwd(b, h, s, d, causal, bm, bn, threads=threads, stages=stages, fast=fast,
                                      wgmma=not args.no_wgmma, kv_heads=hk, exp=form,
                                      configs={**SCHEDULES[schedule], **SOFTMAX[softmax], **LEAN[lean], **EPILOGUE[epi],
-                                              **extra})
+                                              **order_config(order), **extra})
                 except tilecore.errors.TilecoreError as e:  # e.g. tiles that do not fit on chip at d256
-                    print(f"causal={causal} {schedule} {softmax} {form} {lean} {epi} {cfg}: skipped ({type(e).__name__}: {str(e)[:160]})",
+                    print(f"causal={causal} {order} {schedule} {softmax} {form} {lean} {epi} {cfg}: skipped ({type(e).__name__}: {str(e)[:160]})",
                           file=sys.stderr)
                     continue
                 compile_s = time.perf_counter() - t0
                 out = kern(q, k, v)
                 errs.append(float((out.float() - ref).abs().max()))
-                tf = flops / cuda_ms(lambda: kern(q, k, v), max(1, min(args.rep, 3))) / 1e9
-                print(f"causal={causal} {schedule} {softmax} {form} {lean} {epi} {cfg}: {tf:.1f} TFLOP/s, compiled in {compile_s:.2f} s",
+                tf = flops / cuda_ms(lambda: kern(q, k, v), inner) / 1e9
+                print(f"causal={causal} {order} {schedule} {softmax} {form} {lean} {epi} {cfg}: {tf:.1f} TFLOP/s, compiled in {compile_s:.2f} s",
                       file=sys.stderr)
                 if tf > best:
                     best, best_cfg = tf, cfg
-            table.add_row(str(causal), schedule, softmax, form, lean, epi, f"{best:.1f}", best_cfg, f"{theirs['cudnn']:.1f}",
+            table.add_row(str(causal), order, schedule, softmax, form, lean, epi, f"{best:.1f}", best_cfg, f"{theirs['cudnn']:.1f}",
                           f"{theirs['flash']:.1f}", f"{best / top:.3f}x", f"{max(errs) if errs else float('nan'):.2e}")
     Console(width=170).print(table)
     return 0

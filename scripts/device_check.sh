@@ -41,7 +41,7 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_attention_critical_path.py tests/test_cuda_attention_epilogue.py tests/test_cuda_attention_persistent.py \
      tests/test_cuda_tma_store.py tests/test_cuda_mcast.py tests/test_general_gemm.py tests/test_persistent.py \
      tests/test_cuda_swizzle64.py tests/test_vectorize_copies.py tests/test_cuda_clusters_at_once.py \
-     tests/test_cuda_streamk.py
+     tests/test_cuda_streamk.py tests/test_block_order.py tests/test_cuda_exp2_rows.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -160,6 +160,38 @@ step fa3pp bash -c 'rc=0; C=overlap/direct/default,both/direct/default,overlap/t
        tests/test_cuda_attention_persistent.py -k device -rs || rc=$?;
      timeout -k 5 120 python3 benchmarks/cuda_attention.py --rep 3 --fast-math --no-exact --blocks 128x128x256x2 --combos $C || rc=$?;
      timeout -k 5 120 python3 benchmarks/cuda_attention.py --rep 3 --blocks 128x176x256x2 --combos $C || rc=$?; exit $rc'
+# causal FlashAttention (decision D54): the device tests of the block order (bit for bit against grid order, float64),
+# then grid order ("grid", before) against heaviest first ("auto": sections of 8 heads; "reverse": each head's query
+# blocks descending; "s16"), b8 h32 s4096 d128: the exact build causal at 128 x 176 / 128 x 128 / 128 x 128 x 3
+# stages with ping-pong on (default) and off (overlap); exact and fast causal at 128 x 128 with every order; the
+# non-causal exact 128 x 176 (the same kernel either way: the noise); causal d64 (every default block); 10 timed
+# calls a row, cuDNN in each process (about 2-3 minutes; each part under a timeout)
+step causal bash -c 'rc=0; timeout -k 5 100 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_block_order.py -k device -rs || rc=$?;
+     timeout -k 5 120 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal yes --schedules default,overlap \
+       --order grid,auto --blocks 128x176x256x2,128x128x256x2,128x128x256x3 || rc=$?;
+     timeout -k 5 90 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal yes --fast-math \
+       --order grid,auto,reverse,s16 --blocks 128x128x256x2 || rc=$?;
+     timeout -k 5 60 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal no --order grid,auto \
+       --blocks 128x176x256x2 || rc=$?;
+     timeout -k 5 90 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal yes --dim 64 --order grid,auto || rc=$?;
+     exit $rc'
+# the exact build's exp2 (decision D54, round 2): the device tests of exp2_range_check="rows" (bit for bit the check
+# off, a head scaled so exp2f's side runs, float64), then the defaults against D35's check on the computed arguments
+# ("args") and the bound from each row's smallest score ("rows"), causal and not, 128 x 128 and 128 x 176; then the
+# block order once more, grid / auto twice each and reverse, exact causal 128 x 128, 20 timed calls (the noise); then
+# batch 1 (b1 h32 s4096, b1 h16 s8192: 1024 blocks, about 8 waves, where the grid order's tail is simulated at 15%)
+step causal2 bash -c 'rc=0; timeout -k 5 100 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_exp2_rows.py -k device -rs || rc=$?;
+     timeout -k 5 150 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal both --lean default,args,rows \
+       --blocks 128x128x256x2,128x176x256x2 || rc=$?;
+     timeout -k 5 90 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 20 --causal yes \
+       --order grid,auto,grid,auto,reverse --blocks 128x128x256x2 || rc=$?;
+     for shape in "--batch 1 --heads 32 --seq 4096" "--batch 1 --heads 16 --seq 8192"; do
+       timeout -k 5 60 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 20 --causal yes $shape \
+         --order grid,auto,reverse --blocks 128x128x256x2 || rc=$?; done; exit $rc'
+# D54's default (heaviest first on): the default build against the grid order in one process, exact causal at batch 1
+# (round 2 measured the option at +10.5% here), under a minute
+step causal3 timeout -k 5 55 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 20 --batch 1 --heads 32 --seq 4096 \
+     --causal yes --order grid,default --blocks 128x128x256x2
 # issue 11's leftovers (D47): the 64-byte-swizzle tiles' and vector copies' tests (float64 on the GPU), then one run of
 # the split-K clusters the driver holds at once beside the profile's execution.cluster.at_once, shared -> global
 # copies element vs 16-byte, and block_K = 32 GEMMs on the general path (before) vs the register programs (after),

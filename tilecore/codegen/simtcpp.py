@@ -156,6 +156,7 @@ class SIMTCppEmitter(CFamilyEmitter):
         launch, top = single_launch(func)
         st.launch_meta = {}
         st.swizzle = _swizzle_hint(func)
+        st.block_order = func.attrs.get("block_order")  # D54: tilecore.order_blocks (heaviest blocks first)
         for s in top:
             self.stmt(st, s)
         meta = dict(st.launch_meta)
@@ -237,6 +238,8 @@ class SIMTCppEmitter(CFamilyEmitter):
         """The block variables from the block index; ``T.use_swizzle`` rasterizes the first two."""
         grid, bvars = list(s.grid), list(s.block_vars)
         bidx = self.block_index.format
+        if self.heaviest_first(st, s):  # D54: the block's linear index remapped, heaviest blocks first
+            bidx = "tc_hf{}".format
         if len(grid) <= 3 and getattr(st, "swizzle", None) and len(grid) >= 2 and st.swizzle[0] > 0:
             # T.use_swizzle: consecutive blocks walk `panel` rows of the y index (order "row") or `panel`
             # columns of the x index (order "col") before moving on, so the tiles they share stay in cache
@@ -265,6 +268,47 @@ class SIMTCppEmitter(CFamilyEmitter):
                 self.line(st, f"tc_bx /= (long long)({self.expr(st, g)});")
             for v, axis in zip(bvars[nx:], "yz"):
                 self.line(st, f"const {self.vtype(v.dtype)} {self.name(st, v)} = ({self.vtype(v.dtype)}){bidx(axis)};")
+
+    def heaviest_first(self, st: EmitState, s: KernelLaunch) -> bool:
+        """``tilecore.order_blocks``'s order (D54, ``tilecore/passes/blockorder.py``): where it applies to this launch
+        (the grid it analyzed, no ``T.use_swizzle``), defines ``tc_hfx`` / ``tc_hfy`` / ``tc_hfz`` from the block index:
+        the growing axis descending in sections of ``G`` rows of the other axes. Returns whether it did."""
+        order = getattr(st, "block_order", None)
+        if not order or getattr(st, "swizzle", None):
+            return False
+        axis, grid, g = order
+        if len(s.grid) != len(grid) or [const_value(simplify(x)) for x in s.grid] != list(grid):
+            return False  # (a launch rewritten since, e.g. tilecore.persistent's grid of resident blocks)
+        bidx = self.block_index.format
+        axes = "xyz"[:len(grid)]
+        total = 1
+        for n in grid:
+            total *= n
+        ty = "int" if total < 2 ** 31 else "long long"
+        strides, m = [], 1
+        for n in grid:
+            strides.append(m)
+            m *= n
+        lin = " + ".join(f"({ty}){bidx(a)}" + (f" * {st_}" if st_ != 1 else "") for a, st_ in zip(axes, strides))
+        ga, rows = grid[axis], total // grid[axis]
+        g = min(int(g), rows)
+        self.line(st, f"/* heaviest blocks first (D54): {axes[axis]} descending, sections of {g} of {rows} rows */")
+        self.line(st, f"const {ty} tc_hfl = {lin};")
+        if g == 1:
+            self.line(st, f"const {ty} tc_hfw = tc_hfl % {ga}, tc_hfrow = tc_hfl / {ga};")
+            self.line(st, f"const {ty} tc_hfa = {ga - 1} - tc_hfw;")
+        else:
+            self.line(st, f"const {ty} tc_hfs = tc_hfl / {g * ga}, tc_hfw = tc_hfl % {g * ga};")
+            self.line(st, f"const {ty} tc_hfg = tc_min(({ty}){g}, ({ty})({rows} - tc_hfs * {g}));")
+            self.line(st, f"const {ty} tc_hfa = {ga - 1} - tc_hfw / tc_hfg, tc_hfrow = tc_hfs * {g} + tc_hfw % tc_hfg;")
+        rest = [(a, n) for i, (a, n) in enumerate(zip(axes, grid)) if i != axis]
+        div = 1
+        for k, (a, n) in enumerate(rest):
+            q = "tc_hfrow" if div == 1 else f"(tc_hfrow / {div})"
+            self.line(st, f"const {ty} tc_hf{a} = {q}" + (f" % {n}" if k < len(rest) - 1 else "") + ";")
+            div *= n
+        self.line(st, f"const {ty} tc_hf{axes[axis]} = tc_hfa;")
+        return True
 
     def block_memory(self, st: EmitState, s: KernelLaunch, shared: list) -> dict:
         """Declare the block's buffers (16-byte aligned, or on the boundary their shared layout starts on:

@@ -4,7 +4,9 @@ Slots, in order (a kernel moves from tile ops over regions to scalar loops ready
 
 ``legalize``        check the kernel against the target's capabilities and the tile ops' contracts
 ``layout``          decide layouts (fragments over threads and registers, swizzles); collect layout and
-                    scheduling hints
+                    scheduling hints; with ``tilecore.heaviest_first``, order the blocks heaviest first where a
+                    loop's trip count grows with a block index (``tilecore.order_blocks``,
+                    ``tilecore.passes.blockorder``)
 ``tile-lowering``   with ``tilecore.bulk_store`` (by default in kernels with one top-level pipelined loop where
                     the target has bulk tile copies), stage a fragment's store to a global tile through a shared tile
                     and one bulk tile store (``tilecore.stage_bulk_stores``, ``tilecore.passes.bulkstore``; after the
@@ -58,6 +60,7 @@ class PassConfigKey:
     BULK_STORE = "tilecore.bulk_store"  #: bool: store a fragment to a global tile through a shared tile and one asynchronous bulk tile store where the target has bulk tile copies, waited for before the tile is written again (default: on in kernels with one top-level pipelined loop where the target has bulk tile copies and its code generator spells bulk stores; False: off; D46, D51)
     MATRIX_STORES = "tilecore.matrix_stores"  #: bool: a bulk store's 16-bit tile written as four 8x8 matrices a 32-thread group where the thread's pairs form them and the emitter spells it (default True; D51)
     PERSISTENT = "tilecore.persistent"  #: bool or int: launch the resident blocks only, each looping over the tiles, a pipelined loop carried across them (default False; an int: that many blocks; D36; D51 measured it with the bulk store: slower than the bulk store alone)
+    HEAVIEST_FIRST = "tilecore.heaviest_first"  #: bool or int: where a block's loop trip counts grow with one block index (causal attention), start the heaviest blocks first, longest first in sections of that many rows of the other axes (True, the default: the smallest power of two of rows holding limits.sm_count blocks; False: grid order; D54)
     LAYOUT_CONVERSION = "tilecore.layout_conversion"  #: True (default): convert a fragment between disagreeing layouts in registers; "shared": always through shared memory; False: keep one in shared memory
 
     # TileLang's names (tilelang.PassConfigKey), so ported code runs. Those with a tilecore meaning are
@@ -184,12 +187,12 @@ def dump_dir_from_env() -> str | None:
 
 
 def core_pipeline() -> Pipeline:
-    from . import bulkstore, copies, core, guard, layout, lower_tile, matrix, persistent, pipeline, vectorize
+    from . import blockorder, bulkstore, copies, core, guard, layout, lower_tile, matrix, persistent, pipeline, vectorize
 
     return Pipeline({
         "legalize": [core.check_structure, core.check_extensions, core.check_static_bounds,
                      core.check_capabilities],
-        "layout": [layout.infer_layouts, core.collect_hints],
+        "layout": [layout.infer_layouts, core.collect_hints, blockorder.order_blocks],
         "tile-lowering": [bulkstore.stage_bulk_stores, layout.lower_fragments, pipeline.stage_pipelined_copies, copies.group_async_copies,
                           lower_tile.lower_tile_ops],
         "pipelining": [persistent.persistent_tiles, pipeline.plan_pipelines, core.serialize_pipelined],

@@ -58,6 +58,19 @@ ROW_SUM_PER_THREAD_DEFAULT = False
 BESIDE_MAX_REGISTERS = 160
 
 
+def exp2_check_mode(option):
+    """``tilecore.cuda.exp2_range_check`` checked: False (off), ``"args"`` (True: D35's test on the computed
+    arguments) or ``"rows"`` (D54: the bound from each row's smallest input, beside the row maximum)."""
+    if option is None or option is False:
+        return False
+    if option is True or option == "args":
+        return "args"
+    if option == "rows":
+        return "rows"
+    raise ValueError(f"tilecore.cuda.exp2_range_check: {option!r}; use False, True (or 'args': the computed arguments' "
+                     "minimum, D35) or 'rows' (each row's smallest input, D54)")
+
+
 def producer_registers(option) -> int:
     """``tilecore.cuda.producer_registers`` checked: a multiple of 8 from 24 to 256."""
     r = int(option)

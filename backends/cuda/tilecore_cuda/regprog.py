@@ -1031,7 +1031,8 @@ def _lower_as(mode: str):
         # fewer instructions, the same bits (D35; _lean.py)
         plan["direct"] = (_lean.direct_casts(plan) if ctx.option("tilecore.cuda.pack_direct", _lean.PACK_DIRECT_DEFAULT)
                           else {})
-        plan["exp2_check"] = bool(ctx.option("tilecore.cuda.exp2_range_check", _lean.EXP2_RANGE_CHECK_DEFAULT))
+        plan["exp2_check"] = _lean.exp2_check_mode(ctx.option("tilecore.cuda.exp2_range_check",
+                                                              _lean.EXP2_RANGE_CHECK_DEFAULT))
         plan["skip_rescale"] = bool(ctx.option("tilecore.cuda.skip_unit_rescale", _lean.SKIP_UNIT_RESCALE_DEFAULT))
         plan["tree_reduce"] = ctx.option("tilecore.cuda.tree_reduce", _lean.TREE_REDUCE_DEFAULT)
         _lean.reduce_chains(plan["tree_reduce"], 1)  # a bad value fails here, naming the option
@@ -1515,9 +1516,11 @@ class _Emit:
                 self.cstmt(p["body"][k])
 
         def run_between(body, alt=None):
-            for k in range(g1 + 1, g2 if beside is None else beside):
-                if k in late:
-                    continue
+            ks = [k for k in range(g1 + 1, g2 if beside is None else beside) if k not in late]
+            cut = next((k for k in ks if self.rows_nest(body[k])), None) if alt is None and beside is None else None
+            if cut is not None:  # D54: the exp2 check's branch around the rest of B (see rows_between)
+                return self.rows_between(body, ks, cut, pack_a)
+            for k in ks:
                 self.cstmt_either(body[k], alt[k] if alt else body[k])
             if beside is not None:  # P @ V stays in flight into the next iteration, which finishes B (deferred)
                 return
@@ -1635,6 +1638,61 @@ class _Emit:
     def rounded(self, b, text: str) -> str:
         conv = self.em.round_conv.get(str(b.dtype))
         return conv.format(text) if conv else text
+
+    def rows_nest(self, s) -> bool:
+        """Whether statement ``s`` is a nest ``F[i, j] = T.exp2(arg)`` that ``tilecore.cuda.exp2_range_check="rows"``
+        checks (D54: the exact build, ``arg`` non-decreasing in one 2-D fragment's element)."""
+        if self.p.get("exp2_check") != "rows" or getattr(self.st, "fast", False) or not isinstance(s, For):
+            return False
+        inner = s.body
+        while isinstance(inner, Seq) and len(inner.body) == 1:
+            inner = inner.body[0]
+        if not (isinstance(inner, For) and inner.kind == "parallel"):
+            return False
+        ex = _lean.exp2_store(inner.body, self.p["frags"])
+        if not ex:
+            return False
+        old = getattr(self, "row_vars", None)
+        self.row_vars = {id(inner.var)} | {id(x.var) for x in _binds_in(inner.body)}
+        try:
+            return self.exp2_source(ex[1]) is not None
+        finally:
+            self.row_vars = old
+
+    def rows_between(self, body, ks, cut, pack_a):
+        """D54 (``tilecore.cuda.exp2_range_check="rows"``): B up to the exp2 nest ``body[cut]``, its check (the
+        products, the rows' minima, ``tc_ok``), then one warp-uniform branch whose two sides each run the nest's
+        exponentials (``ex2.approx.ftz`` / ``exp2f``) and the rest of B (row sums, rescale, P's pack): with the
+        branch around the nest alone, ptxas could not run the rest beside the exponentials (D54's SASS). The
+        WGMMA bookkeeping is the same on both sides (each starts from the state at the branch)."""
+        i = ks.index(cut)
+        for k in ks[:i]:
+            self.cstmt(body[k])
+        self.rows_mode = "check"
+        try:
+            self.cstmt(body[cut])  # (its waits first, as for the nest itself)
+        finally:
+            self.rows_mode = None
+        state = (list(self.groups) if self.groups is not None else None, set(self.pending),
+                 set(self.pending_packed), self.packed_ahead, getattr(self, "retired", None))
+
+        def side(kind):
+            groups, pending, packed, ahead, retired = state
+            self.groups = list(groups) if groups is not None else None
+            self.pending, self.pending_packed, self.packed_ahead = set(pending), set(packed), ahead
+            self.retired = retired
+            self.rows_mode = kind
+            try:
+                self.cstmt(body[cut])
+            finally:
+                self.rows_mode = None
+            for k in ks[i + 1:]:
+                self.cstmt(body[k])
+            self.retire()
+            pack_a()
+
+        self.block("if (__all_sync(0xffffffffu, tc_ok))", lambda: side("fast"))
+        self.block("else", lambda: side("slow"))
 
     def cstmt_either(self, masked, unmasked):
         """``masked``, or (the split's peeled iteration 0) ``unmasked`` where ``tc_nu > 0``: the waits both need
@@ -1939,7 +1997,7 @@ class _Emit:
             body = inner.body
 
             # what varies along a row: the column variable and what the nest binds (tilecore.cuda.fold_softmax_scale)
-            self.row_vars = {id(jv)} | {id(x.var) for x in _binds_in(body)}
+            self.row_vars = {id(inner.var)} | {id(x.var) for x in _binds_in(body)}  # (the Var, not its name)
 
             def at_element():  # the element's indices and every fragment's register for it
                 self.line(f"const int {iv} = tc_row + 8 * tc_h;")
@@ -1962,7 +2020,10 @@ class _Emit:
             fast = getattr(st, "fast", False)
             ex = _lean.exp2_store(body, p["frags"]) if p.get("exp2_check") and not fast else None
             rs = _lean.unit_rescale(body, p["frags"]) if p.get("skip_rescale") else None
-            if ex:
+            src = self.exp2_source(ex[1]) if ex and p["exp2_check"] == "rows" else None
+            if ex and src is not None:
+                self.exp2_row_bound(ex, src, cols, nest, at_element, iv, getattr(self, "rows_mode", None))
+            elif ex:
                 self.exp2_checked(ex, cols, nest, at_element)
             elif rs:
                 r = em.name(st, rs[1])
@@ -1980,6 +2041,129 @@ class _Emit:
             self.line("#pragma unroll")
             self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", row)
         st.regs = old
+
+    def exp2_source(self, arg):
+        """The 2-D fragment ``X`` where ``arg`` is non-decreasing in the element ``X[i, j]`` it reads and every other
+        leaf is the same along a row (``X[i, j] * c - r``, ``(X[i, j] - r) * c``, ``X[i, j] * c - r * c``, ``c`` a
+        positive constant, ``r`` row values), else None (``tilecore.cuda.exp2_range_check="rows"``, D54)."""
+        found = []
+
+        def mono(e) -> bool:
+            if isinstance(e, BufferLoad) and self.p["frags"].get(e.buffer) == 2:
+                if found and found[0] is not e.buffer:
+                    return False
+                found.append(e.buffer)
+                return True
+            if isinstance(e, BinOp) and str(e.dtype) == "float32":
+                if e.op == "add":
+                    return (mono(e.a) and self.row_invariant(e.b)) or (self.row_invariant(e.a) and mono(e.b))
+                if e.op == "sub":
+                    return mono(e.a) and self.row_invariant(e.b)
+                if e.op == "mul":
+                    for x, c in ((e.a, e.b), (e.b, e.a)):
+                        v = const_value(c)
+                        if isinstance(v, float) and v > 0 and mono(x):
+                            return True
+            return False
+
+        return found[0] if mono(arg) and found else None
+
+    def reads_rows(self, e) -> bool:
+        """Whether ``e`` reads a 1-D (row) fragment."""
+        found = []
+        walk_expr(e, lambda x: found.append(x) if isinstance(x, BufferLoad) and self.p["frags"].get(x.buffer) == 1
+                  else None)
+        return bool(found)
+
+    def exp2_row_bound(self, ex, src, cols: int, nest, at_element, iv: str, kind=None) -> None:
+        """``F[i, j] = T.exp2(arg)`` in the exact build with ``tilecore.cuda.exp2_range_check="rows"`` (D54): ``arg``
+        is non-decreasing in ``X[i, j]`` (:meth:`exp2_source`), so the thread's smallest argument of row ``i`` is
+        ``arg`` at the row's smallest ``X`` (the same operations, each rounded the same way: IEEE rounding is
+        monotone): that minimum (four chains, fminf drops NaN) needs no row maximum. Where every row's bound of
+        every lane of the warp is at least -126, ``ex2.approx.ftz`` alone (exp2f's lowering runs that same MUFU.EX2
+        there, D35); otherwise ``exp2f`` as written. Where ``arg = X[i, j] * c -/+ r``, the products go into ``F``
+        first (they need no row maximum: ptxas computes them while it is reduced, as without the check).
+
+        ``kind``: None, all of it with the branch around the nest; ``"check"``, the products, minima and ``tc_ok``
+        only (:meth:`overlapped` then branches around the rest of the work before the next gemm); ``"fast"`` /
+        ``"slow"``, the exponentials of one side of that branch."""
+        em, st, p = self.em, self.st, self.p
+        dst, arg = ex
+        x = em.name(st, src)
+        per = cols // 8  # 8-column groups a thread holds in a row (two values each)
+        step = 2 if per % 2 == 0 else 1
+        chains = [f"{x}[4 * {j} + 2 * tc_h + {e}]" for j in range(step) for e in range(2)]
+        # arg = head -/+ tail with head X[i, j] * c (no row values): the products before the branch, where ptxas
+        # computes them while the row maximum is reduced (as it does without the check), each branch the rest
+        head, tail = None, None
+        if isinstance(arg, BinOp) and arg.op in ("sub", "add"):
+            for h, t in [(arg.a, arg.b)] + ([(arg.b, arg.a)] if arg.op == "add" else []):
+                if self.exp2_source(h) is src and not self.reads_rows(h) and self.row_invariant(t):
+                    head, tail = h, t
+                    break
+
+        def rest():
+            if head is None:
+                return em.expr(st, arg)
+            f = st.regs[id(dst)]
+            if head is arg.a:
+                return f"({f} {'-' if arg.op == 'sub' else '+'} {em.expr(st, tail)})"
+            return f"({em.expr(st, tail)} + {f})"
+
+        def row_min():
+            names = [f"tc_u{k}" for k in range(len(chains))]
+            self.line(f"float {', '.join(f'{n} = {c}' for n, c in zip(names, chains))};")
+            self.line("#pragma unroll")
+            upd = " ".join(f"{n} = fminf({n}, {x}[4 * (tc_j + {k // 2}) + 2 * tc_h + {k % 2}]);"
+                           for k, n in enumerate(names))
+            self.line(f"for (int tc_j = {step}; tc_j < {per}; tc_j += {step}) {{ {upd} }}")
+            red = names[0]
+            for n in names[1:]:
+                red = f"fminf({red}, {n})"
+            self.line(f"tc_mn[tc_h] = {red};")
+
+        def bound():
+            self.line(f"const int {iv} = tc_row + 8 * tc_h;")
+            old = st.regs
+            st.regs = {id(b): ("tc_mn[tc_h]" if b is src else f"{em.name(st, b)}[tc_h]")
+                       for b, d in p["frags"].items() if d == 1 or b is src}
+            self.line(f"tc_ok = tc_ok && ({em.expr(st, arg)} >= -126.0f);")
+            st.regs = old
+
+        def head_elem():
+            at_element()
+            self.line(f"{st.regs[id(dst)]} = {em.expr(st, head)};")
+
+        def fast_elem():
+            at_element()
+            self.line(f"{st.regs[id(dst)]} = tc_ex2_ftz({rest()});")
+
+        def slow_elem():
+            at_element()
+            self.line(f"{st.regs[id(dst)]} = exp2f({rest()});")
+
+        def check():
+            self.line("float tc_mn[2];")
+            self.line("#pragma unroll")
+            self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", row_min)
+            if head is not None:
+                nest(head_elem)
+            self.line("bool tc_ok = true;")
+            self.line("#pragma unroll")
+            self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", bound)
+
+        if kind == "check":
+            return check()
+        if kind in ("fast", "slow"):
+            return nest(fast_elem if kind == "fast" else slow_elem)
+
+        def whole():
+            check()
+            # decided for the warp (a uniform branch keeps ptxas's uniform registers, D35)
+            self.block("if (__all_sync(0xffffffffu, tc_ok))", lambda: nest(fast_elem))
+            self.block("else", lambda: nest(slow_elem))
+
+        self.block("", whole)
 
     def exp2_checked(self, ex, cols: int, nest, at_element) -> None:
         """``F[i, j] = T.exp2(arg)`` in the exact build (``tilecore.cuda.exp2_range_check``): every argument into
