@@ -38,6 +38,11 @@ class EmitState:
     keep: list = field(default_factory=list)  # every named object, so that ids are not reused
 
 
+#: pass config: a store of a value cast to the stored dtype converts once (no round trip through the value type;
+#: the same bits; D55, default off until measured)
+STORE_CAST_ONCE = "tilecore.store_cast_once"
+
+
 class CFamilyEmitter(Emitter):
     lang = "c"
     index_type = "int64_t"
@@ -351,8 +356,14 @@ class CFamilyEmitter(Emitter):
         raw = self.raw_copy(st, buf, value) if self.copy_in_storage_type else None
         if raw is not None:
             return raw
-        text = self.expr(st, value)
         conv = self.store_conv.get(buf.dtype)
+        once = getattr(st, "ctx", None) is not None and st.ctx.option(STORE_CAST_ONCE, False) is True
+        if once and conv and isinstance(value, Cast) and value.dtype == buf.dtype and is_float(value.value.dtype) \
+                and buf.dtype in self.round_conv and self.vtype(value.value.dtype) == self.vtype(buf.dtype):
+            # a cast to the stored dtype: one conversion (rounding twice to the same dtype gives the same bits;
+            # the round trip through the value type cost two instructions an element: D55)
+            return conv.format(self.expr(st, value.value))
+        text = self.expr(st, value)
         return conv.format(text) if conv else text
 
     def raw_copy(self, st, buf: Buffer, value):

@@ -68,6 +68,14 @@ MAX_BOX = 256
 #: bytes one asynchronous copy may move, widest first
 COPY_BYTES = (16, 8, 4)
 STAGE = "pipeline_stage"
+#: pass config: a loop whose gemm runs on past each iteration and whose count is not a constant gets no drain after
+#: it (its last iteration waits for its own gemm); with one, ptxas serializes the matrix unit where the prover removes
+#: the `count > 0` test around it (a causal loop of `bx + 1` iterations; D55)
+NO_DRAIN = "tilecore.pipeline_no_drain"
+#: pass config: with bulk copies issued by one thread, the block barrier and the stage ahead's issue right after the
+#: body's first gemm that waits for every earlier one, a group read only before that point a whole pipeline ahead
+#: (FlashAttention's K 2 stages ahead with 2 buffers, V issued half an iteration earlier; D55)
+EARLY_ISSUE = "tilecore.pipeline_early_issue"
 #: the annotation of a persistent tile loop (tilecore.passes.persistent)
 PERSISTENT = "persistent_tiles"
 
@@ -615,6 +623,12 @@ class _Launch:
         self.specialize = (self.bulk and ctx.capabilities.satisfies(WS_FEATURE)[0] is True and self.group is not None
                            and ctx.option("tilecore.warp_specialize", False) is True)
         self.consumers = int(threads) if threads and len(launch.threads) == 1 else None
+        # D55: a bulk-copied loop's block barrier and stage issue right after the body's first complete gemm
+        # (tilecore.pipeline_early_issue; default off until measured)
+        self.early = ctx.option(EARLY_ISSUE, False) is True
+        # a loop whose count is not a constant gets no drain after it (tilecore.pipeline_no_drain, D55; default
+        # off until measured)
+        self.no_drain = ctx.option(NO_DRAIN, False) is True
         self.max_threads = ctx.capabilities.limit("max_threads_per_block")
         self.producer = None  # (barrier inits, producer loop, the loop it feeds) once a loop is specialized
         self.notes: list = []
@@ -710,6 +724,14 @@ class _Launch:
         if note.startswith("occupancy:"):
             again += f" ({note[len('occupancy: '):]})"
         return (new if new is not None else plain), again
+
+    def early_split(self, deferred, staged, members, why_carry):
+        """:func:`_early_split` where tilecore.pipeline_early_issue is on and the loop is not carried across a
+        persistent tile loop (its stages run on across the tiles: the prologue's extra stage would be the next
+        tile's)."""
+        if not self.early or why_carry is None:
+            return None
+        return _early_split(deferred, staged, members)
 
     def why_not_versioned(self) -> str | None:
         """Why a loop whose copies lack only a launch-time fact for bulk copies is not versioned on it."""
@@ -980,6 +1002,22 @@ class _Launch:
             producer = For(j, as_expr(0), total, "serial", seq([refill] + issue_j), span=loop.span)
             self.producer = (inits + [CopyBarrierInit(empty, self.consumers, span=loop.span)], producer, orig or loop)
             prologue = []
+        elif bulk and (split := self.early_split(deferred, [table[id(bufs[j])] for j in range(len(bufs))], members,
+                                                  why_carry)) is not None:
+            # D55, tilecore.pipeline_early_issue: the barrier and the issue right after the body's first gemm that
+            # waits for every earlier one (FlashAttention's S = Q K^T, which also finishes the previous P @ V): every
+            # thread is then done with the previous iteration's buffers, and a group nothing after that point reads
+            # (K) is done with this iteration's too, so it is issued a whole pipeline ahead (stage it + S into the
+            # buffer it just read); the others (V) one stage less, into the previous iteration's buffer
+            pre, post, early = split
+            consume, drain = deferred
+            ahead_early = simplify(binary("add", it, stages))
+            issues = [x for gi in range(len(groups)) for x in issue_bulk(ahead_early if gi in early else ahead, gi)]
+            steady = [waits[0]] + pre + [Barrier(span=loop.span)] + issues + post
+            after = [drain]
+            prologue += [x for gi in early for x in issue_bulk(as_expr(stages - 1), gi)]
+            issue_kinds.append(f"issued after the first gemm's wait ({', '.join(bufs[members[gi][0]].name for gi in early)}"
+                               f" {stages} stages ahead)")
         elif bulk:  # each thread waits for the stage itself; the barrier before the issue: no thread still reads
             # the buffer it overwrites (the previous iteration's)
             if deferred is None:
@@ -1033,12 +1071,42 @@ class _Launch:
             # asynchronous group's on the other, and a vendor's assembler serializes every asynchronous matrix
             # instruction of the kernel (ptxas 13.0 on the catalog's dynamic-shape GEMM, sm_90a: "wgmma
             # serialized due to non wgmma instructions defining accumulator registers"; a static count: none)
-            body = [_if(simplify(compare("gt", extent, 0)), seq(body), loop.span)]
+            if self.no_drain and const_value(simplify(extent)) is None:
+                # a count that is not a constant (a causal loop's `bx + 1`, which the prover shows positive, so the
+                # test above is proven away later): the assembler sees a path around the loop to the drain and
+                # serializes the matrix unit all the same. No drain: the loop's last iteration waits for its own
+                # gemm (_defer_matrix_wait), nothing is left in flight past it (tilecore.pipeline_no_drain, D55)
+                body = [new_loop]
+            else:
+                body = [_if(simplify(compare("gt", extent, 0)), seq(body), loop.span)]
         self._last_stages = stages
         if why_carry is None:  # the prologue once, before the persistent tile loop
             self.hoisted = prologue
             return seq(body), note
         return seq(prologue + body), note
+
+
+def _early_split(deferred, staged: list, members: list):
+    """``(pre, post, early groups)`` for tilecore.pipeline_early_issue: the deferred body split after its first
+    top-level statement whose last matrix synchronization waits for every earlier gemm (nothing left pending)
+    with statements after it; ``early``: the copy groups whose staged buffers nothing after that point touches.
+    None where the body has no such point."""
+    if deferred is None:
+        return None
+    consume = deferred[0]
+    items = list(consume.body) if isinstance(consume, Seq) else [consume]
+    for i, x in enumerate(items[:-1]):
+        syncs = collect(x, MatrixSync)
+        if not syncs:
+            continue
+        if syncs[-1].phase not in ("end", "wait") or syncs[-1].pending:
+            return None  # the first gemm leaves work in flight: no point where every gemm is done
+        if any(isinstance(y, (AsyncCopy, BulkCopy)) for y in _all_stmts(seq(items[:i + 1]))):
+            return None
+        post = seq(items[i + 1:])
+        early = [g for g, js in enumerate(members) if not any(_touches(post, staged[j]) for j in js)]
+        return items[:i + 1], items[i + 1:], early
+    return None
 
 
 def _defer_matrix_wait(body, last=None):
