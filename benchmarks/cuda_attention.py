@@ -88,7 +88,8 @@ _LEAN = {**_NODRAIN, "tilecore.prune_condition_binds": True, "tilecore.store_cas
          "tilecore.cuda.uniform_warp_index": True}
 GENERAL = {"regprog": {}, "base": _GEN, "nodrain": _NODRAIN, "lean": _LEAN,
            "early": {**_LEAN, "tilecore.pipeline_early_issue": True},
-           "ws": {**_LEAN, "tilecore.warp_specialize": True}}
+           "ws": {**_LEAN, "tilecore.warp_specialize": True},
+           "pingpong": {**_LEAN, "tilecore.warp_specialize": True, "tilecore.pingpong": True}}
 
 
 def flash_fwd(batch, heads, seq, dim, causal, bm=64, bn=64, dtype="float16", threads=128, stages=2, fast=False,

@@ -49,6 +49,9 @@ OPTIONS = {
     "early": {"tilecore.pipeline_early_issue": True},
 }
 ALL = {k: v for o in OPTIONS.values() for k, v in o.items()}
+#: the producer warpgroup (D29) with the two consumer warpgroups taking turns on the tensor cores (D55)
+PINGPONG = {**{k: v for n, o in OPTIONS.items() if n != "early" for k, v in o.items()},
+            "tilecore.warp_specialize": True, "tilecore.pingpong": True}
 TILES = {"128x128": (128, 128, 256), "64x64": (64, 64, 128)}
 
 
@@ -166,6 +169,33 @@ def test_a_body_with_one_gemm_keeps_its_issue_point():
 
 @needs_toolchain
 @pytest.mark.parametrize("causal", [False, True])
+def test_the_two_consumer_warpgroups_take_turns_issuing_their_gemms(causal):
+    k, warns = _compile_warnings(lambda: bench("128x128", causal, **PINGPONG))
+    assert not any(SERIALIZED in w for w in warns), warns
+    note = k.meta["attrs"]["pipelines"][0]
+    assert "warp-specialized" in note and "ping-pong: the 2 consumer groups take turns" in note, note
+    src = k.get_kernel_source()
+    body = src[src.index("for (long long k = 0; k < loop; ++k)" if causal else "for (long long k = 0; k < 32; ++k)"):]
+    # each gemm: the turn taken after the opening fence, passed right after the commit, before any wait
+    take, give = "tc_named_sync(2 + (tc_warp_u / 4), 256);", "tc_named_arrive(2 + ((tc_warp_u / 4) ^ 1), 256);"
+    assert body.count(take) == 2 and body.count(give) == 2
+    first = body.index(take)
+    assert body.index("tc_wg_fence();") < first < body.index("tc_wg_commit();") < body.index(give) \
+        < body.index("tc_wg_wait<0>")
+    # the first turn is given before the loop (the second group arrives on the first's barrier), the last taken
+    # back after it: every arrival matched
+    head, tail = src[:src.index(body[:40])], body
+    assert "if ((tc_warp_u / 4) == 1) tc_named_arrive(2, 256);" in head
+    assert "if ((tc_warp_u / 4) == 0) tc_named_sync(2, 256);" in tail
+    ops = _ops(k)
+    assert ops["LDL"] + ops["STL"] == 0 and ops["HGMMA"] >= 16
+    # one consumer warpgroup (64x64): nothing to take turns with
+    one = bench("64x64", causal, **PINGPONG)
+    assert "ping-pong" not in one.meta["attrs"]["pipelines"][0] and "tc_named_" not in one.get_kernel_source()
+
+
+@needs_toolchain
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("tile", sorted(TILES))
 def test_all_options_compile_without_spills(tile, causal):
     k, warns = _compile_warnings(lambda: bench(tile, causal, **ALL))
@@ -201,14 +231,14 @@ def _reference(q, k, v, causal):
 
 
 @hopper_gpu
-@pytest.mark.parametrize("variant", sorted(OPTIONS) + ["all", "none"])
+@pytest.mark.parametrize("variant", sorted(OPTIONS) + ["all", "none", "pingpong"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("tile", sorted(TILES))
 def test_general_path_attention_matches_float64(tile, causal, variant):
     import torch
 
     seq, dim, heads, batch = 456, 128, 3, 2  # a ragged last block for both tiles
-    configs = ALL if variant == "all" else {} if variant == "none" else OPTIONS[variant]
+    configs = {"all": ALL, "none": {}, "pingpong": PINGPONG, **OPTIONS}[variant]
     kern = fa(seq, dim, heads, tile, causal, batch=batch, **configs)
     g = torch.Generator(device="cuda").manual_seed(11)
     q, k, v = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))

@@ -62,6 +62,7 @@ class PassConfigKey:
     PIPELINE_EARLY_ISSUE = "tilecore.pipeline_early_issue"  #: bool: with bulk copies issued by one thread, the block barrier and the stage ahead's issue right after the loop body's first gemm that waits for every earlier one; a copy group nothing after that point reads is issued a whole pipeline ahead (default False; D55)
     PRUNE_CONDITION_BINDS = "tilecore.prune_condition_binds"  #: bool: a named boolean (a mask's `valid = k * bn + j < seq`) drops the comparisons the prover shows, as branch conditions do (default False; D55)
     STORE_CAST_ONCE = "tilecore.store_cast_once"  #: bool: a C-family store of a value cast to the stored 16-bit type converts once, not through a rounding round trip (same bits; default False; D55)
+    PINGPONG = "tilecore.pingpong"  #: bool: with tilecore.warp_specialize and two consumer warpgroups, they take turns issuing their gemms (one group's gemms run while the other computes; default False; D55)
     LAYOUT_CONVERSION = "tilecore.layout_conversion"  #: True (default): convert a fragment between disagreeing layouts in registers; "shared": always through shared memory; False: keep one in shared memory
 
     # TileLang's names (tilelang.PassConfigKey), so ported code runs. Those with a tilecore meaning are

@@ -46,7 +46,7 @@ from __future__ import annotations
 from ..ir import (Allocate, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, BinOp, Break, BufferLoad,
                   Buffer, BulkCopy, Call, Cast, Cmp, Collective, Continue, CopyBarrierArrive, CopyBarrierInit,
                   CopyBarrierWait, Expr, For, If, IntImm, KernelLaunch, Logic, MatrixOp, MatrixSync, Assert, Bind,
-                  Specialized, StageRelease,
+                  Specialized, StageRelease, Turn,
                   PerThread, Print, Region,
                   Select, Seq, Stmt, Store, TileOp, Var, as_expr, binary, compare, const_value, rewrite, seq, simplify,
                   logic_and, walk, walk_expr, collect)
@@ -76,6 +76,9 @@ NO_DRAIN = "tilecore.pipeline_no_drain"
 #: body's first gemm that waits for every earlier one, a group read only before that point a whole pipeline ahead
 #: (FlashAttention's K 2 stages ahead with 2 buffers, V issued half an iteration earlier; D55)
 EARLY_ISSUE = "tilecore.pipeline_early_issue"
+#: pass config: with warp specialization and two consumer groups (warpgroups), they take turns issuing their gemms,
+#: so one group's run on the matrix unit while the other computes between them (FA3's ping-pong; D55)
+PINGPONG = "tilecore.pingpong"
 #: the annotation of a persistent tile loop (tilecore.passes.persistent)
 PERSISTENT = "persistent_tiles"
 
@@ -623,6 +626,9 @@ class _Launch:
         self.specialize = (self.bulk and ctx.capabilities.satisfies(WS_FEATURE)[0] is True and self.group is not None
                            and ctx.option("tilecore.warp_specialize", False) is True)
         self.consumers = int(threads) if threads and len(launch.threads) == 1 else None
+        # D55: with warp specialization, the two consumer groups take turns issuing their gemms (tilecore.pingpong;
+        # default off until measured)
+        self.pingpong = ctx.option(PINGPONG, False) is True
         # D55: a bulk-copied loop's block barrier and stage issue right after the body's first complete gemm
         # (tilecore.pipeline_early_issue; default off until measured)
         self.early = ctx.option(EARLY_ISSUE, False) is True
@@ -724,6 +730,15 @@ class _Launch:
         if note.startswith("occupancy:"):
             again += f" ({note[len('occupancy: '):]})"
         return (new if new is not None else plain), again
+
+    def turn_groups(self):
+        """``(group_threads, groups)`` where tilecore.pingpong is on and a warp-specialized block's consumers are
+        two groups of the producer group's size (two warpgroups on sm_90a); else None."""
+        if not self.pingpong or not self.specialize or not self.group or not self.consumers:
+            return None
+        if self.consumers != 2 * self.group:
+            return None
+        return (self.group, 2)
 
     def early_split(self, deferred, staged, members, why_carry):
         """:func:`_early_split` where tilecore.pipeline_early_issue is on and the loop is not carried across a
@@ -990,6 +1005,9 @@ class _Launch:
                 steady = [waits[0], consume, _if(compare("gt", it, 0), StageRelease(empty, prev, span=loop.span),
                                                  loop.span)]
                 after = [drain]
+            turns = self.turn_groups()
+            if turns is not None:  # D55, tilecore.pingpong: the consumer groups take turns issuing their gemms
+                steady[1] = _take_turns(steady[1], *turns)
             j = Var(f"{name}_stage", k.dtype)
             slot_j = simplify(binary("floormod", j, stages))
             refill = _if(compare("ge", j, stages), CopyBarrierWait(
@@ -1059,6 +1077,10 @@ class _Launch:
         if why_ws is None:
             copy_notes += (f"; warp-specialized: a producer group of {self.group} threads issues the stages, "
                              f"the kernel's {self.consumers} threads consume them")
+        if why_ws is None and self.turn_groups() is not None:
+            turns = [PerThread(Turn(p, *self.turn_groups(), span=loop.span), span=loop.span) for p in ("init", "fini")]
+            copy_notes += (f"; ping-pong: the {self.turn_groups()[1]} consumer groups take turns issuing their gemms "
+                           "(one group's are issued while the other computes)")
         elif bulk and self.specialize:
             copy_notes += f"; not warp-specialized: {why_ws}"
         note = (f"loop {name}: {stages} stages{reduced}, {len(bufs)} tiles x {stages} buffers, {kib:g} KiB; "
@@ -1079,11 +1101,33 @@ class _Launch:
                 body = [new_loop]
             else:
                 body = [_if(simplify(compare("gt", extent, 0)), seq(body), loop.span)]
+        if why_ws is None and self.turn_groups() is not None:  # the first turn given, the last taken back
+            body = [turns[0]] + body + [turns[1]]
         self._last_stages = stages
         if why_carry is None:  # the prologue once, before the persistent tile loop
             self.hoisted = prologue
             return seq(body), note
         return seq(prologue + body), note
+
+
+def _take_turns(consume, group_threads: int, groups: int):
+    """``consume`` with each gemm's issue inside a turn (tilecore.pingpong): the turn taken after the gemm's
+    opening synchronization (which may meet the other consumers: never while holding the turn) and passed
+    right after its instructions are committed; a gemm that waited for itself commits, passes, then waits."""
+
+    def fix(x):
+        if not isinstance(x, MatrixSync):
+            return None
+        if x.phase == "begin":
+            return Seq([x, Turn("take", group_threads, groups, span=x.span)], span=x.span)
+        if x.phase != "end":
+            return None
+        passed = Turn("pass", group_threads, groups, span=x.span)
+        if x.pending:
+            return Seq([x, passed], span=x.span)
+        return Seq([x.with_(pending=-1), passed, MatrixSync(x.spelling, "wait", x.acc, span=x.span)], span=x.span)
+
+    return rewrite(consume, fix)
 
 
 def _early_split(deferred, staged: list, members: list):

@@ -533,9 +533,31 @@ class CUDAEmitter(SIMTCppEmitter):
                     return
                 break
             self.line(st, f"{regs} tc_wg_fence_proxy(); {barrier} tc_wg_fence();")
+        elif s.phase == "end" and s.pending < 0:  # commit only: a wait follows (a turn passed between, D55)
+            self.line(st, "tc_wg_commit();")
         else:  # "end" closes the gemm's group; "wait" only waits (after a loop that left one pending)
             commit = "tc_wg_commit(); " if s.phase == "end" else ""
             self.line(st, f"{commit}tc_wg_wait<{int(s.pending)}>(); {regs}")
+
+    #: named barriers of the consumer groups' turns (0: __syncthreads, 1: the consumers' barrier)
+    TURN_BARRIER = 2
+
+    def stmt_Turn(self, st, s):
+        """Turns of a warp-specialized block's consumer groups (tilecore.pingpong, D55) on named barriers: group
+        ``g`` waits on barrier 2 + g (bar.sync with the other group's arrival), passes on the next group's."""
+        if s.groups != 2:
+            raise CompileError(f"internal: turns of {s.groups} consumer groups (the CUDA spelling has two)", s.span)
+        if getattr(st, "warp_line", None) is None or s.group_threads % 32:
+            raise CompileError("internal: turns outside a kernel launch's threads", s.span)
+        g = f"({self.warp_index(st)} / {s.group_threads // 32})"
+        n, b = 2 * s.group_threads, self.TURN_BARRIER
+        text = {"take": f"tc_named_sync({b} + {g}, {n});",
+                "pass": f"tc_named_arrive({b} + ({g} ^ 1), {n});",
+                "init": f"if ({g} == 1) tc_named_arrive({b}, {n});",
+                "fini": f"if ({g} == 0) tc_named_sync({b}, {n});"}.get(s.phase)
+        if text is None:
+            raise CompileError(f"internal: turn phase {s.phase!r}", s.span)
+        self.line(st, text)
 
     def stmt_MatrixLoad(self, st, s):
         """ldmatrix where the stored tile allows it (16-bit elements in shared memory, 16-byte rows: the
