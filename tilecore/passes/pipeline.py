@@ -69,7 +69,7 @@ MAX_BOX = 256
 COPY_BYTES = (16, 8, 4)
 STAGE = "pipeline_stage"
 #: pass config: a loop whose gemm runs on past each iteration and whose count is not a constant gets no drain after
-#: it (its last iteration waits for its own gemm); with one, ptxas serializes the matrix unit where the prover removes
+#: it (its last iteration waits for its own gemm); with one, a vendor assembler serialized the matrix unit where the prover removes
 #: the `count > 0` test around it (a causal loop of `bx + 1` iterations; D55)
 NO_DRAIN = "tilecore.pipeline_no_drain"
 #: pass config: with bulk copies issued by one thread, the block barrier and the stage ahead's issue right after the
@@ -733,7 +733,7 @@ class _Launch:
 
     def turn_groups(self):
         """``(group_threads, groups)`` where tilecore.pingpong is on and a warp-specialized block's consumers are
-        two groups of the producer group's size (two warpgroups on sm_90a); else None."""
+        two groups of the producer group's size (two 128-thread groups where the profile says so); else None."""
         if not self.pingpong or not self.specialize or not self.group or not self.consumers:
             return None
         if self.consumers != 2 * self.group:
