@@ -86,10 +86,11 @@ _GEN = {"tilecore.cuda.register_programs": False}
 _NODRAIN = {**_GEN, "tilecore.pipeline_no_drain": True}
 _LEAN = {**_NODRAIN, "tilecore.prune_condition_binds": True, "tilecore.store_cast_once": True,
          "tilecore.cuda.uniform_warp_index": True}
-GENERAL = {"regprog": {}, "base": _GEN, "nodrain": _NODRAIN, "lean": _LEAN,
-           "early": {**_LEAN, "tilecore.pipeline_early_issue": True},
-           "ws": {**_LEAN, "tilecore.warp_specialize": True},
-           "pingpong": {**_LEAN, "tilecore.warp_specialize": True, "tilecore.pingpong": True}}
+_SPLIT = {**_LEAN, "tilecore.split_masked_iterations": True}
+GENERAL = {"regprog": {}, "base": _GEN, "nodrain": _NODRAIN, "lean": _LEAN, "split": _SPLIT,
+           "early": {**_SPLIT, "tilecore.pipeline_early_issue": True},
+           "ws": {**_SPLIT, "tilecore.warp_specialize": True},
+           "pingpong": {**_SPLIT, "tilecore.warp_specialize": True, "tilecore.pingpong": True}}
 
 
 def flash_fwd(batch, heads, seq, dim, causal, bm=64, bn=64, dtype="float16", threads=128, stages=2, fast=False,

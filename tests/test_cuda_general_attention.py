@@ -11,7 +11,11 @@ The benchmark's kernel (``tilecore_conformance.composite.flash_attention_forward
 - ``tilecore.cuda.uniform_warp_index``: the wgmma descriptors' warpgroup term from a warp-uniform value (no
   R2UR moves in the main loop);
 - ``tilecore.pipeline_early_issue``: the block barrier and the stage issue right after S = Q K^T's wait, K two
-  stages ahead with two buffers.
+  stages ahead with two buffers;
+- ``tilecore.split_masked_iterations``: the causal mask left out of the iterations before the diagonal
+  (``if k < E``: the nest without it);
+- ``tilecore.pingpong`` (with ``tilecore.warp_specialize``): the two consumer warpgroups take turns issuing
+  their gemms.
 
 Compile-only checks wherever a CUDA compiler exists (CI): notes, source, SASS (HGMMA, UTMALDG, no local
 memory). On an sm_90 GPU every variant runs against a float64 reference, causal and not, with a ragged
@@ -47,6 +51,7 @@ OPTIONS = {
     "cast": {"tilecore.store_cast_once": True},
     "uniform": {"tilecore.cuda.uniform_warp_index": True},
     "early": {"tilecore.pipeline_early_issue": True},
+    "split": {"tilecore.split_masked_iterations": True},
 }
 ALL = {k: v for o in OPTIONS.values() for k, v in o.items()}
 #: the producer warpgroup (D29) with the two consumer warpgroups taking turns on the tensor cores (D55)
@@ -168,6 +173,25 @@ def test_a_body_with_one_gemm_keeps_its_issue_point():
 
 
 @needs_toolchain
+@pytest.mark.parametrize("tile", sorted(TILES))
+def test_the_causal_mask_is_left_out_before_the_diagonal(tile):
+    bm, bn, _ = TILES[tile]
+    k = bench(tile, True, **OPTIONS["split"], **OPTIONS["nodrain"])
+    src = k.get_kernel_source()
+    # the iterations k < floor((bx bm - bn + 1) / bn) + 1 hold the whole mask (capped by the sequence's edge)
+    assert f"if ((k < tc_min({4096 // bn}, (tc_floordiv(((bx * {bm}) + (-{bn - 1})), {bn}) + 1))))" in src
+    # the unmasked branch stores zeros (no select), the masked one keeps the selects
+    loop = src[src.index("for (long long k = 0; k < loop; ++k)"):]
+    then, orelse = loop.split("} else {", 1)
+    masked = orelse.split("tc_wg_fence")[0]
+    assert "acc_s[0] = 0.0f;" in then and "? 0.0f : (-INFINITY));" not in then
+    assert masked.count("? 0.0f : (-INFINITY));") == bm * bn // TILES[tile][2]
+    # no split without the option, nor where no mask holds for whole iterations (the non-causal kernel with
+    # its edge test pruned away has none left)
+    assert "if ((k < tc_min(" not in bench(tile, True).get_kernel_source()
+
+
+@needs_toolchain
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_two_consumer_warpgroups_take_turns_issuing_their_gemms(causal):
     k, warns = _compile_warnings(lambda: bench("128x128", causal, **PINGPONG))
@@ -252,14 +276,14 @@ def test_general_path_attention_matches_float64(tile, causal, variant):
 @hopper_gpu
 @pytest.mark.parametrize("causal", [False, True])
 def test_early_issue_and_no_drain_give_the_same_bits(causal):
-    """Scheduling only: the options that move no arithmetic give the kernel's outputs bit for bit."""
+    """Every option of D55 (all together) leaves the exact build's outputs bit for bit: they move, prune or
+    convert once, they change no arithmetic."""
     import torch
 
     seq, dim, heads, batch = 512, 128, 2, 2
     g = torch.Generator(device="cuda").manual_seed(5)
     q, k, v = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
     base = fa(seq, dim, heads, "128x128", causal, batch=batch)(q, k, v)
-    moved = fa(seq, dim, heads, "128x128", causal, batch=batch, **OPTIONS["early"], **OPTIONS["nodrain"],
-               **OPTIONS["cast"], **OPTIONS["prune"], **OPTIONS["uniform"])(q, k, v)
+    moved = fa(seq, dim, heads, "128x128", causal, batch=batch, **ALL)(q, k, v)
     torch.cuda.synchronize()
     assert torch.equal(base, moved)

@@ -63,6 +63,7 @@ class PassConfigKey:
     PRUNE_CONDITION_BINDS = "tilecore.prune_condition_binds"  #: bool: a named boolean (a mask's `valid = k * bn + j < seq`) drops the comparisons the prover shows, as branch conditions do (default False; D55)
     STORE_CAST_ONCE = "tilecore.store_cast_once"  #: bool: a C-family store of a value cast to the stored 16-bit type converts once, not through a rounding round trip (same bits; default False; D55)
     PINGPONG = "tilecore.pingpong"  #: bool: with tilecore.warp_specialize and two consumer warpgroups, they take turns issuing their gemms (one group's gemms run while the other computes; default False; D55)
+    SPLIT_MASKED_ITERATIONS = "tilecore.split_masked_iterations"  #: bool: a pipelined loop's T.Parallel masks on its variable that provably hold for its leading iterations (causal attention off the diagonal) are left out there: `if k < E` the nest without them (default False; D55)
     LAYOUT_CONVERSION = "tilecore.layout_conversion"  #: True (default): convert a fragment between disagreeing layouts in registers; "shared": always through shared memory; False: keep one in shared memory
 
     # TileLang's names (tilelang.PassConfigKey), so ported code runs. Those with a tilecore meaning are
@@ -189,13 +190,13 @@ def dump_dir_from_env() -> str | None:
 
 
 def core_pipeline() -> Pipeline:
-    from . import bulkstore, copies, core, guard, layout, lower_tile, matrix, persistent, pipeline, vectorize
+    from . import bulkstore, copies, masksplit, core, guard, layout, lower_tile, matrix, persistent, pipeline, vectorize
 
     return Pipeline({
         "legalize": [core.check_structure, core.check_extensions, core.check_static_bounds,
                      core.check_capabilities],
         "layout": [layout.infer_layouts, core.collect_hints],
-        "tile-lowering": [bulkstore.stage_bulk_stores, layout.lower_fragments, pipeline.stage_pipelined_copies, copies.group_async_copies,
+        "tile-lowering": [masksplit.split_masked_iterations, bulkstore.stage_bulk_stores, layout.lower_fragments, pipeline.stage_pipelined_copies, copies.group_async_copies,
                           lower_tile.lower_tile_ops],
         "pipelining": [persistent.persistent_tiles, pipeline.plan_pipelines, core.serialize_pipelined],
         "memory": [matrix.swizzle_operand_tiles, core.plan_memory, vectorize.vectorize_stores, guard.guard_accesses,
