@@ -181,14 +181,14 @@ step cold2 bash -c 'B=; if [ -d .whl_before ]; then python3 -m pip install -q --
      timeout -k 5 120 python3 benchmarks/persistent_peel.py --mainloop --rep 20 || rc=$?; exit $rc'
 # FlashAttention on the core's general path (decision D55): its device tests (float64 references, causal and not, each
 # option alone and all, 128x128 and 64x64, a ragged sequence; the scheduling options bit for bit), then the benchmark with
-# the options off and on as rows (cumulative: base, nodrain, lean, early; ws: lean with the producer warpgroup of D29;
+# the options off and on as rows (cumulative: base, nodrain, lean, split, early; ws: split with the producer warpgroup of D29;
 # pingpong: ws with the two consumer warpgroups taking turns, run apart with its own timeout), the register program's row
 # and cuDNN / FA2 in the same run; each block's time on stderr (in the log); about 3.5 minutes
 step genfa bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
      timeout -k 5 75 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "(float64 or bits) and not pingpong" || rc=$?;
      timeout -k 5 40 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "float64 and pingpong" || rc=$?;
-     timeout -k 5 130 python3 benchmarks/cuda_attention.py --rep 3 --blocks 128x128x256x2,64x64x128x2 \
-       --general regprog,base,nodrain,lean,early || rc=$?;
+     timeout -k 5 150 python3 benchmarks/cuda_attention.py --rep 3 --blocks 128x128x256x2,64x64x128x2 \
+       --general regprog,base,nodrain,lean,split,early || rc=$?;
      timeout -k 5 60 python3 benchmarks/cuda_attention.py --rep 3 --blocks 128x128x256x2,64x64x128x2 \
        --general ws,pingpong || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
