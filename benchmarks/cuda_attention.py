@@ -80,17 +80,25 @@ EPILOGUE = {"direct": {"tilecore.cuda.attention_tma_store": False}, "tma": {"til
             "persist+tma": {"tilecore.cuda.attention_persistent": True, "tilecore.cuda.attention_tma_store": True}}
 
 #: D55: the core's general path (tilecore.cuda.register_programs=False) with its FlashAttention options, by the name
-#: --general takes, one row each (cumulative: each adds to the one before); "regprog": the register program (the
-#: plugin's path) in the same run
+#: --general takes, one row each (cumulative from base: each adds to the one before; several are on by default since
+#: the H100 measured them, so base turns every one off); "default": the general path as it compiles by default;
+#: "regprog": the register program (the plugin's path) in the same run
 _GEN = {"tilecore.cuda.register_programs": False}
-_NODRAIN = {**_GEN, "tilecore.pipeline_no_drain": True}
+_OFF = {**_GEN, "tilecore.pipeline_no_drain": False, "tilecore.prune_condition_binds": False,
+        "tilecore.store_cast_once": False, "tilecore.cuda.uniform_warp_index": False,
+        "tilecore.split_masked_iterations": False, "tilecore.pipeline_early_issue": False}
+_NODRAIN = {**_OFF, "tilecore.pipeline_no_drain": True}
 _LEAN = {**_NODRAIN, "tilecore.prune_condition_binds": True, "tilecore.store_cast_once": True,
          "tilecore.cuda.uniform_warp_index": True}
 _SPLIT = {**_LEAN, "tilecore.split_masked_iterations": True}
-GENERAL = {"regprog": {}, "base": _GEN, "nodrain": _NODRAIN, "lean": _LEAN, "split": _SPLIT,
-           "early": {**_SPLIT, "tilecore.pipeline_early_issue": True},
-           "ws": {**_SPLIT, "tilecore.warp_specialize": True},
-           "pingpong": {**_SPLIT, "tilecore.warp_specialize": True, "tilecore.pingpong": True}}
+_EARLY = {**_SPLIT, "tilecore.pipeline_early_issue": True}
+GENERAL = {"regprog": {}, "default": _GEN, "base": _OFF, "nodrain": _NODRAIN, "lean": _LEAN, "split": _SPLIT,
+           "early": _EARLY,
+           # the producer warpgroup (D29) with each copy group released after S = Q K^T's wait (the early issue's
+           # form there), then with the two consumer warpgroups' turns; pp_late: the turns with one release at the end
+           "ws": {**_EARLY, "tilecore.warp_specialize": True},
+           "pingpong": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.pingpong": True},
+           "pp_late": {**_SPLIT, "tilecore.warp_specialize": True, "tilecore.pingpong": True}}
 
 
 def flash_fwd(batch, heads, seq, dim, causal, bm=64, bn=64, dtype="float16", threads=128, stages=2, fast=False,

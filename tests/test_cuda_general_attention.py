@@ -53,7 +53,11 @@ OPTIONS = {
     "early": {"tilecore.pipeline_early_issue": True},
     "split": {"tilecore.split_masked_iterations": True},
 }
+#: on by default since the H100 measured them (round 1 of D55); the rest stay asked for
+DEFAULT_ON = ("nodrain", "prune", "cast", "early", "split")
 ALL = {k: v for o in OPTIONS.values() for k, v in o.items()}
+#: every option off: the general path before D55 (several are on by default since the H100 measured them)
+OFF = {k: False for k in ALL} | {"tilecore.pipeline_no_drain": False}
 #: the producer warpgroup (D29) with the two consumer warpgroups taking turns on the tensor cores (D55)
 PINGPONG = {**{k: v for n, o in OPTIONS.items() if n != "early" for k, v in o.items()},
             "tilecore.warp_specialize": True, "tilecore.pingpong": True}
@@ -67,8 +71,8 @@ def fa(seq, dim, heads, tile, causal, batch=None, **configs):
 
 
 def bench(tile, causal, **configs):
-    """The benchmark's shape (b8 h32 s4096 d128)."""
-    return fa(4096, 128, 32, tile, causal, batch=8, **configs)
+    """The benchmark's shape (b8 h32 s4096 d128), every D55 option off but those given."""
+    return fa(4096, 128, 32, tile, causal, batch=8, **{**OFF, **configs})
 
 
 def _compile_warnings(fn):
@@ -213,9 +217,29 @@ def test_the_two_consumer_warpgroups_take_turns_issuing_their_gemms(causal):
     assert "if ((tc_warp_u / 4) == 0) tc_named_sync(2, 256);" in tail
     ops = _ops(k)
     assert ops["LDL"] + ops["STL"] == 0 and ops["HGMMA"] >= 16
+    # with the early issue, each copy group has its own `empty` barrier, released right after S = Q K^T's wait
+    # (K this iteration's stage, V the previous one's), and the producer waits for each group's own release
+    early = bench("128x128", causal, **PINGPONG, **OPTIONS["early"])
+    assert "each group's stage released after the first gemm's wait" in early.meta["attrs"]["pipelines"][0]
+    e_src = early.get_kernel_source()
+    e_body = e_src[e_src.index("tc_named_arrive(2 + ((tc_warp_u / 4) ^ 1), 256);"):]
+    assert e_body.index("tc_wg_wait<0>") < e_body.index("tc_mbar_arrive(tc_smem_addr(K_s_empty") \
+        < e_body.index("tc_mbar_arrive(tc_smem_addr(V_s_empty") < e_body.index("V_s_full")
+    producer = e_src[:e_src.index("setmaxnreg.inc")]
+    assert producer.index("tc_mbar_wait(tc_smem_addr(K_s_empty") < producer.index("tc_mbar_wait(tc_smem_addr(V_s_empty")
+    assert "V_s_empty" not in src  # without it: one barrier for both groups, released at the end
     # one consumer warpgroup (64x64): nothing to take turns with
     one = bench("64x64", causal, **PINGPONG)
     assert "ping-pong" not in one.meta["attrs"]["pipelines"][0] and "tc_named_" not in one.get_kernel_source()
+
+
+@needs_toolchain
+def test_the_measured_options_are_the_defaults():
+    default = fa(4096, 128, 32, "128x128", True, batch=8)
+    asked = fa(4096, 128, 32, "128x128", True, batch=8, **{k: v for n in DEFAULT_ON for k, v in OPTIONS[n].items()})
+    assert default.get_kernel_source() == asked.get_kernel_source()
+    assert default.get_kernel_source() != bench("128x128", True).get_kernel_source()
+    assert "tc_warp_u" not in default.get_kernel_source()  # the uniform warp index stays asked for (GEMM sources)
 
 
 @needs_toolchain
@@ -262,7 +286,7 @@ def test_general_path_attention_matches_float64(tile, causal, variant):
     import torch
 
     seq, dim, heads, batch = 456, 128, 3, 2  # a ragged last block for both tiles
-    configs = {"all": ALL, "none": {}, "pingpong": PINGPONG, **OPTIONS}[variant]
+    configs = {"all": ALL, "none": OFF, "pingpong": PINGPONG, **OPTIONS}[variant]
     kern = fa(seq, dim, heads, tile, causal, batch=batch, **configs)
     g = torch.Generator(device="cuda").manual_seed(11)
     q, k, v = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
@@ -283,7 +307,7 @@ def test_early_issue_and_no_drain_give_the_same_bits(causal):
     seq, dim, heads, batch = 512, 128, 2, 2
     g = torch.Generator(device="cuda").manual_seed(5)
     q, k, v = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
-    base = fa(seq, dim, heads, "128x128", causal, batch=batch)(q, k, v)
+    base = fa(seq, dim, heads, "128x128", causal, batch=batch, **OFF)(q, k, v)
     moved = fa(seq, dim, heads, "128x128", causal, batch=batch, **ALL)(q, k, v)
     torch.cuda.synchronize()
     assert torch.equal(base, moved)

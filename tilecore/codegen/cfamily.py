@@ -39,8 +39,21 @@ class EmitState:
 
 
 #: pass config: a store of a value cast to the stored dtype converts once (no round trip through the value type;
-#: the same bits; D55, default off until measured)
+#: the same bits; D55: by default on targets of the class it was measured on, ``feature:bulk_tensor_copy``; True: any
+#: target; False: the round trip)
 STORE_CAST_ONCE = "tilecore.store_cast_once"
+
+
+def _cast_once(st) -> bool:
+    ctx = getattr(st, "ctx", None)
+    if ctx is None:
+        return False
+    want = ctx.option(STORE_CAST_ONCE, None)
+    if want is None:
+        from ..passes.masksplit import measured_class
+
+        return measured_class(ctx)
+    return want is True
 
 
 class CFamilyEmitter(Emitter):
@@ -357,7 +370,7 @@ class CFamilyEmitter(Emitter):
         if raw is not None:
             return raw
         conv = self.store_conv.get(buf.dtype)
-        once = getattr(st, "ctx", None) is not None and st.ctx.option(STORE_CAST_ONCE, False) is True
+        once = _cast_once(st)
         if once and conv and isinstance(value, Cast) and value.dtype == buf.dtype and is_float(value.value.dtype) \
                 and buf.dtype in self.round_conv and self.vtype(value.value.dtype) == self.vtype(buf.dtype):
             # a cast to the stored dtype: one conversion (rounding twice to the same dtype gives the same bits;

@@ -278,12 +278,16 @@ def _prune(c, facts: Facts):
 def guard_accesses(func, ctx):
     """Guard global accesses not proven in bounds; in checked mode, check every access (see module doc)."""
     checked = bool(ctx.option("tilecore.checked", False))
-    prune = ctx.option(PRUNE_BINDS, False) is True
+    want = ctx.option(PRUNE_BINDS, None)
+    from .masksplit import measured_class
+
+    prune = want is True or (want is None and measured_class(ctx))
     return func.with_body(_Guard(checked, prune).stmt(func.body, Facts()), checked=checked)
 
 
 #: pass config: a named condition (``valid = k * bn + j < seq``) drops the comparisons the facts prove, as branch
-#: conditions do (D55; default off until measured)
+#: conditions do (D55; default: on targets of the class it was measured on, ``feature:bulk_tensor_copy``; True: any
+#: target; False keeps the bind as written)
 PRUNE_BINDS = "tilecore.prune_condition_binds"
 
 

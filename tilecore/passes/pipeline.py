@@ -627,14 +627,17 @@ class _Launch:
                            and ctx.option("tilecore.warp_specialize", False) is True)
         self.consumers = int(threads) if threads and len(launch.threads) == 1 else None
         # D55: with warp specialization, the two consumer groups take turns issuing their gemms (tilecore.pingpong;
-        # default off until measured)
+        # off by default, as warp specialization is: H100, FlashAttention 128x128 401 -> 435 TFLOP/s with it, the
+        # thread-0 issue with the early issue 460)
         self.pingpong = ctx.option(PINGPONG, False) is True
         # D55: a bulk-copied loop's block barrier and stage issue right after the body's first complete gemm
-        # (tilecore.pipeline_early_issue; default off until measured)
-        self.early = ctx.option(EARLY_ISSUE, False) is True
-        # a loop whose count is not a constant gets no drain after it (tilecore.pipeline_no_drain, D55; default
-        # off until measured)
-        self.no_drain = ctx.option(NO_DRAIN, False) is True
+        # (tilecore.pipeline_early_issue; on by default: H100, FlashAttention on the general path 405 -> 460 TFLOP/s;
+        # with warp specialization: each copy group's own release there)
+        self.early = ctx.option(EARLY_ISSUE, True) is not False
+        # a loop whose count is not a constant gets no drain after it (tilecore.pipeline_no_drain, D55): by default
+        # where the prover shows the count positive (its `count > 0` test is proven away: the causal loop, whose
+        # wgmma ptxas serialized: H100 297 -> 339 TFLOP/s); True: wherever the count is not a constant; False: never
+        self.no_drain = ctx.option(NO_DRAIN, None)  # None: where the prover shows the count positive
         self.max_threads = ctx.capabilities.limit("max_threads_per_block")
         self.producer = None  # (barrier inits, producer loop, the loop it feeds) once a loop is specialized
         self.notes: list = []
@@ -997,7 +1000,28 @@ class _Launch:
             # (StageRelease on the stage's `empty` barrier: every consumer thread arrives when done reading it)
             empty = Buffer(f"{bufs[0].name}_empty", (stages,), "uint64", "shared")
             self.barriers.append(empty)
-            if deferred is None:
+            split = self.early_split(deferred, [table[id(bufs[j])] for j in range(len(bufs))], members, why_carry) \
+                if len(groups) > 1 else None
+            empties = [empty]
+            if split is not None:
+                # D55 (tilecore.pipeline_early_issue with warp specialization): one `empty` barrier per copy group,
+                # every group released right after the body's first gemm that waits for every earlier one: a group
+                # nothing after that point reads (K) releases this iteration's stage, the others (V, read by the
+                # previous iteration's P @ V, which that wait finished) the previous one; the producer waits for
+                # each group's own release, so K is refilled while P @ V still runs
+                pre, post, early = split
+                empties = [empty] + [Buffer(f"{bufs[members[gi][0]].name}_empty", (stages,), "uint64", "shared")
+                                     for gi in range(1, len(groups))]
+                self.barriers += empties[1:]
+                consume, drain = deferred
+                prev = simplify(binary("floormod", binary("sub", it, 1), stages))
+                releases = [StageRelease(empties[gi], slot_it, span=loop.span) if gi in early else
+                            _if(compare("gt", it, 0), StageRelease(empties[gi], prev, span=loop.span), loop.span)
+                            for gi in range(len(groups))]
+                steady = [waits[0], seq(pre + releases + post)]
+                after = [drain]
+                issue_kinds.append("each group's stage released after the first gemm's wait")
+            elif deferred is None:
                 steady = [waits[0], consume, StageRelease(empty, slot_it, span=loop.span)]
             else:  # the previous iteration's gemm has finished reading its stage at the deferred wait
                 consume, drain = deferred
@@ -1010,15 +1034,21 @@ class _Launch:
                 steady[1] = _take_turns(steady[1], *turns)
             j = Var(f"{name}_stage", k.dtype)
             slot_j = simplify(binary("floormod", j, stages))
-            refill = _if(compare("ge", j, stages), CopyBarrierWait(
-                empty, slot_j, simplify(binary("floormod", binary("add", binary("floordiv", j, stages), 1), 2)),
-                span=loop.span), loop.span)
-            issue_j = [x for g in range(len(groups)) for x in issue_bulk(j, g, guard=False)]
+            def refill(bar):
+                return _if(compare("ge", j, stages), CopyBarrierWait(
+                    bar, slot_j, simplify(binary("floormod", binary("add", binary("floordiv", j, stages), 1), 2)),
+                    span=loop.span), loop.span)
+
+            if len(empties) == 1:
+                issue_j = [refill(empty)] + [x for g in range(len(groups)) for x in issue_bulk(j, g, guard=False)]
+            else:  # each group waits for its own release
+                issue_j = [x for g in range(len(groups)) for x in [refill(empties[g])] + issue_bulk(j, g, guard=False)]
             # across a persistent tile loop the producer runs every stage of the block's tiles (the running count
             # j: tile j / K, iteration j % K), so it runs ahead into the next tile's stages while the consumers
             # finish this one; the consumers' waits and releases use the same running count
-            producer = For(j, as_expr(0), total, "serial", seq([refill] + issue_j), span=loop.span)
-            self.producer = (inits + [CopyBarrierInit(empty, self.consumers, span=loop.span)], producer, orig or loop)
+            producer = For(j, as_expr(0), total, "serial", seq(issue_j), span=loop.span)
+            self.producer = (inits + [CopyBarrierInit(e, self.consumers, span=loop.span) for e in empties], producer,
+                             orig or loop)
             prologue = []
         elif bulk and (split := self.early_split(deferred, [table[id(bufs[j])] for j in range(len(bufs))], members,
                                                   why_carry)) is not None:
@@ -1093,7 +1123,8 @@ class _Launch:
             # asynchronous group's on the other, and a vendor's assembler serializes every asynchronous matrix
             # instruction of the kernel (ptxas 13.0 on the catalog's dynamic-shape GEMM, sm_90a: "wgmma
             # serialized due to non wgmma instructions defining accumulator registers"; a static count: none)
-            if self.no_drain and const_value(simplify(extent)) is None:
+            positive = self.no_drain is None and facts.proves(compare("gt", extent, 0))
+            if (self.no_drain is True or positive) and const_value(simplify(extent)) is None:
                 # a count that is not a constant (a causal loop's `bx + 1`, which the prover shows positive, so the
                 # test above is proven away later): the assembler sees a path around the loop to the drain and
                 # serializes the matrix unit all the same. No drain: the loop's last iteration waits for its own
