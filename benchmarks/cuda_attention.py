@@ -100,6 +100,27 @@ EPILOGUE = {"direct": {"tilecore.cuda.attention_tma_store": False}, "tma": {"til
             "persist": {"tilecore.cuda.attention_persistent": True, "tilecore.cuda.attention_tma_store": False},
             "persist+tma": {"tilecore.cuda.attention_persistent": True, "tilecore.cuda.attention_tma_store": True}}
 
+#: D55: the core's general path (tilecore.cuda.register_programs=False) with its FlashAttention options, by the name
+#: --general takes, one row each (cumulative from base: each adds to the one before; several are on by default since
+#: the H100 measured them, so base turns every one off); "default": the general path as it compiles by default;
+#: "regprog": the register program (the plugin's path) in the same run
+_GEN = {"tilecore.cuda.register_programs": False}
+_OFF = {**_GEN, "tilecore.pipeline_no_drain": False, "tilecore.prune_condition_binds": False,
+        "tilecore.store_cast_once": False, "tilecore.cuda.uniform_warp_index": False,
+        "tilecore.split_masked_iterations": False, "tilecore.pipeline_early_issue": False}
+_NODRAIN = {**_OFF, "tilecore.pipeline_no_drain": True}
+_LEAN = {**_NODRAIN, "tilecore.prune_condition_binds": True, "tilecore.store_cast_once": True,
+         "tilecore.cuda.uniform_warp_index": True}
+_SPLIT = {**_LEAN, "tilecore.split_masked_iterations": True}
+_EARLY = {**_SPLIT, "tilecore.pipeline_early_issue": True}
+GENERAL = {"regprog": {}, "default": _GEN, "base": _OFF, "nodrain": _NODRAIN, "lean": _LEAN, "split": _SPLIT,
+           "early": _EARLY,
+           # the producer warpgroup (D29) with each copy group released after S = Q K^T's wait (the early issue's
+           # form there), then with the two consumer warpgroups' turns; pp_late: the turns with one release at the end
+           "ws": {**_EARLY, "tilecore.warp_specialize": True},
+           "pingpong": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.pingpong": True},
+           "pp_late": {**_SPLIT, "tilecore.warp_specialize": True, "tilecore.pingpong": True}}
+
 
 def flash_fwd(batch, heads, seq, dim, causal, bm=64, bn=64, dtype="float16", threads=128, stages=2, fast=False,
               wgmma=True, kv_heads=None, configs=None, exp="exp2"):
@@ -164,6 +185,9 @@ def main() -> int:
                          "of N heads)")
     ap.add_argument("--inner-rep", type=int, default=None,
                     help="timed calls a configuration (the median; default: --rep, at most 3)")
+    ap.add_argument("--general", default=None,
+                    help=f"comma-separated, one row each (D55): {', '.join(GENERAL)}: the core's general path with its "
+                         "FlashAttention options, cumulative; regprog: the register program")
     ap.add_argument("--pass-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a pass config for every kernel (repeat it); VALUE is parsed as Python (True, 3) or kept a string")
     args = ap.parse_args()
@@ -185,6 +209,10 @@ def main() -> int:
     bad = [o for o in orders if order_config(o) is None]
     if bad:
         ap.error(f"--order: unknown {', '.join(bad)}; known: {', '.join(ORDER)}, sN (N >= 1)")
+    generals = args.general.split(",") if args.general else [None]
+    unknown = [x for x in generals if x is not None and x not in GENERAL]
+    if unknown:
+        ap.error(f"--general: unknown {', '.join(unknown)}; known: {', '.join(GENERAL)}")
     combos = None
     if args.combos:
         combos = [tuple(c.split("/")) for c in args.combos.split(",")]
@@ -216,7 +244,7 @@ def main() -> int:
     hk = args.kv_heads or h
     gqa = f" kv-heads {hk}" if hk != h else ""
     table = Table(title=f"FlashAttention forward fp16, b{b} h{h}{gqa} s{s} d{d} on {torch.cuda.get_device_name()}")
-    for col in ("causal", "order", "schedule", "softmax", "exp", "lean", "epilogue", "tilecore TFLOP/s", "config", "SDPA cuDNN", "SDPA flash", "ours / best torch",
+    for col in ("causal", "order", "general", "schedule", "softmax", "exp", "lean", "epilogue", "tilecore TFLOP/s", "config", "SDPA cuDNN", "SDPA flash", "ours / best torch",
                 "max err"):
         table.add_column(col, justify="right")
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -242,8 +270,9 @@ def main() -> int:
         rows = ([(a, x, e, n, o, f) for a in schedules for x in softmaxes for e in exps for n in leans for o in epilogues
                  for f in maths] if combos is None else
                 [(a, x, e, n, o, f) for a, o, n in combos for x in softmaxes for e in exps for f in maths])
+        rows = [r + (gv,) for gv in generals for r in rows]
         rows = [(r, order) for r in rows for order in orders]
-        for (schedule, softmax, form, lean, epi, fast), order in rows:
+        for (schedule, softmax, form, lean, epi, fast, gv), order in rows:
             best, best_cfg, errs = 0.0, "-", []
             for cfg in args.blocks.split(","):
                 bm, bn, *rest = (int(x) for x in cfg.split("x"))
@@ -254,20 +283,20 @@ def main() -> int:
                     kern = flash_fwd(b, h, s, d, causal, bm, bn, threads=threads, stages=stages, fast=fast,
                                      wgmma=not args.no_wgmma, kv_heads=hk, exp=form,
                                      configs={**SCHEDULES[schedule], **SOFTMAX[softmax], **LEAN[lean], **EPILOGUE[epi],
-                                              **order_config(order), **extra})
+                                              **order_config(order), **extra, **(GENERAL[gv] if gv else {})})
                 except tilecore.errors.TilecoreError as e:  # e.g. tiles that do not fit on chip at d256
-                    print(f"causal={causal} {order} {schedule} {softmax} {form} {lean} {epi} {cfg}: skipped ({type(e).__name__}: {str(e)[:160]})",
+                    print(f"causal={causal} {order} {gv or '-'} {schedule} {softmax} {form} {lean} {epi} {cfg}: skipped ({type(e).__name__}: {str(e)[:160]})",
                           file=sys.stderr)
                     continue
                 compile_s = time.perf_counter() - t0
                 out = kern(q, k, v)
                 errs.append(float((out.float() - ref).abs().max()))
                 tf = flops / cuda_ms(lambda: kern(q, k, v), inner) / 1e9
-                print(f"causal={causal} {order} {schedule} {softmax} {form} {lean} {epi} {cfg}: {tf:.1f} TFLOP/s, compiled in {compile_s:.2f} s",
+                print(f"causal={causal} {order} {gv or '-'} {schedule} {softmax} {form} {lean} {epi} {cfg}: {tf:.1f} TFLOP/s, compiled in {compile_s:.2f} s",
                       file=sys.stderr)
                 if tf > best:
                     best, best_cfg = tf, cfg
-            table.add_row(str(causal), order, schedule, softmax, form, lean, epi, f"{best:.1f}", best_cfg, f"{theirs['cudnn']:.1f}",
+            table.add_row(str(causal), order, gv or "-", schedule, softmax, form, lean, epi, f"{best:.1f}", best_cfg, f"{theirs['cudnn']:.1f}",
                           f"{theirs['flash']:.1f}", f"{best / top:.3f}x", f"{max(errs) if errs else float('nan'):.2e}")
     Console(width=170).print(table)
     return 0

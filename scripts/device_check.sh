@@ -41,7 +41,7 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_attention_critical_path.py tests/test_cuda_attention_epilogue.py tests/test_cuda_attention_persistent.py \
      tests/test_cuda_tma_store.py tests/test_cuda_mcast.py tests/test_general_gemm.py tests/test_persistent.py \
      tests/test_cuda_swizzle64.py tests/test_vectorize_copies.py tests/test_cuda_clusters_at_once.py \
-     tests/test_cuda_streamk.py tests/test_block_order.py tests/test_cuda_exp2_rows.py
+     tests/test_cuda_streamk.py tests/test_cuda_general_attention.py tests/test_block_order.py tests/test_cuda_exp2_rows.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -211,6 +211,21 @@ step cold2 bash -c 'B=; if [ -d .whl_before ]; then python3 -m pip install -q --
      rc=0; timeout -k 5 150 python3 benchmarks/cold_compile.py --repeat 7 --cpus 1 --variants default,peeled $B || rc=$?;
      timeout -k 5 120 python3 benchmarks/persistent_peel.py --rep 20 --repeat 5 || rc=$?;
      timeout -k 5 120 python3 benchmarks/persistent_peel.py --mainloop --rep 20 || rc=$?; exit $rc'
+# FlashAttention on the core's general path (decision D55): its device tests (float64 references, causal and not, each
+# option alone, all, none (every D55 option off), ping-pong; 128x128 and 64x64, a ragged sequence; all options bit for
+# bit against none), the benchmark's rows (benchmarks/cuda_attention.py GENERAL): base (every D55 option off), default
+# (the general path's defaults since D55), the register program's row and cuDNN / FA2 in the same run; pingpong (the
+# producer warpgroup, each copy group released after S = Q K^T's wait, the consumer warpgroups' turns; 128x128, only
+# after its tests passed); then the whole catalog on the general path with D55's defaults. About 160 s
+step genfa bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
+     timeout -k 5 60 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "(float64 or bits) and not pingpong" || rc=$?;
+     pp=0; timeout -k 5 30 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "float64 and pingpong" || { rc=1; pp=1; };
+     timeout -k 5 70 python3 benchmarks/cuda_attention.py --rep 3 --blocks 128x128x256x2,64x64x128x2 \
+       --general regprog,base,default || rc=$?;
+     [ $pp = 0 ] && { timeout -k 5 30 python3 benchmarks/cuda_attention.py --rep 3 --blocks 128x128x256x2 \
+       --general pingpong || rc=$?; };
+     TILECORE_PASS_CONFIGS="{\"tilecore.cuda.register_programs\": false}" timeout -k 5 90 \
+       python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-general-d55 || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

@@ -38,6 +38,24 @@ class EmitState:
     keep: list = field(default_factory=list)  # every named object, so that ids are not reused
 
 
+#: pass config: a store of a value cast to the stored dtype converts once (no round trip through the value type;
+#: the same bits; D55: by default on targets of the class it was measured on, ``feature:bulk_tensor_copy``; True: any
+#: target; False: the round trip)
+STORE_CAST_ONCE = "tilecore.store_cast_once"
+
+
+def _cast_once(st) -> bool:
+    ctx = getattr(st, "ctx", None)
+    if ctx is None:
+        return False
+    want = ctx.option(STORE_CAST_ONCE, None)
+    if want is None:
+        from ..passes.masksplit import measured_class
+
+        return measured_class(ctx)
+    return want is True
+
+
 class CFamilyEmitter(Emitter):
     lang = "c"
     index_type = "int64_t"
@@ -351,8 +369,14 @@ class CFamilyEmitter(Emitter):
         raw = self.raw_copy(st, buf, value) if self.copy_in_storage_type else None
         if raw is not None:
             return raw
-        text = self.expr(st, value)
         conv = self.store_conv.get(buf.dtype)
+        once = _cast_once(st)
+        if once and conv and isinstance(value, Cast) and value.dtype == buf.dtype and is_float(value.value.dtype) \
+                and buf.dtype in self.round_conv and self.vtype(value.value.dtype) == self.vtype(buf.dtype):
+            # a cast to the stored dtype: one conversion (rounding twice to the same dtype gives the same bits;
+            # the round trip through the value type cost two instructions an element: D55)
+            return conv.format(self.expr(st, value.value))
+        text = self.expr(st, value)
         return conv.format(text) if conv else text
 
     def raw_copy(self, st, buf: Buffer, value):

@@ -13,7 +13,7 @@ from .printer import expr_str, func_str
 from .simplify import prove_equal, simplify
 from .stmt import (LOOP_KINDS, Allocate, Assert, Assume, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break,
                    BulkCopy, BulkFence, BulkStore, BulkStoreWait, Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait, For, Hint, If, KernelLaunch, MatrixLoad, MatrixOp, MatrixStore, MatrixSync, Param, PerThread, Print, PrimFunc, Seq, Specialized, StageRelease,
-                   Stmt, Store, TileOp, VectorStore, free_vars, seq)
+                   Stmt, Turn, Store, TileOp, VectorStore, free_vars, seq)
 from .visit import children, collect, loop_nest, rewrite, stmt_exprs, walk
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -12,7 +12,7 @@ from .buffer import Region
 from .expr import (BinOp, BufferLoad, Call, Cast, Cmp, Expr, FloatImm, IntImm, Logic, Select, ShuffleIndex, ShuffleWidth, ShuffleXor,
                    ThreadIndex, Var)
 from .stmt import (Allocate, Assert, Assume, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, BulkCopy, BulkFence, BulkStore, BulkStoreWait,
-                   Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait, Specialized, StageRelease,
+                   Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait, Specialized, StageRelease, Turn,
                    For, Hint, If, KernelLaunch, MatrixLoad, MatrixStore, VectorStore, MatrixOp, MatrixSync, PerThread, Print,
                    PrimFunc, Seq, Stmt, Store, TileOp)
 
@@ -149,6 +149,8 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
         return [f"{pad}T.assume({expr_str(s.cond)})"]
     if isinstance(s, Barrier):
         return [f"{pad}T.barrier({f'threads={s.threads}' if s.threads else ''})"]
+    if isinstance(s, Turn):
+        return [f"{pad}T.turn_{s.phase}(groups={s.groups}, group_threads={s.group_threads})"]
     if isinstance(s, StageRelease):
         return [f"{pad}T.stage_release({_nm(s.barrier)}[{expr_str(s.index)}])"]
     if isinstance(s, Specialized):

@@ -229,6 +229,20 @@ class StageRelease(Stmt):
 
 
 @dataclass(eq=False)
+class Turn(Stmt):
+    """Turns of ``groups`` groups of ``group_threads`` consecutive consumer threads (a warp-specialized block's
+    warpgroups) on the block's matrix unit, inside their per-thread programs: ``phase`` ``"take"`` waits until it
+    is this group's turn, ``"pass"`` hands it to the next group (round robin); ``"init"`` (before the loop that
+    takes turns) gives the first group the first turn, ``"fini"`` (after it) takes back the turn the last group
+    passed, so every pass is matched. Introduced by ``tilecore.plan_pipelines`` with ``tilecore.pingpong``
+    (decision D55): one group's gemms are issued while the other runs its softmax."""
+
+    phase: str
+    group_threads: int
+    groups: int
+
+
+@dataclass(eq=False)
 class BulkStore(Stmt):
     """Start storing the whole shared tile ``src`` (stored in ``layout``, a paneled
     :class:`~tilecore.layout.SharedLayout`: one bulk store per panel) into the box of global ``dst`` that starts at

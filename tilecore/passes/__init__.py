@@ -61,6 +61,12 @@ class PassConfigKey:
     MATRIX_STORES = "tilecore.matrix_stores"  #: bool: a bulk store's 16-bit tile written as four 8x8 matrices a 32-thread group where the thread's pairs form them and the emitter spells it (default True; D51)
     PERSISTENT = "tilecore.persistent"  #: bool or int: launch the resident blocks only, each looping over the tiles, a pipelined loop carried across them (default False; an int: that many blocks; D36; D51 measured it with the bulk store: slower than the bulk store alone)
     HEAVIEST_FIRST = "tilecore.heaviest_first"  #: bool or int: where a block's loop trip counts grow with one block index (causal attention), start the heaviest blocks first, longest first in sections of that many rows of the other axes (True, the default: the smallest power of two of rows holding limits.sm_count blocks; False: grid order; D54)
+    PIPELINE_NO_DRAIN = "tilecore.pipeline_no_drain"  #: bool: a pipelined loop whose gemm runs on past each iteration and whose count is not a constant has no drain after it, its last iteration waits (a vendor assembler serialized the matrix unit where the prover removes the loop's `count > 0` test; default None: where the prover shows the count positive; True: wherever the count is not a constant; False: never; D55)
+    PIPELINE_EARLY_ISSUE = "tilecore.pipeline_early_issue"  #: bool: with bulk copies issued by one thread, the block barrier and the stage ahead's issue right after the loop body's first gemm that waits for every earlier one; a copy group nothing after that point reads is issued a whole pipeline ahead; with warp specialization each copy group is released there on its own barrier (default True; D55)
+    PRUNE_CONDITION_BINDS = "tilecore.prune_condition_binds"  #: bool: a named boolean (a mask's `valid = k * bn + j < seq`) drops the comparisons the prover shows, as branch conditions do (default True; D55)
+    STORE_CAST_ONCE = "tilecore.store_cast_once"  #: bool: a C-family store of a value cast to the stored 16-bit type converts once, not through a rounding round trip (same bits; default True; D55)
+    PINGPONG = "tilecore.pingpong"  #: bool: with tilecore.warp_specialize and two consumer warpgroups, they take turns issuing their gemms (one group's gemms run while the other computes; default False; D55)
+    SPLIT_MASKED_ITERATIONS = "tilecore.split_masked_iterations"  #: bool: a pipelined loop's T.Parallel masks on its variable that provably hold for its leading iterations (causal attention off the diagonal) are left out there: `if k < E` the nest without them (default True; D55)
     LAYOUT_CONVERSION = "tilecore.layout_conversion"  #: True (default): convert a fragment between disagreeing layouts in registers; "shared": always through shared memory; False: keep one in shared memory
 
     # TileLang's names (tilelang.PassConfigKey), so ported code runs. Those with a tilecore meaning are
@@ -187,13 +193,13 @@ def dump_dir_from_env() -> str | None:
 
 
 def core_pipeline() -> Pipeline:
-    from . import blockorder, bulkstore, copies, core, guard, layout, lower_tile, matrix, persistent, pipeline, vectorize
+    from . import blockorder, bulkstore, copies, masksplit, core, guard, layout, lower_tile, matrix, persistent, pipeline, vectorize
 
     return Pipeline({
         "legalize": [core.check_structure, core.check_extensions, core.check_static_bounds,
                      core.check_capabilities],
         "layout": [layout.infer_layouts, core.collect_hints, blockorder.order_blocks],
-        "tile-lowering": [bulkstore.stage_bulk_stores, layout.lower_fragments, pipeline.stage_pipelined_copies, copies.group_async_copies,
+        "tile-lowering": [masksplit.split_masked_iterations, bulkstore.stage_bulk_stores, layout.lower_fragments, pipeline.stage_pipelined_copies, copies.group_async_copies,
                           lower_tile.lower_tile_ops],
         "pipelining": [persistent.persistent_tiles, pipeline.plan_pipelines, core.serialize_pipelined],
         "memory": [matrix.swizzle_operand_tiles, core.plan_memory, vectorize.vectorize_stores, guard.guard_accesses,

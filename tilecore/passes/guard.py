@@ -49,8 +49,9 @@ def _all(conds: list):
 
 
 class _Guard:
-    def __init__(self, checked: bool):
+    def __init__(self, checked: bool, prune_binds: bool = False):
         self.checked = checked
+        self.prune_binds = prune_binds
 
     def guarded(self, buffer) -> bool:
         return self.checked or buffer.scope == "global"
@@ -188,6 +189,11 @@ class _Guard:
                 last = src[:-1] + (binary("add", src[-1], s.elements - 1),)
                 conds += _bound_conds(s.src, last, inside)
             out = s.with_(src_indices=src, pred=logic_and(s.pred, _all(conds)) if conds else s.pred)
+        elif isinstance(s, Bind) and s.var.dtype == "bool" and self.prune_binds:
+            # a named condition (a mask's `valid = k * bn + j < seq`) drops the comparisons the facts prove, as a
+            # branch's condition does: a select on it then folds (D55: the general path's FlashAttention kept
+            # the edge test of every score, and the accumulators' initial values were moved in, not folded)
+            out = s.with_(value=self.cond(s.value, facts, asserts, path, s.span))
         elif isinstance(s, Bind):
             out = s.with_(value=self.expr(s.value, facts, asserts, path, s.span))
         elif isinstance(s, Allocate) and s.init is not None:
@@ -272,7 +278,17 @@ def _prune(c, facts: Facts):
 def guard_accesses(func, ctx):
     """Guard global accesses not proven in bounds; in checked mode, check every access (see module doc)."""
     checked = bool(ctx.option("tilecore.checked", False))
-    return func.with_body(_Guard(checked).stmt(func.body, Facts()), checked=checked)
+    want = ctx.option(PRUNE_BINDS, None)
+    from .masksplit import measured_class
+
+    prune = want is True or (want is None and measured_class(ctx))
+    return func.with_body(_Guard(checked, prune).stmt(func.body, Facts()), checked=checked)
+
+
+#: pass config: a named condition (``valid = k * bn + j < seq``) drops the comparisons the facts prove, as branch
+#: conditions do (D55; default: on targets of the class it was measured on, ``feature:bulk_tensor_copy``; True: any
+#: target; False keeps the bind as written)
+PRUNE_BINDS = "tilecore.prune_condition_binds"
 
 
 __all__ = ["facts_at", "guard_accesses", "guard_stmt", "launch_facts", "loop_facts", "MAX_VALUES"]

@@ -46,7 +46,7 @@ from __future__ import annotations
 from ..ir import (Allocate, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, BinOp, Break, BufferLoad,
                   Buffer, BulkCopy, Call, Cast, Cmp, Collective, Continue, CopyBarrierArrive, CopyBarrierInit,
                   CopyBarrierWait, Expr, For, If, IntImm, KernelLaunch, Logic, MatrixOp, MatrixSync, Assert, Bind,
-                  Specialized, StageRelease,
+                  Specialized, StageRelease, Turn,
                   PerThread, Print, Region,
                   Select, Seq, Stmt, Store, TileOp, Var, as_expr, binary, compare, const_value, rewrite, seq, simplify,
                   logic_and, walk, walk_expr, collect)
@@ -68,6 +68,17 @@ MAX_BOX = 256
 #: bytes one asynchronous copy may move, widest first
 COPY_BYTES = (16, 8, 4)
 STAGE = "pipeline_stage"
+#: pass config: a loop whose gemm runs on past each iteration and whose count is not a constant gets no drain after
+#: it (its last iteration waits for its own gemm); with one, a vendor assembler serialized the matrix unit where the prover removes
+#: the `count > 0` test around it (a causal loop of `bx + 1` iterations; D55)
+NO_DRAIN = "tilecore.pipeline_no_drain"
+#: pass config: with bulk copies issued by one thread, the block barrier and the stage ahead's issue right after the
+#: body's first gemm that waits for every earlier one, a group read only before that point a whole pipeline ahead
+#: (FlashAttention's K 2 stages ahead with 2 buffers, V issued half an iteration earlier; D55)
+EARLY_ISSUE = "tilecore.pipeline_early_issue"
+#: pass config: with warp specialization and two consumer groups (warpgroups), they take turns issuing their gemms,
+#: so one group's run on the matrix unit while the other computes between them (FA3's ping-pong; D55)
+PINGPONG = "tilecore.pingpong"
 #: the annotation of a persistent tile loop (tilecore.passes.persistent)
 PERSISTENT = "persistent_tiles"
 
@@ -615,6 +626,18 @@ class _Launch:
         self.specialize = (self.bulk and ctx.capabilities.satisfies(WS_FEATURE)[0] is True and self.group is not None
                            and ctx.option("tilecore.warp_specialize", False) is True)
         self.consumers = int(threads) if threads and len(launch.threads) == 1 else None
+        # D55: with warp specialization, the two consumer groups take turns issuing their gemms (tilecore.pingpong;
+        # off by default, as warp specialization is: H100, FlashAttention 128x128 401 -> 435 TFLOP/s with it, the
+        # thread-0 issue with the early issue 460)
+        self.pingpong = ctx.option(PINGPONG, False) is True
+        # D55: a bulk-copied loop's block barrier and stage issue right after the body's first complete gemm
+        # (tilecore.pipeline_early_issue; on by default: H100, FlashAttention on the general path 405 -> 460 TFLOP/s;
+        # with warp specialization: each copy group's own release there)
+        self.early = ctx.option(EARLY_ISSUE, True) is not False
+        # a loop whose count is not a constant gets no drain after it (tilecore.pipeline_no_drain, D55): by default
+        # where the prover shows the count positive (its `count > 0` test is proven away: the causal loop, whose
+        # wgmma ptxas serialized: H100 297 -> 339 TFLOP/s); True: wherever the count is not a constant; False: never
+        self.no_drain = ctx.option(NO_DRAIN, None)  # None: where the prover shows the count positive
         self.max_threads = ctx.capabilities.limit("max_threads_per_block")
         self.producer = None  # (barrier inits, producer loop, the loop it feeds) once a loop is specialized
         self.notes: list = []
@@ -710,6 +733,23 @@ class _Launch:
         if note.startswith("occupancy:"):
             again += f" ({note[len('occupancy: '):]})"
         return (new if new is not None else plain), again
+
+    def turn_groups(self):
+        """``(group_threads, groups)`` where tilecore.pingpong is on and a warp-specialized block's consumers are
+        two groups of the producer group's size (two 128-thread groups where the profile says so); else None."""
+        if not self.pingpong or not self.specialize or not self.group or not self.consumers:
+            return None
+        if self.consumers != 2 * self.group:
+            return None
+        return (self.group, 2)
+
+    def early_split(self, deferred, staged, members, why_carry):
+        """:func:`_early_split` where tilecore.pipeline_early_issue is on and the loop is not carried across a
+        persistent tile loop (its stages run on across the tiles: the prologue's extra stage would be the next
+        tile's)."""
+        if not self.early or why_carry is None:
+            return None
+        return _early_split(deferred, staged, members)
 
     def why_not_versioned(self) -> str | None:
         """Why a loop whose copies lack only a launch-time fact for bulk copies is not versioned on it."""
@@ -960,7 +1000,28 @@ class _Launch:
             # (StageRelease on the stage's `empty` barrier: every consumer thread arrives when done reading it)
             empty = Buffer(f"{bufs[0].name}_empty", (stages,), "uint64", "shared")
             self.barriers.append(empty)
-            if deferred is None:
+            split = self.early_split(deferred, [table[id(bufs[j])] for j in range(len(bufs))], members, why_carry) \
+                if len(groups) > 1 else None
+            empties = [empty]
+            if split is not None:
+                # D55 (tilecore.pipeline_early_issue with warp specialization): one `empty` barrier per copy group,
+                # every group released right after the body's first gemm that waits for every earlier one: a group
+                # nothing after that point reads (K) releases this iteration's stage, the others (V, read by the
+                # previous iteration's P @ V, which that wait finished) the previous one; the producer waits for
+                # each group's own release, so K is refilled while P @ V still runs
+                pre, post, early = split
+                empties = [empty] + [Buffer(f"{bufs[members[gi][0]].name}_empty", (stages,), "uint64", "shared")
+                                     for gi in range(1, len(groups))]
+                self.barriers += empties[1:]
+                consume, drain = deferred
+                prev = simplify(binary("floormod", binary("sub", it, 1), stages))
+                releases = [StageRelease(empties[gi], slot_it, span=loop.span) if gi in early else
+                            _if(compare("gt", it, 0), StageRelease(empties[gi], prev, span=loop.span), loop.span)
+                            for gi in range(len(groups))]
+                steady = [waits[0], seq(pre + releases + post)]
+                after = [drain]
+                issue_kinds.append("each group's stage released after the first gemm's wait")
+            elif deferred is None:
                 steady = [waits[0], consume, StageRelease(empty, slot_it, span=loop.span)]
             else:  # the previous iteration's gemm has finished reading its stage at the deferred wait
                 consume, drain = deferred
@@ -968,18 +1029,43 @@ class _Launch:
                 steady = [waits[0], consume, _if(compare("gt", it, 0), StageRelease(empty, prev, span=loop.span),
                                                  loop.span)]
                 after = [drain]
+            turns = self.turn_groups()
+            if turns is not None:  # D55, tilecore.pingpong: the consumer groups take turns issuing their gemms
+                steady[1] = _take_turns(steady[1], *turns)
             j = Var(f"{name}_stage", k.dtype)
             slot_j = simplify(binary("floormod", j, stages))
-            refill = _if(compare("ge", j, stages), CopyBarrierWait(
-                empty, slot_j, simplify(binary("floormod", binary("add", binary("floordiv", j, stages), 1), 2)),
-                span=loop.span), loop.span)
-            issue_j = [x for g in range(len(groups)) for x in issue_bulk(j, g, guard=False)]
+            def refill(bar):
+                return _if(compare("ge", j, stages), CopyBarrierWait(
+                    bar, slot_j, simplify(binary("floormod", binary("add", binary("floordiv", j, stages), 1), 2)),
+                    span=loop.span), loop.span)
+
+            if len(empties) == 1:
+                issue_j = [refill(empty)] + [x for g in range(len(groups)) for x in issue_bulk(j, g, guard=False)]
+            else:  # each group waits for its own release
+                issue_j = [x for g in range(len(groups)) for x in [refill(empties[g])] + issue_bulk(j, g, guard=False)]
             # across a persistent tile loop the producer runs every stage of the block's tiles (the running count
             # j: tile j / K, iteration j % K), so it runs ahead into the next tile's stages while the consumers
             # finish this one; the consumers' waits and releases use the same running count
-            producer = For(j, as_expr(0), total, "serial", seq([refill] + issue_j), span=loop.span)
-            self.producer = (inits + [CopyBarrierInit(empty, self.consumers, span=loop.span)], producer, orig or loop)
+            producer = For(j, as_expr(0), total, "serial", seq(issue_j), span=loop.span)
+            self.producer = (inits + [CopyBarrierInit(e, self.consumers, span=loop.span) for e in empties], producer,
+                             orig or loop)
             prologue = []
+        elif bulk and (split := self.early_split(deferred, [table[id(bufs[j])] for j in range(len(bufs))], members,
+                                                  why_carry)) is not None:
+            # D55, tilecore.pipeline_early_issue: the barrier and the issue right after the body's first gemm that
+            # waits for every earlier one (FlashAttention's S = Q K^T, which also finishes the previous P @ V): every
+            # thread is then done with the previous iteration's buffers, and a group nothing after that point reads
+            # (K) is done with this iteration's too, so it is issued a whole pipeline ahead (stage it + S into the
+            # buffer it just read); the others (V) one stage less, into the previous iteration's buffer
+            pre, post, early = split
+            consume, drain = deferred
+            ahead_early = simplify(binary("add", it, stages))
+            issues = [x for gi in range(len(groups)) for x in issue_bulk(ahead_early if gi in early else ahead, gi)]
+            steady = [waits[0]] + pre + [Barrier(span=loop.span)] + issues + post
+            after = [drain]
+            prologue += [x for gi in early for x in issue_bulk(as_expr(stages - 1), gi)]
+            issue_kinds.append(f"issued after the first gemm's wait ({', '.join(bufs[members[gi][0]].name for gi in early)}"
+                               f" {stages} stages ahead)")
         elif bulk:  # each thread waits for the stage itself; the barrier before the issue: no thread still reads
             # the buffer it overwrites (the previous iteration's)
             if deferred is None:
@@ -1021,6 +1107,10 @@ class _Launch:
         if why_ws is None:
             copy_notes += (f"; warp-specialized: a producer group of {self.group} threads issues the stages, "
                              f"the kernel's {self.consumers} threads consume them")
+        if why_ws is None and self.turn_groups() is not None:
+            turns = [PerThread(Turn(p, *self.turn_groups(), span=loop.span), span=loop.span) for p in ("init", "fini")]
+            copy_notes += (f"; ping-pong: the {self.turn_groups()[1]} consumer groups take turns issuing their gemms "
+                           "(one group's are issued while the other computes)")
         elif bulk and self.specialize:
             copy_notes += f"; not warp-specialized: {why_ws}"
         note = (f"loop {name}: {stages} stages{reduced}, {len(bufs)} tiles x {stages} buffers, {kib:g} KiB; "
@@ -1033,12 +1123,65 @@ class _Launch:
             # asynchronous group's on the other, and a vendor's assembler serializes every asynchronous matrix
             # instruction of the kernel (ptxas 13.0 on the catalog's dynamic-shape GEMM, sm_90a: "wgmma
             # serialized due to non wgmma instructions defining accumulator registers"; a static count: none)
-            body = [_if(simplify(compare("gt", extent, 0)), seq(body), loop.span)]
+            positive = self.no_drain is None and facts.proves(compare("gt", extent, 0))
+            if (self.no_drain is True or positive) and const_value(simplify(extent)) is None:
+                # a count that is not a constant (a causal loop's `bx + 1`, which the prover shows positive, so the
+                # test above is proven away later): the assembler sees a path around the loop to the drain and
+                # serializes the matrix unit all the same. No drain: the loop's last iteration waits for its own
+                # gemm (_defer_matrix_wait), nothing is left in flight past it (tilecore.pipeline_no_drain, D55)
+                body = [new_loop]
+            else:
+                body = [_if(simplify(compare("gt", extent, 0)), seq(body), loop.span)]
+        if why_ws is None and self.turn_groups() is not None:  # the first turn given, the last taken back
+            body = [turns[0]] + body + [turns[1]]
         self._last_stages = stages
         if why_carry is None:  # the prologue once, before the persistent tile loop
             self.hoisted = prologue
             return seq(body), note
         return seq(prologue + body), note
+
+
+def _take_turns(consume, group_threads: int, groups: int):
+    """``consume`` with each gemm's issue inside a turn (tilecore.pingpong): the turn taken after the gemm's
+    opening synchronization (which may meet the other consumers: never while holding the turn) and passed
+    right after its instructions are committed; a gemm that waited for itself commits, passes, then waits."""
+
+    def fix(x):
+        if not isinstance(x, MatrixSync):
+            return None
+        if x.phase == "begin":
+            return Seq([x, Turn("take", group_threads, groups, span=x.span)], span=x.span)
+        if x.phase != "end":
+            return None
+        passed = Turn("pass", group_threads, groups, span=x.span)
+        if x.pending:
+            return Seq([x, passed], span=x.span)
+        return Seq([x.with_(pending=-1), passed, MatrixSync(x.spelling, "wait", x.acc, span=x.span)], span=x.span)
+
+    return rewrite(consume, fix)
+
+
+def _early_split(deferred, staged: list, members: list):
+    """``(pre, post, early groups)`` for tilecore.pipeline_early_issue: the deferred body split after its first
+    top-level statement whose last matrix synchronization waits for every earlier gemm (nothing left pending)
+    with statements after it; ``early``: the copy groups whose staged buffers nothing after that point touches.
+    None where the body has no such point."""
+    if deferred is None:
+        return None
+    consume = deferred[0]
+    items = list(consume.body) if isinstance(consume, Seq) else [consume]
+    for i, x in enumerate(items[:-1]):
+        syncs = collect(x, MatrixSync)
+        if not syncs:
+            continue
+        if syncs[-1].phase not in ("end", "wait") or syncs[-1].pending:
+            return None  # the first gemm leaves work in flight: no point where every gemm is done
+        if any(isinstance(y, (AsyncCopy, BulkCopy)) for y in _all_stmts(seq(items[:i + 1]))):
+            return None
+        post = seq(items[i + 1:])
+        early = [g for g, js in enumerate(members) if not any(_touches(post, staged[j]) for j in js)]
+        return items[:i + 1], items[i + 1:], early
+    return None
 
 
 def _defer_matrix_wait(body, last=None):

@@ -26,7 +26,7 @@ from typing import Any, Callable, ClassVar
 #: :class:`~tilecore.ir.BulkFence`: ``tilecore.bulk_store``, decision D46); 1.10 adds
 #: :class:`~tilecore.ir.MatrixStore` (four 8x8 matrices of a 32-thread group's registers into shared memory as one
 #: instruction; an emitter saying ``matrix_stores = True`` spells it: ``tilecore.matrix_stores``, decision D51).
-PLUGIN_API = (1, 10)
+PLUGIN_API = (1, 11)
 
 MODES = ("device", "emulated", "compile-only", "codegen-only")
 

@@ -15,7 +15,7 @@ from importlib import resources
 from tilecore.codegen import SIMTCppEmitter, EmitState, abi_of, host_expr
 from tilecore.codegen.simtcpp import grid3
 from tilecore.errors import CompileError
-from tilecore.ir import (as_expr, AsyncCopy, VectorStore, BufferLoad, BulkCopy, BulkStore, Cast, Collective, MatrixOp, MatrixStore, MatrixSync, binary, collect, const,
+from tilecore.ir import (as_expr, BinOp, ThreadIndex, AsyncCopy, VectorStore, BufferLoad, BulkCopy, BulkStore, Cast, Collective, MatrixOp, MatrixStore, MatrixSync, binary, collect, const,
                          const_value, logic_or, simplify, Var)
 
 from .compiler import REGISTER_UNIT, REGISTERS_PER_SM
@@ -302,7 +302,30 @@ class CUDAEmitter(SIMTCppEmitter):
         return [f"&{name}" for name in getattr(st, "tmaps", {}).get(id(s), [])] + ws
 
     # -- CUDA-only statements ----------------------------------------------------------------------------
+    #: pass config: a wgmma descriptor's thread-dependent part (the warpgroup: ``threadIdx.x / 128``) from a
+    #: warp-uniform value, so the descriptors are computed in the uniform datapath (D55; default off)
+    UNIFORM_OPTION = "tilecore.cuda.uniform_warp_index"
+
+    def warp_uniform_ok(self, st) -> bool:
+        ctx = getattr(st, "ctx", None)
+        return (ctx is not None and ctx.option(self.UNIFORM_OPTION, False) is True
+                and getattr(self, "_block_threads", 0) > 0 and self._block_threads % 32 == 0
+                and getattr(st, "warp_line", None) is not None)
+
+    def warp_index(self, st) -> str:
+        """``tc_warp_u``: the thread's warp index as a warp-uniform value (a shuffle from lane 0, which the
+        compiler keeps in a uniform register), declared at the kernel's top on first use."""
+        if not getattr(st, "warp_declared", False):
+            pos, indent = st.warp_line
+            st.lines.insert(pos, " " * indent + "const int tc_warp_u = __shfl_sync(0xffffffffu, ((int)threadIdx.x) >> 5, 0);")
+            st.warp_declared = True
+        return "tc_warp_u"
+
     def expr(self, st: EmitState, e) -> str:
+        if getattr(st, "warp_uniform", False) and isinstance(e, BinOp) and e.op in ("floordiv", "div") \
+                and isinstance(e.a, ThreadIndex) and isinstance(const_value(e.b), int) and const_value(e.b) % 32 == 0:
+            per = const_value(e.b) // 32
+            return f"({self.warp_index(st)} / {per})" if per > 1 else self.warp_index(st)
         regs = getattr(st, "regs", None)
         if regs and isinstance(e, BufferLoad):
             ref = regs.get(id(e.buffer))
@@ -320,7 +343,7 @@ class CUDAEmitter(SIMTCppEmitter):
         return super().stmt_Collective(st, s)
 
     # -- a persistent GEMM (hopper.persistent_blocks, prelude/tc_persistent.cuh) ------------------------------
-    def block_indices(self, st, s) -> None:
+    def _block_indices(self, st, s) -> None:
         """A persistent launch defines its block variables per tile, in the GEMM's tile function."""
         if s.attrs.get("hopper_persistent"):
             st.hopper_persistent = s
@@ -458,8 +481,12 @@ class CUDAEmitter(SIMTCppEmitter):
         buf = origin.buffer
         mn_major = trans if x == "a" else not trans
         lbo = lay.rows * lay.swizzle_bytes if mn_major else 16
-        addr = (f"tc_smem_addr({self.name(st, buf)}) + (unsigned)({self.flat_index(st, buf, origin.indices)}) * "
-                f"{buf.dtype.bytes}u")
+        st.warp_uniform = self.warp_uniform_ok(st)
+        try:
+            flat = self.flat_index(st, buf, origin.indices)
+        finally:
+            st.warp_uniform = False
+        addr = f"tc_smem_addr({self.name(st, buf)}) + (unsigned)({flat}) * {buf.dtype.bytes}u"
         return f"tc_wg_desc({addr}, {lbo}u, {8 * lay.swizzle_bytes}u, {self.WGMMA_SWIZZLE[lay.swizzle_bytes]}u)"
 
     def stmt_MatrixOp(self, st, s):
@@ -506,9 +533,31 @@ class CUDAEmitter(SIMTCppEmitter):
                     return
                 break
             self.line(st, f"{regs} tc_wg_fence_proxy(); {barrier} tc_wg_fence();")
+        elif s.phase == "end" and s.pending < 0:  # commit only: a wait follows (a turn passed between, D55)
+            self.line(st, "tc_wg_commit();")
         else:  # "end" closes the gemm's group; "wait" only waits (after a loop that left one pending)
             commit = "tc_wg_commit(); " if s.phase == "end" else ""
             self.line(st, f"{commit}tc_wg_wait<{int(s.pending)}>(); {regs}")
+
+    #: named barriers of the consumer groups' turns (0: __syncthreads, 1: the consumers' barrier)
+    TURN_BARRIER = 2
+
+    def stmt_Turn(self, st, s):
+        """Turns of a warp-specialized block's consumer groups (tilecore.pingpong, D55) on named barriers: group
+        ``g`` waits on barrier 2 + g (bar.sync with the other group's arrival), passes on the next group's."""
+        if s.groups != 2:
+            raise CompileError(f"internal: turns of {s.groups} consumer groups (the CUDA spelling has two)", s.span)
+        if getattr(st, "warp_line", None) is None or s.group_threads % 32:
+            raise CompileError("internal: turns outside a kernel launch's threads", s.span)
+        g = f"({self.warp_index(st)} / {s.group_threads // 32})"
+        n, b = 2 * s.group_threads, self.TURN_BARRIER
+        text = {"take": f"tc_named_sync({b} + {g}, {n});",
+                "pass": f"tc_named_arrive({b} + ({g} ^ 1), {n});",
+                "init": f"if ({g} == 1) tc_named_arrive({b}, {n});",
+                "fini": f"if ({g} == 0) tc_named_sync({b}, {n});"}.get(s.phase)
+        if text is None:
+            raise CompileError(f"internal: turn phase {s.phase!r}", s.span)
+        self.line(st, text)
 
     def stmt_MatrixLoad(self, st, s):
         """ldmatrix where the stored tile allows it (16-bit elements in shared memory, 16-byte rows: the
@@ -633,7 +682,13 @@ class CUDAEmitter(SIMTCppEmitter):
 
     def stmt_KernelLaunch(self, st, s):
         self._block_threads = int(const_value(simplify(s.threads[0]))) if len(s.threads) == 1 else 0
+        st.warp_line, st.warp_declared = None, False
         return super().stmt_KernelLaunch(st, s)
+
+    def block_indices(self, st, s) -> None:
+        """(after them: where a warp-uniform warp index is declared if a descriptor uses one)"""
+        self._block_indices(st, s)
+        st.warp_line = (len(st.lines), st.indent * 2)
 
     def stmt_AsyncCommit(self, st, s):
         self.line(st, "tc_cp_async_commit();")

@@ -1,0 +1,313 @@
+"""FlashAttention forward on the core's general path (``tilecore.cuda.register_programs=False``), decision D55.
+
+The benchmark's kernel (``tilecore_conformance.composite.flash_attention_forward``) at 128x128 (256 threads) and
+64x64 (128 threads), with D55's options each alone and all together:
+
+- ``tilecore.pipeline_no_drain``: no drain after a loop whose count is not a constant (the causal loop's
+  ``bx + 1``): ptxas no longer serializes the wgmma instructions (its performance remark is the test);
+- ``tilecore.prune_condition_binds``: the mask's named condition ``valid = k * bn + j < seq`` drops what the
+  prover shows, so the non-causal loop has no select on the scores;
+- ``tilecore.store_cast_once``: P's cast to float16 is one conversion a pair (F2FP), no round trip (HADD2);
+- ``tilecore.cuda.uniform_warp_index``: the wgmma descriptors' warpgroup term from a warp-uniform value (no
+  R2UR moves in the main loop);
+- ``tilecore.pipeline_early_issue``: the block barrier and the stage issue right after S = Q K^T's wait, K two
+  stages ahead with two buffers;
+- ``tilecore.split_masked_iterations``: the causal mask left out of the iterations before the diagonal
+  (``if k < E``: the nest without it);
+- ``tilecore.pingpong`` (with ``tilecore.warp_specialize``): the two consumer warpgroups take turns issuing
+  their gemms.
+
+Compile-only checks wherever a CUDA compiler exists (CI): notes, source, SASS (HGMMA, UTMALDG, no local
+memory). On an sm_90 GPU every variant runs against a float64 reference, causal and not, with a ragged
+sequence (the bulk copies' zero fill and the sequence-edge mask).
+"""
+from __future__ import annotations
+
+import collections
+import math
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+tilecore_cuda = pytest.importorskip("tilecore_cuda")
+
+sys.path.insert(0, str(Path(__file__).parent))
+import sass_paths  # noqa: E402
+from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
+from test_cuda_hopper import hopper_gpu  # noqa: E402
+
+import tilecore  # noqa: E402
+from tilecore_conformance.composite import flash_attention_forward  # noqa: E402
+
+HOPPER = "cuda:sm_90a"
+GENERAL = {**NOCACHE, "tilecore.cuda.register_programs": False}
+#: D55's options, by the name the benchmark's --general takes (benchmarks/cuda_attention.py GENERAL)
+OPTIONS = {
+    "nodrain": {"tilecore.pipeline_no_drain": True},
+    "prune": {"tilecore.prune_condition_binds": True},
+    "cast": {"tilecore.store_cast_once": True},
+    "uniform": {"tilecore.cuda.uniform_warp_index": True},
+    "early": {"tilecore.pipeline_early_issue": True},
+    "split": {"tilecore.split_masked_iterations": True},
+}
+#: on by default since the H100 measured them (round 1 of D55); the rest stay asked for
+DEFAULT_ON = ("nodrain", "prune", "cast", "early", "split")
+ALL = {k: v for o in OPTIONS.values() for k, v in o.items()}
+#: every option off: the general path before D55 (several are on by default since the H100 measured them)
+OFF = {k: False for k in ALL} | {"tilecore.pipeline_no_drain": False}
+#: the producer warpgroup (D29) with the two consumer warpgroups taking turns on the tensor cores (D55)
+PINGPONG = {**{k: v for n, o in OPTIONS.items() if n != "early" for k, v in o.items()},
+            "tilecore.warp_specialize": True, "tilecore.pingpong": True}
+TILES = {"128x128": (128, 128, 256), "64x64": (64, 64, 128)}
+
+
+def fa(seq, dim, heads, tile, causal, batch=None, **configs):
+    bm, bn, threads = TILES[tile]
+    func = flash_attention_forward(seq, dim, heads, bm, bn, "float16", causal, batch=batch, threads=threads)
+    return tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs={**GENERAL, **configs})
+
+
+def bench(tile, causal, **configs):
+    """The benchmark's shape (b8 h32 s4096 d128), every D55 option off but those given."""
+    return fa(4096, 128, 32, tile, causal, batch=8, **{**OFF, **configs})
+
+
+def _compile_warnings(fn):
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        k = fn()
+    return k, [str(w.message) for w in got]
+
+
+def _ops(k) -> collections.Counter:
+    """The kernel's SASS opcodes, counted."""
+    sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+    return collections.Counter(sass_paths.opcode(t) for _, t in sass_paths.parse(sass))
+
+
+def _loop_counts(k) -> list:
+    """(per path through the main loop, its opcode counts; the kernel's) for the non-causal kernels (a causal
+    kernel's division epilogue branches back into the loop's address range: sass_paths would take it for it)."""
+    sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+    ins = sass_paths.parse(sass)
+    idx = sass_paths.main_loop(ins, 8)
+    return [c for _, c in sass_paths.paths(ins, idx)], collections.Counter(sass_paths.opcode(t) for _, t in ins)
+
+
+SERIALIZED = "serialized"
+
+
+@needs_toolchain
+@pytest.mark.parametrize("tile", sorted(TILES))
+def test_the_causal_loop_without_a_drain_is_not_serialized(tile):
+    _, before = _compile_warnings(lambda: bench(tile, True))
+    assert any(SERIALIZED in w for w in before), "the drain no longer serializes: the option tests nothing"
+    k, after = _compile_warnings(lambda: bench(tile, True, **OPTIONS["nodrain"]))
+    assert not any(SERIALIZED in w for w in after), after
+    src = k.get_kernel_source()
+    loop_at = src.index("for (long long k = 0; k < loop; ++k)")
+    assert "tc_wg_wait<0>" in src[loop_at:]  # the last iteration waits for its own gemm
+    ops = _ops(k)
+    assert ops["HGMMA"] > 0 and ops["LDL"] + ops["STL"] == 0
+
+
+@needs_toolchain
+def test_a_named_mask_condition_the_prover_shows_folds():
+    off = bench("128x128", False)
+    on = bench("128x128", False, **OPTIONS["prune"])
+    assert "valid = (((k * 128)" in off.get_kernel_source()
+    assert "valid = (((k * 128)" not in on.get_kernel_source()
+    (c_off, *_), _ = _loop_counts(off)
+    (c_on, *_), _ = _loop_counts(on)
+    assert c_on["FSEL"] < c_off["FSEL"] and sum(c_on.values()) < sum(c_off.values()) - 60
+    # causal: the diagonal's test stays (the prover cannot show it)
+    assert "valid" in bench("128x128", True, **OPTIONS["prune"]).get_kernel_source()
+
+
+@needs_toolchain
+def test_the_probabilities_cast_once_a_pair():
+    (c_off, *_), _ = _loop_counts(bench("128x128", False))
+    (c_on, *_), _ = _loop_counts(bench("128x128", False, **OPTIONS["cast"]))
+    # 64 scores a thread: 32 pairs, one F2FP each; before: a conversion, a round trip back (HADD2), the pair
+    assert c_on["F2FP"] == 32 and c_on["HADD2"] == 0
+    assert c_off["F2FP"] > 32 and c_off["HADD2"] > 0
+
+
+@needs_toolchain
+def test_the_descriptors_take_the_warpgroup_from_a_warp_uniform_value():
+    k = bench("128x128", False, **OPTIONS["uniform"])
+    assert "const int tc_warp_u = __shfl_sync(0xffffffffu, ((int)threadIdx.x) >> 5, 0);" in k.get_kernel_source()
+    (c_on, *_), _ = _loop_counts(k)
+    (c_off, *_), _ = _loop_counts(bench("128x128", False))
+    assert c_off["R2UR"] > 0 and c_on["R2UR"] == 0
+    # a GEMM's descriptors are left as they were without the option (no declaration)
+    assert "tc_warp_u" not in bench("128x128", False).get_kernel_source()
+
+
+@needs_toolchain
+def test_k_is_issued_two_stages_ahead_after_the_first_gemm():
+    k = bench("128x128", False, **OPTIONS["early"])
+    note = k.meta["attrs"]["pipelines"][0]
+    assert "issued after the first gemm's wait (K_s 2 stages ahead)" in note, note
+    src = k.get_kernel_source()
+    body = src[src.index("for (long long k = 0; k < 32; ++k)"):]
+    first_wait = body.index("tc_wg_wait<0>")
+    sync = body.index("__syncthreads();")
+    assert first_wait < sync < body.index("(k + 2) < 32") < body.index("(k + 1) < 32") < body.index("tc_wg_wait<1>")
+    # the prologue issues K's stages 0 and 1 and V's stage 0
+    head = src[:src.index("for (long long k = 0; k < 32; ++k)")]
+    assert head.count("tc_mbar_expect_tx(tc_smem_addr(K_s_full") == 2 and head.count("V_s_full + (0)), 32768u") == 1
+    _, ops = _loop_counts(k)
+    assert ops["UTMALDG"] >= 6 and ops["LDL"] + ops["STL"] == 0
+    # without the option: one issue point at the end, one stage ahead
+    off = bench("128x128", False).meta["attrs"]["pipelines"][0]
+    assert "issued after the first gemm's wait" not in off
+
+
+@needs_toolchain
+def test_a_body_with_one_gemm_keeps_its_issue_point():
+    # the 64x64 tile keeps V where it stands (occupancy): one staged group, K, read only by S = Q K^T; P @ V reads
+    # a tile copied in the body, so the first gemm's wait is still a point where every gemm is done
+    k = bench("64x64", False, **OPTIONS["early"])
+    note = k.meta["attrs"]["pipelines"][0]
+    assert "K_s 2 stages ahead" in note, note
+
+
+@needs_toolchain
+@pytest.mark.parametrize("tile", sorted(TILES))
+def test_the_causal_mask_is_left_out_before_the_diagonal(tile):
+    bm, bn, _ = TILES[tile]
+    k = bench(tile, True, **OPTIONS["split"], **OPTIONS["nodrain"])
+    src = k.get_kernel_source()
+    # the iterations k < floor((bx bm - bn + 1) / bn) + 1 hold the whole mask (capped by the sequence's edge)
+    assert f"if ((k < tc_min({4096 // bn}, (tc_floordiv(((bx * {bm}) + (-{bn - 1})), {bn}) + 1))))" in src
+    # the unmasked branch stores zeros (no select), the masked one keeps the selects
+    loop = src[src.index("for (long long k = 0; k < loop; ++k)"):]
+    then, orelse = loop.split("} else {", 1)
+    masked = orelse.split("tc_wg_fence")[0]
+    assert "acc_s[0] = 0.0f;" in then and "? 0.0f : (-INFINITY));" not in then
+    assert masked.count("? 0.0f : (-INFINITY));") == bm * bn // TILES[tile][2]
+    # no split without the option, nor where no mask holds for whole iterations (the non-causal kernel with
+    # its edge test pruned away has none left)
+    assert "if ((k < tc_min(" not in bench(tile, True).get_kernel_source()
+
+
+@needs_toolchain
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_two_consumer_warpgroups_take_turns_issuing_their_gemms(causal):
+    k, warns = _compile_warnings(lambda: bench("128x128", causal, **PINGPONG))
+    assert not any(SERIALIZED in w for w in warns), warns
+    note = k.meta["attrs"]["pipelines"][0]
+    assert "warp-specialized" in note and "ping-pong: the 2 consumer groups take turns" in note, note
+    src = k.get_kernel_source()
+    body = src[src.index("for (long long k = 0; k < loop; ++k)" if causal else "for (long long k = 0; k < 32; ++k)"):]
+    # each gemm: the turn taken after the opening fence, passed right after the commit, before any wait
+    take, give = "tc_named_sync(2 + (tc_warp_u / 4), 256);", "tc_named_arrive(2 + ((tc_warp_u / 4) ^ 1), 256);"
+    assert body.count(take) == 2 and body.count(give) == 2
+    first = body.index(take)
+    assert body.index("tc_wg_fence();") < first < body.index("tc_wg_commit();") < body.index(give) \
+        < body.index("tc_wg_wait<0>")
+    # the first turn is given before the loop (the second group arrives on the first's barrier), the last taken
+    # back after it: every arrival matched
+    head, tail = src[:src.index(body[:40])], body
+    assert "if ((tc_warp_u / 4) == 1) tc_named_arrive(2, 256);" in head
+    assert "if ((tc_warp_u / 4) == 0) tc_named_sync(2, 256);" in tail
+    ops = _ops(k)
+    assert ops["LDL"] + ops["STL"] == 0 and ops["HGMMA"] >= 16
+    # with the early issue, each copy group has its own `empty` barrier, released right after S = Q K^T's wait
+    # (K this iteration's stage, V the previous one's), and the producer waits for each group's own release
+    early = bench("128x128", causal, **PINGPONG, **OPTIONS["early"])
+    assert "each group's stage released after the first gemm's wait" in early.meta["attrs"]["pipelines"][0]
+    e_src = early.get_kernel_source()
+    e_body = e_src[e_src.index("tc_named_arrive(2 + ((tc_warp_u / 4) ^ 1), 256);"):]
+    assert e_body.index("tc_wg_wait<0>") < e_body.index("tc_mbar_arrive(tc_smem_addr(K_s_empty") \
+        < e_body.index("tc_mbar_arrive(tc_smem_addr(V_s_empty") < e_body.index("V_s_full")
+    producer = e_src[:e_src.index("setmaxnreg.inc")]
+    assert producer.index("tc_mbar_wait(tc_smem_addr(K_s_empty") < producer.index("tc_mbar_wait(tc_smem_addr(V_s_empty")
+    assert "V_s_empty" not in src  # without it: one barrier for both groups, released at the end
+    # one consumer warpgroup (64x64): nothing to take turns with
+    one = bench("64x64", causal, **PINGPONG)
+    assert "ping-pong" not in one.meta["attrs"]["pipelines"][0] and "tc_named_" not in one.get_kernel_source()
+
+
+@needs_toolchain
+def test_the_measured_options_are_the_defaults():
+    default = fa(4096, 128, 32, "128x128", True, batch=8)
+    asked = fa(4096, 128, 32, "128x128", True, batch=8, **{k: v for n in DEFAULT_ON for k, v in OPTIONS[n].items()})
+    assert default.get_kernel_source() == asked.get_kernel_source()
+    assert default.get_kernel_source() != bench("128x128", True).get_kernel_source()
+    assert "tc_warp_u" not in default.get_kernel_source()  # the uniform warp index stays asked for (GEMM sources)
+
+
+@needs_toolchain
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("tile", sorted(TILES))
+def test_all_options_compile_without_spills(tile, causal):
+    k, warns = _compile_warnings(lambda: bench(tile, causal, **ALL))
+    assert not any(SERIALIZED in w for w in warns), warns
+    ops = _ops(k)
+    assert ops["HGMMA"] >= 12 and ops["UTMALDG"] > 0 and ops["LDL"] + ops["STL"] == 0
+
+
+@needs_toolchain
+def test_the_catalog_attention_cases_compile_on_the_general_path_with_every_option():
+    from tilecore_conformance.composite import attention, attention_tile
+
+    for build in (attention, attention_tile):  # (the tile: 64 query rows a warpgroup, wgmma)
+        for causal in (False, True):
+            k = tilecore.compile(build("float16", causal), target=HOPPER, out_idx=[3], pass_configs={**GENERAL, **ALL})
+            sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+            assert "tc_kernel" in sass and "LDL" not in sass
+            if build is attention_tile:
+                assert "HGMMA" in sass
+
+
+# -- on an sm_90 GPU ---------------------------------------------------------------------------------------
+
+def _reference(q, k, v, causal):
+    q, k, v = (x.double() for x in (q, k, v))
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        n = s.shape[-1]
+        import torch
+
+        s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool, device=s.device).tril(), float("-inf"))
+    return s.softmax(-1) @ v
+
+
+@hopper_gpu
+@pytest.mark.parametrize("variant", sorted(OPTIONS) + ["all", "none", "pingpong"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("tile", sorted(TILES))
+def test_general_path_attention_matches_float64(tile, causal, variant):
+    import torch
+
+    seq, dim, heads, batch = 456, 128, 3, 2  # a ragged last block for both tiles
+    configs = {"all": ALL, "none": OFF, "pingpong": PINGPONG, **OPTIONS}[variant]
+    kern = fa(seq, dim, heads, tile, causal, batch=batch, **configs)
+    g = torch.Generator(device="cuda").manual_seed(11)
+    q, k, v = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+    out = kern(q, k, v)
+    torch.cuda.synchronize()
+    ref = _reference(q, k, v, causal)
+    err = (out.double() - ref).abs().max().item()
+    assert err < 2e-3, f"{tile} causal={causal} {variant}: max error {err}"
+
+
+@hopper_gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_early_issue_and_no_drain_give_the_same_bits(causal):
+    """Every option of D55 (all together) leaves the exact build's outputs bit for bit: they move, prune or
+    convert once, they change no arithmetic."""
+    import torch
+
+    seq, dim, heads, batch = 512, 128, 2, 2
+    g = torch.Generator(device="cuda").manual_seed(5)
+    q, k, v = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+    base = fa(seq, dim, heads, "128x128", causal, batch=batch, **OFF)(q, k, v)
+    moved = fa(seq, dim, heads, "128x128", causal, batch=batch, **ALL)(q, k, v)
+    torch.cuda.synchronize()
+    assert torch.equal(base, moved)
