@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from test_cuda_backend import needs_toolchain  # noqa: E402
 from test_cuda_hopper import gemm as hopper_gemm, hopper_gpu  # noqa: E402
+from test_persistent import _eval  # noqa: E402
 
 GENERAL = {"tilecore.disable_cache": True, "tilecore.cuda.register_programs": False,
            "tilecore.matrix_unit_families": ["wgmma"]}
@@ -49,6 +50,8 @@ def gemm(M, N, K, bm=128, bn=256, bk=64, stages=3, threads=256, dtype="float16",
 def _value(e, env: dict):
     """``e`` evaluated with the variables of ``env`` (``id(var) -> int``)."""
     v = const_value(simplify(substitute(as_expr(e), {k: as_expr(x) for k, x in env.items()})))
+    if v is None:  # a select (a ragged T.use_swizzle panel's rows, D56), which simplify leaves as it is
+        v = _eval(simplify(substitute(as_expr(e), {k: as_expr(x) for k, x in env.items()})), {})
     assert isinstance(v, int), e
     return v
 
@@ -389,6 +392,29 @@ def test_sm90a_bulk_store_compiles_to_utmastg_without_spills(combo, out, tile):
     assert sass.count("STSM") == (0 if out == "float32" else bm * bn // 2048), sass.count("STSM")
 
 
+@needs_toolchain
+@pytest.mark.parametrize("ws", [False, True])
+def test_sm90a_a_swizzle_panel_adds_no_division_to_the_persistent_main_loop(ws):
+    """D56: with T.use_swizzle(8) the persistent loop's stage ahead (the next tile's block indices, evaluated in
+    every k step) divides by constants only: no division subroutine (CALL) in the main loop, and thread 0's
+    longest path through it within 32 instructions of the launch without a panel (before: a CALL to the 64-bit
+    division and 260 instructions against 195, the 8-9% D51 measured with the panel)."""
+    import tilecore_cuda
+    import sass_paths
+
+    counts = []
+    for panel in (None, 8):
+        cfg = {**BULK, **(WS if ws else {}), "tilecore.persistent": True}
+        k = tilecore.compile(gemm(4096, 4096, 4096, swizzle=panel), target="cuda:sm_90a",
+                             pass_configs={**GENERAL, **cfg})
+        assert any(n.startswith("persistent:") for n in k.meta["attrs"]["persistent"]), k.meta["attrs"]["persistent"]
+        ins = sass_paths.parse(tilecore_cuda.CUDABackend().disassemble(k.binary, k.target))
+        loop = sass_paths.main_loop(ins, 4)
+        assert not any(sass_paths.opcode(ins[i][1]) == "CALL" for i in loop), "a division subroutine in the loop"
+        counts.append(max(sum(c.values()) for _, c in sass_paths.paths(ins, loop)))
+    assert counts[1] <= counts[0] + 32, counts
+
+
 def test_the_plain_hopper_gemm_can_be_routed_to_the_general_path_and_split_k_stays():
     """``tilecore.cuda.general_plain_gemm`` (off by default, D51): a GEMM the plugin's Hopper pipeline would run
     without split-K compiles to exactly the general path's kernel (the register programs pass it by too); one it
@@ -719,6 +745,10 @@ DEVICE = {  # (M, N, K, dtype, out, tile (bm, bn, bk, stages, threads), swizzle)
     "4096^3": (4096, 4096, 4096, "float16", "float16", (128, 256, 64, 3, 256), None),
     "ragged": (1000, 1800, 1000, "float16", "float16", (128, 256, 64, 3, 256), None),
     "bf16": (2048, 3072, 1024, "bfloat16", "bfloat16", (128, 128, 64, 4, 256), 4),
+    # T.use_swizzle's panels walked by the persistent loop (D56): whole panels, and a ragged last panel (8 rows of
+    # tiles in panels of 3)
+    "panel": (4096, 4096, 4096, "float16", "float16", (128, 256, 64, 3, 256), 8),
+    "ragged-panel": (1000, 1800, 1000, "float16", "float16", (128, 256, 64, 3, 256), 3),
 }
 VARIANTS = {
     "ws+persistent": {**WS, **NOBULK, "tilecore.persistent": True},

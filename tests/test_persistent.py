@@ -112,8 +112,7 @@ def test_the_tile_loop_in_the_ir(tmp_path, monkeypatch):
 
 def test_tile_indices_cover_the_grid_once():
     """Every rasterization maps the linear tiles onto the grid one to one (the swizzled order as the launch's)."""
-    from tilecore.ir import IntImm, Var, const_value, simplify
-    from tilecore.passes.pipeline import substitute
+    from tilecore.ir import Var
 
     t = Var("t", "int32")
     for grid, swz in (([5, 7], None), ([5, 7], (3, "row")), ([5, 7], (2, "col")), ([4, 3, 2], None),
@@ -121,10 +120,64 @@ def test_tile_indices_cover_the_grid_once():
         exprs = persistent_pass.tile_indices(t, grid, swz)
         seen = set()
         for v in range(int(np.prod(grid))):
-            idx = tuple(const_value(simplify(substitute(e, {id(t): IntImm(v, "int32")}))) for e in exprs)
+            idx = tuple(_eval(e, {id(t): v}) for e in exprs)
             assert all(0 <= x < g for x, g in zip(idx, grid)), (grid, swz, v, idx)
             seen.add(idx)
         assert len(seen) == int(np.prod(grid)), (grid, swz)
+
+
+def _eval(e, env):
+    """An integer expression (constants, ``env``'s variables, arithmetic, comparisons, selects) as Python ints."""
+    from tilecore.ir import BinOp, Cast, Cmp, IntImm, Select, Var
+
+    ops = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+           "floordiv": lambda a, b: a // b, "floormod": lambda a, b: a % b, "min": min, "max": max,
+           "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
+    if isinstance(e, IntImm):
+        return e.value
+    if isinstance(e, Var):
+        return env[id(e)]
+    if isinstance(e, Cast):
+        return _eval(e.value, env)
+    if isinstance(e, (BinOp, Cmp)):
+        return ops[e.op](_eval(e.a, env), _eval(e.b, env))
+    if isinstance(e, Select):
+        return _eval(e.t if _eval(e.cond, env) else e.f, env)
+    raise TypeError(f"cannot evaluate {type(e).__name__}")
+
+
+def _launch_order(v, grid, panel, order):
+    """Block ``v``'s indices as the SIMT emitter's launch rasterizes T.use_swizzle (SIMTCppEmitter.block_indices:
+    a panel's rows ``min(gs - first, panel)``, a run-time quotient)."""
+    gx, gy = grid[0], grid[1]
+    lin = v % (gx * gy)
+    gf, gs = (gx, gy) if order == "row" else (gy, gx)
+    pn = panel * gf
+    first = (lin // pn) * panel
+    rows = min(gs - first, panel)
+    fast, slow = (lin % pn) // rows, first + (lin % pn) % rows
+    return tuple(([fast, slow] if order == "row" else [slow, fast]) + ([v // (gx * gy)] if len(grid) == 3 else []))
+
+
+@pytest.mark.parametrize("grid", [[16, 32], [5, 7], [7, 5], [4, 3, 2], [3, 10]])
+def test_tile_indices_walk_the_launch_order_dividing_by_constants_only(grid):
+    """The persistent loop walks T.use_swizzle's panels in the launch's order, ragged last panels included, and
+    every quotient is by a constant: the planner evaluates the stage ahead's indices in every k step, where a
+    quotient by the panel's run-time row count was a 64-bit division subroutine in thread 0's path (D56)."""
+    from tilecore.ir import BinOp, Var, const_value, walk_expr
+
+    t = Var("t", "int32")
+    for panel in (1, 2, 3, 4, 8, 12):
+        for order in ("row", "col"):
+            exprs = persistent_pass.tile_indices(t, grid, (panel, order))
+            for v in range(int(np.prod(grid))):
+                got = tuple(_eval(e, {id(t): v}) for e in exprs)
+                assert got == _launch_order(v, grid, panel, order), (grid, panel, order, v)
+            runtime = []
+            for e in exprs:
+                walk_expr(e, lambda x: runtime.append(x) if isinstance(x, BinOp) and x.op in ("floordiv", "floormod")
+                          and const_value(x.b) is None else None)
+            assert not runtime, (grid, panel, order, runtime)
 
 
 def _two_loops(M=64, N=64, K=32):

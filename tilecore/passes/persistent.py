@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir import (Allocate, Assume, Bind, BinOp, BulkStoreWait, For, KernelLaunch, MatrixOp, Seq, Store, Var, as_expr, binary,
-                  collect, compare, const_value, logic_and, rewrite, simplify, walk, walk_expr)
+                  collect, compare, const_value, logic_and, rewrite, select, simplify, walk, walk_expr)
 from ..codegen.simtcpp import _swizzle_hint  # the hint as the SIMT emitter reads it
 from . import tile_pass
 
@@ -100,10 +100,20 @@ def tile_indices(t, grid: list, swizzle):
         gx, gy = grid[0], grid[1]
         lin = fm(t, gx * gy) if len(grid) == 3 else t
         gf, gs = (gx, gy) if order == "row" else (gy, gx)
+        panel = min(panel, gs)
         pn = panel * gf
         first = binary("mul", fd(lin, pn), panel)
-        rows = binary("min", binary("sub", as_expr(gs), first), as_expr(panel))
-        fast, slow = fd(fm(lin, pn), rows), binary("add", first, fm(fm(lin, pn), rows))
+        within = fm(lin, pn)
+        # a panel's rows: ``panel``, or ``gs % panel`` in the last panel. Both are constants, so the quotients
+        # are by constants (no division by a run-time row count, which the pipeline planner would repeat in
+        # every k step for the stage ahead: a 64-bit division subroutine per step, docs/decisions.md D56)
+        last = gs % panel
+        if last == 0:
+            fast, slow = fd(within, panel), binary("add", first, fm(within, panel))
+        else:
+            full = compare("lt", lin, (gs - last) * gf)
+            fast = select(full, fd(within, panel), fd(within, last))
+            slow = binary("add", first, select(full, fm(within, panel), fm(within, last)))
         xy = [fast, slow] if order == "row" else [slow, fast]
         return [simplify(e) for e in xy] + ([simplify(fd(t, gx * gy))] if len(grid) == 3 else [])
     out, stride = [], 1
