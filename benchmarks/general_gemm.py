@@ -34,6 +34,12 @@ VARIANTS = {
     "ws+persistent": {"tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": False},
     "persistent+bulk": {"tilecore.persistent": True, "tilecore.bulk_store": True},
     "ws+persistent+bulk": {"tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": True},
+    # D56's controls: the persistent walk of a T.use_swizzle panel with D36's run-time rows (a run-time divisor in
+    # every k step's stage-ahead indices), and the warp-specialized tile's last stage released by the next tile
+    "persistent+bulk-runtime-rows": {"tilecore.persistent": True, "tilecore.bulk_store": True,
+                                     "tilecore.persistent_panel_rows": "runtime"},
+    "ws+persistent+bulk-d46-release": {"tilecore.warp_specialize": True, "tilecore.persistent": True,
+                                       "tilecore.bulk_store": True, "tilecore.release_last_stage": False},
 }
 
 

@@ -127,6 +127,18 @@ step general-catalog bash -c 'rc=0;
        --pass-config tilecore.cuda.register_programs=false --pass-config tilecore.persistent=2 || rc=$?;
      for r in cuda-general-d51 cuda-general-d51-persistent; do python3 -c "import json, sys; m = json.load(open(sys.argv[1]));
 print(sys.argv[2], m.get(\"mode\", m.get(\"target\")), m[\"counts\"])" /tmp/rep/$r/manifest.json $r || rc=1; done; exit $rc'
+# the general path's GEMM at the plugin's speed (decision D56): the device tests of the general path and the persistent
+# loop (float64, bit for bit the plain general path; T.use_swizzle panels whole and ragged), then fp16 and bf16 at
+# 4096^3 and 8192^3, 128x256x64/3: with T.use_swizzle(8) the plugin's default (persistent, TMA-store epilogue), the
+# general default (bulk store, no persistent loop), persistent + bulk (D56's panel walk) and with D36's run-time panel
+# rows (the before), ws + persistent + bulk (the last stage released at once) and with D46's release (the before); then
+# without the panel: the plugin, the general default and persistent + bulk; cuBLAS in the same process (~3 min)
+step genpath bash -c 'rc=0; timeout 100 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_general_gemm.py \
+       tests/test_persistent.py -k "device or panel" -rs || rc=$?;
+     timeout 150 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
+       --configs 128:256:64:256:3:8 --variants default,persistent+bulk,persistent+bulk-runtime-rows,ws+persistent+bulk,ws+persistent+bulk-d46-release || rc=$?;
+     timeout 60 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
+       --configs 128:256:64:256:3 --variants default,persistent+bulk || rc=$?; exit $rc'
 # thread-block clusters of two with TMA multicast on the persistent GEMM (decisions D44, D49): the device tests (float64,
 # bit for bit the config off; each stage release; the profile's counts), then D49's diagnosis at fp16 4096^3: off / 2x1
 # x the stage releases (per thread, per warp, D44's release at cluster scope) timed at 3 and 4 stages and profiled once

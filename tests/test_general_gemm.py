@@ -131,6 +131,84 @@ def test_the_producer_walks_the_tiles_and_the_consumers_barriers_carry_across_th
     check_schedule(low, M, N, K, bm, bn, bk, stages, blocks)
 
 
+def check_releases(func, blocks, k_steps, stages):
+    """The consumers' stage releases, evaluated for every block, tile and k step: each use ``u`` of a stage (the
+    block's running count) is released exactly once, after it was read: at a later iteration (one gemm group left
+    in flight: ``u``'s has finished), or at ``u`` itself only where that iteration waits for every group (a tile's
+    last). The producer refills stage ``j`` after use ``j - stages``'s release, so every use the block's stages
+    reuse is released. Returns the uses released at their own iteration (D56: each tile's last)."""
+    from tilecore.ir import If, KernelLaunch, MatrixSync, StageRelease
+
+    pid = collect(func.body, KernelLaunch)[0].block_vars[0]
+    _spec, _stage, _copies, tiles, kloop, wait = _schedule(func)
+    body = list(kloop.body.body) if hasattr(kloop.body, "body") else [kloop.body]
+    rels = [(x.cond, x.then) for x in body if isinstance(x, If) and isinstance(x.then, StageRelease)] + \
+        [(as_expr(True), x) for x in body if isinstance(x, StageRelease)]
+    waits_all = [x.cond for x in collect(kloop.body, If)
+                 if any(m.phase == "wait" for m in collect(x.then, MatrixSync))]
+    assert rels and waits_all
+    own = []
+    for p in range(blocks):
+        count = _value(tiles.extent, {id(pid): p})
+        released = {}  # use -> the iteration that released it
+        for i in range(count):
+            for ko in range(k_steps):
+                env = {id(pid): p, id(tiles.var): i, id(kloop.var): ko}
+                it = i * k_steps + ko
+                full = any(_value(c, env) for c in waits_all)
+                for cond, r in rels:
+                    if not _value(cond, env):
+                        continue
+                    slot = _value(r.index, env)
+                    # the use of `slot` it releases: the latest use at or before `it` not yet released
+                    use = max(u for u in range(it + 1) if u % stages == slot and u not in released) \
+                        if any(u % stages == slot and u not in released for u in range(it + 1)) else None
+                    assert use is not None, f"block {p}: stage {slot} released at {it} with no use left"
+                    assert use < it or (use == it and full), \
+                        f"block {p}: use {use} released at iteration {it} while its gemm may still read it"
+                    assert all(u in released for u in range(use) if u % stages == slot), \
+                        f"block {p}: use {use} of stage {slot} released before an earlier use"
+                    released[use] = it
+                    own += [use] if use == it else []
+        total = count * k_steps
+        missing = [u for u in range(total - stages) if u not in released]
+        assert not missing, f"block {p}: uses {missing[:4]} never released (the producer waits forever)"
+    return own
+
+
+@pytest.mark.parametrize("release_last", [True, False])
+@pytest.mark.parametrize("case", SCHEDULES)
+def test_each_stage_use_is_released_once_after_it_was_read(case, release_last):
+    """D56: by default a tile's last stage is released in the tile's last iteration (after its wait for every
+    gemm group), so the producer refills it under the epilogue; ``tilecore.release_last_stage=False`` keeps
+    D46's release in the next tile's first iteration. Both release every use once, after it was read."""
+    M, N, K, bm, bn, bk, stages, threads, blocks, swz = SCHEDULES[case]
+    low, _ = _lower(gemm(M, N, K, bm, bn, bk, stages, threads, swizzle=swz), **WS,
+                    **{"tilecore.persistent": blocks, "tilecore.release_last_stage": release_last})
+    k_steps = -(-K // bk)
+    own = check_releases(low, blocks, k_steps, stages)
+    assert bool(own) == release_last and all(u % k_steps == k_steps - 1 for u in own), own
+
+
+@pytest.mark.parametrize("mutation", ["every stage at its own iteration", "the first iteration releases again"])
+def test_mutations_of_the_stage_releases_are_caught(mutation):
+    from tilecore.ir import If, StageRelease, rewrite
+
+    M, N, K, bm, bn, bk, stages, threads, blocks, swz = SCHEDULES["3-stage"]
+    low, _ = _lower(gemm(M, N, K, bm, bn, bk, stages, threads), **WS, **{"tilecore.persistent": blocks})
+    _spec, _stage, _copies, _tiles, kloop, _wait = _schedule(low)
+    ifs = [x for x in kloop.body.body if isinstance(x, If) and isinstance(x.then, StageRelease)]
+    prev, cur = ifs
+    if mutation == "every stage at its own iteration":
+        target, new = cur, cur.with_(cond=as_expr(True))
+    else:
+        target, new = prev, prev.with_(cond=as_expr(True))
+    mutated = low.with_body(rewrite(low.body, lambda x: new if isinstance(x, If) and x.then is target.then else None))
+    check_releases(low, blocks, -(-K // bk), stages)  # unmutated: passes
+    with pytest.raises(AssertionError):
+        check_releases(mutated, blocks, -(-K // bk), stages)
+
+
 def test_mutation_the_next_tile_addressed_as_this_tile_is_caught(monkeypatch):
     orig = persistent_pass.TileWalk.at
 

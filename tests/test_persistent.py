@@ -539,3 +539,32 @@ def test_device_persistent_flash_attention_matches_float64_and_the_plain_launch(
     assert torch.equal(o_on, o_off), _note(on)
     ref = _attention_ref(q.cpu().numpy(), k.cpu().numpy(), v.cpu().numpy())
     assert float(np.abs(o_on.cpu().numpy().astype(np.float64) - ref).max()) < 1e-2
+
+
+@pytest.mark.parametrize("rows", ["runtime", "bogus"])
+def test_the_panel_rows_control_divides_at_run_time_and_a_bad_value_is_named(rows):
+    """``tilecore.persistent_panel_rows="runtime"`` (the control D56 measures against) walks the same tiles with
+    D36's run-time divisor, computing the same numbers; another value is named in the error."""
+    cfg = {**NOCACHE, "tilecore.persistent": 4, "tilecore.persistent_panel_rows": rows}
+    if rows == "bogus":
+        with pytest.raises(tilecore.errors.CompileError, match="tilecore.persistent_panel_rows='bogus': expected"):
+            tilecore.compile(gemm(96, 160, 64, swizzle=3), target="cpu", pass_configs=cfg)
+        return
+    from tilecore.compiler import lower
+
+    # 5 rows of tiles in panels of 3: a ragged last panel
+    binds = {rows: [line.strip() for line in tilecore.ir.printer.func_str(lower(
+        gemm(160, 96, 64, swizzle=3), "cpu", {**cfg, "tilecore.persistent_panel_rows": rows})[2]).split("\n")
+        if line.strip().startswith("bx: int32")] for rows in ("runtime", "constant")}
+    assert binds["runtime"] == ["bx: int32 = ((tile % 9) // T.min((((tile // 9) * -3) + 5), 3))"], binds
+    assert binds["constant"] == ["bx: int32 = T.if_then_else((tile < 9), ((tile % 9) // 3), ((tile % 9) // 2))"], binds
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((160, 64), dtype=np.float32), rng.standard_normal((64, 96), dtype=np.float32)
+    outs = []
+    for extra in ({"tilecore.persistent_panel_rows": "runtime"}, {}):
+        c = np.zeros((160, 96), np.float32)
+        tilecore.compile(gemm(160, 96, 64, swizzle=3), target="cpu",
+                         pass_configs={**NOCACHE, "tilecore.persistent": 4, **extra})(a, b, c)
+        outs.append(c)
+    assert np.array_equal(outs[0], outs[1])
+    assert np.allclose(outs[1], a.astype(np.float64) @ b.astype(np.float64), atol=1e-3)

@@ -58,6 +58,8 @@ class PassConfigKey:
     BULK_STORE = "tilecore.bulk_store"  #: bool: store a fragment to a global tile through a shared tile and one asynchronous bulk tile store where the target has bulk tile copies, waited for before the tile is written again (default: on in kernels with one top-level pipelined loop where the target has bulk tile copies and its code generator spells bulk stores; False: off; D46, D51)
     MATRIX_STORES = "tilecore.matrix_stores"  #: bool: a bulk store's 16-bit tile written as four 8x8 matrices a 32-thread group where the thread's pairs form them and the emitter spells it (default True; D51)
     PERSISTENT = "tilecore.persistent"  #: bool or int: launch the resident blocks only, each looping over the tiles, a pipelined loop carried across them (default False; an int: that many blocks; D36; D51 measured it with the bulk store: slower than the bulk store alone)
+    PERSISTENT_PANEL_ROWS = "tilecore.persistent_panel_rows"  #: "constant" (default) or "runtime": how the persistent tile loop computes a T.use_swizzle panel's rows ("runtime": D36's min(rows left, panel), a run-time divisor in every k step's stage-ahead indices; kept to measure D56 against)
+    RELEASE_LAST_STAGE = "tilecore.release_last_stage"  #: bool: a warp-specialized tile's consumers release its last stage in its last iteration, after the wait for every matrix group (default True; False: in the next tile's first iteration, D46's; D56)
     LAYOUT_CONVERSION = "tilecore.layout_conversion"  #: True (default): convert a fragment between disagreeing layouts in registers; "shared": always through shared memory; False: keep one in shared memory
 
     # TileLang's names (tilelang.PassConfigKey), so ported code runs. Those with a tilecore meaning are

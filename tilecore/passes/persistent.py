@@ -41,6 +41,8 @@ from ..codegen.simtcpp import _swizzle_hint  # the hint as the SIMT emitter read
 from . import tile_pass
 
 OPTION = "tilecore.persistent"
+#: how the tile loop computes a T.use_swizzle panel's rows: "constant" (default, D56) or "runtime" (D36's form)
+PANEL_ROWS_OPTION = "tilecore.persistent_panel_rows"
 ANNOTATION = "persistent_tiles"
 #: registers a thread needs beyond its register buffers (addresses, loop counters, descriptors): the estimate
 #: of the blocks a multiprocessor holds where the profile declares ``memory.registers.per_sm``
@@ -88,11 +90,13 @@ def _limit(ctx, name):
     return int(lim[0]) if lim is not None and lim[1] == "max" else None
 
 
-def tile_indices(t, grid: list, swizzle):
+def tile_indices(t, grid: list, swizzle, runtime_rows: bool = False):
     """The block indices of linear tile ``t`` (an expression) on ``grid`` (static extents): the first index
     fastest, or with ``T.use_swizzle(panel, order)`` ``panel`` rows of the second index (order "row") or
     ``panel`` columns of the first (order "col") walked before moving on: the order in which the SIMT emitter
-    rasterizes a launch's blocks (``SIMTCppEmitter.block_indices``), here as IR over the tile's number."""
+    rasterizes a launch's blocks (``SIMTCppEmitter.block_indices``), here as IR over the tile's number.
+    ``runtime_rows``: a panel's rows as the run-time ``min(rows left, panel)`` the emitter writes (D36's form,
+    pass config ``tilecore.persistent_panel_rows="runtime"``; kept to measure D56 against)."""
     fd = lambda a, b: binary("floordiv", a, b)  # noqa: E731
     fm = lambda a, b: binary("floormod", a, b)  # noqa: E731
     if swizzle and len(grid) in (2, 3) and swizzle[0] > 0:
@@ -104,6 +108,11 @@ def tile_indices(t, grid: list, swizzle):
         pn = panel * gf
         first = binary("mul", fd(lin, pn), panel)
         within = fm(lin, pn)
+        if runtime_rows:
+            rows = binary("min", binary("sub", as_expr(gs), first), as_expr(panel))
+            fast, slow = fd(within, rows), binary("add", first, fm(within, rows))
+            xy = [fast, slow] if order == "row" else [slow, fast]
+            return [simplify(e) for e in xy] + ([simplify(fd(t, gx * gy))] if len(grid) == 3 else [])
         # a panel's rows: ``panel``, or ``gs % panel`` in the last panel. Both are constants, so the quotients
         # are by constants (no division by a run-time row count, which the pipeline planner would repeat in
         # every k step for the stage ahead: a 64-bit division subroutine per step, docs/decisions.md D56)
@@ -309,7 +318,13 @@ def persistent_tiles(func, ctx):
         while rest and isinstance(rest[-1], BulkStoreWait) and not rest[-1].read:
             tail.insert(0, rest.pop())
         swz = _swizzle_hint(func)
-        idx = tile_indices(t, grid, swz)
+        rows_opt = ctx.option(PANEL_ROWS_OPTION, "constant")
+        if rows_opt not in ("constant", "runtime"):
+            from ..errors import CompileError
+
+            raise CompileError(f"pass config {PANEL_ROWS_OPTION}={rows_opt!r}: expected 'constant' (the default: "
+                               "quotients by constants) or 'runtime' (D36's run-time panel rows, to measure against)")
+        idx = tile_indices(t, grid, swz, runtime_rows=rows_opt == "runtime")
         head = [Bind(t, simplify(binary("add", pid, binary("mul", i, blocks))), span=s.span)]
         for v, e, g in zip(s.block_vars, idx, grid):
             head.append(Bind(v, e, span=s.span))

@@ -965,8 +965,17 @@ class _Launch:
             else:  # the previous iteration's gemm has finished reading its stage at the deferred wait
                 consume, drain = deferred
                 prev = simplify(binary("floormod", binary("sub", it, 1), stages))
-                steady = [waits[0], consume, _if(compare("gt", it, 0), StageRelease(empty, prev, span=loop.span),
-                                                 loop.span)]
+                if self.ctx.option("tilecore.release_last_stage", True) is False:  # D46: the next tile releases it
+                    steady = [waits[0], consume, _if(compare("gt", it, 0), StageRelease(empty, prev, span=loop.span),
+                                                     loop.span)]
+                else:
+                    # a tile's last iteration waits for every group (`last`): its own stage is read too and is
+                    # released there, so the producer refills it with the next tile's stage under this tile's
+                    # epilogue (the plugin's pipeline does the same); the next tile's first iteration then has no
+                    # stage before its own to release (D56)
+                    steady = [waits[0], consume,
+                              _if(compare("gt", local, 0), StageRelease(empty, prev, span=loop.span), loop.span),
+                              _if(last, StageRelease(empty, slot_it, span=loop.span), loop.span)]
                 after = [drain]
             j = Var(f"{name}_stage", k.dtype)
             slot_j = simplify(binary("floormod", j, stages))
