@@ -38,6 +38,9 @@ VARIANTS = {
     # every k step's stage-ahead indices), and the warp-specialized tile's last stage released by the next tile
     "persistent+bulk-runtime-rows": {"tilecore.persistent": True, "tilecore.bulk_store": True,
                                      "tilecore.persistent_panel_rows": "runtime"},
+    # D56's candidate default: the plain GEMM routed to the general path, the persistent loop where the bulk store is
+    "routed-persistent-auto": {"tilecore.cuda.register_programs": True, "tilecore.cuda.general_plain_gemm": True,
+                               "tilecore.persistent": "auto"},
     "ws+persistent+bulk-d46-release": {"tilecore.warp_specialize": True, "tilecore.persistent": True,
                                        "tilecore.bulk_store": True, "tilecore.release_last_stage": False},
 }

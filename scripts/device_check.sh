@@ -136,9 +136,18 @@ print(sys.argv[2], m.get(\"mode\", m.get(\"target\")), m[\"counts\"])" /tmp/rep/
 step genpath bash -c 'rc=0; timeout 100 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_general_gemm.py \
        tests/test_persistent.py -k "device or panel" -rs || rc=$?;
      timeout 150 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
-       --configs 128:256:64:256:3:8 --variants default,persistent+bulk,persistent+bulk-runtime-rows,ws+persistent+bulk,ws+persistent+bulk-d46-release || rc=$?;
+       --configs 128:256:64:256:3:8 --variants default,persistent+bulk,persistent+bulk-runtime-rows,ws+persistent+bulk,ws+persistent+bulk-d46-release,routed-persistent-auto || rc=$?;
      timeout 60 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
        --configs 128:256:64:256:3 --variants default,persistent+bulk || rc=$?; exit $rc'
+# the catalog with the plain Hopper GEMM routed to the general path (tilecore.cuda.general_plain_gemm, D51/D56), with
+# tilecore.persistent=auto (the candidate default), then with every kernel of the persistent form on 2 blocks; device mode, the PASS counts
+step genpath-catalog bash -c 'rc=0;
+     python3 -m tilecore conformance run --target cuda:sm_90a -n 12 --report /tmp/rep/cuda-routed \
+       --pass-config tilecore.cuda.general_plain_gemm=true --pass-config tilecore.persistent=auto || rc=$?;
+     python3 -m tilecore conformance run --target cuda:sm_90a -n 12 --report /tmp/rep/cuda-routed-persistent \
+       --pass-config tilecore.cuda.general_plain_gemm=true --pass-config tilecore.persistent=2 || rc=$?;
+     for r in cuda-routed cuda-routed-persistent; do python3 -c "import json, sys; m = json.load(open(sys.argv[1]));
+print(sys.argv[2], m.get(\"mode\", m.get(\"target\")), m[\"counts\"])" /tmp/rep/$r/manifest.json $r || rc=1; done; exit $rc'
 # thread-block clusters of two with TMA multicast on the persistent GEMM (decisions D44, D49): the device tests (float64,
 # bit for bit the config off; each stage release; the profile's counts), then D49's diagnosis at fp16 4096^3: off / 2x1
 # x the stage releases (per thread, per warp, D44's release at cluster scope) timed at 3 and 4 stages and profiled once

@@ -493,6 +493,24 @@ def test_sm90a_a_swizzle_panel_adds_no_division_to_the_persistent_main_loop(ws):
     assert counts[1] <= counts[0] + 32, counts
 
 
+def test_persistent_auto_takes_only_kernels_with_a_bulk_store_over_more_than_one_wave():
+    """``tilecore.persistent="auto"`` (D56): the tile loop where the kernel has the bulk-store epilogue and more tiles
+    than resident blocks (the same source as ``True`` there), nothing and no note elsewhere: one wave, the bulk store
+    off, a target without bulk stores."""
+    auto = {"tilecore.persistent": "auto"}
+    big = gemm(4096, 4096, 4096, swizzle=8)
+    low, src = _lower(big, **auto)
+    assert low.attrs["persistent"][0].startswith("persistent: 132 blocks over 512 tiles"), low.attrs["persistent"]
+    assert src.code == _lower(gemm(4096, 4096, 4096, swizzle=8), **{"tilecore.persistent": True})[1].code
+    for fn, cfg in ((gemm(1024, 1024, 1024), auto),  # 32 tiles: one wave
+                    (gemm(4096, 4096, 4096), {**auto, **NOBULK})):
+        low, src = _lower(fn, **cfg)
+        assert "persistent" not in low.attrs, low.attrs.get("persistent")
+        assert src.code == _lower(fn, **{**cfg, "tilecore.persistent": False})[1].code
+    low = tilecore.compiler.lower(gemm(4096, 4096, 4096), target="cpu", pass_configs={**auto, "tilecore.disable_cache": True})[2]
+    assert "persistent" not in low.attrs
+
+
 def test_the_plain_hopper_gemm_can_be_routed_to_the_general_path_and_split_k_stays():
     """``tilecore.cuda.general_plain_gemm`` (off by default, D51): a GEMM the plugin's Hopper pipeline would run
     without split-K compiles to exactly the general path's kernel (the register programs pass it by too); one it

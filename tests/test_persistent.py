@@ -506,15 +506,16 @@ def test_device_persistent_matches_float64_and_the_plain_launch(shape, blocks, c
     assert float((c_on.double() - ref).abs().max()) < 2e-2
 
 
-@pytest.mark.parametrize("value,ok", [("True", True), ("3", True), ("off", True), (-2, False), ("many", False)])
+@pytest.mark.parametrize("value,ok", [("True", True), ("3", True), ("off", True), ("auto", True), (-2, False),
+                                      ("many", False)])
 def test_the_option_accepts_command_line_spellings_and_names_a_bad_value(value, ok):
     run = lambda: tilecore.compile(gemm(64, 96, 40), target="cpu",  # noqa: E731
                                    pass_configs={**NOCACHE, "tilecore.persistent": value})
     if ok:
         run()
     else:
-        with pytest.raises(tilecore.errors.CompileError, match="tilecore.persistent=.*expected True, False or a "
-                                                               "positive number of blocks"):
+        with pytest.raises(tilecore.errors.CompileError, match="tilecore.persistent=.*expected True, False, 'auto' "
+                                                               "or a positive number of blocks"):
             run()
 
 

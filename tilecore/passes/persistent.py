@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import (Allocate, Assume, Bind, BinOp, BulkStoreWait, For, KernelLaunch, MatrixOp, Seq, Store, Var, as_expr, binary,
+from ..ir import (Allocate, Assume, Bind, BinOp, BulkStore, BulkStoreWait, For, KernelLaunch, MatrixOp, Seq, Store, Var, as_expr, binary,
                   collect, compare, const_value, logic_and, rewrite, select, simplify, walk, walk_expr)
 from ..codegen.simtcpp import _swizzle_hint  # the hint as the SIMT emitter reads it
 from . import tile_pass
@@ -43,6 +43,9 @@ from . import tile_pass
 OPTION = "tilecore.persistent"
 #: how the tile loop computes a T.use_swizzle panel's rows: "constant" (default, D56) or "runtime" (D36's form)
 PANEL_ROWS_OPTION = "tilecore.persistent_panel_rows"
+#: ``tilecore.persistent="auto"``: the tile loop only in kernels with a bulk-store epilogue (D51's
+#: ``tilecore.bulk_store``) whose grid is more than one wave of resident blocks; other kernels unchanged, no note
+AUTO = "auto"
 ANNOTATION = "persistent_tiles"
 #: registers a thread needs beyond its register buffers (addresses, loop counters, descriptors): the estimate
 #: of the blocks a multiprocessor holds where the profile declares ``memory.registers.per_sm``
@@ -262,14 +265,14 @@ def _option(v):
     if isinstance(v, str):
         w = v.strip().lower()
         v = True if w in ("true", "on", "yes") else False if w in ("false", "off", "no", "") else \
-            int(w) if w.isdigit() else v
+            int(w) if w.isdigit() else AUTO if w == AUTO else v
     if v is None or v is False or (isinstance(v, int) and not isinstance(v, bool) and v == 0):
         return False
-    if v is True or (isinstance(v, int) and v > 0):
+    if v is True or v == AUTO or (isinstance(v, int) and not isinstance(v, bool) and v > 0):
         return v
     from ..errors import CompileError
 
-    raise CompileError(f"pass config {OPTION}={v!r}: expected True, False or a positive number of blocks "
+    raise CompileError(f"pass config {OPTION}={v!r}: expected True, False, {AUTO!r} or a positive number of blocks "
                        f"(e.g. {OPTION}=True, or {OPTION}=8 to launch 8 blocks)")
 
 
@@ -279,13 +282,24 @@ def persistent_tiles(func, ctx):
     want = _option(ctx.option(OPTION, False))
     if want is False:
         return func
+    auto = want == AUTO
     if ctx.option("tilecore.checked", False):
-        return func.with_body(func.body, persistent=("not persistent: checked mode",))
+        return func if auto else func.with_body(func.body, persistent=("not persistent: checked mode",))
     notes: list = []
 
     def launch(s):
         if not isinstance(s, KernelLaunch):
             return None
+        if auto:  # only a kernel with a bulk-store epilogue, over more than one wave; nothing noted elsewhere
+            why, loop = why_not(s, ctx)
+            if why is not None or not collect(s.body, BulkStore):
+                return None
+            blocks, _how, _assumed = resident_blocks(s, loop, ctx)
+            tiles = 1
+            for g in s.grid:
+                tiles *= int(const_value(simplify(as_expr(g))))
+            if blocks is None or blocks >= tiles:
+                return None
         why, loop = why_not(s, ctx)
         if why is not None:
             notes.append(f"not persistent: {why}")
@@ -295,7 +309,7 @@ def persistent_tiles(func, ctx):
         for g in grid:
             tiles *= g
         assumed: dict = {}
-        if isinstance(want, bool):
+        if isinstance(want, bool) or auto:
             blocks, how, assumed = resident_blocks(s, loop, ctx)
             if blocks is None:
                 notes.append(f"not persistent: {how}")
