@@ -139,7 +139,7 @@ step genpath bash -c 'rc=0; timeout 100 python3 -m pytest -q -n 8 -p no:cachepro
      timeout 150 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
        --configs 128:256:64:256:3:8 --variants default,persistent+bulk,persistent+bulk-runtime-rows,ws+persistent+bulk,ws+persistent+bulk-d46-release,routed-persistent-auto || rc=$?;
      timeout 60 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
-       --configs 128:256:64:256:3 --variants default,persistent+bulk || rc=$?;
+       --configs 128:256:64:256:3,128:128:64:256:4 --variants default,persistent+bulk || rc=$?;
      timeout 60 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16 \
        --configs 128:256:64:256:4:8,128:128:64:256:4:8 --variants default,routed-persistent-auto || rc=$?; exit $rc'
 # the catalog with the plain Hopper GEMM routed to the general path (tilecore.cuda.general_plain_gemm, D51/D56), with
