@@ -67,6 +67,7 @@ CPU_CASES = {
     "above": (64, 96, 40, 2, None),       # 6 tiles on 2 blocks (3 each)
     "uneven": (100, 70, 50, 3, None),     # 12 tiles, ragged on every edge, 3 blocks
     "swizzle": (96, 160, 64, 4, 3),       # 15 tiles, T.use_swizzle(3): panels of 3 rows
+    "ragged-panel": (150, 90, 50, 4, 3),  # 5 rows of tiles in panels of 3 (the last of 2), ragged edges (D56)
     "one-block": (64, 64, 48, True, None),  # the profile's execution.cores (1): every tile on one block
 }
 
@@ -252,12 +253,14 @@ EMU_CASES = {
     "2-stage": (256, 256, 256, (128, 128, 32, 128, 2), 3),           # 4 tiles on 3 blocks
     "3-stage-ragged": (200, 136, 200, (64, 64, 64, 128, 3), 2),     # 12 tiles, ragged edges, 4 k-steps
     "k-shorter-than-stages": (192, 128, 32, (64, 64, 16, 128, 4), 4),  # 2 k-steps < 3 stages ahead: 2 tiles ahead
+    # T.use_swizzle(2) over 5 rows of tiles: a ragged last panel, its guards on the ragged rows (D56)
+    "ragged-panel": (300, 136, 128, (64, 64, 64, 128, 3, 2), 3),
 }
 
 
 def _emu_gemm(M, N, K, cfg):
-    bm, bn, bk, threads, stages = cfg
-    return gemm(M, N, K, bm, bn, bk, stages, threads, dtype="float16")
+    bm, bn, bk, threads, stages = cfg[:5]
+    return gemm(M, N, K, bm, bn, bk, stages, threads, dtype="float16", swizzle=cfg[5] if len(cfg) > 5 else None)
 
 
 def _emulate(k, a, b):
