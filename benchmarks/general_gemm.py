@@ -36,6 +36,8 @@ VARIANTS = {
     "ws+persistent+bulk": {"tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": True},
     # D56's controls: the persistent walk of a T.use_swizzle panel with D36's run-time rows (a run-time divisor in
     # every k step's stage-ahead indices), and the warp-specialized tile's last stage released by the next tile
+    "persistent+bulk-per-tile": {"tilecore.persistent": True, "tilecore.bulk_store": True,
+                                 "tilecore.persistent_next_indices": "per_tile"},
     "persistent+bulk-runtime-rows": {"tilecore.persistent": True, "tilecore.bulk_store": True,
                                      "tilecore.persistent_panel_rows": "runtime"},
     # D56's candidate default: the plain GEMM routed to the general path, the persistent loop where the bulk store is

@@ -130,15 +130,15 @@ print(sys.argv[2], m.get(\"mode\", m.get(\"target\")), m[\"counts\"])" /tmp/rep/
 # the general path's GEMM at the plugin's speed (decision D56): the device tests of the general path and the persistent
 # loop (float64, bit for bit the plain general path; T.use_swizzle panels whole and ragged), then fp16 and bf16 at
 # 4096^3 and 8192^3, 128x256x64/3: with T.use_swizzle(8) the plugin's default (persistent, TMA-store epilogue), the
-# general default (bulk store, no persistent loop), persistent + bulk (D56's panel walk) and with D36's run-time panel
-# rows (the before), ws + persistent + bulk (the last stage released at once) and with D46's release (the before), the
+# general default (bulk store, no persistent loop), persistent + bulk (D56's panel walk), with the next tile's indices
+# bound per tile, and with D36's run-time panel rows (the before), ws + persistent + bulk (the last stage released at once) and with D46's release (the before), the
 # plain GEMM routed with tilecore.persistent=auto (~2.5 min). genpath-tiles: without the panel (128x256x64/3,
 # 128x128x64/4) the plugin, the general default and persistent + bulk; then the plugin's other tiles with panel 8
 # (4 stages, 128x128) routed; cuBLAS in the same process (~2 min)
 step genpath bash -c 'rc=0; timeout 100 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_general_gemm.py \
        tests/test_persistent.py -k "device or panel" -rs || rc=$?;
      timeout 150 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
-       --configs 128:256:64:256:3:8 --variants default,persistent+bulk,persistent+bulk-runtime-rows,ws+persistent+bulk,ws+persistent+bulk-d46-release,routed-persistent-auto || rc=$?; exit $rc'
+       --configs 128:256:64:256:3:8 --variants default,persistent+bulk,persistent+bulk-per-tile,persistent+bulk-runtime-rows,ws+persistent+bulk,ws+persistent+bulk-d46-release,routed-persistent-auto || rc=$?; exit $rc'
 step genpath-tiles bash -c 'rc=0; timeout 120 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
        --configs 128:256:64:256:3,128:128:64:256:4 --variants default,persistent+bulk || rc=$?;
      timeout 90 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16 \

@@ -131,6 +131,73 @@ def test_the_producer_walks_the_tiles_and_the_consumers_barriers_carry_across_th
     check_schedule(low, M, N, K, bm, bn, bk, stages, blocks)
 
 
+def check_stage_ahead(func, M, N, K, bm, bn, bk, stages, blocks, swz=None):
+    """The non-specialized carried form (thread 0 issues the stage ahead between the block's barriers), evaluated
+    in the lowered IR for every block, tile and k step: k step ``ko`` of tile ``i`` issues the block's stage
+    ``it + S - 1`` (``it = i K + ko``) into slot ``(it + S - 1) % S`` with A's and B's coordinates of the tile
+    ``(it + S - 1) / K`` of the block and its iteration ``(it + S - 1) % K``, and nothing past the block's last stage
+    (D36; D56's ``per_tile`` indices: bound once per tile before the k loop, selected in each step)."""
+    from tilecore.ir import If, KernelLaunch
+
+    launch = collect(func.body, KernelLaunch)[0]
+    pid = launch.block_vars[0]
+    tiles = next(f for f in collect(func.body, For) if f.annotations.get(persistent_pass.ANNOTATION))
+    kloop = next(f for f in collect(tiles.body, For) if collect(f.body, BulkCopy) and f is not tiles)
+    guard = next(x for x in collect(kloop.body, If) if collect(x.then, BulkCopy))
+    copies = collect(guard.then, BulkCopy)
+    binds = [b for b in tiles.body.body if isinstance(b, Bind)]
+    walk_ = persistent_pass.tile_indices
+    gx, gy = -(-N // bn), -(-M // bm)
+    k_steps = -(-K // bk)
+    for p in range(blocks):
+        count = _value(tiles.extent, {id(pid): p})
+        order = [tuple(_eval(e, {}) for e in walk_(as_expr(p + i * blocks), [gx, gy], swz and (swz, "row")))
+                 for i in range(count)]
+        for i in range(count):
+            env = {id(pid): p, id(tiles.var): i}
+            for b in binds:
+                env[id(b.var)] = _value(b.value, env)
+            for ko in range(k_steps):
+                cenv = {**env, id(kloop.var): ko}
+                it = i * k_steps + ko + stages - 1
+                live = bool(_value(guard.cond, cenv))
+                assert live == (it < count * k_steps), (p, i, ko)
+                if not live:
+                    continue
+                bx, by = order[it // k_steps]
+                kk = it % k_steps
+                for c in copies:
+                    assert _value(c.index, cenv) == it % stages
+                    got = tuple(_value(e, cenv) for e in c.starts)
+                    want = (by * bm, kk * bk) if c.src.name == "A" else (kk * bk, bx * bn)
+                    assert got == want, (c.src.name, p, i, ko, got, want)
+
+
+@pytest.mark.parametrize("indices", ["per_step", "per_tile"])
+@pytest.mark.parametrize("case", SCHEDULES)
+def test_thread_zero_issues_each_stage_ahead_of_the_right_tile(case, indices):
+    M, N, K, bm, bn, bk, stages, threads, blocks, swz = SCHEDULES[case]
+    low, src = _lower(gemm(M, N, K, bm, bn, bk, stages, threads, swizzle=swz), **BULK,
+                      **{"tilecore.persistent": blocks, "tilecore.persistent_next_indices": indices})
+    check_stage_ahead(low, M, N, K, bm, bn, bk, stages, blocks, swz)
+    hoisted = "_next = " in src.code
+    assert hoisted == (indices == "per_tile" and stages - 1 <= -(-K // bk)), src.code.count("_next")
+
+
+def test_mutation_the_next_tile_indices_of_this_tile_are_caught(monkeypatch):
+    orig = persistent_pass.TileWalk.at
+
+    def broken(self, i_expr):
+        return orig(self, self.i)  # the next tile's indices bound as this tile's
+
+    monkeypatch.setattr(persistent_pass.TileWalk, "at", broken)
+    M, N, K, bm, bn, bk, stages, threads, blocks, swz = SCHEDULES["3-stage"]
+    low, _ = _lower(gemm(M, N, K, bm, bn, bk, stages, threads), **BULK,
+                    **{"tilecore.persistent": blocks, "tilecore.persistent_next_indices": "per_tile"})
+    with pytest.raises(AssertionError, match=r"^\('[AB]'"):
+        check_stage_ahead(low, M, N, K, bm, bn, bk, stages, blocks)
+
+
 def check_releases(func, blocks, k_steps, stages):
     """The consumers' stage releases, evaluated for every block, tile and k step: each use ``u`` of a stage (the
     block's running count) is released exactly once, after it was read: at a later iteration (one gemm group left
@@ -493,6 +560,25 @@ def test_sm90a_a_swizzle_panel_adds_no_division_to_the_persistent_main_loop(ws):
     assert counts[1] <= counts[0] + 32, counts
 
 
+@needs_toolchain
+def test_sm90a_the_next_tiles_indices_per_tile_shorten_thread_zeros_k_step():
+    """``tilecore.persistent_next_indices="per_tile"`` (D56): thread 0's longest path through the main loop of the
+    persistent + bulk kernel with T.use_swizzle(8) is shorter than with the indices per step (nvcc 13.0: 180 against
+    216 SASS instructions; the launch without the persistent loop: 169)."""
+    import tilecore_cuda
+    import sass_paths
+
+    counts = {}
+    for how in ("per_step", "per_tile"):
+        k = tilecore.compile(gemm(4096, 4096, 4096, swizzle=8), target="cuda:sm_90a",
+                             pass_configs={**GENERAL, **BULK, "tilecore.persistent": True,
+                                           "tilecore.persistent_next_indices": how})
+        ins = sass_paths.parse(tilecore_cuda.CUDABackend().disassemble(k.binary, k.target))
+        loop = sass_paths.main_loop(ins, 4)
+        counts[how] = max(sum(c.values()) for _, c in sass_paths.paths(ins, loop))
+    assert counts["per_tile"] + 16 <= counts["per_step"], counts
+
+
 def test_persistent_auto_takes_only_kernels_with_a_bulk_store_over_more_than_one_wave():
     """``tilecore.persistent="auto"`` (D56): the tile loop where the kernel has the bulk-store epilogue and more tiles
     than resident blocks (the same source as ``True`` there), nothing and no note elsewhere: one wave, the bulk store
@@ -851,6 +937,7 @@ VARIANTS = {
     "bulk": {**BULK, "tilecore.persistent": False},
     "default": {},  # D51: the bulk store (with stmatrix) where it applies
     "persistent+bulk": {**BULK, "tilecore.persistent": True},
+    "persistent+bulk-per-tile": {**BULK, "tilecore.persistent": True, "tilecore.persistent_next_indices": "per_tile"},
     "ws+persistent+bulk": {**BULK, **WS, "tilecore.persistent": True},
 }
 
