@@ -27,7 +27,9 @@ VARIANTS = {
     "persistent": {"tilecore.persistent": True, "tilecore.bulk_store": False},
     "ws": {"tilecore.warp_specialize": True, "tilecore.bulk_store": False},
     "bulk": {"tilecore.bulk_store": True, "tilecore.persistent": False},
-    "default": {},  # D51: the bulk store where it applies (no persistent loop), stmatrix into its tile
+    "default": {},  # D51: the bulk store where it applies, stmatrix into its tile; D56: the persistent loop with a panel
+    "default-no-persistent": {"tilecore.persistent": False},  # D51's default
+    "default-per-tile": {"tilecore.persistent_next_indices": "per_tile"},  # D56's next tile's indices bound per tile
     "default-stsm-off": {"tilecore.matrix_stores": False},  # the same with the tile's pair stores (D46's epilogue)
     # the plugin's passes on, the plain (non-split-K) GEMM routed to the general path (D51; the same source as default)
     "routed": {"tilecore.cuda.register_programs": True, "tilecore.cuda.general_plain_gemm": True},

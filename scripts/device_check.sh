@@ -143,6 +143,17 @@ step genpath-tiles bash -c 'rc=0; timeout 120 python3 benchmarks/general_gemm.py
        --configs 128:256:64:256:3,128:128:64:256:4 --variants default,persistent+bulk || rc=$?;
      timeout 90 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16 \
        --configs 128:256:64:256:4:8,128:128:64:256:4:8 --variants default,routed-persistent-auto || rc=$?; exit $rc'
+# round 2 of D56: the persistent loop by default where a GEMM has the bulk store and a T.use_swizzle panel
+# (tilecore.persistent="auto"): the device tests, then fp16 and bf16 at 4096^3 and 8192^3 beside the plugin's default and
+# cuBLAS: the default, D51's default (no persistent loop: the before), the next tile's indices bound per tile, ws +
+# persistent + bulk, at 128x256x64/3 panel 8 (~2 min); genpath2-tiles: 128x128x64/4 panel 8 and 128x256x64/3 without a
+# panel (the default leaves it as D51 did), the same rows (~2 min)
+step genpath2 bash -c 'rc=0; timeout 100 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_general_gemm.py \
+       tests/test_persistent.py -k "device or panel" -rs || rc=$?;
+     timeout 150 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
+       --configs 128:256:64:256:3:8 --variants default,default-no-persistent,default-per-tile,ws+persistent+bulk || rc=$?; exit $rc'
+step genpath2-tiles bash -c 'timeout 200 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 \
+       --dtypes float16,bfloat16 --configs 128:128:64:256:4:8,128:256:64:256:3 --variants default,default-no-persistent'
 # the catalog with the plain Hopper GEMM routed to the general path (tilecore.cuda.general_plain_gemm, D51/D56), with
 # tilecore.persistent=auto (the candidate default), then with every kernel of the persistent form on 2 blocks; device mode, the PASS counts
 step genpath-catalog bash -c 'rc=0;

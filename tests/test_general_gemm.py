@@ -579,21 +579,23 @@ def test_sm90a_the_next_tiles_indices_per_tile_shorten_thread_zeros_k_step():
     assert counts["per_tile"] + 16 <= counts["per_step"], counts
 
 
-def test_persistent_auto_takes_only_kernels_with_a_bulk_store_over_more_than_one_wave():
-    """``tilecore.persistent="auto"`` (D56): the tile loop where the kernel has the bulk-store epilogue and more tiles
-    than resident blocks (the same source as ``True`` there), nothing and no note elsewhere: one wave, the bulk store
-    off, a target without bulk stores."""
-    auto = {"tilecore.persistent": "auto"}
+@pytest.mark.parametrize("auto", [{"tilecore.persistent": "auto"}, {}])
+def test_persistent_auto_takes_only_kernels_with_a_bulk_store_and_a_panel_over_more_than_one_wave(auto):
+    """``tilecore.persistent="auto"``, the default (D56): the tile loop where the kernel has the bulk-store epilogue,
+    a T.use_swizzle panel and more tiles than resident blocks (the same source as ``True`` there), nothing and no
+    note elsewhere: one wave, no panel, the bulk store off, a target without bulk stores."""
     big = gemm(4096, 4096, 4096, swizzle=8)
     low, src = _lower(big, **auto)
     assert low.attrs["persistent"][0].startswith("persistent: 132 blocks over 512 tiles"), low.attrs["persistent"]
     assert src.code == _lower(gemm(4096, 4096, 4096, swizzle=8), **{"tilecore.persistent": True})[1].code
-    for fn, cfg in ((gemm(1024, 1024, 1024), auto),  # 32 tiles: one wave
-                    (gemm(4096, 4096, 4096), {**auto, **NOBULK})):
+    for fn, cfg in ((gemm(1024, 1024, 1024, swizzle=8), auto),  # 32 tiles: one wave
+                    (gemm(4096, 4096, 4096), auto),  # no panel
+                    (gemm(4096, 4096, 4096, swizzle=8), {**auto, **NOBULK})):
         low, src = _lower(fn, **cfg)
         assert "persistent" not in low.attrs, low.attrs.get("persistent")
         assert src.code == _lower(fn, **{**cfg, "tilecore.persistent": False})[1].code
-    low = tilecore.compiler.lower(gemm(4096, 4096, 4096), target="cpu", pass_configs={**auto, "tilecore.disable_cache": True})[2]
+    low = tilecore.compiler.lower(gemm(4096, 4096, 4096, swizzle=8), target="cpu",
+                                  pass_configs={**auto, "tilecore.disable_cache": True})[2]
     assert "persistent" not in low.attrs
 
 
