@@ -153,7 +153,7 @@ step genpath2 bash -c 'rc=0; timeout 100 python3 -m pytest -q -n 8 -p no:cachepr
      timeout 150 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
        --configs 128:256:64:256:3:8 --variants default,default-no-persistent,default-per-tile,ws+persistent+bulk || rc=$?; exit $rc'
 step genpath2-tiles bash -c 'timeout 200 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 \
-       --dtypes float16,bfloat16 --configs 128:128:64:256:4:8,128:256:64:256:3 --variants default,default-no-persistent,default-per-tile'
+       --dtypes float16,bfloat16 --configs 128:128:64:256:4:8,128:256:64:256:3 --variants default,default-no-persistent,default-per-tile,ws+persistent+bulk'
 # the catalog with the plain Hopper GEMM routed to the general path (tilecore.cuda.general_plain_gemm, D51/D56), with
 # tilecore.persistent=auto (the candidate default), then with every kernel of the persistent form on 2 blocks; device mode, the PASS counts
 step genpath-catalog bash -c 'rc=0;
