@@ -286,6 +286,8 @@ def persistent_tiles(func, ctx):
     if want is False:
         return func
     auto = want == AUTO
+    if auto and (_swizzle_hint(func) is None or not collect(func.body, BulkStore)):
+        return func  # the default's cheap test first: most kernels have no panel or no bulk store
     if ctx.option("tilecore.checked", False):
         return func if auto else func.with_body(func.body, persistent=("not persistent: checked mode",))
     notes: list = []
@@ -295,7 +297,7 @@ def persistent_tiles(func, ctx):
             return None
         if auto:  # only a kernel with a bulk-store epilogue and a panel, over more than one wave; nothing noted elsewhere
             why, loop = why_not(s, ctx)
-            if why is not None or not collect(s.body, BulkStore) or _swizzle_hint(func) is None:
+            if why is not None or not collect(s.body, BulkStore):
                 return None
             blocks, _how, _assumed = resident_blocks(s, loop, ctx)
             tiles = 1
