@@ -27,13 +27,26 @@ VARIANTS = {
     "persistent": {"tilecore.persistent": True, "tilecore.bulk_store": False},
     "ws": {"tilecore.warp_specialize": True, "tilecore.bulk_store": False},
     "bulk": {"tilecore.bulk_store": True, "tilecore.persistent": False},
-    "default": {},  # D51: the bulk store where it applies (no persistent loop), stmatrix into its tile
+    "default": {},  # D51: the bulk store where it applies, stmatrix into its tile; D56: the persistent loop with a panel
+    "default-no-persistent": {"tilecore.persistent": False},  # D51's default
+    "default-per-tile": {"tilecore.persistent_next_indices": "per_tile"},  # D56's next tile's indices bound per tile
     "default-stsm-off": {"tilecore.matrix_stores": False},  # the same with the tile's pair stores (D46's epilogue)
     # the plugin's passes on, the plain (non-split-K) GEMM routed to the general path (D51; the same source as default)
     "routed": {"tilecore.cuda.register_programs": True, "tilecore.cuda.general_plain_gemm": True},
     "ws+persistent": {"tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": False},
     "persistent+bulk": {"tilecore.persistent": True, "tilecore.bulk_store": True},
     "ws+persistent+bulk": {"tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": True},
+    # D56's controls: the persistent walk of a T.use_swizzle panel with D36's run-time rows (a run-time divisor in
+    # every k step's stage-ahead indices), and the warp-specialized tile's last stage released by the next tile
+    "persistent+bulk-per-tile": {"tilecore.persistent": True, "tilecore.bulk_store": True,
+                                 "tilecore.persistent_next_indices": "per_tile"},
+    "persistent+bulk-runtime-rows": {"tilecore.persistent": True, "tilecore.bulk_store": True,
+                                     "tilecore.persistent_panel_rows": "runtime"},
+    # D56's candidate default: the plain GEMM routed to the general path, the persistent loop where the bulk store is
+    "routed-persistent-auto": {"tilecore.cuda.register_programs": True, "tilecore.cuda.general_plain_gemm": True,
+                               "tilecore.persistent": "auto"},
+    "ws+persistent+bulk-d46-release": {"tilecore.warp_specialize": True, "tilecore.persistent": True,
+                                       "tilecore.bulk_store": True, "tilecore.release_last_stage": False},
 }
 
 

@@ -138,6 +138,42 @@ step general-catalog bash -c 'rc=0;
        --pass-config tilecore.cuda.register_programs=false --pass-config tilecore.persistent=2 || rc=$?;
      for r in cuda-general-d51 cuda-general-d51-persistent; do python3 -c "import json, sys; m = json.load(open(sys.argv[1]));
 print(sys.argv[2], m.get(\"mode\", m.get(\"target\")), m[\"counts\"])" /tmp/rep/$r/manifest.json $r || rc=1; done; exit $rc'
+# the general path's GEMM at the plugin's speed (decision D56): the device tests of the general path and the persistent
+# loop (float64, bit for bit the plain general path; T.use_swizzle panels whole and ragged), then fp16 and bf16 at
+# 4096^3 and 8192^3, 128x256x64/3: with T.use_swizzle(8) the plugin's default (persistent, TMA-store epilogue), the
+# general default (bulk store, no persistent loop), persistent + bulk (D56's panel walk), with the next tile's indices
+# bound per tile, and with D36's run-time panel rows (the before), ws + persistent + bulk (the last stage released at once) and with D46's release (the before), the
+# plain GEMM routed with tilecore.persistent=auto (~2.5 min). genpath-tiles: without the panel (128x256x64/3,
+# 128x128x64/4) the plugin, the general default and persistent + bulk; then the plugin's other tiles with panel 8
+# (4 stages, 128x128) routed; cuBLAS in the same process (~2 min)
+step genpath bash -c 'rc=0; timeout 100 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_general_gemm.py \
+       tests/test_persistent.py -k "device or panel" -rs || rc=$?;
+     timeout 150 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
+       --configs 128:256:64:256:3:8 --variants default,persistent+bulk,persistent+bulk-per-tile,persistent+bulk-runtime-rows,ws+persistent+bulk,ws+persistent+bulk-d46-release,routed-persistent-auto || rc=$?; exit $rc'
+step genpath-tiles bash -c 'rc=0; timeout 120 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
+       --configs 128:256:64:256:3,128:128:64:256:4 --variants default,persistent+bulk || rc=$?;
+     timeout 90 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16 \
+       --configs 128:256:64:256:4:8,128:128:64:256:4:8 --variants default,routed-persistent-auto || rc=$?; exit $rc'
+# round 2 of D56: the persistent loop by default where a GEMM has the bulk store and a T.use_swizzle panel
+# (tilecore.persistent="auto"): the device tests, then fp16 and bf16 at 4096^3 and 8192^3 beside the plugin's default and
+# cuBLAS: the default, D51's default (no persistent loop: the before), the next tile's indices bound per tile, ws +
+# persistent + bulk, at 128x256x64/3 panel 8 (~2 min); genpath2-tiles: 128x128x64/4 panel 8 and 128x256x64/3 without a
+# panel (the default leaves it as D51 did), the same rows (~2 min)
+step genpath2 bash -c 'rc=0; timeout 100 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_general_gemm.py \
+       tests/test_persistent.py -k "device or panel" -rs || rc=$?;
+     timeout 150 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
+       --configs 128:256:64:256:3:8 --variants default,default-no-persistent,default-per-tile,ws+persistent+bulk || rc=$?; exit $rc'
+step genpath2-tiles bash -c 'timeout 200 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 \
+       --dtypes float16,bfloat16 --configs 128:128:64:256:4:8,128:256:64:256:3 --variants default,default-no-persistent,default-per-tile,ws+persistent+bulk'
+# the catalog with the plain Hopper GEMM routed to the general path (tilecore.cuda.general_plain_gemm, D51/D56), with
+# tilecore.persistent=auto (the candidate default), then with every kernel of the persistent form on 2 blocks; device mode, the PASS counts
+step genpath-catalog bash -c 'rc=0;
+     python3 -m tilecore conformance run --target cuda:sm_90a -n 12 --report /tmp/rep/cuda-routed \
+       --pass-config tilecore.cuda.general_plain_gemm=true --pass-config tilecore.persistent=auto || rc=$?;
+     python3 -m tilecore conformance run --target cuda:sm_90a -n 12 --report /tmp/rep/cuda-routed-persistent \
+       --pass-config tilecore.cuda.general_plain_gemm=true --pass-config tilecore.persistent=2 || rc=$?;
+     for r in cuda-routed cuda-routed-persistent; do python3 -c "import json, sys; m = json.load(open(sys.argv[1]));
+print(sys.argv[2], m.get(\"mode\", m.get(\"target\")), m[\"counts\"])" /tmp/rep/$r/manifest.json $r || rc=1; done; exit $rc'
 # thread-block clusters of two with TMA multicast on the persistent GEMM (decisions D44, D49): the device tests (float64,
 # bit for bit the config off; each stage release; the profile's counts), then D49's diagnosis at fp16 4096^3: off / 2x1
 # x the stage releases (per thread, per warp, D44's release at cluster scope) timed at 3 and 4 stages and profiled once

@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from test_cuda_backend import needs_toolchain  # noqa: E402
 from test_cuda_hopper import gemm as hopper_gemm, hopper_gpu  # noqa: E402
+from test_persistent import _eval  # noqa: E402
 
 GENERAL = {"tilecore.disable_cache": True, "tilecore.cuda.register_programs": False,
            "tilecore.matrix_unit_families": ["wgmma"]}
@@ -49,6 +50,8 @@ def gemm(M, N, K, bm=128, bn=256, bk=64, stages=3, threads=256, dtype="float16",
 def _value(e, env: dict):
     """``e`` evaluated with the variables of ``env`` (``id(var) -> int``)."""
     v = const_value(simplify(substitute(as_expr(e), {k: as_expr(x) for k, x in env.items()})))
+    if v is None:  # a select (a ragged T.use_swizzle panel's rows, D56), which simplify leaves as it is
+        v = _eval(simplify(substitute(as_expr(e), {k: as_expr(x) for k, x in env.items()})), {})
     assert isinstance(v, int), e
     return v
 
@@ -126,6 +129,151 @@ def test_the_producer_walks_the_tiles_and_the_consumers_barriers_carry_across_th
     assert "warp-specialized" in notes and "the producer walks the block's tiles" in notes, notes
     assert low.attrs["persistent"][0].startswith(f"persistent: {blocks} blocks"), low.attrs["persistent"]
     check_schedule(low, M, N, K, bm, bn, bk, stages, blocks)
+
+
+def check_stage_ahead(func, M, N, K, bm, bn, bk, stages, blocks, swz=None):
+    """The non-specialized carried form (thread 0 issues the stage ahead between the block's barriers), evaluated
+    in the lowered IR for every block, tile and k step: k step ``ko`` of tile ``i`` issues the block's stage
+    ``it + S - 1`` (``it = i K + ko``) into slot ``(it + S - 1) % S`` with A's and B's coordinates of the tile
+    ``(it + S - 1) / K`` of the block and its iteration ``(it + S - 1) % K``, and nothing past the block's last stage
+    (D36; D56's ``per_tile`` indices: bound once per tile before the k loop, selected in each step)."""
+    from tilecore.ir import If, KernelLaunch
+
+    launch = collect(func.body, KernelLaunch)[0]
+    pid = launch.block_vars[0]
+    tiles = next(f for f in collect(func.body, For) if f.annotations.get(persistent_pass.ANNOTATION))
+    kloop = next(f for f in collect(tiles.body, For) if collect(f.body, BulkCopy) and f is not tiles)
+    guard = next(x for x in collect(kloop.body, If) if collect(x.then, BulkCopy))
+    copies = collect(guard.then, BulkCopy)
+    binds = [b for b in tiles.body.body if isinstance(b, Bind)]
+    walk_ = persistent_pass.tile_indices
+    gx, gy = -(-N // bn), -(-M // bm)
+    k_steps = -(-K // bk)
+    for p in range(blocks):
+        count = _value(tiles.extent, {id(pid): p})
+        order = [tuple(_eval(e, {}) for e in walk_(as_expr(p + i * blocks), [gx, gy], swz and (swz, "row")))
+                 for i in range(count)]
+        for i in range(count):
+            env = {id(pid): p, id(tiles.var): i}
+            for b in binds:
+                env[id(b.var)] = _value(b.value, env)
+            for ko in range(k_steps):
+                cenv = {**env, id(kloop.var): ko}
+                it = i * k_steps + ko + stages - 1
+                live = bool(_value(guard.cond, cenv))
+                assert live == (it < count * k_steps), (p, i, ko)
+                if not live:
+                    continue
+                bx, by = order[it // k_steps]
+                kk = it % k_steps
+                for c in copies:
+                    assert _value(c.index, cenv) == it % stages
+                    got = tuple(_value(e, cenv) for e in c.starts)
+                    want = (by * bm, kk * bk) if c.src.name == "A" else (kk * bk, bx * bn)
+                    assert got == want, (c.src.name, p, i, ko, got, want)
+
+
+@pytest.mark.parametrize("indices", ["per_step", "per_tile"])
+@pytest.mark.parametrize("case", SCHEDULES)
+def test_thread_zero_issues_each_stage_ahead_of_the_right_tile(case, indices):
+    M, N, K, bm, bn, bk, stages, threads, blocks, swz = SCHEDULES[case]
+    low, src = _lower(gemm(M, N, K, bm, bn, bk, stages, threads, swizzle=swz), **BULK,
+                      **{"tilecore.persistent": blocks, "tilecore.persistent_next_indices": indices})
+    check_stage_ahead(low, M, N, K, bm, bn, bk, stages, blocks, swz)
+    hoisted = "_next = " in src.code
+    assert hoisted == (indices == "per_tile" and stages - 1 <= -(-K // bk)), src.code.count("_next")
+
+
+def test_mutation_the_next_tile_indices_of_this_tile_are_caught(monkeypatch):
+    orig = persistent_pass.TileWalk.at
+
+    def broken(self, i_expr):
+        return orig(self, self.i)  # the next tile's indices bound as this tile's
+
+    monkeypatch.setattr(persistent_pass.TileWalk, "at", broken)
+    M, N, K, bm, bn, bk, stages, threads, blocks, swz = SCHEDULES["3-stage"]
+    low, _ = _lower(gemm(M, N, K, bm, bn, bk, stages, threads), **BULK,
+                    **{"tilecore.persistent": blocks, "tilecore.persistent_next_indices": "per_tile"})
+    with pytest.raises(AssertionError, match=r"^\('[AB]'"):
+        check_stage_ahead(low, M, N, K, bm, bn, bk, stages, blocks)
+
+
+def check_releases(func, blocks, k_steps, stages):
+    """The consumers' stage releases, evaluated for every block, tile and k step: each use ``u`` of a stage (the
+    block's running count) is released exactly once, after it was read: at a later iteration (one gemm group left
+    in flight: ``u``'s has finished), or at ``u`` itself only where that iteration waits for every group (a tile's
+    last). The producer refills stage ``j`` after use ``j - stages``'s release, so every use the block's stages
+    reuse is released. Returns the uses released at their own iteration (D56: each tile's last)."""
+    from tilecore.ir import If, KernelLaunch, MatrixSync, StageRelease
+
+    pid = collect(func.body, KernelLaunch)[0].block_vars[0]
+    _spec, _stage, _copies, tiles, kloop, wait = _schedule(func)
+    body = list(kloop.body.body) if hasattr(kloop.body, "body") else [kloop.body]
+    rels = [(x.cond, x.then) for x in body if isinstance(x, If) and isinstance(x.then, StageRelease)] + \
+        [(as_expr(True), x) for x in body if isinstance(x, StageRelease)]
+    waits_all = [x.cond for x in collect(kloop.body, If)
+                 if any(m.phase == "wait" for m in collect(x.then, MatrixSync))]
+    assert rels and waits_all
+    own = []
+    for p in range(blocks):
+        count = _value(tiles.extent, {id(pid): p})
+        released = {}  # use -> the iteration that released it
+        for i in range(count):
+            for ko in range(k_steps):
+                env = {id(pid): p, id(tiles.var): i, id(kloop.var): ko}
+                it = i * k_steps + ko
+                full = any(_value(c, env) for c in waits_all)
+                for cond, r in rels:
+                    if not _value(cond, env):
+                        continue
+                    slot = _value(r.index, env)
+                    # the use of `slot` it releases: the latest use at or before `it` not yet released
+                    use = max(u for u in range(it + 1) if u % stages == slot and u not in released) \
+                        if any(u % stages == slot and u not in released for u in range(it + 1)) else None
+                    assert use is not None, f"block {p}: stage {slot} released at {it} with no use left"
+                    assert use < it or (use == it and full), \
+                        f"block {p}: use {use} released at iteration {it} while its gemm may still read it"
+                    assert all(u in released for u in range(use) if u % stages == slot), \
+                        f"block {p}: use {use} of stage {slot} released before an earlier use"
+                    released[use] = it
+                    own += [use] if use == it else []
+        total = count * k_steps
+        missing = [u for u in range(total - stages) if u not in released]
+        assert not missing, f"block {p}: uses {missing[:4]} never released (the producer waits forever)"
+    return own
+
+
+@pytest.mark.parametrize("release_last", [True, False])
+@pytest.mark.parametrize("case", SCHEDULES)
+def test_each_stage_use_is_released_once_after_it_was_read(case, release_last):
+    """D56: by default a tile's last stage is released in the tile's last iteration (after its wait for every
+    gemm group), so the producer refills it under the epilogue; ``tilecore.release_last_stage=False`` keeps
+    D46's release in the next tile's first iteration. Both release every use once, after it was read."""
+    M, N, K, bm, bn, bk, stages, threads, blocks, swz = SCHEDULES[case]
+    low, _ = _lower(gemm(M, N, K, bm, bn, bk, stages, threads, swizzle=swz), **WS,
+                    **{"tilecore.persistent": blocks, "tilecore.release_last_stage": release_last})
+    k_steps = -(-K // bk)
+    own = check_releases(low, blocks, k_steps, stages)
+    assert bool(own) == release_last and all(u % k_steps == k_steps - 1 for u in own), own
+
+
+@pytest.mark.parametrize("mutation", ["every stage at its own iteration", "the first iteration releases again"])
+def test_mutations_of_the_stage_releases_are_caught(mutation):
+    from tilecore.ir import If, StageRelease, rewrite
+
+    M, N, K, bm, bn, bk, stages, threads, blocks, swz = SCHEDULES["3-stage"]
+    low, _ = _lower(gemm(M, N, K, bm, bn, bk, stages, threads), **WS, **{"tilecore.persistent": blocks})
+    _spec, _stage, _copies, _tiles, kloop, _wait = _schedule(low)
+    ifs = [x for x in kloop.body.body if isinstance(x, If) and isinstance(x.then, StageRelease)]
+    prev, cur = ifs
+    if mutation == "every stage at its own iteration":
+        target, new = cur, cur.with_(cond=as_expr(True))
+    else:
+        target, new = prev, prev.with_(cond=as_expr(True))
+    mutated = low.with_body(rewrite(low.body, lambda x: new if isinstance(x, If) and x.then is target.then else None))
+    check_releases(low, blocks, -(-K // bk), stages)  # unmutated: passes
+    with pytest.raises(AssertionError):
+        check_releases(mutated, blocks, -(-K // bk), stages)
 
 
 def test_mutation_the_next_tile_addressed_as_this_tile_is_caught(monkeypatch):
@@ -387,6 +535,68 @@ def test_sm90a_bulk_store_compiles_to_utmastg_without_spills(combo, out, tile):
     assert " STG" not in sass.replace("UTMASTG", "")  # C leaves by TMA only
     # 16-bit C: its tile by stmatrix (D51), 16 a thread for 128x256, 8 for 128x128
     assert sass.count("STSM") == (0 if out == "float32" else bm * bn // 2048), sass.count("STSM")
+
+
+@needs_toolchain
+@pytest.mark.parametrize("ws", [False, True])
+def test_sm90a_a_swizzle_panel_adds_no_division_to_the_persistent_main_loop(ws):
+    """D56: with T.use_swizzle(8) the persistent loop's stage ahead (the next tile's block indices, evaluated in
+    every k step) divides by constants only: no division subroutine (CALL) in the main loop, and thread 0's
+    longest path through it within 32 instructions of the launch without a panel (before: a CALL to the 64-bit
+    division and 260 instructions against 195, the 8-9% D51 measured with the panel)."""
+    import tilecore_cuda
+    import sass_paths
+
+    counts = []
+    for panel in (None, 8):
+        cfg = {**BULK, **(WS if ws else {}), "tilecore.persistent": True}
+        k = tilecore.compile(gemm(4096, 4096, 4096, swizzle=panel), target="cuda:sm_90a",
+                             pass_configs={**GENERAL, **cfg})
+        assert any(n.startswith("persistent:") for n in k.meta["attrs"]["persistent"]), k.meta["attrs"]["persistent"]
+        ins = sass_paths.parse(tilecore_cuda.CUDABackend().disassemble(k.binary, k.target))
+        loop = sass_paths.main_loop(ins, 4)
+        assert not any(sass_paths.opcode(ins[i][1]) == "CALL" for i in loop), "a division subroutine in the loop"
+        counts.append(max(sum(c.values()) for _, c in sass_paths.paths(ins, loop)))
+    assert counts[1] <= counts[0] + 32, counts
+
+
+@needs_toolchain
+def test_sm90a_the_next_tiles_indices_per_tile_shorten_thread_zeros_k_step():
+    """``tilecore.persistent_next_indices="per_tile"`` (D56): thread 0's longest path through the main loop of the
+    persistent + bulk kernel with T.use_swizzle(8) is shorter than with the indices per step (nvcc 13.0: 180 against
+    216 SASS instructions; the launch without the persistent loop: 169)."""
+    import tilecore_cuda
+    import sass_paths
+
+    counts = {}
+    for how in ("per_step", "per_tile"):
+        k = tilecore.compile(gemm(4096, 4096, 4096, swizzle=8), target="cuda:sm_90a",
+                             pass_configs={**GENERAL, **BULK, "tilecore.persistent": True,
+                                           "tilecore.persistent_next_indices": how})
+        ins = sass_paths.parse(tilecore_cuda.CUDABackend().disassemble(k.binary, k.target))
+        loop = sass_paths.main_loop(ins, 4)
+        counts[how] = max(sum(c.values()) for _, c in sass_paths.paths(ins, loop))
+    assert counts["per_tile"] + 16 <= counts["per_step"], counts
+
+
+@pytest.mark.parametrize("auto", [{"tilecore.persistent": "auto"}, {}])
+def test_persistent_auto_takes_only_kernels_with_a_bulk_store_and_a_panel_over_more_than_one_wave(auto):
+    """``tilecore.persistent="auto"``, the default (D56): the tile loop where the kernel has the bulk-store epilogue,
+    a T.use_swizzle panel and more tiles than resident blocks (the same source as ``True`` there), nothing and no
+    note elsewhere: one wave, no panel, the bulk store off, a target without bulk stores."""
+    big = gemm(4096, 4096, 4096, swizzle=8)
+    low, src = _lower(big, **auto)
+    assert low.attrs["persistent"][0].startswith("persistent: 132 blocks over 512 tiles"), low.attrs["persistent"]
+    assert src.code == _lower(gemm(4096, 4096, 4096, swizzle=8), **{"tilecore.persistent": True})[1].code
+    for fn, cfg in ((gemm(1024, 1024, 1024, swizzle=8), auto),  # 32 tiles: one wave
+                    (gemm(4096, 4096, 4096), auto),  # no panel
+                    (gemm(4096, 4096, 4096, swizzle=8), {**auto, **NOBULK})):
+        low, src = _lower(fn, **cfg)
+        assert "persistent" not in low.attrs, low.attrs.get("persistent")
+        assert src.code == _lower(fn, **{**cfg, "tilecore.persistent": False})[1].code
+    low = tilecore.compiler.lower(gemm(4096, 4096, 4096, swizzle=8), target="cpu",
+                                  pass_configs={**auto, "tilecore.disable_cache": True})[2]
+    assert "persistent" not in low.attrs
 
 
 def test_the_plain_hopper_gemm_can_be_routed_to_the_general_path_and_split_k_stays():
@@ -719,12 +929,17 @@ DEVICE = {  # (M, N, K, dtype, out, tile (bm, bn, bk, stages, threads), swizzle)
     "4096^3": (4096, 4096, 4096, "float16", "float16", (128, 256, 64, 3, 256), None),
     "ragged": (1000, 1800, 1000, "float16", "float16", (128, 256, 64, 3, 256), None),
     "bf16": (2048, 3072, 1024, "bfloat16", "bfloat16", (128, 128, 64, 4, 256), 4),
+    # T.use_swizzle's panels walked by the persistent loop (D56): whole panels, and a ragged last panel (8 rows of
+    # tiles in panels of 3)
+    "panel": (4096, 4096, 4096, "float16", "float16", (128, 256, 64, 3, 256), 8),
+    "ragged-panel": (1000, 1800, 1000, "float16", "float16", (128, 256, 64, 3, 256), 3),
 }
 VARIANTS = {
     "ws+persistent": {**WS, **NOBULK, "tilecore.persistent": True},
     "bulk": {**BULK, "tilecore.persistent": False},
     "default": {},  # D51: the bulk store (with stmatrix) where it applies
     "persistent+bulk": {**BULK, "tilecore.persistent": True},
+    "persistent+bulk-per-tile": {**BULK, "tilecore.persistent": True, "tilecore.persistent_next_indices": "per_tile"},
     "ws+persistent+bulk": {**BULK, **WS, "tilecore.persistent": True},
 }
 

@@ -67,6 +67,7 @@ CPU_CASES = {
     "above": (64, 96, 40, 2, None),       # 6 tiles on 2 blocks (3 each)
     "uneven": (100, 70, 50, 3, None),     # 12 tiles, ragged on every edge, 3 blocks
     "swizzle": (96, 160, 64, 4, 3),       # 15 tiles, T.use_swizzle(3): panels of 3 rows
+    "ragged-panel": (150, 90, 50, 4, 3),  # 5 rows of tiles in panels of 3 (the last of 2), ragged edges (D56)
     "one-block": (64, 64, 48, True, None),  # the profile's execution.cores (1): every tile on one block
 }
 
@@ -112,8 +113,7 @@ def test_the_tile_loop_in_the_ir(tmp_path, monkeypatch):
 
 def test_tile_indices_cover_the_grid_once():
     """Every rasterization maps the linear tiles onto the grid one to one (the swizzled order as the launch's)."""
-    from tilecore.ir import IntImm, Var, const_value, simplify
-    from tilecore.passes.pipeline import substitute
+    from tilecore.ir import Var
 
     t = Var("t", "int32")
     for grid, swz in (([5, 7], None), ([5, 7], (3, "row")), ([5, 7], (2, "col")), ([4, 3, 2], None),
@@ -121,10 +121,64 @@ def test_tile_indices_cover_the_grid_once():
         exprs = persistent_pass.tile_indices(t, grid, swz)
         seen = set()
         for v in range(int(np.prod(grid))):
-            idx = tuple(const_value(simplify(substitute(e, {id(t): IntImm(v, "int32")}))) for e in exprs)
+            idx = tuple(_eval(e, {id(t): v}) for e in exprs)
             assert all(0 <= x < g for x, g in zip(idx, grid)), (grid, swz, v, idx)
             seen.add(idx)
         assert len(seen) == int(np.prod(grid)), (grid, swz)
+
+
+def _eval(e, env):
+    """An integer expression (constants, ``env``'s variables, arithmetic, comparisons, selects) as Python ints."""
+    from tilecore.ir import BinOp, Cast, Cmp, IntImm, Select, Var
+
+    ops = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+           "floordiv": lambda a, b: a // b, "floormod": lambda a, b: a % b, "min": min, "max": max,
+           "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b}
+    if isinstance(e, IntImm):
+        return e.value
+    if isinstance(e, Var):
+        return env[id(e)]
+    if isinstance(e, Cast):
+        return _eval(e.value, env)
+    if isinstance(e, (BinOp, Cmp)):
+        return ops[e.op](_eval(e.a, env), _eval(e.b, env))
+    if isinstance(e, Select):
+        return _eval(e.t if _eval(e.cond, env) else e.f, env)
+    raise TypeError(f"cannot evaluate {type(e).__name__}")
+
+
+def _launch_order(v, grid, panel, order):
+    """Block ``v``'s indices as the SIMT emitter's launch rasterizes T.use_swizzle (SIMTCppEmitter.block_indices:
+    a panel's rows ``min(gs - first, panel)``, a run-time quotient)."""
+    gx, gy = grid[0], grid[1]
+    lin = v % (gx * gy)
+    gf, gs = (gx, gy) if order == "row" else (gy, gx)
+    pn = panel * gf
+    first = (lin // pn) * panel
+    rows = min(gs - first, panel)
+    fast, slow = (lin % pn) // rows, first + (lin % pn) % rows
+    return tuple(([fast, slow] if order == "row" else [slow, fast]) + ([v // (gx * gy)] if len(grid) == 3 else []))
+
+
+@pytest.mark.parametrize("grid", [[16, 32], [5, 7], [7, 5], [4, 3, 2], [3, 10]])
+def test_tile_indices_walk_the_launch_order_dividing_by_constants_only(grid):
+    """The persistent loop walks T.use_swizzle's panels in the launch's order, ragged last panels included, and
+    every quotient is by a constant: the planner evaluates the stage ahead's indices in every k step, where a
+    quotient by the panel's run-time row count was a 64-bit division subroutine in thread 0's path (D56)."""
+    from tilecore.ir import BinOp, Var, const_value, walk_expr
+
+    t = Var("t", "int32")
+    for panel in (1, 2, 3, 4, 8, 12):
+        for order in ("row", "col"):
+            exprs = persistent_pass.tile_indices(t, grid, (panel, order))
+            for v in range(int(np.prod(grid))):
+                got = tuple(_eval(e, {id(t): v}) for e in exprs)
+                assert got == _launch_order(v, grid, panel, order), (grid, panel, order, v)
+            runtime = []
+            for e in exprs:
+                walk_expr(e, lambda x: runtime.append(x) if isinstance(x, BinOp) and x.op in ("floordiv", "floormod")
+                          and const_value(x.b) is None else None)
+            assert not runtime, (grid, panel, order, runtime)
 
 
 def _two_loops(M=64, N=64, K=32):
@@ -199,12 +253,14 @@ EMU_CASES = {
     "2-stage": (256, 256, 256, (128, 128, 32, 128, 2), 3),           # 4 tiles on 3 blocks
     "3-stage-ragged": (200, 136, 200, (64, 64, 64, 128, 3), 2),     # 12 tiles, ragged edges, 4 k-steps
     "k-shorter-than-stages": (192, 128, 32, (64, 64, 16, 128, 4), 4),  # 2 k-steps < 3 stages ahead: 2 tiles ahead
+    # T.use_swizzle(2) over 5 rows of tiles: a ragged last panel, its guards on the ragged rows (D56)
+    "ragged-panel": (300, 136, 128, (64, 64, 64, 128, 3, 2), 3),
 }
 
 
 def _emu_gemm(M, N, K, cfg):
-    bm, bn, bk, threads, stages = cfg
-    return gemm(M, N, K, bm, bn, bk, stages, threads, dtype="float16")
+    bm, bn, bk, threads, stages = cfg[:5]
+    return gemm(M, N, K, bm, bn, bk, stages, threads, dtype="float16", swizzle=cfg[5] if len(cfg) > 5 else None)
 
 
 def _emulate(k, a, b):
@@ -416,9 +472,11 @@ def test_warp_specialization_walks_the_tiles_too():
     assert "warp-specialized" in k.meta["attrs"]["pipelines"][0]
 
 
-def test_golden_default_is_off():
-    """The option is off by default: the pass does nothing without it (golden sources are byte-identical)."""
-    k = tilecore.compile(gemm(64, 96, 40), target="cpu", pass_configs=NOCACHE)
+@pytest.mark.parametrize("swizzle", [None, 3])
+def test_the_default_leaves_kernels_without_a_bulk_store_as_written(swizzle):
+    """The default (``"auto"``, D56) takes only kernels with the bulk-store epilogue and a panel: a CPU kernel keeps
+    its launch and gets no note (the catalog's golden sources: byte-identical)."""
+    k = tilecore.compile(gemm(150, 90, 50, swizzle=swizzle), target="cpu", pass_configs=NOCACHE)
     assert "persistent" not in k.meta["attrs"]
 
 
@@ -453,15 +511,16 @@ def test_device_persistent_matches_float64_and_the_plain_launch(shape, blocks, c
     assert float((c_on.double() - ref).abs().max()) < 2e-2
 
 
-@pytest.mark.parametrize("value,ok", [("True", True), ("3", True), ("off", True), (-2, False), ("many", False)])
+@pytest.mark.parametrize("value,ok", [("True", True), ("3", True), ("off", True), ("auto", True), (-2, False),
+                                      ("many", False)])
 def test_the_option_accepts_command_line_spellings_and_names_a_bad_value(value, ok):
     run = lambda: tilecore.compile(gemm(64, 96, 40), target="cpu",  # noqa: E731
                                    pass_configs={**NOCACHE, "tilecore.persistent": value})
     if ok:
         run()
     else:
-        with pytest.raises(tilecore.errors.CompileError, match="tilecore.persistent=.*expected True, False or a "
-                                                               "positive number of blocks"):
+        with pytest.raises(tilecore.errors.CompileError, match="tilecore.persistent=.*expected True, False, 'auto' "
+                                                               "or a positive number of blocks"):
             run()
 
 
@@ -486,3 +545,32 @@ def test_device_persistent_flash_attention_matches_float64_and_the_plain_launch(
     assert torch.equal(o_on, o_off), _note(on)
     ref = _attention_ref(q.cpu().numpy(), k.cpu().numpy(), v.cpu().numpy())
     assert float(np.abs(o_on.cpu().numpy().astype(np.float64) - ref).max()) < 1e-2
+
+
+@pytest.mark.parametrize("rows", ["runtime", "bogus"])
+def test_the_panel_rows_control_divides_at_run_time_and_a_bad_value_is_named(rows):
+    """``tilecore.persistent_panel_rows="runtime"`` (the control D56 measures against) walks the same tiles with
+    D36's run-time divisor, computing the same numbers; another value is named in the error."""
+    cfg = {**NOCACHE, "tilecore.persistent": 4, "tilecore.persistent_panel_rows": rows}
+    if rows == "bogus":
+        with pytest.raises(tilecore.errors.CompileError, match="tilecore.persistent_panel_rows='bogus': expected"):
+            tilecore.compile(gemm(96, 160, 64, swizzle=3), target="cpu", pass_configs=cfg)
+        return
+    from tilecore.compiler import lower
+
+    # 5 rows of tiles in panels of 3: a ragged last panel
+    binds = {rows: [line.strip() for line in tilecore.ir.printer.func_str(lower(
+        gemm(160, 96, 64, swizzle=3), "cpu", {**cfg, "tilecore.persistent_panel_rows": rows})[2]).split("\n")
+        if line.strip().startswith("bx: int32")] for rows in ("runtime", "constant")}
+    assert binds["runtime"] == ["bx: int32 = ((tile % 9) // T.min((((tile // 9) * -3) + 5), 3))"], binds
+    assert binds["constant"] == ["bx: int32 = T.if_then_else((tile < 9), ((tile % 9) // 3), ((tile % 9) // 2))"], binds
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((160, 64), dtype=np.float32), rng.standard_normal((64, 96), dtype=np.float32)
+    outs = []
+    for extra in ({"tilecore.persistent_panel_rows": "runtime"}, {}):
+        c = np.zeros((160, 96), np.float32)
+        tilecore.compile(gemm(160, 96, 64, swizzle=3), target="cpu",
+                         pass_configs={**NOCACHE, "tilecore.persistent": 4, **extra})(a, b, c)
+        outs.append(c)
+    assert np.array_equal(outs[0], outs[1])
+    assert np.allclose(outs[1], a.astype(np.float64) @ b.astype(np.float64), atol=1e-3)

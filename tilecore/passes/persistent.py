@@ -1,4 +1,5 @@
-"""A persistent tile loop: ``tilecore.persistent`` (pass config; default off), docs/decisions.md D36.
+"""A persistent tile loop: ``tilecore.persistent`` (pass config; default ``"auto"``: GEMMs with the bulk-store epilogue
+and a ``T.use_swizzle`` panel over more than one wave, D56), docs/decisions.md D36.
 
 ``tilecore.persistent_tiles`` (``pipelining``, before ``tilecore.plan_pipelines``) rewrites a kernel of the form
 
@@ -35,12 +36,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import (Allocate, Assume, Bind, BinOp, BulkStoreWait, For, KernelLaunch, MatrixOp, Seq, Store, Var, as_expr, binary,
-                  collect, compare, const_value, logic_and, rewrite, simplify, walk, walk_expr)
+from ..ir import (Allocate, Assume, Bind, BinOp, BulkStore, BulkStoreWait, For, KernelLaunch, MatrixOp, Seq, Store, Var, as_expr, binary,
+                  collect, compare, const_value, logic_and, rewrite, select, simplify, walk, walk_expr)
 from ..codegen.simtcpp import _swizzle_hint  # the hint as the SIMT emitter reads it
 from . import tile_pass
 
 OPTION = "tilecore.persistent"
+#: how the tile loop computes a T.use_swizzle panel's rows: "constant" (default, D56) or "runtime" (D36's form)
+PANEL_ROWS_OPTION = "tilecore.persistent_panel_rows"
+#: ``tilecore.persistent="auto"`` (the default, D56): the tile loop only in kernels with a bulk-store epilogue (D51's
+#: ``tilecore.bulk_store``) and a ``T.use_swizzle`` panel whose grid is more than one wave of resident blocks (where
+#: the H100 measured it faster: +1.3-4.4% at 128x256x64/3 panel 8, fp16/bf16 4096^3/8192^3; without a panel it
+#: measured -5.6% to +4.1%); other kernels unchanged, no note
+AUTO = "auto"
 ANNOTATION = "persistent_tiles"
 #: registers a thread needs beyond its register buffers (addresses, loop counters, descriptors): the estimate
 #: of the blocks a multiprocessor holds where the profile declares ``memory.registers.per_sm``
@@ -88,11 +96,13 @@ def _limit(ctx, name):
     return int(lim[0]) if lim is not None and lim[1] == "max" else None
 
 
-def tile_indices(t, grid: list, swizzle):
+def tile_indices(t, grid: list, swizzle, runtime_rows: bool = False):
     """The block indices of linear tile ``t`` (an expression) on ``grid`` (static extents): the first index
     fastest, or with ``T.use_swizzle(panel, order)`` ``panel`` rows of the second index (order "row") or
     ``panel`` columns of the first (order "col") walked before moving on: the order in which the SIMT emitter
-    rasterizes a launch's blocks (``SIMTCppEmitter.block_indices``), here as IR over the tile's number."""
+    rasterizes a launch's blocks (``SIMTCppEmitter.block_indices``), here as IR over the tile's number.
+    ``runtime_rows``: a panel's rows as the run-time ``min(rows left, panel)`` the emitter writes (D36's form,
+    pass config ``tilecore.persistent_panel_rows="runtime"``; kept to measure D56 against)."""
     fd = lambda a, b: binary("floordiv", a, b)  # noqa: E731
     fm = lambda a, b: binary("floormod", a, b)  # noqa: E731
     if swizzle and len(grid) in (2, 3) and swizzle[0] > 0:
@@ -100,10 +110,25 @@ def tile_indices(t, grid: list, swizzle):
         gx, gy = grid[0], grid[1]
         lin = fm(t, gx * gy) if len(grid) == 3 else t
         gf, gs = (gx, gy) if order == "row" else (gy, gx)
+        panel = min(panel, gs)
         pn = panel * gf
         first = binary("mul", fd(lin, pn), panel)
-        rows = binary("min", binary("sub", as_expr(gs), first), as_expr(panel))
-        fast, slow = fd(fm(lin, pn), rows), binary("add", first, fm(fm(lin, pn), rows))
+        within = fm(lin, pn)
+        if runtime_rows:
+            rows = binary("min", binary("sub", as_expr(gs), first), as_expr(panel))
+            fast, slow = fd(within, rows), binary("add", first, fm(within, rows))
+            xy = [fast, slow] if order == "row" else [slow, fast]
+            return [simplify(e) for e in xy] + ([simplify(fd(t, gx * gy))] if len(grid) == 3 else [])
+        # a panel's rows: ``panel``, or ``gs % panel`` in the last panel. Both are constants, so the quotients
+        # are by constants (no division by a run-time row count, which the pipeline planner would repeat in
+        # every k step for the stage ahead: a 64-bit division subroutine per step, docs/decisions.md D56)
+        last = gs % panel
+        if last == 0:
+            fast, slow = fd(within, panel), binary("add", first, fm(within, panel))
+        else:
+            full = compare("lt", lin, (gs - last) * gf)
+            fast = select(full, fd(within, panel), fd(within, last))
+            slow = binary("add", first, select(full, fm(within, panel), fm(within, last)))
         xy = [fast, slow] if order == "row" else [slow, fast]
         return [simplify(e) for e in xy] + ([simplify(fd(t, gx * gy))] if len(grid) == 3 else [])
     out, stride = [], 1
@@ -243,30 +268,43 @@ def _option(v):
     if isinstance(v, str):
         w = v.strip().lower()
         v = True if w in ("true", "on", "yes") else False if w in ("false", "off", "no", "") else \
-            int(w) if w.isdigit() else v
+            int(w) if w.isdigit() else AUTO if w == AUTO else v
     if v is None or v is False or (isinstance(v, int) and not isinstance(v, bool) and v == 0):
         return False
-    if v is True or (isinstance(v, int) and v > 0):
+    if v is True or v == AUTO or (isinstance(v, int) and not isinstance(v, bool) and v > 0):
         return v
     from ..errors import CompileError
 
-    raise CompileError(f"pass config {OPTION}={v!r}: expected True, False or a positive number of blocks "
+    raise CompileError(f"pass config {OPTION}={v!r}: expected True, False, {AUTO!r} or a positive number of blocks "
                        f"(e.g. {OPTION}=True, or {OPTION}=8 to launch 8 blocks)")
 
 
 @tile_pass("tilecore.persistent_tiles")
 def persistent_tiles(func, ctx):
     """With ``tilecore.persistent``: launch the resident blocks only and loop each over the tiles (module doc)."""
-    want = _option(ctx.option(OPTION, False))
+    want = _option(ctx.option(OPTION, AUTO))
     if want is False:
         return func
+    auto = want == AUTO
+    if auto and (_swizzle_hint(func) is None or not collect(func.body, BulkStore)):
+        return func  # the default's cheap test first: most kernels have no panel or no bulk store
     if ctx.option("tilecore.checked", False):
-        return func.with_body(func.body, persistent=("not persistent: checked mode",))
+        return func if auto else func.with_body(func.body, persistent=("not persistent: checked mode",))
     notes: list = []
 
     def launch(s):
         if not isinstance(s, KernelLaunch):
             return None
+        if auto:  # only a kernel with a bulk-store epilogue and a panel, over more than one wave; nothing noted elsewhere
+            why, loop = why_not(s, ctx)
+            if why is not None or not collect(s.body, BulkStore):
+                return None
+            blocks, _how, _assumed = resident_blocks(s, loop, ctx)
+            tiles = 1
+            for g in s.grid:
+                tiles *= int(const_value(simplify(as_expr(g))))
+            if blocks is None or blocks >= tiles:
+                return None
         why, loop = why_not(s, ctx)
         if why is not None:
             notes.append(f"not persistent: {why}")
@@ -276,7 +314,7 @@ def persistent_tiles(func, ctx):
         for g in grid:
             tiles *= g
         assumed: dict = {}
-        if isinstance(want, bool):
+        if isinstance(want, bool) or auto:
             blocks, how, assumed = resident_blocks(s, loop, ctx)
             if blocks is None:
                 notes.append(f"not persistent: {how}")
@@ -299,7 +337,13 @@ def persistent_tiles(func, ctx):
         while rest and isinstance(rest[-1], BulkStoreWait) and not rest[-1].read:
             tail.insert(0, rest.pop())
         swz = _swizzle_hint(func)
-        idx = tile_indices(t, grid, swz)
+        rows_opt = ctx.option(PANEL_ROWS_OPTION, "constant")
+        if rows_opt not in ("constant", "runtime"):
+            from ..errors import CompileError
+
+            raise CompileError(f"pass config {PANEL_ROWS_OPTION}={rows_opt!r}: expected 'constant' (the default: "
+                               "quotients by constants) or 'runtime' (D36's run-time panel rows, to measure against)")
+        idx = tile_indices(t, grid, swz, runtime_rows=rows_opt == "runtime")
         head = [Bind(t, simplify(binary("add", pid, binary("mul", i, blocks))), span=s.span)]
         for v, e, g in zip(s.block_vars, idx, grid):
             head.append(Bind(v, e, span=s.span))

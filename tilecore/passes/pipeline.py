@@ -49,7 +49,7 @@ from ..ir import (Allocate, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, 
                   Specialized, StageRelease, Turn,
                   PerThread, Print, Region,
                   Select, Seq, Stmt, Store, TileOp, Var, as_expr, binary, compare, const_value, rewrite, seq, simplify,
-                  logic_and, walk, walk_expr, collect)
+                  logic_and, select, walk, walk_expr, collect)
 from ..ir import ShuffleIndex, ShuffleXor  # map_expr rebuilds the shuffles of register exchanges
 from ..ir.visit import stmt_exprs
 from ..ir.bounds import Facts
@@ -63,6 +63,10 @@ BULK_FEATURE = "feature:bulk_tensor_copy"
 #: pass config: a loop whose copies lack only launch-time facts for bulk copies (a dynamic row length) is
 #: versioned on them (default on; off keeps the per-thread copies alone)
 VERSION_OPTION = "tilecore.bulk_copy_versioned"
+#: pass config: where a carried persistent loop's stage ahead takes its tile's block indices from: "per_step" (the
+#: default: the tile of the running count, computed in every k step) or "per_tile" (the next tile's bound once per
+#: tile, each k step selecting; D56)
+NEXT_INDICES_OPTION = "tilecore.persistent_next_indices"
 #: elements a bulk copy's box may have along one dimension
 MAX_BOX = 256
 #: bytes one asynchronous copy may move, widest first
@@ -936,11 +940,29 @@ class _Launch:
                 rest_items += [waits[1]] if i in late_waits else [body[i]]
             rest = seq(rest_items) if rest_items else Seq([])
 
-        def stage(it):
+        # the stage ahead's block indices per tile, not per k step (tilecore.persistent_next_indices="per_tile",
+        # D56): with S - 1 <= K the stage ahead is this tile's or the next one's, so the next tile's indices are bound
+        # once before the k loop and each k step selects between them and this tile's
+        next_binds, next_vars = [], {}
+        if why_carry is None and bulk and self.ctx.option(NEXT_INDICES_OPTION, "per_step") == "per_tile" \
+                and isinstance(const_value(extent), int) and stages - 1 <= const_value(extent):
+            nxt = carry.at(simplify(binary("add", carry.i, 1)))
+            for v in carry.block_vars:
+                nv = Var(f"{v.name}_next", v.dtype)
+                next_binds.append(Bind(nv, nxt[id(v)], span=loop.span))
+                next_vars[id(v)] = nv
+
+        def stage(it, ahead=False):
             """(the loop variable's value, the buffer) of stage ``it`` (iteration offset from the loop start; with a
             carried tile loop the running count: iteration ``it % extent`` of this block's tile ``it / extent``,
-            whose block indices replace the kernel's)."""
-            if why_carry is None:
+            whose block indices replace the kernel's; ``ahead``: ``it`` is the stage ahead of the steady loop's
+            iteration, whose tile's indices may be selected from this tile's and the next one's)."""
+            if why_carry is None and ahead and next_vars:
+                a = simplify(binary("add", local, stages - 1))
+                inside = compare("lt", a, extent)
+                at = {id(v): select(inside, v, next_vars[id(v)]) for v in carry.block_vars}
+                at[id(k)] = simplify(binary("add", start, select(inside, a, simplify(binary("sub", a, extent)))))
+            elif why_carry is None:
                 at = carry.at(simplify(binary("floordiv", it, extent)))
                 at[id(k)] = simplify(binary("add", start, binary("floormod", it, extent)))
             else:
@@ -949,9 +971,9 @@ class _Launch:
                 else as_expr(const_value(it) % stages)
             return at, slot
 
-        def issue_bulk(it, g, guard=True):
+        def issue_bulk(it, g, guard=True, ahead=False):
             """Stage ``it`` of group ``g`` as bulk copies on the group's barrier (nothing past the loop's end)."""
-            at, slot = stage(it)
+            at, slot = stage(it, ahead)
             nbytes = sum(tile_bytes[j] for j in members[g])
             out = [CopyBarrierArrive(bars[g], slot, nbytes, span=loop.span)]
             for j in members[g]:
@@ -965,12 +987,12 @@ class _Launch:
             at, slot = stage(it)
             return [_multi_buffer(_fresh_loops(substitute(c, at)), table, slot) for c in group]
 
-        def issue_all(it):
+        def issue_all(it, ahead=False):
             """Each group's copies of stage ``it``, each group one commit (also where ``it`` is past the end)."""
             out = []
             for g, group in enumerate(groups):
                 if bulk:
-                    out += issue_bulk(it, g)
+                    out += issue_bulk(it, g, ahead=ahead)
                     continue
                 out += [_if(compare("lt", it, total), seq(issue(it, group)), loop.span), AsyncCommit(span=loop.span)]
             return out
@@ -1026,8 +1048,17 @@ class _Launch:
             else:  # the previous iteration's gemm has finished reading its stage at the deferred wait
                 consume, drain = deferred
                 prev = simplify(binary("floormod", binary("sub", it, 1), stages))
-                steady = [waits[0], consume, _if(compare("gt", it, 0), StageRelease(empty, prev, span=loop.span),
-                                                 loop.span)]
+                if self.ctx.option("tilecore.release_last_stage", True) is False:  # D46: the next tile releases it
+                    steady = [waits[0], consume, _if(compare("gt", it, 0), StageRelease(empty, prev, span=loop.span),
+                                                     loop.span)]
+                else:
+                    # a tile's last iteration waits for every group (`last`): its own stage is read too and is
+                    # released there, so the producer refills it with the next tile's stage under this tile's
+                    # epilogue (the plugin's pipeline does the same); the next tile's first iteration then has no
+                    # stage before its own to release (D56)
+                    steady = [waits[0], consume,
+                              _if(compare("gt", local, 0), StageRelease(empty, prev, span=loop.span), loop.span),
+                              _if(last, StageRelease(empty, slot_it, span=loop.span), loop.span)]
                 after = [drain]
             turns = self.turn_groups()
             if turns is not None:  # D55, tilecore.pingpong: the consumer groups take turns issuing their gemms
@@ -1069,10 +1100,10 @@ class _Launch:
         elif bulk:  # each thread waits for the stage itself; the barrier before the issue: no thread still reads
             # the buffer it overwrites (the previous iteration's)
             if deferred is None:
-                steady = [waits[0], Barrier(span=loop.span)] + issue_all(ahead) + [consume]
+                steady = [waits[0], Barrier(span=loop.span)] + issue_all(ahead, True) + [consume]
             else:
                 consume, drain = deferred
-                steady = [waits[0], consume, Barrier(span=loop.span)] + issue_all(ahead)
+                steady = [waits[0], consume, Barrier(span=loop.span)] + issue_all(ahead, True)
                 after = [drain]
         elif deferred is None:
             steady = [AsyncWait(first, span=loop.span), Barrier(span=loop.span)] + issue_all(ahead) + [consume]
@@ -1137,7 +1168,7 @@ class _Launch:
         self._last_stages = stages
         if why_carry is None:  # the prologue once, before the persistent tile loop
             self.hoisted = prologue
-            return seq(body), note
+            return seq(next_binds + body), note
         return seq(prologue + body), note
 
 
