@@ -43,14 +43,15 @@ def measured_class(ctx) -> bool:
     return caps is not None and caps.satisfies(MEASURED_FEATURE)[0] is True
 
 
-def _mentions(e, var) -> bool:
+def mentions(e, var) -> bool:
     found: list = []
     walk_expr(e, lambda x: found.append(1) if x is var else None)
     return bool(found)
 
 
-def _nest(s, outer: dict):
-    """(the nest's loop variables with inclusive ranges, its binds by id (values substituted), its stores)."""
+def mask_nest(s, outer: dict):
+    """(a ``T.Parallel`` nest's loop variables with inclusive ranges, its binds by id with the values of ``outer``
+    (the loop body's binds before it) substituted, its stores)."""
     ranges, binds, stores = [], dict(outer), []
 
     def visit(x):
@@ -65,7 +66,7 @@ def _nest(s, outer: dict):
     return ranges, binds, stores
 
 
-def _end(cond, k, ranges):
+def mask_end(cond, k, ranges):
     """An exclusive bound ``E`` on ``k`` (free of the nest's variables) below which ``cond`` holds for every
     element of the nest; None where ``cond`` is not a conjunction of integer comparisons, linear in ``k``, that
     hold up to some iteration."""
@@ -82,10 +83,10 @@ def _end(cond, k, ranges):
         if not isinstance(c, int) or c > 0:
             return None
         rest = simplify(binary("sub", g, binary("mul", k, c))) if c else g
-        if _mentions(rest, k):
+        if mentions(rest, k):
             return None
         low = inner.bound(rest, False)
-        if low is None or any(_mentions(low, v) for v, _, _ in ranges):
+        if low is None or any(mentions(low, v) for v, _, _ in ranges):
             return None
         if c == 0:
             if not (isinstance(const_value(low), int) and const_value(low) >= 0):
@@ -100,9 +101,9 @@ def _end(cond, k, ranges):
     return end
 
 
-def _conjuncts(c) -> list:
+def conjuncts(c) -> list:
     if isinstance(c, Logic) and c.op == "and":
-        return _conjuncts(c.a) + _conjuncts(c.b)
+        return conjuncts(c.a) + conjuncts(c.b)
     return [c]
 
 
@@ -115,11 +116,11 @@ def _unmasked(value, k, ranges, binds, ends: list):
         if not isinstance(x, Select):
             return None
         cond = substitute(x.cond, binds)
-        if not _mentions(cond, k):
+        if not mentions(cond, k):
             return None
         kept, found = [], []
-        for c in _conjuncts(cond):
-            e = _end(c, k, ranges) if _mentions(c, k) else None
+        for c in conjuncts(cond):
+            e = mask_end(c, k, ranges) if mentions(c, k) else None
             (kept if e is None else found).append(c if e is None else e)
         if not found:
             return None
@@ -147,7 +148,7 @@ def split_loop_body(loop: For):
         if isinstance(x, Bind):
             outer[id(x.var)] = substitute(x.value, outer)
         if isinstance(x, For) and x.kind == "parallel":
-            ranges, binds, _ = _nest(x, outer)
+            ranges, binds, _ = mask_nest(x, outer)
             here: list = []
             hit: list = []
 
@@ -202,4 +203,4 @@ def split_masked_iterations(func, ctx):
     return func.with_body(body, masked_split=tuple(notes))
 
 
-__all__ = ["split_masked_iterations", "split_loop_body", "OPTION"]
+__all__ = ["split_masked_iterations", "split_loop_body", "OPTION", "mask_nest", "mask_end", "conjuncts", "mentions"]

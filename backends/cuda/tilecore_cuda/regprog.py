@@ -34,14 +34,16 @@ fits (that is what this pass is for); so does a GEMM with an epilogue on the fra
 from __future__ import annotations
 
 from tilecore.ir import (Allocate, Bind, Buffer, BufferLoad, Collective, For, KernelLaunch, Region, Seq, Store, TileOp,
-                         BinOp, Call, FloatImm, Logic, Select, Var, as_expr, binary, compare, const_value, logic_and,
+                         BinOp, Call, FloatImm, Select, Var, as_expr, binary, compare, const_value, logic_and,
                          simplify, walk, walk_expr)
 from tilecore.ir.dtypes import is_float
-from tilecore.ir.bounds import Facts, nonneg_forms
 from tilecore.passes.pipeline import map_expr, map_stmt, substitute
 from tilecore.passes import tile_pass
 from tilecore.passes.core import onchip_limit
 from tilecore.passes.guard import guard_stmt, launch_facts, loop_facts
+# the masked-loop split's analysis is the core's (D55's tilecore.split_masked_iterations; D30 wrote it here first)
+from tilecore.passes.masksplit import conjuncts as _conjuncts, mask_end as _mask_end, mask_nest as _nest
+from tilecore.passes.masksplit import mentions as _mentions
 
 from . import _lean, _tmastore
 from ._fold import fold_epilogue_tiles as _fold_epilogue_tiles
@@ -822,74 +824,6 @@ def _fma_form(e, invariant) -> bool:
     sides = ((e.a, e.b), (e.b, e.a)) if e.op == "add" else ((e.a, e.b),)
     return any(invariant(b) and isinstance(a, BinOp) and a.op == "mul" and (invariant(a.a) or invariant(a.b))
                for a, b in sides)
-
-
-def _mentions(e, var) -> bool:
-    found = []
-    walk_expr(e, lambda x: found.append(x) if x is var else None)
-    return bool(found)
-
-
-def _nest(s, outer: dict):
-    """(loop variables with their inclusive ranges, binds by id, stores) of a ``T.Parallel`` nest; ``outer``:
-    the values of the loop body's own binds before it (by id), substituted too."""
-    ranges, binds, stores = [], dict(outer), []
-
-    def visit(x):
-        if isinstance(x, For):
-            ranges.append((x.var, x.start, binary("sub", binary("add", x.start, x.extent), 1)))
-        elif isinstance(x, Bind):
-            binds[id(x.var)] = substitute(x.value, binds)
-        elif isinstance(x, Store):
-            stores.append(x)
-
-    walk(s, visit)
-    return ranges, binds, stores
-
-
-def _mask_end(cond, k, ranges):
-    """An exclusive bound ``E`` (a block-level expression) such that ``cond`` holds for every value of the
-    nest's variables whenever the loop variable ``k < E``; None where ``cond`` is not a conjunction of integer
-    comparisons linear in ``k`` that hold up to some iteration (a mask that holds only from some iteration on,
-    or not on whole iterations, is kept)."""
-    forms = nonneg_forms(cond, True, exact=True)
-    if not forms:
-        return None
-    inner = Facts()
-    for v, lo, hi in ranges:
-        inner = inner.with_range(v, lo, hi)
-    ends = []
-    for g in forms:  # g >= 0, g = c k + rest
-        g = simplify(g)
-        c = const_value(simplify(binary("sub", substitute(g, {id(k): binary("add", k, 1)}), g)))
-        if not isinstance(c, int):
-            return None
-        rest = simplify(binary("sub", g, binary("mul", k, c)) if c else g)
-        if _mentions(rest, k):
-            return None
-        low = inner.bound(rest, False)  # the least rest over the nest's variables
-        if low is None or any(_mentions(low, v) for v, _, _ in ranges):
-            return None
-        if c == 0:
-            if not (isinstance(const_value(low), int) and const_value(low) >= 0):
-                return None
-            continue
-        if c > 0:
-            return None
-        # c k + rest >= c k + low >= 0 for k <= floor(low / -c): k < floor(low / -c) + 1
-        ends.append(simplify(binary("add", binary("floordiv", low, -c), 1)))
-    if not ends:
-        return None
-    end = ends[0]
-    for e in ends[1:]:
-        end = binary("min", end, e)
-    return end
-
-
-def _conjuncts(c) -> list:
-    if isinstance(c, Logic) and c.op == "and":
-        return _conjuncts(c.a) + _conjuncts(c.b)
-    return [c]
 
 
 def _mask_parts(cond, k, ranges) -> tuple:
