@@ -107,25 +107,30 @@ def conjuncts(c) -> list:
     return [c]
 
 
-def _unmasked(value, k, ranges, binds, ends: list):
+def mask_parts(cond, k, ranges) -> tuple:
+    """(the ends of the conjuncts of ``cond`` that hold up to some iteration, the other conjuncts)."""
+    ends, kept = [], []
+    for c in conjuncts(cond):
+        e = mask_end(c, k, ranges) if mentions(c, k) else None
+        (kept if e is None else ends).append(c if e is None else e)
+    return ends, kept
+
+
+def unmask(value, k, ranges, binds, ends: list | None = None):
     """``value`` with each mask's conjuncts that hold up to some iteration left out (their ends added to
-    ``ends``); ``value`` itself where there are none."""
+    ``ends`` where given; the mask replaced by its true side where none is left); ``value`` itself where there
+    are none."""
     hit: list = []
 
     def fn(x):
         if not isinstance(x, Select):
             return None
-        cond = substitute(x.cond, binds)
-        if not mentions(cond, k):
-            return None
-        kept, found = [], []
-        for c in conjuncts(cond):
-            e = mask_end(c, k, ranges) if mentions(c, k) else None
-            (kept if e is None else found).append(c if e is None else e)
+        found, kept = mask_parts(substitute(x.cond, binds), k, ranges)
         if not found:
             return None
         hit.append(x)
-        ends.extend(found)
+        if ends is not None:
+            ends.extend(found)
         if not kept:
             return x.t
         out = kept[0]
@@ -154,7 +159,7 @@ def split_loop_body(loop: For):
 
             def one(st, ranges=ranges, binds=binds, here=here, hit=hit):
                 if isinstance(st, Store):
-                    v = _unmasked(st.value, k, ranges, binds, here)
+                    v = unmask(st.value, k, ranges, binds, here)
                     if v is not st.value:
                         hit.append(st)
                         return st.with_(value=v)
@@ -203,4 +208,4 @@ def split_masked_iterations(func, ctx):
     return func.with_body(body, masked_split=tuple(notes))
 
 
-__all__ = ["split_masked_iterations", "split_loop_body", "OPTION", "mask_nest", "mask_end", "conjuncts", "mentions"]
+__all__ = ["split_masked_iterations", "split_loop_body", "OPTION", "mask_nest", "mask_end", "mask_parts", "unmask", "conjuncts", "mentions"]

@@ -34,7 +34,7 @@ fits (that is what this pass is for); so does a GEMM with an epilogue on the fra
 from __future__ import annotations
 
 from tilecore.ir import (Allocate, Bind, Buffer, BufferLoad, Collective, For, KernelLaunch, Region, Seq, Store, TileOp,
-                         BinOp, Call, FloatImm, Select, Var, as_expr, binary, compare, const_value, logic_and,
+                         BinOp, Call, FloatImm, Select, Var, as_expr, binary, compare, const_value,
                          simplify, walk, walk_expr)
 from tilecore.ir.dtypes import is_float
 from tilecore.passes.pipeline import map_expr, map_stmt, substitute
@@ -42,8 +42,8 @@ from tilecore.passes import tile_pass
 from tilecore.passes.core import onchip_limit
 from tilecore.passes.guard import guard_stmt, launch_facts, loop_facts
 # the masked-loop split's analysis is the core's (D55's tilecore.split_masked_iterations; D30 wrote it here first)
-from tilecore.passes.masksplit import conjuncts as _conjuncts, mask_end as _mask_end, mask_nest as _nest
-from tilecore.passes.masksplit import mentions as _mentions
+from tilecore.passes.masksplit import mask_nest as _nest, mask_parts as _mask_parts, mentions as _mentions
+from tilecore.passes.masksplit import unmask as _unmask
 
 from . import _lean, _tmastore
 from ._fold import fold_epilogue_tiles as _fold_epilogue_tiles
@@ -824,37 +824,6 @@ def _fma_form(e, invariant) -> bool:
     sides = ((e.a, e.b), (e.b, e.a)) if e.op == "add" else ((e.a, e.b),)
     return any(invariant(b) and isinstance(a, BinOp) and a.op == "mul" and (invariant(a.a) or invariant(a.b))
                for a, b in sides)
-
-
-def _mask_parts(cond, k, ranges) -> tuple:
-    """(the ends of the conjuncts of ``cond`` that hold up to some iteration, the other conjuncts)."""
-    ends, kept = [], []
-    for c in _conjuncts(cond):
-        e = _mask_end(c, k, ranges) if _mentions(c, k) else None
-        (kept if e is None else ends).append(e if e is not None else c)
-    return ends, kept
-
-
-def _unmask(e, k, ranges, binds):
-    """``e`` with the conjuncts of each mask ``T.if_then_else(c, t, f)`` that hold up to some iteration left out
-    (the mask replaced by ``t`` where none is left); ``e`` itself where there are none."""
-    hit = []
-
-    def fn(x):
-        if isinstance(x, Select):
-            ends, kept = _mask_parts(substitute(x.cond, binds), k, ranges)
-            if ends:
-                hit.append(x)
-                if not kept:
-                    return x.t
-                cond = kept[0]
-                for c in kept[1:]:
-                    cond = logic_and(cond, c)
-                return Select(cond, x.t, x.f)
-        return None
-
-    new = map_expr(e, fn)
-    return new if hit else e
 
 
 def _split_masked(plan, facts, ctx, name) -> None:
