@@ -43,6 +43,9 @@ def test_the_report_parses_what_ptxas_prints():
                          "ptxas info    : Used 168 registers, used 1 barriers")
     assert clean == {"stack": 0, "spill_stores": 0, "spill_loads": 0, "registers": 168}
     assert performance_notes(clean) == []
+    # a log without ptxas's lines (NVRTC on the GPU hosts, for a program it compiled before) is no report, not a clean one
+    none = ptxas_report("")
+    assert none == {"reported": False} and performance_notes(none) == []
 
 
 def _attention(bm, bn, threads):

@@ -131,7 +131,11 @@ _LOSS = re.compile(r"Potential Performance Loss: (.*)")
 def ptxas_report(log: str) -> dict:
     """What ptxas said (``--ptxas-options=-v``) that a kernel author should see: ``registers`` per thread, the
     ``stack``, ``spill_stores`` and ``spill_loads`` bytes per thread, and its ``performance_loss`` remarks (e.g.
-    wgmma serialized for want of registers). Absent numbers are left out."""
+    wgmma serialized for want of registers). Absent numbers are left out; a log without ptxas's lines at all gives
+    ``{"reported": False}``, so that "no remark" and "no report" differ: on the H100 / H200 device hosts NVRTC 13.0
+    returned its ptxas lines only for the first compile of a program in a whole run, in any process (a probe, tenth
+    session: the same kernel compiled 4 times under plain pytest, then 4 times under pytest-xdist, with tilecore's
+    own cache off: only the very first log had them; on the CPU machines every compile has them; cause not found)."""
     out: dict = {}
     if m := _SPILLS.search(log):
         out["stack"], out["spill_stores"], out["spill_loads"] = (int(x) for x in m.groups())
@@ -140,6 +144,8 @@ def ptxas_report(log: str) -> dict:
     losses = sorted({m.group(1).strip().rstrip(".") for m in _LOSS.finditer(log)})
     if losses:
         out["performance_loss"] = losses
+    if not out:
+        out["reported"] = False
     return out
 
 
