@@ -58,17 +58,45 @@ ROW_SUM_PER_THREAD_DEFAULT = False
 BESIDE_MAX_REGISTERS = 160
 
 
+#: ``exp2_range_check="late"`` (D60): 8-column groups of a row a thread's vote covers (4 elements each)
+EXP2_LATE_GROUP = 2
+
+
+#: ``tilecore.cuda.exp2_poly`` (D60): 8-column groups of each row a thread computes on the FMA pipe (0: none)
+EXP2_POLY_DEFAULT = 0
+
+
+def exp2_poly(option) -> int:
+    """``tilecore.cuda.exp2_poly`` checked: an int >= 0 (8-column groups of each row a thread holds whose
+    exponentials run as ``tc_ex2_poly``; more than the row has means all of them)."""
+    if isinstance(option, bool) or not isinstance(option, int) or option < 0:
+        raise ValueError(f"tilecore.cuda.exp2_poly: {option!r}; use an int >= 0 (8-column groups of each row a "
+                         "thread computes on the FMA pipe; 0: every exponential on MUFU.EX2)")
+    return option
+
+
+def exp2_late_group(option) -> int:
+    """``tilecore.cuda.exp2_late_group`` checked: a positive int (8-column groups a vote of ``"late"`` covers; the
+    nest's column count rounds it down to a divisor)."""
+    if isinstance(option, bool) or not isinstance(option, int) or option < 1:
+        raise ValueError(f"tilecore.cuda.exp2_late_group: {option!r}; use a positive int (8-column groups of a row "
+                         "that one warp vote of exp2_range_check='late' covers)")
+    return option
+
+
 def exp2_check_mode(option):
     """``tilecore.cuda.exp2_range_check`` checked: False (off), ``"args"`` (True: D35's test on the computed
-    arguments) or ``"rows"`` (D54: the bound from each row's smallest input, beside the row maximum)."""
+    arguments), ``"rows"`` (D54: the bound from each row's smallest input, beside the row maximum) or ``"late"``
+    (D60: ``ex2.approx.ftz`` at once, each argument kept and tested beside it, ``exp2f`` redone after the vote)."""
     if option is None or option is False:
         return False
     if option is True or option == "args":
         return "args"
-    if option == "rows":
-        return "rows"
+    if option in ("rows", "late"):
+        return option
     raise ValueError(f"tilecore.cuda.exp2_range_check: {option!r}; use False, True (or 'args': the computed arguments' "
-                     "minimum, D35) or 'rows' (each row's smallest input, D54)")
+                     "minimum, D35), 'rows' (each row's smallest input, D54) or 'late' (each argument tested beside "
+                     "its MUFU.EX2, exp2f redone after a warp vote, D60)")
 
 
 def producer_registers(option) -> int:

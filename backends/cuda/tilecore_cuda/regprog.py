@@ -936,6 +936,9 @@ def _lower_as(mode: str):
                           else {})
         plan["exp2_check"] = _lean.exp2_check_mode(ctx.option("tilecore.cuda.exp2_range_check",
                                                               _lean.EXP2_RANGE_CHECK_DEFAULT))
+        plan["exp2_poly"] = _lean.exp2_poly(ctx.option("tilecore.cuda.exp2_poly", _lean.EXP2_POLY_DEFAULT))
+        plan["exp2_late_group"] = _lean.exp2_late_group(ctx.option("tilecore.cuda.exp2_late_group",
+                                                                   _lean.EXP2_LATE_GROUP))
         plan["skip_rescale"] = bool(ctx.option("tilecore.cuda.skip_unit_rescale", _lean.SKIP_UNIT_RESCALE_DEFAULT))
         plan["tree_reduce"] = ctx.option("tilecore.cuda.tree_reduce", _lean.TREE_REDUCE_DEFAULT)
         _lean.reduce_chains(plan["tree_reduce"], 1)  # a bad value fails here, naming the option
@@ -1926,6 +1929,10 @@ class _Emit:
             src = self.exp2_source(ex[1]) if ex and p["exp2_check"] == "rows" else None
             if ex and src is not None:
                 self.exp2_row_bound(ex, src, cols, nest, at_element, iv, getattr(self, "rows_mode", None))
+            elif ex and p["exp2_check"] == "late":
+                self.exp2_late(ex, cols, nest, at_element)
+            elif not ex and p.get("exp2_poly") and _lean.exp2_store(body, p["frags"]):
+                self.exp2_poly(_lean.exp2_store(body, p["frags"]), cols, nest, at_element)
             elif ex:
                 self.exp2_checked(ex, cols, nest, at_element)
             elif rs:
@@ -2067,6 +2074,69 @@ class _Emit:
             self.block("else", lambda: nest(slow_elem))
 
         self.block("", whole)
+
+    def exp2_poly(self, ex, cols: int, nest, at_element) -> None:
+        """``F[i, j] = T.exp2(arg)`` with ``tilecore.cuda.exp2_poly = n`` (D60, FA4's split of the exponentials
+        between the units): in ``n`` of the ``cols / 8`` column groups of each row a thread holds (spread evenly),
+        ``tc_ex2_poly`` (prelude/tc_ex2_poly.cuh: range reduction and a degree-6 polynomial on the FMA pipe, at
+        most 0.93 ulp from 2^x over every argument the softmax can pass, subnormal results included: within
+        ``exp2f``'s documented 2 ulp, not its bits); the others as written (``exp2f``, one MUFU.EX2 each). The
+        group is a constant after unrolling (``tc_j``), so each element compiles to one of the two."""
+        em, st = self.em, self.st
+        dst, arg = ex
+        per = cols // 8
+        n = min(int(self.p["exp2_poly"]), per)
+
+        def elem():
+            at_element()
+            a = em.expr(st, arg)
+            self.line(f"{st.regs[id(dst)]} = ((tc_j * {n}) % {per} < {n}) ? tc_ex2_poly({a}) : exp2f({a});")
+
+        nest(elem)
+
+    def exp2_late(self, ex, cols: int, nest, at_element) -> None:
+        """``F[i, j] = T.exp2(arg)`` in the exact build with ``tilecore.cuda.exp2_range_check="late"`` (D60), in
+        groups of ``4 * EXP2_LATE_GROUP`` elements a thread: each argument is kept (``tc_x``) and ``F`` gets
+        ``ex2.approx.ftz`` of it at once, the MUFU.EX2 that ``exp2f``'s non-flushing lowering runs wherever the
+        argument is not below -126; beside it one test an element (``arg < -126``: exactly where ``exp2f`` halves
+        the argument and squares the result; NaN is not below). After the group, where any lane of the warp saw
+        such an argument, the group's ``F`` is computed again from ``tc_x`` with ``exp2f``: the same bits as
+        ``exp2f`` everywhere, and no exponential waits for a minimum (D35's ``args`` and D54's ``rows`` put one
+        before the first MUFU.EX2). Groups, not the whole nest: the kept arguments of all 64 elements cost ptxas
+        registers it spilled (48 bytes a thread at 128 x 128)."""
+        em, st = self.em, self.st
+        dst, arg = ex
+        f = em.name(st, dst)
+        per = cols // 8
+        g = max(1, min(per, int(self.p.get("exp2_late_group", _lean.EXP2_LATE_GROUP))))
+        while per % g:
+            g -= 1
+
+        def elem():
+            at_element()
+            reg = st.regs[id(dst)]
+            x = "tc_x[4 * tc_jj + 2 * tc_h + tc_e]"
+            self.line(f"{x} = {em.expr(st, arg)};")
+            self.line(f"tc_lo = tc_lo | ({x} < -126.0f);")
+            self.line(f"{reg} = tc_ex2_ftz({x});")
+
+        def group():
+            self.line(f"float tc_x[{4 * g}];")
+            self.line("bool tc_lo = false;")
+            self.line("#pragma unroll")
+            self.block(f"for (int tc_jj = 0; tc_jj < {g}; ++tc_jj)", lambda: (
+                self.line("const int tc_j = tc_g + tc_jj;"),
+                self.line("#pragma unroll"),
+                self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", lambda: (
+                    self.line("#pragma unroll"),
+                    self.block("for (int tc_e = 0; tc_e < 2; ++tc_e)", elem)))))
+            # decided for the warp (a uniform branch keeps ptxas's uniform registers, D35)
+            self.block("if (__any_sync(0xffffffffu, tc_lo))", lambda: (
+                self.line("#pragma unroll"),
+                self.line(f"for (int tc_q = 0; tc_q < {4 * g}; ++tc_q) {f}[4 * tc_g + tc_q] = exp2f(tc_x[tc_q]);")))
+
+        self.line("#pragma unroll")
+        self.block(f"for (int tc_g = 0; tc_g < {per}; tc_g += {g})", group)
 
     def exp2_checked(self, ex, cols: int, nest, at_element) -> None:
         """``F[i, j] = T.exp2(arg)`` in the exact build (``tilecore.cuda.exp2_range_check``): every argument into
