@@ -2100,8 +2100,8 @@ class _Emit:
         ``ex2.approx.ftz`` of it at once, the MUFU.EX2 that ``exp2f``'s non-flushing lowering runs wherever the
         argument is not below -126; beside it one test an element (``arg < -126``: exactly where ``exp2f`` halves
         the argument and squares the result; NaN is not below). After the group, where any lane of the warp saw
-        such an argument, the group's ``F`` is computed again from ``tc_x`` with ``exp2f``: the same bits as
-        ``exp2f`` everywhere, and no exponential waits for a minimum (D35's ``args`` and D54's ``rows`` put one
+        such an argument (other than -inf, where both give +0), the group's ``F`` is computed again from ``tc_x``
+        with ``exp2f``: the same bits as ``exp2f`` everywhere, and no exponential waits for a minimum (D35's ``args`` and D54's ``rows`` put one
         before the first MUFU.EX2). Groups, not the whole nest: the kept arguments of all 64 elements cost ptxas
         registers it spilled (48 bytes a thread at 128 x 128)."""
         em, st = self.em, self.st
@@ -2130,10 +2130,18 @@ class _Emit:
                 self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", lambda: (
                     self.line("#pragma unroll"),
                     self.block("for (int tc_e = 0; tc_e < 2; ++tc_e)", elem)))))
-            # decided for the warp (a uniform branch keeps ptxas's uniform registers, D35)
+            # decided for the warp (a uniform branch keeps ptxas's uniform registers, D35); -inf (a masked score)
+            # passes the one test, but ex2.approx.ftz gives exp2f's +0 there: tested again inside, so that the
+            # masked iterations redo only groups with a finite argument below -126
             self.block("if (__any_sync(0xffffffffu, tc_lo))", lambda: (
+                self.line("tc_lo = false;"),
                 self.line("#pragma unroll"),
-                self.line(f"for (int tc_q = 0; tc_q < {4 * g}; ++tc_q) {f}[4 * tc_g + tc_q] = exp2f(tc_x[tc_q]);")))
+                self.line(f"for (int tc_q = 0; tc_q < {4 * g}; ++tc_q) "
+                          "tc_lo = tc_lo | ((tc_x[tc_q] < -126.0f) & (tc_x[tc_q] != -INFINITY));"),
+                self.block("if (__any_sync(0xffffffffu, tc_lo))", lambda: (
+                    self.line("#pragma unroll"),
+                    self.line(f"for (int tc_q = 0; tc_q < {4 * g}; ++tc_q) "
+                              f"{f}[4 * tc_g + tc_q] = exp2f(tc_x[tc_q]);")))))
 
         self.line("#pragma unroll")
         self.block(f"for (int tc_g = 0; tc_g < {per}; tc_g += {g})", group)
