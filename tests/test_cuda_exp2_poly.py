@@ -198,7 +198,7 @@ def test_device_function_every_argument(torch_cuda):
     while b <= hi:
         n = min(step, hi - b + 1)
         prog.launch([out.data_ptr(), ref.data_ptr()], [b, n], [])
-        bits = torch.arange(b, b + n, device="cuda", dtype=torch.int64).to(torch.int32)
+        bits = (torch.arange(b, b + n, device="cuda", dtype=torch.int64) - (1 << 32)).to(torch.int32)  # b >= 2^31
         x = bits.view(torch.float32).double()
         r = torch.exp2(x)
         ulp = torch.exp2(torch.clamp(torch.floor(torch.log2(torch.clamp(r, min=2.0 ** -149))) - 23, min=-149))
