@@ -5,7 +5,7 @@ and ``tilecore.cuda.exp2_range_check="late"``: ``ex2.approx.ftz`` at once with e
 it, ``exp2f`` redone for a group of elements after a warp vote (the same bits as ``exp2f``).
 
 Without a GPU (CI): the polynomial's model (scripts/exp2_poly_proof.py, whose exhaustive run over every float32 in
-[-190, 0] measured at most 0.93 ulp) within exp2f's 2 ulp on every binade and the edges, a degree-5 fit caught; the
+[-190, 0] measured at most 0.95 ulp) within exp2f's 2 ulp on every binade and the edges, a degree-5 fit caught; the
 prelude's constants are the model's; the generated source and the SASS (MUFU.EX2 4n fewer a thread and iteration, no
 local memory; "late": no predicated multiply on the fast path); the sm_80 register program on the host emulator
 against float64 (a head scaled into the subnormal results) and, for "late", bit for bit the default. On an sm_90
@@ -50,9 +50,9 @@ def _k(shape, configs, target=HOPPER):
 
 def test_model_within_exp2f_bound():
     """Every binade of [-190, 0] (4096 values each, subnormal arguments and results included) and the edges: within
-    exp2f's documented 2 ulp (the exhaustive run: 0.93); NaN, -inf, +-0."""
+    exp2f's documented 2 ulp (the exhaustive run: 0.95); NaN, -inf, +-0."""
     worst, at, sub = proof.check(proof.sample())
-    assert worst <= 1.0, (worst, at)  # the exhaustive bound (0.93) with the sample inside it
+    assert worst <= 1.0, (worst, at)  # the exhaustive bound (0.95) with the sample inside it
     assert sub <= 1.0
     out = proof.model(np.array([np.nan, -np.inf, -1000.0, 0.0, -0.0, -1.0, -126.0, -149.0], np.float32))
     assert np.isnan(out[0]) and out[1] == 0 and out[2] == 0 and out[3] == 1 and out[4] == 1

@@ -2079,7 +2079,7 @@ class _Emit:
         """``F[i, j] = T.exp2(arg)`` with ``tilecore.cuda.exp2_poly = n`` (D60, FA4's split of the exponentials
         between the units): in ``n`` of the ``cols / 8`` column groups of each row a thread holds (spread evenly),
         ``tc_ex2_poly`` (prelude/tc_ex2_poly.cuh: range reduction and a degree-6 polynomial on the FMA pipe, at
-        most 0.93 ulp from 2^x over every argument the softmax can pass, subnormal results included: within
+        most 0.95 ulp from 2^x over every argument the softmax can pass, subnormal results included: within
         ``exp2f``'s documented 2 ulp, not its bits); the others as written (``exp2f``, one MUFU.EX2 each). The
         group is a constant after unrolling (``tc_j``), so each element compiles to one of the two."""
         em, st = self.em, self.st

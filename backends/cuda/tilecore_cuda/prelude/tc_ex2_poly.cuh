@@ -5,7 +5,7 @@
  * compiles with --fmad=false; these are written as FMAs), scaled by 2^(j + 64) (a power of two: exact) and then by
  * 2^-64, whose one rounding gives subnormal results. Arguments below -190 (and -inf) are clamped to -190 (the
  * result rounds to 0 either way); NaN stays NaN (max.NaN). Checked exhaustively on the host (scripts/exp2_poly_proof.py)
- * over every float32 in [-190, 0] and -inf: at most 0.93 ulp from 2^x (exp2f documents 2), subnormal results
+ * over every float32 in [-190, 0] and -inf: at most 0.95 ulp from 2^x (exp2f documents 2), subnormal results
  * included; the bits are not exp2f's (MUFU.EX2's are not published). For the register programs' softmax, whose
  * arguments are at most 0 (x = s c - m c with m the row maximum); valid up to x < 64. */
 __device__ __forceinline__ float tc_ex2_poly(float x) {
