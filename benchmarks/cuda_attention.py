@@ -82,6 +82,8 @@ LEAN = {"off": _LEAN_OFF, "pack": {**_LEAN_OFF, "tilecore.cuda.pack_direct": Tru
         # (tc_ex2_poly); each exp2 tested beside its MUFU.EX2, exp2f redone after a vote over g groups
         **{f"poly{n}": {"tilecore.cuda.exp2_poly": n} for n in (1, 2, 3, 4)},
         **{f"late{g}": {"tilecore.cuda.exp2_range_check": "late", "tilecore.cuda.exp2_late_group": g} for g in (2, 4, 8)},
+        **{f"late{g}poly{n}": {"tilecore.cuda.exp2_range_check": "late", "tilecore.cuda.exp2_late_group": g,
+                               "tilecore.cuda.exp2_poly": n} for g in (2, 4, 8) for n in (1, 2)},
         # D54, each against the defaults: D35's exp2 range check on the computed arguments; the bound from each
         # row's smallest score, beside the row maximum, with the branch around the rest of the softmax
         "args": {"tilecore.cuda.exp2_range_check": True}, "rows": {"tilecore.cuda.exp2_range_check": "rows"}}

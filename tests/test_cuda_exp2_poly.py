@@ -158,6 +158,11 @@ def test_host_emulator():
     _, late, k = _host({"tilecore.cuda.exp2_range_check": "late", "tilecore.cuda.exp2_late_group": 2})
     assert "tc_x[" in k.get_kernel_source()
     assert late.tobytes() == base.tobytes()
+    # both: the polynomial's groups untested, the others late's (exp2f's bits): bit for bit poly alone
+    _, both, k = _host({"tilecore.cuda.exp2_range_check": "late", "tilecore.cuda.exp2_late_group": 2,
+                        "tilecore.cuda.exp2_poly": 2})
+    assert "tc_ex2_poly(" in k.get_kernel_source() and "tc_x[" in k.get_kernel_source()
+    assert both.tobytes() == poly.tobytes()
 
 
 # -- on an sm_90 GPU ----------------------------------------------------------------------------------------
@@ -237,19 +242,21 @@ def _device_run(torch, shape, configs):
 
 @hopper_gpu
 @pytest.mark.parametrize("shape", list(DEVICE))
-@pytest.mark.parametrize("cfg", ["poly2", "late4"])
+@pytest.mark.parametrize("cfg", ["poly2", "late4", "late4poly2"])
 def test_device_attention(torch_cuda, shape, cfg):
+    """poly2 against float64 and close to the default; late4 bit for bit the default; both bit for bit poly2."""
     from tilecore_conformance.composite import attention_ref
 
-    configs = ({"tilecore.cuda.exp2_poly": 2} if cfg == "poly2" else
-               {"tilecore.cuda.exp2_range_check": "late", "tilecore.cuda.exp2_late_group": 4})
+    late = {"tilecore.cuda.exp2_range_check": "late", "tilecore.cuda.exp2_late_group": 4}
+    configs = {"poly2": {"tilecore.cuda.exp2_poly": 2}, "late4": late,
+               "late4poly2": {**late, "tilecore.cuda.exp2_poly": 2}}[cfg]
     inputs, got, k = _device_run(torch_cuda, shape, configs)
-    assert ("tc_ex2_poly(" if cfg == "poly2" else "tc_x[") in k.get_kernel_source()
-    _, base, _ = _device_run(torch_cuda, shape, {})
+    assert ("tc_ex2_poly(" if "poly" in cfg else "tc_x[") in k.get_kernel_source()
+    _, base, _ = _device_run(torch_cuda, shape, {"tilecore.cuda.exp2_poly": 2} if cfg == "late4poly2" else {})
     seq, dim, *_, causal = DEVICE[shape]
     ref = attention_ref(inputs, "float16", causal, seq=seq, dim=dim)[0]
     np.testing.assert_allclose(got, ref, atol=2e-2, rtol=2e-2)
-    if cfg == "late4":
-        assert got.tobytes() == base.tobytes()
-    else:
+    if cfg == "poly2":
         np.testing.assert_allclose(got, base, atol=2e-3, rtol=0)
+    else:
+        assert got.tobytes() == base.tobytes()

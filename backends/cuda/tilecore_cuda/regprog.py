@@ -2103,7 +2103,8 @@ class _Emit:
         such an argument (other than -inf, where both give +0), the group's ``F`` is computed again from ``tc_x``
         with ``exp2f``: the same bits as ``exp2f`` everywhere, and no exponential waits for a minimum (D35's ``args`` and D54's ``rows`` put one
         before the first MUFU.EX2). Groups, not the whole nest: the kept arguments of all 64 elements cost ptxas
-        registers it spilled (48 bytes a thread at 128 x 128)."""
+        registers it spilled (48 bytes a thread at 128 x 128). With ``tilecore.cuda.exp2_poly`` the polynomial's
+        groups (:meth:`exp2_poly`) take ``tc_ex2_poly`` and no test."""
         em, st = self.em, self.st
         dst, arg = ex
         f = em.name(st, dst)
@@ -2112,13 +2113,22 @@ class _Emit:
         while per % g:
             g -= 1
 
+        npoly = min(int(self.p.get("exp2_poly") or 0), per)  # with exp2_poly: those groups on the FMA pipe, untested
+
+        def mufu(j: str) -> str:  # the element's group is not a polynomial one (a constant after unrolling)
+            return f"((({j}) * {npoly}) % {per} >= {npoly})" if npoly else "true"
+
         def elem():
             at_element()
             reg = st.regs[id(dst)]
             x = "tc_x[4 * tc_jj + 2 * tc_h + tc_e]"
             self.line(f"{x} = {em.expr(st, arg)};")
-            self.line(f"tc_lo = tc_lo | ({x} < -126.0f);")
-            self.line(f"{reg} = tc_ex2_ftz({x});")
+            if npoly:
+                self.line(f"tc_lo = tc_lo | ({mufu('tc_j')} && {x} < -126.0f);")
+                self.line(f"{reg} = {mufu('tc_j')} ? tc_ex2_ftz({x}) : tc_ex2_poly({x});")
+            else:
+                self.line(f"tc_lo = tc_lo | ({x} < -126.0f);")
+                self.line(f"{reg} = tc_ex2_ftz({x});")
 
         def group():
             self.line(f"float tc_x[{4 * g}];")
@@ -2137,11 +2147,13 @@ class _Emit:
                 self.line("tc_lo = false;"),
                 self.line("#pragma unroll"),
                 self.line(f"for (int tc_q = 0; tc_q < {4 * g}; ++tc_q) "
-                          "tc_lo = tc_lo | ((tc_x[tc_q] < -126.0f) & (tc_x[tc_q] != -INFINITY));"),
+                          "tc_lo = tc_lo | ((tc_x[tc_q] < -126.0f) & (tc_x[tc_q] != -INFINITY)"
+                          + (f" & {mufu('tc_g + tc_q / 4')}" if npoly else "") + ");"),
                 self.block("if (__any_sync(0xffffffffu, tc_lo))", lambda: (
                     self.line("#pragma unroll"),
                     self.line(f"for (int tc_q = 0; tc_q < {4 * g}; ++tc_q) "
-                              f"{f}[4 * tc_g + tc_q] = exp2f(tc_x[tc_q]);")))))
+                              + (f"if {mufu('tc_g + tc_q / 4')} " if npoly else "")
+                              + f"{f}[4 * tc_g + tc_q] = exp2f(tc_x[tc_q]);")))))
 
         self.line("#pragma unroll")
         self.block(f"for (int tc_g = 0; tc_g < {per}; tc_g += {g})", group)
