@@ -258,9 +258,10 @@ step causalx2 bash -c 'rc=0; D=default/default; B="python3 benchmarks/cuda_atten
 # instructions an iteration against 732) no faster than the exact default, and both 10% behind fast math. What is
 # left of --use_fast_math: --prec-div=false (the epilogue's 64 IEEE divisions a thread, O / l) and the flag itself;
 # each added to the exact build (diagnostic rows, not the exact contract), the exact default and fast math between
-# them, causal and not, 128 x 128 (about 2.5 minutes)
+# them, causal and not, 128 x 128; first the SASS this machine's NVRTC makes of each (the flags took effect there)
+# (about 3 minutes)
 step causalx3 bash -c 'rc=0; B="python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --blocks 128x128x256x2 --causal both";
-     timeout -k 5 40 $B || rc=$?;
+     timeout -k 5 60 python3 scripts/exp2_flags_sass.py || rc=$?; timeout -k 5 40 $B || rc=$?;
      for fl in "[\"--prec-div=false\"]" "[\"--ftz=true\",\"--fmad=true\",\"--prec-div=false\",\"--prec-sqrt=false\"]" "[\"--use_fast_math\"]"; do
        timeout -k 5 40 $B --pass-config "tilecore.extra_flags=$fl" || rc=$?; done;
      timeout -k 5 40 $B --no-exact --fast-math || rc=$?; timeout -k 5 40 $B || rc=$?; exit $rc'
