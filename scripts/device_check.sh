@@ -42,7 +42,7 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_tma_store.py tests/test_cuda_mcast.py tests/test_general_gemm.py tests/test_persistent.py \
      tests/test_cuda_swizzle64.py tests/test_vectorize_copies.py tests/test_cuda_clusters_at_once.py \
      tests/test_cuda_streamk.py tests/test_cuda_general_attention.py tests/test_block_order.py tests/test_cuda_exp2_rows.py \
-     tests/test_cuda_exp2_poly.py
+     tests/test_cuda_exp2_poly.py tests/test_cuda_row_division.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -258,10 +258,14 @@ step causalx2 bash -c 'rc=0; D=default/default; B="python3 benchmarks/cuda_atten
 # instructions an iteration against 732) no faster than the exact default, and both 10% behind fast math. What is
 # left of --use_fast_math: --prec-div=false (the epilogue's 64 IEEE divisions a thread, O / l) and the flag itself;
 # each added to the exact build (diagnostic rows, not the exact contract), the exact default and fast math between
-# them, causal and not, 128 x 128; first the SASS this machine's NVRTC makes of each (the flags took effect there)
-# (about 3 minutes)
+# them, causal and not, 128 x 128; first the SASS this machine's NVRTC makes of each (the flags took effect there);
+# and tilecore.cuda.row_division (O / l with div.rn's fast path, its reciprocal once a row: exact), its device tests
+# (bit for bit a / b over every dividend of the safe range for 12 divisors; the kernels bit for bit the default)
+# and its rows beside the default's (about 4 minutes)
 step causalx3 bash -c 'rc=0; B="python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --blocks 128x128x256x2 --causal both";
-     timeout -k 5 60 python3 scripts/exp2_flags_sass.py || rc=$?; timeout -k 5 40 $B || rc=$?;
+     timeout -k 5 60 python3 scripts/exp2_flags_sass.py || rc=$?;
+     timeout -k 5 90 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_cuda_row_division.py -k device -rs || rc=$?;
+     timeout -k 5 50 $B --lean default,div,default || rc=$?;
      for fl in "[\"--prec-div=false\"]" "[\"--ftz=true\",\"--fmad=true\",\"--prec-div=false\",\"--prec-sqrt=false\"]" "[\"--use_fast_math\"]"; do
        timeout -k 5 40 $B --pass-config "tilecore.extra_flags=$fl" || rc=$?; done;
      timeout -k 5 40 $B --no-exact --fast-math || rc=$?; timeout -k 5 40 $B || rc=$?; exit $rc'

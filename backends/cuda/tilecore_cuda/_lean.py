@@ -214,6 +214,25 @@ def exp2_store(s, frags):
     return None
 
 
+def row_division(s, frags):
+    """``(dst, row)`` where the nest body ``s`` is the single store ``dst[i, j] = dst[i, j] / row[i]``, ``dst`` a 2-D
+    float32 fragment and ``row`` a 1-D float32 fragment (FlashAttention's ``O / l``); else None."""
+    while isinstance(s, Seq) and len(s.body) == 1:
+        s = s.body[0]
+    if not (isinstance(s, Store) and frags.get(s.buffer) == 2 and str(s.buffer.dtype) == "float32"):
+        return None
+    v = s.value
+    if isinstance(v, BinOp) and v.op == "div" and str(v.dtype) == "float32" and isinstance(v.a, BufferLoad) \
+            and v.a.buffer is s.buffer and isinstance(v.b, BufferLoad) and frags.get(v.b.buffer) == 1 \
+            and str(v.b.buffer.dtype) == "float32":
+        return s.buffer, v.b.buffer
+    return None
+
+
+#: ``tilecore.cuda.row_division`` (D60): off until measured
+ROW_DIVISION_DEFAULT = False
+
+
 def unit_rescale(s, frags):
     """``(dst, row)`` where the nest body ``s`` is the single store ``dst[i, j] = dst[i, j] * row[i]`` (or
     ``row[i] * dst[i, j]``), ``dst`` a 2-D float32 fragment and ``row`` a 1-D float32 fragment; else None."""

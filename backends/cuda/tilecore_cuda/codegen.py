@@ -272,6 +272,8 @@ class CUDAEmitter(SIMTCppEmitter):
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_named_barrier.cuh").read_text()
         if "tc_ex2_ftz(" in "\n".join(st.lines):  # exp2 past its range check in a register program (D35)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_ex2.cuh").read_text()
+        if "tc_div_fast(" in "\n".join(st.lines):  # O / l with div.rn's fast path once a row (D60)
+            helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_div_row.cuh").read_text()
         if "tc_ex2_poly(" in "\n".join(st.lines):  # exp2 on the FMA pipe in a register program (D60)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_ex2_poly.cuh").read_text()
         if collect(func.body, MatrixStore):  # four 8x8 matrices a warp into shared memory (D51)

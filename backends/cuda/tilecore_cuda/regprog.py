@@ -937,6 +937,7 @@ def _lower_as(mode: str):
         plan["exp2_check"] = _lean.exp2_check_mode(ctx.option("tilecore.cuda.exp2_range_check",
                                                               _lean.EXP2_RANGE_CHECK_DEFAULT))
         plan["exp2_poly"] = _lean.exp2_poly(ctx.option("tilecore.cuda.exp2_poly", _lean.EXP2_POLY_DEFAULT))
+        plan["row_division"] = bool(ctx.option("tilecore.cuda.row_division", _lean.ROW_DIVISION_DEFAULT))
         plan["exp2_late_group"] = _lean.exp2_late_group(ctx.option("tilecore.cuda.exp2_late_group",
                                                                    _lean.EXP2_LATE_GROUP))
         plan["skip_rescale"] = bool(ctx.option("tilecore.cuda.skip_unit_rescale", _lean.SKIP_UNIT_RESCALE_DEFAULT))
@@ -1926,6 +1927,7 @@ class _Emit:
             fast = getattr(st, "fast", False)
             ex = _lean.exp2_store(body, p["frags"]) if p.get("exp2_check") and not fast else None
             rs = _lean.unit_rescale(body, p["frags"]) if p.get("skip_rescale") else None
+            dv = _lean.row_division(body, p["frags"]) if p.get("row_division") and not fast else None
             src = self.exp2_source(ex[1]) if ex and p["exp2_check"] == "rows" else None
             if ex and src is not None:
                 self.exp2_row_bound(ex, src, cols, nest, at_element, iv, getattr(self, "rows_mode", None))
@@ -1935,6 +1937,8 @@ class _Emit:
                 self.exp2_poly(_lean.exp2_store(body, p["frags"]), cols, nest, at_element)
             elif ex:
                 self.exp2_checked(ex, cols, nest, at_element)
+            elif dv:
+                self.row_divide(dv, cols, nest, at_element)
             elif rs:
                 r = em.name(st, rs[1])
                 # x * 1 = x; decided for the warp (a uniform branch keeps ptxas's uniform registers)
@@ -2093,6 +2097,37 @@ class _Emit:
             self.line(f"{st.regs[id(dst)]} = ((tc_j * {n}) % {per} < {n}) ? tc_ex2_poly({a}) : exp2f({a});")
 
         nest(elem)
+
+    def row_divide(self, dv, cols: int, nest, at_element) -> None:
+        """``F[i, j] = F[i, j] / r[i]`` in the exact build with ``tilecore.cuda.row_division`` (D60): ``div.rn.f32``'s
+        own fast path (``prelude/tc_div_row.cuh``: the reciprocal's MUFU.RCP and Newton step once a row, then three
+        FFMA an element) where every element of the warp's rows and the row values lie in [2^-40, 2^40] in
+        magnitude, a range in which that path's checks (FCHK) pass and its result is the correctly rounded quotient;
+        else the division as written. ptxas emits each ``/`` as its own region (MUFU.RCP, FCHK, a branch to the
+        slow path's CALL): 64 serialized divisions a thread, against 2 reciprocals and 64 independent FFMA chains."""
+        em, st = self.em, self.st
+        dst, row = dv
+        f, r = em.name(st, dst), em.name(st, row)
+        n = cols // 2
+
+        def whole():
+            self.line("float tc_dr[2];")
+            self.line("bool tc_dk = true;")
+            self.line("#pragma unroll")
+            self.line(f"for (int tc_h = 0; tc_h < 2; ++tc_h) {{ tc_dr[tc_h] = tc_div_rcp({r}[tc_h]); "
+                      f"tc_dk = tc_dk & tc_div_safe({r}[tc_h]); }}")
+            self.line("#pragma unroll")
+            self.line(f"for (int tc_q = 0; tc_q < {n}; ++tc_q) tc_dk = tc_dk & tc_div_safe({f}[tc_q]);")
+            # decided for the warp (a uniform branch, D35); the element's row: (tc_q / 2) % 2 (4 tc_j + 2 tc_h + tc_e)
+            self.block("if (__all_sync(0xffffffffu, tc_dk))", lambda: (
+                self.line("#pragma unroll"),
+                self.line(f"for (int tc_q = 0; tc_q < {n}; ++tc_q) {f}[tc_q] = "
+                          f"tc_div_fast({f}[tc_q], {r}[(tc_q / 2) % 2], tc_dr[(tc_q / 2) % 2]);")))
+            self.block("else", lambda: (
+                self.line("#pragma unroll"),
+                self.line(f"for (int tc_q = 0; tc_q < {n}; ++tc_q) {f}[tc_q] = ({f}[tc_q] / {r}[(tc_q / 2) % 2]);")))
+
+        self.block("", whole)
 
     def exp2_late(self, ex, cols: int, nest, at_element) -> None:
         """``F[i, j] = T.exp2(arg)`` in the exact build with ``tilecore.cuda.exp2_range_check="late"`` (D60), in
