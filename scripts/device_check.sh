@@ -269,6 +269,20 @@ step causalx3 bash -c 'rc=0; B="python3 benchmarks/cuda_attention.py --rep 5 --i
      for fl in "[\"--prec-div=false\"]" "[\"--ftz=true\",\"--fmad=true\",\"--prec-div=false\",\"--prec-sqrt=false\"]" "[\"--use_fast_math\"]"; do
        timeout -k 5 40 $B --pass-config "tilecore.extra_flags=$fl" || rc=$?; done;
      timeout -k 5 40 $B --no-exact --fast-math || rc=$?; timeout -k 5 40 $B || rc=$?; exit $rc'
+# D60 round 4: tilecore.cuda.row_division on by default (O / l as div.rn's own fast path, its reciprocal once a row:
+# the same bits): its device tests, the SASS under each flag set on that machine's NVRTC, the default against the
+# option off ("nodiv", before) interleaved, exact causal and not at 128 x 128 and non-causal at 128 x 176 (the exact
+# build's default blocks), the exact build's best-block rows as the table reports them, then --fmad=true alone and with
+# --ftz=true (diagnostic: how much of the gap to fast math is the softmax stream) and fast math (about 4 minutes)
+step causalx4 bash -c 'rc=0; B="python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10";
+     timeout -k 5 60 python3 scripts/exp2_flags_sass.py || rc=$?;
+     timeout -k 5 90 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_cuda_row_division.py -k device -rs || rc=$?;
+     timeout -k 5 60 $B --causal both --blocks 128x128x256x2 --lean nodiv,default,nodiv,default || rc=$?;
+     timeout -k 5 40 $B --causal no --blocks 128x176x256x2 --lean nodiv,default,nodiv,default || rc=$?;
+     timeout -k 5 40 $B --causal both || rc=$?;
+     for fl in "[\"--fmad=true\"]" "[\"--ftz=true\",\"--fmad=true\"]"; do
+       timeout -k 5 30 $B --causal both --blocks 128x128x256x2 --pass-config "tilecore.extra_flags=$fl" || rc=$?; done;
+     timeout -k 5 30 $B --causal both --blocks 128x128x256x2 --no-exact --fast-math || rc=$?; exit $rc'
 # D54's default (heaviest first on): the default build against the grid order in one process, exact causal at batch 1
 # (round 2 measured the option at +10.5% here), under a minute
 step causal3 timeout -k 5 55 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 20 --batch 1 --heads 32 --seq 4096 \

@@ -20,7 +20,8 @@ import tilecore_cuda  # noqa: E402
 import sass_paths  # noqa: E402
 from test_cuda_hopper import HOPPER, _attention  # noqa: E402
 
-ROWS = {"exact": {}, "+ftz": {"tilecore.extra_flags": ["--ftz=true"]},
+ROWS = {"exact": {}, "exact, row_division off": {"tilecore.cuda.row_division": False}, "+ftz": {"tilecore.extra_flags": ["--ftz=true"]},
+        "+fmad": {"tilecore.extra_flags": ["--fmad=true"]},
         "+ftz+fmad": {"tilecore.extra_flags": ["--ftz=true", "--fmad=true"]},
         "+prec-div=false": {"tilecore.extra_flags": ["--prec-div=false"]},
         "+all four": {"tilecore.extra_flags": ["--ftz=true", "--fmad=true", "--prec-div=false", "--prec-sqrt=false"]},

@@ -1,10 +1,10 @@
-"""The exact build's O / l (docs/decisions.md D60, ``tilecore.cuda.row_division``, off by default): ptxas emits each
+"""The exact build's O / l (docs/decisions.md D60, ``tilecore.cuda.row_division``, on by default): ptxas emits each
 IEEE ``/`` as its own region (MUFU.RCP, FCHK, a branch to the slow path's CALL), 64 of them a thread in
 FlashAttention's epilogue, one after another. With the option, ``F[i, j] = F[i, j] / r[i]`` runs div.rn.f32's fast path
 itself (``prelude/tc_div_row.cuh``: the reciprocal and its Newton step once a row, three FFMA an element) where every
 operand of the warp lies in [2^-40, 2^40] in magnitude, the division as written otherwise: the same bits.
 
-Without a GPU: the source (both sides, the default unchanged, the option ignored under fast math), the SASS (no
+Without a GPU: the source (both sides, the default's, the option off, ignored under fast math), the SASS (no
 CALL and two MUFU.RCP on the fast side: the epilogue's divisions no longer serialized), the sm_80 register program on
 the host emulator bit for bit the default. On an sm_90 GPU: ``tc_div_fast`` bit for bit ``a / b`` for every float32
 ``a`` of the safe range and 12 divisors (edges of the mantissa and random), and the attention kernels bit for bit the
@@ -45,8 +45,9 @@ def test_source():
     assert "tc_dr[tc_h] = tc_div_rcp(logsum[tc_h]);" in src and "if (__all_sync(0xffffffffu, tc_dk))" in src
     assert "acc_o[tc_q] = tc_div_fast(acc_o[tc_q], logsum[(tc_q / 2) % 2], tc_dr[(tc_q / 2) % 2]);" in src
     assert "acc_o[tc_q] = (acc_o[tc_q] / logsum[(tc_q / 2) % 2]);" in src  # the other side
-    default = _k(BENCH, {}).get_kernel_source()
-    assert "tc_div" not in default and "/ logsum[tc_h]" in default
+    assert _k(BENCH, {}).get_kernel_source() == src  # on by default since round 3 (D60)
+    off = _k(BENCH, {"tilecore.cuda.row_division": False}).get_kernel_source()
+    assert "tc_div" not in off and "/ logsum[tc_h]" in off
     fast = _k(BENCH, {**DIV, "tilecore.fast_math": True}).get_kernel_source()
     assert "tc_div" not in fast
 
@@ -58,7 +59,7 @@ def test_sass_fast_side():
     def sass(cfg):
         return sass_paths.parse(tilecore_cuda.CUDABackend().disassemble(_k(BENCH, cfg).binary, HOPPER))
 
-    base = sass({})
+    base = sass({"tilecore.cuda.row_division": False})
     assert sum("MUFU.RCP" in t for _, t in base) >= 64 and sum(t.startswith("CALL") for _, t in base) == 64
     ins = sass(DIV)
     pos = {a: k for k, (a, _) in enumerate(ins)}
@@ -86,9 +87,9 @@ def test_host_bit_identical():
     q, kk, v = (rng.standard_normal((2, seq, dim)).astype(np.float16) for _ in range(3))
     v[1, :5] = 0  # a head with zero outputs: the warp's check fails there, the division as written
     outs = []
-    for cfg in (DIV, {}):
+    for cfg in (DIV, {"tilecore.cuda.row_division": False}):
         k = _k((seq, dim, 64, 64, 128, True, 2, None), cfg, target="cuda:sm_80")
-        assert ("tc_div_fast(" in k.get_kernel_source()) == bool(cfg)
+        assert ("tc_div_fast(" in k.get_kernel_source()) == (cfg is DIV)
         outs.append(run_on_host(k, [q, kk, v, np.full(q.shape, np.nan, np.float16)])[3])
     assert outs[0].tobytes() == outs[1].tobytes()
 
@@ -148,7 +149,7 @@ def test_device_bit_identical(torch_cuda, shape):
     q, kk, v = (rng.standard_normal((2, seq, dim)).astype(np.float32) for _ in range(3))
     v[1, :3] *= 1e-30  # head 1: outputs below 2^-40 (the division as written)
     outs = []
-    for cfg in (DIV, {}):
+    for cfg in (DIV, {"tilecore.cuda.row_division": False}):
         k = tilecore.compile(_attention(seq, dim, bm, bn, threads, causal), target="cuda", pass_configs=cfg)
         qt, kt, vt = (torch.from_numpy(x).half().cuda() for x in (q, kk, v))
         o = torch.full_like(qt, float("nan"))

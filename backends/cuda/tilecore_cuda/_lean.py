@@ -229,8 +229,8 @@ def row_division(s, frags):
     return None
 
 
-#: ``tilecore.cuda.row_division`` (D60): off until measured
-ROW_DIVISION_DEFAULT = False
+#: ``tilecore.cuda.row_division`` (D60): on since round 3 measured it (+4.4% causal, +2.3% non-causal, the same bits)
+ROW_DIVISION_DEFAULT = True
 
 
 def unit_rescale(s, frags):
