@@ -277,7 +277,7 @@ step causalx3 bash -c 'rc=0; B="python3 benchmarks/cuda_attention.py --rep 5 --i
 step causalx4 bash -c 'rc=0; B="python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10";
      timeout -k 5 60 python3 scripts/exp2_flags_sass.py || rc=$?;
      timeout -k 5 90 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_cuda_row_division.py -k device -rs || rc=$?;
-     timeout -k 5 60 $B --causal both --blocks 128x128x256x2 --lean nodiv,default,nodiv,default || rc=$?;
+     timeout -k 5 80 $B --causal both --blocks 128x128x256x2 --lean nodiv,default,nodiv,default,rows,late8 || rc=$?;
      timeout -k 5 40 $B --causal no --blocks 128x176x256x2 --lean nodiv,default,nodiv,default || rc=$?;
      timeout -k 5 40 $B --causal both || rc=$?;
      for fl in "[\"--fmad=true\"]" "[\"--ftz=true\",\"--fmad=true\"]"; do
