@@ -22,6 +22,10 @@ math), ``d39`` = beside + tree + rowsum). A block whose key width does not divid
 4096) runs its last K/V block ragged: TMA zero-fills the rows past the sequence and the kernel's
 ``k * bn + j < seq`` mask gives their scores -inf, in the last iteration only (D30's split).
 D54: ``--lean args`` / ``rows`` = ``tilecore.cuda.exp2_range_check`` True / ``"rows"`` (the defaults otherwise).
+D60: ``--lean polyN`` = ``tilecore.cuda.exp2_poly`` N (N 8-column groups of each row a thread holds with exp2 on
+the FMA pipe), ``lateG`` = ``exp2_range_check="late"`` with ``exp2_late_group`` G, ``div`` =
+``tilecore.cuda.row_division`` (the epilogue's O / l with div.rn's fast path, its reciprocal once a row; the default
+since D60's round 3), ``nodiv`` the option off (before).
 D45: ``--lean late`` = ``tilecore.cuda.rescale_under_qk`` (O's rescale after the next S = Q K^T is issued);
 ``--epilogue`` ``direct`` (each thread stores its fragment), ``tma`` (``tilecore.cuda.attention_tma_store``: O
 through shared memory and TMA stores, FA3's epilogue), ``persist`` / ``persist+tma``
@@ -76,6 +80,14 @@ LEAN = {"off": _LEAN_OFF, "pack": {**_LEAN_OFF, "tilecore.cuda.pack_direct": Tru
                 "tilecore.cuda.row_sum_per_thread": True},
         # D45: O's rescale after the next S = Q K^T is issued (FA3's order)
         "late": {"tilecore.cuda.rescale_under_qk": True},
+        # D60, each against the defaults: n 8-column groups of each row a thread holds with exp2 on the FMA pipe
+        # (tc_ex2_poly); each exp2 tested beside its MUFU.EX2, exp2f redone after a vote over g groups
+        **{f"poly{n}": {"tilecore.cuda.exp2_poly": n} for n in (1, 2, 3, 4)},
+        **{f"late{g}": {"tilecore.cuda.exp2_range_check": "late", "tilecore.cuda.exp2_late_group": g} for g in (2, 4, 8)},
+        "div": {"tilecore.cuda.row_division": True},  # D60: O / l with div.rn's fast path once a row (the default)
+        "nodiv": {"tilecore.cuda.row_division": False},  # D60: O / l as 64 IEEE divisions a thread (before)
+        **{f"late{g}poly{n}": {"tilecore.cuda.exp2_range_check": "late", "tilecore.cuda.exp2_late_group": g,
+                               "tilecore.cuda.exp2_poly": n} for g in (2, 4, 8) for n in (1, 2)},
         # D54, each against the defaults: D35's exp2 range check on the computed arguments; the bound from each
         # row's smallest score, beside the row maximum, with the branch around the rest of the softmax
         "args": {"tilecore.cuda.exp2_range_check": True}, "rows": {"tilecore.cuda.exp2_range_check": "rows"}}

@@ -41,7 +41,8 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_attention_critical_path.py tests/test_cuda_attention_epilogue.py tests/test_cuda_attention_persistent.py \
      tests/test_cuda_tma_store.py tests/test_cuda_mcast.py tests/test_general_gemm.py tests/test_persistent.py \
      tests/test_cuda_swizzle64.py tests/test_vectorize_copies.py tests/test_cuda_clusters_at_once.py \
-     tests/test_cuda_streamk.py tests/test_cuda_general_attention.py tests/test_block_order.py tests/test_cuda_exp2_rows.py
+     tests/test_cuda_streamk.py tests/test_cuda_general_attention.py tests/test_block_order.py tests/test_cuda_exp2_rows.py \
+     tests/test_cuda_exp2_poly.py tests/test_cuda_row_division.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -224,6 +225,64 @@ step causal2 bash -c 'rc=0; timeout -k 5 100 python3 -m pytest -q -n 8 -p no:cac
      for shape in "--batch 1 --heads 32 --seq 4096" "--batch 1 --heads 16 --seq 8192"; do
        timeout -k 5 60 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 20 --causal yes $shape \
          --order grid,auto,reverse --blocks 128x128x256x2 || rc=$?; done; exit $rc'
+# the exact build's exponentials (decision D60): the device tests (tc_ex2_poly over every float32 in [-190, 0]
+# against float64, printing how often its bits differ from exp2f's; the attention kernels with exp2_poly=2 against
+# float64, exp2_range_check="late" bit for bit the default, both bit for bit poly), then exact causal 128 x 128: n
+# of 16 column groups on the FMA pipe (poly1-2), the late check (late4, late8: its exp2s run beside P @ V), both
+# (late4poly1), late4 with ping-pong off ("overlap"), the default first and last (the noise); exact non-causal
+# 128 x 128 (late) and 128 x 176 (poly); fast math causal with poly2; cuDNN in each process (about 3.5 minutes)
+step causalx bash -c 'rc=0; D=default/default; timeout -k 5 60 python3 -m pytest -q -s -p no:cacheprovider tests/test_cuda_exp2_poly.py -k function -rs || rc=$?;
+     timeout -k 5 90 python3 -m pytest -q -n 6 -p no:cacheprovider tests/test_cuda_exp2_poly.py -k device_attention -rs || rc=$?;
+     timeout -k 5 130 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal yes --blocks 128x128x256x2 \
+       --combos $D/default,$D/poly1,$D/poly2,$D/late4,$D/late8,$D/late4poly1,overlap/default/late4,$D/default || rc=$?;
+     timeout -k 5 50 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal no --lean default,late4,late8 \
+       --blocks 128x128x256x2 || rc=$?;
+     timeout -k 5 50 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal no --lean default,poly1,poly2 \
+       --blocks 128x176x256x2 || rc=$?;
+     timeout -k 5 40 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal yes --no-exact --fast-math \
+       --lean default,poly2 --blocks 128x128x256x2 || rc=$?; exit $rc'
+# D60 round 2, what the exact build's gap to fast math is made of (diagnostic rows: the NVRTC flags fast math implies,
+# added one at a time to the exact build; --ftz=true drops exp2f's subnormal path, --fmad=true contracts s c - m c;
+# neither keeps the exact build's contract), exact 128 x 128 causal and not, ping-pong on (the exact default) and
+# off; then the exact defaults against rows / poly1 / late8 again (the noise), fast math with ping-pong off (its
+# default) and on, and exact causal at 128 x 160 and 128 x 144 (no spills; ptxas's planned cycles a key column 8.1 and
+# 8.3 against 8.4 at 128 x 128); cuDNN in each process (about 3.5 minutes)
+step causalx2 bash -c 'rc=0; D=default/default; B="python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --blocks 128x128x256x2";
+     for fl in "[\"--ftz=true\"]" "[\"--fmad=true\"]" "[\"--ftz=true\",\"--fmad=true\"]"; do
+       timeout -k 5 50 $B --causal both --combos $D/default,overlap/default/default --pass-config "tilecore.extra_flags=$fl" || rc=$?; done;
+     timeout -k 5 60 $B --causal both --combos $D/default,$D/rows,$D/poly1,$D/late8,$D/default || rc=$?;
+     timeout -k 5 40 $B --causal both --no-exact --fast-math --combos $D/default,both/default/default || rc=$?;
+     timeout -k 5 40 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal yes \
+       --blocks 128x160x256x2,128x144x256x2 || rc=$?; exit $rc'
+# D60 round 3: round 2 found the exact build with --ftz=true and --fmad=true (fast math's softmax stream, 467 SASS
+# instructions an iteration against 732) no faster than the exact default, and both 10% behind fast math. What is
+# left of --use_fast_math: --prec-div=false (the epilogue's 64 IEEE divisions a thread, O / l) and the flag itself;
+# each added to the exact build (diagnostic rows, not the exact contract), the exact default and fast math between
+# them, causal and not, 128 x 128; first the SASS this machine's NVRTC makes of each (the flags took effect there);
+# and tilecore.cuda.row_division (O / l with div.rn's fast path, its reciprocal once a row: exact), its device tests
+# (bit for bit a / b over every dividend of the safe range for 12 divisors; the kernels bit for bit the default)
+# and its rows beside the default's (about 4 minutes)
+step causalx3 bash -c 'rc=0; B="python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --blocks 128x128x256x2 --causal both";
+     timeout -k 5 60 python3 scripts/exp2_flags_sass.py || rc=$?;
+     timeout -k 5 90 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_cuda_row_division.py -k device -rs || rc=$?;
+     timeout -k 5 50 $B --lean default,div,default || rc=$?;
+     for fl in "[\"--prec-div=false\"]" "[\"--ftz=true\",\"--fmad=true\",\"--prec-div=false\",\"--prec-sqrt=false\"]" "[\"--use_fast_math\"]"; do
+       timeout -k 5 40 $B --pass-config "tilecore.extra_flags=$fl" || rc=$?; done;
+     timeout -k 5 40 $B --no-exact --fast-math || rc=$?; timeout -k 5 40 $B || rc=$?; exit $rc'
+# D60 round 4: tilecore.cuda.row_division on by default (O / l as div.rn's own fast path, its reciprocal once a row:
+# the same bits): its device tests, the SASS under each flag set on that machine's NVRTC, the default against the
+# option off ("nodiv", before) interleaved, exact causal and not at 128 x 128 and non-causal at 128 x 176 (the exact
+# build's default blocks), the exact build's best-block rows as the table reports them, then --fmad=true alone and with
+# --ftz=true (diagnostic: how much of the gap to fast math is the softmax stream) and fast math (about 4 minutes)
+step causalx4 bash -c 'rc=0; B="python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10";
+     timeout -k 5 60 python3 scripts/exp2_flags_sass.py || rc=$?;
+     timeout -k 5 90 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_cuda_row_division.py -k device -rs || rc=$?;
+     timeout -k 5 80 $B --causal both --blocks 128x128x256x2 --lean nodiv,default,nodiv,default,rows,late8 || rc=$?;
+     timeout -k 5 40 $B --causal no --blocks 128x176x256x2 --lean nodiv,default,nodiv,default || rc=$?;
+     timeout -k 5 40 $B --causal both || rc=$?;
+     for fl in "[\"--fmad=true\"]" "[\"--ftz=true\",\"--fmad=true\"]"; do
+       timeout -k 5 30 $B --causal both --blocks 128x128x256x2 --pass-config "tilecore.extra_flags=$fl" || rc=$?; done;
+     timeout -k 5 30 $B --causal both --blocks 128x128x256x2 --no-exact --fast-math || rc=$?; exit $rc'
 # D54's default (heaviest first on): the default build against the grid order in one process, exact causal at batch 1
 # (round 2 measured the option at +10.5% here), under a minute
 step causal3 timeout -k 5 55 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 20 --batch 1 --heads 32 --seq 4096 \

@@ -269,6 +269,20 @@ inline void tc_ldsm_x4_raw(unsigned* r, unsigned a) { tc_ldsm(r, tc_smem_ptr(a),
 inline void tc_ldsm_x4_t_raw(unsigned* r, unsigned a) { tc_ldsm(r, tc_smem_ptr(a), 4, true); }
 inline unsigned tc_pack_h2(float a, float b) { return (unsigned)__float2half_rn(a).bits | ((unsigned)__float2half_rn(b).bits << 16); }
 inline float tc_ex2_ftz(float x) { return exp2f(x); }  /* the caller checked x >= -126: exp2f's own path there */
+inline float tc_div_rcp(float b) { return 1.0f / b; }  /* prelude/tc_div_row.cuh: div.rn's fast path, whose result */
+inline bool tc_div_safe(float x) { const float a = std::fabs(x); return a >= 0x1p-40f && a <= 0x1p40f; }
+inline float tc_div_fast(float a, float b, float) { return a / b; }  /* in the safe range is the IEEE quotient */
+inline float tc_ex2_poly(float x) {  /* prelude/tc_ex2_poly.cuh, the same operations */
+  const float xc = x != x ? x : std::fmax(x, -190.0f);
+  volatile float magic = 12582912.0f;
+  const float t = xc + magic, j = t - magic, f = xc - j;
+  float p = 0x1.41fd68p-13f;
+  p = std::fma(p, f, 0x1.5f3e78p-10f); p = std::fma(p, f, 0x1.3b2d4ap-7f); p = std::fma(p, f, 0x1.c6aee8p-5f);
+  p = std::fma(p, f, 0x1.ebfbdcp-3f); p = std::fma(p, f, 0x1.62e430p-1f); p = std::fma(p, f, 1.0f);
+  int tb; std::memcpy(&tb, &t, 4); const int sb = (int)((unsigned)tb << 23) + (191 << 23);
+  float s; std::memcpy(&s, &sb, 4);
+  return (p * s) * 0x1p-64f;
+}
 inline unsigned tc_pack_bf2(float a, float b) { return (unsigned)__float2bfloat16_rn(a).bits | ((unsigned)__float2bfloat16_rn(b).bits << 16); }
 inline float tc_shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 template <int N> inline void tc_reg_fence(float (&)[N]) {}

@@ -58,17 +58,45 @@ ROW_SUM_PER_THREAD_DEFAULT = False
 BESIDE_MAX_REGISTERS = 160
 
 
+#: ``exp2_range_check="late"`` (D60): 8-column groups of a row a thread's vote covers (4 elements each)
+EXP2_LATE_GROUP = 2
+
+
+#: ``tilecore.cuda.exp2_poly`` (D60): 8-column groups of each row a thread computes on the FMA pipe (0: none)
+EXP2_POLY_DEFAULT = 0
+
+
+def exp2_poly(option) -> int:
+    """``tilecore.cuda.exp2_poly`` checked: an int >= 0 (8-column groups of each row a thread holds whose
+    exponentials run as ``tc_ex2_poly``; more than the row has means all of them)."""
+    if isinstance(option, bool) or not isinstance(option, int) or option < 0:
+        raise ValueError(f"tilecore.cuda.exp2_poly: {option!r}; use an int >= 0 (8-column groups of each row a "
+                         "thread computes on the FMA pipe; 0: every exponential on MUFU.EX2)")
+    return option
+
+
+def exp2_late_group(option) -> int:
+    """``tilecore.cuda.exp2_late_group`` checked: a positive int (8-column groups a vote of ``"late"`` covers; the
+    nest's column count rounds it down to a divisor)."""
+    if isinstance(option, bool) or not isinstance(option, int) or option < 1:
+        raise ValueError(f"tilecore.cuda.exp2_late_group: {option!r}; use a positive int (8-column groups of a row "
+                         "that one warp vote of exp2_range_check='late' covers)")
+    return option
+
+
 def exp2_check_mode(option):
     """``tilecore.cuda.exp2_range_check`` checked: False (off), ``"args"`` (True: D35's test on the computed
-    arguments) or ``"rows"`` (D54: the bound from each row's smallest input, beside the row maximum)."""
+    arguments), ``"rows"`` (D54: the bound from each row's smallest input, beside the row maximum) or ``"late"``
+    (D60: ``ex2.approx.ftz`` at once, each argument kept and tested beside it, ``exp2f`` redone after the vote)."""
     if option is None or option is False:
         return False
     if option is True or option == "args":
         return "args"
-    if option == "rows":
-        return "rows"
+    if option in ("rows", "late"):
+        return option
     raise ValueError(f"tilecore.cuda.exp2_range_check: {option!r}; use False, True (or 'args': the computed arguments' "
-                     "minimum, D35) or 'rows' (each row's smallest input, D54)")
+                     "minimum, D35), 'rows' (each row's smallest input, D54) or 'late' (each argument tested beside "
+                     "its MUFU.EX2, exp2f redone after a warp vote, D60)")
 
 
 def producer_registers(option) -> int:
@@ -184,6 +212,25 @@ def exp2_store(s, frags):
     if isinstance(v, Call) and v.name == "exp2" and str(v.dtype) == "float32" and len(v.args) == 1:
         return s.buffer, v.args[0]
     return None
+
+
+def row_division(s, frags):
+    """``(dst, row)`` where the nest body ``s`` is the single store ``dst[i, j] = dst[i, j] / row[i]``, ``dst`` a 2-D
+    float32 fragment and ``row`` a 1-D float32 fragment (FlashAttention's ``O / l``); else None."""
+    while isinstance(s, Seq) and len(s.body) == 1:
+        s = s.body[0]
+    if not (isinstance(s, Store) and frags.get(s.buffer) == 2 and str(s.buffer.dtype) == "float32"):
+        return None
+    v = s.value
+    if isinstance(v, BinOp) and v.op == "div" and str(v.dtype) == "float32" and isinstance(v.a, BufferLoad) \
+            and v.a.buffer is s.buffer and isinstance(v.b, BufferLoad) and frags.get(v.b.buffer) == 1 \
+            and str(v.b.buffer.dtype) == "float32":
+        return s.buffer, v.b.buffer
+    return None
+
+
+#: ``tilecore.cuda.row_division`` (D60): on since round 3 measured it (+4.4% causal, +2.3% non-causal, the same bits)
+ROW_DIVISION_DEFAULT = True
 
 
 def unit_rescale(s, frags):

@@ -936,6 +936,10 @@ def _lower_as(mode: str):
                           else {})
         plan["exp2_check"] = _lean.exp2_check_mode(ctx.option("tilecore.cuda.exp2_range_check",
                                                               _lean.EXP2_RANGE_CHECK_DEFAULT))
+        plan["exp2_poly"] = _lean.exp2_poly(ctx.option("tilecore.cuda.exp2_poly", _lean.EXP2_POLY_DEFAULT))
+        plan["row_division"] = bool(ctx.option("tilecore.cuda.row_division", _lean.ROW_DIVISION_DEFAULT))
+        plan["exp2_late_group"] = _lean.exp2_late_group(ctx.option("tilecore.cuda.exp2_late_group",
+                                                                   _lean.EXP2_LATE_GROUP))
         plan["skip_rescale"] = bool(ctx.option("tilecore.cuda.skip_unit_rescale", _lean.SKIP_UNIT_RESCALE_DEFAULT))
         plan["tree_reduce"] = ctx.option("tilecore.cuda.tree_reduce", _lean.TREE_REDUCE_DEFAULT)
         _lean.reduce_chains(plan["tree_reduce"], 1)  # a bad value fails here, naming the option
@@ -1923,11 +1927,18 @@ class _Emit:
             fast = getattr(st, "fast", False)
             ex = _lean.exp2_store(body, p["frags"]) if p.get("exp2_check") and not fast else None
             rs = _lean.unit_rescale(body, p["frags"]) if p.get("skip_rescale") else None
+            dv = _lean.row_division(body, p["frags"]) if p.get("row_division") and not fast else None
             src = self.exp2_source(ex[1]) if ex and p["exp2_check"] == "rows" else None
             if ex and src is not None:
                 self.exp2_row_bound(ex, src, cols, nest, at_element, iv, getattr(self, "rows_mode", None))
+            elif ex and p["exp2_check"] == "late":
+                self.exp2_late(ex, cols, nest, at_element)
+            elif not ex and p.get("exp2_poly") and _lean.exp2_store(body, p["frags"]):
+                self.exp2_poly(_lean.exp2_store(body, p["frags"]), cols, nest, at_element)
             elif ex:
                 self.exp2_checked(ex, cols, nest, at_element)
+            elif dv:
+                self.row_divide(dv, cols, nest, at_element)
             elif rs:
                 r = em.name(st, rs[1])
                 # x * 1 = x; decided for the warp (a uniform branch keeps ptxas's uniform registers)
@@ -2067,6 +2078,120 @@ class _Emit:
             self.block("else", lambda: nest(slow_elem))
 
         self.block("", whole)
+
+    def exp2_poly(self, ex, cols: int, nest, at_element) -> None:
+        """``F[i, j] = T.exp2(arg)`` with ``tilecore.cuda.exp2_poly = n`` (D60, FA4's split of the exponentials
+        between the units): in ``n`` of the ``cols / 8`` column groups of each row a thread holds (spread evenly),
+        ``tc_ex2_poly`` (prelude/tc_ex2_poly.cuh: range reduction and a degree-6 polynomial on the FMA pipe, at
+        most 0.95 ulp from 2^x over every argument the softmax can pass, subnormal results included: within
+        ``exp2f``'s documented 2 ulp, not its bits); the others as written (``exp2f``, one MUFU.EX2 each). The
+        group is a constant after unrolling (``tc_j``), so each element compiles to one of the two."""
+        em, st = self.em, self.st
+        dst, arg = ex
+        per = cols // 8
+        n = min(int(self.p["exp2_poly"]), per)
+
+        def elem():
+            at_element()
+            a = em.expr(st, arg)
+            self.line(f"{st.regs[id(dst)]} = ((tc_j * {n}) % {per} < {n}) ? tc_ex2_poly({a}) : exp2f({a});")
+
+        nest(elem)
+
+    def row_divide(self, dv, cols: int, nest, at_element) -> None:
+        """``F[i, j] = F[i, j] / r[i]`` in the exact build with ``tilecore.cuda.row_division`` (D60): ``div.rn.f32``'s
+        own fast path (``prelude/tc_div_row.cuh``: the reciprocal's MUFU.RCP and Newton step once a row, then three
+        FFMA an element) where every element of the warp's rows and the row values lie in [2^-40, 2^40] in
+        magnitude, a range in which that path's checks (FCHK) pass and its result is the correctly rounded quotient;
+        else the division as written. ptxas emits each ``/`` as its own region (MUFU.RCP, FCHK, a branch to the
+        slow path's CALL): 64 serialized divisions a thread, against 2 reciprocals and 64 independent FFMA chains."""
+        em, st = self.em, self.st
+        dst, row = dv
+        f, r = em.name(st, dst), em.name(st, row)
+        n = cols // 2
+
+        def whole():
+            self.line("float tc_dr[2];")
+            self.line("bool tc_dk = true;")
+            self.line("#pragma unroll")
+            self.line(f"for (int tc_h = 0; tc_h < 2; ++tc_h) {{ tc_dr[tc_h] = tc_div_rcp({r}[tc_h]); "
+                      f"tc_dk = tc_dk & tc_div_safe({r}[tc_h]); }}")
+            self.line("#pragma unroll")
+            self.line(f"for (int tc_q = 0; tc_q < {n}; ++tc_q) tc_dk = tc_dk & tc_div_safe({f}[tc_q]);")
+            # decided for the warp (a uniform branch, D35); the element's row: (tc_q / 2) % 2 (4 tc_j + 2 tc_h + tc_e)
+            self.block("if (__all_sync(0xffffffffu, tc_dk))", lambda: (
+                self.line("#pragma unroll"),
+                self.line(f"for (int tc_q = 0; tc_q < {n}; ++tc_q) {f}[tc_q] = "
+                          f"tc_div_fast({f}[tc_q], {r}[(tc_q / 2) % 2], tc_dr[(tc_q / 2) % 2]);")))
+            self.block("else", lambda: (
+                self.line("#pragma unroll"),
+                self.line(f"for (int tc_q = 0; tc_q < {n}; ++tc_q) {f}[tc_q] = ({f}[tc_q] / {r}[(tc_q / 2) % 2]);")))
+
+        self.block("", whole)
+
+    def exp2_late(self, ex, cols: int, nest, at_element) -> None:
+        """``F[i, j] = T.exp2(arg)`` in the exact build with ``tilecore.cuda.exp2_range_check="late"`` (D60), in
+        groups of ``4 * EXP2_LATE_GROUP`` elements a thread: each argument is kept (``tc_x``) and ``F`` gets
+        ``ex2.approx.ftz`` of it at once, the MUFU.EX2 that ``exp2f``'s non-flushing lowering runs wherever the
+        argument is not below -126; beside it one test an element (``arg < -126``: exactly where ``exp2f`` halves
+        the argument and squares the result; NaN is not below). After the group, where any lane of the warp saw
+        such an argument (other than -inf, where both give +0), the group's ``F`` is computed again from ``tc_x``
+        with ``exp2f``: the same bits as ``exp2f`` everywhere, and no exponential waits for a minimum (D35's ``args`` and D54's ``rows`` put one
+        before the first MUFU.EX2). Groups, not the whole nest: the kept arguments of all 64 elements cost ptxas
+        registers it spilled (48 bytes a thread at 128 x 128). With ``tilecore.cuda.exp2_poly`` the polynomial's
+        groups (:meth:`exp2_poly`) take ``tc_ex2_poly`` and no test."""
+        em, st = self.em, self.st
+        dst, arg = ex
+        f = em.name(st, dst)
+        per = cols // 8
+        g = max(1, min(per, int(self.p.get("exp2_late_group", _lean.EXP2_LATE_GROUP))))
+        while per % g:
+            g -= 1
+
+        npoly = min(int(self.p.get("exp2_poly") or 0), per)  # with exp2_poly: those groups on the FMA pipe, untested
+
+        def mufu(j: str) -> str:  # the element's group is not a polynomial one (a constant after unrolling)
+            return f"((({j}) * {npoly}) % {per} >= {npoly})" if npoly else "true"
+
+        def elem():
+            at_element()
+            reg = st.regs[id(dst)]
+            x = "tc_x[4 * tc_jj + 2 * tc_h + tc_e]"
+            self.line(f"{x} = {em.expr(st, arg)};")
+            if npoly:
+                self.line(f"tc_lo = tc_lo | ({mufu('tc_j')} && {x} < -126.0f);")
+                self.line(f"{reg} = {mufu('tc_j')} ? tc_ex2_ftz({x}) : tc_ex2_poly({x});")
+            else:
+                self.line(f"tc_lo = tc_lo | ({x} < -126.0f);")
+                self.line(f"{reg} = tc_ex2_ftz({x});")
+
+        def group():
+            self.line(f"float tc_x[{4 * g}];")
+            self.line("bool tc_lo = false;")
+            self.line("#pragma unroll")
+            self.block(f"for (int tc_jj = 0; tc_jj < {g}; ++tc_jj)", lambda: (
+                self.line("const int tc_j = tc_g + tc_jj;"),
+                self.line("#pragma unroll"),
+                self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", lambda: (
+                    self.line("#pragma unroll"),
+                    self.block("for (int tc_e = 0; tc_e < 2; ++tc_e)", elem)))))
+            # decided for the warp (a uniform branch keeps ptxas's uniform registers, D35); -inf (a masked score)
+            # passes the one test, but ex2.approx.ftz gives exp2f's +0 there: tested again inside, so that the
+            # masked iterations redo only groups with a finite argument below -126
+            self.block("if (__any_sync(0xffffffffu, tc_lo))", lambda: (
+                self.line("tc_lo = false;"),
+                self.line("#pragma unroll"),
+                self.line(f"for (int tc_q = 0; tc_q < {4 * g}; ++tc_q) "
+                          "tc_lo = tc_lo | ((tc_x[tc_q] < -126.0f) & (tc_x[tc_q] != -INFINITY)"
+                          + (f" & {mufu('tc_g + tc_q / 4')}" if npoly else "") + ");"),
+                self.block("if (__any_sync(0xffffffffu, tc_lo))", lambda: (
+                    self.line("#pragma unroll"),
+                    self.line(f"for (int tc_q = 0; tc_q < {4 * g}; ++tc_q) "
+                              + (f"if {mufu('tc_g + tc_q / 4')} " if npoly else "")
+                              + f"{f}[4 * tc_g + tc_q] = exp2f(tc_x[tc_q]);")))))
+
+        self.line("#pragma unroll")
+        self.block(f"for (int tc_g = 0; tc_g < {per}; tc_g += {g})", group)
 
     def exp2_checked(self, ex, cols: int, nest, at_element) -> None:
         """``F[i, j] = T.exp2(arg)`` in the exact build (``tilecore.cuda.exp2_range_check``): every argument into
