@@ -131,7 +131,13 @@ GENERAL = {"regprog": {}, "default": _GEN, "base": _OFF, "nodrain": _NODRAIN, "l
            # form there), then with the two consumer warpgroups' turns; pp_late: the turns with one release at the end
            "ws": {**_EARLY, "tilecore.warp_specialize": True},
            "pingpong": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.pingpong": True},
-           "pp_late": {**_SPLIT, "tilecore.warp_specialize": True, "tilecore.pingpong": True}}
+           "pp_late": {**_SPLIT, "tilecore.warp_specialize": True, "tilecore.pingpong": True},
+           # D59: P @ V's A registers pinned before its wgmma.fence (one wgmma group, not a fence per instruction),
+           # on early (the defaults and the uniform warp index), then with the producer warpgroup and ping-pong
+           "fence": {**_EARLY, "tilecore.cuda.fence_register_operands": True},
+           "ws_fence": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.cuda.fence_register_operands": True},
+           "pp_fence": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.pingpong": True,
+                        "tilecore.cuda.fence_register_operands": True}}
 
 
 def flash_fwd(batch, heads, seq, dim, causal, bm=64, bn=64, dtype="float16", threads=128, stages=2, fast=False,

@@ -316,3 +316,83 @@ def test_early_issue_and_no_drain_give_the_same_bits(causal):
     moved = fa(seq, dim, heads, "128x128", causal, batch=batch, **ALL)(q, k, v)
     torch.cuda.synchronize()
     assert torch.equal(base, moved)
+
+
+# -- D59: toward the register program ----------------------------------------------------------------------
+
+#: D59's options, by name (benchmarks/cuda_attention.py GENERAL's fence / ws_fence / pp_fence rows)
+D59 = {"fence": {"tilecore.cuda.fence_register_operands": True}}
+#: the benchmark's early row (D55's options, the uniform warp index included) with each D59 option
+EARLY = {**ALL}
+
+
+def _pv_hgmma(k) -> list:
+    """The SASS text of P @ V's HGMMA (A from registers: ``R.., gdesc[..].tnspB``), in address order."""
+    sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+    return [t for _, t in sass_paths.parse(sass) if sass_paths.opcode(t) == "HGMMA" and ".tnspB" in t
+            and "gdesc" in t.split(",")[2]]
+
+
+@needs_toolchain
+@pytest.mark.parametrize("causal", [False, True])
+def test_p_is_pinned_before_the_fence_so_p_at_v_is_one_wgmma_group(causal):
+    """Without the option, nvcc sinks P's conversions past the gemm's wgmma.fence, between the instructions,
+    and ptxas fences and closes a group before each (gsb0 on every one of P @ V's 8 HGMMA). With it, P's
+    registers are pinned before the fence: one group (gsb0 on the last), one WARPGROUP.ARRIVE for the gemm."""
+    off = bench("128x128", causal, **EARLY)
+    on, warns = _compile_warnings(lambda: bench("128x128", causal, **EARLY, **D59["fence"]))
+    assert "tc_wg_fence_pairs<64>(acc_s_cast);" in on.get_kernel_source()
+    assert "tc_wg_fence_pairs" not in off.get_kernel_source()
+    pv_off, pv_on = _pv_hgmma(off), _pv_hgmma(on)
+    assert len(pv_on) == len(pv_off) and len(pv_on) and len(pv_on) % 8 == 0  # 8 k steps of 16 per copy of the gemm
+    assert all(t.endswith("gsb0") for t in pv_off)  # the premise: each its own group
+    assert [t.endswith("gsb0") for t in pv_on] == ([False] * 7 + [True]) * (len(pv_on) // 8)
+    ops_on, ops_off = _ops(on), _ops(off)
+    assert ops_on["WARPGROUP"] < ops_off["WARPGROUP"]
+    assert ops_on["LDL"] + ops_on["STL"] == 0
+    assert not any(SERIALIZED in w for w in warns), warns
+
+
+@needs_toolchain
+def test_the_operand_fence_leaves_a_gemm_without_register_operands_alone():
+    from test_general_gemm import gemm
+
+    func = gemm(512, 512, 256)  # A and B from shared tiles by descriptor
+    plain = tilecore.compile(func, target=HOPPER, pass_configs=GENERAL).get_kernel_source()
+    fenced = tilecore.compile(func, target=HOPPER, pass_configs={**GENERAL, **D59["fence"]}).get_kernel_source()
+    assert "wgmma" in plain and plain == fenced
+
+
+@hopper_gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("tile,variant", [("128x128", "fence"), ("64x64", "fence"),
+                                          ("128x128", "pp_fence")])  # ping-pong: two consumer warpgroups
+def test_d59_options_match_float64(tile, causal, variant):
+    import torch
+
+    seq, dim, heads, batch = 456, 128, 3, 2  # a ragged last block for both tiles
+    configs = {**D59["fence"], **(PINGPONG if variant == "pp_fence" else EARLY)}
+    kern = fa(seq, dim, heads, tile, causal, batch=batch, **configs)
+    g = torch.Generator(device="cuda").manual_seed(13)
+    q, k, v = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+    out = kern(q, k, v)
+    torch.cuda.synchronize()
+    err = (out.double() - _reference(q, k, v, causal)).abs().max().item()
+    assert err < 2e-3, f"{tile} causal={causal} {variant}: max error {err}"
+
+
+@hopper_gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_d59_options_give_the_same_bits(causal):
+    """Each D59 option orders or pins, it changes no arithmetic: the exact build's outputs bit for bit those of
+    D55's options without it."""
+    import torch
+
+    seq, dim, heads, batch = 512, 128, 2, 2
+    g = torch.Generator(device="cuda").manual_seed(7)
+    q, k, v = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+    base = fa(seq, dim, heads, "128x128", causal, batch=batch, **EARLY)(q, k, v)
+    for name, opt in D59.items():
+        moved = fa(seq, dim, heads, "128x128", causal, batch=batch, **EARLY, **opt)(q, k, v)
+        torch.cuda.synchronize()
+        assert torch.equal(base, moved), name

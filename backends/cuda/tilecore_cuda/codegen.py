@@ -523,6 +523,8 @@ class CUDAEmitter(SIMTCppEmitter):
             raise CompileError(f"internal: the matrix unit {s.spelling} has no synchronization spelling", s.span)
         n = int(const_value(simplify(s.acc.numel())))
         regs = f"tc_wg_fence_regs<{n}>({self.name(st, s.acc)});"
+        if s.phase == "begin":
+            regs += self.operand_fences(st, s)
         if s.phase == "begin" and not s.meet:  # no thread wrote what it reads (thread distribution proved)
             self.line(st, f"{regs} tc_wg_fence();")
         elif s.phase == "begin":
@@ -542,6 +544,45 @@ class CUDAEmitter(SIMTCppEmitter):
         else:  # "end" closes the gemm's group; "wait" only waits (after a loop that left one pending)
             commit = "tc_wg_commit(); " if s.phase == "end" else ""
             self.line(st, f"{commit}tc_wg_wait<{int(s.pending)}>(); {regs}")
+
+    #: pass config: before a gemm's ``wgmma.fence``, its 16-bit A operand registers pinned as the packed pairs
+    #: the instruction reads (D59; default off): the conversions that write them (FlashAttention's P) then come
+    #: before the fence, as in the register programs, not between the wgmma instructions, where ptxas fenced
+    #: and closed a group before each one (WARPGROUP.ARRIVE and gsb0 on each of P @ V's 8 HGMMA)
+    OPERAND_FENCE_OPTION = "tilecore.cuda.fence_register_operands"
+
+    def operand_fences(self, st, s) -> str:
+        ctx = getattr(st, "ctx", None)
+        if ctx is None or ctx.option(self.OPERAND_FENCE_OPTION, False) is not True:
+            return ""
+        out = ""
+        for buf in getattr(s, "reads", ()):
+            count = const_value(simplify(buf.numel()))
+            if buf.dtype.bytes == 2 and isinstance(count, int) and count % 2 == 0:
+                if not hasattr(st, "wgmma_structs"):
+                    st.wgmma_structs = {}
+                st.wgmma_structs.setdefault("tc_wg_fence_pairs", self.FENCE_PAIRS)
+                out += f" tc_wg_fence_pairs<{count}>({self.name(st, buf)});"
+        return out
+
+    #: emitted after tc_wgmma.cuh where used (so no other kernel's source changes)
+    FENCE_PAIRS = """/* a 16-bit A operand in registers, pinned as the packed pairs the instruction reads (D59): their last
+ * writes (conversions) stay before the wgmma.fence that follows, not between the wgmma instructions */
+__device__ __forceinline__ void tc_wg_unpack(unsigned u, __half& lo, __half& hi) {
+  lo = __ushort_as_half((unsigned short)(u & 0xFFFFu)); hi = __ushort_as_half((unsigned short)(u >> 16));
+}
+__device__ __forceinline__ void tc_wg_unpack(unsigned u, __nv_bfloat16& lo, __nv_bfloat16& hi) {
+  lo = __ushort_as_bfloat16((unsigned short)(u & 0xFFFFu)); hi = __ushort_as_bfloat16((unsigned short)(u >> 16));
+}
+template <int N, typename T> __device__ __forceinline__ void tc_wg_fence_pairs(T* r) {
+#pragma unroll
+  for (int i = 0; i < N; i += 2) {
+    unsigned u = tc_pack_bits(r[i], r[i + 1]);
+    asm volatile("" : "+r"(u)::"memory");
+    tc_wg_unpack(u, r[i], r[i + 1]);
+  }
+}
+"""
 
     #: named barriers of the consumer groups' turns (0: __syncthreads, 1: the consumers' barrier)
     TURN_BARRIER = 2
