@@ -137,7 +137,14 @@ GENERAL = {"regprog": {}, "default": _GEN, "base": _OFF, "nodrain": _NODRAIN, "l
            "fence": {**_EARLY, "tilecore.cuda.fence_register_operands": True},
            "ws_fence": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.cuda.fence_register_operands": True},
            "pp_fence": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.pingpong": True,
-                        "tilecore.cuda.fence_register_operands": True}}
+                        "tilecore.cuda.fence_register_operands": True},
+           # D59: the body rotated (tilecore.pipeline_overlap: iteration k's S = Q K^T and iteration k - 1's P @ V
+           # issued together, one turn for both with ping-pong) on fence, pp_fence and ws + fence
+           "overlap": {**_EARLY, "tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True},
+           "ws_overlap": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.cuda.fence_register_operands": True,
+                          "tilecore.pipeline_overlap": True},
+           "pp_overlap": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.pingpong": True,
+                          "tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True}}
 
 
 def flash_fwd(batch, heads, seq, dim, causal, bm=64, bn=64, dtype="float16", threads=128, stages=2, fast=False,

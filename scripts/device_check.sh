@@ -322,15 +322,16 @@ step genfa bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
      TILECORE_PASS_CONFIGS="{\"tilecore.cuda.register_programs\": false}" timeout -k 5 90 \
        python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-general-d55 || rc=$?; exit $rc'
 # FlashAttention on the general path toward the register program (decision D59): the device tests of D59's options
-# (float64, both tiles, causal and not, ping-pong; bit for bit against D55's options without them), then 128x128 exact
-# b8 h32 s4096 d128, causal and not, one row each: the register program, the default, early (the default and D55's
-# uniform warp index), fence (+ P's registers pinned before P @ V's wgmma.fence), ws (the producer warpgroup with each
-# copy group's own release: never measured), pingpong (+ the consumer warpgroups' turns), pp_fence; cuDNN / FA2 in the
-# same run. About 150 s
+# (float64, causal and not, 128x128 and 64x64, with the producer warpgroup and ping-pong; bit for bit against D55's
+# options without them), then 128x128 exact b8 h32 s4096 d128, causal and not, one row each (benchmarks/
+# cuda_attention.py GENERAL): the register program, the default, early (+ D55's uniform warp index), fence (+ P pinned
+# before P @ V's wgmma.fence), overlap (+ the rotated body: S of block k and P @ V of block k - 1 issued together),
+# ws_overlap (+ the producer warpgroup), pingpong (D55's producer warpgroup and turns, each copy group's own release),
+# pp_fence, pp_overlap (one turn for both gemms: the register program's schedule); cuDNN / FA2 in the same run. ~3 min
 step genfa2 bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
      timeout -k 5 90 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "d59" || rc=$?;
-     timeout -k 5 180 python3 benchmarks/cuda_attention.py --rep 5 --blocks 128x128x256x2 \
-       --general regprog,default,early,fence,ws,pingpong,pp_fence || rc=$?; exit $rc'
+     timeout -k 5 200 python3 benchmarks/cuda_attention.py --rep 5 --blocks 128x128x256x2 \
+       --general regprog,default,early,fence,overlap,ws_overlap,pingpong,pp_fence,pp_overlap || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

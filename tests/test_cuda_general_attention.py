@@ -320,8 +320,12 @@ def test_early_issue_and_no_drain_give_the_same_bits(causal):
 
 # -- D59: toward the register program ----------------------------------------------------------------------
 
-#: D59's options, by name (benchmarks/cuda_attention.py GENERAL's fence / ws_fence / pp_fence rows)
-D59 = {"fence": {"tilecore.cuda.fence_register_operands": True}}
+#: D59's options, by name (benchmarks/cuda_attention.py GENERAL's fence / overlap / pp_* rows), each with the ones
+#: before it where it needs them (the rotated body pins P across the back edge with the fence)
+D59 = {"fence": {"tilecore.cuda.fence_register_operands": True},
+       "overlap": {"tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True}}
+WS = {"tilecore.warp_specialize": True}
+PP = {**WS, "tilecore.pingpong": True}
 #: the benchmark's early row (D55's options, the uniform warp index included) with each D59 option
 EARLY = {**ALL}
 
@@ -363,15 +367,85 @@ def test_the_operand_fence_leaves_a_gemm_without_register_operands_alone():
     assert "wgmma" in plain and plain == fenced
 
 
+def _rotated_loop(src: str) -> str:
+    """The text of the rotated main loop (from its ``for`` to its closing brace)."""
+    at = src.index("for (long long k = 1; k < ")
+    depth, i = 0, src.index("{", at)
+    while True:
+        depth += {"{": 1, "}": -1}.get(src[i], 0)
+        if depth == 0:
+            return src[at:i + 1]
+        i += 1
+
+
+def _rotated_order(src: str) -> list:
+    """The order of the rotated loop's synchronizations in a kernel's source, from its main loop's first line."""
+    marks = {"K wait": "tc_mbar_wait(tc_smem_addr(K_s_full", "V wait": "tc_mbar_wait(tc_smem_addr(V_s_full",
+             "S commit": "tc_wg_commit();\n", "wait 1": "tc_wg_wait<1>();", "wait 0": "tc_wg_wait<0>();",
+             "P@V": "tc_wgmma_rs_", "S": "tc_wgmma_f16_n128_t0::run", "rescale": "acc_o[0] = (acc_o[0] * scale[0]);",
+             "exp": "acc_s[0] = exp2f(", "pin": "tc_wg_pin_pairs<64>("}
+    body = _rotated_loop(src)
+    found = sorted((body.index(m), name) for name, m in marks.items() if m in body)
+    return [name for _, name in found]
+
+
+@needs_toolchain
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("form", ["thread0", "pingpong"])
+def test_the_rotated_body_issues_s_and_the_previous_p_at_v_together(causal, form):
+    """tilecore.pipeline_overlap: iteration 0 peeled, the loop from 1: V's previous stage waited for, S = Q K^T
+    and the previous iteration's P @ V issued (with ping-pong in one turn), S waited for alone (wait<1>), the
+    exponentials, the wait for both, O's rescale, P pinned for the next iteration; the last P @ V after the loop.
+    Without the option the loop starts at 0 and each gemm has its own turn."""
+    extra = PP if form == "pingpong" else {}
+    k, warns = _compile_warnings(lambda: bench("128x128", causal, **EARLY, **extra, **D59["overlap"]))
+    src = k.get_kernel_source()
+    note = k.meta["attrs"]["pipelines"][0]
+    assert "the last gemm one iteration late" in note, note
+    order = _rotated_order(src)
+    assert order[:3] == ["K wait", "V wait", "S"] and order.index("P@V") < order.index("wait 1") < order.index("exp") \
+        < order.index("wait 0") < order.index("rescale") < order.index("pin"), order
+    if form == "pingpong":
+        loop = _rotated_loop(src)
+        # one turn an iteration: taken after S's fence, passed after P @ V's commit
+        assert loop.count("tc_named_sync(2 + ") == 1 and loop.count("tc_named_arrive(2 + ") == 1
+        assert loop.index("tc_wgmma_f16_n128_t0") > loop.index("tc_named_sync(2 + ")
+        assert loop.index("tc_named_arrive(2 + ") > loop.rindex("tc_wgmma_rs_")
+    # the last P @ V after the loop waits for itself
+    loop = _rotated_loop(src)
+    tail = src[src.index(loop) + len(loop):]
+    assert "tc_wg_wait<0>(); tc_wg_fence_regs<64>(acc_o);" in tail and "tc_wgmma_rs_" in tail
+    # P carried across the back edge as the packed pairs the instruction reads
+    assert "tc_wg_pin_pairs<64>(acc_s_cast, acc_s_cast_pk);" in loop and "tc_wg_unpin_pairs<64>" in loop
+    assert not any(SERIALIZED in w for w in warns), warns
+    ops = _ops(k)
+    assert ops["LDL"] + ops["STL"] == 0 and ops["PRMT"] == 0  # P carried packed, no repacking
+    off = bench("128x128", causal, **EARLY, **extra).get_kernel_source()
+    assert "for (long long k = 1; k <" not in off
+
+
+@needs_toolchain
+def test_the_rotation_leaves_a_one_gemm_loop_alone():
+    from test_general_gemm import gemm
+
+    func = gemm(512, 512, 256)
+    plain = tilecore.compile(func, target=HOPPER, pass_configs=GENERAL).get_kernel_source()
+    rotated = tilecore.compile(func, target=HOPPER, pass_configs={**GENERAL, **D59["overlap"]}).get_kernel_source()
+    assert plain == rotated
+
+
 @hopper_gpu
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("tile,variant", [("128x128", "fence"), ("64x64", "fence"),
-                                          ("128x128", "pp_fence")])  # ping-pong: two consumer warpgroups
+@pytest.mark.parametrize("tile,variant", [("128x128", "fence"), ("64x64", "fence"), ("128x128", "pp_fence"),
+                                          ("128x128", "overlap"), ("128x128", "ws_overlap"),
+                                          ("128x128", "pp_overlap")])  # ping-pong: two consumer warpgroups
 def test_d59_options_match_float64(tile, causal, variant):
     import torch
 
     seq, dim, heads, batch = 456, 128, 3, 2  # a ragged last block for both tiles
-    configs = {**D59["fence"], **(PINGPONG if variant == "pp_fence" else EARLY)}
+    name = variant.split("_")[-1]
+    form = {"pp": PP, "ws": WS}.get(variant.split("_")[0], {}) if "_" in variant else {}
+    configs = {**EARLY, **form, **D59[name]}
     kern = fa(seq, dim, heads, tile, causal, batch=batch, **configs)
     g = torch.Generator(device="cuda").manual_seed(13)
     q, k, v = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
@@ -396,3 +470,8 @@ def test_d59_options_give_the_same_bits(causal):
         moved = fa(seq, dim, heads, "128x128", causal, batch=batch, **EARLY, **opt)(q, k, v)
         torch.cuda.synchronize()
         assert torch.equal(base, moved), name
+    # with the producer warpgroup and ping-pong: the rotation against the same form without it
+    pp = fa(seq, dim, heads, "128x128", causal, batch=batch, **EARLY, **PP)(q, k, v)
+    pp_rot = fa(seq, dim, heads, "128x128", causal, batch=batch, **EARLY, **PP, **D59["overlap"])(q, k, v)
+    torch.cuda.synchronize()
+    assert torch.equal(pp, pp_rot) and torch.equal(base, pp)

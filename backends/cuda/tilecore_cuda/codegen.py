@@ -521,6 +521,11 @@ class CUDAEmitter(SIMTCppEmitter):
         keeps their uses on the right side."""
         if not s.spelling.startswith("wgmma_"):
             raise CompileError(f"internal: the matrix unit {s.spelling} has no synchronization spelling", s.span)
+        if s.phase == "pin":  # D59: registers the unit reads next, written: kept in the form it reads
+            text = self.operand_fences(st, s, pin=True).strip()
+            if text:
+                self.line(st, text)
+            return
         n = int(const_value(simplify(s.acc.numel())))
         regs = f"tc_wg_fence_regs<{n}>({self.name(st, s.acc)});"
         if s.phase == "begin":
@@ -551,18 +556,35 @@ class CUDAEmitter(SIMTCppEmitter):
     #: and closed a group before each one (WARPGROUP.ARRIVE and gsb0 on each of P @ V's 8 HGMMA)
     OPERAND_FENCE_OPTION = "tilecore.cuda.fence_register_operands"
 
-    def operand_fences(self, st, s) -> str:
+    def operand_fences(self, st, s, pin: bool = False) -> str:
+        """The fences of ``s.reads`` (tilecore.cuda.fence_register_operands): before a gemm's wgmma.fence, the
+        pairs pinned where they are (or, where a "pin" came before in the kernel, unpacked from the packed copy
+        it made); at a "pin" (the rotated loop's end, D59), the pairs packed into ``<name>_pk``, declared at the
+        kernel's top, so the loop carries P as the 32-bit registers the instruction reads."""
         ctx = getattr(st, "ctx", None)
         if ctx is None or ctx.option(self.OPERAND_FENCE_OPTION, False) is not True:
             return ""
         out = ""
+        pinned = getattr(st, "pinned_pairs", None)
+        if pinned is None:
+            pinned = st.pinned_pairs = set()
         for buf in getattr(s, "reads", ()):
             count = const_value(simplify(buf.numel()))
             if buf.dtype.bytes == 2 and isinstance(count, int) and count % 2 == 0:
                 if not hasattr(st, "wgmma_structs"):
                     st.wgmma_structs = {}
                 st.wgmma_structs.setdefault("tc_wg_fence_pairs", self.FENCE_PAIRS)
-                out += f" tc_wg_fence_pairs<{count}>({self.name(st, buf)});"
+                name = self.name(st, buf)
+                if pin:
+                    if id(buf) not in pinned:
+                        pos, indent = st.warp_line
+                        st.lines.insert(pos, " " * indent + f"unsigned {name}_pk[{count // 2}];")
+                        pinned.add(id(buf))
+                    out += f" tc_wg_pin_pairs<{count}>({name}, {name}_pk);"
+                elif id(buf) in pinned:
+                    out += f" tc_wg_unpin_pairs<{count}>({name}, {name}_pk);"
+                else:
+                    out += f" tc_wg_fence_pairs<{count}>({name});"
         return out
 
     #: emitted after tc_wgmma.cuh where used (so no other kernel's source changes)
@@ -578,6 +600,23 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_fence_pairs(T
 #pragma unroll
   for (int i = 0; i < N; i += 2) {
     unsigned u = tc_pack_bits(r[i], r[i + 1]);
+    asm volatile("" : "+r"(u)::"memory");
+    tc_wg_unpack(u, r[i], r[i + 1]);
+  }
+}
+/* D59: the pairs packed into pk at the rotated loop's end (carried as 32-bit registers), unpacked before the
+ * next gemm's fence (the pack that follows folds away) */
+template <int N, typename T> __device__ __forceinline__ void tc_wg_pin_pairs(const T* r, unsigned* pk) {
+#pragma unroll
+  for (int i = 0; i < N; i += 2) {
+    pk[i / 2] = tc_pack_bits(r[i], r[i + 1]);
+    asm volatile("" : "+r"(pk[i / 2])::"memory");
+  }
+}
+template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T* r, const unsigned* pk) {
+#pragma unroll
+  for (int i = 0; i < N; i += 2) {
+    unsigned u = pk[i / 2];
     asm volatile("" : "+r"(u)::"memory");
     tc_wg_unpack(u, r[i], r[i + 1]);
   }
