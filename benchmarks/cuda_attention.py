@@ -144,7 +144,13 @@ GENERAL = {"regprog": {}, "default": _GEN, "base": _OFF, "nodrain": _NODRAIN, "l
            "ws_overlap": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.cuda.fence_register_operands": True,
                           "tilecore.pipeline_overlap": True},
            "pp_overlap": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.pingpong": True,
-                          "tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True}}
+                          "tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True},
+           # D59: + each wgmma descriptor of an unrolled k loop as the first step's plus a constant
+           "desc": {**_EARLY, "tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
+                    "tilecore.cuda.descriptor_offsets": True},
+           "pp_desc": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.pingpong": True,
+                       "tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
+                       "tilecore.cuda.descriptor_offsets": True}}
 
 
 def flash_fwd(batch, heads, seq, dim, causal, bm=64, bn=64, dtype="float16", threads=128, stages=2, fast=False,

@@ -326,12 +326,13 @@ step genfa bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
 # options without them), then 128x128 exact b8 h32 s4096 d128, causal and not, one row each (benchmarks/
 # cuda_attention.py GENERAL): the register program, the default, early (+ D55's uniform warp index), fence (+ P pinned
 # before P @ V's wgmma.fence), overlap (+ the rotated body: S of block k and P @ V of block k - 1 issued together),
-# ws_overlap (+ the producer warpgroup), pingpong (D55's producer warpgroup and turns, each copy group's own release),
-# pp_fence, pp_overlap (one turn for both gemms: the register program's schedule); cuDNN / FA2 in the same run. ~3 min
+# desc (+ each wgmma descriptor of the unrolled k loops as the first step's plus a constant), pingpong (D55's
+# producer warpgroup and turns, each copy group's own release), pp_overlap (fence, overlap, one turn for both gemms:
+# the register program's schedule), pp_desc; cuDNN / FA2 in the same run. About 3 min
 step genfa2 bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
-     timeout -k 5 90 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "d59" || rc=$?;
+     timeout -k 5 90 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "d59 or descriptor" || rc=$?;
      timeout -k 5 200 python3 benchmarks/cuda_attention.py --rep 5 --blocks 128x128x256x2 \
-       --general regprog,default,early,fence,overlap,ws_overlap,pingpong,pp_fence,pp_overlap || rc=$?; exit $rc'
+       --general regprog,default,early,fence,overlap,desc,pingpong,pp_overlap,pp_desc || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

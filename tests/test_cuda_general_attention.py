@@ -323,7 +323,9 @@ def test_early_issue_and_no_drain_give_the_same_bits(causal):
 #: D59's options, by name (benchmarks/cuda_attention.py GENERAL's fence / overlap / pp_* rows), each with the ones
 #: before it where it needs them (the rotated body pins P across the back edge with the fence)
 D59 = {"fence": {"tilecore.cuda.fence_register_operands": True},
-       "overlap": {"tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True}}
+       "overlap": {"tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True},
+       "desc": {"tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
+                "tilecore.cuda.descriptor_offsets": True}}
 WS = {"tilecore.warp_specialize": True}
 PP = {**WS, "tilecore.pingpong": True}
 #: the benchmark's early row (D55's options, the uniform warp index included) with each D59 option
@@ -434,11 +436,62 @@ def test_the_rotation_leaves_a_one_gemm_loop_alone():
     assert plain == rotated
 
 
+@needs_toolchain
+@pytest.mark.parametrize("causal", [False, True])
+def test_descriptors_inside_the_k_loop_are_the_first_steps_plus_a_constant(causal):
+    """tilecore.cuda.descriptor_offsets: each wgmma descriptor of an unrolled k loop is the descriptor of the
+    loop's first step advanced by the step's offset (a constant once unrolled): the uniform datapath computes one
+    descriptor a gemm, not one an instruction. The same addresses: the swizzle's term of a whole-panel origin,
+    ``(x * 128) % 8``, is 0, and the offset of step mk is its address minus the first's."""
+    on = bench("128x128", causal, **EARLY, **PP, **D59["desc"])
+    off = bench("128x128", causal, **EARLY, **PP, **D59["overlap"])
+    src = on.get_kernel_source()
+    assert src.count("tc_wg_desc_at(tc_wg_desc(") >= 6  # S's Q and K, P @ V's V: in the peel, loop and drain
+    assert "tc_wg_desc_at" not in off.get_kernel_source()
+    assert "(tc_floormod(((mk * 16) / 8), 8) * 8)" in src  # the swizzle term of step mk, the warp's term gone
+    u_on = sum(v for op, v in _ops(on).items() if op.startswith("U"))
+    u_off = sum(v for op, v in _ops(off).items() if op.startswith("U"))
+    assert u_on < u_off - 40, (u_on, u_off)
+    assert _ops(on)["LDL"] + _ops(on)["STL"] == 0
+
+
+@needs_toolchain
+def test_descriptor_offsets_apply_to_a_general_path_gemm():
+    from test_general_gemm import gemm
+
+    func = gemm(512, 512, 256)
+    k = tilecore.compile(func, target=HOPPER, pass_configs={**GENERAL, "tilecore.cuda.descriptor_offsets": True})
+    assert "tc_wg_desc_at(tc_wg_desc(" in k.get_kernel_source()
+    assert "tc_wg_desc_at" not in tilecore.compile(func, target=HOPPER, pass_configs=GENERAL).get_kernel_source()
+
+
+@hopper_gpu
+def test_descriptor_offsets_give_a_gemm_the_same_bits():
+    import torch
+    from test_general_gemm import gemm
+
+    M, N, K = 1000, 1800, 1000  # ragged: the bulk copies' zero fill
+    g = torch.Generator(device="cuda").manual_seed(3)
+    a = (torch.randn(M, K, device="cuda", generator=g) / 8).half()
+    b = (torch.randn(K, N, device="cuda", generator=g) / 8).half()
+    outs = []
+    for extra in ({}, {"tilecore.cuda.descriptor_offsets": True}):
+        k = tilecore.compile(gemm(M, N, K), target=HOPPER, pass_configs={**GENERAL, **extra})
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+        k(a, b, c)
+        torch.cuda.synchronize()
+        outs.append(c)
+    ref = a.double() @ b.double()
+    assert float((outs[1].double() - ref).abs().max()) < 3e-2
+    assert torch.equal(outs[0], outs[1])
+
+
 @hopper_gpu
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("tile,variant", [("128x128", "fence"), ("64x64", "fence"), ("128x128", "pp_fence"),
                                           ("128x128", "overlap"), ("128x128", "ws_overlap"),
-                                          ("128x128", "pp_overlap")])  # ping-pong: two consumer warpgroups
+                                          ("128x128", "pp_overlap"), ("128x128", "pp_desc"),
+                                          ("64x64", "desc")])  # ping-pong: two consumer warpgroups
 def test_d59_options_match_float64(tile, causal, variant):
     import torch
 
@@ -473,5 +526,6 @@ def test_d59_options_give_the_same_bits(causal):
     # with the producer warpgroup and ping-pong: the rotation against the same form without it
     pp = fa(seq, dim, heads, "128x128", causal, batch=batch, **EARLY, **PP)(q, k, v)
     pp_rot = fa(seq, dim, heads, "128x128", causal, batch=batch, **EARLY, **PP, **D59["overlap"])(q, k, v)
+    pp_desc = fa(seq, dim, heads, "128x128", causal, batch=batch, **EARLY, **PP, **D59["desc"])(q, k, v)
     torch.cuda.synchronize()
-    assert torch.equal(pp, pp_rot) and torch.equal(base, pp)
+    assert torch.equal(pp, pp_rot) and torch.equal(base, pp) and torch.equal(pp, pp_desc)

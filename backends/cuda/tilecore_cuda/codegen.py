@@ -487,11 +487,84 @@ class CUDAEmitter(SIMTCppEmitter):
         lbo = lay.rows * lay.swizzle_bytes if mn_major else 16
         st.warp_uniform = self.warp_uniform_ok(st)
         try:
-            flat = self.flat_index(st, buf, origin.indices)
+            split = self.desc_split(st, buf, origin.indices)
+            flat = self.flat_index(st, buf, origin.indices) if split is None else self.expr(st, split[0])
+            off = None if split is None else self.expr(st, split[1])
         finally:
             st.warp_uniform = False
         addr = f"tc_smem_addr({self.name(st, buf)}) + (unsigned)({flat}) * {buf.dtype.bytes}u"
-        return f"tc_wg_desc({addr}, {lbo}u, {8 * lay.swizzle_bytes}u, {self.WGMMA_SWIZZLE[lay.swizzle_bytes]}u)"
+        desc = f"tc_wg_desc({addr}, {lbo}u, {8 * lay.swizzle_bytes}u, {self.WGMMA_SWIZZLE[lay.swizzle_bytes]}u)"
+        if off is not None:
+            st.wgmma_structs.setdefault("tc_wg_desc_at", self.DESC_AT)
+            return f"tc_wg_desc_at({desc}, (int)({off}) * {buf.dtype.bytes})"
+        return desc
+
+    #: pass config: a wgmma descriptor inside an unrolled k loop as the descriptor at the loop's first step plus
+    #: the step's offset, a constant once the loop is unrolled (D59; default off): the register programs' form,
+    #: 4 uniform-datapath instructions an HGMMA fewer
+    DESC_OFFSET_OPTION = "tilecore.cuda.descriptor_offsets"
+    DESC_AT = """/* D59: a matrix descriptor advanced by a signed byte offset (a multiple of 16) inside its tile: the low word
+ * only (the 14-bit address field in 16-byte units; shared addresses stay below 2^18: no carry leaves the field) */
+__device__ __forceinline__ unsigned long long tc_wg_desc_at(unsigned long long d, int off) {
+  return (d & 0xFFFFFFFF00000000ull) | (unsigned)((int)(unsigned)d + (off >> 4));
+}
+"""
+
+    def desc_split(self, st, buf, indices):
+        """``(base, step)`` element offsets with ``base + step`` the origin's offset in its tile, ``step`` in the
+        innermost unrolled loop's variable only (0 at its first step) and ``base`` free of it, where
+        tilecore.cuda.descriptor_offsets is on; else None. A remainder of a multiple (``(x * 128) % 8``, the swizzle's
+        term for an origin on a whole panel) folds to 0 first."""
+        ctx = getattr(st, "ctx", None)
+        if ctx is None or ctx.option(self.DESC_OFFSET_OPTION, False) is not True or not getattr(st, "unrolled", None):
+            return None
+        from tilecore.ir import free_vars
+        from tilecore.passes.pipeline import map_expr, substitute
+
+        lay = getattr(st, "shared_layouts", {}).get(id(buf))
+        if lay is not None and len(indices) >= 2:
+            flat = binary("add", binary("mul", self._row_major(indices[:-2], buf.shape[:-2]), lay.size),
+                          lay.offset_expr(indices[-2], indices[-1]))
+        else:
+            flat = self._row_major(indices, buf.shape)
+
+        def fold(x):
+            if isinstance(x, BinOp) and x.op == "floormod" and isinstance(x.a, BinOp) and x.a.op == "mul":
+                m = const_value(x.b)
+                c = const_value(x.a.b) if const_value(x.a.b) is not None else const_value(x.a.a)
+                if isinstance(m, int) and isinstance(c, int) and m > 0 and c % m == 0:
+                    return const(0, x.dtype)
+            if isinstance(x, BinOp) and x.op in ("xor", "bitor") and const_value(x.b) == 0:
+                return x.a
+            if isinstance(x, BinOp) and x.op in ("xor", "bitor") and const_value(x.a) == 0:
+                return x.b
+            return None
+
+        flat = simplify(map_expr(simplify(flat), fold))
+        names = free_vars(flat)
+        for v in reversed(st.unrolled):
+            if not any(x is v for x in names):
+                continue
+            base = simplify(map_expr(simplify(substitute(flat, {id(v): const(0, v.dtype)})), fold))
+            step = simplify(map_expr(simplify(binary("sub", flat, base)), fold))
+            if all(x is v for x in free_vars(step)) and not any(x is v for x in free_vars(base)):
+                return base, step
+            return None
+        return None
+
+    def stmt_For(self, st, s):
+        """Loops as the C family spells them; an unrolled loop of a constant count is remembered while its body
+        is emitted (desc_split)."""
+        unrolled = s.kind == "unroll" and const_value(s.extent) is not None
+        if unrolled:
+            if not hasattr(st, "unrolled"):
+                st.unrolled = []
+            st.unrolled.append(s.var)
+        try:
+            return super().stmt_For(st, s)
+        finally:
+            if unrolled:
+                st.unrolled.pop()
 
     def stmt_MatrixOp(self, st, s):
         if not s.spelling.startswith("wgmma_"):
