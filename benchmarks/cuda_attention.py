@@ -150,7 +150,11 @@ GENERAL = {"regprog": {}, "default": _GEN, "base": _OFF, "nodrain": _NODRAIN, "l
                     "tilecore.cuda.descriptor_offsets": True},
            "pp_desc": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.pingpong": True,
                        "tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
-                       "tilecore.cuda.descriptor_offsets": True}}
+                       "tilecore.cuda.descriptor_offsets": True},
+           # D59: + a stage's slot and parity as a mask and a shift (the loop's variable is nonnegative)
+           "pp_all": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.pingpong": True,
+                      "tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
+                      "tilecore.cuda.descriptor_offsets": True, "tilecore.cuda.nonnegative_index_shifts": True}}
 
 
 def flash_fwd(batch, heads, seq, dim, causal, bm=64, bn=64, dtype="float16", threads=128, stages=2, fast=False,

@@ -328,11 +328,12 @@ step genfa bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
 # before P @ V's wgmma.fence), overlap (+ the rotated body: S of block k and P @ V of block k - 1 issued together),
 # desc (+ each wgmma descriptor of the unrolled k loops as the first step's plus a constant), pingpong (D55's
 # producer warpgroup and turns, each copy group's own release), pp_overlap (fence, overlap, one turn for both gemms:
-# the register program's schedule), pp_desc; cuDNN / FA2 in the same run. About 3 min
+# the register program's schedule), pp_desc, pp_all (+ stage slots and parities as masks and shifts); cuDNN / FA2
+# in the same run. About 3 min
 step genfa2 bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
      timeout -k 5 90 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "d59 or descriptor" || rc=$?;
      timeout -k 5 200 python3 benchmarks/cuda_attention.py --rep 5 --blocks 128x128x256x2 \
-       --general regprog,default,early,fence,overlap,desc,pingpong,pp_overlap,pp_desc || rc=$?; exit $rc'
+       --general regprog,default,early,fence,overlap,desc,pingpong,pp_overlap,pp_desc,pp_all || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

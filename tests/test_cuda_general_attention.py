@@ -325,7 +325,9 @@ def test_early_issue_and_no_drain_give_the_same_bits(causal):
 D59 = {"fence": {"tilecore.cuda.fence_register_operands": True},
        "overlap": {"tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True},
        "desc": {"tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
-                "tilecore.cuda.descriptor_offsets": True}}
+                "tilecore.cuda.descriptor_offsets": True},
+       "all": {"tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
+               "tilecore.cuda.descriptor_offsets": True, "tilecore.cuda.nonnegative_index_shifts": True}}
 WS = {"tilecore.warp_specialize": True}
 PP = {**WS, "tilecore.pingpong": True}
 #: the benchmark's early row (D55's options, the uniform warp index included) with each D59 option
@@ -456,6 +458,22 @@ def test_descriptors_inside_the_k_loop_are_the_first_steps_plus_a_constant(causa
 
 
 @needs_toolchain
+def test_stage_slots_and_parities_of_a_nonnegative_loop_index_are_masks_and_shifts():
+    """tilecore.cuda.nonnegative_index_shifts: inside a loop whose start is a constant (0 or 1), ``k % 2`` and
+    ``k / 2`` (a stage's slot and its barrier's parity) and ``(k - 1) % 2`` where k starts at 1 are a mask and a
+    shift; a value not shown nonnegative keeps tc_floormod."""
+    on = bench("128x128", False, **EARLY, **PP, **D59["all"])
+    off = bench("128x128", False, **EARLY, **PP, **D59["desc"])
+    loop_on, loop_off = _rotated_loop(on.get_kernel_source()), _rotated_loop(off.get_kernel_source())
+    assert "tc_floormod(k, 2)" in loop_off and "tc_floormod(k, 2)" not in loop_on
+    assert "(k & 1)" in loop_on and "(k >> 1)" in loop_on and "((k + (-1)) & 1)" in loop_on
+    u_on = sum(v for op, v in _ops(on).items() if op.startswith("U"))
+    u_off = sum(v for op, v in _ops(off).items() if op.startswith("U"))
+    assert u_on < u_off
+    assert _ops(on)["LDL"] + _ops(on)["STL"] == 0
+
+
+@needs_toolchain
 def test_descriptor_offsets_apply_to_a_general_path_gemm():
     from test_general_gemm import gemm
 
@@ -491,7 +509,7 @@ def test_descriptor_offsets_give_a_gemm_the_same_bits():
 @pytest.mark.parametrize("tile,variant", [("128x128", "fence"), ("64x64", "fence"), ("128x128", "pp_fence"),
                                           ("128x128", "overlap"), ("128x128", "ws_overlap"),
                                           ("128x128", "pp_overlap"), ("128x128", "pp_desc"),
-                                          ("64x64", "desc")])  # ping-pong: two consumer warpgroups
+                                          ("128x128", "pp_all"), ("64x64", "desc"), ("64x64", "all")])  # ping-pong: two consumer warpgroups
 def test_d59_options_match_float64(tile, causal, variant):
     import torch
 
@@ -527,5 +545,6 @@ def test_d59_options_give_the_same_bits(causal):
     pp = fa(seq, dim, heads, "128x128", causal, batch=batch, **EARLY, **PP)(q, k, v)
     pp_rot = fa(seq, dim, heads, "128x128", causal, batch=batch, **EARLY, **PP, **D59["overlap"])(q, k, v)
     pp_desc = fa(seq, dim, heads, "128x128", causal, batch=batch, **EARLY, **PP, **D59["desc"])(q, k, v)
+    pp_all = fa(seq, dim, heads, "128x128", causal, batch=batch, **EARLY, **PP, **D59["all"])(q, k, v)
     torch.cuda.synchronize()
-    assert torch.equal(pp, pp_rot) and torch.equal(base, pp) and torch.equal(pp, pp_desc)
+    assert torch.equal(pp, pp_rot) and torch.equal(base, pp) and torch.equal(pp, pp_desc) and torch.equal(pp, pp_all)
