@@ -114,18 +114,26 @@ EPILOGUE = {"direct": {"tilecore.cuda.attention_tma_store": False}, "tma": {"til
 
 #: D55: the core's general path (tilecore.cuda.register_programs=False) with its FlashAttention options, by the name
 #: --general takes, one row each (cumulative from base: each adds to the one before; several are on by default since
-#: the H100 measured them, so base turns every one off); "default": the general path as it compiles by default;
+#: the device measured them, so base turns every one off, D59's too); "default": the general path as it compiles by
+#: default;
 #: "regprog": the register program (the plugin's path) in the same run
 _GEN = {"tilecore.cuda.register_programs": False}
 _OFF = {**_GEN, "tilecore.pipeline_no_drain": False, "tilecore.prune_condition_binds": False,
         "tilecore.store_cast_once": False, "tilecore.cuda.uniform_warp_index": False,
-        "tilecore.split_masked_iterations": False, "tilecore.pipeline_early_issue": False}
+        "tilecore.split_masked_iterations": False, "tilecore.pipeline_early_issue": False,
+        # D59's defaults (FlashAttention's form: the producer warpgroup with ping-pong, the rotated body, P pinned)
+        "tilecore.warp_specialize": False, "tilecore.pingpong": False, "tilecore.pipeline_overlap": False,
+        "tilecore.cuda.fence_register_operands": False}
 _NODRAIN = {**_OFF, "tilecore.pipeline_no_drain": True}
 _LEAN = {**_NODRAIN, "tilecore.prune_condition_binds": True, "tilecore.store_cast_once": True,
          "tilecore.cuda.uniform_warp_index": True}
 _SPLIT = {**_LEAN, "tilecore.split_masked_iterations": True}
 _EARLY = {**_SPLIT, "tilecore.pipeline_early_issue": True}
-GENERAL = {"regprog": {}, "default": _GEN, "base": _OFF, "nodrain": _NODRAIN, "lean": _LEAN, "split": _SPLIT,
+GENERAL = {"regprog": {}, "default": _GEN, "base": _OFF,
+           # D59: the general path's defaults before D59 (D55's), the new ones off
+           "d55": {**_GEN, "tilecore.warp_specialize": False, "tilecore.pingpong": False,
+                   "tilecore.pipeline_overlap": False, "tilecore.cuda.fence_register_operands": False,
+                   "tilecore.cuda.uniform_warp_index": False}, "nodrain": _NODRAIN, "lean": _LEAN, "split": _SPLIT,
            "early": _EARLY,
            # the producer warpgroup (D29) with each copy group released after S = Q K^T's wait (the early issue's
            # form there), then with the two consumer warpgroups' turns; pp_late: the turns with one release at the end

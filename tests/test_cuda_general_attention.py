@@ -56,11 +56,16 @@ OPTIONS = {
 #: on by default since the H100 measured them (round 1 of D55); the rest stay asked for
 DEFAULT_ON = ("nodrain", "prune", "cast", "early", "split")
 ALL = {k: v for o in OPTIONS.values() for k, v in o.items()}
+#: D59's options off (on by default since the device measured them: the producer warpgroup with ping-pong for
+#: FlashAttention's form, the rotated body, P pinned; the uniform warp index where a gemm reads registers)
+D59_OFF = {"tilecore.cuda.fence_register_operands": False, "tilecore.pipeline_overlap": False,
+           "tilecore.warp_specialize": False, "tilecore.pingpong": False}
 #: every option off: the general path before D55 (several are on by default since the H100 measured them)
-OFF = {k: False for k in ALL} | {"tilecore.pipeline_no_drain": False}
+OFF = {k: False for k in ALL} | {"tilecore.pipeline_no_drain": False} | D59_OFF
 #: the producer warpgroup (D29) with the two consumer warpgroups taking turns on the tensor cores (D55)
 PINGPONG = {**{k: v for n, o in OPTIONS.items() if n != "early" for k, v in o.items()},
-            "tilecore.warp_specialize": True, "tilecore.pingpong": True}
+            "tilecore.warp_specialize": True, "tilecore.pingpong": True,
+            "tilecore.cuda.fence_register_operands": False, "tilecore.pipeline_overlap": False}  # (D59's off)
 TILES = {"128x128": (128, 128, 256), "64x64": (64, 64, 128)}
 
 
@@ -241,10 +246,23 @@ def test_the_two_consumer_warpgroups_take_turns_issuing_their_gemms(causal):
 @needs_toolchain
 def test_the_measured_options_are_the_defaults():
     default = fa(4096, 128, 32, "128x128", True, batch=8)
-    asked = fa(4096, 128, 32, "128x128", True, batch=8, **{k: v for n in DEFAULT_ON for k, v in OPTIONS[n].items()})
+    d55 = {k: v for n in DEFAULT_ON for k, v in OPTIONS[n].items()}
+    # D59: FlashAttention's form with the producer warpgroup, ping-pong, the rotated body, P pinned and the
+    # uniform warp index (a gemm reads registers)
+    d59 = {**OPTIONS["uniform"], "tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
+           "tilecore.warp_specialize": True, "tilecore.pingpong": True}
+    asked = fa(4096, 128, 32, "128x128", True, batch=8, **d55, **d59)
     assert default.get_kernel_source() == asked.get_kernel_source()
     assert default.get_kernel_source() != bench("128x128", True).get_kernel_source()
-    assert "tc_warp_u" not in default.get_kernel_source()  # the uniform warp index stays asked for (GEMM sources)
+    assert "the last gemm one iteration late" in default.meta["attrs"]["pipelines"][0]
+    # one consumer warpgroup (64x64, V not staged): no producer warpgroup, as before D59
+    small = fa(4096, 128, 32, "64x64", True, batch=8)
+    assert "warp-specialized" not in small.meta["attrs"]["pipelines"][0]
+    # a GEMM (no gemm reading registers): no uniform warp index, no producer warpgroup
+    from test_general_gemm import gemm
+
+    g = tilecore.compile(gemm(512, 512, 256), target=HOPPER, pass_configs=GENERAL)
+    assert "tc_warp_u" not in g.get_kernel_source() and "setmaxnreg" not in g.get_kernel_source()
 
 
 @needs_toolchain
@@ -330,8 +348,13 @@ D59 = {"fence": {"tilecore.cuda.fence_register_operands": True},
                "tilecore.cuda.descriptor_offsets": True, "tilecore.cuda.nonnegative_index_shifts": True}}
 WS = {"tilecore.warp_specialize": True}
 PP = {**WS, "tilecore.pingpong": True}
-#: the benchmark's early row (D55's options, the uniform warp index included) with each D59 option
-EARLY = {**ALL}
+
+
+def cfg(*dicts) -> dict:
+    """The dicts merged, later keys winning."""
+    return {k: v for d in dicts for k, v in d.items()}
+#: the benchmark's early row (D55's options, the uniform warp index included), D59's off
+EARLY = {**ALL, **D59_OFF}
 
 
 def _pv_hgmma(k) -> list:
@@ -348,7 +371,7 @@ def test_p_is_pinned_before_the_fence_so_p_at_v_is_one_wgmma_group(causal):
     and ptxas fences and closes a group before each (gsb0 on every one of P @ V's 8 HGMMA). With it, P's
     registers are pinned before the fence: one group (gsb0 on the last), one WARPGROUP.ARRIVE for the gemm."""
     off = bench("128x128", causal, **EARLY)
-    on, warns = _compile_warnings(lambda: bench("128x128", causal, **EARLY, **D59["fence"]))
+    on, warns = _compile_warnings(lambda: bench("128x128", causal, **cfg(EARLY, D59["fence"])))
     assert "tc_wg_fence_pairs<64>(acc_s_cast);" in on.get_kernel_source()
     assert "tc_wg_fence_pairs" not in off.get_kernel_source()
     pv_off, pv_on = _pv_hgmma(off), _pv_hgmma(on)
@@ -402,7 +425,7 @@ def test_the_rotated_body_issues_s_and_the_previous_p_at_v_together(causal, form
     exponentials, the wait for both, O's rescale, P pinned for the next iteration; the last P @ V after the loop.
     Without the option the loop starts at 0 and each gemm has its own turn."""
     extra = PP if form == "pingpong" else {}
-    k, warns = _compile_warnings(lambda: bench("128x128", causal, **EARLY, **extra, **D59["overlap"]))
+    k, warns = _compile_warnings(lambda: bench("128x128", causal, **cfg(EARLY, extra, D59["overlap"])))
     src = k.get_kernel_source()
     note = k.meta["attrs"]["pipelines"][0]
     assert "the last gemm one iteration late" in note, note
@@ -424,7 +447,7 @@ def test_the_rotated_body_issues_s_and_the_previous_p_at_v_together(causal, form
     assert not any(SERIALIZED in w for w in warns), warns
     ops = _ops(k)
     assert ops["LDL"] + ops["STL"] == 0 and ops["PRMT"] == 0  # P carried packed, no repacking
-    off = bench("128x128", causal, **EARLY, **extra).get_kernel_source()
+    off = bench("128x128", causal, **cfg(EARLY, extra)).get_kernel_source()
     assert "for (long long k = 1; k <" not in off
 
 
@@ -445,8 +468,8 @@ def test_descriptors_inside_the_k_loop_are_the_first_steps_plus_a_constant(causa
     loop's first step advanced by the step's offset (a constant once unrolled): the uniform datapath computes one
     descriptor a gemm, not one an instruction. The same addresses: the swizzle's term of a whole-panel origin,
     ``(x * 128) % 8``, is 0, and the offset of step mk is its address minus the first's."""
-    on = bench("128x128", causal, **EARLY, **PP, **D59["desc"])
-    off = bench("128x128", causal, **EARLY, **PP, **D59["overlap"])
+    on = bench("128x128", causal, **cfg(EARLY, PP, D59["desc"]))
+    off = bench("128x128", causal, **cfg(EARLY, PP, D59["overlap"]))
     src = on.get_kernel_source()
     assert src.count("tc_wg_desc_at(tc_wg_desc(") >= 6  # S's Q and K, P @ V's V: in the peel, loop and drain
     assert "tc_wg_desc_at" not in off.get_kernel_source()
@@ -462,8 +485,8 @@ def test_stage_slots_and_parities_of_a_nonnegative_loop_index_are_masks_and_shif
     """tilecore.cuda.nonnegative_index_shifts: inside a loop whose start is a constant (0 or 1), ``k % 2`` and
     ``k / 2`` (a stage's slot and its barrier's parity) and ``(k - 1) % 2`` where k starts at 1 are a mask and a
     shift; a value not shown nonnegative keeps tc_floormod."""
-    on = bench("128x128", False, **EARLY, **PP, **D59["all"])
-    off = bench("128x128", False, **EARLY, **PP, **D59["desc"])
+    on = bench("128x128", False, **cfg(EARLY, PP, D59["all"]))
+    off = bench("128x128", False, **cfg(EARLY, PP, D59["desc"]))
     loop_on, loop_off = _rotated_loop(on.get_kernel_source()), _rotated_loop(off.get_kernel_source())
     assert "tc_floormod(k, 2)" in loop_off and "tc_floormod(k, 2)" not in loop_on
     assert "(k & 1)" in loop_on and "(k >> 1)" in loop_on and "((k + (-1)) & 1)" in loop_on
@@ -516,7 +539,7 @@ def test_d59_options_match_float64(tile, causal, variant):
     seq, dim, heads, batch = 456, 128, 3, 2  # a ragged last block for both tiles
     name = variant.split("_")[-1]
     form = {"pp": PP, "ws": WS}.get(variant.split("_")[0], {}) if "_" in variant else {}
-    configs = {**EARLY, **form, **D59[name]}
+    configs = {**cfg(EARLY, form, D59[name])}
     kern = fa(seq, dim, heads, tile, causal, batch=batch, **configs)
     g = torch.Generator(device="cuda").manual_seed(13)
     q, k, v = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
@@ -538,13 +561,13 @@ def test_d59_options_give_the_same_bits(causal):
     q, k, v = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
     base = fa(seq, dim, heads, "128x128", causal, batch=batch, **EARLY)(q, k, v)
     for name, opt in D59.items():
-        moved = fa(seq, dim, heads, "128x128", causal, batch=batch, **EARLY, **opt)(q, k, v)
+        moved = fa(seq, dim, heads, "128x128", causal, batch=batch, **cfg(EARLY, opt))(q, k, v)
         torch.cuda.synchronize()
         assert torch.equal(base, moved), name
     # with the producer warpgroup and ping-pong: the rotation against the same form without it
-    pp = fa(seq, dim, heads, "128x128", causal, batch=batch, **EARLY, **PP)(q, k, v)
-    pp_rot = fa(seq, dim, heads, "128x128", causal, batch=batch, **EARLY, **PP, **D59["overlap"])(q, k, v)
-    pp_desc = fa(seq, dim, heads, "128x128", causal, batch=batch, **EARLY, **PP, **D59["desc"])(q, k, v)
-    pp_all = fa(seq, dim, heads, "128x128", causal, batch=batch, **EARLY, **PP, **D59["all"])(q, k, v)
+    pp = fa(seq, dim, heads, "128x128", causal, batch=batch, **cfg(EARLY, PP))(q, k, v)
+    pp_rot = fa(seq, dim, heads, "128x128", causal, batch=batch, **cfg(EARLY, PP, D59["overlap"]))(q, k, v)
+    pp_desc = fa(seq, dim, heads, "128x128", causal, batch=batch, **cfg(EARLY, PP, D59["desc"]))(q, k, v)
+    pp_all = fa(seq, dim, heads, "128x128", causal, batch=batch, **cfg(EARLY, PP, D59["all"]))(q, k, v)
     torch.cuda.synchronize()
     assert torch.equal(pp, pp_rot) and torch.equal(base, pp) and torch.equal(pp, pp_desc) and torch.equal(pp, pp_all)

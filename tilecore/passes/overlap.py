@@ -25,7 +25,7 @@ from ..ir import (Buffer, BufferLoad, CopyBarrierWait, If, MatrixSync, PerThread
                   walk_expr)
 from ..ir.visit import stmt_exprs
 
-OPTION = "tilecore.pipeline_overlap"
+OPTION = "tilecore.pipeline_overlap"  #: default on where it applies (D59)
 
 
 def _buffers(s) -> set:
@@ -89,6 +89,15 @@ def parts(pre: list, post: list, late_wait) -> dict | None:
         return None
     return {"early": early, "late": late, "gemm": last, "first_acc": first_ends[-1].acc,
             "last_acc": ends[0].acc, "reads": begins[0].reads}
+
+
+def rotatable(body) -> bool:
+    """Whether a deferred loop body has the form :func:`parts` rotates (without its split): exactly two gemms,
+    the last deferred and reading registers as an operand (the early issue's split finds the rest)."""
+    begins = [x for x in collect(body, MatrixSync) if x.phase == "begin"]
+    ends = [x for x in collect(body, MatrixSync) if x.phase == "end"]
+    return len(begins) == 2 and len(ends) == 2 and bool(begins[1].reads) and ends[1].pending == 1 \
+        and ends[0].pending == 0
 
 
 def commit_only(item):

@@ -627,13 +627,18 @@ class _Launch:
         # 0.330, the producer's registers halve the resident blocks), docs/decisions.md D29
         lim = ctx.capabilities.limit("producer_group_threads")
         self.group = int(lim[0]) if lim is not None else None
-        self.specialize = (self.bulk and ctx.capabilities.satisfies(WS_FEATURE)[0] is True and self.group is not None
-                           and ctx.option("tilecore.warp_specialize", False) is True)
+        can_specialize = self.bulk and ctx.capabilities.satisfies(WS_FEATURE)[0] is True and self.group is not None
+        self.specialize = can_specialize and ctx.option("tilecore.warp_specialize", False) is True
+        # D59: "auto" (the default): a loop the overlap rotates (FlashAttention: two gemms, the last reading
+        # registers the threads write) is specialized, with ping-pong, where its consumers are two groups of the
+        # producer group's size (H100/H200: 464.5 -> 597.4 TFLOP/s at 128x128 exact); other loops as False
+        self.specialize_auto = can_specialize and ctx.option("tilecore.warp_specialize", "auto") == "auto"
         self.consumers = int(threads) if threads and len(launch.threads) == 1 else None
         # D55: with warp specialization, the two consumer groups take turns issuing their gemms (tilecore.pingpong;
         # off by default, as warp specialization is: H100, FlashAttention 128x128 401 -> 435 TFLOP/s with it, the
         # thread-0 issue with the early issue 460)
         self.pingpong = ctx.option(PINGPONG, False) is True
+        self.pingpong_auto = ctx.option(PINGPONG, "auto") == "auto"  # D59: with an automatic specialization
         # D55: a bulk-copied loop's block barrier and stage issue right after the body's first complete gemm
         # (tilecore.pipeline_early_issue; on by default: H100, FlashAttention on the general path 405 -> 460 TFLOP/s;
         # with warp specialization: each copy group's own release there)
@@ -643,7 +648,7 @@ class _Launch:
         # wgmma ptxas serialized: H100 297 -> 339 TFLOP/s); True: wherever the count is not a constant; False: never
         self.no_drain = ctx.option(NO_DRAIN, None)  # None: where the prover shows the count positive
         # D59: the last gemm one iteration late, beside the next first gemm (tilecore.pipeline_overlap; off)
-        self.overlap = ctx.option(overlap.OPTION, False) is True
+        self.overlap = ctx.option(overlap.OPTION, True) is not False
         self.max_threads = ctx.capabilities.limit("max_threads_per_block")
         self.producer = None  # (barrier inits, producer loop, the loop it feeds) once a loop is specialized
         self.notes: list = []
@@ -1019,7 +1024,16 @@ class _Launch:
         # leading tiles every group after them may still be pending, before a late tile every group after it
         g = len(groups)
         first = (g - 1) + g * (stages - 2)  # stage it's late group, then the groups of stages it+1 .. it+stages-2
+        auto_ws = (bulk and not self.specialize and self.specialize_auto and self.overlap and late_at
+                   and deferred is not None and self.consumers is not None and self.group is not None
+                   and self.consumers == 2 * self.group and why_carry is not None
+                   and overlap.rotatable(deferred[0]))
+        if auto_ws:  # D59: FlashAttention's form specialized with ping-pong by default
+            self.specialize, pingpong_before = True, self.pingpong
+            self.pingpong = self.pingpong or self.pingpong_auto
         why_ws = self.why_not_specialized(orig or loop, forms) if bulk and self.specialize else "not asked"
+        if auto_ws and why_ws is not None:  # not possible here: as without the option
+            self.specialize, self.pingpong, why_ws = False, pingpong_before, "not asked"
         if why_ws is None:
             # a producer thread of its own issues every stage, once the consumers released the stage's buffer
             # (StageRelease on the stage's `empty` barrier: every consumer thread arrives when done reading it)

@@ -312,9 +312,16 @@ class CUDAEmitter(SIMTCppEmitter):
 
     def warp_uniform_ok(self, st) -> bool:
         ctx = getattr(st, "ctx", None)
-        return (ctx is not None and ctx.option(self.UNIFORM_OPTION, False) is True
+        return (ctx is not None and self._auto_option(st, self.UNIFORM_OPTION)
                 and getattr(self, "_block_threads", 0) > 0 and self._block_threads % 32 == 0
                 and getattr(st, "warp_line", None) is not None)
+
+    @staticmethod
+    def _auto_option(st, key: str) -> bool:
+        """A D59 option: True / False as asked; "auto" (the default) where the launch has a gemm reading
+        registers as an operand (st.register_operands)."""
+        v = st.ctx.option(key, "auto")
+        return v is True or (v == "auto" and bool(getattr(st, "register_operands", False)))
 
     def warp_index(self, st) -> str:
         """``tc_warp_u``: the thread's warp index as a warp-uniform value (a shuffle from lane 0, which the
@@ -679,7 +686,7 @@ __device__ __forceinline__ unsigned long long tc_wg_desc_at(unsigned long long d
         it made); at a "pin" (the rotated loop's end, D59), the pairs packed into ``<name>_pk``, declared at the
         kernel's top, so the loop carries P as the 32-bit registers the instruction reads."""
         ctx = getattr(st, "ctx", None)
-        if ctx is None or ctx.option(self.OPERAND_FENCE_OPTION, False) is not True:
+        if ctx is None or not self._auto_option(st, self.OPERAND_FENCE_OPTION):
             return ""
         out = ""
         pinned = getattr(st, "pinned_pairs", None)
@@ -884,6 +891,9 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
     def stmt_KernelLaunch(self, st, s):
         self._block_threads = int(const_value(simplify(s.threads[0]))) if len(s.threads) == 1 else 0
         st.warp_line, st.warp_declared = None, False
+        # D59: a launch whose gemm reads registers the threads write (FlashAttention's P @ V): the uniform warp
+        # index and the operand fence by default (measured there; the other kernels' sources as before)
+        st.register_operands = any(x.reads for x in collect(s.body, MatrixSync))
         return super().stmt_KernelLaunch(st, s)
 
     def block_indices(self, st, s) -> None:
