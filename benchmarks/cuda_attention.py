@@ -159,6 +159,11 @@ GENERAL = {"regprog": {}, "default": _GEN, "base": _OFF,
            "pp_desc": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.pingpong": True,
                        "tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
                        "tilecore.cuda.descriptor_offsets": True},
+           # D59 round 2: the defaults with the split mask after S = Q K^T (causal), with descriptor offsets and
+           # masks / shifts, and with all three
+           "mask": {**_GEN, "tilecore.pipeline_mask_after_gemm": True},
+           "all": {**_GEN, "tilecore.pipeline_mask_after_gemm": True, "tilecore.cuda.descriptor_offsets": True,
+                   "tilecore.cuda.nonnegative_index_shifts": True},
            # D59: + a stage's slot and parity as a mask and a shift (the loop's variable is nonnegative)
            "pp_all": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.pingpong": True,
                       "tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,

@@ -336,12 +336,13 @@ step genfa2 bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
 # genfa2-default (round 2): D59's defaults (FlashAttention's form on the producer warpgroup with ping-pong, the rotated
 # body, P pinned, the uniform warp index where a gemm reads registers): every device test of the general path's
 # attention (D55's and D59's, float64 and bit for bit), the rows regprog / d55 (the defaults before D59) / default /
-# pp_all / pp_desc at 128x128 exact, causal and not, twice (two processes: the spread), cuDNN beside; then the whole
+# mask (+ the causal split mask after S = Q K^T) / pp_all (+ descriptor offsets, masks and shifts) / all (both) at
+# 128x128 exact, causal and not, twice (two processes: the spread), cuDNN beside; then the whole
 # catalog on the general path with the defaults (the PASS count). About 4 min
 step genfa2-default bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
      timeout -k 5 100 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "float64 or bits" || rc=$?;
      for i in 1 2; do timeout -k 5 60 python3 benchmarks/cuda_attention.py --rep 5 --blocks 128x128x256x2 \
-       --general regprog,d55,default,pp_all,pp_desc || rc=$?; done;
+       --general regprog,d55,default,mask,pp_all,all || rc=$?; done;
      TILECORE_PASS_CONFIGS="{\"tilecore.cuda.register_programs\": false}" timeout -k 5 90 \
        python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-general-d59 || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run

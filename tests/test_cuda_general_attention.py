@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import math
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -345,7 +346,9 @@ D59 = {"fence": {"tilecore.cuda.fence_register_operands": True},
        "desc": {"tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
                 "tilecore.cuda.descriptor_offsets": True},
        "all": {"tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
-               "tilecore.cuda.descriptor_offsets": True, "tilecore.cuda.nonnegative_index_shifts": True}}
+               "tilecore.cuda.descriptor_offsets": True, "tilecore.cuda.nonnegative_index_shifts": True},
+       "mask": {"tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
+                "tilecore.pipeline_mask_after_gemm": True}}
 WS = {"tilecore.warp_specialize": True}
 PP = {**WS, "tilecore.pingpong": True}
 
@@ -481,6 +484,38 @@ def test_descriptors_inside_the_k_loop_are_the_first_steps_plus_a_constant(causa
 
 
 @needs_toolchain
+@pytest.mark.parametrize("form", ["thread0", "pingpong"])
+def test_the_causal_mask_after_the_first_gemm_leaves_the_unmasked_iterations_its_zeros(form):
+    """tilecore.pipeline_mask_after_gemm: the split mask (``if k < E: S = 0 else S = select(mask, 0, -inf)``)
+    becomes ``S = 0`` before S = Q K^T and ``if !(k < E): S = select(mask, S, -inf)`` after its wait: the
+    unmasked iterations' zeros fold into the first HGMMA (no CS2R in that path through the loop), the masked
+    ones select after it."""
+    extra = PP if form == "pingpong" else {}
+    on, warns = _compile_warnings(lambda: bench("128x128", True, **cfg(EARLY, extra, D59["mask"])))
+    off = bench("128x128", True, **cfg(EARLY, extra, D59["overlap"]))
+    loop = _rotated_loop(on.get_kernel_source())
+    after = loop.index("} else {", loop.index("tc_wg_wait<1>();"))
+    assert loop.index("tc_wg_wait<1>();") < loop.index("if ((k < tc_min(32, ") < after < loop.index("acc_s[0] = exp2f(")
+    assert re.search(r"acc_s\[0\] = \(valid_1\w* \? acc_s\[0\] : \(-INFINITY\)\);", loop[after:])
+    assert loop.count("if ((k < tc_min(32, ") == 1
+    off_loop = _rotated_loop(off.get_kernel_source())
+    assert off_loop.index("if ((k < tc_min(32, ") < off_loop.index("tc_wg_wait<1>();")  # before: the mask first
+
+    def unmasked(k):
+        ins = sass_paths.parse(tilecore_cuda.CUDABackend().disassemble(k.binary, k.target))
+        return min((c for _, c in sass_paths.paths(ins, sass_paths.main_loop(ins, 16))),
+                   key=lambda c: sum(v for n, v in c.items() if n[0].isupper()))
+
+    u_on, u_off = unmasked(on), unmasked(off)
+    assert u_off["CS2R"] > 0 and u_on["CS2R"] == 0, (u_on["CS2R"], u_off["CS2R"])
+    assert not any(SERIALIZED in w for w in warns), warns
+    assert _ops(on)["LDL"] + _ops(on)["STL"] == 0
+    # non-causal: no split mask, nothing to move
+    assert bench("128x128", False, **cfg(EARLY, extra, D59["mask"])).get_kernel_source() == \
+        bench("128x128", False, **cfg(EARLY, extra, D59["overlap"])).get_kernel_source()
+
+
+@needs_toolchain
 def test_stage_slots_and_parities_of_a_nonnegative_loop_index_are_masks_and_shifts():
     """tilecore.cuda.nonnegative_index_shifts: inside a loop whose start is a constant (0 or 1), ``k % 2`` and
     ``k / 2`` (a stage's slot and its barrier's parity) and ``(k - 1) % 2`` where k starts at 1 are a mask and a
@@ -532,7 +567,8 @@ def test_descriptor_offsets_give_a_gemm_the_same_bits():
 @pytest.mark.parametrize("tile,variant", [("128x128", "fence"), ("64x64", "fence"), ("128x128", "pp_fence"),
                                           ("128x128", "overlap"), ("128x128", "ws_overlap"),
                                           ("128x128", "pp_overlap"), ("128x128", "pp_desc"),
-                                          ("128x128", "pp_all"), ("64x64", "desc"), ("64x64", "all")])  # ping-pong: two consumer warpgroups
+                                          ("128x128", "pp_all"), ("64x64", "desc"), ("64x64", "all"),
+                                          ("128x128", "mask"), ("128x128", "pp_mask")])  # ping-pong: two consumer warpgroups
 def test_d59_options_match_float64(tile, causal, variant):
     import torch
 
@@ -569,5 +605,7 @@ def test_d59_options_give_the_same_bits(causal):
     pp_rot = fa(seq, dim, heads, "128x128", causal, batch=batch, **cfg(EARLY, PP, D59["overlap"]))(q, k, v)
     pp_desc = fa(seq, dim, heads, "128x128", causal, batch=batch, **cfg(EARLY, PP, D59["desc"]))(q, k, v)
     pp_all = fa(seq, dim, heads, "128x128", causal, batch=batch, **cfg(EARLY, PP, D59["all"]))(q, k, v)
+    pp_mask = fa(seq, dim, heads, "128x128", causal, batch=batch, **cfg(EARLY, PP, D59["mask"]))(q, k, v)
     torch.cuda.synchronize()
     assert torch.equal(pp, pp_rot) and torch.equal(base, pp) and torch.equal(pp, pp_desc) and torch.equal(pp, pp_all)
+    assert torch.equal(pp, pp_mask)

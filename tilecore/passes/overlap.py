@@ -21,11 +21,13 @@ results are bit for bit those of the unrotated loop.
 """
 from __future__ import annotations
 
-from ..ir import (Buffer, BufferLoad, CopyBarrierWait, If, MatrixSync, PerThread, Seq, Turn, collect, rewrite, walk,
-                  walk_expr)
+from ..ir import (Buffer, BufferLoad, CopyBarrierWait, If, MatrixSync, PerThread, Select, Seq, Store, Turn, collect,
+                  const_value, rewrite, walk, walk_expr)
 from ..ir.visit import stmt_exprs
 
 OPTION = "tilecore.pipeline_overlap"  #: default on where it applies (D59)
+#: D59: the mask of a split masked iteration applied after the first gemm, its accumulators cleared before it
+MASK_AFTER = "tilecore.pipeline_mask_after_gemm"
 
 
 def _buffers(s) -> set:
@@ -159,3 +161,36 @@ def with_turn(item, turns, take: bool, give: bool):
         return Seq([x.with_(pending=-1), passed, MatrixSync(x.spelling, "wait", x.acc, span=x.span)], span=x.span)
 
     return rewrite(item, fix)
+
+
+def masks_after(init: list, acc):
+    """``(clear, after)`` for the statements before the first gemm where they are D55's split mask of its
+    accumulators ``acc`` (``if (k < E) acc = 0 else acc = select(mask, 0, X)``): ``clear`` the unmasked branch
+    alone (every iteration clears: an assembler folds the zeros into the first instruction, as without a mask) and
+    ``after`` the masked branch as ``if (k < E) {} else acc = select(mask, acc, X)`` after the gemm's wait (tilecore.
+    pipeline_mask_after_gemm). The gemm adds its products to 0 either way; where the mask is false the result is X
+    (-inf) rather than X plus the products (the same for finite scores). None where the statements are not of
+    that form."""
+    if len(init) != 1 or not isinstance(init[0], If) or init[0].orelse is None:
+        return None
+    branch = init[0]
+
+    def stores(s):
+        return [x for x in collect(s, Store)]
+
+    then_st, else_st = stores(branch.then), stores(branch.orelse)
+    if not then_st or len(then_st) != len(else_st):
+        return None
+    if any(x.buffer is not acc or const_value(x.value) != 0 for x in then_st):
+        return None
+    if any(x.buffer is not acc or not isinstance(x.value, Select) or const_value(x.value.t) != 0 for x in else_st):
+        return None
+
+    def fix(x):
+        if isinstance(x, Store) and x.buffer is acc:
+            return x.with_(value=Select(x.value.cond, BufferLoad(acc, tuple(x.indices)), x.value.f))
+        return None
+
+    masked = rewrite(branch.orelse, fix)
+    # the same condition with an empty first branch: the guard pass prunes it where the prover shows it holds
+    return [branch.then], If(branch.cond, Seq([]), masked, span=branch.span)

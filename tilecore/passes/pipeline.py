@@ -649,6 +649,7 @@ class _Launch:
         self.no_drain = ctx.option(NO_DRAIN, None)  # None: where the prover shows the count positive
         # D59: the last gemm one iteration late, beside the next first gemm (tilecore.pipeline_overlap; off)
         self.overlap = ctx.option(overlap.OPTION, True) is not False
+        self.mask_after = ctx.option(overlap.MASK_AFTER, False) is True  # D59: measured before a default
         self.max_threads = ctx.capabilities.limit("max_threads_per_block")
         self.producer = None  # (barrier inits, producer loop, the loop it feeds) once a loop is specialized
         self.notes: list = []
@@ -1073,15 +1074,20 @@ class _Launch:
                     last_prev = overlap.with_turn(_fresh_loops(substitute(overlap.commit_only(rot["gemm"]), prev_k)),
                                                   turns, False, True)
                     pin = overlap.pin(spelling, rot["reads"], loop.span)
-                    steady = [waits[0], seq([substitute(post[-2], prev_k)] + pre[:-1] + [first, last_prev,
+                    init, masked = pre[:-1], []
+                    ma = overlap.masks_after(pre[:-1], rot["first_acc"]) if self.mask_after else None
+                    if ma is not None:  # D59: the split mask after the first gemm, its accumulators cleared
+                        init, masked = ma[0], [ma[1]]
+                    steady = [waits[0], seq([substitute(post[-2], prev_k)] + init + [first, last_prev,
                                                         overlap.wait(spelling, rot["first_acc"], 1, loop.span),
                                                         StageRelease(empties[0], slot_it, span=loop.span)]
-                                            + rot["early"] + [overlap.wait(spelling, rot["last_acc"], 0, loop.span),
-                                                              StageRelease(empties[1], prev, span=loop.span)]
+                                            + masked + rot["early"]
+                                            + [overlap.wait(spelling, rot["last_acc"], 0, loop.span),
+                                               StageRelease(empties[1], prev, span=loop.span)]
                                             + rot["late"] + [pin])]
-                    peel = ([waits[0]] + pre[:-1] + [overlap.with_turn(pre[-1], turns, True, True),
-                                                      StageRelease(empties[0], slot_it, span=loop.span)]
-                            + rot["early"] + rot["late"] + [pin])
+                    peel = ([waits[0]] + init + [overlap.with_turn(pre[-1], turns, True, True),
+                                                  StageRelease(empties[0], slot_it, span=loop.span)]
+                            + masked + rot["early"] + rot["late"] + [pin])
                     peeled = _fresh_loops(substitute(seq(peel), {id(k): start}))
                     last_k = {id(k): simplify(binary("sub", binary("add", start, extent), 1))}
                     after = [substitute(post[-2], last_k),
@@ -1159,13 +1165,17 @@ class _Launch:
                 late_wait = substitute(post[-2], prev_k)  # the late group's wait (parts: right before the gemm)
                 late_ahead = simplify(binary("add", it, stages - 2))
                 issues = issue_bulk(ahead_early, 0) + issue_bulk(late_ahead, 1)
-                steady = ([waits[0], late_wait] + pre[:-1] + [first, last_prev,
-                                                   overlap.wait(spelling, rot["first_acc"], 1, loop.span),
-                                                   Barrier(span=loop.span)] + issues + rot["early"]
+                init, masked = pre[:-1], []
+                ma = overlap.masks_after(pre[:-1], rot["first_acc"]) if self.mask_after else None
+                if ma is not None:  # D59: the split mask after the first gemm, its accumulators cleared
+                    init, masked = ma[0], [ma[1]]
+                steady = ([waits[0], late_wait] + init + [first, last_prev,
+                                                          overlap.wait(spelling, rot["first_acc"], 1, loop.span),
+                                                          Barrier(span=loop.span)] + issues + masked + rot["early"]
                           + [overlap.wait(spelling, rot["last_acc"], 0, loop.span)] + rot["late"]
                           + [overlap.pin(spelling, rot["reads"], loop.span)])
-                peel = ([waits[0]] + pre + [Barrier(span=loop.span)] + issues + rot["early"] + rot["late"]
-                        + [overlap.pin(spelling, rot["reads"], loop.span)])
+                peel = ([waits[0]] + init + [pre[-1], Barrier(span=loop.span)] + issues + masked + rot["early"]
+                        + rot["late"] + [overlap.pin(spelling, rot["reads"], loop.span)])
                 peeled = _fresh_loops(substitute(seq(peel), {id(k): start}))
                 last_k = {id(k): simplify(binary("sub", binary("add", start, extent), 1))}
                 after = [substitute(post[-2], last_k),
