@@ -162,6 +162,9 @@ GENERAL = {"regprog": {}, "default": _GEN, "base": _OFF,
            # D59 round 2: the defaults with the split mask after S = Q K^T (causal), with descriptor offsets and
            # masks / shifts, and with all three
            "mask": {**_GEN, "tilecore.pipeline_mask_after_gemm": True},
+           "shifts": {**_GEN, "tilecore.cuda.nonnegative_index_shifts": True},
+           "mask_shifts": {**_GEN, "tilecore.pipeline_mask_after_gemm": True,
+                           "tilecore.cuda.nonnegative_index_shifts": True},
            "all": {**_GEN, "tilecore.pipeline_mask_after_gemm": True, "tilecore.cuda.descriptor_offsets": True,
                    "tilecore.cuda.nonnegative_index_shifts": True},
            # D59: + a stage's slot and parity as a mask and a shift (the loop's variable is nonnegative)

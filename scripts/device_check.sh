@@ -345,6 +345,14 @@ step genfa2-default bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
        --general regprog,d55,default,mask,pp_all,all || rc=$?; done;
      TILECORE_PASS_CONFIGS="{\"tilecore.cuda.register_programs\": false}" timeout -k 5 90 \
        python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-general-d59 || rc=$?; exit $rc'
+# genfa2-r3 (round 3): D59's options still asked for, on the defaults: the device tests of D59's options, then three
+# processes (the causal rows' spread was +-3% in round 2) of regprog / default / mask (the causal split mask after
+# S = Q K^T) / shifts (stage slots and parities as masks and shifts) / mask_shifts, 128x128 exact, causal and not,
+# cuDNN beside. About 3 min
+step genfa2-r3 bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
+     timeout -k 5 90 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "d59 or descriptor or mask_after" || rc=$?;
+     for i in 1 2 3; do timeout -k 5 60 python3 benchmarks/cuda_attention.py --rep 5 --blocks 128x128x256x2 \
+       --general regprog,default,mask,shifts,mask_shifts || rc=$?; done; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \
