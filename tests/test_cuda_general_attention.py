@@ -541,6 +541,47 @@ def test_descriptor_offsets_apply_to_a_general_path_gemm():
     assert "tc_wg_desc_at" not in tilecore.compile(func, target=HOPPER, pass_configs=GENERAL).get_kernel_source()
 
 
+#: other forms the defaults rotate (D59): (name, dim, bm, bn, dtype, kv_heads, stages)
+D59_FORMS = [("bf16", 128, 128, 128, "bfloat16", None, 2), ("gqa", 128, 128, 128, "float16", 1, 2),
+             ("d256", 256, 128, 64, "float16", None, 2), ("3stages", 128, 128, 128, "float16", None, 3)]
+
+
+@needs_toolchain
+@pytest.mark.parametrize("form", D59_FORMS, ids=[f[0] for f in D59_FORMS])
+def test_the_defaults_rotate_other_forms_too(form):
+    _, dim, bm, bn, dtype, kvh, stages = form
+    func = flash_attention_forward(1000, dim, 3, bm, bn, dtype, True, batch=2, threads=256, kv_heads=kvh,
+                                   num_stages=stages)
+    k, warns = _compile_warnings(lambda: tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs=GENERAL))
+    note = k.meta["attrs"]["pipelines"][0]
+    assert "the last gemm one iteration late" in note and "ping-pong" in note, note
+    assert _ops(k)["LDL"] + _ops(k)["STL"] == 0 and not any(SERIALIZED in w for w in warns), warns
+
+
+@hopper_gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("form", D59_FORMS, ids=[f[0] for f in D59_FORMS])
+def test_d59_default_forms_match_float64(form, causal):
+    """The defaults (the rotated body on the producer warpgroup with ping-pong) on bfloat16, grouped-query heads,
+    d256 at 128x64 and 3 stages, a ragged sequence, against float64."""
+    import torch
+
+    _, dim, bm, bn, dtype, kvh, stages = form
+    seq, heads, batch = 1000, 3, 2
+    func = flash_attention_forward(seq, dim, heads, bm, bn, dtype, causal, batch=batch, threads=256,
+                                   kv_heads=kvh, num_stages=stages)
+    kern = tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs=GENERAL)
+    tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    g = torch.Generator(device="cuda").manual_seed(17)
+    q = torch.randn(batch, heads, seq, dim, device="cuda", dtype=tdt, generator=g)
+    k, v = (torch.randn(batch, kvh or heads, seq, dim, device="cuda", dtype=tdt, generator=g) for _ in range(2))
+    out = kern(q, k, v)
+    torch.cuda.synchronize()
+    kr, vr = (x.repeat_interleave(heads // (kvh or heads), dim=1) for x in (k, v))
+    err = (out.double() - _reference(q, kr, vr, causal)).abs().max().item()
+    assert err < (1.6e-2 if dtype == "bfloat16" else 2e-3), f"{form[0]} causal={causal}: max error {err}"
+
+
 @hopper_gpu
 def test_descriptor_offsets_give_a_gemm_the_same_bits():
     import torch
