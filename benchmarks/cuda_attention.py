@@ -123,7 +123,8 @@ _OFF = {**_GEN, "tilecore.pipeline_no_drain": False, "tilecore.prune_condition_b
         "tilecore.split_masked_iterations": False, "tilecore.pipeline_early_issue": False,
         # D59's defaults (FlashAttention's form: the producer warpgroup with ping-pong, the rotated body, P pinned)
         "tilecore.warp_specialize": False, "tilecore.pingpong": False, "tilecore.pipeline_overlap": False,
-        "tilecore.cuda.fence_register_operands": False}
+        "tilecore.cuda.fence_register_operands": False, "tilecore.pipeline_mask_after_gemm": False,
+        "tilecore.cuda.nonnegative_index_shifts": False}
 _NODRAIN = {**_OFF, "tilecore.pipeline_no_drain": True}
 _LEAN = {**_NODRAIN, "tilecore.prune_condition_binds": True, "tilecore.store_cast_once": True,
          "tilecore.cuda.uniform_warp_index": True}
@@ -133,7 +134,9 @@ GENERAL = {"regprog": {}, "default": _GEN, "base": _OFF,
            # D59: the general path's defaults before D59 (D55's), the new ones off
            "d55": {**_GEN, "tilecore.warp_specialize": False, "tilecore.pingpong": False,
                    "tilecore.pipeline_overlap": False, "tilecore.cuda.fence_register_operands": False,
-                   "tilecore.cuda.uniform_warp_index": False}, "nodrain": _NODRAIN, "lean": _LEAN, "split": _SPLIT,
+                   "tilecore.cuda.uniform_warp_index": False},
+           # D59 round 2's defaults (before the mask after the first gemm and the shifts became defaults, round 3)
+           "d59r2": {**_GEN, "tilecore.pipeline_mask_after_gemm": False, "tilecore.cuda.nonnegative_index_shifts": False}, "nodrain": _NODRAIN, "lean": _LEAN, "split": _SPLIT,
            "early": _EARLY,
            # the producer warpgroup (D29) with each copy group released after S = Q K^T's wait (the early issue's
            # form there), then with the two consumer warpgroups' turns; pp_late: the turns with one release at the end
@@ -159,10 +162,10 @@ GENERAL = {"regprog": {}, "default": _GEN, "base": _OFF,
            "pp_desc": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.pingpong": True,
                        "tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
                        "tilecore.cuda.descriptor_offsets": True},
-           # D59 round 2: the defaults with the split mask after S = Q K^T (causal), with descriptor offsets and
-           # masks / shifts, and with all three
-           "mask": {**_GEN, "tilecore.pipeline_mask_after_gemm": True},
-           "shifts": {**_GEN, "tilecore.cuda.nonnegative_index_shifts": True},
+           # D59 round 3, on round 2's defaults: the split mask after S = Q K^T (causal), the shifts, both (round 3's
+           # defaults since), and both with descriptor offsets
+           "mask": {**_GEN, "tilecore.pipeline_mask_after_gemm": True, "tilecore.cuda.nonnegative_index_shifts": False},
+           "shifts": {**_GEN, "tilecore.pipeline_mask_after_gemm": False, "tilecore.cuda.nonnegative_index_shifts": True},
            "mask_shifts": {**_GEN, "tilecore.pipeline_mask_after_gemm": True,
                            "tilecore.cuda.nonnegative_index_shifts": True},
            "all": {**_GEN, "tilecore.pipeline_mask_after_gemm": True, "tilecore.cuda.descriptor_offsets": True,

@@ -353,6 +353,15 @@ step genfa2-r3 bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
      timeout -k 5 90 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "d59 or descriptor or mask_after" || rc=$?;
      for i in 1 2 3; do timeout -k 5 60 python3 benchmarks/cuda_attention.py --rep 5 --blocks 128x128x256x2 \
        --general regprog,default,mask,shifts,mask_shifts || rc=$?; done; exit $rc'
+# genfa2-final (round 4): D59's final defaults (round 3 added the causal mask after S = Q K^T and the shifts): every
+# device test of the general path's attention, two processes of regprog / d55 / d59r2 (round 2's defaults) / default
+# at 128x128 exact, causal and not, cuDNN beside, then the whole catalog on the general path. About 3 min
+step genfa2-final bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
+     timeout -k 5 100 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "float64 or bits" || rc=$?;
+     for i in 1 2; do timeout -k 5 60 python3 benchmarks/cuda_attention.py --rep 5 --blocks 128x128x256x2 \
+       --general regprog,d55,d59r2,default || rc=$?; done;
+     TILECORE_PASS_CONFIGS="{\"tilecore.cuda.register_programs\": false}" timeout -k 5 90 \
+       python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-general-d59f || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

@@ -60,13 +60,15 @@ ALL = {k: v for o in OPTIONS.values() for k, v in o.items()}
 #: D59's options off (on by default since the device measured them: the producer warpgroup with ping-pong for
 #: FlashAttention's form, the rotated body, P pinned; the uniform warp index where a gemm reads registers)
 D59_OFF = {"tilecore.cuda.fence_register_operands": False, "tilecore.pipeline_overlap": False,
-           "tilecore.warp_specialize": False, "tilecore.pingpong": False}
+           "tilecore.warp_specialize": False, "tilecore.pingpong": False,
+           "tilecore.pipeline_mask_after_gemm": False, "tilecore.cuda.nonnegative_index_shifts": False}
 #: every option off: the general path before D55 (several are on by default since the H100 measured them)
 OFF = {k: False for k in ALL} | {"tilecore.pipeline_no_drain": False} | D59_OFF
 #: the producer warpgroup (D29) with the two consumer warpgroups taking turns on the tensor cores (D55)
 PINGPONG = {**{k: v for n, o in OPTIONS.items() if n != "early" for k, v in o.items()},
             "tilecore.warp_specialize": True, "tilecore.pingpong": True,
-            "tilecore.cuda.fence_register_operands": False, "tilecore.pipeline_overlap": False}  # (D59's off)
+            "tilecore.cuda.fence_register_operands": False, "tilecore.pipeline_overlap": False,
+            "tilecore.cuda.nonnegative_index_shifts": False}  # (D59's off)
 TILES = {"128x128": (128, 128, 256), "64x64": (64, 64, 128)}
 
 
@@ -251,7 +253,8 @@ def test_the_measured_options_are_the_defaults():
     # D59: FlashAttention's form with the producer warpgroup, ping-pong, the rotated body, P pinned and the
     # uniform warp index (a gemm reads registers)
     d59 = {**OPTIONS["uniform"], "tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
-           "tilecore.warp_specialize": True, "tilecore.pingpong": True}
+           "tilecore.warp_specialize": True, "tilecore.pingpong": True, "tilecore.pipeline_mask_after_gemm": True,
+           "tilecore.cuda.nonnegative_index_shifts": True}
     asked = fa(4096, 128, 32, "128x128", True, batch=8, **d55, **d59)
     assert default.get_kernel_source() == asked.get_kernel_source()
     assert default.get_kernel_source() != bench("128x128", True).get_kernel_source()
@@ -264,6 +267,9 @@ def test_the_measured_options_are_the_defaults():
 
     g = tilecore.compile(gemm(512, 512, 256), target=HOPPER, pass_configs=GENERAL)
     assert "tc_warp_u" not in g.get_kernel_source() and "setmaxnreg" not in g.get_kernel_source()
+    plain = tilecore.compile(gemm(512, 512, 256), target=HOPPER,
+                             pass_configs={**GENERAL, "tilecore.cuda.nonnegative_index_shifts": False})
+    assert plain.get_kernel_source() == g.get_kernel_source()  # the shifts only where a gemm reads registers
 
 
 @needs_toolchain

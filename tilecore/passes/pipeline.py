@@ -649,7 +649,8 @@ class _Launch:
         self.no_drain = ctx.option(NO_DRAIN, None)  # None: where the prover shows the count positive
         # D59: the last gemm one iteration late, beside the next first gemm (tilecore.pipeline_overlap; off)
         self.overlap = ctx.option(overlap.OPTION, True) is not False
-        self.mask_after = ctx.option(overlap.MASK_AFTER, False) is True  # D59: measured before a default
+        # D59: in a rotated loop the split mask after the first gemm (on by default: H200, causal +4.3%)
+        self.mask_after = ctx.option(overlap.MASK_AFTER, True) is not False
         self.max_threads = ctx.capabilities.limit("max_threads_per_block")
         self.producer = None  # (barrier inits, producer loop, the loop it feeds) once a loop is specialized
         self.notes: list = []
