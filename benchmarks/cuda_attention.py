@@ -114,24 +114,66 @@ EPILOGUE = {"direct": {"tilecore.cuda.attention_tma_store": False}, "tma": {"til
 
 #: D55: the core's general path (tilecore.cuda.register_programs=False) with its FlashAttention options, by the name
 #: --general takes, one row each (cumulative from base: each adds to the one before; several are on by default since
-#: the H100 measured them, so base turns every one off); "default": the general path as it compiles by default;
+#: the device measured them, so base turns every one off, D59's too); "default": the general path as it compiles by
+#: default;
 #: "regprog": the register program (the plugin's path) in the same run
 _GEN = {"tilecore.cuda.register_programs": False}
 _OFF = {**_GEN, "tilecore.pipeline_no_drain": False, "tilecore.prune_condition_binds": False,
         "tilecore.store_cast_once": False, "tilecore.cuda.uniform_warp_index": False,
-        "tilecore.split_masked_iterations": False, "tilecore.pipeline_early_issue": False}
+        "tilecore.split_masked_iterations": False, "tilecore.pipeline_early_issue": False,
+        # D59's defaults (FlashAttention's form: the producer warpgroup with ping-pong, the rotated body, P pinned)
+        "tilecore.warp_specialize": False, "tilecore.pingpong": False, "tilecore.pipeline_overlap": False,
+        "tilecore.cuda.fence_register_operands": False, "tilecore.pipeline_mask_after_gemm": False,
+        "tilecore.cuda.nonnegative_index_shifts": False}
 _NODRAIN = {**_OFF, "tilecore.pipeline_no_drain": True}
 _LEAN = {**_NODRAIN, "tilecore.prune_condition_binds": True, "tilecore.store_cast_once": True,
          "tilecore.cuda.uniform_warp_index": True}
 _SPLIT = {**_LEAN, "tilecore.split_masked_iterations": True}
 _EARLY = {**_SPLIT, "tilecore.pipeline_early_issue": True}
-GENERAL = {"regprog": {}, "default": _GEN, "base": _OFF, "nodrain": _NODRAIN, "lean": _LEAN, "split": _SPLIT,
+GENERAL = {"regprog": {}, "default": _GEN, "base": _OFF,
+           # D59: the general path's defaults before D59 (D55's), the new ones off
+           "d55": {**_GEN, "tilecore.warp_specialize": False, "tilecore.pingpong": False,
+                   "tilecore.pipeline_overlap": False, "tilecore.cuda.fence_register_operands": False,
+                   "tilecore.cuda.uniform_warp_index": False},
+           # D59 round 2's defaults (before the mask after the first gemm and the shifts became defaults, round 3)
+           "d59r2": {**_GEN, "tilecore.pipeline_mask_after_gemm": False, "tilecore.cuda.nonnegative_index_shifts": False}, "nodrain": _NODRAIN, "lean": _LEAN, "split": _SPLIT,
            "early": _EARLY,
            # the producer warpgroup (D29) with each copy group released after S = Q K^T's wait (the early issue's
            # form there), then with the two consumer warpgroups' turns; pp_late: the turns with one release at the end
            "ws": {**_EARLY, "tilecore.warp_specialize": True},
            "pingpong": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.pingpong": True},
-           "pp_late": {**_SPLIT, "tilecore.warp_specialize": True, "tilecore.pingpong": True}}
+           "pp_late": {**_SPLIT, "tilecore.warp_specialize": True, "tilecore.pingpong": True},
+           # D59: P @ V's A registers pinned before its wgmma.fence (one wgmma group, not a fence per instruction),
+           # on early (the defaults and the uniform warp index), then with the producer warpgroup and ping-pong
+           "fence": {**_EARLY, "tilecore.cuda.fence_register_operands": True},
+           "ws_fence": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.cuda.fence_register_operands": True},
+           "pp_fence": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.pingpong": True,
+                        "tilecore.cuda.fence_register_operands": True},
+           # D59: the body rotated (tilecore.pipeline_overlap: iteration k's S = Q K^T and iteration k - 1's P @ V
+           # issued together, one turn for both with ping-pong) on fence, pp_fence and ws + fence
+           "overlap": {**_EARLY, "tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True},
+           "ws_overlap": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.cuda.fence_register_operands": True,
+                          "tilecore.pipeline_overlap": True},
+           "pp_overlap": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.pingpong": True,
+                          "tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True},
+           # D59: + each wgmma descriptor of an unrolled k loop as the first step's plus a constant
+           "desc": {**_EARLY, "tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
+                    "tilecore.cuda.descriptor_offsets": True},
+           "pp_desc": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.pingpong": True,
+                       "tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
+                       "tilecore.cuda.descriptor_offsets": True},
+           # D59 round 3, on round 2's defaults: the split mask after S = Q K^T (causal), the shifts, both (round 3's
+           # defaults since), and both with descriptor offsets
+           "mask": {**_GEN, "tilecore.pipeline_mask_after_gemm": True, "tilecore.cuda.nonnegative_index_shifts": False},
+           "shifts": {**_GEN, "tilecore.pipeline_mask_after_gemm": False, "tilecore.cuda.nonnegative_index_shifts": True},
+           "mask_shifts": {**_GEN, "tilecore.pipeline_mask_after_gemm": True,
+                           "tilecore.cuda.nonnegative_index_shifts": True},
+           "all": {**_GEN, "tilecore.pipeline_mask_after_gemm": True, "tilecore.cuda.descriptor_offsets": True,
+                   "tilecore.cuda.nonnegative_index_shifts": True},
+           # D59: + a stage's slot and parity as a mask and a shift (the loop's variable is nonnegative)
+           "pp_all": {**_EARLY, "tilecore.warp_specialize": True, "tilecore.pingpong": True,
+                      "tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
+                      "tilecore.cuda.descriptor_offsets": True, "tilecore.cuda.nonnegative_index_shifts": True}}
 
 
 def flash_fwd(batch, heads, seq, dim, causal, bm=64, bn=64, dtype="float16", threads=128, stages=2, fast=False,

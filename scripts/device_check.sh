@@ -321,6 +321,47 @@ step genfa bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
        --general pingpong || rc=$?; };
      TILECORE_PASS_CONFIGS="{\"tilecore.cuda.register_programs\": false}" timeout -k 5 90 \
        python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-general-d55 || rc=$?; exit $rc'
+# FlashAttention on the general path toward the register program (decision D59). genfa2 (round 1): the device tests
+# of D59's options (float64, causal and not, 128x128 and 64x64, ping-pong; bit for bit against D55's options without
+# them), then 128x128 exact b8 h32 s4096 d128, causal and not, one row each (benchmarks/cuda_attention.py GENERAL):
+# the register program, the default, early (+ D55's uniform warp index), fence (+ P pinned before P @ V's
+# wgmma.fence), overlap (+ the rotated body: S of block k and P @ V of block k - 1 issued together), desc (+ each
+# wgmma descriptor of the unrolled k loops as the first step's plus a constant), pingpong (D55's producer warpgroup
+# and turns, each copy group's own release), pp_overlap (one turn for both gemms: the register program's schedule),
+# pp_desc, pp_all (+ stage slots and parities as masks and shifts); cuDNN / FA2 in the same run. About 3 min
+step genfa2 bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
+     timeout -k 5 90 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "d59 or descriptor" || rc=$?;
+     timeout -k 5 200 python3 benchmarks/cuda_attention.py --rep 5 --blocks 128x128x256x2 \
+       --general regprog,default,early,fence,overlap,desc,pingpong,pp_overlap,pp_desc,pp_all || rc=$?; exit $rc'
+# genfa2-default (round 2): D59's defaults (FlashAttention's form on the producer warpgroup with ping-pong, the rotated
+# body, P pinned, the uniform warp index where a gemm reads registers): every device test of the general path's
+# attention (D55's and D59's, float64 and bit for bit), the rows regprog / d55 (the defaults before D59) / default /
+# mask (+ the causal split mask after S = Q K^T) / pp_all (+ descriptor offsets, masks and shifts) / all (both) at
+# 128x128 exact, causal and not, twice (two processes: the spread), cuDNN beside; then the whole
+# catalog on the general path with the defaults (the PASS count). About 4 min
+step genfa2-default bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
+     timeout -k 5 100 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "float64 or bits" || rc=$?;
+     for i in 1 2; do timeout -k 5 60 python3 benchmarks/cuda_attention.py --rep 5 --blocks 128x128x256x2 \
+       --general regprog,d55,default,mask,pp_all,all || rc=$?; done;
+     TILECORE_PASS_CONFIGS="{\"tilecore.cuda.register_programs\": false}" timeout -k 5 90 \
+       python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-general-d59 || rc=$?; exit $rc'
+# genfa2-r3 (round 3): D59's options still asked for, on the defaults: the device tests of D59's options, then three
+# processes (the causal rows' spread was +-3% in round 2) of regprog / default / mask (the causal split mask after
+# S = Q K^T) / shifts (stage slots and parities as masks and shifts) / mask_shifts, 128x128 exact, causal and not,
+# cuDNN beside. About 3 min
+step genfa2-r3 bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
+     timeout -k 5 90 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "d59 or descriptor or mask_after" || rc=$?;
+     for i in 1 2 3; do timeout -k 5 60 python3 benchmarks/cuda_attention.py --rep 5 --blocks 128x128x256x2 \
+       --general regprog,default,mask,shifts,mask_shifts || rc=$?; done; exit $rc'
+# genfa2-final (round 4): D59's final defaults (round 3 added the causal mask after S = Q K^T and the shifts): every
+# device test of the general path's attention, two processes of regprog / d55 / d59r2 (round 2's defaults) / default
+# at 128x128 exact, causal and not, cuDNN beside, then the whole catalog on the general path. About 3 min
+step genfa2-final bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
+     timeout -k 5 100 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "float64 or bits" || rc=$?;
+     for i in 1 2; do timeout -k 5 60 python3 benchmarks/cuda_attention.py --rep 5 --blocks 128x128x256x2 \
+       --general regprog,d55,d59r2,default || rc=$?; done;
+     TILECORE_PASS_CONFIGS="{\"tilecore.cuda.register_programs\": false}" timeout -k 5 90 \
+       python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-general-d59f || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import math
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -56,11 +57,18 @@ OPTIONS = {
 #: on by default since the H100 measured them (round 1 of D55); the rest stay asked for
 DEFAULT_ON = ("nodrain", "prune", "cast", "early", "split")
 ALL = {k: v for o in OPTIONS.values() for k, v in o.items()}
+#: D59's options off (on by default since the device measured them: the producer warpgroup with ping-pong for
+#: FlashAttention's form, the rotated body, P pinned; the uniform warp index where a gemm reads registers)
+D59_OFF = {"tilecore.cuda.fence_register_operands": False, "tilecore.pipeline_overlap": False,
+           "tilecore.warp_specialize": False, "tilecore.pingpong": False,
+           "tilecore.pipeline_mask_after_gemm": False, "tilecore.cuda.nonnegative_index_shifts": False}
 #: every option off: the general path before D55 (several are on by default since the H100 measured them)
-OFF = {k: False for k in ALL} | {"tilecore.pipeline_no_drain": False}
+OFF = {k: False for k in ALL} | {"tilecore.pipeline_no_drain": False} | D59_OFF
 #: the producer warpgroup (D29) with the two consumer warpgroups taking turns on the tensor cores (D55)
 PINGPONG = {**{k: v for n, o in OPTIONS.items() if n != "early" for k, v in o.items()},
-            "tilecore.warp_specialize": True, "tilecore.pingpong": True}
+            "tilecore.warp_specialize": True, "tilecore.pingpong": True,
+            "tilecore.cuda.fence_register_operands": False, "tilecore.pipeline_overlap": False,
+            "tilecore.cuda.nonnegative_index_shifts": False}  # (D59's off)
 TILES = {"128x128": (128, 128, 256), "64x64": (64, 64, 128)}
 
 
@@ -241,10 +249,27 @@ def test_the_two_consumer_warpgroups_take_turns_issuing_their_gemms(causal):
 @needs_toolchain
 def test_the_measured_options_are_the_defaults():
     default = fa(4096, 128, 32, "128x128", True, batch=8)
-    asked = fa(4096, 128, 32, "128x128", True, batch=8, **{k: v for n in DEFAULT_ON for k, v in OPTIONS[n].items()})
+    d55 = {k: v for n in DEFAULT_ON for k, v in OPTIONS[n].items()}
+    # D59: FlashAttention's form with the producer warpgroup, ping-pong, the rotated body, P pinned and the
+    # uniform warp index (a gemm reads registers)
+    d59 = {**OPTIONS["uniform"], "tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
+           "tilecore.warp_specialize": True, "tilecore.pingpong": True, "tilecore.pipeline_mask_after_gemm": True,
+           "tilecore.cuda.nonnegative_index_shifts": True}
+    asked = fa(4096, 128, 32, "128x128", True, batch=8, **d55, **d59)
     assert default.get_kernel_source() == asked.get_kernel_source()
     assert default.get_kernel_source() != bench("128x128", True).get_kernel_source()
-    assert "tc_warp_u" not in default.get_kernel_source()  # the uniform warp index stays asked for (GEMM sources)
+    assert "the last gemm one iteration late" in default.meta["attrs"]["pipelines"][0]
+    # one consumer warpgroup (64x64, V not staged): no producer warpgroup, as before D59
+    small = fa(4096, 128, 32, "64x64", True, batch=8)
+    assert "warp-specialized" not in small.meta["attrs"]["pipelines"][0]
+    # a GEMM (no gemm reading registers): no uniform warp index, no producer warpgroup
+    from test_general_gemm import gemm
+
+    g = tilecore.compile(gemm(512, 512, 256), target=HOPPER, pass_configs=GENERAL)
+    assert "tc_warp_u" not in g.get_kernel_source() and "setmaxnreg" not in g.get_kernel_source()
+    plain = tilecore.compile(gemm(512, 512, 256), target=HOPPER,
+                             pass_configs={**GENERAL, "tilecore.cuda.nonnegative_index_shifts": False})
+    assert plain.get_kernel_source() == g.get_kernel_source()  # the shifts only where a gemm reads registers
 
 
 @needs_toolchain
@@ -316,3 +341,318 @@ def test_early_issue_and_no_drain_give_the_same_bits(causal):
     moved = fa(seq, dim, heads, "128x128", causal, batch=batch, **ALL)(q, k, v)
     torch.cuda.synchronize()
     assert torch.equal(base, moved)
+
+
+# -- D59: toward the register program ----------------------------------------------------------------------
+
+#: D59's options, by name (benchmarks/cuda_attention.py GENERAL's fence / overlap / pp_* rows), each with the ones
+#: before it where it needs them (the rotated body pins P across the back edge with the fence)
+D59 = {"fence": {"tilecore.cuda.fence_register_operands": True},
+       "overlap": {"tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True},
+       "desc": {"tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
+                "tilecore.cuda.descriptor_offsets": True},
+       "all": {"tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
+               "tilecore.cuda.descriptor_offsets": True, "tilecore.cuda.nonnegative_index_shifts": True},
+       "mask": {"tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
+                "tilecore.pipeline_mask_after_gemm": True}}
+WS = {"tilecore.warp_specialize": True}
+PP = {**WS, "tilecore.pingpong": True}
+
+
+def cfg(*dicts) -> dict:
+    """The dicts merged, later keys winning."""
+    return {k: v for d in dicts for k, v in d.items()}
+#: the benchmark's early row (D55's options, the uniform warp index included), D59's off
+EARLY = {**ALL, **D59_OFF}
+
+
+def _pv_hgmma(k) -> list:
+    """The SASS text of P @ V's HGMMA (A from registers: ``R.., gdesc[..].tnspB``), in address order."""
+    sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+    return [t for _, t in sass_paths.parse(sass) if sass_paths.opcode(t) == "HGMMA" and ".tnspB" in t
+            and "gdesc" in t.split(",")[2]]
+
+
+@needs_toolchain
+@pytest.mark.parametrize("causal", [False, True])
+def test_p_is_pinned_before_the_fence_so_p_at_v_is_one_wgmma_group(causal):
+    """Without the option, nvcc sinks P's conversions past the gemm's wgmma.fence, between the instructions,
+    and ptxas fences and closes a group before each (gsb0 on every one of P @ V's 8 HGMMA). With it, P's
+    registers are pinned before the fence: one group (gsb0 on the last), one WARPGROUP.ARRIVE for the gemm."""
+    off = bench("128x128", causal, **EARLY)
+    on, warns = _compile_warnings(lambda: bench("128x128", causal, **cfg(EARLY, D59["fence"])))
+    assert "tc_wg_fence_pairs<64>(acc_s_cast);" in on.get_kernel_source()
+    assert "tc_wg_fence_pairs" not in off.get_kernel_source()
+    pv_off, pv_on = _pv_hgmma(off), _pv_hgmma(on)
+    assert len(pv_on) == len(pv_off) and len(pv_on) and len(pv_on) % 8 == 0  # 8 k steps of 16 per copy of the gemm
+    assert all(t.endswith("gsb0") for t in pv_off)  # the premise: each its own group
+    assert [t.endswith("gsb0") for t in pv_on] == ([False] * 7 + [True]) * (len(pv_on) // 8)
+    ops_on, ops_off = _ops(on), _ops(off)
+    assert ops_on["WARPGROUP"] < ops_off["WARPGROUP"]
+    assert ops_on["LDL"] + ops_on["STL"] == 0
+    assert not any(SERIALIZED in w for w in warns), warns
+
+
+@needs_toolchain
+def test_the_operand_fence_leaves_a_gemm_without_register_operands_alone():
+    from test_general_gemm import gemm
+
+    func = gemm(512, 512, 256)  # A and B from shared tiles by descriptor
+    plain = tilecore.compile(func, target=HOPPER, pass_configs=GENERAL).get_kernel_source()
+    fenced = tilecore.compile(func, target=HOPPER, pass_configs={**GENERAL, **D59["fence"]}).get_kernel_source()
+    assert "wgmma" in plain and plain == fenced
+
+
+def _rotated_loop(src: str) -> str:
+    """The text of the rotated main loop (from its ``for`` to its closing brace)."""
+    at = src.index("for (long long k = 1; k < ")
+    depth, i = 0, src.index("{", at)
+    while True:
+        depth += {"{": 1, "}": -1}.get(src[i], 0)
+        if depth == 0:
+            return src[at:i + 1]
+        i += 1
+
+
+def _rotated_order(src: str) -> list:
+    """The order of the rotated loop's synchronizations in a kernel's source, from its main loop's first line."""
+    marks = {"K wait": "tc_mbar_wait(tc_smem_addr(K_s_full", "V wait": "tc_mbar_wait(tc_smem_addr(V_s_full",
+             "S commit": "tc_wg_commit();\n", "wait 1": "tc_wg_wait<1>();", "wait 0": "tc_wg_wait<0>();",
+             "P@V": "tc_wgmma_rs_", "S": "tc_wgmma_f16_n128_t0::run", "rescale": "acc_o[0] = (acc_o[0] * scale[0]);",
+             "exp": "acc_s[0] = exp2f(", "pin": "tc_wg_pin_pairs<64>("}
+    body = _rotated_loop(src)
+    found = sorted((body.index(m), name) for name, m in marks.items() if m in body)
+    return [name for _, name in found]
+
+
+@needs_toolchain
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("form", ["thread0", "pingpong"])
+def test_the_rotated_body_issues_s_and_the_previous_p_at_v_together(causal, form):
+    """tilecore.pipeline_overlap: iteration 0 peeled, the loop from 1: V's previous stage waited for, S = Q K^T
+    and the previous iteration's P @ V issued (with ping-pong in one turn), S waited for alone (wait<1>), the
+    exponentials, the wait for both, O's rescale, P pinned for the next iteration; the last P @ V after the loop.
+    Without the option the loop starts at 0 and each gemm has its own turn."""
+    extra = PP if form == "pingpong" else {}
+    k, warns = _compile_warnings(lambda: bench("128x128", causal, **cfg(EARLY, extra, D59["overlap"])))
+    src = k.get_kernel_source()
+    note = k.meta["attrs"]["pipelines"][0]
+    assert "the last gemm one iteration late" in note, note
+    order = _rotated_order(src)
+    assert order[:3] == ["K wait", "V wait", "S"] and order.index("P@V") < order.index("wait 1") < order.index("exp") \
+        < order.index("wait 0") < order.index("rescale") < order.index("pin"), order
+    if form == "pingpong":
+        loop = _rotated_loop(src)
+        # one turn an iteration: taken after S's fence, passed after P @ V's commit
+        assert loop.count("tc_named_sync(2 + ") == 1 and loop.count("tc_named_arrive(2 + ") == 1
+        assert loop.index("tc_wgmma_f16_n128_t0") > loop.index("tc_named_sync(2 + ")
+        assert loop.index("tc_named_arrive(2 + ") > loop.rindex("tc_wgmma_rs_")
+    # the last P @ V after the loop waits for itself
+    loop = _rotated_loop(src)
+    tail = src[src.index(loop) + len(loop):]
+    assert "tc_wg_wait<0>(); tc_wg_fence_regs<64>(acc_o);" in tail and "tc_wgmma_rs_" in tail
+    # P carried across the back edge as the packed pairs the instruction reads
+    assert "tc_wg_pin_pairs<64>(acc_s_cast, acc_s_cast_pk);" in loop and "tc_wg_unpin_pairs<64>" in loop
+    assert not any(SERIALIZED in w for w in warns), warns
+    ops = _ops(k)
+    assert ops["LDL"] + ops["STL"] == 0 and ops["PRMT"] == 0  # P carried packed, no repacking
+    off = bench("128x128", causal, **cfg(EARLY, extra)).get_kernel_source()
+    assert "for (long long k = 1; k <" not in off
+
+
+@needs_toolchain
+def test_the_rotation_leaves_a_one_gemm_loop_alone():
+    from test_general_gemm import gemm
+
+    func = gemm(512, 512, 256)
+    plain = tilecore.compile(func, target=HOPPER, pass_configs=GENERAL).get_kernel_source()
+    rotated = tilecore.compile(func, target=HOPPER, pass_configs={**GENERAL, **D59["overlap"]}).get_kernel_source()
+    assert plain == rotated
+
+
+@needs_toolchain
+@pytest.mark.parametrize("causal", [False, True])
+def test_descriptors_inside_the_k_loop_are_the_first_steps_plus_a_constant(causal):
+    """tilecore.cuda.descriptor_offsets: each wgmma descriptor of an unrolled k loop is the descriptor of the
+    loop's first step advanced by the step's offset (a constant once unrolled): the uniform datapath computes one
+    descriptor a gemm, not one an instruction. The same addresses: the swizzle's term of a whole-panel origin,
+    ``(x * 128) % 8``, is 0, and the offset of step mk is its address minus the first's."""
+    on = bench("128x128", causal, **cfg(EARLY, PP, D59["desc"]))
+    off = bench("128x128", causal, **cfg(EARLY, PP, D59["overlap"]))
+    src = on.get_kernel_source()
+    assert src.count("tc_wg_desc_at(tc_wg_desc(") >= 6  # S's Q and K, P @ V's V: in the peel, loop and drain
+    assert "tc_wg_desc_at" not in off.get_kernel_source()
+    assert "(tc_floormod(((mk * 16) / 8), 8) * 8)" in src  # the swizzle term of step mk, the warp's term gone
+    u_on = sum(v for op, v in _ops(on).items() if op.startswith("U"))
+    u_off = sum(v for op, v in _ops(off).items() if op.startswith("U"))
+    assert u_on < u_off - 40, (u_on, u_off)
+    assert _ops(on)["LDL"] + _ops(on)["STL"] == 0
+
+
+@needs_toolchain
+@pytest.mark.parametrize("form", ["thread0", "pingpong"])
+def test_the_causal_mask_after_the_first_gemm_leaves_the_unmasked_iterations_its_zeros(form):
+    """tilecore.pipeline_mask_after_gemm: the split mask (``if k < E: S = 0 else S = select(mask, 0, -inf)``)
+    becomes ``S = 0`` before S = Q K^T and ``if !(k < E): S = select(mask, S, -inf)`` after its wait: the
+    unmasked iterations' zeros fold into the first HGMMA (no CS2R in that path through the loop), the masked
+    ones select after it."""
+    extra = PP if form == "pingpong" else {}
+    on, warns = _compile_warnings(lambda: bench("128x128", True, **cfg(EARLY, extra, D59["mask"])))
+    off = bench("128x128", True, **cfg(EARLY, extra, D59["overlap"]))
+    loop = _rotated_loop(on.get_kernel_source())
+    after = loop.index("} else {", loop.index("tc_wg_wait<1>();"))
+    assert loop.index("tc_wg_wait<1>();") < loop.index("if ((k < tc_min(32, ") < after < loop.index("acc_s[0] = exp2f(")
+    assert re.search(r"acc_s\[0\] = \(valid_1\w* \? acc_s\[0\] : \(-INFINITY\)\);", loop[after:])
+    assert loop.count("if ((k < tc_min(32, ") == 1
+    off_loop = _rotated_loop(off.get_kernel_source())
+    assert off_loop.index("if ((k < tc_min(32, ") < off_loop.index("tc_wg_wait<1>();")  # before: the mask first
+
+    def unmasked(k):
+        ins = sass_paths.parse(tilecore_cuda.CUDABackend().disassemble(k.binary, k.target))
+        return min((c for _, c in sass_paths.paths(ins, sass_paths.main_loop(ins, 16))),
+                   key=lambda c: sum(v for n, v in c.items() if n[0].isupper()))
+
+    u_on, u_off = unmasked(on), unmasked(off)
+    assert u_off["CS2R"] > 0 and u_on["CS2R"] == 0, (u_on["CS2R"], u_off["CS2R"])
+    assert not any(SERIALIZED in w for w in warns), warns
+    assert _ops(on)["LDL"] + _ops(on)["STL"] == 0
+    # non-causal: no split mask, nothing to move
+    assert bench("128x128", False, **cfg(EARLY, extra, D59["mask"])).get_kernel_source() == \
+        bench("128x128", False, **cfg(EARLY, extra, D59["overlap"])).get_kernel_source()
+
+
+@needs_toolchain
+def test_stage_slots_and_parities_of_a_nonnegative_loop_index_are_masks_and_shifts():
+    """tilecore.cuda.nonnegative_index_shifts: inside a loop whose start is a constant (0 or 1), ``k % 2`` and
+    ``k / 2`` (a stage's slot and its barrier's parity) and ``(k - 1) % 2`` where k starts at 1 are a mask and a
+    shift; a value not shown nonnegative keeps tc_floormod."""
+    on = bench("128x128", False, **cfg(EARLY, PP, D59["all"]))
+    off = bench("128x128", False, **cfg(EARLY, PP, D59["desc"]))
+    loop_on, loop_off = _rotated_loop(on.get_kernel_source()), _rotated_loop(off.get_kernel_source())
+    assert "tc_floormod(k, 2)" in loop_off and "tc_floormod(k, 2)" not in loop_on
+    assert "(k & 1)" in loop_on and "(k >> 1)" in loop_on and "((k + (-1)) & 1)" in loop_on
+    u_on = sum(v for op, v in _ops(on).items() if op.startswith("U"))
+    u_off = sum(v for op, v in _ops(off).items() if op.startswith("U"))
+    assert u_on < u_off
+    assert _ops(on)["LDL"] + _ops(on)["STL"] == 0
+
+
+@needs_toolchain
+def test_descriptor_offsets_apply_to_a_general_path_gemm():
+    from test_general_gemm import gemm
+
+    func = gemm(512, 512, 256)
+    k = tilecore.compile(func, target=HOPPER, pass_configs={**GENERAL, "tilecore.cuda.descriptor_offsets": True})
+    assert "tc_wg_desc_at(tc_wg_desc(" in k.get_kernel_source()
+    assert "tc_wg_desc_at" not in tilecore.compile(func, target=HOPPER, pass_configs=GENERAL).get_kernel_source()
+
+
+#: other forms the defaults rotate (D59): (name, dim, bm, bn, dtype, kv_heads, stages)
+D59_FORMS = [("bf16", 128, 128, 128, "bfloat16", None, 2), ("gqa", 128, 128, 128, "float16", 1, 2),
+             ("d256", 256, 128, 64, "float16", None, 2), ("3stages", 128, 128, 128, "float16", None, 3)]
+
+
+@needs_toolchain
+@pytest.mark.parametrize("form", D59_FORMS, ids=[f[0] for f in D59_FORMS])
+def test_the_defaults_rotate_other_forms_too(form):
+    _, dim, bm, bn, dtype, kvh, stages = form
+    func = flash_attention_forward(1000, dim, 3, bm, bn, dtype, True, batch=2, threads=256, kv_heads=kvh,
+                                   num_stages=stages)
+    k, warns = _compile_warnings(lambda: tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs=GENERAL))
+    note = k.meta["attrs"]["pipelines"][0]
+    assert "the last gemm one iteration late" in note and "ping-pong" in note, note
+    assert _ops(k)["LDL"] + _ops(k)["STL"] == 0 and not any(SERIALIZED in w for w in warns), warns
+
+
+@hopper_gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("form", D59_FORMS, ids=[f[0] for f in D59_FORMS])
+def test_d59_default_forms_match_float64(form, causal):
+    """The defaults (the rotated body on the producer warpgroup with ping-pong) on bfloat16, grouped-query heads,
+    d256 at 128x64 and 3 stages, a ragged sequence, against float64."""
+    import torch
+
+    _, dim, bm, bn, dtype, kvh, stages = form
+    seq, heads, batch = 1000, 3, 2
+    func = flash_attention_forward(seq, dim, heads, bm, bn, dtype, causal, batch=batch, threads=256,
+                                   kv_heads=kvh, num_stages=stages)
+    kern = tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs=GENERAL)
+    tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    g = torch.Generator(device="cuda").manual_seed(17)
+    q = torch.randn(batch, heads, seq, dim, device="cuda", dtype=tdt, generator=g)
+    k, v = (torch.randn(batch, kvh or heads, seq, dim, device="cuda", dtype=tdt, generator=g) for _ in range(2))
+    out = kern(q, k, v)
+    torch.cuda.synchronize()
+    kr, vr = (x.repeat_interleave(heads // (kvh or heads), dim=1) for x in (k, v))
+    err = (out.double() - _reference(q, kr, vr, causal)).abs().max().item()
+    assert err < (1.6e-2 if dtype == "bfloat16" else 2e-3), f"{form[0]} causal={causal}: max error {err}"
+
+
+@hopper_gpu
+def test_descriptor_offsets_give_a_gemm_the_same_bits():
+    import torch
+    from test_general_gemm import gemm
+
+    M, N, K = 1000, 1800, 1000  # ragged: the bulk copies' zero fill
+    g = torch.Generator(device="cuda").manual_seed(3)
+    a = (torch.randn(M, K, device="cuda", generator=g) / 8).half()
+    b = (torch.randn(K, N, device="cuda", generator=g) / 8).half()
+    outs = []
+    for extra in ({}, {"tilecore.cuda.descriptor_offsets": True}):
+        k = tilecore.compile(gemm(M, N, K), target=HOPPER, pass_configs={**GENERAL, **extra})
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+        k(a, b, c)
+        torch.cuda.synchronize()
+        outs.append(c)
+    ref = a.double() @ b.double()
+    assert float((outs[1].double() - ref).abs().max()) < 3e-2
+    assert torch.equal(outs[0], outs[1])
+
+
+@hopper_gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("tile,variant", [("128x128", "fence"), ("64x64", "fence"), ("128x128", "pp_fence"),
+                                          ("128x128", "overlap"), ("128x128", "ws_overlap"),
+                                          ("128x128", "pp_overlap"), ("128x128", "pp_desc"),
+                                          ("128x128", "pp_all"), ("64x64", "desc"), ("64x64", "all"),
+                                          ("128x128", "mask"), ("128x128", "pp_mask")])  # ping-pong: two consumer warpgroups
+def test_d59_options_match_float64(tile, causal, variant):
+    import torch
+
+    seq, dim, heads, batch = 456, 128, 3, 2  # a ragged last block for both tiles
+    name = variant.split("_")[-1]
+    form = {"pp": PP, "ws": WS}.get(variant.split("_")[0], {}) if "_" in variant else {}
+    configs = {**cfg(EARLY, form, D59[name])}
+    kern = fa(seq, dim, heads, tile, causal, batch=batch, **configs)
+    g = torch.Generator(device="cuda").manual_seed(13)
+    q, k, v = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+    out = kern(q, k, v)
+    torch.cuda.synchronize()
+    err = (out.double() - _reference(q, k, v, causal)).abs().max().item()
+    assert err < 2e-3, f"{tile} causal={causal} {variant}: max error {err}"
+
+
+@hopper_gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_d59_options_give_the_same_bits(causal):
+    """Each D59 option orders or pins, it changes no arithmetic: the exact build's outputs bit for bit those of
+    D55's options without it."""
+    import torch
+
+    seq, dim, heads, batch = 512, 128, 2, 2
+    g = torch.Generator(device="cuda").manual_seed(7)
+    q, k, v = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+    base = fa(seq, dim, heads, "128x128", causal, batch=batch, **EARLY)(q, k, v)
+    for name, opt in D59.items():
+        moved = fa(seq, dim, heads, "128x128", causal, batch=batch, **cfg(EARLY, opt))(q, k, v)
+        torch.cuda.synchronize()
+        assert torch.equal(base, moved), name
+    # with the producer warpgroup and ping-pong: the rotation against the same form without it
+    pp = fa(seq, dim, heads, "128x128", causal, batch=batch, **cfg(EARLY, PP))(q, k, v)
+    pp_rot = fa(seq, dim, heads, "128x128", causal, batch=batch, **cfg(EARLY, PP, D59["overlap"]))(q, k, v)
+    pp_desc = fa(seq, dim, heads, "128x128", causal, batch=batch, **cfg(EARLY, PP, D59["desc"]))(q, k, v)
+    pp_all = fa(seq, dim, heads, "128x128", causal, batch=batch, **cfg(EARLY, PP, D59["all"]))(q, k, v)
+    pp_mask = fa(seq, dim, heads, "128x128", causal, batch=batch, **cfg(EARLY, PP, D59["mask"]))(q, k, v)
+    torch.cuda.synchronize()
+    assert torch.equal(pp, pp_rot) and torch.equal(base, pp) and torch.equal(pp, pp_desc) and torch.equal(pp, pp_all)
+    assert torch.equal(pp, pp_mask)

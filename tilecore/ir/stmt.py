@@ -366,6 +366,9 @@ class MatrixSync(Stmt):
     acc: Buffer | None = None
     pending: int = 0
     meet: bool = True  #: "begin": the threads may have written what the unit reads (order and meet first)
+    #: "begin": register buffers the gemm's instructions read as operands (A in registers: FlashAttention's P),
+    #: for an emitter that pins their last writes before the unit's fence (D59; empty: none or not known)
+    reads: tuple = ()
 
 
 @dataclass(eq=False)

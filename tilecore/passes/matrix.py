@@ -265,7 +265,8 @@ def lower_gemm(op, plan: GemmPlan, registers: dict, ctx) -> list:
     # unrolled: the register offsets and the operand addresses of each k step fold to constants
     loop = For(kk, as_expr(0), as_expr(plan.attrs["k_steps"]), "unroll", seq(body), span=op.span)
     if u.attrs.get("async"):  # the unit runs behind the threads: order what they wrote before, wait after
-        out += [MatrixSync(u.spelling, "begin", creg, span=op.span), loop,
+        reads = (a_regs[0],) if a_regs is not None else ()  # A's registers (D59: an emitter may pin them)
+        out += [MatrixSync(u.spelling, "begin", creg, reads=reads, span=op.span), loop,
                 MatrixSync(u.spelling, "end", creg, span=op.span)]
     else:
         out.append(loop)

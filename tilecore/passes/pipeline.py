@@ -54,7 +54,7 @@ from ..ir import ShuffleIndex, ShuffleXor  # map_expr rebuilds the shuffles of r
 from ..ir.visit import stmt_exprs
 from ..ir.bounds import Facts
 from ..ir.printer import expr_str
-from . import tile_pass
+from . import overlap, tile_pass
 
 FEATURE = "feature:async_copy"
 WS_FEATURE = "feature:warp_specialization"
@@ -627,13 +627,18 @@ class _Launch:
         # 0.330, the producer's registers halve the resident blocks), docs/decisions.md D29
         lim = ctx.capabilities.limit("producer_group_threads")
         self.group = int(lim[0]) if lim is not None else None
-        self.specialize = (self.bulk and ctx.capabilities.satisfies(WS_FEATURE)[0] is True and self.group is not None
-                           and ctx.option("tilecore.warp_specialize", False) is True)
+        can_specialize = self.bulk and ctx.capabilities.satisfies(WS_FEATURE)[0] is True and self.group is not None
+        self.specialize = can_specialize and ctx.option("tilecore.warp_specialize", False) is True
+        # D59: "auto" (the default): a loop the overlap rotates (FlashAttention: two gemms, the last reading
+        # registers the threads write) is specialized, with ping-pong, where its consumers are two groups of the
+        # producer group's size (H100/H200: 464.5 -> 597.4 TFLOP/s at 128x128 exact); other loops as False
+        self.specialize_auto = can_specialize and ctx.option("tilecore.warp_specialize", "auto") == "auto"
         self.consumers = int(threads) if threads and len(launch.threads) == 1 else None
         # D55: with warp specialization, the two consumer groups take turns issuing their gemms (tilecore.pingpong;
         # off by default, as warp specialization is: H100, FlashAttention 128x128 401 -> 435 TFLOP/s with it, the
         # thread-0 issue with the early issue 460)
         self.pingpong = ctx.option(PINGPONG, False) is True
+        self.pingpong_auto = ctx.option(PINGPONG, "auto") == "auto"  # D59: with an automatic specialization
         # D55: a bulk-copied loop's block barrier and stage issue right after the body's first complete gemm
         # (tilecore.pipeline_early_issue; on by default: H100, FlashAttention on the general path 405 -> 460 TFLOP/s;
         # with warp specialization: each copy group's own release there)
@@ -642,6 +647,10 @@ class _Launch:
         # where the prover shows the count positive (its `count > 0` test is proven away: the causal loop, whose
         # wgmma ptxas serialized: H100 297 -> 339 TFLOP/s); True: wherever the count is not a constant; False: never
         self.no_drain = ctx.option(NO_DRAIN, None)  # None: where the prover shows the count positive
+        # D59: the last gemm one iteration late, beside the next first gemm (tilecore.pipeline_overlap; off)
+        self.overlap = ctx.option(overlap.OPTION, True) is not False
+        # D59: in a rotated loop the split mask after the first gemm (on by default: H200, causal +4.3%)
+        self.mask_after = ctx.option(overlap.MASK_AFTER, True) is not False
         self.max_threads = ctx.capabilities.limit("max_threads_per_block")
         self.producer = None  # (barrier inits, producer loop, the loop it feeds) once a loop is specialized
         self.notes: list = []
@@ -912,6 +921,7 @@ class _Launch:
             async_copies.append(new)
             issue_kinds.append(kind + (" (issued with the stage ahead, waited for where it stands)" if j >= n else ""))
         k, start, extent = loop.var, loop.start, loop.extent
+        rot = None  # D59: the rotated body's pieces (tilecore.pipeline_overlap)
         groups = [async_copies[:n]] + ([async_copies[n:]] if late_at else [])
         it = simplify(binary("sub", k, start))
         local = it  # the iteration within this tile (the k-loop's own count)
@@ -1016,7 +1026,16 @@ class _Launch:
         # leading tiles every group after them may still be pending, before a late tile every group after it
         g = len(groups)
         first = (g - 1) + g * (stages - 2)  # stage it's late group, then the groups of stages it+1 .. it+stages-2
+        auto_ws = (bulk and not self.specialize and self.specialize_auto and self.overlap and late_at
+                   and deferred is not None and self.consumers is not None and self.group is not None
+                   and self.consumers == 2 * self.group and why_carry is not None
+                   and overlap.rotatable(deferred[0]))
+        if auto_ws:  # D59: FlashAttention's form specialized with ping-pong by default
+            self.specialize, pingpong_before = True, self.pingpong
+            self.pingpong = self.pingpong or self.pingpong_auto
         why_ws = self.why_not_specialized(orig or loop, forms) if bulk and self.specialize else "not asked"
+        if auto_ws and why_ws is not None:  # not possible here: as without the option
+            self.specialize, self.pingpong, why_ws = False, pingpong_before, "not asked"
         if why_ws is None:
             # a producer thread of its own issues every stage, once the consumers released the stage's buffer
             # (StageRelease on the stage's `empty` barrier: every consumer thread arrives when done reading it)
@@ -1043,6 +1062,41 @@ class _Launch:
                 steady = [waits[0], seq(pre + releases + post)]
                 after = [drain]
                 issue_kinds.append("each group's stage released after the first gemm's wait")
+                rot = overlap.parts(pre, post, waits[1]) if self.overlap and len(groups) == 2 and early == [0] \
+                    and why_carry is not None else None
+                if rot is not None:
+                    # D59 (tilecore.pipeline_overlap) with warp specialization: as without it (below), each stage
+                    # released once the gemm that read it was waited for (K after the first gemm's wait, V after
+                    # the wait for both); with ping-pong one turn for the two gemms issued together
+                    turns = self.turn_groups()
+                    spelling = collect(pre[-1], MatrixSync)[0].spelling
+                    prev_k = {id(k): simplify(binary("sub", k, 1))}
+                    first = overlap.with_turn(overlap.commit_only(pre[-1]), turns, True, False)
+                    last_prev = overlap.with_turn(_fresh_loops(substitute(overlap.commit_only(rot["gemm"]), prev_k)),
+                                                  turns, False, True)
+                    pin = overlap.pin(spelling, rot["reads"], loop.span)
+                    init, masked = pre[:-1], []
+                    ma = overlap.masks_after(pre[:-1], rot["first_acc"]) if self.mask_after else None
+                    if ma is not None:  # D59: the split mask after the first gemm, its accumulators cleared
+                        init, masked = ma[0], [ma[1]]
+                    steady = [waits[0], seq([substitute(post[-2], prev_k)] + init + [first, last_prev,
+                                                        overlap.wait(spelling, rot["first_acc"], 1, loop.span),
+                                                        StageRelease(empties[0], slot_it, span=loop.span)]
+                                            + masked + rot["early"]
+                                            + [overlap.wait(spelling, rot["last_acc"], 0, loop.span),
+                                               StageRelease(empties[1], prev, span=loop.span)]
+                                            + rot["late"] + [pin])]
+                    peel = ([waits[0]] + init + [overlap.with_turn(pre[-1], turns, True, True),
+                                                  StageRelease(empties[0], slot_it, span=loop.span)]
+                            + masked + rot["early"] + rot["late"] + [pin])
+                    peeled = _fresh_loops(substitute(seq(peel), {id(k): start}))
+                    last_k = {id(k): simplify(binary("sub", binary("add", start, extent), 1))}
+                    after = [substitute(post[-2], last_k),
+                             overlap.with_turn(_fresh_loops(substitute(overlap.waits_for_itself(rot["gemm"]), last_k)),
+                                               turns, True, True)]
+                    issue_kinds[-1] = ("each group's stage released after the wait for the gemm that read it; the "
+                                       "last gemm one iteration late, beside the next first gemm and the statements "
+                                       "it does not touch")
             elif deferred is None:
                 steady = [waits[0], consume, StageRelease(empty, slot_it, span=loop.span)]
             else:  # the previous iteration's gemm has finished reading its stage at the deferred wait
@@ -1061,7 +1115,7 @@ class _Launch:
                               _if(last, StageRelease(empty, slot_it, span=loop.span), loop.span)]
                 after = [drain]
             turns = self.turn_groups()
-            if turns is not None:  # D55, tilecore.pingpong: the consumer groups take turns issuing their gemms
+            if turns is not None and rot is None:  # D55, tilecore.pingpong: the groups take turns issuing gemms
                 steady[1] = _take_turns(steady[1], *turns)
             j = Var(f"{name}_stage", k.dtype)
             slot_j = simplify(binary("floormod", j, stages))
@@ -1097,6 +1151,42 @@ class _Launch:
             prologue += [x for gi in early for x in issue_bulk(as_expr(stages - 1), gi)]
             issue_kinds.append(f"issued after the first gemm's wait ({', '.join(bufs[members[gi][0]].name for gi in early)}"
                                f" {stages} stages ahead)")
+            rot = overlap.parts(pre, post, waits[1]) if self.overlap and len(groups) == 2 and early == [0] else None
+            if rot is not None:
+                # D59 (tilecore.pipeline_overlap): iteration k issues its first gemm, then iteration k - 1's last
+                # one (its late stage waited for first), waits for the first only, runs the statements the last
+                # gemm does not touch beside it, waits for both, then the rest; iteration 0 peeled (no last gemm
+                # before it), the last iteration's last gemm after the loop. The late group's stage j is issued
+                # in iteration j - (S - 2) (its buffer's previous stage was read by the gemm iteration j - S + 1
+                # issued and waited for), K as before, S stages ahead
+                prev_k = {id(k): simplify(binary("sub", k, 1))}
+                spelling = collect(pre[-1], MatrixSync)[0].spelling
+                first = overlap.commit_only(pre[-1])
+                last_prev = _fresh_loops(substitute(overlap.commit_only(rot["gemm"]), prev_k))
+                late_wait = substitute(post[-2], prev_k)  # the late group's wait (parts: right before the gemm)
+                late_ahead = simplify(binary("add", it, stages - 2))
+                issues = issue_bulk(ahead_early, 0) + issue_bulk(late_ahead, 1)
+                init, masked = pre[:-1], []
+                ma = overlap.masks_after(pre[:-1], rot["first_acc"]) if self.mask_after else None
+                if ma is not None:  # D59: the split mask after the first gemm, its accumulators cleared
+                    init, masked = ma[0], [ma[1]]
+                steady = ([waits[0], late_wait] + init + [first, last_prev,
+                                                          overlap.wait(spelling, rot["first_acc"], 1, loop.span),
+                                                          Barrier(span=loop.span)] + issues + masked + rot["early"]
+                          + [overlap.wait(spelling, rot["last_acc"], 0, loop.span)] + rot["late"]
+                          + [overlap.pin(spelling, rot["reads"], loop.span)])
+                peel = ([waits[0]] + init + [pre[-1], Barrier(span=loop.span)] + issues + masked + rot["early"]
+                        + rot["late"] + [overlap.pin(spelling, rot["reads"], loop.span)])
+                peeled = _fresh_loops(substitute(seq(peel), {id(k): start}))
+                last_k = {id(k): simplify(binary("sub", binary("add", start, extent), 1))}
+                after = [substitute(post[-2], last_k),
+                         _fresh_loops(substitute(overlap.waits_for_itself(rot["gemm"]), last_k))]
+                prologue = inits + [Barrier(span=loop.span)]
+                prologue += [x for s_ in range(stages) for x in issue_bulk(as_expr(s_), 0)]
+                prologue += [x for s_ in range(stages - 2) for x in issue_bulk(as_expr(s_), 1)]
+                issue_kinds[-1] = (f"issued after the first gemm's wait ({bufs[members[0][0]].name} {stages} stages "
+                                   f"ahead, {bufs[members[1][0]].name} {stages - 2}); the last gemm one iteration "
+                                   "late, beside the next first gemm and the statements it does not touch")
         elif bulk:  # each thread waits for the stage itself; the barrier before the issue: no thread still reads
             # the buffer it overwrites (the previous iteration's)
             if deferred is None:
@@ -1121,6 +1211,8 @@ class _Launch:
             steady = [_replace(x, {id(w): AsyncWait(late_pending, span=w.span) for w in late_waits.values()})
                       for x in steady]
         new_loop = loop.with_(kind="serial", body=seq(steady), annotations={**loop.annotations, "num_stages": stages})
+        if rot is not None:  # D59: iteration 0 peeled before the loop
+            new_loop = new_loop.with_(start=simplify(binary("add", start, 1)), extent=simplify(binary("sub", extent, 1)))
         kib = sum(_round16(stages * t) for t in tile_bytes) / 1024
         reduced = f" (of {want} asked: on-chip memory limit {self.limit} bytes)" if stages < want else ""
         copy_notes = next((f"; no bulk copies: {bufs[j].name}: {f}" for j, f in enumerate(forms)
@@ -1142,13 +1234,15 @@ class _Launch:
             turns = [PerThread(Turn(p, *self.turn_groups(), span=loop.span), span=loop.span) for p in ("init", "fini")]
             copy_notes += (f"; ping-pong: the {self.turn_groups()[1]} consumer groups take turns issuing their gemms "
                            "(one group's are issued while the other computes)")
-        elif bulk and self.specialize:
+        elif bulk and self.specialize and why_ws is not None:
             copy_notes += f"; not warp-specialized: {why_ws}"
         note = (f"loop {name}: {stages} stages{reduced}, {len(bufs)} tiles x {stages} buffers, {kib:g} KiB; "
                 + ", ".join(issue_kinds) + ("; the gemm's matrix unit runs on while the stage ahead is copied"
                                             if after else "") + copy_notes)
         body = [new_loop] + after
-        if after:
+        if rot is not None:  # D59: the peeled iteration, the loop, the last gemm of the last iteration
+            body = [_if(simplify(compare("gt", extent, 0)), seq([peeled, new_loop] + after), loop.span)]
+        elif after:
             # a trip count that may be 0 (dynamic): the loop and its drain under one test. Otherwise the drain's
             # wait is reached with the accumulators' zeroing as their last definition on one path and an
             # asynchronous group's on the other, and a vendor's assembler serializes every asynchronous matrix

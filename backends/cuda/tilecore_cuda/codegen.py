@@ -312,9 +312,16 @@ class CUDAEmitter(SIMTCppEmitter):
 
     def warp_uniform_ok(self, st) -> bool:
         ctx = getattr(st, "ctx", None)
-        return (ctx is not None and ctx.option(self.UNIFORM_OPTION, False) is True
+        return (ctx is not None and self._auto_option(st, self.UNIFORM_OPTION)
                 and getattr(self, "_block_threads", 0) > 0 and self._block_threads % 32 == 0
                 and getattr(st, "warp_line", None) is not None)
+
+    @staticmethod
+    def _auto_option(st, key: str) -> bool:
+        """A D59 option: True / False as asked; "auto" (the default) where the launch has a gemm reading
+        registers as an operand (st.register_operands)."""
+        v = st.ctx.option(key, "auto")
+        return v is True or (v == "auto" and bool(getattr(st, "register_operands", False)))
 
     def warp_index(self, st) -> str:
         """``tc_warp_u``: the thread's warp index as a warp-uniform value (a shuffle from lane 0, which the
@@ -330,6 +337,11 @@ class CUDAEmitter(SIMTCppEmitter):
                 and isinstance(e.a, ThreadIndex) and isinstance(const_value(e.b), int) and const_value(e.b) % 32 == 0:
             per = const_value(e.b) // 32
             return f"({self.warp_index(st)} / {per})" if per > 1 else self.warp_index(st)
+        if isinstance(e, BinOp) and e.op in ("floormod", "floordiv") and getattr(st, "nonneg", None):
+            c = const_value(e.b)
+            if isinstance(c, int) and c > 0 and c & (c - 1) == 0 and self.nonnegative(st, e.a):
+                a = self.expr(st, e.a)
+                return f"({a} & {c - 1})" if e.op == "floormod" else f"({a} >> {c.bit_length() - 1})"
         regs = getattr(st, "regs", None)
         if regs and isinstance(e, BufferLoad):
             ref = regs.get(id(e.buffer))
@@ -487,11 +499,124 @@ class CUDAEmitter(SIMTCppEmitter):
         lbo = lay.rows * lay.swizzle_bytes if mn_major else 16
         st.warp_uniform = self.warp_uniform_ok(st)
         try:
-            flat = self.flat_index(st, buf, origin.indices)
+            split = self.desc_split(st, buf, origin.indices)
+            flat = self.flat_index(st, buf, origin.indices) if split is None else self.expr(st, split[0])
+            off = None if split is None else self.expr(st, split[1])
         finally:
             st.warp_uniform = False
         addr = f"tc_smem_addr({self.name(st, buf)}) + (unsigned)({flat}) * {buf.dtype.bytes}u"
-        return f"tc_wg_desc({addr}, {lbo}u, {8 * lay.swizzle_bytes}u, {self.WGMMA_SWIZZLE[lay.swizzle_bytes]}u)"
+        desc = f"tc_wg_desc({addr}, {lbo}u, {8 * lay.swizzle_bytes}u, {self.WGMMA_SWIZZLE[lay.swizzle_bytes]}u)"
+        if off is not None:
+            st.wgmma_structs.setdefault("tc_wg_desc_at", self.DESC_AT)
+            return f"tc_wg_desc_at({desc}, (int)({off}) * {buf.dtype.bytes})"
+        return desc
+
+    #: pass config: a wgmma descriptor inside an unrolled k loop as the descriptor at the loop's first step plus
+    #: the step's offset, a constant once the loop is unrolled (D59; default off): the register programs' form,
+    #: 4 uniform-datapath instructions an HGMMA fewer
+    DESC_OFFSET_OPTION = "tilecore.cuda.descriptor_offsets"
+    DESC_AT = """/* D59: a matrix descriptor advanced by a signed byte offset (a multiple of 16) inside its tile: the low word
+ * only (the 14-bit address field in 16-byte units; shared addresses stay below 2^18: no carry leaves the field) */
+__device__ __forceinline__ unsigned long long tc_wg_desc_at(unsigned long long d, int off) {
+  return (d & 0xFFFFFFFF00000000ull) | (unsigned)((int)(unsigned)d + (off >> 4));
+}
+"""
+
+    def desc_split(self, st, buf, indices):
+        """``(base, step)`` element offsets with ``base + step`` the origin's offset in its tile, ``step`` in the
+        innermost unrolled loop's variable only (0 at its first step) and ``base`` free of it, where
+        tilecore.cuda.descriptor_offsets is on; else None. A remainder of a multiple (``(x * 128) % 8``, the swizzle's
+        term for an origin on a whole panel) folds to 0 first."""
+        ctx = getattr(st, "ctx", None)
+        if ctx is None or ctx.option(self.DESC_OFFSET_OPTION, False) is not True or not getattr(st, "unrolled", None):
+            return None
+        from tilecore.ir import free_vars
+        from tilecore.passes.pipeline import map_expr, substitute
+
+        lay = getattr(st, "shared_layouts", {}).get(id(buf))
+        if lay is not None and len(indices) >= 2:
+            flat = binary("add", binary("mul", self._row_major(indices[:-2], buf.shape[:-2]), lay.size),
+                          lay.offset_expr(indices[-2], indices[-1]))
+        else:
+            flat = self._row_major(indices, buf.shape)
+
+        def fold(x):
+            if isinstance(x, BinOp) and x.op == "floormod" and isinstance(x.a, BinOp) and x.a.op == "mul":
+                m = const_value(x.b)
+                c = const_value(x.a.b) if const_value(x.a.b) is not None else const_value(x.a.a)
+                if isinstance(m, int) and isinstance(c, int) and m > 0 and c % m == 0:
+                    return const(0, x.dtype)
+            if isinstance(x, BinOp) and x.op in ("xor", "bitor") and const_value(x.b) == 0:
+                return x.a
+            if isinstance(x, BinOp) and x.op in ("xor", "bitor") and const_value(x.a) == 0:
+                return x.b
+            return None
+
+        flat = simplify(map_expr(simplify(flat), fold))
+        names = free_vars(flat)
+        for v in reversed(st.unrolled):
+            if not any(x is v for x in names):
+                continue
+            base = simplify(map_expr(simplify(substitute(flat, {id(v): const(0, v.dtype)})), fold))
+            step = simplify(map_expr(simplify(binary("sub", flat, base)), fold))
+            if all(x is v for x in free_vars(step)) and not any(x is v for x in free_vars(base)):
+                return base, step
+            return None
+        return None
+
+    #: pass config: ``x % 2^n`` and ``x / 2^n`` (floor) of a value the loops show nonnegative as ``x & (2^n - 1)``
+    #: and ``x >> n`` (D59; "auto", the default: in kernels with a gemm reading registers, FlashAttention's form,
+    #: where the H200 measured +0.2-1.0% non-causal, +2.1-2.9% causal): a pipelined loop's stage and barrier
+    #: parity without the 64-bit signed division sequences (about 15 instructions an iteration)
+    NONNEG_OPTION = "tilecore.cuda.nonnegative_index_shifts"
+
+    def nonnegative(self, st, e) -> bool:
+        """Whether ``e`` is at least 0 wherever it is evaluated: a constant, a variable of an enclosing loop
+        (its start a constant) plus a constant no smaller than minus that start, sums, products, quotients
+        and remainders by positive constants of such values."""
+        c = const_value(e)
+        if isinstance(c, int):
+            return c >= 0
+        starts = st.nonneg
+        if isinstance(e, ThreadIndex):
+            return True
+        if isinstance(e, Var):
+            return any(v is e and lo >= 0 for v, lo in starts)
+        if isinstance(e, BinOp) and e.op == "add":
+            for x, y in ((e.a, e.b), (e.b, e.a)):
+                k = const_value(y)
+                if isinstance(x, Var) and isinstance(k, int):
+                    return any(v is x and lo + k >= 0 for v, lo in starts)
+            return self.nonnegative(st, e.a) and self.nonnegative(st, e.b)
+        if isinstance(e, BinOp) and e.op in ("mul", "floordiv", "floormod", "div"):
+            k = const_value(e.b)
+            return (self.nonnegative(st, e.a) and self.nonnegative(st, e.b)) if e.op == "mul" else \
+                (isinstance(k, int) and k > 0 and self.nonnegative(st, e.a))
+        return False
+
+    def stmt_For(self, st, s):
+        """Loops as the C family spells them; an unrolled loop of a constant count is remembered while its body
+        is emitted (desc_split), and with tilecore.cuda.nonnegative_index_shifts a loop whose start is a
+        constant (its variable is at least that start inside it)."""
+        unrolled = s.kind == "unroll" and const_value(s.extent) is not None
+        ctx = getattr(st, "ctx", None)
+        lo = const_value(s.start)
+        nonneg = ctx is not None and self._auto_option(st, self.NONNEG_OPTION) and isinstance(lo, int)
+        if unrolled:
+            if not hasattr(st, "unrolled"):
+                st.unrolled = []
+            st.unrolled.append(s.var)
+        if nonneg:
+            if not getattr(st, "nonneg", None):
+                st.nonneg = []
+            st.nonneg.append((s.var, lo))
+        try:
+            return super().stmt_For(st, s)
+        finally:
+            if unrolled:
+                st.unrolled.pop()
+            if nonneg:
+                st.nonneg.pop()
 
     def stmt_MatrixOp(self, st, s):
         if not s.spelling.startswith("wgmma_"):
@@ -521,8 +646,15 @@ class CUDAEmitter(SIMTCppEmitter):
         keeps their uses on the right side."""
         if not s.spelling.startswith("wgmma_"):
             raise CompileError(f"internal: the matrix unit {s.spelling} has no synchronization spelling", s.span)
+        if s.phase == "pin":  # D59: registers the unit reads next, written: kept in the form it reads
+            text = self.operand_fences(st, s, pin=True).strip()
+            if text:
+                self.line(st, text)
+            return
         n = int(const_value(simplify(s.acc.numel())))
         regs = f"tc_wg_fence_regs<{n}>({self.name(st, s.acc)});"
+        if s.phase == "begin":
+            regs += self.operand_fences(st, s)
         if s.phase == "begin" and not s.meet:  # no thread wrote what it reads (thread distribution proved)
             self.line(st, f"{regs} tc_wg_fence();")
         elif s.phase == "begin":
@@ -542,6 +674,79 @@ class CUDAEmitter(SIMTCppEmitter):
         else:  # "end" closes the gemm's group; "wait" only waits (after a loop that left one pending)
             commit = "tc_wg_commit(); " if s.phase == "end" else ""
             self.line(st, f"{commit}tc_wg_wait<{int(s.pending)}>(); {regs}")
+
+    #: pass config: before a gemm's ``wgmma.fence``, its 16-bit A operand registers pinned as the packed pairs
+    #: the instruction reads (D59; default off): the conversions that write them (FlashAttention's P) then come
+    #: before the fence, as in the register programs, not between the wgmma instructions, where ptxas fenced
+    #: and closed a group before each one (WARPGROUP.ARRIVE and gsb0 on each of P @ V's 8 HGMMA)
+    OPERAND_FENCE_OPTION = "tilecore.cuda.fence_register_operands"
+
+    def operand_fences(self, st, s, pin: bool = False) -> str:
+        """The fences of ``s.reads`` (tilecore.cuda.fence_register_operands): before a gemm's wgmma.fence, the
+        pairs pinned where they are (or, where a "pin" came before in the kernel, unpacked from the packed copy
+        it made); at a "pin" (the rotated loop's end, D59), the pairs packed into ``<name>_pk``, declared at the
+        kernel's top, so the loop carries P as the 32-bit registers the instruction reads."""
+        ctx = getattr(st, "ctx", None)
+        if ctx is None or not self._auto_option(st, self.OPERAND_FENCE_OPTION):
+            return ""
+        out = ""
+        pinned = getattr(st, "pinned_pairs", None)
+        if pinned is None:
+            pinned = st.pinned_pairs = set()
+        for buf in getattr(s, "reads", ()):
+            count = const_value(simplify(buf.numel()))
+            if buf.dtype.bytes == 2 and isinstance(count, int) and count % 2 == 0:
+                if not hasattr(st, "wgmma_structs"):
+                    st.wgmma_structs = {}
+                st.wgmma_structs.setdefault("tc_wg_fence_pairs", self.FENCE_PAIRS)
+                name = self.name(st, buf)
+                if pin:
+                    if id(buf) not in pinned:
+                        pos, indent = st.warp_line
+                        st.lines.insert(pos, " " * indent + f"unsigned {name}_pk[{count // 2}];")
+                        pinned.add(id(buf))
+                    out += f" tc_wg_pin_pairs<{count}>({name}, {name}_pk);"
+                elif id(buf) in pinned:
+                    out += f" tc_wg_unpin_pairs<{count}>({name}, {name}_pk);"
+                else:
+                    out += f" tc_wg_fence_pairs<{count}>({name});"
+        return out
+
+    #: emitted after tc_wgmma.cuh where used (so no other kernel's source changes)
+    FENCE_PAIRS = """/* a 16-bit A operand in registers, pinned as the packed pairs the instruction reads (D59): their last
+ * writes (conversions) stay before the wgmma.fence that follows, not between the wgmma instructions */
+__device__ __forceinline__ void tc_wg_unpack(unsigned u, __half& lo, __half& hi) {
+  lo = __ushort_as_half((unsigned short)(u & 0xFFFFu)); hi = __ushort_as_half((unsigned short)(u >> 16));
+}
+__device__ __forceinline__ void tc_wg_unpack(unsigned u, __nv_bfloat16& lo, __nv_bfloat16& hi) {
+  lo = __ushort_as_bfloat16((unsigned short)(u & 0xFFFFu)); hi = __ushort_as_bfloat16((unsigned short)(u >> 16));
+}
+template <int N, typename T> __device__ __forceinline__ void tc_wg_fence_pairs(T* r) {
+#pragma unroll
+  for (int i = 0; i < N; i += 2) {
+    unsigned u = tc_pack_bits(r[i], r[i + 1]);
+    asm volatile("" : "+r"(u)::"memory");
+    tc_wg_unpack(u, r[i], r[i + 1]);
+  }
+}
+/* D59: the pairs packed into pk at the rotated loop's end (carried as 32-bit registers), unpacked before the
+ * next gemm's fence (the pack that follows folds away) */
+template <int N, typename T> __device__ __forceinline__ void tc_wg_pin_pairs(const T* r, unsigned* pk) {
+#pragma unroll
+  for (int i = 0; i < N; i += 2) {
+    pk[i / 2] = tc_pack_bits(r[i], r[i + 1]);
+    asm volatile("" : "+r"(pk[i / 2])::"memory");
+  }
+}
+template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T* r, const unsigned* pk) {
+#pragma unroll
+  for (int i = 0; i < N; i += 2) {
+    unsigned u = pk[i / 2];
+    asm volatile("" : "+r"(u)::"memory");
+    tc_wg_unpack(u, r[i], r[i + 1]);
+  }
+}
+"""
 
     #: named barriers of the consumer groups' turns (0: __syncthreads, 1: the consumers' barrier)
     TURN_BARRIER = 2
@@ -687,6 +892,9 @@ class CUDAEmitter(SIMTCppEmitter):
     def stmt_KernelLaunch(self, st, s):
         self._block_threads = int(const_value(simplify(s.threads[0]))) if len(s.threads) == 1 else 0
         st.warp_line, st.warp_declared = None, False
+        # D59: a launch whose gemm reads registers the threads write (FlashAttention's P @ V): the uniform warp
+        # index and the operand fence by default (measured there; the other kernels' sources as before)
+        st.register_operands = any(x.reads for x in collect(s.body, MatrixSync))
         return super().stmt_KernelLaunch(st, s)
 
     def block_indices(self, st, s) -> None:
