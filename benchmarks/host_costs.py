@@ -4,8 +4,10 @@
 
 - host time per launch of a small 3-tensor kernel (a 4096-element add, ``kernel(x, y, z)``) against
   ``torch.add(x, y, out=z)``: wall time of back-to-back calls, the GPU work being smaller than the host's;
-  with the compiled launcher (tilecore/runtime/launcher.c) and with the Python binder
-  (``TILECORE_C_LAUNCHER=0``), and the parts of a launch timed alone (tensor metadata reads, the device
+  with the compiled launcher (tilecore/runtime/launcher.c) reached from C (D57, the default), the same
+  launcher behind ``JITKernel.__call__``'s Python frame (``TILECORE_C_LAUNCHER=frame``, D23: timed before the
+  first default call of the process), and the Python binder (``TILECORE_C_LAUNCHER=0``), and the parts of a
+  launch timed alone (tensor metadata reads, the device
   and stream queries, cuLaunchKernel through ctypes);
 - the same calls' host cost alone: 400 calls while the GPU is held busy (``torch.cuda._sleep``), so the launch
   queue never fills and no call waits for the GPU (the back-to-back row becomes the GPU's time per tiny kernel
@@ -126,6 +128,7 @@ def main() -> int:
     ap.add_argument("--target", default="cuda")
     ap.add_argument("--launches", type=int, default=5000)
     ap.add_argument("--profile-compile", action="store_true", help="print where a cold compile's time goes (cProfile)")
+    ap.add_argument("--launch-only", action="store_true", help="only the launch rows (no cold compile, no autotune)")
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
     from cuda_gemm import has_gpu, vadd
@@ -135,23 +138,25 @@ def main() -> int:
     rows = []
     # three fresh processes after an unmeasured one, NVRTC's own cache off (--no-cache), with a bytecode cache
     # as installed packages have even where PYTHONDONTWRITEBYTECODE is set (0.14 s per process otherwise; D25)
-    with tempfile.TemporaryDirectory(prefix="tilecore-pyc-") as pyc:
-        benv = {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": pyc}
-        runs = [fresh(COLD.format(here=str(HERE), target=target), env=benv) for _ in range(4)][1:]
-    total, nvrtc = sorted(runs)[1]
-    rows.append(("cold compile, WGMMA GEMM 128x256x64, fresh process (torch imported), median of 3", f"{total:.2f} s",
-                 f"NVRTC {nvrtc:.2f} s + tilecore {total - nvrtc:.2f} s; each run: "
-                 + ", ".join(f"{t:.2f}/{n:.2f}" for t, n in runs)))
+    if not args.launch_only:
+        with tempfile.TemporaryDirectory(prefix="tilecore-pyc-") as pyc:
+            benv = {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": pyc}
+            runs = [fresh(COLD.format(here=str(HERE), target=target), env=benv) for _ in range(4)][1:]
+        total, nvrtc = sorted(runs)[1]
+        rows.append(("cold compile, WGMMA GEMM 128x256x64, fresh process (torch imported), median of 3",
+                     f"{total:.2f} s", f"NVRTC {nvrtc:.2f} s + tilecore {total - nvrtc:.2f} s; each run: "
+                     + ", ".join(f"{t:.2f}/{n:.2f}" for t, n in runs)))
     if args.profile_compile:
         print(fresh(PROFILE.format(here=str(HERE), target=target), text=True))
     times = {}
-    for mode in (("0", "1") if ok else ()):  # autotune times its kernels: a GPU is needed
+    for mode in (("0", "1") if ok and not args.launch_only else ()):  # autotune times its kernels: a GPU is needed
         with tempfile.TemporaryDirectory() as cache:
             times[mode] = fresh(TUNE.format(here=str(HERE), target=target),
                                 {"TILECORE_CACHE_DIR": cache, "TILECORE_AUTOTUNE_PROCESSES": mode})[0]
-    if ok:
+    if ok and times:
         rows.append((f"@tilecore.autotune, 8 GEMM configs, {os.cpu_count()} CPUs: worker processes", f"{times['1']:.2f} s",
                      f"worker threads {times['0']:.2f} s ({times['0'] / times['1']:.1f}x)"))
+    if ok:
         import torch
 
         import tilecore
@@ -196,24 +201,46 @@ def main() -> int:
         except ImportError:  # a tree before the compiled launcher (device_check.sh's before-* steps)
             def why_unavailable():
                 return "this tilecore has none"
-        os.environ["TILECORE_C_LAUNCHER"] = "0"  # read at a kernel's first call: this one binds in Python
-        k_py = tilecore.compile(vadd(n), target=target)
-        k_py(x, y, z)
-        os.environ.pop("TILECORE_C_LAUNCHER")
-        k(x, y, z)
-        compiled = getattr(k, "_native", None) is not None and getattr(k_py, "_native", None) is None
-        ours, theirs = host_us(lambda: k(x, y, z)), host_us(lambda: torch.add(x, y, out=z))
+
+        def first_call(mode):  # TILECORE_C_LAUNCHER is read at a kernel's first call
+            kk = tilecore.compile(vadd(n), target=target)
+            os.environ["TILECORE_C_LAUNCHER"] = mode
+            try:
+                kk(x, y, z)
+            finally:
+                os.environ.pop("TILECORE_C_LAUNCHER")
+            return kk
+
+        # before: the Python binder (D19) and D23's compiled launcher behind JITKernel.__call__'s Python frame,
+        # both timed before any kernel of this process makes the class's __call__ reach its launcher from C (D57)
+        k_py, k_frame = first_call("0"), first_call("frame")
+        framed = getattr(k_frame, "_native", None) is not None and getattr(k_frame, "_direct", None) is None
         py = host_us(lambda: k_py(x, y, z))
-        q_ours, q_theirs = host_only_us(lambda: k(x, y, z)), host_only_us(lambda: torch.add(x, y, out=z))
+        frame = host_us(lambda: k_frame(x, y, z)) if framed else None
         q_py = host_only_us(lambda: k_py(x, y, z))
-        rows.append(("host time per launch, 3-tensor add (4096 elements), compiled launcher", f"{ours:.1f} us",
+        q_frame = host_only_us(lambda: k_frame(x, y, z)) if framed else None
+        k(x, y, z)  # after: the default (D57 where this tree has it)
+        compiled = getattr(k, "_native", None) is not None and getattr(k_py, "_native", None) is None
+        direct = getattr(k, "_direct", None) is not None
+        ours, theirs = host_us(lambda: k(x, y, z)), host_us(lambda: torch.add(x, y, out=z))
+        q_ours, q_theirs = host_only_us(lambda: k(x, y, z)), host_only_us(lambda: torch.add(x, y, out=z))
+        how = "the call reaching it from C (D57)" if direct else "behind the Python frame"
+        rows.append((f"host time per launch, 3-tensor add (4096 elements), compiled launcher, {how}", f"{ours:.1f} us",
                      f"torch.add {theirs:.1f} us ({theirs / ours:.2f}x)" if compiled else
                      f"torch.add {theirs:.1f} us; NO compiled launcher here: {why_unavailable() or 'off'}"))
+        if frame is not None and direct:
+            rows.append(("the same, before: compiled launcher behind JITKernel.__call__'s Python frame "
+                         "(TILECORE_C_LAUNCHER=frame, D23)", f"{frame:.1f} us",
+                         f"torch.add {theirs:.1f} us ({theirs / frame:.2f}x); D57 saves {frame - ours:.2f} us"))
         rows.append(("the same, Python binder (TILECORE_C_LAUNCHER=0)", f"{py:.1f} us",
                      f"torch.add {theirs:.1f} us ({theirs / py:.2f}x)"))
         rows.append(("the same, host cost alone (GPU held busy, 400 calls: the launch queue never full), compiled "
-                     "launcher / Python binder", f"{q_ours:.1f} / {q_py:.1f} us",
-                     f"torch.add {q_theirs:.1f} us ({q_theirs / q_ours:.2f}x)"))
+                     f"launcher ({'from C' if direct else 'behind the frame'}) / Python binder",
+                     f"{q_ours:.2f} / {q_py:.2f} us", f"torch.add {q_theirs:.2f} us ({q_theirs / q_ours:.2f}x)"))
+        if q_frame is not None and direct:
+            rows.append(("the same, host cost alone, before: behind the Python frame (TILECORE_C_LAUNCHER=frame, D23)",
+                         f"{q_frame:.2f} us", f"torch.add {q_theirs:.2f} us ({q_theirs / q_frame:.2f}x); D57 saves "
+                         f"{q_frame - q_ours:.2f} us"))
         try:
             rows += breakdown(k_py, x, torch, host_only_us)  # parts timed with the queue never full
         except (AttributeError, TypeError, ValueError) as e:  # an older tree's program keeps other state

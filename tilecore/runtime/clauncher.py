@@ -45,6 +45,20 @@ def enabled() -> bool:
     return os.environ.get("TILECORE_C_LAUNCHER", "1").strip() != "0"
 
 
+def direct() -> bool:
+    """False when ``TILECORE_C_LAUNCHER=frame``: kernels call their compiled launcher from the Python
+    ``JITKernel.__call__`` (D23's path) instead of from the class's C ``__call__`` (D57)."""
+    return os.environ.get("TILECORE_C_LAUNCHER", "1").strip() != "frame"
+
+
+def kernel_call_type(launcher):
+    """The module's ``KernelCall`` type when ``launcher`` is one of its ``Launcher`` objects, else None."""
+    mod = _state.get("module")
+    if mod is None or type(launcher) is not mod.Launcher:
+        return None
+    return getattr(mod, "KernelCall", None)
+
+
 def _unavailable(why: str):
     log.debug("tilecore: kernels launch through the Python path: %s", why)
     _state["module"] = None
@@ -243,4 +257,4 @@ def make_launcher(signature: dict, *, device_attr: str, launch_address: int, gri
                         torch.Tensor, device_attr, int(launch_address), g, tuple(int(b) for b in block),
                         int(shared), get_device, get_stream, after, fail, int(ndescriptors), descriptors)
 
-__all__ = ["make_launcher", "module", "plan", "enabled", "why_unavailable"]
+__all__ = ["make_launcher", "module", "plan", "enabled", "direct", "kernel_call_type", "why_unavailable"]

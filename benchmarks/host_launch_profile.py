@@ -1,0 +1,163 @@
+"""Where a kernel call's host time goes, without a GPU (issue 17's host rows; D23, D57):
+
+    python benchmarks/host_launch_profile.py [--calls 40000] [--repeat 7]
+
+The CUDA backend's program of a 3-tensor 4096-element add (``benchmarks/cuda_gemm.vadd``, compiled for
+cuda:sm_90a: NVRTC runs without a GPU) is loaded with a no-op C function in place of ``cuLaunchKernel``,
+C builtins in place of torch's current-device and current-stream queries, and CPU tensors standing in for
+device tensors (the tensor flag is ``is_cpu``). Each row is thread CPU time per call (best of ``--repeat``
+loops of ``--calls``; the machine may be shared, so wall time is not used), less an empty loop's, in one
+process:
+
+- ``kernel(x, y, z)`` through each call path: the Python binder (``TILECORE_C_LAUNCHER=0``, D19), the compiled
+  launcher behind ``JITKernel.__call__``'s Python frame (D23: ``TILECORE_C_LAUNCHER=frame``), the kernel's call
+  reaching the compiled launcher directly (D57, the default);
+- the launcher alone (its call with the argument tuple), for 3 tensors and for 1 (a 1-tensor kernel);
+- torch's own tensor getters and methods the launcher reads, each alone through Python.
+
+The driver's own cuLaunchKernel is not here (no GPU): ``benchmarks/host_costs.py`` times it on the device.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+NOOP = "int noop_launch(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g, unsigned s, " \
+       "void *st, void **p, void **x) { return 0; }\n"
+
+
+def noop_launch():
+    """The address of a C function of cuLaunchKernel's shape that returns 0 (built with the host cc)."""
+    folder = Path(tempfile.mkdtemp(prefix="tilecore-noop-"))
+    (folder / "noop.c").write_text(NOOP)
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", str(folder / "noop.c"), "-o", str(folder / "noop.so")],
+                   check=True)
+    lib = ctypes.CDLL(str(folder / "noop.so"))
+    return lib, lib.noop_launch
+
+
+def per_call_ns(fn, calls: int, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.thread_time_ns()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.thread_time_ns() - t0) / calls)
+    return best
+
+
+def cpu_kernel(kernel, mode: str, launch_fn):
+    """``kernel`` (a fresh JITKernel) on a CUDAProgram that takes CPU tensors and launches through ``launch_fn``;
+    ``mode`` the value of TILECORE_C_LAUNCHER at its first call."""
+    import types
+
+    import torch
+    from tilecore.compiler.kernel import JITKernel
+    from tilecore_cuda import runtime as cuda_runtime
+
+    k = JITKernel(kernel.meta, kernel.binary, kernel.backend, kernel.target)
+    rt = cuda_runtime.CUDARuntime(kernel.target.arch)
+    rt.tensor_device = "cpu"
+    k._runtime = rt
+    prog = cuda_runtime.CUDAProgram(kernel.binary, kernel.source)
+    prog.tensor_flag = "is_cpu"
+    prog._cuLaunchKernel = launch_fn
+    prog.lib = types.SimpleNamespace(cuGetErrorString=lambda code, out: 0)
+    prog._get_device = sys.getrecursionlimit  # a C builtin of no arguments returning an int, as torch's is
+    prog._get_stream = abs                    # a C builtin of one argument returning an int
+    dev = prog._get_device()
+    prog.funcs[dev] = (None, ctypes.c_void_p(0xF00D))
+    status = torch.zeros(cuda_runtime.STATUS_WORDS, dtype=torch.int32)
+    prog._status_by_dev[dev] = (status, status.data_ptr())
+    prog._enter(dev)
+    k._program = prog
+    old = os.environ.get("TILECORE_C_LAUNCHER")
+    os.environ["TILECORE_C_LAUNCHER"] = mode
+    try:
+        x = torch.randn(4096)
+        k(x, torch.randn(4096), torch.empty(4096)) if kernel.meta["signature"]["params"].__len__() == 3 else k(x)
+    finally:
+        if old is None:
+            os.environ.pop("TILECORE_C_LAUNCHER")
+        else:
+            os.environ["TILECORE_C_LAUNCHER"] = old
+    return k
+
+
+def one_tensor_kernel():
+    import tilecore.language as T
+
+    @T.prim_func
+    def fill(A: T.Tensor((4096,), "float32")):
+        with T.Kernel(16, threads=256) as bx:
+            for i in T.Parallel(256):
+                A[bx * 256 + i] = 1.0
+
+    return fill
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=40000)
+    ap.add_argument("--repeat", type=int, default=7)
+    args = ap.parse_args()
+    sys.path.insert(0, str(HERE))
+    import torch
+
+    import tilecore
+    from cuda_gemm import vadd
+
+    lib, launch_fn = noop_launch()
+    add = tilecore.compile(vadd(4096), target="cuda:sm_90a")
+    fill = tilecore.compile(one_tensor_kernel(), target="cuda:sm_90a")
+    x, y, z = (torch.randn(4096) for _ in range(3))
+    calls, repeat = args.calls, args.repeat
+    empty = per_call_ns(lambda: None, calls, repeat)
+    rows = []
+
+    def row(what, fn, note=""):
+        ns = per_call_ns(fn, calls, repeat) - empty
+        rows.append((what, ns, note))
+        return ns
+
+    kernels = {mode: cpu_kernel(add, mode, launch_fn) for mode in ("0", "frame", "1")}
+    for mode, k in kernels.items():
+        if mode != "0" and k._native is None:
+            print(f"no compiled launcher here: {__import__('tilecore.runtime.clauncher').runtime.clauncher.why_unavailable()}",
+                  file=sys.stderr)
+            return 1
+    py = row("kernel(x, y, z), Python binder (TILECORE_C_LAUNCHER=0, D19)", lambda: kernels["0"](x, y, z))
+    frame = row("kernel(x, y, z), compiled launcher behind the Python frame (TILECORE_C_LAUNCHER=frame, D23)",
+                lambda: kernels["frame"](x, y, z))
+    direct = row("kernel(x, y, z), the call reaching the compiled launcher directly (D57, default)",
+                 lambda: kernels["1"](x, y, z))
+    native = kernels["1"]._native
+    a3 = (x, y, z)
+    row("  the launcher alone, 3 tensors (launcher((x, y, z)))", lambda: native(a3))
+    k1 = cpu_kernel(fill, "1", launch_fn)
+    n1, a1 = k1._native, (x,)
+    row("  the launcher alone, 1 tensor", lambda: n1(a1))
+    for what, fn in (("dtype", lambda: x.dtype), ("shape", lambda: x.shape), ("is_cpu", lambda: x.is_cpu),
+                     ("is_contiguous()", lambda: x.is_contiguous()), ("data_ptr()", lambda: x.data_ptr())):
+        row(f"  torch getter alone through Python: {what}", fn)
+    print(f"thread CPU time per call, best of {repeat} x {calls}, less an empty loop's {empty:.0f} ns; "
+          f"torch {torch.__version__}, Python {sys.version.split()[0]}")
+    print("| per call | ns | vs Python binder | vs D23 |")
+    print("|---|---|---|---|")
+    for what, ns, _ in rows:
+        print(f"| {what} | {ns:.0f} | {py / ns:.2f}x | {frame / ns:.2f}x |")
+    print(f"D57 direct call saves {frame - direct:.0f} ns per call against D23's (frame {frame:.0f}, direct {direct:.0f})")
+    del lib
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
