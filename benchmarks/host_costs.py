@@ -219,28 +219,40 @@ def main() -> int:
         frame = host_us(lambda: k_frame(x, y, z)) if framed else None
         q_py = host_only_us(lambda: k_py(x, y, z))
         q_frame = host_only_us(lambda: k_frame(x, y, z)) if framed else None
-        k(x, y, z)  # after: the default (D57 where this tree has it)
+        k_get = first_call("getters")  # D57's call from C, tensors read through torch's getters (D23's reads)
+        k(x, y, z)  # after: the default (D57 where this tree has it: from C, tensors read through torch's C shim)
         compiled = getattr(k, "_native", None) is not None and getattr(k_py, "_native", None) is None
         direct = getattr(k, "_direct", None) is not None
+        reads = getattr(k._native, "reads", "getters") if compiled else "-"
+        got = direct and getattr(k_get._native, "reads", None) == "getters"
         ours, theirs = host_us(lambda: k(x, y, z)), host_us(lambda: torch.add(x, y, out=z))
         q_ours, q_theirs = host_only_us(lambda: k(x, y, z)), host_only_us(lambda: torch.add(x, y, out=z))
-        how = "the call reaching it from C (D57)" if direct else "behind the Python frame"
+        mid = host_us(lambda: k_get(x, y, z)) if got else None
+        q_mid = host_only_us(lambda: k_get(x, y, z)) if got else None
+        how = (f"the call reaching it from C (D57), tensors read through torch's {'C shim' if reads == 'shim' else reads}"
+               if direct else "behind the Python frame")
         rows.append((f"host time per launch, 3-tensor add (4096 elements), compiled launcher, {how}", f"{ours:.1f} us",
                      f"torch.add {theirs:.1f} us ({theirs / ours:.2f}x)" if compiled else
                      f"torch.add {theirs:.1f} us; NO compiled launcher here: {why_unavailable() or 'off'}"))
+        if mid is not None:
+            rows.append(("the same, from C, torch's getters (TILECORE_C_LAUNCHER=getters)", f"{mid:.1f} us",
+                         f"torch.add {theirs:.1f} us ({theirs / mid:.2f}x)"))
         if frame is not None and direct:
-            rows.append(("the same, before: compiled launcher behind JITKernel.__call__'s Python frame "
+            rows.append(("the same, before: compiled launcher behind JITKernel.__call__'s Python frame, torch's getters "
                          "(TILECORE_C_LAUNCHER=frame, D23)", f"{frame:.1f} us",
                          f"torch.add {theirs:.1f} us ({theirs / frame:.2f}x); D57 saves {frame - ours:.2f} us"))
         rows.append(("the same, Python binder (TILECORE_C_LAUNCHER=0)", f"{py:.1f} us",
                      f"torch.add {theirs:.1f} us ({theirs / py:.2f}x)"))
         rows.append(("the same, host cost alone (GPU held busy, 400 calls: the launch queue never full), compiled "
-                     f"launcher ({'from C' if direct else 'behind the frame'}) / Python binder",
+                     f"launcher ({how}) / Python binder",
                      f"{q_ours:.2f} / {q_py:.2f} us", f"torch.add {q_theirs:.2f} us ({q_theirs / q_ours:.2f}x)"))
+        if q_mid is not None:
+            rows.append(("the same, host cost alone, from C, torch's getters (TILECORE_C_LAUNCHER=getters)",
+                         f"{q_mid:.2f} us", f"torch.add {q_theirs:.2f} us ({q_theirs / q_mid:.2f}x)"))
         if q_frame is not None and direct:
-            rows.append(("the same, host cost alone, before: behind the Python frame (TILECORE_C_LAUNCHER=frame, D23)",
-                         f"{q_frame:.2f} us", f"torch.add {q_theirs:.2f} us ({q_theirs / q_frame:.2f}x); D57 saves "
-                         f"{q_frame - q_ours:.2f} us"))
+            rows.append(("the same, host cost alone, before: behind the Python frame, torch's getters "
+                         "(TILECORE_C_LAUNCHER=frame, D23)", f"{q_frame:.2f} us",
+                         f"torch.add {q_theirs:.2f} us ({q_theirs / q_frame:.2f}x); D57 saves {q_frame - q_ours:.2f} us"))
         try:
             rows += breakdown(k_py, x, torch, host_only_us)  # parts timed with the queue never full
         except (AttributeError, TypeError, ValueError) as e:  # an older tree's program keeps other state

@@ -62,7 +62,7 @@ def _python_frames(fn) -> list:
 def _ended(fn):
     try:
         return "ok", fn()
-    except (TilecoreError, TypeError, ValueError) as e:
+    except (TilecoreError, TypeError, ValueError, RuntimeError) as e:  # (torch's own, e.g. a nested tensor's sizes)
         return "error", type(e), str(e)
 
 
@@ -129,11 +129,14 @@ def test_outputs_and_errors_are_the_python_paths(name, compiled, monkeypatch):
                 return torch.empty(t.shape, dtype=t.dtype, device="meta")
             if kind == "numpy":
                 return t.float().numpy()
+            if kind == "nested":  # a torch.Tensor whose sizes torch will not give (the shim's call fails)
+                return torch.nested.nested_tensor([torch.randn(t.shape[1:]).to(t.dtype) for _ in range(t.shape[0])])
             raise AssertionError(kind)
         return change
 
     cases = {"right": args_of(), "empty": args_of(rows=0), "count": args_of()[:-1], "extra": args_of() + (1,)}
-    for kind in ("dtype", "shape", "rank", "non-contiguous", "other device", "numpy"):
+    for kind in ("dtype", "shape", "rank", "non-contiguous", "other device", "numpy") + (
+            ("nested",) if len(inputs[tensor]["shape"]) > 1 else ()):
         cases[kind] = args_of(change=at(kind))
     launched = 0
     for kind, args in cases.items():
@@ -148,9 +151,39 @@ def test_outputs_and_errors_are_the_python_paths(name, compiled, monkeypatch):
             ends[mode] = (end, recs)
         assert ends["1"] == ends["frame"] == ends["0"], kind
         launched += kind == "right" and len(ends["1"][1]) == 1
-        if kind in ("dtype", "shape", "rank", "non-contiguous", "other device", "count"):
+        if kind in ("dtype", "shape", "rank", "non-contiguous", "other device", "count", "nested"):
             assert ends["1"][0][0] == "error", kind
     assert launched == 1
+
+
+def test_the_launcher_reads_tensors_through_torchs_c_shim_where_torch_has_it(compiled, monkeypatch):
+    """The shim is used where libtorch exports its six functions and they agree with torch's getters on the probe
+    tensors; where a probe disagrees the launcher reads through the getters, and calls end the same either way."""
+    import ctypes
+    from pathlib import Path
+
+    monkeypatch.setattr(clauncher, "_state", dict(clauncher._state))
+    clauncher._state.pop("shim", None)
+    lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+    has = all(hasattr(lib, n) for n in clauncher.SHIM_FUNCTIONS)
+    x, y, z = (torch.randn(512) for _ in range(3))
+    k, _, driver = on_cpu(compiled["static_add"], True, monkeypatch)
+    _first(k, (x, y, z), "1", monkeypatch)
+    assert k._native.reads == ("shim" if has else "getters")
+    if not has:
+        return
+    clauncher._state.pop("shim")
+    read = clauncher._Shim.read
+    monkeypatch.setattr(clauncher._Shim, "read", lambda self, t: read(self, t)[:3] + ([7],) + read(self, t)[4:])
+    k2, _, driver2 = on_cpu(compiled["static_add"], True, monkeypatch)
+    _first(k2, (x, y, z), "1", monkeypatch)
+    assert k2._native.reads == "getters"  # a probe read a wrong size: not used
+    assert k2(x, y, z) is None and len(driver2.records) == 2
+    with pytest.raises(TilecoreError) as e2:
+        k2(x[:511], y, z)
+    with pytest.raises(TilecoreError) as e1:
+        k(x[:511], y, z)
+    assert str(e1.value) == str(e2.value)
 
 
 def test_keyword_arguments_raise_as_before(compiled, monkeypatch):
@@ -238,7 +271,7 @@ def _vadd(n):
 @gpu
 def test_on_the_gpu_the_direct_call_computes_and_refuses_as_the_python_path(monkeypatch):
     kernels = {}
-    for mode in ("1", "frame", "0"):
+    for mode in ("1", "getters", "frame", "0"):
         monkeypatch.setenv("TILECORE_C_LAUNCHER", mode)
         k = tilecore.compile(_vadd(4096), target="cuda")
         x, y, z = (torch.randn(4096, device="cuda") for _ in range(3))
@@ -246,6 +279,8 @@ def test_on_the_gpu_the_direct_call_computes_and_refuses_as_the_python_path(monk
         kernels[mode] = k
     monkeypatch.setenv("TILECORE_C_LAUNCHER", "1")
     assert kernels["1"]._direct is not None and kernels["frame"]._direct is None and kernels["0"]._native is None
+    assert kernels["getters"]._native.reads == "getters" and kernels["frame"]._native.reads == "getters"
+    print("the default launcher reads tensors through", kernels["1"]._native.reads)
     x, y = torch.randn(4096, device="cuda"), torch.randn(4096, device="cuda")
     for mode, k in kernels.items():
         z = torch.empty(4096, device="cuda")
@@ -258,6 +293,6 @@ def test_on_the_gpu_the_direct_call_computes_and_refuses_as_the_python_path(monk
            "non-contiguous": (torch.randn(8192, device="cuda")[::2], y, torch.empty(4096, device="cuda"))}
     for kind, args in bad.items():
         ends = {mode: _ended(lambda: k(*args)) for mode, k in kernels.items()}
-        assert ends["1"][0] == "error" and ends["1"] == ends["frame"] == ends["0"], kind
+        assert ends["1"][0] == "error" and ends["1"] == ends["getters"] == ends["frame"] == ends["0"], kind
     ends = {mode: _ended(lambda: k(x, y, C=z)) for mode, k in kernels.items()}
-    assert ends["1"][0] == "error" and ends["1"] == ends["frame"] == ends["0"]
+    assert ends["1"][0] == "error" and ends["1"] == ends["getters"] == ends["frame"] == ends["0"]
