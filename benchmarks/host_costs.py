@@ -165,12 +165,12 @@ def main() -> int:
         x, y, z = (torch.randn(n, device="cuda") for _ in range(3))
         k = tilecore.compile(vadd(n), target=target)
 
-        def host_us(fn):
+        def host_us(fn, loops=3):
             for _ in range(200):
                 fn()
             torch.cuda.synchronize()
             best = float("inf")
-            for _ in range(3):
+            for _ in range(loops):
                 t0 = time.perf_counter()
                 for _ in range(args.launches):
                     fn()
@@ -178,7 +178,7 @@ def main() -> int:
                 torch.cuda.synchronize()
             return best
 
-        def host_only_us(fn, launches=400):
+        def host_only_us(fn, launches=400, loops=5):
             """Host time per call with the GPU held busy (``torch.cuda._sleep``) and fewer calls than the launch
             queue holds: no call waits for the GPU to drain the queue, so this is the host's cost alone. Back-to-back
             calls (``host_us``, 5000 of them) fill the queue, and from then on each call waits for the GPU to finish
@@ -187,7 +187,7 @@ def main() -> int:
                 fn()
             torch.cuda.synchronize()
             best = float("inf")
-            for _ in range(5):
+            for _ in range(loops):
                 torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU cycles: longer than the timed loop
                 t0 = time.perf_counter()
                 for _ in range(launches):
@@ -211,48 +211,57 @@ def main() -> int:
                 os.environ.pop("TILECORE_C_LAUNCHER")
             return kk
 
-        # before: the Python binder (D19) and D23's compiled launcher behind JITKernel.__call__'s Python frame,
-        # both timed before any kernel of this process makes the class's __call__ reach its launcher from C (D57)
-        k_py, k_frame = first_call("0"), first_call("frame")
-        framed = getattr(k_frame, "_native", None) is not None and getattr(k_frame, "_direct", None) is None
-        py = host_us(lambda: k_py(x, y, z))
-        frame = host_us(lambda: k_frame(x, y, z)) if framed else None
-        q_py = host_only_us(lambda: k_py(x, y, z))
-        q_frame = host_only_us(lambda: k_frame(x, y, z)) if framed else None
-        k_get = first_call("getters")  # D57's call from C, tensors read through torch's getters (D23's reads)
-        k(x, y, z)  # after: the default (D57 where this tree has it: from C, tensors read through torch's C shim)
+        k_py, k_frame, k_get = first_call("0"), first_call("frame"), first_call("getters")
+        k(x, y, z)  # the default (D57 where this tree has it: from C, tensors read through torch's C shim)
         compiled = getattr(k, "_native", None) is not None and getattr(k_py, "_native", None) is None
         direct = getattr(k, "_direct", None) is not None
         reads = getattr(k._native, "reads", "getters") if compiled else "-"
-        got = direct and getattr(k_get._native, "reads", None) == "getters"
-        ours, theirs = host_us(lambda: k(x, y, z)), host_us(lambda: torch.add(x, y, out=z))
-        q_ours, q_theirs = host_only_us(lambda: k(x, y, z)), host_only_us(lambda: torch.add(x, y, out=z))
-        mid = host_us(lambda: k_get(x, y, z)) if got else None
-        q_mid = host_only_us(lambda: k_get(x, y, z)) if got else None
-        how = (f"the call reaching it from C (D57), tensors read through torch's {'C shim' if reads == 'shim' else reads}"
-               if direct else "behind the Python frame")
-        rows.append((f"host time per launch, 3-tensor add (4096 elements), compiled launcher, {how}", f"{ours:.1f} us",
-                     f"torch.add {theirs:.1f} us ({theirs / ours:.2f}x)" if compiled else
-                     f"torch.add {theirs:.1f} us; NO compiled launcher here: {why_unavailable() or 'off'}"))
-        if mid is not None:
-            rows.append(("the same, from C, torch's getters (TILECORE_C_LAUNCHER=getters)", f"{mid:.1f} us",
-                         f"torch.add {theirs:.1f} us ({theirs / mid:.2f}x)"))
-        if frame is not None and direct:
-            rows.append(("the same, before: compiled launcher behind JITKernel.__call__'s Python frame, torch's getters "
-                         "(TILECORE_C_LAUNCHER=frame, D23)", f"{frame:.1f} us",
-                         f"torch.add {theirs:.1f} us ({theirs / frame:.2f}x); D57 saves {frame - ours:.2f} us"))
-        rows.append(("the same, Python binder (TILECORE_C_LAUNCHER=0)", f"{py:.1f} us",
-                     f"torch.add {theirs:.1f} us ({theirs / py:.2f}x)"))
-        rows.append(("the same, host cost alone (GPU held busy, 400 calls: the launch queue never full), compiled "
-                     f"launcher ({how}) / Python binder",
-                     f"{q_ours:.2f} / {q_py:.2f} us", f"torch.add {q_theirs:.2f} us ({q_theirs / q_ours:.2f}x)"))
-        if q_mid is not None:
-            rows.append(("the same, host cost alone, from C, torch's getters (TILECORE_C_LAUNCHER=getters)",
-                         f"{q_mid:.2f} us", f"torch.add {q_theirs:.2f} us ({q_theirs / q_mid:.2f}x)"))
-        if q_frame is not None and direct:
-            rows.append(("the same, host cost alone, before: behind the Python frame, torch's getters "
-                         "(TILECORE_C_LAUNCHER=frame, D23)", f"{q_frame:.2f} us",
-                         f"torch.add {q_theirs:.2f} us ({q_theirs / q_frame:.2f}x); D57 saves {q_frame - q_ours:.2f} us"))
+        try:  # D23's class: JITKernel.__call__ the Python function (this tree swaps it at the default's first call)
+            from tilecore.compiler import kernel as kernel_module
+            python_call = getattr(kernel_module, "_PYTHON_CALL", None)
+        except ImportError:
+            python_call = None
+
+        def measure(fn, python_class, b2b_loops, alone_loops):
+            cls = type(k)
+            saved = cls.__dict__["__call__"]
+            if python_class and python_call is not None:
+                cls.__call__ = python_call
+            try:
+                return host_us(fn, b2b_loops), host_only_us(fn, loops=alone_loops)
+            finally:
+                cls.__call__ = saved
+
+        how = (f"from C (D57), tensors through torch's {'C shim' if reads == 'shim' else reads}" if direct
+               else "behind the Python frame (D23)" if compiled else "none here")
+        variants = [(f"compiled launcher, {how}", lambda: k(x, y, z), False)]
+        if direct and getattr(k_get._native, "reads", None) == "getters" and reads == "shim":
+            variants.append(("the same, from C, torch's getters (TILECORE_C_LAUNCHER=getters)",
+                             lambda: k_get(x, y, z), False))
+        if direct and getattr(k_frame, "_direct", 1) is None and k_frame._native is not None:
+            variants.append(("the same, before: behind JITKernel.__call__'s Python frame, torch's getters "
+                             "(TILECORE_C_LAUNCHER=frame: D23's path)", lambda: k_frame(x, y, z), True))
+        variants.append(("the same, Python binder (TILECORE_C_LAUNCHER=0)", lambda: k_py(x, y, z), True))
+        variants.append(("torch.add(x, y, out=z)", lambda: torch.add(x, y, out=z), False))
+        # interleaved rounds, best of each: the host's load and clocks drift over a run, and the rows are compared
+        b2b, alone = {}, {}
+        for _ in range(3):
+            for name, fn, python_class in variants:
+                t_b2b, t_alone = measure(fn, python_class, 1, 2)
+                b2b[name] = min(b2b.get(name, float("inf")), t_b2b)
+                alone[name] = min(alone.get(name, float("inf")), t_alone)
+        ref = "torch.add(x, y, out=z)"
+        first = variants[0][0]
+        rows.append(("host time per launch, 3-tensor add (4096 elements): back-to-back (5000 calls) / the host's cost "
+                     "alone (GPU held busy, 400 calls: the launch queue never full); 3 interleaved rounds, best",
+                     "", f"torch.add {b2b[ref]:.2f} / {alone[ref]:.2f} us"))
+        for name, _, _ in variants[:-1]:
+            note = f"torch.add / this: {b2b[ref] / b2b[name]:.2f}x / {alone[ref] / alone[name]:.2f}x"
+            if name != first:
+                note += f"; the first row saves {b2b[name] - b2b[first]:.2f} / {alone[name] - alone[first]:.2f} us"
+            if name == first and not compiled:
+                note += f"; NO compiled launcher here: {why_unavailable() or 'off'}"
+            rows.append((name, f"{b2b[name]:.2f} / {alone[name]:.2f} us", note))
         try:
             rows += breakdown(k_py, x, torch, host_only_us)  # parts timed with the queue never full
         except (AttributeError, TypeError, ValueError) as e:  # an older tree's program keeps other state

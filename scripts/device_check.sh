@@ -373,6 +373,7 @@ if [ -d .whl_before ]; then
       .whl_before/*.whl .whl/[!t]*.whl
   export PYTHONPATH=/tmp/site_before
   step before-host python3 benchmarks/host_costs.py
+  step before-hostlaunch python3 benchmarks/host_costs.py --launch-only  # D57's rows with the tree before (main)
   step before-offpath python3 benchmarks/cuda_offpath.py --rep 20
   step before-gemm python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8
   step before-attention python3 benchmarks/cuda_attention.py --rep 3
