@@ -252,7 +252,7 @@ def main() -> int:
                 alone[name] = min(alone.get(name, float("inf")), t_alone)
         ref = "torch.add(x, y, out=z)"
         first = variants[0][0]
-        rows.append(("host time per launch, 3-tensor add (4096 elements): back-to-back (5000 calls) / the host's cost "
+        rows.append((f"host time per launch, 3-tensor add (4096 elements): back-to-back ({args.launches} calls) / the host's cost "
                      "alone (GPU held busy, 400 calls: the launch queue never full); 3 interleaved rounds, best",
                      "", f"torch.add {b2b[ref]:.2f} / {alone[ref]:.2f} us"))
         for name, _, _ in variants[:-1]:
