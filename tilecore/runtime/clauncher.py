@@ -141,7 +141,7 @@ def shim_for(device_attr: str):
     shim = _tensor_shim() if through_shim() else None
     if shim is None or not device_attr.startswith("is_"):
         return None, None
-    fn = getattr(shim.lib, "aoti_torch_device_type_" + device_attr[3:], None)  # is_cuda: ..._cuda()
+    fn = getattr(shim.lib, "aoti_torch_device_type_" + device_attr[3:], None)  # is_<x>: ..._<x>()
     if fn is None:
         return None, None
     fn.restype, fn.argtypes = ctypes.c_int32, []
