@@ -129,6 +129,7 @@ def main() -> int:
     ap.add_argument("--launches", type=int, default=5000)
     ap.add_argument("--profile-compile", action="store_true", help="print where a cold compile's time goes (cProfile)")
     ap.add_argument("--launch-only", action="store_true", help="only the launch rows (no cold compile, no autotune)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the launch rows (best of each)")
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
     from cuda_gemm import has_gpu, vadd
@@ -212,6 +213,7 @@ def main() -> int:
             return kk
 
         k_py, k_frame, k_get = first_call("0"), first_call("frame"), first_call("getters")
+        k_fshim = first_call("frame-shim")
         k(x, y, z)  # the default (D57 where this tree has it: from C, tensors read through torch's C shim)
         compiled = getattr(k, "_native", None) is not None and getattr(k_py, "_native", None) is None
         direct = getattr(k, "_direct", None) is not None
@@ -238,6 +240,9 @@ def main() -> int:
         if direct and getattr(k_get._native, "reads", None) == "getters" and reads == "shim":
             variants.append(("the same, from C, torch's getters (TILECORE_C_LAUNCHER=getters)",
                              lambda: k_get(x, y, z), False))
+        if direct and getattr(k_fshim, "_direct", 1) is None and getattr(k_fshim._native, "reads", None) == "shim":
+            variants.append(("the same, behind JITKernel.__call__'s Python frame, torch's C shim "
+                             "(TILECORE_C_LAUNCHER=frame-shim)", lambda: k_fshim(x, y, z), True))
         if direct and getattr(k_frame, "_direct", 1) is None and k_frame._native is not None:
             variants.append(("the same, before: behind JITKernel.__call__'s Python frame, torch's getters "
                              "(TILECORE_C_LAUNCHER=frame: D23's path)", lambda: k_frame(x, y, z), True))
@@ -245,7 +250,7 @@ def main() -> int:
         variants.append(("torch.add(x, y, out=z)", lambda: torch.add(x, y, out=z), False))
         # interleaved rounds, best of each: the host's load and clocks drift over a run, and the rows are compared
         b2b, alone = {}, {}
-        for _ in range(3):
+        for _ in range(args.rounds):
             for name, fn, python_class in variants:
                 t_b2b, t_alone = measure(fn, python_class, 1, 2)
                 b2b[name] = min(b2b.get(name, float("inf")), t_b2b)
@@ -253,7 +258,7 @@ def main() -> int:
         ref = "torch.add(x, y, out=z)"
         first = variants[0][0]
         rows.append((f"host time per launch, 3-tensor add (4096 elements): back-to-back ({args.launches} calls) / the host's cost "
-                     "alone (GPU held busy, 400 calls: the launch queue never full); 3 interleaved rounds, best",
+                     f"alone (GPU held busy, 400 calls: the launch queue never full); {args.rounds} interleaved rounds, best",
                      "", f"torch.add {b2b[ref]:.2f} / {alone[ref]:.2f} us"))
         for name, _, _ in variants[:-1]:
             note = f"torch.add / this: {b2b[ref] / b2b[name]:.2f}x / {alone[ref] / alone[name]:.2f}x"

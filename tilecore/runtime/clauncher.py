@@ -51,9 +51,9 @@ def _mode() -> str:
 
 
 def direct() -> bool:
-    """False when ``TILECORE_C_LAUNCHER=frame``: kernels call their compiled launcher from the Python
-    ``JITKernel.__call__`` (D23's path) instead of from the class's C ``__call__`` (D57)."""
-    return _mode() != "frame"
+    """False when ``TILECORE_C_LAUNCHER`` is ``frame`` or ``frame-shim``: kernels call their compiled launcher from
+    the Python ``JITKernel.__call__`` (D23's path) instead of from the class's C ``__call__`` (D57)."""
+    return _mode() not in ("frame", "frame-shim")
 
 
 def through_shim() -> bool:
