@@ -4,11 +4,10 @@
 
 - host time per launch of a small 3-tensor kernel (a 4096-element add, ``kernel(x, y, z)``) against
   ``torch.add(x, y, out=z)``: wall time of back-to-back calls, the GPU work being smaller than the host's;
-  with the compiled launcher (tilecore/runtime/launcher.c) reached from C (D57, the default), the same
-  launcher behind ``JITKernel.__call__``'s Python frame (``TILECORE_C_LAUNCHER=frame``, D23: timed before the
-  first default call of the process), and the Python binder (``TILECORE_C_LAUNCHER=0``), and the parts of a
-  launch timed alone (tensor metadata reads, the device
-  and stream queries, cuLaunchKernel through ctypes);
+  with the compiled launcher (tilecore/runtime/launcher.c) reading tensors through torch's C shim (D57, the
+  default), the same launcher reading them through torch's getters (``TILECORE_C_LAUNCHER=getters``, D23's path),
+  and the Python binder (``TILECORE_C_LAUNCHER=0``), in interleaved rounds; and the parts of a launch timed
+  alone (tensor metadata reads, the device and stream queries, cuLaunchKernel through ctypes);
 - the same calls' host cost alone: 400 calls while the GPU is held busy (``torch.cuda._sleep``), so the launch
   queue never fills and no call waits for the GPU (the back-to-back row becomes the GPU's time per tiny kernel
   once the queue is full, wherever that is longer than the host's cost);
@@ -212,55 +211,29 @@ def main() -> int:
                 os.environ.pop("TILECORE_C_LAUNCHER")
             return kk
 
-        k_py, k_frame, k_get = first_call("0"), first_call("frame"), first_call("getters")
-        k_fshim = first_call("frame-shim")
-        k(x, y, z)  # the default (D57 where this tree has it: from C, tensors read through torch's C shim)
+        k_py, k_get = first_call("0"), first_call("getters")
+        k(x, y, z)  # the default (D57 where this tree has it: tensors read through torch's C shim)
         compiled = getattr(k, "_native", None) is not None and getattr(k_py, "_native", None) is None
-        direct = getattr(k, "_direct", None) is not None
         reads = getattr(k._native, "reads", "getters") if compiled else "-"
-        try:  # D23's class: JITKernel.__call__ the Python function (this tree swaps it at the default's first call)
-            from tilecore.compiler import kernel as kernel_module
-            python_call = getattr(kernel_module, "_PYTHON_CALL", None)
-        except ImportError:
-            python_call = None
-
-        def measure(fn, python_class, b2b_loops, alone_loops):
-            cls = type(k)
-            saved = cls.__dict__["__call__"]
-            if python_class and python_call is not None:
-                cls.__call__ = python_call
-            try:
-                return host_us(fn, b2b_loops), host_only_us(fn, loops=alone_loops)
-            finally:
-                cls.__call__ = saved
-
-        how = (f"from C (D57), tensors through torch's {'C shim' if reads == 'shim' else reads}" if direct
-               else "behind the Python frame (D23)" if compiled else "none here")
-        variants = [(f"compiled launcher, {how}", lambda: k(x, y, z), False)]
-        if direct and getattr(k_get._native, "reads", None) == "getters" and reads == "shim":
-            variants.append(("the same, from C, torch's getters (TILECORE_C_LAUNCHER=getters)",
-                             lambda: k_get(x, y, z), False))
-        if direct and getattr(k_fshim, "_direct", 1) is None and getattr(k_fshim._native, "reads", None) == "shim":
-            variants.append(("the same, behind JITKernel.__call__'s Python frame, torch's C shim "
-                             "(TILECORE_C_LAUNCHER=frame-shim)", lambda: k_fshim(x, y, z), True))
-        if direct and getattr(k_frame, "_direct", 1) is None and k_frame._native is not None:
-            variants.append(("the same, before: behind JITKernel.__call__'s Python frame, torch's getters "
-                             "(TILECORE_C_LAUNCHER=frame: D23's path)", lambda: k_frame(x, y, z), True))
-        variants.append(("the same, Python binder (TILECORE_C_LAUNCHER=0)", lambda: k_py(x, y, z), True))
-        variants.append(("torch.add(x, y, out=z)", lambda: torch.add(x, y, out=z), False))
+        how = f"tensors through torch's {'C shim (D57)' if reads == 'shim' else 'getters'}" if compiled else "none here"
+        variants = [(f"compiled launcher, {how}", lambda: k(x, y, z))]
+        if reads == "shim" and getattr(k_get._native, "reads", None) == "getters":
+            variants.append(("the same, before: torch's getters (TILECORE_C_LAUNCHER=getters: D23's path)",
+                             lambda: k_get(x, y, z)))
+        variants.append(("the same, Python binder (TILECORE_C_LAUNCHER=0)", lambda: k_py(x, y, z)))
+        variants.append(("torch.add(x, y, out=z)", lambda: torch.add(x, y, out=z)))
         # interleaved rounds, best of each: the host's load and clocks drift over a run, and the rows are compared
         b2b, alone = {}, {}
         for _ in range(args.rounds):
-            for name, fn, python_class in variants:
-                t_b2b, t_alone = measure(fn, python_class, 1, 2)
-                b2b[name] = min(b2b.get(name, float("inf")), t_b2b)
-                alone[name] = min(alone.get(name, float("inf")), t_alone)
+            for name, fn in variants:
+                b2b[name] = min(b2b.get(name, float("inf")), host_us(fn, 1))
+                alone[name] = min(alone.get(name, float("inf")), host_only_us(fn, loops=2))
         ref = "torch.add(x, y, out=z)"
         first = variants[0][0]
         rows.append((f"host time per launch, 3-tensor add (4096 elements): back-to-back ({args.launches} calls) / the host's cost "
                      f"alone (GPU held busy, 400 calls: the launch queue never full); {args.rounds} interleaved rounds, best",
                      "", f"torch.add {b2b[ref]:.2f} / {alone[ref]:.2f} us"))
-        for name, _, _ in variants[:-1]:
+        for name, _ in variants[:-1]:
             note = f"torch.add / this: {b2b[ref] / b2b[name]:.2f}x / {alone[ref] / alone[name]:.2f}x"
             if name != first:
                 note += f"; the first row saves {b2b[name] - b2b[first]:.2f} / {alone[name] - alone[first]:.2f} us"

@@ -9,10 +9,9 @@ device tensors (the tensor flag is ``is_cpu``). Each row is thread CPU time per 
 loops of ``--calls``; the machine may be shared, so wall time is not used), less an empty loop's, in one
 process:
 
-- ``kernel(x, y, z)`` through each call path: the Python binder (``TILECORE_C_LAUNCHER=0``, D19), the compiled
-  launcher behind ``JITKernel.__call__``'s Python frame reading tensors through torch's getters (D23:
-  ``TILECORE_C_LAUNCHER=frame``), the kernel's call reaching the launcher from C with the getters
-  (``TILECORE_C_LAUNCHER=getters``), and from C reading tensors through torch's C shim (D57, the default);
+- ``kernel(x, y, z)`` through each path: the Python binder (``TILECORE_C_LAUNCHER=0``, D19), the compiled
+  launcher reading tensors through torch's getters (D23: ``TILECORE_C_LAUNCHER=getters``), and through torch's
+  C shim (D57, the default);
 - the launcher alone (its call with the argument tuple), for 3 tensors and for 1 (a 1-tensor kernel);
 - torch's own tensor getters and methods the launcher reads, each alone through Python.
 
@@ -130,21 +129,18 @@ def main() -> int:
         rows.append((what, ns, note))
         return ns
 
-    # D23's path and the Python binder first, while JITKernel.__call__ is still the Python function
-    kernels = {mode: cpu_kernel(add, mode, launch_fn) for mode in ("0", "frame")}
-    if kernels["frame"]._native is None:
+    kernels = {mode: cpu_kernel(add, mode, launch_fn) for mode in ("0", "getters", "1")}
+    if kernels["getters"]._native is None:
         from tilecore.runtime import clauncher
 
         print(f"no compiled launcher here: {clauncher.why_unavailable()}", file=sys.stderr)
         return 1
     py = row("kernel(x, y, z), Python binder (TILECORE_C_LAUNCHER=0, D19)", lambda: kernels["0"](x, y, z))
-    frame = row("kernel(x, y, z), compiled launcher behind the Python frame, torch's getters (TILECORE_C_LAUNCHER="
-                "frame, D23)", lambda: kernels["frame"](x, y, z))
-    kernels.update({mode: cpu_kernel(add, mode, launch_fn) for mode in ("getters", "1")})
-    row("kernel(x, y, z), the call reaching the launcher from C, torch's getters (TILECORE_C_LAUNCHER=getters)",
-        lambda: kernels["getters"](x, y, z))
-    direct = row("kernel(x, y, z), from C, tensors read through torch's C shim (D57, default)",
-                 lambda: kernels["1"](x, y, z))
+    d23 = row("kernel(x, y, z), compiled launcher, torch's getters (TILECORE_C_LAUNCHER=getters, D23)",
+                lambda: kernels["getters"](x, y, z))
+    shim = kernels["1"]._native.reads == "shim"
+    direct = row(f"kernel(x, y, z), compiled launcher, tensors through torch's {'C shim' if shim else 'getters'} (D57, "
+                 "default)", lambda: kernels["1"](x, y, z))
     g3 = kernels["getters"]._native
     row("  the launcher alone, 3 tensors, torch's getters", lambda: g3(a3))
     native = kernels["1"]._native
@@ -161,8 +157,8 @@ def main() -> int:
     print("| per call | ns | vs Python binder | vs D23 |")
     print("|---|---|---|---|")
     for what, ns, _ in rows:
-        print(f"| {what} | {ns:.0f} | {py / ns:.2f}x | {frame / ns:.2f}x |")
-    print(f"D57 saves {frame - direct:.0f} ns per call against D23's ({frame:.0f} -> {direct:.0f})")
+        print(f"| {what} | {ns:.0f} | {py / ns:.2f}x | {d23 / ns:.2f}x |")
+    print(f"D57 saves {d23 - direct:.0f} ns per call against D23's ({d23:.0f} -> {direct:.0f})")
     del lib
     return 0
 

@@ -1,19 +1,16 @@
-"""A kernel's call reaches its compiled launcher from C (D57): ``kernel(*args)`` runs no Python frame once the
-kernel has a launcher, and ends exactly as the Python paths end (outputs, errors word for word, the first call's
-device learning, keyword arguments, a new device, a failed launch).
+"""The compiled launcher reads tensors through torch's C shim (D57): a kernel's call ends exactly as the
+launcher with torch's getters (D23) and the Python binder end it (outputs, launches, errors word for word, a new
+device, a failed launch or assertion), and the shim is used only where torch has it and it agrees with the getters.
 
 As in tests/test_c_launcher.py, kernels compiled for CUDA through the public interface are loaded into a
 ``CUDAProgram`` whose driver is a recorder and which takes CPU tensors (the stand-in for "on the device"); a meta
-tensor stands in for a tensor on another device. The last tests run the same calls on a GPU where there is one.
+tensor stands in for a tensor on another device. The last test runs the same calls on a GPU where there is one.
 """
 from __future__ import annotations
-
-import sys
 
 import pytest
 
 import tilecore
-from tilecore.compiler.kernel import JITKernel
 from tilecore.errors import DeviceError, TilecoreError
 from tilecore.runtime import clauncher
 
@@ -21,6 +18,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("hypothesis")
 pytest.importorskip("tilecore_cuda.runtime")
 from test_c_launcher import KERNELS, on_cpu  # noqa: E402
+
+MODES = ("1", "getters", "0")  # TILECORE_C_LAUNCHER: the C shim (default), torch's getters, the Python binder
 
 
 @pytest.fixture(scope="module")
@@ -33,30 +32,15 @@ def compiled():
 
 
 def _first(k, args, mode, monkeypatch):
+    """The kernel's first call (the Python path, which makes the launcher) with TILECORE_C_LAUNCHER=mode."""
     monkeypatch.setenv("TILECORE_C_LAUNCHER", mode)
     r = k(*args)
     monkeypatch.setenv("TILECORE_C_LAUNCHER", "1")
     return r
 
 
-def _python_frames(fn) -> list:
-    """The functions of JITKernel's Python call path entered while ``fn()`` runs (sys.setprofile's 'call' events;
-    the recording driver is a Python callback, whose frames are not the call path's)."""
-    from tilecore.compiler import kernel
-
-    path = {kernel._PYTHON_CALL.__code__: "JITKernel.__call__", JITKernel._call.__code__: "JITKernel._call"}
-    seen = []
-
-    def hook(frame, event, arg):
-        if event == "call" and frame.f_code in path:
-            seen.append(path[frame.f_code])
-
-    sys.setprofile(hook)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return seen
+def _shim_here() -> bool:
+    return clauncher.shim_for("is_cpu")[0] is not None
 
 
 def _ended(fn):
@@ -66,32 +50,11 @@ def _ended(fn):
         return "error", type(e), str(e)
 
 
-def test_a_call_runs_no_python_frame_once_the_kernel_has_a_launcher(compiled, monkeypatch):
-    x, y, z = (torch.randn(512) for _ in range(3))
-    kernels = {}
-    for mode in ("1", "frame", "frame-shim"):
-        k, prog, driver = on_cpu(compiled["static_add"], True, monkeypatch)
-        frames = _python_frames(lambda: _first(k, (x, y, z), mode, monkeypatch))
-        assert "JITKernel._call" in frames  # the first call: the Python path
-        kernels[mode] = (k, driver)
-    assert clauncher.kernel_call_type(kernels["1"][0]._native) is not None
-    assert isinstance(JITKernel.__dict__["__call__"], clauncher.kernel_call_type(kernels["1"][0]._native))
-    k, driver = kernels["1"]
-    n = len(driver.records)
-    assert _python_frames(lambda: k(x, y, z)) == [] and len(driver.records) == n + 1  # no frame: launched from C
-    assert k._direct is k._native
-    for mode in ("frame", "frame-shim"):  # D23's path: the launcher behind JITKernel.__call__ (getters / C shim)
-        k, driver = kernels[mode]
-        n = len(driver.records)
-        assert k._direct is None and k._native.reads == ("getters" if mode == "frame" else kernels["1"][0]._native.reads)
-        assert _python_frames(lambda: k(x, y, z)) == ["JITKernel.__call__"] and len(driver.records) == n + 1
-
-
 @pytest.mark.parametrize("name", ["static_add", "scale_add", "two_symbols"])
 def test_outputs_and_errors_are_the_python_paths(name, compiled, monkeypatch):
     """Right arguments and every kind of wrong one: the three paths return the same outputs' shapes and dtypes
     and the same launches' grids, or raise the same error word for word."""
-    ks = {mode: on_cpu(compiled[name], True, monkeypatch) for mode in ("1", "frame", "0")}
+    ks = {mode: on_cpu(compiled[name], True, monkeypatch) for mode in MODES}
     sig = compiled[name].meta["signature"]
     skip = set(sig["out_idx"])
     inputs = [p for i, p in enumerate(sig["params"]) if i not in skip]
@@ -111,6 +74,8 @@ def test_outputs_and_errors_are_the_python_paths(name, compiled, monkeypatch):
     first = args_of()
     for mode, (k, _, _) in ks.items():
         _first(k, first, mode, monkeypatch)
+    assert ks["1"][0]._native.reads == ("shim" if _shim_here() else "getters")
+    assert ks["getters"][0]._native.reads == "getters" and ks["0"][0]._native is None
     tensor = next(j for j, p in enumerate(inputs) if p["kind"] == "buffer")
 
     def at(kind):
@@ -150,8 +115,10 @@ def test_outputs_and_errors_are_the_python_paths(name, compiled, monkeypatch):
                 outs = [] if end[1] is None else end[1] if isinstance(end[1], list) else [end[1]]
                 end = ("ok", [(tuple(o.shape), o.dtype) for o in outs])
             ends[mode] = (end, recs)
-        assert ends["1"] == ends["frame"] == ends["0"], kind
+        assert ends["1"] == ends["getters"] == ends["0"], kind
         launched += kind == "right" and len(ends["1"][1]) == 1
+        if kind in ("right", "empty"):  # the compiled launchers take these themselves
+            assert all(ks[m][0]._native(args) is not NotImplemented for m in ("1", "getters")), kind
         if kind in ("dtype", "shape", "rank", "non-contiguous", "other device", "count", "nested"):
             assert ends["1"][0][0] == "error", kind
     assert launched == 1
@@ -187,43 +154,27 @@ def test_the_launcher_reads_tensors_through_torchs_c_shim_where_torch_has_it(com
     assert str(e1.value) == str(e2.value)
 
 
-def test_keyword_arguments_raise_as_before(compiled, monkeypatch):
-    x, y, z = (torch.randn(512) for _ in range(3))
-    ends = {}
-    for mode in ("1", "frame", "0"):
-        k, _, driver = on_cpu(compiled["static_add"], True, monkeypatch)
-        _first(k, (x, y, z), mode, monkeypatch)
-        n = len(driver.records)
-        ends[mode] = _ended(lambda: k(x, y, C=z)), _ended(lambda: k(x, y, z, C=z))
-        assert len(driver.records) == n
-    assert ends["1"] == ends["frame"] == ends["0"]
-    assert ends["1"][0] == ("error", TypeError, "JITKernel.__call__() got an unexpected keyword argument 'C'")
-
-
-def test_outputs_are_returned_and_the_bound_method_takes_the_same_path(compiled, monkeypatch):
+def test_outputs_are_returned(compiled, monkeypatch):
     k, prog, driver = on_cpu(compiled["two_symbols"], True, monkeypatch)
     X, Y = torch.randn(40, 24).bfloat16(), torch.randint(0, 9, (24, 40), dtype=torch.int32)
     _first(k, (7, X, Y), "1", monkeypatch)
-    assert k._direct is not None
     n = len(driver.records)
-    for call in (lambda: k(7, X, Y), lambda: k.__call__(7, X, Y), lambda: JITKernel.__call__(k, 7, X, Y)):
-        assert _python_frames(call) == []
+    for call in (lambda: k(7, X, Y), lambda: k._native((7, X, Y))):
         Z, W = call()
         assert (Z.shape, Z.dtype, W.shape, W.dtype) == ((40, 24), torch.float32, (40,), torch.float32)
     words = [int.from_bytes(p, "little", signed=True) for p in driver.records[-1]["params"]]
-    assert words[:2] == [X.data_ptr(), Y.data_ptr()] and len(driver.records) == n + 6
-    assert JITKernel.__call__.__wrapped__.__qualname__ == "JITKernel.__call__"
+    assert words[:4] == [X.data_ptr(), Y.data_ptr(), Z.data_ptr(), W.data_ptr()] and len(driver.records) == n + 2
 
 
-def test_a_new_device_and_a_failed_launch_and_assert_from_the_direct_call(compiled, monkeypatch):
+def test_a_new_device_and_a_failed_launch_and_assert(compiled, monkeypatch):
     k, prog, driver = on_cpu(compiled["static_add"], True, monkeypatch, devices=(0, 1))
     x, y, z = (torch.randn(512) for _ in range(3))
     _first(k, (x, y, z), "1", monkeypatch)
-    prog.current = 1  # the launcher knows device 0 only: this call takes the Python path, which enters device 1
-    frames = _python_frames(lambda: k(x, y, z))
-    assert "JITKernel._call" in frames and "JITKernel.__call__" not in frames  # from C to the rest of the path
+    prog.current = 1  # the launcher knows device 0 only: the Python path enters device 1 and tells it
+    assert k._native((x, y, z)) is NotImplemented
+    k(x, y, z)
     assert driver.records[-1]["func"] == 0xF00D + 1
-    assert _python_frames(lambda: k(x, y, z)) == [] and driver.records[-1]["stream"] == 0x5001
+    assert k._native((x, y, z)) is None and driver.records[-1]["stream"] == 0x5001
     driver.rc = 700
     with pytest.raises(DeviceError, match=r"cuLaunchKernel failed: 700 \(unknown\) \(grid \(4, 1, 1\), 128 threads"):
         k(x, y, z)
@@ -234,21 +185,6 @@ def test_a_new_device_and_a_failed_launch_and_assert_from_the_direct_call(compil
     prog.status[0] = 1
     with pytest.raises(TilecoreError, match="X must be non-negative"):
         k(v, torch.empty(40))
-
-
-def test_kernels_without_a_launcher_after_the_switch(compiled, monkeypatch):
-    """Once the class's __call__ is the C one, a kernel that has no launcher (TILECORE_C_LAUNCHER=0, or before its
-    first call) still runs its Python path, first call included."""
-    x, y, z = (torch.randn(512) for _ in range(3))
-    k, _, _ = on_cpu(compiled["static_add"], True, monkeypatch)
-    _first(k, (x, y, z), "1", monkeypatch)
-    assert isinstance(JITKernel.__dict__["__call__"], clauncher.kernel_call_type(k._native))
-    k0, _, driver = on_cpu(compiled["static_add"], True, monkeypatch)
-    monkeypatch.setenv("TILECORE_C_LAUNCHER", "0")
-    assert k0(x, y, z) is None and k0(x, y, z) is None and k0._native is None and len(driver.records) == 2
-    blank = JITKernel.__new__(JITKernel)  # no attributes at all: the Python __call__ raises what it raises
-    with pytest.raises(AttributeError):
-        blank(x, y, z)
 
 
 # -- on a GPU --------------------------------------------------------------------------------------------------
@@ -270,17 +206,16 @@ def _vadd(n):
 
 
 @gpu
-def test_on_the_gpu_the_direct_call_computes_and_refuses_as_the_python_path(monkeypatch):
+def test_on_the_gpu_the_shim_launcher_computes_and_refuses_as_the_python_path(monkeypatch):
     kernels = {}
-    for mode in ("1", "getters", "frame", "0"):
+    for mode in MODES:
         monkeypatch.setenv("TILECORE_C_LAUNCHER", mode)
         k = tilecore.compile(_vadd(4096), target="cuda")
         x, y, z = (torch.randn(4096, device="cuda") for _ in range(3))
         k(x, y, z)
         kernels[mode] = k
     monkeypatch.setenv("TILECORE_C_LAUNCHER", "1")
-    assert kernels["1"]._direct is not None and kernels["frame"]._direct is None and kernels["0"]._native is None
-    assert kernels["getters"]._native.reads == "getters" and kernels["frame"]._native.reads == "getters"
+    assert kernels["0"]._native is None and kernels["getters"]._native.reads == "getters"
     print("the default launcher reads tensors through", kernels["1"]._native.reads)
     x, y = torch.randn(4096, device="cuda"), torch.randn(4096, device="cuda")
     for mode, k in kernels.items():
@@ -288,12 +223,15 @@ def test_on_the_gpu_the_direct_call_computes_and_refuses_as_the_python_path(monk
         assert k(x, y, z) is None
         torch.cuda.synchronize()
         assert torch.equal(z, x + y), mode
+        if mode != "0":  # the compiled launcher takes device tensors itself (the shim's device type code included)
+            z.zero_()
+            assert k._native((x, y, z)) is None
+            torch.cuda.synchronize()
+            assert torch.equal(z, x + y), mode
     bad = {"cpu tensor": (x.cpu(), y, torch.empty(4096, device="cuda")),
            "dtype": (x.half(), y, torch.empty(4096, device="cuda")),
            "shape": (x[:4095], y, torch.empty(4096, device="cuda")),
            "non-contiguous": (torch.randn(8192, device="cuda")[::2], y, torch.empty(4096, device="cuda"))}
     for kind, args in bad.items():
         ends = {mode: _ended(lambda: k(*args)) for mode, k in kernels.items()}
-        assert ends["1"][0] == "error" and ends["1"] == ends["getters"] == ends["frame"] == ends["0"], kind
-    ends = {mode: _ended(lambda: k(x, y, C=z)) for mode, k in kernels.items()}
-    assert ends["1"][0] == "error" and ends["1"] == ends["getters"] == ends["frame"] == ends["0"]
+        assert ends["1"][0] == "error" and ends["1"] == ends["getters"] == ends["0"], kind

@@ -33,7 +33,6 @@ class JITKernel:
         self._runtime = None
         self._launch = None   # (program.launch, the fast binder or None), made by the first call
         self._native = None   # the program's fast_call (binding and launch natively), made by the first call
-        self._direct = None   # the same when the class's __call__ reaches it from C (_direct_call)
         self.config = meta.get("config")
         self.latency = None
 
@@ -89,19 +88,11 @@ class JITKernel:
         return self._program
 
     def __call__(self, *args):
-        # The Python entry. Once a kernel in this process has a compiled launcher, the class's __call__ is the
-        # launcher module's KernelCall (see _direct_call): a call then reaches the kernel's launcher from C
-        # (no frame, no tuple) and comes here only for what that does not take, unchanged.
         native = self._native
         if native is not None:
             r = native(args)
             if r is not NotImplemented:
                 return r
-        return self._call(args)
-
-    def _call(self, args: tuple):
-        """The Python path: the generated binder, else ``bind`` (whose errors users see), and the program's
-        launch. The first call also asks the program for its native path (``fast_call``)."""
         fast = self._launch
         if fast is None:
             program = self._load()
@@ -111,7 +102,6 @@ class JITKernel:
             # device (and tell its native path) before any native call
             native = getattr(program, "fast_call", None)  # Program has it from plugin API 1.3
             self._native = native(self.meta["signature"]) if native is not None else None
-            self._direct = _direct_call(self._native)
         launch, binder = fast
         b = binder(args) if binder is not None else None
         if b is None:  # anything but the common case: the general binder (and its errors)
@@ -141,25 +131,6 @@ class JITKernel:
             z.writestr(f"source.{self.meta['source']['lang']}", self.meta["source"]["code"])
         tmp.replace(path)
         return path
-
-
-def _direct_call(native):
-    """``native`` when it is a compiled launcher that :class:`JITKernel`'s calls can reach without a Python frame,
-    after making the class's ``__call__`` the launcher module's ``KernelCall`` (once per process); else None.
-    ``TILECORE_C_LAUNCHER=frame`` keeps D23's path (the launcher behind the Python ``__call__``)."""
-    from ..runtime import clauncher
-
-    if native is None or not clauncher.direct():
-        return None
-    kind = clauncher.kernel_call_type(native)
-    if kind is None:
-        return None
-    if not isinstance(JITKernel.__dict__["__call__"], kind):
-        JITKernel.__call__ = kind(_PYTHON_CALL, JITKernel._call, "_direct")
-    return native
-
-
-_PYTHON_CALL = JITKernel.__call__
 
 
 def load_kernel(path) -> JITKernel:

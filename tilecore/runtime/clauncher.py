@@ -50,16 +50,10 @@ def _mode() -> str:
     return os.environ.get("TILECORE_C_LAUNCHER", "1").strip()
 
 
-def direct() -> bool:
-    """False when ``TILECORE_C_LAUNCHER`` is ``frame`` or ``frame-shim``: kernels call their compiled launcher from
-    the Python ``JITKernel.__call__`` (D23's path) instead of from the class's C ``__call__`` (D57)."""
-    return _mode() not in ("frame", "frame-shim")
-
-
 def through_shim() -> bool:
-    """False when ``TILECORE_C_LAUNCHER`` is ``frame`` or ``getters``: the launcher reads tensors through torch's
-    getters and methods (D23) instead of torch's C shim (D57)."""
-    return _mode() not in ("frame", "getters")
+    """False when ``TILECORE_C_LAUNCHER=getters``: the launcher reads tensors through torch's getters and methods
+    (D23) instead of torch's C shim (D57)."""
+    return _mode() != "getters"
 
 
 SHIM_FUNCTIONS = ("aoti_torch_get_dtype", "aoti_torch_get_device_type", "aoti_torch_get_dim", "aoti_torch_get_sizes",
@@ -146,14 +140,6 @@ def shim_for(device_attr: str):
         return None, None
     fn.restype, fn.argtypes = ctypes.c_int32, []
     return shim, shim.addresses + (int(fn()),)
-
-
-def kernel_call_type(launcher):
-    """The module's ``KernelCall`` type when ``launcher`` is one of its ``Launcher`` objects, else None."""
-    mod = _state.get("module")
-    if mod is None or type(launcher) is not mod.Launcher:
-        return None
-    return getattr(mod, "KernelCall", None)
 
 
 def _unavailable(why: str):
@@ -361,5 +347,4 @@ def make_launcher(signature: dict, *, device_attr: str, launch_address: int, gri
                         torch.Tensor, device_attr, int(launch_address), g, tuple(int(b) for b in block),
                         int(shared), get_device, get_stream, after, fail, int(ndescriptors), descriptors, through)
 
-__all__ = ["make_launcher", "module", "plan", "enabled", "direct", "through_shim", "shim_for", "kernel_call_type",
-           "why_unavailable"]
+__all__ = ["make_launcher", "module", "plan", "enabled", "through_shim", "shim_for", "why_unavailable"]

@@ -729,113 +729,6 @@ static PyTypeObject LauncherType = {
     .tp_getset = launcher_getset,
 };
 
-/* KernelCall(call, rest, attribute): a kernel class's ``__call__`` that reaches a kernel's Launcher without a
- * Python frame or an argument tuple. ``kernel(*args)`` arrives here as (kernel, *args) (a method descriptor:
- * the instance call prepends the kernel to the positional arguments on the C stack). When the kernel's
- * ``attribute`` is a Launcher, it runs on the arguments as they are; on NotImplemented, ``rest(kernel, args)``
- * (the Python path after the compiled launcher) gets them as a tuple. Anything else (keyword arguments, no
- * Launcher: a first call, a kernel without one, an instance without the attribute) calls ``call`` (the
- * class's own Python ``__call__``) with the arguments as given, so its errors and first-call work are
- * unchanged. */
-typedef struct {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
-    PyObject *call, *rest, *attr;
-} KernelCall;
-
-static PyObject *kernel_call_vectorcall(PyObject *callable, PyObject *const *argv, size_t nargsf, PyObject *kwnames) {
-    KernelCall *kc = (KernelCall *)callable;
-    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-    if (n >= 1 && !(kwnames && PyTuple_GET_SIZE(kwnames))) {
-        PyObject *launcher = PyObject_GetAttr(argv[0], kc->attr);
-        if (launcher && Py_IS_TYPE(launcher, &LauncherType)) {
-            PyObject *r = launcher_run((Launcher *)launcher, argv + 1, n - 1);
-            Py_DECREF(launcher);
-            if (r != Py_NotImplemented)
-                return r; /* the outputs, or NULL with the launch's own error (fail, after) */
-            Py_DECREF(r);
-            PyObject *args = PyTuple_New(n - 1);
-            if (!args)
-                return NULL;
-            for (Py_ssize_t j = 1; j < n; j++)
-                PyTuple_SET_ITEM(args, j - 1, Py_NewRef(argv[j]));
-            PyObject *call[2] = {argv[0], args};
-            r = PyObject_Vectorcall(kc->rest, call, 2, NULL);
-            Py_DECREF(args);
-            return r;
-        }
-        if (launcher)
-            Py_DECREF(launcher);
-        else
-            PyErr_Clear();
-    }
-    return PyObject_Vectorcall(kc->call, argv, nargsf, kwnames);
-}
-
-static PyObject *kernel_call_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
-    PyObject *call, *rest, *attr;
-    if (kw && PyDict_GET_SIZE(kw)) {
-        PyErr_SetString(PyExc_TypeError, "KernelCall takes positional arguments only");
-        return NULL;
-    }
-    if (!PyArg_ParseTuple(a, "OOU", &call, &rest, &attr))
-        return NULL;
-    if (!PyCallable_Check(call) || !PyCallable_Check(rest)) {
-        PyErr_SetString(PyExc_TypeError, "KernelCall(call, rest, attribute): call and rest must be callable");
-        return NULL;
-    }
-    KernelCall *self = (KernelCall *)type->tp_alloc(type, 0);
-    if (!self)
-        return NULL;
-    self->vectorcall = kernel_call_vectorcall;
-    self->call = Py_NewRef(call);
-    self->rest = Py_NewRef(rest);
-    self->attr = Py_NewRef(attr);
-    PyUnicode_InternInPlace(&self->attr);
-    return (PyObject *)self;
-}
-
-static void kernel_call_dealloc(KernelCall *self) {
-    Py_XDECREF(self->call);
-    Py_XDECREF(self->rest);
-    Py_XDECREF(self->attr);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-/* kernel.__call__: a bound method of this object (which prepends the kernel); on the class: itself. */
-static PyObject *kernel_call_get(PyObject *self, PyObject *obj, PyObject *type) {
-    if (obj == NULL || obj == Py_None)
-        return Py_NewRef(self);
-    return PyMethod_New(self, obj);
-}
-
-static PyObject *kernel_call_wrapped(KernelCall *self, void *closure) {
-    return Py_NewRef(self->call);
-}
-
-static PyObject *kernel_call_doc(KernelCall *self, void *closure) {
-    return PyObject_GetAttrString(self->call, "__doc__");
-}
-
-static PyGetSetDef kernel_call_getset[] = {
-    {"__wrapped__", (getter)kernel_call_wrapped, NULL, "the class's Python __call__", NULL},
-    {"__doc__", (getter)kernel_call_doc, NULL, NULL, NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyTypeObject KernelCallType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "_tilecore_launch.KernelCall",
-    .tp_basicsize = sizeof(KernelCall),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .tp_new = kernel_call_new,
-    .tp_dealloc = (destructor)kernel_call_dealloc,
-    .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(KernelCall, vectorcall),
-    .tp_descr_get = kernel_call_get,
-    .tp_getset = kernel_call_getset,
-};
-
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_tilecore_launch",
@@ -843,13 +736,12 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__tilecore_launch(void) {
-    if (PyType_Ready(&LauncherType) < 0 || PyType_Ready(&KernelCallType) < 0)
+    if (PyType_Ready(&LauncherType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m)
         return NULL;
-    if (PyModule_AddObjectRef(m, "Launcher", (PyObject *)&LauncherType) < 0 ||
-        PyModule_AddObjectRef(m, "KernelCall", (PyObject *)&KernelCallType) < 0) {
+    if (PyModule_AddObjectRef(m, "Launcher", (PyObject *)&LauncherType) < 0) {
         Py_DECREF(m);
         return NULL;
     }
