@@ -87,8 +87,8 @@ step persistent python3 benchmarks/matrix_unit_gemm.py --shapes 4096x4096x4096,8
 step shuffles python3 benchmarks/conversion_shuffles.py --target cuda:sm_90a
 step gemm-generic python3 benchmarks/cuda_gemm_generic.py --dtypes float16 --rep 20 --check
 step host python3 benchmarks/host_costs.py --profile-compile
-# D57: a kernel's call reaching its compiled launcher from C against D23's Python frame and the Python binder, in one
-# process beside torch.add (back-to-back and the host's cost alone), then its tests on the GPU. About 1 min
+# D57: the compiled launcher reading tensors through torch's C shim against torch's getters (D23) and the Python
+# binder, in one process beside torch.add (back-to-back and the host's cost alone), then its tests on the GPU. ~45 s
 step hostlaunch bash -c 'rc=0; python3 benchmarks/host_costs.py --launch-only --rounds 6 || rc=$?;
      python3 -m pytest -q -p no:cacheprovider tests/test_host_launch.py tests/test_c_launcher.py -rs || rc=$?; exit $rc'
 # cold compile of the WGMMA GEMM in fresh processes, NVRTC's cache off (decisions D25, D48): pinned to one CPU, min /
