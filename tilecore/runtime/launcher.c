@@ -5,7 +5,9 @@
  * scalars, which outputs to allocate, where every value goes in the launch's parameter array) and makes a
  * Launcher from it; a call walks that plan. The checks are those of the generated Python binder
  * (tilecore.compiler.binding.compile_binder): a tensor must be exactly the tensor type, of the plan's dtype
- * object, on the plan's device (a boolean attribute such as ``is_cpu``), of the plan's shape, contiguous.
+ * object, on the plan's device (a boolean attribute such as ``is_cpu``), of the plan's shape, contiguous. Those
+ * facts are read through torch's C shim where clauncher.py found and checked it (Shim below, D57), else through
+ * torch's getters and methods (D23).
  *
  * On anything else the call returns NotImplemented, having launched nothing, and the caller runs the
  * general Python path, which raises the errors users see. So this file never composes an error message.
