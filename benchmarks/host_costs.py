@@ -4,9 +4,10 @@
 
 - host time per launch of a small 3-tensor kernel (a 4096-element add, ``kernel(x, y, z)``) against
   ``torch.add(x, y, out=z)``: wall time of back-to-back calls, the GPU work being smaller than the host's;
-  with the compiled launcher (tilecore/runtime/launcher.c) and with the Python binder
-  (``TILECORE_C_LAUNCHER=0``), and the parts of a launch timed alone (tensor metadata reads, the device
-  and stream queries, cuLaunchKernel through ctypes);
+  with the compiled launcher (tilecore/runtime/launcher.c) reading tensors through torch's C shim (D57, the
+  default), the same launcher reading them through torch's getters (``TILECORE_C_LAUNCHER=getters``, D23's path),
+  and the Python binder (``TILECORE_C_LAUNCHER=0``), in interleaved rounds; and the parts of a launch timed
+  alone (tensor metadata reads, the device and stream queries, cuLaunchKernel through ctypes);
 - the same calls' host cost alone: 400 calls while the GPU is held busy (``torch.cuda._sleep``), so the launch
   queue never fills and no call waits for the GPU (the back-to-back row becomes the GPU's time per tiny kernel
   once the queue is full, wherever that is longer than the host's cost);
@@ -126,6 +127,8 @@ def main() -> int:
     ap.add_argument("--target", default="cuda")
     ap.add_argument("--launches", type=int, default=5000)
     ap.add_argument("--profile-compile", action="store_true", help="print where a cold compile's time goes (cProfile)")
+    ap.add_argument("--launch-only", action="store_true", help="only the launch rows (no cold compile, no autotune)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the launch rows (best of each)")
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
     from cuda_gemm import has_gpu, vadd
@@ -135,23 +138,25 @@ def main() -> int:
     rows = []
     # three fresh processes after an unmeasured one, NVRTC's own cache off (--no-cache), with a bytecode cache
     # as installed packages have even where PYTHONDONTWRITEBYTECODE is set (0.14 s per process otherwise; D25)
-    with tempfile.TemporaryDirectory(prefix="tilecore-pyc-") as pyc:
-        benv = {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": pyc}
-        runs = [fresh(COLD.format(here=str(HERE), target=target), env=benv) for _ in range(4)][1:]
-    total, nvrtc = sorted(runs)[1]
-    rows.append(("cold compile, WGMMA GEMM 128x256x64, fresh process (torch imported), median of 3", f"{total:.2f} s",
-                 f"NVRTC {nvrtc:.2f} s + tilecore {total - nvrtc:.2f} s; each run: "
-                 + ", ".join(f"{t:.2f}/{n:.2f}" for t, n in runs)))
+    if not args.launch_only:
+        with tempfile.TemporaryDirectory(prefix="tilecore-pyc-") as pyc:
+            benv = {"PYTHONDONTWRITEBYTECODE": "", "PYTHONPYCACHEPREFIX": pyc}
+            runs = [fresh(COLD.format(here=str(HERE), target=target), env=benv) for _ in range(4)][1:]
+        total, nvrtc = sorted(runs)[1]
+        rows.append(("cold compile, WGMMA GEMM 128x256x64, fresh process (torch imported), median of 3",
+                     f"{total:.2f} s", f"NVRTC {nvrtc:.2f} s + tilecore {total - nvrtc:.2f} s; each run: "
+                     + ", ".join(f"{t:.2f}/{n:.2f}" for t, n in runs)))
     if args.profile_compile:
         print(fresh(PROFILE.format(here=str(HERE), target=target), text=True))
     times = {}
-    for mode in (("0", "1") if ok else ()):  # autotune times its kernels: a GPU is needed
+    for mode in (("0", "1") if ok and not args.launch_only else ()):  # autotune times its kernels: a GPU is needed
         with tempfile.TemporaryDirectory() as cache:
             times[mode] = fresh(TUNE.format(here=str(HERE), target=target),
                                 {"TILECORE_CACHE_DIR": cache, "TILECORE_AUTOTUNE_PROCESSES": mode})[0]
-    if ok:
+    if ok and times:
         rows.append((f"@tilecore.autotune, 8 GEMM configs, {os.cpu_count()} CPUs: worker processes", f"{times['1']:.2f} s",
                      f"worker threads {times['0']:.2f} s ({times['0'] / times['1']:.1f}x)"))
+    if ok:
         import torch
 
         import tilecore
@@ -160,12 +165,12 @@ def main() -> int:
         x, y, z = (torch.randn(n, device="cuda") for _ in range(3))
         k = tilecore.compile(vadd(n), target=target)
 
-        def host_us(fn):
+        def host_us(fn, loops=3):
             for _ in range(200):
                 fn()
             torch.cuda.synchronize()
             best = float("inf")
-            for _ in range(3):
+            for _ in range(loops):
                 t0 = time.perf_counter()
                 for _ in range(args.launches):
                     fn()
@@ -173,7 +178,7 @@ def main() -> int:
                 torch.cuda.synchronize()
             return best
 
-        def host_only_us(fn, launches=400):
+        def host_only_us(fn, launches=400, loops=5):
             """Host time per call with the GPU held busy (``torch.cuda._sleep``) and fewer calls than the launch
             queue holds: no call waits for the GPU to drain the queue, so this is the host's cost alone. Back-to-back
             calls (``host_us``, 5000 of them) fill the queue, and from then on each call waits for the GPU to finish
@@ -182,7 +187,7 @@ def main() -> int:
                 fn()
             torch.cuda.synchronize()
             best = float("inf")
-            for _ in range(5):
+            for _ in range(loops):
                 torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU cycles: longer than the timed loop
                 t0 = time.perf_counter()
                 for _ in range(launches):
@@ -196,24 +201,45 @@ def main() -> int:
         except ImportError:  # a tree before the compiled launcher (device_check.sh's before-* steps)
             def why_unavailable():
                 return "this tilecore has none"
-        os.environ["TILECORE_C_LAUNCHER"] = "0"  # read at a kernel's first call: this one binds in Python
-        k_py = tilecore.compile(vadd(n), target=target)
-        k_py(x, y, z)
-        os.environ.pop("TILECORE_C_LAUNCHER")
-        k(x, y, z)
+
+        def first_call(mode):  # TILECORE_C_LAUNCHER is read at a kernel's first call
+            kk = tilecore.compile(vadd(n), target=target)
+            os.environ["TILECORE_C_LAUNCHER"] = mode
+            try:
+                kk(x, y, z)
+            finally:
+                os.environ.pop("TILECORE_C_LAUNCHER")
+            return kk
+
+        k_py, k_get = first_call("0"), first_call("getters")
+        k(x, y, z)  # the default (D57 where this tree has it: tensors read through torch's C shim)
         compiled = getattr(k, "_native", None) is not None and getattr(k_py, "_native", None) is None
-        ours, theirs = host_us(lambda: k(x, y, z)), host_us(lambda: torch.add(x, y, out=z))
-        py = host_us(lambda: k_py(x, y, z))
-        q_ours, q_theirs = host_only_us(lambda: k(x, y, z)), host_only_us(lambda: torch.add(x, y, out=z))
-        q_py = host_only_us(lambda: k_py(x, y, z))
-        rows.append(("host time per launch, 3-tensor add (4096 elements), compiled launcher", f"{ours:.1f} us",
-                     f"torch.add {theirs:.1f} us ({theirs / ours:.2f}x)" if compiled else
-                     f"torch.add {theirs:.1f} us; NO compiled launcher here: {why_unavailable() or 'off'}"))
-        rows.append(("the same, Python binder (TILECORE_C_LAUNCHER=0)", f"{py:.1f} us",
-                     f"torch.add {theirs:.1f} us ({theirs / py:.2f}x)"))
-        rows.append(("the same, host cost alone (GPU held busy, 400 calls: the launch queue never full), compiled "
-                     "launcher / Python binder", f"{q_ours:.1f} / {q_py:.1f} us",
-                     f"torch.add {q_theirs:.1f} us ({q_theirs / q_ours:.2f}x)"))
+        reads = getattr(k._native, "reads", "getters") if compiled else "-"
+        how = f"tensors through torch's {'C shim (D57)' if reads == 'shim' else 'getters'}" if compiled else "none here"
+        variants = [(f"compiled launcher, {how}", lambda: k(x, y, z))]
+        if reads == "shim" and getattr(k_get._native, "reads", None) == "getters":
+            variants.append(("the same, before: torch's getters (TILECORE_C_LAUNCHER=getters: D23's path)",
+                             lambda: k_get(x, y, z)))
+        variants.append(("the same, Python binder (TILECORE_C_LAUNCHER=0)", lambda: k_py(x, y, z)))
+        variants.append(("torch.add(x, y, out=z)", lambda: torch.add(x, y, out=z)))
+        # interleaved rounds, best of each: the host's load and clocks drift over a run, and the rows are compared
+        b2b, alone = {}, {}
+        for _ in range(args.rounds):
+            for name, fn in variants:
+                b2b[name] = min(b2b.get(name, float("inf")), host_us(fn, 1))
+                alone[name] = min(alone.get(name, float("inf")), host_only_us(fn, loops=2))
+        ref = "torch.add(x, y, out=z)"
+        first = variants[0][0]
+        rows.append((f"host time per launch, 3-tensor add (4096 elements): back-to-back ({args.launches} calls) / the host's cost "
+                     f"alone (GPU held busy, 400 calls: the launch queue never full); {args.rounds} interleaved rounds, best",
+                     "", f"torch.add {b2b[ref]:.2f} / {alone[ref]:.2f} us"))
+        for name, _ in variants[:-1]:
+            note = f"torch.add / this: {b2b[ref] / b2b[name]:.2f}x / {alone[ref] / alone[name]:.2f}x"
+            if name != first:
+                note += f"; the first row saves {b2b[name] - b2b[first]:.2f} / {alone[name] - alone[first]:.2f} us"
+            if name == first and not compiled:
+                note += f"; NO compiled launcher here: {why_unavailable() or 'off'}"
+            rows.append((name, f"{b2b[name]:.2f} / {alone[name]:.2f} us", note))
         try:
             rows += breakdown(k_py, x, torch, host_only_us)  # parts timed with the queue never full
         except (AttributeError, TypeError, ValueError) as e:  # an older tree's program keeps other state

@@ -42,7 +42,8 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_tma_store.py tests/test_cuda_mcast.py tests/test_general_gemm.py tests/test_persistent.py \
      tests/test_cuda_swizzle64.py tests/test_vectorize_copies.py tests/test_cuda_clusters_at_once.py \
      tests/test_cuda_streamk.py tests/test_cuda_general_attention.py tests/test_block_order.py tests/test_cuda_exp2_rows.py \
-     tests/test_cuda_exp2_poly.py tests/test_cuda_row_division.py
+     tests/test_cuda_exp2_poly.py tests/test_cuda_row_division.py \
+     tests/test_host_launch.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -86,6 +87,10 @@ step persistent python3 benchmarks/matrix_unit_gemm.py --shapes 4096x4096x4096,8
 step shuffles python3 benchmarks/conversion_shuffles.py --target cuda:sm_90a
 step gemm-generic python3 benchmarks/cuda_gemm_generic.py --dtypes float16 --rep 20 --check
 step host python3 benchmarks/host_costs.py --profile-compile
+# D57: the compiled launcher reading tensors through torch's C shim against torch's getters (D23) and the Python
+# binder, in one process beside torch.add (back-to-back and the host's cost alone), then its tests on the GPU. ~45 s
+step hostlaunch bash -c 'rc=0; python3 benchmarks/host_costs.py --launch-only --rounds 6 || rc=$?;
+     python3 -m pytest -q -p no:cacheprovider tests/test_host_launch.py tests/test_c_launcher.py -rs || rc=$?; exit $rc'
 # cold compile of the WGMMA GEMM in fresh processes, NVRTC's cache off (decisions D25, D48): pinned to one CPU, min /
 # median / spread, the phases (first launch included) and a cProfile
 step cold bash -c "python3 benchmarks/cold_compile.py --repeat ${COLD_REPEAT:-5} --cpus 1 \
@@ -368,6 +373,7 @@ if [ -d .whl_before ]; then
       .whl_before/*.whl .whl/[!t]*.whl
   export PYTHONPATH=/tmp/site_before
   step before-host python3 benchmarks/host_costs.py
+  step before-hostlaunch python3 benchmarks/host_costs.py --launch-only  # D57's rows with the tree before (main)
   step before-offpath python3 benchmarks/cuda_offpath.py --rep 20
   step before-gemm python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8
   step before-attention python3 benchmarks/cuda_attention.py --rep 3

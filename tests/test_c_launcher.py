@@ -372,8 +372,10 @@ def agree(sig, binder, c, py, args, kind) -> bool:
     return launched
 
 
-@pytest.mark.parametrize("name", list(KERNELS))
-def test_the_compiled_launcher_launches_what_the_python_path_launches(name, compiled, monkeypatch):
+@pytest.mark.parametrize("name,reads", [(n, "shim") for n in KERNELS]
+                         + [(n, "getters") for n in ("scale_add", "two_symbols", "tma_gemm")])
+def test_the_compiled_launcher_launches_what_the_python_path_launches(name, reads, compiled, monkeypatch):
+    """``reads``: the launcher reads tensors through torch's C shim (the default, D57) or its getters (D23)."""
     kernel = compiled[name]
     sig = kernel.meta["signature"]
     kc, progc, dc = on_cpu(kernel, True, monkeypatch)
@@ -386,11 +388,11 @@ def test_the_compiled_launcher_launches_what_the_python_path_launches(name, comp
     def check(drawn):
         args, kind = drawn
         if kc._native is None:  # the first call makes it (after one launch through the Python path)
-            monkeypatch.setenv("TILECORE_C_LAUNCHER", "1")
+            monkeypatch.setenv("TILECORE_C_LAUNCHER", "1" if reads == "shim" else reads)
             _outcome(kc, dc, args)
             monkeypatch.setenv("TILECORE_C_LAUNCHER", "0")
             _outcome(kp, dp, args)
-            assert kc._native is not None and kp._native is None
+            assert kc._native is not None and kp._native is None and kc._native.reads == reads
         taken["c"] += agree(sig, binder, (kc, progc, dc), (kp, progp, dp), args, kind)
 
     check()
@@ -530,23 +532,35 @@ def test_without_a_cache_the_build_folder_is_removed(tmp_path, monkeypatch):
     assert not list(tmp_path.glob("tilecore-launch-*"))
 
 
-MUTATIONS = {  # launcher.c with one thing broken, and an argument set that shows it
+MUTATIONS = {  # launcher.c with one thing broken, an argument set that shows it, and how the launcher reads tensors
     "descriptor order": ("params[nb + ni + nf + nviews] = views[nviews].buf;",
                          "params[nb + ni + nf + self->ndesc - 1 - nviews] = views[nviews].buf;", "tma_gemm",
-                         lambda: (torch.randn(100, 128).half(), torch.randn(128, 128).half())),
+                         lambda: (torch.randn(100, 128).half(), torch.randn(128, 128).half()), "1"),
     "dtype": ("ok = o == p->dtype;", "ok = 1;", "scale_add",
-              lambda: (torch.randn(9, 4), torch.randn(9, 4), 1.0, 2)),
+              lambda: (torch.randn(9, 4), torch.randn(9, 4), 1.0, 2), "getters"),
     "symbols": ("ok = *s == have;", "ok = 1;", "scale_add",
-                lambda: (torch.randn(9, 4), torch.randn(8, 4).half(), 1.0, 2)),
+                lambda: (torch.randn(9, 4), torch.randn(8, 4).half(), 1.0, 2), "getters"),
     "alignment": ("if (store[self->aligned[i]] % 16)", "if (0)", "pipelined_gemm",
                   lambda: (torch.empty(64 * 64 + 1).half()[1:].view(64, 64), torch.randn(64, 64).half(),
-                           torch.empty(64, 64).half())),
+                           torch.empty(64, 64).half()), "1"),
+    # the same facts read through torch's C shim (D57)
+    "shim dtype": ("v != p->code", "0", "scale_add", lambda: (torch.randn(9, 4), torch.randn(9, 4), 1.0, 2), "1"),
+    "shim device": ("v != f->device", "0", "scale_add",  # (no elements: a meta tensor's address reads as 0)
+                    lambda: (torch.empty(0, 4, device="meta"), torch.randn(0, 4).half(), 1.0, 2), "1"),
+    "shim rank": ("rank != p->rank", "0", "static_add",
+                  lambda: (torch.randn(512, 1), torch.randn(512), torch.randn(512)), "1"),
+    "shim sizes": ("            if (have != p->dims[d])\n                return 1;", "", "scale_add",
+                   lambda: (torch.randn(9, 5), torch.randn(9, 5).half(), 1.0, 2), "1"),
+    "shim symbols": ("else if (*s != have)", "else if (0)", "scale_add",
+                     lambda: (torch.randn(9, 4), torch.randn(8, 4).half(), 1.0, 2), "1"),
+    "shim contiguity": ("|| !contiguous ", "", "static_add",
+                        lambda: (torch.randn(1024)[::2], torch.randn(512), torch.randn(512)), "1"),
 }
 
 
 @pytest.mark.parametrize("mutation", list(MUTATIONS))
 def test_a_launcher_with_a_check_broken_is_caught(mutation, compiled, monkeypatch, tmp_path):
-    old, new, name, make_args = MUTATIONS[mutation]
+    old, new, name, make_args, mode = MUTATIONS[mutation]
     source = clauncher.SOURCE.read_text()
     assert source.count(old) == 1
     mutant = tmp_path / "launcher.c"
@@ -565,10 +579,10 @@ def test_a_launcher_with_a_check_broken_is_caught(mutation, compiled, monkeypatc
             monkeypatch.setattr(clauncher, "_state", {"module": mod})
         kc, progc, dc = on_cpu(kernel, True, monkeypatch)
         kp, progp, dp = on_cpu(kernel, False, monkeypatch)
-        monkeypatch.setenv("TILECORE_C_LAUNCHER", "1")
+        monkeypatch.setenv("TILECORE_C_LAUNCHER", mode)
         _outcome(kc, dc, args)  # the first call makes the compiled launcher
         monkeypatch.setenv("TILECORE_C_LAUNCHER", "0")
-        assert kc._native is not None
+        assert kc._native is not None and kc._native.reads == ("getters" if mode == "getters" else "shim")
         if broken:
             with pytest.raises(AssertionError):
                 agree(sig, compile_binder(sig, "cpu"), (kc, progc, dc), (kp, progp, dp), args, kind)

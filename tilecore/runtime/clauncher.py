@@ -15,6 +15,7 @@ the Python path. Nothing here is an error a user sees.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -43,6 +44,102 @@ _state: dict = {}  # "module": the loaded module, or None once it is known to be
 def enabled() -> bool:
     """False when ``TILECORE_C_LAUNCHER=0``."""
     return os.environ.get("TILECORE_C_LAUNCHER", "1").strip() != "0"
+
+
+def _mode() -> str:
+    return os.environ.get("TILECORE_C_LAUNCHER", "1").strip()
+
+
+def through_shim() -> bool:
+    """False when ``TILECORE_C_LAUNCHER=getters``: the launcher reads tensors through torch's getters and methods
+    (D23) instead of torch's C shim (D57)."""
+    return _mode() != "getters"
+
+
+SHIM_FUNCTIONS = ("aoti_torch_get_dtype", "aoti_torch_get_device_type", "aoti_torch_get_dim", "aoti_torch_get_sizes",
+                  "aoti_torch_is_contiguous", "aoti_torch_get_data_ptr")
+
+
+class _Shim:
+    """torch's C shim (AOTInductor's stable C ABI in libtorch: ``torch/csrc/inductor/aoti_torch/c/shim.h``) as the
+    compiled launcher calls it: a handle is the address of a word holding a tensor's TensorImpl address
+    (``_cdata``), which is what an ``at::Tensor`` is."""
+
+    def __init__(self, torch, lib):
+        i32, i64 = ctypes.c_int32, ctypes.c_int64
+        self.torch, self.lib, self.fns = torch, lib, [getattr(lib, n) for n in SHIM_FUNCTIONS]
+        for f, out in zip(self.fns, (i32, i32, i64, ctypes.POINTER(i64), ctypes.c_bool, ctypes.c_void_p)):
+            f.restype, f.argtypes = ctypes.c_int32, [ctypes.c_void_p, ctypes.POINTER(out)]
+        self.addresses = tuple(ctypes.cast(f, ctypes.c_void_p).value for f in self.fns)
+        self.codes: dict = {}
+
+    def read(self, t):
+        """(dtype code, device type code, dim, sizes, contiguous, data address) of ``t`` through the shim."""
+        impl = ctypes.c_void_p(t._cdata)
+        h = ctypes.addressof(impl)
+        outs = [ctypes.c_int32(), ctypes.c_int32(), ctypes.c_int64(), ctypes.POINTER(ctypes.c_int64)(),
+                ctypes.c_bool(), ctypes.c_void_p()]
+        for f, o in zip(self.fns, outs):
+            if f(h, ctypes.byref(o)) != 0:
+                raise RuntimeError(f"{f.__name__} failed")
+        dim = outs[2].value
+        return (outs[0].value, outs[1].value, dim, [outs[3][d] for d in range(dim)], outs[4].value,
+                outs[5].value or 0)
+
+    def dtype_code(self, dtype) -> int:
+        if dtype not in self.codes:
+            self.codes[dtype] = self.read(self.torch.empty(1, dtype=dtype))[0]
+        return self.codes[dtype]
+
+
+def _tensor_shim():
+    """The shim, checked on probe tensors against torch's getters (every fact the launcher reads: dtype codes
+    distinct per dtype, device type, dim, sizes, contiguity, data address), or None (logged once at debug level):
+    torch without it, a shared library not found, or any disagreement."""
+    if "shim" in _state:
+        return _state["shim"]
+    _state["shim"] = None
+    try:
+        import torch
+
+        folder = Path(torch.__file__).parent / "lib"
+        names = [n for n in ("libtorch_cpu.so", "libtorch_cpu.dylib", "torch_cpu.dll") if (folder / n).exists()]
+        if not names:
+            raise OSError(f"no libtorch_cpu in {folder}")
+        shim = _Shim(torch, ctypes.CDLL(str(folder / names[0])))
+        cpu = shim.lib.aoti_torch_device_type_cpu
+        cpu.restype, cpu.argtypes = ctypes.c_int32, []
+        base = torch.arange(60, dtype=torch.float32).reshape(3, 4, 5)
+        probes = [base, base.transpose(0, 2), base[1], base[:, :, 1:], torch.ones((), dtype=torch.int32),
+                  torch.empty(0, 7, dtype=torch.bfloat16), torch.zeros(9, dtype=torch.float16)[1:],
+                  torch.ones(4, dtype=torch.int64), torch.ones(2, dtype=torch.uint8)]
+        for t in probes:
+            want = (None, cpu(), t.dim(), list(t.shape), t.is_contiguous(), t.data_ptr())
+            got = shim.read(t)
+            if got[1:] != want[1:]:
+                raise RuntimeError(f"the shim reads {got[1:]} where torch's getters read {want[1:]}")
+        codes = {shim.dtype_code(d) for d in (torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64,
+                                               torch.uint8, torch.float64, torch.int8, torch.bool)}
+        if len(codes) != 9:
+            raise RuntimeError("the shim's dtype codes are not distinct")
+    except (ImportError, OSError, AttributeError, RuntimeError, TypeError, ValueError) as e:
+        log.debug("tilecore: the compiled launcher reads tensors through torch's getters: %s", e)
+        return None
+    _state["shim"] = shim
+    return shim
+
+
+def shim_for(device_attr: str):
+    """``(shim, the launcher's shim tuple)`` for tensors whose ``device_attr`` (``is_<type>``) is True, or
+    ``(None, None)`` (the launcher then reads tensors through torch's getters)."""
+    shim = _tensor_shim() if through_shim() else None
+    if shim is None or not device_attr.startswith("is_"):
+        return None, None
+    fn = getattr(shim.lib, "aoti_torch_device_type_" + device_attr[3:], None)  # is_<x>: ..._<x>()
+    if fn is None:
+        return None, None
+    fn.restype, fn.argtypes = ctypes.c_int32, []
+    return shim, shim.addresses + (int(fn()),)
 
 
 def _unavailable(why: str):
@@ -239,8 +336,15 @@ def make_launcher(signature: dict, *, device_attr: str, launch_address: int, gri
 
     g = grid if callable(grid) else tuple(int(x) for x in grid)
     args, allocs, buf_src, int_src, float_src, nsyms = p
+    shim, through = shim_for(device_attr)
+    if shim is not None:  # each tensor's dtype as the shim's code
+        try:
+            args = tuple((a[0], a[1], a[2], shim.dtype_code(a[1])) if a[0] == 0 else a for a in args)
+        except (RuntimeError, TypeError, ValueError) as e:
+            log.debug("tilecore: the compiled launcher reads tensors through torch's getters: %s", e)
+            through = None
     return mod.Launcher(args, allocs, buf_src, int_src, float_src, tuple(int(a) for a in aligned), nsyms,
                         torch.Tensor, device_attr, int(launch_address), g, tuple(int(b) for b in block),
-                        int(shared), get_device, get_stream, after, fail, int(ndescriptors), descriptors)
+                        int(shared), get_device, get_stream, after, fail, int(ndescriptors), descriptors, through)
 
-__all__ = ["make_launcher", "module", "plan", "enabled", "why_unavailable"]
+__all__ = ["make_launcher", "module", "plan", "enabled", "through_shim", "shim_for", "why_unavailable"]

@@ -5,7 +5,9 @@
  * scalars, which outputs to allocate, where every value goes in the launch's parameter array) and makes a
  * Launcher from it; a call walks that plan. The checks are those of the generated Python binder
  * (tilecore.compiler.binding.compile_binder): a tensor must be exactly the tensor type, of the plan's dtype
- * object, on the plan's device (a boolean attribute such as ``is_cpu``), of the plan's shape, contiguous.
+ * object, on the plan's device (a boolean attribute such as ``is_cpu``), of the plan's shape, contiguous. Those
+ * facts are read through torch's C shim where clauncher.py found and checked it (Shim below, D57), else through
+ * torch's getters and methods (D23).
  *
  * On anything else the call returns NotImplemented, having launched nothing, and the caller runs the
  * general Python path, which raises the errors users see. So this file never composes an error message.
@@ -23,6 +25,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -42,6 +45,7 @@ enum { ARG_TENSOR = 0, ARG_INT = 1, ARG_FLOAT = 2 };
 typedef struct {
     int kind;
     PyObject *dtype;          /* tensors: the dtype object (compared by identity) */
+    int32_t code;             /* tensors: the dtype's code in torch's C shim (read through Shim) */
     int rank;
     long long dims[MAX_DIMS]; /* >= 0: a static size; -(k + 1): shape symbol k */
 } ArgPlan;
@@ -64,6 +68,25 @@ typedef struct {
     PyObject *name;   /* interned, owned */
 } Reader;
 
+/* torch's C shim (torch/csrc/inductor/aoti_torch/c/shim.h, exported by libtorch, AOTInductor's stable C ABI):
+ * a tensor's metadata read by plain C calls on its TensorImpl, instead of five Python getters and methods. A
+ * handle is the address of an at::Tensor, whose one member is its TensorImpl's address (the ``_cdata`` getter's
+ * value), so a word holding that address is one. Each returns 0 when it succeeded. clauncher.py finds the
+ * functions and checks them against torch's getters on probe tensors before passing their addresses here. */
+typedef int32_t (*shim_i32_t)(void *, int32_t *);
+typedef int32_t (*shim_i64_t)(void *, int64_t *);
+typedef int32_t (*shim_sizes_t)(void *, int64_t **);
+typedef int32_t (*shim_bool_t)(void *, bool *);
+typedef int32_t (*shim_ptr_t)(void *, void **);
+typedef struct {
+    shim_i32_t dtype, device_type;
+    shim_i64_t dim;
+    shim_sizes_t sizes;
+    shim_bool_t contiguous;
+    shim_ptr_t data_ptr;
+    int32_t device;           /* the device type code of the runtime's tensors */
+} Shim;
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -76,7 +99,9 @@ typedef struct {
     int aligned[MAX_SLOTS];   /* buffer slots that must be 16-byte aligned */
     PyObject *tensor_type, *device_attr, *grid_fn, *get_device, *get_stream, *after, *fail, *alloc_kwnames;
     PyObject *descriptors; /* descriptors(buffers, ints) -> ndesc buffer objects, passed by address; or NULL */
-    Reader read_dtype, read_shape, read_flag, read_device, call_contiguous, call_data_ptr;
+    Reader read_dtype, read_shape, read_flag, read_device, call_contiguous, call_data_ptr, read_cdata;
+    int has_shim;             /* tensors read through shim (else through the getters above) */
+    Shim shim;
     unsigned grid[3], block[3], shared;
     launch_fn_t launch;
     long long cur_dev;        /* the device whose function and status word are set; -1: none yet */
@@ -174,7 +199,7 @@ static PyObject *launcher_vectorcall(PyObject *callable, PyObject *const *argv, 
  * the buffer protocol (a driver's descriptors, e.g. ctypes arrays), each passed by address after the floats. */
 static PyObject *launcher_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
     PyObject *args, *allocs, *buf_src, *int_src, *float_src, *aligned, *tensor_type, *device_attr, *grid;
-    PyObject *get_device, *get_stream, *after, *fail, *descriptors;
+    PyObject *get_device, *get_stream, *after, *fail, *descriptors, *shim = Py_None;
     int nsyms, ndesc;
     unsigned long long address;
     unsigned bx, by, bz, shared;
@@ -182,10 +207,10 @@ static PyObject *launcher_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
         PyErr_SetString(PyExc_TypeError, "Launcher takes positional arguments only");
         return NULL;
     }
-    if (!PyArg_ParseTuple(a, "O!O!O!O!O!O!iOUKO(III)IOOOOiO", &PyTuple_Type, &args, &PyTuple_Type, &allocs,
+    if (!PyArg_ParseTuple(a, "O!O!O!O!O!O!iOUKO(III)IOOOOiO|O", &PyTuple_Type, &args, &PyTuple_Type, &allocs,
                           &PyTuple_Type, &buf_src, &PyTuple_Type, &int_src, &PyTuple_Type, &float_src, &PyTuple_Type,
                           &aligned, &nsyms, &tensor_type, &device_attr, &address, &grid, &bx, &by, &bz, &shared,
-                          &get_device, &get_stream, &after, &fail, &ndesc, &descriptors))
+                          &get_device, &get_stream, &after, &fail, &ndesc, &descriptors, &shim))
         return NULL;
     Launcher *self = (Launcher *)type->tp_alloc(type, 0);
     if (!self)
@@ -208,8 +233,15 @@ static PyObject *launcher_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
         ArgPlan *p = &self->args[j];
         p->kind = (int)kind;
         if (kind == ARG_TENSOR) {
-            if (PyTuple_GET_SIZE(e) != 3 || parse_dims(PyTuple_GET_ITEM(e, 2), p->dims, &p->rank) < 0)
+            long long code = -1;
+            if ((PyTuple_GET_SIZE(e) != 3 && PyTuple_GET_SIZE(e) != 4) ||
+                parse_dims(PyTuple_GET_ITEM(e, 2), p->dims, &p->rank) < 0)
                 goto fail;
+            if (PyTuple_GET_SIZE(e) == 4 && as_ll(PyTuple_GET_ITEM(e, 3), &code) < 0) {
+                PyErr_SetString(PyExc_ValueError, "a tensor's dtype code must be an int");
+                goto fail;
+            }
+            p->code = (int32_t)code;
             p->dtype = Py_NewRef(PyTuple_GET_ITEM(e, 1));
         } else if (kind != ARG_INT && kind != ARG_FLOAT) {
             PyErr_SetString(PyExc_ValueError, "unknown argument kind");
@@ -253,8 +285,28 @@ static PyObject *launcher_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
         reader_init(&self->read_flag, tensor_type, PyUnicode_AsUTF8(self->device_attr)) < 0 ||
         reader_init(&self->read_device, tensor_type, "device") < 0 ||
         reader_init(&self->call_contiguous, tensor_type, "is_contiguous") < 0 ||
-        reader_init(&self->call_data_ptr, tensor_type, "data_ptr") < 0)
+        reader_init(&self->call_data_ptr, tensor_type, "data_ptr") < 0 ||
+        reader_init(&self->read_cdata, tensor_type, "_cdata") < 0)
         goto fail;
+    if (shim != Py_None) { /* (dtype, device_type, dim, sizes, is_contiguous, data_ptr addresses, device code) */
+        unsigned long long f[6];
+        int device;
+        if (!PyArg_ParseTuple(shim, "KKKKKKi", &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &device))
+            goto fail;
+        for (int j = 0; j < self->nargs; j++)
+            if (self->args[j].kind == ARG_TENSOR && self->args[j].code < 0) {
+                PyErr_SetString(PyExc_ValueError, "reading tensors through the shim needs every tensor's dtype code");
+                goto fail;
+            }
+        self->shim.dtype = (shim_i32_t)(uintptr_t)f[0];
+        self->shim.device_type = (shim_i32_t)(uintptr_t)f[1];
+        self->shim.dim = (shim_i64_t)(uintptr_t)f[2];
+        self->shim.sizes = (shim_sizes_t)(uintptr_t)f[3];
+        self->shim.contiguous = (shim_bool_t)(uintptr_t)f[4];
+        self->shim.data_ptr = (shim_ptr_t)(uintptr_t)f[5];
+        self->shim.device = device;
+        self->has_shim = 1;
+    }
     self->launch = (launch_fn_t)(uintptr_t)address;
     if (PyCallable_Check(grid)) {
         self->grid_fn = Py_NewRef(grid);
@@ -297,6 +349,7 @@ static void launcher_dealloc(Launcher *self) {
     reader_clear(&self->read_device);
     reader_clear(&self->call_contiguous);
     reader_clear(&self->call_data_ptr);
+    reader_clear(&self->read_cdata);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -373,14 +426,52 @@ error:
     return 1;
 }
 
-static PyObject *launcher_vectorcall(PyObject *callable, PyObject *const *argv, size_t nargsf, PyObject *kwnames) {
-    Launcher *self = (Launcher *)callable;
-    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames && PyTuple_GET_SIZE(kwnames))) {
-        PyErr_SetString(PyExc_TypeError, "a Launcher takes one argument: the tuple of the kernel's arguments");
-        return NULL;
+/* bind_tensor's checks through torch's C shim: the same facts (dtype, device type, rank and sizes, contiguity),
+ * and the address, read from the tensor's TensorImpl with one Python getter (``_cdata``) instead of five. */
+static int bind_tensor_shim(Launcher *self, ArgPlan *p, PyObject *t, long long *syms, int64_t *ptr) {
+    if (Py_TYPE(t) != (PyTypeObject *)self->tensor_type)
+        return 1;
+    PyObject *o = read_attr(&self->read_cdata, t);
+    if (!o)
+        goto error;
+    void *impl = PyLong_AsVoidPtr(o);
+    Py_DECREF(o);
+    if (!impl)
+        goto error;
+    void *h = &impl; /* an at::Tensor: one word, its TensorImpl's address */
+    const Shim *f = &self->shim;
+    int32_t v;
+    int64_t rank, *sizes = NULL;
+    bool contiguous;
+    void *data;
+    if (f->dtype(h, &v) || v != p->code || f->device_type(h, &v) || v != f->device || f->dim(h, &rank) ||
+        rank != p->rank || (rank && (f->sizes(h, &sizes) || !sizes)))
+        return 1;
+    for (int d = 0; d < p->rank; d++) {
+        long long have = sizes[d];
+        if (p->dims[d] >= 0) {
+            if (have != p->dims[d])
+                return 1;
+        } else {
+            long long *s = &syms[-p->dims[d] - 1];
+            if (*s < 0)
+                *s = have; /* the first tensor with this symbol binds it */
+            else if (*s != have)
+                return 1;
+        }
     }
-    PyObject *args = argv[0];
-    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != self->nargs)
+    if (f->contiguous(h, &contiguous) || !contiguous || f->data_ptr(h, &data))
+        return 1;
+    *ptr = (int64_t)(intptr_t)data;
+    return 0;
+error:
+    PyErr_Clear();
+    return 1;
+}
+
+/* One call: the kernel's arguments are the n objects at items (a tuple's items, or a vectorcall's array). */
+static PyObject *launcher_run(Launcher *self, PyObject *const *items, Py_ssize_t n) {
+    if (n != self->nargs)
         Py_RETURN_NOTIMPLEMENTED;
 
     long long syms[MAX_SYMS];
@@ -391,9 +482,9 @@ static PyObject *launcher_vectorcall(PyObject *callable, PyObject *const *argv, 
     PyObject *last_tensor = NULL;
     for (int j = 0; j < self->nargs; j++) {
         ArgPlan *p = &self->args[j];
-        PyObject *a = PyTuple_GET_ITEM(args, j);
+        PyObject *a = items[j];
         if (p->kind == ARG_TENSOR) {
-            if (bind_tensor(self, p, a, syms, &argval[j]))
+            if (self->has_shim ? bind_tensor_shim(self, p, a, syms, &argval[j]) : bind_tensor(self, p, a, syms, &argval[j]))
                 Py_RETURN_NOTIMPLEMENTED;
             last_tensor = a;
         } else if (p->kind == ARG_INT) {
@@ -600,6 +691,26 @@ miss:
     goto error;
 }
 
+static PyObject *launcher_vectorcall(PyObject *callable, PyObject *const *argv, size_t nargsf, PyObject *kwnames) {
+    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "a Launcher takes one argument: the tuple of the kernel's arguments");
+        return NULL;
+    }
+    PyObject *args = argv[0];
+    if (!PyTuple_Check(args))
+        Py_RETURN_NOTIMPLEMENTED;
+    return launcher_run((Launcher *)callable, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args));
+}
+
+static PyObject *launcher_reads(Launcher *self, void *closure) {
+    return PyUnicode_FromString(self->has_shim ? "shim" : "getters");
+}
+
+static PyGetSetDef launcher_getset[] = {
+    {"reads", (getter)launcher_reads, NULL, "how calls read tensors: 'shim' (torch's C shim) or 'getters'", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyMethodDef launcher_methods[] = {
     {"set_device", (PyCFunction)launcher_set_device, METH_VARARGS,
      "set_device(device, function, status_address): where later calls launch"},
@@ -617,6 +728,7 @@ static PyTypeObject LauncherType = {
     .tp_call = PyVectorcall_Call,
     .tp_vectorcall_offset = offsetof(Launcher, vectorcall),
     .tp_methods = launcher_methods,
+    .tp_getset = launcher_getset,
 };
 
 static struct PyModuleDef module = {
