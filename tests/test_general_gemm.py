@@ -445,17 +445,22 @@ def test_mutations_of_the_bulk_store_protocol_are_caught(monkeypatch, mutation):
         check_epilogue(low, True)
 
 
-REFUSED = {  # (M, N, K, tile (bm, bn, bk, stages, threads), out dtype, the note)
-    "rows": (1024, 1001, 512, (128, 256, 64, 3, 256), "float16", "C's rows are not proven whole 16-byte units"),
+REFUSED = {  # (M, N, K, tile (bm, bn, bk, stages, threads), out dtype, the note, configs)
+    "rows": (1024, 1001, 512, (128, 256, 64, 3, 256), "float16", "C's rows are not proven whole 16-byte units", {}),
+    # (without parts, D58: by default this tile is stored in two halves)
     "room": (1024, 1024, 512, (128, 256, 64, 4, 256), "float16",
-             "its 64 KiB shared tile does not fit beside the 4 stages (limit 232448 bytes); num_stages=3 makes room"),
+             "its 64 KiB shared tile does not fit beside the 4 stages (limit 232448 bytes); num_stages=3 makes room "
+             "(tilecore.bulk_store_parts=1)", {"tilecore.bulk_store_parts": 1}),
+    "parts": (1024, 1024, 512, (128, 64, 64, 3, 256), "float16",
+              "tilecore.bulk_store_parts=8: 64 columns are not 8 parts of whole 32-byte panels",
+              {"tilecore.bulk_store_parts": 8}),
 }
 
 
 @pytest.mark.parametrize("case", REFUSED)
 def test_a_store_that_is_not_a_bulk_store_keeps_its_element_stores_with_a_note(case):
-    M, N, K, (bm, bn, bk, stages, threads), out, why = REFUSED[case]
-    low, src = _lower(gemm(M, N, K, bm, bn, bk, stages, threads, out=out), **BULK)
+    M, N, K, (bm, bn, bk, stages, threads), out, why, cfg = REFUSED[case]
+    low, src = _lower(gemm(M, N, K, bm, bn, bk, stages, threads, out=out), **BULK, **cfg)
     assert low.attrs["bulk_store"] == (f"not a bulk store: C: {why}",), low.attrs["bulk_store"]
     assert "tc_tma_store_2d(&" not in src.code and f"{stages} stages" in low.attrs["pipelines"][0]
 
