@@ -31,6 +31,11 @@ VARIANTS = {
     "default-no-persistent": {"tilecore.persistent": False},  # D51's default
     "default-per-tile": {"tilecore.persistent_next_indices": "per_tile"},  # D56's next tile's indices bound per tile
     "default-stsm-off": {"tilecore.matrix_stores": False},  # the same with the tile's pair stores (D46's epilogue)
+    # D58: the tile in parts where the whole does not fit beside the stages (the default); never in parts (the
+    # before: the direct stores there); always in 2 parts
+    "default-parts-off": {"tilecore.bulk_store_parts": 1},
+    "default-parts-2": {"tilecore.bulk_store_parts": 2},
+    "default-per-step": {"tilecore.persistent_next_indices": "per_step"},
     # the plugin's passes on, the plain (non-split-K) GEMM routed to the general path (D51; the same source as default)
     "routed": {"tilecore.cuda.register_programs": True, "tilecore.cuda.general_plain_gemm": True},
     "ws+persistent": {"tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": False},
