@@ -27,11 +27,19 @@ main loop does. The bulk store writes nothing outside ``C`` (ragged tiles need n
 layout is the widest swizzled panel (128, 64 or 32 bytes) whose width divides a tile row, recorded on the
 statement; ``tilecore.swizzle_operand_tiles`` stores the tile in it and a backend spells the store per panel.
 
+Where the whole tile does not fit beside the pipelined loop's stages in shared memory, the tile is stored in parts
+of its columns (decision D58; ``tilecore.bulk_store_parts``): the fewest of 2, 4, 8 parts, each whole panels of its
+own layout, whose one staging tile fits. Each part repeats the protocol above (wait until the last store has read
+the staging tile, write, fence, store at the part's columns); its writes are a ``T.Parallel`` nest over the whole
+fragment whose store is guarded by the part's columns, marked ``fold_branches`` so ``tilecore.lower_fragments``
+resolves the guard per register (a thread writes its registers of that part only: half its matrix stores for a
+128x256 16-bit tile in halves).
+
 Left as it is, with ``kernel.meta["attrs"]["bulk_store"]`` saying why: a copy that is not a whole 2-D fragment
 into a 2-D tile of a tensor (a view, another shape), C's rows not proven whole 16-byte units, a tile row not a
-multiple of 32 bytes, rows not a multiple of 8 or more than 256, and a tile that does not fit beside the
-pipelined loop's stages in shared memory (the note names the ``num_stages`` that makes room: the stages asked for
-are never reduced for it); the whole kernel where the target has no bulk tile copies or its emitter spells no
+multiple of 32 bytes, rows not a multiple of 8 or more than 256, and a tile whose parts do not fit beside the
+pipelined loop's stages in shared memory either (the note names the ``num_stages`` that makes room: the stages asked
+for are never reduced for it); the whole kernel where the target has no bulk tile copies or its emitter spells no
 bulk store (``stmt_BulkStore``, ``stmt_BulkStoreWait``, ``stmt_BulkFence``).
 """
 from __future__ import annotations

@@ -23,6 +23,8 @@ The rules (docs/layout.md, "Layout inference"):
   indexed by loop variables exactly and be owned where the nest's element is (checked by enumeration);
   a fragment indexed by fewer variables gets the projection, a nest with none of those extends a
   projected layout along the missing dimension;
+- a nest whose loops carry the ``fold_branches`` annotation (a bulk store's tile in parts, D58) has its branches on
+  the loop variables alone resolved per register where the register's coordinates decide them;
 - anything else that touches a fragment (a scalar index, a transposed read, a partial region, an
   operand of a gemm, a cumsum, a backend's block-wide operation) keeps it in shared memory.
 """
