@@ -21,6 +21,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from cuda_gemm import event_ms, has_gpu, matmul  # noqa: E402
 
 GENERAL = {"tilecore.cuda.register_programs": False}
+#: the plugin's Hopper pipeline, whatever the default routing of plain GEMMs (D58)
+PLUGIN = {"tilecore.cuda.general_plain_gemm": False}
 #: name -> pass configs on top of GENERAL
 VARIANTS = {
     "plain": {"tilecore.bulk_store": False},
@@ -108,7 +110,7 @@ def main() -> int:
                 tile = f"{bm}x{bn}x{bk} {threads}t {stages}s" + (f" panel {panel}" if panel else "")
                 fn = lambda: matmul(M, N, K, bm, bn, bk, threads, stages, panel, dtype=dtype)  # noqa: E731
                 try:
-                    hop = tilecore.compile(fn(), target="cuda")
+                    hop = tilecore.compile(fn(), target="cuda", pass_configs=PLUGIN)
                     c = torch.empty(M, N, device="cuda", dtype=tdt)
                     row("Hopper pipeline (plugin)", tile, event_ms(lambda: hop(a, b, c), args.rep), "-",
                         f"{float((c.float() - ref.float()).abs().max()):.3g}")
