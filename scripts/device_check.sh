@@ -158,18 +158,19 @@ step genpath-tiles bash -c 'rc=0; timeout 120 python3 benchmarks/general_gemm.py
      timeout 90 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16 \
        --configs 128:256:64:256:4:8,128:128:64:256:4:8 --variants default,routed-persistent-auto || rc=$?; exit $rc'
 # D58 (issue 11): the general path's GEMM at every plugin tile. genpath2: the device tests of the general path and the
-# persistent loop (float64, bit for bit the plain general path; the tile stored in parts included), then 128x256x64/4
-# panel 8, fp16 and bf16 at 4096^3 and 8192^3: the plugin's default, the general default (the C tile in two halves
-# beside the 4 stages), the same without parts (the before: direct stores), the next tile's indices per tile
-# (~3.5 min). genpath2-tiles: the three tiles with panel 8 (128x256x64/3, 128x256x64/4, 128x128x64/4) in one process,
-# the plugin beside the general default and per_tile, cuBLAS in the same process (~3.5 min)
+# persistent loop (float64, bit for bit the plain general path; the tile stored in parts included), then 128x128x64/4
+# panel 8 (the tile still behind the plugin), fp16 and bf16 at 4096^3 and 8192^3: the plugin's default, the general
+# default (per_tile by default there since D58's round 1), warp-specialized + persistent + bulk (the plugin's own form:
+# 2 consumer warpgroups + a producer), and that with D46's release (~3.5 min). genpath2-tiles: the three tiles with
+# panel 8 (128x256x64/3, 128x256x64/4 with the C tile in halves, 128x128x64/4) in one process, the plugin beside the
+# general default and the default with per_step indices (the before at 128x128), cuBLAS in the same process (~3.5 min)
 step genpath2 bash -c 'rc=0; timeout 110 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_general_gemm.py \
        tests/test_persistent.py -k "device or panel" -rs || rc=$?;
      timeout 120 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
-       --configs 128:256:64:256:4:8 --variants default,default-parts-off,default-per-tile || rc=$?; exit $rc'
+       --configs 128:128:64:256:4:8 --variants default,ws+persistent+bulk,ws+persistent+bulk-d46-release || rc=$?; exit $rc'
 step genpath2-tiles bash -c 'timeout 225 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 \
        --dtypes float16,bfloat16 --configs 128:256:64:256:3:8,128:256:64:256:4:8,128:128:64:256:4:8 \
-       --variants default,default-per-tile'
+       --variants default,default-per-step'
 # the catalog with the plain Hopper GEMM routed to the general path (tilecore.cuda.general_plain_gemm, D51/D56), with
 # tilecore.persistent=auto (the candidate default), then with every kernel of the persistent form on 2 blocks; device mode, the PASS counts
 step genpath-catalog bash -c 'rc=0;

@@ -616,6 +616,20 @@ def test_sm90a_a_swizzle_panel_adds_no_division_to_the_persistent_main_loop(ws):
 
 
 @needs_toolchain
+def test_the_next_tiles_indices_per_tile_by_default_where_the_accumulator_is_small():
+    """``tilecore.persistent_next_indices="auto"`` (the default, D58): a 128x128 float accumulator over 256 threads (64
+    words a thread) gets ``per_tile``'s source, a 128x256 one (128 words) ``per_step``'s; other values refused."""
+    def code(bn, how=None):
+        cfg = {"tilecore.persistent_next_indices": how} if how else {}
+        return _lower(gemm(4096, 4096, 1024, 128, bn, 64, 4, 256, swizzle=8), **cfg)[1].code
+
+    assert code(128) == code(128, "per_tile") != code(128, "per_step")
+    assert code(256) == code(256, "per_step") != code(256, "per_tile")
+    assert "_next" in code(128) and "_next" not in code(256)
+    with pytest.raises(tilecore.errors.CompileError, match="persistent_next_indices='sometimes'"):
+        code(128, "sometimes")
+
+
 def test_sm90a_the_next_tiles_indices_per_tile_shorten_thread_zeros_k_step():
     """``tilecore.persistent_next_indices="per_tile"`` (D56): thread 0's longest path through the main loop of the
     persistent + bulk kernel with T.use_swizzle(8) is shorter than with the indices per step (nvcc 13.0: 180 against
