@@ -52,6 +52,9 @@ VARIANTS = {
     # D56's candidate default: the plain GEMM routed to the general path, the persistent loop where the bulk store is
     "routed-persistent-auto": {"tilecore.cuda.register_programs": True, "tilecore.cuda.general_plain_gemm": True,
                                "tilecore.persistent": "auto"},
+    # D58: the consumer warpgroups of ws + persistent + bulk taking turns issuing their gemms (D55's ping-pong)
+    "ws+persistent+bulk+pingpong": {"tilecore.warp_specialize": True, "tilecore.persistent": True,
+                                    "tilecore.bulk_store": True, "tilecore.pingpong": True},
     "ws+persistent+bulk-d46-release": {"tilecore.warp_specialize": True, "tilecore.persistent": True,
                                        "tilecore.bulk_store": True, "tilecore.release_last_stage": False},
 }

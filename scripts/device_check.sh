@@ -160,14 +160,15 @@ step genpath-tiles bash -c 'rc=0; timeout 120 python3 benchmarks/general_gemm.py
 # D58 (issue 11): the general path's GEMM at every plugin tile. genpath2: the device tests of the general path and the
 # persistent loop (float64, bit for bit the plain general path; the tile stored in parts included), then 128x128x64/4
 # panel 8 (the tile still behind the plugin), fp16 and bf16 at 4096^3 and 8192^3: the plugin's default, the general
-# default (per_tile by default there since D58's round 1), warp-specialized + persistent + bulk (the plugin's own form:
-# 2 consumer warpgroups + a producer), and that with D46's release (~3.5 min). genpath2-tiles: the three tiles with
+# default (per_tile by default there since D58's round 1), with per_step (the before), warp-specialized + persistent +
+# bulk (the plugin's own form: 2 consumer warpgroups + a producer), and that with D55's ping-pong (~3.5 min). genpath2-tiles: the three tiles with
 # panel 8 (128x256x64/3, 128x256x64/4 with the C tile in halves, 128x128x64/4) in one process, the plugin beside the
 # general default and the default with per_step indices (the before at 128x128), cuBLAS in the same process (~3.5 min)
 step genpath2 bash -c 'rc=0; timeout 110 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_general_gemm.py \
        tests/test_persistent.py -k "device or panel" -rs || rc=$?;
      timeout 120 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
-       --configs 128:128:64:256:4:8 --variants default,ws+persistent+bulk,ws+persistent+bulk-d46-release || rc=$?; exit $rc'
+       --configs 128:128:64:256:4:8 --variants default,default-per-step,ws+persistent+bulk,ws+persistent+bulk+pingpong \
+       || rc=$?; exit $rc'
 step genpath2-tiles bash -c 'timeout 225 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 \
        --dtypes float16,bfloat16 --configs 128:256:64:256:3:8,128:256:64:256:4:8,128:128:64:256:4:8 \
        --variants default,default-per-step'
