@@ -21,6 +21,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from cuda_gemm import event_ms, has_gpu, matmul  # noqa: E402
 
 GENERAL = {"tilecore.cuda.register_programs": False}
+#: the plugin's Hopper pipeline, whatever the default routing of plain GEMMs (D58)
+PLUGIN = {"tilecore.cuda.general_plain_gemm": False}
 #: name -> pass configs on top of GENERAL
 VARIANTS = {
     "plain": {"tilecore.bulk_store": False},
@@ -31,6 +33,11 @@ VARIANTS = {
     "default-no-persistent": {"tilecore.persistent": False},  # D51's default
     "default-per-tile": {"tilecore.persistent_next_indices": "per_tile"},  # D56's next tile's indices bound per tile
     "default-stsm-off": {"tilecore.matrix_stores": False},  # the same with the tile's pair stores (D46's epilogue)
+    # D58: the tile in parts where the whole does not fit beside the stages (the default); never in parts (the
+    # before: the direct stores there); always in 2 parts
+    "default-parts-off": {"tilecore.bulk_store_parts": 1},
+    "default-parts-2": {"tilecore.bulk_store_parts": 2},
+    "default-per-step": {"tilecore.persistent_next_indices": "per_step"},
     # the plugin's passes on, the plain (non-split-K) GEMM routed to the general path (D51; the same source as default)
     "routed": {"tilecore.cuda.register_programs": True, "tilecore.cuda.general_plain_gemm": True},
     "ws+persistent": {"tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": False},
@@ -45,6 +52,9 @@ VARIANTS = {
     # D56's candidate default: the plain GEMM routed to the general path, the persistent loop where the bulk store is
     "routed-persistent-auto": {"tilecore.cuda.register_programs": True, "tilecore.cuda.general_plain_gemm": True,
                                "tilecore.persistent": "auto"},
+    # D58: the consumer warpgroups of ws + persistent + bulk taking turns issuing their gemms (D55's ping-pong)
+    "ws+persistent+bulk+pingpong": {"tilecore.warp_specialize": True, "tilecore.persistent": True,
+                                    "tilecore.bulk_store": True, "tilecore.pingpong": True},
     "ws+persistent+bulk-d46-release": {"tilecore.warp_specialize": True, "tilecore.persistent": True,
                                        "tilecore.bulk_store": True, "tilecore.release_last_stage": False},
 }
@@ -103,7 +113,7 @@ def main() -> int:
                 tile = f"{bm}x{bn}x{bk} {threads}t {stages}s" + (f" panel {panel}" if panel else "")
                 fn = lambda: matmul(M, N, K, bm, bn, bk, threads, stages, panel, dtype=dtype)  # noqa: E731
                 try:
-                    hop = tilecore.compile(fn(), target="cuda")
+                    hop = tilecore.compile(fn(), target="cuda", pass_configs=PLUGIN)
                     c = torch.empty(M, N, device="cuda", dtype=tdt)
                     row("Hopper pipeline (plugin)", tile, event_ms(lambda: hop(a, b, c), args.rep), "-",
                         f"{float((c.float() - ref.float()).abs().max()):.3g}")

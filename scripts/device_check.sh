@@ -134,15 +134,17 @@ step general-gemm bash -c 'rc=0; python3 -m pytest -q -n 8 -p no:cacheprovider t
      python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 \
        --configs 128:256:64:256:3:8,128:256:64:256:3,128:128:64:256:4 \
        --variants plain,default-stsm-off,default,persistent+bulk || rc=$?; exit $rc'
-# the general path's new default (decision D51: the bulk-store epilogue where a kernel has one top-level pipelined
-# loop): the whole catalog with every kernel on the general path and the default, then again with every kernel of the
-# persistent form on 2 blocks too; device mode, the summary's PASS count
+# the general path's default (decisions D51, D58): the whole catalog with the plain Hopper GEMM routed to the general
+# path (tilecore.cuda.general_plain_gemm, the candidate default of D58) and the next tile's indices per tile; then every
+# kernel on the general path with every kernel of the persistent form on 2 blocks and every bulk store's tile in 2
+# parts (D58's parts wherever they apply); device mode, the summary's PASS count
 step general-catalog bash -c 'rc=0;
-     python3 -m tilecore conformance run --target cuda:sm_90a -n 12 --report /tmp/rep/cuda-general-d51 \
-       --pass-config tilecore.cuda.register_programs=false || rc=$?;
-     python3 -m tilecore conformance run --target cuda:sm_90a -n 12 --report /tmp/rep/cuda-general-d51-persistent \
-       --pass-config tilecore.cuda.register_programs=false --pass-config tilecore.persistent=2 || rc=$?;
-     for r in cuda-general-d51 cuda-general-d51-persistent; do python3 -c "import json, sys; m = json.load(open(sys.argv[1]));
+     python3 -m tilecore conformance run --target cuda:sm_90a -n 12 --report /tmp/rep/cuda-general-routed \
+       --pass-config tilecore.cuda.general_plain_gemm=true --pass-config tilecore.persistent_next_indices=per_tile || rc=$?;
+     python3 -m tilecore conformance run --target cuda:sm_90a -n 12 --report /tmp/rep/cuda-general-parts \
+       --pass-config tilecore.cuda.register_programs=false --pass-config tilecore.persistent=2 \
+       --pass-config tilecore.bulk_store_parts=2 || rc=$?;
+     for r in cuda-general-routed cuda-general-parts; do python3 -c "import json, sys; m = json.load(open(sys.argv[1]));
 print(sys.argv[2], m.get(\"mode\", m.get(\"target\")), m[\"counts\"])" /tmp/rep/$r/manifest.json $r || rc=1; done; exit $rc'
 # the general path's GEMM at the plugin's speed (decision D56): the device tests of the general path and the persistent
 # loop (float64, bit for bit the plain general path; T.use_swizzle panels whole and ragged), then fp16 and bf16 at
@@ -160,17 +162,21 @@ step genpath-tiles bash -c 'rc=0; timeout 120 python3 benchmarks/general_gemm.py
        --configs 128:256:64:256:3,128:128:64:256:4 --variants default,persistent+bulk || rc=$?;
      timeout 90 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16 \
        --configs 128:256:64:256:4:8,128:128:64:256:4:8 --variants default,routed-persistent-auto || rc=$?; exit $rc'
-# round 2 of D56: the persistent loop by default where a GEMM has the bulk store and a T.use_swizzle panel
-# (tilecore.persistent="auto"): the device tests, then fp16 and bf16 at 4096^3 and 8192^3 beside the plugin's default and
-# cuBLAS: the default, D51's default (no persistent loop: the before), the next tile's indices bound per tile, ws +
-# persistent + bulk, at 128x256x64/3 panel 8 (~2 min); genpath2-tiles: 128x128x64/4 panel 8 and 128x256x64/3 without a
-# panel (the default leaves it as D51 did), the same rows (~2 min)
-step genpath2 bash -c 'rc=0; timeout 100 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_general_gemm.py \
+# D58 (issue 11): the general path's GEMM at every plugin tile. genpath2: the device tests of the general path and the
+# persistent loop (float64, bit for bit the plain general path; the tile stored in parts included), then 128x128x64/4
+# panel 8 (the tile still behind the plugin), fp16 and bf16 at 4096^3 and 8192^3: the plugin's default, the general
+# default (per_tile by default there since D58's round 1), with per_step (the before), warp-specialized + persistent +
+# bulk (the plugin's own form: 2 consumer warpgroups + a producer), and that with D55's ping-pong (~3.5 min). genpath2-tiles: the three tiles with
+# panel 8 (128x256x64/3, 128x256x64/4 with the C tile in halves, 128x128x64/4) in one process, the plugin beside the
+# general default and the default with per_step indices (the before at 128x128), cuBLAS in the same process (~3.5 min)
+step genpath2 bash -c 'rc=0; timeout 110 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_general_gemm.py \
        tests/test_persistent.py -k "device or panel" -rs || rc=$?;
-     timeout 150 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
-       --configs 128:256:64:256:3:8 --variants default,default-no-persistent,default-per-tile,ws+persistent+bulk || rc=$?; exit $rc'
-step genpath2-tiles bash -c 'timeout 200 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 \
-       --dtypes float16,bfloat16 --configs 128:128:64:256:4:8,128:256:64:256:3 --variants default,default-no-persistent,default-per-tile,ws+persistent+bulk'
+     timeout 120 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
+       --configs 128:128:64:256:4:8 --variants default,default-per-step,ws+persistent+bulk,ws+persistent+bulk+pingpong \
+       || rc=$?; exit $rc'
+step genpath2-tiles bash -c 'timeout 225 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 \
+       --dtypes float16,bfloat16 --configs 128:256:64:256:3:8,128:256:64:256:4:8,128:128:64:256:4:8 \
+       --variants default,default-per-step'
 # the catalog with the plain Hopper GEMM routed to the general path (tilecore.cuda.general_plain_gemm, D51/D56), with
 # tilecore.persistent=auto (the candidate default), then with every kernel of the persistent form on 2 blocks; device mode, the PASS counts
 step genpath-catalog bash -c 'rc=0;

@@ -380,15 +380,15 @@ def epilogue_events(func) -> list:
     return out
 
 
-def check_epilogue(func, persistent: bool):
-    """Per tile: thread 0 waits until the previous store has read the tile, the threads meet, write the tile, each
-    fences its writes, they meet, thread 0 issues the store (and nothing waits for it there); once, after the tile
-    loop, thread 0 waits for the stores to finish."""
+def check_epilogue(func, persistent: bool, parts: int = 1):
+    """Per tile (and per part of it, D58): thread 0 waits until the previous store has read the tile, the threads
+    meet, write the tile, each fences its writes, they meet, thread 0 issues the store (and nothing waits for it
+    there); once, after the tile loop, thread 0 waits for the stores to finish."""
     ev = epilogue_events(func)
-    want = ["wait-read@0", "barrier", "write", "fence", "barrier", "store@0"]
+    want = ["wait-read@0", "barrier", "write", "fence", "barrier", "store@0"] * parts
     at = next((i for i in range(len(ev)) if ev[i:i + len(want)] == want), None)
     assert at is not None, ev
-    assert ev.count("store@0") == 1 and ev.count("wait-read@0") == 1, ev
+    assert ev.count("store@0") == parts and ev.count("wait-read@0") == parts, ev
     rest = ev[at + len(want):]
     if persistent:
         assert ev.index("tile-loop") < at and rest[:1] == ["end-loop"], ev
@@ -409,6 +409,56 @@ def test_the_bulk_store_protocol_in_the_lowered_kernel(combo):
     assert code.count("tc_tma_store_2d(&") == 4 and code.count("tc_bulk_commit();") == 1  # 4 panels, one group
     # the fragment's register pairs into the tile as four 8x8 matrices a warp (stmatrix, D51): 16 a thread
     assert code.count("tc_stsm_x4(") == 16 and "tc_vst<__half2>(&C_l_st[" not in code
+
+
+PARTS = {  # (tile (bm, bn, bk, stages, threads), configs, parts, the part's columns, persistent)
+    # by default, where the whole 64 KiB tile does not fit beside 4 stages (the plugin's D38 form): two halves
+    "4 stages, default": ((128, 256, 64, 4, 256), {}, 2, 128, False),
+    "4 stages, persistent, panel": ((128, 256, 64, 4, 256), {"tilecore.persistent": True}, 2, 128, True),
+    "4 stages, ws+persistent": ((128, 256, 64, 4, 256), {**WS, "tilecore.persistent": True}, 2, 128, True),
+    # asked for where the whole would fit
+    "3 stages, 4 parts": ((128, 256, 64, 3, 256), {"tilecore.bulk_store_parts": 4}, 4, 64, False),
+}
+
+
+@pytest.mark.parametrize("case", PARTS)
+def test_a_tile_that_does_not_fit_beside_the_stages_is_stored_in_parts(case):
+    """D58: the tile's columns in parts through one staging tile of a part: per part the read-wait, the writes (the
+    fragment's registers of that part only: 16-bit pairs as stmatrix, 128/parts columns a thread's 8x8 matrices), the
+    fence and one bulk store at the part's columns; the parts' stores cover the tile's columns once."""
+    from tilecore.ir import BulkStore, MatrixStore
+
+    (bm, bn, bk, stages, threads), cfg, parts, cols, persistent = PARTS[case]
+    low, src = _lower(gemm(4096, 4096, 1024, bm, bn, bk, stages, threads, swizzle=8), **cfg)
+    note = low.attrs["bulk_store"][0]
+    assert note.startswith(f"bulk store: C_l -> C through C_l_st ({bm}x{cols}, ") and f"in {parts} parts" in note, note
+    check_epilogue(low, persistent, parts)
+    stores = collect(low.body, BulkStore)
+    assert len(stores) == parts and {tuple(s.src.static_shape()) for s in stores} == {(bm, cols)}
+    from tilecore.ir import binary, expr_str
+
+    c0 = stores[0].starts[-1]
+    assert f"* {bn})" in expr_str(c0), expr_str(c0)  # the tile's first column
+    offs = [const_value(simplify(binary("sub", s.starts[-1], c0))) for s in stores]
+    assert offs == [k * cols for k in range(parts)], offs
+    assert all(expr_str(s.starts[0]) == expr_str(stores[0].starts[0]) for s in stores)
+    ms = collect(low.body, MatrixStore)
+    assert len(ms) == 16 * (threads // 128) // 2 and check_matrix_stores(low, threads) == len(ms)
+    assert low.attrs["shared_layouts"]["C_l_st"] and "stages" in low.attrs["pipelines"][0]
+    assert f"{stages} stages" in low.attrs["pipelines"][0]
+    code = src.code[src.code.index('extern "C"'):]
+    assert code.count("tc_bulk_commit();") == parts and "tc_vst<__half2>(&C_l_st[" not in code
+    assert "if ((bs_j" not in code, "every guard of a part resolved per register"
+    assert src.meta["shared_bytes"] <= 232448
+
+
+def test_the_parts_can_be_turned_off():
+    """``tilecore.bulk_store_parts=1``: the 4-stage tile keeps its direct stores (D51's note), as before D58."""
+    low, src = _lower(gemm(4096, 4096, 1024, 128, 256, 64, 4, 256, swizzle=8), **{"tilecore.bulk_store_parts": 1})
+    assert low.attrs["bulk_store"][0].startswith("not a bulk store: C: its 64 KiB shared tile does not fit")
+    assert "tc_tma_store_2d(&" not in src.code
+    with pytest.raises(tilecore.errors.CompileError, match="bulk_store_parts=3"):
+        _lower(gemm(4096, 4096, 1024, 128, 256, 64, 4, 256), **{"tilecore.bulk_store_parts": 3})
 
 
 @pytest.mark.parametrize("mutation", ["no fence barrier", "no read wait", "no final wait"])
@@ -445,17 +495,22 @@ def test_mutations_of_the_bulk_store_protocol_are_caught(monkeypatch, mutation):
         check_epilogue(low, True)
 
 
-REFUSED = {  # (M, N, K, tile (bm, bn, bk, stages, threads), out dtype, the note)
-    "rows": (1024, 1001, 512, (128, 256, 64, 3, 256), "float16", "C's rows are not proven whole 16-byte units"),
+REFUSED = {  # (M, N, K, tile (bm, bn, bk, stages, threads), out dtype, the note, configs)
+    "rows": (1024, 1001, 512, (128, 256, 64, 3, 256), "float16", "C's rows are not proven whole 16-byte units", {}),
+    # (without parts, D58: by default this tile is stored in two halves)
     "room": (1024, 1024, 512, (128, 256, 64, 4, 256), "float16",
-             "its 64 KiB shared tile does not fit beside the 4 stages (limit 232448 bytes); num_stages=3 makes room"),
+             "its 64 KiB shared tile does not fit beside the 4 stages (limit 232448 bytes); num_stages=3 makes room "
+             "(tilecore.bulk_store_parts=1)", {"tilecore.bulk_store_parts": 1}),
+    "parts": (1024, 1024, 512, (128, 64, 64, 3, 256), "float16",
+              "tilecore.bulk_store_parts=8: 64 columns are not 8 parts of whole 32-byte panels",
+              {"tilecore.bulk_store_parts": 8}),
 }
 
 
 @pytest.mark.parametrize("case", REFUSED)
 def test_a_store_that_is_not_a_bulk_store_keeps_its_element_stores_with_a_note(case):
-    M, N, K, (bm, bn, bk, stages, threads), out, why = REFUSED[case]
-    low, src = _lower(gemm(M, N, K, bm, bn, bk, stages, threads, out=out), **BULK)
+    M, N, K, (bm, bn, bk, stages, threads), out, why, cfg = REFUSED[case]
+    low, src = _lower(gemm(M, N, K, bm, bn, bk, stages, threads, out=out), **BULK, **cfg)
     assert low.attrs["bulk_store"] == (f"not a bulk store: C: {why}",), low.attrs["bulk_store"]
     assert "tc_tma_store_2d(&" not in src.code and f"{stages} stages" in low.attrs["pipelines"][0]
 
@@ -561,6 +616,20 @@ def test_sm90a_a_swizzle_panel_adds_no_division_to_the_persistent_main_loop(ws):
 
 
 @needs_toolchain
+def test_the_next_tiles_indices_per_tile_by_default_where_the_accumulator_is_small():
+    """``tilecore.persistent_next_indices="auto"`` (the default, D58): a 128x128 float accumulator over 256 threads (64
+    words a thread) gets ``per_tile``'s source, a 128x256 one (128 words) ``per_step``'s; other values refused."""
+    def code(bn, how=None):
+        cfg = {"tilecore.persistent_next_indices": how} if how else {}
+        return _lower(gemm(4096, 4096, 1024, 128, bn, 64, 4, 256, swizzle=8), **cfg)[1].code
+
+    assert code(128) == code(128, "per_tile") != code(128, "per_step")
+    assert code(256) == code(256, "per_step") != code(256, "per_tile")
+    assert "_next" in code(128) and "_next" not in code(256)
+    with pytest.raises(tilecore.errors.CompileError, match="persistent_next_indices='sometimes'"):
+        code(128, "sometimes")
+
+
 def test_sm90a_the_next_tiles_indices_per_tile_shorten_thread_zeros_k_step():
     """``tilecore.persistent_next_indices="per_tile"`` (D56): thread 0's longest path through the main loop of the
     persistent + bulk kernel with T.use_swizzle(8) is shorter than with the indices per step (nvcc 13.0: 180 against
@@ -844,7 +913,12 @@ EMU = {  # (M, N, K, bm, bn, bk, stages, threads, out dtype, blocks): ragged on 
     "persistent, 64-byte panels": (100, 136, 72, 32, 32, 16, 3, 64, "float16", 4),
     "persistent, 128-byte panels, float32": (100, 72, 40, 32, 32, 16, 2, 128, "float32", 3),
     "persistent, 2 panels": (72, 200, 48, 32, 128, 16, 2, 128, "float16", 2),
+    # D58: the tile in parts (asked for: the made-up profile's shared memory holds the whole), each part's store in
+    # flight while the next part is written into the same staging tile after its read-wait
+    "persistent, 2 parts": (72, 200, 48, 32, 128, 16, 2, 128, "float16", 2),
+    "4 parts, float32": (100, 136, 40, 32, 128, 16, 2, 128, "float32", None),
 }
+EMU_CFG = {"persistent, 2 parts": {"tilecore.bulk_store_parts": 2}, "4 parts, float32": {"tilecore.bulk_store_parts": 4}}
 
 
 @needs_toolchain
@@ -857,7 +931,7 @@ def test_the_made_up_matrix_unit_runs_the_bulk_store_on_the_host(fakebulk, case)
 
     M, N, K, bm, bn, bk, stages, threads, out, blocks = EMU[case]
     fn = lambda: gemm(M, N, K, bm, bn, bk, stages, threads, dtype="float16", out=out)  # noqa: E731
-    extra = {"tilecore.persistent": blocks} if blocks else {}
+    extra = {**({"tilecore.persistent": blocks} if blocks else {}), **EMU_CFG.get(case, {})}
     on = tilecore.compile(fn(), target=fakebulk, pass_configs={"tilecore.disable_cache": True, **BULK, **extra})
     off = tilecore.compile(fn(), target=fakebulk, pass_configs={"tilecore.disable_cache": True, **extra,
                                                                 "tilecore.bulk_store": False})
@@ -865,7 +939,10 @@ def test_the_made_up_matrix_unit_runs_the_bulk_store_on_the_host(fakebulk, case)
     assert on.meta["attrs"]["fragment_layouts"]["C_l"].startswith("fakemu")
     code = on.source.code
     kernel = code[code.index('extern "C"'):]
-    assert kernel.count("tc_fake_bulk_store(C, ") == 1 and "C_l_st[" in kernel and "  C[" not in kernel
+    parts = EMU_CFG.get(case, {}).get("tilecore.bulk_store_parts", 1)
+    assert kernel.count("tc_fake_bulk_store(C, ") == parts and "C_l_st[" in kernel and "  C[" not in kernel
+    if parts > 1:
+        assert f"in {parts} parts" in on.meta["attrs"]["bulk_store"][0]
     rng = np.random.default_rng(7)
     a = (rng.standard_normal((M, K)) / 4).astype(np.float16)
     b = (rng.standard_normal((K, N)) / 4).astype(np.float16)
@@ -913,6 +990,48 @@ def test_mutations_of_the_bulk_store_fail_on_the_host(fakebulk, monkeypatch, mut
     assert not np.allclose(c.astype(np.float64), ref, rtol=2e-2, atol=2e-2)
 
 
+@needs_toolchain
+@pytest.mark.parametrize("mutation", ["every part writes the first part's columns", "branches refuted wrongly",
+                                      "no read wait between the parts"])
+def test_mutations_of_the_parts_fail_on_the_host(fakebulk, monkeypatch, mutation):
+    """D58's parts broken one way each: every part's writes taken from the first part's columns (the stores at the
+    right places), a register's guard resolved false where it holds, the next part written before the last part's
+    store has read the staging tile. Each fails (an error or wrong numbers); unmutated it passes (above)."""
+    import numpy as np
+
+    from tilecore.passes import bulkstore, layout
+
+    assert layout._Subst.decide  # (patched below)
+    M, N, K, bm, bn, bk, stages, threads, out, blocks = EMU["persistent, 2 parts"]
+    if mutation.startswith("every part"):
+        orig = bulkstore._part_copy
+        monkeypatch.setattr(bulkstore, "_part_copy", lambda x, tile, part, width: orig(x, tile, 0, width))
+    elif mutation.startswith("branches"):
+        monkeypatch.setattr(layout._Subst, "decide", lambda self, cond: False if self.fold else None)
+    else:
+        orig_wait = bulkstore.BulkStoreWait
+        seen = []
+
+        def wait(pending, read, span=None):  # the first part's read-wait kept, the second's dropped
+            seen.append(read)
+            return tilecore.ir.Seq([]) if read and seen.count(True) == 2 else orig_wait(pending, read, span=span)
+
+        monkeypatch.setattr(bulkstore, "BulkStoreWait", wait)
+    k = tilecore.compile(gemm(M, N, K, bm, bn, bk, stages, threads, out=out), target=fakebulk,
+                         pass_configs={"tilecore.disable_cache": True, **BULK, "tilecore.persistent": blocks,
+                                       **EMU_CFG["persistent, 2 parts"]})
+    rng = np.random.default_rng(7)
+    a = (rng.standard_normal((M, K)) / 4).astype(np.float16)
+    b = (rng.standard_normal((K, N)) / 4).astype(np.float16)
+    try:
+        c = _emulate(k, a, b, np.dtype(out))
+    except RuntimeError as e:
+        assert "written before its read-wait" in str(e) and mutation.startswith("no read wait"), e
+        return
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert not np.allclose(c.astype(np.float64), ref, rtol=2e-2, atol=2e-2)
+
+
 def _first_panel_only(self, st, s):
     """The bulk store spelled with every panel's columns read from the first panel (a mutation)."""
     lay = s.layout
@@ -933,6 +1052,9 @@ DEVICE = {  # (M, N, K, dtype, out, tile (bm, bn, bk, stages, threads), swizzle)
     # tiles in panels of 3)
     "panel": (4096, 4096, 4096, "float16", "float16", (128, 256, 64, 3, 256), 8),
     "ragged-panel": (1000, 1800, 1000, "float16", "float16", (128, 256, 64, 3, 256), 3),
+    # D58: 4 stages, the tile in two halves by default (whole panels; ragged, panels of 3)
+    "halves": (4096, 4096, 4096, "float16", "float16", (128, 256, 64, 4, 256), 8),
+    "ragged-halves": (1000, 1800, 1000, "bfloat16", "bfloat16", (128, 256, 64, 4, 256), 3),
 }
 VARIANTS = {
     "ws+persistent": {**WS, **NOBULK, "tilecore.persistent": True},
@@ -964,9 +1086,29 @@ def _device_case(case, cfg):
     return runs, ref
 
 
+#: D58's cases: the halves by default, with the next tile's indices per tile and warp-specialized; 2 and 4 parts
+#: asked for at 3 stages
+PARTS_DEVICE = [(c, v) for c in ("halves", "ragged-halves") for v in ("default", "default-per-tile", "persistent+bulk",
+                                                                        "ws+persistent+bulk")] + \
+    [(c, v) for c in ("panel", "ragged") for v in ("parts-2", "parts-4")]
+PARTS_VARIANTS = {**VARIANTS, "default-per-tile": {"tilecore.persistent_next_indices": "per_tile"},
+                  "parts-2": {"tilecore.bulk_store_parts": 2}, "parts-4": {"tilecore.bulk_store_parts": 4}}
+
+
+@hopper_gpu
+@pytest.mark.parametrize("case,variant", PARTS_DEVICE)
+def test_device_the_tile_in_parts_matches_float64_and_the_plain_general_path(case, variant):
+    import torch
+
+    [(_plain, c0), (k, c1)], ref = _device_case(case, PARTS_VARIANTS[variant])
+    assert " parts of the tile's columns" in k.meta["attrs"]["bulk_store"][0], k.meta["attrs"]["bulk_store"]
+    assert float((c1.double() - ref).abs().max()) < 3e-2 * max(1.0, float(ref.abs().max()) / 8), k.meta["attrs"]
+    assert torch.equal(c0, c1), k.meta["attrs"]
+
+
 @hopper_gpu
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("case", DEVICE)
+@pytest.mark.parametrize("case", [c for c in DEVICE if "halves" not in c])
 def test_device_general_gemm_matches_float64_and_the_plain_general_path(case, variant):
     import torch
 

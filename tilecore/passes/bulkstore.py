@@ -27,21 +27,33 @@ main loop does. The bulk store writes nothing outside ``C`` (ragged tiles need n
 layout is the widest swizzled panel (128, 64 or 32 bytes) whose width divides a tile row, recorded on the
 statement; ``tilecore.swizzle_operand_tiles`` stores the tile in it and a backend spells the store per panel.
 
+Where the whole tile does not fit beside the pipelined loop's stages in shared memory, the tile is stored in parts
+of its columns (decision D58; ``tilecore.bulk_store_parts``): the fewest of 2, 4, 8 parts, each whole panels of its
+own layout, whose one staging tile fits. Each part repeats the protocol above (wait until the last store has read
+the staging tile, write, fence, store at the part's columns); its writes are a ``T.Parallel`` nest over the whole
+fragment whose store is guarded by the part's columns, marked ``fold_branches`` so ``tilecore.lower_fragments``
+resolves the guard per register (a thread writes its registers of that part only: half its matrix stores for a
+128x256 16-bit tile in halves).
+
 Left as it is, with ``kernel.meta["attrs"]["bulk_store"]`` saying why: a copy that is not a whole 2-D fragment
 into a 2-D tile of a tensor (a view, another shape), C's rows not proven whole 16-byte units, a tile row not a
-multiple of 32 bytes, rows not a multiple of 8 or more than 256, and a tile that does not fit beside the
-pipelined loop's stages in shared memory (the note names the ``num_stages`` that makes room: the stages asked for
-are never reduced for it); the whole kernel where the target has no bulk tile copies or its emitter spells no
+multiple of 32 bytes, rows not a multiple of 8 or more than 256, and a tile whose parts do not fit beside the
+pipelined loop's stages in shared memory either (the note names the ``num_stages`` that makes room: the stages asked
+for are never reduced for it); the whole kernel where the target has no bulk tile copies or its emitter spells no
 bulk store (``stmt_BulkStore``, ``stmt_BulkStoreWait``, ``stmt_BulkFence``).
 """
 from __future__ import annotations
 
 from ..ir import (Allocate, Buffer, BulkFence, BulkStore, BulkStoreWait, For, KernelLaunch, Region, Seq, TileOp,
-                  as_expr, collect, const_value, rewrite, simplify)
+                  as_expr, binary, collect, const_value, rewrite, simplify)
 from ..ir.bounds import Facts
 from . import tile_pass
 
 OPTION = "tilecore.bulk_store"
+#: the most parts of its columns a tile is stored in where the whole does not fit beside the stages (D58)
+PARTS_OPTION = "tilecore.bulk_store_parts"
+#: the most parts the default splits a tile into
+MAX_PARTS = 8
 #: rows a bulk store's box may have
 MAX_BOX = 256
 #: panel widths in bytes, widest first
@@ -77,12 +89,60 @@ def why_not(s, ctx):
     rows, cols = (_static(x) for x in frag.shape)
     if rows % 8 or rows > MAX_BOX:
         return f"{rows} rows (a bulk store takes multiples of 8, at most {MAX_BOX})", None
-    panel = next((p for p in PANELS if (cols * es) % p == 0 and p // es <= MAX_BOX), None)
-    if panel is None:
+    if tile_layout(rows, cols, es) is None:
         return f"a tile row of {cols * es} bytes is not whole {PANELS[-1]}-byte panels", None
+    return None, (frag, dst, tile_layout(rows, cols, es))
+
+
+def tile_layout(rows: int, cols: int, es: int):
+    """The shared tile's layout: the widest swizzled panel (128, 64 or 32 bytes) whose width divides a row
+    (None: none does)."""
     from ..layout import SharedLayout
 
-    return None, (frag, dst, SharedLayout(rows, cols, es, swizzle_bytes=panel, panels=True))
+    panel = next((p for p in PANELS if (cols * es) % p == 0 and p // es <= MAX_BOX), None)
+    return None if panel is None else SharedLayout(rows, cols, es, swizzle_bytes=panel, panels=True)
+
+
+def _split(lay, parts: int):
+    """The layout of one of ``parts`` parts of the tile's columns (None: a part is not whole panels of its own)."""
+    if parts < 2 or lay.cols % parts:
+        return None
+    sub = tile_layout(lay.rows, lay.cols // parts, lay.elem_bytes)
+    return sub if sub is not None and (sub.cols * sub.elem_bytes) % sub.swizzle_bytes == 0 else None
+
+
+def _parts(lay, room: int):
+    """The fewest parts (2, 4, ... up to ``MAX_PARTS``) of the tile's columns whose staging tile fits in ``room``
+    bytes: ``(parts, the part's layout)``, or None."""
+    parts = 2
+    while parts <= MAX_PARTS:
+        sub = _split(lay, parts)
+        if sub is not None and sub.size * sub.elem_bytes <= room:
+            return parts, sub
+        parts *= 2
+    return None
+
+
+def _part_copy(x, tile, part: int, width: int):
+    """Columns ``[part * width, (part + 1) * width)`` of the copy ``x``'s whole fragment into the staging tile: a
+    nest over the whole fragment (layout inference keeps the fragment's own layout: every index a loop variable)
+    whose element store is guarded by its column; a thread's registers have static columns, so the guard folds
+    away where the fragment's columns are known per register."""
+    from ..ir import If, Store, Var, binary, cast, compare, logic_and
+    from ..ir import BufferLoad as Load
+
+    frag = x.args[0].buffer
+    rows, cols = (_static(d) for d in frag.shape)
+    i, j = Var("bs_i"), Var("bs_j")
+    lo, hi = part * width, (part + 1) * width
+    value = cast(tile.dtype, Load(frag, (i, j)))
+    store = Store(tile, (i, binary("sub", j, as_expr(lo)) if lo else j), value, span=x.span)
+    cond = logic_and(compare("ge", j, as_expr(lo)), compare("lt", j, as_expr(hi)))
+    from .layout import FOLD_BRANCHES
+
+    mark = {FOLD_BRANCHES: True}
+    inner = For(j, as_expr(0), as_expr(cols), "parallel", If(cond, store, None, span=x.span), mark, span=x.span)
+    return For(i, as_expr(0), as_expr(rows), "parallel", inner, dict(mark), span=x.span)
 
 
 def _staged_bytes(launch) -> tuple:
@@ -132,6 +192,22 @@ def _option(v):
                        "has bulk tile copies)")
 
 
+def _parts_option(v):
+    """``tilecore.bulk_store_parts``: None (the default: the whole tile where it fits beside the stages, else the
+    fewest parts that fit), 1 (never in parts: where the whole does not fit, the direct stores, as before D58) or a
+    number of parts (2, 4, 8) to store every tile in."""
+    if v is None or v == "auto":
+        return None
+    if isinstance(v, str) and v.isdigit():
+        v = int(v)
+    if isinstance(v, int) and not isinstance(v, bool) and v in (1, 2, 4, 8):
+        return v
+    from ..errors import CompileError
+
+    raise CompileError(f"pass config {PARTS_OPTION}={v!r}: expected 1 (never in parts), 2, 4 or 8 (that many parts of "
+                       "the tile's columns), or leave it unset (parts only where the whole tile does not fit)")
+
+
 @tile_pass("tilecore.stage_bulk_stores")
 def stage_bulk_stores(func, ctx):
     """With ``tilecore.bulk_store``: a kernel-level copy of a fragment to a global tile through a shared tile and
@@ -154,6 +230,7 @@ def stage_bulk_stores(func, ctx):
             "not a bulk store: the target's code generator spells no bulk tile store (stmt_BulkStore, "
             "stmt_BulkStoreWait, stmt_BulkFence: plugin API 1.9)",)) if asked else func
     notes: list = []
+    ask_parts = _parts_option(ctx.option(PARTS_OPTION, None))
     lim = ctx.capabilities.limit("max_shared_bytes_per_block")
     limit = int(lim[0]) if lim is not None and lim[1] == "max" else None
 
@@ -176,30 +253,61 @@ def stage_bulk_stores(func, ctx):
                 new_top.append(x)
                 continue
             why, form = why_not(x, ctx)
+            parts = 1
             if why is None:
                 frag, dst, lay = form
                 need = lay.size * lay.elem_bytes
-                if limit is not None and used + need + 1024 > limit:
-                    fit = stages
-                    while fit > 1 and used - (stages - fit) * stage + need + 1024 > limit:
-                        fit -= 1
-                    why = (f"its {need // 1024} KiB shared tile does not fit beside the {stages} stages (limit {limit} "
-                           "bytes)" + (f"; num_stages={fit} makes room" if 1 < fit < stages else ""))
+                room = None if limit is None else limit - used - 1024
+                if isinstance(ask_parts, int) and ask_parts > 1:  # asked for: that many parts, where they fit
+                    sub = _split(lay, ask_parts)
+                    if sub is None:
+                        why = (f"{PARTS_OPTION}={ask_parts}: {lay.cols} columns are not {ask_parts} parts of whole "
+                               f"{PANELS[-1]}-byte panels")
+                    else:
+                        parts, lay = ask_parts, sub
+                        need = lay.size * lay.elem_bytes
+                if why is None and room is not None and need > room:
+                    # the tile in parts through a staging tile that fits beside the stages (D58): each part
+                    # written, fenced and stored in turn, the next part waiting for the last to be read
+                    split = _parts(form[2], room) if ask_parts is None else None
+                    if split is not None:
+                        parts, lay = split
+                        need = lay.size * lay.elem_bytes
+                    else:
+                        fit = stages
+                        while fit > 1 and used - (stages - fit) * stage + need + 1024 > limit:
+                            fit -= 1
+                        why = (f"its {need // 1024} KiB shared tile does not fit beside the {stages} stages (limit "
+                               f"{limit} bytes)" + (f"; num_stages={fit} makes room" if 1 < fit < stages else "")
+                               + (f" ({PARTS_OPTION}={ask_parts})" if ask_parts is not None else ""))
             if why is not None:
                 notes.append(f"not a bulk store: {x.args[1].buffer.name}: {why}")
                 new_top.append(x)
                 continue
             used += need
-            tile = Buffer(f"{frag.name}_st", tuple(frag.shape), dst.buffer.dtype, "shared")
+            tile = Buffer(f"{frag.name}_st", (lay.rows, lay.cols), dst.buffer.dtype, "shared")
             allocs.append(Allocate(tile, span=x.span))
-            whole = Region(tile, (as_expr(0), as_expr(0)), tuple(as_expr(d) for d in frag.shape))
-            new_top += [BulkStoreWait(0, True, span=x.span), x.with_(args=(x.args[0], whole)), BulkFence(span=x.span),
-                        BulkStore(dst.buffer, tuple(dst.starts), tuple(_static(d) for d in frag.shape), tile, lay,
-                                  span=x.span)]
+            if parts == 1:
+                whole = Region(tile, (as_expr(0), as_expr(0)), tuple(as_expr(d) for d in frag.shape))
+                new_top += [BulkStoreWait(0, True, span=x.span), x.with_(args=(x.args[0], whole)),
+                            BulkFence(span=x.span),
+                            BulkStore(dst.buffer, tuple(dst.starts), tuple(_static(d) for d in frag.shape), tile, lay,
+                                      span=x.span)]
+            else:
+                c0 = dst.starts[-1]
+                for h in range(parts):
+                    start = tuple(dst.starts[:-1]) + (simplify(binary("add", c0, as_expr(h * lay.cols))),)
+                    new_top += [BulkStoreWait(0, True, span=x.span), _part_copy(x, tile, h, lay.cols),
+                                BulkFence(span=x.span),
+                                BulkStore(dst.buffer, start, (lay.rows, lay.cols), tile, lay, span=x.span)]
             done += 1
             notes.append(f"bulk store: {frag.name} -> {dst.buffer.name} through {tile.name} "
-                         f"({lay.rows}x{lay.cols}, {lay.cols // lay.panel_elems} x {lay.swizzle_bytes}-byte panel(s)), "
-                         "waited for before the tile is written again")
+                         f"({lay.rows}x{lay.cols}, {lay.cols // lay.panel_elems} x {lay.swizzle_bytes}-byte panel(s))"
+                         + (f", in {parts} parts of the tile's columns, each stored before the next is written ("
+                            + (f"{PARTS_OPTION}={ask_parts}" if ask_parts else
+                               f"the whole {frag.shape[0]}x{frag.shape[1]} tile does not fit beside the {stages} "
+                               "stages") + ")" if parts > 1 else "")
+                         + ", waited for before the tile is written again")
         if not done:
             return None
         # the tiles at the kernel's top (tilecore.persistent keeps allocations there); one wait at the end
@@ -213,4 +321,4 @@ def stage_bulk_stores(func, ctx):
     return func.with_body(body, bulk_store=tuple(notes)) if notes else func
 
 
-__all__ = ["stage_bulk_stores", "why_not", "OPTION"]
+__all__ = ["stage_bulk_stores", "why_not", "tile_layout", "OPTION", "PARTS_OPTION"]

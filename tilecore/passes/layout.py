@@ -23,6 +23,8 @@ The rules (docs/layout.md, "Layout inference"):
   indexed by loop variables exactly and be owned where the nest's element is (checked by enumeration);
   a fragment indexed by fewer variables gets the projection, a nest with none of those extends a
   projected layout along the missing dimension;
+- a nest whose loops carry the ``fold_branches`` annotation (a bulk store's tile in parts, D58) has its branches on
+  the loop variables alone resolved per register where the register's coordinates decide them;
 - anything else that touches a fragment (a scalar index, a transposed read, a partial region, an
   operand of a gemm, a cumsum, a backend's block-wide operation) keeps it in shared memory.
 """
@@ -35,9 +37,13 @@ from ..ir import (Allocate, Atomic, Barrier, BinOp, Bind, Buffer, BufferLoad, Ca
                   Hint, If, IntImm, KernelLaunch, Logic, PerThread, Print, Select, Seq, ShuffleIndex, ShuffleWidth,
                   ShuffleXor, Store, ThreadIndex, TileOp, Var, as_expr, binary, cast, compare, const, const_value,
                   logic_and, loop_nest, rewrite, seq, simplify, walk, walk_expr)
+from ..ir.bounds import Facts
 from ..layout import FragmentLayout, blocked
 from . import tile_pass
 
+#: a T.Parallel loop annotation: branches of the nest on its loop variables alone are resolved per register where
+#: the register's coordinates decide them (D58: a bulk store's tile in parts)
+FOLD_BRANCHES = "fold_branches"
 #: the most registers per thread a fragment may take before it stays in shared memory
 MAX_REGS = 256
 _NEST = ("parallel", "vectorized")
@@ -688,11 +694,28 @@ class _Subst:
     """Rebuild a statement with loop variables replaced, fragment accesses turned into register
     accesses, and every variable or buffer it declares renamed (each register's copy is its own)."""
 
-    def __init__(self, vmap: dict, regs: dict, guard=None):
+    def __init__(self, vmap: dict, regs: dict, guard=None, fold=None):
         self.vmap = dict(vmap)      # id(var) -> expr
         self.regs = regs            # id(buffer) -> (register buffer, reg index)
         self.bmap: dict = {}        # id(buffer) -> renamed buffer
         self.guard = guard
+        # (id(loop var) -> this register's coordinate, facts of the block's threads): a branch on the nest's loop
+        # variables alone that the facts decide for this register is resolved here (D58)
+        self.fold = fold
+
+    def decide(self, cond):
+        """True / False where this register's coordinates decide ``cond`` (None: not decided, or no folding)."""
+        if self.fold is None:
+            return None
+        coords, facts = self.fold
+        free: list = []
+        walk_expr(cond, lambda x: free.append(x) if isinstance(x, (Var, BufferLoad, Call, ThreadIndex)) else None)
+        if not free or any(not (isinstance(x, Var) and id(x) in coords) for x in free):
+            return None
+        c = _Subst(coords, {}).e(cond)
+        if facts.proves(c):
+            return True
+        return False if _refutes(facts, c) else None
 
     def e(self, x):
         if isinstance(x, Var):
@@ -737,6 +760,10 @@ class _Subst:
             start, extent = self.e(x.start), self.e(x.extent)
             return x.with_(var=self.fresh(x.var), start=start, extent=extent, body=self.s(x.body))
         if isinstance(x, If):
+            v = self.decide(x.cond)
+            if v is not None:
+                kept = x.then if v else x.orelse
+                return self.s(kept) if kept is not None else Seq([], span=x.span)
             return x.with_(cond=self.e(x.cond), then=self.s(x.then), orelse=self.s(x.orelse))
         if isinstance(x, Allocate):
             b = Buffer(x.buffer.name, x.buffer.shape, x.buffer.dtype, x.buffer.scope)
@@ -764,6 +791,15 @@ class _Subst:
 
 
 from ..ir import Assert as Assert_  # noqa: E402
+
+_FLIP = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}
+
+
+def _refutes(facts, cond) -> bool:
+    """The facts show ``cond`` (comparisons joined by ``and``) false: one conjunct's opposite holds."""
+    if isinstance(cond, Logic) and cond.op == "and":
+        return _refutes(facts, cond.a) or _refutes(facts, cond.b)
+    return isinstance(cond, Cmp) and cond.op in _FLIP and facts.proves(Cmp(_FLIP[cond.op], cond.a, cond.b))
 
 
 class _Lowerer:
@@ -809,6 +845,10 @@ class _Lowerer:
                     more, sh = self.convert(tmp, conv, self.regbuf[id(b)], src, span, tiles)
                     post += more
                     shared += sh
+        # branches on the nest's loop variables alone resolved per register where the coordinates decide them: only in
+        # nests marked so (tilecore.stage_bulk_stores' parts of a tile, D58), other kernels' sources unchanged
+        facts = Facts().with_threads(self.plan.threads) if any(
+            f.annotations.get(FOLD_BRANCHES) for f in loops) else None
         for r in range(D.regs):
             coords = D.coords_expr(tid, r)
             vmap, binds = {}, []
@@ -817,7 +857,11 @@ class _Lowerer:
                 binds.append(Bind(v, simplify(c), span=span))
                 vmap[id(f.var)] = v
             regs = {id(b): (use[id(b)], m[r]) for b, _p, m, _c in found}
-            body += binds + [_Subst(vmap, regs, guard).s(inner)]
+            fold = ({id(f.var): simplify(c) for f, c in zip(loops, coords)}, facts) if facts is not None else None
+            done = _Subst(vmap, regs, guard, fold).s(inner)
+            if fold is not None and isinstance(done, Seq) and not done.body:
+                continue  # every branch of this register resolved to nothing
+            body += binds + [done]
         out = PerThread(seq(pre + body + post), {"layout": repr(D)}, span=span)
         return seq(shared + [out]) if shared else out
 
