@@ -1290,23 +1290,11 @@ class _Launch:
 
 
 def _take_turns(consume, group_threads: int, groups: int):
-    """``consume`` with each gemm's issue inside a turn (tilecore.pingpong): the turn taken after the gemm's
-    opening synchronization (which may meet the other consumers: never while holding the turn) and passed
-    right after its instructions are committed; a gemm that waited for itself commits, passes, then waits."""
-
-    def fix(x):
-        if not isinstance(x, MatrixSync):
-            return None
-        if x.phase == "begin":
-            return Seq([x, Turn("take", group_threads, groups, span=x.span)], span=x.span)
-        if x.phase != "end":
-            return None
-        passed = Turn("pass", group_threads, groups, span=x.span)
-        if x.pending:
-            return Seq([x, passed], span=x.span)
-        return Seq([x.with_(pending=-1), passed, MatrixSync(x.spelling, "wait", x.acc, span=x.span)], span=x.span)
-
-    return rewrite(consume, fix)
+    """``consume`` with each gemm's issue inside a turn (tilecore.pipeline's ping-pong): the turn taken after the gemm's
+    opening synchronization (which may meet the other consumers: never while holding the turn) and passed right after
+    its instructions are committed; a gemm that waited for itself commits, passes, then waits (overlap.with_turn,
+    which the rotated loop of D59 uses too)."""
+    return overlap.with_turn(consume, (group_threads, groups), True, True)
 
 
 def _early_split(deferred, staged: list, members: list):
