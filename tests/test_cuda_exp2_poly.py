@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import sass_paths  # noqa: E402
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
 from test_cuda_hopper import HOPPER, _attention, hopper_gpu, torch_cuda  # noqa: E402,F401
+from test_cuda_exp2_rows import _device_run  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("exp2_poly_proof",
                                                Path(__file__).parent.parent / "scripts" / "exp2_poly_proof.py")
@@ -227,19 +228,6 @@ DEVICE = {"128-causal": (1024, 128, 128, 128, 256, True), "176-ragged": (1000, 1
           "d64-3wg-causal": (1000, 64, 192, 64, 384, True)}
 
 
-def _device_run(torch, shape, configs):
-    seq, dim, bm, bn, threads, causal = DEVICE[shape]
-    rng = np.random.default_rng(13)
-    q, kk, v = (rng.standard_normal((2, seq, dim)).astype(np.float32) for _ in range(3))
-    q[1] *= 40  # head 1: arguments below -126
-    q, kk, v = (torch.from_numpy(x).half().cuda() for x in (q, kk, v))
-    k = tilecore.compile(_attention(seq, dim, bm, bn, threads, causal), target="cuda", pass_configs=configs)
-    o = torch.full_like(q, float("nan"))
-    k(q, kk, v, o)
-    torch.cuda.synchronize()
-    return [x.cpu().numpy() for x in (q, kk, v)], o.double().cpu().numpy(), k
-
-
 @hopper_gpu
 @pytest.mark.parametrize("shape", list(DEVICE))
 @pytest.mark.parametrize("cfg", ["poly2", "late4", "late4poly2"])
@@ -250,9 +238,9 @@ def test_device_attention(torch_cuda, shape, cfg):
     late = {"tilecore.cuda.exp2_range_check": "late", "tilecore.cuda.exp2_late_group": 4}
     configs = {"poly2": {"tilecore.cuda.exp2_poly": 2}, "late4": late,
                "late4poly2": {**late, "tilecore.cuda.exp2_poly": 2}}[cfg]
-    inputs, got, k = _device_run(torch_cuda, shape, configs)
+    inputs, got, k = _device_run(torch_cuda, shape, configs, DEVICE)
     assert ("tc_ex2_poly(" if "poly" in cfg else "tc_x[") in k.get_kernel_source()
-    _, base, _ = _device_run(torch_cuda, shape, {"tilecore.cuda.exp2_poly": 2} if cfg == "late4poly2" else {})
+    _, base, _ = _device_run(torch_cuda, shape, {"tilecore.cuda.exp2_poly": 2} if cfg == "late4poly2" else {}, DEVICE)
     seq, dim, *_, causal = DEVICE[shape]
     ref = attention_ref(inputs, "float16", causal, seq=seq, dim=dim)[0]
     np.testing.assert_allclose(got, ref, atol=2e-2, rtol=2e-2)
