@@ -959,8 +959,6 @@ def test_mutations_of_the_bulk_store_fail_on_the_host(fakebulk, monkeypatch, mut
     """The same run with the generated code broken one way: the read-wait removed (the next tile rewrites the tile
     under its store), the shared tile stored row-major while the store decodes panels, every panel stored at the
     first panel's columns. Each fails (an error or wrong numbers); unmutated it passes (above)."""
-    import numpy as np
-
     from tilecore.passes import bulkstore
 
     M, N, K, bm, bn, bk, stages, threads, out, blocks = EMU["persistent, 2 panels"]
@@ -976,18 +974,9 @@ def test_mutations_of_the_bulk_store_fail_on_the_host(fakebulk, monkeypatch, mut
         monkeypatch.setattr(BulkEmitterClass, "stmt_BulkStore", _first_panel_only)
     k = tilecore.compile(gemm(M, N, K, bm, bn, bk, stages, threads, out=out), target=fakebulk,
                          pass_configs={"tilecore.disable_cache": True, **BULK, "tilecore.persistent": blocks})
-    rng = np.random.default_rng(7)
-    a = (rng.standard_normal((M, K)) / 4).astype(np.float16)
-    b = (rng.standard_normal((K, N)) / 4).astype(np.float16)
-    try:
-        c = _emulate(k, a, b, np.dtype(out))
-    except RuntimeError as e:
-        # (a tile without the layout is not aligned to the pattern the store decodes either)
-        assert {"no read wait": "written before its read-wait",
-                "no swizzle": "not aligned to its swizzle pattern"}.get(mutation, "-") in str(e), e
-        return
-    ref = a.astype(np.float64) @ b.astype(np.float64)
-    assert not np.allclose(c.astype(np.float64), ref, rtol=2e-2, atol=2e-2)
+    # (a tile without the layout is not aligned to the pattern the store decodes either)
+    _mutant_fails(k, M, N, K, out, {"no read wait": "written before its read-wait",
+                                    "no swizzle": "not aligned to its swizzle pattern"}.get(mutation))
 
 
 @needs_toolchain
@@ -997,8 +986,6 @@ def test_mutations_of_the_parts_fail_on_the_host(fakebulk, monkeypatch, mutation
     """D58's parts broken one way each: every part's writes taken from the first part's columns (the stores at the
     right places), a register's guard resolved false where it holds, the next part written before the last part's
     store has read the staging tile. Each fails (an error or wrong numbers); unmutated it passes (above)."""
-    import numpy as np
-
     from tilecore.passes import bulkstore, layout
 
     assert layout._Subst.decide  # (patched below)
@@ -1020,13 +1007,21 @@ def test_mutations_of_the_parts_fail_on_the_host(fakebulk, monkeypatch, mutation
     k = tilecore.compile(gemm(M, N, K, bm, bn, bk, stages, threads, out=out), target=fakebulk,
                          pass_configs={"tilecore.disable_cache": True, **BULK, "tilecore.persistent": blocks,
                                        **EMU_CFG["persistent, 2 parts"]})
+    _mutant_fails(k, M, N, K, out, "written before its read-wait" if mutation.startswith("no read wait") else None)
+
+
+def _mutant_fails(k, M, N, K, out, error):
+    """A mutated kernel ``k`` run on the host emulator fails: with a RuntimeError saying ``error`` where one is
+    expected (None: any error is a failure of the test), else with numbers away from float64's."""
+    import numpy as np
+
     rng = np.random.default_rng(7)
     a = (rng.standard_normal((M, K)) / 4).astype(np.float16)
     b = (rng.standard_normal((K, N)) / 4).astype(np.float16)
     try:
         c = _emulate(k, a, b, np.dtype(out))
     except RuntimeError as e:
-        assert "written before its read-wait" in str(e) and mutation.startswith("no read wait"), e
+        assert error is not None and error in str(e), e
         return
     ref = a.astype(np.float64) @ b.astype(np.float64)
     assert not np.allclose(c.astype(np.float64), ref, rtol=2e-2, atol=2e-2)
