@@ -53,6 +53,8 @@ step conformance-hopper-persistent python3 -m tilecore conformance run --target 
 step gemm python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
      --shapes "${GEMM_SHAPES:-4096x4096x14336,4096x14336x4096,128x4096x4096,16x8192x8192}"
 # issue 11's table also has fp8 8192^3 (float8_e4m3, B as (N, K)) against torch._scaled_mm (cuBLAS fp8)
+# GEMM under the power cap (issue 17): TFLOP/s, SM clock, power and FLOP per SM-cycle against cuBLAS (~2 min)
+step gemm-power python3 benchmarks/gemm_power.py --triton --seconds 4
 step gemm-fp8 python3 benchmarks/cuda_gemm.py --rep 10 --sizes "" --dtypes ""
 step attention python3 benchmarks/cuda_attention.py --rep 3
 step attention-fast python3 benchmarks/cuda_attention.py --rep 3 --fast-math
