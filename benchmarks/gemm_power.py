@@ -116,6 +116,17 @@ def sustained(fn, seconds: float) -> tuple:
     return ms / calls, t0, time.time()
 
 
+def kernel_names(fn) -> str:
+    """The CUDA kernels one call of ``fn`` launches (torch's profiler): which cuBLAS kernel (tile, cluster) ran."""
+    import torch
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return ", ".join(dict.fromkeys(names)) or "(none seen)"
+
+
 def row(label, flop, ms, samples, sms) -> dict:
     tflops = flop / ms / 1e9
     if not samples:
@@ -193,7 +204,8 @@ def main() -> int:
                     rows.append(row(label, flop, ms, sampler.window(t0, t1), sms))
                     time.sleep(1.0)  # cool down a little between kernels: each starts from a similar state
                 base = rows[0]
-                print(f"\n{dtype} {M}x{N}x{K} ({args.seconds:g} s each, the last 80% sampled)")
+                print(f"\n{dtype} {M}x{N}x{K} ({args.seconds:g} s each, the last 80% sampled); cuBLAS ran "
+                      f"{kernel_names(kernels[0][1])}")
                 print(f"| kernel | TFLOP/s | vs cuBLAS | SM MHz | W | FLOP per SM-cycle | vs cuBLAS | J per PFLOP "
                       f"| vs cuBLAS | clock held by |")
                 print("|---|---|---|---|---|---|---|---|---|---|")
