@@ -154,8 +154,17 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=4.0, help="how long each kernel runs back to back")
     ap.add_argument("--configs", default="128:256:64:256:3:8,128:256:64:256:4:8",
                     help="tilecore blocks bm:bn:bk:threads:stages:panel, comma-separated (each its own row)")
+    ap.add_argument("--variants", default="default={}",
+                    help="pass configs each tilecore block runs under, ';'-separated NAME=JSON, e.g. "
+                         "'default={};mc2x1={\"tilecore.cuda.cluster_multicast\": \"2x1\"}'")
     ap.add_argument("--triton", action="store_true", help="add cuda_gemm.py's plain Triton GEMM")
     args = ap.parse_args()
+    import json
+
+    try:
+        variants = [(v.split("=", 1)[0].strip(), json.loads(v.split("=", 1)[1])) for v in args.variants.split(";") if v]
+    except (IndexError, ValueError) as e:
+        ap.error(f"--variants must be NAME=JSON entries separated by ';' ({e}): {args.variants!r}")
 
     ok, why = has_gpu()
     if not ok:
@@ -190,14 +199,17 @@ def main() -> int:
                 kernels = [("cuBLAS", lambda: torch.matmul(a, b, out=c))]
                 for cfg in args.configs.split(","):
                     bm, bn, bk, threads, stages, panel = (int(x) for x in cfg.split(":"))
-                    k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads, stages, panel, dtype), target="cuda")
-                    k(a, b, c)
-                    torch.cuda.synchronize()
-                    err = (c.float() - ref.float()).abs().max().item()
-                    if err > 0.05 * ref.float().abs().max().item():
-                        print(f"tilecore {cfg} gives wrong numbers (max error {err}): left out")
-                        continue
-                    kernels.append((f"tilecore {bm}x{bn}x{bk}/{stages}", lambda k=k: k(a, b, c)))
+                    for name, configs in variants:
+                        label = f"tilecore {bm}x{bn}x{bk}/{stages}" + ("" if name == "default" else f" {name}")
+                        k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads, stages, panel, dtype), target="cuda",
+                                             pass_configs=configs)
+                        k(a, b, c)
+                        torch.cuda.synchronize()
+                        err = (c.float() - ref.float()).abs().max().item()
+                        if err > 0.05 * ref.float().abs().max().item():
+                            print(f"{label} gives wrong numbers (max error {err}): left out")
+                            continue
+                        kernels.append((label, lambda k=k: k(a, b, c)))
                 if triton is not None:
                     kernels.append(("Triton", lambda: triton(a, b, c)))
                 rows = []
