@@ -23,6 +23,9 @@ from cuda_gemm import event_ms, has_gpu, matmul  # noqa: E402
 GENERAL = {"tilecore.cuda.register_programs": False}
 #: the plugin's Hopper pipeline, whatever the default routing of plain GEMMs (D58)
 PLUGIN = {"tilecore.cuda.general_plain_gemm": False}
+#: D59's CUDA options asked for on the GEMM (D62): the descriptors' warpgroup term warp-uniform, stage slots and
+#: parities as masks and shifts
+US = {"tilecore.cuda.uniform_warp_index": True, "tilecore.cuda.nonnegative_index_shifts": True}
 #: name -> pass configs on top of GENERAL
 VARIANTS = {
     "plain": {"tilecore.bulk_store": False},
@@ -57,6 +60,17 @@ VARIANTS = {
                                     "tilecore.bulk_store": True, "tilecore.pingpong": True},
     "ws+persistent+bulk-d46-release": {"tilecore.warp_specialize": True, "tilecore.persistent": True,
                                        "tilecore.bulk_store": True, "tilecore.release_last_stage": False},
+    # D62: the 128x128 k step's bookkeeping. D59's uniform warp index (descriptors in the uniform datapath) and
+    # nonnegative index shifts (stage slots / parities as masks and shifts) on the GEMM ("us"); no block barrier in
+    # the loop, each stage released on its own barrier, thread 0 waiting for the release before the refill
+    # ("release"); D59's descriptor offsets ("doff"); the warp-specialized form (the plugin's shape) with "us"
+    "default-us": {**US},
+    "default-release": {"tilecore.pipeline_release_stages": True},
+    "default-us-release": {**US, "tilecore.pipeline_release_stages": True},
+    "default-us-release-doff": {**US, "tilecore.pipeline_release_stages": True, "tilecore.cuda.descriptor_offsets": True},
+    "ws-us": {**US, "tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": True},
+    "ws-us-doff": {**US, "tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": True,
+                   "tilecore.cuda.descriptor_offsets": True},
 }
 
 

@@ -42,7 +42,7 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_tma_store.py tests/test_cuda_mcast.py tests/test_general_gemm.py tests/test_persistent.py \
      tests/test_cuda_swizzle64.py tests/test_vectorize_copies.py tests/test_cuda_clusters_at_once.py \
      tests/test_cuda_streamk.py tests/test_cuda_general_attention.py tests/test_block_order.py tests/test_cuda_exp2_rows.py \
-     tests/test_cuda_exp2_poly.py tests/test_cuda_row_division.py \
+     tests/test_cuda_exp2_poly.py tests/test_cuda_row_division.py tests/test_gemm_kstep.py \
      tests/test_host_launch.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
@@ -179,6 +179,20 @@ step genpath2 bash -c 'rc=0; timeout 110 python3 -m pytest -q -n 8 -p no:cachepr
 step genpath2-tiles bash -c 'timeout 225 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 \
        --dtypes float16,bfloat16 --configs 128:256:64:256:3:8,128:256:64:256:4:8,128:128:64:256:4:8 \
        --variants default,default-per-step'
+# D62 (issue 11): the general path's 128x128x64/4 k step. gemm128-tests: the device tests of D62's options (float64
+# and bit for bit the default general path; 128x128/4 4096^3 panel 8, ragged bf16, 128x256/3 and /4, K shorter than
+# the stages; each kernel run twice). gemm128: 128x128x64/4 panel 8, fp16 and bf16, 4096^3 and 8192^3, one process:
+# the plugin, the general default (the before), D59's uniform warp index + shifts ("us"), the release barriers (no
+# block barrier in the loop), us + release, us + release + descriptor offsets, warp-specialized + us, and that with
+# descriptor offsets; cuBLAS beside (~2 min). gemm128-tiles: the bar's three tiles (128x256x64/3, 128x256x64/4,
+# 128x128x64/4, panel 8) in one process: the plugin, the general default and D62's candidates (~3 min)
+step gemm128-tests timeout 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_gemm_kstep.py -k device -rs
+step gemm128 timeout 230 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
+       --configs 128:128:64:256:4:8 \
+       --variants default,default-us,default-release,default-us-release,default-us-release-doff,ws-us,ws-us-doff
+step gemm128-tiles timeout 230 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
+       --configs 128:256:64:256:3:8,128:256:64:256:4:8,128:128:64:256:4:8 \
+       --variants default,default-us-release-doff,ws-us-doff
 # the catalog with the plain Hopper GEMM routed to the general path (tilecore.cuda.general_plain_gemm, D51/D56), with
 # tilecore.persistent=auto (the candidate default), then with every kernel of the persistent form on 2 blocks; device mode, the PASS counts
 step genpath-catalog bash -c 'rc=0;

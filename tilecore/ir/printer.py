@@ -218,7 +218,8 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
     if isinstance(s, CopyBarrierArrive):
         return [f"{pad}T.copy_barrier_arrive({_nm(s.barrier)}[{expr_str(s.index)}], bytes={s.bytes})"]
     if isinstance(s, CopyBarrierWait):
-        return [f"{pad}T.copy_barrier_wait({_nm(s.barrier)}[{expr_str(s.index)}], parity={expr_str(s.parity)})"]
+        issuer = ", issuer=True" if getattr(s, "issuer", False) else ""
+        return [f"{pad}T.copy_barrier_wait({_nm(s.barrier)}[{expr_str(s.index)}], parity={expr_str(s.parity)}{issuer})"]
     if isinstance(s, TileOp):
         args = ", ".join(_arg_str(a) for a in s.args)
         attrs = "".join(f", {k}={_arg_str(v)}" for k, v in sorted(s.attrs.items()))

@@ -217,6 +217,9 @@ class CopyBarrierWait(Stmt):
     barrier: Buffer
     index: Expr
     parity: Expr
+    #: only the thread that issues the bulk copies waits (it refills the stage once every thread released it:
+    #: tilecore.pipeline_release_stages, D62); False: every thread
+    issuer: bool = False
 
 
 @dataclass(eq=False)

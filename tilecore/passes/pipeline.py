@@ -106,6 +106,10 @@ EARLY_ISSUE = "tilecore.pipeline_early_issue"
 #: pass config: with warp specialization and two consumer groups (warpgroups), they take turns issuing their gemms,
 #: so one group's run on the matrix unit while the other computes between them (FA3's ping-pong; D55)
 PINGPONG = "tilecore.pingpong"
+#: pass config: with bulk copies issued by one thread and the gemm's wait deferred, no block barrier in the loop: every
+#: thread releases the stage the previous iteration's gemm read on that stage's own barrier, the issuing thread waits
+#: for the release before refilling it (D62)
+RELEASE_STAGES = "tilecore.pipeline_release_stages"
 #: the annotation of a persistent tile loop (tilecore.passes.persistent)
 PERSISTENT = "persistent_tiles"
 
@@ -672,6 +676,9 @@ class _Launch:
         self.no_drain = ctx.option(NO_DRAIN, None)  # None: where the prover shows the count positive
         # D59: the last gemm one iteration late, beside the next first gemm (tilecore.pipeline_overlap; off)
         self.overlap = ctx.option(overlap.OPTION, True) is not False
+        # D62: in the thread-0 form of a loop whose gemm's wait is deferred, per-stage release barriers instead of
+        # the block barrier before the stage ahead's issue (tilecore.pipeline_release_stages; off)
+        self.release_stages = ctx.option(RELEASE_STAGES, False) is True and self.consumers is not None
         # D59: in a rotated loop the split mask after the first gemm (on by default: H200, causal +4.3%)
         self.mask_after = ctx.option(overlap.MASK_AFTER, True) is not False
         self.max_threads = ctx.capabilities.limit("max_threads_per_block")
@@ -901,8 +908,8 @@ class _Launch:
         groups_n = 2 if late_at else 1
         tile_bytes = [_round16(max(const_value(simplify(b.numel())), 1) * b.dtype.bytes) for b in bufs]
 
-        def barrier_bytes(stages):  # one 8-byte transaction barrier per stage and group
-            return groups_n * _round16(8 * stages) if bulk else 0
+        def barrier_bytes(stages):  # one 8-byte transaction barrier per stage and group (D62: and a release barrier)
+            return (groups_n + (self.release_stages and not self.specialize)) * _round16(8 * stages) if bulk else 0
 
         stages = stages_asked or want
         while stages >= 2 and self.limit is not None and \
@@ -1214,6 +1221,33 @@ class _Launch:
             # the buffer it overwrites (the previous iteration's)
             if deferred is None:
                 steady = [waits[0], Barrier(span=loop.span)] + issue_all(ahead, True) + [consume]
+            elif self.release_stages:
+                # D62 (tilecore.pipeline_release_stages): no block barrier in the loop. Every thread releases the
+                # stage the previous iteration's gemm read once its deferred wait has finished it (a tile's last
+                # iteration, which waits for every group, its own too: as the warp-specialized consumers do), and
+                # the issuing thread alone waits for that release before refilling the stage; the other threads
+                # go on to their next stage's wait
+                consume, drain = deferred
+                empty = Buffer(f"{bufs[0].name}_empty", (stages,), "uint64", "shared")
+                self.barriers.append(empty)  # (its bytes counted with the stages': barrier_bytes)
+                prologue.insert(len(inits), CopyBarrierInit(empty, self.consumers, span=loop.span))
+                prev = simplify(binary("floormod", binary("add", it, stages - 1), stages))  # (it - 1) % S, it > 0
+                # the stage ahead's previous use was released in phase ahead / S - 1 of its barrier: the wait for
+                # the parity of that phase returns at once on a fresh barrier (before its first phase), so the
+                # pipeline's first stages need no test
+                refill = CopyBarrierWait(empty, simplify(binary("floormod", ahead, stages)),
+                                         simplify(binary("floormod", binary("add", binary("floordiv", ahead, stages), 1), 2)),
+                                         issuer=True, span=loop.span)
+                issues = []
+                for gi in range(len(groups)):
+                    issues.append(_if(compare("lt", ahead, total),
+                                      seq([refill] + issue_bulk(ahead, gi, guard=False, ahead=True)), loop.span))
+                steady = [waits[0], consume,
+                          _if(compare("gt", local, 0), StageRelease(empty, prev, span=loop.span), loop.span),
+                          _if(last, StageRelease(empty, slot_it, span=loop.span), loop.span)] + issues
+                after = [drain]
+                issue_kinds.append("each stage released by every thread on its own barrier, which the issuing "
+                                   "thread waits for before refilling it (no block barrier)")
             else:
                 consume, drain = deferred
                 steady = [waits[0], consume, Barrier(span=loop.span)] + issue_all(ahead, True)

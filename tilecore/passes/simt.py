@@ -28,7 +28,8 @@ the IR, with two vendor-neutral nodes (:class:`~tilecore.ir.ThreadIndex`, :class
 - a :class:`~tilecore.ir.BulkCopy`, :class:`~tilecore.ir.CopyBarrierArrive` or
   :class:`~tilecore.ir.CopyBarrierInit` runs on thread 0 with no barrier after it (bulk copies land on a
   transaction barrier; an init is followed by the planner's barrier), consecutive ones under one test;
-  a :class:`~tilecore.ir.CopyBarrierWait` or :class:`~tilecore.ir.StageRelease` runs on every thread;
+  a :class:`~tilecore.ir.CopyBarrierWait` or :class:`~tilecore.ir.StageRelease` runs on every thread (a wait
+  marked ``issuer`` on thread 0 with the bulk copies it precedes, D62);
 - a :class:`~tilecore.ir.BulkStore` runs on thread 0 like a bulk copy; a :class:`~tilecore.ir.BulkStoreWait`
   runs on thread 0 (the thread that issued the stores), followed by a barrier; a :class:`~tilecore.ir.BulkFence`
   runs on every thread, followed by a barrier (a barrier right before it is dropped: the one after it orders
@@ -58,6 +59,12 @@ from . import tile_pass
 _DISTRIBUTED = ("parallel", "vectorized")
 #: statements one thread issues for the block, with no barrier after them
 _ELECTED = (BulkCopy, CopyBarrierArrive, CopyBarrierInit, BulkStore)
+
+
+def _elected(s) -> bool:
+    """Run by the thread that issues the bulk copies: those, their barriers' arrivals and inits, a wait of the
+    issuing thread alone (D62's release barriers)."""
+    return isinstance(s, _ELECTED) or (isinstance(s, CopyBarrierWait) and getattr(s, "issuer", False))
 
 
 def _loads_memory(e) -> bool:
@@ -188,7 +195,7 @@ class _Distributor:
             out: list = []
             run: list = []
             for c in s.body + [None]:
-                if isinstance(c, _ELECTED):
+                if _elected(c):
                     run.append(c)
                     continue
                 if run:
@@ -196,7 +203,7 @@ class _Distributor:
                     run = []
                 out += self.block(c)
             return out
-        if isinstance(s, _ELECTED):
+        if _elected(s):
             return [_on_thread0(s)]
         if isinstance(s, Allocate):
             self.hoisted.append(Allocate(s.buffer, span=s.span))

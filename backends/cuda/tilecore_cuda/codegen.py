@@ -15,10 +15,18 @@ from importlib import resources
 from tilecore.codegen import SIMTCppEmitter, EmitState, abi_of, host_expr
 from tilecore.codegen.simtcpp import grid3
 from tilecore.errors import CompileError
-from tilecore.ir import (as_expr, BinOp, ThreadIndex, AsyncCopy, VectorStore, BufferLoad, BulkCopy, BulkStore, Cast, Collective, MatrixOp, MatrixStore, MatrixSync, binary, collect, const,
+from tilecore.ir import (as_expr, BinOp, ThreadIndex, AsyncCopy, CopyBarrierWait, VectorStore, BufferLoad, BulkCopy, BulkStore, Cast, Collective, MatrixOp, MatrixStore, MatrixSync, binary, collect, const,
                          const_value, logic_or, simplify, Var)
 
 from .compiler import REGISTER_UNIT, REGISTERS_PER_SM
+
+
+def _reads_thread_index(e) -> bool:
+    from tilecore.ir import walk_expr
+
+    found = []
+    walk_expr(e, lambda x: found.append(x) if isinstance(x, ThreadIndex) else None)
+    return bool(found)
 
 ENTRY = "tc_kernel"
 STATIC_SHARED_LIMIT = 48 * 1024
@@ -865,6 +873,15 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
 
     def stmt_CopyBarrierWait(self, st, s):
         self.line(st, f"tc_mbar_wait({self.bar_addr(st, s.barrier, s.index)}, {self.expr(st, simplify(s.parity))});")
+
+    def stmt_If(self, st, s):
+        """As the C family; after the issuing thread's block holding its wait for a stage's release (D62:
+        tilecore.pipeline_release_stages, no block barrier in the loop) its warp reconverges (``__syncwarp``), so
+        the compiler keeps the loop's warp-uniform values (stage slots, descriptors) in the uniform datapath."""
+        super().stmt_If(st, s)
+        if s.orelse is None and any(getattr(w, "issuer", False) for w in collect(s.then, CopyBarrierWait)) \
+                and _reads_thread_index(s.cond):
+            self.line(st, "__syncwarp();")
 
     def stmt_StageRelease(self, st, s):
         self.line(st, f"tc_mbar_arrive({self.bar_addr(st, s.barrier, s.index)});")
