@@ -68,6 +68,9 @@ VARIANTS = {
     "default-release": {"tilecore.pipeline_release_stages": True},
     "default-us-release": {**US, "tilecore.pipeline_release_stages": True},
     "default-us-release-doff": {**US, "tilecore.pipeline_release_stages": True, "tilecore.cuda.descriptor_offsets": True},
+    # the stage ahead issued by thread 224 (the last warp's first lane: off the first warpgroup's path)
+    "default-us-t224": {**US, "tilecore.pipeline_issue_thread": 224},
+    "default-us-release-t224": {**US, "tilecore.pipeline_release_stages": True, "tilecore.pipeline_issue_thread": 224},
     "ws-us": {**US, "tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": True},
     "ws-us-doff": {**US, "tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": True,
                    "tilecore.cuda.descriptor_offsets": True},

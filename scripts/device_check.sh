@@ -183,13 +183,14 @@ step genpath2-tiles bash -c 'timeout 225 python3 benchmarks/general_gemm.py --re
 # and bit for bit the default general path; 128x128/4 4096^3 panel 8, ragged bf16, 128x256/3 and /4, K shorter than
 # the stages; each kernel run twice). gemm128: 128x128x64/4 panel 8, fp16 and bf16, 4096^3 and 8192^3, one process:
 # the plugin, the general default (the before), D59's uniform warp index + shifts ("us"), the release barriers (no
-# block barrier in the loop), us + release, us + release + descriptor offsets, warp-specialized + us, and that with
-# descriptor offsets; cuBLAS beside (~2 min). gemm128-tiles: the bar's three tiles (128x256x64/3, 128x256x64/4,
+# block barrier in the loop), us + release, us + release + descriptor offsets, us with the stage ahead issued by
+# thread 224 (t224) with the block barrier and with the release barriers, warp-specialized + us, and that with
+# descriptor offsets; cuBLAS beside (~2.5 min). gemm128-tiles: the bar's three tiles (128x256x64/3, 128x256x64/4,
 # 128x128x64/4, panel 8) in one process: the plugin, the general default and D62's candidates (~3 min)
 step gemm128-tests timeout 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_gemm_kstep.py -k device -rs
 step gemm128 timeout 230 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
        --configs 128:128:64:256:4:8 \
-       --variants default,default-us,default-release,default-us-release,default-us-release-doff,ws-us,ws-us-doff
+       --variants default,default-us,default-release,default-us-release,default-us-release-doff,default-us-t224,default-us-release-t224,ws-us,ws-us-doff
 step gemm128-tiles timeout 230 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
        --configs 128:256:64:256:3:8,128:256:64:256:4:8,128:128:64:256:4:8 \
        --variants default,default-us-release-doff,ws-us-doff

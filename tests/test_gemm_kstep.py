@@ -32,7 +32,7 @@ import pytest
 
 import tilecore
 from tilecore.ir import (Barrier, BulkCopy, CopyBarrierInit, CopyBarrierWait, For, If, KernelLaunch, MatrixSync,
-                         StageRelease, as_expr, binary, collect, rewrite, simplify)
+                         StageRelease, as_expr, binary, collect, const_value, rewrite, simplify)
 from tilecore.passes import persistent as persistent_pass
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -77,7 +77,7 @@ def check_release_schedule(func, M, N, K, bm, bn, bk, stages, blocks):
     rels = [(x.cond, x.then) for x in body if isinstance(x, If) and isinstance(x.then, StageRelease)]
     assert len(rels) == 2 and all(r.barrier is empty for _, r in rels)
     waits_all = [x.cond for x in collect(kloop.body, If) if any(m.phase == "wait" for m in collect(x.then, MatrixSync))]
-    guard = next(x for x in body if isinstance(x, If) and collect(x.then, BulkCopy))
+    guard = next(x for x in collect(kloop.body, If) if collect(x.then, BulkCopy) and not _reads_thread(x.cond))
     issuer = [w for w in collect(guard.then, CopyBarrierWait)]
     assert len(issuer) == 1 and issuer[0].issuer and issuer[0].barrier is empty, issuer
     issuer = issuer[0]
@@ -130,15 +130,70 @@ def check_release_schedule(func, M, N, K, bm, bn, bk, stages, blocks):
         assert not missing, f"{penv}: uses {missing[:4]} never released (the issuing thread waits forever)"
 
 
+def _reads_thread(e) -> bool:
+    from tilecore.ir import ThreadIndex, walk_expr
+
+    found = []
+    walk_expr(e, lambda x: found.append(x) if isinstance(x, ThreadIndex) else None)
+    return bool(found)
+
+
+def issuing_thread(func) -> int:
+    """The thread whose test holds the loop's bulk copies (checked: one such test, on one thread)."""
+    tests = [x for x in collect(_kloop_any(func).body, If) if collect(x.then, BulkCopy) and _reads_thread(x.cond)]
+    assert len(tests) == 1 and tests[0].cond.op == "eq", [x.cond for x in tests]
+    return const_value(tests[0].cond.b)
+
+
+def _kloop_any(func):
+    return min((f for f in collect(func.body, For) if collect(f.body, BulkCopy) and collect(f.body, MatrixSync)),
+               key=lambda f: len(collect(f.body, For)))
+
+
+def _without_thread_tests(func):
+    """``func`` with the loop's `if thread == c` around its stage ahead dropped (check_stage_ahead evaluates the
+    copies' guard, which may then be the first test holding them)."""
+    def drop(x):
+        if isinstance(x, If) and _reads_thread(x.cond) and collect(x.then, BulkCopy) and x.orelse is None:
+            return x.then
+        return None
+    return func.with_body(rewrite(func.body, drop))
+
+
+@pytest.mark.parametrize("thread", [0, 224])
 @pytest.mark.parametrize("case", CASES)
-def test_each_stage_is_released_once_and_refilled_after_its_release(case):
+def test_each_stage_is_released_once_and_refilled_after_its_release(case, thread):
+    """(``tilecore.pipeline_issue_thread``: the stage ahead on thread 224, the last warp's first lane, the same
+    schedule)"""
     M, N, K, bm, bn, bk, stages, threads, blocks, swz = CASES[case]
-    low, src = _lowered(case)
+    low, src = _lowered(case, **{"tilecore.pipeline_issue_thread": thread})
     check_release_schedule(low, M, N, K, bm, bn, bk, stages, blocks)
+    assert issuing_thread(low) == thread
     if blocks is not None:  # the stage ahead's slot and tile as in the thread-0 form with the block barrier
-        check_stage_ahead(low, M, N, K, bm, bn, bk, stages, blocks, swz)
+        check_stage_ahead(_without_thread_tests(low), M, N, K, bm, bn, bk, stages, blocks, swz)
     note = " ".join(low.attrs["pipelines"])
     assert "released by every thread on its own barrier" in note, note
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if CASES[c][8] is not None])
+def test_another_thread_issues_the_stage_ahead_between_the_block_barriers(case):
+    """``tilecore.pipeline_issue_thread`` without the release barriers: the block barrier, then thread 224 issues
+    what thread 0 issued (the same stages, slots and tiles); the prologue's stages stay on thread 0."""
+    M, N, K, bm, bn, bk, stages, threads, blocks, swz = CASES[case]
+    cfg = {**BULK, "tilecore.persistent": blocks}
+    low0, src0 = _lower(gemm(M, N, K, bm, bn, bk, stages, threads, swizzle=swz), **cfg)
+    low, src = _lower(gemm(M, N, K, bm, bn, bk, stages, threads, swizzle=swz), **cfg,
+                      **{"tilecore.pipeline_issue_thread": 224})
+    assert issuing_thread(low0) == 0 and issuing_thread(low) == 224
+    assert collect(_kloop_any(low).body, Barrier)
+    check_stage_ahead(_without_thread_tests(low), M, N, K, bm, bn, bk, stages, blocks, swz)
+    pre = src.code[:src.code.index("for (long long ko")]
+    assert pre == src0.code[:src0.code.index("for (long long ko")]
+
+
+def test_an_issue_thread_outside_the_block_is_refused():
+    with pytest.raises(tilecore.errors.CompileError, match="pipeline_issue_thread=256: expected a thread of the block"):
+        _lowered("3-stage", **{"tilecore.pipeline_issue_thread": 256})
 
 
 @pytest.mark.parametrize("mutation", ["the previous stage's release dropped", "the issuer waits one phase late"])
@@ -222,6 +277,8 @@ VARIANTS = {
     "us+release": {**US, **REL},
     "us+release+doff": {**US, **REL, **DOFF},
     "release, not persistent": {**REL, "tilecore.persistent": False},
+    "us+release, thread 224": {**US, **REL, "tilecore.pipeline_issue_thread": 224},
+    "thread 224": {"tilecore.pipeline_issue_thread": 224},
     "ws+us": {**WS, **US},
     "ws+us+doff": {**WS, **US, **DOFF},
 }

@@ -47,7 +47,7 @@ from ..ir import (Allocate, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, 
                   Buffer, BulkCopy, Call, Cast, Cmp, Collective, Continue, CopyBarrierArrive, CopyBarrierInit,
                   CopyBarrierWait, Expr, For, If, IntImm, KernelLaunch, Logic, MatrixOp, MatrixSync, Assert, Bind,
                   Specialized, StageRelease, Turn,
-                  PerThread, Print, Region,
+                  PerThread, Print, Region, ThreadIndex,
                   Select, Seq, Stmt, Store, TileOp, Var, as_expr, binary, compare, const_value, rewrite, seq, simplify,
                   logic_and, select, walk, walk_expr, collect)
 from ..ir import ShuffleIndex, ShuffleXor  # map_expr rebuilds the shuffles of register exchanges
@@ -110,6 +110,9 @@ PINGPONG = "tilecore.pingpong"
 #: thread releases the stage the previous iteration's gemm read on that stage's own barrier, the issuing thread waits
 #: for the release before refilling it (D62)
 RELEASE_STAGES = "tilecore.pipeline_release_stages"
+#: pass config: the thread that issues the steady loop's stage ahead where one thread issues the bulk copies and no
+#: producer group does (default 0; D62: e.g. a lane of the last warp, off the first warpgroup's path)
+ISSUE_THREAD = "tilecore.pipeline_issue_thread"
 #: the annotation of a persistent tile loop (tilecore.passes.persistent)
 PERSISTENT = "persistent_tiles"
 
@@ -679,6 +682,14 @@ class _Launch:
         # D62: in the thread-0 form of a loop whose gemm's wait is deferred, per-stage release barriers instead of
         # the block barrier before the stage ahead's issue (tilecore.pipeline_release_stages; off)
         self.release_stages = ctx.option(RELEASE_STAGES, False) is True and self.consumers is not None
+        # D62: the thread that issues the steady loop's stage ahead in the thread-0 forms (tilecore.pipeline_issue_thread)
+        self.issue_thread = ctx.option(ISSUE_THREAD, 0) or 0
+        if not isinstance(self.issue_thread, int) or isinstance(self.issue_thread, bool) or self.issue_thread < 0 \
+                or (self.consumers is not None and self.issue_thread >= self.consumers):
+            from ..errors import CompileError
+
+            raise CompileError(f"pass config {ISSUE_THREAD}={self.issue_thread!r}: expected a thread of the block, "
+                               f"0 to {(self.consumers or 1) - 1}")
         # D59: in a rotated loop the split mask after the first gemm (on by default: H200, causal +4.3%)
         self.mask_after = ctx.option(overlap.MASK_AFTER, True) is not False
         self.max_threads = ctx.capabilities.limit("max_threads_per_block")
@@ -776,6 +787,14 @@ class _Launch:
         if note.startswith("occupancy:"):
             again += f" ({note[len('occupancy: '):]})"
         return (new if new is not None else plain), again
+
+    def on_issuer(self, stmts: list) -> list:
+        """The steady loop's stage-ahead issue on thread ``tilecore.pipeline_issue_thread`` (D62; 0, the default: as
+        it is, thread distribution gives bulk copies to thread 0)."""
+        t = self.issue_thread
+        if not t:
+            return stmts
+        return [If(compare("eq", ThreadIndex(), as_expr(t)), seq(stmts), span=stmts[0].span if stmts else None)]
 
     def turn_groups(self):
         """``(group_threads, groups)`` where tilecore.pingpong is on and a warp-specialized block's consumers are
@@ -1244,13 +1263,13 @@ class _Launch:
                                       seq([refill] + issue_bulk(ahead, gi, guard=False, ahead=True)), loop.span))
                 steady = [waits[0], consume,
                           _if(compare("gt", local, 0), StageRelease(empty, prev, span=loop.span), loop.span),
-                          _if(last, StageRelease(empty, slot_it, span=loop.span), loop.span)] + issues
+                          _if(last, StageRelease(empty, slot_it, span=loop.span), loop.span)] + self.on_issuer(issues)
                 after = [drain]
                 issue_kinds.append("each stage released by every thread on its own barrier, which the issuing "
                                    "thread waits for before refilling it (no block barrier)")
             else:
                 consume, drain = deferred
-                steady = [waits[0], consume, Barrier(span=loop.span)] + issue_all(ahead, True)
+                steady = [waits[0], consume, Barrier(span=loop.span)] + self.on_issuer(issue_all(ahead, True))
                 after = [drain]
         elif deferred is None:
             steady = [AsyncWait(first, span=loop.span), Barrier(span=loop.span)] + issue_all(ahead) + [consume]

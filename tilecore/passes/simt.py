@@ -50,7 +50,7 @@ import math
 
 from ..errors import CompileError
 from ..ir import (Allocate, Assert, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, BufferLoad,
-                  BulkCopy, BulkFence, BulkStore, BulkStoreWait, Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait, MatrixSync, Specialized,
+                  BulkCopy, BulkFence, BulkStore, BulkStoreWait, Cmp, Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait, MatrixSync, Specialized,
                   StageRelease, For, If, IntImm, KernelLaunch, PerThread, Print, Seq, Store, ThreadIndex,
                   Var, as_expr, binary, collect, compare, const, const_value, loop_nest, rewrite, seq, stmt_exprs, walk,
                   walk_expr)
@@ -176,6 +176,14 @@ def _on_thread0(stmt):
     return If(compare("eq", ThreadIndex(), const(0)), stmt, span=stmt.span)
 
 
+def _issuer_test(s) -> bool:
+    """``if thread == c`` around statements a planner gave to thread ``c`` (tilecore.pipeline_issue_thread, D62): the
+    bulk copies inside it stay on that thread, not wrapped again for thread 0."""
+    c = s.cond
+    return (isinstance(s, If) and s.orelse is None and isinstance(c, Cmp) and c.op == "eq"
+            and isinstance(c.a, ThreadIndex) and isinstance(const_value(c.b), int))
+
+
 def _thread0(stmt):
     return [_on_thread0(stmt), Barrier(span=stmt.span)]
 
@@ -186,6 +194,7 @@ class _Distributor:
         self.hoisted: list = []
         self.bulk_only = bulk_only
         self.root = root  # the launch's body (tiles bulk-only within one branch of an if: _branch_bulk_only)
+        self.elected = False  # inside an `if thread == c` of a planner's (D62): elected statements as they are
 
     # -- block level ------------------------------------------------------------------------------
     def block(self, s) -> list:
@@ -199,12 +208,12 @@ class _Distributor:
                     run.append(c)
                     continue
                 if run:
-                    out.append(_on_thread0(seq(run)))
+                    out.append(seq(run) if self.elected else _on_thread0(seq(run)))
                     run = []
                 out += self.block(c)
             return out
         if _elected(s):
-            return [_on_thread0(s)]
+            return [s if self.elected else _on_thread0(s)]
         if isinstance(s, Allocate):
             self.hoisted.append(Allocate(s.buffer, span=s.span))
             if s.init is None:
@@ -231,10 +240,11 @@ class _Distributor:
                 c = Var("cond", "bool")
                 pre = [Bind(c, cond, span=s.span), Barrier(span=s.span)]
                 cond = c
-            outer = self.bulk_only
+            outer, elected = self.bulk_only, self.elected
             self.bulk_only = outer | (_branch_bulk_only(s, self.root) if self.root is not None else frozenset())
+            self.elected = elected or _issuer_test(s)
             then = seq(self.block(s.then))
-            self.bulk_only = outer
+            self.bulk_only, self.elected = outer, elected
             orelse = seq(self.block(s.orelse)) if s.orelse is not None else None
             return pre + [s.with_(cond=cond, then=then if then is not None else Seq([]), orelse=orelse)]
         if isinstance(s, Bind):
