@@ -67,6 +67,7 @@ VARIANTS = {
     "default-us": {**US},
     "default-release": {"tilecore.pipeline_release_stages": True},
     "default-us-release": {**US, "tilecore.pipeline_release_stages": True},
+    "default-us-doff": {**US, "tilecore.cuda.descriptor_offsets": True},
     "default-us-release-doff": {**US, "tilecore.pipeline_release_stages": True, "tilecore.cuda.descriptor_offsets": True},
     # the stage ahead issued by thread 224 (the last warp's first lane: off the first warpgroup's path)
     "default-us-t224": {**US, "tilecore.pipeline_issue_thread": 224},

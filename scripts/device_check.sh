@@ -194,6 +194,15 @@ step gemm128 timeout 230 python3 benchmarks/general_gemm.py --rep 40 --sizes 409
 step gemm128-tiles timeout 230 python3 benchmarks/general_gemm.py --rep 40 --sizes 4096,8192 --dtypes float16,bfloat16 \
        --configs 128:256:64:256:3:8,128:256:64:256:4:8,128:128:64:256:4:8 \
        --variants default,default-us-release-doff,ws-us-doff
+# D62 round 2: the candidates again, each process twice (the rows' noise): 128x128x64/4 panel 8 with the plugin, the
+# default, us, us + descriptor offsets, us with thread 224 issuing, ws + us, ws + us + descriptor offsets (~1.5 min);
+# then the three tiles with the plugin, the default, us, us + doff, ws + us + doff (~2.5 min)
+step gemm128-r2 bash -c 'rc=0; for r in 1 2; do timeout 110 python3 benchmarks/general_gemm.py --rep 60 --sizes 4096,8192 \
+       --dtypes float16,bfloat16 --configs 128:128:64:256:4:8 \
+       --variants default,default-us,default-us-doff,default-us-t224,ws-us,ws-us-doff || rc=$?; done; exit $rc'
+step gemm128-tiles-r2 bash -c 'rc=0; for r in 1 2; do timeout 115 python3 benchmarks/general_gemm.py --rep 60 --sizes 4096,8192 \
+       --dtypes float16,bfloat16 --configs 128:256:64:256:3:8,128:256:64:256:4:8,128:128:64:256:4:8 \
+       --variants default,default-us,default-us-doff,ws-us-doff || rc=$?; done; exit $rc'
 # the catalog with the plain Hopper GEMM routed to the general path (tilecore.cuda.general_plain_gemm, D51/D56), with
 # tilecore.persistent=auto (the candidate default), then with every kernel of the persistent form on 2 blocks; device mode, the PASS counts
 step genpath-catalog bash -c 'rc=0;
