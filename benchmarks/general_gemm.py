@@ -64,8 +64,10 @@ VARIANTS = {
     # nonnegative index shifts (stage slots / parities as masks and shifts) on the GEMM ("us"); no block barrier in
     # the loop, each stage released on its own barrier, thread 0 waiting for the release before the refill
     # ("release"); D59's descriptor offsets ("doff"); the warp-specialized form (the plugin's shape) with "us"
-    "default-us": {**US},
-    "default-release": {"tilecore.pipeline_release_stages": True},
+    "default-us": {**US},  # (D62's default for persistent GEMMs: the same source as "default")
+    "d58": {"tilecore.cuda.uniform_warp_index": False, "tilecore.cuda.nonnegative_index_shifts": False},  # the before
+    "default-release": {"tilecore.pipeline_release_stages": True, "tilecore.cuda.uniform_warp_index": False,
+                        "tilecore.cuda.nonnegative_index_shifts": False},
     "default-us-release": {**US, "tilecore.pipeline_release_stages": True},
     "default-us-doff": {**US, "tilecore.cuda.descriptor_offsets": True},
     "default-us-release-doff": {**US, "tilecore.pipeline_release_stages": True, "tilecore.cuda.descriptor_offsets": True},
@@ -73,6 +75,8 @@ VARIANTS = {
     "default-us-t224": {**US, "tilecore.pipeline_issue_thread": 224},
     "default-us-release-t224": {**US, "tilecore.pipeline_release_stages": True, "tilecore.pipeline_issue_thread": 224},
     "ws-us": {**US, "tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": True},
+    # the routed default (the plain GEMM on the general path through the plugin's passes, D58's genpath2-route)
+    "routed-default": {"tilecore.cuda.register_programs": True, "tilecore.cuda.general_plain_gemm": True},
     "ws-us-doff": {**US, "tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": True,
                    "tilecore.cuda.descriptor_offsets": True},
 }
@@ -83,6 +87,8 @@ def main() -> int:
     ap.add_argument("--sizes", default="4096,8192", help="square sizes M=N=K")
     ap.add_argument("--dtypes", default="float16")
     ap.add_argument("--rep", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time each tile's kernels in turn this many rounds and report each one's median (D62)")
     ap.add_argument("--configs", default="128:256:64:256:3:8,128:256:64:256:3,128:128:64:256:4",
                     help="block_M:block_N:block_K:threads:stages[:panel],... (panel: T.use_swizzle(panel))")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)}")
@@ -130,11 +136,14 @@ def main() -> int:
                 panel = cfg[5] if len(cfg) > 5 else 0
                 tile = f"{bm}x{bn}x{bk} {threads}t {stages}s" + (f" panel {panel}" if panel else "")
                 fn = lambda: matmul(M, N, K, bm, bn, bk, threads, stages, panel, dtype=dtype)  # noqa: E731
+                timed = []  # (kernel, its call, same, err, notes), timed after the tile's kernels are built
                 try:
                     hop = tilecore.compile(fn(), target="cuda", pass_configs=PLUGIN)
-                    c = torch.empty(M, N, device="cuda", dtype=tdt)
-                    row("Hopper pipeline (plugin)", tile, event_ms(lambda: hop(a, b, c), args.rep), "-",
-                        f"{float((c.float() - ref.float()).abs().max()):.3g}")
+                    c_hop = torch.empty(M, N, device="cuda", dtype=tdt)
+                    hop(a, b, c_hop)
+                    torch.cuda.synchronize()
+                    timed.append(("Hopper pipeline (plugin)", (lambda h=hop, o=c_hop: h(a, b, o)), "-",
+                                  f"{float((c_hop.float() - ref.float()).abs().max()):.3g}", ""))
                 except Exception as e:  # noqa: BLE001
                     print(f"| {dtype} | {size}^3 | Hopper pipeline | {tile} | failed: {type(e).__name__}: {e} |")
                 plain = None
@@ -159,7 +168,20 @@ def main() -> int:
                     elif "not warp-specialized" in pipes:
                         notes.append("ws refused: " + pipes.split("not warp-specialized: ")[1][:60])
                     notes += [n[:70] for n in attrs.get("persistent", ())] + [n[:70] for n in attrs.get("bulk_store", ())]
-                    row(f"general {v}", tile, event_ms(lambda: k(a, b, c), args.rep), same, err, "; ".join(notes))
+                    timed.append((f"general {v}", (lambda kk=k, o=c: kk(a, b, o)), same, err, "; ".join(notes)))
+                # --rounds N: every kernel of the tile timed once a round, N rounds in turn, the median reported (the
+                # rows' order effects and the GPU's clock drift spread over all of them; D62)
+                times = [[] for _ in timed]
+                for _ in range(args.rounds):
+                    for n, t in enumerate(timed):
+                        times[n].append(event_ms(t[1], args.rep))
+                for (kernel, _call, same, err, notes), ts in zip(timed, times):
+                    ts = sorted(ts)
+                    med = ts[len(ts) // 2] if len(ts) % 2 else (ts[len(ts) // 2 - 1] + ts[len(ts) // 2]) / 2
+                    if args.rounds > 1:
+                        notes = f"median of {args.rounds} rounds ({ts[0]:.4f}-{ts[-1]:.4f} ms)" + \
+                            (f"; {notes}" if notes else "")
+                    row(kernel, tile, med, same, err, notes)
     return 0
 
 

@@ -20,17 +20,19 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 GENERAL = {"tilecore.cuda.register_programs": False}
 US = {"tilecore.cuda.uniform_warp_index": True, "tilecore.cuda.nonnegative_index_shifts": True}
+#: D62 made US the default of persistent GEMMs: D58's default, to compare against
+NO_US = {"tilecore.cuda.uniform_warp_index": False, "tilecore.cuda.nonnegative_index_shifts": False}
 REL = {"tilecore.pipeline_release_stages": True}
 WS = {"tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": True}
 DOFF = {"tilecore.cuda.descriptor_offsets": True}
 ROWS = {
     "plugin (Hopper pipeline)": {"tilecore.cuda.general_plain_gemm": False},
-    "general default": GENERAL,
-    "+ uniform warp index, shifts (us)": {**GENERAL, **US},
-    "+ release barriers (no block barrier)": {**GENERAL, **REL},
+    "general, D58's default (us off)": {**GENERAL, **NO_US},
+    "+ uniform warp index, shifts (us; D62's default)": {**GENERAL, **US},
+    "+ release barriers (no block barrier)": {**GENERAL, **NO_US, **REL},
     "+ us + release barriers": {**GENERAL, **US, **REL},
     "+ us + release + descriptor offsets": {**GENERAL, **US, **REL, **DOFF},
-    "ws+persistent+bulk": {**GENERAL, **WS},
+    "ws+persistent+bulk": {**GENERAL, **WS, **NO_US},
     "ws + us": {**GENERAL, **WS, **US},
     "ws + us + descriptor offsets": {**GENERAL, **WS, **US, **DOFF},
 }

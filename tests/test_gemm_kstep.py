@@ -238,10 +238,32 @@ def test_the_option_leaves_the_warp_specialized_form_alone():
     assert _lower(fn(), **ws, **REL)[1].code == _lower(fn(), **ws)[1].code
 
 
+NO_US = {"tilecore.cuda.uniform_warp_index": False, "tilecore.cuda.nonnegative_index_shifts": False}
+
+
+@pytest.mark.parametrize("tile", [(128, 128, 64, 4), (128, 256, 64, 3), (128, 256, 64, 4)])
+def test_persistent_gemms_take_the_uniform_warp_index_and_the_shifts_by_default(tile):
+    """D62: ``tilecore.cuda.uniform_warp_index`` / ``nonnegative_index_shifts`` "auto" (the default) also on in a
+    persistent launch of wgmma gemms: the plugin's three tiles with a panel over more than one wave get the same
+    source as with both asked for, and not D58's; a launch of one wave (not persistent: the catalog's) keeps D58's
+    source; False still turns them off."""
+    bm, bn, bk, stages = tile
+    big = lambda: gemm(4096, 4096, 4096, bm, bn, bk, stages, 256, swizzle=8)  # noqa: E731
+    low, src = _lower(big())
+    assert low.attrs.get("persistent"), "persistent by default (a panel over more than one wave)"
+    assert src.code == _lower(big(), **US)[1].code != _lower(big(), **NO_US)[1].code
+    assert "tc_warp_u" in src.code and "& 3)" in src.code
+    one_wave = lambda: gemm(1024, 1024, 1024, bm, bn, bk, stages, 256, swizzle=8)  # noqa: E731
+    low1, src1 = _lower(one_wave())
+    assert not low1.attrs.get("persistent")
+    assert src1.code == _lower(one_wave(), **NO_US)[1].code and "tc_warp_u" not in src1.code
+
+
 @needs_toolchain
 def test_sm90a_no_block_barrier_in_the_main_loop_and_the_consumers_k_step_at_the_plugins():
-    """nvcc 13.0, 128x128x64/4 panel 8: the plugin's consumers 79 SASS instructions a k step; the general default 96,
-    with D59's uniform warp index and shifts 80, with those and the release barriers 75 (thread 0: 148)."""
+    """nvcc 13.0, 128x128x64/4 panel 8: the plugin's consumers 79 SASS instructions a k step; D58's general default
+    96, with D59's uniform warp index and shifts (D62's default) 80, with those and the release barriers 75 (thread
+    0: 148)."""
     import sass_paths
     import tilecore_cuda
 
@@ -256,8 +278,9 @@ def test_sm90a_no_block_barrier_in_the_main_loop_and_the_consumers_k_step_at_the
     assert not any(sass_paths.opcode(ins[i][1]) == "BAR" for i in loop)
     assert not any(sass_paths.opcode(ins[i][1]) == "R2UR" for i in loop[:40])  # descriptors stay uniform
     assert counts[0] <= 79, counts
-    _ins, _loop, before = loop_of({})
-    assert counts[0] < before[0], (counts, before)
+    _ins, _loop, before = loop_of(NO_US)
+    _ins, _loop, default = loop_of({})
+    assert counts[0] < default[0] < before[0] and default[0] <= 80, (counts, default, before)
 
 
 # -- on an sm_90 GPU ---------------------------------------------------------------------------------------
@@ -272,6 +295,7 @@ DEVICE = {  # (M, N, K, dtype, tile (bm, bn, bk, stages, threads), swizzle)
 WS = {"tilecore.warp_specialize": True, "tilecore.persistent": True, **BULK}
 DOFF = {"tilecore.cuda.descriptor_offsets": True}
 VARIANTS = {
+    "d58 (us off)": NO_US,
     "release": REL,
     "us": US,
     "us+release": {**US, **REL},

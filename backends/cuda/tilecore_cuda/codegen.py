@@ -320,16 +320,18 @@ class CUDAEmitter(SIMTCppEmitter):
 
     def warp_uniform_ok(self, st) -> bool:
         ctx = getattr(st, "ctx", None)
-        return (ctx is not None and self._auto_option(st, self.UNIFORM_OPTION)
+        return (ctx is not None and self._auto_option(st, self.UNIFORM_OPTION, gemm=True)
                 and getattr(self, "_block_threads", 0) > 0 and self._block_threads % 32 == 0
                 and getattr(st, "warp_line", None) is not None)
 
     @staticmethod
-    def _auto_option(st, key: str) -> bool:
+    def _auto_option(st, key: str, gemm: bool = False) -> bool:
         """A D59 option: True / False as asked; "auto" (the default) where the launch has a gemm reading
-        registers as an operand (st.register_operands)."""
+        registers as an operand (st.register_operands); with ``gemm`` also in a persistent launch (a tile loop) of
+        wgmma gemms (st.persistent_gemm, D62)."""
         v = st.ctx.option(key, "auto")
-        return v is True or (v == "auto" and bool(getattr(st, "register_operands", False)))
+        return v is True or (v == "auto" and (bool(getattr(st, "register_operands", False))
+                                             or gemm and bool(getattr(st, "persistent_gemm", False))))
 
     def warp_index(self, st) -> str:
         """``tc_warp_u``: the thread's warp index as a warp-uniform value (a shuffle from lane 0, which the
@@ -609,7 +611,7 @@ __device__ __forceinline__ unsigned long long tc_wg_desc_at(unsigned long long d
         unrolled = s.kind == "unroll" and const_value(s.extent) is not None
         ctx = getattr(st, "ctx", None)
         lo = const_value(s.start)
-        nonneg = ctx is not None and self._auto_option(st, self.NONNEG_OPTION) and isinstance(lo, int)
+        nonneg = ctx is not None and self._auto_option(st, self.NONNEG_OPTION, gemm=True) and isinstance(lo, int)
         if unrolled:
             if not hasattr(st, "unrolled"):
                 st.unrolled = []
@@ -912,6 +914,12 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
         # D59: a launch whose gemm reads registers the threads write (FlashAttention's P @ V): the uniform warp
         # index and the operand fence by default (measured there; the other kernels' sources as before)
         st.register_operands = any(x.reads for x in collect(s.body, MatrixSync))
+        # D62: a persistent launch (tilecore.persistent's tile loop) of wgmma gemms on shared tiles (the GEMM the
+        # plugin's pipeline runs): the uniform warp index and the shifts by default too (H200, 128x128x64/4 panel 8:
+        # 0.87-0.95x the plugin without them, 0.97-1.04x with them, 16 rows over four processes; 128x256x64/3 and /4
+        # within the noise, means +1.0% / 0.0%)
+        st.persistent_gemm = bool(s.attrs.get("persistent")) and not st.register_operands and \
+            any(m.spelling.startswith("wgmma_") for m in collect(s.body, MatrixSync))
         return super().stmt_KernelLaunch(st, s)
 
     def block_indices(self, st, s) -> None:
