@@ -26,6 +26,17 @@ HOPPER = "cuda:sm_90a"
 PER_TILE = {"tilecore.disable_cache": True, "tilecore.cuda.persistent": False}
 
 
+@pytest.fixture(autouse=True)
+def _the_plugins_hopper_pipeline(monkeypatch):
+    """These tests test the plugin's Hopper pipeline on plain GEMMs, which D58 routes to the core's general path by
+    default: pinned to the pipeline (``tilecore.cuda.general_plain_gemm=False``, on top of any TILECORE_PASS_CONFIGS)."""
+    import json
+    import os
+
+    env = json.loads(os.environ.get("TILECORE_PASS_CONFIGS", "") or "{}")
+    monkeypatch.setenv("TILECORE_PASS_CONFIGS", json.dumps({**env, "tilecore.cuda.general_plain_gemm": False}))
+
+
 def _on_hopper() -> bool:
     if not HAS_DEVICE:
         return False

@@ -36,6 +36,17 @@ DIRECT = {"tilecore.cuda.tma_store": False}  # the epilogue's direct stores (D34
 PRELUDE = Path(tilecore_cuda.__file__).parent / "prelude"
 
 
+@pytest.fixture(autouse=True)
+def _the_plugins_hopper_pipeline(monkeypatch):
+    """These tests test the plugin's Hopper pipeline on plain GEMMs, which D58 routes to the core's general path by
+    default: pinned to the pipeline (``tilecore.cuda.general_plain_gemm=False``, on top of any TILECORE_PASS_CONFIGS)."""
+    import json
+    import os
+
+    env = json.loads(os.environ.get("TILECORE_PASS_CONFIGS", "") or "{}")
+    monkeypatch.setenv("TILECORE_PASS_CONFIGS", json.dumps({**env, "tilecore.cuda.general_plain_gemm": False}))
+
+
 def _compile(shape: dict, target=HOPPER, persistent=True, **kw):
     cfg = dict(kw.pop("pass_configs", {}))
     if persistent is not None:

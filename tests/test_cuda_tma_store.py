@@ -36,6 +36,17 @@ BIG = dict(M=4096, N=4096, K=512, bm=128, bn=256, threads=256, stages=3)  # 512 
 NOTE = "tma_store: the epilogue through "
 
 
+@pytest.fixture(autouse=True)
+def _the_plugins_hopper_pipeline(monkeypatch):
+    """These tests test the plugin's Hopper pipeline on plain GEMMs, which D58 routes to the core's general path by
+    default: pinned to the pipeline (``tilecore.cuda.general_plain_gemm=False``, on top of any TILECORE_PASS_CONFIGS)."""
+    import json
+    import os
+
+    env = json.loads(os.environ.get("TILECORE_PASS_CONFIGS", "") or "{}")
+    monkeypatch.setenv("TILECORE_PASS_CONFIGS", json.dumps({**env, "tilecore.cuda.general_plain_gemm": False}))
+
+
 def _compile(shape: dict, target=HOPPER, persistent=True, tma_store=True, **kw):
     """test_cuda_persistent's compile with ``tilecore.cuda.tma_store`` set (None: the default)."""
     cfg = {} if tma_store is None else {"tilecore.cuda.tma_store": tma_store}

@@ -554,9 +554,10 @@ def test_the_default_bulk_store_on_the_general_path_only_where_it_applies():
     low, _src = _lower(gemm(4096, 4096, 512), **{"tilecore.persistent": True})
     assert low.attrs["persistent"][0].startswith("persistent: 132 blocks"), low.attrs["persistent"]
     assert low.attrs["bulk_store"][0].startswith("bulk store: C_l -> C"), low.attrs["bulk_store"]
-    # the plugin's Hopper pipeline keeps its kernels
+    # the plugin's Hopper pipeline keeps its kernels (where the plain GEMM is not routed to the general path, D58)
     _b, _t, low, src, _o = tilecore.compiler.lower(gemm(1024, 1024, 512), target="cuda:sm_90a",
-                                                   pass_configs={"tilecore.disable_cache": True})
+                                                   pass_configs={"tilecore.disable_cache": True,
+                                                                 "tilecore.cuda.general_plain_gemm": False})
     assert "bulk_store" not in low.attrs
     assert "cuda.hopper_gemm_pipeline: 128x256x64" in low.attrs["hopper_pipelines"][0]
     fn = lambda: gemm(64, 96, 40, 32, 32, 16, 2, 128, dtype="float32")  # noqa: E731
@@ -669,11 +670,11 @@ def test_persistent_auto_takes_only_kernels_with_a_bulk_store_and_a_panel_over_m
 
 
 def test_the_plain_hopper_gemm_can_be_routed_to_the_general_path_and_split_k_stays():
-    """``tilecore.cuda.general_plain_gemm`` (off by default, D51): a GEMM the plugin's Hopper pipeline would run
-    without split-K compiles to exactly the general path's kernel (the register programs pass it by too); one it
-    splits over K keeps the pipeline."""
+    """``tilecore.cuda.general_plain_gemm`` (D51; on by default since D58): a GEMM the plugin's Hopper pipeline would
+    run without split-K compiles to exactly the general path's kernel (the register programs pass it by too); one it
+    splits over K keeps the pipeline; False keeps the pipeline."""
     fn = lambda: gemm(4096, 4096, 1024)  # noqa: E731
-    route = {"tilecore.disable_cache": True, "tilecore.cuda.general_plain_gemm": True}
+    route = {"tilecore.disable_cache": True}  # the default
     _b, _t, low, src, _o = tilecore.compiler.lower(fn(), target="cuda:sm_90a", pass_configs=route)
     assert low.attrs["hopper_pipelines"] == ("cuda.hopper_gemm_pipeline: loop over ko left to the core's general "
                                              "path (tilecore.cuda.general_plain_gemm; split-K GEMMs stay here)",)
@@ -681,6 +682,13 @@ def test_the_plain_hopper_gemm_can_be_routed_to_the_general_path_and_split_k_sta
     assert src.code == general.code and low.attrs["matrix_stores"] and low.attrs["bulk_store"]
     _b, _t, low, src, _o = tilecore.compiler.lower(gemm(1024, 1024, 8192), target="cuda:sm_90a", pass_configs=route)
     assert "; split-K " in low.attrs["hopper_pipelines"][0] and "bulk_store" not in low.attrs
+    for off in (False, "false"):
+        _b, _t, low, src, _o = tilecore.compiler.lower(fn(), target="cuda:sm_90a", pass_configs={
+            **route, "tilecore.cuda.general_plain_gemm": off})
+        assert "cuda.hopper_gemm_pipeline: 128x256x64" in low.attrs["hopper_pipelines"][0] and "bulk_store" not in low.attrs
+    with pytest.raises(tilecore.errors.CompileError, match="general_plain_gemm='maybe'"):
+        tilecore.compiler.lower(fn(), target="cuda:sm_90a", pass_configs={**route, "tilecore.cuda.general_plain_gemm":
+                                                                          "maybe"})
 
 
 # -- the bulk store's tile written as four 8x8 matrices a warp (tilecore.matrix_stores, D51) ------------------

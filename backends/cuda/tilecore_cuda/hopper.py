@@ -227,9 +227,23 @@ def tensor_map(src, box: tuple, swizzle_bytes: int = SWIZZLE_BYTES) -> dict:
             "swizzle": TMAP_SWIZZLE[swizzle_bytes]}
 
 
-#: pass config (default False): a GEMM this pipeline would run without split-K goes to the core's general path instead
-#: (its bulk-store epilogue and persistent loop, D51), so the two can be compared on every catalog GEMM
+#: pass config (default True since D58; D51 added it off): a GEMM this pipeline would run without split-K goes to the
+#: core's general path instead (its bulk-store epilogue, in parts where the whole tile does not fit beside the stages,
+#: and its persistent loop), measured within 3% of this pipeline at its tiles; False keeps this pipeline
 GENERAL_PLAIN_GEMM = "tilecore.cuda.general_plain_gemm"
+
+
+def routes_plain_gemm(ctx) -> bool:
+    """The plain (non-split-K) GEMM goes to the core's general path (``tilecore.cuda.general_plain_gemm``)."""
+    v = ctx.option(GENERAL_PLAIN_GEMM, True)
+    if v in (True, "true", "True", "on", 1):
+        return True
+    if v in (False, "false", "False", "off", 0):
+        return False
+    from tilecore.errors import CompileError
+
+    raise CompileError(f"pass config {GENERAL_PLAIN_GEMM}={v!r}: expected True (the default: the plain GEMM on the "
+                       "core's general path) or False (the plugin's Hopper pipeline)")
 
 
 def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
@@ -278,7 +292,7 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
                  "epilogue": "global" if p.epilogue else "shared", "out_dtype": str(target.buffer.dtype),
                  "tensor_maps": maps, "epi": epi}
         splits, why = split_k(launch, p, s, stages, ctx)
-        if splits == 1 and ctx.option(GENERAL_PLAIN_GEMM, False) is True:  # D51: the plain GEMM to the general path
+        if splits == 1 and routes_plain_gemm(ctx):  # D51, D58: the plain GEMM to the general path
             ctx.notes.append(f"cuda.hopper_gemm_pipeline: loop over {s.var.name} left to the core's general path "
                              f"({GENERAL_PLAIN_GEMM}; split-K GEMMs stay here)")
             return launch.with_(attrs={**launch.attrs, GENERAL_PLAIN_GEMM: True})  # the register programs pass it by
