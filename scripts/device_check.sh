@@ -203,6 +203,25 @@ step gemm128-r2 bash -c 'rc=0; for r in 1 2; do timeout 110 python3 benchmarks/g
 step gemm128-tiles-r2 bash -c 'rc=0; for r in 1 2; do timeout 115 python3 benchmarks/general_gemm.py --rep 60 --sizes 4096,8192 \
        --dtypes float16,bfloat16 --configs 128:256:64:256:3:8,128:256:64:256:4:8,128:128:64:256:4:8 \
        --variants default,default-us,default-us-doff,ws-us-doff || rc=$?; done; exit $rc'
+# D62 round 3 (the defaults: the uniform warp index and shifts in persistent GEMMs; the plain 16-bit GEMM routed to
+# the general path). gemm128-bar: the bar's three tiles (128x256x64/3, /4, 128x128x64/4, panel 8), fp16 and bf16,
+# 4096^3 and 8192^3, one process, each tile's kernels timed in turn 5 rounds (medians): the plugin (pinned), D58's
+# general default (d58), the general default, the routed default through the plugin's passes; cuBLAS beside (~2.5 min).
+# gemm128-plugin: the plugin's and the general path's GEMM device tests with the routing on (the plugin's pinned to
+# it: float64, bits). gemm128-catalog: the catalog on cuda:sm_90a in device mode with the defaults (the two nt
+# warpgroup_tile GEMMs routed). gemm128-table: benchmarks/cuda_gemm.py's GEMM rows (the performance table's), routed
+# (the default) and with the plugin kept (general_plain_gemm=false), cuBLAS and Triton in each process
+step gemm128-bar timeout 230 python3 benchmarks/general_gemm.py --rep 30 --rounds 5 --sizes 4096,8192 \
+       --dtypes float16,bfloat16 --configs 128:256:64:256:3:8,128:256:64:256:4:8,128:128:64:256:4:8 \
+       --variants d58,default,routed-default
+step gemm128-plugin timeout 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_hopper.py \
+       tests/test_cuda_persistent.py tests/test_cuda_tma_store.py tests/test_general_gemm.py tests/test_cuda_splitk.py -k device -rs
+step gemm128-catalog bash -c 'rc=0; timeout 230 python3 -m tilecore conformance run --target cuda:sm_90a -n 12 \
+       --report /tmp/rep/cuda-d62 || rc=$?; python3 -c "import json; m = json.load(open(\"/tmp/rep/cuda-d62/manifest.json\"));
+print(m.get(\"mode\", m.get(\"target\")), m[\"counts\"])" || rc=1; exit $rc'
+step gemm128-table bash -c 'rc=0; timeout 110 python3 benchmarks/cuda_gemm.py --rep 20 --sizes 4096,8192 --no-fp8 --triton || rc=$?;
+     TILECORE_PASS_CONFIGS="{\"tilecore.cuda.general_plain_gemm\": false}" timeout 110 python3 benchmarks/cuda_gemm.py \
+       --rep 20 --sizes 4096,8192 --no-fp8 --triton || rc=$?; exit $rc'
 # the catalog with the plain Hopper GEMM routed to the general path (tilecore.cuda.general_plain_gemm, D51/D56), with
 # tilecore.persistent=auto (the candidate default), then with every kernel of the persistent form on 2 blocks; device mode, the PASS counts
 step genpath-catalog bash -c 'rc=0;

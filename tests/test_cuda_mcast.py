@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
 from test_cuda_hopper import HOPPER, _notes, dynamic_m_gemm, gemm, hopper_gpu  # noqa: E402
 from test_cuda_persistent import _body, _run_harness as _run_persistent_harness  # noqa: E402
+from test_cuda_hopper import _the_plugins_hopper_pipeline  # noqa: E402,F401 (D62: plain GEMMs pinned to the plugin)
 
 BIG = dict(M=4096, N=4096, K=512, bm=128, bn=256, threads=256, stages=3)  # 16 x 32 tiles
 PRELUDE = Path(tilecore_cuda.__file__).parent / "prelude"

@@ -31,6 +31,7 @@ tilecore_cuda = pytest.importorskip("tilecore_cuda")
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
 from test_cuda_hopper import HOPPER, _notes, gemm, hopper_gpu  # noqa: E402
+from test_cuda_hopper import _the_plugins_hopper_pipeline  # noqa: E402,F401 (D62: plain GEMMs pinned to the plugin)
 
 #: the issue's two small-M rows at the tiles the benchmark found best for the user's split kernel, and a ragged one
 LLM_128 = dict(M=128, N=4096, K=4096, bm=128, bn=128, threads=256, stages=3)

@@ -36,6 +36,7 @@ from test_cuda_hopper import HOPPER, _notes, gemm, hopper_gpu  # noqa: E402
 from test_cuda_persistent import HARNESS, HEADER, _run_harness, _sass  # noqa: E402
 
 from tilecore_cuda.hopper import streamk_workspace_bytes  # noqa: E402
+from test_cuda_hopper import _the_plugins_hopper_pipeline  # noqa: E402,F401 (D62: plain GEMMs pinned to the plugin)
 
 SQ = dict(M=4096, N=4096, K=4096, bm=128, bn=256, threads=256, stages=3)  # 512 tiles on 132 SMs: 3.88 waves
 SK = {"tilecore.cuda.stream_k": True}

@@ -160,7 +160,8 @@ def test_a_producer_warpgroup_issues_the_stages_and_the_consumers_release_them(t
     assert f"if (((int)threadIdx.x) == {threads})" in producer
     loop = consumer[consumer.index("for (long long ko"):consumer.rindex("tc_wg_wait<0>")]
     assert "tc_wg_commit(); tc_wg_wait<1>();" in loop and "bar.sync" not in loop and "__syncthreads" not in loop
-    assert "tc_mbar_arrive(tc_smem_addr(A_s_empty + (tc_floormod((ko + (-1)), 3))));" in loop
+    # the previous stage (ko - 1) % 3 spelled (ko + 2) % 3, released where ko > 0 (D62: nonnegative for the shifts)
+    assert "tc_mbar_arrive(tc_smem_addr(A_s_empty + (tc_floormod((ko + 2), 3))));" in loop
     assert ("setmaxnreg" in src) == bool(regs) and (not regs or f"setmaxnreg.inc.sync.aligned.u32 {regs};" in consumer)
     sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
     assert "UTMALDG" in sass and "HGMMA" in sass

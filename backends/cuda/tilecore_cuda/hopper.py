@@ -227,15 +227,26 @@ def tensor_map(src, box: tuple, swizzle_bytes: int = SWIZZLE_BYTES) -> dict:
             "swizzle": TMAP_SWIZZLE[swizzle_bytes]}
 
 
-#: pass config (default True since D58; D51 added it off): a GEMM this pipeline would run without split-K goes to the
-#: core's general path instead (its bulk-store epilogue, in parts where the whole tile does not fit beside the stages,
-#: and its persistent loop), measured within 3% of this pipeline at its tiles; False keeps this pipeline
+#: pass config (default True since D62; D51 added it off): a GEMM this pipeline would run without split-K goes to the
+#: core's general path instead (its bulk-store epilogue, in parts where the whole tile does not fit beside the stages
+#: (D58), its persistent loop with the uniform warp index and shifts (D62)), measured within 3% of this pipeline at
+#: its tiles; False keeps this pipeline. Unset, a GEMM compiled with one of this pipeline's own options (PIPELINE_OWN)
+#: keeps it too: those options mean nothing on the general path
 GENERAL_PLAIN_GEMM = "tilecore.cuda.general_plain_gemm"
+#: this pipeline's own pass configs: asked for, the plain GEMM stays here unless GENERAL_PLAIN_GEMM says otherwise
+PIPELINE_OWN = ("tilecore.cuda.persistent", "tilecore.cuda.cluster_multicast", "tilecore.cuda.stage_release",
+                "tilecore.cuda.stream_k", "tilecore.cuda.pipeline_profile", "tilecore.cuda.tma_store",
+                "tilecore.cuda.keep_epilogue_checks", "tilecore.cuda.split_k", "tilecore.cuda.split_k_reduce")
+_UNSET = object()
 
 
-def routes_plain_gemm(ctx) -> bool:
-    """The plain (non-split-K) GEMM goes to the core's general path (``tilecore.cuda.general_plain_gemm``)."""
-    v = ctx.option(GENERAL_PLAIN_GEMM, True)
+def routes_plain_gemm(ctx, esize: int = 2) -> bool:
+    """The plain (non-split-K) GEMM goes to the core's general path (``tilecore.cuda.general_plain_gemm``; unset:
+    16-bit operands only (``esize``: bytes an element; an 8-bit GEMM's B is (N, K) and the general path copies it
+    per thread, and spills at the fp8 tiles), and not where one of this pipeline's own options is asked for)."""
+    v = ctx.option(GENERAL_PLAIN_GEMM, _UNSET)
+    if v is _UNSET:
+        return esize == 2 and not any(ctx.option(k, _UNSET) is not _UNSET for k in PIPELINE_OWN)
     if v in (True, "true", "True", "on", 1):
         return True
     if v in (False, "false", "False", "off", 0):
@@ -292,7 +303,7 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
                  "epilogue": "global" if p.epilogue else "shared", "out_dtype": str(target.buffer.dtype),
                  "tensor_maps": maps, "epi": epi}
         splits, why = split_k(launch, p, s, stages, ctx)
-        if splits == 1 and routes_plain_gemm(ctx):  # D51, D58: the plain GEMM to the general path
+        if splits == 1 and routes_plain_gemm(ctx, p.esize):  # D51, D62: the plain GEMM to the general path
             ctx.notes.append(f"cuda.hopper_gemm_pipeline: loop over {s.var.name} left to the core's general path "
                              f"({GENERAL_PLAIN_GEMM}; split-K GEMMs stay here)")
             return launch.with_(attrs={**launch.attrs, GENERAL_PLAIN_GEMM: True})  # the register programs pass it by
