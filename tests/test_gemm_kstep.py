@@ -333,3 +333,45 @@ def test_device_each_option_matches_float64_and_the_default_bit_for_bit(case, va
     assert not torch.isnan(c1).any()
     assert float((c1.double() - ref).abs().max()) < 3e-2 * max(1.0, float(ref.abs().max()) / 8), k1.meta["attrs"]
     assert torch.equal(c0, c1), k1.meta["attrs"]
+
+
+# -- the plain GEMM routed to the general path by default (D62) ----------------------------------------------------
+
+ROUTE_NOTE = "left to the core's general path"
+
+
+def _route_notes(fn, cfg):
+    _b, _t, low, _src, _o = tilecore.compiler.lower(fn, target="cuda:sm_90a",
+                                                    pass_configs={"tilecore.disable_cache": True, **cfg})
+    return " ".join(low.attrs.get("hopper_pipelines", ())), low
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_the_plain_16_bit_gemm_is_routed_by_default(dtype):
+    notes, low = _route_notes(gemm(4096, 4096, 4096, 128, 128, 64, 4, 256, dtype, swizzle=8), {})
+    assert ROUTE_NOTE in notes and low.attrs.get("persistent") and low.attrs.get("bulk_store"), notes
+
+
+@pytest.mark.parametrize("opt", ["tilecore.cuda.persistent", "tilecore.cuda.tma_store", "tilecore.cuda.stream_k",
+                                 "tilecore.cuda.stage_release", "tilecore.cuda.cluster_multicast"])
+def test_a_gemm_asking_for_the_pipelines_own_options_keeps_the_pipeline(opt):
+    """Unset, the routing leaves the GEMM to the plugin's pipeline where one of its own options is asked for (they
+    mean nothing on the general path); asked for explicitly, the routing wins."""
+    value = {"tilecore.cuda.stage_release": "thread", "tilecore.cuda.cluster_multicast": "off"}.get(opt, False)
+    fn = lambda: gemm(4096, 4096, 4096, 128, 256, 64, 3, 256, swizzle=8)  # noqa: E731
+    notes, low = _route_notes(fn(), {opt: value})
+    assert ROUTE_NOTE not in notes and "cuda.hopper_gemm_pipeline: 128x256x64" in notes, notes
+    notes, _low = _route_notes(fn(), {opt: value, "tilecore.cuda.general_plain_gemm": True})
+    assert ROUTE_NOTE in notes, notes
+
+
+def test_an_8_bit_gemm_keeps_the_pipeline_unless_routed_explicitly():
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    from cuda_gemm import matmul
+
+    fn = lambda: matmul(1024, 1024, 1024, 128, 256, 128, 256, 3, 8, dtype="float8_e4m3", out_dtype="float16",  # noqa: E731
+                        b_transposed=True)
+    notes, _low = _route_notes(fn(), {})
+    assert ROUTE_NOTE not in notes and "cuda.hopper_gemm_pipeline: 128x256x128" in notes, notes
+    notes, _low = _route_notes(fn(), {"tilecore.cuda.general_plain_gemm": True})
+    assert ROUTE_NOTE in notes, notes
