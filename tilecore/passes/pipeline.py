@@ -1150,8 +1150,9 @@ class _Launch:
                 steady = [waits[0], consume, StageRelease(empty, slot_it, span=loop.span)]
             else:  # the previous iteration's gemm has finished reading its stage at the deferred wait
                 consume, drain = deferred
-                # (it - 1) % S as (it + S - 1) % S, nonnegative (D62: the CUDA emitter's shifts then spell it as a
-                # mask, not a 64-bit signed remainder: 12 uniform instructions a k step); released where it > 0
+                # (it - 1) % S as (it + S - 1) % S, nonnegative (D62: a backend that spells remainders of nonnegative
+                # values as masks then masks it, not a 64-bit signed remainder: 12 instructions a k step on the
+                # measured target); released where it > 0, where both are the same stage
                 prev = simplify(binary("floormod", binary("add", it, stages - 1), stages))
                 if self.ctx.option("tilecore.release_last_stage", True) is False:  # D46: the next tile releases it
                     steady = [waits[0], consume, _if(compare("gt", it, 0), StageRelease(empty, prev, span=loop.span),
