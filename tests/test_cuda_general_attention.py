@@ -655,3 +655,122 @@ def test_d59_options_give_the_same_bits(causal):
     torch.cuda.synchronize()
     assert torch.equal(pp, pp_rot) and torch.equal(base, pp) and torch.equal(pp, pp_desc) and torch.equal(pp, pp_all)
     assert torch.equal(pp, pp_mask)
+
+
+# -- D61: the epilogue's O / l with div.rn's fast path, the reciprocal once a row ----------------------------
+
+ROWDIV_OFF = {"tilecore.cuda.row_division": False}
+
+
+def _division_side(k):
+    """The SASS of the branch side that divides by the rows' reciprocals: straight-line code a conditional branch
+    jumps to, with at least 3 FFMA for each of the thread's 64 divisions and no division's own check (FCHK), slow
+    path (CALL) or reciprocal (MUFU.RCP); None where there is none."""
+    ins = sass_paths.parse(tilecore_cuda.CUDABackend().disassemble(k.binary, k.target))
+    pos = {a: n for n, (a, _) in enumerate(ins)}
+    for _, t in ins:
+        m = sass_paths._TARGET.search(t)
+        if sass_paths.opcode(t) != "BRA" or not t.startswith("@") or not m:
+            continue
+        n = pos.get(int(m.group(1), 16))
+        side = []
+        while n is not None and n < len(ins) and (sass_paths.opcode(ins[n][1]) != "BRA" or ins[n][1].startswith("@")):
+            side.append(ins[n][1])
+            n += 1
+        ops = [sass_paths.opcode(x) for x in side]
+        if ops.count("FFMA") >= 3 * 64 and "FCHK" not in ops and "CALL" not in ops and not any("MUFU.RCP" in x
+                                                                                                for x in side):
+            return side
+    return None
+
+
+@needs_toolchain
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_epilogue_divides_by_each_rows_reciprocal(causal):
+    """D61: the general path's ``acc_o[i, j] = acc_o[i, j] / logsum[i]`` (the fragment lowering's 64 stores a
+    thread) as tc_div_fast with the two rows' reciprocals where every operand is in range, the division as written
+    otherwise; on by default (D60's option), off as asked, never under fast math."""
+    src = fa(4096, 128, 32, "128x128", causal, batch=8).get_kernel_source()
+    assert src.count("tc_div_rcp(logsum[") == 2 and src.count("tc_div_safe(acc_o[") == 64
+    fast = re.findall(r"acc_o\[(\d+)\] = tc_div_fast\(acc_o\[(\d+)\], logsum\[(\d)\], tc_dr(\d)\);", src)
+    assert len(fast) == 64 and all(a == b for a, b, _, _ in fast)
+    # the row of register 4 j + 2 h + e is h (the accumulator's layout), the reciprocal that row's
+    assert all(int(r) == (int(a) // 2) % 2 == int(d) for a, _, r, d in fast)
+    slow = re.findall(r"acc_o\[(\d+)\] = \(acc_o\[\d+\] / logsum\[(\d)\]\);", src)
+    assert sorted(slow) == sorted((a, r) for a, _, r, _ in fast)
+    asked = fa(4096, 128, 32, "128x128", causal, batch=8, **{"tilecore.cuda.row_division": True})
+    assert asked.get_kernel_source() == src
+    off = fa(4096, 128, 32, "128x128", causal, batch=8, **ROWDIV_OFF).get_kernel_source()
+    assert "tc_div_" not in off and off.count("/ logsum[") == 64
+    fm = fa(4096, 128, 32, "128x128", causal, batch=8, **{"tilecore.fast_math": True}).get_kernel_source()
+    assert "tc_div_" not in fm
+
+
+@needs_toolchain
+def test_the_division_side_has_no_division_calls():
+    """The side taken when every operand is in range: 3 FFMA a division and the rows' Newton steps, no MUFU.RCP,
+    FCHK or CALL (the other side keeps the 64 divisions' slow-path calls: as many as without the option); without
+    the option no such side; no local memory."""
+    k = fa(4096, 128, 32, "128x128", True, batch=8)
+    side = _division_side(k)
+    assert side is not None
+    assert 3 * 64 <= collections.Counter(sass_paths.opcode(t) for t in side)["FFMA"] <= 3 * 64 + 4
+    off = fa(4096, 128, 32, "128x128", True, batch=8, **ROWDIV_OFF)
+    assert _division_side(off) is None
+    assert _ops(k)["CALL"] == _ops(off)["CALL"] == 64 and _ops(k)["FCHK"] == _ops(off)["FCHK"] == 64
+    assert _ops(k)["LDL"] + _ops(k)["STL"] == 0
+
+
+@needs_toolchain
+@pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="the host emulator needs g++ (C++20)")
+def test_the_division_gives_the_same_bits_on_the_host():
+    """The catalog's 32x32 attention on sm_80's general path (the same lowering), run by the host emulator: bit for
+    bit the option off, a head with zero outputs (the division as written there) included."""
+    from cuda_host_emulator import run_on_host
+
+    rng = np.random.default_rng(4)
+    seq, dim = 192, 64
+    q, kk, v = (rng.standard_normal((2, seq, dim)).astype(np.float16) for _ in range(3))
+    v[1, :5] = 0
+    outs = []
+    for extra in ({}, ROWDIV_OFF):
+        func = flash_attention_forward(seq, dim, 2, 32, 32, "float16", True, threads=128)
+        k = tilecore.compile(func, target="cuda:sm_80", pass_configs={**GENERAL, **extra})
+        assert ("tc_div_fast(" in k.get_kernel_source()) == (not extra)
+        outs.append(run_on_host(k, [q, kk, v, np.full(q.shape, np.nan, np.float16)])[3])
+    assert not np.isnan(outs[0]).any() and outs[0].tobytes() == outs[1].tobytes()
+
+
+#: (name, seq, dim, bm, bn, threads, causal, kv_heads): the benchmark's tiles on the general path, ragged sequences
+D61_DEVICE = [("128-causal", 1000, 128, 128, 128, 256, True, None), ("128", 1000, 128, 128, 128, 256, False, None),
+              ("176-ragged", 1000, 128, 128, 176, 256, False, None), ("176-causal", 1000, 128, 128, 176, 256, True, None),
+              ("d64-64x64", 1000, 64, 64, 64, 128, True, None), ("gqa", 1000, 128, 128, 128, 256, True, 1)]
+
+
+@hopper_gpu
+@pytest.mark.parametrize("case", D61_DEVICE, ids=[c[0] for c in D61_DEVICE])
+def test_d61_row_division_gives_the_same_bits(case):
+    """The division by the rows' reciprocals bit for bit the IEEE division (the option off), head 1's outputs
+    scaled below 2^-40 in some rows (the division as written there), and against float64."""
+    import torch
+
+    _, seq, dim, bm, bn, threads, causal, kvh = case
+    heads, batch = 3, 2
+    g = torch.Generator(device="cuda").manual_seed(23)
+    q = torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g)
+    k, v = (torch.randn(batch, kvh or heads, seq, dim, device="cuda", dtype=torch.float16, generator=g)
+            for _ in range(2))
+    v[0, 0] = 0  # a head of zero outputs (out of the fast side's range: the division as written)
+    v[1, 0, :, :5] = 0  # five zero columns: in each warp threads on either side
+    outs = []
+    for extra in ({}, ROWDIV_OFF):
+        func = flash_attention_forward(seq, dim, heads, bm, bn, "float16", causal, batch=batch, threads=threads,
+                                       kv_heads=kvh)
+        kern = tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs={**GENERAL, **extra})
+        assert ("tc_div_fast(" in kern.get_kernel_source()) == (not extra)
+        outs.append(kern(q, k, v))
+    torch.cuda.synchronize()
+    assert torch.equal(outs[0], outs[1])
+    kr, vr = (x.repeat_interleave(heads // (kvh or heads), dim=1) for x in (k, v))
+    err = (outs[0].double() - _reference(q, kr, vr, causal)).abs().max().item()
+    assert err < 2e-3, f"{case[0]}: max error {err}"

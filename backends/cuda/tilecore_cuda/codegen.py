@@ -15,8 +15,9 @@ from importlib import resources
 from tilecore.codegen import SIMTCppEmitter, EmitState, abi_of, host_expr
 from tilecore.codegen.simtcpp import grid3
 from tilecore.errors import CompileError
-from tilecore.ir import (as_expr, BinOp, ThreadIndex, AsyncCopy, CopyBarrierWait, VectorStore, BufferLoad, BulkCopy, BulkStore, Cast, Collective, MatrixOp, MatrixStore, MatrixSync, binary, collect, const,
+from tilecore.ir import (as_expr, BinOp, Bind, ThreadIndex, AsyncCopy, CopyBarrierWait, VectorStore, BufferLoad, BulkCopy, BulkStore, Cast, Collective, MatrixOp, MatrixStore, MatrixSync, Seq, Store, binary, collect, const,
                          const_value, logic_or, simplify, Var)
+from tilecore.codegen.cfamily import st_fast
 
 from .compiler import REGISTER_UNIT, REGISTERS_PER_SM
 
@@ -627,6 +628,118 @@ __device__ __forceinline__ unsigned long long tc_wg_desc_at(unsigned long long d
                 st.unrolled.pop()
             if nonneg:
                 st.nonneg.pop()
+
+    #: pass config (D60 in the register programs, D61 here): a run of register divisions by shared divisors,
+    #: FlashAttention's ``O[i, j] = O[i, j] / l[i]``, as div.rn.f32's fast path with the reciprocal once a divisor
+    ROW_DIVISION_OPTION = "tilecore.cuda.row_division"
+
+    def stmt_Seq(self, st, s: Seq):
+        """Statements in order; in the exact build (``tilecore.cuda.row_division``, on by default) a run of
+        register divisions sharing divisors (:meth:`division_runs`) is spelled by :meth:`row_divide`."""
+        runs = self.division_runs(st, s.body)
+        k = 0
+        while k < len(s.body):
+            run = runs.get(k)
+            if run is not None:
+                end, binds, stores = run
+                for b in binds:
+                    self.stmt(st, b)
+                self.row_divide(st, stores)
+                k = end
+                continue
+            self.stmt(st, s.body[k])
+            k += 1
+
+    def division_runs(self, st, body: list) -> dict:
+        """``{start: (end, binds, stores)}``: maximal runs of ``body`` made of stores ``F[c] = F[c] / R[k]`` (``F``
+        and ``R`` float32 register arrays, every index a constant, ``R`` not written in the run, each element of
+        ``F`` written once) and of index binds that read no buffer (the fragment lowering's per-element
+        coordinates), where some divisor is shared by two stores or more; none in fast math (its ``/`` is not
+        div.rn) or with the option off. The core's lowering of a ``T.Parallel`` nest over a fragment leaves
+        FlashAttention's epilogue in this form."""
+        ctx = getattr(st, "ctx", None)
+        if st_fast(st) or ctx is None or not body:
+            return {}
+        if not any(isinstance(x, Store) and isinstance(x.value, BinOp) and x.value.op == "div" for x in body):
+            return {}
+        from ._lean import ROW_DIVISION_DEFAULT
+
+        if not ctx.option(self.ROW_DIVISION_OPTION, ROW_DIVISION_DEFAULT):
+            return {}
+
+        def element(e):
+            if not (isinstance(e, BufferLoad) and e.buffer.scope == "register" and str(e.buffer.dtype) == "float32"):
+                return None
+            idx = tuple(const_value(i) for i in e.indices)
+            return (id(e.buffer), idx) if all(isinstance(i, int) for i in idx) else None
+
+        def division(x):
+            """(dividend's key, divisor's key, dividend, divisor) of ``F[c] = F[c] / R[k]``; else None."""
+            if not (isinstance(x, Store) and isinstance(x.value, BinOp) and x.value.op == "div"
+                    and str(x.value.dtype) == "float32"):
+                return None
+            a, r = element(x.value.a), element(x.value.b)
+            if a is None or r is None or x.value.a.buffer is not x.buffer or a[1] != tuple(
+                    const_value(i) for i in x.indices):
+                return None
+            return a, r, x.value.a, x.value.b
+
+        runs: dict = {}
+        k = 0
+        while k < len(body):
+            start, binds, stores, written, stored, divided = k, [], [], set(), set(), set()
+            while k < len(body):
+                x = body[k]
+                if isinstance(x, Bind) and not collect(x.value, BufferLoad):
+                    binds.append(x)
+                    k += 1
+                    continue
+                d = division(x)
+                # each element written once; no divisor's array written in the run (its reciprocal comes first)
+                if d is None or d[0] in written or d[1][0] in stored or d[0][0] in divided or d[1][0] == d[0][0]:
+                    break
+                stores.append(d)
+                written.add(d[0])
+                stored.add(d[0][0])
+                divided.add(d[1][0])
+                k += 1
+            if len(stores) > len({d[1] for d in stores}):
+                runs[start] = (k, binds, stores)
+            elif k == start:
+                k += 1
+        return runs
+
+    def row_divide(self, st, stores: list) -> None:
+        """The divisions of a run (:meth:`division_runs`) with div.rn.f32's own fast path (``prelude/tc_div_row.cuh``,
+        D60: the reciprocal's MUFU.RCP and Newton step once a divisor, three FFMA an element) where every
+        dividend and divisor of the thread lies in [2^-40, 2^40] in magnitude, where that path's result is the
+        correctly rounded quotient; the divisions as written otherwise: the same bits. ptxas emits each ``/`` as
+        its own region (MUFU.RCP, FCHK, a branch to the slow path's CALL), one after another. The test is the
+        thread's own (the run may sit under any control flow), not the warp's vote of the register programs."""
+        divs: dict = {}
+        for _, rk, _, r in stores:
+            divs.setdefault(rk, (f"tc_dr{len(divs)}", self.expr(st, r)))
+        self.line(st, "{")
+        st.indent += 1
+        self.line(st, "bool tc_dk = true;")
+        for name, r in divs.values():
+            self.line(st, f"const float {name} = tc_div_rcp({r}); tc_dk = tc_dk & tc_div_safe({r});")
+        for _, _, a, _ in stores:
+            self.line(st, f"tc_dk = tc_dk & tc_div_safe({self.expr(st, a)});")
+        self.line(st, "if (tc_dk) {")
+        st.indent += 1
+        for _, rk, a, _ in stores:
+            name, r = divs[rk]
+            self.line(st, f"{self.expr(st, a)} = tc_div_fast({self.expr(st, a)}, {r}, {name});")
+        st.indent -= 1
+        self.line(st, "} else {")
+        st.indent += 1
+        for _, rk, a, _ in stores:
+            self.line(st, f"{self.expr(st, a)} = ({self.expr(st, a)} / {divs[rk][1]});")
+        st.indent -= 1
+        self.line(st, "}")
+        st.indent -= 1
+        self.line(st, "}")
 
     def stmt_MatrixOp(self, st, s):
         if not s.spelling.startswith("wgmma_"):
