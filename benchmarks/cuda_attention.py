@@ -116,7 +116,7 @@ EPILOGUE = {"direct": {"tilecore.cuda.attention_tma_store": False}, "tma": {"til
 #: --general takes, one row each (cumulative from base: each adds to the one before; several are on by default since
 #: the device measured them, so base turns every one off, D59's too); "default": the general path as it compiles by
 #: default;
-#: "regprog": the register program (the plugin's path) in the same run
+#: "regprog": the register program (the plugin's path, tilecore.cuda.register_programs=True) in the same run
 _GEN = {"tilecore.cuda.register_programs": False}
 _OFF = {**_GEN, "tilecore.pipeline_no_drain": False, "tilecore.prune_condition_binds": False,
         "tilecore.store_cast_once": False, "tilecore.cuda.uniform_warp_index": False,
@@ -130,7 +130,14 @@ _LEAN = {**_NODRAIN, "tilecore.prune_condition_binds": True, "tilecore.store_cas
          "tilecore.cuda.uniform_warp_index": True}
 _SPLIT = {**_LEAN, "tilecore.split_masked_iterations": True}
 _EARLY = {**_SPLIT, "tilecore.pipeline_early_issue": True}
-GENERAL = {"regprog": {}, "default": _GEN, "base": _OFF,
+GENERAL = {"regprog": {"tilecore.cuda.register_programs": True}, "default": _GEN, "base": _OFF,
+           # D61: the general path's epilogue O / l as 64 IEEE divisions a thread (before D61's row division); the
+           # route "auto" (the forms the general path serves at parity go to it); the general path without ping-pong's
+           # turns (the producer warpgroup kept: the register program's fast-math schedule), and with thread 0 issuing
+           "nodiv": {**_GEN, "tilecore.cuda.row_division": False},
+           "auto": {"tilecore.cuda.register_programs": "auto"},
+           "nopp": {**_GEN, "tilecore.pingpong": False},
+           "thread0": {**_GEN, "tilecore.pingpong": False, "tilecore.warp_specialize": False},
            # D59: the general path's defaults before D59 (D55's), the new ones off
            "d55": {**_GEN, "tilecore.warp_specialize": False, "tilecore.pingpong": False,
                    "tilecore.pipeline_overlap": False, "tilecore.cuda.fence_register_operands": False,

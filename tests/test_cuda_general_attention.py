@@ -774,3 +774,44 @@ def test_d61_row_division_gives_the_same_bits(case):
     kr, vr = (x.repeat_interleave(heads // (kvh or heads), dim=1) for x in (k, v))
     err = (outs[0].double() - _reference(q, kr, vr, causal)).abs().max().item()
     assert err < 2e-3, f"{case[0]}: max error {err}"
+
+
+# -- D61: the route, tilecore.cuda.register_programs = True / False / "auto" ---------------------------------
+
+def _routed(func, route, **extra):
+    return tilecore.compile(func, target=HOPPER, out_idx=[3],
+                            pass_configs={**NOCACHE, "tilecore.cuda.register_programs": route, **extra})
+
+
+@needs_toolchain
+@pytest.mark.parametrize("form", [("d128", 128, 128, 128, None), ("176", 128, 128, 176, None),
+                                  ("gqa", 128, 128, 128, 8)], ids=lambda f: f[0])
+def test_auto_routes_flash_attentions_two_warpgroup_form_to_the_general_path(form):
+    _, dim, bm, bn, kvh = form
+    func = flash_attention_forward(4096, dim, 32, bm, bn, "float16", True, batch=8, threads=256, kv_heads=kvh)
+    auto, general = _routed(func, "auto"), _routed(func, False)
+    assert auto.get_kernel_source() == general.get_kernel_source()
+    assert any('register_programs="auto"' in n and "general path" in n for n in auto.meta["attrs"]["hopper_pipelines"])
+    forced = _routed(func, True)
+    assert forced.get_kernel_source() != general.get_kernel_source()
+    assert not any("auto" in n for n in forced.meta["attrs"].get("hopper_pipelines", ()))
+
+
+@needs_toolchain
+def test_auto_leaves_other_forms_to_the_register_programs():
+    """One consumer warpgroup (64x64, 128 threads: no ping-pong on the general path) and a GEMM: as True."""
+    one = flash_attention_forward(4096, 128, 32, 64, 64, "float16", True, batch=8, threads=128)
+    assert _routed(one, "auto").get_kernel_source() == _routed(one, True).get_kernel_source()
+    from test_cuda_hopper import gemm
+
+    g = gemm(1024, 1024, 1024)
+    a = tilecore.compile(g, target=HOPPER, pass_configs={**NOCACHE, "tilecore.cuda.register_programs": "auto"})
+    t = tilecore.compile(g, target=HOPPER, pass_configs={**NOCACHE, "tilecore.cuda.register_programs": True})
+    assert a.get_kernel_source() == t.get_kernel_source()
+
+
+@needs_toolchain
+def test_a_route_other_than_true_false_or_auto_is_refused():
+    func = flash_attention_forward(1024, 128, 2, 128, 128, "float16", True, threads=256)
+    with pytest.raises(tilecore.errors.CompileError, match='register_programs must be True, False or "auto"'):
+        _routed(func, "yes")

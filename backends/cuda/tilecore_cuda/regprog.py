@@ -903,6 +903,45 @@ def _rewrite_stores(s, fn):
     return new if hit else s
 
 
+#: ``tilecore.cuda.register_programs`` (D61): True: the register programs take every kernel of their forms; False:
+#: none (the core's general path takes every kernel); "auto": a kernel of a form the general path serves at the
+#: register program's speed (:func:`general_serves`) goes to the general path, every other one as True
+REGISTER_PROGRAMS = "tilecore.cuda.register_programs"
+REGISTER_PROGRAMS_DEFAULT = True
+#: the head dimensions (the second gemm's width) of FlashAttention's form that "auto" routes to the general path
+AUTO_HEAD_DIMS = (64, 128, 256)
+
+
+def register_programs_route(ctx):
+    """The option's value: True, False or "auto" (anything else fails, naming the option and its values)."""
+    v = ctx.option(REGISTER_PROGRAMS, REGISTER_PROGRAMS_DEFAULT)
+    if v is True or v is False or v == "auto":
+        return v
+    from tilecore.errors import CompileError
+
+    raise CompileError(f"{REGISTER_PROGRAMS} must be True, False or \"auto\", not {v!r}")
+
+
+def general_serves(launch: KernelLaunch, ctx) -> str | None:
+    """Why ``register_programs="auto"`` leaves this kernel to the core's general path (None: it does not): on a WGMMA
+    target, FlashAttention's form (a loop of two gemms with softmax work between, the second last and reading
+    registers: what the general path rotates, D59) with two consumer warpgroups (ping-pong's turns) and a head
+    dimension of :data:`AUTO_HEAD_DIMS`: where the device measured the general path within 3% of the register
+    program (D61)."""
+    if not ctx.capabilities.feature("wgmma") or ctx.option("tilecore.cuda.disable_wgmma", False):
+        return None
+    try:
+        plan = _plan(launch, ctx, "wgmma")
+        _, g2 = _overlap_form(plan)
+    except _No:
+        return None
+    reads = [w for w in plan["wgmma"] if w[3]]  # (dtype, n, trans_b, A from registers)
+    if plan["nc"] != 2 or len(reads) != 1 or reads[0][1] not in AUTO_HEAD_DIMS:
+        return None
+    return (f"FlashAttention's form, two consumer warpgroups, head dimension {reads[0][1]}: the general path rotates "
+            "it with ping-pong at the register program's speed (D59, D61)")
+
+
 def _lower_as(mode: str):
     name = {"wgmma": "cuda.hopper_register_program", "mma": "cuda.register_program"}[mode]
 
@@ -914,6 +953,11 @@ def _lower_as(mode: str):
             ctx.notes.append(f"{name}: kernel not mapped to registers (no T.Pipelined loop at block level: the "
                              "register program pipelines one)")
             return None
+        if register_programs_route(ctx) == "auto":
+            why = general_serves(launch, ctx)
+            if why is not None:
+                ctx.notes.append(f"{name}: left to the core's general path ({REGISTER_PROGRAMS}=\"auto\": {why})")
+                return None
         try:
             plan = _plan(launch, ctx, mode)
         except _No as e:
