@@ -815,3 +815,46 @@ def test_a_route_other_than_true_false_or_auto_is_refused():
     func = flash_attention_forward(1024, 128, 2, 128, 128, "float16", True, threads=256)
     with pytest.raises(tilecore.errors.CompileError, match='register_programs must be True, False or "auto"'):
         _routed(func, "yes")
+
+
+# -- D61: V staged regardless of the occupancy rule (tilecore.pipeline_stage_late) ----------------------------
+
+STAGE = {"tilecore.pipeline_stage_late": True}
+#: (name, dim, bm, bn, threads): the forms the occupancy rule leaves unrotated (V not staged)
+UNSTAGED = [("d64-128x128", 64, 128, 128, 256), ("d128-64x64", 128, 64, 64, 128)]
+
+
+@needs_toolchain
+@pytest.mark.parametrize("form", UNSTAGED, ids=[f[0] for f in UNSTAGED])
+def test_staging_v_regardless_of_occupancy_rotates_the_loop(form):
+    _, dim, bm, bn, threads = form
+    func = flash_attention_forward(4096, dim, 32, bm, bn, "float16", True, batch=8, threads=threads)
+    plain = tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs=GENERAL)
+    note = plain.meta["attrs"]["pipelines"][0]
+    assert "staging V_s would leave" in note and "one iteration late" not in note
+    k, warns = _compile_warnings(lambda: tilecore.compile(func, target=HOPPER, out_idx=[3],
+                                                          pass_configs={**GENERAL, **STAGE}))
+    note = k.meta["attrs"]["pipelines"][0]
+    assert "V_s bulk tile copies" in note and "the last gemm one iteration late" in note, note
+    assert ("ping-pong" in note) == (threads == 256)
+    assert _ops(k)["LDL"] + _ops(k)["STL"] == 0 and not any(SERIALIZED in w for w in warns), warns
+
+
+@hopper_gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("form", UNSTAGED, ids=[f[0] for f in UNSTAGED])
+def test_d61_staged_forms_match_float64_and_the_bits(form, causal):
+    import torch
+
+    _, dim, bm, bn, threads = form
+    seq, heads, batch = 1000, 3, 2
+    g = torch.Generator(device="cuda").manual_seed(29)
+    q, k, v = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+    outs = []
+    for extra in (STAGE, {}):
+        func = flash_attention_forward(seq, dim, heads, bm, bn, "float16", causal, batch=batch, threads=threads)
+        outs.append(tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs={**GENERAL, **extra})(q, k, v))
+    torch.cuda.synchronize()
+    err = (outs[0].double() - _reference(q, k, v, causal)).abs().max().item()
+    assert err < 2e-3, f"{form[0]} causal={causal}: max error {err}"
+    assert torch.equal(outs[0], outs[1])  # the rotation moves work, it changes no arithmetic (D59)

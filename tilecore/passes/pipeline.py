@@ -103,6 +103,8 @@ NO_DRAIN = "tilecore.pipeline_no_drain"
 #: body's first gemm that waits for every earlier one, a group read only before that point a whole pipeline ahead
 #: (FlashAttention's K 2 stages ahead with 2 buffers, V issued half an iteration earlier; D55)
 EARLY_ISSUE = "tilecore.pipeline_early_issue"
+#: D61: "auto" (the occupancy rule below) or True (a loop's later copies staged wherever they fit)
+STAGE_LATE = "tilecore.pipeline_stage_late"
 #: pass config: with warp specialization and two consumer groups (warpgroups), they take turns issuing their gemms,
 #: so one group's run on the matrix unit while the other computes between them (FA3's ping-pong; D55)
 PINGPONG = "tilecore.pingpong"
@@ -939,7 +941,7 @@ class _Launch:
             return None, (f"loop {name}: serialized ({len(bufs)} tiles x 2 buffers need {need} bytes of on-chip "
                           f"memory with the kernel's other buffers; target allows {self.limit})")
         extra = sum(_round16(stages * t) - t for t in tile_bytes)
-        if late_at and self.per_sm:
+        if late_at and self.per_sm and self.ctx.option(STAGE_LATE, "auto") is not True:
             lead_extra = sum(_round16(stages * t) - t for t in tile_bytes[:n])
             def blocks(used):
                 return min(self.per_sm // max(used, 1), self.thread_blocks or 1 << 30)
