@@ -423,7 +423,7 @@ step genfa2-final bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
 # fagen-tests: D61's device tests (the general path's row division bit for bit the IEEE division on six shapes and
 # against float64), D59's default forms, D60's division tests. fagen-128: d128 at 128x128 and 128x176, exact and fast
 # math, causal and not: the register program / the general path before D61 (nodiv) / the general default.
-# fagen-fast: fast math, the general path without ping-pong's turns (nopp: the register program's fast-math
+# fagen-fast: fast math, the general path's max / min as a compare and a select (tcmax: before D61), without ping-pong's turns (nopp: the register program's fast-math
 # schedule) and with thread 0 issuing (thread0). fagen-d64: d64 (three blocks), fagen-64: d128 at the one-warpgroup
 # 64x64; both with V staged regardless of occupancy (stage: tilecore.pipeline_stage_late=True, the rotation's form).
 # fagen-forms: d256 (128x64, 64x64) and grouped-query attention (8 KV heads, 2 and 3 stages). fagen-auto: the catalog
@@ -434,7 +434,7 @@ step fagen-tests bash -c 'rc=0; timeout -k 5 170 python3 -m pytest -q -n 8 -p no
 step fagen-128 timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math \
      --blocks 128x128x256x2,128x176x256x2 --general regprog,nodiv,default
 step fagen-fast timeout -k 5 200 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math --no-exact \
-     --blocks 128x128x256x2,128x176x256x2 --general regprog,default,nopp,thread0
+     --blocks 128x128x256x2,128x176x256x2 --general regprog,default,tcmax,nopp,thread0
 step fagen-d64 timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math --dim 64 \
      --blocks 128x128x256x2,128x176x256x2,64x64x128x2 --general regprog,default,stage
 step fagen-64 timeout -k 5 120 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math \

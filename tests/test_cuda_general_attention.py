@@ -858,3 +858,46 @@ def test_d61_staged_forms_match_float64_and_the_bits(form, causal):
     err = (outs[0].double() - _reference(q, k, v, causal)).abs().max().item()
     assert err < 2e-3, f"{form[0]} causal={causal}: max error {err}"
     assert torch.equal(outs[0], outs[1])  # the rotation moves work, it changes no arithmetic (D59)
+
+
+# -- D61: fast math's float max / min as fmaxf / fminf (tilecore.cuda.fast_minmax) ----------------------------
+
+@needs_toolchain
+def test_fast_math_row_maximum_is_one_fmnmx_an_element():
+    """Under fast math the general path's row maximum takes FMNMX (fmaxf), the register program's instruction: as
+    many in the main loop as the register program's, no FSEL; with the option off the compare and select."""
+    def loop(**extra):
+        k = fa(4096, 128, 32, "128x128", False, batch=8, **{"tilecore.fast_math": True, **extra})
+        ins = sass_paths.parse(tilecore_cuda.CUDABackend().disassemble(k.binary, k.target))
+        return min((c for _, c in sass_paths.paths(ins, sass_paths.main_loop(ins, 16))),
+                   key=lambda c: sum(c.values())), k.get_kernel_source()
+
+    (on, src), (off, src_off) = loop(), loop(**{"tilecore.cuda.fast_minmax": False})
+    func = flash_attention_forward(4096, 128, 32, 128, 128, "float16", False, batch=8, threads=256)
+    rp = tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs={**NOCACHE, "tilecore.fast_math": True})
+    ins = sass_paths.parse(tilecore_cuda.CUDABackend().disassemble(rp.binary, rp.target))
+    ref = min((c for _, c in sass_paths.paths(ins, sass_paths.main_loop(ins, 16))), key=lambda c: sum(c.values()))
+    assert on["FMNMX"] == ref["FMNMX"] >= 64 and on["FSEL"] == 0
+    assert off["FMNMX"] < 8 and off["FSEL"] >= 64
+    assert "fmaxf(" in src and "fmaxf(" not in src_off
+    exact = fa(4096, 128, 32, "128x128", False, batch=8).get_kernel_source()
+    assert "fmaxf(" not in exact  # the exact build keeps NaN-propagating max (tc_nanmax)
+
+
+@hopper_gpu
+@pytest.mark.parametrize("causal", [False, True])
+def test_d61_fast_math_on_the_general_path_matches_float64(causal):
+    """Fast math on the general path (fmaxf's row maximum, D61) against float64 and within fast math's error of
+    the option off (the compare and select)."""
+    import torch
+
+    seq, dim, heads, batch = 1000, 128, 3, 2
+    g = torch.Generator(device="cuda").manual_seed(31)
+    q, k, v = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+    outs = [fa(seq, dim, heads, "128x128", causal, batch=batch, **{"tilecore.fast_math": True, **extra})(q, k, v)
+            for extra in ({}, {"tilecore.cuda.fast_minmax": False})]
+    torch.cuda.synchronize()
+    ref = _reference(q, k, v, causal)
+    for o in outs:
+        err = (o.double() - ref).abs().max().item()
+        assert err < 4e-3, f"causal={causal}: max error {err}"

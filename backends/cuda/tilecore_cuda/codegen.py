@@ -334,6 +334,10 @@ class CUDAEmitter(SIMTCppEmitter):
         return v is True or (v == "auto" and (bool(getattr(st, "register_operands", False))
                                              or gemm and bool(getattr(st, "persistent_gemm", False))))
 
+    def fast_minmax(self, st) -> bool:
+        ctx = getattr(st, "ctx", None)
+        return ctx is None or ctx.option(self.FAST_MINMAX_OPTION, True) is not False
+
     def warp_index(self, st) -> str:
         """``tc_warp_u``: the thread's warp index as a warp-uniform value (a shuffle from lane 0, which the
         compiler keeps in a uniform register), declared at the kernel's top on first use."""
@@ -343,7 +347,15 @@ class CUDAEmitter(SIMTCppEmitter):
             st.warp_declared = True
         return "tc_warp_u"
 
+    #: pass config (D61): under fast math a float max / min as fmaxf / fminf (one FMNMX, the register programs'
+    #: spelling) rather than tc_max / tc_min (a compare and a select: FSETP + FSEL); default True. Neither propagates
+    #: NaN (fast math); they may differ in the sign of a zero result of +0 against -0
+    FAST_MINMAX_OPTION = "tilecore.cuda.fast_minmax"
+
     def expr(self, st: EmitState, e) -> str:
+        if isinstance(e, BinOp) and e.op in ("max", "min") and st_fast(st) \
+                and str(e.dtype) in ("float32", "float16", "bfloat16") and self.fast_minmax(st):
+            return f"{'fmaxf' if e.op == 'max' else 'fminf'}({self.expr(st, e.a)}, {self.expr(st, e.b)})"
         if getattr(st, "warp_uniform", False) and isinstance(e, BinOp) and e.op in ("floordiv", "div") \
                 and isinstance(e.a, ThreadIndex) and isinstance(const_value(e.b), int) and const_value(e.b) % 32 == 0:
             per = const_value(e.b) // 32
