@@ -140,6 +140,10 @@ GENERAL = {"regprog": {"tilecore.cuda.register_programs": True}, "default": _GEN
            "thread0": {**_GEN, "tilecore.pingpong": False, "tilecore.warp_specialize": False},
            # D61: V staged regardless of the occupancy rule (so the rotation applies: d64 at 128x128, 64x64 at d128)
            "stage": {**_GEN, "tilecore.pipeline_stage_late": True},
+           # D61: with one consumer warpgroup (64-row blocks), the producer warpgroup asked for (ws1; the register
+           # program's shape: "auto" specializes two consumer groups only), and with V staged too (stage_ws)
+           "ws1": {**_GEN, "tilecore.warp_specialize": True},
+           "stage_ws": {**_GEN, "tilecore.pipeline_stage_late": True, "tilecore.warp_specialize": True},
            # D61: under fast math a float max / min as a compare and a select (tc_max: before D61), not fmaxf's FMNMX
            "tcmax": {**_GEN, "tilecore.cuda.fast_minmax": False},
            # D59: the general path's defaults before D59 (D55's), the new ones off

@@ -424,9 +424,10 @@ step genfa2-final bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
 # against float64), D59's default forms, D60's division tests. fagen-128: d128 at 128x128 and 128x176, exact and fast
 # math, causal and not: the register program / the general path before D61 (nodiv) / the general default.
 # fagen-fast: fast math, the general path's max / min as a compare and a select (tcmax: before D61), without ping-pong's turns (nopp: the register program's fast-math
-# schedule) and with thread 0 issuing (thread0). fagen-d64: d64 (three blocks), fagen-64: d128 at the one-warpgroup
-# 64x64; both with V staged regardless of occupancy (stage: tilecore.pipeline_stage_late=True, the rotation's form).
-# fagen-forms: d256 (128x64, 64x64) and grouped-query attention (8 KV heads, 2 and 3 stages). fagen-auto: the catalog
+# schedule) and with thread 0 issuing (thread0). fagen-d64: d64 (three blocks; exact with V staged regardless of
+# occupancy, stage: tilecore.pipeline_stage_late=True, the rotation's form). fagen-64: d128 at the one-warpgroup 64x64
+# (stage; stage_ws: with the producer warpgroup asked for). fagen-d256: 128x64 and 64x64 (ws1: the producer warpgroup
+# asked for at one consumer). fagen-gqa: grouped-query attention (8 KV heads, 2 and 3 stages). fagen-auto: the catalog
 # with tilecore.cuda.register_programs="auto" in device mode. Each about 2-4 min
 step fagen-tests bash -c 'rc=0; timeout -k 5 170 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py \
        -rs -k "d61 or d59_default or divi or auto or staging" || rc=$?;
@@ -435,13 +436,15 @@ step fagen-128 timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 --i
      --blocks 128x128x256x2,128x176x256x2 --general regprog,nodiv,default
 step fagen-fast timeout -k 5 200 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math --no-exact \
      --blocks 128x128x256x2,128x176x256x2 --general regprog,default,tcmax,nopp,thread0
-step fagen-d64 timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math --dim 64 \
-     --blocks 128x128x256x2,128x176x256x2,64x64x128x2 --general regprog,default,stage
-step fagen-64 timeout -k 5 120 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math \
-     --blocks 64x64x128x2 --general regprog,default,stage
-step fagen-forms bash -c 'rc=0; B="python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math --general regprog,default";
-     timeout -k 5 110 $B --dim 256 --blocks 128x64x256x2,64x64x128x2 || rc=$?;
-     timeout -k 5 110 $B --kv-heads 8 --blocks 128x128x256x2,128x128x256x3 || rc=$?; exit $rc'
+step fagen-d64 bash -c 'rc=0; B="python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --dim 64 --blocks 128x128x256x2,128x176x256x2,64x64x128x2";
+     timeout -k 5 120 $B --general regprog,default,stage || rc=$?;
+     timeout -k 5 100 $B --fast-math --no-exact --general regprog,default || rc=$?; exit $rc'
+step fagen-64 timeout -k 5 200 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math \
+     --blocks 64x64x128x2 --general regprog,default,stage,stage_ws
+step fagen-d256 timeout -k 5 200 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math --dim 256 \
+     --blocks 128x64x256x2,64x64x128x2 --general regprog,default,ws1
+step fagen-gqa timeout -k 5 200 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math --kv-heads 8 \
+     --blocks 128x128x256x2,128x128x256x3 --general regprog,default
 step fagen-auto python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-auto \
      --pass-config tilecore.cuda.register_programs=auto
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run

@@ -840,10 +840,16 @@ def test_staging_v_regardless_of_occupancy_rotates_the_loop(form):
     assert _ops(k)["LDL"] + _ops(k)["STL"] == 0 and not any(SERIALIZED in w for w in warns), warns
 
 
+#: the one-consumer forms with the producer warpgroup asked for (benchmarks/cuda_attention.py's stage_ws / ws1)
+WS1 = {"tilecore.warp_specialize": True}
+D61_STAGED = [(UNSTAGED[0], STAGE), (UNSTAGED[1], STAGE), (UNSTAGED[1], {**STAGE, **WS1}),
+              (("d256-64x64", 256, 64, 64, 128), WS1)]
+
+
 @hopper_gpu
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("form", UNSTAGED, ids=[f[0] for f in UNSTAGED])
-def test_d61_staged_forms_match_float64_and_the_bits(form, causal):
+@pytest.mark.parametrize("form,option", D61_STAGED, ids=["d64-stage", "64x64-stage", "64x64-stage-ws", "d256-ws1"])
+def test_d61_staged_forms_match_float64_and_the_bits(form, option, causal):
     import torch
 
     _, dim, bm, bn, threads = form
@@ -851,13 +857,13 @@ def test_d61_staged_forms_match_float64_and_the_bits(form, causal):
     g = torch.Generator(device="cuda").manual_seed(29)
     q, k, v = (torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
     outs = []
-    for extra in (STAGE, {}):
+    for extra in (option, {}):
         func = flash_attention_forward(seq, dim, heads, bm, bn, "float16", causal, batch=batch, threads=threads)
         outs.append(tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs={**GENERAL, **extra})(q, k, v))
     torch.cuda.synchronize()
     err = (outs[0].double() - _reference(q, k, v, causal)).abs().max().item()
     assert err < 2e-3, f"{form[0]} causal={causal}: max error {err}"
-    assert torch.equal(outs[0], outs[1])  # the rotation moves work, it changes no arithmetic (D59)
+    assert torch.equal(outs[0], outs[1])  # staging, rotating and specializing move work, no arithmetic (D59)
 
 
 # -- D61: fast math's float max / min as fmaxf / fminf (tilecore.cuda.fast_minmax) ----------------------------
