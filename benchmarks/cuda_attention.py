@@ -146,6 +146,11 @@ GENERAL = {"regprog": {"tilecore.cuda.register_programs": True}, "default": _GEN
            "stage_ws": {**_GEN, "tilecore.pipeline_stage_late": True, "tilecore.warp_specialize": True},
            # D61: under fast math a float max / min as a compare and a select (tc_max: before D61), not fmaxf's FMNMX
            "tcmax": {**_GEN, "tilecore.cuda.fast_minmax": False},
+           # D61: D59's descriptor offsets (each wgmma descriptor of an unrolled k loop as the first step's plus a
+           # constant; fewer uniform instructions: d256 128x64 causal 738 -> 680 an iteration), on the general default;
+           # and with ping-pong's turns off (the register program's fast-math schedule)
+           "gdesc": {**_GEN, "tilecore.cuda.descriptor_offsets": True},
+           "gdesc_nopp": {**_GEN, "tilecore.cuda.descriptor_offsets": True, "tilecore.pingpong": False},
            # D59: the general path's defaults before D59 (D55's), the new ones off
            "d55": {**_GEN, "tilecore.warp_specialize": False, "tilecore.pingpong": False,
                    "tilecore.pipeline_overlap": False, "tilecore.cuda.fence_register_operands": False,

@@ -908,3 +908,28 @@ def test_d61_fast_math_on_the_general_path_matches_float64(causal):
     for o in outs:
         err = (o.double() - ref).abs().max().item()
         assert err < 4e-3, f"causal={causal}: max error {err}"
+
+
+@hopper_gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("form", [("d128", 128, 128, 128, None), ("d256", 256, 128, 64, None),
+                                  ("gqa", 128, 128, 128, 1)], ids=lambda f: f[0])
+def test_d61_descriptor_offsets_on_the_defaults_give_the_same_bits(form, causal):
+    """D59's descriptor offsets (measured again in D61's rows gdesc) on today's defaults: bit for bit without them."""
+    import torch
+
+    _, dim, bm, bn, kvh = form
+    seq, heads, batch = 1000, 3, 2
+    g = torch.Generator(device="cuda").manual_seed(37)
+    q = torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g)
+    k, v = (torch.randn(batch, kvh or heads, seq, dim, device="cuda", dtype=torch.float16, generator=g) for _ in range(2))
+    outs = []
+    for extra in ({"tilecore.cuda.descriptor_offsets": True}, {}):
+        func = flash_attention_forward(seq, dim, heads, bm, bn, "float16", causal, batch=batch, threads=256,
+                                       kv_heads=kvh)
+        outs.append(tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs={**GENERAL, **extra})(q, k, v))
+    torch.cuda.synchronize()
+    assert torch.equal(outs[0], outs[1])
+    kr, vr = (x.repeat_interleave(heads // (kvh or heads), dim=1) for x in (k, v))
+    err = (outs[0].double() - _reference(q, kr, vr, causal)).abs().max().item()
+    assert err < 2e-3, f"{form[0]} causal={causal}: max error {err}"
