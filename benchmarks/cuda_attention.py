@@ -151,6 +151,10 @@ GENERAL = {"regprog": {"tilecore.cuda.register_programs": True}, "default": _GEN
            # and with ping-pong's turns off (the register program's fast-math schedule)
            "gdesc": {**_GEN, "tilecore.cuda.descriptor_offsets": True},
            "gdesc_nopp": {**_GEN, "tilecore.cuda.descriptor_offsets": True, "tilecore.pingpong": False},
+           # D61: O through a shared tile and bulk tile stores (tilecore.bulk_store asked for: the core's epilogue of D46 /
+           # D58 on O[b, h, rows, :], the register program's D45 epilogue), alone and with the descriptor offsets
+           "bulk": {**_GEN, "tilecore.bulk_store": True},
+           "bulk_desc": {**_GEN, "tilecore.bulk_store": True, "tilecore.cuda.descriptor_offsets": True},
            # D59: the general path's defaults before D59 (D55's), the new ones off
            "d55": {**_GEN, "tilecore.warp_specialize": False, "tilecore.pingpong": False,
                    "tilecore.pipeline_overlap": False, "tilecore.cuda.fence_register_operands": False,

@@ -446,15 +446,16 @@ step fagen-d256 timeout -k 5 200 python3 benchmarks/cuda_attention.py --rep 5 --
 step fagen-gqa timeout -k 5 200 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math --kv-heads 8 \
      --blocks 128x128x256x2,128x128x256x3 --general regprog,default
 # D61 round 2: fast math with fmaxf's row maximum (the default since 00472aa; tcmax the before), descriptor offsets
-# (gdesc) with and without ping-pong's turns; the exact build twice (two processes); d256 / GQA with gdesc
+# (gdesc) with and without ping-pong's turns; the exact build twice (two processes); d256 / GQA with gdesc; every one
+# with O through bulk tile stores (bulk, bulk_desc: tilecore.bulk_store=True on O[b, h, rows, :])
 step fagen-fast2 timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math --no-exact \
-     --blocks 128x128x256x2,128x176x256x2 --general regprog,default,tcmax,nopp,gdesc,gdesc_nopp
-step fagen-exact2 bash -c 'rc=0; for i in 1 2; do timeout -k 5 110 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 \
-       --blocks 128x128x256x2,128x176x256x2 --general regprog,nodiv,default,gdesc || rc=$?; done; exit $rc'
+     --blocks 128x128x256x2,128x176x256x2 --general regprog,default,tcmax,nopp,gdesc,gdesc_nopp,bulk,bulk_desc
+step fagen-exact2 bash -c 'rc=0; for i in 1 2; do timeout -k 5 160 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 \
+       --blocks 128x128x256x2,128x176x256x2 --general regprog,nodiv,default,gdesc,bulk,bulk_desc || rc=$?; done; exit $rc'
 step fagen-d256b timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math --dim 256 \
-     --blocks 128x64x256x2,64x64x128x2 --general regprog,default,ws1,gdesc
+     --blocks 128x64x256x2,64x64x128x2 --general regprog,default,ws1,gdesc,bulk,bulk_desc
 step fagen-gqa2 timeout -k 5 200 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math --kv-heads 8 \
-     --blocks 128x128x256x2,128x128x256x3 --general regprog,default,gdesc
+     --blocks 128x128x256x2,128x128x256x3 --general regprog,default,gdesc,bulk,bulk_desc
 step fagen-auto python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-auto \
      --pass-config tilecore.cuda.register_programs=auto
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run

@@ -933,3 +933,60 @@ def test_d61_descriptor_offsets_on_the_defaults_give_the_same_bits(form, causal)
     kr, vr = (x.repeat_interleave(heads // (kvh or heads), dim=1) for x in (k, v))
     err = (outs[0].double() - _reference(q, kr, vr, causal)).abs().max().item()
     assert err < 2e-3, f"{form[0]} causal={causal}: max error {err}"
+
+
+# -- D61: O through a shared tile and bulk tile stores (tilecore.bulk_store on O[b, h, rows, :]) --------------
+
+BULK = {"tilecore.bulk_store": True}
+#: (name, dim, bm, bn, kv_heads, parts of O's columns): whole tile, and in parts where it does not fit beside the stages
+BULK_FORMS = [("d128", 128, 128, 128, None, 1), ("176", 128, 128, 176, None, 2), ("d256", 256, 128, 64, None, 2),
+              ("gqa", 128, 128, 128, 1, 1)]
+
+
+@needs_toolchain
+@pytest.mark.parametrize("form", BULK_FORMS, ids=[f[0] for f in BULK_FORMS])
+def test_o_of_a_four_dimensional_tensor_is_a_bulk_store(form):
+    """The copy of acc_o into O[b, h, bx * bm, 0] (a tile of a 4-D tensor's last two dimensions) is a bulk store when
+    asked: stmatrix into the staging tile, one TMA store per panel and part, no global store; its tensor map has
+    O's rank (box 1 in b and h); without the option the direct stores (the default) and a note-free kernel."""
+    _, dim, bm, bn, kvh, parts = form
+    func = flash_attention_forward(4096, dim, 32, bm, bn, "float16", True, batch=8, threads=256, kv_heads=kvh)
+    k = tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs={**GENERAL, **BULK})
+    note = k.meta["attrs"]["bulk_store"][0]
+    assert note.startswith("bulk store: acc_o -> O") and (f"in {parts} parts" in note) == (parts > 1), note
+    ops = _ops(k)
+    panels = dim * 2 // 128
+    assert ops["UTMASTG"] == panels and ops["STSM"] == bm * dim // (256 * 8) and ops["STG"] == 0  # x4 a thread
+    assert ops["LDL"] + ops["STL"] == 0
+    plain = tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs=GENERAL)
+    assert "bulk_store" not in plain.meta["attrs"] and _ops(plain)["UTMASTG"] == 0
+    maps, loads = k.source.meta["tensor_maps"], plain.source.meta["tensor_maps"]
+    assert len(maps) == len(loads) + 1 and all(len(m["box"]) == 4 for m in maps)  # Q, K, V and O's: O's rank
+
+
+@hopper_gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("form", BULK_FORMS, ids=[f[0] for f in BULK_FORMS])
+def test_d61_bulk_store_of_o_gives_the_same_bits(form, causal):
+    """O by bulk tile stores bit for bit the direct stores, a ragged sequence (the last block's rows past it clipped
+    by the tensor map, not written into the next head), NaN-filled O checked everywhere; against float64."""
+    import torch
+
+    _, dim, bm, bn, kvh, _ = form
+    seq, heads, batch = 1000, 3, 2
+    g = torch.Generator(device="cuda").manual_seed(41)
+    q = torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g)
+    k, v = (torch.randn(batch, kvh or heads, seq, dim, device="cuda", dtype=torch.float16, generator=g) for _ in range(2))
+    outs = []
+    for extra in (BULK, {}):
+        func = flash_attention_forward(seq, dim, heads, bm, bn, "float16", causal, batch=batch, threads=256,
+                                       kv_heads=kvh)
+        kern = tilecore.compile(func, target=HOPPER, pass_configs={**GENERAL, **extra})
+        o = torch.full_like(q, float("nan"))
+        kern(q, k, v, o)
+        outs.append(o)
+    torch.cuda.synchronize()
+    assert not outs[0].isnan().any() and torch.equal(outs[0], outs[1])
+    kr, vr = (x.repeat_interleave(heads // (kvh or heads), dim=1) for x in (k, v))
+    err = (outs[0].double() - _reference(q, kr, vr, causal)).abs().max().item()
+    assert err < 2e-3, f"{form[0]} causal={causal}: max error {err}"

@@ -36,7 +36,8 @@ resolves the guard per register (a thread writes its registers of that part only
 128x256 16-bit tile in halves).
 
 Left as it is, with ``kernel.meta["attrs"]["bulk_store"]`` saying why: a copy that is not a whole 2-D fragment
-into a 2-D tile of a tensor (a view, another shape), C's rows not proven whole 16-byte units, a tile row not a
+into a 2-D tile of a tensor's last two dimensions (one element of each dimension before them, D61; a view, another
+shape), C's rows not proven whole 16-byte units, a tile row not a
 multiple of 32 bytes, rows not a multiple of 8 or more than 256, and a tile whose parts do not fit beside the
 pipelined loop's stages in shared memory either (the note names the ``num_stages`` that makes room: the stages asked
 for are never reduced for it); the whole kernel where the target has no bulk tile copies or its emitter spells no
@@ -77,8 +78,12 @@ def why_not(s, ctx):
     frag, out = src.buffer, dst.buffer
     if len(frag.shape) != 2 or not _whole(src):
         return f"{frag.name} is not a whole two-dimensional fragment", None
-    if len(out.shape) != 2 or any(_static(e) != _static(f) for e, f in zip(dst.extents, frag.shape)):
-        return f"the copy into {out.name} is not a {frag.shape[0]}x{frag.shape[1]} tile of a 2-D tensor", None
+    # a tile of the last two dimensions; in front of them one element of each (FlashAttention's O[b, h, rows, :], D61)
+    lead = tuple(dst.extents[:-2])
+    if len(out.shape) < 2 or len(dst.extents) != len(out.shape) or any(_static(e) != 1 for e in lead) \
+            or any(_static(e) != _static(f) for e, f in zip(dst.extents[-2:], frag.shape)):
+        return (f"the copy into {out.name} is not a {frag.shape[0]}x{frag.shape[1]} tile of its last two "
+                "dimensions"), None
     if out.base is not None:
         return f"{out.name} is a view of another tensor", None
     es = out.dtype.bytes

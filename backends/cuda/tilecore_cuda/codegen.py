@@ -219,9 +219,9 @@ class CUDAEmitter(SIMTCppEmitter):
     @staticmethod
     def store_key(c: BulkStore) -> tuple:
         """(``"store"``, tensor, box innermost first, swizzle) of a bulk store's tensor map: one panel's columns by
-        the tile's rows."""
+        the tile's rows (by one element of each dimension before them: a tile of a 4-D tensor's last two, D61)."""
         lay = c.layout
-        return "store", id(c.dst), (lay.panel_elems, int(c.box[0])), lay.swizzle_bytes
+        return "store", id(c.dst), (lay.panel_elems, int(c.box[0])) + (1,) * (len(c.dst.shape) - 2), lay.swizzle_bytes
 
     def extra_meta(self, st: EmitState, func, ctx, meta: dict) -> None:
         meta["arch"] = getattr(ctx.target, "arch", "")
