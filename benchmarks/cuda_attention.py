@@ -154,6 +154,8 @@ GENERAL = {"regprog": {"tilecore.cuda.register_programs": True}, "default": _GEN
            # D61: O through a shared tile and bulk tile stores (tilecore.bulk_store asked for: the core's epilogue of D46 /
            # D58 on O[b, h, rows, :], the register program's D45 epilogue), alone and with the descriptor offsets
            "bulk": {**_GEN, "tilecore.bulk_store": True},
+           # D61 round 3: the default (O by bulk stores in FlashAttention's two-consumer form) off: the direct stores
+           "direct": {**_GEN, "tilecore.bulk_store_attention": False},
            "bulk_desc": {**_GEN, "tilecore.bulk_store": True, "tilecore.cuda.descriptor_offsets": True},
            # D59: the general path's defaults before D59 (D55's), the new ones off
            "d55": {**_GEN, "tilecore.warp_specialize": False, "tilecore.pingpong": False,

@@ -938,6 +938,8 @@ def test_d61_descriptor_offsets_on_the_defaults_give_the_same_bits(form, causal)
 # -- D61: O through a shared tile and bulk tile stores (tilecore.bulk_store on O[b, h, rows, :]) --------------
 
 BULK = {"tilecore.bulk_store": True}
+#: FlashAttention's form without the default's bulk store (D61): the direct stores, before
+DIRECT = {"tilecore.bulk_store_attention": False}
 #: (name, dim, bm, bn, kv_heads, parts of O's columns): whole tile, and in parts where it does not fit beside the stages
 BULK_FORMS = [("d128", 128, 128, 128, None, 1), ("176", 128, 128, 176, None, 2), ("d256", 256, 128, 64, None, 2),
               ("gqa", 128, 128, 128, 1, 1)]
@@ -947,8 +949,9 @@ BULK_FORMS = [("d128", 128, 128, 128, None, 1), ("176", 128, 128, 176, None, 2),
 @pytest.mark.parametrize("form", BULK_FORMS, ids=[f[0] for f in BULK_FORMS])
 def test_o_of_a_four_dimensional_tensor_is_a_bulk_store(form):
     """The copy of acc_o into O[b, h, bx * bm, 0] (a tile of a 4-D tensor's last two dimensions) is a bulk store when
-    asked: stmatrix into the staging tile, one TMA store per panel and part, no global store; its tensor map has
-    O's rank (box 1 in b and h); without the option the direct stores (the default) and a note-free kernel."""
+    asked and by default (D61: FlashAttention's two-consumer form): stmatrix into the staging tile, one TMA store per
+    panel and part, no global store; its tensor map has O's rank (box 1 in b and h); with
+    tilecore.bulk_store_attention=False the direct stores and a note-free kernel."""
     _, dim, bm, bn, kvh, parts = form
     func = flash_attention_forward(4096, dim, 32, bm, bn, "float16", True, batch=8, threads=256, kv_heads=kvh)
     k = tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs={**GENERAL, **BULK})
@@ -958,8 +961,10 @@ def test_o_of_a_four_dimensional_tensor_is_a_bulk_store(form):
     panels = dim * 2 // 128
     assert ops["UTMASTG"] == panels and ops["STSM"] == bm * dim // (256 * 8) and ops["STG"] == 0  # x4 a thread
     assert ops["LDL"] + ops["STL"] == 0
-    plain = tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs=GENERAL)
+    plain = tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs={**GENERAL, **DIRECT})
     assert "bulk_store" not in plain.meta["attrs"] and _ops(plain)["UTMASTG"] == 0
+    default = tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs=GENERAL)
+    assert default.get_kernel_source() == k.get_kernel_source()  # the default since D61's round 2
     maps, loads = k.source.meta["tensor_maps"], plain.source.meta["tensor_maps"]
     assert len(maps) == len(loads) + 1 and all(len(m["box"]) == 4 for m in maps)  # Q, K, V and O's: O's rank
 
@@ -978,7 +983,7 @@ def test_d61_bulk_store_of_o_gives_the_same_bits(form, causal):
     q = torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g)
     k, v = (torch.randn(batch, kvh or heads, seq, dim, device="cuda", dtype=torch.float16, generator=g) for _ in range(2))
     outs = []
-    for extra in (BULK, {}):
+    for extra in (BULK, DIRECT):
         func = flash_attention_forward(seq, dim, heads, bm, bn, "float16", causal, batch=batch, threads=256,
                                        kv_heads=kvh)
         kern = tilecore.compile(func, target=HOPPER, pass_configs={**GENERAL, **extra})
@@ -990,3 +995,39 @@ def test_d61_bulk_store_of_o_gives_the_same_bits(form, causal):
     kr, vr = (x.repeat_interleave(heads // (kvh or heads), dim=1) for x in (k, v))
     err = (outs[0].double() - _reference(q, kr, vr, causal)).abs().max().item()
     assert err < 2e-3, f"{form[0]} causal={causal}: max error {err}"
+
+
+@needs_toolchain
+def test_the_bulk_store_default_takes_only_flash_attentions_two_consumer_form():
+    """One consumer warpgroup (64x64, 128 threads) and the catalog's 32x32 kernel keep their direct stores; the
+    register program's own epilogue is not the core's."""
+    for bm, bn, threads in ((64, 64, 128), (32, 32, 128)):
+        func = flash_attention_forward(1024, 128, 2, bm, bn, "float16", True, threads=threads)
+        k = tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs=GENERAL)
+        assert "bulk_store" not in k.meta["attrs"] and _ops(k)["UTMASTG"] == 0
+    func = flash_attention_forward(1024, 128, 2, 128, 128, "float16", True, threads=256)
+    rp = tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs={**NOCACHE, "tilecore.cuda.register_programs": True})
+    assert "bulk_store" not in rp.meta["attrs"]
+
+
+@needs_toolchain
+def test_auto_changes_no_catalog_kernel():
+    """register_programs="auto" against True on every conformance catalog kernel of cuda:sm_90a: the same source
+    (the catalog has no kernel of the routed form: its attention is 32x32 on 128 threads), so the catalog's device
+    results carry over to "auto" (round 1: 363/363 with it)."""
+    from tilecore.compiler import lower
+    from tilecore.errors import TilecoreError
+    from tilecore_conformance.catalog import catalog
+
+    def text(case, route):
+        try:
+            src = lower(case.build(**case.params), HOPPER,
+                        {**case.pass_configs, "tilecore.cuda.register_programs": route})[3]
+            return src.code
+        except TilecoreError as e:
+            return f"{type(e).__name__}: {e}"
+
+    cases = catalog()
+    assert len(cases) > 300
+    differ = [c.id for c in cases if text(c, "auto") != text(c, True)]
+    assert differ == []

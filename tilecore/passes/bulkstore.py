@@ -1,7 +1,8 @@
 """The epilogue's store of a register fragment as one bulk tile store: ``tilecore.bulk_store`` (pass config),
 docs/decisions.md D46; on by default (D51) in kernels with one pipelined loop at the kernel's top level (the form
-``tilecore.persistent`` takes; the GEMM's) where the target has bulk tile copies and its code generator spells bulk
-stores.
+``tilecore.persistent`` takes; the GEMM's) and (D61, ``tilecore.bulk_store_attention``) in FlashAttention's form on
+two consumer groups (:func:`attention_form`), where the target has bulk tile copies and its code generator spells
+bulk stores.
 
 ``tilecore.stage_bulk_stores`` (``tile-lowering`` slot, after the backends' passes there, which keep the kernels
 they take, and before the fragments are lowered) rewrites a kernel-level copy of a whole
@@ -51,6 +52,8 @@ from ..ir.bounds import Facts
 from . import tile_pass
 
 OPTION = "tilecore.bulk_store"
+#: D61: False leaves FlashAttention's form (attention_form) out of the default (its direct stores, before D61)
+ATTENTION_OPTION = "tilecore.bulk_store_attention"
 #: the most parts of its columns a tile is stored in where the whole does not fit beside the stages (D58)
 PARTS_OPTION = "tilecore.bulk_store_parts"
 #: the most parts the default splits a tile into
@@ -173,6 +176,29 @@ def _staged_bytes(launch) -> tuple:
     return total, stage, stages
 
 
+#: the default's second form (D61): FlashAttention's loop on two groups of the producer group's size
+ATTENTION_FORM_DEFAULT = True
+
+
+def attention_form(launch: KernelLaunch, ctx) -> bool:
+    """FlashAttention's form, which the general path rotates and specializes with ping-pong (D59): one pipelined
+    loop at the kernel's top level whose body has exactly two ``T.gemm``, the second's A operand a fragment (P,
+    written by the threads between them), on a block of two groups of the target's producer group size (the
+    consumers of ping-pong's turns). By default (D61) its output copy is a bulk store too: the register programs'
+    epilogue through shared memory and TMA stores (D45), measured on the general path +0.5 to +7% (causal, fast
+    math, d256; H200)."""
+    lim = ctx.capabilities.limit("producer_group_threads")
+    threads = const_value(simplify(launch.threads[0])) if getattr(launch, "threads", None) else None
+    if lim is None or not isinstance(threads, int) or len(launch.threads) != 1 or threads != 2 * int(lim[0]):
+        return False
+    top = list(launch.body.body) if isinstance(launch.body, Seq) else [launch.body]
+    loops = [x for x in top if isinstance(x, For) and x.kind == "pipelined"]
+    if len(loops) != 1 or sum(f.kind == "pipelined" for f in collect(launch.body, For)) != 1:
+        return False
+    gemms = [x for x in collect(loops[0].body, TileOp) if x.op == "gemm"]
+    return len(gemms) == 2 and isinstance(gemms[1].args[0], Region) and gemms[1].args[0].buffer.scope == "fragment"
+
+
 def _spells_bulk_stores(ctx) -> bool:
     """The target's emitter spells the three statements (a profile may declare bulk tile copies for loads only)."""
     backend = getattr(ctx, "backend", None)
@@ -246,7 +272,8 @@ def stage_bulk_stores(func, ctx):
             return None
         # by default only a kernel of the persistent form (one top-level pipelined loop: the GEMM's), where it was
         # measured: +3-10% over the element/pair stores on the H100, without the persistent loop (D51)
-        if not asked and not_persistent(s, ctx)[0] is not None:
+        if not asked and not_persistent(s, ctx)[0] is not None and not (
+                ctx.option(ATTENTION_OPTION, ATTENTION_FORM_DEFAULT) is not False and attention_form(s, ctx)):
             return None
         top = list(s.body.body) if isinstance(s.body, Seq) else [s.body]
         new_top, allocs, done = [], [], 0
@@ -326,4 +353,5 @@ def stage_bulk_stores(func, ctx):
     return func.with_body(body, bulk_store=tuple(notes)) if notes else func
 
 
-__all__ = ["stage_bulk_stores", "why_not", "tile_layout", "OPTION", "PARTS_OPTION"]
+__all__ = ["stage_bulk_stores", "why_not", "tile_layout", "attention_form", "OPTION", "PARTS_OPTION",
+           "ATTENTION_OPTION"]
