@@ -787,7 +787,7 @@ def _routed(func, route, **extra):
 
 @needs_toolchain
 @pytest.mark.parametrize("form", [("d128", 128, 128, 128, None), ("176", 128, 128, 176, None),
-                                  ("gqa", 128, 128, 128, 8)], ids=lambda f: f[0])
+                                  ("gqa", 128, 128, 128, 8), ("d64", 64, 128, 128, None)], ids=lambda f: f[0])
 def test_auto_routes_flash_attentions_two_warpgroup_form_to_the_general_path(form):
     _, dim, bm, bn, kvh = form
     func = flash_attention_forward(4096, dim, 32, bm, bn, "float16", True, batch=8, threads=256, kv_heads=kvh)
@@ -801,9 +801,15 @@ def test_auto_routes_flash_attentions_two_warpgroup_form_to_the_general_path(for
 
 @needs_toolchain
 def test_auto_leaves_other_forms_to_the_register_programs():
-    """One consumer warpgroup (64x64, 128 threads: no ping-pong on the general path) and a GEMM: as True."""
+    """One consumer warpgroup (64x64, 128 threads: no ping-pong on the general path), d256 and fast math (measured
+    below 0.97x the register program, D61) and a GEMM: as True."""
     one = flash_attention_forward(4096, 128, 32, 64, 64, "float16", True, batch=8, threads=128)
     assert _routed(one, "auto").get_kernel_source() == _routed(one, True).get_kernel_source()
+    d256 = flash_attention_forward(4096, 256, 32, 128, 64, "float16", True, batch=8, threads=256)
+    assert _routed(d256, "auto").get_kernel_source() == _routed(d256, True).get_kernel_source()
+    d128 = flash_attention_forward(4096, 128, 32, 128, 128, "float16", True, batch=8, threads=256)
+    fast = {"tilecore.fast_math": True}
+    assert _routed(d128, "auto", **fast).get_kernel_source() == _routed(d128, True, **fast).get_kernel_source()
     from test_cuda_hopper import gemm
 
     g = gemm(1024, 1024, 1024)
