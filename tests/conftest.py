@@ -38,6 +38,28 @@ def kernel_cache_dir(tmp_path_factory, request):
         os.environ["TILECORE_CACHE_DIR"] = old
 
 
+#: modules that test the CUDA register programs' own kernels (FlashAttention's forms among them): they compile with
+#: tilecore.cuda.register_programs=True whatever the route's default (D61's "auto" sends FlashAttention's exact
+#: two-consumer form to the core's general path)
+REGISTER_PROGRAM_MODULES = frozenset({
+    "test_block_order", "test_cuda_attention_critical_path", "test_cuda_attention_epilogue", "test_cuda_attention_lean",
+    "test_cuda_attention_persistent", "test_cuda_attention_schedules", "test_cuda_attention_softmax",
+    "test_cuda_epilogue_fold", "test_cuda_exp2_poly", "test_cuda_exp2_rows", "test_cuda_hopper", "test_cuda_ptxas_report",
+    "test_cuda_row_division"})
+
+
+@pytest.fixture(autouse=True)
+def _register_programs_pinned(request, monkeypatch):
+    """REGISTER_PROGRAM_MODULES' tests: ``tilecore.cuda.register_programs=True`` in every compile's defaults (the
+    process's TILECORE_PASS_CONFIGS, a compile's own configs still win)."""
+    if request.module.__name__.rsplit(".", 1)[-1] in REGISTER_PROGRAM_MODULES:
+        import json
+
+        env = json.loads(os.environ.get("TILECORE_PASS_CONFIGS") or "{}")
+        monkeypatch.setenv("TILECORE_PASS_CONFIGS", json.dumps({**env, "tilecore.cuda.register_programs": True}))
+    yield
+
+
 @pytest.fixture
 def rng(request) -> np.random.Generator:
     """A numpy Generator seeded from the test's node id."""
