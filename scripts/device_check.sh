@@ -456,16 +456,15 @@ step fagen-d256b timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 -
      --blocks 128x64x256x2,64x64x128x2 --general regprog,default,ws1,gdesc,bulk,bulk_desc
 step fagen-gqa2 timeout -k 5 200 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math --kv-heads 8 \
      --blocks 128x128x256x2,128x128x256x3 --general regprog,default,gdesc,bulk,bulk_desc
-# D61 round 3 (the last; at most 3 min): the new default (O by bulk tile stores in FlashAttention's two-consumer form,
-# tilecore.bulk_store_attention) against its direct stores (direct) and the register program, every row of that form
-# in one run: d128 at 128x128 and 128x176, exact and fast math, causal and not; then GQA (8 KV heads), d256 at
-# 128x64 and d64 at 128x128 (V now staged: the bulk tile's shared memory leaves the occupancy rule nothing to keep); first D59's default-form device tests (bf16, GQA, d256, 3 stages against float64) with the new default
-step fagen-final bash -c 'rc=0; timeout -k 5 40 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py \
-       -rs -k "d59_default" || rc=$?; B="python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math";
-     timeout -k 5 100 $B --blocks 128x128x256x2,128x176x256x2 --general regprog,default,direct || rc=$?;
-     timeout -k 5 45 $B --kv-heads 8 --blocks 128x128x256x2 --general regprog,default || rc=$?;
-     timeout -k 5 45 $B --dim 256 --blocks 128x64x256x2 --general regprog,default || rc=$?;
-     timeout -k 5 30 $B --dim 64 --blocks 128x128x256x2 --general regprog,default || rc=$?; exit $rc'
+# D61's confirmation on the merged tree (three steps, each under 90 s): fagen-confirm-tests: D61's and D59's device
+# tests of the general path's attention (the division, the bulk store of O bit for bit the direct stores, the staged
+# and specialized forms, fast math, against float64) and D60's division tests; fagen-confirm: d128 128x128, exact and
+# fast math, causal and not: the register program / the general default (O by bulk stores) / its direct stores
+# (direct), cuDNN beside; then conformance-general (the catalog on the general path with the defaults)
+step fagen-confirm-tests bash -c 'rc=0; timeout -k 5 85 python3 -m pytest -q -n 8 -p no:cacheprovider \
+       tests/test_cuda_general_attention.py tests/test_cuda_row_division.py -rs -k "d61 or d59_default or device" || rc=$?; exit $rc'
+step fagen-confirm timeout -k 5 85 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math \
+     --blocks 128x128x256x2 --general regprog,default,direct
 step fagen-auto python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-auto \
      --pass-config tilecore.cuda.register_programs=auto
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
