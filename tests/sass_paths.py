@@ -32,8 +32,9 @@ def opcode(text: str) -> str:
     return re.sub(r"^@!?U?P\w+\s+", "", text).split()[0].split(".")[0]
 
 
-def main_loop(ins: list, min_mma: int = 16) -> list:
-    """Indices into ``ins`` of the shortest backward-branch loop holding at least ``min_mma`` HGMMA."""
+def main_loop(ins: list, min_mma: int = 16, unit: str = "HGMMA") -> list:
+    """Indices into ``ins`` of the shortest backward-branch loop holding at least ``min_mma`` HGMMA (``unit``:
+    another opcode, e.g. HMMA for the mma.sync kernels)."""
     best = None
     for i, (a, t) in enumerate(ins):
         m = _TARGET.search(t)
@@ -41,10 +42,10 @@ def main_loop(ins: list, min_mma: int = 16) -> list:
             continue
         tgt = int(m.group(1), 16)
         idx = [k for k, (b, _) in enumerate(ins) if tgt <= b <= a]
-        if sum(opcode(ins[k][1]) == "HGMMA" for k in idx) >= min_mma and (best is None or len(idx) < len(best)):
+        if sum(opcode(ins[k][1]) == unit for k in idx) >= min_mma and (best is None or len(idx) < len(best)):
             best = idx
     if best is None:
-        raise ValueError(f"no loop with {min_mma} or more HGMMA in this SASS")
+        raise ValueError(f"no loop with {min_mma} or more {unit} in this SASS")
     return best
 
 

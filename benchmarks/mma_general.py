@@ -1,0 +1,235 @@
+"""The sm_80 register program (``cuda.register_program``: mma.sync + cp.async) against the core's general path,
+on the kernels issue 11 names (decision D63), torch in the same process.
+
+    python benchmarks/mma_general.py [--rep 20] [--variants regprog,general] [--only gemm_epi,fa,...]
+
+There is no sm_80 GPU: on the H100 every kernel is built for ``cuda`` (sm_90a) with
+``tilecore.cuda.disable_wgmma=True``, which leaves the mma.sync + cp.async paths (what an sm_80 target runs).
+Variants (pass configs on top of that):
+
+- ``regprog``: the defaults (the mma.sync register program where it takes the kernel);
+- ``general``: ``tilecore.cuda.register_programs=False`` (every kernel on the core's general path);
+- ``default``: the plugin's defaults with no extra config (after D63 the per-form routing decides);
+- further rows name D63's options (``VARIANTS`` below).
+
+Kernels (``--only``): ``gemm_epi`` (4096^3 fp16, bias + ReLU on the accumulator, 128x128x32, 256 threads, 3
+stages), ``fa`` / ``fa_causal`` (TileLang's example_mha_fwd_bhsd at its own configuration: 128x128, 2 stages, 256
+threads, fast math; b8 h32 s4096 d128), ``softmax`` / ``rmsnorm`` (the catalog's, 4096x8192 fp16, a row per
+block), ``gemm777`` (4096x777x4096 fp16, B rows of 777 elements, 128x128x32, 256 threads, 2 stages).
+
+Each row: the path the kernel took (``tilecore_cuda.lowering_path``), milliseconds (median of 5 batches of
+``--rep`` calls), TFLOP/s or GB/s, the ratio torch time / ours (higher is better) and the max error against torch;
+then, per kernel, general / regprog (>= 0.97 is D63's bar for routing the form to the general path). Exit 2 without
+a CUDA GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import tilecore
+import tilecore.language as T
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "conformance"))
+
+BASE = {"tilecore.cuda.disable_wgmma": True}
+VARIANTS = {
+    "regprog": {"tilecore.cuda.register_programs": True},
+    "general": {"tilecore.cuda.register_programs": False},
+    "default": {},
+}
+
+
+def gemm_epi(M, N, K, bm=128, bn=128, bk=32, threads=256, stages=3):
+    """TileLang's quickstart GEMM (ReLU on the accumulator) with a bias: C = relu(A @ B + bias)."""
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), Bias: T.Tensor((N,), "float32"),
+             C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_shared = T.alloc_shared((bm, bk), "float16")
+            B_shared = T.alloc_shared((bk, bn), "float16")
+            C_local = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_local)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                T.copy(A[by * bm, ko * bk], A_shared)
+                T.copy(B[ko * bk, bx * bn], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            for i, j in T.Parallel(bm, bn):
+                C_local[i, j] = T.max(C_local[i, j] + Bias[bx * bn + j], 0)
+            T.copy(C_local, C[by * bm, bx * bn])
+    return main
+
+
+def gemm_777(M, N, K, bm=128, bn=128, bk=32, threads=256, stages=2):
+    """benchmarks/cuda_offpath.py's GEMM (B rows of N fp16: not a multiple of 16 bytes) at 256 threads."""
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_shared = T.alloc_shared((bm, bk), "float16")
+            B_shared = T.alloc_shared((bk, bn), "float16")
+            C_local = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_local)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                T.copy(A[by * bm, ko * bk], A_shared)
+                T.copy(B[ko * bk, bx * bn], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C[by * bm, bx * bn])
+    return main
+
+
+def flash(b, h, s, d, causal):
+    from tilelang_corpus.attention_mha_fwd_bhsd import flashattn
+
+    return flashattn.jit_fn.get_tir(b, h, s, s, d, causal, block_M=128, block_N=128, num_stages=2, threads=256)
+
+
+def softmax_k(R, C):
+    from tilecore_conformance.composite import softmax
+
+    return softmax("float16", R, C, br=1)
+
+
+def rmsnorm_k(R, C):
+    from tilecore_conformance.composite import rmsnorm
+
+    return rmsnorm("float16", R, C, br=1)
+
+
+# name -> (builder, extra pass configs of the kernel itself, output index)
+KERNELS = {
+    "gemm_epi": (lambda a: gemm_epi(*a.gemm), {}, [-1]),
+    "fa": (lambda a: flash(*a.fa, False), {"tilecore.fast_math": True}, [3]),
+    "fa_causal": (lambda a: flash(*a.fa, True), {"tilecore.fast_math": True}, [3]),
+    "softmax": (lambda a: softmax_k(*a.rows), {}, [-1]),
+    "rmsnorm": (lambda a: rmsnorm_k(*a.rows), {}, [-1]),
+    "gemm777": (lambda a: gemm_777(*a.gemm777), {}, [-1]),
+}
+
+
+def census_kernels():
+    """(name, prim func builder) at small sizes, for scripts/mma_census.py (no GPU)."""
+    class A:
+        gemm = (512, 512, 512)
+        fa = (1, 2, 512, 128)
+        rows = (256, 8192)
+        gemm777 = (512, 777, 512)
+    return [(f"mma_general/{n}", (lambda b=b: b(A))) for n, (b, _, _) in KERNELS.items()]
+
+
+def ms(fn, rep: int) -> float:
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(rep):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / rep)
+    return statistics.median(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rep", type=int, default=20)
+    ap.add_argument("--variants", default="regprog,general")
+    ap.add_argument("--only", default=",".join(KERNELS))
+    ap.add_argument("--gemm", default="4096,4096,4096")
+    ap.add_argument("--gemm777", default="4096,777,4096")
+    ap.add_argument("--fa", default="8,32,4096,128", help="batch,heads,seq,dim")
+    ap.add_argument("--rows", default="4096,8192")
+    args = ap.parse_args()
+    for k in ("gemm", "gemm777", "fa", "rows"):
+        setattr(args, k, tuple(int(v) for v in getattr(args, k).split(",")))
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError as e:
+        print(f"mma_general: needs torch with CUDA ({e})", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("mma_general: no CUDA GPU here (see docs/performance.md)", file=sys.stderr)
+        return 2
+    from tilecore_cuda import lowering_path
+
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        print(f"mma_general: unknown variants {unknown}; known: {', '.join(VARIANTS)}", file=sys.stderr)
+        return 2
+    g = torch.Generator(device="cuda").manual_seed(0)
+    dev = dict(device="cuda", dtype=torch.float16)
+
+    def rnd(*shape, scale=1.0, dtype=torch.float16):
+        return (torch.randn(*shape, device="cuda", dtype=torch.float32, generator=g) * scale).to(dtype)
+
+    def inputs(name):
+        if name == "gemm_epi":
+            M, N, K = args.gemm
+            a, b, bias = rnd(M, K, scale=0.125), rnd(K, N, scale=0.125), rnd(N, dtype=torch.float32)
+            return (a, b, bias), (lambda: torch.relu(torch.addmm(bias.half(), a, b))), 2 * M * N * K, "flop"
+        if name in ("fa", "fa_causal"):
+            bb, h, s, d = args.fa
+            q, k, v = (rnd(bb, h, s, d) for _ in range(3))
+            causal = name == "fa_causal"
+            flops = 4 * bb * h * s * s * d // (2 if causal else 1)
+            return (q, k, v), (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)), flops, "flop"
+        if name == "softmax":
+            R, C = args.rows
+            x = rnd(R, C)
+            return (x,), (lambda: torch.softmax(x, 1)), 2 * R * C * 2, "byte"
+        if name == "rmsnorm":
+            R, C = args.rows
+            x = rnd(R, C)
+
+            def ref():
+                t = x.float()
+                return (t * torch.rsqrt((t * t).mean(1, keepdim=True) + 1e-6)).half()
+            return (x,), ref, 2 * R * C * 2, "byte"
+        M, N, K = args.gemm777
+        a, b = rnd(M, K, scale=0.125), rnd(K, N, scale=0.125)
+        return (a, b), (lambda: a @ b), 2 * M * N * K, "flop"
+
+    print(f"{torch.cuda.get_device_name()}; every kernel built with tilecore.cuda.disable_wgmma=True (the sm_80 paths)")
+    print(f"{'kernel':10s} {'variant':14s} {'path':28s} {'ms':>9s} {'rate':>12s} {'torch ms':>9s} {'torch/ours':>10s} "
+          f"{'max err':>9s}")
+    summary = []
+    for name in [n.strip() for n in args.only.split(",") if n.strip()]:
+        build, own, out_idx = KERNELS[name]
+        ins, ref, work, unit = inputs(name)
+        expect = ref()
+        t_ref = ms(ref, args.rep)
+        times = {}
+        for var in variants:
+            cfg = {**BASE, **own, **VARIANTS[var]}
+            try:
+                kern = tilecore.compile(build(args), out_idx=out_idx, target="cuda", pass_configs=cfg)
+            except Exception as e:  # noqa: BLE001 - a refused row is printed, the rest go on
+                print(f"{name:10s} {var:14s} refused: {type(e).__name__}: {str(e).splitlines()[0][:90]}", flush=True)
+                continue
+            out = kern(*ins)
+            err = float((out.float() - expect.float()).abs().max())
+            t = ms(lambda: kern(*ins), args.rep)
+            times[var] = t
+            rate = f"{work / t / 1e9:7.1f} TF/s" if unit == "flop" else f"{work / t / 1e6:7.1f} GB/s"
+            print(f"{name:10s} {var:14s} {lowering_path(kern):28s} {t:9.4f} {rate:>12s} {t_ref:9.4f} "
+                  f"{t_ref / t:10.3f} {err:9.2e}", flush=True)
+        if "regprog" in times:
+            summary.append((name, {v: times["regprog"] / times[v] for v in times}))
+    if summary:
+        print("\nspeed relative to the regprog row (regprog time / variant time; >= 0.97: D63's bar):")
+        for name, rel in summary:
+            print(f"  {name:10s} " + "  ".join(f"{v} {r:.3f}" for v, r in rel.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

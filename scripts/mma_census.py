@@ -1,0 +1,101 @@
+#!/usr/bin/env python
+"""The sm_80 (mma.sync) register program against the core's general path: which kernels take
+``cuda.register_program`` and whether the general path reaches registers for them (decision D63).
+
+    python scripts/mma_census.py                 # the catalog and the mma_general benchmark's kernels
+    python scripts/mma_census.py --json out.json
+
+Each kernel is lowered (``tilecore.compiler.lower``, no device compiler) four ways: ``cuda:sm_80`` with the
+defaults and with ``tilecore.cuda.register_programs=False`` (the general path), and ``cuda:sm_90a`` with
+``tilecore.cuda.disable_wgmma=True`` (how an H100 runs the sm_80 path), with and without register programs. A row
+gives the path taken (``tilecore_cuda.lowering_path``; ``kernel.meta["attrs"]["hopper_pipelines"]`` has the notes)
+and, on the general path, how many fragments are in registers (``fragment_layouts``).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MODES = {
+    "sm_80": ("cuda:sm_80", {}),
+    "sm_80 general": ("cuda:sm_80", {"tilecore.cuda.register_programs": False}),
+    "sm_90a nowgmma": ("cuda:sm_90a", {"tilecore.cuda.disable_wgmma": True}),
+    "sm_90a nowgmma general": ("cuda:sm_90a", {"tilecore.cuda.disable_wgmma": True,
+                                               "tilecore.cuda.register_programs": False}),
+}
+
+
+def classify(target: str, build, configs: dict) -> str:
+    import tilecore_cuda
+    from tilecore.compiler import lower
+
+    try:
+        attrs = lower(build(), target, {**configs, "tilecore.disable_cache": True})[2].attrs
+    except Exception as e:  # noqa: BLE001 - a refusal is a row
+        return f"refused ({type(e).__name__})"
+
+    class _K:
+        meta = {"attrs": attrs}
+
+    path = tilecore_cuda.lowering_path(_K)
+    if path != "generic":
+        return path.replace("register program", "regprog")
+    frags = dict(attrs.get("fragment_layouts") or {})
+    if not frags:
+        return "general, no fragments"
+    shared = [f for f, lay in frags.items() if str(lay).startswith("shared")]
+    return "general, registers" if not shared else f"general, {len(frags) - len(shared)}/{len(frags)} in registers"
+
+
+def sources():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from fragment_census import catalog_funcs
+
+    for name, build, configs in catalog_funcs():
+        yield name, build, configs or {}
+    import mma_general
+
+    for name, build in mma_general.census_kernels():
+        yield f"bench/{name}", build, {}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json")
+    ap.add_argument("-k", help="only kernels whose name contains this")
+    args = ap.parse_args(argv)
+    rows = []
+    for name, build, configs in sources():
+        if args.k and args.k not in name:
+            continue
+        row = {"kernel": name}
+        for mode, (target, extra) in MODES.items():
+            row[mode] = classify(target, build, {**configs, **extra})
+        rows.append(row)
+    # kernels a register program takes in either mma.sync mode: one line each; the rest counted by their paths
+    taken = [r for r in rows if r["sm_80"].startswith("regprog") or r["sm_90a nowgmma"].startswith("regprog")]
+    print("| kernel | " + " | ".join(MODES) + " |")
+    print("|---" * (len(MODES) + 1) + "|")
+    for r in taken:
+        print(f"| {r['kernel']} | " + " | ".join(r[m] for m in MODES) + " |")
+    print()
+    rest = collections.Counter(tuple(r[m] for m in MODES) for r in rows if r not in taken)
+    print(f"{len(rows) - len(taken)} kernels no register program takes (paths per mode, counts):")
+    for key, n in rest.most_common():
+        print(f"  {n:4d}  " + " | ".join(key))
+    bench = [r for r in rows if r["kernel"].startswith("bench/") and r not in taken]
+    for r in bench:
+        print(f"| {r['kernel']} | " + " | ".join(r[m] for m in MODES) + " |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
