@@ -4,8 +4,10 @@ on the kernels issue 11 names (decision D63), torch in the same process.
     python benchmarks/mma_general.py [--rep 20] [--variants regprog,general] [--only gemm_epi,fa,...]
 
 There is no sm_80 GPU: on the H100 every kernel is built for ``cuda`` (sm_90a) with
-``tilecore.cuda.disable_wgmma=True``, which leaves the mma.sync + cp.async paths (what an sm_80 target runs).
-Variants (pass configs on top of that):
+``tilecore.cuda.disable_wgmma=True`` and ``tilecore.capability_overlay`` = the sm_80 profile's features, matrix
+units and shared-memory limits (``SM80``), which leaves the mma.sync + cp.async paths an sm_80 target runs
+(disable_wgmma alone keeps wgmma, TMA and warp specialization on the general path). Variants (pass configs on top
+of that):
 
 - ``regprog``: the defaults (the mma.sync register program where it takes the kernel);
 - ``general``: ``tilecore.cuda.register_programs=False`` (every kernel on the core's general path);
@@ -36,7 +38,18 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE.parent / "conformance"))
 
-BASE = {"tilecore.cuda.disable_wgmma": True}
+#: the sm_80 profile's features, matrix units and shared-memory limits over the H100's (``cuda:sm_90a``): the
+#: general path then plans what it plans on an A100 (mma.sync, cp.async, no TMA, no warp specialization, 163 KiB a
+#: block); ``tilecore.cuda.disable_wgmma`` alone leaves the general path wgmma, TMA and the H100's 227 KiB (D63)
+SM80 = {"features.wgmma": False, "features.bulk_tensor_copy": False, "features.clusters": False,
+        "features.warp_specialization": False,
+        "matrix_units": [{"family": "mma_sync", "a_dtypes": ["float16", "bfloat16"], "acc_dtype": "float32",
+                          "m": 16, "n": 8, "k": 16},
+                         {"family": "mma_sync", "a_dtypes": ["float64"], "acc_dtype": "float64", "m": 16, "n": 8,
+                          "k": 16}],
+        "limits.max_shared_bytes_per_block.value": 166912, "limits.max_shared_bytes_per_sm.value": 167936,
+        "memory.shared.max_bytes_per_block": 166912, "memory.shared.max_bytes_per_sm": 167936}
+BASE = {"tilecore.cuda.disable_wgmma": True, "tilecore.capability_overlay": SM80}
 VARIANTS = {
     "regprog": {"tilecore.cuda.register_programs": True},
     "general": {"tilecore.cuda.register_programs": False},

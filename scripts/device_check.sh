@@ -468,16 +468,24 @@ step fagen-confirm timeout -k 5 85 python3 benchmarks/cuda_attention.py --rep 5 
 step fagen-auto python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-auto \
      --pass-config tilecore.cuda.register_programs=auto
 # the sm_80 register program (mma.sync + cp.async) against the core's general path (decision D63): on the H100 every
-# kernel with tilecore.cuda.disable_wgmma (the sm_80 paths), rows regprog (the register program where it takes the
-# kernel) / general (tilecore.cuda.register_programs=false) / default / D63's options (MMA_VARIANTS), GEMM + bias + ReLU
-# 4096^3, TileLang's FlashAttention forward (b8 h32 s4096 d128) causal and not, softmax and RMSNorm 4096x8192, the
-# 777-column GEMM; torch / cuBLAS / SDPA in the same process; then the device tests of D63 (float64) and the whole
-# catalog on the general path with disable_wgmma (the PASS count). About 3 min
+# kernel built with tilecore.cuda.disable_wgmma and the sm_80 profile overlaid (tilecore.capability_overlay: mma.sync
+# units only, no TMA / warp specialization / clusters, 163 KiB a block: what an A100 plans), rows regprog (the
+# register program where it takes the kernel) / general (tilecore.cuda.register_programs=false) / default / D63's
+# options (MMA_VARIANTS): GEMM + bias + ReLU 4096^3, TileLang's FlashAttention forward (b8 h32 s4096 d128) causal and
+# not, softmax and RMSNorm 4096x8192, the 777-column GEMM; torch / cuBLAS / SDPA in the same process; then D63's
+# device tests (float64). About 2.5 min
 step mmasync bash -c 'rc=0;
-     timeout -k 5 150 python3 benchmarks/mma_general.py --rep 10 --variants "${MMA_VARIANTS:-regprog,general,default}" || rc=$?;
-     timeout -k 5 60 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_general.py -rs -k device || rc=$?;
-     timeout -k 5 100 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-mma-general \
-       --pass-config tilecore.cuda.disable_wgmma=true --pass-config tilecore.cuda.register_programs=false || rc=$?; exit $rc'
+     timeout -k 5 170 python3 benchmarks/mma_general.py --rep 10 --variants "${MMA_VARIANTS:-regprog,general,default}" || rc=$?;
+     timeout -k 5 60 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_general.py -rs -k device || rc=$?; exit $rc'
+# the catalog on the general path with the sm_80 paths (D63), device mode, two runs: disable_wgmma alone (the general
+# path then still takes wgmma and TMA on sm_90a), and with the sm_80 profile overlaid (the three feature/ cases that
+# require TMA, warp specialization or clusters left out: the overlay removes those features). About 3 min
+step mmasync-catalog bash -c 'rc=0; OV=$(python3 -c "import sys, json; sys.path.insert(0, \"benchmarks\"); import mma_general as m; print(json.dumps(m.SM80))");
+     timeout -k 5 100 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-nowgmma-general \
+       --pass-config tilecore.cuda.disable_wgmma=true --pass-config tilecore.cuda.register_programs=false || rc=$?;
+     timeout -k 5 100 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-sm80-general \
+       -k "not bulk_tensor_copy and not warp_specialization and not clusters" --pass-config tilecore.cuda.disable_wgmma=true \
+       --pass-config tilecore.cuda.register_programs=false --pass-config "tilecore.capability_overlay=$OV" || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

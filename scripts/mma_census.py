@@ -6,8 +6,9 @@
     python scripts/mma_census.py --json out.json
 
 Each kernel is lowered (``tilecore.compiler.lower``, no device compiler) four ways: ``cuda:sm_80`` with the
-defaults and with ``tilecore.cuda.register_programs=False`` (the general path), and ``cuda:sm_90a`` with
-``tilecore.cuda.disable_wgmma=True`` (how an H100 runs the sm_80 path), with and without register programs. A row
+defaults and with ``tilecore.cuda.register_programs=False`` (the general path), ``cuda:sm_90a`` with
+``tilecore.cuda.disable_wgmma=True`` with and without register programs (the general path then still takes wgmma:
+marked), and ``cuda:sm_90a`` with the sm_80 profile overlaid (benchmarks/mma_general.py's ``BASE``). A row
 gives the path taken (``tilecore_cuda.lowering_path``; ``kernel.meta["attrs"]["hopper_pipelines"]`` has the notes)
 and, on the general path, how many fragments are in registers (``fragment_layouts``).
 """
@@ -21,12 +22,15 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from mma_general import BASE as SM80_ON_H100  # noqa: E402  (disable_wgmma + the sm_80 profile overlaid)
 MODES = {
     "sm_80": ("cuda:sm_80", {}),
     "sm_80 general": ("cuda:sm_80", {"tilecore.cuda.register_programs": False}),
     "sm_90a nowgmma": ("cuda:sm_90a", {"tilecore.cuda.disable_wgmma": True}),
     "sm_90a nowgmma general": ("cuda:sm_90a", {"tilecore.cuda.disable_wgmma": True,
                                                "tilecore.cuda.register_programs": False}),
+    "sm_90a as sm_80 general": ("cuda:sm_90a", {**SM80_ON_H100, "tilecore.cuda.register_programs": False}),
 }
 
 
@@ -49,7 +53,8 @@ def classify(target: str, build, configs: dict) -> str:
     if not frags:
         return "general, no fragments"
     shared = [f for f, lay in frags.items() if str(lay).startswith("shared")]
-    return "general, registers" if not shared else f"general, {len(frags) - len(shared)}/{len(frags)} in registers"
+    unit = " (wgmma)" if any(str(lay).startswith("wgmma") for lay in frags.values()) else ""
+    return ("general, registers" if not shared else f"general, {len(frags) - len(shared)}/{len(frags)} in registers") + unit
 
 
 def sources():

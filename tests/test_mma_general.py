@@ -25,7 +25,7 @@ from tilecore.compiler import lower  # noqa: E402
 
 REGPROG = {**NOCACHE, **mma_general.VARIANTS["regprog"]}
 GENERAL = {**NOCACHE, **mma_general.VARIANTS["general"]}
-NOWGMMA = {"tilecore.cuda.disable_wgmma": True}
+SM80_ON_H100 = mma_general.BASE  # disable_wgmma + the sm_80 profile overlaid (tilecore.capability_overlay)
 
 
 class Small:
@@ -46,16 +46,38 @@ def _path(attrs):
     return tilecore_cuda.lowering_path(K)
 
 
-@pytest.mark.parametrize("target,extra", [("cuda:sm_80", {}), ("cuda:sm_90a", NOWGMMA)])
+@pytest.mark.parametrize("target,extra", [("cuda:sm_80", {}), ("cuda:sm_90a", SM80_ON_H100)])
 @pytest.mark.parametrize("name", list(mma_general.KERNELS))
 def test_general_path_holds_every_fragment_in_registers(name, target, extra):
     attrs = _attrs(name, target, {**GENERAL, **extra})
     assert _path(attrs) == "generic", attrs.get("hopper_pipelines")
     lay = attrs["fragment_layouts"]
     assert lay and not [f for f, v in lay.items() if str(v).startswith("shared")], lay
+    assert not [f for f, v in lay.items() if str(v).startswith("wgmma")], lay  # the sm_80 unit on both
 
 
-@pytest.mark.parametrize("target,extra", [("cuda:sm_80", {}), ("cuda:sm_90a", NOWGMMA)])
+def test_capability_overlay_plans_the_sm80_paths_on_sm90a():
+    """``tilecore.capability_overlay`` (core): the sm_80 profile's units, features and limits over sm_90a give the
+    general path what it gives on sm_80 (mma.sync, cp.async, FlashAttention's V not staged at 163 KiB), where
+    ``disable_wgmma`` alone keeps wgmma and bulk copies; the overlay is in the cache key (the profile's hash)."""
+    plain = _attrs("fa", "cuda:sm_90a", {**GENERAL, "tilecore.cuda.disable_wgmma": True})
+    assert plain["fragment_layouts"]["acc_s"].startswith("wgmma") and "bulk tile copies" in plain["pipelines"][0]
+    over = _attrs("fa", "cuda:sm_90a", {**GENERAL, **SM80_ON_H100})
+    a80 = _attrs("fa", "cuda:sm_80", GENERAL)
+    assert over["pipelines"] == a80["pipelines"] and "bulk" not in over["pipelines"][0], over["pipelines"]
+    assert over["fragment_layouts"] == a80["fragment_layouts"]
+
+
+def test_capability_overlay_errors_are_clear():
+    from tilecore.errors import CompileError
+
+    with pytest.raises(CompileError, match="capability_overlay must be a mapping"):
+        _attrs("softmax", "cuda:sm_80", {**GENERAL, "tilecore.capability_overlay": ["limits"]})
+    with pytest.raises(CompileError, match="capability_overlay: id: an overlay cannot change id"):
+        _attrs("softmax", "cuda:sm_80", {**GENERAL, "tilecore.capability_overlay": {"id": "cuda/sm_90a"}})
+
+
+@pytest.mark.parametrize("target,extra", [("cuda:sm_80", {}), ("cuda:sm_90a", SM80_ON_H100)])
 def test_which_kernels_the_register_program_takes(target, extra):
     """The inventory's rows (D63): the register program takes the GEMM with an epilogue and both attention
     kernels; softmax and RMSNorm have no T.Pipelined loop and the 777 GEMM's B rows are not 16-byte copies."""

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from .._version import __version__
 from ..errors import CompileError, PerformanceWarning, TargetError
-from ..plugin import PLUGIN_API, get_registry, profile_for
+from ..plugin import PLUGIN_API, get_registry
+from ..plugin.capabilities import profile_with
 from . import cache
 from .kernel import JITKernel, load_kernel
 
@@ -114,8 +115,8 @@ def _lower(func, target, pass_configs, times: dict):
 
     t0 = time.perf_counter()
     backend, tgt = get_registry().resolve(resolve_auto(target))
-    caps = profile_for(tgt)
     options = _normalize_configs(pass_configs)
+    caps = profile_with(tgt, options.get("tilecore.capability_overlay"))
     pipe = core_pipeline()
     for spec in list(backend.passes(tgt)) + get_registry().extra_passes(tgt):
         pipe.add(spec.slot, spec.pass_, spec.position)
@@ -166,11 +167,11 @@ def compile(func, target="auto", out_idx=None, pass_configs=None, target_host=No
     t = clock()
     backend, tgt = get_registry().resolve(resolve_auto(target))
     t, times["plugins"] = clock(), clock() - t
-    caps = profile_for(tgt)
+    options = _normalize_configs(pass_configs)
+    caps = profile_with(tgt, options.get("tilecore.capability_overlay"))
     t, times["capabilities"] = clock(), clock() - t
     toolchain = backend.toolchain_version(tgt)
     t, times["toolchain"] = clock(), clock() - t
-    options = _normalize_configs(pass_configs)
     sig = _signature(func, out_idx)
     ir_text = func.script()
     key = cache.make_key({

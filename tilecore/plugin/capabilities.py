@@ -50,3 +50,22 @@ def profile_for(target):
         raise TargetError(f"target {target}: capability profile {target.capability_id!r} not found; the "
                           f"backend's wheel must carry it (known: {', '.join(caps.ids())})")
     return caps.resolve(target.capability_id)
+
+
+def profile_with(target, overlay):
+    """:func:`profile_for`, with ``overlay`` (the pass config ``tilecore.capability_overlay``: a mapping of nested
+    or dotted capability keys) merged over it: a compile planned against another profile's features, limits and
+    matrix units on this target's code generator (e.g. a smaller GPU's paths measured on a bigger one, D63)."""
+    base = profile_for(target)
+    if not overlay:
+        return base
+    from ..capabilities import CapabilityError
+    from ..errors import CompileError
+
+    if not isinstance(overlay, dict):
+        raise CompileError(f"pass config tilecore.capability_overlay must be a mapping of capability keys, not "
+                           f"{type(overlay).__name__}; e.g. {{\"limits.max_shared_bytes_per_block.value\": 166912}}")
+    try:
+        return _registry().overlay(base.id, overlay, source="pass config tilecore.capability_overlay")
+    except CapabilityError as exc:
+        raise CompileError(f"pass config tilecore.capability_overlay: {exc}") from None
