@@ -54,6 +54,14 @@ VARIANTS = {
     "regprog": {"tilecore.cuda.register_programs": True},
     "general": {"tilecore.cuda.register_programs": False},
     "default": {},
+    # D63's options on the general path (each row: the general path plus the options named)
+    "unroll": {"tilecore.cuda.register_programs": False, "tilecore.cuda.unroll_matrix_steps": True},
+    "relay": {"tilecore.cuda.register_programs": False, "tilecore.fold_relay_tiles": True},
+    "relay+unroll": {"tilecore.cuda.register_programs": False, "tilecore.fold_relay_tiles": True,
+                     "tilecore.cuda.unroll_matrix_steps": True},
+    "prune": {"tilecore.cuda.register_programs": False, "tilecore.prune_barriers": True},
+    "all": {"tilecore.cuda.register_programs": False, "tilecore.fold_relay_tiles": True,
+            "tilecore.cuda.unroll_matrix_steps": True, "tilecore.prune_barriers": True},
 }
 
 

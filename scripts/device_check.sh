@@ -469,23 +469,30 @@ step fagen-auto python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --
      --pass-config tilecore.cuda.register_programs=auto
 # the sm_80 register program (mma.sync + cp.async) against the core's general path (decision D63): on the H100 every
 # kernel built with tilecore.cuda.disable_wgmma and the sm_80 profile overlaid (tilecore.capability_overlay: mma.sync
-# units only, no TMA / warp specialization / clusters, 163 KiB a block: what an A100 plans), rows regprog (the
-# register program where it takes the kernel) / general (tilecore.cuda.register_programs=false) / default / D63's
-# options (MMA_VARIANTS): GEMM + bias + ReLU 4096^3, TileLang's FlashAttention forward (b8 h32 s4096 d128) causal and
-# not, softmax and RMSNorm 4096x8192, the 777-column GEMM; torch / cuBLAS / SDPA in the same process; then D63's
-# device tests (float64). About 2.5 min
+# units only, no TMA / warp specialization / clusters, 163 KiB a block: what an A100 plans). Rows: regprog (the
+# register program where it takes the kernel), general (tilecore.cuda.register_programs=false), D63's options on the
+# general path (unroll: #pragma unroll on the mma.sync k steps; relay: O_shared folded, V staged; prune: barriers
+# that order nothing removed; all), default. GEMM + bias + ReLU 4096^3, TileLang's FlashAttention forward (b8 h32
+# s4096 d128) causal and not, softmax and RMSNorm 4096x8192, the 777-column GEMM; torch / cuBLAS / SDPA in the same
+# process; then D63's device tests (float64). About 3 min
 step mmasync bash -c 'rc=0;
-     timeout -k 5 170 python3 benchmarks/mma_general.py --rep 10 --variants "${MMA_VARIANTS:-regprog,general,default}" || rc=$?;
+     timeout -k 5 100 python3 benchmarks/mma_general.py --rep 10 --only fa,fa_causal \
+       --variants "${MMA_FA_VARIANTS:-regprog,general,relay,relay+unroll,all,default}" || rc=$?;
+     timeout -k 5 80 python3 benchmarks/mma_general.py --rep 20 --only gemm_epi,softmax,rmsnorm,gemm777 \
+       --variants "${MMA_VARIANTS:-regprog,general,unroll,prune,all,default}" || rc=$?;
      timeout -k 5 60 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_general.py -rs -k device || rc=$?; exit $rc'
-# the catalog on the general path with the sm_80 paths (D63), device mode, two runs: disable_wgmma alone (the general
-# path then still takes wgmma and TMA on sm_90a), and with the sm_80 profile overlaid (the three feature/ cases that
-# require TMA, warp specialization or clusters left out: the overlay removes those features). About 3 min
+# the catalog on the general path with the sm_80 paths (D63), device mode: the sm_80 profile overlaid on the H100
+# (the three feature/ cases that require TMA, warp specialization or clusters left out: the overlay removes those
+# features), once as it is and once with every D63 option (relay tiles folded, barriers pruned, k steps unrolled).
+# About 3 min
 step mmasync-catalog bash -c 'rc=0; OV=$(python3 -c "import sys, json; sys.path.insert(0, \"benchmarks\"); import mma_general as m; print(json.dumps(m.SM80))");
-     timeout -k 5 100 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-nowgmma-general \
-       --pass-config tilecore.cuda.disable_wgmma=true --pass-config tilecore.cuda.register_programs=false || rc=$?;
+     K="not bulk_tensor_copy and not warp_specialization and not clusters";
+     G="--pass-config tilecore.cuda.disable_wgmma=true --pass-config tilecore.cuda.register_programs=false";
      timeout -k 5 100 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-sm80-general \
-       -k "not bulk_tensor_copy and not warp_specialization and not clusters" --pass-config tilecore.cuda.disable_wgmma=true \
-       --pass-config tilecore.cuda.register_programs=false --pass-config "tilecore.capability_overlay=$OV" || rc=$?; exit $rc'
+       -k "$K" $G --pass-config "tilecore.capability_overlay=$OV" || rc=$?;
+     timeout -k 5 100 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-sm80-d63 \
+       -k "$K" $G --pass-config "tilecore.capability_overlay=$OV" --pass-config tilecore.fold_relay_tiles=true \
+       --pass-config tilecore.prune_barriers=true --pass-config tilecore.cuda.unroll_matrix_steps=true || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

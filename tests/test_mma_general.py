@@ -130,7 +130,7 @@ def _inputs(name):
 
 
 @gpu
-@pytest.mark.parametrize("variant", ["regprog", "general", "default"])
+@pytest.mark.parametrize("variant", ["regprog", "general", "default", "all"])
 @pytest.mark.parametrize("name", list(mma_general.KERNELS))
 def test_device_every_path_matches_float64(name, variant):
     import torch
@@ -143,3 +143,156 @@ def test_device_every_path_matches_float64(name, variant):
     torch.cuda.synchronize()
     err = (out.double() - ref).abs().max().item()
     assert err < tol, f"{name} {variant} ({tilecore_cuda.lowering_path(kern)}): max error {err}"
+
+
+# -- D63's options on the general path -------------------------------------------------------------------------
+
+OPTIONS = {k: v for k, v in mma_general.VARIANTS["all"].items() if k != "tilecore.cuda.register_programs"}
+
+
+def _lowered(name, configs, target="cuda:sm_80", size=Small):
+    build, own, _ = mma_general.KERNELS[name]
+    return lower(build(size), target, {**own, **GENERAL, **configs})
+
+
+def _loop_barriers(code: str, loop: str) -> int:
+    """``__syncthreads()`` inside the kernel's loop over ``loop`` (its text up to the loop's closing brace)."""
+    body = code[code.rindex("__global__"):]
+    start = body.index(f"for (long long {loop} = 0;")
+    indent = body.rindex("\n", 0, start)
+    pad = start - indent - 1
+    end = body.index("\n" + " " * pad + "}\n", start)
+    return body[start:end].count("__syncthreads()")
+
+
+def test_prune_barriers_leaves_one_barrier_a_gemm_iteration():
+    """The GEMM's k loop: the planner's barrier after the wait orders everything (the stage ahead is issued after
+    it, into the stage the previous iteration read); simt's barriers around the gemm go (3 -> 1)."""
+    before = _lowered("gemm_epi", {})
+    after = _lowered("gemm_epi", {"tilecore.prune_barriers": True})
+    assert _loop_barriers(before[3].code, "ko") == 3
+    assert _loop_barriers(after[3].code, "ko") == 1
+    assert after[2].attrs["pruned_barriers"] >= 2
+    body = after[3].code[after[3].code.index("for (long long ko = 0;"):]
+    assert body.index("tc_cp_async_wait<") < body.index("__syncthreads()") < body.index("tc_cp_async16(")
+
+
+def test_relay_fold_stages_v_and_barriers_follow_the_waits():
+    """FlashAttention at 163 KiB: O_shared folded (D63), V staged beside K (two commit groups), and with the
+    barriers pruned one barrier after each of the two waits (K's at the top, V's before P @ V)."""
+    plain = _lowered("fa", {})
+    assert "V_shared" not in plain[2].attrs["pipelines"][0] and "O_shared" in plain[3].code
+    on = _lowered("fa", OPTIONS)
+    assert on[2].attrs["relay_tiles"] == ("O_shared",)
+    assert "V_shared async 16-byte copies (issued with the stage ahead" in on[2].attrs["pipelines"][0]
+    assert "O_shared" not in on[3].code
+    assert _loop_barriers(on[3].code, "k") == 2 and _loop_barriers(plain[3].code, "k") >= 4
+    loop = on[3].code[on[3].code.index("for (long long k = 0;"):]
+    for wait in ("tc_cp_async_wait<1>();\n    __syncthreads();", "tc_cp_async_wait<2>();\n    __syncthreads();"):
+        assert wait in loop
+    assert "#pragma unroll" in loop
+
+
+def test_relay_fold_keeps_a_tile_read_elsewhere():
+    """A tile that is read by anything but a whole copy to global memory is not a relay: it stays."""
+    import tilecore.language as T
+
+    @T.prim_func
+    def k(A: T.Tensor((64, 64), "float32"), B: T.Tensor((64, 64), "float32"), C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            f = T.alloc_fragment((64, 64), "float32")
+            s = T.alloc_shared((64, 64), "float32")
+            T.copy(A[0, 0], f)
+            T.copy(f, s)
+            T.copy(s, B[0, 0])
+            for i, j in T.Parallel(64, 64):
+                C[i, j] = s[j, i]
+
+    attrs = lower(k, "cuda:sm_80", {**NOCACHE, "tilecore.fold_relay_tiles": True})[2].attrs
+    assert "relay_tiles" not in attrs
+
+
+def _emulate():
+    import shutil
+
+    if shutil.which("g++") is None:
+        pytest.skip("the CUDA host emulator needs g++ (C++20)")
+    from cuda_host_emulator import run_on_host
+
+    return run_on_host
+
+
+@pytest.mark.parametrize("name", ["gemm_epi", "softmax", "rmsnorm", "gemm777"])
+def test_options_on_the_host_emulator_match_float64(name, tmp_path):
+    """Every D63 option at once, the generated sm_80 source run on the host (threads concurrent, barriers real,
+    cp.async landing at its wait): against float64."""
+    import numpy as np
+
+    run = _emulate()
+
+    class Tiny:
+        gemm = (256, 256, 128)
+        gemm777 = (128, 200, 96)
+        rows = (4, 2048)
+
+    build, own, out_idx = mma_general.KERNELS[name]
+    kern = tilecore.compile(build(Tiny), out_idx=out_idx, target="cuda:sm_80",
+                            pass_configs={**own, **GENERAL, **OPTIONS})
+    assert kern.meta["attrs"].get("pruned_barriers", 0) > 0
+    rng = np.random.default_rng(3)
+    if name.startswith("gemm"):
+        M, N, K = Tiny.gemm if name == "gemm_epi" else Tiny.gemm777
+        a = (rng.standard_normal((M, K)) / 4).astype(np.float16)
+        b = (rng.standard_normal((K, N)) / 4).astype(np.float16)
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        arrays = [a, b]
+        if name == "gemm_epi":
+            bias = rng.standard_normal(N).astype(np.float32)
+            arrays.append(bias)
+            ref = np.maximum(ref + bias, 0)
+        out = run(kern, arrays + [np.zeros((M, N), np.float16)], tmp_path)[-1]
+        tol = 2e-2
+    else:
+        R, C = Tiny.rows
+        x = rng.standard_normal((R, C)).astype(np.float16)
+        xd = x.astype(np.float64)
+        if name == "softmax":
+            e = np.exp(xd - xd.max(1, keepdims=True))
+            ref = e / e.sum(1, keepdims=True)
+            tol = 2e-3
+        else:
+            ref = xd / np.sqrt((xd * xd).mean(1, keepdims=True) + 1e-6)
+            tol = 8e-3
+        out = run(kern, [x, np.zeros((R, C), np.float16)], tmp_path)[-1]
+    err = np.abs(out.astype(np.float64) - ref).max()
+    assert err < tol, f"{name}: max error {err}"
+
+
+def test_the_emulator_sees_the_one_barrier_the_gemm_loop_needs(tmp_path):
+    """The mutation behind the test above: the pruned GEMM without its last loop barrier (the one after the wait)
+    reads stages other threads' copies have not filled: wrong on the host emulator."""
+    import dataclasses
+    import types
+
+    import numpy as np
+
+    run = _emulate()
+
+    class Tiny:
+        gemm = (256, 256, 128)
+
+    build, own, out_idx = mma_general.KERNELS["gemm_epi"]
+    kern = tilecore.compile(build(Tiny), out_idx=out_idx, target="cuda:sm_80",
+                            pass_configs={**own, **GENERAL, **OPTIONS})
+    code = kern.source.code
+    at = code.index("__syncthreads();", code.index("for (long long ko = 0;"))
+    mutant = types.SimpleNamespace(source=dataclasses.replace(kern.source, code=code[:at] + code[at + 16:]))
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal((256, 128)) / 4).astype(np.float16)
+    b = (rng.standard_normal((128, 256)) / 4).astype(np.float16)
+    bias = rng.standard_normal(256).astype(np.float32)
+    ref = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias, 0)
+    good = run(kern, [a, b, bias, np.zeros((256, 256), np.float16)], tmp_path)[-1]
+    bad = run(mutant, [a, b, bias, np.zeros((256, 256), np.float16)], tmp_path)[-1]
+    assert np.abs(good.astype(np.float64) - ref).max() < 2e-2
+    assert np.abs(bad.astype(np.float64) - ref).max() > 0.1

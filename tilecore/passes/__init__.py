@@ -51,6 +51,8 @@ class PassConfigKey:
     REQUIRE = "tilecore.require"               #: list[str]: capability needs the target must satisfy
     CHECKED = "tilecore.checked"               #: bool: check every memory access at run time (also TILECORE_CHECKED=1)
     MATRIX_UNIT_GEMM = "tilecore.matrix_unit_gemm"  #: bool: T.gemm on a registered matrix unit where one runs it (default True; False: never)
+    PRUNE_BARRIERS = "tilecore.prune_barriers"  #: bool: block barriers that order no conflicting accesses to shared or global memory (before and after them, asynchronous copies landing at their waits) are removed after the backend's thread distribution (default False; D63)
+    FOLD_RELAY_TILES = "tilecore.fold_relay_tiles"  #: bool: a shared tile that only relays a fragment to global memory (written once by a whole copy from the fragment, read only by whole copies to global) becomes direct copies from the fragment (default False; D63)
     CAPABILITY_OVERLAY = "tilecore.capability_overlay"  #: dict: capability values (nested or dotted keys) merged over the target's profile for this compile: features, limits, matrix units (e.g. a smaller device's paths planned on a bigger one of the same backend, D63)
     MATRIX_UNIT_FAMILIES = "tilecore.matrix_unit_families"  #: list[str]: only these matrix unit families (default: every one the target's profile lists)
     SWIZZLE_OPERAND_TILES = "tilecore.swizzle_operand_tiles"  #: bool: store matrix-unit operand tiles XOR-swizzled (default True)
@@ -204,16 +206,16 @@ def dump_dir_from_env() -> str | None:
 
 
 def core_pipeline() -> Pipeline:
-    from . import blockorder, bulkstore, copies, masksplit, core, guard, layout, lower_tile, matrix, persistent, pipeline, vectorize
+    from . import barriers, blockorder, bulkstore, copies, masksplit, core, guard, layout, lower_tile, matrix, persistent, pipeline, relay, vectorize
 
     return Pipeline({
         "legalize": [core.check_structure, core.check_extensions, core.check_static_bounds,
                      core.check_capabilities],
-        "layout": [layout.infer_layouts, core.collect_hints, blockorder.order_blocks],
+        "layout": [relay.fold_relay_tiles, layout.infer_layouts, core.collect_hints, blockorder.order_blocks],
         "tile-lowering": [masksplit.split_masked_iterations, bulkstore.stage_bulk_stores, layout.lower_fragments, pipeline.stage_pipelined_copies, copies.group_async_copies,
                           lower_tile.lower_tile_ops],
         "pipelining": [persistent.persistent_tiles, pipeline.plan_pipelines, core.serialize_pipelined],
         "memory": [matrix.swizzle_operand_tiles, core.plan_memory, vectorize.vectorize_stores, guard.guard_accesses,
                    vectorize.matrix_stores],
-        "before-codegen": [core.verify_lowered],
+        "before-codegen": [barriers.prune_barriers, core.verify_lowered],
     })

@@ -617,12 +617,20 @@ __device__ __forceinline__ unsigned long long tc_wg_desc_at(unsigned long long d
                 (isinstance(k, int) and k > 0 and self.nonnegative(st, e.a))
         return False
 
+    #: pass config: ``#pragma unroll`` on the core's matrix-unit k-step loops (kind "unroll", a constant count, a
+    #: MatrixOp inside): NVRTC leaves the mma.sync ones rolled (their ldmatrix are asm volatile), so each k step
+    #: waits for its own operand loads (D63; True / False, default False)
+    UNROLL_STEPS_OPTION = "tilecore.cuda.unroll_matrix_steps"
+
     def stmt_For(self, st, s):
         """Loops as the C family spells them; an unrolled loop of a constant count is remembered while its body
         is emitted (desc_split), and with tilecore.cuda.nonnegative_index_shifts a loop whose start is a
         constant (its variable is at least that start inside it)."""
         unrolled = s.kind == "unroll" and const_value(s.extent) is not None
         ctx = getattr(st, "ctx", None)
+        if unrolled and ctx is not None and ctx.option(self.UNROLL_STEPS_OPTION, False) is True \
+                and collect(s.body, MatrixOp):
+            self.line(st, "#pragma unroll")
         lo = const_value(s.start)
         nonneg = ctx is not None and self._auto_option(st, self.NONNEG_OPTION, gemm=True) and isinstance(lo, int)
         if unrolled:
