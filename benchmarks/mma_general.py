@@ -59,7 +59,11 @@ VARIANTS = {
     "relay": {"tilecore.cuda.register_programs": False, "tilecore.fold_relay_tiles": True},
     "relay+unroll": {"tilecore.cuda.register_programs": False, "tilecore.fold_relay_tiles": True,
                      "tilecore.cuda.unroll_matrix_steps": True},
+    "relay+unroll_regs": {"tilecore.cuda.register_programs": False, "tilecore.fold_relay_tiles": True,
+                          "tilecore.cuda.unroll_matrix_steps": "registers"},
     "prune": {"tilecore.cuda.register_programs": False, "tilecore.prune_barriers": True},
+    "all_regs": {"tilecore.cuda.register_programs": False, "tilecore.fold_relay_tiles": True,
+                 "tilecore.cuda.unroll_matrix_steps": "registers", "tilecore.prune_barriers": True},
     "all": {"tilecore.cuda.register_programs": False, "tilecore.fold_relay_tiles": True,
             "tilecore.cuda.unroll_matrix_steps": True, "tilecore.prune_barriers": True},
 }

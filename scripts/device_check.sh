@@ -477,7 +477,7 @@ step fagen-auto python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --
 # process; then D63's device tests (float64). About 3 min
 step mmasync bash -c 'rc=0;
      timeout -k 5 100 python3 benchmarks/mma_general.py --rep 10 --only fa,fa_causal \
-       --variants "${MMA_FA_VARIANTS:-regprog,general,relay,relay+unroll,all,default}" || rc=$?;
+       --variants "${MMA_FA_VARIANTS:-regprog,general,relay,relay+unroll_regs,relay+unroll,all_regs,all,default}" || rc=$?;
      timeout -k 5 80 python3 benchmarks/mma_general.py --rep 20 --only gemm_epi,softmax,rmsnorm,gemm777 \
        --variants "${MMA_VARIANTS:-regprog,general,unroll,prune,all,default}" || rc=$?;
      timeout -k 5 60 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_general.py -rs -k device || rc=$?; exit $rc'

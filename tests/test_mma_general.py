@@ -7,6 +7,7 @@ holds every fragment in registers, and (on a GPU) that every path matches a floa
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -296,3 +297,16 @@ def test_the_emulator_sees_the_one_barrier_the_gemm_loop_needs(tmp_path):
     bad = run(mutant, [a, b, bias, np.zeros((256, 256), np.float16)], tmp_path)[-1]
     assert np.abs(good.astype(np.float64) - ref).max() < 2e-2
     assert np.abs(bad.astype(np.float64) - ref).max() > 0.1
+
+
+@pytest.mark.parametrize("how,gemm_loops,fa_loops", [(True, 1, 2), ("registers", 0, 1), (False, 0, 0)])
+def test_unroll_matrix_steps(how, gemm_loops, fa_loops):
+    """tilecore.cuda.unroll_matrix_steps: ``#pragma unroll`` right before the mma.sync k-step loops (True), only
+    before those indexing a register array (FlashAttention's P @ V, whose A is P in registers), or none."""
+    def pragmas(name):
+        code = _lowered(name, {"tilecore.cuda.unroll_matrix_steps": how})[3].code
+        body = code[code.rindex("__global__"):]
+        return len(re.findall(r"#pragma unroll\n\s*for \(long long mk", body))
+
+    assert pragmas("gemm_epi") == gemm_loops
+    assert pragmas("fa") == fa_loops

@@ -16,8 +16,9 @@ from tilecore.codegen import SIMTCppEmitter, EmitState, abi_of, host_expr
 from tilecore.codegen.simtcpp import grid3
 from tilecore.errors import CompileError
 from tilecore.ir import (as_expr, BinOp, Bind, ThreadIndex, AsyncCopy, CopyBarrierWait, VectorStore, BufferLoad, BulkCopy, BulkStore, Cast, Collective, MatrixOp, MatrixStore, MatrixSync, Seq, Store, binary, collect, const,
-                         const_value, logic_or, simplify, Var)
+                         const_value, logic_or, simplify, Var, walk, walk_expr)
 from tilecore.codegen.cfamily import st_fast
+from tilecore.ir.visit import stmt_exprs
 
 from .compiler import REGISTER_UNIT, REGISTERS_PER_SM
 
@@ -618,9 +619,33 @@ __device__ __forceinline__ unsigned long long tc_wg_desc_at(unsigned long long d
         return False
 
     #: pass config: ``#pragma unroll`` on the core's matrix-unit k-step loops (kind "unroll", a constant count, a
-    #: MatrixOp inside): NVRTC leaves the mma.sync ones rolled (their ldmatrix are asm volatile), so each k step
-    #: waits for its own operand loads (D63; True / False, default False)
+    #: MatrixOp inside), which NVRTC leaves rolled for mma.sync (their ldmatrix are asm volatile): True on every such
+    #: loop; "registers" only where the step indexes a register array (an A operand from a fragment, FlashAttention's
+    #: P: rolled, that array goes to local memory; unrolling every loop of that kernel spills); False (default) none
+    #: (D63)
     UNROLL_STEPS_OPTION = "tilecore.cuda.unroll_matrix_steps"
+
+    @staticmethod
+    def _indexes_registers(loop) -> bool:
+        """A load or store of a ``register`` buffer inside ``loop`` whose index uses the loop's variable."""
+        hit: list = []
+
+        def uses(e):
+            walk_expr(e, lambda x: hit.append(1) if x is loop.var else None)
+
+        def expr(e):
+            walk_expr(e, lambda x: [uses(i) for i in x.indices]
+                      if isinstance(x, BufferLoad) and x.buffer.scope == "register" else None)
+
+        def look(x):
+            for e in stmt_exprs(x):
+                expr(e)
+            if isinstance(x, Store) and x.buffer.scope == "register":
+                for i in x.indices:
+                    uses(i)
+
+        walk(loop.body, look)
+        return bool(hit)
 
     def stmt_For(self, st, s):
         """Loops as the C family spells them; an unrolled loop of a constant count is remembered while its body
@@ -628,9 +653,10 @@ __device__ __forceinline__ unsigned long long tc_wg_desc_at(unsigned long long d
         constant (its variable is at least that start inside it)."""
         unrolled = s.kind == "unroll" and const_value(s.extent) is not None
         ctx = getattr(st, "ctx", None)
-        if unrolled and ctx is not None and ctx.option(self.UNROLL_STEPS_OPTION, False) is True \
-                and collect(s.body, MatrixOp):
-            self.line(st, "#pragma unroll")
+        if unrolled and ctx is not None and collect(s.body, MatrixOp):
+            how = ctx.option(self.UNROLL_STEPS_OPTION, False)
+            if how is True or how == "registers" and self._indexes_registers(s):
+                self.line(st, "#pragma unroll")
         lo = const_value(s.start)
         nonneg = ctx is not None and self._auto_option(st, self.NONNEG_OPTION, gemm=True) and isinstance(lo, int)
         if unrolled:
