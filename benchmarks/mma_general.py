@@ -50,22 +50,25 @@ SM80 = {"features.wgmma": False, "features.bulk_tensor_copy": False, "features.c
         "limits.max_shared_bytes_per_block.value": 166912, "limits.max_shared_bytes_per_sm.value": 167936,
         "memory.shared.max_bytes_per_block": 166912, "memory.shared.max_bytes_per_sm": 167936}
 BASE = {"tilecore.cuda.disable_wgmma": True, "tilecore.capability_overlay": SM80}
+GENERAL = {"tilecore.cuda.register_programs": False}
+#: D55's options of the general path, on by default only where the target has bulk tile copies (sm_90a)
+D55 = {"tilecore.store_cast_once": True, "tilecore.prune_condition_binds": True,
+       "tilecore.split_masked_iterations": True}
+RELAY = {"tilecore.fold_relay_tiles": True}
+PRUNE = {"tilecore.prune_barriers": True}
 VARIANTS = {
     "regprog": {"tilecore.cuda.register_programs": True},
-    "general": {"tilecore.cuda.register_programs": False},
+    "general": GENERAL,
     "default": {},
     # D63's options on the general path (each row: the general path plus the options named)
-    "unroll": {"tilecore.cuda.register_programs": False, "tilecore.cuda.unroll_matrix_steps": True},
-    "relay": {"tilecore.cuda.register_programs": False, "tilecore.fold_relay_tiles": True},
-    "relay+unroll": {"tilecore.cuda.register_programs": False, "tilecore.fold_relay_tiles": True,
-                     "tilecore.cuda.unroll_matrix_steps": True},
-    "relay+unroll_regs": {"tilecore.cuda.register_programs": False, "tilecore.fold_relay_tiles": True,
-                          "tilecore.cuda.unroll_matrix_steps": "registers"},
-    "prune": {"tilecore.cuda.register_programs": False, "tilecore.prune_barriers": True},
-    "all_regs": {"tilecore.cuda.register_programs": False, "tilecore.fold_relay_tiles": True,
-                 "tilecore.cuda.unroll_matrix_steps": "registers", "tilecore.prune_barriers": True},
-    "all": {"tilecore.cuda.register_programs": False, "tilecore.fold_relay_tiles": True,
-            "tilecore.cuda.unroll_matrix_steps": True, "tilecore.prune_barriers": True},
+    "unroll": {**GENERAL, "tilecore.cuda.unroll_matrix_steps": True},
+    "relay": {**GENERAL, **RELAY},
+    "prune": {**GENERAL, **PRUNE},
+    "d55": {**GENERAL, **D55},
+    "unroll+prune": {**GENERAL, **PRUNE, "tilecore.cuda.unroll_matrix_steps": True},
+    "lean": {**GENERAL, **RELAY, **PRUNE, **D55},  # everything but the unrolled k steps
+    "all_regs": {**GENERAL, **RELAY, **PRUNE, **D55, "tilecore.cuda.unroll_matrix_steps": "registers"},
+    "all": {**GENERAL, **RELAY, **PRUNE, **D55, "tilecore.cuda.unroll_matrix_steps": True},
 }
 
 

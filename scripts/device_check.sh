@@ -476,10 +476,10 @@ step fagen-auto python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --
 # s4096 d128) causal and not, softmax and RMSNorm 4096x8192, the 777-column GEMM; torch / cuBLAS / SDPA in the same
 # process; then D63's device tests (float64). About 3 min
 step mmasync bash -c 'rc=0;
-     timeout -k 5 100 python3 benchmarks/mma_general.py --rep 10 --only fa,fa_causal \
-       --variants "${MMA_FA_VARIANTS:-regprog,general,relay,relay+unroll_regs,relay+unroll,all_regs,all,default}" || rc=$?;
+     timeout -k 5 130 python3 benchmarks/mma_general.py --rep 10 --only fa,fa_causal \
+       --variants "${MMA_FA_VARIANTS:-regprog,general,relay,d55,lean,all_regs,all,default}" || rc=$?;
      timeout -k 5 80 python3 benchmarks/mma_general.py --rep 20 --only gemm_epi,softmax,rmsnorm,gemm777 \
-       --variants "${MMA_VARIANTS:-regprog,general,unroll,prune,all,default}" || rc=$?;
+       --variants "${MMA_VARIANTS:-regprog,general,unroll,prune,unroll+prune,lean,all,default}" || rc=$?;
      timeout -k 5 60 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_general.py -rs -k device || rc=$?; exit $rc'
 # the catalog on the general path with the sm_80 paths (D63), device mode: the sm_80 profile overlaid on the H100
 # (the three feature/ cases that require TMA, warp specialization or clusters left out: the overlay removes those
@@ -492,7 +492,9 @@ step mmasync-catalog bash -c 'rc=0; OV=$(python3 -c "import sys, json; sys.path.
        -k "$K" $G --pass-config "tilecore.capability_overlay=$OV" || rc=$?;
      timeout -k 5 100 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-sm80-d63 \
        -k "$K" $G --pass-config "tilecore.capability_overlay=$OV" --pass-config tilecore.fold_relay_tiles=true \
-       --pass-config tilecore.prune_barriers=true --pass-config tilecore.cuda.unroll_matrix_steps=true || rc=$?; exit $rc'
+       --pass-config tilecore.prune_barriers=true --pass-config tilecore.cuda.unroll_matrix_steps=true \
+       --pass-config tilecore.store_cast_once=true --pass-config tilecore.prune_condition_binds=true \
+       --pass-config tilecore.split_masked_iterations=true || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

@@ -131,7 +131,7 @@ def _inputs(name):
 
 
 @gpu
-@pytest.mark.parametrize("variant", ["regprog", "general", "default", "all"])
+@pytest.mark.parametrize("variant", ["regprog", "general", "default", "lean", "all"])
 @pytest.mark.parametrize("name", list(mma_general.KERNELS))
 def test_device_every_path_matches_float64(name, variant):
     import torch
