@@ -310,3 +310,36 @@ def test_unroll_matrix_steps(how, gemm_loops, fa_loops):
 
     assert pragmas("gemm_epi") == gemm_loops
     assert pragmas("fa") == fa_loops
+
+
+def _path_of(name, target, configs):
+    return _path(_attrs(name, target, {**NOCACHE, **configs}))
+
+
+@pytest.mark.parametrize("forms,gemm,fa", [([], "register", "register"), (["gemm"], "generic", "register"),
+                                           (["gemm", "attention"], "generic", "generic")])
+def test_forms_routed_to_the_general_path(forms, gemm, fa):
+    """tilecore.cuda.mma_general_forms: the mma.sync register program leaves those forms to the general path on a
+    target without wgmma (the note says why); register_programs=True still forces it."""
+    cfg = {"tilecore.cuda.mma_general_forms": forms}
+    assert _path_of("gemm_epi", "cuda:sm_80", cfg).startswith(gemm)
+    assert _path_of("fa", "cuda:sm_80", cfg).startswith(fa)
+    forced = {**cfg, "tilecore.cuda.register_programs": True}
+    assert _path_of("gemm_epi", "cuda:sm_80", forced).startswith("register")
+    assert _path_of("fa", "cuda:sm_80", forced).startswith("register")
+    if forms:
+        notes = _attrs("gemm_epi", "cuda:sm_80", {**NOCACHE, **cfg})["hopper_pipelines"]
+        assert any("its form (gemm) runs on the core's general path" in n for n in notes), notes
+
+
+def test_forms_are_not_routed_where_the_general_path_takes_wgmma():
+    """On sm_90a with disable_wgmma the general path would run wgmma: the register program keeps the kernel."""
+    cfg = {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], "tilecore.cuda.disable_wgmma": True}
+    assert _path_of("gemm_epi", "cuda:sm_90a", cfg) == "register program (mma.sync)"
+
+
+def test_forms_option_errors_are_clear():
+    from tilecore.errors import CompileError
+
+    with pytest.raises(CompileError, match="mma_general_forms='gemm': give a list of forms"):
+        _attrs("gemm_epi", "cuda:sm_80", {**NOCACHE, "tilecore.cuda.mma_general_forms": "gemm"})

@@ -310,7 +310,7 @@ def _plan(launch: KernelLaunch, ctx, mode: str) -> dict:
             "frags": an.frags, "shared": an.shared, "once": once, "staged": staged, "offset": layout,
             "once_bytes": once_bytes, "stage_bytes": stage_bytes,
             "pipe_bytes": 1024 + once_bytes + stages * stage_bytes + 16 * stages + 16,
-            "copies": {b: an.copies[b][0] for b in an.shared}, "tensor_maps": maps,
+            "copies": {b: an.copies[b][0] for b in an.shared}, "tensor_maps": maps, "gemms": len(an.wgmma),
             "wgmma": sorted(set(an.wgmma)) if mode == "wgmma" else []}
 
 
@@ -969,6 +969,11 @@ def _lower_as(mode: str):
         except _No as e:
             ctx.notes.append(f"{name}: kernel not mapped to registers ({e})")
             return None
+        if mode == "mma":
+            why = routed_to_general(plan, ctx)
+            if why:
+                ctx.notes.append(f"{name}: kernel not mapped to registers ({why})")
+                return None
         # the core's bounds guards (tilecore.guard_accesses runs after this pass): global accesses in the
         # block-level statements that the tensor's edge may cut (none when the shapes divide)
         facts = launch_facts(launch)
@@ -1034,6 +1039,34 @@ def _lower_as(mode: str):
         return launch.with_(body=body)
 
     return lower
+
+
+#: pass config: the forms of kernel (``"gemm"``: one gemm; ``"attention"``: two, the softmax between them) the mma.sync
+#: register program leaves to the core's general path on targets without wgmma (sm_80, sm_86, sm_89), where the
+#: general path measured at least 0.97x its speed (D63); ``tilecore.cuda.register_programs=True`` still forces the
+#: register program, False sends every kernel to the general path
+MMA_GENERAL_FORMS = "tilecore.cuda.mma_general_forms"
+MMA_GENERAL_FORMS_DEFAULT: tuple = ()
+_FORMS = ("gemm", "attention")
+
+
+def routed_to_general(plan, ctx) -> str | None:
+    """Why the mma.sync register program leaves this kernel to the general path (its form is routed there), or
+    None. Only on targets without wgmma (on sm_90a with ``tilecore.cuda.disable_wgmma`` the general path would take
+    wgmma) and unless ``tilecore.cuda.register_programs`` is True."""
+    if ctx.option("tilecore.cuda.register_programs", None) is True or ctx.capabilities.feature("wgmma"):
+        return None
+    forms = ctx.option(MMA_GENERAL_FORMS, MMA_GENERAL_FORMS_DEFAULT)
+    if isinstance(forms, str) or not all(f in _FORMS for f in forms):
+        from tilecore.errors import CompileError
+
+        raise CompileError(f"pass config {MMA_GENERAL_FORMS}={forms!r}: give a list of forms among "
+                           f"{', '.join(map(repr, _FORMS))}")
+    form = "gemm" if plan["gemms"] == 1 else "attention"
+    if form in forms:
+        return (f"its form ({form}) runs on the core's general path on this target ({MMA_GENERAL_FORMS}; "
+                "tilecore.cuda.register_programs=True forces the register program)")
+    return None
 
 
 @tile_pass("cuda.hopper_register_program")
