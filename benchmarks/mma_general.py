@@ -11,11 +11,13 @@ of that):
 
 - ``regprog``: the defaults (the mma.sync register program where it takes the kernel);
 - ``general``: ``tilecore.cuda.register_programs=False`` (every kernel on the core's general path);
-- ``default``: the plugin's defaults with no extra config (after D63 the per-form routing decides);
+- ``general-d62``: the general path as it was before D63 (no barrier pruning, k steps rolled);
+- ``default``: the plugin's defaults with no extra config (D63: the GEMM form on the general path, attention on
+  the register program; ``tilecore.cuda.mma_general_forms``);
 - further rows name D63's options (``VARIANTS`` below).
 
 Kernels (``--only``): ``gemm_epi`` (4096^3 fp16, bias + ReLU on the accumulator, 128x128x32, 256 threads, 3
-stages), ``fa`` / ``fa_causal`` (TileLang's example_mha_fwd_bhsd at its own configuration: 128x128, 2 stages, 256
+stages; ``gemm_epi_64`` at 64x128x64 with 128 threads, ``gemm_epi_256`` at 256x128x32 with 512 threads), ``fa`` / ``fa_causal`` (TileLang's example_mha_fwd_bhsd at its own configuration: 128x128, 2 stages, 256
 threads, fast math; b8 h32 s4096 d128), ``softmax`` / ``rmsnorm`` (the catalog's, 4096x8192 fp16, a row per
 block), ``gemm777`` (4096x777x4096 fp16, B rows of 777 elements, 128x128x32, 256 threads, 2 stages).
 
@@ -58,7 +60,8 @@ RELAY = {"tilecore.fold_relay_tiles": True}
 PRUNE = {"tilecore.prune_barriers": True}
 VARIANTS = {
     "regprog": {"tilecore.cuda.register_programs": True},
-    "general": GENERAL,
+    "general": GENERAL,  # with this plugin's defaults (D63: pruned barriers, a one-gemm launch's k steps unrolled)
+    "general-d62": {**GENERAL, "tilecore.prune_barriers": False, "tilecore.cuda.unroll_matrix_steps": False},
     "default": {},
     # D63's options on the general path (each row: the general path plus the options named)
     "unroll": {**GENERAL, "tilecore.cuda.unroll_matrix_steps": True},
@@ -130,6 +133,9 @@ def rmsnorm_k(R, C):
 # name -> (builder, extra pass configs of the kernel itself, output index)
 KERNELS = {
     "gemm_epi": (lambda a: gemm_epi(*a.gemm), {}, [-1]),
+    # the register program's other block shapes (64 rows a warpgroup): one warpgroup, and four
+    "gemm_epi_64": (lambda a: gemm_epi(*a.gemm, bm=64, bn=128, bk=64, threads=128, stages=3), {}, [-1]),
+    "gemm_epi_256": (lambda a: gemm_epi(*a.gemm, bm=256, bn=128, bk=32, threads=512, stages=3), {}, [-1]),
     "fa": (lambda a: flash(*a.fa, False), {"tilecore.fast_math": True}, [3]),
     "fa_causal": (lambda a: flash(*a.fa, True), {"tilecore.fast_math": True}, [3]),
     "softmax": (lambda a: softmax_k(*a.rows), {}, [-1]),
@@ -200,7 +206,7 @@ def main() -> int:
         return (torch.randn(*shape, device="cuda", dtype=torch.float32, generator=g) * scale).to(dtype)
 
     def inputs(name):
-        if name == "gemm_epi":
+        if name.startswith("gemm_epi"):
             M, N, K = args.gemm
             a, b, bias = rnd(M, K, scale=0.125), rnd(K, N, scale=0.125), rnd(N, dtype=torch.float32)
             return (a, b, bias), (lambda: torch.relu(torch.addmm(bias.half(), a, b))), 2 * M * N * K, "flop"

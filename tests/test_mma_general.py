@@ -83,7 +83,7 @@ def test_which_kernels_the_register_program_takes(target, extra):
     """The inventory's rows (D63): the register program takes the GEMM with an epilogue and both attention
     kernels; softmax and RMSNorm have no T.Pipelined loop and the 777 GEMM's B rows are not 16-byte copies."""
     taken = {n for n in mma_general.KERNELS if _path(_attrs(n, target, {**REGPROG, **extra})).startswith("register")}
-    assert taken == {"gemm_epi", "fa", "fa_causal"}, taken
+    assert taken == {"gemm_epi", "gemm_epi_64", "gemm_epi_256", "fa", "fa_causal"}, taken
 
 
 # -- on a GPU: every path against float64 ------------------------------------------------------------------
@@ -107,7 +107,7 @@ def _inputs(name):
     def rnd(*shape, scale=1.0, dtype=torch.float16):
         return (torch.randn(*shape, device="cuda", generator=g) * scale).to(dtype)
 
-    if name == "gemm_epi":
+    if name.startswith("gemm_epi"):
         M, N, K = Small.gemm
         a, b, bias = rnd(M, K, scale=0.25), rnd(K, N, scale=0.25), rnd(N, dtype=torch.float32)
         return (a, b, bias), torch.relu(a.double() @ b.double() + bias.double()), 2e-2
@@ -169,8 +169,10 @@ def _loop_barriers(code: str, loop: str) -> int:
 def test_prune_barriers_leaves_one_barrier_a_gemm_iteration():
     """The GEMM's k loop: the planner's barrier after the wait orders everything (the stage ahead is issued after
     it, into the stage the previous iteration read); simt's barriers around the gemm go (3 -> 1)."""
-    before = _lowered("gemm_epi", {})
+    before = _lowered("gemm_epi", {"tilecore.prune_barriers": False})
     after = _lowered("gemm_epi", {"tilecore.prune_barriers": True})
+    default = _lowered("gemm_epi", {})  # the CUDA plugin's default on targets without wgmma (D63)
+    assert default[3].code == after[3].code
     assert _loop_barriers(before[3].code, "ko") == 3
     assert _loop_barriers(after[3].code, "ko") == 1
     assert after[2].attrs["pruned_barriers"] >= 2
@@ -181,7 +183,7 @@ def test_prune_barriers_leaves_one_barrier_a_gemm_iteration():
 def test_relay_fold_stages_v_and_barriers_follow_the_waits():
     """FlashAttention at 163 KiB: O_shared folded (D63), V staged beside K (two commit groups), and with the
     barriers pruned one barrier after each of the two waits (K's at the top, V's before P @ V)."""
-    plain = _lowered("fa", {})
+    plain = _lowered("fa", {"tilecore.prune_barriers": False})
     assert "V_shared" not in plain[2].attrs["pipelines"][0] and "O_shared" in plain[3].code
     on = _lowered("fa", OPTIONS)
     assert on[2].attrs["relay_tiles"] == ("O_shared",)
@@ -299,7 +301,8 @@ def test_the_emulator_sees_the_one_barrier_the_gemm_loop_needs(tmp_path):
     assert np.abs(bad.astype(np.float64) - ref).max() > 0.1
 
 
-@pytest.mark.parametrize("how,gemm_loops,fa_loops", [(True, 1, 2), ("registers", 0, 1), (False, 0, 0)])
+@pytest.mark.parametrize("how,gemm_loops,fa_loops", [(True, 1, 2), ("registers", 0, 1), (False, 0, 0),
+                                                     ("auto", 1, 0)])
 def test_unroll_matrix_steps(how, gemm_loops, fa_loops):
     """tilecore.cuda.unroll_matrix_steps: ``#pragma unroll`` right before the mma.sync k-step loops (True), only
     before those indexing a register array (FlashAttention's P @ V, whose A is P in registers), or none."""
@@ -343,3 +346,15 @@ def test_forms_option_errors_are_clear():
 
     with pytest.raises(CompileError, match="mma_general_forms='gemm': give a list of forms"):
         _attrs("gemm_epi", "cuda:sm_80", {**NOCACHE, "tilecore.cuda.mma_general_forms": "gemm"})
+
+
+def test_defaults_on_sm80_route_the_gemm_form_and_keep_attention():
+    """D63's defaults on a target without wgmma: the GEMM form on the general path (k steps unrolled, barriers
+    pruned), FlashAttention on the register program; on sm_90a with disable_wgmma nothing moves."""
+    gemm = _attrs("gemm_epi", "cuda:sm_80", NOCACHE)
+    assert _path(gemm) == "generic" and gemm["pruned_barriers"] >= 2
+    assert any("its form (gemm) runs on the core's general path" in n for n in gemm["hopper_pipelines"])
+    assert _path(_attrs("fa", "cuda:sm_80", NOCACHE)) == "register program (mma.sync)"
+    assert _path(_attrs("gemm_epi", "cuda:sm_90a", {**NOCACHE, "tilecore.cuda.disable_wgmma": True})) == \
+        "register program (mma.sync)"
+    assert "pruned_barriers" not in _attrs("softmax", "cuda:sm_90a", NOCACHE)

@@ -120,6 +120,7 @@ class CUDABackend(Backend):
     def passes(self, target) -> list:
         from tilecore.passes.simt import simt_distribute  # compile-time only: loading a kernel needs no passes
 
+        from ._prune import prune_barriers_by_default
         from .hopper import hopper_gemm_pipeline
         from .intrinsics import mark_block_threads
         from .regprog import hopper_register_program, register_program
@@ -128,7 +129,8 @@ class CUDABackend(Backend):
                 PassSpec("tile-lowering", hopper_register_program, position="before"),
                 PassSpec("tile-lowering", register_program, position="before"),
                 PassSpec("tile-lowering", mark_block_threads, position="before"),
-                PassSpec("before-codegen", simt_distribute, position="before")]
+                PassSpec("before-codegen", simt_distribute, position="before"),
+                PassSpec("before-codegen", prune_barriers_by_default, position="before")]
 
     def matrix_units(self, target) -> list:
         from .units import units

@@ -15,7 +15,7 @@ from importlib import resources
 from tilecore.codegen import SIMTCppEmitter, EmitState, abi_of, host_expr
 from tilecore.codegen.simtcpp import grid3
 from tilecore.errors import CompileError
-from tilecore.ir import (as_expr, BinOp, Bind, ThreadIndex, AsyncCopy, CopyBarrierWait, VectorStore, BufferLoad, BulkCopy, BulkStore, Cast, Collective, MatrixOp, MatrixStore, MatrixSync, Seq, Store, binary, collect, const,
+from tilecore.ir import (as_expr, BinOp, Bind, For, ThreadIndex, AsyncCopy, CopyBarrierWait, VectorStore, BufferLoad, BulkCopy, BulkStore, Cast, Collective, MatrixOp, MatrixStore, MatrixSync, Seq, Store, binary, collect, const,
                          const_value, logic_or, simplify, Var, walk, walk_expr)
 from tilecore.codegen.cfamily import st_fast
 from tilecore.ir.visit import stmt_exprs
@@ -621,8 +621,9 @@ __device__ __forceinline__ unsigned long long tc_wg_desc_at(unsigned long long d
     #: pass config: ``#pragma unroll`` on the core's matrix-unit k-step loops (kind "unroll", a constant count, a
     #: MatrixOp inside), which NVRTC leaves rolled for mma.sync (their ldmatrix are asm volatile): True on every such
     #: loop; "registers" only where the step indexes a register array (an A operand from a fragment, FlashAttention's
-    #: P: rolled, that array goes to local memory; unrolling every loop of that kernel spills); False (default) none
-    #: (D63)
+    #: P: rolled, that array goes to local memory; unrolling every loop of that kernel spills); False none; "auto"
+    #: (the default): on targets without wgmma, a launch's one k-step loop where it has one gemm (measured +13% on
+    #: the mma.sync GEMM; FlashAttention's two unrolled spilled, 0.46x), else none (D63)
     UNROLL_STEPS_OPTION = "tilecore.cuda.unroll_matrix_steps"
 
     @staticmethod
@@ -654,7 +655,10 @@ __device__ __forceinline__ unsigned long long tc_wg_desc_at(unsigned long long d
         unrolled = s.kind == "unroll" and const_value(s.extent) is not None
         ctx = getattr(st, "ctx", None)
         if unrolled and ctx is not None and collect(s.body, MatrixOp):
-            how = ctx.option(self.UNROLL_STEPS_OPTION, False)
+            how = ctx.option(self.UNROLL_STEPS_OPTION, "auto")
+            if how == "auto":
+                how = (getattr(st, "matrix_loops", 0) == 1 and not ctx.capabilities.feature("wgmma")
+                       and not any(m.spelling.startswith("wgmma_") for m in collect(s.body, MatrixOp)))
             if how is True or how == "registers" and self._indexes_registers(s):
                 self.line(st, "#pragma unroll")
         lo = const_value(s.start)
@@ -1079,6 +1083,8 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
         # within the noise, means +1.0% / 0.0%)
         st.persistent_gemm = bool(s.attrs.get("persistent")) and not st.register_operands and \
             any(m.spelling.startswith("wgmma_") for m in collect(s.body, MatrixSync))
+        # D63: the launch's matrix-unit k-step loops (tilecore.cuda.unroll_matrix_steps "auto": one of them)
+        st.matrix_loops = sum(1 for f in collect(s.body, For) if f.kind == "unroll" and collect(f.body, MatrixOp))
         return super().stmt_KernelLaunch(st, s)
 
     def block_indices(self, st, s) -> None:
