@@ -4,9 +4,12 @@
 
     python scripts/mma_census.py                 # the catalog and the mma_general benchmark's kernels
     python scripts/mma_census.py --json out.json
+    python scripts/mma_census.py --corpus          # the TileLang corpus's kernels too
 
-Each kernel is lowered (``tilecore.compiler.lower``, no device compiler) four ways: ``cuda:sm_80`` with the
-defaults and with ``tilecore.cuda.register_programs=False`` (the general path), ``cuda:sm_90a`` with
+Each kernel is lowered (``tilecore.compiler.lower``, no device compiler) several ways: ``cuda:sm_80`` with
+``tilecore.cuda.register_programs=True`` (the register program wherever it can: what sm_80 ran before D63), with the
+defaults (D63 routes the GEMM form to the general path) and with ``tilecore.cuda.register_programs=False`` (the
+general path), ``cuda:sm_90a`` with
 ``tilecore.cuda.disable_wgmma=True`` with and without register programs (the general path then still takes wgmma:
 marked), and ``cuda:sm_90a`` with the sm_80 profile overlaid (benchmarks/mma_general.py's ``BASE``). A row
 gives the path taken (``tilecore_cuda.lowering_path``; ``kernel.meta["attrs"]["hopper_pipelines"]`` has the notes)
@@ -25,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from mma_general import BASE as SM80_ON_H100  # noqa: E402  (disable_wgmma + the sm_80 profile overlaid)
 MODES = {
+    "sm_80 forced": ("cuda:sm_80", {"tilecore.cuda.register_programs": True}),  # where the register program can
     "sm_80": ("cuda:sm_80", {}),
     "sm_80 general": ("cuda:sm_80", {"tilecore.cuda.register_programs": False}),
     "sm_90a nowgmma": ("cuda:sm_90a", {"tilecore.cuda.disable_wgmma": True}),
@@ -57,13 +61,17 @@ def classify(target: str, build, configs: dict) -> str:
     return ("general, registers" if not shared else f"general, {len(frags) - len(shared)}/{len(frags)} in registers") + unit
 
 
-def sources():
+def sources(corpus: bool = False):
     sys.path.insert(0, str(ROOT / "scripts"))
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from fragment_census import catalog_funcs
+    from fragment_census import catalog_funcs, corpus_funcs
 
     for name, build, configs in catalog_funcs():
         yield name, build, configs or {}
+    if corpus:
+        for name, build, configs in corpus_funcs():
+            if not isinstance(build, Exception):
+                yield name, build, configs or {}
     import mma_general
 
     for name, build in mma_general.census_kernels():
@@ -74,9 +82,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json")
     ap.add_argument("-k", help="only kernels whose name contains this")
+    ap.add_argument("--corpus", action="store_true", help="the TileLang corpus (tests/tilelang_corpus) too")
     args = ap.parse_args(argv)
     rows = []
-    for name, build, configs in sources():
+    for name, build, configs in sources(args.corpus):
         if args.k and args.k not in name:
             continue
         row = {"kernel": name}
@@ -84,7 +93,7 @@ def main(argv=None) -> int:
             row[mode] = classify(target, build, {**configs, **extra})
         rows.append(row)
     # kernels a register program takes in either mma.sync mode: one line each; the rest counted by their paths
-    taken = [r for r in rows if r["sm_80"].startswith("regprog") or r["sm_90a nowgmma"].startswith("regprog")]
+    taken = [r for r in rows if any(r[m].startswith("regprog") for m in ("sm_80 forced", "sm_80", "sm_90a nowgmma"))]
     print("| kernel | " + " | ".join(MODES) + " |")
     print("|---" * (len(MODES) + 1) + "|")
     for r in taken:
