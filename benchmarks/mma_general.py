@@ -17,7 +17,8 @@ of that):
 - further rows name D63's options (``VARIANTS`` below).
 
 Kernels (``--only``): ``gemm_epi`` (4096^3 fp16, bias + ReLU on the accumulator, 128x128x32, 256 threads, 3
-stages; ``gemm_epi_64`` at 64x128x64 with 128 threads, ``gemm_epi_256`` at 256x128x32 with 512 threads), ``fa`` / ``fa_causal`` (TileLang's example_mha_fwd_bhsd at its own configuration: 128x128, 2 stages, 256
+stages; ``gemm_epi_64`` at 64x128x64 with 128 threads, ``gemm_epi_256`` at 256x128x32 with 512 threads),
+``gemm_nt`` (bfloat16, B stored (N, K), no epilogue, 128x128x32), ``fa`` / ``fa_causal`` (TileLang's example_mha_fwd_bhsd at its own configuration: 128x128, 2 stages, 256
 threads, fast math; b8 h32 s4096 d128), ``softmax`` / ``rmsnorm`` (the catalog's, 4096x8192 fp16, a row per
 block), ``gemm777`` (4096x777x4096 fp16, B rows of 777 elements, 128x128x32, 256 threads, 2 stages).
 
@@ -95,6 +96,23 @@ def gemm_epi(M, N, K, bm=128, bn=128, bk=32, threads=256, stages=3):
     return main
 
 
+def gemm_nt(M, N, K, bm=128, bn=128, bk=32, threads=256, stages=3, dtype="bfloat16"):
+    """C = A @ B^T with B stored (N, K) (the catalog's "nt" GEMM), bfloat16, no epilogue."""
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((N, K), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_shared = T.alloc_shared((bm, bk), dtype)
+            B_shared = T.alloc_shared((bn, bk), dtype)
+            C_local = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_local)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                T.copy(A[by * bm, ko * bk], A_shared)
+                T.copy(B[bx * bn, ko * bk], B_shared)
+                T.gemm(A_shared, B_shared, C_local, transpose_B=True)
+            T.copy(C_local, C[by * bm, bx * bn])
+    return main
+
+
 def gemm_777(M, N, K, bm=128, bn=128, bk=32, threads=256, stages=2):
     """benchmarks/cuda_offpath.py's GEMM (B rows of N fp16: not a multiple of 16 bytes) at 256 threads."""
     @T.prim_func
@@ -136,6 +154,7 @@ KERNELS = {
     # the register program's other block shapes (64 rows a warpgroup): one warpgroup, and four
     "gemm_epi_64": (lambda a: gemm_epi(*a.gemm, bm=64, bn=128, bk=64, threads=128, stages=3), {}, [-1]),
     "gemm_epi_256": (lambda a: gemm_epi(*a.gemm, bm=256, bn=128, bk=32, threads=512, stages=3), {}, [-1]),
+    "gemm_nt": (lambda a: gemm_nt(*a.gemm), {}, [-1]),
     "fa": (lambda a: flash(*a.fa, False), {"tilecore.fast_math": True}, [3]),
     "fa_causal": (lambda a: flash(*a.fa, True), {"tilecore.fast_math": True}, [3]),
     "softmax": (lambda a: softmax_k(*a.rows), {}, [-1]),
@@ -210,6 +229,10 @@ def main() -> int:
             M, N, K = args.gemm
             a, b, bias = rnd(M, K, scale=0.125), rnd(K, N, scale=0.125), rnd(N, dtype=torch.float32)
             return (a, b, bias), (lambda: torch.relu(torch.addmm(bias.half(), a, b))), 2 * M * N * K, "flop"
+        if name == "gemm_nt":
+            M, N, K = args.gemm
+            a, b = rnd(M, K, scale=0.125, dtype=torch.bfloat16), rnd(N, K, scale=0.125, dtype=torch.bfloat16)
+            return (a, b), (lambda: a @ b.t()), 2 * M * N * K, "flop"
         if name in ("fa", "fa_causal"):
             bb, h, s, d = args.fa
             q, k, v = (rnd(bb, h, s, d) for _ in range(3))

@@ -478,7 +478,7 @@ step fagen-auto python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --
 step mmasync bash -c 'rc=0;
      timeout -k 5 130 python3 benchmarks/mma_general.py --rep 10 --only fa,fa_causal \
        --variants "${MMA_FA_VARIANTS:-regprog,general-d62,general,d55,lean,all_regs,default}" || rc=$?;
-     timeout -k 5 90 python3 benchmarks/mma_general.py --rep 20 --only gemm_epi,gemm_epi_64,gemm_epi_256,softmax,rmsnorm,gemm777 \
+     timeout -k 5 90 python3 benchmarks/mma_general.py --rep 20 --only gemm_epi,gemm_epi_64,gemm_epi_256,gemm_nt,softmax,rmsnorm,gemm777 \
        --variants "${MMA_VARIANTS:-regprog,general-d62,general,lean,default}" || rc=$?;
      timeout -k 5 60 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_general.py -rs -k device || rc=$?; exit $rc'
 # the catalog on the general path with the sm_80 paths (D63), device mode: the sm_80 profile overlaid on the H100
