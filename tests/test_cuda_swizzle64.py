@@ -25,6 +25,9 @@ tilecore_cuda = pytest.importorskip("tilecore_cuda")
 sys.path.insert(0, str(Path(__file__).parent))
 from cuda_host_emulator import run_on_host  # noqa: E402
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
+
+#: sm_80's GEMM form runs on the general path by default since D63: these tests pin the register program
+PINNED = {**NOCACHE, "tilecore.cuda.register_programs": True}
 from test_cuda_hopper import _notes, gemm, hopper_gpu  # noqa: E402
 
 needs_gxx = pytest.mark.skipif(shutil.which("g++") is None, reason="the host emulator needs g++ (C++20)")
@@ -68,7 +71,7 @@ def test_sm90a_block_k_32_reaches_wgmma_with_64_byte_swizzle(tb):
 @needs_toolchain
 @pytest.mark.parametrize("tb", [False, True])
 def test_sm80_block_k_32_reaches_mma_sync_registers(tb):
-    k = tilecore.compile(_bk32(tb=tb), target="cuda:sm_80", pass_configs=NOCACHE)
+    k = tilecore.compile(_bk32(tb=tb), target="cuda:sm_80", pass_configs=PINNED)
     notes = _notes(k)
     assert "cuda.register_program: mma.sync + cp.async, 8 warps of 16 rows" in notes and REFUSAL not in notes
     src = k.get_kernel_source()
@@ -84,7 +87,7 @@ def test_other_row_widths_are_still_refused():
     kernels keep the general path."""
     why = "shared tiles must be whole 128-byte rows (or one 64-byte column of them in 16-row groups)"
     k = tilecore.compile(gemm(256, 256, 96, bm=128, bn=128, bk=48, threads=256, stages=2), target="cuda:sm_80",
-                         pass_configs=NOCACHE)
+                         pass_configs=PINNED)
     assert f"A_s: {why}" in _notes(k)
     k = tilecore.compile(gemm(256, 240, 256, bm=128, bn=24, bk=32, threads=256, stages=2, tb=True),
                          target="cuda:sm_90a", pass_configs=NOCACHE)
@@ -118,7 +121,7 @@ def _emulate(k, M, N, K, dtype, tb, seed):
                                             (64, 128, 64, "bfloat16", False)])
 def test_emulated_sm80_program_with_64_byte_tiles(M, N, K, dtype, tb):
     k = tilecore.compile(_bk32(M, N, K, bm=64, bn=64 if N <= 72 else 128, threads=128, stages=2, dtype=dtype,
-                               out="float32", tb=tb), target="cuda:sm_80", pass_configs=NOCACHE)
+                               out="float32", tb=tb), target="cuda:sm_80", pass_configs=PINNED)
     assert "cuda.register_program: mma.sync" in _notes(k)
     ok = _emulate(k, M, N, K, dtype, tb, M + N + K)
     assert ok.all(), f"{(~ok).sum()} wrong elements"
@@ -141,7 +144,7 @@ def test_mutation_copy_in_the_128_byte_pattern_is_caught(monkeypatch):
 
     monkeypatch.setattr(regprog._Emit, "swizzled", staticmethod(mutant))
     k = tilecore.compile(_bk32(64, 64, 96, bm=64, bn=64, threads=128, stages=2, out="float32"),
-                         target="cuda:sm_80", pass_configs=NOCACHE)
+                         target="cuda:sm_80", pass_configs=PINNED)
     assert not _emulate(k, 64, 64, 96, "float16", False, 1).all()
 
 
