@@ -19,7 +19,7 @@ of that):
 Kernels (``--only``): ``gemm_epi`` (4096^3 fp16, bias + ReLU on the accumulator, 128x128x32, 256 threads, 3
 stages; ``gemm_epi_64`` at 64x128x64 with 128 threads, ``gemm_epi_256`` at 256x128x32 with 512 threads),
 ``gemm_nt`` (bfloat16, B stored (N, K), no epilogue, 128x128x32), ``fa`` / ``fa_causal`` (TileLang's example_mha_fwd_bhsd at its own configuration: 128x128, 2 stages, 256
-threads, fast math; b8 h32 s4096 d128), ``softmax`` / ``rmsnorm`` (the catalog's, 4096x8192 fp16, a row per
+threads, fast math; b8 h32 s4096 d128; ``fa64`` non-causal at 64x64 with 128 threads), ``softmax`` / ``rmsnorm`` (the catalog's, 4096x8192 fp16, a row per
 block), ``gemm777`` (4096x777x4096 fp16, B rows of 777 elements, 128x128x32, 256 threads, 2 stages).
 
 Each row: the path the kernel took (``tilecore_cuda.lowering_path``), milliseconds (median of 5 batches of
@@ -130,10 +130,10 @@ def gemm_777(M, N, K, bm=128, bn=128, bk=32, threads=256, stages=2):
     return main
 
 
-def flash(b, h, s, d, causal):
+def flash(b, h, s, d, causal, bm=128, bn=128, threads=256):
     from tilelang_corpus.attention_mha_fwd_bhsd import flashattn
 
-    return flashattn.jit_fn.get_tir(b, h, s, s, d, causal, block_M=128, block_N=128, num_stages=2, threads=256)
+    return flashattn.jit_fn.get_tir(b, h, s, s, d, causal, block_M=bm, block_N=bn, num_stages=2, threads=threads)
 
 
 def softmax_k(R, C):
@@ -157,6 +157,8 @@ KERNELS = {
     "gemm_nt": (lambda a: gemm_nt(*a.gemm), {}, [-1]),
     "fa": (lambda a: flash(*a.fa, False), {"tilecore.fast_math": True}, [3]),
     "fa_causal": (lambda a: flash(*a.fa, True), {"tilecore.fast_math": True}, [3]),
+    # the same kernel at 64x64 with one warpgroup (the register program's other FlashAttention shape)
+    "fa64": (lambda a: flash(*a.fa, False, 64, 64, 128), {"tilecore.fast_math": True}, [3]),
     "softmax": (lambda a: softmax_k(*a.rows), {}, [-1]),
     "rmsnorm": (lambda a: rmsnorm_k(*a.rows), {}, [-1]),
     "gemm777": (lambda a: gemm_777(*a.gemm777), {}, [-1]),
@@ -233,7 +235,7 @@ def main() -> int:
             M, N, K = args.gemm
             a, b = rnd(M, K, scale=0.125, dtype=torch.bfloat16), rnd(N, K, scale=0.125, dtype=torch.bfloat16)
             return (a, b), (lambda: a @ b.t()), 2 * M * N * K, "flop"
-        if name in ("fa", "fa_causal"):
+        if name in ("fa", "fa_causal", "fa64"):
             bb, h, s, d = args.fa
             q, k, v = (rnd(bb, h, s, d) for _ in range(3))
             causal = name == "fa_causal"

@@ -470,28 +470,30 @@ step fagen-auto python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --
 # the sm_80 register program (mma.sync + cp.async) against the core's general path (decision D63): on the H100 every
 # kernel built with tilecore.cuda.disable_wgmma and the sm_80 profile overlaid (tilecore.capability_overlay: mma.sync
 # units only, no TMA / warp specialization / clusters, 163 KiB a block: what an A100 plans). Rows: regprog (the
-# register program where it takes the kernel), general (tilecore.cuda.register_programs=false), D63's options on the
-# general path (unroll: #pragma unroll on the mma.sync k steps; relay: O_shared folded, V staged; prune: barriers
-# that order nothing removed; all), default. GEMM + bias + ReLU 4096^3, TileLang's FlashAttention forward (b8 h32
-# s4096 d128) causal and not, softmax and RMSNorm 4096x8192, the 777-column GEMM; torch / cuBLAS / SDPA in the same
-# process; then D63's device tests (float64). About 3 min
+# register program forced where it takes the kernel), general-d62 (the general path before D63), general (with D63's
+# defaults: barriers pruned, a one-gemm launch's k steps unrolled), lean (+ relay tiles folded + D55's options),
+# default (D63's routing). GEMM + bias + ReLU 4096^3 at 128x128x32 / 64x128x64 / 256x128x32, the bf16 NT GEMM,
+# TileLang's FlashAttention forward (b8 h32 s4096 d128) causal and not at 128x128 and non-causal at 64x64, softmax and
+# RMSNorm 4096x8192, the 777-column GEMM; torch / cuBLAS / SDPA in the same process; then D63's device tests
+# (float64). About 3 min
 step mmasync bash -c 'rc=0;
-     timeout -k 5 130 python3 benchmarks/mma_general.py --rep 10 --only fa,fa_causal \
-       --variants "${MMA_FA_VARIANTS:-regprog,general-d62,general,d55,lean,all_regs,default}" || rc=$?;
+     timeout -k 5 130 python3 benchmarks/mma_general.py --rep 10 --only fa,fa_causal,fa64 \
+       --variants "${MMA_FA_VARIANTS:-regprog,general-d62,general,lean,default}" || rc=$?;
      timeout -k 5 90 python3 benchmarks/mma_general.py --rep 20 --only gemm_epi,gemm_epi_64,gemm_epi_256,gemm_nt,softmax,rmsnorm,gemm777 \
        --variants "${MMA_VARIANTS:-regprog,general-d62,general,lean,default}" || rc=$?;
      timeout -k 5 60 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_general.py -rs -k device || rc=$?; exit $rc'
-# the catalog on the general path with the sm_80 paths (D63), device mode: the sm_80 profile overlaid on the H100
-# (the three feature/ cases that require TMA, warp specialization or clusters left out: the overlay removes those
-# features), once as it is and once with every D63 option (relay tiles folded, barriers pruned, k steps unrolled).
-# About 3 min
+# the catalog with the sm_80 paths (D63), device mode: the sm_80 profile overlaid on the H100 (the three feature/
+# cases that require TMA, warp specialization or clusters left out: the overlay removes those features), once with
+# the defaults (D63's routing: the GEMM form on the general path, attention on the register program; pruned
+# barriers) and once with every kernel on the general path and every D63 option (relay tiles folded, every k step
+# unrolled, D55's options). About 1.5 min
 step mmasync-catalog bash -c 'rc=0; OV=$(python3 -c "import sys, json; sys.path.insert(0, \"benchmarks\"); import mma_general as m; print(json.dumps(m.SM80))");
      K="not bulk_tensor_copy and not warp_specialization and not clusters";
-     G="--pass-config tilecore.cuda.disable_wgmma=true --pass-config tilecore.cuda.register_programs=false";
-     timeout -k 5 100 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-sm80-general \
-       -k "$K" $G --pass-config "tilecore.capability_overlay=$OV" || rc=$?;
+     timeout -k 5 100 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-sm80-default \
+       -k "$K" --pass-config tilecore.cuda.disable_wgmma=true --pass-config "tilecore.capability_overlay=$OV" || rc=$?;
      timeout -k 5 100 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-sm80-d63 \
-       -k "$K" $G --pass-config "tilecore.capability_overlay=$OV" --pass-config tilecore.fold_relay_tiles=true \
+       -k "$K" --pass-config tilecore.cuda.disable_wgmma=true --pass-config tilecore.cuda.register_programs=false \
+       --pass-config "tilecore.capability_overlay=$OV" --pass-config tilecore.fold_relay_tiles=true \
        --pass-config tilecore.prune_barriers=true --pass-config tilecore.cuda.unroll_matrix_steps=true \
        --pass-config tilecore.store_cast_once=true --pass-config tilecore.prune_condition_binds=true \
        --pass-config tilecore.split_masked_iterations=true || rc=$?; exit $rc'

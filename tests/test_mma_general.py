@@ -83,7 +83,7 @@ def test_which_kernels_the_register_program_takes(target, extra):
     """The inventory's rows (D63): the register program takes the GEMM with an epilogue and both attention
     kernels; softmax and RMSNorm have no T.Pipelined loop and the 777 GEMM's B rows are not 16-byte copies."""
     taken = {n for n in mma_general.KERNELS if _path(_attrs(n, target, {**REGPROG, **extra})).startswith("register")}
-    assert taken == {"gemm_epi", "gemm_epi_64", "gemm_epi_256", "gemm_nt", "fa", "fa_causal"}, taken
+    assert taken == {"gemm_epi", "gemm_epi_64", "gemm_epi_256", "gemm_nt", "fa", "fa_causal", "fa64"}, taken
 
 
 # -- on a GPU: every path against float64 ------------------------------------------------------------------
@@ -119,7 +119,7 @@ def _inputs(name):
         M, N, K = Small.gemm777
         a, b = rnd(M, K, scale=0.25), rnd(K, N, scale=0.25)
         return (a, b), a.double() @ b.double(), 2e-2
-    if name in ("fa", "fa_causal"):
+    if name in ("fa", "fa_causal", "fa64"):
         bb, h, s, d = Small.fa
         q, k, v = (rnd(bb, h, s, d) for _ in range(3))
         sc = (q.double() @ k.double().transpose(-1, -2)) / d ** 0.5
