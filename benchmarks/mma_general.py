@@ -18,7 +18,7 @@ of that):
 
 Kernels (``--only``): ``gemm_epi`` (4096^3 fp16, bias + ReLU on the accumulator, 128x128x32, 256 threads, 3
 stages; ``gemm_epi_64`` at 64x128x64 with 128 threads, ``gemm_epi_256`` at 256x128x32 with 512 threads),
-``gemm_nt`` (bfloat16, B stored (N, K), no epilogue, 128x128x32), ``fa`` / ``fa_causal`` (TileLang's example_mha_fwd_bhsd at its own configuration: 128x128, 2 stages, 256
+``gemm_nt`` (bfloat16, B stored (N, K), no epilogue, 128x128x32), ``gemm_relay`` (C through a shared tile, 128x128x32), ``fa`` / ``fa_causal`` (TileLang's example_mha_fwd_bhsd at its own configuration: 128x128, 2 stages, 256
 threads, fast math; b8 h32 s4096 d128; ``fa64`` non-causal at 64x64 with 128 threads), ``softmax`` / ``rmsnorm`` (the catalog's, 4096x8192 fp16, a row per
 block), ``gemm777`` (4096x777x4096 fp16, B rows of 777 elements, 128x128x32, 256 threads, 2 stages).
 
@@ -96,6 +96,25 @@ def gemm_epi(M, N, K, bm=128, bn=128, bk=32, threads=256, stages=3):
     return main
 
 
+def gemm_relay(M, N, K, bm=128, bn=128, bk=32, threads=256, stages=3):
+    """TileLang's usual epilogue: C through a shared tile (``T.copy(C_local, C_shared)``, then to global memory)."""
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_shared = T.alloc_shared((bm, bk), "float16")
+            B_shared = T.alloc_shared((bk, bn), "float16")
+            C_shared = T.alloc_shared((bm, bn), "float16")
+            C_local = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_local)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                T.copy(A[by * bm, ko * bk], A_shared)
+                T.copy(B[ko * bk, bx * bn], B_shared)
+                T.gemm(A_shared, B_shared, C_local)
+            T.copy(C_local, C_shared)
+            T.copy(C_shared, C[by * bm, bx * bn])
+    return main
+
+
 def gemm_nt(M, N, K, bm=128, bn=128, bk=32, threads=256, stages=3, dtype="bfloat16"):
     """C = A @ B^T with B stored (N, K) (the catalog's "nt" GEMM), bfloat16, no epilogue."""
     @T.prim_func
@@ -155,6 +174,7 @@ KERNELS = {
     "gemm_epi_64": (lambda a: gemm_epi(*a.gemm, bm=64, bn=128, bk=64, threads=128, stages=3), {}, [-1]),
     "gemm_epi_256": (lambda a: gemm_epi(*a.gemm, bm=256, bn=128, bk=32, threads=512, stages=3), {}, [-1]),
     "gemm_nt": (lambda a: gemm_nt(*a.gemm), {}, [-1]),
+    "gemm_relay": (lambda a: gemm_relay(*a.gemm), {}, [-1]),
     "fa": (lambda a: flash(*a.fa, False), {"tilecore.fast_math": True}, [3]),
     "fa_causal": (lambda a: flash(*a.fa, True), {"tilecore.fast_math": True}, [3]),
     # the same kernel at 64x64 with one warpgroup (the register program's other FlashAttention shape)
@@ -231,6 +251,10 @@ def main() -> int:
             M, N, K = args.gemm
             a, b, bias = rnd(M, K, scale=0.125), rnd(K, N, scale=0.125), rnd(N, dtype=torch.float32)
             return (a, b, bias), (lambda: torch.relu(torch.addmm(bias.half(), a, b))), 2 * M * N * K, "flop"
+        if name == "gemm_relay":
+            M, N, K = args.gemm
+            a, b = rnd(M, K, scale=0.125), rnd(K, N, scale=0.125)
+            return (a, b), (lambda: a @ b), 2 * M * N * K, "flop"
         if name == "gemm_nt":
             M, N, K = args.gemm
             a, b = rnd(M, K, scale=0.125, dtype=torch.bfloat16), rnd(N, K, scale=0.125, dtype=torch.bfloat16)

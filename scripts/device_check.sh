@@ -479,8 +479,8 @@ step fagen-auto python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --
 step mmasync bash -c 'rc=0;
      timeout -k 5 130 python3 benchmarks/mma_general.py --rep 10 --only fa,fa_causal,fa64 \
        --variants "${MMA_FA_VARIANTS:-regprog,general-d62,general,lean,default}" || rc=$?;
-     timeout -k 5 90 python3 benchmarks/mma_general.py --rep 20 --only gemm_epi,gemm_epi_64,gemm_epi_256,gemm_nt,softmax,rmsnorm,gemm777 \
-       --variants "${MMA_VARIANTS:-regprog,general-d62,general,lean,default}" || rc=$?;
+     timeout -k 5 90 python3 benchmarks/mma_general.py --rep 20 --only gemm_epi,gemm_epi_64,gemm_epi_256,gemm_nt,gemm_relay,softmax,rmsnorm,gemm777 \
+       --variants "${MMA_VARIANTS:-regprog,general-d62,general,relay,default}" || rc=$?;
      timeout -k 5 60 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_general.py -rs -k device || rc=$?; exit $rc'
 # the catalog with the sm_80 paths (D63), device mode: the sm_80 profile overlaid on the H100 (the three feature/
 # cases that require TMA, warp specialization or clusters left out: the overlay removes those features), once with

@@ -83,7 +83,7 @@ def test_which_kernels_the_register_program_takes(target, extra):
     """The inventory's rows (D63): the register program takes the GEMM with an epilogue and both attention
     kernels; softmax and RMSNorm have no T.Pipelined loop and the 777 GEMM's B rows are not 16-byte copies."""
     taken = {n for n in mma_general.KERNELS if _path(_attrs(n, target, {**REGPROG, **extra})).startswith("register")}
-    assert taken == {"gemm_epi", "gemm_epi_64", "gemm_epi_256", "gemm_nt", "fa", "fa_causal", "fa64"}, taken
+    assert taken == {"gemm_epi", "gemm_epi_64", "gemm_epi_256", "gemm_nt", "gemm_relay", "fa", "fa_causal", "fa64"}, taken
 
 
 # -- on a GPU: every path against float64 ------------------------------------------------------------------
@@ -111,6 +111,10 @@ def _inputs(name):
         M, N, K = Small.gemm
         a, b, bias = rnd(M, K, scale=0.25), rnd(K, N, scale=0.25), rnd(N, dtype=torch.float32)
         return (a, b, bias), torch.relu(a.double() @ b.double() + bias.double()), 2e-2
+    if name == "gemm_relay":
+        M, N, K = Small.gemm
+        a, b = rnd(M, K, scale=0.25), rnd(K, N, scale=0.25)
+        return (a, b), a.double() @ b.double(), 2e-2
     if name == "gemm_nt":
         M, N, K = Small.gemm
         a, b = rnd(M, K, scale=0.25, dtype=torch.bfloat16), rnd(N, K, scale=0.25, dtype=torch.bfloat16)
