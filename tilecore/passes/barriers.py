@@ -72,8 +72,9 @@ class _Kernel:
         """``(reads, writes)``: ids of shared buffers statement ``s`` (nested statements included) reads and
         writes, as seen from the ``side`` ("before" / "after") of a barrier."""
         key = (id(s), side)
-        if key in self.memo:
-            return self.memo[key]
+        hit = self.memo.get(key)
+        if hit is not None and hit[0] is s:  # (the statement kept with its sets: an id is never a reused one)
+            return hit[1]
         reads, writes = set(), set()
 
         def expr(e):
@@ -103,7 +104,7 @@ class _Kernel:
                 writes.add(ALL)
 
         walk(s, look)
-        self.memo[key] = (reads, writes)
+        self.memo[key] = (s, (reads, writes))
         return reads, writes
 
 
