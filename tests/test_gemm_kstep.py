@@ -346,20 +346,28 @@ def _route_notes(fn, cfg):
     return " ".join(low.attrs.get("hopper_pipelines", ())), low
 
 
+AUTO = {"tilecore.cuda.general_plain_gemm": "auto"}
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_the_plain_16_bit_gemm_is_routed_by_default(dtype):
-    notes, low = _route_notes(gemm(4096, 4096, 4096, 128, 128, 64, 4, 256, dtype, swizzle=8), {})
+def test_the_plain_16_bit_gemm_is_routed_under_auto_and_kept_by_default(dtype):
+    """D62's rule ("auto") routes the plain 16-bit GEMM; unset (the default since the eleventh session's addendum:
+    the cold compile doubled) the plugin's pipeline keeps it."""
+    fn = lambda: gemm(4096, 4096, 4096, 128, 128, 64, 4, 256, dtype, swizzle=8)  # noqa: E731
+    notes, low = _route_notes(fn(), AUTO)
     assert ROUTE_NOTE in notes and low.attrs.get("persistent") and low.attrs.get("bulk_store"), notes
+    notes, low = _route_notes(fn(), {})
+    assert ROUTE_NOTE not in notes and "cuda.hopper_gemm_pipeline: 128x128x64" in notes, notes
 
 
 @pytest.mark.parametrize("opt", ["tilecore.cuda.persistent", "tilecore.cuda.tma_store", "tilecore.cuda.stream_k",
                                  "tilecore.cuda.stage_release", "tilecore.cuda.cluster_multicast"])
 def test_a_gemm_asking_for_the_pipelines_own_options_keeps_the_pipeline(opt):
-    """Unset, the routing leaves the GEMM to the plugin's pipeline where one of its own options is asked for (they
+    """Under "auto", the routing leaves the GEMM to the plugin's pipeline where one of its own options is asked for (they
     mean nothing on the general path); asked for explicitly, the routing wins."""
     value = {"tilecore.cuda.stage_release": "thread", "tilecore.cuda.cluster_multicast": "off"}.get(opt, False)
     fn = lambda: gemm(4096, 4096, 4096, 128, 256, 64, 3, 256, swizzle=8)  # noqa: E731
-    notes, low = _route_notes(fn(), {opt: value})
+    notes, low = _route_notes(fn(), {opt: value, **AUTO})
     assert ROUTE_NOTE not in notes and "cuda.hopper_gemm_pipeline: 128x256x64" in notes, notes
     notes, _low = _route_notes(fn(), {opt: value, "tilecore.cuda.general_plain_gemm": True})
     assert ROUTE_NOTE in notes, notes
@@ -371,7 +379,7 @@ def test_an_8_bit_gemm_keeps_the_pipeline_unless_routed_explicitly():
 
     fn = lambda: matmul(1024, 1024, 1024, 128, 256, 128, 256, 3, 8, dtype="float8_e4m3", out_dtype="float16",  # noqa: E731
                         b_transposed=True)
-    notes, _low = _route_notes(fn(), {})
+    notes, _low = _route_notes(fn(), AUTO)
     assert ROUTE_NOTE not in notes and "cuda.hopper_gemm_pipeline: 128x256x128" in notes, notes
     notes, _low = _route_notes(fn(), {"tilecore.cuda.general_plain_gemm": True})
     assert ROUTE_NOTE in notes, notes

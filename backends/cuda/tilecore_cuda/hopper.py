@@ -238,14 +238,20 @@ PIPELINE_OWN = ("tilecore.cuda.persistent", "tilecore.cuda.cluster_multicast", "
                 "tilecore.cuda.stream_k", "tilecore.cuda.pipeline_profile", "tilecore.cuda.tma_store",
                 "tilecore.cuda.keep_epilogue_checks", "tilecore.cuda.split_k", "tilecore.cuda.split_k_reduce")
 _UNSET = object()
+#: ``tilecore.cuda.general_plain_gemm`` unset: False, the plugin's pipeline. D62's rule ("auto") ran at the plugin's
+#: speed (0.970-1.035x in one run) but doubled the cold compile of the 128x256x64 GEMM (0.83 s of CPU against 0.39 on
+#: the CI box: the core's passes and a larger source for NVRTC), and issue 17's bar is 0.5 s: off until it compiles
+#: as cheaply (docs/decisions.md D62, eleventh session's addendum)
+GENERAL_PLAIN_GEMM_DEFAULT = False
 
 
 def routes_plain_gemm(ctx, esize: int = 2) -> bool:
-    """The plain (non-split-K) GEMM goes to the core's general path (``tilecore.cuda.general_plain_gemm``; unset:
-    16-bit operands only (``esize``: bytes an element; an 8-bit GEMM's B is (N, K) and the general path copies it
-    per thread, and spills at the fp8 tiles), and not where one of this pipeline's own options is asked for)."""
-    v = ctx.option(GENERAL_PLAIN_GEMM, _UNSET)
-    if v is _UNSET:
+    """Whether the plain (non-split-K) GEMM goes to the core's general path (``tilecore.cuda.general_plain_gemm``:
+    True, False, or ``"auto"``: 16-bit operands only (``esize``: bytes an element; an 8-bit GEMM's B is (N, K) and the
+    general path copies it per thread, and spills at the fp8 tiles), and not where one of this pipeline's own options
+    is asked for; unset: :data:`GENERAL_PLAIN_GEMM_DEFAULT`)."""
+    v = ctx.option(GENERAL_PLAIN_GEMM, GENERAL_PLAIN_GEMM_DEFAULT)
+    if v == "auto":
         return esize == 2 and not any(ctx.option(k, _UNSET) is not _UNSET for k in PIPELINE_OWN)
     if v in (True, "true", "True", "on", 1):
         return True
@@ -253,8 +259,9 @@ def routes_plain_gemm(ctx, esize: int = 2) -> bool:
         return False
     from tilecore.errors import CompileError
 
-    raise CompileError(f"pass config {GENERAL_PLAIN_GEMM}={v!r}: expected True (the default: the plain GEMM on the "
-                       "core's general path) or False (the plugin's Hopper pipeline)")
+    raise CompileError(f"pass config {GENERAL_PLAIN_GEMM}={v!r}: expected True (the plain GEMM on the core's general "
+                       "path), \"auto\" (16-bit GEMMs that ask for none of the pipeline's own options) or False (the "
+                       "default: the plugin's Hopper pipeline)")
 
 
 def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
