@@ -7,9 +7,8 @@ off; ``True`` runs the core pass on any target (this one then does nothing).
 """
 from __future__ import annotations
 
-from tilecore.ir import KernelLaunch, rewrite
 from tilecore.passes import tile_pass
-from tilecore.passes.barriers import OPTION, prune_launch
+from tilecore.passes.barriers import OPTION, prune_function
 
 
 @tile_pass("cuda.prune_barriers")
@@ -17,14 +16,4 @@ def prune_barriers_by_default(func, ctx):
     """The core's barrier pruning where tilecore.prune_barriers is unset and the target has no wgmma."""
     if ctx.option(OPTION, None) is not None or ctx.capabilities.feature("wgmma"):
         return func
-    total = [0]
-
-    def fix(s):
-        if not isinstance(s, KernelLaunch):
-            return None
-        new, n = prune_launch(s)
-        total[0] += n
-        return new if n else None
-
-    body = rewrite(func.body, fix)
-    return func.with_body(body, pruned_barriers=total[0]) if total[0] else func
+    return prune_function(func)
