@@ -137,9 +137,9 @@ print(json.dumps(out))
 
 # name -> (label, patches applied in the child, pass configs)
 VARIANTS = {
-    "default": ("the default (a plain 16-bit GEMM on the core's general path since D62)", [], {}),
-    "plugin": ("the CUDA plugin's Hopper pipeline (persistent, TMA-store epilogue; general_plain_gemm=False)", [],
-               {"tilecore.cuda.general_plain_gemm": False}),
+    "default": ("the default (persistent, TMA-store epilogue)", [], {}),
+    "general": ("the core's general path (tilecore.cuda.general_plain_gemm=True, D62)", [],
+                {"tilecore.cuda.general_plain_gemm": True}),
     "before-d48": ("the default, D48's changes undone", ["before_d48"], {}),
     "peeled": ("the default, D50 undone (last k step peeled, loops unrolled)", ["peeled"], {}),
     "before": ("the tree before (--before-site)", [], {}),
