@@ -33,7 +33,9 @@ def _whole(r) -> bool:
             and tuple(const_value(simplify(as_expr(x))) for x in r.extents) == tuple(shape))
 
 
-def _mentions(s, buf) -> bool:
+def mentions_buffer(s, buf) -> bool:
+    """Whether statement ``s`` (nested statements included) names ``buf``: as a region, a store's target, a load or
+    an allocation."""
     hit: list = []
 
     def expr(x):
@@ -58,7 +60,7 @@ def _mentions(s, buf) -> bool:
     return bool(hit)
 
 
-def _writes(s, buf) -> bool:
+def may_write(s, buf) -> bool:
     """``s`` may write ``buf``: a tile op's destination (or any region of an op not known to only read it), a
     store or an atomic."""
     dst = {"copy": (1,), "fill": (0,), "reduce": (1,), "gemm": (2,)}
@@ -87,8 +89,8 @@ def fold(body: list) -> tuple:
         t = a.buffer
         if t.static_shape() is None or a.init is not None:
             continue
-        users = [k for k, s in enumerate(body) if s is not a and _mentions(s, t)]
-        writes = [k for k in users if _writes(body[k], t)]
+        users = [k for k, s in enumerate(body) if s is not a and mentions_buffer(s, t)]
+        writes = [k for k in users if may_write(body[k], t)]
         if len(writes) != 1 or not _is_copy(body[writes[0]]):
             continue
         w = writes[0]
@@ -102,7 +104,7 @@ def fold(body: list) -> tuple:
             continue
         if any(t.dtype != src.buffer.dtype and t.dtype != body[k].args[1].buffer.dtype for k in reads):
             continue  # the round trip would round differently from the direct copy
-        if any(_writes(body[k], src.buffer) for k in range(w + 1, max(reads))):
+        if any(may_write(body[k], src.buffer) for k in range(w + 1, max(reads))):
             continue
         for k in reads:
             r = body[k]

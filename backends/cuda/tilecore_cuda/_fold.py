@@ -6,55 +6,10 @@ relays a fragment is folded into that store before their analysis runs.
 """
 from __future__ import annotations
 
-from tilecore.ir import Allocate, Atomic, Buffer, BufferLoad, Expr, Region, Store, TileOp, as_expr, walk, walk_expr
+from tilecore.ir import Allocate, Region, TileOp
+from tilecore.passes.relay import may_write as _writes, mentions_buffer as _mentions  # the core's walks (D63)
 
 from ._irutil import full
-
-
-def _mentions(s, buf) -> bool:
-    """Whether statement ``s`` (nested statements included) names ``buf``: as a region, a store's target, a
-    load or an allocation."""
-    hit = []
-
-    def expr(x):
-        if isinstance(x, BufferLoad) and x.buffer is buf:
-            hit.append(x)
-
-    def visit(n):
-        for f in getattr(n, "__dataclass_fields__", {}):
-            v = getattr(n, f)
-            for item in (v if isinstance(v, tuple) else (v,)):
-                if isinstance(item, Region):
-                    if item.buffer is buf:
-                        hit.append(item)
-                    for e in (*item.starts, *item.extents):
-                        walk_expr(as_expr(e), expr)
-                elif isinstance(item, Buffer):
-                    if item is buf:
-                        hit.append(item)
-                elif isinstance(item, Expr):
-                    walk_expr(item, expr)
-
-    walk(s, visit)
-    return bool(hit)
-
-
-def _writes(s, buf) -> bool:
-    """Whether statement ``s`` may write ``buf`` (a tile op's destination, any region of an op not known to
-    only read it, a store)."""
-    dst = {"copy": (1,), "fill": (0,), "reduce": (1,), "gemm": (2,)}
-    hit = []
-
-    def visit(n):
-        if isinstance(n, TileOp):
-            idx = dst.get(n.op, range(len(n.args)))
-            if any(i < len(n.args) and isinstance(n.args[i], Region) and n.args[i].buffer is buf for i in idx):
-                hit.append(n)
-        elif isinstance(n, (Store, Atomic)) and n.buffer is buf:
-            hit.append(n)
-
-    walk(s, visit)
-    return bool(hit)
 
 
 def fold_epilogue_tiles(body: list) -> tuple:
