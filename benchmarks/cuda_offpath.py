@@ -17,39 +17,14 @@ import argparse
 import sys
 
 import tilecore
-import tilecore.language as T
+from _bench import cuda_ms, require_cuda, tile_gemm
 from tilecore.errors import TilecoreError
 from tilecore_conformance.composite import rmsnorm, softmax
 
 
 def gemm_777(M, N, K, bm=128, bn=128, bk=32, threads=128, stages=2):
-    @T.prim_func
-    def gemm(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
-            A_shared = T.alloc_shared((bm, bk), "float16")
-            B_shared = T.alloc_shared((bk, bn), "float16")
-            C_local = T.alloc_fragment((bm, bn), "float32")
-            T.clear(C_local)
-            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
-                T.copy(A[by * bm, ko * bk], A_shared)
-                T.copy(B[ko * bk, bx * bn], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
-            T.copy(C_local, C[by * bm, bx * bn])
-    return gemm
-
-
-def cuda_ms(fn, rep: int) -> float:
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(rep):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / rep
+    """The GEMM with B rows of N fp16 elements (N = 777: not a multiple of 16 bytes)."""
+    return tile_gemm(M, N, K, bm, bn, bk, threads, stages)
 
 
 def where_fragments(kernel) -> str:
@@ -67,14 +42,10 @@ def main() -> int:
     ap.add_argument("--gemm", default="4096,777,4096", help="M,N,K of the GEMM with 777-column B")
     ap.add_argument("--rep", type=int, default=20)
     args = ap.parse_args()
-    try:
-        import torch
-    except ImportError as e:
-        print(f"cuda_offpath: needs torch with CUDA ({e})", file=sys.stderr)
+    if not require_cuda("cuda_offpath"):
         return 2
-    if not torch.cuda.is_available():
-        print("cuda_offpath: no CUDA GPU here; run it on a GPU machine (see docs/performance.md)", file=sys.stderr)
-        return 2
+    import torch
+
     from tilecore_cuda import lowering_path
 
     R, C = args.rows, args.cols

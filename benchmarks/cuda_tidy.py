@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import statistics
 import sys
 
 import tilecore
 import tilecore.language as T
+from _bench import cuda_ms, require_cuda, tile_gemm
 
 
 def staged_copy(M, N, bm=128, bn=128, threads=256):
@@ -39,41 +39,7 @@ def staged_copy(M, N, bm=128, bn=128, threads=256):
 
 
 def gemm(M, N, K, bm, bn, bk, threads, stages, via_shared=False):
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
-            A_s = T.alloc_shared((bm, bk), "float16")
-            B_s = T.alloc_shared((bk, bn), "float16")
-            C_l = T.alloc_fragment((bm, bn), "float32")
-            T.clear(C_l)
-            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
-                T.copy(A[by * bm, ko * bk], A_s)
-                T.copy(B[ko * bk, bx * bn], B_s)
-                T.gemm(A_s, B_s, C_l)
-            if via_shared:
-                C_s = T.alloc_shared((bm, bn), "float16")
-                T.copy(C_l, C_s)
-                T.copy(C_s, C[by * bm, bx * bn])
-            else:
-                T.copy(C_l, C[by * bm, bx * bn])
-    return main
-
-
-def ms(fn, rep: int) -> float:
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(rep):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / rep)
-    return statistics.median(times)
+    return tile_gemm(M, N, K, bm, bn, bk, threads, stages, via_shared=via_shared)
 
 
 def row(name: str, t: float, ref: float, ok: bool, extra: str = "") -> None:
@@ -109,14 +75,10 @@ def main() -> int:
     ap.add_argument("--rep", type=int, default=20)
     ap.add_argument("--size", type=int, default=4096)
     args = ap.parse_args()
-    try:
-        import torch
-    except ImportError as e:
-        print(f"cuda_tidy: needs torch with CUDA ({e})", file=sys.stderr)
+    if not require_cuda("cuda_tidy"):
         return 2
-    if not torch.cuda.is_available():
-        print("cuda_tidy: no CUDA GPU here", file=sys.stderr)
-        return 2
+    import torch
+
     from tilecore_cuda import lowering_path
 
     print(torch.cuda.get_device_name(), flush=True)
@@ -130,20 +92,20 @@ def main() -> int:
     print("# 2. shared -> global copies: element (tilecore.vectorize=False) vs 16-byte")
     a = torch.randn(2 * S, 2 * S, device="cuda").half()
     out = torch.empty_like(a)
-    t_ref = ms(lambda: out.copy_(a), args.rep)
+    t_ref = cuda_ms(lambda: out.copy_(a), args.rep)
     gb = 2 * a.numel() * 2 / 1e9
     print(f"{'torch copy_ ' + str(tuple(a.shape)):58s} {t_ref:8.4f} ms  {gb / t_ref * 1e3:7.0f} GB/s", flush=True)
     for label, cfg in (("before: element stores", {"tilecore.vectorize": False}), ("after: 16-byte", {})):
         k = tilecore.compile(staged_copy(2 * S, 2 * S), target="cuda", pass_configs=cfg)
         b = torch.zeros_like(a)
         k(a, b)
-        t = ms(lambda: k(a, b), args.rep)
+        t = cuda_ms(lambda: k(a, b), args.rep)
         row(f"copy through shared, {label}", t, t_ref, bool(torch.equal(a, b)), f"{gb / t * 1e3:7.0f} GB/s")
 
     A = torch.randn(S, S, device="cuda").half()
     B = torch.randn(S, S, device="cuda").half()
     ref = A @ B
-    t_mm = ms(lambda: torch.matmul(A, B), args.rep)
+    t_mm = cuda_ms(lambda: torch.matmul(A, B), args.rep)
     print(f"{'torch.matmul ' + str(S) + '^3 fp16 (cuBLAS)':58s} {t_mm:8.4f} ms", flush=True)
 
     def run_gemm(name, fn, cfg):
@@ -151,7 +113,7 @@ def main() -> int:
         C = torch.empty(S, S, device="cuda").half()
         k(A, B, C)
         ok = bool(torch.allclose(C.float(), ref.float(), atol=0.5, rtol=2e-2))
-        row(name, ms(lambda: k(A, B, C), args.rep), t_mm, ok, lowering_path(k))
+        row(name, cuda_ms(lambda: k(A, B, C), args.rep), t_mm, ok, lowering_path(k))
 
     for label, cfg in (("before: element copy", {"tilecore.vectorize": False}), ("after: 16-byte", {})):
         run_gemm(f"GEMM 128x256x64 epilogue via shared, general, {label}", gemm(S, S, S, 128, 256, 64, 256, 3, True),

@@ -30,12 +30,11 @@ a CUDA GPU.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
 import tilecore
-import tilecore.language as T
+from _bench import cuda_ms, require_cuda, tile_gemm
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
@@ -78,75 +77,22 @@ VARIANTS = {
 
 def gemm_epi(M, N, K, bm=128, bn=128, bk=32, threads=256, stages=3):
     """TileLang's quickstart GEMM (ReLU on the accumulator) with a bias: C = relu(A @ B + bias)."""
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), Bias: T.Tensor((N,), "float32"),
-             C: T.Tensor((M, N), "float16")):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
-            A_shared = T.alloc_shared((bm, bk), "float16")
-            B_shared = T.alloc_shared((bk, bn), "float16")
-            C_local = T.alloc_fragment((bm, bn), "float32")
-            T.clear(C_local)
-            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
-                T.copy(A[by * bm, ko * bk], A_shared)
-                T.copy(B[ko * bk, bx * bn], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
-            for i, j in T.Parallel(bm, bn):
-                C_local[i, j] = T.max(C_local[i, j] + Bias[bx * bn + j], 0)
-            T.copy(C_local, C[by * bm, bx * bn])
-    return main
+    return tile_gemm(M, N, K, bm, bn, bk, threads, stages, bias=True, relu=True)
 
 
 def gemm_relay(M, N, K, bm=128, bn=128, bk=32, threads=256, stages=3):
     """TileLang's usual epilogue: C through a shared tile (``T.copy(C_local, C_shared)``, then to global memory)."""
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
-            A_shared = T.alloc_shared((bm, bk), "float16")
-            B_shared = T.alloc_shared((bk, bn), "float16")
-            C_shared = T.alloc_shared((bm, bn), "float16")
-            C_local = T.alloc_fragment((bm, bn), "float32")
-            T.clear(C_local)
-            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
-                T.copy(A[by * bm, ko * bk], A_shared)
-                T.copy(B[ko * bk, bx * bn], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
-            T.copy(C_local, C_shared)
-            T.copy(C_shared, C[by * bm, bx * bn])
-    return main
+    return tile_gemm(M, N, K, bm, bn, bk, threads, stages, via_shared=True)
 
 
 def gemm_nt(M, N, K, bm=128, bn=128, bk=32, threads=256, stages=3, dtype="bfloat16"):
     """C = A @ B^T with B stored (N, K) (the catalog's "nt" GEMM), bfloat16, no epilogue."""
-    @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((N, K), dtype), C: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
-            A_shared = T.alloc_shared((bm, bk), dtype)
-            B_shared = T.alloc_shared((bn, bk), dtype)
-            C_local = T.alloc_fragment((bm, bn), "float32")
-            T.clear(C_local)
-            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
-                T.copy(A[by * bm, ko * bk], A_shared)
-                T.copy(B[bx * bn, ko * bk], B_shared)
-                T.gemm(A_shared, B_shared, C_local, transpose_B=True)
-            T.copy(C_local, C[by * bm, bx * bn])
-    return main
+    return tile_gemm(M, N, K, bm, bn, bk, threads, stages, dtype=dtype, transpose_b=True)
 
 
 def gemm_777(M, N, K, bm=128, bn=128, bk=32, threads=256, stages=2):
     """benchmarks/cuda_offpath.py's GEMM (B rows of N fp16: not a multiple of 16 bytes) at 256 threads."""
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
-            A_shared = T.alloc_shared((bm, bk), "float16")
-            B_shared = T.alloc_shared((bk, bn), "float16")
-            C_local = T.alloc_fragment((bm, bn), "float32")
-            T.clear(C_local)
-            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
-                T.copy(A[by * bm, ko * bk], A_shared)
-                T.copy(B[ko * bk, bx * bn], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
-            T.copy(C_local, C[by * bm, bx * bn])
-    return main
+    return tile_gemm(M, N, K, bm, bn, bk, threads, stages)
 
 
 def flash(b, h, s, d, causal, bm=128, bn=128, threads=256):
@@ -195,23 +141,6 @@ def census_kernels():
     return [(f"mma_general/{n}", (lambda b=b: b(A))) for n, (b, _, _) in KERNELS.items()]
 
 
-def ms(fn, rep: int) -> float:
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(rep):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / rep)
-    return statistics.median(times)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rep", type=int, default=20)
@@ -224,15 +153,10 @@ def main() -> int:
     args = ap.parse_args()
     for k in ("gemm", "gemm777", "fa", "rows"):
         setattr(args, k, tuple(int(v) for v in getattr(args, k).split(",")))
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError as e:
-        print(f"mma_general: needs torch with CUDA ({e})", file=sys.stderr)
+    if not require_cuda("mma_general"):
         return 2
-    if not torch.cuda.is_available():
-        print("mma_general: no CUDA GPU here (see docs/performance.md)", file=sys.stderr)
-        return 2
+    import torch
+    import torch.nn.functional as F
     from tilecore_cuda import lowering_path
 
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -289,7 +213,7 @@ def main() -> int:
         build, own, out_idx = KERNELS[name]
         ins, ref, work, unit = inputs(name)
         expect = ref()
-        t_ref = ms(ref, args.rep)
+        t_ref = cuda_ms(ref, args.rep)
         times = {}
         for var in variants:
             cfg = {**BASE, **own, **VARIANTS[var]}
@@ -300,7 +224,7 @@ def main() -> int:
                 continue
             out = kern(*ins)
             err = float((out.float() - expect.float()).abs().max())
-            t = ms(lambda: kern(*ins), args.rep)
+            t = cuda_ms(lambda: kern(*ins), args.rep)
             times[var] = t
             rate = f"{work / t / 1e9:7.1f} TF/s" if unit == "flop" else f"{work / t / 1e6:7.1f} GB/s"
             print(f"{name:10s} {var:14s} {lowering_path(kern):28s} {t:9.4f} {rate:>12s} {t_ref:9.4f} "
