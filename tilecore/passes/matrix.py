@@ -39,6 +39,28 @@ from ..layout import FragmentLayout, MatrixUnit, SharedLayout
 from . import tile_pass
 
 
+
+def mark_block_threads(func):
+    """Record the block's thread count on each ``T.gemm`` (``attrs["block_threads"]``), for backends whose
+    intrinsic tables decide by it (a matrix instruction needs whole warps, simdgroups or waves). The plugins run
+    it as a pass of their own before the pass that reads it."""
+
+    def launch(s):
+        if not isinstance(s, KernelLaunch):
+            return None
+        n = 1
+        for t in s.threads:
+            n *= int(const_value(as_expr(t)) if not isinstance(t, int) else t)
+
+        def mark(x):
+            if isinstance(x, TileOp) and x.op == "gemm":
+                return x.with_(attrs={**x.attrs, "block_threads": n})
+            return None
+
+        return s.with_(body=rewrite(s.body, mark))
+
+    return func.with_body(rewrite(func.body, launch))
+
 @dataclass
 class GemmPlan:
     unit: MatrixUnit

@@ -22,9 +22,10 @@ identical.
 """
 from __future__ import annotations
 
-from tilecore.ir import (Allocate, Buffer, BufferLoad, Collective, For, KernelLaunch, Region, Store, TileOp, Var,
-                         as_expr, binary, cast, compare, const, const_value, logic_and, rewrite, select, seq, simplify)
+from tilecore.ir import (Allocate, Buffer, BufferLoad, Collective, For, Region, Store, TileOp, Var,
+                         as_expr, binary, cast, compare, const, const_value, logic_and, select, seq, simplify)
 from tilecore.passes import tile_pass
+from tilecore.passes.matrix import mark_block_threads as _mark_block_threads
 from tilecore.passes.lower_tile import matrix_index
 from tilecore.plugin import Intrinsic
 
@@ -100,22 +101,7 @@ def _gemm_dims(op: TileOp):
 @tile_pass("cuda.mark_block_threads")
 def mark_block_threads(func, ctx):
     """Record the block's thread count on each T.gemm (``block_threads``): mma needs whole warps."""
-
-    def launch(s):
-        if not isinstance(s, KernelLaunch):
-            return None
-        n = 1
-        for t in s.threads:
-            n *= int(const_value(as_expr(t)) if not isinstance(t, int) else t)
-
-        def mark(x):
-            if isinstance(x, TileOp) and x.op == "gemm":
-                return x.with_(attrs={**x.attrs, "block_threads": n})
-            return None
-
-        return s.with_(body=rewrite(s.body, mark))
-
-    return func.with_body(rewrite(func.body, launch))
+    return _mark_block_threads(func)
 
 
 def gemm_mma_applies(op: TileOp, ctx) -> bool:

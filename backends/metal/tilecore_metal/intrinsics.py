@@ -20,6 +20,7 @@ from __future__ import annotations
 from tilecore.ir import (Buffer, BufferLoad, Collective, For, KernelLaunch, Region, Seq, Store, TileOp, as_expr,
                          const_value, rewrite, seq, simplify, stmt_exprs, walk, walk_expr)
 from tilecore.passes import tile_pass
+from tilecore.passes.matrix import mark_block_threads as _mark_block_threads
 from tilecore.plugin import Intrinsic
 
 BLOCK_LOCAL = ("shared", "fragment", "local")
@@ -56,22 +57,7 @@ def mark_block_threads(func, ctx):
     """Record the block's thread count on each T.gemm (``block_threads``): simdgroup matrices need whole
     simdgroups. Runs before the core's layout pass, which asks the intrinsic table whether a gemm runs
     on the simdgroup matrices (and so keeps its accumulator in threadgroup memory)."""
-
-    def launch(s):
-        if not isinstance(s, KernelLaunch):
-            return None
-        n = 1
-        for t in s.threads:
-            n *= int(const_value(as_expr(t)) if not isinstance(t, int) else t)
-
-        def mark(x):
-            if isinstance(x, TileOp) and x.op == "gemm":
-                return x.with_(attrs={**x.attrs, "block_threads": n})
-            return None
-
-        return s.with_(body=rewrite(s.body, mark))
-
-    return func.with_body(rewrite(func.body, launch))
+    return _mark_block_threads(func)
 
 
 def gemm_simdgroup_applies(op: TileOp, ctx) -> bool:
