@@ -68,6 +68,12 @@ step fp8gen timeout 230 python3 benchmarks/general_gemm.py --rep 20 --rounds 3 -
        --configs 128:256:128:256:3:8,128:256:128:256:4:8,128:128:128:256:4:8 --variants plain,default,d58,routed
 step fp8gen-e5m2 timeout 200 python3 benchmarks/general_gemm.py --rep 20 --rounds 3 --sizes 4096,8192 --dtypes float8_e5m2 \
        --configs 128:256:128:256:3:8,128:256:128:256:4:8,128:128:128:256:4:8 --variants default,routed
+# D67 item 2: the LLM rows (128x4096x4096, 16x8192x8192, fp16) with the general path beside the plugin's split-K: cuBLAS,
+# the plugin (default: split, cluster sum; split_k=1; the global sum), the general path unsplit (it has no split-K),
+# the user's atomic split-K kernel (a grid dimension over K, float32 atomics into a zeroed C) on the plugin and on the
+# general path; 10 rounds x 10 calls interleaved, medians (~3 min)
+step fp8gen-splitk timeout 230 python3 benchmarks/cuda_gemm_splitk.py --general --rounds 10 --batch 10 \
+       --configs 64:128:64:128:4,64:256:64:128:3,128:128:64:256:5
 step attention python3 benchmarks/cuda_attention.py --rep 3
 step attention-fast python3 benchmarks/cuda_attention.py --rep 3 --fast-math
 # FA3's schedules of the register programs (decision D28): off, ping-pong, intra-warpgroup overlap, both; one row each
