@@ -35,11 +35,14 @@ PLUGIN = {"tilecore.disable_cache": True, "tilecore.cuda.general_plain_gemm": Fa
 #: the benchmark's fp8 tiles (benchmarks/cuda_gemm.py FP8_CONFIGS) and a 128x128 one: (bm, bn, bk, stages, panel)
 TILES = {"128x256x128/3": (128, 256, 128, 3, 8), "128x256x128/4": (128, 256, 128, 4, 8),
          "128x128x128/4": (128, 128, 128, 4, 8)}
+#: TileLang's own fp8 example (tests/tilelang_corpus/gemm_fp8.py): 64-byte rows (the plugin's pipeline takes only
+#: 128-byte ones), one warpgroup, C in the operands' 8-bit type
+CORPUS_TILE = (128, 128, 64, 3, 0)
 
 
-def fp8(M, N, K, tile="128x256x128/3", dtype="float8_e4m3", tb=True, panel=None):
-    bm, bn, bk, stages, pn = TILES[tile]
-    return hopper_gemm(M, N, K, bm, bn, bk, 256, stages, dtype, "float16", tb=tb, panel=pn if panel is None else panel)
+def fp8(M, N, K, tile="128x256x128/3", dtype="float8_e4m3", tb=True, panel=None, out="float16", threads=256):
+    bm, bn, bk, stages, pn = CORPUS_TILE if tile == "corpus" else TILES[tile]
+    return hopper_gemm(M, N, K, bm, bn, bk, threads, stages, dtype, out, tb=tb, panel=pn if panel is None else panel)
 
 
 def _lower(fn, cfg):
@@ -63,6 +66,17 @@ def test_the_8_bit_gemm_takes_bulk_copies_and_wgmma_on_the_general_path(dtype, t
         ptx = dtype.split("_")[1]
         assert f"wgmma.mma_async.sync.aligned.m64n{bn}k32.f32.{ptx}.{ptx}" in src.code
         assert "C_l_mma_b" not in src.code and "C_l_mma_a" not in src.code  # no operand registers
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3", "float8_e5m2"])
+def test_tilelangs_fp8_example_takes_wgmma_from_64_byte_panels(dtype):
+    """TileLang's fp8 example (block_K 64: 64-byte rows, which the plugin's pipeline refuses; C in fp8): on the
+    general path both operands by bulk copies into 64-byte panels, wgmma m64n128k32 over one warpgroup."""
+    low, src = _lower(fp8(1024, 1024, 1024, "corpus", dtype, out=dtype, threads=128), {"tilecore.disable_cache": True})
+    pipes = " ".join(low.attrs["pipelines"])
+    assert "A_s bulk tile copies (1 x 64-byte panel(s)), B_s bulk tile copies (1 x 64-byte panel(s))" in pipes, pipes
+    assert low.attrs["fragment_layouts"]["C_l"].startswith("wgmma_m64n128k32.C x 1x1 groups"), low.attrs
+    assert "k32" in src.code and "C_l_mma_b" not in src.code
 
 
 def test_an_8_bit_gemm_with_b_as_k_n_stays_off_wgmma():
@@ -108,15 +122,19 @@ def test_sm90a_the_8_bit_general_k_step_is_the_plugins():
 
 # -- on an sm_90 GPU ---------------------------------------------------------------------------------------
 
-DEVICE = {  # (M, N, K, dtype, tile, panel)
-    "e4m3-4096": (4096, 4096, 4096, "float8_e4m3", "128x256x128/3", 8),
-    "e5m2-4096": (4096, 4096, 4096, "float8_e5m2", "128x256x128/3", 8),
-    "e4m3-halves": (4096, 4096, 4096, "float8_e4m3", "128x256x128/4", 8),
-    "e5m2-128": (2048, 3072, 1024, "float8_e5m2", "128x128x128/4", 4),
+DEVICE = {  # (M, N, K, dtype, tile, panel, out, threads)
+    "e4m3-4096": (4096, 4096, 4096, "float8_e4m3", "128x256x128/3", 8, "float16", 256),
+    "e5m2-4096": (4096, 4096, 4096, "float8_e5m2", "128x256x128/3", 8, "float16", 256),
+    "e4m3-halves": (4096, 4096, 4096, "float8_e4m3", "128x256x128/4", 8, "float16", 256),
+    "e5m2-128": (2048, 3072, 1024, "float8_e5m2", "128x128x128/4", 4, "float16", 256),
     # ragged M and N (K a whole number of 16-byte units: the rows TMA reads), a ragged last panel
-    "e4m3-ragged": (1000, 1800, 1024, "float8_e4m3", "128x256x128/3", 3),
-    "e5m2-ragged-halves": (1000, 1800, 1040, "float8_e5m2", "128x256x128/4", 3),
-    "e4m3-ragged-128": (999, 777, 2048, "float8_e4m3", "128x128x128/4", 0),
+    "e4m3-ragged": (1000, 1800, 1024, "float8_e4m3", "128x256x128/3", 3, "float16", 256),
+    "e5m2-ragged-halves": (1000, 1800, 1040, "float8_e5m2", "128x256x128/4", 3, "float16", 256),
+    "e4m3-ragged-128": (999, 777, 2048, "float8_e4m3", "128x128x128/4", 0, "float16", 256),
+    # TileLang's example: 64-byte panels, one warpgroup, C in fp8 (and in bfloat16), ragged
+    "corpus-e4m3": (1024, 1024, 1024, "float8_e4m3", "corpus", 0, "float8_e4m3", 128),
+    "corpus-e5m2-ragged": (1000, 1800, 1024, "float8_e5m2", "corpus", 0, "float8_e5m2", 128),
+    "corpus-e4m3-bf16": (1000, 1800, 1024, "float8_e4m3", "corpus", 0, "bfloat16", 128),
 }
 
 
@@ -125,21 +143,29 @@ DEVICE = {  # (M, N, K, dtype, tile, panel)
 def test_device_the_8_bit_general_gemm_matches_float64_and_the_direct_stores(case):
     import torch
 
-    M, N, K, dtype, tile, panel = DEVICE[case]
-    tdt = {"float8_e4m3": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}[dtype]
+    M, N, K, dtype, tile, panel, out, threads = DEVICE[case]
+    tdt = {"float8_e4m3": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
     g = torch.Generator(device="cuda").manual_seed(7)
-    a = (torch.randn(M, K, device="cuda", generator=g) / 4).to(tdt)
-    b = (torch.randn(N, K, device="cuda", generator=g) / 4).to(tdt)
+    a = (torch.randn(M, K, device="cuda", generator=g) / 4).to(tdt[dtype])
+    b = (torch.randn(N, K, device="cuda", generator=g) / 4).to(tdt[dtype])
     ref = a.double() @ b.double().t()
+    odt = tdt.get(out) or getattr(torch, out)
     outs = []
     for cfg in (GENERAL, {**GENERAL, "tilecore.bulk_store": False}, ROUTED):
-        k = tilecore.compile(fp8(M, N, K, tile, dtype, panel=panel), target="cuda", pass_configs=cfg)
+        k = tilecore.compile(fp8(M, N, K, tile, dtype, panel=panel, out=out, threads=threads), target="cuda",
+                             pass_configs=cfg)
         assert k.meta["attrs"]["fragment_layouts"]["C_l"].startswith("wgmma_"), k.meta["attrs"]
-        c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+        c = torch.zeros((M, N), device="cuda", dtype=odt)
+        c.view(torch.uint8 if odt.itemsize == 1 else torch.int16).fill_(0x7F if odt.itemsize == 1 else 0x7FC0)  # NaN
         k(a, b, c)
         torch.cuda.synchronize()
         outs.append(c)
-    err = float((outs[0].double() - ref).abs().max())
-    # float32 accumulation, then one float16 rounding of values up to |ref|
-    assert err <= 2e-3 * max(1.0, float(ref.abs().max())), (case, err)
-    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2]), case
+    got = outs[0].double()
+    if odt.itemsize == 1:  # one rounding to the 8-bit type: within one of its steps (e4m3 2^-3, e5m2 2^-2 relative)
+        step = 2.0 ** -(3 if out == "float8_e4m3" else 2)
+        assert bool(((got - ref).abs() <= step * ref.abs() + 2.0 ** -6).all()), case
+    else:  # float32 accumulation, then one 16-bit rounding of values up to |ref|
+        err = float((got - ref).abs().max())
+        assert err <= (2e-3 if out == "float16" else 1e-2) * max(1.0, float(ref.abs().max())), (case, err)
+    bits = [c.view(torch.uint8 if odt.itemsize == 1 else torch.int16) for c in outs]
+    assert torch.equal(bits[0], bits[1]) and torch.equal(bits[0], bits[2]), case
