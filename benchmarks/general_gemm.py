@@ -80,6 +80,8 @@ VARIANTS = {
     "ws-us": {**US, "tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": True},
     # the routed default (the plain GEMM on the general path through the plugin's passes, D58's genpath2-route)
     "routed-default": {"tilecore.cuda.register_programs": True, "tilecore.cuda.general_plain_gemm": True},
+    # D67: the routing's "auto" rule (16- and 8-bit GEMMs asking for none of the pipeline's own options)
+    "routed-auto": {"tilecore.cuda.register_programs": True, "tilecore.cuda.general_plain_gemm": "auto"},
     "ws-us-doff": {**US, "tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": True,
                    "tilecore.cuda.descriptor_offsets": True},
 }

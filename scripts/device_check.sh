@@ -66,6 +66,15 @@ step gemm-fp8 python3 benchmarks/cuda_gemm.py --rep 10 --sizes "" --dtypes ""
 step fp8gen-tests timeout 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_general_fp8.py -rs
 step fp8gen timeout 230 python3 benchmarks/general_gemm.py --rep 20 --rounds 3 --sizes 4096,8192 --dtypes float8_e4m3 \
        --configs 128:256:128:256:3:8,128:256:128:256:4:8,128:128:128:256:4:8 --variants plain,default,d58,routed
+# D67 round 2: e4m3 again, 5 rounds, with the routing's "auto" rule (8-bit taken since D67); then the performance
+# table's fp8 row (benchmarks/cuda_gemm.py, best of FP8_CONFIGS against torch._scaled_mm) with the plugin (default)
+# and routed under "auto" (~3.5 min)
+step fp8gen-r2 bash -c 'rc=0; timeout 120 python3 benchmarks/general_gemm.py --rep 20 --rounds 5 --sizes 4096,8192 \
+       --dtypes float8_e4m3 --configs 128:256:128:256:3:8,128:256:128:256:4:8,128:128:128:256:4:8 \
+       --variants default,routed-auto || rc=$?;
+     timeout 60 python3 benchmarks/cuda_gemm.py --rep 20 --sizes "" --dtypes "" || rc=$?;
+     TILECORE_PASS_CONFIGS="{\"tilecore.cuda.general_plain_gemm\": \"auto\"}" timeout 60 python3 benchmarks/cuda_gemm.py \
+       --rep 20 --sizes "" --dtypes "" || rc=$?; exit $rc'
 step fp8gen-e5m2 timeout 200 python3 benchmarks/general_gemm.py --rep 20 --rounds 3 --sizes 4096,8192 --dtypes float8_e5m2 \
        --configs 128:256:128:256:3:8,128:256:128:256:4:8,128:128:128:256:4:8 --variants default,routed
 # D67 item 2: the LLM rows (128x4096x4096, 16x8192x8192, fp16) with the general path beside the plugin's split-K: cuBLAS,

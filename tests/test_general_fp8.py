@@ -12,8 +12,8 @@ Checked through ``tilecore.compile`` / ``tilecore.compiler.lower``:
   stages, D58), for both formats and the benchmark's tiles;
 - on sm_90a through NVRTC: SASS with QGMMA of the format, UTMALDG, UTMASTG, no local memory, no per-thread copies
   (LDGSTS / LDG); the consumers' k step within a few instructions of the plugin's pipeline (tests/sass_paths.py);
-- on an sm_90 GPU (skipped here): against float64 and bit for bit against the general path with direct stores,
-  4096^3 and ragged M / N, both formats.
+- on an sm_90 GPU (skipped here): against float64 and bit for bit against the general path with direct stores, the
+  routed build and the plugin's pipeline, 4096^3 and ragged M / N / K, both formats, TileLang's example (C in fp8).
 """
 from __future__ import annotations
 
@@ -151,10 +151,13 @@ def test_device_the_8_bit_general_gemm_matches_float64_and_the_direct_stores(cas
     ref = a.double() @ b.double().t()
     odt = tdt.get(out) or getattr(torch, out)
     outs = []
-    for cfg in (GENERAL, {**GENERAL, "tilecore.bulk_store": False}, ROUTED):
+    # the general default, its direct stores, the routed build; the plugin's pipeline (where it takes the tile)
+    plugin = [{**PLUGIN, "tilecore.cuda.split_k": 1}] if tile != "corpus" else []  # (not split: the same sums)
+    for cfg in [GENERAL, {**GENERAL, "tilecore.bulk_store": False}, ROUTED] + plugin:
         k = tilecore.compile(fp8(M, N, K, tile, dtype, panel=panel, out=out, threads=threads), target="cuda",
                              pass_configs=cfg)
-        assert k.meta["attrs"]["fragment_layouts"]["C_l"].startswith("wgmma_"), k.meta["attrs"]
+        if cfg not in plugin:
+            assert k.meta["attrs"]["fragment_layouts"]["C_l"].startswith("wgmma_"), k.meta["attrs"]
         c = torch.zeros((M, N), device="cuda", dtype=odt)
         c.view(torch.uint8 if odt.itemsize == 1 else torch.int16).fill_(0x7F if odt.itemsize == 1 else 0x7FC0)  # NaN
         k(a, b, c)
@@ -164,8 +167,10 @@ def test_device_the_8_bit_general_gemm_matches_float64_and_the_direct_stores(cas
     if odt.itemsize == 1:  # one rounding to the 8-bit type: within one of its steps (e4m3 2^-3, e5m2 2^-2 relative)
         step = 2.0 ** -(3 if out == "float8_e4m3" else 2)
         assert bool(((got - ref).abs() <= step * ref.abs() + 2.0 ** -6).all()), case
-    else:  # float32 accumulation, then one 16-bit rounding of values up to |ref|
+    else:
+        # the 8-bit wgmma's accumulation is not float32's (round 1 on the H200: 4.9e-3 of max |ref| at K = 4096, the
+        # plugin's pipeline the same bits), then one 16-bit rounding: a bound growing with K
         err = float((got - ref).abs().max())
-        assert err <= (2e-3 if out == "float16" else 1e-2) * max(1.0, float(ref.abs().max())), (case, err)
+        assert err <= 3e-3 * max(1.0, K / 1024) * max(1.0, float(ref.abs().max())), (case, err)
     bits = [c.view(torch.uint8 if odt.itemsize == 1 else torch.int16) for c in outs]
-    assert torch.equal(bits[0], bits[1]) and torch.equal(bits[0], bits[2]), case
+    assert all(torch.equal(bits[0], x) for x in bits[1:]), (case, [torch.equal(bits[0], x) for x in bits[1:]])
