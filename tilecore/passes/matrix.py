@@ -176,7 +176,7 @@ def _shared_form(u: MatrixUnit, x: str, r: Region, trans: bool, extent: int, ctx
     if rows % 8 or 16 % e:
         return f"{buf.name} has {rows} rows (whole groups of 8 are read)"
     mn_major = trans if x == "a" else not trans
-    if mn_major and u.attrs.get("k_major_only"):  # (8-bit wgmma: no transpose for its types)
+    if mn_major and u.attrs.get("k_major_only"):  # (a unit with no transposed form, e.g. for 8-bit types)
         return (f"{buf.name} is stored with its {'M' if x == 'a' else 'N'} dimension contiguous; {u.spelling} reads "
                 f"{x.upper()} with K contiguous only" + (" (give B as (N, K) with transpose_B)" if x == "b" else ""))
     for span in sorted(u.attrs.get("shared_swizzles", ()), reverse=True):
