@@ -75,6 +75,12 @@ step fp8gen-r2 bash -c 'rc=0; timeout 120 python3 benchmarks/general_gemm.py --r
      timeout 60 python3 benchmarks/cuda_gemm.py --rep 20 --sizes "" --dtypes "" || rc=$?;
      TILECORE_PASS_CONFIGS="{\"tilecore.cuda.general_plain_gemm\": \"auto\"}" timeout 60 python3 benchmarks/cuda_gemm.py \
        --rep 20 --sizes "" --dtypes "" || rc=$?; exit $rc'
+# D67 round 3, the bar (>= 0.97x the plugin): e4m3 and e5m2, 4096^3 and 8192^3, the three tiles, one process, each
+# tile's kernels timed in turn 9 rounds (medians and ranges: the 0.1 ms rows ran bimodal, 0.093 or 0.104 ms, for both
+# kernels in rounds 1-2): the plugin, the general default, routed under "auto" (~2.5 min)
+step fp8gen-bar timeout 230 python3 benchmarks/general_gemm.py --rep 30 --rounds 9 --sizes 4096,8192 \
+       --dtypes float8_e4m3,float8_e5m2 --configs 128:256:128:256:3:8,128:256:128:256:4:8,128:128:128:256:4:8 \
+       --variants default,routed-auto
 step fp8gen-e5m2 timeout 200 python3 benchmarks/general_gemm.py --rep 20 --rounds 3 --sizes 4096,8192 --dtypes float8_e5m2 \
        --configs 128:256:128:256:3:8,128:256:128:256:4:8,128:128:128:256:4:8 --variants default,routed
 # D67 item 2: the LLM rows (128x4096x4096, 16x8192x8192, fp16) with the general path beside the plugin's split-K: cuBLAS,
