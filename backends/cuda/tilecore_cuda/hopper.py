@@ -248,7 +248,7 @@ GENERAL_PLAIN_GEMM_DEFAULT = False
 def routes_plain_gemm(ctx, esize: int = 2) -> bool:
     """Whether the plain (non-split-K) GEMM goes to the core's general path (``tilecore.cuda.general_plain_gemm``:
     True, False, or ``"auto"``: 16-bit and, since D67 (wgmma's 8-bit m64nNk32 a unit of the core's: B as (N, K) read
-    K-major by TMA and descriptor, 0.99-1.02x the plugin on the H200), 8-bit operands (``esize``: bytes an element),
+    K-major by TMA and descriptor, 0.97-1.02x the plugin on the H200), 8-bit operands (``esize``: bytes an element),
     and not where one of this pipeline's own options is asked for; unset: :data:`GENERAL_PLAIN_GEMM_DEFAULT`)."""
     v = ctx.option(GENERAL_PLAIN_GEMM, GENERAL_PLAIN_GEMM_DEFAULT)
     if v == "auto":
