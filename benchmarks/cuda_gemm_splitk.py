@@ -2,6 +2,7 @@
 D41, the user's split-K kernel, cuBLAS and Triton, in one run.
 
     python benchmarks/cuda_gemm_splitk.py [--shapes 128x4096x4096,16x8192x8192] [--dtypes float16] [--rounds 20]
+    python benchmarks/cuda_gemm_splitk.py --general   # D67: + the core's general path, unsplit and the user's split-K
 
 For every configuration the README GEMM (``cuda_gemm.matmul``, C in its own type) is compiled three ways:
 ``tilecore.cuda.split_k=1`` (not split), split over K by the compiler with the partials summed through the
@@ -96,7 +97,12 @@ def main() -> int:
     ap.add_argument("--split-k", default="", type=lambda v: [int(x) for x in v.split(",") if x],
                     help="also time each split configuration at these split counts (cluster and global), e.g. 2,4,8")
     ap.add_argument("--target", default="cuda")
+    ap.add_argument("--general", action="store_true",
+                    help="D67: also the core's general path (tilecore.cuda.register_programs=False): every configuration "
+                         "unsplit (the general path has no split-K), and the user's atomic split-K kernel on it")
+    ap.add_argument("--configs", default="", help="block_M:block_N:block_K:threads:stages,... instead of the default set")
     args = ap.parse_args()
+    configs = [tuple(int(x) for x in c.split(":")) for c in args.configs.split(",") if c] or COMPILER_CONFIGS
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
     ok, why = has_gpu()
     if not ok:
@@ -129,11 +135,13 @@ def main() -> int:
             if triton_mm is not None:
                 c_tr = torch.empty(M, N, device="cuda", dtype=tdt)
                 variants["Triton"] = ("triton", None, lambda c=c_tr: triton_mm(a, b, c), c_tr, None)
-            for cfg in COMPILER_CONFIGS:
+            for cfg in configs:
                 kinds = [("default", {}),  # what the compiler builds unasked (D41: the cluster sum at 2 splits)
                          ("split_k=1", {"tilecore.cuda.split_k": 1}),
                          ("global (D27/D31)", {"tilecore.cuda.split_k_reduce": "global"}),
                          ("cluster (D41)", {"tilecore.cuda.split_k_reduce": "cluster"})]
+                if args.general:  # D67: the core's general path, not split (the split is the plugin's alone)
+                    kinds.append(("general", {"tilecore.cuda.register_programs": False}))
                 for n in args.split_k:
                     kinds += [(f"global, split_k={n}", {"tilecore.cuda.split_k": n, "tilecore.cuda.split_k_reduce": "global"}),
                               (f"cluster, split_k={n}", {"tilecore.cuda.split_k": n, "tilecore.cuda.split_k_reduce": "cluster"})]
@@ -155,14 +163,18 @@ def main() -> int:
                     variants[f"{cfg} {kind}, {splits} splits"] = (kind.split(",")[0].split(" ")[0], cfg,
                                                                   lambda k=k, c=c: k(a, b, c), c, k)
             for cfg in SPLIT_CONFIGS:
-                k = tilecore.compile(matmul_splitk(M, N, K, *cfg[:5], splits=cfg[5], dtype=dtype), target=args.target)
-                c32 = torch.zeros(M, N, device="cuda", dtype=torch.float32)
+                for where, pc in (("", {}), (" on the general path", {"tilecore.cuda.register_programs": False}))[
+                        :2 if args.general else 1]:
+                    k = tilecore.compile(matmul_splitk(M, N, K, *cfg[:5], splits=cfg[5], dtype=dtype), target=args.target,
+                                         pass_configs=pc)
+                    c32 = torch.zeros(M, N, device="cuda", dtype=torch.float32)
 
-                def user(k=k, c32=c32):
-                    c32.zero_()
-                    k(a, b, c32)
+                    def user(k=k, c32=c32):
+                        c32.zero_()
+                        k(a, b, c32)
 
-                variants[f"{cfg} user atomic split-K (float32 C, zeroed per call)"] = ("user", cfg, user, c32, k)
+                    variants[f"{cfg} user atomic split-K{where} (float32 C, zeroed per call)"] = (
+                        "user-general" if where else "user", cfg, user, c32, k)
             for fn in (v[2] for v in variants.values()):  # warm up (compiles Triton's autotuning too)
                 for _ in range(3):
                     fn()
@@ -220,7 +232,7 @@ def main() -> int:
                 span, host = statistics.median(spans[label]), statistics.median(hosts[label])
                 print(f"| {label} | {us:.2f} | {flop / us / 1e6:.1f} | {t_cublas / us:.2f}x | {span:.2f} | {host:.2f} | "
                       f"{err:.1e} | {note} |")
-                if kind in ("split_k=1", "global", "cluster", "user", "default") and (kind not in best or us < best[kind][0]):
+                if kind in ("split_k=1", "global", "cluster", "user", "default", "general", "user-general") and (kind not in best or us < best[kind][0]):
                     best[kind] = (us, label)
             t_tr = med.get("Triton")
             summary.append((name, t_cublas, t_tr, best))
@@ -239,6 +251,8 @@ def main() -> int:
         tr = "-" if t_tr is None else f"{t_tr:.2f}"
         print(f"| {name} | {t_cublas:.2f} | {tr} | {cell('split_k=1')} | {cell('global')} | {cell('cluster')} | "
               f"{cell('default')} | {cell('user')} | {t_cublas / after:.2f}x | {before / after:.2f}x |")
+        if "general" in best:  # D67: the general path (unsplit) and the user's split-K on it
+            print(f"|   general path: {name} | | | unsplit {cell('general')} | | | | user atomic {cell('user-general')} | | |")
     return 0
 
 

@@ -7,6 +7,9 @@ result is compared bit for bit with the plain general path's (``same`` column) a
 
     python benchmarks/general_gemm.py --sizes 4096,8192 --rep 20
     python benchmarks/general_gemm.py --variants plain,persistent,ws+persistent,ws+persistent+bulk --configs 128:256:64:256:3
+    python benchmarks/general_gemm.py --dtypes float8_e4m3 --variants plain,default,d58 --configs 128:256:128:256:3:8
+
+8-bit dtypes (D67): B given as (N, K), C in float16, cuBLAS through torch._scaled_mm (unit scales).
 
 Prints TFLOP/s and the ratio to cuBLAS; never asserts timings.
 """
@@ -77,6 +80,8 @@ VARIANTS = {
     "ws-us": {**US, "tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": True},
     # the routed default (the plain GEMM on the general path through the plugin's passes, D58's genpath2-route)
     "routed-default": {"tilecore.cuda.register_programs": True, "tilecore.cuda.general_plain_gemm": True},
+    # D67: the routing's "auto" rule (16- and 8-bit GEMMs asking for none of the pipeline's own options)
+    "routed-auto": {"tilecore.cuda.register_programs": True, "tilecore.cuda.general_plain_gemm": "auto"},
     "ws-us-doff": {**US, "tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": True,
                    "tilecore.cuda.descriptor_offsets": True},
 }
@@ -115,31 +120,50 @@ def main() -> int:
     print("| dtype | shape | kernel | tile | ms | TFLOP/s | / cuBLAS | same bits as plain | max err vs torch | notes |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for dtype in args.dtypes.split(","):
-        tdt = getattr(torch, dtype)
+        # 8-bit operands (D67): B given as (N, K) (wgmma reads 8-bit operands K-major only), C in float16, cuBLAS's
+        # fp8 GEMM through torch._scaled_mm with unit scales (the issue table's fp8 row)
+        eight = dtype.startswith("float8")
+        tdt = {"float8_e4m3": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}[dtype] if eight else getattr(torch, dtype)
+        odt = torch.float16 if eight else tdt
         for size in (int(s) for s in args.sizes.split(",")):
             M = N = K = size
             flops = 2 * M * N * K
             g = torch.Generator(device="cuda").manual_seed(0)
             a = (torch.randn(M, K, device="cuda", generator=g) / 8).to(tdt)
-            b = (torch.randn(K, N, device="cuda", generator=g) / 8).to(tdt)
-            ref = torch.matmul(a, b)
-            ms_cublas = event_ms(lambda: torch.matmul(a, b), args.rep)
+            if eight:
+                b = (torch.randn(N, K, device="cuda", generator=g) / 8).to(tdt)
+                one = torch.ones((), device="cuda")
+                ref = a.float() @ b.float().t()
+                blas = lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=odt)  # noqa: E731
+                blas_name = "cuBLAS (torch._scaled_mm)"
+            else:
+                b = (torch.randn(K, N, device="cuda", generator=g) / 8).to(tdt)
+                ref = torch.matmul(a, b)
+                blas = lambda: torch.matmul(a, b)  # noqa: E731
+                blas_name = "cuBLAS (torch.matmul)"
+            try:
+                ms_cublas = event_ms(blas, args.rep)
+            except Exception as e:  # noqa: BLE001 (cuBLAS has no e5m2 x e5m2 GEMM)
+                print(f"| {dtype} | {size}^3 | {blas_name} | - | failed: {type(e).__name__}: {str(e)[:100]} |")
+                ms_cublas = float("nan")
 
             def row(kernel, tile, ms, same, err, notes=""):
                 tf = flops / ms / 1e9
                 print(f"| {dtype} | {size}^3 | {kernel} | {tile} | {ms:.4f} | {tf:.1f} | {ms_cublas / ms:.3f}x | "
                       f"{same} | {err} | {notes} |", flush=True)
 
-            row("cuBLAS (torch.matmul)", "-", ms_cublas, "-", "-")
+            if ms_cublas == ms_cublas:
+                row(blas_name, "-", ms_cublas, "-", "-")
             for cfg in configs:
                 bm, bn, bk, threads, stages = cfg[:5]
                 panel = cfg[5] if len(cfg) > 5 else 0
                 tile = f"{bm}x{bn}x{bk} {threads}t {stages}s" + (f" panel {panel}" if panel else "")
-                fn = lambda: matmul(M, N, K, bm, bn, bk, threads, stages, panel, dtype=dtype)  # noqa: E731
+                kw = {"out_dtype": "float16", "b_transposed": True} if eight else {}
+                fn = lambda: matmul(M, N, K, bm, bn, bk, threads, stages, panel, dtype=dtype, **kw)  # noqa: E731
                 timed = []  # (kernel, its call, same, err, notes), timed after the tile's kernels are built
                 try:
                     hop = tilecore.compile(fn(), target="cuda", pass_configs=PLUGIN)
-                    c_hop = torch.empty(M, N, device="cuda", dtype=tdt)
+                    c_hop = torch.empty(M, N, device="cuda", dtype=odt)
                     hop(a, b, c_hop)
                     torch.cuda.synchronize()
                     timed.append(("Hopper pipeline (plugin)", (lambda h=hop, o=c_hop: h(a, b, o)), "-",
@@ -153,7 +177,7 @@ def main() -> int:
                     except Exception as e:  # noqa: BLE001
                         print(f"| {dtype} | {size}^3 | general {v} | {tile} | compile failed: {type(e).__name__}: {e} |")
                         continue
-                    c = torch.full((M, N), float("nan"), device="cuda", dtype=tdt)
+                    c = torch.full((M, N), float("nan"), device="cuda", dtype=odt)
                     k(a, b, c)
                     torch.cuda.synchronize()
                     if v == "plain":

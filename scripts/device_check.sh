@@ -43,7 +43,7 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_swizzle64.py tests/test_vectorize_copies.py tests/test_cuda_clusters_at_once.py \
      tests/test_cuda_streamk.py tests/test_cuda_general_attention.py tests/test_block_order.py tests/test_cuda_exp2_rows.py \
      tests/test_cuda_exp2_poly.py tests/test_cuda_row_division.py tests/test_gemm_kstep.py \
-     tests/test_host_launch.py
+     tests/test_host_launch.py tests/test_general_fp8.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -56,6 +56,39 @@ step gemm python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8
 # GEMM under the power cap (issue 17): TFLOP/s, SM clock, power and FLOP per SM-cycle against cuBLAS (~2 min)
 step gemm-power python3 benchmarks/gemm_power.py --triton --seconds 4
 step gemm-fp8 python3 benchmarks/cuda_gemm.py --rep 10 --sizes "" --dtypes ""
+# D67 (issue 11): the fp8 GEMM on the core's general path (B as (N, K): TMA of both operands, wgmma m64nNk32 reading
+# them K-major). fp8gen-tests: the device tests (float64, bit for bit the direct stores and the routed build; e4m3 and
+# e5m2, ragged M / N / K, the three tiles). fp8gen: e4m3 4096^3 and 8192^3 at the benchmark's tiles (128x256x128/3 and
+# /4, 128x128x128/4, panel 8), one process, each tile's kernels timed in turn 3 rounds (medians): the plugin's pipeline
+# (fp8's default), the general path's direct stores (plain), its default (bulk store, persistent, D62's us), D58's
+# form (us off), the routed build (general_plain_gemm=true through the plugin's passes); cuBLAS (torch._scaled_mm)
+# beside (~3 min). fp8gen-e5m2: the same for e5m2 (no cuBLAS: it has no e5m2 x e5m2 GEMM), default and routed (~2 min)
+step fp8gen-tests timeout 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_general_fp8.py -rs
+step fp8gen timeout 230 python3 benchmarks/general_gemm.py --rep 20 --rounds 3 --sizes 4096,8192 --dtypes float8_e4m3 \
+       --configs 128:256:128:256:3:8,128:256:128:256:4:8,128:128:128:256:4:8 --variants plain,default,d58,routed
+# D67 round 2: e4m3 again, 5 rounds, with the routing's "auto" rule (8-bit taken since D67); then the performance
+# table's fp8 row (benchmarks/cuda_gemm.py, best of FP8_CONFIGS against torch._scaled_mm) with the plugin (default)
+# and routed under "auto" (~3.5 min)
+step fp8gen-r2 bash -c 'rc=0; timeout 120 python3 benchmarks/general_gemm.py --rep 20 --rounds 5 --sizes 4096,8192 \
+       --dtypes float8_e4m3 --configs 128:256:128:256:3:8,128:256:128:256:4:8,128:128:128:256:4:8 \
+       --variants default,routed-auto || rc=$?;
+     timeout 60 python3 benchmarks/cuda_gemm.py --rep 20 --sizes "" --dtypes "" || rc=$?;
+     TILECORE_PASS_CONFIGS="{\"tilecore.cuda.general_plain_gemm\": \"auto\"}" timeout 60 python3 benchmarks/cuda_gemm.py \
+       --rep 20 --sizes "" --dtypes "" || rc=$?; exit $rc'
+# D67 round 3, the bar (>= 0.97x the plugin): e4m3 and e5m2, 4096^3 and 8192^3, the three tiles, one process, each
+# tile's kernels timed in turn 9 rounds (medians and ranges: the 0.1 ms rows ran bimodal, 0.093 or 0.104 ms, for both
+# kernels in rounds 1-2): the plugin, the general default, routed under "auto" (~2.5 min)
+step fp8gen-bar timeout 230 python3 benchmarks/general_gemm.py --rep 30 --rounds 9 --sizes 4096,8192 \
+       --dtypes float8_e4m3,float8_e5m2 --configs 128:256:128:256:3:8,128:256:128:256:4:8,128:128:128:256:4:8 \
+       --variants default,routed-auto
+step fp8gen-e5m2 timeout 200 python3 benchmarks/general_gemm.py --rep 20 --rounds 3 --sizes 4096,8192 --dtypes float8_e5m2 \
+       --configs 128:256:128:256:3:8,128:256:128:256:4:8,128:128:128:256:4:8 --variants default,routed
+# D67 item 2: the LLM rows (128x4096x4096, 16x8192x8192, fp16) with the general path beside the plugin's split-K: cuBLAS,
+# the plugin (default: split, cluster sum; split_k=1; the global sum), the general path unsplit (it has no split-K),
+# the user's atomic split-K kernel (a grid dimension over K, float32 atomics into a zeroed C) on the plugin and on the
+# general path; 10 rounds x 10 calls interleaved, medians (~3 min)
+step fp8gen-splitk timeout 230 python3 benchmarks/cuda_gemm_splitk.py --general --rounds 10 --batch 10 \
+       --configs 64:128:64:128:4,64:256:64:128:3,128:128:64:256:5
 step attention python3 benchmarks/cuda_attention.py --rep 3
 step attention-fast python3 benchmarks/cuda_attention.py --rep 3 --fast-math
 # FA3's schedules of the register programs (decision D28): off, ping-pong, intra-warpgroup overlap, both; one row each

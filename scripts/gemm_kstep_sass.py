@@ -7,6 +7,9 @@ stall cycles along the loop (tests/sass_paths.py). The plugin's row is its Hoppe
 issues the stages: its consumers' loop only). A loop NVVM unrolled twice is counted per k step (halved).
 
     python scripts/gemm_kstep_sass.py [--tile 128:128:64:256:4:8] [--dtype float16]
+    python scripts/gemm_kstep_sass.py --tile 128:256:128:256:3:8 --dtype float8_e4m3 --size 8192 --rows plugin,+\ uni
+
+8-bit operands (D67): B given as (N, K), float16 out (the benchmark's fp8 GEMM).
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ VECTOR_INT = ("IMAD", "LOP3", "SHF", "IADD3", "VIADD", "LEA", "ISETP", "PLOP3", 
 def classify(c) -> dict:
     row = {k: 0 for k in CLASSES}
     for op, n in c.items():
+        op = "HGMMA" if op == "QGMMA" else op
         if not op[0].isupper():
             continue
         if op in row:
@@ -60,6 +64,7 @@ def main() -> int:
     ap.add_argument("--tile", default="128:128:64:256:4:8", help="block_M:block_N:block_K:threads:stages:panel")
     ap.add_argument("--dtype", default="float16")
     ap.add_argument("--size", type=int, default=4096)
+    ap.add_argument("--rows", default="", help="comma-separated prefixes of the rows to build (default: all)")
     args = ap.parse_args()
     import sass_paths
     import tilecore
@@ -72,16 +77,32 @@ def main() -> int:
           "step in the main loop (consumers: the shortest path; thread 0: the longest), ptxas's planned stall cycles")
     print("| kernel | k steps / loop | consumers | thread 0 | " + " | ".join(CLASSES) + " | planned cycles / k step |")
     print("|---" * (5 + len(CLASSES)) + "|")
+    # 8-bit operands (D67): B given as (N, K) (wgmma reads 8-bit operands K-major only), float16 out; k per HGMMA 32
+    eight = args.dtype.startswith("float8")
+    kw = {"out_dtype": "float16", "b_transposed": True} if eight else {}
+    kstep, unit = (32, "QGMMA") if eight else (16, "HGMMA")  # (8-bit wgmma's SASS: QGMMA, counted as HGMMA)
+    wanted = [w for w in args.rows.split(",") if w]
     for name, cfg in ROWS.items():
-        k = tilecore.compile(matmul(n, n, n, bm, bn, bk, th, st, pn, dtype=args.dtype), target="cuda:sm_90a",
+        if wanted and not any(name.startswith(w) for w in wanted):
+            continue
+        k = tilecore.compile(matmul(n, n, n, bm, bn, bk, th, st, pn, dtype=args.dtype, **kw), target="cuda:sm_90a",
                              pass_configs={**cfg, "tilecore.disable_cache": True})
         sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
         ins = sass_paths.parse(sass)
-        loop = sass_paths.main_loop(ins, 4)
-        per = max(1, sum(sass_paths.opcode(ins[i][1]) == "HGMMA" for i in loop) // (bk // 16))
+        # 8-bit: NVVM unrolls the 128x128 tile's k loop twice, and the shortest "loop" of 4 QGMMA is then the out-of-line
+        # barrier wait's branch back into the loop's middle: look for the twice-unrolled loop first
+        least = 4
+        if eight:
+            try:
+                sass_paths.main_loop(ins, 2 * bk // kstep, unit)
+                least = 2 * bk // kstep
+            except ValueError:
+                pass
+        loop = sass_paths.main_loop(ins, least, unit)
+        per = max(1, sum(sass_paths.opcode(ins[i][1]) == unit for i in loop) // (bk // kstep))
         rows = sorted((classify(c) for _, c in sass_paths.paths(ins, loop)), key=lambda r: r["total"])
         lo, hi = rows[0], rows[-1]
-        cyc = sass_paths.stalls(sass, 4)["cycles"]
+        cyc = sass_paths.stalls(sass, least, unit)["cycles"]
         cells = " | ".join(f"{lo[c] / per:g}" for c in CLASSES)
         print(f"| {name} | {per} | {lo['total'] / per:g} | {hi['total'] / per:g} | {cells} | {cyc / per:g} |",
               flush=True)

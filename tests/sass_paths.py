@@ -103,7 +103,7 @@ _REG = re.compile(r"\bR(\d+)\b")
 _CONTROL = re.compile(r"\s*/\*([0-9a-f]{4,})\*/[^\n]*?/\* (0x[0-9a-f]{16}) \*/\s*\n\s*/\* (0x[0-9a-f]{16}) \*/")
 
 
-def stalls(sass: str, min_mma: int = 16) -> dict:
+def stalls(sass: str, min_mma: int = 16, unit: str = "HGMMA") -> dict:
     """The main loop's scheduling as ptxas planned it, from each instruction's control bits (the high word's bits
     41-44: the cycles the warp waits before issuing its next instruction; bits 52-57: the scoreboards it waits
     on, set by variable-latency producers such as MUFU, SHFL and the WGMMA waits): ``{"cycles": the sum of the
@@ -112,7 +112,7 @@ def stalls(sass: str, min_mma: int = 16) -> dict:
     ctrl = {int(m.group(1), 16): int(m.group(3), 16) for m in _CONTROL.finditer(sass)}
     ins = parse(sass)
     cycles = waits = 0
-    for k in main_loop(ins, min_mma):
+    for k in main_loop(ins, min_mma, unit):
         hi = ctrl.get(ins[k][0])
         if hi is None:
             continue

@@ -109,7 +109,23 @@ def test_profiles_pick_the_units():
         assert {u.spelling for u in units_for(backend, tgt, profile_for(tgt))} == want
     backend, tgt = reg.resolve("cuda:sm_90a")
     got = {u.spelling for u in units_for(backend, tgt, profile_for(tgt))}
-    assert MMA_16816 in got and "wgmma_m64n256k16" in got and len(got) == 33
+    assert MMA_16816 in got and "wgmma_m64n256k16" in got and "wgmma_m64n256k32" in got and len(got) == 65
+    # D67: the 8-bit units (e4m3 and e5m2, k 32) by the profile's fp8 wgmma entry; not on sm_80 / sm_86 (above)
+    eight = [u for u in units_for(backend, tgt, profile_for(tgt)) if u.k == 32]
+    assert len(eight) == 32 and all(u.a_dtypes == ("float8_e4m3", "float8_e5m2") for u in eight)
+
+
+def test_wgmma_8_bit_a_matches_the_ptx_figure():
+    """The m64nNk32 8-bit A (PTX ISA, wgmma "Register fragment for matrix A", .e4m3/.e5m2; data only: the unit reads
+    A from its tile, D67): warp w's rows 16 w ..; lane l's element i at row l / 4 + 8 (i / 4 % 2), column
+    4 (l % 4) + i % 4 + 16 (i / 8); K-major only, A from shared memory only."""
+    u = next(u for u in wgmma_units() if u.spelling == "wgmma_m64n128k32")
+    assert (u.a.regs, u.a.threads) == (16, 128)
+    for thread in range(128):
+        w, lane = divmod(thread, 32)
+        for i in range(16):
+            assert u.a.element(thread, i) == (16 * w + lane // 4 + 8 * (i // 4 % 2), 4 * (lane % 4) + i % 4 + 16 * (i // 8))
+    assert u.attrs["k_major_only"] and u.attrs["operand_sources"] == {"a": ("shared",), "b": ("shared",)}
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on this machine")

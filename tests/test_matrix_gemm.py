@@ -11,6 +11,7 @@ import pytest
 from fake_matrix_backend import fake_unit
 from tilecore.ir import (Allocate, BinOp, Buffer, BufferLoad, Cast, FloatImm, For, IntImm, MatrixLoad, MatrixOp, MatrixSync, Seq, Store,
                          ThreadIndex, TileOp, Var)
+from tilecore.ir import collect, seq
 from tilecore.passes import PassContext
 from tilecore.passes.matrix import lower_gemm, plan_gemm
 
@@ -215,6 +216,51 @@ def test_wgmma_refusals_say_why_and_mma_sync_runs_the_gemm():
     assert plan_gemm(op, 128, Ctx(mma_16816_units() + WGMMA)).unit.spelling == "mma_sync_m16n8k16"
     op, *_ = gemm_op(64, 64, 16, False, True)
     assert plan_gemm(op, 128, Ctx(WGMMA)).attrs["shared"]["b"].swizzle_bytes == 32
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3", "float8_e5m2"])
+@pytest.mark.parametrize("shape,threads,unit", [((128, 256, 128), 256, "wgmma_m64n256k32"),
+                                                ((128, 128, 128), 256, "wgmma_m64n128k32"),
+                                                ((64, 64, 64), 128, "wgmma_m64n64k32")])
+def test_8_bit_wgmma_reads_both_operands_k_major_from_their_tiles(dtype, shape, threads, unit):
+    """D67: an 8-bit gemm with B given as (N, K) (``transpose_B``) plans onto wgmma's m64nNk32 with A and B read
+    from their shared tiles (no operand copied per thread: no register operand, no MatrixLoad), K-major panels of
+    the widest swizzle its 8-bit rows fill, four instructions' k per 128 columns; the lockstep run equals the
+    product."""
+    m, n, k = shape
+    op, a, b, c = gemm_op(m, n, k, False, True, dtype=dtype)
+    ctx = Ctx(mma_16816_units() + WGMMA)
+    plan = plan_gemm(op, threads, ctx)
+    assert plan is not None, ctx.notes
+    assert plan.unit.spelling == unit and plan.attrs["k_steps"] == k // 32 and set(plan.attrs["shared"]) == {"a", "b"}
+    assert {x: (lay.swizzle_bytes, lay.panels) for x, lay in plan.attrs["shared"].items()} == \
+        {"a": (min(128, k), True), "b": (min(128, k), True)}
+    creg = Buffer("C_r", (plan.c_layout.regs,), "float32", "register")
+    prog = lower_gemm(op, plan, {id(c): (creg, plan.c_layout)}, ctx)
+    assert not collect(seq(prog), MatrixLoad) and not [x for x in prog if isinstance(x, Allocate)], \
+        "no operand copied into registers"
+    rng = np.random.default_rng(3)
+    A, B = rng.standard_normal(a.static_shape()), rng.standard_normal(b.static_shape())
+    sim = Lockstep(threads, {a: A, b: B}, {u.spelling: u for u in WGMMA})
+    sim.regs[creg] = np.full((threads, plan.c_layout.regs), 7.0)
+    sim.run(prog)
+    got = np.full((m, n), np.nan)
+    for t in range(threads):
+        for r in range(plan.c_layout.regs):
+            got[plan.c_layout.element(t, r)] = sim.regs[creg][t, r]
+    np.testing.assert_allclose(got, A @ B.T, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("ta,tb,x", [(False, False, "B"), (True, True, "A"), (True, False, "A")])
+def test_8_bit_wgmma_refuses_an_mn_major_operand_and_says_why(ta, tb, x):
+    """wgmma has no transpose for 8-bit operands (the unit's ``k_major_only``): A stored (K, M) or B stored (K, N)
+    is refused with the reason; the 16-bit unit takes the same layouts."""
+    op, *_ = gemm_op(128, 128, 64, ta, tb, dtype="float8_e4m3")
+    ctx = Ctx(WGMMA)
+    assert plan_gemm(op, 128, ctx) is None
+    assert f"reads {x} with K contiguous only" in ctx.notes[-1], ctx.notes
+    op, *_ = gemm_op(128, 128, 64, ta, tb)
+    assert plan_gemm(op, 128, Ctx(WGMMA)).unit.spelling == "wgmma_m64n128k16"
 
 
 @pytest.mark.parametrize("policy,groups", [(None, (2, 2)), ("1", (4, 1)), ("GemmWarpPolicy.FullRow", (4, 1)),

@@ -160,7 +160,7 @@ def _shared_form(u: MatrixUnit, x: str, r: Region, trans: bool, extent: int, ctx
     stored transposed or not) from shared memory, or a string saying why it cannot. The unit lists the panel
     widths it reads (``attrs["shared_swizzles"]``, bytes); an operand stored with its M/N dimension
     contiguous ("MN-major": A transposed, B not) needs the instruction's ``extent`` along it to be whole
-    panels."""
+    panels; a unit with ``attrs["k_major_only"]`` reads no MN-major operand."""
     if "shared" not in _sources(u, x):
         return "the unit loads it into registers"
     buf = r.buffer
@@ -176,6 +176,9 @@ def _shared_form(u: MatrixUnit, x: str, r: Region, trans: bool, extent: int, ctx
     if rows % 8 or 16 % e:
         return f"{buf.name} has {rows} rows (whole groups of 8 are read)"
     mn_major = trans if x == "a" else not trans
+    if mn_major and u.attrs.get("k_major_only"):  # (a unit with no transposed form, e.g. for 8-bit types)
+        return (f"{buf.name} is stored with its {'M' if x == 'a' else 'N'} dimension contiguous; {u.spelling} reads "
+                f"{x.upper()} with K contiguous only" + (" (give B as (N, K) with transpose_B)" if x == "b" else ""))
     for span in sorted(u.attrs.get("shared_swizzles", ()), reverse=True):
         if (cols * e) % span == 0 and (not mn_major or (extent * e) % span == 0):
             return SharedLayout(rows, cols, e, swizzle_bytes=span, panels=True)

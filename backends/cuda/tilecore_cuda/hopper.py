@@ -247,12 +247,12 @@ GENERAL_PLAIN_GEMM_DEFAULT = False
 
 def routes_plain_gemm(ctx, esize: int = 2) -> bool:
     """Whether the plain (non-split-K) GEMM goes to the core's general path (``tilecore.cuda.general_plain_gemm``:
-    True, False, or ``"auto"``: 16-bit operands only (``esize``: bytes an element; an 8-bit GEMM's B is (N, K) and the
-    general path copies it per thread, and spills at the fp8 tiles), and not where one of this pipeline's own options
-    is asked for; unset: :data:`GENERAL_PLAIN_GEMM_DEFAULT`)."""
+    True, False, or ``"auto"``: 16-bit and, since D67 (wgmma's 8-bit m64nNk32 a unit of the core's: B as (N, K) read
+    K-major by TMA and descriptor, 0.97-1.02x the plugin on the H200), 8-bit operands (``esize``: bytes an element),
+    and not where one of this pipeline's own options is asked for; unset: :data:`GENERAL_PLAIN_GEMM_DEFAULT`)."""
     v = ctx.option(GENERAL_PLAIN_GEMM, GENERAL_PLAIN_GEMM_DEFAULT)
     if v == "auto":
-        return esize == 2 and not any(ctx.option(k, _UNSET) is not _UNSET for k in PIPELINE_OWN)
+        return esize in (1, 2) and not any(ctx.option(k, _UNSET) is not _UNSET for k in PIPELINE_OWN)
     if v in (True, "true", "True", "on", 1):
         return True
     if v in (False, "false", "False", "off", 0):
@@ -260,7 +260,7 @@ def routes_plain_gemm(ctx, esize: int = 2) -> bool:
     from tilecore.errors import CompileError
 
     raise CompileError(f"pass config {GENERAL_PLAIN_GEMM}={v!r}: expected True (the plain GEMM on the core's general "
-                       "path), \"auto\" (16-bit GEMMs that ask for none of the pipeline's own options) or False (the "
+                       "path), \"auto\" (16- and 8-bit GEMMs that ask for none of the pipeline's own options) or False (the "
                        "default: the plugin's Hopper pipeline)")
 
 

@@ -58,14 +58,33 @@ WGMMA_ATTRS = {"operand_sources": {"a": ("register", "shared"), "b": ("shared",)
                "shared_swizzles": (128, 64, 32), "async": True}
 
 
+#: the 8-bit wgmma (m64nNk32, e4m3 / e5m2; D67): both operands read K-major from their shared tiles (the
+#: instruction has no transpose for 8-bit types: B given as (N, K), ``transpose_B``), A only from its tile here
+#: (its register form packs four 8-bit values a register, which the emitter does not spell)
+WGMMA8_ATTRS = {**WGMMA_ATTRS, "operand_sources": {"a": ("shared",), "b": ("shared",)}, "k_major_only": True}
+
+
+def _wgmma8_a() -> FragmentLayout:
+    """The m64nNk32 8-bit A over a warpgroup (PTX ISA, "Register fragment for matrix A", .e4m3/.e5m2): per warp
+    16 rows, element ``i`` of a lane in row ``lane / 4 + 8 (i / 4 % 2)``, column ``4 (lane % 4) + i % 4 + 16 (i / 8)``
+    (data only: the 8-bit unit reads A from shared memory)."""
+    return FragmentLayout((64, 32), [[("thread", 8, 4), ("reg", 2, 4), ("thread", 4, 32)],
+                                     [("reg", 4, 1), ("thread", 4, 1), ("reg", 2, 8)]], name="wgmma8.A")
+
+
 def wgmma_units() -> list:
-    a = _mma_a(4)
+    a, a8 = _mma_a(4), _wgmma8_a()
     out = []
     for n in range(8, 257, 8):
         b = FragmentLayout((16, n), [[("reg", 16, 1)], [("reg", n, 16)]], replicate=[(128, 1)],
                            name=f"wgmma_m64n{n}k16.B (shared memory)", opaque=True)
         out.append(MatrixUnit("wgmma", 64, n, 16, ("float16", "bfloat16"), "float32", 128, a, b,
                               wgmma_accumulator(n), f"wgmma_m64n{n}k16", attrs=WGMMA_ATTRS))
+    for n in range(8, 257, 8):
+        b = FragmentLayout((32, n), [[("reg", 32, 1)], [("reg", n, 32)]], replicate=[(128, 1)],
+                           name=f"wgmma_m64n{n}k32.B (shared memory)", opaque=True)
+        out.append(MatrixUnit("wgmma", 64, n, 32, ("float8_e4m3", "float8_e5m2"), "float32", 128, a8, b,
+                              wgmma_accumulator(n), f"wgmma_m64n{n}k32", attrs=WGMMA8_ATTRS))
     return out
 
 
