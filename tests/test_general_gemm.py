@@ -784,19 +784,24 @@ def test_a_float32_tile_keeps_its_pair_stores():
     assert "tc_stsm_x4(" not in src.code
 
 
-@pytest.mark.parametrize("mutation", ["matrices 1 and 2 swapped in the lane addresses", "offsets misread"])
+@pytest.mark.parametrize("mutation", ["matrices 1 and 2 swapped in the lane addresses",
+                                      "matrices 1 and 2 swapped in the general lane addresses", "offsets misread"])
 def test_mutations_of_the_matrix_stores_are_caught(monkeypatch, mutation):
     from tilecore.passes import vectorize
 
+    cfg = {}
     if mutation.startswith("matrices"):
-        orig = vectorize._lane_address
-        monkeypatch.setattr(vectorize, "_lane_address",
-                            lambda idx0, offs: orig(idx0, (offs[0], offs[2], offs[1], offs[3])))
+        orig, orig_c = vectorize._lane_address, vectorize._lane_address_compact
+        swap = lambda offs: (offs[0], offs[2], offs[1], offs[3])  # noqa: E731
+        monkeypatch.setattr(vectorize, "_lane_address", lambda idx0, offs: orig(idx0, swap(offs)))
+        monkeypatch.setattr(vectorize, "_lane_address_compact", lambda idx0, offs, n: orig_c(idx0, swap(offs), n))
+        if "general" in mutation:  # D65's compact form off: the address as before it
+            cfg = {"tilecore.matrix_store_lanes": "general"}
     else:
         orig_atoms = vectorize._atoms
         monkeypatch.setattr(vectorize, "_atoms",
                             lambda g, n: (lambda o: o and tuple((c, r) for r, c in o))(orig_atoms(g, n)))
-    low, _src = _lower(gemm(4096, 4096, 1024))
+    low, _src = _lower(gemm(4096, 4096, 1024), **cfg)
     assert low.attrs["matrix_stores"][0].startswith("16 matrix stores")
     with pytest.raises(AssertionError, match="lands elsewhere"):
         check_matrix_stores(low, 256)
@@ -1067,6 +1072,10 @@ VARIANTS = {
     "persistent+bulk": {**BULK, "tilecore.persistent": True},
     "persistent+bulk-per-tile": {**BULK, "tilecore.persistent": True, "tilecore.persistent_next_indices": "per_tile"},
     "ws+persistent+bulk": {**BULK, **WS, "tilecore.persistent": True},
+    # D65 undone: each matrix store's lane address as pair 0's coordinates at another thread plus a select, its whole
+    # swizzled offset computed at every store (the default: a few operations of the thread index, later stores at
+    # the first one's offset XOR / plus constants)
+    "d65-off": {"tilecore.matrix_store_lanes": "general", "tilecore.cuda.matrix_store_offsets": False},
 }
 
 

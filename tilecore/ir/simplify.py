@@ -66,12 +66,28 @@ def _simplify_children(e: Expr) -> Expr:
     return e
 
 
+#: simplify's answers by the identity of the expression (an expression is never changed after it is built): the
+#: passes ask again for the same objects (a bound scalar's value inlined into many indices, the prover's bounds);
+#: the entry keeps the expression alive, so its id is not reused while it is remembered (D65)
+_MEMO: dict = {}
+MEMO_LIMIT = 1 << 15
+
+
 def simplify(e):
     """Return an equivalent, canonical form of an integer expression (other values pass through)."""
-    if not isinstance(e, Expr) or is_float(e.dtype) or isinstance(e, Cast):
+    if not isinstance(e, BinOp) or is_float(e.dtype):
         return e
-    if not isinstance(e, BinOp):
-        return e
+    hit = _MEMO.get(id(e))
+    if hit is not None and hit[0] is e:
+        return hit[1]
+    out = _simplify(e)
+    if len(_MEMO) >= MEMO_LIMIT:
+        _MEMO.clear()
+    _MEMO[id(e)] = (e, out)
+    return out
+
+
+def _simplify(e):
     terms: dict = {}
     c = _linear(e, terms, 1)
     out: Expr | None = None

@@ -51,23 +51,30 @@ LANES = (8, 4, 2)
 
 
 def _inline(e, env: dict):
-    """``e`` with every bound scalar replaced by its (inlined) value."""
+    """``e`` with every bound scalar replaced by its (inlined) value (``e`` itself where it has none: the same
+    object, which :func:`_diff` and simplify's memo know again, D65)."""
     if isinstance(e, Var):
         return env.get(id(e), e)
-    if isinstance(e, BinOp):
-        return BinOp(e.op, _inline(e.a, env), _inline(e.b, env), e.dtype)
-    if isinstance(e, Cmp):
-        return Cmp(e.op, _inline(e.a, env), _inline(e.b, env))
+    if isinstance(e, (BinOp, Cmp)):
+        a, b = _inline(e.a, env), _inline(e.b, env)
+        if a is e.a and b is e.b:
+            return e
+        return BinOp(e.op, a, b, e.dtype) if isinstance(e, BinOp) else Cmp(e.op, a, b)
     if isinstance(e, Logic):
-        return Logic(e.op, _inline(e.a, env), _inline(e.b, env) if e.b is not None else None)
+        a, b = _inline(e.a, env), _inline(e.b, env) if e.b is not None else None
+        return e if a is e.a and b is e.b else Logic(e.op, a, b)
     if isinstance(e, Select):
-        return Select(_inline(e.cond, env), _inline(e.t, env), _inline(e.f, env))
+        c, t, f = _inline(e.cond, env), _inline(e.t, env), _inline(e.f, env)
+        return e if c is e.cond and t is e.t and f is e.f else Select(c, t, f)
     if isinstance(e, Cast):
-        return Cast(e.dtype, _inline(e.value, env))
+        v = _inline(e.value, env)
+        return e if v is e.value else Cast(e.dtype, v)
     if isinstance(e, Call):
-        return Call(e.name, tuple(_inline(a, env) for a in e.args), e.dtype, e.attrs)
+        args = tuple(_inline(a, env) for a in e.args)
+        return e if all(x is y for x, y in zip(args, e.args)) else Call(e.name, args, e.dtype, e.attrs)
     if isinstance(e, BufferLoad):
-        return BufferLoad(e.buffer, tuple(_inline(i, env) for i in e.indices))
+        idx = tuple(_inline(i, env) for i in e.indices)
+        return e if all(x is y for x, y in zip(idx, e.indices)) else BufferLoad(e.buffer, idx)
     return e
 
 
@@ -78,7 +85,22 @@ def _multiple(facts: Facts, e, n: int) -> bool:
 
 def _diff(a, b):
     """``a - b`` as a constant, or None."""
+    (x, i), (y, j) = _offset(a), _offset(b)
+    if x is y:  # the same expression plus constants (a fragment's registers: one thread part, D65)
+        return i - j
     return const_value(simplify(binary("sub", a, b)))
+
+
+def _offset(e):
+    """``(x, k)`` with ``e`` spelled ``x + k``, ``k`` an integer constant (0 where it has none)."""
+    if isinstance(e, BinOp) and e.op == "add" and not is_float(e.dtype):
+        k = const_value(e.b)
+        if isinstance(k, int):
+            return e.a, k
+    k = const_value(e)
+    if isinstance(k, int):
+        return None, k
+    return e, 0
 
 
 def _conjuncts(c) -> list:
@@ -466,6 +488,56 @@ def _atoms(group: list, threads: int):
     return tuple(offs)
 
 
+def _fit_linear(vals) -> tuple | None:
+    """``(a, b)`` with ``vals[g] == a * g + b`` for every ``g``; None where no such integers exist."""
+    b = int(vals[0])
+    a = int(vals[1]) - b if len(vals) > 1 else 0
+    return (a, b) if all(int(v) == a * g + b for g, v in enumerate(vals)) else None
+
+
+def _lane_address_compact(idx0, offs, threads: int):
+    """:func:`_lane_address` as ``a * (t / 32) + b + (l % 8) + x * ((t / 8) % 2) + y * ((t / 16) % 2)`` (row; the
+    column without ``l % 8``) where the groups' first rows and columns are linear in the group's index and the four
+    matrices' offsets are two bits' worth (D65: the emitted address a few operations of the thread index, where
+    the general form composes the layout's coordinates at another thread's index); None where not."""
+    import numpy as np
+
+    from ..ir import IntImm, ThreadIndex
+
+    if not threads or threads % GROUP:
+        return None
+    t = np.arange(threads, dtype=np.int64)
+    first = np.arange(0, threads, GROUP, dtype=np.int64)
+    tid = ThreadIndex()
+    out = []
+    for k, x in enumerate(idx0):
+        v = _ev(x, t)
+        if v is None:
+            return None
+        line = _fit_linear(v[first])
+        m = [o[k] for o in offs]
+        if line is None or m[3] - m[2] != m[1] - m[0]:
+            return None
+        dt = x.dtype
+        terms = [binary("mul", binary("div", tid, GROUP), IntImm(line[0], dt)), IntImm(line[1] + m[0], dt)]
+        if k == 0:
+            terms.append(binary("floormod", tid, ATOM))
+        terms.append(binary("mul", binary("floormod", binary("div", tid, ATOM), 2), IntImm(m[1] - m[0], dt)))
+        terms.append(binary("mul", binary("floormod", binary("div", tid, 2 * ATOM), 2), IntImm(m[2] - m[0], dt)))
+        e = terms[0]
+        for term in terms[1:]:
+            e = binary("add", e, term)
+        e = simplify(e)
+        # the thread's address as the general form gives it: row l % 8 of matrix l / 8 at the group's first pair
+        lane = t % GROUP
+        want = v[t - lane] + np.array(m, dtype=np.int64)[lane // ATOM] + (lane % ATOM if k == 0 else 0)
+        got = _ev(e, t)
+        if got is None or (got != want).any():
+            return None
+        out.append(e)
+    return tuple(out)
+
+
 def _lane_address(idx0, offs):
     """The element whose address thread ``t`` gives: column 0 of row ``l % 8`` of matrix ``l / 8`` (``l = t % 32``),
     from pair 0's indices taken at the thread of the group that holds that row's first pair, ``4 (l % 8)``."""
@@ -487,14 +559,34 @@ def _lane_address(idx0, offs):
     return tuple(simplify(binary("add", _at_thread(x, src), pick(k))) for k, x in enumerate(idx0))
 
 
+def _drop_dead_binds(body: list) -> list:
+    """A per-thread statement list without the integer binds nothing after them reads (a matrix store's fallback
+    not counted: its pair stores have the binds inlined), so the emitted source has no dead declarations."""
+    from .layout import var_ids
+
+    live: set = set()
+    out: list = []
+    for s in reversed(body):
+        if isinstance(s, Bind) and not is_float(s.var.dtype):
+            if id(s.var) not in live:
+                continue
+            live |= var_ids(s)
+        else:
+            live |= var_ids(s, skip=("fallback",) if isinstance(s, MatrixStore) else ())
+        out.append(s)
+    return out[::-1]
+
+
 class _Matrices:
-    def __init__(self, ok: frozenset):
+    def __init__(self, ok: frozenset, compact: bool = True):
         self.ok = ok
         self.count = 0
+        self.compact = compact
 
     def seq(self, body: list, threads: int) -> list:
         env: dict = {}
         out: list = []
+        made = False  # a matrix store whose fallback has the binds inlined
         i = 0
         while i < len(body):
             s = body[i]
@@ -529,11 +621,17 @@ class _Matrices:
             env = envj
             values = tuple(v for st in stores for v in st.values)
             out += binds
-            out.append(MatrixStore(s.buffer, _lane_address(idx[0], offs), values, Seq(list(stores), span=s.span),
-                                   span=s.span))
+            addr = (self.compact and _lane_address_compact(idx[0], offs, threads)) or _lane_address(idx[0], offs)
+            fallback = Seq(list(stores), span=s.span)
+            if self.compact:  # the pair stores with the bound scalars inlined: the binds only they read can go (D65)
+                from .pipeline import substitute
+
+                fallback = substitute(fallback, envj)
+                made = True
+            out.append(MatrixStore(s.buffer, addr, values, fallback, span=s.span))
             self.count += 1
             i = j
-        return out
+        return _drop_dead_binds(out) if made else out
 
     def _pair(self, s) -> bool:
         return (isinstance(s, VectorStore) and s.lanes == 2 and id(s.buffer) in self.ok and s.buffer.dtype.bytes == 2
@@ -574,10 +672,16 @@ def matrix_stores(func, ctx):
     ok = frozenset(id(b.src) for b in collect(func.body, BulkStore) if b.src.dtype.bytes == 2)
     if not ok:
         return func
-    m = _Matrices(ok)
+    m = _Matrices(ok, ctx.option(MATRIX_STORE_LANES, "compact") != "general")
     body = m.stmt(func.body, None)
     return func.with_body(body, matrix_stores=(f"{m.count} matrix stores (4 x 8x8) into the bulk-store tile",)) \
         if m.count else func
 
 
-__all__ = ["vectorize_stores", "matrix_stores", "MAX_BYTES"]
+#: pass config (D65): "compact" (the default) writes a matrix store's lane address as a few operations of the thread
+#: index where the groups' rows and columns are linear in the group's index (:func:`_lane_address_compact`);
+#: "general" as before D65: pair 0's coordinates at the thread holding the lane's row, plus a select of the matrix's
+#: offset
+MATRIX_STORE_LANES = "tilecore.matrix_store_lanes"
+
+__all__ = ["vectorize_stores", "matrix_stores", "MAX_BYTES", "MATRIX_STORE_LANES"]

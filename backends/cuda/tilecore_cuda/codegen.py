@@ -16,7 +16,7 @@ from tilecore.codegen import SIMTCppEmitter, EmitState, abi_of, host_expr
 from tilecore.codegen.simtcpp import grid3
 from tilecore.errors import CompileError
 from tilecore.ir import (as_expr, BinOp, Bind, For, ThreadIndex, AsyncCopy, CopyBarrierWait, VectorStore, BufferLoad, BulkCopy, BulkStore, Cast, Collective, MatrixOp, MatrixStore, MatrixSync, Seq, Store, binary, collect, const,
-                         const_value, logic_or, simplify, Var, walk, walk_expr)
+                         const_value, logic_or, simplify, Var, walk, walk_expr, IntImm, Select, Cmp, is_float)
 from tilecore.codegen.cfamily import st_fast
 from tilecore.ir.visit import stmt_exprs
 
@@ -79,6 +79,49 @@ def prelude(hopper: bool = False, fp8: bool = True, bf16: bool = True, tma: bool
     if drop:
         text = "".join(ln for ln in text.splitlines(keepends=True) if not ln.startswith(drop))
     return SIMTCppEmitter.inline_prelude(text).replace("#pragma once\n", "")
+
+
+def _thread_values(e, t):
+    """``e``, integer arithmetic on the thread index and constants, at the threads ``t`` (a numpy array; C's
+    truncating division and remainder where both sides are non-negative); None where it reads anything else."""
+    import numpy as np
+
+    if isinstance(e, IntImm):
+        return np.full_like(t, int(e.value))
+    if isinstance(e, ThreadIndex):
+        return t
+    if isinstance(e, Cast) and not is_float(e.dtype) and not is_float(e.value.dtype):
+        return _thread_values(e.value, t)
+    if isinstance(e, Select):
+        c, a, b = (_thread_values(x, t) for x in (e.cond, e.t, e.f))
+        return None if c is None or a is None or b is None else np.where(c != 0, a, b)
+    if isinstance(e, Cmp):
+        a, b = _thread_values(e.a, t), _thread_values(e.b, t)
+        f = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
+             "ne": np.not_equal}.get(e.op)
+        return None if a is None or b is None or f is None else f(a, b).astype(np.int64)
+    if not isinstance(e, BinOp) or is_float(e.dtype):
+        return None
+    a, b = _thread_values(e.a, t), _thread_values(e.b, t)
+    if a is None or b is None:
+        return None
+    if e.op in ("div", "floordiv", "floormod"):
+        if (b <= 0).any() or (a < 0).any():
+            return None
+        return a // b if e.op != "floormod" else a % b
+    f = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.minimum, "max": np.maximum,
+         "xor": np.bitwise_xor, "bitand": np.bitwise_and, "bitor": np.bitwise_or}.get(e.op)
+    return f(a, b) if f is not None else None
+
+
+def _xor_masks(low: int, first, off):
+    """The bit masks to try for ``X`` in ``off == (first ^ X) + Y``: none (a plain offset), then each low part
+    ``2^k - 1`` up to ``low`` (the bits a swizzle flips lie below the panel's)."""
+    yield 0
+    k = 1
+    while (1 << k) - 1 <= low:
+        yield (1 << k) - 1
+        k += 1
 
 
 class CUDAEmitter(SIMTCppEmitter):
@@ -1025,7 +1068,67 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
         vals = [self.expr(st, v.value if isinstance(v, Cast) and str(v.dtype) == dt and
                           str(v.value.dtype) == "float32" else v) for v in s.values]
         regs = ", ".join(f"tc_stsm_u32({pack[1].format(vals[k], vals[k + 1])})" for k in range(0, 8, 2))
-        self.line(st, f"tc_stsm_x4(tc_smem_addr(&{self.element(st, s.buffer, s.indices)}), {regs});")
+        ref = self.matrix_store_ref(st, s) or self.element(st, s.buffer, s.indices)
+        self.line(st, f"tc_stsm_x4(tc_smem_addr(&{ref}), {regs});")
+
+    #: pass config (D65): the matrix stores of one per-thread block into one tile addressed from the first one's
+    #: element offset, computed once: each later one at ``(first ^ X) + Y`` for constants X, Y checked for every thread
+    #: of the block (a swizzled tile's column step flips bits of the 16-byte unit, a panel step adds); True (default);
+    #: False: each store computes its whole offset (before D65)
+    MATRIX_STORE_OFFSETS_OPTION = "tilecore.cuda.matrix_store_offsets"
+
+    def matrix_store_ref(self, st, s) -> str | None:
+        """The element a :class:`MatrixStore` names, from the block's first matrix store into the same tile where
+        its offset is that one's ``(first ^ X) + Y`` for every thread (``tilecore.cuda.matrix_store_offsets``); the
+        first declares ``tc_msN``. None: the element as the C family spells it."""
+        ctx = getattr(st, "ctx", None)
+        threads = getattr(self, "_block_threads", 0)
+        if ctx is None or ctx.option(self.MATRIX_STORE_OFFSETS_OPTION, True) is False or threads <= 0 \
+                or len(s.indices) != 2:
+            return None
+        import numpy as np
+
+        t = np.arange(threads, dtype=np.int64)
+        rc = [_thread_values(x, t) for x in s.indices]
+        if any(v is None for v in rc):
+            return None
+        lay = getattr(st, "shared_layouts", {}).get(id(s.buffer))
+        flat = lay.offset_expr(s.indices[0], s.indices[1]) if lay is not None else \
+            self._row_major(s.indices, s.buffer.shape)
+        off = _thread_values(simplify(flat), t)
+        if off is None:
+            return None
+        buf = self.name(st, s.buffer)
+        if not hasattr(st, "matrix_store_bases"):
+            st.matrix_store_bases = {}
+        bases = st.matrix_store_bases
+        base = bases.get(id(s.buffer))
+        if base is not None and self._in_scope(st, base[2]):
+            name, first, _decl = base
+            low = (1 << max(int(first.max()), int(off.max()), 1).bit_length()) - 1
+            for mask in _xor_masks(low, first, off):
+                x = int((first[0] ^ off[0]) & mask)
+                y = off - (first ^ x)
+                if (y == y[0]).all():
+                    e = f"({name} ^ {x})" if x else name
+                    return f"{buf}[{e} + {int(y[0])}]" if int(y[0]) else f"{buf}[{e}]"
+        st.matrix_store_count = getattr(st, "matrix_store_count", 0) + 1
+        name = f"tc_ms{st.matrix_store_count - 1}"
+        decl = f"const int {name} = {self.flat_index(st, s.buffer, s.indices)};"
+        self.line(st, decl)
+        bases[id(s.buffer)] = (name, off, "  " * st.indent + decl)
+        return f"{buf}[{name}]"
+
+    @staticmethod
+    def _in_scope(st, decl: str) -> bool:
+        """The line ``decl`` was emitted in a scope still open: no line since has a smaller indent."""
+        depth = len(decl) - len(decl.lstrip(" "))
+        for ln in reversed(st.lines):
+            if ln == decl:
+                return True
+            if ln.strip() and len(ln) - len(ln.lstrip(" ")) < depth:
+                return False
+        return False
 
     def stmt_CopyBarrierInit(self, st, s):
         n = int(const_value(simplify(s.barrier.numel())))
