@@ -807,6 +807,98 @@ def test_mutations_of_the_matrix_stores_are_caught(monkeypatch, mutation):
         check_matrix_stores(low, 256)
 
 
+# -- D65: the matrix stores' addresses as emitted, evaluated for every thread ----------------------------------------
+
+def _emitted_stsm_offsets(code: str, threads: int) -> list:
+    """The element offset each ``tc_stsm_x4`` of the CUDA source names in its tile, for every thread (numpy arrays,
+    in source order): the C expressions of the ``tc_msN`` declarations and of the stores evaluated in Python (the
+    thread index, ``/`` of non-negative values, tc_floormod / tc_floordiv, ``^``, ``&``, ``>>``, ``+``, ``*``)."""
+    import re
+
+    import numpy as np
+
+    t = np.arange(threads, dtype=np.int64)
+    env = {"t": t, "tc_floormod": lambda a, b: a % b, "tc_floordiv": lambda a, b: a // b}
+
+    def py(c_expr: str) -> str:
+        return c_expr.replace("((int)threadIdx.x)", "t").replace("(int)threadIdx.x", "t").replace(" / ", " // ")
+
+    body = code.split("__global__")[-1]
+    out = []
+    for line in body.splitlines():
+        m = re.match(r"\s*const int (tc_ms\d+) = (.*);$", line)
+        if m:
+            env[m.group(1)] = eval(py(m.group(2)), {}, env)  # noqa: S307 - the test's own generated text
+            continue
+        m = re.search(r"tc_stsm_x4\(tc_smem_addr\(&\w+\[(.*?)\]\), tc_stsm_u32", line)
+        if m:
+            v = eval(py(m.group(1)), {}, env)  # noqa: S307
+            out.append(np.broadcast_to(v, t.shape))
+    return out
+
+
+def _ir_stsm_offsets(func, threads: int) -> list:
+    """The element offset of each MatrixStore of the lowered kernel in its (swizzled) tile, for every thread."""
+    import numpy as np
+
+    from tilecore.ir import KernelLaunch, MatrixStore
+
+    t = np.arange(threads, dtype=np.int64)
+    layouts = {id(b): lay for k in collect(func.body, KernelLaunch) for b, lay in k.attrs.get("shared_layouts", ())}
+    out = []
+    for s in collect(func.body, MatrixStore):
+        lay = layouts[id(s.buffer)]
+        out.append(_np(lay.offset_expr(s.indices[0], s.indices[1]), t, {}))
+    return out
+
+
+@pytest.mark.parametrize("case", MATRIX)
+def test_the_emitted_matrix_store_addresses_are_the_stores_elements_for_every_thread(case):
+    """D65: the matrix stores of a per-thread block are addressed from the first one's offset (``tc_msN``, computed
+    once), each later one at ``(tc_msN ^ X) + Y``: evaluated from the emitted text for every thread of the block, the
+    offsets are the IR's (the lane addresses through the tile's swizzled layout), store by store."""
+    import numpy as np
+
+    (bm, bn, bk, stages, threads), dtype, cfg, want = MATRIX[case]
+    low, src = _lower(gemm(4096, 4096, 1024, bm, bn, bk, stages, threads, dtype=dtype), **cfg)
+    body = src.code.split("__global__")[-1]
+    assert "const int tc_ms0 = " in body and "(tc_ms0 ^ 16)" in body, "later stores from the first one's offset"
+    emitted, ir = _emitted_stsm_offsets(src.code, threads), _ir_stsm_offsets(low, threads)
+    assert len(emitted) == len(ir) == want
+    for k, (a, b) in enumerate(zip(emitted, ir)):
+        assert np.array_equal(a, b), f"matrix store {k} lands elsewhere"
+    # before D65: the whole offset at every store, no tc_msN
+    _low, off = _lower(gemm(4096, 4096, 1024, bm, bn, bk, stages, threads, dtype=dtype), **cfg,
+                       **{"tilecore.cuda.matrix_store_offsets": False, "tilecore.matrix_store_lanes": "general"})
+    off_body = off.code.split("__global__")[-1]
+    assert "tc_ms0" not in off_body and off_body.count("tc_stsm_x4(") == body.count("tc_stsm_x4(")
+
+
+def test_a_misfitted_matrix_store_offset_is_caught(monkeypatch):
+    """The check above fails where the emitter takes a later store's offset as the first one's plus a constant without
+    looking at every thread (a swizzle's column step is an XOR: thread 0's difference is not the others')."""
+    import numpy as np
+
+    import tilecore_cuda.codegen as cg
+
+    monkeypatch.setattr(cg, "_fit_offset", lambda first, off: (0, int(off[0] - first[0])))
+    low, src = _lower(gemm(4096, 4096, 1024))
+    pairs = list(zip(_emitted_stsm_offsets(src.code, 256), _ir_stsm_offsets(low, 256)))
+    assert len(pairs) == 16 and not all(np.array_equal(a, b) for a, b in pairs)
+
+
+def test_the_general_gemm_source_binds_only_what_it_reads():
+    """D65: no coordinate binding the emitted source does not read: the accumulators' clear binds none (its stores
+    name registers), the bulk store's parts none (the matrix stores' fallbacks have them inlined)."""
+    import re
+
+    _low, src = _lower(gemm(4096, 4096, 1024))
+    body = src.code.split("__global__")[-1]
+    for name in re.findall(r"const int (\w+) = ", body):
+        assert len(re.findall(rf"\b{name}\b", body)) > 1, f"{name} is bound and never read"
+    assert "C_l[0] = 0.0f;" in body and not re.search(r"const int (bs_)?[ij](_\d+)? = ", body)
+
+
 # -- the bulk store run on the host: the made-up 64-thread matrix unit with bulk stores -------------------------
 
 #: the host emulation of the test backend's bulk-store spelling. A store writes C from a snapshot of the shared tile

@@ -39,6 +39,9 @@ def _linear(e: Expr, terms: dict, scale: int) -> int:
     return 0
 
 
+_KEYS: dict = {}
+
+
 def atom_key(e) -> tuple:
     """A hashable structural key of ``e``: equal keys mean the same value. Variables and buffers count by
     identity (``id``; the caller keeps ``e`` alive while it uses the key), constants by value."""
@@ -46,6 +49,17 @@ def atom_key(e) -> tuple:
         return ("var", id(e))
     if isinstance(e, (IntImm, FloatImm)):
         return (type(e).__name__, e.value, str(e.dtype))
+    hit = _KEYS.get(id(e))  # by identity, as simplify's memo (the entry keeps ``e`` alive)
+    if hit is not None and hit[0] is e:
+        return hit[1]
+    out = _atom_key(e)
+    if len(_KEYS) >= MEMO_LIMIT:
+        _KEYS.clear()
+    _KEYS[id(e)] = (e, out)
+    return out
+
+
+def _atom_key(e) -> tuple:
     parts: list = [type(e).__name__, str(e.dtype)]
     if isinstance(e, BufferLoad):
         parts.append(("buffer", id(e.buffer)))
@@ -62,7 +76,13 @@ def atom_key(e) -> tuple:
 
 def _simplify_children(e: Expr) -> Expr:
     if isinstance(e, BinOp):
-        return binary(e.op, simplify(e.a), simplify(e.b))
+        a, b = simplify(e.a), simplify(e.b)
+        out = binary(e.op, a, b)
+        # the same expression where nothing changed (so the memo and the prover's know it again, D65)
+        if a is e.a and b is e.b and isinstance(out, BinOp) and out.op == e.op and out.a is a and out.b is b \
+                and out.dtype == e.dtype:
+            return e
+        return out
     return e
 
 

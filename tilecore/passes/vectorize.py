@@ -40,7 +40,7 @@ from __future__ import annotations
 from ..ir import (Assume, BinOp, Bind, BufferLoad, Call, Cast, Cmp, For, If, KernelLaunch, Logic, MatrixStore, PerThread,
                   Select, Seq, Specialized, Store, Var, VectorStore, as_expr, binary, const_value, is_float, loop_nest,
                   simplify, walk_expr)
-from ..ir.bounds import Facts
+from ..ir.bounds import Facts, thread_only
 from . import tile_pass
 from .core import block_allocations
 from .guard import launch_facts, loop_facts
@@ -55,6 +55,8 @@ def _inline(e, env: dict):
     object, which :func:`_diff` and simplify's memo know again, D65)."""
     if isinstance(e, Var):
         return env.get(id(e), e)
+    if isinstance(e, BinOp) and thread_only(e):  # nothing to replace (remembered by identity)
+        return e
     if isinstance(e, (BinOp, Cmp)):
         a, b = _inline(e.a, env), _inline(e.b, env)
         if a is e.a and b is e.b:
@@ -419,9 +421,35 @@ def vectorize_stores(func, ctx):
 GROUP, ATOM = 32, 8
 
 
-def _ev(e, t):
+#: threads -> (numpy array of the thread indices, _ev's memo for it): one matrix_stores run's evaluations
+_EVALUATED: dict = {}
+
+
+def _thread_arrays(threads: int):
+    """The thread indices ``0 .. threads - 1`` and the memo of what :func:`_ev` evaluated at them in this run."""
+    hit = _EVALUATED.get(threads)
+    if hit is None:
+        import numpy as np
+
+        hit = _EVALUATED[threads] = (np.arange(threads, dtype=np.int64), {})
+    return hit
+
+
+def _ev(e, t, memo: dict | None = None):
     """``e`` (integer arithmetic over the thread index and constants) at the threads ``t`` (a numpy array of thread
-    indices, evaluated for all at once); None where it reads anything else or divides by a non-positive number."""
+    indices, evaluated for all at once); None where it reads anything else or divides by a non-positive number.
+    ``memo`` (id(e) -> (e, values), for one ``t``) keeps what was evaluated (the registers' shared thread parts)."""
+    if memo is None:
+        return _ev1(e, t, None)
+    hit = memo.get(id(e))
+    if hit is not None and hit[0] is e:
+        return hit[1]
+    out = _ev1(e, t, memo)
+    memo[id(e)] = (e, out)
+    return out
+
+
+def _ev1(e, t, memo):
     import numpy as np
 
     from ..ir import IntImm, ThreadIndex
@@ -431,10 +459,10 @@ def _ev(e, t):
     if isinstance(e, ThreadIndex):
         return t
     if isinstance(e, Cast) and not is_float(e.dtype):
-        return _ev(e.value, t)
+        return _ev(e.value, t, memo)
     if not isinstance(e, BinOp):
         return None
-    a, b = _ev(e.a, t), _ev(e.b, t)
+    a, b = _ev(e.a, t, memo), _ev(e.b, t, memo)
     if a is None or b is None:
         return None
     op = e.op
@@ -468,12 +496,12 @@ def _atoms(group: list, threads: int):
     group; else None. Evaluated for every thread of the block."""
     import numpy as np
 
-    t = np.arange(threads, dtype=np.int64)
+    t, memo = _thread_arrays(threads)
     lane, first = t % GROUP, t - t % GROUP
     offs = []
     r00 = c00 = None
     for idx in group:
-        r, c = _ev(idx[0], t), _ev(idx[1], t)
+        r, c = _ev(idx[0], t, memo), _ev(idx[1], t, memo)
         if r is None or c is None:
             return None
         R, C = r[first], c[first]  # the group's lane 0
@@ -506,12 +534,12 @@ def _lane_address_compact(idx0, offs, threads: int):
 
     if not threads or threads % GROUP:
         return None
-    t = np.arange(threads, dtype=np.int64)
+    t, memo = _thread_arrays(threads)
     first = np.arange(0, threads, GROUP, dtype=np.int64)
     tid = ThreadIndex()
     out = []
     for k, x in enumerate(idx0):
-        v = _ev(x, t)
+        v = _ev(x, t, memo)
         if v is None:
             return None
         line = _fit_linear(v[first])
@@ -557,6 +585,20 @@ def _lane_address(idx0, offs):
         return e
 
     return tuple(simplify(binary("add", _at_thread(x, src), pick(k))) for k, x in enumerate(idx0))
+
+
+def _inline_stmt(s, env: dict):
+    """A matrix store's fallback (pair stores, their element stores) with the bound scalars inlined."""
+    if isinstance(s, Seq):
+        return s.with_(body=[_inline_stmt(x, env) for x in s.body])
+    if isinstance(s, VectorStore):
+        return s.with_(indices=tuple(_inline(i, env) for i in s.indices),
+                       values=tuple(_inline(v, env) for v in s.values), fallback=_inline_stmt(s.fallback, env))
+    if isinstance(s, Store):
+        return s.with_(indices=tuple(_inline(i, env) for i in s.indices), value=_inline(s.value, env))
+    from .pipeline import substitute
+
+    return substitute(s, env)
 
 
 def _drop_dead_binds(body: list) -> list:
@@ -624,9 +666,7 @@ class _Matrices:
             addr = (self.compact and _lane_address_compact(idx[0], offs, threads)) or _lane_address(idx[0], offs)
             fallback = Seq(list(stores), span=s.span)
             if self.compact:  # the pair stores with the bound scalars inlined: the binds only they read can go (D65)
-                from .pipeline import substitute
-
-                fallback = substitute(fallback, envj)
+                fallback = _inline_stmt(fallback, envj)
                 made = True
             out.append(MatrixStore(s.buffer, addr, values, fallback, span=s.span))
             self.count += 1
@@ -673,7 +713,11 @@ def matrix_stores(func, ctx):
     if not ok:
         return func
     m = _Matrices(ok, ctx.option(MATRIX_STORE_LANES, "compact") != "general")
-    body = m.stmt(func.body, None)
+    _EVALUATED.clear()
+    try:
+        body = m.stmt(func.body, None)
+    finally:
+        _EVALUATED.clear()
     return func.with_body(body, matrix_stores=(f"{m.count} matrix stores (4 x 8x8) into the bulk-store tile",)) \
         if m.count else func
 

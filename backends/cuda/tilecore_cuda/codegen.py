@@ -81,9 +81,21 @@ def prelude(hopper: bool = False, fp8: bool = True, bf16: bool = True, tma: bool
     return SIMTCppEmitter.inline_prelude(text).replace("#pragma once\n", "")
 
 
-def _thread_values(e, t):
+def _thread_values(e, t, memo: dict | None = None):
     """``e``, integer arithmetic on the thread index and constants, at the threads ``t`` (a numpy array; C's
-    truncating division and remainder where both sides are non-negative); None where it reads anything else."""
+    truncating division and remainder where both sides are non-negative); None where it reads anything else.
+    ``memo`` (id -> (expression, values)) evaluates a shared subexpression once."""
+    if memo is not None:
+        hit = memo.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        out = _thread_values1(e, t, memo)
+        memo[id(e)] = (e, out)
+        return out
+    return _thread_values1(e, t, None)
+
+
+def _thread_values1(e, t, memo):
     import numpy as np
 
     if isinstance(e, IntImm):
@@ -91,18 +103,18 @@ def _thread_values(e, t):
     if isinstance(e, ThreadIndex):
         return t
     if isinstance(e, Cast) and not is_float(e.dtype) and not is_float(e.value.dtype):
-        return _thread_values(e.value, t)
+        return _thread_values(e.value, t, memo)
     if isinstance(e, Select):
-        c, a, b = (_thread_values(x, t) for x in (e.cond, e.t, e.f))
+        c, a, b = (_thread_values(x, t, memo) for x in (e.cond, e.t, e.f))
         return None if c is None or a is None or b is None else np.where(c != 0, a, b)
     if isinstance(e, Cmp):
-        a, b = _thread_values(e.a, t), _thread_values(e.b, t)
+        a, b = _thread_values(e.a, t, memo), _thread_values(e.b, t, memo)
         f = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
              "ne": np.not_equal}.get(e.op)
         return None if a is None or b is None or f is None else f(a, b).astype(np.int64)
     if not isinstance(e, BinOp) or is_float(e.dtype):
         return None
-    a, b = _thread_values(e.a, t), _thread_values(e.b, t)
+    a, b = _thread_values(e.a, t, memo), _thread_values(e.b, t, memo)
     if a is None or b is None:
         return None
     if e.op in ("div", "floordiv", "floormod"):
@@ -114,14 +126,18 @@ def _thread_values(e, t):
     return f(a, b) if f is not None else None
 
 
-def _xor_masks(low: int, first, off):
-    """The bit masks to try for ``X`` in ``off == (first ^ X) + Y``: none (a plain offset), then each low part
-    ``2^k - 1`` up to ``low`` (the bits a swizzle flips lie below the panel's)."""
-    yield 0
-    k = 1
+def _fit_offset(first, off):
+    """``(X, Y)`` with ``off == (first ^ X) + Y`` at every thread (numpy arrays of element offsets), X taken from the
+    low bits a swizzle flips (tried from none up: a plain offset first); None where no such constants exist."""
+    low = (1 << max(int(first.max()), int(off.max()), 1).bit_length()) - 1
+    k = 0
     while (1 << k) - 1 <= low:
-        yield (1 << k) - 1
+        x = int((first[0] ^ off[0]) & ((1 << k) - 1))
+        y = off - (first ^ x)
+        if (y == y[0]).all():
+            return x, int(y[0])
         k += 1
+    return None
 
 
 class CUDAEmitter(SIMTCppEmitter):
@@ -1089,13 +1105,10 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
         import numpy as np
 
         t = np.arange(threads, dtype=np.int64)
-        rc = [_thread_values(x, t) for x in s.indices]
-        if any(v is None for v in rc):
-            return None
         lay = getattr(st, "shared_layouts", {}).get(id(s.buffer))
         flat = lay.offset_expr(s.indices[0], s.indices[1]) if lay is not None else \
             self._row_major(s.indices, s.buffer.shape)
-        off = _thread_values(simplify(flat), t)
+        off = _thread_values(flat, t, {})
         if off is None:
             return None
         buf = self.name(st, s.buffer)
@@ -1105,13 +1118,11 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
         base = bases.get(id(s.buffer))
         if base is not None and self._in_scope(st, base[2]):
             name, first, _decl = base
-            low = (1 << max(int(first.max()), int(off.max()), 1).bit_length()) - 1
-            for mask in _xor_masks(low, first, off):
-                x = int((first[0] ^ off[0]) & mask)
-                y = off - (first ^ x)
-                if (y == y[0]).all():
-                    e = f"({name} ^ {x})" if x else name
-                    return f"{buf}[{e} + {int(y[0])}]" if int(y[0]) else f"{buf}[{e}]"
+            fit = _fit_offset(first, off)
+            if fit is not None:
+                x, y = fit
+                e = f"({name} ^ {x})" if x else name
+                return f"{buf}[{e} + {y}]" if y else f"{buf}[{e}]"
         st.matrix_store_count = getattr(st, "matrix_store_count", 0) + 1
         name = f"tc_ms{st.matrix_store_count - 1}"
         decl = f"const int {name} = {self.flat_index(st, s.buffer, s.indices)};"
