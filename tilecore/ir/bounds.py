@@ -44,7 +44,9 @@ class Facts:
         self.divs = dict(divs or {})      # atom_key(x) -> (x, k): k divides x
 
     def with_range(self, var: Var, lo, hi) -> "Facts":
-        return Facts({**self.ranges, id(var): (lo, hi)}, self.known, self.divs)
+        out = Facts.__new__(Facts)  # one copy of the ranges; the conditions are shared (never changed in place)
+        out.ranges, out.known, out.divs = {**self.ranges, id(var): (lo, hi)}, self.known, self.divs
+        return out
 
     def with_threads(self, n: int) -> "Facts":
         """These facts where a block runs ``n`` threads (:class:`~tilecore.ir.ThreadIndex` in ``[0, n - 1]``)."""
@@ -71,7 +73,7 @@ class Facts:
         if is_float(e.dtype):
             return 1
         terms: dict = {}
-        g = abs(_linear(simplify(e), terms, 1))
+        g = abs(_linear(e, terms, 1))  # the linear form of e is simplify(e)'s (D65: no rebuild)
         for atom, coeff in terms.values():
             if coeff == 0 or g == 1:
                 continue
@@ -124,7 +126,7 @@ class Facts:
     def bound(self, e: Expr, upper: bool, depth: int = 0):
         """An expression free of bounded variables that is ``>= e`` (upper) or ``<= e``; None if unknown."""
         terms: dict = {}
-        out: Expr = IntImm(_linear(simplify(e), terms, 1), e.dtype)
+        out: Expr = IntImm(_linear(e, terms, 1), e.dtype)  # simplify(e)'s linear form (D65)
         for atom, coeff in terms.values():
             if coeff == 0:
                 continue

@@ -14,8 +14,34 @@ from .dtypes import is_float
 from .expr import BinOp, BufferLoad, Cast, Expr, FloatImm, IntImm, Var, as_expr, binary, const_value
 
 
+_LINEAR: dict = {}
+
+
 def _linear(e: Expr, terms: dict, scale: int) -> int:
     """Accumulate ``scale * e`` into ``terms`` (key -> [atom, coeff]); return the constant part."""
+    v = const_value(e)
+    if v is not None and isinstance(v, int):
+        return scale * v
+    if isinstance(e, BinOp) and e.op in ("add", "sub", "mul") and not is_float(e.dtype):
+        # a sum's form worked out once by identity (D65), then merged in the order the walk below would add it
+        hit = _LINEAR.get(id(e))
+        if hit is None or hit[0] is not e:
+            own: dict = {}
+            c = _linear_walk(e, own, 1)
+            hit = (e, [(k, a, n) for k, (a, n) in own.items()], c)
+            if len(_LINEAR) >= MEMO_LIMIT:
+                _LINEAR.clear()
+            _LINEAR[id(e)] = hit
+        for key, atom, coeff in hit[1]:
+            if key in terms:
+                terms[key][1] += coeff * scale
+            else:
+                terms[key] = [atom, coeff * scale]
+        return hit[2] * scale
+    return _linear_walk(e, terms, scale)
+
+
+def _linear_walk(e: Expr, terms: dict, scale: int) -> int:
     v = const_value(e)
     if v is not None and isinstance(v, int):
         return scale * v

@@ -21,7 +21,7 @@ from ..ir import (Allocate, Assert, Assume, AsyncCopy, Specialized, Atomic, BinO
                   is_float, logic_and, simplify,
                   logic_not, logic_or)
 from ..errors import MAX_FAULT_VALUES
-from ..ir.bounds import Facts
+from ..ir.bounds import Facts, thread_only
 from . import tile_pass
 
 #: index values plus shape values a checked-mode assertion reports (a buffer of up to 8 dimensions)
@@ -58,7 +58,7 @@ class _Guard:
 
     # -- expressions: returns the new expression; checked-mode assertions go to `asserts` -----------
     def expr(self, e, facts: Facts, asserts: list, path, span):
-        if not isinstance(e, Expr):
+        if not isinstance(e, Expr) or isinstance(e, BinOp) and thread_only(e):  # nothing to guard (D65)
             return e
         if isinstance(e, BufferLoad):
             idx = tuple(self.expr(i, facts, asserts, path, span) for i in e.indices)

@@ -754,6 +754,7 @@ class _Subst:
 
     def __init__(self, vmap: dict, regs: dict, guard=None, fold=None):
         self.vmap = dict(vmap)      # id(var) -> expr
+        self.used: set = set()      # ids of the variables of vmap substituted somewhere (D65: the binds kept)
         self.regs = regs            # id(buffer) -> (register buffer, reg index)
         self.bmap: dict = {}        # id(buffer) -> renamed buffer
         self.guard = guard
@@ -765,15 +766,19 @@ class _Subst:
         """True / False where this register's coordinates decide ``cond`` (None: not decided, or no folding)."""
         if self.fold is None:
             return None
-        coords, facts, decided, fixed = self.fold
-        key = (id(cond), fixed)  # registers whose coordinates differ from each other's by the same constants
+        coords, facts, decided, offsets = self.fold
+        free = decided.get(("free", id(cond)))  # the condition's variables, looked up once a nest
+        if free is None or free[0] is not cond:
+            found: list = []
+            walk_expr(cond, lambda x: found.append(x) if isinstance(x, (Var, BufferLoad, Call, ThreadIndex)) else None)
+            ok = found and all(isinstance(x, Var) and id(x) in coords for x in found)
+            free = decided[("free", id(cond))] = (cond, tuple(dict.fromkeys(id(x) for x in found)) if ok else None)
+        if free[1] is None:
+            return None
+        # registers whose coordinates in the condition's variables differ by the same constants decide alike
+        key = (id(cond),) + tuple(offsets[v] for v in free[1])
         if key in decided:
             return decided[key]
-        free: list = []
-        walk_expr(cond, lambda x: free.append(x) if isinstance(x, (Var, BufferLoad, Call, ThreadIndex)) else None)
-        if not free or any(not (isinstance(x, Var) and id(x) in coords) for x in free):
-            decided[key] = None
-            return None
         out = _decide_ranges(cond, coords, facts, decided)
         if out is NotImplemented:
             c = _Subst(coords, {}).e(cond)
@@ -783,7 +788,10 @@ class _Subst:
 
     def e(self, x):
         if isinstance(x, Var):
-            return self.vmap.get(id(x), x)
+            out = self.vmap.get(id(x), x)
+            if out is not x:
+                self.used.add(id(x))
+            return out
         if isinstance(x, BufferLoad):
             r = self.regs.get(id(x.buffer))
             if r is not None:
@@ -961,12 +969,15 @@ class _Lowerer:
                 binds.append(Bind(v, c, span=span))
                 vmap[id(f.var)] = v
             regs = {id(b): (use[id(b)], m[r]) for b, _p, m, _c in found}
-            fold = ({id(f.var): c for f, c in zip(loops, coords)}, facts, decided, fixed) if facts is not None else None
-            done = _Subst(vmap, regs, guard, fold).s(inner)
+            fold = ({id(f.var): c for f, c in zip(loops, coords)}, facts, decided,
+                    {id(f.var): k for f, k in zip(loops, fixed)}) if facts is not None else None
+            sub = _Subst(vmap, regs, guard, fold)
+            done = sub.s(inner)
             if fold is not None and isinstance(done, Seq) and not done.body:
                 continue  # every branch of this register resolved to nothing
-            used = var_ids(done)  # a coordinate the register's statements do not use is not bound (D65)
-            body += [b for b in binds if id(b.var) in used] + [done]
+            # a coordinate the register's statements do not read (its loop variable substituted nowhere) is not
+            # bound (D65)
+            body += [b for f, b in zip(loops, binds) if id(f.var) in sub.used] + [done]
         out = PerThread(seq(pre + body + post), {"layout": repr(D)}, span=span)
         return seq(shared + [out]) if shared else out
 

@@ -547,19 +547,23 @@ def _lane_address_compact(idx0, offs, threads: int):
         if line is None or m[3] - m[2] != m[1] - m[0]:
             return None
         dt = x.dtype
-        terms = [binary("mul", binary("div", tid, GROUP), IntImm(line[0], dt)), IntImm(line[1] + m[0], dt)]
-        if k == 0:
-            terms.append(binary("floormod", tid, ATOM))
-        terms.append(binary("mul", binary("floormod", binary("div", tid, ATOM), 2), IntImm(m[1] - m[0], dt)))
-        terms.append(binary("mul", binary("floormod", binary("div", tid, 2 * ATOM), 2), IntImm(m[2] - m[0], dt)))
-        e = terms[0]
-        for term in terms[1:]:
-            e = binary("add", e, term)
-        e = simplify(e)
+        key = ("lane", threads, k, str(dt), line[0], line[1] + m[0], m[1] - m[0], m[2] - m[0])
+        built = memo.get(key)  # the same form for every store of a run but its constant: built once a form
+        if built is None:
+            terms = [binary("mul", binary("div", tid, GROUP), IntImm(line[0], dt)), IntImm(line[1] + m[0], dt)]
+            if k == 0:
+                terms.append(binary("floormod", tid, ATOM))
+            terms.append(binary("mul", binary("floormod", binary("div", tid, ATOM), 2), IntImm(m[1] - m[0], dt)))
+            terms.append(binary("mul", binary("floormod", binary("div", tid, 2 * ATOM), 2), IntImm(m[2] - m[0], dt)))
+            e = terms[0]
+            for term in terms[1:]:
+                e = binary("add", e, term)
+            e = simplify(e)
+            built = memo[key] = (e, _ev(e, t))
+        e, got = built
         # the thread's address as the general form gives it: row l % 8 of matrix l / 8 at the group's first pair
         lane = t % GROUP
         want = v[t - lane] + np.array(m, dtype=np.int64)[lane // ATOM] + (lane % ATOM if k == 0 else 0)
-        got = _ev(e, t)
         if got is None or (got != want).any():
             return None
         out.append(e)

@@ -192,7 +192,7 @@ class CUDAEmitter(SIMTCppEmitter):
         from .hopper import tensor_map
 
         params = []
-        st.pipelines = [c for c in collect(func.body, Collective) if c.attrs.get("tensor_maps")]
+        st.pipelines = [c for c in self.collected(st, func.body, Collective) if c.attrs.get("tensor_maps")]
         st.tmaps, st.tmap_meta = {}, []
 
         def add_map(m: dict, when=None) -> str:
@@ -216,7 +216,7 @@ class CUDAEmitter(SIMTCppEmitter):
         # (a map only copies of versioned loops read, BulkCopy.when, is built where one of their tests holds)
         st.bulk_maps = {}
         users: dict = {}
-        for c in collect(func.body, BulkCopy):
+        for c in self.collected(st, func.body, BulkCopy):
             users.setdefault(self.bulk_key(c), []).append(c)
         for key, cs in users.items():
             whens = [c.when for c in cs]
@@ -228,7 +228,7 @@ class CUDAEmitter(SIMTCppEmitter):
             st.bulk_maps[key] = add_map(tensor_map(cs[0].src, key[1], key[2]), when)
         self.bulk_store_maps(st, func, add_map)
         st.aligned = set()
-        for c in collect(func.body, Collective):
+        for c in self.collected(st, func.body, Collective):
             plan = c.attrs.get("plan")
             if plan and plan.get("mode") == "mma":
                 for cp in plan["copies"].values():
@@ -240,11 +240,11 @@ class CUDAEmitter(SIMTCppEmitter):
                 out = c.args[1].buffer
                 st.aligned.add(next(k for k, p in enumerate(abi.buffers) if p.buffer is (out.base or out)))
         # software-pipelined copies (tilecore.plan_pipelines) of more than one element need aligned sources
-        for c in collect(func.body, AsyncCopy):
+        for c in self.collected(st, func.body, AsyncCopy):
             if c.elements > 1:
                 st.aligned.add(next(k for k, p in enumerate(abi.buffers) if p.buffer is (c.src.base or c.src)))
         # vector stores (tilecore.vectorize_stores) proved offsets aligned; the tensor's base must be too
-        for c in collect(func.body, VectorStore):
+        for c in self.collected(st, func.body, VectorStore):
             if c.buffer.scope != "global":  # (a bulk store's shared tile, D46: block memory is aligned)
                 continue
             st.aligned.add(next(k for k, p in enumerate(abi.buffers) if p.buffer is (c.buffer.base or c.buffer)))
@@ -266,7 +266,7 @@ class CUDAEmitter(SIMTCppEmitter):
         """Bulk tile stores (tilecore.bulk_store, D46): one tensor map per (tensor, box, swizzle) they write."""
         from .hopper import TMAP_DTYPES, TMAP_SWIZZLE, tensor_map
 
-        for c in collect(func.body, BulkStore):
+        for c in self.collected(st, func.body, BulkStore):
             key = self.store_key(c)
             if key not in st.bulk_maps:
                 if str(c.dst.dtype) == "bool":  # stored as unsigned char (storage_types): bytes to the TMA unit
@@ -329,13 +329,26 @@ class CUDAEmitter(SIMTCppEmitter):
             return 1 if int(const_value(simplify(launch.threads[0]))) >= 384 else None
         return 1 if launch.attrs.get("warp_specialized") else None
 
+    @staticmethod
+    def collected(st, root, kind) -> list:
+        """``collect(root, kind)`` from one walk of ``root`` a kernel (D65: the emitter asked a dozen times for the
+        statements of each kind in the whole kernel, each a walk of it)."""
+        if not hasattr(st, "walked"):
+            st.walked = {}
+        hit = st.walked.get(id(root))
+        if hit is None or hit[0] is not root:
+            every: list = []
+            walk(root, every.append)
+            hit = st.walked[id(root)] = (root, every)
+        return [x for x in hit[1] if isinstance(x, kind)]
+
     def preamble(self, st: EmitState, func) -> str:
         helpers = ""
         if st.pipelines:
             from .hopper import wgmma_wrappers
 
             helpers = wgmma_wrappers(st.pipelines)
-        if any(c.elements * c.dst.dtype.bytes < 16 for c in collect(func.body, AsyncCopy)):
+        if any(c.elements * c.dst.dtype.bytes < 16 for c in self.collected(st, func.body, AsyncCopy)):
             helpers += ASYNC_CA
         if "tc_named_" in "\n".join(st.lines):  # ping-pong turns of a register program (regprog.py)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_named_barrier.cuh").read_text()
@@ -345,14 +358,17 @@ class CUDAEmitter(SIMTCppEmitter):
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_div_row.cuh").read_text()
         if "tc_ex2_poly(" in "\n".join(st.lines):  # exp2 on the FMA pipe in a register program (D60)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_ex2_poly.cuh").read_text()
-        if collect(func.body, MatrixStore):  # four 8x8 matrices a warp into shared memory (D51)
+        if self.collected(st, func.body, MatrixStore):  # four 8x8 matrices a warp into shared memory (D51)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_stmatrix.cuh").read_text()
         if "tc_rp_stmatrix_x4(" in "\n".join(st.lines):  # a register program's output through TMA stores (D45)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_rp_store.cuh").read_text()
         helpers += "".join(getattr(st, "rp_structs", {}).values())  # register programs' zero-start WGMMA (D45)
         if re.search(r"\btc_pipe_prof[},]", "\n".join(st.lines)):  # the persistent GEMM's profile (D49)
             helpers += "__device__ unsigned long long tc_pipe_prof[TC_PROF_BLOCKS * TC_PROF_WORDS];\n"
-        if collect(func.body, MatrixOp):  # registered matrix units on register arrays (units.py)
+        if re.search(r"\btc_(pack_bits|mma_16816_r|ldsm_regs)\b", "\n".join(st.lines)):
+            # registered matrix units on register arrays (units.py): mma.sync, ldmatrix into registers, a wgmma's A
+            # from registers; not a wgmma on shared tiles alone (D65: its bfloat16 helpers pulled cuda_bf16.h into
+            # every general-path 16-bit GEMM)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_matrix.cuh").read_text()
         if getattr(st, "wgmma_structs", None):  # wgmma as a registered unit (tc_wgmma.cuh)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_wgmma.cuh").read_text()
@@ -1190,15 +1206,15 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
         st.warp_line, st.warp_declared = None, False
         # D59: a launch whose gemm reads registers the threads write (FlashAttention's P @ V): the uniform warp
         # index and the operand fence by default (measured there; the other kernels' sources as before)
-        st.register_operands = any(x.reads for x in collect(s.body, MatrixSync))
+        st.register_operands = any(x.reads for x in self.collected(st, s.body, MatrixSync))
         # D62: a persistent launch (tilecore.persistent's tile loop) of wgmma gemms on shared tiles (the GEMM the
         # plugin's pipeline runs): the uniform warp index and the shifts by default too (H200, 128x128x64/4 panel 8:
         # 0.87-0.95x the plugin without them, 0.97-1.04x with them, 16 rows over four processes; 128x256x64/3 and /4
         # within the noise, means +1.0% / 0.0%)
         st.persistent_gemm = bool(s.attrs.get("persistent")) and not st.register_operands and \
-            any(m.spelling.startswith("wgmma_") for m in collect(s.body, MatrixSync))
+            any(m.spelling.startswith("wgmma_") for m in self.collected(st, s.body, MatrixSync))
         # D63: the launch's matrix-unit k-step loops (tilecore.cuda.unroll_matrix_steps "auto": one of them)
-        st.matrix_loops = sum(1 for f in collect(s.body, For) if f.kind == "unroll" and collect(f.body, MatrixOp))
+        st.matrix_loops = sum(1 for f in self.collected(st, s.body, For) if f.kind == "unroll" and collect(f.body, MatrixOp))
         return super().stmt_KernelLaunch(st, s)
 
     def block_indices(self, st, s) -> None:
