@@ -136,12 +136,15 @@ print(json.dumps(out))
 """
 
 # name -> (label, patches applied in the child, pass configs)
+#: the plugin's Hopper pipeline, whatever the default routing of plain GEMMs (D65: routed to the general path again)
+PLUGIN = {"tilecore.cuda.general_plain_gemm": False}
 VARIANTS = {
-    "default": ("the default (persistent, TMA-store epilogue)", [], {}),
+    "default": ("the default (the core's general path, D65)", [], {}),
+    "plugin": ("the plugin's pipeline (persistent, TMA-store epilogue)", [], PLUGIN),
     "general": ("the core's general path (tilecore.cuda.general_plain_gemm=True, D62)", [],
                 {"tilecore.cuda.general_plain_gemm": True}),
     "before-d48": ("the default, D48's changes undone", ["before_d48"], {}),
-    "peeled": ("the default, D50 undone (last k step peeled, loops unrolled)", ["peeled"], {}),
+    "peeled": ("the plugin's pipeline, D50 undone (last k step peeled, loops unrolled)", ["peeled"], PLUGIN),
     "before": ("the tree before (--before-site)", [], {}),
     "per-tile": ("one block per tile (tilecore.cuda.persistent=False)", [], {"tilecore.cuda.persistent": False}),
     "direct": ("persistent, direct stores (tilecore.cuda.tma_store=False)", [], {"tilecore.cuda.tma_store": False}),

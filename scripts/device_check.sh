@@ -542,7 +542,20 @@ step compcost-bar timeout 230 python3 benchmarks/general_gemm.py --rep 30 --roun
        --variants default,d65-off,routed-default
 step compcost-tests timeout 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_general_gemm.py \
        tests/test_gemm_kstep.py -k device -rs
-step compcost-cold timeout 200 python3 benchmarks/cold_compile.py --repeat 5 --cpus 1 --no-launch --variants general,default
+step compcost-cold timeout 200 python3 benchmarks/cold_compile.py --repeat 5 --cpus 1 --no-launch --variants default,plugin
+# D65 round 2 (the plain 16-bit GEMM routed to the general path by default again): compcost-routed-tests: the plugin's
+# and the general path's GEMM device tests with the routing on (the plugin's files pin the pipeline: float64, bits);
+# compcost-catalog: the catalog on cuda:sm_90a in device mode with the defaults (the two nt warpgroup_tile GEMMs
+# routed); compcost-table: benchmarks/cuda_gemm.py's GEMM rows routed (the default) and with the plugin kept, cuBLAS in
+# each process
+step compcost-routed-tests timeout 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_hopper.py \
+       tests/test_cuda_persistent.py tests/test_cuda_tma_store.py tests/test_cuda_splitk.py tests/test_gemm_kstep.py -k device -rs
+step compcost-catalog bash -c 'rc=0; timeout 230 python3 -m tilecore conformance run --target cuda:sm_90a -n 12 \
+       --report /tmp/rep/cuda-d65 || rc=$?; python3 -c "import json; m = json.load(open(\"/tmp/rep/cuda-d65/manifest.json\"));
+print(m.get(\"mode\", m.get(\"target\")), m[\"counts\"])" || rc=1; exit $rc'
+step compcost-table bash -c 'rc=0; timeout 110 python3 benchmarks/cuda_gemm.py --rep 20 --sizes 4096,8192 --no-fp8 || rc=$?;
+     TILECORE_PASS_CONFIGS="{\"tilecore.cuda.general_plain_gemm\": false}" timeout 110 python3 benchmarks/cuda_gemm.py \
+       --rep 20 --sizes 4096,8192 --no-fp8 || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

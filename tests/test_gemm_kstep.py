@@ -352,13 +352,14 @@ AUTO = {"tilecore.cuda.general_plain_gemm": "auto"}
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_the_plain_16_bit_gemm_is_routed_under_auto_and_kept_by_default(dtype):
-    """D62's rule ("auto") routes the plain 16-bit GEMM; unset (the default since the eleventh session's addendum:
-    the cold compile doubled) the plugin's pipeline keeps it."""
+def test_the_plain_16_bit_gemm_is_routed_by_default_and_kept_with_false(dtype):
+    """D62's rule ("auto") routes the plain 16-bit GEMM, and it is the default again since D65 (the eleventh session's
+    addendum had turned it off: the cold compile doubled); False keeps the plugin's pipeline."""
     fn = lambda: gemm(4096, 4096, 4096, 128, 128, 64, 4, 256, dtype, swizzle=8)  # noqa: E731
-    notes, low = _route_notes(fn(), AUTO)
-    assert ROUTE_NOTE in notes and low.attrs.get("persistent") and low.attrs.get("bulk_store"), notes
-    notes, low = _route_notes(fn(), {})
+    for cfg in ({}, AUTO):
+        notes, low = _route_notes(fn(), cfg)
+        assert ROUTE_NOTE in notes and low.attrs.get("persistent") and low.attrs.get("bulk_store"), notes
+    notes, low = _route_notes(fn(), {"tilecore.cuda.general_plain_gemm": False})
     assert ROUTE_NOTE not in notes and "cuda.hopper_gemm_pipeline: 128x128x64" in notes, notes
 
 

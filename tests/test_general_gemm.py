@@ -670,22 +670,23 @@ def test_persistent_auto_takes_only_kernels_with_a_bulk_store_and_a_panel_over_m
 
 
 def test_the_plain_hopper_gemm_can_be_routed_to_the_general_path_and_split_k_stays():
-    """``tilecore.cuda.general_plain_gemm`` (D51; "auto" D62, off by default): a GEMM the plugin's Hopper pipeline would
-    run without split-K compiles to exactly the general path's kernel (the register programs pass it by too); one it
-    splits over K keeps the pipeline; False (and the default) keeps the pipeline."""
+    """``tilecore.cuda.general_plain_gemm`` (D51; "auto" D62, the default again since D65): a GEMM the plugin's Hopper
+    pipeline would run without split-K compiles to exactly the general path's kernel (the register programs pass it by
+    too), unset as under "auto"; one it splits over K keeps the pipeline; False keeps the pipeline."""
     fn = lambda: gemm(4096, 4096, 1024)  # noqa: E731
     route = {"tilecore.disable_cache": True, "tilecore.cuda.general_plain_gemm": "auto"}
+    _b, _t, _low, src_default, _o = tilecore.compiler.lower(fn(), target="cuda:sm_90a",
+                                                            pass_configs={"tilecore.disable_cache": True})
     _b, _t, low, src, _o = tilecore.compiler.lower(fn(), target="cuda:sm_90a", pass_configs=route)
     assert low.attrs["hopper_pipelines"] == ("cuda.hopper_gemm_pipeline: loop over ko left to the core's general "
                                              "path (tilecore.cuda.general_plain_gemm; split-K GEMMs stay here)",)
     _low, general = _lower(fn(), **{"tilecore.matrix_unit_families": None})
     assert src.code == general.code and low.attrs["matrix_stores"] and low.attrs["bulk_store"]
+    assert src_default.code == general.code  # the default routes as "auto" does
     _b, _t, low, src, _o = tilecore.compiler.lower(gemm(1024, 1024, 8192), target="cuda:sm_90a", pass_configs=route)
     assert "; split-K " in low.attrs["hopper_pipelines"][0] and "bulk_store" not in low.attrs
-    for off in ({"tilecore.cuda.general_plain_gemm": False}, {"tilecore.cuda.general_plain_gemm": "false"},
-                {"tilecore.cuda.general_plain_gemm": None}):
-        _b, _t, low, src, _o = tilecore.compiler.lower(fn(), target="cuda:sm_90a", pass_configs={
-            **route, **off} if off["tilecore.cuda.general_plain_gemm"] is not None else {"tilecore.disable_cache": True})
+    for off in ({"tilecore.cuda.general_plain_gemm": False}, {"tilecore.cuda.general_plain_gemm": "false"}):
+        _b, _t, low, src, _o = tilecore.compiler.lower(fn(), target="cuda:sm_90a", pass_configs={**route, **off})
         assert "cuda.hopper_gemm_pipeline: 128x256x64" in low.attrs["hopper_pipelines"][0] and "bulk_store" not in low.attrs
     with pytest.raises(tilecore.errors.CompileError, match="general_plain_gemm='maybe'"):
         tilecore.compiler.lower(fn(), target="cuda:sm_90a", pass_configs={**route, "tilecore.cuda.general_plain_gemm":
