@@ -112,6 +112,19 @@ def _simplify_children(e: Expr) -> Expr:
     return e
 
 
+def forget() -> None:
+    """Drop what simplify, the linear forms, atom_key and the prover remember (the compiler calls it around each
+    kernel's lowering: the answers are reused within one kernel, and kept longer they only hold expressions alive)."""
+    _MEMO.clear()
+    _KEYS.clear()
+    _LINEAR.clear()
+    from . import bounds
+
+    bounds._BOUNDS.clear()
+    bounds._DIVISORS.clear()
+    bounds._THREAD_ONLY.clear()
+
+
 #: simplify's answers by the identity of the expression (an expression is never changed after it is built): the
 #: passes ask again for the same objects (a bound scalar's value inlined into many indices, the prover's bounds);
 #: the entry keeps the expression alive, so its id is not reused while it is remembered (D65)
