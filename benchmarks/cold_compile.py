@@ -23,7 +23,8 @@ NVVM, ptxas, and what is left of the call), store, and on a GPU the first launch
 more child of the first variant under cProfile (the Python part: the compile with NVRTC's call in it) and prints
 its top functions.
 
-Variants (``--variants``, a comma list; default all): the default build, the same with D48's changes undone
+Variants (``--variants``, a comma list; default all): the default build (the plain 16-bit GEMM on the core's general
+path since D65), the plugin's Hopper pipeline (``plugin``: ``tilecore.cuda.general_plain_gemm=False``), the same with D48's changes undone
 (``before D48``), the same with D50's undone (``peeled``: the persistent GEMM's last k step peeled off its loop,
 the prelude's text rewritten as the plugin loads, benchmarks/persistent_peel.py), the tree before a change
 (``before``, with ``--before-site DIR``: that tree's wheels installed in DIR; added when given), one block per tile, persistent with direct stores, NVRTC replaced by the nvcc subprocess, and
@@ -136,12 +137,15 @@ print(json.dumps(out))
 """
 
 # name -> (label, patches applied in the child, pass configs)
+#: the plugin's Hopper pipeline, whatever the default routing of plain GEMMs (D65: routed to the general path again)
+PLUGIN = {"tilecore.cuda.general_plain_gemm": False}
 VARIANTS = {
-    "default": ("the default (persistent, TMA-store epilogue)", [], {}),
+    "default": ("the default (the core's general path, D65)", [], {}),
+    "plugin": ("the plugin's pipeline (persistent, TMA-store epilogue)", [], PLUGIN),
     "general": ("the core's general path (tilecore.cuda.general_plain_gemm=True, D62)", [],
                 {"tilecore.cuda.general_plain_gemm": True}),
     "before-d48": ("the default, D48's changes undone", ["before_d48"], {}),
-    "peeled": ("the default, D50 undone (last k step peeled, loops unrolled)", ["peeled"], {}),
+    "peeled": ("the plugin's pipeline, D50 undone (last k step peeled, loops unrolled)", ["peeled"], PLUGIN),
     "before": ("the tree before (--before-site)", [], {}),
     "per-tile": ("one block per tile (tilecore.cuda.persistent=False)", [], {"tilecore.cuda.persistent": False}),
     "direct": ("persistent, direct stores (tilecore.cuda.tma_store=False)", [], {"tilecore.cuda.tma_store": False}),

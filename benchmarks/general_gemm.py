@@ -84,6 +84,11 @@ VARIANTS = {
     "routed-auto": {"tilecore.cuda.register_programs": True, "tilecore.cuda.general_plain_gemm": "auto"},
     "ws-us-doff": {**US, "tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": True,
                    "tilecore.cuda.descriptor_offsets": True},
+    # D65 undone (the before): each matrix store's lane address as pair 0's coordinates at another thread plus a
+    # select, its whole swizzled offset computed at every store
+    "d65-off": {"tilecore.matrix_store_lanes": "general", "tilecore.cuda.matrix_store_offsets": False},
+    "routed-d65-off": {"tilecore.cuda.register_programs": True, "tilecore.cuda.general_plain_gemm": True,
+                       "tilecore.matrix_store_lanes": "general", "tilecore.cuda.matrix_store_offsets": False},
 }
 
 

@@ -530,6 +530,32 @@ step mmasync-catalog bash -c 'rc=0; OV=$(python3 -c "import sys, json; sys.path.
        --pass-config tilecore.prune_barriers=true --pass-config tilecore.cuda.unroll_matrix_steps=true \
        --pass-config tilecore.store_cast_once=true --pass-config tilecore.prune_condition_binds=true \
        --pass-config tilecore.split_masked_iterations=true || rc=$?; exit $rc'
+# D65 (helper compcost): the general path's GEMM compiled as cheaply as the plugin's. compcost-bar: the bar's three
+# tiles (128x256x64/3, /4, 128x128x64/4, panel 8), fp16 and bf16, 4096^3 and 8192^3, one process, each tile's kernels
+# timed in turn 5 rounds (medians): the plugin (pinned), the general default (D65's matrix-store addresses), the same
+# with D65's source changes undone (d65-off: the before), the routed GEMM through the plugin's passes; cuBLAS beside
+# (~2.5 min). compcost-tests: the general path's GEMM device tests (float64, bits of every option; the matrix stores'
+# tiles) and D62's k-step tests. compcost-cold: the cold compile of the routed GEMM against the plugin's (fresh
+# processes with torch imported, one CPU, no launch)
+step compcost-bar timeout 230 python3 benchmarks/general_gemm.py --rep 30 --rounds 5 --sizes 4096,8192 \
+       --dtypes float16,bfloat16 --configs 128:256:64:256:3:8,128:256:64:256:4:8,128:128:64:256:4:8 \
+       --variants default,d65-off,routed-default
+step compcost-tests timeout 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_general_gemm.py \
+       tests/test_gemm_kstep.py -k device -rs
+step compcost-cold timeout 200 python3 benchmarks/cold_compile.py --repeat 5 --cpus 1 --no-launch --variants default,plugin
+# D65 round 2 (the plain 16-bit GEMM routed to the general path by default again): compcost-routed-tests: the plugin's
+# and the general path's GEMM device tests with the routing on (the plugin's files pin the pipeline: float64, bits);
+# compcost-catalog: the catalog on cuda:sm_90a in device mode with the defaults (the two nt warpgroup_tile GEMMs
+# routed); compcost-table: benchmarks/cuda_gemm.py's GEMM rows routed (the default) and with the plugin kept, cuBLAS in
+# each process
+step compcost-routed-tests timeout 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_hopper.py \
+       tests/test_cuda_persistent.py tests/test_cuda_tma_store.py tests/test_cuda_splitk.py tests/test_gemm_kstep.py -k device -rs
+step compcost-catalog bash -c 'rc=0; timeout 230 python3 -m tilecore conformance run --target cuda:sm_90a -n 12 \
+       --report /tmp/rep/cuda-d65 || rc=$?; python3 -c "import json; m = json.load(open(\"/tmp/rep/cuda-d65/manifest.json\"));
+print(m.get(\"mode\", m.get(\"target\")), m[\"counts\"])" || rc=1; exit $rc'
+step compcost-table bash -c 'rc=0; timeout 110 python3 benchmarks/cuda_gemm.py --rep 20 --sizes 4096,8192 --no-fp8 || rc=$?;
+     TILECORE_PASS_CONFIGS="{\"tilecore.cuda.general_plain_gemm\": false}" timeout 110 python3 benchmarks/cuda_gemm.py \
+       --rep 20 --sizes 4096,8192 --no-fp8 || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

@@ -25,6 +25,8 @@ the default general path (4096^3 panel 8, ragged shapes, bf16, 3 and 4 stages, p
 """
 from __future__ import annotations
 
+import re
+
 import sys
 from pathlib import Path
 
@@ -252,7 +254,7 @@ def test_persistent_gemms_take_the_uniform_warp_index_and_the_shifts_by_default(
     low, src = _lower(big())
     assert low.attrs.get("persistent"), "persistent by default (a panel over more than one wave)"
     assert src.code == _lower(big(), **US)[1].code != _lower(big(), **NO_US)[1].code
-    assert "tc_warp_u" in src.code and "& 3)" in src.code
+    assert "tc_warp_u" in src.code and re.search(r"& \d+\)", src.code.split("__global__")[-1])  # a mask: the shifts
     one_wave = lambda: gemm(1024, 1024, 1024, bm, bn, bk, stages, 256, swizzle=8)  # noqa: E731
     low1, src1 = _lower(one_wave())
     assert not low1.attrs.get("persistent")
@@ -350,13 +352,14 @@ AUTO = {"tilecore.cuda.general_plain_gemm": "auto"}
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_the_plain_16_bit_gemm_is_routed_under_auto_and_kept_by_default(dtype):
-    """D62's rule ("auto") routes the plain 16-bit GEMM; unset (the default since the eleventh session's addendum:
-    the cold compile doubled) the plugin's pipeline keeps it."""
+def test_the_plain_16_bit_gemm_is_routed_by_default_and_kept_with_false(dtype):
+    """D62's rule ("auto") routes the plain 16-bit GEMM, and it is the default again since D65 (the eleventh session's
+    addendum had turned it off: the cold compile doubled); False keeps the plugin's pipeline."""
     fn = lambda: gemm(4096, 4096, 4096, 128, 128, 64, 4, 256, dtype, swizzle=8)  # noqa: E731
-    notes, low = _route_notes(fn(), AUTO)
-    assert ROUTE_NOTE in notes and low.attrs.get("persistent") and low.attrs.get("bulk_store"), notes
-    notes, low = _route_notes(fn(), {})
+    for cfg in ({}, AUTO):
+        notes, low = _route_notes(fn(), cfg)
+        assert ROUTE_NOTE in notes and low.attrs.get("persistent") and low.attrs.get("bulk_store"), notes
+    notes, low = _route_notes(fn(), {"tilecore.cuda.general_plain_gemm": False})
     assert ROUTE_NOTE not in notes and "cuda.hopper_gemm_pipeline: 128x128x64" in notes, notes
 
 

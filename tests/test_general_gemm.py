@@ -670,22 +670,23 @@ def test_persistent_auto_takes_only_kernels_with_a_bulk_store_and_a_panel_over_m
 
 
 def test_the_plain_hopper_gemm_can_be_routed_to_the_general_path_and_split_k_stays():
-    """``tilecore.cuda.general_plain_gemm`` (D51; "auto" D62, off by default): a GEMM the plugin's Hopper pipeline would
-    run without split-K compiles to exactly the general path's kernel (the register programs pass it by too); one it
-    splits over K keeps the pipeline; False (and the default) keeps the pipeline."""
+    """``tilecore.cuda.general_plain_gemm`` (D51; "auto" D62, the default again since D65): a GEMM the plugin's Hopper
+    pipeline would run without split-K compiles to exactly the general path's kernel (the register programs pass it by
+    too), unset as under "auto"; one it splits over K keeps the pipeline; False keeps the pipeline."""
     fn = lambda: gemm(4096, 4096, 1024)  # noqa: E731
     route = {"tilecore.disable_cache": True, "tilecore.cuda.general_plain_gemm": "auto"}
+    _b, _t, _low, src_default, _o = tilecore.compiler.lower(fn(), target="cuda:sm_90a",
+                                                            pass_configs={"tilecore.disable_cache": True})
     _b, _t, low, src, _o = tilecore.compiler.lower(fn(), target="cuda:sm_90a", pass_configs=route)
     assert low.attrs["hopper_pipelines"] == ("cuda.hopper_gemm_pipeline: loop over ko left to the core's general "
                                              "path (tilecore.cuda.general_plain_gemm; split-K GEMMs stay here)",)
     _low, general = _lower(fn(), **{"tilecore.matrix_unit_families": None})
     assert src.code == general.code and low.attrs["matrix_stores"] and low.attrs["bulk_store"]
+    assert src_default.code == general.code  # the default routes as "auto" does
     _b, _t, low, src, _o = tilecore.compiler.lower(gemm(1024, 1024, 8192), target="cuda:sm_90a", pass_configs=route)
     assert "; split-K " in low.attrs["hopper_pipelines"][0] and "bulk_store" not in low.attrs
-    for off in ({"tilecore.cuda.general_plain_gemm": False}, {"tilecore.cuda.general_plain_gemm": "false"},
-                {"tilecore.cuda.general_plain_gemm": None}):
-        _b, _t, low, src, _o = tilecore.compiler.lower(fn(), target="cuda:sm_90a", pass_configs={
-            **route, **off} if off["tilecore.cuda.general_plain_gemm"] is not None else {"tilecore.disable_cache": True})
+    for off in ({"tilecore.cuda.general_plain_gemm": False}, {"tilecore.cuda.general_plain_gemm": "false"}):
+        _b, _t, low, src, _o = tilecore.compiler.lower(fn(), target="cuda:sm_90a", pass_configs={**route, **off})
         assert "cuda.hopper_gemm_pipeline: 128x256x64" in low.attrs["hopper_pipelines"][0] and "bulk_store" not in low.attrs
     with pytest.raises(tilecore.errors.CompileError, match="general_plain_gemm='maybe'"):
         tilecore.compiler.lower(fn(), target="cuda:sm_90a", pass_configs={**route, "tilecore.cuda.general_plain_gemm":
@@ -784,22 +785,119 @@ def test_a_float32_tile_keeps_its_pair_stores():
     assert "tc_stsm_x4(" not in src.code
 
 
-@pytest.mark.parametrize("mutation", ["matrices 1 and 2 swapped in the lane addresses", "offsets misread"])
+@pytest.mark.parametrize("mutation", ["matrices 1 and 2 swapped in the lane addresses",
+                                      "matrices 1 and 2 swapped in the general lane addresses", "offsets misread"])
 def test_mutations_of_the_matrix_stores_are_caught(monkeypatch, mutation):
     from tilecore.passes import vectorize
 
+    cfg = {}
     if mutation.startswith("matrices"):
-        orig = vectorize._lane_address
-        monkeypatch.setattr(vectorize, "_lane_address",
-                            lambda idx0, offs: orig(idx0, (offs[0], offs[2], offs[1], offs[3])))
+        orig, orig_c = vectorize._lane_address, vectorize._lane_address_compact
+        swap = lambda offs: (offs[0], offs[2], offs[1], offs[3])  # noqa: E731
+        monkeypatch.setattr(vectorize, "_lane_address", lambda idx0, offs: orig(idx0, swap(offs)))
+        monkeypatch.setattr(vectorize, "_lane_address_compact", lambda idx0, offs, n: orig_c(idx0, swap(offs), n))
+        if "general" in mutation:  # D65's compact form off: the address as before it
+            cfg = {"tilecore.matrix_store_lanes": "general"}
     else:
         orig_atoms = vectorize._atoms
         monkeypatch.setattr(vectorize, "_atoms",
                             lambda g, n: (lambda o: o and tuple((c, r) for r, c in o))(orig_atoms(g, n)))
-    low, _src = _lower(gemm(4096, 4096, 1024))
+    low, _src = _lower(gemm(4096, 4096, 1024), **cfg)
     assert low.attrs["matrix_stores"][0].startswith("16 matrix stores")
     with pytest.raises(AssertionError, match="lands elsewhere"):
         check_matrix_stores(low, 256)
+
+
+# -- D65: the matrix stores' addresses as emitted, evaluated for every thread ----------------------------------------
+
+def _emitted_stsm_offsets(code: str, threads: int) -> list:
+    """The element offset each ``tc_stsm_x4`` of the CUDA source names in its tile, for every thread (numpy arrays,
+    in source order): the C expressions of the ``tc_msN`` declarations and of the stores evaluated in Python (the
+    thread index, ``/`` of non-negative values, tc_floormod / tc_floordiv, ``^``, ``&``, ``>>``, ``+``, ``*``)."""
+    import re
+
+    import numpy as np
+
+    t = np.arange(threads, dtype=np.int64)
+    env = {"t": t, "tc_floormod": lambda a, b: a % b, "tc_floordiv": lambda a, b: a // b}
+
+    def py(c_expr: str) -> str:
+        return c_expr.replace("((int)threadIdx.x)", "t").replace("(int)threadIdx.x", "t").replace(" / ", " // ")
+
+    body = code.split("__global__")[-1]
+    out = []
+    for line in body.splitlines():
+        m = re.match(r"\s*const int (tc_ms\d+) = (.*);$", line)
+        if m:
+            env[m.group(1)] = eval(py(m.group(2)), {}, env)  # noqa: S307 - the test's own generated text
+            continue
+        m = re.search(r"tc_stsm_x4\(tc_smem_addr\(&\w+\[(.*?)\]\), tc_stsm_u32", line)
+        if m:
+            v = eval(py(m.group(1)), {}, env)  # noqa: S307
+            out.append(np.broadcast_to(v, t.shape))
+    return out
+
+
+def _ir_stsm_offsets(func, threads: int) -> list:
+    """The element offset of each MatrixStore of the lowered kernel in its (swizzled) tile, for every thread."""
+    import numpy as np
+
+    from tilecore.ir import KernelLaunch, MatrixStore
+
+    t = np.arange(threads, dtype=np.int64)
+    layouts = {id(b): lay for k in collect(func.body, KernelLaunch) for b, lay in k.attrs.get("shared_layouts", ())}
+    out = []
+    for s in collect(func.body, MatrixStore):
+        lay = layouts[id(s.buffer)]
+        out.append(_np(lay.offset_expr(s.indices[0], s.indices[1]), t, {}))
+    return out
+
+
+@pytest.mark.parametrize("case", MATRIX)
+def test_the_emitted_matrix_store_addresses_are_the_stores_elements_for_every_thread(case):
+    """D65: the matrix stores of a per-thread block are addressed from the first one's offset (``tc_msN``, computed
+    once), each later one at ``(tc_msN ^ X) + Y``: evaluated from the emitted text for every thread of the block, the
+    offsets are the IR's (the lane addresses through the tile's swizzled layout), store by store."""
+    import numpy as np
+
+    (bm, bn, bk, stages, threads), dtype, cfg, want = MATRIX[case]
+    low, src = _lower(gemm(4096, 4096, 1024, bm, bn, bk, stages, threads, dtype=dtype), **cfg)
+    body = src.code.split("__global__")[-1]
+    assert "const int tc_ms0 = " in body and "(tc_ms0 ^ 16)" in body, "later stores from the first one's offset"
+    emitted, ir = _emitted_stsm_offsets(src.code, threads), _ir_stsm_offsets(low, threads)
+    assert len(emitted) == len(ir) == want
+    for k, (a, b) in enumerate(zip(emitted, ir)):
+        assert np.array_equal(a, b), f"matrix store {k} lands elsewhere"
+    # before D65: the whole offset at every store, no tc_msN
+    _low, off = _lower(gemm(4096, 4096, 1024, bm, bn, bk, stages, threads, dtype=dtype), **cfg,
+                       **{"tilecore.cuda.matrix_store_offsets": False, "tilecore.matrix_store_lanes": "general"})
+    off_body = off.code.split("__global__")[-1]
+    assert "tc_ms0" not in off_body and off_body.count("tc_stsm_x4(") == body.count("tc_stsm_x4(")
+
+
+def test_a_misfitted_matrix_store_offset_is_caught(monkeypatch):
+    """The check above fails where the emitter takes a later store's offset as the first one's plus a constant without
+    looking at every thread (a swizzle's column step is an XOR: thread 0's difference is not the others')."""
+    import numpy as np
+
+    import tilecore_cuda.codegen as cg
+
+    monkeypatch.setattr(cg, "_fit_offset", lambda first, off: (0, int(off[0] - first[0])))
+    low, src = _lower(gemm(4096, 4096, 1024))
+    pairs = list(zip(_emitted_stsm_offsets(src.code, 256), _ir_stsm_offsets(low, 256)))
+    assert len(pairs) == 16 and not all(np.array_equal(a, b) for a, b in pairs)
+
+
+def test_the_general_gemm_source_binds_only_what_it_reads():
+    """D65: no coordinate binding the emitted source does not read: the accumulators' clear binds none (its stores
+    name registers), the bulk store's parts none (the matrix stores' fallbacks have them inlined)."""
+    import re
+
+    _low, src = _lower(gemm(4096, 4096, 1024))
+    body = src.code.split("__global__")[-1]
+    for name in re.findall(r"const int (\w+) = ", body):
+        assert len(re.findall(rf"\b{name}\b", body)) > 1, f"{name} is bound and never read"
+    assert "C_l[0] = 0.0f;" in body and not re.search(r"const int (bs_)?[ij](_\d+)? = ", body)
 
 
 # -- the bulk store run on the host: the made-up 64-thread matrix unit with bulk stores -------------------------
@@ -1067,6 +1165,10 @@ VARIANTS = {
     "persistent+bulk": {**BULK, "tilecore.persistent": True},
     "persistent+bulk-per-tile": {**BULK, "tilecore.persistent": True, "tilecore.persistent_next_indices": "per_tile"},
     "ws+persistent+bulk": {**BULK, **WS, "tilecore.persistent": True},
+    # D65 undone: each matrix store's lane address as pair 0's coordinates at another thread plus a select, its whole
+    # swizzled offset computed at every store (the default: a few operations of the thread index, later stores at
+    # the first one's offset XOR / plus constants)
+    "d65-off": {"tilecore.matrix_store_lanes": "general", "tilecore.cuda.matrix_store_offsets": False},
 }
 
 

@@ -209,6 +209,8 @@ class CFamilyEmitter(Emitter):
         """The element offset of ``buf[indices]``: row-major, or through the tile's shared layout where the
         launch stores it swizzled (``shared_layouts``, tilecore.passes.matrix.swizzle_operand_tiles: the
         last two dimensions are one tile, the leading ones count whole tiles)."""
+        if len(indices) == 1 and isinstance(indices[0], Expr):  # one dimension: the index itself (as _row_major gives)
+            return self.expr(st, simplify(indices[0]))
         lay = getattr(st, "shared_layouts", {}).get(id(buf))
         if lay is not None and len(indices) >= 2:
             tile = lay.offset_expr(indices[-2], indices[-1])

@@ -110,6 +110,7 @@ def lower(func, target="auto", pass_configs=None):
 
 def _lower(func, target, pass_configs, times: dict):
     """:func:`lower`, adding the seconds of its passes and of codegen to ``times``."""
+    from ..ir.simplify import forget
     from ..layout import units_for
     from ..passes import PassContext, core_pipeline, dump_dir_from_env
 
@@ -130,9 +131,13 @@ def _lower(func, target, pass_configs, times: dict):
         units = [u for u in units if u.family in families]
     ctx = PassContext(tgt, backend, caps, options, list(backend.intrinsics(tgt)), matrix_units=units)
     dump = dump_dir_from_env()
-    lowered = pipe.run(func, ctx, dump)
-    t1 = time.perf_counter()
-    source = backend.emitter(tgt).emit(lowered, ctx)
+    forget()  # the passes' remembered answers are per kernel (D65)
+    try:
+        lowered = pipe.run(func, ctx, dump)
+        t1 = time.perf_counter()
+        source = backend.emitter(tgt).emit(lowered, ctx)
+    finally:
+        forget()
     times["passes"], times["codegen"] = t1 - t0, time.perf_counter() - t1
     if dump:
         ext = {"c": "c"}.get(source.lang, source.lang)

@@ -44,7 +44,9 @@ class Facts:
         self.divs = dict(divs or {})      # atom_key(x) -> (x, k): k divides x
 
     def with_range(self, var: Var, lo, hi) -> "Facts":
-        return Facts({**self.ranges, id(var): (lo, hi)}, self.known, self.divs)
+        out = Facts.__new__(Facts)  # one copy of the ranges; the conditions are shared (never changed in place)
+        out.ranges, out.known, out.divs = {**self.ranges, id(var): (lo, hi)}, self.known, self.divs
+        return out
 
     def with_threads(self, n: int) -> "Facts":
         """These facts where a block runs ``n`` threads (:class:`~tilecore.ir.ThreadIndex` in ``[0, n - 1]``)."""
@@ -71,7 +73,7 @@ class Facts:
         if is_float(e.dtype):
             return 1
         terms: dict = {}
-        g = abs(_linear(simplify(e), terms, 1))
+        g = abs(_linear(e, terms, 1))  # the linear form of e is simplify(e)'s (D65: no rebuild)
         for atom, coeff in terms.values():
             if coeff == 0 or g == 1:
                 continue
@@ -79,6 +81,20 @@ class Facts:
         return g
 
     def _atom_divisor(self, a: Expr, depth: int) -> int:
+        if not self.divs and not isinstance(a, Var) and _thread_only(a):
+            # no divisibility conditions and an atom of the thread index and constants: a function of the atom (D65)
+            key = (id(a), depth)
+            hit = _DIVISORS.get(key)
+            if hit is not None and hit[0] is a:
+                return hit[1]
+            out = self._atom_divisor_of(a, depth)
+            if len(_DIVISORS) >= _MEMO_LIMIT:
+                _DIVISORS.clear()
+            _DIVISORS[key] = (a, out)
+            return out
+        return self._atom_divisor_of(a, depth)
+
+    def _atom_divisor_of(self, a: Expr, depth: int) -> int:
         known = self.divs.get(atom_key(a))
         k = known[1] if known is not None else 1
         if depth > _DEPTH:
@@ -110,7 +126,7 @@ class Facts:
     def bound(self, e: Expr, upper: bool, depth: int = 0):
         """An expression free of bounded variables that is ``>= e`` (upper) or ``<= e``; None if unknown."""
         terms: dict = {}
-        out: Expr = IntImm(_linear(simplify(e), terms, 1), e.dtype)
+        out: Expr = IntImm(_linear(e, terms, 1), e.dtype)  # simplify(e)'s linear form (D65)
         for atom, coeff in terms.values():
             if coeff == 0:
                 continue
@@ -123,6 +139,22 @@ class Facts:
     def _atom_bound(self, a: Expr, upper: bool, depth: int):
         if depth > _DEPTH:
             return None
+        if not isinstance(a, (Var, ThreadIndex)) and _thread_only(a):
+            # an atom of the thread index and constants: its bound depends on the block's size alone (D65: the
+            # registers of a fragment share their thread part; the passes ask for it again and again)
+            # (a division's operand not shown nonnegative by its bound may be by a known condition: those too)
+            key = (id(a), upper, depth, self.ranges.get(THREADS), id(self.known))
+            hit = _BOUNDS.get(key)
+            if hit is not None and hit[0] is a and hit[1] is self.known:
+                return hit[2]
+            out = self._atom_bound_of(a, upper, depth)
+            if len(_BOUNDS) >= _MEMO_LIMIT:
+                _BOUNDS.clear()
+            _BOUNDS[key] = (a, self.known, out)
+            return out
+        return self._atom_bound_of(a, upper, depth)
+
+    def _atom_bound_of(self, a: Expr, upper: bool, depth: int):
         if isinstance(a, ThreadIndex):  # the thread's index in its block: [0, threads - 1] where the launch says
             r = self.ranges.get(THREADS)
             return None if r is None else IntImm(r[1] if upper else r[0], a.dtype)
@@ -173,6 +205,33 @@ class Facts:
             return self.proves(cond.a) and self.proves(cond.b)
         forms = nonneg_forms(cond, True, exact=True)
         return forms is not None and all(self.proves_nonneg(g) for g in forms)
+
+
+#: the prover's answers for atoms of the thread index and constants, by the atom's identity (an expression is never
+#: changed after it is built; each entry keeps its atom alive, so the id is not reused while it is remembered)
+_BOUNDS: dict = {}
+_DIVISORS: dict = {}
+_THREAD_ONLY: dict = {}
+_MEMO_LIMIT = 1 << 14
+
+
+def _thread_only(e) -> bool:
+    """``e`` is integer arithmetic on the thread index and constants (no variable, no memory, no call)."""
+    hit = _THREAD_ONLY.get(id(e))
+    if hit is not None and hit[0] is e:
+        return hit[1]
+    if isinstance(e, (ThreadIndex, IntImm)):
+        out = True
+    elif isinstance(e, BinOp):
+        out = not is_float(e.dtype) and _thread_only(e.a) and _thread_only(e.b)
+    elif isinstance(e, Cast):
+        out = not is_float(e.dtype) and _thread_only(e.value)
+    else:
+        out = False
+    if len(_THREAD_ONLY) >= _MEMO_LIMIT:
+        _THREAD_ONLY.clear()
+    _THREAD_ONLY[id(e)] = (e, out)
+    return out
 
 
 def _scales(e, g) -> list:
@@ -271,7 +330,9 @@ def _forms(c, holds: bool, out: list) -> bool:
     return v is not None and bool(v) == holds
 
 
-__all__ = ["Facts", "multiple_forms", "nonneg_forms"]
+thread_only = _thread_only
+
+__all__ = ["Facts", "multiple_forms", "nonneg_forms", "thread_only"]
 
 
 # -- constant integer ranges (the static on-chip bounds check) -----------------------------------

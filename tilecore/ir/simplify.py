@@ -14,8 +14,34 @@ from .dtypes import is_float
 from .expr import BinOp, BufferLoad, Cast, Expr, FloatImm, IntImm, Var, as_expr, binary, const_value
 
 
+_LINEAR: dict = {}
+
+
 def _linear(e: Expr, terms: dict, scale: int) -> int:
     """Accumulate ``scale * e`` into ``terms`` (key -> [atom, coeff]); return the constant part."""
+    v = const_value(e)
+    if v is not None and isinstance(v, int):
+        return scale * v
+    if isinstance(e, BinOp) and e.op in ("add", "sub", "mul") and not is_float(e.dtype):
+        # a sum's form worked out once by identity (D65), then merged in the order the walk below would add it
+        hit = _LINEAR.get(id(e))
+        if hit is None or hit[0] is not e:
+            own: dict = {}
+            c = _linear_walk(e, own, 1)
+            hit = (e, [(k, a, n) for k, (a, n) in own.items()], c)
+            if len(_LINEAR) >= MEMO_LIMIT:
+                _LINEAR.clear()
+            _LINEAR[id(e)] = hit
+        for key, atom, coeff in hit[1]:
+            if key in terms:
+                terms[key][1] += coeff * scale
+            else:
+                terms[key] = [atom, coeff * scale]
+        return hit[2] * scale
+    return _linear_walk(e, terms, scale)
+
+
+def _linear_walk(e: Expr, terms: dict, scale: int) -> int:
     v = const_value(e)
     if v is not None and isinstance(v, int):
         return scale * v
@@ -39,6 +65,9 @@ def _linear(e: Expr, terms: dict, scale: int) -> int:
     return 0
 
 
+_KEYS: dict = {}
+
+
 def atom_key(e) -> tuple:
     """A hashable structural key of ``e``: equal keys mean the same value. Variables and buffers count by
     identity (``id``; the caller keeps ``e`` alive while it uses the key), constants by value."""
@@ -46,6 +75,17 @@ def atom_key(e) -> tuple:
         return ("var", id(e))
     if isinstance(e, (IntImm, FloatImm)):
         return (type(e).__name__, e.value, str(e.dtype))
+    hit = _KEYS.get(id(e))  # by identity, as simplify's memo (the entry keeps ``e`` alive)
+    if hit is not None and hit[0] is e:
+        return hit[1]
+    out = _atom_key(e)
+    if len(_KEYS) >= MEMO_LIMIT:
+        _KEYS.clear()
+    _KEYS[id(e)] = (e, out)
+    return out
+
+
+def _atom_key(e) -> tuple:
     parts: list = [type(e).__name__, str(e.dtype)]
     if isinstance(e, BufferLoad):
         parts.append(("buffer", id(e.buffer)))
@@ -62,16 +102,51 @@ def atom_key(e) -> tuple:
 
 def _simplify_children(e: Expr) -> Expr:
     if isinstance(e, BinOp):
-        return binary(e.op, simplify(e.a), simplify(e.b))
+        a, b = simplify(e.a), simplify(e.b)
+        out = binary(e.op, a, b)
+        # the same expression where nothing changed (so the memo and the prover's know it again, D65)
+        if a is e.a and b is e.b and isinstance(out, BinOp) and out.op == e.op and out.a is a and out.b is b \
+                and out.dtype == e.dtype:
+            return e
+        return out
     return e
+
+
+def forget() -> None:
+    """Drop what simplify, the linear forms, atom_key and the prover remember (the compiler calls it around each
+    kernel's lowering: the answers are reused within one kernel, and kept longer they only hold expressions alive)."""
+    _MEMO.clear()
+    _KEYS.clear()
+    _LINEAR.clear()
+    from . import bounds
+
+    bounds._BOUNDS.clear()
+    bounds._DIVISORS.clear()
+    bounds._THREAD_ONLY.clear()
+
+
+#: simplify's answers by the identity of the expression (an expression is never changed after it is built): the
+#: passes ask again for the same objects (a bound scalar's value inlined into many indices, the prover's bounds);
+#: the entry keeps the expression alive, so its id is not reused while it is remembered (D65)
+_MEMO: dict = {}
+MEMO_LIMIT = 1 << 15
 
 
 def simplify(e):
     """Return an equivalent, canonical form of an integer expression (other values pass through)."""
-    if not isinstance(e, Expr) or is_float(e.dtype) or isinstance(e, Cast):
+    if not isinstance(e, BinOp) or is_float(e.dtype):
         return e
-    if not isinstance(e, BinOp):
-        return e
+    hit = _MEMO.get(id(e))
+    if hit is not None and hit[0] is e:
+        return hit[1]
+    out = _simplify(e)
+    if len(_MEMO) >= MEMO_LIMIT:
+        _MEMO.clear()
+    _MEMO[id(e)] = (e, out)
+    return out
+
+
+def _simplify(e):
     terms: dict = {}
     c = _linear(e, terms, 1)
     out: Expr | None = None

@@ -302,6 +302,19 @@ class FragmentLayout:
             out.append(binary("add", c, fixed))
         return tuple(out)
 
+    def reg_offsets(self, reg: int) -> tuple:
+        """The constant part of :meth:`coords_expr` for register ``reg``: what the register digits add to each
+        coordinate (a thread's coordinates in register ``reg`` are those of its register 0 plus these)."""
+        out = []
+        for ds in self.dims:
+            place, fixed = 1, 0
+            for d in ds:
+                if d.space == "reg":
+                    fixed += (reg // d.stride % d.extent) * place
+                place *= d.extent
+            out.append(fixed)
+        return tuple(out)
+
     def reg_of(self, other: "FragmentLayout", reg: int, dropped: int | None = None) -> int:
         """The register of this layout holding the element that ``other`` (a layout this one was projected or
         copied from, with the same thread digits) keeps in register ``reg``; ``dropped`` is the dimension

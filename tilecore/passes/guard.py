@@ -21,7 +21,7 @@ from ..ir import (Allocate, Assert, Assume, AsyncCopy, Specialized, Atomic, BinO
                   is_float, logic_and, simplify,
                   logic_not, logic_or)
 from ..errors import MAX_FAULT_VALUES
-from ..ir.bounds import Facts
+from ..ir.bounds import Facts, thread_only
 from . import tile_pass
 
 #: index values plus shape values a checked-mode assertion reports (a buffer of up to 8 dimensions)
@@ -58,7 +58,7 @@ class _Guard:
 
     # -- expressions: returns the new expression; checked-mode assertions go to `asserts` -----------
     def expr(self, e, facts: Facts, asserts: list, path, span):
-        if not isinstance(e, Expr):
+        if not isinstance(e, Expr) or isinstance(e, BinOp) and thread_only(e):  # nothing to guard (D65)
             return e
         if isinstance(e, BufferLoad):
             idx = tuple(self.expr(i, facts, asserts, path, span) for i in e.indices)
@@ -164,12 +164,16 @@ class _Guard:
             # one access: kept where every element is proven inside the tensor, else its element stores
             # (each guarded on its own, as before tilecore.vectorize_stores)
             idx = tuple(self.expr(i, facts, asserts, path, s.span) for i in s.indices)
-            last = idx[:-1] + (binary("add", idx[-1], s.lanes - 1),)
-            # the last element is inside where the first is and both its index and the extent are multiples of
-            # the run (x < b with x, b multiples of n: x + n - 1 < b)
-            whole = facts.proves_multiple(idx[-1], s.lanes) and facts.proves_multiple(s.buffer.shape[-1], s.lanes)
-            if self.checked or _bound_conds(s.buffer, idx, facts) or (not whole and _bound_conds(s.buffer, last, facts)):
-                return self.stmt(s.fallback, facts)
+            # an access this pass does not guard (a shared tile's, outside checked mode) keeps its vector: its element
+            # stores would not be guarded either (D65: the proofs were a fifth of the general GEMM's passes)
+            if self.checked or self.guarded(s.buffer):
+                last = idx[:-1] + (binary("add", idx[-1], s.lanes - 1),)
+                # the last element is inside where the first is and both its index and the extent are multiples of
+                # the run (x < b with x, b multiples of n: x + n - 1 < b)
+                whole = facts.proves_multiple(idx[-1], s.lanes) and facts.proves_multiple(s.buffer.shape[-1], s.lanes)
+                if self.checked or _bound_conds(s.buffer, idx, facts) or \
+                        (not whole and _bound_conds(s.buffer, last, facts)):
+                    return self.stmt(s.fallback, facts)
             values = tuple(self.expr(v, facts, asserts, path, s.span) for v in s.values)
             out = s.with_(indices=idx, values=values, fallback=self.stmt(s.fallback, facts))
         elif isinstance(s, PerThread):

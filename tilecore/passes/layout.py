@@ -678,6 +678,64 @@ def _all_stmts(body) -> list:
 
 # -- lowering ------------------------------------------------------------------------------------------
 
+def _register_coords(lay: FragmentLayout, tid):
+    """``r -> (coordinates, offsets)``: the coordinates of register ``r`` of the thread ``tid`` in ``lay``,
+    exactly ``simplify(c)`` of ``lay.coords_expr(tid, r)``'s, and the register's constant offsets. Each is the
+    thread's part, simplified once for the layout, plus the register's constant (D65: one simplification a
+    dimension, not one a register and dimension: 768 of them in a 128x256 accumulator's three nests)."""
+    thread = [simplify(c) for c in lay.coords_expr(tid, 0)]  # register 0: every register digit 0
+
+    def at(r: int):
+        fixed = lay.reg_offsets(r)
+        out = []
+        for c, k in zip(thread, fixed):
+            v = const_value(c)
+            out.append(c if k == 0 else IntImm(v + k, c.dtype) if v is not None else BinOp("add", c, IntImm(k, c.dtype), c.dtype))
+        return tuple(out), fixed
+
+    return at
+
+
+def var_ids(s, skip: tuple = ()) -> set:
+    """The ids of the variables a statement tree mentions (in any expression of it or of its children), not looking
+    into the child statements named in ``skip`` (e.g. ``("fallback",)``)."""
+    ids: set = set()
+
+    def note(x):
+        if isinstance(x, Var):
+            ids.add(id(x))
+
+    def scan(v):  # expressions also in tuples, lists, dicts (attributes) and buffers' shapes
+        if isinstance(v, Expr):
+            walk_expr(v, note)
+        elif isinstance(v, (tuple, list)):
+            for x in v:
+                scan(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                scan(x)
+        elif isinstance(v, Buffer):
+            scan(v.shape)
+
+    def stmt(t):
+        for f in getattr(t, "__dataclass_fields__", ()):
+            if f not in ("span", "body", "then", "orelse", "fallback", "producer", "consumer"):
+                scan(getattr(t, f))
+            elif f not in skip and f != "span":
+                sub = getattr(t, f)
+                if sub is not None and not isinstance(sub, list):
+                    visit(sub)
+        if isinstance(t, Seq):
+            for c in t.body:
+                visit(c)
+
+    def visit(t):
+        stmt(t)
+
+    visit(s)
+    return ids
+
+
 def _replica0(lay: FragmentLayout):
     """The condition that this thread is the first replica of ``lay`` (None when nothing is replicated)."""
     cond = None
@@ -696,6 +754,7 @@ class _Subst:
 
     def __init__(self, vmap: dict, regs: dict, guard=None, fold=None):
         self.vmap = dict(vmap)      # id(var) -> expr
+        self.used: set = set()      # ids of the variables of vmap substituted somewhere (D65: the binds kept)
         self.regs = regs            # id(buffer) -> (register buffer, reg index)
         self.bmap: dict = {}        # id(buffer) -> renamed buffer
         self.guard = guard
@@ -707,19 +766,32 @@ class _Subst:
         """True / False where this register's coordinates decide ``cond`` (None: not decided, or no folding)."""
         if self.fold is None:
             return None
-        coords, facts = self.fold
-        free: list = []
-        walk_expr(cond, lambda x: free.append(x) if isinstance(x, (Var, BufferLoad, Call, ThreadIndex)) else None)
-        if not free or any(not (isinstance(x, Var) and id(x) in coords) for x in free):
+        coords, facts, decided, offsets = self.fold
+        free = decided.get(("free", id(cond)))  # the condition's variables, looked up once a nest
+        if free is None or free[0] is not cond:
+            found: list = []
+            walk_expr(cond, lambda x: found.append(x) if isinstance(x, (Var, BufferLoad, Call, ThreadIndex)) else None)
+            ok = found and all(isinstance(x, Var) and id(x) in coords for x in found)
+            free = decided[("free", id(cond))] = (cond, tuple(dict.fromkeys(id(x) for x in found)) if ok else None)
+        if free[1] is None:
             return None
-        c = _Subst(coords, {}).e(cond)
-        if facts.proves(c):
-            return True
-        return False if _refutes(facts, c) else None
+        # registers whose coordinates in the condition's variables differ by the same constants decide alike
+        key = (id(cond),) + tuple(offsets[v] for v in free[1])
+        if key in decided:
+            return decided[key]
+        out = _decide_ranges(cond, coords, facts, decided)
+        if out is NotImplemented:
+            c = _Subst(coords, {}).e(cond)
+            out = True if facts.proves(c) else False if _refutes(facts, c) else None
+        decided[key] = out
+        return out
 
     def e(self, x):
         if isinstance(x, Var):
-            return self.vmap.get(id(x), x)
+            out = self.vmap.get(id(x), x)
+            if out is not x:
+                self.used.add(id(x))
+            return out
         if isinstance(x, BufferLoad):
             r = self.regs.get(id(x.buffer))
             if r is not None:
@@ -792,6 +864,44 @@ class _Subst:
 
 from ..ir import Assert as Assert_  # noqa: E402
 
+_HOLDS = {"lt": lambda lo, hi, n: (hi < n, lo >= n), "le": lambda lo, hi, n: (hi <= n, lo > n),
+          "gt": lambda lo, hi, n: (lo > n, hi <= n), "ge": lambda lo, hi, n: (lo >= n, hi < n)}
+_MIRROR = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
+
+
+def _decide_ranges(cond, coords: dict, facts, memo: dict):
+    """``decide`` for comparisons of a nest variable with a constant joined by ``and``: True / False / None as the
+    prover answers them (its bounds of ``x + k`` are the bounds of ``x`` plus ``k``: the thread part's, asked once a
+    nest and kept in ``memo``; D65), NotImplemented for any other form (the prover decides those)."""
+    if isinstance(cond, Logic) and cond.op == "and":
+        a = _decide_ranges(cond.a, coords, facts, memo)
+        if a is NotImplemented or a is False:
+            return a
+        b = _decide_ranges(cond.b, coords, facts, memo)
+        if b is NotImplemented or b is False:
+            return b
+        return True if a and b else None
+    if not isinstance(cond, Cmp) or cond.op not in _HOLDS:
+        return NotImplemented
+    op, x, n = cond.op, cond.a, const_value(cond.b)
+    if not isinstance(n, int):
+        op, x, n = _MIRROR[cond.op], cond.b, const_value(cond.a)
+    if not (isinstance(x, Var) and id(x) in coords and isinstance(n, int)):
+        return NotImplemented
+    c = coords[id(x)]
+    k = const_value(c.b) if isinstance(c, BinOp) and c.op == "add" else None
+    t, k = (c.a, k) if isinstance(k, int) else (c, 0)
+    key = ("range", id(t))
+    if key not in memo:
+        lo, hi = facts.bound(t, False), facts.bound(t, True)
+        lo, hi = (const_value(lo) if lo is not None else None), (const_value(hi) if hi is not None else None)
+        memo[key] = (t, lo, hi) if isinstance(lo, int) and isinstance(hi, int) else (t, None, None)
+    _t, lo, hi = memo[key]
+    if lo is None:
+        return NotImplemented
+    yes, no = _HOLDS[op](lo + k, hi + k, n)
+    return True if yes else False if no else None
+
 _FLIP = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt"}
 
 
@@ -849,19 +959,25 @@ class _Lowerer:
         # nests marked so (tilecore.stage_bulk_stores' parts of a tile, D58), other kernels' sources unchanged
         facts = Facts().with_threads(self.plan.threads) if any(
             f.annotations.get(FOLD_BRANCHES) for f in loops) else None
+        coords_of = _register_coords(D, tid)
+        decided: dict = {}  # (id(cond), this register's coordinates) -> decide's answer, shared by the registers
         for r in range(D.regs):
-            coords = D.coords_expr(tid, r)
+            coords, fixed = coords_of(r)
             vmap, binds = {}, []
             for f, c in zip(loops, coords):
                 v = Var(f.var.name, f.var.dtype)
-                binds.append(Bind(v, simplify(c), span=span))
+                binds.append(Bind(v, c, span=span))
                 vmap[id(f.var)] = v
             regs = {id(b): (use[id(b)], m[r]) for b, _p, m, _c in found}
-            fold = ({id(f.var): simplify(c) for f, c in zip(loops, coords)}, facts) if facts is not None else None
-            done = _Subst(vmap, regs, guard, fold).s(inner)
+            fold = ({id(f.var): c for f, c in zip(loops, coords)}, facts, decided,
+                    {id(f.var): k for f, k in zip(loops, fixed)}) if facts is not None else None
+            sub = _Subst(vmap, regs, guard, fold)
+            done = sub.s(inner)
             if fold is not None and isinstance(done, Seq) and not done.body:
                 continue  # every branch of this register resolved to nothing
-            body += binds + [done]
+            # a coordinate the register's statements do not read (its loop variable substituted nowhere) is not
+            # bound (D65)
+            body += [b for f, b in zip(loops, binds) if id(f.var) in sub.used] + [done]
         out = PerThread(seq(pre + body + post), {"layout": repr(D)}, span=span)
         return seq(shared + [out]) if shared else out
 

@@ -52,7 +52,7 @@ from ..ir import (Allocate, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, 
                   logic_and, select, walk, walk_expr, collect)
 from ..ir import ShuffleIndex, ShuffleXor  # map_expr rebuilds the shuffles of register exchanges
 from ..ir.visit import stmt_exprs
-from ..ir.bounds import Facts
+from ..ir.bounds import Facts, thread_only
 from ..ir.printer import expr_str
 from . import overlap, tile_pass
 
@@ -585,6 +585,8 @@ def _touches(s, buf) -> bool:
     found: list = []
 
     def expr(e):
+        if isinstance(e, BinOp) and thread_only(e):  # no load in it (known by identity: D65)
+            return
         walk_expr(e, lambda x: found.append(1) if isinstance(x, BufferLoad) and x.buffer is buf else None)
 
     def stmt(x):
@@ -600,6 +602,35 @@ def _touches(s, buf) -> bool:
 
     walk(s, stmt)
     return bool(found)
+
+
+def _touched(s) -> set:
+    """The ids of the buffers ``s`` reads or writes: ``id(buf) in _touched(s)`` is ``_touches(s, buf)`` for every
+    buffer at once."""
+    ids: set = set()
+
+    def expr(e):
+        if isinstance(e, BinOp) and thread_only(e):  # no load in it
+            return
+        walk_expr(e, lambda x: ids.add(id(x.buffer)) if isinstance(x, BufferLoad) else None)
+
+    def stmt(x):
+        if isinstance(x, (Store, Atomic)):
+            ids.add(id(x.buffer))
+        if isinstance(x, AsyncCopy):
+            ids.update((id(x.dst), id(x.src)))
+        for f in getattr(x, "__dataclass_fields__", {}):
+            v = getattr(x, f)
+            for item in (v if isinstance(v, tuple) else (v,)):
+                if isinstance(item, Region):
+                    ids.add(id(item.buffer))
+                    for e in item.starts + item.extents:
+                        expr(e)
+                elif isinstance(item, Expr):
+                    expr(item)
+
+    walk(s, stmt)
+    return ids
 
 
 def _writes(s, buf) -> bool:
@@ -892,11 +923,15 @@ class _Launch:
         allocs = {id(a.buffer): a for a in collect_allocs(self.launch.body)}
         if why is None and len({id(b) for b in bufs}) != len(bufs):
             why = "two copies fill the same shared buffer"
+        outside = None  # the buffers the launch touches outside the loop: one walk for every staged buffer (D65)
         for b in bufs:
             if why is None and id(b) not in allocs:
                 why = f"{b.name} is not allocated at block level"
-            elif why is None and _touches(_without(self.launch.body, orig or loop), b):
-                why = f"{b.name} is used outside the loop"
+            elif why is None:
+                if outside is None:
+                    outside = _touched(_without(self.launch.body, orig or loop))
+                if id(b) in outside:
+                    why = f"{b.name} is used outside the loop"
         for p in parts if why is None else []:
             if _touches(rest, p[2].buffer) and _writes(rest, p[2].buffer):
                 why = f"the loop body writes {p[2].buffer.name}, which a staged copy reads"

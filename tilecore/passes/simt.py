@@ -54,6 +54,8 @@ from ..ir import (Allocate, Assert, AsyncCommit, AsyncCopy, AsyncWait, Atomic, B
                   StageRelease, For, If, IntImm, KernelLaunch, PerThread, Print, Seq, Store, ThreadIndex,
                   Var, as_expr, binary, collect, compare, const, const_value, loop_nest, rewrite, seq, stmt_exprs, walk,
                   walk_expr)
+from ..ir import BinOp
+from ..ir.bounds import thread_only
 from . import tile_pass
 
 _DISTRIBUTED = ("parallel", "vectorized")
@@ -84,6 +86,8 @@ def _memory_use(body, bulk_only=frozenset()) -> tuple:
 
     def look(s):
         for e in stmt_exprs(s):
+            if isinstance(e, BinOp) and thread_only(e):  # no load in it (known by identity: D65)
+                continue
             walk_expr(e, lambda x: reads.append(1) if isinstance(x, BufferLoad) and mem(x.buffer) else None)
         if isinstance(s, (Store, Atomic)) and mem(s.buffer) or isinstance(s, (Print, Collective)):
             writes.append(1)

@@ -40,7 +40,7 @@ from __future__ import annotations
 from ..ir import (Assume, BinOp, Bind, BufferLoad, Call, Cast, Cmp, For, If, KernelLaunch, Logic, MatrixStore, PerThread,
                   Select, Seq, Specialized, Store, Var, VectorStore, as_expr, binary, const_value, is_float, loop_nest,
                   simplify, walk_expr)
-from ..ir.bounds import Facts
+from ..ir.bounds import Facts, thread_only
 from . import tile_pass
 from .core import block_allocations
 from .guard import launch_facts, loop_facts
@@ -51,23 +51,32 @@ LANES = (8, 4, 2)
 
 
 def _inline(e, env: dict):
-    """``e`` with every bound scalar replaced by its (inlined) value."""
+    """``e`` with every bound scalar replaced by its (inlined) value (``e`` itself where it has none: the same
+    object, which :func:`_diff` and simplify's memo know again, D65)."""
     if isinstance(e, Var):
         return env.get(id(e), e)
-    if isinstance(e, BinOp):
-        return BinOp(e.op, _inline(e.a, env), _inline(e.b, env), e.dtype)
-    if isinstance(e, Cmp):
-        return Cmp(e.op, _inline(e.a, env), _inline(e.b, env))
+    if isinstance(e, BinOp) and thread_only(e):  # nothing to replace (remembered by identity)
+        return e
+    if isinstance(e, (BinOp, Cmp)):
+        a, b = _inline(e.a, env), _inline(e.b, env)
+        if a is e.a and b is e.b:
+            return e
+        return BinOp(e.op, a, b, e.dtype) if isinstance(e, BinOp) else Cmp(e.op, a, b)
     if isinstance(e, Logic):
-        return Logic(e.op, _inline(e.a, env), _inline(e.b, env) if e.b is not None else None)
+        a, b = _inline(e.a, env), _inline(e.b, env) if e.b is not None else None
+        return e if a is e.a and b is e.b else Logic(e.op, a, b)
     if isinstance(e, Select):
-        return Select(_inline(e.cond, env), _inline(e.t, env), _inline(e.f, env))
+        c, t, f = _inline(e.cond, env), _inline(e.t, env), _inline(e.f, env)
+        return e if c is e.cond and t is e.t and f is e.f else Select(c, t, f)
     if isinstance(e, Cast):
-        return Cast(e.dtype, _inline(e.value, env))
+        v = _inline(e.value, env)
+        return e if v is e.value else Cast(e.dtype, v)
     if isinstance(e, Call):
-        return Call(e.name, tuple(_inline(a, env) for a in e.args), e.dtype, e.attrs)
+        args = tuple(_inline(a, env) for a in e.args)
+        return e if all(x is y for x, y in zip(args, e.args)) else Call(e.name, args, e.dtype, e.attrs)
     if isinstance(e, BufferLoad):
-        return BufferLoad(e.buffer, tuple(_inline(i, env) for i in e.indices))
+        idx = tuple(_inline(i, env) for i in e.indices)
+        return e if all(x is y for x, y in zip(idx, e.indices)) else BufferLoad(e.buffer, idx)
     return e
 
 
@@ -78,7 +87,22 @@ def _multiple(facts: Facts, e, n: int) -> bool:
 
 def _diff(a, b):
     """``a - b`` as a constant, or None."""
+    (x, i), (y, j) = _offset(a), _offset(b)
+    if x is y:  # the same expression plus constants (a fragment's registers: one thread part, D65)
+        return i - j
     return const_value(simplify(binary("sub", a, b)))
+
+
+def _offset(e):
+    """``(x, k)`` with ``e`` spelled ``x + k``, ``k`` an integer constant (0 where it has none)."""
+    if isinstance(e, BinOp) and e.op == "add" and not is_float(e.dtype):
+        k = const_value(e.b)
+        if isinstance(k, int):
+            return e.a, k
+    k = const_value(e)
+    if isinstance(k, int):
+        return None, k
+    return e, 0
 
 
 def _conjuncts(c) -> list:
@@ -397,9 +421,35 @@ def vectorize_stores(func, ctx):
 GROUP, ATOM = 32, 8
 
 
-def _ev(e, t):
+#: threads -> (numpy array of the thread indices, _ev's memo for it): one matrix_stores run's evaluations
+_EVALUATED: dict = {}
+
+
+def _thread_arrays(threads: int):
+    """The thread indices ``0 .. threads - 1`` and the memo of what :func:`_ev` evaluated at them in this run."""
+    hit = _EVALUATED.get(threads)
+    if hit is None:
+        import numpy as np
+
+        hit = _EVALUATED[threads] = (np.arange(threads, dtype=np.int64), {})
+    return hit
+
+
+def _ev(e, t, memo: dict | None = None):
     """``e`` (integer arithmetic over the thread index and constants) at the threads ``t`` (a numpy array of thread
-    indices, evaluated for all at once); None where it reads anything else or divides by a non-positive number."""
+    indices, evaluated for all at once); None where it reads anything else or divides by a non-positive number.
+    ``memo`` (id(e) -> (e, values), for one ``t``) keeps what was evaluated (the registers' shared thread parts)."""
+    if memo is None:
+        return _ev1(e, t, None)
+    hit = memo.get(id(e))
+    if hit is not None and hit[0] is e:
+        return hit[1]
+    out = _ev1(e, t, memo)
+    memo[id(e)] = (e, out)
+    return out
+
+
+def _ev1(e, t, memo):
     import numpy as np
 
     from ..ir import IntImm, ThreadIndex
@@ -409,10 +459,10 @@ def _ev(e, t):
     if isinstance(e, ThreadIndex):
         return t
     if isinstance(e, Cast) and not is_float(e.dtype):
-        return _ev(e.value, t)
+        return _ev(e.value, t, memo)
     if not isinstance(e, BinOp):
         return None
-    a, b = _ev(e.a, t), _ev(e.b, t)
+    a, b = _ev(e.a, t, memo), _ev(e.b, t, memo)
     if a is None or b is None:
         return None
     op = e.op
@@ -446,12 +496,12 @@ def _atoms(group: list, threads: int):
     group; else None. Evaluated for every thread of the block."""
     import numpy as np
 
-    t = np.arange(threads, dtype=np.int64)
+    t, memo = _thread_arrays(threads)
     lane, first = t % GROUP, t - t % GROUP
     offs = []
     r00 = c00 = None
     for idx in group:
-        r, c = _ev(idx[0], t), _ev(idx[1], t)
+        r, c = _ev(idx[0], t, memo), _ev(idx[1], t, memo)
         if r is None or c is None:
             return None
         R, C = r[first], c[first]  # the group's lane 0
@@ -464,6 +514,60 @@ def _atoms(group: list, threads: int):
             return None
         offs.append((int(dr[0]), int(dc[0])))
     return tuple(offs)
+
+
+def _fit_linear(vals) -> tuple | None:
+    """``(a, b)`` with ``vals[g] == a * g + b`` for every ``g``; None where no such integers exist."""
+    b = int(vals[0])
+    a = int(vals[1]) - b if len(vals) > 1 else 0
+    return (a, b) if all(int(v) == a * g + b for g, v in enumerate(vals)) else None
+
+
+def _lane_address_compact(idx0, offs, threads: int):
+    """:func:`_lane_address` as ``a * (t / 32) + b + (l % 8) + x * ((t / 8) % 2) + y * ((t / 16) % 2)`` (row; the
+    column without ``l % 8``) where the groups' first rows and columns are linear in the group's index and the four
+    matrices' offsets are two bits' worth (D65: the emitted address a few operations of the thread index, where
+    the general form composes the layout's coordinates at another thread's index); None where not."""
+    import numpy as np
+
+    from ..ir import IntImm, ThreadIndex
+
+    if not threads or threads % GROUP:
+        return None
+    t, memo = _thread_arrays(threads)
+    first = np.arange(0, threads, GROUP, dtype=np.int64)
+    tid = ThreadIndex()
+    out = []
+    for k, x in enumerate(idx0):
+        v = _ev(x, t, memo)
+        if v is None:
+            return None
+        line = _fit_linear(v[first])
+        m = [o[k] for o in offs]
+        if line is None or m[3] - m[2] != m[1] - m[0]:
+            return None
+        dt = x.dtype
+        key = ("lane", threads, k, str(dt), line[0], line[1] + m[0], m[1] - m[0], m[2] - m[0])
+        built = memo.get(key)  # the same form for every store of a run but its constant: built once a form
+        if built is None:
+            terms = [binary("mul", binary("div", tid, GROUP), IntImm(line[0], dt)), IntImm(line[1] + m[0], dt)]
+            if k == 0:
+                terms.append(binary("floormod", tid, ATOM))
+            terms.append(binary("mul", binary("floormod", binary("div", tid, ATOM), 2), IntImm(m[1] - m[0], dt)))
+            terms.append(binary("mul", binary("floormod", binary("div", tid, 2 * ATOM), 2), IntImm(m[2] - m[0], dt)))
+            e = terms[0]
+            for term in terms[1:]:
+                e = binary("add", e, term)
+            e = simplify(e)
+            built = memo[key] = (e, _ev(e, t))
+        e, got = built
+        # the thread's address as the general form gives it: row l % 8 of matrix l / 8 at the group's first pair
+        lane = t % GROUP
+        want = v[t - lane] + np.array(m, dtype=np.int64)[lane // ATOM] + (lane % ATOM if k == 0 else 0)
+        if got is None or (got != want).any():
+            return None
+        out.append(e)
+    return tuple(out)
 
 
 def _lane_address(idx0, offs):
@@ -487,14 +591,48 @@ def _lane_address(idx0, offs):
     return tuple(simplify(binary("add", _at_thread(x, src), pick(k))) for k, x in enumerate(idx0))
 
 
+def _inline_stmt(s, env: dict):
+    """A matrix store's fallback (pair stores, their element stores) with the bound scalars inlined."""
+    if isinstance(s, Seq):
+        return s.with_(body=[_inline_stmt(x, env) for x in s.body])
+    if isinstance(s, VectorStore):
+        return s.with_(indices=tuple(_inline(i, env) for i in s.indices),
+                       values=tuple(_inline(v, env) for v in s.values), fallback=_inline_stmt(s.fallback, env))
+    if isinstance(s, Store):
+        return s.with_(indices=tuple(_inline(i, env) for i in s.indices), value=_inline(s.value, env))
+    from .pipeline import substitute
+
+    return substitute(s, env)
+
+
+def _drop_dead_binds(body: list) -> list:
+    """A per-thread statement list without the integer binds nothing after them reads (a matrix store's fallback
+    not counted: its pair stores have the binds inlined), so the emitted source has no dead declarations."""
+    from .layout import var_ids
+
+    live: set = set()
+    out: list = []
+    for s in reversed(body):
+        if isinstance(s, Bind) and not is_float(s.var.dtype):
+            if id(s.var) not in live:
+                continue
+            live |= var_ids(s)
+        else:
+            live |= var_ids(s, skip=("fallback",) if isinstance(s, MatrixStore) else ())
+        out.append(s)
+    return out[::-1]
+
+
 class _Matrices:
-    def __init__(self, ok: frozenset):
+    def __init__(self, ok: frozenset, compact: bool = True):
         self.ok = ok
         self.count = 0
+        self.compact = compact
 
     def seq(self, body: list, threads: int) -> list:
         env: dict = {}
         out: list = []
+        made = False  # a matrix store whose fallback has the binds inlined
         i = 0
         while i < len(body):
             s = body[i]
@@ -529,11 +667,15 @@ class _Matrices:
             env = envj
             values = tuple(v for st in stores for v in st.values)
             out += binds
-            out.append(MatrixStore(s.buffer, _lane_address(idx[0], offs), values, Seq(list(stores), span=s.span),
-                                   span=s.span))
+            addr = (self.compact and _lane_address_compact(idx[0], offs, threads)) or _lane_address(idx[0], offs)
+            fallback = Seq(list(stores), span=s.span)
+            if self.compact:  # the pair stores with the bound scalars inlined: the binds only they read can go (D65)
+                fallback = _inline_stmt(fallback, envj)
+                made = True
+            out.append(MatrixStore(s.buffer, addr, values, fallback, span=s.span))
             self.count += 1
             i = j
-        return out
+        return _drop_dead_binds(out) if made else out
 
     def _pair(self, s) -> bool:
         return (isinstance(s, VectorStore) and s.lanes == 2 and id(s.buffer) in self.ok and s.buffer.dtype.bytes == 2
@@ -574,10 +716,20 @@ def matrix_stores(func, ctx):
     ok = frozenset(id(b.src) for b in collect(func.body, BulkStore) if b.src.dtype.bytes == 2)
     if not ok:
         return func
-    m = _Matrices(ok)
-    body = m.stmt(func.body, None)
+    m = _Matrices(ok, ctx.option(MATRIX_STORE_LANES, "compact") != "general")
+    _EVALUATED.clear()
+    try:
+        body = m.stmt(func.body, None)
+    finally:
+        _EVALUATED.clear()
     return func.with_body(body, matrix_stores=(f"{m.count} matrix stores (4 x 8x8) into the bulk-store tile",)) \
         if m.count else func
 
 
-__all__ = ["vectorize_stores", "matrix_stores", "MAX_BYTES"]
+#: pass config (D65): "compact" (the default) writes a matrix store's lane address as a few operations of the thread
+#: index where the groups' rows and columns are linear in the group's index (:func:`_lane_address_compact`);
+#: "general" as before D65: pair 0's coordinates at the thread holding the lane's row, plus a select of the matrix's
+#: offset
+MATRIX_STORE_LANES = "tilecore.matrix_store_lanes"
+
+__all__ = ["vectorize_stores", "matrix_stores", "MAX_BYTES", "MATRIX_STORE_LANES"]

@@ -16,7 +16,7 @@ from tilecore.codegen import SIMTCppEmitter, EmitState, abi_of, host_expr
 from tilecore.codegen.simtcpp import grid3
 from tilecore.errors import CompileError
 from tilecore.ir import (as_expr, BinOp, Bind, For, ThreadIndex, AsyncCopy, CopyBarrierWait, VectorStore, BufferLoad, BulkCopy, BulkStore, Cast, Collective, MatrixOp, MatrixStore, MatrixSync, Seq, Store, binary, collect, const,
-                         const_value, logic_or, simplify, Var, walk, walk_expr)
+                         const_value, logic_or, simplify, Var, walk, walk_expr, IntImm, Select, Cmp, is_float)
 from tilecore.codegen.cfamily import st_fast
 from tilecore.ir.visit import stmt_exprs
 
@@ -81,6 +81,65 @@ def prelude(hopper: bool = False, fp8: bool = True, bf16: bool = True, tma: bool
     return SIMTCppEmitter.inline_prelude(text).replace("#pragma once\n", "")
 
 
+def _thread_values(e, t, memo: dict | None = None):
+    """``e``, integer arithmetic on the thread index and constants, at the threads ``t`` (a numpy array; C's
+    truncating division and remainder where both sides are non-negative); None where it reads anything else.
+    ``memo`` (id -> (expression, values)) evaluates a shared subexpression once."""
+    if memo is not None:
+        hit = memo.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        out = _thread_values1(e, t, memo)
+        memo[id(e)] = (e, out)
+        return out
+    return _thread_values1(e, t, None)
+
+
+def _thread_values1(e, t, memo):
+    import numpy as np
+
+    if isinstance(e, IntImm):
+        return np.full_like(t, int(e.value))
+    if isinstance(e, ThreadIndex):
+        return t
+    if isinstance(e, Cast) and not is_float(e.dtype) and not is_float(e.value.dtype):
+        return _thread_values(e.value, t, memo)
+    if isinstance(e, Select):
+        c, a, b = (_thread_values(x, t, memo) for x in (e.cond, e.t, e.f))
+        return None if c is None or a is None or b is None else np.where(c != 0, a, b)
+    if isinstance(e, Cmp):
+        a, b = _thread_values(e.a, t, memo), _thread_values(e.b, t, memo)
+        f = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
+             "ne": np.not_equal}.get(e.op)
+        return None if a is None or b is None or f is None else f(a, b).astype(np.int64)
+    if not isinstance(e, BinOp) or is_float(e.dtype):
+        return None
+    a, b = _thread_values(e.a, t, memo), _thread_values(e.b, t, memo)
+    if a is None or b is None:
+        return None
+    if e.op in ("div", "floordiv", "floormod"):
+        if (b <= 0).any() or (a < 0).any():
+            return None
+        return a // b if e.op != "floormod" else a % b
+    f = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.minimum, "max": np.maximum,
+         "xor": np.bitwise_xor, "bitand": np.bitwise_and, "bitor": np.bitwise_or}.get(e.op)
+    return f(a, b) if f is not None else None
+
+
+def _fit_offset(first, off):
+    """``(X, Y)`` with ``off == (first ^ X) + Y`` at every thread (numpy arrays of element offsets), X taken from the
+    low bits a swizzle flips (tried from none up: a plain offset first); None where no such constants exist."""
+    low = (1 << max(int(first.max()), int(off.max()), 1).bit_length()) - 1
+    k = 0
+    while (1 << k) - 1 <= low:
+        x = int((first[0] ^ off[0]) & ((1 << k) - 1))
+        y = off - (first ^ x)
+        if (y == y[0]).all():
+            return x, int(y[0])
+        k += 1
+    return None
+
+
 class CUDAEmitter(SIMTCppEmitter):
     lang = "cuda"
     entry = ENTRY
@@ -133,7 +192,7 @@ class CUDAEmitter(SIMTCppEmitter):
         from .hopper import tensor_map
 
         params = []
-        st.pipelines = [c for c in collect(func.body, Collective) if c.attrs.get("tensor_maps")]
+        st.pipelines = [c for c in self.collected(st, func.body, Collective) if c.attrs.get("tensor_maps")]
         st.tmaps, st.tmap_meta = {}, []
 
         def add_map(m: dict, when=None) -> str:
@@ -157,7 +216,7 @@ class CUDAEmitter(SIMTCppEmitter):
         # (a map only copies of versioned loops read, BulkCopy.when, is built where one of their tests holds)
         st.bulk_maps = {}
         users: dict = {}
-        for c in collect(func.body, BulkCopy):
+        for c in self.collected(st, func.body, BulkCopy):
             users.setdefault(self.bulk_key(c), []).append(c)
         for key, cs in users.items():
             whens = [c.when for c in cs]
@@ -169,7 +228,7 @@ class CUDAEmitter(SIMTCppEmitter):
             st.bulk_maps[key] = add_map(tensor_map(cs[0].src, key[1], key[2]), when)
         self.bulk_store_maps(st, func, add_map)
         st.aligned = set()
-        for c in collect(func.body, Collective):
+        for c in self.collected(st, func.body, Collective):
             plan = c.attrs.get("plan")
             if plan and plan.get("mode") == "mma":
                 for cp in plan["copies"].values():
@@ -181,11 +240,11 @@ class CUDAEmitter(SIMTCppEmitter):
                 out = c.args[1].buffer
                 st.aligned.add(next(k for k, p in enumerate(abi.buffers) if p.buffer is (out.base or out)))
         # software-pipelined copies (tilecore.plan_pipelines) of more than one element need aligned sources
-        for c in collect(func.body, AsyncCopy):
+        for c in self.collected(st, func.body, AsyncCopy):
             if c.elements > 1:
                 st.aligned.add(next(k for k, p in enumerate(abi.buffers) if p.buffer is (c.src.base or c.src)))
         # vector stores (tilecore.vectorize_stores) proved offsets aligned; the tensor's base must be too
-        for c in collect(func.body, VectorStore):
+        for c in self.collected(st, func.body, VectorStore):
             if c.buffer.scope != "global":  # (a bulk store's shared tile, D46: block memory is aligned)
                 continue
             st.aligned.add(next(k for k, p in enumerate(abi.buffers) if p.buffer is (c.buffer.base or c.buffer)))
@@ -207,7 +266,7 @@ class CUDAEmitter(SIMTCppEmitter):
         """Bulk tile stores (tilecore.bulk_store, D46): one tensor map per (tensor, box, swizzle) they write."""
         from .hopper import TMAP_DTYPES, TMAP_SWIZZLE, tensor_map
 
-        for c in collect(func.body, BulkStore):
+        for c in self.collected(st, func.body, BulkStore):
             key = self.store_key(c)
             if key not in st.bulk_maps:
                 if str(c.dst.dtype) == "bool":  # stored as unsigned char (storage_types): bytes to the TMA unit
@@ -270,13 +329,26 @@ class CUDAEmitter(SIMTCppEmitter):
             return 1 if int(const_value(simplify(launch.threads[0]))) >= 384 else None
         return 1 if launch.attrs.get("warp_specialized") else None
 
+    @staticmethod
+    def collected(st, root, kind) -> list:
+        """``collect(root, kind)`` from one walk of ``root`` a kernel (D65: the emitter asked a dozen times for the
+        statements of each kind in the whole kernel, each a walk of it)."""
+        if not hasattr(st, "walked"):
+            st.walked = {}
+        hit = st.walked.get(id(root))
+        if hit is None or hit[0] is not root:
+            every: list = []
+            walk(root, every.append)
+            hit = st.walked[id(root)] = (root, every)
+        return [x for x in hit[1] if isinstance(x, kind)]
+
     def preamble(self, st: EmitState, func) -> str:
         helpers = ""
         if st.pipelines:
             from .hopper import wgmma_wrappers
 
             helpers = wgmma_wrappers(st.pipelines)
-        if any(c.elements * c.dst.dtype.bytes < 16 for c in collect(func.body, AsyncCopy)):
+        if any(c.elements * c.dst.dtype.bytes < 16 for c in self.collected(st, func.body, AsyncCopy)):
             helpers += ASYNC_CA
         if "tc_named_" in "\n".join(st.lines):  # ping-pong turns of a register program (regprog.py)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_named_barrier.cuh").read_text()
@@ -286,14 +358,17 @@ class CUDAEmitter(SIMTCppEmitter):
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_div_row.cuh").read_text()
         if "tc_ex2_poly(" in "\n".join(st.lines):  # exp2 on the FMA pipe in a register program (D60)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_ex2_poly.cuh").read_text()
-        if collect(func.body, MatrixStore):  # four 8x8 matrices a warp into shared memory (D51)
+        if self.collected(st, func.body, MatrixStore):  # four 8x8 matrices a warp into shared memory (D51)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_stmatrix.cuh").read_text()
         if "tc_rp_stmatrix_x4(" in "\n".join(st.lines):  # a register program's output through TMA stores (D45)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_rp_store.cuh").read_text()
         helpers += "".join(getattr(st, "rp_structs", {}).values())  # register programs' zero-start WGMMA (D45)
         if re.search(r"\btc_pipe_prof[},]", "\n".join(st.lines)):  # the persistent GEMM's profile (D49)
             helpers += "__device__ unsigned long long tc_pipe_prof[TC_PROF_BLOCKS * TC_PROF_WORDS];\n"
-        if collect(func.body, MatrixOp):  # registered matrix units on register arrays (units.py)
+        if re.search(r"\btc_(pack_bits|mma_16816_r|ldsm_regs)\b", "\n".join(st.lines)):
+            # registered matrix units on register arrays (units.py): mma.sync, ldmatrix into registers, a wgmma's A
+            # from registers; not a wgmma on shared tiles alone (D65: its bfloat16 helpers pulled cuda_bf16.h into
+            # every general-path 16-bit GEMM)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_matrix.cuh").read_text()
         if getattr(st, "wgmma_structs", None):  # wgmma as a registered unit (tc_wgmma.cuh)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_wgmma.cuh").read_text()
@@ -1025,7 +1100,62 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
         vals = [self.expr(st, v.value if isinstance(v, Cast) and str(v.dtype) == dt and
                           str(v.value.dtype) == "float32" else v) for v in s.values]
         regs = ", ".join(f"tc_stsm_u32({pack[1].format(vals[k], vals[k + 1])})" for k in range(0, 8, 2))
-        self.line(st, f"tc_stsm_x4(tc_smem_addr(&{self.element(st, s.buffer, s.indices)}), {regs});")
+        ref = self.matrix_store_ref(st, s) or self.element(st, s.buffer, s.indices)
+        self.line(st, f"tc_stsm_x4(tc_smem_addr(&{ref}), {regs});")
+
+    #: pass config (D65): the matrix stores of one per-thread block into one tile addressed from the first one's
+    #: element offset, computed once: each later one at ``(first ^ X) + Y`` for constants X, Y checked for every thread
+    #: of the block (a swizzled tile's column step flips bits of the 16-byte unit, a panel step adds); True (default);
+    #: False: each store computes its whole offset (before D65)
+    MATRIX_STORE_OFFSETS_OPTION = "tilecore.cuda.matrix_store_offsets"
+
+    def matrix_store_ref(self, st, s) -> str | None:
+        """The element a :class:`MatrixStore` names, from the block's first matrix store into the same tile where
+        its offset is that one's ``(first ^ X) + Y`` for every thread (``tilecore.cuda.matrix_store_offsets``); the
+        first declares ``tc_msN``. None: the element as the C family spells it."""
+        ctx = getattr(st, "ctx", None)
+        threads = getattr(self, "_block_threads", 0)
+        if ctx is None or ctx.option(self.MATRIX_STORE_OFFSETS_OPTION, True) is False or threads <= 0 \
+                or len(s.indices) != 2:
+            return None
+        import numpy as np
+
+        t = np.arange(threads, dtype=np.int64)
+        lay = getattr(st, "shared_layouts", {}).get(id(s.buffer))
+        flat = lay.offset_expr(s.indices[0], s.indices[1]) if lay is not None else \
+            self._row_major(s.indices, s.buffer.shape)
+        off = _thread_values(flat, t, {})
+        if off is None:
+            return None
+        buf = self.name(st, s.buffer)
+        if not hasattr(st, "matrix_store_bases"):
+            st.matrix_store_bases = {}
+        bases = st.matrix_store_bases
+        base = bases.get(id(s.buffer))
+        if base is not None and self._in_scope(st, base[2]):
+            name, first, _decl = base
+            fit = _fit_offset(first, off)
+            if fit is not None:
+                x, y = fit
+                e = f"({name} ^ {x})" if x else name
+                return f"{buf}[{e} + {y}]" if y else f"{buf}[{e}]"
+        st.matrix_store_count = getattr(st, "matrix_store_count", 0) + 1
+        name = f"tc_ms{st.matrix_store_count - 1}"
+        decl = f"const int {name} = {self.flat_index(st, s.buffer, s.indices)};"
+        self.line(st, decl)
+        bases[id(s.buffer)] = (name, off, "  " * st.indent + decl)
+        return f"{buf}[{name}]"
+
+    @staticmethod
+    def _in_scope(st, decl: str) -> bool:
+        """The line ``decl`` was emitted in a scope still open: no line since has a smaller indent."""
+        depth = len(decl) - len(decl.lstrip(" "))
+        for ln in reversed(st.lines):
+            if ln == decl:
+                return True
+            if ln.strip() and len(ln) - len(ln.lstrip(" ")) < depth:
+                return False
+        return False
 
     def stmt_CopyBarrierInit(self, st, s):
         n = int(const_value(simplify(s.barrier.numel())))
@@ -1076,15 +1206,15 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
         st.warp_line, st.warp_declared = None, False
         # D59: a launch whose gemm reads registers the threads write (FlashAttention's P @ V): the uniform warp
         # index and the operand fence by default (measured there; the other kernels' sources as before)
-        st.register_operands = any(x.reads for x in collect(s.body, MatrixSync))
+        st.register_operands = any(x.reads for x in self.collected(st, s.body, MatrixSync))
         # D62: a persistent launch (tilecore.persistent's tile loop) of wgmma gemms on shared tiles (the GEMM the
         # plugin's pipeline runs): the uniform warp index and the shifts by default too (H200, 128x128x64/4 panel 8:
         # 0.87-0.95x the plugin without them, 0.97-1.04x with them, 16 rows over four processes; 128x256x64/3 and /4
         # within the noise, means +1.0% / 0.0%)
         st.persistent_gemm = bool(s.attrs.get("persistent")) and not st.register_operands and \
-            any(m.spelling.startswith("wgmma_") for m in collect(s.body, MatrixSync))
+            any(m.spelling.startswith("wgmma_") for m in self.collected(st, s.body, MatrixSync))
         # D63: the launch's matrix-unit k-step loops (tilecore.cuda.unroll_matrix_steps "auto": one of them)
-        st.matrix_loops = sum(1 for f in collect(s.body, For) if f.kind == "unroll" and collect(f.body, MatrixOp))
+        st.matrix_loops = sum(1 for f in self.collected(st, s.body, For) if f.kind == "unroll" and collect(f.body, MatrixOp))
         return super().stmt_KernelLaunch(st, s)
 
     def block_indices(self, st, s) -> None:

@@ -238,11 +238,12 @@ PIPELINE_OWN = ("tilecore.cuda.persistent", "tilecore.cuda.cluster_multicast", "
                 "tilecore.cuda.stream_k", "tilecore.cuda.pipeline_profile", "tilecore.cuda.tma_store",
                 "tilecore.cuda.keep_epilogue_checks", "tilecore.cuda.split_k", "tilecore.cuda.split_k_reduce")
 _UNSET = object()
-#: ``tilecore.cuda.general_plain_gemm`` unset: False, the plugin's pipeline. D62's rule ("auto") ran at the plugin's
-#: speed (0.970-1.035x in one run) but doubled the cold compile of the 128x256x64 GEMM (0.83 s of CPU against 0.39 on
-#: the CI box: the core's passes and a larger source for NVRTC), and issue 17's bar is 0.5 s: off until it compiles
-#: as cheaply (docs/decisions.md D62, eleventh session's addendum)
-GENERAL_PLAIN_GEMM_DEFAULT = False
+#: ``tilecore.cuda.general_plain_gemm`` unset: D62's rule ("auto"). The eleventh session's addendum had turned it off
+#: (False, the plugin's pipeline) because the routed 128x256x64 GEMM's cold compile doubled (0.83 s of CPU against
+#: 0.39 on the CI box); D65 brought it to 1.13-1.16x the plugin's (0.34 s against 0.30, min of 5-7 fresh processes),
+#: at the plugin's speed at run time (0.977-1.019x on the bar's twelve rows): routed by default again, 16-bit GEMMs
+#: only (an 8-bit GEMM, which "auto" routes since D67, keeps the pipeline unless asked: not measured routed by default)
+GENERAL_PLAIN_GEMM_DEFAULT = "auto"
 
 
 def routes_plain_gemm(ctx, esize: int = 2) -> bool:
@@ -250,7 +251,9 @@ def routes_plain_gemm(ctx, esize: int = 2) -> bool:
     True, False, or ``"auto"``: 16-bit and, since D67 (wgmma's 8-bit m64nNk32 a unit of the core's: B as (N, K) read
     K-major by TMA and descriptor, 0.97-1.02x the plugin on the H200), 8-bit operands (``esize``: bytes an element),
     and not where one of this pipeline's own options is asked for; unset: :data:`GENERAL_PLAIN_GEMM_DEFAULT`)."""
-    v = ctx.option(GENERAL_PLAIN_GEMM, GENERAL_PLAIN_GEMM_DEFAULT)
+    v = ctx.option(GENERAL_PLAIN_GEMM, _UNSET)
+    if v is _UNSET:  # the default: "auto" for 16-bit GEMMs (D65); an 8-bit one keeps the pipeline unless asked (D67)
+        v = GENERAL_PLAIN_GEMM_DEFAULT if esize == 2 else False
     if v == "auto":
         return esize in (1, 2) and not any(ctx.option(k, _UNSET) is not _UNSET for k in PIPELINE_OWN)
     if v in (True, "true", "True", "on", 1):
@@ -260,8 +263,8 @@ def routes_plain_gemm(ctx, esize: int = 2) -> bool:
     from tilecore.errors import CompileError
 
     raise CompileError(f"pass config {GENERAL_PLAIN_GEMM}={v!r}: expected True (the plain GEMM on the core's general "
-                       "path), \"auto\" (16- and 8-bit GEMMs that ask for none of the pipeline's own options) or False (the "
-                       "default: the plugin's Hopper pipeline)")
+                       "path), \"auto\" (16- and 8-bit GEMMs that ask for none of the pipeline's own options) or False "
+                       "(the plugin's Hopper pipeline); unset: \"auto\" for 16-bit GEMMs (D65)")
 
 
 def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:

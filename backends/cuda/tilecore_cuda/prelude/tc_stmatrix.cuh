@@ -8,7 +8,7 @@ __device__ __forceinline__ void tc_stsm_x4(unsigned addr, unsigned r0, unsigned 
                "r"(r2), "r"(r3)
                : "memory");
 }
-/* a packed pair (__half2, __nv_bfloat162) as the 32-bit register stmatrix takes */
+/* a packed pair (either 16-bit float type's pair) as the 32-bit register stmatrix takes */
 template <typename V> __device__ __forceinline__ unsigned tc_stsm_u32(const V& v) {
   return *reinterpret_cast<const unsigned*>(&v);
 }
