@@ -83,7 +83,8 @@ def test_which_kernels_the_register_program_takes(target, extra):
     """The inventory's rows (D63): the register program takes the GEMM with an epilogue and both attention
     kernels; softmax and RMSNorm have no T.Pipelined loop and the 777 GEMM's B rows are not 16-byte copies."""
     taken = {n for n in mma_general.KERNELS if _path(_attrs(n, target, {**REGPROG, **extra})).startswith("register")}
-    assert taken == {"gemm_epi", "gemm_epi_64", "gemm_epi_256", "gemm_nt", "gemm_relay", "fa", "fa_causal", "fa64"}, taken
+    assert taken == {"gemm_epi", "gemm_epi_64", "gemm_epi_256", "gemm_nt", "gemm_relay", "fa", "fa_causal", "fa64",
+                     "fa64_causal"}, taken
 
 
 # -- on a GPU: every path against float64 ------------------------------------------------------------------
@@ -123,11 +124,11 @@ def _inputs(name):
         M, N, K = Small.gemm777
         a, b = rnd(M, K, scale=0.25), rnd(K, N, scale=0.25)
         return (a, b), a.double() @ b.double(), 2e-2
-    if name in ("fa", "fa_causal", "fa64"):
+    if name.startswith("fa"):
         bb, h, s, d = Small.fa
         q, k, v = (rnd(bb, h, s, d) for _ in range(3))
         sc = (q.double() @ k.double().transpose(-1, -2)) / d ** 0.5
-        if name == "fa_causal":
+        if name.endswith("causal"):
             sc = sc.masked_fill(torch.ones(s, s, device="cuda", dtype=torch.bool).tril().logical_not(), float("-inf"))
         return (q, k, v), sc.softmax(-1) @ v.double(), 4e-3
     R, C = Small.rows
@@ -139,7 +140,7 @@ def _inputs(name):
 
 
 @gpu
-@pytest.mark.parametrize("variant", ["regprog", "general", "default", "lean", "all"])
+@pytest.mark.parametrize("variant", ["regprog", "general", "default", "lean", "all", "nn+d55", "nn+lean"])
 @pytest.mark.parametrize("name", list(mma_general.KERNELS))
 def test_device_every_path_matches_float64(name, variant):
     import torch
@@ -366,3 +367,26 @@ def test_defaults_on_sm80_route_the_gemm_form_and_keep_attention():
     assert _path(_attrs("gemm_epi", "cuda:sm_90a", {**NOCACHE, "tilecore.cuda.disable_wgmma": True})) == \
         "register program (mma.sync)"
     assert "pruned_barriers" not in _attrs("softmax", "cuda:sm_90a", NOCACHE)
+
+
+# -- D68: FlashAttention on the general path at the register program's registers ------------------------------
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("variant", ["general", "nn+lean"])
+def test_attention_on_the_host_emulator_matches_float64(causal, variant, tmp_path):
+    """The catalog's 32x32 attention (80 keys: a ragged last block) on sm_80's general path, the generated source
+    run on the host: against float64."""
+    import numpy as np
+
+    run = _emulate()
+    composite = pytest.importorskip("tilecore_conformance.composite")
+    kern = tilecore.compile(composite.attention("float16", causal), target="cuda:sm_80",
+                            pass_configs={**NOCACHE, **mma_general.VARIANTS[variant], "tilecore.fast_math": True})
+    assert _path(kern.meta["attrs"]) == "generic"
+    rng = np.random.default_rng(11)
+    shape = (composite.HEADS, composite.SEQ, composite.DIM)
+    q, k, v = (rng.standard_normal(shape).astype(np.float16) for _ in range(3))
+    out = run(kern, [q, k, v, np.zeros(shape, np.float16)], tmp_path)[3].astype(np.float64)
+    ref = composite.attention_ref([q, k, v], "float16", causal)[0]
+    err = np.abs(out - ref).max()
+    assert err <= 2e-3, f"{variant} causal={causal}: max error {err}"
