@@ -60,6 +60,8 @@ RELAY = {"tilecore.fold_relay_tiles": True}
 PRUNE = {"tilecore.prune_barriers": True}
 #: index arithmetic of values the loops show nonnegative as shifts and masks (D59's option; D68 on mma.sync)
 NN = "tilecore.cuda.nonnegative_index_shifts"
+#: two B operand loads of one k step as one ldmatrix .x4 (D68)
+PAIRS = "tilecore.cuda.ldmatrix_pairs"
 VARIANTS = {
     "regprog": {"tilecore.cuda.register_programs": True},
     "general": GENERAL,  # with this plugin's defaults (D63: pruned barriers, a one-gemm launch's k steps unrolled)
@@ -74,11 +76,11 @@ VARIANTS = {
     "lean": {**GENERAL, **RELAY, **PRUNE, **D55},  # everything but the unrolled k steps
     "all_regs": {**GENERAL, **RELAY, **PRUNE, **D55, "tilecore.cuda.unroll_matrix_steps": "registers"},
     "all": {**GENERAL, **RELAY, **PRUNE, **D55, "tilecore.cuda.unroll_matrix_steps": True},
-    # D68: FlashAttention's registers on the general path (the ldmatrix addresses' floor divisions as shifts: the
-    # 64-bit signed sequences of every k step's addresses, hoisted out of the loop, held the registers)
-    "nn": {**GENERAL, NN: True},
-    "nn+d55": {**GENERAL, NN: True, **D55},
-    "nn+lean": {**GENERAL, NN: True, **D55, **RELAY},
+    # D68: the general path before D68's defaults (the ldmatrix addresses' 64-bit floor divisions, B by .x2), with
+    # the index shifts but B still by .x2, and with D55's options on top of the defaults
+    "general-d63": {**GENERAL, NN: False, PAIRS: False},
+    "general-x2": {**GENERAL, PAIRS: False},
+    "d55": {**GENERAL, **D55},
 }
 
 

@@ -140,7 +140,7 @@ def _inputs(name):
 
 
 @gpu
-@pytest.mark.parametrize("variant", ["regprog", "general", "default", "lean", "all", "nn+d55", "nn+lean"])
+@pytest.mark.parametrize("variant", ["regprog", "general", "default", "lean", "all", "general-d63", "d55"])
 @pytest.mark.parametrize("name", list(mma_general.KERNELS))
 def test_device_every_path_matches_float64(name, variant):
     import torch
@@ -372,7 +372,7 @@ def test_defaults_on_sm80_route_the_gemm_form_and_keep_attention():
 # -- D68: FlashAttention on the general path at the register program's registers ------------------------------
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("variant", ["general", "nn+lean"])
+@pytest.mark.parametrize("variant", ["general-d63", "general", "lean"])
 def test_attention_on_the_host_emulator_matches_float64(causal, variant, tmp_path):
     """The catalog's 32x32 attention (80 keys: a ragged last block) on sm_80's general path, the generated source
     run on the host: against float64."""
