@@ -72,6 +72,7 @@ VARIANTS = {
     "relay": {**GENERAL, **RELAY},
     "prune": {**GENERAL, **PRUNE},
     "d55": {**GENERAL, **D55},
+    "fold": {**GENERAL, **RELAY},  # FlashAttention's O_shared folded: V gets a second stage at 163 KiB
     "unroll+prune": {**GENERAL, **PRUNE, "tilecore.cuda.unroll_matrix_steps": True},
     "lean": {**GENERAL, **RELAY, **PRUNE, **D55},  # everything but the unrolled k steps
     "all_regs": {**GENERAL, **RELAY, **PRUNE, **D55, "tilecore.cuda.unroll_matrix_steps": "registers"},
@@ -81,6 +82,7 @@ VARIANTS = {
     "general-d63": {**GENERAL, NN: False, PAIRS: False},
     "general-x2": {**GENERAL, PAIRS: False},
     "d55": {**GENERAL, **D55},
+    "fold": {**GENERAL, **RELAY},  # FlashAttention's O_shared folded: V gets a second stage at 163 KiB
 }
 
 
