@@ -1042,7 +1042,8 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
 
     #: pass config (D68): two B operand loads of mma.sync m16n8k16 next to each other (two n8 atoms of one k step,
     #: their registers adjacent) as one ldmatrix .x4, lanes 16-31 addressing the second atom's rows (the register
-    #: programs' form: half the ldmatrix of B); True (the default) or False (one .x2 each)
+    #: programs' form: half the ldmatrix of B); "auto" (the default): in launches of mma.sync k steps on a target
+    #: without wgmma (st.mma_sync_steps, where it was measured); True on any target; False one .x2 each
     LDMATRIX_PAIRS_OPTION = "tilecore.cuda.ldmatrix_pairs"
 
     def ldmatrix_pair(self, st, s1, s2) -> bool:
@@ -1050,7 +1051,8 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
         (two 8x8 matrices each) of the same tile, stored the same way, by the same lane, into consecutive registers of
         one array, the second origin a constant offset from the first; returns whether it did."""
         ctx = getattr(st, "ctx", None)
-        if ctx is None or ctx.option(self.LDMATRIX_PAIRS_OPTION, True) is False:
+        want = None if ctx is None else ctx.option(self.LDMATRIX_PAIRS_OPTION, "auto")
+        if not (want is True or want == "auto" and getattr(st, "mma_sync_steps", False)):
             return False
         if not (s1.operand == s2.operand == "b" and s1.spelling == s2.spelling and s1.trans == s2.trans
                 and s1.dst is s2.dst and s1.origin.buffer is s2.origin.buffer
