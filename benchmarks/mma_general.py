@@ -57,7 +57,6 @@ GENERAL = {"tilecore.cuda.register_programs": False}
 D55 = {"tilecore.store_cast_once": True, "tilecore.prune_condition_binds": True,
        "tilecore.split_masked_iterations": True}
 RELAY = {"tilecore.fold_relay_tiles": True}
-NOFOLD = {"tilecore.fold_relay_tiles": False}
 PRUNE = {"tilecore.prune_barriers": True}
 #: index arithmetic of values the loops show nonnegative as shifts and masks (D59's option; D68 on mma.sync)
 NN = "tilecore.cuda.nonnegative_index_shifts"
@@ -74,16 +73,6 @@ VARIANTS = {
     "prune": {**GENERAL, **PRUNE},
     "d55": {**GENERAL, **D55},
     "fold": {**GENERAL, **RELAY},  # FlashAttention's O_shared folded: V gets a second stage at 163 KiB
-    "unroll+prune": {**GENERAL, **PRUNE, "tilecore.cuda.unroll_matrix_steps": True},
-    "lean": {**GENERAL, **RELAY, **PRUNE, **D55},  # everything but the unrolled k steps
-    "all_regs": {**GENERAL, **RELAY, **PRUNE, **D55, "tilecore.cuda.unroll_matrix_steps": "registers"},
-    "all": {**GENERAL, **RELAY, **PRUNE, **D55, "tilecore.cuda.unroll_matrix_steps": True},
-    # D68: the general path as D63 left it (the ldmatrix addresses' 64-bit floor divisions, B by .x2, FlashAttention's
-    # O_shared kept), with the index shifts only, with the shifts and B pairs but O_shared kept (no V stage)
-    "general-d63": {**GENERAL, NN: False, PAIRS: False, **NOFOLD},
-    "general-x2": {**GENERAL, PAIRS: False, **NOFOLD},
-    "nofold": {**GENERAL, **NOFOLD},
-    "d55": {**GENERAL, **D55},
     "unroll+prune": {**GENERAL, **PRUNE, "tilecore.cuda.unroll_matrix_steps": True},
     "lean": {**GENERAL, **RELAY, **PRUNE, **D55},  # everything but the unrolled k steps
     "all_regs": {**GENERAL, **RELAY, **PRUNE, **D55, "tilecore.cuda.unroll_matrix_steps": "registers"},

@@ -140,7 +140,7 @@ def _inputs(name):
 
 
 @gpu
-@pytest.mark.parametrize("variant", ["regprog", "general", "default", "lean", "all", "general-d63", "nofold"])
+@pytest.mark.parametrize("variant", ["regprog", "general", "default", "lean", "all", "general-d63", "d55"])
 @pytest.mark.parametrize("name", list(mma_general.KERNELS))
 def test_device_every_path_matches_float64(name, variant):
     import torch
@@ -192,7 +192,7 @@ def test_prune_barriers_leaves_one_barrier_a_gemm_iteration():
 def test_relay_fold_stages_v_and_barriers_follow_the_waits():
     """FlashAttention at 163 KiB: O_shared folded (D63), V staged beside K (two commit groups), and with the
     barriers pruned one barrier after each of the two waits (K's at the top, V's before P @ V)."""
-    plain = _lowered("fa", {"tilecore.prune_barriers": False, "tilecore.fold_relay_tiles": False})
+    plain = _lowered("fa", {"tilecore.prune_barriers": False})
     assert "V_shared" not in plain[2].attrs["pipelines"][0] and "O_shared" in plain[3].code
     on = _lowered("fa", OPTIONS)
     assert on[2].attrs["relay_tiles"] == ("O_shared",)
@@ -372,7 +372,7 @@ def test_defaults_on_sm80_route_the_gemm_form_and_keep_attention():
 # -- D68: FlashAttention on the general path at the register program's registers ------------------------------
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("variant", ["general-d63", "nofold", "general", "lean"])
+@pytest.mark.parametrize("variant", ["general-d63", "general", "lean"])
 def test_attention_on_the_host_emulator_matches_float64(causal, variant, tmp_path):
     """The catalog's 32x32 attention (80 keys: a ragged last block) on sm_80's general path, the generated source
     run on the host: against float64."""
@@ -452,20 +452,3 @@ def test_flash_attention_general_path_registers(name):
         before = tilecore.compile(build(Big), out_idx=out_idx, target="cuda:sm_80",
                                   pass_configs={**NOCACHE, **own, **mma_general.VARIANTS["general-d63"]})
         assert before.source.meta["ptxas"].get("stack", 0) > 0
-
-
-def test_relay_fold_by_default_where_attention_runs_on_the_general_path():
-    """cuda.fold_relay_tiles (D68): where FlashAttention's form is left to the general path on a target without wgmma,
-    O_shared is folded (as the register program folds it, D33) and V takes its second stage; the GEMM form keeps its
-    tile (its epilogue measured slower folded, D63); tilecore.fold_relay_tiles=False keeps it; sm_90a untouched."""
-    def attrs(name, cfg, target="cuda:sm_80"):
-        return _attrs(name, target, {**NOCACHE, **cfg})
-
-    general = attrs("fa", GENERAL)
-    assert general["relay_tiles"] == ("O_shared",) and "V_shared async" in general["pipelines"][0]
-    routed = attrs("fa", {"tilecore.cuda.mma_general_forms": ["gemm", "attention"]})
-    assert routed["relay_tiles"] == ("O_shared",) and _path(routed) == "generic"
-    assert "relay_tiles" not in attrs("fa", {**GENERAL, "tilecore.fold_relay_tiles": False})
-    assert "relay_tiles" not in attrs("gemm_relay", GENERAL)
-    assert "relay_tiles" not in attrs("fa", GENERAL, "cuda:sm_90a")
-    assert _path(attrs("fa", {})) == "register program (mma.sync)"  # the default routing: its own fold (D33)

@@ -119,16 +119,10 @@ def fold_relay_tiles(func, ctx):
     """Shared tiles that only relay a fragment to global memory become direct copies (module docstring)."""
     if ctx.option(OPTION, False) is not True:
         return func
-    return fold_function(func)
-
-
-def fold_function(func, launches=None):
-    """The fold on every kernel launch of ``func`` (or those ``launches(launch)`` accepts), whatever the option
-    says: the pass above, and a backend's default (D68: a plugin's, for FlashAttention's form)."""
     names: list = []
 
     def fix(s):
-        if not isinstance(s, KernelLaunch) or (launches is not None and not launches(s)):
+        if not isinstance(s, KernelLaunch):
             return None
         body = list(s.body.body) if isinstance(s.body, Seq) else [s.body]
         new, folded = fold(body)

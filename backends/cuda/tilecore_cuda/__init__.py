@@ -121,13 +121,11 @@ class CUDABackend(Backend):
         from tilecore.passes.simt import simt_distribute  # compile-time only: loading a kernel needs no passes
 
         from ._prune import prune_barriers_by_default
-        from ._relay import fold_attention_relay_tiles
         from .hopper import hopper_gemm_pipeline
         from .intrinsics import mark_block_threads
         from .regprog import hopper_register_program, register_program
 
-        return [PassSpec("layout", fold_attention_relay_tiles, position="before"),
-                PassSpec("tile-lowering", hopper_gemm_pipeline, position="before"),
+        return [PassSpec("tile-lowering", hopper_gemm_pipeline, position="before"),
                 PassSpec("tile-lowering", hopper_register_program, position="before"),
                 PassSpec("tile-lowering", register_program, position="before"),
                 PassSpec("tile-lowering", mark_block_threads, position="before"),
