@@ -71,14 +71,12 @@ VARIANTS = {
     "unroll": {**GENERAL, "tilecore.cuda.unroll_matrix_steps": True},
     "relay": {**GENERAL, **RELAY},
     "prune": {**GENERAL, **PRUNE},
-    "d55": {**GENERAL, **D55},
-    "fold": {**GENERAL, **RELAY},  # FlashAttention's O_shared folded: V gets a second stage at 163 KiB
     "unroll+prune": {**GENERAL, **PRUNE, "tilecore.cuda.unroll_matrix_steps": True},
     "lean": {**GENERAL, **RELAY, **PRUNE, **D55},  # everything but the unrolled k steps
     "all_regs": {**GENERAL, **RELAY, **PRUNE, **D55, "tilecore.cuda.unroll_matrix_steps": "registers"},
     "all": {**GENERAL, **RELAY, **PRUNE, **D55, "tilecore.cuda.unroll_matrix_steps": True},
     # D68: the general path before D68's defaults (the ldmatrix addresses' 64-bit floor divisions, B by .x2), with
-    # the index shifts but B still by .x2, and with D55's options on top of the defaults
+    # the index shifts but B still by .x2; D55's options, the relay fold (FlashAttention's V staged) on the defaults
     "general-d63": {**GENERAL, NN: False, PAIRS: False},
     "general-x2": {**GENERAL, PAIRS: False},
     "d55": {**GENERAL, **D55},
