@@ -19,7 +19,7 @@ of that):
 Kernels (``--only``): ``gemm_epi`` (4096^3 fp16, bias + ReLU on the accumulator, 128x128x32, 256 threads, 3
 stages; ``gemm_epi_64`` at 64x128x64 with 128 threads, ``gemm_epi_256`` at 256x128x32 with 512 threads),
 ``gemm_nt`` (bfloat16, B stored (N, K), no epilogue, 128x128x32), ``gemm_relay`` (C through a shared tile, 128x128x32), ``fa`` / ``fa_causal`` (TileLang's example_mha_fwd_bhsd at its own configuration: 128x128, 2 stages, 256
-threads, fast math; b8 h32 s4096 d128; ``fa64`` non-causal at 64x64 with 128 threads), ``softmax`` / ``rmsnorm`` (the catalog's, 4096x8192 fp16, a row per
+threads, fast math; b8 h32 s4096 d128, ``--fa`` for others; ``fa64`` / ``fa64_causal`` at 64x64 with 128 threads), ``softmax`` / ``rmsnorm`` (the catalog's, 4096x8192 fp16, a row per
 block), ``gemm777`` (4096x777x4096 fp16, B rows of 777 elements, 128x128x32, 256 threads, 2 stages).
 
 Each row: the path the kernel took (``tilecore_cuda.lowering_path``), milliseconds (median of 5 batches of
@@ -58,6 +58,10 @@ D55 = {"tilecore.store_cast_once": True, "tilecore.prune_condition_binds": True,
        "tilecore.split_masked_iterations": True}
 RELAY = {"tilecore.fold_relay_tiles": True}
 PRUNE = {"tilecore.prune_barriers": True}
+#: index arithmetic of values the loops show nonnegative as shifts and masks (D59's option; D68 on mma.sync)
+NN = "tilecore.cuda.nonnegative_index_shifts"
+#: two B operand loads of one k step as one ldmatrix .x4 (D68)
+PAIRS = "tilecore.cuda.ldmatrix_pairs"
 VARIANTS = {
     "regprog": {"tilecore.cuda.register_programs": True},
     "general": GENERAL,  # with this plugin's defaults (D63: pruned barriers, a one-gemm launch's k steps unrolled)
@@ -67,11 +71,16 @@ VARIANTS = {
     "unroll": {**GENERAL, "tilecore.cuda.unroll_matrix_steps": True},
     "relay": {**GENERAL, **RELAY},
     "prune": {**GENERAL, **PRUNE},
-    "d55": {**GENERAL, **D55},
     "unroll+prune": {**GENERAL, **PRUNE, "tilecore.cuda.unroll_matrix_steps": True},
     "lean": {**GENERAL, **RELAY, **PRUNE, **D55},  # everything but the unrolled k steps
     "all_regs": {**GENERAL, **RELAY, **PRUNE, **D55, "tilecore.cuda.unroll_matrix_steps": "registers"},
     "all": {**GENERAL, **RELAY, **PRUNE, **D55, "tilecore.cuda.unroll_matrix_steps": True},
+    # D68: the general path before D68's defaults (the ldmatrix addresses' 64-bit floor divisions, B by .x2), with
+    # the index shifts but B still by .x2; D55's options, the relay fold (FlashAttention's V staged) on the defaults
+    "general-d63": {**GENERAL, NN: False, PAIRS: False},
+    "general-x2": {**GENERAL, PAIRS: False},
+    "d55": {**GENERAL, **D55},
+    "fold": {**GENERAL, **RELAY},  # FlashAttention's O_shared folded: V gets a second stage at 163 KiB
 }
 
 
@@ -125,6 +134,7 @@ KERNELS = {
     "fa_causal": (lambda a: flash(*a.fa, True), {"tilecore.fast_math": True}, [3]),
     # the same kernel at 64x64 with one warpgroup (the register program's other FlashAttention shape)
     "fa64": (lambda a: flash(*a.fa, False, 64, 64, 128), {"tilecore.fast_math": True}, [3]),
+    "fa64_causal": (lambda a: flash(*a.fa, True, 64, 64, 128), {"tilecore.fast_math": True}, [3]),
     "softmax": (lambda a: softmax_k(*a.rows), {}, [-1]),
     "rmsnorm": (lambda a: rmsnorm_k(*a.rows), {}, [-1]),
     "gemm777": (lambda a: gemm_777(*a.gemm777), {}, [-1]),
@@ -183,10 +193,10 @@ def main() -> int:
             M, N, K = args.gemm
             a, b = rnd(M, K, scale=0.125, dtype=torch.bfloat16), rnd(N, K, scale=0.125, dtype=torch.bfloat16)
             return (a, b), (lambda: a @ b.t()), 2 * M * N * K, "flop"
-        if name in ("fa", "fa_causal", "fa64"):
+        if name.startswith("fa"):
             bb, h, s, d = args.fa
             q, k, v = (rnd(bb, h, s, d) for _ in range(3))
-            causal = name == "fa_causal"
+            causal = name.endswith("causal")
             flops = 4 * bb * h * s * s * d // (2 if causal else 1)
             return (q, k, v), (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)), flops, "flop"
         if name == "softmax":

@@ -515,6 +515,20 @@ step mmasync bash -c 'rc=0;
      timeout -k 5 90 python3 benchmarks/mma_general.py --rep 20 --only gemm_epi,gemm_epi_64,gemm_epi_256,gemm_nt,gemm_relay,softmax,rmsnorm,gemm777 \
        --variants "${MMA_VARIANTS:-regprog,general-d62,general,relay,default}" || rc=$?;
      timeout -k 5 60 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_general.py -rs -k device || rc=$?; exit $rc'
+# FlashAttention on sm_80's general path at the register program's speed (D68): the sm_80 profile overlaid as in
+# mmasync; TileLang's forward at 128x128 (256 threads) and 64x64 (128 threads), causal and not, d128 (mmafa) and d64
+# (mmafa64, with the GEMM rows); rows regprog (the register program), general-d63 (the general path before D68),
+# general-x2 (the index shifts, B by .x2), general (D68's defaults: + B pairs by .x4), d55 (+ D55's options), fold
+# (+ the relay fold: V staged), lean (+ both); SDPA / cuBLAS in the same process.
+# Then the device tests of the sm_80 paths (mmafa-tests). About 3 min each
+step mmafa timeout -k 5 220 python3 benchmarks/mma_general.py --rep 10 --only fa,fa_causal,fa64,fa64_causal \
+     --variants "${MMAFA_VARIANTS:-regprog,general-d63,general-x2,general,d55,fold,lean}"
+step mmafa64 bash -c 'rc=0;
+     timeout -k 5 150 python3 benchmarks/mma_general.py --rep 10 --fa 8,32,4096,64 --only fa,fa_causal,fa64,fa64_causal \
+       --variants "${MMAFA64_VARIANTS:-regprog,general-d63,general,d55,fold,lean}" || rc=$?;
+     timeout -k 5 80 python3 benchmarks/mma_general.py --rep 20 --only gemm_epi,gemm_epi_64,gemm_epi_256,gemm_nt,gemm_relay \
+       --variants "${MMAFA_GEMM_VARIANTS:-regprog,general-d63,general-x2,general}" || rc=$?; exit $rc'
+step mmafa-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_general.py -rs -k device
 # the catalog with the sm_80 paths (D63), device mode: the sm_80 profile overlaid on the H100 (the three feature/
 # cases that require TMA, warp specialization or clusters left out: the overlay removes those features), once with
 # the defaults (D63's routing: the GEMM form on the general path, attention on the register program; pruned

@@ -174,8 +174,9 @@ def test_readme_gemm_sass_has_hmma_ldsm_ldgsts(target, path):
     k = tilecore.compile(matmul_relu(1000, 512, 256, 64, 64, 32), target=target, out_idx=[-1],
                          pass_configs={**NOCACHE, **PATHS[path]})
     sass = _sass(k, target)
-    # B (K x N) by transposing ldmatrix: four 8x8 matrices at a time in the plugin's GEMM, two (one atom) on the unit
-    b_load = "LDSM.16.MT88.4" if path == "plugin" else "LDSM.16.MT88.2"
+    # B (K x N) by transposing ldmatrix: four 8x8 matrices at a time in the plugin's GEMM and on the unit where the
+    # target has no wgmma (two atoms a load: D68's pairs), two (one atom) on sm_90a's unit
+    b_load = "LDSM.16.MT88.4" if path == "plugin" or target != "cuda:sm_90a" else "LDSM.16.MT88.2"
     for op in ("HMMA.16816.F32", "LDSM.16.M88.4", b_load, "LDGSTS.E.BYPASS.128", "LDGDEPBAR"):
         assert op in sass, op
     if path == "unit":  # the operand and accumulator arrays stay in registers
@@ -191,8 +192,10 @@ def test_bf16_and_transposes_compile_to_hmma(path):
             _assert_path(k, path, "bfloat16")
             sass = _sass(k, "cuda:sm_80")
             assert "HMMA.16816.F32.BF16" in sass
-            # every transpose takes ldmatrix: A stored K x M by .trans (x4), B stored N x K without (x2 on the unit)
-            assert ("LDSM.16.MT88.4" in sass) == ta or path == "plugin"
+            # every transpose takes ldmatrix: A stored K x M by .trans (x4), B stored K x N by .trans and N x K
+            # without (x4 on the unit too: two atoms a load, D68's pairs)
+            assert ("LDSM.16.MT88.4" in sass) == (ta or not tb) or path == "plugin"
+            assert "LDSM.16.MT88.2" not in sass and "LDSM.16.M88.2" not in sass
             assert "LDSM.16.M88" in sass if (not ta or tb) else True
 
 

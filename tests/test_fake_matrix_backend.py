@@ -123,12 +123,13 @@ def test_mma_sync_through_the_core_model_for_a_gemm_off_the_matched_forms():
     _on_unit(k, "C_local", "mma_sync_m16n8k16")
     assert "tc_mma_16816_r(" in k.source.code
     # A (64 x 32 tile, rows of 64 bytes) and B (32 x 64, rows of 128 bytes) both take ldmatrix: x4 for A,
-    # x2.trans for B stored K x N
-    assert "tc_ldsm_regs<4, false>(" in k.source.code and "tc_ldsm_regs<2, true>(" in k.source.code
+    # x4.trans for B stored K x N (two atoms a load, D68's pairs)
+    assert "tc_ldsm_regs<4, false>(" in k.source.code and "tc_ldsm_regs<4, true>(" in k.source.code
+    assert "tc_ldsm_regs<2, " not in k.source.code
     sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
     hmma = sass.count("HMMA.16816.F32")          # 2 x 4 atoms per warp (32 x 32) per k step of 16
     assert hmma in (8, 16), hmma                  # the loop over the tile's two k steps, or it unrolled
-    assert "LDSM.16.M88.4" in sass and "LDSM.16.MT88.2" in sass
+    assert "LDSM.16.M88.4" in sass and "LDSM.16.MT88.4" in sass
     assert "LDL" not in sass and "STL" not in sass  # operand and accumulator arrays stay in registers
     rng = np.random.default_rng(6)
     a, b, a64, b64 = _operands(rng, (M, K), (K, N))

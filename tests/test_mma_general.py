@@ -83,7 +83,8 @@ def test_which_kernels_the_register_program_takes(target, extra):
     """The inventory's rows (D63): the register program takes the GEMM with an epilogue and both attention
     kernels; softmax and RMSNorm have no T.Pipelined loop and the 777 GEMM's B rows are not 16-byte copies."""
     taken = {n for n in mma_general.KERNELS if _path(_attrs(n, target, {**REGPROG, **extra})).startswith("register")}
-    assert taken == {"gemm_epi", "gemm_epi_64", "gemm_epi_256", "gemm_nt", "gemm_relay", "fa", "fa_causal", "fa64"}, taken
+    assert taken == {"gemm_epi", "gemm_epi_64", "gemm_epi_256", "gemm_nt", "gemm_relay", "fa", "fa_causal", "fa64",
+                     "fa64_causal"}, taken
 
 
 # -- on a GPU: every path against float64 ------------------------------------------------------------------
@@ -123,11 +124,11 @@ def _inputs(name):
         M, N, K = Small.gemm777
         a, b = rnd(M, K, scale=0.25), rnd(K, N, scale=0.25)
         return (a, b), a.double() @ b.double(), 2e-2
-    if name in ("fa", "fa_causal", "fa64"):
+    if name.startswith("fa"):
         bb, h, s, d = Small.fa
         q, k, v = (rnd(bb, h, s, d) for _ in range(3))
         sc = (q.double() @ k.double().transpose(-1, -2)) / d ** 0.5
-        if name == "fa_causal":
+        if name.endswith("causal"):
             sc = sc.masked_fill(torch.ones(s, s, device="cuda", dtype=torch.bool).tril().logical_not(), float("-inf"))
         return (q, k, v), sc.softmax(-1) @ v.double(), 4e-3
     R, C = Small.rows
@@ -139,7 +140,7 @@ def _inputs(name):
 
 
 @gpu
-@pytest.mark.parametrize("variant", ["regprog", "general", "default", "lean", "all"])
+@pytest.mark.parametrize("variant", ["regprog", "general", "default", "lean", "all", "general-d63", "d55"])
 @pytest.mark.parametrize("name", list(mma_general.KERNELS))
 def test_device_every_path_matches_float64(name, variant):
     import torch
@@ -366,3 +367,88 @@ def test_defaults_on_sm80_route_the_gemm_form_and_keep_attention():
     assert _path(_attrs("gemm_epi", "cuda:sm_90a", {**NOCACHE, "tilecore.cuda.disable_wgmma": True})) == \
         "register program (mma.sync)"
     assert "pruned_barriers" not in _attrs("softmax", "cuda:sm_90a", NOCACHE)
+
+
+# -- D68: FlashAttention on the general path at the register program's registers ------------------------------
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("variant", ["general-d63", "general", "lean"])
+def test_attention_on_the_host_emulator_matches_float64(causal, variant, tmp_path):
+    """The catalog's 32x32 attention (80 keys: a ragged last block) on sm_80's general path, the generated source
+    run on the host: against float64."""
+    import numpy as np
+
+    run = _emulate()
+    composite = pytest.importorskip("tilecore_conformance.composite")
+    kern = tilecore.compile(composite.attention("float16", causal), target="cuda:sm_80",
+                            pass_configs={**NOCACHE, **mma_general.VARIANTS[variant], "tilecore.fast_math": True})
+    assert _path(kern.meta["attrs"]) == "generic"
+    rng = np.random.default_rng(11)
+    shape = (composite.HEADS, composite.SEQ, composite.DIM)
+    q, k, v = (rng.standard_normal(shape).astype(np.float16) for _ in range(3))
+    out = run(kern, [q, k, v, np.zeros(shape, np.float16)], tmp_path)[3].astype(np.float64)
+    ref = composite.attention_ref([q, k, v], "float16", causal)[0]
+    err = np.abs(out - ref).max()
+    assert err <= 2e-3, f"{variant} causal={causal}: max error {err}"
+
+
+def _loop_text(code: str, loop: str) -> str:
+    body = code[code.rindex("__global__"):]
+    start = body.index(f"for (long long {loop} = 0;")
+    pad = start - body.rindex("\n", 0, start) - 1
+    return body[start:body.index("\n" + " " * pad + "}\n", start)]
+
+
+@pytest.mark.parametrize("pairs", [True, False])
+def test_ldmatrix_pairs(pairs):
+    """tilecore.cuda.ldmatrix_pairs (D68, default True): two B atoms of one k step by one ldmatrix .x4 (lanes 16-31
+    address the second atom), as the register program loads them; False keeps one .x2 an atom. FlashAttention's
+    Q K^T (B = K stored (N, K): plain) and P @ V (B = V stored (K, N): .trans), 16 n8 atoms each."""
+    cfg = {} if pairs else {"tilecore.cuda.ldmatrix_pairs": False}
+    loop = _loop_text(_lowered("fa", cfg, size=Small)[3].code, "k")
+    for arr, trans in (("acc_s_mma_b", "false"), ("acc_o_mma_b", "true")):
+        x4 = len(re.findall(rf"tc_ldsm_regs<4, {trans}>\(&{arr}\[(\d+)\]", loop))
+        x2 = len(re.findall(rf"tc_ldsm_regs<2, {trans}>\(&{arr}\[(\d+)\]", loop))
+        assert (x4, x2) == ((8, 0) if pairs else (0, 16)), (arr, x4, x2)
+    # the GEMM form too (B's atoms 16 columns apart there: 2 x 4 warps over 128 x 128)
+    gemm = _loop_text(_lowered("gemm_epi", cfg, size=Small)[3].code, "ko")
+    assert len(re.findall(r"tc_ldsm_regs<4, true>\(&C_local_mma_b", gemm)) == (4 if pairs else 0)
+
+
+def test_index_shifts_on_mma_sync_launches():
+    """tilecore.cuda.nonnegative_index_shifts "auto" (D68): in a launch of mma.sync k steps on a target without wgmma
+    the loops' floor divisions and remainders by powers of two of nonnegative values are shifts and masks (the
+    64-bit signed sequences of the ldmatrix addresses held FlashAttention's registers); False keeps them."""
+    def loads(cfg):  # the k loop's ldmatrix lines
+        loop = _loop_text(_lowered("fa", cfg, size=Small)[3].code, "k")
+        return "\n".join(x for x in loop.splitlines() if "tc_ldsm_regs<" in x)
+
+    on, off = loads({}), loads({"tilecore.cuda.nonnegative_index_shifts": False})
+    assert on.count("tc_ldsm_regs<") == 17 and "tc_floormod(" not in on and "tc_floordiv(" not in on
+    assert off.count("tc_floormod(") > 100
+
+
+@needs_toolchain
+@pytest.mark.parametrize("name", ["fa", "fa_causal", "fa64", "fa64_causal"])
+def test_flash_attention_general_path_registers(name):
+    """ptxas on sm_80 (D68): FlashAttention on the general path at b8 h32 s4096 d128 holds no stack and no spills,
+    at most the register program's registers (232 / 246 / 168 / 210 with NVRTC 13.0); before D68 (the shifts off, B
+    by .x2) the 128x128 kernels kept a 128-byte stack (P in local memory: its P @ V k steps rolled)."""
+    class Big(Small):
+        fa = (8, 32, 4096, 128)
+
+    build, own, out_idx = mma_general.KERNELS[name]
+    regs = {}
+    for var in ("regprog", "general"):
+        kern = tilecore.compile(build(Big), out_idx=out_idx, target="cuda:sm_80",
+                                pass_configs={**NOCACHE, **own, **mma_general.VARIANTS[var]})
+        rep = kern.source.meta["ptxas"]
+        if rep.get("reported") is False:
+            pytest.skip("this toolchain returned no ptxas report")
+        regs[var] = rep["registers"]
+        assert rep.get("stack", 0) == 0 and rep.get("spill_stores", 0) == 0, (var, rep)
+    assert regs["general"] <= regs["regprog"], regs
+    if name in ("fa", "fa_causal"):
+        before = tilecore.compile(build(Big), out_idx=out_idx, target="cuda:sm_80",
+                                  pass_configs={**NOCACHE, **own, **mma_general.VARIANTS["general-d63"]})
+        assert before.source.meta["ptxas"].get("stack", 0) > 0

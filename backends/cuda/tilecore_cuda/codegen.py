@@ -15,7 +15,7 @@ from importlib import resources
 from tilecore.codegen import SIMTCppEmitter, EmitState, abi_of, host_expr
 from tilecore.codegen.simtcpp import grid3
 from tilecore.errors import CompileError
-from tilecore.ir import (as_expr, BinOp, Bind, For, ThreadIndex, AsyncCopy, CopyBarrierWait, VectorStore, BufferLoad, BulkCopy, BulkStore, Cast, Collective, MatrixOp, MatrixStore, MatrixSync, Seq, Store, binary, collect, const,
+from tilecore.ir import (as_expr, BinOp, Bind, For, ThreadIndex, AsyncCopy, CopyBarrierWait, VectorStore, BufferLoad, BulkCopy, BulkStore, Cast, Collective, MatrixLoad, MatrixOp, MatrixStore, MatrixSync, Seq, Store, binary, collect, const,
                          const_value, logic_or, simplify, Var, walk, walk_expr, IntImm, Select, Cmp, is_float)
 from tilecore.codegen.cfamily import st_fast
 from tilecore.ir.visit import stmt_exprs
@@ -669,6 +669,15 @@ __device__ __forceinline__ unsigned long long tc_wg_desc_at(unsigned long long d
     #: parity without the 64-bit signed division sequences (about 15 instructions an iteration)
     NONNEG_OPTION = "tilecore.cuda.nonnegative_index_shifts"
 
+    def nonneg_shifts(self, st) -> bool:
+        """tilecore.cuda.nonnegative_index_shifts: True / False as asked; "auto" as D59 / D62 say (:meth:`_auto_option`)
+        and (D68) in a launch of mma.sync k steps on a target without wgmma (st.mma_sync_steps): there the ldmatrix
+        addresses' 64-bit signed floor divisions, hoisted out of the loop, held FlashAttention's registers (252 and a
+        stack at 128x128; 223 without, its k steps then unrolled)."""
+        if self._auto_option(st, self.NONNEG_OPTION, gemm=True):
+            return True
+        return st.ctx.option(self.NONNEG_OPTION, "auto") == "auto" and bool(getattr(st, "mma_sync_steps", False))
+
     def nonnegative(self, st, e) -> bool:
         """Whether ``e`` is at least 0 wherever it is evaluated: a constant, a variable of an enclosing loop
         (its start a constant) plus a constant no smaller than minus that start, sums, products, quotients
@@ -737,7 +746,7 @@ __device__ __forceinline__ unsigned long long tc_wg_desc_at(unsigned long long d
             if how is True or how == "registers" and self._indexes_registers(s):
                 self.line(st, "#pragma unroll")
         lo = const_value(s.start)
-        nonneg = ctx is not None and self._auto_option(st, self.NONNEG_OPTION, gemm=True) and isinstance(lo, int)
+        nonneg = ctx is not None and self.nonneg_shifts(st) and isinstance(lo, int)
         if unrolled:
             if not hasattr(st, "unrolled"):
                 st.unrolled = []
@@ -771,6 +780,10 @@ __device__ __forceinline__ unsigned long long tc_wg_desc_at(unsigned long long d
                     self.stmt(st, b)
                 self.row_divide(st, stores)
                 k = end
+                continue
+            if (isinstance(s.body[k], MatrixLoad) and k + 1 < len(s.body) and isinstance(s.body[k + 1], MatrixLoad)
+                    and self.ldmatrix_pair(st, s.body[k], s.body[k + 1])):
+                k += 2
                 continue
             self.stmt(st, s.body[k])
             k += 1
@@ -1016,16 +1029,58 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
             raise CompileError(f"internal: turn phase {s.phase!r}", s.span)
         self.line(st, text)
 
-    def stmt_MatrixLoad(self, st, s):
-        """ldmatrix where the stored tile allows it (16-bit elements in shared memory, 16-byte rows: the
-        row length and the origin's column multiples of 8 elements); the per-register loads otherwise."""
+    @staticmethod
+    def _ldmatrix_ok(s) -> bool:
+        """``s`` (a MatrixLoad) is one ldmatrix: the mma.sync unit, 16-bit elements of a shared tile whose rows and
+        origin column are whole 16-byte units."""
         from .units import MMA_16816
 
         src = s.origin.buffer
         row_len = const_value(simplify(src.shape[-1])) if len(src.shape) >= 2 else None
-        if (s.spelling != MMA_16816 or src.scope in ("global", "register") or src.dtype.bytes != 2
-                or row_len is None or row_len % 8 or s.align % 8):
+        return not (s.spelling != MMA_16816 or src.scope in ("global", "register") or src.dtype.bytes != 2
+                    or row_len is None or row_len % 8 or s.align % 8)
+
+    #: pass config (D68): two B operand loads of mma.sync m16n8k16 next to each other (two n8 atoms of one k step,
+    #: their registers adjacent) as one ldmatrix .x4, lanes 16-31 addressing the second atom's rows (the register
+    #: programs' form: half the ldmatrix of B); "auto" (the default): in launches of mma.sync k steps on a target
+    #: without wgmma (st.mma_sync_steps, where it was measured); True on any target; False one .x2 each
+    LDMATRIX_PAIRS_OPTION = "tilecore.cuda.ldmatrix_pairs"
+
+    def ldmatrix_pair(self, st, s1, s2) -> bool:
+        """Emit MatrixLoads ``s1``, ``s2`` as one ``ldmatrix .x4`` if they pair (see LDMATRIX_PAIRS_OPTION): B operands
+        (two 8x8 matrices each) of the same tile, stored the same way, by the same lane, into consecutive registers of
+        one array, the second origin a constant offset from the first; returns whether it did."""
+        ctx = getattr(st, "ctx", None)
+        want = None if ctx is None else ctx.option(self.LDMATRIX_PAIRS_OPTION, "auto")
+        if not (want is True or want == "auto" and getattr(st, "mma_sync_steps", False)):
+            return False
+        if not (s1.operand == s2.operand == "b" and s1.spelling == s2.spelling and s1.trans == s2.trans
+                and s1.dst is s2.dst and s1.origin.buffer is s2.origin.buffer
+                and const_value(simplify(binary("sub", s2.lane, s1.lane))) == 0
+                and self._ldmatrix_ok(s1) and self._ldmatrix_ok(s2)):
+            return False
+        n, trans, lane_rc = self.LDMATRIX[("b", s1.trans)]
+        if s2.dst_offset != s1.dst_offset + 2 * n or len(s1.origin.indices) != len(s2.origin.indices):
+            return False
+        deltas = [const_value(simplify(binary("sub", b, a))) for a, b in zip(s1.origin.indices, s2.origin.indices)]
+        if any(not isinstance(d, int) for d in deltas):
+            return False
+        # the .x2 addresses depend on lane % 16 only: lanes 16-31 give the second atom's the same way
+        half = binary("div", s1.lane, 16)
+        dr, dc = lane_rc(s1.lane)
+        idx = [binary("add", i, binary("mul", half, d)) if d else i for i, d in zip(s1.origin.indices, deltas)]
+        idx[-2], idx[-1] = binary("add", idx[-2], dr), binary("add", idx[-1], dc)
+        src = s1.origin.buffer
+        ptr = f"{self.name(st, src)} + {self.flat_index(st, src, idx)}"
+        self.line(st, f"tc_ldsm_regs<{2 * n}, {'true' if trans else 'false'}>(&{self.name(st, s1.dst)}[{s1.dst_offset}], {ptr});")
+        return True
+
+    def stmt_MatrixLoad(self, st, s):
+        """ldmatrix where the stored tile allows it (16-bit elements in shared memory, 16-byte rows: the
+        row length and the origin's column multiples of 8 elements); the per-register loads otherwise."""
+        if not self._ldmatrix_ok(s):
             return super().stmt_MatrixLoad(st, s)
+        src = s.origin.buffer
         n, trans, lane_rc = self.LDMATRIX[(s.operand, s.trans)]
         dr, dc = lane_rc(s.lane)
         idx = list(s.origin.indices)
@@ -1215,6 +1270,10 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
             any(m.spelling.startswith("wgmma_") for m in self.collected(st, s.body, MatrixSync))
         # D63: the launch's matrix-unit k-step loops (tilecore.cuda.unroll_matrix_steps "auto": one of them)
         st.matrix_loops = sum(1 for f in self.collected(st, s.body, For) if f.kind == "unroll" and collect(f.body, MatrixOp))
+        # D68: a launch of mma.sync k steps (a target without wgmma): the index shifts by default there
+        ctx = getattr(st, "ctx", None)
+        st.mma_sync_steps = bool(st.matrix_loops) and ctx is not None and not ctx.capabilities.feature("wgmma") \
+            and not any(m.spelling.startswith("wgmma_") for m in self.collected(st, s.body, MatrixOp))
         return super().stmt_KernelLaunch(st, s)
 
     def block_indices(self, st, s) -> None:
