@@ -402,11 +402,11 @@ class CUDAEmitter(SIMTCppEmitter):
                 and getattr(st, "warp_line", None) is not None)
 
     @staticmethod
-    def _auto_option(st, key: str, gemm: bool = False) -> bool:
-        """A D59 option: True / False as asked; "auto" (the default) where the launch has a gemm reading
-        registers as an operand (st.register_operands); with ``gemm`` also in a persistent launch (a tile loop) of
-        wgmma gemms (st.persistent_gemm, D62)."""
-        v = st.ctx.option(key, "auto")
+    def _auto_option(st, key: str, gemm: bool = False, default="auto") -> bool:
+        """A D59 option: True / False as asked; "auto" (the default unless ``default`` says otherwise) where the
+        launch has a gemm reading registers as an operand (st.register_operands); with ``gemm`` also in a
+        persistent launch (a tile loop) of wgmma gemms (st.persistent_gemm, D62)."""
+        v = st.ctx.option(key, default)
         return v is True or (v == "auto" and (bool(getattr(st, "register_operands", False))
                                              or gemm and bool(getattr(st, "persistent_gemm", False))))
 
@@ -614,10 +614,12 @@ class CUDAEmitter(SIMTCppEmitter):
     #: the step's offset, a constant once the loop is unrolled (D59; default off): the register programs' form,
     #: 4 uniform-datapath instructions an HGMMA fewer
     DESC_OFFSET_OPTION = "tilecore.cuda.descriptor_offsets"
-    DESC_AT = """/* D59: a matrix descriptor advanced by a signed byte offset (a multiple of 16) inside its tile: the low word
- * only (the 14-bit address field in 16-byte units; shared addresses stay below 2^18: no carry leaves the field) */
+    DESC_AT = """/* D59: a matrix descriptor advanced by a signed byte offset (a multiple of 16) inside its tile (the 14-bit
+ * address field in 16-byte units; shared addresses stay below 2^18: no carry or borrow leaves the field). D66: one
+ * 64-bit add (UIADD3.64, the register programs' stepping), the same bits as adding to the low word alone; that form
+ * (mask and or) made ptxas rebuild the high word (UMOV) for every instruction of an unrolled k loop */
 __device__ __forceinline__ unsigned long long tc_wg_desc_at(unsigned long long d, int off) {
-  return (d & 0xFFFFFFFF00000000ull) | (unsigned)((int)(unsigned)d + (off >> 4));
+  return d + (unsigned long long)(long long)(off >> 4);
 }
 """
 
@@ -747,12 +749,51 @@ __device__ __forceinline__ unsigned long long tc_wg_desc_at(unsigned long long d
                 st.nonneg = []
             st.nonneg.append((s.var, lo))
         try:
+            if not unrolled and ctx is not None and self._narrow_counter(st, s):
+                return self._narrow_for(st, s)
             return super().stmt_For(st, s)
         finally:
             if unrolled:
                 st.unrolled.pop()
             if nonneg:
                 st.nonneg.pop()
+
+    #: pass config (D66): a loop (a 64-bit counter: the index type) whose start and end are 32-bit values (constants in int's range, int32
+    #: expressions) counts with a 32-bit counter, its variable a 64-bit copy of it (``for (int k_n = ...) { const
+    #: long long k = k_n;``): the same values in the body, the increment and the test on 32 bits (FlashAttention's
+    #: main loop: UIADD3.X and UISETP.EX an iteration, 64-bit slot and parity arithmetic). "auto": in kernels with a
+    #: gemm reading registers, as D59's options; True: every such loop; False (the default): none
+    NARROW_COUNTER_OPTION = "tilecore.cuda.narrow_loop_counters"
+    NARROW_COUNTER_DEFAULT = False
+
+    @staticmethod
+    def _int32_valued(e) -> bool:
+        c = const_value(e)
+        if isinstance(c, bool):
+            return False
+        if isinstance(c, int):
+            return -2 ** 31 <= c < 2 ** 31
+        return str(getattr(e, "dtype", "")) in ("int32", "int16", "int8", "uint8", "uint16")
+
+    def _narrow_counter(self, st, s) -> bool:
+        if self.loop_type(s.var) != "long long" or s.kind in ("parallel", "vectorized"):
+            return False
+        if not self._auto_option(st, self.NARROW_COUNTER_OPTION, default=self.NARROW_COUNTER_DEFAULT):
+            return False
+        end = simplify(binary("add", s.start, s.extent))
+        return self._int32_valued(s.start) and self._int32_valued(end)
+
+    def _narrow_for(self, st, s) -> None:
+        v = self.name(st, s.var)
+        n = f"{v}_n"
+        start = self.expr(st, s.start)
+        end = self.expr(st, simplify(binary("add", s.start, s.extent)))
+        self.line(st, f"for (int {n} = {start}; {n} < {end}; ++{n}) {{")
+        st.indent += 1
+        self.line(st, f"const {self.loop_type(s.var)} {v} = {n};")
+        self.stmt(st, s.body)
+        st.indent -= 1
+        self.line(st, "}")
 
     #: pass config (D60 in the register programs, D61 here): a run of register divisions by shared divisors,
     #: FlashAttention's ``O[i, j] = O[i, j] / l[i]``, as div.rn.f32's fast path with the reciprocal once a divisor
