@@ -129,6 +129,24 @@ def test_reduce_chains_shorten_the_row_maximum(fast):
     assert not any("part_c" in line and " + " in line for line in src.splitlines())  # no sum in chains
 
 
+@needs_toolchain
+def test_auto_takes_flash_attentions_form_only():
+    """"auto" of descriptor offsets, narrow counters and chains: FlashAttention's two-consumer form as asked for; a
+    general-path GEMM and the catalog's softmax (a row maximum of 16-element rows a thread... not that form) as off."""
+    from test_general_gemm import gemm
+    from tilecore_conformance.composite import softmax
+
+    auto = {"tilecore.cuda.descriptor_offsets": "auto", "tilecore.cuda.narrow_loop_counters": "auto",
+            "tilecore.reduce_chains": "auto"}
+    assert fa(**auto).get_kernel_source() == fa(**D66).get_kernel_source()
+    for func in (gemm(512, 512, 256), softmax("float32", rows=256, cols=2048, br=4)):
+        plain = tilecore.compile(func, target=HOPPER, pass_configs=GENERAL).get_kernel_source()
+        assert tilecore.compile(func, target=HOPPER, pass_configs={**GENERAL, **auto}).get_kernel_source() == plain
+    forced = tilecore.compile(softmax("float32", rows=256, cols=2048, br=4), target=HOPPER,
+                              pass_configs={**GENERAL, **CHAINS}).get_kernel_source()
+    assert "part_c" in forced
+
+
 def test_a_bad_reduce_chains_value_is_refused():
     with pytest.raises(tilecore.errors.TilecoreError, match="tilecore.reduce_chains"):
         fa(**{"tilecore.reduce_chains": 0})
@@ -155,7 +173,7 @@ def _row_reduce(rows, cols, br, threads):
 
 @needs_toolchain
 @pytest.mark.skipif(shutil.which("g++") is None, reason="the host emulator needs g++ (C++20)")
-@pytest.mark.parametrize("chains", [2, 3, 4, "auto"])
+@pytest.mark.parametrize("chains", [2, 3, 4])
 def test_reduce_chains_give_the_same_bits_on_the_host(chains):
     """Row max / min / absmax of 512-element rows (16 elements of a row a thread) on sm_80's general path (the core's fragment lowering), run by the
     host emulator: bit for bit one chain and numpy, with rows of signed zeros, a NaN, infinities."""

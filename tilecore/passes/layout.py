@@ -1198,15 +1198,20 @@ class _Lowerer:
     #: pass config (D66): a fragment's per-thread row reduction of kind max / min / absmax as that many interleaved
     #: partial chains of each row's elements, their results combined as a tree (the dependency depth of a 32-element
     #: row: 32 as one chain, 8 + 2 as four); the same result (max and min do not round; NaN propagates whichever the
-    #: order). An int >= 1 (1: one chain, the default) or "auto" (4 where a row holds 16 elements or more)
+    #: order). An int >= 1 (1: one chain) or "auto" (4 where a row holds 16 elements a thread or more in FlashAttention's
+    #: form, bulkstore.attention_form; one chain elsewhere). Default: REDUCE_CHAINS_DEFAULT
     REDUCE_CHAINS_OPTION = "tilecore.reduce_chains"
+    REDUCE_CHAINS_DEFAULT = 1
 
     def _reduce_chains(self, kind: str, n: int) -> int:
-        v = self.ctx.option(self.REDUCE_CHAINS_OPTION, 1) if hasattr(self.ctx, "option") else 1
+        v = self.ctx.option(self.REDUCE_CHAINS_OPTION, self.REDUCE_CHAINS_DEFAULT) if hasattr(self.ctx, "option") else 1
         if kind not in ("max", "min", "absmax") or n < 4:
             return 1
         if v == "auto":
-            v = 4 if n >= 16 else 1
+            from .bulkstore import attention_form
+
+            launch = getattr(self, "launch", None)
+            v = 4 if n >= 16 and launch is not None and attention_form(launch, self.ctx) else 1
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             from ..errors import CompileError
 
@@ -1404,7 +1409,9 @@ def lower_fragments(func, ctx):
         plans.append(plan)
         if not plan.layouts:
             return None
-        return s.with_(body=_Lowerer(plan, ctx).block(s.body))
+        lw = _Lowerer(plan, ctx)
+        lw.launch = s
+        return s.with_(body=lw.block(s.body))
 
     body = rewrite(func.body, fix)
     if not plans:

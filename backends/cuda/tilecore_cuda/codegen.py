@@ -614,6 +614,8 @@ class CUDAEmitter(SIMTCppEmitter):
     #: the step's offset, a constant once the loop is unrolled (D59; default off): the register programs' form,
     #: 4 uniform-datapath instructions an HGMMA fewer
     DESC_OFFSET_OPTION = "tilecore.cuda.descriptor_offsets"
+    #: D66: "auto" (in kernels with a gemm reading registers, as D59's options) is accepted; the default stays off
+    DESC_OFFSET_DEFAULT = False
     DESC_AT = """/* D59: a matrix descriptor advanced by a signed byte offset (a multiple of 16) inside its tile (the 14-bit
  * address field in 16-byte units; shared addresses stay below 2^18: no carry or borrow leaves the field). D66: one
  * 64-bit add (UIADD3.64, the register programs' stepping), the same bits as adding to the low word alone; that form
@@ -629,7 +631,8 @@ __device__ __forceinline__ unsigned long long tc_wg_desc_at(unsigned long long d
         tilecore.cuda.descriptor_offsets is on; else None. A remainder of a multiple (``(x * 128) % 8``, the swizzle's
         term for an origin on a whole panel) folds to 0 first."""
         ctx = getattr(st, "ctx", None)
-        if ctx is None or ctx.option(self.DESC_OFFSET_OPTION, False) is not True or not getattr(st, "unrolled", None):
+        if ctx is None or not getattr(st, "unrolled", None) or \
+                not self._auto_option(st, self.DESC_OFFSET_OPTION, default=self.DESC_OFFSET_DEFAULT):
             return None
         from tilecore.ir import free_vars
         from tilecore.passes.pipeline import map_expr, substitute
