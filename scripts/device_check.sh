@@ -522,6 +522,13 @@ for p in 1 2; do
   step fa66-gqa-$p timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --kv-heads 8 --fast-math \
        --blocks 128x128x256x2,128x128x256x3 --general regprog,default,d66
 done
+# D66's route: the catalog on cuda:sm_90a (device mode) with tilecore.cuda.register_programs="auto" and D66's
+# options as "auto" (FlashAttention's form only), then every kernel on the general path with them. About 2 min
+step fa66-conformance bash -c 'rc=0; A="--pass-config tilecore.cuda.descriptor_offsets=auto --pass-config tilecore.cuda.narrow_loop_counters=auto --pass-config tilecore.reduce_chains=auto";
+     timeout -k 5 110 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-d66-auto \
+       --pass-config tilecore.cuda.register_programs=auto $A || rc=$?;
+     timeout -k 5 110 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-d66-general \
+       --pass-config tilecore.cuda.register_programs=false $A || rc=$?; exit $rc'
 # the sm_80 register program (mma.sync + cp.async) against the core's general path (decision D63): on the H100 every
 # kernel built with tilecore.cuda.disable_wgmma and the sm_80 profile overlaid (tilecore.capability_overlay: mma.sync
 # units only, no TMA / warp specialization / clusters, 163 KiB a block: what an A100 plans). Rows: regprog (the
