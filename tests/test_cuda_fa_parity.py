@@ -265,3 +265,30 @@ def test_d66_fast_math_matches_float64(form, causal, pingpong):
     kr, vr = (x.repeat_interleave(heads // (kvh or heads), dim=1) for x in (k, v))
     err = (out.double() - _reference(q, kr, vr, causal)).abs().max().item()
     assert err < 4e-3, f"{form[0]} causal={causal}: max error {err}"
+
+
+@needs_toolchain
+@pytest.mark.parametrize("route", [True, False], ids=["regprog", "general"])
+def test_auto_changes_no_catalog_kernel(route):
+    """D66's options as "auto" against their defaults on every conformance catalog kernel of cuda:sm_90a, on the
+    register programs' route (the default, the golden sources') the same source; on the general path only the two
+    catalog attention cases of FlashAttention's two-consumer form (warpgroup_tile) change."""
+    from tilecore.compiler import lower
+    from tilecore.errors import TilecoreError
+    from tilecore_conformance.catalog import catalog
+
+    auto = {"tilecore.cuda.descriptor_offsets": "auto", "tilecore.cuda.narrow_loop_counters": "auto",
+            "tilecore.reduce_chains": "auto"}
+
+    def text(case, extra):
+        try:
+            return lower(case.build(**case.params), HOPPER, {**case.pass_configs,
+                                                             "tilecore.cuda.register_programs": route, **extra})[3].code
+        except TilecoreError as e:
+            return f"{type(e).__name__}: {e}"
+
+    cases = catalog()
+    assert len(cases) > 300
+    differ = sorted(c.id for c in cases if text(c, auto) != text(c, {}))
+    # on the general path the catalog's two FlashAttention cases of the two-consumer form take them (by design)
+    assert differ == ([] if route else ["attention/causal/float16/warpgroup_tile", "attention/full/float16/warpgroup_tile"])
