@@ -165,6 +165,11 @@ GENERAL = {"regprog": {"tilecore.cuda.register_programs": True}, "default": _GEN
            "chains": {**_GEN, "tilecore.reduce_chains": 4},
            "d66": {**_GEN, "tilecore.cuda.descriptor_offsets": True, "tilecore.cuda.narrow_loop_counters": True,
                    "tilecore.reduce_chains": 4},
+           # D66 round 2: descriptor offsets with each of the other two (gn: + narrow counters, gc: + chains); D61's
+           # occupancy rule for the late copies (d61stage: before D66's staging of the two-consumer form, d64 128x176)
+           "gn": {**_GEN, "tilecore.cuda.descriptor_offsets": True, "tilecore.cuda.narrow_loop_counters": True},
+           "gc": {**_GEN, "tilecore.cuda.descriptor_offsets": True, "tilecore.reduce_chains": 4},
+           "d61stage": {**_GEN, "tilecore.pipeline_stage_late": "occupancy"},
            "d66_nopp": {**_GEN, "tilecore.cuda.descriptor_offsets": True, "tilecore.cuda.narrow_loop_counters": True,
                         "tilecore.reduce_chains": 4, "tilecore.pingpong": False},
            # D59: the general path's defaults before D59 (D55's), the new ones off

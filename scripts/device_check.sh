@@ -522,6 +522,19 @@ for p in 1 2; do
   step fa66-gqa-$p timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --kv-heads 8 --fast-math \
        --blocks 128x128x256x2,128x128x256x3 --general regprog,default,d66
 done
+# D66 round 2: each step the benchmark in two processes (one after the other). Rows as fa66-* plus gn (descriptor
+# offsets + 32-bit counters), gc (descriptor offsets + chains), gdesc_nopp (descriptor offsets without ping-pong's
+# turns), d61stage (D61's occupancy rule: d64 128x176's V unstaged, before D66). About 2-3.5 min each
+step fa66b-x bash -c 'rc=0; for p in 1 2; do timeout -k 5 110 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 \
+       --blocks 128x128x256x2,128x176x256x2 --general regprog,default,gdesc,gn,gc,d66 || rc=$?; done; exit $rc'
+step fa66b-f bash -c 'rc=0; for p in 1 2; do timeout -k 5 115 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 \
+       --fast-math --no-exact --blocks 128x128x256x2,128x176x256x2 --general regprog,default,gdesc,gn,gc,d66,gdesc_nopp || rc=$?; done; exit $rc'
+step fa66b-d256 bash -c 'rc=0; for p in 1 2; do timeout -k 5 115 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 \
+       --dim 256 --fast-math --blocks 128x64x256x2 --general regprog,default,gdesc,gn,gc,d66,gdesc_nopp,d66_nopp || rc=$?; done; exit $rc'
+step fa66b-gqa bash -c 'rc=0; for p in 1 2; do timeout -k 5 110 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 \
+       --kv-heads 8 --fast-math --blocks 128x128x256x2 --general regprog,default,gdesc,gn,gc,d66 || rc=$?; done; exit $rc'
+step fa66b-d64 bash -c 'rc=0; for p in 1 2; do timeout -k 5 115 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 \
+       --dim 64 --fast-math --blocks 128x128x256x2,128x176x256x2 --general regprog,default,d61stage,gdesc || rc=$?; done; exit $rc'
 # D66's route: the catalog on cuda:sm_90a (device mode) with tilecore.cuda.register_programs="auto" and D66's
 # options as "auto" (FlashAttention's form only), then every kernel on the general path with them. About 2 min
 step fa66-conformance bash -c 'rc=0; A="--pass-config tilecore.cuda.descriptor_offsets=auto --pass-config tilecore.cuda.narrow_loop_counters=auto --pass-config tilecore.reduce_chains=auto";

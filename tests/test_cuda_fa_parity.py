@@ -147,6 +147,22 @@ def test_auto_takes_flash_attentions_form_only():
     assert "part_c" in forced
 
 
+@needs_toolchain
+def test_the_two_consumer_form_stages_v_regardless_of_occupancy():
+    """D66: d64 at 128x176 (V staged: one block an SM instead of two) is staged, specialized and rotated by default
+    (tilecore.pipeline_stage_late "auto"); D61's rule ("occupancy") left V unstaged, the loop unrotated, no producer
+    warpgroup; one consumer warpgroup (64x64 at d128) keeps D61's rule."""
+    on, off = fa(64, 128, 176), fa(64, 128, 176, **{"tilecore.pipeline_stage_late": "occupancy"})
+    p_on, p_off = on.meta["attrs"]["pipelines"][0], off.meta["attrs"]["pipelines"][0]
+    assert "2 tiles x 2 buffers" in p_on and "1 tiles x 2 buffers" in p_off and "would leave 1 resident" in p_off
+    assert "setmaxnreg" in on.get_kernel_source() and "setmaxnreg" not in off.get_kernel_source()
+    assert _ops(on)["LDL"] + _ops(on)["STL"] == 0
+    one = flash_attention_forward(4096, 128, 32, 64, 64, "float16", False, batch=8, threads=128)
+    a, b = (tilecore.compile(one, target=HOPPER, out_idx=[3], pass_configs={**GENERAL, **x}).get_kernel_source()
+            for x in ({}, {"tilecore.pipeline_stage_late": "occupancy"}))
+    assert a == b
+
+
 def test_a_bad_reduce_chains_value_is_refused():
     with pytest.raises(tilecore.errors.TilecoreError, match="tilecore.reduce_chains"):
         fa(**{"tilecore.reduce_chains": 0})
@@ -217,6 +233,7 @@ def _reference(q, k, v, causal):
 
 #: (name, dim, bm, bn, kv_heads, stages): the benchmark's forms, a ragged sequence of 1000
 FORMS = [("d128", 128, 128, 128, None, 2), ("176", 128, 128, 176, None, 2), ("d64", 64, 128, 128, None, 2),
+         ("d64-176", 64, 128, 176, None, 2),
          ("d256", 256, 128, 64, None, 2), ("gqa3", 128, 128, 128, 1, 3)]
 
 
@@ -290,5 +307,7 @@ def test_auto_changes_no_catalog_kernel(route):
     cases = catalog()
     assert len(cases) > 300
     differ = sorted(c.id for c in cases if text(c, auto) != text(c, {}))
+    if route:  # D66's staging rule (the default) against D61's: no catalog kernel of the golden sources changes
+        assert [c.id for c in cases if text(c, {"tilecore.pipeline_stage_late": "occupancy"}) != text(c, {})] == []
     # on the general path the catalog's two FlashAttention cases of the two-consumer form take them (by design)
     assert differ == ([] if route else ["attention/causal/float16/warpgroup_tile", "attention/full/float16/warpgroup_tile"])
