@@ -535,6 +535,17 @@ step fa66b-gqa bash -c 'rc=0; for p in 1 2; do timeout -k 5 110 python3 benchmar
        --kv-heads 8 --fast-math --blocks 128x128x256x2 --general regprog,default,gdesc,gn,gc,d66 || rc=$?; done; exit $rc'
 step fa66b-d64 bash -c 'rc=0; for p in 1 2; do timeout -k 5 115 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 \
        --dim 64 --fast-math --blocks 128x128x256x2,128x176x256x2 --general regprog,default,d61stage,gdesc || rc=$?; done; exit $rc'
+# D66 round 3: the rows in two processes, the second with the rows in reverse order (round 2 showed each process
+# slowing down row after row on the H200, so a row measured later ran on a hotter board: the register program, first,
+# was favoured); "auto" = tilecore.cuda.register_programs="auto" (d64's fast math routed to the general path since D66)
+fa66c() { local a="$1"; shift; local r; r=$(echo "$a" | tr ',' '\n' | tac | paste -sd, -);
+  local rc=0; timeout -k 5 115 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 "$@" --general "$a" || rc=$?;
+  timeout -k 5 115 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 "$@" --general "$r" || rc=$?; return $rc; }
+step fa66c-d64 fa66c regprog,default,d61stage,auto --dim 64 --fast-math --blocks 128x128x256x2,128x176x256x2
+step fa66c-x fa66c regprog,default,gdesc,d66 --blocks 128x128x256x2,128x176x256x2
+step fa66c-f fa66c regprog,default,gdesc,chains,d66 --fast-math --no-exact --blocks 128x128x256x2,128x176x256x2
+step fa66c-d256 fa66c regprog,default,gdesc,d66 --dim 256 --fast-math --blocks 128x64x256x2
+step fa66c-gqa fa66c regprog,default,gdesc,d66 --kv-heads 8 --fast-math --blocks 128x128x256x2
 # D66's route: the catalog on cuda:sm_90a (device mode) with tilecore.cuda.register_programs="auto" and D66's
 # options as "auto" (FlashAttention's form only), then every kernel on the general path with them. About 2 min
 step fa66-conformance bash -c 'rc=0; A="--pass-config tilecore.cuda.descriptor_offsets=auto --pass-config tilecore.cuda.narrow_loop_counters=auto --pass-config tilecore.reduce_chains=auto";
