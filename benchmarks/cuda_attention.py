@@ -167,6 +167,8 @@ GENERAL = {"regprog": {"tilecore.cuda.register_programs": True}, "default": _GEN
                    "tilecore.reduce_chains": 4},
            # D66 round 2: descriptor offsets with each of the other two (gn: + narrow counters, gc: + chains); D61's
            # occupancy rule for the late copies (d61stage: before D66's staging of the two-consumer form, d64 128x176)
+           # D66 round 3: descriptor offsets by default where a wgmma k loop has 16 steps (d256): nodesc = before
+           "nodesc": {**_GEN, "tilecore.cuda.descriptor_offsets": False},
            "gn": {**_GEN, "tilecore.cuda.descriptor_offsets": True, "tilecore.cuda.narrow_loop_counters": True},
            "gc": {**_GEN, "tilecore.cuda.descriptor_offsets": True, "tilecore.reduce_chains": 4},
            "d61stage": {**_GEN, "tilecore.pipeline_stage_late": "occupancy"},

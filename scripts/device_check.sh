@@ -546,6 +546,10 @@ step fa66c-x fa66c regprog,default,gdesc,d66 --blocks 128x128x256x2,128x176x256x
 step fa66c-f fa66c regprog,default,gdesc,chains,d66 --fast-math --no-exact --blocks 128x128x256x2,128x176x256x2
 step fa66c-d256 fa66c regprog,default,gdesc,d66 --dim 256 --fast-math --blocks 128x64x256x2
 step fa66c-gqa fa66c regprog,default,gdesc,d66 --kv-heads 8 --fast-math --blocks 128x128x256x2
+# D66 round 4 (the defaults: descriptor offsets where a wgmma k loop has 16 steps, d256; V staged in the two-consumer
+# form; d64's fast math routed by "auto"): nodesc = descriptor offsets off (before), both orders
+step fa66d-d256 fa66c regprog,default,nodesc --dim 256 --fast-math --blocks 128x64x256x2
+step fa66d-d64 fa66c regprog,default,auto --dim 64 --fast-math --blocks 128x128x256x2,128x176x256x2
 # D66's route: the catalog on cuda:sm_90a (device mode) with tilecore.cuda.register_programs="auto" and D66's
 # options as "auto" (FlashAttention's form only), then every kernel on the general path with them. About 2 min
 step fa66-conformance bash -c 'rc=0; A="--pass-config tilecore.cuda.descriptor_offsets=auto --pass-config tilecore.cuda.narrow_loop_counters=auto --pass-config tilecore.reduce_chains=auto";

@@ -41,7 +41,8 @@ DESC = {"tilecore.cuda.descriptor_offsets": True}
 NARROW = {"tilecore.cuda.narrow_loop_counters": True}
 CHAINS = {"tilecore.reduce_chains": 4}
 D66 = {**DESC, **NARROW, **CHAINS}
-OPTIONS = {"desc": DESC, "narrow": NARROW, "chains": CHAINS, "d66": D66}
+NODESC = {"tilecore.cuda.descriptor_offsets": False}
+OPTIONS = {"desc": DESC, "nodesc": NODESC, "narrow": NARROW, "chains": CHAINS, "d66": D66}
 
 
 def fa(dim=128, bm=128, bn=128, causal=False, fast=False, kv_heads=None, stages=2, seq=4096, heads=32, batch=8,
@@ -138,7 +139,10 @@ def test_auto_takes_flash_attentions_form_only():
 
     auto = {"tilecore.cuda.descriptor_offsets": "auto", "tilecore.cuda.narrow_loop_counters": "auto",
             "tilecore.reduce_chains": "auto"}
-    assert fa(**auto).get_kernel_source() == fa(**D66).get_kernel_source()
+    # descriptor offsets' "auto" (the default since D66's round 3) takes d256 (16 k steps in Q K^T), not d128 (8)
+    assert fa(**auto).get_kernel_source() == fa(**NARROW, **CHAINS).get_kernel_source()
+    assert fa(**auto).get_kernel_source() != fa(**D66).get_kernel_source()
+    assert fa(256, 128, 64, **auto).get_kernel_source() == fa(256, 128, 64, **D66).get_kernel_source()
     for func in (gemm(512, 512, 256), softmax("float32", rows=256, cols=2048, br=4)):
         plain = tilecore.compile(func, target=HOPPER, pass_configs=GENERAL).get_kernel_source()
         assert tilecore.compile(func, target=HOPPER, pass_configs={**GENERAL, **auto}).get_kernel_source() == plain
@@ -161,6 +165,18 @@ def test_the_two_consumer_form_stages_v_regardless_of_occupancy():
     a, b = (tilecore.compile(one, target=HOPPER, out_idx=[3], pass_configs={**GENERAL, **x}).get_kernel_source()
             for x in ({}, {"tilecore.pipeline_stage_late": "occupancy"}))
     assert a == b
+
+
+@needs_toolchain
+@pytest.mark.parametrize("causal", [False, True])
+def test_descriptor_offsets_are_the_default_at_d256_only(causal):
+    """D66 round 3: descriptor offsets by default in FlashAttention's form where a wgmma k loop has 16 steps (d256's
+    Q K^T); d128 and d64 (8 and 4 steps) as before; fewer uniform instructions at d256 than without them."""
+    d256, off = fa(256, 128, 64, causal), fa(256, 128, 64, causal, **NODESC)
+    assert "tc_wg_desc_at" in d256.get_kernel_source() and "tc_wg_desc_at" not in off.get_kernel_source()
+    assert _uniform(_loop(d256)[0]) < _uniform(_loop(off)[0]) - 40
+    for dim in (128, 64):
+        assert "tc_wg_desc_at" not in fa(dim, 128, 128, causal).get_kernel_source()
 
 
 def test_a_bad_reduce_chains_value_is_refused():
@@ -307,8 +323,9 @@ def test_auto_changes_no_catalog_kernel(route):
     cases = catalog()
     assert len(cases) > 300
     differ = sorted(c.id for c in cases if text(c, auto) != text(c, {}))
-    if route:  # D66's staging rule (the default) against D61's: no catalog kernel of the golden sources changes
-        assert [c.id for c in cases if text(c, {"tilecore.pipeline_stage_late": "occupancy"}) != text(c, {})] == []
+    if route:  # D66's defaults (staging rule, descriptor offsets' auto) against before: no golden source changes
+        before = {"tilecore.pipeline_stage_late": "occupancy", "tilecore.cuda.descriptor_offsets": False}
+        assert [c.id for c in cases if text(c, before) != text(c, {})] == []
     # on the general path the catalog's two FlashAttention cases of the two-consumer form take them (by design)
     assert differ == ([] if route else ["attention/causal/float16/warpgroup_tile", "attention/full/float16/warpgroup_tile"])
 
