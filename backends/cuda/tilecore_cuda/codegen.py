@@ -611,12 +611,12 @@ class CUDAEmitter(SIMTCppEmitter):
         return desc
 
     #: pass config: a wgmma descriptor inside an unrolled k loop as the descriptor at the loop's first step plus
-    #: the step's offset, a constant once the loop is unrolled (D59; default off): the register programs' form,
+    #: the step's offset, a constant once the loop is unrolled (D59; D66: "auto" by default, below): the register programs' form,
     #: 4 uniform-datapath instructions an HGMMA fewer
     DESC_OFFSET_OPTION = "tilecore.cuda.descriptor_offsets"
     #: D66: "auto" (the default since D66's round 3): in kernels with a gemm reading registers whose longest unrolled
     #: wgmma k loop has 16 steps or more (FlashAttention at d256: Q K^T's 16 descriptor pairs; H200, three rounds: causal
-    #: +4 to +6%, exact and fast causal, non-causal -3 to +10%, 9 of 12 rows ahead, mean +3.3%); d128 (8 steps) within
+    #: +3.7 to +6.9%, exact and fast, non-causal -3 to +10%, 9 of 12 rows ahead, mean +3.3%); d128 (8 steps) within
     #: the noise either way (-4 to +2%): off there
     DESC_OFFSET_DEFAULT = "auto"
     DESC_OFFSET_MIN_STEPS = 16
