@@ -796,7 +796,7 @@ __device__ __forceinline__ unsigned long long tc_wg_desc_at(unsigned long long d
 
     def _narrow_for(self, st, s) -> None:
         v = self.name(st, s.var)
-        n = f"{v}_n"
+        n = self.name(st, Var(f"{v}_n", "int32"))  # a fresh identifier (names are told apart by identity)
         start = self.expr(st, s.start)
         end = self.expr(st, simplify(binary("add", s.start, s.extent)))
         self.line(st, f"for (int {n} = {start}; {n} < {end}; ++{n}) {{")
