@@ -157,6 +157,23 @@ GENERAL = {"regprog": {"tilecore.cuda.register_programs": True}, "default": _GEN
            # D61 round 3: the default (O by bulk stores in FlashAttention's two-consumer form) off: the direct stores
            "direct": {**_GEN, "tilecore.bulk_store_attention": False},
            "bulk_desc": {**_GEN, "tilecore.bulk_store": True, "tilecore.cuda.descriptor_offsets": True},
+           # D66: the main loop's bookkeeping at the register program's (descriptor offsets as one 64-bit add each,
+           # gdesc above; 32-bit loop counters, narrow) and the row maximum as four partial chains and a tree
+           # (tilecore.reduce_chains, chains: depth 35 -> 12 at 128x128); all three (d66), and without ping-pong's
+           # turns (d66_nopp: the register program's fast-math schedule)
+           "narrow": {**_GEN, "tilecore.cuda.narrow_loop_counters": True},
+           "chains": {**_GEN, "tilecore.reduce_chains": 4},
+           "d66": {**_GEN, "tilecore.cuda.descriptor_offsets": True, "tilecore.cuda.narrow_loop_counters": True,
+                   "tilecore.reduce_chains": 4},
+           # D66 round 2: descriptor offsets with each of the other two (gn: + narrow counters, gc: + chains); D61's
+           # occupancy rule for the late copies (d61stage: before D66's staging of the two-consumer form, d64 128x176)
+           # D66 round 3: descriptor offsets by default where a wgmma k loop has 16 steps (d256): nodesc = before
+           "nodesc": {**_GEN, "tilecore.cuda.descriptor_offsets": False},
+           "gn": {**_GEN, "tilecore.cuda.descriptor_offsets": True, "tilecore.cuda.narrow_loop_counters": True},
+           "gc": {**_GEN, "tilecore.cuda.descriptor_offsets": True, "tilecore.reduce_chains": 4},
+           "d61stage": {**_GEN, "tilecore.pipeline_stage_late": "occupancy"},
+           "d66_nopp": {**_GEN, "tilecore.cuda.descriptor_offsets": True, "tilecore.cuda.narrow_loop_counters": True,
+                        "tilecore.reduce_chains": 4, "tilecore.pingpong": False},
            # D59: the general path's defaults before D59 (D55's), the new ones off
            "d55": {**_GEN, "tilecore.warp_specialize": False, "tilecore.pingpong": False,
                    "tilecore.pipeline_overlap": False, "tilecore.cuda.fence_register_operands": False,

@@ -43,7 +43,7 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_swizzle64.py tests/test_vectorize_copies.py tests/test_cuda_clusters_at_once.py \
      tests/test_cuda_streamk.py tests/test_cuda_general_attention.py tests/test_block_order.py tests/test_cuda_exp2_rows.py \
      tests/test_cuda_exp2_poly.py tests/test_cuda_row_division.py tests/test_gemm_kstep.py \
-     tests/test_host_launch.py tests/test_general_fp8.py
+     tests/test_host_launch.py tests/test_general_fp8.py tests/test_cuda_fa_parity.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -500,6 +500,63 @@ step fagen-confirm timeout -k 5 85 python3 benchmarks/cuda_attention.py --rep 5 
      --blocks 128x128x256x2 --general regprog,default,direct
 step fagen-auto python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-auto \
      --pass-config tilecore.cuda.register_programs=auto
+# D66 (issues 11 + 17): FlashAttention's general path against the register program on every row, cuDNN beside, each
+# kernel's own TFLOP/s in the log (b8 h32 s4096). Rows (benchmarks/cuda_attention.py --general): regprog (the
+# register program), default (the general path as merged: D61), gdesc (descriptor offsets, now one 64-bit add each),
+# chains (the row maximum as four partial chains and a tree: tilecore.reduce_chains=4), d66 (descriptor offsets +
+# 32-bit loop counters + chains), d66_nopp (d66 without ping-pong's turns, fast math). Each step one process of about
+# 2-3.5 min; the -1 / -2 steps are the same command twice (two processes: the spread is 1-3%).
+# fa66-tests: D66's device tests (each option bit for bit the defaults and against float64 on five forms, fast math
+# against float64). fa66-x: d128 exact 128x128 / 128x176. fa66-f: d128 fast math. fa66-d64, fa66-d256 (128x64),
+# fa66-gqa (8 KV heads, 2 and 3 stages): exact and fast math
+step fa66-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_parity.py -rs
+for p in 1 2; do
+  step fa66-x-$p timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 \
+       --blocks 128x128x256x2,128x176x256x2 --general regprog,default,gdesc,chains,d66
+  step fa66-f-$p timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math --no-exact \
+       --blocks 128x128x256x2,128x176x256x2 --general regprog,default,chains,d66,d66_nopp
+  step fa66-d64-$p timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --dim 64 --fast-math \
+       --blocks 128x128x256x2,128x176x256x2 --general regprog,default,d66
+  step fa66-d256-$p timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --dim 256 --fast-math \
+       --blocks 128x64x256x2 --general regprog,default,gdesc,d66,d66_nopp
+  step fa66-gqa-$p timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --kv-heads 8 --fast-math \
+       --blocks 128x128x256x2,128x128x256x3 --general regprog,default,d66
+done
+# D66 round 2: each step the benchmark in two processes (one after the other). Rows as fa66-* plus gn (descriptor
+# offsets + 32-bit counters), gc (descriptor offsets + chains), gdesc_nopp (descriptor offsets without ping-pong's
+# turns), d61stage (D61's occupancy rule: d64 128x176's V unstaged, before D66). About 2-3.5 min each
+step fa66b-x bash -c 'rc=0; for p in 1 2; do timeout -k 5 110 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 \
+       --blocks 128x128x256x2,128x176x256x2 --general regprog,default,gdesc,gn,gc,d66 || rc=$?; done; exit $rc'
+step fa66b-f bash -c 'rc=0; for p in 1 2; do timeout -k 5 115 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 \
+       --fast-math --no-exact --blocks 128x128x256x2,128x176x256x2 --general regprog,default,gdesc,gn,gc,d66,gdesc_nopp || rc=$?; done; exit $rc'
+step fa66b-d256 bash -c 'rc=0; for p in 1 2; do timeout -k 5 115 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 \
+       --dim 256 --fast-math --blocks 128x64x256x2 --general regprog,default,gdesc,gn,gc,d66,gdesc_nopp,d66_nopp || rc=$?; done; exit $rc'
+step fa66b-gqa bash -c 'rc=0; for p in 1 2; do timeout -k 5 110 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 \
+       --kv-heads 8 --fast-math --blocks 128x128x256x2 --general regprog,default,gdesc,gn,gc,d66 || rc=$?; done; exit $rc'
+step fa66b-d64 bash -c 'rc=0; for p in 1 2; do timeout -k 5 115 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 \
+       --dim 64 --fast-math --blocks 128x128x256x2,128x176x256x2 --general regprog,default,d61stage,gdesc || rc=$?; done; exit $rc'
+# D66 round 3: the rows in two processes, the second with the rows in reverse order (round 2 showed each process
+# slowing down row after row on the H200, so a row measured later ran on a hotter board: the register program, first,
+# was favoured); "auto" = tilecore.cuda.register_programs="auto" (d64's fast math routed to the general path since D66)
+fa66c() { local a="$1"; shift; local r; r=$(echo "$a" | tr ',' '\n' | tac | paste -sd, -);
+  local rc=0; timeout -k 5 115 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 "$@" --general "$a" || rc=$?;
+  timeout -k 5 115 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 "$@" --general "$r" || rc=$?; return $rc; }
+step fa66c-d64 fa66c regprog,default,d61stage,auto --dim 64 --fast-math --blocks 128x128x256x2,128x176x256x2
+step fa66c-x fa66c regprog,default,gdesc,d66 --blocks 128x128x256x2,128x176x256x2
+step fa66c-f fa66c regprog,default,gdesc,chains,d66 --fast-math --no-exact --blocks 128x128x256x2,128x176x256x2
+step fa66c-d256 fa66c regprog,default,gdesc,d66 --dim 256 --fast-math --blocks 128x64x256x2
+step fa66c-gqa fa66c regprog,default,gdesc,d66 --kv-heads 8 --fast-math --blocks 128x128x256x2
+# D66 round 4 (the defaults: descriptor offsets where a wgmma k loop has 16 steps, d256; V staged in the two-consumer
+# form; d64's fast math routed by "auto"): nodesc = descriptor offsets off (before), both orders
+step fa66d-d256 fa66c regprog,default,nodesc --dim 256 --fast-math --blocks 128x64x256x2
+step fa66d-d64 fa66c regprog,default,auto --dim 64 --fast-math --blocks 128x128x256x2,128x176x256x2
+# D66's route: the catalog on cuda:sm_90a (device mode) with tilecore.cuda.register_programs="auto" and D66's
+# options as "auto" (FlashAttention's form only), then every kernel on the general path with them. About 2 min
+step fa66-conformance bash -c 'rc=0; A="--pass-config tilecore.cuda.descriptor_offsets=auto --pass-config tilecore.cuda.narrow_loop_counters=auto --pass-config tilecore.reduce_chains=auto";
+     timeout -k 5 110 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-d66-auto \
+       --pass-config tilecore.cuda.register_programs=auto $A || rc=$?;
+     timeout -k 5 110 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-d66-general \
+       --pass-config tilecore.cuda.register_programs=false $A || rc=$?; exit $rc'
 # the sm_80 register program (mma.sync + cp.async) against the core's general path (decision D63): on the H100 every
 # kernel built with tilecore.cuda.disable_wgmma and the sm_80 profile overlaid (tilecore.capability_overlay: mma.sync
 # units only, no TMA / warp specialization / clusters, 163 KiB a block: what an A100 plans). Rows: regprog (the

@@ -1157,7 +1157,14 @@ class _Lowerer:
         groups: dict = {}
         for r in sorted(range(L.regs), key=lambda r: L.element(0, r)[dim]):
             groups.setdefault(P.reg_of(L, r, dropped=dim), []).append(r)
+        chains = self._reduce_chains(kind, max((len(g) for g in groups.values()), default=0))
+        if chains > 1:  # D66: each group's elements as interleaved partial chains, then a tree of their results
+            chain = Buffer("part_c", (P.regs * chains,), dtype, "register")
+            out.append(Allocate(chain, span=op.span))
         for q in range(P.regs):  # one combine per statement: emitters print each expression once
+            if chains > 1:
+                out += self._chained(kind, part, chain, q, chains, groups.get(q, []), S, ident, dtype, op.span)
+                continue
             out.append(Store(part, (const(q),), ident, span=op.span))
             for r in groups.get(q, []):
                 cur = BufferLoad(part, (const(q),))
@@ -1187,6 +1194,61 @@ class _Lowerer:
             out.append(If(guard, st, span=op.span) if guard is not None else st)
         out += back
         return pre + xchg + [PerThread(seq(out), {"layout": repr(L), "reduce": kind}, span=op.span)]
+
+    #: pass config (D66): a fragment's per-thread row reduction of kind max / min / absmax as that many interleaved
+    #: partial chains of each row's elements, their results combined as a tree (the dependency depth of a 32-element
+    #: row: 32 as one chain, 8 + 2 as four); the same result (max and min do not round; NaN propagates whichever the
+    #: order). An int >= 1 (1: one chain) or "auto" (4 where a row holds 16 elements a thread or more in FlashAttention's
+    #: form, bulkstore.attention_form; one chain elsewhere). Default: REDUCE_CHAINS_DEFAULT
+    REDUCE_CHAINS_OPTION = "tilecore.reduce_chains"
+    REDUCE_CHAINS_DEFAULT = 1
+
+    def _reduce_chains(self, kind: str, n: int) -> int:
+        v = self.ctx.option(self.REDUCE_CHAINS_OPTION, self.REDUCE_CHAINS_DEFAULT) if hasattr(self.ctx, "option") else 1
+        if kind not in ("max", "min", "absmax") or n < 4:
+            return 1
+        if v == "auto":
+            from .bulkstore import attention_form
+
+            launch = getattr(self, "launch", None)
+            v = 4 if n >= 16 and launch is not None and attention_form(launch, self.ctx) else 1
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            from ..errors import CompileError
+
+            raise CompileError(f"{self.REDUCE_CHAINS_OPTION}: an int >= 1 or \"auto\", not {v!r}")
+        return max(1, min(v, n // 2))
+
+    @staticmethod
+    def _chained(kind, part, chain, q, chains, regs, S, ident, dtype, span) -> list:
+        """``part[q]`` = the reduction of ``S[regs]`` as ``chains`` partial chains (element i in chain i % chains,
+        each starting at its first element: the identity combined with it is that element for a max or min that
+        propagates NaN or compares, and for fmaxf / fminf differs only where every element of a chain is NaN: fast
+        math), then pairwise combines of the chains' results."""
+        from .lower_tile import _combine
+
+        merge = {"absmax": "max"}.get(kind, kind)
+        base = q * chains
+        out = []
+        for i, r in enumerate(regs):
+            at = (const(base + i % chains),)
+            x = cast(dtype, BufferLoad(S, (const(r),)))
+            if i < chains and kind != "absmax":  # max(identity, x) is x (a NaN x: NaN either way but for fmaxf)
+                out.append(Store(chain, at, x, span=span))
+                continue
+            out.append(Store(chain, at, _combine(kind, ident if i < chains else BufferLoad(chain, at), x), span=span))
+        live = list(range(chains))
+        while len(live) > 1:
+            nxt = []
+            for a, b in zip(live[0::2], live[1::2]):
+                at = (const(base + a),)
+                out.append(Store(chain, at, _combine(merge, BufferLoad(chain, at), BufferLoad(chain, (const(base + b),))),
+                                 span=span))
+                nxt.append(a)
+            if len(live) % 2:
+                nxt.append(live[-1])
+            live = nxt
+        out.append(Store(part, (const(q),), BufferLoad(chain, (const(base),)), span=span))
+        return out
 
     def _lockstep_width(self):
         """The lanes that run in lockstep and exchange by shuffles: the target's static width (an int; 1 where
@@ -1347,7 +1409,9 @@ def lower_fragments(func, ctx):
         plans.append(plan)
         if not plan.layouts:
             return None
-        return s.with_(body=_Lowerer(plan, ctx).block(s.body))
+        lw = _Lowerer(plan, ctx)
+        lw.launch = s
+        return s.with_(body=lw.block(s.body))
 
     body = rewrite(func.body, fix)
     if not plans:

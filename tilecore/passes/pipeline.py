@@ -976,7 +976,15 @@ class _Launch:
             return None, (f"loop {name}: serialized ({len(bufs)} tiles x 2 buffers need {need} bytes of on-chip "
                           f"memory with the kernel's other buffers; target allows {self.limit})")
         extra = sum(_round16(stages * t) - t for t in tile_bytes)
-        if late_at and self.per_sm and self.ctx.option(STAGE_LATE, "auto") is not True:
+        late_rule = self.ctx.option(STAGE_LATE, "auto")
+        # D66: "auto" stages them regardless where the block is two consumer groups of the producer group's size that
+        # the automatic specialization would take (FlashAttention's two-consumer form: its rotation and ping-pong's
+        # turns need the late copies staged; the register program runs that form one block an SM: d64 128x176 on
+        # the general path 227 TFLOP/s unstaged against the register program's 414, H200); "occupancy": D61's rule
+        # for every loop
+        two_consumers = (late_rule == "auto" and bulk and self.specialize_auto and self.overlap
+                         and self.group is not None and self.consumers == 2 * self.group)
+        if late_at and self.per_sm and late_rule is not True and not two_consumers:
             lead_extra = sum(_round16(stages * t) - t for t in tile_bytes[:n])
             def blocks(used):
                 return min(self.per_sm // max(used, 1), self.thread_blocks or 1 << 30)

@@ -912,8 +912,10 @@ REGISTER_PROGRAMS_DEFAULT = True
 #: the H200 measured it within 3% of the register program in the exact build (D61 rounds 1-2: d128 0.97-1.02x, GQA,
 #: d64 0.99-1.03x; d256 causal 0.88-0.95x: not routed)
 AUTO_HEAD_DIMS = (64, 128)
-#: fast math: not routed (D61 round 2: the general path 0.95-0.98x non-causal, 0.94-0.96x causal with O's bulk store)
-AUTO_FAST_MATH = False
+#: the head dimensions at which "auto" routes the fast-math build too (D61 round 2: d128 0.95-0.98x non-causal, 0.94-0.96x
+#: causal with O's bulk store: not routed; D66 round 2: d64 0.971-1.013x on its four rows, 128x128 and 128x176, in
+#: each of two processes, with V staged in the two-consumer form)
+AUTO_FAST_MATH = (64,)
 
 
 def register_programs_route(ctx):
@@ -930,12 +932,11 @@ def general_serves(launch: KernelLaunch, ctx) -> str | None:
     """Why ``register_programs="auto"`` leaves this kernel to the core's general path (None: it does not): on a WGMMA
     target, FlashAttention's form (a loop of two gemms with softmax work between, the second last and reading
     registers: what the general path rotates, D59) with two consumer warpgroups (ping-pong's turns), a head
-    dimension of :data:`AUTO_HEAD_DIMS` and the exact build (:data:`AUTO_FAST_MATH`): where the device measured the
-    general path within 3% of the register program (D61)."""
+    dimension of :data:`AUTO_HEAD_DIMS`, the exact build or fast math at :data:`AUTO_FAST_MATH`'s head dimensions: where
+    the device measured the general path within 3% of the register program (D61, D66)."""
     if not ctx.capabilities.feature("wgmma") or ctx.option("tilecore.cuda.disable_wgmma", False):
         return None
-    if ctx.option("tilecore.fast_math", False) and not AUTO_FAST_MATH:
-        return None
+    fast = bool(ctx.option("tilecore.fast_math", False))
     try:
         plan = _plan(launch, ctx, "wgmma")
         _, g2 = _overlap_form(plan)
@@ -944,8 +945,11 @@ def general_serves(launch: KernelLaunch, ctx) -> str | None:
     reads = [w for w in plan["wgmma"] if w[3]]  # (dtype, n, trans_b, A from registers)
     if plan["nc"] != 2 or len(reads) != 1 or reads[0][1] not in AUTO_HEAD_DIMS:
         return None
-    return (f"FlashAttention's form, two consumer warpgroups, head dimension {reads[0][1]}, the exact build: the "
-            "general path rotates it with ping-pong at the register program's speed (D59, D61)")
+    if fast and reads[0][1] not in AUTO_FAST_MATH:
+        return None
+    build = "fast math" if fast else "the exact build"
+    return (f"FlashAttention's form, two consumer warpgroups, head dimension {reads[0][1]}, {build}: the "
+            "general path rotates it with ping-pong at the register program's speed (D59, D61, D66)")
 
 
 def _lower_as(mode: str):
