@@ -29,6 +29,7 @@ import math
 
 from .dtypes import is_float
 from .expr import BinOp, Cast, Cmp, Expr, IntImm, Logic, ThreadIndex, Var, binary, const_value
+from .memo import MISS, IdentityMemo
 from .simplify import _linear, atom_key, simplify
 
 _DEPTH = 8
@@ -84,14 +85,8 @@ class Facts:
         if not self.divs and not isinstance(a, Var) and _thread_only(a):
             # no divisibility conditions and an atom of the thread index and constants: a function of the atom (D65)
             key = (id(a), depth)
-            hit = _DIVISORS.get(key)
-            if hit is not None and hit[0] is a:
-                return hit[1]
-            out = self._atom_divisor_of(a, depth)
-            if len(_DIVISORS) >= _MEMO_LIMIT:
-                _DIVISORS.clear()
-            _DIVISORS[key] = (a, out)
-            return out
+            hit = _DIVISORS.get(key, a)
+            return _DIVISORS.put(key, self._atom_divisor_of(a, depth), a) if hit is MISS else hit
         return self._atom_divisor_of(a, depth)
 
     def _atom_divisor_of(self, a: Expr, depth: int) -> int:
@@ -144,14 +139,8 @@ class Facts:
             # registers of a fragment share their thread part; the passes ask for it again and again)
             # (a division's operand not shown nonnegative by its bound may be by a known condition: those too)
             key = (id(a), upper, depth, self.ranges.get(THREADS), id(self.known))
-            hit = _BOUNDS.get(key)
-            if hit is not None and hit[0] is a and hit[1] is self.known:
-                return hit[2]
-            out = self._atom_bound_of(a, upper, depth)
-            if len(_BOUNDS) >= _MEMO_LIMIT:
-                _BOUNDS.clear()
-            _BOUNDS[key] = (a, self.known, out)
-            return out
+            hit = _BOUNDS.get(key, a, self.known)
+            return _BOUNDS.put(key, self._atom_bound_of(a, upper, depth), a, self.known) if hit is MISS else hit
         return self._atom_bound_of(a, upper, depth)
 
     def _atom_bound_of(self, a: Expr, upper: bool, depth: int):
@@ -209,17 +198,16 @@ class Facts:
 
 #: the prover's answers for atoms of the thread index and constants, by the atom's identity (an expression is never
 #: changed after it is built; each entry keeps its atom alive, so the id is not reused while it is remembered)
-_BOUNDS: dict = {}
-_DIVISORS: dict = {}
-_THREAD_ONLY: dict = {}
-_MEMO_LIMIT = 1 << 14
+_BOUNDS = IdentityMemo(1 << 14)
+_DIVISORS = IdentityMemo(1 << 14)
+_THREAD_ONLY = IdentityMemo(1 << 14)
 
 
 def _thread_only(e) -> bool:
     """``e`` is integer arithmetic on the thread index and constants (no variable, no memory, no call)."""
-    hit = _THREAD_ONLY.get(id(e))
-    if hit is not None and hit[0] is e:
-        return hit[1]
+    hit = _THREAD_ONLY.get(id(e), e)
+    if hit is not MISS:
+        return hit
     if isinstance(e, (ThreadIndex, IntImm)):
         out = True
     elif isinstance(e, BinOp):
@@ -228,10 +216,7 @@ def _thread_only(e) -> bool:
         out = not is_float(e.dtype) and _thread_only(e.value)
     else:
         out = False
-    if len(_THREAD_ONLY) >= _MEMO_LIMIT:
-        _THREAD_ONLY.clear()
-    _THREAD_ONLY[id(e)] = (e, out)
-    return out
+    return _THREAD_ONLY.put(id(e), out, e)
 
 
 def _scales(e, g) -> list:

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from .dtypes import is_float
 from .expr import BinOp, BufferLoad, Cast, Expr, FloatImm, IntImm, Var, as_expr, binary, const_value
+from .memo import MISS, IdentityMemo, forget_all
 
-
-_LINEAR: dict = {}
+#: a sum's linear form, simplify's answers and atom_key's keys, each by the identity of the expression (D65)
+_LINEAR = IdentityMemo()
+_MEMO = IdentityMemo()
+_KEYS = IdentityMemo()
 
 
 def _linear(e: Expr, terms: dict, scale: int) -> int:
@@ -24,20 +27,17 @@ def _linear(e: Expr, terms: dict, scale: int) -> int:
         return scale * v
     if isinstance(e, BinOp) and e.op in ("add", "sub", "mul") and not is_float(e.dtype):
         # a sum's form worked out once by identity (D65), then merged in the order the walk below would add it
-        hit = _LINEAR.get(id(e))
-        if hit is None or hit[0] is not e:
+        hit = _LINEAR.get(id(e), e)
+        if hit is MISS:
             own: dict = {}
             c = _linear_walk(e, own, 1)
-            hit = (e, [(k, a, n) for k, (a, n) in own.items()], c)
-            if len(_LINEAR) >= MEMO_LIMIT:
-                _LINEAR.clear()
-            _LINEAR[id(e)] = hit
-        for key, atom, coeff in hit[1]:
+            hit = _LINEAR.put(id(e), ([(k, a, n) for k, (a, n) in own.items()], c), e)
+        for key, atom, coeff in hit[0]:
             if key in terms:
                 terms[key][1] += coeff * scale
             else:
                 terms[key] = [atom, coeff * scale]
-        return hit[2] * scale
+        return hit[1] * scale
     return _linear_walk(e, terms, scale)
 
 
@@ -65,9 +65,6 @@ def _linear_walk(e: Expr, terms: dict, scale: int) -> int:
     return 0
 
 
-_KEYS: dict = {}
-
-
 def atom_key(e) -> tuple:
     """A hashable structural key of ``e``: equal keys mean the same value. Variables and buffers count by
     identity (``id``; the caller keeps ``e`` alive while it uses the key), constants by value."""
@@ -75,14 +72,8 @@ def atom_key(e) -> tuple:
         return ("var", id(e))
     if isinstance(e, (IntImm, FloatImm)):
         return (type(e).__name__, e.value, str(e.dtype))
-    hit = _KEYS.get(id(e))  # by identity, as simplify's memo (the entry keeps ``e`` alive)
-    if hit is not None and hit[0] is e:
-        return hit[1]
-    out = _atom_key(e)
-    if len(_KEYS) >= MEMO_LIMIT:
-        _KEYS.clear()
-    _KEYS[id(e)] = (e, out)
-    return out
+    hit = _KEYS.get(id(e), e)
+    return _KEYS.put(id(e), _atom_key(e), e) if hit is MISS else hit
 
 
 def _atom_key(e) -> tuple:
@@ -115,35 +106,15 @@ def _simplify_children(e: Expr) -> Expr:
 def forget() -> None:
     """Drop what simplify, the linear forms, atom_key and the prover remember (the compiler calls it around each
     kernel's lowering: the answers are reused within one kernel, and kept longer they only hold expressions alive)."""
-    _MEMO.clear()
-    _KEYS.clear()
-    _LINEAR.clear()
-    from . import bounds
-
-    bounds._BOUNDS.clear()
-    bounds._DIVISORS.clear()
-    bounds._THREAD_ONLY.clear()
-
-
-#: simplify's answers by the identity of the expression (an expression is never changed after it is built): the
-#: passes ask again for the same objects (a bound scalar's value inlined into many indices, the prover's bounds);
-#: the entry keeps the expression alive, so its id is not reused while it is remembered (D65)
-_MEMO: dict = {}
-MEMO_LIMIT = 1 << 15
+    forget_all()
 
 
 def simplify(e):
     """Return an equivalent, canonical form of an integer expression (other values pass through)."""
     if not isinstance(e, BinOp) or is_float(e.dtype):
         return e
-    hit = _MEMO.get(id(e))
-    if hit is not None and hit[0] is e:
-        return hit[1]
-    out = _simplify(e)
-    if len(_MEMO) >= MEMO_LIMIT:
-        _MEMO.clear()
-    _MEMO[id(e)] = (e, out)
-    return out
+    hit = _MEMO.get(id(e), e)
+    return _MEMO.put(id(e), _simplify(e), e) if hit is MISS else hit
 
 
 def _simplify(e):

@@ -178,22 +178,15 @@ class _Pruner:
     def part(self, items, k, step, ctx):
         """The statements from barrier ``k`` of ``items`` to the next barrier in direction ``step``, wrapping
         around a loop's body and continuing around the loop; None where an edge of a branch is reached."""
-        out = []
-        j = k + step
-        while 0 <= j < len(items):
-            if isinstance(items[j], Barrier):
-                return out
-            out.append(items[j])
-            j += step
-        if ctx == "top":
+        out, hit = _to_barrier(items, k + step, step)
+        if hit or ctx == "top":
             return out
         if not (isinstance(ctx, tuple) and ctx[0] == "loop"):
             return None
-        # a loop body: wrap around to the other end of the body (the next / previous iteration)
-        j = 0 if step > 0 else len(items) - 1
-        while j != k and not isinstance(items[j], Barrier):
-            out.append(items[j])
-            j += step
+        # a loop body: wrap around to the other end of the body (the next / previous iteration), up to barrier k
+        # itself at the latest
+        wrapped, _ = _to_barrier(items, 0 if step > 0 else len(items) - 1, step)
+        out += wrapped
         # the loop also exits (or was entered) there: on around the loop
         more = self.around(ctx[1], step)
         return None if more is None else out + more
@@ -205,14 +198,20 @@ class _Pruner:
         if where is None:
             return None
         items, idx, ctx = where
-        out = []
-        j = idx + step
-        while 0 <= j < len(items):
-            if isinstance(items[j], Barrier):
-                return out
-            out.append(items[j])
-            j += step
-        return out if ctx == "top" else None
+        out, hit = _to_barrier(items, idx + step, step)
+        return out if hit or ctx == "top" else None
+
+
+def _to_barrier(items, j, step) -> tuple:
+    """The statements of ``items`` from index ``j`` in direction ``step`` up to the first barrier, and whether a
+    barrier (rather than the list's end) stopped the walk."""
+    out = []
+    while 0 <= j < len(items):
+        if isinstance(items[j], Barrier):
+            return out, True
+        out.append(items[j])
+        j += step
+    return out, False
 
 
 def _parents(items, ctx, table):
