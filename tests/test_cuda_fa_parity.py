@@ -15,7 +15,6 @@ benchmark's forms (d128 128x128 / 128x176, d64, d256 128x64, grouped-query), cau
 from __future__ import annotations
 
 import collections
-import math
 import shutil
 import sys
 from pathlib import Path
@@ -237,14 +236,10 @@ def test_reduce_chains_give_the_same_bits_on_the_host(chains):
 # -- on an sm_90 GPU ------------------------------------------------------------------------------------------
 
 def _reference(q, k, v, causal):
-    import torch
+    """softmax(q k^T / sqrt(d)) v in float64 on the tensors' device (a single K / V head broadcasts over Q's)."""
+    from tilelang_corpus._driver import attention_ref
 
-    q, k, v = (x.double() for x in (q, k, v))
-    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if causal:
-        n = s.shape[-1]
-        s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool, device=s.device).tril(), float("-inf"))
-    return s.softmax(-1) @ v
+    return attention_ref(q, k, v, causal)
 
 
 #: (name, dim, bm, bn, kv_heads, stages): the benchmark's forms, a ragged sequence of 1000

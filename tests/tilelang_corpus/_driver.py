@@ -24,7 +24,7 @@ def attention_ref(q, k, v, causal=False, layout="bhsd", groups=1):
     s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
     if causal:
         sq, sk = s.shape[-2], s.shape[-1]
-        mask = torch.ones(sq, sk, dtype=torch.bool).tril(sk - sq)
+        mask = torch.ones(sq, sk, dtype=torch.bool, device=s.device).tril(sk - sq)
         s = s.masked_fill(~mask, float("-inf"))
     o = s.softmax(-1) @ v
     return o.transpose(1, 2) if layout == "bshd" else o
