@@ -13,19 +13,24 @@ import tilecore.language as T
 
 
 def tile_gemm(M, N, K, bm=128, bn=128, bk=32, threads=256, stages=3, *, dtype="float16", transpose_b=False,
-              bias=False, relu=False, via_shared=False):
+              bias=False, relu=False, via_shared=False, panel=0, accum="float32", out_dtype=None):
     """C = A @ B (``transpose_b``: B stored (N, K), C = A @ B^T), one (bm, bn) tile of C a block, the k loop
-    ``T.Pipelined`` with ``stages`` stages. Epilogues on the float32 accumulator: ``bias`` adds a float32 ``Bias``
-    of N elements (an extra argument after B), ``relu`` clamps at 0; ``via_shared`` copies C through a shared tile
-    (TileLang's usual epilogue) instead of from the fragment."""
+    ``T.Pipelined`` with ``stages`` stages: the README GEMM. ``panel``: ``T.use_swizzle(panel)`` when not 0 (block
+    rasterization for L2 reuse); ``accum``: the accumulator's type; ``out_dtype``: C's (default ``dtype``).
+    Epilogues on the accumulator: ``bias`` adds a float32 ``Bias`` of N elements (an extra argument after B),
+    ``relu`` clamps at 0; ``via_shared`` copies C through a shared tile (TileLang's usual epilogue) instead of from
+    the fragment."""
+    out_dtype = out_dtype or dtype
     b_shape, b_tile = ((N, K), (bn, bk)) if transpose_b else ((K, N), (bk, bn))
 
     @T.macro
     def body(A, B, Bias, C):
         with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            if panel:
+                T.use_swizzle(panel)
             A_shared = T.alloc_shared((bm, bk), dtype)
             B_shared = T.alloc_shared(b_tile, dtype)
-            C_local = T.alloc_fragment((bm, bn), "float32")
+            C_local = T.alloc_fragment((bm, bn), accum)
             T.clear(C_local)
             for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
                 T.copy(A[by * bm, ko * bk], A_shared)
@@ -44,7 +49,7 @@ def tile_gemm(M, N, K, bm=128, bn=128, bk=32, threads=256, stages=3, *, dtype="f
                 for i, j in T.Parallel(bm, bn):
                     C_local[i, j] = T.max(C_local[i, j], 0)
             if via_shared:
-                C_shared = T.alloc_shared((bm, bn), dtype)
+                C_shared = T.alloc_shared((bm, bn), out_dtype)
                 T.copy(C_local, C_shared)
                 T.copy(C_shared, C[by * bm, bx * bn])
             else:
@@ -52,14 +57,14 @@ def tile_gemm(M, N, K, bm=128, bn=128, bk=32, threads=256, stages=3, *, dtype="f
 
     if bias:
         @T.prim_func
-        def main(A: T.Tensor((M, K), dtype), B: T.Tensor(b_shape, dtype), Bias: T.Tensor((N,), "float32"),
-                 C: T.Tensor((M, N), dtype)):
+        def gemm(A: T.Tensor((M, K), dtype), B: T.Tensor(b_shape, dtype), Bias: T.Tensor((N,), "float32"),
+                 C: T.Tensor((M, N), out_dtype)):
             body(A, B, Bias, C)
     else:
         @T.prim_func
-        def main(A: T.Tensor((M, K), dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), dtype)):
+        def gemm(A: T.Tensor((M, K), dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), out_dtype)):
             body(A, B, None, C)
-    return main
+    return gemm
 
 
 def cuda_ms(fn, rep: int, batches: int = 5) -> float:

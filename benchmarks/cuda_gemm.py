@@ -65,6 +65,7 @@ import time
 
 import tilecore
 import tilecore.language as T
+from _bench import tile_gemm  # noqa: E402  (this folder is on sys.path: scripts run from it, tests add it)
 
 NO_GPU_EXIT = 3
 
@@ -80,31 +81,11 @@ FP8_CONFIGS = [(128, 256, 128, 256, 3, 8), (128, 256, 128, 256, 3), (128, 256, 1
 
 def matmul(M, N, K, block_M, block_N, block_K, threads=128, num_stages=3, panel=0, dtype="float16", accum="float32",
            out_dtype=None, b_transposed=False):
-    """The README GEMM; ``b_transposed``: B is given as (N, K) (the layout 8-bit WGMMA needs); ``panel``:
+    """The README GEMM (``_bench.tile_gemm``) in this script's argument order, which the configuration tuples and
+    the other benchmarks use; ``b_transposed``: B is given as (N, K) (the layout 8-bit WGMMA needs); ``panel``:
     T.use_swizzle(panel) when not 0."""
-    out_dtype = out_dtype or dtype
-    b_shape = (N, K) if b_transposed else (K, N)
-    bs_shape = (block_N, block_K) if b_transposed else (block_K, block_N)
-
-    @T.prim_func
-    def gemm(A: T.Tensor((M, K), dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), out_dtype)):
-        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
-            if panel:
-                T.use_swizzle(panel)
-            A_shared = T.alloc_shared((block_M, block_K), dtype)
-            B_shared = T.alloc_shared(bs_shape, dtype)
-            C_local = T.alloc_fragment((block_M, block_N), accum)
-            T.clear(C_local)
-            for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-                T.copy(A[by * block_M, ko * block_K], A_shared)
-                if b_transposed:
-                    T.copy(B[bx * block_N, ko * block_K], B_shared)
-                else:
-                    T.copy(B[ko * block_K, bx * block_N], B_shared)
-                T.gemm(A_shared, B_shared, C_local, transpose_B=b_transposed)
-            T.copy(C_local, C[by * block_M, bx * block_N])
-
-    return gemm
+    return tile_gemm(M, N, K, block_M, block_N, block_K, threads, num_stages, dtype=dtype, transpose_b=b_transposed,
+                     panel=panel, accum=accum, out_dtype=out_dtype)
 
 
 def split_k_of(kernel) -> int:
