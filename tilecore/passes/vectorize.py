@@ -41,6 +41,7 @@ from ..ir import (Assume, BinOp, Bind, BufferLoad, Call, Cast, Cmp, For, If, Ker
                   Select, Seq, Specialized, Store, Var, VectorStore, as_expr, binary, const_value, is_float, loop_nest,
                   simplify, walk_expr)
 from ..ir.bounds import Facts, thread_only
+from ..ir.thread_values import thread_values
 from . import tile_pass
 from .core import block_allocations
 from .guard import launch_facts, loop_facts
@@ -421,59 +422,18 @@ def vectorize_stores(func, ctx):
 GROUP, ATOM = 32, 8
 
 
-#: threads -> (numpy array of the thread indices, _ev's memo for it): one matrix_stores run's evaluations
+#: threads -> (numpy array of the thread indices, thread_values' memo for it): one matrix_stores run's evaluations
 _EVALUATED: dict = {}
 
 
 def _thread_arrays(threads: int):
-    """The thread indices ``0 .. threads - 1`` and the memo of what :func:`_ev` evaluated at them in this run."""
+    """The thread indices ``0 .. threads - 1`` and the memo of what :func:`thread_values` evaluated at them in this run."""
     hit = _EVALUATED.get(threads)
     if hit is None:
         import numpy as np
 
         hit = _EVALUATED[threads] = (np.arange(threads, dtype=np.int64), {})
     return hit
-
-
-def _ev(e, t, memo: dict | None = None):
-    """``e`` (integer arithmetic over the thread index and constants) at the threads ``t`` (a numpy array of thread
-    indices, evaluated for all at once); None where it reads anything else or divides by a non-positive number.
-    ``memo`` (id(e) -> (e, values), for one ``t``) keeps what was evaluated (the registers' shared thread parts)."""
-    if memo is None:
-        return _ev1(e, t, None)
-    hit = memo.get(id(e))
-    if hit is not None and hit[0] is e:
-        return hit[1]
-    out = _ev1(e, t, memo)
-    memo[id(e)] = (e, out)
-    return out
-
-
-def _ev1(e, t, memo):
-    import numpy as np
-
-    from ..ir import IntImm, ThreadIndex
-
-    if isinstance(e, IntImm):
-        return np.full_like(t, int(e.value))
-    if isinstance(e, ThreadIndex):
-        return t
-    if isinstance(e, Cast) and not is_float(e.dtype):
-        return _ev(e.value, t, memo)
-    if not isinstance(e, BinOp):
-        return None
-    a, b = _ev(e.a, t, memo), _ev(e.b, t, memo)
-    if a is None or b is None:
-        return None
-    op = e.op
-    if op in ("floordiv", "div", "floormod", "mod"):
-        # C's truncating division equals the floor's where both are non-negative
-        if (b <= 0).any() or (op in ("div", "mod") and (a < 0).any()):
-            return None
-        return a // b if op in ("floordiv", "div") else a % b
-    f = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.minimum, "max": np.maximum,
-         "xor": np.bitwise_xor, "bitand": np.bitwise_and}.get(op)
-    return f(a, b) if f is not None else None
 
 
 def _at_thread(e, new):
@@ -501,7 +461,7 @@ def _atoms(group: list, threads: int):
     offs = []
     r00 = c00 = None
     for idx in group:
-        r, c = _ev(idx[0], t, memo), _ev(idx[1], t, memo)
+        r, c = thread_values(idx[0], t, memo), thread_values(idx[1], t, memo)
         if r is None or c is None:
             return None
         R, C = r[first], c[first]  # the group's lane 0
@@ -539,7 +499,7 @@ def _lane_address_compact(idx0, offs, threads: int):
     tid = ThreadIndex()
     out = []
     for k, x in enumerate(idx0):
-        v = _ev(x, t, memo)
+        v = thread_values(x, t, memo)
         if v is None:
             return None
         line = _fit_linear(v[first])
@@ -559,7 +519,7 @@ def _lane_address_compact(idx0, offs, threads: int):
             for term in terms[1:]:
                 e = binary("add", e, term)
             e = simplify(e)
-            built = memo[key] = (e, _ev(e, t))
+            built = memo[key] = (e, thread_values(e, t))
         e, got = built
         # the thread's address as the general form gives it: row l % 8 of matrix l / 8 at the group's first pair
         lane = t % GROUP

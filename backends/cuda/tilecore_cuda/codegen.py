@@ -16,8 +16,9 @@ from tilecore.codegen import SIMTCppEmitter, EmitState, abi_of, host_expr
 from tilecore.codegen.simtcpp import grid3
 from tilecore.errors import CompileError
 from tilecore.ir import (as_expr, BinOp, Bind, For, ThreadIndex, AsyncCopy, CopyBarrierWait, VectorStore, BufferLoad, BulkCopy, BulkStore, Cast, Collective, MatrixLoad, MatrixOp, MatrixStore, MatrixSync, Seq, Store, binary, collect, const,
-                         const_value, logic_or, simplify, Var, walk, walk_expr, IntImm, Select, Cmp, is_float)
+                         const_value, logic_or, simplify, Var, walk, walk_expr)
 from tilecore.codegen.cfamily import st_fast
+from tilecore.ir.thread_values import thread_values
 from tilecore.ir.visit import stmt_exprs
 
 from .compiler import REGISTER_UNIT, REGISTERS_PER_SM
@@ -79,51 +80,6 @@ def prelude(hopper: bool = False, fp8: bool = True, bf16: bool = True, tma: bool
     if drop:
         text = "".join(ln for ln in text.splitlines(keepends=True) if not ln.startswith(drop))
     return SIMTCppEmitter.inline_prelude(text).replace("#pragma once\n", "")
-
-
-def _thread_values(e, t, memo: dict | None = None):
-    """``e``, integer arithmetic on the thread index and constants, at the threads ``t`` (a numpy array; C's
-    truncating division and remainder where both sides are non-negative); None where it reads anything else.
-    ``memo`` (id -> (expression, values)) evaluates a shared subexpression once."""
-    if memo is not None:
-        hit = memo.get(id(e))
-        if hit is not None and hit[0] is e:
-            return hit[1]
-        out = _thread_values1(e, t, memo)
-        memo[id(e)] = (e, out)
-        return out
-    return _thread_values1(e, t, None)
-
-
-def _thread_values1(e, t, memo):
-    import numpy as np
-
-    if isinstance(e, IntImm):
-        return np.full_like(t, int(e.value))
-    if isinstance(e, ThreadIndex):
-        return t
-    if isinstance(e, Cast) and not is_float(e.dtype) and not is_float(e.value.dtype):
-        return _thread_values(e.value, t, memo)
-    if isinstance(e, Select):
-        c, a, b = (_thread_values(x, t, memo) for x in (e.cond, e.t, e.f))
-        return None if c is None or a is None or b is None else np.where(c != 0, a, b)
-    if isinstance(e, Cmp):
-        a, b = _thread_values(e.a, t, memo), _thread_values(e.b, t, memo)
-        f = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
-             "ne": np.not_equal}.get(e.op)
-        return None if a is None or b is None or f is None else f(a, b).astype(np.int64)
-    if not isinstance(e, BinOp) or is_float(e.dtype):
-        return None
-    a, b = _thread_values(e.a, t, memo), _thread_values(e.b, t, memo)
-    if a is None or b is None:
-        return None
-    if e.op in ("div", "floordiv", "floormod"):
-        if (b <= 0).any() or (a < 0).any():
-            return None
-        return a // b if e.op != "floormod" else a % b
-    f = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.minimum, "max": np.maximum,
-         "xor": np.bitwise_xor, "bitand": np.bitwise_and, "bitor": np.bitwise_or}.get(e.op)
-    return f(a, b) if f is not None else None
 
 
 def _fit_offset(first, off):
@@ -1231,7 +1187,7 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
         lay = getattr(st, "shared_layouts", {}).get(id(s.buffer))
         flat = lay.offset_expr(s.indices[0], s.indices[1]) if lay is not None else \
             self._row_major(s.indices, s.buffer.shape)
-        off = _thread_values(flat, t, {})
+        off = thread_values(flat, t, {})
         if off is None:
             return None
         buf = self.name(st, s.buffer)
