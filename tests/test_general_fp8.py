@@ -51,6 +51,18 @@ def _lower(fn, cfg):
 
 
 @pytest.mark.parametrize("dtype", ["float8_e4m3", "float8_e5m2"])
+def test_the_8_bit_gemm_runs_on_the_general_path_by_default(dtype):
+    """D72: with no pass config the plain 8-bit GEMM leaves its loop to the core's general path (the 16-bit one since
+    D65), bit for bit what general_plain_gemm=True emits; asking for False keeps the plugin's pipeline."""
+    default = {"tilecore.disable_cache": True}
+    low, src = _lower(fp8(4096, 4096, 4096), default)
+    assert any("left to the core's general path" in n for n in low.attrs["hopper_pipelines"]), low.attrs
+    assert src.code == _lower(fp8(4096, 4096, 4096), ROUTED)[1].code
+    plugin_low, _ = _lower(fp8(4096, 4096, 4096), PLUGIN)
+    assert not any("general path" in n for n in plugin_low.attrs["hopper_pipelines"]), plugin_low.attrs
+
+
+@pytest.mark.parametrize("dtype", ["float8_e4m3", "float8_e5m2"])
 @pytest.mark.parametrize("tile", TILES)
 def test_the_8_bit_gemm_takes_bulk_copies_and_wgmma_on_the_general_path(dtype, tile):
     bm, bn, _bk, _stages, _pn = TILES[tile]

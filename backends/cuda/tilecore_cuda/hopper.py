@@ -241,8 +241,9 @@ _UNSET = object()
 #: ``tilecore.cuda.general_plain_gemm`` unset: D62's rule ("auto"). The eleventh session's addendum had turned it off
 #: (False, the plugin's pipeline) because the routed 128x256x64 GEMM's cold compile doubled (0.83 s of CPU against
 #: 0.39 on the CI box); D65 brought it to 1.13-1.16x the plugin's (0.34 s against 0.30, min of 5-7 fresh processes),
-#: at the plugin's speed at run time (0.977-1.019x on the bar's twelve rows): routed by default again, 16-bit GEMMs
-#: only (an 8-bit GEMM, which "auto" routes since D67, keeps the pipeline unless asked: not measured routed by default)
+#: at the plugin's speed at run time (0.977-1.019x on the bar's twelve rows): routed by default again. 8-bit GEMMs
+#: ("auto" routes them since D67) by default too since the thirteenth session: routed 0.981-1.006x the plugin on the
+#: twelve e4m3 / e5m2 rows of D67's bar (H200, 9 rounds), the compile 1.04-1.07x the plugin's (D72)
 GENERAL_PLAIN_GEMM_DEFAULT = "auto"
 
 
@@ -252,8 +253,8 @@ def routes_plain_gemm(ctx, esize: int = 2) -> bool:
     K-major by TMA and descriptor, 0.97-1.02x the plugin on the H200), 8-bit operands (``esize``: bytes an element),
     and not where one of this pipeline's own options is asked for; unset: :data:`GENERAL_PLAIN_GEMM_DEFAULT`)."""
     v = ctx.option(GENERAL_PLAIN_GEMM, _UNSET)
-    if v is _UNSET:  # the default: "auto" for 16-bit GEMMs (D65); an 8-bit one keeps the pipeline unless asked (D67)
-        v = GENERAL_PLAIN_GEMM_DEFAULT if esize == 2 else False
+    if v is _UNSET:  # the default: "auto" for 16-bit (D65) and 8-bit GEMMs (D72)
+        v = GENERAL_PLAIN_GEMM_DEFAULT
     if v == "auto":
         return esize in (1, 2) and not any(ctx.option(k, _UNSET) is not _UNSET for k in PIPELINE_OWN)
     if v in (True, "true", "True", "on", 1):
@@ -264,7 +265,7 @@ def routes_plain_gemm(ctx, esize: int = 2) -> bool:
 
     raise CompileError(f"pass config {GENERAL_PLAIN_GEMM}={v!r}: expected True (the plain GEMM on the core's general "
                        "path), \"auto\" (16- and 8-bit GEMMs that ask for none of the pipeline's own options) or False "
-                       "(the plugin's Hopper pipeline); unset: \"auto\" for 16-bit GEMMs (D65)")
+                       "(the plugin's Hopper pipeline); unset: \"auto\" (D65, D72)")
 
 
 def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
