@@ -377,17 +377,19 @@ def test_a_gemm_asking_for_the_pipelines_own_options_keeps_the_pipeline(opt):
 
 
 @pytest.mark.parametrize("dtype", ["float8_e4m3", "float8_e5m2"])
-def test_an_8_bit_gemm_is_routed_under_auto_and_kept_by_default(dtype):
+def test_an_8_bit_gemm_is_routed_under_auto_and_by_default(dtype):
     """D67: with wgmma's 8-bit unit on the general path (B as (N, K) by TMA and descriptor), "auto" routes the 8-bit
-    GEMM too; unset, the plugin's pipeline keeps it; "auto" with one of the pipeline's own options keeps it."""
+    GEMM too, and since D72 so does the unset default; "auto" with one of the pipeline's own options keeps it on the
+    plugin's pipeline, as does False."""
     sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
     from cuda_gemm import matmul
 
     fn = lambda: matmul(1024, 1024, 1024, 128, 256, 128, 256, 3, 8, dtype=dtype, out_dtype="float16",  # noqa: E731
                         b_transposed=True)
-    notes, low = _route_notes(fn(), AUTO)
-    assert ROUTE_NOTE in notes and low.attrs["fragment_layouts"]["C_local"].startswith("wgmma_m64n256k32"), notes
-    for cfg in ({}, {**AUTO, "tilecore.cuda.tma_store": False}):
+    for cfg in (AUTO, {}):
+        notes, low = _route_notes(fn(), cfg)
+        assert ROUTE_NOTE in notes and low.attrs["fragment_layouts"]["C_local"].startswith("wgmma_m64n256k32"), notes
+    for cfg in ({"tilecore.cuda.general_plain_gemm": False}, {**AUTO, "tilecore.cuda.tma_store": False}):
         notes, _low = _route_notes(fn(), cfg)
         assert ROUTE_NOTE not in notes and "cuda.hopper_gemm_pipeline: 128x256x128" in notes, notes
     notes, _low = _route_notes(fn(), {"tilecore.cuda.general_plain_gemm": True})
