@@ -247,6 +247,58 @@ def cuda_ms(fn, rep: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def interleaved(args, table, causal, rows, flops, q, k, v, ref, hk, inner, cudnn, sdpa_kernel, backend, extra):
+    """D70: every row's kernel (one per block) compiled first, then timed in turn with SDPA cuDNN, ``--interleave``
+    rounds, the order reversed every other round (the H200 slowed row after row inside a process: D66's round 2)."""
+    import statistics
+
+    b, h, s, d = args.batch, args.heads, args.seq, args.dim
+    kernels = []
+    for (schedule, softmax, form, lean, epi, fast, gv), order in rows:
+        for cfg in args.blocks.split(","):
+            bm, bn, *rest = (int(x) for x in cfg.split("x"))
+            threads, stages = (rest + [128, 2][len(rest):])[:2]
+            label = cfg + (" fast-math" if fast else "")
+            try:
+                kern = flash_fwd(b, h, s, d, causal, bm, bn, threads=threads, stages=stages, fast=fast,
+                                 wgmma=not args.no_wgmma, kv_heads=hk, exp=form,
+                                 configs={**SCHEDULES[schedule], **SOFTMAX[softmax], **LEAN[lean], **EPILOGUE[epi],
+                                          **order_config(order), **extra, **(GENERAL[gv] if gv else {})})
+            except tilecore.errors.TilecoreError as e:
+                print(f"causal={causal} {gv or '-'} {label}: skipped ({type(e).__name__}: {str(e)[:160]})",
+                      file=sys.stderr)
+                continue
+            out = kern(q, k, v)
+            err = float((out.float() - ref).abs().max())
+            kernels.append(((gv or "-", label), (lambda kern=kern: kern(q, k, v)), err))
+    times = {key: [] for key, _, _ in kernels}
+    times[("cuDNN", "-")] = []
+    order = [(key, fn) for key, fn, _ in kernels]
+
+    def ref_fn():
+        with sdpa_kernel(backend):
+            return cudnn()
+
+    try:
+        ref_fn()
+        order.append((("cuDNN", "-"), ref_fn))
+    except RuntimeError as e:
+        print(f"SDPA cudnn: unavailable ({str(e).splitlines()[0]})", file=sys.stderr)
+    for r in range(args.interleave):
+        for key, fn in (order if r % 2 == 0 else order[::-1]):
+            times[key].append(flops / cuda_ms(fn, inner) / 1e9)
+    med = {key: statistics.median(t) for key, t in times.items() if t}
+    ref_tf = med.get(("cuDNN", "-"), float("nan"))
+    for (gv, label), _, err in kernels:
+        t = times[(gv, label)]
+        rp = med.get(("regprog", label))
+        print(f"causal={causal} {gv} {label}: {med[(gv, label)]:.1f} TFLOP/s ({min(t):.1f}-{max(t):.1f})"
+              + (f", {med[(gv, label)] / rp:.3f}x the register program" if rp else ""), file=sys.stderr)
+        table.add_row(str(causal), gv, label, f"{med[(gv, label)]:.1f}", f"{min(t):.0f}-{max(t):.0f}",
+                      f"{med[(gv, label)] / rp:.3f}x" if rp else "-", f"{ref_tf:.1f}", f"{med[(gv, label)] / ref_tf:.3f}x",
+                      f"{err:.2e}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=8)
@@ -285,6 +337,11 @@ def main() -> int:
     ap.add_argument("--general", default=None,
                     help=f"comma-separated, one row each (D55): {', '.join(GENERAL)}: the core's general path with its "
                          "FlashAttention options, cumulative; regprog: the register program")
+    ap.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
+                    help="D70: compile every row's kernel first, then time them (and SDPA cuDNN) in turn ROUNDS "
+                         "rounds, the order reversed every other round; one row per block (not the best of "
+                         "--blocks): the median of the rounds, its range, the ratio to the register program's row "
+                         "(--general regprog) of the same block and to cuDNN")
     ap.add_argument("--pass-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a pass config for every kernel (repeat it); VALUE is parsed as Python (True, 3) or kept a string")
     args = ap.parse_args()
@@ -341,8 +398,15 @@ def main() -> int:
     hk = args.kv_heads or h
     gqa = f" kv-heads {hk}" if hk != h else ""
     table = Table(title=f"FlashAttention forward fp16, b{b} h{h}{gqa} s{s} d{d} on {torch.cuda.get_device_name()}")
-    for col in ("causal", "order", "general", "schedule", "softmax", "exp", "lean", "epilogue", "tilecore TFLOP/s", "config", "SDPA cuDNN", "SDPA flash", "ours / best torch",
-                "max err"):
+    if args.interleave:
+        table = Table(title=f"FlashAttention forward fp16, b{b} h{h}{gqa} s{s} d{d} on {torch.cuda.get_device_name()}, "
+                            f"{args.interleave} interleaved rounds (medians)")
+        for col in ("causal", "general", "config", "TFLOP/s", "range", "/ regprog", "cuDNN", "/ cuDNN", "max err"):
+            table.add_column(col, justify="right")
+    for col in (() if args.interleave else (
+            "causal", "order", "general", "schedule", "softmax", "exp", "lean", "epilogue", "tilecore TFLOP/s", "config",
+            "SDPA cuDNN", "SDPA flash", "ours / best torch",
+            "max err")):
         table.add_column(col, justify="right")
     g = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(b, h, s, d, device="cuda", dtype=torch.float16, generator=g)
@@ -369,6 +433,11 @@ def main() -> int:
                 [(a, x, e, n, o, f) for a, o, n in combos for x in softmaxes for e in exps for f in maths])
         rows = [r + (gv,) for gv in generals for r in rows]
         rows = [(r, order) for r in rows for order in orders]
+        if args.interleave:
+            interleaved(args, table, causal, rows, flops, q, k, v, ref, hk, inner,
+                        lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, **gqa_args), sdpa_kernel,
+                        SDPBackend.CUDNN_ATTENTION, extra)
+            continue
         for (schedule, softmax, form, lean, epi, fast, gv), order in rows:
             best, best_cfg, errs = 0.0, "-", []
             for cfg in args.blocks.split(","):
