@@ -630,20 +630,21 @@ step compcost-table bash -c 'rc=0; timeout 110 python3 benchmarks/cuda_gemm.py -
 # D70 (helper faroute, issues 11 + 17): FlashAttention's general path against the register program, profile-led.
 # faroute-prof: Nsight Compute on one launch of each kernel (--launch-skip 2 --launch-count 1, clocks locked to base,
 # caches flushed), b4 h32 s4096: d128 exact 128x176, d128 fast GQA (8 KV heads) causal 128x128, d256 exact 128x64 --
-# the register program against the general path's defaults: duration, issue slots, occupancy, dram / L2 / tensor
-# pipe, stall reasons, samples by SASS region (consumers' loop / producer / rest) and class (HGMMA, wgmma wait,
-# mbarrier waits, named barriers: ping-pong's turns, MUFU, ...), the top instructions (~2 min). FAPROF_ROWS /
+# the register program against the general path's defaults and D70's unswitched iteration: duration, issue slots,
+# occupancy, dram / L2 / tensor pipe, stall reasons, samples by SASS region (consumers' loop / producer / rest) and
+# class (HGMMA, wgmma wait, mbarrier waits, named barriers: ping-pong's turns, MUFU, ...), the top instructions
+# (~3 min). FAPROF_ROWS /
 # FAPROF_VARIANTS / FAPROF_ARGS (e.g. --config NAME:KEY=VALUE) pick others.
-step faroute-prof timeout -k 5 230 python3 scripts/fa_profile.py --rows "${FAPROF_ROWS:-x176,gqa_fc,d256}" \
-     --variants "${FAPROF_VARIANTS:-regprog,default}" --timeout 70 ${FAPROF_ARGS:-}
+step faroute-prof timeout -k 5 270 python3 scripts/fa_profile.py --rows "${FAPROF_ROWS:-x176,gqa_fc,d256}" \
+     --variants "${FAPROF_VARIANTS:-regprog,default,unswitch}" --timeout 60 ${FAPROF_ARGS:-}
 # faroute-d128 / faroute-o: every d128 row (exact and fast math, 128x128 and 128x176, causal and not) / GQA (8 KV
 # heads, 128x128) and d256 (128x64), exact and fast, causal and not: each row's kernels compiled first, then timed in
 # turn with SDPA cuDNN 7 rounds, the order reversed every other round (the H200 slowed row after row inside a
 # process, D66); medians, ranges, ratios to the register program of the same block (--interleave). FAROUTE_GENERAL:
 # the variants (benchmarks/cuda_attention.py's --general names)
 step faroute-d128 timeout -k 5 230 python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave 7 --fast-math \
-     --blocks 128x128x256x2,128x176x256x2 --general "${FAROUTE_GENERAL:-regprog,default}"
-step faroute-o bash -c 'rc=0; G="${FAROUTE_GENERAL:-regprog,default}";
+     --blocks 128x128x256x2,128x176x256x2 --general "${FAROUTE_GENERAL:-regprog,default,unswitch,maskpre}"
+step faroute-o bash -c 'rc=0; G="${FAROUTE_GENERAL:-regprog,default,unswitch,maskpre}";
      timeout -k 5 110 python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave 7 --fast-math --kv-heads 8 \
        --blocks 128x128x256x2 --general "$G" || rc=$?;
      timeout -k 5 110 python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave 7 --fast-math --dim 256 \

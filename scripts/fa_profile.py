@@ -46,7 +46,10 @@ ROWS = {"x176": (128, 128, 176, False, False, None), "gqa_fc": (128, 128, 128, T
         "f128": (128, 128, 128, False, True, None), "x128": (128, 128, 128, False, False, None),
         "gqa_f": (128, 128, 128, False, True, 8), "d256c": (256, 128, 64, True, False, None)}
 VARIANTS = {"regprog": {"tilecore.cuda.register_programs": True},
-            "default": {"tilecore.cuda.register_programs": False}}
+            "default": {"tilecore.cuda.register_programs": False},
+            # D70: the iteration unswitched on the split mask's condition; the mask before the first gemm
+            "unswitch": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_mask_unswitch": True},
+            "maskpre": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_mask_after_gemm": False}}
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "SchedulerStats", "SourceCounters",
             "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis")
 

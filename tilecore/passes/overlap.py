@@ -28,6 +28,9 @@ from ..ir.visit import stmt_exprs
 OPTION = "tilecore.pipeline_overlap"  #: default on where it applies (D59)
 #: D59: the mask of a split masked iteration applied after the first gemm, its accumulators cleared before it
 MASK_AFTER = "tilecore.pipeline_mask_after_gemm"
+#: D70: the loop body duplicated under the split mask's condition (each path one straight run from the gemms' issue
+#: to the end of the iteration), not the mask alone under it
+MASK_UNSWITCH = "tilecore.pipeline_mask_unswitch"
 
 
 def _buffers(s) -> set:

@@ -725,6 +725,8 @@ class _Launch:
                                f"0 to {(self.consumers or 1) - 1}")
         # D59: in a rotated loop the split mask after the first gemm (on by default: H200, causal +4.3%)
         self.mask_after = ctx.option(overlap.MASK_AFTER, True) is not False
+        # D70: that mask's branch around the whole iteration (after the stage waits), not around the mask alone
+        self.mask_unswitch = ctx.option(overlap.MASK_UNSWITCH, False) is True
         self.max_threads = ctx.capabilities.limit("max_threads_per_block")
         self.producer = None  # (barrier inits, producer loop, the loop it feeds) once a loop is specialized
         self.notes: list = []
@@ -1173,13 +1175,22 @@ class _Launch:
                     ma = overlap.masks_after(pre[:-1], rot["first_acc"]) if self.mask_after else None
                     if ma is not None:  # D59: the split mask after the first gemm, its accumulators cleared
                         init, masked = ma[0], [ma[1]]
-                    steady = [waits[0], seq([substitute(post[-2], prev_k)] + init + [first, last_prev,
-                                                        overlap.wait(spelling, rot["first_acc"], 1, loop.span),
-                                                        StageRelease(empties[0], slot_it, span=loop.span)]
-                                            + masked + rot["early"]
-                                            + [overlap.wait(spelling, rot["last_acc"], 0, loop.span),
-                                               StageRelease(empties[1], prev, span=loop.span)]
-                                            + rot["late"] + [pin])]
+                    def iteration(mask):
+                        return seq([substitute(post[-2], prev_k)] + init + [
+                            first, last_prev, overlap.wait(spelling, rot["first_acc"], 1, loop.span),
+                            StageRelease(empties[0], slot_it, span=loop.span)] + mask + rot["early"]
+                            + [overlap.wait(spelling, rot["last_acc"], 0, loop.span),
+                               StageRelease(empties[1], prev, span=loop.span)] + rot["late"] + [pin])
+
+                    if ma is not None and self.mask_unswitch:
+                        # D70: `if k < E: the iteration else: the iteration with the mask after the first gemm's
+                        # wait`: each path one run from the gemms' issue on (the mask's branch no longer splits
+                        # the statements beside the last gemm from its issue)
+                        steady = [waits[0], If(masked[0].cond, iteration([]),
+                                               _fresh_loops(iteration([masked[0].orelse])), span=loop.span)]
+                        issue_kinds.append("the iteration unswitched on its split mask")
+                    else:
+                        steady = [waits[0], iteration(masked)]
                     peel = ([waits[0]] + init + [overlap.with_turn(pre[-1], turns, True, True),
                                                   StageRelease(empties[0], slot_it, span=loop.span)]
                             + masked + rot["early"] + rot["late"] + [pin])
