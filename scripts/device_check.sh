@@ -43,7 +43,7 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_swizzle64.py tests/test_vectorize_copies.py tests/test_cuda_clusters_at_once.py \
      tests/test_cuda_streamk.py tests/test_cuda_general_attention.py tests/test_block_order.py tests/test_cuda_exp2_rows.py \
      tests/test_cuda_exp2_poly.py tests/test_cuda_row_division.py tests/test_gemm_kstep.py \
-     tests/test_host_launch.py tests/test_general_fp8.py tests/test_cuda_fa_parity.py
+     tests/test_host_launch.py tests/test_general_fp8.py tests/test_cuda_fa_parity.py tests/test_cuda_fa_unswitch.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -637,6 +637,9 @@ step compcost-table bash -c 'rc=0; timeout 110 python3 benchmarks/cuda_gemm.py -
 # FAPROF_VARIANTS / FAPROF_ARGS (e.g. --config NAME:KEY=VALUE) pick others.
 step faroute-prof timeout -k 5 270 python3 scripts/fa_profile.py --rows "${FAPROF_ROWS:-x176,gqa_fc,d256}" \
      --variants "${FAPROF_VARIANTS:-regprog,default,unswitch}" --timeout 60 ${FAPROF_ARGS:-}
+# faroute-tests: D70's device tests (the unswitched iteration and the mask before the gemm bit for bit the defaults
+# and against float64 on five forms, causal and not, ragged; fast math against float64), ~1.5 min
+step faroute-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_unswitch.py -rs
 # faroute-d128 / faroute-o: every d128 row (exact and fast math, 128x128 and 128x176, causal and not) / GQA (8 KV
 # heads, 128x128) and d256 (128x64), exact and fast, causal and not: each row's kernels compiled first, then timed in
 # turn with SDPA cuDNN 7 rounds, the order reversed every other round (the H200 slowed row after row inside a
