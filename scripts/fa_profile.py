@@ -49,6 +49,8 @@ VARIANTS = {"regprog": {"tilecore.cuda.register_programs": True},
             "default": {"tilecore.cuda.register_programs": False},
             # D70: the iteration unswitched on the split mask's condition; the mask before the first gemm
             "unswitch": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_mask_unswitch": True},
+            "unswitch_c": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_mask_unswitch": True,
+                           "tilecore.reduce_chains": 4},
             "maskpre": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_mask_after_gemm": False}}
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "SchedulerStats", "SourceCounters",
             "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis")
