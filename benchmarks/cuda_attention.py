@@ -177,10 +177,15 @@ GENERAL = {"regprog": {"tilecore.cuda.register_programs": True}, "default": _GEN
            # D70: the split mask before the first gemm (D59's mask after it off: no branch between the gemms' issue
            # and the softmax beside P @ V, the causal mask's branch before the turn); the iteration unswitched on the
            # mask's condition (each path one run from the issue on: the wait for P @ V no longer right after the
-           # mask's branch); with D66's four chains of the row maximum (fast math's window too); with D66's options
+           # mask's branch); with D66's four chains of the row maximum (fast math's window too), and descriptor offsets
+           # (the gemms issued back to back inside the turn, as the register program's: round 1's profile, uniform
+           # instructions 19% of the samples against 5-7%); chains and offsets without it; with D66's options
            "maskpre": {**_GEN, "tilecore.pipeline_mask_after_gemm": False},
            "unswitch": {**_GEN, "tilecore.pipeline_mask_unswitch": True},
            "unswitch_c": {**_GEN, "tilecore.pipeline_mask_unswitch": True, "tilecore.reduce_chains": 4},
+           "unswitch_cd": {**_GEN, "tilecore.pipeline_mask_unswitch": True, "tilecore.reduce_chains": 4,
+                           "tilecore.cuda.descriptor_offsets": True},
+           "cd": {**_GEN, "tilecore.reduce_chains": 4, "tilecore.cuda.descriptor_offsets": True},
            "unswitch_d66": {**_GEN, "tilecore.pipeline_mask_unswitch": True, "tilecore.cuda.descriptor_offsets": True,
                             "tilecore.cuda.narrow_loop_counters": True, "tilecore.reduce_chains": 4},
            # D59: the general path's defaults before D59 (D55's), the new ones off

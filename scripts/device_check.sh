@@ -631,13 +631,13 @@ step compcost-table bash -c 'rc=0; timeout 110 python3 benchmarks/cuda_gemm.py -
 # faroute-prof: Nsight Compute on one launch of each kernel (--launch-skip 2 --launch-count 1, clocks locked to base,
 # caches flushed), b4 h32 s4096: d128 exact 128x176, d128 fast GQA (8 KV heads) causal 128x128, d256 exact 128x64 --
 # the register program against the general path's defaults and D70's unswitched iteration with four chains of the
-# row maximum (unswitch_c): duration, issue slots,
+# row maximum and descriptor offsets (unswitch_cd; round 2: d256 causal, not d256): duration, issue slots,
 # occupancy, dram / L2 / tensor pipe, stall reasons, samples by SASS region (consumers' loop / producer / rest) and
 # class (HGMMA, wgmma wait, mbarrier waits, named barriers: ping-pong's turns, MUFU, ...), the top instructions
 # (~3 min). FAPROF_ROWS /
 # FAPROF_VARIANTS / FAPROF_ARGS (e.g. --config NAME:KEY=VALUE) pick others.
-step faroute-prof timeout -k 5 270 python3 scripts/fa_profile.py --rows "${FAPROF_ROWS:-x176,gqa_fc,d256}" \
-     --variants "${FAPROF_VARIANTS:-regprog,default,unswitch_c}" --timeout 60 ${FAPROF_ARGS:-}
+step faroute-prof timeout -k 5 270 python3 scripts/fa_profile.py --rows "${FAPROF_ROWS:-x176,gqa_fc,d256c}" \
+     --variants "${FAPROF_VARIANTS:-regprog,default,unswitch_cd}" --timeout 60 ${FAPROF_ARGS:-}
 # faroute-tests: D70's device tests (the unswitched iteration, with and without D66's chains, bit for bit the defaults
 # and against float64 on five forms, causal and not, ragged; fast math against float64), ~1.5 min
 step faroute-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_unswitch.py -rs
@@ -647,8 +647,8 @@ step faroute-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovide
 # process, D66); medians, ranges, ratios to the register program of the same block (--interleave). FAROUTE_GENERAL:
 # the variants (benchmarks/cuda_attention.py's --general names)
 step faroute-d128 timeout -k 5 230 python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave 7 --fast-math \
-     --blocks 128x128x256x2,128x176x256x2 --general "${FAROUTE_GENERAL:-regprog,default,chains,unswitch,unswitch_c}"
-step faroute-o bash -c 'rc=0; G="${FAROUTE_GENERAL:-regprog,default,chains,unswitch,unswitch_c}";
+     --blocks 128x128x256x2,128x176x256x2 --general "${FAROUTE_GENERAL:-regprog,default,unswitch_c,unswitch_cd,cd}"
+step faroute-o bash -c 'rc=0; G="${FAROUTE_GENERAL:-regprog,default,unswitch_c,unswitch_cd,cd}";
      timeout -k 5 110 python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave 7 --fast-math --kv-heads 8 \
        --blocks 128x128x256x2 --general "$G" || rc=$?;
      timeout -k 5 110 python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave 7 --fast-math --dim 256 \

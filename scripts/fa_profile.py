@@ -51,6 +51,8 @@ VARIANTS = {"regprog": {"tilecore.cuda.register_programs": True},
             "unswitch": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_mask_unswitch": True},
             "unswitch_c": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_mask_unswitch": True,
                            "tilecore.reduce_chains": 4},
+            "unswitch_cd": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_mask_unswitch": True,
+                            "tilecore.reduce_chains": 4, "tilecore.cuda.descriptor_offsets": True},
             "maskpre": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_mask_after_gemm": False}}
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "SchedulerStats", "SourceCounters",
             "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis")
@@ -206,7 +208,9 @@ def klass(text: str) -> str:
         return "TMA"
     if op.startswith("STS") or op.startswith("STSM") or op.startswith("LDS") or op.startswith("STG"):
         return "shared/global st/ld"
-    if op.startswith("BRA") or op.startswith("EXIT"):
+    if op.startswith("EXIT"):
+        return "EXIT (idle warps)"
+    if op.startswith("BRA"):
         return "branch"
     if op.startswith("U") or op.startswith("R2UR"):
         return "uniform"
@@ -316,11 +320,18 @@ def report(row: str, results: dict, top: int) -> None:
     print("-- stall reasons, % of samples (kernel-wide)")
     for k in keys[:12]:
         print(f"  {k}".ljust(w) + "".join(f"{shares[n].get(k, 0):.1f}".rjust(18) for n in names))
-    print("-- samples by region / class, % of the kernel's samples")
+    # the samples of warps parked at EXIT (the register program's idle producer warps) left out of the shares
+    busy = {n: results[n]["total"] - sum(v for (r, c), v in results[n]["by"].items() if c == "EXIT (idle warps)")
+            for n in names}
+    print("-- samples at EXIT (idle warps), % of all".ljust(w) + "".join(
+        f"{100.0 * (1 - busy[n] / results[n]['total']) if results[n]['total'] else 0:.1f}".rjust(18) for n in names))
+    print("-- samples by region / class, % of the samples outside EXIT")
     cells = sorted({rc for n in names for rc in results[n]["by"]},
-                   key=lambda rc: -max(results[n]["by"].get(rc, 0) / results[n]["total"] for n in names if results[n]["total"]))
+                   key=lambda rc: -max(results[n]["by"].get(rc, 0) / busy[n] for n in names if busy[n]))
     for rc in cells[:22]:
-        vals = [100.0 * results[n]["by"].get(rc, 0) / results[n]["total"] if results[n]["total"] else 0 for n in names]
+        if rc[1] == "EXIT (idle warps)":
+            continue
+        vals = [100.0 * results[n]["by"].get(rc, 0) / busy[n] if busy[n] else 0 for n in names]
         if max(vals) < 0.3:
             continue
         print(f"  {rc[0][:8]}: {rc[1]}".ljust(w) + "".join(f"{v:.1f}".rjust(18) for v in vals))
@@ -331,7 +342,7 @@ def report(row: str, results: dict, top: int) -> None:
             if not rname:
                 continue
             print(f"      {rname[:18]}".ljust(w) + "".join(
-                f"{100.0 * results[n]['reasons_by'].get(rc, {}).get(rname, 0) / (results[n]['total'] or 1):.1f}".rjust(18)
+                f"{100.0 * results[n]['reasons_by'].get(rc, {}).get(rname, 0) / (busy[n] or 1):.1f}".rjust(18)
                 for n in names))
     for n in names:
         print(f"-- {n}: top instructions (offset, region, % samples)")

@@ -33,6 +33,7 @@ GENERAL = {**NOCACHE, "tilecore.cuda.register_programs": False}
 REGPROG = {**NOCACHE, "tilecore.cuda.register_programs": True}
 UNSWITCH = {"tilecore.pipeline_mask_unswitch": True}
 CHAINS = {"tilecore.reduce_chains": 4}  # D66's row maximum as four chains: with it fast math's window too
+DESC = {"tilecore.cuda.descriptor_offsets": True}  # D66's descriptor offsets: the gemms issued back to back
 
 
 def fa(dim=128, bm=128, bn=128, causal=False, fast=False, kv_heads=None, stages=2, seq=4096, heads=32, batch=8,
@@ -159,12 +160,14 @@ def test_unswitch_gives_the_defaults_bits_and_matches_float64(form, causal, seq)
     q, k, v = _inputs(dim, kvh, seq, heads, batch, 70)
     outs = {}
     for name, extra in (("default", {}), ("unswitch", UNSWITCH), ("unswitch_c", {**UNSWITCH, **CHAINS}),
+                        ("unswitch_cd", {**UNSWITCH, **CHAINS, **DESC}),
                         ("maskpre", {"tilecore.pipeline_mask_after_gemm": False})):
         outs[name] = fa(dim, bm, bn, causal, kv_heads=kvh, stages=stages, seq=seq, heads=heads, batch=batch,
                         **extra)(q, k, v)
     torch.cuda.synchronize()
     assert torch.equal(outs["unswitch"], outs["default"])
     assert torch.equal(outs["unswitch_c"], outs["default"])
+    assert torch.equal(outs["unswitch_cd"], outs["default"])
     kr, vr = (x.repeat_interleave(heads // (kvh or heads), dim=1) for x in (k, v))
     ref = _reference(q, kr, vr, causal)
     for name, out in outs.items():
@@ -182,7 +185,7 @@ def test_unswitch_fast_math_matches_float64(form, causal):
     seq, heads, batch = 1000, 3, 2
     q, k, v = _inputs(dim, kvh, seq, heads, batch, 71)
     out = fa(dim, bm, bn, causal, fast=True, kv_heads=kvh, stages=stages, seq=seq, heads=heads, batch=batch,
-             **UNSWITCH, **CHAINS)(q, k, v)
+             **UNSWITCH, **CHAINS, **DESC)(q, k, v)
     torch.cuda.synchronize()
     kr, vr = (x.repeat_interleave(heads // (kvh or heads), dim=1) for x in (k, v))
     err = (out.double() - _reference(q, kr, vr, causal)).abs().max().item()
