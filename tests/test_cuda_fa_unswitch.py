@@ -107,6 +107,13 @@ def test_unswitch_emits_the_iteration_twice_under_the_masks_condition():
     assert src.count("tc_wg_wait<0>()") == off.count("tc_wg_wait<0>()") + 1
     assert src.count("tc_named_sync(") == off.count("tc_named_sync(") + 1
     assert fa(causal=True, **{"tilecore.pipeline_mask_unswitch": False}).get_kernel_source() == off
+    assert fa(causal=True, **{"tilecore.pipeline_mask_unswitch": "auto"}).get_kernel_source() == src
+
+
+@needs_toolchain
+def test_a_bad_unswitch_value_is_refused():
+    with pytest.raises(tilecore.errors.TilecoreError, match="pipeline_mask_unswitch"):
+        fa(causal=True, **{"tilecore.pipeline_mask_unswitch": "yes"})
 
 
 @needs_toolchain

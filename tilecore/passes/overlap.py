@@ -31,6 +31,7 @@ MASK_AFTER = "tilecore.pipeline_mask_after_gemm"
 #: D70: the loop body duplicated under the split mask's condition (each path one straight run from the gemms' issue
 #: to the end of the iteration), not the mask alone under it
 MASK_UNSWITCH = "tilecore.pipeline_mask_unswitch"
+MASK_UNSWITCH_DEFAULT = False
 
 
 def _buffers(s) -> set:

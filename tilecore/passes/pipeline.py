@@ -726,7 +726,14 @@ class _Launch:
         # D59: in a rotated loop the split mask after the first gemm (on by default: H200, causal +4.3%)
         self.mask_after = ctx.option(overlap.MASK_AFTER, True) is not False
         # D70: that mask's branch around the whole iteration (after the stage waits), not around the mask alone
-        self.mask_unswitch = ctx.option(overlap.MASK_UNSWITCH, False) is True
+        unswitch = ctx.option(overlap.MASK_UNSWITCH, overlap.MASK_UNSWITCH_DEFAULT)
+        if unswitch not in (True, False, "auto"):
+            from ..errors import CompileError
+
+            raise CompileError(f"pass config {overlap.MASK_UNSWITCH}={unswitch!r}: expected True, False or \"auto\"")
+        # "auto": wherever it applies (a warp-specialized rotated loop with the split mask after its first gemm:
+        # FlashAttention's two-consumer form, causal or ragged)
+        self.mask_unswitch = unswitch is True or unswitch == "auto"
         self.max_threads = ctx.capabilities.limit("max_threads_per_block")
         self.producer = None  # (barrier inits, producer loop, the loop it feeds) once a loop is specialized
         self.notes: list = []
