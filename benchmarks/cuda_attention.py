@@ -182,6 +182,8 @@ GENERAL = {"regprog": {"tilecore.cuda.register_programs": True}, "default": _GEN
            # instructions 19% of the samples against 5-7%); chains and offsets without it; with D66's options
            "maskpre": {**_GEN, "tilecore.pipeline_mask_after_gemm": False},
            "unswitch": {**_GEN, "tilecore.pipeline_mask_unswitch": True},
+           # D70's defaults (unswitch and chains "auto") off: the general path before D70
+           "before": {**_GEN, "tilecore.pipeline_mask_unswitch": False, "tilecore.reduce_chains": 1},
            "unswitch_c": {**_GEN, "tilecore.pipeline_mask_unswitch": True, "tilecore.reduce_chains": 4},
            "unswitch_cd": {**_GEN, "tilecore.pipeline_mask_unswitch": True, "tilecore.reduce_chains": 4,
                            "tilecore.cuda.descriptor_offsets": True},

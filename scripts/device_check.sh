@@ -638,17 +638,25 @@ step compcost-table bash -c 'rc=0; timeout 110 python3 benchmarks/cuda_gemm.py -
 # FAPROF_VARIANTS / FAPROF_ARGS (e.g. --config NAME:KEY=VALUE) pick others.
 step faroute-prof timeout -k 5 270 python3 scripts/fa_profile.py --rows "${FAPROF_ROWS:-x176,gqa_fc,d256c}" \
      --variants "${FAPROF_VARIANTS:-regprog,default,unswitch_cd}" --timeout 60 ${FAPROF_ARGS:-}
-# faroute-tests: D70's device tests (the unswitched iteration, with and without D66's chains, bit for bit the defaults
-# and against float64 on five forms, causal and not, ragged; fast math against float64), ~1.5 min
-step faroute-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_unswitch.py -rs
+# faroute-tests: D70's device tests (the unswitched iteration, with and without D66's chains, and D70's defaults bit
+# for bit the defaults before D70 and against float64 on five forms, causal and not, ragged; fast math against
+# float64) with D66's device tests (its options bit for bit the new defaults), ~2.5 min
+step faroute-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_unswitch.py \
+     tests/test_cuda_fa_parity.py -rs
+# faroute-conf: D70's defaults on the catalog's attention cases (cuda:sm_90a, device mode): on the general path and
+# with the route "auto" (d256's exact build now routed), ~2 min
+step faroute-conf bash -c 'rc=0; timeout -k 5 110 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention \
+       --report /tmp/rep/cuda-d70-general --pass-config tilecore.cuda.register_programs=false || rc=$?;
+     timeout -k 5 110 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention \
+       --report /tmp/rep/cuda-d70-auto --pass-config tilecore.cuda.register_programs=auto || rc=$?; exit $rc'
 # faroute-d128 / faroute-o: every d128 row (exact and fast math, 128x128 and 128x176, causal and not) / GQA (8 KV
 # heads, 128x128) and d256 (128x64), exact and fast, causal and not: each row's kernels compiled first, then timed in
 # turn with SDPA cuDNN 7 rounds, the order reversed every other round (the H200 slowed row after row inside a
 # process, D66); medians, ranges, ratios to the register program of the same block (--interleave). FAROUTE_GENERAL:
 # the variants (benchmarks/cuda_attention.py's --general names)
 step faroute-d128 timeout -k 5 230 python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave 7 --fast-math \
-     --blocks 128x128x256x2,128x176x256x2 --general "${FAROUTE_GENERAL:-regprog,default,unswitch_c,unswitch_cd,cd}"
-step faroute-o bash -c 'rc=0; G="${FAROUTE_GENERAL:-regprog,default,unswitch_c,unswitch_cd,cd}";
+     --blocks 128x128x256x2,128x176x256x2 --general "${FAROUTE_GENERAL:-regprog,default,before,auto}"
+step faroute-o bash -c 'rc=0; G="${FAROUTE_GENERAL:-regprog,default,before,auto}";
      timeout -k 5 110 python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave 7 --fast-math --kv-heads 8 \
        --blocks 128x128x256x2 --general "$G" || rc=$?;
      timeout -k 5 110 python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave 7 --fast-math --dim 256 \

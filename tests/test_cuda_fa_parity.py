@@ -42,6 +42,7 @@ CHAINS = {"tilecore.reduce_chains": 4}
 D66 = {**DESC, **NARROW, **CHAINS}
 NODESC = {"tilecore.cuda.descriptor_offsets": False}
 OPTIONS = {"desc": DESC, "nodesc": NODESC, "narrow": NARROW, "chains": CHAINS, "d66": D66}
+ONE_CHAIN = {"tilecore.reduce_chains": 1}  # one chain: the default before D70 ("auto" since)
 
 
 def fa(dim=128, bm=128, bn=128, causal=False, fast=False, kv_heads=None, stages=2, seq=4096, heads=32, batch=8,
@@ -120,7 +121,7 @@ def test_narrow_loop_counters_auto_leaves_a_gemm_alone():
 def test_reduce_chains_shorten_the_row_maximum(fast):
     """Four partial chains and a tree: the main loop's FMNMX dependency depth 35 -> at most 13 (the register
     program's), no more FMNMX than one chain; the row sum (it rounds) untouched: the same FADD count."""
-    on, off = fa(fast=fast, **CHAINS), fa(fast=fast)
+    on, off = fa(fast=fast, **CHAINS), fa(fast=fast, **ONE_CHAIN)
     (c_on, s_on), (c_off, s_off) = _loop(on), _loop(off)
     assert sass_paths.chain_depth(s_on) <= 13 < sass_paths.chain_depth(s_off)
     assert c_on["FMNMX"] <= c_off["FMNMX"] and c_on["FADD"] == c_off["FADD"]
@@ -171,7 +172,8 @@ def test_the_two_consumer_form_stages_v_regardless_of_occupancy():
 def test_descriptor_offsets_are_the_default_at_d256_only(causal):
     """D66 round 3: descriptor offsets by default in FlashAttention's form where a wgmma k loop has 16 steps (d256's
     Q K^T); d128 and d64 (8 and 4 steps) as before; fewer uniform instructions at d256 than without them."""
-    d256, off = fa(256, 128, 64, causal), fa(256, 128, 64, causal, **NODESC)
+    d66 = {"tilecore.pipeline_mask_unswitch": False}  # D66's form (D70's unswitched iteration: two paths)
+    d256, off = fa(256, 128, 64, causal, **d66), fa(256, 128, 64, causal, **NODESC, **d66)
     assert "tc_wg_desc_at" in d256.get_kernel_source() and "tc_wg_desc_at" not in off.get_kernel_source()
     assert _uniform(_loop(d256)[0]) < _uniform(_loop(off)[0]) - 40
     for dim in (128, 64):

@@ -32,6 +32,8 @@ HOPPER = "cuda:sm_90a"
 GENERAL = {**NOCACHE, "tilecore.cuda.register_programs": False}
 REGPROG = {**NOCACHE, "tilecore.cuda.register_programs": True}
 UNSWITCH = {"tilecore.pipeline_mask_unswitch": True}
+#: before D70's defaults: D59's mask after the first gemm under its own branch, the row maximum as one chain
+BEFORE = {"tilecore.pipeline_mask_unswitch": False, "tilecore.reduce_chains": 1}
 CHAINS = {"tilecore.reduce_chains": 4}  # D66's row maximum as four chains: with it fast math's window too
 DESC = {"tilecore.cuda.descriptor_offsets": True}  # D66's descriptor offsets: the gemms issued back to back
 
@@ -85,10 +87,10 @@ def windows(k) -> list:
                          ids=["causal", "ragged176", "d256-causal", "gqa-fast-causal"])
 def test_unswitch_puts_the_softmax_beside_p_at_v(form):
     """Default: the split mask's branch right after the wait for S, then the wait for P @ V within 50 instructions
-    (ptxas, nvcc 13.0: 11-44 on these forms; the register program's main loop, which has no mask: 105-192, no
+    (before D70's default; ptxas, nvcc 13.0: 11-44 on these forms; the register program's main loop, which has no mask: 105-192, no
     branch). Unswitched: two paths, neither window with a branch, the longer at least 0.7x the register program's
     (here 81-153 against 109-192) and both longer than the default's."""
-    default, unswitched = fa(**form), fa(**form, **UNSWITCH)
+    default, unswitched = fa(**form, **BEFORE), fa(**form, **UNSWITCH)
     (n_def, branch), = windows(default)
     assert branch and n_def < 50, (n_def, branch)
     (n_rp, branch), = windows(fa(**form, **REGPROG))
@@ -101,13 +103,13 @@ def test_unswitch_puts_the_softmax_beside_p_at_v(form):
 @needs_toolchain
 def test_unswitch_emits_the_iteration_twice_under_the_masks_condition():
     src = fa(causal=True, **UNSWITCH).get_kernel_source()
-    off = fa(causal=True).get_kernel_source()
+    off = fa(causal=True, **{"tilecore.pipeline_mask_unswitch": False}).get_kernel_source()
     # the steady loop's waits for P @ V: one in the iteration, two unswitched (plus the peeled iteration's and the
     # last gemm's after the loop, the same in both)
     assert src.count("tc_wg_wait<0>()") == off.count("tc_wg_wait<0>()") + 1
     assert src.count("tc_named_sync(") == off.count("tc_named_sync(") + 1
-    assert fa(causal=True, **{"tilecore.pipeline_mask_unswitch": False}).get_kernel_source() == off
     assert fa(causal=True, **{"tilecore.pipeline_mask_unswitch": "auto"}).get_kernel_source() == src
+    assert fa(causal=True).get_kernel_source() == src  # D70: "auto" by default
 
 
 @needs_toolchain
@@ -158,23 +160,22 @@ def _inputs(dim, kvh, seq, heads, batch, seed):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("form", FORMS, ids=[f[0] for f in FORMS])
 def test_unswitch_gives_the_defaults_bits_and_matches_float64(form, causal, seq):
-    """Exact build: the unswitched iteration (alone and with four chains of the row maximum) bit for bit the
-    defaults; they and the mask before the gemm against float64."""
+    """Exact build: the unswitched iteration (alone, with four chains of the row maximum, with descriptor offsets)
+    and D70's defaults bit for bit the defaults before D70; all and the mask before the gemm against float64."""
     import torch
 
     _, dim, bm, bn, kvh, stages = form
     heads, batch = 3, 2
     q, k, v = _inputs(dim, kvh, seq, heads, batch, 70)
     outs = {}
-    for name, extra in (("default", {}), ("unswitch", UNSWITCH), ("unswitch_c", {**UNSWITCH, **CHAINS}),
-                        ("unswitch_cd", {**UNSWITCH, **CHAINS, **DESC}),
+    for name, extra in (("default", {}), ("before", BEFORE), ("unswitch", {**UNSWITCH, "tilecore.reduce_chains": 1}),
+                        ("unswitch_c", {**UNSWITCH, **CHAINS}), ("unswitch_cd", {**UNSWITCH, **CHAINS, **DESC}),
                         ("maskpre", {"tilecore.pipeline_mask_after_gemm": False})):
         outs[name] = fa(dim, bm, bn, causal, kv_heads=kvh, stages=stages, seq=seq, heads=heads, batch=batch,
                         **extra)(q, k, v)
     torch.cuda.synchronize()
-    assert torch.equal(outs["unswitch"], outs["default"])
-    assert torch.equal(outs["unswitch_c"], outs["default"])
-    assert torch.equal(outs["unswitch_cd"], outs["default"])
+    for name in ("default", "unswitch", "unswitch_c", "unswitch_cd"):  # D70's defaults too: bit for bit before
+        assert torch.equal(outs[name], outs["before"]), name
     kr, vr = (x.repeat_interleave(heads // (kvh or heads), dim=1) for x in (k, v))
     ref = _reference(q, kr, vr, causal)
     for name, out in outs.items():
@@ -197,3 +198,26 @@ def test_unswitch_fast_math_matches_float64(form, causal):
     kr, vr = (x.repeat_interleave(heads // (kvh or heads), dim=1) for x in (k, v))
     err = (out.double() - _reference(q, kr, vr, causal)).abs().max().item()
     assert err < 4e-3, f"{form[0]} causal={causal}: max error {err}"
+
+
+@needs_toolchain
+@pytest.mark.parametrize("route", [True, False], ids=["regprog", "general"])
+def test_d70_defaults_change_no_catalog_kernel(route):
+    """D70's defaults (the unswitched iteration, the row maximum's chains "auto") against before on every conformance
+    catalog kernel of cuda:sm_90a: the same source on the register programs' route (the default, the golden
+    sources') and on the general path (the catalog's FlashAttention cases are not of the forms they change: no
+    split mask in a warp-specialized rotated loop, rows of fewer than 16 elements a thread)."""
+    from tilecore.compiler import lower
+    from tilecore.errors import TilecoreError
+    from tilecore_conformance.catalog import catalog
+
+    def text(case, extra):
+        try:
+            return lower(case.build(**case.params), HOPPER, {**case.pass_configs,
+                                                             "tilecore.cuda.register_programs": route, **extra})[3].code
+        except TilecoreError as e:
+            return f"{type(e).__name__}: {e}"
+
+    cases = catalog()
+    assert len(cases) > 300
+    assert sorted(c.id for c in cases if text(c, BEFORE) != text(c, {})) == []

@@ -350,7 +350,8 @@ D59 = {"fence": {"tilecore.cuda.fence_register_operands": True},
        "all": {"tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
                "tilecore.cuda.descriptor_offsets": True, "tilecore.cuda.nonnegative_index_shifts": True},
        "mask": {"tilecore.cuda.fence_register_operands": True, "tilecore.pipeline_overlap": True,
-                "tilecore.pipeline_mask_after_gemm": True}}
+                "tilecore.pipeline_mask_after_gemm": True,
+                "tilecore.pipeline_mask_unswitch": False}}  # (D70's unswitched iteration off: D59's form)
 WS = {"tilecore.warp_specialize": True}
 PP = {**WS, "tilecore.pingpong": True}
 
@@ -796,12 +797,15 @@ def test_auto_routes_flash_attentions_two_warpgroup_form_to_the_general_path(for
 
 @needs_toolchain
 def test_auto_leaves_other_forms_to_the_register_programs():
-    """One consumer warpgroup (64x64, 128 threads: no ping-pong on the general path), d256 and fast math (measured
-    below 0.97x the register program, D61) and a GEMM: as True."""
+    """One consumer warpgroup (64x64, 128 threads: no ping-pong on the general path), fast math at d128 / d256
+    (measured below 0.97x the register program, D61, D70) and a GEMM: as True. D70: d256's exact build is routed
+    (0.97-1.01x with the unswitched iteration in two runs)."""
     one = flash_attention_forward(4096, 128, 32, 64, 64, "float16", True, batch=8, threads=128)
     assert _routed(one, "auto").get_kernel_source() == _routed(one, True).get_kernel_source()
     d256 = flash_attention_forward(4096, 256, 32, 128, 64, "float16", True, batch=8, threads=256)
-    assert _routed(d256, "auto").get_kernel_source() == _routed(d256, True).get_kernel_source()
+    assert _routed(d256, "auto").get_kernel_source() == _routed(d256, False).get_kernel_source()
+    fast256 = {"tilecore.fast_math": True}
+    assert _routed(d256, "auto", **fast256).get_kernel_source() == _routed(d256, True, **fast256).get_kernel_source()
     d128 = flash_attention_forward(4096, 128, 32, 128, 128, "float16", True, batch=8, threads=256)
     fast = {"tilecore.fast_math": True}
     assert _routed(d128, "auto", **fast).get_kernel_source() == _routed(d128, True, **fast).get_kernel_source()
@@ -889,7 +893,7 @@ def test_fast_math_row_maximum_is_one_fmnmx_an_element():
     rp = tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs={**NOCACHE, "tilecore.fast_math": True})
     ins = sass_paths.parse(tilecore_cuda.CUDABackend().disassemble(rp.binary, rp.target))
     ref = min((c for _, c in sass_paths.paths(ins, sass_paths.main_loop(ins, 16))), key=lambda c: sum(c.values()))
-    assert on["FMNMX"] == ref["FMNMX"] >= 64 and on["FSEL"] == 0
+    assert 64 <= on["FMNMX"] <= ref["FMNMX"] and on["FSEL"] == 0  # (D70's four chains: 68 against 70)
     assert off["FMNMX"] < 8 and off["FSEL"] >= 64
     assert "fmaxf(" in src and "fmaxf(" not in src_off
     exact = fa(4096, 128, 32, "128x128", False, batch=8).get_kernel_source()

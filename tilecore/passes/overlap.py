@@ -31,7 +31,8 @@ MASK_AFTER = "tilecore.pipeline_mask_after_gemm"
 #: D70: the loop body duplicated under the split mask's condition (each path one straight run from the gemms' issue
 #: to the end of the iteration), not the mask alone under it
 MASK_UNSWITCH = "tilecore.pipeline_mask_unswitch"
-MASK_UNSWITCH_DEFAULT = False
+#: D70: "auto" (on wherever it applies) since round 2: causal rows +1 to +5% on the H200 (d256 causal 0.958 -> 1.004)
+MASK_UNSWITCH_DEFAULT = "auto"
 
 
 def _buffers(s) -> set:

@@ -910,8 +910,9 @@ REGISTER_PROGRAMS = "tilecore.cuda.register_programs"
 REGISTER_PROGRAMS_DEFAULT = True
 #: the head dimensions (the second gemm's width) of FlashAttention's form that "auto" routes to the general path: where
 #: the H200 measured it within 3% of the register program in the exact build (D61 rounds 1-2: d128 0.97-1.02x, GQA,
-#: d64 0.99-1.03x; d256 causal 0.88-0.95x: not routed)
-AUTO_HEAD_DIMS = (64, 128)
+#: d64 0.99-1.03x; d256 causal 0.88-0.95x: not routed then; D70: d256 with the unswitched iteration 0.975 / 0.972 and
+#: 1.006 / 1.004 in two runs, non-causal / causal)
+AUTO_HEAD_DIMS = (64, 128, 256)
 #: the head dimensions at which "auto" routes the fast-math build too (D61 round 2: d128 0.95-0.98x non-causal, 0.94-0.96x
 #: causal with O's bulk store: not routed; D66 round 2: d64 0.971-1.013x on its four rows, 128x128 and 128x176, in
 #: each of two processes, with V staged in the two-consumer form)
