@@ -221,3 +221,16 @@ def test_d70_defaults_change_no_catalog_kernel(route):
     cases = catalog()
     assert len(cases) > 300
     assert sorted(c.id for c in cases if text(c, BEFORE) != text(c, {})) == []
+
+
+@needs_toolchain
+def test_the_default_chains_the_row_maximum_under_fast_math_only():
+    """tilecore.reduce_chains "fast" (D70's default): four chains in FlashAttention's two-consumer form under fast
+    math ("auto"), one chain in the exact build (its causal rows lost 2-3% with chains on the H200 and the H100);
+    "auto" as D66 defined it (chains in both); a bad value names the option."""
+    assert "part_c" in fa(fast=True).get_kernel_source()
+    assert fa(fast=True).get_kernel_source() == fa(fast=True, **CHAINS).get_kernel_source()
+    assert fa().get_kernel_source() == fa(**{"tilecore.reduce_chains": 1}).get_kernel_source()
+    assert "part_c" in fa(**{"tilecore.reduce_chains": "auto"}).get_kernel_source()
+    with pytest.raises(tilecore.errors.TilecoreError, match="tilecore.reduce_chains"):
+        fa(**{"tilecore.reduce_chains": "slow"})

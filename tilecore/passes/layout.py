@@ -1199,17 +1199,21 @@ class _Lowerer:
     #: partial chains of each row's elements, their results combined as a tree (the dependency depth of a 32-element
     #: row: 32 as one chain, 8 + 2 as four); the same result (max and min do not round; NaN propagates whichever the
     #: order). An int >= 1 (1: one chain) or "auto" (4 where a row holds 16 elements a thread or more in FlashAttention's
-    #: form, bulkstore.attention_form; one chain elsewhere). Default: REDUCE_CHAINS_DEFAULT ("auto" since D70)
+    #: form, bulkstore.attention_form; one chain elsewhere), "fast" ("auto" under fast math, else one chain). Default:
+    #: REDUCE_CHAINS_DEFAULT ("fast" since D70)
     REDUCE_CHAINS_OPTION = "tilecore.reduce_chains"
-    #: D70: "auto" (one chain before): the H200's fast-math rows without a mask +2.8 to +4.6% with the unswitched
-    #: iteration (a one-chain row maximum let the assembler wait for P @ V after its first shuffle: 54 instructions beside
-    #: P @ V against the register program's 108)
-    REDUCE_CHAINS_DEFAULT = "auto"
+    #: D70: "fast" by default (one chain before): "auto" under tilecore.fast_math, one chain otherwise. Fast math's
+    #: rows +2 to +9% with the unswitched iteration (H200, H100: a one-chain row maximum let the assembler wait for
+    #: P @ V after its first shuffle: 54 instructions beside P @ V against the register program's 108); the exact
+    #: build's causal rows -2 to -3% with chains in two runs: one chain there
+    REDUCE_CHAINS_DEFAULT = "fast"
 
     def _reduce_chains(self, kind: str, n: int) -> int:
         v = self.ctx.option(self.REDUCE_CHAINS_OPTION, self.REDUCE_CHAINS_DEFAULT) if hasattr(self.ctx, "option") else 1
         if kind not in ("max", "min", "absmax") or n < 4:
             return 1
+        if v == "fast":  # D70: "auto" under fast math, one chain otherwise
+            v = "auto" if self.ctx.option("tilecore.fast_math", False) else 1
         if v == "auto":
             from .bulkstore import attention_form
 
@@ -1218,7 +1222,7 @@ class _Lowerer:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             from ..errors import CompileError
 
-            raise CompileError(f"{self.REDUCE_CHAINS_OPTION}: an int >= 1 or \"auto\", not {v!r}")
+            raise CompileError(f"{self.REDUCE_CHAINS_OPTION}: an int >= 1, \"auto\" or \"fast\", not {v!r}")
         return max(1, min(v, n // 2))
 
     @staticmethod
