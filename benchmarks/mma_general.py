@@ -62,6 +62,8 @@ PRUNE = {"tilecore.prune_barriers": True}
 NN = "tilecore.cuda.nonnegative_index_shifts"
 #: two B operand loads of one k step as one ldmatrix .x4 (D68)
 PAIRS = "tilecore.cuda.ldmatrix_pairs"
+#: the later copies' issue and wait (D71)
+LATE = "tilecore.pipeline_late_copy"
 VARIANTS = {
     "regprog": {"tilecore.cuda.register_programs": True},
     "general": GENERAL,  # with this plugin's defaults (D63: pruned barriers, a one-gemm launch's k steps unrolled)
@@ -81,6 +83,14 @@ VARIANTS = {
     "general-x2": {**GENERAL, PAIRS: False},
     "d55": {**GENERAL, **D55},
     "fold": {**GENERAL, **RELAY},  # FlashAttention's O_shared folded: V gets a second stage at 163 KiB
+    # D71 (tilecore.pipeline_late_copy): V (unstaged: one buffer) issued at the top of the iteration after the barrier
+    # that frees it, waited for (it alone) before P @ V; staged (d64 64x64, or with the fold): waited for with K at
+    # the top (one wait, one barrier an iteration, the register program's schedule); "joint": V's wait also waits
+    # for K's stage ahead
+    "late": {**GENERAL, LATE: True},
+    "late-joint": {**GENERAL, LATE: "joint"},
+    "fold-late": {**GENERAL, **RELAY, LATE: True},
+    "late-d55": {**GENERAL, **D55, LATE: True},
 }
 
 
@@ -160,6 +170,8 @@ def main() -> int:
     ap.add_argument("--gemm777", default="4096,777,4096")
     ap.add_argument("--fa", default="8,32,4096,128", help="batch,heads,seq,dim")
     ap.add_argument("--rows", default="4096,8192")
+    ap.add_argument("--orders", type=int, default=1, choices=(1, 2),
+                    help="2: every kernel's variants timed in the order given, then again in reverse (compiled once)")
     args = ap.parse_args()
     for k in ("gemm", "gemm777", "fa", "rows"):
         setattr(args, k, tuple(int(v) for v in getattr(args, k).split(",")))
@@ -224,27 +236,34 @@ def main() -> int:
         ins, ref, work, unit = inputs(name)
         expect = ref()
         t_ref = cuda_ms(ref, args.rep)
-        times = {}
+        kerns = {}
         for var in variants:
             cfg = {**BASE, **own, **VARIANTS[var]}
             try:
-                kern = tilecore.compile(build(args), out_idx=out_idx, target="cuda", pass_configs=cfg)
+                kerns[var] = tilecore.compile(build(args), out_idx=out_idx, target="cuda", pass_configs=cfg)
             except Exception as e:  # noqa: BLE001 - a refused row is printed, the rest go on
                 print(f"{name:10s} {var:14s} refused: {type(e).__name__}: {str(e).splitlines()[0][:90]}", flush=True)
-                continue
-            out = kern(*ins)
-            err = float((out.float() - expect.float()).abs().max())
-            t = cuda_ms(lambda: kern(*ins), args.rep)
-            times[var] = t
-            rate = f"{work / t / 1e9:7.1f} TF/s" if unit == "flop" else f"{work / t / 1e6:7.1f} GB/s"
-            print(f"{name:10s} {var:14s} {lowering_path(kern):28s} {t:9.4f} {rate:>12s} {t_ref:9.4f} "
-                  f"{t_ref / t:10.3f} {err:9.2e}", flush=True)
-        if "regprog" in times:
-            summary.append((name, {v: times["regprog"] / times[v] for v in times}))
+        for order in range(args.orders):
+            times = {}
+            for var in (variants if order == 0 else variants[::-1]):
+                if var not in kerns:
+                    continue
+                kern = kerns[var]
+                out = kern(*ins)
+                err = float((out.float() - expect.float()).abs().max())
+                t = cuda_ms(lambda: kern(*ins), args.rep)
+                times[var] = t
+                rate = f"{work / t / 1e9:7.1f} TF/s" if unit == "flop" else f"{work / t / 1e6:7.1f} GB/s"
+                tag = var if args.orders == 1 else f"{var}{'' if order == 0 else ' (rev)'}"
+                print(f"{name:10s} {tag:14s} {lowering_path(kern):28s} {t:9.4f} {rate:>12s} {t_ref:9.4f} "
+                      f"{t_ref / t:10.3f} {err:9.2e}", flush=True)
+            if "regprog" in times:
+                label = name if args.orders == 1 else f"{name}{'' if order == 0 else ' rev'}"
+                summary.append((label, {v: times["regprog"] / times[v] for v in variants if v in times}))
     if summary:
         print("\nspeed relative to the regprog row (regprog time / variant time; >= 0.97: D63's bar):")
         for name, rel in summary:
-            print(f"  {name:10s} " + "  ".join(f"{v} {r:.3f}" for v, r in rel.items()))
+            print(f"  {name:14s} " + "  ".join(f"{v} {r:.3f}" for v, r in rel.items()))
     return 0
 
 

@@ -586,6 +586,18 @@ step mmafa64 bash -c 'rc=0;
      timeout -k 5 80 python3 benchmarks/mma_general.py --rep 20 --only gemm_epi,gemm_epi_64,gemm_epi_256,gemm_nt,gemm_relay \
        --variants "${MMAFA_GEMM_VARIANTS:-regprog,general-d63,general-x2,general}" || rc=$?; exit $rc'
 step mmafa-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_general.py -rs -k device
+# D71 (issue 11 item 4): tilecore.pipeline_late_copy on sm_80's FlashAttention general path: every row D68 measured
+# (d128 in sm80fa, d64 in sm80fa64; 128x128 / 256 threads and 64x64 / 128 threads, causal and not), rows regprog (the
+# register program), general (D68's defaults: V issued after the softmax, waited for with K's stage ahead), late (V
+# issued at the top of the iteration, one buffer; staged at d64 64x64: one wait at the top), late-joint (V's wait also
+# K's), fold-late (O_shared folded, V staged, one wait and one barrier an iteration: the register program's
+# schedule); each kernel's rows timed in order then in reverse (compiled once). About 1.5-2.5 min each. Then the
+# option's device tests against float64 (sm80fa-tests)
+step sm80fa timeout -k 5 200 python3 benchmarks/mma_general.py --rep 10 --orders 2 --only fa,fa_causal,fa64,fa64_causal \
+     --variants "${SM80FA_VARIANTS:-regprog,general,late,late-joint,fold-late}"
+step sm80fa64 timeout -k 5 200 python3 benchmarks/mma_general.py --rep 10 --orders 2 --fa 8,32,4096,64 \
+     --only fa,fa_causal,fa64,fa64_causal --variants "${SM80FA_VARIANTS:-regprog,general,late,late-joint,fold-late}"
+step sm80fa-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_general.py -rs -k "device and late_copy"
 # the catalog with the sm_80 paths (D63), device mode: the sm_80 profile overlaid on the H100 (the three feature/
 # cases that require TMA, warp specialization or clusters left out: the overlay removes those features), once with
 # the defaults (D63's routing: the GEMM form on the general path, attention on the register program; pruned

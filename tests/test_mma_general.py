@@ -23,6 +23,7 @@ from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
 import mma_general  # noqa: E402
 import tilecore  # noqa: E402
 from tilecore.compiler import lower  # noqa: E402
+from tilecore.errors import CompileError  # noqa: E402
 
 REGPROG = {**NOCACHE, **mma_general.VARIANTS["regprog"]}
 GENERAL = {**NOCACHE, **mma_general.VARIANTS["general"]}
@@ -452,3 +453,139 @@ def test_flash_attention_general_path_registers(name):
         before = tilecore.compile(build(Big), out_idx=out_idx, target="cuda:sm_80",
                                   pass_configs={**NOCACHE, **own, **mma_general.VARIANTS["general-d63"]})
         assert before.source.meta["ptxas"].get("stack", 0) > 0
+
+
+# -- D71: the later copy's issue and wait (tilecore.pipeline_late_copy) ---------------------------------------
+
+LATE = mma_general.LATE
+
+
+def _k_loop(code: str) -> str:
+    return _loop_text(code, "k")
+
+
+def _events(loop: str) -> list:
+    """The k loop's copy events in order: ('wait', n), 'bar', 'V' / 'K' (a cp.async of that tile), 'commit',
+    'S' / 'O' (the first mma.sync of Q K^T / P @ V)."""
+    out = []
+    for line in loop.splitlines():
+        if m := re.search(r"tc_cp_async_wait<(\d+)>", line):
+            out.append(("wait", int(m.group(1))))
+        elif "__syncthreads()" in line:
+            out.append("bar")
+        elif "tc_cp_async_commit()" in line:
+            out.append("commit")
+        elif m := re.search(r"tc_cp_async16\((\w)_shared", line):
+            if not out or out[-1] != m.group(1):
+                out.append(m.group(1))
+        elif "tc_mma_16816_r(&acc_s[0]," in line:
+            out.append("S")
+        elif "tc_mma_16816_r(&acc_o[0]," in line:
+            out.append("O")
+    return out
+
+
+def test_late_copy_issues_v_at_the_top_single_buffered():
+    """FlashAttention 128x128 d128 on sm_80's general path (V unstaged at 163 KiB with O_shared): D68's loop issues V
+    after the softmax and waits for it with K's stage ahead; tilecore.pipeline_late_copy=True issues it right after
+    the barrier that frees its buffer, before K's stage ahead, and waits for it alone (wait_group 1) before P @ V;
+    "joint" waits for both there. Two block barriers an iteration each (V has one buffer)."""
+    before = _events(_k_loop(_lowered("fa", {})[3].code))
+    assert before == [("wait", 0), "bar", "K", "commit", "S", "V", "commit", ("wait", 0), "bar", "O"], before
+    for how, wait in ((True, 1), ("joint", 0)):
+        low = _lowered("fa", {LATE: how})
+        ev = _events(_k_loop(low[3].code))
+        assert ev == [("wait", 0), "bar", "V", "commit", "K", "commit", "S", ("wait", wait), "bar", "O"], (how, ev)
+        note = low[2].attrs["pipelines"][0]
+        assert "V_shared (one buffer) issued at the top of the iteration after the barrier that frees it" in note
+    # the IR dump shows the schedule: the note as the function's attribute, the waits as statements
+    from tilecore.ir.printer import func_str
+    ir = func_str(_lowered("fa", {LATE: True})[2])
+    assert "# attr pipelines = ('loop k: 2 stages" in ir and "issued at the top of the iteration" in ir
+    assert "T.async_wait(pending=1)" in ir
+
+
+@pytest.mark.parametrize("name,d", [("fa64", 64), ("fa", 128)])
+def test_late_copy_waits_for_a_staged_v_at_the_top(name, d):
+    """V staged (64x64 d64: both fit; 128x128 d128 with the relay fold): D68's loop waits for V where it stands
+    (two waits, two barriers an iteration); with the option, one wait for stage k's K and V at the top and one
+    barrier an iteration (the register program's schedule)."""
+    class Size(Small):
+        fa = (2, 2, 512, d)
+
+    extra = {} if name == "fa64" else {"tilecore.fold_relay_tiles": True}
+    before = _events(_k_loop(_lowered(name, extra, size=Size)[3].code))
+    assert before.count("bar") == 2 and [e for e in before if isinstance(e, tuple)] == [("wait", 1), ("wait", 2)], \
+        before
+    low = _lowered(name, {**extra, LATE: True}, size=Size)
+    ev = _events(_k_loop(low[3].code))
+    assert ev == [("wait", 0), "bar", "K", "commit", "V", "commit", "S", "O"], ev
+    assert "waited for with the leading copies at the top of the iteration" in low[2].attrs["pipelines"][0]
+
+
+def test_late_copy_option_errors_and_bulk_targets():
+    """A clear error for a value the option does not take; on sm_90a (bulk tile copies, FlashAttention's rotated,
+    warp-specialized loop) the option changes nothing."""
+    with pytest.raises(CompileError, match="tilecore.pipeline_late_copy='top'.*False.*True.*'joint'"):
+        _lowered("fa", {LATE: "top"})
+    base = {"tilecore.cuda.register_programs": False}
+    build, own, _ = mma_general.KERNELS["fa"]
+    a = lower(build(Small), "cuda:sm_90a", {**NOCACHE, **own, **base})[3].code
+    b = lower(build(Small), "cuda:sm_90a", {**NOCACHE, **own, **base, LATE: True})[3].code
+    assert a == b
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("how,stages,per_sm", [(True, 2, 14336), ("joint", 2, 14336), (True, 3, 16384),
+                                               ("joint", 3, 16384), (True, 2, None), (True, 3, None)])
+def test_late_copy_on_the_host_emulator_matches_float64(how, stages, per_sm, causal, tmp_path):
+    """The catalog's 32x32 attention (80 keys: a ragged last block), 2 and 3 stages, V unstaged (a per-SM shared
+    memory limit through the capability overlay makes the occupancy rule refuse its stages: the copy issued at the
+    top of the iteration, the prologue's empty groups keeping the wait counts) and staged (one wait at the top):
+    the generated sm_80 source run on the host (threads concurrent, barriers real, cp.async landing at its wait)
+    against float64."""
+    import numpy as np
+
+    run = _emulate()
+    composite = pytest.importorskip("tilecore_conformance.composite")
+    c = composite
+    f = c.flash_attention_forward(c.SEQ, c.DIM, c.HEADS, c.BM, c.BN, "float16", causal, num_stages=stages)
+    cfg = {**NOCACHE, **GENERAL, "tilecore.fast_math": True, LATE: how}
+    if per_sm is not None:
+        cfg["tilecore.capability_overlay"] = {"limits.max_shared_bytes_per_sm.value": per_sm}
+    kern = tilecore.compile(f, target="cuda:sm_80", pass_configs=cfg)
+    note = kern.meta["attrs"]["pipelines"][0]
+    assert f"{stages} stages" in note
+    assert ("(one buffer) issued at the top" in note) == (per_sm is not None), note
+    rng = np.random.default_rng(5)
+    shape = (c.HEADS, c.SEQ, c.DIM)
+    q, k, v = (rng.standard_normal(shape).astype(np.float16) for _ in range(3))
+    out = run(kern, [q, k, v, np.zeros(shape, np.float16)], tmp_path)[3].astype(np.float64)
+    ref = c.attention_ref([q, k, v], "float16", causal)[0]
+    err = np.abs(out - ref).max()
+    assert err <= 2e-3, f"{how} {stages} stages causal={causal}: max error {err}"
+
+
+@gpu
+@pytest.mark.parametrize("d", [128, 64])
+@pytest.mark.parametrize("variant", ["late", "late-joint", "fold-late"])
+@pytest.mark.parametrize("name", ["fa", "fa_causal", "fa64", "fa64_causal"])
+def test_device_late_copy_matches_float64(name, variant, d):
+    """D71's rows on the device (the sm_80 paths through the overlay) against float64, d128 and d64."""
+    import torch
+
+    class Size(Small):
+        fa = (2, 2, 512, d)
+
+    build, own, out_idx = mma_general.KERNELS[name]
+    cfg = {**NOCACHE, **mma_general.BASE, **own, **mma_general.VARIANTS[variant]}
+    kern = tilecore.compile(build(Size), out_idx=out_idx, target="cuda", pass_configs=cfg)
+    old, Small.fa = Small.fa, Size.fa
+    try:
+        ins, ref, tol = _inputs(name)
+    finally:
+        Small.fa = old
+    out = kern(*ins)
+    torch.cuda.synchronize()
+    err = (out.double() - ref).abs().max().item()
+    assert err < tol, f"{name} d{d} {variant} ({tilecore_cuda.lowering_path(kern)}): max error {err}"

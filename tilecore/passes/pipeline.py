@@ -117,6 +117,15 @@ RELEASE_STAGES = "tilecore.pipeline_release_stages"
 ISSUE_THREAD = "tilecore.pipeline_issue_thread"
 #: the annotation of a persistent tile loop (tilecore.passes.persistent)
 PERSISTENT = "persistent_tiles"
+#: pass config (D71): where a pipelined loop's later copies (FlashAttention's V) wait and, unstaged, where they are
+#: issued, in loops of per-thread asynchronous copies whose matrix work completes within the iteration. False (the
+#: default): D68's (staged: issued with the stage ahead, waited for where they stand; unstaged: issued and waited
+#: for where they stand); True: staged, waited for with the leading copies at the top of the iteration (one wait,
+#: one block barrier an iteration); unstaged (one buffer), issued at the top of the iteration right after the
+#: barrier that frees the buffer, committed before the stage ahead, and waited for (it alone) where it stood;
+#: "joint": as True, the unstaged copy's wait also waits for the stage ahead (one wait an iteration)
+LATE_COPY = "tilecore.pipeline_late_copy"
+LATE_COPY_VALUES = (False, True, "joint")
 
 
 def enabled(ctx) -> bool:
@@ -633,6 +642,34 @@ def _touched(s) -> set:
     return ids
 
 
+def _why_not_hoisted(body: list, i: int, waited) -> str | None:
+    """Why the unstaged later copy ``body[i]`` (``waited``: :func:`copy_and_wait`'s form of it) cannot be issued at
+    the top of the iteration (tilecore.pipeline_late_copy, D71); None: it can. Its runs must be asynchronous, and
+    nothing before it in the body may bind a name its addresses or predicates use, write a buffer it reads or touch
+    the buffer it fills."""
+    items = waited.body if isinstance(waited, Seq) else []
+    if len(items) != 3 or not isinstance(items[1], AsyncCommit) or not isinstance(items[2], AsyncWait) \
+            or not collect(items[0], AsyncCopy):
+        return "a synchronous copy (no aligned run)"
+    before = seq(body[:i]) if i else Seq([])
+    bound = {id(b.var) for b in collect(before, Bind)} | {id(f.var) for f in collect(before, For)}
+    used: list = []
+    loaded: list = []
+    for x in _all_stmts(items[0]):
+        for e in stmt_exprs(x):
+            walk_expr(e, lambda v: used.append(v) if isinstance(v, Var) and id(v) in bound else
+                      loaded.append(v.buffer) if isinstance(v, BufferLoad) else None)
+    if used:
+        return f"its addresses use {used[0].name}, which the body computes before it"
+    copies = collect(items[0], AsyncCopy)
+    for b in loaded + [c.src for c in copies]:
+        if _writes(before, b):
+            return f"the body writes {b.name} before it"
+    if any(_touches(before, c.dst) for c in copies):
+        return f"the body touches {copies[0].dst.name} before it"
+    return None
+
+
 def _writes(s, buf) -> bool:
     found: list = []
     walk(s, lambda x: found.append(1) if isinstance(x, (Store, Atomic)) and x.buffer is buf
@@ -735,6 +772,16 @@ class _Launch:
         # FlashAttention's two-consumer form, causal or ragged)
         self.mask_unswitch = unswitch is True or unswitch == "auto"
         self.max_threads = ctx.capabilities.limit("max_threads_per_block")
+        # D71: the later copies' issue and wait (tilecore.pipeline_late_copy; False: D68's)
+        self.late_copy = ctx.option(LATE_COPY, False)
+        if self.late_copy is None:
+            self.late_copy = False
+        if self.late_copy not in LATE_COPY_VALUES or (self.late_copy == 1 and self.late_copy is not True) \
+                or (self.late_copy == 0 and self.late_copy is not False):
+            from ..errors import CompileError
+
+            raise CompileError(f"pass config {LATE_COPY}={self.late_copy!r}: expected False (the default), True or "
+                               "'joint'")
         self.producer = None  # (barrier inits, producer loop, the loop it feeds) once a loop is specialized
         self.notes: list = []
         self.staged: dict = {}  # id(buffer) -> staged buffer, for the Allocates
@@ -822,10 +869,19 @@ class _Launch:
         if new is not None:
             return new, note
         fallback = list(body)
+        hoist, unhoisted = {}, []
         for i in late:
             fallback[i] = copy_and_wait(body[i], self.widths)
+            if self.late_copy:
+                why = _why_not_hoisted(body, i, fallback[i])
+                if why is None:
+                    hoist[i] = fallback[i]
+                else:
+                    unhoisted.append(f"{_copy_parts(body[i])[1].buffer.name}: {why}")
         plain = loop.with_(body=Seq(fallback, span=loop.body.span))
-        new, again = self._plan(plain, stage_late=False, orig=loop)
+        new, again = self._plan(plain, stage_late=False, orig=loop, hoist=hoist)
+        if unhoisted:
+            again += f"; not issued at the top of the iteration ({'; '.join(unhoisted)})"
         if note.startswith("occupancy:"):
             again += f" ({note[len('occupancy: '):]})"
         return (new if new is not None else plain), again
@@ -903,7 +959,10 @@ class _Launch:
         return If(cond, then, orelse, span=loop.span), note
 
     def _plan(self, loop: For, stage_late: bool, orig: For | None = None, facts: Facts | None = None,
-              when=None, stages_asked: int | None = None, staged_as: dict | None = None, version: bool = True):
+              when=None, stages_asked: int | None = None, staged_as: dict | None = None, version: bool = True,
+              hoist: dict | None = None):
+        """``hoist`` (D71, tilecore.pipeline_late_copy): body index -> an unstaged later copy as ``copy_and_wait``
+        gave it, to be issued at the top of the iteration where the plan allows (else left where it stands)."""
         name = loop.var.name
         body = list(loop.body.body) if isinstance(loop.body, Seq) else [loop.body]
         n = 0
@@ -1022,7 +1081,9 @@ class _Launch:
                 new, how = async_copy_nest(c, self.widths, facts)
                 kind = f"{bufs[j].name} {describe_copy(new, how)}"
             async_copies.append(new)
-            issue_kinds.append(kind + (" (issued with the stage ahead, waited for where it stands)" if j >= n else ""))
+            issue_kinds.append(kind + ((" (issued with the stage ahead, waited for with the leading copies at the top "
+                                        "of the iteration)" if self.late_copy and not bulk else
+                                        " (issued with the stage ahead, waited for where it stands)") if j >= n else ""))
         k, start, extent = loop.var, loop.start, loop.extent
         rot = None  # D59: the rotated body's pieces (tilecore.pipeline_overlap)
         groups = [async_copies[:n]] + ([async_copies[n:]] if late_at else [])
@@ -1115,7 +1176,26 @@ class _Launch:
         for s in range(stages - 1):
             prologue += issue_all(as_expr(s))
         ahead = simplify(binary("add", it, stages - 1))
-        consume = _multi_buffer(rest, table, simplify(binary("floormod", it, stages)))
+        # D71 (tilecore.pipeline_late_copy), per-thread copies only: a staged later group waited for with the leading
+        # ones at the top of the iteration (`joined`), an unstaged later copy issued at the top (`hoisted`)
+        late_mode = self.late_copy if not bulk else False
+        joined = bool(late_mode and late_at)
+        hoisted, hoist_waits = [], []
+        slot_now = simplify(binary("floormod", it, stages))
+        if joined:
+            rest = seq([body[i] for i in range(n, len(body)) if i not in late_waits]) \
+                if len(body) > n + len(late_waits) else Seq([])
+        consume = _multi_buffer(rest, table, slot_now)
+        if late_mode and hoist:
+            items = []
+            for i in range(n, len(body)):
+                if i in hoist:
+                    hoist_waits.append(AsyncWait(0, span=body[i].span))
+                    items += [hoist_waits[-1], Barrier(span=body[i].span)]
+                else:
+                    items.append(body[i])
+            hoisted = [x for i in sorted(hoist) for x in hoist[i].body[:-1]]  # each copy's runs and its commit
+            plain_consume, consume = consume, _multi_buffer(seq(items), table, slot_now)
         # issuing the stage ahead after the gemm shortens its lead by one gemm: worth it from 3 stages, or where
         # a copy is synchronous (its loads then overlap the unit's work). H200, 4096^3 fp16 on wgmma: 128x256x64
         # with 3 stages 0.349 -> 0.277 ms, 128x128x32 with 2 stages 0.433 -> 0.483; the 4096x777 GEMM (B copied
@@ -1124,6 +1204,11 @@ class _Launch:
         synchronous = not bulk and any(not collect(c, AsyncCopy) for c in async_copies)
         last = compare("eq", local, simplify(binary("sub", extent, 1)))  # per tile: D29's hazard holds per tile
         deferred = _defer_matrix_wait(consume, last) if stages >= 3 or synchronous or bulk else None
+        why_not_hoisted = "the stages are bulk tile copies" if hoist and bulk else None
+        if hoisted and deferred is not None:  # the matrix unit runs on past the iteration: the buffer is not free
+            why_not_hoisted = "the gemm runs on past the iteration"
+            hoisted, hoist_waits, consume = [], [], plain_consume
+            deferred = _defer_matrix_wait(consume, last)
         after = []
         # commit groups are issued in stage order, one per group of copies: before the body uses stage it's
         # leading tiles every group after them may still be pending, before a late tile every group after it
@@ -1337,15 +1422,37 @@ class _Launch:
                 consume, drain = deferred
                 steady = [waits[0], consume, Barrier(span=loop.span)] + self.on_issuer(issue_all(ahead, True))
                 after = [drain]
+        elif deferred is None and hoisted:
+            # D71: the unstaged later copies (one buffer each, read by the previous iteration's matrix work, which the
+            # barrier has finished) issued right after the barrier, each its own commit group before the stage
+            # ahead's; each waited for where it stood with the groups committed after it still pending ("joint":
+            # none), a barrier publishing it. Every iteration commits m + g groups, the prologue's stages as many
+            # (m empty ones each), so stage it's leading copies are done with (m + g) (S - 2) groups pending
+            m = len(hoist_waits)
+            if stages > 2:
+                prologue = [x for s_ in range(stages - 1) for x in [AsyncCommit(span=loop.span)] * m
+                            + issue_all(as_expr(s_))]
+            top = (m + g) * (stages - 2)
+            steady = ([AsyncWait(top, span=loop.span), Barrier(span=loop.span)]
+                      + [_multi_buffer(x, table, slot_now) for x in hoisted] + issue_all(ahead)
+                      + [_replace(consume, {id(w): AsyncWait(0 if late_mode == "joint" else m - 1 - j + g, span=w.span)
+                                            for j, w in enumerate(hoist_waits)})])
+            names = ", ".join(collect(hoist[i], AsyncCopy)[0].dst.name for i in sorted(hoist))
+            issue_kinds.append(f"{names} (one buffer) issued at the top of the iteration after the barrier that frees "
+                               "it, before the stage ahead, waited for where it stands"
+                               + (" with every group (one wait an iteration)" if late_mode == "joint" else
+                                  " (the stage ahead still in flight)"))
         elif deferred is None:
-            steady = [AsyncWait(first, span=loop.span), Barrier(span=loop.span)] + issue_all(ahead) + [consume]
+            top = g * (stages - 2) if joined else first
+            steady = [AsyncWait(top, span=loop.span), Barrier(span=loop.span)] + issue_all(ahead) + [consume]
             late_pending = g * (stages - 1)
         else:
             # the body ends with a gemm on an asynchronous matrix unit: issue it first and keep it running while
             # the stage ahead is copied; the copies overwrite the stage of the previous iteration's gemm, which
             # the deferred wait (one group left pending) and the barrier after it have finished
             consume, drain = deferred
-            steady = [AsyncWait(first, span=loop.span), Barrier(span=loop.span), consume,
+            top = g * (stages - 2) if joined else first
+            steady = [AsyncWait(top, span=loop.span), Barrier(span=loop.span), consume,
                       Barrier(span=loop.span)] + issue_all(ahead)
             after = [drain]
             late_pending = g * (stages - 2)
@@ -1361,6 +1468,8 @@ class _Launch:
                              if isinstance(f, str)), "")
         if why_unversioned is not None:
             copy_notes += f" (not versioned at launch: {why_unversioned})"
+        if why_not_hoisted is not None:
+            copy_notes += f"; {LATE_COPY}: the later copies not issued at the top of the iteration ({why_not_hoisted})"
         if why_carry is None and why_ws is None:
             copy_notes += (f"; carried across the persistent tile loop {carry.i.name}: the producer walks the block's "
                            "tiles and runs ahead into the next tile's stages")
