@@ -501,8 +501,9 @@ def test_late_copy_issues_v_at_the_top_single_buffered():
     # the IR dump shows the schedule: the note as the function's attribute, the waits as statements
     from tilecore.ir.printer import func_str
     ir = func_str(_lowered("fa", {LATE: True})[2])
-    assert "# attr pipelines = ('loop k: 2 stages" in ir and "issued at the top of the iteration" in ir
-    assert "T.async_wait(pending=1)" in ir
+    assert "# attr pipelines = ('loop k: 2 stages" in ir and "T.async_wait(pending=1)" in ir
+    assert ("iteration: wait(0) ; barrier ; copy V_shared ; commit ; copy K_shared ; commit ; ... ; gemm ; ... ; "
+            "wait(1) ; barrier ; gemm") in ir
 
 
 @pytest.mark.parametrize("name,d", [("fa64", 64), ("fa", 128)])
@@ -520,7 +521,10 @@ def test_late_copy_waits_for_a_staged_v_at_the_top(name, d):
     low = _lowered(name, {**extra, LATE: True}, size=Size)
     ev = _events(_k_loop(low[3].code))
     assert ev == [("wait", 0), "bar", "K", "commit", "V", "commit", "S", "O"], ev
-    assert "waited for with the leading copies at the top of the iteration" in low[2].attrs["pipelines"][0]
+    note = low[2].attrs["pipelines"][0]
+    assert "waited for with the leading copies at the top of the iteration" in note
+    assert note.endswith("iteration: wait(0) ; barrier ; copy K_shared ; commit ; copy V_shared ; commit ; ... ; "
+                         "gemm ; ... ; gemm"), note
 
 
 def test_late_copy_option_errors_and_bulk_targets():

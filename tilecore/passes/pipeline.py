@@ -642,6 +642,35 @@ def _touched(s) -> set:
     return ids
 
 
+def schedule(stmts) -> str:
+    """A loop body's copy schedule in one line (D71, the planner's note with tilecore.pipeline_late_copy): its
+    top-level statements in order as ``wait(n)`` (an AsyncWait), ``barrier``, ``copy X`` (asynchronous copies into
+    X), ``commit``, ``gemm`` (matrix work), ``...`` (anything else); consecutive ``gemm`` / ``...`` once."""
+    out: list = []
+
+    def visit(x):
+        if isinstance(x, Seq):
+            for c in x.body:
+                visit(c)
+        elif isinstance(x, AsyncWait):
+            out.append(f"wait({x.pending})")
+        elif isinstance(x, Barrier):
+            out.append("barrier")
+        elif isinstance(x, AsyncCommit):
+            out.append("commit")
+        elif collect(x, AsyncCopy):
+            out.append("copy " + ", ".join(dict.fromkeys(c.dst.name for c in collect(x, AsyncCopy))))
+        elif collect(x, MatrixOp):
+            if not out or out[-1] != "gemm":
+                out.append("gemm")
+        elif not out or out[-1] != "...":
+            out.append("...")
+
+    for x in stmts:
+        visit(x)
+    return " ; ".join(out)
+
+
 def _why_not_hoisted(body: list, i: int, waited) -> str | None:
     """Why the unstaged later copy ``body[i]`` (``waited``: :func:`copy_and_wait`'s form of it) cannot be issued at
     the top of the iteration (tilecore.pipeline_late_copy, D71); None: it can. Its runs must be asynchronous, and
@@ -1487,6 +1516,8 @@ class _Launch:
                            "(one group's are issued while the other computes)")
         elif bulk and self.specialize and why_ws is not None:
             copy_notes += f"; not warp-specialized: {why_ws}"
+        if self.late_copy and not bulk and (hoisted or joined):  # D71: the planned iteration, for the IR dump
+            copy_notes += f"; iteration: {schedule(steady)}"
         note = (f"loop {name}: {stages} stages{reduced}, {len(bufs)} tiles x {stages} buffers, {kib:g} KiB; "
                 + ", ".join(issue_kinds) + ("; the gemm's matrix unit runs on while the stage ahead is copied"
                                             if after else "") + copy_notes)
