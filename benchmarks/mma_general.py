@@ -91,6 +91,9 @@ VARIANTS = {
     "late-joint": {**GENERAL, LATE: "joint"},
     "fold-late": {**GENERAL, **RELAY, LATE: True},
     "late-d55": {**GENERAL, **D55, LATE: True},
+    # V staged wherever it fits (tilecore.pipeline_stage_late=True: 128x128 d64 and 64x64 d128, which D61's occupancy
+    # rule leaves unstaged on sm_80's 164 KiB; 128x128 d128 does not fit) and waited for at the top with K
+    "late-staged": {**GENERAL, LATE: True, "tilecore.pipeline_stage_late": True},
 }
 
 
