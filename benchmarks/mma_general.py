@@ -94,6 +94,7 @@ VARIANTS = {
     # V staged wherever it fits (tilecore.pipeline_stage_late=True: 128x128 d64 and 64x64 d128, which D61's occupancy
     # rule leaves unstaged on sm_80's 164 KiB; 128x128 d128 does not fit) and waited for at the top with K
     "late-staged": {**GENERAL, LATE: True, "tilecore.pipeline_stage_late": True},
+    "lean-late": {**GENERAL, **RELAY, **PRUNE, **D55, LATE: True},  # D68's best d64 rows (lean) with the late copy
 }
 
 

@@ -592,12 +592,12 @@ step mmafa-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider 
 # issued at the top of the iteration, one buffer; staged at d64 64x64: one wait at the top), late-joint (V's wait also
 # K's; round 1 only), late-d55 (+ D55's options: the masked iterations split), late-staged (V staged where it fits:
 # 128x128 d64, 64x64 d128), fold-late (O_shared folded, V staged, one wait and one barrier an iteration: the register
-# program's schedule); each kernel's rows timed in order then in reverse (compiled once). About 1.5-2.5 min each. Then the
+# program's schedule), lean-late (D68's lean: the fold and D55's options, + the late copy); each kernel's rows timed in order then in reverse (compiled once). About 1.5-2.5 min each. Then the
 # option's device tests against float64 (sm80fa-tests)
 step sm80fa timeout -k 5 200 python3 benchmarks/mma_general.py --rep 10 --orders 2 --only fa,fa_causal,fa64,fa64_causal \
-     --variants "${SM80FA_VARIANTS:-regprog,general,late,late-d55,late-staged,fold-late}"
+     --variants "${SM80FA_VARIANTS:-regprog,general,late,late-d55,late-staged,fold-late,lean-late}"
 step sm80fa64 timeout -k 5 200 python3 benchmarks/mma_general.py --rep 10 --orders 2 --fa 8,32,4096,64 \
-     --only fa,fa_causal,fa64,fa64_causal --variants "${SM80FA_VARIANTS:-regprog,general,late,late-d55,late-staged,fold-late}"
+     --only fa,fa_causal,fa64,fa64_causal --variants "${SM80FA_VARIANTS:-regprog,general,late,late-d55,late-staged,fold-late,lean-late}"
 step sm80fa-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_general.py -rs -k "device and late_copy"
 # the catalog with the sm_80 paths (D63), device mode: the sm_80 profile overlaid on the H100 (the three feature/
 # cases that require TMA, warp specialization or clusters left out: the overlay removes those features), once with

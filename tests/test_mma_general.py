@@ -572,7 +572,7 @@ def test_late_copy_on_the_host_emulator_matches_float64(how, stages, per_sm, cau
 
 @gpu
 @pytest.mark.parametrize("d", [128, 64])
-@pytest.mark.parametrize("variant", ["late", "late-joint", "fold-late", "late-d55", "late-staged"])
+@pytest.mark.parametrize("variant", ["late", "late-joint", "fold-late", "late-d55", "late-staged", "lean-late"])
 @pytest.mark.parametrize("name", ["fa", "fa_causal", "fa64", "fa64_causal"])
 def test_device_late_copy_matches_float64(name, variant, d):
     """D71's rows on the device (the sm_80 paths through the overlay) against float64, d128 and d64."""
