@@ -43,7 +43,8 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_swizzle64.py tests/test_vectorize_copies.py tests/test_cuda_clusters_at_once.py \
      tests/test_cuda_streamk.py tests/test_cuda_general_attention.py tests/test_block_order.py tests/test_cuda_exp2_rows.py \
      tests/test_cuda_exp2_poly.py tests/test_cuda_row_division.py tests/test_gemm_kstep.py \
-     tests/test_host_launch.py tests/test_general_fp8.py tests/test_cuda_fa_parity.py tests/test_cuda_fa_unswitch.py
+     tests/test_host_launch.py tests/test_general_fp8.py tests/test_cuda_fa_parity.py tests/test_cuda_fa_unswitch.py \
+     tests/test_general_splitk.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -89,6 +90,12 @@ step fp8gen-e5m2 timeout 200 python3 benchmarks/general_gemm.py --rep 20 --round
 # general path; 10 rounds x 10 calls interleaved, medians (~3 min)
 step fp8gen-splitk timeout 230 python3 benchmarks/cuda_gemm_splitk.py --general --rounds 10 --batch 10 \
        --configs 64:128:64:128:4,64:256:64:128:3,128:128:64:256:5
+# D69: split-K on the core's general path (tilecore.split_k) against the plugin's split-K (cluster sum = its default,
+# and its workspace sum) and cuBLAS, the LLM rows and few-tile shapes, one process, interleaved rounds; then the
+# device tests of tests/test_general_splitk.py (float64, bit for bit across calls and streams) (< 3 min)
+step splitkgen bash -c 'rc=0; timeout 150 python3 benchmarks/general_splitk.py --rounds 6 --batch 10 \
+       --shapes 128x4096x4096,16x8192x8192,256x4096x4096,32x4096x14336 --splits 2,4,8 || rc=$?; \
+     timeout 60 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_general_splitk.py -rs || rc=$?; exit $rc'
 step attention python3 benchmarks/cuda_attention.py --rep 3
 step attention-fast python3 benchmarks/cuda_attention.py --rep 3 --fast-math
 # FA3's schedules of the register programs (decision D28): off, ping-pong, intra-warpgroup overlap, both; one row each

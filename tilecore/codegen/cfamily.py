@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import CompileError
-from ..ir import (Allocate, Assert, Atomic, Barrier, BinOp, Bind, Break, Buffer, BufferLoad, Call, Cast, Cmp, Collective,
+from ..ir import (Allocate, Assert, Atomic, AtomicRet, Fence, Barrier, BinOp, Bind, Break, Buffer, BufferLoad, Call, Cast, Cmp, Collective,
                   Continue, Expr,
                   FloatImm, For, If, IntImm, KernelLaunch, Logic, PerThread, Print, Select, Seq, ShuffleIndex,
                   ShuffleWidth, ShuffleXor, Store, ThreadIndex, Var, binary,
@@ -54,6 +54,25 @@ def _cast_once(st) -> bool:
 
         return measured_class(ctx)
     return want is True
+
+
+#: C11 / GCC's names of the IR's memory orders (the __atomic builtins)
+C_ORDERS = {"relaxed": "__ATOMIC_RELAXED", "acquire": "__ATOMIC_ACQUIRE", "release": "__ATOMIC_RELEASE",
+            "acq_rel": "__ATOMIC_ACQ_REL"}
+
+
+def kept_workspaces(func) -> tuple:
+    """The kernel's kept workspaces (``PrimFunc.attrs["kept_workspaces"]``, D69), each with its static element count;
+    a CompileError where a shape is not a constant."""
+    from ..ir import const_value
+
+    out = []
+    for b in func.attrs.get("kept_workspaces", ()) or ():
+        n = const_value(simplify(b.numel()))
+        if n is None:
+            raise CompileError(f"kernel {func.name}: the kept workspace {b.name} needs a static size, got {b.shape}")
+        out.append((b, int(n)))
+    return tuple(out)
 
 
 class CFamilyEmitter(Emitter):
@@ -113,6 +132,14 @@ class CFamilyEmitter(Emitter):
     #: spelling of :class:`~tilecore.ir.ShuffleWidth` (the lockstep width decided at run time, uniform over
     #: the block): the core asks for it only where the profile declares ``execution.simd_width: dynamic``
     shuffle_width_expr = ""
+    #: spelling of an atomic that returns the element's old value (:class:`~tilecore.ir.AtomicRet`, decision D69):
+    #: ``{op}`` ``{order}`` ``{scope}`` ``{dtype}`` (the IR's names), ``{ptr}`` the element's address, ``{value}``;
+    #: a target that spells none leaves it empty and refuses such kernels with a CompileError
+    atomic_fetch = ""
+    #: the integer dtypes :attr:`atomic_fetch` spells
+    atomic_fetch_dtypes = ("int32", "uint32", "int64", "uint64")
+    #: spelling of a :class:`~tilecore.ir.Fence` by ``(scope, order)``; a target without one refuses it
+    fence_stmts: dict = {}
     #: statement and expression shapes; ``{type}`` is :meth:`loop_type` for loops, the value type otherwise
     for_header = "for ({type} {v} = {start}; {v} < {end}; ++{v}) {{"
     bind_stmt = "const {type} {name} = {value};"
@@ -292,7 +319,31 @@ class CFamilyEmitter(Emitter):
             return self.call(st, e)
         if isinstance(e, BufferLoad):
             return self.load(st, e.buffer, self.element(st, e.buffer, e.indices))
+        if isinstance(e, AtomicRet):
+            return self.atomic_fetch_expr(st, e)
         raise CompileError(f"no C spelling for expression {type(e).__name__}")
+
+    def atomic_fetch_expr(self, st: EmitState, e: AtomicRet) -> str:
+        """An atomic that returns the old value (D69), through :attr:`atomic_fetch`."""
+        name = f"T.atomic_{e.op}(..., return_prev=True) on {e.buffer.dtype}"
+        if not self.atomic_fetch:
+            raise CompileError(f"{name}: this target's code generator ({type(self).__name__}) has no atomic that "
+                               "returns the old value (drop return_prev, or compile for a target that has one: cpu, "
+                               "cuda)")
+        if e.op != "add" or str(e.buffer.dtype) not in self.atomic_fetch_dtypes:
+            raise CompileError(f"{name}: this target returns the old value of integer additions only "
+                               f"({', '.join(self.atomic_fetch_dtypes)}); T.atomic_add on an integer buffer does")
+        ptr = "&" + self.element(st, e.buffer, e.indices)
+        return self.atomic_fetch.format(op=e.op, order=e.order, scope=e.scope, dtype=e.buffer.dtype, ptr=ptr,
+                                        value=self.expr(st, e.value), ctype=self.stype(e.buffer.dtype),
+                                        corder=C_ORDERS[e.order])
+
+    def stmt_Fence(self, st: EmitState, s: Fence):
+        text = self.fence_stmts.get((s.scope, s.order))
+        if text is None:
+            raise CompileError(f"T.fence(scope={s.scope!r}, order={s.order!r}): this target's code generator "
+                               f"({type(self).__name__}) has no such memory fence", s.span)
+        self.line(st, text)
 
     def load(self, st: EmitState, buf: Buffer, ref: str) -> str:
         """The value of the element ``ref`` of ``buf`` (converted from storage to the value type)."""

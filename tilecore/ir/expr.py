@@ -200,6 +200,37 @@ class ShuffleWidth(Expr):
         self.dtype = canonical(dtype)
 
 
+class AtomicRet(Expr):
+    """``buffer[indices] = op(buffer[indices], value)`` done atomically, its value the element's value BEFORE the
+    update (TileLang's ``T.atomic_add(..., return_prev=True)``). ``order`` is the memory order of the access
+    (``"relaxed"``, ``"acquire"``, ``"release"``, ``"acq_rel"``), ``scope`` who must see it in that order
+    (``"block"``: the block's threads; ``"device"``: every block of the launch). It has a side effect: it is
+    evaluated exactly once where it stands (a :class:`~tilecore.ir.Bind` value, or the value of a block-level
+    :class:`~tilecore.ir.Store`, which one thread of the block runs); no pass duplicates, moves or drops it
+    (:func:`same` and the simplifier's keys tell every instance apart). An emitter spells it or refuses with
+    a :class:`~tilecore.errors.CompileError` (decision D69)."""
+
+    __slots__ = ("op", "buffer", "indices", "value", "order", "scope")
+
+    def __init__(self, op: str, buffer, indices, value, order: str = "relaxed", scope: str = "device"):
+        if op not in ATOMIC_OPS:
+            raise ValueError(f"atomic op {op!r}: expected one of {', '.join(ATOMIC_OPS)}")
+        if order not in MEMORY_ORDERS:
+            raise ValueError(f"memory order {order!r}: expected one of {', '.join(MEMORY_ORDERS)}")
+        if scope not in MEMORY_SCOPES:
+            raise ValueError(f"memory scope {scope!r}: expected one of {', '.join(MEMORY_SCOPES)}")
+        self.op, self.buffer, self.indices = op, buffer, tuple(as_expr(i) for i in indices)
+        self.value, self.order, self.scope, self.dtype = as_expr(value, buffer.dtype), order, scope, buffer.dtype
+
+
+#: the read-modify-write operations of :class:`AtomicRet` and ``Atomic``
+ATOMIC_OPS = ("add", "max", "min")
+#: memory orders of atomics and fences (C++'s names); ``"relaxed"`` orders nothing around the access
+MEMORY_ORDERS = ("relaxed", "acquire", "release", "acq_rel")
+#: who observes an atomic or a fence in its order: the block's threads, or every thread of the launch
+MEMORY_SCOPES = ("block", "device")
+
+
 class BufferLoad(Expr):
     __slots__ = ("buffer", "indices")
 
@@ -373,7 +404,7 @@ def same(a, b) -> bool:
         return const_value(a) is not None and const_value(a) == const_value(b)
     if type(a) is not type(b):
         return False
-    if isinstance(a, Var):
+    if isinstance(a, (Var, AtomicRet)):  # an atomic is its own value: two of them are two updates
         return a is b
     if isinstance(a, (IntImm, FloatImm)):
         return a.value == b.value and a.dtype == b.dtype

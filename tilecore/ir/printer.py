@@ -71,6 +71,10 @@ def expr_str(e) -> str:
         return f"{_nm(e.buffer)}[{', '.join(expr_str(i) for i in e.indices)}]"
     if isinstance(e, ThreadIndex):
         return "T.thread_index()"
+    if type(e).__name__ == "AtomicRet":
+        idx = ", ".join(expr_str(i) for i in e.indices)
+        return (f"T.atomic_{e.op}({_nm(e.buffer)}[{idx}], {expr_str(e.value)}, return_prev=True, "
+                f"memory_order={e.order!r}, scope={e.scope!r})")
     if isinstance(e, ShuffleWidth):
         return "T.shuffle_width()"
     if isinstance(e, ShuffleXor):
@@ -139,6 +143,8 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
     if isinstance(s, Atomic):
         idx = ", ".join(expr_str(i) for i in s.indices)
         return [f"{pad}T.atomic_{s.op}({_nm(s.buffer)}[{idx}], {expr_str(s.value)})"]
+    if type(s).__name__ == "Fence":
+        return [f"{pad}T.fence(scope={s.scope!r}, order={s.order!r})"]
     if isinstance(s, Print):
         what = _nm(s.buffer) if s.buffer is not None else expr_str(s.value)
         return [f"{pad}T.print({what}, msg={s.message!r})"]

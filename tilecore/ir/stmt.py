@@ -87,6 +87,27 @@ class Atomic(Stmt):
 
 
 @dataclass(eq=False)
+class Fence(Stmt):
+    """A memory fence of the executing thread: with ``order`` ``"release"`` its memory accesses before the fence
+    are ordered before its later writes (an atomic's that tells others to read), with ``"acquire"`` its reads
+    after the fence after the earlier reads (the atomic that told it to read), ``"acq_rel"`` both; ``scope``
+    ``"block"`` orders them for the block's threads, ``"device"`` for every thread of the launch. Every thread
+    that runs it fences its own accesses (a block barrier after a release fence lets one thread's atomic publish
+    the whole block's writes). An emitter spells it or refuses with a CompileError (decision D69)."""
+
+    scope: str = "device"
+    order: str = "acq_rel"
+
+    def __post_init__(self):
+        from .expr import MEMORY_ORDERS, MEMORY_SCOPES
+
+        if self.order not in MEMORY_ORDERS[1:]:
+            raise ValueError(f"fence order {self.order!r}: expected one of {', '.join(MEMORY_ORDERS[1:])}")
+        if self.scope not in MEMORY_SCOPES:
+            raise ValueError(f"fence scope {self.scope!r}: expected one of {', '.join(MEMORY_SCOPES)}")
+
+
+@dataclass(eq=False)
 class Print(Stmt):
     """Print a scalar (``value``) or a whole buffer (``buffer``) with a message."""
 
@@ -498,7 +519,13 @@ class Param:
 
 @dataclass(eq=False)
 class PrimFunc:
-    """A kernel: parameters, a body, and attributes passes record (hints, resource use)."""
+    """A kernel: parameters, a body, and attributes passes record (hints, resource use).
+
+    ``attrs["kept_workspaces"]`` (decision D69): global buffers of static shapes that are no parameter: the
+    runtime gives each launch one set per device and stream, zero-filled where first used and KEPT across
+    calls (no fill per call), so a kernel that uses one must leave what it relies on as it found it (a split
+    tile's arrival counter is reset by the tile's last block). Launches on one stream run one after another;
+    launches on two streams get two sets. A backend whose code generator declares none refuses the kernel."""
 
     name: str
     params: list

@@ -323,9 +323,33 @@ def reduce_abssum(src, dst, dim=-1, clear=True): _ops.reduce("abssum", src, dst,
 def reduce_absmax(src, dst, dim=-1, clear=True): _ops.reduce("absmax", src, dst, dim, clear)
 
 
-def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False): _ops.atomic("add", dst, value)
-def atomic_max(dst, value, memory_order=None, return_prev=False): _ops.atomic("max", dst, value)
-def atomic_min(dst, value, memory_order=None, return_prev=False): _ops.atomic("min", dst, value)
+def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False):
+    """TileLang's ``T.atomic_add``: ``dst += value`` atomically. With ``return_prev=True`` (a point ``dst``) the
+    call's value is the element's value before the update (D69), in ``memory_order`` (None: ``"relaxed"``;
+    ``"acquire"``, ``"release"``, ``"acq_rel"``; ``"seq_cst"`` is taken as ``"acq_rel"``) for every block of the
+    launch; evaluated once where it stands. Put it in a ``T.Parallel`` loop (each iteration's thread updates
+    once) or store it to a buffer."""
+    return _ops.atomic("add", dst, value, memory_order, return_prev)
+
+
+def atomic_max(dst, value, memory_order=None, return_prev=False):
+    return _ops.atomic("max", dst, value, memory_order, return_prev)
+
+
+def atomic_min(dst, value, memory_order=None, return_prev=False):
+    return _ops.atomic("min", dst, value, memory_order, return_prev)
+
+
+def fence(scope: str = "device", order: str = "acq_rel") -> None:
+    """A memory fence of the executing thread (D69): ``scope`` ``"block"`` or ``"device"``, ``order``
+    ``"release"``, ``"acquire"`` or ``"acq_rel"`` (tilecore's; TileLang has none by this name)."""
+    from ..ir import Fence as _Fence
+
+    try:
+        f = _Fence(scope=scope, order=order)
+    except ValueError as e:
+        raise TypeError(f"T.fence: {e}") from None
+    current("T.fence").emit(f)
 
 
 def im2col(img, col, nhw_step, c_step, kernel, stride, dilation, pad, eviction_policy=None, annotations=None):

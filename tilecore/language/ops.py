@@ -151,10 +151,33 @@ def cumsum(src, dst=None, dim: int = 0, reverse: bool = False) -> None:
     _emit("cumsum", (s, d), dim=dim % nd, reverse=bool(reverse))
 
 
-def atomic(op: str, dst, value) -> None:
+#: TileLang's memory orders -> the IR's (``"consume"`` reads as ``"acquire"``, ``"seq_cst"`` as ``"acq_rel"``)
+_ORDERS = {None: "relaxed", "relaxed": "relaxed", "consume": "acquire", "acquire": "acquire", "release": "release",
+           "acq_rel": "acq_rel", "seq_cst": "acq_rel"}
+
+
+def atomic(op: str, dst, value, memory_order=None, return_prev=False):
     """``dst op= value`` atomically, element by element. ``dst`` a point with a scalar value; a region with a
-    same-shape value; or a point with a tile value (the point starts a region of the tile's extents)."""
+    same-shape value; or a point with a tile value (the point starts a region of the tile's extents). With
+    ``return_prev`` (a point and a scalar only) the old value, as an :class:`~tilecore.ir.AtomicRet` bound to a
+    fresh scalar where it stands (D69)."""
     b = current(f"T.atomic_{op}")
+    if isinstance(memory_order, int) and not isinstance(memory_order, bool):  # TileLang's ids
+        memory_order = ("relaxed", "consume", "acquire", "release", "acq_rel", "seq_cst")[memory_order]
+    if memory_order not in _ORDERS:
+        raise TileOpShapeError(f"T.atomic_{op}: memory_order {memory_order!r}: expected one of "
+                               f"{', '.join(k for k in _ORDERS if k)}", b.span)
+    if return_prev:
+        if not isinstance(dst, BufferLoad) or isinstance(value, (Buffer, Region)):
+            raise TileOpShapeError(f"T.atomic_{op}(..., return_prev=True) takes one element and a scalar value (the "
+                                   "old value of a region is not one value)", b.span)
+        from ..ir import AtomicRet, Bind, Var
+
+        e = AtomicRet(op, dst.buffer, dst.indices, cast(dst.buffer.dtype, as_expr(value, dst.buffer.dtype)),
+                      _ORDERS[memory_order], "device")
+        v = Var(b.fresh("prev"), dst.buffer.dtype)
+        b.emit(Bind(v, e))
+        return v
     if isinstance(dst, BufferLoad) and isinstance(value, (Buffer, Region)):
         # a tile into a point: the point starts a region of the value's extents (the region rule)
         v = _region(value, f"atomic_{op}", "value")
@@ -164,7 +187,7 @@ def atomic(op: str, dst, value) -> None:
         return
     if isinstance(dst, BufferLoad):
         b.emit(Atomic(op, dst.buffer, dst.indices, cast(dst.buffer.dtype, as_expr(value, dst.buffer.dtype))))
-        return
+        return None
     d = _region(dst, f"atomic_{op}", "destination")
     v = _region(value, f"atomic_{op}", "value") if isinstance(value, (Buffer, Region, BufferLoad)) else None
     if v is None:

@@ -84,6 +84,7 @@ class PassConfigKey:
     PIPELINE_LATE_COPY = "tilecore.pipeline_late_copy"  #: False (default), True or "joint": in a pipelined loop of per-thread asynchronous copies whose matrix work completes within the iteration, where its later copies (FlashAttention's V) wait and, unstaged, where they are issued. False: D68's (staged: issued with the stage ahead, waited for where they stand; unstaged: issued and waited for where they stand); True: staged, waited for with the leading copies at the top of the iteration (one wait, one block barrier an iteration); unstaged (one buffer), issued at the top of the iteration right after the barrier that frees the buffer, committed before the stage ahead, waited for (it alone) where it stood; "joint": as True, the unstaged copy's wait also waits for the stage ahead (one wait an iteration); D71
     PINGPONG = "tilecore.pingpong"  #: bool or "auto": with tilecore.warp_specialize and two consumer warpgroups, they take turns issuing their gemms (one group's gemms run while the other computes; "auto", the default: where tilecore.warp_specialize="auto" specialized the loop, D59; else as False; D55)
     SPLIT_MASKED_ITERATIONS = "tilecore.split_masked_iterations"  #: bool: a pipelined loop's T.Parallel masks on its variable that provably hold for its leading iterations (causal attention off the diagonal) are left out there: `if k < E` the nest without them (default True; D55)
+    SPLIT_K = "tilecore.split_k"  #: False (default), an int >= 2 or "auto": a plain GEMM's pipelined k loop split over that many blocks a tile (a new last grid dimension), each block's accumulator registers stored as a partial in a kept workspace, the tile's last block (an arrival counter) summing them in split order before the kernel's epilogue (the same bits every run); "auto": where the tiles fill at most half the processors (D69)
     LAYOUT_CONVERSION = "tilecore.layout_conversion"  #: True (default): convert a fragment between disagreeing layouts in registers; "shared": always through shared memory; False: keep one in shared memory
 
     # TileLang's names (tilelang.PassConfigKey), so ported code runs. Those with a tilecore meaning are
@@ -210,13 +211,13 @@ def dump_dir_from_env() -> str | None:
 
 
 def core_pipeline() -> Pipeline:
-    from . import barriers, blockorder, bulkstore, copies, masksplit, core, guard, layout, lower_tile, matrix, persistent, pipeline, relay, vectorize
+    from . import barriers, blockorder, bulkstore, copies, masksplit, core, guard, layout, lower_tile, matrix, persistent, pipeline, relay, splitk, vectorize
 
     return Pipeline({
         "legalize": [core.check_structure, core.check_extensions, core.check_static_bounds,
                      core.check_capabilities],
         "layout": [relay.fold_relay_tiles, layout.infer_layouts, core.collect_hints, blockorder.order_blocks],
-        "tile-lowering": [masksplit.split_masked_iterations, bulkstore.stage_bulk_stores, layout.lower_fragments, pipeline.stage_pipelined_copies, copies.group_async_copies,
+        "tile-lowering": [masksplit.split_masked_iterations, bulkstore.stage_bulk_stores, layout.lower_fragments, splitk.split_k, pipeline.stage_pipelined_copies, copies.group_async_copies,
                           lower_tile.lower_tile_ops],
         "pipelining": [persistent.persistent_tiles, pipeline.plan_pipelines, core.serialize_pipelined],
         "memory": [matrix.swizzle_operand_tiles, core.plan_memory, vectorize.vectorize_stores, guard.guard_accesses,

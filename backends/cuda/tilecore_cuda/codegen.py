@@ -17,7 +17,7 @@ from tilecore.codegen.simtcpp import grid3
 from tilecore.errors import CompileError
 from tilecore.ir import (as_expr, BinOp, Bind, For, ThreadIndex, AsyncCopy, CopyBarrierWait, VectorStore, BufferLoad, BulkCopy, BulkStore, Cast, Collective, MatrixLoad, MatrixOp, MatrixStore, MatrixSync, Seq, Store, binary, collect, const,
                          const_value, logic_or, simplify, Var, walk, walk_expr)
-from tilecore.codegen.cfamily import st_fast
+from tilecore.codegen.cfamily import kept_workspaces, st_fast
 from tilecore.ir.thread_values import thread_values
 from tilecore.ir.visit import stmt_exprs
 
@@ -96,6 +96,22 @@ def _fit_offset(first, off):
     return None
 
 
+_PTX_ATOM_TYPES = {"int32": ("s32", "int", "r"), "uint32": ("u32", "unsigned int", "r"),
+                   "int64": ("u64", "long long", "l"), "uint64": ("u64", "unsigned long long", "l")}
+
+
+def atom_helper(op: str, order: str, scope: str, dtype: str) -> str:
+    """``tc_atom_<op>_<order>_<scope>_<dtype>(ptr, v)``: ``atom.<op>.<sem>.<gpu|cta>.<type>`` returning the old value
+    (D69; a 64-bit addition as .u64: the same bits as a signed one)."""
+    ptx, ctype, reg = _PTX_ATOM_TYPES[dtype]
+    sem = f".{order}"
+    return (f"__device__ __forceinline__ {ctype} tc_atom_{op}_{order}_{scope}_{dtype}({ctype}* p, {ctype} v) {{\n"
+            f"  {ctype} old;\n"
+            f"  asm volatile(\"atom{sem}.{'gpu' if scope == 'device' else 'cta'}.global.{op}.{ptx} %0, [%1], %2;\" "
+            f": \"={reg}\"(old) : \"l\"(p), \"{reg}\"(v) : \"memory\");\n"
+            f"  return old;\n}}\n")
+
+
 class CUDAEmitter(SIMTCppEmitter):
     lang = "cuda"
     entry = ENTRY
@@ -130,6 +146,12 @@ class CUDAEmitter(SIMTCppEmitter):
     group_barrier_stmt = 'asm volatile("bar.sync 1, {n};\\n" ::: "memory");'
     #: registers of one multiprocessor's register file a block may hold; what the producer group keeps
     REGISTER_FILE, PRODUCER_REGS = REGISTERS_PER_SM, 40
+
+    #: D69: an atomic that returns the old value, a helper per (op, order, scope, dtype) in the preamble
+    #: (:func:`atom_helper`: ``atom.add.acq_rel.gpu.s32``); fences as ``fence.acq_rel.gpu`` / ``.cta``
+    atomic_fetch = "tc_atom_{op}_{order}_{scope}_{dtype}({ptr}, {value})"
+    fence_stmts = {(scope, order): f'asm volatile("fence.acq_rel.{ptx}; \\n" ::: "memory");'
+                   for scope, ptx in (("block", "cta"), ("device", "gpu")) for order in ("acquire", "release", "acq_rel")}
 
     #: MatrixOp spellings of the units in units.py (prelude/tc_matrix.cuh)
     matrix_ops = {"mma_sync_m16n8k16": "tc_mma_16816_r(&{c}[{c_off}], &{a}[{a_off}], &{b}[{b_off}]);"}
@@ -206,8 +228,17 @@ class CUDAEmitter(SIMTCppEmitter):
             st.aligned.add(next(k for k, p in enumerate(abi.buffers) if p.buffer is (c.buffer.base or c.buffer)))
         # a GEMM split over K (hopper.split_k): its global scratch, one pointer after the tensor maps
         st.workspace = sum(int(c.attrs.get("workspace_bytes", 0)) for c in st.pipelines)
+        # the core's kept workspaces (D69: a split-K GEMM's partials and counters) after the pipelines', each at a
+        # 256-byte offset, pointers into the same per-(device, stream) buffer the runtime keeps
+        st.kept_decls = []
+        for b, n in kept_workspaces(func):
+            off = -(-st.workspace // 256) * 256
+            t = self.stype(b.dtype)
+            st.kept_decls.append(f"  {t}* {self.name(st, b)} = reinterpret_cast<{t}*>(tc_workspace + {off});")
+            st.workspace = off + n * b.dtype.bytes
         if st.workspace:
             params.append("unsigned char* tc_workspace")
+        st.lines.extend(st.kept_decls)  # the body's first lines
         return params
 
     @staticmethod
@@ -299,7 +330,8 @@ class CUDAEmitter(SIMTCppEmitter):
         return [x for x in hit[1] if isinstance(x, kind)]
 
     def preamble(self, st: EmitState, func) -> str:
-        helpers = ""
+        helpers = "".join(atom_helper(*m) for m in sorted(set(re.findall(
+            r"\btc_atom_(add)_(relaxed|acquire|release|acq_rel)_(block|device)_(u?int(?:32|64))\(", "\n".join(st.lines)))))
         if st.pipelines:
             from .hopper import wgmma_wrappers
 

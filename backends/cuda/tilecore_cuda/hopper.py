@@ -313,7 +313,16 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
                  "dtype": p.dt, "b_kmajor": p.tb, "a_step": (a0[0][1], a0[1][1]), "b_step": (b0[0][1], b0[1][1]),
                  "epilogue": "global" if p.epilogue else "shared", "out_dtype": str(target.buffer.dtype),
                  "tensor_maps": maps, "epi": epi}
-        splits, why = split_k(launch, p, s, stages, ctx)
+        core_split = ctx.option("tilecore.split_k", None) not in (None, False, 0, 1, "off", "false", "False")
+        splits, why = (1, None) if core_split else split_k(launch, p, s, stages, ctx)
+        if core_split and not routes_plain_gemm(ctx, p.esize):
+            raise CompileError("pass config tilecore.split_k (the core's split-K, D69) splits GEMMs on the core's "
+                               f"general path, which {GENERAL_PLAIN_GEMM} keeps this GEMM off: set it to True, or "
+                               "use tilecore.cuda.split_k (this pipeline's split-K) instead", s.span)
+        if core_split:  # D69: the core's split-K on the general path
+            ctx.notes.append(f"cuda.hopper_gemm_pipeline: loop over {s.var.name} left to the core's general path "
+                             "(tilecore.split_k: the core's split-K)")
+            return launch.with_(attrs={**launch.attrs, GENERAL_PLAIN_GEMM: True})
         if splits == 1 and routes_plain_gemm(ctx, p.esize):  # D51, D62: the plain GEMM to the general path
             ctx.notes.append(f"cuda.hopper_gemm_pipeline: loop over {s.var.name} left to the core's general path "
                              f"({GENERAL_PLAIN_GEMM}; split-K GEMMs stay here)")

@@ -1,0 +1,150 @@
+"""Split-K on the core's general path (``tilecore.split_k``, D69) against the CUDA plugin's split-K and cuBLAS.
+
+    python benchmarks/general_splitk.py [--shapes 128x4096x4096,16x8192x8192] [--rounds 8] [--batch 10]
+
+For every shape, in one process, the README GEMM (``cuda_gemm.matmul``, fp16, C fp16) compiled as:
+
+- ``plugin``: no pass configs: the plugin's pipeline with its split-K rule (D27/D31) and the cluster sum (D41)
+  where the clusters fit at once (the default the routing bar compares against);
+- ``plugin-global``: ``tilecore.cuda.split_k_reduce="global"``: the plugin's workspace sum (the tile's last block);
+- ``plugin-1``: ``tilecore.cuda.split_k=1`` (not split);
+- ``general-1``: the core's general path, not split (``general_plain_gemm=True``, ``tilecore.cuda.split_k=1``);
+- ``general-S``: the core's general path with ``tilecore.split_k=S`` (S: the plugin's split count for that tile,
+  and ``--splits``), and ``general-auto`` (``tilecore.split_k="auto"``);
+
+each at the tiles of ``--tiles`` (BMxBNxBK/threads/stages), the plugin at its own tile rule's tiles. torch.matmul
+(cuBLAS) in the same run is the reference. Times: CUDA events around each call, ``--batch`` calls a batch issued
+while the GPU sleeps (the host's launch path is slower than these ~20 us kernels), variants interleaved round by
+round, the median of every call. Every result is checked against a float64 product (the bound of an fp16 output
+of a float32 sum), and each general split-K kernel's C is compared bit for bit across two calls (the split-order
+sum's determinism). Prints ratios to cuBLAS and to ``plugin``. Without a GPU: compiles one kernel, exits 3.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import tilecore
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cuda_gemm import NO_GPU_EXIT, has_gpu, matmul, split_k_of  # noqa: E402
+
+TILES = "128x128x64/256/4,64x128x64/128/4,64x256x64/128/3"
+PLUGIN_TILES = {"128x4096x4096": (128, 128, 64, 256, 5), "16x8192x8192": (64, 256, 64, 128, 3)}
+GENERAL = {"tilecore.cuda.general_plain_gemm": True}
+
+
+def parse_tile(t: str) -> tuple:
+    a, th, st = t.split("/")
+    bm, bn, bk = (int(x) for x in a.split("x"))
+    return bm, bn, bk, int(th), int(st)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", default="128x4096x4096,16x8192x8192,256x4096x4096,64x8192x4096,32x4096x14336")
+    ap.add_argument("--tiles", default=TILES)
+    ap.add_argument("--splits", default="", help="extra split counts for the general path, e.g. 2,4,8")
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=10)
+    ap.add_argument("--sleep-cycles", type=int, default=4_000_000)
+    args = ap.parse_args()
+    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s]
+    tiles = [parse_tile(t) for t in args.tiles.split(",") if t]
+    if not has_gpu()[0]:
+        M, N, K = shapes[0]
+        bm, bn, bk, th, st = tiles[0]
+        k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st),
+                             target="cuda:sm_90a", pass_configs={**GENERAL, "tilecore.split_k": 4})
+        print("no GPU: compiled", k.meta.get("attrs", {}).get("split_k"))
+        return NO_GPU_EXIT
+    import torch
+
+    torch.manual_seed(0)
+    failures = 0
+    for M, N, K in shapes:
+        name = f"{M}x{N}x{K}"
+        A = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        B = torch.randn(K, N, device="cuda", dtype=torch.float16)
+        ref = A.double() @ B.double()
+        bound = (K ** 0.5) * 2e-3 * 4 + ref.abs() * 2 ** -10  # float32 sums, one fp16 rounding
+        variants: dict = {"cublas": (lambda A=A, B=B: torch.matmul(A, B), None)}
+
+        def add(label, M=M, N=N, K=K, tile=None, cfg=None):
+            bm, bn, bk, th, st = tile
+            try:
+                k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda",
+                                     pass_configs=cfg or {})
+            except Exception as e:  # noqa: BLE001 - a variant that does not compile is reported, not fatal
+                print(f"  {label}: not compiled: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                return None
+            C = torch.empty(M, N, device="cuda", dtype=torch.float16)
+            variants[label] = (lambda k=k, C=C, A=A, B=B: k(A, B, C), (k, C))
+            return k
+
+        pt = PLUGIN_TILES.get(name, (128, 128, 64, 256, 4))
+        kp = add("plugin", tile=pt)
+        sp = split_k_of(kp) if kp is not None else 1
+        add("plugin-global", tile=pt, cfg={"tilecore.cuda.split_k_reduce": "global"})
+        add("plugin-1", tile=pt, cfg={"tilecore.cuda.split_k": 1})
+        extra = [int(s) for s in args.splits.split(",") if s]
+        for t in tiles:
+            tn = f"{t[0]}x{t[1]}x{t[2]}/{t[4]}"
+            add(f"general-1 {tn}", tile=t, cfg={**GENERAL, "tilecore.cuda.split_k": 1})
+            kt = -(-K // t[2])
+            for s in sorted({sp, *extra} - {1}):
+                if kt % s == 0:
+                    add(f"general-{s} {tn}", tile=t, cfg={**GENERAL, "tilecore.split_k": s})
+            k = add(f"general-auto {tn}", tile=t, cfg={**GENERAL, "tilecore.split_k": "auto"})
+            if k is not None:
+                note = (k.meta.get("attrs", {}).get("split_k") or ("not split",))[0]
+                print(f"  general-auto {tn}: {note[:160]}")
+        print(f"\n{name}: plugin tile {pt[0]}x{pt[1]}x{pt[2]}/{pt[4]}, plugin split-K {sp}")
+        # correctness and bit-identity
+        for label, (fn, held) in list(variants.items()):
+            if held is None:
+                continue
+            fn()
+            torch.cuda.synchronize()
+            first = held[1].clone()
+            err = (first.double() - ref).abs()
+            bad = bool((err > bound).any())
+            fn()
+            torch.cuda.synchronize()
+            same = bool(torch.equal(first, held[1]))
+            if bad or not same:
+                failures += 1
+                print(f"  {label}: FAILED: max err {err.max().item():.4g} (bound {bound.max().item():.3g}), "
+                      f"bit-identical across two calls: {same}")
+                del variants[label]
+        times = {label: [] for label in variants}
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(args.batch)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(args.batch)]
+        for fn, _ in variants.values():
+            fn()
+        torch.cuda.synchronize()
+        for _ in range(args.rounds):
+            for label, (fn, _) in variants.items():
+                if hasattr(torch.cuda, "_sleep"):
+                    torch.cuda._sleep(args.sleep_cycles)
+                for s, e in zip(starts, ends):
+                    s.record()
+                    fn()
+                    e.record()
+                torch.cuda.synchronize()
+                times[label] += [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+        med = {label: statistics.median(ts) for label, ts in times.items()}
+        cub, plug = med["cublas"], med.get("plugin")
+        print(f"{'variant':34s} {'us':>8s} {'x cuBLAS':>9s} {'x plugin':>9s}")
+        for label, us in med.items():
+            rp = f"{plug / us:9.3f}" if plug else f"{'-':>9s}"
+            print(f"{label:34s} {us:8.2f} {cub / us:9.3f} {rp}")
+        sys.stdout.flush()
+    print(f"\n{failures} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""Split-K on the core's general path and the IR it needs (decision D69).
+
+- ``T.atomic_add(..., return_prev=True)`` (an :class:`~tilecore.ir.AtomicRet`), ``T.fence`` and kept workspaces:
+  on the CPU reference (blocks as OpenMP iterations, one or two threads), the CUDA source (the PTX spellings), and
+  refusals where a target spells none;
+- ``tilecore.split_k``: on the CPU reference against float64 and bit for bit across calls (the counters reset by
+  the last block: no fill between calls), "auto"'s choice, the refusals; the CUDA source of the general path's split
+  GEMM (the partial stores, the arrival, the split-order sum before the bulk store) compiled by NVRTC;
+- on an sm_90 GPU (skipped here): the LLM rows and ragged shapes against float64, bit for bit across calls and
+  across two streams' workspaces.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilecore
+import tilecore.language as T
+from tilecore.errors import CompileError
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+from test_cuda_backend import needs_toolchain  # noqa: E402
+from test_cuda_hopper import hopper_gpu  # noqa: E402
+from cuda_gemm import matmul  # noqa: E402
+
+NOCACHE = {"tilecore.disable_cache": True}
+
+
+def tickets(n=64, blocks=4, order=None):
+    @T.prim_func
+    def k(cnt: T.Tensor((1,), "int32"), out: T.Tensor((n * blocks,), "int32")):
+        with T.Kernel(blocks, threads=64) as bx:
+            for i in T.Parallel(n):
+                out[bx * n + i] = T.atomic_add(cnt[0], 1, memory_order=order, return_prev=True)
+
+    return k
+
+
+def test_atomic_return_prev_cpu_gives_every_ticket_once():
+    k = tilecore.compile(tickets(), target="cpu", pass_configs=NOCACHE)
+    cnt, out = np.array([5], np.int32), np.zeros(256, np.int32)
+    k(cnt, out)
+    assert cnt[0] == 5 + 256
+    assert sorted(out.tolist()) == list(range(5, 5 + 256))
+
+
+def test_atomic_return_prev_ir_and_orders():
+    k = tilecore.compile(tickets(order="acq_rel"), target="cpu", pass_configs=NOCACHE)
+    assert "__atomic_fetch_add(" in k.source.code and "__ATOMIC_ACQ_REL" in k.source.code
+    with pytest.raises(Exception, match="memory_order 'bogus'"):
+        tickets(order="bogus")
+
+
+def test_return_prev_of_a_region_is_refused():
+    with pytest.raises(Exception, match="return_prev=True\\) takes one element"):
+        @T.prim_func
+        def k(a: T.Tensor((16,), "int32"), b: T.Tensor((16,), "int32")):
+            with T.Kernel(1, threads=16) as bx:
+                T.atomic_add(a[0:16], b[0:16], return_prev=True)
+
+
+@needs_toolchain
+def test_atomic_return_prev_and_fence_cuda_spelling():
+    @T.prim_func
+    def k(cnt: T.Tensor((1,), "int32"), out: T.Tensor((64,), "int32")):
+        with T.Kernel(1, threads=64) as bx:
+            for i in T.Parallel(64):
+                out[i] = T.atomic_add(cnt[0], 1, memory_order="release", return_prev=True)
+            T.fence("device", "acq_rel")
+
+    src = tilecore.compile(k, target="cuda:sm_90a", pass_configs=NOCACHE).source.code
+    assert "atom.release.gpu.global.add.s32" in src
+    assert "fence.acq_rel.gpu" in src
+
+
+def test_fence_is_refused_where_not_spelled():
+    from tilecore.codegen.cfamily import CFamilyEmitter
+    from tilecore.codegen import EmitState
+    from tilecore.ir import Fence
+
+    with pytest.raises(CompileError, match="no such memory fence"):
+        CFamilyEmitter().stmt_Fence(EmitState(), Fence(scope="device", order="release"))
+    with pytest.raises(ValueError, match="fence order"):
+        Fence(scope="device", order="relaxed")
+
+
+def test_atomic_return_prev_refused_where_not_spelled():
+    from tilecore.codegen.cfamily import CFamilyEmitter
+    from tilecore.codegen import EmitState
+    from tilecore.ir import AtomicRet, Buffer
+
+    e = AtomicRet("add", Buffer("c", (1,), "int32", "global"), (0,), 1)
+    with pytest.raises(CompileError, match="no atomic that returns the old value"):
+        CFamilyEmitter().expr(EmitState(), e)
+
+
+def test_atomics_are_never_the_same_value():
+    from tilecore.ir import AtomicRet, Buffer, same, simplify
+
+    b = Buffer("c", (1,), "int32", "global")
+    a1, a2 = AtomicRet("add", b, (0,), 1), AtomicRet("add", b, (0,), 1)
+    assert same(a1, a1) and not same(a1, a2)
+    from tilecore.ir import const_value
+    assert const_value(simplify(a1 - a2)) is None  # not folded to 0
+
+
+def _cpu_gemm(M, N, K, bm, bn, bk, split, dtype="float32"):
+    f = matmul(M, N, K, bm, bn, bk, threads=128, num_stages=2, dtype=dtype, accum="float32")
+    return tilecore.compile(f, target="cpu", pass_configs={**NOCACHE, "tilecore.split_k": split})
+
+
+@pytest.mark.parametrize("M,N,K,split", [(64, 64, 512, 4), (40, 72, 256, 2), (32, 32, 1024, 8)])
+def test_split_k_cpu_matches_float64_and_is_bit_identical(M, N, K, split):
+    k = _cpu_gemm(M, N, K, 32, 32, 32, split)
+    notes = k.meta.get("attrs", {}).get("split_k")
+    assert notes and f"split over {split} blocks" in notes[0]
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((M, K)).astype(np.float32)
+    B = rng.standard_normal((K, N)).astype(np.float32)
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    outs = []
+    for _ in range(3):  # the counters reset themselves: the second and third calls see zeros again
+        C = np.zeros((M, N), np.float32)
+        k(A, B, C)
+        outs.append(C)
+    assert np.abs(outs[0] - ref).max() < 1e-3 * np.sqrt(K)
+    assert all(np.array_equal(o, outs[0]) for o in outs[1:])
+    # the split sum is not the unsplit loop's (other additions): it is its own, in split order
+    k1 = _cpu_gemm(M, N, K, 32, 32, 32, False)
+    C1 = np.zeros((M, N), np.float32)
+    k1(A, B, C1)
+    assert np.abs(C1 - outs[0]).max() < 1e-3 * np.sqrt(K)
+
+
+def test_split_k_cpu_one_thread_runs_blocks_one_after_another():
+    """With OMP_NUM_THREADS=1 the blocks run in grid order: the last split's block sums; with two threads in any
+    order; both give the same bits (the sum is in split order whoever sums)."""
+    code = r"""
+import sys, numpy as np, tilecore
+sys.path.insert(0, %r)
+from cuda_gemm import matmul
+k = tilecore.compile(matmul(64, 64, 512, 32, 32, 32, threads=128, num_stages=2, dtype="float32", accum="float32"),
+                     target="cpu", pass_configs={"tilecore.split_k": 4})
+rng = np.random.default_rng(2)
+A = rng.standard_normal((64, 512)).astype(np.float32); B = rng.standard_normal((512, 64)).astype(np.float32)
+C = np.zeros((64, 64), np.float32); k(A, B, C); sys.stdout.buffer.write(C.tobytes())
+""" % str(Path(__file__).parent.parent / "benchmarks")
+    outs = []
+    for threads in ("1", "2"):
+        env = dict(os.environ, OMP_NUM_THREADS=threads)
+        outs.append(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=True).stdout)
+    assert len(outs[0]) == 64 * 64 * 4 and outs[0] == outs[1]
+
+
+def test_split_k_refusals():
+    with pytest.raises(CompileError, match="do not divide into 3 equal splits"):
+        _cpu_gemm(64, 64, 512, 32, 32, 32, 3)
+    with pytest.raises(CompileError, match="expected False"):
+        _cpu_gemm(64, 64, 512, 32, 32, 32, "sometimes")
+
+    @T.prim_func
+    def copy_only(a: T.Tensor((64,), "float32"), b: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64) as bx:
+            for i in T.Parallel(64):
+                b[i] = a[i]
+
+    with pytest.raises(CompileError, match="cannot be split over K: 0 top-level pipelined loops"):
+        tilecore.compile(copy_only, target="cpu", pass_configs={**NOCACHE, "tilecore.split_k": 2})
+    # "auto" leaves it alone
+    tilecore.compile(copy_only, target="cpu", pass_configs={**NOCACHE, "tilecore.split_k": "auto"})
+
+
+@needs_toolchain
+def test_split_k_auto_rule_on_sm90():
+    """"auto" takes the plugin's rule (D31): 32 tiles of 128x128 on 132 SMs -> min(4, 64 // 16, 16) = 4 splits, fewer
+    while the tail's partial reads outweigh a split's operand bytes; 16x8192x8192 at 64x128: 64 tiles -> 2."""
+    def auto(M, N, K, bm, bn, bk, th, st):
+        k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda:sm_90a",
+                             pass_configs={**NOCACHE, "tilecore.cuda.general_plain_gemm": True, "tilecore.split_k": "auto"})
+        return k.meta.get("attrs", {}).get("split_k"), k.source.meta["grid"]
+
+    notes, grid = auto(128, 4096, 4096, 128, 128, 64, 256, 4)
+    assert grid == ["32", "1", "4"] and "split over 4 blocks" in notes[0]
+    notes, grid = auto(16, 8192, 8192, 64, 128, 64, 128, 4)
+    assert grid[2] == "2"
+    notes, grid = auto(4096, 4096, 4096, 128, 128, 64, 256, 4)  # 1024 tiles: not split
+    assert notes is None and grid[2] == "1"
+
+
+@needs_toolchain
+def test_split_k_general_path_cuda_source():
+    k = tilecore.compile(matmul(128, 4096, 4096, 128, 128, 64, threads=256, num_stages=4), target="cuda:sm_90a",
+                         pass_configs={**NOCACHE, "tilecore.cuda.general_plain_gemm": True, "tilecore.split_k": 4})
+    src, meta = k.source.code, k.source.meta
+    assert meta["grid"] == ["32", "1", "4"]
+    # 32 tiles x 4 splits x 64 registers x 256 threads float32, then the counters at a 256-byte offset
+    assert meta["workspace"]["bytes"] == 32 * 4 * 64 * 256 * 4 + 32 * 4
+    assert "reinterpret_cast<float*>(tc_workspace + 0)" in src
+    assert "reinterpret_cast<int*>(tc_workspace + 8388608)" in src
+    assert "atom.acq_rel.gpu.global.add.s32" in src and "fence.acq_rel.gpu" in src
+    assert src.count("vtc_splitk_parts[") == 64 + 64 * 4  # 64 partial stores, 64 sums of 4 loads
+    body = src[src.index("tc_atom_add_acq_rel_device_int32(&"):]
+    assert body.index("vtc_splitk_count[") < body.index("tc_tma_store_2d(")  # the reset, then the bulk store
+    assert "tc_wgmma" not in src or "tc_wgmma_splitk" not in src  # not the plugin's pipeline
+
+
+@needs_toolchain
+def test_core_split_k_needs_the_general_path():
+    with pytest.raises(CompileError, match="general_plain_gemm"):
+        tilecore.compile(matmul(128, 4096, 4096, 128, 128, 64, threads=256, num_stages=4), target="cuda:sm_90a",
+                         pass_configs={**NOCACHE, "tilecore.cuda.general_plain_gemm": False, "tilecore.split_k": 4})
+
+
+# -- on an sm_90 GPU ----------------------------------------------------------------------------------------------
+@hopper_gpu
+@pytest.mark.parametrize("M,N,K,tile,split", [
+    (128, 4096, 4096, (128, 128, 64, 256, 4), 4), (16, 8192, 8192, (64, 128, 64, 128, 4), 4),
+    (16, 8192, 8192, (64, 256, 64, 128, 3), 8), (100, 1000, 2048, (64, 128, 64, 128, 4), 4),
+    (128, 4096, 4096, (128, 128, 64, 256, 4), "auto")])
+def test_split_k_on_gpu_against_float64(M, N, K, tile, split):
+    import torch
+
+    bm, bn, bk, th, st = tile
+    k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda",
+                         pass_configs={"tilecore.cuda.general_plain_gemm": True, "tilecore.split_k": split})
+    torch.manual_seed(0)
+    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    B = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    ref = A.double() @ B.double()
+    C = torch.empty(M, N, device="cuda", dtype=torch.float16)
+    k(A, B, C)
+    first = C.clone()
+    err = (first.double() - ref).abs()
+    assert (err <= K ** 0.5 * 8e-3 + ref.abs() * 2 ** -10).all(), err.max()
+    for _ in range(3):  # bit for bit every call (the counters reset themselves)
+        k(A, B, C)
+        assert torch.equal(C, first)
+    s = torch.cuda.Stream()  # another stream: its own workspace, the same bits
+    with torch.cuda.stream(s):
+        C2 = torch.empty_like(C)
+        k(A, B, C2)
+    torch.cuda.synchronize()
+    assert torch.equal(C2, first)

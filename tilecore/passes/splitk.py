@@ -1,0 +1,229 @@
+"""Split-K on the core's general path (pass config ``tilecore.split_k``, decision D69).
+
+A plain GEMM kernel (one top-level pipelined k loop whose matrix-unit gemms accumulate into one register fragment,
+then the kernel's own epilogue) leaves most processors idle where its grid has few output tiles (an LLM's decode
+rows: 128 x 4096 x 4096 is 32 tiles of 128 x 128). This pass splits the k loop over a new last grid dimension of
+``S`` blocks per tile: block ``z`` runs k tiles ``[z KT / S, (z + 1) KT / S)`` (``S`` divides ``KT``), then
+
+1. every thread stores its accumulator registers as the block's partial, in register order (register ``r`` of
+   thread ``t`` at ``((tile S + z) R + r) T + t``: each register a run of the block's threads, no coordinates),
+   and fences them (device scope, release);
+2. after a block barrier one thread arrives on the tile's counter (an atomic add that returns the old count,
+   device scope, acquire-release) and shares the count through shared memory;
+3. the tile's last block (count ``S - 1``) fences (acquire), sums the ``S`` partials in split order ``0 .. S-1``
+   into its registers (the same additions in the same order whichever block comes last: the result's bits do not
+   depend on the blocks' timing), resets the counter to 0 and runs the kernel's own epilogue unchanged; the
+   other blocks end.
+
+The partials and the counters live in the kernel's kept workspaces (``PrimFunc.attrs["kept_workspaces"]``): the
+runtime zero-fills them once per device and stream and keeps them, and the last block leaves its counter at 0, so
+no call fills them again. No block ever waits for another, so the blocks may run in any order, at once or one
+after another (the CPU reference runs them as OpenMP iterations).
+
+``tilecore.split_k``: False / unset / 1 (off), an int ``S`` (``S`` must divide the k loop's trip count), or
+``"auto"``: where the grid's tiles fill at most half the target's processors (``limits.sm_count``),
+``S = min(SMs // tiles, KT // min(4 stages, 16), 16)`` (the CUDA plugin's D27 / D31 rule), fewer while the last
+block's partial reads outweigh one split's operand bytes, then the largest divisor of ``KT`` not above that (at
+least 2). The target must declare ``features.kept_workspace`` (its code generator keeps workspaces, spells an atomic
+that returns its old value and device-scope fences).
+"""
+from __future__ import annotations
+
+from ..errors import CompileError
+from ..ir import (INDEX, AtomicRet, Barrier, Buffer, BufferLoad, Fence, For, If, KernelLaunch, MatrixOp, PerThread,
+                  Seq, Store, ThreadIndex, TileOp, Var, Allocate, as_expr, binary, collect, compare, const_value, rewrite, simplify,
+                  walk)
+from . import tile_pass
+
+SPLIT_K = "tilecore.split_k"
+#: the "auto" rule's constants (the CUDA plugin's D27 / D31 rule, read there: hopper.SPLIT_K_*)
+TILES_PER_STAGE, LEAST_CAP, MAX_SPLITS, TAIL_RATIO = 4, 16, 16, 1
+
+
+def _option(ctx):
+    v = ctx.option(SPLIT_K, None)
+    if v in (None, False, 0, 1, "off", "false", "False"):
+        return None
+    if v in (True, "auto"):
+        return "auto"
+    if isinstance(v, int) and v > 1:
+        return v
+    raise CompileError(f"pass config {SPLIT_K}={v!r}: expected False (off), an int >= 2 (that many blocks per "
+                       "output tile) or \"auto\" (split where the tiles leave the processors idle)")
+
+
+def _plan(launch: KernelLaunch):
+    """``(index of the pipelined loop in the launch's top level, its accumulator register buffer)`` or a reason."""
+    top = launch.body.body if isinstance(launch.body, Seq) else [launch.body]
+    loops = [k for k, s in enumerate(top) if isinstance(s, For) and s.kind == "pipelined"]
+    if len(loops) != 1:
+        return f"{len(loops)} top-level pipelined loops (one is split)"
+    loop = top[loops[0]]
+    accs = {id(m.c): m.c for m in collect(loop.body, MatrixOp)}
+    # a gemm left as a tile op (a target that keeps fragments in block memory: the CPU reference)
+    accs.update({id(t.args[2].buffer): t.args[2].buffer for t in collect(loop.body, TileOp) if t.op == "gemm"})
+    if len(accs) != 1:
+        return f"its pipelined loop runs {'no' if not accs else len(accs)} matrix-unit accumulators (one is split)"
+    acc = next(iter(accs.values()))
+    if const_value(simplify(as_expr(loop.start))) != 0 or const_value(simplify(as_expr(loop.extent))) is None:
+        return "its pipelined loop's trip count is not a constant from 0"
+    for g in launch.grid:
+        if const_value(simplify(as_expr(g))) is None:
+            return "its grid is not static"
+    if len(launch.grid) > 2:
+        return "its grid has 3 dimensions already (the splits take the third)"
+    # the accumulator is read after the loop only by the kernel's epilogue: nothing before the loop but its init
+    return loops[0], acc
+
+
+def _auto_splits(ctx, tiles: int, kt: int, stages: int, stage_bytes: int, part_bytes: int):
+    lim = ctx.capabilities.limit("sm_count")
+    if lim is None:
+        return 1, "no limits.sm_count in the target's profile"
+    sms = int(lim[0])
+    if tiles * 2 > sms:
+        return 1, f"{tiles} tiles fill more than half of {sms} processors"
+    least = min(TILES_PER_STAGE * max(stages, 1), LEAST_CAP)
+    s = min(sms // tiles, kt // least, MAX_SPLITS)
+    while s > 2 and (s - 1) * part_bytes > TAIL_RATIO * -(-kt // s) * stage_bytes:
+        s -= 1
+    while s >= 2 and kt % s:
+        s -= 1
+    if s < 2:
+        return 1, f"{kt} k tiles are too few for two splits of at least {least}"
+    return s, f"{tiles} tiles on {sms} processors"
+
+
+@tile_pass("tilecore.split_k")
+def split_k(func, ctx):
+    """Split a plain GEMM's pipelined k loop over blocks, the tile's last block summing the partials in split order
+    (``tilecore.split_k``; D69)."""
+    want = _option(ctx)
+    if want is None:
+        return func
+    launches = collect(func.body, KernelLaunch)
+    if len(launches) != 1:
+        if want == "auto":
+            return func
+        raise CompileError(f"pass config {SPLIT_K}={want}: kernel {func.name} has {len(launches)} T.Kernel launches "
+                           "(split-K takes a kernel of one)", func.span)
+    launch = launches[0]
+    plan = _plan(launch)
+    if isinstance(plan, str):
+        if want == "auto":
+            ctx.notes.append(f"tilecore.split_k: not split: {plan}")
+            return func
+        raise CompileError(f"pass config {SPLIT_K}={want}: kernel {func.name} cannot be split over K: {plan}",
+                           launch.span)
+    if not ctx.capabilities.feature("kept_workspace"):
+        if want == "auto":
+            return func
+        raise CompileError(f"pass config {SPLIT_K}={want}: target {ctx.target} keeps no workspace across calls "
+                           "(features.kept_workspace), which split-K's partials and counters need", launch.span)
+    k, acc = plan
+    top = list(launch.body.body if isinstance(launch.body, Seq) else [launch.body])
+    loop = top[k]
+    kt = int(const_value(simplify(as_expr(loop.extent))))
+    grid = [int(const_value(simplify(as_expr(g)))) for g in launch.grid]
+    tiles = 1
+    for g in grid:
+        tiles *= g
+    threads = 1
+    for t in launch.threads:
+        threads *= int(const_value(simplify(as_expr(t))))
+    regs = int(const_value(simplify(acc.numel())))
+    registers = acc.scope == "register"  # a fragment in each thread's registers, else a block buffer
+    if not registers:
+        threads = 1
+    if want == "auto":
+        stages = int(loop.annotations.get("num_stages") or 1)
+        stage_bytes = sum(int(const_value(simplify(a.buffer.numel())) or 0) * a.buffer.dtype.bytes
+                          for a in top if isinstance(a, Allocate) and a.buffer.scope == "shared")
+        splits, why = _auto_splits(ctx, tiles, kt, stages, max(stage_bytes, 1), threads * regs * acc.dtype.bytes)
+        if splits < 2:
+            ctx.notes.append(f"tilecore.split_k: not split: {why}")
+            return func
+    else:
+        splits, why = want, SPLIT_K
+        if kt % splits:
+            divs = [d for d in range(2, kt + 1) if kt % d == 0 and d <= 64]
+            raise CompileError(f"pass config {SPLIT_K}={splits}: the k loop's {kt} iterations do not divide into "
+                               f"{splits} equal splits; use one of {divs[:12]}", loop.span)
+    per = kt // splits
+    # the grid: the splits as the last dimension (a 1-D grid gets a unit second one)
+    bvars = list(launch.block_vars)
+    gexprs = [as_expr(g) for g in launch.grid]
+    tile = bvars[0]
+    if len(gexprs) == 1:
+        gexprs.append(as_expr(1))
+        bvars.append(Var("split_y", bvars[0].dtype))
+    else:
+        tile = binary("add", binary("mul", bvars[1], as_expr(grid[0])), bvars[0])
+    z = Var("split", bvars[0].dtype)
+    from .pipeline import substitute
+
+    ko = loop.var
+    inner = Var(ko.name, ko.dtype)
+    body = substitute(loop.body, {id(ko): binary("add", inner, binary("mul", z, as_expr(per)))})
+    loop = loop.with_(var=inner, extent=as_expr(per), body=body)
+    # the kept workspaces: float partials in register order, an int32 arrival counter per tile
+    parts = Buffer("tc_splitk_parts", (tiles * splits * regs * threads,), acc.dtype, "global")
+    counts = Buffer("tc_splitk_count", (tiles,), "int32", "global")
+    last = Buffer("tc_splitk_last", (1,), "int32", "shared")
+    tid = ThreadIndex(INDEX) if registers else as_expr(0)
+    span = loop.span
+
+    def at(split, r):
+        return binary("add", binary("mul", binary("add", binary("mul", binary("add", binary("mul", tile, as_expr(splits)),
+                                                                              split), as_expr(regs)), r),
+                                    as_expr(threads)), tid)
+
+    def elem(r):  # element r of the accumulator (register r, or the block buffer's r-th in row-major order)
+        if registers:
+            return (as_expr(r),)
+        idx, rest = [], r
+        for d in reversed(acc.shape):
+            idx.append(binary("floormod", rest, d) if idx or len(acc.shape) > 1 else rest)
+            rest = binary("floordiv", rest, d)
+        return tuple(reversed(idx))
+
+    if registers:
+        partial = PerThread(Seq([*(Store(parts, (at(z, as_expr(r)),), BufferLoad(acc, elem(r)), span=span)
+                                   for r in range(regs)), Fence(scope="device", order="release", span=span)]),
+                            attrs={"split_k": "partial"}, span=span)
+    else:
+        e = Var("e", INDEX)
+        partial = Seq([For(e, as_expr(0), as_expr(regs), "parallel",
+                           Store(parts, (at(z, e),), BufferLoad(acc, elem(e)), span=span), span=span),
+                       Fence(scope="device", order="release", span=span)])
+    arrive = Store(last, (as_expr(0),), AtomicRet("add", counts, (tile,), as_expr(1, "int32"), "acq_rel", "device"),
+                   span=span)
+
+    def total(r):
+        t = BufferLoad(parts, (at(as_expr(0), r),))
+        for s in range(1, splits):
+            t = binary("add", t, BufferLoad(parts, (at(as_expr(s), r),)))
+        return t
+
+    sums = [Fence(scope="device", order="acquire", span=span)]
+    if registers:
+        sums += [Store(acc, elem(r), total(as_expr(r)), span=span) for r in range(regs)]
+    else:
+        e = Var("e", INDEX)
+        sums.append(For(e, as_expr(0), as_expr(regs), "parallel", Store(acc, elem(e), total(e), span=span), span=span))
+    reduce_ = PerThread(Seq(sums), attrs={"split_k": "sum in split order"}, span=span) if registers else Seq(sums)
+    reset = Store(counts, (tile,), as_expr(0, "int32"), span=span)
+    rest = top[k + 1:]
+    is_last = compare("eq", BufferLoad(last, (as_expr(0),)), as_expr(splits - 1, "int32"))
+    tail = If(is_last, Seq([reduce_, reset, *rest]), None, span=span)
+    new_top = [Allocate(last, span=span), *top[:k], loop, partial, Barrier(span=span), arrive, Barrier(span=span), tail]
+    launch2 = launch.with_(grid=(*gexprs, as_expr(splits)), block_vars=(*bvars, z), body=Seq(new_top))
+    body = rewrite(func.body, lambda x: launch2 if isinstance(x, KernelLaunch) else None)
+    kept = tuple(func.attrs.get("kept_workspaces", ())) + (parts, counts)
+    note = (f"tilecore.split_k: k loop over {ko.name} split over {splits} blocks a tile ({why}; {per} of {kt} k tiles "
+            f"each), {acc.dtype} partials of {regs} registers x {threads} threads summed in split order by each "
+            "tile's last block")
+    ctx.notes.append(note)
+    if ctx.config.get("tilecore.persistent") is None:  # a split grid is one wave of (tile, split) blocks
+        ctx.config["tilecore.persistent"] = False
+    return func.with_body(body, kept_workspaces=kept, split_k=(note,))
