@@ -22,7 +22,7 @@ after another (the CPU reference runs them as OpenMP iterations).
 
 ``tilecore.split_k``: False / unset / 1 (off), an int ``S`` (``S`` must divide the k loop's trip count), or
 ``"auto"``: where the grid's tiles fill at most half the target's processors (``limits.sm_count``),
-``S = min(SMs // tiles, KT // min(4 stages, 16), 16)`` (the CUDA plugin's D27 / D31 rule), fewer while the last
+``S = min(SMs // tiles, KT // min(4 stages, 16), 16)`` (the rule of decisions D27 / D31, a GPU plugin's), fewer while the last
 block's partial reads outweigh one split's operand bytes, then the largest divisor of ``KT`` not above that (at
 least 2). The target must declare ``features.kept_workspace`` (its code generator keeps workspaces, spells an atomic
 that returns its old value and device-scope fences).
@@ -36,7 +36,7 @@ from ..ir import (INDEX, AtomicRet, Barrier, Buffer, BufferLoad, Fence, For, If,
 from . import tile_pass
 
 SPLIT_K = "tilecore.split_k"
-#: the "auto" rule's constants (the CUDA plugin's D27 / D31 rule, read there: hopper.SPLIT_K_*)
+#: the "auto" rule's constants (decisions D27 / D31's rule, as a GPU plugin's split-K takes it)
 TILES_PER_STAGE, LEAST_CAP, MAX_SPLITS, TAIL_RATIO = 4, 16, 16, 1
 
 
