@@ -352,13 +352,20 @@ def host_source(source) -> str:
     head = re.sub(r"#include <[^>]+>\n", "", head)
     # drop the atomics (host has no atomicCAS); keep the helpers before them and the collectives after
     head = re.sub(r"/\* device assertions:.*?(?=/\* -{20,})", "", head, flags=re.S)
+    # D69: an atomic that returns the old value (atom.<order>.<scope>.global.add) and fences through the host's
+    # __atomic builtins (one block runs at a time here: the orders hold trivially; the threads are real threads)
+    head = re.sub(r"(__device__ __forceinline__ ([\w ]+) tc_atom_add_\w+\(([\w ]+)\* p, [\w ]+ v\)) \{\n.*?\n\}\n",
+                  r"\1 { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }\n", head, flags=re.S)
+    kernel = re.sub(r'asm volatile\("fence\.acq_rel\.(gpu|cta); \\n" ::: "memory"\);',
+                    "__atomic_thread_fence(__ATOMIC_ACQ_REL);", kernel)
     return SHIM + head + sep + kernel
 
 
-def run_on_host(kernel, arrays: list, tmp: Path | None = None, ints: dict | None = None) -> list:
+def run_on_host(kernel, arrays: list, tmp: Path | None = None, ints: dict | None = None, workspace=None) -> list:
     """Run compiled tilecore kernel ``kernel`` (a CUDA target) on ``arrays`` (numpy, in parameter order;
     they are updated in place and returned). ``ints``: the values of the kernel's shape
-    symbols and integer scalars by name (dynamic shapes), read from the kernel's ``tc_i<k>`` parameters."""
+    symbols and integer scalars by name (dynamic shapes), read from the kernel's ``tc_i<k>`` parameters.
+    ``workspace``: a uint8 array for a kernel that keeps a workspace (D69), returned last after the run."""
     src = kernel.source
     scalars = scalar_args(src.code, ints or {})
     grid = [eval(g, {"ints": scalars, "max": max, "min": min}) for g in src.meta["grid"]]  # noqa: S307 - our own text
@@ -366,7 +373,16 @@ def run_on_host(kernel, arrays: list, tmp: Path | None = None, ints: dict | None
     if src.meta.get("dynamic_shared_bytes"):
         raise ValueError("the host emulator runs static shared memory only")
     call = "tc_kernel(" + ", ".join(f"({_ctype(a.dtype)}*)ptrs[{k}]" for k, a in enumerate(arrays))
-    call += "".join(f", {v}LL" for v in scalars) + ", &status)"
+    call += "".join(f", {v}LL" for v in scalars)
+    if workspace is not None:  # D69: the kernel's kept workspace (the caller keeps it across runs), after the integers
+        if workspace.nbytes < int(src.meta["workspace"]["bytes"]):
+            raise ValueError(f"the kernel's workspace takes {src.meta['workspace']['bytes']} bytes")
+        call += f", (unsigned char*)ptrs[{len(arrays)}]"
+        arrays = [*arrays, workspace]
+    elif src.meta.get("workspace"):
+        raise ValueError("the kernel keeps a workspace: pass workspace= (np.zeros(meta['workspace']['bytes'], np.uint8) "
+                         "the first time, then the array returned last)")
+    call += ", &status)"
     text = host_source(src) + RUNNER.replace("GRID_X", str(grid[0])).replace("GRID_Y", str(grid[1])).replace(
         "GRID_Z", str(grid[2])).replace("THREADS", str(threads)).replace("CALL", call)
     return build_and_run(text, arrays, ["g++"], "tc-emul-")

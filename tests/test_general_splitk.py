@@ -247,3 +247,35 @@ def test_split_k_on_gpu_against_float64(M, N, K, tile, split):
         k(A, B, C2)
     torch.cuda.synchronize()
     assert torch.equal(C2, first)
+
+
+# -- the CUDA source on the host emulator (sm_80's general path: mma.sync on registers, cp.async stages) -----------
+@needs_toolchain
+@pytest.mark.parametrize("split", [2, 4])
+def test_split_k_cuda_source_on_host_emulator(split):
+    from cuda_host_emulator import run_on_host
+
+    M, N, K = 64, 64, 256
+    f = matmul(M, N, K, 64, 64, 32, threads=128, num_stages=2, dtype="float16", out_dtype="float32")
+    k = tilecore.compile(f, target="cuda:sm_80", pass_configs={**NOCACHE, "tilecore.matrix_unit_families": ["mma_sync"],
+                                                                "tilecore.split_k": split})
+    assert k.source.meta["grid"] == ["1", "1", str(split)]
+    src = k.source.code
+    assert "atom.acq_rel.gpu.global.add.s32" in src and "mma.sync" in src
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal((M, K)) / 4).astype(np.float16)
+    b = (rng.standard_normal((K, N)) / 4).astype(np.float16)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    ws = np.zeros(int(k.source.meta["workspace"]["bytes"]), np.uint8)
+    import re
+
+    off = int(re.search(r"reinterpret_cast<int\*>\(tc_workspace \+ (\d+)\)", src).group(1))  # the counters
+    outs = []
+    for _ in range(2):  # the same workspace twice: the last block left the counter at 0
+        res = run_on_host(k, [a, b, np.full((M, N), np.nan, np.float32)], workspace=ws)
+        c, ws = res[2], res[3]
+        outs.append(c)
+        counters = ws[off:off + 4].view(np.int32)
+        assert counters.tolist() == [0]
+    assert np.abs(outs[0] - ref).max() < 1e-3 * np.sqrt(K)
+    assert np.array_equal(outs[0], outs[1])
