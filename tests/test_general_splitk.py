@@ -279,3 +279,35 @@ def test_split_k_cuda_source_on_host_emulator(split):
         assert counters.tolist() == [0]
     assert np.abs(outs[0] - ref).max() < 1e-3 * np.sqrt(K)
     assert np.array_equal(outs[0], outs[1])
+
+
+def block_tickets():
+    @T.prim_func
+    def k(cnt: T.Tensor((1,), "int32"), out: T.Tensor((4,), "int32")):
+        with T.Kernel(4, threads=64) as bx:
+            p = T.atomic_add(cnt[0], 1, memory_order="acq_rel", return_prev=True)
+            out[bx] = p
+
+    return k
+
+
+def test_block_level_return_prev_runs_once_per_block_cpu():
+    k = tilecore.compile(block_tickets(), target="cpu", pass_configs=NOCACHE)
+    cnt, out = np.zeros(1, np.int32), np.full(4, -1, np.int32)
+    k(cnt, out)
+    assert cnt[0] == 4 and sorted(out.tolist()) == [0, 1, 2, 3]
+
+
+@needs_toolchain
+def test_block_level_return_prev_runs_once_per_block_cuda_emulated():
+    """A block of 64 threads updates once, as the CPU reference's block does (thread 0 through a shared slot)."""
+    from cuda_host_emulator import run_on_host
+
+    k = tilecore.compile(block_tickets(), target="cuda:sm_90a", pass_configs=NOCACHE)
+    assert "prev_slot[0] = tc_atom_add_acq_rel_device_int32(" in k.source.code
+    cnt, out = run_on_host(k, [np.zeros(1, np.int32), np.full(4, -1, np.int32)])
+    assert cnt[0] == 4 and sorted(out.tolist()) == [0, 1, 2, 3]
+    # the T.Parallel form: one update per iteration, every ticket once
+    k = tilecore.compile(tickets(n=64, blocks=4), target="cuda:sm_90a", pass_configs=NOCACHE)
+    cnt, out = run_on_host(k, [np.zeros(1, np.int32), np.zeros(256, np.int32)])
+    assert cnt[0] == 256 and sorted(out.tolist()) == list(range(256))

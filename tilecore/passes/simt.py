@@ -39,7 +39,9 @@ the IR, with two vendor-neutral nodes (:class:`~tilecore.ir.ThreadIndex`, :class
   thread runs it);
 - block-level statements that write memory (Store, Atomic, Print, unknown leaves) run on thread 0,
   followed by a barrier; Binds, Asserts, Break and Continue run on every thread (they are uniform);
-  a Bind that reads memory is followed by a barrier (a later write must not race the read).
+  a Bind that reads memory is followed by a barrier (a later write must not race the read); a Bind of an atomic
+  that returns the old value (D69) runs once per block, as on the CPU: thread 0 stores it to a shared slot, a
+  barrier, every thread binds the slot's value.
 
 Backends add it to the ``before-codegen`` slot (position ``before``). It records ``simt_threads``
 (the flat thread count of the last launch) in ``func.attrs``.
@@ -49,7 +51,7 @@ from __future__ import annotations
 import math
 
 from ..errors import CompileError
-from ..ir import (Allocate, Assert, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, BufferLoad,
+from ..ir import (Allocate, Assert, AsyncCommit, AtomicRet, Buffer, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, BufferLoad,
                   BulkCopy, BulkFence, BulkStore, BulkStoreWait, Cmp, Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait, MatrixSync, Specialized,
                   StageRelease, For, If, IntImm, KernelLaunch, PerThread, Print, Seq, Store, ThreadIndex,
                   Var, as_expr, binary, collect, compare, const, const_value, loop_nest, rewrite, seq, stmt_exprs, walk,
@@ -67,6 +69,12 @@ def _elected(s) -> bool:
     """Run by the thread that issues the bulk copies: those, their barriers' arrivals and inits, a wait of the
     issuing thread alone (D62's release barriers)."""
     return isinstance(s, _ELECTED) or (isinstance(s, CopyBarrierWait) and getattr(s, "issuer", False))
+
+
+def _has_atomic(e) -> bool:
+    found = []
+    walk_expr(e, lambda x: found.append(1) if isinstance(x, AtomicRet) else None)
+    return bool(found)
 
 
 def _loads_memory(e) -> bool:
@@ -252,6 +260,11 @@ class _Distributor:
             orelse = seq(self.block(s.orelse)) if s.orelse is not None else None
             return pre + [s.with_(cond=cond, then=then if then is not None else Seq([]), orelse=orelse)]
         if isinstance(s, Bind):
+            if _has_atomic(s.value):  # D69: once per block, as the CPU reference runs it: thread 0 updates and
+                slot = Buffer(f"{s.var.name}_slot", (1,), s.var.dtype, "shared")  # shares the old value
+                self.hoisted.append(Allocate(slot, span=s.span))
+                return [*_thread0(Store(slot, (const(0),), s.value, span=s.span)),
+                        Bind(s.var, BufferLoad(slot, (const(0),)), span=s.span), Barrier(span=s.span)]
             return [s, Barrier(span=s.span)] if _loads_memory(s.value) else [s]
         if isinstance(s, Assert):
             return [s, Barrier(span=s.span)]
