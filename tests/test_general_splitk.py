@@ -311,3 +311,15 @@ def test_block_level_return_prev_runs_once_per_block_cuda_emulated():
     k = tilecore.compile(tickets(n=64, blocks=4), target="cuda:sm_90a", pass_configs=NOCACHE)
     cnt, out = run_on_host(k, [np.zeros(1, np.int32), np.zeros(256, np.int32)])
     assert cnt[0] == 256 and sorted(out.tolist()) == list(range(256))
+
+
+def test_return_prev_on_other_backends():
+    """WebGPU: atomicAdd returns the old value (relaxed only: the language has no device-scope acquire / release);
+    backends whose code generator spells none refuse it by name."""
+    k = tilecore.compile(tickets(), target="webgpu", pass_configs=NOCACHE)
+    assert "array<atomic<i32>>" in k.source.code and "= atomicAdd(&cnt[0i], 1i);" in k.source.code
+    with pytest.raises(CompileError, match="relaxed only"):
+        tilecore.compile(tickets(order="acq_rel"), target="webgpu", pass_configs=NOCACHE)
+    for target in ("hip:gfx942", "metal"):
+        with pytest.raises(CompileError, match="no atomic that returns the old value"):
+            tilecore.compile(tickets(), target=target, pass_configs=NOCACHE)

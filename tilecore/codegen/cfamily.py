@@ -328,8 +328,8 @@ class CFamilyEmitter(Emitter):
         name = f"T.atomic_{e.op}(..., return_prev=True) on {e.buffer.dtype}"
         if not self.atomic_fetch:
             raise CompileError(f"{name}: this target's code generator ({type(self).__name__}) has no atomic that "
-                               "returns the old value (drop return_prev, or compile for a target whose capability profile "
-                               "declares features.kept_workspace)")
+                               "returns the old value (drop return_prev, or compile for a target whose code generator spells "
+                               "it)")
         if e.op != "add" or str(e.buffer.dtype) not in self.atomic_fetch_dtypes:
             raise CompileError(f"{name}: this target returns the old value of integer additions only "
                                f"({', '.join(self.atomic_fetch_dtypes)}); T.atomic_add on an integer buffer does")

@@ -185,6 +185,25 @@ class ShaderLangEmitter(CFamilyEmitter):
     def find_atomic_buffers(self, st: EmitState, body) -> None:
         """Mark every buffer that an :class:`~tilecore.ir.Atomic` updates (call before printing)."""
         st.atomic_buffers = {id(a.buffer.base or a.buffer) for a in collect(body, Atomic)}
+        # and every buffer an atomic that returns the old value updates (D69)
+        from ..ir import AtomicRet, stmt_exprs, walk, walk_expr
+
+        def mark(e):
+            if isinstance(e, AtomicRet):
+                st.atomic_buffers.add(id(e.buffer.base or e.buffer))
+
+        walk(body, lambda x: [walk_expr(e, mark) for e in stmt_exprs(x)])
+
+    #: D69: ``atomicAdd`` returns the old value; the language's atomics are relaxed only (no device-scope
+    #: acquire or release, no fence), so other orders are refused
+    atomic_fetch = "atomicAdd({ptr}, {value})"
+    atomic_fetch_dtypes = ("int32", "uint32")
+
+    def atomic_fetch_expr(self, st: EmitState, e) -> str:
+        if e.order != "relaxed":
+            raise CompileError(f"T.atomic_{e.op}(..., return_prev=True, memory_order={e.order!r}): this language's "
+                               "atomics are relaxed only (memory_order=None or \"relaxed\")")
+        return super().atomic_fetch_expr(st, e)
 
     def is_atomic(self, st: EmitState, buf) -> bool:
         return id(buf.base or buf) in getattr(st, "atomic_buffers", ())
