@@ -323,3 +323,18 @@ def test_return_prev_on_other_backends():
     for target in ("hip:gfx942", "metal"):
         with pytest.raises(CompileError, match="no atomic that returns the old value"):
             tilecore.compile(tickets(), target=target, pass_configs=NOCACHE)
+
+
+@needs_toolchain
+def test_plugin_split_gemm_routed_to_the_core_split_k():
+    """tilecore.cuda.general_split_k=True: the GEMM the plugin would split by its rule (4 splits at 128x4096x4096 on
+    128x128 tiles) takes the general path with the core's split-K over that count; unset it keeps the plugin's."""
+    f = lambda: matmul(128, 4096, 4096, 128, 128, 64, threads=256, num_stages=5)  # noqa: E731
+    k = tilecore.compile(f(), target="cuda:sm_90a", pass_configs={**NOCACHE, "tilecore.cuda.general_split_k": True})
+    assert k.source.meta["grid"] == ["32", "1", "4"]
+    assert "the backend's request" in k.meta["attrs"]["split_k"][0]
+    assert "tc_wgmma_splitk" not in k.source.code and "atom.acq_rel.gpu.global.add.s32" in k.source.code
+    k = tilecore.compile(f(), target="cuda:sm_90a", pass_configs=NOCACHE)
+    assert "split_k" not in k.meta["attrs"] and "tc_wgmma_splitk" in k.source.code
+    with pytest.raises(CompileError, match="general_split_k"):
+        tilecore.compile(f(), target="cuda:sm_90a", pass_configs={**NOCACHE, "tilecore.cuda.general_split_k": "x"})

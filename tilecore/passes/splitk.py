@@ -24,7 +24,8 @@ after another (the CPU reference runs them as OpenMP iterations).
 ``"auto"``: where the grid's tiles fill at most half the target's processors (``limits.sm_count``),
 ``S = min(SMs // tiles, KT // min(4 stages, 16), 16)`` (the rule of decisions D27 / D31, a GPU plugin's), fewer while the last
 block's partial reads outweigh one split's operand bytes, then the largest divisor of ``KT`` not above that (at
-least 2). The target must declare ``features.kept_workspace`` (its code generator keeps workspaces, spells an atomic
+least 2). Unset, a backend's pass may ask for ``S`` splits of a launch by its attribute ``split_k``. The target must declare
+``features.kept_workspace`` (its code generator keeps workspaces, spells an atomic
 that returns its old value and device-scope fences).
 """
 from __future__ import annotations
@@ -99,9 +100,15 @@ def split_k(func, ctx):
     """Split a plain GEMM's pipelined k loop over blocks, the tile's last block summing the partials in split order
     (``tilecore.split_k``; D69)."""
     want = _option(ctx)
-    if want is None:
-        return func
     launches = collect(func.body, KernelLaunch)
+    if want is None:  # a backend's request (a pass of its own chose the split count: launch.attrs["split_k"])
+        asked = [int(x.attrs["split_k"]) for x in launches if int(x.attrs.get("split_k") or 1) > 1]
+        if not asked:
+            return func
+        want = asked[0]
+        from_backend = True
+    else:
+        from_backend = False
     if len(launches) != 1:
         if want == "auto":
             return func
@@ -144,7 +151,7 @@ def split_k(func, ctx):
             ctx.notes.append(f"tilecore.split_k: not split: {why}")
             return func
     else:
-        splits, why = want, SPLIT_K
+        splits, why = want, "the backend's request" if from_backend else SPLIT_K
         if kt % splits:
             divs = [d for d in range(2, kt + 1) if kt % d == 0 and d <= 64]
             raise CompileError(f"pass config {SPLIT_K}={splits}: the k loop's {kt} iterations do not divide into "

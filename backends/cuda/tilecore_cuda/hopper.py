@@ -247,6 +247,29 @@ _UNSET = object()
 GENERAL_PLAIN_GEMM_DEFAULT = "auto"
 
 
+#: pass config (D69): a GEMM this pipeline would split over K by its rule (D27 / D31) goes to the core's general path
+#: with the core's split-K (tilecore.split_k) over the same split count, the partials summed in split order by each
+#: tile's last block (the plugin's "global" form, not its cluster sum): True, False, or "auto" (16-bit GEMMs that ask
+#: for none of this pipeline's own options; the count lowered to one that divides the k tiles). Default: False (the plugin's
+#: split-K with the cluster sum) until the device measures the general path's at >= 0.97x it on the LLM rows
+GENERAL_SPLIT_K = "tilecore.cuda.general_split_k"
+GENERAL_SPLIT_K_DEFAULT = False
+
+
+def routes_split_k(ctx, esize: int = 2) -> bool:
+    """Whether a GEMM this pipeline splits over K goes to the core's general path and split-K (D69)."""
+    v = ctx.option(GENERAL_SPLIT_K, GENERAL_SPLIT_K_DEFAULT)
+    if v == "auto":
+        return esize == 2 and not any(ctx.option(k, _UNSET) is not _UNSET for k in PIPELINE_OWN)
+    if v in (True, "true", "True", "on", 1):
+        return True
+    if v in (False, "false", "False", "off", 0, None):
+        return False
+    raise CompileError(f"pass config {GENERAL_SPLIT_K}={v!r}: expected True (a GEMM split over K by this pipeline's "
+                       "rule goes to the core's general path and tilecore.split_k), \"auto\" (16-bit GEMMs that ask "
+                       "for none of the pipeline's own options) or False (this pipeline's split-K; the default)")
+
+
 def routes_plain_gemm(ctx, esize: int = 2) -> bool:
     """Whether the plain (non-split-K) GEMM goes to the core's general path (``tilecore.cuda.general_plain_gemm``:
     True, False, or ``"auto"``: 16-bit and, since D67 (wgmma's 8-bit m64nNk32 a unit of the core's: B as (N, K) read
@@ -323,6 +346,13 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
             ctx.notes.append(f"cuda.hopper_gemm_pipeline: loop over {s.var.name} left to the core's general path "
                              "(tilecore.split_k: the core's split-K)")
             return launch.with_(attrs={**launch.attrs, GENERAL_PLAIN_GEMM: True})
+        kt_all = const_value(simplify(as_expr(s.extent)))
+        even = next((d for d in range(splits, 1, -1) if kt_all is not None and int(kt_all) % d == 0), 1)
+        if splits > 1 and even > 1 and routes_split_k(ctx, p.esize):  # D69: to the general path and its split-K
+            splits = even  # the core's split-K runs equal splits: the largest count <= the rule's dividing the k tiles
+            ctx.notes.append(f"cuda.hopper_gemm_pipeline: loop over {s.var.name} left to the core's general path with "
+                             f"the core's split-K over {splits} blocks ({GENERAL_SPLIT_K})")
+            return launch.with_(attrs={**launch.attrs, GENERAL_PLAIN_GEMM: True, "split_k": splits})
         if splits == 1 and routes_plain_gemm(ctx, p.esize):  # D51, D62: the plain GEMM to the general path
             ctx.notes.append(f"cuda.hopper_gemm_pipeline: loop over {s.var.name} left to the core's general path "
                              f"({GENERAL_PLAIN_GEMM}; split-K GEMMs stay here)")
