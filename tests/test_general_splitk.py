@@ -203,10 +203,18 @@ def test_split_k_general_path_cuda_source():
     assert meta["workspace"]["bytes"] == 32 * 4 * 64 * 256 * 4 + 32 * 4
     assert "reinterpret_cast<float*>(tc_workspace + 0)" in src
     assert "reinterpret_cast<int*>(tc_workspace + 8388608)" in src
-    assert "atom.acq_rel.gpu.global.add.s32" in src and "fence.acq_rel.gpu" in src
+    assert "atom.acq_rel.gpu.global.add.s32" in src and "fence.acq_rel.gpu" not in src
     assert src.count("vtc_splitk_parts[") == 64 + 64 * 4  # 64 partial stores, 64 sums of 4 loads
     body = src[src.index("tc_atom_add_acq_rel_device_int32(&"):]
     assert body.index("vtc_splitk_count[") < body.index("tc_tma_store_2d(")  # the reset, then the bulk store
+    # the arrival between two block barriers: every thread's partial stores before it, the last block's sum after it
+    head = src[:src.index("vtc_splitk_last[0] = tc_atom_add_acq_rel_device_int32(&")]
+    assert head.rstrip().endswith("__syncthreads();\n  if ((((int)threadIdx.x) == 0)) {")
+    assert body.index("__syncthreads();") < body.index("vtc_splitk_last[0] == 3")
+    fenced = tilecore.compile(matmul(128, 4096, 4096, 128, 128, 64, threads=256, num_stages=4), target="cuda:sm_90a",
+                              pass_configs={**NOCACHE, "tilecore.cuda.general_plain_gemm": True, "tilecore.split_k": 4,
+                                            "tilecore.split_k_fences": True}).source.code
+    assert fenced.count("fence.acq_rel.gpu") == 2  # every thread's release after its stores, acquire before its sum
     assert "tc_wgmma" not in src or "tc_wgmma_splitk" not in src  # not the plugin's pipeline
 
 

@@ -37,6 +37,7 @@ from ..ir import (INDEX, AtomicRet, Barrier, Buffer, BufferLoad, Fence, For, If,
 from . import tile_pass
 
 SPLIT_K = "tilecore.split_k"
+SPLIT_K_FENCES = "tilecore.split_k_fences"
 #: the "auto" rule's constants (decisions D27 / D31's rule, as a GPU plugin's split-K takes it)
 TILES_PER_STAGE, LEAST_CAP, MAX_SPLITS, TAIL_RATIO = 4, 16, 16, 1
 
@@ -194,15 +195,19 @@ def split_k(func, ctx):
             rest = binary("floordiv", rest, d)
         return tuple(reversed(idx))
 
+    # every thread's own fences (tilecore.split_k_fences); without them (the default) the arrival's acquire-release
+    # atomic orders the block's partial stores, which the barrier before it makes the arriving thread's (and its
+    # acquire the reads after the barrier behind it): the pattern of a release by one thread after a block barrier
+    fences = bool(ctx.option(SPLIT_K_FENCES, False))
+    release = [Fence(scope="device", order="release", span=span)] if fences else []
     if registers:
         partial = PerThread(Seq([*(Store(parts, (at(z, as_expr(r)),), BufferLoad(acc, elem(r)), span=span)
-                                   for r in range(regs)), Fence(scope="device", order="release", span=span)]),
+                                   for r in range(regs)), *release]),
                             attrs={"split_k": "partial"}, span=span)
     else:
         e = Var("e", INDEX)
         partial = Seq([For(e, as_expr(0), as_expr(regs), "parallel",
-                           Store(parts, (at(z, e),), BufferLoad(acc, elem(e)), span=span), span=span),
-                       Fence(scope="device", order="release", span=span)])
+                           Store(parts, (at(z, e),), BufferLoad(acc, elem(e)), span=span), span=span), *release])
     arrive = Store(last, (as_expr(0),), AtomicRet("add", counts, (tile,), as_expr(1, "int32"), "acq_rel", "device"),
                    span=span)
 
@@ -212,7 +217,7 @@ def split_k(func, ctx):
             t = binary("add", t, BufferLoad(parts, (at(as_expr(s), r),)))
         return t
 
-    sums = [Fence(scope="device", order="acquire", span=span)]
+    sums = [Fence(scope="device", order="acquire", span=span)] if fences else []
     if registers:
         sums += [Store(acc, elem(r), total(as_expr(r)), span=span) for r in range(regs)]
     else:
