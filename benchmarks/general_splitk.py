@@ -91,8 +91,8 @@ def main() -> int:
         add("plugin-1", tile=pt, cfg={"tilecore.cuda.split_k": 1})
         # the routing under test: the plugin's rule's split count on the general path (tilecore.cuda.general_split_k)
         add("routed (general, plugin tile)", tile=pt, cfg={"tilecore.cuda.general_split_k": True})
-        add("routed, fences a thread", tile=pt, cfg={"tilecore.cuda.general_split_k": True,
-                                                     "tilecore.split_k_fences": True})
+        add("routed, scalar partials (round 1)", tile=pt, cfg={"tilecore.cuda.general_split_k": True,
+                                                               "tilecore.split_k_partials": "scalar"})
         extra = [int(s) for s in args.splits.split(",") if s]
         for t in tiles:
             tn = f"{t[0]}x{t[1]}x{t[2]}/{t[4]}"

@@ -201,10 +201,17 @@ def test_split_k_general_path_cuda_source():
     assert meta["grid"] == ["32", "1", "4"]
     # 32 tiles x 4 splits x 64 registers x 256 threads float32, then the counters at a 256-byte offset
     assert meta["workspace"]["bytes"] == 32 * 4 * 64 * 256 * 4 + 32 * 4
-    assert "reinterpret_cast<float*>(tc_workspace + 0)" in src
-    assert "reinterpret_cast<int*>(tc_workspace + 8388608)" in src
+    assert "reinterpret_cast<float*>(__builtin_assume_aligned(tc_workspace + 0, 16))" in src
+    assert "reinterpret_cast<int*>(__builtin_assume_aligned(tc_workspace + 8388608, 16))" in src
     assert "atom.acq_rel.gpu.global.add.s32" in src and "fence.acq_rel.gpu" not in src
-    assert src.count("vtc_splitk_parts[") == 64 + 64 * 4  # 64 partial stores, 64 sums of 4 loads
+    # 16 float4 partial stores; the last block's sum once per split index, each with the other 3 splits' loads
+    assert src.count("tc_vst<tc_vecn<float, 4>>(&vtc_splitk_parts[") == 16
+    assert src.count("vtc_splitk_parts[") == 16 + 4 * 64 * 3
+    assert "__builtin_assume_aligned(tc_workspace + 0, 16)" in src
+    scalar = tilecore.compile(matmul(128, 4096, 4096, 128, 128, 64, threads=256, num_stages=4), target="cuda:sm_90a",
+                              pass_configs={**NOCACHE, "tilecore.cuda.general_plain_gemm": True, "tilecore.split_k": 4,
+                                            "tilecore.split_k_partials": "scalar"}).source.code
+    assert scalar.count("vtc_splitk_parts[") == 64 + 64 * 4  # 64 partial stores, 64 sums of 4 loads
     body = src[src.index("tc_atom_add_acq_rel_device_int32(&"):]
     assert body.index("vtc_splitk_count[") < body.index("tc_tma_store_2d(")  # the reset, then the bulk store
     # the arrival between two block barriers: every thread's partial stores before it, the last block's sum after it
@@ -215,7 +222,26 @@ def test_split_k_general_path_cuda_source():
                               pass_configs={**NOCACHE, "tilecore.cuda.general_plain_gemm": True, "tilecore.split_k": 4,
                                             "tilecore.split_k_fences": True}).source.code
     assert fenced.count("fence.acq_rel.gpu") == 2  # every thread's release after its stores, acquire before its sum
-    assert "tc_wgmma" not in src or "tc_wgmma_splitk" not in src  # not the plugin's pipeline
+    assert "tc_wgmma_splitk" not in src  # not the plugin's pipeline
+
+
+@needs_toolchain
+def test_split_k_partials_sass():
+    """The default partials: 16-byte stores and loads (STG.E.128 / LDG.E.128), no local memory."""
+    import re
+
+    import tilecore_cuda
+
+    k = tilecore.compile(matmul(128, 4096, 4096, 128, 128, 64, threads=256, num_stages=4), target="cuda:sm_90a",
+                         pass_configs={**NOCACHE, "tilecore.cuda.general_plain_gemm": True, "tilecore.split_k": 4})
+    try:
+        sass = tilecore_cuda.CUDABackend().disassemble(k.binary, None)
+    except SystemExit as e:  # no cuobjdump here
+        pytest.skip(str(e))
+    ops = re.findall(r"\b((?:LDG|STG)\.[\w.]+)", sass)
+    assert ops.count("STG.E.128") == 16 and ops.count("STG.E") == 1  # the partial; the counter's reset
+    assert ops.count("LDG.E.128") >= 4 * 3 * 16 * 3 // 4  # most of the 4 versions' 3 x 16 float4 loads
+    assert "LDL" not in sass and "STL" not in sass
 
 
 @needs_toolchain
@@ -259,14 +285,15 @@ def test_split_k_on_gpu_against_float64(M, N, K, tile, split):
 
 # -- the CUDA source on the host emulator (sm_80's general path: mma.sync on registers, cp.async stages) -----------
 @needs_toolchain
-@pytest.mark.parametrize("split", [2, 4])
-def test_split_k_cuda_source_on_host_emulator(split):
+@pytest.mark.parametrize("split,partials", [(2, "vector"), (4, "vector"), (4, "scalar")])
+def test_split_k_cuda_source_on_host_emulator(split, partials):
     from cuda_host_emulator import run_on_host
 
     M, N, K = 64, 64, 256
     f = matmul(M, N, K, 64, 64, 32, threads=128, num_stages=2, dtype="float16", out_dtype="float32")
     k = tilecore.compile(f, target="cuda:sm_80", pass_configs={**NOCACHE, "tilecore.matrix_unit_families": ["mma_sync"],
-                                                                "tilecore.split_k": split})
+                                                                "tilecore.split_k": split,
+                                                                "tilecore.split_k_partials": partials})
     assert k.source.meta["grid"] == ["1", "1", str(split)]
     src = k.source.code
     assert "atom.acq_rel.gpu.global.add.s32" in src and "mma.sync" in src
@@ -277,7 +304,7 @@ def test_split_k_cuda_source_on_host_emulator(split):
     ws = np.zeros(int(k.source.meta["workspace"]["bytes"]), np.uint8)
     import re
 
-    off = int(re.search(r"reinterpret_cast<int\*>\(tc_workspace \+ (\d+)\)", src).group(1))  # the counters
+    off = int(re.search(r"reinterpret_cast<int\*>\(__builtin_assume_aligned\(tc_workspace \+ (\d+),", src).group(1))
     outs = []
     for _ in range(2):  # the same workspace twice: the last block left the counter at 0
         res = run_on_host(k, [a, b, np.full((M, N), np.nan, np.float32)], workspace=ws)

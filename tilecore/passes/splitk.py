@@ -38,8 +38,12 @@ from . import tile_pass
 
 SPLIT_K = "tilecore.split_k"
 SPLIT_K_FENCES = "tilecore.split_k_fences"
+SPLIT_K_PARTIALS = "tilecore.split_k_partials"
 #: the "auto" rule's constants (decisions D27 / D31's rule, as a GPU plugin's split-K takes it)
 TILES_PER_STAGE, LEAST_CAP, MAX_SPLITS, TAIL_RATIO = 4, 16, 16, 1
+#: the last block's sum is written once per split index (its own partial from its registers) up to this many
+#: register additions in all (splits x registers); above it, it loads its own partial back like the others
+OWN_VERSIONS_LIMIT = 1024
 
 
 def _option(ctx):
@@ -181,10 +185,27 @@ def split_k(func, ctx):
     tid = ThreadIndex(INDEX) if registers else as_expr(0)
     span = loop.span
 
+    # tilecore.split_k_partials: "vector" (the default): register r of thread t in a group of 4 consecutive floats,
+    # (((tile S + z) R/4 + r/4) T + t) 4 + r%4: a warp's 4 registers one 512-byte run (16-byte accesses), and the last
+    # block adds its own registers in its split's place; "scalar": register r of thread t at ((tile S + z) R + r) T
+    # + t (a warp's register one 128-byte run), the last block reading back its own partial too
+    form = ctx.option(SPLIT_K_PARTIALS, "vector")
+    if form not in ("vector", "scalar"):
+        raise CompileError(f"pass config {SPLIT_K_PARTIALS}={form!r}: expected \"vector\" or \"scalar\"")
+    vec = 4 if form == "vector" and registers and regs % 4 == 0 else 1
+    # the last block's own partial from its registers: the sum written once per split index (each version's loads
+    # unconditional, so the vector loads stay whole), where those versions stay small
+    own = form == "vector" and registers and splits * regs <= OWN_VERSIONS_LIMIT
+
     def at(split, r):
-        return binary("add", binary("mul", binary("add", binary("mul", binary("add", binary("mul", tile, as_expr(splits)),
-                                                                              split), as_expr(regs)), r),
-                                    as_expr(threads)), tid)
+        base = binary("add", binary("mul", tile, as_expr(splits)), split)
+        if vec == 1:
+            return binary("add", binary("mul", binary("add", binary("mul", base, as_expr(regs)), r), as_expr(threads)),
+                          tid)
+        g, lane = int(const_value(r)) // vec, int(const_value(r)) % vec
+        run = binary("add", binary("mul", base, as_expr(regs // vec)), as_expr(g))
+        return binary("add", binary("mul", binary("add", binary("mul", run, as_expr(threads)), tid), as_expr(vec)),
+                      as_expr(lane))
 
     def elem(r):  # element r of the accumulator (register r, or the block buffer's r-th in row-major order)
         if registers:
@@ -211,14 +232,23 @@ def split_k(func, ctx):
     arrive = Store(last, (as_expr(0),), AtomicRet("add", counts, (tile,), as_expr(1, "int32"), "acq_rel", "device"),
                    span=span)
 
-    def total(r):
-        t = BufferLoad(parts, (at(as_expr(0), r),))
+    def total(r, mine=None):
+        def part(s):  # split s's partial: loaded, or the block's own registers where s is its split (``mine``)
+            return BufferLoad(acc, elem(r)) if s == mine else BufferLoad(parts, (at(as_expr(s), r),))
+
+        t = part(0)
         for s in range(1, splits):
-            t = binary("add", t, BufferLoad(parts, (at(as_expr(s), r),)))
+            t = binary("add", t, part(s))
         return t
 
     sums = [Fence(scope="device", order="acquire", span=span)] if fences else []
-    if registers:
+    if own:
+        version = None
+        for mine in reversed(range(splits)):
+            body = Seq([Store(acc, elem(r), total(as_expr(r), mine), span=span) for r in range(regs)])
+            version = body if version is None else If(compare("eq", z, as_expr(mine)), body, version, span=span)
+        sums.append(version)
+    elif registers:
         sums += [Store(acc, elem(r), total(as_expr(r)), span=span) for r in range(regs)]
     else:
         e = Var("e", INDEX)

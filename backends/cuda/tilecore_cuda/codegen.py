@@ -222,8 +222,11 @@ class CUDAEmitter(SIMTCppEmitter):
             if c.elements > 1:
                 st.aligned.add(next(k for k, p in enumerate(abi.buffers) if p.buffer is (c.src.base or c.src)))
         # vector stores (tilecore.vectorize_stores) proved offsets aligned; the tensor's base must be too
+        kept = {id(b) for b in func.attrs.get("kept_workspaces", ()) or ()}
         for c in self.collected(st, func.body, VectorStore):
             if c.buffer.scope != "global":  # (a bulk store's shared tile, D46: block memory is aligned)
+                continue
+            if id(c.buffer.base or c.buffer) in kept:  # a kept workspace (D69): the runtime's, 256-byte aligned
                 continue
             st.aligned.add(next(k for k, p in enumerate(abi.buffers) if p.buffer is (c.buffer.base or c.buffer)))
         # a GEMM split over K (hopper.split_k): its global scratch, one pointer after the tensor maps
@@ -234,7 +237,8 @@ class CUDAEmitter(SIMTCppEmitter):
         for b, n in kept_workspaces(func):
             off = -(-st.workspace // 256) * 256
             t = self.stype(b.dtype)
-            st.kept_decls.append(f"  {t}* {self.name(st, b)} = reinterpret_cast<{t}*>(tc_workspace + {off});")
+            st.kept_decls.append(f"  {t}* {self.name(st, b)} = reinterpret_cast<{t}*>(__builtin_assume_aligned("
+                                 f"tc_workspace + {off}, 16));")  # the runtime's buffer: 256-byte aligned
             st.workspace = off + n * b.dtype.bytes
         if st.workspace:
             params.append("unsigned char* tc_workspace")
