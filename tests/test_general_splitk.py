@@ -373,3 +373,49 @@ def test_plugin_split_gemm_routed_to_the_core_split_k():
     assert "split_k" not in k.meta["attrs"] and "tc_wgmma_splitk" in k.source.code
     with pytest.raises(CompileError, match="general_split_k"):
         tilecore.compile(f(), target="cuda:sm_90a", pass_configs={**NOCACHE, "tilecore.cuda.general_split_k": "x"})
+
+
+def test_split_k_refuses_state_carried_out_of_the_loop():
+    """Only the gemm's accumulator is summed over the splits: a loop that also accumulates another fragment read after
+    it, or an accumulator that starts from a value other than 0, is refused with the reason."""
+    M = N = 64
+    K = 256
+
+    @T.prim_func
+    def rowsum(A: T.Tensor((M, K), "float32"), B: T.Tensor((K, N), "float32"), C: T.Tensor((M, N), "float32"),
+               S: T.Tensor((M, 32), "float32")):
+        with T.Kernel(1, 1, threads=128) as (bx, by):
+            As = T.alloc_shared((M, 32), "float32")
+            Bs = T.alloc_shared((32, N), "float32")
+            Cl = T.alloc_fragment((M, N), "float32")
+            Sl = T.alloc_fragment((M, 32), "float32")
+            T.clear(Cl)
+            T.clear(Sl)
+            for ko in T.Pipelined(K // 32, num_stages=2):
+                T.copy(A[0, ko * 32], As)
+                T.copy(B[ko * 32, 0], Bs)
+                for i, j in T.Parallel(M, 32):
+                    Sl[i, j] += As[i, j]
+                T.gemm(As, Bs, Cl)
+            T.copy(Cl, C[0, 0])
+            T.copy(Sl, S[0, 0])
+
+    with pytest.raises(CompileError, match="also writes Sl"):
+        tilecore.compile(rowsum, target="cpu", pass_configs={**NOCACHE, "tilecore.split_k": 2})
+
+    @T.prim_func
+    def biased(A: T.Tensor((M, K), "float32"), B: T.Tensor((K, N), "float32"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, 1, threads=128) as (bx, by):
+            As = T.alloc_shared((M, 32), "float32")
+            Bs = T.alloc_shared((32, N), "float32")
+            Cl = T.alloc_fragment((M, N), "float32")
+            T.fill(Cl, 1.0)
+            for ko in T.Pipelined(K // 32, num_stages=2):
+                T.copy(A[0, ko * 32], As)
+                T.copy(B[ko * 32, 0], Bs)
+                T.gemm(As, Bs, Cl)
+            T.copy(Cl, C[0, 0])
+
+    with pytest.raises(CompileError, match="other than 0"):
+        tilecore.compile(biased, target="cpu", pass_configs={**NOCACHE, "tilecore.split_k": 2})
+    tilecore.compile(biased, target="cpu", pass_configs={**NOCACHE, "tilecore.split_k": "auto"})  # left alone

@@ -78,8 +78,83 @@ def _plan(launch: KernelLaunch):
             return "its grid is not static"
     if len(launch.grid) > 2:
         return "its grid has 3 dimensions already (the splits take the third)"
-    # the accumulator is read after the loop only by the kernel's epilogue: nothing before the loop but its init
+    # the loop's only state carried out of it is the accumulator: any other buffer it writes is a shared stage tile
+    # its copies fill (block memory rewritten each iteration)
+    other = _loop_writes(loop) - {id(acc)}
+    after = Seq(list(top[loops[0] + 1:]))
+    carried = [b for b in _buffers(loop) if id(b.base or b) in other and id(b.base or b) in _reads(after)]
+    if carried:
+        return (f"its pipelined loop also writes {', '.join(sorted({b.name for b in carried}))} (only the gemm's "
+                "accumulator is summed over the splits)")
+    # the accumulator starts from zero: each split's partial is then its k range's share of the sum
+    for st in top[:loops[0]]:
+        for w in collect(st, Store):
+            if w.buffer is acc and const_value(w.value) != 0:
+                return (f"its accumulator {acc.name} starts from a value other than 0 (every split would add it): "
+                        "T.clear it before the loop and add the value after")
+        for t in collect(st, TileOp):
+            if t.op == "fill" and t.args and getattr(t.args[0], "buffer", None) is acc \
+                    and const_value(t.args[1] if len(t.args) > 1 else 0) not in (0, 0.0):
+                return f"its accumulator {acc.name} is filled with a value other than 0 before the loop"
     return loops[0], acc
+
+
+def _buffers(s) -> list:
+    out: dict = {}
+
+    def see(x):
+        for f in ("buffer", "dst", "c"):
+            b = getattr(x, f, None)
+            if b is not None and hasattr(b, "scope"):
+                out[id(b)] = b
+        if isinstance(x, TileOp):
+            for a in x.args:
+                b = getattr(a, "buffer", None)
+                if b is not None:
+                    out[id(b)] = b
+
+    walk(s, see)
+    return list(out.values())
+
+
+def _reads(s) -> set:
+    """Ids of the buffers the statements read (loads in their expressions, tile ops' source regions)."""
+    from ..ir import stmt_exprs, walk_expr
+
+    ids: set = set()
+
+    def see(x):
+        for e in stmt_exprs(x):
+            walk_expr(e, lambda y: ids.add(id(y.buffer.base or y.buffer)) if isinstance(y, BufferLoad) else None)
+        if isinstance(x, TileOp):
+            for a in x.args[:1] if x.op != "gemm" else x.args[:2]:
+                b = getattr(a, "buffer", None)
+                if b is not None:
+                    ids.add(id(b.base or b))
+
+    walk(s, see)
+    return ids
+
+
+def _loop_writes(loop) -> set:
+    """Ids of the buffers the loop's statements write (stores, atomics, copy and gemm destinations)."""
+    ids: set = set()
+
+    def see(x):
+        if isinstance(x, TileOp):
+            if x.op in ("copy", "fill", "gemm", "reduce", "cumsum", "atomic") and len(x.args) >= 2:
+                dst = x.args[2] if x.op == "gemm" else x.args[1] if x.op != "fill" else x.args[0]
+                b = getattr(dst, "buffer", None)
+                if b is not None:
+                    ids.add(id(b.base or b))
+            return
+        for f in ("buffer", "dst", "c"):
+            b = getattr(x, f, None)
+            if b is not None and hasattr(b, "scope") and not isinstance(x, (BufferLoad,)):
+                ids.add(id(b.base or b))
+
+    walk(loop.body, see)
+    return ids
 
 
 def _auto_splits(ctx, tiles: int, kt: int, stages: int, stage_bytes: int, part_bytes: int):
