@@ -372,24 +372,29 @@ def test_defaults_on_sm80_route_the_gemm_form_and_keep_attention():
 
 # -- D68: FlashAttention on the general path at the register program's registers ------------------------------
 
+def _host_attention_error(run, kern, composite, causal, tmp_path, seed):
+    """The catalog attention kernel ``kern`` run on the host emulator with random half-precision Q, K, V: its
+    largest error against the float64 reference."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    shape = (composite.HEADS, composite.SEQ, composite.DIM)
+    q, k, v = (rng.standard_normal(shape).astype(np.float16) for _ in range(3))
+    out = run(kern, [q, k, v, np.zeros(shape, np.float16)], tmp_path)[3].astype(np.float64)
+    return np.abs(out - composite.attention_ref([q, k, v], "float16", causal)[0]).max()
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("variant", ["general-d63", "general", "lean"])
 def test_attention_on_the_host_emulator_matches_float64(causal, variant, tmp_path):
     """The catalog's 32x32 attention (80 keys: a ragged last block) on sm_80's general path, the generated source
     run on the host: against float64."""
-    import numpy as np
-
     run = _emulate()
     composite = pytest.importorskip("tilecore_conformance.composite")
     kern = tilecore.compile(composite.attention("float16", causal), target="cuda:sm_80",
                             pass_configs={**NOCACHE, **mma_general.VARIANTS[variant], "tilecore.fast_math": True})
     assert _path(kern.meta["attrs"]) == "generic"
-    rng = np.random.default_rng(11)
-    shape = (composite.HEADS, composite.SEQ, composite.DIM)
-    q, k, v = (rng.standard_normal(shape).astype(np.float16) for _ in range(3))
-    out = run(kern, [q, k, v, np.zeros(shape, np.float16)], tmp_path)[3].astype(np.float64)
-    ref = composite.attention_ref([q, k, v], "float16", causal)[0]
-    err = np.abs(out - ref).max()
+    err = _host_attention_error(run, kern, composite, causal, tmp_path, seed=11)
     assert err <= 2e-3, f"{variant} causal={causal}: max error {err}"
 
 
@@ -548,8 +553,6 @@ def test_late_copy_on_the_host_emulator_matches_float64(how, stages, per_sm, cau
     top of the iteration, the prologue's empty groups keeping the wait counts) and staged (one wait at the top):
     the generated sm_80 source run on the host (threads concurrent, barriers real, cp.async landing at its wait)
     against float64."""
-    import numpy as np
-
     run = _emulate()
     composite = pytest.importorskip("tilecore_conformance.composite")
     c = composite
@@ -561,12 +564,7 @@ def test_late_copy_on_the_host_emulator_matches_float64(how, stages, per_sm, cau
     note = kern.meta["attrs"]["pipelines"][0]
     assert f"{stages} stages" in note
     assert ("(one buffer) issued at the top" in note) == (per_sm is not None), note
-    rng = np.random.default_rng(5)
-    shape = (c.HEADS, c.SEQ, c.DIM)
-    q, k, v = (rng.standard_normal(shape).astype(np.float16) for _ in range(3))
-    out = run(kern, [q, k, v, np.zeros(shape, np.float16)], tmp_path)[3].astype(np.float64)
-    ref = c.attention_ref([q, k, v], "float16", causal)[0]
-    err = np.abs(out - ref).max()
+    err = _host_attention_error(run, kern, c, causal, tmp_path, seed=5)
     assert err <= 2e-3, f"{how} {stages} stages causal={causal}: max error {err}"
 
 
