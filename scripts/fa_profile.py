@@ -181,39 +181,37 @@ def regions(sass: str) -> tuple[dict, dict]:
     return reg, stands
 
 
+#: SASS instruction classes by opcode prefix, read in order (the first match wins: PHASECHK before the other SYNCS,
+#: the uniform datapath last among the prefixes)
+_PREFIX_CLASSES = (
+    (("HGMMA",), "HGMMA"),
+    (("WARPGROUP.DEPBAR",), "wgmma wait"),
+    (("WARPGROUP.ARRIVE", "WARPSYNC"), "wgmma fence"),
+    (("SYNCS.PHASECHK",), "mbarrier wait"),
+    (("SYNCS",), "mbarrier arrive"),
+    (("BAR.SYNC", "BAR.RED"), "bar.sync (turns)"),
+    (("BAR.ARV",), "bar.arrive"),
+    (("MUFU",), "MUFU"),
+    (("SHFL",), "SHFL"),
+    (("UTMA", "UBLKCP"), "TMA"),
+    (("STS", "LDS", "STG"), "shared/global st/ld"),
+    (("EXIT",), "EXIT (idle warps)"),
+    (("BRA",), "branch"),
+    (("U", "R2UR"), "uniform"),
+)
+#: float opcodes matched by their whole name before the first "." (FSETP.GT, F2FP.F16...)
+_FLOAT_OPS = frozenset(("FFMA", "FMUL", "FADD", "FMNMX", "FSETP", "FSEL", "F2FP", "HADD2", "HMUL2", "FCHK"))
+
+
 def klass(text: str) -> str:
+    """The class of one SASS instruction (its predicate guard dropped) for the profile's per-class table."""
     t = re.sub(r"^@!?U?P\w+\s+", "", text.strip())
     op = t.split()[0] if t.split() else "?"
-    if op.startswith("HGMMA"):
-        return "HGMMA"
-    if op.startswith("WARPGROUP.DEPBAR"):
-        return "wgmma wait"
-    if op.startswith("WARPGROUP.ARRIVE") or op.startswith("WARPSYNC"):
-        return "wgmma fence"
-    if op.startswith("SYNCS.PHASECHK"):
-        return "mbarrier wait"
-    if op.startswith("SYNCS"):
-        return "mbarrier arrive"
-    if op.startswith("BAR.SYNC") or op.startswith("BAR.RED"):
-        return "bar.sync (turns)"
-    if op.startswith("BAR.ARV"):
-        return "bar.arrive"
-    if op.startswith("MUFU"):
-        return "MUFU"
-    if op.split(".")[0] in ("FFMA", "FMUL", "FADD", "FMNMX", "FSETP", "FSEL", "F2FP", "HADD2", "HMUL2", "FCHK"):
+    if op.split(".")[0] in _FLOAT_OPS:
         return "float"
-    if op.startswith("SHFL"):
-        return "SHFL"
-    if op.startswith("UTMA") or op.startswith("UBLKCP"):
-        return "TMA"
-    if op.startswith("STS") or op.startswith("STSM") or op.startswith("LDS") or op.startswith("STG"):
-        return "shared/global st/ld"
-    if op.startswith("EXIT"):
-        return "EXIT (idle warps)"
-    if op.startswith("BRA"):
-        return "branch"
-    if op.startswith("U") or op.startswith("R2UR"):
-        return "uniform"
+    for prefixes, name in _PREFIX_CLASSES:
+        if op.startswith(prefixes):
+            return name
     return "other int"
 
 

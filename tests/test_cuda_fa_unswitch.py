@@ -22,15 +22,12 @@ tilecore_cuda = pytest.importorskip("tilecore_cuda")
 
 sys.path.insert(0, str(Path(__file__).parent))
 import sass_paths  # noqa: E402
-from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
-from test_cuda_hopper import hopper_gpu  # noqa: E402
+from test_cuda_backend import needs_toolchain  # noqa: E402
+from test_cuda_hopper import GENERAL, HOPPER, REGPROG, hopper_gpu  # noqa: E402
 
 import tilecore  # noqa: E402
 from tilecore_conformance.composite import flash_attention_forward  # noqa: E402
 
-HOPPER = "cuda:sm_90a"
-GENERAL = {**NOCACHE, "tilecore.cuda.register_programs": False}
-REGPROG = {**NOCACHE, "tilecore.cuda.register_programs": True}
 UNSWITCH = {"tilecore.pipeline_mask_unswitch": True}
 #: before D70's defaults: D59's mask after the first gemm under its own branch, the row maximum as one chain
 BEFORE = {"tilecore.pipeline_mask_unswitch": False, "tilecore.reduce_chains": 1}

@@ -37,13 +37,11 @@ tilecore_cuda = pytest.importorskip("tilecore_cuda")
 sys.path.insert(0, str(Path(__file__).parent))
 import sass_paths  # noqa: E402
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
-from test_cuda_hopper import hopper_gpu  # noqa: E402
+from test_cuda_hopper import GENERAL, HOPPER, hopper_gpu  # noqa: E402
 
 import tilecore  # noqa: E402
 from tilecore_conformance.composite import flash_attention_forward  # noqa: E402
 
-HOPPER = "cuda:sm_90a"
-GENERAL = {**NOCACHE, "tilecore.cuda.register_programs": False}
 #: D55's options, by the name the benchmark's --general takes (benchmarks/cuda_attention.py GENERAL)
 OPTIONS = {
     "nodrain": {"tilecore.pipeline_no_drain": True},

@@ -22,6 +22,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_cuda_backend import HAS_DEVICE, NOCACHE, needs_toolchain  # noqa: E402
 
 HOPPER = "cuda:sm_90a"
+#: the two routes of the kernels the plugin's register programs take (tilecore.cuda.register_programs, D61): every one
+#: to the core's general path, or every one to the register programs; the compile cache off
+GENERAL = {**NOCACHE, "tilecore.cuda.register_programs": False}
+REGPROG = {**NOCACHE, "tilecore.cuda.register_programs": True}
 #: one block per tile (the persistent grid is the default since D43; tests/test_cuda_persistent.py covers it)
 PER_TILE = {"tilecore.disable_cache": True, "tilecore.cuda.persistent": False}
 

@@ -22,11 +22,9 @@ tilecore_cuda = pytest.importorskip("tilecore_cuda")
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
-from test_cuda_hopper import gemm as hopper_gemm, hopper_gpu  # noqa: E402
+from test_cuda_hopper import GENERAL, HOPPER, gemm as hopper_gemm, hopper_gpu  # noqa: E402
 from test_cuda_tensor_cores import gemm_kernel as gemm  # noqa: E402  (C float32 = op(A) @ op(B), any transpose)
 
-HOPPER = "cuda:sm_90a"
-GENERAL = {**NOCACHE, "tilecore.cuda.register_programs": False}
 
 
 def two_gemms(M, D, bm=64, bn=64, dtype="float16"):

@@ -28,9 +28,8 @@ torch = pytest.importorskip("torch")
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
-from test_cuda_hopper import hopper_gpu  # noqa: E402
+from test_cuda_hopper import HOPPER, hopper_gpu  # noqa: E402
 
-HOPPER = "cuda:sm_90a"
 
 
 def dynamic_gemm(bm=128, bn=128, bk=32, threads=256, stages=3, dtype="float16", mn=None):

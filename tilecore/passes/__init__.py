@@ -167,6 +167,41 @@ class PassContext:
     def option(self, key: str, default=None):
         return self.config.get(key, default)
 
+    def switch(self, key: str, default=False, *, auto: bool = False, counts: bool = False, expected: str = ""):
+        """A switch-like pass config read one way for every pass: True for True / "true" / "True" / "on" / 1, False
+        for False / None / "false" / "False" / "off" / 0; "auto" where ``auto``; an int >= 0 as itself where
+        ``counts`` (then 0 and 1 are ints, not switches). Anything else is a CompileError naming the option, the
+        value and ``expected`` (what the option takes)."""
+        v = self.config.get(key, default)
+        return parse_switch(key, v, auto=auto, counts=counts, expected=expected)
+
+
+_ON = ("true", "True", "on")
+_OFF = ("false", "False", "off")
+
+
+def parse_switch(key: str, v, *, auto: bool = False, counts: bool = False, expected: str = ""):
+    """:meth:`PassContext.switch` of a value already read (a pass that reads its option through its own default)."""
+    if isinstance(v, bool):
+        return v
+    if v is None:
+        return False
+    if isinstance(v, str):
+        if v in _ON:
+            return True
+        if v in _OFF:
+            return False
+        if auto and v == "auto":
+            return "auto"
+    elif isinstance(v, int):
+        if counts and v >= 0:
+            return v
+        if not counts and v in (0, 1):
+            return bool(v)
+    from ..errors import CompileError
+
+    raise CompileError(f"pass config {key}={v!r}: expected {expected or 'True or False'}")
+
 
 class Pipeline:
     def __init__(self, core: dict | None = None):

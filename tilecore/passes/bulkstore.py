@@ -49,7 +49,7 @@ from __future__ import annotations
 from ..ir import (Allocate, Buffer, BulkFence, BulkStore, BulkStoreWait, For, KernelLaunch, Region, Seq, TileOp,
                   as_expr, binary, collect, const_value, rewrite, simplify)
 from ..ir.bounds import Facts
-from . import tile_pass
+from . import parse_switch, tile_pass
 
 OPTION = "tilecore.bulk_store"
 #: D61: False leaves FlashAttention's form (attention_form) out of the default (its direct stores, before D61)
@@ -213,14 +213,8 @@ def _option(v):
     where the target declares bulk tile copies and its code generator spells bulk stores, D51)."""
     if v is None or v == "auto":
         return None
-    if v in (False, "off", "false", "False"):
-        return False
-    if v in (True, "on", "true", "True"):
-        return True
-    from ..errors import CompileError
-
-    raise CompileError(f"pass config {OPTION}={v!r}: expected True or False (or leave it unset: on where the target "
-                       "has bulk tile copies)")
+    return parse_switch(OPTION, v, expected="True or False (or leave it unset: on where the target has bulk tile "
+                                            "copies)")
 
 
 def _parts_option(v):

@@ -46,16 +46,14 @@ TILES_PER_STAGE, LEAST_CAP, MAX_SPLITS, TAIL_RATIO = 4, 16, 16, 1
 OWN_VERSIONS_LIMIT = 1024
 
 
-def _option(ctx):
-    v = ctx.option(SPLIT_K, None)
-    if v in (None, False, 0, 1, "off", "false", "False"):
-        return None
-    if v in (True, "auto"):
+def split_k_option(ctx):
+    """``tilecore.split_k`` read: None (off), an int >= 2 or "auto" (True reads as "auto")."""
+    v = ctx.switch(SPLIT_K, False, auto=True, counts=True,
+                   expected="False (off), an int >= 2 (that many blocks per output tile) or \"auto\" (split where "
+                            "the tiles leave the processors idle)")
+    if v is True or v == "auto":
         return "auto"
-    if isinstance(v, int) and v > 1:
-        return v
-    raise CompileError(f"pass config {SPLIT_K}={v!r}: expected False (off), an int >= 2 (that many blocks per "
-                       "output tile) or \"auto\" (split where the tiles leave the processors idle)")
+    return None if v is False or v < 2 else v
 
 
 def _plan(launch: KernelLaunch):
@@ -179,7 +177,7 @@ def _auto_splits(ctx, tiles: int, kt: int, stages: int, stage_bytes: int, part_b
 def split_k(func, ctx):
     """Split a plain GEMM's pipelined k loop over blocks, the tile's last block summing the partials in split order
     (``tilecore.split_k``; D69)."""
-    want = _option(ctx)
+    want = split_k_option(ctx)
     launches = collect(func.body, KernelLaunch)
     if want is None:  # a backend's request (a pass of its own chose the split count: launch.attrs["split_k"])
         asked = [int(x.attrs["split_k"]) for x in launches if int(x.attrs.get("split_k") or 1) > 1]

@@ -45,6 +45,7 @@ from tilecore.ir import (Allocate, BinOp, Buffer, Cast, Collective, For, KernelL
                          as_expr, binary, cast, const_value, rewrite, simplify, walk, walk_expr)
 from tilecore.passes import tile_pass
 from tilecore.passes.core import onchip_limit
+from tilecore.passes.splitk import split_k_option
 from tilecore.passes.guard import launch_facts
 
 from ._irutil import NoMatch as _NoMatch, full as _full, need as _need, static as _static
@@ -258,16 +259,13 @@ GENERAL_SPLIT_K_DEFAULT = False
 
 def routes_split_k(ctx, esize: int = 2) -> bool:
     """Whether a GEMM this pipeline splits over K goes to the core's general path and split-K (D69)."""
-    v = ctx.option(GENERAL_SPLIT_K, GENERAL_SPLIT_K_DEFAULT)
+    v = ctx.switch(GENERAL_SPLIT_K, GENERAL_SPLIT_K_DEFAULT, auto=True,
+                   expected="True (a GEMM split over K by this pipeline's rule goes to the core's general path and "
+                            "tilecore.split_k), \"auto\" (16-bit GEMMs that ask for none of the pipeline's own "
+                            "options) or False (this pipeline's split-K; the default)")
     if v == "auto":
         return esize == 2 and not any(ctx.option(k, _UNSET) is not _UNSET for k in PIPELINE_OWN)
-    if v in (True, "true", "True", "on", 1):
-        return True
-    if v in (False, "false", "False", "off", 0, None):
-        return False
-    raise CompileError(f"pass config {GENERAL_SPLIT_K}={v!r}: expected True (a GEMM split over K by this pipeline's "
-                       "rule goes to the core's general path and tilecore.split_k), \"auto\" (16-bit GEMMs that ask "
-                       "for none of the pipeline's own options) or False (this pipeline's split-K; the default)")
+    return v
 
 
 def routes_plain_gemm(ctx, esize: int = 2) -> bool:
@@ -275,20 +273,13 @@ def routes_plain_gemm(ctx, esize: int = 2) -> bool:
     True, False, or ``"auto"``: 16-bit and, since D67 (wgmma's 8-bit m64nNk32 a unit of the core's: B as (N, K) read
     K-major by TMA and descriptor, 0.97-1.02x the plugin on the H200), 8-bit operands (``esize``: bytes an element),
     and not where one of this pipeline's own options is asked for; unset: :data:`GENERAL_PLAIN_GEMM_DEFAULT`)."""
-    v = ctx.option(GENERAL_PLAIN_GEMM, _UNSET)
-    if v is _UNSET:  # the default: "auto" for 16-bit (D65) and 8-bit GEMMs (D72)
-        v = GENERAL_PLAIN_GEMM_DEFAULT
+    v = ctx.switch(GENERAL_PLAIN_GEMM, GENERAL_PLAIN_GEMM_DEFAULT, auto=True,
+                   expected="True (the plain GEMM on the core's general path), \"auto\" (16- and 8-bit GEMMs that "
+                            "ask for none of the pipeline's own options) or False (the plugin's Hopper pipeline); "
+                            "unset: \"auto\" (D65, D72)")
     if v == "auto":
         return esize in (1, 2) and not any(ctx.option(k, _UNSET) is not _UNSET for k in PIPELINE_OWN)
-    if v in (True, "true", "True", "on", 1):
-        return True
-    if v in (False, "false", "False", "off", 0):
-        return False
-    from tilecore.errors import CompileError
-
-    raise CompileError(f"pass config {GENERAL_PLAIN_GEMM}={v!r}: expected True (the plain GEMM on the core's general "
-                       "path), \"auto\" (16- and 8-bit GEMMs that ask for none of the pipeline's own options) or False "
-                       "(the plugin's Hopper pipeline); unset: \"auto\" (D65, D72)")
+    return v
 
 
 def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
@@ -336,7 +327,7 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
                  "dtype": p.dt, "b_kmajor": p.tb, "a_step": (a0[0][1], a0[1][1]), "b_step": (b0[0][1], b0[1][1]),
                  "epilogue": "global" if p.epilogue else "shared", "out_dtype": str(target.buffer.dtype),
                  "tensor_maps": maps, "epi": epi}
-        core_split = ctx.option("tilecore.split_k", None) not in (None, False, 0, 1, "off", "false", "False")
+        core_split = split_k_option(ctx) is not None
         splits, why = (1, None) if core_split else split_k(launch, p, s, stages, ctx)
         if core_split and not routes_plain_gemm(ctx, p.esize):
             raise CompileError("pass config tilecore.split_k (the core's split-K, D69) splits GEMMs on the core's "
