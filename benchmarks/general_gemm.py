@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from cuda_gemm import event_ms, has_gpu, matmul  # noqa: E402
+from cuda_gemm import event_ms, has_gpu, matmul, triton_matmul  # noqa: E402
 
 GENERAL = {"tilecore.cuda.register_programs": False}
 #: the plugin's Hopper pipeline, whatever the default routing of plain GEMMs (D58)
@@ -92,6 +92,10 @@ VARIANTS = {
 }
 
 
+class _Skip(Exception):
+    """--no-plugin: the plugin's row left out."""
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="4096,8192", help="square sizes M=N=K")
@@ -102,6 +106,9 @@ def main() -> int:
     ap.add_argument("--configs", default="128:256:64:256:3:8,128:256:64:256:3,128:128:64:256:4",
                     help="block_M:block_N:block_K:threads:stages[:panel],... (panel: T.use_swizzle(panel))")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)}")
+    ap.add_argument("--triton", action="store_true", help="add cuda_gemm.py's plain Triton GEMM (16-bit only)")
+    ap.add_argument("--no-plugin", dest="plugin", action="store_false",
+                    help="leave out the CUDA plugin's Hopper pipeline (its row and its compile)")
     ap.add_argument("--census", action="store_true",
                     help="no GPU: which catalog GEMMs on cuda:sm_90a the Hopper pipeline takes, and what the general "
                          "path makes of them (tilecore.cuda.general_plain_gemm)")
@@ -122,6 +129,9 @@ def main() -> int:
             ap.error(f"unknown variant {v!r}")
     configs = [tuple(int(x) for x in c.split(":")) for c in args.configs.split(",") if c]
     print(f"device: {torch.cuda.get_device_name()}")
+    triton = triton_matmul() if args.triton else None
+    if args.triton and triton is None:
+        print("(Triton is not installed: its rows are left out)")
     print("| dtype | shape | kernel | tile | ms | TFLOP/s | / cuBLAS | same bits as plain | max err vs torch | notes |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for dtype in args.dtypes.split(","):
@@ -166,13 +176,27 @@ def main() -> int:
                 kw = {"out_dtype": "float16", "b_transposed": True} if eight else {}
                 fn = lambda: matmul(M, N, K, bm, bn, bk, threads, stages, panel, dtype=dtype, **kw)  # noqa: E731
                 timed = []  # (kernel, its call, same, err, notes), timed after the tile's kernels are built
+                if args.rounds > 1 and ms_cublas == ms_cublas:
+                    # D76: the reference timed in the same rounds as the tile's kernels (its row: the median), the
+                    # ratios against that median
+                    timed.append((blas_name + " (in the rounds)", blas, "-", "-", ""))
+                if triton is not None and not eight:
+                    c_tr = torch.empty(M, N, device="cuda", dtype=odt)
+                    triton(a, b, c_tr)
+                    timed.append(("Triton", (lambda o=c_tr: triton(a, b, o)), "-",
+                                  f"{float((c_tr.float() - ref.float()).abs().max()):.3g}", ""))
                 try:
+                    if not args.plugin:
+                        raise _Skip
+
                     hop = tilecore.compile(fn(), target="cuda", pass_configs=PLUGIN)
                     c_hop = torch.empty(M, N, device="cuda", dtype=odt)
                     hop(a, b, c_hop)
                     torch.cuda.synchronize()
                     timed.append(("Hopper pipeline (plugin)", (lambda h=hop, o=c_hop: h(a, b, o)), "-",
                                   f"{float((c_hop.float() - ref.float()).abs().max()):.3g}", ""))
+                except _Skip:
+                    pass
                 except Exception as e:  # noqa: BLE001
                     print(f"| {dtype} | {size}^3 | Hopper pipeline | {tile} | failed: {type(e).__name__}: {e} |")
                 plain = None
@@ -204,9 +228,14 @@ def main() -> int:
                 for _ in range(args.rounds):
                     for n, t in enumerate(timed):
                         times[n].append(event_ms(t[1], args.rep))
-                for (kernel, _call, same, err, notes), ts in zip(timed, times):
+                meds = []
+                for ts in times:
                     ts = sorted(ts)
-                    med = ts[len(ts) // 2] if len(ts) % 2 else (ts[len(ts) // 2 - 1] + ts[len(ts) // 2]) / 2
+                    meds.append(ts[len(ts) // 2] if len(ts) % 2 else (ts[len(ts) // 2 - 1] + ts[len(ts) // 2]) / 2)
+                if timed and timed[0][0].endswith("(in the rounds)"):
+                    ms_cublas = meds[0]
+                for (kernel, _call, same, err, notes), ts, med in zip(timed, times, meds):
+                    ts = sorted(ts)
                     if args.rounds > 1:
                         notes = f"median of {args.rounds} rounds ({ts[0]:.4f}-{ts[-1]:.4f} ms)" + \
                             (f"; {notes}" if notes else "")

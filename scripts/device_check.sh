@@ -681,6 +681,26 @@ step faroute-o bash -c 'rc=0; G="${FAROUTE_GENERAL:-regprog,default,before,auto}
        --blocks 128x128x256x2 --general "$G" || rc=$?;
      timeout -k 5 110 python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave 7 --fast-math --dim 256 \
        --blocks 128x64x256x2 --general "$G" || rc=$?; exit $rc'
+# D76 (issue 17: fp16 / bf16 GEMM at 1.05x cuBLAS). gemm105-prof: Nsight Compute on one launch (clocks locked to base,
+# caches flushed) of cuBLAS's kernel (torch.matmul) and ours on the default route (the general path) at 4096^3, side by
+# side: launch (grid, block, cluster, registers, shared memory), cycles and FLOP per SM-cycle, issue slots, tensor pipe,
+# dram / L2 bytes, stall reasons, samples by SASS region and class; fp16 with our 128x256x64/3 and 256x128x64/3 (cuBLAS's
+# tile), bf16 with 128x256x64/3 (~2.5 min). gemm105-power: the same kernels back to back 2 s each under nvidia-smi's
+# 50 ms samples (SM clock, board power, clock-event reasons), 4096^3 and 8192^3, Triton beside (~1.5 min)
+step gemm105-prof bash -c 'rc=0; timeout 110 python3 scripts/gemm_profile.py --size 4096 --dtypes float16 \
+       --variants cublas,t128x256,t256x128 --timeout 45 || rc=$?;
+     timeout 70 python3 scripts/gemm_profile.py --size 4096 --dtypes bfloat16 --variants cublas,t128x256 --timeout 40 \
+       || rc=$?; exit $rc'
+step gemm105-power timeout 170 python3 benchmarks/gemm_power.py --sizes 4096,8192 --seconds 2 --triton \
+       --configs 128:256:64:256:3:8,256:128:64:256:3:8
+# gemm105: the bar's four rows (fp16 / bf16, 4096^3 / 8192^3), one process a dtype, the default route at the candidate
+# tiles (128x256x64/3 the table's best; /4; 256x128x64/3 cuBLAS's shape; 128x256x128/2: half the k steps; panel 16),
+# each tile's kernels with cuBLAS and Triton timed in turn 5 rounds (10 calls, best of 3 batches: cuda_gemm.py's burst
+# timing), medians, ratios to cuBLAS's median of the same rounds (~2.5 min)
+G105_CONFIGS=${G105_CONFIGS:-128:256:64:256:3:8,128:256:64:256:4:8,256:128:64:256:3:8,128:256:128:256:2:8,128:256:64:256:3:16}
+step gemm105 bash -c 'rc=0; for d in float16 bfloat16; do timeout 115 python3 benchmarks/general_gemm.py --rep 10 \
+       --rounds 5 --sizes 4096,8192 --dtypes $d --triton --no-plugin --configs "$0" --variants routed-auto || rc=$?;
+     done; exit $rc' "$G105_CONFIGS"
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \
