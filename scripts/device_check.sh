@@ -686,13 +686,16 @@ step faroute-o bash -c 'rc=0; G="${FAROUTE_GENERAL:-regprog,default,before,auto}
 # side: launch (grid, block, cluster, registers, shared memory), cycles and FLOP per SM-cycle, issue slots, tensor pipe,
 # dram / L2 bytes, stall reasons, samples by SASS region and class; fp16 with our 128x256x64/3 and 256x128x64/3 (cuBLAS's
 # tile), bf16 with 128x256x64/3 (~2.5 min). gemm105-power: the same kernels back to back 2 s each under nvidia-smi's
-# 50 ms samples (SM clock, board power, clock-event reasons), 4096^3 and 8192^3, Triton beside (~1.5 min)
+# 50 ms samples (SM clock, board power, clock-event reasons), 4096^3 and 8192^3, Triton beside; then the table's burst
+# launch by launch (benchmarks/gemm_burst.py: CUPTI durations of 30 back-to-back launches after 1 s idle, the gaps
+# between kernels) for cuBLAS, ours and Triton (~2.5 min)
 step gemm105-prof bash -c 'rc=0; timeout 110 python3 scripts/gemm_profile.py --size 4096 --dtypes float16 \
        --variants cublas,t128x256,t256x128 --timeout 45 || rc=$?;
      timeout 70 python3 scripts/gemm_profile.py --size 4096 --dtypes bfloat16 --variants cublas,t128x256 --timeout 40 \
        || rc=$?; exit $rc'
-step gemm105-power timeout 170 python3 benchmarks/gemm_power.py --sizes 4096,8192 --seconds 2 --triton \
-       --configs 128:256:64:256:3:8,256:128:64:256:3:8
+step gemm105-power bash -c 'rc=0; timeout 120 python3 benchmarks/gemm_power.py --sizes 4096,8192 --seconds 2 --triton \
+       --configs 128:256:64:256:3:8,256:128:64:256:3:8 || rc=$?;
+     timeout 60 python3 benchmarks/gemm_burst.py --sizes 4096,8192 --launches 30 --triton || rc=$?; exit $rc'
 # gemm105: the bar's four rows (fp16 / bf16, 4096^3 / 8192^3), one process a dtype, the default route at the candidate
 # tiles (128x256x64/3 the table's best; /4; 256x128x64/3 cuBLAS's shape; 128x256x128/2: half the k steps; panel 16),
 # each tile's kernels with cuBLAS and Triton timed in turn 5 rounds (10 calls, best of 3 batches: cuda_gemm.py's burst
