@@ -696,14 +696,17 @@ step gemm105-prof bash -c 'rc=0; timeout 110 python3 scripts/gemm_profile.py --s
 step gemm105-power bash -c 'rc=0; timeout 120 python3 benchmarks/gemm_power.py --sizes 4096,8192 --seconds 2 --triton \
        --configs 128:256:64:256:3:8,256:128:64:256:3:8 || rc=$?;
      timeout 60 python3 benchmarks/gemm_burst.py --sizes 4096,8192 --launches 30 --triton || rc=$?; exit $rc'
-# gemm105: the bar's four rows (fp16 / bf16, 4096^3 / 8192^3), one process a dtype, the default route at the candidate
-# tiles (128x256x64/3 the table's best; /4; 256x128x64/3 cuBLAS's shape; 128x256x128/2: half the k steps; panel 16),
-# each tile's kernels with cuBLAS and Triton timed in turn 5 rounds (10 calls, best of 3 batches: cuda_gemm.py's burst
-# timing), medians, ratios to cuBLAS's median of the same rounds (~2.5 min)
-G105_CONFIGS=${G105_CONFIGS:-128:256:64:256:3:8,128:256:64:256:4:8,256:128:64:256:3:8,128:256:128:256:2:8,128:256:64:256:3:16}
+# gemm105: the bar's four rows (fp16 / bf16, 4096^3 / 8192^3), one process a dtype, candidate tiles (128x256x64/3
+# the table's best; /4; 256x128x64/3 cuBLAS's shape, two warpgroups of 128 x 128; 128x256x128/2: half the k steps) on
+# the default route (routed-auto), with descriptor offsets (default-us-doff: one add between HGMMAs) and warp-specialized
+# (ws-us-doff: a producer warpgroup + the two consumers, cuBLAS's form), each tile's kernels with cuBLAS and Triton timed
+# in turn 5 rounds (10 calls, best of 3 batches: cuda_gemm.py's burst timing), medians, ratios to cuBLAS's median of
+# the same rounds (~2.5 min)
+G105_CONFIGS=${G105_CONFIGS:-128:256:64:256:3:8,128:256:64:256:4:8,256:128:64:256:3:8,128:256:128:256:2:8}
+G105_VARIANTS=${G105_VARIANTS:-routed-auto,default-us-doff,ws-us-doff}
 step gemm105 bash -c 'rc=0; for d in float16 bfloat16; do timeout 115 python3 benchmarks/general_gemm.py --rep 10 \
-       --rounds 5 --sizes 4096,8192 --dtypes $d --triton --no-plugin --configs "$0" --variants routed-auto || rc=$?;
-     done; exit $rc' "$G105_CONFIGS"
+       --rounds 5 --sizes 4096,8192 --dtypes $d --triton --no-plugin --configs "$0" --variants "$1" || rc=$?;
+     done; exit $rc' "$G105_CONFIGS" "$G105_VARIANTS"
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \
