@@ -63,6 +63,8 @@ def main() -> int:
     ap.add_argument("--launches", type=int, default=30)
     ap.add_argument("--configs", default="128:256:64:256:3:8", help="tilecore blocks bm:bn:bk:threads:stages:panel")
     ap.add_argument("--triton", action="store_true", help="add cuda_gemm.py's plain Triton GEMM")
+    ap.add_argument("--pdl", action="store_true",
+                    help="each tilecore block also as a programmatic dependent launch (tilecore.cuda.programmatic_launch)")
     ap.add_argument("--cycles", action="append", default=[], metavar="LABEL@DTYPE@SIZE=CYCLES",
                     help="a kernel's cycles (ncu, locked clock) for the clock column, e.g. cuBLAS@float16@4096=312000")
     args = ap.parse_args()
@@ -93,9 +95,11 @@ def main() -> int:
             kernels = [("cuBLAS", lambda: torch.matmul(a, b, out=c), lambda n: True)]
             for cfg in args.configs.split(","):
                 bm, bn, bk, threads, stages, panel = (int(x) for x in cfg.split(":"))
-                k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads, stages, panel, dtype), target="cuda")
-                kernels.append((f"tilecore {bm}x{bn}x{bk}/{stages}", lambda k=k: k(a, b, c),
-                                lambda n: "tc_kernel" in n))
+                for pdl in ((False, True) if args.pdl else (False,)):
+                    k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads, stages, panel, dtype), target="cuda",
+                                         pass_configs={"tilecore.cuda.programmatic_launch": True} if pdl else {})
+                    kernels.append((f"tilecore {bm}x{bn}x{bk}/{stages}" + (" pdl" if pdl else ""),
+                                    lambda k=k: k(a, b, c), lambda n: "tc_kernel" in n))
             if triton is not None:
                 kernels.append(("Triton", lambda: triton(a, b, c), lambda n: True))  # its kernel alone in its burst
             print(f"\n{dtype} {size}^3: kernel durations in us by launch (CUPTI), gaps between kernels")

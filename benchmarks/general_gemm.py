@@ -82,6 +82,10 @@ VARIANTS = {
     "routed-default": {"tilecore.cuda.register_programs": True, "tilecore.cuda.general_plain_gemm": True},
     # D67: the routing's "auto" rule (16- and 8-bit GEMMs asking for none of the pipeline's own options)
     "routed-auto": {"tilecore.cuda.register_programs": True, "tilecore.cuda.general_plain_gemm": "auto"},
+    # D76: the default route launched as a programmatic dependent launch (griddepcontrol at the kernel's top,
+    # cuLaunchKernelEx with the programmatic stream serialization attribute)
+    "routed-pdl": {"tilecore.cuda.register_programs": True, "tilecore.cuda.general_plain_gemm": "auto",
+                   "tilecore.cuda.programmatic_launch": True},
     "ws-us-doff": {**US, "tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": True,
                    "tilecore.cuda.descriptor_offsets": True},
     # D65 undone (the before): each matrix store's lane address as pair 0's coordinates at another thread plus a

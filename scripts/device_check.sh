@@ -44,7 +44,7 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_streamk.py tests/test_cuda_general_attention.py tests/test_block_order.py tests/test_cuda_exp2_rows.py \
      tests/test_cuda_exp2_poly.py tests/test_cuda_row_division.py tests/test_gemm_kstep.py \
      tests/test_host_launch.py tests/test_general_fp8.py tests/test_cuda_fa_parity.py tests/test_cuda_fa_unswitch.py \
-     tests/test_general_splitk.py
+     tests/test_general_splitk.py tests/test_programmatic_launch.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -695,15 +695,18 @@ step gemm105-prof bash -c 'rc=0; timeout 110 python3 scripts/gemm_profile.py --s
        || rc=$?; exit $rc'
 step gemm105-power bash -c 'rc=0; timeout 120 python3 benchmarks/gemm_power.py --sizes 4096,8192 --seconds 2 --triton \
        --configs 128:256:64:256:3:8,256:128:64:256:3:8 || rc=$?;
-     timeout 60 python3 benchmarks/gemm_burst.py --sizes 4096,8192 --launches 30 --triton || rc=$?; exit $rc'
+     timeout 60 python3 benchmarks/gemm_burst.py --sizes 4096,8192 --launches 30 --triton --pdl || rc=$?; exit $rc'
+# gemm105-tests: the device tests of D76's programmatic launch (a chain of GEMMs each reading the previous one's
+# output, back to back, bit for bit the chain without it; < 1 min)
+step gemm105-tests timeout 120 python3 -m pytest -q -n 2 -p no:cacheprovider tests/test_programmatic_launch.py -rs
 # gemm105: the bar's four rows (fp16 / bf16, 4096^3 / 8192^3), one process a dtype, candidate tiles (128x256x64/3
 # the table's best; /4; 256x128x64/3 cuBLAS's shape, two warpgroups of 128 x 128; 128x256x128/2: half the k steps) on
-# the default route (routed-auto), with descriptor offsets (default-us-doff: one add between HGMMAs) and warp-specialized
+# the default route (routed-auto), as a programmatic dependent launch (routed-pdl), with descriptor offsets (default-us-doff: one add between HGMMAs) and warp-specialized
 # (ws-us-doff: a producer warpgroup + the two consumers, cuBLAS's form), each tile's kernels with cuBLAS and Triton timed
 # in turn 5 rounds (10 calls, best of 3 batches: cuda_gemm.py's burst timing), medians, ratios to cuBLAS's median of
 # the same rounds (~2.5 min)
 G105_CONFIGS=${G105_CONFIGS:-128:256:64:256:3:8,128:256:64:256:4:8,256:128:64:256:3:8,128:256:128:256:2:8}
-G105_VARIANTS=${G105_VARIANTS:-routed-auto,default-us-doff,ws-us-doff}
+G105_VARIANTS=${G105_VARIANTS:-routed-auto,routed-pdl,default-us-doff,ws-us-doff}
 step gemm105 bash -c 'rc=0; for d in float16 bfloat16; do timeout 115 python3 benchmarks/general_gemm.py --rep 10 \
        --rounds 5 --sizes 4096,8192 --dtypes $d --triton --no-plugin --configs "$0" --variants "$1" || rc=$?;
      done; exit $rc' "$G105_CONFIGS" "$G105_VARIANTS"

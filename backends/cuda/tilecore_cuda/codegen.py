@@ -305,6 +305,8 @@ class CUDAEmitter(SIMTCppEmitter):
         shape is compiled into the kernel, so every launch path (cuLaunchKernel, the compiled launcher, CUDA
         graphs) launches clusters without a launch attribute."""
         src = super().emit(func, ctx)
+        if self.programmatic_launch(ctx):
+            src = self._programmatic(src)
         cluster = src.meta.get("cluster")
         if cluster:
             head = f"{self.kernel_qualifier} void __launch_bounds__("
@@ -312,6 +314,35 @@ class CUDAEmitter(SIMTCppEmitter):
             src = dataclasses.replace(src, code=src.code.replace(head, f"{self.kernel_qualifier} void __cluster_dims__({dims}) "
                                                 f"__launch_bounds__(", 1))
         return src
+
+    #: pass config (D76): programmatic dependent launch. The kernel starts with ``griddepcontrol.launch_dependents``
+    #: (the next kernel in the stream may be launched now: its blocks become resident as this kernel's leave their
+    #: SMs) and ``griddepcontrol.wait`` (this kernel reads and writes nothing before the kernel before it in the
+    #: stream has completed and its memory is visible); the runtime launches it with
+    #: CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (meta ``programmatic_launch``), so the launch's latency
+    #: and the block's start overlap the previous kernel's last blocks. sm_90 and later; default False
+    PROGRAMMATIC_OPTION = "tilecore.cuda.programmatic_launch"
+
+    def programmatic_launch(self, ctx) -> bool:
+        v = ctx.option(self.PROGRAMMATIC_OPTION, False) if ctx is not None else False
+        if v in (False, None, "false", "False", "off", 0):
+            return False
+        if v not in (True, "true", "True", "on", 1):
+            raise CompileError(f"pass config {self.PROGRAMMATIC_OPTION}={v!r}: expected True (the kernel launched as a "
+                               "programmatic dependent launch: griddepcontrol at its start, D76) or False (the default)")
+        arch = str(getattr(ctx.target, "arch", ""))
+        m = re.search(r"(\d+)", arch)
+        return m is not None and int(m.group(1)) >= 90
+
+    def _programmatic(self, src):
+        """The kernel text with the two griddepcontrol instructions at the top of its body (before its first
+        statement: nothing global is read or written above them), and ``programmatic_launch`` in its metadata."""
+        code = src.code
+        k = code.index(f" {self.entry}(")
+        j = code.index(") {\n", k) + 4
+        pre = ('  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");\n'
+               '  asm volatile("griddepcontrol.wait;" ::: "memory");\n')
+        return dataclasses.replace(src, code=code[:j] + pre + code[j:], meta={**src.meta, "programmatic_launch": True})
 
     def min_blocks(self, st: EmitState, launch):
         # one block per SM for warp-specialized kernels that move registers (setmaxnreg needs a register cap at

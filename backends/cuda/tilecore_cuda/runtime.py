@@ -39,6 +39,16 @@ class _LaunchConfig(ctypes.Structure):
                 ("num_attrs", ctypes.c_uint)]
 
 
+class _LaunchAttribute(ctypes.Structure):
+    """CUlaunchAttribute (cuda.h): the attribute's id, 4 bytes of padding, a 64-byte value (a union; the attributes
+    used here read its first int)."""
+    _fields_ = [("id", ctypes.c_uint), ("pad", ctypes.c_uint), ("value", ctypes.c_int * 16)]
+
+
+#: CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (cuda.h): the launch may begin before the previous kernel in
+#: its stream has completed; the kernel's griddepcontrol.wait waits for it (D76)
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+
 
 @functools.lru_cache(maxsize=1)
 def _libcuda():
@@ -212,6 +222,18 @@ class CUDAProgram(Program):
         # instead of 0.8 us here); the grid and block sizes fit C ints, the pointers go as c_void_p
         self._cuLaunchKernel = getattr(self.lib, "cuLaunchKernel", None) if self.lib is not None else None
         self._native = None  # the compiled launcher (fast_call), told the device by _enter
+        # D76: a kernel compiled with tilecore.cuda.programmatic_launch goes through cuLaunchKernelEx with the
+        # programmatic stream serialization attribute (the Python path: the compiled launcher calls cuLaunchKernel)
+        self._programmatic = None
+        if self.meta.get("programmatic_launch"):
+            ex = getattr(self.lib, "cuLaunchKernelEx", None) if self.lib is not None else None
+            if ex is None:
+                raise DeviceError(f"kernel {self.entry} was compiled with tilecore.cuda.programmatic_launch, but this "
+                                  "CUDA driver has no cuLaunchKernelEx (CUDA 12.0 or later): compile it without")
+            attr = _LaunchAttribute()
+            attr.id = _PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value[0] = 1
+            self._programmatic = (ex, attr, _LaunchConfig())
 
     def _device(self) -> int:
         dev = self._get_device()
@@ -315,7 +337,7 @@ class CUDAProgram(Program):
         compiler or Python headers)."""
         from tilecore.runtime.clauncher import make_launcher
 
-        if self._cuLaunchKernel is None:
+        if self._cuLaunchKernel is None or self._programmatic is not None:
             return None
         address = ctypes.cast(self._cuLaunchKernel, ctypes.c_void_p).value
         raw = self._get_stream
@@ -405,12 +427,26 @@ class CUDAProgram(Program):
                 held.append(self._workspace(dev, stream))
             for j, d in enumerate(held):
                 params[k + j] = ctypes.addressof(d)
-        rc = self._cuLaunchKernel(self._func, grid[0], grid[1], grid[2], self.threads, 1, 1, self.dyn_shared,
-                                  ctypes.c_void_p(stream), params, None)
+        if self._programmatic is not None:
+            rc = self._launch_programmatic(grid, stream, params)
+        else:
+            rc = self._cuLaunchKernel(self._func, grid[0], grid[1], grid[2], self.threads, 1, 1, self.dyn_shared,
+                                      ctypes.c_void_p(stream), params, None)
         if rc != 0:
             self._launch_failed(rc, grid)
         if self._has_asserts:  # synchronizes: only kernels with device asserts pay for it
             self._check_status()
+
+    def _launch_programmatic(self, grid, stream: int, params) -> int:
+        """cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (D76)."""
+        ex, attr, cfg = self._programmatic
+        cfg.grid_x, cfg.grid_y, cfg.grid_z = int(grid[0]), int(grid[1]), int(grid[2])
+        cfg.block_x, cfg.block_y, cfg.block_z = self.threads, 1, 1
+        cfg.shared = self.dyn_shared
+        cfg.stream = stream
+        cfg.attrs = ctypes.addressof(attr)
+        cfg.num_attrs = 1
+        return ex(ctypes.byref(cfg), self._func, params, None)
 
     def _slots(self, nb: int, ni: int, nf: int):
         """The launch's argument storage (one int64 array for addresses, integers and the status word; one
