@@ -146,6 +146,11 @@ def report(dtype: str, size: int, results: dict, texts: dict, top: int) -> None:
         vals = [texts[n].get(next((k for k in texts[n] if re.match(pat, k)), ""), "-") or "-" for n in names]
         if any(v != "-" for v in vals):
             print(label.ljust(w) + "".join(str(v)[:15].rjust(16) for v in vals))
+    seen = {k for n in names for k in texts[n] for _, pat in LAUNCH if re.match(pat, k)}
+    extra = sorted({k for n in names for k in texts[n] if k.startswith("launch__cluster") and k not in seen})
+    for k in extra:  # whatever this ncu calls the cluster's shape
+        print(k[len("launch__"):][:w - 1].ljust(w) + "".join(str(texts[n].get(k, "-") or "-")[:15].rjust(16)
+                                                            for n in names))
     cyc = {}
     for label, pat, sc in PERF:
         vals = [value(results[n]["metrics"], pat, sc) for n in names]
@@ -167,6 +172,14 @@ def report(dtype: str, size: int, results: dict, texts: dict, top: int) -> None:
     if cyc.get(base):
         print(f"cycles vs {base}".ljust(w) + "".join(
             (f"{cyc[base] / cyc[n]:.3f}x" if cyc.get(n) else "-").rjust(16) for n in names))
+    tens = sorted({k for n in names for k, (v, _) in results[n]["metrics"].items()
+                   if v is not None and ("tensor" in k or "gmma" in k) and "pct" in k})
+    if tens:
+        print("-- the tensor pipe's metrics (%)")
+        for k in tens[:10]:
+            print(f"  {k[:w + 20]}")
+            print(" " * w + "".join((f"{results[n]['metrics'][k][0]:.1f}" if results[n]["metrics"].get(k, (None,))[0]
+                                     is not None else "-").rjust(16) for n in names))
     shares = {n: fp.stall_shares(results[n]["metrics"]) for n in names}
     keys = sorted({k for s in shares.values() for k in s}, key=lambda k: -max(s.get(k, 0) for s in shares.values()))
     print("-- stall reasons, % of samples (kernel-wide)")
