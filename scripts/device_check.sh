@@ -710,6 +710,11 @@ G105_VARIANTS=${G105_VARIANTS:-routed-auto,routed-pdl,default-us-doff,ws-us-doff
 step gemm105 bash -c 'rc=0; for d in float16 bfloat16; do timeout 115 python3 benchmarks/general_gemm.py --rep 10 \
        --rounds 5 --sizes 4096,8192 --dtypes $d --triton --no-plugin --configs "$0" --variants "$1" || rc=$?;
      done; exit $rc' "$G105_CONFIGS" "$G105_VARIANTS"
+# gemm105-table: the issue table's GEMM rows (benchmarks/cuda_gemm.py, best of its configs, cuBLAS and Triton in each
+# process) with the defaults, then with tilecore.cuda.programmatic_launch on (D76), then the defaults again (~3 min)
+step gemm105-table bash -c 'rc=0; for pc in "{}" "{\"tilecore.cuda.programmatic_launch\": true}" "{}"; do
+       echo "== TILECORE_PASS_CONFIGS=$pc"; TILECORE_PASS_CONFIGS="$pc" timeout 60 python3 benchmarks/cuda_gemm.py --rep 10 \
+       --sizes 4096,8192 --no-fp8 --triton --configs 128:256:64:256:3:8,128:256:64:256:4:8 || rc=$?; done; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \
