@@ -8,8 +8,10 @@ batches. In so short a burst the SM clock starts high and the power loop lowers 
 launch costs more than its kernel: the gap from one kernel's end to the next one's start. This script runs each
 kernel ``--launches`` times back to back after a second of idle GPU (the clock back up) under torch's profiler (CUPTI
 timestamps) and prints, per kernel: the duration of launches 1, 2, 3, 5, 10, 20, ... (the clock's fall shows as
-longer kernels), the mean of the first 10 (what the table's batch sees) and the mean gap between kernels; the same
-for cuBLAS (torch.matmul) in the same run, and the ratio. ``--cycles NAME=N`` (the kernel's cycles from ncu at a
+longer kernels), the mean of the first 10 (what the table's batch sees), the median duration and the median gap
+between kernels (a launch's own cost: cuBLAS's includes the memset torch.matmul issues before its GEMM); the same
+for cuBLAS (torch.matmul) in the same run, and the ratios (kernel alone; kernel and gap: what back-to-back calls
+see). ``--variants NAME=JSON;...`` adds rows of each tilecore block under other pass configs. ``--cycles NAME=N`` (the kernel's cycles from ncu at a
 locked clock, ``scripts/gemm_profile.py``) adds the clock each launch ran at: N / duration.
 
 Needs a GPU (exits 3 without one, saying so); never asserts timings.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -65,6 +68,9 @@ def main() -> int:
     ap.add_argument("--triton", action="store_true", help="add cuda_gemm.py's plain Triton GEMM")
     ap.add_argument("--pdl", action="store_true",
                     help="each tilecore block also as a programmatic dependent launch (tilecore.cuda.programmatic_launch)")
+    ap.add_argument("--variants", default="",
+                    help="more rows: each tilecore block under these pass configs, ';'-separated NAME=JSON or the "
+                         "name of a benchmarks/general_gemm.py variant")
     ap.add_argument("--cycles", action="append", default=[], metavar="LABEL@DTYPE@SIZE=CYCLES",
                     help="a kernel's cycles (ncu, locked clock) for the clock column, e.g. cuBLAS@float16@4096=312000")
     args = ap.parse_args()
@@ -76,6 +82,19 @@ def main() -> int:
 
     import tilecore
 
+    from general_gemm import GENERAL, VARIANTS
+
+    variants = []
+    for v in (v.strip() for v in args.variants.split(";") if v.strip()):
+        if "=" not in v:  # a variant of benchmarks/general_gemm.py by name (the general path under its configs)
+            if v not in VARIANTS:
+                ap.error(f"--variants: {v!r} is neither NAME=JSON nor one of general_gemm.py's ({', '.join(VARIANTS)})")
+            variants.append((v, {**GENERAL, **VARIANTS[v]}))
+            continue
+        try:
+            variants.append((v.split("=", 1)[0].strip(), json.loads(v.split("=", 1)[1])))
+        except ValueError as e:
+            ap.error(f"--variants: {v!r} is not NAME=JSON ({e})")
     cycles = {}
     for c in args.cycles:
         k, _, v = c.partition("=")
@@ -91,20 +110,27 @@ def main() -> int:
             a = torch.randn(M, K, device="cuda", dtype=tdt) / 4
             b = torch.randn(K, N, device="cuda", dtype=tdt) / 4
             c = torch.empty(M, N, device="cuda", dtype=tdt)
+            ref = torch.matmul(a, b).float()
             # each burst runs its kernel alone: cuBLAS's is any kernel torch.matmul launched
             kernels = [("cuBLAS", lambda: torch.matmul(a, b, out=c), lambda n: True)]
             for cfg in args.configs.split(","):
                 bm, bn, bk, threads, stages, panel = (int(x) for x in cfg.split(":"))
-                for pdl in ((False, True) if args.pdl else (False,)):
+                rows = [("", {})] + ([("pdl", {"tilecore.cuda.programmatic_launch": True})] if args.pdl else []) + variants
+                for name, pc in rows:
                     k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads, stages, panel, dtype), target="cuda",
-                                         pass_configs={"tilecore.cuda.programmatic_launch": True} if pdl else {})
-                    kernels.append((f"tilecore {bm}x{bn}x{bk}/{stages}" + (" pdl" if pdl else ""),
-                                    lambda k=k: k(a, b, c), lambda n: "tc_kernel" in n))
+                                         pass_configs=pc)
+                    k(a, b, c)
+                    torch.cuda.synchronize()
+                    if not torch.allclose(c.float(), ref, atol=0.05 * float(ref.abs().max()), rtol=0):
+                        print(f"(tilecore {bm}x{bn}x{bk}/{stages} p{panel} {name}: wrong numbers, left out)")
+                        continue
+                    kernels.append((f"tilecore {bm}x{bn}x{bk}/{stages}" + (f" p{panel}" if panel != 8 else "") +
+                                    (f" {name}" if name else ""), lambda k=k: k(a, b, c), lambda n: "tc_kernel" in n))
             if triton is not None:
                 kernels.append(("Triton", lambda: triton(a, b, c), lambda n: True))  # its kernel alone in its burst
             print(f"\n{dtype} {size}^3: kernel durations in us by launch (CUPTI), gaps between kernels")
-            head = "| kernel | " + " | ".join(f"#{i}" for i in show) + " | mean 1-10 | TFLOP/s 1-10 | gap us | " + \
-                "mean 1-10 vs cuBLAS | clock MHz #1 / #10 |"
+            head = "| kernel | " + " | ".join(f"#{i}" for i in show) + " | mean 1-10 | median | TFLOP/s (median) | " + \
+                "gap us median / max | median vs cuBLAS | median + gap vs cuBLAS | clock MHz #1 / #10 |"
             print(head)
             print("|" + "---|" * (head.count("|") - 1))
             base = None
@@ -118,12 +144,15 @@ def main() -> int:
                     print(f"| {label} | only {len(durs)} kernels seen |")
                     continue
                 m10 = sum(durs[:10]) / 10
-                base = m10 if base is None else base
-                gap = sum(gaps) / len(gaps) if gaps else float("nan")
+                med = statistics.median(durs)
+                gap = statistics.median(gaps) if gaps else float("nan")
+                if base is None:
+                    base = (med, gap)
                 cyc = cycles.get(f"{label.split()[0]}@{dtype}@{size}")
                 clk = f"{cyc / durs[0]:.0f} / {cyc / durs[9]:.0f}" if cyc else "-"
                 print(f"| {label} | " + " | ".join(f"{durs[i - 1]:.1f}" for i in show) +
-                      f" | {m10:.1f} | {flop / m10 / 1e6:.1f} | {gap:.2f} | {base / m10:.3f}x | {clk} |", flush=True)
+                      f" | {m10:.1f} | {med:.1f} | {flop / med / 1e6:.1f} | {gap:.2f} / {max(gaps or [0]):.1f} | "
+                      f"{base[0] / med:.3f}x | {(base[0] + base[1]) / (med + gap):.3f}x | {clk} |", flush=True)
     return 0
 
 

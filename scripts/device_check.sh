@@ -696,6 +696,16 @@ step gemm105-prof bash -c 'rc=0; timeout 110 python3 scripts/gemm_profile.py --s
 step gemm105-power bash -c 'rc=0; timeout 120 python3 benchmarks/gemm_power.py --sizes 4096,8192 --seconds 2 --triton \
        --configs 128:256:64:256:3:8,256:128:64:256:3:8 || rc=$?;
      timeout 60 python3 benchmarks/gemm_burst.py --sizes 4096,8192 --launches 30 --triton --pdl || rc=$?; exit $rc'
+# D76 round 2. gemm105-prof2: ncu (locked clock) of cuBLAS and D76's candidates at fp16 4096^3: the default
+# 128x256x64/3 panel 8, 4 stages (C stored in halves), descriptor offsets, panel 16 (DRAM bytes), the warp-specialized
+# form (a producer warpgroup) at 3 and 4 stages (~1.5 min). gemm105-burst: the table's burst, launch by launch after 1 s
+# idle (CUPTI): cuBLAS, then the default at /3 and /4 stages each plain, as a programmatic dependent launch (pdl),
+# warp-specialized (ws-us-doff) and with descriptor offsets (default-us-doff); the median kernel and the median gap,
+# fp16 / bf16 at 4096^3 and 8192^3 (~2 min)
+step gemm105-prof2 timeout 170 python3 scripts/gemm_profile.py --size 4096 --dtypes float16 \
+       --variants cublas,t128x256,t128x256s4,doff,p16,ws3,ws4 --timeout 40
+step gemm105-burst timeout 200 python3 benchmarks/gemm_burst.py --sizes 4096,8192 --launches 30 \
+       --configs 128:256:64:256:3:8,128:256:64:256:4:8 --pdl --variants "ws-us-doff;default-us-doff"
 # gemm105-tests: the device tests of D76's programmatic launch (a chain of GEMMs each reading the previous one's
 # output, back to back, bit for bit the chain without it; < 1 min)
 step gemm105-tests timeout 120 python3 -m pytest -q -n 2 -p no:cacheprovider tests/test_programmatic_launch.py -rs

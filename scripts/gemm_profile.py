@@ -40,7 +40,20 @@ TILES = {"t128x256": ((128, 256, 64, 256, 3, 8), {}),  # the table's best (cuda_
          "t128x256s4": ((128, 256, 64, 256, 4, 8), {}),
          "t256x128": ((256, 128, 64, 256, 3, 8), {}),  # cuBLAS's tile: two warpgroups of 128 x 128
          "t128x128": ((128, 128, 64, 256, 4, 8), {}),
-         "plugin": ((128, 256, 64, 256, 3, 8), {"tilecore.cuda.general_plain_gemm": False})}
+         "plugin": ((128, 256, 64, 256, 3, 8), {"tilecore.cuda.general_plain_gemm": False}),
+         # D76's candidates: panels (the DRAM bytes), descriptor offsets, the warp-specialized form (a producer
+         # warpgroup: cuBLAS's shape), at 3 and 4 stages
+         "p4": ((128, 256, 64, 256, 3, 4), {}), "p16": ((128, 256, 64, 256, 3, 16), {}),
+         "doff": ((128, 256, 64, 256, 3, 8), {"tilecore.cuda.descriptor_offsets": True}),
+         "ws3": ((128, 256, 64, 256, 3, 8), "ws-us-doff"), "ws4": ((128, 256, 64, 256, 4, 8), "ws-us-doff"),
+         "ws256x128": ((256, 128, 64, 256, 3, 8), "ws-us-doff")}
+
+
+def _tiles() -> dict:
+    """TILES with the names of benchmarks/general_gemm.py's variants resolved to their pass configs."""
+    from general_gemm import GENERAL, VARIANTS
+
+    return {k: (t, {**GENERAL, **VARIANTS[c]} if isinstance(c, str) else c) for k, (t, c) in TILES.items()}
 SECTIONS = fp.SECTIONS
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum", "sm__cycles_elapsed.avg",
            "sm__cycles_active.avg", "smsp__inst_executed.sum", "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active")
@@ -213,7 +226,7 @@ def main() -> int:
     ap.add_argument("--child", nargs=3, metavar=("DTYPE", "VARIANT", "OUTDIR"))
     ap.add_argument("--tiles", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    tiles = dict(TILES)
+    tiles = _tiles()
     for t in args.tile:
         name, _, spec = t.partition("=")
         tiles[name] = (tuple(int(x) for x in spec.split(":")), {})
