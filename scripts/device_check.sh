@@ -706,6 +706,18 @@ step gemm105-prof2 timeout 170 python3 scripts/gemm_profile.py --size 4096 --dty
        --variants cublas,t128x256,t128x256s4,doff,p16,ws3,ws4 --timeout 40
 step gemm105-burst timeout 200 python3 benchmarks/gemm_burst.py --sizes 4096,8192 --launches 30 \
        --configs 128:256:64:256:3:8,128:256:64:256:4:8 --pdl --variants "ws-us-doff;default-us-doff"
+# D76 round 3 (the candidate round 2 found: the warp-specialized form, +1.0-1.2% at 4096^3 on an H200, at cuBLAS's
+# cycles under ncu). gemm105-burst3: the burst twice (two processes): cuBLAS, the default /3 and /4, each warp-specialized
+# (ws-us-doff) (~1.5 min). gemm105-table3: the table's rows with the defaults, with the warp-specialized form for
+# every tilecore config (TILECORE_PASS_CONFIGS), the defaults again (~3 min)
+step gemm105-burst3 bash -c 'rc=0; for r in 1 2; do timeout 80 python3 benchmarks/gemm_burst.py --sizes 4096,8192 \
+       --launches 30 --configs 128:256:64:256:3:8,128:256:64:256:4:8 --variants ws-us-doff || rc=$?; done; exit $rc'
+step gemm105-table3 bash -c 'rc=0; WS="{\"tilecore.cuda.register_programs\": false, \"tilecore.cuda.uniform_warp_index\": true,
+       \"tilecore.cuda.nonnegative_index_shifts\": true, \"tilecore.warp_specialize\": true, \"tilecore.persistent\": true,
+       \"tilecore.bulk_store\": true, \"tilecore.cuda.descriptor_offsets\": true}";
+     for pc in "{}" "$WS" "{}"; do echo "== TILECORE_PASS_CONFIGS=$pc"; TILECORE_PASS_CONFIGS="$pc" timeout 60 \
+       python3 benchmarks/cuda_gemm.py --rep 10 --sizes 4096,8192 --no-fp8 --triton \
+       --configs 128:256:64:256:3:8,128:256:64:256:4:8 || rc=$?; done; exit $rc'
 # gemm105-tests: the device tests of D76's programmatic launch (a chain of GEMMs each reading the previous one's
 # output, back to back, bit for bit the chain without it; < 1 min)
 step gemm105-tests timeout 120 python3 -m pytest -q -n 2 -p no:cacheprovider tests/test_programmatic_launch.py -rs
