@@ -11,7 +11,9 @@ timestamps) and prints, per kernel: the duration of launches 1, 2, 3, 5, 10, 20,
 longer kernels), the mean of the first 10 (what the table's batch sees), the median duration and the median gap
 between kernels (a launch's own cost: cuBLAS's includes the memset torch.matmul issues before its GEMM); the same
 for cuBLAS (torch.matmul) in the same run, and the ratios (kernel alone; kernel and gap: what back-to-back calls
-see). ``--variants NAME=JSON;...`` adds rows of each tilecore block under other pass configs. ``--cycles NAME=N`` (the kernel's cycles from ncu at a
+see). ``--variants NAME=JSON;...`` adds rows of each tilecore block under other pass configs. A programmatic
+dependent launch (``--pdl``, D76) starts before the kernel ahead of it ends: CUPTI's duration counts from its start,
+so its durations overlap (negative gaps) and only the "median + gap" column compares it. ``--cycles NAME=N`` (the kernel's cycles from ncu at a
 locked clock, ``scripts/gemm_profile.py``) adds the clock each launch ran at: N / duration.
 
 Needs a GPU (exits 3 without one, saying so); never asserts timings.
