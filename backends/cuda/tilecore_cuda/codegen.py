@@ -324,12 +324,10 @@ class CUDAEmitter(SIMTCppEmitter):
     PROGRAMMATIC_OPTION = "tilecore.cuda.programmatic_launch"
 
     def programmatic_launch(self, ctx) -> bool:
-        v = ctx.option(self.PROGRAMMATIC_OPTION, False) if ctx is not None else False
-        if v in (False, None, "false", "False", "off", 0):
+        if ctx is None or not ctx.switch(self.PROGRAMMATIC_OPTION, False, expected=(
+                "True (the kernel launched as a programmatic dependent launch: griddepcontrol at its start, D76) or "
+                "False (the default)")):
             return False
-        if v not in (True, "true", "True", "on", 1):
-            raise CompileError(f"pass config {self.PROGRAMMATIC_OPTION}={v!r}: expected True (the kernel launched as a "
-                               "programmatic dependent launch: griddepcontrol at its start, D76) or False (the default)")
         arch = str(getattr(ctx.target, "arch", ""))
         m = re.search(r"(\d+)", arch)
         return m is not None and int(m.group(1)) >= 90
