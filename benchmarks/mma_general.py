@@ -12,8 +12,9 @@ of that):
 - ``regprog``: the defaults (the mma.sync register program where it takes the kernel);
 - ``general``: ``tilecore.cuda.register_programs=False`` (every kernel on the core's general path);
 - ``general-d62``: the general path as it was before D63 (no barrier pruning, k steps rolled);
-- ``default``: the plugin's defaults with no extra config (D63: the GEMM form on the general path, attention on
-  the register program; ``tilecore.cuda.mma_general_forms``);
+- ``default``: the plugin's defaults with no extra config (D63: the GEMM form on the general path; D73:
+  FlashAttention's form there at 128 rows or head dimension 128 with the form's defaults, 64 rows at d64 on the
+  register program; ``tilecore.cuda.mma_general_forms``);
 - further rows name D63's options (``VARIANTS`` below).
 
 Kernels (``--only``): ``gemm_epi`` (4096^3 fp16, bias + ReLU on the accumulator, 128x128x32, 256 threads, 3
@@ -95,6 +96,12 @@ VARIANTS = {
     # rule leaves unstaged on sm_80's 164 KiB; 128x128 d128 does not fit) and waited for at the top with K
     "late-staged": {**GENERAL, LATE: True, "tilecore.pipeline_stage_late": True},
     "lean-late": {**GENERAL, **RELAY, **PRUNE, **D55, LATE: True},  # D68's best d64 rows (lean) with the late copy
+    # D73: the route by form (the "default" row: FlashAttention's form on the general path at 128 rows or head
+    # dimension 128, with the late copy and D55's options as the form's defaults, i.e. late-d55; 64 rows at d64 on the
+    # register program); D68's general path with every one of those options off as given; every shape of the form
+    # routed (64x64 d64 too, with the form's defaults)
+    "general-d68": {**GENERAL, LATE: False, **{k: False for k in D55}},
+    "attention-all": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"]},
 }
 
 
@@ -174,6 +181,8 @@ def main() -> int:
     ap.add_argument("--gemm777", default="4096,777,4096")
     ap.add_argument("--fa", default="8,32,4096,128", help="batch,heads,seq,dim")
     ap.add_argument("--rows", default="4096,8192")
+    ap.add_argument("--exact", action="store_true",
+                    help="FlashAttention in the exact build (without the kernels' own tilecore.fast_math)")
     ap.add_argument("--orders", type=int, default=1, choices=(1, 2),
                     help="2: every kernel's variants timed in the order given, then again in reverse (compiled once)")
     args = ap.parse_args()
@@ -231,12 +240,15 @@ def main() -> int:
         a, b = rnd(M, K, scale=0.125), rnd(K, N, scale=0.125)
         return (a, b), (lambda: a @ b), 2 * M * N * K, "flop"
 
-    print(f"{torch.cuda.get_device_name()}; every kernel built with tilecore.cuda.disable_wgmma=True (the sm_80 paths)")
+    print(f"{torch.cuda.get_device_name()}; every kernel built with tilecore.cuda.disable_wgmma=True (the sm_80 paths)"
+          + ("; FlashAttention in the exact build" if args.exact else ""))
     print(f"{'kernel':10s} {'variant':14s} {'path':28s} {'ms':>9s} {'rate':>12s} {'torch ms':>9s} {'torch/ours':>10s} "
           f"{'max err':>9s}")
     summary = []
     for name in [n.strip() for n in args.only.split(",") if n.strip()]:
         build, own, out_idx = KERNELS[name]
+        if args.exact:
+            own = {k: v for k, v in own.items() if k != "tilecore.fast_math"}
         ins, ref, work, unit = inputs(name)
         expect = ref()
         t_ref = cuda_ms(ref, args.rep)

@@ -44,7 +44,7 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_streamk.py tests/test_cuda_general_attention.py tests/test_block_order.py tests/test_cuda_exp2_rows.py \
      tests/test_cuda_exp2_poly.py tests/test_cuda_row_division.py tests/test_gemm_kstep.py \
      tests/test_host_launch.py tests/test_general_fp8.py tests/test_cuda_fa_parity.py tests/test_cuda_fa_unswitch.py \
-     tests/test_general_splitk.py tests/test_programmatic_launch.py
+     tests/test_general_splitk.py tests/test_programmatic_launch.py tests/test_mma_route.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -606,6 +606,24 @@ step sm80fa timeout -k 5 200 python3 benchmarks/mma_general.py --rep 10 --orders
 step sm80fa64 timeout -k 5 200 python3 benchmarks/mma_general.py --rep 10 --orders 2 --fa 8,32,4096,64 \
      --only fa,fa_causal,fa64,fa64_causal --variants "${SM80FA_VARIANTS:-regprog,general,late,late-d55,late-staged,fold-late,lean-late}"
 step sm80fa-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_general.py -rs -k "device and late_copy"
+# D73 (issue 11 item 4): sm_80's FlashAttention routed by form (the sm_80 profile overlaid as in mmasync): the rows
+# D71 measured, 128x128 / 256 threads and 64x64 / 128 threads, causal and not, d128 (sm80route) and d64 (sm80route64),
+# fast math (TileLang's example); rows regprog (the register program, forced), default (the route: the general path
+# with the form's defaults, the late copy and D55's options, at 128 rows or head dimension 128; 64x64 d64 on the
+# register program), general-d68 (D68's general path: those options off), attention-all (d64 only: every shape
+# routed, 64x64 d64 on the general path with the form's defaults); each kernel's rows in order then reversed
+# (compiled once). sm80route-exact: the same rows in the exact build, regprog against default. sm80route-tests: the
+# routed defaults against float64 on the device. About 1.5 min each
+step sm80route timeout -k 5 200 python3 benchmarks/mma_general.py --rep 10 --orders 2 --only fa,fa_causal,fa64,fa64_causal \
+     --variants "${SM80ROUTE_VARIANTS:-regprog,default,general-d68}"
+step sm80route64 timeout -k 5 200 python3 benchmarks/mma_general.py --rep 10 --orders 2 --fa 8,32,4096,64 \
+     --only fa,fa_causal,fa64,fa64_causal --variants "${SM80ROUTE64_VARIANTS:-regprog,default,general-d68,attention-all}"
+step sm80route-exact bash -c 'rc=0;
+     timeout -k 5 100 python3 benchmarks/mma_general.py --rep 10 --orders 2 --exact --only fa,fa_causal,fa64,fa64_causal \
+       --variants "${SM80ROUTE_EXACT_VARIANTS:-regprog,default}" || rc=$?;
+     timeout -k 5 100 python3 benchmarks/mma_general.py --rep 10 --orders 2 --exact --fa 8,32,4096,64 \
+       --only fa,fa_causal,fa64,fa64_causal --variants "${SM80ROUTE_EXACT_VARIANTS:-regprog,default}" || rc=$?; exit $rc'
+step sm80route-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_route.py -rs -k device
 # the catalog with the sm_80 paths (D63), device mode: the sm_80 profile overlaid on the H100 (the three feature/
 # cases that require TMA, warp specialization or clusters left out: the overlay removes those features), once with
 # the defaults (D63's routing: the GEMM form on the general path, attention on the register program; pruned

@@ -358,13 +358,19 @@ def test_forms_option_errors_are_clear():
         _attrs("gemm_epi", "cuda:sm_80", {**NOCACHE, "tilecore.cuda.mma_general_forms": "gemm"})
 
 
-def test_defaults_on_sm80_route_the_gemm_form_and_keep_attention():
+def test_defaults_on_sm80_route_the_gemm_form_and_flash_attention_by_shape():
     """D63's defaults on a target without wgmma: the GEMM form on the general path (k steps unrolled, barriers
-    pruned), FlashAttention on the register program; on sm_90a with disable_wgmma nothing moves."""
+    pruned); D73: FlashAttention there at 128 rows or head dimension 128 (tests/test_mma_route.py), 64 rows at d64 on
+    the register program; on sm_90a with disable_wgmma nothing moves."""
     gemm = _attrs("gemm_epi", "cuda:sm_80", NOCACHE)
     assert _path(gemm) == "generic" and gemm["pruned_barriers"] >= 2
     assert any("its form (gemm) runs on the core's general path" in n for n in gemm["hopper_pipelines"])
-    assert _path(_attrs("fa", "cuda:sm_80", NOCACHE)) == "register program (mma.sync)"
+    assert _path(_attrs("fa", "cuda:sm_80", NOCACHE)) == "generic"
+
+    class D64(Small):
+        fa = (2, 2, 512, 64)
+    build, own, _ = mma_general.KERNELS["fa64"]
+    assert _path(lower(build(D64), "cuda:sm_80", {**own, **NOCACHE})[2].attrs) == "register program (mma.sync)"
     assert _path(_attrs("gemm_epi", "cuda:sm_90a", {**NOCACHE, "tilecore.cuda.disable_wgmma": True})) == \
         "register program (mma.sync)"
     assert "pruned_barriers" not in _attrs("softmax", "cuda:sm_90a", NOCACHE)

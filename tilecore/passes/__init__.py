@@ -163,9 +163,22 @@ class PassContext:
     notes: list = field(default_factory=list)
     #: the target's matrix units that its capability profile lists (:func:`tilecore.layout.units_for`)
     matrix_units: list = field(default_factory=list)
+    #: pass-config defaults a pass set for the rest of this compile (D73: a backend's defaults for the form of kernel
+    #: it routed to the general path): :meth:`option` reads them only where the compile's own config does not name
+    #: the key, so a value the user gives wins either way
+    defaults: dict = field(default_factory=dict)
 
     def option(self, key: str, default=None):
-        return self.config.get(key, default)
+        if key in self.config:
+            return self.config[key]
+        return self.defaults.get(key, default)
+
+    def set_defaults(self, values: dict) -> dict:
+        """Defaults for the rest of this compile (:attr:`defaults`); returns those that take effect (the keys the
+        compile's config does not name)."""
+        taken = {k: v for k, v in values.items() if k not in self.config}
+        self.defaults.update(taken)
+        return taken
 
     def switch(self, key: str, default=False, *, auto: bool = False, counts: bool = False, expected: str = ""):
         """A switch-like pass config read one way for every pass: True for True / "true" / "True" / "on" / 1, False

@@ -311,6 +311,7 @@ def _plan(launch: KernelLaunch, ctx, mode: str) -> dict:
             "once_bytes": once_bytes, "stage_bytes": stage_bytes,
             "pipe_bytes": 1024 + once_bytes + stages * stage_bytes + 16 * stages + 16,
             "copies": {b: an.copies[b][0] for b in an.shared}, "tensor_maps": maps, "gemms": len(an.wgmma),
+            "gemm_list": list(an.wgmma),  # (dtype, n, B K-major, A from registers) of each gemm in order
             "wgmma": sorted(set(an.wgmma)) if mode == "wgmma" else []}
 
 
@@ -975,9 +976,9 @@ def _lower_as(mode: str):
             ctx.notes.append(f"{name}: kernel not mapped to registers ({e})")
             return None
         if mode == "mma":
-            why = routed_to_general(plan, ctx)
+            why, notes = _route_notes(plan, ctx, name)
+            ctx.notes.extend(notes)
             if why:
-                ctx.notes.append(f"{name}: kernel not mapped to registers ({why})")
                 return None
         # the core's bounds guards (tilecore.guard_accesses runs after this pass): global accesses in the
         # block-level statements that the tensor's edge may cut (none when the shapes divide)
@@ -1046,16 +1047,55 @@ def _lower_as(mode: str):
     return lower
 
 
-#: pass config: the forms of kernel (``"gemm"``: one gemm; ``"attention"``: two, the softmax between them) the mma.sync
-#: register program leaves to the core's general path on targets without wgmma (sm_80, sm_86, sm_89), where the
-#: general path measured at least 0.97x its speed (D63); ``tilecore.cuda.register_programs=True`` still forces the
-#: register program, False sends every kernel to the general path
+#: pass config: the forms of kernel the mma.sync register program leaves to the core's general path on targets without
+#: wgmma (sm_80, sm_86, sm_89), where the general path measured at least 0.97x its speed: ``"gemm"`` (one gemm, D63),
+#: ``"attention"`` (FlashAttention's form: two gemms, the softmax between them; every shape) and
+#: ``"attention-measured"`` (that form at the shapes of :data:`MMA_ATTENTION_SHAPES`, D73).
+#: ``tilecore.cuda.register_programs=True`` still forces the register program, False sends every kernel to the
+#: general path (with the core's own defaults: the form's defaults below come with the route)
 MMA_GENERAL_FORMS = "tilecore.cuda.mma_general_forms"
-#: measured (H200 as sm_80, D63): the GEMM + bias + ReLU 4096^3 at 128x128x32 on the general path 1.05x the register
-#: program, 1.15x with its k steps unrolled and the barriers pruned (this plugin's defaults there); FlashAttention
-#: 0.71x / 0.65x causal: stays
-MMA_GENERAL_FORMS_DEFAULT: tuple = ("gemm",)
-_FORMS = ("gemm", "attention")
+#: measured (H200 as sm_80): the GEMM + bias + ReLU 4096^3 at 128x128x32 on the general path 1.05x the register
+#: program, 1.15x with its k steps unrolled and the barriers pruned (this plugin's defaults there; D63);
+#: FlashAttention with the late copy and D55's options 0.99-1.05x at the shapes of MMA_ATTENTION_SHAPES (D71 round 2,
+#: D73)
+MMA_GENERAL_FORMS_DEFAULT: tuple = ("gemm", "attention-measured")
+_FORMS = ("gemm", "attention", "attention-measured")
+#: (block rows, head dimension: the second gemm's width) of FlashAttention's form that ``"attention-measured"``
+#: routes: D71 round 2 (H200 as sm_80 through D63's overlay, fast math, b8 h32 s4096, the key block as wide as the
+#: rows), the general path with :data:`MMA_ATTENTION_DEFAULTS` against the register program: 128x128 d128 1.002 /
+#: 0.992 causal, 64x64 d128 1.049 / 1.007, 128x128 d64 1.005 / 1.018. 64 rows at d64 stays (0.969 / 0.937: its gap
+#: is not the copies); other shapes were not measured and stay
+MMA_ATTENTION_SHAPES: tuple = ((128, 128), (64, 128), (128, 64))
+#: the core's options the route turns on by default for FlashAttention's form on the general path of an mma.sync
+#: target (``PassContext.set_defaults``: a value the compile's config gives wins, either way): V issued at the top of
+#: the iteration after the barrier that frees its buffer (D71) and D55's (a cast stored once, the proven comparisons
+#: of named booleans pruned, the masked iterations split), which the core turns on by itself only on targets with
+#: bulk tile copies. The kernel is then D71's ``late-d55`` row
+MMA_ATTENTION_DEFAULTS: dict = {"tilecore.pipeline_late_copy": True, "tilecore.store_cast_once": True,
+                                "tilecore.prune_condition_binds": True, "tilecore.split_masked_iterations": True}
+
+
+def _mma_forms(ctx) -> tuple:
+    forms = ctx.option(MMA_GENERAL_FORMS, MMA_GENERAL_FORMS_DEFAULT)
+    if isinstance(forms, str) or not all(f in _FORMS for f in forms):
+        from tilecore.errors import CompileError
+
+        raise CompileError(f"pass config {MMA_GENERAL_FORMS}={forms!r}: give a list of forms among "
+                           f"{', '.join(map(repr, _FORMS))}")
+    return tuple(forms)
+
+
+def _attention_shape(plan) -> tuple | None:
+    """``(block rows, head dimension)`` of FlashAttention's form (two gemms, the second reading its A from
+    registers, work between them), or None for another form."""
+    gemms = plan.get("gemm_list", [])
+    if len(gemms) != 2 or not gemms[1][3]:
+        return None
+    try:
+        _two_gemms(plan)
+    except _No:
+        return None
+    return plan["bm"], gemms[1][1]
 
 
 def routed_to_general(plan, ctx) -> str | None:
@@ -1064,17 +1104,45 @@ def routed_to_general(plan, ctx) -> str | None:
     wgmma) and unless ``tilecore.cuda.register_programs`` is True."""
     if ctx.option("tilecore.cuda.register_programs", None) is True or ctx.capabilities.feature("wgmma"):
         return None
-    forms = ctx.option(MMA_GENERAL_FORMS, MMA_GENERAL_FORMS_DEFAULT)
-    if isinstance(forms, str) or not all(f in _FORMS for f in forms):
-        from tilecore.errors import CompileError
-
-        raise CompileError(f"pass config {MMA_GENERAL_FORMS}={forms!r}: give a list of forms among "
-                           f"{', '.join(map(repr, _FORMS))}")
-    form = "gemm" if plan["gemms"] == 1 else "attention"
-    if form in forms:
-        return (f"its form ({form}) runs on the core's general path on this target ({MMA_GENERAL_FORMS}; "
-                "tilecore.cuda.register_programs=True forces the register program)")
+    forms = _mma_forms(ctx)
+    how = f"{MMA_GENERAL_FORMS}; tilecore.cuda.register_programs=True forces the register program"
+    if plan["gemms"] == 1:
+        return f"its form (gemm) runs on the core's general path on this target ({how})" if "gemm" in forms else None
+    shape = _attention_shape(plan)
+    if "attention" in forms:
+        what = "attention" if shape is None else f"attention, {shape[0]} rows, head dimension {shape[1]}"
+        return f"its form ({what}) runs on the core's general path on this target ({how})"
+    if shape is not None and "attention-measured" in forms and shape in MMA_ATTENTION_SHAPES:
+        return (f"its form (attention, {shape[0]} rows, head dimension {shape[1]}) runs on the core's general path on "
+                "this target: there the general path with the late copy and D55's options measured 0.99-1.05x the "
+                f"register program (D71, D73; {how})")
     return None
+
+
+def _route_notes(plan, ctx, name) -> tuple:
+    """``(why, notes)``: why the route sends this kernel to the general path (None: the register program keeps
+    it) and the notes saying so. Where FlashAttention's form goes, the form's defaults on the general path
+    (:data:`MMA_ATTENTION_DEFAULTS`) are set for the rest of the compile (those the config does not name)."""
+    why = routed_to_general(plan, ctx)
+    shape = _attention_shape(plan) if plan["gemms"] != 1 else None
+    if why is None:
+        if shape is not None and ctx.option("tilecore.cuda.register_programs", None) is not True \
+                and not ctx.capabilities.feature("wgmma"):
+            why_not = (f"{MMA_GENERAL_FORMS} names neither \"attention\" nor \"attention-measured\""
+                       if "attention-measured" not in _mma_forms(ctx) else
+                       "the route takes it to the general path only at rows x head dimension "
+                       f"{', '.join(f'{r}x{d}' for r, d in MMA_ATTENTION_SHAPES)}: D71, D73; {MMA_GENERAL_FORMS} "
+                       "with \"attention\" routes every shape")
+            return None, [f"{name}: FlashAttention's form at {shape[0]} rows, head dimension {shape[1]} stays on the "
+                          f"register program ({why_not})"]
+        return None, []
+    if shape is None:
+        return why, [f"{name}: kernel not mapped to registers ({why})"]
+    taken = ctx.set_defaults(MMA_ATTENTION_DEFAULTS)
+    given = [k for k in MMA_ATTENTION_DEFAULTS if k not in taken]
+    defaults = ", ".join(f"{k}={v!r}" for k, v in taken.items()) or "none"
+    return why, [f"{name}: kernel not mapped to registers ({why}); the form's defaults on the general path: "
+                 f"{defaults}" + (f" (given by the pass config: {', '.join(given)})" if given else "")]
 
 
 @tile_pass("cuda.hopper_register_program")

@@ -1,0 +1,212 @@
+"""sm_80's FlashAttention routed to the core's general path by form, decision D73.
+
+On targets without wgmma (sm_80, sm_86, sm_89) the mma.sync register program leaves FlashAttention's form (two gemms,
+the softmax between them, P @ V reading registers) to the general path at 128 rows or head dimension 128 (the shapes
+D71 measured at 0.99-1.05x the register program), with the late copy and D55's options as the form's defaults there
+(``PassContext.set_defaults``: the user's pass config wins either way); 64 rows at d64 stays on the register program.
+Compile-only checks of the route, its notes and the defaults; the routed form on the host emulator against float64;
+on a GPU (the sm_80 profile overlaid on the H100 / H200, D63) every row's default against float64.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+tilecore_cuda = pytest.importorskip("tilecore_cuda")
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from test_cuda_backend import NOCACHE  # noqa: E402
+from test_mma_general import Small, _emulate, _events, _inputs, _k_loop, _path, gpu  # noqa: E402
+
+import mma_general  # noqa: E402
+import tilecore  # noqa: E402
+from tilecore.compiler import lower  # noqa: E402
+from tilecore.errors import CompileError  # noqa: E402
+from tilecore_cuda.regprog import MMA_ATTENTION_DEFAULTS, MMA_GENERAL_FORMS  # noqa: E402
+
+LATE = mma_general.LATE
+#: (kernel, head dimension) -> the path of the default route: the general path except 64 rows at d64
+ROWS = {("fa", 128): "generic", ("fa_causal", 128): "generic", ("fa64", 128): "generic",
+        ("fa64_causal", 128): "generic", ("fa", 64): "generic", ("fa_causal", 64): "generic",
+        ("fa64", 64): "register program (mma.sync)", ("fa64_causal", 64): "register program (mma.sync)"}
+#: every option of the form's defaults off: D68's general path
+OFF = {k: False for k in MMA_ATTENTION_DEFAULTS}
+
+
+def _size(d):
+    class Size(Small):
+        fa = (2, 2, 512, d)
+    return Size
+
+
+def _low(name, d, configs, target="cuda:sm_80"):
+    build, own, _ = mma_general.KERNELS[name]
+    return lower(build(_size(d)), target, {**NOCACHE, **own, **configs})
+
+
+def _notes(low):
+    return low[2].attrs.get("hopper_pipelines", ())
+
+
+@pytest.mark.parametrize("target,extra", [("cuda:sm_80", {}), ("cuda:sm_90a", mma_general.BASE)])
+@pytest.mark.parametrize("name,d", list(ROWS))
+def test_the_route_by_form_and_its_note(name, d, target, extra):
+    """The default route on sm_80 and on sm_90a with the sm_80 profile overlaid (how the device measures it): the
+    general path at 128 rows or head dimension 128, the register program at 64 rows and d64; the note says which
+    and why, with the form's defaults taken."""
+    low = _low(name, d, extra, target)
+    notes = _notes(low)
+    assert _path(low[2].attrs) == ROWS[name, d], notes
+    rows = 128 if name in ("fa", "fa_causal") else 64
+    if ROWS[name, d] == "generic":
+        note = next(n for n in notes if n.startswith("cuda.register_program: kernel not mapped"))
+        assert f"its form (attention, {rows} rows, head dimension {d}) runs on the core's general path" in note
+        assert "D73" in note and "the form's defaults on the general path: " + ", ".join(
+            f"{k}={v!r}" for k, v in MMA_ATTENTION_DEFAULTS.items()) in note, note
+    else:
+        assert any(f"FlashAttention's form at 64 rows, head dimension 64 stays on the register program" in n
+                   for n in notes), notes
+
+
+@pytest.mark.parametrize("name,d", [k for k, v in ROWS.items() if v == "generic"])
+def test_the_routed_kernel_is_the_measured_one(name, d):
+    """The routed default's source is D71's late-d55 row's (the general path with the late copy and D55's options,
+    what the device measured); each of those options given False gives D68's general path back."""
+    default = _low(name, d, {})[3].code
+    assert default == _low(name, d, mma_general.VARIANTS["late-d55"])[3].code
+    assert _low(name, d, OFF)[3].code == _low(name, d, mma_general.VARIANTS["general"])[3].code != default
+
+
+def test_the_users_config_wins_both_ways():
+    """A value the pass config gives wins over the form's default, each option alone: the late copy off (D68's loop:
+    V issued after the softmax) and "joint"; the masked iterations not split; a cast stored twice. The note names
+    the options the config gave. On the register program's 64x64 d64 row the options' defaults stay the core's."""
+    routed = _low("fa_causal", 128, {})
+    assert _events(_k_loop(routed[3].code)) == [("wait", 0), "bar", "V", "commit", "K", "commit", "S", ("wait", 1),
+                                                "bar", "O"]
+    assert routed[2].attrs.get("masked_split"), routed[2].attrs.keys()
+    off = _low("fa_causal", 128, {LATE: False})
+    assert _events(_k_loop(off[3].code)) == [("wait", 0), "bar", "K", "commit", "S", "V", "commit", ("wait", 0),
+                                             "bar", "O"]
+    assert f"(given by the pass config: {LATE})" in next(n for n in _notes(off) if "not mapped" in n)
+    joint = _low("fa_causal", 128, {LATE: "joint"})
+    assert _events(_k_loop(joint[3].code))[7] == ("wait", 0)
+    assert not _low("fa_causal", 128, {"tilecore.split_masked_iterations": False})[2].attrs.get("masked_split")
+    assert _low("fa", 128, {"tilecore.store_cast_once": False})[3].code != routed[3].code
+    # asked for on a kernel the route keeps on the register program: nothing set by the route
+    kept = _low("fa64", 64, {})
+    assert _path(kept[2].attrs) == "register program (mma.sync)"
+
+
+def test_register_programs_true_and_false_keep_their_meaning():
+    """True: every kernel of the form on the register program (no route, no note of it); False: every kernel on the
+    general path with the core's own defaults (D68's FlashAttention: the form's defaults come with the route)."""
+    for name, d in ROWS:
+        forced = _low(name, d, {"tilecore.cuda.register_programs": True})
+        assert _path(forced[2].attrs) == "register program (mma.sync)"
+        assert not [n for n in _notes(forced) if "D73" in n], _notes(forced)
+        general = _low(name, d, {"tilecore.cuda.register_programs": False})
+        assert _path(general[2].attrs) == "generic"
+        assert general[3].code == _low(name, d, {"tilecore.cuda.register_programs": False, **OFF})[3].code
+
+
+def test_the_forms_option():
+    """["gemm"]: FlashAttention stays on the register program at every shape (D63-D71's route; the note says the
+    option names no attention form); ["gemm", "attention"]: every shape routed, 64x64 d64 with the form's defaults
+    too; a bad value refused, naming the forms."""
+    for name, d in ROWS:
+        low = _low(name, d, {MMA_GENERAL_FORMS: ["gemm"]})
+        assert _path(low[2].attrs) == "register program (mma.sync)"
+    assert any('names neither "attention" nor "attention-measured"' in n
+               for n in _notes(_low("fa", 128, {MMA_GENERAL_FORMS: ["gemm"]})))
+    every = _low("fa64", 64, {MMA_GENERAL_FORMS: ["gemm", "attention"]})
+    assert _path(every[2].attrs) == "generic"
+    assert every[3].code == _low("fa64", 64, mma_general.VARIANTS["late-d55"])[3].code
+    with pytest.raises(CompileError, match="'gemm', 'attention', 'attention-measured'"):
+        _low("fa", 128, {MMA_GENERAL_FORMS: ["flash"]})
+    # the GEMM form keeps D63's route, without the attention form's defaults
+    build, own, _ = mma_general.KERNELS["gemm_epi"]
+    low = lower(build(Small), "cuda:sm_80", {**NOCACHE, **own})
+    assert _path(low[2].attrs) == "generic"
+    assert not [n for n in _notes(low) if "the form's defaults" in n]
+
+
+def test_no_route_where_the_general_path_takes_wgmma():
+    """sm_90a with disable_wgmma alone (the general path would take wgmma there): the register program keeps every
+    row, as before D73."""
+    for name, d in ROWS:
+        low = _low(name, d, {"tilecore.cuda.disable_wgmma": True}, "cuda:sm_90a")
+        assert _path(low[2].attrs) == "register program (mma.sync)"
+
+
+def test_the_ir_dump_says_where_the_kernel_went():
+    """The IR dump (the function's attributes) carries the route's note and the planner's schedule."""
+    from tilecore.ir.printer import func_str
+
+    ir = func_str(_low("fa", 128, {})[2])
+    assert "its form (attention, 128 rows, head dimension 128) runs on the core's general path" in ir
+    assert "copy V_shared ; commit ; copy K_shared ; commit" in ir
+
+
+# -- the routed form on the host emulator ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("per_sm", [None, 61440])
+def test_the_routed_form_on_the_host_emulator_matches_float64(causal, per_sm, tmp_path):
+    """TileLang's forward at 64 rows, 32 keys a block, d64 (small enough for the emulator's static shared memory),
+    routed by ``["gemm", "attention"]`` with the form's defaults: V staged (waited for with K at the top) and, with a
+    per-SM limit through the capability overlay, unstaged (issued at the top of the iteration, one buffer); causal
+    with the masked iterations split. The generated sm_80 source run on the host (threads concurrent, barriers real,
+    cp.async landing at its wait) against float64."""
+    import numpy as np
+
+    run = _emulate()
+    b, h, s, d = 1, 2, 192, 64
+    f = mma_general.flash(b, h, s, d, causal, bm=64, bn=32, threads=128)
+    cfg = {**NOCACHE, "tilecore.fast_math": True, MMA_GENERAL_FORMS: ["gemm", "attention"]}
+    if per_sm is not None:
+        cfg["tilecore.capability_overlay"] = {"limits.max_shared_bytes_per_sm.value": per_sm}
+    kern = tilecore.compile(f, out_idx=[3], target="cuda:sm_80", pass_configs=cfg)
+    attrs = kern.meta["attrs"]
+    assert _path(attrs) == "generic", attrs.get("hopper_pipelines")
+    note = attrs["pipelines"][0]
+    assert ("(one buffer) issued at the top" in note) == (per_sm is not None), note
+    assert bool(attrs.get("masked_split")) == causal
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((b, h, s, d)).astype(np.float16) for _ in range(3))
+    out = run(kern, [q, k, v, np.zeros((b, h, s, d), np.float16)], tmp_path)[3].astype(np.float64)
+    sc = q.astype(np.float64) @ k.astype(np.float64).transpose(0, 1, 3, 2) / d ** 0.5
+    if causal:
+        sc = np.where(np.tril(np.ones((s, s), bool)), sc, -np.inf)
+    p = np.exp(sc - sc.max(-1, keepdims=True))
+    ref = (p / p.sum(-1, keepdims=True)) @ v.astype(np.float64)
+    err = np.abs(out - ref).max()
+    assert err <= 2e-3, f"causal={causal} per_sm={per_sm}: max error {err}"
+
+
+# -- on a GPU: the routed defaults against float64 -------------------------------------------------------------
+
+@gpu
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("name,d", list(ROWS))
+def test_device_routed_default_matches_float64(name, d, fast):
+    """Every D71 row with the plugin's defaults (the sm_80 profile overlaid), fast math and the exact build: the path
+    the route gives and float64's numbers."""
+    import torch
+
+    build, own, out_idx = mma_general.KERNELS[name]
+    cfg = {**NOCACHE, **mma_general.BASE, **own, "tilecore.fast_math": fast}
+    kern = tilecore.compile(build(_size(d)), out_idx=out_idx, target="cuda", pass_configs=cfg)
+    assert tilecore_cuda.lowering_path(kern) == ROWS[name, d]
+    old, Small.fa = Small.fa, _size(d).fa
+    try:
+        ins, ref, tol = _inputs(name)
+    finally:
+        Small.fa = old
+    out = kern(*ins)
+    torch.cuda.synchronize()
+    err = (out.double() - ref).abs().max().item()
+    assert err < tol, f"{name} d{d} fast={fast} ({tilecore_cuda.lowering_path(kern)}): max error {err}"
