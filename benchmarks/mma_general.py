@@ -65,6 +65,8 @@ NN = "tilecore.cuda.nonnegative_index_shifts"
 PAIRS = "tilecore.cuda.ldmatrix_pairs"
 #: the later copies' issue and wait (D71)
 LATE = "tilecore.pipeline_late_copy"
+#: a condition's comparisons the prover shows false folded (D73)
+PRUNE_FALSE = "tilecore.prune_false_comparisons"
 VARIANTS = {
     "regprog": {"tilecore.cuda.register_programs": True},
     "general": GENERAL,  # with this plugin's defaults (D63: pruned barriers, a one-gemm launch's k steps unrolled)
@@ -102,6 +104,10 @@ VARIANTS = {
     # routed (64x64 d64 too, with the form's defaults)
     "general-d68": {**GENERAL, LATE: False, **{k: False for k in D55}},
     "attention-all": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"]},
+    # the conditions' comparisons the prover shows false folded (the non-causal mask's edge test, 64 selects a thread
+    # and iteration at 128x128), on the routed default and with every shape routed
+    "default-false": {PRUNE_FALSE: True},
+    "attention-all-false": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], PRUNE_FALSE: True},
 }
 
 

@@ -175,6 +175,27 @@ def test_the_routed_kernels_registers(name, d, fast):
     assert regs["default"] <= regs["regprog"], regs
 
 
+PRUNE_FALSE = mma_general.PRUNE_FALSE
+
+
+def test_prune_false_comparisons():
+    """tilecore.prune_false_comparisons (off by default): the non-causal mask's edge test ``k * bn + j >= seq``, false
+    wherever the block divides the sequence, folds (its selects gone: one a score of the thread's, 64 at 128x128) and the loop keeps the
+    rest; a ragged sequence keeps the test where it may hold; a bad value refused."""
+    def selects(code):
+        return code.count("? (-INFINITY) : 0.0f")
+
+    assert selects(_low("fa", 128, {})[3].code) == 64
+    assert selects(_low("fa64", 64, {MMA_GENERAL_FORMS: ["gemm", "attention"]})[3].code) == 32
+    assert selects(_low("fa", 128, {PRUNE_FALSE: True})[3].code) == 0
+    assert selects(_low("fa64", 64, {MMA_GENERAL_FORMS: ["gemm", "attention"], PRUNE_FALSE: True})[3].code) == 0
+    build, own, _ = mma_general.KERNELS["fa"]
+    ragged = lower(mma_general.flash(1, 2, 448, 128, False), "cuda:sm_80", {**NOCACHE, **own, PRUNE_FALSE: True})
+    assert selects(ragged[3].code) == 32  # 448 keys: the thread's columns below 64 never reach the edge, the rest may
+    with pytest.raises(CompileError, match="tilecore.prune_false_comparisons='yes': expected True or False"):
+        _low("fa", 128, {PRUNE_FALSE: "yes"})
+
+
 # -- the routed form on the host emulator ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -211,20 +232,43 @@ def test_the_routed_form_on_the_host_emulator_matches_float64(causal, per_sm, tm
     assert err <= 2e-3, f"causal={causal} per_sm={per_sm}: max error {err}"
 
 
+@pytest.mark.parametrize("s", [192, 176])
+def test_prune_false_on_the_host_emulator_matches_float64(s, tmp_path):
+    """The routed form with tilecore.prune_false_comparisons at 32 keys a block: 192 keys (the edge test folded) and
+    176 (ragged: the test kept for the last block), non-causal, on the host emulator against float64."""
+    import numpy as np
+
+    run = _emulate()
+    b, h, d = 1, 2, 64
+    cfg = {**NOCACHE, "tilecore.fast_math": True, MMA_GENERAL_FORMS: ["gemm", "attention"], PRUNE_FALSE: True}
+    kern = tilecore.compile(mma_general.flash(b, h, s, d, False, bm=64, bn=32, threads=128), out_idx=[3],
+                            target="cuda:sm_80", pass_configs=cfg)
+    assert (kern.source.code.count("? (-INFINITY)") > 0) == (s % 32 != 0)
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((b, h, s, d)).astype(np.float16) for _ in range(3))
+    out = run(kern, [q, k, v, np.zeros((b, h, s, d), np.float16)], tmp_path)[3].astype(np.float64)
+    sc = q.astype(np.float64) @ k.astype(np.float64).transpose(0, 1, 3, 2) / d ** 0.5
+    p = np.exp(sc - sc.max(-1, keepdims=True))
+    ref = (p / p.sum(-1, keepdims=True)) @ v.astype(np.float64)
+    err = np.abs(out - ref).max()
+    assert err <= 2e-3, f"{s} keys: max error {err}"
+
+
 # -- on a GPU: the routed defaults against float64 -------------------------------------------------------------
 
 @gpu
+@pytest.mark.parametrize("variant", ["default", "default-false", "attention-all", "attention-all-false"])
 @pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("name,d", list(ROWS))
-def test_device_routed_default_matches_float64(name, d, fast):
-    """Every D71 row with the plugin's defaults (the sm_80 profile overlaid), fast math and the exact build: the path
-    the route gives and float64's numbers."""
+def test_device_routed_default_matches_float64(name, d, fast, variant):
+    """Every D71 row with the plugin's defaults (the sm_80 profile overlaid), fast math and the exact build, also with
+    the false comparisons folded and with every shape routed: the path the route gives and float64's numbers."""
     import torch
 
     build, own, out_idx = mma_general.KERNELS[name]
-    cfg = {**NOCACHE, **mma_general.BASE, **own, "tilecore.fast_math": fast}
+    cfg = {**NOCACHE, **mma_general.BASE, **own, "tilecore.fast_math": fast, **mma_general.VARIANTS[variant]}
     kern = tilecore.compile(build(_size(d)), out_idx=out_idx, target="cuda", pass_configs=cfg)
-    assert tilecore_cuda.lowering_path(kern) == ROWS[name, d]
+    assert tilecore_cuda.lowering_path(kern) == (ROWS[name, d] if variant.startswith("default") else "generic")
     old, Small.fa = Small.fa, _size(d).fa
     try:
         ins, ref, tol = _inputs(name)
@@ -233,4 +277,4 @@ def test_device_routed_default_matches_float64(name, d, fast):
     out = kern(*ins)
     torch.cuda.synchronize()
     err = (out.double() - ref).abs().max().item()
-    assert err < tol, f"{name} d{d} fast={fast} ({tilecore_cuda.lowering_path(kern)}): max error {err}"
+    assert err < tol, f"{name} d{d} fast={fast} {variant} ({tilecore_cuda.lowering_path(kern)}): max error {err}"

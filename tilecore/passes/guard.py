@@ -49,9 +49,10 @@ def _all(conds: list):
 
 
 class _Guard:
-    def __init__(self, checked: bool, prune_binds: bool = False):
+    def __init__(self, checked: bool, prune_binds: bool = False, prune_false: bool = False):
         self.checked = checked
         self.prune_binds = prune_binds
+        self.prune_false = prune_false
 
     def guarded(self, buffer) -> bool:
         return self.checked or buffer.scope == "global"
@@ -102,7 +103,7 @@ class _Guard:
     def cond(self, c, facts: Facts, asserts: list, path, span):
         """A branch condition with its loads guarded and the comparisons ``facts`` prove dropped."""
         c = self.expr(c, facts, asserts, path, span)
-        return _prune(c, facts)
+        return _prune(c, facts, self.prune_false)
 
     def report(self, asserts: list, what: str, buffer, idx, conds, path, span) -> None:
         if not self.checked or asserts is None:
@@ -269,12 +270,20 @@ def guard_stmt(s, facts: Facts | None = None, checked: bool = False):
     return _Guard(checked).stmt(s, facts or Facts())
 
 
-def _prune(c, facts: Facts):
-    """``c`` without the conjuncts that ``facts`` prove."""
+#: an integer comparison's negation (``not (a >= b)`` is ``a < b``)
+_NEGATED = {"ge": "lt", "gt": "le", "le": "gt", "lt": "ge"}
+
+
+def _prune(c, facts: Facts, false: bool = False):
+    """``c`` without the conjuncts that ``facts`` prove; ``false`` (``tilecore.prune_false_comparisons``): an
+    integer comparison whose negation ``facts`` prove is false (a conjunction with it false)."""
     if isinstance(c, Logic) and c.op == "and":
-        return logic_and(_prune(c.a, facts), _prune(c.b, facts))
-    if isinstance(c, Cmp) and not is_float(c.a.dtype) and facts.proves(c):
-        return as_expr(1, "bool")
+        return logic_and(_prune(c.a, facts, false), _prune(c.b, facts, false))
+    if isinstance(c, Cmp) and not is_float(c.a.dtype):
+        if facts.proves(c):
+            return as_expr(1, "bool")
+        if false and c.op in _NEGATED and facts.proves(compare(_NEGATED[c.op], c.a, c.b)):
+            return as_expr(0, "bool")
     return c
 
 
@@ -286,13 +295,22 @@ def guard_accesses(func, ctx):
     from .masksplit import measured_class
 
     prune = want is True or (want is None and measured_class(ctx))
-    return func.with_body(_Guard(checked, prune).stmt(func.body, Facts()), checked=checked)
+    false = ctx.option(PRUNE_FALSE, False)
+    if false not in (True, False):
+        from ..errors import CompileError
+
+        raise CompileError(f"pass config {PRUNE_FALSE}={false!r}: expected True or False (the default)")
+    return func.with_body(_Guard(checked, prune, false).stmt(func.body, Facts()), checked=checked)
 
 
 #: pass config: a named condition (``valid = k * bn + j < seq``) drops the comparisons the facts prove, as branch
 #: conditions do (D55; default: on targets of the class it was measured on, ``feature:bulk_tensor_copy``; True: any
 #: target; False keeps the bind as written)
 PRUNE_BINDS = "tilecore.prune_condition_binds"
+#: pass config (D73): False (the default): a condition keeps the comparisons the prover shows false; True: they fold
+#: to false, as those it shows true fold to true (a select on a proven-false test folds to its other value: TileLang's
+#: non-causal mask ``T.if_then_else(k * bn + j >= seq, -inf, 0)`` where ``bn`` divides ``seq``)
+PRUNE_FALSE = "tilecore.prune_false_comparisons"
 
 
 __all__ = ["facts_at", "guard_accesses", "guard_stmt", "launch_facts", "loop_facts", "MAX_VALUES"]
