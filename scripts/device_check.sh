@@ -625,6 +625,13 @@ step sm80route-exact bash -c 'rc=0;
      timeout -k 5 110 python3 benchmarks/mma_general.py --rep 10 --orders 2 --exact --fa 8,32,4096,64 \
        --only fa,fa_causal,fa64,fa64_causal --variants "${SM80ROUTE_EXACT_VARIANTS:-regprog,default,default-false}" || rc=$?; exit $rc'
 step sm80route-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_route.py -rs -k device
+# the TileLang corpus's attention examples (forward and backward; the route takes the forward kernels at 128 rows or
+# d128, the backward examples' forward kernels among them) with the sm_80 paths on the device (the overlay as every
+# compile's default), against each example's own reference (attention_gqa_bwd left out: its dK / dV kernel needs 221
+# KiB of block memory, refused under the sm_80 profile's 163). About 1 min
+step sm80route-corpus bash -c 'OV=$(python3 -c "import sys, json; sys.path.insert(0, \"benchmarks\"); import mma_general as m; print(json.dumps(m.BASE))");
+     TILECORE_PASS_CONFIGS="$OV" TILECORE_CORPUS_DEVICE=cuda:sm_90a timeout -k 5 200 python3 -m pytest -q -n 8 \
+       -p no:cacheprovider tests/test_tilelang_corpus.py -k "test_device and attention and not gqa_bwd" -rxXf'
 # the catalog with the sm_80 paths (D63), device mode: the sm_80 profile overlaid on the H100 (the three feature/
 # cases that require TMA, warp specialization or clusters left out: the overlay removes those features), once with
 # the defaults (D63's routing: the GEMM form on the general path, attention on the register program; pruned
