@@ -134,6 +134,18 @@ def test_the_forms_option():
     assert not [n for n in _notes(low) if "the form's defaults" in n]
 
 
+@pytest.mark.parametrize("target", ["cuda:sm_86", "cuda:sm_89"])
+def test_no_measured_route_with_less_block_memory(target):
+    """sm_86 / sm_89 (99 KiB a block: the general path plans other stages there, not measured): the default keeps
+    FlashAttention on the register program, the note saying why; ["gemm", "attention"] routes it."""
+    low = _low("fa64", 128, {}, target)
+    assert _path(low[2].attrs) == "register program (mma.sync)"
+    assert any("the route was measured with sm_80's 166912 bytes of block memory, this target has 101376" in n
+               for n in _notes(low)), _notes(low)
+    low = _low("fa64", 128, {MMA_GENERAL_FORMS: ["gemm", "attention"]}, target)
+    assert _path(low[2].attrs) == "generic"
+
+
 def test_no_route_where_the_general_path_takes_wgmma():
     """sm_90a with disable_wgmma alone (the general path would take wgmma there): the register program keeps every
     row, as before D73."""

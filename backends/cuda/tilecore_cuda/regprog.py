@@ -1050,7 +1050,8 @@ def _lower_as(mode: str):
 #: pass config: the forms of kernel the mma.sync register program leaves to the core's general path on targets without
 #: wgmma (sm_80, sm_86, sm_89), where the general path measured at least 0.97x its speed: ``"gemm"`` (one gemm, D63),
 #: ``"attention"`` (FlashAttention's form: two gemms, the softmax between them; every shape) and
-#: ``"attention-measured"`` (that form at the shapes of :data:`MMA_ATTENTION_SHAPES`, D73).
+#: ``"attention-measured"`` (that form at the shapes of :data:`MMA_ATTENTION_SHAPES` on targets with
+#: :data:`MMA_ATTENTION_MIN_SHARED` bytes of block memory: sm_80, D73).
 #: ``tilecore.cuda.register_programs=True`` still forces the register program, False sends every kernel to the
 #: general path (with the core's own defaults: the form's defaults below come with the route)
 MMA_GENERAL_FORMS = "tilecore.cuda.mma_general_forms"
@@ -1066,6 +1067,10 @@ _FORMS = ("gemm", "attention", "attention-measured")
 #: 0.992 causal, 64x64 d128 1.049 / 1.007, 128x128 d64 1.005 / 1.018. 64 rows at d64 stays (0.969 / 0.937: its gap
 #: is not the copies); other shapes were not measured and stay
 MMA_ATTENTION_SHAPES: tuple = ((128, 128), (64, 128), (128, 64))
+#: ``"attention-measured"`` routes on targets with at least sm_80's block memory (163 KiB, the profile D71 measured
+#: through the overlay): with sm_86's / sm_89's 99 KiB the general path plans other stages (V staged at 64x64 d128,
+#: O_shared kept: 96 KiB against the register program's 81), not measured
+MMA_ATTENTION_MIN_SHARED = 166912
 #: the core's options the route turns on by default for FlashAttention's form on the general path of an mma.sync
 #: target (``PassContext.set_defaults``: a value the compile's config gives wins, either way): V issued at the top of
 #: the iteration after the barrier that frees its buffer (D71) and D55's (a cast stored once, the proven comparisons
@@ -1112,7 +1117,8 @@ def routed_to_general(plan, ctx) -> str | None:
     if "attention" in forms:
         what = "attention" if shape is None else f"attention, {shape[0]} rows, head dimension {shape[1]}"
         return f"its form ({what}) runs on the core's general path on this target ({how})"
-    if shape is not None and "attention-measured" in forms and shape in MMA_ATTENTION_SHAPES:
+    if shape is not None and "attention-measured" in forms and shape in MMA_ATTENTION_SHAPES \
+            and onchip_limit(ctx) >= MMA_ATTENTION_MIN_SHARED:
         return (f"its form (attention, {shape[0]} rows, head dimension {shape[1]}) runs on the core's general path on "
                 "this target: there the general path with the late copy and D55's options measured 0.99-1.05x the "
                 f"register program (D71, D73; {how})")
@@ -1128,11 +1134,15 @@ def _route_notes(plan, ctx, name) -> tuple:
     if why is None:
         if shape is not None and ctx.option("tilecore.cuda.register_programs", None) is not True \
                 and not ctx.capabilities.feature("wgmma"):
-            why_not = (f"{MMA_GENERAL_FORMS} names neither \"attention\" nor \"attention-measured\""
-                       if "attention-measured" not in _mma_forms(ctx) else
-                       "the route takes it to the general path only at rows x head dimension "
-                       f"{', '.join(f'{r}x{d}' for r, d in MMA_ATTENTION_SHAPES)}: D71, D73; {MMA_GENERAL_FORMS} "
-                       "with \"attention\" routes every shape")
+            if "attention-measured" not in _mma_forms(ctx):
+                why_not = f"{MMA_GENERAL_FORMS} names neither \"attention\" nor \"attention-measured\""
+            elif shape in MMA_ATTENTION_SHAPES:
+                why_not = (f"the route was measured with sm_80's {MMA_ATTENTION_MIN_SHARED} bytes of block memory, this "
+                           f"target has {onchip_limit(ctx):.0f}: D73; {MMA_GENERAL_FORMS} with \"attention\" routes it")
+            else:
+                why_not = ("the route takes it to the general path only at rows x head dimension "
+                           f"{', '.join(f'{r}x{d}' for r, d in MMA_ATTENTION_SHAPES)}: D71, D73; {MMA_GENERAL_FORMS} "
+                           "with \"attention\" routes every shape")
             return None, [f"{name}: FlashAttention's form at {shape[0]} rows, head dimension {shape[1]} stays on the "
                           f"register program ({why_not})"]
         return None, []
