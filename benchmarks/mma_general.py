@@ -99,14 +99,16 @@ VARIANTS = {
     "late-staged": {**GENERAL, LATE: True, "tilecore.pipeline_stage_late": True},
     "lean-late": {**GENERAL, **RELAY, **PRUNE, **D55, LATE: True},  # D68's best d64 rows (lean) with the late copy
     # D73: the route by form (the "default" row: FlashAttention's form on the general path at 128 rows or head
-    # dimension 128, with the late copy and D55's options as the form's defaults, i.e. late-d55; 64 rows at d64 on the
-    # register program); D68's general path with every one of those options off as given; every shape of the form
+    # dimension 128, with the late copy and D55's options as the form's defaults, i.e. late-d55, at 128 rows also the
+    # false comparisons folded, i.e. late-d55-false; 64 rows at d64 on the register program); D68's general path with every one of those options off as given; every shape of the form
     # routed (64x64 d64 too, with the form's defaults)
     "general-d68": {**GENERAL, LATE: False, **{k: False for k in D55}},
     "attention-all": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"]},
     # the conditions' comparisons the prover shows false folded (the non-causal mask's edge test, 64 selects a thread
     # and iteration at 128x128), on the routed default and with every shape routed
-    "default-false": {PRUNE_FALSE: True},
+    "default-false": {PRUNE_FALSE: True},  # since D73 round 2 the default at 128 rows
+    "default-nofalse": {PRUNE_FALSE: False},  # D73 round 1's default
+    "late-d55-false": {**GENERAL, **D55, LATE: True, PRUNE_FALSE: True},
     "attention-all-false": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], PRUNE_FALSE: True},
 }
 

@@ -610,20 +610,21 @@ step sm80fa-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider
 # D71 measured, 128x128 / 256 threads and 64x64 / 128 threads, causal and not, d128 (sm80route) and d64 (sm80route64),
 # fast math (TileLang's example); rows regprog (the register program, forced), default (the route: the general path
 # with the form's defaults, the late copy and D55's options, at 128 rows or head dimension 128; 64x64 d64 on the
-# register program), default-false (+ tilecore.prune_false_comparisons: the non-causal mask's edge test folded),
-# general-d68 (D68's general path: those options off), attention-all (d64 only: every shape routed, 64x64 d64 on the
-# general path with the form's defaults), attention-all-false (+ the false comparisons folded); each kernel's rows in
-# order then reversed (compiled once). sm80route-exact: the same rows in the exact build, regprog / default /
-# default-false. sm80route-tests: the routed defaults (and those rows) against float64 on the device. About 2 min each
+# register program; since round 2 at 128 rows with tilecore.prune_false_comparisons: the non-causal mask's edge test
+# folded), default-nofalse (round 1's default: without it; default-false: with it at every routed shape), general-d68
+# (D68's general path: those options off), attention-all (d64 only: every shape routed, 64x64 d64 on the general path
+# with the form's defaults; attention-all-false with the false comparisons folded); each kernel's rows in order then
+# reversed (compiled once). sm80route-exact: the same rows in the exact build, regprog / default / default-nofalse.
+# sm80route-tests: the routed defaults (and those rows) against float64 on the device. About 1 min each
 step sm80route timeout -k 5 200 python3 benchmarks/mma_general.py --rep 10 --orders 2 --only fa,fa_causal,fa64,fa64_causal \
-     --variants "${SM80ROUTE_VARIANTS:-regprog,default,default-false,general-d68}"
+     --variants "${SM80ROUTE_VARIANTS:-regprog,default,default-nofalse,general-d68}"
 step sm80route64 timeout -k 5 200 python3 benchmarks/mma_general.py --rep 10 --orders 2 --fa 8,32,4096,64 \
-     --only fa,fa_causal,fa64,fa64_causal --variants "${SM80ROUTE64_VARIANTS:-regprog,default,default-false,general-d68,attention-all,attention-all-false}"
+     --only fa,fa_causal,fa64,fa64_causal --variants "${SM80ROUTE64_VARIANTS:-regprog,default,default-nofalse,general-d68,attention-all}"
 step sm80route-exact bash -c 'rc=0;
      timeout -k 5 110 python3 benchmarks/mma_general.py --rep 10 --orders 2 --exact --only fa,fa_causal,fa64,fa64_causal \
-       --variants "${SM80ROUTE_EXACT_VARIANTS:-regprog,default,default-false}" || rc=$?;
+       --variants "${SM80ROUTE_EXACT_VARIANTS:-regprog,default,default-nofalse}" || rc=$?;
      timeout -k 5 110 python3 benchmarks/mma_general.py --rep 10 --orders 2 --exact --fa 8,32,4096,64 \
-       --only fa,fa_causal,fa64,fa64_causal --variants "${SM80ROUTE_EXACT_VARIANTS:-regprog,default,default-false}" || rc=$?; exit $rc'
+       --only fa,fa_causal,fa64,fa64_causal --variants "${SM80ROUTE_EXACT_VARIANTS:-regprog,default,default-nofalse}" || rc=$?; exit $rc'
 step sm80route-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_route.py -rs -k device
 # the TileLang corpus's attention examples (forward and backward; the route takes the forward kernels at 128 rows or
 # d128, the backward examples' forward kernels among them) with the sm_80 paths on the device (the overlay as every

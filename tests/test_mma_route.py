@@ -25,15 +25,16 @@ import mma_general  # noqa: E402
 import tilecore  # noqa: E402
 from tilecore.compiler import lower  # noqa: E402
 from tilecore.errors import CompileError  # noqa: E402
-from tilecore_cuda.regprog import MMA_ATTENTION_DEFAULTS, MMA_GENERAL_FORMS  # noqa: E402
+from tilecore_cuda.regprog import MMA_ATTENTION_DEFAULTS, MMA_GENERAL_FORMS, form_defaults  # noqa: E402
 
 LATE = mma_general.LATE
+PRUNE_FALSE = mma_general.PRUNE_FALSE
 #: (kernel, head dimension) -> the path of the default route: the general path except 64 rows at d64
 ROWS = {("fa", 128): "generic", ("fa_causal", 128): "generic", ("fa64", 128): "generic",
         ("fa64_causal", 128): "generic", ("fa", 64): "generic", ("fa_causal", 64): "generic",
         ("fa64", 64): "register program (mma.sync)", ("fa64_causal", 64): "register program (mma.sync)"}
 #: every option of the form's defaults off: D68's general path
-OFF = {k: False for k in MMA_ATTENTION_DEFAULTS}
+OFF = {k: False for k in form_defaults((128, 128))}
 
 
 def _size(d):
@@ -65,7 +66,8 @@ def test_the_route_by_form_and_its_note(name, d, target, extra):
         note = next(n for n in notes if n.startswith("cuda.register_program: kernel not mapped"))
         assert f"its form (attention, {rows} rows, head dimension {d}) runs on the core's general path" in note
         assert "D73" in note and "the form's defaults on the general path: " + ", ".join(
-            f"{k}={v!r}" for k, v in MMA_ATTENTION_DEFAULTS.items()) in note, note
+            f"{k}={v!r}" for k, v in form_defaults((rows, d)).items()) in note, note
+        assert ("tilecore.prune_false_comparisons=True" in note) == (rows == 128)
     else:
         assert any(f"FlashAttention's form at 64 rows, head dimension 64 stays on the register program" in n
                    for n in notes), notes
@@ -74,9 +76,12 @@ def test_the_route_by_form_and_its_note(name, d, target, extra):
 @pytest.mark.parametrize("name,d", [k for k, v in ROWS.items() if v == "generic"])
 def test_the_routed_kernel_is_the_measured_one(name, d):
     """The routed default's source is D71's late-d55 row's (the general path with the late copy and D55's options,
-    what the device measured); each of those options given False gives D68's general path back."""
+    what the device measured), at 128 rows with the false comparisons folded (D73 round 1's default-false row);
+    each of those options given False gives D68's general path back."""
     default = _low(name, d, {})[3].code
-    assert default == _low(name, d, mma_general.VARIANTS["late-d55"])[3].code
+    measured = "late-d55-false" if name in ("fa", "fa_causal") else "late-d55"
+    assert default == _low(name, d, mma_general.VARIANTS[measured])[3].code
+    assert _low(name, d, {PRUNE_FALSE: False})[3].code == _low(name, d, mma_general.VARIANTS["late-d55"])[3].code
     assert _low(name, d, OFF)[3].code == _low(name, d, mma_general.VARIANTS["general"])[3].code != default
 
 
@@ -187,17 +192,16 @@ def test_the_routed_kernels_registers(name, d, fast):
     assert regs["default"] <= regs["regprog"], regs
 
 
-PRUNE_FALSE = mma_general.PRUNE_FALSE
-
-
 def test_prune_false_comparisons():
-    """tilecore.prune_false_comparisons (off by default): the non-causal mask's edge test ``k * bn + j >= seq``, false
+    """tilecore.prune_false_comparisons (off in the core; the route's default at 128 rows): the non-causal mask's edge test ``k * bn + j >= seq``, false
     wherever the block divides the sequence, folds (its selects gone: one a score of the thread's, 64 at 128x128) and the loop keeps the
     rest; a ragged sequence keeps the test where it may hold; a bad value refused."""
     def selects(code):
         return code.count("? (-INFINITY) : 0.0f")
 
-    assert selects(_low("fa", 128, {})[3].code) == 64
+    assert selects(_low("fa", 128, {PRUNE_FALSE: False})[3].code) == 64
+    assert selects(_low("fa", 128, {})[3].code) == 0  # the route's default at 128 rows (D73 round 1)
+    assert selects(_low("fa64", 128, {})[3].code) == 32  # not at 64 rows
     assert selects(_low("fa64", 64, {MMA_GENERAL_FORMS: ["gemm", "attention"]})[3].code) == 32
     assert selects(_low("fa", 128, {PRUNE_FALSE: True})[3].code) == 0
     assert selects(_low("fa64", 64, {MMA_GENERAL_FORMS: ["gemm", "attention"], PRUNE_FALSE: True})[3].code) == 0

@@ -1078,6 +1078,12 @@ MMA_ATTENTION_MIN_SHARED = 166912
 #: bulk tile copies. The kernel is then D71's ``late-d55`` row
 MMA_ATTENTION_DEFAULTS: dict = {"tilecore.pipeline_late_copy": True, "tilecore.store_cast_once": True,
                                 "tilecore.prune_condition_binds": True, "tilecore.split_masked_iterations": True}
+#: and at 128-row blocks also ``tilecore.prune_false_comparisons`` (the non-causal mask's edge test folded where the
+#: key block divides the sequence). D73 round 1 (H200 as sm_80, regprog time / row time, in order / reversed): 128x128
+#: d128 1.024 / 1.015 -> 1.053 / 1.044 (fast math), 0.996 / 0.988 -> 1.058 / 1.049 (exact); d64 1.017 / 1.007 -> 1.013 /
+#: 1.005 (fast), 1.016 / 1.007 -> 1.046 / 1.039 (exact); at 64 rows a loss (64x64 d128 fast 1.049 -> 1.035, exact
+#: 1.081 -> 1.077; 64x64 d64 routed 0.970 / 1.002 -> 0.943 / 0.974): not there. Causal rows within 0.6%
+MMA_ATTENTION_ROWS_DEFAULTS: dict = {128: {"tilecore.prune_false_comparisons": True}}
 
 
 def _mma_forms(ctx) -> tuple:
@@ -1125,10 +1131,16 @@ def routed_to_general(plan, ctx) -> str | None:
     return None
 
 
+def form_defaults(shape: tuple) -> dict:
+    """The general path's defaults for FlashAttention's form at ``(block rows, head dimension)`` where the route sends
+    it there (:data:`MMA_ATTENTION_DEFAULTS`, and :data:`MMA_ATTENTION_ROWS_DEFAULTS` by the block's rows)."""
+    return {**MMA_ATTENTION_DEFAULTS, **MMA_ATTENTION_ROWS_DEFAULTS.get(shape[0], {})}
+
+
 def _route_notes(plan, ctx, name) -> tuple:
     """``(why, notes)``: why the route sends this kernel to the general path (None: the register program keeps
     it) and the notes saying so. Where FlashAttention's form goes, the form's defaults on the general path
-    (:data:`MMA_ATTENTION_DEFAULTS`) are set for the rest of the compile (those the config does not name)."""
+    (:func:`form_defaults`) are set for the rest of the compile (those the config does not name)."""
     why = routed_to_general(plan, ctx)
     shape = _attention_shape(plan) if plan["gemms"] != 1 else None
     if why is None:
@@ -1148,8 +1160,9 @@ def _route_notes(plan, ctx, name) -> tuple:
         return None, []
     if shape is None:
         return why, [f"{name}: kernel not mapped to registers ({why})"]
-    taken = ctx.set_defaults(MMA_ATTENTION_DEFAULTS)
-    given = [k for k in MMA_ATTENTION_DEFAULTS if k not in taken]
+    wanted = form_defaults(shape)
+    taken = ctx.set_defaults(wanted)
+    given = [k for k in wanted if k not in taken]
     defaults = ", ".join(f"{k}={v!r}" for k, v in taken.items()) or "none"
     return why, [f"{name}: kernel not mapped to registers ({why}); the form's defaults on the general path: "
                  f"{defaults}" + (f" (given by the pass config: {', '.join(given)})" if given else "")]
