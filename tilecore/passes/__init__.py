@@ -186,7 +186,7 @@ class PassContext:
         for False / None / "false" / "False" / "off" / 0; "auto" where ``auto``; an int >= 0 as itself where
         ``counts`` (then 0 and 1 are ints, not switches). Anything else is a CompileError naming the option, the
         value and ``expected`` (what the option takes)."""
-        v = self.config.get(key, default)
+        v = self.option(key, default)  # the compile's config, then the defaults a pass set (D73)
         return parse_switch(key, v, auto=auto, counts=counts, expected=expected)
 
 

@@ -295,11 +295,7 @@ def guard_accesses(func, ctx):
     from .masksplit import measured_class
 
     prune = want is True or (want is None and measured_class(ctx))
-    false = ctx.option(PRUNE_FALSE, False)
-    if false not in (True, False):
-        from ..errors import CompileError
-
-        raise CompileError(f"pass config {PRUNE_FALSE}={false!r}: expected True or False (the default)")
+    false = ctx.switch(PRUNE_FALSE, False, expected="True or False (the default)")
     return func.with_body(_Guard(checked, prune, false).stmt(func.body, Facts()), checked=checked)
 
 
