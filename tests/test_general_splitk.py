@@ -283,6 +283,41 @@ def test_split_k_on_gpu_against_float64(M, N, K, tile, split):
     assert torch.equal(C2, first)
 
 
+@hopper_gpu
+@pytest.mark.parametrize("M,N,K,tile,split", [
+    (128, 4096, 4096, (128, 128, 64, 256, 4), 2), (128, 4096, 4096, (64, 128, 64, 128, 4), 2),
+    (16, 8192, 8192, (64, 128, 64, 128, 4), 2), (16, 8192, 8192, (64, 128, 64, 128, 4), 4),
+    (100, 1000, 2048, (64, 128, 64, 128, 4), 4), (128, 4096, 4096, (128, 64, 64, 256, 4), 2)])
+def test_split_k_group_on_gpu_against_float64_and_the_workspace_bits(M, N, K, tile, split):
+    """D75: the tile's splits one block group (a cluster), summed in rank 0's block memory: within the float64 bound,
+    bit for bit every call, and the workspace form's bits (the same additions in the same order)."""
+    import torch
+
+    bm, bn, bk, th, st = tile
+    cfg = {"tilecore.cuda.general_plain_gemm": True, "tilecore.split_k": split}
+    kg = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda",
+                          pass_configs={**cfg, "tilecore.split_k_reduce": "group"})
+    assert kg.source.meta["cluster"] == [1, 1, split] and "workspace" not in kg.source.meta
+    kw = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda", pass_configs=cfg)
+    torch.manual_seed(1)
+    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    B = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    ref = A.double() @ B.double()
+    C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+    kg(A, B, C)
+    first = C.clone()
+    err = (first.double() - ref).abs()
+    assert (err <= K ** 0.5 * 8e-3 + ref.abs() * 2 ** -10).all(), err.max()
+    for _ in range(3):
+        C.fill_(float("nan"))
+        kg(A, B, C)
+        assert torch.equal(C, first)
+    Cw = torch.empty_like(C)
+    kw(A, B, Cw)
+    torch.cuda.synchronize()
+    assert torch.equal(Cw, first)
+
+
 # -- the CUDA source on the host emulator (sm_80's general path: mma.sync on registers, cp.async stages) -----------
 @needs_toolchain
 @pytest.mark.parametrize("split,partials", [(2, "vector"), (4, "vector"), (4, "scalar")])

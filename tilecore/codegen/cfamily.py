@@ -338,6 +338,15 @@ class CFamilyEmitter(Emitter):
                                         value=self.expr(st, e.value), ctype=self.stype(e.buffer.dtype),
                                         corder=C_ORDERS[e.order])
 
+    def stmt_GroupBarrier(self, st: EmitState, s):
+        raise CompileError(f"a block group's barrier (T.group_barrier {s.phase!r}): this target's code generator "
+                           f"({type(self).__name__}) has no block groups whose blocks run at once (a launch with "
+                           "attrs['block_group'] needs a target with execution.cluster.supported)", s.span)
+
+    def stmt_PeerStore(self, st: EmitState, s):
+        raise CompileError(f"a store into a block group peer's {s.buffer.name}: this target's code generator "
+                           f"({type(self).__name__}) has no block groups whose blocks share block memory", s.span)
+
     def stmt_Fence(self, st: EmitState, s: Fence):
         text = self.fence_stmts.get((s.scope, s.order))
         if text is None:

@@ -30,6 +30,21 @@ from .abi import abi_of, host_expr, single_launch
 from .cfamily import CFamilyEmitter, EmitState
 
 
+def reused_span(shared: list, sizes: list, offsets: list, names) -> tuple | None:
+    """``(offset, bytes)`` of the block memory the buffers named ``names`` take together, where they lie one after
+    another (the alignment padding between them included); None where one is missing or they lie apart."""
+    found = sorted((offsets[i], sizes[i]) for i, a in enumerate(shared)
+                   if a.buffer.name in names and offsets[i] is not None and not a.reuses)
+    if not names or len(found) != len(set(names)):
+        return None
+    start, end = found[0][0], found[0][0] + found[0][1]
+    for off, n in found[1:]:
+        if off - end >= 1024:  # another buffer between them
+            return None
+        end = off + n
+    return start, end - start
+
+
 class SIMTCppEmitter(CFamilyEmitter):
     index_type = "long long"
     entry = "tc_kernel"
@@ -326,19 +341,33 @@ class SIMTCppEmitter(CFamilyEmitter):
             sizes.append(max(int(n), 1) * a.buffer.dtype.bytes)
             lay = layouts.get(id(a.buffer))
             aligns.append(max(16, lay.align_bytes) if lay is not None else 16)
-        offsets, total = [], 0
-        for nbytes, align in zip(sizes, aligns):
+        offsets, total = [None] * len(shared), 0
+        for i, (nbytes, align) in enumerate(zip(sizes, aligns)):
+            if shared[i].reuses:
+                continue
             total = (total + align - 1) // align * align
-            offsets.append(total)
+            offsets[i] = total
             total += (nbytes + 15) // 16 * 16  # checked against the limit by tilecore.plan_memory
+        for i, a in enumerate(shared):  # a buffer over others dead by the time it is written (Allocate.reuses, D75)
+            if offsets[i] is not None:
+                continue
+            over = reused_span(shared, sizes, offsets, a.reuses)
+            if over is not None and over[1] >= sizes[i] and over[0] % aligns[i] == 0:
+                offsets[i] = over[0]
+                continue
+            total = (total + aligns[i] - 1) // aligns[i] * aligns[i]
+            offsets[i] = total
+            total += (sizes[i] + 15) // 16 * 16
         dynamic = total > self.static_shared_limit
         if dynamic:
             self.line(st, self.dynamic_shared_decl.format(align=max(aligns, default=16)))
+        overlaid = {r for a in shared if a.reuses for r in a.reuses}
         for a, off, align in zip(shared, offsets, aligns):
             b = a.buffer
             t = self.stype(b.dtype)
-            if dynamic:
-                self.line(st, f"{t}* {self.restrict} {self.name(st, b)} = ({t}*)(tc_smem + {off});")
+            if dynamic:  # a buffer over others (and those under it) names memory another pointer names: no restrict
+                alone = not a.reuses and b.name not in overlaid
+                self.line(st, f"{t}*{' ' + self.restrict if alone else ''} {self.name(st, b)} = ({t}*)(tc_smem + {off});")
             else:
                 n = max(int(const_value(simplify(b.numel()))), 1)
                 self.line(st, self.static_shared_decl.format(type=t, name=self.name(st, b), n=n, align=align))

@@ -12,7 +12,7 @@ from .expr import (ATOMIC_OPS, INDEX, MEMORY_ORDERS, MEMORY_SCOPES, AtomicRet, B
 from .printer import expr_str, func_str
 from .simplify import prove_equal, simplify
 from .stmt import (LOOP_KINDS, Allocate, Assert, Assume, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break,
-                   BulkCopy, BulkFence, BulkStore, BulkStoreWait, Collective, Continue, CopyBarrierArrive, Fence, CopyBarrierInit, CopyBarrierWait, For, Hint, If, KernelLaunch, MatrixLoad, MatrixOp, MatrixStore, MatrixSync, Param, PerThread, Print, PrimFunc, Seq, Specialized, StageRelease,
+                   BulkCopy, BulkFence, BulkStore, BulkStoreWait, Collective, Continue, CopyBarrierArrive, Fence, GroupBarrier, PeerStore, CopyBarrierInit, CopyBarrierWait, For, Hint, If, KernelLaunch, MatrixLoad, MatrixOp, MatrixStore, MatrixSync, Param, PerThread, Print, PrimFunc, Seq, Specialized, StageRelease,
                    Stmt, Turn, Store, TileOp, VectorStore, free_vars, seq)
 from .visit import children, collect, loop_nest, rewrite, stmt_exprs, walk
 

@@ -143,6 +143,12 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
     if isinstance(s, Atomic):
         idx = ", ".join(expr_str(i) for i in s.indices)
         return [f"{pad}T.atomic_{s.op}({_nm(s.buffer)}[{idx}], {expr_str(s.value)})"]
+    if type(s).__name__ == "GroupBarrier":
+        return [f"{pad}T.group_barrier({s.phase!r}, order={s.order!r})"]
+    if type(s).__name__ == "PeerStore":
+        idx = ", ".join(expr_str(i) for i in s.indices)
+        vals = ", ".join(expr_str(v) for v in s.values)
+        return [f"{pad}T.peer_store({_nm(s.buffer)}[{idx}], ({vals}), rank={expr_str(s.rank)})"]
     if type(s).__name__ == "Fence":
         return [f"{pad}T.fence(scope={s.scope!r}, order={s.order!r})"]
     if isinstance(s, Print):

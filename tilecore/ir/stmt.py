@@ -70,10 +70,14 @@ class Bind(Stmt):
 
 @dataclass(eq=False)
 class Allocate(Stmt):
-    """Declare a non-global buffer; ``init`` fills a ``var`` buffer when it is declared."""
+    """Declare a non-global buffer; ``init`` fills a ``var`` buffer when it is declared. ``reuses``: names of block
+    buffers declared before it whose memory it may take (none of them is used once this one is first written: a
+    pass that knows so says it, D75); a code generator that lays block memory out places it over them where they
+    lie together and hold it, else beside them."""
 
     buffer: Buffer
     init: Expr | None = None
+    reuses: tuple = ()
 
 
 @dataclass(eq=False)
@@ -105,6 +109,45 @@ class Fence(Stmt):
             raise ValueError(f"fence order {self.order!r}: expected one of {', '.join(MEMORY_ORDERS[1:])}")
         if self.scope not in MEMORY_SCOPES:
             raise ValueError(f"fence scope {self.scope!r}: expected one of {', '.join(MEMORY_SCOPES)}")
+
+
+#: a block group's barrier phases (:class:`GroupBarrier`) and the memory order each may take
+GROUP_BARRIER_ORDERS = {"arrive": ("release", "relaxed"), "wait": ("acquire",), "sync": ("acq_rel",)}
+
+
+@dataclass(eq=False)
+class GroupBarrier(Stmt):
+    """A barrier of the block group the launch's blocks form (``KernelLaunch.attrs["block_group"]``, D75): every
+    thread of every block of the group runs it. ``"arrive"`` says this thread has come (``"release"``: its memory
+    accesses before it, peer stores included, are seen by the group's threads after their wait; ``"relaxed"``:
+    nothing ordered, only arrival: the form that says "this block has started" at the top of a kernel);
+    ``"wait"`` waits until every thread of the group has arrived (``"acquire"``); ``"sync"`` is both. A thread
+    arrives once between two waits. A target whose blocks are never co-resident refuses it by name."""
+
+    phase: str = "sync"
+    order: str = "acq_rel"
+
+    def __post_init__(self):
+        if self.phase not in GROUP_BARRIER_ORDERS:
+            raise ValueError(f"group barrier phase {self.phase!r}: expected one of {', '.join(GROUP_BARRIER_ORDERS)}")
+        if self.order not in GROUP_BARRIER_ORDERS[self.phase]:
+            raise ValueError(f"group barrier {self.phase} order {self.order!r}: expected one of "
+                             f"{', '.join(GROUP_BARRIER_ORDERS[self.phase])}")
+
+
+@dataclass(eq=False)
+class PeerStore(Stmt):
+    """``buffer[indices ...] = values`` in the block memory of another block of the launch's block group: the block
+    of rank ``rank`` (0 .. group size - 1, the blocks' linear index inside the group, x fastest), its copy of the
+    block buffer ``buffer`` (every block of the kernel declares it). ``values`` are consecutive elements from
+    ``indices`` (the last index counts up by one each; 1, 2 or 4 of them, one store on targets that store vectors).
+    The store completes before a later :class:`GroupBarrier` arrive with release returns in the other block's
+    eyes after its wait (D75); the other block must not have left the kernel before that wait."""
+
+    buffer: Buffer
+    indices: tuple
+    values: tuple
+    rank: Expr
 
 
 @dataclass(eq=False)

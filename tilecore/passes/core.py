@@ -319,6 +319,11 @@ def plan_memory(func, ctx):
             n = const_value(simplify(a.buffer.numel()))
             if n is not None:
                 sized.append((a.buffer, -(-max(int(n), 1) * a.buffer.dtype.bytes // BLOCK_ALIGN) * BLOCK_ALIGN))
+        # a buffer over others dead by then (Allocate.reuses, D75) takes no memory of its own where they hold it
+        allocs = {id(a.buffer): a for a in block_allocations(launch.body)}
+        by_name = {b.name: n for b, n in sized if not allocs[id(b)].reuses}
+        sized = [(b, n) for b, n in sized if not (allocs[id(b)].reuses and all(r in by_name for r in allocs[id(b)].reuses)
+                                                 and sum(by_name[r] for r in allocs[id(b)].reuses) >= n)]
         total = sum(b for _, b in sized)
         worst = max(worst, total)
         if lim is not None and lim[1] == "max" and total > lim[0]:

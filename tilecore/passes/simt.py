@@ -52,7 +52,7 @@ import math
 
 from ..errors import CompileError
 from ..ir import (Allocate, Assert, AsyncCommit, AtomicRet, Buffer, AsyncCopy, AsyncWait, Atomic, Barrier, Bind, Break, BufferLoad,
-                  BulkCopy, BulkFence, BulkStore, BulkStoreWait, Cmp, Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait, MatrixSync, Specialized,
+                  BulkCopy, BulkFence, BulkStore, BulkStoreWait, GroupBarrier, Cmp, Collective, Continue, CopyBarrierArrive, CopyBarrierInit, CopyBarrierWait, MatrixSync, Specialized,
                   StageRelease, For, If, IntImm, KernelLaunch, PerThread, Print, Seq, Store, ThreadIndex,
                   Var, as_expr, binary, collect, compare, const, const_value, loop_nest, rewrite, seq, stmt_exprs, walk,
                   walk_expr)
@@ -227,7 +227,7 @@ class _Distributor:
         if _elected(s):
             return [s if self.elected else _on_thread0(s)]
         if isinstance(s, Allocate):
-            self.hoisted.append(Allocate(s.buffer, span=s.span))
+            self.hoisted.append(Allocate(s.buffer, reuses=s.reuses, span=s.span))
             if s.init is None:
                 return []
             idx = tuple(const(0) for _ in s.buffer.shape)
@@ -268,7 +268,7 @@ class _Distributor:
             return [s, Barrier(span=s.span)] if _loads_memory(s.value) else [s]
         if isinstance(s, Assert):
             return [s, Barrier(span=s.span)]
-        if isinstance(s, (Break, Continue, Barrier, AsyncCommit, AsyncWait, CopyBarrierWait, StageRelease)):
+        if isinstance(s, (Break, Continue, Barrier, GroupBarrier, AsyncCommit, AsyncWait, CopyBarrierWait, StageRelease)):
             return [s]
         if isinstance(s, BulkStoreWait):  # the thread that issued the stores waits; then no thread writes the tile
             return _thread0(s)  # before it has been read

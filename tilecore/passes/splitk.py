@@ -31,14 +31,15 @@ that returns its old value and device-scope fences).
 from __future__ import annotations
 
 from ..errors import CompileError
-from ..ir import (INDEX, AtomicRet, Barrier, Buffer, BufferLoad, Fence, For, If, KernelLaunch, MatrixOp, PerThread,
-                  Seq, Store, ThreadIndex, TileOp, Var, Allocate, as_expr, binary, collect, compare, const_value, rewrite, simplify,
-                  walk)
+from ..ir import (INDEX, AtomicRet, Barrier, Buffer, BufferLoad, BulkFence, Fence, For, GroupBarrier, If, KernelLaunch,
+                  MatrixOp, PeerStore, PerThread, Seq, Store, ThreadIndex, TileOp, Var, Allocate, as_expr, binary, collect,
+                  compare, const_value, rewrite, simplify, walk)
 from . import tile_pass
 
 SPLIT_K = "tilecore.split_k"
 SPLIT_K_FENCES = "tilecore.split_k_fences"
 SPLIT_K_PARTIALS = "tilecore.split_k_partials"
+SPLIT_K_REDUCE = "tilecore.split_k_reduce"
 #: the "auto" rule's constants (decisions D27 / D31's rule, as a GPU plugin's split-K takes it)
 TILES_PER_STAGE, LEAST_CAP, MAX_SPLITS, TAIL_RATIO = 4, 16, 16, 1
 #: the last block's sum is written once per split index (its own partial from its registers) up to this many
@@ -173,6 +174,58 @@ def _auto_splits(ctx, tiles: int, kt: int, stages: int, stage_bytes: int, part_b
     return s, f"{tiles} tiles on {sms} processors"
 
 
+def _reduce_option(ctx):
+    v = ctx.option(SPLIT_K_REDUCE, "workspace")
+    if v in (None, "workspace", "global"):
+        return "workspace"
+    if v in ("group", "auto"):
+        return v
+    raise CompileError(f"pass config {SPLIT_K_REDUCE}={v!r}: expected \"workspace\" (partials through a kept global "
+                       "workspace, the tile's last block sums), \"group\" (the tile's splits one block group, summed "
+                       "through block memory) or \"auto\" (the group where every group of the grid is resident at once)")
+
+
+def groups_at_once(caps) -> dict:
+    """``{group size: groups resident at once}`` from the profile (``execution.cluster.at_once``; {} if absent)."""
+    table = caps.get("execution.cluster.at_once") or {}
+    return {int(k): int(v) for k, v in dict(table).items() if v is not None}
+
+
+def _group_plan(ctx, reduce_, splits, tiles, recv_bytes, shared_bytes, stage_bytes):
+    """``(splits, None)`` where the tile's splits run as one block group (``tilecore.split_k_reduce``), else
+    ``(splits, reason)`` (the workspace sum); raises where "group" was asked for and cannot be built."""
+    if reduce_ == "workspace":
+        return splits, "workspace"
+    why = None
+    if not ctx.capabilities.get("execution.cluster.supported"):
+        why = (f"target {ctx.target} has no block groups whose blocks share block memory "
+               "(execution.cluster.supported)")
+    else:
+        lim = ctx.capabilities.limit("max_cluster_size")
+        biggest = int(lim[0]) if lim else 0
+        if splits > biggest:
+            why = f"{splits} splits exceed the largest block group of {ctx.target} ({biggest}, limits.max_cluster_size)"
+        else:
+            cap = ctx.capabilities.limit("max_shared_bytes_per_block")
+            room = int(cap[0]) if cap else 0
+            if recv_bytes > stage_bytes and shared_bytes + recv_bytes > room:
+                why = (f"the receive area of {recv_bytes} bytes ({splits - 1} partials) fits neither in the pipelined "
+                       f"loop's {stage_bytes} bytes of stages nor beside the block's {shared_bytes} bytes "
+                       f"(max_shared_bytes_per_block {room})")
+    if why is not None:
+        if reduce_ == "group":
+            raise CompileError(f"pass config {SPLIT_K_REDUCE}=\"group\": {why}; use \"workspace\"")
+        return splits, why
+    if reduce_ == "group":
+        return splits, None
+    at_once = groups_at_once(ctx.capabilities)
+    if tiles <= at_once.get(splits, 0):
+        return splits, None
+    held = (f"{ctx.capabilities.id} holds {at_once[splits]} groups of {splits} at once" if splits in at_once else
+            f"{ctx.capabilities.id} declares no execution.cluster.at_once for groups of {splits}")
+    return splits, f"{tiles} groups of {splits} would not all be resident at once ({held})"
+
+
 @tile_pass("tilecore.split_k")
 def split_k(func, ctx):
     """Split a plain GEMM's pipelined k loop over blocks, the tile's last block summing the partials in split order
@@ -235,6 +288,23 @@ def split_k(func, ctx):
             raise CompileError(f"pass config {SPLIT_K}={splits}: the k loop's {kt} iterations do not divide into "
                                f"{splits} equal splits; use one of {divs[:12]}", loop.span)
     per = kt // splits
+    # tilecore.split_k_reduce: the tile's splits one block group, summed through block memory (D75), or the workspace
+    reduce_ = _reduce_option(ctx)
+    group_why = "workspace"
+    if reduce_ != "workspace":
+        if not registers:
+            group_why = "the accumulator is a block buffer, not registers"
+            if reduce_ == "group":
+                raise CompileError(f"pass config {SPLIT_K_REDUCE}=\"group\": target {ctx.target} keeps the "
+                                   "accumulator in block memory; the group sum exchanges registers", launch.span)
+        else:
+            stages = int(loop.annotations.get("num_stages") or 1)
+            dead = _stage_buffers(top, loop, acc)
+            stage_bytes = stages * sum(_nbytes(b) for b in dead)
+            shared_bytes = stage_bytes + sum(_nbytes(a.buffer) for a in top if isinstance(a, Allocate)
+                                             and a.buffer.scope == "shared" and a.buffer not in dead)
+            recv_bytes = (splits - 1) * regs * threads * acc.dtype.bytes
+            splits, group_why = _group_plan(ctx, reduce_, splits, tiles, recv_bytes, shared_bytes + 2048, stage_bytes)
     # the grid: the splits as the last dimension (a 1-D grid gets a unit second one)
     bvars = list(launch.block_vars)
     gexprs = [as_expr(g) for g in launch.grid]
@@ -251,6 +321,11 @@ def split_k(func, ctx):
     inner = Var(ko.name, ko.dtype)
     body = substitute(loop.body, {id(ko): binary("add", inner, binary("mul", z, as_expr(per)))})
     loop = loop.with_(var=inner, extent=as_expr(per), body=body)
+    if group_why is None:
+        return _group_sum(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, threads, tile, z, gexprs, bvars,
+                          ko, _stage_buffers(top, top[k], acc), reduce_)
+    if reduce_ != "workspace":
+        ctx.notes.append(f"tilecore.split_k_reduce={reduce_}: the workspace sum: {group_why}")
     # the kept workspaces: float partials in register order, an int32 arrival counter per tile
     parts = Buffer("tc_splitk_parts", (tiles * splits * regs * threads,), acc.dtype, "global")
     counts = Buffer("tc_splitk_count", (tiles,), "int32", "global")
@@ -342,3 +417,86 @@ def split_k(func, ctx):
     if ctx.config.get("tilecore.persistent") is None:  # a split grid is one wave of (tile, split) blocks
         ctx.config["tilecore.persistent"] = False
     return func.with_body(body, kept_workspaces=kept, split_k=(note,))
+
+
+def _nbytes(b) -> int:
+    return int(const_value(simplify(b.numel())) or 0) * b.dtype.bytes
+
+
+def _stage_buffers(top, loop, acc) -> list:
+    """The block buffers of the launch's top level that only the pipelined loop uses (its stage tiles): dead after it."""
+    writes = _loop_writes(loop) - {id(acc)}
+    k = top.index(loop)
+    after = _reads(Seq(list(top[k + 1:])))
+    return [a.buffer for a in top[:k] if isinstance(a, Allocate) and a.buffer.scope == "shared"
+            and id(a.buffer) in writes and id(a.buffer) not in after]
+
+
+def _group_sum(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, threads, tile, z, gexprs, bvars, ko, dead,
+               reduce_):
+    """The tile's ``splits`` blocks one block group (``launch.attrs["block_group"]``, D75): after the main loop the
+    blocks of ranks 1 .. S-1 store their accumulator registers into rank 0's receive area (block memory, float4
+    groups in the vector partials' order), a group barrier, and rank 0 sums them in split order (its own registers
+    first: the workspace form's additions, the same bits) and runs the kernel's epilogue; the others end."""
+    span = loop.span
+    vec = 4 if regs % 4 == 0 else 1
+    recv = Buffer("tc_group_recv", ((splits - 1) * regs * threads,), acc.dtype, "shared")
+    recv_bytes = _nbytes(recv)
+    stage_bytes = int(loop.annotations.get("num_stages") or 1) * sum(_nbytes(b) for b in dead)
+    reuse = tuple(b.name for b in dead) if recv_bytes <= stage_bytes else ()
+    tid = ThreadIndex(INDEX)
+
+    def slot(j, r):  # block j's (1 .. S-1) register r in rank 0's receive area
+        g, lane = r // vec, r % vec
+        run = binary("add", binary("mul", as_expr(j - 1), as_expr(regs // vec)), as_expr(g))
+        return binary("add", binary("mul", binary("add", binary("mul", run, as_expr(threads)), tid), as_expr(vec)),
+                      as_expr(lane))
+
+    # every other rank: its registers into rank 0's area at its own slot, in float4 groups
+    sends = []
+    for j in range(1, splits):
+        stores = [PeerStore(recv, (slot(j, r),), tuple(BufferLoad(acc, (as_expr(r + q),)) for q in range(vec)),
+                            as_expr(0), span=span) for r in range(0, regs, vec)]
+        sends.append((j, Seq(stores)))
+    version = None
+    for j, body in reversed(sends):
+        version = body if version is None else If(compare("eq", z, as_expr(j)), body, version, span=span)
+    send = PerThread(version, attrs={"split_k": "group send"}, span=span)
+    # rank 0: its own registers, then splits 1 .. S-1 from its receive area, in split order
+    sums = []
+    for r in range(regs):
+        t = BufferLoad(acc, (as_expr(r),))
+        for j in range(1, splits):
+            t = binary("add", t, BufferLoad(recv, (slot(j, r),)))
+        sums.append(Store(acc, (as_expr(r),), t, span=span))
+    reduce_stmt = PerThread(Seq(sums), attrs={"split_k": "group sum in split order"}, span=span)
+    rest = top[k + 1:]
+    allocs = [i for i, s in enumerate(top[:k]) if isinstance(s, Allocate)]
+    head = top[:k]
+    if reuse:  # the stages are rank 0's receive area: every block past its main loop (and its bulk copies' reads of
+        # them ordered before the ordinary stores) before anyone stores into them
+        after_loop = [BulkFence(span=span), GroupBarrier("arrive", "release", span=span),
+                      GroupBarrier("wait", "acquire", span=span)]
+        start = []
+    else:  # a receive area of its own: it is free from the start; the group's blocks say they have started at the top
+        # and wait for each other only before the first store into another's memory
+        after_loop = [GroupBarrier("wait", "acquire", span=span)]
+        start = [GroupBarrier("arrive", "relaxed", span=span)]
+    last_alloc = (max(allocs) + 1) if allocs else 0
+    new_top = [Allocate(recv, reuses=reuse, span=span), *head[:last_alloc], *start, *head[last_alloc:], loop,
+               *after_loop, If(compare("ne", z, as_expr(0)), send, None, span=span),
+               GroupBarrier("arrive", "release", span=span), GroupBarrier("wait", "acquire", span=span),
+               If(compare("eq", z, as_expr(0)), Seq([reduce_stmt, *rest]), None, span=span)]
+    attrs = dict(launch.attrs)
+    attrs["block_group"] = tuple([1] * len(gexprs) + [splits])
+    launch2 = launch.with_(grid=(*gexprs, as_expr(splits)), block_vars=(*bvars, z), body=Seq(new_top), attrs=attrs)
+    body = rewrite(func.body, lambda x: launch2 if isinstance(x, KernelLaunch) else None)
+    note = (f"tilecore.split_k: k loop over {ko.name} split over {splits} blocks a tile ({per} of {kt} k tiles each), "
+            f"one block group a tile (tilecore.split_k_reduce={reduce_}): {acc.dtype} partials of {regs} registers x "
+            f"{threads} threads stored into rank 0's block memory "
+            f"({'over its stages' if reuse else 'a receive area of its own'}, {recv_bytes} bytes) and summed there "
+            "in split order")
+    ctx.notes.append(note)
+    if ctx.config.get("tilecore.persistent") is None:
+        ctx.config["tilecore.persistent"] = False
+    return func.with_body(body, split_k=(note,))

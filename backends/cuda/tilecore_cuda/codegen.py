@@ -15,7 +15,7 @@ from importlib import resources
 from tilecore.codegen import SIMTCppEmitter, EmitState, abi_of, host_expr
 from tilecore.codegen.simtcpp import grid3
 from tilecore.errors import CompileError
-from tilecore.ir import (as_expr, BinOp, Bind, For, ThreadIndex, AsyncCopy, CopyBarrierWait, VectorStore, BufferLoad, BulkCopy, BulkStore, Cast, Collective, MatrixLoad, MatrixOp, MatrixStore, MatrixSync, Seq, Store, binary, collect, const,
+from tilecore.ir import (as_expr, KernelLaunch, BinOp, Bind, For, ThreadIndex, AsyncCopy, CopyBarrierWait, VectorStore, BufferLoad, BulkCopy, BulkStore, Cast, Collective, MatrixLoad, MatrixOp, MatrixStore, MatrixSync, Seq, Store, binary, collect, const,
                          const_value, logic_or, simplify, Var, walk, walk_expr)
 from tilecore.codegen.cfamily import kept_workspaces, st_fast
 from tilecore.ir.thread_values import thread_values
@@ -283,6 +283,13 @@ class CUDAEmitter(SIMTCppEmitter):
         clusters = {int(c.attrs["cluster"]) for c in st.pipelines if c.attrs.get("cluster")}
         if clusters:  # a split GEMM summed in thread-block clusters (D41): the kernel's __cluster_dims__, for the record
             meta["cluster"] = [1, 1, max(clusters)]
+        groups = [tuple(int(d) for d in x.attrs["block_group"]) for x in collect(func.body, KernelLaunch)
+                  if x.attrs.get("block_group")]
+        if groups:  # the core's block group (D75): a thread-block cluster of that shape, x fastest
+            g = list(groups[0])[:3]
+            if len(groups[0]) > 3 and any(d != 1 for d in groups[0][3:]):
+                raise CompileError(f"a block group of shape {groups[0]}: CUDA's clusters have 3 dimensions")
+            meta["cluster"] = g + [1] * (3 - len(g))
         if getattr(st, "hopper_persistent", None) is not None:  # a persistent GEMM: min(tiles, its blocks) in x
             from .hopper import PERSISTENT_BLOCKS_PER_SM
 
@@ -1211,6 +1218,40 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
 
     def stmt_BulkStoreWait(self, st, s):
         self.line(st, f"tc_bulk_wait{'_read' if s.read else ''}<{int(s.pending)}>();")
+
+    #: the block group's barrier (D75): PTX's cluster barrier, by phase and order
+    group_barriers = {("arrive", "release"): "barrier.cluster.arrive.release.aligned;",
+                      ("arrive", "relaxed"): "barrier.cluster.arrive.relaxed.aligned;",
+                      ("wait", "acquire"): "barrier.cluster.wait.acquire.aligned;"}
+
+    def stmt_GroupBarrier(self, st, s):
+        phases = [("arrive", "release"), ("wait", "acquire")] if s.phase == "sync" else [(s.phase, s.order)]
+        for p in phases:
+            self.line(st, f'asm volatile("{self.group_barriers[p]}\\n" ::: "memory");')
+
+    #: a peer store's element types: (PTX type, asm constraint, C conversion of the value)
+    peer_types = {"float32": ("f32", "f", "{}"), "int32": ("s32", "r", "{}"), "uint32": ("u32", "r", "{}"),
+                  "float64": ("f64", "d", "{}")}
+
+    def stmt_PeerStore(self, st, s):
+        """``mapa`` (this block's address of the element -> the group peer's) and ``st.shared::cluster`` of 1, 2 or 4
+        consecutive elements (D75)."""
+        dt = str(s.buffer.dtype)
+        if dt not in self.peer_types or len(s.values) not in (1, 2, 4) or \
+                len(s.values) * s.buffer.dtype.bytes > 16:
+            raise CompileError(f"a store into a group peer's {s.buffer.name} of {len(s.values)} {dt}: CUDA stores "
+                               f"1, 2 or 4 elements of {', '.join(self.peer_types)} (up to 16 bytes)", s.span)
+        ptx, con, conv = self.peer_types[dt]
+        n = len(s.values)
+        ref = self.element(st, s.buffer, s.indices)
+        vals = [conv.format(self.expr(st, v)) for v in s.values]
+        regs = ", ".join(f"%{i + 2}" for i in range(n))
+        vec = f".v{n}" if n > 1 else ""
+        operand = f"{{{regs}}}" if n > 1 else regs
+        ins = ", ".join([f'"r"(tc_smem_addr(&{ref}))', f'"r"((unsigned)({self.expr(st, s.rank)}))'] +
+                        [f'"{con}"({v})' for v in vals])
+        self.line(st, f'asm volatile("{{\\n .reg .b32 tc_pa;\\n mapa.shared::cluster.u32 tc_pa, %0, %1;\\n '
+                      f'st.shared::cluster{vec}.{ptx} [tc_pa], {operand};\\n}}" :: {ins} : "memory");')
 
     def stmt_BulkFence(self, st, s):
         self.line(st, "tc_fence_proxy_async();")

@@ -1,0 +1,167 @@
+"""The core's split-K summed in a block group (``tilecore.split_k_reduce="group"``, D75) against its workspace sum
+(D69), the CUDA plugin's split-K (its default: the cluster sum, D41) and cuBLAS.
+
+    python benchmarks/general_splitk_group.py [--shapes 128x4096x4096,16x8192x8192] [--rounds 6] [--batch 10]
+
+For every shape, in one process, the README GEMM (``cuda_gemm.matmul``, fp16, C fp16) compiled as:
+
+- ``plugin``: no pass configs (the plugin's pipeline, its split-K rule and cluster sum: the bar's reference);
+- ``plugin-global``: the plugin's workspace sum;
+- ``ws S tile`` / ``group S tile``: the core's general path with ``tilecore.split_k=S`` and
+  ``tilecore.split_k_reduce="workspace"`` / ``"group"`` at each tile of ``--tiles`` and each S of ``--splits`` that
+  divides the k tiles; ``auto tile``: ``tilecore.split_k="auto"`` with ``split_k_reduce="auto"``;
+- ``routed ...``: ``tilecore.cuda.general_split_k=True`` (the plugin's tile and rule's count on the general path)
+  with the workspace sum and with ``split_k_reduce="auto"``.
+
+torch.matmul (cuBLAS) in the same run is the reference. Times: CUDA events around each call, ``--batch`` calls a
+batch issued while the GPU sleeps, variants interleaved round by round, the order reversed every other round (both
+orders), the median of every call. Every result is checked against a float64 product; every kernel bit for bit
+across two calls; every group kernel bit for bit against the workspace kernel of its tile and split count (the same
+additions in the same order). Prints ratios to cuBLAS and to ``plugin``. Without a GPU: compiles one group kernel,
+exits 3.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import tilecore
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cuda_gemm import NO_GPU_EXIT, has_gpu, matmul, split_k_of  # noqa: E402
+
+TILES = "128x128x64/256/4,64x128x64/128/4,128x64x64/256/4"
+PLUGIN_TILES = {"128x4096x4096": (128, 128, 64, 256, 5), "16x8192x8192": (64, 256, 64, 128, 3)}
+GENERAL = {"tilecore.cuda.general_plain_gemm": True}
+
+
+def parse_tile(t: str) -> tuple:
+    a, th, st = t.split("/")
+    bm, bn, bk = (int(x) for x in a.split("x"))
+    return bm, bn, bk, int(th), int(st)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", default="128x4096x4096,16x8192x8192")
+    ap.add_argument("--tiles", default=TILES)
+    ap.add_argument("--splits", default="2,4")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--batch", type=int, default=10)
+    ap.add_argument("--sleep-cycles", type=int, default=4_000_000)
+    args = ap.parse_args()
+    shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s]
+    tiles = [parse_tile(t) for t in args.tiles.split(",") if t]
+    splits = [int(s) for s in args.splits.split(",") if s]
+    if not has_gpu()[0]:
+        M, N, K = shapes[0]
+        bm, bn, bk, th, st = tiles[0]
+        k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda:sm_90a",
+                             pass_configs={**GENERAL, "tilecore.split_k": 2, "tilecore.split_k_reduce": "group"})
+        print("no GPU: compiled", k.meta.get("attrs", {}).get("split_k"))
+        return NO_GPU_EXIT
+    import torch
+
+    torch.manual_seed(0)
+    failures = 0
+    for M, N, K in shapes:
+        name = f"{M}x{N}x{K}"
+        A = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        B = torch.randn(K, N, device="cuda", dtype=torch.float16)
+        ref = A.double() @ B.double()
+        bound = (K ** 0.5) * 2e-3 * 4 + ref.abs() * 2 ** -10  # float32 sums, one fp16 rounding
+        variants: dict = {"cublas": (lambda A=A, B=B: torch.matmul(A, B), None)}
+        pairs = []  # (group label, workspace label): the same bits expected
+
+        def add(label, M=M, N=N, K=K, tile=None, cfg=None):
+            bm, bn, bk, th, st = tile
+            try:
+                k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda",
+                                     pass_configs=cfg or {})
+            except Exception as e:  # noqa: BLE001 - a variant that does not compile is reported, not fatal
+                print(f"  {label}: not compiled: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                return None
+            C = torch.empty(M, N, device="cuda", dtype=torch.float16)
+            variants[label] = (lambda k=k, C=C, A=A, B=B: k(A, B, C), (k, C))
+            return k
+
+        pt = PLUGIN_TILES.get(name, (128, 128, 64, 256, 4))
+        kp = add("plugin", tile=pt)
+        sp = split_k_of(kp) if kp is not None else 1
+        cl = (kp.source.meta.get("cluster") if kp is not None else None)
+        add("plugin-global", tile=pt, cfg={"tilecore.cuda.split_k_reduce": "global"})
+        add("routed ws", tile=pt, cfg={"tilecore.cuda.general_split_k": True})
+        k = add("routed group-auto", tile=pt, cfg={"tilecore.cuda.general_split_k": True,
+                                                    "tilecore.split_k_reduce": "auto"})
+        if k is not None:
+            print(f"  routed group-auto: {(k.meta.get('attrs', {}).get('split_k') or ('-',))[0][:220]}")
+        for t in tiles:
+            tn = f"{t[0]}x{t[1]}x{t[2]}/{t[4]}"
+            kt = -(-K // t[2])
+            for s in splits:
+                if kt % s:
+                    continue
+                if add(f"ws {s} {tn}", tile=t, cfg={**GENERAL, "tilecore.split_k": s}) is None:
+                    continue
+                if add(f"group {s} {tn}", tile=t, cfg={**GENERAL, "tilecore.split_k": s,
+                                                       "tilecore.split_k_reduce": "group"}) is not None:
+                    pairs.append((f"group {s} {tn}", f"ws {s} {tn}"))
+            k = add(f"auto {tn}", tile=t, cfg={**GENERAL, "tilecore.split_k": "auto", "tilecore.split_k_reduce": "auto"})
+            if k is not None:
+                print(f"  auto {tn}: {(k.meta.get('attrs', {}).get('split_k') or ('not split',))[0][:220]}")
+        print(f"\n{name}: plugin tile {pt[0]}x{pt[1]}x{pt[2]}/{pt[4]}, plugin split-K {sp}, cluster {cl}")
+        outs = {}
+        for label, (fn, held) in list(variants.items()):
+            if held is None:
+                continue
+            fn()
+            torch.cuda.synchronize()
+            first = held[1].clone()
+            err = (first.double() - ref).abs()
+            bad = bool((err > bound).any())
+            fn()
+            torch.cuda.synchronize()
+            same = bool(torch.equal(first, held[1]))
+            outs[label] = first
+            if bad or not same:
+                failures += 1
+                print(f"  {label}: FAILED: max err {err.max().item():.4g} (bound {bound.max().item():.3g}), "
+                      f"bit-identical across two calls: {same}")
+                del variants[label]
+        for g, w in pairs:
+            if g in outs and w in outs:
+                same = bool(torch.equal(outs[g], outs[w]))
+                print(f"  {g}: the same bits as {w}: {same}")
+                failures += 0 if same else 1
+        times = {label: [] for label in variants}
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(args.batch)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(args.batch)]
+        for fn, _ in variants.values():
+            fn()
+        torch.cuda.synchronize()
+        order = list(variants.items())
+        for rnd in range(args.rounds):
+            for label, (fn, _) in (order if rnd % 2 == 0 else order[::-1]):
+                if hasattr(torch.cuda, "_sleep"):
+                    torch.cuda._sleep(args.sleep_cycles)
+                for s, e in zip(starts, ends):
+                    s.record()
+                    fn()
+                    e.record()
+                torch.cuda.synchronize()
+                times[label] += [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+        med = {label: statistics.median(ts) for label, ts in times.items()}
+        cub, plug = med["cublas"], med.get("plugin")
+        print(f"{'variant':30s} {'us':>8s} {'x cuBLAS':>9s} {'x plugin':>9s}")
+        for label, us in med.items():
+            rp = f"{plug / us:9.3f}" if plug else f"{'-':>9s}"
+            print(f"{label:30s} {us:8.2f} {cub / us:9.3f} {rp}")
+        sys.stdout.flush()
+    print(f"\n{failures} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
