@@ -40,6 +40,7 @@ SPLIT_K = "tilecore.split_k"
 SPLIT_K_FENCES = "tilecore.split_k_fences"
 SPLIT_K_PARTIALS = "tilecore.split_k_partials"
 SPLIT_K_REDUCE = "tilecore.split_k_reduce"
+SPLIT_K_GROUP_AREA = "tilecore.split_k_group_area"
 #: the "auto" rule's constants (decisions D27 / D31's rule, as a GPU plugin's split-K takes it)
 TILES_PER_STAGE, LEAST_CAP, MAX_SPLITS, TAIL_RATIO = 4, 16, 16, 1
 #: the last block's sum is written once per split index (its own partial from its registers) up to this many
@@ -253,7 +254,7 @@ def split_k(func, ctx):
             return func
         raise CompileError(f"pass config {SPLIT_K}={want}: kernel {func.name} cannot be split over K: {plan}",
                            launch.span)
-    if not ctx.capabilities.feature("kept_workspace"):
+    if not ctx.capabilities.feature("kept_workspace") and _reduce_option(ctx) == "workspace":
         if want == "auto":
             return func
         raise CompileError(f"pass config {SPLIT_K}={want}: target {ctx.target} keeps no workspace across calls "
@@ -292,11 +293,13 @@ def split_k(func, ctx):
     reduce_ = _reduce_option(ctx)
     group_why = "workspace"
     if reduce_ != "workspace":
-        if not registers:
+        if not registers and ctx.capabilities.get("execution.cluster.supported"):
             group_why = "the accumulator is a block buffer, not registers"
             if reduce_ == "group":
                 raise CompileError(f"pass config {SPLIT_K_REDUCE}=\"group\": target {ctx.target} keeps the "
                                    "accumulator in block memory; the group sum exchanges registers", launch.span)
+        elif not registers:
+            splits, group_why = _group_plan(ctx, reduce_, splits, tiles, 0, 0, 0)  # names the missing capability
         else:
             stages = int(loop.annotations.get("num_stages") or 1)
             dead = _stage_buffers(top, loop, acc)
@@ -305,6 +308,8 @@ def split_k(func, ctx):
                                              and a.buffer.scope == "shared" and a.buffer not in dead)
             recv_bytes = (splits - 1) * regs * threads * acc.dtype.bytes
             splits, group_why = _group_plan(ctx, reduce_, splits, tiles, recv_bytes, shared_bytes + 2048, stage_bytes)
+            cap = ctx.capabilities.limit("max_shared_bytes_per_block")
+            beside = bool(cap) and shared_bytes + 2048 + recv_bytes <= int(cap[0])
     # the grid: the splits as the last dimension (a 1-D grid gets a unit second one)
     bvars = list(launch.block_vars)
     gexprs = [as_expr(g) for g in launch.grid]
@@ -323,7 +328,14 @@ def split_k(func, ctx):
     loop = loop.with_(var=inner, extent=as_expr(per), body=body)
     if group_why is None:
         return _group_sum(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, threads, tile, z, gexprs, bvars,
-                          ko, _stage_buffers(top, top[k], acc), reduce_)
+                          ko, [] if beside and ctx.option(SPLIT_K_GROUP_AREA, "auto") != "stages" else
+                          _stage_buffers(top, top[k], acc), reduce_)
+    if not ctx.capabilities.feature("kept_workspace"):  # "auto" where the group does not apply either
+        if want == "auto":
+            return func
+        raise CompileError(f"pass config {SPLIT_K}={want}: target {ctx.target} keeps no workspace across calls "
+                           f"(features.kept_workspace), which split-K's partials and counters need, and the group sum "
+                           f"does not apply ({group_why})", launch.span)
     if reduce_ != "workspace":
         ctx.notes.append(f"tilecore.split_k_reduce={reduce_}: the workspace sum: {group_why}")
     # the kept workspaces: float partials in register order, an int32 arrival counter per tile
@@ -401,18 +413,19 @@ def split_k(func, ctx):
     else:
         e = Var("e", INDEX)
         sums.append(For(e, as_expr(0), as_expr(regs), "parallel", Store(acc, elem(e), total(e), span=span), span=span))
-    reduce_ = PerThread(Seq(sums), attrs={"split_k": "sum in split order"}, span=span) if registers else Seq(sums)
+    sum_stmt = PerThread(Seq(sums), attrs={"split_k": "sum in split order"}, span=span) if registers else Seq(sums)
     reset = Store(counts, (tile,), as_expr(0, "int32"), span=span)
     rest = top[k + 1:]
     is_last = compare("eq", BufferLoad(last, (as_expr(0),)), as_expr(splits - 1, "int32"))
-    tail = If(is_last, Seq([reduce_, reset, *rest]), None, span=span)
+    tail = If(is_last, Seq([sum_stmt, reset, *rest]), None, span=span)
     new_top = [Allocate(last, span=span), *top[:k], loop, partial, Barrier(span=span), arrive, Barrier(span=span), tail]
     launch2 = launch.with_(grid=(*gexprs, as_expr(splits)), block_vars=(*bvars, z), body=Seq(new_top))
     body = rewrite(func.body, lambda x: launch2 if isinstance(x, KernelLaunch) else None)
     kept = tuple(func.attrs.get("kept_workspaces", ())) + (parts, counts)
     note = (f"tilecore.split_k: k loop over {ko.name} split over {splits} blocks a tile ({why}; {per} of {kt} k tiles "
             f"each), {acc.dtype} partials of {regs} registers x {threads} threads summed in split order by each "
-            "tile's last block")
+            "tile's last block" + (f" (tilecore.split_k_reduce={reduce_}: not in a block group: {group_why})"
+                                   if reduce_ != "workspace" else ""))
     ctx.notes.append(note)
     if ctx.config.get("tilecore.persistent") is None:  # a split grid is one wave of (tile, split) blocks
         ctx.config["tilecore.persistent"] = False
@@ -443,7 +456,10 @@ def _group_sum(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, thre
     recv = Buffer("tc_group_recv", ((splits - 1) * regs * threads,), acc.dtype, "shared")
     recv_bytes = _nbytes(recv)
     stage_bytes = int(loop.annotations.get("num_stages") or 1) * sum(_nbytes(b) for b in dead)
-    reuse = tuple(b.name for b in dead) if recv_bytes <= stage_bytes else ()
+    # tilecore.split_k_group_area: "auto" (default): the receive area beside the block's buffers where it fits there
+    # (free from the start: no barrier after the main loop, only the wait of an arrival at the top), else over the
+    # pipelined loop's stages (every block past its main loop first); "stages": over the stages wherever they hold it
+    reuse = tuple(b.name for b in dead) if dead and recv_bytes <= stage_bytes else ()
     tid = ThreadIndex(INDEX)
 
     def slot(j, r):  # block j's (1 .. S-1) register r in rank 0's receive area

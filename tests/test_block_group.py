@@ -1,0 +1,204 @@
+"""A block group in the core IR (decision D75) and the split-K sum through it (``tilecore.split_k_reduce``).
+
+- the IR: :class:`~tilecore.ir.GroupBarrier` (arrive / wait / sync with their orders), :class:`~tilecore.ir.PeerStore`,
+  ``KernelLaunch.attrs["block_group"]``, ``Allocate.reuses``; printed, validated;
+- the CUDA spellings (``__cluster_dims__``, ``barrier.cluster.arrive.release`` / ``wait.acquire``, ``mapa`` +
+  ``st.shared::cluster``) in the split GEMM's source, its SASS (UCGABAR, DSMEM stores, LDS.128, nothing global),
+  the receive area over the pipelined loop's stages or beside them;
+- ``"group"`` / ``"auto"`` / ``"workspace"``: the choice and its notes, the refusals by name (the CPU reference,
+  a receive area that fits nowhere, more splits than the largest group) and the emitters that spell no block group
+  (C family, WebGPU, HIP, Metal).
+
+The device tests (float64, the workspace form's bits, bit for bit every call) are in tests/test_general_splitk.py.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+import tilecore
+from tilecore.errors import CompileError
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+from test_cuda_backend import needs_toolchain  # noqa: E402
+from cuda_gemm import matmul  # noqa: E402
+
+NOCACHE = {"tilecore.disable_cache": True}
+GENERAL = {**NOCACHE, "tilecore.cuda.general_plain_gemm": True}
+
+
+def _cuda(M, N, K, tile, split, reduce_="group", **cfg):
+    bm, bn, bk, th, st = tile
+    return tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda:sm_90a",
+                            pass_configs={**GENERAL, "tilecore.split_k": split, "tilecore.split_k_reduce": reduce_, **cfg})
+
+
+# -- the IR ---------------------------------------------------------------------------------------------------------
+def test_group_barrier_phases_and_orders_are_checked():
+    from tilecore.ir import GroupBarrier
+
+    assert GroupBarrier("arrive", "relaxed").order == "relaxed"
+    with pytest.raises(ValueError, match="phase 'enter'"):
+        GroupBarrier("enter", "release")
+    with pytest.raises(ValueError, match="wait order 'release'"):
+        GroupBarrier("wait", "release")
+
+
+def test_group_statements_print():
+    from tilecore.ir import Buffer, GroupBarrier, PeerStore, as_expr
+    from tilecore.ir.printer import stmt_lines
+
+    b = Buffer("recv", (64,), "float32", "shared")
+    lines = stmt_lines(PeerStore(b, (as_expr(4),), (as_expr(1.0), as_expr(2.0)), as_expr(0)), 0) + \
+        stmt_lines(GroupBarrier("arrive", "release"), 0)
+    assert lines == ["T.peer_store(recv[4], (1.0, 2.0), rank=0)", "T.group_barrier('arrive', order='release')"]
+
+
+def test_emitters_without_block_groups_refuse_them_by_name():
+    from tilecore.codegen import EmitState
+    from tilecore.codegen.cfamily import CFamilyEmitter
+    from tilecore.ir import Buffer, GroupBarrier, PeerStore, as_expr
+
+    b = Buffer("recv", (64,), "float32", "shared")
+    with pytest.raises(CompileError, match="block group's barrier .* no block groups"):
+        CFamilyEmitter().stmt(EmitState(), GroupBarrier("sync", "acq_rel"))
+    with pytest.raises(CompileError, match="block group peer's recv.* no block groups"):
+        CFamilyEmitter().stmt(EmitState(), PeerStore(b, (as_expr(0),), (as_expr(1.0),), as_expr(1)))
+
+
+@pytest.mark.parametrize("plugin,cls", [("tilecore_webgpu", "WebGPUEmitter"), ("tilecore_hip", "HIPEmitter"),
+                                        ("tilecore_metal", "MetalEmitter"), ("tilecore_cpu", "CPUEmitter")])
+def test_backends_without_block_groups_refuse_them_by_name(plugin, cls):
+    mod = pytest.importorskip(f"{plugin}.codegen")
+    from tilecore.codegen import EmitState
+    from tilecore.ir import GroupBarrier
+
+    with pytest.raises(CompileError, match=f"no block groups.*|{cls}.*no block groups"):
+        getattr(mod, cls)().stmt(EmitState(), GroupBarrier("wait", "acquire"))
+
+
+# -- the split-K choice and its refusals ------------------------------------------------------------------------------
+def test_group_refused_by_name_on_the_cpu_reference():
+    f = matmul(64, 64, 512, 32, 32, 32, threads=128, num_stages=2, dtype="float32", accum="float32")
+    with pytest.raises(CompileError, match="target cpu has no block groups .*execution.cluster.supported"):
+        tilecore.compile(f, target="cpu", pass_configs={**NOCACHE, "tilecore.split_k": 4, "tilecore.split_k_reduce": "group"})
+    k = tilecore.compile(f, target="cpu", pass_configs={**NOCACHE, "tilecore.split_k": 4, "tilecore.split_k_reduce": "auto"})
+    assert "last block" in k.meta["attrs"]["split_k"][0]  # "auto": the workspace sum
+    with pytest.raises(CompileError, match="expected \"workspace\""):
+        tilecore.compile(f, target="cpu", pass_configs={**NOCACHE, "tilecore.split_k": 4, "tilecore.split_k_reduce": "dsmem"})
+
+
+@needs_toolchain
+def test_group_refusals_on_sm90():
+    with pytest.raises(CompileError, match="receive area of 196608 bytes .*fits neither"):
+        _cuda(128, 4096, 4096, (128, 128, 64, 256, 4), 4)
+    with pytest.raises(CompileError, match="16 splits exceed the largest block group .* \\(8, limits.max_cluster_size\\)"):
+        _cuda(16, 8192, 8192, (64, 128, 64, 128, 2), 16)
+
+
+@needs_toolchain
+def test_auto_takes_the_group_where_every_group_is_resident_at_once():
+    """"auto": groups of 2 (66 resident at once on sm_90a's profile) for 64 tiles; 32 groups of 4 (30 at once) and a
+    receive area that fits nowhere keep the workspace sum, with the reason in the notes."""
+    k = _cuda(16, 8192, 8192, (64, 128, 64, 128, 4), 2, "auto")
+    assert k.source.meta["cluster"] == [1, 1, 2] and "one block group a tile" in k.meta["attrs"]["split_k"][0]
+    k = _cuda(128, 4096, 4096, (64, 128, 64, 128, 4), 4, "auto")
+    assert "cluster" not in k.source.meta and "workspace" in k.source.meta
+    assert "64 groups of 4 would not all be resident at once (cuda/sm_90a holds 30" in k.meta["attrs"]["split_k"][0]
+    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 2), 4, "auto")
+    assert "cluster" not in k.source.meta and "fits neither" in k.meta["attrs"]["split_k"][0]
+    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 4), 4, "workspace")
+    assert "cluster" not in k.source.meta
+
+
+# -- the CUDA source and SASS -------------------------------------------------------------------------------------------
+@needs_toolchain
+def test_group_sum_cuda_source_receive_area_beside():
+    """By default the receive area lies beside the block's buffers where it fits (64 KiB beside 161 KiB): the blocks
+    arrive (relaxed) at the top, wait after the main loop, no barrier between; the sum, then the bulk store."""
+    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 4), 2)
+    src, meta = k.source.code, k.source.meta
+    assert meta["cluster"] == [1, 1, 2] and meta["shared_bytes"] == 164864 + 65536  # A_shared from offset 66560, 1024-aligned
+    assert re.search(r"float\* __restrict__ vtc_group_recv = ", src)
+    assert src.index("barrier.cluster.arrive.relaxed.aligned;") < src.index("for (long long ko = 0;") \
+        < src.index("barrier.cluster.wait.acquire.aligned;") < src.index("if ((split != 0)) {") \
+        < src.index("barrier.cluster.arrive.release.aligned;")
+    assert src.count("barrier.cluster.wait.acquire.aligned;") == 2 and "tc_fence_proxy_async();\n  __syncthreads();\n  asm" \
+        not in src
+    assert src.count("st.shared::cluster.v4.f32") == 16
+
+
+@needs_toolchain
+def test_group_sum_cuda_source_over_the_stages():
+    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 4), 2, **{"tilecore.split_k_group_area": "stages"})
+    src, meta = k.source.code, k.source.meta
+    assert meta["grid"] == ["32", "1", "2"] and meta["cluster"] == [1, 1, 2] and "workspace" not in meta
+    assert '__global__ void __cluster_dims__(1, 1, 2) __launch_bounds__(256)' in src
+    # the receive area over the stages (A_shared's offset), neither pointer restrict; no more block memory
+    off = re.search(r"float\* vtc_group_recv = \(float\*\)\(tc_smem \+ (\d+)\);", src).group(1)
+    assert f"__half* A_shared = (__half*)(tc_smem + {off});" in src
+    assert meta["shared_bytes"] == 164864  # the workspace kernel's (its counter slot aside)
+    tail = src[src.index("tc_wg_wait<0>(); tc_wg_fence_regs<64>(C_local);\n  }\n"):]
+    # every block past its main loop (the stages free) before the stores into rank 0's, then all landed
+    assert tail.index("tc_fence_proxy_async();") < tail.index("barrier.cluster.arrive.release.aligned;") \
+        < tail.index("barrier.cluster.wait.acquire.aligned;") < tail.index("if ((split != 0)) {")
+    assert src.count("mapa.shared::cluster.u32") == 16 and src.count("st.shared::cluster.v4.f32") == 16
+    assert src.count("barrier.cluster.arrive.release.aligned;") == 2 and "barrier.cluster.arrive.relaxed" not in src
+    sends = tail[tail.index("if ((split != 0)) {"):]
+    assert sends.index("barrier.cluster.wait.acquire.aligned;") < sends.index("if ((split == 0)) {") \
+        < sends.index("C_local[0] = (C_local[0] + vtc_group_recv[") < sends.index("tc_tma_store_2d(")
+    assert "atom." not in src and "tc_workspace" not in src.split("tc_kernel(")[1].split(")")[0]
+
+
+@needs_toolchain
+def test_group_receive_area_beside_the_stages_where_they_do_not_hold_it():
+    """4 splits of 64x128 tiles at 2 stages: 3 partials (96 KiB) over 48 KiB of stages: an area of its own, the
+    blocks saying they started at the top (arrive, relaxed) and waiting only before the first peer store."""
+    k = _cuda(16, 8192, 8192, (64, 128, 64, 128, 2), 4)
+    src = k.source.code
+    assert re.search(r"float\* __restrict__ vtc_group_recv = ", src)
+    assert src.count("barrier.cluster.arrive.relaxed.aligned;") == 1
+    assert src.index("barrier.cluster.arrive.relaxed.aligned;") < src.index("for (long long ko = 0;")
+    assert src.count("barrier.cluster.arrive.release.aligned;") == 1
+    assert src.count("st.shared::cluster.v4.f32") == 3 * 16  # one version a sending rank
+
+
+@needs_toolchain
+def test_group_sum_sass():
+    """The cluster barrier (UCGABAR arrive / wait, twice), 16 DSMEM stores of 16 bytes (ST.E.128 through mapa's
+    address), the sum's 16 LDS.128 and 64 FADD; nothing global but the bulk store: no STG / LDG / ATOMG; no spill."""
+    import tilecore_cuda
+
+    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 4), 2)
+    try:
+        sass = tilecore_cuda.CUDABackend().disassemble(k.binary, None)
+    except SystemExit as e:  # no cuobjdump here
+        pytest.skip(str(e))
+    ops = re.findall(r"\b((?:UCGABAR|LDS|STS|ST|LDG|STG|ATOMG|FADD|MAPA)[\w.]*)", sass)
+    assert ops.count("UCGABAR_ARV") == 2 and ops.count("UCGABAR_WAIT") == 2
+    assert ops.count("ST.E.128") == 16 and ops.count("LDS.128") == 16 and ops.count("FADD") == 64
+    assert not [o for o in ops if o.startswith(("STG", "LDG", "ATOMG"))]
+    assert "LDL" not in sass and "STL" not in sass
+
+
+@needs_toolchain
+def test_routed_split_gemm_takes_the_group_sum_when_asked():
+    """tilecore.cuda.general_split_k=True with split_k_reduce="auto": the plugin's tile and count on the general path,
+    summed in groups where they all fit at once (16x8192x8192 at 64x128 tiles: 64 tiles, the rule's 2 splits, 64
+    groups of 2 of the 66 resident at once); at the 64x256 tile the rule's 4 splits' 3 partials (192 KiB) fit in no
+    block memory: the workspace sum."""
+    def routed(bn, stages):
+        f = matmul(16, 8192, 8192, 64, bn, 64, threads=128, num_stages=stages)
+        return tilecore.compile(f, target="cuda:sm_90a", pass_configs={**NOCACHE, "tilecore.cuda.general_split_k": True,
+                                                                       "tilecore.split_k_reduce": "auto"})
+
+    k = routed(128, 4)
+    assert "tc_wgmma_splitk" not in k.source.code and "mapa.shared::cluster" in k.source.code
+    assert k.source.meta["grid"] == ["64", "1", "2"] and k.source.meta.get("cluster") == [1, 1, 2]
+    k = routed(256, 3)
+    assert k.source.meta["grid"][2] == "4" and "cluster" not in k.source.meta
+    assert "the receive area of 196608 bytes (3 partials) fits neither" in k.meta["attrs"]["split_k"][0]
