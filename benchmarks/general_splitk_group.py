@@ -9,7 +9,8 @@ For every shape, in one process, the README GEMM (``cuda_gemm.matmul``, fp16, C 
 - ``plugin-global``: the plugin's workspace sum;
 - ``ws S tile`` / ``group S tile``: the core's general path with ``tilecore.split_k=S`` and
   ``tilecore.split_k_reduce="workspace"`` / ``"group"`` at each tile of ``--tiles`` and each S of ``--splits`` that
-  divides the k tiles (``group-stages``: the receive area over the stages, ``tilecore.split_k_group_area``); ``auto tile``: ``tilecore.split_k="auto"`` with ``split_k_reduce="auto"``;
+  divides the k tiles (``group-stages``: the receive area over the stages, ``tilecore.split_k_group_area``;
+  ``group-cb``: the peers' stores completing on rank 0's transaction barrier, ``tilecore.split_k_group_sync``); ``auto tile``: ``tilecore.split_k="auto"`` with ``split_k_reduce="auto"``;
 - ``routed ...``: ``tilecore.cuda.general_split_k=True`` (the plugin's tile and rule's count on the general path)
   with the workspace sum and with ``split_k_reduce="auto"``.
 
@@ -108,6 +109,9 @@ def main() -> int:
                 if add(f"group {s} {tn}", tile=t, cfg={**GENERAL, "tilecore.split_k": s,
                                                        "tilecore.split_k_reduce": "group"}) is not None:
                     pairs.append((f"group {s} {tn}", f"ws {s} {tn}"))
+                if add(f"group-cb {s} {tn}", tile=t, cfg={**GENERAL, "tilecore.split_k": s, "tilecore.split_k_reduce": "group",
+                                                          "tilecore.split_k_group_sync": "copy_barrier"}) is not None:
+                    pairs.append((f"group-cb {s} {tn}", f"ws {s} {tn}"))
                 k = add(f"group-stages {s} {tn}", tile=t, cfg={**GENERAL, "tilecore.split_k": s,
                                                                "tilecore.split_k_reduce": "group",
                                                                "tilecore.split_k_group_area": "stages"})

@@ -202,3 +202,33 @@ def test_routed_split_gemm_takes_the_group_sum_when_asked():
     k = routed(256, 3)
     assert k.source.meta["grid"][2] == "4" and "cluster" not in k.source.meta
     assert "the receive area of 196608 bytes (3 partials) fits neither" in k.meta["attrs"]["split_k"][0]
+
+
+@needs_toolchain
+def test_group_stores_completing_on_rank0s_transaction_barrier():
+    """tilecore.split_k_group_sync="copy_barrier": rank 0's barrier initialised (and announced for the 32 KiB of its
+    peer's partial) before the blocks' relaxed arrival; the peer's 16 stores are st.async completing on it (STAS.128),
+    rank 0 waits for its phase alone: one cluster barrier (the top's), no release fence (MEMBAR.ALL.GPU)."""
+    import tilecore_cuda
+
+    k = _cuda(16, 8192, 8192, (64, 128, 64, 128, 4), 2, **{"tilecore.split_k_group_sync": "copy_barrier"})
+    src = k.source.code
+    assert "stores completing on its transaction barrier" in k.meta["attrs"]["split_k"][0]
+    init = src.index("tc_mbar_init(tc_smem_addr(vtc_group_full + tc_i), 1);")
+    assert init < src.index("barrier.cluster.arrive.relaxed.aligned;") < src.index(
+        "tc_mbar_expect_tx(tc_smem_addr(vtc_group_full + (0)), 32768u);") < src.index("for (long long ko = 0;")
+    assert src.count("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32") == 16
+    assert "barrier.cluster.arrive.release" not in src
+    assert src.index("tc_mbar_wait(tc_smem_addr(vtc_group_full + (0)), 0);") < src.index("C_local[0] = (C_local[0] + vtc_group_recv[")
+    try:
+        sass = tilecore_cuda.CUDABackend().disassemble(k.binary, None)
+    except SystemExit as e:
+        pytest.skip(str(e))
+    ops = re.findall(r"\b((?:UCGABAR|STAS|MEMBAR|LDS)[\w.]*)", sass)
+    assert ops.count("STAS.128") == 16 and ops.count("UCGABAR_ARV") == 1 and "MEMBAR.ALL.GPU" not in ops
+    # over the stages the post-loop group barrier is needed anyway: the option keeps the barrier form there
+    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 4), 2, **{"tilecore.split_k_group_sync": "copy_barrier",
+                                                             "tilecore.split_k_group_area": "stages"})
+    assert "st.async" not in k.source.code and "st.shared::cluster.v4.f32" in k.source.code
+    with pytest.raises(CompileError, match="split_k_group_sync='fast'"):
+        _cuda(16, 8192, 8192, (64, 128, 64, 128, 4), 2, **{"tilecore.split_k_group_sync": "fast"})

@@ -288,17 +288,20 @@ def test_split_k_on_gpu_against_float64(M, N, K, tile, split):
     (128, 4096, 4096, (128, 128, 64, 256, 4), 2), (128, 4096, 4096, (64, 128, 64, 128, 4), 2),
     (16, 8192, 8192, (64, 128, 64, 128, 4), 2), (16, 8192, 8192, (64, 128, 64, 128, 4), 4),
     (100, 1000, 2048, (64, 128, 64, 128, 4), 4), (128, 4096, 4096, (128, 64, 64, 256, 4), 2),
-    (128, 4096, 4096, (128, 128, 64, 256, 4), (2, "stages")), (100, 1000, 2048, (64, 128, 64, 128, 2), 4)])
+    (128, 4096, 4096, (128, 128, 64, 256, 4), (2, "stages")), (100, 1000, 2048, (64, 128, 64, 128, 2), 4),
+    (16, 8192, 8192, (64, 128, 64, 128, 4), (2, "auto", "copy_barrier")),
+    (100, 1000, 2048, (64, 128, 64, 128, 2), (4, "auto", "copy_barrier"))])
 def test_split_k_group_on_gpu_against_float64_and_the_workspace_bits(M, N, K, tile, split):
     """D75: the tile's splits one block group (a cluster), summed in rank 0's block memory: within the float64 bound,
     bit for bit every call, and the workspace form's bits (the same additions in the same order)."""
     import torch
 
     bm, bn, bk, th, st = tile
-    split, area = split if isinstance(split, tuple) else (split, "auto")
+    split, area, sync = (split + ("barrier",))[:3] if isinstance(split, tuple) else (split, "auto", "barrier")
     cfg = {"tilecore.cuda.general_plain_gemm": True, "tilecore.split_k": split}
     kg = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda",
-                          pass_configs={**cfg, "tilecore.split_k_reduce": "group", "tilecore.split_k_group_area": area})
+                          pass_configs={**cfg, "tilecore.split_k_reduce": "group", "tilecore.split_k_group_area": area,
+                                        "tilecore.split_k_group_sync": sync})
     assert kg.source.meta["cluster"] == [1, 1, split] and "workspace" not in kg.source.meta
     kw = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda", pass_configs=cfg)
     torch.manual_seed(1)

@@ -148,7 +148,8 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
     if type(s).__name__ == "PeerStore":
         idx = ", ".join(expr_str(i) for i in s.indices)
         vals = ", ".join(expr_str(v) for v in s.values)
-        return [f"{pad}T.peer_store({_nm(s.buffer)}[{idx}], ({vals}), rank={expr_str(s.rank)})"]
+        bar = f", barrier={_nm(s.barrier)}[{expr_str(s.barrier_index)}]" if s.barrier is not None else ""
+        return [f"{pad}T.peer_store({_nm(s.buffer)}[{idx}], ({vals}), rank={expr_str(s.rank)}{bar})"]
     if type(s).__name__ == "Fence":
         return [f"{pad}T.fence(scope={s.scope!r}, order={s.order!r})"]
     if isinstance(s, Print):

@@ -142,12 +142,17 @@ class PeerStore(Stmt):
     block buffer ``buffer`` (every block of the kernel declares it). ``values`` are consecutive elements from
     ``indices`` (the last index counts up by one each; 1, 2 or 4 of them, one store on targets that store vectors).
     The store completes before a later :class:`GroupBarrier` arrive with release returns in the other block's
-    eyes after its wait (D75); the other block must not have left the kernel before that wait."""
+    eyes after its wait (D75); the other block must not have left the kernel before that wait. With ``barrier``:
+    the store completes on the peer's transaction barrier ``barrier[barrier_index]`` (its bytes counted against what
+    the peer announced with :class:`CopyBarrierArrive`), and a peer thread that waited for that barrier's phase sees
+    it, with no group barrier between (the peer initialised the barrier before the group's blocks met)."""
 
     buffer: Buffer
     indices: tuple
     values: tuple
     rank: Expr
+    barrier: Buffer | None = None
+    barrier_index: Expr | None = None
 
 
 @dataclass(eq=False)

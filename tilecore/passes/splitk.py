@@ -31,7 +31,8 @@ that returns its old value and device-scope fences).
 from __future__ import annotations
 
 from ..errors import CompileError
-from ..ir import (INDEX, AtomicRet, Barrier, Buffer, BufferLoad, BulkFence, Fence, For, GroupBarrier, If, KernelLaunch,
+from ..ir import (INDEX, AtomicRet, Barrier, Buffer, BufferLoad, BulkFence, CopyBarrierArrive, CopyBarrierInit,
+                  CopyBarrierWait, Fence, For, GroupBarrier, If, KernelLaunch,
                   MatrixOp, PeerStore, PerThread, Seq, Store, ThreadIndex, TileOp, Var, Allocate, as_expr, binary, collect,
                   compare, const_value, rewrite, simplify, walk)
 from . import tile_pass
@@ -41,6 +42,7 @@ SPLIT_K_FENCES = "tilecore.split_k_fences"
 SPLIT_K_PARTIALS = "tilecore.split_k_partials"
 SPLIT_K_REDUCE = "tilecore.split_k_reduce"
 SPLIT_K_GROUP_AREA = "tilecore.split_k_group_area"
+SPLIT_K_GROUP_SYNC = "tilecore.split_k_group_sync"
 #: the "auto" rule's constants (decisions D27 / D31's rule, as a GPU plugin's split-K takes it)
 TILES_PER_STAGE, LEAST_CAP, MAX_SPLITS, TAIL_RATIO = 4, 16, 16, 1
 #: the last block's sum is written once per split index (its own partial from its registers) up to this many
@@ -468,11 +470,22 @@ def _group_sum(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, thre
         return binary("add", binary("mul", binary("add", binary("mul", run, as_expr(threads)), tid), as_expr(vec)),
                       as_expr(lane))
 
+    # tilecore.split_k_group_sync: "barrier" (default): a group barrier after the stores (arrive with release: each
+    # sending thread's stores complete first); "copy_barrier": the stores complete on a transaction barrier in rank 0's
+    # block memory announced for all their bytes, rank 0 waits for it alone (no release, no second group barrier;
+    # a receive area of its own only, on targets with transaction barriers: features.bulk_tensor_copy)
+    sync = ctx.option(SPLIT_K_GROUP_SYNC, "barrier")
+    if sync not in ("barrier", "copy_barrier"):
+        raise CompileError(f"pass config {SPLIT_K_GROUP_SYNC}={sync!r}: expected \"barrier\" or \"copy_barrier\"")
+    full = None
+    if sync == "copy_barrier" and not reuse and ctx.capabilities.feature("bulk_tensor_copy"):
+        full = Buffer("tc_group_full", (1,), "uint64", "shared")
     # every other rank: its registers into rank 0's area at its own slot, in float4 groups
     sends = []
     for j in range(1, splits):
         stores = [PeerStore(recv, (slot(j, r),), tuple(BufferLoad(acc, (as_expr(r + q),)) for q in range(vec)),
-                            as_expr(0), span=span) for r in range(0, regs, vec)]
+                            as_expr(0), full, as_expr(0) if full is not None else None, span=span)
+                  for r in range(0, regs, vec)]
         sends.append((j, Seq(stores)))
     version = None
     for j, body in reversed(sends):
@@ -499,10 +512,20 @@ def _group_sum(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, thre
         after_loop = [GroupBarrier("wait", "acquire", span=span)]
         start = [GroupBarrier("arrive", "relaxed", span=span)]
     last_alloc = (max(allocs) + 1) if allocs else 0
+    if full is not None:  # rank 0's barrier initialised and announced (all the peers' bytes) before the blocks meet
+        zero = as_expr(0)
+        start = [Allocate(full, span=span), Barrier(span=span), CopyBarrierInit(full, 1, span=span),
+                 Barrier(span=span), *start,
+                 If(compare("eq", z, zero), CopyBarrierArrive(full, zero, recv_bytes, span=span), None, span=span)]
+        tail = [If(compare("ne", z, zero), send, None, span=span),
+                If(compare("eq", z, zero), Seq([CopyBarrierWait(full, zero, zero, span=span), reduce_stmt, *rest]),
+                   None, span=span)]
+    else:
+        tail = [If(compare("ne", z, as_expr(0)), send, None, span=span),
+                GroupBarrier("arrive", "release", span=span), GroupBarrier("wait", "acquire", span=span),
+                If(compare("eq", z, as_expr(0)), Seq([reduce_stmt, *rest]), None, span=span)]
     new_top = [Allocate(recv, reuses=reuse, span=span), *head[:last_alloc], *start, *head[last_alloc:], loop,
-               *after_loop, If(compare("ne", z, as_expr(0)), send, None, span=span),
-               GroupBarrier("arrive", "release", span=span), GroupBarrier("wait", "acquire", span=span),
-               If(compare("eq", z, as_expr(0)), Seq([reduce_stmt, *rest]), None, span=span)]
+               *after_loop, *tail]
     attrs = dict(launch.attrs)
     attrs["block_group"] = tuple([1] * len(gexprs) + [splits])
     launch2 = launch.with_(grid=(*gexprs, as_expr(splits)), block_vars=(*bvars, z), body=Seq(new_top), attrs=attrs)
@@ -510,7 +533,8 @@ def _group_sum(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, thre
     note = (f"tilecore.split_k: k loop over {ko.name} split over {splits} blocks a tile ({per} of {kt} k tiles each), "
             f"one block group a tile (tilecore.split_k_reduce={reduce_}): {acc.dtype} partials of {regs} registers x "
             f"{threads} threads stored into rank 0's block memory "
-            f"({'over its stages' if reuse else 'a receive area of its own'}, {recv_bytes} bytes) and summed there "
+            f"({'over its stages' if reuse else 'a receive area of its own'}, {recv_bytes} bytes"
+            f"{', the stores completing on its transaction barrier' if full is not None else ''}) and summed there "
             "in split order")
     ctx.notes.append(note)
     if ctx.config.get("tilecore.persistent") is None:

@@ -1250,6 +1250,16 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
         operand = f"{{{regs}}}" if n > 1 else regs
         ins = ", ".join([f'"r"(tc_smem_addr(&{ref}))', f'"r"((unsigned)({self.expr(st, s.rank)}))'] +
                         [f'"{con}"({v})' for v in vals])
+        if s.barrier is not None:  # completes on the peer's transaction barrier: st.async ... complete_tx::bytes
+            bar = self.bar_addr(st, s.barrier, s.barrier_index)
+            regs = ", ".join(f"%{i + 3}" for i in range(n))
+            operand = f"{{{regs}}}" if n > 1 else regs
+            ins = ", ".join([f'"r"(tc_smem_addr(&{ref}))', f'"r"((unsigned)({self.expr(st, s.rank)}))', f'"r"({bar})'] +
+                            [f'"{con}"({v})' for v in vals])
+            self.line(st, f'asm volatile("{{\\n .reg .b32 tc_pa, tc_pb;\\n mapa.shared::cluster.u32 tc_pa, %0, %1;\\n '
+                          f'mapa.shared::cluster.u32 tc_pb, %2, %1;\\n st.async.shared::cluster.mbarrier::complete_tx::bytes'
+                          f'{vec}.{ptx} [tc_pa], {operand}, [tc_pb];\\n}}" :: {ins} : "memory");')
+            return
         self.line(st, f'asm volatile("{{\\n .reg .b32 tc_pa;\\n mapa.shared::cluster.u32 tc_pa, %0, %1;\\n '
                       f'st.shared::cluster{vec}.{ptx} [tc_pa], {operand};\\n}}" :: {ins} : "memory");')
 
