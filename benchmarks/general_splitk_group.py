@@ -10,7 +10,8 @@ For every shape, in one process, the README GEMM (``cuda_gemm.matmul``, fp16, C 
 - ``ws S tile`` / ``group S tile``: the core's general path with ``tilecore.split_k=S`` and
   ``tilecore.split_k_reduce="workspace"`` / ``"group"`` at each tile of ``--tiles`` and each S of ``--splits`` that
   divides the k tiles (``group-stages``: the receive area over the stages, ``tilecore.split_k_group_area``;
-  ``group-cb``: the peers' stores completing on rank 0's transaction barrier, ``tilecore.split_k_group_sync``); ``auto tile``: ``tilecore.split_k="auto"`` with ``split_k_reduce="auto"``;
+  ``group-cb``: the peers' stores completing on rank 0's transaction barrier, ``tilecore.split_k_group_sync``);
+  ``... Su``: ``--uneven`` counts at the plugin's tile that do not divide its k tiles (``tilecore.split_k_uneven``); ``auto tile``: ``tilecore.split_k="auto"`` with ``split_k_reduce="auto"``;
 - ``routed ...``: ``tilecore.cuda.general_split_k=True`` (the plugin's tile and rule's count on the general path)
   with the workspace sum and with ``split_k_reduce="auto"``.
 
@@ -49,6 +50,8 @@ def main() -> int:
     ap.add_argument("--shapes", default="128x4096x4096,16x8192x8192")
     ap.add_argument("--tiles", default=TILES)
     ap.add_argument("--splits", default="2,4")
+    ap.add_argument("--uneven", default="3", help="split counts tried at the plugin's tile where they do not divide "
+                    "the k tiles (tilecore.split_k_uneven)")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--batch", type=int, default=10)
     ap.add_argument("--sleep-cycles", type=int, default=4_000_000)
@@ -98,6 +101,19 @@ def main() -> int:
                                                     "tilecore.split_k_reduce": "auto"})
         if k is not None:
             print(f"  routed group-auto: {(k.meta.get('attrs', {}).get('split_k') or ('-',))[0][:220]}")
+        for s in [int(x) for x in args.uneven.split(",") if x]:  # counts that do not divide the k tiles, at the
+            tn = f"{pt[0]}x{pt[1]}x{pt[2]}/{pt[4]}"                 # plugin's tile (tilecore.split_k_uneven)
+            if (-(-K // pt[2])) % s == 0:
+                continue
+            cfg = {**GENERAL, "tilecore.split_k": s, "tilecore.split_k_uneven": True}
+            if add(f"ws {s}u {tn}", tile=pt, cfg=cfg) is not None:
+                for form, extra in (("group", {}), ("group-cb", {"tilecore.split_k_group_sync": "copy_barrier"})):
+                    k = add(f"{form} {s}u {tn}", tile=pt, cfg={**cfg, "tilecore.split_k_reduce": "group", **extra})
+                    if k is not None and extra and "transaction barrier" not in k.meta["attrs"]["split_k"][0]:
+                        del variants[f"{form} {s}u {tn}"]  # over the stages: the barrier form, the same kernel
+                    elif k is not None:
+                        pairs.append((f"{form} {s}u {tn}", f"ws {s}u {tn}"))
+                        print(f"  {form} {s}u {tn}: {k.meta['attrs']['split_k'][0][-150:]}")
         for t in tiles:
             tn = f"{t[0]}x{t[1]}x{t[2]}/{t[4]}"
             kt = -(-K // t[2])

@@ -232,3 +232,15 @@ def test_group_stores_completing_on_rank0s_transaction_barrier():
     assert "st.async" not in k.source.code and "st.shared::cluster.v4.f32" in k.source.code
     with pytest.raises(CompileError, match="split_k_group_sync='fast'"):
         _cuda(16, 8192, 8192, (64, 128, 64, 128, 4), 2, **{"tilecore.split_k_group_sync": "fast"})
+
+
+@needs_toolchain
+def test_uneven_group_over_the_stages_keeps_the_pipelines_stages():
+    """3 splits of 64 k tiles (21-22 each, tilecore.split_k_uneven) at 128x128x64 / 5 stages: rank 0's area (2
+    partials, 128 KiB) over the 160 KiB of stages, which the pipeline still plans at 5 (the area counts no bytes)."""
+    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 5), 3, **{"tilecore.split_k_uneven": True})
+    src = k.source.code
+    assert k.source.meta["cluster"] == [1, 1, 3] and "21-22 of 64 k tiles" in k.meta["attrs"]["split_k"][0]
+    assert "tc_floormod(ko, 5)" in src and k.source.meta["shared_bytes"] == 197632
+    assert re.search(r"float\* vtc_group_recv = \(float\*\)\(tc_smem \+ 1024\);", src)
+    assert src.count("st.shared::cluster.v4.f32") == 2 * 16  # ranks 1 and 2, one version each

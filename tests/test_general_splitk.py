@@ -158,6 +158,26 @@ C = np.zeros((64, 64), np.float32); k(A, B, C); sys.stdout.buffer.write(C.tobyte
     assert len(outs[0]) == 64 * 64 * 4 and outs[0] == outs[1]
 
 
+def test_split_k_uneven_cpu_matches_float64_and_is_bit_identical():
+    """tilecore.split_k_uneven (D75): 3 splits of 16 k tiles (5, 5, 6) on the CPU reference: within the bound, the
+    same bits every call, and the refusal without it names the option."""
+    f = matmul(64, 64, 512, 32, 32, 32, threads=128, num_stages=2, dtype="float32", accum="float32")
+    k = tilecore.compile(f, target="cpu", pass_configs={**NOCACHE, "tilecore.split_k": 3, "tilecore.split_k_uneven": True})
+    assert "5-6 of 16 k tiles" in k.meta["attrs"]["split_k"][0]
+    rng = np.random.default_rng(4)
+    A = rng.standard_normal((64, 512)).astype(np.float32)
+    B = rng.standard_normal((512, 64)).astype(np.float32)
+    outs = []
+    for _ in range(2):
+        C = np.zeros((64, 64), np.float32)
+        k(A, B, C)
+        outs.append(C)
+    assert np.abs(outs[0] - A.astype(np.float64) @ B.astype(np.float64)).max() < 1e-3 * np.sqrt(512)
+    assert np.array_equal(outs[0], outs[1])
+    with pytest.raises(CompileError, match="split_k_uneven=True"):
+        _cpu_gemm(64, 64, 512, 32, 32, 32, 3)
+
+
 def test_split_k_refusals():
     with pytest.raises(CompileError, match="do not divide into 3 equal splits"):
         _cpu_gemm(64, 64, 512, 32, 32, 32, 3)
@@ -290,15 +310,18 @@ def test_split_k_on_gpu_against_float64(M, N, K, tile, split):
     (100, 1000, 2048, (64, 128, 64, 128, 4), 4), (128, 4096, 4096, (128, 64, 64, 256, 4), 2),
     (128, 4096, 4096, (128, 128, 64, 256, 4), (2, "stages")), (100, 1000, 2048, (64, 128, 64, 128, 2), 4),
     (16, 8192, 8192, (64, 128, 64, 128, 4), (2, "auto", "copy_barrier")),
-    (100, 1000, 2048, (64, 128, 64, 128, 2), (4, "auto", "copy_barrier"))])
+    (100, 1000, 2048, (64, 128, 64, 128, 2), (4, "auto", "copy_barrier")),
+    (128, 4096, 4096, (128, 128, 64, 256, 5), (3, "auto", "barrier", True)),
+    (100, 1000, 2048, (64, 128, 64, 128, 4), (3, "auto", "copy_barrier", True))])
 def test_split_k_group_on_gpu_against_float64_and_the_workspace_bits(M, N, K, tile, split):
     """D75: the tile's splits one block group (a cluster), summed in rank 0's block memory: within the float64 bound,
     bit for bit every call, and the workspace form's bits (the same additions in the same order)."""
     import torch
 
     bm, bn, bk, th, st = tile
-    split, area, sync = (split + ("barrier",))[:3] if isinstance(split, tuple) else (split, "auto", "barrier")
-    cfg = {"tilecore.cuda.general_plain_gemm": True, "tilecore.split_k": split}
+    split, area, sync, uneven = (split + ("barrier", False))[:4] if isinstance(split, tuple) else \
+        (split, "auto", "barrier", False)
+    cfg = {"tilecore.cuda.general_plain_gemm": True, "tilecore.split_k": split, "tilecore.split_k_uneven": uneven}
     kg = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda",
                           pass_configs={**cfg, "tilecore.split_k_reduce": "group", "tilecore.split_k_group_area": area,
                                         "tilecore.split_k_group_sync": sync})

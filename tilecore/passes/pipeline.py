@@ -576,7 +576,7 @@ def _block_bytes(launch) -> int:
 
     def visit(s, private):
         nonlocal total
-        if isinstance(s, Allocate) and not private:
+        if isinstance(s, Allocate) and not private and not s.reuses:  # one over dead buffers takes none (D75)
             n = const_value(simplify(s.buffer.numel()))
             if isinstance(n, int):
                 total += _round16(max(n, 1) * s.buffer.dtype.bytes)

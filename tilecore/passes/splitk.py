@@ -43,6 +43,7 @@ SPLIT_K_PARTIALS = "tilecore.split_k_partials"
 SPLIT_K_REDUCE = "tilecore.split_k_reduce"
 SPLIT_K_GROUP_AREA = "tilecore.split_k_group_area"
 SPLIT_K_GROUP_SYNC = "tilecore.split_k_group_sync"
+SPLIT_K_UNEVEN = "tilecore.split_k_uneven"
 #: the "auto" rule's constants (decisions D27 / D31's rule, as a GPU plugin's split-K takes it)
 TILES_PER_STAGE, LEAST_CAP, MAX_SPLITS, TAIL_RATIO = 4, 16, 16, 1
 #: the last block's sum is written once per split index (its own partial from its registers) up to this many
@@ -286,10 +287,11 @@ def split_k(func, ctx):
             return func
     else:
         splits, why = want, "the backend's request" if from_backend else SPLIT_K
-        if kt % splits:
+        if kt % splits and not ctx.option(SPLIT_K_UNEVEN, False):
             divs = [d for d in range(2, kt + 1) if kt % d == 0 and d <= 64]
             raise CompileError(f"pass config {SPLIT_K}={splits}: the k loop's {kt} iterations do not divide into "
-                               f"{splits} equal splits; use one of {divs[:12]}", loop.span)
+                               f"{splits} equal splits; use one of {divs[:12]} (or {SPLIT_K_UNEVEN}=True: block z "
+                               f"runs k tiles [z KT // S, (z + 1) KT // S))", loop.span)
     per = kt // splits
     # tilecore.split_k_reduce: the tile's splits one block group, summed through block memory (D75), or the workspace
     reduce_ = _reduce_option(ctx)
@@ -326,8 +328,14 @@ def split_k(func, ctx):
 
     ko = loop.var
     inner = Var(ko.name, ko.dtype)
-    body = substitute(loop.body, {id(ko): binary("add", inner, binary("mul", z, as_expr(per)))})
-    loop = loop.with_(var=inner, extent=as_expr(per), body=body)
+    if kt % splits:  # tilecore.split_k_uneven: block z runs k tiles [z KT // S, (z + 1) KT // S) (D75)
+        k0 = binary("floordiv", binary("mul", z, as_expr(kt)), as_expr(splits))
+        k1 = binary("floordiv", binary("mul", binary("add", z, as_expr(1)), as_expr(kt)), as_expr(splits))
+        body = substitute(loop.body, {id(ko): binary("add", inner, k0)})
+        loop = loop.with_(var=inner, extent=binary("sub", k1, k0), body=body)
+    else:
+        body = substitute(loop.body, {id(ko): binary("add", inner, binary("mul", z, as_expr(per)))})
+        loop = loop.with_(var=inner, extent=as_expr(per), body=body)
     if group_why is None:
         return _group_sum(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, threads, tile, z, gexprs, bvars,
                           ko, [] if beside and ctx.option(SPLIT_K_GROUP_AREA, "auto") != "stages" else
@@ -424,7 +432,7 @@ def split_k(func, ctx):
     launch2 = launch.with_(grid=(*gexprs, as_expr(splits)), block_vars=(*bvars, z), body=Seq(new_top))
     body = rewrite(func.body, lambda x: launch2 if isinstance(x, KernelLaunch) else None)
     kept = tuple(func.attrs.get("kept_workspaces", ())) + (parts, counts)
-    note = (f"tilecore.split_k: k loop over {ko.name} split over {splits} blocks a tile ({why}; {per} of {kt} k tiles "
+    note = (f"tilecore.split_k: k loop over {ko.name} split over {splits} blocks a tile ({why}; {_per_text(per, kt, splits)} of {kt} k tiles "
             f"each), {acc.dtype} partials of {regs} registers x {threads} threads summed in split order by each "
             "tile's last block" + (f" (tilecore.split_k_reduce={reduce_}: not in a block group: {group_why})"
                                    if reduce_ != "workspace" else ""))
@@ -432,6 +440,10 @@ def split_k(func, ctx):
     if ctx.config.get("tilecore.persistent") is None:  # a split grid is one wave of (tile, split) blocks
         ctx.config["tilecore.persistent"] = False
     return func.with_body(body, kept_workspaces=kept, split_k=(note,))
+
+
+def _per_text(per: int, kt: int, splits: int) -> str:
+    return str(per) if kt % splits == 0 else f"{per}-{per + 1}"
 
 
 def _nbytes(b) -> int:
@@ -530,7 +542,7 @@ def _group_sum(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, thre
     attrs["block_group"] = tuple([1] * len(gexprs) + [splits])
     launch2 = launch.with_(grid=(*gexprs, as_expr(splits)), block_vars=(*bvars, z), body=Seq(new_top), attrs=attrs)
     body = rewrite(func.body, lambda x: launch2 if isinstance(x, KernelLaunch) else None)
-    note = (f"tilecore.split_k: k loop over {ko.name} split over {splits} blocks a tile ({per} of {kt} k tiles each), "
+    note = (f"tilecore.split_k: k loop over {ko.name} split over {splits} blocks a tile ({_per_text(per, kt, splits)} of {kt} k tiles each), "
             f"one block group a tile (tilecore.split_k_reduce={reduce_}): {acc.dtype} partials of {regs} registers x "
             f"{threads} threads stored into rank 0's block memory "
             f"({'over its stages' if reuse else 'a receive area of its own'}, {recv_bytes} bytes"
