@@ -11,7 +11,8 @@ For every shape, in one process, the README GEMM (``cuda_gemm.matmul``, fp16, C 
   ``tilecore.split_k_reduce="workspace"`` / ``"group"`` at each tile of ``--tiles`` and each S of ``--splits`` that
   divides the k tiles (``group-stages``: the receive area over the stages, ``tilecore.split_k_group_area``;
   ``group-cb``: the peers' stores completing on rank 0's transaction barrier, ``tilecore.split_k_group_sync``);
-  ``... Su``: ``--uneven`` counts at the plugin's tile that do not divide its k tiles (``tilecore.split_k_uneven``); ``auto tile``: ``tilecore.split_k="auto"`` with ``split_k_reduce="auto"``;
+  ``... Su``: ``--uneven`` counts at the plugin's tile that do not divide its k tiles (``tilecore.split_k_uneven``);
+  from 3 splits ``group`` sums in slices (``tilecore.split_k_group_sum`` "auto"), ``group-r0`` all into rank 0; ``auto tile``: ``tilecore.split_k="auto"`` with ``split_k_reduce="auto"``;
 - ``routed ...``: ``tilecore.cuda.general_split_k=True`` (the plugin's tile and rule's count on the general path)
   with the workspace sum and with ``split_k_reduce="auto"``.
 
@@ -107,11 +108,9 @@ def main() -> int:
                 continue
             cfg = {**GENERAL, "tilecore.split_k": s, "tilecore.split_k_uneven": True}
             if add(f"ws {s}u {tn}", tile=pt, cfg=cfg) is not None:
-                for form, extra in (("group", {}), ("group-cb", {"tilecore.split_k_group_sync": "copy_barrier"})):
+                for form, extra in (("group", {}), ("group-r0", {"tilecore.split_k_group_sum": "rank0"})):
                     k = add(f"{form} {s}u {tn}", tile=pt, cfg={**cfg, "tilecore.split_k_reduce": "group", **extra})
-                    if k is not None and extra and "transaction barrier" not in k.meta["attrs"]["split_k"][0]:
-                        del variants[f"{form} {s}u {tn}"]  # over the stages: the barrier form, the same kernel
-                    elif k is not None:
+                    if k is not None:
                         pairs.append((f"{form} {s}u {tn}", f"ws {s}u {tn}"))
                         print(f"  {form} {s}u {tn}: {k.meta['attrs']['split_k'][0][-150:]}")
         for t in tiles:
@@ -128,6 +127,10 @@ def main() -> int:
                 if add(f"group-cb {s} {tn}", tile=t, cfg={**GENERAL, "tilecore.split_k": s, "tilecore.split_k_reduce": "group",
                                                           "tilecore.split_k_group_sync": "copy_barrier"}) is not None:
                     pairs.append((f"group-cb {s} {tn}", f"ws {s} {tn}"))
+                if s >= 3 and add(f"group-r0 {s} {tn}", tile=t, cfg={**GENERAL, "tilecore.split_k": s,
+                                                                     "tilecore.split_k_reduce": "group",
+                                                                     "tilecore.split_k_group_sum": "rank0"}) is not None:
+                    pairs.append((f"group-r0 {s} {tn}", f"ws {s} {tn}"))
                 k = add(f"group-stages {s} {tn}", tile=t, cfg={**GENERAL, "tilecore.split_k": s,
                                                                "tilecore.split_k_reduce": "group",
                                                                "tilecore.split_k_group_area": "stages"})

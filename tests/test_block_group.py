@@ -95,7 +95,7 @@ def test_group_refused_by_name_on_the_cpu_reference():
 @needs_toolchain
 def test_group_refusals_on_sm90():
     with pytest.raises(CompileError, match="receive area of 196608 bytes .*fits neither"):
-        _cuda(128, 4096, 4096, (128, 128, 64, 256, 4), 4)
+        _cuda(128, 4096, 4096, (128, 128, 64, 256, 4), 4, **{"tilecore.split_k_group_sum": "rank0"})
     with pytest.raises(CompileError, match="16 splits exceed the largest block group .* \\(8, limits.max_cluster_size\\)"):
         _cuda(16, 8192, 8192, (64, 128, 64, 128, 2), 16)
 
@@ -109,7 +109,7 @@ def test_auto_takes_the_group_where_every_group_is_resident_at_once():
     k = _cuda(128, 4096, 4096, (64, 128, 64, 128, 4), 4, "auto")
     assert "cluster" not in k.source.meta and "workspace" in k.source.meta
     assert "64 groups of 4 would not all be resident at once (cuda/sm_90a holds 30" in k.meta["attrs"]["split_k"][0]
-    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 2), 4, "auto")
+    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 2), 4, "auto", **{"tilecore.split_k_group_sum": "rank0"})
     assert "cluster" not in k.source.meta and "fits neither" in k.meta["attrs"]["split_k"][0]
     k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 4), 4, "workspace")
     assert "cluster" not in k.source.meta
@@ -158,7 +158,7 @@ def test_group_sum_cuda_source_over_the_stages():
 def test_group_receive_area_beside_the_stages_where_they_do_not_hold_it():
     """4 splits of 64x128 tiles at 2 stages: 3 partials (96 KiB) over 48 KiB of stages: an area of its own, the
     blocks saying they started at the top (arrive, relaxed) and waiting only before the first peer store."""
-    k = _cuda(16, 8192, 8192, (64, 128, 64, 128, 2), 4)
+    k = _cuda(16, 8192, 8192, (64, 128, 64, 128, 2), 4, **{"tilecore.split_k_group_sum": "rank0"})
     src = k.source.code
     assert re.search(r"float\* __restrict__ vtc_group_recv = ", src)
     assert src.count("barrier.cluster.arrive.relaxed.aligned;") == 1
@@ -189,8 +189,8 @@ def test_group_sum_sass():
 def test_routed_split_gemm_takes_the_group_sum_when_asked():
     """tilecore.cuda.general_split_k=True with split_k_reduce="auto": the plugin's tile and count on the general path,
     summed in groups where they all fit at once (16x8192x8192 at 64x128 tiles: 64 tiles, the rule's 2 splits, 64
-    groups of 2 of the 66 resident at once); at the 64x256 tile the rule's 4 splits' 3 partials (192 KiB) fit in no
-    block memory: the workspace sum."""
+    groups of 2 of the 66 resident at once); at the 64x256 tile the rule's 4 splits make 32 groups of 4, of which 30
+    are resident at once: the workspace sum."""
     def routed(bn, stages):
         f = matmul(16, 8192, 8192, 64, bn, 64, threads=128, num_stages=stages)
         return tilecore.compile(f, target="cuda:sm_90a", pass_configs={**NOCACHE, "tilecore.cuda.general_split_k": True,
@@ -201,7 +201,7 @@ def test_routed_split_gemm_takes_the_group_sum_when_asked():
     assert k.source.meta["grid"] == ["64", "1", "2"] and k.source.meta.get("cluster") == [1, 1, 2]
     k = routed(256, 3)
     assert k.source.meta["grid"][2] == "4" and "cluster" not in k.source.meta
-    assert "the receive area of 196608 bytes (3 partials) fits neither" in k.meta["attrs"]["split_k"][0]
+    assert "32 groups of 4 would not all be resident at once" in k.meta["attrs"]["split_k"][0]
 
 
 @needs_toolchain
@@ -238,9 +238,45 @@ def test_group_stores_completing_on_rank0s_transaction_barrier():
 def test_uneven_group_over_the_stages_keeps_the_pipelines_stages():
     """3 splits of 64 k tiles (21-22 each, tilecore.split_k_uneven) at 128x128x64 / 5 stages: rank 0's area (2
     partials, 128 KiB) over the 160 KiB of stages, which the pipeline still plans at 5 (the area counts no bytes)."""
-    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 5), 3, **{"tilecore.split_k_uneven": True})
+    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 5), 3, **{"tilecore.split_k_uneven": True,
+                                                             "tilecore.split_k_group_sum": "rank0"})
     src = k.source.code
     assert k.source.meta["cluster"] == [1, 1, 3] and "21-22 of 64 k tiles" in k.meta["attrs"]["split_k"][0]
     assert "tc_floormod(ko, 5)" in src and k.source.meta["shared_bytes"] == 197632
     assert re.search(r"float\* vtc_group_recv = \(float\*\)\(tc_smem \+ 1024\);", src)
     assert src.count("st.shared::cluster.v4.f32") == 2 * 16  # ranks 1 and 2, one version each
+
+
+@needs_toolchain
+def test_group_sum_in_slices():
+    """From 3 splits the group sums in slices ("auto"): 3 blocks own 20/20/24 of 64 registers; each block's barrier
+    announced for exactly what it receives (2 x 5 or 2 x 6 float4 groups x 256 threads x 16 bytes), rank 0's second
+    for the other blocks' sums (11 groups); both areas over the stages one after the other; 43 st.async (11 + 11 + 10
+    sends of slices, 5 + 6 of sums); nothing but the post-loop group barrier."""
+    import tilecore_cuda
+
+    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 5), 3, **{"tilecore.split_k_uneven": True})
+    src, note = k.source.code, k.meta["attrs"]["split_k"][0]
+    assert "summed in slices: each block sums 20/20/24 of 64 float32 registers" in note and "over its stages" in note
+    a1 = int(re.search(r"float\* vtc_group_slices = \(float\*\)\(tc_smem \+ (\d+)\);", src).group(1))
+    a2 = int(re.search(r"float\* vtc_group_sums = \(float\*\)\(tc_smem \+ (\d+)\);", src).group(1))
+    assert a1 == 1024 and a2 == a1 + 2 * 6 * 256 * 16 and "__half* A_shared = (__half*)(tc_smem + 1024);" in src
+    assert src.count("tc_mbar_expect_tx(tc_smem_addr(vtc_group_full + (0)), 40960u);") == 2
+    assert src.count("tc_mbar_expect_tx(tc_smem_addr(vtc_group_full + (0)), 49152u);") == 1
+    assert src.count("tc_mbar_expect_tx(tc_smem_addr(vtc_group_full + (1)), 45056u);") == 1
+    assert src.count("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32") == 43
+    body = src[src.index("barrier.cluster.wait.acquire.aligned;"):]
+    assert body.index("tc_mbar_wait(tc_smem_addr(vtc_group_full + (0)), 0);") \
+        < body.index("tc_mbar_wait(tc_smem_addr(vtc_group_full + (1)), 0);") < body.index("tc_tma_store_2d(")
+    try:
+        sass = tilecore_cuda.CUDABackend().disassemble(k.binary, None)
+    except SystemExit as e:
+        pytest.skip(str(e))
+    ops = re.findall(r"\b((?:STAS|LDS|UCGABAR)[\w.]*)", sass)
+    assert ops.count("STAS.128") == 43 and ops.count("UCGABAR_ARV") == 1 and "LDL" not in sass
+    # "rank0" at the same count: every peer's whole partial into rank 0 (2 partials, 128 KiB over the stages)
+    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 5), 3, **{"tilecore.split_k_uneven": True,
+                                                             "tilecore.split_k_group_sum": "rank0"})
+    assert "summed in slices" not in k.meta["attrs"]["split_k"][0] and "131072 bytes" in k.meta["attrs"]["split_k"][0]
+    with pytest.raises(CompileError, match="split_k_group_sum='all'"):
+        _cuda(16, 8192, 8192, (64, 128, 64, 128, 4), 2, **{"tilecore.split_k_group_sum": "all"})

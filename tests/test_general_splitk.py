@@ -312,16 +312,23 @@ def test_split_k_on_gpu_against_float64(M, N, K, tile, split):
     (16, 8192, 8192, (64, 128, 64, 128, 4), (2, "auto", "copy_barrier")),
     (100, 1000, 2048, (64, 128, 64, 128, 2), (4, "auto", "copy_barrier")),
     (128, 4096, 4096, (128, 128, 64, 256, 5), (3, "auto", "barrier", True)),
-    (100, 1000, 2048, (64, 128, 64, 128, 4), (3, "auto", "copy_barrier", True))])
+    (100, 1000, 2048, (64, 128, 64, 128, 4), (3, "auto", "copy_barrier", True)),
+    (128, 4096, 4096, (128, 128, 64, 256, 5), (3, "auto", "barrier", True, "rank0")),
+    (100, 1000, 2048, (64, 128, 64, 128, 4), (4, "auto", "copy_barrier", False, "rank0")),
+    (16, 8192, 8192, (64, 128, 64, 128, 4), (2, "auto", "barrier", False, "slices")),
+    (16, 8192, 8192, (64, 128, 64, 128, 4), (4, "stages", "barrier", False, "slices"))])
 def test_split_k_group_on_gpu_against_float64_and_the_workspace_bits(M, N, K, tile, split):
-    """D75: the tile's splits one block group (a cluster), summed in rank 0's block memory: within the float64 bound,
-    bit for bit every call, and the workspace form's bits (the same additions in the same order)."""
+    """D75: the tile's splits one block group (a cluster), summed in block memory (all into rank 0, or in slices then
+    gathered; the areas beside or over the stages; a group barrier or transaction barriers; equal or uneven splits):
+    within the float64 bound, bit for bit every call, and the workspace form's bits (the same additions in the same
+    order)."""
     import torch
 
     bm, bn, bk, th, st = tile
-    split, area, sync, uneven = (split + ("barrier", False))[:4] if isinstance(split, tuple) else \
-        (split, "auto", "barrier", False)
-    cfg = {"tilecore.cuda.general_plain_gemm": True, "tilecore.split_k": split, "tilecore.split_k_uneven": uneven}
+    given = split if isinstance(split, tuple) else (split,)
+    split, area, sync, uneven, gsum = given + (None, "auto", "barrier", False, "auto")[len(given):]
+    cfg = {"tilecore.cuda.general_plain_gemm": True, "tilecore.split_k": split, "tilecore.split_k_uneven": uneven,
+           "tilecore.split_k_group_sum": gsum}
     kg = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda",
                           pass_configs={**cfg, "tilecore.split_k_reduce": "group", "tilecore.split_k_group_area": area,
                                         "tilecore.split_k_group_sync": sync})

@@ -348,13 +348,18 @@ class SIMTCppEmitter(CFamilyEmitter):
             total = (total + align - 1) // align * align
             offsets[i] = total
             total += (nbytes + 15) // 16 * 16  # checked against the limit by tilecore.plan_memory
+        taken: dict = {}  # bytes of each reused span already given to buffers over it (one after another)
         for i, a in enumerate(shared):  # a buffer over others dead by the time it is written (Allocate.reuses, D75)
             if offsets[i] is not None:
                 continue
             over = reused_span(shared, sizes, offsets, a.reuses)
-            if over is not None and over[1] >= sizes[i] and over[0] % aligns[i] == 0:
-                offsets[i] = over[0]
-                continue
+            key = tuple(sorted(a.reuses))
+            if over is not None:
+                at = -(-(over[0] + taken.get(key, 0)) // aligns[i]) * aligns[i]
+                if at + sizes[i] <= over[0] + over[1]:
+                    offsets[i] = at
+                    taken[key] = at + -(-sizes[i] // 16) * 16 - over[0]
+                    continue
             total = (total + aligns[i] - 1) // aligns[i] * aligns[i]
             offsets[i] = total
             total += (sizes[i] + 15) // 16 * 16

@@ -322,8 +322,12 @@ def plan_memory(func, ctx):
         # a buffer over others dead by then (Allocate.reuses, D75) takes no memory of its own where they hold it
         allocs = {id(a.buffer): a for a in block_allocations(launch.body)}
         by_name = {b.name: n for b, n in sized if not allocs[id(b)].reuses}
-        sized = [(b, n) for b, n in sized if not (allocs[id(b)].reuses and all(r in by_name for r in allocs[id(b)].reuses)
-                                                 and sum(by_name[r] for r in allocs[id(b)].reuses) >= n)]
+        over: dict = {}  # the buffers over each set of dead ones, one after another
+        for b, n in sized:
+            if allocs[id(b)].reuses:
+                over.setdefault(tuple(sorted(allocs[id(b)].reuses)), []).append(n)
+        held = {key for key, ns in over.items() if all(r in by_name for r in key) and sum(by_name[r] for r in key) >= sum(ns)}
+        sized = [(b, n) for b, n in sized if tuple(sorted(allocs[id(b)].reuses)) not in held]
         total = sum(b for _, b in sized)
         worst = max(worst, total)
         if lim is not None and lim[1] == "max" and total > lim[0]:

@@ -44,6 +44,7 @@ SPLIT_K_REDUCE = "tilecore.split_k_reduce"
 SPLIT_K_GROUP_AREA = "tilecore.split_k_group_area"
 SPLIT_K_GROUP_SYNC = "tilecore.split_k_group_sync"
 SPLIT_K_UNEVEN = "tilecore.split_k_uneven"
+SPLIT_K_GROUP_SUM = "tilecore.split_k_group_sum"
 #: the "auto" rule's constants (decisions D27 / D31's rule, as a GPU plugin's split-K takes it)
 TILES_PER_STAGE, LEAST_CAP, MAX_SPLITS, TAIL_RATIO = 4, 16, 16, 1
 #: the last block's sum is written once per split index (its own partial from its registers) up to this many
@@ -295,7 +296,7 @@ def split_k(func, ctx):
     per = kt // splits
     # tilecore.split_k_reduce: the tile's splits one block group, summed through block memory (D75), or the workspace
     reduce_ = _reduce_option(ctx)
-    group_why = "workspace"
+    group_why, form = "workspace", "rank0"
     if reduce_ != "workspace":
         if not registers and ctx.capabilities.get("execution.cluster.supported"):
             group_why = "the accumulator is a block buffer, not registers"
@@ -310,7 +311,9 @@ def split_k(func, ctx):
             stage_bytes = stages * sum(_nbytes(b) for b in dead)
             shared_bytes = stage_bytes + sum(_nbytes(a.buffer) for a in top if isinstance(a, Allocate)
                                              and a.buffer.scope == "shared" and a.buffer not in dead)
-            recv_bytes = (splits - 1) * regs * threads * acc.dtype.bytes
+            form = _group_form(ctx, splits, regs)
+            recv_bytes = _slices_bytes(splits, regs, threads, acc) if form == "slices" else \
+                (splits - 1) * regs * threads * acc.dtype.bytes
             splits, group_why = _group_plan(ctx, reduce_, splits, tiles, recv_bytes, shared_bytes + 2048, stage_bytes)
             cap = ctx.capabilities.limit("max_shared_bytes_per_block")
             beside = bool(cap) and shared_bytes + 2048 + recv_bytes <= int(cap[0])
@@ -336,6 +339,10 @@ def split_k(func, ctx):
     else:
         body = substitute(loop.body, {id(ko): binary("add", inner, binary("mul", z, as_expr(per)))})
         loop = loop.with_(var=inner, extent=as_expr(per), body=body)
+    if group_why is None and form == "slices":
+        return _group_slices(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, threads, z, gexprs, bvars,
+                             ko, [] if beside and ctx.option(SPLIT_K_GROUP_AREA, "auto") != "stages" else
+                             _stage_buffers(top, top[k], acc), reduce_)
     if group_why is None:
         return _group_sum(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, threads, tile, z, gexprs, bvars,
                           ko, [] if beside and ctx.option(SPLIT_K_GROUP_AREA, "auto") != "stages" else
@@ -548,6 +555,153 @@ def _group_sum(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, thre
             f"({'over its stages' if reuse else 'a receive area of its own'}, {recv_bytes} bytes"
             f"{', the stores completing on its transaction barrier' if full is not None else ''}) and summed there "
             "in split order")
+    ctx.notes.append(note)
+    if ctx.config.get("tilecore.persistent") is None:
+        ctx.config["tilecore.persistent"] = False
+    return func.with_body(body, split_k=(note,))
+
+
+def _group_form(ctx, splits: int, regs: int) -> str:
+    """``tilecore.split_k_group_sum``: "rank0" (every peer's whole partial into rank 0), "slices" (each block sums a
+    slice of the registers, then rank 0 gathers the sums: 2 (S-1)/S of a partial into rank 0 instead of S - 1
+    partials), "auto" (default): slices from 3 splits where the target has transaction barriers."""
+    v = ctx.option(SPLIT_K_GROUP_SUM, "auto")
+    if v not in ("auto", "rank0", "slices"):
+        raise CompileError(f"pass config {SPLIT_K_GROUP_SUM}={v!r}: expected \"auto\", \"rank0\" or \"slices\"")
+    can = bool(ctx.capabilities.feature("bulk_tensor_copy")) and regs % 4 == 0 and regs // 4 >= splits
+    if v == "slices" and not can:
+        raise CompileError(f"pass config {SPLIT_K_GROUP_SUM}=\"slices\": needs transaction barriers "
+                           f"(features.bulk_tensor_copy) and at least {splits} groups of 4 registers a thread ({regs})")
+    if v == "auto":
+        return "slices" if can and splits >= 3 else "rank0"
+    return v
+
+
+def _slice_groups(splits: int, regs: int) -> list:
+    """``[(first group, groups)]`` of 4 registers each block owns (contiguous, balanced)."""
+    g = regs // 4
+    bounds = [i * g // splits for i in range(splits + 1)]
+    return [(bounds[i], bounds[i + 1] - bounds[i]) for i in range(splits)]
+
+
+def _slices_bytes(splits, regs, threads, acc) -> int:
+    most = max(n for _, n in _slice_groups(splits, regs))
+    return 2 * (splits - 1) * most * threads * 4 * acc.dtype.bytes
+
+
+def _group_slices(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, threads, z, gexprs, bvars, ko, dead,
+                  reduce_):
+    """The tile's splits one block group, each block summing a slice of the accumulator registers (D75,
+    ``tilecore.split_k_group_sum="slices"``): block ``o`` owns the float4 groups ``_slice_groups(S)[o]``; after the
+    main loop every block stores the groups each other block owns into that block's first area (at its own slot), the
+    stores completing on that block's first transaction barrier; each block waits for its own, sums its groups in
+    split order 0 .. S-1 (its own registers in its place: the workspace form's additions, the same bits), and blocks
+    1 .. S-1 store their sums into rank 0's second area, completing on rank 0's second barrier; rank 0 waits, takes
+    them into its registers and runs the kernel's epilogue. Each barrier is initialised and announced for exactly the
+    bytes it receives before the group's blocks meet (an arrival, relaxed, at the top)."""
+    span, zero = loop.span, as_expr(0)
+    slices = _slice_groups(splits, regs)
+    most = max(n for _, n in slices)
+    unit = most * threads * 4  # floats of one slot
+    area1 = Buffer("tc_group_slices", ((splits - 1) * unit,), acc.dtype, "shared")
+    area2 = Buffer("tc_group_sums", ((splits - 1) * unit,), acc.dtype, "shared")
+    bars = Buffer("tc_group_full", (2,), "uint64", "shared")
+    stage_bytes = int(loop.annotations.get("num_stages") or 1) * sum(_nbytes(b) for b in dead)
+    total = _nbytes(area1) + _nbytes(area2)
+    reuse = tuple(b.name for b in dead) if dead and total <= stage_bytes else ()
+    tid = ThreadIndex(INDEX)
+    bpe = acc.dtype.bytes
+
+    def at(slot, g, lane):  # the slot's group g (0 .. most-1) of this thread
+        run = binary("add", binary("mul", as_expr(slot), as_expr(most)), as_expr(g))
+        return binary("add", binary("mul", binary("add", binary("mul", run, as_expr(threads)), tid), as_expr(4)),
+                      as_expr(lane))
+
+    def slot_of(sender, owner):  # the sender's slot in the owner's area (its own slot left out)
+        return sender if sender < owner else sender - 1
+
+    def reg(r):
+        return BufferLoad(acc, (as_expr(r),))
+
+    def by_rank(make, first=0):  # one version per rank (the registers are named statically)
+        version = None
+        for j in reversed(range(first, splits)):
+            body = make(j)
+            version = body if version is None else If(compare("eq", z, as_expr(j)), body, version, span=span)
+        return version
+
+    # phase 1: the groups other blocks own, into their first areas
+    def send1(me):
+        out = []
+        for o, (g0, n) in enumerate(slices):
+            if o == me:
+                continue
+            for g in range(n):
+                r = 4 * (g0 + g)
+                out.append(PeerStore(area1, (at(slot_of(me, o), g, 0),), tuple(reg(r + q) for q in range(4)),
+                                     as_expr(o), bars, zero, span=span))
+        return Seq(out)
+
+    # each block's own slice summed in split order
+    def sum1(me):
+        g0, n = slices[me]
+        out = []
+        for g in range(n):
+            for lane in range(4):
+                r = 4 * (g0 + g) + lane
+                t = None
+                for j in range(splits):
+                    v = reg(r) if j == me else BufferLoad(area1, (at(slot_of(j, me), g, lane),))
+                    t = v if t is None else binary("add", t, v)
+                out.append(Store(acc, (as_expr(r),), t, span=span))
+        return Seq(out)
+
+    # phase 2: blocks 1 .. S-1 send their sums to rank 0; rank 0 takes them
+    def send2(me):
+        g0, n = slices[me]
+        return Seq([PeerStore(area2, (at(me - 1, g, 0),), tuple(reg(4 * (g0 + g) + q) for q in range(4)), zero,
+                              bars, as_expr(1), span=span) for g in range(n)])
+
+    take = Seq([Store(acc, (as_expr(4 * (g0 + g) + lane),), BufferLoad(area2, (at(o - 1, g, lane),)), span=span)
+                for o, (g0, n) in enumerate(slices) if o > 0 for g in range(n) for lane in range(4)])
+
+    def expect1(me):  # the bytes block ``me`` receives in phase 1
+        return CopyBarrierArrive(bars, zero, (splits - 1) * slices[me][1] * threads * 4 * bpe, span=span)
+
+    rest = top[k + 1:]
+    allocs = [i for i, s in enumerate(top[:k]) if isinstance(s, Allocate)]
+    head = top[:k]
+    last_alloc = (max(allocs) + 1) if allocs else 0
+    got2 = sum(n for _, n in slices[1:]) * threads * 4 * bpe
+    start = [Allocate(bars, span=span), Barrier(span=span), CopyBarrierInit(bars, 1, span=span), Barrier(span=span)]
+    if reuse:  # over the stages: every block past its main loop before anyone stores into another's
+        after_loop = [BulkFence(span=span), GroupBarrier("arrive", "release", span=span),
+                      GroupBarrier("wait", "acquire", span=span)]
+    else:
+        start.append(GroupBarrier("arrive", "relaxed", span=span))
+        after_loop = [GroupBarrier("wait", "acquire", span=span)]
+    start += [by_rank(expect1), If(compare("eq", z, zero), CopyBarrierArrive(bars, as_expr(1), got2, span=span), None,
+                                   span=span)]
+    tail = [PerThread(by_rank(send1), attrs={"split_k": "group slices send"}, span=span),
+            CopyBarrierWait(bars, zero, zero, span=span),
+            PerThread(by_rank(sum1), attrs={"split_k": "group slice sum in split order"}, span=span),
+            If(compare("ne", z, zero), PerThread(by_rank(send2, 1), attrs={"split_k": "group sums send"}, span=span),
+               None, span=span),
+            If(compare("eq", z, zero), Seq([CopyBarrierWait(bars, as_expr(1), zero, span=span),
+                                            PerThread(take, attrs={"split_k": "group sums taken"}, span=span), *rest]),
+               None, span=span)]
+    new_top = [Allocate(area1, reuses=reuse, span=span), Allocate(area2, reuses=reuse, span=span),
+               *head[:last_alloc], *start, *head[last_alloc:], loop, *after_loop, *tail]
+    attrs = dict(launch.attrs)
+    attrs["block_group"] = tuple([1] * len(gexprs) + [splits])
+    launch2 = launch.with_(grid=(*gexprs, as_expr(splits)), block_vars=(*bvars, z), body=Seq(new_top), attrs=attrs)
+    body = rewrite(func.body, lambda x: launch2 if isinstance(x, KernelLaunch) else None)
+    note = (f"tilecore.split_k: k loop over {ko.name} split over {splits} blocks a tile ({_per_text(per, kt, splits)} "
+            f"of {kt} k tiles each), one block group a tile (tilecore.split_k_reduce={reduce_}), summed in slices: "
+            f"each block sums {'/'.join(str(4 * n) for _, n in slices)} of {regs} {acc.dtype} registers x {threads} "
+            f"threads in split order from its peers' stores, rank 0 gathers the sums "
+            f"({'over its stages' if reuse else 'areas of their own'}, {total} bytes; the stores completing on "
+            "transaction barriers)")
     ctx.notes.append(note)
     if ctx.config.get("tilecore.persistent") is None:
         ctx.config["tilecore.persistent"] = False
