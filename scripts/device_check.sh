@@ -100,8 +100,8 @@ step splitkgen bash -c 'rc=0; timeout 140 python3 benchmarks/general_splitk.py -
 # ranks 1..S-1 store their registers into rank 0's block memory) against the workspace sum, the plugin's cluster sum
 # and cuBLAS, 128x4096x4096 and 16x8192x8192 fp16, interleaved in both orders; then the device tests (float64, the
 # workspace form's bits)
-step blockgroup bash -c 'rc=0; timeout 150 python3 benchmarks/general_splitk_group.py --rounds 6 --batch 10 \
-       --shapes 128x4096x4096,16x8192x8192 --splits 2,4 || rc=$?; \
+step blockgroup bash -c 'rc=0; timeout 160 python3 benchmarks/general_splitk_group.py --rounds 6 --batch 10 \
+       --shapes 128x4096x4096,16x8192x8192 --splits 2,4 --tiles 128x128x64/256/4,64x128x64/128/4 || rc=$?; \
      timeout 60 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_general_splitk.py -k "group and on_gpu" -rs || rc=$?; exit $rc'
 step attention python3 benchmarks/cuda_attention.py --rep 3
 step attention-fast python3 benchmarks/cuda_attention.py --rep 3 --fast-math
