@@ -190,7 +190,7 @@ def test_routed_split_gemm_takes_the_group_sum_when_asked():
     """tilecore.cuda.general_split_k=True with split_k_reduce="auto": the plugin's tile and count on the general path,
     summed in groups where they all fit at once (16x8192x8192 at 64x128 tiles: 64 tiles, the rule's 2 splits, 64
     groups of 2 of the 66 resident at once); at the 64x256 tile the rule's 4 splits make 32 groups of 4, of which 30
-    are resident at once: the workspace sum."""
+    are resident at once: one split fewer in groups, as the plugin's rule takes (3 of 128 k tiles: 42-43 each)."""
     def routed(bn, stages):
         f = matmul(16, 8192, 8192, 64, bn, 64, threads=128, num_stages=stages)
         return tilecore.compile(f, target="cuda:sm_90a", pass_configs={**NOCACHE, "tilecore.cuda.general_split_k": True,
@@ -200,8 +200,13 @@ def test_routed_split_gemm_takes_the_group_sum_when_asked():
     assert "tc_wgmma_splitk" not in k.source.code and "mapa.shared::cluster" in k.source.code
     assert k.source.meta["grid"] == ["64", "1", "2"] and k.source.meta.get("cluster") == [1, 1, 2]
     k = routed(256, 3)
-    assert k.source.meta["grid"][2] == "4" and "cluster" not in k.source.meta
-    assert "32 groups of 4 would not all be resident at once" in k.meta["attrs"]["split_k"][0]
+    assert k.source.meta["grid"] == ["32", "1", "3"] and k.source.meta["cluster"] == [1, 1, 3]
+    assert "42-43 of 128 k tiles" in k.meta["attrs"]["split_k"][0] and "summed in slices" in k.meta["attrs"]["split_k"][0]
+    # asked for ("group") the count is kept, whether its groups fit at once or not
+    f = matmul(16, 8192, 8192, 64, 256, 64, threads=128, num_stages=3)
+    k = tilecore.compile(f, target="cuda:sm_90a", pass_configs={**NOCACHE, "tilecore.cuda.general_split_k": True,
+                                                                 "tilecore.split_k_reduce": "group"})
+    assert k.source.meta["cluster"] == [1, 1, 4]
 
 
 @needs_toolchain

@@ -353,6 +353,33 @@ def test_split_k_group_on_gpu_against_float64_and_the_workspace_bits(M, N, K, ti
     assert torch.equal(Cw, first)
 
 
+@hopper_gpu
+@pytest.mark.parametrize("M,N,K,tile", [(128, 4096, 4096, (128, 128, 64, 256, 5)), (16, 8192, 8192, (64, 256, 64, 128, 3)),
+                                        (16, 8192, 8192, (64, 128, 64, 128, 4))])
+def test_routed_group_auto_on_gpu_against_float64(M, N, K, tile):
+    """D75: the plugin's split GEMM routed to the core (general_split_k=True) with split_k_reduce="auto": the plugin's
+    tile, its cluster count (3 uneven splits, in slices) or 2 splits in groups; float64 bound, bit for bit every call."""
+    import torch
+
+    bm, bn, bk, th, st = tile
+    k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda",
+                         pass_configs={"tilecore.cuda.general_split_k": True, "tilecore.split_k_reduce": "auto"})
+    assert k.source.meta.get("cluster")
+    torch.manual_seed(2)
+    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    B = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    ref = A.double() @ B.double()
+    C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+    k(A, B, C)
+    first = C.clone()
+    err = (first.double() - ref).abs()
+    assert (err <= K ** 0.5 * 8e-3 + ref.abs() * 2 ** -10).all(), err.max()
+    for _ in range(3):
+        C.fill_(float("nan"))
+        k(A, B, C)
+        assert torch.equal(C, first)
+
+
 # -- the CUDA source on the host emulator (sm_80's general path: mma.sync on registers, cp.async stages) -----------
 @needs_toolchain
 @pytest.mark.parametrize("split,partials", [(2, "vector"), (4, "vector"), (4, "scalar")])

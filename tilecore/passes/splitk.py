@@ -45,6 +45,7 @@ SPLIT_K_GROUP_AREA = "tilecore.split_k_group_area"
 SPLIT_K_GROUP_SYNC = "tilecore.split_k_group_sync"
 SPLIT_K_UNEVEN = "tilecore.split_k_uneven"
 SPLIT_K_GROUP_SUM = "tilecore.split_k_group_sum"
+AT_ONCE = "would not all be resident at once"
 #: the "auto" rule's constants (decisions D27 / D31's rule, as a GPU plugin's split-K takes it)
 TILES_PER_STAGE, LEAST_CAP, MAX_SPLITS, TAIL_RATIO = 4, 16, 16, 1
 #: the last block's sum is written once per split index (its own partial from its registers) up to this many
@@ -228,7 +229,7 @@ def _group_plan(ctx, reduce_, splits, tiles, recv_bytes, shared_bytes, stage_byt
         return splits, None
     held = (f"{ctx.capabilities.id} holds {at_once[splits]} groups of {splits} at once" if splits in at_once else
             f"{ctx.capabilities.id} declares no execution.cluster.at_once for groups of {splits}")
-    return splits, f"{tiles} groups of {splits} would not all be resident at once ({held})"
+    return splits, f"{tiles} groups of {splits} {AT_ONCE} ({held})"
 
 
 @tile_pass("tilecore.split_k")
@@ -311,12 +312,22 @@ def split_k(func, ctx):
             stage_bytes = stages * sum(_nbytes(b) for b in dead)
             shared_bytes = stage_bytes + sum(_nbytes(a.buffer) for a in top if isinstance(a, Allocate)
                                              and a.buffer.scope == "shared" and a.buffer not in dead)
-            form = _group_form(ctx, splits, regs)
-            recv_bytes = _slices_bytes(splits, regs, threads, acc) if form == "slices" else \
-                (splits - 1) * regs * threads * acc.dtype.bytes
-            splits, group_why = _group_plan(ctx, reduce_, splits, tiles, recv_bytes, shared_bytes + 2048, stage_bytes)
             cap = ctx.capabilities.limit("max_shared_bytes_per_block")
-            beside = bool(cap) and shared_bytes + 2048 + recv_bytes <= int(cap[0])
+
+            def plan(n):
+                f = _group_form(ctx, n, regs)
+                recv = _slices_bytes(n, regs, threads, acc) if f == "slices" else (n - 1) * regs * threads * acc.dtype.bytes
+                why_not = _group_plan(ctx, reduce_, n, tiles, recv, shared_bytes + 2048, stage_bytes)[1]
+                return f, why_not, bool(cap) and shared_bytes + 2048 + recv <= int(cap[0])
+
+            form, group_why, beside = plan(splits)
+            # the plugin's rule (D41): where the compiler chose the count and its groups do not all fit at once, one
+            # split fewer in groups if those do (the k tiles then split unevenly where they must)
+            if group_why and AT_ONCE in group_why and reduce_ == "auto" and (want == "auto" or from_backend) \
+                    and splits > 2:
+                f2, why2, beside2 = plan(splits - 1)
+                if why2 is None:
+                    splits, per, form, group_why, beside = splits - 1, kt // (splits - 1), f2, None, beside2
     # the grid: the splits as the last dimension (a 1-D grid gets a unit second one)
     bvars = list(launch.block_vars)
     gexprs = [as_expr(g) for g in launch.grid]
