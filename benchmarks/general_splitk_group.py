@@ -16,6 +16,10 @@ For every shape, in one process, the README GEMM (``cuda_gemm.matmul``, fp16, C 
 - ``routed ...``: ``tilecore.cuda.general_split_k=True`` (the plugin's tile and rule's count on the general path)
   with the workspace sum and with ``split_k_reduce="auto"``.
 
+``--focus``: the routing rows (D75 round 2): at the plugin's tile and each tile of ``--tiles`` the plugin and the
+same kernel with ``tilecore.cuda.general_split_k="group"`` (routed where the core sums it in block groups), the
+core's workspace / group (transaction barrier) / group-bar (group barrier) sums at 2 splits.
+
 torch.matmul (cuBLAS) in the same run is the reference. Times: CUDA events around each call, ``--batch`` calls a
 batch issued while the GPU sleeps, variants interleaved round by round, the order reversed every other round (both
 orders), the median of every call. Every result is checked against a float64 product; every kernel bit for bit
@@ -53,6 +57,9 @@ def main() -> int:
     ap.add_argument("--splits", default="2,4")
     ap.add_argument("--uneven", default="3", help="split counts tried at the plugin's tile where they do not divide "
                     "the k tiles (tilecore.split_k_uneven)")
+    ap.add_argument("--focus", action="store_true", help="the routing rows only: at the plugin's tile and each of "
+                    "--tiles, the plugin, the same kernel with tilecore.cuda.general_split_k=\"group\", the core's "
+                    "workspace and group sums at 2 splits (D75 round 2)")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--batch", type=int, default=10)
     ap.add_argument("--sleep-cycles", type=int, default=4_000_000)
@@ -93,13 +100,37 @@ def main() -> int:
             return k
 
         pt = PLUGIN_TILES.get(name, (128, 128, 64, 256, 4))
-        kp = add("plugin", tile=pt)
+        if args.focus:  # the routing question: at each tile, the plugin against the same kernel routed to the core
+            kp = add("plugin", tile=pt)
+            for t in [pt] + [x for x in tiles if x != pt]:
+                tn = f"{t[0]}x{t[1]}x{t[2]}/{t[4]}"
+                if t != pt:
+                    add(f"plugin {tn}", tile=t)
+                k = add(f"routed group {tn}", tile=t, cfg={"tilecore.cuda.general_split_k": "group"})
+                if k is not None and "split_k" not in k.meta.get("attrs", {}):
+                    del variants[f"routed group {tn}"]  # not routed: the plugin's kernel
+                    print(f"  routed group {tn}: not routed (the plugin's split-K)")
+                kt = -(-K // t[2])
+                if kt % 2 == 0 and t[0] * t[1] <= 8192:
+                    if add(f"ws 2 {tn}", tile=t, cfg={**GENERAL, "tilecore.split_k": 2}) is not None:
+                        for form, extra in (("group 2", {}), ("group-bar 2", {"tilecore.split_k_group_sync": "barrier"})):
+                            if add(f"{form} {tn}", tile=t, cfg={**GENERAL, "tilecore.split_k": 2,
+                                                                "tilecore.split_k_reduce": "group", **extra}) is not None:
+                                pairs.append((f"{form} {tn}", f"ws 2 {tn}"))
+            tiles_here = []
+        else:
+            kp = None
+            tiles_here = tiles
+        kp = kp if args.focus else add("plugin", tile=pt)
         sp = split_k_of(kp) if kp is not None else 1
         cl = (kp.source.meta.get("cluster") if kp is not None else None)
-        add("plugin-global", tile=pt, cfg={"tilecore.cuda.split_k_reduce": "global"})
-        add("routed ws", tile=pt, cfg={"tilecore.cuda.general_split_k": True})
-        k = add("routed group-auto", tile=pt, cfg={"tilecore.cuda.general_split_k": True,
-                                                    "tilecore.split_k_reduce": "auto"})
+        if args.focus:
+            args.uneven = ""
+        else:
+            add("plugin-global", tile=pt, cfg={"tilecore.cuda.split_k_reduce": "global"})
+            add("routed ws", tile=pt, cfg={"tilecore.cuda.general_split_k": True})
+        k = None if args.focus else add("routed group-auto", tile=pt, cfg={"tilecore.cuda.general_split_k": True,
+                                                                            "tilecore.split_k_reduce": "auto"})
         if k is not None:
             print(f"  routed group-auto: {(k.meta.get('attrs', {}).get('split_k') or ('-',))[0][:220]}")
         for s in [int(x) for x in args.uneven.split(",") if x]:  # counts that do not divide the k tiles, at the
@@ -113,7 +144,7 @@ def main() -> int:
                     if k is not None:
                         pairs.append((f"{form} {s}u {tn}", f"ws {s}u {tn}"))
                         print(f"  {form} {s}u {tn}: {k.meta['attrs']['split_k'][0][-150:]}")
-        for t in tiles:
+        for t in tiles_here:
             tn = f"{t[0]}x{t[1]}x{t[2]}/{t[4]}"
             kt = -(-K // t[2])
             for s in splits:
@@ -184,10 +215,13 @@ def main() -> int:
                 times[label] += [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
         med = {label: statistics.median(ts) for label, ts in times.items()}
         cub, plug = med["cublas"], med.get("plugin")
-        print(f"{'variant':30s} {'us':>8s} {'x cuBLAS':>9s} {'x plugin':>9s}")
+        print(f"{'variant':30s} {'us':>8s} {'x cuBLAS':>9s} {'x plugin':>9s} {'x plugin, same tile':>19s}")
         for label, us in med.items():
             rp = f"{plug / us:9.3f}" if plug else f"{'-':>9s}"
-            print(f"{label:30s} {us:8.2f} {cub / us:9.3f} {rp}")
+            tn = label.split(" ")[-1]
+            same = med.get(f"plugin {tn}") or (plug if tn == f"{pt[0]}x{pt[1]}x{pt[2]}/{pt[4]}" else None)
+            rs = f"{same / us:19.3f}" if same and label != "cublas" else f"{'-':>19s}"
+            print(f"{label:30s} {us:8.2f} {cub / us:9.3f} {rp} {rs}")
         sys.stdout.flush()
     print(f"\n{failures} failure(s)")
     return 1 if failures else 0

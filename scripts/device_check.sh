@@ -103,6 +103,12 @@ step splitkgen bash -c 'rc=0; timeout 140 python3 benchmarks/general_splitk.py -
 step blockgroup bash -c 'rc=0; timeout 160 python3 benchmarks/general_splitk_group.py --rounds 6 --batch 10 \
        --shapes 128x4096x4096,16x8192x8192 --splits 2,4 --tiles 128x128x64/256/4,64x128x64/128/4 || rc=$?; \
      timeout 60 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_general_splitk.py -k "group and on_gpu" -rs || rc=$?; exit $rc'
+# D75 round 2: the routing rows: at the plugin's tile and at 64x128 / 128x64 tiles, the plugin against the same kernel
+# routed to the core (tilecore.cuda.general_split_k="group"), the core's workspace / group sums at 2 splits, the LLM
+# rows, 10 rounds in both orders; then the group device tests
+step blockgroup-r2 bash -c 'rc=0; timeout 160 python3 benchmarks/general_splitk_group.py --focus --rounds 10 --batch 10 \
+       --shapes 128x4096x4096,16x8192x8192,256x4096x4096,32x4096x14336 --tiles 64x128x64/128/4,128x64x64/256/4 || rc=$?; \
+     timeout 60 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_general_splitk.py tests/test_block_group.py -k "group and on_gpu" -rs || rc=$?; exit $rc'
 step attention python3 benchmarks/cuda_attention.py --rep 3
 step attention-fast python3 benchmarks/cuda_attention.py --rep 3 --fast-math
 # FA3's schedules of the register programs (decision D28): off, ping-pong, intra-warpgroup overlap, both; one row each

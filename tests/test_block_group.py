@@ -106,9 +106,15 @@ def test_auto_takes_the_group_where_every_group_is_resident_at_once():
     receive area that fits nowhere keep the workspace sum, with the reason in the notes."""
     k = _cuda(16, 8192, 8192, (64, 128, 64, 128, 4), 2, "auto")
     assert k.source.meta["cluster"] == [1, 1, 2] and "one block group a tile" in k.meta["attrs"]["split_k"][0]
-    k = _cuda(128, 4096, 4096, (64, 128, 64, 128, 4), 4, "auto")
+    k = _cuda(256, 4096, 4096, (128, 64, 64, 256, 4), 2, "auto")
     assert "cluster" not in k.source.meta and "workspace" in k.source.meta
-    assert "64 groups of 4 would not all be resident at once (cuda/sm_90a holds 30" in k.meta["attrs"]["split_k"][0]
+    assert "128 groups of 2 would not all be resident at once (cuda/sm_90a holds 66" in k.meta["attrs"]["split_k"][0]
+    # the measured bound (D75): rank 0 receiving more than 32 KiB (4 splits' slices of 64x128 tiles: 48 KiB; 2 splits
+    # of 128x128: 64 KiB) keeps the workspace sum
+    for tile, n, got in (((64, 128, 64, 128, 4), 4, 49152), ((128, 128, 64, 256, 4), 2, 65536)):
+        k = _cuda(128, 4096, 4096, tile, n, "auto")
+        assert "cluster" not in k.source.meta
+        assert f"rank 0 would receive {got} bytes through block memory, more than the 32768" in k.meta["attrs"]["split_k"][0]
     k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 2), 4, "auto", **{"tilecore.split_k_group_sum": "rank0"})
     assert "cluster" not in k.source.meta and "fits neither" in k.meta["attrs"]["split_k"][0]
     k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 4), 4, "workspace")
@@ -120,7 +126,7 @@ def test_auto_takes_the_group_where_every_group_is_resident_at_once():
 def test_group_sum_cuda_source_receive_area_beside():
     """By default the receive area lies beside the block's buffers where it fits (64 KiB beside 161 KiB): the blocks
     arrive (relaxed) at the top, wait after the main loop, no barrier between; the sum, then the bulk store."""
-    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 4), 2)
+    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 4), 2, **{"tilecore.split_k_group_sync": "barrier"})
     src, meta = k.source.code, k.source.meta
     assert meta["cluster"] == [1, 1, 2] and meta["shared_bytes"] == 164864 + 65536  # A_shared from offset 66560, 1024-aligned
     assert re.search(r"float\* __restrict__ vtc_group_recv = ", src)
@@ -158,7 +164,8 @@ def test_group_sum_cuda_source_over_the_stages():
 def test_group_receive_area_beside_the_stages_where_they_do_not_hold_it():
     """4 splits of 64x128 tiles at 2 stages: 3 partials (96 KiB) over 48 KiB of stages: an area of its own, the
     blocks saying they started at the top (arrive, relaxed) and waiting only before the first peer store."""
-    k = _cuda(16, 8192, 8192, (64, 128, 64, 128, 2), 4, **{"tilecore.split_k_group_sum": "rank0"})
+    k = _cuda(16, 8192, 8192, (64, 128, 64, 128, 2), 4, **{"tilecore.split_k_group_sum": "rank0",
+                                                           "tilecore.split_k_group_sync": "barrier"})
     src = k.source.code
     assert re.search(r"float\* __restrict__ vtc_group_recv = ", src)
     assert src.count("barrier.cluster.arrive.relaxed.aligned;") == 1
@@ -173,7 +180,7 @@ def test_group_sum_sass():
     address), the sum's 16 LDS.128 and 64 FADD; nothing global but the bulk store: no STG / LDG / ATOMG; no spill."""
     import tilecore_cuda
 
-    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 4), 2)
+    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 4), 2, **{"tilecore.split_k_group_sync": "barrier"})
     try:
         sass = tilecore_cuda.CUDABackend().disassemble(k.binary, None)
     except SystemExit as e:  # no cuobjdump here
@@ -189,8 +196,8 @@ def test_group_sum_sass():
 def test_routed_split_gemm_takes_the_group_sum_when_asked():
     """tilecore.cuda.general_split_k=True with split_k_reduce="auto": the plugin's tile and count on the general path,
     summed in groups where they all fit at once (16x8192x8192 at 64x128 tiles: 64 tiles, the rule's 2 splits, 64
-    groups of 2 of the 66 resident at once); at the 64x256 tile the rule's 4 splits make 32 groups of 4, of which 30
-    are resident at once: one split fewer in groups, as the plugin's rule takes (3 of 128 k tiles: 42-43 each)."""
+    groups of 2 of the 66 resident at once); at the 64x256 tile the rule's 4 splits would send rank 0 96 KiB in
+    slices, over the measured bound: the workspace."""
     def routed(bn, stages):
         f = matmul(16, 8192, 8192, 64, bn, 64, threads=128, num_stages=stages)
         return tilecore.compile(f, target="cuda:sm_90a", pass_configs={**NOCACHE, "tilecore.cuda.general_split_k": True,
@@ -199,9 +206,9 @@ def test_routed_split_gemm_takes_the_group_sum_when_asked():
     k = routed(128, 4)
     assert "tc_wgmma_splitk" not in k.source.code and "mapa.shared::cluster" in k.source.code
     assert k.source.meta["grid"] == ["64", "1", "2"] and k.source.meta.get("cluster") == [1, 1, 2]
-    k = routed(256, 3)
-    assert k.source.meta["grid"] == ["32", "1", "3"] and k.source.meta["cluster"] == [1, 1, 3]
-    assert "42-43 of 128 k tiles" in k.meta["attrs"]["split_k"][0] and "summed in slices" in k.meta["attrs"]["split_k"][0]
+    k = routed(256, 3)  # rank 0 would receive 96 KiB in slices (4 splits of a 64 KiB partial): the workspace
+    assert k.source.meta["grid"] == ["32", "1", "4"] and "cluster" not in k.source.meta
+    assert "rank 0 would receive 98304 bytes" in k.meta["attrs"]["split_k"][0]
     # asked for ("group") the count is kept, whether its groups fit at once or not
     f = matmul(16, 8192, 8192, 64, 256, 64, threads=128, num_stages=3)
     k = tilecore.compile(f, target="cuda:sm_90a", pass_configs={**NOCACHE, "tilecore.cuda.general_split_k": True,
@@ -285,3 +292,20 @@ def test_group_sum_in_slices():
     assert "summed in slices" not in k.meta["attrs"]["split_k"][0] and "131072 bytes" in k.meta["attrs"]["split_k"][0]
     with pytest.raises(CompileError, match="split_k_group_sum='all'"):
         _cuda(16, 8192, 8192, (64, 128, 64, 128, 4), 2, **{"tilecore.split_k_group_sum": "all"})
+
+
+@needs_toolchain
+def test_routing_mode_group_routes_only_what_the_core_sums_in_groups():
+    """tilecore.cuda.general_split_k="group" (D75): the plugin's split GEMM goes to the core only where the core's
+    "auto" sums it in block groups (2 splits, a 32 KiB partial, every group resident at once): 64x128 tiles at
+    128x4096x4096 and 16x8192x8192 do; 128x128 (a 64 KiB partial) and 64x256 (4 splits) stay on the plugin."""
+    def compiled(M, N, K, bm, bn, th, st):
+        return tilecore.compile(matmul(M, N, K, bm, bn, 64, threads=th, num_stages=st), target="cuda:sm_90a",
+                                pass_configs={**NOCACHE, "tilecore.cuda.general_split_k": "group"})
+
+    for M, N, K in ((128, 4096, 4096), (16, 8192, 8192)):
+        k = compiled(M, N, K, 64, 128, 128, 4)
+        assert k.source.meta["cluster"] == [1, 1, 2] and "tc_wgmma_splitk" not in k.source.code
+        assert "st.async.shared::cluster" in k.source.code  # the transaction-barrier form by default
+    assert "tc_wgmma_splitk" in compiled(128, 4096, 4096, 128, 128, 256, 5).source.code
+    assert "tc_wgmma_splitk" in compiled(16, 8192, 8192, 64, 256, 128, 3).source.code

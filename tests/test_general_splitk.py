@@ -354,17 +354,17 @@ def test_split_k_group_on_gpu_against_float64_and_the_workspace_bits(M, N, K, ti
 
 
 @hopper_gpu
-@pytest.mark.parametrize("M,N,K,tile", [(128, 4096, 4096, (128, 128, 64, 256, 5)), (16, 8192, 8192, (64, 256, 64, 128, 3)),
-                                        (16, 8192, 8192, (64, 128, 64, 128, 4))])
-def test_routed_group_auto_on_gpu_against_float64(M, N, K, tile):
-    """D75: the plugin's split GEMM routed to the core (general_split_k=True) with split_k_reduce="auto": the plugin's
-    tile, its cluster count (3 uneven splits, in slices) or 2 splits in groups; float64 bound, bit for bit every call."""
+@pytest.mark.parametrize("M,N,K,tile", [(128, 4096, 4096, (64, 128, 64, 128, 4)), (16, 8192, 8192, (64, 128, 64, 128, 4)),
+                                        (128, 4096, 4096, (128, 64, 64, 256, 4))])
+def test_routed_group_on_gpu_against_float64(M, N, K, tile):
+    """D75: the plugin's split GEMM routed to the core (tilecore.cuda.general_split_k="group"), summed in groups of 2
+    (the peers' stores on rank 0's transaction barrier); float64 bound, bit for bit every call."""
     import torch
 
     bm, bn, bk, th, st = tile
     k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda",
-                         pass_configs={"tilecore.cuda.general_split_k": True, "tilecore.split_k_reduce": "auto"})
-    assert k.source.meta.get("cluster")
+                         pass_configs={"tilecore.cuda.general_split_k": "group"})
+    assert k.source.meta.get("cluster") == [1, 1, 2]
     torch.manual_seed(2)
     A = torch.randn(M, K, device="cuda", dtype=torch.float16)
     B = torch.randn(K, N, device="cuda", dtype=torch.float16)

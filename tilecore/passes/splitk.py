@@ -46,6 +46,14 @@ SPLIT_K_GROUP_SYNC = "tilecore.split_k_group_sync"
 SPLIT_K_UNEVEN = "tilecore.split_k_uneven"
 SPLIT_K_GROUP_SUM = "tilecore.split_k_group_sum"
 AT_ONCE = "would not all be resident at once"
+#: D75, measured (H200): the peers' stores completing on rank 0's transaction barrier beat the group barrier after them
+#: (16.86 against 17.30 us at 128x4096x4096, 41.20 against 41.33 at 16x8192x8192, 64x128 tiles, 2 splits)
+SPLIT_K_GROUP_SYNC_DEFAULT = "copy_barrier"
+#: D75, measured (H200): "auto" takes the group where rank 0 receives at most this many bytes in all (the peers'
+#: partials, or the slices' sums and its own slice's): 32 KiB (64x128 tiles, 2 splits) ran 2.7 / 0.8 us faster than
+#: the workspace sum on the LLM rows, 64 KiB (128x128, 2 splits) 0.4 / 2.2 us slower, the slices at 3 splits (84 KiB)
+#: within 0.1 us / 1.2 us faster
+GROUP_AUTO_BYTES = 32768
 #: the "auto" rule's constants (decisions D27 / D31's rule, as a GPU plugin's split-K takes it)
 TILES_PER_STAGE, LEAST_CAP, MAX_SPLITS, TAIL_RATIO = 4, 16, 16, 1
 #: the last block's sum is written once per split index (its own partial from its registers) up to this many
@@ -180,8 +188,10 @@ def _auto_splits(ctx, tiles: int, kt: int, stages: int, stage_bytes: int, part_b
     return s, f"{tiles} tiles on {sms} processors"
 
 
-def _reduce_option(ctx):
-    v = ctx.option(SPLIT_K_REDUCE, "workspace")
+def _reduce_option(ctx, launch=None):
+    v = ctx.option(SPLIT_K_REDUCE, None)
+    if v is None:  # a backend's routing may ask for it on the launch (attrs["split_k_reduce"])
+        v = (launch.attrs.get("split_k_reduce") if launch is not None else None) or "workspace"
     if v in (None, "workspace", "global"):
         return "workspace"
     if v in ("group", "auto"):
@@ -197,7 +207,7 @@ def groups_at_once(caps) -> dict:
     return {int(k): int(v) for k, v in dict(table).items() if v is not None}
 
 
-def _group_plan(ctx, reduce_, splits, tiles, recv_bytes, shared_bytes, stage_bytes):
+def _group_plan(ctx, reduce_, splits, tiles, recv_bytes, shared_bytes, stage_bytes, rank0_bytes=0):
     """``(splits, None)`` where the tile's splits run as one block group (``tilecore.split_k_reduce``), else
     ``(splits, reason)`` (the workspace sum); raises where "group" was asked for and cannot be built."""
     if reduce_ == "workspace":
@@ -224,6 +234,9 @@ def _group_plan(ctx, reduce_, splits, tiles, recv_bytes, shared_bytes, stage_byt
         return splits, why
     if reduce_ == "group":
         return splits, None
+    if rank0_bytes > GROUP_AUTO_BYTES:
+        return splits, (f"rank 0 would receive {rank0_bytes} bytes through block memory, more than the "
+                        f"{GROUP_AUTO_BYTES} up to which the group sum measured faster than the workspace (D75)")
     at_once = groups_at_once(ctx.capabilities)
     if tiles <= at_once.get(splits, 0):
         return splits, None
@@ -259,7 +272,7 @@ def split_k(func, ctx):
             return func
         raise CompileError(f"pass config {SPLIT_K}={want}: kernel {func.name} cannot be split over K: {plan}",
                            launch.span)
-    if not ctx.capabilities.feature("kept_workspace") and _reduce_option(ctx) == "workspace":
+    if not ctx.capabilities.feature("kept_workspace") and _reduce_option(ctx, launch) == "workspace":
         if want == "auto":
             return func
         raise CompileError(f"pass config {SPLIT_K}={want}: target {ctx.target} keeps no workspace across calls "
@@ -296,7 +309,7 @@ def split_k(func, ctx):
                                f"runs k tiles [z KT // S, (z + 1) KT // S))", loop.span)
     per = kt // splits
     # tilecore.split_k_reduce: the tile's splits one block group, summed through block memory (D75), or the workspace
-    reduce_ = _reduce_option(ctx)
+    reduce_ = _reduce_option(ctx, launch)
     group_why, form = "workspace", "rank0"
     if reduce_ != "workspace":
         if not registers and ctx.capabilities.get("execution.cluster.supported"):
@@ -316,8 +329,10 @@ def split_k(func, ctx):
 
             def plan(n):
                 f = _group_form(ctx, n, regs)
-                recv = _slices_bytes(n, regs, threads, acc) if f == "slices" else (n - 1) * regs * threads * acc.dtype.bytes
-                why_not = _group_plan(ctx, reduce_, n, tiles, recv, shared_bytes + 2048, stage_bytes)[1]
+                part = regs * threads * acc.dtype.bytes
+                recv = _slices_bytes(n, regs, threads, acc) if f == "slices" else (n - 1) * part
+                # rank 0 receives all of its area: the peers' partials, or a slice from each and the others' sums
+                why_not = _group_plan(ctx, reduce_, n, tiles, recv, shared_bytes + 2048, stage_bytes, recv)[1]
                 return f, why_not, bool(cap) and shared_bytes + 2048 + recv <= int(cap[0])
 
             form, group_why, beside = plan(splits)
@@ -504,7 +519,7 @@ def _group_sum(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, thre
     # sending thread's stores complete first); "copy_barrier": the stores complete on a transaction barrier in rank 0's
     # block memory announced for all their bytes, rank 0 waits for it alone (no release, no second group barrier;
     # a receive area of its own only, on targets with transaction barriers: features.bulk_tensor_copy)
-    sync = ctx.option(SPLIT_K_GROUP_SYNC, "barrier")
+    sync = ctx.option(SPLIT_K_GROUP_SYNC, SPLIT_K_GROUP_SYNC_DEFAULT)
     if sync not in ("barrier", "copy_barrier"):
         raise CompileError(f"pass config {SPLIT_K_GROUP_SYNC}={sync!r}: expected \"barrier\" or \"copy_barrier\"")
     full = None

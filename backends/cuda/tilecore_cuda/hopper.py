@@ -257,12 +257,25 @@ GENERAL_SPLIT_K = "tilecore.cuda.general_split_k"
 GENERAL_SPLIT_K_DEFAULT = False
 
 
-def routes_split_k(ctx, esize: int = 2) -> bool:
-    """Whether a GEMM this pipeline splits over K goes to the core's general path and split-K (D69)."""
+def routes_split_k(ctx, esize: int = 2, split=None) -> bool:
+    """Whether a GEMM this pipeline splits over K goes to the core's general path and split-K (D69). ``"group"``
+    (D75): 16-bit GEMMs asking for none of this pipeline's options whose split (``split``: the equal count, the
+    accumulator's bytes a block, the tiles) the core sums in block groups by its "auto" rule: 2 splits, rank 0
+    receiving at most the core's measured bound, every group resident at once."""
+    v = ctx.option(GENERAL_SPLIT_K, GENERAL_SPLIT_K_DEFAULT)
+    if v == "group":
+        from tilecore.passes.splitk import GROUP_AUTO_BYTES, groups_at_once
+
+        if split is None or esize != 2 or any(ctx.option(k, _UNSET) is not _UNSET for k in PIPELINE_OWN):
+            return False
+        n, part, tiles = split
+        return n == 2 and part <= GROUP_AUTO_BYTES and tiles is not None and \
+            tiles <= groups_at_once(ctx.capabilities).get(2, 0)
     v = ctx.switch(GENERAL_SPLIT_K, GENERAL_SPLIT_K_DEFAULT, auto=True,
                    expected="True (a GEMM split over K by this pipeline's rule goes to the core's general path and "
                             "tilecore.split_k), \"auto\" (16-bit GEMMs that ask for none of the pipeline's own "
-                            "options) or False (this pipeline's split-K; the default)")
+                            "options), \"group\" (those the core sums in block groups, D75) or False (this "
+                            "pipeline's split-K)")
     if v == "auto":
         return esize == 2 and not any(ctx.option(k, _UNSET) is not _UNSET for k in PIPELINE_OWN)
     return v
@@ -339,11 +352,12 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
             return launch.with_(attrs={**launch.attrs, GENERAL_PLAIN_GEMM: True})
         kt_all = const_value(simplify(as_expr(s.extent)))
         even = next((d for d in range(splits, 1, -1) if kt_all is not None and int(kt_all) % d == 0), 1)
-        if splits > 1 and even > 1 and routes_split_k(ctx, p.esize):  # D69: to the general path and its split-K
+        if splits > 1 and even > 1 and routes_split_k(ctx, p.esize, (even, p.bm * p.bn * 4, _tile_count(launch))):
             splits = even  # the core's split-K runs equal splits: the largest count <= the rule's dividing the k tiles
             ctx.notes.append(f"cuda.hopper_gemm_pipeline: loop over {s.var.name} left to the core's general path with "
                              f"the core's split-K over {splits} blocks ({GENERAL_SPLIT_K})")
-            return launch.with_(attrs={**launch.attrs, GENERAL_PLAIN_GEMM: True, "split_k": splits})
+            group = {"split_k_reduce": "auto"} if ctx.option(GENERAL_SPLIT_K, GENERAL_SPLIT_K_DEFAULT) == "group" else {}
+            return launch.with_(attrs={**launch.attrs, GENERAL_PLAIN_GEMM: True, "split_k": splits, **group})
         if splits == 1 and routes_plain_gemm(ctx, p.esize):  # D51, D62: the plain GEMM to the general path
             ctx.notes.append(f"cuda.hopper_gemm_pipeline: loop over {s.var.name} left to the core's general path "
                              f"({GENERAL_PLAIN_GEMM}; split-K GEMMs stay here)")
