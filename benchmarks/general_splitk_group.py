@@ -18,7 +18,8 @@ For every shape, in one process, the README GEMM (``cuda_gemm.matmul``, fp16, C 
 
 ``--focus``: the routing rows (D75 round 2): at the plugin's tile and each tile of ``--tiles`` the plugin and the
 same kernel with ``tilecore.cuda.general_split_k="group"`` (routed where the core sums it in block groups), the
-core's workspace / group (transaction barrier) / group-bar (group barrier) sums at 2 splits.
+core's workspace / group ("auto": in panels where the epilogue's bulk store has 2 panels, else rank 0) / group-r0
+(all into rank 0) sums at 2 splits.
 
 torch.matmul (cuBLAS) in the same run is the reference. Times: CUDA events around each call, ``--batch`` calls a
 batch issued while the GPU sleeps, variants interleaved round by round, the order reversed every other round (both
@@ -59,7 +60,7 @@ def main() -> int:
                     "the k tiles (tilecore.split_k_uneven)")
     ap.add_argument("--focus", action="store_true", help="the routing rows only: at the plugin's tile and each of "
                     "--tiles, the plugin, the same kernel with tilecore.cuda.general_split_k=\"group\", the core's "
-                    "workspace and group sums at 2 splits (D75 round 2)")
+                    "workspace, group and group-r0 sums at 2 splits (D75 round 2)")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--batch", type=int, default=10)
     ap.add_argument("--sleep-cycles", type=int, default=4_000_000)
@@ -111,9 +112,9 @@ def main() -> int:
                     del variants[f"routed group {tn}"]  # not routed: the plugin's kernel
                     print(f"  routed group {tn}: not routed (the plugin's split-K)")
                 kt = -(-K // t[2])
-                if kt % 2 == 0 and t[0] * t[1] <= 8192:
+                if kt % 2 == 0:
                     if add(f"ws 2 {tn}", tile=t, cfg={**GENERAL, "tilecore.split_k": 2}) is not None:
-                        for form, extra in (("group 2", {}), ("group-bar 2", {"tilecore.split_k_group_sync": "barrier"})):
+                        for form, extra in (("group 2", {}), ("group-r0 2", {"tilecore.split_k_group_sum": "rank0"})):
                             if add(f"{form} {tn}", tile=t, cfg={**GENERAL, "tilecore.split_k": 2,
                                                                 "tilecore.split_k_reduce": "group", **extra}) is not None:
                                 pairs.append((f"{form} {tn}", f"ws 2 {tn}"))

@@ -32,9 +32,11 @@ GENERAL = {**NOCACHE, "tilecore.cuda.general_plain_gemm": True}
 
 
 def _cuda(M, N, K, tile, split, reduce_="group", **cfg):
+    """The GEMM split over ``split`` blocks a tile; the rank-0 group sum unless ``cfg`` names another."""
     bm, bn, bk, th, st = tile
     return tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda:sm_90a",
-                            pass_configs={**GENERAL, "tilecore.split_k": split, "tilecore.split_k_reduce": reduce_, **cfg})
+                            pass_configs={**GENERAL, "tilecore.split_k": split, "tilecore.split_k_reduce": reduce_,
+                                          "tilecore.split_k_group_sum": "rank0", **cfg})
 
 
 # -- the IR ---------------------------------------------------------------------------------------------------------
@@ -111,10 +113,10 @@ def test_auto_takes_the_group_where_every_group_is_resident_at_once():
     assert "128 groups of 2 would not all be resident at once (cuda/sm_90a holds 66" in k.meta["attrs"]["split_k"][0]
     # the measured bound (D75): rank 0 receiving more than 32 KiB (4 splits' slices of 64x128 tiles: 48 KiB; 2 splits
     # of 128x128: 64 KiB) keeps the workspace sum
-    for tile, n, got in (((64, 128, 64, 128, 4), 4, 49152), ((128, 128, 64, 256, 4), 2, 65536)):
-        k = _cuda(128, 4096, 4096, tile, n, "auto")
+    for tile, n, got, form in (((64, 128, 64, 128, 4), 4, 49152, "auto"), ((128, 128, 64, 256, 4), 2, 65536, "rank0")):
+        k = _cuda(128, 4096, 4096, tile, n, "auto", **{"tilecore.split_k_group_sum": form})
         assert "cluster" not in k.source.meta
-        assert f"rank 0 would receive {got} bytes through block memory, more than the 32768" in k.meta["attrs"]["split_k"][0]
+        assert f"a block would receive {got} bytes through block memory, more than the 32768" in k.meta["attrs"]["split_k"][0]
     k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 2), 4, "auto", **{"tilecore.split_k_group_sum": "rank0"})
     assert "cluster" not in k.source.meta and "fits neither" in k.meta["attrs"]["split_k"][0]
     k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 4), 4, "workspace")
@@ -206,9 +208,9 @@ def test_routed_split_gemm_takes_the_group_sum_when_asked():
     k = routed(128, 4)
     assert "tc_wgmma_splitk" not in k.source.code and "mapa.shared::cluster" in k.source.code
     assert k.source.meta["grid"] == ["64", "1", "2"] and k.source.meta.get("cluster") == [1, 1, 2]
-    k = routed(256, 3)  # rank 0 would receive 96 KiB in slices (4 splits of a 64 KiB partial): the workspace
+    k = routed(256, 3)  # each block would receive 48 KiB in panels (4 splits of 4 panels): the workspace
     assert k.source.meta["grid"] == ["32", "1", "4"] and "cluster" not in k.source.meta
-    assert "rank 0 would receive 98304 bytes" in k.meta["attrs"]["split_k"][0]
+    assert "a block would receive 49152 bytes" in k.meta["attrs"]["split_k"][0]
     # asked for ("group") the count is kept, whether its groups fit at once or not
     f = matmul(16, 8192, 8192, 64, 256, 64, threads=128, num_stages=3)
     k = tilecore.compile(f, target="cuda:sm_90a", pass_configs={**NOCACHE, "tilecore.cuda.general_split_k": True,
@@ -267,7 +269,8 @@ def test_group_sum_in_slices():
     sends of slices, 5 + 6 of sums); nothing but the post-loop group barrier."""
     import tilecore_cuda
 
-    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 5), 3, **{"tilecore.split_k_uneven": True})
+    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 5), 3, **{"tilecore.split_k_uneven": True,
+                                                             "tilecore.split_k_group_sum": "auto"})
     src, note = k.source.code, k.meta["attrs"]["split_k"][0]
     assert "summed in slices: each block sums 20/20/24 of 64 float32 registers" in note and "over its stages" in note
     a1 = int(re.search(r"float\* vtc_group_slices = \(float\*\)\(tc_smem \+ (\d+)\);", src).group(1))
@@ -309,3 +312,31 @@ def test_routing_mode_group_routes_only_what_the_core_sums_in_groups():
         assert "st.async.shared::cluster" in k.source.code  # the transaction-barrier form by default
     assert "tc_wgmma_splitk" in compiled(128, 4096, 4096, 128, 128, 256, 5).source.code
     assert "tc_wgmma_splitk" in compiled(16, 8192, 8192, 64, 256, 128, 3).source.code
+
+
+@needs_toolchain
+def test_group_sum_in_panels():
+    """The epilogue a bulk store of a paneled tile (64x128: two 64-column panels): each of 2 splits owns the float4
+    groups whose columns lie in its panel (found from the epilogue's staging stores, every thread), receives them from
+    its peer on its transaction barrier (16 KiB), sums them in split order and bulk-stores its own panel: no gather
+    into rank 0, every block runs the epilogue."""
+    import tilecore_cuda
+
+    k = _cuda(16, 8192, 8192, (64, 128, 64, 128, 4), 2, **{"tilecore.split_k_group_sum": "auto"})
+    src, note = k.source.code, k.meta["attrs"]["split_k"][0]
+    assert "summed in panels: each block sums 32/32 of 64" in note and "16384 bytes" in note
+    assert src.count("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32") == 2 * 8
+    assert src.count("tc_mbar_expect_tx(tc_smem_addr(vtc_group_full + (0)), 16384u);") == 2  # one version a rank
+    assert "vtc_group_sums" not in src and "if ((split == 0)) {\n    tc_mbar_wait" not in src
+    store = re.findall(r"tc_tma_store_2d\(&tc_tmap2, [^;]*;", src)
+    assert store == ["tc_tma_store_2d(&tc_tmap2, tc_smem_addr(C_local_st) + (unsigned)(((int)(split) + 0)) * 8192u, "
+                     "(int)((bx * 128)) + ((int)(split) + 0) * 64, (int)((by * 64)));"]
+    try:
+        sass = tilecore_cuda.CUDABackend().disassemble(k.binary, None)
+    except SystemExit as e:
+        pytest.skip(str(e))
+    ops = re.findall(r"\b((?:STAS|UCGABAR|MEMBAR)[\w.]*)", sass)
+    assert ops.count("STAS.128") == 16 and ops.count("UCGABAR_ARV") == 1 and "MEMBAR.ALL.GPU" not in ops
+    # 128x64 tiles have one panel: the rank-0 form; asked for, "panels" says why
+    with pytest.raises(CompileError, match="1 panel\\(s\\) do not divide among 2 splits"):
+        _cuda(128, 4096, 4096, (128, 64, 64, 256, 4), 2, **{"tilecore.split_k_group_sum": "panels"})

@@ -316,7 +316,11 @@ def test_split_k_on_gpu_against_float64(M, N, K, tile, split):
     (128, 4096, 4096, (128, 128, 64, 256, 5), (3, "auto", "barrier", True, "rank0")),
     (100, 1000, 2048, (64, 128, 64, 128, 4), (4, "auto", "copy_barrier", False, "rank0")),
     (16, 8192, 8192, (64, 128, 64, 128, 4), (2, "auto", "barrier", False, "slices")),
-    (16, 8192, 8192, (64, 128, 64, 128, 4), (4, "stages", "barrier", False, "slices"))])
+    (16, 8192, 8192, (64, 128, 64, 128, 4), (4, "stages", "barrier", False, "slices")),
+    (16, 8192, 8192, (64, 128, 64, 128, 4), (2, "auto", "copy_barrier", False, "rank0")),
+    (128, 4096, 4096, (64, 128, 64, 128, 4), (2, "auto", "barrier", False, "rank0")),
+    (100, 1000, 2048, (64, 128, 64, 128, 4), (2, "auto", "barrier", False, "panels")),
+    (16, 8192, 8192, (64, 256, 64, 128, 3), (4, "auto", "barrier", False, "panels"))])
 def test_split_k_group_on_gpu_against_float64_and_the_workspace_bits(M, N, K, tile, split):
     """D75: the tile's splits one block group (a cluster), summed in block memory (all into rank 0, or in slices then
     gathered; the areas beside or over the stages; a group barrier or transaction barriers; equal or uneven splits):

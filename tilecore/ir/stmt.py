@@ -331,6 +331,9 @@ class BulkStore(Stmt):
     box: tuple
     src: Buffer
     layout: Any
+    #: ``(first, count)``: only panels ``first .. first + count - 1`` of the tile (``first`` an expression; D75: each
+    #: block of a group stores the panels whose sums it owns); None: every panel
+    panels: tuple | None = None
 
 
 @dataclass(eq=False)

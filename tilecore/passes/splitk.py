@@ -31,7 +31,8 @@ that returns its old value and device-scope fences).
 from __future__ import annotations
 
 from ..errors import CompileError
-from ..ir import (INDEX, AtomicRet, Barrier, Buffer, BufferLoad, BulkFence, CopyBarrierArrive, CopyBarrierInit,
+from ..ir import (INDEX, AtomicRet, Barrier, Bind, BinOp, Buffer, BufferLoad, BulkFence, BulkStore, Cast,
+                  CopyBarrierArrive, CopyBarrierInit, IntImm,
                   CopyBarrierWait, Fence, For, GroupBarrier, If, KernelLaunch,
                   MatrixOp, PeerStore, PerThread, Seq, Store, ThreadIndex, TileOp, Var, Allocate, as_expr, binary, collect,
                   compare, const_value, rewrite, simplify, walk)
@@ -235,7 +236,7 @@ def _group_plan(ctx, reduce_, splits, tiles, recv_bytes, shared_bytes, stage_byt
     if reduce_ == "group":
         return splits, None
     if rank0_bytes > GROUP_AUTO_BYTES:
-        return splits, (f"rank 0 would receive {rank0_bytes} bytes through block memory, more than the "
+        return splits, (f"a block would receive {rank0_bytes} bytes through block memory, more than the "
                         f"{GROUP_AUTO_BYTES} up to which the group sum measured faster than the workspace (D75)")
     at_once = groups_at_once(ctx.capabilities)
     if tiles <= at_once.get(splits, 0):
@@ -328,9 +329,12 @@ def split_k(func, ctx):
             cap = ctx.capabilities.limit("max_shared_bytes_per_block")
 
             def plan(n):
-                f = _group_form(ctx, n, regs)
+                f = _group_form(ctx, n, regs, top[k + 1:], acc, threads)
                 part = regs * threads * acc.dtype.bytes
-                recv = _slices_bytes(n, regs, threads, acc) if f == "slices" else (n - 1) * part
+                if isinstance(f, tuple):  # panels: each block receives its panels' groups from every peer
+                    recv = (n - 1) * max(len(o) for o in f[1]) * threads * 4 * acc.dtype.bytes
+                else:
+                    recv = _slices_bytes(n, regs, threads, acc) if f == "slices" else (n - 1) * part
                 # rank 0 receives all of its area: the peers' partials, or a slice from each and the others' sums
                 why_not = _group_plan(ctx, reduce_, n, tiles, recv, shared_bytes + 2048, stage_bytes, recv)[1]
                 return f, why_not, bool(cap) and shared_bytes + 2048 + recv <= int(cap[0])
@@ -365,10 +369,10 @@ def split_k(func, ctx):
     else:
         body = substitute(loop.body, {id(ko): binary("add", inner, binary("mul", z, as_expr(per)))})
         loop = loop.with_(var=inner, extent=as_expr(per), body=body)
-    if group_why is None and form == "slices":
+    if group_why is None and (form == "slices" or isinstance(form, tuple)):
         return _group_slices(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, threads, z, gexprs, bvars,
                              ko, [] if beside and ctx.option(SPLIT_K_GROUP_AREA, "auto") != "stages" else
-                             _stage_buffers(top, top[k], acc), reduce_)
+                             _stage_buffers(top, top[k], acc), reduce_, form if isinstance(form, tuple) else None)
     if group_why is None:
         return _group_sum(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, threads, tile, z, gexprs, bvars,
                           ko, [] if beside and ctx.option(SPLIT_K_GROUP_AREA, "auto") != "stages" else
@@ -587,14 +591,109 @@ def _group_sum(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, thre
     return func.with_body(body, split_k=(note,))
 
 
-def _group_form(ctx, splits: int, regs: int) -> str:
+def _eval_int(e, t, env):
+    """An integer index expression over the thread index ``t`` (a numpy array of every thread's), or None."""
+    import numpy as np
+
+    if isinstance(e, IntImm):
+        return e.value
+    if isinstance(e, ThreadIndex):
+        return t
+    if isinstance(e, Var):
+        return env.get(id(e))
+    if isinstance(e, Cast):
+        return _eval_int(e.value, t, env)
+    if not isinstance(e, BinOp):
+        return None
+    a, b = _eval_int(e.a, t, env), _eval_int(e.b, t, env)
+    if a is None or b is None:
+        return None
+    a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+    ops = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "floordiv": lambda: a // b,
+           "floormod": lambda: np.mod(a, b), "min": lambda: np.minimum(a, b), "max": lambda: np.maximum(a, b),
+           "div": lambda: np.where((a < 0) ^ (b < 0), -(np.abs(a) // np.abs(b)), a // b),
+           "shl": lambda: a << b, "shr": lambda: a >> b, "bitand": lambda: a & b, "bitor": lambda: a | b,
+           "xor": lambda: a ^ b}
+    if e.op not in ops or (e.op in ("floordiv", "floormod", "div") and (b == 0).any()):
+        return None
+    return ops[e.op]()
+
+
+def _panel_plan(rest, acc, splits: int, regs: int, threads: int):
+    """``(bulk store, [float4 groups block o owns], panels a block)`` where the epilogue is the bulk-store form (the
+    accumulator's registers written into the staging tile of one paneled bulk store) and every group of 4 registers
+    lands, for every thread, in one column panel, the panels dividing among the splits; else a reason (a string)."""
+    import numpy as np
+
+    stores = [x for st in rest for x in collect(st, BulkStore)]
+    if len(stores) != 1 or stores[0].panels is not None:
+        return "the epilogue is not one bulk tile store"
+    bs = stores[0]
+    lay = bs.layout
+    npanels = int(lay.cols // lay.panel_elems) if getattr(lay, "panel_elems", 0) else 0
+    if npanels < splits or npanels % splits:
+        return f"its bulk store's {npanels} panel(s) do not divide among {splits} splits"
+    t = np.arange(threads, dtype=np.int64)
+    panel_of: dict = {}
+    for pt in [x for st in rest for x in collect(st, PerThread)]:
+        env: dict = {}
+
+        def visit(x):
+            if isinstance(x, Seq):
+                for c in x.body:
+                    if visit(c) is False:
+                        return False
+                return None
+            if isinstance(x, Bind):
+                env[id(x.var)] = _eval_int(x.value, t, env)
+                return None
+            if isinstance(x, Store) and x.buffer is bs.src:
+                loads = []
+                from ..ir import walk_expr
+                walk_expr(x.value, lambda y: loads.append(y) if isinstance(y, BufferLoad) else None)
+                r = const_value(loads[0].indices[0]) if len(loads) == 1 and loads[0].buffer is acc else None
+                col = _eval_int(x.indices[-1], t, env)
+                if r is None or col is None:
+                    return False
+                ps = set(np.atleast_1d(np.asarray(col) // lay.panel_elems).tolist())
+                panel_of.setdefault(int(r), set()).update(ps)
+                return None
+            return None if not collect(x, Store) or not any(w.buffer is bs.src for w in collect(x, Store)) else False
+
+        if visit(pt.body) is False:
+            return "the epilogue's stores into its staging tile are not one register each at a computable column"
+    if sorted(panel_of) != list(range(regs)):
+        return "the epilogue's staging stores do not write every accumulator register"
+    per = npanels // splits
+    owned: list = [[] for _ in range(splits)]
+    for g in range(regs // 4):
+        ps = set().union(*(panel_of[4 * g + q] for q in range(4)))
+        if len(ps) != 1:
+            return f"registers {4 * g}..{4 * g + 3} land in more than one panel"
+        owned[next(iter(ps)) // per].append(g)
+    if any(not og for og in owned):
+        return "a split would own no registers"
+    return bs, owned, per
+
+
+def _group_form(ctx, splits: int, regs: int, rest=None, acc=None, threads=0):
     """``tilecore.split_k_group_sum``: "rank0" (every peer's whole partial into rank 0), "slices" (each block sums a
     slice of the registers, then rank 0 gathers the sums: 2 (S-1)/S of a partial into rank 0 instead of S - 1
     partials), "auto" (default): slices from 3 splits where the target has transaction barriers."""
     v = ctx.option(SPLIT_K_GROUP_SUM, "auto")
-    if v not in ("auto", "rank0", "slices"):
-        raise CompileError(f"pass config {SPLIT_K_GROUP_SUM}={v!r}: expected \"auto\", \"rank0\" or \"slices\"")
+    if v not in ("auto", "rank0", "slices", "panels"):
+        raise CompileError(f"pass config {SPLIT_K_GROUP_SUM}={v!r}: expected \"auto\", \"rank0\", \"slices\" or "
+                           "\"panels\"")
     can = bool(ctx.capabilities.feature("bulk_tensor_copy")) and regs % 4 == 0 and regs // 4 >= splits
+    if v in ("auto", "panels") and can and rest is not None:
+        plan = _panel_plan(rest, acc, splits, regs, threads)
+        if not isinstance(plan, str):
+            return plan
+        if v == "panels":
+            raise CompileError(f"pass config {SPLIT_K_GROUP_SUM}=\"panels\": {plan}")
+    if v == "panels":
+        raise CompileError(f"pass config {SPLIT_K_GROUP_SUM}=\"panels\": needs transaction barriers "
+                           f"(features.bulk_tensor_copy) and at least {splits} groups of 4 registers a thread ({regs})")
     if v == "slices" and not can:
         raise CompileError(f"pass config {SPLIT_K_GROUP_SUM}=\"slices\": needs transaction barriers "
                            f"(features.bulk_tensor_copy) and at least {splits} groups of 4 registers a thread ({regs})")
@@ -616,7 +715,7 @@ def _slices_bytes(splits, regs, threads, acc) -> int:
 
 
 def _group_slices(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, threads, z, gexprs, bvars, ko, dead,
-                  reduce_):
+                  reduce_, panels=None):
     """The tile's splits one block group, each block summing a slice of the accumulator registers (D75,
     ``tilecore.split_k_group_sum="slices"``): block ``o`` owns the float4 groups ``_slice_groups(S)[o]``; after the
     main loop every block stores the groups each other block owns into that block's first area (at its own slot), the
@@ -626,14 +725,16 @@ def _group_slices(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, t
     them into its registers and runs the kernel's epilogue. Each barrier is initialised and announced for exactly the
     bytes it receives before the group's blocks meet (an arrival, relaxed, at the top)."""
     span, zero = loop.span, as_expr(0)
-    slices = _slice_groups(splits, regs)
+    # the float4 groups each block owns: contiguous slices, or (panels) the groups of its bulk-store panels
+    owned = panels[1] if panels is not None else [list(range(g0, g0 + n)) for g0, n in _slice_groups(splits, regs)]
+    slices = [(og, len(og)) for og in owned]
     most = max(n for _, n in slices)
     unit = most * threads * 4  # floats of one slot
     area1 = Buffer("tc_group_slices", ((splits - 1) * unit,), acc.dtype, "shared")
     area2 = Buffer("tc_group_sums", ((splits - 1) * unit,), acc.dtype, "shared")
     bars = Buffer("tc_group_full", (2,), "uint64", "shared")
     stage_bytes = int(loop.annotations.get("num_stages") or 1) * sum(_nbytes(b) for b in dead)
-    total = _nbytes(area1) + _nbytes(area2)
+    total = _nbytes(area1) + (_nbytes(area2) if panels is None else 0)
     reuse = tuple(b.name for b in dead) if dead and total <= stage_bytes else ()
     tid = ThreadIndex(INDEX)
     bpe = acc.dtype.bytes
@@ -659,22 +760,22 @@ def _group_slices(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, t
     # phase 1: the groups other blocks own, into their first areas
     def send1(me):
         out = []
-        for o, (g0, n) in enumerate(slices):
+        for o, (og, n) in enumerate(slices):
             if o == me:
                 continue
             for g in range(n):
-                r = 4 * (g0 + g)
+                r = 4 * og[g]
                 out.append(PeerStore(area1, (at(slot_of(me, o), g, 0),), tuple(reg(r + q) for q in range(4)),
                                      as_expr(o), bars, zero, span=span))
         return Seq(out)
 
     # each block's own slice summed in split order
     def sum1(me):
-        g0, n = slices[me]
+        og, n = slices[me]
         out = []
         for g in range(n):
             for lane in range(4):
-                r = 4 * (g0 + g) + lane
+                r = 4 * og[g] + lane
                 t = None
                 for j in range(splits):
                     v = reg(r) if j == me else BufferLoad(area1, (at(slot_of(j, me), g, lane),))
@@ -684,12 +785,12 @@ def _group_slices(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, t
 
     # phase 2: blocks 1 .. S-1 send their sums to rank 0; rank 0 takes them
     def send2(me):
-        g0, n = slices[me]
-        return Seq([PeerStore(area2, (at(me - 1, g, 0),), tuple(reg(4 * (g0 + g) + q) for q in range(4)), zero,
+        og, n = slices[me]
+        return Seq([PeerStore(area2, (at(me - 1, g, 0),), tuple(reg(4 * og[g] + q) for q in range(4)), zero,
                               bars, as_expr(1), span=span) for g in range(n)])
 
-    take = Seq([Store(acc, (as_expr(4 * (g0 + g) + lane),), BufferLoad(area2, (at(o - 1, g, lane),)), span=span)
-                for o, (g0, n) in enumerate(slices) if o > 0 for g in range(n) for lane in range(4)])
+    take = Seq([Store(acc, (as_expr(4 * og[g] + lane),), BufferLoad(area2, (at(o - 1, g, lane),)), span=span)
+                for o, (og, n) in enumerate(slices) if o > 0 for g in range(n) for lane in range(4)])
 
     def expect1(me):  # the bytes block ``me`` receives in phase 1
         return CopyBarrierArrive(bars, zero, (splits - 1) * slices[me][1] * threads * 4 * bpe, span=span)
@@ -706,26 +807,36 @@ def _group_slices(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, t
     else:
         start.append(GroupBarrier("arrive", "relaxed", span=span))
         after_loop = [GroupBarrier("wait", "acquire", span=span)]
-    start += [by_rank(expect1), If(compare("eq", z, zero), CopyBarrierArrive(bars, as_expr(1), got2, span=span), None,
-                                   span=span)]
+    start.append(by_rank(expect1))
+    if panels is None:
+        start.append(If(compare("eq", z, zero), CopyBarrierArrive(bars, as_expr(1), got2, span=span), None, span=span))
     tail = [PerThread(by_rank(send1), attrs={"split_k": "group slices send"}, span=span),
             CopyBarrierWait(bars, zero, zero, span=span),
-            PerThread(by_rank(sum1), attrs={"split_k": "group slice sum in split order"}, span=span),
+            PerThread(by_rank(sum1), attrs={"split_k": "group slice sum in split order"}, span=span)]
+    if panels is not None:  # every block runs the epilogue, its bulk store only of the panels whose sums it owns
+        store, count = panels[0], panels[2]
+        first = binary("mul", z, as_expr(count))
+        tail += rewrite(Seq(list(rest)), lambda x: x.with_(panels=(first, count)) if x is store else None).body
+    else:
+        tail += [
             If(compare("ne", z, zero), PerThread(by_rank(send2, 1), attrs={"split_k": "group sums send"}, span=span),
                None, span=span),
             If(compare("eq", z, zero), Seq([CopyBarrierWait(bars, as_expr(1), zero, span=span),
                                             PerThread(take, attrs={"split_k": "group sums taken"}, span=span), *rest]),
                None, span=span)]
-    new_top = [Allocate(area1, reuses=reuse, span=span), Allocate(area2, reuses=reuse, span=span),
+    areas = [area1] if panels is not None else [area1, area2]
+    new_top = [*(Allocate(a, reuses=reuse, span=span) for a in areas),
                *head[:last_alloc], *start, *head[last_alloc:], loop, *after_loop, *tail]
     attrs = dict(launch.attrs)
     attrs["block_group"] = tuple([1] * len(gexprs) + [splits])
     launch2 = launch.with_(grid=(*gexprs, as_expr(splits)), block_vars=(*bvars, z), body=Seq(new_top), attrs=attrs)
     body = rewrite(func.body, lambda x: launch2 if isinstance(x, KernelLaunch) else None)
+    gathers = "each block bulk-stores the panels it summed" if panels is not None else "rank 0 gathers the sums"
     note = (f"tilecore.split_k: k loop over {ko.name} split over {splits} blocks a tile ({_per_text(per, kt, splits)} "
-            f"of {kt} k tiles each), one block group a tile (tilecore.split_k_reduce={reduce_}), summed in slices: "
+            f"of {kt} k tiles each), one block group a tile (tilecore.split_k_reduce={reduce_}), summed in "
+            f"{'panels' if panels is not None else 'slices'}: "
             f"each block sums {'/'.join(str(4 * n) for _, n in slices)} of {regs} {acc.dtype} registers x {threads} "
-            f"threads in split order from its peers' stores, rank 0 gathers the sums "
+            f"threads in split order from its peers' stores, {gathers} "
             f"({'over its stages' if reuse else 'areas of their own'}, {total} bytes; the stores completing on "
             "transaction barriers)")
     ctx.notes.append(note)

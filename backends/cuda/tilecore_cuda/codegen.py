@@ -1210,6 +1210,15 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
         name = st.bulk_maps[self.store_key(s)]
         base = f"tc_smem_addr({self.name(st, s.src)})"
         coords = [f"(int)({self.expr(st, simplify(e))})" for e in reversed(s.starts)]
+        if s.panels is not None:  # some of the panels, from a run-time first one (D75)
+            first = f"(int)({self.expr(st, simplify(s.panels[0]))})"
+            for p in range(int(s.panels[1])):
+                q = f"({first} + {p})"
+                c = [f"{coords[0]} + {q} * {lay.panel_elems}"] + coords[1:]
+                src = f"{base} + (unsigned)({q}) * {lay.rows * lay.swizzle_bytes}u"
+                self.line(st, f"tc_tma_store_{len(coords)}d(&{name}, {src}, {', '.join(c)});")
+            self.line(st, "tc_bulk_commit();")
+            return
         for p in range(lay.cols // lay.panel_elems):
             c = [f"{coords[0]} + {p * lay.panel_elems}" if p else coords[0]] + coords[1:]
             src = f"{base} + {p * lay.rows * lay.swizzle_bytes}u" if p else base
