@@ -340,3 +340,33 @@ def test_group_sum_in_panels():
     # 128x64 tiles have one panel: the rank-0 form; asked for, "panels" says why
     with pytest.raises(CompileError, match="1 panel\\(s\\) do not divide among 2 splits"):
         _cuda(128, 4096, 4096, (128, 64, 64, 256, 4), 2, **{"tilecore.split_k_group_sum": "panels"})
+
+
+@needs_toolchain
+def test_panels_refused_where_the_epilogue_reads_the_accumulator_elsewhere():
+    """An epilogue that also stores the accumulator directly (a second output) must see every register summed: not
+    the panels form ("auto" takes the rank-0 form; asked for, "panels" names the reason)."""
+    import tilecore.language as T
+
+    M, N, K = 128, 4096, 4096
+
+    @T.prim_func
+    def two_outputs(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16"),
+                    D: T.Tensor((M, N), "float32")):
+        with T.Kernel(N // 128, M // 64, threads=128) as (bx, by):
+            As = T.alloc_shared((64, 64), "float16")
+            Bs = T.alloc_shared((64, 128), "float16")
+            Cl = T.alloc_fragment((64, 128), "float32")
+            T.clear(Cl)
+            for ko in T.Pipelined(K // 64, num_stages=4):
+                T.copy(A[by * 64, ko * 64], As)
+                T.copy(B[ko * 64, bx * 128], Bs)
+                T.gemm(As, Bs, Cl)
+            T.copy(Cl, C[by * 64, bx * 128])
+            T.copy(Cl, D[by * 64, bx * 128])
+
+    cfg = {**GENERAL, "tilecore.split_k": 2, "tilecore.split_k_reduce": "group"}
+    k = tilecore.compile(two_outputs, target="cuda:sm_90a", pass_configs=cfg)
+    assert "in panels" not in k.meta["attrs"]["split_k"][0] and k.source.meta["cluster"] == [1, 1, 2]
+    with pytest.raises(CompileError, match="panels"):
+        tilecore.compile(two_outputs, target="cuda:sm_90a", pass_configs={**cfg, "tilecore.split_k_group_sum": "panels"})

@@ -664,6 +664,15 @@ def _panel_plan(rest, acc, splits: int, regs: int, threads: int):
             return "the epilogue's stores into its staging tile are not one register each at a computable column"
     if sorted(panel_of) != list(range(regs)):
         return "the epilogue's staging stores do not write every accumulator register"
+    # every block runs the epilogue with only its panels' registers summed: nothing else may read the accumulator
+    from ..ir import stmt_exprs, walk_expr
+
+    reads = []
+    for st in rest:
+        walk(st, lambda x: [walk_expr(e, lambda y: reads.append(x) if isinstance(y, BufferLoad) and y.buffer is acc
+                                      else None) for e in stmt_exprs(x)])
+    if any(not (isinstance(x, Store) and x.buffer is bs.src) for x in reads):
+        return "the epilogue reads the accumulator elsewhere than into its bulk store's staging tile"
     per = npanels // splits
     owned: list = [[] for _ in range(splits)]
     for g in range(regs // 4):
