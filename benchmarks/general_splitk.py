@@ -34,6 +34,8 @@ from cuda_gemm import NO_GPU_EXIT, has_gpu, matmul, split_k_of  # noqa: E402
 TILES = "128x128x64/256/4,64x128x64/128/4,64x256x64/128/3"
 PLUGIN_TILES = {"128x4096x4096": (128, 128, 64, 256, 5), "16x8192x8192": (64, 256, 64, 128, 3)}
 GENERAL = {"tilecore.cuda.general_plain_gemm": True}
+#: the plugin's own split-K, also where D75 routes a split GEMM to the core's group sum by default
+PLUGIN = {"tilecore.cuda.general_split_k": False}
 
 
 def parse_tile(t: str) -> tuple:
@@ -85,7 +87,7 @@ def main() -> int:
             return k
 
         pt = PLUGIN_TILES.get(name, (128, 128, 64, 256, 4))
-        kp = add("plugin", tile=pt)
+        kp = add("plugin", tile=pt, cfg=PLUGIN)
         sp = split_k_of(kp) if kp is not None else 1
         add("plugin-global", tile=pt, cfg={"tilecore.cuda.split_k_reduce": "global"})
         add("plugin-1", tile=pt, cfg={"tilecore.cuda.split_k": 1})

@@ -43,6 +43,8 @@ from cuda_gemm import NO_GPU_EXIT, has_gpu, matmul, split_k_of  # noqa: E402
 TILES = "128x128x64/256/4,64x128x64/128/4,128x64x64/256/4"
 PLUGIN_TILES = {"128x4096x4096": (128, 128, 64, 256, 5), "16x8192x8192": (64, 256, 64, 128, 3)}
 GENERAL = {"tilecore.cuda.general_plain_gemm": True}
+#: the plugin's own split-K, also where D75 routes a split GEMM to the core's group sum by default
+PLUGIN = {"tilecore.cuda.general_split_k": False}
 
 
 def parse_tile(t: str) -> tuple:
@@ -102,11 +104,11 @@ def main() -> int:
 
         pt = PLUGIN_TILES.get(name, (128, 128, 64, 256, 4))
         if args.focus:  # the routing question: at each tile, the plugin against the same kernel routed to the core
-            kp = add("plugin", tile=pt)
+            kp = add("plugin", tile=pt, cfg=PLUGIN)
             for t in [pt] + [x for x in tiles if x != pt]:
                 tn = f"{t[0]}x{t[1]}x{t[2]}/{t[4]}"
                 if t != pt:
-                    add(f"plugin {tn}", tile=t)
+                    add(f"plugin {tn}", tile=t, cfg=PLUGIN)
                 k = add(f"routed group {tn}", tile=t, cfg={"tilecore.cuda.general_split_k": "group"})
                 if k is not None and "split_k" not in k.meta.get("attrs", {}):
                     del variants[f"routed group {tn}"]  # not routed: the plugin's kernel
@@ -122,7 +124,7 @@ def main() -> int:
         else:
             kp = None
             tiles_here = tiles
-        kp = kp if args.focus else add("plugin", tile=pt)
+        kp = kp if args.focus else add("plugin", tile=pt, cfg=PLUGIN)
         sp = split_k_of(kp) if kp is not None else 1
         cl = (kp.source.meta.get("cluster") if kp is not None else None)
         if args.focus:

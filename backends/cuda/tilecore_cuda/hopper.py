@@ -251,26 +251,34 @@ GENERAL_PLAIN_GEMM_DEFAULT = "auto"
 #: pass config (D69): a GEMM this pipeline would split over K by its rule (D27 / D31) goes to the core's general path
 #: with the core's split-K (tilecore.split_k) over the same split count, the partials summed in split order by each
 #: tile's last block (the plugin's "global" form, not its cluster sum): True, False, or "auto" (16-bit GEMMs that ask
-#: for none of this pipeline's own options; the count lowered to one that divides the k tiles). Default: False (the plugin's
-#: split-K with the cluster sum) until the device measures the general path's at >= 0.97x it on the LLM rows
+#: for none of this pipeline's own options; the count lowered to one that divides the k tiles), or "group" (D75: only
+#: the split GEMMs the core sums in block groups, each block storing its panels). Default "group" since D75's round 2
+#: (H200, the same user tile, the routed kernel against this pipeline's): 1.060x / 1.006x at 64x128 tiles on
+#: 128x4096x4096 / 16x8192x8192 (0.992x / 1.094x this pipeline's default tile), the core's group sum 1.037x at
+#: 128x128 tiles, 2 splits on 256x4096x4096; 128x64 tiles (one panel: the rank-0 form) 0.938x: not routed. The
+#: D69 workspace form (True / "auto") stays below the plugin's cluster sum
 GENERAL_SPLIT_K = "tilecore.cuda.general_split_k"
-GENERAL_SPLIT_K_DEFAULT = False
+GENERAL_SPLIT_K_DEFAULT = "group"
 
 
 def routes_split_k(ctx, esize: int = 2, split=None) -> bool:
     """Whether a GEMM this pipeline splits over K goes to the core's general path and split-K (D69). ``"group"``
-    (D75): 16-bit GEMMs asking for none of this pipeline's options whose split (``split``: the equal count, the
-    accumulator's bytes a block, the tiles) the core sums in block groups by its "auto" rule: 2 splits, rank 0
-    receiving at most the core's measured bound, every group resident at once."""
+    (D75, the default): 16-bit GEMMs asking for none of this pipeline's options whose split (``split``: the equal
+    count, the accumulator's bytes a block, the tiles, the tile's columns, C's element bytes) the core sums in block
+    groups "in panels": 2 splits, a 16-bit C of two or more 128-byte panels, a block receiving at most the core's
+    measured bound, every group resident at once."""
     v = ctx.option(GENERAL_SPLIT_K, GENERAL_SPLIT_K_DEFAULT)
     if v == "group":
         from tilecore.passes.splitk import GROUP_AUTO_BYTES, groups_at_once
 
         if split is None or esize != 2 or any(ctx.option(k, _UNSET) is not _UNSET for k in PIPELINE_OWN):
             return False
-        n, part, tiles = split
-        return n == 2 and part <= GROUP_AUTO_BYTES and tiles is not None and \
-            tiles <= groups_at_once(ctx.capabilities).get(2, 0)
+        # the measured case: 2 splits, each block storing one of its tile's two or more 128-byte column panels of a
+        # 16-bit C (the core's sum "in panels"), receiving at most the core's bound from its peer, every group at once
+        n, part, tiles, bn, out_bytes = split
+        panels = bn * out_bytes // 128 if bn * out_bytes % 128 == 0 else 0
+        return n == 2 and out_bytes == 2 and panels >= 2 and panels % n == 0 and part // n <= GROUP_AUTO_BYTES \
+            and tiles is not None and tiles <= groups_at_once(ctx.capabilities).get(2, 0)
     v = ctx.switch(GENERAL_SPLIT_K, GENERAL_SPLIT_K_DEFAULT, auto=True,
                    expected="True (a GEMM split over K by this pipeline's rule goes to the core's general path and "
                             "tilecore.split_k), \"auto\" (16-bit GEMMs that ask for none of the pipeline's own "
@@ -352,7 +360,9 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
             return launch.with_(attrs={**launch.attrs, GENERAL_PLAIN_GEMM: True})
         kt_all = const_value(simplify(as_expr(s.extent)))
         even = next((d for d in range(splits, 1, -1) if kt_all is not None and int(kt_all) % d == 0), 1)
-        if splits > 1 and even > 1 and routes_split_k(ctx, p.esize, (even, p.bm * p.bn * 4, _tile_count(launch))):
+        out_bytes = int(target.buffer.dtype.bytes)
+        if splits > 1 and even > 1 and routes_split_k(ctx, p.esize, (even, p.bm * p.bn * 4, _tile_count(launch), p.bn,
+                                                                     out_bytes)):
             splits = even  # the core's split-K runs equal splits: the largest count <= the rule's dividing the k tiles
             ctx.notes.append(f"cuda.hopper_gemm_pipeline: loop over {s.var.name} left to the core's general path with "
                              f"the core's split-K over {splits} blocks ({GENERAL_SPLIT_K})")
