@@ -299,9 +299,10 @@ def test_group_sum_in_slices():
 
 @needs_toolchain
 def test_routing_mode_group_routes_only_what_the_core_sums_in_groups():
-    """tilecore.cuda.general_split_k="group" (D75): the plugin's split GEMM goes to the core only where the core's
-    "auto" sums it in block groups (2 splits, a 32 KiB partial, every group resident at once): 64x128 tiles at
-    128x4096x4096 and 16x8192x8192 do; 128x128 (a 64 KiB partial) and 64x256 (4 splits) stay on the plugin."""
+    """tilecore.cuda.general_split_k="group" (D75, the default): the plugin's split GEMM goes to the core only where
+    the core sums it in panels (2 splits, a 16-bit C of two or more 128-byte panels, at most 32 KiB into a block, every
+    group resident at once): 64x128 tiles at 128x4096x4096 and 16x8192x8192 and 128x128 at 256x4096x4096 do; 128x128
+    at 128x4096x4096 (4 splits by the rule), 64x256 (4 splits) and 128x64 (one panel) stay on the plugin."""
     def compiled(M, N, K, bm, bn, th, st):
         return tilecore.compile(matmul(M, N, K, bm, bn, 64, threads=th, num_stages=st), target="cuda:sm_90a",
                                 pass_configs={**NOCACHE, "tilecore.cuda.general_split_k": "group"})
@@ -310,8 +311,15 @@ def test_routing_mode_group_routes_only_what_the_core_sums_in_groups():
         k = compiled(M, N, K, 64, 128, 128, 4)
         assert k.source.meta["cluster"] == [1, 1, 2] and "tc_wgmma_splitk" not in k.source.code
         assert "st.async.shared::cluster" in k.source.code  # the transaction-barrier form by default
+    k = compiled(256, 4096, 4096, 128, 128, 256, 4)
+    assert k.source.meta["cluster"] == [1, 1, 2] and "summed in panels" in k.meta["attrs"]["split_k"][0]
     assert "tc_wgmma_splitk" in compiled(128, 4096, 4096, 128, 128, 256, 5).source.code
     assert "tc_wgmma_splitk" in compiled(16, 8192, 8192, 64, 256, 128, 3).source.code
+    assert "tc_wgmma_splitk" in compiled(128, 4096, 4096, 128, 64, 256, 4).source.code
+    # unset, the same: "group" is the default
+    k = tilecore.compile(matmul(16, 8192, 8192, 64, 128, 64, threads=128, num_stages=4), target="cuda:sm_90a",
+                         pass_configs=NOCACHE)
+    assert k.source.meta["cluster"] == [1, 1, 2] and "summed in panels" in k.meta["attrs"]["split_k"][0]
 
 
 @needs_toolchain
