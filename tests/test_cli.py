@@ -19,7 +19,7 @@ def test_version():
     import tilecore
 
     r = tc("--version")
-    assert r.returncode == 0 and r.stdout.strip() == f"tilecore {tilecore.__version__} (plugin API 1.11)"
+    assert r.returncode == 0 and r.stdout.strip() == f"tilecore {tilecore.__version__} (plugin API 1.12)"
 
 
 def test_help_lists_commands():

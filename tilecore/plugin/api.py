@@ -25,8 +25,14 @@ from typing import Any, Callable, ClassVar
 #: 1.9 adds bulk tile stores (:class:`~tilecore.ir.BulkStore`, :class:`~tilecore.ir.BulkStoreWait`,
 #: :class:`~tilecore.ir.BulkFence`: ``tilecore.bulk_store``, decision D46); 1.10 adds
 #: :class:`~tilecore.ir.MatrixStore` (four 8x8 matrices of a 32-thread group's registers into shared memory as one
-#: instruction; an emitter saying ``matrix_stores = True`` spells it: ``tilecore.matrix_stores``, decision D51).
-PLUGIN_API = (1, 11)
+#: instruction; an emitter saying ``matrix_stores = True`` spells it: ``tilecore.matrix_stores``, decision D51);
+#: 1.11 ping-pong turns (:class:`~tilecore.ir.Turn`, D55); 1.12 adds an atomic whose old value is an expression
+#: (:class:`~tilecore.ir.AtomicRet`) and :class:`~tilecore.ir.Fence` (D69), block groups
+#: (``KernelLaunch.attrs["block_group"]``, :class:`~tilecore.ir.GroupBarrier`, :class:`~tilecore.ir.PeerStore`, D75)
+#: for emitters that spell them, and a pass's defaults beside the user's configs
+#: (:meth:`~tilecore.passes.PassContext.set_defaults`, D73) with one reader of switch-like configs
+#: (:meth:`~tilecore.passes.PassContext.switch`).
+PLUGIN_API = (1, 12)
 
 MODES = ("device", "emulated", "compile-only", "codegen-only")
 

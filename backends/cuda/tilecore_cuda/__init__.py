@@ -58,7 +58,7 @@ def lowering_path(kernel) -> str:
 
 class CUDABackend(Backend):
     name = "cuda"
-    plugin_api = "1.1"
+    plugin_api = "1.12"  # uses block groups, AtomicRet, PassContext.set_defaults
     distribution = "tilecore-cuda"
 
     def parse_target(self, spec: str):
