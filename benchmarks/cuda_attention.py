@@ -190,6 +190,12 @@ GENERAL = {"regprog": {"tilecore.cuda.register_programs": True}, "default": _GEN
            "cd": {**_GEN, "tilecore.reduce_chains": 4, "tilecore.cuda.descriptor_offsets": True},
            "unswitch_d66": {**_GEN, "tilecore.pipeline_mask_unswitch": True, "tilecore.cuda.descriptor_offsets": True,
                             "tilecore.cuda.narrow_loop_counters": True, "tilecore.reduce_chains": 4},
+           # D74: descriptor offsets where the gemms' carried fragments fit (tilecore.cuda.descriptor_offsets "fit": S + O +
+           # P at most 176 words a thread: d128 128x128, d256, d64; not 128x176, where the unswitched iteration spills
+           # with them); with ping-pong's turns off too (the register program's fast-math schedule: fit_nopp), and the
+           # turns off alone on the defaults (nopp above)
+           "fit": {**_GEN, "tilecore.cuda.descriptor_offsets": "fit"},
+           "fit_nopp": {**_GEN, "tilecore.cuda.descriptor_offsets": "fit", "tilecore.pingpong": False},
            # D59: the general path's defaults before D59 (D55's), the new ones off
            "d55": {**_GEN, "tilecore.warp_specialize": False, "tilecore.pingpong": False,
                    "tilecore.pipeline_overlap": False, "tilecore.cuda.fence_register_operands": False,

@@ -777,6 +777,27 @@ step gemm105 bash -c 'rc=0; for d in float16 bfloat16; do timeout 115 python3 be
 step gemm105-table bash -c 'rc=0; for pc in "{}" "{\"tilecore.cuda.programmatic_launch\": true}" "{}"; do
        echo "== TILECORE_PASS_CONFIGS=$pc"; TILECORE_PASS_CONFIGS="$pc" timeout 60 python3 benchmarks/cuda_gemm.py --rep 10 \
        --sizes 4096,8192 --no-fp8 --triton --configs 128:256:64:256:3:8,128:256:64:256:4:8 || rc=$?; done; exit $rc'
+# D74 (helper fa90last, issues 11 + 17): the last sm_90a FlashAttention rows below 0.97x the register program on the
+# general path. fa90last: d128 128x128, GQA (8 KV heads) 128x128 and d256 128x64, exact and fast math, causal and
+# not, each in its own process, every kernel compiled first then timed in turn with SDPA cuDNN 7 rounds (the order
+# reversed every other round; --interleave), ratios to the register program of the same block in the same process.
+# FA90_GENERAL: the variants (regprog; default = D70's defaults; fit = descriptor offsets where the carried fragments
+# fit, tilecore.cuda.descriptor_offsets "fit"; fit_nopp = fit without ping-pong's turns; nopp = the defaults without
+# the turns: at d256 "fit" is the default's kernel). ~2.5 min
+step fa90last bash -c 'rc=0; G="${FA90_GENERAL:-regprog,default,fit,fit_nopp}";
+     timeout -k 5 75 python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave 7 --fast-math \
+       --blocks 128x128x256x2 --general "$G" || rc=$?;
+     timeout -k 5 75 python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave 7 --fast-math --kv-heads 8 \
+       --blocks 128x128x256x2 --general "$G" || rc=$?;
+     timeout -k 5 60 python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave 7 --fast-math --dim 256 \
+       --blocks 128x64x256x2 --general "${FA90_D256:-regprog,default,nopp}" || rc=$?; exit $rc'
+# fa90last-prof: Nsight Compute (scripts/fa_profile.py, clocks locked to base) on d128 exact causal 128x128 (c128) and
+# GQA fast causal (gqa_fc): the register program, the defaults and fit, ~2.5 min
+step fa90last-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows "${FA90PROF_ROWS:-gqa_fc,c128}" \
+     --variants "${FA90PROF_VARIANTS:-regprog,default,fit}" --timeout 40
+# fa90last-tests: D74's device tests with D70's and D66's (every option bit for bit the defaults, against float64)
+step fa90last-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_unswitch.py \
+     tests/test_cuda_fa_parity.py -rs
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

@@ -53,7 +53,12 @@ VARIANTS = {"regprog": {"tilecore.cuda.register_programs": True},
                            "tilecore.reduce_chains": 4},
             "unswitch_cd": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_mask_unswitch": True,
                             "tilecore.reduce_chains": 4, "tilecore.cuda.descriptor_offsets": True},
-            "maskpre": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_mask_after_gemm": False}}
+            "maskpre": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_mask_after_gemm": False},
+            # D74: descriptor offsets where the carried fragments fit (on at d128 128x128, GQA, d256, d64); with
+            # ping-pong's turns off too (the register program's fast-math schedule)
+            "fit": {"tilecore.cuda.register_programs": False, "tilecore.cuda.descriptor_offsets": "fit"},
+            "fit_nopp": {"tilecore.cuda.register_programs": False, "tilecore.cuda.descriptor_offsets": "fit",
+                         "tilecore.pingpong": False}}
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "SchedulerStats", "SourceCounters",
             "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis")
 

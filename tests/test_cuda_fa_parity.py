@@ -38,7 +38,8 @@ NARROW = {"tilecore.cuda.narrow_loop_counters": True}
 CHAINS = {"tilecore.reduce_chains": 4}
 D66 = {**DESC, **NARROW, **CHAINS}
 NODESC = {"tilecore.cuda.descriptor_offsets": False}
-OPTIONS = {"desc": DESC, "nodesc": NODESC, "narrow": NARROW, "chains": CHAINS, "d66": D66}
+FIT = {"tilecore.cuda.descriptor_offsets": "fit"}  # D74: where the carried fragments fit (S + O + P <= 176 words)
+OPTIONS = {"desc": DESC, "nodesc": NODESC, "narrow": NARROW, "chains": CHAINS, "d66": D66, "fit": FIT}
 ONE_CHAIN = {"tilecore.reduce_chains": 1}  # one chain: the default before D70 ("auto" since)
 
 
@@ -175,6 +176,55 @@ def test_descriptor_offsets_are_the_default_at_d256_only(causal):
     assert _uniform(_loop(d256)[0]) < _uniform(_loop(off)[0]) - 40
     for dim in (128, 64):
         assert "tc_wg_desc_at" not in fa(dim, 128, 128, causal).get_kernel_source()
+
+
+@needs_toolchain
+@pytest.mark.parametrize("form", [dict(causal=True), dict(causal=True, fast=True, kv_heads=8), dict(dim=64, bn=176),
+                                  dict(dim=256, bn=64, causal=True)], ids=["d128-causal", "gqa-fast-causal", "d64-176", "d256-causal"])
+def test_fit_puts_descriptor_offsets_where_the_carried_fragments_fit(form):
+    """D74: "fit" takes descriptor offsets in FlashAttention's form where S + O + P are at most 176 words a thread
+    (d128 128x128: 160, d64 128x176: 164, d256 128x64: 176), D70's unswitched iteration included: no spill, and
+    fewer uniform instructions on the main loop's fewest-instruction path (the iteration without the mask; d128
+    causal: 86 against "auto"'s 106, the register program's 52: ptxas steps P @ V's descriptors there as a 32-bit add,
+    its carry and a move of the high word, not UIADD3.64)."""
+    fit, auto = fa(**form, **FIT), fa(**form)
+    assert "tc_wg_desc_at(" in fit.get_kernel_source()
+    assert fit.meta["source"]["meta"]["ptxas"].get("spill_stores", 0) == 0
+    assert _ops(fit)["LDL"] + _ops(fit)["STL"] == 0
+    if form.get("dim", 128) == 256:  # "auto"'s kernel there (16 k steps): the same source
+        assert fit.get_kernel_source() == auto.get_kernel_source()
+    elif not form.get("fast"):  # (fast math's loop has too many branches to count paths)
+        assert "tc_wg_desc_at(" not in auto.get_kernel_source()
+        u_fit, u_auto = (_uniform(_loop(k)[0]) for k in (fit, auto))
+        assert u_fit <= u_auto - 16, (u_fit, u_auto)
+
+
+@needs_toolchain
+@pytest.mark.parametrize("causal", [False, True])
+def test_fit_leaves_the_196_word_form_without_offsets(causal):
+    """d128 128x176 (S 88 + O 64 + P 44 = 196 words a thread, ragged at 4096 rows so unswitched): "fit" keeps "auto"'s
+    kernel; with the offsets asked for (True) ptxas 13.0 spills there when causal (36 / 52 bytes a thread), the reason
+    for the bound."""
+    fit, auto, on = fa(bn=176, causal=causal, **FIT), fa(bn=176, causal=causal), fa(bn=176, causal=causal, **DESC)
+    assert fit.get_kernel_source() == auto.get_kernel_source()
+    assert "tc_wg_desc_at(" not in fit.get_kernel_source()
+    assert auto.meta["source"]["meta"]["ptxas"]["spill_stores"] == 0
+    # causal (the mask's iteration and the diagonal): ptxas 13.0 spills with the offsets; ragged alone: it does not
+    # (a bound on the fragments does not see that: "fit" leaves the offsets off on both)
+    assert (on.meta["source"]["meta"]["ptxas"]["spill_stores"] > 0) == causal
+
+
+@needs_toolchain
+def test_fit_leaves_kernels_without_register_operands_alone():
+    """A GEMM (no gemm reads registers) compiles the same under "fit" as under "auto"; a bad value is refused."""
+    from tilecore_conformance.catalog import catalog
+
+    case = next(c for c in catalog() if c.id.startswith("gemm/") and "float16" in c.id)
+    src = [tilecore.compile(case.build(**case.params), target=HOPPER,
+                            pass_configs={**case.pass_configs, **NOCACHE, **x}).get_kernel_source() for x in ({}, FIT)]
+    assert src[0] == src[1]
+    with pytest.raises(tilecore.errors.TilecoreError, match="descriptor_offsets"):
+        fa(**{"tilecore.cuda.descriptor_offsets": "yes"})
 
 
 def test_a_bad_reduce_chains_value_is_refused():

@@ -648,11 +648,25 @@ class CUDAEmitter(SIMTCppEmitter):
     #: the noise either way (-4 to +2%): off there
     DESC_OFFSET_DEFAULT = "auto"
     DESC_OFFSET_MIN_STEPS = 16
+    #: D74: ``"fit"``: "auto"'s kernels and, in a kernel with a gemm reading registers, wherever the fragments the
+    #: gemms carry across the loop's back edge (their accumulators and the registers they read, 32-bit words a thread:
+    #: FlashAttention's S, O and P) are at most this many: there ptxas 13.0 fits the unswitched iteration (D70) with
+    #: the offsets (d128 128x128: 160, d256 128x64: 176, d64 128x176: 164: no spill) and spills above it (d128 128x176
+    #: causal or ragged: 196 words, 36 / 52 bytes a thread stored / loaded)
+    DESC_OFFSET_MAX_CARRIED = 176
+    DESC_OFFSET_VALUES = (True, False, "auto", "fit")
 
     def descriptor_offsets(self, st) -> bool:
         v = st.ctx.option(self.DESC_OFFSET_OPTION, self.DESC_OFFSET_DEFAULT)
-        return v is True or (v == "auto" and bool(getattr(st, "register_operands", False))
-                             and getattr(st, "wgmma_k_steps", 0) >= self.DESC_OFFSET_MIN_STEPS)
+        if not any(v is x or (isinstance(v, str) and v == x) for x in self.DESC_OFFSET_VALUES):
+            raise CompileError(f"{self.DESC_OFFSET_OPTION} must be True, False, \"auto\" or \"fit\", not {v!r}")
+        if v is True:
+            return True
+        if v not in ("auto", "fit") or not getattr(st, "register_operands", False):
+            return False
+        if getattr(st, "wgmma_k_steps", 0) >= self.DESC_OFFSET_MIN_STEPS:
+            return True
+        return v == "fit" and 0 < getattr(st, "carried_words", 0) <= self.DESC_OFFSET_MAX_CARRIED
     DESC_AT = """/* D59: a matrix descriptor advanced by a signed byte offset (a multiple of 16) inside its tile (the 14-bit
  * address field in 16-byte units; shared addresses stay below 2^18: no carry or borrow leaves the field). D66: one
  * 64-bit add (UIADD3.64, the register programs' stepping), the same bits as adding to the low word alone; that form
@@ -1411,7 +1425,28 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
         st.wgmma_k_steps = max((int(const_value(f.extent)) for f in self.collected(st, s.body, For)
                                 if f.kind == "unroll" and isinstance(const_value(f.extent), int)
                                 and any(m.spelling.startswith("wgmma_") for m in collect(f.body, MatrixOp))), default=0)
+        # D74: the 32-bit words a thread the launch's asynchronous gemms carry (accumulators and register operands;
+        # tilecore.cuda.descriptor_offsets "fit")
+        st.carried_words = self.carried_words(st, s) if st.register_operands else 0
         return super().stmt_KernelLaunch(st, s)
+
+    def carried_words(self, st, launch) -> int:
+        """32-bit registers a thread of the accumulators and the register operands of the launch's asynchronous gemms
+        (each buffer once): at FlashAttention's d128 128x128, S (64) + O (64) + P in halves (32) = 160."""
+        seen, words = set(), 0
+        for m in self.collected(st, launch.body, MatrixSync):
+            if m.phase != "begin":
+                continue
+            for buf in ((m.acc,) if m.acc is not None else ()) + tuple(m.reads):
+                shape = buf.static_shape() if buf is not None else None
+                if buf is None or id(buf) in seen or shape is None:
+                    continue
+                seen.add(id(buf))
+                n = 1
+                for x in shape:
+                    n *= int(x)
+                words += -(-n * buf.dtype.bytes // 4)
+        return words
 
     def block_indices(self, st, s) -> None:
         """(after them: where a warp-uniform warp index is declared if a descriptor uses one)"""
