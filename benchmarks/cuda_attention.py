@@ -196,6 +196,10 @@ GENERAL = {"regprog": {"tilecore.cuda.register_programs": True}, "default": _GEN
            # turns off alone on the defaults (nopp above)
            "fit": {**_GEN, "tilecore.cuda.descriptor_offsets": "fit"},
            "fit_nopp": {**_GEN, "tilecore.cuda.descriptor_offsets": "fit", "tilecore.pingpong": False},
+           # D74: fit with D66's 32-bit loop counters (fewer uniform instructions on the unmasked path: 86 -> 76 at
+           # d128 causal 128x128; the register program 52)
+           "fitn": {**_GEN, "tilecore.cuda.descriptor_offsets": "fit", "tilecore.cuda.narrow_loop_counters": True},
+           "nopp_n": {**_GEN, "tilecore.pingpong": False, "tilecore.cuda.narrow_loop_counters": True},
            # D59: the general path's defaults before D59 (D55's), the new ones off
            "d55": {**_GEN, "tilecore.warp_specialize": False, "tilecore.pingpong": False,
                    "tilecore.pipeline_overlap": False, "tilecore.cuda.fence_register_operands": False,
