@@ -200,6 +200,18 @@ GENERAL = {"regprog": {"tilecore.cuda.register_programs": True}, "default": _GEN
            # d128 causal 128x128; the register program 52)
            "fitn": {**_GEN, "tilecore.cuda.descriptor_offsets": "fit", "tilecore.cuda.narrow_loop_counters": True},
            "nopp_n": {**_GEN, "tilecore.pingpong": False, "tilecore.cuda.narrow_loop_counters": True},
+           # D74: the unmasked and the masked iterations in two loops (tilecore.pipeline_mask_unswitch "loops": each
+           # body one straight run, the register program's form; D70's unswitched iteration kept both copies in one
+           # loop and ptxas stepped the unmasked copy's descriptors in 3-4 uniform instructions each): alone, with
+           # fit (d128 causal 128x128: the loop 931 instructions, 52 uniform; the register program 930 / 52), with
+           # fit and 32-bit counters, with offsets everywhere (128x176: 4 bytes spilled), fit without the turns
+           "loops": {**_GEN, "tilecore.pipeline_mask_unswitch": "loops"},
+           "loops_fit": {**_GEN, "tilecore.pipeline_mask_unswitch": "loops", "tilecore.cuda.descriptor_offsets": "fit"},
+           "loops_fitn": {**_GEN, "tilecore.pipeline_mask_unswitch": "loops", "tilecore.cuda.descriptor_offsets": "fit",
+                          "tilecore.cuda.narrow_loop_counters": True},
+           "loops_desc": {**_GEN, "tilecore.pipeline_mask_unswitch": "loops", "tilecore.cuda.descriptor_offsets": True},
+           "loops_fit_nopp": {**_GEN, "tilecore.pipeline_mask_unswitch": "loops", "tilecore.cuda.descriptor_offsets": "fit",
+                              "tilecore.pingpong": False},
            # D59: the general path's defaults before D59 (D55's), the new ones off
            "d55": {**_GEN, "tilecore.warp_specialize": False, "tilecore.pingpong": False,
                    "tilecore.pipeline_overlap": False, "tilecore.cuda.fence_register_operands": False,

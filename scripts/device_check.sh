@@ -779,24 +779,27 @@ step gemm105-table bash -c 'rc=0; for pc in "{}" "{\"tilecore.cuda.programmatic_
        --sizes 4096,8192 --no-fp8 --triton --configs 128:256:64:256:3:8,128:256:64:256:4:8 || rc=$?; done; exit $rc'
 # D74 (helper fa90last, issues 11 + 17): the last sm_90a FlashAttention rows below 0.97x the register program on the
 # general path. fa90last: d128 128x128 and GQA (8 KV heads) 128x128, causal and not, the exact build and fast math in
-# separate processes; fa90last-d256: d256 128x64 the same way. Every kernel compiled first, then timed in turn with
-# SDPA cuDNN 7 rounds (the order reversed every other round; --interleave), ratios to the register program of the
-# same block in the same process. Variants (benchmarks/cuda_attention.py --general): regprog; default = D70's
-# defaults; fit = descriptor offsets where the carried fragments fit (tilecore.cuda.descriptor_offsets "fit"; at d256
-# the default's kernel); fitn = fit + 32-bit loop counters; fit_nopp / nopp = fit / the defaults without ping-pong's
-# turns (the register program's fast-math schedule); nopp_n = nopp + 32-bit counters. ~2.5 min each
-fa90() { local rc=0 t=$1; shift; local X="${FA90_EXACT:-regprog,default,fit,fitn}" F="${FA90_FAST:-regprog,default,fit,fit_nopp,nopp}";
+# separate processes; fa90last-d256: d256 128x64; fa90last-176: d128 128x176. Every kernel compiled first, then timed
+# in turn with SDPA cuDNN 7 rounds (the order reversed every other round; --interleave), ratios to the register
+# program of the same block in the same process. Variants (benchmarks/cuda_attention.py --general): regprog; default
+# = D70's defaults; fit = descriptor offsets where the carried fragments fit (tilecore.cuda.descriptor_offsets
+# "fit"; at d256 the default's kernel); loops* = the unmasked and the masked iterations in two loops
+# (tilecore.pipeline_mask_unswitch "loops"), with fit, fit + 32-bit counters (fitn), offsets everywhere (desc), fit
+# without ping-pong's turns (the register program's fast-math schedule: _nopp); nopp = the defaults without the turns
+fa90() { local rc=0 t=$1; shift; local X="${FA90_EXACT:-regprog,default,fit,loops_fit,loops_fitn}" F="${FA90_FAST:-regprog,default,loops_fit,loops_fit_nopp,nopp}";
   timeout -k 5 "$t" python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave 7 "$@" --general "$X" || rc=$?
   timeout -k 5 "$t" python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave 7 --fast-math --no-exact "$@" \
     --general "$F" || rc=$?; return $rc; }
 step fa90last bash -c "$(declare -f fa90); rc=0; fa90 55 --blocks 128x128x256x2 || rc=\$?;
      fa90 55 --kv-heads 8 --blocks 128x128x256x2 || rc=\$?; exit \$rc"
-step fa90last-d256 bash -c "$(declare -f fa90); FA90_EXACT=\${FA90_EXACT:-regprog,default,fitn} \
-     FA90_FAST=\${FA90_FAST:-regprog,default,nopp,nopp_n} fa90 75 --dim 256 --blocks 128x64x256x2"
-# fa90last-prof: Nsight Compute (scripts/fa_profile.py, clocks locked to base) on d128 exact causal 128x128 (c128) and
-# GQA fast causal (gqa_fc): the register program, the defaults and fit, ~2.5 min
+step fa90last-d256 bash -c "$(declare -f fa90); FA90_EXACT=\${FA90_EXACT:-regprog,default,loops_fit,loops_fitn} \
+     FA90_FAST=\${FA90_FAST:-regprog,default,loops_fit,loops_fit_nopp} fa90 80 --dim 256 --blocks 128x64x256x2"
+step fa90last-176 bash -c "$(declare -f fa90); FA90_EXACT=\${FA90_EXACT:-regprog,default,loops,loops_desc} \
+     FA90_FAST=\${FA90_FAST:-regprog,default,loops,loops_desc} fa90 80 --blocks 128x176x256x2"
+# fa90last-prof: Nsight Compute (scripts/fa_profile.py, clocks locked to base) on GQA fast causal (gqa_fc) and d128
+# exact causal 128x128 (c128): the register program, the defaults and loops_fit, ~2.5 min
 step fa90last-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows "${FA90PROF_ROWS:-gqa_fc,c128}" \
-     --variants "${FA90PROF_VARIANTS:-regprog,default,fit}" --timeout 40
+     --variants "${FA90PROF_VARIANTS:-regprog,default,loops_fit}" --timeout 40
 # fa90last-tests: D74's device tests with D70's and D66's (every option bit for bit the defaults, against float64)
 step fa90last-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_unswitch.py \
      tests/test_cuda_fa_parity.py -rs

@@ -58,7 +58,10 @@ VARIANTS = {"regprog": {"tilecore.cuda.register_programs": True},
             # ping-pong's turns off too (the register program's fast-math schedule)
             "fit": {"tilecore.cuda.register_programs": False, "tilecore.cuda.descriptor_offsets": "fit"},
             "fit_nopp": {"tilecore.cuda.register_programs": False, "tilecore.cuda.descriptor_offsets": "fit",
-                         "tilecore.pingpong": False}}
+                         "tilecore.pingpong": False},
+            # D74: the unmasked and the masked iterations in two loops, with fit
+            "loops_fit": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_mask_unswitch": "loops",
+                          "tilecore.cuda.descriptor_offsets": "fit"}}
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "SchedulerStats", "SourceCounters",
             "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis")
 

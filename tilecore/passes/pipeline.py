@@ -793,13 +793,17 @@ class _Launch:
         self.mask_after = ctx.option(overlap.MASK_AFTER, True) is not False
         # D70: that mask's branch around the whole iteration (after the stage waits), not around the mask alone
         unswitch = ctx.option(overlap.MASK_UNSWITCH, overlap.MASK_UNSWITCH_DEFAULT)
-        if unswitch not in (True, False, "auto"):
+        if not (unswitch is True or unswitch is False or unswitch in ("auto", "loops")):
             from ..errors import CompileError
 
-            raise CompileError(f"pass config {overlap.MASK_UNSWITCH}={unswitch!r}: expected True, False or \"auto\"")
+            raise CompileError(f"pass config {overlap.MASK_UNSWITCH}={unswitch!r}: expected True, False, \"auto\" or "
+                               "\"loops\"")
         # "auto": wherever it applies (a warp-specialized rotated loop with the split mask after its first gemm:
         # FlashAttention's two-consumer form, causal or ragged)
-        self.mask_unswitch = unswitch is True or unswitch == "auto"
+        self.mask_unswitch = unswitch is True or unswitch in ("auto", "loops")
+        # D74: "loops": the two forms of the iteration as two loops, the unmasked iterations (k < E) then the masked
+        # ones, where the mask's condition is `k < E` with E free of k (else as "auto")
+        self.mask_loops = unswitch == "loops"
         self.max_threads = ctx.capabilities.limit("max_threads_per_block")
         # D71: the later copies' issue and wait (tilecore.pipeline_late_copy; False: D68's)
         self.late_copy = ctx.option(LATE_COPY, False)
@@ -1115,6 +1119,7 @@ class _Launch:
                                         " (issued with the stage ahead, waited for where it stands)") if j >= n else ""))
         k, start, extent = loop.var, loop.start, loop.extent
         rot = None  # D59: the rotated body's pieces (tilecore.pipeline_overlap)
+        fission = None  # D74: (E, the second loop's variable, its body): the masked iterations in a loop of their own
         groups = [async_copies[:n]] + ([async_copies[n:]] if late_at else [])
         it = simplify(binary("sub", k, start))
         local = it  # the iteration within this tile (the k-loop's own count)
@@ -1303,7 +1308,17 @@ class _Launch:
                             + [overlap.wait(spelling, rot["last_acc"], 0, loop.span),
                                StageRelease(empties[1], prev, span=loop.span)] + rot["late"] + [pin])
 
-                    if ma is not None and self.mask_unswitch:
+                    bound = _below(masked[0].cond, k) if ma is not None and self.mask_loops else None
+                    if bound is not None:
+                        # D74: the unmasked iterations (k < E) in one loop, the masked ones in a second: each loop's
+                        # body one straight run (the register program's two loops; D70's unswitched iteration in one
+                        # loop gave the assembler two copies of the body to allocate at once)
+                        steady = [waits[0], iteration([])]
+                        k2 = Var(k.name, k.dtype)
+                        fission = (bound, k2, [waits[0], _fresh_loops(iteration([masked[0].orelse]))])
+                        issue_kinds.append("the iterations split on the mask's condition into two loops (unmasked, "
+                                           "then masked)")
+                    elif ma is not None and self.mask_unswitch:
                         # D70: `if k < E: the iteration else: the iteration with the mask after the first gemm's
                         # wait`: each path one run from the gemms' issue on (the mask's branch no longer splits
                         # the statements beside the last gemm from its issue)
@@ -1491,6 +1506,14 @@ class _Launch:
         new_loop = loop.with_(kind="serial", body=seq(steady), annotations={**loop.annotations, "num_stages": stages})
         if rot is not None:  # D59: iteration 0 peeled before the loop
             new_loop = new_loop.with_(start=simplify(binary("add", start, 1)), extent=simplify(binary("sub", extent, 1)))
+        if fission is not None:  # D74: [start + 1, min(E, end)) unmasked, then [max(E, start + 1), end) masked
+            bound, k2, masked_steady = fission
+            lo, end = new_loop.start, simplify(binary("add", start, extent))
+            mid_a = simplify(binary("min", bound, end))
+            mid_b = simplify(binary("max", bound, lo))
+            new_loop = [new_loop.with_(extent=simplify(binary("max", binary("sub", mid_a, lo), 0))),
+                        new_loop.with_(var=k2, start=mid_b, extent=simplify(binary("max", binary("sub", end, mid_b), 0)),
+                                       body=substitute(seq(masked_steady), {id(k): k2}))]
         kib = sum(_round16(stages * t) for t in tile_bytes) / 1024
         reduced = f" (of {want} asked: on-chip memory limit {self.limit} bytes)" if stages < want else ""
         copy_notes = next((f"; no bulk copies: {bufs[j].name}: {f}" for j, f in enumerate(forms)
@@ -1521,9 +1544,12 @@ class _Launch:
         note = (f"loop {name}: {stages} stages{reduced}, {len(bufs)} tiles x {stages} buffers, {kib:g} KiB; "
                 + ", ".join(issue_kinds) + ("; the gemm's matrix unit runs on while the stage ahead is copied"
                                             if after else "") + copy_notes)
-        body = [new_loop] + after
+        loops = new_loop if isinstance(new_loop, list) else [new_loop]
+        if len(loops) > 1:  # D74: a loop of no iterations left out (the mask's E at the loop's end: no masked ones)
+            loops = [x for x in loops if const_value(x.extent) != 0] or loops[:1]
+        body = loops + after
         if rot is not None:  # D59: the peeled iteration, the loop, the last gemm of the last iteration
-            body = [_if(simplify(compare("gt", extent, 0)), seq([peeled, new_loop] + after), loop.span)]
+            body = [_if(simplify(compare("gt", extent, 0)), seq([peeled] + loops + after), loop.span)]
         elif after:
             # a trip count that may be 0 (dynamic): the loop and its drain under one test. Otherwise the drain's
             # wait is reached with the accumulators' zeroing as their last definition on one path and an
@@ -1635,6 +1661,21 @@ def _loads_buffer(e, buf) -> bool:
     found: list = []
     walk_expr(e, lambda x: found.append(1) if isinstance(x, BufferLoad) and x.buffer is buf else None)
     return bool(found)
+
+
+def _below(cond, k):
+    """``E`` where ``cond`` is ``k < E`` (``E > k``) with ``E`` free of ``k``; else None (D74's two loops)."""
+    from ..ir import free_vars
+
+    def bare(x):
+        return x.value if isinstance(x, Cast) else x
+
+    if not isinstance(cond, Cmp) or cond.op not in ("lt", "gt"):
+        return None
+    v, e = (cond.a, cond.b) if cond.op == "lt" else (cond.b, cond.a)
+    if bare(v) is not k or any(x is k for x in free_vars(e)):
+        return None
+    return e
 
 
 def _if(cond, then, span):

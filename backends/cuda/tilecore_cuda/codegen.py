@@ -787,6 +787,18 @@ __device__ __forceinline__ unsigned long long tc_wg_desc_at(unsigned long long d
         walk(loop.body, look)
         return bool(hit)
 
+    @classmethod
+    def _start_floor(cls, e):
+        """A constant no larger than ``e``: ``e`` itself if constant, ``c`` for ``max(x, c)`` (D74: the masked iterations'
+        loop starts at ``max(E, 1)``); else None."""
+        c = const_value(e)
+        if isinstance(c, int) and not isinstance(c, bool):
+            return c
+        if isinstance(e, BinOp) and e.op == "max":
+            lo = [x for x in (cls._start_floor(e.a), cls._start_floor(e.b)) if x is not None]
+            return max(lo) if lo else None
+        return None
+
     def stmt_For(self, st, s):
         """Loops as the C family spells them; an unrolled loop of a constant count is remembered while its body
         is emitted (desc_split), and with tilecore.cuda.nonnegative_index_shifts a loop whose start is a
@@ -800,7 +812,7 @@ __device__ __forceinline__ unsigned long long tc_wg_desc_at(unsigned long long d
                        and not any(m.spelling.startswith("wgmma_") for m in collect(s.body, MatrixOp)))
             if how is True or how == "registers" and self._indexes_registers(s):
                 self.line(st, "#pragma unroll")
-        lo = const_value(s.start)
+        lo = self._start_floor(s.start)
         nonneg = ctx is not None and self.nonneg_shifts(st) and isinstance(lo, int)
         if unrolled:
             if not hasattr(st, "unrolled"):

@@ -1,0 +1,197 @@
+"""FlashAttention's general path: the masked iterations in a loop of their own (decision D74).
+
+``tilecore.pipeline_mask_unswitch="loops"`` (core, pipeline.py): where D70 unswitched the rotated, warp-specialized
+iteration on its split mask's condition ``k < E`` (both copies in one loop body), the iterations run as two loops,
+``[start + 1, min(E, end))`` without the mask and ``[max(E, start + 1), end)`` with it: each loop body one straight
+run, as the register program's two loops. With D70's one loop, ptxas 13.0 stepped the unmasked copy's descriptors in
+3-4 uniform instructions each (a 32-bit add, its carry, moves of the high word) where the register program uses one
+``UIADD3.64``: d128 causal 128x128 with descriptor offsets, 86 uniform instructions an iteration against 52; with the
+two loops 52.
+
+``tilecore.cuda.descriptor_offsets="fit"`` (CUDA plugin, the same decision): descriptor offsets in kernels with a
+gemm reading registers wherever the gemms' carried fragments (S, O, P) are at most 176 32-bit words a thread.
+
+Compile-only checks wherever a CUDA compiler exists; on an sm_90 GPU the two loops bit for bit D70's defaults and
+against float64, causal and ragged, exact and fast math.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+tilecore_cuda = pytest.importorskip("tilecore_cuda")
+
+sys.path.insert(0, str(Path(__file__).parent))
+import sass_paths  # noqa: E402
+from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
+from test_cuda_hopper import hopper_gpu  # noqa: E402
+
+import tilecore  # noqa: E402
+from tilecore_conformance.composite import flash_attention_forward  # noqa: E402
+
+HOPPER = "cuda:sm_90a"
+GENERAL = {**NOCACHE, "tilecore.cuda.register_programs": False}
+REGPROG = {**NOCACHE, "tilecore.cuda.register_programs": True}
+LOOPS = {"tilecore.pipeline_mask_unswitch": "loops"}
+FIT = {"tilecore.cuda.descriptor_offsets": "fit"}
+DESC = {"tilecore.cuda.descriptor_offsets": True}
+
+
+def fa(dim=128, bm=128, bn=128, causal=False, fast=False, kv_heads=None, stages=2, seq=4096, heads=32, batch=8,
+       **configs):
+    func = flash_attention_forward(seq, dim, heads, bm, bn, "float16", causal, batch=batch, threads=256,
+                                   num_stages=stages, kv_heads=kv_heads)
+    return tilecore.compile(func, target=HOPPER, out_idx=[3],
+                            pass_configs={**GENERAL, "tilecore.fast_math": fast, **configs})
+
+
+def _sass(k):
+    return tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
+
+
+def _main_loop(k):
+    """(instructions, uniform instructions but UTMALDG) of the main loop's paths (the shortest loop of 16 HGMMA or
+    more: the unmasked iterations' loop under "loops")."""
+    ins = sass_paths.parse(_sass(k))
+    out = []
+    for _, c in sass_paths.paths(ins, sass_paths.main_loop(ins, 16)):
+        out.append((sum(c.values()), sum(v for n, v in c.items() if n.startswith("U") and n != "UTMALDG")))
+    return out
+
+
+def _spills(k) -> int:
+    r = k.meta["source"]["meta"]["ptxas"]
+    return r.get("spill_stores", 0) + r.get("spill_loads", 0)
+
+
+# -- compile-only -------------------------------------------------------------------------------------------
+
+@needs_toolchain
+def test_loops_split_the_iterations_on_the_masks_condition():
+    """Causal 128x128: two loops after the peeled iteration, the second starting where the first stops (max(E, 1)),
+    each with one wait for P @ V and one turn; the loop variable of the second a fresh one."""
+    src = fa(causal=True, **LOOPS).get_kernel_source()
+    d70 = fa(causal=True).get_kernel_source()
+    assert "for (long long k = 1; k < " in src and "for (long long k_1 = tc_max(" in src
+    # the same number of waits for P @ V and turns as D70's unswitched iteration (its two copies in one loop)
+    assert src.count("tc_wg_wait<0>()") == d70.count("tc_wg_wait<0>()")
+    assert src.count("tc_named_sync(") == d70.count("tc_named_sync(")
+    # the stage and parity of the second loop's variable as shifts (its start max(E, 1) is at least 1)
+    assert "tc_smem_addr(K_s_full + ((k_1 & 1))), ((k_1 >> 1) & 1))" in src
+
+
+@needs_toolchain
+@pytest.mark.parametrize("form", [dict(causal=True), dict(dim=256, bn=64, causal=True), dict(bn=176, causal=True),
+                                  dict(bn=176)], ids=["d128-causal", "d256-causal", "176-causal", "176-ragged"])
+def test_loops_give_the_unmasked_loop_the_register_programs_bookkeeping(form):
+    """With descriptor offsets ("fit", True at 128x176), the unmasked iterations' loop: one path, its uniform
+    instructions within 6 of the register program's (d128 causal 52 / 52, 128x176 54 / 56, d256 60 / 56; D70's
+    one loop, causal, 86, 95, 89 on its unmasked path) and its instructions within 4% of the register program's (d256: 671 /
+    650)."""
+    desc = DESC if form.get("bn") == 176 else FIT
+    loops, rp = fa(**form, **LOOPS, **desc), fa(**form, **REGPROG)
+    (n, u), = _main_loop(loops)
+    (n_rp, u_rp), = _main_loop(rp)
+    assert u <= u_rp + 6 and n <= 1.04 * n_rp, (n, u, n_rp, u_rp)
+    if form.get("causal"):  # the unmasked path of D70's unswitched loop (the shorter; ragged alone: ptxas did well)
+        d70 = min(_main_loop(fa(**form, **desc)))
+        assert d70[1] >= u + 20, (d70, u)
+
+
+@needs_toolchain
+@pytest.mark.parametrize("form", [dict(causal=True), dict(causal=True, fast=True, kv_heads=8), dict(dim=64, bn=176),
+                                  dict(dim=256, bn=64, causal=True, fast=True)],
+                         ids=["d128-causal", "gqa-fast-causal", "d64-176", "d256-fast-causal"])
+def test_loops_with_fit_do_not_spill(form):
+    k = fa(**form, **LOOPS, **FIT)
+    assert "tc_wg_desc_at(" in k.get_kernel_source() and _spills(k) == 0
+
+
+@needs_toolchain
+def test_loops_leave_forms_without_a_split_mask_alone():
+    """Non-causal at a multiple of the block: no mask, the same source; the mask before the gemm: as "auto"."""
+    assert fa(**LOOPS).get_kernel_source() == fa().get_kernel_source()
+    pre = {"tilecore.pipeline_mask_after_gemm": False}
+    assert fa(causal=True, **pre, **LOOPS).get_kernel_source() == fa(causal=True, **pre).get_kernel_source()
+
+
+@needs_toolchain
+def test_a_bad_unswitch_value_names_loops():
+    with pytest.raises(tilecore.errors.TilecoreError, match="\"loops\""):
+        fa(causal=True, **{"tilecore.pipeline_mask_unswitch": "loop"})
+
+
+# -- on an sm_90 GPU ------------------------------------------------------------------------------------------
+
+def _reference(q, k, v, causal):
+    import torch
+
+    q, k, v = (x.double() for x in (q, k, v))
+    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        n = s.shape[-1]
+        s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool, device=s.device).tril(), float("-inf"))
+    return s.softmax(-1) @ v
+
+
+#: (name, dim, bm, bn, kv_heads, stages)
+FORMS = [("d128", 128, 128, 128, None, 2), ("176", 128, 128, 176, None, 2), ("d64-176", 64, 128, 176, None, 2),
+         ("d256", 256, 128, 64, None, 2), ("gqa3", 128, 128, 128, 1, 3)]
+
+
+def _inputs(dim, kvh, seq, heads, batch, seed):
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g)
+    k, v = (torch.randn(batch, kvh or heads, seq, dim, device="cuda", dtype=torch.float16, generator=g)
+            for _ in range(2))
+    return q, k, v
+
+
+@hopper_gpu
+@pytest.mark.parametrize("seq", [1000, 1024, 300])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("form", FORMS, ids=[f[0] for f in FORMS])
+def test_loops_give_the_defaults_bits_and_match_float64(form, causal, seq):
+    """Exact build: the two loops (alone, with fit, with offsets everywhere) bit for bit D70's defaults (the same
+    statements in the same order on every iteration), and against float64; sequences ragged and whole, and short
+    (300: the unmasked loop empty for every block of a causal row)."""
+    import torch
+
+    _, dim, bm, bn, kvh, stages = form
+    heads, batch = 3, 2
+    q, k, v = _inputs(dim, kvh, seq, heads, batch, 74)
+    outs = {}
+    for name, extra in (("default", {}), ("loops", LOOPS), ("loops_fit", {**LOOPS, **FIT}),
+                        ("loops_desc", {**LOOPS, **DESC})):
+        outs[name] = fa(dim, bm, bn, causal, kv_heads=kvh, stages=stages, seq=seq, heads=heads, batch=batch,
+                        **extra)(q, k, v)
+    torch.cuda.synchronize()
+    for name in ("loops", "loops_fit", "loops_desc"):
+        assert torch.equal(outs[name], outs["default"]), name
+    kr, vr = (x.repeat_interleave(heads // (kvh or heads), dim=1) for x in (k, v))
+    err = (outs["loops"].double() - _reference(q, kr, vr, causal)).abs().max().item()
+    assert err < 2e-3, f"{form[0]} causal={causal}: max error {err}"
+
+
+@hopper_gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("form", FORMS, ids=[f[0] for f in FORMS])
+@pytest.mark.parametrize("pingpong", [True, False], ids=["pp", "nopp"])
+def test_loops_fast_math_matches_float64(form, causal, pingpong):
+    import torch
+
+    _, dim, bm, bn, kvh, stages = form
+    seq, heads, batch = 1000, 3, 2
+    q, k, v = _inputs(dim, kvh, seq, heads, batch, 75)
+    extra = {} if pingpong else {"tilecore.pingpong": False}
+    out = fa(dim, bm, bn, causal, fast=True, kv_heads=kvh, stages=stages, seq=seq, heads=heads, batch=batch,
+             **LOOPS, **FIT, **extra)(q, k, v)
+    torch.cuda.synchronize()
+    kr, vr = (x.repeat_interleave(heads // (kvh or heads), dim=1) for x in (k, v))
+    err = (out.double() - _reference(q, kr, vr, causal)).abs().max().item()
+    assert err < 4e-3, f"{form[0]} causal={causal}: max error {err}"
