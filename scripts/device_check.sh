@@ -44,7 +44,7 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_streamk.py tests/test_cuda_general_attention.py tests/test_block_order.py tests/test_cuda_exp2_rows.py \
      tests/test_cuda_exp2_poly.py tests/test_cuda_row_division.py tests/test_gemm_kstep.py \
      tests/test_host_launch.py tests/test_general_fp8.py tests/test_cuda_fa_parity.py tests/test_cuda_fa_unswitch.py \
-     tests/test_general_splitk.py tests/test_programmatic_launch.py tests/test_mma_route.py
+     tests/test_general_splitk.py tests/test_programmatic_launch.py tests/test_mma_route.py tests/test_cuda_fa_loops.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -800,8 +800,9 @@ step fa90last-176 bash -c "$(declare -f fa90); FA90_EXACT=\${FA90_EXACT:-regprog
 # exact causal 128x128 (c128): the register program, the defaults and loops_fit, ~2.5 min
 step fa90last-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows "${FA90PROF_ROWS:-gqa_fc,c128}" \
      --variants "${FA90PROF_VARIANTS:-regprog,default,loops_fit}" --timeout 40
-# fa90last-tests: D74's device tests with D70's and D66's (every option bit for bit the defaults, against float64)
-step fa90last-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_unswitch.py \
+# fa90last-tests: D74's device tests (the two loops bit for bit D70's defaults on five forms, sequences 300 / 1000 /
+# 1024, causal and not; fast math against float64) with D66's ("fit" among its options), ~3 min
+step fa90last-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_loops.py \
      tests/test_cuda_fa_parity.py -rs
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then

@@ -39,9 +39,7 @@ CHAINS = {"tilecore.reduce_chains": 4}
 D66 = {**DESC, **NARROW, **CHAINS}
 NODESC = {"tilecore.cuda.descriptor_offsets": False}
 FIT = {"tilecore.cuda.descriptor_offsets": "fit"}  # D74: where the carried fragments fit (S + O + P <= 176 words)
-LOOPS = {"tilecore.pipeline_mask_unswitch": "loops"}  # D74: the unmasked and the masked iterations in two loops
-OPTIONS = {"desc": DESC, "nodesc": NODESC, "narrow": NARROW, "chains": CHAINS, "d66": D66, "fit": FIT,
-           "loops": LOOPS, "loops_fit": {**LOOPS, **FIT}, "loops_desc": {**LOOPS, **DESC}}
+OPTIONS = {"desc": DESC, "nodesc": NODESC, "narrow": NARROW, "chains": CHAINS, "d66": D66, "fit": FIT}
 ONE_CHAIN = {"tilecore.reduce_chains": 1}  # one chain: the default before D70 ("auto" since)
 
 
