@@ -796,6 +796,8 @@ step fa90last-d256 bash -c "$(declare -f fa90); FA90_EXACT=\${FA90_EXACT:-regpro
      FA90_FAST=\${FA90_FAST:-regprog,default,loops_fit,loops_fit_nopp} fa90 80 --dim 256 --blocks 128x64x256x2"
 step fa90last-176 bash -c "$(declare -f fa90); FA90_EXACT=\${FA90_EXACT:-regprog,default,loops,loops_desc} \
      FA90_FAST=\${FA90_FAST:-regprog,default,loops,loops_desc} fa90 80 --blocks 128x176x256x2"
+step fa90last-d64 bash -c "$(declare -f fa90); FA90_EXACT=\${FA90_EXACT:-regprog,default,loops_fit} \
+     FA90_FAST=\${FA90_FAST:-regprog,default,loops_fit} fa90 80 --dim 64 --blocks 128x128x256x2,128x176x256x2"
 # fa90last-prof: Nsight Compute (scripts/fa_profile.py, clocks locked to base) on GQA fast causal (gqa_fc) and d128
 # exact causal 128x128 (c128): the register program, the defaults and loops_fit, ~2.5 min
 step fa90last-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows "${FA90PROF_ROWS:-gqa_fc,c128}" \
