@@ -210,6 +210,7 @@ GENERAL = {"regprog": {"tilecore.cuda.register_programs": True}, "default": _GEN
            "loops_fitn": {**_GEN, "tilecore.pipeline_mask_unswitch": "loops", "tilecore.cuda.descriptor_offsets": "fit",
                           "tilecore.cuda.narrow_loop_counters": True},
            "loops_desc": {**_GEN, "tilecore.pipeline_mask_unswitch": "loops", "tilecore.cuda.descriptor_offsets": True},
+           "loops_n": {**_GEN, "tilecore.pipeline_mask_unswitch": "loops", "tilecore.cuda.narrow_loop_counters": True},
            "loops_fit_nopp": {**_GEN, "tilecore.pipeline_mask_unswitch": "loops", "tilecore.cuda.descriptor_offsets": "fit",
                               "tilecore.pingpong": False},
            # D59: the general path's defaults before D59 (D55's), the new ones off

@@ -787,8 +787,8 @@ step gemm105-table bash -c 'rc=0; for pc in "{}" "{\"tilecore.cuda.programmatic_
 # (tilecore.pipeline_mask_unswitch "loops"), with fit, fit + 32-bit counters (fitn), offsets everywhere (desc), fit
 # without ping-pong's turns (the register program's fast-math schedule: _nopp); nopp = the defaults without the turns
 fa90() { local rc=0 t=$1; shift; local X="${FA90_EXACT:-regprog,default,fit,loops_fit,loops_fitn}" F="${FA90_FAST:-regprog,default,loops_fit,loops_fit_nopp,nopp}";
-  timeout -k 5 "$t" python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave 7 "$@" --general "$X" || rc=$?
-  timeout -k 5 "$t" python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave 7 --fast-math --no-exact "$@" \
+  timeout -k 5 "$t" python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave "${FA90_ROUNDS:-7}" "$@" --general "$X" || rc=$?
+  timeout -k 5 "$t" python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave "${FA90_ROUNDS:-7}" --fast-math --no-exact "$@" \
     --general "$F" || rc=$?; return $rc; }
 step fa90last bash -c "$(declare -f fa90); rc=0; fa90 55 --blocks 128x128x256x2 || rc=\$?;
      fa90 55 --kv-heads 8 --blocks 128x128x256x2 || rc=\$?; exit \$rc"
@@ -798,9 +798,18 @@ step fa90last-176 bash -c "$(declare -f fa90); FA90_EXACT=\${FA90_EXACT:-regprog
      FA90_FAST=\${FA90_FAST:-regprog,default,loops,loops_desc} fa90 80 --blocks 128x176x256x2"
 step fa90last-d64 bash -c "$(declare -f fa90); FA90_EXACT=\${FA90_EXACT:-regprog,default,loops_fit} \
      FA90_FAST=\${FA90_FAST:-regprog,default,loops_fit} fa90 80 --dim 64 --blocks 128x128x256x2,128x176x256x2"
+# D74 round 2 (round 1: the two loops +3% on d256 causal and on fast math's causal rows, -4% on d128's exact causal
+# 128x128 with fit; fit alone -1 to -7% on non-causal d128 / d64; nopp alone 0.79-0.86x): the two loops without fit
+# (loops), with fit, with 32-bit counters (loops_n), fit without the turns (fit_nopp, GQA fast non-causal 0.994 in
+# round 1); 11 rounds
+step fa90r2 bash -c "$(declare -f fa90); export FA90_ROUNDS=11; FA90_EXACT=\${FA90_EXACT:-regprog,default,loops,loops_fit} \
+     FA90_FAST=\${FA90_FAST:-regprog,default,loops,loops_fit,fit_nopp}; export FA90_EXACT FA90_FAST; rc=0;
+     fa90 55 --blocks 128x128x256x2 || rc=\$?; fa90 55 --kv-heads 8 --blocks 128x128x256x2 || rc=\$?; exit \$rc"
+step fa90r2-d256 bash -c "$(declare -f fa90); export FA90_ROUNDS=11; FA90_EXACT=\${FA90_EXACT:-regprog,default,loops,loops_n} \
+     FA90_FAST=\${FA90_FAST:-regprog,default,loops,loops_n} fa90 80 --dim 256 --blocks 128x64x256x2"
 # fa90last-prof: Nsight Compute (scripts/fa_profile.py, clocks locked to base) on GQA fast causal (gqa_fc) and d128
 # exact causal 128x128 (c128): the register program, the defaults and loops_fit, ~2.5 min
-step fa90last-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows "${FA90PROF_ROWS:-gqa_fc,c128}" \
+step fa90last-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows "${FA90PROF_ROWS:-c128,gqa_fc}" \
      --variants "${FA90PROF_VARIANTS:-regprog,default,loops_fit}" --timeout 40
 # fa90last-tests: D74's device tests (the two loops bit for bit D70's defaults on five forms, sequences 300 / 1000 /
 # 1024, causal and not; fast math against float64) with D66's ("fit" among its options), ~3 min

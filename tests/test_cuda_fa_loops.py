@@ -63,8 +63,9 @@ def _main_loop(k):
 
 
 def _spills(k) -> int:
-    r = k.meta["source"]["meta"]["ptxas"]
-    return r.get("spill_stores", 0) + r.get("spill_loads", 0)
+    """Local loads and stores in the SASS (spills; on the GPU hosts NVRTC returns ptxas's report for a program's
+    first compile only)."""
+    return sum(sass_paths.opcode(t) in ("LDL", "STL") for _, t in sass_paths.parse(_sass(k)))
 
 
 # -- compile-only -------------------------------------------------------------------------------------------

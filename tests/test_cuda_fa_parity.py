@@ -189,8 +189,7 @@ def test_fit_puts_descriptor_offsets_where_the_carried_fragments_fit(form):
     its carry and a move of the high word, not UIADD3.64)."""
     fit, auto = fa(**form, **FIT), fa(**form)
     assert "tc_wg_desc_at(" in fit.get_kernel_source()
-    assert fit.meta["source"]["meta"]["ptxas"].get("spill_stores", 0) == 0
-    assert _ops(fit)["LDL"] + _ops(fit)["STL"] == 0
+    assert _ops(fit)["LDL"] + _ops(fit)["STL"] == 0  # no spill (the SASS: NVRTC's ptxas report may be absent)
     if form.get("dim", 128) == 256:  # "auto"'s kernel there (16 k steps): the same source
         assert fit.get_kernel_source() == auto.get_kernel_source()
     elif not form.get("fast"):  # (fast math's loop has too many branches to count paths)
@@ -208,10 +207,12 @@ def test_fit_leaves_the_196_word_form_without_offsets(causal):
     fit, auto, on = fa(bn=176, causal=causal, **FIT), fa(bn=176, causal=causal), fa(bn=176, causal=causal, **DESC)
     assert fit.get_kernel_source() == auto.get_kernel_source()
     assert "tc_wg_desc_at(" not in fit.get_kernel_source()
-    assert auto.meta["source"]["meta"]["ptxas"]["spill_stores"] == 0
+    # spills read from the SASS (local loads and stores): on the GPU hosts NVRTC returns ptxas's report for a
+    # program's first compile only (compiler.ptxas_report)
+    assert _ops(auto)["STL"] + _ops(auto)["LDL"] == 0
     # causal (the mask's iteration and the diagonal): ptxas 13.0 spills with the offsets; ragged alone: it does not
     # (a bound on the fragments does not see that: "fit" leaves the offsets off on both)
-    assert (on.meta["source"]["meta"]["ptxas"]["spill_stores"] > 0) == causal
+    assert (_ops(on)["STL"] > 0) == causal
 
 
 @needs_toolchain
