@@ -211,6 +211,10 @@ GENERAL = {"regprog": {"tilecore.cuda.register_programs": True}, "default": _GEN
                           "tilecore.cuda.narrow_loop_counters": True},
            "loops_desc": {**_GEN, "tilecore.pipeline_mask_unswitch": "loops", "tilecore.cuda.descriptor_offsets": True},
            "loops_n": {**_GEN, "tilecore.pipeline_mask_unswitch": "loops", "tilecore.cuda.narrow_loop_counters": True},
+           # D74's default ("auto": two loops under fast math and at d256, D70's one loop in d128 / d64's exact build)
+           # against D70's (True: one loop everywhere); the default with 32-bit loop counters (default_n)
+           "d70": {**_GEN, "tilecore.pipeline_mask_unswitch": True},
+           "default_n": {**_GEN, "tilecore.cuda.narrow_loop_counters": True},
            "loops_fit_nopp": {**_GEN, "tilecore.pipeline_mask_unswitch": "loops", "tilecore.cuda.descriptor_offsets": "fit",
                               "tilecore.pingpong": False},
            # D59: the general path's defaults before D59 (D55's), the new ones off

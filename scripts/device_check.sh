@@ -807,6 +807,17 @@ step fa90r2 bash -c "$(declare -f fa90); export FA90_ROUNDS=11; FA90_EXACT=\${FA
      fa90 55 --blocks 128x128x256x2 || rc=\$?; fa90 55 --kv-heads 8 --blocks 128x128x256x2 || rc=\$?; exit \$rc"
 step fa90r2-d256 bash -c "$(declare -f fa90); export FA90_ROUNDS=11; FA90_EXACT=\${FA90_EXACT:-regprog,default,loops,loops_n} \
      FA90_FAST=\${FA90_FAST:-regprog,default,loops,loops_n} fa90 80 --dim 256 --blocks 128x64x256x2"
+# D74 round 3: the new default ("auto": two loops under fast math and at d256, D70's one loop in d128's exact build)
+# against D70's (d70) and the register program, with 32-bit loop counters (default_n), 11 rounds; fa90r3-conf: the
+# catalog's attention cases on cuda:sm_90a on the general path and with the route "auto" (device mode)
+step fa90r3 bash -c "$(declare -f fa90); export FA90_ROUNDS=11; FA90_EXACT=\${FA90_EXACT:-regprog,default,d70} \
+     FA90_FAST=\${FA90_FAST:-regprog,default,d70,default_n}; export FA90_EXACT FA90_FAST; rc=0;
+     fa90 50 --blocks 128x128x256x2 || rc=\$?; fa90 50 --kv-heads 8 --blocks 128x128x256x2 || rc=\$?;
+     fa90 60 --dim 256 --blocks 128x64x256x2 || rc=\$?; exit \$rc"
+step fa90r3-conf bash -c 'rc=0; timeout -k 5 110 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention \
+       --report /tmp/rep/cuda-d74-general --pass-config tilecore.cuda.register_programs=false || rc=$?;
+     timeout -k 5 110 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention \
+       --report /tmp/rep/cuda-d74-auto --pass-config tilecore.cuda.register_programs=auto || rc=$?; exit $rc'
 # fa90last-prof: Nsight Compute (scripts/fa_profile.py, clocks locked to base) on GQA fast causal (gqa_fc) and d128
 # exact causal 128x128 (c128): the register program, the defaults and loops_fit, ~2.5 min
 step fa90last-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows "${FA90PROF_ROWS:-c128,gqa_fc}" \

@@ -31,7 +31,9 @@ MASK_AFTER = "tilecore.pipeline_mask_after_gemm"
 #: D70: the loop body duplicated under the split mask's condition (each path one straight run from the gemms' issue
 #: to the end of the iteration), not the mask alone under it
 MASK_UNSWITCH = "tilecore.pipeline_mask_unswitch"
-#: D70: "auto" (on wherever it applies) since round 2: causal rows +1 to +5% on the H200 (d256 causal 0.958 -> 1.004)
+#: D70: "auto" (on wherever it applies) since round 2: causal rows +1 to +5% on the H200 (d256 causal 0.958 -> 1.004).
+#: D74: "auto" takes "loops" (the masked iterations in a loop of their own) under fast math and where the last gemm's
+#: accumulator holds 128 elements a thread or more (d256; pipeline's two_loops); True is D70's one loop everywhere
 MASK_UNSWITCH_DEFAULT = "auto"
 
 
