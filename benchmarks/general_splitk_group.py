@@ -39,18 +39,9 @@ import tilecore
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cuda_gemm import NO_GPU_EXIT, has_gpu, matmul, split_k_of  # noqa: E402
+from general_splitk import GENERAL, PLUGIN, PLUGIN_TILES, parse_tile  # noqa: E402  (D69's benchmark: the same rows)
 
 TILES = "128x128x64/256/4,64x128x64/128/4,128x64x64/256/4"
-PLUGIN_TILES = {"128x4096x4096": (128, 128, 64, 256, 5), "16x8192x8192": (64, 256, 64, 128, 3)}
-GENERAL = {"tilecore.cuda.general_plain_gemm": True}
-#: the plugin's own split-K, also where D75 routes a split GEMM to the core's group sum by default
-PLUGIN = {"tilecore.cuda.general_split_k": False}
-
-
-def parse_tile(t: str) -> tuple:
-    a, th, st = t.split("/")
-    bm, bn, bk = (int(x) for x in a.split("x"))
-    return bm, bn, bk, int(th), int(st)
 
 
 def main() -> int:
