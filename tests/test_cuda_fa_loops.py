@@ -16,7 +16,6 @@ against float64, causal and ragged, exact and fast math.
 """
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
@@ -28,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import sass_paths  # noqa: E402
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
 from test_cuda_hopper import hopper_gpu  # noqa: E402
+# the forms, inputs and float64 reference of D70's device tests: the same kernels, the two loops against them
+from test_cuda_fa_unswitch import FORMS, _inputs, _reference  # noqa: E402
 
 import tilecore  # noqa: E402
 from tilecore_conformance.composite import flash_attention_forward  # noqa: E402
@@ -142,32 +143,6 @@ def test_a_bad_unswitch_value_names_loops():
 
 
 # -- on an sm_90 GPU ------------------------------------------------------------------------------------------
-
-def _reference(q, k, v, causal):
-    import torch
-
-    q, k, v = (x.double() for x in (q, k, v))
-    s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if causal:
-        n = s.shape[-1]
-        s = s.masked_fill(~torch.ones(n, n, dtype=torch.bool, device=s.device).tril(), float("-inf"))
-    return s.softmax(-1) @ v
-
-
-#: (name, dim, bm, bn, kv_heads, stages)
-FORMS = [("d128", 128, 128, 128, None, 2), ("176", 128, 128, 176, None, 2), ("d64-176", 64, 128, 176, None, 2),
-         ("d256", 256, 128, 64, None, 2), ("gqa3", 128, 128, 128, 1, 3)]
-
-
-def _inputs(dim, kvh, seq, heads, batch, seed):
-    import torch
-
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    q = torch.randn(batch, heads, seq, dim, device="cuda", dtype=torch.float16, generator=g)
-    k, v = (torch.randn(batch, kvh or heads, seq, dim, device="cuda", dtype=torch.float16, generator=g)
-            for _ in range(2))
-    return q, k, v
-
 
 @hopper_gpu
 @pytest.mark.parametrize("seq", [1000, 1024, 300])
