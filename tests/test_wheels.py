@@ -77,6 +77,8 @@ def wheels(tmp_path_factory) -> dict:
     for name, p in procs.items():
         log = p.communicate(timeout=900)[0]
         assert p.returncode == 0, f"python -m build --wheel {DISTS[name]} failed:\n{log[-3000:]}"
+        # setuptools' warning for a folder of files it would leave out of the wheel (a packaging slip, not noise)
+        assert "would be ignored" not in log, f"python -m build --wheel {DISTS[name]} warns:\n{log[-3000:]}"
     found = {name: list(out.glob(name.replace("-", "_") + "-*.whl")) for name in DISTS}
     assert all(len(w) == 1 for w in found.values()), found
     return {name: w[0] for name, w in found.items()}
@@ -218,6 +220,14 @@ def test_cuda_source_from_wheels_inlines_the_core_simt_prelude(wheels, full_venv
 
 
 # -- a vendor's CI --------------------------------------------------------------------------------------
+
+def test_conformance_wheel_ships_its_expectations(wheels):
+    """The known-failure files `tilecore conformance run` reads by target (tilecore_conformance/expectations)."""
+    with zipfile.ZipFile(wheels["tilecore-conformance"]) as z:
+        names = set(z.namelist())
+    here = {p.name for p in (ROOT / "conformance" / "tilecore_conformance" / "expectations").glob("*.yaml")}
+    assert here and {f"tilecore_conformance/expectations/{n}" for n in here} <= names
+
 
 def test_conformance_run_from_wheels(full_venv, tmp_path):
     report = tmp_path / "report"
