@@ -44,7 +44,8 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_streamk.py tests/test_cuda_general_attention.py tests/test_block_order.py tests/test_cuda_exp2_rows.py \
      tests/test_cuda_exp2_poly.py tests/test_cuda_row_division.py tests/test_gemm_kstep.py \
      tests/test_host_launch.py tests/test_general_fp8.py tests/test_cuda_fa_parity.py tests/test_cuda_fa_unswitch.py \
-     tests/test_general_splitk.py tests/test_programmatic_launch.py tests/test_mma_route.py tests/test_cuda_fa_loops.py
+     tests/test_general_splitk.py tests/test_programmatic_launch.py tests/test_mma_route.py tests/test_cuda_fa_loops.py \
+     tests/test_group_multicast.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -826,6 +827,23 @@ step fa90last-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows "${FA90
 # 1024, causal and not; fast math against float64) with D66's ("fit" among its options), ~3 min
 step fa90last-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_loops.py \
      tests/test_cuda_fa_parity.py -rs
+# D80 (issue 17): the warp-specialized GEMM in block groups of two (thread-block clusters 2x1), B loaded half by each
+# block and multicast to both (tilecore.group_multicast, general_gemm.py's ws-mc). gemmws: the burst (CUPTI, 30
+# launches after 1 s idle), fp16 / bf16 at 4096^3 and 8192^3: cuBLAS, the default, D76's ws-us-doff and ws-mc at
+# 128x256x64/3 panel 8 and at 256x128x64/3 (cuBLAS's tile), ~2 min. gemmws-table: the table's rows (cuda_gemm.py,
+# 128x256x64/3 p8, with Triton) with the defaults and with ws-mc for the tilecore column, and the cold compile of the
+# default, ws and ws-mc (benchmarks/cold_compile.py, 3 fresh processes each), ~2.5 min. gemmws-tests: the device
+# tests (fp16 / bf16, six shapes, against float64 and bit for bit the kernel without groups), < 1 min
+step gemmws timeout -k 5 170 python3 benchmarks/gemm_burst.py --sizes 4096,8192 --launches 30 \
+     --configs "${GEMMWS_CONFIGS:-128:256:64:256:3:8,256:128:64:256:3:8}" --variants "${GEMMWS_VARIANTS:-ws-us-doff;ws-mc}"
+step gemmws-table bash -c 'rc=0; MC="{\"tilecore.cuda.register_programs\": false, \"tilecore.cuda.uniform_warp_index\": true,
+       \"tilecore.cuda.nonnegative_index_shifts\": true, \"tilecore.warp_specialize\": true, \"tilecore.persistent\": true,
+       \"tilecore.bulk_store\": true, \"tilecore.cuda.descriptor_offsets\": true, \"tilecore.group_multicast\": 2}";
+     for pc in "{}" "$MC"; do echo "== TILECORE_PASS_CONFIGS=$pc"; TILECORE_PASS_CONFIGS="$pc" timeout -k 5 50 \
+       python3 benchmarks/cuda_gemm.py --rep 10 --sizes 4096,8192 --no-fp8 --triton --configs 128:256:64:256:3:8 || rc=$?; done;
+     timeout -k 5 50 python3 benchmarks/cold_compile.py --repeat 3 --variants default,ws,ws-mc \
+       --kernel 4096,4096,4096,128,256,64,256,3,8 || rc=$?; exit $rc'
+step gemmws-tests timeout -k 5 170 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_group_multicast.py -rs
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \
