@@ -843,6 +843,10 @@ step gemmws-table bash -c 'rc=0; MC="{\"tilecore.cuda.register_programs\": false
        python3 benchmarks/cuda_gemm.py --rep 10 --sizes 4096,8192 --no-fp8 --triton --configs 128:256:64:256:3:8 || rc=$?; done;
      timeout -k 5 50 python3 benchmarks/cold_compile.py --repeat 3 --variants default,ws,ws-mc \
        --kernel 4096,4096,4096,128,256,64,256,3,8 || rc=$?; exit $rc'
+# gemmws-prof: ncu (one launch, locked clock; scripts/gemm_profile.py) of cuBLAS, D76's ws3 and D80's wsmc at fp16
+# 4096^3: cycles, DRAM / L2 bytes, stalls (~1.5 min)
+step gemmws-prof timeout -k 5 170 python3 scripts/gemm_profile.py --size 4096 --dtypes float16 \
+     --variants cublas,t128x256,ws3,wsmc --timeout 40
 step gemmws-tests timeout -k 5 170 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_group_multicast.py -rs
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
