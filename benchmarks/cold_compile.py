@@ -157,6 +157,9 @@ VARIANTS = {
     # D80: the warp-specialized form (D76's ws-us-doff) and the same in block groups of two with B multicast
     "ws": ("the warp-specialized form (D76's ws-us-doff)", [], WS),
     "ws-mc": ("warp-specialized, block groups of 2, B multicast (D80's ws-mc)", [], {**WS, "tilecore.group_multicast": 2}),
+    # the same two as the default route's form (tilecore.cuda.gemm_route_form, D80): what a default change would build
+    "route-ws": ("the route's form \"ws\" (D80)", [], {"tilecore.cuda.gemm_route_form": "ws"}),
+    "route-ws-mc": ("the route's form \"ws-mc\" (D80)", [], {"tilecore.cuda.gemm_route_form": "ws-mc"}),
     # D25's columns, each with the ones below it undone too
     "before-d25-memo": ("D25: capability documents parsed in every process", ["no_memo"], {}),
     "before-d25-headers": ("D25: + fp8 and bf16 headers always, no --minimal", ["no_memo", "old_headers"], {}),

@@ -84,7 +84,7 @@ def test_refused_by_name_on_an_odd_block_count_and_without_warp_specialization()
     k = _compile({**MC, "tilecore.persistent": 3})
     assert "not tilecore.group_multicast: 3 blocks over 512 tiles: both must be multiples of 2" in _note(k), _note(k)
     k = _compile({**MC, "tilecore.warp_specialize": False})
-    assert "not tilecore.group_multicast: not asked" in _note(k) or "not tilecore.group_multicast" in _note(k)
+    assert "not tilecore.group_multicast: the loop is not warp-specialized" in _note(k), _note(k)
     assert "cluster" not in k.meta["source"]["meta"]
 
 
@@ -203,3 +203,39 @@ def test_device_matches_float64_and_the_kernel_without_groups(case, dtype):
     err = float((out[1].double() - ref).abs().max())
     assert err < 3e-2 * max(1.0, float(ref.abs().max()) / 8), f"{case} {dtype}: max error {err}"
     assert torch.equal(out[0], out[1]), f"{case} {dtype}: not the bits of the kernel without groups"
+
+
+# -- the route's form (tilecore.cuda.gemm_route_form) and tilecore.warp_specialize="carried" -----------------------
+ROUTE = {"tilecore.disable_cache": True}
+
+
+@needs_toolchain
+@pytest.mark.parametrize("form,cfg", [("ws-mc", MC), ("ws", WS)])
+def test_the_routed_form_is_the_variant(form, cfg):
+    """The plain 16-bit GEMM routed to the general path in form "ws-mc" / "ws": byte for byte the general path with
+    the variant's pass configs (benchmarks/general_gemm.py's ws-mc / ws-us-doff), the note naming the defaults."""
+    routed = _compile({**ROUTE, "tilecore.cuda.gemm_route_form": form})
+    assert routed.get_kernel_source() == _compile(cfg).get_kernel_source()
+    note = [n for n in routed.meta["attrs"]["hopper_pipelines"] if "gemm_route_form" in n]
+    assert note and f"the routed GEMM's form {form!r}" in note[0] and "tilecore.warp_specialize='carried'" in note[0]
+    # a value the pass config gives wins over the form's
+    k = _compile({**ROUTE, "tilecore.cuda.gemm_route_form": form, "tilecore.cuda.descriptor_offsets": False})
+    assert "(given by the pass config: tilecore.cuda.descriptor_offsets)" in \
+        " ".join(k.meta["attrs"]["hopper_pipelines"])
+
+
+@needs_toolchain
+def test_carried_specializes_only_the_persistent_loop():
+    """warp_specialize="carried": a GEMM of one wave (8 tiles: no persistent tile loop) keeps thread 0's issue, no
+    groups; the default form "core" changes nothing."""
+    small = _compile({**ROUTE, "tilecore.cuda.gemm_route_form": "ws-mc"}, M=512, N=512, K=512)
+    assert "; warp-specialized:" not in _note(small) and "cluster" not in small.meta["source"]["meta"]
+    assert "not tilecore.group_multicast: the loop is not warp-specialized" in _note(small), _note(small)
+    assert _compile(ROUTE).get_kernel_source() == \
+        _compile({**ROUTE, "tilecore.cuda.gemm_route_form": "core"}).get_kernel_source()
+
+
+@needs_toolchain
+def test_a_bad_form_is_an_error():
+    with pytest.raises(CompileError, match=r"tilecore.cuda.gemm_route_form='x': expected one of 'core', 'ws', 'ws-mc'"):
+        _compile({**ROUTE, "tilecore.cuda.gemm_route_form": "x"})

@@ -766,6 +766,8 @@ class _Launch:
         self.group = int(lim[0]) if lim is not None else None
         can_specialize = self.bulk and ctx.capabilities.satisfies(WS_FEATURE)[0] is True and self.group is not None
         self.specialize = can_specialize and ctx.option("tilecore.warp_specialize", False) is True
+        # D80: "carried": only a loop carried across a persistent tile loop (the measured GEMM form: D76, D80)
+        self.specialize_carried = can_specialize and ctx.option("tilecore.warp_specialize", False) == "carried"
         # D59: "auto" (the default): a loop the overlap rotates (FlashAttention: two gemms, the last reading
         # registers the threads write) is specialized, with ping-pong, where its consumers are two groups of the
         # producer group's size (H100/H200: 464.5 -> 597.4 TFLOP/s at 128x128 exact); other loops as False
@@ -1346,9 +1348,14 @@ class _Launch:
         if auto_ws:  # D59: FlashAttention's form specialized with ping-pong by default
             self.specialize, pingpong_before = True, self.pingpong
             self.pingpong = self.pingpong or self.pingpong_auto
+        carried_ws = bulk and not self.specialize and self.specialize_carried and why_carry is None
+        if carried_ws:  # D80: tilecore.warp_specialize="carried" and the loop is carried across the tile loop
+            self.specialize = True
         why_ws = self.why_not_specialized(orig or loop, forms) if bulk and self.specialize else "not asked"
         if auto_ws and why_ws is not None:  # not possible here: as without the option
             self.specialize, self.pingpong, why_ws = False, pingpong_before, "not asked"
+        if carried_ws and why_ws is not None:
+            self.specialize = False
         if why_ws is None:
             # a producer thread of its own issues every stage, once the consumers released the stage's buffer
             # (StageRelease on the stage's `empty` barrier: every consumer thread arrives when done reading it)
@@ -1640,7 +1647,8 @@ class _Launch:
         elif self.multicast and why_mc is not None:
             copy_notes += f"; not {GROUP_MULTICAST}: {why_mc}"
         elif self.multicast:
-            copy_notes += f"; not {GROUP_MULTICAST}: {why_ws or 'not warp-specialized'}"
+            copy_notes += (f"; not {GROUP_MULTICAST}: the loop is not warp-specialized"
+                           + (f" ({why_ws})" if why_ws not in (None, "not asked") else ""))
         if why_ws is None and self.turn_groups() is not None:
             turns = [PerThread(Turn(p, *self.turn_groups(), span=loop.span), span=loop.span) for p in ("init", "fini")]
             copy_notes += (f"; ping-pong: the {self.turn_groups()[1]} consumer groups take turns issuing their gemms "
