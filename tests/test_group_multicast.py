@@ -119,6 +119,7 @@ def test_the_source():
     on, off = _compile(), _compile(WS)
     src, plain = on.get_kernel_source(), off.get_kernel_source()
     assert "__cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) tc_kernel(" in src
+    assert on.meta["source"]["meta"]["group_multicast"] is True and "group_multicast" not in off.meta["source"]["meta"]
     assert "__cluster_dims__" not in plain and "tc_group_rank" not in plain
     # the release barrier counts both blocks' 256 consumers; the stage's full barrier its one producer
     assert "tc_mbar_init(tc_smem_addr(A_shared_empty + tc_i), 512);" in src
@@ -239,3 +240,38 @@ def test_carried_specializes_only_the_persistent_loop():
 def test_a_bad_form_is_an_error():
     with pytest.raises(CompileError, match=r"tilecore.cuda.gemm_route_form='x': expected one of 'core', 'ws', 'ws-mc'"):
         _compile({**ROUTE, "tilecore.cuda.gemm_route_form": "x"})
+
+
+@needs_toolchain
+def test_groups_the_gpu_cannot_hold_at_once_are_a_performance_warning():
+    """The runtime's occupancy check (D41) on the 66 groups of two: where the driver says fewer fit, loading the kernel
+    warns naming this option; where they fit, nothing is said."""
+    import types
+    import warnings
+
+    from tilecore.errors import PerformanceWarning
+    from tilecore_cuda import runtime as cuda_runtime
+
+    k = _compile()
+
+    def load(fits):
+        prog = cuda_runtime.CUDAProgram(k.binary, k.source)
+
+        def occupancy(out, func, cfg):
+            out._obj.value = fits
+            return 0
+
+        ok = lambda *a: 0  # noqa: E731 - the driver calls _function makes, all successful
+        prog.lib = types.SimpleNamespace(cuCtxGetCurrent=ok, cuDeviceGet=ok, cuDevicePrimaryCtxRetain=ok,
+                                         cuCtxSetCurrent=ok, cuModuleLoadData=ok, cuModuleGetFunction=ok,
+                                         cuFuncSetAttribute=ok, cuOccupancyMaxActiveClusters=occupancy)
+        prog.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(init=lambda: None), empty=lambda *a, **k: None)
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            prog._function(0)
+        return [str(w.message) for w in got if issubclass(w.category, PerformanceWarning)]
+
+    said = load(64)
+    assert len(said) == 1 and "this GPU holds 64 clusters of 2 blocks at once, the persistent grid has 66" in said[0]
+    assert "pass tilecore.group_multicast=False" in said[0]
+    assert load(66) == []

@@ -290,6 +290,8 @@ class CUDAEmitter(SIMTCppEmitter):
             if len(groups[0]) > 3 and any(d != 1 for d in groups[0][3:]):
                 raise CompileError(f"a block group of shape {groups[0]}: CUDA's clusters have 3 dimensions")
             meta["cluster"] = g + [1] * (3 - len(g))
+            if getattr(st, "group_copies", False):  # D80: the group's blocks share copies (tilecore.group_multicast)
+                meta["group_multicast"] = True
         if getattr(st, "hopper_persistent", None) is not None:  # a persistent GEMM: min(tiles, its blocks) in x
             from .hopper import PERSISTENT_BLOCKS_PER_SM
 
