@@ -830,13 +830,13 @@ step fa90last-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovid
 # D80 (issue 17): the warp-specialized GEMM in block groups of two (thread-block clusters 2x1), B loaded half by each
 # block and multicast to both (tilecore.group_multicast, general_gemm.py's ws-mc). gemmws: the burst (CUPTI, 30
 # launches after 1 s idle), fp16 / bf16 at 4096^3 and 8192^3: cuBLAS, the default, D76's ws-us-doff and ws-mc at
-# 128x256x64/3 panel 8 and at 256x128x64/3 (cuBLAS's tile), ~2 min. gemmws-table: the table's rows (cuda_gemm.py,
+# 128x256x64 panel 8 at 3 and 4 stages (C stored in halves) and at 256x128x64/3 (cuBLAS's tile), ~2.5 min. gemmws-table: the table's rows (cuda_gemm.py,
 # 128x256x64/3 p8, with Triton) with the defaults and with the route's form ws-mc (tilecore.cuda.gemm_route_form: the
 # default route as it would be), and the cold compile of the default and the route's forms ws / ws-mc
 # (benchmarks/cold_compile.py, 3 fresh processes each), ~2.5 min. gemmws-tests: the device
 # tests (fp16 / bf16, six shapes, against float64 and bit for bit the kernel without groups), < 1 min
 step gemmws timeout -k 5 170 python3 benchmarks/gemm_burst.py --sizes 4096,8192 --launches 30 \
-     --configs "${GEMMWS_CONFIGS:-128:256:64:256:3:8,256:128:64:256:3:8}" --variants "${GEMMWS_VARIANTS:-ws-us-doff;ws-mc}"
+     --configs "${GEMMWS_CONFIGS:-128:256:64:256:3:8,128:256:64:256:4:8,256:128:64:256:3:8}" --variants "${GEMMWS_VARIANTS:-ws-us-doff;ws-mc}"
 step gemmws-table bash -c 'rc=0; MC="{\"tilecore.cuda.gemm_route_form\": \"ws-mc\"}";
      for pc in "{}" "$MC"; do echo "== TILECORE_PASS_CONFIGS=$pc"; TILECORE_PASS_CONFIGS="$pc" timeout -k 5 50 \
        python3 benchmarks/cuda_gemm.py --rep 10 --sizes 4096,8192 --no-fp8 --triton --configs 128:256:64:256:3:8 || rc=$?; done;
