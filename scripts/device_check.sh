@@ -828,22 +828,24 @@ step fa90last-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows "${FA90
 step fa90last-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_loops.py \
      tests/test_cuda_fa_parity.py -rs
 # D80 (issue 17): the warp-specialized GEMM in block groups of two (thread-block clusters 2x1), B loaded half by each
-# block and multicast to both (tilecore.group_multicast, general_gemm.py's ws-mc). gemmws: the burst (CUPTI, 30
-# launches after 1 s idle), fp16 / bf16 at 4096^3 and 8192^3: cuBLAS, the default, D76's ws-us-doff and ws-mc at
-# 128x256x64 panel 8 at 3 and 4 stages (C stored in halves) and at 256x128x64/3 (cuBLAS's tile), ~2.5 min. gemmws-table: the table's rows (cuda_gemm.py,
-# 128x256x64/3 p8, with Triton) with the defaults and with the route's form ws-mc (tilecore.cuda.gemm_route_form: the
-# default route as it would be), and the cold compile of the default and the route's forms ws / ws-mc
-# (benchmarks/cold_compile.py, 3 fresh processes each), ~2.5 min. gemmws-tests: the device
-# tests (fp16 / bf16, six shapes, against float64 and bit for bit the kernel without groups), < 1 min
-step gemmws timeout -k 5 170 python3 benchmarks/gemm_burst.py --sizes 4096,8192 --launches 30 \
-     --configs "${GEMMWS_CONFIGS:-128:256:64:256:3:8,128:256:64:256:4:8,256:128:64:256:3:8}" --variants "${GEMMWS_VARIANTS:-ws-us-doff;ws-mc}"
+# block and multicast to both (tilecore.group_multicast, general_gemm.py's ws-mc; the route's form
+# tilecore.cuda.gemm_route_form="ws-mc"). gemmws: the burst (CUPTI, 30 launches after 1 s idle) in two processes,
+# fp16 / bf16 at 4096^3 and 8192^3: cuBLAS, the default, D76's ws-us-doff and ws-mc at 128x256x64/3 panel 8 (~1.5 min).
+# gemmws-256: the same once at cuBLAS's tile 256x128x64/3 (~1 min). gemmws-table: the table's rows (cuda_gemm.py,
+# 128x256x64/3 p8, with Triton) with the defaults and with the route's form ws-mc (~2 min). gemmws-cold: the cold
+# compile of the default and the route's forms ws / ws-mc (benchmarks/cold_compile.py, 3 fresh processes each).
+# gemmws-prof: ncu (one launch, locked clock) of cuBLAS, the default, D76's ws3 and D80's wsmc at fp16 4096^3.
+# gemmws-tests: the device tests (fp16 / bf16, six shapes, against float64 and bit for bit the kernel without groups)
+step gemmws bash -c 'rc=0; for r in 1 2; do timeout -k 5 85 python3 benchmarks/gemm_burst.py --sizes 4096,8192 \
+       --launches 30 --configs 128:256:64:256:3:8 --variants "${GEMMWS_VARIANTS:-ws-us-doff;ws-mc}" || rc=$?; done; exit $rc'
+step gemmws-256 timeout -k 5 100 python3 benchmarks/gemm_burst.py --sizes 4096,8192 --launches 30 \
+     --configs 256:128:64:256:3:8 --variants "ws-us-doff;ws-mc"
 step gemmws-table bash -c 'rc=0; MC="{\"tilecore.cuda.gemm_route_form\": \"ws-mc\"}";
-     for pc in "{}" "$MC"; do echo "== TILECORE_PASS_CONFIGS=$pc"; TILECORE_PASS_CONFIGS="$pc" timeout -k 5 50 \
+     for pc in "{}" "$MC"; do echo "== TILECORE_PASS_CONFIGS=$pc"; TILECORE_PASS_CONFIGS="$pc" timeout -k 5 80 \
        python3 benchmarks/cuda_gemm.py --rep 10 --sizes 4096,8192 --no-fp8 --triton --configs 128:256:64:256:3:8 || rc=$?; done;
-     timeout -k 5 50 python3 benchmarks/cold_compile.py --repeat 3 --variants default,route-ws,route-ws-mc \
-       --kernel 4096,4096,4096,128,256,64,256,3,8 || rc=$?; exit $rc'
-# gemmws-prof: ncu (one launch, locked clock; scripts/gemm_profile.py) of cuBLAS, D76's ws3 and D80's wsmc at fp16
-# 4096^3: cycles, DRAM / L2 bytes, stalls (~1.5 min)
+     exit $rc'
+step gemmws-cold timeout -k 5 120 python3 benchmarks/cold_compile.py --repeat 3 --variants default,route-ws,route-ws-mc \
+     --kernel 4096,4096,4096,128,256,64,256,3,8
 step gemmws-prof timeout -k 5 170 python3 scripts/gemm_profile.py --size 4096 --dtypes float16 \
      --variants cublas,t128x256,ws3,wsmc --timeout 40
 step gemmws-tests timeout -k 5 170 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_group_multicast.py -rs

@@ -29,7 +29,7 @@ __device__ __forceinline__ void tc_mbar_arrive_peer_warp(unsigned bar, unsigned 
   if ((threadIdx.x & 31) == 0) {
     asm volatile(
         "{\n .reg .b32 tc_pb;\n mapa.shared::cluster.u32 tc_pb, %0, %1;\n"
-        " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [tc_pb], 32;\n}\n" ::"r"(bar), "r"(peer)
+        " mbarrier.arrive.shared::cluster.b64 _, [tc_pb], 32;\n}\n" ::"r"(bar), "r"(peer)
         : "memory");
   }
 }
