@@ -4,7 +4,7 @@
  * and a consumer releases a stage in every block of the cluster. */
 __device__ __forceinline__ unsigned tc_group_rank() {
   unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  asm("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));  /* not volatile: computed once, hoisted out of loops */
   return r;
 }
 __device__ __forceinline__ void tc_tma_load_group_2d(unsigned dst, const tc_tmap* map, unsigned bar, unsigned short mask,
