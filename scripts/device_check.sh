@@ -849,6 +849,13 @@ step gemmws-cold timeout -k 5 120 python3 benchmarks/cold_compile.py --repeat 3 
 step gemmws-prof timeout -k 5 170 python3 scripts/gemm_profile.py --size 4096 --dtypes float16 \
      --variants cublas,t128x256,ws3,wsmc --timeout 40
 step gemmws-tests timeout -k 5 170 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_group_multicast.py -rs
+# D80 round 3: the pair's blocks refill a stage only once both released it (round 2, ncu: wsmc's consumers wait for
+# full stages 30% of the samples, ws3's 29% on wgmma): 4 stages (C stored in halves) for slack. gemmws-r3: the burst at
+# 128x256x64/3 and /4 (default, ws-us-doff, ws-mc; ~1.5 min); gemmws-prof3: ncu of ws3, wsmc, wsmc4 (~1 min)
+step gemmws-r3 timeout -k 5 150 python3 benchmarks/gemm_burst.py --sizes 4096,8192 --launches 30 \
+     --configs 128:256:64:256:3:8,128:256:64:256:4:8 --variants "ws-us-doff;ws-mc"
+step gemmws-prof3 timeout -k 5 150 python3 scripts/gemm_profile.py --size 4096 --dtypes float16 \
+     --variants ws3,wsmc,wsmc4 --timeout 40
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

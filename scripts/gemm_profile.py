@@ -47,7 +47,8 @@ TILES = {"t128x256": ((128, 256, 64, 256, 3, 8), {}),  # the table's best (cuda_
          "ws3": ((128, 256, 64, 256, 3, 8), "ws-us-doff"), "ws4": ((128, 256, 64, 256, 4, 8), "ws-us-doff"),
          "ws256x128": ((256, 128, 64, 256, 3, 8), "ws-us-doff"),
          # D80: the warp-specialized form in block groups of two, B multicast (clusters 2x1, cuBLAS's launch shape)
-         "wsmc": ((128, 256, 64, 256, 3, 8), "ws-mc"), "wsmc256x128": ((256, 128, 64, 256, 3, 8), "ws-mc")}
+         "wsmc": ((128, 256, 64, 256, 3, 8), "ws-mc"), "wsmc4": ((128, 256, 64, 256, 4, 8), "ws-mc"),
+         "wsmc256x128": ((256, 128, 64, 256, 3, 8), "ws-mc")}
 
 
 def _tiles() -> dict:
