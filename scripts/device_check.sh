@@ -854,6 +854,11 @@ step gemmws-tests timeout -k 5 170 python3 -m pytest -q -n 4 -p no:cacheprovider
 # 128x256x64/3 and /4 (default, ws-us-doff, ws-mc; ~1.5 min); gemmws-prof3: ncu of ws3, wsmc, wsmc4 (~1 min)
 step gemmws-r3 timeout -k 5 150 python3 benchmarks/gemm_burst.py --sizes 4096,8192 --launches 30 \
      --configs 128:256:64:256:3:8,128:256:64:256:4:8 --variants "ws-us-doff;ws-mc"
+# D80 round 4 (if there is one): round 3's ws-mc /4 reached 0.97x / 1.00x cuBLAS (4096^3 / 8192^3; ncu: the full-stage
+# waits 30% -> 7%) but 4 stages store C in halves; 128x256x32 at 6 stages keeps the whole C tile beside 144 KiB of
+# stages (213 KB): gemmws-r4, the burst at 128x256x32/6 and 128x256x64/3 (default, ws-us-doff, ws-mc; ~1.5 min)
+step gemmws-r4 timeout -k 5 150 python3 benchmarks/gemm_burst.py --sizes 4096,8192 --launches 30 \
+     --configs 128:256:32:256:6:8,128:256:64:256:3:8 --variants "ws-us-doff;ws-mc"
 step gemmws-prof3 timeout -k 5 150 python3 scripts/gemm_profile.py --size 4096 --dtypes float16 \
      --variants ws3,wsmc,wsmc4 --timeout 40
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
