@@ -139,6 +139,10 @@ print(json.dumps(out))
 # name -> (label, patches applied in the child, pass configs)
 #: the plugin's Hopper pipeline, whatever the default routing of plain GEMMs (D65: routed to the general path again)
 PLUGIN = {"tilecore.cuda.general_plain_gemm": False}
+#: D76's warp-specialized form on the general path (benchmarks/general_gemm.py's ws-us-doff)
+WS = {"tilecore.cuda.register_programs": False, "tilecore.cuda.uniform_warp_index": True,
+      "tilecore.cuda.nonnegative_index_shifts": True, "tilecore.warp_specialize": True, "tilecore.persistent": True,
+      "tilecore.bulk_store": True, "tilecore.cuda.descriptor_offsets": True}
 VARIANTS = {
     "default": ("the default (the core's general path, D65)", [], {}),
     "plugin": ("the plugin's pipeline (persistent, TMA-store epilogue)", [], PLUGIN),
@@ -150,6 +154,12 @@ VARIANTS = {
     "per-tile": ("one block per tile (tilecore.cuda.persistent=False)", [], {"tilecore.cuda.persistent": False}),
     "direct": ("persistent, direct stores (tilecore.cuda.tma_store=False)", [], {"tilecore.cuda.tma_store": False}),
     "nvcc": ("the default through nvcc (tilecore.cuda.compiler=nvcc)", [], {"tilecore.cuda.compiler": "nvcc"}),
+    # D80: the warp-specialized form (D76's ws-us-doff) and the same in block groups of two with B multicast
+    "ws": ("the warp-specialized form (D76's ws-us-doff)", [], WS),
+    "ws-mc": ("warp-specialized, block groups of 2, B multicast (D80's ws-mc)", [], {**WS, "tilecore.group_multicast": 2}),
+    # the same two as the default route's form (tilecore.cuda.gemm_route_form, D80): what a default change would build
+    "route-ws": ("the route's form \"ws\" (D80)", [], {"tilecore.cuda.gemm_route_form": "ws"}),
+    "route-ws-mc": ("the route's form \"ws-mc\" (D80)", [], {"tilecore.cuda.gemm_route_form": "ws-mc"}),
     # D25's columns, each with the ones below it undone too
     "before-d25-memo": ("D25: capability documents parsed in every process", ["no_memo"], {}),
     "before-d25-headers": ("D25: + fp8 and bf16 headers always, no --minimal", ["no_memo", "old_headers"], {}),

@@ -30,7 +30,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from cuda_gemm import NO_GPU_EXIT, has_gpu, matmul, triton_matmul  # noqa: E402
+from cuda_gemm import NO_GPU_EXIT, has_gpu, triton_matmul  # noqa: E402
+from _gemm_rows import parse_variants, square_rows  # noqa: E402
 
 
 def burst(fn, launches: int, match) -> tuple[list, list]:
@@ -76,27 +77,13 @@ def main() -> int:
     ap.add_argument("--cycles", action="append", default=[], metavar="LABEL@DTYPE@SIZE=CYCLES",
                     help="a kernel's cycles (ncu, locked clock) for the clock column, e.g. cuBLAS@float16@4096=312000")
     args = ap.parse_args()
+    variants = parse_variants(args.variants, ap.error)
     ok, why = has_gpu()
     if not ok:
         print(f"no GPU: {why}")
         return NO_GPU_EXIT
     import torch
 
-    import tilecore
-
-    from general_gemm import GENERAL, VARIANTS
-
-    variants = []
-    for v in (v.strip() for v in args.variants.split(";") if v.strip()):
-        if "=" not in v:  # a variant of benchmarks/general_gemm.py by name (the general path under its configs)
-            if v not in VARIANTS:
-                ap.error(f"--variants: {v!r} is neither NAME=JSON nor one of general_gemm.py's ({', '.join(VARIANTS)})")
-            variants.append((v, {**GENERAL, **VARIANTS[v]}))
-            continue
-        try:
-            variants.append((v.split("=", 1)[0].strip(), json.loads(v.split("=", 1)[1])))
-        except ValueError as e:
-            ap.error(f"--variants: {v!r} is not NAME=JSON ({e})")
     cycles = {}
     for c in args.cycles:
         k, _, v = c.partition("=")
@@ -104,32 +91,11 @@ def main() -> int:
     triton = triton_matmul() if args.triton else None
     print(f"device: {torch.cuda.get_device_name()}; {args.launches} launches a burst, each after 1 s idle")
     show = [i for i in (1, 2, 3, 5, 10, 20, 30, 50, 100) if i <= args.launches]
+    rows = [("", {})] + ([("pdl", {"tilecore.cuda.programmatic_launch": True})] if args.pdl else []) + variants
     for dtype in args.dtypes.split(","):
-        tdt = getattr(torch, dtype)
         for size in (int(s) for s in args.sizes.split(",") if s):
-            M = N = K = size
-            flop = 2.0 * M * N * K
-            a = torch.randn(M, K, device="cuda", dtype=tdt) / 4
-            b = torch.randn(K, N, device="cuda", dtype=tdt) / 4
-            c = torch.empty(M, N, device="cuda", dtype=tdt)
-            ref = torch.matmul(a, b).float()
-            # each burst runs its kernel alone: cuBLAS's is any kernel torch.matmul launched
-            kernels = [("cuBLAS", lambda: torch.matmul(a, b, out=c), lambda n: True)]
-            for cfg in args.configs.split(","):
-                bm, bn, bk, threads, stages, panel = (int(x) for x in cfg.split(":"))
-                rows = [("", {})] + ([("pdl", {"tilecore.cuda.programmatic_launch": True})] if args.pdl else []) + variants
-                for name, pc in rows:
-                    k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads, stages, panel, dtype), target="cuda",
-                                         pass_configs=pc)
-                    k(a, b, c)
-                    torch.cuda.synchronize()
-                    if not torch.allclose(c.float(), ref, atol=0.05 * float(ref.abs().max()), rtol=0):
-                        print(f"(tilecore {bm}x{bn}x{bk}/{stages} p{panel} {name}: wrong numbers, left out)")
-                        continue
-                    kernels.append((f"tilecore {bm}x{bn}x{bk}/{stages}" + (f" p{panel}" if panel != 8 else "") +
-                                    (f" {name}" if name else ""), lambda k=k: k(a, b, c), lambda n: "tc_kernel" in n))
-            if triton is not None:
-                kernels.append(("Triton", lambda: triton(a, b, c), lambda n: True))  # its kernel alone in its burst
+            # each burst runs its kernel alone: cuBLAS's and Triton's are any kernel their call launched
+            flop, kernels = square_rows(size, dtype, args.configs, rows, triton)
             print(f"\n{dtype} {size}^3: kernel durations in us by launch (CUPTI), gaps between kernels")
             head = "| kernel | " + " | ".join(f"#{i}" for i in show) + " | mean 1-10 | median | TFLOP/s (median) | " + \
                 "gap us median / max | median vs cuBLAS | median + gap vs cuBLAS | clock MHz #1 / #10 |"

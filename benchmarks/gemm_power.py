@@ -27,7 +27,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from cuda_gemm import NO_GPU_EXIT, has_gpu, matmul, triton_matmul  # noqa: E402
+from cuda_gemm import NO_GPU_EXIT, has_gpu, triton_matmul  # noqa: E402
+from _gemm_rows import parse_variants, square_rows  # noqa: E402
 
 #: nvidia-smi's clocks_event_reasons bits (nvml's clocksEventReason*), the ones that name a limit
 REASONS = {0x1: "idle", 0x2: "app_clocks", 0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal",
@@ -155,24 +156,18 @@ def main() -> int:
     ap.add_argument("--configs", default="128:256:64:256:3:8,128:256:64:256:4:8",
                     help="tilecore blocks bm:bn:bk:threads:stages:panel, comma-separated (each its own row)")
     ap.add_argument("--variants", default="default={}",
-                    help="pass configs each tilecore block runs under, ';'-separated NAME=JSON, e.g. "
-                         "'default={};mc2x1={\"tilecore.cuda.cluster_multicast\": \"2x1\"}'")
+                    help="pass configs each tilecore block runs under, ';'-separated NAME=JSON or the name of a "
+                         "benchmarks/general_gemm.py variant, e.g. 'default={};ws-mc'")
     ap.add_argument("--triton", action="store_true", help="add cuda_gemm.py's plain Triton GEMM")
     args = ap.parse_args()
-    import json
-
-    try:
-        variants = [(v.split("=", 1)[0].strip(), json.loads(v.split("=", 1)[1])) for v in args.variants.split(";") if v]
-    except (IndexError, ValueError) as e:
-        ap.error(f"--variants must be NAME=JSON entries separated by ';' ({e}): {args.variants!r}")
+    # "default" names the block's own row (no suffix in its label)
+    variants = [("" if n == "default" else n, pc) for n, pc in parse_variants(args.variants, ap.error)]
 
     ok, why = has_gpu()
     if not ok:
         print(f"no GPU: {why}")
         return NO_GPU_EXIT
     import torch
-
-    import tilecore
 
     props = torch.cuda.get_device_properties(0)
     sms = props.multi_processor_count
@@ -188,32 +183,11 @@ def main() -> int:
     time.sleep(0.5)
     try:
         for dtype in args.dtypes.split(","):
-            tdt = getattr(torch, dtype)
             for size in (int(s) for s in args.sizes.split(",") if s):
                 M = N = K = size
-                flop = 2.0 * M * N * K
-                a = torch.randn(M, K, device="cuda", dtype=tdt) / 4
-                b = torch.randn(K, N, device="cuda", dtype=tdt) / 4
-                c = torch.empty(M, N, device="cuda", dtype=tdt)
-                ref = torch.matmul(a, b)
-                kernels = [("cuBLAS", lambda: torch.matmul(a, b, out=c))]
-                for cfg in args.configs.split(","):
-                    bm, bn, bk, threads, stages, panel = (int(x) for x in cfg.split(":"))
-                    for name, configs in variants:
-                        label = f"tilecore {bm}x{bn}x{bk}/{stages}" + ("" if name == "default" else f" {name}")
-                        k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads, stages, panel, dtype), target="cuda",
-                                             pass_configs=configs)
-                        k(a, b, c)
-                        torch.cuda.synchronize()
-                        err = (c.float() - ref.float()).abs().max().item()
-                        if err > 0.05 * ref.float().abs().max().item():
-                            print(f"{label} gives wrong numbers (max error {err}): left out")
-                            continue
-                        kernels.append((label, lambda k=k: k(a, b, c)))
-                if triton is not None:
-                    kernels.append(("Triton", lambda: triton(a, b, c)))
+                flop, kernels = square_rows(size, dtype, args.configs, variants, triton)
                 rows = []
-                for label, fn in kernels:
+                for label, fn, _match in kernels:
                     ms, t0, t1 = sustained(fn, args.seconds)
                     time.sleep(0.3)  # the last samples of the window written
                     rows.append(row(label, flop, ms, sampler.window(t0, t1), sms))
@@ -221,8 +195,8 @@ def main() -> int:
                 base = rows[0]
                 print(f"\n{dtype} {M}x{N}x{K} ({args.seconds:g} s each, the last 80% sampled); cuBLAS ran "
                       f"{kernel_names(kernels[0][1])}")
-                print(f"| kernel | TFLOP/s | vs cuBLAS | SM MHz | W | FLOP per SM-cycle | vs cuBLAS | J per PFLOP "
-                      f"| vs cuBLAS | clock held by |")
+                print("| kernel | TFLOP/s | vs cuBLAS | SM MHz | W | FLOP per SM-cycle | vs cuBLAS | J per PFLOP "
+                      "| vs cuBLAS | clock held by |")
                 print("|---|---|---|---|---|---|---|---|---|---|")
                 for r in rows:
                     print(f"| {r['label']} | {r['tflops']:.1f} | {r['tflops'] / base['tflops']:.3f}x | {r['mhz']:.0f} "

@@ -88,6 +88,10 @@ VARIANTS = {
                    "tilecore.cuda.programmatic_launch": True},
     "ws-us-doff": {**US, "tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": True,
                    "tilecore.cuda.descriptor_offsets": True},
+    # D80: the warp-specialized form in block groups of two (thread-block clusters 2x1): the operand the pair's tiles
+    # share (B at 128x256 tiles in T.use_swizzle panels) loaded half by each block and multicast to both
+    "ws-mc": {**US, "tilecore.warp_specialize": True, "tilecore.persistent": True, "tilecore.bulk_store": True,
+              "tilecore.cuda.descriptor_offsets": True, "tilecore.group_multicast": 2},
     # D65 undone (the before): each matrix store's lane address as pair 0's coordinates at another thread plus a
     # select, its whole swizzled offset computed at every store
     "d65-off": {"tilecore.matrix_store_lanes": "general", "tilecore.cuda.matrix_store_offsets": False},

@@ -44,7 +44,8 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_streamk.py tests/test_cuda_general_attention.py tests/test_block_order.py tests/test_cuda_exp2_rows.py \
      tests/test_cuda_exp2_poly.py tests/test_cuda_row_division.py tests/test_gemm_kstep.py \
      tests/test_host_launch.py tests/test_general_fp8.py tests/test_cuda_fa_parity.py tests/test_cuda_fa_unswitch.py \
-     tests/test_general_splitk.py tests/test_programmatic_launch.py tests/test_mma_route.py tests/test_cuda_fa_loops.py
+     tests/test_general_splitk.py tests/test_programmatic_launch.py tests/test_mma_route.py tests/test_cuda_fa_loops.py \
+     tests/test_group_multicast.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -826,6 +827,40 @@ step fa90last-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows "${FA90
 # 1024, causal and not; fast math against float64) with D66's ("fit" among its options), ~3 min
 step fa90last-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_loops.py \
      tests/test_cuda_fa_parity.py -rs
+# D80 (issue 17): the warp-specialized GEMM in block groups of two (thread-block clusters 2x1), B loaded half by each
+# block and multicast to both (tilecore.group_multicast, general_gemm.py's ws-mc; the route's form
+# tilecore.cuda.gemm_route_form="ws-mc"). gemmws: the burst (CUPTI, 30 launches after 1 s idle) in two processes,
+# fp16 / bf16 at 4096^3 and 8192^3: cuBLAS, the default, D76's ws-us-doff and ws-mc at 128x256x64/3 panel 8 (~1.5 min).
+# gemmws-256: the same once at cuBLAS's tile 256x128x64/3 (~1 min). gemmws-table: the table's rows (cuda_gemm.py,
+# 128x256x64/3 p8, with Triton) with the defaults and with the route's form ws-mc (~2 min). gemmws-cold: the cold
+# compile of the default and the route's forms ws / ws-mc (benchmarks/cold_compile.py, 3 fresh processes each).
+# gemmws-prof: ncu (one launch, locked clock) of cuBLAS, the default, D76's ws3 and D80's wsmc at fp16 4096^3.
+# gemmws-tests: the device tests (fp16 / bf16, six shapes, against float64 and bit for bit the kernel without groups)
+step gemmws bash -c 'rc=0; for r in 1 2; do timeout -k 5 85 python3 benchmarks/gemm_burst.py --sizes 4096,8192 \
+       --launches 30 --configs 128:256:64:256:3:8 --variants "${GEMMWS_VARIANTS:-ws-us-doff;ws-mc}" || rc=$?; done; exit $rc'
+step gemmws-256 timeout -k 5 100 python3 benchmarks/gemm_burst.py --sizes 4096,8192 --launches 30 \
+     --configs 256:128:64:256:3:8 --variants "ws-us-doff;ws-mc"
+step gemmws-table bash -c 'rc=0; MC="{\"tilecore.cuda.gemm_route_form\": \"ws-mc\"}";
+     for pc in "{}" "$MC"; do echo "== TILECORE_PASS_CONFIGS=$pc"; TILECORE_PASS_CONFIGS="$pc" timeout -k 5 80 \
+       python3 benchmarks/cuda_gemm.py --rep 10 --sizes 4096,8192 --no-fp8 --triton --configs 128:256:64:256:3:8 || rc=$?; done;
+     exit $rc'
+step gemmws-cold timeout -k 5 120 python3 benchmarks/cold_compile.py --repeat 3 --variants default,route-ws,route-ws-mc \
+     --kernel 4096,4096,4096,128,256,64,256,3,8
+step gemmws-prof timeout -k 5 170 python3 scripts/gemm_profile.py --size 4096 --dtypes float16 \
+     --variants cublas,t128x256,ws3,wsmc --timeout 40
+step gemmws-tests timeout -k 5 170 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_group_multicast.py -rs
+# D80 round 3: the pair's blocks refill a stage only once both released it (round 2, ncu: wsmc's consumers wait for
+# full stages 30% of the samples, ws3's 29% on wgmma): 4 stages (C stored in halves) for slack. gemmws-r3: the burst at
+# 128x256x64/3 and /4 (default, ws-us-doff, ws-mc; ~1.5 min); gemmws-prof3: ncu of ws3, wsmc, wsmc4 (~1 min)
+step gemmws-r3 timeout -k 5 150 python3 benchmarks/gemm_burst.py --sizes 4096,8192 --launches 30 \
+     --configs 128:256:64:256:3:8,128:256:64:256:4:8 --variants "ws-us-doff;ws-mc"
+# D80 round 4 (if there is one): round 3's ws-mc /4 reached 0.97x / 1.00x cuBLAS (4096^3 / 8192^3; ncu: the full-stage
+# waits 30% -> 7%) but 4 stages store C in halves; 128x256x32 at 6 stages keeps the whole C tile beside 144 KiB of
+# stages (213 KB): gemmws-r4, the burst at 128x256x32/6 and 128x256x64/3 (default, ws-us-doff, ws-mc; ~1.5 min)
+step gemmws-r4 timeout -k 5 150 python3 benchmarks/gemm_burst.py --sizes 4096,8192 --launches 30 \
+     --configs 128:256:32:256:6:8,128:256:64:256:3:8 --variants "ws-us-doff;ws-mc"
+step gemmws-prof3 timeout -k 5 150 python3 scripts/gemm_profile.py --size 4096 --dtypes float16 \
+     --variants ws3,wsmc,wsmc4 --timeout 40
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

@@ -105,6 +105,73 @@ def find_ncu(arg: str | None) -> str | None:
     return next((c for c in cands if c and os.access(c, os.X_OK)), None)
 
 
+def ncu_or_none(arg: str | None, who: str) -> str | None:
+    """:func:`find_ncu`, its version printed; None (and a line on stderr naming where it looked) without one."""
+    ncu = find_ncu(arg)
+    if ncu is None:
+        print(f"{who}: Nsight Compute (ncu) not found on PATH, /usr/local/cuda*/bin or /opt/nvidia/nsight-compute",
+              file=sys.stderr)
+        return None
+    ver = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+    print(f"ncu: {ncu} ({ver[-1] if ver else '?'})")
+    return ncu
+
+
+def parse_configs(items: list, table: dict, new=None, error=None) -> dict:
+    """``table`` (name -> pass configs, or name -> (shape, pass configs) where ``new`` is None) with each
+    ``NAME:KEY=VALUE`` of ``items`` added (VALUE a Python literal, else a string): a name not in ``table`` starts from
+    ``new()``, or is ``error(message)`` where ``new`` is None."""
+    out = dict(table)
+    for c in items:
+        name, _, kv = c.partition(":")
+        key, _, v = kv.partition("=")
+        try:
+            v = ast.literal_eval(v)
+        except (ValueError, SyntaxError):
+            pass
+        if name not in out:
+            if new is None:
+                error(f"--config {c}: no {name!r} (of {', '.join(out)})")
+                continue
+            out[name] = new()
+        if isinstance(out[name], tuple):  # (shape, pass configs)
+            out[name] = (out[name][0], {**out[name][1], key: v})
+        else:
+            out[name] = {**out[name], key: v}
+    return out
+
+
+def profile(ncu: str, kernel_regex: str, argv: list, rep: str, timeout: int, label: str,
+            metrics: tuple = ()) -> bool:
+    """One profiled launch (the third of ``kernel_regex``'s kernels: ``--launch-skip 2 --launch-count 1``, the
+    :data:`SECTIONS`, ``metrics`` where given; clocks locked, caches flushed: ncu's defaults) of the process
+    ``argv`` into ``rep`` (.ncu-rep added); progress and ncu's errors on stderr. Where this ncu refuses
+    a metric, once more with the sections alone. True where the report was written."""
+    cmd = [ncu, "--target-processes", "all", "-k", f"regex:{kernel_regex}", "--launch-skip", "2", "--launch-count", "1",
+           *sum((["--section", s] for s in SECTIONS), []), *(["--metrics", ",".join(metrics)] if metrics else []),
+           "--import-source", "no", "-f", "-o", rep, *argv]
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        if metrics and p.returncode != 0 and "metric" in (p.stdout + p.stderr).lower():
+            print(f"{label}: ncu refused --metrics ({(p.stdout + p.stderr).strip()[-300:]}); again without",
+                  file=sys.stderr)
+            k = cmd.index("--metrics")
+            p = subprocess.run(cmd[:k] + cmd[k + 2:], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"{label}: ncu ran past {timeout} s", file=sys.stderr)
+        return False
+    print(f"{label}: ncu rc={p.returncode} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    errs = [ln for ln in (p.stdout + p.stderr).splitlines() if "==ERROR==" in ln or "==WARNING==" in ln
+            or "Traceback" in ln or "Error" in ln or "max error" in ln]
+    if errs:
+        print("\n".join(errs[:8]), file=sys.stderr)
+    if p.returncode != 0 or not Path(rep + ".ncu-rep").exists():
+        print((p.stdout + p.stderr)[-1500:], file=sys.stderr)
+        return False
+    return True
+
+
 def _num(s: str) -> float | None:
     s = s.strip().replace(",", "")
     try:
@@ -371,26 +438,14 @@ def main() -> int:
     args = ap.parse_args()
     if args.child:
         return child(args.child[0], ast.literal_eval(args.configs), args.batch, Path(args.child[2]))
-    variants = dict(VARIANTS)
-    for c in args.config:
-        name, _, kv = c.partition(":")
-        key, _, value = kv.partition("=")
-        try:
-            value = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            pass
-        variants.setdefault(name, {"tilecore.cuda.register_programs": False})[key] = value
+    variants = parse_configs(args.config, VARIANTS, new=lambda: {"tilecore.cuda.register_programs": False})
     rows, names = args.rows.split(","), args.variants.split(",")
     bad = [r for r in rows if r not in ROWS] + [n for n in names if n not in variants]
     if bad:
         ap.error(f"unknown {', '.join(bad)}; rows {', '.join(ROWS)}; variants {', '.join(variants)}")
-    ncu = find_ncu(args.ncu)
+    ncu = ncu_or_none(args.ncu, "fa_profile")
     if ncu is None:
-        print("fa_profile: Nsight Compute (ncu) not found on PATH, /usr/local/cuda*/bin or /opt/nvidia/nsight-compute",
-              file=sys.stderr)
         return 2
-    ver = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
-    print(f"ncu: {ncu} ({ver[-1] if ver else '?'})")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rc = 0
@@ -401,24 +456,9 @@ def main() -> int:
             d = out / f"{row}-{n}"
             d.mkdir(exist_ok=True)
             rep = str(d / "prof")
-            cmd = [ncu, "--target-processes", "all", "-k", "regex:tc_kernel", "--launch-skip", "2", "--launch-count", "1",
-                   *sum((["--section", s] for s in SECTIONS), []), "--import-source", "no", "-f", "-o", rep,
-                   sys.executable, str(Path(__file__).resolve()), "--child", row, n, str(d), "--batch", str(args.batch),
-                   "--configs", repr(variants[n])]
-            t0 = time.perf_counter()
-            try:
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-            except subprocess.TimeoutExpired:
-                print(f"{row} {n}: ncu ran past {args.timeout} s", file=sys.stderr)
-                rc = 1
-                continue
-            print(f"{row} {n}: ncu rc={p.returncode} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-            errs = [ln for ln in (p.stdout + p.stderr).splitlines() if "==ERROR==" in ln or "==WARNING==" in ln
-                    or "Traceback" in ln or "Error" in ln]
-            if errs:
-                print("\n".join(errs[:8]), file=sys.stderr)
-            if p.returncode != 0 or not Path(rep + ".ncu-rep").exists():
-                print((p.stdout + p.stderr)[-1500:], file=sys.stderr)
+            argv = [sys.executable, str(Path(__file__).resolve()), "--child", row, n, str(d), "--batch",
+                     str(args.batch), "--configs", repr(variants[n])]
+            if not profile(ncu, "tc_kernel", argv, rep, args.timeout, f"{row} {n}"):
                 rc = 1
                 continue
             sass = (d / "kernel.sass").read_text() if (d / "kernel.sass").exists() else None

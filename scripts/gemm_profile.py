@@ -27,7 +27,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -46,7 +45,10 @@ TILES = {"t128x256": ((128, 256, 64, 256, 3, 8), {}),  # the table's best (cuda_
          "p4": ((128, 256, 64, 256, 3, 4), {}), "p16": ((128, 256, 64, 256, 3, 16), {}),
          "doff": ((128, 256, 64, 256, 3, 8), {"tilecore.cuda.descriptor_offsets": True}),
          "ws3": ((128, 256, 64, 256, 3, 8), "ws-us-doff"), "ws4": ((128, 256, 64, 256, 4, 8), "ws-us-doff"),
-         "ws256x128": ((256, 128, 64, 256, 3, 8), "ws-us-doff")}
+         "ws256x128": ((256, 128, 64, 256, 3, 8), "ws-us-doff"),
+         # D80: the warp-specialized form in block groups of two, B multicast (clusters 2x1, cuBLAS's launch shape)
+         "wsmc": ((128, 256, 64, 256, 3, 8), "ws-mc"), "wsmc4": ((128, 256, 64, 256, 4, 8), "ws-mc"),
+         "wsmc256x128": ((256, 128, 64, 256, 3, 8), "ws-mc")}
 
 
 def _tiles() -> dict:
@@ -230,16 +232,7 @@ def main() -> int:
     for t in args.tile:
         name, _, spec = t.partition("=")
         tiles[name] = (tuple(int(x) for x in spec.split(":")), {})
-    for c in args.config:
-        name, _, kv = c.partition(":")
-        key, _, v = kv.partition("=")
-        try:
-            v = ast.literal_eval(v)
-        except (ValueError, SyntaxError):
-            pass
-        if name not in tiles:
-            ap.error(f"--config {c}: no tile {name!r} (of {', '.join(tiles)})")
-        tiles[name] = (tiles[name][0], {**tiles[name][1], key: v})
+    tiles = fp.parse_configs(args.config, tiles, error=ap.error)
     if args.child:
         if args.tiles:
             tiles = ast.literal_eval(args.tiles)
@@ -248,13 +241,9 @@ def main() -> int:
     bad = [n for n in names if n != "cublas" and n not in tiles]
     if bad:
         ap.error(f"unknown variants {', '.join(bad)}; of cublas, {', '.join(tiles)}")
-    ncu = fp.find_ncu(args.ncu)
+    ncu = fp.ncu_or_none(args.ncu, "gemm_profile")
     if ncu is None:
-        print("gemm_profile: Nsight Compute (ncu) not found on PATH, /usr/local/cuda*/bin or /opt/nvidia/nsight-compute",
-              file=sys.stderr)
         return 2
-    ver = subprocess.run([ncu, "--version"], capture_output=True, text=True).stdout.strip().splitlines()
-    print(f"ncu: {ncu} ({ver[-1] if ver else '?'})")
     for n in names:
         if n != "cublas":
             print(f"  {n}: {tiles[n][0]} (bm, bn, bk, threads, stages, panel) {tiles[n][1] or ''}")
@@ -267,32 +256,10 @@ def main() -> int:
             d = out / f"{dtype}-{n}"
             d.mkdir(exist_ok=True)
             rep = str(d / "prof")
-            kregex = args.cublas_regex if n == "cublas" else "tc_kernel"
-            cmd = [ncu, "--target-processes", "all", "-k", f"regex:{kregex}", "--launch-skip", "2",
-                   "--launch-count", "1", *sum((["--section", s] for s in SECTIONS), []),
-                   "--metrics", ",".join(METRICS), "--import-source", "no", "-f", "-o", rep,
-                   sys.executable, str(Path(__file__).resolve()), "--size", str(args.size),
-                   "--child", dtype, n, str(d), "--tiles", repr(tiles)]
-            t0 = time.perf_counter()
-            try:
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-                if p.returncode != 0 and "metric" in (p.stdout + p.stderr).lower():
-                    # a metric this ncu does not know: once more with the sections alone
-                    print(f"{dtype} {n}: ncu refused --metrics ({(p.stdout + p.stderr).strip()[-300:]}); "
-                          "again without", file=sys.stderr)
-                    k = cmd.index("--metrics")
-                    p = subprocess.run(cmd[:k] + cmd[k + 2:], capture_output=True, text=True, timeout=args.timeout)
-            except subprocess.TimeoutExpired:
-                print(f"{dtype} {n}: ncu ran past {args.timeout} s", file=sys.stderr)
-                rc = 1
-                continue
-            print(f"{dtype} {n}: ncu rc={p.returncode} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-            errs = [ln for ln in (p.stdout + p.stderr).splitlines() if "==ERROR==" in ln or "==WARNING==" in ln
-                    or "Traceback" in ln or "Error" in ln or "max error" in ln]
-            if errs:
-                print("\n".join(errs[:8]), file=sys.stderr)
-            if p.returncode != 0 or not Path(rep + ".ncu-rep").exists():
-                print((p.stdout + p.stderr)[-1500:], file=sys.stderr)
+            argv = [sys.executable, str(Path(__file__).resolve()), "--size", str(args.size), "--child", dtype, n,
+                     str(d), "--tiles", repr(tiles)]
+            if not fp.profile(ncu, args.cublas_regex if n == "cublas" else "tc_kernel", argv, rep, args.timeout,
+                              f"{dtype} {n}", METRICS):
                 rc = 1
                 continue
             sass = (d / "kernel.sass").read_text() if (d / "kernel.sass").exists() else None

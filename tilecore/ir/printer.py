@@ -165,7 +165,8 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
     if isinstance(s, Turn):
         return [f"{pad}T.turn_{s.phase}(groups={s.groups}, group_threads={s.group_threads})"]
     if isinstance(s, StageRelease):
-        return [f"{pad}T.stage_release({_nm(s.barrier)}[{expr_str(s.index)}])"]
+        return [f"{pad}T.stage_release({_nm(s.barrier)}[{expr_str(s.index)}]"
+                + (f", group={s.group}" if getattr(s, "group", 1) != 1 else "") + ")"]
     if isinstance(s, Specialized):
         return ([f"{pad}with T.producer(consumers={s.consumers}):"] + stmt_lines(s.producer, indent + 1)
                 + [f"{pad}with T.consumers({s.consumers}):"] + stmt_lines(s.consumer, indent + 1))
@@ -217,7 +218,8 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
         lay = f"{s.layout.swizzle_bytes}-byte panels" if getattr(s.layout, "panels", False) else "row-major"
         return [f"{pad}T.bulk_copy({_nm(s.dst)}[{dst}], {_nm(s.src)}[{starts}], box={tuple(s.box)}, {lay}, "
                 f"barrier={_nm(s.barrier)}[{expr_str(s.index)}]"
-                + (f", when={expr_str(s.when)}" if s.when is not None else "") + ")"]
+                + (f", when={expr_str(s.when)}" if s.when is not None else "")
+                + (f", multicast={s.multicast}" if getattr(s, "multicast", 1) != 1 else "") + ")"]
     if isinstance(s, BulkStore):
         starts = ", ".join(expr_str(i) for i in s.starts)
         return [f"{pad}T.bulk_store({_nm(s.dst)}[{starts}], {_nm(s.src)}, box={tuple(s.box)}, "

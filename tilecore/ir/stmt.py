@@ -256,6 +256,13 @@ class BulkCopy(Stmt):
     barrier: Buffer
     index: Expr
     when: Expr | None = None
+    #: D80: 1 (the default) or the size of the launch's block group (``KernelLaunch.attrs["block_group"]``): the
+    #: group's blocks load the same box together. The block of group rank ``r`` issues the ``r``-th of ``multicast``
+    #: equal parts of the panels, each landing in every block of the group at the same offset of ``dst`` and
+    #: completing on every block's ``barrier[index]`` (whose arrive announced the whole copy's bytes, as without
+    #: it). Every block of the group runs the copy with the same starts (the planner proves it). A target without
+    #: ``execution.cluster.multicast_copy`` refuses it by name.
+    multicast: int = 1
 
 
 @dataclass(eq=False)
@@ -298,6 +305,10 @@ class StageRelease(Stmt):
 
     barrier: Buffer
     index: Expr
+    #: D80: 1 (the default) or the size of the launch's block group: the thread arrives on ``barrier[index]`` in
+    #: every block of the group (the group's producers refill a stage into every block: each waits until every
+    #: block's consumers released it; the barrier's init counts the consumers of the whole group)
+    group: int = 1
 
 
 @dataclass(eq=False)

@@ -46,7 +46,7 @@ from __future__ import annotations
 from ..ir import (Allocate, AsyncCommit, AsyncCopy, AsyncWait, Atomic, Barrier, BinOp, Break, BufferLoad,
                   Buffer, BulkCopy, Call, Cast, Cmp, Collective, Continue, CopyBarrierArrive, CopyBarrierInit,
                   CopyBarrierWait, Expr, For, If, IntImm, KernelLaunch, Logic, MatrixOp, MatrixSync, Assert, Bind,
-                  Specialized, StageRelease, Turn,
+                  GroupBarrier, Specialized, StageRelease, Turn,
                   PerThread, Print, Region, ThreadIndex,
                   Select, Seq, Stmt, Store, TileOp, Var, as_expr, binary, compare, const_value, rewrite, seq, simplify,
                   logic_and, select, walk, walk_expr, collect)
@@ -126,6 +126,14 @@ PERSISTENT = "persistent_tiles"
 #: "joint": as True, the unstaged copy's wait also waits for the stage ahead (one wait an iteration)
 LATE_COPY = "tilecore.pipeline_late_copy"
 LATE_COPY_VALUES = (False, True, "joint")
+#: pass config (D80): False (the default) or 2: a warp-specialized loop carried across a persistent tile loop runs in
+#: block groups of that many consecutive blocks (``KernelLaunch.attrs["block_group"]``) where their tiles, walked in
+#: step, read the same box of a staged operand at every stage (the planner evaluates the walk): each block issues its
+#: part of that box's panels into every block of the group (``BulkCopy.multicast``) and releases each stage in every
+#: block (``StageRelease.group``); the operand's reads from global memory and L2 halve (the vendor library's form, D76)
+GROUP_MULTICAST = "tilecore.group_multicast"
+#: the capability a target declares for copies that land in every block of a group
+MULTICAST_FEATURE = "execution.cluster.multicast_copy"
 
 
 def enabled(ctx) -> bool:
@@ -758,6 +766,8 @@ class _Launch:
         self.group = int(lim[0]) if lim is not None else None
         can_specialize = self.bulk and ctx.capabilities.satisfies(WS_FEATURE)[0] is True and self.group is not None
         self.specialize = can_specialize and ctx.option("tilecore.warp_specialize", False) is True
+        # D80: "carried": only a loop carried across a persistent tile loop (the measured GEMM form: D76, D80)
+        self.specialize_carried = can_specialize and ctx.option("tilecore.warp_specialize", False) == "carried"
         # D59: "auto" (the default): a loop the overlap rotates (FlashAttention: two gemms, the last reading
         # registers the threads write) is specialized, with ping-pong, where its consumers are two groups of the
         # producer group's size (H100/H200: 464.5 -> 597.4 TFLOP/s at 128x128 exact); other loops as False
@@ -820,6 +830,17 @@ class _Launch:
             raise CompileError(f"pass config {LATE_COPY}={self.late_copy!r}: expected False (the default), True or "
                                "'joint'")
         self.producer = None  # (barrier inits, producer loop, the loop it feeds) once a loop is specialized
+        # D80: tilecore.group_multicast (False or a group size); self.group_size: the group planned (1: none)
+        mc = ctx.option(GROUP_MULTICAST, False)
+        if mc is None:
+            mc = False
+        if not (mc is False or (isinstance(mc, int) and not isinstance(mc, bool) and mc == 2)):
+            from ..errors import CompileError
+
+            raise CompileError(f"pass config {GROUP_MULTICAST}={mc!r}: expected False (the default) or 2 (groups of "
+                               "two blocks sharing a staged operand's copies)")
+        self.multicast = mc
+        self.group_size = 1
         self.notes: list = []
         self.staged: dict = {}  # id(buffer) -> staged buffer, for the Allocates
         # a persistent tile loop (tilecore.persistent, passes/persistent.py) around the loop being planned:
@@ -930,6 +951,52 @@ class _Launch:
         if not t:
             return stmts
         return [If(compare("eq", ThreadIndex(), as_expr(t)), seq(stmts), span=stmts[0].span if stmts else None)]
+
+    def multicast_plan(self, carry, forms, bufs, split) -> tuple:
+        """D80: ``(set of copy indices the group multicasts, None)`` or ``(None, why not)`` for
+        ``tilecore.group_multicast`` on a warp-specialized loop carried across the persistent tile loop ``carry``.
+        Blocks ``g b .. g b + g - 1`` form a group; they walk their tiles in step (the same count: ``tiles`` and the
+        block count multiples of ``g``) and at every step run tiles ``t .. t + g - 1`` (``t`` a multiple of ``g``). A
+        copy is shared where the block indices its starts use are equal over each such run of tiles (evaluated for
+        every tile of the walk) and its panels divide among the group's blocks."""
+        g = self.multicast
+        caps = self.ctx.capabilities
+        if caps.get("execution.cluster.supported") is not True or caps.get(MULTICAST_FEATURE) is not True:
+            return None, f"the target has no copies into every block of a group ({MULTICAST_FEATURE})"
+        lim = caps.limit("max_cluster_size")
+        if lim is not None and g > int(lim[0]):
+            return None, f"groups of {g} exceed the target's {int(lim[0])}"
+        if split is not None:
+            return None, "the loop's stages are released in groups (one release barrier a stage only)"
+        if carry is None:
+            return None, "the loop is not carried across a persistent tile loop"
+        if carry.blocks % g or carry.tiles % g:
+            return None, (f"{carry.blocks} blocks over {carry.tiles} tiles: both must be multiples of {g} (the "
+                          "group's blocks walk their tiles in step)")
+        at_once = {int(k): v for k, v in dict(caps.get("execution.cluster.at_once") or {}).items() if v is not None}
+        if g in at_once and carry.blocks // g > int(at_once[g]):
+            return None, f"{carry.blocks // g} groups of {g}, {int(at_once[g])} resident at once on the target"
+        vals = _walk_values(carry)
+        if vals is None:
+            return None, "the tile walk's block indices could not be evaluated"
+        same = {id(v) for n, v in enumerate(carry.block_vars)
+                if all(len({vals[t + r][n] for r in range(g)}) == 1 for t in range(0, carry.tiles, g))}
+        shared, why = set(), []
+        for j, (src, starts, box, lay) in enumerate(forms):
+            used = set()
+            for e in starts:
+                walk_expr(e, lambda x: used.add(id(x)) if isinstance(x, Var) else None)
+            moving = [v.name for v in carry.block_vars if id(v) in used and id(v) not in same]
+            panels = lay.cols // lay.panel_elems if getattr(lay, "panels", False) else 1
+            if moving:
+                why.append(f"{bufs[j].name}: its box moves with {moving[0]} within a group")
+            elif panels % g:
+                why.append(f"{bufs[j].name}: {panels} panel(s) do not divide among {g} blocks")
+            else:
+                shared.add(j)
+        if not shared:
+            return None, "no staged copy is shared by a group's tiles (" + "; ".join(why) + ")"
+        return shared, None
 
     #: D74: "auto"'s size of the last gemm's accumulator (elements a thread: FlashAttention's O, 128 at d256 with two
     #: consumer warpgroups, 64 at d128) from which the masked iterations get a loop of their own in the exact build too
@@ -1201,6 +1268,9 @@ class _Launch:
                 else as_expr(const_value(it) % stages)
             return at, slot
 
+        mc_shared: set = set()  # D80: the copies a block group multicasts (tilecore.group_multicast)
+        why_mc = None
+
         def issue_bulk(it, g, guard=True, ahead=False):
             """Stage ``it`` of group ``g`` as bulk copies on the group's barrier (nothing past the loop's end)."""
             at, slot = stage(it, ahead)
@@ -1209,7 +1279,8 @@ class _Launch:
             for j in members[g]:
                 src, starts, box, lay = forms[j]
                 out.append(BulkCopy(table[id(bufs[j])], (slot,), src, tuple(simplify(substitute(e, at)) for e in starts),
-                                    box, lay, bars[g], slot, when=when, span=copies[j].span))
+                                    box, lay, bars[g], slot, when=when, span=copies[j].span,
+                                    multicast=self.group_size if j in mc_shared else 1))
             return [_if(compare("lt", it, total), seq(out), loop.span)] if guard else out
 
         def issue(it, group):
@@ -1277,9 +1348,14 @@ class _Launch:
         if auto_ws:  # D59: FlashAttention's form specialized with ping-pong by default
             self.specialize, pingpong_before = True, self.pingpong
             self.pingpong = self.pingpong or self.pingpong_auto
+        carried_ws = bulk and not self.specialize and self.specialize_carried and why_carry is None
+        if carried_ws:  # D80: tilecore.warp_specialize="carried" and the loop is carried across the tile loop
+            self.specialize = True
         why_ws = self.why_not_specialized(orig or loop, forms) if bulk and self.specialize else "not asked"
         if auto_ws and why_ws is not None:  # not possible here: as without the option
             self.specialize, self.pingpong, why_ws = False, pingpong_before, "not asked"
+        if carried_ws and why_ws is not None:
+            self.specialize = False
         if why_ws is None:
             # a producer thread of its own issues every stage, once the consumers released the stage's buffer
             # (StageRelease on the stage's `empty` barrier: every consumer thread arrives when done reading it)
@@ -1288,6 +1364,14 @@ class _Launch:
             split = self.early_split(deferred, [table[id(bufs[j])] for j in range(len(bufs))], members, why_carry) \
                 if len(groups) > 1 else None
             empties = [empty]
+            if self.multicast:  # D80: the group's blocks share a staged operand's copies
+                shared, why_mc = self.multicast_plan(carry if why_carry is None else None, forms, bufs, split)
+                if shared:
+                    mc_shared, self.group_size = shared, self.multicast
+
+            def release(index):  # a stage released in this block, or in every block of the group (D80)
+                return StageRelease(empty, index, group=self.group_size, span=loop.span)
+
             if split is not None:
                 # D55 (tilecore.pipeline_early_issue with warp specialization): one `empty` barrier per copy group,
                 # every group released right after the body's first gemm that waits for every earlier one: a group
@@ -1361,7 +1445,7 @@ class _Launch:
                                        "last gemm one iteration late, beside the next first gemm and the statements "
                                        "it does not touch")
             elif deferred is None:
-                steady = [waits[0], consume, StageRelease(empty, slot_it, span=loop.span)]
+                steady = [waits[0], consume, release(slot_it)]
             else:  # the previous iteration's gemm has finished reading its stage at the deferred wait
                 consume, drain = deferred
                 # (it - 1) % S as (it + S - 1) % S, nonnegative (D62: a backend that spells remainders of nonnegative
@@ -1369,7 +1453,7 @@ class _Launch:
                 # measured target); released where it > 0, where both are the same stage
                 prev = simplify(binary("floormod", binary("add", it, stages - 1), stages))
                 if self.ctx.option("tilecore.release_last_stage", True) is False:  # D46: the next tile releases it
-                    steady = [waits[0], consume, _if(compare("gt", it, 0), StageRelease(empty, prev, span=loop.span),
+                    steady = [waits[0], consume, _if(compare("gt", it, 0), release(prev),
                                                      loop.span)]
                 else:
                     # a tile's last iteration waits for every group (`last`): its own stage is read too and is
@@ -1377,8 +1461,8 @@ class _Launch:
                     # epilogue (the plugin's pipeline does the same); the next tile's first iteration then has no
                     # stage before its own to release (D56)
                     steady = [waits[0], consume,
-                              _if(compare("gt", local, 0), StageRelease(empty, prev, span=loop.span), loop.span),
-                              _if(last, StageRelease(empty, slot_it, span=loop.span), loop.span)]
+                              _if(compare("gt", local, 0), release(prev), loop.span),
+                              _if(last, release(slot_it), loop.span)]
                 after = [drain]
             turns = self.turn_groups()
             if turns is not None and rot is None:  # D55, tilecore.pingpong: the groups take turns issuing gemms
@@ -1398,8 +1482,8 @@ class _Launch:
             # j: tile j / K, iteration j % K), so it runs ahead into the next tile's stages while the consumers
             # finish this one; the consumers' waits and releases use the same running count
             producer = For(j, as_expr(0), total, "serial", seq(issue_j), span=loop.span)
-            self.producer = (inits + [CopyBarrierInit(e, self.consumers, span=loop.span) for e in empties], producer,
-                             orig or loop)
+            self.producer = (inits + [CopyBarrierInit(e, self.consumers * self.group_size, span=loop.span)
+                                      for e in empties], producer, orig or loop)
             prologue = []
         elif bulk and (split := self.early_split(deferred, [table[id(bufs[j])] for j in range(len(bufs))], members,
                                                   why_carry)) is not None:
@@ -1555,6 +1639,16 @@ class _Launch:
         if why_ws is None:
             copy_notes += (f"; warp-specialized: a producer group of {self.group} threads issues the stages, "
                              f"the kernel's {self.consumers} threads consume them")
+        if why_ws is None and mc_shared:
+            names = ", ".join(bufs[j].name for j in sorted(mc_shared))
+            copy_notes += (f"; {GROUP_MULTICAST}: block groups of {self.group_size} consecutive blocks, their tiles "
+                           f"walked in step share {names}: each block issues 1/{self.group_size} of its panels into "
+                           "every block of the group and releases each stage in every block")
+        elif self.multicast and why_mc is not None:
+            copy_notes += f"; not {GROUP_MULTICAST}: {why_mc}"
+        elif self.multicast:
+            copy_notes += (f"; not {GROUP_MULTICAST}: the loop is not warp-specialized"
+                           + (f" ({why_ws})" if why_ws not in (None, "not asked") else ""))
         if why_ws is None and self.turn_groups() is not None:
             turns = [PerThread(Turn(p, *self.turn_groups(), span=loop.span), span=loop.span) for p in ("init", "fini")]
             copy_notes += (f"; ping-pong: the {self.turn_groups()[1]} consumer groups take turns issuing their gemms "
@@ -1790,17 +1884,72 @@ def plan_pipelines(func, ctx):
         allocs = [Allocate(b, span=s.span) for b in st.barriers]
         if st.producer is not None:  # the block's last group produces, the kernel's own threads consume
             inits, producer, loop = st.producer
-            body = seq(allocs + inits + [Barrier(span=loop.span),
-                                         Specialized(seq(st.producer_binds + [producer]), body, st.consumers,
-                                                     span=loop.span)])
-            return s.with_(body=body, threads=(st.consumers + st.group,),
-                           attrs={**s.attrs, "warp_specialized": True, "producer_threads": st.group})
+            grouped = st.group_size > 1
+            # D80: in block groups, every block's barriers initialised before any peer copies or arrives into it,
+            # and no block ends while a peer may still do so (a group barrier after the init and at the end)
+            body = seq(allocs + inits + [Barrier(span=loop.span)]
+                       + ([GroupBarrier("sync", span=loop.span)] if grouped else [])
+                       + [Specialized(seq(st.producer_binds + [producer]), body, st.consumers, span=loop.span)]
+                       + ([GroupBarrier("sync", span=loop.span)] if grouped else []))
+            attrs = {**s.attrs, "warp_specialized": True, "producer_threads": st.group}
+            if grouped:
+                attrs["block_group"] = (st.group_size,) + (1,) * (len(s.grid) - 1)
+            return s.with_(body=body, threads=(st.consumers + st.group,), attrs=attrs)
         if allocs:
             body = seq(allocs + [body])
         return s.with_(body=body)
 
     body = rewrite(func.body, launch)
     return func.with_body(body, pipelines=tuple(notes)) if notes else func
+
+
+def _eval_int(e, env: dict):
+    """The integer value of index expression ``e`` with ``env`` (id(Var) -> int); None where it is not one."""
+    if isinstance(e, IntImm):
+        return int(e.value)
+    if isinstance(e, Var):
+        return env.get(id(e))
+    if isinstance(e, Select):
+        c = _eval_int(e.cond, env)
+        return None if c is None else _eval_int(e.t if c else e.f, env)
+    if isinstance(e, Cmp):
+        a, b = _eval_int(e.a, env), _eval_int(e.b, env)
+        ops = {"lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b, "eq": a == b, "ne": a != b} \
+            if a is not None and b is not None else {}
+        return int(ops[e.op]) if e.op in ops else None
+    if isinstance(e, BinOp):
+        a, b = _eval_int(e.a, env), _eval_int(e.b, env)
+        if a is None or b is None:
+            return None
+        op = e.op
+        if op == "add":
+            return a + b
+        if op == "sub":
+            return a - b
+        if op == "mul":
+            return a * b
+        if op == "floordiv":
+            return a // b if b else None
+        if op == "floormod":
+            return a % b if b else None
+        if op == "min":
+            return min(a, b)
+        if op == "max":
+            return max(a, b)
+    return None
+
+
+def _walk_values(carry) -> list | None:
+    """D80: the block indices of every tile of a persistent walk (``[tile] -> tuple``); None where one is not an
+    integer expression of the tile's number."""
+    out = []
+    for t in range(carry.tiles):
+        env = {id(carry.tile): t}
+        row = tuple(_eval_int(e, env) for e in carry.indices)
+        if any(v is None for v in row):
+            return None
+        out.append(row)
+    return out
 
 
 def _pipelined(s) -> list:

@@ -290,6 +290,8 @@ class CUDAEmitter(SIMTCppEmitter):
             if len(groups[0]) > 3 and any(d != 1 for d in groups[0][3:]):
                 raise CompileError(f"a block group of shape {groups[0]}: CUDA's clusters have 3 dimensions")
             meta["cluster"] = g + [1] * (3 - len(g))
+            if getattr(st, "group_copies", False):  # D80: the group's blocks share copies (tilecore.group_multicast)
+                meta["group_multicast"] = True
         if getattr(st, "hopper_persistent", None) is not None:  # a persistent GEMM: min(tiles, its blocks) in x
             from .hopper import PERSISTENT_BLOCKS_PER_SM
 
@@ -378,6 +380,8 @@ class CUDAEmitter(SIMTCppEmitter):
             helpers = wgmma_wrappers(st.pipelines)
         if any(c.elements * c.dst.dtype.bytes < 16 for c in self.collected(st, func.body, AsyncCopy)):
             helpers += ASYNC_CA
+        if getattr(st, "group_copies", False):  # copies and releases shared by a block group (D80)
+            helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_group_copy.cuh").read_text()
         if "tc_named_" in "\n".join(st.lines):  # ping-pong turns of a register program (regprog.py)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_named_barrier.cuh").read_text()
         if "tc_ex2_ftz(" in "\n".join(st.lines):  # exp2 past its range check in a register program (D35)
@@ -1224,6 +1228,24 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
         coords = [f"(int)({self.expr(st, simplify(e))})" for e in reversed(s.starts)]
         bar = self.bar_addr(st, s.barrier, s.index)
         panels = lay.cols // lay.panel_elems if lay.panels else 1
+        g = int(getattr(s, "multicast", 1) or 1)
+        if g > 1:  # D80: this block's 1/g of the panels, into every block of the cluster
+            if panels % g or len(coords) not in (2, 3):
+                raise CompileError(f"a bulk copy into {s.dst.name} shared by a block group of {g}: CUDA splits its "
+                                   f"{panels} panel(s) among the group's blocks and multicasts 2- or 3-dimensional "
+                                   f"boxes (this one has {len(coords)})", s.span)
+            per = panels // g
+            st.group_copies = True
+            self.line(st, "{")
+            self.line(st, f"  const int tc_gp = (int)tc_group_rank() * {per};")
+            for q in range(per):
+                p = f"(tc_gp + {q})" if q else "tc_gp"
+                c = [f"{coords[0]} + {p} * {lay.panel_elems}"] + coords[1:]
+                dst = f"{base} + (unsigned)({p}) * {lay.rows * lay.swizzle_bytes}u"
+                self.line(st, f"  tc_tma_load_group_{len(coords)}d({dst}, &{name}, {bar}, (unsigned short){(1 << g) - 1}, "
+                              f"{', '.join(c)});")
+            self.line(st, "}")
+            return
         for p in range(panels):
             c = [f"{coords[0]} + {p * lay.panel_elems}" if p else coords[0]] + coords[1:]
             dst = f"{base} + {p * lay.rows * lay.swizzle_bytes}u" if p else base
@@ -1393,7 +1415,22 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
             self.line(st, "__syncwarp();")
 
     def stmt_StageRelease(self, st, s):
-        self.line(st, f"tc_mbar_arrive({self.bar_addr(st, s.barrier, s.index)});")
+        g = int(getattr(s, "group", 1) or 1)
+        if g == 1:
+            self.line(st, f"tc_mbar_arrive({self.bar_addr(st, s.barrier, s.index)});")
+            return
+        # D80: released in every block of the cluster: this thread on its own block's barrier, a lane a warp for the
+        # warp on each other block's (mbarrier.arrive with a count)
+        st.group_copies = True
+        self.line(st, "{")
+        self.line(st, f"  const unsigned tc_rb = {self.bar_addr(st, s.barrier, s.index)};")
+        self.line(st, "  tc_mbar_arrive(tc_rb);")
+        if g == 2:
+            self.line(st, "  tc_mbar_arrive_peer_warp(tc_rb, tc_group_rank() ^ 1u);")
+        else:
+            self.line(st, f"  for (unsigned tc_r = 1; tc_r < {g}u; ++tc_r) "
+                          f"tc_mbar_arrive_peer_warp(tc_rb, (tc_group_rank() + tc_r) % {g}u);")
+        self.line(st, "}")
 
     # -- warp-specialized blocks: the producer group gives its registers to the consumers (setmaxnreg) -----
     def consumer_regs(self, s) -> int | None:

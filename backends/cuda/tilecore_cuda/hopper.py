@@ -247,6 +247,36 @@ _UNSET = object()
 #: twelve e4m3 / e5m2 rows of D67's bar (H200, 9 rounds), the compile 1.04-1.07x the plugin's (D72)
 GENERAL_PLAIN_GEMM_DEFAULT = "auto"
 
+#: pass config (D80): the form of the plain 16-bit GEMM this pipeline routes to the core's general path, as the core's
+#: pass configs the route sets as the compile's defaults (``PassContext.set_defaults``: a value the config gives wins):
+#: "core" (D65: the core's own defaults), "ws" (D76's warp-specialized form, ws-us-doff: a producer warpgroup where the
+#: loop is carried across the persistent tile loop, descriptor offsets) or "ws-mc" (D80: the same in block groups of
+#: two, the operand the pair's tiles share multicast)
+GEMM_ROUTE_FORM = "tilecore.cuda.gemm_route_form"
+GEMM_ROUTE_FORMS = {
+    "core": {},
+    "ws": {"tilecore.warp_specialize": "carried", "tilecore.cuda.uniform_warp_index": True,
+           "tilecore.cuda.nonnegative_index_shifts": True, "tilecore.cuda.descriptor_offsets": True},
+}
+GEMM_ROUTE_FORMS["ws-mc"] = {**GEMM_ROUTE_FORMS["ws"], "tilecore.group_multicast": 2}
+GEMM_ROUTE_FORM_DEFAULT = "core"
+
+
+def route_form(ctx, esize: int) -> list:
+    """The notes of the routed plain GEMM's form (:data:`GEMM_ROUTE_FORM`), its pass configs set as the compile's
+    defaults (16-bit operands only: the forms were measured there)."""
+    form = ctx.option(GEMM_ROUTE_FORM, GEMM_ROUTE_FORM_DEFAULT)
+    if form not in GEMM_ROUTE_FORMS:
+        raise CompileError(f"pass config {GEMM_ROUTE_FORM}={form!r}: expected one of "
+                           f"{', '.join(repr(f) for f in GEMM_ROUTE_FORMS)}")
+    if form == "core" or esize != 2:
+        return []
+    taken = ctx.set_defaults(GEMM_ROUTE_FORMS[form])
+    given = [k for k in GEMM_ROUTE_FORMS[form] if k not in taken]
+    return [f"cuda.hopper_gemm_pipeline: the routed GEMM's form {form!r} ({GEMM_ROUTE_FORM}): "
+            + (", ".join(f"{k}={v!r}" for k, v in taken.items()) or "none")
+            + (f" (given by the pass config: {', '.join(given)})" if given else "")]
+
 
 #: pass config (D69): a GEMM this pipeline would split over K by its rule (D27 / D31) goes to the core's general path
 #: with the core's split-K (tilecore.split_k) over the same split count, the partials summed in split order by each
@@ -371,6 +401,7 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
         if splits == 1 and routes_plain_gemm(ctx, p.esize):  # D51, D62: the plain GEMM to the general path
             ctx.notes.append(f"cuda.hopper_gemm_pipeline: loop over {s.var.name} left to the core's general path "
                              f"({GENERAL_PLAIN_GEMM}; split-K GEMMs stay here)")
+            ctx.notes.extend(route_form(ctx, p.esize))
             return launch.with_(attrs={**launch.attrs, GENERAL_PLAIN_GEMM: True})  # the register programs pass it by
         starts = [a0[0][0], a0[1][0], b0[0][0], b0[1][0]]
         k_tiles = simplify(as_expr(s.extent))

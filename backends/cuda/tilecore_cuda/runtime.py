@@ -305,6 +305,13 @@ class CUDAProgram(Program):
                 "share TMA loads (tilecore.cuda.cluster_multicast): pass tilecore.cuda.cluster_multicast=False"),
                 stacklevel=2)
             return
+        if self.meta.get("group_multicast"):  # the core's persistent loop in block groups sharing copies (D80)
+            warnings.warn(PerformanceWarning(
+                f"kernel {self.entry}: this GPU holds {fits.value} clusters of {size} blocks at once, the persistent "
+                f"grid has {need}: the others wait for whole clusters' tiles (about twice the time). Its block groups "
+                "share bulk copies (tilecore.group_multicast): pass tilecore.group_multicast=False, or "
+                "tilecore.persistent=<a block count the GPU holds>"), stacklevel=2)
+            return
         warnings.warn(PerformanceWarning(
             f"kernel {self.entry}: this GPU holds {fits.value} clusters of {size} blocks at once, the grid has "
             f"{need}: the rest run in a second wave (about twice the time). Its clusters are the splits of a GEMM "
