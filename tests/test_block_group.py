@@ -111,9 +111,9 @@ def test_auto_takes_the_group_where_every_group_is_resident_at_once():
     k = _cuda(256, 4096, 4096, (128, 64, 64, 256, 4), 2, "auto")
     assert "cluster" not in k.source.meta and "workspace" in k.source.meta
     assert "128 groups of 2 would not all be resident at once (cuda/sm_90a holds 66" in k.meta["attrs"]["split_k"][0]
-    # the measured bound (D75): rank 0 receiving more than 32 KiB (4 splits' slices of 64x128 tiles: 48 KiB; 2 splits
-    # of 128x128: 64 KiB) keeps the workspace sum
-    for tile, n, got, form in (((64, 128, 64, 128, 4), 4, 49152, "auto"), ((128, 128, 64, 256, 4), 2, 65536, "rank0")):
+    # the measured bound (D75): rank 0 receiving more than 32 KiB (4 splits' slices of 64x128 tiles: 48 KiB, where
+    # D78's cells would send 24 KiB; 2 splits of 128x128: 64 KiB) keeps the workspace sum
+    for tile, n, got, form in (((64, 128, 64, 128, 4), 4, 49152, "slices"), ((128, 128, 64, 256, 4), 2, 65536, "rank0")):
         k = _cuda(128, 4096, 4096, tile, n, "auto", **{"tilecore.split_k_group_sum": form})
         assert "cluster" not in k.source.meta
         assert f"a block would receive {got} bytes through block memory, more than the 32768" in k.meta["attrs"]["split_k"][0]
@@ -263,14 +263,15 @@ def test_uneven_group_over_the_stages_keeps_the_pipelines_stages():
 
 @needs_toolchain
 def test_group_sum_in_slices():
-    """From 3 splits the group sums in slices ("auto"): 3 blocks own 20/20/24 of 64 registers; each block's barrier
+    """The sum in slices (asked for; "auto" sums 3 splits of two panels in cells since D78): 3 blocks own 20/20/24 of
+    64 registers; each block's barrier
     announced for exactly what it receives (2 x 5 or 2 x 6 float4 groups x 256 threads x 16 bytes), rank 0's second
     for the other blocks' sums (11 groups); both areas over the stages one after the other; 43 st.async (11 + 11 + 10
     sends of slices, 5 + 6 of sums); nothing but the post-loop group barrier."""
     import tilecore_cuda
 
     k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 5), 3, **{"tilecore.split_k_uneven": True,
-                                                             "tilecore.split_k_group_sum": "auto"})
+                                                             "tilecore.split_k_group_sum": "slices"})
     src, note = k.source.code, k.meta["attrs"]["split_k"][0]
     assert "summed in slices: each block sums 20/20/24 of 64 float32 registers" in note and "over its stages" in note
     a1 = int(re.search(r"float\* vtc_group_slices = \(float\*\)\(tc_smem \+ (\d+)\);", src).group(1))
@@ -378,3 +379,200 @@ def test_panels_refused_where_the_epilogue_reads_the_accumulator_elsewhere():
     assert "in panels" not in k.meta["attrs"]["split_k"][0] and k.source.meta["cluster"] == [1, 1, 2]
     with pytest.raises(CompileError, match="panels"):
         tilecore.compile(two_outputs, target="cuda:sm_90a", pass_configs={**cfg, "tilecore.split_k_group_sum": "panels"})
+
+
+# -- D78: the sum in cells -------------------------------------------------------------------------------------------
+def _eval(e, t, env):
+    """An index / condition expression of the group sum for every thread ``t`` (numpy), the block's rank in ``env``."""
+    import numpy as np
+    from tilecore.ir import BinOp, Cast, Cmp, IntImm, Logic, Select, ThreadIndex, Var
+
+    if isinstance(e, IntImm):
+        return np.int64(e.value)
+    if isinstance(e, ThreadIndex):
+        return t
+    if isinstance(e, Var):
+        return env[e.name]
+    if isinstance(e, Cast):
+        return _eval(e.value, t, env)
+    if isinstance(e, Select):
+        return np.where(_eval(e.cond, t, env), _eval(e.t, t, env), _eval(e.f, t, env))
+    if isinstance(e, Logic):
+        a = _eval(e.a, t, env)
+        return ~a if e.op == "not" else (a & _eval(e.b, t, env)) if e.op == "and" else (a | _eval(e.b, t, env))
+    a, b = _eval(e.a, t, env), _eval(e.b, t, env)
+    if isinstance(e, Cmp):
+        return {"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b}[e.op]
+    assert isinstance(e, BinOp), e
+    ops = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "floordiv": lambda: a // b,
+           "floormod": lambda: a % b}
+    return ops[e.op]()
+
+
+def _run(s, t, env, mask, out):
+    """Every PeerStore / Store / CopyBarrierArrive / BulkStore of ``s`` with the threads' masks (Ifs followed)."""
+    import numpy as np
+    from tilecore.ir import For, If, PerThread, Seq
+
+    if isinstance(s, For):  # the main loop
+        return
+    if isinstance(s, Seq):
+        for x in s.body:
+            _run(x, t, env, mask, out)
+    elif isinstance(s, PerThread):
+        _run(s.body, t, env, mask, out)
+    elif isinstance(s, If):
+        c = np.broadcast_to(_eval(s.cond, t, env), t.shape)
+        _run(s.then, t, env, mask & c, out)
+        if s.orelse is not None:
+            _run(s.orelse, t, env, mask & ~c, out)
+    else:
+        out.append((s, mask.copy()))
+
+
+@pytest.mark.parametrize("M,N,K,tile,split", [(128, 4096, 4096, (128, 128, 64, 256, 5), 3),
+                                              (16, 8192, 8192, (64, 256, 64, 128, 3), 3),
+                                              (128, 4096, 4096, (128, 128, 64, 256, 4), 4),
+                                              (100, 1000, 2048, (64, 128, 64, 128, 4), 3),
+                                              (128, 4096, 4096, (128, 128, 64, 128, 4), 3)])
+def test_cells_exchange_simulated(monkeypatch, M, N, K, tile, split):
+    """D78's sum in cells, run for every rank and thread from the IR the pass builds: each block's area written once
+    a float (no two stores on one place, the bytes its barrier announced); each block sums, for every thread, the
+    registers of its own cells (every register of the tile summed by exactly one block) in split order 0 .. S-1, term
+    j its own register where j is its rank, else the place split j stored that thread's same register to; and its
+    bulk store covers exactly the cells it summed (each cell of the tile stored once)."""
+    import numpy as np
+    import tilecore.passes.splitk as sk
+    from tilecore.ir import BinOp, BufferLoad, BulkStore, CopyBarrierArrive, PeerStore, Seq, Store, const_value, rewrite
+
+    seen = {}
+    real = sk._finish_group
+
+    def keep(func, ctx, launch, gexprs, bvars, z, splits, new_top, note):
+        seen.update(top=new_top, z=z, splits=splits)
+        return real(func, ctx, launch, gexprs, bvars, z, splits, new_top, note)
+
+    monkeypatch.setattr(sk, "_finish_group", keep)
+    bm, bn, bk, th, st = tile
+    from tilecore.compiler import lower
+
+    lower(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda:sm_90a",
+          pass_configs={**GENERAL, "tilecore.split_k": split, "tilecore.split_k_uneven": True,
+                        "tilecore.split_k_reduce": "group", "tilecore.split_k_group_sum": "cells"})
+    top, S = seen["top"], seen["splits"]
+    assert S == split
+    t = np.arange(th, dtype=np.int64)
+    area = next(a.buffer for a in top if getattr(a, "buffer", None) is not None and a.buffer.name == "tc_group_cells")
+    written = [dict() for _ in range(S)]  # owner -> {float index: (sender, thread, register)}
+    sums, announced, stored = {}, {}, {}
+    acc = None
+    for me in range(S):
+        out = []
+        for s in top:
+            _run(s, t, {seen["z"].name: np.int64(me)}, np.ones(th, dtype=bool), out)
+        for s, mask in out:
+            env = {seen["z"].name: np.int64(me)}
+            if isinstance(s, PeerStore) and s.buffer is area:
+                acc = s.values[0].buffer
+                rank = np.broadcast_to(_eval(s.rank, t, env), t.shape)
+                at = np.broadcast_to(_eval(s.indices[0], t, env), t.shape)
+                regs = [int(const_value(v.indices[0])) for v in s.values]
+                for th_ in t[mask]:
+                    o = int(rank[th_])
+                    assert o != me
+                    for q, r in enumerate(regs):
+                        key = int(at[th_]) + q
+                        assert key not in written[o], (o, key)  # one store a place
+                        written[o][key] = (me, int(th_), r)
+            elif isinstance(s, Store) and acc is not None and s.buffer is acc and const_value(s.value) is None:
+                r = int(const_value(s.indices[0]))
+                terms = []
+
+                def flat(e):  # the sum's terms in order (left-nested additions)
+                    if isinstance(e, BinOp) and e.op == "add":
+                        flat(e.a)
+                        flat(e.b)
+                    else:
+                        terms.append(e)
+
+                flat(s.value)
+                assert len(terms) == S
+                for th_ in t[mask]:
+                    assert (int(th_), r) not in sums or sums[(int(th_), r)][0] == me
+                    got = []
+                    for j, x in enumerate(terms):
+                        assert isinstance(x, BufferLoad)
+                        if x.buffer is acc:
+                            assert j == me and int(const_value(x.indices[0])) == r  # its own, at its index
+                            got.append(me)
+                        else:
+                            key = int(np.broadcast_to(_eval(x.indices[0], t, env), t.shape)[th_])
+                            got.append(key)
+                    sums.setdefault((int(th_), r), (me, got))
+            elif isinstance(s, CopyBarrierArrive) and "group" in s.barrier.name:
+                announced[me] = announced.get(me, 0) + int(s.bytes) * int(mask.any())
+            elif isinstance(s, BulkStore):
+                first, end, rows = s.cells
+                stored[me] = (int(_eval(first, t, env)), int(_eval(end, t, env)), rows)
+    regs = acc.numel() if isinstance(acc.numel(), int) else int(const_value(acc.numel()))
+    assert len(sums) == th * regs  # every register of every thread summed by one block
+    for (th_, r), (me, got) in sums.items():
+        for j, key in enumerate(got):
+            if j != me:
+                assert written[me][key] == (j, th_, r)  # split j's same thread, same register
+    for o in range(S):
+        assert announced[o] == 4 * len(written[o])  # the barrier's bytes: exactly what its peers store
+    firsts = sorted(stored.values())
+    assert firsts[0][0] == 0 and all(a[1] == b[0] for a, b in zip(firsts, firsts[1:]))  # each cell stored once
+    # the cells a block stores hold exactly the registers it summed (the epilogue's staging stores, every thread)
+    k = next(i for i, x in enumerate(top) if getattr(x, "attrs", {}).get("split_k") == "group cell sum in split order")
+    epi = rewrite(Seq(list(top[k + 1:])), lambda x: x.with_(cells=None) if isinstance(x, BulkStore) else None).body
+    bs, rows, cols = sk._epilogue_map(epi, acc, regs, th)
+    bands, cell_rows = bs.layout.rows // stored[0][2], stored[0][2]
+    for (th_, r), (me, _) in sums.items():
+        for row, col in zip(rows[r], cols[r]):
+            c = (int(col[th_]) // bs.layout.panel_elems) * bands + int(row[th_]) // cell_rows
+            assert stored[me][0] <= c < stored[me][1], (th_, r, me, c)
+
+
+@needs_toolchain
+def test_group_sum_in_cells():
+    """3 splits of the plugin's 128x128 tile (two panels, which do not divide among 3): "auto" sums in cells of 16 rows
+    x one 64-column panel, 16 cells owned 5/5/6; each block's barrier announced for its cells from 2 peers (5 or 6 x 4
+    KiB x 2); C's tensor map a 64 x 16 box; each block's thread 0 bulk-stores its run of cells in a loop; SASS: 3
+    versions x 16 DSMEM stores (predicated by the group's owner), no global traffic but the bulk store, no spills."""
+    import tilecore_cuda
+
+    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 5), 3, **{"tilecore.split_k_uneven": True,
+                                                             "tilecore.split_k_group_sum": "auto"})
+    src, note = k.source.code, k.meta["attrs"]["split_k"][0]
+    assert "summed in cells: the tile's 16 cells of 16 rows x one panel owned 5/5/6" in note
+    assert "over its stages, 49152 bytes" in note and k.source.meta["cluster"] == [1, 1, 3]
+    assert re.findall(r"tc_mbar_expect_tx\(tc_smem_addr\(vtc_group_full \+ \(0\)\), (\d+)u\);", src) == \
+        ["40960", "40960", "49152"]
+    assert k.source.meta["tensor_maps"][2]["box"] == [64, 16]
+    assert "for (int tc_c = (int)(tc_floordiv((split * 16), 3)); tc_c < (int)(tc_floordiv(((split * 16) + 16), 3)); " \
+           "++tc_c) {\n      tc_tma_store_2d(&tc_tmap2, tc_smem_addr(C_local_st) + (unsigned)(tc_c / 8) * 16384u + " \
+           "(unsigned)(tc_c % 8) * 2048u, (int)((bx * 128)) + (tc_c / 8) * 64, (int)((by * 128)) + (tc_c % 8) * 16);" in src
+    assert "vtc_group_sums" not in src and "vtc_group_slices" not in src
+    try:
+        sass = tilecore_cuda.CUDABackend().disassemble(k.binary, None)
+    except SystemExit as e:
+        pytest.skip(str(e))
+    ops = re.findall(r"\b((?:STAS|LDS|UCGABAR|STG|LDG|ATOMG|UTMASTG)[\w.]*)", sass)
+    assert ops.count("STAS.128") == 3 * 16 and ops.count("LDS.128") == 3 * 16 * 2 and ops.count("UCGABAR_ARV") == 1
+    assert not [o for o in ops if o.startswith(("STG", "LDG", "ATOMG"))] and "UTMASTG.2D" in ops
+    assert "LDL" not in sass and "STL" not in sass
+    # 64x256 (four panels, 128 threads): 16 cells, an area of its own (beside the stages)
+    k = _cuda(16, 8192, 8192, (64, 256, 64, 128, 3), 3, **{"tilecore.split_k_uneven": True,
+                                                           "tilecore.split_k_group_sum": "cells"})
+    assert "16 cells of 16 rows x one panel owned 5/5/6" in k.meta["attrs"]["split_k"][0]
+    assert "an area of its own" in k.meta["attrs"]["split_k"][0]
+
+
+@needs_toolchain
+def test_cells_refused_by_name_where_they_do_not_apply():
+    """Asked for, "cells" names why it does not apply: an epilogue that is no bulk store of the accumulator alone."""
+    with pytest.raises(CompileError, match="split_k_group_sum=\"cells\": the epilogue is not one bulk tile store"):
+        _cuda(128, 4096, 4096, (128, 128, 64, 256, 4), 2, **{"tilecore.split_k_group_sum": "cells",
+                                                             "tilecore.bulk_store": False})
