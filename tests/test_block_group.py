@@ -436,26 +436,26 @@ def _run(s, t, env, mask, out):
                                               (100, 1000, 2048, (64, 128, 64, 128, 4), 3),
                                               (128, 4096, 4096, (128, 128, 64, 128, 4), 3)])
 def test_cells_exchange_simulated(monkeypatch, M, N, K, tile, split):
-    """D78's sum in cells, run for every rank and thread from the IR the pass builds: each block's area written once
-    a float (no two stores on one place, the bytes its barrier announced); each block sums, for every thread, the
-    registers of its own cells (every register of the tile summed by exactly one block) in split order 0 .. S-1, term
-    j its own register where j is its rank, else the place split j stored that thread's same register to; and its
-    bulk store covers exactly the cells it summed (each cell of the tile stored once)."""
+    """D78's sum in cells, run for every rank and thread from the IR the pass builds (each row of tiles where C's rows
+    end inside the tile): each block's area written once a float (no two stores on one place), exactly the bytes its
+    barrier announced; each block sums, for every thread, the registers of its own cells whose rows lie in C (every
+    such register of the tile summed by exactly one block, none of the rows past C) in split order 0 .. S-1, term j
+    its own register where j is its rank, else the place split j stored that thread's same register to; its bulk
+    store covers exactly the cells it summed (each cell of the tile stored by one block)."""
     import numpy as np
     import tilecore.passes.splitk as sk
+    from tilecore.compiler import lower
     from tilecore.ir import BinOp, BufferLoad, BulkStore, CopyBarrierArrive, PeerStore, Seq, Store, const_value, rewrite
 
     seen = {}
     real = sk._finish_group
 
     def keep(func, ctx, launch, gexprs, bvars, z, splits, new_top, note):
-        seen.update(top=new_top, z=z, splits=splits)
+        seen.update(top=new_top, z=z, splits=splits, bvars=bvars)
         return real(func, ctx, launch, gexprs, bvars, z, splits, new_top, note)
 
     monkeypatch.setattr(sk, "_finish_group", keep)
     bm, bn, bk, th, st = tile
-    from tilecore.compiler import lower
-
     lower(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda:sm_90a",
           pass_configs={**GENERAL, "tilecore.split_k": split, "tilecore.split_k_uneven": True,
                         "tilecore.split_k_reduce": "group", "tilecore.split_k_group_sum": "cells"})
@@ -463,76 +463,85 @@ def test_cells_exchange_simulated(monkeypatch, M, N, K, tile, split):
     assert S == split
     t = np.arange(th, dtype=np.int64)
     area = next(a.buffer for a in top if getattr(a, "buffer", None) is not None and a.buffer.name == "tc_group_cells")
-    written = [dict() for _ in range(S)]  # owner -> {float index: (sender, thread, register)}
-    sums, announced, stored = {}, {}, {}
-    acc = None
-    for me in range(S):
-        out = []
-        for s in top:
-            _run(s, t, {seen["z"].name: np.int64(me)}, np.ones(th, dtype=bool), out)
-        for s, mask in out:
-            env = {seen["z"].name: np.int64(me)}
-            if isinstance(s, PeerStore) and s.buffer is area:
-                acc = s.values[0].buffer
-                rank = np.broadcast_to(_eval(s.rank, t, env), t.shape)
-                at = np.broadcast_to(_eval(s.indices[0], t, env), t.shape)
-                regs = [int(const_value(v.indices[0])) for v in s.values]
-                for th_ in t[mask]:
-                    o = int(rank[th_])
-                    assert o != me
-                    for q, r in enumerate(regs):
-                        key = int(at[th_]) + q
-                        assert key not in written[o], (o, key)  # one store a place
-                        written[o][key] = (me, int(th_), r)
-            elif isinstance(s, Store) and acc is not None and s.buffer is acc and const_value(s.value) is None:
-                r = int(const_value(s.indices[0]))
-                terms = []
-
-                def flat(e):  # the sum's terms in order (left-nested additions)
-                    if isinstance(e, BinOp) and e.op == "add":
-                        flat(e.a)
-                        flat(e.b)
-                    else:
-                        terms.append(e)
-
-                flat(s.value)
-                assert len(terms) == S
-                for th_ in t[mask]:
-                    assert (int(th_), r) not in sums or sums[(int(th_), r)][0] == me
-                    got = []
-                    for j, x in enumerate(terms):
-                        assert isinstance(x, BufferLoad)
-                        if x.buffer is acc:
-                            assert j == me and int(const_value(x.indices[0])) == r  # its own, at its index
-                            got.append(me)
-                        else:
-                            key = int(np.broadcast_to(_eval(x.indices[0], t, env), t.shape)[th_])
-                            got.append(key)
-                    sums.setdefault((int(th_), r), (me, got))
-            elif isinstance(s, CopyBarrierArrive) and "group" in s.barrier.name:
-                announced[me] = announced.get(me, 0) + int(s.bytes) * int(mask.any())
-            elif isinstance(s, BulkStore):
-                first, end, rows = s.cells
-                stored[me] = (int(_eval(first, t, env)), int(_eval(end, t, env)), rows)
-    regs = acc.numel() if isinstance(acc.numel(), int) else int(const_value(acc.numel()))
-    assert len(sums) == th * regs  # every register of every thread summed by one block
-    for (th_, r), (me, got) in sums.items():
-        for j, key in enumerate(got):
-            if j != me:
-                assert written[me][key] == (j, th_, r)  # split j's same thread, same register
-    for o in range(S):
-        assert announced[o] == 4 * len(written[o])  # the barrier's bytes: exactly what its peers store
-    firsts = sorted(stored.values())
-    assert firsts[0][0] == 0 and all(a[1] == b[0] for a, b in zip(firsts, firsts[1:]))  # each cell stored once
-    # the cells a block stores hold exactly the registers it summed (the epilogue's staging stores, every thread)
     k = next(i for i, x in enumerate(top) if getattr(x, "attrs", {}).get("split_k") == "group cell sum in split order")
     epi = rewrite(Seq(list(top[k + 1:])), lambda x: x.with_(cells=None) if isinstance(x, BulkStore) else None).body
-    bs, rows, cols = sk._epilogue_map(epi, acc, regs, th)
-    bands, cell_rows = bs.layout.rows // stored[0][2], stored[0][2]
-    for (th_, r), (me, _) in sums.items():
-        for row, col in zip(rows[r], cols[r]):
-            c = (int(col[th_]) // bs.layout.panel_elems) * bands + int(row[th_]) // cell_rows
-            assert stored[me][0] <= c < stored[me][1], (th_, r, me, c)
+    acc = None
+    rows_of_tiles = -(-M // bm)
+    for by in sorted({0, rows_of_tiles - 1}):
+        env0 = {v.name: np.int64(0) for v in seen["bvars"]}
+        env0[seen["bvars"][1].name] = np.int64(by)
+        written = [dict() for _ in range(S)]  # owner -> {float index: (sender, thread, register)}
+        sums, announced, stored = {}, {}, {}
+        for me in range(S):
+            env = {**env0, seen["z"].name: np.int64(me)}
+            out = []
+            for x in top:
+                _run(x, t, env, np.ones(th, dtype=bool), out)
+            for x, mask in out:
+                if isinstance(x, PeerStore) and x.buffer is area:
+                    acc = x.values[0].buffer
+                    rank = np.broadcast_to(_eval(x.rank, t, env), t.shape)
+                    at = np.broadcast_to(_eval(x.indices[0], t, env), t.shape)
+                    regs = [int(const_value(v.indices[0])) for v in x.values]
+                    for th_ in t[mask]:
+                        o = int(rank[th_])
+                        assert o != me
+                        for q, r in enumerate(regs):
+                            key = int(at[th_]) + q
+                            assert key not in written[o], (o, key)  # one store a place
+                            written[o][key] = (me, int(th_), r)
+                elif isinstance(x, Store) and acc is not None and x.buffer is acc and const_value(x.value) is None:
+                    r = int(const_value(x.indices[0]))
+                    terms = []
+
+                    def flat(e):  # the sum's terms in order (left-nested additions)
+                        if isinstance(e, BinOp) and e.op == "add":
+                            flat(e.a)
+                            flat(e.b)
+                        else:
+                            terms.append(e)
+
+                    flat(x.value)
+                    assert len(terms) == S and all(isinstance(y, BufferLoad) for y in terms)
+                    for th_ in t[mask]:
+                        assert (int(th_), r) not in sums  # summed once
+                        got = []
+                        for j, y in enumerate(terms):
+                            if y.buffer is acc:
+                                assert j == me and int(const_value(y.indices[0])) == r  # its own, at its index
+                                got.append(None)
+                            else:
+                                got.append(int(np.broadcast_to(_eval(y.indices[0], t, env), t.shape)[th_]))
+                        sums[(int(th_), r)] = (me, got)
+                elif isinstance(x, CopyBarrierArrive) and "group" in x.barrier.name and mask.any():
+                    assert me not in announced  # one arrival
+                    announced[me] = int(x.bytes)
+                elif isinstance(x, BulkStore):
+                    first, end, rows = x.cells
+                    stored[me] = (int(_eval(first, t, env)), int(_eval(end, t, env)), rows)
+        nregs = int(const_value(acc.numel())) if not isinstance(acc.numel(), int) else acc.numel()
+        for (th_, r), (me, got) in sums.items():
+            for j, key in enumerate(got):
+                if j != me:
+                    assert written[me][key] == (j, th_, r)  # split j's same thread, same register
+        for o in range(S):
+            assert announced[o] == 4 * len(written[o])  # the barrier's bytes: exactly what its peers store
+        firsts = sorted(stored.values())
+        assert firsts[0][0] == 0 and all(a[1] == b[0] for a, b in zip(firsts, firsts[1:]))  # each cell stored once
+        bs, rows, cols = sk._epilogue_map(epi, acc, nregs, th)
+        bands, cell_rows = bs.layout.rows // firsts[0][2], firsts[0][2]
+        live = 0
+        for th_ in t:
+            for r in range(nregs):
+                row0 = int(rows[r][0][th_])
+                c = (int(cols[r][0][th_]) // bs.layout.panel_elems) * bands + row0 // cell_rows
+                inside = by * bm + (row0 // cell_rows) * cell_rows < M
+                assert ((th_, r) in sums) == inside  # the live cells' registers summed, the others not
+                if inside:
+                    live += 1
+                    me = sums[(th_, r)][0]
+                    assert stored[me][0] <= c < stored[me][1], (th_, r, me, c)
+        assert live == th * nregs if (by + 1) * bm <= M else 0 < live < th * nregs
 
 
 @needs_toolchain

@@ -1008,6 +1008,23 @@ def _group_cells(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, th
     run = binary("floordiv", tid, as_expr(cells.tc))
     lane_t = binary("floormod", tid, as_expr(cells.tc))
 
+    # the cells whose rows lie past C's last row (a tile that overhangs it: 16 rows of a 64-row tile) are neither sent
+    # nor summed, and the owner's barrier expects only its live cells' bytes (a static C whose rows the tiles divide:
+    # every cell live, nothing checked)
+    store = cells.store
+    row0, mrows = simplify(as_expr(store.starts[-2])), simplify(as_expr(store.dst.shape[-2]))
+    tile_rows = cells.rows * cells.bands
+    every_row = const_value(mrows) is not None and int(const_value(mrows)) % tile_rows == 0
+
+    def live(c):  # cell c's first row inside C (None: always)
+        if every_row:
+            return None
+        band = binary("floormod", c, as_expr(cells.bands)) if not isinstance(c, int) else c % cells.bands
+        return compare("lt", binary("add", row0, binary("mul", as_expr(band), as_expr(cells.rows))), mrows)
+
+    def both(a, b):
+        return b if a is None else a if b is None else logic_and(a, b)
+
     def cell_of(g):  # the cell of this thread's group g
         c = as_expr(cells.panel[g] * cells.bands + cells.base[g])
         return c if cells.step[g] == 0 else binary("add", c, binary("mul", run, as_expr(cells.step[g])))
@@ -1043,11 +1060,11 @@ def _group_cells(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, th
             local = binary("sub", c, cells.first(o, splits))
             st = PeerStore(area, (place(slot, local, g, 0),), tuple(reg(4 * g + q) for q in range(4)), o, bars, zero,
                            span=span)
-            if const_value(simplify(o)) is not None:
-                if int(const_value(simplify(o))) != me:
-                    out.append(st)
-            else:
-                out.append(If(compare("ne", o, as_expr(me)), st, None, span=span))
+            cond = None if const_value(simplify(o)) is not None else compare("ne", o, as_expr(me))
+            if cond is None and int(const_value(simplify(o))) == me:
+                continue
+            cond = both(cond, live(c))
+            out.append(st if cond is None else If(cond, st, None, span=span))
         return Seq(out)
 
     def sum_(me):  # the groups of this block's cells, in split order, its own registers at its index
@@ -1065,7 +1082,7 @@ def _group_cells(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, th
                                                                        lane),))
                     t = v if t is None else binary("add", t, v)
                 stores.append(Store(acc, (as_expr(r),), t, span=span))
-            mine = logic_and(compare("ge", c, as_expr(f0)), compare("lt", c, as_expr(f1)))
+            mine = both(logic_and(compare("ge", c, as_expr(f0)), compare("lt", c, as_expr(f1))), live(c))
             known = const_value(simplify(mine))
             if known is None:
                 out.append(If(mine, Seq(stores), None, span=span))
@@ -1073,9 +1090,19 @@ def _group_cells(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, th
                 out.extend(stores)
         return Seq(out)
 
-    def expect(me):  # the bytes block ``me`` receives: its cells from every peer
-        n = cells.first(me + 1, splits) - cells.first(me, splits)
-        return CopyBarrierArrive(bars, zero, (splits - 1) * n * cell_f4 * 4 * bpe, span=span)
+    def expect(me):  # the bytes block ``me`` receives: its live cells from every peer (one arrival in any case)
+        f0, f1 = cells.first(me, splits), cells.first(me + 1, splits)
+        if every_row:
+            return CopyBarrierArrive(bars, zero, (splits - 1) * (f1 - f0) * cell_f4 * 4 * bpe, span=span)
+        n = None
+        for c in range(f0, f1):
+            x = select(live(c), as_expr(1), as_expr(0))
+            n = x if n is None else binary("add", n, x)
+        version = None
+        for m in range(f1 - f0 + 1):  # a version a count of live cells: the barrier's bytes static in each
+            body = CopyBarrierArrive(bars, zero, (splits - 1) * m * cell_f4 * 4 * bpe, span=span)
+            version = body if version is None else If(compare("eq", n, as_expr(m)), body, version, span=span)
+        return version
 
     rest = top[k + 1:]
     allocs = [i for i, s in enumerate(top[:k]) if isinstance(s, Allocate)]
@@ -1089,7 +1116,6 @@ def _group_cells(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, th
         start.append(GroupBarrier("arrive", "relaxed", span=span))
         after_loop = [GroupBarrier("wait", "acquire", span=span)]
     start.append(by_rank(expect))
-    store = cells.store
     first, end = cells.first(z, splits), cells.first(binary("add", z, as_expr(1)), splits)
     tail = [PerThread(by_rank(send), attrs={"split_k": "group cells send"}, span=span),
             CopyBarrierWait(bars, zero, zero, span=span),
