@@ -17,8 +17,8 @@ For every shape, in one process, the README GEMM (``cuda_gemm.matmul``, fp16, C 
   with the workspace sum and with ``split_k_reduce="auto"``.
 
 ``--cells``: the 3-split rows (D78): at the plugin's tile (``CELLS_TILES`` adds 64x8192x8192 at 64x256, every row
-valid), the plugin (its cluster sum), its workspace sum, the default routing at that tile (dropped where it keeps the
-plugin's kernel), the core's workspace / cells / slices sums at ``--cells-splits`` (uneven where the count does not
+valid), the plugin (its cluster sum), its workspace sum, the default routing at that tile and the routing with
+``tilecore.cuda.general_split_k_cells=True`` (each dropped where it keeps the plugin's kernel), the core's workspace / cells / slices sums at ``--cells-splits`` (uneven where the count does not
 divide the k tiles; cells and slices each checked bit for bit against the workspace kernel) and D75's routed 64x128
 tile for the record.
 
@@ -110,12 +110,14 @@ def main() -> int:
             tn = f"{pt[0]}x{pt[1]}x{pt[2]}/{pt[4]}"
             kp = add("plugin", tile=pt, cfg=PLUGIN)
             add("plugin-global", tile=pt, cfg={**PLUGIN, "tilecore.cuda.split_k_reduce": "global"})
-            k = add(f"routed {tn}", tile=pt, cfg={})  # the default routing at the plugin's tile
-            if k is not None:
-                note = (k.meta.get("attrs", {}).get("split_k") or ("the plugin's split-K",))[0]
-                if "split_k" not in k.meta.get("attrs", {}):
-                    del variants[f"routed {tn}"]  # the plugin's kernel
-                print(f"  routed {tn}: {note[:240]}")
+            for label, cfg in ((f"routed {tn}", {}),  # the default routing at the plugin's tile, and D78's
+                               (f"routed cells {tn}", {"tilecore.cuda.general_split_k_cells": True})):
+                k = add(label, tile=pt, cfg=cfg)
+                if k is not None:
+                    note = (k.meta.get("attrs", {}).get("split_k") or ("the plugin's split-K",))[0]
+                    if "split_k" not in k.meta.get("attrs", {}) or (cfg and not k.source.meta.get("cluster")):
+                        del variants[label]  # the plugin's kernel (or the core's workspace sum: not the cells)
+                    print(f"  {label}: {note[:240]}")
             for s in [int(x) for x in args.cells_splits.split(",") if x]:
                 cfg = {**GENERAL, "tilecore.split_k": s, "tilecore.split_k_uneven": True}
                 u = "u" if (-(-K // pt[2])) % s else ""

@@ -585,3 +585,26 @@ def test_cells_refused_by_name_where_they_do_not_apply():
     with pytest.raises(CompileError, match="split_k_group_sum=\"cells\": the epilogue is not one bulk tile store"):
         _cuda(128, 4096, 4096, (128, 128, 64, 256, 4), 2, **{"tilecore.split_k_group_sum": "cells",
                                                              "tilecore.bulk_store": False})
+
+
+@needs_toolchain
+def test_routing_takes_the_plugins_three_splits_in_cells_when_asked():
+    """tilecore.cuda.general_split_k_cells=True (D78): the plugin's default tiles, whose rule says 4 splits of which
+    32 groups would not all be resident at once (30 of 4), go to the core at one split fewer, 3 (39 at once), unevenly
+    over the k tiles, summed in cells (the panels do not divide among 3); unset, they stay on the plugin's split-K."""
+    def compiled(M, N, K, bm, bn, th, st, **cfg):
+        return tilecore.compile(matmul(M, N, K, bm, bn, 64, threads=th, num_stages=st), target="cuda:sm_90a",
+                                pass_configs={**NOCACHE, **cfg})
+
+    for M, N, K, bm, bn, th, st, per in ((128, 4096, 4096, 128, 128, 256, 5, "21-22 of 64"),
+                                         (16, 8192, 8192, 64, 256, 128, 3, "42-43 of 128")):
+        k = compiled(M, N, K, bm, bn, th, st, **{"tilecore.cuda.general_split_k_cells": True})
+        note = k.meta["attrs"]["split_k"][0]
+        assert k.source.meta["cluster"] == [1, 1, 3] and "tc_wgmma_splitk" not in k.source.code
+        assert f"({per} k tiles each)" in note and "summed in cells" in note and "owned 5/5/6" in note
+        assert "tc_wgmma_splitk" in compiled(M, N, K, bm, bn, th, st).source.code
+    # D75's 2-split route is unchanged by the option
+    k = compiled(128, 4096, 4096, 64, 128, 128, 4, **{"tilecore.cuda.general_split_k_cells": True})
+    assert k.source.meta["cluster"] == [1, 1, 2] and "summed in panels" in k.meta["attrs"]["split_k"][0]
+    with pytest.raises(CompileError, match="general_split_k_cells"):
+        compiled(128, 4096, 4096, 128, 128, 256, 5, **{"tilecore.cuda.general_split_k_cells": "sometimes"})

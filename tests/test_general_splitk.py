@@ -404,6 +404,33 @@ def test_routed_group_on_gpu_against_float64(M, N, K, tile):
         assert torch.equal(C, first)
 
 
+@hopper_gpu
+@pytest.mark.parametrize("M,N,K,tile", [(128, 4096, 4096, (128, 128, 64, 256, 5)), (16, 8192, 8192, (64, 256, 64, 128, 3)),
+                                        (32, 4096, 14336, (128, 128, 64, 256, 4))])
+def test_routed_cells_on_gpu_against_float64(M, N, K, tile):
+    """D78: the plugin's 3-split GEMMs at its default tiles routed to the core's sum in cells
+    (tilecore.cuda.general_split_k_cells=True): float64 bound, bit for bit every call."""
+    import torch
+
+    bm, bn, bk, th, st = tile
+    k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda",
+                         pass_configs={"tilecore.cuda.general_split_k_cells": True})
+    assert k.source.meta.get("cluster") == [1, 1, 3] and "summed in cells" in k.meta["attrs"]["split_k"][0]
+    torch.manual_seed(3)
+    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    B = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    ref = A.double() @ B.double()
+    C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+    k(A, B, C)
+    first = C.clone()
+    err = (first.double() - ref).abs()
+    assert (err <= K ** 0.5 * 8e-3 + ref.abs() * 2 ** -10).all(), err.max()
+    for _ in range(3):
+        C.fill_(float("nan"))
+        k(A, B, C)
+        assert torch.equal(C, first)
+
+
 # -- the CUDA source on the host emulator (sm_80's general path: mma.sync on registers, cp.async stages) -----------
 @needs_toolchain
 @pytest.mark.parametrize("split,partials", [(2, "vector"), (4, "vector"), (4, "scalar")])

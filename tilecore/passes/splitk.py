@@ -57,6 +57,9 @@ SPLIT_K_GROUP_SYNC_DEFAULT = "copy_barrier"
 #: the workspace sum on the LLM rows, 64 KiB (128x128, 2 splits) 0.4 / 2.2 us slower, the slices at 3 splits (84 KiB)
 #: within 0.1 us / 1.2 us faster
 GROUP_AUTO_BYTES = 32768
+#: D78: the same bound for the sum in cells (each block receives only its own cells: 3 splits of the plugin's 128x128 /
+#: 64x256 tiles, 2 x 6 cells of 4 KiB), to be measured against the workspace
+CELLS_AUTO_BYTES = 49152
 #: the "auto" rule's constants (decisions D27 / D31's rule, as a GPU plugin's split-K takes it)
 TILES_PER_STAGE, LEAST_CAP, MAX_SPLITS, TAIL_RATIO = 4, 16, 16, 1
 #: the last block's sum is written once per split index (its own partial from its registers) up to this many
@@ -210,7 +213,8 @@ def groups_at_once(caps) -> dict:
     return {int(k): int(v) for k, v in dict(table).items() if v is not None}
 
 
-def _group_plan(ctx, reduce_, splits, tiles, recv_bytes, shared_bytes, stage_bytes, rank0_bytes=0):
+def _group_plan(ctx, reduce_, splits, tiles, recv_bytes, shared_bytes, stage_bytes, rank0_bytes=0,
+                bound=GROUP_AUTO_BYTES):
     """``(splits, None)`` where the tile's splits run as one block group (``tilecore.split_k_reduce``), else
     ``(splits, reason)`` (the workspace sum); raises where "group" was asked for and cannot be built."""
     if reduce_ == "workspace":
@@ -237,9 +241,10 @@ def _group_plan(ctx, reduce_, splits, tiles, recv_bytes, shared_bytes, stage_byt
         return splits, why
     if reduce_ == "group":
         return splits, None
-    if rank0_bytes > GROUP_AUTO_BYTES:
+    if rank0_bytes > bound:
         return splits, (f"a block would receive {rank0_bytes} bytes through block memory, more than the "
-                        f"{GROUP_AUTO_BYTES} up to which the group sum measured faster than the workspace (D75)")
+                        f"{bound} up to which the group sum measured faster than the workspace "
+                        f"({'D78' if bound != GROUP_AUTO_BYTES else 'D75'})")
     at_once = groups_at_once(ctx.capabilities)
     if tiles <= at_once.get(splits, 0):
         return splits, None
@@ -305,7 +310,7 @@ def split_k(func, ctx):
             return func
     else:
         splits, why = want, "the backend's request" if from_backend else SPLIT_K
-        if kt % splits and not ctx.option(SPLIT_K_UNEVEN, False):
+        if kt % splits and not ctx.option(SPLIT_K_UNEVEN, bool(from_backend and launch.attrs.get("split_k_uneven"))):
             divs = [d for d in range(2, kt + 1) if kt % d == 0 and d <= 64]
             raise CompileError(f"pass config {SPLIT_K}={splits}: the k loop's {kt} iterations do not divide into "
                                f"{splits} equal splits; use one of {divs[:12]} (or {SPLIT_K_UNEVEN}=True: block z "
@@ -340,7 +345,8 @@ def split_k(func, ctx):
                 else:
                     recv = _slices_bytes(n, regs, threads, acc) if f == "slices" else (n - 1) * part
                 # rank 0 receives all of its area: the peers' partials, or a slice from each and the others' sums
-                why_not = _group_plan(ctx, reduce_, n, tiles, recv, shared_bytes + 2048, stage_bytes, recv)[1]
+                why_not = _group_plan(ctx, reduce_, n, tiles, recv, shared_bytes + 2048, stage_bytes, recv,
+                                      CELLS_AUTO_BYTES if isinstance(f, _Cells) else GROUP_AUTO_BYTES)[1]
                 return f, why_not, bool(cap) and shared_bytes + 2048 + recv <= int(cap[0])
 
             form, group_why, beside = plan(splits)
