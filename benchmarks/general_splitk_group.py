@@ -19,7 +19,8 @@ For every shape, in one process, the README GEMM (``cuda_gemm.matmul``, fp16, C 
 ``--cells``: the 3-split rows (D78): at the plugin's tile (``CELLS_TILES`` adds 64x8192x8192 at 64x256, every row
 valid), the plugin (its cluster sum), its workspace sum, the default routing at that tile and the routing with
 ``tilecore.cuda.general_split_k_cells=True`` (each dropped where it keeps the plugin's kernel), the core's workspace / cells / slices sums at ``--cells-splits`` (uneven where the count does not
-divide the k tiles; cells and slices each checked bit for bit against the workspace kernel) and D75's routed 64x128
+divide the k tiles; ``cells-stages``: the cells' area over the pipeline's stages, ``tilecore.split_k_group_area``;
+each group kernel checked bit for bit against the workspace kernel) and D75's routed 64x128
 tile for the record.
 
 ``--focus``: the routing rows (D75 round 2): at the plugin's tile and each tile of ``--tiles`` the plugin and the
@@ -123,12 +124,14 @@ def main() -> int:
                 u = "u" if (-(-K // pt[2])) % s else ""
                 if add(f"ws {s}{u} {tn}", tile=pt, cfg=cfg) is None:
                     continue
-                for form in ("cells", "slices"):
-                    k = add(f"{form} {s}{u} {tn}", tile=pt, cfg={**cfg, "tilecore.split_k_reduce": "group",
-                                                               "tilecore.split_k_group_sum": form})
+                for label, form, extra in (("cells", "cells", {}),
+                                           ("cells-stages", "cells", {"tilecore.split_k_group_area": "stages"}),
+                                           ("slices", "slices", {})):
+                    k = add(f"{label} {s}{u} {tn}", tile=pt, cfg={**cfg, "tilecore.split_k_reduce": "group",
+                                                                "tilecore.split_k_group_sum": form, **extra})
                     if k is not None:
-                        pairs.append((f"{form} {s}{u} {tn}", f"ws {s}{u} {tn}"))
-                        print(f"  {form} {s}{u} {tn}: {k.meta['attrs']['split_k'][0][-200:]}")
+                        pairs.append((f"{label} {s}{u} {tn}", f"ws {s}{u} {tn}"))
+                        print(f"  {label} {s}{u} {tn}: {k.meta['attrs']['split_k'][0][-200:]}")
             t = (64, 128, 64, 128, 4)
             if t != pt:  # D75's routed tile, for the record
                 add("routed 64x128x64/4", tile=t, cfg={})

@@ -302,8 +302,9 @@ def test_group_sum_in_slices():
 def test_routing_mode_group_routes_only_what_the_core_sums_in_groups():
     """tilecore.cuda.general_split_k="group" (D75, the default): the plugin's split GEMM goes to the core only where
     the core sums it in panels (2 splits, a 16-bit C of two or more 128-byte panels, at most 32 KiB into a block, every
-    group resident at once): 64x128 tiles at 128x4096x4096 and 16x8192x8192 and 128x128 at 256x4096x4096 do; 128x128
-    at 128x4096x4096 (4 splits by the rule), 64x256 (4 splits) and 128x64 (one panel) stay on the plugin."""
+    group resident at once): 64x128 tiles at 128x4096x4096 and 16x8192x8192 and 128x128 at 256x4096x4096 do; since
+    D78 the 3 splits of 64x256 in cells (their area beside the stages); 128x128/5 at 128x4096x4096 (the cells' area
+    would lie over the stages) and 128x64 (one panel, 2 splits) stay on the plugin."""
     def compiled(M, N, K, bm, bn, th, st):
         return tilecore.compile(matmul(M, N, K, bm, bn, 64, threads=th, num_stages=st), target="cuda:sm_90a",
                                 pass_configs={**NOCACHE, "tilecore.cuda.general_split_k": "group"})
@@ -314,8 +315,8 @@ def test_routing_mode_group_routes_only_what_the_core_sums_in_groups():
         assert "st.async.shared::cluster" in k.source.code  # the transaction-barrier form by default
     k = compiled(256, 4096, 4096, 128, 128, 256, 4)
     assert k.source.meta["cluster"] == [1, 1, 2] and "summed in panels" in k.meta["attrs"]["split_k"][0]
-    assert "tc_wgmma_splitk" in compiled(128, 4096, 4096, 128, 128, 256, 5).source.code
-    assert "tc_wgmma_splitk" in compiled(16, 8192, 8192, 64, 256, 128, 3).source.code
+    assert "tc_wgmma_splitk" in compiled(128, 4096, 4096, 128, 128, 256, 5).source.code  # cells over the stages (D78)
+    assert "summed in cells" in compiled(16, 8192, 8192, 64, 256, 128, 3).meta["attrs"]["split_k"][0]  # D78
     assert "tc_wgmma_splitk" in compiled(128, 4096, 4096, 128, 64, 256, 4).source.code
     # unset, the same: "group" is the default
     k = tilecore.compile(matmul(16, 8192, 8192, 64, 128, 64, threads=128, num_stages=4), target="cuda:sm_90a",
@@ -556,7 +557,16 @@ def test_group_sum_in_cells():
                                                              "tilecore.split_k_group_sum": "auto"})
     src, note = k.source.code, k.meta["attrs"]["split_k"][0]
     assert "summed in cells: the tile's 16 cells of 16 rows x one panel owned 5/5/6" in note
-    assert "over its stages, 49152 bytes" in note and k.source.meta["cluster"] == [1, 1, 3]
+    assert "an area of its own, 49152 bytes, the staging tile over it" in note and k.source.meta["cluster"] == [1, 1, 3]
+    # the area beside the 5 stages (160 KiB), the staging tile (32 KiB) over it: placed inside the area, written only
+    # after the block barrier that follows the sum's last read of it
+    area = int(re.search(r"float\* vtc_group_cells = \(float\*\)\(tc_smem \+ (\d+)\);", src).group(1))
+    stg = int(re.search(r"__half\* C_local_st = \(__half\*\)\(tc_smem \+ (\d+)\);", src).group(1))
+    assert area <= stg and stg + 32768 <= area + 49152 and stg % 1024 == 0
+    tail = src[src.index("tc_mbar_wait(tc_smem_addr(vtc_group_full + (0)), 0);"):]
+    last_read = tail.rindex("vtc_group_cells[")
+    assert tail.index("__syncthreads();", last_read) < tail.index("tc_stsm_x4(", last_read)
+    assert src.count("barrier.cluster.arrive.relaxed.aligned;") == 1  # no group barrier after the main loop
     assert re.findall(r"tc_mbar_expect_tx\(tc_smem_addr\(vtc_group_full \+ \(0\)\), (\d+)u\);", src) == \
         ["40960", "40960", "49152"]
     assert k.source.meta["tensor_maps"][2]["box"] == [64, 16]
@@ -572,6 +582,12 @@ def test_group_sum_in_cells():
     assert ops.count("STAS.128") == 3 * 16 and ops.count("LDS.128") == 3 * 16 * 2 and ops.count("UCGABAR_ARV") == 1
     assert not [o for o in ops if o.startswith(("STG", "LDG", "ATOMG"))] and "UTMASTG.2D" in ops
     assert "LDL" not in sass and "STL" not in sass
+    # over the stages (round 1's form, tilecore.split_k_group_area="stages"): a group barrier after the main loop
+    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 5), 3, **{"tilecore.split_k_uneven": True,
+                                                             "tilecore.split_k_group_area": "stages",
+                                                             "tilecore.split_k_group_sum": "cells"})
+    assert "over its stages, 49152 bytes;" in k.meta["attrs"]["split_k"][0]
+    assert k.source.code.count("barrier.cluster.arrive.release.aligned;") == 1
     # 64x256 (four panels, 128 threads): 16 cells, an area of its own (beside the stages)
     k = _cuda(16, 8192, 8192, (64, 256, 64, 128, 3), 3, **{"tilecore.split_k_uneven": True,
                                                            "tilecore.split_k_group_sum": "cells"})
@@ -591,7 +607,9 @@ def test_cells_refused_by_name_where_they_do_not_apply():
 def test_routing_takes_the_plugins_three_splits_in_cells_when_asked():
     """tilecore.cuda.general_split_k_cells=True (D78): the plugin's default tiles, whose rule says 4 splits of which
     32 groups would not all be resident at once (30 of 4), go to the core at one split fewer, 3 (39 at once), unevenly
-    over the k tiles, summed in cells (the panels do not divide among 3); unset, they stay on the plugin's split-K."""
+    over the k tiles, summed in cells (the panels do not divide among 3); unset ("auto"), only where the cells' area
+    lies beside the stages and the staging tile (64x256x64/3: 144 + 32 + 48 KiB), not 128x128x64/5 (160 + 32 + 48
+    KiB: the staging tile over the area); False: neither."""
     def compiled(M, N, K, bm, bn, th, st, **cfg):
         return tilecore.compile(matmul(M, N, K, bm, bn, 64, threads=th, num_stages=st), target="cuda:sm_90a",
                                 pass_configs={**NOCACHE, **cfg})
@@ -602,7 +620,10 @@ def test_routing_takes_the_plugins_three_splits_in_cells_when_asked():
         note = k.meta["attrs"]["split_k"][0]
         assert k.source.meta["cluster"] == [1, 1, 3] and "tc_wgmma_splitk" not in k.source.code
         assert f"({per} k tiles each)" in note and "summed in cells" in note and "owned 5/5/6" in note
-        assert "tc_wgmma_splitk" in compiled(M, N, K, bm, bn, th, st).source.code
+        code = compiled(M, N, K, bm, bn, th, st).source.code
+        assert ("tc_wgmma_splitk" in code) == (bm == 128)
+        assert "tc_wgmma_splitk" in compiled(M, N, K, bm, bn, th, st,
+                                             **{"tilecore.cuda.general_split_k_cells": False}).source.code
     # D75's 2-split route is unchanged by the option
     k = compiled(128, 4096, 4096, 64, 128, 128, 4, **{"tilecore.cuda.general_split_k_cells": True})
     assert k.source.meta["cluster"] == [1, 1, 2] and "summed in panels" in k.meta["attrs"]["split_k"][0]

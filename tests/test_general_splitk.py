@@ -332,6 +332,7 @@ def test_split_k_group_on_gpu_against_float64_and_the_workspace_bits(M, N, K, ti
 @hopper_gpu
 @pytest.mark.parametrize("M,N,K,tile,split", [
     (128, 4096, 4096, (128, 128, 64, 256, 5), (3, "auto", "barrier", True, "cells")),
+    (128, 4096, 4096, (128, 128, 64, 256, 5), (3, "stages", "barrier", True, "cells")),
     (16, 8192, 8192, (64, 256, 64, 128, 3), (3, "auto", "barrier", True, "cells")),
     (64, 8192, 8192, (64, 256, 64, 128, 3), (3, "auto", "barrier", True, "cells")),
     (100, 1000, 2048, (64, 128, 64, 128, 4), (3, "auto", "barrier", True, "cells")),
@@ -340,8 +341,8 @@ def test_split_k_group_on_gpu_against_float64_and_the_workspace_bits(M, N, K, ti
     (128, 4096, 4096, (128, 128, 64, 256, 5), (3, "auto", "barrier", True, "slices"))])
 def test_split_k_group_in_cells_on_gpu_against_float64_and_the_workspace_bits(M, N, K, tile, split):
     """D78: the splits summed in cells (rows x one panel, each block summing and bulk-storing a run of them: 3 splits
-    of the plugin's 128x128 and 64x256 tiles, 4 of two panels, ragged shapes, the area over the stages), and D75's
-    slices at 3 splits beside them: within the float64 bound, bit for bit every call, the workspace form's bits."""
+    of the plugin's 128x128 and 64x256 tiles, 4 of two panels, ragged shapes; the area beside the stages, with the
+    staging tile over it, or over the stages), and D75's slices at 3 splits beside them: within the float64 bound, bit for bit every call, the workspace form's bits."""
     _group_on_gpu(M, N, K, tile, split)
 
 

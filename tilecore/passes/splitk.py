@@ -347,7 +347,13 @@ def split_k(func, ctx):
                 # rank 0 receives all of its area: the peers' partials, or a slice from each and the others' sums
                 why_not = _group_plan(ctx, reduce_, n, tiles, recv, shared_bytes + 2048, stage_bytes, recv,
                                       CELLS_AUTO_BYTES if isinstance(f, _Cells) else GROUP_AUTO_BYTES)[1]
-                return f, why_not, bool(cap) and shared_bytes + 2048 + recv <= int(cap[0])
+                beside = bool(cap) and shared_bytes + 2048 + recv <= int(cap[0])
+                # D78: the cells' area beside the stages with the epilogue's staging tile over it (written after the
+                # block's sum has read the area), where the area does not fit beside them otherwise
+                stg = _staging(top, k, f) if isinstance(f, _Cells) and not beside else None
+                if stg is not None and recv >= _nbytes(stg) and shared_bytes - _nbytes(stg) + 2048 + recv <= int(cap[0]):
+                    beside = "staging"
+                return f, why_not, beside
 
             form, group_why, beside = plan(splits)
             # the plugin's rule (D41): where the compiler chose the count and its groups do not all fit at once, one
@@ -380,9 +386,10 @@ def split_k(func, ctx):
         body = substitute(loop.body, {id(ko): binary("add", inner, binary("mul", z, as_expr(per)))})
         loop = loop.with_(var=inner, extent=as_expr(per), body=body)
     if group_why is None and isinstance(form, _Cells):
+        own = beside and ctx.option(SPLIT_K_GROUP_AREA, "auto") != "stages"
         return _group_cells(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, threads, z, gexprs, bvars,
-                            ko, [] if beside and ctx.option(SPLIT_K_GROUP_AREA, "auto") != "stages" else
-                            _stage_buffers(top, top[k], acc), reduce_, form)
+                            ko, [] if own else _stage_buffers(top, top[k], acc), reduce_, form,
+                            own and beside == "staging")
     if group_why is None and (form == "slices" or isinstance(form, tuple)):
         return _group_slices(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, threads, z, gexprs, bvars,
                              ko, [] if beside and ctx.option(SPLIT_K_GROUP_AREA, "auto") != "stages" else
@@ -494,6 +501,16 @@ def split_k(func, ctx):
 
 def _per_text(per: int, kt: int, splits: int) -> str:
     return str(per) if kt % splits == 0 else f"{per}-{per + 1}"
+
+
+def _staging(top, k, cells):
+    """The block buffer the epilogue's bulk store reads (its staging tile), where the launch's top level allocates it
+    before the main loop and nothing before the epilogue uses it; else None."""
+    src = cells.store.src
+    if not any(isinstance(a, Allocate) and a.buffer is src for a in top[:k]) or id(src) in _reads(top[k]) \
+            or id(src) in _loop_writes(top[k]):
+        return None
+    return src
 
 
 def _nbytes(b) -> int:
@@ -991,7 +1008,7 @@ def _group_slices(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, t
 
 
 def _group_cells(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, threads, z, gexprs, bvars, ko, dead,
-                 reduce_, cells: _Cells):
+                 reduce_, cells: _Cells, over_staging: bool = False):
     """The tile's splits one block group, each block summing and storing a run of the bulk store's cells (D78,
     ``tilecore.split_k_group_sum="cells"``; :class:`_Cells`): block ``o`` owns cells ``[o C // S, (o + 1) C // S)``;
     after the main loop every thread stores each of its float4 register groups that lies in another block's cell
@@ -1000,7 +1017,9 @@ def _group_cells(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, th
     each block waits for its own, sums the groups of its cells in split order 0 .. S-1 (its own registers in its
     place: the workspace form's additions, the same bits) and runs the kernel's epilogue, its bulk store limited to
     its cells. Any split count up to the cells (where the panels do not divide among the splits, D75's "panels"
-    does not apply: 3 splits of two or four panels)."""
+    does not apply: 3 splits of two or four panels). ``over_staging``: the area beside the stages with the epilogue's
+    staging tile over it (``Allocate.reuses``: the staging tile is first written after the epilogue's barrier that
+    follows the block's last read of the area, and its peers' stores have all landed by then)."""
     span, zero = loop.span, as_expr(0)
     most, count = cells.most(splits), cells.count
     cell_f4 = cells.gc * cells.tc  # float4 groups of one cell
@@ -1127,6 +1146,9 @@ def _group_cells(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, th
             CopyBarrierWait(bars, zero, zero, span=span),
             PerThread(by_rank(sum_), attrs={"split_k": "group cell sum in split order"}, span=span),
             *rewrite(Seq(list(rest)), lambda x: x.with_(cells=(first, end, cells.rows)) if x is store else None).body]
+    if over_staging:
+        head = [a.with_(reuses=(area.name,)) if isinstance(a, Allocate) and a.buffer is store.src else a for a in head]
+        tail.insert(3, Barrier(span=span))  # every thread's reads of the area before the staging tile's first write
     new_top = [Allocate(area, reuses=reuse, span=span), *head[:last_alloc], *start, *head[last_alloc:], loop,
                *after_loop, *tail]
     runs = "/".join(str(cells.first(o + 1, splits) - cells.first(o, splits)) for o in range(splits))
@@ -1134,6 +1156,6 @@ def _group_cells(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, th
             f"of {kt} k tiles each), one block group a tile (tilecore.split_k_reduce={reduce_}), summed in cells: "
             f"the tile's {count} cells of {cells.rows} rows x one panel owned {runs}, each block summing its cells' "
             f"{acc.dtype} register groups in split order from its peers' stores and bulk-storing them "
-            f"({'over its stages' if reuse else 'an area of its own'}, {total} bytes; the stores completing on "
-            "transaction barriers)")
+            f"({'over its stages' if reuse else 'an area of its own'}, {total} bytes"
+            f"{', the staging tile over it' if over_staging else ''}; the stores completing on transaction barriers)")
     return _finish_group(func, ctx, launch, gexprs, bvars, z, splits, new_top, note)

@@ -261,11 +261,30 @@ GENERAL_SPLIT_K = "tilecore.cuda.general_split_k"
 GENERAL_SPLIT_K_DEFAULT = "group"
 #: pass config (D78): with "group", also route the rule's 3 (or more) splits where the panels do not divide among them
 #: (the plugin's default 128x128 / 64x256 tiles) to the core's sum in cells (16-row bands of wgmma's fragments x one
-#: 128-byte panel); True / False, unset: :data:`ROUTE_CELLS`
+#: 128-byte panel): True (wherever the core sums them in cells), False, or "auto" (:data:`ROUTE_CELLS`, the default):
+#: only where the cells' area lies beside the pipeline's stages and the epilogue's staging tile (:data:`CELLS_AREAS`)
 ROUTE_CELLS_OPTION = "tilecore.cuda.general_split_k_cells"
-ROUTE_CELLS = False
+ROUTE_CELLS = "auto"
+#: D78 round 1 (H200, two runs, the same user tile): the cells with their area beside the stages 0.981 / 0.983x the
+#: plugin at 16x8192x8192 and 1.008 / 1.008x at 64x8192x8192 (64x256x64/3, 3 splits); over the stages (128x128x64/5,
+#: whose area does not fit beside its 5 stages and staging tile) 0.938 / 0.941x at 128x4096x4096: not routed
+CELLS_AREAS = ("beside",)
 #: the cells' bytes one block receives at most where routed (3 splits of 16 cells of 4 KiB: 2 x 6 x 4 KiB)
 CELLS_ROUTE_BYTES = 49152
+
+
+def cells_area(ctx, recv: int, bm: int, bn: int, bk: int, stages: int, esize: int, out_bytes: int) -> str:
+    """Where the core's sum in cells puts its receive area of ``recv`` bytes (D78): ``"beside"`` the pipeline's
+    ``stages`` and the epilogue's staging tile, beside the stages with the staging tile over it (``"staging"``), or
+    over the stages (``"stages"``), as the core decides it (its 2 KiB of slack for barriers)."""
+    lim = ctx.capabilities.limit("max_shared_bytes_per_block")
+    cap = int(lim[0]) if lim else 0
+    ops, staging = stages * (bm * bk + bk * bn) * esize, bm * bn * out_bytes
+    if ops + staging + recv + 2048 <= cap:
+        return "beside"
+    if recv >= staging and ops + recv + 2048 <= cap:
+        return "staging"
+    return "stages"
 
 
 def routes_split_k(ctx, esize: int = 2, split=None) -> int:
@@ -274,8 +293,9 @@ def routes_split_k(ctx, esize: int = 2, split=None) -> int:
     options whose split (``split``: the equal count, the accumulator's bytes a block, the tiles, the tile's columns,
     C's element bytes and, for D78, the rule's count and the tile's rows) the core sums in block groups: "in panels"
     (2 splits, a 16-bit C of two or more 128-byte panels, a block receiving at most the core's measured bound) or, with
-    ``tilecore.cuda.general_split_k_cells`` (:data:`ROUTE_CELLS`), "in cells" (the rule's count, uneven where it must be, where the panels do not divide among
-    it), every group resident at once. True / "auto": the equal count."""
+    ``tilecore.cuda.general_split_k_cells`` (:data:`ROUTE_CELLS`), "in cells" (the rule's count, uneven where it must
+    be, where the panels do not divide among it; the rule's count, the tile's rows and k step and the loop's stages in
+    ``split[5:9]``), every group resident at once. True / "auto": the equal count."""
     v = ctx.option(GENERAL_SPLIT_K, GENERAL_SPLIT_K_DEFAULT)
     if v == "group":
         from tilecore.passes.splitk import GROUP_AUTO_BYTES, groups_at_once
@@ -285,7 +305,7 @@ def routes_split_k(ctx, esize: int = 2, split=None) -> int:
         # the measured case: 2 splits, each block storing one of its tile's two or more 128-byte column panels of a
         # 16-bit C (the core's sum "in panels"), receiving at most the core's bound from its peer, every group at once
         n, part, tiles, bn, out_bytes = split[:5]
-        rule, bm = split[5:7] if len(split) >= 7 else (n, 0)
+        rule, bm, bk, stages = split[5:9] if len(split) >= 9 else (n, 0, 0, 0)
         panels = bn * out_bytes // 128 if bn * out_bytes % 128 == 0 else 0
         at_once = groups_at_once(ctx.capabilities)
         if n == 2 and out_bytes == 2 and panels >= 2 and panels % n == 0 and part // n <= GROUP_AUTO_BYTES \
@@ -294,8 +314,10 @@ def routes_split_k(ctx, esize: int = 2, split=None) -> int:
         # D78: the rule's count in cells where the panels do not divide among it (as this pipeline's cluster sum,
         # D41: one split fewer where the rule's groups would not all be resident at once)
         cells = (bm // 16) * panels if bm % 16 == 0 else 0
-        cells_on = ctx.switch(ROUTE_CELLS_OPTION, ROUTE_CELLS, expected="True (3-split GEMMs whose panels do not "
-                              "divide among the splits go to the core's sum in cells, D78) or False")
+        cells_on = ctx.switch(ROUTE_CELLS_OPTION, ROUTE_CELLS, auto=True,
+                              expected="True (3-split GEMMs whose panels do not divide among the splits go to the "
+                                       "core's sum in cells, D78), \"auto\" (where the cells' area lies beside the "
+                                       "stages: the measured case) or False")
         if not cells_on or out_bytes != 2 or not panels or tiles is None:
             return 0
         for m in (rule, rule - 1):
@@ -304,7 +326,10 @@ def routes_split_k(ctx, esize: int = 2, split=None) -> int:
             if tiles > at_once.get(m, 0):
                 continue
             recv = (m - 1) * -(-cells // m) * 16 * 128 * 4 // out_bytes
-            return m if panels % m and cells >= m and recv <= CELLS_ROUTE_BYTES else 0
+            ok = panels % m and cells >= m and recv <= CELLS_ROUTE_BYTES
+            if ok and cells_on == "auto":
+                ok = cells_area(ctx, recv, bm, bn, bk, stages, esize, out_bytes) in CELLS_AREAS
+            return m if ok else 0
         return 0
     v = ctx.switch(GENERAL_SPLIT_K, GENERAL_SPLIT_K_DEFAULT, auto=True,
                    expected="True (a GEMM split over K by this pipeline's rule goes to the core's general path and "
@@ -390,7 +415,7 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
         even = next((d for d in range(splits, 1, -1) if kt_all is not None and int(kt_all) % d == 0), 1)
         out_bytes = int(target.buffer.dtype.bytes)
         route = routes_split_k(ctx, p.esize, (even, p.bm * p.bn * 4, _tile_count(launch), p.bn, out_bytes, splits,
-                                              p.bm)) if splits > 1 and kt_all is not None else 0
+                                              p.bm, p.bk, requested)) if splits > 1 and kt_all is not None else 0
         if route and (even > 1 or route != even):
             # the core's split-K runs equal splits (the largest count <= the rule's dividing the k tiles) or, summed in
             # cells (D78), the rule's count, block z running k tiles [z KT // S, (z + 1) KT // S)
