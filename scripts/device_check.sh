@@ -120,6 +120,10 @@ step splitk3 bash -c 'rc=0; timeout 150 python3 benchmarks/general_splitk_group.
      timeout 80 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_general_splitk.py -k "cells and on_gpu" -rs || rc=$?; exit $rc'
 step splitk3-b timeout 170 python3 benchmarks/general_splitk_group.py --cells --rounds 10 --batch 10 \
        --shapes 32x4096x14336,64x8192x8192,16x8192x8192,128x4096x4096
+# D78 round 3: the LLM rows alone, 20 rounds in both orders, twice (the shapes' order reversed): the routed default
+# (since round 2 also 128x128x64/5, the staging tile over the cells' area) against the plugin at its tile
+step splitk3-c bash -c 'rc=0; for sh in 128x4096x4096,16x8192x8192 16x8192x8192,128x4096x4096; do \
+       timeout 110 python3 benchmarks/general_splitk_group.py --cells --rounds 20 --batch 10 --shapes $sh || rc=$?; done; exit $rc'
 step attention python3 benchmarks/cuda_attention.py --rep 3
 step attention-fast python3 benchmarks/cuda_attention.py --rep 3 --fast-math
 # FA3's schedules of the register programs (decision D28): off, ping-pong, intra-warpgroup overlap, both; one row each

@@ -303,8 +303,9 @@ def test_routing_mode_group_routes_only_what_the_core_sums_in_groups():
     """tilecore.cuda.general_split_k="group" (D75, the default): the plugin's split GEMM goes to the core only where
     the core sums it in panels (2 splits, a 16-bit C of two or more 128-byte panels, at most 32 KiB into a block, every
     group resident at once): 64x128 tiles at 128x4096x4096 and 16x8192x8192 and 128x128 at 256x4096x4096 do; since
-    D78 the 3 splits of 64x256 in cells (their area beside the stages); 128x128/5 at 128x4096x4096 (the cells' area
-    would lie over the stages) and 128x64 (one panel, 2 splits) stay on the plugin."""
+    D78 the 3 splits of 64x256 in cells (their area beside the stages) and of 128x128/5 at 128x4096x4096 (the
+    staging tile over the area) where the measured CELLS_AREAS hold it; 128x64 (one panel, 2 splits) stays on the
+    plugin."""
     def compiled(M, N, K, bm, bn, th, st):
         return tilecore.compile(matmul(M, N, K, bm, bn, 64, threads=th, num_stages=st), target="cuda:sm_90a",
                                 pass_configs={**NOCACHE, "tilecore.cuda.general_split_k": "group"})
@@ -315,7 +316,10 @@ def test_routing_mode_group_routes_only_what_the_core_sums_in_groups():
         assert "st.async.shared::cluster" in k.source.code  # the transaction-barrier form by default
     k = compiled(256, 4096, 4096, 128, 128, 256, 4)
     assert k.source.meta["cluster"] == [1, 1, 2] and "summed in panels" in k.meta["attrs"]["split_k"][0]
-    assert "tc_wgmma_splitk" in compiled(128, 4096, 4096, 128, 128, 256, 5).source.code  # cells over the stages (D78)
+    from tilecore_cuda.hopper import CELLS_AREAS
+
+    k = compiled(128, 4096, 4096, 128, 128, 256, 5)  # D78: cells, the staging tile over the area
+    assert ("tc_wgmma_splitk" in k.source.code) == ("staging" not in CELLS_AREAS)
     assert "summed in cells" in compiled(16, 8192, 8192, 64, 256, 128, 3).meta["attrs"]["split_k"][0]  # D78
     assert "tc_wgmma_splitk" in compiled(128, 4096, 4096, 128, 64, 256, 4).source.code
     # unset, the same: "group" is the default
@@ -608,8 +612,10 @@ def test_routing_takes_the_plugins_three_splits_in_cells_when_asked():
     """tilecore.cuda.general_split_k_cells=True (D78): the plugin's default tiles, whose rule says 4 splits of which
     32 groups would not all be resident at once (30 of 4), go to the core at one split fewer, 3 (39 at once), unevenly
     over the k tiles, summed in cells (the panels do not divide among 3); unset ("auto"), only where the cells' area
-    lies beside the stages and the staging tile (64x256x64/3: 144 + 32 + 48 KiB), not 128x128x64/5 (160 + 32 + 48
-    KiB: the staging tile over the area); False: neither."""
+    lies in a measured place (CELLS_AREAS: beside the stages and the staging tile, 64x256x64/3: 144 + 32 + 48 KiB;
+    with the staging tile over it, 128x128x64/5: 160 + 48 KiB); False: neither."""
+    from tilecore_cuda.hopper import CELLS_AREAS
+
     def compiled(M, N, K, bm, bn, th, st, **cfg):
         return tilecore.compile(matmul(M, N, K, bm, bn, 64, threads=th, num_stages=st), target="cuda:sm_90a",
                                 pass_configs={**NOCACHE, **cfg})
@@ -621,7 +627,7 @@ def test_routing_takes_the_plugins_three_splits_in_cells_when_asked():
         assert k.source.meta["cluster"] == [1, 1, 3] and "tc_wgmma_splitk" not in k.source.code
         assert f"({per} k tiles each)" in note and "summed in cells" in note and "owned 5/5/6" in note
         code = compiled(M, N, K, bm, bn, th, st).source.code
-        assert ("tc_wgmma_splitk" in code) == (bm == 128)
+        assert ("tc_wgmma_splitk" in code) == (bm == 128 and "staging" not in CELLS_AREAS)
         assert "tc_wgmma_splitk" in compiled(M, N, K, bm, bn, th, st,
                                              **{"tilecore.cuda.general_split_k_cells": False}).source.code
     # D75's 2-split route is unchanged by the option

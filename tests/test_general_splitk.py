@@ -518,13 +518,21 @@ def test_return_prev_refused_by_name_where_not_spelled(target, plugin):
 @needs_toolchain
 def test_plugin_split_gemm_routed_to_the_core_split_k():
     """tilecore.cuda.general_split_k=True: the GEMM the plugin would split by its rule (4 splits at 128x4096x4096 on
-    128x128 tiles) takes the general path with the core's split-K over that count; unset it keeps the plugin's."""
+    128x128 tiles) takes the general path with the core's split-K over that count; unset ("group"), since D78 the
+    core's sum in cells over 3 where the routing's measured areas hold it; without the cells the plugin's."""
     f = lambda: matmul(128, 4096, 4096, 128, 128, 64, threads=256, num_stages=5)  # noqa: E731
     k = tilecore.compile(f(), target="cuda:sm_90a", pass_configs={**NOCACHE, "tilecore.cuda.general_split_k": True})
     assert k.source.meta["grid"] == ["32", "1", "4"]
     assert "the backend's request" in k.meta["attrs"]["split_k"][0]
     assert "tc_wgmma_splitk" not in k.source.code and "atom.acq_rel.gpu.global.add.s32" in k.source.code
+    from tilecore_cuda.hopper import CELLS_AREAS
+
     k = tilecore.compile(f(), target="cuda:sm_90a", pass_configs=NOCACHE)
+    if "staging" in CELLS_AREAS:
+        assert k.source.meta["grid"] == ["32", "1", "3"] and "summed in cells" in k.meta["attrs"]["split_k"][0]
+    else:
+        assert "split_k" not in k.meta["attrs"] and "tc_wgmma_splitk" in k.source.code
+    k = tilecore.compile(f(), target="cuda:sm_90a", pass_configs={**NOCACHE, "tilecore.cuda.general_split_k_cells": False})
     assert "split_k" not in k.meta["attrs"] and "tc_wgmma_splitk" in k.source.code
     with pytest.raises(CompileError, match="general_split_k"):
         tilecore.compile(f(), target="cuda:sm_90a", pass_configs={**NOCACHE, "tilecore.cuda.general_split_k": "x"})
