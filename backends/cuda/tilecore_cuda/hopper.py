@@ -265,11 +265,12 @@ GENERAL_SPLIT_K_DEFAULT = "group"
 #: only where the cells' area lies beside the pipeline's stages and the epilogue's staging tile (:data:`CELLS_AREAS`)
 ROUTE_CELLS_OPTION = "tilecore.cuda.general_split_k_cells"
 ROUTE_CELLS = "auto"
-#: D78 (H200, rounds 1-2, two runs each, the routed kernel against the plugin at the same user tile): the cells' area
-#: beside the stages 0.98-0.99x at 16x8192x8192, 1.01-1.02x at 64x8192x8192 (64x256x64/3), 0.99-1.00x at
-#: 32x4096x14336 (128x128x64/4); beside the stages with the staging tile over it (128x128x64/5) 0.964-0.975x at
-#: 128x4096x4096 (median 0.974 of four); over the stages (round 1's form there) 0.94x: not a routed form
-CELLS_AREAS = ("beside", "staging")
+#: D78 (H200, rounds 1-3, two runs each, the routed kernel against the plugin at the same user tile): the cells' area
+#: beside the stages 0.983-0.994x at 16x8192x8192, 1.006-1.021x at 64x8192x8192 (64x256x64/3), 0.992-0.998x at
+#: 32x4096x14336 (128x128x64/4): routed. Beside the stages with the staging tile over it ("staging", 128x128x64/5 at
+#: 128x4096x4096) 0.964-0.977x over ten measurements of the one kernel (median 0.972; the default-routed row 0.969 /
+#: 0.966 in the last round): at the bar's edge, not routed by default (True routes it); over the stages 0.94x
+CELLS_AREAS = ("beside",)
 #: the cells' bytes one block receives at most where routed (3 splits of 16 cells of 4 KiB: 2 x 6 x 4 KiB)
 CELLS_ROUTE_BYTES = 49152
 
