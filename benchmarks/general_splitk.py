@@ -44,6 +44,59 @@ def parse_tile(t: str) -> tuple:
     return bm, bn, bk, int(th), int(st)
 
 
+def check_and_time(variants: dict, ref, bound, pairs=(), rounds: int = 8, batch: int = 10,
+                   sleep_cycles: int = 4_000_000, both_orders: bool = False):
+    """Check, then time ``variants`` (``{label: (call, (kernel, C) or None)}``; None: the reference, not checked):
+    each checked C within ``bound`` of the float64 ``ref`` and bit for bit across two calls (failing variants are
+    reported and dropped); each ``(a, b)`` of ``pairs`` the same bits. Then ``rounds`` rounds of ``batch`` calls a
+    variant, each batch issued while the GPU sleeps, interleaved round by round (``both_orders``: the order reversed
+    every other round). Returns ``({label: median us}, failures)``."""
+    import torch
+
+    failures = 0
+    outs = {}
+    for label, (fn, held) in list(variants.items()):
+        if held is None:
+            continue
+        fn()
+        torch.cuda.synchronize()
+        first = held[1].clone()
+        err = (first.double() - ref).abs()
+        bad = bool((err > bound).any())
+        fn()
+        torch.cuda.synchronize()
+        same = bool(torch.equal(first, held[1]))
+        outs[label] = first
+        if bad or not same:
+            failures += 1
+            print(f"  {label}: FAILED: max err {err.max().item():.4g} (bound {bound.max().item():.3g}), "
+                  f"bit-identical across two calls: {same}")
+            del variants[label]
+    for g, w in pairs:
+        if g in outs and w in outs:
+            same = bool(torch.equal(outs[g], outs[w]))
+            print(f"  {g}: the same bits as {w}: {same}")
+            failures += 0 if same else 1
+    times = {label: [] for label in variants}
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(batch)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(batch)]
+    for fn, _ in variants.values():
+        fn()
+    torch.cuda.synchronize()
+    order = list(variants.items())
+    for rnd in range(rounds):
+        for label, (fn, _) in (order[::-1] if both_orders and rnd % 2 else order):
+            if hasattr(torch.cuda, "_sleep"):
+                torch.cuda._sleep(sleep_cycles)
+            for s, e in zip(starts, ends):
+                s.record()
+                fn()
+                e.record()
+            torch.cuda.synchronize()
+            times[label] += [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+    return {label: statistics.median(ts) for label, ts in times.items()}, failures
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", default="128x4096x4096,16x8192x8192,256x4096x4096,64x8192x4096,32x4096x14336")
@@ -108,40 +161,9 @@ def main() -> int:
                 note = (k.meta.get("attrs", {}).get("split_k") or ("not split",))[0]
                 print(f"  general-auto {tn}: {note[:160]}")
         print(f"\n{name}: plugin tile {pt[0]}x{pt[1]}x{pt[2]}/{pt[4]}, plugin split-K {sp}")
-        # correctness and bit-identity
-        for label, (fn, held) in list(variants.items()):
-            if held is None:
-                continue
-            fn()
-            torch.cuda.synchronize()
-            first = held[1].clone()
-            err = (first.double() - ref).abs()
-            bad = bool((err > bound).any())
-            fn()
-            torch.cuda.synchronize()
-            same = bool(torch.equal(first, held[1]))
-            if bad or not same:
-                failures += 1
-                print(f"  {label}: FAILED: max err {err.max().item():.4g} (bound {bound.max().item():.3g}), "
-                      f"bit-identical across two calls: {same}")
-                del variants[label]
-        times = {label: [] for label in variants}
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(args.batch)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(args.batch)]
-        for fn, _ in variants.values():
-            fn()
-        torch.cuda.synchronize()
-        for _ in range(args.rounds):
-            for label, (fn, _) in variants.items():
-                if hasattr(torch.cuda, "_sleep"):
-                    torch.cuda._sleep(args.sleep_cycles)
-                for s, e in zip(starts, ends):
-                    s.record()
-                    fn()
-                    e.record()
-                torch.cuda.synchronize()
-                times[label] += [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
-        med = {label: statistics.median(ts) for label, ts in times.items()}
+        med, bad = check_and_time(variants, ref, bound, rounds=args.rounds, batch=args.batch,
+                                  sleep_cycles=args.sleep_cycles)
+        failures += bad
         cub, plug = med["cublas"], med.get("plugin")
         print(f"{'variant':34s} {'us':>8s} {'x cuBLAS':>9s} {'x plugin':>9s}")
         for label, us in med.items():

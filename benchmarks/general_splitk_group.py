@@ -16,6 +16,13 @@ For every shape, in one process, the README GEMM (``cuda_gemm.matmul``, fp16, C 
 - ``routed ...``: ``tilecore.cuda.general_split_k=True`` (the plugin's tile and rule's count on the general path)
   with the workspace sum and with ``split_k_reduce="auto"``.
 
+``--cells``: the 3-split rows (D78): at the plugin's tile (``CELLS_TILES`` adds 64x8192x8192 at 64x256, every row
+valid), the plugin (its cluster sum), its workspace sum, the default routing at that tile and the routing with
+``tilecore.cuda.general_split_k_cells=True`` (each dropped where it keeps the plugin's kernel), the core's workspace / cells / slices sums at ``--cells-splits`` (uneven where the count does not
+divide the k tiles; ``cells-stages``: the cells' area over the pipeline's stages, ``tilecore.split_k_group_area``;
+each group kernel checked bit for bit against the workspace kernel) and D75's routed 64x128
+tile for the record.
+
 ``--focus``: the routing rows (D75 round 2): at the plugin's tile and each tile of ``--tiles`` the plugin and the
 same kernel with ``tilecore.cuda.general_split_k="group"`` (routed where the core sums it in block groups), the
 core's workspace / group ("auto": in panels where the epilogue's bulk store has 2 panels, else rank 0) / group-r0
@@ -31,7 +38,6 @@ exits 3.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -39,9 +45,11 @@ import tilecore
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cuda_gemm import NO_GPU_EXIT, has_gpu, matmul, split_k_of  # noqa: E402
-from general_splitk import GENERAL, PLUGIN, PLUGIN_TILES, parse_tile  # noqa: E402  (D69's benchmark: the same rows)
+from general_splitk import GENERAL, PLUGIN, PLUGIN_TILES, check_and_time, parse_tile  # noqa: E402  (D69's benchmark: the same rows)
 
 TILES = "128x128x64/256/4,64x128x64/128/4,128x64x64/256/4"
+#: --cells (D78): a shape whose 64x256 tile has every row valid, at that tile
+CELLS_TILES = {"64x8192x8192": (64, 256, 64, 128, 3)}
 
 
 def main() -> int:
@@ -54,6 +62,11 @@ def main() -> int:
     ap.add_argument("--focus", action="store_true", help="the routing rows only: at the plugin's tile and each of "
                     "--tiles, the plugin, the same kernel with tilecore.cuda.general_split_k=\"group\", the core's "
                     "workspace, group and group-r0 sums at 2 splits (D75 round 2)")
+    ap.add_argument("--cells", action="store_true", help="the 3-split rows (D78): at the plugin's tile, the plugin "
+                    "(its cluster sum), its workspace sum, the core's workspace / cells / slices sums at --cells-splits "
+                    "(uneven where they must be), the kernel routed by tilecore.cuda.general_split_k=\"group\" "
+                    "and D75's routed 64x128 tile")
+    ap.add_argument("--cells-splits", default="3")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--batch", type=int, default=10)
     ap.add_argument("--sleep-cycles", type=int, default=4_000_000)
@@ -93,8 +106,37 @@ def main() -> int:
             variants[label] = (lambda k=k, C=C, A=A, B=B: k(A, B, C), (k, C))
             return k
 
-        pt = PLUGIN_TILES.get(name, (128, 128, 64, 256, 4))
-        if args.focus:  # the routing question: at each tile, the plugin against the same kernel routed to the core
+        pt = PLUGIN_TILES.get(name, CELLS_TILES.get(name, (128, 128, 64, 256, 4)))
+        if args.cells:  # D78: the plugin's default tile, 3 splits summed in cells against the plugin's cluster sum
+            tn = f"{pt[0]}x{pt[1]}x{pt[2]}/{pt[4]}"
+            kp = add("plugin", tile=pt, cfg=PLUGIN)
+            add("plugin-global", tile=pt, cfg={**PLUGIN, "tilecore.cuda.split_k_reduce": "global"})
+            for label, cfg in ((f"routed {tn}", {}),  # the default routing at the plugin's tile, and D78's
+                               (f"routed cells {tn}", {"tilecore.cuda.general_split_k_cells": True})):
+                k = add(label, tile=pt, cfg=cfg)
+                if k is not None:
+                    note = (k.meta.get("attrs", {}).get("split_k") or ("the plugin's split-K",))[0]
+                    if "split_k" not in k.meta.get("attrs", {}) or (cfg and not k.source.meta.get("cluster")):
+                        del variants[label]  # the plugin's kernel (or the core's workspace sum: not the cells)
+                    print(f"  {label}: {note[:240]}")
+            for s in [int(x) for x in args.cells_splits.split(",") if x]:
+                cfg = {**GENERAL, "tilecore.split_k": s, "tilecore.split_k_uneven": True}
+                u = "u" if (-(-K // pt[2])) % s else ""
+                if add(f"ws {s}{u} {tn}", tile=pt, cfg=cfg) is None:
+                    continue
+                for label, form, extra in (("cells", "cells", {}),
+                                           ("cells-stages", "cells", {"tilecore.split_k_group_area": "stages"}),
+                                           ("slices", "slices", {})):
+                    k = add(f"{label} {s}{u} {tn}", tile=pt, cfg={**cfg, "tilecore.split_k_reduce": "group",
+                                                                "tilecore.split_k_group_sum": form, **extra})
+                    if k is not None:
+                        pairs.append((f"{label} {s}{u} {tn}", f"ws {s}{u} {tn}"))
+                        print(f"  {label} {s}{u} {tn}: {k.meta['attrs']['split_k'][0][-200:]}")
+            t = (64, 128, 64, 128, 4)
+            if t != pt:  # D75's routed tile, for the record
+                add("routed 64x128x64/4", tile=t, cfg={})
+            tiles_here = []
+        elif args.focus:  # the routing question: at each tile, the plugin against the same kernel routed to the core
             kp = add("plugin", tile=pt, cfg=PLUGIN)
             for t in [pt] + [x for x in tiles if x != pt]:
                 tn = f"{t[0]}x{t[1]}x{t[2]}/{t[4]}"
@@ -115,15 +157,15 @@ def main() -> int:
         else:
             kp = None
             tiles_here = tiles
-        kp = kp if args.focus else add("plugin", tile=pt, cfg=PLUGIN)
+        kp = kp if args.focus or args.cells else add("plugin", tile=pt, cfg=PLUGIN)
         sp = split_k_of(kp) if kp is not None else 1
         cl = (kp.source.meta.get("cluster") if kp is not None else None)
-        if args.focus:
+        if args.focus or args.cells:
             args.uneven = ""
         else:
             add("plugin-global", tile=pt, cfg={"tilecore.cuda.split_k_reduce": "global"})
             add("routed ws", tile=pt, cfg={"tilecore.cuda.general_split_k": True})
-        k = None if args.focus else add("routed group-auto", tile=pt, cfg={"tilecore.cuda.general_split_k": True,
+        k = None if args.focus or args.cells else add("routed group-auto", tile=pt, cfg={"tilecore.cuda.general_split_k": True,
                                                                             "tilecore.split_k_reduce": "auto"})
         if k is not None:
             print(f"  routed group-auto: {(k.meta.get('attrs', {}).get('split_k') or ('-',))[0][:220]}")
@@ -167,47 +209,9 @@ def main() -> int:
             if k is not None:
                 print(f"  auto {tn}: {(k.meta.get('attrs', {}).get('split_k') or ('not split',))[0][:220]}")
         print(f"\n{name}: plugin tile {pt[0]}x{pt[1]}x{pt[2]}/{pt[4]}, plugin split-K {sp}, cluster {cl}")
-        outs = {}
-        for label, (fn, held) in list(variants.items()):
-            if held is None:
-                continue
-            fn()
-            torch.cuda.synchronize()
-            first = held[1].clone()
-            err = (first.double() - ref).abs()
-            bad = bool((err > bound).any())
-            fn()
-            torch.cuda.synchronize()
-            same = bool(torch.equal(first, held[1]))
-            outs[label] = first
-            if bad or not same:
-                failures += 1
-                print(f"  {label}: FAILED: max err {err.max().item():.4g} (bound {bound.max().item():.3g}), "
-                      f"bit-identical across two calls: {same}")
-                del variants[label]
-        for g, w in pairs:
-            if g in outs and w in outs:
-                same = bool(torch.equal(outs[g], outs[w]))
-                print(f"  {g}: the same bits as {w}: {same}")
-                failures += 0 if same else 1
-        times = {label: [] for label in variants}
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(args.batch)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(args.batch)]
-        for fn, _ in variants.values():
-            fn()
-        torch.cuda.synchronize()
-        order = list(variants.items())
-        for rnd in range(args.rounds):
-            for label, (fn, _) in (order if rnd % 2 == 0 else order[::-1]):
-                if hasattr(torch.cuda, "_sleep"):
-                    torch.cuda._sleep(args.sleep_cycles)
-                for s, e in zip(starts, ends):
-                    s.record()
-                    fn()
-                    e.record()
-                torch.cuda.synchronize()
-                times[label] += [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
-        med = {label: statistics.median(ts) for label, ts in times.items()}
+        med, bad = check_and_time(variants, ref, bound, pairs, rounds=args.rounds, batch=args.batch,
+                                  sleep_cycles=args.sleep_cycles, both_orders=True)
+        failures += bad
         cub, plug = med["cublas"], med.get("plugin")
         print(f"{'variant':30s} {'us':>8s} {'x cuBLAS':>9s} {'x plugin':>9s} {'x plugin, same tile':>19s}")
         for label, us in med.items():

@@ -110,6 +110,21 @@ step blockgroup bash -c 'rc=0; timeout 160 python3 benchmarks/general_splitk_gro
 step blockgroup-r2 bash -c 'rc=0; timeout 160 python3 benchmarks/general_splitk_group.py --focus --rounds 10 --batch 10 \
        --shapes 128x4096x4096,16x8192x8192,256x4096x4096,32x4096x14336 --tiles 64x128x64/128/4,128x64x64/256/4 || rc=$?; \
      timeout 60 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_general_splitk.py tests/test_block_group.py -k "group and on_gpu" -rs || rc=$?; exit $rc'
+# D78: split-K's 3 splits of the plugin's default tiles (128x128/5 at 128x4096x4096, 64x256 at 16x8192x8192 and, every
+# row valid, 64x8192x8192, 128x128/4 at 32x4096x14336) summed in cells (rows x one panel; the area beside the stages,
+# with the staging tile over it, or over the stages) against the plugin's cluster sum, its workspace sum, the core's
+# workspace and slices sums at the same tile and count, the routed kernels and cuBLAS, 10 rounds in both orders; then
+# the cells device tests (float64, bit for bit, the workspace kernel's bits, the routed kernels). splitk3-b: a second
+# run, the shapes in the other order
+step splitk3 bash -c 'rc=0; timeout 150 python3 benchmarks/general_splitk_group.py --cells --rounds 10 --batch 10 \
+       --shapes 128x4096x4096,16x8192x8192,64x8192x8192,32x4096x14336 || rc=$?; \
+     timeout 80 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_general_splitk.py -k "cells and on_gpu" -rs || rc=$?; exit $rc'
+step splitk3-b timeout 170 python3 benchmarks/general_splitk_group.py --cells --rounds 10 --batch 10 \
+       --shapes 32x4096x14336,64x8192x8192,16x8192x8192,128x4096x4096
+# D78 round 3: the LLM rows alone, 20 rounds in both orders, twice (the shapes' order reversed): the routed default
+# (since round 2 also 128x128x64/5, the staging tile over the cells' area) against the plugin at its tile
+step splitk3-c bash -c 'rc=0; for sh in 128x4096x4096,16x8192x8192 16x8192x8192,128x4096x4096; do \
+       timeout 110 python3 benchmarks/general_splitk_group.py --cells --rounds 20 --batch 10 --shapes $sh || rc=$?; done; exit $rc'
 step attention python3 benchmarks/cuda_attention.py --rep 3
 step attention-fast python3 benchmarks/cuda_attention.py --rep 3 --fast-math
 # FA3's schedules of the register programs (decision D28): off, ping-pong, intra-warpgroup overlap, both; one row each

@@ -111,9 +111,9 @@ def test_auto_takes_the_group_where_every_group_is_resident_at_once():
     k = _cuda(256, 4096, 4096, (128, 64, 64, 256, 4), 2, "auto")
     assert "cluster" not in k.source.meta and "workspace" in k.source.meta
     assert "128 groups of 2 would not all be resident at once (cuda/sm_90a holds 66" in k.meta["attrs"]["split_k"][0]
-    # the measured bound (D75): rank 0 receiving more than 32 KiB (4 splits' slices of 64x128 tiles: 48 KiB; 2 splits
-    # of 128x128: 64 KiB) keeps the workspace sum
-    for tile, n, got, form in (((64, 128, 64, 128, 4), 4, 49152, "auto"), ((128, 128, 64, 256, 4), 2, 65536, "rank0")):
+    # the measured bound (D75): rank 0 receiving more than 32 KiB (4 splits' slices of 64x128 tiles: 48 KiB, where
+    # D78's cells would send 24 KiB; 2 splits of 128x128: 64 KiB) keeps the workspace sum
+    for tile, n, got, form in (((64, 128, 64, 128, 4), 4, 49152, "slices"), ((128, 128, 64, 256, 4), 2, 65536, "rank0")):
         k = _cuda(128, 4096, 4096, tile, n, "auto", **{"tilecore.split_k_group_sum": form})
         assert "cluster" not in k.source.meta
         assert f"a block would receive {got} bytes through block memory, more than the 32768" in k.meta["attrs"]["split_k"][0]
@@ -263,14 +263,15 @@ def test_uneven_group_over_the_stages_keeps_the_pipelines_stages():
 
 @needs_toolchain
 def test_group_sum_in_slices():
-    """From 3 splits the group sums in slices ("auto"): 3 blocks own 20/20/24 of 64 registers; each block's barrier
+    """The sum in slices (asked for; "auto" sums 3 splits of two panels in cells since D78): 3 blocks own 20/20/24 of
+    64 registers; each block's barrier
     announced for exactly what it receives (2 x 5 or 2 x 6 float4 groups x 256 threads x 16 bytes), rank 0's second
     for the other blocks' sums (11 groups); both areas over the stages one after the other; 43 st.async (11 + 11 + 10
     sends of slices, 5 + 6 of sums); nothing but the post-loop group barrier."""
     import tilecore_cuda
 
     k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 5), 3, **{"tilecore.split_k_uneven": True,
-                                                             "tilecore.split_k_group_sum": "auto"})
+                                                             "tilecore.split_k_group_sum": "slices"})
     src, note = k.source.code, k.meta["attrs"]["split_k"][0]
     assert "summed in slices: each block sums 20/20/24 of 64 float32 registers" in note and "over its stages" in note
     a1 = int(re.search(r"float\* vtc_group_slices = \(float\*\)\(tc_smem \+ (\d+)\);", src).group(1))
@@ -301,8 +302,10 @@ def test_group_sum_in_slices():
 def test_routing_mode_group_routes_only_what_the_core_sums_in_groups():
     """tilecore.cuda.general_split_k="group" (D75, the default): the plugin's split GEMM goes to the core only where
     the core sums it in panels (2 splits, a 16-bit C of two or more 128-byte panels, at most 32 KiB into a block, every
-    group resident at once): 64x128 tiles at 128x4096x4096 and 16x8192x8192 and 128x128 at 256x4096x4096 do; 128x128
-    at 128x4096x4096 (4 splits by the rule), 64x256 (4 splits) and 128x64 (one panel) stay on the plugin."""
+    group resident at once): 64x128 tiles at 128x4096x4096 and 16x8192x8192 and 128x128 at 256x4096x4096 do; since
+    D78 the 3 splits of 64x256 in cells (their area beside the stages) and of 128x128/5 at 128x4096x4096 (the
+    staging tile over the area) where the measured CELLS_AREAS hold it; 128x64 (one panel, 2 splits) stays on the
+    plugin."""
     def compiled(M, N, K, bm, bn, th, st):
         return tilecore.compile(matmul(M, N, K, bm, bn, 64, threads=th, num_stages=st), target="cuda:sm_90a",
                                 pass_configs={**NOCACHE, "tilecore.cuda.general_split_k": "group"})
@@ -313,8 +316,11 @@ def test_routing_mode_group_routes_only_what_the_core_sums_in_groups():
         assert "st.async.shared::cluster" in k.source.code  # the transaction-barrier form by default
     k = compiled(256, 4096, 4096, 128, 128, 256, 4)
     assert k.source.meta["cluster"] == [1, 1, 2] and "summed in panels" in k.meta["attrs"]["split_k"][0]
-    assert "tc_wgmma_splitk" in compiled(128, 4096, 4096, 128, 128, 256, 5).source.code
-    assert "tc_wgmma_splitk" in compiled(16, 8192, 8192, 64, 256, 128, 3).source.code
+    from tilecore_cuda.hopper import CELLS_AREAS
+
+    k = compiled(128, 4096, 4096, 128, 128, 256, 5)  # D78: cells, the staging tile over the area
+    assert ("tc_wgmma_splitk" in k.source.code) == ("staging" not in CELLS_AREAS)
+    assert "summed in cells" in compiled(16, 8192, 8192, 64, 256, 128, 3).meta["attrs"]["split_k"][0]  # D78
     assert "tc_wgmma_splitk" in compiled(128, 4096, 4096, 128, 64, 256, 4).source.code
     # unset, the same: "group" is the default
     k = tilecore.compile(matmul(16, 8192, 8192, 64, 128, 64, threads=128, num_stages=4), target="cuda:sm_90a",
@@ -378,3 +384,254 @@ def test_panels_refused_where_the_epilogue_reads_the_accumulator_elsewhere():
     assert "in panels" not in k.meta["attrs"]["split_k"][0] and k.source.meta["cluster"] == [1, 1, 2]
     with pytest.raises(CompileError, match="panels"):
         tilecore.compile(two_outputs, target="cuda:sm_90a", pass_configs={**cfg, "tilecore.split_k_group_sum": "panels"})
+
+
+# -- D78: the sum in cells -------------------------------------------------------------------------------------------
+def _eval(e, t, env):
+    """An index / condition expression of the group sum for every thread ``t`` (numpy), the block's rank in ``env``."""
+    import numpy as np
+    from tilecore.ir import BinOp, Cast, Cmp, IntImm, Logic, Select, ThreadIndex, Var
+
+    if isinstance(e, IntImm):
+        return np.int64(e.value)
+    if isinstance(e, ThreadIndex):
+        return t
+    if isinstance(e, Var):
+        return env[e.name]
+    if isinstance(e, Cast):
+        return _eval(e.value, t, env)
+    if isinstance(e, Select):
+        return np.where(_eval(e.cond, t, env), _eval(e.t, t, env), _eval(e.f, t, env))
+    if isinstance(e, Logic):
+        a = _eval(e.a, t, env)
+        return ~a if e.op == "not" else (a & _eval(e.b, t, env)) if e.op == "and" else (a | _eval(e.b, t, env))
+    a, b = _eval(e.a, t, env), _eval(e.b, t, env)
+    if isinstance(e, Cmp):
+        return {"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b}[e.op]
+    assert isinstance(e, BinOp), e
+    ops = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "floordiv": lambda: a // b,
+           "floormod": lambda: a % b}
+    return ops[e.op]()
+
+
+def _run(s, t, env, mask, out):
+    """Every PeerStore / Store / CopyBarrierArrive / BulkStore of ``s`` with the threads' masks (Ifs followed)."""
+    import numpy as np
+    from tilecore.ir import For, If, PerThread, Seq
+
+    if isinstance(s, For):  # the main loop
+        return
+    if isinstance(s, Seq):
+        for x in s.body:
+            _run(x, t, env, mask, out)
+    elif isinstance(s, PerThread):
+        _run(s.body, t, env, mask, out)
+    elif isinstance(s, If):
+        c = np.broadcast_to(_eval(s.cond, t, env), t.shape)
+        _run(s.then, t, env, mask & c, out)
+        if s.orelse is not None:
+            _run(s.orelse, t, env, mask & ~c, out)
+    else:
+        out.append((s, mask.copy()))
+
+
+@pytest.mark.parametrize("M,N,K,tile,split", [(128, 4096, 4096, (128, 128, 64, 256, 5), 3),
+                                              (16, 8192, 8192, (64, 256, 64, 128, 3), 3),
+                                              (128, 4096, 4096, (128, 128, 64, 256, 4), 4),
+                                              (100, 1000, 2048, (64, 128, 64, 128, 4), 3),
+                                              (128, 4096, 4096, (128, 128, 64, 128, 4), 3)])
+def test_cells_exchange_simulated(monkeypatch, M, N, K, tile, split):
+    """D78's sum in cells, run for every rank and thread from the IR the pass builds (each row of tiles where C's rows
+    end inside the tile): each block's area written once a float (no two stores on one place), exactly the bytes its
+    barrier announced; each block sums, for every thread, the registers of its own cells whose rows lie in C (every
+    such register of the tile summed by exactly one block, none of the rows past C) in split order 0 .. S-1, term j
+    its own register where j is its rank, else the place split j stored that thread's same register to; its bulk
+    store covers exactly the cells it summed (each cell of the tile stored by one block)."""
+    import numpy as np
+    import tilecore.passes.splitk as sk
+    from tilecore.compiler import lower
+    from tilecore.ir import BinOp, BufferLoad, BulkStore, CopyBarrierArrive, PeerStore, Seq, Store, const_value, rewrite
+
+    seen = {}
+    real = sk._finish_group
+
+    def keep(func, ctx, launch, gexprs, bvars, z, splits, new_top, note):
+        seen.update(top=new_top, z=z, splits=splits, bvars=bvars)
+        return real(func, ctx, launch, gexprs, bvars, z, splits, new_top, note)
+
+    monkeypatch.setattr(sk, "_finish_group", keep)
+    bm, bn, bk, th, st = tile
+    lower(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda:sm_90a",
+          pass_configs={**GENERAL, "tilecore.split_k": split, "tilecore.split_k_uneven": True,
+                        "tilecore.split_k_reduce": "group", "tilecore.split_k_group_sum": "cells"})
+    top, S = seen["top"], seen["splits"]
+    assert S == split
+    t = np.arange(th, dtype=np.int64)
+    area = next(a.buffer for a in top if getattr(a, "buffer", None) is not None and a.buffer.name == "tc_group_cells")
+    k = next(i for i, x in enumerate(top) if getattr(x, "attrs", {}).get("split_k") == "group cell sum in split order")
+    epi = rewrite(Seq(list(top[k + 1:])), lambda x: x.with_(cells=None) if isinstance(x, BulkStore) else None).body
+    acc = None
+    rows_of_tiles = -(-M // bm)
+    for by in sorted({0, rows_of_tiles - 1}):
+        env0 = {v.name: np.int64(0) for v in seen["bvars"]}
+        env0[seen["bvars"][1].name] = np.int64(by)
+        written = [dict() for _ in range(S)]  # owner -> {float index: (sender, thread, register)}
+        sums, announced, stored = {}, {}, {}
+        for me in range(S):
+            env = {**env0, seen["z"].name: np.int64(me)}
+            out = []
+            for x in top:
+                _run(x, t, env, np.ones(th, dtype=bool), out)
+            for x, mask in out:
+                if isinstance(x, PeerStore) and x.buffer is area:
+                    acc = x.values[0].buffer
+                    rank = np.broadcast_to(_eval(x.rank, t, env), t.shape)
+                    at = np.broadcast_to(_eval(x.indices[0], t, env), t.shape)
+                    regs = [int(const_value(v.indices[0])) for v in x.values]
+                    for th_ in t[mask]:
+                        o = int(rank[th_])
+                        assert o != me
+                        for q, r in enumerate(regs):
+                            key = int(at[th_]) + q
+                            assert key not in written[o], (o, key)  # one store a place
+                            written[o][key] = (me, int(th_), r)
+                elif isinstance(x, Store) and acc is not None and x.buffer is acc and const_value(x.value) is None:
+                    r = int(const_value(x.indices[0]))
+                    terms = []
+
+                    def flat(e):  # the sum's terms in order (left-nested additions)
+                        if isinstance(e, BinOp) and e.op == "add":
+                            flat(e.a)
+                            flat(e.b)
+                        else:
+                            terms.append(e)
+
+                    flat(x.value)
+                    assert len(terms) == S and all(isinstance(y, BufferLoad) for y in terms)
+                    for th_ in t[mask]:
+                        assert (int(th_), r) not in sums  # summed once
+                        got = []
+                        for j, y in enumerate(terms):
+                            if y.buffer is acc:
+                                assert j == me and int(const_value(y.indices[0])) == r  # its own, at its index
+                                got.append(None)
+                            else:
+                                got.append(int(np.broadcast_to(_eval(y.indices[0], t, env), t.shape)[th_]))
+                        sums[(int(th_), r)] = (me, got)
+                elif isinstance(x, CopyBarrierArrive) and "group" in x.barrier.name and mask.any():
+                    assert me not in announced  # one arrival
+                    announced[me] = int(x.bytes)
+                elif isinstance(x, BulkStore):
+                    first, end, rows = x.cells
+                    stored[me] = (int(_eval(first, t, env)), int(_eval(end, t, env)), rows)
+        nregs = int(const_value(acc.numel())) if not isinstance(acc.numel(), int) else acc.numel()
+        for (th_, r), (me, got) in sums.items():
+            for j, key in enumerate(got):
+                if j != me:
+                    assert written[me][key] == (j, th_, r)  # split j's same thread, same register
+        for o in range(S):
+            assert announced[o] == 4 * len(written[o])  # the barrier's bytes: exactly what its peers store
+        firsts = sorted(stored.values())
+        assert firsts[0][0] == 0 and all(a[1] == b[0] for a, b in zip(firsts, firsts[1:]))  # each cell stored once
+        bs, rows, cols = sk._epilogue_map(epi, acc, nregs, th)
+        bands, cell_rows = bs.layout.rows // firsts[0][2], firsts[0][2]
+        live = 0
+        for th_ in t:
+            for r in range(nregs):
+                row0 = int(rows[r][0][th_])
+                c = (int(cols[r][0][th_]) // bs.layout.panel_elems) * bands + row0 // cell_rows
+                inside = by * bm + (row0 // cell_rows) * cell_rows < M
+                assert ((th_, r) in sums) == inside  # the live cells' registers summed, the others not
+                if inside:
+                    live += 1
+                    me = sums[(th_, r)][0]
+                    assert stored[me][0] <= c < stored[me][1], (th_, r, me, c)
+        assert live == th * nregs if (by + 1) * bm <= M else 0 < live < th * nregs
+
+
+@needs_toolchain
+def test_group_sum_in_cells():
+    """3 splits of the plugin's 128x128 tile (two panels, which do not divide among 3): "auto" sums in cells of 16 rows
+    x one 64-column panel, 16 cells owned 5/5/6; each block's barrier announced for its cells from 2 peers (5 or 6 x 4
+    KiB x 2); C's tensor map a 64 x 16 box; each block's thread 0 bulk-stores its run of cells in a loop; SASS: 3
+    versions x 16 DSMEM stores (predicated by the group's owner), no global traffic but the bulk store, no spills."""
+    import tilecore_cuda
+
+    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 5), 3, **{"tilecore.split_k_uneven": True,
+                                                             "tilecore.split_k_group_sum": "auto"})
+    src, note = k.source.code, k.meta["attrs"]["split_k"][0]
+    assert "summed in cells: the tile's 16 cells of 16 rows x one panel owned 5/5/6" in note
+    assert "an area of its own, 49152 bytes, the staging tile over it" in note and k.source.meta["cluster"] == [1, 1, 3]
+    # the area beside the 5 stages (160 KiB), the staging tile (32 KiB) over it: placed inside the area, written only
+    # after the block barrier that follows the sum's last read of it
+    area = int(re.search(r"float\* vtc_group_cells = \(float\*\)\(tc_smem \+ (\d+)\);", src).group(1))
+    stg = int(re.search(r"__half\* C_local_st = \(__half\*\)\(tc_smem \+ (\d+)\);", src).group(1))
+    assert area <= stg and stg + 32768 <= area + 49152 and stg % 1024 == 0
+    tail = src[src.index("tc_mbar_wait(tc_smem_addr(vtc_group_full + (0)), 0);"):]
+    last_read = tail.rindex("vtc_group_cells[")
+    assert tail.index("__syncthreads();", last_read) < tail.index("tc_stsm_x4(", last_read)
+    assert src.count("barrier.cluster.arrive.relaxed.aligned;") == 1  # no group barrier after the main loop
+    assert re.findall(r"tc_mbar_expect_tx\(tc_smem_addr\(vtc_group_full \+ \(0\)\), (\d+)u\);", src) == \
+        ["40960", "40960", "49152"]
+    assert k.source.meta["tensor_maps"][2]["box"] == [64, 16]
+    assert "for (int tc_c = (int)(tc_floordiv((split * 16), 3)); tc_c < (int)(tc_floordiv(((split * 16) + 16), 3)); " \
+           "++tc_c) {\n      tc_tma_store_2d(&tc_tmap2, tc_smem_addr(C_local_st) + (unsigned)(tc_c / 8) * 16384u + " \
+           "(unsigned)(tc_c % 8) * 2048u, (int)((bx * 128)) + (tc_c / 8) * 64, (int)((by * 128)) + (tc_c % 8) * 16);" in src
+    assert "vtc_group_sums" not in src and "vtc_group_slices" not in src
+    try:
+        sass = tilecore_cuda.CUDABackend().disassemble(k.binary, None)
+    except SystemExit as e:
+        pytest.skip(str(e))
+    ops = re.findall(r"\b((?:STAS|LDS|UCGABAR|STG|LDG|ATOMG|UTMASTG)[\w.]*)", sass)
+    assert ops.count("STAS.128") == 3 * 16 and ops.count("LDS.128") == 3 * 16 * 2 and ops.count("UCGABAR_ARV") == 1
+    assert not [o for o in ops if o.startswith(("STG", "LDG", "ATOMG"))] and "UTMASTG.2D" in ops
+    assert "LDL" not in sass and "STL" not in sass
+    # over the stages (round 1's form, tilecore.split_k_group_area="stages"): a group barrier after the main loop
+    k = _cuda(128, 4096, 4096, (128, 128, 64, 256, 5), 3, **{"tilecore.split_k_uneven": True,
+                                                             "tilecore.split_k_group_area": "stages",
+                                                             "tilecore.split_k_group_sum": "cells"})
+    assert "over its stages, 49152 bytes;" in k.meta["attrs"]["split_k"][0]
+    assert k.source.code.count("barrier.cluster.arrive.release.aligned;") == 1
+    # 64x256 (four panels, 128 threads): 16 cells, an area of its own (beside the stages)
+    k = _cuda(16, 8192, 8192, (64, 256, 64, 128, 3), 3, **{"tilecore.split_k_uneven": True,
+                                                           "tilecore.split_k_group_sum": "cells"})
+    assert "16 cells of 16 rows x one panel owned 5/5/6" in k.meta["attrs"]["split_k"][0]
+    assert "an area of its own" in k.meta["attrs"]["split_k"][0]
+
+
+@needs_toolchain
+def test_cells_refused_by_name_where_they_do_not_apply():
+    """Asked for, "cells" names why it does not apply: an epilogue that is no bulk store of the accumulator alone."""
+    with pytest.raises(CompileError, match="split_k_group_sum=\"cells\": the epilogue is not one bulk tile store"):
+        _cuda(128, 4096, 4096, (128, 128, 64, 256, 4), 2, **{"tilecore.split_k_group_sum": "cells",
+                                                             "tilecore.bulk_store": False})
+
+
+@needs_toolchain
+def test_routing_takes_the_plugins_three_splits_in_cells_when_asked():
+    """tilecore.cuda.general_split_k_cells=True (D78): the plugin's default tiles, whose rule says 4 splits of which
+    32 groups would not all be resident at once (30 of 4), go to the core at one split fewer, 3 (39 at once), unevenly
+    over the k tiles, summed in cells (the panels do not divide among 3); unset ("auto"), only where the cells' area
+    lies in a measured place (CELLS_AREAS: beside the stages and the staging tile, 64x256x64/3: 144 + 32 + 48 KiB;
+    with the staging tile over it, 128x128x64/5: 160 + 48 KiB); False: neither."""
+    from tilecore_cuda.hopper import CELLS_AREAS
+
+    def compiled(M, N, K, bm, bn, th, st, **cfg):
+        return tilecore.compile(matmul(M, N, K, bm, bn, 64, threads=th, num_stages=st), target="cuda:sm_90a",
+                                pass_configs={**NOCACHE, **cfg})
+
+    for M, N, K, bm, bn, th, st, per in ((128, 4096, 4096, 128, 128, 256, 5, "21-22 of 64"),
+                                         (16, 8192, 8192, 64, 256, 128, 3, "42-43 of 128")):
+        k = compiled(M, N, K, bm, bn, th, st, **{"tilecore.cuda.general_split_k_cells": True})
+        note = k.meta["attrs"]["split_k"][0]
+        assert k.source.meta["cluster"] == [1, 1, 3] and "tc_wgmma_splitk" not in k.source.code
+        assert f"({per} k tiles each)" in note and "summed in cells" in note and "owned 5/5/6" in note
+        code = compiled(M, N, K, bm, bn, th, st).source.code
+        assert ("tc_wgmma_splitk" in code) == (bm == 128 and "staging" not in CELLS_AREAS)
+        assert "tc_wgmma_splitk" in compiled(M, N, K, bm, bn, th, st,
+                                             **{"tilecore.cuda.general_split_k_cells": False}).source.code
+    # D75's 2-split route is unchanged by the option
+    k = compiled(128, 4096, 4096, 64, 128, 128, 4, **{"tilecore.cuda.general_split_k_cells": True})
+    assert k.source.meta["cluster"] == [1, 1, 2] and "summed in panels" in k.meta["attrs"]["split_k"][0]
+    with pytest.raises(CompileError, match="general_split_k_cells"):
+        compiled(128, 4096, 4096, 128, 128, 256, 5, **{"tilecore.cuda.general_split_k_cells": "sometimes"})

@@ -326,6 +326,27 @@ def test_split_k_group_on_gpu_against_float64_and_the_workspace_bits(M, N, K, ti
     gathered; the areas beside or over the stages; a group barrier or transaction barriers; equal or uneven splits):
     within the float64 bound, bit for bit every call, and the workspace form's bits (the same additions in the same
     order)."""
+    _group_on_gpu(M, N, K, tile, split)
+
+
+@hopper_gpu
+@pytest.mark.parametrize("M,N,K,tile,split", [
+    (128, 4096, 4096, (128, 128, 64, 256, 5), (3, "auto", "barrier", True, "cells")),
+    (128, 4096, 4096, (128, 128, 64, 256, 5), (3, "stages", "barrier", True, "cells")),
+    (16, 8192, 8192, (64, 256, 64, 128, 3), (3, "auto", "barrier", True, "cells")),
+    (64, 8192, 8192, (64, 256, 64, 128, 3), (3, "auto", "barrier", True, "cells")),
+    (100, 1000, 2048, (64, 128, 64, 128, 4), (3, "auto", "barrier", True, "cells")),
+    (128, 4096, 4096, (128, 128, 64, 256, 4), (4, "auto", "barrier", False, "cells")),
+    (200, 1000, 4096, (128, 128, 64, 256, 4), (3, "stages", "barrier", True, "auto")),
+    (128, 4096, 4096, (128, 128, 64, 256, 5), (3, "auto", "barrier", True, "slices"))])
+def test_split_k_group_in_cells_on_gpu_against_float64_and_the_workspace_bits(M, N, K, tile, split):
+    """D78: the splits summed in cells (rows x one panel, each block summing and bulk-storing a run of them: 3 splits
+    of the plugin's 128x128 and 64x256 tiles, 4 of two panels, ragged shapes; the area beside the stages, with the
+    staging tile over it, or over the stages), and D75's slices at 3 splits beside them: within the float64 bound, bit for bit every call, the workspace form's bits."""
+    _group_on_gpu(M, N, K, tile, split)
+
+
+def _group_on_gpu(M, N, K, tile, split):
     import torch
 
     bm, bn, bk, th, st = tile
@@ -370,6 +391,33 @@ def test_routed_group_on_gpu_against_float64(M, N, K, tile):
                          pass_configs={"tilecore.cuda.general_split_k": "group"})
     assert k.source.meta.get("cluster") == [1, 1, 2]
     torch.manual_seed(2)
+    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    B = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    ref = A.double() @ B.double()
+    C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+    k(A, B, C)
+    first = C.clone()
+    err = (first.double() - ref).abs()
+    assert (err <= K ** 0.5 * 8e-3 + ref.abs() * 2 ** -10).all(), err.max()
+    for _ in range(3):
+        C.fill_(float("nan"))
+        k(A, B, C)
+        assert torch.equal(C, first)
+
+
+@hopper_gpu
+@pytest.mark.parametrize("M,N,K,tile", [(128, 4096, 4096, (128, 128, 64, 256, 5)), (16, 8192, 8192, (64, 256, 64, 128, 3)),
+                                        (32, 4096, 14336, (128, 128, 64, 256, 4))])
+def test_routed_cells_on_gpu_against_float64(M, N, K, tile):
+    """D78: the plugin's 3-split GEMMs at its default tiles routed to the core's sum in cells
+    (tilecore.cuda.general_split_k_cells=True): float64 bound, bit for bit every call."""
+    import torch
+
+    bm, bn, bk, th, st = tile
+    k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda",
+                         pass_configs={"tilecore.cuda.general_split_k_cells": True})
+    assert k.source.meta.get("cluster") == [1, 1, 3] and "summed in cells" in k.meta["attrs"]["split_k"][0]
+    torch.manual_seed(3)
     A = torch.randn(M, K, device="cuda", dtype=torch.float16)
     B = torch.randn(K, N, device="cuda", dtype=torch.float16)
     ref = A.double() @ B.double()
@@ -470,13 +518,21 @@ def test_return_prev_refused_by_name_where_not_spelled(target, plugin):
 @needs_toolchain
 def test_plugin_split_gemm_routed_to_the_core_split_k():
     """tilecore.cuda.general_split_k=True: the GEMM the plugin would split by its rule (4 splits at 128x4096x4096 on
-    128x128 tiles) takes the general path with the core's split-K over that count; unset it keeps the plugin's."""
+    128x128 tiles) takes the general path with the core's split-K over that count; unset ("group"), since D78 the
+    core's sum in cells over 3 where the routing's measured areas hold it; without the cells the plugin's."""
     f = lambda: matmul(128, 4096, 4096, 128, 128, 64, threads=256, num_stages=5)  # noqa: E731
     k = tilecore.compile(f(), target="cuda:sm_90a", pass_configs={**NOCACHE, "tilecore.cuda.general_split_k": True})
     assert k.source.meta["grid"] == ["32", "1", "4"]
     assert "the backend's request" in k.meta["attrs"]["split_k"][0]
     assert "tc_wgmma_splitk" not in k.source.code and "atom.acq_rel.gpu.global.add.s32" in k.source.code
+    from tilecore_cuda.hopper import CELLS_AREAS
+
     k = tilecore.compile(f(), target="cuda:sm_90a", pass_configs=NOCACHE)
+    if "staging" in CELLS_AREAS:
+        assert k.source.meta["grid"] == ["32", "1", "3"] and "summed in cells" in k.meta["attrs"]["split_k"][0]
+    else:
+        assert "split_k" not in k.meta["attrs"] and "tc_wgmma_splitk" in k.source.code
+    k = tilecore.compile(f(), target="cuda:sm_90a", pass_configs={**NOCACHE, "tilecore.cuda.general_split_k_cells": False})
     assert "split_k" not in k.meta["attrs"] and "tc_wgmma_splitk" in k.source.code
     with pytest.raises(CompileError, match="general_split_k"):
         tilecore.compile(f(), target="cuda:sm_90a", pass_configs={**NOCACHE, "tilecore.cuda.general_split_k": "x"})

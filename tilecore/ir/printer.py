@@ -222,8 +222,11 @@ def stmt_lines(s: Stmt | None, indent: int = 0) -> list:
                 + (f", multicast={s.multicast}" if getattr(s, "multicast", 1) != 1 else "") + ")"]
     if isinstance(s, BulkStore):
         starts = ", ".join(expr_str(i) for i in s.starts)
+        part = (f", panels=({expr_str(s.panels[0])}, {s.panels[1]})" if s.panels is not None else "") + \
+            (f", cells=({expr_str(s.cells[0])}, {expr_str(s.cells[1])}, rows={s.cells[2]})" if s.cells is not None
+             else "")
         return [f"{pad}T.bulk_store({_nm(s.dst)}[{starts}], {_nm(s.src)}, box={tuple(s.box)}, "
-                f"{s.layout.swizzle_bytes}-byte panels)"]
+                f"{s.layout.swizzle_bytes}-byte panels{part})"]
     if isinstance(s, BulkStoreWait):
         return [f"{pad}T.bulk_store_wait(pending={s.pending}{', read' if s.read else ''})"]
     if isinstance(s, BulkFence):

@@ -345,6 +345,11 @@ class BulkStore(Stmt):
     #: ``(first, count)``: only panels ``first .. first + count - 1`` of the tile (``first`` an expression; D75: each
     #: block of a group stores the panels whose sums it owns); None: every panel
     panels: tuple | None = None
+    #: ``(first, end, rows)``: only cells ``first .. end - 1`` (expressions) of the tile cut into cells of ``rows``
+    #: rows (a multiple of 8) by one panel, numbered panel-major (cell ``c``: panel ``c // (tile rows / rows)``, rows
+    #: from ``(c % (tile rows / rows)) rows``; D78: each block of a group stores the cells whose sums it owns); None:
+    #: every panel (or ``panels``)
+    cells: tuple | None = None
 
 
 @dataclass(eq=False)

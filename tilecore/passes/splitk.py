@@ -35,6 +35,7 @@ from ..ir import (INDEX, AtomicRet, Barrier, Bind, BinOp, Buffer, BufferLoad, Bu
                   CopyBarrierArrive, CopyBarrierInit, IntImm,
                   CopyBarrierWait, Fence, For, GroupBarrier, If, KernelLaunch,
                   MatrixOp, PeerStore, PerThread, Seq, Store, ThreadIndex, TileOp, Var, Allocate, as_expr, binary, collect,
+                  logic_and, select,
                   compare, const_value, rewrite, simplify, walk)
 from . import tile_pass
 
@@ -47,6 +48,7 @@ SPLIT_K_GROUP_SYNC = "tilecore.split_k_group_sync"
 SPLIT_K_UNEVEN = "tilecore.split_k_uneven"
 SPLIT_K_GROUP_SUM = "tilecore.split_k_group_sum"
 AT_ONCE = "would not all be resident at once"
+PERSISTENT = "tilecore.persistent"  # (tilecore.passes.persistent.OPTION) off by default where a grid is split
 #: D75, measured (H200): the peers' stores completing on rank 0's transaction barrier beat the group barrier after them
 #: (16.86 against 17.30 us at 128x4096x4096, 41.20 against 41.33 at 16x8192x8192, 64x128 tiles, 2 splits)
 SPLIT_K_GROUP_SYNC_DEFAULT = "copy_barrier"
@@ -55,6 +57,9 @@ SPLIT_K_GROUP_SYNC_DEFAULT = "copy_barrier"
 #: the workspace sum on the LLM rows, 64 KiB (128x128, 2 splits) 0.4 / 2.2 us slower, the slices at 3 splits (84 KiB)
 #: within 0.1 us / 1.2 us faster
 GROUP_AUTO_BYTES = 32768
+#: D78: the same bound for the sum in cells (each block receives only its own cells: 3 splits of the plugin's 128x128 /
+#: 64x256 tiles, 2 x 6 cells of 4 KiB), to be measured against the workspace
+CELLS_AUTO_BYTES = 49152
 #: the "auto" rule's constants (decisions D27 / D31's rule, as a GPU plugin's split-K takes it)
 TILES_PER_STAGE, LEAST_CAP, MAX_SPLITS, TAIL_RATIO = 4, 16, 16, 1
 #: the last block's sum is written once per split index (its own partial from its registers) up to this many
@@ -208,7 +213,8 @@ def groups_at_once(caps) -> dict:
     return {int(k): int(v) for k, v in dict(table).items() if v is not None}
 
 
-def _group_plan(ctx, reduce_, splits, tiles, recv_bytes, shared_bytes, stage_bytes, rank0_bytes=0):
+def _group_plan(ctx, reduce_, splits, tiles, recv_bytes, shared_bytes, stage_bytes, rank0_bytes=0,
+                bound=GROUP_AUTO_BYTES):
     """``(splits, None)`` where the tile's splits run as one block group (``tilecore.split_k_reduce``), else
     ``(splits, reason)`` (the workspace sum); raises where "group" was asked for and cannot be built."""
     if reduce_ == "workspace":
@@ -235,9 +241,10 @@ def _group_plan(ctx, reduce_, splits, tiles, recv_bytes, shared_bytes, stage_byt
         return splits, why
     if reduce_ == "group":
         return splits, None
-    if rank0_bytes > GROUP_AUTO_BYTES:
+    if rank0_bytes > bound:
         return splits, (f"a block would receive {rank0_bytes} bytes through block memory, more than the "
-                        f"{GROUP_AUTO_BYTES} up to which the group sum measured faster than the workspace (D75)")
+                        f"{bound} up to which the group sum measured faster than the workspace "
+                        f"({'D78' if bound != GROUP_AUTO_BYTES else 'D75'})")
     at_once = groups_at_once(ctx.capabilities)
     if tiles <= at_once.get(splits, 0):
         return splits, None
@@ -303,7 +310,7 @@ def split_k(func, ctx):
             return func
     else:
         splits, why = want, "the backend's request" if from_backend else SPLIT_K
-        if kt % splits and not ctx.option(SPLIT_K_UNEVEN, False):
+        if kt % splits and not ctx.option(SPLIT_K_UNEVEN, bool(from_backend and launch.attrs.get("split_k_uneven"))):
             divs = [d for d in range(2, kt + 1) if kt % d == 0 and d <= 64]
             raise CompileError(f"pass config {SPLIT_K}={splits}: the k loop's {kt} iterations do not divide into "
                                f"{splits} equal splits; use one of {divs[:12]} (or {SPLIT_K_UNEVEN}=True: block z "
@@ -333,11 +340,20 @@ def split_k(func, ctx):
                 part = regs * threads * acc.dtype.bytes
                 if isinstance(f, tuple):  # panels: each block receives its panels' groups from every peer
                     recv = (n - 1) * max(len(o) for o in f[1]) * threads * 4 * acc.dtype.bytes
+                elif isinstance(f, _Cells):  # cells: each block receives its cells from every peer
+                    recv = (n - 1) * f.most(n) * f.cell_bytes(acc.dtype.bytes)
                 else:
                     recv = _slices_bytes(n, regs, threads, acc) if f == "slices" else (n - 1) * part
                 # rank 0 receives all of its area: the peers' partials, or a slice from each and the others' sums
-                why_not = _group_plan(ctx, reduce_, n, tiles, recv, shared_bytes + 2048, stage_bytes, recv)[1]
-                return f, why_not, bool(cap) and shared_bytes + 2048 + recv <= int(cap[0])
+                why_not = _group_plan(ctx, reduce_, n, tiles, recv, shared_bytes + 2048, stage_bytes, recv,
+                                      CELLS_AUTO_BYTES if isinstance(f, _Cells) else GROUP_AUTO_BYTES)[1]
+                beside = bool(cap) and shared_bytes + 2048 + recv <= int(cap[0])
+                # D78: the cells' area beside the stages with the epilogue's staging tile over it (written after the
+                # block's sum has read the area), where the area does not fit beside them otherwise
+                stg = _staging(top, k, f) if isinstance(f, _Cells) and not beside else None
+                if stg is not None and recv >= _nbytes(stg) and shared_bytes - _nbytes(stg) + 2048 + recv <= int(cap[0]):
+                    beside = "staging"
+                return f, why_not, beside
 
             form, group_why, beside = plan(splits)
             # the plugin's rule (D41): where the compiler chose the count and its groups do not all fit at once, one
@@ -369,6 +385,11 @@ def split_k(func, ctx):
     else:
         body = substitute(loop.body, {id(ko): binary("add", inner, binary("mul", z, as_expr(per)))})
         loop = loop.with_(var=inner, extent=as_expr(per), body=body)
+    if group_why is None and isinstance(form, _Cells):
+        own = beside and ctx.option(SPLIT_K_GROUP_AREA, "auto") != "stages"
+        return _group_cells(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, threads, z, gexprs, bvars,
+                            ko, [] if own else _stage_buffers(top, top[k], acc), reduce_, form,
+                            own and beside == "staging")
     if group_why is None and (form == "slices" or isinstance(form, tuple)):
         return _group_slices(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, threads, z, gexprs, bvars,
                              ko, [] if beside and ctx.option(SPLIT_K_GROUP_AREA, "auto") != "stages" else
@@ -474,13 +495,22 @@ def split_k(func, ctx):
             "tile's last block" + (f" (tilecore.split_k_reduce={reduce_}: not in a block group: {group_why})"
                                    if reduce_ != "workspace" else ""))
     ctx.notes.append(note)
-    if ctx.config.get("tilecore.persistent") is None:  # a split grid is one wave of (tile, split) blocks
-        ctx.config["tilecore.persistent"] = False
+    ctx.set_defaults({PERSISTENT: False})  # a split grid is one wave of (tile, split) blocks
     return func.with_body(body, kept_workspaces=kept, split_k=(note,))
 
 
 def _per_text(per: int, kt: int, splits: int) -> str:
     return str(per) if kt % splits == 0 else f"{per}-{per + 1}"
+
+
+def _staging(top, k, cells):
+    """The block buffer the epilogue's bulk store reads (its staging tile), where the launch's top level allocates it
+    before the main loop and nothing before the epilogue uses it; else None."""
+    src = cells.store.src
+    if not any(isinstance(a, Allocate) and a.buffer is src for a in top[:k]) or id(src) in _reads(top[k]) \
+            or id(src) in _loop_writes(top[k]):
+        return None
+    return src
 
 
 def _nbytes(b) -> int:
@@ -575,19 +605,25 @@ def _group_sum(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, thre
                 If(compare("eq", z, as_expr(0)), Seq([reduce_stmt, *rest]), None, span=span)]
     new_top = [Allocate(recv, reuses=reuse, span=span), *head[:last_alloc], *start, *head[last_alloc:], loop,
                *after_loop, *tail]
-    attrs = dict(launch.attrs)
-    attrs["block_group"] = tuple([1] * len(gexprs) + [splits])
-    launch2 = launch.with_(grid=(*gexprs, as_expr(splits)), block_vars=(*bvars, z), body=Seq(new_top), attrs=attrs)
-    body = rewrite(func.body, lambda x: launch2 if isinstance(x, KernelLaunch) else None)
     note = (f"tilecore.split_k: k loop over {ko.name} split over {splits} blocks a tile ({_per_text(per, kt, splits)} of {kt} k tiles each), "
             f"one block group a tile (tilecore.split_k_reduce={reduce_}): {acc.dtype} partials of {regs} registers x "
             f"{threads} threads stored into rank 0's block memory "
             f"({'over its stages' if reuse else 'a receive area of its own'}, {recv_bytes} bytes"
             f"{', the stores completing on its transaction barrier' if full is not None else ''}) and summed there "
             "in split order")
+    return _finish_group(func, ctx, launch, gexprs, bvars, z, splits, new_top, note)
+
+
+def _finish_group(func, ctx, launch, gexprs, bvars, z, splits, new_top, note):
+    """The group sums' common end: the launch with the splits as its last grid dimension, one block group a tile
+    (``attrs["block_group"]``), its body ``new_top``; the note recorded; persistent launches off by default (a split
+    grid is one wave of (tile, split) blocks)."""
+    attrs = dict(launch.attrs)
+    attrs["block_group"] = tuple([1] * len(gexprs) + [splits])
+    launch2 = launch.with_(grid=(*gexprs, as_expr(splits)), block_vars=(*bvars, z), body=Seq(new_top), attrs=attrs)
+    body = rewrite(func.body, lambda x: launch2 if isinstance(x, KernelLaunch) else None)
     ctx.notes.append(note)
-    if ctx.config.get("tilecore.persistent") is None:
-        ctx.config["tilecore.persistent"] = False
+    ctx.set_defaults({PERSISTENT: False})
     return func.with_body(body, split_k=(note,))
 
 
@@ -619,22 +655,22 @@ def _eval_int(e, t, env):
     return ops[e.op]()
 
 
-def _panel_plan(rest, acc, splits: int, regs: int, threads: int):
-    """``(bulk store, [float4 groups block o owns], panels a block)`` where the epilogue is the bulk-store form (the
-    accumulator's registers written into the staging tile of one paneled bulk store) and every group of 4 registers
-    lands, for every thread, in one column panel, the panels dividing among the splits; else a reason (a string)."""
+def _epilogue_map(rest, acc, regs: int, threads: int):
+    """``(bulk store, rows, cols)`` where the epilogue is the bulk-store form (the accumulator's registers written
+    into the staging tile of one paneled bulk store, nothing else in it reading the accumulator): ``rows[r]`` /
+    ``cols[r]`` the sets of (thread, row) / (thread, column) pairs register ``r`` lands at, as numpy arrays over the
+    threads (found by evaluating the staging stores' indices for every thread: no layout is assumed); else a reason."""
     import numpy as np
 
     stores = [x for st in rest for x in collect(st, BulkStore)]
-    if len(stores) != 1 or stores[0].panels is not None:
+    if len(stores) != 1 or stores[0].panels is not None or stores[0].cells is not None:
         return "the epilogue is not one bulk tile store"
     bs = stores[0]
-    lay = bs.layout
-    npanels = int(lay.cols // lay.panel_elems) if getattr(lay, "panel_elems", 0) else 0
-    if npanels < splits or npanels % splits:
-        return f"its bulk store's {npanels} panel(s) do not divide among {splits} splits"
+    if not getattr(bs.layout, "panel_elems", 0):
+        return "its bulk store's tile is not in panels"
     t = np.arange(threads, dtype=np.int64)
-    panel_of: dict = {}
+    rows: dict = {}
+    cols: dict = {}
     for pt in [x for st in rest for x in collect(st, PerThread)]:
         env: dict = {}
 
@@ -653,18 +689,19 @@ def _panel_plan(rest, acc, splits: int, regs: int, threads: int):
                 walk_expr(x.value, lambda y: loads.append(y) if isinstance(y, BufferLoad) else None)
                 r = const_value(loads[0].indices[0]) if len(loads) == 1 and loads[0].buffer is acc else None
                 col = _eval_int(x.indices[-1], t, env)
+                row = _eval_int(x.indices[-2], t, env) if len(x.indices) >= 2 else None
                 if r is None or col is None:
                     return False
-                ps = set(np.atleast_1d(np.asarray(col) // lay.panel_elems).tolist())
-                panel_of.setdefault(int(r), set()).update(ps)
+                cols.setdefault(int(r), []).append(np.broadcast_to(np.asarray(col), t.shape))
+                rows.setdefault(int(r), []).append(None if row is None else np.broadcast_to(np.asarray(row), t.shape))
                 return None
             return None if not collect(x, Store) or not any(w.buffer is bs.src for w in collect(x, Store)) else False
 
         if visit(pt.body) is False:
             return "the epilogue's stores into its staging tile are not one register each at a computable column"
-    if sorted(panel_of) != list(range(regs)):
+    if sorted(cols) != list(range(regs)):
         return "the epilogue's staging stores do not write every accumulator register"
-    # every block runs the epilogue with only its panels' registers summed: nothing else may read the accumulator
+    # every block runs the epilogue with only its own part's registers summed: nothing else may read the accumulator
     from ..ir import stmt_exprs, walk_expr
 
     reads = []
@@ -673,10 +710,27 @@ def _panel_plan(rest, acc, splits: int, regs: int, threads: int):
                                       else None) for e in stmt_exprs(x)])
     if any(not (isinstance(x, Store) and x.buffer is bs.src) for x in reads):
         return "the epilogue reads the accumulator elsewhere than into its bulk store's staging tile"
+    return bs, rows, cols
+
+
+def _panel_plan(rest, acc, splits: int, regs: int, threads: int):
+    """``(bulk store, [float4 groups block o owns], panels a block)`` where the epilogue is the bulk-store form
+    (:func:`_epilogue_map`) and every group of 4 registers lands, for every thread, in one column panel, the panels
+    dividing among the splits; else a reason (a string)."""
+    import numpy as np
+
+    m = _epilogue_map(rest, acc, regs, threads)
+    if isinstance(m, str):
+        return m
+    bs, _, cols = m
+    lay = bs.layout
+    npanels = int(lay.cols // lay.panel_elems)
+    if npanels < splits or npanels % splits:
+        return f"its bulk store's {npanels} panel(s) do not divide among {splits} splits"
     per = npanels // splits
     owned: list = [[] for _ in range(splits)]
     for g in range(regs // 4):
-        ps = set().union(*(panel_of[4 * g + q] for q in range(4)))
+        ps = set(np.concatenate([c // lay.panel_elems for q in range(4) for c in cols[4 * g + q]]).tolist())
         if len(ps) != 1:
             return f"registers {4 * g}..{4 * g + 3} land in more than one panel"
         owned[next(iter(ps)) // per].append(g)
@@ -685,27 +739,133 @@ def _panel_plan(rest, acc, splits: int, regs: int, threads: int):
     return bs, owned, per
 
 
+class _Cells:
+    """The sum "in cells" (D78): the bulk store's tile cut into cells of ``rows`` rows by one column panel, numbered
+    panel-major (cell ``c``: panel ``c // bands``, rows ``(c % bands) rows ..``); block ``o`` of ``S`` owns cells
+    ``[o C // S, (o + 1) C // S)`` (``C`` cells). Each cell is held by the ``tc`` threads of one aligned run, each
+    holding the same ``gc`` float4 register groups of it: thread ``t``'s group ``g`` lies in cell
+    ``panel[g] bands + base[g] + step[g] (t // tc)``, at position ``pos[g]`` of the ``gc``."""
+
+    def __init__(self, store, rows, bands, npanels, tc, gc, panel, base, step, pos):
+        self.store, self.rows, self.bands, self.npanels = store, rows, bands, npanels
+        self.tc, self.gc, self.panel, self.base, self.step, self.pos = tc, gc, panel, base, step, pos
+        self.count = bands * npanels
+
+    def first(self, o, splits):
+        """The first cell block ``o`` owns (an int or an expression of the block's rank)."""
+        return binary("floordiv", binary("mul", o, as_expr(self.count)), as_expr(splits)) \
+            if not isinstance(o, int) else o * self.count // splits
+
+    def most(self, splits) -> int:
+        return max((o + 1) * self.count // splits - o * self.count // splits for o in range(splits))
+
+    def cell_bytes(self, bpe) -> int:
+        return self.gc * self.tc * 4 * bpe
+
+
+def _cell_plan(rest, acc, splits: int, regs: int, threads: int):
+    """A :class:`_Cells` where the epilogue is the bulk-store form and its tile cuts into cells (rows in runs of a
+    multiple of 8 rows, the panels' swizzle period, holding every register group whole) that its threads hold in
+    aligned runs, at least one cell a split; else a reason (a string)."""
+    import numpy as np
+
+    m = _epilogue_map(rest, acc, regs, threads)
+    if isinstance(m, str):
+        return m
+    bs, rows, cols = m
+    lay = bs.layout
+    if any(x is None for r in range(regs) for x in rows[r]):
+        return "the epilogue's staging stores have no computable row"
+    ngroups = regs // 4
+    tile_rows, npanels = int(lay.rows), int(lay.cols // lay.panel_elems)
+
+    def span(g, unit):  # each thread's cell-row band of group g (or None where its registers straddle two)
+        bands = [x // unit for q in range(4) for x in rows[4 * g + q]]
+        if any((b != bands[0]).any() for b in bands):
+            return None
+        ps = [x // lay.panel_elems for q in range(4) for x in cols[4 * g + q]]
+        if any((p != ps[0]).any() for p in ps) or (ps[0] != ps[0][0]).any():
+            return None  # a group in one panel, the same for every thread
+        return bands[0], int(ps[0][0])
+
+    unit = next((u for u in range(8, tile_rows + 1, 8) if tile_rows % u == 0
+                 and all(span(g, u) is not None for g in range(ngroups))), None)
+    if unit is None:
+        return "no run of rows (a multiple of 8) holds every register group whole"
+    bands = tile_rows // unit
+    if bands * npanels < splits:
+        return f"{bands * npanels} cells of {unit} rows are fewer than {splits} splits"
+    info = [span(g, unit) for g in range(ngroups)]
+    t = np.arange(threads, dtype=np.int64)
+    # the threads holding a cell: an aligned run of tc threads (tc the same for every cell)
+    holders: dict = {}
+    for g, (band, p) in enumerate(info):
+        for th in t:
+            holders.setdefault((p, int(band[th])), set()).add(int(th))
+    sizes = {len(h) for h in holders.values()}
+    if len(sizes) != 1 or len(holders) != bands * npanels:
+        return "the cells are not held by runs of threads of one size"
+    tc = sizes.pop()
+    if any(min(h) % tc or max(h) - min(h) + 1 != tc for h in holders.values()):
+        return "a cell's threads are not one aligned run"
+    base, step, pos, gc = [], [], [], None
+    classes: dict = {}
+    for g, (band, p) in enumerate(info):
+        b0 = int(band[0])
+        st = int(band[tc] - b0) if threads > tc else 0
+        if ((band - b0) != st * (t // tc)).any():
+            return "a register group's cell is not affine in the thread's run"
+        base.append(b0)
+        step.append(st)
+        key = (p, b0, st)
+        pos.append(len(classes.setdefault(key, [])))
+        classes[key].append(g)
+    sizes = {len(v) for v in classes.values()}
+    if len(sizes) != 1:
+        return "the cells hold unequal numbers of register groups"
+    gc = sizes.pop()
+    if gc * tc * 4 != unit * lay.panel_elems:
+        return "the cells' register groups do not cover them"
+    # every (thread, group) at its own place: (cell, position pos[g] tc + t % tc) one to one
+    seen = set()
+    for g in range(ngroups):
+        cell = info[g][1] * bands + base[g] + step[g] * (t // tc)
+        seen.update(zip(cell.tolist(), (pos[g] * tc + t % tc).tolist()))
+    if len(seen) != ngroups * threads:
+        return "two register groups would share a place in a cell"
+    return _Cells(bs, unit, bands, npanels, tc, gc, [p for _, p in info], base, step, pos)
+
+
 def _group_form(ctx, splits: int, regs: int, rest=None, acc=None, threads=0):
     """``tilecore.split_k_group_sum``: "rank0" (every peer's whole partial into rank 0), "slices" (each block sums a
     slice of the registers, then rank 0 gathers the sums: 2 (S-1)/S of a partial into rank 0 instead of S - 1
-    partials), "auto" (default): slices from 3 splits where the target has transaction barriers."""
+    partials), "panels" (D75: each block sums and bulk-stores whole column panels of the tile, the panels dividing
+    among the splits), "cells" (D78: each block sums and bulk-stores a run of cells of rows x one panel: any count
+    up to the cells), "auto" (default): panels where they divide, else cells, else slices from 3 splits where the
+    target has transaction barriers, else rank 0. Returns the panels' tuple, a :class:`_Cells` or the form's name."""
     v = ctx.option(SPLIT_K_GROUP_SUM, "auto")
-    if v not in ("auto", "rank0", "slices", "panels"):
-        raise CompileError(f"pass config {SPLIT_K_GROUP_SUM}={v!r}: expected \"auto\", \"rank0\", \"slices\" or "
-                           "\"panels\"")
+    if v not in ("auto", "rank0", "slices", "panels", "cells"):
+        raise CompileError(f"pass config {SPLIT_K_GROUP_SUM}={v!r}: expected \"auto\", \"rank0\", \"slices\", "
+                           "\"panels\" or \"cells\"")
     can = bool(ctx.capabilities.feature("bulk_tensor_copy")) and regs % 4 == 0 and regs // 4 >= splits
-    if v in ("auto", "panels") and can and rest is not None:
-        plan = _panel_plan(rest, acc, splits, regs, threads)
-        if not isinstance(plan, str):
-            return plan
-        if v == "panels":
-            raise CompileError(f"pass config {SPLIT_K_GROUP_SUM}=\"panels\": {plan}")
-    if v == "panels":
-        raise CompileError(f"pass config {SPLIT_K_GROUP_SUM}=\"panels\": needs transaction barriers "
-                           f"(features.bulk_tensor_copy) and at least {splits} groups of 4 registers a thread ({regs})")
-    if v == "slices" and not can:
-        raise CompileError(f"pass config {SPLIT_K_GROUP_SUM}=\"slices\": needs transaction barriers "
-                           f"(features.bulk_tensor_copy) and at least {splits} groups of 4 registers a thread ({regs})")
+    need = (f"needs transaction barriers (features.bulk_tensor_copy) and at least {splits} groups of 4 registers a "
+            f"thread ({regs})")
+    if v in ("auto", "panels", "cells") and can and rest is not None:
+        why = None
+        if v in ("auto", "panels"):
+            plan = _panel_plan(rest, acc, splits, regs, threads)
+            if not isinstance(plan, str):
+                return plan
+            why = plan
+        if v in ("auto", "cells"):
+            plan = _cell_plan(rest, acc, splits, regs, threads)
+            if not isinstance(plan, str):
+                return plan
+            why = plan
+        if v != "auto":
+            raise CompileError(f"pass config {SPLIT_K_GROUP_SUM}=\"{v}\": {why}")
+    if v in ("panels", "cells", "slices") and not (can and rest is not None):
+        raise CompileError(f"pass config {SPLIT_K_GROUP_SUM}=\"{v}\": {need}")
     if v == "auto":
         return "slices" if can and splits >= 3 else "rank0"
     return v
@@ -836,10 +996,6 @@ def _group_slices(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, t
     areas = [area1] if panels is not None else [area1, area2]
     new_top = [*(Allocate(a, reuses=reuse, span=span) for a in areas),
                *head[:last_alloc], *start, *head[last_alloc:], loop, *after_loop, *tail]
-    attrs = dict(launch.attrs)
-    attrs["block_group"] = tuple([1] * len(gexprs) + [splits])
-    launch2 = launch.with_(grid=(*gexprs, as_expr(splits)), block_vars=(*bvars, z), body=Seq(new_top), attrs=attrs)
-    body = rewrite(func.body, lambda x: launch2 if isinstance(x, KernelLaunch) else None)
     gathers = "each block bulk-stores the panels it summed" if panels is not None else "rank 0 gathers the sums"
     note = (f"tilecore.split_k: k loop over {ko.name} split over {splits} blocks a tile ({_per_text(per, kt, splits)} "
             f"of {kt} k tiles each), one block group a tile (tilecore.split_k_reduce={reduce_}), summed in "
@@ -848,7 +1004,158 @@ def _group_slices(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, t
             f"threads in split order from its peers' stores, {gathers} "
             f"({'over its stages' if reuse else 'areas of their own'}, {total} bytes; the stores completing on "
             "transaction barriers)")
-    ctx.notes.append(note)
-    if ctx.config.get("tilecore.persistent") is None:
-        ctx.config["tilecore.persistent"] = False
-    return func.with_body(body, split_k=(note,))
+    return _finish_group(func, ctx, launch, gexprs, bvars, z, splits, new_top, note)
+
+
+def _group_cells(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, threads, z, gexprs, bvars, ko, dead,
+                 reduce_, cells: _Cells, over_staging: bool = False):
+    """The tile's splits one block group, each block summing and storing a run of the bulk store's cells (D78,
+    ``tilecore.split_k_group_sum="cells"``; :class:`_Cells`): block ``o`` owns cells ``[o C // S, (o + 1) C // S)``;
+    after the main loop every thread stores each of its float4 register groups that lies in another block's cell
+    into that block's area (at the sender's slot, the cell's place in the owner's run, the group's place in the
+    cell), completing on the owner's transaction barrier (announced at the top for exactly the bytes it receives);
+    each block waits for its own, sums the groups of its cells in split order 0 .. S-1 (its own registers in its
+    place: the workspace form's additions, the same bits) and runs the kernel's epilogue, its bulk store limited to
+    its cells. Any split count up to the cells (where the panels do not divide among the splits, D75's "panels"
+    does not apply: 3 splits of two or four panels). ``over_staging``: the area beside the stages with the epilogue's
+    staging tile over it (``Allocate.reuses``: the staging tile is first written after the epilogue's barrier that
+    follows the block's last read of the area, and its peers' stores have all landed by then)."""
+    span, zero = loop.span, as_expr(0)
+    most, count = cells.most(splits), cells.count
+    cell_f4 = cells.gc * cells.tc  # float4 groups of one cell
+    area = Buffer("tc_group_cells", ((splits - 1) * most * cell_f4 * 4,), acc.dtype, "shared")
+    bars = Buffer("tc_group_full", (1,), "uint64", "shared")
+    stage_bytes = int(loop.annotations.get("num_stages") or 1) * sum(_nbytes(b) for b in dead)
+    total = _nbytes(area)
+    reuse = tuple(b.name for b in dead) if dead and total <= stage_bytes else ()
+    tid = ThreadIndex(INDEX)
+    bpe = acc.dtype.bytes
+    run = binary("floordiv", tid, as_expr(cells.tc))
+    lane_t = binary("floormod", tid, as_expr(cells.tc))
+
+    # the cells whose rows lie past C's last row (a tile that overhangs it: 16 rows of a 64-row tile) are neither sent
+    # nor summed, and the owner's barrier expects only its live cells' bytes (a static C whose rows the tiles divide:
+    # every cell live, nothing checked)
+    store = cells.store
+    row0, mrows = simplify(as_expr(store.starts[-2])), simplify(as_expr(store.dst.shape[-2]))
+    tile_rows = cells.rows * cells.bands
+    every_row = const_value(mrows) is not None and int(const_value(mrows)) % tile_rows == 0
+
+    def live(c):  # cell c's first row inside C (None: always)
+        if every_row:
+            return None
+        band = binary("floormod", c, as_expr(cells.bands)) if not isinstance(c, int) else c % cells.bands
+        return compare("lt", binary("add", row0, binary("mul", as_expr(band), as_expr(cells.rows))), mrows)
+
+    def both(a, b):
+        return b if a is None else a if b is None else logic_and(a, b)
+
+    def cell_of(g):  # the cell of this thread's group g
+        c = as_expr(cells.panel[g] * cells.bands + cells.base[g])
+        return c if cells.step[g] == 0 else binary("add", c, binary("mul", run, as_expr(cells.step[g])))
+
+    def owner_of(c):  # the block owning cell c: the o with o C // S <= c < (o + 1) C // S
+        return binary("floordiv", binary("sub", binary("mul", binary("add", c, as_expr(1)), as_expr(splits)),
+                                         as_expr(1)), as_expr(count))
+
+    def place(slot, local, g, lane):  # the float in an owner's area: sender slot, its cell, the group, this thread
+        at = binary("add", binary("mul", slot, as_expr(most)), local)
+        at = binary("add", binary("mul", at, as_expr(cells.gc)), as_expr(cells.pos[g]))
+        at = binary("add", binary("mul", at, as_expr(cells.tc)), lane_t)
+        return binary("add", binary("mul", at, as_expr(4)), as_expr(lane))
+
+    def reg(r):
+        return BufferLoad(acc, (as_expr(r),))
+
+    def by_rank(make):  # one version per rank (the registers and the split order named statically)
+        version = None
+        for j in reversed(range(splits)):
+            body = make(j)
+            version = body if version is None else If(compare("eq", z, as_expr(j)), body, version, span=span)
+        return version
+
+    ngroups = regs // 4
+
+    def send(me):  # every group in another block's cell, into that block's area at this block's slot
+        out = []
+        for g in range(ngroups):
+            c = cell_of(g)
+            o = owner_of(c)
+            slot = select(compare("lt", as_expr(me), o), as_expr(me), as_expr(me - 1))
+            local = binary("sub", c, cells.first(o, splits))
+            st = PeerStore(area, (place(slot, local, g, 0),), tuple(reg(4 * g + q) for q in range(4)), o, bars, zero,
+                           span=span)
+            cond = None if const_value(simplify(o)) is not None else compare("ne", o, as_expr(me))
+            if cond is None and int(const_value(simplify(o))) == me:
+                continue
+            cond = both(cond, live(c))
+            out.append(st if cond is None else If(cond, st, None, span=span))
+        return Seq(out)
+
+    def sum_(me):  # the groups of this block's cells, in split order, its own registers at its index
+        f0, f1 = cells.first(me, splits), cells.first(me + 1, splits)
+        out = []
+        for g in range(ngroups):
+            c = cell_of(g)
+            local = binary("sub", c, as_expr(f0))
+            stores = []
+            for lane in range(4):
+                r = 4 * g + lane
+                t = None
+                for j in range(splits):
+                    v = reg(r) if j == me else BufferLoad(area, (place(as_expr(j if j < me else j - 1), local, g,
+                                                                       lane),))
+                    t = v if t is None else binary("add", t, v)
+                stores.append(Store(acc, (as_expr(r),), t, span=span))
+            mine = both(logic_and(compare("ge", c, as_expr(f0)), compare("lt", c, as_expr(f1))), live(c))
+            known = const_value(simplify(mine))
+            if known is None:
+                out.append(If(mine, Seq(stores), None, span=span))
+            elif known:
+                out.extend(stores)
+        return Seq(out)
+
+    def expect(me):  # the bytes block ``me`` receives: its live cells from every peer (one arrival in any case)
+        f0, f1 = cells.first(me, splits), cells.first(me + 1, splits)
+        if every_row:
+            return CopyBarrierArrive(bars, zero, (splits - 1) * (f1 - f0) * cell_f4 * 4 * bpe, span=span)
+        n = None
+        for c in range(f0, f1):
+            x = select(live(c), as_expr(1), as_expr(0))
+            n = x if n is None else binary("add", n, x)
+        version = None
+        for m in range(f1 - f0 + 1):  # a version a count of live cells: the barrier's bytes static in each
+            body = CopyBarrierArrive(bars, zero, (splits - 1) * m * cell_f4 * 4 * bpe, span=span)
+            version = body if version is None else If(compare("eq", n, as_expr(m)), body, version, span=span)
+        return version
+
+    rest = top[k + 1:]
+    allocs = [i for i, s in enumerate(top[:k]) if isinstance(s, Allocate)]
+    head = top[:k]
+    last_alloc = (max(allocs) + 1) if allocs else 0
+    start = [Allocate(bars, span=span), Barrier(span=span), CopyBarrierInit(bars, 1, span=span), Barrier(span=span)]
+    if reuse:  # over the stages: every block past its main loop before anyone stores into another's
+        after_loop = [BulkFence(span=span), GroupBarrier("arrive", "release", span=span),
+                      GroupBarrier("wait", "acquire", span=span)]
+    else:
+        start.append(GroupBarrier("arrive", "relaxed", span=span))
+        after_loop = [GroupBarrier("wait", "acquire", span=span)]
+    start.append(by_rank(expect))
+    first, end = cells.first(z, splits), cells.first(binary("add", z, as_expr(1)), splits)
+    tail = [PerThread(by_rank(send), attrs={"split_k": "group cells send"}, span=span),
+            CopyBarrierWait(bars, zero, zero, span=span),
+            PerThread(by_rank(sum_), attrs={"split_k": "group cell sum in split order"}, span=span),
+            *rewrite(Seq(list(rest)), lambda x: x.with_(cells=(first, end, cells.rows)) if x is store else None).body]
+    if over_staging:
+        head = [a.with_(reuses=(area.name,)) if isinstance(a, Allocate) and a.buffer is store.src else a for a in head]
+        tail.insert(3, Barrier(span=span))  # every thread's reads of the area before the staging tile's first write
+    new_top = [Allocate(area, reuses=reuse, span=span), *head[:last_alloc], *start, *head[last_alloc:], loop,
+               *after_loop, *tail]
+    runs = "/".join(str(cells.first(o + 1, splits) - cells.first(o, splits)) for o in range(splits))
+    note = (f"tilecore.split_k: k loop over {ko.name} split over {splits} blocks a tile ({_per_text(per, kt, splits)} "
+            f"of {kt} k tiles each), one block group a tile (tilecore.split_k_reduce={reduce_}), summed in cells: "
+            f"the tile's {count} cells of {cells.rows} rows x one panel owned {runs}, each block summing its cells' "
+            f"{acc.dtype} register groups in split order from its peers' stores and bulk-storing them "
+            f"({'over its stages' if reuse else 'an area of its own'}, {total} bytes"
+            f"{', the staging tile over it' if over_staging else ''}; the stores completing on transaction barriers)")
+    return _finish_group(func, ctx, launch, gexprs, bvars, z, splits, new_top, note)

@@ -272,7 +272,8 @@ class CUDAEmitter(SIMTCppEmitter):
         """(``"store"``, tensor, box innermost first, swizzle) of a bulk store's tensor map: one panel's columns by
         the tile's rows (by one element of each dimension before them: a tile of a 4-D tensor's last two, D61)."""
         lay = c.layout
-        return "store", id(c.dst), (lay.panel_elems, int(c.box[0])) + (1,) * (len(c.dst.shape) - 2), lay.swizzle_bytes
+        rows = int(c.cells[2]) if c.cells is not None else int(c.box[0])  # a cell's rows (D78)
+        return "store", id(c.dst), (lay.panel_elems, rows) + (1,) * (len(c.dst.shape) - 2), lay.swizzle_bytes
 
     def extra_meta(self, st: EmitState, func, ctx, meta: dict) -> None:
         meta["arch"] = getattr(ctx.target, "arch", "")
@@ -1258,6 +1259,19 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
         name = st.bulk_maps[self.store_key(s)]
         base = f"tc_smem_addr({self.name(st, s.src)})"
         coords = [f"(int)({self.expr(st, simplify(e))})" for e in reversed(s.starts)]
+        if s.cells is not None:  # cells first .. end - 1 of rows x one panel, panel-major (D78): a run-time loop
+            rows = int(s.cells[2])
+            bands = lay.rows // rows
+            first, end = (f"(int)({self.expr(st, simplify(e))})" for e in s.cells[:2])
+            self.line(st, f"for (int tc_c = {first}; tc_c < {end}; ++tc_c) {{")
+            c = [f"{coords[0]} + (tc_c / {bands}) * {lay.panel_elems}",
+                 f"{coords[1]} + (tc_c % {bands}) * {rows}"] + coords[2:]
+            src = f"{base} + (unsigned)(tc_c / {bands}) * {lay.rows * lay.swizzle_bytes}u + " \
+                  f"(unsigned)(tc_c % {bands}) * {rows * lay.swizzle_bytes}u"
+            self.line(st, f"  tc_tma_store_{len(coords)}d(&{name}, {src}, {', '.join(c)});")
+            self.line(st, "}")
+            self.line(st, "tc_bulk_commit();")
+            return
         if s.panels is not None:  # some of the panels, from a run-time first one (D75)
             first = f"(int)({self.expr(st, simplify(s.panels[0]))})"
             for p in range(int(s.panels[1])):

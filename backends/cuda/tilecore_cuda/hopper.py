@@ -289,34 +289,89 @@ def route_form(ctx, esize: int) -> list:
 #: D69 workspace form (True / "auto") stays below the plugin's cluster sum
 GENERAL_SPLIT_K = "tilecore.cuda.general_split_k"
 GENERAL_SPLIT_K_DEFAULT = "group"
+#: pass config (D78): with "group", also route the rule's 3 (or more) splits where the panels do not divide among them
+#: (the plugin's default 128x128 / 64x256 tiles) to the core's sum in cells (16-row bands of wgmma's fragments x one
+#: 128-byte panel): True (wherever the core sums them in cells), False, or "auto" (:data:`ROUTE_CELLS`, the default):
+#: only where the cells' area lies beside the pipeline's stages and the epilogue's staging tile (:data:`CELLS_AREAS`)
+ROUTE_CELLS_OPTION = "tilecore.cuda.general_split_k_cells"
+ROUTE_CELLS = "auto"
+#: D78 (H200, rounds 1-3, two runs each, the routed kernel against the plugin at the same user tile): the cells' area
+#: beside the stages 0.983-0.994x at 16x8192x8192, 1.006-1.021x at 64x8192x8192 (64x256x64/3), 0.992-0.998x at
+#: 32x4096x14336 (128x128x64/4): routed. Beside the stages with the staging tile over it ("staging", 128x128x64/5 at
+#: 128x4096x4096) 0.964-0.977x over ten measurements of the one kernel (median 0.972; the default-routed row 0.969 /
+#: 0.966 in the last round): at the bar's edge, not routed by default (True routes it); over the stages 0.94x
+CELLS_AREAS = ("beside",)
+#: the cells' bytes one block receives at most where routed (3 splits of 16 cells of 4 KiB: 2 x 6 x 4 KiB)
+CELLS_ROUTE_BYTES = 49152
 
 
-def routes_split_k(ctx, esize: int = 2, split=None) -> bool:
-    """Whether a GEMM this pipeline splits over K goes to the core's general path and split-K (D69). ``"group"``
-    (D75, the default): 16-bit GEMMs asking for none of this pipeline's options whose split (``split``: the equal
-    count, the accumulator's bytes a block, the tiles, the tile's columns, C's element bytes) the core sums in block
-    groups "in panels": 2 splits, a 16-bit C of two or more 128-byte panels, a block receiving at most the core's
-    measured bound, every group resident at once."""
+def cells_area(ctx, recv: int, bm: int, bn: int, bk: int, stages: int, esize: int, out_bytes: int) -> str:
+    """Where the core's sum in cells puts its receive area of ``recv`` bytes (D78): ``"beside"`` the pipeline's
+    ``stages`` and the epilogue's staging tile, beside the stages with the staging tile over it (``"staging"``), or
+    over the stages (``"stages"``), as the core decides it (its 2 KiB of slack for barriers)."""
+    lim = ctx.capabilities.limit("max_shared_bytes_per_block")
+    cap = int(lim[0]) if lim else 0
+    ops, staging = stages * (bm * bk + bk * bn) * esize, bm * bn * out_bytes
+    if ops + staging + recv + 2048 <= cap:
+        return "beside"
+    if recv >= staging and ops + recv + 2048 <= cap:
+        return "staging"
+    return "stages"
+
+
+def routes_split_k(ctx, esize: int = 2, split=None) -> int:
+    """The split count with which a GEMM this pipeline splits over K goes to the core's general path and split-K
+    (D69), 0 where it stays here. ``"group"`` (D75, the default): 16-bit GEMMs asking for none of this pipeline's
+    options whose split (``split``: the equal count, the accumulator's bytes a block, the tiles, the tile's columns,
+    C's element bytes and, for D78, the rule's count and the tile's rows) the core sums in block groups: "in panels"
+    (2 splits, a 16-bit C of two or more 128-byte panels, a block receiving at most the core's measured bound) or, with
+    ``tilecore.cuda.general_split_k_cells`` (:data:`ROUTE_CELLS`), "in cells" (the rule's count, uneven where it must
+    be, where the panels do not divide among it; the rule's count, the tile's rows and k step and the loop's stages in
+    ``split[5:9]``), every group resident at once. True / "auto": the equal count."""
     v = ctx.option(GENERAL_SPLIT_K, GENERAL_SPLIT_K_DEFAULT)
     if v == "group":
         from tilecore.passes.splitk import GROUP_AUTO_BYTES, groups_at_once
 
         if split is None or esize != 2 or any(ctx.option(k, _UNSET) is not _UNSET for k in PIPELINE_OWN):
-            return False
+            return 0
         # the measured case: 2 splits, each block storing one of its tile's two or more 128-byte column panels of a
         # 16-bit C (the core's sum "in panels"), receiving at most the core's bound from its peer, every group at once
-        n, part, tiles, bn, out_bytes = split
+        n, part, tiles, bn, out_bytes = split[:5]
+        rule, bm, bk, stages = split[5:9] if len(split) >= 9 else (n, 0, 0, 0)
         panels = bn * out_bytes // 128 if bn * out_bytes % 128 == 0 else 0
-        return n == 2 and out_bytes == 2 and panels >= 2 and panels % n == 0 and part // n <= GROUP_AUTO_BYTES \
-            and tiles is not None and tiles <= groups_at_once(ctx.capabilities).get(2, 0)
+        at_once = groups_at_once(ctx.capabilities)
+        if n == 2 and out_bytes == 2 and panels >= 2 and panels % n == 0 and part // n <= GROUP_AUTO_BYTES \
+                and tiles is not None and tiles <= at_once.get(2, 0):
+            return 2
+        # D78: the rule's count in cells where the panels do not divide among it (as this pipeline's cluster sum,
+        # D41: one split fewer where the rule's groups would not all be resident at once)
+        cells = (bm // 16) * panels if bm % 16 == 0 else 0
+        cells_on = ctx.switch(ROUTE_CELLS_OPTION, ROUTE_CELLS, auto=True,
+                              expected="True (3-split GEMMs whose panels do not divide among the splits go to the "
+                                       "core's sum in cells, D78), \"auto\" (where the cells' area lies beside the "
+                                       "stages: the measured case) or False")
+        if not cells_on or out_bytes != 2 or not panels or tiles is None:
+            return 0
+        for m in (rule, rule - 1):
+            if m < 3:
+                break
+            if tiles > at_once.get(m, 0):
+                continue
+            recv = (m - 1) * -(-cells // m) * 16 * 128 * 4 // out_bytes
+            ok = panels % m and cells >= m and recv <= CELLS_ROUTE_BYTES
+            if ok and cells_on == "auto":
+                ok = cells_area(ctx, recv, bm, bn, bk, stages, esize, out_bytes) in CELLS_AREAS
+            return m if ok else 0
+        return 0
     v = ctx.switch(GENERAL_SPLIT_K, GENERAL_SPLIT_K_DEFAULT, auto=True,
                    expected="True (a GEMM split over K by this pipeline's rule goes to the core's general path and "
                             "tilecore.split_k), \"auto\" (16-bit GEMMs that ask for none of the pipeline's own "
                             "options), \"group\" (those the core sums in block groups, D75) or False (this "
                             "pipeline's split-K)")
+    n = split[0] if split is not None else 2
     if v == "auto":
-        return esize == 2 and not any(ctx.option(k, _UNSET) is not _UNSET for k in PIPELINE_OWN)
-    return v
+        return n if esize == 2 and not any(ctx.option(k, _UNSET) is not _UNSET for k in PIPELINE_OWN) else 0
+    return n if v else 0
 
 
 def routes_plain_gemm(ctx, esize: int = 2) -> bool:
@@ -391,13 +446,17 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
         kt_all = const_value(simplify(as_expr(s.extent)))
         even = next((d for d in range(splits, 1, -1) if kt_all is not None and int(kt_all) % d == 0), 1)
         out_bytes = int(target.buffer.dtype.bytes)
-        if splits > 1 and even > 1 and routes_split_k(ctx, p.esize, (even, p.bm * p.bn * 4, _tile_count(launch), p.bn,
-                                                                     out_bytes)):
-            splits = even  # the core's split-K runs equal splits: the largest count <= the rule's dividing the k tiles
+        route = routes_split_k(ctx, p.esize, (even, p.bm * p.bn * 4, _tile_count(launch), p.bn, out_bytes, splits,
+                                              p.bm, p.bk, requested)) if splits > 1 and kt_all is not None else 0
+        if route and (even > 1 or route != even):
+            # the core's split-K runs equal splits (the largest count <= the rule's dividing the k tiles) or, summed in
+            # cells (D78), the rule's count, block z running k tiles [z KT // S, (z + 1) KT // S)
+            splits = route
+            uneven = {"split_k_uneven": True} if int(kt_all) % splits else {}
             ctx.notes.append(f"cuda.hopper_gemm_pipeline: loop over {s.var.name} left to the core's general path with "
                              f"the core's split-K over {splits} blocks ({GENERAL_SPLIT_K})")
             group = {"split_k_reduce": "auto"} if ctx.option(GENERAL_SPLIT_K, GENERAL_SPLIT_K_DEFAULT) == "group" else {}
-            return launch.with_(attrs={**launch.attrs, GENERAL_PLAIN_GEMM: True, "split_k": splits, **group})
+            return launch.with_(attrs={**launch.attrs, GENERAL_PLAIN_GEMM: True, "split_k": splits, **group, **uneven})
         if splits == 1 and routes_plain_gemm(ctx, p.esize):  # D51, D62: the plain GEMM to the general path
             ctx.notes.append(f"cuda.hopper_gemm_pipeline: loop over {s.var.name} left to the core's general path "
                              f"({GENERAL_PLAIN_GEMM}; split-K GEMMs stay here)")
