@@ -67,6 +67,9 @@ PAIRS = "tilecore.cuda.ldmatrix_pairs"
 LATE = "tilecore.pipeline_late_copy"
 #: a condition's comparisons the prover shows false folded (D73)
 PRUNE_FALSE = "tilecore.prune_false_comparisons"
+#: the stage ahead's staged copies one commit group; the copy before the loop landed by the loop's first wait (D79)
+JOIN = "tilecore.pipeline_join_groups"
+LEAD = "tilecore.pipeline_lead_copies"
 VARIANTS = {
     "regprog": {"tilecore.cuda.register_programs": True},
     "general": GENERAL,  # with this plugin's defaults (D63: pruned barriers, a one-gemm launch's k steps unrolled)
@@ -110,6 +113,13 @@ VARIANTS = {
     "default-nofalse": {PRUNE_FALSE: False},  # D73 round 1's default
     "late-d55-false": {**GENERAL, **D55, LATE: True, PRUNE_FALSE: True},
     "attention-all-false": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], PRUNE_FALSE: True},
+    # D79: 64x64 d64 on the general path (every shape routed, the form's defaults) with the stage ahead's K and V one
+    # commit group (join), the Q copy before the loop issued by the core as its own group (its tile swizzled like the
+    # staged ones) with its wait and barrier kept (lead-grouped) or left to the loop's first wait (lead), and both (d79)
+    "join": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], JOIN: True},
+    "lead-grouped": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], LEAD: "grouped"},
+    "lead": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], LEAD: True},
+    "d79": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], JOIN: True, LEAD: True},
 }
 
 

@@ -655,6 +655,17 @@ step sm80route-exact bash -c 'rc=0;
      timeout -k 5 110 python3 benchmarks/mma_general.py --rep 10 --orders 2 --exact --fa 8,32,4096,64 \
        --only fa,fa_causal,fa64,fa64_causal --variants "${SM80ROUTE_EXACT_VARIANTS:-regprog,default,default-nofalse}" || rc=$?; exit $rc'
 step sm80route-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_route.py -rs -k device
+# D79 (issue 11 item 4): sm_80's last FlashAttention register program form, 64x64 d64 (128 threads), causal and not,
+# the sm_80 profile overlaid as in sm80route; rows regprog (the register program: the default there), attention-all
+# (D73's general path with the form's defaults), join (+ the stage ahead's K and V one commit group), lead-grouped (the
+# Q copy issued by the core as its own group: its tile swizzled; wait and barrier kept), lead (+ Q landed by the
+# loop's first wait), d79 (join + lead); fast math then the exact build, each kernel's rows in order then reversed
+# (compiled once). sm80d64-tests: those rows against float64 on the device (and the float64 helper shared with
+# test_mma_route). About 1.5 min each
+step sm80d64 bash -c 'rc=0; V="${SM80D64_VARIANTS:-regprog,attention-all,join,lead-grouped,lead,d79}";
+     timeout -k 5 110 python3 benchmarks/mma_general.py --rep 10 --orders 2 --fa 8,32,4096,64 --only fa64,fa64_causal --variants "$V" || rc=$?;
+     timeout -k 5 110 python3 benchmarks/mma_general.py --rep 10 --orders 2 --exact --fa 8,32,4096,64 --only fa64,fa64_causal --variants "$V" || rc=$?; exit $rc'
+step sm80d64-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_route.py tests/test_mma_general.py -rs -k "device and (d79 or routed_default or float64)"
 # the TileLang corpus's attention examples (forward and backward; the route takes the forward kernels at 128 rows or
 # d128, the backward examples' forward kernels among them) with the sm_80 paths on the device (the overlay as every
 # compile's default), against each example's own reference (attention_gqa_bwd left out: its dK / dV kernel needs 221

@@ -19,7 +19,7 @@ tilecore_cuda = pytest.importorskip("tilecore_cuda")
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
-from test_mma_general import Small, _emulate, _events, _inputs, _k_loop, _path, gpu  # noqa: E402
+from test_mma_general import Small, _emulate, _events, _k_loop, _path, device_attention_error, gpu  # noqa: E402
 
 import mma_general  # noqa: E402
 import tilecore  # noqa: E402
@@ -212,11 +212,57 @@ def test_prune_false_comparisons():
         _low("fa", 128, {PRUNE_FALSE: "yes"})
 
 
+# -- D79: 64x64 d64 on the general path, the copy groups ---------------------------------------------------------
+
+ALL = {MMA_GENERAL_FORMS: ["gemm", "attention"]}
+
+
+def _prologue(code: str) -> list:
+    """The copy events of the kernel body before the k loop (Q's copy as core cp.async: 'Q'; the plugin's
+    whole-tile copy helper, which waits for itself: 'Qcopy')."""
+    body = code.split('extern "C"')[1]
+    head = body[:body.index("for (long long k = 0;")]
+    out = _events(head)
+    return (["Qcopy"] if "tc_copy_g2s_async<" in head else []) + out
+
+
+@pytest.mark.parametrize("name", ["fa64", "fa64_causal"])
+def test_d79_one_commit_group_and_the_lead_copy(name):
+    """64x64 d64 routed (every shape): tilecore.pipeline_join_groups issues the stage ahead's K and V under one test
+    and commits them as one group (prologue and loop); tilecore.pipeline_lead_copies issues Q as the core's copy, its
+    own group, landed by the loop's first wait ("grouped": its wait and barrier kept); the loop's top wait then
+    leaves nothing pending (2 stages)."""
+    base = _low(name, 64, ALL)[3].code
+    assert _events(_k_loop(base))[:7] == [("wait", 0), "bar", "K", "commit", "V", "commit", "S"]
+    assert _prologue(base) == ["Qcopy", "bar", "K", "commit", "V", "commit"]
+    join = _low(name, 64, {**ALL, mma_general.JOIN: True})
+    assert _events(_k_loop(join[3].code))[:6] == [("wait", 0), "bar", "K", "V", "commit", "S"]
+    assert _k_loop(join[3].code).count("if (((k + 1) < ") == 1
+    assert _prologue(join[3].code) == ["Qcopy", "bar", "K", "V", "commit"]
+    assert "the stage ahead's copies one commit group" in join[2].attrs["pipelines"][0]
+    grouped = _low(name, 64, {**ALL, mma_general.LEAD: "grouped"})[3].code
+    assert _prologue(grouped) == ["Q", "commit", ("wait", 0), "bar", "K", "commit", "V", "commit"]
+    lead = _low(name, 64, {**ALL, mma_general.LEAD: True})[3].code
+    assert _prologue(lead) == ["Q", "commit", "K", "commit", "V", "commit"]
+    assert _k_loop(lead) == _k_loop(grouped)
+    both = _low(name, 64, {**ALL, mma_general.JOIN: True, mma_general.LEAD: True})[3].code
+    assert _prologue(both) == ["Q", "commit", "K", "V", "commit"]
+    # neither option changes a kernel it does not apply to: the register program's, D68's general path (V staged
+    # but waited for where it stands: no join)
+    assert _low(name, 64, {mma_general.JOIN: True})[3].code == _low(name, 64, {})[3].code
+    assert _low(name, 64, {**mma_general.GENERAL, mma_general.JOIN: True})[3].code == \
+        _low(name, 64, mma_general.GENERAL)[3].code
+    with pytest.raises(CompileError, match="tilecore.pipeline_lead_copies='yes'"):
+        _low(name, 64, {**ALL, mma_general.LEAD: "yes"})
+
+
 # -- the routed form on the host emulator ----------------------------------------------------------------------
 
+@pytest.mark.parametrize("d79", [{}, {"tilecore.pipeline_join_groups": True, "tilecore.pipeline_lead_copies": True}],
+                         ids=["d73", "d79"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("per_sm", [None, 61440])
-def test_the_routed_form_on_the_host_emulator_matches_float64(causal, per_sm, tmp_path):
+def test_the_routed_form_on_the_host_emulator_matches_float64(causal, per_sm, d79, tmp_path):
     """TileLang's forward at 64 rows, 32 keys a block, d64 (small enough for the emulator's static shared memory),
     routed by ``["gemm", "attention"]`` with the form's defaults: V staged (waited for with K at the top) and, with a
     per-SM limit through the capability overlay, unstaged (issued at the top of the iteration, one buffer); causal
@@ -227,7 +273,7 @@ def test_the_routed_form_on_the_host_emulator_matches_float64(causal, per_sm, tm
     run = _emulate()
     b, h, s, d = 1, 2, 192, 64
     f = mma_general.flash(b, h, s, d, causal, bm=64, bn=32, threads=128)
-    cfg = {**NOCACHE, "tilecore.fast_math": True, MMA_GENERAL_FORMS: ["gemm", "attention"]}
+    cfg = {**NOCACHE, "tilecore.fast_math": True, MMA_GENERAL_FORMS: ["gemm", "attention"], **d79}
     if per_sm is not None:
         cfg["tilecore.capability_overlay"] = {"limits.max_shared_bytes_per_sm.value": per_sm}
     kern = tilecore.compile(f, out_idx=[3], target="cuda:sm_80", pass_configs=cfg)
@@ -279,18 +325,19 @@ def test_prune_false_on_the_host_emulator_matches_float64(s, tmp_path):
 def test_device_routed_default_matches_float64(name, d, fast, variant):
     """Every D71 row with the plugin's defaults (the sm_80 profile overlaid), fast math and the exact build, also with
     the false comparisons folded and with every shape routed: the path the route gives and float64's numbers."""
-    import torch
-
-    build, own, out_idx = mma_general.KERNELS[name]
-    cfg = {**NOCACHE, **mma_general.BASE, **own, "tilecore.fast_math": fast, **mma_general.VARIANTS[variant]}
-    kern = tilecore.compile(build(_size(d)), out_idx=out_idx, target="cuda", pass_configs=cfg)
+    err, tol, kern = device_attention_error(name, d, {"tilecore.fast_math": fast, **mma_general.VARIANTS[variant]})
     assert tilecore_cuda.lowering_path(kern) == (ROWS[name, d] if variant.startswith("default") else "generic")
-    old, Small.fa = Small.fa, _size(d).fa
-    try:
-        ins, ref, tol = _inputs(name)
-    finally:
-        Small.fa = old
-    out = kern(*ins)
-    torch.cuda.synchronize()
-    err = (out.double() - ref).abs().max().item()
     assert err < tol, f"{name} d{d} fast={fast} {variant} ({tilecore_cuda.lowering_path(kern)}): max error {err}"
+
+
+@gpu
+@pytest.mark.parametrize("variant", ["join", "lead-grouped", "lead", "d79"])
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("name", ["fa64", "fa64_causal"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_device_d79_rows_match_float64(name, d, fast, variant):
+    """D79's rows (the stage ahead one commit group, Q landed by the loop's first wait) on the device, both builds,
+    d64 (V staged) and d128 (V unstaged at 64 rows: the join does not apply, the lead copy does)."""
+    err, tol, kern = device_attention_error(name, d, {"tilecore.fast_math": fast, **mma_general.VARIANTS[variant]})
+    assert tilecore_cuda.lowering_path(kern) == "generic"
+    assert err < tol, f"{name} d{d} fast={fast} {variant}: max error {err}"
