@@ -665,7 +665,7 @@ step sm80route-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovi
 step sm80d64 bash -c 'rc=0; V="${SM80D64_VARIANTS:-regprog,attention-all,join,lead-grouped,lead,d79}";
      timeout -k 5 110 python3 benchmarks/mma_general.py --rep 10 --orders 2 --fa 8,32,4096,64 --only fa64,fa64_causal --variants "$V" || rc=$?;
      timeout -k 5 110 python3 benchmarks/mma_general.py --rep 10 --orders 2 --exact --fa 8,32,4096,64 --only fa64,fa64_causal --variants "$V" || rc=$?; exit $rc'
-step sm80d64-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_route.py tests/test_mma_general.py -rs -k "device and (d79 or routed_default or float64)"
+step sm80d64-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_route.py tests/test_mma_general.py -rs -k "device and (d79 or late_copy)"
 # the TileLang corpus's attention examples (forward and backward; the route takes the forward kernels at 128 rows or
 # d128, the backward examples' forward kernels among them) with the sm_80 paths on the device (the overlay as every
 # compile's default), against each example's own reference (attention_gqa_bwd left out: its dK / dV kernel needs 221
