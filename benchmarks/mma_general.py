@@ -120,6 +120,11 @@ VARIANTS = {
     "lead-grouped": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], LEAD: "grouped"},
     "lead": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], LEAD: True},
     "d79": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], JOIN: True, LEAD: True},
+    # the routed default (D73) with Q issued by the core and landed by the loop's first wait (its tile swizzled)
+    "default-lead": {LEAD: True},
+    # with 32-bit loop counters (D66's CUDA option; 126 registers non-causal: 4 blocks an SM where block memory allows)
+    "d79-narrow": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], JOIN: True, LEAD: True,
+                   "tilecore.cuda.narrow_loop_counters": True},
 }
 
 
@@ -201,6 +206,10 @@ def main() -> int:
     ap.add_argument("--rows", default="4096,8192")
     ap.add_argument("--exact", action="store_true",
                     help="FlashAttention in the exact build (without the kernels' own tilecore.fast_math)")
+    ap.add_argument("--carveout", type=int, default=0,
+                    help="percent of the SM's block memory each kernel prefers (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_"
+                         "MEMORY_CARVEOUT; 71 on an H100 / H200: 164 KiB an SM, an A100's, so blocks an SM are "
+                         "an A100's; 0: the driver's default)")
     ap.add_argument("--orders", type=int, default=1, choices=(1, 2),
                     help="2: every kernel's variants timed in the order given, then again in reverse (compiled once)")
     args = ap.parse_args()
@@ -261,7 +270,32 @@ def main() -> int:
     print(f"{torch.cuda.get_device_name()}; every kernel built with tilecore.cuda.disable_wgmma=True (the sm_80 paths)"
           + ("; FlashAttention in the exact build" if args.exact else ""))
     print(f"{'kernel':10s} {'variant':14s} {'path':28s} {'ms':>9s} {'rate':>12s} {'torch ms':>9s} {'torch/ours':>10s} "
-          f"{'max err':>9s}")
+          f"{'max err':>9s} {'blocks/SM':>9s}" + (f" (carveout {args.carveout}%)" if args.carveout else ""))
+
+    def blocks_per_sm(kern) -> str:
+        """The kernel's resident blocks an SM (the driver's occupancy query; with --carveout, that preference set
+        first), or '?'."""
+        import ctypes
+
+        try:
+            return _blocks(kern, ctypes)
+        except Exception:  # noqa: BLE001 - a diagnostic column: never the benchmark's failure
+            return "?"
+
+    def _blocks(kern, ctypes) -> str:
+        prog = getattr(kern, "_program", None)
+        funcs = list(getattr(prog, "funcs", {}).values())
+        if not funcs:
+            return "?"
+        fn, lib = funcs[0][1], prog.lib
+        if args.carveout:
+            lib.cuFuncSetAttribute(fn, 9, ctypes.c_int(args.carveout))  # PREFERRED_SHARED_MEMORY_CARVEOUT
+        n = ctypes.c_int(0)
+        q = getattr(lib, "cuOccupancyMaxActiveBlocksPerMultiprocessor", None)
+        if q is None or q(ctypes.byref(n), fn, ctypes.c_int(int(prog.threads)),
+                                 ctypes.c_size_t(int(getattr(prog, "dyn_shared", 0) or 0))) != 0:
+            return "?"
+        return str(n.value)
     summary = []
     for name in [n.strip() for n in args.only.split(",") if n.strip()]:
         build, own, out_idx = KERNELS[name]
@@ -284,13 +318,14 @@ def main() -> int:
                     continue
                 kern = kerns[var]
                 out = kern(*ins)
+                occ = blocks_per_sm(kern)
                 err = float((out.float() - expect.float()).abs().max())
                 t = cuda_ms(lambda: kern(*ins), args.rep)
                 times[var] = t
                 rate = f"{work / t / 1e9:7.1f} TF/s" if unit == "flop" else f"{work / t / 1e6:7.1f} GB/s"
                 tag = var if args.orders == 1 else f"{var}{'' if order == 0 else ' (rev)'}"
                 print(f"{name:10s} {tag:14s} {lowering_path(kern):28s} {t:9.4f} {rate:>12s} {t_ref:9.4f} "
-                      f"{t_ref / t:10.3f} {err:9.2e}", flush=True)
+                      f"{t_ref / t:10.3f} {err:9.2e} {occ:>9s}", flush=True)
             if "regprog" in times:
                 label = name if args.orders == 1 else f"{name}{'' if order == 0 else ' rev'}"
                 summary.append((label, {v: times["regprog"] / times[v] for v in variants if v in times}))

@@ -341,3 +341,13 @@ def test_device_d79_rows_match_float64(name, d, fast, variant):
     err, tol, kern = device_attention_error(name, d, {"tilecore.fast_math": fast, **mma_general.VARIANTS[variant]})
     assert tilecore_cuda.lowering_path(kern) == "generic"
     assert err < tol, f"{name} d{d} fast={fast} {variant}: max error {err}"
+
+
+@gpu
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("name,d", list(ROWS))
+def test_device_default_lead_matches_float64(name, d, fast):
+    """The routed default with Q landed by the loop's first wait (D79's lead copy) on every D71 row, both builds."""
+    err, tol, kern = device_attention_error(name, d, {"tilecore.fast_math": fast, **mma_general.VARIANTS["default-lead"]})
+    assert tilecore_cuda.lowering_path(kern) == ROWS[name, d]
+    assert err < tol, f"{name} d{d} fast={fast} default-lead: max error {err}"
