@@ -120,6 +120,9 @@ VARIANTS = {
     "lead-grouped": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], LEAD: "grouped"},
     "lead": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], LEAD: True},
     "d79": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], JOIN: True, LEAD: True},
+    # O_shared folded (D63's relay fold: O stored from registers; block memory 40 KiB, 125 / 128 registers: 4 blocks an
+    # SM on an A100's 164 KiB too)
+    "d79-fold": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], JOIN: True, LEAD: True, **RELAY},
     # the routed default (D73) with Q issued by the core and landed by the loop's first wait (its tile swizzled)
     "default-lead": {LEAD: True},
     # with 32-bit loop counters (D66's CUDA option; 126 registers non-causal: 4 blocks an SM where block memory allows)

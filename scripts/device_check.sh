@@ -659,16 +659,17 @@ step sm80route-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovi
 # the sm_80 profile overlaid as in sm80route; rows regprog (the register program: the default there), attention-all
 # (D73's general path with the form's defaults), join (+ the stage ahead's K and V one commit group), lead-grouped (the
 # Q copy issued by the core as its own group: its tile swizzled; wait and barrier kept), lead (+ Q landed by the
-# loop's first wait), d79 (join + lead), d79-narrow (+ 32-bit loop counters); fast math, the exact build, then fast
+# loop's first wait), d79 (join + lead), d79-narrow (+ 32-bit loop counters), d79-fold (+ O_shared folded:
+# O stored from registers, 40 KiB a block); fast math, the exact build, then fast
 # math with each kernel's block memory carveout at 71% (sm80d64-a100: 164 KiB an SM, an A100's blocks an SM; the
 # blocks/SM column says how many fit), each kernel's rows in order then reversed (compiled once). sm80d64-tests: the D79 rows and
 # D71's (the float64 helper test_mma_route now shares) against float64 on the device. About 2 / 1 / 1 min
-step sm80d64 bash -c 'rc=0; V="${SM80D64_VARIANTS:-regprog,attention-all,join,lead-grouped,lead,d79,d79-narrow}";
+step sm80d64 bash -c 'rc=0; V="${SM80D64_VARIANTS:-regprog,attention-all,join,lead-grouped,lead,d79,d79-narrow,d79-fold}";
      B="python3 benchmarks/mma_general.py --rep 10 --orders 2 --fa 8,32,4096,64 --only fa64,fa64_causal";
      timeout -k 5 100 $B --variants "$V" || rc=$?;
      timeout -k 5 80 $B --exact --variants "${SM80D64_EXACT_VARIANTS:-regprog,attention-all,lead,d79,d79-narrow}" || rc=$?; exit $rc'
 step sm80d64-a100 timeout -k 5 100 python3 benchmarks/mma_general.py --rep 10 --orders 2 --fa 8,32,4096,64 --only fa64,fa64_causal \
-     --carveout 71 --variants "${SM80D64_CARVEOUT_VARIANTS:-regprog,attention-all,lead,d79,d79-narrow}"
+     --carveout 71 --variants "${SM80D64_CARVEOUT_VARIANTS:-regprog,attention-all,lead,d79,d79-narrow,d79-fold}"
 # D79 on the routed rows (D73's: 128x128 and 64x64 at d128, 128x128 at d64, causal and not, fast math): the route's
 # default against the default with Q landed by the loop's first wait (default-lead: Q's tile swizzled, its ldmatrix
 # without bank conflicts) and the register program. About 2 min

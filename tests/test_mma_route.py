@@ -331,7 +331,7 @@ def test_device_routed_default_matches_float64(name, d, fast, variant):
 
 
 @gpu
-@pytest.mark.parametrize("variant", ["join", "lead-grouped", "lead", "d79"])
+@pytest.mark.parametrize("variant", ["join", "lead-grouped", "lead", "d79", "d79-narrow", "d79-fold"])
 @pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("name", ["fa64", "fa64_causal"])
 @pytest.mark.parametrize("d", [64, 128])
