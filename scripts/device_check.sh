@@ -676,6 +676,16 @@ step sm80d64-a100 timeout -k 5 100 python3 benchmarks/mma_general.py --rep 10 --
 step sm80d64-routed bash -c 'rc=0; B="python3 benchmarks/mma_general.py --rep 10 --orders 2 --variants regprog,default,default-lead";
      timeout -k 5 100 $B --only fa,fa_causal,fa64,fa64_causal || rc=$?;
      timeout -k 5 70 $B --fa 8,32,4096,64 --only fa,fa_causal || rc=$?; exit $rc'
+# D79 round 2: the route's new default (64x64 d64 routed; the lead copy and the joined group among the form's defaults)
+# against the register program on D73's eight rows (fast math; the newly routed 64x64 d64 also in the exact build),
+# and an unmeasured shape the route keeps, 64 rows at d256 (attention-all: routed with the form's defaults), for the
+# record. sm80d64-tests2: every device test of test_mma_route and test_mma_general against float64. About 2.5 / 1.5 min
+step sm80d64-r2 bash -c 'rc=0; B="python3 benchmarks/mma_general.py --rep 10 --orders 2";
+     timeout -k 5 70 $B --only fa,fa_causal,fa64,fa64_causal --variants regprog,default || rc=$?;
+     timeout -k 5 70 $B --fa 8,32,4096,64 --only fa,fa_causal,fa64,fa64_causal --variants regprog,default || rc=$?;
+     timeout -k 5 45 $B --exact --fa 8,32,4096,64 --only fa64,fa64_causal --variants regprog,default || rc=$?;
+     timeout -k 5 60 $B --fa 8,32,4096,256 --only fa64,fa64_causal --variants regprog,attention-all || rc=$?; exit $rc'
+step sm80d64-tests2 timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_route.py tests/test_mma_general.py -rs -k device
 step sm80d64-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_route.py tests/test_mma_general.py -rs -k "device and (d79 or late_copy or default_lead)"
 # the TileLang corpus's attention examples (forward and backward; the route takes the forward kernels at 128 rows or
 # d128, the backward examples' forward kernels among them) with the sm_80 paths on the device (the overlay as every
