@@ -53,6 +53,9 @@ SM80 = {"features.wgmma": False, "features.bulk_tensor_copy": False, "features.c
         "limits.max_shared_bytes_per_block.value": 166912, "limits.max_shared_bytes_per_sm.value": 167936,
         "memory.shared.max_bytes_per_block": 166912, "memory.shared.max_bytes_per_sm": 167936}
 BASE = {"tilecore.cuda.disable_wgmma": True, "tilecore.capability_overlay": SM80}
+#: sm_86's (and sm_89's) block memory over the same features (99 KiB a block, 100 KiB an SM: D79's --profile sm86)
+SM86 = {**SM80, "limits.max_shared_bytes_per_block.value": 101376, "limits.max_shared_bytes_per_sm.value": 102400,
+        "memory.shared.max_bytes_per_block": 101376, "memory.shared.max_bytes_per_sm": 102400}
 GENERAL = {"tilecore.cuda.register_programs": False}
 #: D55's options of the general path, on by default only where the target has bulk tile copies (sm_90a)
 D55 = {"tilecore.store_cast_once": True, "tilecore.prune_condition_binds": True,
@@ -209,6 +212,9 @@ def main() -> int:
     ap.add_argument("--rows", default="4096,8192")
     ap.add_argument("--exact", action="store_true",
                     help="FlashAttention in the exact build (without the kernels' own tilecore.fast_math)")
+    ap.add_argument("--profile", default="sm80", choices=("sm80", "sm86"),
+                    help="the capability overlay: sm_80's block memory (163 KiB a block) or sm_86's / sm_89's (99 KiB; "
+                         "with --carveout 43 the H100 / H200 keeps 100 KiB an SM)")
     ap.add_argument("--carveout", type=int, default=0,
                     help="percent of the SM's block memory each kernel prefers (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_"
                          "MEMORY_CARVEOUT; 71 on an H100 / H200: 164 KiB an SM, an A100's, so blocks an SM are "
@@ -270,7 +276,8 @@ def main() -> int:
         a, b = rnd(M, K, scale=0.125), rnd(K, N, scale=0.125)
         return (a, b), (lambda: a @ b), 2 * M * N * K, "flop"
 
-    print(f"{torch.cuda.get_device_name()}; every kernel built with tilecore.cuda.disable_wgmma=True (the sm_80 paths)"
+    print(f"{torch.cuda.get_device_name()}; every kernel built with tilecore.cuda.disable_wgmma=True (the sm_80 paths"
+          + (", sm_86's block memory" if args.profile == "sm86" else "") + ")"
           + ("; FlashAttention in the exact build" if args.exact else ""))
     print(f"{'kernel':10s} {'variant':14s} {'path':28s} {'ms':>9s} {'rate':>12s} {'torch ms':>9s} {'torch/ours':>10s} "
           f"{'max err':>9s} {'blocks/SM':>9s}" + (f" (carveout {args.carveout}%)" if args.carveout else ""))
@@ -309,7 +316,8 @@ def main() -> int:
         t_ref = cuda_ms(ref, args.rep)
         kerns = {}
         for var in variants:
-            cfg = {**BASE, **own, **VARIANTS[var]}
+            base = BASE if args.profile == "sm80" else {**BASE, "tilecore.capability_overlay": SM86}
+            cfg = {**base, **own, **VARIANTS[var]}
             try:
                 kerns[var] = tilecore.compile(build(args), out_idx=out_idx, target="cuda", pass_configs=cfg)
             except Exception as e:  # noqa: BLE001 - a refused row is printed, the rest go on

@@ -685,6 +685,11 @@ step sm80d64-r2 bash -c 'rc=0; B="python3 benchmarks/mma_general.py --rep 10 --o
      timeout -k 5 70 $B --fa 8,32,4096,64 --only fa,fa_causal,fa64,fa64_causal --variants regprog,default || rc=$?;
      timeout -k 5 45 $B --exact --fa 8,32,4096,64 --only fa64,fa64_causal --variants regprog,default || rc=$?;
      timeout -k 5 60 $B --fa 8,32,4096,256 --only fa64,fa64_causal --variants regprog,attention-all || rc=$?; exit $rc'
+# D79 round 2, for the record: sm_86 / sm_89's block memory (99 KiB a block; the carveout keeps 100 KiB an SM), where
+# the route keeps FlashAttention on the register program: regprog vs attention-all (routed with the form's defaults)
+# at 64x64 d64 and d128, causal and not. About 1.5 min
+step sm80d64-sm86 bash -c 'rc=0; B="python3 benchmarks/mma_general.py --rep 10 --orders 2 --profile sm86 --carveout 43 --only fa64,fa64_causal --variants regprog,attention-all";
+     timeout -k 5 60 $B --fa 8,32,4096,64 || rc=$?; timeout -k 5 60 $B || rc=$?; exit $rc'
 step sm80d64-tests2 timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_route.py tests/test_mma_general.py -rs -k device
 step sm80d64-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_route.py tests/test_mma_general.py -rs -k "device and (d79 or late_copy or default_lead)"
 # the TileLang corpus's attention examples (forward and backward; the route takes the forward kernels at 128 rows or
