@@ -18,6 +18,9 @@ two or more consecutive independent copies:
 - consecutive statements of one sequence, not inside a ``T.Pipelined`` loop of two or more stages (the
   planner counts that loop's copy groups; a group of ours would drain its stages);
 
+(D79, ``tilecore.pipeline_lead_copies``: also a lone such copy followed, in the same sequence, by a pipelined loop of
+two or more stages: FlashAttention's Q, which then is the core's copy, its tile swizzled like the stages', its wait
+and barrier left to the loop's first wait by the planner where that holds)
 and lowers them together with the core's generic copy (:func:`~tilecore.passes.lower_tile.lower_copy`),
 each nest as :class:`~tilecore.ir.AsyncCopy` runs of the widest aligned width the prover shows
 (:func:`~tilecore.passes.pipeline.async_copy_nest`, the target's widths: ``limits.max_async_copy_bytes``,
