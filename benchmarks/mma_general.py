@@ -53,6 +53,9 @@ SM80 = {"features.wgmma": False, "features.bulk_tensor_copy": False, "features.c
         "limits.max_shared_bytes_per_block.value": 166912, "limits.max_shared_bytes_per_sm.value": 167936,
         "memory.shared.max_bytes_per_block": 166912, "memory.shared.max_bytes_per_sm": 167936}
 BASE = {"tilecore.cuda.disable_wgmma": True, "tilecore.capability_overlay": SM80}
+#: sm_86's (and sm_89's) block memory over the same features (99 KiB a block, 100 KiB an SM: D79's --profile sm86)
+SM86 = {**SM80, "limits.max_shared_bytes_per_block.value": 101376, "limits.max_shared_bytes_per_sm.value": 102400,
+        "memory.shared.max_bytes_per_block": 101376, "memory.shared.max_bytes_per_sm": 102400}
 GENERAL = {"tilecore.cuda.register_programs": False}
 #: D55's options of the general path, on by default only where the target has bulk tile copies (sm_90a)
 D55 = {"tilecore.store_cast_once": True, "tilecore.prune_condition_binds": True,
@@ -67,6 +70,9 @@ PAIRS = "tilecore.cuda.ldmatrix_pairs"
 LATE = "tilecore.pipeline_late_copy"
 #: a condition's comparisons the prover shows false folded (D73)
 PRUNE_FALSE = "tilecore.prune_false_comparisons"
+#: the stage ahead's staged copies one commit group; the copy before the loop landed by the loop's first wait (D79)
+JOIN = "tilecore.pipeline_join_groups"
+LEAD = "tilecore.pipeline_lead_copies"
 VARIANTS = {
     "regprog": {"tilecore.cuda.register_programs": True},
     "general": GENERAL,  # with this plugin's defaults (D63: pruned barriers, a one-gemm launch's k steps unrolled)
@@ -110,6 +116,21 @@ VARIANTS = {
     "default-nofalse": {PRUNE_FALSE: False},  # D73 round 1's default
     "late-d55-false": {**GENERAL, **D55, LATE: True, PRUNE_FALSE: True},
     "attention-all-false": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], PRUNE_FALSE: True},
+    # D79: 64x64 d64 on the general path (every shape routed, the form's defaults) with the stage ahead's K and V one
+    # commit group (join), the Q copy before the loop issued by the core as its own group (its tile swizzled like the
+    # staged ones) with its wait and barrier kept (lead-grouped) or left to the loop's first wait (lead), and both (d79)
+    "join": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], JOIN: True},
+    "lead-grouped": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], LEAD: "grouped"},
+    "lead": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], LEAD: True},
+    "d79": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], JOIN: True, LEAD: True},
+    # O_shared folded (D63's relay fold: O stored from registers; block memory 40 KiB, 125 / 128 registers: 4 blocks an
+    # SM on an A100's 164 KiB too)
+    "d79-fold": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], JOIN: True, LEAD: True, **RELAY},
+    # the routed default (D73) with Q issued by the core and landed by the loop's first wait (its tile swizzled)
+    "default-lead": {LEAD: True},
+    # with 32-bit loop counters (D66's CUDA option; 126 registers non-causal: 4 blocks an SM where block memory allows)
+    "d79-narrow": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], JOIN: True, LEAD: True,
+                   "tilecore.cuda.narrow_loop_counters": True},
 }
 
 
@@ -191,6 +212,13 @@ def main() -> int:
     ap.add_argument("--rows", default="4096,8192")
     ap.add_argument("--exact", action="store_true",
                     help="FlashAttention in the exact build (without the kernels' own tilecore.fast_math)")
+    ap.add_argument("--profile", default="sm80", choices=("sm80", "sm86"),
+                    help="the capability overlay: sm_80's block memory (163 KiB a block) or sm_86's / sm_89's (99 KiB; "
+                         "with --carveout 43 the H100 / H200 keeps 100 KiB an SM)")
+    ap.add_argument("--carveout", type=int, default=0,
+                    help="percent of the SM's block memory each kernel prefers (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_"
+                         "MEMORY_CARVEOUT; 71 on an H100 / H200: 164 KiB an SM, an A100's, so blocks an SM are "
+                         "an A100's; 0: the driver's default)")
     ap.add_argument("--orders", type=int, default=1, choices=(1, 2),
                     help="2: every kernel's variants timed in the order given, then again in reverse (compiled once)")
     args = ap.parse_args()
@@ -248,10 +276,36 @@ def main() -> int:
         a, b = rnd(M, K, scale=0.125), rnd(K, N, scale=0.125)
         return (a, b), (lambda: a @ b), 2 * M * N * K, "flop"
 
-    print(f"{torch.cuda.get_device_name()}; every kernel built with tilecore.cuda.disable_wgmma=True (the sm_80 paths)"
+    print(f"{torch.cuda.get_device_name()}; every kernel built with tilecore.cuda.disable_wgmma=True (the sm_80 paths"
+          + (", sm_86's block memory" if args.profile == "sm86" else "") + ")"
           + ("; FlashAttention in the exact build" if args.exact else ""))
     print(f"{'kernel':10s} {'variant':14s} {'path':28s} {'ms':>9s} {'rate':>12s} {'torch ms':>9s} {'torch/ours':>10s} "
-          f"{'max err':>9s}")
+          f"{'max err':>9s} {'blocks/SM':>9s}" + (f" (carveout {args.carveout}%)" if args.carveout else ""))
+
+    def blocks_per_sm(kern) -> str:
+        """The kernel's resident blocks an SM (the driver's occupancy query; with --carveout, that preference set
+        first), or '?'."""
+        import ctypes
+
+        try:
+            return _blocks(kern, ctypes)
+        except Exception:  # noqa: BLE001 - a diagnostic column: never the benchmark's failure
+            return "?"
+
+    def _blocks(kern, ctypes) -> str:
+        prog = getattr(kern, "_program", None)
+        funcs = list(getattr(prog, "funcs", {}).values())
+        if not funcs:
+            return "?"
+        fn, lib = funcs[0][1], prog.lib
+        if args.carveout:
+            lib.cuFuncSetAttribute(fn, 9, ctypes.c_int(args.carveout))  # PREFERRED_SHARED_MEMORY_CARVEOUT
+        n = ctypes.c_int(0)
+        q = getattr(lib, "cuOccupancyMaxActiveBlocksPerMultiprocessor", None)
+        if q is None or q(ctypes.byref(n), fn, ctypes.c_int(int(prog.threads)),
+                                 ctypes.c_size_t(int(getattr(prog, "dyn_shared", 0) or 0))) != 0:
+            return "?"
+        return str(n.value)
     summary = []
     for name in [n.strip() for n in args.only.split(",") if n.strip()]:
         build, own, out_idx = KERNELS[name]
@@ -262,7 +316,8 @@ def main() -> int:
         t_ref = cuda_ms(ref, args.rep)
         kerns = {}
         for var in variants:
-            cfg = {**BASE, **own, **VARIANTS[var]}
+            base = BASE if args.profile == "sm80" else {**BASE, "tilecore.capability_overlay": SM86}
+            cfg = {**base, **own, **VARIANTS[var]}
             try:
                 kerns[var] = tilecore.compile(build(args), out_idx=out_idx, target="cuda", pass_configs=cfg)
             except Exception as e:  # noqa: BLE001 - a refused row is printed, the rest go on
@@ -274,13 +329,14 @@ def main() -> int:
                     continue
                 kern = kerns[var]
                 out = kern(*ins)
+                occ = blocks_per_sm(kern)
                 err = float((out.float() - expect.float()).abs().max())
                 t = cuda_ms(lambda: kern(*ins), args.rep)
                 times[var] = t
                 rate = f"{work / t / 1e9:7.1f} TF/s" if unit == "flop" else f"{work / t / 1e6:7.1f} GB/s"
                 tag = var if args.orders == 1 else f"{var}{'' if order == 0 else ' (rev)'}"
                 print(f"{name:10s} {tag:14s} {lowering_path(kern):28s} {t:9.4f} {rate:>12s} {t_ref:9.4f} "
-                      f"{t_ref / t:10.3f} {err:9.2e}", flush=True)
+                      f"{t_ref / t:10.3f} {err:9.2e} {occ:>9s}", flush=True)
             if "regprog" in times:
                 label = name if args.orders == 1 else f"{name}{'' if order == 0 else ' rev'}"
                 summary.append((label, {v: times["regprog"] / times[v] for v in variants if v in times}))

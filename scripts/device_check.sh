@@ -655,6 +655,43 @@ step sm80route-exact bash -c 'rc=0;
      timeout -k 5 110 python3 benchmarks/mma_general.py --rep 10 --orders 2 --exact --fa 8,32,4096,64 \
        --only fa,fa_causal,fa64,fa64_causal --variants "${SM80ROUTE_EXACT_VARIANTS:-regprog,default,default-nofalse}" || rc=$?; exit $rc'
 step sm80route-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_route.py -rs -k device
+# D79 (issue 11 item 4): sm_80's last FlashAttention register program form, 64x64 d64 (128 threads), causal and not,
+# the sm_80 profile overlaid as in sm80route; rows regprog (the register program: the default there), attention-all
+# (D73's general path with the form's defaults), join (+ the stage ahead's K and V one commit group), lead-grouped (the
+# Q copy issued by the core as its own group: its tile swizzled; wait and barrier kept), lead (+ Q landed by the
+# loop's first wait), d79 (join + lead), d79-narrow (+ 32-bit loop counters), d79-fold (+ O_shared folded:
+# O stored from registers, 40 KiB a block); fast math, the exact build, then fast
+# math with each kernel's block memory carveout at 71% (sm80d64-a100: 164 KiB an SM, an A100's blocks an SM; the
+# blocks/SM column says how many fit), each kernel's rows in order then reversed (compiled once). sm80d64-tests: the D79 rows and
+# D71's (the float64 helper test_mma_route now shares) against float64 on the device. About 2 / 1 / 1 min
+step sm80d64 bash -c 'rc=0; V="${SM80D64_VARIANTS:-regprog,attention-all,join,lead-grouped,lead,d79,d79-narrow,d79-fold}";
+     B="python3 benchmarks/mma_general.py --rep 10 --orders 2 --fa 8,32,4096,64 --only fa64,fa64_causal";
+     timeout -k 5 100 $B --variants "$V" || rc=$?;
+     timeout -k 5 80 $B --exact --variants "${SM80D64_EXACT_VARIANTS:-regprog,attention-all,lead,d79,d79-narrow}" || rc=$?; exit $rc'
+step sm80d64-a100 timeout -k 5 100 python3 benchmarks/mma_general.py --rep 10 --orders 2 --fa 8,32,4096,64 --only fa64,fa64_causal \
+     --carveout 71 --variants "${SM80D64_CARVEOUT_VARIANTS:-regprog,attention-all,lead,d79,d79-narrow,d79-fold}"
+# D79 on the routed rows (D73's: 128x128 and 64x64 at d128, 128x128 at d64, causal and not, fast math): the route's
+# default against the default with Q landed by the loop's first wait (default-lead: Q's tile swizzled, its ldmatrix
+# without bank conflicts) and the register program. About 2 min
+step sm80d64-routed bash -c 'rc=0; B="python3 benchmarks/mma_general.py --rep 10 --orders 2 --variants regprog,default,default-lead";
+     timeout -k 5 100 $B --only fa,fa_causal,fa64,fa64_causal || rc=$?;
+     timeout -k 5 70 $B --fa 8,32,4096,64 --only fa,fa_causal || rc=$?; exit $rc'
+# D79 round 2: the route's new default (64x64 d64 routed; the lead copy and the joined group among the form's defaults)
+# against the register program on D73's eight rows (fast math; the newly routed 64x64 d64 also in the exact build),
+# and an unmeasured shape the route keeps, 64 rows at d256 (attention-all: routed with the form's defaults), for the
+# record. sm80d64-tests2: every device test of test_mma_route and test_mma_general against float64. About 2.5 / 1.5 min
+step sm80d64-r2 bash -c 'rc=0; B="python3 benchmarks/mma_general.py --rep 10 --orders 2";
+     timeout -k 5 70 $B --only fa,fa_causal,fa64,fa64_causal --variants regprog,default || rc=$?;
+     timeout -k 5 70 $B --fa 8,32,4096,64 --only fa,fa_causal,fa64,fa64_causal --variants regprog,default || rc=$?;
+     timeout -k 5 45 $B --exact --fa 8,32,4096,64 --only fa64,fa64_causal --variants regprog,default || rc=$?;
+     timeout -k 5 60 $B --fa 8,32,4096,256 --only fa64,fa64_causal --variants regprog,attention-all || rc=$?; exit $rc'
+# D79 round 2, for the record: sm_86 / sm_89's block memory (99 KiB a block; the carveout keeps 100 KiB an SM), where
+# the route keeps FlashAttention on the register program: regprog vs attention-all (routed with the form's defaults)
+# at 64x64 d64 and d128, causal and not. About 1.5 min
+step sm80d64-sm86 bash -c 'rc=0; B="python3 benchmarks/mma_general.py --rep 10 --orders 2 --profile sm86 --carveout 43 --only fa64,fa64_causal --variants regprog,attention-all";
+     timeout -k 5 60 $B --fa 8,32,4096,64 || rc=$?; timeout -k 5 60 $B || rc=$?; exit $rc'
+step sm80d64-tests2 timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_route.py tests/test_mma_general.py -rs -k device
+step sm80d64-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_route.py tests/test_mma_general.py -rs -k "device and (d79 or late_copy or default_lead)"
 # the TileLang corpus's attention examples (forward and backward; the route takes the forward kernels at 128 rows or
 # d128, the backward examples' forward kernels among them) with the sm_80 paths on the device (the overlay as every
 # compile's default), against each example's own reference (attention_gqa_bwd left out: its dK / dV kernel needs 221

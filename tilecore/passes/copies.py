@@ -18,6 +18,9 @@ two or more consecutive independent copies:
 - consecutive statements of one sequence, not inside a ``T.Pipelined`` loop of two or more stages (the
   planner counts that loop's copy groups; a group of ours would drain its stages);
 
+(D79, ``tilecore.pipeline_lead_copies``: also a lone such copy followed, in the same sequence, by a pipelined loop of
+two or more stages: FlashAttention's Q, which then is the core's copy, its tile swizzled like the stages', its wait
+and barrier left to the loop's first wait by the planner where that holds)
 and lowers them together with the core's generic copy (:func:`~tilecore.passes.lower_tile.lower_copy`),
 each nest as :class:`~tilecore.ir.AsyncCopy` runs of the widest aligned width the prover shows
 (:func:`~tilecore.passes.pipeline.async_copy_nest`, the target's widths: ``limits.max_async_copy_bytes``,
@@ -40,7 +43,7 @@ from ..ir import (AsyncCommit, AsyncCopy, AsyncWait, Barrier, For, If, KernelLau
 from ..ir.bounds import Facts
 from . import tile_pass
 from .guard import facts_at
-from .pipeline import BULK_FEATURE, STAGE, async_copy_nest, copy_bytes, enabled
+from .pipeline import BULK_FEATURE, STAGE, lead_copies, async_copy_nest, copy_bytes, enabled
 
 #: a run needs at least this many copies (one copy alone keeps the target's own copy: nothing to overlap)
 MIN_GROUP = 2
@@ -79,6 +82,10 @@ def _drop_proven(nest, facts: Facts):
         return nest
     new = s.with_(value=s.value.t)
     return rewrite(nest, lambda x: new if x is s else None)
+
+
+def _pipelined_loop(s) -> bool:
+    return isinstance(s, For) and s.kind == "pipelined" and int(s.annotations.get("num_stages", 0) or 0) >= 2
 
 
 def _widths(new, how) -> str:
@@ -149,7 +156,7 @@ def group_async_copies(func, ctx):
                 seen.add(id(buf))
                 run.append(body[j])
                 j += 1
-            if len(run) >= MIN_GROUP:
+            if len(run) >= (1 if lead and any(_pipelined_loop(x) for x in body[j:]) else MIN_GROUP):
                 grouped = group(run)
                 if grouped is not None:
                     out += grouped
@@ -159,6 +166,9 @@ def group_async_copies(func, ctx):
             i += 1
         return out
 
+    # D79 (tilecore.pipeline_lead_copies): a lone copy before a pipelined loop in the same sequence is grouped too (its
+    # group's wait and barrier the planner may leave to the loop's first wait)
+    lead = bool(lead_copies(ctx))
     body = visit(func.body)
     if not notes:
         return func

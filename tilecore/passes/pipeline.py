@@ -134,6 +134,31 @@ LATE_COPY_VALUES = (False, True, "joint")
 GROUP_MULTICAST = "tilecore.group_multicast"
 #: the capability a target declares for copies that land in every block of a group
 MULTICAST_FEATURE = "execution.cluster.multicast_copy"
+#: pass config (D79): where tilecore.pipeline_late_copy waits for a loop's staged later copies with the leading ones
+#: at the top of the iteration (per-thread asynchronous copies), the stage ahead's copies of both are issued under one
+#: test and committed as one group (False, the default: a group each, D71's)
+JOIN_GROUPS = "tilecore.pipeline_join_groups"
+#: pass config (D79): a copy into block memory before a pipelined loop of per-thread asynchronous copies (FlashAttention's
+#: Q) issued as its own commit group without a wait of its own: the loop's first wait (the stages' groups committed
+#: after it) and barrier land it. tilecore.group_async_copies takes the lone copy; the planner drops the group's wait
+#: and barrier where nothing between them and the loop touches block memory and the loop runs at least once
+LEAD_COPIES = "tilecore.pipeline_lead_copies"
+
+
+def lead_copies(ctx):
+    """tilecore.pipeline_lead_copies: False, True or "grouped" (the lone copy grouped by the core, its wait kept)."""
+    v = ctx.option(LEAD_COPIES, False)
+    if v in (None, False, "false", "False", "off"):
+        return False
+    if v in (True, "true", "True", "on"):
+        return True
+    if v == "grouped":
+        return "grouped"
+    from ..errors import CompileError
+
+    raise CompileError(f"pass config {LEAD_COPIES}={v!r}: expected False (the default), True (the copy before the "
+                       "pipelined loop landed by the loop's first wait, D79) or 'grouped' (issued by the core as its "
+                       "own group, its wait and barrier kept)")
 
 
 def enabled(ctx) -> bool:
@@ -829,6 +854,9 @@ class _Launch:
 
             raise CompileError(f"pass config {LATE_COPY}={self.late_copy!r}: expected False (the default), True or "
                                "'joint'")
+        self.join_groups = ctx.switch(JOIN_GROUPS, False, expected=(
+            "True (a staged later copy waited for at the top committed with the leading copies as one group, D79) or "
+            "False (the default)"))
         self.producer = None  # (barrier inits, producer loop, the loop it feeds) once a loop is specialized
         # D80: tilecore.group_multicast (False or a group size); self.group_size: the group planned (1: none)
         mc = ctx.option(GROUP_MULTICAST, False)
@@ -1210,6 +1238,11 @@ class _Launch:
         rot = None  # D59: the rotated body's pieces (tilecore.pipeline_overlap)
         fission = None  # D74: (E, the second loop's variable, its body): the masked iterations in a loop of their own
         groups = [async_copies[:n]] + ([async_copies[n:]] if late_at else [])
+        if late_at and self.join_groups and self.late_copy and not bulk and not hoist:
+            # D79 (tilecore.pipeline_join_groups): the staged later copies, waited for with the leading ones at the
+            # top (D71), issued and committed with them as one group: one test, one commit an iteration
+            groups = [async_copies]
+            issue_kinds.append("the stage ahead's copies one commit group")
         it = simplify(binary("sub", k, start))
         local = it  # the iteration within this tile (the k-loop's own count)
         carry = self.carry
@@ -1878,6 +1911,10 @@ def plan_pipelines(func, ctx):
                 walk(loop.body, lambda y: inner.add(id(y)))
         if not done:
             return None
+        if lead_copies(ctx) is True:
+            body0 = _lead_groups(s, done, ctx)
+            if body0 is not s.body:
+                s = s.with_(body=body0)
         body = _replace(s.body, done)
         body = rewrite(body, lambda x: Allocate(st.staged[id(x.buffer)], x.init, span=x.span)
                        if isinstance(x, Allocate) and id(x.buffer) in st.staged else None)
@@ -1950,6 +1987,55 @@ def _walk_values(carry) -> list | None:
             return None
         out.append(row)
     return out
+
+
+def _lead_groups(launch, done: dict, ctx):
+    """D79 (tilecore.pipeline_lead_copies): the launch's body with the wait and barrier of a copy group right before a
+    planned loop dropped, where the loop's first statements are a wait for the copy groups and a barrier (per-thread
+    copies: the group, committed before the loop's prologue, is older than every group that wait may leave pending),
+    the loop runs at least once, and nothing between the group and the loop touches block memory."""
+    from .guard import facts_at
+
+    shared = {id(a.buffer) for a in collect_allocs(launch.body) if a.buffer.scope == "shared"}
+
+    def waits_first(new, var) -> bool:
+        items = new.body if isinstance(new, Seq) else [new]
+        if collect(new, BulkCopy) or collect(new, Specialized):
+            return False
+        loops = [x for x in items if isinstance(x, For) and x.var is var]
+        if not loops:
+            return False
+        first = loops[0].body.body if isinstance(loops[0].body, Seq) else [loops[0].body]
+        return len(first) >= 2 and isinstance(first[0], AsyncWait) and isinstance(first[1], Barrier)
+
+    def fold(items: list) -> list:
+        items = list(items)
+        for i, item in enumerate(items):
+            if id(item) not in done or not isinstance(item, For) or not waits_first(done[id(item)], item.var):
+                continue
+            facts = facts_at(launch, item)
+            if facts is None or not facts.proves(compare("gt", item.extent, 0)):
+                continue
+            j = i - 1
+            while j >= 2 and not (isinstance(items[j], Barrier) and isinstance(items[j - 1], AsyncWait)
+                                  and items[j - 1].pending == 0 and isinstance(items[j - 2], AsyncCommit)):
+                if _touched(items[j]) & shared or collect(items[j], Barrier) or collect(items[j], AsyncWait):
+                    j = -1
+                    break
+                j -= 1
+            if j >= 2:
+                items[j - 1] = items[j] = None
+        return [y for y in items if y is not None]
+
+    def down(x):  # top-down, as _replace: the planned loops are found by identity
+        if x is None or id(x) in done:
+            return x
+        if isinstance(x, Seq):
+            return Seq([down(c) for c in fold(x.body)], span=x.span)
+        changes = {f: down(getattr(x, f)) for f in ("body", "then", "orelse") if isinstance(getattr(x, f, None), Stmt)}
+        return x.with_(**changes) if changes else x
+
+    return down(launch.body)
 
 
 def _pipelined(s) -> list:

@@ -1058,15 +1058,17 @@ MMA_GENERAL_FORMS = "tilecore.cuda.mma_general_forms"
 #: measured (H200 as sm_80): the GEMM + bias + ReLU 4096^3 at 128x128x32 on the general path 1.05x the register
 #: program, 1.15x with its k steps unrolled and the barriers pruned (this plugin's defaults there; D63);
 #: FlashAttention with the late copy and D55's options 0.99-1.05x at the shapes of MMA_ATTENTION_SHAPES (D71 round 2,
-#: D73)
+#: D73); with Q landed by the loop's first wait (its tile swizzled) 1.21-1.46x, 64x64 d64 too (D79)
 MMA_GENERAL_FORMS_DEFAULT: tuple = ("gemm", "attention-measured")
 _FORMS = ("gemm", "attention", "attention-measured")
 #: (block rows, head dimension: the second gemm's width) of FlashAttention's form that ``"attention-measured"``
 #: routes: D71 round 2 (H200 as sm_80 through D63's overlay, fast math, b8 h32 s4096, the key block as wide as the
 #: rows), the general path with :data:`MMA_ATTENTION_DEFAULTS` against the register program: 128x128 d128 1.002 /
-#: 0.992 causal, 64x64 d128 1.049 / 1.007, 128x128 d64 1.005 / 1.018. 64 rows at d64 stays (0.969 / 0.937: its gap
-#: is not the copies); other shapes were not measured and stay
-MMA_ATTENTION_SHAPES: tuple = ((128, 128), (64, 128), (128, 64))
+#: 0.992 causal, 64x64 d128 1.049 / 1.007, 128x128 d64 1.005 / 1.018; 64x64 d64 since D79 (the form's defaults with
+#: the lead copy and the joined commit group: 1.20-1.33x fast math and exact, causal and not, both orders; D73's
+#: defaults had 0.93-0.97: Q's ldmatrix read an unswizzled tile, 8-way bank conflicts); other shapes were not
+#: measured and stay
+MMA_ATTENTION_SHAPES: tuple = ((128, 128), (64, 128), (128, 64), (64, 64))
 #: ``"attention-measured"`` routes on targets with at least sm_80's block memory (163 KiB, the profile D71 measured
 #: through the overlay): with sm_86's / sm_89's 99 KiB the general path plans other stages (V staged at 64x64 d128,
 #: O_shared kept: 96 KiB against the register program's 81), not measured
@@ -1075,9 +1077,18 @@ MMA_ATTENTION_MIN_SHARED = 166912
 #: target (``PassContext.set_defaults``: a value the compile's config gives wins, either way): V issued at the top of
 #: the iteration after the barrier that frees its buffer (D71) and D55's (a cast stored once, the proven comparisons
 #: of named booleans pruned, the masked iterations split), which the core turns on by itself only on targets with
-#: bulk tile copies. The kernel is then D71's ``late-d55`` row
+#: bulk tile copies. The kernel was then D71's ``late-d55`` row. D79: and the copy before the loop (Q) issued by the
+#: core as its own group, landed by the loop's first wait (``tilecore.pipeline_lead_copies``: Q, K(0), V(0) in flight
+#: together, and Q's tile swizzled like K's and V's: the plugin's whole-tile copy left it unswizzled, so its ldmatrix
+#: were 8-way bank conflicts), and where V is staged (64x64 d64) the stage ahead's K and V one commit group
+#: (``tilecore.pipeline_join_groups``). Measured (H200 as sm_80, regprog time / row time, in order / reversed): D73's
+#: default -> with the lead copy: d128 128x128 1.053 / 1.037 -> 1.323 / 1.314, causal 1.002 / 0.995 -> 1.245 / 1.228,
+#: 64x64 1.049 / 1.040 -> 1.460 / 1.430, causal 1.006 / 0.998 -> 1.386 / 1.379; d64 128x128 1.006 / 1.004 -> 1.221 /
+#: 1.211, causal 0.976 / 0.985 -> 1.212 / 1.221; 64x64 d64 (routed) 0.970 / 0.977 -> 1.213 / 1.226 with both, causal
+#: 0.931 / 0.942 -> 1.263 / 1.196 (the lead copy alone 1.198 / 1.191, 1.206 / 1.188)
 MMA_ATTENTION_DEFAULTS: dict = {"tilecore.pipeline_late_copy": True, "tilecore.store_cast_once": True,
-                                "tilecore.prune_condition_binds": True, "tilecore.split_masked_iterations": True}
+                                "tilecore.prune_condition_binds": True, "tilecore.split_masked_iterations": True,
+                                "tilecore.pipeline_lead_copies": True, "tilecore.pipeline_join_groups": True}
 #: and at 128-row blocks also ``tilecore.prune_false_comparisons`` (the non-causal mask's edge test folded where the
 #: key block divides the sequence). D73 round 1 (H200 as sm_80, regprog time / row time, in order / reversed): 128x128
 #: d128 1.024 / 1.015 -> 1.053 / 1.044 (fast math), 0.996 / 0.988 -> 1.058 / 1.049 (exact); d64 1.017 / 1.007 -> 1.013 /
@@ -1126,8 +1137,8 @@ def routed_to_general(plan, ctx) -> str | None:
     if shape is not None and "attention-measured" in forms and shape in MMA_ATTENTION_SHAPES \
             and onchip_limit(ctx) >= MMA_ATTENTION_MIN_SHARED:
         return (f"its form (attention, {shape[0]} rows, head dimension {shape[1]}) runs on the core's general path on "
-                "this target: there the general path with the late copy and D55's options measured 0.99-1.05x the "
-                f"register program (D71, D73; {how})")
+                "this target: there the general path with the late copy, D55's options and the lead copy measured "
+                f"1.20-1.46x the register program (D71, D73, D79; {how})")
     return None
 
 
