@@ -794,19 +794,30 @@ def test_auto_routes_flash_attentions_two_warpgroup_form_to_the_general_path(for
 
 
 @needs_toolchain
-def test_auto_leaves_other_forms_to_the_register_programs():
-    """One consumer warpgroup (64x64, 128 threads: no ping-pong on the general path), fast math at d128 / d256
-    (measured below 0.97x the register program, D61, D70) and a GEMM: as True. D70: d256's exact build is routed
-    (0.97-1.01x with the unswitched iteration in two runs)."""
+def test_auto_takes_every_flash_attention_form_to_the_general_path(monkeypatch):
+    """D77: "auto" (the default) leaves every form of FlashAttention the WGMMA register program takes to the general
+    path: one consumer warpgroup (64x64, 128 threads), fast math at d128 / d256 (before D77: the register program),
+    d256's exact build; the default is "auto". A form named in AUTO_KEEP stays on the register program (the other way,
+    kept as data); a GEMM compiles as with True (the register program does not take it)."""
     one = flash_attention_forward(4096, 128, 32, 64, 64, "float16", True, batch=8, threads=128)
-    assert _routed(one, "auto").get_kernel_source() == _routed(one, True).get_kernel_source()
     d256 = flash_attention_forward(4096, 256, 32, 128, 64, "float16", True, batch=8, threads=256)
-    assert _routed(d256, "auto").get_kernel_source() == _routed(d256, False).get_kernel_source()
-    fast256 = {"tilecore.fast_math": True}
-    assert _routed(d256, "auto", **fast256).get_kernel_source() == _routed(d256, True, **fast256).get_kernel_source()
     d128 = flash_attention_forward(4096, 128, 32, 128, 128, "float16", True, batch=8, threads=256)
     fast = {"tilecore.fast_math": True}
-    assert _routed(d128, "auto", **fast).get_kernel_source() == _routed(d128, True, **fast).get_kernel_source()
+    for func, extra in ((one, {}), (one, fast), (d256, {}), (d256, fast), (d128, fast)):
+        auto = _routed(func, "auto", **extra)
+        assert auto.get_kernel_source() == _routed(func, False, **extra).get_kernel_source()
+        assert auto.get_kernel_source() != _routed(func, True, **extra).get_kernel_source()
+        assert any('register_programs="auto"' in n and "(D77)" in n for n in auto.meta["attrs"]["hopper_pipelines"])
+        assert tilecore_cuda.lowering_path(auto) == "generic"
+    default = tilecore.compile(d128, target=HOPPER, out_idx=[3], pass_configs={**NOCACHE, **fast})
+    assert default.get_kernel_source() == _routed(d128, False, **fast).get_kernel_source()
+    from tilecore_cuda import regprog
+
+    monkeypatch.setattr(regprog, "AUTO_KEEP", ((128, True, None),))
+    kept = _routed(d128, "auto", **fast)
+    assert kept.get_kernel_source() == _routed(d128, True, **fast).get_kernel_source()
+    assert tilecore_cuda.lowering_path(kept) == "register program (wgmma)"
+    assert _routed(d128, "auto").get_kernel_source() == _routed(d128, False).get_kernel_source()  # exact: not kept
     from test_cuda_hopper import gemm
 
     g = gemm(1024, 1024, 1024)
@@ -1018,10 +1029,10 @@ def test_the_bulk_store_default_takes_only_flash_attentions_two_consumer_form():
 
 
 @needs_toolchain
-def test_auto_changes_no_catalog_kernel():
-    """register_programs="auto" against True on every conformance catalog kernel of cuda:sm_90a: the same source
-    (the catalog has no kernel of the routed form: its attention is 32x32 on 128 threads), so the catalog's device
-    results carry over to "auto" (round 1: 363/363 with it)."""
+def test_auto_changes_only_the_catalogs_warpgroup_attention():
+    """register_programs="auto" (the default since D77) against True on every conformance catalog kernel of
+    cuda:sm_90a: the same source but for the two FlashAttention cases of the warpgroup tile (the only catalog kernels
+    the WGMMA register program takes), which "auto" compiles as False (the general path) and the default as "auto"."""
     from tilecore.compiler import lower
     from tilecore.errors import TilecoreError
     from tilecore_conformance.catalog import catalog
@@ -1036,5 +1047,9 @@ def test_auto_changes_no_catalog_kernel():
 
     cases = catalog()
     assert len(cases) > 300
-    differ = [c.id for c in cases if text(c, "auto") != text(c, True)]
-    assert differ == []
+    differ = [c for c in cases if text(c, "auto") != text(c, True)]
+    assert sorted(c.id for c in differ) == ["attention/causal/float16/warpgroup_tile",
+                                            "attention/full/float16/warpgroup_tile"]
+    for c in differ:
+        assert text(c, "auto") == text(c, False)
+        assert lower(c.build(**c.params), HOPPER, c.pass_configs)[3].code == text(c, "auto")

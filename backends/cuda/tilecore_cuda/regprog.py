@@ -905,19 +905,20 @@ def _rewrite_stores(s, fn):
 
 
 #: ``tilecore.cuda.register_programs`` (D61): True: the register programs take every kernel of their forms; False:
-#: none (the core's general path takes every kernel); "auto": a kernel of a form the general path serves at the
-#: register program's speed (:func:`general_serves`) goes to the general path, every other one as True
+#: none (the core's general path takes every kernel); "auto": a kernel of a form the general path serves
+#: (:func:`general_serves`) goes to the general path, every other one as True. **"auto" is the default since D77**: on
+#: sm_90a the general path takes every form the WGMMA register program takes (FlashAttention's, at every head
+#: dimension, block and build; D77's census: 45 kernels of the catalog, the TileLang corpus and the attention
+#: benchmark, each with every fragment in registers on the matrix unit's layout), measured against issue 17's bars and
+#: at least 0.95x the register program in one run (D77); on the mma.sync targets "auto" is True (their route is
+#: :data:`MMA_GENERAL_FORMS`)
 REGISTER_PROGRAMS = "tilecore.cuda.register_programs"
-REGISTER_PROGRAMS_DEFAULT = True
-#: the head dimensions (the second gemm's width) of FlashAttention's form that "auto" routes to the general path: where
-#: the H200 measured it within 3% of the register program in the exact build (D61 rounds 1-2: d128 0.97-1.02x, GQA,
-#: d64 0.99-1.03x; d256 causal 0.88-0.95x: not routed then; D70: d256 with the unswitched iteration 0.975 / 0.972 and
-#: 1.006 / 1.004 in two runs, non-causal / causal)
-AUTO_HEAD_DIMS = (64, 128, 256)
-#: the head dimensions at which "auto" routes the fast-math build too (D61 round 2: d128 0.95-0.98x non-causal, 0.94-0.96x
-#: causal with O's bulk store: not routed; D66 round 2: d64 0.971-1.013x on its four rows, 128x128 and 128x176, in
-#: each of two processes, with V staged in the two-consumer form)
-AUTO_FAST_MATH = (64,)
+REGISTER_PROGRAMS_DEFAULT = "auto"
+#: D77: the forms of FlashAttention that "auto" keeps on the WGMMA register program, each ``(head dimension, fast math,
+#: consumer warpgroups)`` with None for any. Before D77 "auto" routed only the exact build of the two-consumer form at
+#: d64 / d128 / d256 and d64's fast math (D61, D66, D70): as ``AUTO_KEEP`` that was ``((None, None, 1), (128, True,
+#: None), (256, True, None))`` (and any other head dimension)
+AUTO_KEEP: tuple = ()
 
 
 def register_programs_route(ctx):
@@ -932,26 +933,25 @@ def register_programs_route(ctx):
 
 def general_serves(launch: KernelLaunch, ctx) -> str | None:
     """Why ``register_programs="auto"`` leaves this kernel to the core's general path (None: it does not): on a WGMMA
-    target, FlashAttention's form (a loop of two gemms with softmax work between, the second last and reading
-    registers: what the general path rotates, D59) with two consumer warpgroups (ping-pong's turns), a head
-    dimension of :data:`AUTO_HEAD_DIMS`, the exact build or fast math at :data:`AUTO_FAST_MATH`'s head dimensions: where
-    the device measured the general path within 3% of the register program (D61, D66)."""
+    target, every kernel the WGMMA register program would take (D77) but FlashAttention's forms of
+    :data:`AUTO_KEEP`."""
     if not ctx.capabilities.feature("wgmma") or ctx.option("tilecore.cuda.disable_wgmma", False):
         return None
     fast = bool(ctx.option("tilecore.fast_math", False))
     try:
         plan = _plan(launch, ctx, "wgmma")
-        _, g2 = _overlap_form(plan)
     except _No:
-        return None
-    reads = [w for w in plan["wgmma"] if w[3]]  # (dtype, n, trans_b, A from registers)
-    if plan["nc"] != 2 or len(reads) != 1 or reads[0][1] not in AUTO_HEAD_DIMS:
-        return None
-    if fast and reads[0][1] not in AUTO_FAST_MATH:
+        return None  # not the register program's form either: the general path takes it regardless
+    shape = _attention_shape(plan)
+    if shape is None:  # none in the catalog, the TileLang corpus or the benchmarks (D77's census)
+        return ("not FlashAttention's form: the general path reaches registers for every kernel the WGMMA register "
+                "program takes (D77)")
+    dim, nc = shape[1], plan["nc"]
+    if any(d in (None, dim) and f in (None, fast) and c in (None, nc) for d, f, c in AUTO_KEEP):
         return None
     build = "fast math" if fast else "the exact build"
-    return (f"FlashAttention's form, two consumer warpgroups, head dimension {reads[0][1]}, {build}: the "
-            "general path rotates it with ping-pong at the register program's speed (D59, D61, D66)")
+    return (f"FlashAttention's form, {nc} consumer warpgroup(s), head dimension {dim}, {build}: the general path "
+            "meets issue 17's bars at 0.95x the register program or better (D77)")
 
 
 def _lower_as(mode: str):
