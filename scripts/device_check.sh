@@ -870,7 +870,7 @@ step gemmws-prof3 timeout -k 5 150 python3 scripts/gemm_profile.py --size 4096 -
 step faauto timeout -k 5 230 python3 benchmarks/fa_route.py --rounds "${FAAUTO_ROUNDS:-11}" --inner-rep 10
 # faauto-tests / faauto-tests2: the FlashAttention device tests on the new default (the general path): the general
 # attention and Hopper files, then D66 / D70 / D74's (each < 3.5 min)
-step faauto-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py \
+step faauto-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py tests/test_cuda_swizzle64.py \
      tests/test_cuda_hopper.py -rs
 step faauto-tests2 timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_parity.py \
      tests/test_cuda_fa_unswitch.py tests/test_cuda_fa_loops.py -rs
