@@ -101,6 +101,66 @@ def meets(bar, tf: float, cudnn: float) -> bool:
     return tf >= v if kind == "tflops" else tf >= v * cudnn
 
 
+def report(args, rows, variants, times, paths, errs, device: str) -> None:
+    """The table (and the rule's summary) from ``times`` (milliseconds by key: ``("cuDNN", d, kv, causal)`` or
+    ``(form, causal, fast, variant)``), ``paths`` (the default route's path by row) and ``errs`` (max errors)."""
+    b, h, s = args.batch, args.heads, args.seq
+
+    def tflops(key, d, causal):
+        flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+        ts = [flops / t / 1e9 for t in times[key]]
+        return statistics.median(ts), min(ts), max(ts)
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"FlashAttention forward fp16 b{b} h{h} s{s} on {device}: the general "
+                        f"path, the WGMMA register program, SDPA cuDNN; {args.rounds} interleaved rounds (medians)")
+    for col in ("form", "block", "causal", "build", *[f"{v} TFLOP/s (range)" for v in variants], "cuDNN",
+                *[f"{v} / cuDNN" for v in variants], "general / regprog",
+                *(["default / regprog"] if "default" in variants else []), "default route", "issue 17 bar",
+                "route (D77)", "max err"):
+        table.add_column(col, justify="right")
+    verdicts = []
+    for f, c, x in rows:
+        d, kv, bm, bn, _ = FORMS[f]
+        cud = tflops(("cuDNN", d, kv, c), d, c)[0]
+        tf = {v: tflops((f, c, x, v), d, c) for v in variants if (f, c, x, v) in times}
+        ratio = tf["general"][0] / tf["regprog"][0] if "general" in tf and "regprog" in tf else None
+        bar = bar_of(f, c, x)
+        bar_text, ok = "-", None
+        if bar is not None and "general" in tf:
+            gen_ok = meets(bar, tf["general"][0], cud)
+            rp_ok = meets(bar, tf["regprog"][0], cud) if "regprog" in tf else None
+            want = f">= {bar[1]:.0f}" if bar[0] == "tflops" else f">= {bar[1]}x cuDNN"
+            bar_text = (f"{want}: general {'met' if gen_ok else 'NOT met'}"
+                        + ("" if rp_ok is None else f", regprog {'met' if rp_ok else 'not met'}"))
+            ok = gen_ok or rp_ok is False
+        route = "-"
+        if ratio is not None:
+            route = "general" if ratio >= ROUTE_RATIO and ok is not False else "regprog"
+            verdicts.append(((f, c, x), route, ratio))
+        table.add_row(f, f"{bm}x{bn}", "causal" if c else "-", "fast" if x else "exact",
+                      *[f"{tf[v][0]:.1f} ({tf[v][1]:.0f}-{tf[v][2]:.0f})" if v in tf else "-" for v in variants],
+                      f"{cud:.1f}", *[f"{tf[v][0] / cud:.3f}x" if v in tf else "-" for v in variants],
+                      f"{ratio:.3f}x" if ratio else "-",
+                      *([f"{tf['default'][0] / tf['regprog'][0]:.3f}x" if "default" in tf and "regprog" in tf else "-"]
+                        if "default" in variants else []),
+                      paths[(f, c, x)], bar_text, route,
+                      " ".join(f"{errs[(f, c, x, v)]:.1e}" for v in variants if v in tf))
+        print(f"{f} {bm}x{bn} causal={c} fast={x}: " + ", ".join(f"{v} {tf[v][0]:.1f}" for v in tf)
+              + f", cuDNN {cud:.1f}" + (f", general/regprog {ratio:.3f}" if ratio else "")
+              + (f", default/regprog {tf['default'][0] / tf['regprog'][0]:.3f}" if "default" in tf and "regprog" in tf
+                 else "") + f" (default route: {paths[(f, c, x)]}); bar {bar_text}",
+              file=sys.stderr)
+    Console(width=250).print(table)
+    if verdicts:
+        below = [(r, q) for r, v, q in verdicts if v != "general"]
+        print(f"D77's rule: {len(verdicts) - len(below)} of {len(verdicts)} rows allow the general path"
+              + ("" if not below else "; not: " + ", ".join(f"{f} causal={c} fast={x} ({q:.3f})"
+                                                          for (f, c, x), q in below)))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=8)
@@ -207,53 +267,7 @@ def main() -> int:
             times[key].append(cuda_ms(fn, args.inner_rep))
     print(f"timed {args.rounds} rounds at {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
-    def tflops(key, d, causal):
-        flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
-        ts = [flops / t / 1e9 for t in times[key]]
-        return statistics.median(ts), min(ts), max(ts)
-
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"FlashAttention forward fp16 b{b} h{h} s{s} on {torch.cuda.get_device_name()}: the general "
-                        f"path, the WGMMA register program, SDPA cuDNN; {args.rounds} interleaved rounds (medians)")
-    for col in ("form", "block", "causal", "build", *[f"{v} TFLOP/s (range)" for v in variants], "cuDNN",
-                *[f"{v} / cuDNN" for v in variants], "general / regprog", "default route", "issue 17 bar",
-                "route (D77)", "max err"):
-        table.add_column(col, justify="right")
-    verdicts = []
-    for f, c, x in rows:
-        d, kv, bm, bn, _ = FORMS[f]
-        cud = tflops(("cuDNN", d, kv, c), d, c)[0]
-        tf = {v: tflops((f, c, x, v), d, c) for v in variants if (f, c, x, v) in times}
-        ratio = tf["general"][0] / tf["regprog"][0] if "general" in tf and "regprog" in tf else None
-        bar = bar_of(f, c, x)
-        bar_text, ok = "-", None
-        if bar is not None and "general" in tf:
-            gen_ok = meets(bar, tf["general"][0], cud)
-            rp_ok = meets(bar, tf["regprog"][0], cud) if "regprog" in tf else None
-            want = f">= {bar[1]:.0f}" if bar[0] == "tflops" else f">= {bar[1]}x cuDNN"
-            bar_text = (f"{want}: general {'met' if gen_ok else 'NOT met'}"
-                        + ("" if rp_ok is None else f", regprog {'met' if rp_ok else 'not met'}"))
-            ok = gen_ok or rp_ok is False
-        route = "-"
-        if ratio is not None:
-            route = "general" if ratio >= ROUTE_RATIO and ok is not False else "regprog"
-            verdicts.append(((f, c, x), route, ratio))
-        table.add_row(f, f"{bm}x{bn}", "causal" if c else "-", "fast" if x else "exact",
-                      *[f"{tf[v][0]:.1f} ({tf[v][1]:.0f}-{tf[v][2]:.0f})" if v in tf else "-" for v in variants],
-                      f"{cud:.1f}", *[f"{tf[v][0] / cud:.3f}x" if v in tf else "-" for v in variants],
-                      f"{ratio:.3f}x" if ratio else "-", paths[(f, c, x)], bar_text, route,
-                      " ".join(f"{errs[(f, c, x, v)]:.1e}" for v in variants if v in tf))
-        print(f"{f} {bm}x{bn} causal={c} fast={x}: " + ", ".join(f"{v} {tf[v][0]:.1f}" for v in tf)
-              + f", cuDNN {cud:.1f}" + (f", general/regprog {ratio:.3f}" if ratio else "") + f"; bar {bar_text}",
-              file=sys.stderr)
-    Console(width=250).print(table)
-    if verdicts:
-        below = [(r, q) for r, v, q in verdicts if v != "general"]
-        print(f"D77's rule: {len(verdicts) - len(below)} of {len(verdicts)} rows allow the general path"
-              + ("" if not below else "; not: " + ", ".join(f"{f} causal={c} fast={x} ({q:.3f})"
-                                                          for (f, c, x), q in below)))
+    report(args, rows, variants, times, paths, errs, torch.cuda.get_device_name())
     bad_err = [k for k, e in errs.items() if not e < 0.05]
     if bad_err:
         print(f"max error against cuDNN above 0.05: {bad_err}")
