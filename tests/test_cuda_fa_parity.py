@@ -376,16 +376,12 @@ def test_auto_changes_no_catalog_kernel(route):
 
 
 @needs_toolchain
-def test_auto_routes_d64_fast_math_to_the_general_path():
-    """D66: register_programs="auto" takes the fast-math build of FlashAttention's two-consumer form at d64 (both
-    blocks) to the general path; d128's fast math stays with the register program (D77's AUTO_KEEP)."""
-    for bn in (128, 176):
-        func = flash_attention_forward(4096, 64, 32, 128, bn, "float16", True, batch=8, threads=256)
+def test_auto_keeps_d64_and_d128_fast_math_on_the_register_program():
+    """D77: register_programs="auto" keeps d64's two-consumer form (both blocks, fast math: D66 had routed it; D77's
+    round 1 measured its causal row at 0.936x) and d128's fast math on the register program (AUTO_KEEP)."""
+    for dim, bn in ((64, 128), (64, 176), (128, 128)):
+        func = flash_attention_forward(4096, dim, 32, 128, bn, "float16", True, batch=8, threads=256)
         a, g, t = (tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs={
             **NOCACHE, "tilecore.fast_math": True, "tilecore.cuda.register_programs": r}) for r in ("auto", False, True))
-        assert a.get_kernel_source() == g.get_kernel_source() != t.get_kernel_source()
-        assert any("fast math" in n and "general path" in n for n in a.meta["attrs"]["hopper_pipelines"])
-    d128 = flash_attention_forward(4096, 128, 32, 128, 128, "float16", True, batch=8, threads=256)
-    a, t = (tilecore.compile(d128, target=HOPPER, out_idx=[3], pass_configs={
-        **NOCACHE, "tilecore.fast_math": True, "tilecore.cuda.register_programs": r}) for r in ("auto", True))
-    assert a.get_kernel_source() == t.get_kernel_source()
+        assert a.get_kernel_source() == t.get_kernel_source() != g.get_kernel_source()
+        assert not any("general path" in n for n in a.meta["attrs"]["hopper_pipelines"] if "hopper_register" in n)

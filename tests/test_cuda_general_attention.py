@@ -781,7 +781,7 @@ def _routed(func, route, **extra):
 
 @needs_toolchain
 @pytest.mark.parametrize("form", [("d128", 128, 128, 128, None), ("176", 128, 128, 176, None),
-                                  ("gqa", 128, 128, 128, 8), ("d64", 64, 128, 128, None)], ids=lambda f: f[0])
+                                  ("gqa", 128, 128, 128, 8)], ids=lambda f: f[0])
 def test_auto_routes_flash_attentions_two_warpgroup_form_to_the_general_path(form):
     _, dim, bm, bn, kvh = form
     func = flash_attention_forward(4096, dim, 32, bm, bn, "float16", True, batch=8, threads=256, kv_heads=kvh)
@@ -796,9 +796,9 @@ def test_auto_routes_flash_attentions_two_warpgroup_form_to_the_general_path(for
 @needs_toolchain
 def test_auto_routes_by_d77s_measurement(monkeypatch):
     """D77: "auto" (the default) leaves FlashAttention's forms to the general path (one consumer warpgroup, 64x64 at
-    128 threads, exact and fast math; d256's exact build) but those of AUTO_KEEP: fast math at d128 / d256 with two
-    consumer warpgroups stays on the register program (as True). AUTO_KEEP is data: emptied, d128's fast math goes too.
-    A GEMM compiles as with True."""
+    128 threads, exact and fast math; d256's exact build) but those of AUTO_KEEP: fast math at d128 / d256 and d64 with
+    two consumer warpgroups stay on the register program (as True). AUTO_KEEP is data: emptied, d128's fast math goes
+    too. A GEMM compiles as with True."""
     one = flash_attention_forward(4096, 128, 32, 64, 64, "float16", True, batch=8, threads=128)
     d256 = flash_attention_forward(4096, 256, 32, 128, 64, "float16", True, batch=8, threads=256)
     d128 = flash_attention_forward(4096, 128, 32, 128, 128, "float16", True, batch=8, threads=256)
@@ -809,9 +809,10 @@ def test_auto_routes_by_d77s_measurement(monkeypatch):
         assert auto.get_kernel_source() != _routed(func, True, **extra).get_kernel_source()
         assert any('register_programs="auto"' in n and "D77" in n for n in auto.meta["attrs"]["hopper_pipelines"])
         assert tilecore_cuda.lowering_path(auto) == "generic"
-    for func in (d128, d256):
-        kept = _routed(func, "auto", **fast)
-        assert kept.get_kernel_source() == _routed(func, True, **fast).get_kernel_source()
+    d64 = flash_attention_forward(4096, 64, 32, 128, 128, "float16", True, batch=8, threads=256)
+    for func, extra in ((d128, fast), (d256, fast), (d64, {}), (d64, fast)):
+        kept = _routed(func, "auto", **extra)
+        assert kept.get_kernel_source() == _routed(func, True, **extra).get_kernel_source()
         assert tilecore_cuda.lowering_path(kept) == "register program (wgmma)"
     default = tilecore.compile(one, target=HOPPER, out_idx=[3], pass_configs={**NOCACHE, **fast})
     assert default.get_kernel_source() == _routed(one, False, **fast).get_kernel_source()
