@@ -871,7 +871,7 @@ step faauto timeout -k 5 230 python3 benchmarks/fa_route.py --rounds "${FAAUTO_R
 # faauto-r2: round 1's borderline rows again (d64, d128 128x128 and 128x176, GQA, d256; causal and not, exact and fast math), 15
 # rounds, with the default route's kernel timed as a third variant (D77's AUTO_KEEP: fast math at d128 / d256 on the
 # register program, the rest on the general path; the same kernel as one of the other two: a noise estimate), ~1.5 min
-step faauto-r2 timeout -k 5 230 python3 benchmarks/fa_route.py --forms d64,d128,d128x176,gqa,d256 --variants general,regprog,default \
+step faauto-r2 timeout -k 5 230 python3 benchmarks/fa_route.py --forms d64,d128,d128x176,gqa,d256,d64x64,d256x64 --variants general,regprog,default \
      --rounds "${FAAUTO_ROUNDS:-15}" --inner-rep 10
 # faauto-tests / faauto-tests2: the FlashAttention device tests on the new default (the general path): the general
 # attention and Hopper files, then D66 / D70 / D74's (each < 3.5 min)

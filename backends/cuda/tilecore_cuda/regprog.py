@@ -951,7 +951,7 @@ def general_serves(launch: KernelLaunch, ctx) -> str | None:
         return None
     build = "fast math" if fast else "the exact build"
     return (f"FlashAttention's form, {nc} consumer warpgroup(s), head dimension {dim}, {build}: the general path "
-            "at 0.95x the register program or better, or there before D77 (D61, D66, D77)")
+            "measured at 0.95x the register program or better (D77)")
 
 
 def _lower_as(mode: str):
