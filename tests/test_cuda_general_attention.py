@@ -780,8 +780,7 @@ def _routed(func, route, **extra):
 
 
 @needs_toolchain
-@pytest.mark.parametrize("form", [("d128", 128, 128, 128, None), ("176", 128, 128, 176, None),
-                                  ("gqa", 128, 128, 128, 8)], ids=lambda f: f[0])
+@pytest.mark.parametrize("form", [("d128", 128, 128, 128, None), ("gqa", 128, 128, 128, 8)], ids=lambda f: f[0])
 def test_auto_routes_flash_attentions_two_warpgroup_form_to_the_general_path(form):
     _, dim, bm, bn, kvh = form
     func = flash_attention_forward(4096, dim, 32, bm, bn, "float16", True, batch=8, threads=256, kv_heads=kvh)
@@ -795,30 +794,36 @@ def test_auto_routes_flash_attentions_two_warpgroup_form_to_the_general_path(for
 
 @needs_toolchain
 def test_auto_routes_by_d77s_measurement(monkeypatch):
-    """D77: "auto" (the default) leaves FlashAttention's forms to the general path (one consumer warpgroup, 64x64 at
-    128 threads, exact and fast math; d256's exact build) but those of AUTO_KEEP: fast math at d128 / d256 and d64 with
-    two consumer warpgroups stay on the register program (as True). AUTO_KEEP is data: emptied, d128's fast math goes
-    too. A GEMM compiles as with True."""
-    one = flash_attention_forward(4096, 128, 32, 64, 64, "float16", True, batch=8, threads=128)
-    d256 = flash_attention_forward(4096, 256, 32, 128, 64, "float16", True, batch=8, threads=256)
-    d128 = flash_attention_forward(4096, 128, 32, 128, 128, "float16", True, batch=8, threads=256)
+    """D77: "auto" (the default) leaves the FlashAttention forms of AUTO_GENERAL to the general path (d256 at 128x64 in
+    both builds, d128's fast math at 128x176, one consumer warpgroup at 64x64 with d128 / d64) and keeps the others on
+    the register program, as True: d64 with two consumer warpgroups, d128's fast math at 128x128, its exact build at
+    128x176, d256 at 64x64, a form not measured (d128 at 128x64). AUTO_GENERAL is data: with d128's fast math at
+    128x128 added, it goes too. A GEMM compiles as with True."""
+    def fa(dim, bm, bn, threads, causal=True):
+        return flash_attention_forward(4096, dim, 32, bm, bn, "float16", causal, batch=8, threads=threads)
+
     fast = {"tilecore.fast_math": True}
-    for func, extra in ((one, {}), (one, fast), (d256, {})):
+    routed = [(fa(256, 128, 64, 256), {}), (fa(256, 128, 64, 256), fast), (fa(128, 128, 176, 256), fast),
+              (fa(128, 64, 64, 128), {}), (fa(64, 64, 64, 128, False), fast)]
+    for func, extra in routed:
         auto = _routed(func, "auto", **extra)
         assert auto.get_kernel_source() == _routed(func, False, **extra).get_kernel_source()
         assert auto.get_kernel_source() != _routed(func, True, **extra).get_kernel_source()
         assert any('register_programs="auto"' in n and "D77" in n for n in auto.meta["attrs"]["hopper_pipelines"])
         assert tilecore_cuda.lowering_path(auto) == "generic"
-    d64 = flash_attention_forward(4096, 64, 32, 128, 128, "float16", True, batch=8, threads=256)
-    for func, extra in ((d128, fast), (d256, fast), (d64, {}), (d64, fast)):
-        kept = _routed(func, "auto", **extra)
-        assert kept.get_kernel_source() == _routed(func, True, **extra).get_kernel_source()
-        assert tilecore_cuda.lowering_path(kept) == "register program (wgmma)"
-    default = tilecore.compile(one, target=HOPPER, out_idx=[3], pass_configs={**NOCACHE, **fast})
-    assert default.get_kernel_source() == _routed(one, False, **fast).get_kernel_source()
+    kept = [(fa(64, 128, 128, 256), {}), (fa(64, 128, 176, 256), fast), (fa(128, 128, 128, 256), fast),
+            (fa(128, 128, 176, 256), {}), (fa(256, 64, 64, 128), {}), (fa(128, 128, 64, 256), {})]
+    for func, extra in kept:
+        k = _routed(func, "auto", **extra)
+        assert k.get_kernel_source() == _routed(func, True, **extra).get_kernel_source()
+        assert tilecore_cuda.lowering_path(k) == "register program (wgmma)"
+    one = fa(128, 64, 64, 128)
+    default = tilecore.compile(one, target=HOPPER, out_idx=[3], pass_configs=NOCACHE)
+    assert default.get_kernel_source() == _routed(one, False).get_kernel_source()
     from tilecore_cuda import regprog
 
-    monkeypatch.setattr(regprog, "AUTO_KEEP", ())
+    monkeypatch.setattr(regprog, "AUTO_GENERAL", regprog.AUTO_GENERAL + ((128, True, 2, 128),))
+    d128 = fa(128, 128, 128, 256)
     assert _routed(d128, "auto", **fast).get_kernel_source() == _routed(d128, False, **fast).get_kernel_source()
     from test_cuda_hopper import gemm
 

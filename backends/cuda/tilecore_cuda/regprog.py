@@ -907,19 +907,23 @@ def _rewrite_stores(s, fn):
 #: ``tilecore.cuda.register_programs`` (D61): True: the register programs take every kernel of their forms; False:
 #: none (the core's general path takes every kernel); "auto": a kernel of a form the general path serves
 #: (:func:`general_serves`) goes to the general path, every other one as True. **"auto" is the default since D77**: on
-#: sm_90a it leaves FlashAttention's forms to the general path but those of :data:`AUTO_KEEP` (D77's census: every
-#: kernel the WGMMA register program takes reaches registers on the general path); on the mma.sync targets "auto" is
-#: True (their route is :data:`MMA_GENERAL_FORMS`)
+#: sm_90a it leaves the FlashAttention forms of :data:`AUTO_GENERAL` to the general path (D77's census: every kernel the
+#: WGMMA register program takes reaches registers there); on the mma.sync targets "auto" is True (their route is
+#: :data:`MMA_GENERAL_FORMS`)
 REGISTER_PROGRAMS = "tilecore.cuda.register_programs"
 REGISTER_PROGRAMS_DEFAULT = "auto"
-#: D77: the forms of FlashAttention that "auto" keeps on the WGMMA register program, each ``(head dimension, fast math,
-#: consumer warpgroups)`` with None for any: those with a row below D77's rule (issue 17's bars and at least 0.95x the
-#: register program in one run) in D77's round 1 (H200, 11 interleaved rounds): d64 with two consumer warpgroups
-#: (exact 0.925x, fast causal 0.936x; D66 had measured 0.97-1.01x), fast math at d128 / d256 with two (causal 0.949 /
-#: 0.947x; D74: 0.96-0.98x). The rest met it: the exact build at d128 (GQA, 128x176 too: 0.953-1.101x) and d256
-#: (0.991-0.993x), one consumer warpgroup (64x64: 1.09-1.30x). Before D77 "auto" (not the default) was, as AUTO_KEEP,
-#: ``((None, None, 1), (128, True, None), (256, True, None))``
-AUTO_KEEP: tuple = ((64, None, 2), (128, True, 2), (256, True, 2))
+#: D77: the forms of FlashAttention that "auto" leaves to the general path on a WGMMA target, each ``(head dimension,
+#: fast math, consumer warpgroups, key block)`` with None for any: those whose every row met D77's rule in its two
+#: rounds (H200, b8 h32 s4096, 11 / 15 interleaved rounds; the mean of the two rounds' ratios to the register program
+#: at least 0.95, issue 17's bars met where the register program met them): d128's exact build at 128x128 (GQA too:
+#: 0.955-1.076), d128's fast math at 128x176 (0.993-1.012), d256 at 128x64 (exact 0.993-1.005, fast 0.954-1.021), one
+#: consumer warpgroup at 64x64 with d128 (round 1 only: 1.09-1.30) and d64 (round 2 only: 0.97-1.20). Below it, kept on
+#: the register program: d64 with two consumer warpgroups (exact 0.925 in both rounds, fast causal 0.942), d128's fast
+#: math at 128x128 (causal 0.948), d128's exact build at 128x176 (0.949), d256 at 64x64 (0.82-0.96); forms not measured
+#: are kept too. Before D77 "auto" (not the default) took the exact build at d64 / d128 / d256 and d64's fast math, two
+#: consumer warpgroups, any block (D61, D66, D70)
+AUTO_GENERAL: tuple = ((128, False, 2, 128), (128, True, 2, 176), (256, None, 2, 64), (128, None, 1, 64),
+                       (64, None, 1, 64))
 
 
 def register_programs_route(ctx):
@@ -934,8 +938,8 @@ def register_programs_route(ctx):
 
 def general_serves(launch: KernelLaunch, ctx) -> str | None:
     """Why ``register_programs="auto"`` leaves this kernel to the core's general path (None: it does not): on a WGMMA
-    target, FlashAttention's form (two gemms, the second reading its A from registers) but those of
-    :data:`AUTO_KEEP` (D77)."""
+    target, FlashAttention's form (two gemms, the second reading its A from registers) where :data:`AUTO_GENERAL` names
+    its head dimension, build, consumer warpgroups and key block (D77)."""
     if not ctx.capabilities.feature("wgmma") or ctx.option("tilecore.cuda.disable_wgmma", False):
         return None
     fast = bool(ctx.option("tilecore.fast_math", False))
@@ -946,12 +950,13 @@ def general_serves(launch: KernelLaunch, ctx) -> str | None:
     shape = _attention_shape(plan)
     if shape is None:  # the GEMM on 64-byte tiles at block_N 256 (D47: the general path 0.96x): kept, not measured
         return None
-    dim, nc = shape[1], plan["nc"]
-    if any(d in (None, dim) and f in (None, fast) and c in (None, nc) for d, f, c in AUTO_KEEP):
+    dim, nc, bn = shape[1], plan["nc"], plan["gemm_list"][0][1]  # (the first gemm's width: the key block)
+    if not any(d in (None, dim) and f in (None, fast) and c in (None, nc) and k in (None, bn)
+               for d, f, c, k in AUTO_GENERAL):
         return None
     build = "fast math" if fast else "the exact build"
-    return (f"FlashAttention's form, {nc} consumer warpgroup(s), head dimension {dim}, {build}: the general path "
-            "measured at 0.95x the register program or better (D77)")
+    return (f"FlashAttention's form, {nc} consumer warpgroup(s), head dimension {dim}, key block {bn}, {build}: the "
+            "general path measured at 0.95x the register program or better (D77)")
 
 
 def _lower_as(mode: str):
