@@ -873,6 +873,11 @@ step faauto timeout -k 5 230 python3 benchmarks/fa_route.py --rounds "${FAAUTO_R
 # register program, the rest on the general path; the same kernel as one of the other two: a noise estimate), ~1.5 min
 step faauto-r2 timeout -k 5 230 python3 benchmarks/fa_route.py --forms d64,d128,d128x176,gqa,d256,d64x64,d256x64 --variants general,regprog,default \
      --rounds "${FAAUTO_ROUNDS:-15}" --inner-rep 10
+# faauto-r3: D77's final default (AUTO_GENERAL after round 2) on the forms it routes and their neighbours: d128
+# 128x128 and 128x176, GQA, d256 128x64, 64x64 at d128 / d64; the general path, the register program and the default
+# route's kernel, 15 rounds (~1.5-2 min)
+step faauto-r3 timeout -k 5 230 python3 benchmarks/fa_route.py --forms d128,d128x176,gqa,d256,d128x64,d64x64 \
+     --variants general,regprog,default --rounds "${FAAUTO_ROUNDS:-15}" --inner-rep 10
 # faauto-tests / faauto-tests2: the FlashAttention device tests on the new default (the general path): the general
 # attention and Hopper files, then D66 / D70 / D74's (each < 3.5 min)
 step faauto-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py tests/test_cuda_swizzle64.py \
