@@ -916,8 +916,8 @@ REGISTER_PROGRAMS_DEFAULT = "auto"
 #: fast math, consumer warpgroups, key block)`` with None for any: those whose every row met D77's rule in its two
 #: rounds (H200, b8 h32 s4096, 11 / 15 interleaved rounds; the mean of the two rounds' ratios to the register program
 #: at least 0.95, issue 17's bars met where the register program met them): d128's exact build at 128x128 (GQA too:
-#: 0.955-1.076), d128's fast math at 128x176 (0.993-1.012), d256 at 128x64 (exact 0.993-1.005, fast 0.954-1.021), one
-#: consumer warpgroup at 64x64 with d128 (round 1 only: 1.09-1.30) and d64 (round 2 only: 0.97-1.20). Below it, kept on
+#: means 0.955-1.076), d128's fast math at 128x176 (1.002-1.008), d256 at 128x64 (0.954-1.021), one consumer warpgroup
+#: at 64x64 with d128 (round 1 only: 1.09-1.30) and d64 (round 2 only: 0.97-1.20). Below it (means), kept on
 #: the register program: d64 with two consumer warpgroups (exact 0.925 in both rounds, fast causal 0.942), d128's fast
 #: math at 128x128 (causal 0.948), d128's exact build at 128x176 (0.949), d256 at 64x64 (0.82-0.96); forms not measured
 #: are kept too. Before D77 "auto" (not the default) took the exact build at d64 / d128 / d256 and d64's fast math, two
