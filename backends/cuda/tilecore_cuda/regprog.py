@@ -913,16 +913,15 @@ def _rewrite_stores(s, fn):
 REGISTER_PROGRAMS = "tilecore.cuda.register_programs"
 REGISTER_PROGRAMS_DEFAULT = "auto"
 #: D77: the forms of FlashAttention that "auto" leaves to the general path on a WGMMA target, each ``(head dimension,
-#: fast math, consumer warpgroups, key block)`` with None for any: those whose every row met D77's rule in its two
-#: rounds (H200, b8 h32 s4096, 11 / 15 interleaved rounds; the mean of the two rounds' ratios to the register program
-#: at least 0.95, issue 17's bars met where the register program met them): d128's exact build at 128x128 (GQA too:
-#: means 0.955-1.076), d128's fast math at 128x176 (1.002-1.008), d256 at 128x64 (0.954-1.021), one consumer warpgroup
-#: at 64x64 with d128 (round 1 only: 1.09-1.30) and d64 (round 2 only: 0.97-1.20). Below it (means), kept on
-#: the register program: d64 with two consumer warpgroups (exact 0.925 in both rounds, fast causal 0.942), d128's fast
-#: math at 128x128 (causal 0.948), d128's exact build at 128x176 (0.949), d256 at 64x64 (0.82-0.96); forms not measured
-#: are kept too. Before D77 "auto" (not the default) took the exact build at d64 / d128 / d256 and d64's fast math, two
-#: consumer warpgroups, any block (D61, D66, D70)
-AUTO_GENERAL: tuple = ((128, False, 2, 128), (128, True, 2, 176), (256, None, 2, 64), (128, None, 1, 64),
+#: fast math, consumer warpgroups, key block)`` with None for any: those whose every row met D77's rule in its three
+#: rounds (H200, b8 h32 s4096, 11-15 interleaved rounds each; the mean of every measurement of the general path's kernel
+#: against the register program's in the same run at least 0.95, issue 17's bars met where the register program met
+#: them): d128 at 128x128 (GQA too; means 0.959-1.033), d128's fast math at 128x176 (0.997-1.012), d256 at 128x64
+#: (0.960-1.017), one consumer warpgroup at 64x64 with d128 (1.07-1.30) and d64 (0.97-1.21). Below it, kept on the
+#: register program: d64 with two consumer warpgroups (exact 0.925 in two rounds), d128's exact build at 128x176
+#: (0.948), d256 at 64x64 (0.82-0.96); forms not measured are kept too. Before D77 "auto" (not the default) took the
+#: exact build at d64 / d128 / d256 and d64's fast math, two consumer warpgroups, any block (D61, D66, D70)
+AUTO_GENERAL: tuple = ((128, None, 2, 128), (128, True, 2, 176), (256, None, 2, 64), (128, None, 1, 64),
                        (64, None, 1, 64))
 
 
