@@ -917,7 +917,7 @@ REGISTER_PROGRAMS_DEFAULT = "auto"
 #: rounds (H200, b8 h32 s4096, 11-15 interleaved rounds each; the mean of every measurement of the general path's kernel
 #: against the register program's in the same run at least 0.95, issue 17's bars met where the register program met
 #: them): d128 at 128x128 (GQA too; means 0.959-1.033), d128's fast math at 128x176 (0.997-1.012), d256 at 128x64
-#: (0.960-1.017), one consumer warpgroup at 64x64 with d128 (1.07-1.30) and d64 (0.97-1.21). Below it, kept on the
+#: (0.960-1.009), one consumer warpgroup at 64x64 with d128 (1.07-1.30) and d64 (0.97-1.21). Below it, kept on the
 #: register program: d64 with two consumer warpgroups (exact 0.925 in two rounds), d128's exact build at 128x176
 #: (0.948), d256 at 64x64 (0.82-0.96); forms not measured are kept too. Before D77 "auto" (not the default) took the
 #: exact build at d64 / d128 / d256 and d64's fast math, two consumer warpgroups, any block (D61, D66, D70)
