@@ -913,6 +913,29 @@ step gemmws-r4 timeout -k 5 150 python3 benchmarks/gemm_burst.py --sizes 4096,81
      --configs 128:256:32:256:6:8,128:256:64:256:3:8 --variants "ws-us-doff;ws-mc"
 step gemmws-prof3 timeout -k 5 150 python3 scripts/gemm_profile.py --size 4096 --dtypes float16 \
      --variants ws3,wsmc,wsmc4 --timeout 40
+# D77 (helper faauto, issues 11 + 17): FlashAttention's route on sm_90a, the general path by default ("auto" takes
+# every form the WGMMA register program takes). faauto: benchmarks/fa_route.py, one process: d64 / d128 / GQA (8 KV
+# heads) at 128x128, d128 at 128x176, d256 at 128x64, d128 at 64x64 (one consumer warpgroup), causal and not, the exact
+# build and fast math; the general path (register_programs=False) and the WGMMA register program (True), compiled first
+# (8 worker processes into the kernel cache), checked against SDPA cuDNN, then timed in turn with cuDNN 11 rounds (the
+# order reversed every other round), medians; issue 17's bar and D77's route rule per row (~1.5-2.5 min)
+step faauto timeout -k 5 230 python3 benchmarks/fa_route.py --rounds "${FAAUTO_ROUNDS:-11}" --inner-rep 10
+# faauto-r2: round 1's borderline rows again (d64, d128 128x128 and 128x176, GQA, d256; causal and not, exact and fast math), 15
+# rounds, with the default route's kernel timed as a third variant (D77's AUTO_KEEP: fast math at d128 / d256 on the
+# register program, the rest on the general path; the same kernel as one of the other two: a noise estimate), ~1.5 min
+step faauto-r2 timeout -k 5 230 python3 benchmarks/fa_route.py --forms d64,d128,d128x176,gqa,d256,d64x64,d256x64 --variants general,regprog,default \
+     --rounds "${FAAUTO_ROUNDS:-15}" --inner-rep 10
+# faauto-r3: D77's final default (AUTO_GENERAL after round 2) on the forms it routes and their neighbours: d128
+# 128x128 and 128x176, GQA, d256 128x64, 64x64 at d128 / d64; the general path, the register program and the default
+# route's kernel, 15 rounds (~1.5-2 min)
+step faauto-r3 timeout -k 5 230 python3 benchmarks/fa_route.py --forms d128,d128x176,gqa,d256,d128x64,d64x64 \
+     --variants general,regprog,default --rounds "${FAAUTO_ROUNDS:-15}" --inner-rep 10
+# faauto-tests / faauto-tests2: the FlashAttention device tests on the new default (the general path): the general
+# attention and Hopper files, then D66 / D70 / D74's (each < 3.5 min)
+step faauto-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py tests/test_cuda_swizzle64.py \
+     tests/test_cuda_hopper.py -rs
+step faauto-tests2 timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_parity.py \
+     tests/test_cuda_fa_unswitch.py tests/test_cuda_fa_loops.py -rs
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

@@ -349,7 +349,7 @@ def test_d66_fast_math_matches_float64(form, causal, pingpong):
 @pytest.mark.parametrize("route", [True, False], ids=["regprog", "general"])
 def test_auto_changes_no_catalog_kernel(route):
     """D66's options as "auto" against their defaults on every conformance catalog kernel of cuda:sm_90a, on the
-    register programs' route (the default, the golden sources') the same source; on the general path only the two
+    register programs' route (the default before D77) the same source; on the general path only the two
     catalog attention cases of FlashAttention's two-consumer form (warpgroup_tile) change."""
     from tilecore.compiler import lower
     from tilecore.errors import TilecoreError
@@ -376,16 +376,12 @@ def test_auto_changes_no_catalog_kernel(route):
 
 
 @needs_toolchain
-def test_auto_routes_d64_fast_math_to_the_general_path():
-    """D66: register_programs="auto" takes the fast-math build of FlashAttention's two-consumer form at d64 (both
-    blocks) to the general path; d128's fast math stays with the register program."""
-    for bn in (128, 176):
-        func = flash_attention_forward(4096, 64, 32, 128, bn, "float16", True, batch=8, threads=256)
+def test_auto_keeps_d64_and_routes_d128_fast_math():
+    """D77: register_programs="auto" keeps d64's two-consumer form on the register program (both blocks, fast math: D66
+    had routed it; D77's rounds measured its rows at 0.925-0.948x) and takes d128's fast math (128x128, 128x176) to the
+    general path (AUTO_GENERAL)."""
+    for dim, bn, routed in ((64, 128, False), (64, 176, False), (128, 128, True), (128, 176, True)):
+        func = flash_attention_forward(4096, dim, 32, 128, bn, "float16", True, batch=8, threads=256)
         a, g, t = (tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs={
             **NOCACHE, "tilecore.fast_math": True, "tilecore.cuda.register_programs": r}) for r in ("auto", False, True))
-        assert a.get_kernel_source() == g.get_kernel_source() != t.get_kernel_source()
-        assert any("fast math" in n and "general path" in n for n in a.meta["attrs"]["hopper_pipelines"])
-    d128 = flash_attention_forward(4096, 128, 32, 128, 128, "float16", True, batch=8, threads=256)
-    a, t = (tilecore.compile(d128, target=HOPPER, out_idx=[3], pass_configs={
-        **NOCACHE, "tilecore.fast_math": True, "tilecore.cuda.register_programs": r}) for r in ("auto", True))
-    assert a.get_kernel_source() == t.get_kernel_source()
+        assert a.get_kernel_source() == (g if routed else t).get_kernel_source() != (t if routed else g).get_kernel_source()

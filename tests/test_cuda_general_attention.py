@@ -780,8 +780,7 @@ def _routed(func, route, **extra):
 
 
 @needs_toolchain
-@pytest.mark.parametrize("form", [("d128", 128, 128, 128, None), ("176", 128, 128, 176, None),
-                                  ("gqa", 128, 128, 128, 8), ("d64", 64, 128, 128, None)], ids=lambda f: f[0])
+@pytest.mark.parametrize("form", [("d128", 128, 128, 128, None), ("gqa", 128, 128, 128, 8)], ids=lambda f: f[0])
 def test_auto_routes_flash_attentions_two_warpgroup_form_to_the_general_path(form):
     _, dim, bm, bn, kvh = form
     func = flash_attention_forward(4096, dim, 32, bm, bn, "float16", True, batch=8, threads=256, kv_heads=kvh)
@@ -794,19 +793,38 @@ def test_auto_routes_flash_attentions_two_warpgroup_form_to_the_general_path(for
 
 
 @needs_toolchain
-def test_auto_leaves_other_forms_to_the_register_programs():
-    """One consumer warpgroup (64x64, 128 threads: no ping-pong on the general path), fast math at d128 / d256
-    (measured below 0.97x the register program, D61, D70) and a GEMM: as True. D70: d256's exact build is routed
-    (0.97-1.01x with the unswitched iteration in two runs)."""
-    one = flash_attention_forward(4096, 128, 32, 64, 64, "float16", True, batch=8, threads=128)
-    assert _routed(one, "auto").get_kernel_source() == _routed(one, True).get_kernel_source()
-    d256 = flash_attention_forward(4096, 256, 32, 128, 64, "float16", True, batch=8, threads=256)
-    assert _routed(d256, "auto").get_kernel_source() == _routed(d256, False).get_kernel_source()
-    fast256 = {"tilecore.fast_math": True}
-    assert _routed(d256, "auto", **fast256).get_kernel_source() == _routed(d256, True, **fast256).get_kernel_source()
-    d128 = flash_attention_forward(4096, 128, 32, 128, 128, "float16", True, batch=8, threads=256)
+def test_auto_routes_by_d77s_measurement(monkeypatch):
+    """D77: "auto" (the default) leaves the FlashAttention forms of AUTO_GENERAL to the general path (d256 at 128x64 in
+    both builds, d128 at 128x128 in both, its fast math at 128x176, one consumer warpgroup at 64x64 with d128 / d64) and
+    keeps the others on the register program, as True: d64 with two consumer warpgroups, d128's exact build at 128x176,
+    d256 at 64x64, a form not measured (d128 at 128x64). AUTO_GENERAL is data: with d128's exact build at 128x176
+    added, it goes too. A GEMM compiles as with True."""
+    def fa(dim, bm, bn, threads, causal=True):
+        return flash_attention_forward(4096, dim, 32, bm, bn, "float16", causal, batch=8, threads=threads)
+
     fast = {"tilecore.fast_math": True}
-    assert _routed(d128, "auto", **fast).get_kernel_source() == _routed(d128, True, **fast).get_kernel_source()
+    routed = [(fa(256, 128, 64, 256), {}), (fa(256, 128, 64, 256), fast), (fa(128, 128, 176, 256), fast),
+              (fa(128, 128, 128, 256), fast), (fa(128, 64, 64, 128), {}), (fa(64, 64, 64, 128, False), fast)]
+    for func, extra in routed:
+        auto = _routed(func, "auto", **extra)
+        assert auto.get_kernel_source() == _routed(func, False, **extra).get_kernel_source()
+        assert auto.get_kernel_source() != _routed(func, True, **extra).get_kernel_source()
+        assert any('register_programs="auto"' in n and "D77" in n for n in auto.meta["attrs"]["hopper_pipelines"])
+        assert tilecore_cuda.lowering_path(auto) == "generic"
+    kept = [(fa(64, 128, 128, 256), {}), (fa(64, 128, 176, 256), fast), (fa(128, 128, 176, 256), {}),
+            (fa(256, 64, 64, 128), {}), (fa(128, 128, 64, 256), {})]
+    for func, extra in kept:
+        k = _routed(func, "auto", **extra)
+        assert k.get_kernel_source() == _routed(func, True, **extra).get_kernel_source()
+        assert tilecore_cuda.lowering_path(k) == "register program (wgmma)"
+    one = fa(128, 64, 64, 128)
+    default = tilecore.compile(one, target=HOPPER, out_idx=[3], pass_configs=NOCACHE)
+    assert default.get_kernel_source() == _routed(one, False).get_kernel_source()
+    from tilecore_cuda import regprog
+
+    monkeypatch.setattr(regprog, "AUTO_GENERAL", regprog.AUTO_GENERAL + ((128, False, 2, 176),))
+    x176 = fa(128, 128, 176, 256)
+    assert _routed(x176, "auto").get_kernel_source() == _routed(x176, False).get_kernel_source()
     from test_cuda_hopper import gemm
 
     g = gemm(1024, 1024, 1024)
@@ -1018,10 +1036,10 @@ def test_the_bulk_store_default_takes_only_flash_attentions_two_consumer_form():
 
 
 @needs_toolchain
-def test_auto_changes_no_catalog_kernel():
-    """register_programs="auto" against True on every conformance catalog kernel of cuda:sm_90a: the same source
-    (the catalog has no kernel of the routed form: its attention is 32x32 on 128 threads), so the catalog's device
-    results carry over to "auto" (round 1: 363/363 with it)."""
+def test_auto_changes_only_the_catalogs_warpgroup_attention():
+    """register_programs="auto" (the default since D77) against True on every conformance catalog kernel of
+    cuda:sm_90a: the same source but for the two FlashAttention cases of the warpgroup tile (the only catalog kernels
+    the WGMMA register program takes), which "auto" compiles as False (the general path) and the default as "auto"."""
     from tilecore.compiler import lower
     from tilecore.errors import TilecoreError
     from tilecore_conformance.catalog import catalog
@@ -1036,5 +1054,9 @@ def test_auto_changes_no_catalog_kernel():
 
     cases = catalog()
     assert len(cases) > 300
-    differ = [c.id for c in cases if text(c, "auto") != text(c, True)]
-    assert differ == []
+    differ = [c for c in cases if text(c, "auto") != text(c, True)]
+    assert sorted(c.id for c in differ) == ["attention/causal/float16/warpgroup_tile",
+                                            "attention/full/float16/warpgroup_tile"]
+    for c in differ:
+        assert text(c, "auto") == text(c, False)
+        assert lower(c.build(**c.params), HOPPER, c.pass_configs)[3].code == text(c, "auto")

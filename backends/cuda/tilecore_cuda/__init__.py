@@ -47,7 +47,8 @@ def lowering_path(kernel) -> str:
     (the core's lowering, distributed over the threads). The passes' notes, with the reason a kernel stayed
     generic, are ``kernel.meta["attrs"]["hopper_pipelines"]``."""
     notes = kernel.meta["attrs"].get("hopper_pipelines", ())
-    taken = [n for n in notes if "not mapped" not in n and "not pipelined" not in n]
+    taken = [n for n in notes if "not mapped" not in n and "not pipelined" not in n
+             and "left to the core's general path" not in n]  # the route "auto" (D61, D77)
     for prefix, path in (("cuda.hopper_register_program:", "register program (wgmma)"),
                          ("cuda.register_program:", "register program (mma.sync)"),
                          ("cuda.hopper_gemm_pipeline:", "hopper pipeline")):

@@ -1,0 +1,284 @@
+"""FlashAttention's route on sm_90a (decision D77): the core's general path against the WGMMA register program and
+SDPA cuDNN, every form in one process, with issue 17's bars.
+
+    python benchmarks/fa_route.py [--rounds 11] [--inner-rep 10] [--forms d64,d128,d128x176,gqa,d256,d128x64]
+        [--batch 8 --heads 32 --seq 4096] [--variants general,regprog] [--workers 8]
+
+The kernel is the conformance catalog's FlashAttention forward (``flash_attention_forward``, TileLang's form), fp16,
+at each form's block (``FORMS``: d64 / d128 / GQA with 8 KV heads at 128x128, d128 at 128x176 (issue 17's exact row),
+d256 at 128x64, d128 at 64x64 with one consumer warpgroup; d64 / d256 at 64x64 when asked), causal and not, the exact
+build and fast math. Variants (``VARIANTS``): ``general`` = ``tilecore.cuda.register_programs=False`` (the core's general path with its defaults),
+``regprog`` = True (the WGMMA register program), ``default`` = the route as it compiles by default. Every kernel is
+compiled first (worker processes fill the kernel cache, then this process loads them), checked against SDPA cuDNN's
+output, then every kernel and cuDNN (one per shape and mask) are timed in turn ``--rounds`` rounds, the order reversed
+every other round (each time the median of ``--inner-rep`` calls between CUDA events); the table gives medians and
+ranges, ``general / regprog``, each against cuDNN of the same rounds, the path the default route takes, and issue
+17's bar: d128 non-causal at least 680 TFLOP/s with fast math and 560 in the exact build, causal at least 0.95x cuDNN
+(the bar's rows; d64, d256, GQA and 64x64 carry none). ``route`` says whether the row allows the general path by
+D77's rule: at least 0.95x the register program, and the bar met where the register program meets it.
+Exits with code 2 and a clear message where no CUDA GPU is present.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+
+#: name -> (head dimension, KV heads or None, block rows, key block, threads)
+FORMS = {"d64": (64, None, 128, 128, 256), "d128": (128, None, 128, 128, 256), "d128x176": (128, None, 128, 176, 256),
+         "gqa": (128, 8, 128, 128, 256), "d256": (256, None, 128, 64, 256), "d128x64": (128, None, 64, 64, 128),
+         "d64x64": (64, None, 64, 64, 128), "d256x64": (256, None, 64, 64, 128)}
+#: the forms timed when --forms is not given (the issue's rows at their blocks, and one consumer warpgroup at d128)
+DEFAULT_FORMS = ("d64", "d128", "d128x176", "gqa", "d256", "d128x64")
+VARIANTS = {"general": {"tilecore.cuda.register_programs": False},
+            "regprog": {"tilecore.cuda.register_programs": True}, "default": {}}
+TARGET = "cuda:sm_90a"
+#: issue 17's absolute bars (TFLOP/s) for d128's non-causal rows, by build; causal rows: 0.95x cuDNN
+BAR_TFLOPS = {True: 680.0, False: 560.0}
+BAR_CAUSAL = 0.95
+#: D77's route rule: the general path at least this fraction of the register program in the same run
+ROUTE_RATIO = 0.95
+
+
+def build_func(args, form: str, causal: bool):
+    from tilecore_conformance.composite import flash_attention_forward
+
+    d, kv, bm, bn, threads = FORMS[form]
+    return flash_attention_forward(args.seq, d, args.heads, bm, bn, "float16", causal, batch=args.batch,
+                                   threads=threads, num_stages=2, kv_heads=kv)
+
+
+def configs(variant: str, fast: bool) -> dict:
+    return {"tilecore.fast_math": fast, **VARIANTS[variant]}
+
+
+def _precompile(job):
+    """A worker: compile one kernel into the kernel cache (NVRTC, no GPU); returns (job, seconds, error)."""
+    args, form, causal, fast, variant = job
+    t = time.perf_counter()
+    try:
+        import tilecore
+
+        tilecore.compile(build_func(args, form, causal), target=TARGET, out_idx=[3], pass_configs=configs(variant, fast))
+        return job, time.perf_counter() - t, None
+    except Exception as e:  # noqa: BLE001 - reported; this process compiles it again and says why
+        return job, time.perf_counter() - t, f"{type(e).__name__}: {str(e)[:200]}"
+
+
+def default_path(args, form: str, causal: bool, fast: bool) -> str:
+    """The path the default route takes for the row (lowering only)."""
+    import tilecore_cuda
+    from tilecore.compiler import lower
+
+    attrs = lower(build_func(args, form, causal), TARGET, {"tilecore.fast_math": fast})[2].attrs
+
+    class _K:
+        meta = {"attrs": attrs}
+
+    path = tilecore_cuda.lowering_path(_K)
+    return "general" if path == "generic" else ("regprog" if "register program" in path else path)
+
+
+def _path_job(job):
+    """A worker: ((form, causal, fast), the default route's path)."""
+    args, form, causal, fast = job
+    try:
+        return (form, causal, fast), default_path(args, form, causal, fast)
+    except Exception as e:  # noqa: BLE001 - shown in the table
+        return (form, causal, fast), f"error: {type(e).__name__}"
+
+
+def bar_of(form: str, causal: bool, fast: bool):
+    """("tflops", value) / ("cudnn", ratio) / None: issue 17's bar for the row."""
+    if form not in ("d128", "d128x176"):
+        return None
+    return ("cudnn", BAR_CAUSAL) if causal else ("tflops", BAR_TFLOPS[fast])
+
+
+def meets(bar, tf: float, cudnn: float) -> bool:
+    kind, v = bar
+    return tf >= v if kind == "tflops" else tf >= v * cudnn
+
+
+def report(args, rows, variants, times, paths, errs, device: str) -> None:
+    """The table (and the rule's summary) from ``times`` (milliseconds by key: ``("cuDNN", d, kv, causal)`` or
+    ``(form, causal, fast, variant)``), ``paths`` (the default route's path by row) and ``errs`` (max errors)."""
+    b, h, s = args.batch, args.heads, args.seq
+
+    def tflops(key, d, causal):
+        flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+        ts = [flops / t / 1e9 for t in times[key]]
+        return statistics.median(ts), min(ts), max(ts)
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"FlashAttention forward fp16 b{b} h{h} s{s} on {device}: the general "
+                        f"path, the WGMMA register program, SDPA cuDNN; {args.rounds} interleaved rounds (medians)")
+    for col in ("form", "block", "causal", "build", *[f"{v} TFLOP/s (range)" for v in variants], "cuDNN",
+                *[f"{v} / cuDNN" for v in variants], "general / regprog",
+                *(["default / regprog"] if "default" in variants else []), "default route", "issue 17 bar",
+                "route (D77)", "max err"):
+        table.add_column(col, justify="right")
+    verdicts = []
+    for f, c, x in rows:
+        d, kv, bm, bn, _ = FORMS[f]
+        cud = tflops(("cuDNN", d, kv, c), d, c)[0]
+        tf = {v: tflops((f, c, x, v), d, c) for v in variants if (f, c, x, v) in times}
+        ratio = tf["general"][0] / tf["regprog"][0] if "general" in tf and "regprog" in tf else None
+        bar = bar_of(f, c, x)
+        bar_text, ok = "-", None
+        if bar is not None and "general" in tf:
+            gen_ok = meets(bar, tf["general"][0], cud)
+            rp_ok = meets(bar, tf["regprog"][0], cud) if "regprog" in tf else None
+            want = f">= {bar[1]:.0f}" if bar[0] == "tflops" else f">= {bar[1]}x cuDNN"
+            bar_text = (f"{want}: general {'met' if gen_ok else 'NOT met'}"
+                        + ("" if rp_ok is None else f", regprog {'met' if rp_ok else 'not met'}"))
+            ok = gen_ok or rp_ok is False
+        route = "-"
+        if ratio is not None:
+            route = "general" if ratio >= ROUTE_RATIO and ok is not False else "regprog"
+            verdicts.append(((f, c, x), route, ratio))
+        table.add_row(f, f"{bm}x{bn}", "causal" if c else "-", "fast" if x else "exact",
+                      *[f"{tf[v][0]:.1f} ({tf[v][1]:.0f}-{tf[v][2]:.0f})" if v in tf else "-" for v in variants],
+                      f"{cud:.1f}", *[f"{tf[v][0] / cud:.3f}x" if v in tf else "-" for v in variants],
+                      f"{ratio:.3f}x" if ratio else "-",
+                      *([f"{tf['default'][0] / tf['regprog'][0]:.3f}x" if "default" in tf and "regprog" in tf else "-"]
+                        if "default" in variants else []),
+                      paths[(f, c, x)], bar_text, route,
+                      " ".join(f"{errs[(f, c, x, v)]:.1e}" for v in variants if v in tf))
+        print(f"{f} {bm}x{bn} causal={c} fast={x}: " + ", ".join(f"{v} {tf[v][0]:.1f}" for v in tf)
+              + f", cuDNN {cud:.1f}" + (f", general/regprog {ratio:.3f}" if ratio else "")
+              + (f", default/regprog {tf['default'][0] / tf['regprog'][0]:.3f}" if "default" in tf and "regprog" in tf
+                 else "") + f" (default route: {paths[(f, c, x)]}); bar {bar_text}",
+              file=sys.stderr)
+    Console(width=250).print(table)
+    if verdicts:
+        below = [(r, q) for r, v, q in verdicts if v != "general"]
+        print(f"D77's rule: {len(verdicts) - len(below)} of {len(verdicts)} rows allow the general path"
+              + ("" if not below else "; not: " + ", ".join(f"{f} causal={c} fast={x} ({q:.3f})"
+                                                          for (f, c, x), q in below)))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--seq", type=int, default=4096)
+    ap.add_argument("--forms", default=",".join(DEFAULT_FORMS), help=f"comma-separated among {', '.join(FORMS)}")
+    ap.add_argument("--variants", default="general,regprog", help=f"comma-separated among {', '.join(VARIANTS)}")
+    ap.add_argument("--causal", choices=("both", "yes", "no"), default="both")
+    ap.add_argument("--builds", default="exact,fast", help="exact, fast or both (comma-separated)")
+    ap.add_argument("--rounds", type=int, default=11)
+    ap.add_argument("--inner-rep", type=int, default=10)
+    ap.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
+                    help="processes compiling into the kernel cache first (0: compile here, one by one)")
+    args = ap.parse_args()
+    forms = args.forms.split(",")
+    variants = args.variants.split(",")
+    builds = args.builds.split(",")
+    bad = [f for f in forms if f not in FORMS] + [v for v in variants if v not in VARIANTS] + \
+        [b for b in builds if b not in ("exact", "fast")]
+    if bad:
+        ap.error(f"unknown {', '.join(bad)}; forms: {', '.join(FORMS)}; variants: {', '.join(VARIANTS)}; "
+                 "builds: exact, fast")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _bench import require_cuda
+
+    if not require_cuda("fa_route"):
+        return 2
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import tilecore
+
+    causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
+    fasts = [b == "fast" for b in builds]
+    rows = [(f, c, x) for f in forms for c in causals for x in fasts]
+    jobs = [(args, f, c, x, v) for f, c, x in rows for v in variants]
+    t0 = time.perf_counter()
+    paths = {}
+    if args.workers > 0:
+        with ProcessPoolExecutor(args.workers, mp_context=get_context("spawn")) as pool:
+            found = pool.map(_path_job, [(args, *r) for r in rows])
+            for job, sec, err in pool.map(_precompile, jobs):
+                if err:
+                    print(f"precompile {job[1:]}: {err}", file=sys.stderr)
+            paths = dict(found)
+    print(f"precompiled {len(jobs)} kernels in {time.perf_counter() - t0:.1f} s ({args.workers} workers)",
+          file=sys.stderr)
+    b, h, s = args.batch, args.heads, args.seq
+    g = torch.Generator(device="cuda").manual_seed(0)
+    tensors = {}
+    for f in forms:
+        d, kv = FORMS[f][:2]
+        if (d, kv) not in tensors:
+            q = torch.randn(b, h, s, d, device="cuda", dtype=torch.float16, generator=g)
+            k, v = (torch.randn(b, kv or h, s, d, device="cuda", dtype=torch.float16, generator=g) for _ in range(2))
+            tensors[(d, kv)] = (q, k, v)
+
+    def sdpa(d, kv, causal):
+        q, k, v = tensors[(d, kv)]
+        extra = {"enable_gqa": True} if kv else {}
+        return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, **extra)
+
+    timed, refs, outs = {}, {}, {}
+    for f, c, x in rows:
+        d, kv = FORMS[f][:2]
+        if (d, kv, c) not in refs:
+            fn = sdpa(d, kv, c)
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                outs[(d, kv, c)] = fn()
+
+            def ref(fn=fn):
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    return fn()
+            refs[(d, kv, c)] = ref
+            timed[("cuDNN", d, kv, c)] = ref
+    hits = 0
+    errs = {}
+    for f, c, x in rows:
+        d, kv = FORMS[f][:2]
+        q, k, v = tensors[(d, kv)]
+        if (f, c, x) not in paths:
+            paths[(f, c, x)] = default_path(args, f, c, x)
+        for var in variants:
+            try:
+                kern = tilecore.compile(build_func(args, f, c), target=TARGET, out_idx=[3],
+                                        pass_configs=configs(var, x))
+            except tilecore.errors.TilecoreError as e:
+                print(f"{f} causal={c} fast={x} {var}: not compiled ({type(e).__name__}: {str(e)[:200]})",
+                      file=sys.stderr)
+                continue
+            hits += bool(kern.meta.get("from_cache"))
+            out = kern(q, k, v)
+            errs[(f, c, x, var)] = float((out.float() - outs[(d, kv, c)].float()).abs().max())
+            timed[(f, c, x, var)] = (lambda kern=kern, q=q, k=k, v=v: kern(q, k, v))
+    torch.cuda.synchronize()
+    print(f"all kernels ready at {time.perf_counter() - t0:.1f} s ({hits} of {len(jobs)} from the cache)", file=sys.stderr)
+    from cuda_attention import cuda_ms
+
+    order = list(timed.items())
+    times = {key: [] for key in timed}
+    for r in range(args.rounds):
+        for key, fn in (order if r % 2 == 0 else order[::-1]):
+            times[key].append(cuda_ms(fn, args.inner_rep))
+    print(f"timed {args.rounds} rounds at {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+
+    report(args, rows, variants, times, paths, errs, torch.cuda.get_device_name())
+    bad_err = [k for k, e in errs.items() if not e < 0.05]
+    if bad_err:
+        print(f"max error against cuDNN above 0.05: {bad_err}")
+    missing = len(jobs) - len(errs)
+    if missing:
+        print(f"{missing} kernels not compiled (above)")
+    return 1 if bad_err or missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
