@@ -299,8 +299,10 @@ ROUTE_CELLS = "auto"
 #: beside the stages 0.983-0.994x at 16x8192x8192, 1.006-1.021x at 64x8192x8192 (64x256x64/3), 0.992-0.998x at
 #: 32x4096x14336 (128x128x64/4): routed. Beside the stages with the staging tile over it ("staging", 128x128x64/5 at
 #: 128x4096x4096) 0.964-0.977x over ten measurements of the one kernel (median 0.972; the default-routed row 0.969 /
-#: 0.966 in the last round): at the bar's edge, not routed by default (True routes it); over the stages 0.94x
-CELLS_AREAS = ("beside",)
+#: 0.966 in the last round): at the bar's edge on the H200; on an H100 (the lead's merged-tree call, two runs in
+#: reversed shape order) 1.020 / 1.033x and the routed kernel 1.031 / 1.020x: routed. Over the stages 0.94x (H200),
+#: 0.994-0.998x (H100): not routed
+CELLS_AREAS = ("beside", "staging")
 #: the cells' bytes one block receives at most where routed (3 splits of 16 cells of 4 KiB: 2 x 6 x 4 KiB)
 CELLS_ROUTE_BYTES = 49152
 
