@@ -272,6 +272,27 @@ def test_core_split_k_needs_the_general_path():
 
 
 # -- on an sm_90 GPU ----------------------------------------------------------------------------------------------
+def _check_on_gpu(k, M, N, K, seed):
+    """``k(A, B, C)`` on random float16 A, B (``seed``): C (NaN before each call) within the float64 bound and the
+    same bits over three more calls (the counters and the group's barriers reset themselves); returns A, B and C."""
+    import torch
+
+    torch.manual_seed(seed)
+    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    B = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    ref = A.double() @ B.double()
+    C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+    k(A, B, C)
+    first = C.clone()
+    err = (first.double() - ref).abs()
+    assert (err <= K ** 0.5 * 8e-3 + ref.abs() * 2 ** -10).all(), err.max()
+    for _ in range(3):
+        C.fill_(float("nan"))
+        k(A, B, C)
+        assert torch.equal(C, first)
+    return A, B, first
+
+
 @hopper_gpu
 @pytest.mark.parametrize("M,N,K,tile,split", [
     (128, 4096, 4096, (128, 128, 64, 256, 4), 4), (16, 8192, 8192, (64, 128, 64, 128, 4), 4),
@@ -283,21 +304,10 @@ def test_split_k_on_gpu_against_float64(M, N, K, tile, split):
     bm, bn, bk, th, st = tile
     k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda",
                          pass_configs={"tilecore.cuda.general_plain_gemm": True, "tilecore.split_k": split})
-    torch.manual_seed(0)
-    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    B = torch.randn(K, N, device="cuda", dtype=torch.float16)
-    ref = A.double() @ B.double()
-    C = torch.empty(M, N, device="cuda", dtype=torch.float16)
-    k(A, B, C)
-    first = C.clone()
-    err = (first.double() - ref).abs()
-    assert (err <= K ** 0.5 * 8e-3 + ref.abs() * 2 ** -10).all(), err.max()
-    for _ in range(3):  # bit for bit every call (the counters reset themselves)
-        k(A, B, C)
-        assert torch.equal(C, first)
+    A, B, first = _check_on_gpu(k, M, N, K, 0)
     s = torch.cuda.Stream()  # another stream: its own workspace, the same bits
     with torch.cuda.stream(s):
-        C2 = torch.empty_like(C)
+        C2 = torch.empty_like(first)
         k(A, B, C2)
     torch.cuda.synchronize()
     assert torch.equal(C2, first)
@@ -359,20 +369,8 @@ def _group_on_gpu(M, N, K, tile, split):
                                         "tilecore.split_k_group_sync": sync})
     assert kg.source.meta["cluster"] == [1, 1, split] and "workspace" not in kg.source.meta
     kw = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda", pass_configs=cfg)
-    torch.manual_seed(1)
-    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    B = torch.randn(K, N, device="cuda", dtype=torch.float16)
-    ref = A.double() @ B.double()
-    C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
-    kg(A, B, C)
-    first = C.clone()
-    err = (first.double() - ref).abs()
-    assert (err <= K ** 0.5 * 8e-3 + ref.abs() * 2 ** -10).all(), err.max()
-    for _ in range(3):
-        C.fill_(float("nan"))
-        kg(A, B, C)
-        assert torch.equal(C, first)
-    Cw = torch.empty_like(C)
+    A, B, first = _check_on_gpu(kg, M, N, K, 1)
+    Cw = torch.empty_like(first)
     kw(A, B, Cw)
     torch.cuda.synchronize()
     assert torch.equal(Cw, first)
@@ -384,25 +382,11 @@ def _group_on_gpu(M, N, K, tile, split):
 def test_routed_group_on_gpu_against_float64(M, N, K, tile):
     """D75: the plugin's split GEMM routed to the core (tilecore.cuda.general_split_k="group"), summed in groups of 2
     (the peers' stores on rank 0's transaction barrier); float64 bound, bit for bit every call."""
-    import torch
-
     bm, bn, bk, th, st = tile
     k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda",
                          pass_configs={"tilecore.cuda.general_split_k": "group"})
     assert k.source.meta.get("cluster") == [1, 1, 2]
-    torch.manual_seed(2)
-    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    B = torch.randn(K, N, device="cuda", dtype=torch.float16)
-    ref = A.double() @ B.double()
-    C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
-    k(A, B, C)
-    first = C.clone()
-    err = (first.double() - ref).abs()
-    assert (err <= K ** 0.5 * 8e-3 + ref.abs() * 2 ** -10).all(), err.max()
-    for _ in range(3):
-        C.fill_(float("nan"))
-        k(A, B, C)
-        assert torch.equal(C, first)
+    _check_on_gpu(k, M, N, K, 2)
 
 
 @hopper_gpu
@@ -411,25 +395,11 @@ def test_routed_group_on_gpu_against_float64(M, N, K, tile):
 def test_routed_cells_on_gpu_against_float64(M, N, K, tile):
     """D78: the plugin's 3-split GEMMs at its default tiles routed to the core's sum in cells
     (tilecore.cuda.general_split_k_cells=True): float64 bound, bit for bit every call."""
-    import torch
-
     bm, bn, bk, th, st = tile
     k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda",
                          pass_configs={"tilecore.cuda.general_split_k_cells": True})
     assert k.source.meta.get("cluster") == [1, 1, 3] and "summed in cells" in k.meta["attrs"]["split_k"][0]
-    torch.manual_seed(3)
-    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    B = torch.randn(K, N, device="cuda", dtype=torch.float16)
-    ref = A.double() @ B.double()
-    C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
-    k(A, B, C)
-    first = C.clone()
-    err = (first.double() - ref).abs()
-    assert (err <= K ** 0.5 * 8e-3 + ref.abs() * 2 ** -10).all(), err.max()
-    for _ in range(3):
-        C.fill_(float("nan"))
-        k(A, B, C)
-        assert torch.equal(C, first)
+    _check_on_gpu(k, M, N, K, 3)
 
 
 # -- the CUDA source on the host emulator (sm_80's general path: mma.sync on registers, cp.async stages) -----------
