@@ -578,24 +578,12 @@ def _group_sum(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, thre
             t = binary("add", t, BufferLoad(recv, (slot(j, r),)))
         sums.append(Store(acc, (as_expr(r),), t, span=span))
     reduce_stmt = PerThread(Seq(sums), attrs={"split_k": "group sum in split order"}, span=span)
-    rest = top[k + 1:]
-    allocs = [i for i, s in enumerate(top[:k]) if isinstance(s, Allocate)]
-    head = top[:k]
-    if reuse:  # the stages are rank 0's receive area: every block past its main loop (and its bulk copies' reads of
-        # them ordered before the ordinary stores) before anyone stores into them
-        after_loop = [BulkFence(span=span), GroupBarrier("arrive", "release", span=span),
-                      GroupBarrier("wait", "acquire", span=span)]
-        start = []
-    else:  # a receive area of its own: it is free from the start; the group's blocks say they have started at the top
-        # and wait for each other only before the first store into another's memory
-        after_loop = [GroupBarrier("wait", "acquire", span=span)]
-        start = [GroupBarrier("arrive", "relaxed", span=span)]
-    last_alloc = (max(allocs) + 1) if allocs else 0
+    head, rest, last_alloc = _split_top(top, k)
+    start, after_loop = _group_sync(reuse, span, full)
     if full is not None:  # rank 0's barrier initialised and announced (all the peers' bytes) before the blocks meet
         zero = as_expr(0)
-        start = [Allocate(full, span=span), Barrier(span=span), CopyBarrierInit(full, 1, span=span),
-                 Barrier(span=span), *start,
-                 If(compare("eq", z, zero), CopyBarrierArrive(full, zero, recv_bytes, span=span), None, span=span)]
+        start.append(If(compare("eq", z, zero), CopyBarrierArrive(full, zero, recv_bytes, span=span), None,
+                        span=span))
         tail = [If(compare("ne", z, zero), send, None, span=span),
                 If(compare("eq", z, zero), Seq([CopyBarrierWait(full, zero, zero, span=span), reduce_stmt, *rest]),
                    None, span=span)]
@@ -653,6 +641,29 @@ def _eval_int(e, t, env):
     if e.op not in ops or (e.op in ("floordiv", "floormod", "div") and (b == 0).any()):
         return None
     return ops[e.op]()
+
+
+def _split_top(top: list, k: int) -> tuple:
+    """``(head, rest, last_alloc)`` of a kernel's top-level statements around its main loop ``top[k]``: what comes
+    before and after it, and the position in ``head`` just past its last allocation (where the group's start goes)."""
+    head = top[:k]
+    allocs = [i for i, s in enumerate(head) if isinstance(s, Allocate)]
+    return head, top[k + 1:], (max(allocs) + 1) if allocs else 0
+
+
+def _group_sync(reuse, span, bars=None) -> tuple:
+    """``(start, after_loop)``: the block group's synchronisation around the main loop. With ``bars``, the block's
+    transaction barrier is allocated and initialised first. Where the receive area lies over the stages (``reuse``),
+    every block is past its main loop (its bulk copies' reads of the stages ordered before the ordinary stores) before
+    anyone stores into another's; an area of its own is free from the start: the blocks say they have started at the
+    top and wait for each other only before the first store into another's memory."""
+    start = [] if bars is None else [Allocate(bars, span=span), Barrier(span=span), CopyBarrierInit(bars, 1, span=span),
+                                     Barrier(span=span)]
+    if reuse:
+        return start, [BulkFence(span=span), GroupBarrier("arrive", "release", span=span),
+                       GroupBarrier("wait", "acquire", span=span)]
+    start.append(GroupBarrier("arrive", "relaxed", span=span))
+    return start, [GroupBarrier("wait", "acquire", span=span)]
 
 
 def _epilogue_map(rest, acc, regs: int, threads: int):
@@ -964,18 +975,9 @@ def _group_slices(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, t
     def expect1(me):  # the bytes block ``me`` receives in phase 1
         return CopyBarrierArrive(bars, zero, (splits - 1) * slices[me][1] * threads * 4 * bpe, span=span)
 
-    rest = top[k + 1:]
-    allocs = [i for i, s in enumerate(top[:k]) if isinstance(s, Allocate)]
-    head = top[:k]
-    last_alloc = (max(allocs) + 1) if allocs else 0
+    head, rest, last_alloc = _split_top(top, k)
     got2 = sum(n for _, n in slices[1:]) * threads * 4 * bpe
-    start = [Allocate(bars, span=span), Barrier(span=span), CopyBarrierInit(bars, 1, span=span), Barrier(span=span)]
-    if reuse:  # over the stages: every block past its main loop before anyone stores into another's
-        after_loop = [BulkFence(span=span), GroupBarrier("arrive", "release", span=span),
-                      GroupBarrier("wait", "acquire", span=span)]
-    else:
-        start.append(GroupBarrier("arrive", "relaxed", span=span))
-        after_loop = [GroupBarrier("wait", "acquire", span=span)]
+    start, after_loop = _group_sync(reuse, span, bars)
     start.append(by_rank(expect1))
     if panels is None:
         start.append(If(compare("eq", z, zero), CopyBarrierArrive(bars, as_expr(1), got2, span=span), None, span=span))
@@ -1129,17 +1131,8 @@ def _group_cells(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, th
             version = body if version is None else If(compare("eq", n, as_expr(m)), body, version, span=span)
         return version
 
-    rest = top[k + 1:]
-    allocs = [i for i, s in enumerate(top[:k]) if isinstance(s, Allocate)]
-    head = top[:k]
-    last_alloc = (max(allocs) + 1) if allocs else 0
-    start = [Allocate(bars, span=span), Barrier(span=span), CopyBarrierInit(bars, 1, span=span), Barrier(span=span)]
-    if reuse:  # over the stages: every block past its main loop before anyone stores into another's
-        after_loop = [BulkFence(span=span), GroupBarrier("arrive", "release", span=span),
-                      GroupBarrier("wait", "acquire", span=span)]
-    else:
-        start.append(GroupBarrier("arrive", "relaxed", span=span))
-        after_loop = [GroupBarrier("wait", "acquire", span=span)]
+    head, rest, last_alloc = _split_top(top, k)
+    start, after_loop = _group_sync(reuse, span, bars)
     start.append(by_rank(expect))
     first, end = cells.first(z, splits), cells.first(binary("add", z, as_expr(1)), splits)
     tail = [PerThread(by_rank(send), attrs={"split_k": "group cells send"}, span=span),
