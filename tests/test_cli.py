@@ -19,7 +19,7 @@ def test_version():
     import tilecore
 
     r = tc("--version")
-    assert r.returncode == 0 and r.stdout.strip() == f"tilecore {tilecore.__version__} (plugin API 1.12)"
+    assert r.returncode == 0 and r.stdout.strip() == f"tilecore {tilecore.__version__} (plugin API 1.13)"
 
 
 def test_help_lists_commands():
@@ -33,7 +33,7 @@ def test_targets_list_json_has_cpu_ok():
     rows = json.loads(r.stdout)
     cpu = next(row for row in rows if row["target"] == "cpu")
     assert cpu["status"] == "ok" and cpu["distribution"] == "tilecore-cpu"
-    assert cpu["plugin_api"] == "1.0" and cpu["profile"] == "cpu/host" and cpu["devices"]
+    assert cpu["plugin_api"] == "1.13" and cpu["profile"] == "cpu/host" and cpu["devices"]
 
 
 def test_targets_show_prints_the_resolved_matrix_and_probe():

@@ -119,7 +119,7 @@ def test_a_value_of_the_wrong_type_is_refused(extdemo):
 
 
 def test_api_version_and_older_plugins_load():
-    assert PLUGIN_API == (1, 12)
+    assert PLUGIN_API == (1, 13)
 
     class Old(ExtDemo):
         name = "olddemo"

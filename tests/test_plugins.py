@@ -115,3 +115,71 @@ def test_plugin_registered_in_code_gets_the_same_checks(tmp_path):
         assert "bad" not in reg.backends()
     finally:
         reg.unregister("bad-plugin")
+
+
+def _backend_package(root, name, with_caps):
+    """A backend's package as a wheel lays it out: ``<name>/__init__.py`` (a Backend that writes neither
+    capability_files nor a parser of its own) and, when asked, ``<name>/capabilities/*.yaml``."""
+    pkg = root / name
+    (pkg / "capabilities").mkdir(parents=True) if with_caps else pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "from tilecore.plugin import Backend\n"
+        "class B(Backend):\n"
+        f"    name = {name!r}\n"
+        "    def parse_target(self, spec):\n"
+        "        return None\n"
+        "    def emitter(self, target): ...\n"
+        "    def runtime(self, target): ...\n")
+    if with_caps:
+        for f in ("zeta.yaml", "alpha.yaml", "README.txt"):
+            (pkg / "capabilities" / f).write_text("# test\n")
+    return pkg
+
+
+def test_capability_files_default_reads_the_packages_capabilities_folder(tmp_path, monkeypatch):
+    """Plugin API 1.13: a backend that writes no capability_files() gets its package's capabilities/*.yaml, sorted
+    (nothing else in the folder); a package without the folder gets none, not an error."""
+    import importlib
+
+    with_caps = _backend_package(tmp_path, "tc_acme_caps", True)
+    _backend_package(tmp_path, "tc_acme_nocaps", False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    b = importlib.import_module("tc_acme_caps").B()
+    assert [p.name for p in b.capability_files()] == ["alpha.yaml", "zeta.yaml"]
+    assert all(p.parent == with_caps / "capabilities" for p in b.capability_files())
+    assert importlib.import_module("tc_acme_nocaps").B().capability_files() == []
+
+
+def test_every_in_tree_backend_ships_its_capability_files_through_the_default():
+    """The installed backends (which no longer write capability_files themselves) still find their profiles."""
+    from tilecore.plugin import get_registry
+
+    backends = get_registry().backends()
+    assert "cpu" in backends
+    for name, backend in backends.items():
+        if not type(backend).__module__.startswith("tilecore_"):
+            continue  # a test's plugin
+        files = backend.capability_files()
+        assert files and all(p.suffix == ".yaml" and p.parent.name == "capabilities" for p in files), name
+
+
+def test_arch_of_parses_bare_and_named_architectures():
+    from tilecore.plugin import Backend
+
+    class Acme(Backend):
+        name = "acme"
+
+        def parse_target(self, spec):
+            return None
+
+        def emitter(self, target): ...
+
+        def runtime(self, target): ...
+
+    b, archs, aliases = Acme(), ("x1", "x2"), {"big": "x2"}
+    assert b.arch_of("acme:x1", archs, aliases) == "x1"
+    assert b.arch_of("  ACME:Big ", archs, aliases) == "x2"
+    assert b.arch_of("acme", archs, aliases, local=lambda: "x1") == "x1"
+    assert b.arch_of("acme", archs, aliases) is None  # no local(): the bare name is refused
+    for other in ("acme:x3", "acme:", "acmex:x1", "cuda:x1", "x1", ""):
+        assert b.arch_of(other, archs, aliases, local=lambda: "x1") is None, other

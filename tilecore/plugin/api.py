@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import importlib.metadata
+import importlib.resources
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar
@@ -31,8 +32,10 @@ from typing import Any, Callable, ClassVar
 #: (``KernelLaunch.attrs["block_group"]``, :class:`~tilecore.ir.GroupBarrier`, :class:`~tilecore.ir.PeerStore`, D75)
 #: for emitters that spell them, and a pass's defaults beside the user's configs
 #: (:meth:`~tilecore.passes.PassContext.set_defaults`, D73) with one reader of switch-like configs
-#: (:meth:`~tilecore.passes.PassContext.switch`).
-PLUGIN_API = (1, 12)
+#: (:meth:`~tilecore.passes.PassContext.switch`); 1.13 adds two defaults a backend would otherwise write itself:
+#: :meth:`Backend.capability_files` reads the YAML of its package's ``capabilities/`` folder, and
+#: :meth:`Backend.arch_of` parses ``"<name>"`` / ``"<name>:<arch>"`` target strings with aliases.
+PLUGIN_API = (1, 13)
 
 MODES = ("device", "emulated", "compile-only", "codegen-only")
 
@@ -232,8 +235,27 @@ class Backend(abc.ABC):
         return [self.name]
 
     def capability_files(self) -> list:
-        """Capability YAML files (paths) this backend's wheel carries."""
-        return []
+        """Capability YAML files (paths) this backend's wheel carries: by default (API 1.13) the ``*.yaml`` files
+        of the ``capabilities/`` folder in the backend class's top-level package, sorted; none without the folder."""
+        package = type(self).__module__.partition(".")[0]
+        try:
+            root = Path(str(importlib.resources.files(package).joinpath("capabilities")))
+        except (ModuleNotFoundError, TypeError):  # a class defined in __main__ or a namespace-less module
+            return []
+        return sorted(root.glob("*.yaml")) if root.is_dir() else []
+
+    def arch_of(self, spec: str, archs, aliases=None, local=None) -> str | None:
+        """The architecture a target string names for this backend (API 1.13), or None where it is not ours:
+        ``"<name>"`` alone is ``local()`` (the machine's own, or the backend's default; None refuses the bare
+        name), ``"<name>:<arch>"`` is ``arch`` (lowercase, through ``aliases``) when ``archs`` holds it."""
+        text = spec.strip().lower()
+        if text == self.name:
+            return local() if local is not None else None
+        kind, colon, arch = text.partition(":")
+        if kind != self.name or not colon:
+            return None
+        arch = (aliases or {}).get(arch, arch)
+        return arch if arch in archs else None
 
     def probe(self) -> Probe:
         """Look for devices and toolchains. Cheap, and never raises for a missing device."""

@@ -8,7 +8,6 @@ reports mode ``emulated`` (``runtime.py``).
 from __future__ import annotations
 
 from importlib import resources
-from pathlib import Path
 
 from tilecore.plugin import Backend, DeviceInfo, PassSpec, Probe, Target, hookimpl
 
@@ -19,24 +18,18 @@ ARCHS = {"910b": "ascend/910b", "a3": "ascend/a3"}
 
 class AscendBackend(Backend):
     name = "ascend"
-    plugin_api = "1.0"
+    plugin_api = "1.13"  # capability_files() / arch_of() from the core's Backend
     distribution = "tilecore-ascend"
 
     def parse_target(self, spec: str):
-        text = spec.strip().lower()
-        if text == "ascend":
-            text = "ascend:910b"
-        kind, _, arch = text.partition(":")
-        if kind != "ascend" or arch not in ARCHS:
+        arch = self.arch_of(spec, ARCHS, local=lambda: "910b")
+        if arch is None:
             return None
         return Target(backend=self.name, kind="ascend", arch=arch, capability_id=ARCHS[arch])
 
     def targets(self) -> list:
         return [f"ascend:{a}" for a in ARCHS]
 
-    def capability_files(self) -> list:
-        root = Path(str(resources.files("tilecore_ascend").joinpath("capabilities")))
-        return sorted(p for p in root.glob("*.yaml"))
 
     def probe(self) -> Probe:
         from .runtime import cxx_version, find_cxx

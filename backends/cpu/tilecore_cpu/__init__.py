@@ -6,8 +6,6 @@ loaded with ctypes, run on numpy arrays and CPU torch tensors.
 from __future__ import annotations
 
 import os
-from importlib import resources
-from pathlib import Path
 
 from tilecore.plugin import Backend, DeviceInfo, Probe, Target, hookimpl
 
@@ -19,7 +17,7 @@ __version__ = "0.1.0"
 
 class CPUBackend(Backend):
     name = "cpu"
-    plugin_api = "1.0"
+    plugin_api = "1.13"  # capability_files() / arch_of() from the core's Backend
     distribution = "tilecore-cpu"
 
     def parse_target(self, spec: str):
@@ -31,9 +29,6 @@ class CPUBackend(Backend):
     def targets(self) -> list:
         return ["cpu"]
 
-    def capability_files(self) -> list:
-        root = Path(str(resources.files("tilecore_cpu").joinpath("capabilities")))
-        return sorted(root.glob("*.yaml"))
 
     def probe(self) -> Probe:
         cc = find_compiler()

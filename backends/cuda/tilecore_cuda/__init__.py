@@ -17,7 +17,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-from importlib import resources
 from pathlib import Path
 
 from tilecore.plugin import Backend, DeviceInfo, PassSpec, Probe, Target, hookimpl
@@ -59,28 +58,18 @@ def lowering_path(kernel) -> str:
 
 class CUDABackend(Backend):
     name = "cuda"
-    plugin_api = "1.12"  # uses block groups, AtomicRet, PassContext.set_defaults
+    plugin_api = "1.13"  # capability_files() / arch_of() from the core's Backend
     distribution = "tilecore-cuda"
 
     def parse_target(self, spec: str):
-        text = spec.strip().lower()
-        if text == "cuda":
-            arch = local_arch()
-        elif text.startswith("cuda:"):
-            arch = text[5:]
-            arch = ALIASES.get(arch, arch)
-            if arch not in ARCHS:
-                return None
-        else:
+        arch = self.arch_of(spec, ARCHS, ALIASES, local_arch)
+        if arch is None:
             return None
         return Target(backend=self.name, kind="cuda", arch=arch, capability_id=f"cuda/{arch}")
 
     def targets(self) -> list:
         return ["cuda:sm_80", "cuda:sm_86", "cuda:sm_89", "cuda:sm_90a"]
 
-    def capability_files(self) -> list:
-        root = Path(str(resources.files("tilecore_cuda").joinpath("capabilities")))
-        return sorted(root.glob("*.yaml"))
 
     def probe(self) -> Probe:
         try:

@@ -12,8 +12,6 @@ with no ROCm install (``compiler.py``), launches from hip-python where ROCm and 
 from __future__ import annotations
 
 import functools
-from importlib import resources
-from pathlib import Path
 
 from tilecore.plugin import Backend, DeviceInfo, PassSpec, Probe, Target, hookimpl
 
@@ -41,27 +39,18 @@ def local_arch() -> str:
 
 class HIPBackend(Backend):
     name = "hip"
-    plugin_api = "1.1"
+    plugin_api = "1.13"  # capability_files() / arch_of() from the core's Backend
     distribution = "tilecore-hip"
 
     def parse_target(self, spec: str):
-        text = spec.strip().lower()
-        if text == "hip":
-            arch = local_arch()
-        elif text.startswith("hip:"):
-            arch = ALIASES.get(text[4:], text[4:])
-            if arch not in ARCHS:
-                return None
-        else:
+        arch = self.arch_of(spec, ARCHS, ALIASES, local_arch)
+        if arch is None:
             return None
         return Target(backend=self.name, kind="hip", arch=arch, capability_id=f"hip/{arch}")
 
     def targets(self) -> list:
         return [f"hip:{a}" for a in ARCHS]
 
-    def capability_files(self) -> list:
-        root = Path(str(resources.files("tilecore_hip").joinpath("capabilities")))
-        return sorted(root.glob("*.yaml"))
 
     def probe(self) -> Probe:
         try:

@@ -18,8 +18,6 @@ from __future__ import annotations
 import functools
 import platform
 import sys
-from importlib import resources
-from pathlib import Path
 
 from tilecore.plugin import Backend, DeviceInfo, PassSpec, Probe, Target, hookimpl
 
@@ -43,27 +41,18 @@ def local_family() -> str:
 
 class MetalBackend(Backend):
     name = "metal"
-    plugin_api = "1.1"
+    plugin_api = "1.13"  # capability_files() / arch_of() from the core's Backend
     distribution = "tilecore-metal"
 
     def parse_target(self, spec: str):
-        text = spec.strip().lower()
-        if text == "metal":
-            fam = local_family()
-        elif text.startswith("metal:"):
-            fam = ALIASES.get(text[6:], text[6:])
-            if fam not in FAMILIES:
-                return None
-        else:
+        fam = self.arch_of(spec, FAMILIES, ALIASES, local_family)
+        if fam is None:
             return None
         return Target(backend=self.name, kind="metal", arch=fam, capability_id=f"metal/{fam}")
 
     def targets(self) -> list:
         return [f"metal:{f}" for f in FAMILIES]
 
-    def capability_files(self) -> list:
-        root = Path(str(resources.files("tilecore_metal").joinpath("capabilities")))
-        return sorted(root.glob("*.yaml"))
 
     def probe(self) -> Probe:
         if sys.platform != "darwin":

@@ -14,8 +14,6 @@ Language extensions of TileLang-MUSA, declared through plugin API 1.2 (``op_exte
 from __future__ import annotations
 
 import functools
-from importlib import resources
-from pathlib import Path
 
 from tilecore.plugin import Backend, DeviceInfo, OpExtension, PassSpec, Probe, Target, hookimpl
 
@@ -51,27 +49,18 @@ def local_arch() -> str:
 
 class MUSABackend(Backend):
     name = "musa"
-    plugin_api = "1.2"
+    plugin_api = "1.13"  # capability_files() / arch_of() from the core's Backend
     distribution = "tilecore-musa"
 
     def parse_target(self, spec: str):
-        text = spec.strip().lower()
-        if text == "musa":
-            arch = local_arch()
-        elif text.startswith("musa:"):
-            arch = ALIASES.get(text[5:], text[5:])
-            if arch not in ARCHS:
-                return None
-        else:
+        arch = self.arch_of(spec, ARCHS, ALIASES, local_arch)
+        if arch is None:
             return None
         return Target(backend=self.name, kind="musa", arch=arch, capability_id=PROFILES[arch])
 
     def targets(self) -> list:
         return [f"musa:{a}" for a in ARCHS]
 
-    def capability_files(self) -> list:
-        root = Path(str(resources.files("tilecore_musa").joinpath("capabilities")))
-        return sorted(root.glob("*.yaml"))
 
     def _caps(self, target):
         from tilecore.plugin import profile_for

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-from importlib import resources
-from pathlib import Path
 
 from tilecore.plugin import Backend, PassSpec, Probe, Target, hookimpl
 
@@ -45,7 +43,7 @@ def tvm_version() -> str:
 
 class TVMBackend(Backend):
     name = "tvm"
-    plugin_api = "1.0"
+    plugin_api = "1.13"  # capability_files() / arch_of() from the core's Backend
     distribution = "tilecore-tvm"
 
     def parse_target(self, spec: str):
@@ -64,9 +62,6 @@ class TVMBackend(Backend):
     def targets(self) -> list:
         return [f"tvm:{k}" for k in SOURCE_KINDS] + [f"tvm:rocm:{a}" for a in ROCM_ARCHS]
 
-    def capability_files(self) -> list:
-        root = Path(str(resources.files("tilecore_tvm").joinpath("capabilities")))
-        return sorted(root.glob("*.yaml"))
 
     def probe(self) -> Probe:
         v = tvm_version()

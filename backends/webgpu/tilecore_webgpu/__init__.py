@@ -19,8 +19,6 @@ may stay on the GPU between launches: :func:`to_device` gives a :class:`DeviceTe
 from __future__ import annotations
 
 import functools
-from importlib import resources
-from pathlib import Path
 
 from tilecore.plugin import Backend, DeviceInfo, PassSpec, Probe, Target, hookimpl
 
@@ -77,7 +75,7 @@ def profile_of(selector: str = "") -> str:
 
 class WebGPUBackend(Backend):
     name = "webgpu"
-    plugin_api = "1.3"  # its subgroups profile declares simd_width: dynamic
+    plugin_api = "1.13"  # capability_files() / arch_of() from the core's Backend
     distribution = "tilecore-webgpu"
 
     def parse_target(self, spec: str):
@@ -98,9 +96,6 @@ class WebGPUBackend(Backend):
     def targets(self) -> list:
         return ["webgpu", *(f"webgpu:{p}" for p in PROFILES)]
 
-    def capability_files(self) -> list:
-        root = Path(str(resources.files("tilecore_webgpu").joinpath("capabilities")))
-        return sorted(root.glob("*.yaml"))
 
     def probe(self) -> Probe:
         tc = wgpu_version()
