@@ -30,7 +30,6 @@ class AscendBackend(Backend):
     def targets(self) -> list:
         return [f"ascend:{a}" for a in ARCHS]
 
-
     def probe(self) -> Probe:
         from .runtime import cxx_version, find_cxx
 

@@ -29,7 +29,6 @@ class CPUBackend(Backend):
     def targets(self) -> list:
         return ["cpu"]
 
-
     def probe(self) -> Probe:
         cc = find_compiler()
         if cc is None:

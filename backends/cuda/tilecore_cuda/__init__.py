@@ -70,7 +70,6 @@ class CUDABackend(Backend):
     def targets(self) -> list:
         return ["cuda:sm_80", "cuda:sm_86", "cuda:sm_89", "cuda:sm_90a"]
 
-
     def probe(self) -> Probe:
         try:
             tc = toolchain()

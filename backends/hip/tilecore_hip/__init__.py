@@ -51,7 +51,6 @@ class HIPBackend(Backend):
     def targets(self) -> list:
         return [f"hip:{a}" for a in ARCHS]
 
-
     def probe(self) -> Probe:
         try:
             tc = clang_version() if find_clang() else ""

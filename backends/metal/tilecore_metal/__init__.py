@@ -53,7 +53,6 @@ class MetalBackend(Backend):
     def targets(self) -> list:
         return [f"metal:{f}" for f in FAMILIES]
 
-
     def probe(self) -> Probe:
         if sys.platform != "darwin":
             return Probe("no-device", toolchain="", detail=f"Metal runs on macOS only (this is {platform.system()}): "

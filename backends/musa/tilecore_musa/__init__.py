@@ -61,7 +61,6 @@ class MUSABackend(Backend):
     def targets(self) -> list:
         return [f"musa:{a}" for a in ARCHS]
 
-
     def _caps(self, target):
         from tilecore.plugin import profile_for
 

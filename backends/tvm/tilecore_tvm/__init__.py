@@ -62,7 +62,6 @@ class TVMBackend(Backend):
     def targets(self) -> list:
         return [f"tvm:{k}" for k in SOURCE_KINDS] + [f"tvm:rocm:{a}" for a in ROCM_ARCHS]
 
-
     def probe(self) -> Probe:
         v = tvm_version()
         if not v:

@@ -96,7 +96,6 @@ class WebGPUBackend(Backend):
     def targets(self) -> list:
         return ["webgpu", *(f"webgpu:{p}" for p in PROFILES)]
 
-
     def probe(self) -> Probe:
         tc = wgpu_version()
         if not tc:
