@@ -160,6 +160,14 @@ def flash(b, h, s, d, causal, bm=128, bn=128, threads=256):
     return flashattn.jit_fn.get_tir(b, h, s, s, d, causal, block_M=bm, block_N=bn, num_stages=2, threads=threads)
 
 
+def bflash(b, h, s, d, causal, bm=128, bn=128, threads=256, dtype="bfloat16"):
+    """The catalog's FlashAttention forward (tilecore_conformance.composite; O stored from the registers, no relay
+    tile), 2 stages, in ``dtype``: the bf16 rows (TileLang's example is fp16 only)."""
+    from tilecore_conformance.composite import flash_attention_forward
+
+    return flash_attention_forward(s, d, h, bm, bn, dtype, causal, batch=b, threads=threads, num_stages=2)
+
+
 def softmax_k(R, C):
     from tilecore_conformance.composite import softmax
 
@@ -190,6 +198,23 @@ KERNELS = {
     "gemm777": (lambda a: gemm_777(*a.gemm777), {}, [-1]),
 }
 
+#: D85's FlashAttention rows (sm_86 / sm_89's profile, ``--profile sm86``), apart from D63's inventory (``KERNELS``,
+#: which scripts/mma_census.py and test_mma_general's every-kernel tests walk)
+KERNELS_D85 = {
+    # 128 rows, 32 keys a block: a 128-row d128 form whose tiles fit 99 KiB on both paths (TileLang's 128x128 does not)
+    "fa_n32": (lambda a: flash(*a.fa, False, 128, 32, 256), {"tilecore.fast_math": True}, [3]),
+    "fa_n32_causal": (lambda a: flash(*a.fa, True, 128, 32, 256), {"tilecore.fast_math": True}, [3]),
+    # the catalog's kernel (O stored from the registers) in bfloat16: 128x128 / 256 threads and 64x64 / 128 threads
+    "bfa": (lambda a: bflash(*a.fa, False), {"tilecore.fast_math": True}, [3]),
+    "bfa_causal": (lambda a: bflash(*a.fa, True), {"tilecore.fast_math": True}, [3]),
+    "bfa64": (lambda a: bflash(*a.fa, False, 64, 64, 128), {"tilecore.fast_math": True}, [3]),
+    "bfa64_causal": (lambda a: bflash(*a.fa, True, 64, 64, 128), {"tilecore.fast_math": True}, [3]),
+    # the same in float16 (the catalog's attention/*/float16/warpgroup_tile form, 64x64)
+    "cfa64": (lambda a: bflash(*a.fa, False, 64, 64, 128, "float16"), {"tilecore.fast_math": True}, [3]),
+    "cfa64_causal": (lambda a: bflash(*a.fa, True, 64, 64, 128, "float16"), {"tilecore.fast_math": True}, [3]),
+}
+ALL_KERNELS = {**KERNELS, **KERNELS_D85}
+
 
 def census_kernels():
     """(name, prim func builder) at small sizes, for scripts/mma_census.py (no GPU)."""
@@ -205,7 +230,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rep", type=int, default=20)
     ap.add_argument("--variants", default="regprog,general")
-    ap.add_argument("--only", default=",".join(KERNELS))
+    ap.add_argument("--only", default=",".join(KERNELS), help="kernels, among " + ", ".join(ALL_KERNELS))
     ap.add_argument("--gemm", default="4096,4096,4096")
     ap.add_argument("--gemm777", default="4096,777,4096")
     ap.add_argument("--fa", default="8,32,4096,128", help="batch,heads,seq,dim")
@@ -254,9 +279,10 @@ def main() -> int:
             M, N, K = args.gemm
             a, b = rnd(M, K, scale=0.125, dtype=torch.bfloat16), rnd(N, K, scale=0.125, dtype=torch.bfloat16)
             return (a, b), (lambda: a @ b.t()), 2 * M * N * K, "flop"
-        if name.startswith("fa"):
+        if name.startswith(("fa", "bfa", "cfa")):
             bb, h, s, d = args.fa
-            q, k, v = (rnd(bb, h, s, d) for _ in range(3))
+            q, k, v = (rnd(bb, h, s, d, dtype=torch.bfloat16 if name.startswith("bfa") else torch.float16)
+                       for _ in range(3))
             causal = name.endswith("causal")
             flops = 4 * bb * h * s * s * d // (2 if causal else 1)
             return (q, k, v), (lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)), flops, "flop"
@@ -308,7 +334,7 @@ def main() -> int:
         return str(n.value)
     summary = []
     for name in [n.strip() for n in args.only.split(",") if n.strip()]:
-        build, own, out_idx = KERNELS[name]
+        build, own, out_idx = ALL_KERNELS[name]
         if args.exact:
             own = {k: v for k, v in own.items() if k != "tilecore.fast_math"}
         ins, ref, work, unit = inputs(name)

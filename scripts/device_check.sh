@@ -44,7 +44,7 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_streamk.py tests/test_cuda_general_attention.py tests/test_block_order.py tests/test_cuda_exp2_rows.py \
      tests/test_cuda_exp2_poly.py tests/test_cuda_row_division.py tests/test_gemm_kstep.py \
      tests/test_host_launch.py tests/test_general_fp8.py tests/test_cuda_fa_parity.py tests/test_cuda_fa_unswitch.py \
-     tests/test_general_splitk.py tests/test_programmatic_launch.py tests/test_mma_route.py tests/test_cuda_fa_loops.py \
+     tests/test_general_splitk.py tests/test_programmatic_launch.py tests/test_mma_route.py tests/test_cuda_fa_loops.py tests/test_mma_route_sm86.py \
      tests/test_group_multicast.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
@@ -692,6 +692,25 @@ step sm80d64-sm86 bash -c 'rc=0; B="python3 benchmarks/mma_general.py --rep 10 -
      timeout -k 5 60 $B --fa 8,32,4096,64 || rc=$?; timeout -k 5 60 $B || rc=$?; exit $rc'
 step sm80d64-tests2 timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_route.py tests/test_mma_general.py -rs -k device
 step sm80d64-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_route.py tests/test_mma_general.py -rs -k "device and (d79 or late_copy or default_lead)"
+# D85 (issue 11): sm_86 / sm_89's FlashAttention routed to the core's general path (sm_86's / sm_89's block memory
+# through D63's overlay, --profile sm86: 99 KiB a block; --carveout 43 keeps 100 KiB an SM, the blocks an SM those
+# GPUs hold): rows regprog (the register program, forced) and default (the route: the general path with the form's
+# defaults where its least plan fits the block memory); torch SDPA in every row; fast math; each kernel's rows in
+# order then reversed (compiled once). sm86: TileLang's forward at d64 (128x128 / 256 threads, 64x64 / 128 threads)
+# and d128 (64x64), causal and not. About 2 min. sm86-more: the same rows for the catalog's kernel in bfloat16 (bfa64:
+# 64x64, d64 and d128; P in block memory on the general path; cfa64: the same in fp16, the catalog's form) and TileLang's at 128 rows x 32 keys (fa_n32: d64,
+# d128). About 2 min.
+# sm86-tests: D85's device tests (the sm86 profile's routed forms, fp16 / bf16, causal and not, fast and exact,
+# against float64). About 1.5 min
+step sm86 bash -c 'rc=0; B="python3 benchmarks/mma_general.py --rep 10 --orders 2 --profile sm86 --carveout 43 --variants ${SM86_VARIANTS:-regprog,default}";
+     timeout -k 5 100 $B --fa 8,32,4096,64 --only fa,fa_causal,fa64,fa64_causal || rc=$?;
+     timeout -k 5 60 $B --only fa64,fa64_causal || rc=$?; exit $rc'
+step sm86-more bash -c 'rc=0; B="python3 benchmarks/mma_general.py --rep 10 --orders 2 --profile sm86 --carveout 43 --variants ${SM86_VARIANTS:-regprog,default}";
+     timeout -k 5 70 $B --fa 8,32,4096,64 --only bfa64,bfa64_causal,cfa64,cfa64_causal || rc=$?;
+     timeout -k 5 40 $B --only bfa64,bfa64_causal || rc=$?;
+     timeout -k 5 60 $B --fa 8,32,4096,64 --only fa_n32,fa_n32_causal || rc=$?;
+     timeout -k 5 40 $B --only fa_n32,fa_n32_causal || rc=$?; exit $rc'
+step sm86-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_route_sm86.py -rs -k device
 # the TileLang corpus's attention examples (forward and backward; the route takes the forward kernels at 128 rows or
 # d128, the backward examples' forward kernels among them) with the sm_80 paths on the device (the overlay as every
 # compile's default), against each example's own reference (attention_gqa_bwd left out: its dK / dV kernel needs 221

@@ -39,7 +39,7 @@ from tilecore.ir import (Allocate, Bind, Buffer, BufferLoad, Collective, For, Ke
 from tilecore.ir.dtypes import is_float
 from tilecore.passes.pipeline import map_expr, map_stmt, substitute
 from tilecore.passes import tile_pass
-from tilecore.passes.core import onchip_limit
+from tilecore.passes.core import block_allocations, onchip_limit
 from tilecore.passes.guard import guard_stmt, launch_facts, loop_facts
 # the masked-loop split's analysis is the core's (D55's tilecore.split_masked_iterations; D30 wrote it here first)
 from tilecore.passes.masksplit import mask_nest as _nest, mask_parts as _mask_parts, mentions as _mentions
@@ -248,6 +248,28 @@ class _Analysis:
         walk(body, check)
 
 
+def _general_block_fragments(lbody: list, threads: int, ctx) -> int:
+    """Bytes of block memory the core's general path adds for FlashAttention's form where the first gemm's
+    accumulator is split across the columns by the warp groups (no ``T.GemmWarpPolicy.FullRow``: the core's
+    :func:`~tilecore.passes.matrix.plan_gemm` gives ``wn > 1``): the second gemm's A fragment (P) then feeds the
+    matrix unit only through block memory (the layout pass keeps it there), and each row reduction combines the
+    groups' partials through a scratch of its own (4 bytes a row register a thread: two reductions). 0 otherwise
+    (each warp holds whole rows: P in registers, the reductions by shuffles)."""
+    from tilecore.passes.matrix import plan_gemm
+
+    gemms = [s for s in lbody if isinstance(s, TileOp) and s.op == "gemm"]
+    if len(gemms) != 2:
+        return 0
+    first = plan_gemm(gemms[0], threads, ctx)
+    if first is None or first.attrs["groups"][1] == 1:
+        return 0
+    a = gemms[1].args[0].buffer
+    p_bytes = -(-int(const_value(simplify(a.numel())) or 0) * a.dtype.bytes // 16) * 16
+    rows = int(const_value(simplify(gemms[0].args[2].buffer.shape[0])) or 0)
+    per_thread = -(-rows // (first.unit.m // 2 * first.attrs["groups"][0]))  # a thread's rows: 2 of each 16-row atom
+    return p_bytes + 2 * threads * per_thread * 4
+
+
 def _plan(launch: KernelLaunch, ctx, mode: str) -> dict:
     body = list(launch.body.body) if isinstance(launch.body, Seq) else [launch.body]
     body, folded = _fold_epilogue_tiles(body)
@@ -305,8 +327,18 @@ def _plan(launch: KernelLaunch, ctx, mode: str) -> dict:
         atom = swz // b.dtype.bytes
         box = [atom] + [_s(e) for e in reversed(src.extents[:-1])]
         maps.append({**tensor_map(src, box, swz), "tile": b})
+    # the block memory the core's general path needs at the least for this kernel (the route's rule, D85): every
+    # shared tile of the launch once (those the register program folds too: the general path keeps them) and the
+    # loop's stages of the tiles its copies fill before the first gemm (the planner's leading copies)
+    first_gemm = next((k for k, s in enumerate(lbody) if isinstance(s, TileOp) and s.op == "gemm"), len(lbody))
+    leading = {s.args[1].buffer for s in lbody[:first_gemm] if isinstance(s, TileOp) and s.op == "copy"
+               and s.args[1].buffer in size}
+    every_tile = sum(-(-(const_value(simplify(a.buffer.numel())) or 0) * a.buffer.dtype.bytes // 16) * 16
+                     for a in block_allocations(launch.body) if a.buffer.scope == "shared")
+    general_min = every_tile + (max(int(loop.annotations.get("num_stages") or 0), 2) - 1) * sum(size[b] for b in leading)
+    general_min += _general_block_fragments(lbody, an.nc * WG, ctx)
     return {"mode": mode, "nc": an.nc, "bm": an.bm, "stages": stages, "pre": pre, "loop": loop, "body": lbody, "post": post,
-            "folded": folded,
+            "folded": folded, "general_min_bytes": general_min,
             "frags": an.frags, "shared": an.shared, "once": once, "staged": staged, "offset": layout,
             "once_bytes": once_bytes, "stage_bytes": stage_bytes,
             "pipe_bytes": 1024 + once_bytes + stages * stage_bytes + 16 * stages + 16,
@@ -1054,8 +1086,8 @@ def _lower_as(mode: str):
 #: pass config: the forms of kernel the mma.sync register program leaves to the core's general path on targets without
 #: wgmma (sm_80, sm_86, sm_89), where the general path measured at least 0.97x its speed: ``"gemm"`` (one gemm, D63),
 #: ``"attention"`` (FlashAttention's form: two gemms, the softmax between them; every shape) and
-#: ``"attention-measured"`` (that form at the shapes of :data:`MMA_ATTENTION_SHAPES` on targets with
-#: :data:`MMA_ATTENTION_MIN_SHARED` bytes of block memory: sm_80, D73).
+#: ``"attention-measured"`` (that form at the shapes of :data:`MMA_ATTENTION_SHAPES` where the general path's least
+#: plan fits the target's block memory: sm_80, D73; sm_86 / sm_89, D85).
 #: ``tilecore.cuda.register_programs=True`` still forces the register program, False sends every kernel to the
 #: general path (with the core's own defaults: the form's defaults below come with the route)
 MMA_GENERAL_FORMS = "tilecore.cuda.mma_general_forms"
@@ -1073,10 +1105,13 @@ _FORMS = ("gemm", "attention", "attention-measured")
 #: defaults had 0.93-0.97: Q's ldmatrix read an unswizzled tile, 8-way bank conflicts); other shapes were not
 #: measured and stay
 MMA_ATTENTION_SHAPES: tuple = ((128, 128), (64, 128), (128, 64), (64, 64))
-#: ``"attention-measured"`` routes on targets with at least sm_80's block memory (163 KiB, the profile D71 measured
-#: through the overlay): with sm_86's / sm_89's 99 KiB the general path plans other stages (V staged at 64x64 d128,
-#: O_shared kept: 96 KiB against the register program's 81), not measured
-MMA_ATTENTION_MIN_SHARED = 166912
+#: ``"attention-measured"`` routes a shape where the general path's least plan of the kernel fits the target's block
+#: memory (:func:`_general_fits`: the capability profile's ``max_shared_bytes_per_block``; D73 routed only on targets
+#: with sm_80's, D85 on every mma.sync target by this rule). With sm_86's / sm_89's block memory through D63's overlay
+#: (one H100 / H200, ``--profile sm86``, the SM's carveout at that profile's) the general path with the form's
+#: defaults measured against the register program (regprog time / general time, in order / reversed): D79 round 3
+#: 64x64 d64 1.462 / 1.458, causal 1.444 / 1.402; 64x64 d128 1.669 / 1.659, causal 1.397 / 1.384
+SM86_MEASURED = "1.38-1.67x"
 #: the core's options the route turns on by default for FlashAttention's form on the general path of an mma.sync
 #: target (``PassContext.set_defaults``: a value the compile's config gives wins, either way): V issued at the top of
 #: the iteration after the barrier that frees its buffer (D71) and D55's (a cast stored once, the proven comparisons
@@ -1139,11 +1174,20 @@ def routed_to_general(plan, ctx) -> str | None:
         what = "attention" if shape is None else f"attention, {shape[0]} rows, head dimension {shape[1]}"
         return f"its form ({what}) runs on the core's general path on this target ({how})"
     if shape is not None and "attention-measured" in forms and shape in MMA_ATTENTION_SHAPES \
-            and onchip_limit(ctx) >= MMA_ATTENTION_MIN_SHARED:
+            and _general_fits(plan, ctx):
         return (f"its form (attention, {shape[0]} rows, head dimension {shape[1]}) runs on the core's general path on "
                 "this target: there the general path with the late copy, D55's options and the lead copy measured "
-                f"1.20-1.46x the register program (D71, D73, D79; {how})")
+                f"1.20-1.46x the register program with sm_80's block memory, {SM86_MEASURED} with sm_86's / sm_89's "
+                f"(D71, D73, D79, D85; {how})")
     return None
+
+
+def _general_fits(plan, ctx) -> bool:
+    """The route's block-memory rule (D85): the general path's least plan of this kernel (every shared tile once, the
+    leading copies' stages: ``plan["general_min_bytes"]``) fits the target's block memory (``onchip_limit``: the
+    capability profile's ``max_shared_bytes_per_block``). Where it does not, the general path could not keep the
+    loop's stages (or the kernel at all) and the register program, which folds the output's relay tile, keeps it."""
+    return plan["general_min_bytes"] <= onchip_limit(ctx)
 
 
 def form_defaults(shape: tuple) -> dict:
@@ -1164,8 +1208,9 @@ def _route_notes(plan, ctx, name) -> tuple:
             if "attention-measured" not in _mma_forms(ctx):
                 why_not = f"{MMA_GENERAL_FORMS} names neither \"attention\" nor \"attention-measured\""
             elif shape in MMA_ATTENTION_SHAPES:
-                why_not = (f"the route was measured with sm_80's {MMA_ATTENTION_MIN_SHARED} bytes of block memory, this "
-                           f"target has {onchip_limit(ctx):.0f}: D73; {MMA_GENERAL_FORMS} with \"attention\" routes it")
+                why_not = (f"the general path needs at least {plan['general_min_bytes']} bytes of block memory for it "
+                           f"(every shared tile once, the leading copies' stages, P where it keeps it there), this target has "
+                           f"{onchip_limit(ctx):.0f}: D85; {MMA_GENERAL_FORMS} with \"attention\" routes it")
             else:
                 why_not = ("the route takes it to the general path only at rows x head dimension "
                            f"{', '.join(f'{r}x{d}' for r, d in MMA_ATTENTION_SHAPES)}: D71, D73; {MMA_GENERAL_FORMS} "
