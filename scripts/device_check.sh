@@ -711,6 +711,12 @@ step sm86-more bash -c 'rc=0; B="python3 benchmarks/mma_general.py --rep 10 --or
      timeout -k 5 60 $B --fa 8,32,4096,64 --only fa_n32,fa_n32_causal || rc=$?;
      timeout -k 5 40 $B --only fa_n32,fa_n32_causal || rc=$?; exit $rc'
 step sm86-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_route_sm86.py -rs -k device
+# the TileLang corpus's attention examples whose kernels fit sm_86's 99 KiB (the backward examples of MHA: their
+# forward kernels, 64x64 d64, now routed) with sm_86's profile as every compile's default, against each example's
+# own reference (the forward examples at 128x128 d128 and GQA's backward need more than 99 KiB on both paths). < 1 min
+step sm86-corpus bash -c 'OV=$(python3 -c "import sys, json; sys.path.insert(0, \"benchmarks\"); import mma_general as m; print(json.dumps({**m.BASE, \"tilecore.capability_overlay\": m.SM86}))");
+     TILECORE_PASS_CONFIGS="$OV" TILECORE_CORPUS_DEVICE=cuda:sm_90a timeout -k 5 150 python3 -m pytest -q -n 8 \
+       -p no:cacheprovider tests/test_tilelang_corpus.py -k "test_device and attention_mha_bwd" -rxXf'
 # the TileLang corpus's attention examples (forward and backward; the route takes the forward kernels at 128 rows or
 # d128, the backward examples' forward kernels among them) with the sm_80 paths on the device (the overlay as every
 # compile's default), against each example's own reference (attention_gqa_bwd left out: its dK / dV kernel needs 221

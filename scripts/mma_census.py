@@ -37,6 +37,15 @@ MODES = {
     "sm_90a as sm_80 general": ("cuda:sm_90a", {**SM80_ON_H100, "tilecore.cuda.register_programs": False}),
 }
 
+#: D85: sm_86 / sm_89 (99 KiB a block): the register program where it can (before D85 the route kept every attention
+#: form there), the default route (D85's block-memory rule), every attention form routed ("attention")
+MODES_SM86 = {
+    "sm_86 forced": ("cuda:sm_86", {"tilecore.cuda.register_programs": True}),
+    "sm_86": ("cuda:sm_86", {}),
+    "sm_86 attention": ("cuda:sm_86", {"tilecore.cuda.mma_general_forms": ["gemm", "attention"]}),
+    "sm_89": ("cuda:sm_89", {}),
+}
+
 
 def classify(target: str, build, configs: dict) -> str:
     import tilecore_cuda
@@ -58,7 +67,13 @@ def classify(target: str, build, configs: dict) -> str:
         return "general, no fragments"
     shared = [f for f, lay in frags.items() if str(lay).startswith("shared")]
     unit = " (wgmma)" if any(str(lay).startswith("wgmma") for lay in frags.values()) else ""
-    return ("general, registers" if not shared else f"general, {len(frags) - len(shared)}/{len(frags)} in registers") + unit
+    out = ("general, registers" if not shared else f"general, {len(frags) - len(shared)}/{len(frags)} in registers") + unit
+    if any("serialized" in p for p in attrs.get("pipelines", ())):
+        out += ", loop serialized"
+    return out + (f", {attrs['shared_bytes']} B" if SHOW_BYTES and attrs.get("shared_bytes") is not None else "")
+
+
+SHOW_BYTES = False
 
 
 def sources(corpus: bool = False):
@@ -78,14 +93,33 @@ def sources(corpus: bool = False):
         yield f"bench/{name}", build, {}
 
 
+def _census_size(d):
+    class A:
+        fa = (1, 2, 512, d)
+    return A
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json")
     ap.add_argument("-k", help="only kernels whose name contains this")
     ap.add_argument("--corpus", action="store_true", help="the TileLang corpus (tests/tilelang_corpus) too")
+    ap.add_argument("--sm86", action="store_true",
+                    help="sm_86 / sm_89 (D85): the register program forced, the default route, every attention form "
+                         "routed; block memory in bytes on each row")
     args = ap.parse_args(argv)
+    global MODES, SHOW_BYTES
+    if args.sm86:
+        MODES, SHOW_BYTES = MODES_SM86, True
+        import mma_general
+
+        sources_ = list(sources(args.corpus)) + [
+            (f"bench/{n}@d{d}", (lambda b=b, d=d: b(_census_size(d))), {})
+            for n, (b, _, _) in mma_general.KERNELS_D85.items() for d in (64, 128)]
+    else:
+        sources_ = sources(args.corpus)
     rows = []
-    for name, build, configs in sources(args.corpus):
+    for name, build, configs in sources_:
         if args.k and args.k not in name:
             continue
         row = {"kernel": name}
@@ -93,7 +127,8 @@ def main(argv=None) -> int:
             row[mode] = classify(target, build, {**configs, **extra})
         rows.append(row)
     # kernels a register program takes in either mma.sync mode: one line each; the rest counted by their paths
-    taken = [r for r in rows if any(r[m].startswith("regprog") for m in ("sm_80 forced", "sm_80", "sm_90a nowgmma"))]
+    taken = [r for r in rows if any(r[m].startswith("regprog") for m in MODES if m.endswith(("forced", "nowgmma"))
+                                    or m in ("sm_80", "sm_86"))]
     print("| kernel | " + " | ".join(MODES) + " |")
     print("|---" * (len(MODES) + 1) + "|")
     for r in taken:
