@@ -160,12 +160,17 @@ def flash(b, h, s, d, causal, bm=128, bn=128, threads=256):
     return flashattn.jit_fn.get_tir(b, h, s, s, d, causal, block_M=bm, block_N=bn, num_stages=2, threads=threads)
 
 
-def bflash(b, h, s, d, causal, bm=128, bn=128, threads=256, dtype="bfloat16"):
+def bflash(b, h, s, d, causal, bm=128, bn=128, threads=256, dtype="bfloat16", row_policy=True):
     """The catalog's FlashAttention forward (tilecore_conformance.composite; O stored from the registers, no relay
-    tile), 2 stages, in ``dtype``: the bf16 rows (TileLang's example is fp16 only)."""
+    tile), 2 stages, in ``dtype``: the bf16 rows (TileLang's example is fp16 only). ``row_policy``: both gemms with
+    ``T.GemmWarpPolicy.FullRow`` as TileLang's examples (every warp holds whole rows of S, so P stays in registers on
+    the general path); False: the catalog's own kernel (no policy: at 64 rows / 4 warps or 128 rows / 8 warps the
+    core splits S's columns between warps, and the general path keeps P in block memory)."""
+    import tilecore.language as T
     from tilecore_conformance.composite import flash_attention_forward
 
-    return flash_attention_forward(s, d, h, bm, bn, dtype, causal, batch=b, threads=threads, num_stages=2)
+    return flash_attention_forward(s, d, h, bm, bn, dtype, causal, batch=b, threads=threads, num_stages=2,
+                                   policy=T.GemmWarpPolicy.FullRow if row_policy else None)
 
 
 def softmax_k(R, C):
@@ -204,14 +209,19 @@ KERNELS_D85 = {
     # 128 rows, 32 keys a block: a 128-row d128 form whose tiles fit 99 KiB on both paths (TileLang's 128x128 does not)
     "fa_n32": (lambda a: flash(*a.fa, False, 128, 32, 256), {"tilecore.fast_math": True}, [3]),
     "fa_n32_causal": (lambda a: flash(*a.fa, True, 128, 32, 256), {"tilecore.fast_math": True}, [3]),
-    # the catalog's kernel (O stored from the registers) in bfloat16: 128x128 / 256 threads and 64x64 / 128 threads
+    # the catalog's kernel (O stored from the registers) in bfloat16 with TileLang's warp policy (FullRow): 128x128 /
+    # 256 threads and 64x64 / 128 threads
     "bfa": (lambda a: bflash(*a.fa, False), {"tilecore.fast_math": True}, [3]),
     "bfa_causal": (lambda a: bflash(*a.fa, True), {"tilecore.fast_math": True}, [3]),
     "bfa64": (lambda a: bflash(*a.fa, False, 64, 64, 128), {"tilecore.fast_math": True}, [3]),
     "bfa64_causal": (lambda a: bflash(*a.fa, True, 64, 64, 128), {"tilecore.fast_math": True}, [3]),
-    # the same in float16 (the catalog's attention/*/float16/warpgroup_tile form, 64x64)
-    "cfa64": (lambda a: bflash(*a.fa, False, 64, 64, 128, "float16"), {"tilecore.fast_math": True}, [3]),
-    "cfa64_causal": (lambda a: bflash(*a.fa, True, 64, 64, 128, "float16"), {"tilecore.fast_math": True}, [3]),
+    # the catalog's own kernel (no warp policy: P in block memory on the general path; D85 round 1's bfa64 / cfa64),
+    # 64x64 / 128 threads, fp16 (the catalog's attention/*/float16/warpgroup_tile form) and bf16
+    "cat64": (lambda a: bflash(*a.fa, False, 64, 64, 128, "float16", False), {"tilecore.fast_math": True}, [3]),
+    "cat64_causal": (lambda a: bflash(*a.fa, True, 64, 64, 128, "float16", False), {"tilecore.fast_math": True}, [3]),
+    "bcat64": (lambda a: bflash(*a.fa, False, 64, 64, 128, "bfloat16", False), {"tilecore.fast_math": True}, [3]),
+    "bcat64_causal": (lambda a: bflash(*a.fa, True, 64, 64, 128, "bfloat16", False), {"tilecore.fast_math": True},
+                      [3]),
 }
 ALL_KERNELS = {**KERNELS, **KERNELS_D85}
 
@@ -279,9 +289,9 @@ def main() -> int:
             M, N, K = args.gemm
             a, b = rnd(M, K, scale=0.125, dtype=torch.bfloat16), rnd(N, K, scale=0.125, dtype=torch.bfloat16)
             return (a, b), (lambda: a @ b.t()), 2 * M * N * K, "flop"
-        if name.startswith(("fa", "bfa", "cfa")):
+        if name.startswith(("fa", "bfa", "cat", "bcat")):
             bb, h, s, d = args.fa
-            q, k, v = (rnd(bb, h, s, d, dtype=torch.bfloat16 if name.startswith("bfa") else torch.float16)
+            q, k, v = (rnd(bb, h, s, d, dtype=torch.bfloat16 if name.startswith(("bfa", "bcat")) else torch.float16)
                        for _ in range(3))
             causal = name.endswith("causal")
             flops = 4 * bb * h * s * s * d // (2 if causal else 1)

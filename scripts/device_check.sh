@@ -698,7 +698,8 @@ step sm80d64-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovide
 # defaults where its least plan fits the block memory); torch SDPA in every row; fast math; each kernel's rows in
 # order then reversed (compiled once). sm86: TileLang's forward at d64 (128x128 / 256 threads, 64x64 / 128 threads)
 # and d128 (64x64), causal and not. About 2 min. sm86-more: the same rows for the catalog's kernel in bfloat16 (bfa64:
-# 64x64, d64 and d128; P in block memory on the general path; cfa64: the same in fp16, the catalog's form) and TileLang's at 128 rows x 32 keys (fa_n32: d64,
+# 64x64, d64 and d128; round 1: the catalog's own kernel, P in block memory on the general path, now bcat64; cfa64:
+# the same in fp16, now cat64) and TileLang's at 128 rows x 32 keys (fa_n32: d64,
 # d128). About 2 min.
 # sm86-tests: D85's device tests (the sm86 profile's routed forms, fp16 / bf16, causal and not, fast and exact,
 # against float64). About 1.5 min
@@ -706,10 +707,25 @@ step sm86 bash -c 'rc=0; B="python3 benchmarks/mma_general.py --rep 10 --orders 
      timeout -k 5 100 $B --fa 8,32,4096,64 --only fa,fa_causal,fa64,fa64_causal || rc=$?;
      timeout -k 5 60 $B --only fa64,fa64_causal || rc=$?; exit $rc'
 step sm86-more bash -c 'rc=0; B="python3 benchmarks/mma_general.py --rep 10 --orders 2 --profile sm86 --carveout 43 --variants ${SM86_VARIANTS:-regprog,default}";
-     timeout -k 5 70 $B --fa 8,32,4096,64 --only bfa64,bfa64_causal,cfa64,cfa64_causal || rc=$?;
+     timeout -k 5 70 $B --fa 8,32,4096,64 --only bfa64,bfa64_causal,cat64,cat64_causal || rc=$?;
      timeout -k 5 40 $B --only bfa64,bfa64_causal || rc=$?;
      timeout -k 5 60 $B --fa 8,32,4096,64 --only fa_n32,fa_n32_causal || rc=$?;
      timeout -k 5 40 $B --only fa_n32,fa_n32_causal || rc=$?; exit $rc'
+# D85 round 2: the catalog's kernel in bf16 with TileLang's warp policy (FullRow: P in registers on the general path),
+# routed on sm_86 / 89: 128x128 d64 and 64x64 d64 / d128, regprog vs default; then the catalog's own kernel (no
+# policy: P in block memory on the general path, which round 1 measured at 0.56-0.89x with sm_86's block memory) on
+# the sm_80 profile, where D79 routed it: regprog (the new default there) vs attention-all (D79's route), 64x64 d64
+# and d128, fast math. About 2.5 min
+step sm86-r2 bash -c 'rc=0; B="python3 benchmarks/mma_general.py --rep 10 --orders 2";
+     S="$B --profile sm86 --carveout 43 --variants regprog,default";
+     timeout -k 5 70 $S --fa 8,32,4096,64 --only bfa,bfa_causal,bfa64,bfa64_causal || rc=$?;
+     timeout -k 5 40 $S --only bfa64,bfa64_causal || rc=$?;
+     timeout -k 5 40 $B --fa 8,32,4096,64 --only cat64,cat64_causal --variants regprog,attention-all || rc=$?;
+     timeout -k 5 40 $B --only cat64,cat64_causal --variants regprog,attention-all || rc=$?; exit $rc'
+# the catalog's attention cases with sm_86's profile overlaid (device mode): the default route. < 1 min
+step sm86-catalog bash -c 'OV=$(python3 -c "import sys, json; sys.path.insert(0, \"benchmarks\"); import mma_general as m; print(json.dumps(m.SM86))");
+     timeout -k 5 100 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-sm86-default \
+       -k attention --pass-config tilecore.cuda.disable_wgmma=true --pass-config "tilecore.capability_overlay=$OV"'
 step sm86-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_route_sm86.py -rs -k device
 # the TileLang corpus's attention examples whose kernels fit sm_86's 99 KiB (the backward examples of MHA: their
 # forward kernels, 64x64 d64, now routed) with sm_86's profile as every compile's default, against each example's

@@ -100,7 +100,7 @@ SEQ, DIM, HEADS, BM, BN = 80, 32, 2, 32, 32
 
 
 def flash_attention_forward(seq, dim, heads, bm, bn, dtype="float16", causal=False, batch=None, threads=128,
-                            num_stages=2, kv_heads=None, exp="exp2"):
+                            num_stages=2, kv_heads=None, exp="exp2", policy=None):
     """FlashAttention forward as TileLang users write it: Q/K/V tiles in shared memory, online softmax
     with exp2, two gemms per block of ``bm`` query rows (``bn`` keys per step).
 
@@ -109,7 +109,9 @@ def flash_attention_forward(seq, dim, heads, bm, bn, dtype="float16", causal=Fal
     grouped-query attention: K and V have ``kv_heads`` heads, query head ``h`` reads K/V head
     ``h // (heads // kv_heads)``. ``exp="exp"`` writes the softmax with the natural exponential of the
     centered scores instead, ``T.exp((s - m) * scale)`` (the same function; the CUDA benchmark times both
-    forms). The conformance catalog, the WebGPU tests and the CUDA benchmark all build their kernel here."""
+    forms). ``policy`` is both gemms' warp policy (``T.GemmWarpPolicy.FullRow`` as TileLang's examples write it: every
+    warp holds whole rows; None, the catalog's, leaves it to the backend). The conformance catalog, the WebGPU tests
+    and the CUDA benchmark all build their kernel here."""
     if exp not in ("exp2", "exp"):
         raise ValueError(f"exp={exp!r}: 'exp2' or 'exp'")
     sm_scale = 1.44269504 / math.sqrt(dim)
@@ -157,7 +159,7 @@ def flash_attention_forward(seq, dim, heads, bm, bn, dtype="float16", causal=Fal
                     if causal:
                         valid = valid & (bx * bm + i >= k * bn + j)
                     acc_s[i, j] = T.if_then_else(valid, 0, -T.infinity("float32"))
-                T.gemm(Q_s, K_s, acc_s, transpose_B=True)
+                T.gemm(Q_s, K_s, acc_s, transpose_B=True, policy=policy)
                 T.copy(m_cur, m_prev)
                 T.reduce_max(acc_s, m_cur, dim=1, clear=False)
                 for i in T.Parallel(bm):
@@ -177,7 +179,7 @@ def flash_attention_forward(seq, dim, heads, bm, bn, dtype="float16", causal=Fal
                     acc_o[i, j] = acc_o[i, j] * scale[i]
                 T.copy(acc_s, acc_s_cast)
                 T.copy(V[(*kvh, k * bn, 0)], V_s)
-                T.gemm(acc_s_cast, V_s, acc_o)
+                T.gemm(acc_s_cast, V_s, acc_o, policy=policy)
             for i, j in T.Parallel(bm, dim):
                 acc_o[i, j] = acc_o[i, j] / logsum[i]
             T.copy(acc_o, O[(*hd, bx * bm, 0)])

@@ -248,26 +248,20 @@ class _Analysis:
         walk(body, check)
 
 
-def _general_block_fragments(lbody: list, threads: int, ctx) -> int:
-    """Bytes of block memory the core's general path adds for FlashAttention's form where the first gemm's
-    accumulator is split across the columns by the warp groups (no ``T.GemmWarpPolicy.FullRow``: the core's
-    :func:`~tilecore.passes.matrix.plan_gemm` gives ``wn > 1``): the second gemm's A fragment (P) then feeds the
-    matrix unit only through block memory (the layout pass keeps it there), and each row reduction combines the
-    groups' partials through a scratch of its own (4 bytes a row register a thread: two reductions). 0 otherwise
-    (each warp holds whole rows: P in registers, the reductions by shuffles)."""
+def _p_in_block_memory(lbody: list, threads: int, ctx) -> bool:
+    """Whether the core's general path keeps FlashAttention's P (the second gemm's A fragment) in block memory: the
+    first gemm's accumulator is split across the columns by the warp groups (no ``T.GemmWarpPolicy.FullRow``: the
+    core's :func:`~tilecore.passes.matrix.plan_gemm` gives ``wn > 1``), so P feeds the matrix unit only through block
+    memory (the layout pass keeps it there) and each row reduction combines the groups' partials through a scratch.
+    The register program holds every warp on 16 whole rows either way. D85 measured that form (the catalog's kernel,
+    64x64) at 0.56-0.64x the register program at d64 and 0.83-0.89x at d128 with sm_86's block memory."""
     from tilecore.passes.matrix import plan_gemm
 
     gemms = [s for s in lbody if isinstance(s, TileOp) and s.op == "gemm"]
     if len(gemms) != 2:
-        return 0
+        return False
     first = plan_gemm(gemms[0], threads, ctx)
-    if first is None or first.attrs["groups"][1] == 1:
-        return 0
-    a = gemms[1].args[0].buffer
-    p_bytes = -(-int(const_value(simplify(a.numel())) or 0) * a.dtype.bytes // 16) * 16
-    rows = int(const_value(simplify(gemms[0].args[2].buffer.shape[0])) or 0)
-    per_thread = -(-rows // (first.unit.m // 2 * first.attrs["groups"][0]))  # a thread's rows: 2 of each 16-row atom
-    return p_bytes + 2 * threads * per_thread * 4
+    return first is not None and first.attrs["groups"][1] > 1
 
 
 def _plan(launch: KernelLaunch, ctx, mode: str) -> dict:
@@ -336,9 +330,9 @@ def _plan(launch: KernelLaunch, ctx, mode: str) -> dict:
     every_tile = sum(-(-(const_value(simplify(a.buffer.numel())) or 0) * a.buffer.dtype.bytes // 16) * 16
                      for a in block_allocations(launch.body) if a.buffer.scope == "shared")
     general_min = every_tile + (max(int(loop.annotations.get("num_stages") or 0), 2) - 1) * sum(size[b] for b in leading)
-    general_min += _general_block_fragments(lbody, an.nc * WG, ctx)
     return {"mode": mode, "nc": an.nc, "bm": an.bm, "stages": stages, "pre": pre, "loop": loop, "body": lbody, "post": post,
             "folded": folded, "general_min_bytes": general_min,
+            "p_in_block_memory": _p_in_block_memory(lbody, an.nc * WG, ctx),
             "frags": an.frags, "shared": an.shared, "once": once, "staged": staged, "offset": layout,
             "once_bytes": once_bytes, "stage_bytes": stage_bytes,
             "pipe_bytes": 1024 + once_bytes + stages * stage_bytes + 16 * stages + 16,
@@ -1110,8 +1104,16 @@ MMA_ATTENTION_SHAPES: tuple = ((128, 128), (64, 128), (128, 64), (64, 64))
 #: with sm_80's, D85 on every mma.sync target by this rule). With sm_86's / sm_89's block memory through D63's overlay
 #: (one H100 / H200, ``--profile sm86``, the SM's carveout at that profile's) the general path with the form's
 #: defaults measured against the register program (regprog time / general time, in order / reversed): D79 round 3
-#: 64x64 d64 1.462 / 1.458, causal 1.444 / 1.402; 64x64 d128 1.669 / 1.659, causal 1.397 / 1.384
-SM86_MEASURED = "1.38-1.67x"
+#: 64x64 d64 1.462 / 1.458, causal 1.444 / 1.402; 64x64 d128 1.669 / 1.659, causal 1.397 / 1.384; D85 round 1 (H200,
+#: the route's default, TileLang's fp16 forward, fast math) 128x128 d64 1.307 / 1.297, causal 1.247 / 1.245; 64x64 d64
+#: 1.489 / 1.492, causal 1.442 / 1.439; 64x64 d128 1.671 / 1.659, causal 1.389 / 1.386; 128 rows x 32 keys d64 1.262 /
+#: 1.254, causal 1.297 / 1.289, d128 1.251 / 1.242, causal 1.307 / 1.301
+SM86_MEASURED = "1.24-1.67x"
+#: FlashAttention's form whose P the general path keeps in block memory (:func:`_p_in_block_memory`: the catalog's
+#: kernel, no warp policy) stays on the register program under ``"attention-measured"`` on every mma.sync target. D85
+#: round 1 (H200, sm_86's profile, 64x64, fast math; regprog time / general time): d64 0.643 / 0.638, causal 0.559 /
+#: 0.560 (fp16 and bf16 alike), d128 0.888 / 0.881, causal 0.840 / 0.834
+P_SHARED_MEASURED = "0.56-0.89x"
 #: the core's options the route turns on by default for FlashAttention's form on the general path of an mma.sync
 #: target (``PassContext.set_defaults``: a value the compile's config gives wins, either way): V issued at the top of
 #: the iteration after the barrier that frees its buffer (D71) and D55's (a cast stored once, the proven comparisons
@@ -1174,7 +1176,7 @@ def routed_to_general(plan, ctx) -> str | None:
         what = "attention" if shape is None else f"attention, {shape[0]} rows, head dimension {shape[1]}"
         return f"its form ({what}) runs on the core's general path on this target ({how})"
     if shape is not None and "attention-measured" in forms and shape in MMA_ATTENTION_SHAPES \
-            and _general_fits(plan, ctx):
+            and not plan["p_in_block_memory"] and _general_fits(plan, ctx):
         return (f"its form (attention, {shape[0]} rows, head dimension {shape[1]}) runs on the core's general path on "
                 "this target: there the general path with the late copy, D55's options and the lead copy measured "
                 f"1.20-1.46x the register program with sm_80's block memory, {SM86_MEASURED} with sm_86's / sm_89's "
@@ -1207,9 +1209,14 @@ def _route_notes(plan, ctx, name) -> tuple:
                 and not ctx.capabilities.feature("wgmma"):
             if "attention-measured" not in _mma_forms(ctx):
                 why_not = f"{MMA_GENERAL_FORMS} names neither \"attention\" nor \"attention-measured\""
+            elif shape in MMA_ATTENTION_SHAPES and plan["p_in_block_memory"]:
+                why_not = ("the general path would keep P, the second gemm's A, in block memory: the first gemm's warp "
+                           "groups split its columns (T.GemmWarpPolicy.FullRow keeps whole rows a warp); that form "
+                           f"measured {P_SHARED_MEASURED} the register program: D85; {MMA_GENERAL_FORMS} with "
+                           "\"attention\" routes it")
             elif shape in MMA_ATTENTION_SHAPES:
                 why_not = (f"the general path needs at least {plan['general_min_bytes']} bytes of block memory for it "
-                           f"(every shared tile once, the leading copies' stages, P where it keeps it there), this target has "
+                           f"(every shared tile once, the leading copies' stages), this target has "
                            f"{onchip_limit(ctx):.0f}: D85; {MMA_GENERAL_FORMS} with \"attention\" routes it")
             else:
                 why_not = ("the route takes it to the general path only at rows x head dimension "
