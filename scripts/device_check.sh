@@ -722,6 +722,16 @@ step sm86-r2 bash -c 'rc=0; B="python3 benchmarks/mma_general.py --rep 10 --orde
      timeout -k 5 40 $S --only bfa64,bfa64_causal || rc=$?;
      timeout -k 5 40 $B --fa 8,32,4096,64 --only cat64,cat64_causal --variants regprog,attention-all || rc=$?;
      timeout -k 5 40 $B --only cat64,cat64_causal --variants regprog,attention-all || rc=$?; exit $rc'
+# D85 round 3: the routed forms in the exact build (without the kernels' fast math) with sm_86's profile: TileLang's
+# forward at 128x128 d64 and 64x64 d64 / d128, causal and not, regprog vs default; then the catalog's attention cases
+# with the sm_80 profile (device mode, the default route: the catalog's 64x64 kernel back on the register program
+# there). About 2.5 min
+step sm86-r3 bash -c 'rc=0; S="python3 benchmarks/mma_general.py --rep 10 --orders 2 --exact --profile sm86 --carveout 43 --variants regprog,default";
+     timeout -k 5 80 $S --fa 8,32,4096,64 --only fa,fa_causal,fa64,fa64_causal || rc=$?;
+     timeout -k 5 50 $S --only fa64,fa64_causal || rc=$?;
+     OV=$(python3 -c "import sys, json; sys.path.insert(0, \"benchmarks\"); import mma_general as m; print(json.dumps(m.SM80))");
+     timeout -k 5 60 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-sm80-d85 \
+       -k attention --pass-config tilecore.cuda.disable_wgmma=true --pass-config "tilecore.capability_overlay=$OV" || rc=$?; exit $rc'
 # the catalog's attention cases with sm_86's profile overlaid (device mode): the default route. < 1 min
 step sm86-catalog bash -c 'OV=$(python3 -c "import sys, json; sys.path.insert(0, \"benchmarks\"); import mma_general as m; print(json.dumps(m.SM86))");
      timeout -k 5 100 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-sm86-default \
