@@ -1107,8 +1107,11 @@ MMA_ATTENTION_SHAPES: tuple = ((128, 128), (64, 128), (128, 64), (64, 64))
 #: 64x64 d64 1.462 / 1.458, causal 1.444 / 1.402; 64x64 d128 1.669 / 1.659, causal 1.397 / 1.384; D85 round 1 (H200,
 #: the route's default, TileLang's fp16 forward, fast math) 128x128 d64 1.307 / 1.297, causal 1.247 / 1.245; 64x64 d64
 #: 1.489 / 1.492, causal 1.442 / 1.439; 64x64 d128 1.671 / 1.659, causal 1.389 / 1.386; 128 rows x 32 keys d64 1.262 /
-#: 1.254, causal 1.297 / 1.289, d128 1.251 / 1.242, causal 1.307 / 1.301
-SM86_MEASURED = "1.24-1.67x"
+#: 1.254, causal 1.297 / 1.289, d128 1.251 / 1.242, causal 1.307 / 1.301; round 2, the catalog's kernel in bf16 with
+#: FullRow: 128x128 d64 1.320 / 1.310, causal 1.205 / 1.201, 64x64 d64 1.674 / 1.673, causal 1.503 / 1.487, d128 1.593 /
+#: 1.580, causal 1.142 / 1.138; round 3, TileLang's in the exact build: 128x128 d64 1.303 / 1.302, causal 1.246 / 1.244,
+#: 64x64 d64 1.523 / 1.523, causal 1.396 / 1.409, d128 1.501 / 1.510, causal 1.171 / 1.173
+SM86_MEASURED = "1.14-1.67x"
 #: FlashAttention's form whose P the general path keeps in block memory (:func:`_p_in_block_memory`: the catalog's
 #: kernel, no warp policy) stays on the register program under ``"attention-measured"`` on every mma.sync target. D85
 #: round 1 (H200, sm_86's profile, 64x64, fast math; regprog time / general time): d64 0.643 / 0.638, causal 0.559 /
