@@ -936,6 +936,24 @@ step faauto-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider
      tests/test_cuda_hopper.py -rs
 step faauto-tests2 timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_parity.py \
      tests/test_cuda_fa_unswitch.py tests/test_cuda_fa_loops.py -rs
+# D81 (helper fa90d64, issues 11 + 17): d64 with two consumer warpgroups at 128x128 (D77: exact 0.925x, fast causal
+# 0.94x the register program on the general path). fa90d64: benchmarks/fa_route.py on d64 only, causal and not, the
+# exact build and fast math; the register program, the general path's default, descriptor offsets (desc: ping-pong's
+# turn with the gemms back to back), desc + 32-bit loop counters (descn), desc + the masked iterations in a loop of
+# their own (loops_desc); SDPA cuDNN in the same process, 15 interleaved rounds; then a second process with the order
+# reversed (--reverse; the kernels from the cache), ~2.5 min. fa90d64-mix: D77's harness (d64 beside d128, GQA and d256
+# in one process) with general / regprog / desc, ~2.5 min. fa90d64-ca: the same d64 kernels through
+# benchmarks/cuda_attention.py --interleave (D66 / D74's harness, where d64's general kernel measured 1.04x), exact and
+# fast math processes, ~2 min. fa90d64-prof: Nsight Compute (clocks locked) on d64 exact and fast causal, ~2 min
+fa81() { local t=$1; shift; timeout -k 5 "$t" python3 benchmarks/fa_route.py --forms "${FA81_FORMS:-d64}" --workers 12 \
+  --variants "${FA81_VARIANTS:-regprog,general,desc,descn,loops_desc}" --rounds "${FA81_ROUNDS:-15}" --inner-rep 10 "$@"; }
+step fa90d64 bash -c "$(declare -f fa81); rc=0; fa81 150 || rc=\$?; fa81 60 --reverse || rc=\$?; exit \$rc"
+step fa90d64-mix bash -c "$(declare -f fa81); FA81_FORMS=d64,d128,gqa,d256 FA81_VARIANTS=general,regprog,desc \
+     FA81_ROUNDS=11 fa81 170"
+step fa90d64-ca bash -c 'rc=0; for b in "" "--fast-math --no-exact"; do timeout -k 5 80 python3 benchmarks/cuda_attention.py \
+       --dim 64 --blocks 128x128x256x2 --inner-rep 10 --interleave 11 $b --general regprog,default,gdesc || rc=$?; done; exit $rc'
+step fa90d64-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows d64,d64_fc --variants regprog,default,desc \
+     --config desc:tilecore.cuda.descriptor_offsets=True --timeout 40
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \
