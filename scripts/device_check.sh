@@ -45,7 +45,7 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_exp2_poly.py tests/test_cuda_row_division.py tests/test_gemm_kstep.py \
      tests/test_host_launch.py tests/test_general_fp8.py tests/test_cuda_fa_parity.py tests/test_cuda_fa_unswitch.py \
      tests/test_general_splitk.py tests/test_programmatic_launch.py tests/test_mma_route.py tests/test_cuda_fa_loops.py \
-     tests/test_group_multicast.py tests/test_cuda_fa_d64.py
+     tests/test_group_multicast.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -937,31 +937,23 @@ step faauto-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider
 step faauto-tests2 timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_parity.py \
      tests/test_cuda_fa_unswitch.py tests/test_cuda_fa_loops.py -rs
 # D81 (helper fa90d64, issues 11 + 17): d64 with two consumer warpgroups at 128x128 (D77: exact 0.925x, fast causal
-# 0.94x the register program on the general path). D81's rule: tilecore.cuda.descriptor_offsets "auto" (the default)
-# takes the offsets where ping-pong's turns issue a register-operand wgmma of n64 or narrower (d64's P @ V), so the
-# general path's default (general) is D81's kernel and nodesc (the option off) the kernel before D81. fa90d64:
-# benchmarks/fa_route.py on d64 only, causal and not, the exact build and fast math; the register program, general,
-# nodesc, descn (+ 32-bit loop counters), loops_desc (+ the masked iterations in a loop of their own); SDPA cuDNN in
-# the same process, 15 interleaved rounds; then a second process with the order reversed (--reverse; the kernels
-# from the cache), ~2.5 min. fa90d64-176: the same at 128x176 (general / nodesc / regprog, 11 rounds, ~1.5 min).
-# fa90d64-mix: D77's harness (d64 beside d128, GQA and d256 in one process), general / regprog / nodesc, ~2.5 min.
-# fa90d64-ca: d64's kernels through benchmarks/cuda_attention.py --interleave (D66 / D74's harness, where the general
-# kernel before D81 measured 1.04x), exact and fast math processes, ~2 min. fa90d64-prof: Nsight Compute (clocks
-# locked) on d64 exact and fast causal, ~2 min
+# 0.94x the register program on the general path). fa90d64: benchmarks/fa_route.py on d64 only, causal and not, the
+# exact build and fast math; the register program, the general path's default, descriptor offsets (desc: ping-pong's
+# turn with the gemms back to back), desc + 32-bit loop counters (descn), desc + the masked iterations in a loop of
+# their own (loops_desc); SDPA cuDNN in the same process, 15 interleaved rounds; then a second process with the order
+# reversed (--reverse; the kernels from the cache), ~2.5 min. fa90d64-mix: D77's harness (d64 beside d128, GQA and d256
+# in one process) with general / regprog / desc, ~2.5 min. fa90d64-ca: the same d64 kernels through
+# benchmarks/cuda_attention.py --interleave (D66 / D74's harness, where d64's general kernel measured 1.04x), exact and
+# fast math processes, ~2 min. fa90d64-prof: Nsight Compute (clocks locked) on d64 exact and fast causal, ~2 min
 fa81() { local t=$1; shift; timeout -k 5 "$t" python3 benchmarks/fa_route.py --forms "${FA81_FORMS:-d64}" --workers 12 \
-  --variants "${FA81_VARIANTS:-regprog,general,nodesc,descn,loops_desc}" --rounds "${FA81_ROUNDS:-15}" --inner-rep 10 "$@"; }
+  --variants "${FA81_VARIANTS:-regprog,general,desc,descn,loops_desc}" --rounds "${FA81_ROUNDS:-15}" --inner-rep 10 "$@"; }
 step fa90d64 bash -c "$(declare -f fa81); rc=0; fa81 150 || rc=\$?; fa81 60 --reverse || rc=\$?; exit \$rc"
-step fa90d64-176 bash -c "$(declare -f fa81); FA81_FORMS=d64x176 FA81_VARIANTS=regprog,general,nodesc FA81_ROUNDS=11 fa81 110"
-step fa90d64-mix bash -c "$(declare -f fa81); FA81_FORMS=d64,d128,gqa,d256 FA81_VARIANTS=general,regprog,nodesc \
+step fa90d64-mix bash -c "$(declare -f fa81); FA81_FORMS=d64,d128,gqa,d256 FA81_VARIANTS=general,regprog,desc \
      FA81_ROUNDS=11 fa81 170"
 step fa90d64-ca bash -c 'rc=0; for b in "" "--fast-math --no-exact"; do timeout -k 5 80 python3 benchmarks/cuda_attention.py \
-       --dim 64 --blocks 128x128x256x2 --inner-rep 10 --interleave 11 $b --general regprog,default,nodesc || rc=$?; done; exit $rc'
-# fa90d64-tests: D81's device tests (d64's kernels bit for bit the kernels before D81 and against float64, both
-# blocks, causal and not, sequences 1000 / 1024; fast math) with D66 / D74's d64 rows, ~2 min
-step fa90d64-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_d64.py \
-     tests/test_cuda_fa_parity.py tests/test_cuda_fa_loops.py -k "d64" -rs
-step fa90d64-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows d64,d64_fc --variants regprog,default,nodesc \
-     --config nodesc:tilecore.cuda.descriptor_offsets=False --timeout 40
+       --dim 64 --blocks 128x128x256x2 --inner-rep 10 --interleave 11 $b --general regprog,default,gdesc || rc=$?; done; exit $rc'
+step fa90d64-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows d64,d64_fc --variants regprog,default,desc \
+     --config desc:tilecore.cuda.descriptor_offsets=True --timeout 40
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

@@ -15,7 +15,7 @@ from importlib import resources
 from tilecore.codegen import SIMTCppEmitter, EmitState, abi_of, host_expr
 from tilecore.codegen.simtcpp import grid3
 from tilecore.errors import CompileError
-from tilecore.ir import (as_expr, KernelLaunch, BinOp, Bind, For, ThreadIndex, AsyncCopy, CopyBarrierWait, VectorStore, BufferLoad, BulkCopy, BulkStore, Cast, Collective, MatrixLoad, MatrixOp, MatrixStore, MatrixSync, Seq, Store, Turn, binary, collect, const,
+from tilecore.ir import (as_expr, KernelLaunch, BinOp, Bind, For, ThreadIndex, AsyncCopy, CopyBarrierWait, VectorStore, BufferLoad, BulkCopy, BulkStore, Cast, Collective, MatrixLoad, MatrixOp, MatrixStore, MatrixSync, Seq, Store, binary, collect, const,
                          const_value, logic_or, simplify, Var, walk, walk_expr)
 from tilecore.codegen.cfamily import kept_workspaces, st_fast
 from tilecore.ir.thread_values import thread_values
@@ -659,11 +659,6 @@ class CUDAEmitter(SIMTCppEmitter):
     #: the offsets (d128 128x128: 160, d256 128x64: 176, d64 128x176: 164: no spill) and spills above it (d128 128x176
     #: causal or ragged: 196 words, 36 / 52 bytes a thread stored / loaded)
     DESC_OFFSET_MAX_CARRIED = 176
-    #: D81: "auto" (and "fit") also take the offsets in a kernel with ping-pong's turns (:class:`Turn`) whose gemm
-    #: reading registers issues wgmma instructions this wide or narrower (FlashAttention's P @ V at d64 with two consumer
-    #: warpgroups: m64n64k16, 32 tensor-pipe cycles each, as long as the 5 uniform instructions of descriptor
-    #: arithmetic ptxas put between them inside the turn; at d128 an instruction runs twice as long); 0: never
-    DESC_OFFSET_NARROW_N = 64
     DESC_OFFSET_VALUES = (True, False, "auto", "fit")
 
     def descriptor_offsets(self, st) -> bool:
@@ -675,8 +670,6 @@ class CUDAEmitter(SIMTCppEmitter):
         if v not in ("auto", "fit") or not getattr(st, "register_operands", False):
             return False
         if getattr(st, "wgmma_k_steps", 0) >= self.DESC_OFFSET_MIN_STEPS:
-            return True
-        if 0 < getattr(st, "turn_register_n", 0) <= self.DESC_OFFSET_NARROW_N:
             return True
         return v == "fit" and 0 < getattr(st, "carried_words", 0) <= self.DESC_OFFSET_MAX_CARRIED
     DESC_AT = """/* D59: a matrix descriptor advanced by a signed byte offset (a multiple of 16) inside its tile (the 14-bit
@@ -1002,7 +995,7 @@ __device__ __forceinline__ unsigned long long tc_wg_desc_at(unsigned long long d
             return super().stmt_MatrixOp(st, s)
         from .hopper import wgmma_struct
 
-        n = self.wgmma_n(s)
+        n = int(s.spelling.split("n")[-1].split("k")[0])
         dtype = str((s.b_origin.buffer if s.b_origin is not None else s.b).dtype)
         a_regs = s.a_origin is None
         name, text = wgmma_struct(dtype, n, not s.attrs["b_trans"], a_regs,
@@ -1498,17 +1491,7 @@ template <int N, typename T> __device__ __forceinline__ void tc_wg_unpin_pairs(T
         # D74: the 32-bit words a thread the launch's asynchronous gemms carry (accumulators and register operands;
         # tilecore.cuda.descriptor_offsets "fit")
         st.carried_words = self.carried_words(st, s) if st.register_operands else 0
-        # D81: in a launch with ping-pong's turns, the widest wgmma instruction reading its A from registers (0: none;
-        # tilecore.cuda.descriptor_offsets "auto" at DESC_OFFSET_NARROW_N or narrower)
-        st.turn_register_n = max((self.wgmma_n(m) for m in self.collected(st, s.body, MatrixOp)
-                                  if m.spelling.startswith("wgmma_") and m.a_origin is None), default=0) \
-            if st.register_operands and self.collected(st, s.body, Turn) else 0
         return super().stmt_KernelLaunch(st, s)
-
-    @staticmethod
-    def wgmma_n(m) -> int:
-        """The N of a wgmma instruction's spelling (``wgmma_m64n64k16...`` -> 64)."""
-        return int(m.spelling.split("n")[-1].split("k")[0])
 
     def carried_words(self, st, launch) -> int:
         """32-bit registers a thread of the accumulators and the register operands of the launch's asynchronous gemms
