@@ -191,6 +191,9 @@ def main() -> int:
     ap.add_argument("--reverse", action="store_true",
                     help="time the kernels in the reverse order (the first round starts from the last row; D81: a "
                          "second process with this flag for both orders)")
+    ap.add_argument("--shuffle", type=int, default=None, metavar="SEED",
+                    help="a fresh random order every round (seeded) instead of the order and its reverse: D81 found the "
+                         "kernel timed right after the cuDNN block (the first of the order) 3-10%% slow in every round")
     ap.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
                     help="processes compiling into the kernel cache first (0: compile here, one by one)")
     args = ap.parse_args()
@@ -281,8 +284,16 @@ def main() -> int:
 
     order = list(timed.items())[::-1] if args.reverse else list(timed.items())
     times = {key: [] for key in timed}
+    import random
+
+    shuffler = random.Random(args.shuffle) if args.shuffle is not None else None
     for r in range(args.rounds):
-        for key, fn in (order if r % 2 == 0 else order[::-1]):
+        if shuffler is not None:
+            now = order[:]
+            shuffler.shuffle(now)
+        else:
+            now = order if r % 2 == 0 else order[::-1]
+        for key, fn in now:
             times[key].append(cuda_ms(fn, args.inner_rep))
     print(f"timed {args.rounds} rounds at {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 

@@ -954,6 +954,23 @@ step fa90d64-ca bash -c 'rc=0; for b in "" "--fast-math --no-exact"; do timeout 
        --dim 64 --blocks 128x128x256x2 --inner-rep 10 --interleave 11 $b --general regprog,default,gdesc || rc=$?; done; exit $rc'
 step fa90d64-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows d64,d64_fc --variants regprog,default,desc \
      --config desc:tilecore.cuda.descriptor_offsets=True --timeout 40
+# D81 round 2 (round 1: the descriptor offsets measured slower at d64 and were reverted; the general path's exact d64
+# kernel 1.04-1.07x the register program wherever it was not the first kernel after the cuDNN block; D77's 0.925 was
+# that position). fa90d64-r2: the route as it is now (AUTO_GENERAL takes d64's exact build at 128x128: default = the
+# general kernel there, the register program's under fast math), fa_route.py --shuffle (a fresh random order every
+# round), two seeds, 15 rounds each, ~1.5 min. fa90d64-fast: d64 fast math causal (0.92-0.96x in every run) through
+# cuda_attention.py: the register program, the default, ping-pong's turns off (nopp: the register program's fast-math
+# schedule), D70's one unswitched loop (d70), 32-bit loop counters (default_n), D70's defaults off (before), 11 rounds,
+# ~2 min. fa90d64-tests: the route's tests and the d64 device rows (test_cuda_general_attention's route / d64 tests,
+# test_cuda_fa_parity / _loops / _unswitch d64 rows), then the catalog's attention cases on cuda:sm_90a, ~3 min
+step fa90d64-r2 bash -c "$(declare -f fa81); rc=0; FA81_VARIANTS=general,regprog,default fa81 150 --shuffle 81 || rc=\$?;
+     FA81_VARIANTS=general,regprog,default fa81 80 --shuffle 82 || rc=\$?; exit \$rc"
+step fa90d64-fast timeout -k 5 170 python3 benchmarks/cuda_attention.py --dim 64 --blocks 128x128x256x2 --inner-rep 10 \
+     --interleave 11 --fast-math --no-exact --causal yes --general regprog,default,nopp,d70,default_n,before
+step fa90d64-tests bash -c 'rc=0; timeout -k 5 150 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py \
+       tests/test_cuda_fa_parity.py tests/test_cuda_fa_loops.py tests/test_cuda_fa_unswitch.py -k "d64 or auto" -rs || rc=$?;
+     timeout -k 5 60 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention --report /tmp/rep/cuda-d81 || rc=$?;
+     exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \
