@@ -45,7 +45,9 @@ VARIANTS = {"general": {"tilecore.cuda.register_programs": False},
             "descn": {"tilecore.cuda.register_programs": False, "tilecore.cuda.descriptor_offsets": True,
                       "tilecore.cuda.narrow_loop_counters": True},
             "loops_desc": {"tilecore.cuda.register_programs": False, "tilecore.cuda.descriptor_offsets": True,
-                           "tilecore.pipeline_mask_unswitch": "loops"}}
+                           "tilecore.pipeline_mask_unswitch": "loops"},
+            # D81: D74's masked loop without the fact of its variable's bound (its mask's edge tests kept: before D81)
+            "nobound": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_masked_loop_bound": False}}
 TARGET = "cuda:sm_90a"
 #: issue 17's absolute bars (TFLOP/s) for d128's non-causal rows, by build; causal rows: 0.95x cuDNN
 BAR_TFLOPS = {True: 680.0, False: 560.0}

@@ -45,7 +45,7 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_exp2_poly.py tests/test_cuda_row_division.py tests/test_gemm_kstep.py \
      tests/test_host_launch.py tests/test_general_fp8.py tests/test_cuda_fa_parity.py tests/test_cuda_fa_unswitch.py \
      tests/test_general_splitk.py tests/test_programmatic_launch.py tests/test_mma_route.py tests/test_cuda_fa_loops.py \
-     tests/test_group_multicast.py
+     tests/test_group_multicast.py tests/test_cuda_fa_d64.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -963,12 +963,18 @@ step fa90d64-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows d64,d64_
 # schedule), D70's one unswitched loop (d70), 32-bit loop counters (default_n), D70's defaults off (before), 11 rounds,
 # ~2 min. fa90d64-tests: the route's tests and the d64 device rows (test_cuda_general_attention's route / d64 tests,
 # test_cuda_fa_parity / _loops / _unswitch d64 rows), then the catalog's attention cases on cuda:sm_90a, ~3 min
+# fa90d64-bound: D81's fact of the masked loop's bound (tilecore.pipeline_masked_loop_bound, the default; nobound =
+# D74's form) on every causal form with D74's two loops (fast math at d64 / d128 / GQA / d128 128x176, d256 in both
+# builds), fa_route.py --shuffle, 11 rounds, the register program beside, ~2.5 min
+step fa90d64-bound bash -c "$(declare -f fa81); FA81_FORMS=d64,d128,gqa,d256,d128x176 FA81_VARIANTS=general,nobound,regprog \
+     FA81_ROUNDS=11 fa81 200 --causal yes --shuffle 84"
 step fa90d64-r2 bash -c "$(declare -f fa81); rc=0; FA81_VARIANTS=general,regprog,default fa81 150 --shuffle 81 || rc=\$?;
      FA81_VARIANTS=general,regprog,default fa81 80 --shuffle 82 || rc=\$?; exit \$rc"
 step fa90d64-fast timeout -k 5 170 python3 benchmarks/cuda_attention.py --dim 64 --blocks 128x128x256x2 --inner-rep 10 \
-     --interleave 11 --fast-math --no-exact --causal yes --general regprog,default,nopp,d70,default_n,before
+     --interleave 11 --fast-math --no-exact --causal yes --general regprog,default,nobound,nopp,d70,default_n
 step fa90d64-tests bash -c 'rc=0; timeout -k 5 150 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py \
        tests/test_cuda_fa_parity.py tests/test_cuda_fa_loops.py tests/test_cuda_fa_unswitch.py -k "d64 or auto" -rs || rc=$?;
+     timeout -k 5 120 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_d64.py -rs || rc=$?;
      timeout -k 5 60 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention --report /tmp/rep/cuda-d81 || rc=$?;
      exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
