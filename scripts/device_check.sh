@@ -977,6 +977,25 @@ step fa90d64-tests bash -c 'rc=0; timeout -k 5 150 python3 -m pytest -q -n 8 -p 
      timeout -k 5 120 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_d64.py -rs || rc=$?;
      timeout -k 5 60 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention --report /tmp/rep/cuda-d81 || rc=$?;
      exit $rc'
+# D81 round 3 (round 2: the masked loop's bound +5.6% on d64 fast causal, +12.6% on d128 fast causal, +1-2% on GQA /
+# 128x176 / d256 fast causal; d64's fast causal row 0.975-0.993x with it): AUTO_GENERAL takes d64 at 128x128 in both
+# builds. fa90d64-r3: fa_route d64, general / regprog / default (now the general kernel on all four rows), --shuffle,
+# two seeds, 15 rounds, ~1 min. fa90d64-bound2: the bound again on the fast causal rows (d64, d128, GQA, d256,
+# d128x176; general / nobound / regprog, another seed, 15 rounds), ~1.5 min. fa90d64-tests2: the two-loop device tests
+# (test_cuda_fa_loops, test_cuda_fa_unswitch, test_cuda_fa_d64: bit for bit and float64 on every form the bound
+# touches), ~3 min. fa90d64-tests3: the route's and D66's device tests (test_cuda_general_attention, test_cuda_fa_parity)
+# and the catalog's attention cases on cuda:sm_90a on both routes, ~3 min
+step fa90d64-r3 bash -c "$(declare -f fa81); rc=0; FA81_VARIANTS=general,regprog,default fa81 120 --shuffle 85 || rc=\$?;
+     FA81_VARIANTS=general,regprog,default fa81 60 --shuffle 86 || rc=\$?; exit \$rc"
+step fa90d64-bound2 bash -c "$(declare -f fa81); FA81_FORMS=d64,d128,gqa,d256,d128x176 FA81_VARIANTS=general,nobound,regprog \
+     FA81_ROUNDS=15 fa81 170 --causal yes --builds fast --shuffle 87"
+step fa90d64-tests2 timeout -k 5 220 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_loops.py \
+     tests/test_cuda_fa_unswitch.py tests/test_cuda_fa_d64.py -rs
+step fa90d64-tests3 bash -c 'rc=0; timeout -k 5 150 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py \
+       tests/test_cuda_fa_parity.py -rs || rc=$?;
+     timeout -k 5 50 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention --report /tmp/rep/cuda-d81b || rc=$?;
+     timeout -k 5 50 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention --report /tmp/rep/cuda-d81g \
+       --pass-config tilecore.cuda.register_programs=false || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \
