@@ -215,6 +215,8 @@ GENERAL = {"regprog": {"tilecore.cuda.register_programs": True}, "default": _GEN
            # against D70's (True: one loop everywhere); the default with 32-bit loop counters (default_n)
            "d70": {**_GEN, "tilecore.pipeline_mask_unswitch": True},
            "default_n": {**_GEN, "tilecore.cuda.narrow_loop_counters": True},
+           # D81: D74's masked loop without the fact of its variable's bound (the mask's edge tests kept: before D81)
+           "nobound": {**_GEN, "tilecore.pipeline_masked_loop_bound": False},
            "loops_fit_nopp": {**_GEN, "tilecore.pipeline_mask_unswitch": "loops", "tilecore.cuda.descriptor_offsets": "fit",
                               "tilecore.pingpong": False},
            # D59: the general path's defaults before D59 (D55's), the new ones off

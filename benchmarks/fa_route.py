@@ -31,11 +31,23 @@ from multiprocessing import get_context
 #: name -> (head dimension, KV heads or None, block rows, key block, threads)
 FORMS = {"d64": (64, None, 128, 128, 256), "d128": (128, None, 128, 128, 256), "d128x176": (128, None, 128, 176, 256),
          "gqa": (128, 8, 128, 128, 256), "d256": (256, None, 128, 64, 256), "d128x64": (128, None, 64, 64, 128),
-         "d64x64": (64, None, 64, 64, 128), "d256x64": (256, None, 64, 64, 128)}
+         "d64x64": (64, None, 64, 64, 128), "d256x64": (256, None, 64, 64, 128), "d64x176": (64, None, 128, 176, 256)}
 #: the forms timed when --forms is not given (the issue's rows at their blocks, and one consumer warpgroup at d128)
 DEFAULT_FORMS = ("d64", "d128", "d128x176", "gqa", "d256", "d128x64")
 VARIANTS = {"general": {"tilecore.cuda.register_programs": False},
-            "regprog": {"tilecore.cuda.register_programs": True}, "default": {}}
+            "regprog": {"tilecore.cuda.register_programs": True}, "default": {},
+            # D81 (d64 with two consumer warpgroups): the general path with descriptor offsets (the gemms of ping-pong's
+            # turn issued back to back: at d64 P @ V's m64n64 instructions are as short as the descriptor arithmetic
+            # between them), without them (the form's kernel before D81), with 32-bit loop counters too, and the causal
+            # form's masked iterations in a loop of their own with offsets (D74's "loops")
+            "desc": {"tilecore.cuda.register_programs": False, "tilecore.cuda.descriptor_offsets": True},
+            "nodesc": {"tilecore.cuda.register_programs": False, "tilecore.cuda.descriptor_offsets": False},
+            "descn": {"tilecore.cuda.register_programs": False, "tilecore.cuda.descriptor_offsets": True,
+                      "tilecore.cuda.narrow_loop_counters": True},
+            "loops_desc": {"tilecore.cuda.register_programs": False, "tilecore.cuda.descriptor_offsets": True,
+                           "tilecore.pipeline_mask_unswitch": "loops"},
+            # D81: D74's masked loop without the fact of its variable's bound (its mask's edge tests kept: before D81)
+            "nobound": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_masked_loop_bound": False}}
 TARGET = "cuda:sm_90a"
 #: issue 17's absolute bars (TFLOP/s) for d128's non-causal rows, by build; causal rows: 0.95x cuDNN
 BAR_TFLOPS = {True: 680.0, False: 560.0}
@@ -154,7 +166,10 @@ def report(args, rows, variants, times, paths, errs, device: str) -> None:
         print(f"{f} {bm}x{bn} causal={c} fast={x}: " + ", ".join(f"{v} {tf[v][0]:.1f}" for v in tf)
               + f", cuDNN {cud:.1f}" + (f", general/regprog {ratio:.3f}" if ratio else "")
               + (f", default/regprog {tf['default'][0] / tf['regprog'][0]:.3f}" if "default" in tf and "regprog" in tf
-                 else "") + f" (default route: {paths[(f, c, x)]}); bar {bar_text}",
+                 else "")
+              + "".join(f", {v}/regprog {tf[v][0] / tf['regprog'][0]:.3f}" for v in tf
+                        if v not in ("general", "default", "regprog") and "regprog" in tf)
+              + f" (default route: {paths[(f, c, x)]}); bar {bar_text}",
               file=sys.stderr)
     Console(width=250).print(table)
     if verdicts:
@@ -175,6 +190,12 @@ def main() -> int:
     ap.add_argument("--builds", default="exact,fast", help="exact, fast or both (comma-separated)")
     ap.add_argument("--rounds", type=int, default=11)
     ap.add_argument("--inner-rep", type=int, default=10)
+    ap.add_argument("--reverse", action="store_true",
+                    help="time the kernels in the reverse order (the first round starts from the last row; D81: a "
+                         "second process with this flag for both orders)")
+    ap.add_argument("--shuffle", type=int, default=None, metavar="SEED",
+                    help="a fresh random order every round (seeded) instead of the order and its reverse: D81 found the "
+                         "kernel timed right after the cuDNN block (the first of the order) 3-10%% slow in every round")
     ap.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
                     help="processes compiling into the kernel cache first (0: compile here, one by one)")
     args = ap.parse_args()
@@ -263,10 +284,18 @@ def main() -> int:
     print(f"all kernels ready at {time.perf_counter() - t0:.1f} s ({hits} of {len(jobs)} from the cache)", file=sys.stderr)
     from cuda_attention import cuda_ms
 
-    order = list(timed.items())
+    order = list(timed.items())[::-1] if args.reverse else list(timed.items())
     times = {key: [] for key in timed}
+    import random
+
+    shuffler = random.Random(args.shuffle) if args.shuffle is not None else None
     for r in range(args.rounds):
-        for key, fn in (order if r % 2 == 0 else order[::-1]):
+        if shuffler is not None:
+            now = order[:]
+            shuffler.shuffle(now)
+        else:
+            now = order if r % 2 == 0 else order[::-1]
+        for key, fn in now:
             times[key].append(cuda_ms(fn, args.inner_rep))
     print(f"timed {args.rounds} rounds at {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 

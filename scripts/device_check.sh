@@ -46,6 +46,9 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_host_launch.py tests/test_general_fp8.py tests/test_cuda_fa_parity.py tests/test_cuda_fa_unswitch.py \
      tests/test_general_splitk.py tests/test_programmatic_launch.py tests/test_mma_route.py tests/test_cuda_fa_loops.py tests/test_mma_route_sm86.py \
      tests/test_group_multicast.py
+
+     tests/test_general_splitk.py tests/test_programmatic_launch.py tests/test_mma_route.py tests/test_cuda_fa_loops.py \
+     tests/test_group_multicast.py tests/test_cuda_fa_d64.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -987,6 +990,66 @@ step faauto-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider
      tests/test_cuda_hopper.py -rs
 step faauto-tests2 timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_parity.py \
      tests/test_cuda_fa_unswitch.py tests/test_cuda_fa_loops.py -rs
+# D81 (helper fa90d64, issues 11 + 17): d64 with two consumer warpgroups at 128x128 (D77: exact 0.925x, fast causal
+# 0.94x the register program on the general path). fa90d64: benchmarks/fa_route.py on d64 only, causal and not, the
+# exact build and fast math; the register program, the general path's default, descriptor offsets (desc: ping-pong's
+# turn with the gemms back to back), desc + 32-bit loop counters (descn), desc + the masked iterations in a loop of
+# their own (loops_desc); SDPA cuDNN in the same process, 15 interleaved rounds; then a second process with the order
+# reversed (--reverse; the kernels from the cache), ~2.5 min. fa90d64-mix: D77's harness (d64 beside d128, GQA and d256
+# in one process) with general / regprog / desc, ~2.5 min. fa90d64-ca: the same d64 kernels through
+# benchmarks/cuda_attention.py --interleave (D66 / D74's harness, where d64's general kernel measured 1.04x), exact and
+# fast math processes, ~2 min. fa90d64-prof: Nsight Compute (clocks locked) on d64 exact and fast causal, ~2 min
+fa81() { local t=$1; shift; timeout -k 5 "$t" python3 benchmarks/fa_route.py --forms "${FA81_FORMS:-d64}" --workers 12 \
+  --variants "${FA81_VARIANTS:-regprog,general,desc,descn,loops_desc}" --rounds "${FA81_ROUNDS:-15}" --inner-rep 10 "$@"; }
+step fa90d64 bash -c "$(declare -f fa81); rc=0; fa81 150 || rc=\$?; fa81 60 --reverse || rc=\$?; exit \$rc"
+step fa90d64-mix bash -c "$(declare -f fa81); FA81_FORMS=d64,d128,gqa,d256 FA81_VARIANTS=general,regprog,desc \
+     FA81_ROUNDS=11 fa81 170"
+step fa90d64-ca bash -c 'rc=0; for b in "" "--fast-math --no-exact"; do timeout -k 5 80 python3 benchmarks/cuda_attention.py \
+       --dim 64 --blocks 128x128x256x2 --inner-rep 10 --interleave 11 $b --general regprog,default,gdesc || rc=$?; done; exit $rc'
+step fa90d64-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows d64,d64_fc --variants regprog,default,desc \
+     --config desc:tilecore.cuda.descriptor_offsets=True --timeout 40
+# D81 round 2 (round 1: the descriptor offsets measured slower at d64 and were reverted; the general path's exact d64
+# kernel 1.04-1.07x the register program wherever it was not the first kernel after the cuDNN block; D77's 0.925 was
+# that position). fa90d64-r2: the route as it is now (AUTO_GENERAL takes d64's exact build at 128x128: default = the
+# general kernel there, the register program's under fast math), fa_route.py --shuffle (a fresh random order every
+# round), two seeds, 15 rounds each, ~1.5 min. fa90d64-fast: d64 fast math causal (0.92-0.96x in every run) through
+# cuda_attention.py: the register program, the default, ping-pong's turns off (nopp: the register program's fast-math
+# schedule), D70's one unswitched loop (d70), 32-bit loop counters (default_n), D70's defaults off (before), 11 rounds,
+# ~2 min. fa90d64-tests: the route's tests and the d64 device rows (test_cuda_general_attention's route / d64 tests,
+# test_cuda_fa_parity / _loops / _unswitch d64 rows), then the catalog's attention cases on cuda:sm_90a, ~3 min
+# fa90d64-bound: D81's fact of the masked loop's bound (tilecore.pipeline_masked_loop_bound, the default; nobound =
+# D74's form) on every causal form with D74's two loops (fast math at d64 / d128 / GQA / d128 128x176, d256 in both
+# builds), fa_route.py --shuffle, 11 rounds, the register program beside, ~2.5 min
+step fa90d64-bound bash -c "$(declare -f fa81); FA81_FORMS=d64,d128,gqa,d256,d128x176 FA81_VARIANTS=general,nobound,regprog \
+     FA81_ROUNDS=11 fa81 200 --causal yes --shuffle 84"
+step fa90d64-r2 bash -c "$(declare -f fa81); rc=0; FA81_VARIANTS=general,regprog,default fa81 150 --shuffle 81 || rc=\$?;
+     FA81_VARIANTS=general,regprog,default fa81 80 --shuffle 82 || rc=\$?; exit \$rc"
+step fa90d64-fast timeout -k 5 170 python3 benchmarks/cuda_attention.py --dim 64 --blocks 128x128x256x2 --inner-rep 10 \
+     --interleave 11 --fast-math --no-exact --causal yes --general regprog,default,nobound,nopp,d70,default_n
+step fa90d64-tests bash -c 'rc=0; timeout -k 5 150 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py \
+       tests/test_cuda_fa_parity.py tests/test_cuda_fa_loops.py tests/test_cuda_fa_unswitch.py -k "d64 or auto" -rs || rc=$?;
+     timeout -k 5 120 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_d64.py -rs || rc=$?;
+     timeout -k 5 60 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention --report /tmp/rep/cuda-d81 || rc=$?;
+     exit $rc'
+# D81 round 3 (round 2: the masked loop's bound +5.6% on d64 fast causal, +12.6% on d128 fast causal, +1-2% on GQA /
+# 128x176 / d256 fast causal; d64's fast causal row 0.975-0.993x with it): AUTO_GENERAL takes d64 at 128x128 in both
+# builds. fa90d64-r3: fa_route d64, general / regprog / default (now the general kernel on all four rows), --shuffle,
+# two seeds, 15 rounds, ~1 min. fa90d64-bound2: the bound again on the fast causal rows (d64, d128, GQA, d256,
+# d128x176; general / nobound / regprog, another seed, 15 rounds), ~1.5 min. fa90d64-tests2: the two-loop device tests
+# (test_cuda_fa_loops, test_cuda_fa_unswitch, test_cuda_fa_d64: bit for bit and float64 on every form the bound
+# touches), ~3 min. fa90d64-tests3: the route's and D66's device tests (test_cuda_general_attention, test_cuda_fa_parity)
+# and the catalog's attention cases on cuda:sm_90a on both routes, ~3 min
+step fa90d64-r3 bash -c "$(declare -f fa81); rc=0; FA81_VARIANTS=general,regprog,default fa81 120 --shuffle 85 || rc=\$?;
+     FA81_VARIANTS=general,regprog,default fa81 60 --shuffle 86 || rc=\$?; exit \$rc"
+step fa90d64-bound2 bash -c "$(declare -f fa81); FA81_FORMS=d64,d128,gqa,d256,d128x176 FA81_VARIANTS=general,nobound,regprog \
+     FA81_ROUNDS=15 fa81 170 --causal yes --builds fast --shuffle 87"
+step fa90d64-tests2 timeout -k 5 220 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_loops.py \
+     tests/test_cuda_fa_unswitch.py tests/test_cuda_fa_d64.py -rs
+step fa90d64-tests3 bash -c 'rc=0; timeout -k 5 150 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py \
+       tests/test_cuda_fa_parity.py -rs || rc=$?;
+     timeout -k 5 50 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention --report /tmp/rep/cuda-d81b || rc=$?;
+     timeout -k 5 50 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention --report /tmp/rep/cuda-d81g \
+       --pass-config tilecore.cuda.register_programs=false || rc=$?; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

@@ -44,7 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 ROWS = {"x176": (128, 128, 176, False, False, None), "gqa_fc": (128, 128, 128, True, True, 8),
         "d256": (256, 128, 64, False, False, None), "c128": (128, 128, 128, True, False, None),
         "f128": (128, 128, 128, False, True, None), "x128": (128, 128, 128, False, False, None),
-        "gqa_f": (128, 128, 128, False, True, 8), "d256c": (256, 128, 64, True, False, None)}
+        "gqa_f": (128, 128, 128, False, True, 8), "d256c": (256, 128, 64, True, False, None),
+        # D81: d64 with two consumer warpgroups, exact non-causal and fast causal (the rows D77 measured at 0.925 / 0.94)
+        "d64": (64, 128, 128, False, False, None), "d64_fc": (64, 128, 128, True, True, None)}
 VARIANTS = {"regprog": {"tilecore.cuda.register_programs": True},
             "default": {"tilecore.cuda.register_programs": False},
             # D70: the iteration unswitched on the split mask's condition; the mask before the first gemm
