@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from cuda_gemm import NO_GPU_EXIT, has_gpu, matmul, split_k_of  # noqa: E402
 
 TILES = "128x128x64/256/4,64x128x64/128/4,64x256x64/128/3"
+SHAPES = "128x4096x4096,16x8192x8192,256x4096x4096,64x8192x4096,32x4096x14336"
 PLUGIN_TILES = {"128x4096x4096": (128, 128, 64, 256, 5), "16x8192x8192": (64, 256, 64, 128, 3)}
 GENERAL = {"tilecore.cuda.general_plain_gemm": True}
 #: the plugin's own split-K, also where D75 routes a split GEMM to the core's group sum by default
@@ -42,6 +43,47 @@ def parse_tile(t: str) -> tuple:
     a, th, st = t.split("/")
     bm, bn, bk = (int(x) for x in a.split("x"))
     return bm, bn, bk, int(th), int(st)
+
+
+def shape_rows(M: int, N: int, K: int, dtype: str = "float16", out_dtype: str = "float16"):
+    """The inputs and the reference of one shape, and a function adding a compiled variant: ``(variants, add,
+    ref, bound)``. A, B random (8-bit: B given as (N, K), the layout 8-bit WGMMA needs); ``variants`` starts with the
+    reference (``cublas``: torch.matmul, C in the operands' type; 8-bit: torch._scaled_mm with unit scales, fp16 C);
+    ``add(label, tile=(bm, bn, bk, threads, stages), cfg=pass configs)`` compiles the README GEMM for ``target="cuda"``
+    with C in ``out_dtype`` and adds it (a variant that does not compile is reported and None returned); ``ref`` the
+    float64 product, ``bound`` the float32 sums' bound with one rounding to C."""
+    import torch
+
+    tt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+          "float8_e4m3": torch.float8_e4m3fn}
+    eight = dtype.startswith("float8")
+    if eight:  # randn in float32, then to 8 bits (torch draws no float8 directly)
+        A, B = (torch.randn(*s, device="cuda").to(tt[dtype]) for s in ((M, K), (N, K)))
+    else:
+        A, B = (torch.randn(*s, device="cuda", dtype=tt[dtype]) for s in ((M, K), (K, N)))
+    ref = A.double() @ (B.double().t() if eight else B.double())
+    ulp = {"float16": 2 ** -10, "bfloat16": 2 ** -7, "float32": 2 ** -20}[out_dtype]
+    bound = (K ** 0.5) * 2e-3 * 4 + ref.abs() * ulp  # float32 sums, one rounding to C
+    if eight:
+        one = torch.ones((), device="cuda")
+        variants: dict = {"cublas": (lambda: torch._scaled_mm(A, B.t(), scale_a=one, scale_b=one,
+                                                              out_dtype=torch.float16), None)}
+    else:
+        variants = {"cublas": (lambda: torch.matmul(A, B), None)}
+
+    def add(label, tile=None, cfg=None):
+        bm, bn, bk, th, st = tile
+        try:
+            k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st, dtype=dtype,
+                                        out_dtype=out_dtype, b_transposed=eight), target="cuda", pass_configs=cfg or {})
+        except Exception as e:  # noqa: BLE001 - a variant that does not compile is reported, not fatal
+            print(f"  {label}: not compiled: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            return None
+        C = torch.empty(M, N, device="cuda", dtype=tt[out_dtype])
+        variants[label] = (lambda k=k, C=C: k(A, B, C), (k, C))
+        return k
+
+    return variants, add, ref, bound
 
 
 def check_and_time(variants: dict, ref, bound, pairs=(), rounds: int = 8, batch: int = 10,
@@ -99,7 +141,7 @@ def check_and_time(variants: dict, ref, bound, pairs=(), rounds: int = 8, batch:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shapes", default="128x4096x4096,16x8192x8192,256x4096x4096,64x8192x4096,32x4096x14336")
+    ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--tiles", default=TILES)
     ap.add_argument("--splits", default="", help="extra split counts for the general path, e.g. 2,4,8")
     ap.add_argument("--rounds", type=int, default=8)
@@ -121,23 +163,7 @@ def main() -> int:
     failures = 0
     for M, N, K in shapes:
         name = f"{M}x{N}x{K}"
-        A = torch.randn(M, K, device="cuda", dtype=torch.float16)
-        B = torch.randn(K, N, device="cuda", dtype=torch.float16)
-        ref = A.double() @ B.double()
-        bound = (K ** 0.5) * 2e-3 * 4 + ref.abs() * 2 ** -10  # float32 sums, one fp16 rounding
-        variants: dict = {"cublas": (lambda A=A, B=B: torch.matmul(A, B), None)}
-
-        def add(label, M=M, N=N, K=K, tile=None, cfg=None):
-            bm, bn, bk, th, st = tile
-            try:
-                k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda",
-                                     pass_configs=cfg or {})
-            except Exception as e:  # noqa: BLE001 - a variant that does not compile is reported, not fatal
-                print(f"  {label}: not compiled: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
-                return None
-            C = torch.empty(M, N, device="cuda", dtype=torch.float16)
-            variants[label] = (lambda k=k, C=C, A=A, B=B: k(A, B, C), (k, C))
-            return k
+        variants, add, ref, bound = shape_rows(M, N, K)
 
         pt = PLUGIN_TILES.get(name, (128, 128, 64, 256, 4))
         kp = add("plugin", tile=pt, cfg=PLUGIN)

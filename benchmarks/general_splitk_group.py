@@ -45,11 +45,62 @@ import tilecore
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cuda_gemm import NO_GPU_EXIT, has_gpu, matmul, split_k_of  # noqa: E402
-from general_splitk import GENERAL, PLUGIN, PLUGIN_TILES, check_and_time, parse_tile  # noqa: E402  (D69's benchmark: the same rows)
+from general_splitk import GENERAL, PLUGIN, PLUGIN_TILES, check_and_time, parse_tile, shape_rows  # noqa: E402  (D69's benchmark: the same rows)
 
 TILES = "128x128x64/256/4,64x128x64/128/4,128x64x64/256/4"
 #: --cells (D78): a shape whose 64x256 tile has every row valid, at that tile
 CELLS_TILES = {"64x8192x8192": (64, 256, 64, 128, 3)}
+#: --wide (D84): (operand type, C type, tile) of the split GEMMs the plugin keeps by default for their types: 8-bit
+#: operands at the fp8 benchmark's k step (2 splits in panels, 3 in cells) and a 32-bit C (2 splits in panels at
+#: 64x128, 4 panels; 3 splits in cells, the area beside the stages at 128x128x64/3 and only over them at /5)
+WIDE = (("float8_e4m3", "float16", (128, 128, 128, 256, 4)), ("float8_e4m3", "float16", (64, 256, 128, 128, 3)),
+        ("float8_e4m3", "float16", (64, 128, 128, 128, 4)), ("float16", "float32", (64, 128, 64, 128, 4)),
+        ("float16", "float32", (128, 128, 64, 256, 3)), ("float16", "float32", (128, 128, 64, 256, 5)))
+#: the options that route them (D84)
+WIDE_OPTIONS = {"tilecore.cuda.general_split_k_8bit": True, "tilecore.cuda.general_split_k_c32": True}
+
+
+def wide(M: int, N: int, K: int, rows, args) -> int:
+    """--wide: for each operand / C type of ``rows`` one table: at each of its tiles the plugin's split-K (its default
+    for these types), the same GEMM routed by WIDE_OPTIONS (the route's rule: the cells' area where CELLS_AREAS says),
+    and with ``general_split_k_cells=True`` too where that routes more (``routed-any``); cuBLAS (torch.matmul, C in
+    the operands' type) or torch._scaled_mm (8-bit) the reference. Returns the failures."""
+    failures = 0
+    for dt, out in dict.fromkeys((d, o) for d, o, _ in rows):
+        variants, add, ref, bound = shape_rows(M, N, K, dt, out)
+        for _, _, t in (r for r in rows if r[:2] == (dt, out)):
+            tn = f"{t[0]}x{t[1]}x{t[2]}/{t[4]}"
+            kp = add(f"plugin {tn}", tile=t, cfg=PLUGIN)
+            if kp is None or split_k_of(kp) == 1:
+                variants.pop(f"plugin {tn}", None)
+                print(f"  {tn}: the plugin does not split it")
+                continue
+            for label, cfg in ((f"routed {tn}", WIDE_OPTIONS),
+                               (f"routed-any {tn}", {**WIDE_OPTIONS, "tilecore.cuda.general_split_k_cells": True})):
+                k = add(label, tile=t, cfg=cfg)
+                if k is None:
+                    continue
+                split = k.meta.get("attrs", {}).get("split_k")
+                kept = [n for n in k.meta.get("attrs", {}).get("hopper_pipelines", ()) if "kept on this" in n]
+                if not split:  # the plugin's kernel: the route's reason
+                    del variants[label]
+                    print(f"  {label}: not routed: {kept[0].split(': ', 2)[-1] if kept else '?'}")
+                elif label.startswith("routed-any") and f"routed {tn}" in variants:
+                    del variants[label]  # the same kernel as routed
+                else:
+                    print(f"  {label}: {split[0][-200:]}")
+        print(f"\n{M}x{N}x{K}, {dt} operands, C {out}:")
+        med, bad = check_and_time(variants, ref, bound, rounds=args.rounds, batch=args.batch,
+                                  sleep_cycles=args.sleep_cycles, both_orders=True)
+        failures += bad
+        cub = med["cublas"]
+        print(f"{'variant':30s} {'us':>8s} {'x ref':>9s} {'x plugin, same tile':>19s}")
+        for label, us in med.items():
+            same = med.get(f"plugin {label.split(' ')[-1]}")
+            rs = f"{same / us:19.3f}" if same and label != "cublas" else f"{'-':>19s}"
+            print(f"{label:30s} {us:8.2f} {cub / us:9.3f} {rs}")
+        sys.stdout.flush()
+    return failures
 
 
 def main() -> int:
@@ -67,6 +118,11 @@ def main() -> int:
                     "(uneven where they must be), the kernel routed by tilecore.cuda.general_split_k=\"group\" "
                     "and D75's routed 64x128 tile")
     ap.add_argument("--cells-splits", default="3")
+    ap.add_argument("--wide", action="store_true", help="the 8-bit and 32-bit C rows (D84): the plugin's split-K "
+                    "against the same GEMM routed to the core's group sum by tilecore.cuda.general_split_k_8bit / "
+                    "_c32 (WIDE), torch.matmul / torch._scaled_mm the reference")
+    ap.add_argument("--wide-rows", default="", help="--wide: only the WIDE rows whose 'type:C:tile' contains one "
+                    "of these comma-separated strings (e.g. float8,float32:128x128)")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--batch", type=int, default=10)
     ap.add_argument("--sleep-cycles", type=int, default=4_000_000)
@@ -85,26 +141,16 @@ def main() -> int:
 
     torch.manual_seed(0)
     failures = 0
+    picks = [w for w in args.wide_rows.split(",") if w]
+    rows = [r for r in WIDE if not picks or any(w in f"{r[0]}:{r[1]}:{r[2][0]}x{r[2][1]}x{r[2][2]}/{r[2][4]}"
+                                                for w in picks)]
     for M, N, K in shapes:
+        if args.wide:
+            failures += wide(M, N, K, rows, args)
+            continue
         name = f"{M}x{N}x{K}"
-        A = torch.randn(M, K, device="cuda", dtype=torch.float16)
-        B = torch.randn(K, N, device="cuda", dtype=torch.float16)
-        ref = A.double() @ B.double()
-        bound = (K ** 0.5) * 2e-3 * 4 + ref.abs() * 2 ** -10  # float32 sums, one fp16 rounding
-        variants: dict = {"cublas": (lambda A=A, B=B: torch.matmul(A, B), None)}
+        variants, add, ref, bound = shape_rows(M, N, K)
         pairs = []  # (group label, workspace label): the same bits expected
-
-        def add(label, M=M, N=N, K=K, tile=None, cfg=None):
-            bm, bn, bk, th, st = tile
-            try:
-                k = tilecore.compile(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st), target="cuda",
-                                     pass_configs=cfg or {})
-            except Exception as e:  # noqa: BLE001 - a variant that does not compile is reported, not fatal
-                print(f"  {label}: not compiled: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
-                return None
-            C = torch.empty(M, N, device="cuda", dtype=torch.float16)
-            variants[label] = (lambda k=k, C=C, A=A, B=B: k(A, B, C), (k, C))
-            return k
 
         pt = PLUGIN_TILES.get(name, CELLS_TILES.get(name, (128, 128, 64, 256, 4)))
         if args.cells:  # D78: the plugin's default tile, 3 splits summed in cells against the plugin's cluster sum

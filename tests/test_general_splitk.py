@@ -272,20 +272,27 @@ def test_core_split_k_needs_the_general_path():
 
 
 # -- on an sm_90 GPU ----------------------------------------------------------------------------------------------
-def _check_on_gpu(k, M, N, K, seed):
-    """``k(A, B, C)`` on random float16 A, B (``seed``): C (NaN before each call) within the float64 bound and the
-    same bits over three more calls (the counters and the group's barriers reset themselves); returns A, B and C."""
+def _check_on_gpu(k, M, N, K, seed, dtype="float16", out_dtype="float16"):
+    """``k(A, B, C)`` on random A, B (``seed``; 8-bit: drawn in float32, B given as (N, K)): C (NaN before each call)
+    within the float64 bound and the same bits over three more calls (the counters and the group's barriers reset
+    themselves); returns A, B and C."""
     import torch
 
     torch.manual_seed(seed)
-    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
-    B = torch.randn(K, N, device="cuda", dtype=torch.float16)
-    ref = A.double() @ B.double()
-    C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+    tt = {"float16": torch.float16, "float32": torch.float32, "float8_e4m3": torch.float8_e4m3fn}
+    if dtype == "float8_e4m3":
+        A, B = torch.randn(M, K, device="cuda").to(tt[dtype]), torch.randn(N, K, device="cuda").to(tt[dtype])
+        ref = A.double() @ B.double().t()
+    else:
+        A = torch.randn(M, K, device="cuda", dtype=tt[dtype])
+        B = torch.randn(K, N, device="cuda", dtype=tt[dtype])
+        ref = A.double() @ B.double()
+    C = torch.full((M, N), float("nan"), device="cuda", dtype=tt[out_dtype])
     k(A, B, C)
     first = C.clone()
     err = (first.double() - ref).abs()
-    assert (err <= K ** 0.5 * 8e-3 + ref.abs() * 2 ** -10).all(), err.max()
+    ulp = 2 ** -10 if out_dtype == "float16" else 2 ** -20
+    assert (err <= K ** 0.5 * 8e-3 + ref.abs() * ulp).all(), err.max()
     for _ in range(3):
         C.fill_(float("nan"))
         k(A, B, C)
@@ -400,6 +407,93 @@ def test_routed_cells_on_gpu_against_float64(M, N, K, tile):
                          pass_configs={"tilecore.cuda.general_split_k_cells": True})
     assert k.source.meta.get("cluster") == [1, 1, 3] and "summed in cells" in k.meta["attrs"]["split_k"][0]
     _check_on_gpu(k, M, N, K, 3)
+
+
+#: D84: the options that route the plugin's 8-bit / 32-bit-C split GEMMs to the core's group sum
+WIDE = {"tilecore.cuda.general_split_k_8bit": True, "tilecore.cuda.general_split_k_c32": True}
+
+
+@hopper_gpu
+@pytest.mark.parametrize("M,N,K,tile,dtype,out,cells", [
+    (128, 4096, 4096, (128, 128, 128, 256, 4), "float8_e4m3", "float16", "auto"),
+    (16, 8192, 8192, (64, 256, 128, 128, 3), "float8_e4m3", "float16", "auto"),
+    (100, 1000, 4096, (64, 128, 128, 128, 4), "float8_e4m3", "float16", "auto"),
+    (128, 4096, 4096, (64, 128, 64, 128, 4), "float16", "float32", "auto"),
+    (128, 4096, 4096, (128, 128, 64, 256, 3), "float16", "float32", "auto"),
+    (128, 4096, 4096, (128, 128, 64, 256, 5), "float16", "float32", True),
+    (200, 1000, 4096, (64, 128, 64, 128, 4), "float16", "float32", "auto")])
+def test_routed_wide_on_gpu_against_float64_and_the_workspace_bits(M, N, K, tile, dtype, out, cells):
+    """D84: the plugin's split GEMMs with 8-bit operands or a 32-bit C routed to the core's group sum
+    (tilecore.cuda.general_split_k_8bit / _c32; ``cells``: general_split_k_cells=True too, the area over the
+    stages): within the float64 bound, bit for bit every call, and the bits of the core's workspace sum at the same
+    count (the same additions in the same order)."""
+    import torch
+
+    bm, bn, bk, th, st = tile
+    build = lambda: matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st, dtype=dtype, out_dtype=out,  # noqa: E731
+                           b_transposed=dtype == "float8_e4m3")
+    k = tilecore.compile(build(), target="cuda", pass_configs={**WIDE, "tilecore.cuda.general_split_k_cells": cells})
+    split = k.source.meta.get("cluster", [1, 1, 1])[2]
+    assert split > 1 and "workspace" not in k.source.meta and "split_k" in k.meta["attrs"], \
+        k.meta["attrs"].get("hopper_pipelines")  # the core's group sum, not the plugin's cluster
+    kw = tilecore.compile(build(), target="cuda", pass_configs={"tilecore.cuda.general_plain_gemm": True,
+                                                                 "tilecore.split_k": split,
+                                                                 "tilecore.split_k_uneven": True})
+    A, B, first = _check_on_gpu(k, M, N, K, 4, dtype, out)
+    Cw = torch.empty_like(first)
+    kw(A, B, Cw)
+    torch.cuda.synchronize()
+    assert torch.equal(Cw, first)
+
+
+def _route(M, N, K, tile, dtype="float16", out="float16", cfg=None):
+    """(None, the plugin's kept-reason note or None, the launch's attributes) of a lowering."""
+    from tilecore.compiler import lower
+    from tilecore_cuda.hopper import SPLIT_K_KEPT
+
+    bm, bn, bk, th, st = tile
+    attrs = lower(matmul(M, N, K, bm, bn, bk, threads=th, num_stages=st, dtype=dtype, out_dtype=out,
+                         b_transposed=dtype == "float8_e4m3"), "cuda:sm_90a", {**NOCACHE, **(cfg or {})})[2].attrs
+    notes = attrs.get("hopper_pipelines", ())
+    kept = next((n[len(SPLIT_K_KEPT):] for n in notes if n.startswith(SPLIT_K_KEPT)), None)
+    return None, kept, attrs
+
+
+@pytest.mark.parametrize("tile,dtype,out,opt,form", [
+    ((128, 128, 128, 256, 4), "float8_e4m3", "float16", "tilecore.cuda.general_split_k_8bit", "panels"),
+    ((64, 256, 128, 128, 3), "float8_e4m3", "float16", "tilecore.cuda.general_split_k_8bit", "panels"),
+    ((64, 128, 64, 128, 4), "float16", "float32", "tilecore.cuda.general_split_k_c32", "panels"),
+    ((128, 128, 64, 256, 3), "float16", "float32", "tilecore.cuda.general_split_k_c32", "cells")])
+def test_wide_split_route_options(tile, dtype, out, opt, form):
+    """D84: by default the plugin keeps its 8-bit / 32-bit-C split GEMMs and says why (the option that would route
+    them); with the option the route takes them to the core's group sum (panels at 2 splits, cells at 3)."""
+    _, kept, attrs = _route(128, 4096, 4096, tile, dtype, out)
+    assert "split_k" not in attrs and kept is not None and opt in kept and "False" in kept, kept
+    _, kept, attrs = _route(128, 4096, 4096, tile, dtype, out, {opt: True})
+    assert kept is None and f"summed in {form}" in attrs["split_k"][0], attrs.get("hopper_pipelines")
+    other = ("tilecore.cuda.general_split_k_c32" if opt.endswith("8bit") else "tilecore.cuda.general_split_k_8bit")
+    _, kept, attrs = _route(128, 4096, 4096, tile, dtype, out, {other: True})
+    assert "split_k" not in attrs and opt in kept
+
+
+def test_split_route_reasons():
+    """D84: the plugin's note says why a split GEMM stays there (the census's column): the pipeline's own option,
+    the area rule, the receive bound, a one-panel tile; a routed one has no such note; a bad value is refused by name."""
+    cases = [((128, 128, 64, 256, 5), "float16", "float32", {"tilecore.cuda.general_split_k_c32": True}, "'stages'"),
+             ((128, 256, 64, 256, 3), "float16", "float16", {}, "4 splits divide the tile's 4 panels"),
+             ((128, 64, 64, 256, 3), "float16", "float16", {}, "1 128-byte panel"),
+             ((128, 128, 64, 256, 5), "float16", "float16", {"tilecore.cuda.stage_release": "thread"},
+              "own option tilecore.cuda.stage_release")]
+    for tile, dt, out, cfg, why in cases:
+        _, kept, attrs = _route(128, 4096, 4096, tile, dt, out, cfg)
+        assert kept is not None and why in kept, (tile, kept)
+    _, kept, attrs = _route(16, 8192, 8192, (128, 256, 64, 256, 3), "float16", "float16")
+    assert "receive 90112 bytes a block (more than 49152)" in kept
+    _, kept, attrs = _route(128, 4096, 4096, (128, 128, 64, 256, 5))
+    assert kept is None and "summed in cells" in attrs["split_k"][0]
+    with pytest.raises(CompileError, match="general_split_k_8bit"):
+        _route(128, 4096, 4096, (128, 128, 128, 256, 4), "float8_e4m3", "float16",
+               {"tilecore.cuda.general_split_k_8bit": "maybe"})
 
 
 # -- the CUDA source on the host emulator (sm_80's general path: mma.sync on registers, cp.async stages) -----------

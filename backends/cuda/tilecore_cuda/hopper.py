@@ -321,30 +321,64 @@ def cells_area(ctx, recv: int, bm: int, bn: int, bk: int, stages: int, esize: in
     return "stages"
 
 
+#: pass configs (D84): a split GEMM with 8-bit operands (``esize`` 1) / a 32-bit C goes to the core's group sum
+#: (panels or cells) under the same rule as the 16-bit ones: True or False (default: False until measured)
+ROUTE_8BIT_OPTION = "tilecore.cuda.general_split_k_8bit"
+ROUTE_8BIT = False
+ROUTE_C32_OPTION = "tilecore.cuda.general_split_k_c32"
+ROUTE_C32 = False
+
+
+#: the note's head where a split GEMM stays on this pipeline, followed by split_k_route's reason (D84)
+SPLIT_K_KEPT = "cuda.hopper_gemm_pipeline: split-K kept on this pipeline, not the core's group sum: "
+
+
 def routes_split_k(ctx, esize: int = 2, split=None) -> int:
     """The split count with which a GEMM this pipeline splits over K goes to the core's general path and split-K
-    (D69), 0 where it stays here. ``"group"`` (D75, the default): 16-bit GEMMs asking for none of this pipeline's
-    options whose split (``split``: the equal count, the accumulator's bytes a block, the tiles, the tile's columns,
-    C's element bytes and, for D78, the rule's count and the tile's rows) the core sums in block groups: "in panels"
-    (2 splits, a 16-bit C of two or more 128-byte panels, a block receiving at most the core's measured bound) or, with
+    (D69), 0 where it stays here (:func:`split_k_route` gives the reason too)."""
+    return split_k_route(ctx, esize, split)[0]
+
+
+def split_k_route(ctx, esize: int = 2, split=None) -> tuple:
+    """``(count, reason)``: the split count with which a GEMM this pipeline splits over K goes to the core's general
+    path and split-K (D69), or 0 and why it stays here. ``"group"`` (D75, the default): GEMMs asking for none of this
+    pipeline's options, with 16-bit operands and C (8-bit operands with ``tilecore.cuda.general_split_k_8bit``, a
+    32-bit C with ``tilecore.cuda.general_split_k_c32``, D84), whose split (``split``: the equal count, the
+    accumulator's bytes a block, the tiles, the tile's columns, C's element bytes and, for D78, the rule's count, the
+    tile's rows and k step and the loop's stages) the core sums in block groups: "in panels" (2 splits, C's tile of
+    two or more 128-byte panels, a block receiving at most the core's measured bound) or, with
     ``tilecore.cuda.general_split_k_cells`` (:data:`ROUTE_CELLS`), "in cells" (the rule's count, uneven where it must
-    be, where the panels do not divide among it; the rule's count, the tile's rows and k step and the loop's stages in
-    ``split[5:9]``), every group resident at once. True / "auto": the equal count."""
+    be, where the panels do not divide among it), every group resident at once. True / "auto": the equal count."""
     v = ctx.option(GENERAL_SPLIT_K, GENERAL_SPLIT_K_DEFAULT)
     if v == "group":
         from tilecore.passes.splitk import GROUP_AUTO_BYTES, groups_at_once
 
-        if split is None or esize != 2 or any(ctx.option(k, _UNSET) is not _UNSET for k in PIPELINE_OWN):
-            return 0
-        # the measured case: 2 splits, each block storing one of its tile's two or more 128-byte column panels of a
-        # 16-bit C (the core's sum "in panels"), receiving at most the core's bound from its peer, every group at once
+        if split is None:
+            return 0, "no static k tile count"
+        own = [k for k in PIPELINE_OWN if ctx.option(k, _UNSET) is not _UNSET]
+        if own:
+            return 0, f"the pipeline's own option {own[0]} is given"
+        wide8 = ctx.switch(ROUTE_8BIT_OPTION, ROUTE_8BIT, expected="True (8-bit split GEMMs go to the core's group "
+                           "sum, D84) or False")
+        wide32 = ctx.switch(ROUTE_C32_OPTION, ROUTE_C32, expected="True (split GEMMs with a 32-bit C go to the "
+                            "core's group sum, D84) or False")
         n, part, tiles, bn, out_bytes = split[:5]
+        if esize != 2 and not (esize == 1 and wide8):
+            return 0, (f"{8 * esize}-bit operands ({ROUTE_8BIT_OPTION}={wide8!r})" if esize == 1 else
+                       f"{8 * esize}-bit operands")
+        if out_bytes != 2 and not (out_bytes == 4 and wide32):
+            return 0, (f"a {8 * out_bytes}-bit C ({ROUTE_C32_OPTION}={wide32!r})" if out_bytes == 4 else
+                       f"a {8 * out_bytes}-bit C")
+        # the measured case: 2 splits, each block storing its panels of its tile's two or more 128-byte column
+        # panels (the core's sum "in panels"), receiving at most the core's bound from its peer, every group at once
         rule, bm, bk, stages = split[5:9] if len(split) >= 9 else (n, 0, 0, 0)
         panels = bn * out_bytes // 128 if bn * out_bytes % 128 == 0 else 0
         at_once = groups_at_once(ctx.capabilities)
-        if n == 2 and out_bytes == 2 and panels >= 2 and panels % n == 0 and part // n <= GROUP_AUTO_BYTES \
-                and tiles is not None and tiles <= at_once.get(2, 0):
-            return 2
+        if tiles is None:
+            return 0, "the tile count is not static"
+        if n == 2 and panels >= 2 and panels % n == 0 and part // n <= GROUP_AUTO_BYTES \
+                and tiles <= at_once.get(2, 0):
+            return 2, ""
         # D78: the rule's count in cells where the panels do not divide among it (as this pipeline's cluster sum,
         # D41: one split fewer where the rule's groups would not all be resident at once)
         cells = (bm // 16) * panels if bm % 16 == 0 else 0
@@ -352,19 +386,39 @@ def routes_split_k(ctx, esize: int = 2, split=None) -> int:
                               expected="True (3-split GEMMs whose panels do not divide among the splits go to the "
                                        "core's sum in cells, D78), \"auto\" (where the cells' area lies beside the "
                                        "stages: the measured case) or False")
-        if not cells_on or out_bytes != 2 or not panels or tiles is None:
-            return 0
+        if n == 2 and (panels < 2 or panels % 2):
+            two = f"2 splits of a tile of {panels} 128-byte panel(s) (the panels form needs 2 or more, divided)"
+        elif n == 2 and part // n > GROUP_AUTO_BYTES:
+            two = f"2 splits receiving {part // n} bytes a block (more than {GROUP_AUTO_BYTES})"
+        elif n == 2:
+            two = f"{tiles} groups of 2, {at_once.get(2, 0)} resident at once"
+        else:
+            two = ""
+        if not cells_on:
+            return 0, two or f"{ROUTE_CELLS_OPTION}=False"
+        if not panels:
+            return 0, two or f"C's tile rows of {bn * out_bytes} bytes are not whole 128-byte panels"
+        why = two
         for m in (rule, rule - 1):
             if m < 3:
                 break
             if tiles > at_once.get(m, 0):
+                why = f"{tiles} groups of {m}, {at_once.get(m, 0)} resident at once"
                 continue
             recv = (m - 1) * -(-cells // m) * 16 * 128 * 4 // out_bytes
-            ok = panels % m and cells >= m and recv <= CELLS_ROUTE_BYTES
-            if ok and cells_on == "auto":
-                ok = cells_area(ctx, recv, bm, bn, bk, stages, esize, out_bytes) in CELLS_AREAS
-            return m if ok else 0
-        return 0
+            if not panels % m:
+                return 0, f"{m} splits divide the tile's {panels} panels (the cells route only where they do not)"
+            if cells < m:
+                return 0, f"{m} splits of {cells} cells"
+            if recv > CELLS_ROUTE_BYTES:
+                return 0, f"{m} splits in cells receive {recv} bytes a block (more than {CELLS_ROUTE_BYTES})"
+            if cells_on == "auto":
+                area = cells_area(ctx, recv, bm, bn, bk, stages, esize, out_bytes)
+                if area not in CELLS_AREAS:
+                    return 0, (f"the cells' area ({recv} bytes) fits only {area!r}, not one of CELLS_AREAS "
+                               f"{CELLS_AREAS} ({ROUTE_CELLS_OPTION}=True routes it)")
+            return m, ""
+        return 0, why or f"the rule's {rule} split(s)"
     v = ctx.switch(GENERAL_SPLIT_K, GENERAL_SPLIT_K_DEFAULT, auto=True,
                    expected="True (a GEMM split over K by this pipeline's rule goes to the core's general path and "
                             "tilecore.split_k), \"auto\" (16-bit GEMMs that ask for none of the pipeline's own "
@@ -372,8 +426,11 @@ def routes_split_k(ctx, esize: int = 2, split=None) -> int:
                             "pipeline's split-K)")
     n = split[0] if split is not None else 2
     if v == "auto":
-        return n if esize == 2 and not any(ctx.option(k, _UNSET) is not _UNSET for k in PIPELINE_OWN) else 0
-    return n if v else 0
+        if esize != 2:
+            return 0, f"{GENERAL_SPLIT_K}='auto': {8 * esize}-bit operands"
+        own = [k for k in PIPELINE_OWN if ctx.option(k, _UNSET) is not _UNSET]
+        return (0, f"{GENERAL_SPLIT_K}='auto': the pipeline's own option {own[0]} is given") if own else (n, "")
+    return (n, "") if v else (0, f"{GENERAL_SPLIT_K}=False")
 
 
 def routes_plain_gemm(ctx, esize: int = 2) -> bool:
@@ -448,8 +505,9 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
         kt_all = const_value(simplify(as_expr(s.extent)))
         even = next((d for d in range(splits, 1, -1) if kt_all is not None and int(kt_all) % d == 0), 1)
         out_bytes = int(target.buffer.dtype.bytes)
-        route = routes_split_k(ctx, p.esize, (even, p.bm * p.bn * 4, _tile_count(launch), p.bn, out_bytes, splits,
-                                              p.bm, p.bk, requested)) if splits > 1 and kt_all is not None else 0
+        route, kept = split_k_route(ctx, p.esize, (even, p.bm * p.bn * 4, _tile_count(launch), p.bn, out_bytes,
+                                                   splits, p.bm, p.bk, requested)) if splits > 1 and kt_all is not None \
+            else (0, "no static k tile count" if splits > 1 else "")
         if route and (even > 1 or route != even):
             # the core's split-K runs equal splits (the largest count <= the rule's dividing the k tiles) or, summed in
             # cells (D78), the rule's count, block z running k tiles [z KT // S, (z + 1) KT // S)
@@ -567,6 +625,8 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
         ctx.notes.append(f"cuda.hopper_gemm_pipeline: {p.bm}x{p.bn}x{p.bk} {p.dt}, {stages} stages, "
                          f"{p.ncwg} consumer warpgroup(s) + 1 producer, epilogue to {attrs['epilogue']} memory"
                          + (f"; {why}" if why else "") + (f"; {pwhy}" if pwhy else ""))
+        if splits > 1:  # D84: why the split GEMM stays on this pipeline (scripts/wgmma_census.py --split-k)
+            ctx.notes.append(f"{SPLIT_K_KEPT}{kept or 'routed count ' + str(route) + ' unused'}")
         return launch.with_(body=Seq(new, span=launch.body.span), threads=(p.threads + WG,),
                             attrs={**launch.attrs, "warp_specialized": True, **extra_attrs})
     return launch
