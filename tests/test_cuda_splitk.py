@@ -317,36 +317,41 @@ def test_the_workspace_is_allocated_once_per_stream_and_passed_on_both_launch_pa
         assert len(prog._workspaces) == 2 and prog._workspaces[(0, 0x6000)][0].data_ptr() != ws.data_ptr()
 
 
-@needs_toolchain
-def test_a_cluster_grid_the_gpu_cannot_hold_at_once_is_a_performance_warning():
-    """D41: 32 clusters of 4 need 32 GPC slots at once; where the driver says fewer fit (an H100's GPCs of 14-18
-    SMs), loading the kernel warns with the fix; where they fit, or for the workspace kernel, nothing is said."""
+def cluster_warnings(kernel, fits: int) -> tuple:
+    """Load ``kernel`` through the runtime with a stand-in driver whose cuOccupancyMaxActiveClusters says ``fits``
+    clusters fit at once: ``(the PerformanceWarnings' texts, the occupancy queries' (grid, block, shared bytes,
+    attributes))`` (D41's clusters-at-once check; test_group_multicast and test_general_splitk use it too)."""
     import types
     import warnings
 
     from tilecore.errors import PerformanceWarning
     from tilecore_cuda import runtime as cuda_runtime
 
-    def load(kernel, fits):
-        prog = cuda_runtime.CUDAProgram(kernel.binary, kernel.source)
-        asked = []
+    prog = cuda_runtime.CUDAProgram(kernel.binary, kernel.source)
+    asked = []
 
-        def occupancy(out, func, cfg):
-            c = cfg._obj
-            asked.append((c.grid_x, c.grid_y, c.grid_z, c.block_x, c.shared, c.num_attrs))
-            out._obj.value = fits
-            return 0
+    def occupancy(out, func, cfg):
+        c = cfg._obj
+        asked.append((c.grid_x, c.grid_y, c.grid_z, c.block_x, c.shared, c.num_attrs))
+        out._obj.value = fits
+        return 0
 
-        ok = lambda *a: 0  # noqa: E731 - the driver calls _function makes, all successful
-        prog.lib = types.SimpleNamespace(cuCtxGetCurrent=ok, cuDeviceGet=ok, cuDevicePrimaryCtxRetain=ok,
-                                         cuCtxSetCurrent=ok, cuModuleLoadData=ok, cuModuleGetFunction=ok,
-                                         cuFuncSetAttribute=ok, cuOccupancyMaxActiveClusters=occupancy)
-        prog.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(init=lambda: None), empty=lambda *a, **k: None)
-        with warnings.catch_warnings(record=True) as got:
-            warnings.simplefilter("always")
-            prog._function(0)
-        return [str(w.message) for w in got if issubclass(w.category, PerformanceWarning)], asked
+    ok = lambda *a: 0  # noqa: E731 - the driver calls _function makes, all successful
+    prog.lib = types.SimpleNamespace(cuCtxGetCurrent=ok, cuDeviceGet=ok, cuDevicePrimaryCtxRetain=ok,
+                                     cuCtxSetCurrent=ok, cuModuleLoadData=ok, cuModuleGetFunction=ok,
+                                     cuFuncSetAttribute=ok, cuOccupancyMaxActiveClusters=occupancy)
+    prog.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(init=lambda: None), empty=lambda *a, **k: None)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        prog._function(0)
+    return [str(w.message) for w in got if issubclass(w.category, PerformanceWarning)], asked
 
+
+@needs_toolchain
+def test_a_cluster_grid_the_gpu_cannot_hold_at_once_is_a_performance_warning():
+    """D41: 32 clusters of 4 need 32 GPC slots at once; where the driver says fewer fit (an H100's GPCs of 14-18
+    SMs), loading the kernel warns with the fix; where they fit, or for the workspace kernel, nothing is said."""
+    load = cluster_warnings
     k = _compile(dict(LLM_128, stages=5), pass_configs=CLUSTER)  # 32 tiles, clusters of 4
     said, asked = load(k, 30)
     assert asked == [(32, 1, 4, 384, k.source.meta["dynamic_shared_bytes"], 0)]

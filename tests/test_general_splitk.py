@@ -446,6 +446,32 @@ def test_routed_wide_on_gpu_against_float64_and_the_workspace_bits(M, N, K, tile
     assert torch.equal(Cw, first)
 
 
+@needs_toolchain
+def test_the_clusters_at_once_warning_names_the_option_that_made_the_groups():
+    """D84: the runtime's warning where the driver holds fewer clusters at once than the grid has names the option
+    that made them (``meta["cluster_by"]``): the core's group sum asked for (tilecore.split_k_reduce), the plugin's
+    split GEMM routed to it (tilecore.cuda.general_split_k), never the plugin's own tilecore.cuda.split_k_reduce."""
+    from test_cuda_splitk import cluster_warnings
+
+    tile = dict(threads=256, num_stages=5)
+    routed = tilecore.compile(matmul(128, 4096, 4096, 128, 128, 64, **tile), target="cuda:sm_90a")
+    assert routed.source.meta["cluster_by"] == ["tilecore.cuda.general_split_k", "tilecore.split_k_reduce"]
+    said, asked = cluster_warnings(routed, 31)
+    assert len(said) == 1 and "holds 31 clusters of 3 blocks at once, the grid has 32" in said[0], said
+    assert "tilecore.cuda.general_split_k=False" in said[0] and "tilecore.cuda.split_k_reduce" not in said[0]
+    assert cluster_warnings(routed, 32)[0] == []
+    core = tilecore.compile(matmul(128, 4096, 4096, 64, 128, 64, threads=128, num_stages=4), target="cuda:sm_90a",
+                            pass_configs={"tilecore.cuda.general_plain_gemm": True, "tilecore.split_k": 2,
+                                          "tilecore.split_k_reduce": "group"})
+    assert core.source.meta["cluster_by"] == ["tilecore.split_k_reduce"]
+    said, _ = cluster_warnings(core, 40)
+    assert len(said) == 1 and 'tilecore.split_k_reduce="workspace"' in said[0] and "cuda.split_k" not in said[0]
+    plugin = tilecore.compile(matmul(128, 4096, 4096, 128, 128, 64, **tile), target="cuda:sm_90a",
+                              pass_configs={"tilecore.cuda.general_split_k": False})
+    assert "cluster_by" not in plugin.source.meta and plugin.source.meta["cluster"] == [1, 1, 3]
+    assert 'tilecore.cuda.split_k_reduce="global"' in cluster_warnings(plugin, 31)[0][0]
+
+
 def _route(M, N, K, tile, dtype="float16", out="float16", cfg=None):
     """(None, the plugin's kept-reason note or None, the launch's attributes) of a lowering."""
     from tilecore.compiler import lower

@@ -253,30 +253,12 @@ def test_a_bad_form_is_an_error():
 def test_groups_the_gpu_cannot_hold_at_once_are_a_performance_warning():
     """The runtime's occupancy check (D41) on the 66 groups of two: where the driver says fewer fit, loading the kernel
     warns naming this option; where they fit, nothing is said."""
-    import types
-    import warnings
-
-    from tilecore.errors import PerformanceWarning
-    from tilecore_cuda import runtime as cuda_runtime
+    from test_cuda_splitk import cluster_warnings
 
     k = _compile()
 
     def load(fits):
-        prog = cuda_runtime.CUDAProgram(k.binary, k.source)
-
-        def occupancy(out, func, cfg):
-            out._obj.value = fits
-            return 0
-
-        ok = lambda *a: 0  # noqa: E731 - the driver calls _function makes, all successful
-        prog.lib = types.SimpleNamespace(cuCtxGetCurrent=ok, cuDeviceGet=ok, cuDevicePrimaryCtxRetain=ok,
-                                         cuCtxSetCurrent=ok, cuModuleLoadData=ok, cuModuleGetFunction=ok,
-                                         cuFuncSetAttribute=ok, cuOccupancyMaxActiveClusters=occupancy)
-        prog.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(init=lambda: None), empty=lambda *a, **k: None)
-        with warnings.catch_warnings(record=True) as got:
-            warnings.simplefilter("always")
-            prog._function(0)
-        return [str(w.message) for w in got if issubclass(w.category, PerformanceWarning)]
+        return cluster_warnings(k, fits)[0]
 
     said = load(64)
     assert len(said) == 1 and "this GPU holds 64 clusters of 2 blocks at once, the persistent grid has 66" in said[0]

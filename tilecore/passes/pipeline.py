@@ -1939,6 +1939,7 @@ def plan_pipelines(func, ctx):
             attrs = {**s.attrs, "warp_specialized": True, "producer_threads": st.group}
             if grouped:
                 attrs["block_group"] = (st.group_size,) + (1,) * (len(s.grid) - 1)
+                attrs["block_group_by"] = "tilecore.group_multicast"  # the option that made the group (D84)
             return s.with_(body=body, threads=(st.consumers + st.group,), attrs=attrs)
         if allocs:
             body = seq(allocs + [body])

@@ -608,6 +608,7 @@ def _finish_group(func, ctx, launch, gexprs, bvars, z, splits, new_top, note):
     grid is one wave of (tile, split) blocks)."""
     attrs = dict(launch.attrs)
     attrs["block_group"] = tuple([1] * len(gexprs) + [splits])
+    attrs["block_group_by"] = SPLIT_K_REDUCE  # the option that made the group (a backend's warnings name it, D84)
     launch2 = launch.with_(grid=(*gexprs, as_expr(splits)), block_vars=(*bvars, z), body=Seq(new_top), attrs=attrs)
     body = rewrite(func.body, lambda x: launch2 if isinstance(x, KernelLaunch) else None)
     ctx.notes.append(note)

@@ -284,13 +284,19 @@ class CUDAEmitter(SIMTCppEmitter):
         clusters = {int(c.attrs["cluster"]) for c in st.pipelines if c.attrs.get("cluster")}
         if clusters:  # a split GEMM summed in thread-block clusters (D41): the kernel's __cluster_dims__, for the record
             meta["cluster"] = [1, 1, max(clusters)]
-        groups = [tuple(int(d) for d in x.attrs["block_group"]) for x in collect(func.body, KernelLaunch)
-                  if x.attrs.get("block_group")]
+        grouped = [x for x in collect(func.body, KernelLaunch) if x.attrs.get("block_group")]
+        groups = [tuple(int(d) for d in x.attrs["block_group"]) for x in grouped]
         if groups:  # the core's block group (D75): a thread-block cluster of that shape, x fastest
             g = list(groups[0])[:3]
             if len(groups[0]) > 3 and any(d != 1 for d in groups[0][3:]):
                 raise CompileError(f"a block group of shape {groups[0]}: CUDA's clusters have 3 dimensions")
             meta["cluster"] = g + [1] * (3 - len(g))
+            by = grouped[0].attrs.get("block_group_by")
+            if by:  # D84: the options that made the clusters (the runtime's clusters-at-once warning names them)
+                from .hopper import GENERAL_SPLIT_K
+
+                routed = grouped[0].attrs.get("split_k") and grouped[0].attrs.get("tilecore.cuda.general_plain_gemm")
+                meta["cluster_by"] = ([GENERAL_SPLIT_K] if routed and by == "tilecore.split_k_reduce" else []) + [by]
             if getattr(st, "group_copies", False):  # D80: the group's blocks share copies (tilecore.group_multicast)
                 meta["group_multicast"] = True
         if getattr(st, "hopper_persistent", None) is not None:  # a persistent GEMM: min(tiles, its blocks) in x

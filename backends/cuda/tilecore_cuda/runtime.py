@@ -312,11 +312,27 @@ class CUDAProgram(Program):
                 "share bulk copies (tilecore.group_multicast): pass tilecore.group_multicast=False, or "
                 "tilecore.persistent=<a block count the GPU holds>"), stacklevel=2)
             return
+        by = list(self.meta.get("cluster_by") or ())
+        head = (f"kernel {self.entry}: this GPU holds {fits.value} clusters of {size} blocks at once, the grid has "
+                f"{need}: the rest run in a second wave (about twice the time). ")
+        if "tilecore.split_k_reduce" in by:  # the core's split-K summed in block groups (D75, D78), maybe routed
+            routed = "tilecore.cuda.general_split_k" in by
+            warnings.warn(PerformanceWarning(
+                head + "Its clusters are the block groups of the core's split-K sum (tilecore.split_k_reduce"
+                + (", the group the plugin's split GEMM was routed to by tilecore.cuda.general_split_k): pass "
+                   "tilecore.cuda.general_split_k=False (the plugin's split-K, which lowers its count where its "
+                   "clusters do not fit) or fewer splits (tilecore.split_k)" if routed else
+                   "=\"group\"): use fewer splits (tilecore.split_k) or tilecore.split_k_reduce=\"workspace\"")),
+                stacklevel=2)
+            return
+        if by:  # another option's block group
+            warnings.warn(PerformanceWarning(head + f"Its clusters are block groups made by {', '.join(by)}: turn "
+                                             "that off"), stacklevel=2)
+            return
         warnings.warn(PerformanceWarning(
-            f"kernel {self.entry}: this GPU holds {fits.value} clusters of {size} blocks at once, the grid has "
-            f"{need}: the rest run in a second wave (about twice the time). Its clusters are the splits of a GEMM "
-            f"summed in the cluster (tilecore.cuda.split_k_reduce=\"cluster\"): use fewer splits "
-            f"(tilecore.cuda.split_k) or tilecore.cuda.split_k_reduce=\"global\""), stacklevel=2)
+            head + "Its clusters are the splits of a GEMM summed in the cluster (tilecore.cuda.split_k_reduce="
+            "\"cluster\"): use fewer splits (tilecore.cuda.split_k) or tilecore.cuda.split_k_reduce=\"global\""),
+            stacklevel=2)
 
     def _enter(self, dev: int) -> int:
         """Make ``dev`` (or $TILECORE_DEVICE) the launch device: its function and status word, loaded once."""
