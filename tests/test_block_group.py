@@ -439,12 +439,16 @@ def _run(s, t, env, mask, out):
                                               (16, 8192, 8192, (64, 256, 64, 128, 3), 3),
                                               (128, 4096, 4096, (128, 128, 64, 256, 4), 4),
                                               (100, 1000, 2048, (64, 128, 64, 128, 4), 3),
-                                              (128, 4096, 4096, (128, 128, 64, 128, 4), 3)])
+                                              (128, 4096, 4096, (128, 128, 64, 128, 4), 3),
+                                              (100, 904, 2048, (64, 128, 64, 128, 4), 3),
+                                              (128, 4000, 4096, (128, 128, 64, 256, 5), 3),
+                                              (16, 8000, 8192, (64, 256, 64, 128, 3), 3)])
 def test_cells_exchange_simulated(monkeypatch, M, N, K, tile, split):
-    """D78's sum in cells, run for every rank and thread from the IR the pass builds (each row of tiles where C's rows
-    end inside the tile): each block's area written once a float (no two stores on one place), exactly the bytes its
-    barrier announced; each block sums, for every thread, the registers of its own cells whose rows lie in C (every
-    such register of the tile summed by exactly one block, none of the rows past C) in split order 0 .. S-1, term j
+    """D78's sum in cells, run for every rank and thread from the IR the pass builds (the first and last row and column
+    of tiles, where C's rows or, D84, columns end inside the tile: 904 columns leave the last 128-column tile's second
+    panel past C): each block's area written once a float (no two stores on one place), exactly the bytes its
+    barrier announced; each block sums, for every thread, the registers of its own cells whose first row and column
+    lie in C (every such register of the tile summed by exactly one block, none of the cells past C) in split order 0 .. S-1, term j
     its own register where j is its rank, else the place split j stored that thread's same register to; its bulk
     store covers exactly the cells it summed (each cell of the tile stored by one block)."""
     import numpy as np
@@ -471,10 +475,11 @@ def test_cells_exchange_simulated(monkeypatch, M, N, K, tile, split):
     k = next(i for i, x in enumerate(top) if getattr(x, "attrs", {}).get("split_k") == "group cell sum in split order")
     epi = rewrite(Seq(list(top[k + 1:])), lambda x: x.with_(cells=None) if isinstance(x, BulkStore) else None).body
     acc = None
-    rows_of_tiles = -(-M // bm)
-    for by in sorted({0, rows_of_tiles - 1}):
+    rows_of_tiles, cols_of_tiles = -(-M // bm), -(-N // bn)
+    for by, bx in sorted({(y, x) for y in (0, rows_of_tiles - 1) for x in (0, cols_of_tiles - 1)}):
         env0 = {v.name: np.int64(0) for v in seen["bvars"]}
         env0[seen["bvars"][1].name] = np.int64(by)
+        env0[seen["bvars"][0].name] = np.int64(bx)
         written = [dict() for _ in range(S)]  # owner -> {float index: (sender, thread, register)}
         sums, announced, stored = {}, {}, {}
         for me in range(S):
@@ -540,13 +545,15 @@ def test_cells_exchange_simulated(monkeypatch, M, N, K, tile, split):
             for r in range(nregs):
                 row0 = int(rows[r][0][th_])
                 c = (int(cols[r][0][th_]) // bs.layout.panel_elems) * bands + row0 // cell_rows
-                inside = by * bm + (row0 // cell_rows) * cell_rows < M
+                panel0 = (int(cols[r][0][th_]) // bs.layout.panel_elems) * bs.layout.panel_elems
+                inside = by * bm + (row0 // cell_rows) * cell_rows < M and bx * bn + panel0 < N
                 assert ((th_, r) in sums) == inside  # the live cells' registers summed, the others not
                 if inside:
                     live += 1
                     me = sums[(th_, r)][0]
                     assert stored[me][0] <= c < stored[me][1], (th_, r, me, c)
-        assert live == th * nregs if (by + 1) * bm <= M else 0 < live < th * nregs
+        whole = (by + 1) * bm <= M and (bx + 1) * bn - bs.layout.panel_elems < N  # every cell's first row / column
+        assert live == th * nregs if whole else 0 < live < th * nregs
 
 
 @needs_toolchain

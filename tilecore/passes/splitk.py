@@ -1036,19 +1036,27 @@ def _group_cells(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, th
     run = binary("floordiv", tid, as_expr(cells.tc))
     lane_t = binary("floormod", tid, as_expr(cells.tc))
 
-    # the cells whose rows lie past C's last row (a tile that overhangs it: 16 rows of a 64-row tile) are neither sent
-    # nor summed, and the owner's barrier expects only its live cells' bytes (a static C whose rows the tiles divide:
-    # every cell live, nothing checked)
+    # the cells whose rows lie past C's last row (a tile that overhangs it: 16 rows of a 64-row tile) or, D84, whose
+    # panel lies past C's last column (a ragged N: the last tile's second panel of 900 columns) are neither sent nor
+    # summed, and the owner's barrier expects only its live cells' bytes (a static C whose rows / columns the tiles
+    # divide: every cell live that way, nothing checked)
     store = cells.store
     row0, mrows = simplify(as_expr(store.starts[-2])), simplify(as_expr(store.dst.shape[-2]))
-    tile_rows = cells.rows * cells.bands
+    col0, ncols = simplify(as_expr(store.starts[-1])), simplify(as_expr(store.dst.shape[-1]))
+    tile_rows, pw = cells.rows * cells.bands, int(store.layout.panel_elems)
     every_row = const_value(mrows) is not None and int(const_value(mrows)) % tile_rows == 0
+    every_col = const_value(ncols) is not None and int(const_value(ncols)) % (pw * cells.npanels) == 0
 
-    def live(c):  # cell c's first row inside C (None: always)
-        if every_row:
-            return None
-        band = binary("floormod", c, as_expr(cells.bands)) if not isinstance(c, int) else c % cells.bands
-        return compare("lt", binary("add", row0, binary("mul", as_expr(band), as_expr(cells.rows))), mrows)
+    def live(c):  # cell c's first row and first column inside C (None: always)
+        cond = None
+        if not every_row:
+            band = binary("floormod", c, as_expr(cells.bands)) if not isinstance(c, int) else c % cells.bands
+            cond = compare("lt", binary("add", row0, binary("mul", as_expr(band), as_expr(cells.rows))), mrows)
+        if not every_col:
+            panel = binary("floordiv", c, as_expr(cells.bands)) if not isinstance(c, int) else c // cells.bands
+            at = compare("lt", binary("add", col0, binary("mul", as_expr(panel), as_expr(pw))), ncols)
+            cond = at if cond is None else logic_and(cond, at)
+        return cond
 
     def both(a, b):
         return b if a is None else a if b is None else logic_and(a, b)
@@ -1120,7 +1128,7 @@ def _group_cells(func, ctx, launch, top, k, loop, acc, splits, per, kt, regs, th
 
     def expect(me):  # the bytes block ``me`` receives: its live cells from every peer (one arrival in any case)
         f0, f1 = cells.first(me, splits), cells.first(me + 1, splits)
-        if every_row:
+        if every_row and every_col:
             return CopyBarrierArrive(bars, zero, (splits - 1) * (f1 - f0) * cell_f4 * 4 * bpe, span=span)
         n = None
         for c in range(f0, f1):
