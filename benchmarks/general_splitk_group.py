@@ -61,8 +61,8 @@ WIDE_OPTIONS = {"tilecore.cuda.general_split_k_8bit": True, "tilecore.cuda.gener
 
 
 def wide(M: int, N: int, K: int, rows, args) -> int:
-    """--wide: for each operand / C type of ``rows`` one table: at each of its tiles the plugin's split-K (its default
-    for these types), the same GEMM routed by WIDE_OPTIONS (the route's rule: the cells' area where CELLS_AREAS says),
+    """--wide: for each operand / C type of ``rows`` one table: at each of its tiles the plugin's split-K, the same GEMM
+    as the defaults route it (``default``, where routed), routed by WIDE_OPTIONS (``routed``, where another kernel)
     and with ``general_split_k_cells=True`` too where that routes more (``routed-any``); cuBLAS (torch.matmul, C in
     the operands' type) or torch._scaled_mm (8-bit) the reference. Returns the failures."""
     failures = 0
@@ -75,7 +75,8 @@ def wide(M: int, N: int, K: int, rows, args) -> int:
                 variants.pop(f"plugin {tn}", None)
                 print(f"  {tn}: the plugin does not split it")
                 continue
-            for label, cfg in ((f"routed {tn}", WIDE_OPTIONS),
+            codes = set()
+            for label, cfg in ((f"default {tn}", {}), (f"routed {tn}", WIDE_OPTIONS),
                                (f"routed-any {tn}", {**WIDE_OPTIONS, "tilecore.cuda.general_split_k_cells": True})):
                 k = add(label, tile=t, cfg=cfg)
                 if k is None:
@@ -85,9 +86,10 @@ def wide(M: int, N: int, K: int, rows, args) -> int:
                 if not split:  # the plugin's kernel: the route's reason
                     del variants[label]
                     print(f"  {label}: not routed: {kept[0].split(': ', 2)[-1] if kept else '?'}")
-                elif label.startswith("routed-any") and f"routed {tn}" in variants:
-                    del variants[label]  # the same kernel as routed
+                elif k.source.code in codes:
+                    del variants[label]  # the same kernel as a row above
                 else:
+                    codes.add(k.source.code)
                     print(f"  {label}: {split[0][-200:]}")
         print(f"\n{M}x{N}x{K}, {dt} operands, C {out}:")
         med, bad = check_and_time(variants, ref, bound, rounds=args.rounds, batch=args.batch,

@@ -128,9 +128,9 @@ step splitk3-c bash -c 'rc=0; for sh in 128x4096x4096,16x8192x8192 16x8192x8192,
 # D84: the plugin's split GEMMs with 8-bit operands or a 32-bit C (WIDE: fp8 128x128x128/4, 64x256x128/3,
 # 64x128x128/4; fp16 into fp32 C 64x128x64/4, 128x128x64/3, /5) against the same GEMMs routed to the core's group
 # sum by tilecore.cuda.general_split_k_8bit / _c32, torch.matmul / torch._scaled_mm in the same run, 10 rounds in both
-# orders, then the shapes in the other order
+# orders (20 since round 2), then the shapes in the other order
 step splitk4 bash -c 'rc=0; for sh in 128x4096x4096,16x8192x8192 16x8192x8192,128x4096x4096; do \
-       timeout 80 python3 benchmarks/general_splitk_group.py --wide --rounds 10 --batch 10 --shapes $sh || rc=$?; done; exit $rc'
+       timeout 80 python3 benchmarks/general_splitk_group.py --wide --rounds 20 --batch 10 --shapes $sh || rc=$?; done; exit $rc'
 # D84's device tests: the routed 8-bit / 32-bit-C split GEMMs and the cells (with the ragged-N cells past C's columns
 # not exchanged) against float64, bit for bit, the workspace kernel's bits
 step splitk4-tests timeout 150 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_general_splitk.py \

@@ -322,11 +322,16 @@ def cells_area(ctx, recv: int, bm: int, bn: int, bk: int, stages: int, esize: in
 
 
 #: pass configs (D84): a split GEMM with 8-bit operands (``esize`` 1) / a 32-bit C goes to the core's group sum
-#: (panels or cells) under the same rule as the 16-bit ones: True or False (default: False until measured)
+#: (panels or cells) under the same rule as the 16-bit ones: True, False, or "auto" (only where the group's receive
+#: area lies beside the pipeline's stages: "beside" for the panels, :data:`CELLS_AREAS` for the cells)
 ROUTE_8BIT_OPTION = "tilecore.cuda.general_split_k_8bit"
 ROUTE_8BIT = False
 ROUTE_C32_OPTION = "tilecore.cuda.general_split_k_c32"
-ROUTE_C32 = False
+#: D84 round 1 (H200, two runs in reversed shape order, the routed kernel against the plugin at the same tile):
+#: fp16 into fp32 C, the area beside the stages, 1.036-1.075x (64x128x64/4 in panels) and 1.021-1.027x (128x128x64/3
+#: in cells) at 128x4096x4096, 0.988-0.990x (64x128x64/4, 128x128x64/3 in panels) at 16x8192x8192; over the stages
+#: 0.977-0.980x (panels, 128x128x64/5 at 16x8192x8192) and 0.930x (cells, /5 at 128x4096x4096): "auto"
+ROUTE_C32 = "auto"
 
 
 #: the note's head where a split GEMM stays on this pipeline, followed by split_k_route's reason (D84)
@@ -358,11 +363,14 @@ def split_k_route(ctx, esize: int = 2, split=None) -> tuple:
         own = [k for k in PIPELINE_OWN if ctx.option(k, _UNSET) is not _UNSET]
         if own:
             return 0, f"the pipeline's own option {own[0]} is given"
-        wide8 = ctx.switch(ROUTE_8BIT_OPTION, ROUTE_8BIT, expected="True (8-bit split GEMMs go to the core's group "
-                           "sum, D84) or False")
-        wide32 = ctx.switch(ROUTE_C32_OPTION, ROUTE_C32, expected="True (split GEMMs with a 32-bit C go to the "
-                            "core's group sum, D84) or False")
+        wide8 = ctx.switch(ROUTE_8BIT_OPTION, ROUTE_8BIT, auto=True, expected="True (8-bit split GEMMs go to the "
+                           "core's group sum, D84), \"auto\" (where its receive area lies beside the stages) or False")
+        wide32 = ctx.switch(ROUTE_C32_OPTION, ROUTE_C32, auto=True, expected="True (split GEMMs with a 32-bit C go to "
+                            "the core's group sum, D84), \"auto\" (where its receive area lies beside the stages) or "
+                            "False")
         n, part, tiles, bn, out_bytes = split[:5]
+        wide = (wide8 if esize == 1 else True, wide32 if out_bytes == 4 else True)
+        beside_only = "auto" in wide  # D84: an 8-bit / 32-bit-C split routed only where its area lies beside
         if esize != 2 and not (esize == 1 and wide8):
             return 0, (f"{8 * esize}-bit operands ({ROUTE_8BIT_OPTION}={wide8!r})" if esize == 1 else
                        f"{8 * esize}-bit operands")
@@ -378,6 +386,11 @@ def split_k_route(ctx, esize: int = 2, split=None) -> tuple:
             return 0, "the tile count is not static"
         if n == 2 and panels >= 2 and panels % n == 0 and part // n <= GROUP_AUTO_BYTES \
                 and tiles <= at_once.get(2, 0):
+            area = cells_area(ctx, part // n, bm, bn, bk, stages, esize, out_bytes) if beside_only else "beside"
+            if area != "beside":
+                opt = ROUTE_8BIT_OPTION if wide[0] == "auto" else ROUTE_C32_OPTION
+                return 0, (f"the panels' area ({part // n} bytes) fits only over the stages ('auto' routes only "
+                           f"where it lies beside them; {opt}=True routes it)")
             return 2, ""
         # D78: the rule's count in cells where the panels do not divide among it (as this pipeline's cluster sum,
         # D41: one split fewer where the rule's groups would not all be resident at once)
@@ -412,11 +425,14 @@ def split_k_route(ctx, esize: int = 2, split=None) -> tuple:
                 return 0, f"{m} splits of {cells} cells"
             if recv > CELLS_ROUTE_BYTES:
                 return 0, f"{m} splits in cells receive {recv} bytes a block (more than {CELLS_ROUTE_BYTES})"
-            if cells_on == "auto":
+            if cells_on == "auto" or beside_only:
                 area = cells_area(ctx, recv, bm, bn, bk, stages, esize, out_bytes)
                 if area not in CELLS_AREAS:
+                    opts = [o for o, v in ((ROUTE_CELLS_OPTION, cells_on), (ROUTE_8BIT_OPTION, wide[0]),
+                                           (ROUTE_C32_OPTION, wide[1])) if v == "auto"]
                     return 0, (f"the cells' area ({recv} bytes) fits only {area!r}, not one of CELLS_AREAS "
-                               f"{CELLS_AREAS} ({ROUTE_CELLS_OPTION}=True routes it)")
+                               f"{CELLS_AREAS} ({' and '.join(o + '=True' for o in opts)} "
+                               f"route{'s' if len(opts) == 1 else ''} it)")
             return m, ""
         return 0, why or f"the rule's {rule} split(s)"
     v = ctx.switch(GENERAL_SPLIT_K, GENERAL_SPLIT_K_DEFAULT, auto=True,
