@@ -498,8 +498,7 @@ def _route(M, N, K, tile, dtype="float16", out="float16", cfg=None):
 def test_wide_split_route_options(tile, dtype, out, opt, form):
     """D84: with its option False the plugin keeps an 8-bit / 32-bit-C split GEMM and says why (the option); True
     routes it to the core's group sum (panels at 2 splits, cells at 3); the other type's option is not enough. By
-    default (8-bit False, 32-bit C "auto") the 8-bit split stays, the 32-bit-C split whose area lies beside the stages
-    goes."""
+    default ("auto" for both) each of these goes: the area beside the stages, C's 128 rows filling the tiles."""
     _, kept, attrs = _route(128, 4096, 4096, tile, dtype, out, {opt: False})
     assert "split_k" not in attrs and kept is not None and opt in kept and "False" in kept, kept
     _, kept, attrs = _route(128, 4096, 4096, tile, dtype, out, {opt: True})
@@ -507,14 +506,15 @@ def test_wide_split_route_options(tile, dtype, out, opt, form):
     other = ("tilecore.cuda.general_split_k_c32" if opt.endswith("8bit") else "tilecore.cuda.general_split_k_8bit")
     _, kept, attrs = _route(128, 4096, 4096, tile, dtype, out, {other: True, opt: False})
     assert "split_k" not in attrs and opt in kept
-    _, kept, attrs = _route(128, 4096, 4096, tile, dtype, out)
-    assert (("split_k" in attrs) is (dtype == "float16")) and (kept is None) is (dtype == "float16"), kept
+    _, kept, attrs = _route(128, 4096, 4096, tile, dtype, out)  # the defaults ("auto"): C's rows fill the tiles
+    assert "split_k" in attrs and kept is None, kept
 
 
 def test_wide_auto_routes_only_beside_the_stages():
-    """D84: "auto" (the 32-bit C's default) routes where the group's receive area lies beside the stages; over them
+    """D84: "auto" (both options' default) routes where the group's receive area lies beside the stages; over them
     (fp32 C's 64 KiB staging tile beside 5 stages of 128x128x64: the panels at 16x8192x8192, the cells at
-    128x4096x4096) the plugin keeps it and says which option routes it (True does)."""
+    128x4096x4096) the plugin keeps it and says which option routes it (True does). 8-bit: the panels only, where C's
+    rows fill a quarter of the tiles' rows; not the cells."""
     c32 = "tilecore.cuda.general_split_k_c32"
     for M, N, K, form in ((16, 8192, 8192, "panels"), (128, 4096, 4096, "cells")):
         _, kept, attrs = _route(M, N, K, (128, 128, 64, 256, 5), "float16", "float32")
@@ -525,16 +525,26 @@ def test_wide_auto_routes_only_beside_the_stages():
         assert kept is None and f"summed in {form}" in attrs["split_k"][0] and "over its stages" in attrs["split_k"][0]
         _, kept, attrs = _route(M, N, K, (128, 128, 64, 256, 3), "float16", "float32")
         assert kept is None and "split_k" in attrs and "over its stages" not in attrs["split_k"][0]
-    _, kept, attrs = _route(16, 8192, 8192, (64, 256, 128, 128, 3), "float8_e4m3", "float16",
-                            {"tilecore.cuda.general_split_k_8bit": "auto"})
+    e8 = "tilecore.cuda.general_split_k_8bit"
+    _, kept, attrs = _route(16, 8192, 8192, (64, 256, 128, 128, 3), "float8_e4m3", "float16")
+    assert "split_k" not in attrs and "8-bit operands in cells" in kept and f"{e8}=True" in kept, kept
+    _, kept, attrs = _route(16, 8192, 8192, (64, 256, 128, 128, 3), "float8_e4m3", "float16", {e8: True})
     assert kept is None and "summed in cells" in attrs["split_k"][0]
+    # "auto": 8-bit panels only where C's rows fill a quarter of the tiles' rows (16 of 128: not; 16 of 64: yes)
+    _, kept, attrs = _route(16, 8192, 8192, (128, 128, 128, 256, 4), "float8_e4m3", "float16")
+    assert "split_k" not in attrs and "C's 16 rows fill less than 0.25 of the 128-row tiles'" in kept, kept
+    _, kept, attrs = _route(16, 8192, 8192, (64, 128, 128, 128, 4), "float8_e4m3", "float16")
+    assert kept is None and "summed in panels" in attrs["split_k"][0]
+    _, kept, attrs = _route(16, 8192, 8192, (128, 128, 128, 256, 4), "float8_e4m3", "float16", {e8: True})
+    assert kept is None and "summed in panels" in attrs["split_k"][0]
 
 
 def test_split_route_reasons():
     """D84: the plugin's note says why a split GEMM stays there (the census's column): the pipeline's own option,
     the area rule, the receive bound, a one-panel tile; a routed one has no such note; a bad value is refused by name."""
     cases = [((128, 128, 64, 256, 5), "float16", "float32", {"tilecore.cuda.general_split_k_c32": True}, "'stages'"),
-             ((128, 128, 128, 256, 4), "float8_e4m3", "float16", {}, "8-bit operands"),
+             ((128, 128, 128, 256, 4), "float8_e4m3", "float16", {"tilecore.cuda.general_split_k_8bit": False},
+              "8-bit operands (tilecore.cuda.general_split_k_8bit=False)"),
              ((128, 256, 64, 256, 3), "float16", "float16", {}, "4 splits divide the tile's 4 panels"),
              ((128, 64, 64, 256, 3), "float16", "float16", {}, "1 128-byte panel"),
              ((128, 128, 64, 256, 5), "float16", "float16", {"tilecore.cuda.stage_release": "thread"},

@@ -325,7 +325,14 @@ def cells_area(ctx, recv: int, bm: int, bn: int, bk: int, stages: int, esize: in
 #: (panels or cells) under the same rule as the 16-bit ones: True, False, or "auto" (only where the group's receive
 #: area lies beside the pipeline's stages: "beside" for the panels, :data:`CELLS_AREAS` for the cells)
 ROUTE_8BIT_OPTION = "tilecore.cuda.general_split_k_8bit"
-ROUTE_8BIT = False
+#: D84 round 2 (H200, two runs in reversed shape order, e4m3 into fp16 C, the routed kernel against the plugin at the
+#: same tile): 2 splits in panels beside the stages 1.052-1.140x at 128x4096x4096 (128x128x128/4, 64x256x128/3,
+#: 64x128x128/4) and 0.999x at 16x8192x8192 (64x128x128/4); at 16x8192x8192 the 128x128x128/4 tile (C's 16 rows an
+#: eighth of its 128: the panels exchange every row) 0.958-0.980x and 3 splits in cells (64x256x128/3) 0.968-0.972x.
+#: "auto" for 8-bit operands: the panels form only, beside the stages, where C's rows fill at least
+#: :data:`ROUTE_8BIT_ROWS` of the tiles' rows; not the cells
+ROUTE_8BIT = "auto"
+ROUTE_8BIT_ROWS = 0.25
 ROUTE_C32_OPTION = "tilecore.cuda.general_split_k_c32"
 #: D84 round 1 (H200, two runs in reversed shape order, the routed kernel against the plugin at the same tile):
 #: fp16 into fp32 C, the area beside the stages, 1.036-1.075x (64x128x64/4 in panels) and 1.021-1.027x (128x128x64/3
@@ -380,6 +387,7 @@ def split_k_route(ctx, esize: int = 2, split=None) -> tuple:
         # the measured case: 2 splits, each block storing its panels of its tile's two or more 128-byte column
         # panels (the core's sum "in panels"), receiving at most the core's bound from its peer, every group at once
         rule, bm, bk, stages = split[5:9] if len(split) >= 9 else (n, 0, 0, 0)
+        m_rows = split[9] if len(split) >= 10 else None  # C's rows where static
         panels = bn * out_bytes // 128 if bn * out_bytes % 128 == 0 else 0
         at_once = groups_at_once(ctx.capabilities)
         if tiles is None:
@@ -391,6 +399,10 @@ def split_k_route(ctx, esize: int = 2, split=None) -> tuple:
                 opt = ROUTE_8BIT_OPTION if wide[0] == "auto" else ROUTE_C32_OPTION
                 return 0, (f"the panels' area ({part // n} bytes) fits only over the stages ('auto' routes only "
                            f"where it lies beside them; {opt}=True routes it)")
+            if wide[0] == "auto" and (not m_rows or m_rows < ROUTE_8BIT_ROWS * -(-m_rows // bm) * bm):
+                return 0, (f"8-bit operands: C's {m_rows or 'dynamic'} rows fill less than {ROUTE_8BIT_ROWS} of the "
+                           f"{bm}-row tiles' (the panels exchange every row: measured 0.96-0.98x; "
+                           f"{ROUTE_8BIT_OPTION}=True routes it)")
             return 2, ""
         # D78: the rule's count in cells where the panels do not divide among it (as this pipeline's cluster sum,
         # D41: one split fewer where the rule's groups would not all be resident at once)
@@ -425,6 +437,9 @@ def split_k_route(ctx, esize: int = 2, split=None) -> tuple:
                 return 0, f"{m} splits of {cells} cells"
             if recv > CELLS_ROUTE_BYTES:
                 return 0, f"{m} splits in cells receive {recv} bytes a block (more than {CELLS_ROUTE_BYTES})"
+            if wide[0] == "auto":  # D84: 8-bit cells measured 0.968-0.972x the plugin
+                return 0, (f"8-bit operands in cells ({m} splits; measured 0.97x the plugin: {ROUTE_8BIT_OPTION}=True "
+                           "routes it)")
             if cells_on == "auto" or beside_only:
                 area = cells_area(ctx, recv, bm, bn, bk, stages, esize, out_bytes)
                 if area not in CELLS_AREAS:
@@ -521,9 +536,11 @@ def _lower(launch: KernelLaunch, ctx) -> KernelLaunch:
         kt_all = const_value(simplify(as_expr(s.extent)))
         even = next((d for d in range(splits, 1, -1) if kt_all is not None and int(kt_all) % d == 0), 1)
         out_bytes = int(target.buffer.dtype.bytes)
-        route, kept = split_k_route(ctx, p.esize, (even, p.bm * p.bn * 4, _tile_count(launch), p.bn, out_bytes,
-                                                   splits, p.bm, p.bk, requested)) if splits > 1 and kt_all is not None \
-            else (0, "no static k tile count" if splits > 1 else "")
+        if splits > 1 and kt_all is not None:
+            route, kept = split_k_route(ctx, p.esize, (even, p.bm * p.bn * 4, _tile_count(launch), p.bn, out_bytes,
+                                                       splits, p.bm, p.bk, requested, _static(target.buffer.shape[0])))
+        else:
+            route, kept = 0, "no static k tile count" if splits > 1 else ""
         if route and (even > 1 or route != even):
             # the core's split-K runs equal splits (the largest count <= the rule's dividing the k tiles) or, summed in
             # cells (D78), the rule's count, block z running k tiles [z KT // S, (z + 1) KT // S)
