@@ -52,10 +52,12 @@ TILES = "128x128x64/256/4,64x128x64/128/4,128x64x64/256/4"
 CELLS_TILES = {"64x8192x8192": (64, 256, 64, 128, 3)}
 #: --wide (D84): (operand type, C type, tile) of the split GEMMs the plugin keeps by default for their types: 8-bit
 #: operands at the fp8 benchmark's k step (2 splits in panels, 3 in cells) and a 32-bit C (2 splits in panels at
-#: 64x128, 4 panels; 3 splits in cells, the area beside the stages at 128x128x64/3 and only over them at /5)
+#: 64x128, 4 panels; 3 splits in cells, the area beside the stages at 128x128x64/3 and only over them at /5); D75's
+#: 16-bit 64x128x64/4 in panels against the same in cells (rows past C not exchanged)
 WIDE = (("float8_e4m3", "float16", (128, 128, 128, 256, 4)), ("float8_e4m3", "float16", (64, 256, 128, 128, 3)),
         ("float8_e4m3", "float16", (64, 128, 128, 128, 4)), ("float16", "float32", (64, 128, 64, 128, 4)),
-        ("float16", "float32", (128, 128, 64, 256, 3)), ("float16", "float32", (128, 128, 64, 256, 5)))
+        ("float16", "float32", (128, 128, 64, 256, 3)), ("float16", "float32", (128, 128, 64, 256, 5)),
+        ("float16", "float16", (64, 128, 64, 128, 4)))
 #: the options that route them (D84)
 WIDE_OPTIONS = {"tilecore.cuda.general_split_k_8bit": True, "tilecore.cuda.general_split_k_c32": True}
 
@@ -63,7 +65,9 @@ WIDE_OPTIONS = {"tilecore.cuda.general_split_k_8bit": True, "tilecore.cuda.gener
 def wide(M: int, N: int, K: int, rows, args) -> int:
     """--wide: for each operand / C type of ``rows`` one table: at each of its tiles the plugin's split-K, the same GEMM
     as the defaults route it (``default``, where routed), routed by WIDE_OPTIONS (``routed``, where another kernel)
-    and with ``general_split_k_cells=True`` too where that routes more (``routed-any``); cuBLAS (torch.matmul, C in
+    and with ``general_split_k_cells=True`` too where that routes more (``routed-any``), the routed kernel summed in
+    cells where it was not (``cells``: ``tilecore.split_k_group_sum="cells"``, whose cells past C's rows are not
+    exchanged, unlike the panels'); cuBLAS (torch.matmul, C in
     the operands' type) or torch._scaled_mm (8-bit) the reference. Returns the failures."""
     failures = 0
     for dt, out in dict.fromkeys((d, o) for d, o, _ in rows):
@@ -77,7 +81,8 @@ def wide(M: int, N: int, K: int, rows, args) -> int:
                 continue
             codes = set()
             for label, cfg in ((f"default {tn}", {}), (f"routed {tn}", WIDE_OPTIONS),
-                               (f"routed-any {tn}", {**WIDE_OPTIONS, "tilecore.cuda.general_split_k_cells": True})):
+                               (f"routed-any {tn}", {**WIDE_OPTIONS, "tilecore.cuda.general_split_k_cells": True}),
+                               (f"cells {tn}", {**WIDE_OPTIONS, "tilecore.split_k_group_sum": "cells"})):
                 k = add(label, tile=t, cfg=cfg)
                 if k is None:
                     continue

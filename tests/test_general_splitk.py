@@ -359,11 +359,13 @@ def test_split_k_group_on_gpu_against_float64_and_the_workspace_bits(M, N, K, ti
     (200, 1000, 4096, (128, 128, 64, 256, 4), (3, "stages", "barrier", True, "auto")),
     (128, 4096, 4096, (128, 128, 64, 256, 5), (3, "auto", "barrier", True, "slices")),
     (100, 904, 2048, (64, 128, 64, 128, 4), (3, "auto", "barrier", True, "cells")),
-    (128, 4000, 4096, (128, 128, 64, 256, 5), (3, "auto", "barrier", True, "cells"))])
+    (128, 4000, 4096, (128, 128, 64, 256, 5), (3, "auto", "barrier", True, "cells")),
+    (16, 8192, 8192, (128, 128, 64, 256, 4), (2, "auto", "barrier", False, "cells"))])
 def test_split_k_group_in_cells_on_gpu_against_float64_and_the_workspace_bits(M, N, K, tile, split):
     """D78: the splits summed in cells (rows x one panel, each block summing and bulk-storing a run of them: 3 splits
     of the plugin's 128x128 and 64x256 tiles, 4 of two panels, ragged shapes (D84: 904 / 4000 columns, the last tile's
-    second panel past C, not exchanged); the area beside the stages, with the
+    second panel past C, not exchanged; 2 splits of a 128-row tile at M 16, only the first band live); the area beside
+    the stages, with the
     staging tile over it, or over the stages), and D75's slices at 3 splits beside them: within the float64 bound, bit for bit every call, the workspace form's bits."""
     _group_on_gpu(M, N, K, tile, split)
 
