@@ -131,6 +131,10 @@ step splitk3-c bash -c 'rc=0; for sh in 128x4096x4096,16x8192x8192 16x8192x8192,
 # orders (20 since round 2), then the shapes in the other order
 step splitk4 bash -c 'rc=0; for sh in 128x4096x4096,16x8192x8192 16x8192x8192,128x4096x4096; do \
        timeout 80 python3 benchmarks/general_splitk_group.py --wide --rounds 20 --batch 10 --shapes $sh || rc=$?; done; exit $rc'
+# D84 round 4: the 8-bit rows at 16x8192x8192 alone (panels against cells where C's 16 rows fill an eighth of a
+# 128-row tile), 30 rounds in both orders, twice
+step splitk4-r4 bash -c 'rc=0; for r in 1 2; do timeout 60 python3 benchmarks/general_splitk_group.py --wide \
+       --wide-rows float8_e4m3 --rounds 30 --batch 10 --shapes 16x8192x8192 || rc=$?; done; exit $rc'
 # D84's device tests: the routed 8-bit / 32-bit-C split GEMMs and the cells (with the ragged-N cells past C's columns
 # not exchanged) against float64, bit for bit, the workspace kernel's bits
 step splitk4-tests timeout 150 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_general_splitk.py \

@@ -329,7 +329,8 @@ ROUTE_8BIT_OPTION = "tilecore.cuda.general_split_k_8bit"
 #: same tile): 2 splits in panels beside the stages 1.052-1.140x at 128x4096x4096 (128x128x128/4, 64x256x128/3,
 #: 64x128x128/4) and 0.999x at 16x8192x8192 (64x128x128/4); at 16x8192x8192 the 128x128x128/4 tile (C's 16 rows an
 #: eighth of its 128: the panels exchange every row) 0.958-0.980x and 3 splits in cells (64x256x128/3) 0.968-0.972x.
-#: "auto" for 8-bit operands: the panels form only, beside the stages, where C's rows fill at least
+#: Round 3 (H100): the routed rows 1.010-1.131x; the rows left off 0.983-0.993x (0.992-1.005x the 128-row tiles at
+#: M 16 in cells). "auto" for 8-bit operands: the panels form only, beside the stages, where C's rows fill at least
 #: :data:`ROUTE_8BIT_ROWS` of the tiles' rows; not the cells
 ROUTE_8BIT = "auto"
 ROUTE_8BIT_ROWS = 0.25
@@ -337,7 +338,8 @@ ROUTE_C32_OPTION = "tilecore.cuda.general_split_k_c32"
 #: D84 round 1 (H200, two runs in reversed shape order, the routed kernel against the plugin at the same tile):
 #: fp16 into fp32 C, the area beside the stages, 1.036-1.075x (64x128x64/4 in panels) and 1.021-1.027x (128x128x64/3
 #: in cells) at 128x4096x4096, 0.988-0.990x (64x128x64/4, 128x128x64/3 in panels) at 16x8192x8192; over the stages
-#: 0.977-0.980x (panels, 128x128x64/5 at 16x8192x8192) and 0.930x (cells, /5 at 128x4096x4096): "auto"
+#: 0.977-0.980x (panels, 128x128x64/5 at 16x8192x8192) and 0.930x (cells, /5 at 128x4096x4096): "auto". Round 3
+#: (H100): the routed rows 0.993-1.093x; over the stages 0.949-0.957x (panels), 1.000-1.008x (cells, /5)
 ROUTE_C32 = "auto"
 
 
