@@ -1047,6 +1047,21 @@ step fa90d64-tests3 bash -c 'rc=0; timeout -k 5 150 python3 -m pytest -q -n 8 -p
      timeout -k 5 50 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention --report /tmp/rep/cuda-d81b || rc=$?;
      timeout -k 5 50 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention --report /tmp/rep/cuda-d81g \
        --pass-config tilecore.cuda.register_programs=false || rc=$?; exit $rc'
+# D82 (helper fa90d256, issues 11 + 17): FlashAttention at d256 with 64-row blocks on the general path. fa90d256:
+# sm_90a 64x64 d256 (one consumer warpgroup; benchmarks/fa_route.py, one process, causal and not, exact and fast math):
+# the general path's default (general: thread 0 issues the bulk copies, V issued after the first gemm's wait), the
+# register program (regprog) and the general path with a producer warpgroup (ws: tilecore.warp_specialize=True, the
+# register program's form), timed in turn with SDPA cuDNN, the order reversed every other round, 15 rounds (~1.5 min).
+# fa90d256-sm80: sm_80's 64 rows at d256 through the sm_80 overlay (benchmarks/mma_general.py, fast math then exact,
+# each kernel's rows in order then reversed): regprog, attention-all (the general path with the route's form
+# defaults: the kernel D79 measured, 255 registers and 40-64 bytes of spills), attention-all-fold (+ O's relay tile
+# folded, tilecore.fold_relay_tiles: V gets its second stage, no spills at 255 registers), SDPA in the same process
+# (~2 min)
+step fa90d256 timeout -k 5 200 python3 benchmarks/fa_route.py --forms d256x64 --variants "${FA90D256_VARIANTS:-general,regprog,ws}" \
+     --rounds "${FA90D256_ROUNDS:-15}" --inner-rep 10
+step fa90d256-sm80 bash -c 'rc=0; for x in "" --exact; do timeout -k 5 100 python3 benchmarks/mma_general.py --rep 10 --orders 2 \
+       --fa 8,32,4096,256 --only fa64,fa64_causal --variants "${FA90D256_SM80:-regprog,attention-all,attention-all-fold}" $x || rc=$?;
+     done; exit $rc'
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \
