@@ -1059,6 +1059,10 @@ step fa90d64-tests3 bash -c 'rc=0; timeout -k 5 150 python3 -m pytest -q -n 8 -p
 # (~2 min)
 step fa90d256 timeout -k 5 200 python3 benchmarks/fa_route.py --forms d256x64 --variants "${FA90D256_VARIANTS:-general,regprog,ws}" \
      --rounds "${FA90D256_ROUNDS:-15}" --inner-rep 10
+# fa90d256-more: the producer warpgroup on the other one-consumer forms the route already gives the general path
+# (d128 and d64 at 64x64: general / ws, the register program for the ratio), 11 rounds (~1.5 min)
+step fa90d256-more timeout -k 5 200 python3 benchmarks/fa_route.py --forms d128x64,d64x64 --variants general,regprog,ws \
+     --rounds "${FA90D256_ROUNDS:-11}" --inner-rep 10
 step fa90d256-sm80 bash -c 'rc=0; for x in "" --exact; do timeout -k 5 100 python3 benchmarks/mma_general.py --rep 10 --orders 2 \
        --fa 8,32,4096,256 --only fa64,fa64_causal --variants "${FA90D256_SM80:-regprog,attention-all,attention-all-fold}" $x || rc=$?;
      done; exit $rc'
