@@ -836,6 +836,28 @@ def test_auto_routes_by_d77s_measurement(monkeypatch):
 
 
 @needs_toolchain
+def test_auto_sets_a_forms_own_defaults(monkeypatch):
+    """D82: where AUTO_FORM_DEFAULTS names a form of AUTO_GENERAL, "auto" compiles it as the general path with those
+    options (tilecore.warp_specialize=True: a producer warpgroup at one consumer warpgroup), its note names them; a
+    value the compile's config gives wins; other forms are as before (AUTO_FORM_DEFAULTS is data)."""
+    from tilecore_cuda import regprog
+
+    form = (128, None, 1, 64)
+    monkeypatch.setattr(regprog, "AUTO_FORM_DEFAULTS", {form: {"tilecore.warp_specialize": True}})
+    monkeypatch.setattr(regprog, "AUTO_FORM_WHY", {form: "a test"})
+    one = flash_attention_forward(1024, 128, 2, 64, 64, "float16", False, threads=128)
+    auto = _routed(one, "auto")
+    ws = _routed(one, False, **{"tilecore.warp_specialize": True})
+    assert auto.get_kernel_source() == ws.get_kernel_source() != _routed(one, False).get_kernel_source()
+    assert auto.meta["attrs"]["simt_threads"] == 256  # the producer warpgroup beside the one consumer
+    assert any("tilecore.warp_specialize=True (a test)" in n for n in auto.meta["attrs"]["hopper_pipelines"])
+    off = _routed(one, "auto", **{"tilecore.warp_specialize": False})
+    assert off.get_kernel_source() == _routed(one, False).get_kernel_source()
+    two = flash_attention_forward(1024, 128, 2, 128, 128, "float16", False, threads=256)
+    assert _routed(two, "auto").get_kernel_source() == _routed(two, False).get_kernel_source()
+
+
+@needs_toolchain
 def test_a_route_other_than_true_false_or_auto_is_refused():
     func = flash_attention_forward(1024, 128, 2, 128, 128, "float16", True, threads=256)
     with pytest.raises(tilecore.errors.CompileError, match='register_programs must be True, False or "auto"'):

@@ -955,6 +955,33 @@ AUTO_GENERAL: tuple = ((128, None, 2, 128), (128, True, 2, 176), (256, None, 2, 
                        (64, None, 1, 64), (64, None, 2, 128))
 
 
+#: D82: the general path's options "auto" sets as the compile's defaults (``PassContext.set_defaults``: a value the
+#: config gives wins) for the forms of :data:`AUTO_GENERAL` it names, keyed as AUTO_GENERAL's entries
+AUTO_FORM_DEFAULTS: dict = {}
+#: the decision each entry of :data:`AUTO_FORM_DEFAULTS` was measured in (the route's note names it)
+AUTO_FORM_WHY: dict = {}
+
+
+def auto_form(launch: KernelLaunch, ctx) -> tuple | None:
+    """``(entry, head dimension, consumer warpgroups, key block)``: the entry of :data:`AUTO_GENERAL` that names this
+    kernel's form (the first), or None: on a WGMMA target, FlashAttention's form (two gemms, the second reading its A
+    from registers) by head dimension, build, consumer warpgroups and key block."""
+    if not ctx.capabilities.feature("wgmma") or ctx.option("tilecore.cuda.disable_wgmma", False):
+        return None
+    fast = bool(ctx.option("tilecore.fast_math", False))
+    try:
+        plan = _plan(launch, ctx, "wgmma")
+    except _No:
+        return None  # not the register program's form either: the general path takes it regardless
+    shape = _attention_shape(plan)
+    if shape is None:  # the GEMM on 64-byte tiles at block_N 256 (D47: the general path 0.96x): kept, not measured
+        return None
+    dim, nc, bn = shape[1], plan["nc"], plan["gemm_list"][0][1]  # (the first gemm's width: the key block)
+    form = next(((d, f, c, k) for d, f, c, k in AUTO_GENERAL
+                 if d in (None, dim) and f in (None, fast) and c in (None, nc) and k in (None, bn)), None)
+    return None if form is None else (form, dim, nc, bn)
+
+
 def register_programs_route(ctx):
     """The option's value: True, False or "auto" (anything else fails, naming the option and its values)."""
     v = ctx.option(REGISTER_PROGRAMS, REGISTER_PROGRAMS_DEFAULT)
@@ -968,24 +995,21 @@ def register_programs_route(ctx):
 def general_serves(launch: KernelLaunch, ctx) -> str | None:
     """Why ``register_programs="auto"`` leaves this kernel to the core's general path (None: it does not): on a WGMMA
     target, FlashAttention's form (two gemms, the second reading its A from registers) where :data:`AUTO_GENERAL` names
-    its head dimension, build, consumer warpgroups and key block (D77)."""
-    if not ctx.capabilities.feature("wgmma") or ctx.option("tilecore.cuda.disable_wgmma", False):
+    its head dimension, build, consumer warpgroups and key block (D77; :func:`auto_form`); where
+    :data:`AUTO_FORM_DEFAULTS` names the form, its options become the compile's defaults (D82)."""
+    found = auto_form(launch, ctx)
+    if found is None:
         return None
-    fast = bool(ctx.option("tilecore.fast_math", False))
-    try:
-        plan = _plan(launch, ctx, "wgmma")
-    except _No:
-        return None  # not the register program's form either: the general path takes it regardless
-    shape = _attention_shape(plan)
-    if shape is None:  # the GEMM on 64-byte tiles at block_N 256 (D47: the general path 0.96x): kept, not measured
-        return None
-    dim, nc, bn = shape[1], plan["nc"], plan["gemm_list"][0][1]  # (the first gemm's width: the key block)
-    if not any(d in (None, dim) and f in (None, fast) and c in (None, nc) and k in (None, bn)
-               for d, f, c, k in AUTO_GENERAL):
-        return None
-    build = "fast math" if fast else "the exact build"
-    return (f"FlashAttention's form, {nc} consumer warpgroup(s), head dimension {dim}, key block {bn}, {build}: the "
-            "general path measured at 0.95x the register program or better (D77)")
+    form, dim, nc, bn = found
+    build = "fast math" if ctx.option("tilecore.fast_math", False) else "the exact build"
+    why = (f"FlashAttention's form, {nc} consumer warpgroup(s), head dimension {dim}, key block {bn}, {build}: the "
+           "general path measured at 0.95x the register program or better (D77)")
+    extra = AUTO_FORM_DEFAULTS.get(form)
+    if extra:
+        taken = ctx.set_defaults(extra)
+        why += (f"; the form's defaults {', '.join(f'{k}={v!r}' for k, v in extra.items())} "
+                f"({AUTO_FORM_WHY.get(form, 'D82')}{'' if len(taken) == len(extra) else '; the config gives the rest'})")
+    return why
 
 
 def _lower_as(mode: str):
@@ -1143,6 +1167,8 @@ MMA_ATTENTION_DEFAULTS: dict = {"tilecore.pipeline_late_copy": True, "tilecore.s
 #: 1.005 (fast), 1.016 / 1.007 -> 1.046 / 1.039 (exact); at 64 rows a loss (64x64 d128 fast 1.049 -> 1.035, exact
 #: 1.081 -> 1.077; 64x64 d64 routed 0.970 / 1.002 -> 0.943 / 0.974): not there. Causal rows within 0.6%
 MMA_ATTENTION_ROWS_DEFAULTS: dict = {128: {"tilecore.prune_false_comparisons": True}}
+#: D82: and by (block rows, head dimension): the options of one routed shape
+MMA_ATTENTION_SHAPE_DEFAULTS: dict = {}
 
 
 def _mma_forms(ctx) -> tuple:
@@ -1201,8 +1227,10 @@ def _general_fits(plan, ctx) -> bool:
 
 def form_defaults(shape: tuple) -> dict:
     """The general path's defaults for FlashAttention's form at ``(block rows, head dimension)`` where the route sends
-    it there (:data:`MMA_ATTENTION_DEFAULTS`, and :data:`MMA_ATTENTION_ROWS_DEFAULTS` by the block's rows)."""
-    return {**MMA_ATTENTION_DEFAULTS, **MMA_ATTENTION_ROWS_DEFAULTS.get(shape[0], {})}
+    it there (:data:`MMA_ATTENTION_DEFAULTS`, :data:`MMA_ATTENTION_ROWS_DEFAULTS` by the block's rows and
+    :data:`MMA_ATTENTION_SHAPE_DEFAULTS` by the shape)."""
+    return {**MMA_ATTENTION_DEFAULTS, **MMA_ATTENTION_ROWS_DEFAULTS.get(shape[0], {}),
+            **MMA_ATTENTION_SHAPE_DEFAULTS.get(tuple(shape), {})}
 
 
 def _route_notes(plan, ctx, name) -> tuple:
