@@ -36,6 +36,7 @@ from __future__ import annotations
 from tilecore.ir import (Allocate, Bind, Buffer, BufferLoad, Collective, For, KernelLaunch, Region, Seq, Store, TileOp,
                          BinOp, Call, FloatImm, Select, Var, as_expr, binary, compare, const_value,
                          simplify, walk, walk_expr)
+from tilecore.ir.visit import collect
 from tilecore.ir.dtypes import is_float
 from tilecore.passes.pipeline import map_expr, map_stmt, substitute
 from tilecore.passes import tile_pass
@@ -1124,9 +1125,10 @@ _FORMS = ("gemm", "attention", "attention-measured")
 #: rows), the general path with :data:`MMA_ATTENTION_DEFAULTS` against the register program: 128x128 d128 1.002 /
 #: 0.992 causal, 64x64 d128 1.049 / 1.007, 128x128 d64 1.005 / 1.018; 64x64 d64 since D79 (the form's defaults with
 #: the lead copy and the joined commit group: 1.20-1.33x fast math and exact, causal and not, both orders; D73's
-#: defaults had 0.93-0.97: Q's ldmatrix read an unswizzled tile, 8-way bank conflicts); other shapes were not
-#: measured and stay
-MMA_ATTENTION_SHAPES: tuple = ((128, 128), (64, 128), (128, 64), (64, 64))
+#: defaults had 0.93-0.97: Q's ldmatrix read an unswizzled tile, 8-way bank conflicts); 64 rows at d256 since D82 (with
+#: O's relay tile folded, :data:`MMA_ATTENTION_SHAPE_DEFAULTS`: 1.46-1.55x, causal 1.21-1.49x; without it 0.83-0.86x
+#: causal, 255 registers and spills); other shapes were not measured and stay
+MMA_ATTENTION_SHAPES: tuple = ((128, 128), (64, 128), (128, 64), (64, 64), (64, 256))
 #: ``"attention-measured"`` routes a shape where the general path's least plan of the kernel fits the target's block
 #: memory (:func:`_general_fits`: the capability profile's ``max_shared_bytes_per_block``; D73 routed only on targets
 #: with sm_80's, D85 on every mma.sync target by this rule). With sm_86's / sm_89's block memory through D63's overlay
@@ -1167,8 +1169,12 @@ MMA_ATTENTION_DEFAULTS: dict = {"tilecore.pipeline_late_copy": True, "tilecore.s
 #: 1.005 (fast), 1.016 / 1.007 -> 1.046 / 1.039 (exact); at 64 rows a loss (64x64 d128 fast 1.049 -> 1.035, exact
 #: 1.081 -> 1.077; 64x64 d64 routed 0.970 / 1.002 -> 0.943 / 0.974): not there. Causal rows within 0.6%
 MMA_ATTENTION_ROWS_DEFAULTS: dict = {128: {"tilecore.prune_false_comparisons": True}}
-#: D82: and by (block rows, head dimension): the options of one routed shape
-MMA_ATTENTION_SHAPE_DEFAULTS: dict = {}
+#: D82: and by (block rows, head dimension): the options of one routed shape. 64 rows at d256: O's relay tile folded
+#: (``tilecore.fold_relay_tiles``: O stored from its registers, so V gets its second stage in the 163 KiB and ptxas
+#: holds the kernel in 255 registers without spills; the route's other defaults spilled 40-64 bytes). Measured (H200
+#: as sm_80, regprog time / row time, in order / reversed): fast math 1.519 / 1.499, causal 1.485 / 1.460; exact 1.549 /
+#: 1.530, causal 1.212 / 1.214 (the route's defaults without it: 1.075, 0.861 causal; exact 1.208, 0.833)
+MMA_ATTENTION_SHAPE_DEFAULTS: dict = {(64, 256): {"tilecore.fold_relay_tiles": True}}
 
 
 def _mma_forms(ctx) -> tuple:
@@ -1213,7 +1219,7 @@ def routed_to_general(plan, ctx) -> str | None:
         return (f"its form (attention, {shape[0]} rows, head dimension {shape[1]}) runs on the core's general path on "
                 "this target: there the general path with the late copy, D55's options and the lead copy measured "
                 f"1.20-1.46x the register program with sm_80's block memory, {SM86_MEASURED} with sm_86's / sm_89's "
-                f"(D71, D73, D79, D85; {how})")
+                f"(D71, D73, D79, D85; 64 rows at d256 with O's relay tile folded 1.21-1.55x with sm_80's, D82; {how})")
     return None
 
 
@@ -1268,6 +1274,27 @@ def _route_notes(plan, ctx, name) -> tuple:
     defaults = ", ".join(f"{k}={v!r}" for k, v in taken.items()) or "none"
     return why, [f"{name}: kernel not mapped to registers ({why}); the form's defaults on the general path: "
                  f"{defaults}" + (f" (given by the pass config: {', '.join(given)})" if given else "")]
+
+
+@tile_pass("cuda.route_shape_defaults")
+def route_shape_defaults(func, ctx):
+    """D82: the options of :data:`MMA_ATTENTION_SHAPE_DEFAULTS` that passes before the register program read (O's relay
+    tile, folded in the ``layout`` slot), set as the compile's defaults before that slot where the route sends the
+    kernel's FlashAttention form at that shape to the general path (the route decides again, and notes the form's
+    defaults, in :func:`register_program`). Changes no IR."""
+    if not MMA_ATTENTION_SHAPE_DEFAULTS or ctx.capabilities.feature("wgmma") \
+            or not all(ctx.capabilities.feature(f) for f in ("mma_sync", "async_copy")) \
+            or ctx.option("tilecore.cuda.register_programs", None) is False or ctx.option("tilecore.checked", False):
+        return func
+    for launch in collect(func.body, KernelLaunch):
+        try:
+            plan = _plan(launch, ctx, "mma")
+        except _No:
+            continue
+        shape = _attention_shape(plan) if plan["gemms"] != 1 else None
+        if shape is not None and tuple(shape) in MMA_ATTENTION_SHAPE_DEFAULTS and routed_to_general(plan, ctx):
+            ctx.set_defaults(MMA_ATTENTION_SHAPE_DEFAULTS[tuple(shape)])
+    return func
 
 
 @tile_pass("cuda.hopper_register_program")
