@@ -953,14 +953,19 @@ REGISTER_PROGRAMS_DEFAULT = "auto"
 #: round 1's mixed run's 0.928 were that slot; exact causal 0.98-1.00x; fast 0.96-0.97x; fast causal 0.975-0.993x with
 #: tilecore.pipeline_masked_loop_bound, 0.92-0.96x before it)
 AUTO_GENERAL: tuple = ((128, None, 2, 128), (128, True, 2, 176), (256, None, 2, 64), (128, None, 1, 64),
-                       (64, None, 1, 64), (64, None, 2, 128))
+                       (64, None, 1, 64), (64, None, 2, 128), (256, None, 1, 64))
 
 
 #: D82: the general path's options "auto" sets as the compile's defaults (``PassContext.set_defaults``: a value the
 #: config gives wins) for the forms of :data:`AUTO_GENERAL` it names, keyed as AUTO_GENERAL's entries
-AUTO_FORM_DEFAULTS: dict = {}
+#: d256 at 64x64 (one consumer warpgroup, 160 KiB of stages: one block an SM either way): a producer warpgroup issues
+#: the bulk copies (``tilecore.warp_specialize``: V refilled as soon as P @ V released its stage, no block barrier in
+#: the loop, the register program's form) and O leaves by bulk tile stores (``tilecore.bulk_store``). D82 round 1
+#: (H200, 15 rounds, general / register program): the default thread-0 form 0.847 / 0.801 causal (exact), 0.958 /
+#: 0.844 (fast); the producer warpgroup 0.955 / 0.925, 1.041 / 0.906
+AUTO_FORM_DEFAULTS: dict = {(256, None, 1, 64): {"tilecore.warp_specialize": True, "tilecore.bulk_store": True}}
 #: the decision each entry of :data:`AUTO_FORM_DEFAULTS` was measured in (the route's note names it)
-AUTO_FORM_WHY: dict = {}
+AUTO_FORM_WHY: dict = {(256, None, 1, 64): "D82"}
 
 
 def auto_form(launch: KernelLaunch, ctx) -> tuple | None:
