@@ -1068,14 +1068,15 @@ step fa90d256-sm80 bash -c 'rc=0; for x in "" --exact; do timeout -k 5 100 pytho
      done; exit $rc'
 # D82 round 2: fa90d256-r2: sm_90a d256 64x64, the register program, the new default route (default: the general path
 # with a producer warpgroup and O by bulk stores, D82's AUTO_FORM_DEFAULTS), ws (round 1's producer warpgroup, direct
-# stores) and wsb (the default's kernel compiled as a variant: a noise estimate), cuDNN, 15 rounds (~1.5 min).
+# stores), wsb (the default's kernel compiled as a variant: a noise estimate) and wsbr (+ the exit waiting only for the
+# bulk stores' reads, tilecore.bulk_store_exit_wait="read"), cuDNN, 15 rounds (~1.5 min).
 # fa90d256-r2-sm80: sm_80 64 rows d256 through the overlay: regprog and the new default route (default = round 1's
 # attention-all-fold), fast math and exact, both orders (~1.5 min). fa90d256-tests: the FlashAttention device tests of
 # the new routes (the d256 64x64 route against float64 and bit for bit the thread-0 form; sm_80's routed rows, 64 rows
 # at d256 among them, against float64) (~3 min). fa90d256-conf: the catalog's attention cases on cuda:sm_90a and the
 # sm_80 overlay's FlashAttention device tests of test_mma_general
 step fa90d256-r2 timeout -k 5 200 python3 benchmarks/fa_route.py --forms d256x64 \
-     --variants "${FA90D256_R2_VARIANTS:-regprog,default,ws,wsb}" --rounds "${FA90D256_ROUNDS:-15}" --inner-rep 10
+     --variants "${FA90D256_R2_VARIANTS:-regprog,default,ws,wsb,wsbr}" --rounds "${FA90D256_ROUNDS:-15}" --inner-rep 10
 step fa90d256-r2-sm80 bash -c 'rc=0; for x in "" --exact; do timeout -k 5 100 python3 benchmarks/mma_general.py --rep 10 --orders 2 \
        --fa 8,32,4096,256 --only fa64,fa64_causal --variants regprog,default $x || rc=$?; done; exit $rc'
 step fa90d256-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py \

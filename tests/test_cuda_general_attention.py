@@ -901,15 +901,35 @@ def test_d82_d256_64x64_route_matches_float64_and_the_bits(causal, fast):
     g = torch.Generator(device="cuda").manual_seed(41)
     q, k, v = (torch.randn(batch, heads, seq, 256, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
     outs = []
-    for route in ("auto", False):
+    for route, extra in (("auto", {}), (False, {}), ("auto", EXIT_READ)):
         func = flash_attention_forward(seq, 256, heads, 64, 64, "float16", causal, batch=batch, threads=128)
-        kern = _routed(func, route, **{"tilecore.fast_math": fast})
+        kern = _routed(func, route, **{"tilecore.fast_math": fast, **extra})
         assert tilecore_cuda.lowering_path(kern) == "generic"
         outs.append(kern(q, k, v))
     torch.cuda.synchronize()
     err = (outs[0].double() - _reference(q, k, v, causal)).abs().max().item()
     assert err < (4e-3 if fast else 2e-3), f"causal={causal} fast={fast}: max error {err}"
-    assert torch.equal(outs[0], outs[1])
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+
+
+#: D82: the kernel's last wait for its bulk stores only for their reads of block memory
+EXIT_READ = {"tilecore.bulk_store_exit_wait": "read"}
+
+
+@needs_toolchain
+def test_bulk_store_exit_wait():
+    """tilecore.bulk_store_exit_wait: "done" (the default) ends the kernel waiting for the bulk stores' writes
+    (tc_bulk_wait), "read" for their reads of block memory only (tc_bulk_wait_read), the rest the same; a bad value
+    is refused naming the option and its values."""
+    func = flash_attention_forward(1024, 256, 2, 64, 64, "float16", True, threads=128)
+    done, read = (_routed(func, "auto", **extra).get_kernel_source() for extra in ({}, EXIT_READ))
+    tail = lambda src: src[src.rindex("tc_bulk_commit();"):]  # noqa: E731
+    assert "tc_bulk_wait<0>();" in tail(done) and "tc_bulk_wait_read" not in tail(done)
+    assert "tc_bulk_wait_read<0>();" in tail(read) and "tc_bulk_wait<0>" not in tail(read)
+    i = done.rindex("tc_bulk_wait<0>();")
+    assert read == done[:i] + "tc_bulk_wait_read<0>();" + done[i + len("tc_bulk_wait<0>();"):]
+    with pytest.raises(tilecore.errors.CompileError, match="bulk_store_exit_wait='soon': expected one of 'done', 'read'"):
+        _routed(func, "auto", **{"tilecore.bulk_store_exit_wait": "soon"})
 
 
 @needs_toolchain
