@@ -1084,6 +1084,10 @@ step fa90d256-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovid
 step fa90d256-conf bash -c 'rc=0; timeout -k 5 110 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention \
        --report /tmp/rep/cuda-d82-auto || rc=$?;
      timeout -k 5 110 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_general.py -rs -k device || rc=$?; exit $rc'
+# D82 round 3: fa90d256-tests3: the d256 64x64 route's device test after round 2 (fast math's non-causal row differed in
+# bits from the thread-0 form's: now against float64 there, bits in the exact build and for the exit's wait) (~40 s)
+step fa90d256-tests3 timeout -k 5 120 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py -rs \
+     -k "d82_d256"
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

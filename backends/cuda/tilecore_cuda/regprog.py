@@ -960,9 +960,10 @@ AUTO_GENERAL: tuple = ((128, None, 2, 128), (128, True, 2, 176), (256, None, 2, 
 #: config gives wins) for the forms of :data:`AUTO_GENERAL` it names, keyed as AUTO_GENERAL's entries
 #: d256 at 64x64 (one consumer warpgroup, 160 KiB of stages: one block an SM either way): a producer warpgroup issues
 #: the bulk copies (``tilecore.warp_specialize``: V refilled as soon as P @ V released its stage, no block barrier in
-#: the loop, the register program's form) and O leaves by bulk tile stores (``tilecore.bulk_store``). D82 round 1
-#: (H200, 15 rounds, general / register program): the default thread-0 form 0.847 / 0.801 causal (exact), 0.958 /
-#: 0.844 (fast); the producer warpgroup 0.955 / 0.925, 1.041 / 0.906
+#: the loop, the register program's form) and O leaves by bulk tile stores (``tilecore.bulk_store``). D82 (H200, 15
+#: rounds each, general / register program, exact then fast, non-causal / causal): the thread-0 form 0.847 / 0.801,
+#: 0.958 / 0.844; the producer warpgroup 0.955 / 0.925, 1.041 / 0.906 (round 1); with the bulk stores (round 2, the
+#: mean of the default route's kernel and the same kernel as a variant) 1.003 / 0.980, 1.061 / 0.980
 AUTO_FORM_DEFAULTS: dict = {(256, None, 1, 64): {"tilecore.warp_specialize": True, "tilecore.bulk_store": True}}
 #: the decision each entry of :data:`AUTO_FORM_DEFAULTS` was measured in (the route's note names it)
 AUTO_FORM_WHY: dict = {(256, None, 1, 64): "D82"}
