@@ -946,7 +946,8 @@ REGISTER_PROGRAMS_DEFAULT = "auto"
 #: them): d128 at 128x128 (GQA too; means 0.959-1.033), d128's fast math at 128x176 (0.997-1.012), d256 at 128x64
 #: (0.960-1.009), one consumer warpgroup at 64x64 with d128 (1.07-1.30) and d64 (0.97-1.21). Below it, kept on the
 #: register program: d64 with two consumer warpgroups (exact 0.925 in two rounds), d128's exact build at 128x176
-#: (0.948), d256 at 64x64 (0.82-0.96); forms not measured are kept too. Before D77 "auto" (not the default) took the
+#: (0.948); forms not measured are kept too. D82: d256 at 64x64 (one consumer warpgroup; D77's 0.82-0.96) with its
+#: form's defaults (:data:`AUTO_FORM_DEFAULTS`: 0.980-1.061). Before D77 "auto" (not the default) took the
 #: exact build at d64 / d128 / d256 and d64's fast math, two consumer warpgroups, any block (D61, D66, D70)
 #: D81: and d64 with two consumer warpgroups at 128x128, both builds (H200, rounds 1-2: exact 1.03-1.07x in every run
 #: where it was not fa_route.py's first kernel after the cuDNN block, ncu at the locked clock 1.044x; D77's 0.925 and
