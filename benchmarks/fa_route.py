@@ -47,7 +47,16 @@ VARIANTS = {"general": {"tilecore.cuda.register_programs": False},
             "loops_desc": {"tilecore.cuda.register_programs": False, "tilecore.cuda.descriptor_offsets": True,
                            "tilecore.pipeline_mask_unswitch": "loops"},
             # D81: D74's masked loop without the fact of its variable's bound (its mask's edge tests kept: before D81)
-            "nobound": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_masked_loop_bound": False}}
+            "nobound": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_masked_loop_bound": False},
+            # D82: the general path with a producer warpgroup issuing the bulk copies (tilecore.warp_specialize=True;
+            # "auto" specializes only two consumer warpgroups): one consumer warpgroup at 64x64 as the register program
+            "ws": {"tilecore.cuda.register_programs": False, "tilecore.warp_specialize": True},
+            # D82: and O by bulk tile stores (the route's defaults for d256 at 64x64)
+            "wsb": {"tilecore.cuda.register_programs": False, "tilecore.warp_specialize": True,
+                    "tilecore.bulk_store": True},
+            # D82: and the block's exit waits only for the bulk stores' reads of block memory
+            "wsbr": {"tilecore.cuda.register_programs": False, "tilecore.warp_specialize": True,
+                     "tilecore.bulk_store": True, "tilecore.bulk_store_exit_wait": "read"}}
 TARGET = "cuda:sm_90a"
 #: issue 17's absolute bars (TFLOP/s) for d128's non-causal rows, by build; causal rows: 0.95x cuDNN
 BAR_TFLOPS = {True: 680.0, False: 560.0}

@@ -128,6 +128,9 @@ VARIANTS = {
     "d79-fold": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], JOIN: True, LEAD: True, **RELAY},
     # the routed default (D73) with Q issued by the core and landed by the loop's first wait (its tile swizzled)
     "default-lead": {LEAD: True},
+    # D82: the route's defaults at every shape with O's relay tile folded (O stored from registers: at 64 rows d256
+    # V then gets its second stage in sm_80's 163 KiB, and ptxas holds the kernel in 255 registers without spills)
+    "attention-all-fold": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], **RELAY},
     # with 32-bit loop counters (D66's CUDA option; 126 registers non-causal: 4 blocks an SM where block memory allows)
     "d79-narrow": {"tilecore.cuda.mma_general_forms": ["gemm", "attention"], JOIN: True, LEAD: True,
                    "tilecore.cuda.narrow_loop_counters": True},

@@ -1061,6 +1061,47 @@ step fa90d64-tests3 bash -c 'rc=0; timeout -k 5 150 python3 -m pytest -q -n 8 -p
      timeout -k 5 50 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention --report /tmp/rep/cuda-d81b || rc=$?;
      timeout -k 5 50 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention --report /tmp/rep/cuda-d81g \
        --pass-config tilecore.cuda.register_programs=false || rc=$?; exit $rc'
+# D82 (helper fa90d256, issues 11 + 17): FlashAttention at d256 with 64-row blocks on the general path. fa90d256:
+# sm_90a 64x64 d256 (one consumer warpgroup; benchmarks/fa_route.py, one process, causal and not, exact and fast math):
+# the general path's default (general: thread 0 issues the bulk copies, V issued after the first gemm's wait), the
+# register program (regprog) and the general path with a producer warpgroup (ws: tilecore.warp_specialize=True, the
+# register program's form), timed in turn with SDPA cuDNN, the order reversed every other round, 15 rounds (~1.5 min).
+# fa90d256-sm80: sm_80's 64 rows at d256 through the sm_80 overlay (benchmarks/mma_general.py, fast math then exact,
+# each kernel's rows in order then reversed): regprog, attention-all (the general path with the route's form
+# defaults: the kernel D79 measured, 255 registers and 40-64 bytes of spills), attention-all-fold (+ O's relay tile
+# folded, tilecore.fold_relay_tiles: V gets its second stage, no spills at 255 registers), SDPA in the same process
+# (~2 min)
+step fa90d256 timeout -k 5 200 python3 benchmarks/fa_route.py --forms d256x64 --variants "${FA90D256_VARIANTS:-general,regprog,ws}" \
+     --rounds "${FA90D256_ROUNDS:-15}" --inner-rep 10
+# fa90d256-more: the producer warpgroup on the other one-consumer forms the route already gives the general path
+# (d128 and d64 at 64x64: general / ws, the register program for the ratio), 11 rounds (~1.5 min)
+step fa90d256-more timeout -k 5 200 python3 benchmarks/fa_route.py --forms d128x64,d64x64 --variants general,regprog,ws \
+     --rounds "${FA90D256_ROUNDS:-11}" --inner-rep 10
+step fa90d256-sm80 bash -c 'rc=0; for x in "" --exact; do timeout -k 5 100 python3 benchmarks/mma_general.py --rep 10 --orders 2 \
+       --fa 8,32,4096,256 --only fa64,fa64_causal --variants "${FA90D256_SM80:-regprog,attention-all,attention-all-fold}" $x || rc=$?;
+     done; exit $rc'
+# D82 round 2: fa90d256-r2: sm_90a d256 64x64, the register program, the new default route (default: the general path
+# with a producer warpgroup and O by bulk stores, D82's AUTO_FORM_DEFAULTS), ws (round 1's producer warpgroup, direct
+# stores), wsb (the default's kernel compiled as a variant: a noise estimate) and wsbr (+ the exit waiting only for the
+# bulk stores' reads, tilecore.bulk_store_exit_wait="read"), cuDNN, 15 rounds (~1.5 min).
+# fa90d256-r2-sm80: sm_80 64 rows d256 through the overlay: regprog and the new default route (default = round 1's
+# attention-all-fold), fast math and exact, both orders (~1.5 min). fa90d256-tests: the FlashAttention device tests of
+# the new routes (the d256 64x64 route against float64 and bit for bit the thread-0 form; sm_80's routed rows, 64 rows
+# at d256 among them, against float64) (~3 min). fa90d256-conf: the catalog's attention cases on cuda:sm_90a and the
+# sm_80 overlay's FlashAttention device tests of test_mma_general
+step fa90d256-r2 timeout -k 5 200 python3 benchmarks/fa_route.py --forms d256x64 \
+     --variants "${FA90D256_R2_VARIANTS:-regprog,default,ws,wsb,wsbr}" --rounds "${FA90D256_ROUNDS:-15}" --inner-rep 10
+step fa90d256-r2-sm80 bash -c 'rc=0; for x in "" --exact; do timeout -k 5 100 python3 benchmarks/mma_general.py --rep 10 --orders 2 \
+       --fa 8,32,4096,256 --only fa64,fa64_causal --variants regprog,default $x || rc=$?; done; exit $rc'
+step fa90d256-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py \
+     tests/test_mma_route.py -rs -k "d82 or d61_staged or device_routed_default or the_routed"
+step fa90d256-conf bash -c 'rc=0; timeout -k 5 110 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention \
+       --report /tmp/rep/cuda-d82-auto || rc=$?;
+     timeout -k 5 110 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_mma_general.py -rs -k device || rc=$?; exit $rc'
+# D82 round 3: fa90d256-tests3: the d256 64x64 route's device test after round 2 (fast math's non-causal row differed in
+# bits from the thread-0 form's: now against float64 there, bits in the exact build and for the exit's wait) (~40 s)
+step fa90d256-tests3 timeout -k 5 120 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py -rs \
+     -k "d82_d256"
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

@@ -797,8 +797,9 @@ def test_auto_routes_by_d77s_measurement(monkeypatch):
     """D77: "auto" (the default) leaves the FlashAttention forms of AUTO_GENERAL to the general path (d256 at 128x64 in
     both builds, d128 at 128x128 in both, its fast math at 128x176, one consumer warpgroup at 64x64 with d128 / d64; D81:
     d64 with two consumer warpgroups at 128x128 in both) and keeps the others on the register program, as True: d64 at
-    128x176, d128's exact build at 128x176, d256 at 64x64, a form not measured (d128 at 128x64). AUTO_GENERAL is data: with d128's exact build at 128x176
-    added, it goes too. A GEMM compiles as with True."""
+    128x176, d128's exact build at 128x176, a form not measured (d128 at 128x64). AUTO_GENERAL is data: with d128's
+    exact build at 128x176 added, it goes too. A GEMM compiles as with True. D82: d256 at 64x64 goes with its form's
+    defaults (test below)."""
     def fa(dim, bm, bn, threads, causal=True):
         return flash_attention_forward(4096, dim, 32, bm, bn, "float16", causal, batch=8, threads=threads)
 
@@ -814,7 +815,7 @@ def test_auto_routes_by_d77s_measurement(monkeypatch):
         assert any('register_programs="auto"' in n and "D77" in n for n in auto.meta["attrs"]["hopper_pipelines"])
         assert tilecore_cuda.lowering_path(auto) == "generic"
     kept = [(fa(64, 128, 176, 256), {}), (fa(64, 128, 176, 256), fast), (fa(128, 128, 176, 256), {}),
-            (fa(256, 64, 64, 128), {}), (fa(128, 128, 64, 256), {})]
+            (fa(128, 128, 64, 256), {})]
     for func, extra in kept:
         k = _routed(func, "auto", **extra)
         assert k.get_kernel_source() == _routed(func, True, **extra).get_kernel_source()
@@ -833,6 +834,107 @@ def test_auto_routes_by_d77s_measurement(monkeypatch):
     a = tilecore.compile(g, target=HOPPER, pass_configs={**NOCACHE, "tilecore.cuda.register_programs": "auto"})
     t = tilecore.compile(g, target=HOPPER, pass_configs={**NOCACHE, "tilecore.cuda.register_programs": True})
     assert a.get_kernel_source() == t.get_kernel_source()
+
+
+@needs_toolchain
+def test_auto_sets_a_forms_own_defaults(monkeypatch):
+    """D82: where AUTO_FORM_DEFAULTS names a form of AUTO_GENERAL, "auto" compiles it as the general path with those
+    options (tilecore.warp_specialize=True: a producer warpgroup at one consumer warpgroup), its note names them; a
+    value the compile's config gives wins; other forms are as before (AUTO_FORM_DEFAULTS is data)."""
+    from tilecore_cuda import regprog
+
+    form = (128, None, 1, 64)
+    monkeypatch.setattr(regprog, "AUTO_FORM_DEFAULTS", {form: {"tilecore.warp_specialize": True}})
+    monkeypatch.setattr(regprog, "AUTO_FORM_WHY", {form: "a test"})
+    one = flash_attention_forward(1024, 128, 2, 64, 64, "float16", False, threads=128)
+    auto = _routed(one, "auto")
+    ws = _routed(one, False, **{"tilecore.warp_specialize": True})
+    assert auto.get_kernel_source() == ws.get_kernel_source() != _routed(one, False).get_kernel_source()
+    assert auto.meta["attrs"]["simt_threads"] == 256  # the producer warpgroup beside the one consumer
+    assert any("tilecore.warp_specialize=True (a test)" in n for n in auto.meta["attrs"]["hopper_pipelines"])
+    off = _routed(one, "auto", **{"tilecore.warp_specialize": False})
+    assert off.get_kernel_source() == _routed(one, False).get_kernel_source()
+    two = flash_attention_forward(1024, 128, 2, 128, 128, "float16", False, threads=256)
+    assert _routed(two, "auto").get_kernel_source() == _routed(two, False).get_kernel_source()
+
+
+#: D82: the options "auto" gives d256 at 64x64 on the general path (AUTO_FORM_DEFAULTS)
+D82 = {"tilecore.warp_specialize": True, "tilecore.bulk_store": True}
+
+
+@needs_toolchain
+@pytest.mark.parametrize("fast", [False, True])
+def test_auto_routes_d256_64x64_with_a_producer_warpgroup(fast):
+    """D82: "auto" (the default) gives d256 at 64x64 (one consumer warpgroup) to the general path with a producer
+    warpgroup and O by bulk stores (fa_route.py's wsb row), causal and not; the note names the form's defaults; each
+    option the config gives False wins; True keeps the register program."""
+    from tilecore_cuda import regprog
+
+    assert regprog.AUTO_FORM_DEFAULTS[(256, None, 1, 64)] == D82
+    for causal in (False, True):
+        func = flash_attention_forward(4096, 256, 32, 64, 64, "float16", causal, batch=8, threads=128)
+        extra = {"tilecore.fast_math": fast}
+        default = tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs={**NOCACHE, **extra})
+        assert default.get_kernel_source() == _routed(func, False, **extra, **D82).get_kernel_source()
+        assert tilecore_cuda.lowering_path(default) == "generic"
+        attrs = default.meta["attrs"]
+        assert attrs["simt_threads"] == 256 and "acc_o_st" in default.get_kernel_source()  # producer; staging tile
+        assert any("tilecore.warp_specialize=True, tilecore.bulk_store=True (D82)" in n
+                   for n in attrs["hopper_pipelines"]), attrs["hopper_pipelines"]
+        no_ws = _routed(func, "auto", **extra, **{"tilecore.warp_specialize": False})
+        assert no_ws.get_kernel_source() == _routed(func, False, **extra, **{"tilecore.bulk_store": True}).get_kernel_source()
+        assert tilecore_cuda.lowering_path(_routed(func, True, **extra)) == "register program (wgmma)"
+    sass = tilecore_cuda.CUDABackend().disassemble(default.binary, default.target)
+    assert "LDL" not in sass and "STL" not in sass  # no spills (238 registers exact, 204 fast: NVRTC 13.0)
+
+
+@hopper_gpu
+@pytest.mark.parametrize("fast", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_d82_d256_64x64_route_matches_float64_and_the_bits(causal, fast):
+    """D82's route for d256 at 64x64 (a producer warpgroup, O by bulk stores) on the device, ragged sequences: against
+    float64; in the exact build bit for bit the general path's thread-0 form with direct stores (the options move
+    work, not arithmetic; under fast math the two kernels' contractions may differ: D82 round 2 saw the non-causal
+    fast row differ, within fast math's bound); the exit waiting only for the stores' reads bit for bit the route's."""
+    import torch
+
+    seq, heads, batch = 1000, 3, 2
+    g = torch.Generator(device="cuda").manual_seed(41)
+    q, k, v = (torch.randn(batch, heads, seq, 256, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+    outs = []
+    for route, extra in (("auto", {}), (False, {}), ("auto", EXIT_READ)):
+        func = flash_attention_forward(seq, 256, heads, 64, 64, "float16", causal, batch=batch, threads=128)
+        kern = _routed(func, route, **{"tilecore.fast_math": fast, **extra})
+        assert tilecore_cuda.lowering_path(kern) == "generic"
+        outs.append(kern(q, k, v))
+    torch.cuda.synchronize()
+    ref = _reference(q, k, v, causal)
+    for name, o in zip(("auto", "thread-0 form", "exit read"), outs):
+        err = (o.double() - ref).abs().max().item()
+        assert err < (4e-3 if fast else 2e-3), f"{name} causal={causal} fast={fast}: max error {err}"
+    assert torch.equal(outs[0], outs[2]), "the exit's wait changed the output"
+    if not fast:
+        assert torch.equal(outs[0], outs[1]), "the route's options changed the exact build's output"
+
+
+#: D82: the kernel's last wait for its bulk stores only for their reads of block memory
+EXIT_READ = {"tilecore.bulk_store_exit_wait": "read"}
+
+
+@needs_toolchain
+def test_bulk_store_exit_wait():
+    """tilecore.bulk_store_exit_wait: "done" (the default) ends the kernel waiting for the bulk stores' writes
+    (tc_bulk_wait), "read" for their reads of block memory only (tc_bulk_wait_read), the rest the same; a bad value
+    is refused naming the option and its values."""
+    func = flash_attention_forward(1024, 256, 2, 64, 64, "float16", True, threads=128)
+    done, read = (_routed(func, "auto", **extra).get_kernel_source() for extra in ({}, EXIT_READ))
+    tail = lambda src: src[src.rindex("tc_bulk_commit();"):]  # noqa: E731
+    assert "tc_bulk_wait<0>();" in tail(done) and "tc_bulk_wait_read" not in tail(done)
+    assert "tc_bulk_wait_read<0>();" in tail(read) and "tc_bulk_wait<0>" not in tail(read)
+    i = done.rindex("tc_bulk_wait<0>();")
+    assert read == done[:i] + "tc_bulk_wait_read<0>();" + done[i + len("tc_bulk_wait<0>();"):]
+    with pytest.raises(tilecore.errors.CompileError, match="bulk_store_exit_wait='soon': expected one of 'done', 'read'"):
+        _routed(func, "auto", **{"tilecore.bulk_store_exit_wait": "soon"})
 
 
 @needs_toolchain

@@ -361,7 +361,8 @@ def test_forms_option_errors_are_clear():
 def test_defaults_on_sm80_route_the_gemm_form_and_flash_attention_by_shape():
     """D63's defaults on a target without wgmma: the GEMM form on the general path (k steps unrolled, barriers
     pruned); D73: FlashAttention there at 128 rows or head dimension 128 (tests/test_mma_route.py), D79: 64 rows at d64
-    too, 64 rows at d256 (unmeasured) on the register program; on sm_90a with disable_wgmma nothing moves."""
+    too, D82: 64 rows at d256; 64 rows at d192 (unmeasured) on the register program; on sm_90a with disable_wgmma
+    nothing moves."""
     gemm = _attrs("gemm_epi", "cuda:sm_80", NOCACHE)
     assert _path(gemm) == "generic" and gemm["pruned_barriers"] >= 2
     assert any("its form (gemm) runs on the core's general path" in n for n in gemm["hopper_pipelines"])
@@ -372,9 +373,13 @@ def test_defaults_on_sm80_route_the_gemm_form_and_flash_attention_by_shape():
 
     class D256(Small):
         fa = (2, 2, 512, 256)
+
+    class D192(Small):
+        fa = (2, 2, 512, 192)
     build, own, _ = mma_general.KERNELS["fa64"]
     assert _path(lower(build(D64), "cuda:sm_80", {**own, **NOCACHE})[2].attrs) == "generic"
-    assert _path(lower(build(D256), "cuda:sm_80", {**own, **NOCACHE})[2].attrs) == "register program (mma.sync)"
+    assert _path(lower(build(D256), "cuda:sm_80", {**own, **NOCACHE})[2].attrs) == "generic"  # D82
+    assert _path(lower(build(D192), "cuda:sm_80", {**own, **NOCACHE})[2].attrs) == "register program (mma.sync)"
     assert _path(_attrs("gemm_epi", "cuda:sm_90a", {**NOCACHE, "tilecore.cuda.disable_wgmma": True})) == \
         "register program (mma.sync)"
     assert "pruned_barriers" not in _attrs("softmax", "cuda:sm_90a", NOCACHE)

@@ -25,18 +25,25 @@ import mma_general  # noqa: E402
 import tilecore  # noqa: E402
 from tilecore.compiler import lower  # noqa: E402
 from tilecore.errors import CompileError  # noqa: E402
-from tilecore_cuda.regprog import MMA_ATTENTION_DEFAULTS, MMA_GENERAL_FORMS, form_defaults  # noqa: E402
+from tilecore_cuda.regprog import (MMA_ATTENTION_DEFAULTS, MMA_ATTENTION_SHAPE_DEFAULTS, MMA_GENERAL_FORMS,  # noqa: E402
+                                   form_defaults)
 
 LATE = mma_general.LATE
 PRUNE_FALSE = mma_general.PRUNE_FALSE
 #: (kernel, head dimension) -> the path of the default route: the general path except 64 rows at d64
 ROWS = {("fa", 128): "generic", ("fa_causal", 128): "generic", ("fa64", 128): "generic",
         ("fa64_causal", 128): "generic", ("fa", 64): "generic", ("fa_causal", 64): "generic",
-        ("fa64", 64): "generic", ("fa64_causal", 64): "generic"}  # 64x64 d64 since D79
-#: an unmeasured shape the route leaves on the register program: 64 rows at head dimension 256
-KEPT = ("fa64", 256)
-#: every option of the form's defaults off: D68's general path
-OFF = {k: False for k in form_defaults((128, 128))}
+        ("fa64", 64): "generic", ("fa64_causal", 64): "generic",  # 64x64 d64 since D79
+        ("fa64", 256): "generic", ("fa64_causal", 256): "generic"}  # 64 rows at d256 since D82
+#: an unmeasured shape the route leaves on the register program: 64 rows at head dimension 192
+KEPT = ("fa64", 192)
+
+
+def _off(name, d) -> dict:
+    """Every option of the form's defaults off: D68's general path."""
+    return {k: False for k in form_defaults((128 if name in ("fa", "fa_causal") else 64, d))}
+
+
 
 
 def _size(d):
@@ -59,7 +66,7 @@ def _notes(low):
 def test_the_route_by_form_and_its_note(name, d, target, extra):
     """The default route on sm_80 and on sm_90a with the sm_80 profile overlaid (how the device measures it): the
     general path at 128 rows or head dimension 128 and (D79) at 64 rows and d64; the note says which and why, with
-    the form's defaults taken (D79's lead copy and joined group among them); an unmeasured shape (64 rows, d256)
+    the form's defaults taken (D79's lead copy and joined group among them); an unmeasured shape (64 rows, d192)
     stays on the register program, its note saying where the route goes."""
     low = _low(name, d, extra, target)
     notes = _notes(low)
@@ -74,8 +81,8 @@ def test_the_route_by_form_and_its_note(name, d, target, extra):
         assert "tilecore.pipeline_lead_copies=True" in note and "tilecore.pipeline_join_groups=True" in note
     kept = _low(*KEPT, extra, target)
     assert _path(kept[2].attrs) == "register program (mma.sync)"
-    assert any("FlashAttention's form at 64 rows, head dimension 256 stays on the register program (the route takes "
-               "it to the general path only at rows x head dimension 128x128, 64x128, 128x64, 64x64" in n
+    assert any("FlashAttention's form at 64 rows, head dimension 192 stays on the register program (the route takes "
+               "it to the general path only at rows x head dimension 128x128, 64x128, 128x64, 64x64, 64x256" in n
                for n in _notes(kept)), _notes(kept)
 
 
@@ -85,18 +92,24 @@ def test_the_routed_kernel_is_the_measured_one(name, d):
     copy and D55's options), at 128 rows with the false comparisons folded (D73's default-false), with D79's lead
     copy (D79 round 1's default-lead row; at 64x64 d64, where V is staged, with the joined group too: the d79 row;
     elsewhere the join changes nothing); the lead copy and the join given False give D73's default back, every
-    option given False D68's general path."""
+    option given False D68's general path. D82: 64 rows at d256 with O's relay tile folded (the shape's own default,
+    mma_general's attention-all-fold row; V then staged, so the join changes it too)."""
     default = _low(name, d, {})[3].code
     measured = "late-d55-false" if name in ("fa", "fa_causal") else "late-d55"
+    shape = MMA_ATTENTION_SHAPE_DEFAULTS.get((128 if name in ("fa", "fa_causal") else 64, d), {})
     lead = {mma_general.LEAD: True, mma_general.JOIN: True}
-    assert default == _low(name, d, {**mma_general.VARIANTS[measured], **lead})[3].code
-    assert (_low(name, d, {mma_general.JOIN: False})[3].code == default) == (d == 128 or name in ("fa", "fa_causal"))
+    assert default == _low(name, d, {**mma_general.VARIANTS[measured], **lead, **shape})[3].code
+    staged = name.startswith("fa64") and d in (64, 256)
+    assert (_low(name, d, {mma_general.JOIN: False})[3].code == default) == (not staged)
     if d == 64 and name.startswith("fa64"):
         assert default == _low(name, d, mma_general.VARIANTS["d79"])[3].code
+    if d == 256:
+        assert shape and default == _low(name, d, mma_general.VARIANTS["attention-all-fold"])[3].code
     d73 = {mma_general.LEAD: False, mma_general.JOIN: False}
-    assert _low(name, d, d73)[3].code == _low(name, d, mma_general.VARIANTS[measured])[3].code != default
-    assert _low(name, d, {PRUNE_FALSE: False, **d73})[3].code == _low(name, d, mma_general.VARIANTS["late-d55"])[3].code
-    assert _low(name, d, OFF)[3].code == _low(name, d, mma_general.VARIANTS["general"])[3].code != default
+    assert _low(name, d, d73)[3].code == _low(name, d, {**mma_general.VARIANTS[measured], **shape})[3].code != default
+    assert _low(name, d, {PRUNE_FALSE: False, **d73})[3].code == \
+        _low(name, d, {**mma_general.VARIANTS["late-d55"], **shape})[3].code
+    assert _low(name, d, _off(name, d))[3].code == _low(name, d, mma_general.VARIANTS["general"])[3].code != default
 
 
 def test_the_users_config_wins_both_ways():
@@ -130,12 +143,12 @@ def test_register_programs_true_and_false_keep_their_meaning():
         assert not [n for n in _notes(forced) if "D73" in n], _notes(forced)
         general = _low(name, d, {"tilecore.cuda.register_programs": False})
         assert _path(general[2].attrs) == "generic"
-        assert general[3].code == _low(name, d, {"tilecore.cuda.register_programs": False, **OFF})[3].code
+        assert general[3].code == _low(name, d, {"tilecore.cuda.register_programs": False, **_off(name, d)})[3].code
 
 
 def test_the_forms_option():
     """["gemm"]: FlashAttention stays on the register program at every shape (D63-D71's route; the note says the
-    option names no attention form); ["gemm", "attention"]: every shape routed, an unmeasured one (64 rows, d256)
+    option names no attention form); ["gemm", "attention"]: every shape routed, an unmeasured one (64 rows, d192)
     with the form's defaults too; a bad value refused, naming the forms."""
     for name, d in ROWS:
         low = _low(name, d, {MMA_GENERAL_FORMS: ["gemm"]})

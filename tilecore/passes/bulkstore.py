@@ -58,6 +58,11 @@ ATTENTION_OPTION = "tilecore.bulk_store_attention"
 PARTS_OPTION = "tilecore.bulk_store_parts"
 #: the most parts the default splits a tile into
 MAX_PARTS = 8
+#: D82: the wait for the kernel's bulk stores before it ends: "done" (the default: the stores' writes complete) or
+#: "read" (only their reads of block memory: the block may exit and its memory be reused while the writes land, as
+#: a kernel's global writes do by its end)
+EXIT_WAIT_OPTION = "tilecore.bulk_store_exit_wait"
+EXIT_WAIT_VALUES = ("done", "read")
 #: rows a bulk store's box may have
 MAX_BOX = 256
 #: panel widths in bytes, widest first
@@ -240,6 +245,13 @@ def stage_bulk_stores(func, ctx):
     want = _option(ctx.option(OPTION, None))
     if want is False:
         return func
+    exit_wait = ctx.option(EXIT_WAIT_OPTION, "done")
+    if exit_wait not in EXIT_WAIT_VALUES:
+        from ..errors import CompileError
+
+        raise CompileError(f"pass config {EXIT_WAIT_OPTION}={exit_wait!r}: expected one of "
+                           f"{', '.join(map(repr, EXIT_WAIT_VALUES))}")
+    exit_read = exit_wait == "read"
     from .pipeline import bulk_enabled
 
     # the default (no pass config): on where the target has what it takes, silent where it has not (D51)
@@ -340,7 +352,7 @@ def stage_bulk_stores(func, ctx):
         lead = 0
         while lead < len(new_top) and isinstance(new_top[lead], Allocate):
             lead += 1
-        body = new_top[:lead] + allocs + new_top[lead:] + [BulkStoreWait(0, False, span=s.span)]
+        body = new_top[:lead] + allocs + new_top[lead:] + [BulkStoreWait(0, exit_read, span=s.span)]
         return s.with_(body=Seq(body, span=s.body.span))
 
     body = rewrite(func.body, launch)

@@ -112,9 +112,10 @@ class CUDABackend(Backend):
         from ._prune import prune_barriers_by_default
         from .hopper import hopper_gemm_pipeline
         from .intrinsics import mark_block_threads
-        from .regprog import hopper_register_program, register_program
+        from .regprog import hopper_register_program, register_program, route_shape_defaults
 
-        return [PassSpec("tile-lowering", hopper_gemm_pipeline, position="before"),
+        return [PassSpec("layout", route_shape_defaults, position="before"),
+                PassSpec("tile-lowering", hopper_gemm_pipeline, position="before"),
                 PassSpec("tile-lowering", hopper_register_program, position="before"),
                 PassSpec("tile-lowering", register_program, position="before"),
                 PassSpec("tile-lowering", mark_block_threads, position="before"),

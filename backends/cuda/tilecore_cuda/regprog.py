@@ -36,6 +36,7 @@ from __future__ import annotations
 from tilecore.ir import (Allocate, Bind, Buffer, BufferLoad, Collective, For, KernelLaunch, Region, Seq, Store, TileOp,
                          BinOp, Call, FloatImm, Select, Var, as_expr, binary, compare, const_value,
                          simplify, walk, walk_expr)
+from tilecore.ir.visit import collect
 from tilecore.ir.dtypes import is_float
 from tilecore.passes.pipeline import map_expr, map_stmt, substitute
 from tilecore.passes import tile_pass
@@ -945,14 +946,48 @@ REGISTER_PROGRAMS_DEFAULT = "auto"
 #: them): d128 at 128x128 (GQA too; means 0.959-1.033), d128's fast math at 128x176 (0.997-1.012), d256 at 128x64
 #: (0.960-1.009), one consumer warpgroup at 64x64 with d128 (1.07-1.30) and d64 (0.97-1.21). Below it, kept on the
 #: register program: d64 with two consumer warpgroups (exact 0.925 in two rounds), d128's exact build at 128x176
-#: (0.948), d256 at 64x64 (0.82-0.96); forms not measured are kept too. Before D77 "auto" (not the default) took the
+#: (0.948); forms not measured are kept too. D82: d256 at 64x64 (one consumer warpgroup; D77's 0.82-0.96) with its
+#: form's defaults (:data:`AUTO_FORM_DEFAULTS`: 0.980-1.061). Before D77 "auto" (not the default) took the
 #: exact build at d64 / d128 / d256 and d64's fast math, two consumer warpgroups, any block (D61, D66, D70)
 #: D81: and d64 with two consumer warpgroups at 128x128, both builds (H200, rounds 1-2: exact 1.03-1.07x in every run
 #: where it was not fa_route.py's first kernel after the cuDNN block, ncu at the locked clock 1.044x; D77's 0.925 and
 #: round 1's mixed run's 0.928 were that slot; exact causal 0.98-1.00x; fast 0.96-0.97x; fast causal 0.975-0.993x with
 #: tilecore.pipeline_masked_loop_bound, 0.92-0.96x before it)
 AUTO_GENERAL: tuple = ((128, None, 2, 128), (128, True, 2, 176), (256, None, 2, 64), (128, None, 1, 64),
-                       (64, None, 1, 64), (64, None, 2, 128))
+                       (64, None, 1, 64), (64, None, 2, 128), (256, None, 1, 64))
+
+
+#: D82: the general path's options "auto" sets as the compile's defaults (``PassContext.set_defaults``: a value the
+#: config gives wins) for the forms of :data:`AUTO_GENERAL` it names, keyed as AUTO_GENERAL's entries
+#: d256 at 64x64 (one consumer warpgroup, 160 KiB of stages: one block an SM either way): a producer warpgroup issues
+#: the bulk copies (``tilecore.warp_specialize``: V refilled as soon as P @ V released its stage, no block barrier in
+#: the loop, the register program's form) and O leaves by bulk tile stores (``tilecore.bulk_store``). D82 (H200, 15
+#: rounds each, general / register program, exact then fast, non-causal / causal): the thread-0 form 0.847 / 0.801,
+#: 0.958 / 0.844; the producer warpgroup 0.955 / 0.925, 1.041 / 0.906 (round 1); with the bulk stores (round 2, the
+#: mean of the default route's kernel and the same kernel as a variant) 1.003 / 0.980, 1.061 / 0.980
+AUTO_FORM_DEFAULTS: dict = {(256, None, 1, 64): {"tilecore.warp_specialize": True, "tilecore.bulk_store": True}}
+#: the decision each entry of :data:`AUTO_FORM_DEFAULTS` was measured in (the route's note names it)
+AUTO_FORM_WHY: dict = {(256, None, 1, 64): "D82"}
+
+
+def auto_form(launch: KernelLaunch, ctx) -> tuple | None:
+    """``(entry, head dimension, consumer warpgroups, key block)``: the entry of :data:`AUTO_GENERAL` that names this
+    kernel's form (the first), or None: on a WGMMA target, FlashAttention's form (two gemms, the second reading its A
+    from registers) by head dimension, build, consumer warpgroups and key block."""
+    if not ctx.capabilities.feature("wgmma") or ctx.option("tilecore.cuda.disable_wgmma", False):
+        return None
+    fast = bool(ctx.option("tilecore.fast_math", False))
+    try:
+        plan = _plan(launch, ctx, "wgmma")
+    except _No:
+        return None  # not the register program's form either: the general path takes it regardless
+    shape = _attention_shape(plan)
+    if shape is None:  # the GEMM on 64-byte tiles at block_N 256 (D47: the general path 0.96x): kept, not measured
+        return None
+    dim, nc, bn = shape[1], plan["nc"], plan["gemm_list"][0][1]  # (the first gemm's width: the key block)
+    form = next(((d, f, c, k) for d, f, c, k in AUTO_GENERAL
+                 if d in (None, dim) and f in (None, fast) and c in (None, nc) and k in (None, bn)), None)
+    return None if form is None else (form, dim, nc, bn)
 
 
 def register_programs_route(ctx):
@@ -968,24 +1003,21 @@ def register_programs_route(ctx):
 def general_serves(launch: KernelLaunch, ctx) -> str | None:
     """Why ``register_programs="auto"`` leaves this kernel to the core's general path (None: it does not): on a WGMMA
     target, FlashAttention's form (two gemms, the second reading its A from registers) where :data:`AUTO_GENERAL` names
-    its head dimension, build, consumer warpgroups and key block (D77)."""
-    if not ctx.capabilities.feature("wgmma") or ctx.option("tilecore.cuda.disable_wgmma", False):
+    its head dimension, build, consumer warpgroups and key block (D77; :func:`auto_form`); where
+    :data:`AUTO_FORM_DEFAULTS` names the form, its options become the compile's defaults (D82)."""
+    found = auto_form(launch, ctx)
+    if found is None:
         return None
-    fast = bool(ctx.option("tilecore.fast_math", False))
-    try:
-        plan = _plan(launch, ctx, "wgmma")
-    except _No:
-        return None  # not the register program's form either: the general path takes it regardless
-    shape = _attention_shape(plan)
-    if shape is None:  # the GEMM on 64-byte tiles at block_N 256 (D47: the general path 0.96x): kept, not measured
-        return None
-    dim, nc, bn = shape[1], plan["nc"], plan["gemm_list"][0][1]  # (the first gemm's width: the key block)
-    if not any(d in (None, dim) and f in (None, fast) and c in (None, nc) and k in (None, bn)
-               for d, f, c, k in AUTO_GENERAL):
-        return None
-    build = "fast math" if fast else "the exact build"
-    return (f"FlashAttention's form, {nc} consumer warpgroup(s), head dimension {dim}, key block {bn}, {build}: the "
-            "general path measured at 0.95x the register program or better (D77)")
+    form, dim, nc, bn = found
+    build = "fast math" if ctx.option("tilecore.fast_math", False) else "the exact build"
+    why = (f"FlashAttention's form, {nc} consumer warpgroup(s), head dimension {dim}, key block {bn}, {build}: the "
+           "general path measured at 0.95x the register program or better (D77)")
+    extra = AUTO_FORM_DEFAULTS.get(form)
+    if extra:
+        taken = ctx.set_defaults(extra)
+        why += (f"; the form's defaults {', '.join(f'{k}={v!r}' for k, v in extra.items())} "
+                f"({AUTO_FORM_WHY.get(form, 'D82')}{'' if len(taken) == len(extra) else '; the config gives the rest'})")
+    return why
 
 
 def _lower_as(mode: str):
@@ -1100,9 +1132,10 @@ _FORMS = ("gemm", "attention", "attention-measured")
 #: rows), the general path with :data:`MMA_ATTENTION_DEFAULTS` against the register program: 128x128 d128 1.002 /
 #: 0.992 causal, 64x64 d128 1.049 / 1.007, 128x128 d64 1.005 / 1.018; 64x64 d64 since D79 (the form's defaults with
 #: the lead copy and the joined commit group: 1.20-1.33x fast math and exact, causal and not, both orders; D73's
-#: defaults had 0.93-0.97: Q's ldmatrix read an unswizzled tile, 8-way bank conflicts); other shapes were not
-#: measured and stay
-MMA_ATTENTION_SHAPES: tuple = ((128, 128), (64, 128), (128, 64), (64, 64))
+#: defaults had 0.93-0.97: Q's ldmatrix read an unswizzled tile, 8-way bank conflicts); 64 rows at d256 since D82 (with
+#: O's relay tile folded, :data:`MMA_ATTENTION_SHAPE_DEFAULTS`: 1.46-1.55x, causal 1.21-1.49x; without it 0.83-0.86x
+#: causal, 255 registers and spills); other shapes were not measured and stay
+MMA_ATTENTION_SHAPES: tuple = ((128, 128), (64, 128), (128, 64), (64, 64), (64, 256))
 #: ``"attention-measured"`` routes a shape where the general path's least plan of the kernel fits the target's block
 #: memory (:func:`_general_fits`: the capability profile's ``max_shared_bytes_per_block``; D73 routed only on targets
 #: with sm_80's, D85 on every mma.sync target by this rule). With sm_86's / sm_89's block memory through D63's overlay
@@ -1143,6 +1176,12 @@ MMA_ATTENTION_DEFAULTS: dict = {"tilecore.pipeline_late_copy": True, "tilecore.s
 #: 1.005 (fast), 1.016 / 1.007 -> 1.046 / 1.039 (exact); at 64 rows a loss (64x64 d128 fast 1.049 -> 1.035, exact
 #: 1.081 -> 1.077; 64x64 d64 routed 0.970 / 1.002 -> 0.943 / 0.974): not there. Causal rows within 0.6%
 MMA_ATTENTION_ROWS_DEFAULTS: dict = {128: {"tilecore.prune_false_comparisons": True}}
+#: D82: and by (block rows, head dimension): the options of one routed shape. 64 rows at d256: O's relay tile folded
+#: (``tilecore.fold_relay_tiles``: O stored from its registers, so V gets its second stage in the 163 KiB and ptxas
+#: holds the kernel in 255 registers without spills; the route's other defaults spilled 40-64 bytes). Measured (H200
+#: as sm_80, regprog time / row time, in order / reversed): fast math 1.519 / 1.499, causal 1.485 / 1.460; exact 1.549 /
+#: 1.530, causal 1.212 / 1.214 (the route's defaults without it: 1.075, 0.861 causal; exact 1.208, 0.833)
+MMA_ATTENTION_SHAPE_DEFAULTS: dict = {(64, 256): {"tilecore.fold_relay_tiles": True}}
 
 
 def _mma_forms(ctx) -> tuple:
@@ -1187,7 +1226,7 @@ def routed_to_general(plan, ctx) -> str | None:
         return (f"its form (attention, {shape[0]} rows, head dimension {shape[1]}) runs on the core's general path on "
                 "this target: there the general path with the late copy, D55's options and the lead copy measured "
                 f"1.20-1.46x the register program with sm_80's block memory, {SM86_MEASURED} with sm_86's / sm_89's "
-                f"(D71, D73, D79, D85; {how})")
+                f"(D71, D73, D79, D85; 64 rows at d256 with O's relay tile folded 1.21-1.55x with sm_80's, D82; {how})")
     return None
 
 
@@ -1201,8 +1240,10 @@ def _general_fits(plan, ctx) -> bool:
 
 def form_defaults(shape: tuple) -> dict:
     """The general path's defaults for FlashAttention's form at ``(block rows, head dimension)`` where the route sends
-    it there (:data:`MMA_ATTENTION_DEFAULTS`, and :data:`MMA_ATTENTION_ROWS_DEFAULTS` by the block's rows)."""
-    return {**MMA_ATTENTION_DEFAULTS, **MMA_ATTENTION_ROWS_DEFAULTS.get(shape[0], {})}
+    it there (:data:`MMA_ATTENTION_DEFAULTS`, :data:`MMA_ATTENTION_ROWS_DEFAULTS` by the block's rows and
+    :data:`MMA_ATTENTION_SHAPE_DEFAULTS` by the shape)."""
+    return {**MMA_ATTENTION_DEFAULTS, **MMA_ATTENTION_ROWS_DEFAULTS.get(shape[0], {}),
+            **MMA_ATTENTION_SHAPE_DEFAULTS.get(tuple(shape), {})}
 
 
 def _route_notes(plan, ctx, name) -> tuple:
@@ -1240,6 +1281,27 @@ def _route_notes(plan, ctx, name) -> tuple:
     defaults = ", ".join(f"{k}={v!r}" for k, v in taken.items()) or "none"
     return why, [f"{name}: kernel not mapped to registers ({why}); the form's defaults on the general path: "
                  f"{defaults}" + (f" (given by the pass config: {', '.join(given)})" if given else "")]
+
+
+@tile_pass("cuda.route_shape_defaults")
+def route_shape_defaults(func, ctx):
+    """D82: the options of :data:`MMA_ATTENTION_SHAPE_DEFAULTS` that passes before the register program read (O's relay
+    tile, folded in the ``layout`` slot), set as the compile's defaults before that slot where the route sends the
+    kernel's FlashAttention form at that shape to the general path (the route decides again, and notes the form's
+    defaults, in :func:`register_program`). Changes no IR."""
+    if not MMA_ATTENTION_SHAPE_DEFAULTS or ctx.capabilities.feature("wgmma") \
+            or not all(ctx.capabilities.feature(f) for f in ("mma_sync", "async_copy")) \
+            or ctx.option("tilecore.cuda.register_programs", None) is False or ctx.option("tilecore.checked", False):
+        return func
+    for launch in collect(func.body, KernelLaunch):
+        try:
+            plan = _plan(launch, ctx, "mma")
+        except _No:
+            continue
+        shape = _attention_shape(plan) if plan["gemms"] != 1 else None
+        if shape is not None and tuple(shape) in MMA_ATTENTION_SHAPE_DEFAULTS and routed_to_general(plan, ctx):
+            ctx.set_defaults(MMA_ATTENTION_SHAPE_DEFAULTS[tuple(shape)])
+    return func
 
 
 @tile_pass("cuda.hopper_register_program")
