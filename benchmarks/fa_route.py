@@ -56,7 +56,29 @@ VARIANTS = {"general": {"tilecore.cuda.register_programs": False},
                     "tilecore.bulk_store": True},
             # D82: and the block's exit waits only for the bulk stores' reads of block memory
             "wsbr": {"tilecore.cuda.register_programs": False, "tilecore.warp_specialize": True,
-                     "tilecore.bulk_store": True, "tilecore.bulk_store_exit_wait": "read"}}
+                     "tilecore.bulk_store": True, "tilecore.bulk_store_exit_wait": "read"},
+            # D83 (d128's exact build at 128x176): the general path's kernel again (a noise estimate: the same kernel
+            # timed as a second row); P @ V's descriptors as offsets (tilecore.cuda.descriptor_offsets "registers"),
+            # alone and with the masked iterations in a loop of their own (D74's "loops"); D74's loops + offsets
+            "general2": {"tilecore.cuda.register_programs": False},
+            # D83's defaults at d128 exact 128x176 off: D77's kernel there (D70's one loop, no descriptor offsets)
+            "d77": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_mask_unswitch": True,
+                    "tilecore.cuda.descriptor_offsets": False},
+            "regs": {"tilecore.cuda.register_programs": False, "tilecore.cuda.descriptor_offsets": "registers"},
+            "loops_regs": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_mask_unswitch": "loops",
+                           "tilecore.cuda.descriptor_offsets": "registers"},
+            # D83 round 2: O by direct stores (tilecore.bulk_store_attention False: at 128x176 the bulk store's staging
+            # tile does not fit beside the stages whole, so O goes out in two halves, each written, fenced and stored
+            # behind a barrier of both consumer warpgroups), alone and with loops_regs
+            "direct": {"tilecore.cuda.register_programs": False, "tilecore.bulk_store_attention": False},
+            "loops_regs_direct": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_mask_unswitch": "loops",
+                                  "tilecore.cuda.descriptor_offsets": "registers",
+                                  "tilecore.bulk_store_attention": False},
+            # D83: O's staging tile over Q's, dead after the loop (tilecore.bulk_store_reuse): the whole tile at once,
+            # three barriers instead of five, 214 KB instead of 230 at 128x176; with loops_regs
+            "reuse": {"tilecore.cuda.register_programs": False, "tilecore.bulk_store_reuse": True},
+            "loops_regs_reuse": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_mask_unswitch": "loops",
+                                 "tilecore.cuda.descriptor_offsets": "registers", "tilecore.bulk_store_reuse": True}}
 TARGET = "cuda:sm_90a"
 #: issue 17's absolute bars (TFLOP/s) for d128's non-causal rows, by build; causal rows: 0.95x cuDNN
 BAR_TFLOPS = {True: 680.0, False: 560.0}
@@ -172,6 +194,10 @@ def report(args, rows, variants, times, paths, errs, device: str) -> None:
                         if "default" in variants else []),
                       paths[(f, c, x)], bar_text, route,
                       " ".join(f"{errs[(f, c, x, v)]:.1e}" for v in variants if v in tf))
+        extra = [v for v in tf if v not in ("general", "regprog", "default")]
+        if extra and "regprog" in tf:  # D83: every other variant against the register program too
+            print(f"{f} {bm}x{bn} causal={c} fast={x}: " + ", ".join(
+                f"{v}/regprog {tf[v][0] / tf['regprog'][0]:.3f}" for v in extra), file=sys.stderr)
         print(f"{f} {bm}x{bn} causal={c} fast={x}: " + ", ".join(f"{v} {tf[v][0]:.1f}" for v in tf)
               + f", cuDNN {cud:.1f}" + (f", general/regprog {ratio:.3f}" if ratio else "")
               + (f", default/regprog {tf['default'][0] / tf['regprog'][0]:.3f}" if "default" in tf and "regprog" in tf

@@ -1102,6 +1102,55 @@ step fa90d256-conf bash -c 'rc=0; timeout -k 5 110 python3 -m tilecore conforman
 # bits from the thread-0 form's: now against float64 there, bits in the exact build and for the exit's wait) (~40 s)
 step fa90d256-tests3 timeout -k 5 120 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py -rs \
      -k "d82_d256"
+
+# D83 (helper fa90x176, issues 11 + 17): d128's exact build at 128x176 (D77: the general path 0.944-0.953x the register
+# program non-causal). fa90x176: benchmarks/fa_route.py on that form, causal and not, the exact build and fast math,
+# the register program, the general path's default (general, and again as general2: a noise estimate), P @ V's
+# descriptors as offsets (regs: tilecore.cuda.descriptor_offsets "registers"; the turn's issue window at the register
+# program's 311 planned cycles against 409), with D74's two loops (loops_regs), D74's loops + offsets everywhere
+# (loops_desc); 15 rounds, the order reversed every other round; then the exact rows again with the variants in the
+# reverse order (kernels from the cache), cuDNN in each process (~2 min)
+step fa90x176 bash -c 'rc=0; V="${FA176_VARIANTS:-regprog,general,regs,loops_regs,loops_desc,general2}";
+     R=$(echo "$V" | tr , "\n" | tac | paste -sd, -);
+     timeout -k 5 110 python3 benchmarks/fa_route.py --forms d128x176 --builds exact,fast --variants "$V" \
+       --rounds "${FA176_ROUNDS:-15}" --inner-rep 10 || rc=$?;
+     timeout -k 5 60 python3 benchmarks/fa_route.py --forms d128x176 --builds exact --variants "$R" \
+       --rounds "${FA176_ROUNDS:-15}" --inner-rep 10 || rc=$?; exit $rc'
+# fa90x176-r2 (round 1: regs 0.946-0.961 non-causal, loops_regs / loops_desc 0.963-0.968 against general 0.932-0.963:
+# the turn was not it): O by direct stores (direct: the bulk store's two halves, each behind a barrier of both consumer
+# warpgroups, gone), with loops_regs (loops_regs_direct); O staged in Q's tile, dead after the loop (reuse:
+# tilecore.bulk_store_reuse, the whole tile at once); the same two processes (~1.5 min); fa90x176-prof: ncu
+# (scripts/fa_profile.py, one launch, clocks locked to base) of x176 (exact non-causal 128x176), the register program,
+# the default and direct (~1.5 min)
+step fa90x176-r2 bash -c 'rc=0; V="${FA176_VARIANTS:-regprog,general,direct,reuse,loops_regs,loops_regs_direct,general2}";
+     R=$(echo "$V" | tr , "\n" | tac | paste -sd, -);
+     timeout -k 5 110 python3 benchmarks/fa_route.py --forms d128x176 --builds exact,fast --variants "$V" \
+       --rounds "${FA176_ROUNDS:-15}" --inner-rep 10 || rc=$?;
+     timeout -k 5 60 python3 benchmarks/fa_route.py --forms d128x176 --builds exact --variants "$R" \
+       --rounds "${FA176_ROUNDS:-15}" --inner-rep 10 || rc=$?; exit $rc'
+# fa90x176-r3 (round 2: the step hung on reuse's first version, a barrier of both consumer warpgroups inside
+# ping-pong's turns, fixed: O's tile now over Q's through Allocate.reuses, Q still a tile only bulk copies write; ncu:
+# direct 0.940x the register program against the default's 0.958x): process 1 without reuse (regprog, general,
+# loops_regs, general2), process 2 with it (regprog, general, reuse, loops_regs_reuse), each variant order reversed
+# in a third / fourth process on the exact rows (kernels from the cache); exact and fast (~2.5 min)
+step fa90x176-r3 bash -c 'rc=0; A="regprog,general,loops_regs,general2"; B="regprog,general,reuse,loops_regs_reuse";
+     rev() { echo "$1" | tr , "\n" | tac | paste -sd, -; }
+     F="python3 benchmarks/fa_route.py --forms d128x176 --rounds ${FA176_ROUNDS:-13} --inner-rep 10";
+     timeout -k 5 50 $F --builds exact,fast --variants "$A" || rc=$?;
+     timeout -k 5 50 $F --builds exact,fast --variants "$B" || rc=$?;
+     timeout -k 5 30 $F --builds exact --variants "$(rev $A)" || rc=$?;
+     timeout -k 5 30 $F --builds exact --variants "$(rev $B)" || rc=$?; exit $rc'
+# fa90x176-r4 (the last round: D83's defaults, loops_regs, at d128 exact 128x176 and the form in AUTO_GENERAL): the
+# register program, the general path (= loops_regs), the default route (the same kernel: noise), D77's kernel (d77),
+# exact rows, two processes, the order reversed in the second (~1 min)
+step fa90x176-r4 bash -c 'rc=0; V="regprog,general,default,d77"; R="d77,default,general,regprog";
+     F="python3 benchmarks/fa_route.py --forms d128x176 --builds exact --rounds ${FA176_ROUNDS:-15} --inner-rep 10";
+     timeout -k 5 45 $F --variants "$V" || rc=$?; timeout -k 5 35 $F --variants "$R" || rc=$?; exit $rc'
+# fa90x176-tests: D83's device tests (test_cuda_fa_loops.py: the offsets of P @ V and O over Q's tile bit for bit the
+# defaults and against float64 on five forms, causal and not, three sequences; D74's with them), ~3 min
+step fa90x176-tests timeout -k 5 220 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_loops.py -rs
+step fa90x176-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows x176 --variants regprog,default,direct,reuse \
+     --config direct:tilecore.bulk_store_attention=False --config reuse:tilecore.bulk_store_reuse=True --timeout 38
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

@@ -56,6 +56,12 @@ OPTION = "tilecore.bulk_store"
 ATTENTION_OPTION = "tilecore.bulk_store_attention"
 #: the most parts of its columns a tile is stored in where the whole does not fit beside the stages (D58)
 PARTS_OPTION = "tilecore.bulk_store_parts"
+#: D83: the staging tile over a shared tile of the same shape and type that is written only before the kernel's
+#: pipelined loop and not named after it (FlashAttention's Q, dead once the loop ends): no memory of its own. True:
+#: wherever there is one; "auto": only where the whole tile would not fit beside the stages (its parts otherwise);
+#: False: never
+REUSE_OPTION = "tilecore.bulk_store_reuse"
+REUSE_DEFAULT = False
 #: the most parts the default splits a tile into
 MAX_PARTS = 8
 #: D82: the wait for the kernel's bulk stores before it ends: "done" (the default: the stores' writes complete) or
@@ -156,6 +162,61 @@ def _part_copy(x, tile, part: int, width: int):
     mark = {FOLD_BRANCHES: True}
     inner = For(j, as_expr(0), as_expr(cols), "parallel", If(cond, store, None, span=x.span), mark, span=x.span)
     return For(i, as_expr(0), as_expr(rows), "parallel", inner, dict(mark), span=x.span)
+
+
+def _mentioned(s) -> set:
+    """ids of the buffers the statement ``s`` (and everything under it) names: its fields' buffers and regions, and
+    the loads in its expressions."""
+    from ..ir import Buffer as _Buffer
+    from ..ir import BufferLoad, stmt_exprs, walk, walk_expr
+
+    out: set = set()
+
+    def load(x):
+        if isinstance(x, BufferLoad):
+            out.add(id(x.buffer))
+
+    def stmt(x):
+        for name in getattr(x, "__dataclass_fields__", {}):
+            v = getattr(x, name)
+            for item in (v if isinstance(v, tuple) else (v,)):
+                if isinstance(item, _Buffer):
+                    out.add(id(item))
+                elif isinstance(item, Region):
+                    out.add(id(item.buffer))
+        for e in stmt_exprs(x):
+            walk_expr(e, load)
+
+    walk(s, stmt)
+    return out
+
+
+def dead_tile(top: list, at: int, frag, dtype):
+    """D83: a shared tile the bulk store at ``top[at]`` may stage its fragment in: allocated at the kernel's top
+    level, of the fragment's shape and the output's type, written only by whole copies before the one pipelined
+    loop, not written in it and named by nothing after it but the copy at ``at`` (FlashAttention's Q); None where
+    there is none."""
+    loops = [k for k, x in enumerate(top) if isinstance(x, For) and x.kind == "pipelined"]
+    if len(loops) != 1 or loops[0] > at:
+        return None
+    loop = loops[0]
+    shape = tuple(_static(d) for d in frag.shape)
+    for a in top[:loop]:
+        if not isinstance(a, Allocate) or a.buffer.scope != "shared" or a.buffer.dtype != dtype \
+                or a.buffer.static_shape() is None or tuple(a.buffer.static_shape()) != shape:
+            continue
+        b = a.buffer
+        if any(id(b) in _mentioned(x) for k, x in enumerate(top) if k > loop and k != at):
+            continue
+        before = [x for x in top[:loop] if x is not a and id(b) in _mentioned(x)]
+        if not before or not all(isinstance(x, TileOp) and x.op == "copy" and x.args[1].buffer is b
+                                 and _whole(x.args[1]) and x.args[0].buffer is not b for x in before):
+            continue
+        written = [x for x in collect(top[loop].body, TileOp) if x.op == "copy" and x.args[1].buffer is b]
+        if written:
+            continue
+        return b
+    return None
 
 
 def _staged_bytes(launch) -> tuple:
@@ -268,6 +329,10 @@ def stage_bulk_stores(func, ctx):
             "stmt_BulkStoreWait, stmt_BulkFence: plugin API 1.9)",)) if asked else func
     notes: list = []
     ask_parts = _parts_option(ctx.option(PARTS_OPTION, None))
+    reuse = ctx.option(REUSE_OPTION, REUSE_DEFAULT)
+    if reuse != "auto":
+        reuse = parse_switch(REUSE_OPTION, reuse, expected="True, False or \"auto\" (where the whole tile would not "
+                                                          "fit beside the stages)") is True
     lim = ctx.capabilities.limit("max_shared_bytes_per_block")
     limit = int(lim[0]) if lim is not None and lim[1] == "max" else None
 
@@ -284,7 +349,7 @@ def stage_bulk_stores(func, ctx):
         top = list(s.body.body) if isinstance(s.body, Seq) else [s.body]
         new_top, allocs, done = [], [], 0
         used, stage, stages = _staged_bytes(s)
-        for x in top:
+        for at, x in enumerate(top):
             if not (isinstance(x, TileOp) and x.op == "copy" and len(x.args) == 2
                     and all(isinstance(a, Region) for a in x.args)
                     and x.args[0].buffer.scope == "fragment" and x.args[1].buffer.scope == "global"):
@@ -292,7 +357,16 @@ def stage_bulk_stores(func, ctx):
                 continue
             why, form = why_not(x, ctx)
             parts = 1
-            if why is None:
+            # D83: staged in a tile dead by then (not under a persistent tile loop, which loads it again)
+            home = dead_tile(top, at, form[0], x.args[1].buffer.dtype) if (
+                why is None and reuse and ask_parts is None and not ctx.option("tilecore.persistent", None)) else None
+            if home is not None and reuse == "auto" and (limit is None or form[2].size * form[2].elem_bytes
+                                                         <= limit - used - 1024):
+                home = None  # "auto": the whole tile fits beside the stages as it is
+            if why is None and home is not None:
+                frag, dst, lay = form
+                need = 0
+            elif why is None:
                 frag, dst, lay = form
                 need = lay.size * lay.elem_bytes
                 room = None if limit is None else limit - used - 1024
@@ -324,7 +398,9 @@ def stage_bulk_stores(func, ctx):
                 continue
             used += need
             tile = Buffer(f"{frag.name}_st", (lay.rows, lay.cols), dst.buffer.dtype, "shared")
-            allocs.append(Allocate(tile, span=x.span))
+            # D83: over the dead tile (Allocate.reuses, D75: first written after the epilogue's barrier, every read of
+            # the dead tile, a matrix operand's, waited for before it)
+            allocs.append(Allocate(tile, reuses=(home.name,) if home is not None else (), span=x.span))
             if parts == 1:
                 whole = Region(tile, (as_expr(0), as_expr(0)), tuple(as_expr(d) for d in frag.shape))
                 new_top += [BulkStoreWait(0, True, span=x.span), x.with_(args=(x.args[0], whole)),
@@ -345,6 +421,8 @@ def stage_bulk_stores(func, ctx):
                             + (f"{PARTS_OPTION}={ask_parts}" if ask_parts else
                                f"the whole {frag.shape[0]}x{frag.shape[1]} tile does not fit beside the {stages} "
                                "stages") + ")" if parts > 1 else "")
+                         + (f" (over {home.name}, dead after the pipelined loop: {REUSE_OPTION})"
+                            if home is not None else "")
                          + ", waited for before the tile is written again")
         if not done:
             return None
@@ -359,5 +437,5 @@ def stage_bulk_stores(func, ctx):
     return func.with_body(body, bulk_store=tuple(notes)) if notes else func
 
 
-__all__ = ["stage_bulk_stores", "why_not", "tile_layout", "attention_form", "OPTION", "PARTS_OPTION",
-           "ATTENTION_OPTION"]
+__all__ = ["stage_bulk_stores", "why_not", "tile_layout", "attention_form", "dead_tile", "OPTION", "PARTS_OPTION",
+           "ATTENTION_OPTION", "REUSE_OPTION"]

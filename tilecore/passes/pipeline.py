@@ -1036,6 +1036,9 @@ class _Launch:
     #: D74: "auto"'s size of the last gemm's accumulator (elements a thread: FlashAttention's O, 128 at d256 with two
     #: consumer warpgroups, 64 at d128) from which the masked iterations get a loop of their own in the exact build too
     LOOPS_MIN_ACC = 128
+    #: D83: and where the first gemm's accumulator holds this many elements a thread or more beside a last one of 64
+    #: or more (d128 at 128x176: S 88, O 64; with "registers"' descriptor offsets, no spill)
+    LOOPS_MIN_FIRST = 88
 
     def two_loops(self, rot) -> bool:
         """tilecore.pipeline_mask_unswitch: the masked iterations in a loop of their own (D74)."""
@@ -1043,13 +1046,16 @@ class _Launch:
             return True
         if self.mask_loops != "auto":
             return False
-        n = 1
+        n, first = 1, 1
         for x in rot["last_acc"].shape:
             c = const_value(x)
             if not isinstance(c, int):
                 return self.fast_math
             n *= c
-        return self.fast_math or n >= self.LOOPS_MIN_ACC
+        for x in rot["first_acc"].shape:
+            c = const_value(x)
+            first = first * c if isinstance(c, int) and first else 0
+        return self.fast_math or n >= self.LOOPS_MIN_ACC or (n >= 64 and first >= self.LOOPS_MIN_FIRST)
 
     def turn_groups(self):
         """``(group_threads, groups)`` where tilecore.pingpong is on and a warp-specialized block's consumers are

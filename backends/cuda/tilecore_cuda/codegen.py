@@ -637,7 +637,7 @@ class CUDAEmitter(SIMTCppEmitter):
         lbo = lay.rows * lay.swizzle_bytes if mn_major else 16
         st.warp_uniform = self.warp_uniform_ok(st)
         try:
-            split = self.desc_split(st, buf, origin.indices)
+            split = self.desc_split(st, buf, origin.indices, x == "b" and s.a_origin is None)
             flat = self.flat_index(st, buf, origin.indices) if split is None else self.expr(st, split[0])
             off = None if split is None else self.expr(st, split[1])
         finally:
@@ -665,14 +665,29 @@ class CUDAEmitter(SIMTCppEmitter):
     #: the offsets (d128 128x128: 160, d256 128x64: 176, d64 128x176: 164: no spill) and spills above it (d128 128x176
     #: causal or ragged: 196 words, 36 / 52 bytes a thread stored / loaded)
     DESC_OFFSET_MAX_CARRIED = 176
-    DESC_OFFSET_VALUES = (True, False, "auto", "fit")
+    #: D83: ``"registers"``: "auto"'s kernels and, elsewhere, only the descriptors of a gemm reading its A from
+    #: registers (FlashAttention's P @ V: V's 11 descriptors at 128x176, each 4-5 dependent uniform instructions
+    #: between the HGMMAs inside ping-pong's turn otherwise); Q K^T's descriptors as before (with them too, d128
+    #: 128x176 causal spills: D74)
+    DESC_OFFSET_VALUES = (True, False, "auto", "fit", "registers")
 
-    def descriptor_offsets(self, st) -> bool:
+    def descriptor_offsets(self, st, a_regs: bool = False) -> bool:
+        """Whether the descriptors of an unrolled wgmma k loop are stepped as offsets (``a_regs``: the gemm reads
+        its A from registers)."""
         v = st.ctx.option(self.DESC_OFFSET_OPTION, self.DESC_OFFSET_DEFAULT)
         if not any(v is x or (isinstance(v, str) and v == x) for x in self.DESC_OFFSET_VALUES):
-            raise CompileError(f"{self.DESC_OFFSET_OPTION} must be True, False, \"auto\" or \"fit\", not {v!r}")
+            raise CompileError(f"{self.DESC_OFFSET_OPTION} must be True, False, \"auto\", \"fit\" or "
+                               f"\"registers\", not {v!r}")
         if v is True:
             return True
+        if v == "registers" and a_regs and getattr(st, "register_operands", False):
+            return True
+        if v == "registers":
+            v = "auto"
+        if v == "auto" and a_regs and getattr(st, "register_operands", False) \
+                and getattr(st, "carried_words", 0) > self.DESC_OFFSET_MAX_CARRIED \
+                and not st.ctx.option("tilecore.fast_math", False):
+            return True  # D83: "auto" takes "registers" where offsets everywhere spill (d128 128x176), exact build
         if v not in ("auto", "fit") or not getattr(st, "register_operands", False):
             return False
         if getattr(st, "wgmma_k_steps", 0) >= self.DESC_OFFSET_MIN_STEPS:
@@ -687,13 +702,13 @@ __device__ __forceinline__ unsigned long long tc_wg_desc_at(unsigned long long d
 }
 """
 
-    def desc_split(self, st, buf, indices):
+    def desc_split(self, st, buf, indices, a_regs: bool = False):
         """``(base, step)`` element offsets with ``base + step`` the origin's offset in its tile, ``step`` in the
         innermost unrolled loop's variable only (0 at its first step) and ``base`` free of it, where
         tilecore.cuda.descriptor_offsets is on; else None. A remainder of a multiple (``(x * 128) % 8``, the swizzle's
         term for an origin on a whole panel) folds to 0 first."""
         ctx = getattr(st, "ctx", None)
-        if ctx is None or not getattr(st, "unrolled", None) or not self.descriptor_offsets(st):
+        if ctx is None or not getattr(st, "unrolled", None) or not self.descriptor_offsets(st, a_regs):
             return None
         from tilecore.ir import free_vars
         from tilecore.passes.pipeline import map_expr, substitute

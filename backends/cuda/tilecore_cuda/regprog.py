@@ -944,16 +944,18 @@ REGISTER_PROGRAMS_DEFAULT = "auto"
 #: rounds (H200, b8 h32 s4096, 11-15 interleaved rounds each; the mean of every measurement of the general path's kernel
 #: against the register program's in the same run at least 0.95, issue 17's bars met where the register program met
 #: them): d128 at 128x128 (GQA too; means 0.959-1.033), d128's fast math at 128x176 (0.997-1.012), d256 at 128x64
-#: (0.960-1.009), one consumer warpgroup at 64x64 with d128 (1.07-1.30) and d64 (0.97-1.21). Below it, kept on the
-#: register program: d64 with two consumer warpgroups (exact 0.925 in two rounds), d128's exact build at 128x176
-#: (0.948); forms not measured are kept too. D82: d256 at 64x64 (one consumer warpgroup; D77's 0.82-0.96) with its
-#: form's defaults (:data:`AUTO_FORM_DEFAULTS`: 0.980-1.061). Before D77 "auto" (not the default) took the
+#: (0.960-1.009), one consumer warpgroup at 64x64 with d128 (1.07-1.30) and d64 (0.97-1.21); D81: d64 with two
+#: consumer warpgroups at 128x128 (0.966-1.046 shuffled); D83: d128's exact build at 128x176 with the two loops and
+#: P @ V's descriptor offsets (its defaults since D83; non-causal 0.964-0.978 in four processes of two rounds, causal
+#: 0.980-1.016); D82: d256 at 64x64 (one consumer warpgroup; D77's 0.82-0.96) with its form's defaults
+#: (:data:`AUTO_FORM_DEFAULTS`: 0.980-1.061). Forms not measured (d64 at 128x176, d128 at 128x64, ...) are kept on
+#: the register program. Before D77 "auto" (not the default) took the
 #: exact build at d64 / d128 / d256 and d64's fast math, two consumer warpgroups, any block (D61, D66, D70)
 #: D81: and d64 with two consumer warpgroups at 128x128, both builds (H200, rounds 1-2: exact 1.03-1.07x in every run
 #: where it was not fa_route.py's first kernel after the cuDNN block, ncu at the locked clock 1.044x; D77's 0.925 and
 #: round 1's mixed run's 0.928 were that slot; exact causal 0.98-1.00x; fast 0.96-0.97x; fast causal 0.975-0.993x with
 #: tilecore.pipeline_masked_loop_bound, 0.92-0.96x before it)
-AUTO_GENERAL: tuple = ((128, None, 2, 128), (128, True, 2, 176), (256, None, 2, 64), (128, None, 1, 64),
+AUTO_GENERAL: tuple = ((128, None, 2, 128), (128, None, 2, 176), (256, None, 2, 64), (128, None, 1, 64),
                        (64, None, 1, 64), (64, None, 2, 128), (256, None, 1, 64))
 
 
