@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .expr import Expr
+from .buffer import Buffer, Region
+from .expr import BufferLoad, Expr, walk_expr
 from .stmt import For, If, KernelLaunch, MatrixLoad, MatrixStore, PerThread, Seq, Specialized, Stmt, VectorStore, seq
 
 _CHILDREN = {For: ("body",), If: ("then", "orelse"), KernelLaunch: ("body",), PerThread: ("body",),
@@ -61,6 +62,31 @@ def stmt_exprs(s: Stmt) -> list:
         for item in (v if isinstance(v, tuple) else (v,)):
             if isinstance(item, Expr):
                 out.append(item)
+    return out
+
+
+def buffers_named(s: Stmt, regions: bool = False) -> set:
+    """ids of the buffers the statement ``s`` and everything under it read or write: the loads in their expressions
+    and the statements' buffer fields (stores, allocations, matrix operands, copies); with ``regions`` also the
+    buffers of their :class:`Region` fields."""
+    out: set = set()
+
+    def load(x):
+        if isinstance(x, BufferLoad):
+            out.add(id(x.buffer))
+
+    def stmt(x):
+        for name in getattr(x, "__dataclass_fields__", {}):
+            v = getattr(x, name)
+            for item in (v if isinstance(v, tuple) else (v,)):
+                if isinstance(item, Buffer):
+                    out.add(id(item))
+                elif regions and isinstance(item, Region):
+                    out.add(id(item.buffer))
+        for e in stmt_exprs(x):
+            walk_expr(e, load)
+
+    walk(s, stmt)
     return out
 
 

@@ -49,6 +49,7 @@ from __future__ import annotations
 from ..ir import (Allocate, Buffer, BulkFence, BulkStore, BulkStoreWait, For, KernelLaunch, Region, Seq, TileOp,
                   as_expr, binary, collect, const_value, rewrite, simplify)
 from ..ir.bounds import Facts
+from ..ir.visit import buffers_named
 from . import parse_switch, tile_pass
 
 OPTION = "tilecore.bulk_store"
@@ -164,33 +165,6 @@ def _part_copy(x, tile, part: int, width: int):
     return For(i, as_expr(0), as_expr(rows), "parallel", inner, dict(mark), span=x.span)
 
 
-def _mentioned(s) -> set:
-    """ids of the buffers the statement ``s`` (and everything under it) names: its fields' buffers and regions, and
-    the loads in its expressions."""
-    from ..ir import Buffer as _Buffer
-    from ..ir import BufferLoad, stmt_exprs, walk, walk_expr
-
-    out: set = set()
-
-    def load(x):
-        if isinstance(x, BufferLoad):
-            out.add(id(x.buffer))
-
-    def stmt(x):
-        for name in getattr(x, "__dataclass_fields__", {}):
-            v = getattr(x, name)
-            for item in (v if isinstance(v, tuple) else (v,)):
-                if isinstance(item, _Buffer):
-                    out.add(id(item))
-                elif isinstance(item, Region):
-                    out.add(id(item.buffer))
-        for e in stmt_exprs(x):
-            walk_expr(e, load)
-
-    walk(s, stmt)
-    return out
-
-
 def dead_tile(top: list, at: int, frag, dtype):
     """D83: a shared tile the bulk store at ``top[at]`` may stage its fragment in: allocated at the kernel's top
     level, of the fragment's shape and the output's type, written only by whole copies before the one pipelined
@@ -206,9 +180,9 @@ def dead_tile(top: list, at: int, frag, dtype):
                 or a.buffer.static_shape() is None or tuple(a.buffer.static_shape()) != shape:
             continue
         b = a.buffer
-        if any(id(b) in _mentioned(x) for k, x in enumerate(top) if k > loop and k != at):
+        if any(id(b) in buffers_named(x, regions=True) for k, x in enumerate(top) if k > loop and k != at):
             continue
-        before = [x for x in top[:loop] if x is not a and id(b) in _mentioned(x)]
+        before = [x for x in top[:loop] if x is not a and id(b) in buffers_named(x, regions=True)]
         if not before or not all(isinstance(x, TileOp) and x.op == "copy" and x.args[1].buffer is b
                                  and _whole(x.args[1]) and x.args[0].buffer is not b for x in before):
             continue

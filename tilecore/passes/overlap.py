@@ -21,9 +21,9 @@ results are bit for bit those of the unrotated loop.
 """
 from __future__ import annotations
 
-from ..ir import (Buffer, BufferLoad, CopyBarrierWait, If, MatrixSync, PerThread, Select, Seq, Store, Turn, collect,
-                  const_value, rewrite, walk, walk_expr)
-from ..ir.visit import stmt_exprs
+from ..ir import (BufferLoad, CopyBarrierWait, If, MatrixSync, PerThread, Select, Seq, Store, Turn, collect, const_value,
+                  rewrite)
+from ..ir.visit import buffers_named
 
 OPTION = "tilecore.pipeline_overlap"  #: default on where it applies (D59)
 #: D59: the mask of a split masked iteration applied after the first gemm, its accumulators cleared before it
@@ -35,28 +35,6 @@ MASK_UNSWITCH = "tilecore.pipeline_mask_unswitch"
 #: D74: "auto" takes "loops" (the masked iterations in a loop of their own) under fast math and where the last gemm's
 #: accumulator holds 128 elements a thread or more (d256; pipeline's two_loops); True is D70's one loop everywhere
 MASK_UNSWITCH_DEFAULT = "auto"
-
-
-def _buffers(s) -> set:
-    """ids of the buffers ``s`` reads or writes (loads, and the statements' buffer fields: stores, allocations,
-    matrix operands, copies)."""
-    out: set = set()
-
-    def load(x):
-        if isinstance(x, BufferLoad):
-            out.add(id(x.buffer))
-
-    def stmt(x):
-        for name in getattr(x, "__dataclass_fields__", {}):
-            v = getattr(x, name)
-            for item in (v if isinstance(v, tuple) else (v,)):
-                if isinstance(item, Buffer):
-                    out.add(id(item))
-        for e in stmt_exprs(x):
-            walk_expr(e, load)
-
-    walk(s, stmt)
-    return out
 
 
 def _gemm_sync(item, phase):
@@ -86,11 +64,11 @@ def parts(pre: list, post: list, late_wait) -> dict | None:
     gemm_regs = {id(ends[0].acc)} | {id(b) for b in begins[0].reads}
     if not begins[0].reads:
         return None  # the last gemm's operands in shared memory: nothing the threads write between
-    first = next((i for i, x in enumerate(between) if _buffers(x) & gemm_regs), len(between))
+    first = next((i for i, x in enumerate(between) if buffers_named(x) & gemm_regs), len(between))
     early, late = between[:first], between[first:]
     # the first gemm and what comes before it move ahead of the previous iteration's last gemm: they must not
     # touch its registers; the early statements run beside it: neither
-    if any(_buffers(x) & gemm_regs for x in pre + early):
+    if any(buffers_named(x) & gemm_regs for x in pre + early):
         return None
     # the last gemm reads what only the late statements write (P): the early ones must not write what it reads
     # (checked above), and the first gemm's accumulators must not be what it reads
