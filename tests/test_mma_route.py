@@ -197,6 +197,27 @@ def test_the_ir_dump_says_where_the_kernel_went():
     assert "copy V_shared ; commit ; copy K_shared ; commit" in ir
 
 
+def ptxas_of_both_paths(kernel, d, fast, target) -> dict:
+    """``{"regprog" | "default": (registers, shared bytes)}``: ptxas's report of a benchmark kernel (``(build, pass
+    configs, out_idx)`` of mma_general.py) at its b8 h32 s4096 size on the register program and on the routed default,
+    each checked to take its path and to hold no stack and no spills (skips where the toolchain reports nothing)."""
+    class Big(Small):
+        fa = (8, 32, 4096, d)
+
+    build, own, out_idx = kernel
+    out = {}
+    for var in ("regprog", "default"):
+        cfg = {**NOCACHE, **own, "tilecore.fast_math": fast, **mma_general.VARIANTS[var]}
+        kern = tilecore.compile(build(Big), out_idx=out_idx, target=target, pass_configs=cfg)
+        rep = kern.source.meta["ptxas"]
+        if rep.get("reported") is False:
+            pytest.skip("this toolchain returned no ptxas report")
+        assert tilecore_cuda.lowering_path(kern) == ("generic" if var == "default" else "register program (mma.sync)")
+        out[var] = (rep["registers"], kern.source.meta["shared_bytes"])
+        assert rep.get("stack", 0) == 0 and rep.get("spill_stores", 0) == 0, (var, rep)
+    return out
+
+
 @needs_toolchain
 @pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("name,d", [k for k, v in ROWS.items() if v == "generic"])
@@ -205,20 +226,7 @@ def test_the_routed_kernels_registers(name, d, fast):
     no spills, in registers that leave at least the register program's blocks an SM (NVRTC 13.0, fast math, register
     program / routed default since D79: d128 232 / 237, causal 246 / 240, 64x64 168 / 168, causal 210 / 168; d64
     128x128 169 / 165, causal 176 / 167, 64x64 157 / 129, causal 159 / 138), in both builds."""
-    class Big(Small):
-        fa = (8, 32, 4096, d)
-
-    build, own, out_idx = mma_general.KERNELS[name]
-    regs = {}
-    for var in ("regprog", "default"):
-        cfg = {**NOCACHE, **own, "tilecore.fast_math": fast, **mma_general.VARIANTS[var]}
-        kern = tilecore.compile(build(Big), out_idx=out_idx, target="cuda:sm_80", pass_configs=cfg)
-        rep = kern.source.meta["ptxas"]
-        if rep.get("reported") is False:
-            pytest.skip("this toolchain returned no ptxas report")
-        assert tilecore_cuda.lowering_path(kern) == ("generic" if var == "default" else "register program (mma.sync)")
-        regs[var] = rep["registers"]
-        assert rep.get("stack", 0) == 0 and rep.get("spill_stores", 0) == 0, (var, rep)
+    regs = {var: r for var, (r, _) in ptxas_of_both_paths(mma_general.KERNELS[name], d, fast, "cuda:sm_80").items()}
     # D79: the lead copy holds a few more registers at 128x128 d128 (NVRTC 13.0: 237 against 232): the blocks an SM
     # the register file allows (65536 registers, a thread's rounded up to 8) are what count, at least the register
     # program's

@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
 from test_mma_general import Small, _emulate, _path, gpu  # noqa: E402
+from test_mma_route import ptxas_of_both_paths  # noqa: E402
 
 import mma_general  # noqa: E402
 import tilecore  # noqa: E402
@@ -164,20 +165,7 @@ def test_forms_option_and_register_programs_keep_their_meaning(target):
 def test_the_routed_kernels_registers_on_sm86(name, d, fast):
     """ptxas for sm_86 at the benchmark's size (b8 h32 s4096): each routed default holds no stack and no spills, in
     registers that leave at least the register program's blocks an SM (sm_86: 65536 registers, 1536 threads an SM)."""
-    class Big(Small):
-        fa = (8, 32, 4096, d)
-
-    build, own, out_idx = mma_general.ALL_KERNELS[name]
-    regs = {}
-    for var in ("regprog", "default"):
-        cfg = {**NOCACHE, **own, "tilecore.fast_math": fast, **mma_general.VARIANTS[var]}
-        kern = tilecore.compile(build(Big), out_idx=out_idx, target="cuda:sm_86", pass_configs=cfg)
-        rep = kern.source.meta["ptxas"]
-        if rep.get("reported") is False:
-            pytest.skip("this toolchain returned no ptxas report")
-        assert tilecore_cuda.lowering_path(kern) == ("generic" if var == "default" else "register program (mma.sync)")
-        regs[var] = (rep["registers"], kern.source.meta["shared_bytes"])
-        assert rep.get("stack", 0) == 0 and rep.get("spill_stores", 0) == 0, (var, rep)
+    regs = ptxas_of_both_paths(mma_general.ALL_KERNELS[name], d, fast, "cuda:sm_86")
     threads = 256 if ROWS[name] == 128 else 128
 
     def blocks(r, smem):
