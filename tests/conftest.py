@@ -38,6 +38,21 @@ def kernel_cache_dir(tmp_path_factory, request):
         os.environ["TILECORE_CACHE_DIR"] = old
 
 
+#: tests that run for a minute or more on the 2-core CI machine (a whole conformance catalog in a subprocess, the
+#: golden sources of every target, the planted crash and hang): collected first, so that xdist hands them out at
+#: the start and the run does not end on one worker finishing a long test while the other idles (D89). The wheels'
+#: group (tests/test_wheels.py) goes first anyway: ``--dist loadgroup`` orders work units by size, largest first.
+LONG_FIRST = ("::test_conformance_catalog", "::test_full_catalog_on_cpu_device_mode_has_no_failures",
+              "::test_generated_sources_are_byte_identical_to_the_manifest",
+              "::test_native_crash_and_hang_are_recorded_and_later_cases_still_run",
+              "test_tilelang_corpus.py::test_cuda_sm90a[gemm_dynamic_shape]")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Long tests first (``LONG_FIRST``), the rest in collection order."""
+    items.sort(key=lambda item: not any(part in item.nodeid for part in LONG_FIRST))
+
+
 #: modules that test the CUDA register programs' own kernels (FlashAttention's forms among them): they compile with
 #: tilecore.cuda.register_programs=True whatever the route's default (D61's "auto" sends FlashAttention's exact
 #: two-consumer form to the core's general path)

@@ -39,6 +39,12 @@ import sass_paths  # noqa: E402
 from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
 from test_cuda_hopper import GENERAL, HOPPER, hopper_gpu  # noqa: E402
 
+#: D89: the general path through the run's kernel cache (conftest: private to the run, shared by its xdist workers;
+#: keyed by the IR, options and the core's and plugin's code), so that a kernel that several tests read compiles
+#: once: test_cuda_hopper's GENERAL without its tilecore.disable_cache. The tests that monkeypatch the route's tables
+#: compile with NOCACHE (``_routed`` and theirs): a patched compile neither reads nor writes the cache.
+GENERAL = {k: v for k, v in GENERAL.items() if k != "tilecore.disable_cache"}
+
 import tilecore  # noqa: E402
 from tilecore_conformance.composite import flash_attention_forward  # noqa: E402
 

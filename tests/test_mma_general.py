@@ -22,7 +22,7 @@ from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
 
 import mma_general  # noqa: E402
 import tilecore  # noqa: E402
-from tilecore.compiler import lower  # noqa: E402
+from lower_once import lower_once as lower  # noqa: E402  (D89: one lowering per distinct input)
 from tilecore.errors import CompileError  # noqa: E402
 
 REGPROG = {**NOCACHE, **mma_general.VARIANTS["regprog"]}

@@ -23,7 +23,7 @@ from test_mma_general import Small, _emulate, _events, _k_loop, _path, device_at
 
 import mma_general  # noqa: E402
 import tilecore  # noqa: E402
-from tilecore.compiler import lower  # noqa: E402
+from lower_once import lower_once as lower  # noqa: E402  (D89: one lowering per distinct input)
 from tilecore.errors import CompileError  # noqa: E402
 from tilecore_cuda.regprog import (MMA_ATTENTION_DEFAULTS, MMA_ATTENTION_SHAPE_DEFAULTS, MMA_GENERAL_FORMS,  # noqa: E402
                                    form_defaults)

@@ -27,7 +27,7 @@ from test_mma_route import ptxas_of_both_paths  # noqa: E402
 
 import mma_general  # noqa: E402
 import tilecore  # noqa: E402
-from tilecore.compiler import lower  # noqa: E402
+from lower_once import lower_once as lower  # noqa: E402  (D89: one lowering per distinct input)
 from tilecore_cuda.regprog import MMA_GENERAL_FORMS, form_defaults  # noqa: E402
 
 #: sm_86 / sm_89's profile on the H100 / H200: the sm_80 paths (D63's overlay) with 99 KiB a block
