@@ -39,7 +39,9 @@ import tilecore  # noqa: E402
 from tilecore_conformance.composite import flash_attention_forward  # noqa: E402
 
 HOPPER = "cuda:sm_90a"
-GENERAL = {**NOCACHE, "tilecore.cuda.register_programs": False}
+#: D89: through the run's kernel cache (private to the run, shared by its xdist workers, keyed by the IR, options and
+#: the core's and plugin's code): a kernel that several tests read compiles once; nothing here monkeypatches the compiler
+GENERAL = {"tilecore.cuda.register_programs": False}
 REGPROG = {**NOCACHE, "tilecore.cuda.register_programs": True}
 LOOPS = {"tilecore.pipeline_mask_unswitch": "loops"}
 D70 = {"tilecore.pipeline_mask_unswitch": True}  # D70's one loop (the default's form in d128 / d64's exact build)
