@@ -496,7 +496,7 @@ def main() -> int:
             rep = str(d / "prof")
             argv = [sys.executable, str(Path(__file__).resolve()), "--child", row, n, str(d), "--batch",
                      str(args.batch), "--configs", repr(variants[n])]
-            regex = "(?i)(cudnn|sdpa|fmha|flash|fprop)" if "sdpa" in variants[n] else "tc_kernel"
+            regex = "cudnn|sdpa|fmha|flash|fprop|Fmha|Sdpa" if "sdpa" in variants[n] else "tc_kernel"
             if not profile(ncu, regex, argv, rep, args.timeout, f"{row} {n}",
                            metrics=TAIL_METRICS if args.tail else ()):
                 rc = 1
