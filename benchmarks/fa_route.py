@@ -83,7 +83,11 @@ VARIANTS = {"general": {"tilecore.cuda.register_programs": False},
             # sections of 16 / 4 heads; the masked iterations in a loop of their own (D74) with D81's bound
             "hf_off": {"tilecore.heaviest_first": False}, "hf16": {"tilecore.heaviest_first": 16},
             "hf4": {"tilecore.heaviest_first": 4}, "loops": {"tilecore.pipeline_mask_unswitch": "loops"},
-            "default2": {}}
+            "default2": {},
+            # D87 round 2: O's rescale in the next turn (tilecore.pipeline_scale_in_turn), the row maximum as four
+            # partial chains in the exact build too (tilecore.reduce_chains=4), both
+            "sit": {"tilecore.pipeline_scale_in_turn": True}, "ch4": {"tilecore.reduce_chains": 4},
+            "sit_ch4": {"tilecore.pipeline_scale_in_turn": True, "tilecore.reduce_chains": 4}}
 TARGET = "cuda:sm_90a"
 #: issue 17's absolute bars (TFLOP/s) for d128's non-causal rows, by build; causal rows: 0.95x cuDNN
 BAR_TFLOPS = {True: 680.0, False: 560.0}

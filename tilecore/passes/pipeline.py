@@ -829,6 +829,8 @@ class _Launch:
                                f"0 to {(self.consumers or 1) - 1}")
         # D59: in a rotated loop the split mask after the first gemm (on by default: H200, causal +4.3%)
         self.mask_after = ctx.option(overlap.MASK_AFTER, True) is not False
+        # D87: O's rescale in the next iteration's turn, right before the rotated gemm that adds to O (off)
+        self.scale_in_turn = ctx.switch(overlap.SCALE_IN_TURN, False, expected="True or False (the default)")
         # D70: that mask's branch around the whole iteration (after the stage waits), not around the mask alone
         unswitch = ctx.option(overlap.MASK_UNSWITCH, overlap.MASK_UNSWITCH_DEFAULT)
         if not (unswitch is True or unswitch is False or unswitch in ("auto", "loops")):
@@ -1453,12 +1455,19 @@ class _Launch:
                     ma = overlap.masks_after(pre[:-1], rot["first_acc"]) if self.mask_after else None
                     if ma is not None:  # D59: the split mask after the first gemm, its accumulators cleared
                         init, masked = ma[0], [ma[1]]
+                    # D87: O's rescale (the late statements on the last gemm's accumulators alone) right before the
+                    # rotated gemm that adds to O, inside the turn: in the peel's place, in each iteration and before
+                    # the gemm after the loop
+                    sc = overlap.scale_split(rot, [pin, post[-2], first] + init) if self.scale_in_turn else None
+                    late, scaled = (rot["late"], []) if sc is None else (sc[1], sc[0])
+
                     def iteration(mask):
-                        return seq([substitute(post[-2], prev_k)] + init + [
-                            first, last_prev, overlap.wait(spelling, rot["first_acc"], 1, loop.span),
+                        return seq([substitute(post[-2], prev_k)] + init + [first]
+                                   + [_fresh_loops(x) for x in scaled] + [
+                            last_prev, overlap.wait(spelling, rot["first_acc"], 1, loop.span),
                             StageRelease(empties[0], slot_it, span=loop.span)] + mask + rot["early"]
                             + [overlap.wait(spelling, rot["last_acc"], 0, loop.span),
-                               StageRelease(empties[1], prev, span=loop.span)] + rot["late"] + [pin])
+                               StageRelease(empties[1], prev, span=loop.span)] + late + [pin])
 
                     bound = _below(masked[0].cond, k) if ma is not None and self.two_loops(rot) else None
                     if bound is not None:
@@ -1481,15 +1490,20 @@ class _Launch:
                         steady = [waits[0], iteration(masked)]
                     peel = ([waits[0]] + init + [overlap.with_turn(pre[-1], turns, True, True),
                                                   StageRelease(empties[0], slot_it, span=loop.span)]
-                            + masked + rot["early"] + rot["late"] + [pin])
+                            + masked + rot["early"] + late + [pin])
                     peeled = _fresh_loops(substitute(seq(peel), {id(k): start}))
                     last_k = {id(k): simplify(binary("sub", binary("add", start, extent), 1))}
-                    after = [substitute(post[-2], last_k),
+                    after = [substitute(post[-2], last_k)] + [_fresh_loops(x) for x in scaled] + [
                              overlap.with_turn(_fresh_loops(substitute(overlap.waits_for_itself(rot["gemm"]), last_k)),
                                                turns, True, True)]
                     issue_kinds[-1] = ("each group's stage released after the wait for the gemm that read it; the "
                                        "last gemm one iteration late, beside the next first gemm and the statements "
                                        "it does not touch")
+                    if self.scale_in_turn:
+                        issue_kinds.append("the last gemm's accumulator scaled in the next turn, right before the "
+                                           "gemm that adds to it" if sc else "the last gemm's accumulator scaled "
+                                           "where it was (no late statement names it alone, or one shares a buffer "
+                                           "with what it would move past)")
             elif deferred is None:
                 steady = [waits[0], consume, release(slot_it)]
             else:  # the previous iteration's gemm has finished reading its stage at the deferred wait
