@@ -87,7 +87,12 @@ VARIANTS = {"general": {"tilecore.cuda.register_programs": False},
             # D87 round 2: O's rescale in the next turn (tilecore.pipeline_scale_in_turn), the row maximum as four
             # partial chains in the exact build too (tilecore.reduce_chains=4), both
             "sit": {"tilecore.pipeline_scale_in_turn": True}, "ch4": {"tilecore.reduce_chains": 4},
-            "sit_ch4": {"tilecore.pipeline_scale_in_turn": True, "tilecore.reduce_chains": 4}}
+            "sit_ch4": {"tilecore.pipeline_scale_in_turn": True, "tilecore.reduce_chains": 4},
+            # and P @ V's descriptor offsets (D83's "registers") / every gemm's (True)
+            "rsc": {"tilecore.pipeline_scale_in_turn": True, "tilecore.reduce_chains": 4,
+                    "tilecore.cuda.descriptor_offsets": "registers"},
+            "dsc": {"tilecore.pipeline_scale_in_turn": True, "tilecore.reduce_chains": 4,
+                    "tilecore.cuda.descriptor_offsets": True}}
 TARGET = "cuda:sm_90a"
 #: issue 17's absolute bars (TFLOP/s) for d128's non-causal rows, by build; causal rows: 0.95x cuDNN
 BAR_TFLOPS = {True: 680.0, False: 560.0}

@@ -1155,10 +1155,10 @@ step fa90x176-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows x176 --
 # with D54's order off / 16 heads a section and D74's two loops (~2 min); ncu of exact causal 128x128 (the default,
 # the rescale in the turn with four chains, SDPA cuDNN) and fast causal (~2 min); the device tests (~1.5 min)
 step exactcausal bash -c 'rc=0; timeout -k 5 200 python3 benchmarks/fa_route.py --forms d128,d128x176 \
-       --variants "${EC_VARIANTS:-default,sit,ch4,sit_ch4,default2}" --shuffle 1 --rounds 11 --inner-rep 10 || rc=$?;
+       --variants "${EC_VARIANTS:-default,sit,ch4,sit_ch4,rsc,dsc,default2}" --shuffle 1 --rounds 11 --inner-rep 10 || rc=$?;
      timeout -k 5 150 python3 benchmarks/fa_route.py --forms d128,d128x176 --causal yes --builds exact \
        --variants default,hf_off,hf16,loops,sit_ch4,default2 --shuffle 2 --rounds 11 --inner-rep 10 || rc=$?; exit $rc'
-step exactcausal-prof bash -c 'rc=0; timeout -k 5 130 python3 scripts/fa_profile.py --rows c128 --variants default,sit_ch4,cudnn \
+step exactcausal-prof bash -c 'rc=0; timeout -k 5 130 python3 scripts/fa_profile.py --rows c128 --variants default,sit_ch4,dsc,cudnn \
        --batch 8 --tail --timeout 40 || rc=$?; timeout -k 5 60 python3 scripts/fa_profile.py --rows fc128 --variants default \
        --batch 8 --tail --timeout 40 || rc=$?; exit $rc'
 step exactcausal-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_scale_turn.py -rs

@@ -72,7 +72,9 @@ VARIANTS = {"regprog": {"tilecore.cuda.register_programs": True},
             # D87: O's rescale in the next turn; with the row maximum as four partial chains
             "sit": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_scale_in_turn": True},
             "sit_ch4": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_scale_in_turn": True,
-                        "tilecore.reduce_chains": 4}}
+                        "tilecore.reduce_chains": 4},
+            "dsc": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_scale_in_turn": True,
+                    "tilecore.reduce_chains": 4, "tilecore.cuda.descriptor_offsets": True}}
 #: D87: ``--tail``'s metrics: the SMs' active cycles (max / mean: the grid's tail), instructions by pipe
 TAIL_METRICS = ("sm__cycles_active.max", "sm__cycles_active.avg", "sm__cycles_active.min", "sm__cycles_elapsed.max",
                 "smsp__inst_executed.sum", "smsp__inst_executed_pipe_xu.sum", "smsp__inst_executed_pipe_fma.sum",

@@ -35,6 +35,8 @@ HOPPER = "cuda:sm_90a"
 SIT = {"tilecore.pipeline_scale_in_turn": True}
 LOOPS = {"tilecore.pipeline_mask_unswitch": "loops"}
 CH4 = {"tilecore.reduce_chains": 4}
+DESC = {"tilecore.cuda.descriptor_offsets": True}
+REGS = {"tilecore.cuda.descriptor_offsets": "registers"}
 
 
 def fa(dim=128, bm=128, bn=128, causal=False, fast=False, kv_heads=None, stages=2, seq=4096, heads=32, batch=8,
@@ -122,8 +124,8 @@ def test_a_bad_scale_in_turn_value_is_refused():
 @pytest.mark.parametrize("form", FORMS, ids=[f[0] for f in FORMS])
 @pytest.mark.parametrize("fast", [False, True], ids=["exact", "fast"])
 def test_scale_in_turn_gives_the_defaults_bits_and_matches_float64(form, causal, seq, fast):
-    """The rescale in the turn (alone, with four chains of the row maximum) bit for bit the default of the same build
-    with the same other options, and against float64; sequences ragged (1000) and short (300: the unmasked loop empty
+    """The rescale in the turn (alone, with four chains of the row maximum, and with descriptor offsets of P @ V or of
+    both gemms) bit for bit the default of the same build, and against float64; sequences ragged (1000) and short (300: the unmasked loop empty
     for every block of a causal row). D74's two loops are the default under fast math and at 128x176 / d256."""
     import torch
 
@@ -131,12 +133,13 @@ def test_scale_in_turn_gives_the_defaults_bits_and_matches_float64(form, causal,
     heads, batch = 3, 2
     q, k, v = _inputs(dim, kvh, seq, heads, batch, 87)
     outs = {}
-    for name, extra in (("default", {}), ("sit", SIT), ("ch4", CH4), ("ch4_sit", {**CH4, **SIT})):
+    for name, extra in (("default", {}), ("sit", SIT), ("ch4", CH4), ("ch4_sit", {**CH4, **SIT}),
+                        ("rsc", {**REGS, **CH4, **SIT}), ("dsc", {**DESC, **CH4, **SIT})):
         outs[name] = fa(dim, bm, bn, causal, fast=fast, kv_heads=kvh, stages=stages, seq=seq, heads=heads,
                         batch=batch, **extra)(q, k, v)
     torch.cuda.synchronize()
-    assert torch.equal(outs["sit"], outs["default"])
-    assert torch.equal(outs["ch4_sit"], outs["ch4"])
+    for name in ("sit", "ch4", "ch4_sit", "rsc", "dsc"):  # each the same bits (D87's, D66's, D59's / D83's options)
+        assert torch.equal(outs[name], outs["default"]), name
     kr, vr = (x.repeat_interleave(heads // (kvh or heads), dim=1) for x in (k, v))
     err = (outs["sit"].double() - _reference(q, kr, vr, causal)).abs().max().item()
     assert err < (4e-3 if fast else 2e-3), f"{form[0]} causal={causal} fast={fast}: max error {err}"
