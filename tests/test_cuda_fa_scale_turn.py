@@ -111,6 +111,13 @@ def test_scale_in_turn_off_by_default_and_named_in_the_notes():
 
 
 @needs_toolchain
+def test_auto_takes_the_exact_build_only():
+    auto = {"tilecore.pipeline_scale_in_turn": "auto"}
+    assert _src(**auto) == _src(**SIT)
+    assert _src(fast=True, **auto) == _src(fast=True)
+
+
+@needs_toolchain
 def test_a_bad_scale_in_turn_value_is_refused():
     with pytest.raises(tilecore.errors.TilecoreError, match="tilecore.pipeline_scale_in_turn"):
         fa(**{"tilecore.pipeline_scale_in_turn": "maybe"})

@@ -38,6 +38,8 @@ MASK_UNSWITCH_DEFAULT = "auto"
 #: D87: the late statements that scale only the last gemm's accumulators (FlashAttention's O *= alpha) moved from the
 #: end of iteration k - 1 to iteration k's turn, between the first gemm's issue and the rotated last gemm (off)
 SCALE_IN_TURN = "tilecore.pipeline_scale_in_turn"
+#: D87: "auto" takes it in the exact build (where the exponentials' issue slots are full), not under fast math
+SCALE_IN_TURN_DEFAULT = False
 
 
 def _gemm_sync(item, phase):

@@ -830,7 +830,10 @@ class _Launch:
         # D59: in a rotated loop the split mask after the first gemm (on by default: H200, causal +4.3%)
         self.mask_after = ctx.option(overlap.MASK_AFTER, True) is not False
         # D87: O's rescale in the next iteration's turn, right before the rotated gemm that adds to O (off)
-        self.scale_in_turn = ctx.switch(overlap.SCALE_IN_TURN, False, expected="True or False (the default)")
+        self.scale_in_turn = ctx.switch(overlap.SCALE_IN_TURN, overlap.SCALE_IN_TURN_DEFAULT, auto=True,
+                                        expected="True, False or \"auto\" (the exact build only)")
+        if self.scale_in_turn == "auto":
+            self.scale_in_turn = not bool(ctx.option("tilecore.fast_math", False))
         # D70: that mask's branch around the whole iteration (after the stage waits), not around the mask alone
         unswitch = ctx.option(overlap.MASK_UNSWITCH, overlap.MASK_UNSWITCH_DEFAULT)
         if not (unswitch is True or unswitch is False or unswitch in ("auto", "loops")):
