@@ -831,9 +831,8 @@ class _Launch:
         self.mask_after = ctx.option(overlap.MASK_AFTER, True) is not False
         # D87: O's rescale in the next iteration's turn, right before the rotated gemm that adds to O (off)
         self.scale_in_turn = ctx.switch(overlap.SCALE_IN_TURN, overlap.SCALE_IN_TURN_DEFAULT, auto=True,
-                                        expected="True, False or \"auto\" (the exact build only)")
-        if self.scale_in_turn == "auto":
-            self.scale_in_turn = not bool(ctx.option("tilecore.fast_math", False))
+                                        expected="True, False or \"auto\" (the default: the exact build where the "
+                                                 "first gemm's accumulator holds 88 elements a thread or more)")
         # D70: that mask's branch around the whole iteration (after the stage waits), not around the mask alone
         unswitch = ctx.option(overlap.MASK_UNSWITCH, overlap.MASK_UNSWITCH_DEFAULT)
         if not (unswitch is True or unswitch is False or unswitch in ("auto", "loops")):
@@ -1061,6 +1060,24 @@ class _Launch:
             c = const_value(x)
             first = first * c if isinstance(c, int) and first else 0
         return self.fast_math or n >= self.LOOPS_MIN_ACC or (n >= 64 and first >= self.LOOPS_MIN_FIRST)
+
+    def scales_in_turn(self, rot) -> bool:
+        """tilecore.pipeline_scale_in_turn for the rotated loop ``rot`` (D87): "auto" in the exact build where D83's
+        two loops' form is (the first gemm's accumulator LOOPS_MIN_FIRST elements a thread or more beside a last one of
+        64 or more: d128 at 128x176, measured +3.5% non-causal, +1% causal); not at 128x128 (-1 to -3%) nor under fast
+        math (-3% at 128x128)."""
+        if self.scale_in_turn != "auto":
+            return bool(self.scale_in_turn)
+        if self.fast_math:
+            return False
+        n, first = 1, 1
+        for x in rot["last_acc"].shape:
+            c = const_value(x)
+            n = n * c if isinstance(c, int) and n else 0
+        for x in rot["first_acc"].shape:
+            c = const_value(x)
+            first = first * c if isinstance(c, int) and first else 0
+        return n >= 64 and first >= self.LOOPS_MIN_FIRST
 
     def turn_groups(self):
         """``(group_threads, groups)`` where tilecore.pingpong is on and a warp-specialized block's consumers are
@@ -1461,7 +1478,7 @@ class _Launch:
                     # D87: O's rescale (the late statements on the last gemm's accumulators alone) right before the
                     # rotated gemm that adds to O, inside the turn: in the peel's place, in each iteration and before
                     # the gemm after the loop
-                    sc = overlap.scale_split(rot, [pin, post[-2], first] + init) if self.scale_in_turn else None
+                    sc = overlap.scale_split(rot, [pin, post[-2], first] + init) if self.scales_in_turn(rot) else None
                     late, scaled = (rot["late"], []) if sc is None else (sc[1], sc[0])
 
                     def iteration(mask):
@@ -1502,7 +1519,7 @@ class _Launch:
                     issue_kinds[-1] = ("each group's stage released after the wait for the gemm that read it; the "
                                        "last gemm one iteration late, beside the next first gemm and the statements "
                                        "it does not touch")
-                    if self.scale_in_turn:
+                    if self.scales_in_turn(rot):
                         issue_kinds.append("the last gemm's accumulator scaled in the next turn, right before the "
                                            "gemm that adds to it" if sc else "the last gemm's accumulator scaled "
                                            "where it was (no late statement names it alone, or one shares a buffer "
