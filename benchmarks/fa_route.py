@@ -78,7 +78,21 @@ VARIANTS = {"general": {"tilecore.cuda.register_programs": False},
             # three barriers instead of five, 214 KB instead of 230 at 128x176; with loops_regs
             "reuse": {"tilecore.cuda.register_programs": False, "tilecore.bulk_store_reuse": True},
             "loops_regs_reuse": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_mask_unswitch": "loops",
-                                 "tilecore.cuda.descriptor_offsets": "registers", "tilecore.bulk_store_reuse": True}}
+                                 "tilecore.cuda.descriptor_offsets": "registers", "tilecore.bulk_store_reuse": True},
+            # D87 (exact causal): the default route with the blocks in grid order (D54's heaviest first off), with
+            # sections of 16 / 4 heads; the masked iterations in a loop of their own (D74) with D81's bound
+            "hf_off": {"tilecore.heaviest_first": False}, "hf16": {"tilecore.heaviest_first": 16},
+            "hf4": {"tilecore.heaviest_first": 4}, "loops": {"tilecore.pipeline_mask_unswitch": "loops"},
+            "default2": {},
+            # D87 round 2: O's rescale in the next turn (tilecore.pipeline_scale_in_turn), the row maximum as four
+            # partial chains in the exact build too (tilecore.reduce_chains=4), both
+            "sit": {"tilecore.pipeline_scale_in_turn": True}, "ch4": {"tilecore.reduce_chains": 4},
+            "sit_ch4": {"tilecore.pipeline_scale_in_turn": True, "tilecore.reduce_chains": 4},
+            # and P @ V's descriptor offsets (D83's "registers") / every gemm's (True)
+            "rsc": {"tilecore.pipeline_scale_in_turn": True, "tilecore.reduce_chains": 4,
+                    "tilecore.cuda.descriptor_offsets": "registers"},
+            "dsc": {"tilecore.pipeline_scale_in_turn": True, "tilecore.reduce_chains": 4,
+                    "tilecore.cuda.descriptor_offsets": True}}
 TARGET = "cuda:sm_90a"
 #: issue 17's absolute bars (TFLOP/s) for d128's non-causal rows, by build; causal rows: 0.95x cuDNN
 BAR_TFLOPS = {True: 680.0, False: 560.0}

@@ -45,7 +45,7 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_exp2_poly.py tests/test_cuda_row_division.py tests/test_gemm_kstep.py \
      tests/test_host_launch.py tests/test_general_fp8.py tests/test_cuda_fa_parity.py tests/test_cuda_fa_unswitch.py \
      tests/test_general_splitk.py tests/test_programmatic_launch.py tests/test_mma_route.py tests/test_cuda_fa_loops.py tests/test_mma_route_sm86.py \
-     tests/test_group_multicast.py tests/test_cuda_fa_d64.py
+     tests/test_group_multicast.py tests/test_cuda_fa_d64.py tests/test_cuda_fa_scale_turn.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \
@@ -1151,6 +1151,17 @@ step fa90x176-r4 bash -c 'rc=0; V="regprog,general,default,d77"; R="d77,default,
 step fa90x176-tests timeout -k 5 220 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_loops.py -rs
 step fa90x176-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows x176 --variants regprog,default,direct,reuse \
      --config direct:tilecore.bulk_store_attention=False --config reuse:tilecore.bulk_store_reuse=True --timeout 38
+# D87 (exact causal): the candidates against the default and cuDNN, shuffled, both builds (~2.5 min); the causal rows
+# with D54's order off / 16 heads a section and D74's two loops (~2 min); ncu of exact causal 128x128 (the default,
+# the rescale in the turn with four chains, SDPA cuDNN) and fast causal (~2 min); the device tests (~1.5 min)
+step exactcausal bash -c 'rc=0; timeout -k 5 200 python3 benchmarks/fa_route.py --forms d128,d128x176 \
+       --variants "${EC_VARIANTS:-default,sit,ch4,sit_ch4,rsc,dsc,default2}" --shuffle 1 --rounds 11 --inner-rep 10 || rc=$?;
+     timeout -k 5 150 python3 benchmarks/fa_route.py --forms d128,d128x176 --causal yes --builds exact \
+       --variants default,hf_off,hf16,loops,sit_ch4,default2 --shuffle 2 --rounds 11 --inner-rep 10 || rc=$?; exit $rc'
+step exactcausal-prof bash -c 'rc=0; timeout -k 5 130 python3 scripts/fa_profile.py --rows c128 --variants default,sit_ch4,dsc,cudnn \
+       --batch 8 --tail --timeout 40 || rc=$?; timeout -k 5 60 python3 scripts/fa_profile.py --rows fc128 --variants default \
+       --batch 8 --tail --timeout 40 || rc=$?; exit $rc'
+step exactcausal-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_scale_turn.py -rs
 # the same benchmarks with the wheels of the tree before a change (.whl_before/, when carried): same machine, same run
 if [ -d .whl_before ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site_before \

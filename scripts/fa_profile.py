@@ -46,7 +46,10 @@ ROWS = {"x176": (128, 128, 176, False, False, None), "gqa_fc": (128, 128, 128, T
         "f128": (128, 128, 128, False, True, None), "x128": (128, 128, 128, False, False, None),
         "gqa_f": (128, 128, 128, False, True, 8), "d256c": (256, 128, 64, True, False, None),
         # D81: d64 with two consumer warpgroups, exact non-causal and fast causal (the rows D77 measured at 0.925 / 0.94)
-        "d64": (64, 128, 128, False, False, None), "d64_fc": (64, 128, 128, True, True, None)}
+        "d64": (64, 128, 128, False, False, None), "d64_fc": (64, 128, 128, True, True, None),
+        # D87: d128 causal, fast math at 128x128, both builds at 128x176 (issue 17's causal rows)
+        "fc128": (128, 128, 128, True, True, None), "c176": (128, 128, 176, True, False, None),
+        "fc176": (128, 128, 176, True, True, None)}
 VARIANTS = {"regprog": {"tilecore.cuda.register_programs": True},
             "default": {"tilecore.cuda.register_programs": False},
             # D70: the iteration unswitched on the split mask's condition; the mask before the first gemm
@@ -63,7 +66,20 @@ VARIANTS = {"regprog": {"tilecore.cuda.register_programs": True},
                          "tilecore.pingpong": False},
             # D74: the unmasked and the masked iterations in two loops, with fit
             "loops_fit": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_mask_unswitch": "loops",
-                          "tilecore.cuda.descriptor_offsets": "fit"}}
+                          "tilecore.cuda.descriptor_offsets": "fit"},
+            # D87: SDPA cuDNN at the row's shape (the reference; its kernel, not ours: no regions)
+            "cudnn": {"sdpa": "cudnn"},
+            # D87: O's rescale in the next turn; with the row maximum as four partial chains
+            "sit": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_scale_in_turn": True},
+            "sit_ch4": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_scale_in_turn": True,
+                        "tilecore.reduce_chains": 4},
+            "dsc": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_scale_in_turn": True,
+                    "tilecore.reduce_chains": 4, "tilecore.cuda.descriptor_offsets": True}}
+#: D87: ``--tail``'s metrics: the SMs' active cycles (max / mean: the grid's tail), instructions by pipe
+TAIL_METRICS = ("sm__cycles_active.max", "sm__cycles_active.avg", "sm__cycles_active.min", "sm__cycles_elapsed.max",
+                "smsp__inst_executed.sum", "smsp__inst_executed_pipe_xu.sum", "smsp__inst_executed_pipe_fma.sum",
+                "smsp__inst_executed_pipe_alu.sum", "smsp__inst_executed_pipe_uniform.sum",
+                "smsp__inst_executed_pipe_fmaheavy.sum")
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats", "SchedulerStats", "SourceCounters",
             "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis")
 
@@ -84,7 +100,18 @@ def child(row: str, configs: dict, batch: int, outdir: Path) -> int:
 
     import tilecore_cuda
 
-    dim, _, _, _, _, kvh = ROWS[row]
+    dim, _, _, causal, _, kvh = ROWS[row]
+    if "sdpa" in configs:  # D87: the reference's kernel at the row's shape (GQA's K / V repeated to the heads)
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        g = torch.Generator(device="cuda").manual_seed(0)
+        q, kk, v = (torch.randn(batch, 32, 4096, dim, device="cuda", dtype=torch.float16, generator=g)
+                    for _ in range(3))
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            for _ in range(3):
+                torch.nn.functional.scaled_dot_product_attention(q, kk, v, is_causal=causal)
+        torch.cuda.synchronize()
+        return 0
     k = build(row, configs, batch)
     try:
         (outdir / "kernel.sass").write_text(tilecore_cuda.CUDABackend().disassemble(k.binary, k.target))
@@ -386,7 +413,20 @@ def report(row: str, results: dict, top: int) -> None:
     print("metric".ljust(w) + "".join(n.rjust(18) for n in names))
     for label, pat, sc in PICK:
         print(label.ljust(w) + "".join(pick(results[n]["metrics"], pat, sc).rjust(18) for n in names))
+    for m in TAIL_METRICS:
+        if any(m in results[n]["metrics"] for n in names):
+            print(m[:w - 1].ljust(w) + "".join(f"{(results[n]['metrics'].get(m, (None,))[0] or 0):.4g}".rjust(18)
+                                               for n in names))
+    act = {n: results[n]["metrics"] for n in names}
+    if any("sm__cycles_active.max" in a for a in act.values()):
+        print("SM active max / mean".ljust(w) + "".join(
+            (f"{a['sm__cycles_active.max'][0] / a['sm__cycles_active.avg'][0]:.4f}"
+             if a.get("sm__cycles_active.max", (None,))[0] and a.get("sm__cycles_active.avg", (None,))[0]
+             else "-").rjust(18) for a in act.values()))
     dur = {n: _num(pick(results[n]["metrics"], PICK[0][1], PICK[0][2]) or "") for n in names}
+    if "cudnn" in dur and dur["cudnn"]:
+        print("cudnn / this (speed)".ljust(w) + "".join(
+            (f"{dur['cudnn'] / dur[n]:.3f}" if dur[n] else "-").rjust(18) for n in names))
     if "regprog" in dur and dur["regprog"]:
         print("regprog / this (speed)".ljust(w) + "".join(
             (f"{dur['regprog'] / dur[n]:.3f}" if dur[n] else "-").rjust(18) for n in names))
@@ -437,6 +477,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=int, default=100, help="seconds for one profiled process")
     ap.add_argument("--child", nargs=3, metavar=("ROW", "VARIANT", "OUTDIR"))
     ap.add_argument("--configs", default="{}", help=argparse.SUPPRESS)
+    ap.add_argument("--tail", action="store_true", help="also the SMs' active cycles (max / mean: the grid's tail) "
+                    "and the instructions by pipe (D87)")
     args = ap.parse_args()
     if args.child:
         return child(args.child[0], ast.literal_eval(args.configs), args.batch, Path(args.child[2]))
@@ -460,7 +502,9 @@ def main() -> int:
             rep = str(d / "prof")
             argv = [sys.executable, str(Path(__file__).resolve()), "--child", row, n, str(d), "--batch",
                      str(args.batch), "--configs", repr(variants[n])]
-            if not profile(ncu, "tc_kernel", argv, rep, args.timeout, f"{row} {n}"):
+            regex = "cudnn|sdpa|fmha|flash|fprop|Fmha|Sdpa" if "sdpa" in variants[n] else "tc_kernel"
+            if not profile(ncu, regex, argv, rep, args.timeout, f"{row} {n}",
+                           metrics=TAIL_METRICS if args.tail else ()):
                 rc = 1
                 continue
             sass = (d / "kernel.sass").read_text() if (d / "kernel.sass").exists() else None

@@ -35,6 +35,13 @@ MASK_UNSWITCH = "tilecore.pipeline_mask_unswitch"
 #: D74: "auto" takes "loops" (the masked iterations in a loop of their own) under fast math and where the last gemm's
 #: accumulator holds 128 elements a thread or more (d256; pipeline's two_loops); True is D70's one loop everywhere
 MASK_UNSWITCH_DEFAULT = "auto"
+#: D87: the late statements that scale only the last gemm's accumulators (FlashAttention's O *= alpha) moved from the
+#: end of iteration k - 1 to iteration k's turn, between the first gemm's issue and the rotated last gemm (off)
+SCALE_IN_TURN = "tilecore.pipeline_scale_in_turn"
+#: D87: "auto" (the default since round 3) takes it in the exact build where the first gemm's accumulator holds
+#: LOOPS_MIN_FIRST (88) elements a thread or more beside a last one of 64 or more (d128 at 128x176: +3.5% non-causal,
+#: +1% causal on the H200, three processes); not at 128x128 (-1 to -3%) nor under fast math (-3% at 128x128)
+SCALE_IN_TURN_DEFAULT = "auto"
 
 
 def _gemm_sync(item, phase):
@@ -179,3 +186,24 @@ def masks_after(init: list, acc):
     masked = rewrite(branch.orelse, fix)
     # the same condition with an empty first branch: the guard pass prunes it where the prover shows it holds
     return [branch.then], If(branch.cond, Seq([]), masked, span=branch.span)
+
+
+def scale_split(rot: dict, crossed: list) -> tuple[list, list] | None:
+    """D87 (tilecore.pipeline_scale_in_turn): ``(moved, rest)`` of ``rot["late"]``: ``moved`` the late statements that
+    name the last gemm's accumulators and none of the registers it reads (O's rescale, not P's conversion), to run
+    right before the rotated last gemm that adds to those accumulators (one iteration later, in the turn where the
+    gemms issue), ``rest`` the others in their order. None where nothing moves or a moved statement shares a buffer
+    with a statement it would move past: the late statements after it, and ``crossed`` (what runs between the end of
+    an iteration and the rotated gemm of the next: the pin, the late group's wait, the first gemm and what comes
+    before it), so every buffer sees the same operations in the same order (the same bits)."""
+    acc, reads = id(rot["last_acc"]), {id(b) for b in rot["reads"]}
+    late = rot["late"]
+    moved = [i for i, x in enumerate(late) if acc in buffers_named(x) and not buffers_named(x) & reads]
+    if not moved:
+        return None
+    for i in moved:
+        mine = buffers_named(late[i])
+        past = [x for j, x in enumerate(late) if j > i and j not in moved] + list(crossed)
+        if any(buffers_named(x) & mine for x in past):
+            return None
+    return [late[i] for i in moved], [x for i, x in enumerate(late) if i not in moved]
