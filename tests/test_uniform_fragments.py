@@ -278,3 +278,49 @@ def test_device(name, monkeypatch):
     for label, out, ref, *staged in results:
         rtol, atol = TOL[staged[0] if staged else _dtype_name(out)]
         np.testing.assert_allclose(_to_np(out), _to_np(ref), rtol=rtol, atol=atol, err_msg=f"{name} {label}")
+
+
+def _loop_bound_kernel():
+    """A serial loop's bound read from a fragment set at block level (stream-K's ``end_iter[0]``), with a copy into
+    shared memory and its barriers inside the loop: every thread takes the same trip count from its own copy."""
+    @T.prim_func
+    def main(X: T.Tensor((4, 8, 64), "float32"), Y: T.Tensor((4, 64), "float32")):
+        with T.Kernel(4, threads=64) as b:
+            n = T.alloc_fragment((1,), "int32")
+            acc = T.alloc_fragment((64,), "float32")
+            xs = T.alloc_shared((64,), "float32")
+            T.clear(acc)
+            n[0] = b + 2
+            for k in T.serial(n[0]):
+                T.copy(X[b, k, 0:64], xs)
+                for i in T.Parallel(64):
+                    acc[i] += xs[64 - 1 - i]  # another thread's element: the barriers matter
+            T.copy(acc, Y[b, 0:64])
+    return main
+
+
+def _loop_bound_want(X):
+    return np.stack([X[b, : b + 2, ::-1].astype(np.float64).sum(0) for b in range(4)])
+
+
+@needs_toolchain
+def test_loop_bound_on_host():
+    X = np.random.default_rng(5).standard_normal((4, 8, 64)).astype(np.float32)
+    k = _compile(_loop_bound_kernel(), "cuda:sm_80")
+    assert _layouts(k)["n"].startswith("uniform(1,)")
+    np.testing.assert_allclose(_run(k, [X, np.zeros((4, 64), np.float32)])[1], _loop_bound_want(X), rtol=1e-5, atol=1e-5)
+
+
+def test_loop_bound_on_webgpu():
+    try:
+        from tilecore_webgpu.runtime import adapters
+    except ImportError:
+        pytest.skip("the WebGPU plugin is not installed")
+    if not adapters():
+        pytest.skip("no WebGPU adapter (apt-get install mesa-vulkan-drivers gives lavapipe)")
+    X = np.random.default_rng(6).standard_normal((4, 8, 64)).astype(np.float32)
+    for cfg in ({}, OFF):
+        k = _compile(_loop_bound_kernel(), "webgpu", cfg)
+        Y = torch.zeros(4, 64)
+        k(torch.from_numpy(X), Y)
+        np.testing.assert_allclose(Y.numpy(), _loop_bound_want(X), rtol=1e-5, atol=1e-5)
