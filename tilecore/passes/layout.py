@@ -33,10 +33,10 @@ from __future__ import annotations
 import itertools
 import math
 
-from ..ir import (Allocate, Region, Atomic, AtomicRet, Barrier, BinOp, Bind, Buffer, BufferLoad, Call, Cast, Cmp, Collective, Expr, For,
-                  Hint, If, IntImm, KernelLaunch, Logic, PerThread, Print, Select, Seq, ShuffleIndex, ShuffleWidth,
-                  ShuffleXor, Store, ThreadIndex, TileOp, Var, as_expr, binary, cast, compare, const, const_value,
-                  logic_and, loop_nest, rewrite, seq, simplify, walk, walk_expr)
+from ..ir import (Allocate, Atomic, AtomicRet, Barrier, BinOp, Bind, Buffer, BufferLoad, Call, Cast, Cmp, Collective,
+                  Expr, For, Hint, If, IntImm, KernelLaunch, Logic, PerThread, Print, Region, Select, Seq, ShuffleIndex,
+                  ShuffleWidth, ShuffleXor, Store, ThreadIndex, TileOp, Var, as_expr, binary, cast, compare, const,
+                  const_value, logic_and, loop_nest, rewrite, seq, simplify, walk, walk_expr)
 from ..ir.bounds import Facts
 from ..layout import FragmentLayout, blocked
 from . import tile_pass
@@ -392,14 +392,14 @@ def _nest_domain(plan: Plan, loops, inner, assign: bool):
     if plan.uniform:
         # an element at constant indices (``s[2]``, not a unit dimension's 0): read from the copy every thread holds
         vs0 = [f.var for f in loops]
-        const = [(b, idx, w) for b, idx, w in accs if _uniform_read(idx, vs0, b)]
+        const = [a for a in accs if _uniform_read(a[1], vs0, a[0])]
         for b, idx, w in const:
             if w:
                 raise _Shared(b, "written at constant indices in a T.Parallel nest (every iteration writes the same "
                                  "element): write it at block level, outside the nest")
             if assign:
                 _need_uniform(plan, b, idx, f"in a T.Parallel nest at {_where(loops[0])}")
-        accs = [a for a in accs if a not in const]
+        accs = [a for a in accs if not any(a is c for c in const)]
     for f in loops:  # fragments in the loops' own bounds
         for b, _i, _w in _accesses(Seq([Bind(Var("x"), f.start), Bind(Var("x"), f.extent)]), plan.frags):
             if plan.live(b):
@@ -420,10 +420,11 @@ def _nest_domain(plan: Plan, loops, inner, assign: bool):
             raise _Shared(b, f"a T.Parallel nest over {tuple(ext)} covers only part of it")
         if w and len(perm) < len(vs) and not plan.uniform:
             raise _Shared(b, "written in a T.Parallel nest over more loop variables than it has dimensions")
-        if w and any(ext[k] != 1 for k in range(len(vs)) if k not in perm):
+        many = [vs[k].name for k in range(len(vs)) if k not in perm and ext[k] != 1]
+        if w and many:
             # a loop variable of extent 1 the fragment is not indexed by is no loop: each element has one writer
             raise _Shared(b, "written in a T.Parallel nest over more loop variables than it has dimensions (loop "
-                             f"variable(s) {', '.join(vs[k].name for k in range(len(vs)) if k not in perm and ext[k] != 1)} "
+                             f"variable(s) {', '.join(many)} "
                              "of extent above 1 write each of its elements several times: a reduction over them; "
                              "write it with T.reduce_* over a fragment indexed by every loop variable instead)")
         found.append((b, perm, unit))
@@ -581,30 +582,29 @@ def _const_index(idx) -> bool:
 def _need_uniform(plan: Plan, b, idx, what: str):
     """``b[idx]`` read or written ``what`` (not by a nest's loop variables): every thread must hold the element,
     so the whole (small) fragment on every thread, at constant indices."""
-    if True:
-        consts = [const_value(simplify(i)) for i in idx]
-        if any(c is None for c in consts):
-            from ..ir.printer import expr_str
+    consts = [const_value(simplify(i)) for i in idx]
+    if any(c is None for c in consts):
+        from ..ir.printer import expr_str
 
-            dyn = ", ".join(expr_str(i) for i, c in zip(idx, consts) if c is None)
-            raise _Shared(b, f"indexed {what} by the run-time value {dyn}: registers cannot be "
-                             "indexed at run time (every thread would hold the whole fragment and pick from it in "
-                             "local memory), so it stays in shared memory, which serves this access as well; to "
-                             "free it, read the element where it is needed straight from global memory, or keep "
-                             "it in a T.alloc_shared tile")
-        lay = plan.layouts.get(id(b))
-        if lay is None:
-            shape = _shape(b)
-            n = math.prod(shape) if shape else None
-            if n is None or n > UNIFORM_MAX:
-                raise _Shared(b, f"accessed element by element {what} and has "
-                                 f"{n if n is not None else 'a symbolic number of'} elements (every thread would hold "
-                                 f"all of them; at most {UNIFORM_MAX}): access it in a T.Parallel nest, or keep "
-                                 "scalars in a fragment of shape (1,)")
-            plan.set(b, uniform(shape, plan.threads), "")
-        elif not _is_uniform(lay):
-            raise _Shared(b, f"accessed element by element {what}, while another statement lays "
-                             f"it out over the threads as {lay!r} (a thread does not hold every element)")
+        dyn = ", ".join(expr_str(i) for i, c in zip(idx, consts) if c is None)
+        raise _Shared(b, f"indexed {what} by the run-time value {dyn}: registers cannot be "
+                         "indexed at run time (every thread would hold the whole fragment and pick from it in "
+                         "local memory), so it stays in shared memory, which serves this access as well; to "
+                         "free it, read the element where it is needed straight from global memory, or keep "
+                         "it in a T.alloc_shared tile")
+    lay = plan.layouts.get(id(b))
+    if lay is None:
+        shape = _shape(b)
+        n = math.prod(shape) if shape else None
+        if n is None or n > UNIFORM_MAX:
+            raise _Shared(b, f"accessed element by element {what} and has "
+                             f"{n if n is not None else 'a symbolic number of'} elements (every thread would hold "
+                             f"all of them; at most {UNIFORM_MAX}): access it in a T.Parallel nest, or keep "
+                             "scalars in a fragment of shape (1,)")
+        plan.set(b, uniform(shape, plan.threads), "")
+    elif not _is_uniform(lay):
+        raise _Shared(b, f"accessed element by element {what}, while another statement lays "
+                         f"it out over the threads as {lay!r} (a thread does not hold every element)")
 
 
 #: why a fragment a tile op without a register lowering uses stays in shared memory (what the user may write instead)
