@@ -324,3 +324,23 @@ def test_loop_bound_on_webgpu():
         Y = torch.zeros(4, 64)
         k(torch.from_numpy(X), Y)
         np.testing.assert_allclose(Y.numpy(), _loop_bound_want(X), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("target,emulator", [("hip:gfx942", "hip_host_emulator"), ("musa:mp_31", "musa_host_emulator")])
+def test_softmax_online_other_vendors(target, emulator):
+    """The core's rule, not CUDA's: the online softmax's scalars in registers on HIP and MUSA too (their generated
+    source on the host emulators), the same bits as with the option off."""
+    import importlib
+
+    pytest.importorskip("tilecore_" + target.split(":")[0])
+    emu = importlib.import_module(emulator)
+    rng = np.random.default_rng(7)
+    X = (rng.standard_normal((8, 256)) * 3).astype(np.float16)
+    func, out_idx = _softmax()
+    k = _compile(func, target, out_idx=out_idx)
+    assert _layouts(k)["lse"].startswith("uniform(1,)")
+    on = emu.run_on_host(k, [X.copy(), np.zeros_like(X)])[1]
+    off = emu.run_on_host(_compile(func, target, OFF, out_idx=out_idx), [X.copy(), np.zeros_like(X)])[1]
+    np.testing.assert_allclose(on.astype(np.float64), torch.from_numpy(X).double().softmax(1).numpy(), rtol=1e-2,
+                               atol=1e-3)
+    np.testing.assert_array_equal(on, off)
