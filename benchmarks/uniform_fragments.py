@@ -134,6 +134,8 @@ def main() -> int:
     ap.add_argument("--rep", type=int, default=20)
     ap.add_argument("--shuffle", type=int, default=0, help="seed of the order the builds are timed in")
     ap.add_argument("--only", default="", help="comma-separated kernel names")
+    ap.add_argument("--profile", action="store_true",
+                    help="run each build of each kernel once (on, then off; no torch, no timing): for ncu -k tc_kernel")
     args = ap.parse_args()
     ok, why = has_gpu()
     if not ok:
@@ -145,6 +147,12 @@ def main() -> int:
     cc = torch.cuda.get_device_capability()
     target = f"cuda:sm_{cc[0]}{cc[1]}" + ("a" if cc == (9, 0) else "")
     table = cases(target, only)
+    if args.profile:
+        for name, (builds, run, _ref, error) in table.items():
+            for b in ("on", "off"):
+                print(name, b, f"max err {error(run(builds[b])):.2e}")
+        torch.cuda.synchronize()
+        return 0
     slots = [(name, b) for name in table for b in ("on", "off", "torch")]
     random.Random(args.shuffle).shuffle(slots)
     ms, err = {}, {}
