@@ -45,7 +45,7 @@ step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_
      tests/test_cuda_exp2_poly.py tests/test_cuda_row_division.py tests/test_gemm_kstep.py \
      tests/test_host_launch.py tests/test_general_fp8.py tests/test_cuda_fa_parity.py tests/test_cuda_fa_unswitch.py \
      tests/test_general_splitk.py tests/test_programmatic_launch.py tests/test_mma_route.py tests/test_cuda_fa_loops.py tests/test_mma_route_sm86.py \
-     tests/test_group_multicast.py tests/test_cuda_fa_d64.py tests/test_cuda_fa_scale_turn.py
+     tests/test_group_multicast.py tests/test_cuda_fa_d64.py tests/test_cuda_fa_scale_turn.py tests/test_uniform_fragments.py
 # the CUDA plugin's Hopper GEMM pipeline on a persistent grid (decision D34; the core's tilecore.persistent is D36): off, on and ping-pong, every configuration, one run;
 # the catalog's GEMMs with it on
 step hopper-persistent python3 benchmarks/cuda_gemm.py --rep 10 --sizes "${GEMM_SIZES:-4096,8192}" --no-fp8 --triton \

@@ -33,10 +33,10 @@ from __future__ import annotations
 import itertools
 import math
 
-from ..ir import (Allocate, Atomic, Barrier, BinOp, Bind, Buffer, BufferLoad, Call, Cast, Cmp, Collective, Expr, For,
-                  Hint, If, IntImm, KernelLaunch, Logic, PerThread, Print, Select, Seq, ShuffleIndex, ShuffleWidth,
-                  ShuffleXor, Store, ThreadIndex, TileOp, Var, as_expr, binary, cast, compare, const, const_value,
-                  logic_and, loop_nest, rewrite, seq, simplify, walk, walk_expr)
+from ..ir import (Allocate, Atomic, AtomicRet, Barrier, BinOp, Bind, Buffer, BufferLoad, Call, Cast, Cmp, Collective,
+                  Expr, For, Hint, If, IntImm, KernelLaunch, Logic, PerThread, Print, Region, Select, Seq, ShuffleIndex,
+                  ShuffleWidth, ShuffleXor, Store, ThreadIndex, TileOp, Var, as_expr, binary, cast, compare, const,
+                  const_value, logic_and, loop_nest, rewrite, seq, simplify, walk, walk_expr)
 from ..ir.bounds import Facts
 from ..layout import FragmentLayout, blocked
 from . import tile_pass
@@ -297,6 +297,8 @@ class Plan:
 
             raise CompileError(f"pass config tilecore.layout_conversion is {self.convert!r}: use True (convert "
                                "between layouts), 'shared' (every conversion through shared memory) or False")
+        #: tilecore.uniform_fragments (D88): small fragments block-level statements access, held whole by every thread
+        self.uniform = ctx.option("tilecore.uniform_fragments", True) if hasattr(ctx, "option") else True
         self.width = shuffle_width(ctx, threads) if self.convert is True else 0
         caps = getattr(ctx, "capabilities", None)
         #: indexed shuffles (a source lane per thread) where the profile declares them besides xor shuffles
@@ -387,6 +389,17 @@ def _nest_domain(plan: Plan, loops, inner, assign: bool):
     """The layout over a nest's loop variables, and ``(buffer, perm, reg map)`` of its fragment accesses;
     None when it touches no fragment in registers. Raises _Shared on a conflict."""
     accs = [(b, idx, w) for b, idx, w in _accesses(inner, plan.frags) if plan.live(b)]
+    if plan.uniform:
+        # an element at constant indices (``s[2]``, not a unit dimension's 0): read from the copy every thread holds
+        vs0 = [f.var for f in loops]
+        const = [a for a in accs if _uniform_read(a[1], vs0, a[0])]
+        for b, idx, w in const:
+            if w:
+                raise _Shared(b, "written at constant indices in a T.Parallel nest (every iteration writes the same "
+                                 "element): write it at block level, outside the nest")
+            if assign:
+                _need_uniform(plan, b, idx, f"in a T.Parallel nest at {_where(loops[0])}")
+        accs = [a for a in accs if not any(a is c for c in const)]
     for f in loops:  # fragments in the loops' own bounds
         for b, _i, _w in _accesses(Seq([Bind(Var("x"), f.start), Bind(Var("x"), f.extent)]), plan.frags):
             if plan.live(b):
@@ -405,8 +418,15 @@ def _nest_domain(plan: Plan, loops, inner, assign: bool):
         perm, unit = got
         if tuple(ext[p] for p in perm) != tuple(n for d, n in enumerate(_shape(b)) if d not in unit):
             raise _Shared(b, f"a T.Parallel nest over {tuple(ext)} covers only part of it")
-        if w and len(perm) < len(vs):
+        if w and len(perm) < len(vs) and not plan.uniform:
             raise _Shared(b, "written in a T.Parallel nest over more loop variables than it has dimensions")
+        many = [vs[k].name for k in range(len(vs)) if k not in perm and ext[k] != 1]
+        if w and many:
+            # a loop variable of extent 1 the fragment is not indexed by is no loop: each element has one writer
+            raise _Shared(b, "written in a T.Parallel nest over more loop variables than it has dimensions (loop "
+                             f"variable(s) {', '.join(many)} "
+                             "of extent above 1 write each of its elements several times: a reduction over them; "
+                             "write it with T.reduce_* over a fragment indexed by every loop variable instead)")
         found.append((b, perm, unit))
     # the nest's layout: a fragment indexed by every loop variable that has a layout, else one without
     # (fragments laid out as a matrix unit's register operand come last: they follow, not lead)
@@ -469,6 +489,11 @@ def _nest_domain(plan: Plan, loops, inner, assign: bool):
     return D, out
 
 
+def _uniform_read(idx, loop_vars, b) -> bool:
+    """An access inside a nest at constant indices that the nest's rules do not cover (not a unit dimension's 0)."""
+    return _const_index(idx) and _perm(idx, loop_vars, _shape(b)) is None
+
+
 def _branches(stmt) -> bool:
     """A branch inside a nest: a write may skip elements, so the nest's copy of a converted fragment starts
     from the fragment's values."""
@@ -479,6 +504,113 @@ def _where(stmt) -> str:
     span = getattr(stmt, "span", None)
     line = getattr(span, "line", None) if span is not None else None
     return f"line {line}" if line else "block level"
+
+
+#: the most elements a fragment accessed element by element at block level (outside T.Parallel nests and tile ops)
+#: may have: every thread then holds all of them (D88)
+UNIFORM_MAX = 16
+
+
+def uniform(shape, threads: int, name: str = "uniform") -> FragmentLayout:
+    """Every thread holds every element (row-major registers): the layout of a fragment a block-level statement
+    reads or writes element by element (``lse[0] = ...``, a loop bound ``end[0]``). Block-level statements are
+    uniform (every thread computes the same value: simt_distribute), so each thread updates its own copy."""
+    from ..layout import Digit
+
+    dims, stride = [], 1
+    for n in reversed(tuple(shape)):
+        dims.append([Digit("reg", n, stride)])
+        stride *= n
+    return FragmentLayout(shape, list(reversed(dims)), [Digit("thread", threads, 1)] if threads > 1 else [], name)
+
+
+def _is_uniform(lay: FragmentLayout) -> bool:
+    """Every thread holds every element of ``lay``: no coordinate uses a thread digit."""
+    return not lay.opaque and all(d.space == "reg" or d.extent == 1 for ds in lay.dims for d in ds)
+
+
+def _region_exprs(s) -> list:
+    """The start and extent expressions of the regions a tile op names (the loads of ``T.copy(A[k0[0], 0], ...)``)."""
+    out = []
+    for a in getattr(s, "args", ()) if isinstance(s, TileOp) else ():
+        if isinstance(a, Region):
+            out += [as_expr(x) for x in tuple(a.starts) + tuple(a.extents)]
+        elif isinstance(a, Expr):
+            out.append(a)
+    return out
+
+
+def _block_accesses(s, frags) -> list:
+    """``(buffer, indices, written)`` of the fragment accesses a block-level statement makes itself: its own
+    expressions (a loop's bounds, a branch's condition, a bind's value, a store), not its children's."""
+    if isinstance(s, For):
+        own = Seq([Bind(Var("x"), s.start), Bind(Var("x"), s.extent)])
+    elif isinstance(s, If):
+        own = Bind(Var("x"), s.cond)
+    elif isinstance(s, TileOp):
+        own = Seq([Bind(Var("x"), e) for e in _region_exprs(s)])
+    else:
+        own = s
+    return _accesses(own, frags)
+
+
+def _exprs_in(e) -> list:
+    out: list = []
+    walk_expr(e, out.append)
+    return out
+
+
+def _block_level(plan: Plan, s, what: str):
+    """Fragments accessed by a block-level statement ``s`` itself: each index a constant, each fragment small
+    enough that every thread holds it (the uniform layout, unless one that puts every element on every thread is
+    there already). Raises _Shared with what the user could write instead."""
+    for b, idx, w in _block_accesses(s, plan.frags):
+        if not plan.live(b):
+            continue
+        if w and isinstance(s, Store) and any(isinstance(x, AtomicRet) for x in _exprs_in(s.value)):
+            raise _Shared(b, f"set at block level ({what}) to the old value an atomic returns, which one thread "
+                             "of the block fetches")
+        if idx is None or not plan.uniform:
+            raise _Shared(b, f"accessed outside T.Parallel nests and tile ops ({what} at block level)")
+        _need_uniform(plan, b, idx, f"at block level ({what})")
+
+
+def _const_index(idx) -> bool:
+    return idx is not None and all(const_value(simplify(i)) is not None for i in idx)
+
+
+def _need_uniform(plan: Plan, b, idx, what: str):
+    """``b[idx]`` read or written ``what`` (not by a nest's loop variables): every thread must hold the element,
+    so the whole (small) fragment on every thread, at constant indices."""
+    consts = [const_value(simplify(i)) for i in idx]
+    if any(c is None for c in consts):
+        from ..ir.printer import expr_str
+
+        dyn = ", ".join(expr_str(i) for i, c in zip(idx, consts) if c is None)
+        raise _Shared(b, f"indexed {what} by the run-time value {dyn}: registers cannot be "
+                         "indexed at run time (every thread would hold the whole fragment and pick from it in "
+                         "local memory), so it stays in shared memory, which serves this access as well; to "
+                         "free it, read the element where it is needed straight from global memory, or keep "
+                         "it in a T.alloc_shared tile")
+    lay = plan.layouts.get(id(b))
+    if lay is None:
+        shape = _shape(b)
+        n = math.prod(shape) if shape else None
+        if n is None or n > UNIFORM_MAX:
+            raise _Shared(b, f"accessed element by element {what} and has "
+                             f"{n if n is not None else 'a symbolic number of'} elements (every thread would hold "
+                             f"all of them; at most {UNIFORM_MAX}): access it in a T.Parallel nest, or keep "
+                             "scalars in a fragment of shape (1,)")
+        plan.set(b, uniform(shape, plan.threads), "")
+    elif not _is_uniform(lay):
+        raise _Shared(b, f"accessed element by element {what}, while another statement lays "
+                         f"it out over the threads as {lay!r} (a thread does not hold every element)")
+
+
+#: why a fragment a tile op without a register lowering uses stays in shared memory (what the user may write instead)
+USED_BY = {"cumsum": "used by T.cumsum, which has no register lowering (a prefix sum along a dimension that crosses "
+                     "threads: it runs on the fragment in shared memory, as on a T.alloc_shared tile); a fragment "
+                     "the scan does not touch stays in registers"}
 
 
 def _infer_once(plan: Plan, body, annotations: dict):
@@ -586,19 +718,27 @@ def _infer_once(plan: Plan, body, annotations: dict):
             if s.op in ("copy", "fill", "atomic"):
                 if any(plan.live(getattr(a, "buffer", None)) for a in s.args if getattr(a, "buffer", None)):
                     loops, inner = _nest_of(_expand(s, ctx))
-                    if not loops:
-                        live = [a.buffer for a in s.args if getattr(a, "buffer", None) and plan.live(a.buffer)]
-                        raise _Shared(live[0], f"T.{s.op} of a single element")
+                    if not loops:  # one element: a block-level store (D88)
+                        if not plan.uniform:
+                            live = [a.buffer for a in s.args if getattr(a, "buffer", None) and plan.live(a.buffer)]
+                            raise _Shared(live[0], f"T.{s.op} of a single element")
+                        _block_level(plan, s, f"T.{s.op}")
+                        for x in _block_stmts(inner):
+                            _block_level(plan, x, f"T.{s.op} of a single element")
+                        continue
                     if s.op == "fill" and id(s.args[0].buffer) not in plan.layouts:
                         # a fill reads nothing: it takes the layout later statements give the buffer
                         # (initialising a row statistic must not decide it before the reduction that makes it)
                         deferred.append((loops, inner))
                         continue
                     _nest_domain(plan, loops, inner, True)
+                else:
+                    _block_level(plan, s, f"the region of a T.{s.op}")
                 continue
             for a in s.args:
                 if getattr(a, "buffer", None) is not None and plan.live(a.buffer):
-                    raise _Shared(a.buffer, f"used by T.{s.op}")
+                    raise _Shared(a.buffer, USED_BY.get(s.op, f"used by T.{s.op}"))
+            _block_level(plan, s, f"the region of a T.{s.op}")
             continue
         if isinstance(s, For) and s.kind in _NEST:
             loops, inner = _nest_of(s)
@@ -606,15 +746,13 @@ def _infer_once(plan: Plan, body, annotations: dict):
             continue
         if isinstance(s, Allocate) and id(s.buffer) in plan.frags:
             continue
-        own = s
-        if isinstance(s, For):
-            own = Seq([Bind(Var("x"), s.start), Bind(Var("x"), s.extent)])
-        elif isinstance(s, If):
-            own = Bind(Var("x"), s.cond)
-        for b, _i, _w in _accesses(own, plan.frags):
-            if plan.live(b):
-                what = type(s).__name__ if not isinstance(s, Collective) else f"the block-wide operation {s.name}"
-                raise _Shared(b, f"accessed outside T.Parallel nests and tile ops ({what} at block level)")
+        if isinstance(s, Collective):
+            for b, _i, _w in _accesses(s, plan.frags):
+                if plan.live(b):
+                    raise _Shared(b, f"accessed outside T.Parallel nests and tile ops (the block-wide operation "
+                                     f"{s.name} at block level)")
+            continue
+        _block_level(plan, s, type(s).__name__)
     for loops, inner in deferred:
         _nest_domain(plan, loops, inner, True)
     for b in plan.frags.values():
@@ -912,6 +1050,66 @@ def _refutes(facts, cond) -> bool:
     return isinstance(cond, Cmp) and cond.op in _FLIP and facts.proves(Cmp(_FLIP[cond.op], cond.a, cond.b))
 
 
+class _Uniform(_Subst):
+    """Block-level statements over fragments every thread holds whole (D88): a load of an element at constant
+    indices reads the thread's register; a store or atomic into one updates it (every thread does: block-level
+    values are uniform)."""
+
+    def __init__(self, lw, loop_vars=None):
+        super().__init__({}, {})
+        self.lw = lw
+        self.loop_vars = loop_vars  # in a nest: only the loads its rules do not cover (_uniform_read)
+
+    def at(self, buf, indices):
+        lay = self.lw.plan.layouts[id(buf)]
+        _threads, r = lay.locate(tuple(const_value(simplify(i)) for i in indices))
+        return self.lw.regbuf[id(buf)], r
+
+    def e(self, x):
+        if isinstance(x, BufferLoad) and id(x.buffer) in self.lw.uniform and (
+                self.loop_vars is None or _uniform_read(x.indices, self.loop_vars, x.buffer)):
+            buf, r = self.at(x.buffer, x.indices)
+            return BufferLoad(buf, (const(r),))
+        if isinstance(x, AtomicRet):
+            return AtomicRet(x.op, x.buffer, tuple(self.e(i) for i in x.indices), self.e(x.value), x.order, x.scope)
+        return super().e(x)
+
+    def s(self, x):
+        if isinstance(x, (Store, Atomic)) and id(x.buffer) in self.lw.uniform:
+            buf, r = self.at(x.buffer, x.indices)
+            self.regs = {id(x.buffer): (buf, r)}
+            out = super().s(x)
+            self.regs = {}
+            return PerThread(out, {"layout": repr(self.lw.plan.layouts[id(x.buffer)])}, span=x.span)
+        return super().s(x)
+
+    def own(self, x):
+        """``x`` with the uniform fragments' loads in its own expressions (not its children's) read from
+        registers: a loop's bounds, a branch's condition, a tile op's regions."""
+        from ..ir.visit import _CHILDREN
+
+        skip = set(_CHILDREN.get(type(x), ())) | {"span"}
+        changes = {}
+        for f in getattr(x, "__dataclass_fields__", ()):
+            if f in skip:
+                continue
+            v = getattr(x, f)
+            nv = self.value(v)
+            if nv is not v:
+                changes[f] = nv
+        return x.with_(**changes) if changes else x
+
+    def value(self, v):
+        if isinstance(v, Expr):
+            return self.e(v)
+        if isinstance(v, Region):
+            return Region(v.buffer, tuple(self.value(as_expr(a)) for a in v.starts),
+                          tuple(self.value(as_expr(a)) for a in v.extents))
+        if isinstance(v, tuple):
+            return tuple(self.value(a) for a in v)
+        return v
+
+
 class _Lowerer:
     def __init__(self, plan: Plan, ctx):
         self.plan, self.ctx = plan, ctx
@@ -919,6 +1117,30 @@ class _Lowerer:
         for k, lay in plan.layouts.items():
             b = plan.frags[k]
             self.regbuf[k] = Buffer(b.name, (lay.regs,), b.dtype, "register")
+        #: fragments every thread holds whole, which block-level statements may read and write (D88)
+        self.uniform = {k for k, lay in plan.layouts.items() if _is_uniform(lay) and k not in plan.operands}
+
+    def uniform_reads(self, s, loops, inner):
+        """The nest ``s`` with its reads of uniform fragments at constant indices (``s[2]``) from registers."""
+        if not self.uniform:
+            return s, loops, inner
+        vs = [f.var for f in loops]
+        if not any(id(b) in self.uniform and _uniform_read(i, vs, b) for b, i, _w in _accesses(inner, self.plan.frags)):
+            return s, loops, inner
+        u = _Uniform(self, vs)
+        s = rewrite(s, lambda x: None if isinstance(x, Seq) else u.own(x))
+        loops, inner = _nest_of(s)
+        return s, loops, inner
+
+    def at_block(self, s):
+        """A block-level statement (or the header of a loop, branch or tile op) with its accesses to uniform
+        fragments in registers; ``s`` itself where it makes none."""
+        if not self.uniform or not any(id(b) in self.uniform for b, _i, _w in _block_accesses(s, self.plan.frags)):
+            return s
+        u = _Uniform(self)
+        if isinstance(s, (Store, Atomic)):
+            return u.s(s)
+        return u.own(s)
 
     def reg(self, buf):
         return self.regbuf.get(id(buf))
@@ -1343,14 +1565,16 @@ class _Lowerer:
             return Allocate(self.regbuf[id(s.buffer)], span=s.span)
         if isinstance(s, For) and s.kind in _NEST:
             loops, inner = _nest_of(s)
+            s, loops, inner = self.uniform_reads(s, loops, inner)
             if self.touches(inner):
                 return self.nest(loops, inner, s.span)
             return s
         if isinstance(s, For):
-            return s.with_(body=self.block(s.body))
+            return self.at_block(s).with_(body=self.block(s.body))
         if isinstance(s, If):
-            return s.with_(then=self.block(s.then), orelse=self.block(s.orelse))
+            return self.at_block(s).with_(then=self.block(s.then), orelse=self.block(s.orelse))
         if isinstance(s, TileOp):
+            s = self.at_block(s)
             live = [a.buffer for a in s.args if getattr(a, "buffer", None) is not None and id(a.buffer) in self.regbuf]
             if not live:
                 return s
@@ -1362,8 +1586,11 @@ class _Lowerer:
                 loops, inner = _nest_of(_reduce_nest(s, self.ctx))
                 return self.nest(loops, inner, s.span)
             loops, inner = _nest_of(_expand(s, self.ctx))
+            if not loops:  # a single element (D88)
+                return self.block(inner)
+            _s, loops, inner = self.uniform_reads(loops[0], loops, inner)
             return self.nest(loops, inner, s.span)
-        return s
+        return self.at_block(s)
 
 
 def _when(cond, stmts: list, span) -> list:
