@@ -6,7 +6,8 @@ SDPA cuDNN, every form in one process, with issue 17's bars.
 
 The kernel is the conformance catalog's FlashAttention forward (``flash_attention_forward``, TileLang's form), fp16,
 at each form's block (``FORMS``: d64 / d128 / GQA with 8 KV heads at 128x128, d128 at 128x176 (issue 17's exact row),
-d256 at 128x64, d128 at 64x64 with one consumer warpgroup; d64 / d256 at 64x64 when asked), causal and not, the exact
+d256 at 128x64, d128 at 64x64 with one consumer warpgroup; d64 / d256 at 64x64, d64 at 128x176 and GQA at 128x64 (the TileLang
+GQA backward example's forward block, D86) when asked), causal and not, the exact
 build and fast math. Variants (``VARIANTS``): ``general`` = ``tilecore.cuda.register_programs=False`` (the core's general path with its defaults),
 ``regprog`` = True (the WGMMA register program), ``default`` = the route as it compiles by default. Every kernel is
 compiled first (worker processes fill the kernel cache, then this process loads them), checked against SDPA cuDNN's
@@ -31,7 +32,8 @@ from multiprocessing import get_context
 #: name -> (head dimension, KV heads or None, block rows, key block, threads)
 FORMS = {"d64": (64, None, 128, 128, 256), "d128": (128, None, 128, 128, 256), "d128x176": (128, None, 128, 176, 256),
          "gqa": (128, 8, 128, 128, 256), "d256": (256, None, 128, 64, 256), "d128x64": (128, None, 64, 64, 128),
-         "d64x64": (64, None, 64, 64, 128), "d256x64": (256, None, 64, 64, 128), "d64x176": (64, None, 128, 176, 256)}
+         "d64x64": (64, None, 64, 64, 128), "d256x64": (256, None, 64, 64, 128), "d64x176": (64, None, 128, 176, 256),
+         "gqax64": (128, 8, 128, 64, 256)}
 #: the forms timed when --forms is not given (the issue's rows at their blocks, and one consumer warpgroup at d128)
 DEFAULT_FORMS = ("d64", "d128", "d128x176", "gqa", "d256", "d128x64")
 VARIANTS = {"general": {"tilecore.cuda.register_programs": False},
