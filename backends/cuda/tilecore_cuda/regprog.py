@@ -441,13 +441,6 @@ def _loads_only(x, frags) -> set:
     return {b for b in _touched(x, frags) if b not in written}
 
 
-def _names_var(s, var) -> bool:
-    """Whether statement ``s`` names variable ``var`` (a loop variable) anywhere."""
-    found = []
-    map_stmt(s, lambda x: found.append(x) if x is var else None)
-    return bool(found)
-
-
 def _touched(s, frags) -> set:
     """The register fragments (keys of ``frags``) statement ``s`` reads or writes."""
     found = set()
@@ -1087,9 +1080,6 @@ class _Emit:
         self.line(f"const {self.em.vtype(loop.var.dtype)} {v} = ({self.em.vtype(loop.var.dtype)})"
                   f"({self.em.expr(self.st, loop.start)} + tc_it);")
 
-    def touched(self, s) -> set:
-        return _touched(s, self.p["frags"])
-
     def finish_partials(self):
         """D39 (``tilecore.cuda.row_sum_per_thread``): the quad's parts of each per-thread row sum added up."""
         for L in sorted(set(self.p.get("partial_sums", {}).values()), key=lambda b: b.name):
@@ -1120,26 +1110,6 @@ class _Emit:
     def rounded(self, b, text: str) -> str:
         conv = self.em.round_conv.get(str(b.dtype))
         return conv.format(text) if conv else text
-
-    def rows_nest(self, s) -> bool:
-        """Whether statement ``s`` is a nest ``F[i, j] = T.exp2(arg)`` that ``tilecore.cuda.exp2_range_check="rows"``
-        checks (D54: the exact build, ``arg`` non-decreasing in one 2-D fragment's element)."""
-        if self.p.get("exp2_check") != "rows" or getattr(self.st, "fast", False) or not isinstance(s, For):
-            return False
-        inner = s.body
-        while isinstance(inner, Seq) and len(inner.body) == 1:
-            inner = inner.body[0]
-        if not (isinstance(inner, For) and inner.kind == "parallel"):
-            return False
-        ex = _lean.exp2_store(inner.body, self.p["frags"])
-        if not ex:
-            return False
-        old = getattr(self, "row_vars", None)
-        self.row_vars = {id(inner.var)} | {id(x.var) for x in _binds_in(inner.body)}
-        try:
-            return self.exp2_source(ex[1]) is not None
-        finally:
-            self.row_vars = old
 
     def cstmt(self, s):
         em, st = self.em, self.st
