@@ -687,17 +687,51 @@ def wgmma_form(launch: KernelLaunch, ctx) -> tuple | None:
     """``(head dimension or None, consumer warpgroups, key block)`` where this kernel is of the form the retired WGMMA
     register program took on a WGMMA target (one pipelined loop, every shared tile filled by one copy, its fragments
     held in the accumulator layout; head dimension None where it is not FlashAttention's two gemms), else None."""
+    plan = _wgmma_plan(launch, ctx)
+    if plan is None:
+        return None
+    shape = _attention_shape(plan)
+    return (None if shape is None else shape[1], plan["nc"], plan["gemm_list"][0][1])
+
+
+def _wgmma_plan(launch: KernelLaunch, ctx) -> dict | None:
     if not _wgmma_target(ctx):
         return None
     top = launch.body.body if isinstance(launch.body, Seq) else [launch.body]
     if any(isinstance(s, Collective) for s in top) or not any(isinstance(s, For) and s.kind == "pipelined" for s in top):
         return None
     try:
-        plan = _plan(launch, ctx, "wgmma")
+        return _plan(launch, ctx, "wgmma")
     except _No:
         return None
-    shape = _attention_shape(plan)
-    return (None if shape is None else shape[1], plan["nc"], plan["gemm_list"][0][1])
+
+
+#: D86: the retired program ran FlashAttention's loop at least two stages deep whatever its ``num_stages`` (TileLang's
+#: GQA backward example asks one: the general path then issues no copy ahead). ``tilecore.cuda.attention_stage_floor``
+#: ("auto", the default; False: the kernel's own ``num_stages``): on sm_90a under register_programs "auto", that
+#: form's pipelined loop asking fewer than two stages gets two where the general path's least plan with two fits the
+#: block memory (``plan["general_min_bytes"]``, D85's rule)
+STAGE_FLOOR = "tilecore.cuda.attention_stage_floor"
+
+
+def _stage_floor(launch: KernelLaunch, plan: dict, ctx) -> tuple:
+    """``(launch, note)``: the launch with its pipelined loop two stages deep (:data:`STAGE_FLOOR`), or ``(None, "")``
+    where it asks two or more, the option is False or two stages would not fit."""
+    v = ctx.option(STAGE_FLOOR, "auto")
+    if v not in ("auto", False):
+        from tilecore.errors import CompileError
+
+        raise CompileError(f"pass config {STAGE_FLOOR}={v!r}: give \"auto\" (the default) or False")
+    loop = plan["loop"]
+    asked = int(loop.annotations.get("num_stages") or 0)
+    if v is False or asked >= 2 or plan["general_min_bytes"] > onchip_limit(ctx):
+        return None, ""
+    top = list(launch.body.body) if isinstance(launch.body, Seq) else [launch.body]
+    k = next(i for i, x in enumerate(top) if isinstance(x, For) and x.kind == "pipelined")
+    top[k] = top[k].with_(annotations={**top[k].annotations, "num_stages": 2})
+    body = Seq(top, span=launch.body.span) if isinstance(launch.body, Seq) else top[0]
+    return launch.with_(body=body), (f"; its loop two stages deep (num_stages={asked} asked: the retired program's "
+                                     f"floor, {STAGE_FLOOR})")
 
 
 def register_programs_route(ctx):
@@ -710,15 +744,17 @@ def register_programs_route(ctx):
     raise CompileError(f"{REGISTER_PROGRAMS} must be True, False or \"auto\", not {v!r}")
 
 
-def retired_wgmma(launch: KernelLaunch, ctx) -> str | None:
-    """Why this kernel runs on the core's general path on a WGMMA target though it is the retired WGMMA register
-    program's form (None: it is not that form). ``tilecore.cuda.register_programs=True`` is refused for it, naming
+def retired_wgmma(launch: KernelLaunch, ctx) -> tuple:
+    """``(why, launch)``: why this kernel runs on the core's general path on a WGMMA target though it is the retired
+    WGMMA register program's form (None: it is not that form), and the launch to compile there (None: as it is;
+    :func:`_stage_floor`). ``tilecore.cuda.register_programs=True`` is refused for it, naming
     D86 and what runs instead. Under "auto", :data:`AUTO_FORM_DEFAULTS`' options for its form become the compile's
     defaults (D82)."""
-    found = wgmma_form(launch, ctx)
-    if found is None:
-        return None
-    dim, nc, bn = found
+    plan = _wgmma_plan(launch, ctx)
+    if plan is None:
+        return None, None
+    shape = _attention_shape(plan)
+    dim, nc, bn = (None if shape is None else shape[1], plan["nc"], plan["gemm_list"][0][1])
     if register_programs_route(ctx) is True:
         from tilecore.errors import CompileError
 
@@ -733,7 +769,9 @@ def retired_wgmma(launch: KernelLaunch, ctx) -> str | None:
             f"{'fast math' if fast else 'the exact build'}")
     why = f"{what}: the WGMMA register program is retired ({RETIRED})"
     if dim is None or register_programs_route(ctx) != "auto":
-        return why
+        return why, None
+    new, more = _stage_floor(launch, plan, ctx)
+    why += more
     form = next(((d, f, c, k) for d, f, c, k in AUTO_FORM_DEFAULTS
                  if d in (None, dim) and f in (None, fast) and c in (None, nc) and k in (None, bn)), None)
     if form is not None:
@@ -741,7 +779,7 @@ def retired_wgmma(launch: KernelLaunch, ctx) -> str | None:
         taken = ctx.set_defaults(extra)
         why += (f"; the form's defaults {', '.join(f'{k}={v!r}' for k, v in extra.items())} "
                 f"({AUTO_FORM_WHY.get(form, 'D82')}{'' if len(taken) == len(extra) else '; the config gives the rest'})")
-    return why
+    return why, new
 
 
 def _lower_as(mode: str):
@@ -755,10 +793,10 @@ def _lower_as(mode: str):
             ctx.notes.append(f"{name}: kernel not mapped to registers (no T.Pipelined loop at block level: the "
                              "register program pipelines one)")
             return None
-        why = retired_wgmma(launch, ctx)  # D86: on sm_90a the WGMMA program's form goes to the general path
+        why, new = retired_wgmma(launch, ctx)  # D86: on sm_90a the WGMMA program's form goes to the general path
         if why is not None:
             ctx.notes.append(f"{name}: left to the core's general path ({why})")
-            return None
+            return new
         try:
             plan = _plan(launch, ctx, mode)
         except _No as e:
