@@ -412,6 +412,18 @@ def main() -> int:
     unknown = [x for x in generals if x is not None and x not in GENERAL]
     if unknown:
         ap.error(f"--general: unknown {', '.join(unknown)}; known: {', '.join(GENERAL)}")
+    # D86: the WGMMA register program (sm_90a) and the options only it read are retired: say so before compiling
+    from tilecore_cuda.regprog import RETIRED_OPTIONS
+
+    asked = [(f"--schedules {x}", SCHEDULES[x]) for x in schedules] + [(f"--lean {x}", LEAN[x]) for x in leans] + \
+        [(f"--epilogue {x}", EPILOGUE[x]) for x in epilogues]
+    retired = sorted({name for name, cfg in asked if any(k in RETIRED_OPTIONS for k in cfg)})
+    if "regprog" in generals and not args.no_wgmma:
+        retired.append("--general regprog (on sm_90a; with --no-wgmma it is the mma.sync program)")
+    if retired:
+        ap.error(f"{', '.join(retired)}: the WGMMA register program and the options only it read were retired in D86 "
+                 "(docs/decisions.md): FlashAttention runs on the core's general path on sm_90a; compare --general "
+                 "default / its options with cuDNN, or benchmarks/fa_route.py")
     combos = None
     if args.combos:
         combos = [tuple(c.split("/")) for c in args.combos.split(",")]

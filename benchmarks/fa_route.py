@@ -1,21 +1,24 @@
-"""FlashAttention's route on sm_90a (decision D77): the core's general path against the WGMMA register program and
-SDPA cuDNN, every form in one process, with issue 17's bars.
+"""FlashAttention on sm_90a's general path (D77-D86): the route's default and the general path's options against SDPA
+cuDNN, every form in one process, with issue 17's bars (the WGMMA register program, D77-D83's reference, retired in
+D86).
 
     python benchmarks/fa_route.py [--rounds 11] [--inner-rep 10] [--forms d64,d128,d128x176,gqa,d256,d128x64]
-        [--batch 8 --heads 32 --seq 4096] [--variants general,regprog] [--workers 8]
+        [--batch 8 --heads 32 --seq 4096] [--variants default,general] [--workers 8]
 
 The kernel is the conformance catalog's FlashAttention forward (``flash_attention_forward``, TileLang's form), fp16,
 at each form's block (``FORMS``: d64 / d128 / GQA with 8 KV heads at 128x128, d128 at 128x176 (issue 17's exact row),
-d256 at 128x64, d128 at 64x64 with one consumer warpgroup; d64 / d256 at 64x64 when asked), causal and not, the exact
-build and fast math. Variants (``VARIANTS``): ``general`` = ``tilecore.cuda.register_programs=False`` (the core's general path with its defaults),
-``regprog`` = True (the WGMMA register program), ``default`` = the route as it compiles by default. Every kernel is
-compiled first (worker processes fill the kernel cache, then this process loads them), checked against SDPA cuDNN's
-output, then every kernel and cuDNN (one per shape and mask) are timed in turn ``--rounds`` rounds, the order reversed
-every other round (each time the median of ``--inner-rep`` calls between CUDA events); the table gives medians and
-ranges, ``general / regprog``, each against cuDNN of the same rounds, the path the default route takes, and issue
-17's bar: d128 non-causal at least 680 TFLOP/s with fast math and 560 in the exact build, causal at least 0.95x cuDNN
-(the bar's rows; d64, d256, GQA and 64x64 carry none). ``route`` says whether the row allows the general path by
-D77's rule: at least 0.95x the register program, and the bar met where the register program meets it.
+d256 at 128x64, d128 at 64x64 with one consumer warpgroup; d64 / d256 at 64x64, d64 at 128x176 and GQA at 128x64 (the
+TileLang GQA backward example's forward block, D86) when asked), causal and not, the exact build and fast math.
+Variants (``VARIANTS``): ``default`` = the route as it compiles by default, ``general`` =
+``tilecore.cuda.register_programs=False`` (the core's general path with the core's own defaults: the same kernel but
+where the route sets a form's defaults, D82's d256 at 64x64), and the general path's options of D81-D83. Every kernel
+is compiled first (worker processes fill the kernel cache, then this process loads them), checked against SDPA
+cuDNN's output, then every kernel and cuDNN (one per shape and mask) are timed in turn ``--rounds`` rounds, the order
+reversed every other round or shuffled (``--shuffle``; each time the median of ``--inner-rep`` calls between CUDA
+events); the table gives medians and ranges, each against cuDNN of the same rounds, ``default / general``, the path
+the default route takes, and issue 17's bar: d128 non-causal at least 680 TFLOP/s with fast math and 560 in the exact
+build, causal at least 0.95x cuDNN (the bar's rows; d64, d256, GQA and 64x64 carry none). D77-D83 compared the
+general path with the WGMMA register program here (``regprog``), retired in D86.
 Exits with code 2 and a clear message where no CUDA GPU is present.
 """
 from __future__ import annotations
@@ -31,11 +34,13 @@ from multiprocessing import get_context
 #: name -> (head dimension, KV heads or None, block rows, key block, threads)
 FORMS = {"d64": (64, None, 128, 128, 256), "d128": (128, None, 128, 128, 256), "d128x176": (128, None, 128, 176, 256),
          "gqa": (128, 8, 128, 128, 256), "d256": (256, None, 128, 64, 256), "d128x64": (128, None, 64, 64, 128),
-         "d64x64": (64, None, 64, 64, 128), "d256x64": (256, None, 64, 64, 128), "d64x176": (64, None, 128, 176, 256)}
+         "d64x64": (64, None, 64, 64, 128), "d256x64": (256, None, 64, 64, 128), "d64x176": (64, None, 128, 176, 256),
+         "gqax64": (128, 8, 128, 64, 256)}
 #: the forms timed when --forms is not given (the issue's rows at their blocks, and one consumer warpgroup at d128)
 DEFAULT_FORMS = ("d64", "d128", "d128x176", "gqa", "d256", "d128x64")
-VARIANTS = {"general": {"tilecore.cuda.register_programs": False},
-            "regprog": {"tilecore.cuda.register_programs": True}, "default": {},
+#: (D86: the WGMMA register program, the variant ``regprog`` of D77-D83's rounds, is retired; ``default`` and
+#: ``general`` are compared with cuDNN; the other variants are the general path's options, against ``general``)
+VARIANTS = {"general": {"tilecore.cuda.register_programs": False}, "default": {},
             # D81 (d64 with two consumer warpgroups): the general path with descriptor offsets (the gemms of ping-pong's
             # turn issued back to back: at d64 P @ V's m64n64 instructions are as short as the descriptor arithmetic
             # between them), without them (the form's kernel before D81), with 32-bit loop counters too, and the causal
@@ -97,8 +102,6 @@ TARGET = "cuda:sm_90a"
 #: issue 17's absolute bars (TFLOP/s) for d128's non-causal rows, by build; causal rows: 0.95x cuDNN
 BAR_TFLOPS = {True: 680.0, False: 560.0}
 BAR_CAUSAL = 0.95
-#: D77's route rule: the general path at least this fraction of the register program in the same run
-ROUTE_RATIO = 0.95
 
 
 def build_func(args, form: str, causal: bool):
@@ -137,7 +140,7 @@ def default_path(args, form: str, causal: bool, fast: bool) -> str:
         meta = {"attrs": attrs}
 
     path = tilecore_cuda.lowering_path(_K)
-    return "general" if path == "generic" else ("regprog" if "register program" in path else path)
+    return "general" if path == "generic" else path
 
 
 def _path_job(job):
@@ -175,57 +178,36 @@ def report(args, rows, variants, times, paths, errs, device: str) -> None:
     from rich.table import Table
 
     table = Table(title=f"FlashAttention forward fp16 b{b} h{h} s{s} on {device}: the general "
-                        f"path, the WGMMA register program, SDPA cuDNN; {args.rounds} interleaved rounds (medians)")
+                        f"path (D86: the WGMMA register program retired), SDPA cuDNN; {args.rounds} interleaved rounds "
+                        "(medians)")
+    both = "default" in variants and "general" in variants
     for col in ("form", "block", "causal", "build", *[f"{v} TFLOP/s (range)" for v in variants], "cuDNN",
-                *[f"{v} / cuDNN" for v in variants], "general / regprog",
-                *(["default / regprog"] if "default" in variants else []), "default route", "issue 17 bar",
-                "route (D77)", "max err"):
+                *[f"{v} / cuDNN" for v in variants], *(["default / general"] if both else []), "default route",
+                "issue 17 bar", "max err"):
         table.add_column(col, justify="right")
-    verdicts = []
     for f, c, x in rows:
         d, kv, bm, bn, _ = FORMS[f]
         cud = tflops(("cuDNN", d, kv, c), d, c)[0]
         tf = {v: tflops((f, c, x, v), d, c) for v in variants if (f, c, x, v) in times}
-        ratio = tf["general"][0] / tf["regprog"][0] if "general" in tf and "regprog" in tf else None
         bar = bar_of(f, c, x)
-        bar_text, ok = "-", None
-        if bar is not None and "general" in tf:
-            gen_ok = meets(bar, tf["general"][0], cud)
-            rp_ok = meets(bar, tf["regprog"][0], cud) if "regprog" in tf else None
+        bar_text = "-"
+        main_v = "default" if "default" in tf else ("general" if "general" in tf else None)
+        if bar is not None and main_v is not None:
             want = f">= {bar[1]:.0f}" if bar[0] == "tflops" else f">= {bar[1]}x cuDNN"
-            bar_text = (f"{want}: general {'met' if gen_ok else 'NOT met'}"
-                        + ("" if rp_ok is None else f", regprog {'met' if rp_ok else 'not met'}"))
-            ok = gen_ok or rp_ok is False
-        route = "-"
-        if ratio is not None:
-            route = "general" if ratio >= ROUTE_RATIO and ok is not False else "regprog"
-            verdicts.append(((f, c, x), route, ratio))
+            bar_text = f"{want}: {main_v} {'met' if meets(bar, tf[main_v][0], cud) else 'NOT met'}"
+        dg = (f"{tf['default'][0] / tf['general'][0]:.3f}x" if "default" in tf and "general" in tf else "-")
         table.add_row(f, f"{bm}x{bn}", "causal" if c else "-", "fast" if x else "exact",
                       *[f"{tf[v][0]:.1f} ({tf[v][1]:.0f}-{tf[v][2]:.0f})" if v in tf else "-" for v in variants],
                       f"{cud:.1f}", *[f"{tf[v][0] / cud:.3f}x" if v in tf else "-" for v in variants],
-                      f"{ratio:.3f}x" if ratio else "-",
-                      *([f"{tf['default'][0] / tf['regprog'][0]:.3f}x" if "default" in tf and "regprog" in tf else "-"]
-                        if "default" in variants else []),
-                      paths[(f, c, x)], bar_text, route,
+                      *([dg] if both else []), paths[(f, c, x)], bar_text,
                       " ".join(f"{errs[(f, c, x, v)]:.1e}" for v in variants if v in tf))
-        extra = [v for v in tf if v not in ("general", "regprog", "default")]
-        if extra and "regprog" in tf:  # D83: every other variant against the register program too
-            print(f"{f} {bm}x{bn} causal={c} fast={x}: " + ", ".join(
-                f"{v}/regprog {tf[v][0] / tf['regprog'][0]:.3f}" for v in extra), file=sys.stderr)
+        extra = [v for v in tf if v not in ("general", "default")]
         print(f"{f} {bm}x{bn} causal={c} fast={x}: " + ", ".join(f"{v} {tf[v][0]:.1f}" for v in tf)
-              + f", cuDNN {cud:.1f}" + (f", general/regprog {ratio:.3f}" if ratio else "")
-              + (f", default/regprog {tf['default'][0] / tf['regprog'][0]:.3f}" if "default" in tf and "regprog" in tf
-                 else "")
-              + "".join(f", {v}/regprog {tf[v][0] / tf['regprog'][0]:.3f}" for v in tf
-                        if v not in ("general", "default", "regprog") and "regprog" in tf)
-              + f" (default route: {paths[(f, c, x)]}); bar {bar_text}",
-              file=sys.stderr)
+              + f", cuDNN {cud:.1f}; " + ", ".join(f"{v}/cuDNN {tf[v][0] / cud:.3f}" for v in tf)
+              + (f", default/general {dg}" if "default" in tf and "general" in tf else "")
+              + "".join(f", {v}/general {tf[v][0] / tf['general'][0]:.3f}" for v in extra if "general" in tf)
+              + f" (default route: {paths[(f, c, x)]}); bar {bar_text}", file=sys.stderr)
     Console(width=250).print(table)
-    if verdicts:
-        below = [(r, q) for r, v, q in verdicts if v != "general"]
-        print(f"D77's rule: {len(verdicts) - len(below)} of {len(verdicts)} rows allow the general path"
-              + ("" if not below else "; not: " + ", ".join(f"{f} causal={c} fast={x} ({q:.3f})"
-                                                          for (f, c, x), q in below)))
 
 
 def main() -> int:
@@ -234,7 +216,7 @@ def main() -> int:
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--seq", type=int, default=4096)
     ap.add_argument("--forms", default=",".join(DEFAULT_FORMS), help=f"comma-separated among {', '.join(FORMS)}")
-    ap.add_argument("--variants", default="general,regprog", help=f"comma-separated among {', '.join(VARIANTS)}")
+    ap.add_argument("--variants", default="default,general", help=f"comma-separated among {', '.join(VARIANTS)}")
     ap.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     ap.add_argument("--builds", default="exact,fast", help="exact, fast or both (comma-separated)")
     ap.add_argument("--rounds", type=int, default=11)
@@ -251,6 +233,9 @@ def main() -> int:
     forms = args.forms.split(",")
     variants = args.variants.split(",")
     builds = args.builds.split(",")
+    if "regprog" in variants:
+        ap.error("variant regprog: the WGMMA register program is retired (docs/decisions.md D86): every form runs on "
+                 "the general path; compare default / general (and the general path's options) with cuDNN")
     bad = [f for f in forms if f not in FORMS] + [v for v in variants if v not in VARIANTS] + \
         [b for b in builds if b not in ("exact", "fast")]
     if bad:

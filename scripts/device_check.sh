@@ -11,6 +11,12 @@ for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/device.txt"
 python3 -m tilecore targets list 2>&1 | tee -a "$OUT/device.txt"
 # STEPS="device-tests host ..." runs only the steps named (all when unset)
+# D86 retired the WGMMA register program (sm_90a): the 72 steps that measured it or its options went with it
+# (conformance-schedules, attention-schedules / -softmax / -lean, fa680, fa3pp, causal*, genfa*, fagen-* but
+# fagen-confirm-tests / fagen-auto, fa66-*-1/2, fa66b-*, fa66c-*, fa66d-*, faroute-*, fa90last / -d256 / -176 / -d64 /
+# -prof, fa90r2*, fa90r3, faauto-r2 / -r3, fa90d64 / -mix / -ca / -prof / -bound* / -r2 / -r3 / -fast, fa90d256 /
+# -more / -r2, fa90x176*); their numbers are in docs/decisions.md (D28-D83). The mma.sync program's steps (sm80*, sm86*,
+# mma*) stay; fa86 / fa86-tests measure the general path that took every form
 want() { [ -z "${STEPS:-}" ] || [[ " $STEPS " == *" $1 "* ]]; }
 step() { local name=$1; shift; want "$name" || return 0; local t0=$SECONDS; "$@" > "$OUT/$name.log" 2>&1; local rc=$?
          echo "$name: rc=$rc in $((SECONDS - t0)) s" | tee -a "$OUT/summary.txt"; tail -n 15 "$OUT/$name.log"; }
@@ -19,8 +25,6 @@ step conformance-cuda python3 -m tilecore conformance run --target cuda:sm_90a -
 step conformance-general env TILECORE_PASS_CONFIGS='{"tilecore.cuda.register_programs": false}' \
      python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-general
 # the catalog's attention cases with FA3's schedules on (decision D28; off is the default the step above ran)
-step conformance-schedules python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention \
-     --pass-config tilecore.cuda.pingpong=true --pass-config tilecore.cuda.intra_wg_overlap=true --report /tmp/rep/cuda-schedules
 step wgmma-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_wgmma_unit.py -rs
 # the persistent tile loop (D36) on every catalog kernel of its form: 2 blocks loop over the tiles, the pipeline
 # carried across them, on the general path
@@ -36,9 +40,9 @@ step webgpu-rows python3 benchmarks/webgpu_row_reductions.py --rep 50 --rows 163
 step device-tests python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_backend.py tests/test_cuda_tensor_cores.py \
      tests/test_cuda_hopper.py tests/test_guards.py tests/test_regressions.py tests/test_layout_inference.py \
      tests/test_pipeline_planner.py tests/test_matrix_gemm.py tests/test_cuda_units.py tests/test_cuda_wgmma_unit.py tests/test_indexed_shuffles.py \
-     tests/test_cuda_attention_schedules.py tests/test_cuda_attention_softmax.py tests/test_cuda_splitk.py tests/test_c_launcher.py \
+     tests/test_cuda_attention_softmax.py tests/test_cuda_splitk.py tests/test_c_launcher.py \
      tests/test_cuda_persistent.py tests/test_cuda_attention_lean.py tests/test_dynamic_tma.py tests/test_copy_groups.py \
-     tests/test_cuda_attention_critical_path.py tests/test_cuda_attention_epilogue.py tests/test_cuda_attention_persistent.py \
+     tests/test_cuda_attention_critical_path.py \
      tests/test_cuda_tma_store.py tests/test_cuda_mcast.py tests/test_general_gemm.py tests/test_persistent.py \
      tests/test_cuda_swizzle64.py tests/test_vectorize_copies.py tests/test_cuda_clusters_at_once.py \
      tests/test_cuda_streamk.py tests/test_cuda_general_attention.py tests/test_block_order.py tests/test_cuda_exp2_rows.py \
@@ -141,20 +145,9 @@ step splitk4-tests timeout 150 python3 -m pytest -q -n 8 -p no:cacheprovider tes
      -k "(wide or cells or routed) and on_gpu" -rs
 step attention python3 benchmarks/cuda_attention.py --rep 3
 step attention-fast python3 benchmarks/cuda_attention.py --rep 3 --fast-math
-# FA3's schedules of the register programs (decision D28): off, ping-pong, intra-warpgroup overlap, both; one row each
-step attention-schedules python3 benchmarks/cuda_attention.py --rep 3 --fast-math --schedules off,pingpong,overlap,both \
-     --blocks 128x128x256x2,128x128x256x3
-# the softmax path (decision D30): the masked-loop split and the folded scale, on and off; exp2 and exp forms
-step attention-softmax python3 benchmarks/cuda_attention.py --rep 3 --fast-math --blocks 128x128x256x2 --schedules both \
-     --softmax off,fold,split,both --exp exp2,exp
-# fewer instructions, the same bits (decision D35): each saving alone and all, exact and fast, the 176-wide block at 4096
-step attention-lean python3 benchmarks/cuda_attention.py --rep 3 --fast-math --blocks 128x128x256x2,128x176x256x2 \
-     --lean off,pack,pack+rescale,all
 # the softmax's critical path (decision D39): the row maximum as one chain, the defaults (partial chains), the softmax
 # beside P @ V (128 x 128 only: 128 x 176 falls back), all of D39 (+ per-thread row sums under fast math), non-causal
 # and causal, exact and fast, both blocks (each block's time on stderr), cuDNN in the same run
-step fa680 python3 benchmarks/cuda_attention.py --rep 3 --fast-math --blocks 128x128x256x2,128x176x256x2 \
-     --lean chain,default,beside,d39
 step attention-d64 python3 benchmarks/cuda_attention.py --rep 3 --dim 64
 # TileLang's own forward-attention example: the register program (D33) vs the general path it took before, SDPA beside
 step corpus-attention python3 benchmarks/corpus_attention.py --rep 3
@@ -325,61 +318,6 @@ step mcast bash -c 'rc=0; timeout 150 python3 -m pytest -q -n 8 -p no:cacheprovi
        --stage-release thread,warp,d44 --profile --configs 128:256:64:256:3:8,128:256:64:256:4:8 || rc=$?;
      timeout 240 python3 benchmarks/cuda_gemm.py --rep 10 --sizes 4096,8192 --no-fp8 --triton --cluster-multicast off,2x1,1x2 \
        --stage-release thread,warp,d44 --configs 128:256:64:256:3:8 || rc=$?; exit $rc'
-# FA3's ping-pong, epilogue and persistent grid (decision D45): the device tests (TMA-store epilogue, O's rescale under
-# S = Q K^T, the persistent grid: bit for bit against the defaults, float64), then one row each: ping-pong off
-# ("overlap") and on ("both", the default) with direct stores and with TMA stores (tma, the default since call 1),
-# the persistent grid with them (persist+tma); fast math at 128 x 128 and the exact build at
-# 128 x 176, causal and not, cuDNN in the same run (each call's own). Under timeouts: a hang costs minutes, not the
-# call (the two test files join device-tests once they have passed here)
-step fa3pp bash -c 'rc=0; C=overlap/direct/default,both/direct/default,overlap/tma/default,both/tma/default,both/persist+tma/default;
-     timeout -k 5 150 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_attention_epilogue.py \
-       tests/test_cuda_attention_persistent.py -k device -rs || rc=$?;
-     timeout -k 5 120 python3 benchmarks/cuda_attention.py --rep 3 --fast-math --no-exact --blocks 128x128x256x2 --combos $C || rc=$?;
-     timeout -k 5 120 python3 benchmarks/cuda_attention.py --rep 3 --blocks 128x176x256x2 --combos $C || rc=$?; exit $rc'
-# causal FlashAttention (decision D54): the device tests of the block order (bit for bit against grid order, float64),
-# then grid order ("grid", before) against heaviest first ("auto": sections of 8 heads; "reverse": each head's query
-# blocks descending; "s16"), b8 h32 s4096 d128: the exact build causal at 128 x 176 / 128 x 128 / 128 x 128 x 3
-# stages with ping-pong on (default) and off (overlap); exact and fast causal at 128 x 128 with every order; the
-# non-causal exact 128 x 176 (the same kernel either way: the noise); causal d64 (every default block); 10 timed
-# calls a row, cuDNN in each process (about 2-3 minutes; each part under a timeout)
-step causal bash -c 'rc=0; timeout -k 5 100 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_block_order.py -k device -rs || rc=$?;
-     timeout -k 5 120 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal yes --schedules default,overlap \
-       --order grid,auto --blocks 128x176x256x2,128x128x256x2,128x128x256x3 || rc=$?;
-     timeout -k 5 90 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal yes --fast-math \
-       --order grid,auto,reverse,s16 --blocks 128x128x256x2 || rc=$?;
-     timeout -k 5 60 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal no --order grid,auto \
-       --blocks 128x176x256x2 || rc=$?;
-     timeout -k 5 90 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal yes --dim 64 --order grid,auto || rc=$?;
-     exit $rc'
-# the exact build's exp2 (decision D54, round 2): the device tests of exp2_range_check="rows" (bit for bit the check
-# off, a head scaled so exp2f's side runs, float64), then the defaults against D35's check on the computed arguments
-# ("args") and the bound from each row's smallest score ("rows"), causal and not, 128 x 128 and 128 x 176; then the
-# block order once more, grid / auto twice each and reverse, exact causal 128 x 128, 20 timed calls (the noise); then
-# batch 1 (b1 h32 s4096, b1 h16 s8192: 1024 blocks, about 8 waves, where the grid order's tail is simulated at 15%)
-step causal2 bash -c 'rc=0; timeout -k 5 100 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_exp2_rows.py -k device -rs || rc=$?;
-     timeout -k 5 150 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal both --lean default,args,rows \
-       --blocks 128x128x256x2,128x176x256x2 || rc=$?;
-     timeout -k 5 90 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 20 --causal yes \
-       --order grid,auto,grid,auto,reverse --blocks 128x128x256x2 || rc=$?;
-     for shape in "--batch 1 --heads 32 --seq 4096" "--batch 1 --heads 16 --seq 8192"; do
-       timeout -k 5 60 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 20 --causal yes $shape \
-         --order grid,auto,reverse --blocks 128x128x256x2 || rc=$?; done; exit $rc'
-# the exact build's exponentials (decision D60): the device tests (tc_ex2_poly over every float32 in [-190, 0]
-# against float64, printing how often its bits differ from exp2f's; the attention kernels with exp2_poly=2 against
-# float64, exp2_range_check="late" bit for bit the default, both bit for bit poly), then exact causal 128 x 128: n
-# of 16 column groups on the FMA pipe (poly1-2), the late check (late4, late8: its exp2s run beside P @ V), both
-# (late4poly1), late4 with ping-pong off ("overlap"), the default first and last (the noise); exact non-causal
-# 128 x 128 (late) and 128 x 176 (poly); fast math causal with poly2; cuDNN in each process (about 3.5 minutes)
-step causalx bash -c 'rc=0; D=default/default; timeout -k 5 60 python3 -m pytest -q -s -p no:cacheprovider tests/test_cuda_exp2_poly.py -k function -rs || rc=$?;
-     timeout -k 5 90 python3 -m pytest -q -n 6 -p no:cacheprovider tests/test_cuda_exp2_poly.py -k device_attention -rs || rc=$?;
-     timeout -k 5 130 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal yes --blocks 128x128x256x2 \
-       --combos $D/default,$D/poly1,$D/poly2,$D/late4,$D/late8,$D/late4poly1,overlap/default/late4,$D/default || rc=$?;
-     timeout -k 5 50 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal no --lean default,late4,late8 \
-       --blocks 128x128x256x2 || rc=$?;
-     timeout -k 5 50 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal no --lean default,poly1,poly2 \
-       --blocks 128x176x256x2 || rc=$?;
-     timeout -k 5 40 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal yes --no-exact --fast-math \
-       --lean default,poly2 --blocks 128x128x256x2 || rc=$?; exit $rc'
 # D60 round 2, what the exact build's gap to fast math is made of (diagnostic rows: the NVRTC flags fast math implies,
 # added one at a time to the exact build; --ftz=true drops exp2f's subnormal path, --fmad=true contracts s c - m c;
 # neither keeps the exact build's contract), exact 128 x 128 causal and not, ping-pong on (the exact default) and
@@ -393,35 +331,6 @@ step causalx2 bash -c 'rc=0; D=default/default; B="python3 benchmarks/cuda_atten
      timeout -k 5 40 $B --causal both --no-exact --fast-math --combos $D/default,both/default/default || rc=$?;
      timeout -k 5 40 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --causal yes \
        --blocks 128x160x256x2,128x144x256x2 || rc=$?; exit $rc'
-# D60 round 3: round 2 found the exact build with --ftz=true and --fmad=true (fast math's softmax stream, 467 SASS
-# instructions an iteration against 732) no faster than the exact default, and both 10% behind fast math. What is
-# left of --use_fast_math: --prec-div=false (the epilogue's 64 IEEE divisions a thread, O / l) and the flag itself;
-# each added to the exact build (diagnostic rows, not the exact contract), the exact default and fast math between
-# them, causal and not, 128 x 128; first the SASS this machine's NVRTC makes of each (the flags took effect there);
-# and tilecore.cuda.row_division (O / l with div.rn's fast path, its reciprocal once a row: exact), its device tests
-# (bit for bit a / b over every dividend of the safe range for 12 divisors; the kernels bit for bit the default)
-# and its rows beside the default's (about 4 minutes)
-step causalx3 bash -c 'rc=0; B="python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --blocks 128x128x256x2 --causal both";
-     timeout -k 5 60 python3 scripts/exp2_flags_sass.py || rc=$?;
-     timeout -k 5 90 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_cuda_row_division.py -k device -rs || rc=$?;
-     timeout -k 5 50 $B --lean default,div,default || rc=$?;
-     for fl in "[\"--prec-div=false\"]" "[\"--ftz=true\",\"--fmad=true\",\"--prec-div=false\",\"--prec-sqrt=false\"]" "[\"--use_fast_math\"]"; do
-       timeout -k 5 40 $B --pass-config "tilecore.extra_flags=$fl" || rc=$?; done;
-     timeout -k 5 40 $B --no-exact --fast-math || rc=$?; timeout -k 5 40 $B || rc=$?; exit $rc'
-# D60 round 4: tilecore.cuda.row_division on by default (O / l as div.rn's own fast path, its reciprocal once a row:
-# the same bits): its device tests, the SASS under each flag set on that machine's NVRTC, the default against the
-# option off ("nodiv", before) interleaved, exact causal and not at 128 x 128 and non-causal at 128 x 176 (the exact
-# build's default blocks), the exact build's best-block rows as the table reports them, then --fmad=true alone and with
-# --ftz=true (diagnostic: how much of the gap to fast math is the softmax stream) and fast math (about 4 minutes)
-step causalx4 bash -c 'rc=0; B="python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10";
-     timeout -k 5 60 python3 scripts/exp2_flags_sass.py || rc=$?;
-     timeout -k 5 90 python3 -m pytest -q -n 4 -p no:cacheprovider tests/test_cuda_row_division.py -k device -rs || rc=$?;
-     timeout -k 5 80 $B --causal both --blocks 128x128x256x2 --lean nodiv,default,nodiv,default,rows,late8 || rc=$?;
-     timeout -k 5 40 $B --causal no --blocks 128x176x256x2 --lean nodiv,default,nodiv,default || rc=$?;
-     timeout -k 5 40 $B --causal both || rc=$?;
-     for fl in "[\"--fmad=true\"]" "[\"--ftz=true\",\"--fmad=true\"]"; do
-       timeout -k 5 30 $B --causal both --blocks 128x128x256x2 --pass-config "tilecore.extra_flags=$fl" || rc=$?; done;
-     timeout -k 5 30 $B --causal both --blocks 128x128x256x2 --no-exact --fast-math || rc=$?; exit $rc'
 # D54's default (heaviest first on): the default build against the grid order in one process, exact causal at batch 1
 # (round 2 measured the option at +10.5% here), under a minute
 step causal3 timeout -k 5 55 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 20 --batch 1 --heads 32 --seq 4096 \
@@ -445,62 +354,6 @@ step cold2 bash -c 'B=; if [ -d .whl_before ]; then python3 -m pip install -q --
      rc=0; timeout -k 5 150 python3 benchmarks/cold_compile.py --repeat 7 --cpus 1 --variants default,peeled $B || rc=$?;
      timeout -k 5 120 python3 benchmarks/persistent_peel.py --rep 20 --repeat 5 || rc=$?;
      timeout -k 5 120 python3 benchmarks/persistent_peel.py --mainloop --rep 20 || rc=$?; exit $rc'
-# FlashAttention on the core's general path (decision D55): its device tests (float64 references, causal and not, each
-# option alone, all, none (every D55 option off), ping-pong; 128x128 and 64x64, a ragged sequence; all options bit for
-# bit against none), the benchmark's rows (benchmarks/cuda_attention.py GENERAL): base (every D55 option off), default
-# (the general path's defaults since D55), the register program's row and cuDNN / FA2 in the same run; pingpong (the
-# producer warpgroup, each copy group released after S = Q K^T's wait, the consumer warpgroups' turns; 128x128, only
-# after its tests passed); then the whole catalog on the general path with D55's defaults. About 160 s
-step genfa bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
-     timeout -k 5 60 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "(float64 or bits) and not pingpong" || rc=$?;
-     pp=0; timeout -k 5 30 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "float64 and pingpong" || { rc=1; pp=1; };
-     timeout -k 5 70 python3 benchmarks/cuda_attention.py --rep 3 --blocks 128x128x256x2,64x64x128x2 \
-       --general regprog,base,default || rc=$?;
-     [ $pp = 0 ] && { timeout -k 5 30 python3 benchmarks/cuda_attention.py --rep 3 --blocks 128x128x256x2 \
-       --general pingpong || rc=$?; };
-     TILECORE_PASS_CONFIGS="{\"tilecore.cuda.register_programs\": false}" timeout -k 5 90 \
-       python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-general-d55 || rc=$?; exit $rc'
-# FlashAttention on the general path toward the register program (decision D59). genfa2 (round 1): the device tests
-# of D59's options (float64, causal and not, 128x128 and 64x64, ping-pong; bit for bit against D55's options without
-# them), then 128x128 exact b8 h32 s4096 d128, causal and not, one row each (benchmarks/cuda_attention.py GENERAL):
-# the register program, the default, early (+ D55's uniform warp index), fence (+ P pinned before P @ V's
-# wgmma.fence), overlap (+ the rotated body: S of block k and P @ V of block k - 1 issued together), desc (+ each
-# wgmma descriptor of the unrolled k loops as the first step's plus a constant), pingpong (D55's producer warpgroup
-# and turns, each copy group's own release), pp_overlap (one turn for both gemms: the register program's schedule),
-# pp_desc, pp_all (+ stage slots and parities as masks and shifts); cuDNN / FA2 in the same run. About 3 min
-step genfa2 bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
-     timeout -k 5 90 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "d59 or descriptor" || rc=$?;
-     timeout -k 5 200 python3 benchmarks/cuda_attention.py --rep 5 --blocks 128x128x256x2 \
-       --general regprog,default,early,fence,overlap,desc,pingpong,pp_overlap,pp_desc,pp_all || rc=$?; exit $rc'
-# genfa2-default (round 2): D59's defaults (FlashAttention's form on the producer warpgroup with ping-pong, the rotated
-# body, P pinned, the uniform warp index where a gemm reads registers): every device test of the general path's
-# attention (D55's and D59's, float64 and bit for bit), the rows regprog / d55 (the defaults before D59) / default /
-# mask (+ the causal split mask after S = Q K^T) / pp_all (+ descriptor offsets, masks and shifts) / all (both) at
-# 128x128 exact, causal and not, twice (two processes: the spread), cuDNN beside; then the whole
-# catalog on the general path with the defaults (the PASS count). About 4 min
-step genfa2-default bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
-     timeout -k 5 100 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "float64 or bits" || rc=$?;
-     for i in 1 2; do timeout -k 5 60 python3 benchmarks/cuda_attention.py --rep 5 --blocks 128x128x256x2 \
-       --general regprog,d55,default,mask,pp_all,all || rc=$?; done;
-     TILECORE_PASS_CONFIGS="{\"tilecore.cuda.register_programs\": false}" timeout -k 5 90 \
-       python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-general-d59 || rc=$?; exit $rc'
-# genfa2-r3 (round 3): D59's options still asked for, on the defaults: the device tests of D59's options, then three
-# processes (the causal rows' spread was +-3% in round 2) of regprog / default / mask (the causal split mask after
-# S = Q K^T) / shifts (stage slots and parities as masks and shifts) / mask_shifts, 128x128 exact, causal and not,
-# cuDNN beside. About 3 min
-step genfa2-r3 bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
-     timeout -k 5 90 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "d59 or descriptor or mask_after" || rc=$?;
-     for i in 1 2 3; do timeout -k 5 60 python3 benchmarks/cuda_attention.py --rep 5 --blocks 128x128x256x2 \
-       --general regprog,default,mask,shifts,mask_shifts || rc=$?; done; exit $rc'
-# genfa2-final (round 4): D59's final defaults (round 3 added the causal mask after S = Q K^T and the shifts): every
-# device test of the general path's attention, two processes of regprog / d55 / d59r2 (round 2's defaults) / default
-# at 128x128 exact, causal and not, cuDNN beside, then the whole catalog on the general path. About 3 min
-step genfa2-final bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
-     timeout -k 5 100 python3 -m pytest -q -n 8 -p no:cacheprovider $T -rs -k "float64 or bits" || rc=$?;
-     for i in 1 2; do timeout -k 5 60 python3 benchmarks/cuda_attention.py --rep 5 --blocks 128x128x256x2 \
-       --general regprog,d55,d59r2,default || rc=$?; done;
-     TILECORE_PASS_CONFIGS="{\"tilecore.cuda.register_programs\": false}" timeout -k 5 90 \
-       python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-general-d59f || rc=$?; exit $rc'
 # D61 (issue 11): FlashAttention on the general path against the register program on every row of the table and the
 # benchmarks, each in one process with cuDNN beside (b8 h32 s4096; every block's own TFLOP/s in the log's lines).
 # fagen-tests: D61's device tests (the general path's row division bit for bit the IEEE division on six shapes and
@@ -515,30 +368,6 @@ step genfa2-final bash -c 'rc=0; T=tests/test_cuda_general_attention.py;
 step fagen-tests bash -c 'rc=0; timeout -k 5 170 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py \
        -rs -k "d61 or d59_default or divi or auto or staging" || rc=$?;
      timeout -k 5 60 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_row_division.py -rs || rc=$?; exit $rc'
-step fagen-128 timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math \
-     --blocks 128x128x256x2,128x176x256x2 --general regprog,nodiv,default
-step fagen-fast timeout -k 5 200 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math --no-exact \
-     --blocks 128x128x256x2,128x176x256x2 --general regprog,default,tcmax,nopp,thread0
-step fagen-d64 bash -c 'rc=0; B="python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --dim 64 --blocks 128x128x256x2,128x176x256x2,64x64x128x2";
-     timeout -k 5 120 $B --general regprog,default,stage || rc=$?;
-     timeout -k 5 100 $B --fast-math --no-exact --general regprog,default || rc=$?; exit $rc'
-step fagen-64 timeout -k 5 200 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math \
-     --blocks 64x64x128x2 --general regprog,default,stage,stage_ws
-step fagen-d256 timeout -k 5 200 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math --dim 256 \
-     --blocks 128x64x256x2,64x64x128x2 --general regprog,default,ws1
-step fagen-gqa timeout -k 5 200 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math --kv-heads 8 \
-     --blocks 128x128x256x2,128x128x256x3 --general regprog,default
-# D61 round 2: fast math with fmaxf's row maximum (the default since 00472aa; tcmax the before), descriptor offsets
-# (gdesc) with and without ping-pong's turns; the exact build twice (two processes); d256 / GQA with gdesc; every one
-# with O through bulk tile stores (bulk, bulk_desc: tilecore.bulk_store=True on O[b, h, rows, :])
-step fagen-fast2 timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math --no-exact \
-     --blocks 128x128x256x2,128x176x256x2 --general regprog,default,tcmax,nopp,gdesc,gdesc_nopp,bulk,bulk_desc
-step fagen-exact2 bash -c 'rc=0; for i in 1 2; do timeout -k 5 160 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 \
-       --blocks 128x128x256x2,128x176x256x2 --general regprog,nodiv,default,gdesc,bulk,bulk_desc || rc=$?; done; exit $rc'
-step fagen-d256b timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math --dim 256 \
-     --blocks 128x64x256x2,64x64x128x2 --general regprog,default,ws1,gdesc,bulk,bulk_desc
-step fagen-gqa2 timeout -k 5 200 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math --kv-heads 8 \
-     --blocks 128x128x256x2,128x128x256x3 --general regprog,default,gdesc,bulk,bulk_desc
 # D61's confirmation on the merged tree (three steps, each under 90 s): fagen-confirm-tests: D61's and D59's device
 # tests of the general path's attention (the division, the bulk store of O bit for bit the direct stores, the staged
 # and specialized forms, fast math, against float64) and D60's division tests; fagen-confirm: d128 128x128, exact and
@@ -546,60 +375,8 @@ step fagen-gqa2 timeout -k 5 200 python3 benchmarks/cuda_attention.py --rep 5 --
 # (direct), cuDNN beside; then conformance-general (the catalog on the general path with the defaults)
 step fagen-confirm-tests bash -c 'rc=0; timeout -k 5 85 python3 -m pytest -q -n 8 -p no:cacheprovider \
        tests/test_cuda_general_attention.py tests/test_cuda_row_division.py -rs -k "d61 or d59_default or device" || rc=$?; exit $rc'
-step fagen-confirm timeout -k 5 85 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math \
-     --blocks 128x128x256x2 --general regprog,default,direct
 step fagen-auto python3 -m tilecore conformance run --target cuda:sm_90a -n 8 --report /tmp/rep/cuda-auto \
      --pass-config tilecore.cuda.register_programs=auto
-# D66 (issues 11 + 17): FlashAttention's general path against the register program on every row, cuDNN beside, each
-# kernel's own TFLOP/s in the log (b8 h32 s4096). Rows (benchmarks/cuda_attention.py --general): regprog (the
-# register program), default (the general path as merged: D61), gdesc (descriptor offsets, now one 64-bit add each),
-# chains (the row maximum as four partial chains and a tree: tilecore.reduce_chains=4), d66 (descriptor offsets +
-# 32-bit loop counters + chains), d66_nopp (d66 without ping-pong's turns, fast math). Each step one process of about
-# 2-3.5 min; the -1 / -2 steps are the same command twice (two processes: the spread is 1-3%).
-# fa66-tests: D66's device tests (each option bit for bit the defaults and against float64 on five forms, fast math
-# against float64). fa66-x: d128 exact 128x128 / 128x176. fa66-f: d128 fast math. fa66-d64, fa66-d256 (128x64),
-# fa66-gqa (8 KV heads, 2 and 3 stages): exact and fast math
-step fa66-tests timeout -k 5 200 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_parity.py -rs
-for p in 1 2; do
-  step fa66-x-$p timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 \
-       --blocks 128x128x256x2,128x176x256x2 --general regprog,default,gdesc,chains,d66
-  step fa66-f-$p timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --fast-math --no-exact \
-       --blocks 128x128x256x2,128x176x256x2 --general regprog,default,chains,d66,d66_nopp
-  step fa66-d64-$p timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --dim 64 --fast-math \
-       --blocks 128x128x256x2,128x176x256x2 --general regprog,default,d66
-  step fa66-d256-$p timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --dim 256 --fast-math \
-       --blocks 128x64x256x2 --general regprog,default,gdesc,d66,d66_nopp
-  step fa66-gqa-$p timeout -k 5 230 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 --kv-heads 8 --fast-math \
-       --blocks 128x128x256x2,128x128x256x3 --general regprog,default,d66
-done
-# D66 round 2: each step the benchmark in two processes (one after the other). Rows as fa66-* plus gn (descriptor
-# offsets + 32-bit counters), gc (descriptor offsets + chains), gdesc_nopp (descriptor offsets without ping-pong's
-# turns), d61stage (D61's occupancy rule: d64 128x176's V unstaged, before D66). About 2-3.5 min each
-step fa66b-x bash -c 'rc=0; for p in 1 2; do timeout -k 5 110 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 \
-       --blocks 128x128x256x2,128x176x256x2 --general regprog,default,gdesc,gn,gc,d66 || rc=$?; done; exit $rc'
-step fa66b-f bash -c 'rc=0; for p in 1 2; do timeout -k 5 115 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 \
-       --fast-math --no-exact --blocks 128x128x256x2,128x176x256x2 --general regprog,default,gdesc,gn,gc,d66,gdesc_nopp || rc=$?; done; exit $rc'
-step fa66b-d256 bash -c 'rc=0; for p in 1 2; do timeout -k 5 115 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 \
-       --dim 256 --fast-math --blocks 128x64x256x2 --general regprog,default,gdesc,gn,gc,d66,gdesc_nopp,d66_nopp || rc=$?; done; exit $rc'
-step fa66b-gqa bash -c 'rc=0; for p in 1 2; do timeout -k 5 110 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 \
-       --kv-heads 8 --fast-math --blocks 128x128x256x2 --general regprog,default,gdesc,gn,gc,d66 || rc=$?; done; exit $rc'
-step fa66b-d64 bash -c 'rc=0; for p in 1 2; do timeout -k 5 115 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 \
-       --dim 64 --fast-math --blocks 128x128x256x2,128x176x256x2 --general regprog,default,d61stage,gdesc || rc=$?; done; exit $rc'
-# D66 round 3: the rows in two processes, the second with the rows in reverse order (round 2 showed each process
-# slowing down row after row on the H200, so a row measured later ran on a hotter board: the register program, first,
-# was favoured); "auto" = tilecore.cuda.register_programs="auto" (d64's fast math routed to the general path since D66)
-fa66c() { local a="$1"; shift; local r; r=$(echo "$a" | tr ',' '\n' | tac | paste -sd, -);
-  local rc=0; timeout -k 5 115 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 "$@" --general "$a" || rc=$?;
-  timeout -k 5 115 python3 benchmarks/cuda_attention.py --rep 5 --inner-rep 10 "$@" --general "$r" || rc=$?; return $rc; }
-step fa66c-d64 fa66c regprog,default,d61stage,auto --dim 64 --fast-math --blocks 128x128x256x2,128x176x256x2
-step fa66c-x fa66c regprog,default,gdesc,d66 --blocks 128x128x256x2,128x176x256x2
-step fa66c-f fa66c regprog,default,gdesc,chains,d66 --fast-math --no-exact --blocks 128x128x256x2,128x176x256x2
-step fa66c-d256 fa66c regprog,default,gdesc,d66 --dim 256 --fast-math --blocks 128x64x256x2
-step fa66c-gqa fa66c regprog,default,gdesc,d66 --kv-heads 8 --fast-math --blocks 128x128x256x2
-# D66 round 4 (the defaults: descriptor offsets where a wgmma k loop has 16 steps, d256; V staged in the two-consumer
-# form; d64's fast math routed by "auto"): nodesc = descriptor offsets off (before), both orders
-step fa66d-d256 fa66c regprog,default,nodesc --dim 256 --fast-math --blocks 128x64x256x2
-step fa66d-d64 fa66c regprog,default,auto --dim 64 --fast-math --blocks 128x128x256x2,128x176x256x2
 # D66's route: the catalog on cuda:sm_90a (device mode) with tilecore.cuda.register_programs="auto" and D66's
 # options as "auto" (FlashAttention's form only), then every kernel on the general path with them. About 2 min
 step fa66-conformance bash -c 'rc=0; A="--pass-config tilecore.cuda.descriptor_offsets=auto --pass-config tilecore.cuda.narrow_loop_counters=auto --pass-config tilecore.reduce_chains=auto";
@@ -805,17 +582,6 @@ print(m.get(\"mode\", m.get(\"target\")), m[\"counts\"])" || rc=1; exit $rc'
 step compcost-table bash -c 'rc=0; timeout 110 python3 benchmarks/cuda_gemm.py --rep 20 --sizes 4096,8192 --no-fp8 || rc=$?;
      TILECORE_PASS_CONFIGS="{\"tilecore.cuda.general_plain_gemm\": false}" timeout 110 python3 benchmarks/cuda_gemm.py \
        --rep 20 --sizes 4096,8192 --no-fp8 || rc=$?; exit $rc'
-# D70 (helper faroute, issues 11 + 17): FlashAttention's general path against the register program, profile-led.
-# faroute-prof: Nsight Compute on one launch of each kernel (--launch-skip 2 --launch-count 1, clocks locked to base,
-# caches flushed), b4 h32 s4096: d128 exact 128x176, d128 fast GQA (8 KV heads) causal 128x128, d256 exact 128x64 --
-# the register program against the general path's defaults and D70's unswitched iteration with four chains of the
-# row maximum and descriptor offsets (unswitch_cd; round 2: d256 causal, not d256): duration, issue slots,
-# occupancy, dram / L2 / tensor pipe, stall reasons, samples by SASS region (consumers' loop / producer / rest) and
-# class (HGMMA, wgmma wait, mbarrier waits, named barriers: ping-pong's turns, MUFU, ...), the top instructions
-# (~3 min). FAPROF_ROWS /
-# FAPROF_VARIANTS / FAPROF_ARGS (e.g. --config NAME:KEY=VALUE) pick others.
-step faroute-prof timeout -k 5 270 python3 scripts/fa_profile.py --rows "${FAPROF_ROWS:-x176,gqa_fc,d256c}" \
-     --variants "${FAPROF_VARIANTS:-regprog,default,unswitch_cd}" --timeout 60 ${FAPROF_ARGS:-}
 # faroute-tests: D70's device tests (the unswitched iteration, with and without D66's chains, and D70's defaults bit
 # for bit the defaults before D70 and against float64 on five forms, causal and not, ragged; fast math against
 # float64) with D66's device tests (its options bit for bit the new defaults), ~2.5 min
@@ -827,18 +593,6 @@ step faroute-conf bash -c 'rc=0; timeout -k 5 110 python3 -m tilecore conformanc
        --report /tmp/rep/cuda-d70-general --pass-config tilecore.cuda.register_programs=false || rc=$?;
      timeout -k 5 110 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention \
        --report /tmp/rep/cuda-d70-auto --pass-config tilecore.cuda.register_programs=auto || rc=$?; exit $rc'
-# faroute-d128 / faroute-o: every d128 row (exact and fast math, 128x128 and 128x176, causal and not) / GQA (8 KV
-# heads, 128x128) and d256 (128x64), exact and fast, causal and not: each row's kernels compiled first, then timed in
-# turn with SDPA cuDNN 7 rounds, the order reversed every other round (the H200 slowed row after row inside a
-# process, D66); medians, ranges, ratios to the register program of the same block (--interleave). FAROUTE_GENERAL:
-# the variants (benchmarks/cuda_attention.py's --general names)
-step faroute-d128 timeout -k 5 230 python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave 7 --fast-math \
-     --blocks 128x128x256x2,128x176x256x2 --general "${FAROUTE_GENERAL:-regprog,default,before,auto}"
-step faroute-o bash -c 'rc=0; G="${FAROUTE_GENERAL:-regprog,default,before,auto}";
-     timeout -k 5 110 python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave 7 --fast-math --kv-heads 8 \
-       --blocks 128x128x256x2 --general "$G" || rc=$?;
-     timeout -k 5 110 python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave 7 --fast-math --dim 256 \
-       --blocks 128x64x256x2 --general "$G" || rc=$?; exit $rc'
 # D76 (issue 17: fp16 / bf16 GEMM at 1.05x cuBLAS). gemm105-prof: Nsight Compute on one launch (clocks locked to base,
 # caches flushed) of cuBLAS's kernel (torch.matmul) and ours on the default route (the general path) at 4096^3, side by
 # side: launch (grid, block, cluster, registers, shared memory), cycles and FLOP per SM-cycle, issue slots, tensor pipe,
@@ -895,51 +649,13 @@ step gemm105 bash -c 'rc=0; for d in float16 bfloat16; do timeout 115 python3 be
 step gemm105-table bash -c 'rc=0; for pc in "{}" "{\"tilecore.cuda.programmatic_launch\": true}" "{}"; do
        echo "== TILECORE_PASS_CONFIGS=$pc"; TILECORE_PASS_CONFIGS="$pc" timeout 60 python3 benchmarks/cuda_gemm.py --rep 10 \
        --sizes 4096,8192 --no-fp8 --triton --configs 128:256:64:256:3:8,128:256:64:256:4:8 || rc=$?; done; exit $rc'
-# D74 (helper fa90last, issues 11 + 17): the last sm_90a FlashAttention rows below 0.97x the register program on the
-# general path. fa90last: d128 128x128 and GQA (8 KV heads) 128x128, causal and not, the exact build and fast math in
-# separate processes; fa90last-d256: d256 128x64; fa90last-176: d128 128x176. Every kernel compiled first, then timed
-# in turn with SDPA cuDNN 7 rounds (the order reversed every other round; --interleave), ratios to the register
-# program of the same block in the same process. Variants (benchmarks/cuda_attention.py --general): regprog; default
-# = D70's defaults; fit = descriptor offsets where the carried fragments fit (tilecore.cuda.descriptor_offsets
-# "fit"; at d256 the default's kernel); loops* = the unmasked and the masked iterations in two loops
-# (tilecore.pipeline_mask_unswitch "loops"), with fit, fit + 32-bit counters (fitn), offsets everywhere (desc), fit
-# without ping-pong's turns (the register program's fast-math schedule: _nopp); nopp = the defaults without the turns
-fa90() { local rc=0 t=$1; shift; local X="${FA90_EXACT:-regprog,default,fit,loops_fit,loops_fitn}" F="${FA90_FAST:-regprog,default,loops_fit,loops_fit_nopp,nopp}";
-  timeout -k 5 "$t" python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave "${FA90_ROUNDS:-7}" "$@" --general "$X" || rc=$?
-  timeout -k 5 "$t" python3 benchmarks/cuda_attention.py --inner-rep 10 --interleave "${FA90_ROUNDS:-7}" --fast-math --no-exact "$@" \
-    --general "$F" || rc=$?; return $rc; }
-step fa90last bash -c "$(declare -f fa90); rc=0; fa90 55 --blocks 128x128x256x2 || rc=\$?;
-     fa90 55 --kv-heads 8 --blocks 128x128x256x2 || rc=\$?; exit \$rc"
-step fa90last-d256 bash -c "$(declare -f fa90); FA90_EXACT=\${FA90_EXACT:-regprog,default,loops_fit,loops_fitn} \
-     FA90_FAST=\${FA90_FAST:-regprog,default,loops_fit,loops_fit_nopp} fa90 80 --dim 256 --blocks 128x64x256x2"
-step fa90last-176 bash -c "$(declare -f fa90); FA90_EXACT=\${FA90_EXACT:-regprog,default,loops,loops_desc} \
-     FA90_FAST=\${FA90_FAST:-regprog,default,loops,loops_desc} fa90 80 --blocks 128x176x256x2"
-step fa90last-d64 bash -c "$(declare -f fa90); FA90_EXACT=\${FA90_EXACT:-regprog,default,loops_fit} \
-     FA90_FAST=\${FA90_FAST:-regprog,default,loops_fit} fa90 80 --dim 64 --blocks 128x128x256x2,128x176x256x2"
-# D74 round 2 (round 1: the two loops +3% on d256 causal and on fast math's causal rows, -4% on d128's exact causal
-# 128x128 with fit; fit alone -1 to -7% on non-causal d128 / d64; nopp alone 0.79-0.86x): the two loops without fit
-# (loops), with fit, with 32-bit counters (loops_n), fit without the turns (fit_nopp, GQA fast non-causal 0.994 in
-# round 1); 11 rounds
-step fa90r2 bash -c "$(declare -f fa90); export FA90_ROUNDS=11; FA90_EXACT=\${FA90_EXACT:-regprog,default,loops,loops_fit} \
-     FA90_FAST=\${FA90_FAST:-regprog,default,loops,loops_fit,fit_nopp}; export FA90_EXACT FA90_FAST; rc=0;
-     fa90 55 --blocks 128x128x256x2 || rc=\$?; fa90 55 --kv-heads 8 --blocks 128x128x256x2 || rc=\$?; exit \$rc"
-step fa90r2-d256 bash -c "$(declare -f fa90); export FA90_ROUNDS=11; FA90_EXACT=\${FA90_EXACT:-regprog,default,loops,loops_n} \
-     FA90_FAST=\${FA90_FAST:-regprog,default,loops,loops_n} fa90 80 --dim 256 --blocks 128x64x256x2"
 # D74 round 3: the new default ("auto": two loops under fast math and at d256, D70's one loop in d128's exact build)
 # against D70's (d70) and the register program, with 32-bit loop counters (default_n), 11 rounds; fa90r3-conf: the
 # catalog's attention cases on cuda:sm_90a on the general path and with the route "auto" (device mode)
-step fa90r3 bash -c "$(declare -f fa90); export FA90_ROUNDS=11; FA90_EXACT=\${FA90_EXACT:-regprog,default,d70} \
-     FA90_FAST=\${FA90_FAST:-regprog,default,d70,default_n}; export FA90_EXACT FA90_FAST; rc=0;
-     fa90 50 --blocks 128x128x256x2 || rc=\$?; fa90 50 --kv-heads 8 --blocks 128x128x256x2 || rc=\$?;
-     fa90 60 --dim 256 --blocks 128x64x256x2 || rc=\$?; exit \$rc"
 step fa90r3-conf bash -c 'rc=0; timeout -k 5 110 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention \
        --report /tmp/rep/cuda-d74-general --pass-config tilecore.cuda.register_programs=false || rc=$?;
      timeout -k 5 110 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention \
        --report /tmp/rep/cuda-d74-auto --pass-config tilecore.cuda.register_programs=auto || rc=$?; exit $rc'
-# fa90last-prof: Nsight Compute (scripts/fa_profile.py, clocks locked to base) on GQA fast causal (gqa_fc) and d128
-# exact causal 128x128 (c128): the register program, the defaults and loops_fit, ~2.5 min
-step fa90last-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows "${FA90PROF_ROWS:-c128,gqa_fc}" \
-     --variants "${FA90PROF_VARIANTS:-regprog,default,loops_fit}" --timeout 40
 # fa90last-tests: D74's device tests (the two loops bit for bit D70's defaults on five forms, sequences 300 / 1000 /
 # 1024, causal and not; fast math against float64) with D66's ("fit" among its options), ~3 min
 step fa90last-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_loops.py \
@@ -985,16 +701,6 @@ step gemmws-prof3 timeout -k 5 150 python3 scripts/gemm_profile.py --size 4096 -
 # (8 worker processes into the kernel cache), checked against SDPA cuDNN, then timed in turn with cuDNN 11 rounds (the
 # order reversed every other round), medians; issue 17's bar and D77's route rule per row (~1.5-2.5 min)
 step faauto timeout -k 5 230 python3 benchmarks/fa_route.py --rounds "${FAAUTO_ROUNDS:-11}" --inner-rep 10
-# faauto-r2: round 1's borderline rows again (d64, d128 128x128 and 128x176, GQA, d256; causal and not, exact and fast math), 15
-# rounds, with the default route's kernel timed as a third variant (D77's AUTO_KEEP: fast math at d128 / d256 on the
-# register program, the rest on the general path; the same kernel as one of the other two: a noise estimate), ~1.5 min
-step faauto-r2 timeout -k 5 230 python3 benchmarks/fa_route.py --forms d64,d128,d128x176,gqa,d256,d64x64,d256x64 --variants general,regprog,default \
-     --rounds "${FAAUTO_ROUNDS:-15}" --inner-rep 10
-# faauto-r3: D77's final default (AUTO_GENERAL after round 2) on the forms it routes and their neighbours: d128
-# 128x128 and 128x176, GQA, d256 128x64, 64x64 at d128 / d64; the general path, the register program and the default
-# route's kernel, 15 rounds (~1.5-2 min)
-step faauto-r3 timeout -k 5 230 python3 benchmarks/fa_route.py --forms d128,d128x176,gqa,d256,d128x64,d64x64 \
-     --variants general,regprog,default --rounds "${FAAUTO_ROUNDS:-15}" --inner-rep 10
 # faauto-tests / faauto-tests2: the FlashAttention device tests on the new default (the general path): the general
 # attention and Hopper files, then D66 / D70 / D74's (each < 3.5 min)
 step faauto-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py tests/test_cuda_swizzle64.py \
@@ -1010,15 +716,6 @@ step faauto-tests2 timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovide
 # in one process) with general / regprog / desc, ~2.5 min. fa90d64-ca: the same d64 kernels through
 # benchmarks/cuda_attention.py --interleave (D66 / D74's harness, where d64's general kernel measured 1.04x), exact and
 # fast math processes, ~2 min. fa90d64-prof: Nsight Compute (clocks locked) on d64 exact and fast causal, ~2 min
-fa81() { local t=$1; shift; timeout -k 5 "$t" python3 benchmarks/fa_route.py --forms "${FA81_FORMS:-d64}" --workers 12 \
-  --variants "${FA81_VARIANTS:-regprog,general,desc,descn,loops_desc}" --rounds "${FA81_ROUNDS:-15}" --inner-rep 10 "$@"; }
-step fa90d64 bash -c "$(declare -f fa81); rc=0; fa81 150 || rc=\$?; fa81 60 --reverse || rc=\$?; exit \$rc"
-step fa90d64-mix bash -c "$(declare -f fa81); FA81_FORMS=d64,d128,gqa,d256 FA81_VARIANTS=general,regprog,desc \
-     FA81_ROUNDS=11 fa81 170"
-step fa90d64-ca bash -c 'rc=0; for b in "" "--fast-math --no-exact"; do timeout -k 5 80 python3 benchmarks/cuda_attention.py \
-       --dim 64 --blocks 128x128x256x2 --inner-rep 10 --interleave 11 $b --general regprog,default,gdesc || rc=$?; done; exit $rc'
-step fa90d64-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows d64,d64_fc --variants regprog,default,desc \
-     --config desc:tilecore.cuda.descriptor_offsets=True --timeout 40
 # D81 round 2 (round 1: the descriptor offsets measured slower at d64 and were reverted; the general path's exact d64
 # kernel 1.04-1.07x the register program wherever it was not the first kernel after the cuDNN block; D77's 0.925 was
 # that position). fa90d64-r2: the route as it is now (AUTO_GENERAL takes d64's exact build at 128x128: default = the
@@ -1031,12 +728,6 @@ step fa90d64-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows d64,d64_
 # fa90d64-bound: D81's fact of the masked loop's bound (tilecore.pipeline_masked_loop_bound, the default; nobound =
 # D74's form) on every causal form with D74's two loops (fast math at d64 / d128 / GQA / d128 128x176, d256 in both
 # builds), fa_route.py --shuffle, 11 rounds, the register program beside, ~2.5 min
-step fa90d64-bound bash -c "$(declare -f fa81); FA81_FORMS=d64,d128,gqa,d256,d128x176 FA81_VARIANTS=general,nobound,regprog \
-     FA81_ROUNDS=11 fa81 200 --causal yes --shuffle 84"
-step fa90d64-r2 bash -c "$(declare -f fa81); rc=0; FA81_VARIANTS=general,regprog,default fa81 150 --shuffle 81 || rc=\$?;
-     FA81_VARIANTS=general,regprog,default fa81 80 --shuffle 82 || rc=\$?; exit \$rc"
-step fa90d64-fast timeout -k 5 170 python3 benchmarks/cuda_attention.py --dim 64 --blocks 128x128x256x2 --inner-rep 10 \
-     --interleave 11 --fast-math --no-exact --causal yes --general regprog,default,nobound,nopp,d70,default_n
 step fa90d64-tests bash -c 'rc=0; timeout -k 5 150 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py \
        tests/test_cuda_fa_parity.py tests/test_cuda_fa_loops.py tests/test_cuda_fa_unswitch.py -k "d64 or auto" -rs || rc=$?;
      timeout -k 5 120 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_d64.py -rs || rc=$?;
@@ -1050,10 +741,6 @@ step fa90d64-tests bash -c 'rc=0; timeout -k 5 150 python3 -m pytest -q -n 8 -p 
 # (test_cuda_fa_loops, test_cuda_fa_unswitch, test_cuda_fa_d64: bit for bit and float64 on every form the bound
 # touches), ~3 min. fa90d64-tests3: the route's and D66's device tests (test_cuda_general_attention, test_cuda_fa_parity)
 # and the catalog's attention cases on cuda:sm_90a on both routes, ~3 min
-step fa90d64-r3 bash -c "$(declare -f fa81); rc=0; FA81_VARIANTS=general,regprog,default fa81 120 --shuffle 85 || rc=\$?;
-     FA81_VARIANTS=general,regprog,default fa81 60 --shuffle 86 || rc=\$?; exit \$rc"
-step fa90d64-bound2 bash -c "$(declare -f fa81); FA81_FORMS=d64,d128,gqa,d256,d128x176 FA81_VARIANTS=general,nobound,regprog \
-     FA81_ROUNDS=15 fa81 170 --causal yes --builds fast --shuffle 87"
 step fa90d64-tests2 timeout -k 5 220 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_loops.py \
      tests/test_cuda_fa_unswitch.py tests/test_cuda_fa_d64.py -rs
 step fa90d64-tests3 bash -c 'rc=0; timeout -k 5 150 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py \
@@ -1061,22 +748,8 @@ step fa90d64-tests3 bash -c 'rc=0; timeout -k 5 150 python3 -m pytest -q -n 8 -p
      timeout -k 5 50 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention --report /tmp/rep/cuda-d81b || rc=$?;
      timeout -k 5 50 python3 -m tilecore conformance run --target cuda:sm_90a -n 8 -k attention --report /tmp/rep/cuda-d81g \
        --pass-config tilecore.cuda.register_programs=false || rc=$?; exit $rc'
-# D82 (helper fa90d256, issues 11 + 17): FlashAttention at d256 with 64-row blocks on the general path. fa90d256:
-# sm_90a 64x64 d256 (one consumer warpgroup; benchmarks/fa_route.py, one process, causal and not, exact and fast math):
-# the general path's default (general: thread 0 issues the bulk copies, V issued after the first gemm's wait), the
-# register program (regprog) and the general path with a producer warpgroup (ws: tilecore.warp_specialize=True, the
-# register program's form), timed in turn with SDPA cuDNN, the order reversed every other round, 15 rounds (~1.5 min).
-# fa90d256-sm80: sm_80's 64 rows at d256 through the sm_80 overlay (benchmarks/mma_general.py, fast math then exact,
-# each kernel's rows in order then reversed): regprog, attention-all (the general path with the route's form
-# defaults: the kernel D79 measured, 255 registers and 40-64 bytes of spills), attention-all-fold (+ O's relay tile
-# folded, tilecore.fold_relay_tiles: V gets its second stage, no spills at 255 registers), SDPA in the same process
-# (~2 min)
-step fa90d256 timeout -k 5 200 python3 benchmarks/fa_route.py --forms d256x64 --variants "${FA90D256_VARIANTS:-general,regprog,ws}" \
-     --rounds "${FA90D256_ROUNDS:-15}" --inner-rep 10
 # fa90d256-more: the producer warpgroup on the other one-consumer forms the route already gives the general path
 # (d128 and d64 at 64x64: general / ws, the register program for the ratio), 11 rounds (~1.5 min)
-step fa90d256-more timeout -k 5 200 python3 benchmarks/fa_route.py --forms d128x64,d64x64 --variants general,regprog,ws \
-     --rounds "${FA90D256_ROUNDS:-11}" --inner-rep 10
 step fa90d256-sm80 bash -c 'rc=0; for x in "" --exact; do timeout -k 5 100 python3 benchmarks/mma_general.py --rep 10 --orders 2 \
        --fa 8,32,4096,256 --only fa64,fa64_causal --variants "${FA90D256_SM80:-regprog,attention-all,attention-all-fold}" $x || rc=$?;
      done; exit $rc'
@@ -1089,8 +762,6 @@ step fa90d256-sm80 bash -c 'rc=0; for x in "" --exact; do timeout -k 5 100 pytho
 # the new routes (the d256 64x64 route against float64 and bit for bit the thread-0 form; sm_80's routed rows, 64 rows
 # at d256 among them, against float64) (~3 min). fa90d256-conf: the catalog's attention cases on cuda:sm_90a and the
 # sm_80 overlay's FlashAttention device tests of test_mma_general
-step fa90d256-r2 timeout -k 5 200 python3 benchmarks/fa_route.py --forms d256x64 \
-     --variants "${FA90D256_R2_VARIANTS:-regprog,default,ws,wsb,wsbr}" --rounds "${FA90D256_ROUNDS:-15}" --inner-rep 10
 step fa90d256-r2-sm80 bash -c 'rc=0; for x in "" --exact; do timeout -k 5 100 python3 benchmarks/mma_general.py --rep 10 --orders 2 \
        --fa 8,32,4096,256 --only fa64,fa64_causal --variants regprog,default $x || rc=$?; done; exit $rc'
 step fa90d256-tests timeout -k 5 230 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py \
@@ -1103,54 +774,9 @@ step fa90d256-conf bash -c 'rc=0; timeout -k 5 110 python3 -m tilecore conforman
 step fa90d256-tests3 timeout -k 5 120 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py -rs \
      -k "d82_d256"
 
-# D83 (helper fa90x176, issues 11 + 17): d128's exact build at 128x176 (D77: the general path 0.944-0.953x the register
-# program non-causal). fa90x176: benchmarks/fa_route.py on that form, causal and not, the exact build and fast math,
-# the register program, the general path's default (general, and again as general2: a noise estimate), P @ V's
-# descriptors as offsets (regs: tilecore.cuda.descriptor_offsets "registers"; the turn's issue window at the register
-# program's 311 planned cycles against 409), with D74's two loops (loops_regs), D74's loops + offsets everywhere
-# (loops_desc); 15 rounds, the order reversed every other round; then the exact rows again with the variants in the
-# reverse order (kernels from the cache), cuDNN in each process (~2 min)
-step fa90x176 bash -c 'rc=0; V="${FA176_VARIANTS:-regprog,general,regs,loops_regs,loops_desc,general2}";
-     R=$(echo "$V" | tr , "\n" | tac | paste -sd, -);
-     timeout -k 5 110 python3 benchmarks/fa_route.py --forms d128x176 --builds exact,fast --variants "$V" \
-       --rounds "${FA176_ROUNDS:-15}" --inner-rep 10 || rc=$?;
-     timeout -k 5 60 python3 benchmarks/fa_route.py --forms d128x176 --builds exact --variants "$R" \
-       --rounds "${FA176_ROUNDS:-15}" --inner-rep 10 || rc=$?; exit $rc'
-# fa90x176-r2 (round 1: regs 0.946-0.961 non-causal, loops_regs / loops_desc 0.963-0.968 against general 0.932-0.963:
-# the turn was not it): O by direct stores (direct: the bulk store's two halves, each behind a barrier of both consumer
-# warpgroups, gone), with loops_regs (loops_regs_direct); O staged in Q's tile, dead after the loop (reuse:
-# tilecore.bulk_store_reuse, the whole tile at once); the same two processes (~1.5 min); fa90x176-prof: ncu
-# (scripts/fa_profile.py, one launch, clocks locked to base) of x176 (exact non-causal 128x176), the register program,
-# the default and direct (~1.5 min)
-step fa90x176-r2 bash -c 'rc=0; V="${FA176_VARIANTS:-regprog,general,direct,reuse,loops_regs,loops_regs_direct,general2}";
-     R=$(echo "$V" | tr , "\n" | tac | paste -sd, -);
-     timeout -k 5 110 python3 benchmarks/fa_route.py --forms d128x176 --builds exact,fast --variants "$V" \
-       --rounds "${FA176_ROUNDS:-15}" --inner-rep 10 || rc=$?;
-     timeout -k 5 60 python3 benchmarks/fa_route.py --forms d128x176 --builds exact --variants "$R" \
-       --rounds "${FA176_ROUNDS:-15}" --inner-rep 10 || rc=$?; exit $rc'
-# fa90x176-r3 (round 2: the step hung on reuse's first version, a barrier of both consumer warpgroups inside
-# ping-pong's turns, fixed: O's tile now over Q's through Allocate.reuses, Q still a tile only bulk copies write; ncu:
-# direct 0.940x the register program against the default's 0.958x): process 1 without reuse (regprog, general,
-# loops_regs, general2), process 2 with it (regprog, general, reuse, loops_regs_reuse), each variant order reversed
-# in a third / fourth process on the exact rows (kernels from the cache); exact and fast (~2.5 min)
-step fa90x176-r3 bash -c 'rc=0; A="regprog,general,loops_regs,general2"; B="regprog,general,reuse,loops_regs_reuse";
-     rev() { echo "$1" | tr , "\n" | tac | paste -sd, -; }
-     F="python3 benchmarks/fa_route.py --forms d128x176 --rounds ${FA176_ROUNDS:-13} --inner-rep 10";
-     timeout -k 5 50 $F --builds exact,fast --variants "$A" || rc=$?;
-     timeout -k 5 50 $F --builds exact,fast --variants "$B" || rc=$?;
-     timeout -k 5 30 $F --builds exact --variants "$(rev $A)" || rc=$?;
-     timeout -k 5 30 $F --builds exact --variants "$(rev $B)" || rc=$?; exit $rc'
-# fa90x176-r4 (the last round: D83's defaults, loops_regs, at d128 exact 128x176 and the form in AUTO_GENERAL): the
-# register program, the general path (= loops_regs), the default route (the same kernel: noise), D77's kernel (d77),
-# exact rows, two processes, the order reversed in the second (~1 min)
-step fa90x176-r4 bash -c 'rc=0; V="regprog,general,default,d77"; R="d77,default,general,regprog";
-     F="python3 benchmarks/fa_route.py --forms d128x176 --builds exact --rounds ${FA176_ROUNDS:-15} --inner-rep 10";
-     timeout -k 5 45 $F --variants "$V" || rc=$?; timeout -k 5 35 $F --variants "$R" || rc=$?; exit $rc'
 # fa90x176-tests: D83's device tests (test_cuda_fa_loops.py: the offsets of P @ V and O over Q's tile bit for bit the
 # defaults and against float64 on five forms, causal and not, three sequences; D74's with them), ~3 min
 step fa90x176-tests timeout -k 5 220 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_fa_loops.py -rs
-step fa90x176-prof timeout -k 5 170 python3 scripts/fa_profile.py --rows x176 --variants regprog,default,direct,reuse \
-     --config direct:tilecore.bulk_store_attention=False --config reuse:tilecore.bulk_store_reuse=True --timeout 38
 # D87 (exact causal): the candidates against the default and cuDNN, shuffled, both builds (~2.5 min); the causal rows
 # with D54's order off / 16 heads a section and D74's two loops (~2 min); ncu of exact causal 128x128 (the default,
 # the rescale in the turn with four chains, SDPA cuDNN) and fast causal (~2 min); the device tests (~1.5 min)
@@ -1175,3 +801,15 @@ if [ -d .whl_before ]; then
 fi
 (cd /tmp/rep && tar czf "$OUT/reports.tgz" .)
 cat "$OUT/summary.txt"
+# D86 (helper retire90, issue 11): the WGMMA register program retired; every sm_90a FlashAttention form on the general
+# path. fa86: benchmarks/fa_route.py, the route's default and the general path (register_programs=False) against SDPA
+# cuDNN in the same process, the forms of issue 17's table and the ones the program kept until D86 (d64 at 128x176,
+# GQA at 128x64), causal and not, exact and fast, 11 shuffled rounds (~4 min); fa86-corpus: TileLang's GQA backward
+# example's forward kernel (benchmarks/corpus_gqa_fwd.py: float64 check, cuDNN beside, ~1 min). fa86-tests: the
+# FlashAttention device tests on the new route (~4 min)
+step fa86 timeout -k 5 280 python3 benchmarks/fa_route.py --forms d64,d128,d128x176,gqa,d256,d256x64,d64x176,gqax64 \
+     --variants default,general --shuffle 86 --rounds "${FA86_ROUNDS:-11}" --inner-rep 10 --workers 12
+step fa86-corpus timeout -k 5 100 python3 benchmarks/corpus_gqa_fwd.py --rounds 15 --shuffle 86
+step fa86-tests timeout -k 5 280 python3 -m pytest -q -n 8 -p no:cacheprovider tests/test_cuda_general_attention.py \
+     tests/test_cuda_hopper.py tests/test_cuda_fa_parity.py tests/test_cuda_fa_unswitch.py tests/test_cuda_fa_loops.py \
+     tests/test_mma_route.py -rs

@@ -2,13 +2,13 @@
 each kernel profiled (``--launch-skip 2 --launch-count 1``, clocks locked to base, caches flushed: ncu's defaults),
 the same row side by side.
 
-    python scripts/fa_profile.py [--rows x176,gqa_fc,d256] [--variants regprog,default] [--batch 4] [--ncu PATH]
+    python scripts/fa_profile.py [--rows x176,gqa_fc,d256] [--variants route,default] [--batch 4] [--ncu PATH]
         [--config VARIANT:KEY=VALUE ...] [--top 14]
 
 Rows (the forms D66 left below 0.97x): ``x176`` d128 exact 128x176 non-causal, ``gqa_fc`` d128 fast math GQA (8 KV
 heads) causal 128x128, ``d256`` d256 exact 128x64 non-causal, ``c128`` d128 exact causal 128x128, ``f128`` d128 fast
-128x128 non-causal (h32 s4096, ``--batch``). Variants: ``regprog`` (tilecore.cuda.register_programs=True), ``default``
-(the general path's defaults), and any ``--config VARIANT:KEY=VALUE`` (the general path with that pass config; repeat
+128x128 non-causal (h32 s4096, ``--batch``). Variants: ``route`` (the route's default; D86 retired ``regprog``,
+the WGMMA register program), ``default`` (the general path's defaults), and any ``--config VARIANT:KEY=VALUE`` (the general path with that pass config; repeat
 it for several keys of one variant).
 
 Prints per row: (1) the kernel's duration at ncu's locked clock, issue slots busy, achieved occupancy, dram / L2 /
@@ -50,7 +50,7 @@ ROWS = {"x176": (128, 128, 176, False, False, None), "gqa_fc": (128, 128, 128, T
         # D87: d128 causal, fast math at 128x128, both builds at 128x176 (issue 17's causal rows)
         "fc128": (128, 128, 128, True, True, None), "c176": (128, 128, 176, True, False, None),
         "fc176": (128, 128, 176, True, True, None)}
-VARIANTS = {"regprog": {"tilecore.cuda.register_programs": True},
+VARIANTS = {"route": {},  # the route's default (D86: the general path with a form's defaults)
             "default": {"tilecore.cuda.register_programs": False},
             # D70: the iteration unswitched on the split mask's condition; the mask before the first gemm
             "unswitch": {"tilecore.cuda.register_programs": False, "tilecore.pipeline_mask_unswitch": True},
@@ -468,7 +468,7 @@ def report(row: str, results: dict, top: int) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="x176,gqa_fc,d256")
-    ap.add_argument("--variants", default="regprog,default")
+    ap.add_argument("--variants", default="route,default")
     ap.add_argument("--config", action="append", default=[], metavar="VARIANT:KEY=VALUE")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--ncu", default=None)
@@ -480,6 +480,9 @@ def main() -> int:
     ap.add_argument("--tail", action="store_true", help="also the SMs' active cycles (max / mean: the grid's tail) "
                     "and the instructions by pipe (D87)")
     args = ap.parse_args()
+    if "regprog" in args.variants.split(","):
+        ap.error("variant regprog: the WGMMA register program is retired (docs/decisions.md D86); profile route / "
+                 "default (the general path) / its options (the first variant is the speed reference)")
     if args.child:
         return child(args.child[0], ast.literal_eval(args.configs), args.batch, Path(args.child[2]))
     variants = parse_configs(args.config, VARIANTS, new=lambda: {"tilecore.cuda.register_programs": False})

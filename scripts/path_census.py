@@ -8,8 +8,8 @@
 
 A kernel is lowered (``tilecore.compiler.lower``: no device compiler runs) and put in one of:
 
-- ``register program (wgmma)`` / ``register program (mma.sync)``: ``cuda.hopper_register_program`` /
-  ``cuda.register_program`` took the whole kernel (regprog.py);
+- ``register program (mma.sync)``: ``cuda.register_program`` took the whole kernel (regprog.py; sm_80; the WGMMA
+  register program of sm_90a, ``cuda.hopper_register_program``, was retired in D86);
 - ``hopper pipeline``: ``cuda.hopper_gemm_pipeline`` took its GEMM loop (hopper.py);
 - ``general, registers``: the core's general path, every fragment in registers with a layout
   (``kernel.meta["attrs"]["fragment_layouts"]``);
@@ -18,9 +18,9 @@ A kernel is lowered (``tilecore.compiler.lower``: no device compiler runs) and p
 - ``general, no fragments``: the core's general path, a kernel without fragments (copies, elementwise);
 - ``refused``: the target refuses the kernel (the error's first line).
 
-The reason column is the register program's own note for that target (``cuda.hopper_register_program`` on
-sm_90a, ``cuda.register_program`` on sm_80), i.e. why the kernel did not take it; on sm_90a a kernel the
-Hopper GEMM pipeline took says so instead.
+The reason column is the register program's own note for that target (``cuda.register_program``), i.e. why the
+kernel did not take it (on sm_90a: the retired WGMMA program's form, D86, or why the mma.sync one does not); on
+sm_90a a kernel the Hopper GEMM pipeline took says so instead.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = ("cuda:sm_90a", "cuda:sm_80")
-REGPROG = {"cuda:sm_90a": "cuda.hopper_register_program", "cuda:sm_80": "cuda.register_program"}
+REGPROG = {"cuda:sm_90a": "cuda.register_program", "cuda:sm_80": "cuda.register_program"}
 
 
 def _sources(only):

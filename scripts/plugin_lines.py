@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: files of the CUDA plugin that are whole-kernel passes over fixed forms (retired as the general path takes them)
-MATCHED_FORMS = {"regprog.py", "hopper.py", "_lean.py", "_tmastore.py", "_fold.py", "_prune.py"}
+MATCHED_FORMS = {"regprog.py", "hopper.py", "_lean.py", "_fold.py", "_prune.py"}  # (_tmastore.py: gone in D86)
 
 
 def code_lines(text: str) -> int:

@@ -51,9 +51,10 @@ def table(rows: list[dict]) -> str:
         paths = ", ".join(dict.fromkeys(cuda.get("paths") or [])) if cuda else ""
         reason = (cpu or {}).get("xfail") or (cuda or {}).get("xfail") or ""
         if not reason and cuda and cuda["ok"] and "generic" in (cuda.get("paths") or []):
-            why = [n for n in cuda.get("notes") or [] if "not mapped" in n or "not pipelined" in n]
+            why = [n for n in cuda.get("notes") or [] if "not mapped" in n or "not pipelined" in n
+                   or "retired (D86)" in n]
             # why not registers first: the register program's own reason, then the GEMM pipeline's
-            why.sort(key=lambda n: not n.startswith("cuda.hopper_register_program:"))
+            why.sort(key=lambda n: not n.startswith("cuda.register_program:"))
             reason = f"generic: {why[0]}" if why else "generic: no T.Pipelined loop the CUDA passes take"
         lines.append(f"| {name} | {name.split('_')[0]} | {source_of(name)} | {cpu_s} | {cuda_s} | {paths or '-'} | "
                      f"{reason.replace('|', '/')} |")

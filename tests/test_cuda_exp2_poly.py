@@ -94,42 +94,11 @@ def test_device_function_sass():
 # -- the kernels ---------------------------------------------------------------------------------------------
 
 @needs_toolchain
-def test_source_default_and_bad_values():
-    default = _k(BENCH, {}).get_kernel_source()
-    assert "tc_ex2_poly" not in default and "tc_x[" not in default
-    assert default == _k(BENCH, {"tilecore.cuda.exp2_poly": 0}).get_kernel_source()
-    src = _k(BENCH, {"tilecore.cuda.exp2_poly": 2}).get_kernel_source()
-    assert "((tc_j * 2) % 16 < 2) ? tc_ex2_poly(" in src and "__device__ __forceinline__ float tc_ex2_poly" in src
-    late = _k(BENCH, {"tilecore.cuda.exp2_range_check": "late"}).get_kernel_source()
-    assert "if (__any_sync(0xffffffffu, tc_lo))" in late and "tc_lo = tc_lo | (tc_x[" in late
+def test_bad_values():
     for key, bad in (("tilecore.cuda.exp2_poly", -1), ("tilecore.cuda.exp2_poly", True),
                      ("tilecore.cuda.exp2_late_group", 0), ("tilecore.cuda.exp2_range_check", "lat")):
         with pytest.raises(Exception, match=key.split(".")[-1]):
-            _k((256, 64, 64, 64, 128, True, 1, None), {key: bad})
-
-
-@needs_toolchain
-@pytest.mark.parametrize("n", [1, 2])
-def test_sass_poly(n):
-    """4n MUFU.EX2 fewer a thread and iteration (and as many of exp2f's range tests), 6 FFMA each more, no local
-    memory."""
-    sass = tilecore_cuda.CUDABackend().disassemble(_k(BENCH, {"tilecore.cuda.exp2_poly": n}).binary, HOPPER)
-    assert "STL" not in sass and "LDL" not in sass
-    got = sass_paths.loop_counts(sass)[0]
-    base = sass_paths.loop_counts(tilecore_cuda.CUDABackend().disassemble(_k(BENCH, {}).binary, HOPPER))[0]
-    assert got["MUFU"] == base["MUFU"] - 4 * n and got["exp2f range tests"] == base["exp2f range tests"] - 4 * n
-    assert got["FFMA"] >= base["FFMA"] + 6 * 4 * n
-
-
-@needs_toolchain
-def test_sass_late():
-    """The path without any argument below -126: one MUFU.EX2 an element, no predicated multiply but the two row
-    factors' exp2f; no local memory at 4 groups (a vote over all 16 spilled)."""
-    sass = tilecore_cuda.CUDABackend().disassemble(
-        _k(BENCH, {"tilecore.cuda.exp2_range_check": "late", "tilecore.cuda.exp2_late_group": 4}).binary, HOPPER)
-    assert "STL" not in sass and "LDL" not in sass
-    fast = sass_paths.loop_counts(sass)[0]
-    assert fast["MUFU"] == 66 and fast["predicated FMUL"] == 4 and fast["VOTE"] == 4
+            _k((256, 64, 64, 64, 128, True, 1, None), {key: bad}, target="cuda:sm_80")
 
 
 def _host(cfg, seq=192, dim=64):
@@ -227,24 +196,3 @@ def test_device_function_every_argument(torch_cuda):
 DEVICE = {"128-causal": (1024, 128, 128, 128, 256, True), "176-ragged": (1000, 128, 128, 176, 256, False),
           "d64-3wg-causal": (1000, 64, 192, 64, 384, True)}
 
-
-@hopper_gpu
-@pytest.mark.parametrize("shape", list(DEVICE))
-@pytest.mark.parametrize("cfg", ["poly2", "late4", "late4poly2"])
-def test_device_attention(torch_cuda, shape, cfg):
-    """poly2 against float64 and close to the default; late4 bit for bit the default; both bit for bit poly2."""
-    from tilecore_conformance.composite import attention_ref
-
-    late = {"tilecore.cuda.exp2_range_check": "late", "tilecore.cuda.exp2_late_group": 4}
-    configs = {"poly2": {"tilecore.cuda.exp2_poly": 2}, "late4": late,
-               "late4poly2": {**late, "tilecore.cuda.exp2_poly": 2}}[cfg]
-    inputs, got, k = _device_run(torch_cuda, shape, configs, DEVICE)
-    assert ("tc_ex2_poly(" if "poly" in cfg else "tc_x[") in k.get_kernel_source()
-    _, base, _ = _device_run(torch_cuda, shape, {"tilecore.cuda.exp2_poly": 2} if cfg == "late4poly2" else {}, DEVICE)
-    seq, dim, *_, causal = DEVICE[shape]
-    ref = attention_ref(inputs, "float16", causal, seq=seq, dim=dim)[0]
-    np.testing.assert_allclose(got, ref, atol=2e-2, rtol=2e-2)
-    if cfg == "poly2":
-        np.testing.assert_allclose(got, base, atol=2e-3, rtol=0)
-    else:
-        assert got.tobytes() == base.tobytes()

@@ -30,7 +30,7 @@ tilecore_cuda = pytest.importorskip("tilecore_cuda")
 
 sys.path.insert(0, str(Path(__file__).parent))
 import sass_paths  # noqa: E402
-from test_cuda_backend import NOCACHE, needs_toolchain  # noqa: E402
+from test_cuda_backend import needs_toolchain  # noqa: E402
 from test_cuda_hopper import hopper_gpu  # noqa: E402
 # the forms, inputs and float64 reference of D70's device tests: the same kernels, the two loops against them
 from test_cuda_fa_unswitch import FORMS, _inputs, _reference  # noqa: E402
@@ -42,7 +42,6 @@ HOPPER = "cuda:sm_90a"
 #: D89: through the run's kernel cache (private to the run, shared by its xdist workers, keyed by the IR, options and
 #: the core's and plugin's code): a kernel that several tests read compiles once; nothing here monkeypatches the compiler
 GENERAL = {"tilecore.cuda.register_programs": False}
-REGPROG = {**NOCACHE, "tilecore.cuda.register_programs": True}
 LOOPS = {"tilecore.pipeline_mask_unswitch": "loops"}
 D70 = {"tilecore.pipeline_mask_unswitch": True}  # D70's one loop (the default's form in d128 / d64's exact build)
 FIT = {"tilecore.cuda.descriptor_offsets": "fit"}
@@ -101,14 +100,13 @@ def test_loops_split_the_iterations_on_the_masks_condition():
                                   dict(bn=176)], ids=["d128-causal", "d256-causal", "176-causal", "176-ragged"])
 def test_loops_give_the_unmasked_loop_the_register_programs_bookkeeping(form):
     """With descriptor offsets ("fit", True at 128x176), the unmasked iterations' loop: one path, its uniform
-    instructions within 6 of the register program's (d128 causal 52 / 52, 128x176 54 / 56, d256 60 / 56; D70's
-    one loop, causal, 86, 95, 89 on its unmasked path) and its instructions within 4% of the register program's (d256: 671 /
-    650)."""
+    instructions within 6 of the WGMMA register program's, measured before D86 retired it (d128 causal 52 / 52,
+    128x176 54 / 56, d256 60 / 56: U_RP; D70's one loop, causal, 86, 95, 89 on its unmasked path)."""
     desc = DESC if form.get("bn") == 176 else FIT
-    loops, rp = fa(**form, **LOOPS, **desc), fa(**form, **REGPROG)
+    loops = fa(**form, **LOOPS, **desc)
     (n, u), = _main_loop(loops)
-    (n_rp, u_rp), = _main_loop(rp)
-    assert u <= u_rp + 6 and n <= 1.04 * n_rp, (n, u, n_rp, u_rp)
+    u_rp = 56 if form.get("bn") == 176 or form.get("dim") == 256 else 52
+    assert u <= u_rp + 6, (n, u, u_rp)
     if form.get("causal"):  # the unmasked path of D70's unswitched loop (the shorter; ragged alone: ptxas did well)
         d70 = min(_main_loop(fa(**form, **desc, **D70)))
         assert d70[1] >= u + 20, (d70, u)

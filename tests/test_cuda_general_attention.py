@@ -788,58 +788,58 @@ def _routed(func, route, **extra):
 @needs_toolchain
 @pytest.mark.parametrize("form", [("d128", 128, 128, 128, None), ("gqa", 128, 128, 128, 8)], ids=lambda f: f[0])
 def test_auto_routes_flash_attentions_two_warpgroup_form_to_the_general_path(form):
+    """D86: "auto" (the default) compiles FlashAttention's form as False does (the general path), its note naming the
+    retirement; True, which forced the WGMMA register program, is refused naming D86 and what runs instead."""
     _, dim, bm, bn, kvh = form
     func = flash_attention_forward(4096, dim, 32, bm, bn, "float16", True, batch=8, threads=256, kv_heads=kvh)
     auto, general = _routed(func, "auto"), _routed(func, False)
     assert auto.get_kernel_source() == general.get_kernel_source()
-    assert any('register_programs="auto"' in n and "general path" in n for n in auto.meta["attrs"]["hopper_pipelines"])
-    forced = _routed(func, True)
-    assert forced.get_kernel_source() != general.get_kernel_source()
-    assert not any("auto" in n for n in forced.meta["attrs"].get("hopper_pipelines", ()))
+    assert any("general path" in n and "retired (D86)" in n for n in auto.meta["attrs"]["hopper_pipelines"])
+    with pytest.raises(tilecore.errors.CompileError, match=r"register_programs=True: the WGMMA register program "
+                                                           r"\(sm_90a\) is retired \(D86.*core's general path"):
+        _routed(func, True)
 
 
 @needs_toolchain
-def test_auto_routes_by_d77s_measurement(monkeypatch):
-    """D77: "auto" (the default) leaves the FlashAttention forms of AUTO_GENERAL to the general path (d256 at 128x64 in
-    both builds, d128 at 128x128 in both, at 128x176 in both (D83: the exact build with the two loops and P @ V's
-    descriptor offsets), one consumer warpgroup at 64x64 with d128 / d64; D81: d64 with two consumer warpgroups at
-    128x128 in both) and keeps the others on the register program, as True: d64 at 128x176, a form not measured (d128 at
-    128x64). AUTO_GENERAL is data: without d128's 128x176 the exact build there stays. A GEMM
-    compiles as with True. D82: d256 at 64x64 goes with its form's defaults (test below)."""
-    def fa(dim, bm, bn, threads, causal=True):
-        return flash_attention_forward(4096, dim, 32, bm, bn, "float16", causal, batch=8, threads=threads)
+def test_every_form_of_the_retired_program_compiles_on_the_general_path():
+    """D86: every FlashAttention form the WGMMA register program took, those D77-D83 routed and the ones it kept until
+    D86 (d64 at 128x176 in both builds, d128 at 128x64 with two consumer warpgroups: TileLang's GQA backward example's
+    forward block), compiles by default as register_programs=False (the general path, the same source), its note
+    naming D86; on sm_80 True still forces the mma.sync register program. A GEMM compiles as before (True allowed:
+    not the program's form once the Hopper GEMM pipeline took it)."""
+    def fa(dim, bm, bn, threads, causal=True, kv=None):
+        return flash_attention_forward(4096, dim, 32, bm, bn, "float16", causal, batch=8, threads=threads, kv_heads=kv)
 
     fast = {"tilecore.fast_math": True}
-    routed = [(fa(256, 128, 64, 256), {}), (fa(256, 128, 64, 256), fast), (fa(128, 128, 176, 256), fast),
-              (fa(128, 128, 176, 256), {}), (fa(128, 128, 128, 256), fast), (fa(128, 64, 64, 128), {}),
-              (fa(64, 64, 64, 128, False), fast), (fa(64, 128, 128, 256), {}), (fa(64, 128, 128, 256, False), {}),
-              (fa(64, 128, 128, 256), fast), (fa(64, 128, 128, 256, False), fast)]
-    for func, extra in routed:
+    forms = [(fa(256, 128, 64, 256), {}), (fa(128, 128, 176, 256), fast), (fa(128, 128, 176, 256), {}),
+             (fa(128, 64, 64, 128), {}), (fa(64, 64, 64, 128, False), fast), (fa(64, 128, 128, 256, False), {}),
+             (fa(64, 128, 176, 256), {}), (fa(64, 128, 176, 256, False), fast),
+             (fa(128, 128, 64, 256), {}), (fa(128, 128, 64, 256, kv=8), fast)]
+    for func, extra in forms:
         auto = _routed(func, "auto", **extra)
         assert auto.get_kernel_source() == _routed(func, False, **extra).get_kernel_source()
-        assert auto.get_kernel_source() != _routed(func, True, **extra).get_kernel_source()
-        assert any('register_programs="auto"' in n and "D77" in n for n in auto.meta["attrs"]["hopper_pipelines"])
+        assert any("retired (D86)" in n for n in auto.meta["attrs"]["hopper_pipelines"])
         assert tilecore_cuda.lowering_path(auto) == "generic"
-    kept = [(fa(64, 128, 176, 256), {}), (fa(64, 128, 176, 256), fast),
-            (fa(128, 128, 64, 256), {})]
-    for func, extra in kept:
-        k = _routed(func, "auto", **extra)
-        assert k.get_kernel_source() == _routed(func, True, **extra).get_kernel_source()
-        assert tilecore_cuda.lowering_path(k) == "register program (wgmma)"
-    one = fa(128, 64, 64, 128)
-    default = tilecore.compile(one, target=HOPPER, out_idx=[3], pass_configs=NOCACHE)
-    assert default.get_kernel_source() == _routed(one, False).get_kernel_source()
-    from tilecore_cuda import regprog
-
-    monkeypatch.setattr(regprog, "AUTO_GENERAL", tuple(x for x in regprog.AUTO_GENERAL if x[3] != 176))
-    x176 = fa(128, 128, 176, 256)
-    assert _routed(x176, "auto").get_kernel_source() == _routed(x176, True).get_kernel_source()
+    sm80 = tilecore.compile(fa(128, 128, 128, 256), target="cuda:sm_80", out_idx=[3],
+                            pass_configs={**NOCACHE, "tilecore.cuda.register_programs": True})
+    assert tilecore_cuda.lowering_path(sm80) == "register program (mma.sync)"
     from test_cuda_hopper import gemm
 
     g = gemm(1024, 1024, 1024)
     a = tilecore.compile(g, target=HOPPER, pass_configs={**NOCACHE, "tilecore.cuda.register_programs": "auto"})
     t = tilecore.compile(g, target=HOPPER, pass_configs={**NOCACHE, "tilecore.cuda.register_programs": True})
     assert a.get_kernel_source() == t.get_kernel_source()
+
+
+@needs_toolchain
+@pytest.mark.parametrize("option", ["tilecore.cuda.pingpong", "tilecore.cuda.attention_persistent",
+                                    "tilecore.cuda.producer_registers"])
+def test_the_retired_programs_options_are_refused(option):
+    """D86: an option only the WGMMA register program read is refused naming it and D86, on any CUDA target."""
+    func = flash_attention_forward(1024, 128, 2, 128, 128, "float16", True, threads=256)
+    for target in (HOPPER, "cuda:sm_80"):
+        with pytest.raises(tilecore.errors.CompileError, match=f"pass config {option}: .*retired in D86"):
+            tilecore.compile(func, target=target, out_idx=[3], pass_configs={**NOCACHE, option: 40})
 
 
 @needs_toolchain
@@ -873,7 +873,7 @@ D82 = {"tilecore.warp_specialize": True, "tilecore.bulk_store": True}
 def test_auto_routes_d256_64x64_with_a_producer_warpgroup(fast):
     """D82: "auto" (the default) gives d256 at 64x64 (one consumer warpgroup) to the general path with a producer
     warpgroup and O by bulk stores (fa_route.py's wsb row), causal and not; the note names the form's defaults; each
-    option the config gives False wins; True keeps the register program."""
+    option the config gives False wins; True is refused (D86: the register program is retired; the defaults kept)."""
     from tilecore_cuda import regprog
 
     assert regprog.AUTO_FORM_DEFAULTS[(256, None, 1, 64)] == D82
@@ -889,7 +889,8 @@ def test_auto_routes_d256_64x64_with_a_producer_warpgroup(fast):
                    for n in attrs["hopper_pipelines"]), attrs["hopper_pipelines"]
         no_ws = _routed(func, "auto", **extra, **{"tilecore.warp_specialize": False})
         assert no_ws.get_kernel_source() == _routed(func, False, **extra, **{"tilecore.bulk_store": True}).get_kernel_source()
-        assert tilecore_cuda.lowering_path(_routed(func, True, **extra)) == "register program (wgmma)"
+        with pytest.raises(tilecore.errors.CompileError, match="retired"):  # D86: no register program to force
+            _routed(func, True, **extra)
     sass = tilecore_cuda.CUDABackend().disassemble(default.binary, default.target)
     assert "LDL" not in sass and "STL" not in sass  # no spills (238 registers exact, 204 fast: NVRTC 13.0)
 
@@ -1134,22 +1135,18 @@ def test_d61_bulk_store_of_o_gives_the_same_bits(form, causal):
 
 @needs_toolchain
 def test_the_bulk_store_default_takes_only_flash_attentions_two_consumer_form():
-    """One consumer warpgroup (64x64, 128 threads) and the catalog's 32x32 kernel keep their direct stores; the
-    register program's own epilogue is not the core's."""
+    """One consumer warpgroup (64x64, 128 threads) and the catalog's 32x32 kernel keep their direct stores."""
     for bm, bn, threads in ((64, 64, 128), (32, 32, 128)):
         func = flash_attention_forward(1024, 128, 2, bm, bn, "float16", True, threads=threads)
         k = tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs=GENERAL)
         assert "bulk_store" not in k.meta["attrs"] and _ops(k)["UTMASTG"] == 0
-    func = flash_attention_forward(1024, 128, 2, 128, 128, "float16", True, threads=256)
-    rp = tilecore.compile(func, target=HOPPER, out_idx=[3], pass_configs={**NOCACHE, "tilecore.cuda.register_programs": True})
-    assert "bulk_store" not in rp.meta["attrs"]
 
 
 @needs_toolchain
 def test_auto_changes_only_the_catalogs_warpgroup_attention():
-    """register_programs="auto" (the default since D77) against True on every conformance catalog kernel of
-    cuda:sm_90a: the same source but for the two FlashAttention cases of the warpgroup tile (the only catalog kernels
-    the WGMMA register program takes), which "auto" compiles as False (the general path) and the default as "auto"."""
+    """register_programs="auto" (the default) against False on every conformance catalog kernel of cuda:sm_90a: the
+    same source everywhere (D86: no kernel goes to the WGMMA register program); True is refused exactly where the
+    retired program took the kernel: the two FlashAttention cases of the warpgroup tile."""
     from tilecore.compiler import lower
     from tilecore.errors import TilecoreError
     from tilecore_conformance.catalog import catalog
@@ -1164,9 +1161,7 @@ def test_auto_changes_only_the_catalogs_warpgroup_attention():
 
     cases = catalog()
     assert len(cases) > 300
-    differ = [c for c in cases if text(c, "auto") != text(c, True)]
-    assert sorted(c.id for c in differ) == ["attention/causal/float16/warpgroup_tile",
-                                            "attention/full/float16/warpgroup_tile"]
-    for c in differ:
-        assert text(c, "auto") == text(c, False)
-        assert lower(c.build(**c.params), HOPPER, c.pass_configs)[3].code == text(c, "auto")
+    assert [c.id for c in cases if text(c, "auto") != text(c, False)] == []
+    refused = [c for c in cases if "retired (D86" in text(c, True)]
+    assert sorted(c.id for c in refused) == ["attention/causal/float16/warpgroup_tile",
+                                             "attention/full/float16/warpgroup_tile"]

@@ -200,9 +200,10 @@ def test_full_tile_epilogue_is_a_third_of_the_code():
 ])
 def test_loops_the_pipeline_cannot_take_fall_back_with_a_reason(kwargs, why):
     K = kwargs.pop("K", 512)
-    k = tilecore.compile(gemm(512, 512, K, **kwargs), target=HOPPER, pass_configs=NOCACHE)
+    k = tilecore.compile(gemm(512, 512, K, **kwargs), target=HOPPER,  # (the route's default: D86 refuses True for
+                         pass_configs={**NOCACHE, "tilecore.cuda.register_programs": "auto"})  # block_K 32's form)
     assert "not pipelined" in _notes(k) and why in _notes(k)
-    # the kernel, not the prelude (a register program's includes the pipeline's template: block_K = 32 takes one, D47)
+    # the kernel, not the prelude
     assert "tc_wgmma_pipeline" not in k.get_kernel_source().split('extern "C"')[1]
 
 
@@ -365,7 +366,10 @@ def test_device_pipeline_shapes_and_shared_epilogue(torch_cuda, threads, bm, bn,
     np.testing.assert_allclose(got, np.maximum(ref, 0), atol=1e-3 * np.sqrt(K), rtol=1e-3)
 
 
-# -- FlashAttention forward as a warp-specialized register program ----------------------------------------
+# -- FlashAttention forward: the core's general path (D86 retired the WGMMA register program) ---------------
+
+#: the route's default, given explicitly (this module pins register_programs=True for the mma.sync program's tests)
+AUTO = {"tilecore.cuda.register_programs": "auto"}
 
 def _attention(seq, dim, bm, bn, threads, causal, heads=2, batch=None):
     from tilecore_conformance.composite import flash_attention_forward
@@ -374,15 +378,14 @@ def _attention(seq, dim, bm, bn, threads, causal, heads=2, batch=None):
 
 
 @needs_toolchain
-def test_flash_attention_becomes_a_register_program():
+def test_flash_attention_runs_on_the_general_path_with_wgmma_and_tma():
+    """D86: the WGMMA register program's form compiles on the core's general path, which takes WGMMA (P @ V's A from
+    registers) and TMA itself; no spills."""
     k = tilecore.compile(_attention(4096, 128, 128, 128, 256, True, heads=32, batch=8), target=HOPPER,
-                         pass_configs=NOCACHE)
-    assert "hopper_register_program: 2 consumer warpgroup(s) + 1 producer, 8 fragments in registers, " \
-           "1 tile(s) loaded once, 2 pipelined 2 stages deep" in _notes(k)
-    src = k.get_kernel_source()
-    assert "float acc_o[64];" in src and "tc_wgmma_rs_f16_n128_t1::run" in src and "tc_tma_load_4d" in src
+                         pass_configs={**NOCACHE, **AUTO})
+    assert "retired (D86)" in _notes(k) and tilecore_cuda.lowering_path(k) == "generic"
     sass = tilecore_cuda.CUDABackend().disassemble(k.binary, k.target)
-    assert "HGMMA.64x128x16.F32" in sass and "UTMALDG.4D" in sass
+    assert "HGMMA.64x128x16.F32" in sass and "UTMALDG" in sass
     assert "STL" not in sass and "LDL" not in sass  # fragments stay in registers
 
 
@@ -397,37 +400,30 @@ def test_attention_that_does_not_fit_keeps_the_generic_path(bm, threads, why):
     assert ("tc_wg_fence();" if bm >= 64 else "tc_mma_16816_r(") in body
 
 
-def run_attention(torch, seq, dim, bm, bn, threads, causal, schedule, heads=3, seed=11):
-    """((q, k, v), o) of the attention kernel on the register program with FA3's ``schedule`` (random fp16 inputs)."""
+def run_attention(torch, seq, dim, bm, bn, threads, causal, heads=3, seed=11, fast=False):
+    """((q, k, v), o) of the attention kernel as the route compiles it (random fp16 inputs; D86: the general path)."""
     rng = np.random.default_rng(seed)
     q, k, v = (torch.from_numpy(rng.standard_normal((heads, seq, dim)).astype(np.float32)).half().cuda()
                for _ in range(3))
     o = torch.full_like(q, float("nan"))
     kern = tilecore.compile(_attention(seq, dim, bm, bn, threads, causal, heads=heads), target="cuda",
-                            pass_configs=SCHEDULES[schedule])
-    assert "hopper_register_program" in _notes(kern) and "not mapped" not in _notes(kern)
+                            pass_configs={**AUTO, "tilecore.fast_math": fast})
     kern(q, k, v, o)
     torch.cuda.synchronize()
     return (q, k, v), o
 
 
-#: FA3's schedules (D28; tests/test_cuda_attention_schedules.py): both off, each alone, both on (spelled out,
-#: whatever the defaults are)
-SCHEDULES = {name: {"tilecore.cuda.pingpong": pp, "tilecore.cuda.intra_wg_overlap": ov}
-             for name, pp, ov in (("off", False, False), ("pingpong", True, False), ("overlap", False, True),
-                                  ("both", True, True))}
-
-
 @hopper_gpu
-@pytest.mark.parametrize("schedule", list(SCHEDULES))
+@pytest.mark.parametrize("fast", [False, True], ids=["exact", "fast"])
 @pytest.mark.parametrize("seq,dim,bm,bn,threads,causal", [(256, 128, 128, 128, 256, False),
                                                           (200, 64, 64, 64, 128, True),
                                                           (1000, 128, 128, 64, 256, True),
                                                           (384, 64, 128, 128, 256, False)])
-def test_device_attention_register_program_matches_float64(torch_cuda, seq, dim, bm, bn, threads, causal, schedule):
+def test_device_attention_matches_float64(torch_cuda, seq, dim, bm, bn, threads, causal, fast):
+    """The forms the WGMMA register program took (D86: the general path), ragged and causal, against float64."""
     from tilecore_conformance.composite import attention_ref
 
-    inputs, o = run_attention(torch_cuda, seq, dim, bm, bn, threads, causal, schedule, seed=5)
+    inputs, o = run_attention(torch_cuda, seq, dim, bm, bn, threads, causal, seed=5, fast=fast)
     ref = attention_ref([x.cpu().numpy() for x in inputs], "float16", causal, seq=seq, dim=dim)[0]
     got = o.double().cpu().numpy()
     assert np.isfinite(got).all()
@@ -460,26 +456,24 @@ def test_grouped_query_attention_on_the_reference():
 
 
 @needs_toolchain
-def test_grouped_query_attention_is_a_register_program():
+def test_grouped_query_attention_is_the_general_paths():
     from tilecore_conformance.composite import flash_attention_forward
 
     k = tilecore.compile(flash_attention_forward(4096, 128, 32, 128, 128, "float16", False, batch=8, threads=256,
-                                                 kv_heads=8), target=HOPPER, pass_configs=NOCACHE)
-    assert "hopper_register_program" in _notes(k) and "not mapped" not in _notes(k)
+                                                 kv_heads=8), target=HOPPER, pass_configs={**NOCACHE, **AUTO})
+    assert "retired (D86)" in _notes(k) and tilecore_cuda.lowering_path(k) == "generic"
 
 
 @hopper_gpu
-@pytest.mark.parametrize("schedule", ["off", "both"])
 @pytest.mark.parametrize("heads,kv_heads,bm,threads", [(8, 2, 128, 256), (6, 1, 64, 128)])
-def test_device_grouped_query_attention_matches_float64(torch_cuda, heads, kv_heads, bm, threads, schedule):
+def test_device_grouped_query_attention_matches_float64(torch_cuda, heads, kv_heads, bm, threads):
     from tilecore_conformance.composite import flash_attention_forward
 
     torch = torch_cuda
     seq, dim = 320, 128 if bm == 128 else 64
     q, k, v, ref = _gqa_inputs(np.random.default_rng(8), heads, kv_heads, seq, dim)
     kern = tilecore.compile(flash_attention_forward(seq, dim, heads, bm, 64, "float16", True, threads=threads,
-                                                    kv_heads=kv_heads), target="cuda", pass_configs=SCHEDULES[schedule])
-    assert "hopper_register_program" in _notes(kern) and "not mapped" not in _notes(kern)
+                                                    kv_heads=kv_heads), target="cuda", pass_configs=AUTO)
     o = torch.full((heads, seq, dim), float("nan"), device="cuda", dtype=torch.float16)
     kern(*(torch.from_numpy(x).cuda() for x in (q, k, v)), o)
     torch.cuda.synchronize()

@@ -158,23 +158,21 @@ def lowering_paths(name, target):
     return paths, notes
 
 
-#: example -> the path each of its KERNELS takes on cuda:sm_90a where the WGMMA register program would take one (D33:
-#: the forward-attention examples, and the backward examples' forward kernel, which stores its row values, lse, from
-#: registers): since D77 the route "auto" (the default) leaves those of its measured forms to the core's general path
-#: (``_ROUTED``: the note says so; the GQA example's forward kernel is not of them: the register program); the notes
-#: of every other kernel say why the register program did not take it (scripts/path_census.py,
-#: scripts/wgmma_census.py list them)
-_ROUTED = "routed"
-_RP = "register program (wgmma)"
+#: example -> the kernels of its KERNELS (in order) the WGMMA register program took on cuda:sm_90a (D33: the
+#: forward-attention examples, and the backward examples' forward kernel, which stores its row values, lse, from
+#: registers), ``_RETIRED``; D86 retired the program: they run on the core's general path ("generic") and their note
+#: says why (the last of them, the GQA backward example's forward kernel, was on the program until D86); the notes
+#: of every other kernel say why the mma.sync register program does not take it (scripts/path_census.py)
+_RETIRED = "retired"
 SM90A_PATHS: dict[str, list] = {
-    "attention_mha_fwd_bhsd": [_ROUTED] * 2,
-    "attention_mha_fwd_bshd": [_ROUTED],
-    "attention_gqa_fwd_bshd": [_ROUTED],
-    "attention_mha_bwd_bhsd": [_ROUTED, "generic", "generic", "generic"],
-    "attention_mha_bwd_bshd": [_ROUTED, "generic", "generic", "generic"],
-    "attention_gqa_bwd": [_RP, "generic", "generic"],
+    "attention_mha_fwd_bhsd": [_RETIRED] * 2,
+    "attention_mha_fwd_bshd": [_RETIRED],
+    "attention_gqa_fwd_bshd": [_RETIRED],
+    "attention_mha_bwd_bhsd": [_RETIRED, "generic", "generic", "generic"],
+    "attention_mha_bwd_bshd": [_RETIRED, "generic", "generic", "generic"],
+    "attention_gqa_bwd": [_RETIRED, "generic", "generic"],
 }
-_D77 = "cuda.hopper_register_program: left to the core's general path ("
+_D86 = "cuda.register_program: left to the core's general path ("
 
 
 @pytest.mark.parametrize("name", [_param(n, XFAIL_CUDA) for n in CORPUS])
@@ -192,10 +190,10 @@ def test_cuda_sm90a(name):
                 xfail=XFAIL_CUDA.get(name))
     if name in SM90A_PATHS:
         want = SM90A_PATHS[name]
-        assert paths == [_RP if w == _RP else "generic" for w in want], notes
-        assert sum(n.startswith(_D77) and "D77" in n for n in notes) == want.count(_ROUTED), notes
-    # every kernel the register program did not take says why (the Hopper GEMM pipeline's take it first)
+        assert paths == ["generic"] * len(want), notes
+        assert sum(n.startswith(_D86) and "retired (D86)" in n for n in notes) == want.count(_RETIRED), notes
+    # every kernel on the general path says why (the Hopper GEMM pipeline's take it first)
     off = sum(p == "generic" for p in paths)
-    why = [n for n in notes if n.startswith("cuda.hopper_register_program: kernel not mapped to registers (")
-           or n.startswith(_D77)]
+    why = [n for n in notes if n.startswith("cuda.register_program: kernel not mapped to registers (")
+           or n.startswith(_D86)]
     assert len(why) >= off, notes

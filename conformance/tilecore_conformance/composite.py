@@ -204,8 +204,9 @@ def attention_inputs(rng, dtype, causal):
     return [make(rng, (HEADS, SEQ, DIM), dtype) for _ in range(3)]
 
 
-# one warpgroup's tile (64 query rows, 128-byte rows of dim): the shape of kernel sm_90a runs as a
-# warp-specialized register program (cuda.hopper_register_program); elsewhere the same kernel as above
+# one warpgroup's tile (64 query rows, 128-byte rows of dim): the shape of kernel sm_90a ran as a
+# warp-specialized register program (cuda.hopper_register_program, retired in D86: the general path since D77);
+# elsewhere the same kernel as above
 TILE_SEQ, TILE_DIM, TILE_HEADS = 200, 64, 2
 
 

@@ -41,15 +41,14 @@ def local_arch() -> str:
 
 
 def lowering_path(kernel) -> str:
-    """Which path a kernel compiled for a CUDA target took: ``"register program (wgmma)"``,
-    ``"register program (mma.sync)"``, ``"hopper pipeline"`` (a GEMM loop on TMA + WGMMA) or ``"generic"``
-    (the core's lowering, distributed over the threads). The passes' notes, with the reason a kernel stayed
+    """Which path a kernel compiled for a CUDA target took: ``"register program (mma.sync)"``, ``"hopper pipeline"``
+    (a GEMM loop on TMA + WGMMA) or ``"generic"`` (the core's lowering, distributed over the threads; on sm_90a every
+    kernel of the WGMMA register program's form since D86). The passes' notes, with the reason a kernel stayed
     generic, are ``kernel.meta["attrs"]["hopper_pipelines"]``."""
     notes = kernel.meta["attrs"].get("hopper_pipelines", ())
     taken = [n for n in notes if "not mapped" not in n and "not pipelined" not in n
              and "left to the core's general path" not in n]  # the route "auto" (D61, D77)
-    for prefix, path in (("cuda.hopper_register_program:", "register program (wgmma)"),
-                         ("cuda.register_program:", "register program (mma.sync)"),
+    for prefix, path in (("cuda.register_program:", "register program (mma.sync)"),
                          ("cuda.hopper_gemm_pipeline:", "hopper pipeline")):
         if any(n.startswith(prefix) for n in taken):
             return path
@@ -112,11 +111,10 @@ class CUDABackend(Backend):
         from ._prune import prune_barriers_by_default
         from .hopper import hopper_gemm_pipeline
         from .intrinsics import mark_block_threads
-        from .regprog import hopper_register_program, register_program, route_shape_defaults
+        from .regprog import register_program, route_shape_defaults
 
         return [PassSpec("layout", route_shape_defaults, position="before"),
                 PassSpec("tile-lowering", hopper_gemm_pipeline, position="before"),
-                PassSpec("tile-lowering", hopper_register_program, position="before"),
                 PassSpec("tile-lowering", register_program, position="before"),
                 PassSpec("tile-lowering", mark_block_threads, position="before"),
                 PassSpec("before-codegen", simt_distribute, position="before"),

@@ -41,21 +41,9 @@ TREE_REDUCE_DEFAULT = True
 #: time): there ptxas unrolls it and the partial chains' registers made it serialize the WGMMAs (causal 128 x 64 at
 #: s128 and s256, 128 x 128 at s256 and s384) or spill (128 x 128 at s384); none from 5 trips on (s128-s1000 swept)
 TREE_MIN_TRIPS = 5
-#: the producer warpgroup's registers after ``setmaxnreg.dec`` with two consumer warpgroups (D39): 40 as before;
-#: FA3 gives its TMA producer 24 and its consumers 240 (the register file's 65536 less the producer's 128 x 24,
-#: over 256 consumer threads, rounded down to 8)
-PRODUCER_REGISTERS_DEFAULT = 40
-#: off until measured (D39): the wait for P @ V, the release of its V stage and the work on its fragments (O's
-#: rescale, P's pack) moved from the end of an iteration to the start of the next, after its barrier waits, so the
-#: softmax runs while P @ V does (ptxas hoists the wait above the softmax otherwise)
-SOFTMAX_BESIDE_PV_DEFAULT = False
 #: off until measured (D39; fast math only): a row sum feeding only a running sum ``L = L * X + r`` stays per
 #: thread, its quad's four parts added once after the loop (4 SHFL + 4 FADD an iteration fewer)
 ROW_SUM_PER_THREAD_DEFAULT = False
-#: the fragments carried across an iteration's end with the softmax beside P @ V, registers a thread: S (the first
-#: gemm's C), P packed, O. 128 x 128 at d128 carries 64 + 32 + 64 = 160 and fits 240 (not 232: 16-108 bytes
-#: spilled); 128 x 176 carries 196 and spills 250-950 bytes at 240 (ptxas 13.0)
-BESIDE_MAX_REGISTERS = 160
 
 
 #: ``exp2_range_check="late"`` (D60): 8-column groups of a row a thread's vote covers (4 elements each)
@@ -97,21 +85,6 @@ def exp2_check_mode(option):
     raise ValueError(f"tilecore.cuda.exp2_range_check: {option!r}; use False, True (or 'args': the computed arguments' "
                      "minimum, D35), 'rows' (each row's smallest input, D54) or 'late' (each argument tested beside "
                      "its MUFU.EX2, exp2f redone after a warp vote, D60)")
-
-
-def producer_registers(option) -> int:
-    """``tilecore.cuda.producer_registers`` checked: a multiple of 8 from 24 to 256."""
-    r = int(option)
-    if r % 8 or not 24 <= r <= 256:
-        raise ValueError(f"tilecore.cuda.producer_registers: {option!r}; setmaxnreg takes a multiple of 8 from 24 to "
-                         "256 (40 is the default, FA3's producer runs on 24)")
-    return r
-
-
-def consumer_registers(producer: int, consumers: int = 2) -> int:
-    """What each of ``consumers`` warpgroups may take with ``setmaxnreg.inc`` when the producer keeps ``producer``:
-    the rest of the 65536-register file, rounded down to 8, at most 256 (40 -> 232, 24 -> 240)."""
-    return min(256, (65536 - 128 * producer) // (128 * consumers) // 8 * 8)
 
 
 def reduce_chains(option, per_row: int) -> int:

@@ -389,7 +389,7 @@ class CUDAEmitter(SIMTCppEmitter):
             helpers += ASYNC_CA
         if getattr(st, "group_copies", False):  # copies and releases shared by a block group (D80)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_group_copy.cuh").read_text()
-        if "tc_named_" in "\n".join(st.lines):  # ping-pong turns of a register program (regprog.py)
+        if "tc_named_" in "\n".join(st.lines):  # ping-pong turns (the general path's warpgroups)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_named_barrier.cuh").read_text()
         if "tc_ex2_ftz(" in "\n".join(st.lines):  # exp2 past its range check in a register program (D35)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_ex2.cuh").read_text()
@@ -399,9 +399,6 @@ class CUDAEmitter(SIMTCppEmitter):
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_ex2_poly.cuh").read_text()
         if self.collected(st, func.body, MatrixStore):  # four 8x8 matrices a warp into shared memory (D51)
             helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_stmatrix.cuh").read_text()
-        if "tc_rp_stmatrix_x4(" in "\n".join(st.lines):  # a register program's output through TMA stores (D45)
-            helpers += resources.files("tilecore_cuda").joinpath("prelude/tc_rp_store.cuh").read_text()
-        helpers += "".join(getattr(st, "rp_structs", {}).values())  # register programs' zero-start WGMMA (D45)
         if re.search(r"\btc_pipe_prof[},]", "\n".join(st.lines)):  # the persistent GEMM's profile (D49)
             helpers += "__device__ unsigned long long tc_pipe_prof[TC_PROF_BLOCKS * TC_PROF_WORDS];\n"
         if re.search(r"\btc_(pack_bits|mma_16816_r|ldsm_regs)\b", "\n".join(st.lines)):
@@ -483,7 +480,7 @@ class CUDAEmitter(SIMTCppEmitter):
         regs = getattr(st, "regs", None)
         if regs and isinstance(e, BufferLoad):
             ref = regs.get(id(e.buffer))
-            if ref is not None:  # a fragment held in registers (cuda.hopper_register_program)
+            if ref is not None:  # a fragment held in registers (cuda.register_program)
                 return ref
         return super().expr(st, e)
 

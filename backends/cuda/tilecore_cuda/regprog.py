@@ -1,35 +1,29 @@
-"""Register programs: a whole ``T.Kernel`` with its fragments in registers (sm_90a WGMMA, sm_80+ mma.sync).
+"""The mma.sync register program: a whole ``T.Kernel`` with its fragments in registers (sm_80 / sm_86 / sm_89).
 
-``cuda.hopper_register_program`` (tile-lowering slot, after ``cuda.hopper_gemm_pipeline``) takes a kernel
-whose block program fits this model, and emits it as one block-collective statement,
-``tc_register_program``, that the CUDA emitter spells out (:func:`emit_register_program`):
+``cuda.register_program`` (tile-lowering slot, after ``cuda.hopper_gemm_pipeline``) takes a kernel whose block
+program fits this model and that the route (:data:`MMA_GENERAL_FORMS`) does not leave to the core's general path, and
+emits it as one block-collective statement, ``tc_register_program``, that the CUDA emitter spells out
+(:func:`emit_register_program`):
 
-- the block's warpgroups (``threads / 128`` of them) are *consumers*; each owns 64 rows of every
-  fragment. A 2-D fragment ``(bM, n)`` is held in the WGMMA accumulator layout (``n / 2`` registers per
-  thread: warp ``w`` has rows ``16 w + lane / 4 (+ 8)``, register ``4 j + 2 h + e`` is column
-  ``8 j + 2 (lane % 4) + e`` of row ``+ 8 h``); a 1-D fragment ``(bM,)`` holds the thread's two rows.
-  ``bM`` must be ``64 * consumers``;
-- one more warpgroup, the *producer*, issues every ``T.copy`` from global into shared memory as TMA
-  copies (128-byte swizzle, tensor maps built at launch): copies before the ``T.Pipelined`` loop once,
-  copies inside it ``num_stages`` deep, on ``full`` / ``empty`` mbarriers per stage;
-- consumers run the statements in program order on their registers: ``T.gemm`` as WGMMA (A from
-  shared memory or from a 16-bit fragment in registers, B from shared memory), ``T.reduce`` along rows
-  with quad shuffles, ``T.fill``, fragment-to-fragment ``T.copy`` (with conversion), fragment-to-global
-  ``T.copy``, and ``T.Parallel`` nests over ``(bM,)`` or ``(bM, n)`` whose fragment accesses are indexed by
-  the loop variables, each thread doing its own elements. A shared tile that only relays a fragment to
-  global memory after the loop (TileLang's ``T.copy(acc_o, O_shared)``, ``T.copy(O_shared, Output[...])``)
-  is folded into the fragment-to-global store (``_fold.py``, docs/decisions.md D33).
+- the block's warpgroups (``threads / 128`` of them) each own 64 rows of every fragment, every warp 16: a 2-D
+  fragment ``(bM, n)`` is held in the ``mma.sync`` m16n8k16 accumulator layout (``n / 2`` registers per thread:
+  warp ``w`` has rows ``16 w + lane / 4 (+ 8)``, register ``4 j + 2 h + e`` is column ``8 j + 2 (lane % 4) + e`` of
+  row ``+ 8 h``); a 1-D fragment ``(bM,)`` holds the thread's two rows. ``bM`` must be ``64 * warpgroups``;
+- every warp issues the ``T.copy`` from global into shared memory as ``num_stages``-deep 16-byte ``cp.async``
+  copies into 128-byte-swizzled tiles (copies before the ``T.Pipelined`` loop once);
+- the statements run in program order on the registers: ``T.gemm`` as ``ldmatrix`` + ``mma.sync`` (A from shared
+  memory or from a 16-bit fragment in registers), ``T.reduce`` along rows with quad shuffles, ``T.fill``,
+  fragment-to-fragment ``T.copy`` (with conversion), fragment-to-global ``T.copy``, and ``T.Parallel`` nests over
+  ``(bM,)`` or ``(bM, n)`` whose fragment accesses are indexed by the loop variables. A shared tile that only relays
+  a fragment to global memory after the loop is folded into the fragment-to-global store (``_fold.py``, D33).
 
-``cuda.register_program`` runs the same model on ``mma.sync`` + ``cp.async`` targets (sm_80+, and on sm_90a
-what the Hopper passes leave): no producer; every warp issues ``num_stages``-deep 16-byte ``cp.async``
-copies into the same 128-byte-swizzled tiles and computes ``T.gemm`` with ``ldmatrix`` + ``mma.sync``. The
-per-warp ``mma.sync`` m16n8k16 accumulator layout is the WGMMA one restricted to 16 rows, so the fragment
-code is shared.
+On sm_90a the WGMMA register program (``cuda.hopper_register_program``: a producer warpgroup on TMA, consumer
+warpgroups on WGMMA, FA3's schedules) is retired (D86, issue 11): every kernel of its form (:func:`wgmma_form`)
+runs on the core's general path, which takes WGMMA and TMA itself; ``tilecore.cuda.register_programs=True`` and the
+options only it read (:data:`RETIRED_OPTIONS`) are refused there, naming D86.
 
-A kernel with anything else (other scopes, other index patterns, branches at block level, copies the
-producer cannot do...) keeps the generic path; the reason is recorded in
-``kernel.meta["attrs"]["hopper_pipelines"]``. FlashAttention forward, written as TileLang users write it,
-fits (that is what this pass is for); so does a GEMM with an epilogue on the fragment.
+A kernel with anything else (other scopes, other index patterns, branches at block level, ...) keeps the generic
+path; the reason is recorded in ``kernel.meta["attrs"]["hopper_pipelines"]``.
 """
 from __future__ import annotations
 
@@ -46,10 +40,10 @@ from tilecore.passes.guard import guard_stmt, launch_facts, loop_facts
 from tilecore.passes.masksplit import mask_nest as _nest, mask_parts as _mask_parts, mentions as _mentions
 from tilecore.passes.masksplit import unmask as _unmask
 
-from . import _lean, _tmastore
+from . import _lean
 from ._fold import fold_epilogue_tiles as _fold_epilogue_tiles
 from ._irutil import NoMatch as _No, full as _full, need as _need, nonunit, row_stride, static as _s
-from .hopper import WG, rewrite_launches, tensor_map, wgmma_struct
+from .hopper import WG, rewrite_launches
 
 #: kind -> (identity, combine under fast math, combine otherwise): fmaxf / fminf drop NaN, T.reduce_max
 #: propagates it (tc_nanmax is one max.NaN instruction on sm_80+)
@@ -315,13 +309,6 @@ def _plan(launch: KernelLaunch, ctx, mode: str) -> dict:
     for b in staged:
         layout[b] = off
         off += size[b]
-    maps = []
-    for b in (once + staged if mode == "wgmma" else []):
-        src = an.copies[b][0].args[0]
-        swz = an.shared[b]["swz"]
-        atom = swz // b.dtype.bytes
-        box = [atom] + [_s(e) for e in reversed(src.extents[:-1])]
-        maps.append({**tensor_map(src, box, swz), "tile": b})
     # the block memory the core's general path needs at the least for this kernel (the route's rule, D85): every
     # shared tile of the launch once (those the register program folds too: the general path keeps them) and the
     # loop's stages of the tiles its copies fill before the first gemm (the planner's leading copies)
@@ -337,198 +324,9 @@ def _plan(launch: KernelLaunch, ctx, mode: str) -> dict:
             "frags": an.frags, "shared": an.shared, "once": once, "staged": staged, "offset": layout,
             "once_bytes": once_bytes, "stage_bytes": stage_bytes,
             "pipe_bytes": 1024 + once_bytes + stages * stage_bytes + 16 * stages + 16,
-            "copies": {b: an.copies[b][0] for b in an.shared}, "tensor_maps": maps, "gemms": len(an.wgmma),
+            "copies": {b: an.copies[b][0] for b in an.shared}, "tensor_maps": [], "gemms": len(an.wgmma),
             "gemm_list": list(an.wgmma),  # (dtype, n, B K-major, A from registers) of each gemm in order
             "wgmma": sorted(set(an.wgmma)) if mode == "wgmma" else []}
-
-
-def _beside_pv(plan, ctx, name):
-    """``tilecore.cuda.softmax_beside_pv`` (D39): the index of the first statement of B (between the two gemms of
-    the intra-warpgroup overlap) that touches the second gemm's A or C (in flight with it into the next iteration),
-    where the rest of B from there on can run at the start of the next iteration instead: it names neither the
-    loop variable nor anything that differs between the masked and unmasked bodies, and the fragments carried
-    across the iteration's end (the first gemm's C, the second's A packed, its C) fit BESIDE_MAX_REGISTERS a
-    thread. Else None (with a note where the option asked for it)."""
-    if not ctx.option("tilecore.cuda.softmax_beside_pv", _lean.SOFTMAX_BESIDE_PV_DEFAULT) or not plan.get("overlap"):
-        return None
-    g1, g2 = plan["overlap"]
-    body, frags, loop = plan["body"], plan["frags"], plan["loop"]
-    first_gemm, second = body[g1], body[g2]
-    a, c = second.args[0].buffer, second.args[2].buffer
-    threads = WG * plan["nc"]
-
-    def regs(buf, packed=False):
-        n = 1
-        for x in buf.static_shape():
-            n *= x
-        return n // threads // (2 if packed else 1)
-
-    carried = regs(first_gemm.args[2].buffer) + (regs(a, True) if a in frags else 0) + regs(c)
-    if carried > _lean.BESIDE_MAX_REGISTERS:
-        ctx.notes.append(f"{name}: softmax beside P @ V not applied: {carried} registers a thread carried across an "
-                         f"iteration's end (more than {_lean.BESIDE_MAX_REGISTERS}: ptxas spills); use a narrower "
-                         "block_N")
-        return None
-    first = next((k for k in range(g1 + 1, g2) if _touched(body[k], frags) & {a, c}), None)
-    um = plan.get("unmasked")
-    for k in range(first if first is not None else g2, g2):
-        s = body[k]
-        if um and um["body"][k] is not s and repr(um["body"][k]) != repr(s):
-            return None
-        loaded = isinstance(s, TileOp) and s.op == "copy" and s.args[1].buffer in plan["staged"]
-        if _names_var(s, loop.var) and not loaded:  # (a tile the producer loads: nothing in the consumers)
-            return None
-    if first is not None:
-        ctx.notes.append(f"{name}: softmax beside P @ V: the wait for it and B from statement {first - g1} on run "
-                         f"at the start of the next iteration ({carried} registers carried)")
-    return first
-
-
-#: default of ``tilecore.cuda.rescale_under_qk`` (D45): off until the H100 measures it
-RESCALE_UNDER_QK_DEFAULT = False
-#: default of ``tilecore.cuda.attention_persistent`` (D45): off until the H100 measures it
-ATTENTION_PERSISTENT_DEFAULT = False
-
-
-def _persistent(plan, launch, ctx, name) -> None:
-    """``tilecore.cuda.attention_persistent`` (D45, FA3's persistent grid): at most one block per SM (the target's
-    ``limits.sm_count``; the runtime caps it at the device's own), each looping over the tiles (the grid's blocks, x
-    fastest) from ``blockIdx.x`` by ``gridDim.x``. The producer runs ahead across tiles: the next tile's K / V
-    stages load under this tile's last iterations and epilogue, on the same stage ring (the stages' and phases'
-    count runs on over the block's tiles: ``tc_gb``); the tiles loaded once (Q) get two buffers where they fit (the
-    next tile's Q loads at its start, two tiles after that buffer was freed), else one, loaded after the next
-    tile's first stages once the consumers have freed it (their ``qempty`` arrival after the epilogue). Sets
-    ``plan["persist"]`` = ``{"blocks", "qb"}`` or None with a note."""
-    plan["persist"] = None
-    if not ctx.option("tilecore.cuda.attention_persistent", ATTENTION_PERSISTENT_DEFAULT):
-        return
-    why = None
-    lim = ctx.capabilities.limit("sm_count")
-    if plan["mode"] != "wgmma":
-        why = "the mma.sync path"
-    elif not plan.get("overlap"):
-        why = "needs the intra-warpgroup overlap"
-    elif len(launch.grid) > 3:
-        why = "the grid has more than three dimensions"
-    elif lim is None:
-        why = "the target's profile has no limits.sm_count"
-    else:  # tiles of different lengths dealt round robin leave SMs idle (causal: 1-32 iterations a tile)
-        binds: dict = {}
-        for x in plan["pre"]:
-            if isinstance(x, Bind):
-                binds[id(x.var)] = substitute(x.value, binds)
-        ext = simplify(substitute(as_expr(plan["loop"].extent), binds))
-        if any(_mentions(ext, v) for v in launch.block_vars):
-            why = ("the loop's trip count varies with the block (a static order of tiles would leave SMs idle; the "
-                   "hardware's block scheduler balances them)")
-    qb, extra = 0, 0
-    if why is None:
-        limit = onchip_limit(ctx)
-        for qb in (2, 1):
-            extra = (qb - 1) * plan["once_bytes"] + 32  # the second Q buffer; qfull / qempty barriers
-            if plan["pipe_bytes"] + extra <= limit:
-                break
-        else:
-            why = "the tiles and barriers do not fit in shared memory"
-    if why:
-        ctx.notes.append(f"{name}: not persistent ({why})")
-        return
-    plan["pipe_bytes"] += extra
-    plan["persist"] = {"blocks": int(lim[0]), "qb": qb, "zero_fills": _zero_fills(plan)}
-    ctx.notes.append(f"{name}: persistent: at most {int(lim[0])} blocks loop over the tiles; the next tile's stages "
-                     f"load under this tile's end; {'two buffers' if qb == 2 else 'one buffer'} for the tiles loaded "
-                     "once")
-
-
-def _rescale_under_qk(plan, ctx, name) -> list:
-    """``tilecore.cuda.rescale_under_qk`` (D45, FA3's order): with the intra-warpgroup overlap, the statements of B
-    (between the two gemms) that touch the second gemm's C (O's rescale, ``O = O * r``) run in the next iteration,
-    after its first gemm is issued and before the second gemm they feed: under S = Q K^T on the tensor cores,
-    off the softmax's path to the next turn. O sees the same operations in the same order (the same bits). Where
-    each such statement writes only C, reads nothing B writes after it, nothing the next iteration's first part
-    (up to its gemm) writes, names no loop variable and is the same in the masked and unmasked bodies, and no
-    later statement of B touches C. Returns their positions in the body (empty: not applied, with a note where
-    asked)."""
-    if not ctx.option("tilecore.cuda.rescale_under_qk", RESCALE_UNDER_QK_DEFAULT):
-        return []
-    why = None
-    if not plan.get("overlap"):
-        why = "needs the intra-warpgroup overlap"
-    elif plan.get("beside") is not None:
-        why = "the softmax beside P @ V defers these statements already"
-    elif plan.get("unmasked") and not plan["unmasked"]["all"]:
-        why = ("the masked loop runs in two parts: with both, ptxas 13.0 spilled 96-160 bytes a thread (ragged or "
-               "causal, 128 x 128 and 192 x 64)")
-    if why is None:
-        g1, g2 = plan["overlap"]
-        body, frags, loop = plan["body"], plan["frags"], plan["loop"]
-        c = body[g2].args[2].buffer
-        a = body[g2].args[0].buffer
-        late = [k for k in range(g1 + 1, g2) if c in _touched(body[k], frags)]
-        first_writes = set().union(*(_touched(x, frags) - _loads_only(x, frags) for x in body[:g1 + 1]))
-        um = plan.get("unmasked")
-        for k in late:
-            x = body[k]
-            writes = _touched(x, frags) - _loads_only(x, frags)
-            reads = _loads_only(x, frags)
-            after = set().union(*(_touched(y, frags) - _loads_only(y, frags) for y in body[k + 1:g2]), set())
-            if writes != {c}:
-                why = "a statement on O writes other fragments"
-            elif reads & (after | first_writes) or a in reads:
-                why = "O's rescale reads what is written after it"
-            elif any(c in _touched(body[m], frags) for m in range(k + 1, g2) if m not in late):
-                why = "O is used later in the same iteration"
-            elif _names_var(x, loop.var):
-                why = "O's rescale names the loop variable"
-            elif um and um["body"][k] is not x and repr(um["body"][k]) != repr(x):
-                why = "O's rescale differs between the masked and unmasked iterations"
-            if why:
-                break
-        if why is None and not late:
-            why = "no statement on the second gemm's accumulator between the gemms"
-    if why:
-        ctx.notes.append(f"{name}: O's rescale stays before the turn ({why})")
-        return []
-    ctx.notes.append(f"{name}: O's rescale under the next S = Q K^T: statement(s) "
-                     f"{', '.join(str(k - g1) for k in late)} of the work between the gemms run after the next "
-                     "iteration's first gemm is issued (FA3's order)")
-    return late
-
-
-def _zero_struct(dtype: str, n: int, trans_b: bool) -> tuple:
-    """(name, C++ text) of hopper.wgmma_struct's WGMMA (A and B by descriptor) with scale-d 0: D = A B, the
-    accumulators written, not read (the first k step of a gemm whose C was just set to zero)."""
-    name, text = wgmma_struct(dtype, n, trans_b)
-    z = name + "_z"
-    out = text.replace(f"struct {name} ", f"struct {z} ").replace('"+f"(', '"=f"(').replace('"r"(1)', '"n"(0)')
-    assert out.count('"=f"(') == n // 2 and '"n"(0)' in out, "hopper.wgmma_struct's text changed"
-    return z, out
-
-
-def _zero_fills(plan) -> set:
-    """ids of the ``T.Parallel`` nests that set every element of the first gemm's C to 0 right before it (in the
-    body or its unmasked variant): on a persistent grid the gemm's first WGMMA then starts from zero (scale-d 0)
-    instead (ptxas, which folds such a fill into the WGMMA in a single loop, copies 64 registers in a loop
-    nested in the tile loop). The same values: D = A B where D = 0 * D + A B was."""
-    g1 = plan["overlap"][0] if plan.get("overlap") else None
-    out = set()
-    if not g1:
-        return out
-    um = plan.get("unmasked")
-    c = plan["body"][g1].args[2].buffer
-    for body in [plan["body"]] + ([um["body"]] if um else []):
-        x = body[g1 - 1]
-        if not (isinstance(x, For) and x.kind == "parallel"):
-            continue
-        stores = _stores_of(x)
-        if (len(stores) == 1 and stores[0].buffer is c and isinstance(stores[0].value, FloatImm)
-                and stores[0].value.value == 0.0 and _s(x.extent) == plan["bm"]):
-            inner = x.body
-            while isinstance(inner, Seq) and len(inner.body) == 1:
-                inner = inner.body[0]
-            if isinstance(inner, For) and _s(inner.extent) == c.static_shape()[1]:
-                out.add(id(x))
-    return out
 
 
 def _loads(x) -> set:
@@ -643,13 +441,6 @@ def _loads_only(x, frags) -> set:
     return {b for b in _touched(x, frags) if b not in written}
 
 
-def _names_var(s, var) -> bool:
-    """Whether statement ``s`` names variable ``var`` (a loop variable) anywhere."""
-    found = []
-    map_stmt(s, lambda x: found.append(x) if x is var else None)
-    return bool(found)
-
-
 def _touched(s, frags) -> set:
     """The register fragments (keys of ``frags``) statement ``s`` reads or writes."""
     found = set()
@@ -692,89 +483,6 @@ def _two_gemms(plan) -> tuple:
     _need(any(isinstance(s, For) or (isinstance(s, TileOp) and s.op == "reduce") for s in body[g1 + 1:g2]),
           "no elementwise or reduction work between the two T.gemm")
     return g1, g2
-
-
-def _overlap_form(plan) -> tuple:
-    """Whether the loop body ``A B C`` (``A`` up to the first gemm, ``C`` the second gemm) may run as
-    ``A_j C_{j-1} B_j`` (iteration j issues its first gemm, then the previous iteration's second gemm, then
-    works on the first one's result while the second runs): ``C`` must be the body's last work (only the
-    producer's copies into shared memory may follow it) and must commute with ``A`` (no fragment in common)."""
-    g1, g2 = _two_gemms(plan)
-    body, frags = plan["body"], plan["frags"]
-    rest = body[g2 + 1:]
-    _need(all(isinstance(s, TileOp) and s.op == "copy" and s.args[1].buffer in plan["shared"] for s in rest),
-          "work after the second T.gemm")
-    first = set().union(*(_touched(s, frags) for s in body[:g1 + 1]))
-    common = first & _touched(body[g2], frags)
-    _need(not common, f"the second T.gemm and the statements up to the first share "
-                      f"{', '.join(sorted(b.name for b in common))}")
-    return g1, g2
-
-
-#: the consumers' turns on the tensor cores (``tilecore.cuda.pingpong``) are named barriers ``TURN_BAR + c``
-#: for consumer ``c`` (at most 5 consumers: ids 2..6 of 16); id 0 is ``__syncthreads`` and id 1 the emitter's
-#: barrier over a warp-specialized block's consumers (``CUDAEmitter.group_barrier_stmt``, the core's path).
-#: Each barrier has 256 threads: the consumer waiting for its turn and the one before it, passing the turn on
-TURN_BAR = 2
-#: defaults of the two schedules (docs/decisions.md D28): both on. H200, FlashAttention b8 h32 s4096 d128, one
-#: run: non-causal exact 485 -> 548 TFLOP/s, fast math 603 -> 638; causal within 1.5% either way (426 -> 423,
-#: 500 -> 493). Ping-pong's default since D52 is the build's: on for the exact build (a long softmax that the other
-#: warpgroup's gemms hide), off under ``tilecore.fast_math`` (a short one: the turns cost more than they hide). H100,
-#: one run each, O by TMA store (D45): fast 128x128 non-causal 693.2 -> 707.3 TFLOP/s without it, causal 604.1 ->
-#: 620.6 (the seventh session's direct stores: 674.4 -> 684.4); exact 128x176 611.6 -> 543.7 without it, causal
-#: 520.3 -> 503.8. ``tilecore.cuda.pingpong`` True / False sets it either way.
-PINGPONG_DEFAULT = None
-INTRA_WG_OVERLAP_DEFAULT = True
-
-
-def pingpong_default(ctx) -> bool:
-    """``tilecore.cuda.pingpong`` when the kernel sets it, else on for the exact build, off under fast math."""
-    asked = ctx.option("tilecore.cuda.pingpong", PINGPONG_DEFAULT)
-    return (not ctx.option("tilecore.fast_math", False)) if asked is None else bool(asked)
-
-
-def _schedule(plan, ctx, name: str) -> None:
-    """FA3's two schedules for a loop body of two gemms with softmax-like work between them, each behind a
-    pass config: ``tilecore.cuda.pingpong`` (consumer warpgroups take turns issuing their gemms, so one's
-    softmax runs while another's gemms do) and ``tilecore.cuda.intra_wg_overlap`` (iteration j issues its
-    first gemm, then iteration j-1's second one, and works on the first's result while the second runs).
-    A kernel that asks for one and does not have the form gets a note saying why, and today's code."""
-    plan["pingpong"] = plan["overlap"] = plan["split"] = None
-    if pingpong_default(ctx):
-        try:
-            _need(plan["nc"] >= 2, "one consumer warpgroup: nobody to take turns with")
-            plan["pingpong"] = _two_gemms(plan)
-            ctx.notes.append(f"{name}: ping-pong: {plan['nc']} consumer warpgroups take turns issuing their gemms "
-                             f"(named barriers {TURN_BAR}..{TURN_BAR + plan['nc'] - 1})")
-        except _No as e:
-            ctx.notes.append(f"{name}: no ping-pong ({e})")
-    if ctx.option("tilecore.cuda.intra_wg_overlap", INTRA_WG_OVERLAP_DEFAULT):
-        try:
-            plan["overlap"] = _overlap_form(plan)
-            ctx.notes.append(f"{name}: intra-warpgroup overlap: the second gemm of iteration j-1 runs during the "
-                             "work on iteration j's first" + _split_barriers(plan, ctx))
-        except _No as e:
-            ctx.notes.append(f"{name}: no intra-warpgroup overlap ({e})")
-
-
-def _split_barriers(plan, ctx) -> str:
-    """With the overlap, a stage's tiles read by the first gemm (K) are free once it is done, those of the
-    second (V) one softmax later: each staged tile gets its own full / empty mbarriers per stage (FA3's
-    separate K and V pipelines), so the producer refills K while V is still read. Where every staged tile
-    is read by exactly one of the two gemms and the barriers fit; returns the note's words."""
-    g1, g2 = plan["overlap"]
-    body, staged = plan["body"], plan["staged"]
-    first = {r.buffer for r in body[g1].args[:2]} & set(staged)
-    second = {r.buffer for r in body[g2].args[:2]} & set(staged)
-    if not first or not second or first & second or first | second != set(staged):
-        return ""
-    S, T = plan["stages"], len(staged)
-    pipe = 1024 + plan["once_bytes"] + S * plan["stage_bytes"] + 16 * S * T + 16
-    if pipe > onchip_limit(ctx):
-        return ""
-    plan["split"] = {b: 0 if b in first else 1 for b in staged}
-    plan["pipe_bytes"] = pipe
-    return f"; each staged tile on its own mbarriers ({', '.join(b.name for b in staged)})"
 
 
 #: default of ``tilecore.cuda.split_masked_loop`` (docs/decisions.md D30): the loop runs its iterations where
@@ -931,65 +639,99 @@ def _rewrite_stores(s, fn):
     return new if hit else s
 
 
-#: ``tilecore.cuda.register_programs`` (D61): True: the register programs take every kernel of their forms; False:
-#: none (the core's general path takes every kernel); "auto": a kernel of a form the general path serves
-#: (:func:`general_serves`) goes to the general path, every other one as True. **"auto" is the default since D77**: on
-#: sm_90a it leaves the FlashAttention forms of :data:`AUTO_GENERAL` to the general path (D77's census: every kernel the
-#: WGMMA register program takes reaches registers there); on the mma.sync targets "auto" is True (their route is
-#: :data:`MMA_GENERAL_FORMS`)
+#: ``tilecore.cuda.register_programs`` (D61): True: the mma.sync register program takes every kernel of its form;
+#: False: none (the core's general path takes every kernel); "auto" (the default): the route of
+#: :data:`MMA_GENERAL_FORMS` on the mma.sync targets (sm_80 / 86 / 89). On sm_90a the WGMMA register program is
+#: retired (D86): every kernel of its form (:func:`wgmma_form`) runs on the core's general path, with
+#: :data:`AUTO_FORM_DEFAULTS` where the route is "auto"; True there is refused (:func:`retired_wgmma`)
 REGISTER_PROGRAMS = "tilecore.cuda.register_programs"
 REGISTER_PROGRAMS_DEFAULT = "auto"
-#: D77: the forms of FlashAttention that "auto" leaves to the general path on a WGMMA target, each ``(head dimension,
-#: fast math, consumer warpgroups, key block)`` with None for any: those whose every row met D77's rule in its three
-#: rounds (H200, b8 h32 s4096, 11-15 interleaved rounds each; the mean of every measurement of the general path's kernel
-#: against the register program's in the same run at least 0.95, issue 17's bars met where the register program met
-#: them): d128 at 128x128 (GQA too; means 0.959-1.033), d128's fast math at 128x176 (0.997-1.012), d256 at 128x64
-#: (0.960-1.009), one consumer warpgroup at 64x64 with d128 (1.07-1.30) and d64 (0.97-1.21); D81: d64 with two
-#: consumer warpgroups at 128x128 (0.966-1.046 shuffled); D83: d128's exact build at 128x176 with the two loops and
-#: P @ V's descriptor offsets (its defaults since D83; non-causal 0.964-0.978 in four processes of two rounds, causal
-#: 0.980-1.016); D82: d256 at 64x64 (one consumer warpgroup; D77's 0.82-0.96) with its form's defaults
-#: (:data:`AUTO_FORM_DEFAULTS`: 0.980-1.061). Forms not measured (d64 at 128x176, d128 at 128x64, ...) are kept on
-#: the register program. Before D77 "auto" (not the default) took the
-#: exact build at d64 / d128 / d256 and d64's fast math, two consumer warpgroups, any block (D61, D66, D70)
-#: D81: and d64 with two consumer warpgroups at 128x128, both builds (H200, rounds 1-2: exact 1.03-1.07x in every run
-#: where it was not fa_route.py's first kernel after the cuDNN block, ncu at the locked clock 1.044x; D77's 0.925 and
-#: round 1's mixed run's 0.928 were that slot; exact causal 0.98-1.00x; fast 0.96-0.97x; fast causal 0.975-0.993x with
-#: tilecore.pipeline_masked_loop_bound, 0.92-0.96x before it)
+#: the decision that retired the WGMMA register program (issue 11): named by every refusal of its options
+RETIRED = "D86"
+#: D77 / D81 / D82 / D83: the forms of FlashAttention that "auto" had left to the general path on sm_90a before D86,
+#: each ``(head dimension, fast math, consumer warpgroups, key block)`` with None for any, every one measured at 0.95x
+#: the WGMMA register program or better (H200, b8 h32 s4096): d128 at 128x128 (GQA too; 0.959-1.033), d128 at 128x176
+#: (fast 0.997-1.012; exact with D83's two loops and P @ V's descriptor offsets 0.964-0.978, causal 0.980-1.016),
+#: d256 at 128x64 (0.960-1.009), one consumer warpgroup at 64x64 with d128 (1.07-1.30) and d64 (0.97-1.21), d64 with
+#: two consumer warpgroups at 128x128 (D81: 0.966-1.046 shuffled), d256 at 64x64 with its form's defaults (D82:
+#: 0.980-1.061). D86 retired the program; the forms it still took then (d64 at 128x176 and d128 at 128x64 with two
+#: consumer warpgroups: TileLang's GQA backward example's forward kernel) were measured in D86's round 1. Kept as
+#: the record of what each route measured; the route itself no longer reads it
 AUTO_GENERAL: tuple = ((128, None, 2, 128), (128, None, 2, 176), (256, None, 2, 64), (128, None, 1, 64),
                        (64, None, 1, 64), (64, None, 2, 128), (256, None, 1, 64))
 
 
-#: D82: the general path's options "auto" sets as the compile's defaults (``PassContext.set_defaults``: a value the
-#: config gives wins) for the forms of :data:`AUTO_GENERAL` it names, keyed as AUTO_GENERAL's entries
+#: D82: the general path's options the route sets as the compile's defaults (``PassContext.set_defaults``: a value the
+#: config gives wins) on sm_90a for FlashAttention's form (the retired WGMMA register program's, :func:`wgmma_form`),
+#: keyed ``(head dimension, fast math, consumer warpgroups, key block)`` with None for any; only where
+#: ``tilecore.cuda.register_programs`` is "auto" (False: the core's own defaults).
 #: d256 at 64x64 (one consumer warpgroup, 160 KiB of stages: one block an SM either way): a producer warpgroup issues
 #: the bulk copies (``tilecore.warp_specialize``: V refilled as soon as P @ V released its stage, no block barrier in
 #: the loop, the register program's form) and O leaves by bulk tile stores (``tilecore.bulk_store``). D82 (H200, 15
 #: rounds each, general / register program, exact then fast, non-causal / causal): the thread-0 form 0.847 / 0.801,
 #: 0.958 / 0.844; the producer warpgroup 0.955 / 0.925, 1.041 / 0.906 (round 1); with the bulk stores (round 2, the
-#: mean of the default route's kernel and the same kernel as a variant) 1.003 / 0.980, 1.061 / 0.980
+#: mean of the default route's kernel and the same kernel as a variant) 1.003 / 0.980, 1.061 / 0.980.
+#: (D83's d128 at 128x176 exact build takes its two loops and P @ V's descriptor offsets from the core's and the
+#: emitter's own "auto" rules, ``tilecore.pipeline_mask_unswitch`` and ``tilecore.cuda.descriptor_offsets``: on any
+#: route)
 AUTO_FORM_DEFAULTS: dict = {(256, None, 1, 64): {"tilecore.warp_specialize": True, "tilecore.bulk_store": True}}
 #: the decision each entry of :data:`AUTO_FORM_DEFAULTS` was measured in (the route's note names it)
 AUTO_FORM_WHY: dict = {(256, None, 1, 64): "D82"}
 
 
-def auto_form(launch: KernelLaunch, ctx) -> tuple | None:
-    """``(entry, head dimension, consumer warpgroups, key block)``: the entry of :data:`AUTO_GENERAL` that names this
-    kernel's form (the first), or None: on a WGMMA target, FlashAttention's form (two gemms, the second reading its A
-    from registers) by head dimension, build, consumer warpgroups and key block."""
-    if not ctx.capabilities.feature("wgmma") or ctx.option("tilecore.cuda.disable_wgmma", False):
+def _wgmma_target(ctx) -> bool:
+    return bool(ctx.capabilities.feature("wgmma")) and not ctx.option("tilecore.cuda.disable_wgmma", False)
+
+
+def wgmma_form(launch: KernelLaunch, ctx) -> tuple | None:
+    """``(head dimension or None, consumer warpgroups, key block)`` where this kernel is of the form the retired WGMMA
+    register program took on a WGMMA target (one pipelined loop, every shared tile filled by one copy, its fragments
+    held in the accumulator layout; head dimension None where it is not FlashAttention's two gemms), else None."""
+    plan = _wgmma_plan(launch, ctx)
+    if plan is None:
         return None
-    fast = bool(ctx.option("tilecore.fast_math", False))
-    try:
-        plan = _plan(launch, ctx, "wgmma")
-    except _No:
-        return None  # not the register program's form either: the general path takes it regardless
     shape = _attention_shape(plan)
-    if shape is None:  # the GEMM on 64-byte tiles at block_N 256 (D47: the general path 0.96x): kept, not measured
+    return (None if shape is None else shape[1], plan["nc"], plan["gemm_list"][0][1])
+
+
+def _wgmma_plan(launch: KernelLaunch, ctx) -> dict | None:
+    if not _wgmma_target(ctx):
         return None
-    dim, nc, bn = shape[1], plan["nc"], plan["gemm_list"][0][1]  # (the first gemm's width: the key block)
-    form = next(((d, f, c, k) for d, f, c, k in AUTO_GENERAL
-                 if d in (None, dim) and f in (None, fast) and c in (None, nc) and k in (None, bn)), None)
-    return None if form is None else (form, dim, nc, bn)
+    top = launch.body.body if isinstance(launch.body, Seq) else [launch.body]
+    if any(isinstance(s, Collective) for s in top) or not any(isinstance(s, For) and s.kind == "pipelined" for s in top):
+        return None
+    try:
+        return _plan(launch, ctx, "wgmma")
+    except _No:
+        return None
+
+
+#: D86: the retired program ran FlashAttention's loop at least two stages deep whatever its ``num_stages`` (TileLang's
+#: GQA backward example asks one: the general path then issues no copy ahead). ``tilecore.cuda.attention_stage_floor``
+#: ("auto", the default; False: the kernel's own ``num_stages``): on sm_90a under register_programs "auto", that
+#: form's pipelined loop asking fewer than two stages gets two where the general path's least plan with two fits the
+#: block memory (``plan["general_min_bytes"]``, D85's rule)
+STAGE_FLOOR = "tilecore.cuda.attention_stage_floor"
+
+
+def _stage_floor(launch: KernelLaunch, plan: dict, ctx) -> tuple:
+    """``(launch, note)``: the launch with its pipelined loop two stages deep (:data:`STAGE_FLOOR`), or ``(None, "")``
+    where it asks two or more, the option is False or two stages would not fit."""
+    v = ctx.option(STAGE_FLOOR, "auto")
+    if v not in ("auto", False):
+        from tilecore.errors import CompileError
+
+        raise CompileError(f"pass config {STAGE_FLOOR}={v!r}: give \"auto\" (the default) or False")
+    loop = plan["loop"]
+    asked = int(loop.annotations.get("num_stages") or 0)
+    if v is False or asked >= 2 or plan["general_min_bytes"] > onchip_limit(ctx):
+        return None, ""
+    top = list(launch.body.body) if isinstance(launch.body, Seq) else [launch.body]
+    k = next(i for i, x in enumerate(top) if isinstance(x, For) and x.kind == "pipelined")
+    top[k] = top[k].with_(annotations={**top[k].annotations, "num_stages": 2})
+    body = Seq(top, span=launch.body.span) if isinstance(launch.body, Seq) else top[0]
+    return launch.with_(body=body), (f"; its loop two stages deep (num_stages={asked} asked: the retired program's "
+                                     f"floor, {STAGE_FLOOR})")
 
 
 def register_programs_route(ctx):
@@ -1002,28 +744,46 @@ def register_programs_route(ctx):
     raise CompileError(f"{REGISTER_PROGRAMS} must be True, False or \"auto\", not {v!r}")
 
 
-def general_serves(launch: KernelLaunch, ctx) -> str | None:
-    """Why ``register_programs="auto"`` leaves this kernel to the core's general path (None: it does not): on a WGMMA
-    target, FlashAttention's form (two gemms, the second reading its A from registers) where :data:`AUTO_GENERAL` names
-    its head dimension, build, consumer warpgroups and key block (D77; :func:`auto_form`); where
-    :data:`AUTO_FORM_DEFAULTS` names the form, its options become the compile's defaults (D82)."""
-    found = auto_form(launch, ctx)
-    if found is None:
-        return None
-    form, dim, nc, bn = found
-    build = "fast math" if ctx.option("tilecore.fast_math", False) else "the exact build"
-    why = (f"FlashAttention's form, {nc} consumer warpgroup(s), head dimension {dim}, key block {bn}, {build}: the "
-           "general path measured at 0.95x the register program or better (D77)")
-    extra = AUTO_FORM_DEFAULTS.get(form)
-    if extra:
+def retired_wgmma(launch: KernelLaunch, ctx) -> tuple:
+    """``(why, launch)``: why this kernel runs on the core's general path on a WGMMA target though it is the retired
+    WGMMA register program's form (None: it is not that form), and the launch to compile there (None: as it is;
+    :func:`_stage_floor`). ``tilecore.cuda.register_programs=True`` is refused for it, naming
+    D86 and what runs instead. Under "auto", :data:`AUTO_FORM_DEFAULTS`' options for its form become the compile's
+    defaults (D82)."""
+    plan = _wgmma_plan(launch, ctx)
+    if plan is None:
+        return None, None
+    shape = _attention_shape(plan)
+    dim, nc, bn = (None if shape is None else shape[1], plan["nc"], plan["gemm_list"][0][1])
+    if register_programs_route(ctx) is True:
+        from tilecore.errors import CompileError
+
+        raise CompileError(f"{REGISTER_PROGRAMS}=True: the WGMMA register program (sm_90a) is retired ({RETIRED}, "
+                           "issue 11); this kernel runs on the core's general path, which takes WGMMA and TMA itself "
+                           "and measured at 0.95x the program or better on FlashAttention's forms (docs/decisions.md "
+                           f"D77-D83, {RETIRED}): drop the option (or give False); the mma.sync register program is "
+                           "still there on sm_80 / sm_86 / sm_89")
+    fast = bool(ctx.option("tilecore.fast_math", False))
+    what = ("its form" if dim is None else
+            f"FlashAttention's form, {nc} consumer warpgroup(s), head dimension {dim}, key block {bn}, "
+            f"{'fast math' if fast else 'the exact build'}")
+    why = f"{what}: the WGMMA register program is retired ({RETIRED})"
+    if dim is None or register_programs_route(ctx) != "auto":
+        return why, None
+    new, more = _stage_floor(launch, plan, ctx)
+    why += more
+    form = next(((d, f, c, k) for d, f, c, k in AUTO_FORM_DEFAULTS
+                 if d in (None, dim) and f in (None, fast) and c in (None, nc) and k in (None, bn)), None)
+    if form is not None:
+        extra = AUTO_FORM_DEFAULTS[form]
         taken = ctx.set_defaults(extra)
         why += (f"; the form's defaults {', '.join(f'{k}={v!r}' for k, v in extra.items())} "
                 f"({AUTO_FORM_WHY.get(form, 'D82')}{'' if len(taken) == len(extra) else '; the config gives the rest'})")
-    return why
+    return why, new
 
 
 def _lower_as(mode: str):
-    name = {"wgmma": "cuda.hopper_register_program", "mma": "cuda.register_program"}[mode]
+    name = "cuda.register_program"
 
     def lower(launch: KernelLaunch, ctx):
         top = launch.body.body if isinstance(launch.body, Seq) else [launch.body]
@@ -1033,11 +793,10 @@ def _lower_as(mode: str):
             ctx.notes.append(f"{name}: kernel not mapped to registers (no T.Pipelined loop at block level: the "
                              "register program pipelines one)")
             return None
-        if register_programs_route(ctx) == "auto":
-            why = general_serves(launch, ctx)
-            if why is not None:
-                ctx.notes.append(f"{name}: left to the core's general path ({REGISTER_PROGRAMS}=\"auto\": {why})")
-                return None
+        why, new = retired_wgmma(launch, ctx)  # D86: on sm_90a the WGMMA program's form goes to the general path
+        if why is not None:
+            ctx.notes.append(f"{name}: left to the core's general path ({why})")
+            return new
         try:
             plan = _plan(launch, ctx, mode)
         except _No as e:
@@ -1054,8 +813,7 @@ def _lower_as(mode: str):
         plan["pre"] = [guard_stmt(s, facts) for s in plan["pre"]]
         plan["post"] = [guard_stmt(s, facts) for s in plan["post"]]
         plan["body"] = [guard_stmt(s, loop_facts(plan["loop"], facts)) for s in plan["body"]]
-        if mode == "wgmma":
-            _schedule(plan, ctx, name)
+        plan["pingpong"] = plan["overlap"] = plan["split"] = None
         if plan["folded"]:
             ctx.notes.append(f"{name}: {', '.join(plan['folded'])} only relayed a fragment to global memory: "
                              "stored from the registers directly")
@@ -1085,28 +843,13 @@ def _lower_as(mode: str):
         plan["unmasked"] = None
         if ctx.option("tilecore.cuda.split_masked_loop", SPLIT_MASKED_LOOP_DEFAULT):
             _split_masked(plan, facts, ctx, name)
-        plan["beside"] = _beside_pv(plan, ctx, name) if mode == "wgmma" else None
+        plan["beside"], plan["late"], plan["tma_store"], plan["persist"] = None, [], None, None
         plan["partial_sums"] = _partial_sums(plan, ctx, name)
-        plan["late"] = _rescale_under_qk(plan, ctx, name) if mode == "wgmma" else []
-        _tmastore.plan_store(plan, ctx, name)  # D45: the output through shared memory and TMA stores (adds a map)
-        _persistent(plan, launch, ctx, name)  # D45: a persistent grid (after everything that sizes the pipeline)
-        regs = ctx.option("tilecore.cuda.producer_registers", None)  # D39: FA3's 24 where the softmax runs beside
-        plan["producer_regs"] = _lean.producer_registers(  # P @ V (its carried fragments need the 240)
-            regs if regs is not None else (24 if plan["beside"] is not None else _lean.PRODUCER_REGISTERS_DEFAULT))
         pipe = Buffer("regprog_smem", (plan["pipe_bytes"],), "uint8", "shared")
         coll = Collective("tc_register_program", (Region(pipe, (as_expr(0),), (pipe.shape[0],)),),
                           {"plan": plan, "tensor_maps": plan["tensor_maps"], "wgmma": plan["wgmma"]},
                           span=launch.span)
         body = Seq([Allocate(pipe, span=launch.span), coll], span=launch.body.span)
-        if mode == "wgmma":
-            ctx.notes.append(f"{name}: {plan['nc']} consumer warpgroup(s) + 1 producer, {len(plan['frags'])} "
-                             f"fragments in registers, {len(plan['once'])} tile(s) loaded once, "
-                             f"{len(plan['staged'])} pipelined {plan['stages']} stages deep")
-            # a persistent grid: the emitter defines the block variables per tile (codegen.block_indices); the
-            # launch takes min(tiles, blocks) blocks (codegen.extra_meta, runtime: capped at the device's SMs)
-            more = {"hopper_persistent": plan["persist"]["blocks"]} if plan.get("persist") else {}
-            return launch.with_(body=body, threads=(plan["nc"] * WG + WG,),
-                                attrs={**launch.attrs, "warp_specialized": True, **more})
         ctx.notes.append(f"{name}: mma.sync + cp.async, {plan['nc'] * 4} warps of 16 rows, {len(plan['frags'])} "
                          f"fragments in registers, {len(plan['once'])} tile(s) loaded once, "
                          f"{len(plan['staged'])} pipelined {plan['stages']} stages deep")
@@ -1306,16 +1049,39 @@ def route_shape_defaults(func, ctx):
     return func
 
 
-@tile_pass("cuda.hopper_register_program")
-def hopper_register_program(func, ctx):
-    """Kernels that fit the warp-specialized register model -> one producer/consumer program (sm_90a)."""
-    return rewrite_launches(func, ctx, _lower_as("wgmma"))
+#: D86: the options only the retired WGMMA register program read (FA3's schedules and epilogue, D28-D45), each with
+#: what it did; a compile that names one fails, naming D86 (none has an effect on the general path or the mma.sync
+#: register program)
+RETIRED_OPTIONS: dict = {
+    "tilecore.cuda.pingpong": "consumer warpgroups taking turns on the tensor cores (D28, D52)",
+    "tilecore.cuda.intra_wg_overlap": "the second gemm of iteration j-1 beside iteration j's softmax (D28)",
+    "tilecore.cuda.softmax_beside_pv": "the softmax beside P @ V (D39)",
+    "tilecore.cuda.producer_registers": "the producer warpgroup's setmaxnreg (D39)",
+    "tilecore.cuda.rescale_under_qk": "O's rescale under the next Q K^T (D45)",
+    "tilecore.cuda.attention_tma_store": "O through shared memory and TMA stores (D45)",
+    "tilecore.cuda.attention_persistent": "a persistent grid of FlashAttention tiles (D45)",
+}
+
+
+def refuse_retired_options(ctx) -> None:
+    """A :class:`CompileError` for the first option of :data:`RETIRED_OPTIONS` the compile's config gives."""
+    for name, what in RETIRED_OPTIONS.items():
+        if ctx.option(name, None) is not None:
+            from tilecore.errors import CompileError
+
+            raise CompileError(f"pass config {name}: {what} was an option of the WGMMA register program (sm_90a), "
+                               f"retired in {RETIRED} (issue 11); FlashAttention runs on the core's general path, "
+                               "whose own options (tilecore.warp_specialize, tilecore.bulk_store, "
+                               "tilecore.pipeline_mask_unswitch, ...; docs/decisions.md D77-D86) do this work: drop "
+                               f"{name} from the config")
 
 
 @tile_pass("cuda.register_program")
 def register_program(func, ctx):
-    """The same kernels on mma.sync + cp.async targets (sm_80+; on sm_90a those the Hopper passes left):
+    """The same kernels on mma.sync + cp.async targets (sm_80 / 86 / 89; on sm_90a only with
+    ``tilecore.cuda.disable_wgmma``: the WGMMA register program's form goes to the general path there, D86):
     fragments in registers, every warp owning 16 rows, multi-stage cp.async copies into swizzled tiles."""
+    refuse_retired_options(ctx)
     return rewrite_launches(func, ctx, _lower_as("mma"), features=("mma_sync", "async_copy"))
 
 
@@ -1327,24 +1093,7 @@ class _Emit:
     def __init__(self, em, st, coll: Collective):
         self.em, self.st, self.p = em, st, coll.attrs["plan"]
         self.pipe = em.name(st, coll.args[0].buffer)
-        self.maps = getattr(st, "tmaps", {}).get(id(coll), [])
-        self.map_of = {m["tile"]: name for m, name in zip(self.p["tensor_maps"], self.maps)}
-        self.mma = self.p["mode"] == "mma"
-        self.regs = self.p["nc"] == 2 and not self.mma
-        self.waited_once = False
-        self.pending: set = set()
-        self.pending_packed: set = set()
-        self.retired = False
-        self.stage = "tc_s"         # the C expression of the stage a gemm's staged tiles are read from
-        self.turn_wait = False      # ping-pong: wait for this consumer's turn before the next WGMMA ...
-        self.turn_pass = None       # ... and pass the turn on after it ("all", or "final": not the last consumer)
-        self.groups = None          # intra-warpgroup overlap: WGMMA groups in flight, oldest first
-        self.packed_ahead = None    # a fragment whose packed copy the next WGMMA reading it finds ready
         self.row_vars = None        # ids of the variables that vary along a row, inside a 2-D T.Parallel nest
-        self.persist = self.p.get("persist")  # D45: a persistent grid ({"blocks", "qb", "zero_fills"}) or None
-        self.zero_c = None          # persistent: a C the next WGMMA starts from zero (its fill skipped)
-        self.either = False         # inside cstmt_either's branches (no fill skipped there)
-        self.qb = self.persist["qb"] if self.persist else 0
 
     def line(self, text: str):
         self.em.line(self.st, text)
@@ -1361,478 +1110,13 @@ class _Emit:
         """Shared address of ``b``'s tile; a staged tile's copy for ``stage`` (a C expression)."""
         p = self.p
         if b in p["staged"]:
-            return f"(tc_base + {self.once_span() + p['offset'][b]}u + (unsigned){stage} * {p['stage_bytes']}u)"
-        if self.qb == 2:  # persistent, two buffers of the tiles loaded once: this tile's
-            return f"(tc_base + {p['offset'][b]}u + (unsigned)tc_qb * {p['once_bytes']}u)"
+            return f"(tc_base + {p['once_bytes'] + p['offset'][b]}u + (unsigned){stage} * {p['stage_bytes']}u)"
         return f"(tc_base + {p['offset'][b]}u)"
-
-    def once_span(self) -> int:
-        """Bytes of the tiles loaded once (two copies of them on a persistent grid with two Q buffers)."""
-        return self.p["once_bytes"] * max(self.qb, 1)
-
-    def G(self, it: str) -> str:
-        """The stage ring's count for iteration ``it`` of this tile: ``it`` itself, or on a persistent grid
-        ``tc_gb + it`` (the block's earlier tiles' iterations first)."""
-        return f"(tc_gb + {it})" if self.persist else it
-
-    def bar(self, kind: str, s: str = "0", tile=None) -> str:
-        S = self.p["stages"]
-        if self.p.get("split"):  # a full and an empty mbarrier per staged tile and stage (the overlap)
-            T = len(self.p["staged"])
-            t = self.p["staged"].index(tile) if tile is not None else None
-            base = 16 * S * T
-            if kind in ("once", "qempty") and self.persist:
-                return self.qbar(kind, base)
-            return {"full": lambda: f"(tc_bars + 8u * ({t * S} + ({s})))",
-                    "empty": lambda: f"(tc_bars + 8u * ({T * S + t * S} + ({s})))",
-                    "once": lambda: f"(tc_bars + {16 * S * T}u)"}[kind]()
-        if kind in ("once", "qempty") and self.persist:
-            return self.qbar(kind, 16 * S)
-        return {"full": f"(tc_bars + 8u * ({s}))", "empty": f"(tc_bars + 8u * ({S} + ({s})))",
-                "once": f"(tc_bars + {16 * S}u)"}[kind]
-
-    def qbar(self, kind: str, base: int, qb: str = "tc_qb") -> str:
-        """Persistent grid: the tiles loaded once, buffer ``qb``'s full ("once") or empty ("qempty") mbarrier."""
-        return f"(tc_bars + {base + (0 if kind == 'once' else 16)}u + 8u * (unsigned)({qb}))"
-
-    def tiles_of(self, which: int) -> list:
-        """The staged tiles the first (0) or second (1) gemm reads, on their own mbarriers (the overlap)."""
-        return [b for b in self.p["staged"] if self.p["split"][b] == which]
-
-    def run(self):
-        if self.mma:
-            return self.run_mma()
-        p, S = self.p, self.p["stages"]
-        self.line("{")
-        self.st.indent += 1
-        self.line(f"const unsigned tc_base = (tc_smem_addr({self.pipe}) + 1023u) & ~1023u;")
-        self.line(f"const unsigned tc_bars = tc_base + {self.once_span() + S * p['stage_bytes']}u;")
-        self.line("const int tc_wg = threadIdx.x / 128;")
-
-        def init():
-            tiles = p["staged"] if p.get("split") else [None]
-            self.block(f"for (int s = 0; s < {S}; ++s)", lambda: [
-                (self.line(f"tc_mbar_init({self.bar('full', 's', b)}, 1);"),
-                 self.line(f"tc_mbar_init({self.bar('empty', 's', b)}, {128 * p['nc']});")) for b in tiles])
-            if self.persist:  # each buffer of the tiles loaded once: full (the producer's) and empty (the consumers')
-                for q in range(self.qb):
-                    self.line(f"tc_mbar_init({self.bar('once').replace('tc_qb', str(q))}, 1);")
-                    self.line(f"tc_mbar_init({self.bar('qempty').replace('tc_qb', str(q))}, {128 * p['nc']});")
-            else:
-                self.line(f"tc_mbar_init({self.bar('once')}, 1);")
-            self.line('asm volatile("fence.mbarrier_init.release.cluster;\\n" ::: "memory");')
-
-        self.block("if (threadIdx.x == 0)", init)
-        self.line("__syncthreads();")
-        for s in ([] if self.persist else p["pre"]):  # (persistent: per tile, tile_loop)
-            if isinstance(s, Bind):
-                self.em.stmt(self.st, s)
-        self.block("if (tc_wg == 0)", self.producer)
-        self.block("else", self.consumer)
-        self.st.indent -= 1
-        self.line("}")
-
-    # -- producer ---------------------------------------------------------------------------------
-    def loads(self, b, bar: str):
-        em, st = self.em, self.st
-        src = self.p["copies"][b].args[0]
-        info = self.p["shared"][b]
-        atom = info["swz"] // info["esize"]
-        coords = [em.expr(st, simplify(e)) for e in reversed(src.starts)]
-        rank = len(coords)
-        for a in range(info["cols"] // atom):
-            c = [f"(int)({coords[0]}) + {a * atom}"] + [f"(int)({x})" for x in coords[1:]]
-            dst = f"{self.tile_addr(b)} + {a * info['rows'] * info['swz']}u"
-            self.line(f"tc_tma_load_{rank}d({dst}, &{self.map_of[b]}, {bar}, {', '.join(c)});")
-
-    def producer(self):
-        p, S = self.p, self.p["stages"]
-        loop = p["loop"]
-        if self.regs:
-            self.line(f"tc_setmaxnreg_dec<{self.p['producer_regs']}>();")
-
-        def load_once():
-            if self.persist and p["once"]:  # its buffer is free once the consumers' tile two (one) tiles back is done
-                self.line(f"if (tc_tn >= {self.qb}) tc_mbar_wait({self.bar('qempty')}, (tc_qu - 1) & 1);")
-            if p["once"]:
-                self.line(f"tc_mbar_expect_tx({self.bar('once')}, {p['once_bytes']}u);")
-                for b in p["once"]:
-                    self.loads(b, self.bar("once"))
-
-        def issue():
-            for name in self.maps:
-                self.line(f"tc_tma_prefetch_map(&{name});")
-            if not self.persist:
-                load_once()
-
-            def step():
-                self.loop_var(loop)
-                self.line(f"const int tc_s = {self.G('tc_it')} % {S};")
-                g = self.G("tc_it")
-                if self.qb == 2:  # this tile's Q first (its other buffer: the consumers may still be on the last tile)
-                    self.block("if (tc_it == 0)", load_once)
-                if p.get("split"):  # each tile as soon as its own buffer of this stage is free
-                    for b in p["staged"]:
-                        size = p["shared"][b]["rows"] * p["shared"][b]["cols"] * p["shared"][b]["esize"]
-                        self.line(f"if ({g} >= {S}) tc_mbar_wait({self.bar('empty', 'tc_s', b)}, "
-                                  f"(({g} / {S}) + 1) & 1);")
-                        self.line(f"tc_mbar_expect_tx({self.bar('full', 'tc_s', b)}, {size}u);")
-                        self.loads(b, self.bar("full", "tc_s", b))
-                else:
-                    self.line(f"if ({g} >= {S}) tc_mbar_wait({self.bar('empty', 'tc_s')}, (({g} / {S}) + 1) & 1);")
-                    self.line(f"tc_mbar_expect_tx({self.bar('full', 'tc_s')}, {p['stage_bytes']}u);")
-                    for b in p["staged"]:
-                        self.loads(b, self.bar("full", "tc_s"))
-                if self.qb == 1:  # one buffer: after this tile's first stages (they load under the last tile's end)
-                    self.block(f"if (tc_it == min(tc_nit, {S}) - 1)", load_once)
-
-            if not self.persist:
-                self.block(f"for (int tc_it = 0; tc_it < (int)({self.em.expr(self.st, loop.extent)}); ++tc_it)", step)
-                return
-
-            def tile():
-                self.line(f"const int tc_nit = (int)({self.em.expr(self.st, loop.extent)});")
-                self.block("for (int tc_it = 0; tc_it < tc_nit; ++tc_it)", step)
-                self.block("if (tc_nit == 0)", load_once)  # the consumers wait for it all the same
-
-            self.tile_loop(tile)
-
-        self.block("if (threadIdx.x == 0)", issue)
 
     def loop_var(self, loop: For):
         v = self.em.name(self.st, loop.var)
         self.line(f"const {self.em.vtype(loop.var.dtype)} {v} = ({self.em.vtype(loop.var.dtype)})"
                   f"({self.em.expr(self.st, loop.start)} + tc_it);")
-
-    # -- consumers --------------------------------------------------------------------------------
-    def tile_loop(self, body) -> None:
-        """Persistent grid (D45): ``body`` per tile of the block, the block variables (codegen.block_indices, x
-        fastest, T.use_swizzle included) and the block-level binds defined for it; ``tc_gb`` counts the iterations
-        of the block's earlier tiles (the stage ring runs on), ``tc_tn`` its tiles (``tc_qb`` / ``tc_qu``: the
-        buffer of the tiles loaded once and how often it was used before)."""
-        from tilecore.codegen.simtcpp import SIMTCppEmitter
-
-        from .codegen import _tiles, grid3
-
-        em, st, p = self.em, self.st, self.p
-        launch = st.hopper_persistent
-        n = const_value(simplify(_tiles(launch)))
-        ty = "int" if isinstance(n, int) and n < 2 ** 31 else "long long"  # (32-bit arithmetic: fewer registers)
-        tiles = em.expr(st, simplify(_tiles(launch)))
-        self.tiles, self.tile_ty = tiles, f"({ty})"
-        gx, gy, _ = (em.expr(st, simplify(g)) for g in grid3(launch.grid))
-        self.line("int tc_gb = 0;  /* iterations of this block's earlier tiles: the stage ring's count */")
-
-        def one():
-            dims = len(launch.grid)
-            if dims == 1:
-                self.line(f"const {ty} tc_px = tc_tile;")
-            elif dims == 2:
-                self.line(f"const {ty} tc_px = tc_tile % ({gx}), tc_py = tc_tile / ({gx});")
-            else:
-                self.line(f"const {ty} tc_px = tc_tile % ({gx}), tc_py = (tc_tile / ({gx})) % ({gy}), "
-                          f"tc_pz = tc_tile / (({gx}) * ({gy}));")
-            em.block_index = "tc_p{}"
-            try:
-                SIMTCppEmitter.block_indices(em, st, launch)
-            finally:
-                del em.block_index
-            for x in p["pre"]:
-                if isinstance(x, Bind):
-                    em.stmt(st, x)
-            self.line(f"const int tc_qb = (int)(tc_tn % {self.qb}), tc_qu = (int)(tc_tn / {self.qb});")
-            body()
-            self.line(f"tc_gb += (int)({em.expr(st, p['loop'].extent)});")
-
-        self.block(f"for ({ty} tc_tile = blockIdx.x, tc_tn = 0; tc_tile < ({ty})({tiles}); "
-                   "tc_tile += gridDim.x, ++tc_tn)", one)
-
-    def consumer(self):
-        p = self.p
-        if self.regs:
-            self.line(f"tc_setmaxnreg_inc<{_lean.consumer_registers(self.p['producer_regs'])}>();")
-        self.consumer_setup("tc_wg - 1")
-        if not p.get("split"):
-            self.line("int tc_rel = -1;  /* a stage whose release waits for WGMMA still reading it */")
-        if not self.persist:
-            return self.consumer_tile()
-
-        def tile():
-            if p["once"]:  # this tile's Q (its buffer's use tc_qu)
-                self.line(f"tc_mbar_wait({self.bar('once')}, tc_qu & 1);")
-            self.waited_once = True
-            self.consumer_tile()
-            if p["once"]:  # its buffer free for the producer (after the epilogue, which may store through it)
-                self.line(f"tc_mbar_arrive({self.bar('qempty')});")
-
-        self.tile_loop(tile)
-
-    def consumer_tile(self):
-        p, S = self.p, self.p["stages"]
-        em, st = self.em, self.st
-        for s in p["pre"]:
-            if not isinstance(s, Bind):
-                self.cstmt(s)
-        self.retire()
-        if p["once"] and not self.waited_once:  # tiles loaded once are there before the loop starts
-            self.line(f"tc_mbar_wait({self.bar('once')}, 0);")
-            self.waited_once = True
-        loop = p["loop"]
-
-        def step(body):
-            self.loop_var(loop)
-            self.line(f"const int tc_s = tc_it % {S};")
-            self.line(f"tc_mbar_wait({self.bar('full', 'tc_s')}, (tc_it / {S}) & 1);")
-            self.retired = False
-            for k, s in enumerate(body):
-                if pp:  # this consumer's turn: the second gemm of iteration j-1 through the first of j
-                    self.turn_wait, self.turn_pass = k == pp[1], ("all" if k == pp[0] else None)
-                self.cstmt(s)
-            if self.pending:
-                if not self.retired:  # last iteration's stage is still held: retire both now
-                    self.retire()
-                    self.line(f"tc_mbar_arrive({self.bar('empty', 'tc_s')});")
-                else:
-                    self.line("tc_rel = tc_s;")
-            else:
-                self.line(f"tc_mbar_arrive({self.bar('empty', 'tc_s')});")
-
-        pp = p.get("pingpong")
-        if p.get("overlap"):
-            self.overlapped(loop, pp)
-            self.finish_partials()
-            for s in p["post"]:
-                self.cstmt(s)
-            self.retire()
-            return
-        if pp:
-            self.first_turn()
-            self.wait_turn()
-        # WGMMA groups still in flight at the end of an iteration stay in flight into the next one (their
-        # stage is released when they are waited for): emit the body once to learn what is in flight at
-        # its end, then again with that as what the iteration starts with
-        nit = f"(int)({em.expr(st, loop.extent)})"
-        self.split_count()
-        lines, indent = list(st.lines), st.indent
-        self.pending = set()
-        self.loops(0, step, nit)
-        carried = set(self.pending)
-        st.lines[:], st.indent = lines, indent
-        self.pending = set(carried)
-        self.loops(0, step, nit)
-        if pp:
-            self.pass_turn(final=True)
-        self.retire()
-        self.finish_partials()
-        for s in p["post"]:
-            self.cstmt(s)
-        self.retire()
-
-    # -- ping-pong: the consumers take turns issuing WGMMA (a ring of named barriers) -------------------
-    # Consumer c's turn starts when it waits on barrier TURN_BAR + c and ends when it arrives on the next
-    # consumer's barrier; the last consumer gives consumer 0 its first turn. Every consumer takes the same
-    # number of turns (the statements are unconditional and the trip count is the block's), and the last
-    # consumer does not pass its final turn on, so every barrier ends with as many arrivals as waits.
-    def first_turn(self):
-        nc = self.p["nc"]
-        if self.persist:  # D45: later tiles get consumer 0's first turn from the last consumer's last turn before
-            self.line(f"if (tc_c == {nc - 1} && tc_tn == 0) tc_named_arrive({TURN_BAR}, 256);  "
-                      "/* consumer 0 takes the block's first turn */")
-            return
-        self.line(f"if (tc_c == {nc - 1}) tc_named_arrive({TURN_BAR}, 256);  /* consumer 0 takes the first turn */")
-
-    def wait_turn(self):
-        self.line(f"tc_named_sync({TURN_BAR} + tc_c, 256);  /* this consumer's turn on the tensor cores */")
-
-    def pass_turn(self, final: bool = False):
-        nc = self.p["nc"]
-        if final and self.persist:  # D45: the last consumer hands consumer 0 the next tile's first turn (if the
-            # block has one), before its epilogue: consumer 0 starts the next tile while it stores this one
-            self.line(f"if (tc_c != {nc - 1}) tc_named_arrive({TURN_BAR} + tc_c + 1, 256);  /* the last turn */")
-            self.line(f"else if (tc_tile + {self.tile_ty}(gridDim.x) < {self.tile_ty}({self.tiles})) "
-                      f"tc_named_arrive({TURN_BAR}, 256);  /* consumer 0's first turn of the next tile */")
-        elif final:
-            self.line(f"if (tc_c != {nc - 1}) tc_named_arrive({TURN_BAR} + tc_c + 1, 256);  /* the last turn */")
-        else:
-            self.line(f"tc_named_arrive({TURN_BAR} + (tc_c + 1) % {nc}, 256);  /* the next consumer's turn */")
-
-    # -- intra-warpgroup overlap: A_j C_{j-1} B_j ---------------------------------------------------------
-    def overlapped(self, loop: For, pp):
-        """The loop as ``A_0 B_0; for j >= 1: A_j C_{j-1} B_j; C_{n-1}`` (``A`` the body up to its first
-        gemm, ``B`` the work up to the second, ``C`` the second gemm): iteration j's first gemm and j-1's
-        second are in flight together, and ``B_j`` waits only for what it touches (``tc_wgmma_wait<1>`` for
-        the first gemm's result while the second still runs)."""
-        p, S = self.p, self.p["stages"]
-        em, st = self.em, self.st
-        g1, g2 = p["overlap"]
-        second = p["body"][g2]  # the same statement in every variant of the body
-        self.groups = []
-        self.pending = set()
-
-        split = p.get("split")
-        beside = p.get("beside")  # D39: the first statement of B deferred to the next iteration, or None
-
-        def deferred(it: str):
-            """D39: the end of iteration ``it - 1``'s B at the start of iteration ``it`` (after its barrier waits):
-            wait for its P @ V (``it - 2``'s, in flight since), release that V stage, then O's rescale and P's
-            pack. Iteration 1 finds no P @ V in flight: the wait returns at once and the release is skipped."""
-            a, c = second.args[0].buffer, second.args[2].buffer
-            self.line("tc_wgmma_wait<0>();")
-            self.fence(c)
-            if a in p["frags"]:
-                self.line(f"tc_reg_fence_u({self.packed(a)});")
-            if not split:
-                self.line(f"if (tc_rel >= 0) {{ tc_mbar_arrive({self.bar('empty', 'tc_rel')}); tc_rel = -1; }}")
-            else:
-                for b in self.tiles_of(1):
-                    self.line(f"if ({it} >= 2) tc_mbar_arrive({self.bar('empty', f'(({self.G(it)}) + {S - 2}) % {S}', b)});")
-            self.groups, self.pending, self.pending_packed = [], set(), set()
-            for k in range(beside, g2):
-                self.cstmt(p["body"][k])
-            pack_a()
-
-        def pack_a():
-            a = second.args[0].buffer
-            if a in p["frags"]:  # the second gemm's A (P) packed now: 32 registers, not 64, carried
-                # into the next iteration, and no conversions inside the next turn
-                pack = "tc_pack_h2" if str(a.dtype) == "float16" else "tc_pack_bf2"
-                f, pa = self.pack_source(a), self.packed(a)
-                self.line("#pragma unroll")
-                self.line(f"for (int tc_q = 0; tc_q < {a.static_shape()[1] // 4}; ++tc_q) {pa}[tc_q] = "
-                          f"{pack}({f}[2 * tc_q], {f}[2 * tc_q + 1]);")
-                self.packed_ahead = a
-
-        def run_first(body, wait_turn: bool, pass_turn, previous: bool, alt=None):
-            g = self.G("tc_it")
-            if not split:
-                self.line(f"tc_mbar_wait({self.bar('full', 'tc_s')}, ({g} / {S}) & 1);")
-            else:  # this iteration's tiles of the first gemm, the previous one's of the second
-                for b in self.tiles_of(0):
-                    self.line(f"tc_mbar_wait({self.bar('full', 'tc_s', b)}, ({g} / {S}) & 1);")
-                for b in (self.tiles_of(1) if previous else []):
-                    self.line(f"tc_mbar_wait({self.bar('full', f'({g} + {S - 1}) % {S}', b)}, "
-                              f"(({g} - 1) / {S}) & 1);")
-            if beside is not None and previous:
-                deferred("tc_it")
-            for k, s in enumerate(body[:g1 + 1]):
-                if pp and k == g1:
-                    self.turn_wait, self.turn_pass = wait_turn, pass_turn
-                self.cstmt_either(s, alt[k] if alt else s)
-            if split:  # its tiles are free once it is done
-                self.groups[-1] = (*self.groups[-1][:3], [self.bar("empty", "tc_s", b) for b in self.tiles_of(0)])
-
-        def run_second(stage: str, pass_turn, last: str = ""):
-            self.stage = stage
-            if split and last:
-                for b in self.tiles_of(1):
-                    self.line(f"tc_mbar_wait({self.bar('full', stage, b)}, (({last}) / {S}) & 1);")
-            if pp:
-                self.turn_wait, self.turn_pass = pass_turn != "all", pass_turn
-            self.cstmt(second)
-            self.stage = "tc_s"
-            if split:
-                self.groups[-1] = (*self.groups[-1][:3], [self.bar("empty", stage, b) for b in self.tiles_of(1)])
-            else:
-                self.groups[-1] = (*self.groups[-1][:2], True, [])  # its end releases the stage
-                self.line(f"tc_rel = {stage};")
-
-        late = p.get("late") or []  # D45: O's rescale, after the next first gemm's issue
-
-        def run_late():
-            for k in late:
-                self.cstmt(p["body"][k])
-
-        def run_between(body, alt=None):
-            ks = [k for k in range(g1 + 1, g2 if beside is None else beside) if k not in late]
-            cut = next((k for k in ks if self.rows_nest(body[k])), None) if alt is None and beside is None else None
-            if cut is not None:  # D54: the exp2 check's branch around the rest of B (see rows_between)
-                return self.rows_between(body, ks, cut, pack_a)
-            for k in ks:
-                self.cstmt_either(body[k], alt[k] if alt else body[k])
-            if beside is not None:  # P @ V stays in flight into the next iteration, which finishes B (deferred)
-                return
-            self.retire()  # nothing stays in flight into the next iteration (B normally waited already)
-            pack_a()
-
-        def iteration0():
-            self.line("const int tc_it = 0;")
-            self.loop_var(loop)
-            self.line(f"const int tc_s = {self.G('0')} % {S};" if self.persist else "const int tc_s = 0;")
-            um = p.get("unmasked")
-            body = self.variant(bool(um) and um["all"])
-            alt = um["body"] if um and not um["all"] else None  # without the masks where tc_nu > 0
-            run_first(body, True, "all", False, alt)
-            run_between(body, alt)
-            self.variant(False)
-
-        def step(body):
-            self.loop_var(loop)
-            self.line(f"const int tc_s = {self.G('tc_it')} % {S};")
-            run_first(body, True, None, True)
-            run_late()
-            run_second(f"(({self.G('tc_it')} + {S - 1}) % {S})", "all")
-            run_between(body)
-
-        def body_if():
-            if pp:
-                self.first_turn()
-            self.block("", iteration0)
-            self.loops(1, step)
-            if beside is not None:
-                deferred("tc_nit")
-            run_late()
-            run_second(f"(({self.G('tc_nit')} + {S - 1}) % {S})", "final", f"{self.G('tc_nit')} - 1")
-            self.retire()
-
-        self.line(f"const int tc_nit = (int)({em.expr(st, loop.extent)});")
-        self.split_count()
-        self.block("if (tc_nit > 0)", body_if)
-        self.groups = None
-
-    def wait_for(self, need: set):
-        """Wait for the WGMMA groups in flight up to the newest one that writes (or reads) a fragment of
-        ``need``; newer groups stay in flight (``tc_wgmma_wait<newer>``)."""
-        hit = [i for i, g in enumerate(self.groups) if g[0] & need]
-        if not hit:
-            return
-        i = hit[-1]
-        if i == len(self.groups) - 1:
-            self.retire()
-            return
-        self.line(f"tc_wgmma_wait<{len(self.groups) - 1 - i}>();")
-        done, self.groups = self.groups[:i + 1], self.groups[i + 1:]
-        for b in sorted(set().union(*(g[0] for g in done)), key=lambda b: b.name):
-            self.fence(b)
-        for pa in sorted(set().union(*(g[1] for g in done))):
-            self.line(f"tc_reg_fence_u({pa});")
-        if any(g[2] for g in done):
-            self.line(f"if (tc_rel >= 0) {{ tc_mbar_arrive({self.bar('empty', 'tc_rel')}); tc_rel = -1; }}")
-        for bar in (x for g in done for x in g[3]):
-            self.line(f"tc_mbar_arrive({bar});")
-        self.pending = set().union(*(g[0] for g in self.groups))
-        self.pending_packed = set().union(*(g[1] for g in self.groups))
-
-    def retire(self):
-        """Wait for every WGMMA in flight, then release the stage they were reading."""
-        if not self.pending:
-            return
-        self.line("tc_wgmma_wait<0>();")
-        for b in sorted(self.pending, key=lambda b: b.name):
-            self.fence(b)
-        for pa in sorted(self.pending_packed):
-            self.line(f"tc_reg_fence_u({pa});")
-        self.pending_packed = set()
-        if not self.p.get("split"):
-            self.line(f"if (tc_rel >= 0) {{ tc_mbar_arrive({self.bar('empty', 'tc_rel')}); tc_rel = -1; }}")
-        for bar in (x for g in (self.groups or ()) for x in g[3]):
-            self.line(f"tc_mbar_arrive({bar});")
-        self.pending = set()
-        self.retired = True
-        if self.groups is not None:
-            self.groups = []
-
-    def touched(self, s) -> set:
-        return _touched(s, self.p["frags"])
 
     def finish_partials(self):
         """D39 (``tilecore.cuda.row_sum_per_thread``): the quad's parts of each per-thread row sum added up."""
@@ -1849,8 +1133,7 @@ class _Emit:
         # it is the same for the warp and keeps what derives from it (the A tile's WGMMA descriptors) in uniform
         # registers, not rebuilt or moved each iteration (D35: 22-46 instructions an iteration; broadcasting
         # tc_wg instead gains 16 fewer). mma.sync has no descriptors: its index stays as it was
-        c = index if self.mma else f"__shfl_sync(0xffffffffu, {index}, 0)"
-        self.line(f"const int tc_c = {c}, tc_t = threadIdx.x % 128, tc_l = tc_t % 32;")
+        self.line(f"const int tc_c = {index}, tc_t = threadIdx.x % 128, tc_l = tc_t % 32;")
         self.line("const int tc_row = tc_c * 64 + (tc_t / 32) * 16 + tc_l / 4;")
         self.line("const int tc_col = 2 * (tc_l % 4);")
         for b in self.p["frags"]:
@@ -1866,93 +1149,8 @@ class _Emit:
         conv = self.em.round_conv.get(str(b.dtype))
         return conv.format(text) if conv else text
 
-    def rows_nest(self, s) -> bool:
-        """Whether statement ``s`` is a nest ``F[i, j] = T.exp2(arg)`` that ``tilecore.cuda.exp2_range_check="rows"``
-        checks (D54: the exact build, ``arg`` non-decreasing in one 2-D fragment's element)."""
-        if self.p.get("exp2_check") != "rows" or getattr(self.st, "fast", False) or not isinstance(s, For):
-            return False
-        inner = s.body
-        while isinstance(inner, Seq) and len(inner.body) == 1:
-            inner = inner.body[0]
-        if not (isinstance(inner, For) and inner.kind == "parallel"):
-            return False
-        ex = _lean.exp2_store(inner.body, self.p["frags"])
-        if not ex:
-            return False
-        old = getattr(self, "row_vars", None)
-        self.row_vars = {id(inner.var)} | {id(x.var) for x in _binds_in(inner.body)}
-        try:
-            return self.exp2_source(ex[1]) is not None
-        finally:
-            self.row_vars = old
-
-    def rows_between(self, body, ks, cut, pack_a):
-        """D54 (``tilecore.cuda.exp2_range_check="rows"``): B up to the exp2 nest ``body[cut]``, its check (the
-        products, the rows' minima, ``tc_ok``), then one warp-uniform branch whose two sides each run the nest's
-        exponentials (``ex2.approx.ftz`` / ``exp2f``) and the rest of B (row sums, rescale, P's pack): with the
-        branch around the nest alone, ptxas could not run the rest beside the exponentials (D54's SASS). The
-        WGMMA bookkeeping is the same on both sides (each starts from the state at the branch)."""
-        i = ks.index(cut)
-        for k in ks[:i]:
-            self.cstmt(body[k])
-        self.rows_mode = "check"
-        try:
-            self.cstmt(body[cut])  # (its waits first, as for the nest itself)
-        finally:
-            self.rows_mode = None
-        state = (list(self.groups) if self.groups is not None else None, set(self.pending),
-                 set(self.pending_packed), self.packed_ahead, getattr(self, "retired", None))
-
-        def side(kind):
-            groups, pending, packed, ahead, retired = state
-            self.groups = list(groups) if groups is not None else None
-            self.pending, self.pending_packed, self.packed_ahead = set(pending), set(packed), ahead
-            self.retired = retired
-            self.rows_mode = kind
-            try:
-                self.cstmt(body[cut])
-            finally:
-                self.rows_mode = None
-            for k in ks[i + 1:]:
-                self.cstmt(body[k])
-            self.retire()
-            pack_a()
-
-        self.block("if (__all_sync(0xffffffffu, tc_ok))", lambda: side("fast"))
-        self.block("else", lambda: side("slow"))
-
-    def cstmt_either(self, masked, unmasked):
-        """``masked``, or (the split's peeled iteration 0) ``unmasked`` where ``tc_nu > 0``: the waits both need
-        first (they touch the same fragments), then a branch on the block-level count."""
-        if masked is unmasked:
-            return self.cstmt(masked)
-        if self.groups is not None:
-            self.wait_for(self.touched(masked))
-        elif self.touched(masked) & self.pending:
-            self.retire()
-        self.either = True
-        self.block("if (tc_nu > 0)", lambda: self.cstmt(unmasked))
-        self.block("if (tc_nu == 0)", lambda: self.cstmt(masked))
-        self.either = False
-
     def cstmt(self, s):
         em, st = self.em, self.st
-        if self.persist and not self.either and id(s) in self.persist["zero_fills"]:
-            if self.groups is not None:  # (the WGMMA in flight on C must be done all the same)
-                self.wait_for(self.touched(s))
-            self.zero_c = _stores_of(s)[0].buffer  # the gemm right after starts from zero
-            return
-        if self.zero_c is not None and not _is_gemm(s):  # pragma: no cover - the fill is right before its gemm
-            raise AssertionError("a skipped zero fill not followed by its gemm")
-        if self.groups is not None:  # overlap: wait for the groups that write what s touches, no more
-            self.wait_for(self.touched(s) - ({s.args[2].buffer} if _is_gemm(s) else set()))
-        elif isinstance(s, TileOp) and s.op == "gemm":
-            # a WGMMA may accumulate into a C that earlier WGMMA still write (they complete in order), but
-            # must not read an A fragment they write
-            if s.args[0].buffer in self.pending or (self.touched(s) & self.pending) - {s.args[2].buffer}:
-                self.retire()
-        elif self.touched(s) & self.pending:
-            self.retire()
         if isinstance(s, Bind):
             em.stmt(st, s)
         elif isinstance(s, For):
@@ -1982,11 +1180,6 @@ class _Emit:
             return
         if self.p["frags"][src.buffer] == 1:
             return self.store_rows(s)
-        if (self.p.get("tma_store") or {}).get("stmt") == id(s):  # D45: through shared memory and TMA stores
-            if self.p["once"] and not self.waited_once:  # the tile's TMA load has landed before it is written
-                self.line(f"tc_mbar_wait({self.bar('once')}, 0);")
-                self.waited_once = True
-            return _tmastore.emit_store(self, s)
         # fragment -> global: rows tc_row (+ 8), columns tc_col + 8 j (+ 1), bounded by the tensor's edge
         g = dst.buffer
         nu = nonunit(dst.extents)
@@ -2090,83 +1283,7 @@ class _Emit:
         self.block("for (int tc_h = 0; tc_h < 2; ++tc_h)", body)
 
     def c_gemm(self, s):
-        if self.mma:
-            return self.c_gemm_mma(s)
-        em, st, p = self.em, self.st, self.p
-        a, b, c = s.args
-        dt = str(b.buffer.dtype)
-        tb = bool(s.attrs.get("transpose_B"))
-        n = c.buffer.static_shape()[1]
-        k = a.buffer.static_shape()[1]
-        a_regs = a.buffer in p["frags"]
-        name = wgmma_struct(dt, n, not tb, a_regs)[0]
-        zero = self.zero_c is not None and self.zero_c is c.buffer and not a_regs
-        self.zero_c = None
-        if zero:  # D45 (persistent): k step 0 with scale-d 0 (D = A B), its outputs written, not read
-            zname, ztext = _zero_struct(dt, n, not tb)
-            self.st.rp_structs = {**getattr(self.st, "rp_structs", {}), zname: ztext}
-        cn = em.name(st, c.buffer)
-        uses_once = any(x.buffer in p["once"] for x in (a, b))
-        if uses_once and not self.waited_once:
-            self.line(f"tc_mbar_wait({self.bar('once')}, 0);")
-            self.waited_once = True
-        if s.attrs.get("clear_accum"):
-            self.line(f"for (int tc_q = 0; tc_q < {n // 2}; ++tc_q) {cn}[tc_q] = 0.0f;")
-        brow = p["shared"][b.buffer]["rows"]
-        pack = "tc_pack_h2" if dt == "float16" else "tc_pack_bf2"
-        if a_regs:
-            # A packed into 32-bit registers that stay live (fenced) until the WGMMA is waited for: the
-            # compiler must not reuse them while the tensor cores still read them
-            f, pa = self.pack_source(a.buffer), self.packed(a.buffer)
-            if self.packed_ahead is a.buffer:  # the overlap packed it at the end of the work before
-                self.packed_ahead = None
-            else:
-                self.line("#pragma unroll")
-                self.line(f"for (int tc_q = 0; tc_q < {k // 4}; ++tc_q) {pa}[tc_q] = "
-                          f"{pack}({f}[2 * tc_q], {f}[2 * tc_q + 1]);")
-        if self.turn_wait:
-            self.wait_turn()
-        self.line("tc_wgmma_fence();")
-        if not zero:  # (a WGMMA starting from zero reads no accumulator)
-            self.line(f"tc_reg_fence({cn});")
-        if a_regs:
-            self.line(f"tc_reg_fence_u({pa});")
-
-        def desc(addr: str, off: int, lbo: int, swz: int = 128) -> str:
-            # a k step's descriptor is the tile's plus the step's offset in 16-byte units: the start address
-            # field is bits 0-13 (address / 16) and shared addresses stay below 2^18, so the add never carries
-            # out of it; one descriptor per tile for ptxas to keep, not one per step (D35). A tile of 64-byte
-            # rows: SBO 8 rows of 64 bytes and the 64-byte swizzle mode (2 in bits 62-63; tc_wgmma_desc sets 1)
-            if swz == 64:
-                return f"((tc_wgmma_desc({addr}, {lbo}, 512) & ~(3ull << 62) | (2ull << 62)) + {off // 16}ull)"
-            return f"(tc_wgmma_desc({addr}, {lbo}, 1024) + {off // 16}ull)"
-
-        bw = p["shared"][b.buffer]["swz"]
-        for kk in range(k // 16):
-            kb = kk * 32
-            if tb:  # B is (N, K): K-major
-                db = desc(self.tile_addr(b.buffer, self.stage), (kb // bw) * brow * bw + kb % bw, 16, bw)
-            else:   # B is (K, N): N-major atoms of 64 columns, K rows each
-                db = desc(self.tile_addr(b.buffer, self.stage), kk * 16 * 128, brow * 128)
-            if a_regs:
-                # k step kk covers accumulator-layout column blocks 2 kk and 2 kk + 1: registers
-                # (row, k 0-7), (row + 8, k 0-7), (row, k 8-15), (row + 8, k 8-15), two values each
-                regs = [f"{pa}[{4 * kk + x}]" for x in range(4)]
-                self.line(f"{name}::run({cn}, {', '.join(regs)}, {db});")
-            else:
-                arow, aw = p["shared"][a.buffer]["rows"], p["shared"][a.buffer]["swz"]
-                da = desc(f"{self.tile_addr(a.buffer, self.stage)} + (unsigned)tc_c * {64 * aw}u",
-                          (kb // aw) * arow * aw + kb % aw, 16, aw)
-                self.line(f"{zname if zero and kk == 0 else name}::run({cn}, {da}, {db});")
-        self.line("tc_wgmma_commit();")
-        if self.turn_pass:
-            self.pass_turn(final=self.turn_pass == "final")
-        self.turn_wait, self.turn_pass = False, None
-        self.pending |= {c.buffer} | ({a.buffer} if a_regs else set())
-        if a_regs:
-            self.pending_packed.add(pa)
-        if self.groups is not None:
-            self.groups.append(({c.buffer} | ({a.buffer} if a_regs else set()), {pa} if a_regs else set(), False, []))
+        return self.c_gemm_mma(s)
 
     def packed(self, b) -> str:
         return f"tc_pa_{self.em.name(self.st, b)}"
@@ -2176,11 +1293,6 @@ class _Emit:
         ``tilecore.cuda.pack_direct`` found one (the rounding happens once, in the pack), else its own."""
         return self.em.name(self.st, self.p.get("direct", {}).get(b, b))
 
-    def fence(self, b) -> None:
-        """Keep ``b``'s registers as they are across a WGMMA wait (a fragment packed directly from another
-        has no registers of its own: its packed copy is fenced)."""
-        if b not in self.p.get("direct", {}):
-            self.line(f"tc_reg_fence({self.em.name(self.st, b)});")
 
     # -- the masked-loop split (tilecore.cuda.split_masked_loop) --------------------------------------------
     def variant(self, unmasked: bool) -> list:
@@ -2573,7 +1685,7 @@ class _Emit:
 
 
     # -- mma.sync + cp.async (no producer: every warp loads, then computes) ------------------------------
-    def run_mma(self):
+    def run(self):
         p = self.p
         S = p["stages"]
         em, st = self.em, self.st
