@@ -427,9 +427,6 @@ def report(row: str, results: dict, top: int) -> None:
     if "cudnn" in dur and dur["cudnn"]:
         print("cudnn / this (speed)".ljust(w) + "".join(
             (f"{dur['cudnn'] / dur[n]:.3f}" if dur[n] else "-").rjust(18) for n in names))
-    if "regprog" in dur and dur["regprog"]:
-        print("regprog / this (speed)".ljust(w) + "".join(
-            (f"{dur['regprog'] / dur[n]:.3f}" if dur[n] else "-").rjust(18) for n in names))
     shares = {n: stall_shares(results[n]["metrics"]) for n in names}
     keys = sorted({k for s in shares.values() for k in s}, key=lambda k: -max(s.get(k, 0) for s in shares.values()))
     print("-- stall reasons, % of samples (kernel-wide)")
