@@ -49,9 +49,6 @@ LONG_FIRST = ("::test_conformance_catalog", "::test_full_catalog_on_cpu_device_m
               "test_tilelang_corpus.py::test_cuda_sm90a[gemm_dynamic_shape]", "_host_emulator_")
 
 
-def pytest_collection_modifyitems(config, items):
-    """Long tests first (``LONG_FIRST``), the rest in collection order."""
-    items.sort(key=lambda item: not any(part in item.nodeid for part in LONG_FIRST))
 
 
 #: modules that test the CUDA register programs' own kernels (FlashAttention's forms among them): they compile with
