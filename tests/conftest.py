@@ -38,19 +38,6 @@ def kernel_cache_dir(tmp_path_factory, request):
         os.environ["TILECORE_CACHE_DIR"] = old
 
 
-#: tests that run for half a minute or more on the 2-core CI machine (a whole conformance catalog in a subprocess,
-#: the golden sources of every target, the planted crash and hang, a kernel on a host emulator): collected first, so
-#: that xdist hands them out at the start and the run does not end on one worker finishing a long test while the
-#: other idles (D89; the order only, every test runs). The wheels' group (tests/test_wheels.py) goes first anyway:
-#: ``--dist loadgroup`` orders work units by size, largest first.
-LONG_FIRST = ("::test_conformance_catalog", "::test_full_catalog_on_cpu_device_mode_has_no_failures",
-              "::test_generated_sources_are_byte_identical_to_the_manifest",
-              "::test_native_crash_and_hang_are_recorded_and_later_cases_still_run",
-              "test_tilelang_corpus.py::test_cuda_sm90a[gemm_dynamic_shape]", "_host_emulator_")
-
-
-
-
 #: modules that test the CUDA register programs' own kernels (FlashAttention's forms among them): they compile with
 #: tilecore.cuda.register_programs=True whatever the route's default (the mma.sync program on sm_80; D86 retired the
 #: WGMMA one, whose form True now refuses on sm_90a)
